@@ -1,0 +1,132 @@
+//! Backends plug in through three small traits, by role (ggml-backend's split):
+//!
+//! - [`BufferType`]: a device's allocation rules (alignment, largest buffer, bytes a
+//!   tensor takes) and the factory for its buffers;
+//! - [`Buffer`]: memory one buffer type allocated, with byte-level set/get;
+//! - [`Backend`]: runs graphs whose tensors live in buffers it can read.
+//!
+//! ```
+//! use ggweb::backend::{Backend, BufferType};
+//! use ggweb::cpu::CpuBackend;
+//! let cpu = CpuBackend::new(1);
+//! let buft = cpu.buffer_type();
+//! let buf = buft.alloc_buffer(1024).unwrap();
+//! assert!(buf.size() >= 1024 && buft.is_host());
+//! ```
+//!
+//! A backend compiled out of this build (WebGPU without the feature, say) is still a
+//! type: its constructor returns [`BackendError::Unavailable`] instead of `#[cfg]` at
+//! every call site.
+
+pub mod host;
+
+use alloc::rc::Rc;
+use alloc::string::String;
+
+use crate::graph::Graph;
+use crate::tensor::Tensor;
+
+/// What a backend operation can fail with. Each names what and where.
+#[derive(Clone, Debug, PartialEq)]
+pub enum BackendError {
+    /// An allocation the device refused (or that exceeds its limits).
+    OutOfMemory {
+        what: String,
+        requested: usize,
+        limit: usize,
+    },
+    /// The backend is compiled out of this build, or no device/adapter exists.
+    Unavailable(String),
+    /// A node whose op or types this backend cannot run.
+    Unsupported {
+        node: String,
+        reason: String,
+    },
+    /// The device went away (WebGPU device loss); state on it is gone.
+    DeviceLost(String),
+    /// The computation was cancelled by the caller.
+    Cancelled,
+    Other(String),
+}
+
+impl core::fmt::Display for BackendError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            BackendError::OutOfMemory {
+                what,
+                requested,
+                limit,
+            } => {
+                write!(f, "out of memory allocating {what}: {requested} bytes requested, limit {limit} bytes")
+            }
+            BackendError::Unavailable(s) => write!(f, "backend unavailable: {s}"),
+            BackendError::Unsupported { node, reason } => {
+                write!(f, "unsupported node '{node}': {reason}")
+            }
+            BackendError::DeviceLost(s) => write!(f, "device lost: {s}"),
+            BackendError::Cancelled => write!(f, "cancelled"),
+            BackendError::Other(s) => f.write_str(s),
+        }
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for BackendError {}
+
+/// ggml_backend_buffer_type: how a device allocates.
+pub trait BufferType {
+    /// Unique per device kind ("CPU", "WebGPU"); buffer types are compared by name.
+    fn name(&self) -> &str;
+    /// Offsets of tensors in buffers of this type are multiples of this.
+    fn alignment(&self) -> usize;
+    /// Largest single buffer (WebGPU's maxBufferSize). Default: no limit.
+    fn max_size(&self) -> usize {
+        usize::MAX
+    }
+    /// Bytes `t` needs in a buffer of this type (padding included). Default: ggml_nbytes.
+    fn alloc_size(&self, t: &Tensor) -> usize {
+        t.nbytes()
+    }
+    /// Host memory the CPU can address directly. Default: no.
+    fn is_host(&self) -> bool {
+        false
+    }
+    fn alloc_buffer(&self, size: usize) -> Result<Rc<dyn Buffer>, BackendError>;
+}
+
+/// ggml_backend_buffer: one allocation.
+pub trait Buffer {
+    fn buffer_type_name(&self) -> &str;
+    fn size(&self) -> usize;
+    /// Base address for host buffers; None for device memory.
+    fn host_base(&self) -> Option<*mut u8> {
+        None
+    }
+    /// Writes `data` at byte `offset` (ggml_backend_tensor_set underneath).
+    fn set_bytes(&self, offset: usize, data: &[u8]);
+    /// Reads `out.len()` bytes at `offset`. Device buffers may block natively; in the
+    /// browser, WebGPU reads go through the backend's async path instead.
+    fn get_bytes(&self, offset: usize, out: &mut [u8]);
+    /// Fills the whole buffer with `value`.
+    fn clear(&self, value: u8);
+    /// For downcasting to the concrete buffer inside its own backend.
+    fn as_any(&self) -> &dyn core::any::Any;
+}
+
+/// ggml_backend: a device that runs graphs.
+pub trait Backend {
+    fn name(&self) -> &str;
+    /// The buffer type whose buffers this backend computes in.
+    fn buffer_type(&self) -> Rc<dyn BufferType>;
+    /// Runs every node of `graph` in order. All tensors must be allocated in buffers
+    /// this backend can read.
+    fn graph_compute(&self, graph: &Graph) -> Result<(), BackendError>;
+    /// Whether this backend can run `node` (op and types). Default: everything.
+    fn supports_op(&self, _node: &Tensor) -> bool {
+        true
+    }
+    /// Whether this backend can read tensors in buffers of type `buft`. Default: its own.
+    fn supports_buft(&self, buft: &dyn BufferType) -> bool {
+        buft.name() == self.buffer_type().name()
+    }
+}

@@ -1,0 +1,28 @@
+//! ggweb: GPT-2 in the browser on ggml's memory model.
+//!
+//! The crate follows ggml's concepts one module each (see ARCHITECTURE.md):
+//! [`types`] and [`tensor`] (headers, strides, contexts), [`ops`] (graph-building ops),
+//! [`graph`], [`backend`] (traits by role), [`cpu`] (the CPU backend: scalar, x86 and
+//! wasm SIMD128 kernels), [`allocator`] (tallocr, gallocr; in `crate/alloc/`), [`quants`] (block formats),
+//! [`gguf`] (streaming reader, writer), [`tokenizer`], [`model`] (GPT-2).
+//!
+//! The tensor core builds without `std` (`--no-default-features`): only `alloc` is needed.
+#![cfg_attr(not(feature = "std"), no_std)]
+
+extern crate alloc;
+
+// `alloc` is the name of the core allocation crate, so the folder crate/alloc/ is the
+// module `allocator` (ggml-alloc: tallocr, gallocr).
+#[path = "alloc/mod.rs"]
+pub mod allocator;
+pub mod backend;
+pub mod cpu;
+pub mod graph;
+pub mod ops;
+pub mod quants;
+pub mod tensor;
+pub mod types;
+
+pub use graph::Graph;
+pub use tensor::{Context, ContextParams, Op, Tensor};
+pub use types::GgmlType;
