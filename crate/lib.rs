@@ -26,3 +26,15 @@ pub mod types;
 pub use graph::Graph;
 pub use tensor::{Context, ContextParams, Op, Tensor};
 pub use types::GgmlType;
+
+/// What a `no_std` cdylib on wasm32 must supply itself: an allocator and a panic handler.
+#[cfg(all(not(feature = "std"), target_arch = "wasm32"))]
+mod no_std_runtime {
+    #[global_allocator]
+    static ALLOC: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
+
+    #[panic_handler]
+    fn panic(_: &core::panic::PanicInfo) -> ! {
+        core::arch::wasm32::unreachable()
+    }
+}
