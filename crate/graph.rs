@@ -48,12 +48,7 @@ impl Graph {
 
     /// ggml_new_graph_custom: at most `size` nodes and `size` leafs.
     pub fn with_size(size: usize) -> Graph {
-        Graph {
-            nodes: Vec::new(),
-            leafs: Vec::new(),
-            size,
-            use_counts: BTreeMap::new(),
-        }
+        Graph { nodes: Vec::new(), leafs: Vec::new(), size, use_counts: BTreeMap::new() }
     }
 
     pub fn size(&self) -> usize {
@@ -84,28 +79,16 @@ impl Graph {
             *self.use_counts.get_mut(&s.id()).expect("visited") += 1;
         }
         if t.op == Op::None && t.flags() & crate::tensor::flags::PARAM == 0 {
-            assert!(
-                self.leafs.len() < self.size,
-                "graph: more than {} leafs",
-                self.size
-            );
+            assert!(self.leafs.len() < self.size, "graph: more than {} leafs", self.size);
             self.leafs.push(t.clone());
         } else {
-            assert!(
-                self.nodes.len() < self.size,
-                "graph: more than {} nodes",
-                self.size
-            );
+            assert!(self.nodes.len() < self.size, "graph: more than {} nodes", self.size);
             self.nodes.push(t.clone());
         }
     }
 
     /// ggml_graph_get_tensor: a node or leaf by name.
     pub fn get_tensor(&self, name: &str) -> Option<Tensor> {
-        self.nodes
-            .iter()
-            .chain(self.leafs.iter())
-            .find(|t| t.name() == name)
-            .cloned()
+        self.nodes.iter().chain(self.leafs.iter()).find(|t| t.name() == name).cloned()
     }
 }

@@ -23,13 +23,7 @@ use crate::types::GgmlType;
 impl Context {
     // --- views: share the source's bytes ---
 
-    fn view_impl(
-        &self,
-        a: &Tensor,
-        ne: [i64; MAX_DIMS],
-        nb: [usize; MAX_DIMS],
-        offset: usize,
-    ) -> Tensor {
+    fn view_impl(&self, a: &Tensor, ne: [i64; MAX_DIMS], nb: [usize; MAX_DIMS], offset: usize) -> Tensor {
         self.new_view_tensor(
             a,
             a.ty,
@@ -59,16 +53,7 @@ impl Context {
     }
 
     /// ggml_view_3d.
-    pub fn view_3d(
-        &self,
-        a: &Tensor,
-        ne0: i64,
-        ne1: i64,
-        ne2: i64,
-        nb1: usize,
-        nb2: usize,
-        offset: usize,
-    ) -> Tensor {
+    pub fn view_3d(&self, a: &Tensor, ne0: i64, ne1: i64, ne2: i64, nb1: usize, nb2: usize, offset: usize) -> Tensor {
         let ne = [ne0, ne1, ne2, 1];
         let mut nb = contiguous_strides(a.ty, &ne);
         nb[1] = nb1;
@@ -149,10 +134,7 @@ impl Context {
     pub fn permute(&self, a: &Tensor, ax0: usize, ax1: usize, ax2: usize, ax3: usize) -> Tensor {
         let axes = [ax0, ax1, ax2, ax3];
         for (i, &x) in axes.iter().enumerate() {
-            assert!(
-                x < MAX_DIMS && !axes[..i].contains(&x),
-                "permute: axes {axes:?} are not a permutation of 0..4"
-            );
+            assert!(x < MAX_DIMS && !axes[..i].contains(&x), "permute: axes {axes:?} are not a permutation of 0..4");
         }
         let mut ne = [0i64; MAX_DIMS];
         let mut nb = [0usize; MAX_DIMS];
@@ -212,25 +194,13 @@ impl Context {
             shape_str(a),
             ne
         );
-        self.new_op_tensor(
-            a.ty,
-            ne,
-            Op::Cont,
-            [Some(a.clone()), None, None],
-            format!("{} (cont)", a.name()),
-        )
+        self.new_op_tensor(a.ty, ne, Op::Cont, [Some(a.clone()), None, None], format!("{} (cont)", a.name()))
     }
 
     /// ggml_cpy: copies (and converts) `a` into `b`'s memory. The result is a view of `b`;
     /// put it in the graph with `build_forward_expand` so the copy runs.
     pub fn cpy(&self, a: &Tensor, b: &Tensor) -> Tensor {
-        assert_eq!(
-            a.nelements(),
-            b.nelements(),
-            "cpy: {} into {}: element counts differ",
-            shape_str(a),
-            shape_str(b)
-        );
+        assert_eq!(a.nelements(), b.nelements(), "cpy: {} into {}: element counts differ", shape_str(a), shape_str(b));
         self.new_view_tensor(
             b,
             b.ty,
@@ -248,12 +218,7 @@ impl Context {
     /// ggml_get_rows: rows `b[i]` of `a` (embedding lookup). `b` is I32; result F32
     /// [a.ne0, b.ne0, b.ne1, b.ne2].
     pub fn get_rows(&self, a: &Tensor, b: &Tensor) -> Tensor {
-        assert_eq!(
-            b.ty,
-            GgmlType::I32,
-            "get_rows: indices {} must be i32",
-            shape_str(b)
-        );
+        assert_eq!(b.ty, GgmlType::I32, "get_rows: indices {} must be i32", shape_str(b));
         assert!(
             a.ne[2] == b.ne[1] || a.ne[2] == 1,
             "get_rows: {} with indices {}: ne[2] mismatch",
@@ -261,11 +226,7 @@ impl Context {
             shape_str(b)
         );
         assert_eq!(b.ne[3], 1, "get_rows: indices {} have 4 dims", shape_str(b));
-        let ty = if a.ty == GgmlType::I32 {
-            GgmlType::I32
-        } else {
-            GgmlType::F32
-        };
+        let ty = if a.ty == GgmlType::I32 { GgmlType::I32 } else { GgmlType::F32 };
         self.new_op_tensor(
             ty,
             [a.ne[0], b.ne[0], b.ne[1], b.ne[2]],
@@ -276,20 +237,8 @@ impl Context {
     }
 
     fn binary(&self, a: &Tensor, b: &Tensor, op: Op) -> Tensor {
-        assert!(
-            b.can_repeat(a),
-            "{}: {} does not broadcast onto {}",
-            op.name(),
-            shape_str(b),
-            shape_str(a)
-        );
-        self.new_op_tensor(
-            a.ty,
-            a.ne,
-            op,
-            [Some(a.clone()), Some(b.clone()), None],
-            String::new(),
-        )
+        assert!(b.can_repeat(a), "{}: {} does not broadcast onto {}", op.name(), shape_str(b), shape_str(a));
+        self.new_op_tensor(a.ty, a.ne, op, [Some(a.clone()), Some(b.clone()), None], String::new())
     }
 
     /// ggml_add: a + b, `b` broadcast along any dim where it has size 1 (or divides).
@@ -327,19 +276,10 @@ impl Context {
     }
     /// ggml_soft_max_ext: softmax(a * scale + mask) over dim 0. `mask` (F32 or F16) has
     /// ne0 = a.ne0 and at least a.ne1 rows; it broadcasts over dims 2 and 3.
-    pub fn soft_max_ext(
-        &self,
-        a: &Tensor,
-        mask: Option<&Tensor>,
-        scale: f32,
-        max_bias: f32,
-    ) -> Tensor {
+    pub fn soft_max_ext(&self, a: &Tensor, mask: Option<&Tensor>, scale: f32, max_bias: f32) -> Tensor {
         if let Some(m) = mask {
             assert!(
-                m.ne[0] == a.ne[0]
-                    && m.ne[1] >= a.ne[1]
-                    && a.ne[2] % m.ne[2] == 0
-                    && a.ne[3] % m.ne[3] == 0,
+                m.ne[0] == a.ne[0] && m.ne[1] >= a.ne[1] && a.ne[2] % m.ne[2] == 0 && a.ne[3] % m.ne[3] == 0,
                 "soft_max_ext: mask {} does not fit {}",
                 shape_str(m),
                 shape_str(a)

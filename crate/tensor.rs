@@ -96,10 +96,7 @@ impl Op {
 
     /// Ops that only reinterpret their source's bytes: no computation, no memory of their own.
     pub fn is_view(&self) -> bool {
-        matches!(
-            self,
-            Op::View | Op::Reshape | Op::Permute(_) | Op::Transpose
-        )
+        matches!(self, Op::View | Op::Reshape | Op::Permute(_) | Op::Transpose)
     }
 }
 
@@ -159,15 +156,7 @@ impl Eq for Tensor {}
 
 impl core::fmt::Debug for Tensor {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        write!(
-            f,
-            "{} '{}' {} ne={:?} nb={:?}",
-            self.op.name(),
-            self.name(),
-            self.ty,
-            self.ne,
-            self.nb
-        )
+        write!(f, "{} '{}' {} ne={:?} nb={:?}", self.op.name(), self.name(), self.ty, self.ne, self.nb)
     }
 }
 
@@ -257,10 +246,7 @@ impl Tensor {
     /// Where the bytes are: a view's are its source's plus `view_offs`; None until allocated.
     pub fn data(&self) -> Option<TensorData> {
         match &self.view_src {
-            Some(src) => src.data().map(|d| TensorData {
-                buffer: d.buffer,
-                offset: d.offset + self.view_offs,
-            }),
+            Some(src) => src.data().map(|d| TensorData { buffer: d.buffer, offset: d.offset + self.view_offs }),
             None => self.data.borrow().clone(),
         }
     }
@@ -268,11 +254,7 @@ impl Tensor {
     /// ggml_backend_tensor_alloc: places a non-view tensor at `offset` in `buffer`.
     /// Panics if the tensor is a view or does not fit (an allocator bug).
     pub fn set_data(&self, buffer: Rc<dyn Buffer>, offset: usize) {
-        assert!(
-            self.view_src.is_none(),
-            "set_data on view '{}': a view's data follows its source",
-            self.name()
-        );
+        assert!(self.view_src.is_none(), "set_data on view '{}': a view's data follows its source", self.name());
         assert!(
             offset + self.nbytes() <= buffer.size(),
             "tensor '{}' ({} bytes at offset {}) does not fit in a buffer of {} bytes",
@@ -299,10 +281,7 @@ impl Tensor {
 
     fn host_ptr_or_panic(&self) -> *mut u8 {
         self.host_ptr().unwrap_or_else(|| {
-            panic!(
-                "tensor '{}' has no data in host memory (not allocated, or on a device)",
-                self.name()
-            )
+            panic!("tensor '{}' has no data in host memory (not allocated, or on a device)", self.name())
         })
     }
 
@@ -347,10 +326,7 @@ impl Tensor {
 
     /// Number of dimensions, trailing 1s dropped (ggml_n_dims; at least 1).
     pub fn n_dims(&self) -> usize {
-        (1..MAX_DIMS)
-            .rev()
-            .find(|&i| self.ne[i] > 1)
-            .map_or(1, |i| i + 1)
+        (1..MAX_DIMS).rev().find(|&i| self.ne[i] > 1).map_or(1, |i| i + 1)
     }
 
     // --- predicates (ggml_is_*) ---
@@ -414,12 +390,8 @@ impl Tensor {
         unsafe {
             match self.ty {
                 GgmlType::F32 => (ptr as *const f32).read_unaligned(),
-                GgmlType::F16 => {
-                    half::f16::from_bits((ptr as *const u16).read_unaligned()).to_f32()
-                }
-                GgmlType::BF16 => {
-                    half::bf16::from_bits((ptr as *const u16).read_unaligned()).to_f32()
-                }
+                GgmlType::F16 => half::f16::from_bits((ptr as *const u16).read_unaligned()).to_f32(),
+                GgmlType::BF16 => half::bf16::from_bits((ptr as *const u16).read_unaligned()).to_f32(),
                 GgmlType::I32 => (ptr as *const i32).read_unaligned() as f32,
                 t => panic!("element access on quantized tensor '{}' ({t})", self.name()),
             }
@@ -431,12 +403,8 @@ impl Tensor {
         unsafe {
             match self.ty {
                 GgmlType::F32 => (ptr as *mut f32).write_unaligned(v),
-                GgmlType::F16 => {
-                    (ptr as *mut u16).write_unaligned(half::f16::from_f32(v).to_bits())
-                }
-                GgmlType::BF16 => {
-                    (ptr as *mut u16).write_unaligned(half::bf16::from_f32(v).to_bits())
-                }
+                GgmlType::F16 => (ptr as *mut u16).write_unaligned(half::f16::from_f32(v).to_bits()),
+                GgmlType::BF16 => (ptr as *mut u16).write_unaligned(half::bf16::from_f32(v).to_bits()),
                 GgmlType::I32 => (ptr as *mut i32).write_unaligned(v as i32),
                 t => panic!("element access on quantized tensor '{}' ({t})", self.name()),
             }
@@ -508,13 +476,7 @@ impl Tensor {
 
     /// Writes `values` in logical order (i0 fastest) through the strides, converting from f32.
     pub fn set_f32_slice(&self, values: &[f32]) {
-        assert_eq!(
-            values.len() as i64,
-            self.nelements(),
-            "set_f32_slice on '{}' ne={:?}",
-            self.name(),
-            self.ne
-        );
+        assert_eq!(values.len() as i64, self.nelements(), "set_f32_slice on '{}' ne={:?}", self.name(), self.ne);
         let mut k = 0;
         self.for_each_index(|a, b, c, d| {
             self.set_f32_nd(a, b, c, d, values[k]);
@@ -524,13 +486,7 @@ impl Tensor {
 
     pub fn set_i32_slice(&self, values: &[i32]) {
         assert_eq!(self.ty, GgmlType::I32);
-        assert_eq!(
-            values.len() as i64,
-            self.nelements(),
-            "set_i32_slice on '{}' ne={:?}",
-            self.name(),
-            self.ne
-        );
+        assert_eq!(values.len() as i64, self.nelements(), "set_i32_slice on '{}' ne={:?}", self.name(), self.ne);
         let mut k = 0;
         self.for_each_index(|a, b, c, d| {
             let off = self.offset_of(a, b, c, d);
@@ -542,27 +498,15 @@ impl Tensor {
     /// Copies raw bytes into the tensor's memory at `offset`, on whatever backend holds it
     /// (ggml_backend_tensor_set). The tensor must be allocated.
     pub fn set_bytes(&self, bytes: &[u8], offset: usize) {
-        let d = self
-            .data()
-            .unwrap_or_else(|| panic!("set_bytes on unallocated tensor '{}'", self.name()));
-        assert!(
-            offset + bytes.len() <= self.nbytes(),
-            "set_bytes past the end of '{}'",
-            self.name()
-        );
+        let d = self.data().unwrap_or_else(|| panic!("set_bytes on unallocated tensor '{}'", self.name()));
+        assert!(offset + bytes.len() <= self.nbytes(), "set_bytes past the end of '{}'", self.name());
         d.buffer.set_bytes(d.offset + offset, bytes);
     }
 
     /// Reads raw bytes of the tensor's memory (ggml_backend_tensor_get).
     pub fn get_bytes(&self, out: &mut [u8], offset: usize) {
-        let d = self
-            .data()
-            .unwrap_or_else(|| panic!("get_bytes on unallocated tensor '{}'", self.name()));
-        assert!(
-            offset + out.len() <= self.nbytes(),
-            "get_bytes past the end of '{}'",
-            self.name()
-        );
+        let d = self.data().unwrap_or_else(|| panic!("get_bytes on unallocated tensor '{}'", self.name()));
+        assert!(offset + out.len() <= self.nbytes(), "get_bytes past the end of '{}'", self.name());
         d.buffer.get_bytes(d.offset + offset, out);
     }
 }
@@ -598,12 +542,7 @@ impl Context {
                 .unwrap_or_else(|e| panic!("context pool of {} bytes: {e}", params.mem_size));
             Some(Rc::new(buf))
         };
-        Context {
-            params,
-            tensors: RefCell::new(Vec::new()),
-            used: Cell::new(0),
-            pool,
-        }
+        Context { params, tensors: RefCell::new(Vec::new()), used: Cell::new(0), pool }
     }
 
     pub fn params(&self) -> ContextParams {
@@ -622,28 +561,16 @@ impl Context {
     }
     /// ggml_get_tensor: the first tensor with this name.
     pub fn get_tensor(&self, name: &str) -> Option<Tensor> {
-        self.tensors
-            .borrow()
-            .iter()
-            .find(|t| *t.name.borrow() == name)
-            .cloned()
+        self.tensors.borrow().iter().find(|t| *t.name.borrow() == name).cloned()
     }
 
     /// Registers a header built by an op or constructor; charges the budget and, in
     /// allocating mode, places the data of a non-view tensor in the pool.
     pub(crate) fn register(&self, t: Tensor) -> Tensor {
-        let data_size = if t.view_src.is_none() && !self.params.no_alloc {
-            t.nbytes()
-        } else {
-            0
-        };
+        let data_size = if t.view_src.is_none() && !self.params.no_alloc { t.nbytes() } else { 0 };
         let start = self.used.get();
         let data_at = (start + TENSOR_OVERHEAD + CONTEXT_ALIGN - 1) / CONTEXT_ALIGN * CONTEXT_ALIGN;
-        let end = if data_size > 0 {
-            data_at + data_size
-        } else {
-            start + TENSOR_OVERHEAD
-        };
+        let end = if data_size > 0 { data_at + data_size } else { start + TENSOR_OVERHEAD };
         assert!(
             end <= self.params.mem_size,
             "not enough space in the context's memory pool (needed {end}, available {})",
@@ -660,17 +587,10 @@ impl Context {
 
     /// ggml_new_tensor: contiguous, `ne.len()` dims (1..=4).
     pub fn new_tensor(&self, ty: GgmlType, ne: &[i64]) -> Tensor {
-        assert!(
-            !ne.is_empty() && ne.len() <= MAX_DIMS,
-            "new_tensor: {} dims (1..=4 allowed)",
-            ne.len()
-        );
+        assert!(!ne.is_empty() && ne.len() <= MAX_DIMS, "new_tensor: {} dims (1..=4 allowed)", ne.len());
         let mut full = [1i64; MAX_DIMS];
         full[..ne.len()].copy_from_slice(ne);
-        assert!(
-            full.iter().all(|&n| n >= 0),
-            "new_tensor: negative ne {ne:?}"
-        );
+        assert!(full.iter().all(|&n| n >= 0), "new_tensor: negative ne {ne:?}");
         assert!(
             full[0] as usize % ty.blck_size() == 0,
             "new_tensor: ne[0] = {} is not a multiple of {}'s block size {}",
@@ -679,15 +599,7 @@ impl Context {
             ty.blck_size()
         );
         let nb = contiguous_strides(ty, &full);
-        self.register(Tensor::make(
-            ty,
-            full,
-            nb,
-            Op::None,
-            [None, None, None],
-            None,
-            String::new(),
-        ))
+        self.register(Tensor::make(ty, full, nb, Op::None, [None, None, None], None, String::new()))
     }
 
     pub fn new_tensor_1d(&self, ty: GgmlType, ne0: i64) -> Tensor {

@@ -78,14 +78,14 @@ impl GgmlType {
         match self {
             F32 | I32 => 4,
             F16 | BF16 => 2,
-            Q4_0 => 2 + QK / 2,            // d: f16, qs: 16 bytes of nibbles
-            Q4_1 => 2 + 2 + QK / 2,        // d, m: f16
-            Q5_0 => 2 + 4 + QK / 2,        // d, qh: u32 high bits
-            Q5_1 => 2 + 2 + 4 + QK / 2,    // d, m, qh
-            Q8_0 => 2 + QK,                // d, qs: 32 × i8
-            Q4_K => 2 + 2 + 12 + QK_K / 2, // d, dmin, scales[12], qs
+            Q4_0 => 2 + QK / 2,                          // d: f16, qs: 16 bytes of nibbles
+            Q4_1 => 2 + 2 + QK / 2,                      // d, m: f16
+            Q5_0 => 2 + 4 + QK / 2,                      // d, qh: u32 high bits
+            Q5_1 => 2 + 2 + 4 + QK / 2,                  // d, m, qh
+            Q8_0 => 2 + QK,                              // d, qs: 32 × i8
+            Q4_K => 2 + 2 + 12 + QK_K / 2,               // d, dmin, scales[12], qs
             Q6_K => QK_K / 2 + QK_K / 4 + QK_K / 16 + 2, // ql, qh, scales: i8, d
-            Q8_K => 4 + QK_K + QK_K / 16 * 2, // d: f32, qs: 256 × i8, bsums: 16 × i16
+            Q8_K => 4 + QK_K + QK_K / 16 * 2,            // d: f32, qs: 256 × i8, bsums: 16 × i16
         }
     }
 

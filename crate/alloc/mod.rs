@@ -37,23 +37,14 @@ pub fn align_up(offset: usize, align: usize) -> usize {
 /// ggml_backend_alloc_ctx_tensors_from_buft: places every tensor of `ctx` that has no data
 /// and is not a view, in creation order, into as few buffers of `buft` as its `max_size`
 /// allows (one, unless a buffer would exceed it). Returns the buffers.
-pub fn alloc_ctx_tensors(
-    ctx: &Context,
-    buft: &dyn BufferType,
-) -> Result<Vec<Rc<dyn Buffer>>, BackendError> {
-    let tensors: Vec<Tensor> = ctx
-        .tensors()
-        .into_iter()
-        .filter(|t| t.view_src.is_none() && t.data().is_none())
-        .collect();
+pub fn alloc_ctx_tensors(ctx: &Context, buft: &dyn BufferType) -> Result<Vec<Rc<dyn Buffer>>, BackendError> {
+    let tensors: Vec<Tensor> =
+        ctx.tensors().into_iter().filter(|t| t.view_src.is_none() && t.data().is_none()).collect();
     alloc_tensors(&tensors, buft)
 }
 
 /// Places `tensors` (none a view, none allocated) into buffers of `buft`, in order.
-pub fn alloc_tensors(
-    tensors: &[Tensor],
-    buft: &dyn BufferType,
-) -> Result<Vec<Rc<dyn Buffer>>, BackendError> {
+pub fn alloc_tensors(tensors: &[Tensor], buft: &dyn BufferType) -> Result<Vec<Rc<dyn Buffer>>, BackendError> {
     let align = buft.alignment();
     let max = buft.max_size();
     // Group consecutive tensors into runs that fit one buffer each.

@@ -15,11 +15,7 @@ pub struct Tallocr {
 
 impl Tallocr {
     pub fn new(buffer: Rc<dyn Buffer>, alignment: usize) -> Tallocr {
-        Tallocr {
-            buffer,
-            alignment,
-            offset: 0,
-        }
+        Tallocr { buffer, alignment, offset: 0 }
     }
 
     /// Bytes handed out so far (aligned).
@@ -37,11 +33,7 @@ impl Tallocr {
         let size = align_up(size, self.alignment);
         if self.offset + size > self.buffer.size() {
             return Err(BackendError::OutOfMemory {
-                what: format!(
-                    "tensor '{}' in a {} buffer (tallocr)",
-                    t.name(),
-                    self.buffer.buffer_type_name()
-                ),
+                what: format!("tensor '{}' in a {} buffer (tallocr)", t.name(), self.buffer.buffer_type_name()),
                 requested: self.offset + size,
                 limit: self.buffer.size(),
             });

@@ -20,12 +20,11 @@ impl HostBuffer {
     /// Allocates `size` zeroed bytes; a refused allocation is an error, not an abort.
     pub fn new(size: usize, align: usize, type_name: &str) -> Result<HostBuffer, BackendError> {
         // Never a zero-size allocation: keep one aligned byte so the pointer is real.
-        let layout =
-            Layout::from_size_align(size.max(1), align).map_err(|_| BackendError::OutOfMemory {
-                what: format!("{type_name} buffer"),
-                requested: size,
-                limit: isize::MAX as usize,
-            })?;
+        let layout = Layout::from_size_align(size.max(1), align).map_err(|_| BackendError::OutOfMemory {
+            what: format!("{type_name} buffer"),
+            requested: size,
+            limit: isize::MAX as usize,
+        })?;
         // SAFETY: layout has non-zero size.
         let raw = unsafe { alloc_zeroed(layout) };
         let ptr = NonNull::new(raw).ok_or_else(|| BackendError::OutOfMemory {
@@ -33,12 +32,7 @@ impl HostBuffer {
             requested: size,
             limit: 0,
         })?;
-        Ok(HostBuffer {
-            ptr,
-            layout,
-            size,
-            type_name: String::from(type_name),
-        })
+        Ok(HostBuffer { ptr, layout, size, type_name: String::from(type_name) })
     }
 
     pub fn as_ptr(&self) -> *mut u8 {
@@ -64,34 +58,14 @@ impl Buffer for HostBuffer {
         Some(self.ptr.as_ptr())
     }
     fn set_bytes(&self, offset: usize, data: &[u8]) {
-        assert!(
-            offset + data.len() <= self.size,
-            "set_bytes: {}+{} past {} bytes",
-            offset,
-            data.len(),
-            self.size
-        );
+        assert!(offset + data.len() <= self.size, "set_bytes: {}+{} past {} bytes", offset, data.len(), self.size);
         // SAFETY: bounds checked above; source and destination do not overlap.
-        unsafe {
-            core::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.as_ptr().add(offset), data.len())
-        }
+        unsafe { core::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.as_ptr().add(offset), data.len()) }
     }
     fn get_bytes(&self, offset: usize, out: &mut [u8]) {
-        assert!(
-            offset + out.len() <= self.size,
-            "get_bytes: {}+{} past {} bytes",
-            offset,
-            out.len(),
-            self.size
-        );
+        assert!(offset + out.len() <= self.size, "get_bytes: {}+{} past {} bytes", offset, out.len(), self.size);
         // SAFETY: as above.
-        unsafe {
-            core::ptr::copy_nonoverlapping(
-                self.ptr.as_ptr().add(offset),
-                out.as_mut_ptr(),
-                out.len(),
-            )
-        }
+        unsafe { core::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(offset), out.as_mut_ptr(), out.len()) }
     }
     fn clear(&self, value: u8) {
         // SAFETY: the whole allocation.

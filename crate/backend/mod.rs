@@ -52,11 +52,7 @@ pub enum BackendError {
 impl core::fmt::Display for BackendError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
-            BackendError::OutOfMemory {
-                what,
-                requested,
-                limit,
-            } => {
+            BackendError::OutOfMemory { what, requested, limit } => {
                 write!(f, "out of memory allocating {what}: {requested} bytes requested, limit {limit} bytes")
             }
             BackendError::Unavailable(s) => write!(f, "backend unavailable: {s}"),

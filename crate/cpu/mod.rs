@@ -35,9 +35,7 @@ pub struct CpuBackend {
 
 impl CpuBackend {
     pub fn new(n_threads: usize) -> CpuBackend {
-        CpuBackend {
-            n_threads: n_threads.max(1),
-        }
+        CpuBackend { n_threads: n_threads.max(1) }
     }
 }
 
