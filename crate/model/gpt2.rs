@@ -1,0 +1,476 @@
+//! GPT-2, in one file: hyperparameters, weights (with their shapes), the KV cache, and
+//! the forward graph, built the way ggml's `examples/gpt-2/main-backend.cpp` builds it.
+//!
+//! ```no_run
+//! # fn main() -> Result<(), ggweb::model::ModelError> {
+//! use ggweb::model::gpt2::{Gpt2, Gpt2Options};
+//! let bytes = std::fs::read("tests/fixtures/tiny-f32.gguf").unwrap();
+//! let mut model = Gpt2::load_from_bytes(&bytes, Gpt2Options::default())?;
+//! let logits = model.eval(&[15496, 11], 0, false)?;   // last position, [n_vocab]
+//! assert_eq!(logits.len(), model.hparams.n_vocab);
+//! # Ok(()) }
+//! ```
+//!
+//! Tensor names and shapes follow llama.cpp's GGUF layout for GPT-2. In ggml order
+//! (`ne[0]` first), a linear layer's weight is `[n_in, n_out]` and `mul_mat(w, x)` with
+//! `x: [n_in, N]` gives `[n_out, N]`.
+//!
+//! Every node is named `l{il}.{step}` (or `inp_*`, `out_*`) so a run can be dumped and
+//! diffed against the reference activations in `tests/fixtures/tiny-f32.intermediates.json`.
+
+use alloc::format;
+use alloc::rc::Rc;
+use alloc::string::{String, ToString};
+use alloc::vec;
+use alloc::vec::Vec;
+
+use super::ModelError;
+use crate::allocator::gallocr::Gallocr;
+use crate::allocator::alloc_ctx_tensors;
+use crate::backend::{Backend, Buffer};
+use crate::graph::Graph;
+use crate::tensor::{Context, ContextParams, Tensor, TENSOR_OVERHEAD};
+use crate::types::GgmlType;
+
+/// `gpt2.*` keys of a GGUF file.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Hparams {
+    pub n_vocab: usize,
+    /// Positions the model was trained for (rows of `position_embd`).
+    pub n_ctx_train: usize,
+    pub n_embd: usize,
+    pub n_head: usize,
+    pub n_layer: usize,
+    pub n_ff: usize,
+    pub eps: f32,
+}
+
+impl Hparams {
+    pub fn head_dim(&self) -> usize {
+        self.n_embd / self.n_head
+    }
+}
+
+/// One transformer block's weights.
+pub struct Layer {
+    pub attn_norm_w: Tensor, // [n_embd]
+    pub attn_norm_b: Tensor, // [n_embd]
+    pub attn_qkv_w: Tensor,  // [n_embd, 3*n_embd]
+    pub attn_qkv_b: Tensor,  // [3*n_embd]
+    pub attn_out_w: Tensor,  // [n_embd, n_embd]
+    pub attn_out_b: Tensor,  // [n_embd]
+    pub ffn_norm_w: Tensor,  // [n_embd]
+    pub ffn_norm_b: Tensor,  // [n_embd]
+    pub ffn_up_w: Tensor,    // [n_embd, n_ff]
+    pub ffn_up_b: Tensor,    // [n_ff]
+    pub ffn_down_w: Tensor,  // [n_ff, n_embd]
+    pub ffn_down_b: Tensor,  // [n_embd]
+}
+
+pub struct Weights {
+    pub token_embd: Tensor,    // [n_embd, n_vocab]
+    pub position_embd: Tensor, // [n_embd, n_ctx_train]
+    pub output_norm_w: Tensor, // [n_embd]
+    pub output_norm_b: Tensor, // [n_embd]
+    /// [n_embd, n_vocab]; `token_embd` itself when the file ties them (no `output.weight`).
+    pub output: Tensor,
+    pub layers: Vec<Layer>,
+}
+
+impl Weights {
+    /// Finds every weight by its GGUF name and checks its shape against `hp`.
+    pub fn from_context(ctx: &Context, hp: &Hparams) -> Result<Weights, ModelError> {
+        let (e, v, f) = (hp.n_embd as i64, hp.n_vocab as i64, hp.n_ff as i64);
+        let get = |name: &str, ne: &[i64]| -> Result<Tensor, ModelError> {
+            let t = ctx.get_tensor(name).ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
+            let mut want = [1i64; 4];
+            want[..ne.len()].copy_from_slice(ne);
+            if t.ne != want {
+                return Err(ModelError::BadShape { name: name.to_string(), expected: want, got: t.ne });
+            }
+            Ok(t)
+        };
+        let token_embd = get("token_embd.weight", &[e, v])?;
+        let output = match ctx.get_tensor("output.weight") {
+            Some(_) => get("output.weight", &[e, v])?,
+            None => token_embd.clone(),
+        };
+        let mut layers = Vec::with_capacity(hp.n_layer);
+        for il in 0..hp.n_layer {
+            let n = |s: &str| format!("blk.{il}.{s}");
+            layers.push(Layer {
+                attn_norm_w: get(&n("attn_norm.weight"), &[e])?,
+                attn_norm_b: get(&n("attn_norm.bias"), &[e])?,
+                attn_qkv_w: get(&n("attn_qkv.weight"), &[e, 3 * e])?,
+                attn_qkv_b: get(&n("attn_qkv.bias"), &[3 * e])?,
+                attn_out_w: get(&n("attn_output.weight"), &[e, e])?,
+                attn_out_b: get(&n("attn_output.bias"), &[e])?,
+                ffn_norm_w: get(&n("ffn_norm.weight"), &[e])?,
+                ffn_norm_b: get(&n("ffn_norm.bias"), &[e])?,
+                ffn_up_w: get(&n("ffn_up.weight"), &[e, f])?,
+                ffn_up_b: get(&n("ffn_up.bias"), &[f])?,
+                ffn_down_w: get(&n("ffn_down.weight"), &[f, e])?,
+                ffn_down_b: get(&n("ffn_down.bias"), &[e])?,
+            });
+        }
+        Ok(Weights {
+            token_embd,
+            position_embd: get("position_embd.weight", &[e, hp.n_ctx_train as i64])?,
+            output_norm_w: get("output_norm.weight", &[e])?,
+            output_norm_b: get("output_norm.bias", &[e])?,
+            output,
+            layers,
+        })
+    }
+}
+
+/// K and V of every past position, one pair of flat F32 tensors per layer
+/// ([n_embd * n_ctx] each), in their own buffer: they live across graph runs.
+pub struct KvCache {
+    pub ctx: Context,
+    pub k: Vec<Tensor>,
+    pub v: Vec<Tensor>,
+    pub buffers: Vec<Rc<dyn Buffer>>,
+    pub n_ctx: usize,
+}
+
+impl KvCache {
+    pub fn new(hp: &Hparams, n_ctx: usize, backend: &dyn Backend) -> Result<KvCache, ModelError> {
+        let ctx = Context::new(ContextParams { mem_size: (2 * hp.n_layer + 1) * TENSOR_OVERHEAD, no_alloc: true });
+        let n = (hp.n_embd * n_ctx) as i64;
+        let (mut k, mut v) = (Vec::new(), Vec::new());
+        for il in 0..hp.n_layer {
+            let kt = ctx.new_tensor_1d(GgmlType::F32, n);
+            kt.set_name(&format!("cache_k_l{il}"));
+            let vt = ctx.new_tensor_1d(GgmlType::F32, n);
+            vt.set_name(&format!("cache_v_l{il}"));
+            k.push(kt);
+            v.push(vt);
+        }
+        let buffers = alloc_ctx_tensors(&ctx, &*backend.buffer_type())?;
+        for b in &buffers {
+            b.clear(0);
+        }
+        Ok(KvCache { ctx, k, v, buffers, n_ctx })
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.buffers.iter().map(|b| b.size()).sum()
+    }
+}
+
+/// Runtime choices that are not in the file.
+#[derive(Clone, Debug)]
+pub struct Gpt2Options {
+    /// Context length (0 = the model's own). At most the model's.
+    pub n_ctx: usize,
+    /// Most tokens per graph run; longer prompts go in chunks.
+    pub n_batch: usize,
+    pub n_threads: usize,
+}
+
+impl Default for Gpt2Options {
+    fn default() -> Self {
+        Gpt2Options { n_ctx: 0, n_batch: 32, n_threads: 1 }
+    }
+}
+
+/// Bytes of each part of the memory plan.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct MemoryPlan {
+    pub weights: usize,
+    pub kv: usize,
+    pub compute: usize,
+}
+
+/// The tensors of one built graph that the caller fills or reads.
+pub struct GraphIo {
+    pub graph: Graph,
+    /// Keeps the headers of this run's nodes alive.
+    pub ctx: Context,
+    pub tokens: Tensor,    // [N] i32
+    pub positions: Tensor, // [N] i32
+    pub logits: Tensor,    // [n_vocab, n_out]
+}
+
+/// Nodes in one graph: about 40 per layer plus the ends; generous so any n_layer fits.
+fn graph_size(hp: &Hparams) -> usize {
+    64 * hp.n_layer + 64
+}
+
+/// The graph of one run: `n_tokens` new tokens after `n_past` cached ones, logits for the
+/// last `n_out` of them. Pure: reads only headers, so it can be built for any sizes.
+pub fn build_graph(hp: &Hparams, w: &Weights, kv: &KvCache, n_past: usize, n_tokens: usize, n_out: usize) -> GraphIo {
+    assert!(n_tokens >= 1 && n_out >= 1 && n_out <= n_tokens, "build_graph: n_tokens {n_tokens}, n_out {n_out}");
+    assert!(n_past + n_tokens <= kv.n_ctx, "build_graph: {n_past} + {n_tokens} positions > n_ctx {}", kv.n_ctx);
+    let size = graph_size(hp);
+    let ctx = Context::new(ContextParams { mem_size: 2 * size * TENSOR_OVERHEAD, no_alloc: true });
+    let mut gf = Graph::with_size(size);
+
+    let (n_embd, n_head, hd) = (hp.n_embd as i64, hp.n_head as i64, hp.head_dim() as i64);
+    let (n, past, l) = (n_tokens as i64, n_past, (n_past + n_tokens) as i64);
+    let f32_size = GgmlType::F32.type_size();
+
+    let tokens = ctx.new_tensor_1d(GgmlType::I32, n); // [N]
+    tokens.set_name("inp_tokens");
+    tokens.set_input();
+    let positions = ctx.new_tensor_1d(GgmlType::I32, n); // [N]
+    positions.set_name("inp_pos");
+    positions.set_input();
+
+    // [n_embd, N]
+    let mut inp_l = ctx.add(&ctx.get_rows(&w.token_embd, &tokens), &ctx.get_rows(&w.position_embd, &positions));
+    inp_l.set_name("inpL");
+
+    for (il, ly) in w.layers.iter().enumerate() {
+        let name = |s: &str| format!("l{il}.{s}");
+
+        // [n_embd, N]
+        let mut cur = ctx.norm(&inp_l, hp.eps);
+        cur.set_name(&name("norm"));
+        cur = ctx.add(&ctx.mul(&cur, &ly.attn_norm_w), &ly.attn_norm_b);
+        cur.set_name(&name("attn_norm"));
+
+        // [3*n_embd, N]
+        cur = ctx.mul_mat(&ly.attn_qkv_w, &cur);
+        cur.set_name(&name("qkv"));
+        cur = ctx.add(&cur, &ly.attn_qkv_b);
+        cur.set_name(&name("bqkv"));
+
+        // Views of Q, K, V inside each row of `cur`: [n_embd, N], rows 3*n_embd apart.
+        let q_cur = ctx.view_2d(&cur, n_embd, n, cur.nb[1], 0);
+        q_cur.set_name(&name("q_cur"));
+        let k_cur = ctx.view_2d(&cur, n_embd, n, cur.nb[1], n_embd as usize * f32_size);
+        k_cur.set_name(&name("k_cur"));
+        let v_cur = ctx.view_2d(&cur, n_embd, n, cur.nb[1], 2 * n_embd as usize * f32_size);
+        v_cur.set_name(&name("v_cur"));
+
+        // Store this run's K and V at positions n_past .. n_past+N-1 of the layer's cache.
+        let row = n_embd as usize * f32_size;
+        let k_dst = ctx.view_1d(&kv.k[il], n * n_embd, past * row); // [N*n_embd]
+        k_dst.set_name(&name("k_store"));
+        let v_dst = ctx.view_1d(&kv.v[il], n * n_embd, past * row);
+        v_dst.set_name(&name("v_store"));
+        let k_cpy = ctx.cpy(&k_cur, &k_dst);
+        k_cpy.set_name(&name("k_cpy"));
+        let v_cpy = ctx.cpy(&v_cur, &v_dst);
+        v_cpy.set_name(&name("v_cpy"));
+        gf.build_forward_expand(&k_cpy);
+        gf.build_forward_expand(&v_cpy);
+
+        // Q: [hd, N, n_head] (a strided view cannot be reshaped, so cont_3d)
+        let q = ctx.permute(&ctx.cont_3d(&q_cur, hd, n_head, n), 0, 2, 1, 3);
+        q.set_name(&name("q"));
+
+        // K: [hd, L, n_head], straight from the cache (a contiguous prefix: reshape is enough)
+        let k_all = ctx.view_1d(&kv.k[il], l * n_embd, 0);
+        k_all.set_name(&name("k_all"));
+        let k = ctx.permute(&ctx.reshape_3d(&k_all, hd, n_head, l), 0, 2, 1, 3);
+        k.set_name(&name("k"));
+
+        // [L, N, n_head]
+        let kq = ctx.mul_mat(&k, &q);
+        kq.set_name(&name("kq"));
+        let kq_scaled = ctx.scale(&kq, 1.0 / libm_sqrt(hd as f32));
+        kq_scaled.set_name(&name("kq_scaled"));
+        let kq_masked = ctx.diag_mask_inf(&kq_scaled, past as i32);
+        kq_masked.set_name(&name("kq_masked"));
+        let kq_soft_max = ctx.soft_max(&kq_masked);
+        kq_soft_max.set_name(&name("kq_soft_max"));
+
+        // V transposed so that L is dim 0 for mul_mat: [L, hd, n_head], copied (cont)
+        let v_all = ctx.view_1d(&kv.v[il], l * n_embd, 0);
+        v_all.set_name(&name("v_all"));
+        let v_perm = ctx.permute(&ctx.reshape_3d(&v_all, hd, n_head, l), 1, 2, 0, 3);
+        let v_trans = ctx.cont_3d(&v_perm, l, hd, n_head);
+        v_trans.set_name(&name("v_trans"));
+
+        // [hd, N, n_head]
+        let kqv = ctx.mul_mat(&v_trans, &kq_soft_max);
+        kqv.set_name(&name("kqv"));
+        // [hd, n_head, N] → [n_embd, N]
+        let kqv_merged = ctx.permute(&kqv, 0, 2, 1, 3);
+        kqv_merged.set_name(&name("kqv_merged"));
+        cur = ctx.cont_2d(&kqv_merged, n_embd, n);
+        cur.set_name(&name("kqv_merged_cont"));
+
+        // [n_embd, N]
+        cur = ctx.add(&ctx.mul_mat(&ly.attn_out_w, &cur), &ly.attn_out_b);
+        cur.set_name(&name("kqv_out"));
+
+        let ffn_inp = ctx.add(&cur, &inp_l); // [n_embd, N]
+        ffn_inp.set_name(&name("ffn_inp"));
+
+        cur = ctx.norm(&ffn_inp, hp.eps);
+        cur = ctx.add(&ctx.mul(&cur, &ly.ffn_norm_w), &ly.ffn_norm_b);
+        cur.set_name(&name("ffn_norm"));
+
+        // [n_ff, N]
+        cur = ctx.add(&ctx.mul_mat(&ly.ffn_up_w, &cur), &ly.ffn_up_b);
+        cur.set_name(&name("ffn_up_b"));
+        cur = ctx.gelu(&cur);
+        cur.set_name(&name("ffn_gelu"));
+        // [n_embd, N]
+        cur = ctx.add(&ctx.mul_mat(&ly.ffn_down_w, &cur), &ly.ffn_down_b);
+        cur.set_name(&name("ffn_out"));
+
+        inp_l = ctx.add(&cur, &ffn_inp); // [n_embd, N]
+        inp_l.set_name(&name("l_out"));
+    }
+
+    // Only the rows whose logits are wanted go through the head: [n_embd, n_out]
+    let last = ctx.view_2d(&inp_l, n_embd, n_out as i64, inp_l.nb[1], (n_tokens - n_out) * inp_l.nb[1]);
+    last.set_name("out_rows");
+    let mut cur = ctx.norm(&last, hp.eps);
+    cur = ctx.add(&ctx.mul(&cur, &w.output_norm_w), &w.output_norm_b);
+    cur.set_name("result_norm");
+    let logits = ctx.mul_mat(&w.output, &cur); // [n_vocab, n_out]
+    logits.set_name("result_output");
+    logits.set_output();
+    gf.build_forward_expand(&logits);
+
+    GraphIo { graph: gf, ctx, tokens, positions, logits }
+}
+
+/// sqrt without std (Newton's method from the f32 bit-hack guess, exact to f32 rounding).
+fn libm_sqrt(x: f32) -> f32 {
+    if x <= 0.0 {
+        return 0.0;
+    }
+    let mut y = f32::from_bits((x.to_bits() >> 1) + 0x1fc0_0000) as f64;
+    for _ in 0..6 {
+        y = 0.5 * (y + x as f64 / y);
+    }
+    y as f32
+}
+
+/// A loaded model ready to run: weights, KV cache and the reserved compute buffer.
+pub struct Gpt2 {
+    pub hparams: Hparams,
+    pub weights: Weights,
+    pub weight_ctx: Context,
+    pub weight_buffers: Vec<Rc<dyn Buffer>>,
+    pub kv: KvCache,
+    pub galloc: Gallocr,
+    pub backend: Rc<dyn Backend>,
+    pub n_batch: usize,
+}
+
+impl Gpt2 {
+    /// Builds the runtime around loaded weights: KV cache, then one reserve of the
+    /// worst-case graph (a full batch at the end of the context), so no later run allocates.
+    pub fn new(
+        hparams: Hparams,
+        weight_ctx: Context,
+        weight_buffers: Vec<Rc<dyn Buffer>>,
+        backend: Rc<dyn Backend>,
+        opts: &Gpt2Options,
+    ) -> Result<Gpt2, ModelError> {
+        let n_ctx = if opts.n_ctx == 0 { hparams.n_ctx_train } else { opts.n_ctx };
+        if n_ctx > hparams.n_ctx_train {
+            return Err(ModelError::Config(format!("n_ctx {n_ctx} exceeds the model's context length {}", hparams.n_ctx_train)));
+        }
+        if opts.n_batch == 0 {
+            return Err(ModelError::Config("n_batch must be at least 1".into()));
+        }
+        let n_batch = opts.n_batch.min(n_ctx);
+        let weights = Weights::from_context(&weight_ctx, &hparams)?;
+        let kv = KvCache::new(&hparams, n_ctx, &*backend)?;
+        let mut galloc = Gallocr::new_single(backend.buffer_type());
+        let worst = build_graph(&hparams, &weights, &kv, n_ctx - n_batch, n_batch, n_batch);
+        galloc.reserve(&worst.graph)?;
+        Ok(Gpt2 { hparams, weights, weight_ctx, weight_buffers, kv, galloc, backend, n_batch })
+    }
+
+    pub fn n_ctx(&self) -> usize {
+        self.kv.n_ctx
+    }
+
+    pub fn memory_plan(&self) -> MemoryPlan {
+        MemoryPlan {
+            weights: self.weight_buffers.iter().map(|b| b.size()).sum(),
+            kv: self.kv.bytes(),
+            compute: self.galloc.buffer_size(0),
+        }
+    }
+
+    /// Runs `tokens` (at most `n_batch`) at positions `n_past..`, writing their K/V into the
+    /// cache. Returns logits row-major `[n_out][n_vocab]`: every position when `all_logits`,
+    /// else the last one.
+    pub fn eval(&mut self, tokens: &[u32], n_past: usize, all_logits: bool) -> Result<Vec<f32>, ModelError> {
+        let n = tokens.len();
+        if n == 0 {
+            return Err(ModelError::Config("eval: no tokens".into()));
+        }
+        if n > self.n_batch {
+            return Err(ModelError::Config(format!("eval: {n} tokens > n_batch {}", self.n_batch)));
+        }
+        if n_past + n > self.n_ctx() {
+            return Err(ModelError::ContextFull { needed: n_past + n, n_ctx: self.n_ctx() });
+        }
+        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= self.hparams.n_vocab) {
+            return Err(ModelError::BadToken { id: bad, n_vocab: self.hparams.n_vocab });
+        }
+        let n_out = if all_logits { n } else { 1 };
+        let io = build_graph(&self.hparams, &self.weights, &self.kv, n_past, n, n_out);
+        self.galloc.alloc_graph(&io.graph)?;
+
+        let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
+        let pos: Vec<i32> = (n_past..n_past + n).map(|p| p as i32).collect();
+        io.tokens.set_bytes(bytemuck::cast_slice(&ids), 0);
+        io.positions.set_bytes(bytemuck::cast_slice(&pos), 0);
+
+        self.backend.graph_compute(&io.graph)?;
+
+        let mut out = vec![0f32; n_out * self.hparams.n_vocab];
+        io.logits.get_bytes(bytemuck::cast_slice_mut(&mut out), 0);
+        Ok(out)
+    }
+
+    /// Evaluates a whole prompt from position `n_past`, in chunks of `n_batch`; returns the
+    /// logits of every position when `all_logits`, else of the last.
+    pub fn eval_prompt(&mut self, tokens: &[u32], n_past: usize, all_logits: bool) -> Result<Vec<f32>, ModelError> {
+        if n_past + tokens.len() > self.n_ctx() {
+            return Err(ModelError::ContextFull { needed: n_past + tokens.len(), n_ctx: self.n_ctx() });
+        }
+        let mut out = Vec::new();
+        let mut done = 0;
+        while done < tokens.len() {
+            let chunk = &tokens[done..(done + self.n_batch).min(tokens.len())];
+            let last_chunk = done + chunk.len() == tokens.len();
+            let logits = self.eval(chunk, n_past + done, all_logits)?;
+            if all_logits || last_chunk {
+                out.extend_from_slice(&logits);
+            }
+            done += chunk.len();
+        }
+        Ok(out)
+    }
+
+    /// Reads a weight's name for messages.
+    pub fn describe(&self) -> String {
+        let hp = &self.hparams;
+        format!(
+            "gpt2: {} layers, n_embd {}, {} heads, n_ff {}, n_vocab {}, n_ctx {} (train {}), n_batch {}, backend {}",
+            hp.n_layer,
+            hp.n_embd,
+            hp.n_head,
+            hp.n_ff,
+            hp.n_vocab,
+            self.n_ctx(),
+            hp.n_ctx_train,
+            self.n_batch,
+            self.backend.name()
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn sqrt_is_exact_for_head_dims() {
+        for hd in [8f32, 16.0, 64.0, 80.0, 128.0] {
+            assert_eq!(super::libm_sqrt(hd), (hd as f64).sqrt() as f32);
+        }
+    }
+}

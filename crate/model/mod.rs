@@ -1,0 +1,63 @@
+//! Models built on the tensor core. One file per model ([`gpt2`]), plus [`sampling`].
+
+pub mod gpt2;
+pub mod sampling;
+
+use alloc::string::String;
+
+use crate::backend::BackendError;
+
+/// Why a model could not be loaded or run. Each variant names what and where.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ModelError {
+    /// The file lacks a weight the architecture needs.
+    MissingTensor(String),
+    /// A weight has the wrong shape for the hyperparameters.
+    BadShape { name: String, expected: [i64; 4], got: [i64; 4] },
+    /// A metadata key is missing or has the wrong type/value.
+    Metadata(String),
+    /// The architecture in the file is not one we run.
+    UnsupportedArch(String),
+    /// Options that cannot work (n_ctx larger than the model's, n_batch 0, ...).
+    Config(String),
+    /// The prompt (plus output) does not fit in the context.
+    ContextFull { needed: usize, n_ctx: usize },
+    /// A token id outside the vocabulary.
+    BadToken { id: u32, n_vocab: usize },
+    Backend(BackendError),
+    /// The file itself is malformed (GGUF parse error), with its message.
+    Format(String),
+    Tokenizer(String),
+    Cancelled,
+}
+
+impl core::fmt::Display for ModelError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            ModelError::MissingTensor(n) => write!(f, "model file has no tensor '{n}'"),
+            ModelError::BadShape { name, expected, got } => {
+                write!(f, "tensor '{name}' has ne={got:?}, expected {expected:?} for these hyperparameters")
+            }
+            ModelError::Metadata(s) => write!(f, "metadata: {s}"),
+            ModelError::UnsupportedArch(a) => write!(f, "unsupported architecture '{a}' (ggweb runs 'gpt2')"),
+            ModelError::Config(s) => write!(f, "invalid options: {s}"),
+            ModelError::ContextFull { needed, n_ctx } => {
+                write!(f, "context full: {needed} positions needed, n_ctx is {n_ctx}")
+            }
+            ModelError::BadToken { id, n_vocab } => write!(f, "token id {id} is outside the vocabulary (n_vocab {n_vocab})"),
+            ModelError::Backend(e) => write!(f, "{e}"),
+            ModelError::Format(s) => write!(f, "{s}"),
+            ModelError::Tokenizer(s) => write!(f, "tokenizer: {s}"),
+            ModelError::Cancelled => write!(f, "cancelled"),
+        }
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for ModelError {}
+
+impl From<BackendError> for ModelError {
+    fn from(e: BackendError) -> Self {
+        ModelError::Backend(e)
+    }
+}

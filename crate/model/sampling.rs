@@ -1,0 +1,221 @@
+//! Choosing the next token from a row of logits.
+//!
+//! ```
+//! use ggweb::model::sampling::{Sampler, SamplingParams};
+//! let mut s = Sampler::new(SamplingParams::greedy());
+//! assert_eq!(s.sample(&[0.1, 2.0, -1.0], &[]), 1);
+//!
+//! let params = SamplingParams { temperature: 0.8, top_k: 40, top_p: 0.95, seed: 42, ..SamplingParams::default() };
+//! let (mut a, mut b) = (Sampler::new(params.clone()), Sampler::new(params));
+//! let logits = [0.5f32, 0.4, 0.3, 0.2];
+//! assert_eq!(a.sample(&logits, &[]), b.sample(&logits, &[]));   // same seed, same choice
+//! ```
+//!
+//! Order of the steps, as llama.cpp's default chain: repetition penalty, top-k, softmax
+//! with temperature, top-p, then a draw. Temperature 0 (or below) means greedy argmax,
+//! ties going to the lowest id as in PyTorch's argmax.
+
+use alloc::vec::Vec;
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct SamplingParams {
+    /// 0 = greedy.
+    pub temperature: f32,
+    /// Keep the k most likely tokens (0 = all).
+    pub top_k: usize,
+    /// Keep the smallest set whose probability reaches p (1.0 = all).
+    pub top_p: f32,
+    /// > 1 discourages tokens already in `recent` (CTRL-style: divide positive logits,
+    /// multiply negative ones). 1.0 disables it.
+    pub repeat_penalty: f32,
+    /// How many of the most recent tokens the penalty looks at.
+    pub repeat_last_n: usize,
+    pub seed: u64,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        SamplingParams { temperature: 0.8, top_k: 40, top_p: 0.95, repeat_penalty: 1.0, repeat_last_n: 64, seed: 0 }
+    }
+}
+
+impl SamplingParams {
+    pub fn greedy() -> Self {
+        SamplingParams { temperature: 0.0, top_k: 0, top_p: 1.0, ..SamplingParams::default() }
+    }
+}
+
+/// A small, seedable generator (SplitMix64): reproducible everywhere, no std needed.
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [0, 1) with 53 bits.
+    pub fn next_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+pub struct Sampler {
+    pub params: SamplingParams,
+    rng: Rng,
+    // Scratch reused across calls so sampling does not allocate per token.
+    candidates: Vec<(u32, f32)>,
+}
+
+/// Index of the largest value; the first one on ties (PyTorch's argmax).
+pub fn argmax(logits: &[f32]) -> u32 {
+    let mut best = 0usize;
+    for (i, &v) in logits.iter().enumerate() {
+        if v > logits[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+impl Sampler {
+    pub fn new(params: SamplingParams) -> Sampler {
+        let rng = Rng::new(params.seed);
+        Sampler { params, rng, candidates: Vec::new() }
+    }
+
+    /// Picks a token id from `logits`; `recent` are the tokens seen so far (prompt and
+    /// output), for the repetition penalty.
+    pub fn sample(&mut self, logits: &[f32], recent: &[u32]) -> u32 {
+        let p = &self.params;
+        let penalized = p.repeat_penalty != 1.0 && !recent.is_empty();
+        if p.temperature <= 0.0 && !penalized {
+            return argmax(logits);
+        }
+        self.candidates.clear();
+        self.candidates.extend(logits.iter().enumerate().map(|(i, &l)| (i as u32, l)));
+        if penalized {
+            let start = recent.len().saturating_sub(p.repeat_last_n);
+            let mut seen: Vec<u32> = recent[start..].to_vec();
+            seen.sort_unstable();
+            seen.dedup(); // once per distinct token, however often it occurred
+            for t in seen {
+                if let Some(c) = self.candidates.get_mut(t as usize) {
+                    c.1 = if c.1 > 0.0 { c.1 / p.repeat_penalty } else { c.1 * p.repeat_penalty };
+                }
+            }
+        }
+        if p.temperature <= 0.0 {
+            let row: Vec<f32> = self.candidates.iter().map(|c| c.1).collect();
+            return argmax(&row);
+        }
+        // Descending by logit, ties by id, so the result does not depend on sort stability.
+        let by_logit = |a: &(u32, f32), b: &(u32, f32)| b.1.partial_cmp(&a.1).unwrap_or(core::cmp::Ordering::Equal).then(a.0.cmp(&b.0));
+        let k = if p.top_k == 0 { self.candidates.len() } else { p.top_k.min(self.candidates.len()) };
+        if k < self.candidates.len() {
+            self.candidates.select_nth_unstable_by(k - 1, by_logit);
+            self.candidates.truncate(k);
+        }
+        self.candidates.sort_unstable_by(by_logit);
+        // Softmax with temperature, in f64 so long tails do not vanish.
+        let max = self.candidates[0].1 as f64;
+        let t = p.temperature as f64;
+        let mut probs: Vec<f64> = self.candidates.iter().map(|c| libm_exp((c.1 as f64 - max) / t)).collect();
+        let sum: f64 = probs.iter().sum();
+        probs.iter_mut().for_each(|x| *x /= sum);
+        let mut keep = probs.len();
+        if p.top_p < 1.0 {
+            let mut cum = 0.0;
+            for (i, &q) in probs.iter().enumerate() {
+                cum += q;
+                if cum >= p.top_p as f64 {
+                    keep = i + 1;
+                    break;
+                }
+            }
+        }
+        let total: f64 = probs[..keep].iter().sum();
+        let mut r = self.rng.next_f64() * total;
+        for i in 0..keep {
+            r -= probs[i];
+            if r < 0.0 {
+                return self.candidates[i].0;
+            }
+        }
+        self.candidates[keep - 1].0
+    }
+}
+
+/// exp in no_std: `f64::exp` needs std, so use a range-reduced series accurate to ~1 ulp.
+fn libm_exp(x: f64) -> f64 {
+    if x < -745.0 {
+        return 0.0;
+    }
+    // exp(x) = 2^k · exp(r), |r| <= ln2/2
+    let ln2 = core::f64::consts::LN_2;
+    let k = (x / ln2 + if x < 0.0 { -0.5 } else { 0.5 }) as i64;
+    let r = x - k as f64 * ln2;
+    let mut term = 1.0;
+    let mut sum = 1.0;
+    for n in 1..20 {
+        term *= r / n as f64;
+        sum += term;
+    }
+    sum * f64::from_bits(((k + 1023) as u64) << 52)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exp_matches_std() {
+        for &x in &[-20.0, -3.3, -0.5, 0.0, 0.25, 1.0, 7.5] {
+            let (a, b) = (libm_exp(x), (x as f64).exp());
+            assert!(((a - b) / b).abs() < 1e-14, "{x}: {a} vs {b}");
+        }
+    }
+
+    #[test]
+    fn greedy_takes_first_max() {
+        let mut s = Sampler::new(SamplingParams::greedy());
+        assert_eq!(s.sample(&[1.0, 3.0, 3.0, 2.0], &[]), 1);
+    }
+
+    #[test]
+    fn top_k_one_is_greedy_whatever_the_temperature() {
+        let mut s = Sampler::new(SamplingParams { temperature: 5.0, top_k: 1, top_p: 1.0, seed: 7, ..Default::default() });
+        for _ in 0..20 {
+            assert_eq!(s.sample(&[0.0, 0.1, 0.3, 0.2], &[]), 2);
+        }
+    }
+
+    #[test]
+    fn top_p_keeps_the_nucleus() {
+        // probs ≈ [0.64, 0.24, 0.09, 0.03]: top_p 0.8 keeps ids 0 and 1 only.
+        let logits = [2.0f32, 1.0, 0.0, -1.0];
+        let mut s = Sampler::new(SamplingParams { temperature: 1.0, top_k: 0, top_p: 0.8, seed: 1, ..Default::default() });
+        let mut seen = [0u32; 4];
+        for _ in 0..2000 {
+            seen[s.sample(&logits, &[]) as usize] += 1;
+        }
+        assert_eq!((seen[2], seen[3]), (0, 0));
+        // 0.64 / 0.88 of the kept mass goes to id 0.
+        let frac = seen[0] as f64 / 2000.0;
+        assert!((frac - 0.7275).abs() < 0.04, "{frac}");
+    }
+
+    #[test]
+    fn repeat_penalty_moves_greedy_off_a_seen_token() {
+        let mut s = Sampler::new(SamplingParams { repeat_penalty: 1.5, ..SamplingParams::greedy() });
+        // 3.0 / 1.5 = 2.0 < 2.5
+        assert_eq!(s.sample(&[3.0, 2.5, 0.0], &[0, 0]), 1);
+        assert_eq!(s.sample(&[3.0, 2.5, 0.0], &[2]), 0);
+    }
+}
