@@ -18,6 +18,7 @@ pub mod allocator;
 pub mod backend;
 pub mod cpu;
 pub mod graph;
+pub mod model;
 pub mod ops;
 pub mod quants;
 pub mod tensor;
