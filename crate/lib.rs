@@ -21,6 +21,7 @@ pub mod graph;
 pub mod ops;
 pub mod quants;
 pub mod tensor;
+pub mod tokenizer;
 pub mod types;
 
 pub use graph::Graph;
