@@ -22,6 +22,7 @@ pub mod model;
 pub mod ops;
 pub mod quants;
 pub mod tensor;
+pub mod tokenizer;
 pub mod types;
 
 pub use graph::Graph;
