@@ -41,7 +41,7 @@ fn fabs(x: f32) -> f32 {
 /// truncates exactly for |x| < 2^23; larger values are integers already.
 #[inline(always)]
 fn roundf(x: f32) -> f32 {
-    if !(fabs(x) < 8_388_608.0) {
+    if fabs(x) >= 8_388_608.0 || x.is_nan() {
         return x;
     }
     let t = x as i32 as f32;
@@ -374,16 +374,25 @@ fn dot_blocks<X, Y>(x: &[X], y: &[Y], f: impl Fn(&X, &Y) -> f32) -> f32 {
 /// The exact integer dot product of 32 signed quants.
 #[inline(always)]
 fn isum32(x: &[i8; QK], y: &[i8; QK]) -> i32 {
-    let mut s = 0i32;
-    for j in 0..QK {
-        s += x[j] as i32 * y[j] as i32;
-    }
-    s
+    idot(x, y)
+}
+
+/// Σ x·y in i32. Cannot overflow for the lengths used (≤ 256 · 2^14); wrapping ops keep
+/// overflow checks of debug/test builds from blocking vectorization.
+#[inline(always)]
+fn idot(x: &[i8], y: &[i8]) -> i32 {
+    x.iter().zip(y).fold(0i32, |s, (&a, &b)| s.wrapping_add((a as i32).wrapping_mul(b as i32)))
+}
+
+/// Σ u·y for unsigned quants.
+#[inline(always)]
+fn udot(x: impl Iterator<Item = u8>, y: &[i8]) -> i32 {
+    x.zip(y).fold(0i32, |s, (a, &b)| s.wrapping_add((a as i32).wrapping_mul(b as i32)))
 }
 
 #[inline(always)]
 fn qsum(y: &[i8; QK]) -> i32 {
-    y.iter().map(|&v| v as i32).sum()
+    y.iter().fold(0i32, |s, &v| s.wrapping_add(v as i32))
 }
 
 /// Per-block contributions; the SIMD paths compute the integer sums their own way and
@@ -464,11 +473,7 @@ pub fn dot_q5_1_block(x: &BlockQ5_1, y: &BlockQ8_0) -> f32 {
 /// Σ_j m[j] · (sum of the Q8_K quants of sub-block j), from the block's bsums.
 #[inline(always)]
 pub fn q4_k_summ(mins: &[u8; 8], y: &BlockQ8_K) -> i32 {
-    let mut s = 0;
-    for j in 0..8 {
-        s += mins[j] as i32 * (y.bsum(2 * j) as i32 + y.bsum(2 * j + 1) as i32);
-    }
-    s
+    mins.iter().enumerate().map(|(j, &m)| m as i32 * (y.bsum(2 * j) as i32 + y.bsum(2 * j + 1) as i32)).sum()
 }
 
 #[inline(always)]
@@ -478,11 +483,8 @@ pub fn dot_q4_k_block(x: &BlockQ4_K, y: &BlockQ8_K) -> f32 {
     for c in 0..4 {
         let qs = &x.qs[32 * c..32 * c + 32];
         let (ylo, yhi) = (&y.qs[64 * c..64 * c + 32], &y.qs[64 * c + 32..64 * c + 64]);
-        let (mut slo, mut shi) = (0i32, 0i32);
-        for l in 0..32 {
-            slo += (qs[l] & 0xF) as i32 * ylo[l] as i32;
-            shi += (qs[l] >> 4) as i32 * yhi[l] as i32;
-        }
+        let slo = udot(qs.iter().map(|&q| q & 0xF), ylo);
+        let shi = udot(qs.iter().map(|&q| q >> 4), yhi);
         isum += sc[2 * c] as i32 * slo + sc[2 * c + 1] as i32 * shi;
     }
     q4_k_block(isum, q4_k_summ(&m, y), x, y.d())
@@ -510,10 +512,7 @@ pub fn dot_q6_k_block(x: &BlockQ6_K, y: &BlockQ8_K) -> f32 {
     let q = q6_k_signed(x);
     let mut isum = 0i32;
     for j in 0..QK_K / 16 {
-        let mut s = 0i32;
-        for l in 16 * j..16 * j + 16 {
-            s += q[l] as i32 * y.qs[l] as i32;
-        }
+        let s = idot(&q[16 * j..16 * j + 16], &y.qs[16 * j..16 * j + 16]);
         isum += x.scales[j] as i32 * s;
     }
     q6_k_block(isum, x, y.d())
@@ -547,37 +546,33 @@ pub fn vec_dot_q6_k_q8_k(x: &[u8], y: &[u8]) -> f32 {
     dot_blocks::<BlockQ6_K, BlockQ8_K>(cast_slice(x), cast_slice(y), dot_q6_k_block)
 }
 
+/// Float dot products: element `i` into lane `i % 8`. `W` bytes per element, `get`
+/// reads one element.
 #[inline(always)]
-fn dot_elems(n: usize, f: impl Fn(usize) -> f32) -> f32 {
+fn dot_elems<const W: usize>(n: usize, x: &[u8], y: &[u8], get: impl Fn(&[u8]) -> f32) -> f32 {
+    let (x, y) = (&x[..W * n], &y[..W * n]);
     let mut acc = [0.0f32; LANES];
-    let main = n - n % LANES;
-    let mut i = 0;
-    while i < main {
+    let (xc, yc) = (x.chunks_exact(W * LANES), y.chunks_exact(W * LANES));
+    let (xr, yr) = (xc.remainder(), yc.remainder());
+    for (xb, yb) in xc.zip(yc) {
         for l in 0..LANES {
-            acc[l] += f(i + l);
+            acc[l] += get(&xb[W * l..W * l + W]) * get(&yb[W * l..W * l + W]);
         }
-        i += LANES;
     }
-    for i in main..n {
-        acc[i % LANES] += f(i);
+    for (l, (xe, ye)) in xr.chunks_exact(W).zip(yr.chunks_exact(W)).enumerate() {
+        acc[l] += get(xe) * get(ye);
     }
     reduce8(&acc)
 }
 
 pub fn vec_dot_f32(n: usize, x: &[u8], y: &[u8]) -> f32 {
-    let rd = |b: &[u8], i: usize| f32::from_le_bytes([b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]]);
-    let (x, y) = (&x[..4 * n], &y[..4 * n]);
-    dot_elems(n, |i| rd(x, i) * rd(y, i))
+    dot_elems::<4>(n, x, y, |b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
 }
 
 pub fn vec_dot_f16(n: usize, x: &[u8], y: &[u8]) -> f32 {
-    let rd = |b: &[u8], i: usize| fp16_to_fp32(u16::from_le_bytes([b[2 * i], b[2 * i + 1]]));
-    let (x, y) = (&x[..2 * n], &y[..2 * n]);
-    dot_elems(n, |i| rd(x, i) * rd(y, i))
+    dot_elems::<2>(n, x, y, |b| fp16_to_fp32(u16::from_le_bytes([b[0], b[1]])))
 }
 
 pub fn vec_dot_bf16(n: usize, x: &[u8], y: &[u8]) -> f32 {
-    let rd = |b: &[u8], i: usize| bf16_to_fp32(u16::from_le_bytes([b[2 * i], b[2 * i + 1]]));
-    let (x, y) = (&x[..2 * n], &y[..2 * n]);
-    dot_elems(n, |i| rd(x, i) * rd(y, i))
+    dot_elems::<2>(n, x, y, |b| bf16_to_fp32(u16::from_le_bytes([b[0], b[1]])))
 }
