@@ -49,7 +49,11 @@ impl<'a> Reader<'a> {
 }
 
 fn fixture() -> Fixture {
-    let mut r = Reader { b: FIXTURE, pos: 0 };
+    parse(FIXTURE)
+}
+
+fn parse(bytes: &[u8]) -> Fixture {
+    let mut r = Reader { b: bytes, pos: 0 };
     assert_eq!(r.take(8), b"GGWQVEC\0", "tests/fixtures/quant_vectors.bin: bad magic");
     let version = r.u32();
     assert_eq!(
@@ -76,7 +80,7 @@ fn fixture() -> Fixture {
         assert_eq!(nbytes, ty.row_size(n as i64), "{ty} entry size");
         entries.push(Entry { ty, origin, vector, bytes, deq });
     }
-    assert_eq!(r.pos, FIXTURE.len(), "trailing bytes in quant_vectors.bin");
+    assert_eq!(r.pos, bytes.len(), "trailing bytes in quant_vectors.bin");
     Fixture { vectors, entries }
 }
 
@@ -115,6 +119,17 @@ fn fixture_has_every_type_and_origin() {
     assert_eq!(count(GgmlType::Q4_K, 1), 1);
     assert_eq!(count(GgmlType::Q6_K, 1), 1);
     assert_eq!(f.entries.len(), 36);
+}
+
+#[cfg(not(target_arch = "wasm32"))] // no unwinding there
+#[test]
+#[should_panic(
+    expected = "has FORMAT_VERSION 2, this test reads 1: regenerate it with `python tests/fixtures/make_quant_vectors.py`"
+)]
+fn stale_fixture_asks_for_regeneration() {
+    let mut b = FIXTURE.to_vec();
+    b[8..12].copy_from_slice(&(FORMAT_VERSION + 1).to_le_bytes());
+    parse(&b);
 }
 
 #[test]
@@ -397,7 +412,7 @@ const DOT_TYPES: [GgmlType; 10] = [
 
 /// vec_dot against dequantize-then-dot in f64. The integer part is exact, so the error
 /// is f32 rounding of scales, per-block products and the 8-lane sums: bounded by
-/// 1e-5 · Σ|a_i·b_i| (plus, for the `d·q + m` types, the cancellation inside each
+/// 1e-6 · Σ|a_i·b_i| (seen: under 1e-7) (plus, for the `d·q + m` types, the cancellation inside each
 /// dequantized weight, covered by using |d·q| + |m| in that sum).
 #[test]
 fn vec_dot_matches_dequantized_dot() {
@@ -429,11 +444,11 @@ fn vec_dot_matches_dequantized_dot() {
             let got = quants::vec_dot(ty, n, a, &b) as f64;
             let err = (got - reference).abs() / mag;
             worst = worst.max(err);
-            assert!(err <= 1e-5, "{ty} row {r} (n {n}): vec_dot {got} reference {reference} (rel err {err:e})");
+            assert!(err <= 1e-6, "{ty} row {r} (n {n}): vec_dot {got} reference {reference} (rel err {err:e})");
             assert_eq!(quants::vec_dot_isa(Isa::Scalar, ty, n, a, &b).unwrap().to_bits(), (got as f32).to_bits());
         }
     }
-    assert!(worst > 0.0 && worst < 1e-5, "worst {worst:e}");
+    assert!(worst > 0.0 && worst < 1e-6, "worst {worst:e}");
 }
 
 /// Σ |m_i · b_i|: the offsets' share of the magnitude for the `d·q + m` types.
