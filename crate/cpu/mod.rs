@@ -1,10 +1,40 @@
 //! The CPU backend: host buffers and the forward kernels for every op.
+//!
+//! ```
+//! use ggweb::tensor::{Context, ContextParams};
+//! use ggweb::types::GgmlType::F32;
+//! use ggweb::Graph;
+//!
+//! let ctx = Context::new(ContextParams { mem_size: 1 << 16, no_alloc: false });
+//! let w = ctx.new_tensor_2d(F32, 2, 3);            // 3 rows of 2: a [n_in=2, n_out=3] weight
+//! let x = ctx.new_tensor_2d(F32, 2, 1);
+//! w.set_f32_slice(&[1., 0., 0., 1., 1., 1.]);
+//! x.set_f32_slice(&[2., 5.]);
+//! let y = ctx.mul_mat(&w, &x);                     // x · wᵀ
+//! let mut gf = Graph::new();
+//! gf.build_forward_expand(&y);
+//! ggweb::cpu::compute_graph(&gf, 1).unwrap();     // ggml_graph_compute_with_ctx
+//! assert_eq!(y.to_f32_vec(), [2., 5., 7.]);
+//! ```
+//!
+//! [`CpuBackend::graph_compute`] runs the nodes in order; view-like nodes (view, reshape,
+//! permute, transpose) compute nothing, their data being their source's. Kernels live in
+//! [`ops`](self) (crate-private) and the SIMD dot products in [`simd`].
 
+mod ops;
+pub mod simd;
+
+use alloc::format;
 use alloc::rc::Rc;
+use alloc::string::String;
 
 use crate::backend::host::HostBuffer;
 use crate::backend::{Backend, BackendError, Buffer, BufferType};
 use crate::graph::Graph;
+use crate::tensor::{Op, Tensor};
+
+pub use ops::gelu_f32;
+use ops::{BinaryOp, KernelError, TensorView};
 
 /// Tensor data in CPU buffers is aligned for the widest SIMD loads we use.
 pub const CPU_ALIGNMENT: usize = 64;
@@ -28,7 +58,8 @@ impl BufferType for CpuBufferType {
     }
 }
 
-/// The CPU backend. `n_threads` > 1 splits work across threads where the build has them.
+/// The CPU backend. `n_threads` > 1 splits `mul_mat` across threads in native `std`
+/// builds; elsewhere (wasm, `no_std`) it runs on the calling thread.
 pub struct CpuBackend {
     pub n_threads: usize,
 }
@@ -36,6 +67,14 @@ pub struct CpuBackend {
 impl CpuBackend {
     pub fn new(n_threads: usize) -> CpuBackend {
         CpuBackend { n_threads: n_threads.max(1) }
+    }
+
+    /// Computes one node (its sources must hold their data already).
+    pub fn compute_node(&self, node: &Tensor) -> Result<(), BackendError> {
+        compute_forward(node, self.n_threads).map_err(|e| match e {
+            KernelError::Unsupported(reason) => BackendError::Unsupported { node: node_label(node), reason },
+            KernelError::Invalid(reason) => BackendError::Other(format!("node {}: {reason}", node_label(node))),
+        })
     }
 }
 
@@ -46,7 +85,95 @@ impl Backend for CpuBackend {
     fn buffer_type(&self) -> Rc<dyn BufferType> {
         Rc::new(CpuBufferType)
     }
-    fn graph_compute(&self, _graph: &Graph) -> Result<(), BackendError> {
-        Err(BackendError::Other("CPU kernels not yet built".into()))
+    fn graph_compute(&self, graph: &Graph) -> Result<(), BackendError> {
+        for node in &graph.nodes {
+            self.compute_node(node)?;
+        }
+        Ok(())
+    }
+    fn supports_op(&self, node: &Tensor) -> bool {
+        supports(node)
+    }
+}
+
+/// ggml_graph_compute_with_ctx: runs `graph` on the CPU with `n_threads` threads. Every
+/// tensor must be allocated in host memory (an allocating context, or CPU buffers).
+pub fn compute_graph(graph: &Graph, n_threads: usize) -> Result<(), BackendError> {
+    CpuBackend::new(n_threads).graph_compute(graph)
+}
+
+/// "'name' (OP)", or the op and shape when the node has no name.
+fn node_label(node: &Tensor) -> String {
+    let name = node.name();
+    if name.is_empty() {
+        format!("({} {} ne={:?})", node.op.name(), node.ty, node.ne)
+    } else {
+        format!("'{name}' ({})", node.op.name())
+    }
+}
+
+fn src(node: &Tensor, i: usize) -> Result<TensorView, KernelError> {
+    match &node.src[i] {
+        Some(s) => TensorView::of(s),
+        None => Err(KernelError::Invalid(format!("{} needs src[{i}]", node.op.name()))),
+    }
+}
+
+fn compute_forward(node: &Tensor, n_threads: usize) -> Result<(), KernelError> {
+    if node.op == Op::None || node.op.is_view() {
+        return Ok(());
+    }
+    let dst = TensorView::of(node)?;
+    match node.op {
+        Op::None | Op::View | Op::Reshape | Op::Permute(_) | Op::Transpose => Ok(()),
+        // cpy's result is a view of src[1] with its shape and strides: writing dst writes b.
+        Op::Cont | Op::Cpy => ops::dup(&src(node, 0)?, &dst),
+        Op::GetRows => ops::get_rows(&src(node, 0)?, &src(node, 1)?, &dst),
+        Op::Add => ops::binary(BinaryOp::Add, &src(node, 0)?, &src(node, 1)?, &dst),
+        Op::Mul => ops::binary(BinaryOp::Mul, &src(node, 0)?, &src(node, 1)?, &dst),
+        Op::Scale(s) => ops::scale(&src(node, 0)?, &dst, s),
+        Op::Norm { eps } => ops::norm(&src(node, 0)?, &dst, eps),
+        Op::Gelu => ops::gelu(&src(node, 0)?, &dst),
+        Op::SoftMax { scale, max_bias } => {
+            let mask = match &node.src[1] {
+                Some(m) => Some(TensorView::of(m)?),
+                None => None,
+            };
+            ops::soft_max(&src(node, 0)?, mask.as_ref(), &dst, scale, max_bias)
+        }
+        Op::DiagMaskInf { n_past } => ops::diag_mask_inf(&src(node, 0)?, &dst, n_past),
+        Op::MulMat => ops::mul_mat(&src(node, 0)?, &src(node, 1)?, &dst, n_threads),
+    }
+}
+
+/// Whether the kernels implement `node`'s op for its types (what graph_compute would not
+/// reject as Unsupported before looking at the data).
+fn supports(node: &Tensor) -> bool {
+    use crate::types::GgmlType::*;
+    let float = |t: &Option<Tensor>| t.as_ref().is_some_and(|t| matches!(t.ty, F32 | F16 | BF16));
+    let float_or_q =
+        |t: &Option<Tensor>| t.as_ref().is_some_and(|t| matches!(t.ty, F32 | F16 | BF16) || t.ty.is_quantized());
+    match node.op {
+        Op::None | Op::View | Op::Reshape | Op::Permute(_) | Op::Transpose => true,
+        Op::Cont | Op::Cpy => node.src[0].as_ref().is_some_and(|s| {
+            s.ty == node.ty
+                || ((matches!(s.ty, F32 | F16 | BF16) || s.ty.is_quantized())
+                    && (matches!(node.ty, F32 | F16 | BF16) || node.ty.is_quantized()))
+        }),
+        Op::GetRows => {
+            node.src[1].as_ref().is_some_and(|b| b.ty == I32)
+                && node.src[0].as_ref().is_some_and(|a| a.ty == node.ty || float_or_q(&node.src[0]))
+        }
+        Op::Add | Op::Mul => float_or_q(&node.src[0]) && float_or_q(&node.src[1]),
+        Op::Scale(_) | Op::Norm { .. } | Op::Gelu | Op::DiagMaskInf { .. } => float_or_q(&node.src[0]),
+        Op::SoftMax { max_bias, .. } => {
+            max_bias == 0.0
+                && float_or_q(&node.src[0])
+                && node.src[1].as_ref().is_none_or(|m| matches!(m.ty, F32 | F16))
+        }
+        Op::MulMat => {
+            node.src[0].as_ref().is_some_and(|a| matches!(a.ty, F32 | F16) || a.ty.is_quantized())
+                && float(&node.src[1])
+        }
     }
 }
