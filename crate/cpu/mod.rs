@@ -123,6 +123,10 @@ fn compute_forward(node: &Tensor, n_threads: usize) -> Result<(), KernelError> {
     if node.op == Op::None || node.op.is_view() {
         return Ok(());
     }
+    // Sources first: a missing input is the likelier mistake, and names that tensor.
+    for s in node.src.iter().flatten() {
+        TensorView::of(s)?;
+    }
     let dst = TensorView::of(node)?;
     match node.op {
         Op::None | Op::View | Op::Reshape | Op::Permute(_) | Op::Transpose => Ok(()),
