@@ -588,20 +588,46 @@ fn unsupported_nodes_are_errors_naming_the_node() {
         Err(BackendError::Unsupported { reason, .. }) => assert!(reason.contains("'nowhere'"), "{reason}"),
         other => panic!("{other:?}"),
     }
+    // Copying into Q4_K: read-only type, refused before any quants call.
+    let x = ctx.new_tensor_1d(F32, 256);
+    let q = ctx.new_tensor_1d(GgmlType::Q4_K, 256);
+    let c = ctx.cpy(&x, &q);
+    assert!(!CpuBackend::new(1).supports_op(&c));
+    match try_compute(&c) {
+        Err(BackendError::Unsupported { reason, .. }) => assert!(reason.contains("q4_K"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
     assert!(CpuBackend::new(1).supports_op(&ctx.gelu(&ctx.new_tensor_1d(F16, 4))));
 }
 
 // --- quantized (need crate::quants) ---
 
-/// Quantizes random rows into a tensor of `ty` and returns it with its dequantized values.
+/// A weight matrix of `ty` made of random blocks (every bit pattern of the quant bytes is a
+/// valid block; only the f16 scales are set, to finite values of a sensible size), and its
+/// values as dequantize_row gives them. Q4_K and Q6_K cannot be quantized to (weights only
+/// come from files), so random blocks are how to get them.
 fn quantized_weights(ctx: &Context, rng: &mut Rng, ty: GgmlType, k: i64, m: i64) -> (Tensor, Vec<f32>) {
+    use GgmlType::*;
+    // (byte offset of an f16 scale in the block, its range)
+    let scales: &[(usize, f32)] = match ty {
+        Q8_0 => &[(0, 1.0 / 127.0)],
+        Q4_0 => &[(0, 1.0 / 8.0)],
+        Q4_K => &[(0, 1.0 / 900.0), (2, 1.0 / 900.0)], // d, dmin
+        Q6_K => &[(208, 1.0 / 4000.0)],
+        _ => panic!("{ty}"),
+    };
     let a = ctx.new_tensor_2d(ty, k, m);
-    let mut bytes = vec![0u8; ty.row_size(k) * m as usize];
+    let n_blocks = (k * m) as usize / ty.blck_size();
+    let mut bytes: Vec<u8> = (0..n_blocks * ty.type_size()).map(|_| rng.next_u64() as u8).collect();
+    for blk in bytes.chunks_mut(ty.type_size()) {
+        for &(off, scale) in scales {
+            let d = f16::from_f32(rng.uniform(0.2, 1.0) * scale);
+            blk[off..off + 2].copy_from_slice(&d.to_le_bytes());
+        }
+    }
     let mut deq = vec![0.0f32; (k * m) as usize];
     let rs = ty.row_size(k);
     for r in 0..m as usize {
-        let row = rng.vec(k as usize, -1.0, 1.0);
-        ggweb::quants::quantize_row(ty, &row, &mut bytes[r * rs..(r + 1) * rs]);
         ggweb::quants::dequantize_row(ty, &bytes[r * rs..(r + 1) * rs], &mut deq[r * k as usize..][..k as usize]);
     }
     a.set_bytes(&bytes, 0);

@@ -151,33 +151,26 @@ fn compute_forward(node: &Tensor, n_threads: usize) -> Result<(), KernelError> {
 }
 
 /// Whether the kernels implement `node`'s op for its types (what graph_compute would not
-/// reject as Unsupported before looking at the data).
+/// reject as Unsupported before looking at shapes and data).
 fn supports(node: &Tensor) -> bool {
-    use crate::types::GgmlType::*;
-    let float = |t: &Option<Tensor>| t.as_ref().is_some_and(|t| matches!(t.ty, F32 | F16 | BF16));
-    let float_or_q =
-        |t: &Option<Tensor>| t.as_ref().is_some_and(|t| matches!(t.ty, F32 | F16 | BF16) || t.ty.is_quantized());
+    use crate::types::GgmlType::{self, *};
+    let readable = |t: GgmlType| matches!(t, F32 | F16 | BF16) || t.is_quantized();
+    let writable = |t: GgmlType| matches!(t, F32 | F16 | BF16) || ops::can_quantize_to(t);
+    let ty = |i: usize| node.src[i].as_ref().map(|t| t.ty);
+    let src_is = |i: usize, f: &dyn Fn(GgmlType) -> bool| ty(i).is_some_and(f);
     match node.op {
         Op::None | Op::View | Op::Reshape | Op::Permute(_) | Op::Transpose => true,
-        Op::Cont | Op::Cpy => node.src[0].as_ref().is_some_and(|s| {
-            s.ty == node.ty
-                || ((matches!(s.ty, F32 | F16 | BF16) || s.ty.is_quantized())
-                    && (matches!(node.ty, F32 | F16 | BF16) || node.ty.is_quantized()))
-        }),
-        Op::GetRows => {
-            node.src[1].as_ref().is_some_and(|b| b.ty == I32)
-                && node.src[0].as_ref().is_some_and(|a| a.ty == node.ty || float_or_q(&node.src[0]))
-        }
-        Op::Add | Op::Mul => float_or_q(&node.src[0]) && float_or_q(&node.src[1]),
-        Op::Scale(_) | Op::Norm { .. } | Op::Gelu | Op::DiagMaskInf { .. } => float_or_q(&node.src[0]),
+        Op::Cont | Op::Cpy => src_is(0, &|s| s == node.ty || (readable(s) && writable(node.ty))),
+        Op::GetRows => src_is(1, &|b| b == I32) && src_is(0, &|a| a == node.ty || (readable(a) && writable(node.ty))),
+        Op::Add | Op::Mul => src_is(0, &readable) && src_is(1, &readable) && writable(node.ty),
+        Op::Scale(_) | Op::Norm { .. } | Op::Gelu | Op::DiagMaskInf { .. } => src_is(0, &readable) && writable(node.ty),
         Op::SoftMax { max_bias, .. } => {
-            max_bias == 0.0
-                && float_or_q(&node.src[0])
-                && node.src[1].as_ref().is_none_or(|m| matches!(m.ty, F32 | F16))
+            max_bias == 0.0 && src_is(0, &readable) && writable(node.ty) && ty(1).is_none_or(|m| matches!(m, F32 | F16))
         }
         Op::MulMat => {
-            node.src[0].as_ref().is_some_and(|a| matches!(a.ty, F32 | F16) || a.ty.is_quantized())
-                && float(&node.src[1])
+            src_is(0, &|a| matches!(a, F32 | F16) || ops::has_vec_dot(a))
+                && src_is(1, &|b| matches!(b, F32 | F16 | BF16))
+                && node.ty == F32
         }
     }
 }

@@ -127,6 +127,17 @@ fn is_float(ty: GgmlType) -> bool {
     matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
 }
 
+/// Quantized types crate::quants can write (Q4_K and Q6_K are read-only: such weights
+/// come from files). Mirrors quants::can_quantize.
+pub(crate) fn can_quantize_to(ty: GgmlType) -> bool {
+    ty.is_quantized() && !matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K)
+}
+
+/// Quantized weight types with a quants::vec_dot kernel (Q8_K is only an activation type).
+pub(crate) fn has_vec_dot(ty: GgmlType) -> bool {
+    ty.is_quantized() && ty != GgmlType::Q8_K
+}
+
 // --- element conversion ---
 
 #[inline(always)]
@@ -208,6 +219,9 @@ pub(crate) unsafe fn convert_row(
         return Ok(());
     }
     if dty.is_quantized() {
+        if !can_quantize_to(dty) {
+            return unsupported(format!("no quantization to {dty} (weights of that type come from files)"));
+        }
         let mut tmp = vec![0.0f32; n];
         convert_row(src, sty, snb, tmp.as_mut_ptr() as *mut u8, F32, 4, n)?;
         let out = core::slice::from_raw_parts_mut(dst, dty.row_size(n as i64));
@@ -645,7 +659,7 @@ pub(crate) fn mul_mat(a: &TensorView, b: &TensorView, d: &TensorView, n_threads:
     let kind = match a.ty {
         GgmlType::F32 => DotKind::F32,
         GgmlType::F16 => DotKind::F16,
-        t if t.is_quantized() => {
+        t if has_vec_dot(t) => {
             let vdt = t.vec_dot_type();
             if k % t.blck_size() != 0 || k % vdt.blck_size() != 0 {
                 return unsupported(format!("mul_mat: K = {k} is not whole {t}/{vdt} blocks"));
