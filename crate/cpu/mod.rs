@@ -19,7 +19,13 @@
 //!
 //! [`CpuBackend::graph_compute`] runs the nodes in order; view-like nodes (view, reshape,
 //! permute, transpose) compute nothing, their data being their source's. Kernels live in
-//! [`ops`](self) (crate-private) and the SIMD dot products in [`simd`].
+//! `ops` (crate-private) and the SIMD dot products in [`simd`].
+//!
+//! Numerics, chosen for fidelity to an f32 reference (PyTorch) rather than to ggml's CPU
+//! defaults: GELU is the exact tanh form (no f16 table); F16 weights are dotted with f32
+//! activations as they are (ggml rounds the activations to f16 first); row sums of norm
+//! and soft_max are f64. Quantized weights follow ggml: each activation row is quantized
+//! once to the weight type's `vec_dot_type`, then `quants::vec_dot`.
 
 mod ops;
 pub mod simd;
