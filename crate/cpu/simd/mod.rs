@@ -28,9 +28,9 @@ use half::f16;
 /// equal (implementations use the shorter one).
 pub trait Simd: Sync {
     fn name(&self) -> &'static str;
-    /// Σ a[i]·b[i], products and sums in f32 (several partial sums, added at the end).
+    /// Σ a\[i\]·b\[i\], products and sums in f32 (several partial sums, added at the end).
     fn dot_f32(&self, a: &[f32], b: &[f32]) -> f32;
-    /// Σ f32(a[i])·b[i]: an f16 weight row against f32 activations. The activations are
+    /// Σ f32(a\[i\])·b\[i\]: an f16 weight row against f32 activations. The activations are
     /// not rounded to f16 (ggml rounds them, its `vec_dot_type` for F16 being F16): one
     /// rounding less, and the conversion of only one operand.
     fn dot_f16_f32(&self, a: &[f16], b: &[f32]) -> f32;
