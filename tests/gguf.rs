@@ -11,8 +11,8 @@ use gguf_support::{model_bytes, models_dir};
 use ggweb::backend::{BackendError, Buffer, BufferType};
 use ggweb::cpu::CpuBufferType;
 use ggweb::gguf::{
-    load_from_bytes, load_from_reader, load_with, BufferLoader, GgufArray, GgufErrorKind, GgufStreamReader, GgufValue,
-    GgufWriter, Limits, LoadedGguf, NullSink, TensorInfo, ValueType,
+    load_from_bytes, load_from_reader, load_with, read_header, BufferLoader, GgufArray, GgufErrorKind,
+    GgufStreamReader, GgufValue, GgufWriter, Limits, LoadedGguf, NullSink, TensorInfo, ValueType,
 };
 use ggweb::types::GgmlType;
 
@@ -189,6 +189,20 @@ fn progress_is_reported() {
     assert_eq!(seen_total, Some(8747940));
     assert_eq!(r.bytes_consumed(), 8747968);
     r.finish().unwrap();
+}
+
+#[test]
+fn read_header_stops_before_the_data() {
+    let file = model_bytes("tiny-gpt2-f32.gguf");
+    let full = load_from_bytes(&file, 1 << 20, cpu()).unwrap();
+    // Only the first 1.8 MB (the header and its padding) are needed, with the file size.
+    let h = read_header(&file[..1768576], file.len() as u64, Limits::default()).unwrap();
+    assert!(h == full.header);
+    // The same prefix claimed as the whole file: the tensors lie past its end.
+    let e = read_header(&file[..1768576], 1768576, Limits::default()).unwrap_err();
+    assert_eq!(e.kind, GgufErrorKind::TensorPastEnd { end: 27933312, file_size: 1768576 });
+    let e = read_header(&file[..1000], file.len() as u64, Limits::default()).unwrap_err();
+    assert!(matches!(e.kind, GgufErrorKind::Truncated { got: 1000, .. }), "{e}");
 }
 
 #[test]

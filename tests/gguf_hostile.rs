@@ -389,6 +389,9 @@ fn valid_controls_load() {
     for (name, raw) in [
         ("no tensors, no keys", Raw::header(3, 0, 0)),
         ("version 2", Raw::header(2, 0, 0)),
+        ("ends with an array", one_kv(9).u32(4).u64(2).u32(1).u32(2)),
+        ("ends with an empty array", one_kv(9).u32(8).u64(0)),
+        ("ends with nested empty arrays", one_kv(9).u32(9).u64(2).u32(0).u64(0).u32(8).u64(0)),
         ("one tensor", one_tensor_file(7)),
         ("one tensor, no final padding", Raw(one_tensor_file(7).0[..92].to_vec())),
         (

@@ -51,7 +51,7 @@ fn read_header(path: &str) -> Result<(GgufHeader, u64), String> {
         }
         reader.feed(&buf[..n], &mut NullSink).map_err(|e| format!("{path}: {e}"))?;
     }
-    let header = reader.header().cloned().expect("loop ends with a header");
+    let header = reader.into_header().expect("loop ends with a header");
     Ok((header, size))
 }
 

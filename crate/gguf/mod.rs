@@ -27,6 +27,14 @@
 //! in backend buffers, like llama.cpp's non-mmap path), then passes each range of weight
 //! bytes to the sink as it streams past. Nothing but a few bytes of a split header field
 //! (or the string being received) is kept between chunks.
+//!
+//! What is accepted, and where this is stricter than llama.cpp's `gguf.cpp`:
+//! - versions 2 and 3, little-endian; `general.alignment` must be a u32 power of two;
+//! - tensor names up to 63 bytes (ggml's `GGML_MAX_NAME` includes the NUL), unique;
+//! - tensors in any order, aligned, non-overlapping (llama.cpp wants them packed in order);
+//! - after the last tensor, only zero bytes up to the next multiple of the alignment
+//!   (llama.cpp ignores whatever follows); gaps between tensors are skipped unread;
+//! - strings must be UTF-8, bools 0 or 1, keys unique; arrays may nest ([`Limits`]).
 
 mod error;
 mod loader;
@@ -42,7 +50,7 @@ pub use error::{ErrorDetail, GgufError, GgufErrorKind};
 pub use loader::{load_from_bytes, load_with, BufferLoader, LoadedGguf};
 #[cfg(feature = "std")]
 pub use loader::{load_from_reader, load_from_reader_with};
-pub use reader::{GgufStreamReader, NullSink, TensorSink};
+pub use reader::{read_header, GgufStreamReader, NullSink, TensorSink};
 pub use value::{GgufArray, GgufValue, ValueType};
 pub use writer::GgufWriter;
 

@@ -192,6 +192,11 @@ impl GgufStreamReader {
         self.header.as_ref()
     }
 
+    /// The header, giving up the reader (for callers that stop before the data).
+    pub fn into_header(self) -> Option<GgufHeader> {
+        self.header
+    }
+
     /// Consumes the next chunk. After an error the reader stays failed and returns it again.
     pub fn feed<S: TensorSink + ?Sized>(&mut self, chunk: &[u8], sink: &mut S) -> Result<(), GgufError> {
         if let Some(e) = &self.failed {
@@ -609,12 +614,17 @@ impl GgufStreamReader {
                 // Strides are products of the dims, so they must fit even when another dim is 0.
                 let bytes_of = |ne: [i64; 4]| {
                     let n = ne.iter().try_fold(1i64, |acc, &n| acc.checked_mul(n))?;
-                    ((n / blck) as u64).checked_mul(ty.type_size() as u64).filter(|&b| b <= isize::MAX as u64)
+                    ((n / blck) as u64).checked_mul(ty.type_size() as u64).filter(|&b| b <= i64::MAX as u64)
                 };
-                if bytes_of(ne.map(|n| n.max(1))).is_none() {
+                let Some(span) = bytes_of(ne.map(|n| n.max(1))) else {
                     return Err(err(K::DimsOverflow { ne }, at));
-                }
+                };
                 let nbytes = bytes_of(ne).expect("bounded by the check above");
+                // On wasm32 the address space, not the format, is the limit.
+                let addressable = isize::MAX as u64;
+                if span > addressable {
+                    return Err(err(K::Budget { needed: span, limit: addressable }, at));
+                }
                 if nbytes > self.limits.max_weight_bytes {
                     return Err(err(K::Budget { needed: nbytes, limit: self.limits.max_weight_bytes }, at));
                 }
@@ -758,4 +768,19 @@ impl GgufStreamReader {
         }
         Ok(())
     }
+}
+
+/// Parses just the header of a GGUF file held (at least up to its data section) in
+/// `bytes`; `file_size` is the whole file's size, so tensors past its end are still caught.
+/// For the tokenizer or an inspector that need the metadata and not the weights.
+pub fn read_header(bytes: &[u8], file_size: u64, limits: Limits) -> Result<GgufHeader, GgufError> {
+    let mut reader = GgufStreamReader::new(limits).with_file_size(file_size);
+    for chunk in bytes.chunks(1 << 16) {
+        reader.feed(chunk, &mut NullSink)?;
+        if reader.header().is_some() {
+            return Ok(reader.into_header().expect("checked above"));
+        }
+    }
+    // Short of a header: finish reports where it was cut.
+    reader.finish()
 }
