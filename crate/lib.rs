@@ -17,6 +17,7 @@ extern crate alloc;
 pub mod allocator;
 pub mod backend;
 pub mod cpu;
+pub mod gguf;
 pub mod graph;
 pub mod model;
 pub mod ops;
