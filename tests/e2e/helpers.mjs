@@ -1,0 +1,49 @@
+// Shared setup for the browser tests: the static server and Debian's headless Chromium
+// driven by playwright-core (never a downloaded browser).
+import { mkdirSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { chromium } from 'playwright-core';
+import { startServer } from '../../scripts/serve.mjs';
+
+export const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+export const ARTIFACTS = fileURLToPath(new URL('../artifacts/', import.meta.url));
+mkdirSync(ARTIFACTS, { recursive: true });
+
+export const CHROMIUM = process.env.CHROMIUM ?? '/usr/bin/chromium';
+export const CHROMIUM_ARGS = [
+  '--no-sandbox', // mandatory as root
+  '--headless=new',
+  '--enable-unsafe-webgpu',
+  '--disable-dev-shm-usage',
+  // The network here is closed: without these Chromium retries Google hosts endlessly.
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+  '--disable-default-apps',
+  '--no-first-run',
+  '--no-default-browser-check',
+];
+
+export async function launch() {
+  return chromium.launch({ executablePath: CHROMIUM, headless: true, args: CHROMIUM_ARGS });
+}
+
+export async function serve() {
+  return startServer({
+    port: 0,
+    testRoutes: true,
+    mounts: [['/e2e/', `${ROOT}tests/e2e`], ['/artifacts/', ARTIFACTS]],
+  });
+}
+
+/** A page that records console errors and uncaught exceptions. */
+export async function openPage(browser, url) {
+  const page = await browser.newPage();
+  const problems = [];
+  page.on('pageerror', (e) => problems.push(`pageerror: ${e.message}`));
+  page.on('console', (m) => {
+    if (m.type() === 'error' && !/favicon/.test(m.text())) problems.push(`console.error: ${m.text()}`);
+  });
+  await page.goto(url);
+  return { page, problems };
+}
