@@ -5,22 +5,9 @@
 //   node --test tests/e2e/api.spec.mjs
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { writeFileSync } from 'node:fs';
-import { ARTIFACTS, launch, openPage, serve } from './helpers.mjs';
+import { launch, makeFakeModel, openPage, serve } from './helpers.mjs';
 
-// A fake model file: GGUF magic then 3 MiB of deterministic bytes.
-const SIZE = 3 * 1024 * 1024 + 4;
-const bytes = new Uint8Array(SIZE);
-bytes.set([0x47, 0x47, 0x55, 0x46]);
-let x = 12345;
-for (let i = 4; i < SIZE; i++) {
-  x = (Math.imul(x, 1103515245) + 12345) >>> 0;
-  bytes[i] = x >>> 24;
-}
-writeFileSync(`${ARTIFACTS}fake-model.gguf`, bytes);
-let FNV = 0x811c9dc5;
-for (const b of bytes) FNV = Math.imul(FNV ^ b, 0x01000193) >>> 0;
-const MODEL = '/artifacts/fake-model.gguf';
+const { url: MODEL, size: SIZE, fnv1a: FNV } = makeFakeModel();
 
 let server;
 let browser;

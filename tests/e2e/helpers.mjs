@@ -1,6 +1,6 @@
 // Shared setup for the browser tests: the static server and Debian's headless Chromium
 // driven by playwright-core (never a downloaded browser).
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
 import { startServer } from '../../scripts/serve.mjs';
@@ -42,8 +42,27 @@ export async function openPage(browser, url) {
   const problems = [];
   page.on('pageerror', (e) => problems.push(`pageerror: ${e.message}`));
   page.on('console', (m) => {
-    if (m.type() === 'error' && !/favicon/.test(m.text())) problems.push(`console.error: ${m.text()}`);
+    if (m.type() === 'error') problems.push(`console.error: ${m.text()} @ ${m.location().url}`);
   });
   await page.goto(url);
   return { page, problems };
+}
+
+/**
+ * Writes tests/artifacts/fake-model.gguf: GGUF magic, then deterministic bytes; 3 MiB + 4 in all.
+ * Returns { url, size, fnv1a } (FNV-1a 32 of all bytes, which fake-core's info() reports).
+ */
+export function makeFakeModel() {
+  const size = 3 * 1024 * 1024 + 4;
+  const bytes = new Uint8Array(size);
+  bytes.set([0x47, 0x47, 0x55, 0x46]);
+  let x = 12345;
+  for (let i = 4; i < size; i++) {
+    x = (Math.imul(x, 1103515245) + 12345) >>> 0;
+    bytes[i] = x >>> 24;
+  }
+  writeFileSync(`${ARTIFACTS}fake-model.gguf`, bytes);
+  let h = 0x811c9dc5;
+  for (const b of bytes) h = Math.imul(h ^ b, 0x01000193) >>> 0;
+  return { url: '/artifacts/fake-model.gguf', size, fnv1a: h };
 }
