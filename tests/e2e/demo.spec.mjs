@@ -112,7 +112,7 @@ test('UI flow: load with progress and info, stream a generation, stop one', asyn
   await page.click('#stop-btn');
   await page.waitForFunction(() => / · stopped$/.test(document.getElementById('gen-stats').textContent));
   const n = (await page.textContent('#out-text')).length;
-  assert.ok(n >= 3 && n < 100, `${n} tokens before stop`);
+  assert.ok(n >= 3 && n < 200, `${n} tokens before stop`);
   assert.equal(await page.isDisabled('#stop-btn'), true);
   assert.equal(await page.isHidden('#error'), true);
   await page.screenshot({ path: `${ARTIFACTS}demo-generated.png`, fullPage: true });
