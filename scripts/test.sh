@@ -91,7 +91,7 @@ run_step build-wasm bash scripts/build-wasm.sh
 SUMMARY+=("release wasm build + wasm-opt + load check: ok ($STEP_SECS s)")
 
 # 6. browser tests (node's test runner, playwright-core, /usr/bin/chromium)
-run_step e2e env TMPDIR="$BROWSER_TMP" node --test --test-concurrency=1 --test-reporter=spec tests/e2e/*.spec.mjs
+run_step e2e env TMPDIR="$BROWSER_TMP" node --test --test-reporter=spec tests/e2e/*.spec.mjs
 e_pass=$(grep -Eo '^ℹ pass [0-9]+' "$LOGS/e2e.log" | grep -Eo '[0-9]+' || true)
 e_fail=$(grep -Eo '^ℹ fail [0-9]+' "$LOGS/e2e.log" | grep -Eo '[0-9]+' || true)
 [ "${e_fail:-1}" = 0 ] || die "browser tests: ${e_fail:-?} failed"

@@ -163,15 +163,14 @@ class WorkerTransport {
         if (m.type === 'progress') {
           try { onProgress?.(m.data); } catch (e) { console.error('ggweb: onProgress threw', e); }
         } else if (m.type === 'error') {
+          signal?.removeEventListener('abort', onAbort);
           reject(m.error);
         }
       };
-      const id = this.nextId;
+      // The result resolves _send's promise; errors and progress arrive through onEvent.
       this._send({ type: 'load', src, opts, cache, coreUrl: this.coreUrl }, transfer, onEvent)
         .then(resolve, reject)
         .finally(() => signal?.removeEventListener('abort', onAbort));
-      // errors for the load come through onEvent; resolve through the result
-      void id;
     });
   }
 

@@ -1,6 +1,6 @@
 // Shared setup for the browser tests: the static server and Debian's headless Chromium
 // driven by playwright-core (never a downloaded browser).
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, renameSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
 import { startServer } from '../../scripts/serve.mjs';
@@ -61,7 +61,10 @@ export function makeFakeModel() {
     x = (Math.imul(x, 1103515245) + 12345) >>> 0;
     bytes[i] = x >>> 24;
   }
-  writeFileSync(`${ARTIFACTS}fake-model.gguf`, bytes);
+  // Spec files may run in parallel: write aside, then rename (atomic), so no reader sees half a file.
+  const tmp = `${ARTIFACTS}fake-model.gguf.${process.pid}`;
+  writeFileSync(tmp, bytes);
+  renameSync(tmp, `${ARTIFACTS}fake-model.gguf`);
   let h = 0x811c9dc5;
   for (const b of bytes) h = Math.imul(h ^ b, 0x01000193) >>> 0;
   return { url: '/artifacts/fake-model.gguf', size, fnv1a: h };
