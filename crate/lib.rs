@@ -16,6 +16,8 @@ extern crate alloc;
 #[path = "alloc/mod.rs"]
 pub mod allocator;
 pub mod backend;
+#[cfg(all(target_arch = "wasm32", feature = "std"))]
+pub mod bindings;
 pub mod cpu;
 pub mod gguf;
 pub mod graph;
