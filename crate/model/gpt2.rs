@@ -3,9 +3,9 @@
 //!
 //! ```no_run
 //! # fn main() -> Result<(), ggweb::model::ModelError> {
-//! use ggweb::model::gpt2::{Gpt2, Gpt2Options};
+//! use ggweb::model::{gpt2::Gpt2Options, loader::load_from_bytes};
 //! let bytes = std::fs::read("tests/fixtures/tiny-f32.gguf").unwrap();
-//! let mut model = Gpt2::load_from_bytes(&bytes, Gpt2Options::default())?;
+//! let mut model = load_from_bytes(&bytes, Gpt2Options::default())?.model;
 //! let logits = model.eval(&[15496, 11], 0, false)?;   // last position, [n_vocab]
 //! assert_eq!(logits.len(), model.hparams.n_vocab);
 //! # Ok(()) }
