@@ -30,9 +30,12 @@
 mod ops;
 pub mod simd;
 
+use alloc::collections::BTreeMap;
 use alloc::format;
 use alloc::rc::Rc;
 use alloc::string::String;
+use alloc::vec::Vec;
+use core::cell::RefCell;
 
 use crate::backend::host::HostBuffer;
 use crate::backend::{Backend, BackendError, Buffer, BufferType};
@@ -68,11 +71,35 @@ impl BufferType for CpuBufferType {
 /// builds; elsewhere (wasm, `no_std`) it runs on the calling thread.
 pub struct CpuBackend {
     pub n_threads: usize,
+    profiler: Option<Profiler>,
 }
 
 impl CpuBackend {
     pub fn new(n_threads: usize) -> CpuBackend {
-        CpuBackend { n_threads: n_threads.max(1) }
+        CpuBackend { n_threads: n_threads.max(1), profiler: None }
+    }
+    /// A backend that times every node with `clock` (seconds, monotonic: `Instant` natively,
+    /// `performance.now() / 1000` in a browser) and sums the times per op and node class;
+    /// read them with [`CpuBackend::profile`]. Without a profiler a node costs one branch more.
+    pub fn with_profiler(n_threads: usize, clock: fn() -> f64) -> CpuBackend {
+        let mut b = CpuBackend::new(n_threads);
+        b.profiler = Some(Profiler { clock, entries: RefCell::new(BTreeMap::new()) });
+        b
+    }
+
+    /// Time per (node class, op) since the last [`CpuBackend::reset_profile`], the largest
+    /// first; empty when the backend has no profiler.
+    pub fn profile(&self) -> Vec<ProfileEntry> {
+        let Some(p) = &self.profiler else { return Vec::new() };
+        let mut v: Vec<ProfileEntry> = p.entries.borrow().values().cloned().collect();
+        v.sort_by(|a, b| b.secs.partial_cmp(&a.secs).unwrap_or(core::cmp::Ordering::Equal));
+        v
+    }
+
+    pub fn reset_profile(&self) {
+        if let Some(p) = &self.profiler {
+            p.entries.borrow_mut().clear();
+        }
     }
 
     /// Computes one node (its sources must hold their data already).
@@ -92,6 +119,17 @@ impl Backend for CpuBackend {
         Rc::new(CpuBufferType)
     }
     fn graph_compute(&self, graph: &Graph) -> Result<(), BackendError> {
+        if let Some(p) = &self.profiler {
+            for node in &graph.nodes {
+                if node.op == Op::None || node.op.is_view() {
+                    continue;
+                }
+                let t0 = (p.clock)();
+                self.compute_node(node)?;
+                p.record(node, (p.clock)() - t0);
+            }
+            return Ok(());
+        }
         for node in &graph.nodes {
             self.compute_node(node)?;
         }
@@ -100,6 +138,60 @@ impl Backend for CpuBackend {
     fn supports_op(&self, node: &Tensor) -> bool {
         supports(node)
     }
+}
+
+/// Summed time of the nodes of one class running one op.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProfileEntry {
+    /// The node's name without its layer prefix (`l3.qkv` → `qkv`), or `(OP)` when unnamed.
+    pub class: String,
+    pub op: &'static str,
+    pub calls: u64,
+    pub secs: f64,
+}
+
+struct Profiler {
+    clock: fn() -> f64,
+    entries: RefCell<BTreeMap<(String, &'static str), ProfileEntry>>,
+}
+
+impl Profiler {
+    fn record(&self, node: &Tensor, secs: f64) {
+        let op = node.op.name();
+        let mut class = node_class(&node.name(), op);
+        if node.name().is_empty() {
+            // An unnamed node is told apart by its first source: `(MUL_MAT ffn_up.weight)`.
+            if let Some(s) = node.src[0].as_ref().map(|s| s.name()).filter(|n| !n.is_empty()) {
+                class = format!("({op} {})", node_class(&s, op));
+            }
+        }
+        let key = (class, op);
+        let mut entries = self.entries.borrow_mut();
+        let e = entries.entry(key).or_insert_with_key(|(class, op)| ProfileEntry {
+            class: class.clone(),
+            op,
+            calls: 0,
+            secs: 0.0,
+        });
+        e.calls += 1;
+        e.secs += secs;
+    }
+}
+
+/// `l12.ffn_up_b` → `ffn_up_b`, `blk.3.ffn_up.weight` → `ffn_up.weight`; other names as
+/// they are; `(OP)` for unnamed nodes.
+fn node_class(name: &str, op: &str) -> String {
+    if name.is_empty() {
+        return format!("({op})");
+    }
+    if let Some(rest) = name.strip_prefix('l').or_else(|| name.strip_prefix("blk.")) {
+        if let Some(dot) = rest.find('.') {
+            if dot > 0 && rest[..dot].bytes().all(|b| b.is_ascii_digit()) {
+                return String::from(&rest[dot + 1..]);
+            }
+        }
+    }
+    String::from(name)
 }
 
 /// ggml_graph_compute_with_ctx: runs `graph` on the CPU with `n_threads` threads. Every
@@ -178,5 +270,69 @@ fn supports(node: &Tensor) -> bool {
                 && src_is(1, &|b| matches!(b, F32 | F16 | BF16))
                 && node.ty == F32
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn node_classes_drop_the_layer_prefix() {
+        assert_eq!(super::node_class("l11.ffn_up_b", "ADD"), "ffn_up_b");
+        assert_eq!(super::node_class("l0.kq", "MUL_MAT"), "kq");
+        assert_eq!(super::node_class("inpL", "ADD"), "inpL");
+        assert_eq!(super::node_class("lm.x", "ADD"), "lm.x");
+        assert_eq!(super::node_class("", "MUL"), "(MUL)");
+        assert_eq!(super::node_class("blk.10.ffn_up.weight", "MUL_MAT"), "ffn_up.weight");
+    }
+}
+
+#[cfg(test)]
+mod profile_tests {
+    use core::sync::atomic::{AtomicU32, Ordering};
+
+    use super::CpuBackend;
+    use crate::backend::Backend;
+    use crate::tensor::{Context, ContextParams};
+    use crate::types::GgmlType::F32;
+    use crate::Graph;
+
+    static TICKS: AtomicU32 = AtomicU32::new(0);
+    /// Every reading is one second after the previous one: each node takes 1 s.
+    fn clock() -> f64 {
+        TICKS.fetch_add(1, Ordering::Relaxed) as f64
+    }
+
+    #[test]
+    fn profiler_sums_per_class_and_op() {
+        let ctx = Context::new(ContextParams { mem_size: 1 << 16, no_alloc: false });
+        let w = ctx.new_tensor_2d(F32, 2, 2);
+        w.set_name("blk.0.w");
+        let x = ctx.new_tensor_2d(F32, 2, 1);
+        w.set_f32_slice(&[1., 0., 0., 1.]);
+        x.set_f32_slice(&[2., 3.]);
+        let mut gf = Graph::new();
+        let mut cur = x.clone();
+        for il in 0..3 {
+            cur = ctx.mul_mat(&w, &cur);
+            cur.set_name(&alloc::format!("l{il}.proj"));
+            cur = ctx.scale(&cur, 2.0);
+        }
+        cur = ctx.mul_mat(&w, &cur); // unnamed: known by its weight
+        let t = ctx.transpose(&cur); // a view: not timed
+        gf.build_forward_expand(&t);
+        let b = CpuBackend::with_profiler(1, clock);
+        b.graph_compute(&gf).unwrap();
+        assert_eq!(cur.to_f32_vec(), [16., 24.]);
+        // Sorted by time, ties in class order.
+        let p = b.profile();
+        let got: alloc::vec::Vec<(&str, &str, u64, f64)> =
+            p.iter().map(|e| (e.class.as_str(), e.op, e.calls, e.secs)).collect();
+        assert_eq!(
+            got,
+            [("(SCALE proj)", "SCALE", 3, 3.0), ("proj", "MUL_MAT", 3, 3.0), ("(MUL_MAT w)", "MUL_MAT", 1, 1.0)]
+        );
+        b.reset_profile();
+        assert!(b.profile().is_empty());
+        assert!(CpuBackend::new(1).profile().is_empty());
     }
 }
