@@ -293,3 +293,86 @@ float_kernel!(
     },
     |b| bf16_to_fp32(u16::from_le_bytes([b[0], b[1]]))
 );
+
+/// [`super::gemm`] for Q8_0 and Q4_0 (see the x86 version): row by row of `a`, scales
+/// converted and Q4_0 nibbles unpacked (to signed i8) once, each against every row of `b`
+/// not marked `plain`. i8 products go through i16 `extmul`; four of them (Q4_0, ≤ 4·8·128)
+/// or two (Q8_0, ≤ 2·128·127 for y ≠ -128) are added in i16 before widening: exact.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn gemm_rows(
+    ty: GgmlType,
+    nb: usize,
+    m: usize,
+    a: &[u8],
+    lda: usize,
+    b: &[u8],
+    ldb: usize,
+    cols: &super::ColPrep,
+    c: &mut [f32],
+    ldc: usize,
+) {
+    let nbp = cols.nbp;
+    let mut dx = alloc::vec![0f32; nbp];
+    let mut q = alloc::vec![[i8x16_splat(0); 2]; nb];
+    for i in 0..m {
+        let row = &a[i * lda..];
+        match ty {
+            GgmlType::Q4_0 => {
+                let xs: &[BlockQ4_0] = cast_slice(&row[..nb * core::mem::size_of::<BlockQ4_0>()]);
+                let eight = i8x16_splat(8);
+                for (t, x) in xs.iter().enumerate() {
+                    dx[t] = fp16_to_fp32(x.d());
+                    let (lo, hi) = nibbles(&x.qs);
+                    q[t] = [i8x16_sub(lo, eight), i8x16_sub(hi, eight)];
+                }
+            }
+            _ => {
+                let xs: &[BlockQ8_0] = cast_slice(&row[..nb * core::mem::size_of::<BlockQ8_0>()]);
+                for (t, x) in xs.iter().enumerate() {
+                    dx[t] = fp16_to_fp32(x.d());
+                    q[t] = [load(&x.qs[..16]), load(&x.qs[16..])];
+                }
+            }
+        }
+        let four = ty == GgmlType::Q4_0;
+        for (j, _) in cols.plain.iter().enumerate().filter(|(_, &p)| !p) {
+            let ys: &[BlockQ8_0] = cast_slice(&b[j * ldb..j * ldb + nb * core::mem::size_of::<BlockQ8_0>()]);
+            c[j * ldc + i] = row_dot(nb, &q, &dx, ys, &cols.dy[j * nbp..], four);
+        }
+    }
+}
+
+#[inline(always)]
+fn row_dot(nb: usize, q: &[[v128; 2]], dx: &[f32], ys: &[BlockQ8_0], dy: &[f32], four: bool) -> f32 {
+    let isum = |t: usize| {
+        let (y0, y1) = (load(&ys[t].qs[..16]), load(&ys[t].qs[16..]));
+        let [x0, x1] = q[t];
+        let p0 = i16x8_add(i16x8_extmul_low_i8x16(x0, y0), i16x8_extmul_high_i8x16(x0, y0));
+        let p1 = i16x8_add(i16x8_extmul_low_i8x16(x1, y1), i16x8_extmul_high_i8x16(x1, y1));
+        if four {
+            i32x4_extadd_pairwise_i16x8(i16x8_add(p0, p1))
+        } else {
+            i32x4_add(i32x4_extadd_pairwise_i16x8(p0), i32x4_extadd_pairwise_i16x8(p1))
+        }
+    };
+    let (mut lo, mut hi) = (f32x4_splat(0.0), f32x4_splat(0.0));
+    for g in 0..nb / LANES {
+        let v: [v128; LANES] = core::array::from_fn(|k| isum(LANES * g + k));
+        for (h, acc) in [&mut lo, &mut hi].into_iter().enumerate() {
+            let s = f32x4_convert_i32x4(transpose_sum(&[v[4 * h], v[4 * h + 1], v[4 * h + 2], v[4 * h + 3]]));
+            let o = 8 * g + 4 * h;
+            let d = f32x4_mul(load(&dx[o..o + 4]), load(&dy[o..o + 4]));
+            *acc = f32x4_add(*acc, f32x4_mul(s, d));
+        }
+    }
+    let mut acc = [0f32; LANES];
+    // SAFETY: 8 f32 of room for two unaligned 16-byte stores.
+    unsafe {
+        v128_store(acc.as_mut_ptr() as *mut v128, lo);
+        v128_store(acc.as_mut_ptr().add(4) as *mut v128, hi);
+    }
+    for t in nb - nb % LANES..nb {
+        acc[t % LANES] += hsum_i32(isum(t)) as f32 * (dx[t] * dy[t]);
+    }
+    reduce8(&acc)
+}

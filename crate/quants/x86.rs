@@ -18,6 +18,8 @@
 
 use core::arch::x86_64::*;
 
+use alloc::vec;
+
 use bytemuck::cast_slice;
 
 use super::blocks::*;
@@ -335,3 +337,135 @@ float_kernel!(f16_dot, 2, |p| _mm256_cvtph_ps(load128(p)), |b| fp16_to_fp32(u16:
 float_kernel!(bf16_dot, 2, |p| _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(load128(p)))), |b| {
     bf16_to_fp32(u16::from_le_bytes([b[0], b[1]]))
 });
+
+/// [`super::gemm`] for Q8_0 and Q4_0: row by row of `a` (scales converted, Q4_0 nibbles
+/// unpacked once), each against every row of `b` not marked `plain`.
+///
+/// # Safety
+/// AVX2 and F16C must be available; `m` rows of `a` (`lda` apart) and the rows of `b`
+/// (`ldb` apart) must be whole rows of `nb` blocks; `c` must hold `(n-1)·ldc + m`.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,f16c")]
+pub(super) unsafe fn gemm_rows(
+    ty: GgmlType,
+    nb: usize,
+    m: usize,
+    a: &[u8],
+    lda: usize,
+    b: &[u8],
+    ldb: usize,
+    cols: &super::ColPrep,
+    c: &mut [f32],
+    ldc: usize,
+) {
+    let nbp = cols.nbp;
+    let mut dx = vec![0f32; nbp];
+    // Unpacking Q4_0 nibbles into a buffer pays off when several rows of b reuse them.
+    let n_live = cols.plain.iter().filter(|&&p| !p).count();
+    let mut u = if n_live > 1 { vec![_mm256_setzero_si256(); nb] } else { Vec::new() };
+    for i in 0..m {
+        let row = &a[i * lda..];
+        match ty {
+            GgmlType::Q4_0 => {
+                let xs: &[BlockQ4_0] = cast_slice(&row[..nb * core::mem::size_of::<BlockQ4_0>()]);
+                scales(xs, &mut dx, |x| x.d());
+                for (t, x) in xs.iter().enumerate().take(u.len()) {
+                    u[t] = nibbles(&x.qs);
+                }
+            }
+            _ => {
+                let xs: &[BlockQ8_0] = cast_slice(&row[..nb * core::mem::size_of::<BlockQ8_0>()]);
+                scales(xs, &mut dx, |x| x.d());
+            }
+        }
+        for (j, _) in cols.plain.iter().enumerate().filter(|(_, &p)| !p) {
+            let y = b.as_ptr().add(j * ldb) as *const BlockQ8_0;
+            let (dy, ys8) = (&cols.dy[j * nbp..], cols.ysum8.get(j * nbp..).unwrap_or(&[]));
+            c[j * ldc + i] = match ty {
+                GgmlType::Q4_0 if u.is_empty() => {
+                    let xs = row.as_ptr() as *const BlockQ4_0;
+                    q4_0_row_dot(nb, |t| nibbles(&(*xs.add(t)).qs), &dx, y, dy, ys8)
+                }
+                GgmlType::Q4_0 => q4_0_row_dot(nb, |t| u[t], &dx, y, dy, ys8),
+                _ => q8_0_row_dot(nb, row.as_ptr() as *const BlockQ8_0, &dx, y, dy),
+            };
+        }
+    }
+}
+
+/// The f16 scales of `xs` as f32 into `dx`, eight at a time through F16C.
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+unsafe fn scales<X>(xs: &[X], dx: &mut [f32], d: impl Fn(&X) -> u16) {
+    let mut groups = xs.chunks_exact(LANES);
+    for (g, xg) in (&mut groups).enumerate() {
+        _mm256_storeu_ps(dx.as_mut_ptr().add(LANES * g), f16x8(core::array::from_fn(|k| d(&xg[k]))));
+    }
+    let done = xs.len() - groups.remainder().len();
+    for (t, x) in groups.remainder().iter().enumerate() {
+        dx[done + t] = fp16_to_fp32(d(x));
+    }
+}
+
+/// The float part shared by both kernels, as in `symmetric_kernel!`: block sums `s` (lane
+/// k = block 8g + k) scaled by dx·dy and added into the lane accumulators.
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+unsafe fn add_group(acc: __m256, s: __m256i, dx: &[f32], dy: &[f32], g: usize) -> __m256 {
+    let dxv = _mm256_loadu_ps(dx.as_ptr().add(8 * g));
+    let dyv = _mm256_loadu_ps(dy.as_ptr().add(8 * g));
+    _mm256_add_ps(acc, _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dxv, dyv)))
+}
+
+/// Blocks past the last group of 8: one contribution each into lane `t % 8`, then the sum.
+#[inline(always)]
+fn finish_rows(acc: [f32; LANES], nb: usize, dx: &[f32], dy: &[f32], isum: impl Fn(usize) -> i32) -> f32 {
+    let mut acc = acc;
+    for t in nb - nb % LANES..nb {
+        acc[t % LANES] += isum(t) as f32 * (dx[t] * dy[t]);
+    }
+    reduce8(&acc)
+}
+
+/// Q4_0 × Q8_0: Σ u·y (u the unsigned nibbles) - 8·Σy per block.
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+unsafe fn q4_0_row_dot(
+    nb: usize,
+    u: impl Fn(usize) -> __m256i,
+    dx: &[f32],
+    y: *const BlockQ8_0,
+    dy: &[f32],
+    ysum8: &[i32],
+) -> f32 {
+    let ones = _mm256_set1_epi16(1);
+    let isum = |t: usize| {
+        let yq = load256((*y.add(t)).qs.as_ptr() as *const u8);
+        _mm256_madd_epi16(_mm256_maddubs_epi16(u(t), yq), ones)
+    };
+    let mut acc = _mm256_setzero_ps();
+    for g in 0..nb / LANES {
+        let v: [__m256i; LANES] = core::array::from_fn(|k| isum(LANES * g + k));
+        let s = _mm256_sub_epi32(transpose_sum(&v), _mm256_loadu_si256(ysum8.as_ptr().add(8 * g) as *const __m256i));
+        acc = add_group(acc, s, dx, dy, g);
+    }
+    finish_rows(store(acc), nb, dx, dy, |t| hsum_i32(isum(t)) - ysum8[t])
+}
+
+/// Q8_0 × Q8_0: |x|·sign(y, x) pairs (≤ 2·128·127, exact in i16 for y ≠ -128).
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+unsafe fn q8_0_row_dot(nb: usize, x: *const BlockQ8_0, dx: &[f32], y: *const BlockQ8_0, dy: &[f32]) -> f32 {
+    let ones = _mm256_set1_epi16(1);
+    let isum = |t: usize| {
+        let xq = load256((*x.add(t)).qs.as_ptr() as *const u8);
+        let yq = load256((*y.add(t)).qs.as_ptr() as *const u8);
+        _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(xq), _mm256_sign_epi8(yq, xq)), ones)
+    };
+    let mut acc = _mm256_setzero_ps();
+    for g in 0..nb / LANES {
+        let v: [__m256i; LANES] = core::array::from_fn(|k| isum(LANES * g + k));
+        acc = add_group(acc, transpose_sum(&v), dx, dy, g);
+    }
+    finish_rows(store(acc), nb, dx, dy, |t| hsum_i32(isum(t)))
+}
