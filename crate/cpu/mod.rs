@@ -28,6 +28,8 @@
 //! once to the weight type's `vec_dot_type`, then `quants::vec_dot`.
 
 mod ops;
+#[cfg(all(feature = "std", not(target_arch = "wasm32")))]
+pub mod pool;
 pub mod simd;
 
 use alloc::collections::BTreeMap;
@@ -43,7 +45,7 @@ use crate::graph::Graph;
 use crate::tensor::{Op, Tensor};
 
 pub use ops::gelu_f32;
-use ops::{BinaryOp, KernelError, TensorView};
+use ops::{BinaryOp, Exec, KernelError, TensorView};
 
 /// Tensor data in CPU buffers is aligned for the widest SIMD loads we use.
 pub const CPU_ALIGNMENT: usize = 64;
@@ -68,16 +70,38 @@ impl BufferType for CpuBufferType {
 }
 
 /// The CPU backend. `n_threads` > 1 splits `mul_mat` across threads in native `std`
-/// builds; elsewhere (wasm, `no_std`) it runs on the calling thread.
+/// builds (a pool started on first use and kept); elsewhere (wasm, `no_std`) it runs on
+/// the calling thread.
 pub struct CpuBackend {
     pub n_threads: usize,
     profiler: Option<Profiler>,
+    #[cfg(all(feature = "std", not(target_arch = "wasm32")))]
+    pool: RefCell<Option<pool::ThreadPool>>,
 }
 
 impl CpuBackend {
     pub fn new(n_threads: usize) -> CpuBackend {
-        CpuBackend { n_threads: n_threads.max(1), profiler: None }
+        CpuBackend {
+            n_threads: n_threads.max(1),
+            profiler: None,
+            #[cfg(all(feature = "std", not(target_arch = "wasm32")))]
+            pool: RefCell::new(None),
+        }
     }
+
+    /// Calls `f` with the executor for this backend's thread count.
+    fn with_exec<R>(&self, f: impl FnOnce(&Exec) -> R) -> R {
+        #[cfg(all(feature = "std", not(target_arch = "wasm32")))]
+        if self.n_threads > 1 {
+            let mut pool = self.pool.borrow_mut();
+            if pool.as_ref().is_none_or(|p| p.n_threads() != self.n_threads) {
+                *pool = Some(pool::ThreadPool::new(self.n_threads));
+            }
+            return f(&Exec { pool: pool.as_ref(), _life: core::marker::PhantomData });
+        }
+        f(&Exec::default())
+    }
+
     /// A backend that times every node with `clock` (seconds, monotonic: `Instant` natively,
     /// `performance.now() / 1000` in a browser) and sums the times per op and node class;
     /// read them with [`CpuBackend::profile`]. Without a profiler a node costs one branch more.
@@ -104,7 +128,11 @@ impl CpuBackend {
 
     /// Computes one node (its sources must hold their data already).
     pub fn compute_node(&self, node: &Tensor) -> Result<(), BackendError> {
-        compute_forward(node, self.n_threads).map_err(|e| match e {
+        self.with_exec(|exec| self.compute_node_on(node, exec))
+    }
+
+    fn compute_node_on(&self, node: &Tensor, exec: &Exec) -> Result<(), BackendError> {
+        compute_forward(node, exec).map_err(|e| match e {
             KernelError::Unsupported(reason) => BackendError::Unsupported { node: node_label(node), reason },
             KernelError::Invalid(reason) => BackendError::Other(format!("node {}: {reason}", node_label(node))),
         })
@@ -119,21 +147,23 @@ impl Backend for CpuBackend {
         Rc::new(CpuBufferType)
     }
     fn graph_compute(&self, graph: &Graph) -> Result<(), BackendError> {
-        if let Some(p) = &self.profiler {
-            for node in &graph.nodes {
-                if node.op == Op::None || node.op.is_view() {
-                    continue;
+        self.with_exec(|exec| {
+            if let Some(p) = &self.profiler {
+                for node in &graph.nodes {
+                    if node.op == Op::None || node.op.is_view() {
+                        continue;
+                    }
+                    let t0 = (p.clock)();
+                    self.compute_node_on(node, exec)?;
+                    p.record(node, (p.clock)() - t0);
                 }
-                let t0 = (p.clock)();
-                self.compute_node(node)?;
-                p.record(node, (p.clock)() - t0);
+                return Ok(());
             }
-            return Ok(());
-        }
-        for node in &graph.nodes {
-            self.compute_node(node)?;
-        }
-        Ok(())
+            for node in &graph.nodes {
+                self.compute_node_on(node, exec)?;
+            }
+            Ok(())
+        })
     }
     fn supports_op(&self, node: &Tensor) -> bool {
         supports(node)
@@ -217,7 +247,7 @@ fn src(node: &Tensor, i: usize) -> Result<TensorView, KernelError> {
     }
 }
 
-fn compute_forward(node: &Tensor, n_threads: usize) -> Result<(), KernelError> {
+fn compute_forward(node: &Tensor, exec: &Exec) -> Result<(), KernelError> {
     if node.op == Op::None || node.op.is_view() {
         return Ok(());
     }
@@ -244,7 +274,7 @@ fn compute_forward(node: &Tensor, n_threads: usize) -> Result<(), KernelError> {
             ops::soft_max(&src(node, 0)?, mask.as_ref(), &dst, scale, max_bias)
         }
         Op::DiagMaskInf { n_past } => ops::diag_mask_inf(&src(node, 0)?, &dst, n_past),
-        Op::MulMat => ops::mul_mat(&src(node, 0)?, &src(node, 1)?, &dst, n_threads),
+        Op::MulMat => ops::mul_mat(&src(node, 0)?, &src(node, 1)?, &dst, exec),
     }
 }
 
