@@ -125,7 +125,9 @@ impl Weights {
 }
 
 /// K and V of every past position, one pair of flat F32 tensors per layer
-/// ([n_embd * n_ctx] each), in their own buffer: they live across graph runs.
+/// ([n_embd * n_ctx] each), in their own buffer: they live across graph runs. K holds
+/// position after position ([n_embd, n_ctx]); V is transposed ([n_ctx, n_embd]), as
+/// llama.cpp keeps it, so that attention multiplies by it without a copy.
 pub struct KvCache {
     pub ctx: Context,
     pub k: Vec<Tensor>,
@@ -246,14 +248,17 @@ pub fn build_graph(hp: &Hparams, w: &Weights, kv: &KvCache, n_past: usize, n_tok
         v_cur.set_name(&name("v_cur"));
 
         // Store this run's K and V at positions n_past .. n_past+N-1 of the layer's cache.
+        // V is kept transposed ([n_ctx, n_embd]: one row per feature, positions along it),
+        // so attention reads V^T as a view instead of copying it out every run.
         let row = n_embd as usize * f32_size;
+        let n_ctx_bytes = kv.n_ctx * f32_size;
         let k_dst = ctx.view_1d(&kv.k[il], n * n_embd, past * row); // [N*n_embd]
         k_dst.set_name(&name("k_store"));
-        let v_dst = ctx.view_1d(&kv.v[il], n * n_embd, past * row);
+        let v_dst = ctx.view_2d(&kv.v[il], n, n_embd, n_ctx_bytes, past * f32_size); // [N, n_embd]
         v_dst.set_name(&name("v_store"));
         let k_cpy = ctx.cpy(&k_cur, &k_dst);
         k_cpy.set_name(&name("k_cpy"));
-        let v_cpy = ctx.cpy(&v_cur, &v_dst);
+        let v_cpy = ctx.cpy(&ctx.transpose(&v_cur), &v_dst);
         v_cpy.set_name(&name("v_cpy"));
         gf.build_forward_expand(&k_cpy);
         gf.build_forward_expand(&v_cpy);
@@ -278,11 +283,8 @@ pub fn build_graph(hp: &Hparams, w: &Weights, kv: &KvCache, n_past: usize, n_tok
         let kq_soft_max = ctx.soft_max(&kq_masked);
         kq_soft_max.set_name(&name("kq_soft_max"));
 
-        // V transposed so that L is dim 0 for mul_mat: [L, hd, n_head], copied (cont)
-        let v_all = ctx.view_1d(&kv.v[il], l * n_embd, 0);
-        v_all.set_name(&name("v_all"));
-        let v_perm = ctx.permute(&ctx.reshape_3d(&v_all, hd, n_head, l), 1, 2, 0, 3);
-        let v_trans = ctx.cont_3d(&v_perm, l, hd, n_head);
+        // V^T with L as dim 0 for mul_mat: [L, hd, n_head], a view of the transposed cache
+        let v_trans = ctx.view_3d(&kv.v[il], l, hd, n_head, n_ctx_bytes, hd as usize * n_ctx_bytes, 0);
         v_trans.set_name(&name("v_trans"));
 
         // [hd, N, n_head]
