@@ -262,9 +262,10 @@ pub fn has_gemm(ty: GgmlType) -> bool {
 ///
 /// Faster than one `vec_dot` per pair for Q8_0 and Q4_0 (AVX2, SIMD128): each row of `b`
 /// has its block scales converted (and, for Q4_0, its block sums taken) once, each row of
-/// `a` its scales converted and nibbles unpacked once, and Q8_0 uses a cheaper exact
-/// product (`|x|·sign(y, x)`, exact in i16 while `y` ≠ -128, which rows from
-/// [`quantize_row`] never hold; a row of `b` that does goes through `vec_dot`).
+/// `a` its scales converted and nibbles unpacked once. On AVX2, Q8_0 uses a cheaper exact
+/// product (`|x|·sign(y, x)` through `maddubs`, exact in i16 while `y` ≠ -128, which rows
+/// from [`quantize_row`] never hold; a row of `b` that does goes through `vec_dot`); on
+/// SIMD128 both sides are widened to i16 once, for `i32x4.dot_i16x8_s`.
 ///
 /// ```
 /// use ggweb::quants::{gemm, quantize, vec_dot};
@@ -311,8 +312,11 @@ pub fn gemm(
     let (ra, rb) = (ty.row_size(k as i64), vt.row_size(k as i64));
     if has_gemm(ty) && Isa::best() != Isa::Scalar {
         let nb = k / crate::types::QK;
-        // Rows of b in chunks of about 24 KiB, which stay in L1 while the rows of a pass.
-        let chunk = (24 * 1024 / rb).clamp(1, n);
+        // Rows of b in chunks that stay in cache while the rows of a pass: about 24 KiB (L1)
+        // natively; on wasm, where each row of a is widened per chunk, 32 KiB, widened to
+        // 64 KiB (L2) so that the widening of a is shared by ≥ 10 rows of b.
+        let budget = if cfg!(target_arch = "wasm32") { 32 * 1024 } else { 24 * 1024 };
+        let chunk = (budget / rb).clamp(1, n);
         for j0 in (0..n).step_by(chunk) {
             let nc = chunk.min(n - j0);
             let (b, c) = (&b[j0 * ldb..], &mut c[j0 * ldc..]);
