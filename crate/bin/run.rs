@@ -76,7 +76,7 @@ fn cpu_seconds(clock_id: i32) -> Option<f64> {
     let mut ts = Timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: libc's clock_gettime writes one timespec (two 64-bit fields on 64-bit Linux).
     let rc = unsafe { clock_gettime(clock_id, &mut ts) };
-    (rc == 0 && cfg!(target_pointer_width = "64")).then(|| ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9)
+    (rc == 0 && cfg!(target_pointer_width = "64")).then_some(ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9)
 }
 
 #[cfg(not(target_os = "linux"))]

@@ -293,6 +293,19 @@ pub(crate) fn dup(src: &TensorView, dst: &TensorView) -> KResult {
             unsafe { core::ptr::copy(src.ptr, dst.ptr, n) };
             return Ok(());
         }
+        // f32 through strides on either side (a transposed store into the V cache): one
+        // element at a time, with no per-row call.
+        if src.ty == GgmlType::F32 && dst.ty == GgmlType::F32 && (src.nb[0] != 4 || dst.nb[0] != 4) {
+            return src.for_each_row(|i1, i2, i3| {
+                let (s, d) = (src.row(i1, i2, i3), dst.row(i1, i2, i3));
+                for i0 in 0..src.ne[0] {
+                    // SAFETY: element (i0, i1, i2, i3) is inside both tensors; a read
+                    // precedes the write of the same index, so exact aliasing is fine.
+                    unsafe { store_f32(d.add(i0 * dst.nb[0]), load_f32(s.add(i0 * src.nb[0]))) };
+                }
+                Ok(())
+            });
+        }
         return src.for_each_row(|i1, i2, i3| unsafe {
             // SAFETY: rows inside both tensors.
             convert_row(src.row(i1, i2, i3), src.ty, src.nb[0], dst.row(i1, i2, i3), dst.ty, dst.nb[0], src.ne[0])

@@ -55,7 +55,7 @@ pub struct ThreadPool {
 
 /// How long an idle worker polls for new work before it sleeps (iterations of a spin
 /// hint, some tens of µs): long enough to bridge the gap between two ops of a graph.
-const SPIN: usize = 20_000;
+const SPIN: usize = 2_000;
 
 impl ThreadPool {
     pub fn new(n_threads: usize) -> ThreadPool {

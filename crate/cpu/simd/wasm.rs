@@ -334,6 +334,7 @@ impl Rows for F16Rows {
 /// b-vectors, an a-vector and a product within the 16 registers engines map v128 to.
 /// The last `k % STEP` elements go through a scalar loop.
 #[inline(always)]
+#[allow(clippy::needless_range_loop)] // index loops over the tile read clearer here
 unsafe fn tile<R: Rows, const MR: usize, const NR: usize>(
     k: usize,
     a: *const R::T,
