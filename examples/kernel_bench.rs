@@ -3,7 +3,7 @@
 //! by wall time and by thread CPU time (Linux; the latter is what counts on a loaded machine).
 //!
 //! ```text
-//! cargo run --release --example kernel_bench -- [N] [THREADS]
+//! cargo run --release --example kernel_bench -- [N] [THREADS]     # GGWEB_NO_VNNI=1: AVX2 without VNNI
 //! ```
 
 use std::time::Instant;
@@ -67,6 +67,8 @@ fn main() {
     let n: i64 = args.get(1).map(|s| s.parse().expect("N")).unwrap_or(32);
     let threads: usize = args.get(2).map(|s| s.parse().expect("THREADS")).unwrap_or(1);
     let backend = CpuBackend::new(threads);
+    // GGWEB_NO_VNNI=1: the plain AVX2 integer kernels, for comparison.
+    ggweb::quants::set_vnni_disabled(std::env::var("GGWEB_NO_VNNI").is_ok_and(|v| v == "1"));
     let ctx = Context::new(ContextParams { mem_size: 512 << 20, no_alloc: false });
     println!("| op | type | K × M × N | GFLOP/s (wall) | GFLOP/s (thread CPU) |");
     println!("|---|---|---|---|---|");

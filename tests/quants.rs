@@ -567,15 +567,20 @@ fn gemm_equals_vec_dot_bit_for_bit() {
                 b.extend_from_slice(&row);
                 b.extend_from_slice(&[0xCD; 2]);
             }
-            let mut c = vec![f32::NAN; n * ldc];
-            quants::gemm(ty, k, m, n, &a, lda, &b, ldb, &mut c, ldc);
-            for j in 0..n {
-                for i in 0..m {
-                    let want = quants::vec_dot(ty, k, &a[i * lda..i * lda + ra], &b[j * ldb..j * ldb + rb]);
-                    let got = c[j * ldc + i];
-                    assert_eq!(got.to_bits(), want.to_bits(), "{ty} k {k} ({i}, {j}): {got} vs {want}");
+            // With and without AVX-VNNI where the machine has it (no effect elsewhere).
+            for no_vnni in [false, true] {
+                quants::set_vnni_disabled(no_vnni);
+                let mut c = vec![f32::NAN; n * ldc];
+                quants::gemm(ty, k, m, n, &a, lda, &b, ldb, &mut c, ldc);
+                quants::set_vnni_disabled(false);
+                for j in 0..n {
+                    for i in 0..m {
+                        let want = quants::vec_dot(ty, k, &a[i * lda..i * lda + ra], &b[j * ldb..j * ldb + rb]);
+                        let got = c[j * ldc + i];
+                        assert_eq!(got.to_bits(), want.to_bits(), "{ty} k {k} ({i}, {j}) no_vnni {no_vnni}");
+                    }
+                    assert!(c[j * ldc + m].is_nan(), "gemm wrote past row {j} of c");
                 }
-                assert!(c[j * ldc + m].is_nan(), "gemm wrote past row {j} of c");
             }
         }
     }

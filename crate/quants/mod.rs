@@ -320,11 +320,23 @@ pub fn gemm(
         for j0 in (0..n).step_by(chunk) {
             let nc = chunk.min(n - j0);
             let (b, c) = (&b[j0 * ldb..], &mut c[j0 * ldc..]);
-            let cols = ColPrep::new(ty, nb, nc, b, ldb);
+            // Only the AVX2 Q8_0 product without VNNI needs rows of b free of -128.
+            #[cfg(target_arch = "x86_64")]
+            let mark_plain = ty == GgmlType::Q8_0 && !x86::uses_vnni();
+            #[cfg(not(target_arch = "x86_64"))]
+            let mark_plain = false;
+            let cols = ColPrep::new(nb, nc, b, ldb, mark_plain);
             #[cfg(target_arch = "x86_64")]
             if Isa::best() == Isa::Avx2 {
-                // SAFETY: AVX2 is available (Isa::best); rows are inside a and b (checked above).
-                unsafe { x86::gemm_rows(ty, nb, m, a, lda, b, ldb, &cols, c, ldc) };
+                // SAFETY: AVX2 is available (Isa::best), AVX-VNNI where used (detected);
+                // rows are inside a and b (checked above).
+                unsafe {
+                    if x86::uses_vnni() {
+                        x86::gemm_rows_vnni(ty, nb, m, a, lda, b, ldb, &cols, c, ldc)
+                    } else {
+                        x86::gemm_rows(ty, nb, m, a, lda, b, ldb, &cols, c, ldc)
+                    }
+                };
             }
             #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
             wasm::gemm_rows(ty, nb, m, a, lda, b, ldb, &cols, c, ldc);
@@ -344,36 +356,42 @@ pub fn gemm(
     }
 }
 
-/// What [`gemm`] takes from each row of b once: block scales as f32 and, for Q4_0, 8× the
-/// block's quant sum (the `- 8` of its nibbles, moved out of the products). Per row
-/// `nbp` entries: the blocks, padded with zeros to a multiple of 8.
+/// What [`gemm`] takes from each row of b once: block scales as f32 and block quant sums
+/// (for the offsets the u8 × i8 products move out: 8 for Q4_0's nibbles, 128 for Q8_0
+/// made unsigned). Per row `nbp` entries: the blocks, padded with zeros to a multiple of 8.
 pub(crate) struct ColPrep {
     pub nbp: usize,
     pub dy: Vec<f32>,
-    pub ysum8: Vec<i32>,
-    /// Rows holding a -128 quant (Q8_0 only): computed with `vec_dot` instead.
+    pub ysum: Vec<i32>,
+    /// Rows holding a -128 quant, when asked to look: computed with `vec_dot` instead.
     pub plain: Vec<bool>,
 }
 
 impl ColPrep {
-    fn new(ty: GgmlType, nb: usize, n: usize, b: &[u8], ldb: usize) -> ColPrep {
+    fn new(nb: usize, n: usize, b: &[u8], ldb: usize, mark_plain: bool) -> ColPrep {
         use blocks::{fp16_to_fp32, BlockQ8_0};
         let nbp = nb.div_ceil(scalar::LANES) * scalar::LANES;
-        let mut p = ColPrep { nbp, dy: vec![0.0; n * nbp], ysum8: Vec::new(), plain: vec![false; n] };
-        if ty == GgmlType::Q4_0 {
-            p.ysum8 = vec![0; n * nbp];
-        }
+        let mut p = ColPrep { nbp, dy: vec![0.0; n * nbp], ysum: vec![0; n * nbp], plain: vec![false; n] };
         for j in 0..n {
             let ys: &[BlockQ8_0] = bytemuck::cast_slice(&b[j * ldb..j * ldb + nb * core::mem::size_of::<BlockQ8_0>()]);
             for (t, y) in ys.iter().enumerate() {
                 p.dy[j * nbp + t] = fp16_to_fp32(y.d());
-                if ty == GgmlType::Q4_0 {
-                    p.ysum8[j * nbp + t] = 8 * y.qs.iter().map(|&q| q as i32).sum::<i32>();
-                } else if y.qs.contains(&i8::MIN) {
+                p.ysum[j * nbp + t] = y.qs.iter().map(|&q| q as i32).sum::<i32>();
+                if mark_plain && y.qs.contains(&i8::MIN) {
                     p.plain[j] = true;
                 }
             }
         }
         p
     }
+}
+
+/// Makes [`gemm`] leave AVX-VNNI unused (or use it again) on x86_64, so tests can check the
+/// plain AVX2 kernels on a machine that has VNNI. Both give the same bits; only speed
+/// differs, so flipping this while other threads compute is harmless.
+#[doc(hidden)]
+pub fn set_vnni_disabled(disabled: bool) {
+    #[cfg(target_arch = "x86_64")]
+    x86::VNNI_DISABLED.store(disabled, core::sync::atomic::Ordering::Relaxed);
+    let _ = disabled;
 }

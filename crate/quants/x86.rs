@@ -380,13 +380,13 @@ pub(super) unsafe fn gemm_rows(
         }
         for (j, _) in cols.plain.iter().enumerate().filter(|(_, &p)| !p) {
             let y = b.as_ptr().add(j * ldb) as *const BlockQ8_0;
-            let (dy, ys8) = (&cols.dy[j * nbp..], cols.ysum8.get(j * nbp..).unwrap_or(&[]));
+            let (dy, ys) = (&cols.dy[j * nbp..], &cols.ysum[j * nbp..]);
             c[j * ldc + i] = match ty {
                 GgmlType::Q4_0 if u.is_empty() => {
                     let xs = row.as_ptr() as *const BlockQ4_0;
-                    q4_0_row_dot(nb, |t| nibbles(&(*xs.add(t)).qs), &dx, y, dy, ys8)
+                    q4_0_row_dot(nb, |t| nibbles(&(*xs.add(t)).qs), &dx, y, dy, ys)
                 }
-                GgmlType::Q4_0 => q4_0_row_dot(nb, |t| u[t], &dx, y, dy, ys8),
+                GgmlType::Q4_0 => q4_0_row_dot(nb, |t| u[t], &dx, y, dy, ys),
                 _ => q8_0_row_dot(nb, row.as_ptr() as *const BlockQ8_0, &dx, y, dy),
             };
         }
@@ -436,7 +436,7 @@ unsafe fn q4_0_row_dot(
     dx: &[f32],
     y: *const BlockQ8_0,
     dy: &[f32],
-    ysum8: &[i32],
+    ysum: &[i32],
 ) -> f32 {
     let ones = _mm256_set1_epi16(1);
     let isum = |t: usize| {
@@ -446,10 +446,10 @@ unsafe fn q4_0_row_dot(
     let mut acc = _mm256_setzero_ps();
     for g in 0..nb / LANES {
         let v: [__m256i; LANES] = core::array::from_fn(|k| isum(LANES * g + k));
-        let s = _mm256_sub_epi32(transpose_sum(&v), _mm256_loadu_si256(ysum8.as_ptr().add(8 * g) as *const __m256i));
-        acc = add_group(acc, s, dx, dy, g);
+        let ys = _mm256_loadu_si256(ysum.as_ptr().add(8 * g) as *const __m256i);
+        acc = add_group(acc, _mm256_sub_epi32(transpose_sum(&v), _mm256_slli_epi32::<3>(ys)), dx, dy, g);
     }
-    finish_rows(store(acc), nb, dx, dy, |t| hsum_i32(isum(t)) - ysum8[t])
+    finish_rows(store(acc), nb, dx, dy, |t| hsum_i32(isum(t)) - 8 * ysum[t])
 }
 
 /// Q8_0 × Q8_0: |x|·sign(y, x) pairs (≤ 2·128·127, exact in i16 for y ≠ -128).
@@ -468,4 +468,115 @@ unsafe fn q8_0_row_dot(nb: usize, x: *const BlockQ8_0, dx: &[f32], y: *const Blo
         acc = add_group(acc, transpose_sum(&v), dx, dy, g);
     }
     finish_rows(store(acc), nb, dx, dy, |t| hsum_i32(isum(t)))
+}
+
+/// See [`super::set_vnni_disabled`].
+pub(super) static VNNI_DISABLED: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
+/// AVX-VNNI (`vpdpbusd`: four u8 × i8 products summed into each i32 lane, no
+/// saturation), detected at run time with `std`.
+pub(super) fn uses_vnni() -> bool {
+    if VNNI_DISABLED.load(core::sync::atomic::Ordering::Relaxed) {
+        return false;
+    }
+    #[cfg(feature = "std")]
+    {
+        std::is_x86_feature_detected!("avxvnni")
+    }
+    #[cfg(not(feature = "std"))]
+    {
+        cfg!(target_feature = "avxvnni")
+    }
+}
+
+/// [`gemm_rows`] with AVX-VNNI: both types become unsigned × signed products, one
+/// `vpdpbusd` per block pair, with the offset taken out through the block sums of b —
+/// Q4_0's nibbles are `q - 8` with q in 0..16, Q8_0's quants `(x + 128) - 128` with
+/// x + 128 (x ^ 0x80) in 0..256. The integer sums are the same exact numbers, so every
+/// value is still bit for bit `vec_dot`'s, for any row of b (no -128 exception).
+///
+/// # Safety
+/// As for [`gemm_rows`], and AVX-VNNI must be available ([`uses_vnni`]).
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,f16c,avxvnni")]
+pub(super) unsafe fn gemm_rows_vnni(
+    ty: GgmlType,
+    nb: usize,
+    m: usize,
+    a: &[u8],
+    lda: usize,
+    b: &[u8],
+    ldb: usize,
+    cols: &super::ColPrep,
+    c: &mut [f32],
+    ldc: usize,
+) {
+    let nbp = cols.nbp;
+    let n = cols.plain.len();
+    let mut dx = vec![0f32; nbp];
+    let flip = _mm256_set1_epi8(-128);
+    // The unsigned quants of a row, into a buffer when several rows of b reuse them.
+    let mut u = if n > 1 { vec![_mm256_setzero_si256(); nb] } else { Vec::new() };
+    for i in 0..m {
+        let row = &a[i * lda..];
+        let q4 = row.as_ptr() as *const BlockQ4_0;
+        let q8 = row.as_ptr() as *const BlockQ8_0;
+        match ty {
+            GgmlType::Q4_0 => {
+                let xs: &[BlockQ4_0] = cast_slice(&row[..nb * core::mem::size_of::<BlockQ4_0>()]);
+                scales(xs, &mut dx, |x| x.d());
+                for (t, x) in xs.iter().enumerate().take(u.len()) {
+                    u[t] = nibbles(&x.qs);
+                }
+            }
+            _ => {
+                let xs: &[BlockQ8_0] = cast_slice(&row[..nb * core::mem::size_of::<BlockQ8_0>()]);
+                scales(xs, &mut dx, |x| x.d());
+                for (t, x) in xs.iter().enumerate().take(u.len()) {
+                    u[t] = _mm256_xor_si256(load256(x.qs.as_ptr() as *const u8), flip);
+                }
+            }
+        }
+        for j in 0..n {
+            let y = b.as_ptr().add(j * ldb) as *const BlockQ8_0;
+            let (dy, ys) = (&cols.dy[j * nbp..], &cols.ysum[j * nbp..]);
+            c[j * ldc + i] = match (ty, u.is_empty()) {
+                (GgmlType::Q4_0, true) => u8_row_dot_vnni::<3>(nb, |t| nibbles(&(*q4.add(t)).qs), &dx, y, dy, ys),
+                (GgmlType::Q4_0, false) => u8_row_dot_vnni::<3>(nb, |t| u[t], &dx, y, dy, ys),
+                (_, true) => u8_row_dot_vnni::<7>(
+                    nb,
+                    |t| _mm256_xor_si256(load256((*q8.add(t)).qs.as_ptr() as *const u8), flip),
+                    &dx,
+                    y,
+                    dy,
+                    ys,
+                ),
+                (_, false) => u8_row_dot_vnni::<7>(nb, |t| u[t], &dx, y, dy, ys),
+            };
+        }
+    }
+}
+
+/// Σ u·y - 2^SHIFT·Σy per block, `u` unsigned quants of a row of a, `y` a row of Q8_0.
+#[target_feature(enable = "avx2,f16c,avxvnni")]
+#[inline]
+unsafe fn u8_row_dot_vnni<const SHIFT: i32>(
+    nb: usize,
+    u: impl Fn(usize) -> __m256i,
+    dx: &[f32],
+    y: *const BlockQ8_0,
+    dy: &[f32],
+    ysum: &[i32],
+) -> f32 {
+    let isum = |t: usize| {
+        let yq = load256((*y.add(t)).qs.as_ptr() as *const u8);
+        _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u(t), yq)
+    };
+    let mut acc = _mm256_setzero_ps();
+    for g in 0..nb / LANES {
+        let v: [__m256i; LANES] = core::array::from_fn(|k| isum(LANES * g + k));
+        let ys = _mm256_loadu_si256(ysum.as_ptr().add(8 * g) as *const __m256i);
+        acc = add_group(acc, _mm256_sub_epi32(transpose_sum(&v), _mm256_slli_epi32::<SHIFT>(ys)), dx, dy, g);
+    }
+    finish_rows(store(acc), nb, dx, dy, |t| hsum_i32(isum(t)) - (ysum[t] << SHIFT))
 }
