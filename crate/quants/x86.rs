@@ -474,19 +474,44 @@ unsafe fn q8_0_row_dot(nb: usize, x: *const BlockQ8_0, dx: &[f32], y: *const Blo
 pub(super) static VNNI_DISABLED: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
 
 /// AVX-VNNI (`vpdpbusd`: four u8 × i8 products summed into each i32 lane, no
-/// saturation), detected at run time with `std`.
+/// saturation), found by CPUID once (leaf 7, sub-leaf 1, EAX bit 4) on top of AVX2. By
+/// hand rather than through `is_x86_feature_detected!` and the intrinsic, which need Rust
+/// 1.89; the crate's rust-version is 1.85.
 pub(super) fn uses_vnni() -> bool {
-    if VNNI_DISABLED.load(core::sync::atomic::Ordering::Relaxed) {
+    use core::sync::atomic::{AtomicU8, Ordering};
+    static FOUND: AtomicU8 = AtomicU8::new(0); // 0 not asked yet, 1 no, 2 yes
+    if VNNI_DISABLED.load(Ordering::Relaxed) {
         return false;
     }
-    #[cfg(feature = "std")]
-    {
-        std::is_x86_feature_detected!("avxvnni")
+    match FOUND.load(Ordering::Relaxed) {
+        0 => {
+            #[allow(unused_unsafe)] // __cpuid_count is a safe fn in newer Rust
+            // SAFETY: CPUID exists on every x86_64; leaves are checked before they are read.
+            let vnni = available()
+                && unsafe {
+                    __get_cpuid_max(0).0 >= 7 && __cpuid_count(7, 0).eax >= 1 && (__cpuid_count(7, 1).eax >> 4) & 1 == 1
+                };
+            FOUND.store(if vnni { 2 } else { 1 }, Ordering::Relaxed);
+            vnni
+        }
+        f => f == 2,
     }
-    #[cfg(not(feature = "std"))]
-    {
-        cfg!(target_feature = "avxvnni")
-    }
+}
+
+/// `acc + Σ u·y` per i32 lane (4 products each, u unsigned, y signed): AVX-VNNI's
+/// `vpdpbusd` in its VEX form.
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn dpbusd(acc: __m256i, u: __m256i, y: __m256i) -> __m256i {
+    let mut acc = acc;
+    core::arch::asm!(
+        "{{vex}} vpdpbusd {acc}, {u}, {y}",
+        acc = inout(ymm_reg) acc,
+        u = in(ymm_reg) u,
+        y = in(ymm_reg) y,
+        options(pure, nomem, nostack, preserves_flags)
+    );
+    acc
 }
 
 /// [`gemm_rows`] with AVX-VNNI: both types become unsigned × signed products, one
@@ -498,7 +523,7 @@ pub(super) fn uses_vnni() -> bool {
 /// # Safety
 /// As for [`gemm_rows`], and AVX-VNNI must be available ([`uses_vnni`]).
 #[allow(clippy::too_many_arguments)]
-#[target_feature(enable = "avx2,f16c,avxvnni")]
+#[target_feature(enable = "avx2,f16c")]
 pub(super) unsafe fn gemm_rows_vnni(
     ty: GgmlType,
     nb: usize,
@@ -558,7 +583,7 @@ pub(super) unsafe fn gemm_rows_vnni(
 }
 
 /// Σ u·y - 2^SHIFT·Σy per block, `u` unsigned quants of a row of a, `y` a row of Q8_0.
-#[target_feature(enable = "avx2,f16c,avxvnni")]
+#[target_feature(enable = "avx2,f16c")]
 #[inline]
 unsafe fn u8_row_dot_vnni<const SHIFT: i32>(
     nb: usize,
@@ -570,7 +595,7 @@ unsafe fn u8_row_dot_vnni<const SHIFT: i32>(
 ) -> f32 {
     let isum = |t: usize| {
         let yq = load256((*y.add(t)).qs.as_ptr() as *const u8);
-        _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u(t), yq)
+        dpbusd(_mm256_setzero_si256(), u(t), yq)
     };
     let mut acc = _mm256_setzero_ps();
     for g in 0..nb / LANES {
