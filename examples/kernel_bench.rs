@@ -110,4 +110,37 @@ fn main() {
             flop / cpu * 1e-9
         );
     }
+
+    // What handing one op to two threads costs: the pool (wake a parked or spinning
+    // worker, wait for both jobs) against spawning a scoped thread per op.
+    if threads > 1 {
+        let pool = ggweb::cpu::pool::ThreadPool::new(threads);
+        let sink = std::sync::atomic::AtomicUsize::new(0);
+        let job = |j: usize| {
+            sink.fetch_add(j, std::sync::atomic::Ordering::Relaxed);
+        };
+        let median = |f: &dyn Fn()| {
+            let mut t: Vec<f64> = (0..2000)
+                .map(|_| {
+                    let t0 = Instant::now();
+                    f();
+                    t0.elapsed().as_secs_f64() * 1e6
+                })
+                .collect();
+            t.sort_by(f64::total_cmp);
+            t[t.len() / 2]
+        };
+        let pooled = median(&|| pool.run(threads, &job));
+        let spawned = median(&|| {
+            std::thread::scope(|s| {
+                for j in 1..threads {
+                    s.spawn(move || job(j));
+                }
+                job(0);
+            })
+        });
+        println!(
+            "\nper parallel op, median of 2000 ({threads} threads): pool {pooled:.1} µs, scoped spawn {spawned:.1} µs"
+        );
+    }
 }
