@@ -25,7 +25,8 @@
 //! defaults: GELU is the exact tanh form (no f16 table); F16 weights are dotted with f32
 //! activations as they are (ggml rounds the activations to f16 first); row sums of norm
 //! and soft_max are f64. Quantized weights follow ggml: each activation row is quantized
-//! once to the weight type's `vec_dot_type`, then `quants::vec_dot`.
+//! once to the weight type's `vec_dot_type`, then dotted as `quants::vec_dot` does (through
+//! `quants::gemm`, which gives the same bits for many pairs at once).
 
 mod ops;
 #[cfg(all(feature = "std", not(target_arch = "wasm32")))]

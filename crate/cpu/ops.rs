@@ -592,7 +592,7 @@ impl Exec<'_> {
 enum DotKind {
     F32,
     F16,
-    /// `b` rows were quantized to `ty.vec_dot_type()`; dot with crate::quants::vec_dot.
+    /// `b` rows were quantized to `ty.vec_dot_type()`; dotted by crate::quants::gemm.
     Quant(GgmlType),
 }
 
@@ -707,8 +707,9 @@ fn aligned(p: *const u8, align: usize) -> bool {
 /// `a` may be F32, F16 or a quantized type, rows packed (nb0 = element size; the other
 /// strides are free, as for a permuted K). `b` may be any float type and layout: unless it
 /// is already packed f32 rows, its rows are converted once into a scratch matrix — for a
-/// quantized `a`, quantized to `a.ty.vec_dot_type()`. F16 `a` rows are dotted with f32 `b`
-/// rows directly (see [`Simd::dot_f16_f32`]).
+/// quantized `a`, quantized to `a.ty.vec_dot_type()` and dotted by `quants::gemm`. F16 `a`
+/// values meet f32 `b` rows as they are (see [`Simd::dot_f16_f32`]): a block of `a` rows is
+/// converted to f32 once when enough rows of `b` reuse it, else converted as it is loaded.
 ///
 /// Work is split into (batch, block of a's rows) jobs; a block of a's rows stays in cache
 /// while the rows of b pass by, in register tiles of several rows of each
