@@ -22,6 +22,9 @@ pub mod ops;
 pub mod quants;
 pub mod tensor;
 pub mod types;
+/// The WebGPU backend (std builds; a typed `Unavailable` error without the `webgpu` feature).
+#[cfg(feature = "std")]
+pub mod webgpu;
 
 pub use graph::Graph;
 pub use tensor::{Context, ContextParams, Op, Tensor};

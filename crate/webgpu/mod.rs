@@ -1,0 +1,125 @@
+//! The WebGPU backend: ggml graphs as WGSL compute dispatches, through `wgpu` (Vulkan
+//! natively, the browser's WebGPU on wasm32).
+//!
+//! ```
+//! use ggweb::backend::{Backend, BackendError};
+//! use ggweb::webgpu::{WebGpuBackend, WebGpuOptions};
+//!
+//! match WebGpuBackend::new(WebGpuOptions::default()) {
+//!     Ok(gpu) => assert_eq!(gpu.name(), "WebGPU"),
+//!     // Built without the `webgpu` feature, or no adapter on this machine.
+//!     Err(e) => assert!(matches!(e, BackendError::Unavailable(_))),
+//! }
+//! ```
+//!
+//! - **Setup**: natively [`WebGpuBackend::new`] blocks (pollster) on adapter and device;
+//!   in the browser use [`WebGpuBackend::new_async`] (`new` returns `Unavailable` there:
+//!   the page's thread must never block). The device is requested with the adapter's own
+//!   limits (maxBufferSize, maxStorageBufferBindingSize), not WebGPU's defaults.
+//! - **Buffers** ([`WebGpuBufferType`]): tensors start on the storage-offset alignment;
+//!   sizes are padded to 4 bytes. A tensor larger than one storage binding (GPT-2's 154 MB
+//!   token_embd under a browser's 128 MiB) works for `get_rows` and `mul_mat` (its src0),
+//!   which run in row ranges, each binding only the rows it reads.
+//! - **Reads**: natively `Buffer::get_bytes` maps a staging buffer and waits. In the
+//!   browser the synchronous `get_bytes` cannot wait and panics with a message pointing to
+//!   [`WebGpuBackend::read_tensor_async`], which works on both.
+//! - **Compute**: one command encoder and one compute pass per graph; each node is one
+//!   dispatch (or one per row range); views cost nothing (each binding carries its
+//!   tensor's offset and strides, in elements). Parameters of all nodes go into one
+//!   uniform buffer written once per graph, selected with dynamic offsets.
+//! - **Ops**: get_rows (f32, f16, q8_0, q4_0, q4_K, q6_K), add, mul (broadcast), scale,
+//!   norm, gelu, soft_max_ext (f32/f16 mask, ALiBi), diag_mask_inf, cpy/cont (f32/f16 to
+//!   f32, f32/f16 to contiguous f16), mul_mat (f32, f16 and the four quantized types with
+//!   f32 activations). Anything else: `supports_op` is false, so a scheduler keeps it on
+//!   the CPU. No kernel needs `shader-f16`: f16 data is read with `unpack2x16float`.
+//!
+//! Without the `webgpu` feature the types still exist and `new` returns
+//! [`BackendError::Unavailable`], so callers need no `#[cfg]`.
+
+use crate::backend::BackendError;
+
+/// Knobs for [`WebGpuBackend::new`]. The defaults take everything the adapter offers.
+#[derive(Clone, Debug, Default)]
+pub struct WebGpuOptions {
+    /// Use at most this many bytes per storage binding (tests of the row-range split path;
+    /// rounded down to the storage-offset alignment).
+    pub max_binding_size_override: Option<u64>,
+    /// Make buffers at most this large (tests of multi-buffer weight placement).
+    pub max_buffer_size_override: Option<u64>,
+    /// Ask for the software fallback adapter.
+    pub force_fallback_adapter: bool,
+}
+
+#[cfg(feature = "webgpu")]
+mod buffer;
+#[cfg(feature = "webgpu")]
+mod compute;
+#[cfg(feature = "webgpu")]
+mod context;
+
+#[cfg(feature = "webgpu")]
+pub use buffer::{WebGpuBuffer, WebGpuBufferType};
+#[cfg(feature = "webgpu")]
+pub use context::{AdapterSummary, WebGpuBackend};
+
+/// Names the kernels read by `include_str!`, for tests that check them without a device.
+pub const SHADER_FILES: [&str; 10] = [
+    "common.wgsl",
+    "dequant.wgsl",
+    "binary.wgsl",
+    "unary.wgsl",
+    "norm.wgsl",
+    "softmax.wgsl",
+    "cpy.wgsl",
+    "get_rows.wgsl",
+    "mul_mat.wgsl",
+    "mul_mat_q.wgsl",
+];
+
+#[cfg(not(feature = "webgpu"))]
+mod disabled {
+    use alloc::rc::Rc;
+
+    use super::WebGpuOptions;
+    use crate::backend::{Backend, BackendError, BufferType};
+    use crate::graph::Graph;
+
+    const WHY: &str = "ggweb was built without the `webgpu` feature";
+
+    /// The WebGPU backend, compiled out: it cannot be constructed.
+    pub struct WebGpuBackend {
+        never: core::convert::Infallible,
+    }
+
+    impl WebGpuBackend {
+        /// Always `Err(Unavailable)` in this build.
+        pub fn new(_opts: WebGpuOptions) -> Result<WebGpuBackend, BackendError> {
+            Err(BackendError::Unavailable(WHY.into()))
+        }
+        /// Always `Err(Unavailable)` in this build.
+        pub async fn new_async(_opts: WebGpuOptions) -> Result<WebGpuBackend, BackendError> {
+            Err(BackendError::Unavailable(WHY.into()))
+        }
+    }
+
+    impl Backend for WebGpuBackend {
+        fn name(&self) -> &str {
+            match self.never {}
+        }
+        fn buffer_type(&self) -> Rc<dyn BufferType> {
+            match self.never {}
+        }
+        fn graph_compute(&self, _graph: &Graph) -> Result<(), BackendError> {
+            match self.never {}
+        }
+    }
+}
+
+#[cfg(not(feature = "webgpu"))]
+pub use disabled::WebGpuBackend;
+
+/// `Unsupported` for `node` with a reason (shared by the planner and the buffers).
+#[allow(dead_code)]
+pub(crate) fn unsupported(node: &crate::tensor::Tensor, reason: impl Into<alloc::string::String>) -> BackendError {
+    BackendError::Unsupported { node: node.name(), reason: reason.into() }
+}
