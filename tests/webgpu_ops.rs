@@ -108,6 +108,8 @@ fn random_bytes(rng: &mut Rng, ty: GgmlType, n: usize, lo: f32, hi: f32) -> Vec<
 struct Built {
     out: Tensor,
     inputs: Vec<(Tensor, Vec<u8>)>,
+    /// Nodes to put in the graph before `out` (copies into a cache that `out` reads).
+    roots: Vec<Tensor>,
 }
 
 /// Helper for builders: new leaf tensors with random contents.
@@ -115,6 +117,7 @@ struct In<'a> {
     ctx: &'a Context,
     rng: &'a mut Rng,
     inputs: Vec<(Tensor, Vec<u8>)>,
+    roots: Vec<Tensor>,
 }
 
 impl In<'_> {
@@ -136,6 +139,17 @@ impl In<'_> {
             (0..t.nelements()).flat_map(|_| ((self.rng.next() % max as u64) as i32).to_le_bytes()).collect();
         self.inputs.push((t.clone(), bytes));
         t
+    }
+    /// I32 leaf with given values.
+    fn ints(&mut self, ne: &[i64], v: &[i32]) -> Tensor {
+        let t = self.ctx.new_tensor(I32, ne);
+        t.set_name(&format!("in{}", self.inputs.len()));
+        self.inputs.push((t.clone(), v.iter().flat_map(|x| x.to_le_bytes()).collect()));
+        t
+    }
+    /// Puts `t` in the graph ahead of the output.
+    fn expand(&mut self, t: &Tensor) {
+        self.roots.push(t.clone());
     }
     /// A leaf with given values (masks).
     fn values(&mut self, ty: GgmlType, ne: &[i64], v: &[f32]) -> Tensor {
@@ -174,9 +188,9 @@ fn case(name: &str, tol: Tol, build: impl Fn(&mut In) -> Tensor + 'static) -> Ca
 
 fn build(case: &Case, ctx: &Context) -> Built {
     let mut rng = Rng(0x5EED ^ case.name.len() as u64);
-    let mut inp = In { ctx, rng: &mut rng, inputs: Vec::new() };
+    let mut inp = In { ctx, rng: &mut rng, inputs: Vec::new(), roots: Vec::new() };
     let out = (case.build)(&mut inp);
-    Built { out, inputs: inp.inputs }
+    Built { out, inputs: inp.inputs, roots: inp.roots }
 }
 
 fn new_ctx() -> Context {
@@ -208,6 +222,9 @@ fn run_on(backend: &dyn Backend, case: &Case) -> Result<Vec<f64>, BackendError> 
     let ctx = new_ctx();
     let b = build(case, &ctx);
     let mut gf = Graph::new();
+    for r in &b.roots {
+        gf.build_forward_expand(r);
+    }
     gf.build_forward_expand(&b.out);
     let _bufs = alloc_ctx_tensors(&ctx, &*backend.buffer_type())?;
     for (t, bytes) in &b.inputs {
@@ -441,6 +458,9 @@ fn naive(case: &Case) -> Vec<f64> {
     let ctx = new_ctx();
     let b = build(case, &ctx);
     let mut gf = Graph::new();
+    for r in &b.roots {
+        gf.build_forward_expand(r);
+    }
     gf.build_forward_expand(&b.out);
     let _bufs = alloc_ctx_tensors(&ctx, &CpuBufferType).unwrap();
     for (t, bytes) in &b.inputs {
@@ -768,6 +788,66 @@ fn mul_mat_cases() -> Vec<Case> {
     v
 }
 
+/// One GPT-2 layer and the head, as crate/model/gpt2.rs builds them (fused QKV, K/V
+/// written into a cache that already holds `n_past` positions, permuted K, transposed V,
+/// causal mask, GELU MLP), then logits through the tied embedding.
+fn gpt2_layer(wty: GgmlType) -> Case {
+    // ~40 ops in f32; logits of magnitude ~10: 2e-4 absolute is ~1e-5 relative.
+    let mut c = case(&format!("gpt2 layer, {wty} weights"), Tol { abs: 2e-4, rel: 1e-4 }, move |i| {
+        let (n_embd, n_head, n_vocab, n_ctx, n_past, n) = (64i64, 4i64, 50i64, 16i64, 3i64, 5i64);
+        let hd = n_embd / n_head;
+        let ctx = i.ctx;
+        let wte = i.range(wty, &[n_embd, n_vocab], -0.5, 0.5);
+        let wpe = i.range(F32, &[n_embd, n_ctx], -0.5, 0.5);
+        let tokens = i.ints(&[n], &[7, 49, 0, 23, 7]);
+        let pos = i.ints(&[n], &[3, 4, 5, 6, 7]);
+        let mut inp = ctx.add(&ctx.get_rows(&wte, &tokens), &ctx.get_rows(&wpe, &pos));
+        let ln = |i: &mut In, x: &Tensor| {
+            let w = i.range(F32, &[n_embd], 0.5, 1.5);
+            let b = i.range(F32, &[n_embd], -0.2, 0.2);
+            i.ctx.add(&i.ctx.mul(&i.ctx.norm(x, 1e-5), &w), &b)
+        };
+        let lin = |i: &mut In, x: &Tensor, n_in: i64, n_out: i64| {
+            let w = i.range(wty, &[n_in, n_out], -0.3, 0.3);
+            let b = i.range(F32, &[n_out], -0.1, 0.1);
+            i.ctx.add(&i.ctx.mul_mat(&w, x), &b)
+        };
+        let cur = ln(i, &inp);
+        let cur = lin(i, &cur, n_embd, 3 * n_embd);
+        let q_cur = ctx.view_2d(&cur, n_embd, n, cur.nb[1], 0);
+        let k_cur = ctx.view_2d(&cur, n_embd, n, cur.nb[1], n_embd as usize * 4);
+        let v_cur = ctx.view_2d(&cur, n_embd, n, cur.nb[1], 2 * n_embd as usize * 4);
+        let kc = i.t(F32, &[n_embd * n_ctx]);
+        let vc = i.t(F32, &[n_embd * n_ctx]);
+        let row = n_embd as usize * 4;
+        let k_cpy = ctx.cpy(&k_cur, &ctx.view_1d(&kc, n * n_embd, n_past as usize * row));
+        let v_cpy = ctx.cpy(&v_cur, &ctx.view_1d(&vc, n * n_embd, n_past as usize * row));
+        i.expand(&k_cpy);
+        i.expand(&v_cpy);
+        let q = ctx.permute(&ctx.cont_3d(&q_cur, hd, n_head, n), 0, 2, 1, 3);
+        let l = n_past + n;
+        let k = ctx.permute(&ctx.reshape_3d(&ctx.view_1d(&kc, l * n_embd, 0), hd, n_head, l), 0, 2, 1, 3);
+        let kq = ctx.mul_mat(&k, &q);
+        let kq = ctx.soft_max(&ctx.diag_mask_inf(&ctx.scale(&kq, 0.25), n_past as i32));
+        let v = ctx.permute(&ctx.reshape_3d(&ctx.view_1d(&vc, l * n_embd, 0), hd, n_head, l), 1, 2, 0, 3);
+        let v_trans = ctx.cont_3d(&v, l, hd, n_head);
+        let kqv = ctx.mul_mat(&v_trans, &kq);
+        let cur = ctx.cont_2d(&ctx.permute(&kqv, 0, 2, 1, 3), n_embd, n);
+        let cur = lin(i, &cur, n_embd, n_embd);
+        let ffn_inp = ctx.add(&cur, &inp);
+        let cur = ln(i, &ffn_inp);
+        let cur = lin(i, &cur, n_embd, 4 * n_embd);
+        let cur = ctx.gelu(&cur);
+        let cur = lin(i, &cur, 4 * n_embd, n_embd);
+        inp = ctx.add(&cur, &ffn_inp);
+        let cur = ln(i, &inp);
+        ctx.mul_mat(&wte, &cur)
+    });
+    c.cpu_nmse = if wty.is_quantized() { 5e-4 } else { 1e-8 };
+    c
+}
+
+backend_tests!(gpt2, vec![gpt2_layer(F32), gpt2_layer(F16), gpt2_layer(Q8_0), gpt2_layer(Q4_0)]);
 backend_tests!(binary, binary_cases());
 backend_tests!(unary, unary_cases());
 backend_tests!(norm, norm_cases());
