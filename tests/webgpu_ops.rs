@@ -1031,3 +1031,45 @@ fn limits_come_from_the_adapter() {
     };
     assert_eq!(small.adapter().max_binding_size, 100_000 / align * align);
 }
+
+/// GPT-2 124M's tied embedding at its real size: 768 x 50257 f32 = 154 MB, above
+/// lavapipe's (and browsers' default) 128 MiB binding. get_rows and the logits mat-vec
+/// must read it in parts with the adapter's own limits.
+#[test]
+fn gpt2_124m_embedding_above_128_mib() {
+    let Some(b) = gpu(WebGpuOptions::default()) else { return };
+    let (n_embd, n_vocab) = (768usize, 50257usize);
+    let ctx = new_ctx();
+    let wte = ctx.new_tensor_2d(F32, n_embd as i64, n_vocab as i64);
+    let tokens = ctx.new_tensor_1d(I32, 3);
+    let x = ctx.new_tensor_2d(F32, n_embd as i64, 1);
+    let rows = ctx.get_rows(&wte, &tokens);
+    let logits = ctx.mul_mat(&wte, &x);
+    let mut gf = Graph::new();
+    gf.build_forward_expand(&rows);
+    gf.build_forward_expand(&logits);
+    assert!(wte.nbytes() as u64 > b.adapter().max_binding_size.min(128 << 20), "not above the binding limit");
+    let _bufs = alloc_ctx_tensors(&ctx, &*b.buffer_type()).unwrap();
+    let mut rng = Rng(124);
+    let w: Vec<f32> = (0..n_embd * n_vocab).map(|_| rng.f32(-0.1, 0.1)).collect();
+    let xs: Vec<f32> = (0..n_embd).map(|_| rng.f32(-1.0, 1.0)).collect();
+    let ids = [0i32, 50256, 31337];
+    wte.set_bytes(bytemuck::cast_slice(&w), 0);
+    x.set_bytes(bytemuck::cast_slice(&xs), 0);
+    tokens.set_bytes(bytemuck::cast_slice(&ids), 0);
+    b.graph_compute(&gf).unwrap();
+
+    let mut got_rows = vec![0f32; 3 * n_embd];
+    rows.get_bytes(bytemuck::cast_slice_mut(&mut got_rows), 0);
+    for (r, &id) in ids.iter().enumerate() {
+        let want = &w[id as usize * n_embd..(id as usize + 1) * n_embd];
+        assert_eq!(&got_rows[r * n_embd..(r + 1) * n_embd], want, "row of token {id}");
+    }
+    let mut got = vec![0f32; n_vocab];
+    logits.get_bytes(bytemuck::cast_slice_mut(&mut got), 0);
+    for v in 0..n_vocab {
+        let want: f64 = (0..n_embd).map(|k| w[v * n_embd + k] as f64 * xs[k] as f64).sum();
+        // 768 products of magnitude <= 0.1 summed in f32.
+        assert!((got[v] as f64 - want).abs() <= 2e-5, "logit {v}: {} vs {want}", got[v]);
+    }
+}

@@ -123,3 +123,17 @@ pub use disabled::WebGpuBackend;
 pub(crate) fn unsupported(node: &crate::tensor::Tensor, reason: impl Into<alloc::string::String>) -> BackendError {
     BackendError::Unsupported { node: node.name(), reason: reason.into() }
 }
+
+#[cfg(all(test, not(feature = "webgpu")))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compiled_out_backend_is_a_typed_error() {
+        match WebGpuBackend::new(WebGpuOptions::default()) {
+            Err(BackendError::Unavailable(why)) => assert!(why.contains("`webgpu` feature"), "{why}"),
+            Err(e) => panic!("expected Unavailable, got {e}"),
+            Ok(_) => panic!("a WebGPU backend without the feature"),
+        }
+    }
+}
