@@ -16,11 +16,16 @@ extern crate alloc;
 #[path = "alloc/mod.rs"]
 pub mod allocator;
 pub mod backend;
+#[cfg(all(target_arch = "wasm32", feature = "std"))]
+pub mod bindings;
 pub mod cpu;
+pub mod gguf;
 pub mod graph;
+pub mod model;
 pub mod ops;
 pub mod quants;
 pub mod tensor;
+pub mod tokenizer;
 pub mod types;
 /// The WebGPU backend (std builds; a typed `Unavailable` error without the `webgpu` feature).
 #[cfg(feature = "std")]

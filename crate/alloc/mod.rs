@@ -3,7 +3,7 @@
 //! - [`tallocr`]: a linear allocator over one buffer (weights, the KV cache).
 //! - [`alloc_ctx_tensors`]: one buffer for every tensor of a `no_alloc` context
 //!   (ggml_backend_alloc_ctx_tensors).
-//! - `gallocr`: the graph allocator (reserve / alloc_graph) for intermediates.
+//! - [`gallocr`]: the graph allocator (reserve / alloc_graph) for intermediates.
 //!
 //! ```
 //! use ggweb::allocator::alloc_ctx_tensors;
@@ -19,6 +19,7 @@
 //! assert_eq!((a.data().unwrap().offset, b.data().unwrap().offset), (0, 64)); // 40 bytes, aligned to 64
 //! ```
 
+pub mod gallocr;
 pub mod tallocr;
 
 use alloc::format;
@@ -27,6 +28,7 @@ use alloc::vec::Vec;
 
 use crate::backend::{BackendError, Buffer, BufferType};
 use crate::tensor::{Context, Tensor};
+pub use gallocr::{check_placement, DynTallocr, Gallocr, PlacementError, TensorAlloc};
 pub use tallocr::Tallocr;
 
 /// Rounds `offset` up to a multiple of `align` (a power of two or any positive number).

@@ -25,8 +25,8 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use super::ModelError;
-use crate::allocator::gallocr::Gallocr;
 use crate::allocator::alloc_ctx_tensors;
+use crate::allocator::gallocr::Gallocr;
 use crate::backend::{Backend, Buffer};
 use crate::graph::Graph;
 use crate::tensor::{Context, ContextParams, Tensor, TENSOR_OVERHEAD};
@@ -368,7 +368,10 @@ impl Gpt2 {
     ) -> Result<Gpt2, ModelError> {
         let n_ctx = if opts.n_ctx == 0 { hparams.n_ctx_train } else { opts.n_ctx };
         if n_ctx > hparams.n_ctx_train {
-            return Err(ModelError::Config(format!("n_ctx {n_ctx} exceeds the model's context length {}", hparams.n_ctx_train)));
+            return Err(ModelError::Config(format!(
+                "n_ctx {n_ctx} exceeds the model's context length {}",
+                hparams.n_ctx_train
+            )));
         }
         if opts.n_batch == 0 {
             return Err(ModelError::Config("n_batch must be at least 1".into()));

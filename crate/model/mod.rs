@@ -13,7 +13,11 @@ pub enum ModelError {
     /// The file lacks a weight the architecture needs.
     MissingTensor(String),
     /// A weight has the wrong shape for the hyperparameters.
-    BadShape { name: String, expected: [i64; 4], got: [i64; 4] },
+    BadShape {
+        name: String,
+        expected: [i64; 4],
+        got: [i64; 4],
+    },
     /// A metadata key is missing or has the wrong type/value.
     Metadata(String),
     /// The architecture in the file is not one we run.
@@ -21,9 +25,15 @@ pub enum ModelError {
     /// Options that cannot work (n_ctx larger than the model's, n_batch 0, ...).
     Config(String),
     /// The prompt (plus output) does not fit in the context.
-    ContextFull { needed: usize, n_ctx: usize },
+    ContextFull {
+        needed: usize,
+        n_ctx: usize,
+    },
     /// A token id outside the vocabulary.
-    BadToken { id: u32, n_vocab: usize },
+    BadToken {
+        id: u32,
+        n_vocab: usize,
+    },
     Backend(BackendError),
     /// The file itself is malformed (GGUF parse error), with its message.
     Format(String),
@@ -44,7 +54,9 @@ impl core::fmt::Display for ModelError {
             ModelError::ContextFull { needed, n_ctx } => {
                 write!(f, "context full: {needed} positions needed, n_ctx is {n_ctx}")
             }
-            ModelError::BadToken { id, n_vocab } => write!(f, "token id {id} is outside the vocabulary (n_vocab {n_vocab})"),
+            ModelError::BadToken { id, n_vocab } => {
+                write!(f, "token id {id} is outside the vocabulary (n_vocab {n_vocab})")
+            }
             ModelError::Backend(e) => write!(f, "{e}"),
             ModelError::Format(s) => write!(f, "{s}"),
             ModelError::Tokenizer(s) => write!(f, "tokenizer: {s}"),

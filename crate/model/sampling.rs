@@ -116,7 +116,9 @@ impl Sampler {
             return argmax(&row);
         }
         // Descending by logit, ties by id, so the result does not depend on sort stability.
-        let by_logit = |a: &(u32, f32), b: &(u32, f32)| b.1.partial_cmp(&a.1).unwrap_or(core::cmp::Ordering::Equal).then(a.0.cmp(&b.0));
+        let by_logit = |a: &(u32, f32), b: &(u32, f32)| {
+            b.1.partial_cmp(&a.1).unwrap_or(core::cmp::Ordering::Equal).then(a.0.cmp(&b.0))
+        };
         let k = if p.top_k == 0 { self.candidates.len() } else { p.top_k.min(self.candidates.len()) };
         if k < self.candidates.len() {
             self.candidates.select_nth_unstable_by(k - 1, by_logit);
@@ -190,7 +192,8 @@ mod tests {
 
     #[test]
     fn top_k_one_is_greedy_whatever_the_temperature() {
-        let mut s = Sampler::new(SamplingParams { temperature: 5.0, top_k: 1, top_p: 1.0, seed: 7, ..Default::default() });
+        let mut s =
+            Sampler::new(SamplingParams { temperature: 5.0, top_k: 1, top_p: 1.0, seed: 7, ..Default::default() });
         for _ in 0..20 {
             assert_eq!(s.sample(&[0.0, 0.1, 0.3, 0.2], &[]), 2);
         }
@@ -200,7 +203,8 @@ mod tests {
     fn top_p_keeps_the_nucleus() {
         // probs ≈ [0.64, 0.24, 0.09, 0.03]: top_p 0.8 keeps ids 0 and 1 only.
         let logits = [2.0f32, 1.0, 0.0, -1.0];
-        let mut s = Sampler::new(SamplingParams { temperature: 1.0, top_k: 0, top_p: 0.8, seed: 1, ..Default::default() });
+        let mut s =
+            Sampler::new(SamplingParams { temperature: 1.0, top_k: 0, top_p: 0.8, seed: 1, ..Default::default() });
         let mut seen = [0u32; 4];
         for _ in 0..2000 {
             seen[s.sample(&logits, &[]) as usize] += 1;

@@ -1,28 +1,251 @@
 //! Block quantization formats with ggml's exact layouts: dequantize every supported
 //! type, quantize the ones we write, and the `vec_dot` kernels quantized `mul_mat` uses.
 //!
-//! The contract other modules code against (bodies filled in by the quant-format work):
+//! ```
+//! use ggweb::quants::{dequantize_row, quantize_row, vec_dot};
+//! use ggweb::GgmlType;
+//! let x: Vec<f32> = (0..64).map(|i| (i as f32 - 31.5) / 8.0).collect();
+//! let mut q = vec![0u8; GgmlType::Q8_0.row_size(64)];
+//! quantize_row(GgmlType::Q8_0, &x, &mut q);
+//! let mut y = vec![0f32; 64];
+//! dequantize_row(GgmlType::Q8_0, &q, &mut y);
+//! assert!(x.iter().zip(&y).all(|(a, b)| (a - b).abs() <= 4.0 / 254.0));
+//! let dot = vec_dot(GgmlType::Q8_0, 64, &q, &q); // a Q8_0 row · a Q8_0 row
+//! let by_hand: f32 = y.iter().map(|v| v * v).sum();
+//! assert!((dot - by_hand).abs() <= 1e-5 * by_hand);
+//! ```
+//!
+//! The contract other modules code against:
 //! - `dequantize_row(ty, src, dst)`: `dst.len()` elements from `src` (row bytes of `ty`).
 //! - `quantize_row(ty, src, dst)`: `src.len()` f32 elements into `dst` (`ty.row_size(n)` bytes).
 //! - `vec_dot(ty, n, a, b)`: dot product of `n` elements, `a` a row of `ty` (a weight row),
 //!   `b` a row of `ty.vec_dot_type()` (the activations, quantized once per row).
+//!
+//! Lengths and types are the caller's to get right (they come from tensor shapes), so
+//! these assert, naming type and sizes. Data read from files goes through [`dequantize`]
+//! and [`quantize`], which return [`QuantError`] instead.
+//!
+//! Every `vec_dot` path (scalar, x86_64 AVX2, wasm SIMD128) gives bit-identical results:
+//! integer sums per block are exact and the float accumulation order is fixed (see
+//! [`scalar`]), so native and browser runs agree to the last bit.
+
+pub mod blocks;
+pub mod scalar;
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+mod wasm;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+use alloc::vec;
+use alloc::vec::Vec;
 
 use crate::types::GgmlType;
 
+/// Why a conversion of a whole buffer was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum QuantError {
+    /// `ty` has no kernel for `op` ("dequantize", "quantize").
+    Unsupported { ty: GgmlType, op: &'static str },
+    /// `len` bytes (or elements) are not a whole number of `ty` blocks.
+    BadLength { ty: GgmlType, len: usize, unit: usize, what: &'static str },
+}
+
+impl core::fmt::Display for QuantError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            QuantError::Unsupported { ty, op } => write!(f, "quants: no {op} for type {ty}"),
+            QuantError::BadLength { ty, len, unit, what } => {
+                write!(f, "quants: {len} {what} is not a multiple of {unit} (one {ty} block)")
+            }
+        }
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for QuantError {}
+
+/// Types [`dequantize_row`] handles.
+pub fn can_dequantize(ty: GgmlType) -> bool {
+    !matches!(ty, GgmlType::I32)
+}
+
+/// Types [`quantize_row`] writes. Q4_K and Q6_K are read-only (weights come from files).
+pub fn can_quantize(ty: GgmlType) -> bool {
+    !matches!(ty, GgmlType::I32 | GgmlType::Q4_K | GgmlType::Q6_K)
+}
+
+/// Types with a [`vec_dot`] kernel (against `ty.vec_dot_type()`).
+pub fn has_vec_dot(ty: GgmlType) -> bool {
+    !matches!(ty, GgmlType::I32 | GgmlType::Q8_K)
+}
+
+fn check_row(ty: GgmlType, n: usize, bytes: usize, what: &str) {
+    assert!(
+        n % ty.blck_size() == 0,
+        "quants {what}: {n} elements is not a multiple of the {ty} block size {}",
+        ty.blck_size()
+    );
+    let need = ty.type_size() * (n / ty.blck_size());
+    assert!(bytes >= need, "quants {what}: {n} {ty} elements need {need} bytes, got {bytes}");
+}
+
 /// Converts one row of `ty` to f32.
 pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) {
-    let _ = (ty, src, dst);
-    unimplemented!("quants: dequantize_row")
+    let n = dst.len();
+    check_row(ty, n, src.len(), "dequantize_row");
+    let src = &src[..ty.type_size() * (n / ty.blck_size())];
+    use GgmlType::*;
+    match ty {
+        F32 => scalar::dequantize_f32(src, dst),
+        F16 => scalar::dequantize_f16(src, dst),
+        BF16 => scalar::dequantize_bf16(src, dst),
+        Q4_0 => scalar::dequantize_q4_0(src, dst),
+        Q4_1 => scalar::dequantize_q4_1(src, dst),
+        Q5_0 => scalar::dequantize_q5_0(src, dst),
+        Q5_1 => scalar::dequantize_q5_1(src, dst),
+        Q8_0 => scalar::dequantize_q8_0(src, dst),
+        Q4_K => scalar::dequantize_q4_k(src, dst),
+        Q6_K => scalar::dequantize_q6_k(src, dst),
+        Q8_K => scalar::dequantize_q8_k(src, dst),
+        I32 => panic!("quants dequantize_row: no conversion from {ty} to f32"),
+    }
+}
+
+/// ggml's `to_float` name for [`dequantize_row`].
+pub fn row_to_f32(ty: GgmlType, src: &[u8], dst: &mut [f32]) {
+    dequantize_row(ty, src, dst)
 }
 
 /// Converts f32 to one row of `ty` (ggml's reference rounding).
 pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) {
-    let _ = (ty, src, dst);
-    unimplemented!("quants: quantize_row")
+    let n = src.len();
+    check_row(ty, n, dst.len(), "quantize_row");
+    let dst = &mut dst[..ty.type_size() * (n / ty.blck_size())];
+    use GgmlType::*;
+    match ty {
+        F32 => scalar::quantize_f32(src, dst),
+        F16 => scalar::quantize_f16(src, dst),
+        BF16 => scalar::quantize_bf16(src, dst),
+        Q4_0 => scalar::quantize_q4_0(src, dst),
+        Q4_1 => scalar::quantize_q4_1(src, dst),
+        Q5_0 => scalar::quantize_q5_0(src, dst),
+        Q5_1 => scalar::quantize_q5_1(src, dst),
+        Q8_0 => scalar::quantize_q8_0(src, dst),
+        Q8_K => scalar::quantize_q8_k(src, dst),
+        Q4_K | Q6_K | I32 => panic!("quants quantize_row: no quantization to {ty}"),
+    }
+}
+
+/// A whole buffer of `ty` (a tensor's data) as f32.
+pub fn dequantize(ty: GgmlType, bytes: &[u8]) -> Result<Vec<f32>, QuantError> {
+    if !can_dequantize(ty) {
+        return Err(QuantError::Unsupported { ty, op: "dequantize" });
+    }
+    if bytes.len() % ty.type_size() != 0 {
+        return Err(QuantError::BadLength { ty, len: bytes.len(), unit: ty.type_size(), what: "bytes" });
+    }
+    let mut out = vec![0f32; bytes.len() / ty.type_size() * ty.blck_size()];
+    dequantize_row(ty, bytes, &mut out);
+    Ok(out)
+}
+
+/// f32 values as a buffer of `ty`.
+pub fn quantize(ty: GgmlType, src: &[f32]) -> Result<Vec<u8>, QuantError> {
+    if !can_quantize(ty) {
+        return Err(QuantError::Unsupported { ty, op: "quantize" });
+    }
+    if src.len() % ty.blck_size() != 0 {
+        return Err(QuantError::BadLength { ty, len: src.len(), unit: ty.blck_size(), what: "elements" });
+    }
+    let mut out = vec![0u8; ty.type_size() * (src.len() / ty.blck_size())];
+    quantize_row(ty, src, &mut out);
+    Ok(out)
+}
+
+/// An instruction set with its own `vec_dot` kernels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Isa {
+    /// The portable reference (the compiler may still vectorize it).
+    Scalar,
+    /// x86_64 with AVX2 and F16C, found at run time under feature `std` or enabled at
+    /// compile time.
+    Avx2,
+    /// wasm32 built with `+simd128`.
+    Simd128,
+}
+
+impl Isa {
+    /// Whether this build on this machine can run the kernels of `self`.
+    pub fn is_available(self) -> bool {
+        match self {
+            Isa::Scalar => true,
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => x86::available(),
+            #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+            Isa::Simd128 => true,
+            #[allow(unreachable_patterns)]
+            _ => false,
+        }
+    }
+
+    /// Every available instruction set, the scalar reference first.
+    pub fn available() -> Vec<Isa> {
+        [Isa::Scalar, Isa::Avx2, Isa::Simd128].into_iter().filter(|i| i.is_available()).collect()
+    }
+
+    /// The fastest available.
+    pub fn best() -> Isa {
+        if Isa::Simd128.is_available() {
+            Isa::Simd128
+        } else if Isa::Avx2.is_available() {
+            Isa::Avx2
+        } else {
+            Isa::Scalar
+        }
+    }
 }
 
 /// Dot product of a row of `ty` with a row of `ty.vec_dot_type()`, `n` elements.
 pub fn vec_dot(ty: GgmlType, n: usize, a: &[u8], b: &[u8]) -> f32 {
-    let _ = (ty, n, a, b);
-    unimplemented!("quants: vec_dot")
+    let isa = Isa::best();
+    match vec_dot_isa(isa, ty, n, a, b) {
+        Some(s) => s,
+        None => vec_dot_isa(Isa::Scalar, ty, n, a, b).expect("scalar vec_dot covers every has_vec_dot type"),
+    }
+}
+
+/// [`vec_dot`] with the kernels of `isa`; None when `isa` is not available here or has
+/// no kernel of its own for `ty` (then [`vec_dot`] uses the scalar one).
+pub fn vec_dot_isa(isa: Isa, ty: GgmlType, n: usize, a: &[u8], b: &[u8]) -> Option<f32> {
+    assert!(has_vec_dot(ty), "quants vec_dot: no dot product for {ty}");
+    let vt = ty.vec_dot_type();
+    check_row(ty, n, a.len(), "vec_dot (a)");
+    check_row(vt, n, b.len(), "vec_dot (b)");
+    let a = &a[..ty.row_size(n as i64)];
+    let b = &b[..vt.row_size(n as i64)];
+    if !isa.is_available() {
+        return None;
+    }
+    use GgmlType::*;
+    match isa {
+        Isa::Scalar => Some(match ty {
+            F32 => scalar::vec_dot_f32(n, a, b),
+            F16 => scalar::vec_dot_f16(n, a, b),
+            BF16 => scalar::vec_dot_bf16(n, a, b),
+            Q4_0 => scalar::vec_dot_q4_0_q8_0(a, b),
+            Q4_1 => scalar::vec_dot_q4_1_q8_0(a, b),
+            Q5_0 => scalar::vec_dot_q5_0_q8_0(a, b),
+            Q5_1 => scalar::vec_dot_q5_1_q8_0(a, b),
+            Q8_0 => scalar::vec_dot_q8_0_q8_0(a, b),
+            Q4_K => scalar::vec_dot_q4_k_q8_k(a, b),
+            Q6_K => scalar::vec_dot_q6_k_q8_k(a, b),
+            Q8_K | I32 => unreachable!(),
+        }),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => x86::vec_dot(ty, n, a, b),
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        Isa::Simd128 => wasm::vec_dot(ty, n, a, b),
+        #[allow(unreachable_patterns)]
+        _ => None,
+    }
 }

@@ -1,0 +1,789 @@
+//! Forward kernels of the CPU backend, one function per op (ggml-cpu's ops.cpp).
+//!
+//! ```
+//! use ggweb::tensor::{Context, ContextParams};
+//! use ggweb::types::GgmlType::F32;
+//! use ggweb::Graph;
+//!
+//! let ctx = Context::new(ContextParams { mem_size: 1 << 16, no_alloc: false });
+//! let a = ctx.new_tensor_2d(F32, 3, 2);
+//! a.set_f32_slice(&[1., 2., 3., 4., 5., 6.]);
+//! let t = ctx.cont(&ctx.transpose(&a));           // [2, 3]: columns of a become rows
+//! let mut gf = Graph::new();
+//! gf.build_forward_expand(&t);
+//! ggweb::cpu::compute_graph(&gf, 1).unwrap();
+//! assert_eq!(t.to_f32_vec(), [1., 4., 2., 5., 3., 6.]);
+//! ```
+//!
+//! Every kernel reads its inputs through their `nb` strides, so views and permutations
+//! need no copy first. The elementwise and row-wise ops (add, mul, scale, norm, gelu,
+//! soft_max, diag_mask_inf) convert each row into an f32 scratch row, compute there and
+//! write it out: correct when the graph allocator gives the result the same memory as
+//! `src[0]`, and for F16/BF16 tensors too. Sums over rows (norm, soft_max) are kept in f64,
+//! as ggml keeps them in `ggml_float`.
+
+use alloc::format;
+use alloc::string::String;
+use alloc::vec;
+use alloc::vec::Vec;
+
+use half::{bf16, f16};
+
+use super::simd::{self, f16_bits_to_f32, Simd};
+use crate::tensor::{Tensor, MAX_DIMS};
+use crate::types::GgmlType;
+
+/// Why a kernel could not run; the backend adds the node's name.
+#[derive(Debug)]
+pub(crate) enum KernelError {
+    /// An op/type/layout combination this backend does not implement.
+    Unsupported(String),
+    /// The data itself is bad (an out-of-range row index, say).
+    Invalid(String),
+}
+
+type KResult = Result<(), KernelError>;
+
+fn unsupported<T>(msg: String) -> Result<T, KernelError> {
+    Err(KernelError::Unsupported(msg))
+}
+
+/// A tensor resolved to a host address: what the kernels (and worker threads) see instead
+/// of the `Rc` handle.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TensorView {
+    pub ptr: *mut u8,
+    pub ty: GgmlType,
+    pub ne: [usize; MAX_DIMS],
+    pub nb: [usize; MAX_DIMS],
+}
+
+// SAFETY: a plain address plus shape; kernels that share one across threads write disjoint
+// elements through it.
+unsafe impl Send for TensorView {}
+unsafe impl Sync for TensorView {}
+
+impl TensorView {
+    pub fn of(t: &Tensor) -> Result<TensorView, KernelError> {
+        let ptr = t.host_ptr().ok_or_else(|| {
+            KernelError::Unsupported(format!(
+                "tensor '{}' has no data in host memory (not allocated, or on another device)",
+                t.name()
+            ))
+        })?;
+        if t.ne.iter().any(|&n| n < 0) {
+            return Err(KernelError::Invalid(format!("tensor '{}' has negative ne {:?}", t.name(), t.ne)));
+        }
+        Ok(TensorView { ptr, ty: t.ty, ne: t.ne.map(|n| n as usize), nb: t.nb })
+    }
+
+    fn nrows(&self) -> usize {
+        self.ne[1] * self.ne[2] * self.ne[3]
+    }
+
+    fn nelements(&self) -> usize {
+        self.ne.iter().product()
+    }
+
+    #[inline]
+    fn row(&self, i1: usize, i2: usize, i3: usize) -> *mut u8 {
+        // wrapping: the address is only dereferenced for in-range indices.
+        self.ptr.wrapping_add(i1 * self.nb[1] + i2 * self.nb[2] + i3 * self.nb[3])
+    }
+
+    fn is_contiguous(&self) -> bool {
+        let ts = self.ty.type_size();
+        let blck = self.ty.blck_size();
+        let mut next = ts;
+        if self.ne[0] != blck && self.nb[0] != next {
+            return false;
+        }
+        next *= self.ne[0] / blck;
+        for i in 1..MAX_DIMS {
+            if self.ne[i] != 1 {
+                if self.nb[i] != next {
+                    return false;
+                }
+                next *= self.ne[i];
+            }
+        }
+        true
+    }
+
+    /// Calls `f(i1, i2, i3)` for every row, in memory order of a contiguous tensor.
+    fn for_each_row(&self, mut f: impl FnMut(usize, usize, usize) -> KResult) -> KResult {
+        for i3 in 0..self.ne[3] {
+            for i2 in 0..self.ne[2] {
+                for i1 in 0..self.ne[1] {
+                    f(i1, i2, i3)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn is_float(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
+}
+
+/// Quantized types crate::quants can write (Q4_K and Q6_K are read-only: such weights
+/// come from files). Mirrors quants::can_quantize.
+pub(crate) fn can_quantize_to(ty: GgmlType) -> bool {
+    ty.is_quantized() && !matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K)
+}
+
+/// Quantized weight types with a quants::vec_dot kernel (Q8_K is only an activation type).
+pub(crate) fn has_vec_dot(ty: GgmlType) -> bool {
+    ty.is_quantized() && ty != GgmlType::Q8_K
+}
+
+// --- element conversion ---
+
+#[inline(always)]
+unsafe fn load_f32(p: *const u8) -> f32 {
+    (p as *const f32).read_unaligned()
+}
+#[inline(always)]
+unsafe fn load_f16(p: *const u8) -> f32 {
+    f16_bits_to_f32((p as *const u16).read_unaligned())
+}
+#[inline(always)]
+unsafe fn load_bf16(p: *const u8) -> f32 {
+    f32::from_bits(((p as *const u16).read_unaligned() as u32) << 16)
+}
+#[inline(always)]
+unsafe fn store_f32(p: *mut u8, v: f32) {
+    (p as *mut f32).write_unaligned(v)
+}
+#[inline(always)]
+unsafe fn store_f16(p: *mut u8, v: f32) {
+    (p as *mut u16).write_unaligned(f16::from_f32(v).to_bits())
+}
+#[inline(always)]
+unsafe fn store_bf16(p: *mut u8, v: f32) {
+    (p as *mut u16).write_unaligned(bf16::from_f32(v).to_bits())
+}
+
+/// `n` elements, `snb`/`dnb` bytes apart, read then written one at a time (so exact
+/// aliasing of source and destination is fine).
+#[inline(always)]
+unsafe fn convert_loop(
+    src: *const u8,
+    snb: usize,
+    dst: *mut u8,
+    dnb: usize,
+    n: usize,
+    load: unsafe fn(*const u8) -> f32,
+    store: unsafe fn(*mut u8, f32),
+) {
+    for i in 0..n {
+        store(dst.add(i * dnb), load(src.add(i * snb)));
+    }
+}
+
+/// ggml's dup for one row: `n` elements of `sty` at `src` (`snb` bytes apart) into `dty` at
+/// `dst` (`dnb` apart), converting. Quantized rows must be packed (nb0 = block size).
+///
+/// # Safety
+/// Both rows must lie in allocated memory; they may be the same row, not partly overlap
+/// with different strides.
+pub(crate) unsafe fn convert_row(
+    src: *const u8,
+    sty: GgmlType,
+    snb: usize,
+    dst: *mut u8,
+    dty: GgmlType,
+    dnb: usize,
+    n: usize,
+) -> KResult {
+    use GgmlType::*;
+    let (sts, dts) = (sty.type_size(), dty.type_size());
+    if sty.is_quantized() || dty.is_quantized() {
+        let blck = if sty.is_quantized() { sty.blck_size() } else { dty.blck_size() };
+        if n % blck != 0 {
+            return unsupported(format!("{sty} → {dty}: a row of {n} elements is not whole blocks of {blck}"));
+        }
+        if (sty.is_quantized() && snb != sts) || (dty.is_quantized() && dnb != dts) {
+            return unsupported(format!("{sty} → {dty}: quantized rows must be packed"));
+        }
+    }
+    if sty == dty {
+        if sty.is_quantized() || (snb == sts && dnb == dts) {
+            core::ptr::copy(src, dst, sty.row_size(n as i64));
+        } else {
+            for i in 0..n {
+                core::ptr::copy(src.add(i * snb), dst.add(i * dnb), sts);
+            }
+        }
+        return Ok(());
+    }
+    if dty.is_quantized() {
+        if !can_quantize_to(dty) {
+            return unsupported(format!("no quantization to {dty} (weights of that type come from files)"));
+        }
+        let mut tmp = vec![0.0f32; n];
+        convert_row(src, sty, snb, tmp.as_mut_ptr() as *mut u8, F32, 4, n)?;
+        let out = core::slice::from_raw_parts_mut(dst, dty.row_size(n as i64));
+        crate::quants::quantize_row(dty, &tmp, out);
+        return Ok(());
+    }
+    if sty.is_quantized() {
+        let mut tmp = vec![0.0f32; n];
+        crate::quants::dequantize_row(sty, core::slice::from_raw_parts(src, sty.row_size(n as i64)), &mut tmp);
+        return convert_row(tmp.as_ptr() as *const u8, F32, 4, dst, dty, dnb, n);
+    }
+    let load: unsafe fn(*const u8) -> f32 = match sty {
+        F32 => load_f32,
+        F16 => load_f16,
+        BF16 => load_bf16,
+        _ => return unsupported(format!("no conversion from {sty} to {dty}")),
+    };
+    let store: unsafe fn(*mut u8, f32) = match dty {
+        F32 => store_f32,
+        F16 => store_f16,
+        BF16 => store_bf16,
+        _ => return unsupported(format!("no conversion from {sty} to {dty}")),
+    };
+    // The common pairs get loops of their own so the conversion inlines.
+    match (sty, dty) {
+        (F32, F16) => convert_loop(src, snb, dst, dnb, n, load_f32, store_f16),
+        (F16, F32) => convert_loop(src, snb, dst, dnb, n, load_f16, store_f32),
+        (F32, F32) => convert_loop(src, snb, dst, dnb, n, load_f32, store_f32),
+        _ => convert_loop(src, snb, dst, dnb, n, load, store),
+    }
+    Ok(())
+}
+
+/// Row (i1, i2, i3) of `t` as f32 into `out` (`t.ne[0]` elements).
+fn read_row(t: &TensorView, i1: usize, i2: usize, i3: usize, out: &mut [f32]) -> KResult {
+    debug_assert_eq!(out.len(), t.ne[0]);
+    // SAFETY: the row is inside t's allocation; `out` is our own scratch.
+    unsafe { convert_row(t.row(i1, i2, i3), t.ty, t.nb[0], out.as_mut_ptr() as *mut u8, GgmlType::F32, 4, t.ne[0]) }
+}
+
+/// `vals` into row (i1, i2, i3) of `t`, converting to its type.
+fn write_row(t: &TensorView, i1: usize, i2: usize, i3: usize, vals: &[f32]) -> KResult {
+    debug_assert_eq!(vals.len(), t.ne[0]);
+    // SAFETY: as in read_row.
+    unsafe { convert_row(vals.as_ptr() as *const u8, GgmlType::F32, 4, t.row(i1, i2, i3), t.ty, t.nb[0], t.ne[0]) }
+}
+
+// --- cont, cpy ---
+
+/// ggml_compute_forward_dup: `src` into `dst` (same element count), converting types.
+/// Same shapes copy row by row (a memcpy per row when both rows are packed and the types
+/// match); a contiguous `dst` of another shape (cont_4d) is filled in `src`'s logical order;
+/// anything else goes element by element with an index counter for each side.
+pub(crate) fn dup(src: &TensorView, dst: &TensorView) -> KResult {
+    if src.nelements() != dst.nelements() {
+        return Err(KernelError::Invalid(format!(
+            "copy of {} elements ne={:?} into {} elements ne={:?}",
+            src.nelements(),
+            src.ne,
+            dst.nelements(),
+            dst.ne
+        )));
+    }
+    if src.ne == dst.ne {
+        // Fast path: both entirely packed and the same type.
+        if src.ty == dst.ty && src.is_contiguous() && dst.is_contiguous() {
+            let n = src.ty.row_size(src.ne[0] as i64) * src.nrows();
+            // SAFETY: both spans are the tensors' own; copy tolerates overlap.
+            unsafe { core::ptr::copy(src.ptr, dst.ptr, n) };
+            return Ok(());
+        }
+        return src.for_each_row(|i1, i2, i3| unsafe {
+            // SAFETY: rows inside both tensors.
+            convert_row(src.row(i1, i2, i3), src.ty, src.nb[0], dst.row(i1, i2, i3), dst.ty, dst.nb[0], src.ne[0])
+        });
+    }
+    if dst.is_contiguous() {
+        let dblck = dst.ty.blck_size();
+        if src.ne[0] % dblck != 0 || src.ne[0] % src.ty.blck_size() != 0 {
+            return unsupported(format!(
+                "copy of rows of {} {} elements into {} (block {dblck}) of another shape",
+                src.ne[0], src.ty, dst.ty
+            ));
+        }
+        let row_bytes = dst.ty.row_size(src.ne[0] as i64);
+        let mut k = 0usize;
+        return src.for_each_row(|i1, i2, i3| {
+            // SAFETY: dst is packed and holds every element of src, in order.
+            unsafe {
+                convert_row(
+                    src.row(i1, i2, i3),
+                    src.ty,
+                    src.nb[0],
+                    dst.ptr.add(k * row_bytes),
+                    dst.ty,
+                    dst.ty.type_size(),
+                    src.ne[0],
+                )?;
+            }
+            k += 1;
+            Ok(())
+        });
+    }
+    if src.ty.is_quantized() || dst.ty.is_quantized() {
+        return unsupported(format!("strided copy between different shapes of {} and {}", src.ty, dst.ty));
+    }
+    // Element by element: walk src in logical order, advance dst's indices alongside.
+    let mut di = [0usize; MAX_DIMS];
+    src.for_each_row(|i1, i2, i3| {
+        let srow = src.row(i1, i2, i3);
+        for i0 in 0..src.ne[0] {
+            let d = dst.ptr.wrapping_add((0..MAX_DIMS).map(|k| di[k] * dst.nb[k]).sum());
+            // SAFETY: di stays inside dst.ne (it counts through the same number of elements).
+            unsafe { convert_row(srow.add(i0 * src.nb[0]), src.ty, src.nb[0], d, dst.ty, dst.nb[0], 1)? };
+            for (i, &n) in di.iter_mut().zip(&dst.ne) {
+                *i += 1;
+                if *i < n {
+                    break;
+                }
+                *i = 0;
+            }
+        }
+        Ok(())
+    })
+}
+
+// --- get_rows ---
+
+/// ggml_compute_forward_get_rows: dst[:, i10, i11, i12] = a[:, b[i10, i11, i12], i11, i12],
+/// with a broadcast over dims 2 and 3 where it has one entry.
+pub(crate) fn get_rows(a: &TensorView, b: &TensorView, dst: &TensorView) -> KResult {
+    if b.ty != GgmlType::I32 {
+        return unsupported(format!("get_rows indices must be i32, not {}", b.ty));
+    }
+    if dst.ne != [a.ne[0], b.ne[0], b.ne[1], b.ne[2]] || a.ne[2] == 0 || a.ne[3] == 0 {
+        return Err(KernelError::Invalid(format!(
+            "get_rows: a ne={:?}, indices ne={:?}, result ne={:?}",
+            a.ne, b.ne, dst.ne
+        )));
+    }
+    for i12 in 0..b.ne[2] {
+        for i11 in 0..b.ne[1] {
+            for i10 in 0..b.ne[0] {
+                // SAFETY: indices within b.ne.
+                let r = unsafe {
+                    (b.ptr.add(i10 * b.nb[0] + i11 * b.nb[1] + i12 * b.nb[2]) as *const i32).read_unaligned()
+                };
+                if r < 0 || r as usize >= a.ne[1] {
+                    return Err(KernelError::Invalid(format!(
+                        "get_rows: index {r} at [{i10}, {i11}, {i12}] is outside 0..{}",
+                        a.ne[1]
+                    )));
+                }
+                let src = a.row(r as usize, i11 % a.ne[2], i12 % a.ne[3]);
+                // SAFETY: row r is inside a; the destination row inside dst.
+                unsafe { convert_row(src, a.ty, a.nb[0], dst.row(i10, i11, i12), dst.ty, dst.nb[0], a.ne[0])? };
+            }
+        }
+    }
+    Ok(())
+}
+
+// --- elementwise and row-wise ---
+
+fn check_same_shape(a: &TensorView, dst: &TensorView) -> KResult {
+    if a.ne != dst.ne {
+        return Err(KernelError::Invalid(format!("source ne={:?} and result ne={:?} differ", a.ne, dst.ne)));
+    }
+    if !is_float(a.ty) && !a.ty.is_quantized() {
+        return unsupported(format!("{} input (float types only)", a.ty));
+    }
+    Ok(())
+}
+
+/// Applies `f` to each row of `a` (as f32, with its indices) and writes the result to `dst`.
+fn map_rows(a: &TensorView, dst: &TensorView, mut f: impl FnMut(&mut [f32], [usize; 3]) -> KResult) -> KResult {
+    check_same_shape(a, dst)?;
+    let mut row = vec![0.0f32; a.ne[0]];
+    a.for_each_row(|i1, i2, i3| {
+        read_row(a, i1, i2, i3, &mut row)?;
+        f(&mut row, [i1, i2, i3])?;
+        write_row(dst, i1, i2, i3, &row)
+    })
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum BinaryOp {
+    Add,
+    Mul,
+}
+
+/// ggml_add / ggml_mul: `b` repeats over `a` in every dim (index modulo b's extent).
+pub(crate) fn binary(op: BinaryOp, a: &TensorView, b: &TensorView, dst: &TensorView) -> KResult {
+    if (0..MAX_DIMS).any(|i| b.ne[i] == 0 || a.ne[i] % b.ne[i] != 0) {
+        return Err(KernelError::Invalid(format!("b ne={:?} does not repeat onto a ne={:?}", b.ne, a.ne)));
+    }
+    let mut brow = vec![0.0f32; b.ne[0]];
+    let mut cached = usize::MAX;
+    let nb0 = b.ne[0];
+    map_rows(a, dst, |row, [i1, i2, i3]| {
+        let (j1, j2, j3) = (i1 % b.ne[1], i2 % b.ne[2], i3 % b.ne[3]);
+        let key = (j3 * b.ne[2] + j2) * b.ne[1] + j1;
+        if key != cached {
+            read_row(b, j1, j2, j3, &mut brow)?;
+            cached = key;
+        }
+        match op {
+            BinaryOp::Add => {
+                for chunk in row.chunks_mut(nb0) {
+                    chunk.iter_mut().zip(&brow).for_each(|(x, y)| *x += y);
+                }
+            }
+            BinaryOp::Mul => {
+                for chunk in row.chunks_mut(nb0) {
+                    chunk.iter_mut().zip(&brow).for_each(|(x, y)| *x *= y);
+                }
+            }
+        }
+        Ok(())
+    })
+}
+
+pub(crate) fn scale(a: &TensorView, dst: &TensorView, s: f32) -> KResult {
+    map_rows(a, dst, |row, _| {
+        row.iter_mut().for_each(|x| *x *= s);
+        Ok(())
+    })
+}
+
+/// ggml_norm: (x - mean) / sqrt(var + eps) per row; mean and variance summed in f64.
+pub(crate) fn norm(a: &TensorView, dst: &TensorView, eps: f32) -> KResult {
+    let n = a.ne[0];
+    map_rows(a, dst, |row, _| {
+        if n == 0 {
+            return Ok(());
+        }
+        let mean = (row.iter().map(|&x| x as f64).sum::<f64>() / n as f64) as f32;
+        let mut var = 0.0f64;
+        for x in row.iter_mut() {
+            *x -= mean;
+            var += (*x as f64) * (*x as f64);
+        }
+        let var = (var / n as f64) as f32;
+        let s = 1.0 / libm::sqrtf(var + eps);
+        row.iter_mut().for_each(|x| *x *= s);
+        Ok(())
+    })
+}
+
+/// GELU, tanh form (GPT-2's `gelu_new`), evaluated in f64 and rounded once: within half
+/// an f32 ulp of the exact value. Uses 0.5·(1 + tanh(u)) = 1 / (1 + e^(-2u)), which has no
+/// cancellation for large negative x.
+#[inline]
+pub fn gelu_f32(x: f32) -> f32 {
+    const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
+    const C: f64 = 0.044_715;
+    let x = x as f64;
+    let u = SQRT_2_OVER_PI * x * (1.0 + C * x * x);
+    (x / (1.0 + libm::exp(-2.0 * u))) as f32
+}
+
+pub(crate) fn gelu(a: &TensorView, dst: &TensorView) -> KResult {
+    map_rows(a, dst, |row, _| {
+        row.iter_mut().for_each(|x| *x = gelu_f32(*x));
+        Ok(())
+    })
+}
+
+/// ggml_diag_mask_inf: a[i0, i1] = -inf where i0 > n_past + i1.
+pub(crate) fn diag_mask_inf(a: &TensorView, dst: &TensorView, n_past: i32) -> KResult {
+    map_rows(a, dst, |row, [i1, _, _]| {
+        let first = (n_past as i64 + i1 as i64 + 1).max(0) as usize;
+        if first < row.len() {
+            row[first..].iter_mut().for_each(|x| *x = f32::NEG_INFINITY);
+        }
+        Ok(())
+    })
+}
+
+/// ggml_soft_max_ext with max_bias = 0: softmax(a·scale + mask) over each row. The mask's
+/// row i1 is used (it may have more rows), broadcast over dims 2 and 3. A row that is -inf
+/// everywhere comes out as zeros (ggml would give NaN).
+pub(crate) fn soft_max(
+    a: &TensorView,
+    mask: Option<&TensorView>,
+    dst: &TensorView,
+    scale: f32,
+    max_bias: f32,
+) -> KResult {
+    if max_bias != 0.0 {
+        return unsupported(format!("soft_max with max_bias {max_bias} (ALiBi) is not implemented"));
+    }
+    if let Some(m) = mask {
+        if m.ne[0] != a.ne[0] || m.ne[1] < a.ne[1] || m.ne[2] == 0 || m.ne[3] == 0 {
+            return Err(KernelError::Invalid(format!("soft_max: mask ne={:?} does not fit ne={:?}", m.ne, a.ne)));
+        }
+        if !matches!(m.ty, GgmlType::F32 | GgmlType::F16) {
+            return unsupported(format!("soft_max mask of type {}", m.ty));
+        }
+    }
+    let mut mrow = vec![0.0f32; a.ne[0]];
+    map_rows(a, dst, |row, [i1, i2, i3]| {
+        if let Some(m) = mask {
+            read_row(m, i1, i2 % m.ne[2], i3 % m.ne[3], &mut mrow)?;
+            row.iter_mut().zip(&mrow).for_each(|(x, &mv)| *x = *x * scale + mv);
+        } else if scale != 1.0 {
+            row.iter_mut().for_each(|x| *x *= scale);
+        }
+        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        if max == f32::NEG_INFINITY {
+            row.iter_mut().for_each(|x| *x = 0.0);
+            return Ok(());
+        }
+        let mut sum = 0.0f64;
+        for x in row.iter_mut() {
+            let e = libm::expf(*x - max);
+            sum += e as f64;
+            *x = e;
+        }
+        let inv = (1.0 / sum) as f32;
+        row.iter_mut().for_each(|x| *x *= inv);
+        Ok(())
+    })
+}
+
+// --- mul_mat ---
+
+/// How a row of `a` is dotted with a row of `b`.
+#[derive(Clone, Copy)]
+enum DotKind {
+    F32,
+    F16,
+    /// `b` rows were quantized to `ty.vec_dot_type()`; dot with crate::quants::vec_dot.
+    Quant(GgmlType),
+}
+
+/// Everything a worker needs, as plain addresses.
+struct MulMatPlan {
+    a: TensorView,
+    /// Rows of `b` in the form the dot wants: `b` itself when it is already packed f32
+    /// rows, else converted (or quantized) rows in `wdata`.
+    b_ptr: *const u8,
+    b_nb: [usize; MAX_DIMS],
+    d: TensorView,
+    kind: DotKind,
+    /// b.ne[2] / a.ne[2] and b.ne[3] / a.ne[3]: how many b batches share one a matrix.
+    r2: usize,
+    r3: usize,
+    simd: &'static dyn Simd,
+}
+
+// SAFETY: read-only inputs; each job writes its own block of dst.
+unsafe impl Sync for MulMatPlan {}
+
+impl MulMatPlan {
+    /// Computes dst[m, n, i2, i3] for m in m0..m1, every n, batch (i2, i3).
+    fn run(&self, batch: usize, m0: usize, m1: usize) {
+        let (a, d) = (&self.a, &self.d);
+        let k = a.ne[0];
+        let (i2, i3) = (batch % d.ne[2], batch / d.ne[2]);
+        let a_base = a.ptr.wrapping_add((i2 / self.r2) * a.nb[2] + (i3 / self.r3) * a.nb[3]) as *const u8;
+        let row_bytes = a.ty.row_size(k as i64);
+        for n in 0..d.ne[1] {
+            let brow = self.b_ptr.wrapping_add(n * self.b_nb[1] + i2 * self.b_nb[2] + i3 * self.b_nb[3]);
+            let drow = d.row(n, i2, i3) as *mut f32;
+            // SAFETY: the plan checked every row below lies in its tensor, is aligned for
+            // its element type, and that dst is packed f32 (drow[m] for m < ne0 = a.ne1).
+            unsafe {
+                match self.kind {
+                    DotKind::F32 => {
+                        let bs = core::slice::from_raw_parts(brow as *const f32, k);
+                        for m in m0..m1 {
+                            let ar = core::slice::from_raw_parts(a_base.add(m * a.nb[1]) as *const f32, k);
+                            *drow.add(m) = self.simd.dot_f32(ar, bs);
+                        }
+                    }
+                    DotKind::F16 => {
+                        let bs = core::slice::from_raw_parts(brow as *const f32, k);
+                        for m in m0..m1 {
+                            let ar = core::slice::from_raw_parts(a_base.add(m * a.nb[1]) as *const f16, k);
+                            *drow.add(m) = self.simd.dot_f16_f32(ar, bs);
+                        }
+                    }
+                    DotKind::Quant(ty) => {
+                        let bs = core::slice::from_raw_parts(brow, ty.vec_dot_type().row_size(k as i64));
+                        for m in m0..m1 {
+                            let ar = core::slice::from_raw_parts(a_base.add(m * a.nb[1]), row_bytes);
+                            *drow.add(m) = crate::quants::vec_dot(ty, k, ar, bs);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn aligned(p: *const u8, align: usize) -> bool {
+    p as usize % align == 0
+}
+
+/// ggml_compute_forward_mul_mat: dst[m, n, i2, i3] = a[:, m, i2/r2, i3/r3] · b[:, n, i2, i3].
+///
+/// `a` may be F32, F16 or a quantized type, rows packed (nb0 = element size; the other
+/// strides are free, as for a permuted K). `b` may be any float type and layout: unless it
+/// is already packed f32 rows, its rows are converted once into a scratch matrix — for a
+/// quantized `a`, quantized to `a.ty.vec_dot_type()`. F16 `a` rows are dotted with f32 `b`
+/// rows directly (see [`Simd::dot_f16_f32`]).
+///
+/// Work is split into (batch, block of a's rows) jobs; a block of a's rows stays in cache
+/// while every row of b passes by. With `n_threads > 1` (native `std` builds) threads take
+/// jobs from a shared counter.
+pub(crate) fn mul_mat(a: &TensorView, b: &TensorView, d: &TensorView, n_threads: usize) -> KResult {
+    let k = a.ne[0];
+    if b.ne[0] != k
+        || a.ne[2] == 0
+        || a.ne[3] == 0
+        || b.ne[2] % a.ne[2] != 0
+        || b.ne[3] % a.ne[3] != 0
+        || d.ne != [a.ne[1], b.ne[1], b.ne[2], b.ne[3]]
+    {
+        return Err(KernelError::Invalid(format!(
+            "mul_mat: a ne={:?}, b ne={:?}, result ne={:?} do not fit",
+            a.ne, b.ne, d.ne
+        )));
+    }
+    if d.ty != GgmlType::F32 || d.nb[0] != 4 || !aligned(d.ptr, 4) || (d.ne[1] > 1 && d.nb[1] % 4 != 0) {
+        return unsupported(format!("mul_mat result must be packed, aligned f32 rows (type {}, nb {:?})", d.ty, d.nb));
+    }
+    if a.nb[0] != a.ty.type_size() && a.ne[0] > 1 {
+        return unsupported(format!(
+            "mul_mat: rows of a are not packed (nb0 = {} for {}); make it contiguous with cont",
+            a.nb[0], a.ty
+        ));
+    }
+    let kind = match a.ty {
+        GgmlType::F32 => DotKind::F32,
+        GgmlType::F16 => DotKind::F16,
+        t if has_vec_dot(t) => {
+            let vdt = t.vec_dot_type();
+            if k % t.blck_size() != 0 || k % vdt.blck_size() != 0 {
+                return unsupported(format!("mul_mat: K = {k} is not whole {t}/{vdt} blocks"));
+            }
+            DotKind::Quant(t)
+        }
+        t => return unsupported(format!("mul_mat with a of type {t}")),
+    };
+    if !is_float(b.ty) {
+        return unsupported(format!("mul_mat with b of type {}", b.ty));
+    }
+    let elem_align = match kind {
+        DotKind::F32 => 4,
+        DotKind::F16 => 2,
+        DotKind::Quant(_) => 1,
+    };
+    let a_rows_aligned = aligned(a.ptr, elem_align) && (1..MAX_DIMS).all(|i| a.ne[i] <= 1 || a.nb[i] % elem_align == 0);
+    if !a_rows_aligned {
+        return unsupported(format!("mul_mat: rows of a ({}) are not {elem_align}-byte aligned", a.ty));
+    }
+    if k == 0 {
+        d.for_each_row(|i1, i2, i3| write_row(d, i1, i2, i3, &vec![0.0; d.ne[0]]))?;
+        return Ok(());
+    }
+
+    // b in the form the dot product wants.
+    let b_is_packed_f32 = b.ty == GgmlType::F32
+        && b.nb[0] == 4
+        && aligned(b.ptr, 4)
+        && (1..MAX_DIMS).all(|i| b.ne[i] <= 1 || b.nb[i] % 4 == 0);
+    // Scratch rows: f32 for float dots; u64 words for quantized rows so their blocks are
+    // at least as aligned as a packed tensor's would be.
+    let wf32: Vec<f32>;
+    let wq: Vec<u64>;
+    let (b_ptr, b_nb) = match kind {
+        DotKind::F32 | DotKind::F16 if b_is_packed_f32 => (b.ptr as *const u8, b.nb),
+        DotKind::F32 | DotKind::F16 => {
+            // Packed f32 copy, in a Vec<f32> for alignment.
+            let mut w = vec![0.0f32; k * b.nrows()];
+            let mut r = 0;
+            b.for_each_row(|i1, i2, i3| {
+                read_row(b, i1, i2, i3, &mut w[r * k..(r + 1) * k])?;
+                r += 1;
+                Ok(())
+            })?;
+            wf32 = w;
+            let nb1 = k * 4;
+            (wf32.as_ptr() as *const u8, [4, nb1, nb1 * b.ne[1], nb1 * b.ne[1] * b.ne[2]])
+        }
+        DotKind::Quant(t) => {
+            let vdt = t.vec_dot_type();
+            let rs = vdt.row_size(k as i64);
+            let mut words = vec![0u64; (rs * b.nrows()).div_ceil(8)];
+            let w: &mut [u8] = bytemuck::cast_slice_mut(&mut words);
+            let mut row = vec![0.0f32; k];
+            let mut r = 0;
+            b.for_each_row(|i1, i2, i3| {
+                read_row(b, i1, i2, i3, &mut row)?;
+                crate::quants::quantize_row(vdt, &row, &mut w[r * rs..(r + 1) * rs]);
+                r += 1;
+                Ok(())
+            })?;
+            wq = words;
+            (wq.as_ptr() as *const u8, [vdt.type_size(), rs, rs * b.ne[1], rs * b.ne[1] * b.ne[2]])
+        }
+    };
+    let plan = MulMatPlan {
+        a: *a,
+        b_ptr,
+        b_nb,
+        d: *d,
+        kind,
+        r2: b.ne[2] / a.ne[2],
+        r3: b.ne[3] / a.ne[3],
+        simd: simd::best(),
+    };
+
+    // Jobs: blocks of a's rows about 64 KiB each (so they stay in L2 while b's rows pass),
+    // smaller when that leaves threads idle.
+    let m = a.ne[1];
+    let n_batches = d.ne[2] * d.ne[3];
+    let row_bytes = a.ty.row_size(k as i64).max(1);
+    let mut block = (64 * 1024 / row_bytes).clamp(4, 256).min(m.max(1));
+    let n_threads = n_threads.max(1);
+    let flops = m * d.ne[1] * k * n_batches;
+    let n_threads = if flops < 1 << 16 { 1 } else { n_threads };
+    if n_threads > 1 {
+        while block > 4 && n_batches * m.div_ceil(block) < 4 * n_threads {
+            block /= 2;
+        }
+    }
+    let blocks_per_batch = m.div_ceil(block);
+    let n_jobs = n_batches * blocks_per_batch;
+    let job = |j: usize| {
+        let (batch, blk) = (j / blocks_per_batch, j % blocks_per_batch);
+        plan.run(batch, blk * block, ((blk + 1) * block).min(m));
+    };
+    run_jobs(n_jobs, n_threads, &job);
+    Ok(())
+}
+
+/// Runs `job(0..n_jobs)`, on `n_threads` threads where the build has them.
+fn run_jobs(n_jobs: usize, n_threads: usize, job: &(dyn Fn(usize) + Sync)) {
+    #[cfg(all(feature = "std", not(target_arch = "wasm32")))]
+    if n_threads > 1 && n_jobs > 1 {
+        use core::sync::atomic::{AtomicUsize, Ordering};
+        let next = AtomicUsize::new(0);
+        let work = || loop {
+            let j = next.fetch_add(1, Ordering::Relaxed);
+            if j >= n_jobs {
+                break;
+            }
+            job(j);
+        };
+        std::thread::scope(|s| {
+            for _ in 1..n_threads.min(n_jobs) {
+                s.spawn(work);
+            }
+            work();
+        });
+        return;
+    }
+    let _ = n_threads;
+    for j in 0..n_jobs {
+        job(j);
+    }
+}

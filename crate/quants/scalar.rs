@@ -1,0 +1,578 @@
+//! Portable reference kernels: dequantize, quantize (ggml's `quantize_row_*_ref`
+//! rounding) and the dot products every SIMD path must reproduce bit for bit.
+//!
+//! Dot-product semantics, shared by all paths so results agree across machines:
+//! - quantized types: per block, an exact integer sum of quant products (times the
+//!   sub-block scales for K-quants), turned into an f32 contribution by the block's
+//!   scales; block `b` adds into accumulator `b % 8`, and the 8 accumulators are summed
+//!   by [`reduce8`].
+//! - float types: element `i`'s product (rounded to f32) adds into accumulator `i % 8`,
+//!   then [`reduce8`].
+//!
+//! ```
+//! use ggweb::quants::scalar;
+//! let x = [1.0f32; 32];
+//! let mut q = [0u8; 34];
+//! scalar::quantize_q8_0(&x, &mut q);
+//! assert_eq!(q[2..], [127u8; 32]); // d = 1/127, every quant 127
+//! ```
+
+use bytemuck::{cast_slice, cast_slice_mut, Zeroable};
+
+use super::blocks::*;
+use crate::types::{QK, QK_K};
+
+/// Accumulators in the fixed summation order of every dot product.
+pub const LANES: usize = 8;
+
+/// The final sum of the 8 accumulators: `((a0+a4) + (a2+a6)) + ((a1+a5) + (a3+a7))`,
+/// the order a 2×4 or 1×8 SIMD register reduces in with one add and two shuffles.
+#[inline(always)]
+pub fn reduce8(a: &[f32; LANES]) -> f32 {
+    ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]))
+}
+
+#[inline(always)]
+fn fabs(x: f32) -> f32 {
+    f32::from_bits(x.to_bits() & 0x7fff_ffff)
+}
+
+/// C's roundf: nearest integer, halves away from zero (ggml's Q8_0 rounding). `as i32`
+/// truncates exactly for |x| < 2^23; larger values are integers already.
+#[inline(always)]
+fn roundf(x: f32) -> f32 {
+    if fabs(x) >= 8_388_608.0 || x.is_nan() {
+        return x;
+    }
+    let t = x as i32 as f32;
+    let frac = x - t;
+    if frac >= 0.5 {
+        t + 1.0
+    } else if frac <= -0.5 {
+        t - 1.0
+    } else {
+        t
+    }
+}
+
+/// ggml's nearest_int: round half to even via the 1.5·2^23 trick (valid for |x| < 2^22).
+#[inline(always)]
+fn nearest_int(x: f32) -> i32 {
+    let v = x + 12_582_912.0;
+    (v.to_bits() & 0x007f_ffff) as i32 - 0x0040_0000
+}
+
+/// The first value of largest magnitude (ties keep the earlier one, as ggml's strict `<`).
+#[inline(always)]
+fn signed_absmax(x: &[f32]) -> f32 {
+    let (mut amax, mut max) = (0.0f32, 0.0f32);
+    for &v in x {
+        if amax < fabs(v) {
+            amax = fabs(v);
+            max = v;
+        }
+    }
+    max
+}
+
+#[inline(always)]
+fn min_max(x: &[f32]) -> (f32, f32) {
+    let (mut min, mut max) = (f32::MAX, -f32::MAX);
+    for &v in x {
+        if v < min {
+            min = v;
+        }
+        if v > max {
+            max = v;
+        }
+    }
+    (min, max)
+}
+
+#[inline(always)]
+fn inv(d: f32) -> f32 {
+    if d != 0.0 {
+        1.0 / d
+    } else {
+        0.0
+    }
+}
+
+// ---------------------------------------------------------------- dequantize
+
+pub fn dequantize_f32(src: &[u8], dst: &mut [f32]) {
+    for (y, b) in dst.iter_mut().zip(src.chunks_exact(4)) {
+        *y = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    }
+}
+
+pub fn dequantize_f16(src: &[u8], dst: &mut [f32]) {
+    for (y, b) in dst.iter_mut().zip(src.chunks_exact(2)) {
+        *y = fp16_to_fp32(u16::from_le_bytes([b[0], b[1]]));
+    }
+}
+
+pub fn dequantize_bf16(src: &[u8], dst: &mut [f32]) {
+    for (y, b) in dst.iter_mut().zip(src.chunks_exact(2)) {
+        *y = bf16_to_fp32(u16::from_le_bytes([b[0], b[1]]));
+    }
+}
+
+pub fn dequantize_q4_0(src: &[u8], dst: &mut [f32]) {
+    let blocks: &[BlockQ4_0] = cast_slice(src);
+    for (x, y) in blocks.iter().zip(dst.chunks_exact_mut(QK)) {
+        let d = fp16_to_fp32(x.d());
+        for j in 0..QK / 2 {
+            y[j] = ((x.qs[j] & 0xF) as i32 - 8) as f32 * d;
+            y[j + QK / 2] = ((x.qs[j] >> 4) as i32 - 8) as f32 * d;
+        }
+    }
+}
+
+pub fn dequantize_q4_1(src: &[u8], dst: &mut [f32]) {
+    let blocks: &[BlockQ4_1] = cast_slice(src);
+    for (x, y) in blocks.iter().zip(dst.chunks_exact_mut(QK)) {
+        let (d, m) = (fp16_to_fp32(x.d()), fp16_to_fp32(x.m()));
+        for j in 0..QK / 2 {
+            y[j] = (x.qs[j] & 0xF) as f32 * d + m;
+            y[j + QK / 2] = (x.qs[j] >> 4) as f32 * d + m;
+        }
+    }
+}
+
+/// The 5-bit quants of a Q5_0/Q5_1 block, unsigned.
+#[inline(always)]
+fn q5(qs: &[u8; QK / 2], qh: u32) -> [u8; QK] {
+    let mut q = [0u8; QK];
+    for j in 0..QK / 2 {
+        q[j] = (qs[j] & 0xF) | ((((qh >> j) & 1) as u8) << 4);
+        q[j + QK / 2] = (qs[j] >> 4) | ((((qh >> (j + QK / 2)) & 1) as u8) << 4);
+    }
+    q
+}
+
+pub fn dequantize_q5_0(src: &[u8], dst: &mut [f32]) {
+    let blocks: &[BlockQ5_0] = cast_slice(src);
+    for (x, y) in blocks.iter().zip(dst.chunks_exact_mut(QK)) {
+        let d = fp16_to_fp32(x.d());
+        for (y, q) in y.iter_mut().zip(q5(&x.qs, x.qh())) {
+            *y = (q as i32 - 16) as f32 * d;
+        }
+    }
+}
+
+pub fn dequantize_q5_1(src: &[u8], dst: &mut [f32]) {
+    let blocks: &[BlockQ5_1] = cast_slice(src);
+    for (x, y) in blocks.iter().zip(dst.chunks_exact_mut(QK)) {
+        let (d, m) = (fp16_to_fp32(x.d()), fp16_to_fp32(x.m()));
+        for (y, q) in y.iter_mut().zip(q5(&x.qs, x.qh())) {
+            *y = q as f32 * d + m;
+        }
+    }
+}
+
+pub fn dequantize_q8_0(src: &[u8], dst: &mut [f32]) {
+    let blocks: &[BlockQ8_0] = cast_slice(src);
+    for (x, y) in blocks.iter().zip(dst.chunks_exact_mut(QK)) {
+        let d = fp16_to_fp32(x.d());
+        for (y, &q) in y.iter_mut().zip(&x.qs) {
+            *y = q as f32 * d;
+        }
+    }
+}
+
+pub fn dequantize_q4_k(src: &[u8], dst: &mut [f32]) {
+    let blocks: &[BlockQ4_K] = cast_slice(src);
+    for (x, y) in blocks.iter().zip(dst.chunks_exact_mut(QK_K)) {
+        let (d, dmin) = (fp16_to_fp32(x.d()), fp16_to_fp32(x.dmin()));
+        for (c, (y, qs)) in y.chunks_exact_mut(64).zip(x.qs.chunks_exact(32)).enumerate() {
+            let (sc1, m1) = x.scale_min(2 * c);
+            let (sc2, m2) = x.scale_min(2 * c + 1);
+            let (d1, m1) = (d * sc1 as f32, dmin * m1 as f32);
+            let (d2, m2) = (d * sc2 as f32, dmin * m2 as f32);
+            for l in 0..32 {
+                y[l] = d1 * (qs[l] & 0xF) as f32 - m1;
+                y[l + 32] = d2 * (qs[l] >> 4) as f32 - m2;
+            }
+        }
+    }
+}
+
+pub fn dequantize_q6_k(src: &[u8], dst: &mut [f32]) {
+    let blocks: &[BlockQ6_K] = cast_slice(src);
+    for (x, y) in blocks.iter().zip(dst.chunks_exact_mut(QK_K)) {
+        let d = fp16_to_fp32(x.d());
+        for (i, y) in y.iter_mut().enumerate() {
+            // (d * scale) * q, the order ggml multiplies in.
+            *y = d * x.scales[i / 16] as f32 * (x.q(i) as i32 - 32) as f32;
+        }
+    }
+}
+
+pub fn dequantize_q8_k(src: &[u8], dst: &mut [f32]) {
+    let blocks: &[BlockQ8_K] = cast_slice(src);
+    for (x, y) in blocks.iter().zip(dst.chunks_exact_mut(QK_K)) {
+        let d = x.d();
+        for (y, &q) in y.iter_mut().zip(&x.qs) {
+            *y = d * q as f32;
+        }
+    }
+}
+
+// ---------------------------------------------------------------- quantize
+
+pub fn quantize_f32(src: &[f32], dst: &mut [u8]) {
+    for (x, b) in src.iter().zip(dst.chunks_exact_mut(4)) {
+        b.copy_from_slice(&x.to_le_bytes());
+    }
+}
+
+pub fn quantize_f16(src: &[f32], dst: &mut [u8]) {
+    for (x, b) in src.iter().zip(dst.chunks_exact_mut(2)) {
+        b.copy_from_slice(&fp32_to_fp16(*x).to_le_bytes());
+    }
+}
+
+pub fn quantize_bf16(src: &[f32], dst: &mut [u8]) {
+    for (x, b) in src.iter().zip(dst.chunks_exact_mut(2)) {
+        b.copy_from_slice(&fp32_to_bf16(*x).to_le_bytes());
+    }
+}
+
+/// quantize_row_q4_0_ref: d = (signed absmax) / -8, q = trunc(x/d + 8.5) capped at 15.
+pub fn quantize_q4_0(src: &[f32], dst: &mut [u8]) {
+    let blocks: &mut [BlockQ4_0] = cast_slice_mut(dst);
+    for (x, y) in src.chunks_exact(QK).zip(blocks) {
+        let d = signed_absmax(x) / -8.0;
+        let id = inv(d);
+        y.d = fp32_to_fp16(d).to_le_bytes();
+        for j in 0..QK / 2 {
+            let q0 = ((x[j] * id + 8.5) as i8).min(15) as u8;
+            let q1 = ((x[j + QK / 2] * id + 8.5) as i8).min(15) as u8;
+            y.qs[j] = q0 | (q1 << 4);
+        }
+    }
+}
+
+/// quantize_row_q4_1_ref: d = (max - min) / 15, m = min, q = trunc((x - min)/d + 0.5).
+pub fn quantize_q4_1(src: &[f32], dst: &mut [u8]) {
+    let blocks: &mut [BlockQ4_1] = cast_slice_mut(dst);
+    for (x, y) in src.chunks_exact(QK).zip(blocks) {
+        let (min, max) = min_max(x);
+        let d = (max - min) / 15.0;
+        let id = inv(d);
+        y.d = fp32_to_fp16(d).to_le_bytes();
+        y.m = fp32_to_fp16(min).to_le_bytes();
+        for j in 0..QK / 2 {
+            let q0 = (((x[j] - min) * id + 0.5) as i8).min(15) as u8;
+            let q1 = (((x[j + QK / 2] - min) * id + 0.5) as i8).min(15) as u8;
+            y.qs[j] = q0 | (q1 << 4);
+        }
+    }
+}
+
+/// Packs 32 five-bit quants as Q5_0/Q5_1 store them.
+#[inline(always)]
+fn pack_q5(q: &[u8; QK], qs: &mut [u8; QK / 2]) -> [u8; 4] {
+    let mut qh = 0u32;
+    for j in 0..QK / 2 {
+        let (q0, q1) = (q[j], q[j + QK / 2]);
+        qs[j] = (q0 & 0xF) | ((q1 & 0xF) << 4);
+        qh |= (((q0 & 0x10) >> 4) as u32) << j;
+        qh |= (((q1 & 0x10) >> 4) as u32) << (j + QK / 2);
+    }
+    qh.to_le_bytes()
+}
+
+/// quantize_row_q5_0_ref: d = (signed absmax) / -16, q = trunc(x/d + 16.5) capped at 31.
+pub fn quantize_q5_0(src: &[f32], dst: &mut [u8]) {
+    let blocks: &mut [BlockQ5_0] = cast_slice_mut(dst);
+    for (x, y) in src.chunks_exact(QK).zip(blocks) {
+        let d = signed_absmax(x) / -16.0;
+        let id = inv(d);
+        y.d = fp32_to_fp16(d).to_le_bytes();
+        let mut q = [0u8; QK];
+        for (q, &v) in q.iter_mut().zip(x) {
+            *q = ((v * id + 16.5) as i8).min(31) as u8;
+        }
+        y.qh = pack_q5(&q, &mut y.qs);
+    }
+}
+
+/// quantize_row_q5_1_ref: d = (max - min) / 31, m = min, q = trunc((x - min)/d + 0.5).
+pub fn quantize_q5_1(src: &[f32], dst: &mut [u8]) {
+    let blocks: &mut [BlockQ5_1] = cast_slice_mut(dst);
+    for (x, y) in src.chunks_exact(QK).zip(blocks) {
+        let (min, max) = min_max(x);
+        let d = (max - min) / 31.0;
+        let id = inv(d);
+        y.d = fp32_to_fp16(d).to_le_bytes();
+        y.m = fp32_to_fp16(min).to_le_bytes();
+        let mut q = [0u8; QK];
+        for (q, &v) in q.iter_mut().zip(x) {
+            *q = (((v - min) * id + 0.5) as i8).min(31) as u8;
+        }
+        y.qh = pack_q5(&q, &mut y.qs);
+    }
+}
+
+/// quantize_row_q8_0_ref: d = absmax / 127, q = roundf(x/d) (halves away from zero).
+pub fn quantize_q8_0(src: &[f32], dst: &mut [u8]) {
+    let blocks: &mut [BlockQ8_0] = cast_slice_mut(dst);
+    for (x, y) in src.chunks_exact(QK).zip(blocks) {
+        let amax = x.iter().fold(0.0f32, |a, &v| if a < fabs(v) { fabs(v) } else { a });
+        let d = amax / 127.0;
+        let id = inv(d);
+        y.d = fp32_to_fp16(d).to_le_bytes();
+        for (q, &v) in y.qs.iter_mut().zip(x) {
+            *q = roundf(v * id) as i8;
+        }
+    }
+}
+
+/// quantize_row_q8_K_ref: iscale = -127 / (signed absmax), q = nearest_int(x·iscale)
+/// (half to even) capped at 127, d = 1 / iscale, bsums the sums of 16 quants. An
+/// all-zero block stores d = 0 and zero quants and sums.
+pub fn quantize_q8_k(src: &[f32], dst: &mut [u8]) {
+    let blocks: &mut [BlockQ8_K] = cast_slice_mut(dst);
+    for (x, y) in src.chunks_exact(QK_K).zip(blocks) {
+        let (mut amax, mut max) = (0.0f32, 0.0f32);
+        for &v in x {
+            if fabs(v) > amax {
+                amax = fabs(v);
+                max = v;
+            }
+        }
+        if amax == 0.0 {
+            *y = BlockQ8_K::zeroed();
+            continue;
+        }
+        let iscale = -127.0 / max;
+        for (q, &v) in y.qs.iter_mut().zip(x) {
+            *q = nearest_int(iscale * v).min(127) as i8;
+        }
+        for (j, s) in y.bsums.iter_mut().enumerate() {
+            let sum: i32 = y.qs[16 * j..16 * (j + 1)].iter().map(|&q| q as i32).sum();
+            *s = (sum as i16).to_le_bytes();
+        }
+        y.d = (1.0 / iscale).to_le_bytes();
+    }
+}
+
+// ---------------------------------------------------------------- vec_dot
+
+/// Sums `contribution(block)` over paired blocks into the 8 lane accumulators.
+#[inline(always)]
+fn dot_blocks<X, Y>(x: &[X], y: &[Y], f: impl Fn(&X, &Y) -> f32) -> f32 {
+    let mut acc = [0.0f32; LANES];
+    for (b, (x, y)) in x.iter().zip(y).enumerate() {
+        acc[b % LANES] += f(x, y);
+    }
+    reduce8(&acc)
+}
+
+/// The exact integer dot product of 32 signed quants.
+#[inline(always)]
+fn isum32(x: &[i8; QK], y: &[i8; QK]) -> i32 {
+    idot(x, y)
+}
+
+/// Σ x·y in i32. Cannot overflow for the lengths used (≤ 256 · 2^14); wrapping ops keep
+/// overflow checks of debug/test builds from blocking vectorization.
+#[inline(always)]
+fn idot(x: &[i8], y: &[i8]) -> i32 {
+    x.iter().zip(y).fold(0i32, |s, (&a, &b)| s.wrapping_add((a as i32).wrapping_mul(b as i32)))
+}
+
+/// Σ u·y for unsigned quants.
+#[inline(always)]
+fn udot(x: impl Iterator<Item = u8>, y: &[i8]) -> i32 {
+    x.zip(y).fold(0i32, |s, (a, &b)| s.wrapping_add((a as i32).wrapping_mul(b as i32)))
+}
+
+#[inline(always)]
+fn qsum(y: &[i8; QK]) -> i32 {
+    y.iter().fold(0i32, |s, &v| s.wrapping_add(v as i32))
+}
+
+/// Per-block contributions; the SIMD paths compute the integer sums their own way and
+/// call these for the float part.
+#[inline(always)]
+pub fn q8_0_block(sumi: i32, xd: u16, yd: u16) -> f32 {
+    sumi as f32 * (fp16_to_fp32(xd) * fp16_to_fp32(yd))
+}
+
+/// Q4_1/Q5_1 (`d·q + m`) against Q8_0: `dx·dy·Σq·y + m·dy·Σy`.
+#[inline(always)]
+pub fn qx_1_block(sumi: i32, ysum: i32, xd: u16, xm: u16, yd: u16) -> f32 {
+    let dy = fp16_to_fp32(yd);
+    sumi as f32 * (fp16_to_fp32(xd) * dy) + ysum as f32 * (fp16_to_fp32(xm) * dy)
+}
+
+#[inline(always)]
+pub fn q4_k_block(isum: i32, summ: i32, x: &BlockQ4_K, yd: f32) -> f32 {
+    let d = fp16_to_fp32(x.d()) * yd;
+    let dmin = fp16_to_fp32(x.dmin()) * yd;
+    d * isum as f32 - dmin * summ as f32
+}
+
+#[inline(always)]
+pub fn q6_k_block(isum: i32, x: &BlockQ6_K, yd: f32) -> f32 {
+    (fp16_to_fp32(x.d()) * yd) * isum as f32
+}
+
+#[inline(always)]
+fn q4_signed(qs: &[u8; QK / 2]) -> [i8; QK] {
+    let mut q = [0i8; QK];
+    for j in 0..QK / 2 {
+        q[j] = (qs[j] & 0xF) as i8 - 8;
+        q[j + QK / 2] = (qs[j] >> 4) as i8 - 8;
+    }
+    q
+}
+
+#[inline(always)]
+fn q4_unsigned(qs: &[u8; QK / 2]) -> [i8; QK] {
+    let mut q = [0i8; QK];
+    for j in 0..QK / 2 {
+        q[j] = (qs[j] & 0xF) as i8;
+        q[j + QK / 2] = (qs[j] >> 4) as i8;
+    }
+    q
+}
+
+// One block's contribution per type: what the SIMD paths use for their leftover blocks.
+
+#[inline(always)]
+pub fn dot_q8_0_block(x: &BlockQ8_0, y: &BlockQ8_0) -> f32 {
+    q8_0_block(isum32(&x.qs, &y.qs), x.d(), y.d())
+}
+
+#[inline(always)]
+pub fn dot_q4_0_block(x: &BlockQ4_0, y: &BlockQ8_0) -> f32 {
+    q8_0_block(isum32(&q4_signed(&x.qs), &y.qs), x.d(), y.d())
+}
+
+#[inline(always)]
+pub fn dot_q4_1_block(x: &BlockQ4_1, y: &BlockQ8_0) -> f32 {
+    qx_1_block(isum32(&q4_unsigned(&x.qs), &y.qs), qsum(&y.qs), x.d(), x.m(), y.d())
+}
+
+#[inline(always)]
+pub fn dot_q5_0_block(x: &BlockQ5_0, y: &BlockQ8_0) -> f32 {
+    let q = q5(&x.qs, x.qh()).map(|q| q as i8 - 16);
+    q8_0_block(isum32(&q, &y.qs), x.d(), y.d())
+}
+
+#[inline(always)]
+pub fn dot_q5_1_block(x: &BlockQ5_1, y: &BlockQ8_0) -> f32 {
+    let q = q5(&x.qs, x.qh()).map(|q| q as i8);
+    qx_1_block(isum32(&q, &y.qs), qsum(&y.qs), x.d(), x.m(), y.d())
+}
+
+/// Σ_j m[j] · (sum of the Q8_K quants of sub-block j), from the block's bsums.
+#[inline(always)]
+pub fn q4_k_summ(mins: &[u8; 8], y: &BlockQ8_K) -> i32 {
+    mins.iter().enumerate().map(|(j, &m)| m as i32 * (y.bsum(2 * j) as i32 + y.bsum(2 * j + 1) as i32)).sum()
+}
+
+#[inline(always)]
+pub fn dot_q4_k_block(x: &BlockQ4_K, y: &BlockQ8_K) -> f32 {
+    let (sc, m) = x.scales_mins();
+    let mut isum = 0i32;
+    for c in 0..4 {
+        let qs = &x.qs[32 * c..32 * c + 32];
+        let (ylo, yhi) = (&y.qs[64 * c..64 * c + 32], &y.qs[64 * c + 32..64 * c + 64]);
+        let slo = udot(qs.iter().map(|&q| q & 0xF), ylo);
+        let shi = udot(qs.iter().map(|&q| q >> 4), yhi);
+        isum += sc[2 * c] as i32 * slo + sc[2 * c + 1] as i32 * shi;
+    }
+    q4_k_block(isum, q4_k_summ(&m, y), x, y.d())
+}
+
+/// The signed 6-bit quants (-32..32) of a Q6_K block in element order.
+#[inline(always)]
+pub fn q6_k_signed(x: &BlockQ6_K) -> [i8; QK_K] {
+    let mut q = [0i8; QK_K];
+    for half in 0..2 {
+        let (ql, qh) = (&x.ql[64 * half..64 * half + 64], &x.qh[32 * half..32 * half + 32]);
+        let q = &mut q[128 * half..128 * half + 128];
+        for l in 0..32 {
+            q[l] = ((ql[l] & 0xF) | ((qh[l] & 3) << 4)) as i8 - 32;
+            q[l + 32] = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) as i8 - 32;
+            q[l + 64] = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i8 - 32;
+            q[l + 96] = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i8 - 32;
+        }
+    }
+    q
+}
+
+#[inline(always)]
+pub fn dot_q6_k_block(x: &BlockQ6_K, y: &BlockQ8_K) -> f32 {
+    let q = q6_k_signed(x);
+    let mut isum = 0i32;
+    for j in 0..QK_K / 16 {
+        let s = idot(&q[16 * j..16 * j + 16], &y.qs[16 * j..16 * j + 16]);
+        isum += x.scales[j] as i32 * s;
+    }
+    q6_k_block(isum, x, y.d())
+}
+
+pub fn vec_dot_q8_0_q8_0(x: &[u8], y: &[u8]) -> f32 {
+    dot_blocks::<BlockQ8_0, BlockQ8_0>(cast_slice(x), cast_slice(y), dot_q8_0_block)
+}
+
+pub fn vec_dot_q4_0_q8_0(x: &[u8], y: &[u8]) -> f32 {
+    dot_blocks::<BlockQ4_0, BlockQ8_0>(cast_slice(x), cast_slice(y), dot_q4_0_block)
+}
+
+pub fn vec_dot_q4_1_q8_0(x: &[u8], y: &[u8]) -> f32 {
+    dot_blocks::<BlockQ4_1, BlockQ8_0>(cast_slice(x), cast_slice(y), dot_q4_1_block)
+}
+
+pub fn vec_dot_q5_0_q8_0(x: &[u8], y: &[u8]) -> f32 {
+    dot_blocks::<BlockQ5_0, BlockQ8_0>(cast_slice(x), cast_slice(y), dot_q5_0_block)
+}
+
+pub fn vec_dot_q5_1_q8_0(x: &[u8], y: &[u8]) -> f32 {
+    dot_blocks::<BlockQ5_1, BlockQ8_0>(cast_slice(x), cast_slice(y), dot_q5_1_block)
+}
+
+pub fn vec_dot_q4_k_q8_k(x: &[u8], y: &[u8]) -> f32 {
+    dot_blocks::<BlockQ4_K, BlockQ8_K>(cast_slice(x), cast_slice(y), dot_q4_k_block)
+}
+
+pub fn vec_dot_q6_k_q8_k(x: &[u8], y: &[u8]) -> f32 {
+    dot_blocks::<BlockQ6_K, BlockQ8_K>(cast_slice(x), cast_slice(y), dot_q6_k_block)
+}
+
+/// Float dot products: element `i` into lane `i % 8`. `W` bytes per element, `get`
+/// reads one element.
+#[inline(always)]
+fn dot_elems<const W: usize>(n: usize, x: &[u8], y: &[u8], get: impl Fn(&[u8]) -> f32) -> f32 {
+    let (x, y) = (&x[..W * n], &y[..W * n]);
+    let mut acc = [0.0f32; LANES];
+    let (xc, yc) = (x.chunks_exact(W * LANES), y.chunks_exact(W * LANES));
+    let (xr, yr) = (xc.remainder(), yc.remainder());
+    for (xb, yb) in xc.zip(yc) {
+        for l in 0..LANES {
+            acc[l] += get(&xb[W * l..W * l + W]) * get(&yb[W * l..W * l + W]);
+        }
+    }
+    for (l, (xe, ye)) in xr.chunks_exact(W).zip(yr.chunks_exact(W)).enumerate() {
+        acc[l] += get(xe) * get(ye);
+    }
+    reduce8(&acc)
+}
+
+pub fn vec_dot_f32(n: usize, x: &[u8], y: &[u8]) -> f32 {
+    dot_elems::<4>(n, x, y, |b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+pub fn vec_dot_f16(n: usize, x: &[u8], y: &[u8]) -> f32 {
+    dot_elems::<2>(n, x, y, |b| fp16_to_fp32(u16::from_le_bytes([b[0], b[1]])))
+}
+
+pub fn vec_dot_bf16(n: usize, x: &[u8], y: &[u8]) -> f32 {
+    dot_elems::<2>(n, x, y, |b| bf16_to_fp32(u16::from_le_bytes([b[0], b[1]])))
+}

@@ -1,0 +1,295 @@
+//! wasm32 SIMD128 dot products, bit-identical to [`super::scalar`].
+//!
+//! Built whenever the target has `+simd128` (the repo's .cargo/config.toml sets it), so
+//! there is no run-time detection. i8×i8 products are exact in i16 (`extmul`), pairs
+//! widen to i32 before any further sum, and eight blocks' sums are gathered into two
+//! i32x4 so the float part runs four blocks per instruction, in the scalar's order.
+
+use core::arch::wasm32::*;
+
+use bytemuck::cast_slice;
+
+use super::blocks::*;
+use super::scalar::{self, reduce8, LANES};
+use crate::types::GgmlType;
+
+pub fn vec_dot(ty: GgmlType, n: usize, a: &[u8], b: &[u8]) -> Option<f32> {
+    use GgmlType::*;
+    Some(match ty {
+        Q8_0 => q8_0_q8_0(cast_slice(a), cast_slice(b)),
+        Q4_0 => q4_0_q8_0(cast_slice(a), cast_slice(b)),
+        Q4_1 => q4_1_q8_0(cast_slice(a), cast_slice(b)),
+        Q5_0 => q5_0_q8_0(cast_slice(a), cast_slice(b)),
+        Q5_1 => q5_1_q8_0(cast_slice(a), cast_slice(b)),
+        Q4_K => q4_k_q8_k(cast_slice(a), cast_slice(b)),
+        Q6_K => q6_k_q8_k(cast_slice(a), cast_slice(b)),
+        F32 => f32_dot(n, a, b),
+        F16 => f16_dot(n, a, b),
+        BF16 => bf16_dot(n, a, b),
+        _ => return None,
+    })
+}
+
+#[inline(always)]
+fn load<T>(s: &[T]) -> v128 {
+    assert!(core::mem::size_of_val(s) >= 16);
+    // SAFETY: at least 16 readable bytes (checked above); v128.load has no alignment need.
+    unsafe { v128_load(s.as_ptr() as *const v128) }
+}
+
+/// Σ x·y of 16 i8 pairs into 4 i32 lanes (exact).
+#[inline(always)]
+fn dot_i8(x: v128, y: v128) -> v128 {
+    i32x4_add(
+        i32x4_extadd_pairwise_i16x8(i16x8_extmul_low_i8x16(x, y)),
+        i32x4_extadd_pairwise_i16x8(i16x8_extmul_high_i8x16(x, y)),
+    )
+}
+
+/// Σ y of 16 i8 into 4 i32 lanes.
+#[inline(always)]
+fn sum_i8(y: v128) -> v128 {
+    i32x4_extadd_pairwise_i16x8(i16x8_extadd_pairwise_i8x16(y))
+}
+
+/// `scale · Σ x·y` of 16 pairs whose products fit i16, into 4 i32 lanes (exact).
+#[inline(always)]
+fn dot_i8_scaled(x: v128, y: v128, scale: i16) -> v128 {
+    let s = i16x8_splat(scale);
+    i32x4_add(i32x4_dot_i16x8(i16x8_extmul_low_i8x16(x, y), s), i32x4_dot_i16x8(i16x8_extmul_high_i8x16(x, y), s))
+}
+
+#[inline(always)]
+fn hsum_i32(v: v128) -> i32 {
+    let v = i32x4_add(v, i32x4_shuffle::<2, 3, 0, 1>(v, v));
+    let v = i32x4_add(v, i32x4_shuffle::<1, 0, 3, 2>(v, v));
+    i32x4_extract_lane::<0>(v)
+}
+
+/// Lane k of the result = the sum of the lanes of v[k].
+#[inline(always)]
+fn transpose_sum(v: &[v128; 4]) -> v128 {
+    let t0 = i32x4_add(i32x4_shuffle::<0, 4, 1, 5>(v[0], v[1]), i32x4_shuffle::<2, 6, 3, 7>(v[0], v[1]));
+    let t1 = i32x4_add(i32x4_shuffle::<0, 4, 1, 5>(v[2], v[3]), i32x4_shuffle::<2, 6, 3, 7>(v[2], v[3]));
+    i32x4_add(i32x4_shuffle::<0, 1, 4, 5>(t0, t1), i32x4_shuffle::<2, 3, 6, 7>(t0, t1))
+}
+
+/// Four f16 (in the low 16 bits of u32 lanes) to f32, exactly as
+/// [`fp16_to_fp32`]: rescale by 2^112, full exponent for inf/NaN, then the sign.
+#[inline(always)]
+fn f16x4_to_f32(h: v128) -> v128 {
+    let em = i32x4_shl(v128_and(h, u32x4_splat(0x7fff)), 13);
+    let scaled = f32x4_mul(em, f32x4_splat(f32::from_bits(0x7780_0000)));
+    let special = i32x4_eq(v128_and(h, u32x4_splat(0x7c00)), u32x4_splat(0x7c00));
+    let r = v128_bitselect(v128_or(em, u32x4_splat(0x7f80_0000)), scaled, special);
+    v128_or(r, i32x4_shl(v128_and(h, u32x4_splat(0x8000)), 16))
+}
+
+#[inline(always)]
+fn f16x4(h: [u16; 4]) -> v128 {
+    f16x4_to_f32(u32x4(h[0] as u32, h[1] as u32, h[2] as u32, h[3] as u32))
+}
+
+/// Scalar contributions of the blocks past the last whole group of 8, then the lanes'
+/// sum.
+#[inline(always)]
+fn finish<X, Y>(lo: v128, hi: v128, x: &[X], y: &[Y], block: impl Fn(&X, &Y) -> f32) -> f32 {
+    let mut acc = [0f32; LANES];
+    // SAFETY: 8 f32 of room for two unaligned 16-byte stores.
+    unsafe {
+        v128_store(acc.as_mut_ptr() as *mut v128, lo);
+        v128_store(acc.as_mut_ptr().add(4) as *mut v128, hi);
+    }
+    let done = x.len() - x.len() % LANES;
+    for b in done..x.len() {
+        acc[b % LANES] += block(&x[b], &y[b]);
+    }
+    reduce8(&acc)
+}
+
+/// The 32 nibbles of a legacy block: (elements 0..16, elements 16..32), as u8.
+#[inline(always)]
+fn nibbles(qs: &[u8; 16]) -> (v128, v128) {
+    let q = load(qs);
+    (v128_and(q, u8x16_splat(0x0F)), u8x16_shr(q, 4))
+}
+
+/// 5-bit quants of a Q5 block: nibbles plus bit j of `qh` as 0x10 in byte j.
+#[inline(always)]
+fn q5(qs: &[u8; 16], qh: u32) -> (v128, v128) {
+    let (lo, hi) = nibbles(qs);
+    let h = u32x4_splat(qh);
+    let bits = u8x16(1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128);
+    let spread_lo = i8x16_swizzle(h, u8x16(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1));
+    let spread_hi = i8x16_swizzle(h, u8x16(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+    let top = |s: v128| v128_and(i8x16_eq(v128_and(s, bits), bits), u8x16_splat(0x10));
+    (v128_or(lo, top(spread_lo)), v128_or(hi, top(spread_hi)))
+}
+
+/// The `d_x·d_y·Σ` kernels: `$isum` is a block's i32x4 of partial sums.
+macro_rules! symmetric_kernel {
+    ($name:ident, $X:ty, $block:path, |$x:ident, $y:ident| $isum:expr) => {
+        fn $name(xs: &[$X], ys: &[BlockQ8_0]) -> f32 {
+            let (mut lo, mut hi) = (f32x4_splat(0.0), f32x4_splat(0.0));
+            for (xg, yg) in xs.chunks_exact(LANES).zip(ys.chunks_exact(LANES)) {
+                let mut v = [i32x4_splat(0); LANES];
+                for k in 0..LANES {
+                    let ($x, $y) = (&xg[k], &yg[k]);
+                    v[k] = $isum;
+                }
+                for (h, acc) in [&mut lo, &mut hi].into_iter().enumerate() {
+                    let s = f32x4_convert_i32x4(transpose_sum(&[v[4 * h], v[4 * h + 1], v[4 * h + 2], v[4 * h + 3]]));
+                    let dx = f16x4(core::array::from_fn(|k| xg[4 * h + k].d()));
+                    let dy = f16x4(core::array::from_fn(|k| yg[4 * h + k].d()));
+                    *acc = f32x4_add(*acc, f32x4_mul(s, f32x4_mul(dx, dy)));
+                }
+            }
+            finish(lo, hi, xs, ys, $block)
+        }
+    };
+}
+
+symmetric_kernel!(q8_0_q8_0, BlockQ8_0, scalar::dot_q8_0_block, |x, y| i32x4_add(
+    dot_i8(load(&x.qs[..16]), load(&y.qs[..16])),
+    dot_i8(load(&x.qs[16..]), load(&y.qs[16..]))
+));
+symmetric_kernel!(q4_0_q8_0, BlockQ4_0, scalar::dot_q4_0_block, |x, y| {
+    let (lo, hi) = nibbles(&x.qs);
+    let eight = i8x16_splat(8);
+    i32x4_add(dot_i8(i8x16_sub(lo, eight), load(&y.qs[..16])), dot_i8(i8x16_sub(hi, eight), load(&y.qs[16..])))
+});
+symmetric_kernel!(q5_0_q8_0, BlockQ5_0, scalar::dot_q5_0_block, |x, y| {
+    let (lo, hi) = q5(&x.qs, x.qh());
+    let sixteen = i8x16_splat(16);
+    i32x4_add(dot_i8(i8x16_sub(lo, sixteen), load(&y.qs[..16])), dot_i8(i8x16_sub(hi, sixteen), load(&y.qs[16..])))
+});
+
+/// The `d·q + m` kernels: `dx·dy·Σq·y + m·dy·Σy` per block.
+macro_rules! affine_kernel {
+    ($name:ident, $X:ty, $block:path, |$x:ident| $q:expr) => {
+        fn $name(xs: &[$X], ys: &[BlockQ8_0]) -> f32 {
+            let (mut lo, mut hi) = (f32x4_splat(0.0), f32x4_splat(0.0));
+            for (xg, yg) in xs.chunks_exact(LANES).zip(ys.chunks_exact(LANES)) {
+                let mut v = [i32x4_splat(0); LANES];
+                let mut w = [i32x4_splat(0); LANES];
+                for k in 0..LANES {
+                    let $x = &xg[k];
+                    let (q0, q1): (v128, v128) = $q;
+                    let (y0, y1) = (load(&yg[k].qs[..16]), load(&yg[k].qs[16..]));
+                    v[k] = i32x4_add(dot_i8(q0, y0), dot_i8(q1, y1));
+                    w[k] = i32x4_add(sum_i8(y0), sum_i8(y1));
+                }
+                for (h, acc) in [&mut lo, &mut hi].into_iter().enumerate() {
+                    let four = |v: &[v128; LANES]| [v[4 * h], v[4 * h + 1], v[4 * h + 2], v[4 * h + 3]];
+                    let s = f32x4_convert_i32x4(transpose_sum(&four(&v)));
+                    let ysum = f32x4_convert_i32x4(transpose_sum(&four(&w)));
+                    let dx = f16x4(core::array::from_fn(|k| xg[4 * h + k].d()));
+                    let mx = f16x4(core::array::from_fn(|k| xg[4 * h + k].m()));
+                    let dy = f16x4(core::array::from_fn(|k| yg[4 * h + k].d()));
+                    let c = f32x4_add(f32x4_mul(s, f32x4_mul(dx, dy)), f32x4_mul(ysum, f32x4_mul(mx, dy)));
+                    *acc = f32x4_add(*acc, c);
+                }
+            }
+            finish(lo, hi, xs, ys, $block)
+        }
+    };
+}
+
+affine_kernel!(q4_1_q8_0, BlockQ4_1, scalar::dot_q4_1_block, |x| nibbles(&x.qs));
+affine_kernel!(q5_1_q8_0, BlockQ5_1, scalar::dot_q5_1_block, |x| q5(&x.qs, x.qh()));
+
+fn q4_k_q8_k(xs: &[BlockQ4_K], ys: &[BlockQ8_K]) -> f32 {
+    let mut acc = [0f32; LANES];
+    let mask = u8x16_splat(0x0F);
+    for (b, (x, y)) in xs.iter().zip(ys).enumerate() {
+        let (sc, m) = x.scales_mins();
+        let mut isum = i32x4_splat(0);
+        for c in 0..4 {
+            let (sl, sh) = (sc[2 * c] as i16, sc[2 * c + 1] as i16);
+            for p in 0..2 {
+                let q = load(&x.qs[32 * c + 16 * p..]);
+                let ylo = load(&y.qs[64 * c + 16 * p..]);
+                let yhi = load(&y.qs[64 * c + 32 + 16 * p..]);
+                isum = i32x4_add(isum, dot_i8_scaled(v128_and(q, mask), ylo, sl));
+                isum = i32x4_add(isum, dot_i8_scaled(u8x16_shr(q, 4), yhi, sh));
+            }
+        }
+        acc[b % LANES] += scalar::q4_k_block(hsum_i32(isum), scalar::q4_k_summ(&m, y), x, y.d());
+    }
+    reduce8(&acc)
+}
+
+fn q6_k_q8_k(xs: &[BlockQ6_K], ys: &[BlockQ8_K]) -> f32 {
+    let mut acc = [0f32; LANES];
+    let (m4, m3, off) = (u8x16_splat(0x0F), u8x16_splat(3), i8x16_splat(32));
+    for (b, (x, y)) in xs.iter().zip(ys).enumerate() {
+        let mut isum = i32x4_splat(0);
+        for half in 0..2 {
+            for p in 0..2 {
+                // elements 128·half + 32k + 16p .. +16: sub-block 8·half + 2k + p
+                let ql0 = load(&x.ql[64 * half + 16 * p..]);
+                let ql1 = load(&x.ql[64 * half + 32 + 16 * p..]);
+                let qh = load(&x.qh[32 * half + 16 * p..]);
+                let low = [v128_and(ql0, m4), v128_and(ql1, m4), u8x16_shr(ql0, 4), u8x16_shr(ql1, 4)];
+                for (k, low) in low.into_iter().enumerate() {
+                    let high = i8x16_shl(v128_and(u8x16_shr(qh, 2 * k as u32), m3), 4);
+                    let q = i8x16_sub(v128_or(low, high), off); // -32..32: products fit i16
+                    let yv = load(&y.qs[128 * half + 32 * k + 16 * p..]);
+                    let j = 8 * half + 2 * k + p;
+                    isum = i32x4_add(isum, dot_i8_scaled(q, yv, x.scales[j] as i16));
+                }
+            }
+        }
+        acc[b % LANES] += scalar::q6_k_block(hsum_i32(isum), x, y.d());
+    }
+    reduce8(&acc)
+}
+
+/// Float dot products: 8 elements per step in two f32x4 (lanes 0..4, 4..8), product then
+/// add, the tail through the scalar lanes.
+macro_rules! float_kernel {
+    ($name:ident, $w:literal, |$b8:ident| $load:expr, |$b:ident| $get:expr) => {
+        fn $name(n: usize, x: &[u8], y: &[u8]) -> f32 {
+            let (mut lo, mut hi) = (f32x4_splat(0.0), f32x4_splat(0.0));
+            let main = n - n % LANES;
+            for i in (0..main).step_by(LANES) {
+                let load8 = |$b8: &[u8]| -> (v128, v128) { $load };
+                let (x0, x1) = load8(&x[$w * i..$w * (i + LANES)]);
+                let (y0, y1) = load8(&y[$w * i..$w * (i + LANES)]);
+                lo = f32x4_add(lo, f32x4_mul(x0, y0));
+                hi = f32x4_add(hi, f32x4_mul(x1, y1));
+            }
+            let mut acc = [0f32; LANES];
+            // SAFETY: 8 f32 of room for two unaligned 16-byte stores.
+            unsafe {
+                v128_store(acc.as_mut_ptr() as *mut v128, lo);
+                v128_store(acc.as_mut_ptr().add(4) as *mut v128, hi);
+            }
+            let get = |$b: &[u8]| -> f32 { $get };
+            for i in main..n {
+                acc[i % LANES] += get(&x[$w * i..$w * i + $w]) * get(&y[$w * i..$w * i + $w]);
+            }
+            reduce8(&acc)
+        }
+    };
+}
+
+float_kernel!(f32_dot, 4, |b| (load(&b[..16]), load(&b[16..])), |b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+float_kernel!(
+    f16_dot,
+    2,
+    |b| {
+        let h = load(b);
+        (f16x4_to_f32(u32x4_extend_low_u16x8(h)), f16x4_to_f32(u32x4_extend_high_u16x8(h)))
+    },
+    |b| fp16_to_fp32(u16::from_le_bytes([b[0], b[1]]))
+);
+float_kernel!(
+    bf16_dot,
+    2,
+    |b| {
+        let h = load(b);
+        (i32x4_shl(u32x4_extend_low_u16x8(h), 16), i32x4_shl(u32x4_extend_high_u16x8(h), 16))
+    },
+    |b| bf16_to_fp32(u16::from_le_bytes([b[0], b[1]]))
+);

@@ -1,0 +1,337 @@
+//! x86_64 AVX2 (+F16C) dot products, bit-identical to [`super::scalar`].
+//!
+//! Integer sums per block are exact (no saturating `maddubs` on operands that could
+//! overflow: signed×signed goes through i16 widening, unsigned nibbles × i8 stay far from
+//! the i16 limit), eight blocks are reduced at once into one i32 lane each, and the float
+//! part repeats the scalar operations lane by lane: same products, same lane sums.
+//!
+//! ```
+//! use ggweb::quants::{quantize, vec_dot_isa, Isa};
+//! use ggweb::GgmlType;
+//! let x: Vec<f32> = (0..320).map(|i| (i % 17) as f32 - 8.0).collect();
+//! let q = quantize(GgmlType::Q8_0, &x).unwrap();
+//! let scalar = vec_dot_isa(Isa::Scalar, GgmlType::Q8_0, 320, &q, &q).unwrap();
+//! if let Some(avx2) = vec_dot_isa(Isa::Avx2, GgmlType::Q8_0, 320, &q, &q) {
+//!     assert_eq!(avx2.to_bits(), scalar.to_bits());
+//! }
+//! ```
+
+use core::arch::x86_64::*;
+
+use bytemuck::cast_slice;
+
+use super::blocks::*;
+use super::scalar::{self, reduce8, LANES};
+use crate::types::GgmlType;
+
+/// AVX2 and F16C, at compile time or (with `std`) detected at run time.
+pub fn available() -> bool {
+    if cfg!(all(target_feature = "avx2", target_feature = "f16c")) {
+        return true;
+    }
+    #[cfg(feature = "std")]
+    {
+        std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("f16c")
+    }
+    #[cfg(not(feature = "std"))]
+    {
+        false
+    }
+}
+
+/// The AVX2 kernel for `ty`, if there is one. `a`, `b` are checked rows.
+pub fn vec_dot(ty: GgmlType, n: usize, a: &[u8], b: &[u8]) -> Option<f32> {
+    use GgmlType::*;
+    debug_assert!(available());
+    // SAFETY: `Isa::Avx2` is only dispatched here once `available()` said yes.
+    unsafe {
+        Some(match ty {
+            Q8_0 => q8_0_q8_0(cast_slice(a), cast_slice(b)),
+            Q4_0 => q4_0_q8_0(cast_slice(a), cast_slice(b)),
+            Q4_1 => q4_1_q8_0(cast_slice(a), cast_slice(b)),
+            Q5_0 => q5_0_q8_0(cast_slice(a), cast_slice(b)),
+            Q5_1 => q5_1_q8_0(cast_slice(a), cast_slice(b)),
+            Q4_K => q4_k_q8_k(cast_slice(a), cast_slice(b)),
+            Q6_K => q6_k_q8_k(cast_slice(a), cast_slice(b)),
+            F32 => f32_dot(n, a, b),
+            F16 => f16_dot(n, a, b),
+            BF16 => bf16_dot(n, a, b),
+            _ => return None,
+        })
+    }
+}
+
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+unsafe fn load256(p: *const u8) -> __m256i {
+    _mm256_loadu_si256(p as *const __m256i)
+}
+
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+unsafe fn load128(p: *const u8) -> __m128i {
+    _mm_loadu_si128(p as *const __m128i)
+}
+
+/// Exact i8×i8 products of 32 pairs, summed into 8 i32 lanes.
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+unsafe fn dot_i8(x: __m256i, y: __m256i) -> __m256i {
+    let xl = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(x));
+    let xh = _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(x));
+    let yl = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(y));
+    let yh = _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(y));
+    _mm256_add_epi32(_mm256_madd_epi16(xl, yl), _mm256_madd_epi16(xh, yh))
+}
+
+/// Σ (u - off)·y for unsigned quants u ≤ 31 (pairs stay below 8000: no saturation) into
+/// 8 i32 lanes; `off` = 0 for the `d·q + m` types.
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+unsafe fn dot_u8_off(u: __m256i, y: __m256i, off: i8) -> __m256i {
+    let mut p = _mm256_maddubs_epi16(u, y);
+    if off != 0 {
+        p = _mm256_sub_epi16(p, _mm256_maddubs_epi16(_mm256_set1_epi8(off), y));
+    }
+    _mm256_madd_epi16(p, _mm256_set1_epi16(1))
+}
+
+/// Σ y of 32 i8 into 8 i32 lanes.
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+unsafe fn sum_i8(y: __m256i) -> __m256i {
+    _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), y), _mm256_set1_epi16(1))
+}
+
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+unsafe fn hsum_i32(v: __m256i) -> i32 {
+    let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
+    _mm_cvtsi128_si32(s)
+}
+
+/// Lane k of the result = the sum of all lanes of v[k].
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+unsafe fn transpose_sum(v: &[__m256i; 8]) -> __m256i {
+    let h01 = _mm256_hadd_epi32(v[0], v[1]);
+    let h23 = _mm256_hadd_epi32(v[2], v[3]);
+    let h45 = _mm256_hadd_epi32(v[4], v[5]);
+    let h67 = _mm256_hadd_epi32(v[6], v[7]);
+    let h0123 = _mm256_hadd_epi32(h01, h23); // [0..4 of low halves | 0..4 of high halves]
+    let h4567 = _mm256_hadd_epi32(h45, h67);
+    let lo = _mm256_permute2x128_si256::<0x20>(h0123, h4567);
+    let hi = _mm256_permute2x128_si256::<0x31>(h0123, h4567);
+    _mm256_add_epi32(lo, hi)
+}
+
+/// Eight f16 values as f32 (exact).
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+unsafe fn f16x8(h: [u16; 8]) -> __m256 {
+    _mm256_cvtph_ps(_mm_loadu_si128(h.as_ptr() as *const __m128i))
+}
+
+/// The 32 nibbles of a legacy block as bytes in element order (low nibbles first).
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+unsafe fn nibbles(qs: &[u8; 16]) -> __m256i {
+    let q = load128(qs.as_ptr());
+    _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16::<4>(q), q), _mm256_set1_epi8(0x0F))
+}
+
+/// The 5-bit quants of a Q5_0/Q5_1 block: nibbles plus bit j of `qh` as 0x10 in byte j.
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+unsafe fn q5_bytes(qs: &[u8; 16], qh: u32) -> __m256i {
+    let spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(qh as i32),
+        _mm256_setr_epi8(
+            0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
+        ),
+    );
+    let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+    let set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+    _mm256_or_si256(nibbles(qs), _mm256_and_si256(set, _mm256_set1_epi8(0x10)))
+}
+
+/// Adds the leftover blocks (beyond whole groups of 8) with the scalar contribution and
+/// reduces the lanes.
+#[inline(always)]
+fn finish<X, Y>(acc: [f32; LANES], x: &[X], y: &[Y], block: impl Fn(&X, &Y) -> f32) -> f32 {
+    let mut acc = acc;
+    let done = x.len() - x.len() % LANES;
+    for b in done..x.len() {
+        acc[b % LANES] += block(&x[b], &y[b]);
+    }
+    reduce8(&acc)
+}
+
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+unsafe fn store(acc: __m256) -> [f32; LANES] {
+    let mut out = [0f32; LANES];
+    _mm256_storeu_ps(out.as_mut_ptr(), acc);
+    out
+}
+
+/// The `d_x·d_y·Σ` kernels (Q8_0, Q4_0, Q5_0): `isum(k)` gives block k's 8 partial sums.
+macro_rules! symmetric_kernel {
+    ($name:ident, $X:ty, $block:path, |$x:ident, $y:ident| $isum:expr) => {
+        #[target_feature(enable = "avx2,f16c")]
+        unsafe fn $name(xs: &[$X], ys: &[BlockQ8_0]) -> f32 {
+            let mut acc = _mm256_setzero_ps();
+            for (xg, yg) in xs.chunks_exact(LANES).zip(ys.chunks_exact(LANES)) {
+                let mut v = [_mm256_setzero_si256(); LANES];
+                for k in 0..LANES {
+                    let ($x, $y) = (&xg[k], &yg[k]);
+                    v[k] = $isum;
+                }
+                let s = _mm256_cvtepi32_ps(transpose_sum(&v));
+                let dx = f16x8(core::array::from_fn(|k| xg[k].d()));
+                let dy = f16x8(core::array::from_fn(|k| yg[k].d()));
+                acc = _mm256_add_ps(acc, _mm256_mul_ps(s, _mm256_mul_ps(dx, dy)));
+            }
+            finish(store(acc), xs, ys, $block)
+        }
+    };
+}
+
+symmetric_kernel!(q8_0_q8_0, BlockQ8_0, scalar::dot_q8_0_block, |x, y| dot_i8(
+    load256(x.qs.as_ptr() as *const u8),
+    load256(y.qs.as_ptr() as *const u8)
+));
+symmetric_kernel!(q4_0_q8_0, BlockQ4_0, scalar::dot_q4_0_block, |x, y| dot_u8_off(
+    nibbles(&x.qs),
+    load256(y.qs.as_ptr() as *const u8),
+    8
+));
+symmetric_kernel!(q5_0_q8_0, BlockQ5_0, scalar::dot_q5_0_block, |x, y| dot_u8_off(
+    q5_bytes(&x.qs, x.qh()),
+    load256(y.qs.as_ptr() as *const u8),
+    16
+));
+
+/// The `d·q + m` kernels (Q4_1, Q5_1): `dx·dy·Σq·y + m·dy·Σy` per block.
+macro_rules! affine_kernel {
+    ($name:ident, $X:ty, $block:path, |$x:ident| $q:expr) => {
+        #[target_feature(enable = "avx2,f16c")]
+        unsafe fn $name(xs: &[$X], ys: &[BlockQ8_0]) -> f32 {
+            let mut acc = _mm256_setzero_ps();
+            for (xg, yg) in xs.chunks_exact(LANES).zip(ys.chunks_exact(LANES)) {
+                let mut v = [_mm256_setzero_si256(); LANES];
+                let mut w = [_mm256_setzero_si256(); LANES];
+                for k in 0..LANES {
+                    let $x = &xg[k];
+                    let y = load256(yg[k].qs.as_ptr() as *const u8);
+                    v[k] = dot_u8_off($q, y, 0);
+                    w[k] = sum_i8(y);
+                }
+                let s = _mm256_cvtepi32_ps(transpose_sum(&v));
+                let ysum = _mm256_cvtepi32_ps(transpose_sum(&w));
+                let dx = f16x8(core::array::from_fn(|k| xg[k].d()));
+                let mx = f16x8(core::array::from_fn(|k| xg[k].m()));
+                let dy = f16x8(core::array::from_fn(|k| yg[k].d()));
+                let c =
+                    _mm256_add_ps(_mm256_mul_ps(s, _mm256_mul_ps(dx, dy)), _mm256_mul_ps(ysum, _mm256_mul_ps(mx, dy)));
+                acc = _mm256_add_ps(acc, c);
+            }
+            finish(store(acc), xs, ys, $block)
+        }
+    };
+}
+
+affine_kernel!(q4_1_q8_0, BlockQ4_1, scalar::dot_q4_1_block, |x| nibbles(&x.qs));
+affine_kernel!(q5_1_q8_0, BlockQ5_1, scalar::dot_q5_1_block, |x| q5_bytes(&x.qs, x.qh()));
+
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn q4_k_q8_k(xs: &[BlockQ4_K], ys: &[BlockQ8_K]) -> f32 {
+    let mut acc = [0f32; LANES];
+    let mask = _mm256_set1_epi8(0x0F);
+    for (b, (x, y)) in xs.iter().zip(ys).enumerate() {
+        let (sc, m) = x.scales_mins();
+        let mut isum = _mm256_setzero_si256();
+        for c in 0..4 {
+            let q = load256(x.qs.as_ptr().add(32 * c));
+            let ylo = load256(y.qs.as_ptr().add(64 * c) as *const u8);
+            let yhi = load256(y.qs.as_ptr().add(64 * c + 32) as *const u8);
+            // nibble × i8 pairs ≤ 2·15·128: exact in i16; then × the 6-bit scale into i32
+            let plo = _mm256_maddubs_epi16(_mm256_and_si256(q, mask), ylo);
+            let phi = _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16::<4>(q), mask), yhi);
+            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(plo, _mm256_set1_epi16(sc[2 * c] as i16)));
+            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(phi, _mm256_set1_epi16(sc[2 * c + 1] as i16)));
+        }
+        acc[b % LANES] += scalar::q4_k_block(hsum_i32(isum), scalar::q4_k_summ(&m, y), x, y.d());
+    }
+    reduce8(&acc)
+}
+
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn q6_k_q8_k(xs: &[BlockQ6_K], ys: &[BlockQ8_K]) -> f32 {
+    let mut acc = [0f32; LANES];
+    let m4 = _mm256_set1_epi8(0x0F);
+    let m2 = _mm256_set1_epi8(0x30);
+    let m32 = _mm256_set1_epi8(32);
+    for (b, (x, y)) in xs.iter().zip(ys).enumerate() {
+        let mut isum = _mm256_setzero_si256();
+        for half in 0..2 {
+            let ql0 = load256(x.ql.as_ptr().add(64 * half));
+            let ql1 = load256(x.ql.as_ptr().add(64 * half + 32));
+            let qh = load256(x.qh.as_ptr().add(32 * half));
+            // unsigned 6-bit quants of elements 32k..32k+32 of this half
+            let q = [
+                _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16::<4>(qh), m2)),
+                _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16::<2>(qh), m2)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4), _mm256_and_si256(qh, m2)),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4),
+                    _mm256_and_si256(_mm256_srli_epi16::<2>(qh), m2),
+                ),
+            ];
+            for (k, q) in q.iter().enumerate() {
+                let j = 8 * half + 2 * k; // the sub-blocks of 16 in this vector: j, j + 1
+                let yv = load256(y.qs.as_ptr().add(128 * half + 32 * k) as *const u8);
+                // (q - 32)·y pairs: 2·63·128 and 2·32·128 stay inside i16, so does their difference
+                let p = _mm256_sub_epi16(_mm256_maddubs_epi16(*q, yv), _mm256_maddubs_epi16(m32, yv));
+                let s = _mm256_set_m128i(_mm_set1_epi16(x.scales[j + 1] as i16), _mm_set1_epi16(x.scales[j] as i16));
+                isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, s));
+            }
+        }
+        acc[b % LANES] += scalar::q6_k_block(hsum_i32(isum), x, y.d());
+    }
+    reduce8(&acc)
+}
+
+/// The float dot products: 8 elements per step, element `i` in lane `i % 8`, product
+/// then add (no FMA), as the scalar loop; the tail goes through the scalar lanes.
+macro_rules! float_kernel {
+    ($name:ident, $w:literal, |$p:ident| $load:expr, |$b:ident| $get:expr) => {
+        #[target_feature(enable = "avx2,f16c")]
+        unsafe fn $name(n: usize, x: &[u8], y: &[u8]) -> f32 {
+            let mut acc = _mm256_setzero_ps();
+            let main = n - n % LANES;
+            let mut i = 0;
+            while i < main {
+                let ($p, q) = (x.as_ptr().add($w * i), y.as_ptr().add($w * i));
+                let xv = $load;
+                let $p = q;
+                acc = _mm256_add_ps(acc, _mm256_mul_ps(xv, $load));
+                i += LANES;
+            }
+            let mut lanes = store(acc);
+            for i in main..n {
+                let get = |$b: &[u8]| -> f32 { $get };
+                lanes[i % LANES] += get(&x[$w * i..$w * i + $w]) * get(&y[$w * i..$w * i + $w]);
+            }
+            reduce8(&lanes)
+        }
+    };
+}
+
+float_kernel!(f32_dot, 4, |p| _mm256_loadu_ps(p as *const f32), |b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+float_kernel!(f16_dot, 2, |p| _mm256_cvtph_ps(load128(p)), |b| fp16_to_fp32(u16::from_le_bytes([b[0], b[1]])));
+float_kernel!(bf16_dot, 2, |p| _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(load128(p)))), |b| {
+    bf16_to_fp32(u16::from_le_bytes([b[0], b[1]]))
+});

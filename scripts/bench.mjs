@@ -1,0 +1,54 @@
+// npm run bench: load a model in headless Chromium through the JS API and time it.
+//   BENCH_MODEL=/tests/fixtures/tiny-f16.gguf BENCH_TOKENS=64 BENCH_BACKEND=cpu npm run bench
+// BENCH_MODEL is a path on the demo server (web/, tests/fixtures/) or a full URL.
+// Prints one JSON line: load ms, prompt tokens/s, generation tokens/s (greedy, fixed seed).
+import { chromium } from 'playwright-core';
+import { startServer } from './serve.mjs';
+
+const model = process.env.BENCH_MODEL ?? '/tests/fixtures/tiny-f16.gguf';
+const tokens = Number(process.env.BENCH_TOKENS ?? 64);
+const backend = process.env.BENCH_BACKEND ?? 'cpu';
+const worker = process.env.BENCH_WORKER !== '0';
+const prompt = process.env.BENCH_PROMPT ?? 'The quick brown fox jumps over the lazy dog. '.repeat(4);
+
+const server = await startServer({ port: 0 });
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
+  headless: true,
+  args: ['--no-sandbox', '--headless=new', '--enable-unsafe-webgpu', '--disable-dev-shm-usage',
+    '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run'],
+});
+let code = 0;
+try {
+  const page = await browser.newPage();
+  await page.goto(server.url);
+  const r = await page.evaluate(async ({ model, tokens, backend, worker, prompt }) => {
+    const { Model } = await import('/ggweb.js');
+    try {
+      const t0 = performance.now();
+      const m = await Model.load(model, { backend, worker });
+      const loadMs = performance.now() - t0;
+      // Warm-up, then the timed run.
+      for await (const _ of m.generate('Hello', { maxTokens: 4, temperature: 0, seed: 1 })) { /* warm */ }
+      const it = m.generate(prompt, { maxTokens: tokens, temperature: 0, seed: 1 });
+      let n = 0;
+      for await (const _ of it) n++;
+      const s = await it.stats;
+      const info = m.info();
+      await m.dispose();
+      return {
+        ok: true, model, backend: info.load.backend, worker, bytes: info.load.bytes, loadMs: Math.round(loadMs),
+        promptTokens: s.promptTokens, promptTokPerS: +(s.promptTokens / (s.promptMs / 1000)).toFixed(1),
+        tokens: n, genTokPerS: +(n / (s.genMs / 1000)).toFixed(1), ua: navigator.userAgent.match(/Chrome\/[\d.]+/)?.[0],
+      };
+    } catch (e) {
+      return { ok: false, code: e.code, message: e.message };
+    }
+  }, { model, tokens, backend, worker, prompt });
+  console.log(JSON.stringify(r));
+  if (!r.ok) code = 1;
+} finally {
+  await browser.close();
+  await server.close();
+}
+process.exit(code);

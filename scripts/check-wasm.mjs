@@ -1,0 +1,21 @@
+// Loads the built glue + module in Node and calls into it: proves the optimized module
+// still instantiates (wasm-opt can break wasm-bindgen output) and matches the crate version.
+//   node scripts/check-wasm.mjs web/pkg
+import { readFileSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { pathToFileURL } from 'node:url';
+
+const dir = resolve(process.argv[2] ?? 'web/pkg');
+const glue = await import(pathToFileURL(`${dir}/ggweb_core.js`).href);
+glue.initSync({ module: readFileSync(`${dir}/ggweb_core_bg.wasm`) });
+glue.init_panic_hook();
+const got = glue.version();
+const cargo = readFileSync(new URL('../Cargo.toml', import.meta.url), 'utf8');
+const want = /^version\s*=\s*"([^"]+)"/m.exec(cargo)[1];
+if (got !== want) {
+  console.error(`check-wasm: version() returned ${JSON.stringify(got)}, Cargo.toml says ${want}`);
+  process.exit(1);
+}
+const missing = ['WasmLoader', 'WasmModel'].filter((k) => typeof glue[k] !== 'function');
+console.log(`check-wasm: ${dir}/ggweb_core_bg.wasm instantiates, version ${got}` +
+  (missing.length ? ` (not yet exported: ${missing.join(', ')})` : ', WasmLoader and WasmModel exported'));

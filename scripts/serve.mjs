@@ -1,0 +1,209 @@
+// Static server for the demo and the browser tests (node:http, no dependencies).
+//
+//   node scripts/serve.mjs                  # http://localhost:8080/  (PORT=... to change)
+//   import { startServer } from './serve.mjs'; const s = await startServer({ port: 0 });
+//
+// Serves web/ at / and the repo's tests/fixtures/ at /tests/fixtures/ (the tiny model),
+// with COOP/COEP so pages are cross-origin isolated (SharedArrayBuffer, wasm threads),
+// `.wasm` as application/wasm (needed by WebAssembly.instantiateStreaming), and Range
+// requests. With `testRoutes: true` it also answers /__test/... URLs that misbehave on
+// purpose, for the loader's error-path tests:
+//   /__test/status/404                 an HTTP error status
+//   /__test/nolength/<path>            the file, chunked, with no Content-Length
+//   /__test/drop/<bytes>/<path>        claims the full length, sends <bytes>, then resets
+//   /__test/slow/<ms>/<path>           the file in 16 KiB pieces, <ms> apart
+import { createServer } from 'node:http';
+import { createReadStream, promises as fsp } from 'node:fs';
+import { extname, join, normalize, resolve, sep } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const ROOT = resolve(fileURLToPath(new URL('..', import.meta.url)));
+
+const TYPES = {
+  '.html': 'text/html; charset=utf-8',
+  '.js': 'text/javascript; charset=utf-8',
+  '.mjs': 'text/javascript; charset=utf-8',
+  '.css': 'text/css; charset=utf-8',
+  '.json': 'application/json; charset=utf-8',
+  '.wasm': 'application/wasm',
+  '.ts': 'text/plain; charset=utf-8',
+  '.png': 'image/png',
+  '.svg': 'image/svg+xml',
+  '.ico': 'image/x-icon',
+  '.gguf': 'application/octet-stream',
+  '.txt': 'text/plain; charset=utf-8',
+};
+
+// URL prefix → directory. The first match wins; nothing outside these is reachable.
+const MOUNTS = [
+  ['/tests/fixtures/', join(ROOT, 'tests', 'fixtures')],
+  ['/', join(ROOT, 'web')],
+];
+
+function baseHeaders() {
+  return {
+    'Cross-Origin-Opener-Policy': 'same-origin',
+    'Cross-Origin-Embedder-Policy': 'require-corp',
+    'Cross-Origin-Resource-Policy': 'same-origin',
+    'Cache-Control': 'no-cache',
+    'Access-Control-Expose-Headers': 'Content-Length, Content-Range',
+  };
+}
+
+/** Maps a URL path to a file under one of `mounts`, or null (traversal, unknown prefix). */
+export function resolvePath(urlPath, mounts = MOUNTS) {
+  let p;
+  try {
+    p = decodeURIComponent(urlPath);
+  } catch {
+    return null;
+  }
+  if (p.includes('\0')) return null;
+  for (const [prefix, dir] of mounts) {
+    if (!p.startsWith(prefix)) continue;
+    const rel = p.slice(prefix.length) || 'index.html';
+    const file = normalize(join(dir, rel));
+    if (file !== dir && !file.startsWith(dir + sep)) return null;
+    return file.endsWith(sep) ? join(file, 'index.html') : file;
+  }
+  return null;
+}
+
+function sendError(res, status, msg) {
+  res.writeHead(status, { ...baseHeaders(), 'Content-Type': 'text/plain; charset=utf-8' });
+  res.end(`${status} ${msg}\n`);
+}
+
+async function statFile(file) {
+  try {
+    let st = await fsp.stat(file);
+    if (st.isDirectory()) {
+      file = join(file, 'index.html');
+      st = await fsp.stat(file);
+    }
+    return st.isFile() ? { file, size: st.size } : null;
+  } catch {
+    return null;
+  }
+}
+
+async function serveFile(req, res, urlPath, mounts) {
+  const file0 = resolvePath(urlPath, mounts);
+  const found = file0 && (await statFile(file0));
+  if (!found) return sendError(res, 404, `not found: ${urlPath}`);
+  const { file, size } = found;
+  const headers = {
+    ...baseHeaders(),
+    'Content-Type': TYPES[extname(file).toLowerCase()] ?? 'application/octet-stream',
+    'Accept-Ranges': 'bytes',
+  };
+  let start = 0;
+  let end = size - 1;
+  let status = 200;
+  const range = req.headers.range && /^bytes=(\d*)-(\d*)$/.exec(req.headers.range);
+  if (range && (range[1] || range[2])) {
+    if (range[1]) {
+      start = Number(range[1]);
+      if (range[2]) end = Math.min(Number(range[2]), size - 1);
+    } else {
+      start = Math.max(0, size - Number(range[2]));
+    }
+    if (start > end || start >= size) {
+      res.writeHead(416, { ...baseHeaders(), 'Content-Range': `bytes */${size}` });
+      return res.end();
+    }
+    status = 206;
+    headers['Content-Range'] = `bytes ${start}-${end}/${size}`;
+  }
+  headers['Content-Length'] = String(end - start + 1);
+  res.writeHead(status, headers);
+  if (req.method === 'HEAD' || size === 0) return res.end();
+  createReadStream(file, { start, end }).on('error', () => res.destroy()).pipe(res);
+}
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+async function serveTestRoute(req, res, rest, mounts) {
+  const m = /^\/(status|nolength|drop|slow)\/(.*)$/.exec(rest);
+  if (!m) return sendError(res, 404, 'unknown test route');
+  const [, kind, arg] = m;
+  if (kind === 'status') {
+    const code = Number(arg);
+    return sendError(res, code >= 400 && code < 600 ? code : 400, 'test status');
+  }
+  let param = 0;
+  let path = '/' + arg;
+  if (kind === 'drop' || kind === 'slow') {
+    const mm = /^(\d+)\/(.*)$/.exec(arg);
+    if (!mm) return sendError(res, 400, `${kind} needs a number`);
+    param = Number(mm[1]);
+    path = '/' + mm[2];
+  }
+  const file0 = resolvePath(path, mounts);
+  const found = file0 && (await statFile(file0));
+  if (!found) return sendError(res, 404, `not found: ${path}`);
+  const data = await fsp.readFile(found.file);
+  const headers = { ...baseHeaders(), 'Content-Type': 'application/octet-stream' };
+  if (kind === 'nolength') {
+    res.writeHead(200, headers); // no Content-Length: node sends Transfer-Encoding: chunked
+    for (let i = 0; i < data.length; i += 65536) {
+      res.write(data.subarray(i, i + 65536));
+      await sleep(1);
+    }
+    return res.end();
+  }
+  headers['Content-Length'] = String(data.length);
+  res.writeHead(200, headers);
+  if (kind === 'drop') {
+    res.write(data.subarray(0, Math.min(param, data.length)));
+    await sleep(50);
+    return res.destroy(); // the client sees the connection end before Content-Length bytes
+  }
+  for (let i = 0; i < data.length; i += 16384) {
+    if (res.destroyed) return;
+    res.write(data.subarray(i, i + 16384));
+    await sleep(param);
+  }
+  res.end();
+}
+
+/**
+ * Starts the server. Resolves to { server, port, url, close() }.
+ * `mounts`: extra [urlPrefix, directory] pairs, tried before the defaults.
+ * @param {{port?: number, host?: string, testRoutes?: boolean, quiet?: boolean, mounts?: [string, string][]}} opts
+ */
+export function startServer({ port = 8080, host = '127.0.0.1', testRoutes = false, quiet = true, mounts = [] } = {}) {
+  const allMounts = [...mounts.map(([p, d]) => [p, resolve(d)]), ...MOUNTS];
+  const server = createServer((req, res) => {
+    const url = new URL(req.url, 'http://x');
+    if (!quiet) console.log(`${req.method} ${url.pathname}`);
+    if (req.method !== 'GET' && req.method !== 'HEAD') return sendError(res, 405, 'method not allowed');
+    const handle = testRoutes && url.pathname.startsWith('/__test/')
+      ? serveTestRoute(req, res, url.pathname.slice('/__test'.length), allMounts)
+      : serveFile(req, res, url.pathname, allMounts);
+    handle.catch((e) => {
+      if (!res.headersSent) sendError(res, 500, String(e && e.message));
+      else res.destroy();
+    });
+  });
+  return new Promise((resolveP, reject) => {
+    server.once('error', reject);
+    server.listen(port, host, () => {
+      const p = server.address().port;
+      const shown = host === '127.0.0.1' || host === '0.0.0.0' ? 'localhost' : host;
+      resolveP({
+        server,
+        port: p,
+        url: `http://${shown}:${p}/`,
+        close: () => new Promise((r) => { server.closeAllConnections?.(); server.close(() => r()); }),
+      });
+    });
+  });
+}
+
+if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
+  const port = Number(process.env.PORT ?? 8080);
+  const host = process.env.HOST ?? '127.0.0.1';
+  const s = await startServer({ port, host, testRoutes: process.env.GGWEB_TEST_ROUTES === '1', quiet: !process.env.VERBOSE });
+  console.log(`ggweb demo: ${s.url}  (serving web/ and tests/fixtures/; Ctrl-C to stop)`);
+}

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# npm test: everything, from a fresh Debian machine with Rust.
+#   1. setup (idempotent installs)        2. cargo test (native: unit, integration, doc tests)
+#   3. no_std core build for wasm32       4. wasm tests (tests/wasm_*.rs) in headless Chromium
+#   5. release wasm build (web/pkg)       6. browser tests (tests/e2e/*.spec.mjs, Playwright)
+#   7. npm pack: the package's files, and that the packed module loads
+# Each runner's output is checked for a count of tests that actually ran: a runner that
+# skips everything and exits 0 fails here. Logs go to tests/artifacts/logs/.
+set -euo pipefail
+LOG_TAG=test
+source "$(dirname "$0")/lib.sh"
+cd "$ROOT"
+
+LOGS=tests/artifacts/logs
+mkdir -p "$LOGS"
+# Chromium leaves ~12 MB of scoped dirs per run in TMPDIR: give browser runs a private one.
+BROWSER_TMP="$(mktemp -d -t ggweb-browser.XXXXXX)"
+declare -a SUMMARY=()
+PASSED=0
+STEP=setup
+T_ALL=$(date +%s)
+
+cleanup() {
+    local rc=$?
+    rm -rf "$BROWSER_TMP"
+    if [ $rc -ne 0 ]; then
+        echo
+        echo "== npm test FAILED in step '$STEP' (exit $rc); logs in $LOGS/"
+        for s in "${SUMMARY[@]}"; do echo "   $s"; done
+        echo "summary: $PASSED passed, 1 failed"
+    fi
+}
+trap cleanup EXIT
+
+# run_step NAME CMD...: runs CMD with its output shown and kept in $LOGS/NAME.log.
+run_step() {
+    STEP=$1
+    shift
+    local t0=$(date +%s)
+    log "── $STEP: $*"
+    "$@" 2>&1 | tee "$LOGS/$STEP.log"
+    STEP_SECS=$(($(date +%s) - t0))
+}
+
+# Sums libtest's "test result: ok. N passed; M failed" lines; fails on any failure or none run.
+count_libtest() {
+    local file=$1 what=$2 passed failed
+    passed=$(grep -E '^test result: ' "$file" | sed -E 's/.* ([0-9]+) passed.*/\1/' | awk '{s+=$1} END {print s+0}')
+    failed=$(grep -E '^test result: ' "$file" | sed -E 's/.* ([0-9]+) failed.*/\1/' | awk '{s+=$1} END {print s+0}')
+    [ "$failed" = 0 ] || die "$what: $failed tests failed"
+    [ "$passed" -gt 0 ] || die "$what: no test ran (no 'test result: ok. N passed' with N > 0)"
+    echo "$passed"
+}
+
+# 1. setup
+STEP=setup
+t0=$(date +%s)
+bash scripts/setup.sh
+SUMMARY+=("setup: $(($(date +%s) - t0)) s")
+
+# 2. native tests
+run_step native cargo test --color never
+n=$(count_libtest "$LOGS/native.log" "cargo test")
+PASSED=$((PASSED + n))
+SUMMARY+=("native cargo test: $n passed ($STEP_SECS s)")
+
+# 3. the tensor core without std, as the browser's no_std build sees it
+run_step nostd cargo build --lib --no-default-features --target wasm32-unknown-unknown --color never
+SUMMARY+=("no_std wasm32 core build: ok ($STEP_SECS s)")
+
+# 4. wasm tests in headless Chromium (wasm-bindgen-test-runner + chromedriver + webdriver.json)
+wasm_tests=()
+for f in tests/wasm_*.rs; do
+    [ -e "$f" ] && wasm_tests+=(--test "$(basename "$f" .rs)")
+done
+[ ${#wasm_tests[@]} -gt 0 ] || die "no tests/wasm_*.rs found"
+# Never -q here: the runner rejects --quiet and every test "fails".
+run_step wasm-browser env WASM_BINDGEN_USE_BROWSER=1 CHROMEDRIVER=/usr/bin/chromedriver \
+    WASM_BINDGEN_TEST_TIMEOUT="${WASM_BINDGEN_TEST_TIMEOUT:-300}" TMPDIR="$BROWSER_TMP" \
+    cargo test --color never --target wasm32-unknown-unknown "${wasm_tests[@]}"
+if grep -qiE 'skipping|running 0 tests' "$LOGS/wasm-browser.log"; then
+    die "a wasm test file ran no tests in the browser (see $LOGS/wasm-browser.log)"
+fi
+grep -q 'Running headless tests in Chrome' "$LOGS/wasm-browser.log" || die "wasm tests did not run in headless Chrome"
+n=$(count_libtest "$LOGS/wasm-browser.log" "wasm tests in Chromium")
+PASSED=$((PASSED + n))
+SUMMARY+=("wasm tests in headless Chromium: $n passed ($STEP_SECS s)")
+
+# 5. the wasm module the browser tests and the package use
+run_step build-wasm bash scripts/build-wasm.sh
+SUMMARY+=("release wasm build + wasm-opt + load check: ok ($STEP_SECS s)")
+
+# 6. browser tests (node's test runner, playwright-core, /usr/bin/chromium)
+run_step e2e env TMPDIR="$BROWSER_TMP" node --test --test-reporter=spec tests/e2e/*.spec.mjs
+e_pass=$(grep -Eo '^ℹ pass [0-9]+' "$LOGS/e2e.log" | grep -Eo '[0-9]+' || true)
+e_fail=$(grep -Eo '^ℹ fail [0-9]+' "$LOGS/e2e.log" | grep -Eo '[0-9]+' || true)
+[ "${e_fail:-1}" = 0 ] || die "browser tests: ${e_fail:-?} failed"
+[ "${e_pass:-0}" -gt 0 ] || die "browser tests: none ran"
+PASSED=$((PASSED + e_pass))
+SUMMARY+=("browser tests (Playwright): $e_pass passed ($STEP_SECS s)")
+
+# 7. the npm package
+run_step pack node scripts/check-pack.mjs
+SUMMARY+=("npm pack: contents and import ok ($STEP_SECS s)")
+
+rm -rf "$BROWSER_TMP"
+echo
+echo "== npm test passed in $(($(date +%s) - T_ALL)) s"
+for s in "${SUMMARY[@]}"; do echo "   $s"; done
+echo "summary: $PASSED passed, 0 failed"

@@ -1,0 +1,333 @@
+// The JS layer (web/ggweb.js, engine.js, worker.js) in headless Chromium, in a Web Worker
+// and on the page's thread, against tests/e2e/fake-core.js (a stand-in for the wasm glue
+// with the same surface): streaming loads, progress, HTTP and network errors, abort,
+// sources other than URLs, generation and its cancellation, dispose, the Cache API.
+//   node --test tests/e2e/api.spec.mjs
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { launch, makeFakeModel, openPage, serve } from './helpers.mjs';
+
+const { url: MODEL, size: SIZE, fnv1a: FNV } = makeFakeModel();
+
+let server;
+let browser;
+let page;
+let problems;
+
+before(async () => {
+  server = await serve();
+  browser = await launch();
+  ({ page, problems } = await openPage(browser, `${server.url}e2e/harness.html`));
+  await page.evaluate(async () => {
+    window.G = await import('/ggweb.js');
+    window.run = async (fn) => {
+      try {
+        return { ok: true, value: await fn() };
+      } catch (e) {
+        return { ok: false, name: e.name, code: e.code, message: e.message, details: e.details, isGgweb: e instanceof window.G.GgwebError };
+      }
+    };
+  });
+});
+
+after(async () => {
+  await browser?.close();
+  await server?.close();
+});
+
+/** Runs `body` in the page, with `Model`, `G` (the module), `opts` (base load options) in scope. */
+function inPage(worker, body, arg) {
+  return page.evaluate(
+    async ({ worker, body, arg }) => {
+      const G = window.G;
+      const Model = G.Model;
+      const opts = { worker, coreUrl: '/e2e/fake-core.js', nBatch: 3 };
+      // eslint-disable-next-line no-new-func
+      const fn = new Function('G', 'Model', 'opts', 'arg', `return (async () => { ${body} })()`);
+      return window.run(() => fn(G, Model, opts, arg));
+    },
+    { worker, body, arg },
+  );
+}
+
+for (const worker of [true, false]) {
+  describe(`${worker ? 'in a worker' : 'on the page thread'}`, () => {
+    test('streams a URL into the loader: all bytes in order, progress, phases, info', async () => {
+      const r = await inPage(worker, `
+        const events = [];
+        const m = await Model.load(arg, { ...opts, nCtx: 256, onProgress: (p) => events.push(p) });
+        const info = m.info();
+        const inWorker = m.inWorker;
+        await m.dispose();
+        return { info, events, inWorker };
+      `, MODEL);
+      assert.ok(r.ok, r.message);
+      const { info, events, inWorker } = r.value;
+      assert.equal(inWorker, worker);
+      assert.equal(info.bytes, SIZE);
+      assert.equal(info.fnv1a, FNV);
+      assert.deepEqual(info.opts, { nCtx: 256, nBatch: 3, backend: 'cpu' });
+      assert.equal(info.load.via, 'download');
+      assert.equal(info.load.bytes, SIZE);
+      assert.equal(info.load.worker, worker);
+      assert.equal(info.load.cached, false);
+      const dl = events.filter((e) => e.phase === 'download');
+      assert.ok(dl.length >= 2, `download progress events: ${dl.length}`);
+      assert.deepEqual(dl[0], { loaded: 0, total: SIZE, phase: 'download' });
+      for (let i = 1; i < dl.length; i++) {
+        assert.ok(dl[i].loaded >= dl[i - 1].loaded, 'progress goes forward');
+        assert.equal(dl[i].total, SIZE);
+      }
+      assert.equal(dl.at(-1).loaded, SIZE);
+      assert.deepEqual(events.slice(-2).map((e) => e.phase), ['build', 'ready']);
+    });
+
+    test('works without Content-Length (chunked response)', async () => {
+      const r = await inPage(worker, `
+        const events = [];
+        const m = await Model.load('/__test/nolength' + arg, { ...opts, onProgress: (p) => events.push(p) });
+        const info = m.info();
+        await m.dispose();
+        return { info, first: events[0], last: events.filter((e) => e.phase === 'download').at(-1) };
+      `, MODEL);
+      assert.ok(r.ok, r.message);
+      assert.equal(r.value.info.fnv1a, FNV);
+      assert.deepEqual(r.value.first, { loaded: 0, total: null, phase: 'download' });
+      assert.deepEqual(r.value.last, { loaded: SIZE, total: SIZE, phase: 'download' });
+    });
+
+    test('HTTP error status rejects with code "http" and the URL', async () => {
+      const r = await inPage(worker, `return await Model.load('/__test/status/404', opts);`);
+      assert.equal(r.ok, false);
+      assert.equal(r.isGgweb, true);
+      assert.equal(r.code, 'http');
+      assert.equal(r.details.status, 404);
+      assert.match(r.message, /^HTTP 404 .*fetching http:\/\/localhost:\d+\/__test\/status\/404$/);
+    });
+
+    test('a connection dropped mid-stream rejects with code "network" and how far it got', async () => {
+      const r = await inPage(worker, `return await Model.load('/__test/drop/1000000' + arg, opts);`, MODEL);
+      assert.equal(r.ok, false);
+      assert.equal(r.code, 'network', r.message);
+      assert.match(r.message, /__test\/drop\/1000000\/artifacts\/fake-model\.gguf/);
+      assert.match(r.message, /of 3\.0 MiB/);
+    });
+
+    test('a file that is not GGUF rejects with code "format" and the loader\'s message', async () => {
+      const r2 = await inPage(worker, `return await Model.load('/e2e/harness.html', opts);`);
+      assert.equal(r2.code, 'format');
+      assert.match(r2.message, /e2e\/harness\.html at byte 0: not a GGUF file: magic bytes "<!do" at offset 0/);
+    });
+
+    test('invalid options reject with code "invalid" before any download', async () => {
+      const r = await inPage(worker, `return await Model.load(arg, { ...opts, nCtx: -4 });`, MODEL);
+      assert.equal(r.code, 'invalid');
+      assert.equal(r.message, 'nCtx must be an integer >= 1, got -4');
+      const r2 = await inPage(worker, `return await Model.load(arg, { ...opts, backend: 'tpu' });`, MODEL);
+      assert.equal(r2.code, 'invalid');
+      const r3 = await inPage(worker, `return await Model.load(arg, { ...opts, nCtx: 9999 });`, MODEL);
+      assert.equal(r3.code, 'invalid');
+      assert.match(r3.message, /nCtx 9999 exceeds the model's context length 4096/);
+    });
+
+    test('AbortSignal cancels a slow download promptly with code "aborted"', async () => {
+      const r = await inPage(worker, `
+        const ac = new AbortController();
+        let seen = 0;
+        const t0 = performance.now();
+        const p = Model.load('/__test/slow/20' + arg, { ...opts, signal: ac.signal,
+          onProgress: (e) => { seen = e.loaded; if (e.loaded > 100000) ac.abort(); } });
+        try { await p; return 'loaded?'; } catch (e) {
+          return { code: e.code, message: e.message, seen, ms: performance.now() - t0 };
+        }
+      `, MODEL);
+      assert.ok(r.ok);
+      assert.equal(r.value.code, 'aborted', r.value.message);
+      assert.ok(r.value.seen < SIZE / 2, `aborted after ${r.value.seen} bytes`);
+      assert.ok(r.value.ms < 5000, `took ${r.value.ms} ms`);
+    });
+
+    test('an already-aborted signal rejects at once', async () => {
+      const r = await inPage(worker, `return await Model.load(arg, { ...opts, signal: AbortSignal.abort() });`, MODEL);
+      assert.equal(r.code, 'aborted');
+    });
+
+    test('File/Blob, ReadableStream, Response and bytes sources', async () => {
+      const r = await inPage(worker, `
+        const res = await fetch(arg);
+        const buf = new Uint8Array(await res.clone().arrayBuffer());
+        const out = {};
+        const sources = {
+          file: () => new File([buf], 'm.gguf'),
+          stream: () => new Blob([buf]).stream(),
+          response: () => new Response(buf),
+          bytes: () => buf,
+        };
+        for (const [k, make] of Object.entries(sources)) {
+          const m = await Model.load(make(), opts);
+          const i = m.info();
+          out[k] = [i.bytes, i.fnv1a, i.load.via];
+          await m.dispose();
+        }
+        out.bufferIntact = buf.byteLength;
+        return out;
+      `, MODEL);
+      assert.ok(r.ok, r.message);
+      assert.deepEqual(r.value, {
+        file: [SIZE, FNV, 'file'],
+        stream: [SIZE, FNV, 'stream'],
+        response: [SIZE, FNV, 'stream'],
+        bytes: [SIZE, FNV, 'file'],
+        bufferIntact: SIZE,
+      });
+    });
+
+    test('tokenize, detokenize, logits', async () => {
+      const r = await inPage(worker, `
+        const m = await Model.load(arg, opts);
+        const ids = await m.tokenize('Hi!');
+        const text = await m.detokenize([72, 105]);
+        const logits = await m.logits(ids);
+        let bad;
+        try { await m.detokenize([1e6]); } catch (e) { bad = [e.code, e.message]; }
+        let neg;
+        try { await m.logits([1, -2]); } catch (e) { neg = [e.code, e.message]; }
+        await m.dispose();
+        return { ids: [ids.constructor.name, ...ids], text, logits: [logits.constructor.name, ...logits], bad, neg };
+      `, MODEL);
+      assert.ok(r.ok, r.message);
+      assert.deepEqual(r.value.ids, ['Uint32Array', 72, 105, 33]);
+      assert.equal(r.value.text, 'Hi');
+      // sum = 210 → 21 + i
+      assert.deepEqual(r.value.logits, ['Float32Array', 21, 22, 23, 24, 25, 26, 27, 28]);
+      assert.deepEqual(r.value.bad, ['invalid', 'detokenize: token id 1000000 is out of range (vocab 65536)']);
+      assert.deepEqual(r.value.neg, ['invalid', 'logits: token id at index 1 is -2, not a non-negative integer']);
+    });
+
+    test('generate streams tokens, then stats; options are validated', async () => {
+      const r = await inPage(worker, `
+        const m = await Model.load(arg, opts);
+        const got = [];
+        const it = m.generate('Hello', { maxTokens: 5, seed: 7, temperature: 0 });
+        for await (const t of it) got.push(t);
+        const stats = await it.stats;
+        let bad;
+        try { for await (const t of m.generate('x', { topP: 2 })) {} } catch (e) { bad = [e.code, e.message]; }
+        let empty;
+        try { for await (const t of m.generate('')) {} } catch (e) { empty = e.code; }
+        await m.dispose();
+        return { got, stats, bad, empty };
+      `, MODEL);
+      assert.ok(r.ok, r.message);
+      assert.deepEqual(r.value.got, [
+        { token: 97, text: 'a' }, { token: 98, text: 'b' }, { token: 99, text: 'c' },
+        { token: 100, text: 'd' }, { token: 101, text: 'e' },
+      ]);
+      assert.equal(r.value.stats.promptTokens, 5);
+      assert.equal(r.value.stats.tokens, 5);
+      assert.equal(r.value.stats.stop, 'maxTokens');
+      assert.deepEqual(r.value.bad, ['invalid', 'topP must be a number >= 0 and <= 1, got 2']);
+      assert.equal(r.value.empty, 'invalid');
+    });
+
+    test('generation: abort throws "aborted", break stops quietly, a second run is "busy", the next works', async () => {
+      const r = await inPage(worker, `
+        const m = await Model.load(arg, opts);
+        const ac = new AbortController();
+        const got = [];
+        let aborted;
+        try {
+          for await (const t of m.generate('slow prompt', { maxTokens: 1000, signal: ac.signal })) {
+            got.push(t.text);
+            if (got.length === 3) ac.abort();
+          }
+        } catch (e) { aborted = e.code; }
+        let n = 0;
+        for await (const t of m.generate('slow', { maxTokens: 1000 })) { if (++n === 2) break; }
+        const a = m.generate('slow', { maxTokens: 50 });
+        const first = await a.next();
+        let busy;
+        try { await m.generate('x').next(); } catch (e) { busy = e.code; }
+        await a.return();
+        const again = [];
+        for await (const t of m.generate('ok', { maxTokens: 3 })) again.push(t.text);
+        await m.dispose();
+        return { got, aborted, n, first: first.value, busy, again: again.join('') };
+      `, MODEL);
+      assert.ok(r.ok, r.message);
+      assert.deepEqual(r.value.got, ['a', 'b', 'c']);
+      assert.equal(r.value.aborted, 'aborted');
+      assert.equal(r.value.n, 2);
+      assert.deepEqual(r.value.first, { token: 97, text: 'a' });
+      assert.equal(r.value.busy, 'busy');
+      assert.equal(r.value.again, 'abc');
+    });
+
+    test('after dispose every call rejects with code "disposed"', async () => {
+      const r = await inPage(worker, `
+        const m = await Model.load(arg, opts);
+        await m.dispose();
+        await m.dispose(); // twice is fine
+        const codes = [];
+        for (const f of [() => m.tokenize('a'), () => m.logits([1]), () => m.generate('a'), () => m.info()]) {
+          try { await f(); codes.push('ok'); } catch (e) { codes.push(e.code); }
+        }
+        return { codes, disposed: m.disposed };
+      `, MODEL);
+      assert.ok(r.ok, r.message);
+      assert.deepEqual(r.value, { codes: ['disposed', 'disposed', 'disposed', 'disposed'], disposed: true });
+    });
+
+    test('a missing wasm module rejects with code "unsupported"', async () => {
+      const r = await inPage(worker, `return await Model.load(arg, { ...opts, coreUrl: '/e2e/no-such-core.js' });`, MODEL);
+      assert.equal(r.code, 'unsupported');
+      assert.match(r.message, /could not import the wasm glue http:\/\/localhost:\d+\/e2e\/no-such-core\.js/);
+    });
+
+    test('cache: true stores a complete download and serves the next load from the Cache API', async () => {
+      const r = await inPage(worker, `
+        await caches.delete('ggweb-test');
+        const url = new URL(arg, location.href).href;
+        let dropped;
+        try { await Model.load('/__test/drop/500000' + arg, { ...opts, cache: 'ggweb-test' }); } catch (e) { dropped = e.code; }
+        const c = await caches.open('ggweb-test');
+        const partial = (await c.keys()).length;
+        const m1 = await Model.load(arg, { ...opts, cache: 'ggweb-test' });
+        const i1 = m1.info().load;
+        await m1.dispose();
+        const stored = await c.match(url);
+        const storedLen = stored ? (await stored.arrayBuffer()).byteLength : 0;
+        const m2 = await Model.load(arg, { ...opts, cache: 'ggweb-test' });
+        const i2 = m2.info();
+        await m2.dispose();
+        await caches.delete('ggweb-test');
+        return { dropped, partial, i1: [i1.via, i1.cached], storedLen, i2: [i2.load.via, i2.fnv1a] };
+      `, MODEL);
+      assert.ok(r.ok, r.message);
+      assert.deepEqual(r.value, {
+        dropped: 'network', partial: 0, i1: ['download', true], storedLen: SIZE, i2: ['cache', FNV],
+      });
+    });
+  });
+}
+
+test('on the page thread, a failed or aborted load frees its loader', async () => {
+  const r = await inPage(false, `
+    const fake = await import('/e2e/fake-core.js');
+    const before = { ...fake.stats };
+    try { await Model.load('/__test/drop/200000' + arg, opts); } catch {}
+    try { await Model.load('/e2e/harness.html', opts); } catch {}
+    const m = await Model.load(arg, opts);
+    await m.dispose();
+    const s = fake.stats;
+    return { loaders: s.loaders - before.loaders, freed: s.freed - before.freed,
+             models: s.models - before.models, modelsFreed: s.modelsFreed - before.modelsFreed };
+  `, MODEL);
+  assert.ok(r.ok, r.message);
+  // drop: freed; bad magic: feed threw, freed; success: finish consumed the loader.
+  assert.deepEqual(r.value, { loaders: 3, freed: 2, models: 1, modelsFreed: 1 });
+});
+
+test('the page saw no uncaught errors', () => {
+  assert.deepEqual(problems.filter((p) => !/Failed to load resource/.test(p)), []);
+});

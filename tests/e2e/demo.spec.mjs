@@ -1,0 +1,168 @@
+// The demo page (web/index.html) in headless Chromium: it renders with the real wasm
+// module, shows no error, its controls match what the browser has; and, with the
+// stand-in core (?core=/e2e/fake-core.js), the whole UI flow: load with progress, model
+// info, streaming generation, stop, cancel, errors in words, drag and drop.
+// Screenshots go to tests/artifacts/.
+//   node --test tests/e2e/demo.spec.mjs
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { ARTIFACTS, launch, makeFakeModel, openPage, serve } from './helpers.mjs';
+
+const fake = makeFakeModel();
+let server;
+let browser;
+
+before(async () => {
+  server = await serve();
+  browser = await launch();
+});
+after(async () => {
+  await browser?.close();
+  await server?.close();
+});
+
+// The tiny fixture model may be absent from a checkout; its HEAD probe 404 is expected then.
+const real = (problems) => problems.filter((p) => !/tests\/fixtures\/tiny-f16\.gguf$/.test(p));
+
+/** Counts distinct colours in a PNG by decoding it in the page (no image library needed). */
+async function pngStats(page, png) {
+  return page.evaluate(async (b64) => {
+    const img = new Image();
+    img.src = `data:image/png;base64,${b64}`;
+    await img.decode();
+    const c = new OffscreenCanvas(img.width, img.height);
+    const g = c.getContext('2d');
+    g.drawImage(img, 0, 0);
+    const d = g.getImageData(0, 0, img.width, img.height).data;
+    const colours = new Set();
+    let dark = 0;
+    for (let i = 0; i < d.length; i += 4) {
+      colours.add((d[i] << 16) | (d[i + 1] << 8) | d[i + 2]);
+      if (d[i] + d[i + 1] + d[i + 2] < 200) dark++;
+    }
+    return { width: img.width, height: img.height, colours: colours.size, dark };
+  }, png.toString('base64'));
+}
+
+test('the demo renders with the real wasm module, without errors, and is not blank', async () => {
+  const { page, problems } = await openPage(browser, server.url);
+  await page.waitForSelector('body[data-ready="1"]');
+  assert.equal(await page.title(), 'ggweb — GPT-2 in the browser');
+  assert.equal(await page.textContent('h1'), 'ggweb');
+  assert.match(await page.textContent('#version'), /^v\d+\.\d+\.\d+$/);
+  assert.equal(await page.isHidden('#error'), true, `error shown: ${await page.textContent('#error')}`);
+  assert.equal(await page.inputValue('#model-url'), 'https://huggingface.co/QuantFactory/gpt2-GGUF/resolve/main/gpt2.Q8_0.gguf');
+  assert.equal(await page.isDisabled('#gen-btn'), true, 'no model: Generate is disabled');
+  assert.equal(await page.evaluate(() => crossOriginIsolated), true, 'COOP/COEP headers make the page cross-origin isolated');
+
+  // GPU controls follow navigator.gpu (headless Chromium with --enable-unsafe-webgpu has it).
+  const hasGpu = await page.evaluate(() => !!navigator.gpu);
+  assert.equal(await page.isDisabled('#backend option[value="webgpu"]'), !hasGpu);
+  assert.equal(await page.isDisabled('#gpu-layers'), true, 'CPU backend: slider disabled');
+  if (hasGpu) {
+    await page.selectOption('#backend', 'webgpu');
+    assert.equal(await page.isDisabled('#gpu-layers'), false);
+    await page.fill('#gpu-layers', '5');
+    assert.equal(await page.textContent('#gpu-layers-out'), '5');
+    await page.selectOption('#backend', 'cpu');
+  } else {
+    assert.match(await page.textContent('#gpu-note'), /WebGPU is not available/);
+  }
+
+  await page.setViewportSize({ width: 1100, height: 900 });
+  const png = await page.screenshot({ path: `${ARTIFACTS}demo.png`, fullPage: true });
+  const s = await pngStats(page, png);
+  assert.ok(s.width >= 1100 && s.height >= 700, `screenshot ${s.width}x${s.height}`);
+  assert.ok(s.colours > 20, `screenshot has only ${s.colours} colours: blank?`);
+  assert.ok(s.dark > 2000, `only ${s.dark} dark pixels: no text rendered?`);
+  assert.deepEqual(real(problems), []);
+  await page.close();
+});
+
+async function fakePage() {
+  const r = await openPage(browser, `${server.url}?core=/e2e/fake-core.js&model=${fake.url}`);
+  await r.page.waitForSelector('body[data-ready="1"]');
+  return r;
+}
+
+test('UI flow: load with progress and info, stream a generation, stop one', async () => {
+  const { page, problems } = await fakePage();
+  assert.equal(await page.textContent('#version'), 'vfake');
+  await page.click('#load-btn');
+  await page.waitForFunction(() => /^Loaded /.test(document.getElementById('load-status').textContent));
+  assert.equal(await page.evaluate(() => document.getElementById('load-progress').value), 1);
+  assert.match(await page.textContent('#load-status'), /^Loaded fake-model\.gguf: 3\.0 MiB in \d+\.\d s, CPU, in a Web Worker\.$/);
+  assert.equal(await page.isVisible('#model-info'), true);
+  assert.match(await page.textContent('#info-list'), /architecturefake/);
+  assert.equal(await page.isDisabled('#gen-btn'), false);
+
+  await page.fill('#prompt', 'Once');
+  await page.fill('#max-tokens', '5');
+  await page.click('#gen-btn');
+  await page.waitForFunction(() => document.getElementById('gen-btn').disabled === false && /tokens\/s/.test(document.getElementById('gen-stats').textContent));
+  assert.equal(await page.textContent('#out-prompt'), 'Once');
+  assert.equal(await page.textContent('#out-text'), 'abcde');
+  assert.match(await page.textContent('#gen-stats'), /^5 tokens · \d+\.\d tokens\/s · first token after \d+ ms$/);
+
+  // "slow…" prompts take 20 ms a step in the stand-in: stop after a few tokens.
+  await page.fill('#prompt', 'slow and steady');
+  await page.fill('#max-tokens', '500');
+  await page.click('#gen-btn');
+  await page.waitForFunction(() => document.getElementById('out-text').textContent.length >= 3);
+  await page.click('#stop-btn');
+  await page.waitForFunction(() => / · stopped$/.test(document.getElementById('gen-stats').textContent));
+  const n = (await page.textContent('#out-text')).length;
+  assert.ok(n >= 3 && n < 200, `${n} tokens before stop`);
+  assert.equal(await page.isDisabled('#stop-btn'), true);
+  assert.equal(await page.isHidden('#error'), true);
+  await page.screenshot({ path: `${ARTIFACTS}demo-generated.png`, fullPage: true });
+  assert.deepEqual(real(problems), []);
+  await page.close();
+});
+
+test('errors are shown in words; a load can be cancelled', async () => {
+  const { page, problems } = await fakePage();
+  await page.fill('#model-url', '');
+  await page.click('#load-btn');
+  assert.equal(await page.textContent('#error'), 'A setting is out of range.Enter a model URL first.');
+
+  await page.fill('#model-url', '/__test/status/404');
+  await page.click('#load-btn');
+  await page.waitForFunction(() => document.getElementById('error').dataset.code === 'http');
+  assert.match(await page.textContent('#error'), /^The server refused the download\. Check the URL\.HTTP 404 Not Found fetching http:\/\/localhost:\d+\/__test\/status\/404$/);
+  assert.equal(await page.textContent('#load-status'), 'Loading failed.');
+
+  await page.fill('#model-url', `/__test/drop/100000${fake.url}`);
+  await page.click('#load-btn');
+  await page.waitForFunction(() => document.getElementById('error').dataset.code === 'network');
+  assert.match(await page.textContent('#error'), /^The download failed\./);
+
+  await page.fill('#model-url', `/__test/slow/30${fake.url}`);
+  await page.click('#load-btn');
+  await page.waitForFunction(() => /downloading$/.test(document.getElementById('load-status').textContent));
+  assert.match(await page.textContent('#load-status'), /^[\d.]+ (KiB|B) \/ 3\.0 MiB · [\d.]+ MB\/s · downloading$/);
+  await page.click('#cancel-load-btn');
+  await page.waitForFunction(() => document.getElementById('load-status').textContent === 'Loading cancelled.');
+  assert.equal(await page.isHidden('#error'), true);
+  assert.equal(await page.isDisabled('#gen-btn'), true);
+  assert.deepEqual(real(problems).filter((p) => !/Failed to load resource/.test(p)), []);
+  await page.close();
+});
+
+test('a dropped .gguf file loads (on the page thread)', async () => {
+  const { page, problems } = await fakePage();
+  await page.uncheck('#use-worker');
+  await page.evaluate(async (url) => {
+    const buf = await (await fetch(url)).arrayBuffer();
+    const dt = new DataTransfer();
+    dt.items.add(new File([buf], 'dropped.gguf'));
+    document.dispatchEvent(new DragEvent('drop', { dataTransfer: dt, bubbles: true, cancelable: true }));
+  }, fake.url);
+  assert.equal(await page.textContent('#load-status'), 'Dropped dropped.gguf (3.0 MiB). Press "Load model".');
+  assert.equal(await page.isChecked('input[name="source"][value="file"]'), true);
+  await page.click('#load-btn');
+  await page.waitForFunction(() => /^Loaded /.test(document.getElementById('load-status').textContent));
+  assert.match(await page.textContent('#load-status'), /^Loaded dropped\.gguf: 3\.0 MiB in \d+\.\d s, CPU\.$/);
+  assert.deepEqual(real(problems), []);
+  await page.close();
+});

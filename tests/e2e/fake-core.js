@@ -1,0 +1,106 @@
+// A test double of the wasm-bindgen glue (web/pkg/ggweb_core.js), with the same surface as
+// crate/bindings (WasmLoader, WasmModel). It lets tests/e2e/api.spec.mjs drive the real JS
+// layer (streaming, progress, errors, abort, worker messages, cache) in Chromium without a
+// model. It checks what a loader must: the GGUF magic, the bytes in order (FNV-1a of all
+// bytes fed), and that nothing is fed after finish() or free().
+//
+// Tokens: one per UTF-16 code unit (id = code unit). Generation yields ids 97, 98, ...
+// ('a', 'b', ...) up to maxTokens. logits(ids)[i] = (sum(ids) % 1000) / 10 + i for i < 8.
+export const stats = { loaders: 0, freed: 0, models: 0, modelsFreed: 0 };
+
+export default async function init() {}
+export function init_panic_hook() {}
+export function version() { return 'fake'; }
+
+export class WasmLoader {
+  constructor(optsJson) {
+    this.opts = JSON.parse(optsJson);
+    if (this.opts.nCtx !== undefined && this.opts.nCtx > 4096) throw new Error(`nCtx ${this.opts.nCtx} exceeds the model's context length 4096`);
+    this.bytes = 0;
+    this.hash = 0x811c9dc5;
+    this.head = [];
+    this.state = 'open';
+    stats.loaders++;
+  }
+  feed(chunk) {
+    if (this.state !== 'open') throw new Error(`feed after ${this.state}`);
+    for (let i = 0; i < chunk.length; i++) {
+      if (this.bytes + i < 4) {
+        this.head.push(chunk[i]);
+        if (this.head.length === 4 && String.fromCharCode(...this.head) !== 'GGUF') {
+          throw new Error(`not a GGUF file: magic bytes ${JSON.stringify(String.fromCharCode(...this.head))} at offset 0`);
+        }
+      }
+      this.hash = Math.imul(this.hash ^ chunk[i], 0x01000193) >>> 0;
+    }
+    this.bytes += chunk.length;
+  }
+  bytes_consumed() { return this.bytes; }
+  total_expected() { return -1; }
+  finish() {
+    if (this.state !== 'open') throw new Error(`finish after ${this.state}`);
+    this.state = 'finished';
+    if (this.bytes < 4) throw new Error(`truncated GGUF: ${this.bytes} bytes`);
+    return new WasmModel(this.opts, this.bytes, this.hash);
+  }
+  free() {
+    if (this.state === 'freed') throw new Error('double free');
+    this.state = 'freed';
+    stats.freed++;
+  }
+}
+
+export class WasmModel {
+  constructor(opts, bytes, hash) {
+    this.opts = opts;
+    this.bytes = bytes;
+    this.hash = hash;
+    this.freed = false;
+    this.slowMs = 0;
+    stats.models++;
+  }
+  #alive() { if (this.freed) throw new Error('use after free'); }
+  tokenize(text, special) { this.#alive(); return Array.from(text, (c) => c.charCodeAt(0)); }
+  detokenize(ids) {
+    this.#alive();
+    for (const id of ids) if (id > 0xffff) throw new Error(`token id ${id} is out of range (vocab 65536)`);
+    return String.fromCharCode(...ids);
+  }
+  logits(ids) {
+    this.#alive();
+    const s = ids.reduce((a, b) => a + b, 0) % 1000;
+    return Float32Array.from({ length: 8 }, (_, i) => s / 10 + i);
+  }
+  start(ids, paramsJson) {
+    this.#alive();
+    this.params = JSON.parse(paramsJson);
+    this.prompt = Array.from(ids);
+    this.pos = 0;
+    this.produced = 0;
+    // A prompt starting with "slow" makes every step take 20 ms (for cancel tests).
+    this.slowMs = String.fromCharCode(...this.prompt.slice(0, 4)) === 'slow' ? 20 : 0;
+  }
+  #spin() { const t = performance.now(); while (performance.now() - t < this.slowMs) { /* busy, like real compute */ } }
+  prompt_step() {
+    this.#alive();
+    this.#spin();
+    this.pos = Math.min(this.prompt.length, this.pos + (this.opts.nBatch ?? 2));
+    return this.pos >= this.prompt.length;
+  }
+  next_token() {
+    this.#alive();
+    if (this.pos < this.prompt.length) throw new Error('next_token before the prompt was evaluated');
+    if (this.produced >= this.params.maxTokens) return -1;
+    this.#spin();
+    return 97 + (this.produced++ % 26);
+  }
+  token_piece(id) { return String.fromCharCode(id); }
+  info() {
+    return JSON.stringify({ arch: 'fake', bytes: this.bytes, fnv1a: this.hash, backend: this.opts.backend, opts: this.opts });
+  }
+  free() {
+    if (this.freed) throw new Error('double free');
+    this.freed = true;
+    stats.modelsFreed++;
+  }
+}

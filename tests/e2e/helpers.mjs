@@ -1,0 +1,71 @@
+// Shared setup for the browser tests: the static server and Debian's headless Chromium
+// driven by playwright-core (never a downloaded browser).
+import { mkdirSync, renameSync, writeFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { chromium } from 'playwright-core';
+import { startServer } from '../../scripts/serve.mjs';
+
+export const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+export const ARTIFACTS = fileURLToPath(new URL('../artifacts/', import.meta.url));
+mkdirSync(ARTIFACTS, { recursive: true });
+
+export const CHROMIUM = process.env.CHROMIUM ?? '/usr/bin/chromium';
+export const CHROMIUM_ARGS = [
+  '--no-sandbox', // mandatory as root
+  '--headless=new',
+  '--enable-unsafe-webgpu',
+  '--disable-dev-shm-usage',
+  // The network here is closed: without these Chromium retries Google hosts endlessly.
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+  '--disable-default-apps',
+  '--no-first-run',
+  '--no-default-browser-check',
+];
+
+export async function launch() {
+  return chromium.launch({ executablePath: CHROMIUM, headless: true, args: CHROMIUM_ARGS });
+}
+
+export async function serve() {
+  return startServer({
+    port: 0,
+    testRoutes: true,
+    mounts: [['/e2e/', `${ROOT}tests/e2e`], ['/artifacts/', ARTIFACTS]],
+  });
+}
+
+/** A page that records console errors and uncaught exceptions. */
+export async function openPage(browser, url) {
+  const page = await browser.newPage();
+  const problems = [];
+  page.on('pageerror', (e) => problems.push(`pageerror: ${e.message}`));
+  page.on('console', (m) => {
+    if (m.type() === 'error') problems.push(`console.error: ${m.text()} @ ${m.location().url}`);
+  });
+  await page.goto(url);
+  return { page, problems };
+}
+
+/**
+ * Writes tests/artifacts/fake-model.gguf: GGUF magic, then deterministic bytes; 3 MiB + 4 in all.
+ * Returns { url, size, fnv1a } (FNV-1a 32 of all bytes, which fake-core's info() reports).
+ */
+export function makeFakeModel() {
+  const size = 3 * 1024 * 1024 + 4;
+  const bytes = new Uint8Array(size);
+  bytes.set([0x47, 0x47, 0x55, 0x46]);
+  let x = 12345;
+  for (let i = 4; i < size; i++) {
+    x = (Math.imul(x, 1103515245) + 12345) >>> 0;
+    bytes[i] = x >>> 24;
+  }
+  // Spec files may run in parallel: write aside, then rename (atomic), so no reader sees half a file.
+  const tmp = `${ARTIFACTS}fake-model.gguf.${process.pid}`;
+  writeFileSync(tmp, bytes);
+  renameSync(tmp, `${ARTIFACTS}fake-model.gguf`);
+  let h = 0x811c9dc5;
+  for (const b of bytes) h = Math.imul(h ^ b, 0x01000193) >>> 0;
+  return { url: '/artifacts/fake-model.gguf', size, fnv1a: h };
+}

@@ -1,0 +1,314 @@
+// The demo page (index.html): pick a model, load it with progress, generate with streaming.
+// URL parameters: ?model=<url> presets the URL field; ?core=<url> swaps the wasm glue
+// module (the browser tests use a stand-in to exercise the page without a model).
+import { Model, GgwebError, formatBytes } from './ggweb.js';
+
+// A public GGUF of OpenAI's GPT-2 124M (Q8_0, ~170 MB), converted by llama.cpp.
+const DEFAULT_URL = 'https://huggingface.co/QuantFactory/gpt2-GGUF/resolve/main/gpt2.Q8_0.gguf';
+const TINY_URL = new URL('../tests/fixtures/tiny-f16.gguf', document.baseURI).href;
+
+const params = new URLSearchParams(location.search);
+const coreUrl = params.get('core') ?? undefined;
+const $ = (id) => document.getElementById(id);
+
+const el = {
+  version: $('version'), url: $('model-url'), file: $('model-file'), tinyStatus: $('tiny-status'),
+  backend: $('backend'), gpuLayers: $('gpu-layers'), gpuLayersOut: $('gpu-layers-out'), gpuNote: $('gpu-note'),
+  nCtx: $('n-ctx'), cache: $('use-cache'), worker: $('use-worker'),
+  loadBtn: $('load-btn'), cancelLoadBtn: $('cancel-load-btn'), progress: $('load-progress'), loadStatus: $('load-status'),
+  info: $('model-info'), infoList: $('info-list'),
+  prompt: $('prompt'), maxTokens: $('max-tokens'), temperature: $('temperature'), topK: $('top-k'), topP: $('top-p'), seed: $('seed'),
+  genBtn: $('gen-btn'), stopBtn: $('stop-btn'), genStats: $('gen-stats'), outPrompt: $('out-prompt'), outText: $('out-text'),
+  error: $('error'),
+};
+
+let model = null;
+let droppedFile = null;
+let loadAbort = null;
+let genAbort = null;
+
+el.url.value = params.get('model') ?? DEFAULT_URL;
+
+// --- errors, in words -------------------------------------------------------------------
+
+const EXPLAIN = {
+  http: 'The server refused the download. Check the URL.',
+  network: 'The download failed. Check the connection; a model on another site must be served with CORS headers (Hugging Face does).',
+  format: 'This file is not a GGUF model that ggweb can read.',
+  unsupported: 'This browser or this build cannot do that.',
+  invalid: 'A setting is out of range.',
+  busy: 'The model is busy with another request.',
+  disposed: 'The model was unloaded.',
+  worker: 'The Web Worker that runs the model failed. Try unticking "Run in a Web Worker".',
+  internal: 'ggweb hit an internal error; reload the page to start over.',
+};
+
+function showError(e) {
+  const code = e instanceof GgwebError ? e.code : 'internal';
+  el.error.replaceChildren();
+  const head = document.createElement('strong');
+  head.textContent = EXPLAIN[code] ?? 'Something went wrong.';
+  const detail = document.createElement('span');
+  detail.textContent = e?.message ?? String(e);
+  el.error.append(head, detail);
+  el.error.dataset.code = code;
+  el.error.hidden = false;
+}
+function clearError() {
+  el.error.hidden = true;
+  el.error.replaceChildren();
+  delete el.error.dataset.code;
+}
+
+// --- environment: version, WebGPU, the tiny model ---------------------------------------
+
+async function showVersion() {
+  try {
+    const core = await import(coreUrl ? new URL(coreUrl, document.baseURI).href : './pkg/ggweb_core.js');
+    await core.default?.();
+    el.version.textContent = `v${core.version()}`;
+  } catch (e) {
+    el.version.textContent = 'wasm module not built (run npm start)';
+    showError(new GgwebError('unsupported', `Could not load the wasm module: ${e.message}`));
+  }
+}
+
+function setupGpuControls() {
+  const hasGpu = typeof navigator !== 'undefined' && 'gpu' in navigator && !!navigator.gpu;
+  if (!hasGpu) {
+    el.backend.querySelector('option[value="webgpu"]').disabled = true;
+    el.gpuNote.textContent = 'WebGPU is not available in this browser (navigator.gpu is missing), so the model runs on the CPU.';
+  }
+  const update = () => {
+    const gpu = hasGpu && el.backend.value !== 'cpu';
+    el.gpuLayers.disabled = !gpu;
+    const v = Number(el.gpuLayers.value);
+    el.gpuLayersOut.textContent = v >= Number(el.gpuLayers.max) ? 'all' : String(v);
+    if (hasGpu) {
+      el.gpuNote.textContent = gpu
+        ? 'Layers not on the GPU run on the CPU.'
+        : 'GPU layers apply to the WebGPU and Auto backends.';
+    }
+  };
+  el.backend.addEventListener('change', update);
+  el.gpuLayers.addEventListener('input', update);
+  update();
+}
+
+async function checkTiny() {
+  const radio = document.querySelector('input[name="source"][value="tiny"]');
+  try {
+    const r = await fetch(TINY_URL, { method: 'HEAD' });
+    if (!r.ok) throw new Error(String(r.status));
+    const n = Number(r.headers.get('Content-Length'));
+    el.tinyStatus.textContent = n ? `(${formatBytes(n)}, served by this page's server)` : '';
+  } catch {
+    radio.disabled = true;
+    el.tinyStatus.textContent = '(not on this server: serve the repository with npm start)';
+  }
+}
+
+// --- sources: URL, tiny model, file picker, drag and drop -------------------------------
+
+const sourceKind = () => document.querySelector('input[name="source"]:checked').value;
+const selectSource = (v) => { document.querySelector(`input[name="source"][value="${v}"]`).checked = true; };
+
+el.file.addEventListener('change', () => {
+  droppedFile = null;
+  if (el.file.files.length) selectSource('file');
+});
+el.url.addEventListener('input', () => selectSource('url'));
+
+let dragDepth = 0;
+document.addEventListener('dragenter', (e) => { e.preventDefault(); dragDepth++; document.body.classList.add('dragging'); });
+document.addEventListener('dragleave', () => { if (--dragDepth <= 0) { dragDepth = 0; document.body.classList.remove('dragging'); } });
+document.addEventListener('dragover', (e) => e.preventDefault());
+document.addEventListener('drop', (e) => {
+  e.preventDefault();
+  dragDepth = 0;
+  document.body.classList.remove('dragging');
+  const f = e.dataTransfer?.files?.[0];
+  if (!f) return;
+  droppedFile = f;
+  selectSource('file');
+  el.loadStatus.textContent = `Dropped ${f.name} (${formatBytes(f.size)}). Press "Load model".`;
+});
+
+function currentSource() {
+  switch (sourceKind()) {
+    case 'tiny': return { source: TINY_URL, name: 'tiny test model' };
+    case 'file': {
+      const f = droppedFile ?? el.file.files[0];
+      if (!f) throw new GgwebError('invalid', 'Choose a .gguf file first (or drop one on the page).');
+      return { source: f, name: f.name };
+    }
+    default: {
+      const u = el.url.value.trim();
+      if (!u) throw new GgwebError('invalid', 'Enter a model URL first.');
+      return { source: u, name: u.split('/').pop() };
+    }
+  }
+}
+
+// --- loading ------------------------------------------------------------------------------
+
+function setLoading(on) {
+  el.loadBtn.disabled = on;
+  el.cancelLoadBtn.disabled = !on;
+  el.genBtn.disabled = on || !model;
+}
+
+function progressText(p, t0) {
+  const secs = (performance.now() - t0) / 1000;
+  const rate = secs > 0 ? p.loaded / 1e6 / secs : 0;
+  const of = p.total ? ` / ${formatBytes(p.total)}` : '';
+  const phase = { download: 'downloading', cache: 'reading from the browser cache', file: 'reading the file',
+    stream: 'reading', build: 'building the model', ready: 'ready' }[p.phase] ?? p.phase;
+  return `${formatBytes(p.loaded)}${of} · ${rate.toFixed(1)} MB/s · ${phase}`;
+}
+
+async function load() {
+  clearError();
+  let src;
+  try {
+    src = currentSource();
+  } catch (e) {
+    return showError(e);
+  }
+  if (model) {
+    const old = model;
+    model = null;
+    el.info.hidden = true;
+    await old.dispose();
+  }
+  loadAbort = new AbortController();
+  setLoading(true);
+  el.progress.removeAttribute('value'); // indeterminate until the first byte
+  el.loadStatus.textContent = `Starting ${src.name}…`;
+  const t0 = performance.now();
+  const gpuAll = Number(el.gpuLayers.value) >= Number(el.gpuLayers.max);
+  try {
+    model = await Model.load(src.source, {
+      backend: el.backend.value,
+      gpuLayers: el.backend.value === 'cpu' ? undefined : gpuAll ? -1 : Number(el.gpuLayers.value),
+      nCtx: Number(el.nCtx.value) || undefined,
+      cache: el.cache.checked,
+      worker: el.worker.checked,
+      coreUrl,
+      signal: loadAbort.signal,
+      onProgress: (p) => {
+        if (p.total) el.progress.value = p.loaded / p.total;
+        el.loadStatus.textContent = progressText(p, t0);
+      },
+    });
+    el.progress.value = 1;
+    const info = model.info();
+    el.loadStatus.textContent = `Loaded ${src.name}: ${formatBytes(info.load.bytes)} in ${(info.load.ms / 1000).toFixed(1)} s` +
+      `${info.load.via === 'cache' ? ' from the browser cache' : ''}, ${info.load.backend.toUpperCase()}` +
+      `${info.load.worker ? ', in a Web Worker' : ''}.`;
+    showInfo(info);
+  } catch (e) {
+    model = null;
+    el.progress.value = 0;
+    if (e instanceof GgwebError && e.code === 'aborted') {
+      el.loadStatus.textContent = 'Loading cancelled.';
+    } else {
+      el.loadStatus.textContent = 'Loading failed.';
+      showError(e);
+    }
+  } finally {
+    loadAbort = null;
+    setLoading(false);
+  }
+}
+
+function showInfo(info) {
+  const rows = [];
+  const add = (k, v) => { if (v !== undefined && v !== null && v !== '') rows.push([k, v]); };
+  add('architecture', info.arch);
+  add('backend', info.backend ?? info.load.backend);
+  if (info.hparams && typeof info.hparams === 'object') {
+    add('hyperparameters', Object.entries(info.hparams).map(([k, v]) => `${k}=${v}`).join(' '));
+  }
+  if (info.memory && typeof info.memory === 'object') {
+    const parts = Object.entries(info.memory).filter(([, v]) => typeof v === 'number');
+    const total = parts.reduce((a, [, v]) => a + v, 0);
+    add('memory plan', parts.map(([k, v]) => `${k} ${formatBytes(v)}`).join(' · ') + ` · total ${formatBytes(total)}`);
+  }
+  add('file', `${formatBytes(info.load.bytes)} (${info.load.via}${info.load.cached ? ', now cached' : ''})`);
+  el.infoList.replaceChildren(...rows.flatMap(([k, v]) => {
+    const dt = document.createElement('dt');
+    dt.textContent = k;
+    const dd = document.createElement('dd');
+    dd.textContent = String(v);
+    return [dt, dd];
+  }));
+  el.info.hidden = false;
+}
+
+// --- generation ---------------------------------------------------------------------------
+
+function numberOr(input, fallback) {
+  const v = input.value.trim();
+  return v === '' ? fallback : Number(v);
+}
+
+async function generate() {
+  if (!model) return;
+  clearError();
+  genAbort = new AbortController();
+  el.genBtn.disabled = true;
+  el.loadBtn.disabled = true;
+  el.stopBtn.disabled = false;
+  el.outPrompt.textContent = el.prompt.value;
+  el.outText.textContent = '';
+  el.genStats.textContent = 'evaluating the prompt…';
+  const t0 = performance.now();
+  let tFirst = 0;
+  let n = 0;
+  const show = (extra = '') => {
+    const t = performance.now();
+    const rate = n > 1 ? ((n - 1) * 1000) / (t - tFirst) : 0;
+    el.genStats.textContent = `${n} tokens · ${rate.toFixed(1)} tokens/s · first token after ${Math.round(tFirst - t0)} ms${extra}`;
+  };
+  try {
+    const it = model.generate(el.prompt.value, {
+      maxTokens: numberOr(el.maxTokens, 64),
+      temperature: numberOr(el.temperature, 0.8),
+      topK: numberOr(el.topK, 40),
+      topP: numberOr(el.topP, 0.95),
+      seed: numberOr(el.seed, undefined),
+      signal: genAbort.signal,
+    });
+    for await (const { text } of it) {
+      if (n++ === 0) tFirst = performance.now();
+      el.outText.textContent += text;
+      show();
+    }
+    const stats = await it.stats;
+    show(stats?.stop === 'eos' ? ' · end of text' : '');
+  } catch (e) {
+    if (e instanceof GgwebError && e.code === 'aborted') show(' · stopped');
+    else {
+      el.genStats.textContent = '';
+      showError(e);
+    }
+  } finally {
+    genAbort = null;
+    el.stopBtn.disabled = true;
+    el.genBtn.disabled = !model;
+    el.loadBtn.disabled = false;
+  }
+}
+
+el.loadBtn.addEventListener('click', load);
+el.cancelLoadBtn.addEventListener('click', () => loadAbort?.abort());
+el.genBtn.addEventListener('click', generate);
+el.stopBtn.addEventListener('click', () => genAbort?.abort());
+el.prompt.addEventListener('keydown', (e) => {
+  if (e.key === 'Enter' && (e.ctrlKey || e.metaKey) && !el.genBtn.disabled) generate();
+});
+
+setupGpuControls();
+await Promise.all([showVersion(), checkTiny()]);
+document.body.dataset.ready = '1';

@@ -1,0 +1,516 @@
+// The part of ggweb that talks to the wasm module. It runs inside the Web Worker
+// (worker.js) or, with `Model.load(src, { worker: false })`, on the page's own thread;
+// ggweb.js gives both the same API.
+//
+//   const engine = new Engine(new URL('./pkg/ggweb_core.js', import.meta.url).href);
+//   const info = await engine.load({ kind: 'url', url }, { nCtx: 512 }, { onProgress, signal });
+//   for await (const { token, text } of engine.generate('Hello', { maxTokens: 8 }, () => false)) ...
+//
+// Loading streams: each chunk a fetch (or File, or stream) delivers goes straight to
+// WasmLoader.feed, so the whole file is never held in JS memory. Every wasm call is
+// awaited, so the Rust side may later turn any of them async (WebGPU readbacks) freely.
+
+/** Error codes a GgwebError can carry (see ggweb.d.ts for what each means). */
+export const ERROR_CODES = Object.freeze([
+  'http', 'network', 'aborted', 'format', 'disposed', 'busy', 'invalid', 'unsupported', 'internal', 'worker',
+]);
+
+export class GgwebError extends Error {
+  /**
+   * @param {string} code one of ERROR_CODES
+   * @param {string} message what went wrong, in words, naming the URL / byte / token
+   * @param {object} [details] e.g. { status, url, loaded, total }
+   */
+  constructor(code, message, details) {
+    super(message);
+    this.name = 'GgwebError';
+    this.code = code;
+    if (details !== undefined) this.details = details;
+  }
+
+  toJSON() {
+    return { name: this.name, code: this.code, message: this.message, details: this.details };
+  }
+
+  static fromJSON(o) {
+    return new GgwebError(o.code ?? 'internal', o.message ?? 'unknown error', o.details);
+  }
+}
+
+/** Converts anything thrown (wasm-bindgen JsError, a trap, a DOMException) to a GgwebError. */
+export function toGgwebError(e, fallbackCode, context) {
+  if (e instanceof GgwebError) return e;
+  const prefix = context ? `${context}: ` : '';
+  if (typeof WebAssembly !== 'undefined' && e instanceof WebAssembly.RuntimeError) {
+    // A trap (a Rust panic, or an allocation the wasm memory could not grow for).
+    return new GgwebError('internal', `${prefix}the wasm module trapped (${e.message}); it cannot be used further`);
+  }
+  if (e && e.name === 'AbortError') return new GgwebError('aborted', `${prefix}aborted`);
+  const msg = e && typeof e === 'object' && 'message' in e ? e.message : String(e);
+  return new GgwebError(fallbackCode, prefix + msg);
+}
+
+export const abortedError = (what) => new GgwebError('aborted', `${what} was aborted`);
+
+export function formatBytes(n) {
+  if (n == null || n < 0) return '?';
+  if (n < 1024) return `${n} B`;
+  if (n < 1024 * 1024) return `${(n / 1024).toFixed(1)} KiB`;
+  if (n < 1024 ** 3) return `${(n / 1024 / 1024).toFixed(1)} MiB`;
+  return `${(n / 1024 ** 3).toFixed(2)} GiB`;
+}
+
+const now = () => (typeof performance !== 'undefined' ? performance.now() : Date.now());
+
+// A macrotask boundary: lets the worker see 'cancel' messages (and the page repaint)
+// between tokens. One shared channel; setTimeout would be clamped to 4 ms when nested.
+let yieldChannel = null;
+const yieldWaiters = [];
+export function yieldNow() {
+  if (typeof MessageChannel === 'undefined') return new Promise((r) => setTimeout(r, 0));
+  if (!yieldChannel) {
+    yieldChannel = new MessageChannel();
+    yieldChannel.port1.onmessage = () => yieldWaiters.shift()?.();
+  }
+  return new Promise((r) => {
+    yieldWaiters.push(r);
+    yieldChannel.port2.postMessage(0);
+  });
+}
+
+const coreCache = new Map();
+
+/** Imports and initializes the wasm-bindgen glue at `coreUrl` (once per URL). */
+export function loadCore(coreUrl) {
+  let p = coreCache.get(coreUrl);
+  if (!p) {
+    p = (async () => {
+      let mod;
+      try {
+        mod = await import(coreUrl);
+      } catch (e) {
+        throw new GgwebError('unsupported', `could not import the wasm glue ${coreUrl} (was the wasm built? npm run build): ${e.message}`);
+      }
+      try {
+        if (typeof mod.default === 'function') await mod.default();
+      } catch (e) {
+        throw new GgwebError('unsupported', `could not instantiate the wasm module for ${coreUrl}: ${e.message}`);
+      }
+      mod.init_panic_hook?.();
+      return mod;
+    })();
+    coreCache.set(coreUrl, p);
+    p.catch(() => coreCache.delete(coreUrl));
+  }
+  return p;
+}
+
+function num(v, name, { min = -Infinity, max = Infinity, int = false } = {}) {
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== 'number' || !Number.isFinite(v) || (int && !Number.isInteger(v)) || v < min || v > max) {
+    const range = `${min === -Infinity ? '' : `>= ${min}`}${min !== -Infinity && max !== Infinity ? ' and ' : ''}${max === Infinity ? '' : `<= ${max}`}`;
+    throw new GgwebError('invalid', `${name} must be a${int ? 'n integer' : ' number'}${range ? ' ' + range : ''}, got ${JSON.stringify(v)}`);
+  }
+  return v;
+}
+
+/** Validated WasmLoader options, as the JSON the Rust side reads. */
+export function loaderOptions(opts = {}) {
+  const backend = opts.backend ?? 'cpu';
+  if (!['cpu', 'webgpu', 'auto'].includes(backend)) {
+    throw new GgwebError('invalid', `backend must be "cpu", "webgpu" or "auto", got ${JSON.stringify(backend)}`);
+  }
+  return {
+    nCtx: num(opts.nCtx, 'nCtx', { min: 1, int: true }),
+    nBatch: num(opts.nBatch, 'nBatch', { min: 1, int: true }),
+    backend,
+    gpuLayers: num(opts.gpuLayers, 'gpuLayers', { min: -1, int: true }),
+  };
+}
+
+/** Validated sampling parameters, as the JSON WasmModel.start reads. */
+export function generateParams(opts = {}) {
+  return {
+    maxTokens: num(opts.maxTokens, 'maxTokens', { min: 0, int: true }) ?? 128,
+    temperature: num(opts.temperature, 'temperature', { min: 0 }) ?? 0.8,
+    topK: num(opts.topK, 'topK', { min: 0, int: true }) ?? 40,
+    topP: num(opts.topP, 'topP', { min: 0, max: 1 }) ?? 0.95,
+    seed: num(opts.seed, 'seed', { min: 0, max: 0xffffffff, int: true }) ?? Math.floor(Math.random() * 0x100000000),
+    repeatPenalty: num(opts.repeatPenalty, 'repeatPenalty', { min: 0 }) ?? 1.0,
+  };
+}
+
+function idsArray(ids, what) {
+  if (ids instanceof Uint32Array) return ids;
+  if (!Array.isArray(ids) && !ArrayBuffer.isView(ids)) {
+    throw new GgwebError('invalid', `${what}: token ids must be an array of integers`);
+  }
+  const out = new Uint32Array(ids.length);
+  for (let i = 0; i < ids.length; i++) {
+    const v = ids[i];
+    if (!Number.isInteger(v) || v < 0 || v > 0xffffffff) {
+      throw new GgwebError('invalid', `${what}: token id at index ${i} is ${JSON.stringify(v)}, not a non-negative integer`);
+    }
+    out[i] = v;
+  }
+  return out;
+}
+
+/**
+ * Opens a model source for streaming. A source descriptor is one of
+ *   { kind: 'url', url }  { kind: 'blob', blob }  { kind: 'stream', stream, total? }  { kind: 'bytes', bytes }
+ * Returns { reader, total (bytes or null), via ('download'|'cache'|'file'|'stream'), cacheDone(ok) }.
+ */
+async function openSource(src, { signal, cache }) {
+  if (src.kind === 'blob') {
+    return { reader: src.blob.stream().getReader(), total: src.blob.size, via: 'file', name: src.blob.name };
+  }
+  if (src.kind === 'bytes') {
+    const blob = new Blob([src.bytes]);
+    return { reader: blob.stream().getReader(), total: blob.size, via: 'file' };
+  }
+  if (src.kind === 'stream') {
+    return { reader: src.stream.getReader(), total: src.total ?? null, via: 'stream' };
+  }
+  if (src.kind !== 'url') throw new GgwebError('invalid', `unknown model source kind ${JSON.stringify(src.kind)}`);
+
+  const url = src.url;
+  const cacheName = cache === true ? 'ggweb-models' : typeof cache === 'string' ? cache : null;
+  let store = null;
+  if (cacheName && /^https?:/.test(url) && typeof caches !== 'undefined') {
+    try {
+      store = await caches.open(cacheName);
+      const hit = await store.match(url);
+      if (hit && hit.body) {
+        const len = Number(hit.headers.get('Content-Length'));
+        return { reader: hit.body.getReader(), total: len > 0 ? len : null, via: 'cache', url };
+      }
+    } catch (e) {
+      console.warn(`ggweb: the Cache API is unavailable (${e.message}); loading without it`);
+      store = null;
+    }
+  }
+
+  let res;
+  try {
+    res = await fetch(url, { signal });
+  } catch (e) {
+    if (signal?.aborted) throw abortedError(`loading ${url}`);
+    throw new GgwebError('network', `could not fetch ${url}: ${e.message} (offline, blocked by CORS, or the server is unreachable)`, { url });
+  }
+  if (!res.ok) {
+    throw new GgwebError('http', `HTTP ${res.status}${res.statusText ? ' ' + res.statusText : ''} fetching ${url}`, { status: res.status, url });
+  }
+  if (!res.body) throw new GgwebError('network', `the response for ${url} has no body`, { url });
+  // Content-Length counts encoded bytes; with a compressed transfer it says nothing about ours.
+  const enc = res.headers.get('Content-Encoding');
+  const len = Number(res.headers.get('Content-Length'));
+  const total = len > 0 && (!enc || enc === 'identity') ? len : null;
+
+  if (!store) return { reader: res.body.getReader(), total, via: 'download', url };
+
+  // Tee: one branch feeds the loader, the other goes into the cache. If loading stops early,
+  // the cache branch is errored, so a partial file is never stored.
+  const [forLoader, forCacheRaw] = res.body.tee();
+  const cacheReader = forCacheRaw.getReader();
+  let cacheCtrl;
+  const forCache = new ReadableStream({
+    start(c) { cacheCtrl = c; },
+    async pull(c) {
+      const { done, value } = await cacheReader.read();
+      if (done) c.close();
+      else c.enqueue(value);
+    },
+    cancel(r) { return cacheReader.cancel(r); },
+  });
+  const headers = { 'Content-Type': 'application/octet-stream' };
+  if (total) headers['Content-Length'] = String(total);
+  const put = store.put(url, new Response(forCache, { headers })).then(() => true, () => false);
+  return {
+    reader: forLoader.getReader(),
+    total,
+    via: 'download',
+    url,
+    async cacheDone(ok) {
+      if (!ok) {
+        try { cacheCtrl.error(new Error('load failed')); } catch { /* already closed */ }
+        cacheReader.cancel().catch(() => {});
+      }
+      const stored = await put;
+      if (stored && !ok) await store.delete(url).catch(() => {});
+      return stored && ok;
+    },
+  };
+}
+
+export class Engine {
+  /** @param {string} coreUrl absolute URL of the wasm-bindgen glue module */
+  constructor(coreUrl) {
+    this.coreUrl = coreUrl;
+    this.core = null;
+    this.model = null;
+    this.info = null;
+    this.disposed = false;
+    this.busy = null; // what is running: 'load' | 'generate' | 'logits'
+    this.current = null; // { cancelled, done: Promise } of the running generation
+  }
+
+  _check(what) {
+    if (this.disposed) throw new GgwebError('disposed', `${what}: the model was disposed`);
+    if (!this.model) throw new GgwebError('invalid', `${what}: no model is loaded`);
+  }
+
+  /** Resolves the backend the caller asked for against what this browser has. */
+  async _pickBackend(backend) {
+    const gpu = typeof navigator !== 'undefined' ? navigator.gpu : undefined;
+    if (backend === 'cpu') return 'cpu';
+    if (!gpu) {
+      if (backend === 'auto') return 'cpu';
+      throw new GgwebError('unsupported', 'WebGPU is not available here (navigator.gpu is missing); use backend "cpu"');
+    }
+    if (backend === 'auto') {
+      try {
+        return (await gpu.requestAdapter()) ? 'webgpu' : 'cpu';
+      } catch {
+        return 'cpu';
+      }
+    }
+    return 'webgpu';
+  }
+
+  /**
+   * Streams `src` into a WasmLoader and builds the model. Returns the model's info object.
+   * onProgress({ loaded, total, phase }) — phase: 'download' | 'cache' | 'file' | 'stream' | 'build' | 'ready'.
+   */
+  async load(src, opts = {}, { signal, onProgress, cache } = {}) {
+    if (this.disposed) throw new GgwebError('disposed', 'load: the engine was disposed');
+    if (this.model || this.busy) throw new GgwebError('busy', 'load: this engine already holds a model; create another');
+    const loaderOpts = loaderOptions(opts);
+    const t0 = now();
+    this.busy = 'load';
+    let source = null;
+    let loader = null;
+    let ok = false;
+    const emit = (p) => { try { onProgress?.(p); } catch (e) { console.error('ggweb: onProgress threw', e); } };
+    const onAbort = () => source?.reader.cancel().catch(() => {});
+    signal?.addEventListener('abort', onAbort);
+    try {
+      if (signal?.aborted) throw abortedError('loading the model');
+      loaderOpts.backend = await this._pickBackend(loaderOpts.backend);
+      this.core = await loadCore(this.coreUrl);
+      if (typeof this.core.WasmLoader !== 'function') {
+        throw new GgwebError('unsupported', `the wasm module at ${this.coreUrl} has no WasmLoader (built before the model bindings existed?)`);
+      }
+      source = await openSource(src, { signal, cache });
+      if (signal?.aborted) throw abortedError('loading the model');
+      const json = JSON.stringify(loaderOpts);
+      try {
+        loader = new this.core.WasmLoader(json);
+      } catch (e) {
+        throw toGgwebError(e, 'invalid', 'WasmLoader options');
+      }
+      const what = source.url ?? (source.name ? `file ${source.name}` : 'the model stream');
+      let loaded = 0;
+      let lastEmit = -Infinity;
+      const totalNow = () => {
+        if (source.total) return source.total;
+        const t = Number(loader.total_expected());
+        return t >= 0 ? t : null;
+      };
+      emit({ loaded: 0, total: source.total, phase: source.via });
+      for (;;) {
+        let r;
+        try {
+          r = await source.reader.read();
+        } catch (e) {
+          if (signal?.aborted) throw abortedError('loading the model');
+          throw new GgwebError('network',
+            `reading ${what} failed after ${formatBytes(loaded)}${source.total ? ` of ${formatBytes(source.total)}` : ''}: ${e.message}`,
+            { loaded, total: source.total, url: source.url });
+        }
+        if (signal?.aborted) throw abortedError('loading the model');
+        if (r.done) break;
+        const chunk = r.value instanceof Uint8Array ? r.value : new Uint8Array(r.value);
+        try {
+          await loader.feed(chunk);
+        } catch (e) {
+          throw toGgwebError(e, 'format', `${what} at byte ${loaded}`);
+        }
+        loaded += chunk.byteLength;
+        const t = now();
+        if (t - lastEmit >= 32) {
+          lastEmit = t;
+          emit({ loaded, total: totalNow(), phase: source.via });
+        }
+      }
+      if (source.total && loaded < source.total) {
+        throw new GgwebError('network', `${what} ended after ${formatBytes(loaded)} of ${formatBytes(source.total)}`,
+          { loaded, total: source.total, url: source.url });
+      }
+      emit({ loaded, total: loaded, phase: source.via });
+      emit({ loaded, total: loaded, phase: 'build' });
+      const l = loader;
+      loader = null; // finish() consumes it, whatever the outcome
+      try {
+        this.model = await l.finish();
+      } catch (e) {
+        throw toGgwebError(e, 'format', what);
+      }
+      let info = {};
+      try {
+        info = JSON.parse(this.model.info());
+      } catch (e) {
+        console.warn('ggweb: WasmModel.info() is not JSON', e);
+      }
+      ok = true;
+      const cached = source.cacheDone ? await source.cacheDone(true) : false;
+      this.info = {
+        ...info,
+        load: { bytes: loaded, ms: Math.round(now() - t0), via: source.via, cached, backend: loaderOpts.backend },
+      };
+      emit({ loaded, total: loaded, phase: 'ready' });
+      return this.info;
+    } catch (e) {
+      throw signal?.aborted ? abortedError('loading the model') : toGgwebError(e, 'internal', 'load');
+    } finally {
+      signal?.removeEventListener('abort', onAbort);
+      this.busy = null;
+      if (!ok) {
+        source?.cacheDone?.(false).catch(() => {});
+        source?.reader.cancel().catch(() => {});
+        try { loader?.free(); } catch { /* already consumed */ }
+      }
+    }
+  }
+
+  tokenize(text, special = false) {
+    this._check('tokenize');
+    if (typeof text !== 'string') throw new GgwebError('invalid', `tokenize: text must be a string, got ${typeof text}`);
+    try {
+      return Uint32Array.from(this.model.tokenize(text, !!special));
+    } catch (e) {
+      throw toGgwebError(e, 'invalid', 'tokenize');
+    }
+  }
+
+  detokenize(ids) {
+    this._check('detokenize');
+    const a = idsArray(ids, 'detokenize');
+    try {
+      return this.model.detokenize(a);
+    } catch (e) {
+      throw toGgwebError(e, 'invalid', 'detokenize');
+    }
+  }
+
+  logits(ids) {
+    try {
+      this._check('logits');
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    const model = this.model;
+    const p = (async () => {
+      const a = idsArray(ids, 'logits');
+      if (a.length === 0) throw new GgwebError('invalid', 'logits: needs at least one token id');
+      if (this.busy) throw new GgwebError('busy', `logits: the model is busy (${this.busy})`);
+      this.busy = 'logits';
+      try {
+        const out = await model.logits(a);
+        return out instanceof Float32Array ? out : Float32Array.from(out);
+      } catch (e) {
+        throw toGgwebError(e, 'invalid', 'logits');
+      } finally {
+        this.busy = null;
+      }
+    })();
+    this.logitsDone = p.catch(() => {});
+    return p;
+  }
+
+  /**
+   * Generates from `prompt`: yields { token, text } and returns stats. `isCancelled()` is
+   * polled between prompt chunks and tokens; a cancelled run just ends (the caller decides
+   * whether that is an error).
+   */
+  async *generate(prompt, opts = {}, isCancelled = () => false) {
+    if (typeof prompt !== 'string') throw new GgwebError('invalid', `generate: prompt must be a string, got ${typeof prompt}`);
+    const params = generateParams(opts);
+    // A cancelled run may still be finishing its step; a new one waits for it.
+    if (this.current?.poll()) await this.current.done;
+    this._check('generate');
+    const model = this.model; // dispose() clears this.model but frees only after this run ends
+    if (this.busy) throw new GgwebError('busy', `generate: the model is busy (${this.busy}); stop it first`);
+    this.busy = 'generate';
+    let finish;
+    const run = { cancelled: false, done: new Promise((r) => (finish = r)) };
+    const cancelled = () => run.cancelled || (run.cancelled = !!isCancelled() || this.disposed);
+    run.poll = cancelled;
+    this.current = run;
+    const stats = { promptTokens: 0, tokens: 0, promptMs: 0, genMs: 0, stop: 'eos' };
+    try {
+      const ids = this.tokenize(prompt, !!opts.special);
+      if (ids.length === 0) throw new GgwebError('invalid', 'generate: the prompt is empty (it has no tokens)');
+      stats.promptTokens = ids.length;
+      const t0 = now();
+      try {
+        await model.start(ids, JSON.stringify(params));
+      } catch (e) {
+        throw toGgwebError(e, 'invalid', 'generate');
+      }
+      for (;;) {
+        if (cancelled()) { stats.stop = 'cancelled'; return stats; }
+        let promptDone;
+        try {
+          promptDone = await model.prompt_step();
+        } catch (e) {
+          throw toGgwebError(e, 'internal', 'evaluating the prompt');
+        }
+        if (promptDone) break;
+        await yieldNow();
+      }
+      const t1 = now();
+      stats.promptMs = t1 - t0;
+      for (;;) {
+        await yieldNow();
+        if (cancelled()) { stats.stop = 'cancelled'; break; }
+        let id;
+        try {
+          id = await model.next_token();
+        } catch (e) {
+          throw toGgwebError(e, 'internal', `generating token ${stats.tokens + 1}`);
+        }
+        if (id < 0) {
+          stats.stop = stats.tokens >= params.maxTokens ? 'maxTokens' : 'eos';
+          break;
+        }
+        stats.tokens++;
+        yield { token: id, text: model.token_piece(id) };
+      }
+      stats.genMs = now() - t1;
+      return stats;
+    } finally {
+      this.busy = null;
+      run.cancelled = true; // a generator closed early (return()) counts as cancelled
+      if (this.current === run) this.current = null;
+      finish();
+    }
+  }
+
+  cancelGeneration() {
+    if (this.current) this.current.cancelled = true;
+  }
+
+  dispose() {
+    if (this.disposed) return;
+    this.disposed = true;
+    this.cancelGeneration();
+    const m = this.model;
+    this.model = null;
+    // Free now unless a generation is mid-step; then free when it ends.
+    const free = () => { try { m?.free(); } catch { /* consumed */ } };
+    if (this.current) this.current.done.then(free);
+    else if (this.busy === 'logits') this.logitsDone.then(free);
+    else free();
+  }
+}

@@ -1,0 +1,154 @@
+// Types for ggweb's JS API (web/ggweb.js).
+
+/** What a GgwebError's `code` says went wrong. */
+export type GgwebErrorCode =
+  /** The server answered with an HTTP error status (`details.status`, `details.url`). */
+  | 'http'
+  /** The request failed or the connection dropped mid-download (`details.loaded`, `details.total`). */
+  | 'network'
+  /** The caller's AbortSignal fired. */
+  | 'aborted'
+  /** The bytes are not a valid GGUF model this runtime can read (the message names what and where). */
+  | 'format'
+  /** The model was disposed. */
+  | 'disposed'
+  /** Another generation or logits call is running on this model. */
+  | 'busy'
+  /** A bad argument or option (the message names it and the value). */
+  | 'invalid'
+  /** Not available here: no WebGPU, no wasm module, a source the browser cannot pass to a worker. */
+  | 'unsupported'
+  /** A bug or a wasm trap (e.g. out of memory); the model cannot be used further. */
+  | 'internal'
+  /** The Web Worker failed to start or crashed. */
+  | 'worker';
+
+export declare const ERROR_CODES: readonly GgwebErrorCode[];
+
+export declare class GgwebError extends Error {
+  readonly name: 'GgwebError';
+  readonly code: GgwebErrorCode;
+  readonly details?: { status?: number; url?: string; loaded?: number; total?: number | null };
+}
+
+export type LoadPhase =
+  /** Bytes arriving from the network. */
+  | 'download'
+  /** Bytes read from the Cache API (a model stored by an earlier load with `cache`). */
+  | 'cache'
+  /** Bytes read from a File, Blob or byte array. */
+  | 'file'
+  /** Bytes read from a ReadableStream or Response. */
+  | 'stream'
+  /** All bytes in; building the model (backend buffers, graph plan). */
+  | 'build'
+  /** Loaded. */
+  | 'ready';
+
+export interface LoadProgress {
+  /** Bytes fed to the loader so far. */
+  loaded: number;
+  /** Total bytes, when known (Content-Length, file size, or the GGUF header); null otherwise. */
+  total: number | null;
+  phase: LoadPhase;
+}
+
+export type ModelSource = string | URL | Blob | File | ReadableStream<Uint8Array> | Response | ArrayBuffer | ArrayBufferView;
+
+export interface LoadOptions {
+  /** 'cpu' (default), 'webgpu', or 'auto' (WebGPU when an adapter exists, else CPU). */
+  backend?: 'cpu' | 'webgpu' | 'auto';
+  /** Layers to put on the GPU with backend 'webgpu' (-1: all). */
+  gpuLayers?: number;
+  /** Context length in tokens (default: the model's, capped by the runtime). */
+  nCtx?: number;
+  /** Prompt tokens evaluated per step (cancellation is checked between steps). */
+  nBatch?: number;
+  onProgress?: (progress: LoadProgress) => void;
+  /** Aborting rejects with GgwebError code 'aborted' and frees everything the load held. */
+  signal?: AbortSignal;
+  /** Store URL downloads in the Cache API and load from there next time: true (cache
+   *  'ggweb-models') or a cache name. Only complete downloads of valid models are kept. */
+  cache?: boolean | string;
+  /** Run the model in a Web Worker (default true where Worker exists). */
+  worker?: boolean;
+  /** Advanced: URL of the wasm-bindgen glue module (default: pkg/ggweb_core.js beside ggweb.js). */
+  coreUrl?: string | URL;
+}
+
+export interface GenerateOptions {
+  /** Tokens to generate at most (default 128). */
+  maxTokens?: number;
+  /** 0 is greedy (default 0.8). */
+  temperature?: number;
+  /** 0 disables (default 40). */
+  topK?: number;
+  /** 1 disables (default 0.95). */
+  topP?: number;
+  /** Sampling seed, 0..2^32-1 (default random). */
+  seed?: number;
+  /** 1 disables (default 1.0). */
+  repeatPenalty?: number;
+  /** Parse special tokens such as <|endoftext|> in the prompt (default false). */
+  special?: boolean;
+  /** Aborting makes the iteration throw GgwebError code 'aborted'. */
+  signal?: AbortSignal;
+}
+
+export interface GeneratedToken {
+  token: number;
+  /** This token's text; pieces of a multi-byte character come out once the character is whole. */
+  text: string;
+}
+
+export interface GenerateStats {
+  promptTokens: number;
+  tokens: number;
+  promptMs: number;
+  genMs: number;
+  stop: 'eos' | 'maxTokens' | 'cancelled';
+}
+
+export interface Generation extends AsyncIterableIterator<GeneratedToken> {
+  /** Resolves when the generation ends: its stats, or null if it failed or was abandoned. */
+  readonly stats: Promise<GenerateStats | null>;
+}
+
+export interface ModelInfo {
+  /** From the model: 'gpt2'. */
+  arch?: string;
+  /** Hyperparameters (n_vocab, n_ctx, n_embd, n_head, n_layer, ...). */
+  hparams?: Record<string, number>;
+  backend?: string;
+  /** Bytes planned per use. */
+  memory?: { weights?: number; kv?: number; compute?: number; [k: string]: number | undefined };
+  /** How this load went. */
+  load: {
+    bytes: number;
+    ms: number;
+    via: 'download' | 'cache' | 'file' | 'stream';
+    cached: boolean;
+    backend: 'cpu' | 'webgpu';
+    worker: boolean;
+  };
+  [key: string]: unknown;
+}
+
+export declare class Model {
+  /** Streams a GGUF model in and builds it; never holds the whole file in JS memory. */
+  static load(source: ModelSource, options?: LoadOptions): Promise<Model>;
+  private constructor();
+  readonly disposed: boolean;
+  readonly inWorker: boolean;
+  info(): ModelInfo;
+  tokenize(text: string, options?: { special?: boolean }): Promise<Uint32Array>;
+  detokenize(ids: ArrayLike<number>): Promise<string>;
+  /** Next-token logits after `ids`, evaluated from a fresh state. */
+  logits(ids: ArrayLike<number>): Promise<Float32Array>;
+  generate(prompt: string, options?: GenerateOptions): Generation;
+  dispose(): Promise<void>;
+}
+
+export declare function formatBytes(n: number | null): string;
+
+export default Model;

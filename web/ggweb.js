@@ -1,0 +1,381 @@
+// ggweb: GPT-2 in the browser. The public JS API.
+//
+//   import { Model } from './ggweb.js';
+//   const model = await Model.load('https://…/gpt2.Q8_0.gguf', {
+//     nCtx: 512, onProgress: ({ loaded, total, phase }) => console.log(phase, loaded, total),
+//   });
+//   for await (const { text } of model.generate('Hello, my name is', { maxTokens: 32 })) out.textContent += text;
+//   await model.dispose();
+//
+// By default the model lives in a Web Worker (worker.js), so the page stays responsive;
+// `{ worker: false }` runs the same code on the calling thread (tests, environments
+// without module workers). Both give the same API and the same errors (GgwebError).
+import { Engine, GgwebError, ERROR_CODES, abortedError, formatBytes, toGgwebError } from './engine.js';
+
+export { GgwebError, ERROR_CODES, formatBytes };
+
+const DEFAULT_CORE_URL = new URL('./pkg/ggweb_core.js', import.meta.url).href;
+const WORKER_URL = new URL('./worker.js', import.meta.url);
+
+/** Turns what the caller passed into a source descriptor a worker can receive. */
+async function describeSource(source) {
+  if (typeof source === 'string' || source instanceof URL) {
+    const base = typeof document !== 'undefined' ? document.baseURI : globalThis.location?.href;
+    let url;
+    try {
+      url = new URL(String(source), base).href;
+    } catch {
+      throw new GgwebError('invalid', `not a valid model URL: ${JSON.stringify(String(source))}`);
+    }
+    return { src: { kind: 'url', url } };
+  }
+  if (typeof Blob !== 'undefined' && source instanceof Blob) return { src: { kind: 'blob', blob: source } };
+  if (typeof ReadableStream !== 'undefined' && source instanceof ReadableStream) {
+    return { src: { kind: 'stream', stream: source }, transfer: [source] };
+  }
+  if (typeof Response !== 'undefined' && source instanceof Response) {
+    if (!source.ok) throw new GgwebError('http', `HTTP ${source.status} for ${source.url || 'the given Response'}`, { status: source.status, url: source.url });
+    if (!source.body) throw new GgwebError('invalid', 'the given Response has no body');
+    const len = Number(source.headers.get('Content-Length'));
+    const stream = source.body;
+    return { src: { kind: 'stream', stream, total: len > 0 ? len : undefined }, transfer: [stream] };
+  }
+  if (source instanceof ArrayBuffer || ArrayBuffer.isView(source)) {
+    const view = source instanceof ArrayBuffer ? new Uint8Array(source) : new Uint8Array(source.buffer, source.byteOffset, source.byteLength);
+    return { src: { kind: 'bytes', bytes: view.slice() } };
+  }
+  throw new GgwebError('invalid', 'Model.load: the source must be a URL, a File/Blob, a ReadableStream, a Response or bytes');
+}
+
+function checkSignal(signal) {
+  if (signal !== undefined && !(typeof AbortSignal !== 'undefined' && signal instanceof AbortSignal)) {
+    throw new GgwebError('invalid', 'signal must be an AbortSignal');
+  }
+}
+
+/** Runs the Engine on this thread. */
+class LocalTransport {
+  constructor(coreUrl) {
+    this.engine = new Engine(coreUrl);
+  }
+  load(src, opts, ctl) {
+    return this.engine.load(src, opts, ctl);
+  }
+  async call(method, args) {
+    return this.engine[method](...args);
+  }
+  generate(prompt, opts, push) {
+    let cancelled = false;
+    (async () => {
+      try {
+        const it = this.engine.generate(prompt, opts, () => cancelled);
+        for (;;) {
+          const r = await it.next();
+          if (r.done) return push({ type: 'done', value: r.value });
+          push({ type: 'token', data: r.value });
+        }
+      } catch (e) {
+        push({ type: 'error', error: toGgwebError(e, 'internal') });
+      }
+    })();
+    return () => { cancelled = true; };
+  }
+  async dispose() {
+    this.engine.dispose();
+  }
+}
+
+/** Runs the Engine in a dedicated module worker and talks to it by messages. */
+class WorkerTransport {
+  constructor(coreUrl) {
+    this.coreUrl = coreUrl;
+    this.pending = new Map(); // id → { resolve, reject, onEvent }
+    this.nextId = 1;
+    this.dead = null; // the GgwebError every later call fails with
+    try {
+      this.worker = new Worker(WORKER_URL, { type: 'module', name: 'ggweb' });
+    } catch (e) {
+      throw new GgwebError('worker', `could not start the ggweb worker (${WORKER_URL}): ${e.message}; try { worker: false }`);
+    }
+    this.worker.onmessage = (ev) => this._onMessage(ev.data);
+    this.worker.onerror = (ev) => {
+      ev.preventDefault?.();
+      const what = ev.message ? `: ${ev.message}` : ` (could not run ${WORKER_URL}: is it served, as text/javascript?)`;
+      this._kill(new GgwebError('worker', `the ggweb worker failed${what}`));
+    };
+    this.worker.onmessageerror = () => this._kill(new GgwebError('worker', 'a message from the ggweb worker could not be read'));
+  }
+
+  _onMessage(m) {
+    const p = this.pending.get(m.id);
+    if (!p) return;
+    if (m.type === 'result') {
+      this.pending.delete(m.id);
+      p.resolve(m.value);
+    } else if (m.type === 'error') {
+      this.pending.delete(m.id);
+      const err = GgwebError.fromJSON(m.error);
+      if (p.onEvent) p.onEvent({ type: 'error', error: err });
+      else p.reject(err);
+    } else {
+      if (m.type === 'done') this.pending.delete(m.id);
+      p.onEvent?.(m);
+    }
+  }
+
+  _kill(err) {
+    if (this.dead) return;
+    this.dead = err;
+    this.worker.terminate();
+    for (const [, p] of this.pending) {
+      if (p.onEvent) p.onEvent({ type: 'error', error: err });
+      else p.reject(err);
+    }
+    this.pending.clear();
+  }
+
+  _send(msg, transfer, onEvent) {
+    if (this.dead) return Promise.reject(this.dead);
+    const id = this.nextId++;
+    return new Promise((resolve, reject) => {
+      this.pending.set(id, { resolve, reject, onEvent });
+      try {
+        this.worker.postMessage({ ...msg, id }, transfer ?? []);
+      } catch (e) {
+        this.pending.delete(id);
+        reject(e.name === 'DataCloneError'
+          ? new GgwebError('unsupported', `this browser cannot pass that source to a worker (${e.message}); pass a URL or File, or use { worker: false }`)
+          : toGgwebError(e, 'worker', 'posting to the worker'));
+      }
+    });
+  }
+
+  load(src, opts, { signal, onProgress, cache, transfer }) {
+    return new Promise((resolve, reject) => {
+      const onAbort = () => {
+        // The worker holds nothing else: ending it is the surest way to free a half-built model.
+        this._kill(abortedError('loading the model'));
+        reject(abortedError('loading the model'));
+      };
+      if (signal?.aborted) return onAbort();
+      signal?.addEventListener('abort', onAbort, { once: true });
+      const onEvent = (m) => {
+        if (m.type === 'progress') {
+          try { onProgress?.(m.data); } catch (e) { console.error('ggweb: onProgress threw', e); }
+        } else if (m.type === 'error') {
+          signal?.removeEventListener('abort', onAbort);
+          reject(m.error);
+        }
+      };
+      // The result resolves _send's promise; errors and progress arrive through onEvent.
+      this._send({ type: 'load', src, opts, cache, coreUrl: this.coreUrl }, transfer, onEvent)
+        .then(resolve, reject)
+        .finally(() => signal?.removeEventListener('abort', onAbort));
+    });
+  }
+
+  call(method, args, transfer) {
+    return this._send({ type: 'call', method, args }, transfer);
+  }
+
+  generate(prompt, opts, push) {
+    const id = this.nextId;
+    this._send({ type: 'generate', prompt, opts }, [], push).catch((e) => push({ type: 'error', error: e }));
+    return () => {
+      if (!this.dead) this.worker.postMessage({ type: 'cancel', id });
+    };
+  }
+
+  async dispose() {
+    if (this.dead) return;
+    const bye = this._send({ type: 'dispose' }).catch(() => {});
+    await Promise.race([bye, new Promise((r) => setTimeout(r, 1000))]);
+    this._kill(new GgwebError('disposed', 'the model was disposed'));
+  }
+}
+
+/** An async iterator over pushed events, ending on 'done', failing on 'error' or abort. */
+function tokenStream(start, signal) {
+  const queue = [];
+  let waiter = null;
+  let finished = false;
+  let failure = null;
+  let resolveStats;
+  const stats = new Promise((r) => (resolveStats = r));
+  let cancel = () => {};
+
+  const wake = () => {
+    if (!waiter) return;
+    const w = waiter;
+    waiter = null;
+    if (queue.length) w.resolve({ value: queue.shift(), done: false });
+    else if (failure) w.reject(failure);
+    else if (finished) w.resolve({ value: undefined, done: true });
+    else waiter = w;
+  };
+  const push = (m) => {
+    if (finished || failure) return;
+    if (m.type === 'token') queue.push(m.data);
+    else if (m.type === 'done') {
+      finished = true;
+      resolveStats(m.value);
+      if (m.value?.stop === 'cancelled' && signal?.aborted) failure = abortedError('generation');
+    } else if (m.type === 'error') {
+      failure = m.error;
+      resolveStats(null);
+    }
+    wake();
+  };
+  const onAbort = () => {
+    cancel();
+    if (finished) return;
+    failure = abortedError('generation');
+    queue.length = 0;
+    resolveStats(null);
+    wake();
+  };
+
+  if (signal?.aborted) {
+    failure = abortedError('generation');
+    resolveStats(null);
+  } else {
+    cancel = start(push);
+    signal?.addEventListener('abort', onAbort, { once: true });
+  }
+  const cleanup = () => signal?.removeEventListener('abort', onAbort);
+  stats.then(cleanup);
+
+  const it = {
+    stats,
+    next() {
+      if (queue.length) return Promise.resolve({ value: queue.shift(), done: false });
+      if (failure) {
+        const f = failure;
+        failure = null;
+        finished = true;
+        return Promise.reject(f);
+      }
+      if (finished) return Promise.resolve({ value: undefined, done: true });
+      return new Promise((resolve, reject) => { waiter = { resolve, reject }; });
+    },
+    return(value) {
+      if (!finished) {
+        cancel();
+        finished = true;
+        queue.length = 0;
+        resolveStats(null);
+      }
+      return Promise.resolve({ value, done: true });
+    },
+    throw(e) {
+      it.return();
+      return Promise.reject(e);
+    },
+    [Symbol.asyncIterator]() {
+      return it;
+    },
+  };
+  return it;
+}
+
+export class Model {
+  #t;
+  #info;
+  #disposed = false;
+  #worker;
+
+  /** Use Model.load. */
+  constructor(transport, info, worker) {
+    if (!transport) throw new GgwebError('invalid', 'use Model.load(source, options) to create a Model');
+    this.#t = transport;
+    this.#info = info;
+    this.#worker = worker;
+  }
+
+  /**
+   * Streams a GGUF model from a URL, File/Blob, ReadableStream, Response or bytes.
+   * See ggweb.d.ts for the options.
+   */
+  static async load(source, options = {}) {
+    const {
+      backend = 'cpu', gpuLayers, nCtx, nBatch, onProgress, signal, cache = false,
+      worker = typeof Worker !== 'undefined', coreUrl = DEFAULT_CORE_URL,
+    } = options;
+    checkSignal(signal);
+    if (onProgress !== undefined && typeof onProgress !== 'function') {
+      throw new GgwebError('invalid', 'onProgress must be a function');
+    }
+    if (signal?.aborted) throw abortedError('loading the model');
+    const { src, transfer } = await describeSource(source);
+    const opts = { backend, gpuLayers, nCtx, nBatch };
+    const core = new URL(coreUrl, typeof document !== 'undefined' ? document.baseURI : globalThis.location?.href).href;
+    const t = worker ? new WorkerTransport(core) : new LocalTransport(core);
+    try {
+      const info = await t.load(src, opts, { signal, onProgress, cache, transfer });
+      info.load = { ...info.load, worker: !!worker };
+      return new Model(t, info, !!worker);
+    } catch (e) {
+      await t.dispose().catch(() => {});
+      throw toGgwebError(e, 'internal', 'Model.load');
+    }
+  }
+
+  #live(what) {
+    if (this.#disposed) throw new GgwebError('disposed', `${what}: the model was disposed`);
+  }
+
+  /** True once dispose() was called. */
+  get disposed() {
+    return this.#disposed;
+  }
+
+  /** Whether the model runs in a Web Worker. */
+  get inWorker() {
+    return this.#worker;
+  }
+
+  /** Architecture, hyperparameters, backend and memory plan (from WasmModel.info), plus load stats. */
+  info() {
+    this.#live('info');
+    return structuredClone(this.#info);
+  }
+
+  /** Text → token ids. `special: true` parses special tokens such as <|endoftext|>. */
+  async tokenize(text, { special = false } = {}) {
+    this.#live('tokenize');
+    return this.#t.call('tokenize', [text, special]);
+  }
+
+  /** Token ids → text. */
+  async detokenize(ids) {
+    this.#live('detokenize');
+    return this.#t.call('detokenize', [Array.from(ids)]);
+  }
+
+  /** Next-token logits after `ids` (from a fresh state), one per vocabulary entry. */
+  async logits(ids) {
+    this.#live('logits');
+    return this.#t.call('logits', [Array.from(ids)]);
+  }
+
+  /**
+   * Streams a continuation of `prompt`: `for await (const { token, text } of model.generate(...))`.
+   * Aborting `signal` makes the iteration throw GgwebError('aborted'); `break` stops quietly.
+   * The returned iterator's `stats` promise resolves to timing and stop reason when it ends.
+   */
+  generate(prompt, options = {}) {
+    this.#live('generate');
+    const { signal, ...opts } = options;
+    checkSignal(signal);
+    return tokenStream((push) => this.#t.generate(prompt, opts, push), signal);
+  }
+
+  /** Frees the model (and ends its worker). Later calls fail with code 'disposed'. */
+  async dispose() {
+    if (this.#disposed) return;
+    this.#disposed = true;
+    await this.#t.dispose();
+  }
+}
+
+export default Model;

@@ -1,0 +1,68 @@
+// The ggweb Web Worker: owns one Engine (one wasm instance, one model) and answers
+// ggweb.js's messages. Started by Model.load; one worker per model, so terminating it
+// frees everything the model held.
+//
+// Messages in:  { id, type: 'load', src, opts, cache, coreUrl } | { id, type: 'call', method, args }
+//               { id, type: 'generate', prompt, opts } | { id, type: 'cancel' } | { id, type: 'dispose' }
+// Messages out: { id, type: 'result', value } | { id, type: 'error', error } |
+//               { id, type: 'progress', data } | { id, type: 'token', data } | { id, type: 'done', value }
+import { Engine, GgwebError, toGgwebError } from './engine.js';
+
+let engine = null;
+const running = new Map(); // generate id → { cancelled }
+
+const post = (msg, transfer) => self.postMessage(msg, transfer ?? []);
+const fail = (id, e, code = 'internal') => post({ id, type: 'error', error: toGgwebError(e, code).toJSON() });
+
+async function handle(m) {
+  switch (m.type) {
+    case 'load': {
+      if (engine) throw new GgwebError('busy', 'this worker already loaded a model');
+      engine = new Engine(m.coreUrl);
+      const info = await engine.load(m.src, m.opts, {
+        cache: m.cache,
+        onProgress: (data) => post({ id: m.id, type: 'progress', data }),
+      });
+      return post({ id: m.id, type: 'result', value: info });
+    }
+    case 'call': {
+      if (!engine) throw new GgwebError('invalid', `${m.method}: no model is loaded`);
+      if (!['tokenize', 'detokenize', 'logits'].includes(m.method)) {
+        throw new GgwebError('invalid', `unknown method ${JSON.stringify(m.method)}`);
+      }
+      const value = await engine[m.method](...m.args);
+      return post({ id: m.id, type: 'result', value }, ArrayBuffer.isView(value) ? [value.buffer] : []);
+    }
+    case 'generate': {
+      if (!engine) throw new GgwebError('invalid', 'generate: no model is loaded');
+      const state = { cancelled: false };
+      running.set(m.id, state);
+      try {
+        const it = engine.generate(m.prompt, m.opts, () => state.cancelled);
+        for (;;) {
+          const r = await it.next();
+          if (r.done) return post({ id: m.id, type: 'done', value: r.value });
+          post({ id: m.id, type: 'token', data: r.value });
+        }
+      } finally {
+        running.delete(m.id);
+      }
+    }
+    case 'cancel': {
+      const state = running.get(m.id);
+      if (state) state.cancelled = true;
+      return;
+    }
+    case 'dispose': {
+      engine?.dispose();
+      return post({ id: m.id, type: 'result', value: true });
+    }
+    default:
+      throw new GgwebError('invalid', `unknown message type ${JSON.stringify(m.type)}`);
+  }
+}
+
+self.onmessage = (ev) => {
+  const m = ev.data;
+  handle(m).catch((e) => fail(m.id, e));
+};
