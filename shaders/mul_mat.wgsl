@@ -1,4 +1,4 @@
-// mul_mat for f32/f16 src0 and f32 src1 with many columns (prompts): 32x32 output tiles,
+// mul_mat for any src0 type and f32 src1 with many columns (prompts) on GPUs: 32x32 output tiles,
 // 16x16 invocations computing 2x2 each, k in steps of 16 through workgroup memory.
 // dst[m, n] = row m of src0 . row n of src1; src0 broadcast over dims 2 and 3.
 // src0 rows [misc.y, misc.z) are bound in this part (large weights are split).
@@ -32,7 +32,7 @@ fn mul_mat_tiled(
             let mm = e / TK;
             let k = k0 + e % TK;
             var av = 0.0;
-            if (m0 + mm < rows && k < k_len) { av = ld_a(base0 + (m0 + mm) * p.a_nb.y + k); }
+            if (m0 + mm < rows && k < k_len) { av = deq_one(base0 + (m0 + mm) * p.a_nb.y, k); }
             ta[e] = av;
             var bv = 0.0;
             if (n0 + mm < p.b_ne.y && k < k_len) { bv = ld1_f32(base1 + (n0 + mm) * p.b_nb.y + k * p.b_nb.x); }

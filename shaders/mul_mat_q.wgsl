@@ -1,51 +1,76 @@
-// mul_mat, matrix-vector style, for every src0 type (quantized ones dequantized in the
-// shader, 32 weights at a time) with f32 src1: dst[m, n] = row m of src0 . row n of src1.
-// One workgroup per (src0 row m, group of NC columns n, batch): each weight chunk is
-// dequantized once and used for NC columns. Used for N = 1 (generation) and quantized
-// weights at any N. src0 rows [misc.y, misc.z) are bound in this part (large weights).
+// mul_mat for every src0 type (quantized ones dequantized in the shader) with f32 src1,
+// few columns at a time: dst[m, n] = row m of src0 . row n of src1, src0 broadcast over
+// dims 2 and 3. src0 rows [misc.y, misc.z) are bound in this part (large weights are
+// split); workgroup z = (group of 4 columns, batch).
+//
+// mul_mat_vec: one workgroup per row, its 64 invocations splitting the row's 32-element
+// chunks, then a tree reduction: for GPUs (generation, N = 1).
+// mul_mat_rows: one invocation per row and no workgroup memory: for CPU-based adapters,
+// whose barriers cost more than the arithmetic.
+
+struct Mm {
+    base0: u32, // src0 batch base (add row * a_nb.y)
+    base1: u32, // src1 batch base
+    n0: u32,    // first of the 4 columns
+    i12: u32,
+    i13: u32,
+}
+
+fn mm_setup(z: u32) -> Mm {
+    let ncg = (p.b_ne.y + 3u) / 4u;
+    let bz = z / ncg;
+    let i12 = bz % p.b_ne.z;
+    let i13 = bz / p.b_ne.z;
+    let i02 = i12 / (p.b_ne.z / p.a_ne.z);
+    let i03 = i13 / (p.b_ne.w / p.a_ne.w);
+    return Mm(p.off.x + i02 * p.a_nb.z + i03 * p.a_nb.w, p.off.y + i12 * p.b_nb.z + i13 * p.b_nb.w, (z % ncg) * 4u, i12, i13);
+}
+
+// Chunk `ch` of row `row0` (its first unit) against column n; 0 past the last column.
+fn col_dot(row0: u32, ch: u32, mm: Mm, n: u32) -> f32 {
+    if (n >= p.b_ne.y) { return 0.0; }
+    return dot_chunk(row0, ch, p.a_ne.x, mm.base1 + n * p.b_nb.y + 32u * ch * p.b_nb.x, p.b_nb.x);
+}
+
+fn chunks4(row0: u32, ch: u32, mm: Mm) -> vec4<f32> {
+    return vec4<f32>(col_dot(row0, ch, mm, mm.n0), col_dot(row0, ch, mm, mm.n0 + 1u),
+                     col_dot(row0, ch, mm, mm.n0 + 2u), col_dot(row0, ch, mm, mm.n0 + 3u));
+}
+
+fn store4(m: u32, mm: Mm, v: vec4<f32>) {
+    let o = p.off.w + (p.misc.y + m) * p.d_nb.x + mm.i12 * p.d_nb.z + mm.i13 * p.d_nb.w;
+    for (var c = 0u; c < 4u; c++) {
+        if (mm.n0 + c < p.b_ne.y) { st_f32(o + (mm.n0 + c) * p.d_nb.y, v[c]); }
+    }
+}
 
 const WG: u32 = 64u;
-const NC: u32 = 8u;
-var<workgroup> red: array<f32, 512>; // NC * WG
+var<workgroup> red: array<vec4<f32>, WG>;
 
 @compute @workgroup_size(64)
 fn mul_mat_vec(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
     let m = wg_linear(wg);
     if (m >= p.misc.z - p.misc.y) { return; }
-    let ncg = (p.b_ne.y + NC - 1u) / NC;
-    let n0 = (wg.z % ncg) * NC;
-    let bz = wg.z / ncg;
-    let i12 = bz % p.b_ne.z;
-    let i13 = bz / p.b_ne.z;
-    let i02 = i12 / (p.b_ne.z / p.a_ne.z);
-    let i03 = i13 / (p.b_ne.w / p.a_ne.w);
-    let base0 = p.off.x + m * p.a_nb.y + i02 * p.a_nb.z + i03 * p.a_nb.w;
-    let base1 = p.off.y + i12 * p.b_nb.z + i13 * p.b_nb.w;
-    let k_len = p.a_ne.x;
-    var acc: array<f32, NC>;
-    for (var ch = li; ch * 32u < k_len; ch += WG) {
-        let w = deq_chunk(base0, ch, k_len);
-        let kmax = min(32u, k_len - ch * 32u);
-        for (var c = 0u; c < NC; c++) {
-            let n = n0 + c;
-            if (n < p.b_ne.y) {
-                let b = base1 + n * p.b_nb.y + ch * 32u * p.b_nb.x;
-                var s = 0.0;
-                for (var j = 0u; j < kmax; j++) { s += w[j] * ld1_f32(b + j * p.b_nb.x); }
-                acc[c] += s;
-            }
-        }
-    }
-    for (var c = 0u; c < NC; c++) { red[c * WG + li] = acc[c]; }
+    let mm = mm_setup(wg.z);
+    let row0 = mm.base0 + m * p.a_nb.y;
+    var acc = vec4<f32>(0.0);
+    for (var ch = li; ch * 32u < p.a_ne.x; ch += WG) { acc += chunks4(row0, ch, mm); }
+    red[li] = acc;
     workgroupBarrier();
     for (var s = WG / 2u; s > 0u; s = s / 2u) {
-        if (li < s) {
-            for (var c = 0u; c < NC; c++) { red[c * WG + li] += red[c * WG + li + s]; }
-        }
+        if (li < s) { red[li] += red[li + s]; }
         workgroupBarrier();
     }
-    if (li < NC && n0 + li < p.b_ne.y) {
-        let o = p.off.w + (p.misc.y + m) * p.d_nb.x + (n0 + li) * p.d_nb.y + i12 * p.d_nb.z + i13 * p.d_nb.w;
-        st_f32(o, red[li * WG]);
-    }
+    if (li == 0u) { store4(m, mm, red[0]); }
+}
+
+@compute @workgroup_size(64)
+fn mul_mat_rows(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+    let m = wg_linear(wg) * 64u + li;
+    if (m >= p.misc.z - p.misc.y) { return; }
+    let mm = mm_setup(wg.z);
+    let row0 = mm.base0 + m * p.a_nb.y;
+    var acc = vec4<f32>(0.0);
+    for (var ch = 0u; ch * 32u < p.a_ne.x; ch++) { acc += chunks4(row0, ch, mm); }
+    store4(m, mm, acc);
 }

@@ -22,7 +22,7 @@ const U: usize = 40;
 const F: usize = 44;
 const WORDS: usize = (PARAMS_STRIDE / 4) as usize;
 
-/// mul_mat columns at or below this take the matrix-vector kernel (f32/f16 weights).
+/// mul_mat columns at or below this take the matrix-vector kernel (`Workgroup` kernels).
 const MAT_VEC_MAX_N: i64 = 8;
 
 /// The unit in which kernels address a type: offsets and strides are multiples of it.
@@ -348,8 +348,7 @@ fn plan(gpu: &Gpu, node: &Tensor, out: &mut Vec<Dispatch>) -> Result<(), Backend
         Op::GetRows => {
             let (a, idx) = (src(node, 0)?, src(node, 1)?);
             let spec = weight_spec(a.ty).expect("checked");
-            let chunks = (a.ne[0] as u64).div_ceil(32);
-            let items = chunks * (idx.ne[0] * idx.ne[1] * idx.ne[2]) as u64;
+            let items = (a.ne[0] * idx.ne[0] * idx.ne[1] * idx.ne[2]) as u64;
             for (r0, r1) in row_parts(gpu, node, a)? {
                 let mut b = Builder::new(gpu, node);
                 let whole = r0 == 0 && r1 == a.ne[1] as usize;
@@ -357,14 +356,14 @@ fn plan(gpu: &Gpu, node: &Tensor, out: &mut Vec<Dispatch>) -> Result<(), Backend
                 b.operand(1, idx)?;
                 b.operand(3, node)?;
                 b.misc(items, r0, r1)?;
-                out.push(b.linear("get_rows", spec, "get_rows", items.div_ceil(64), 1)?);
+                out.push(b.linear("get_rows", spec, "get_rows", items.div_ceil(256), 1)?);
             }
         }
         Op::MulMat => {
             let (a, x) = (src(node, 0)?, src(node, 1)?);
             let spec = weight_spec(a.ty).expect("checked");
             let batch = (x.ne[2] * x.ne[3]) as u64;
-            let tiled = matches!(a.ty, GgmlType::F32 | GgmlType::F16) && x.ne[1] > MAT_VEC_MAX_N;
+            let n_cols = x.ne[1] as u64;
             for (r0, r1) in row_parts(gpu, node, a)? {
                 let mut b = Builder::new(gpu, node);
                 let whole = r0 == 0 && r1 == a.ne[1] as usize;
@@ -373,13 +372,16 @@ fn plan(gpu: &Gpu, node: &Tensor, out: &mut Vec<Dispatch>) -> Result<(), Backend
                 b.operand(3, node)?;
                 let rows = (r1 - r0) as u64;
                 b.misc(0, r0, r1)?;
-                if tiled {
+                // z: groups of 4 columns times the batch.
+                let z = to_u32(node, n_cols.div_ceil(4) * batch, "columns x batch")?;
+                if gpu.per_row {
+                    out.push(b.linear("mul_mat_q", spec, "mul_mat_rows", rows.div_ceil(64), z)?);
+                } else if x.ne[1] > MAT_VEC_MAX_N {
                     let gx = to_u32(node, rows.div_ceil(32), "row tiles")?;
-                    let gy = to_u32(node, (x.ne[1] as u64).div_ceil(32), "column tiles")?;
+                    let gy = to_u32(node, n_cols.div_ceil(32), "column tiles")?;
                     out.push(b.grid("mul_mat", spec, "mul_mat_tiled", [gx, gy, to_u32(node, batch, "batch")?])?);
                 } else {
-                    let z = (x.ne[1] as u64).div_ceil(MAT_VEC_MAX_N as u64) * batch;
-                    out.push(b.linear("mul_mat_q", spec, "mul_mat_vec", rows, to_u32(node, z, "batch")?)?);
+                    out.push(b.linear("mul_mat_q", spec, "mul_mat_vec", rows, z)?);
                 }
             }
         }

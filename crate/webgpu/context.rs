@@ -6,7 +6,7 @@ use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 
 use super::buffer::{WebGpuBuffer, WebGpuBufferType};
-use super::WebGpuOptions;
+use super::{MatMulKernels, WebGpuOptions};
 use crate::backend::{Backend, BackendError, BufferType};
 use crate::graph::Graph;
 use crate::tensor::Tensor;
@@ -23,6 +23,8 @@ pub struct AdapterSummary {
     /// The limits in use (after any override).
     pub max_binding_size: u64,
     pub max_buffer_size: u64,
+    /// The mul_mat kernels in use (`Auto` resolved).
+    pub mat_mul_kernels: MatMulKernels,
 }
 
 /// The bytes every parameter block takes in the per-graph uniform buffer (a multiple of
@@ -39,6 +41,8 @@ pub(crate) struct Gpu {
     pub max_binding: u64,
     pub max_buffer: u64,
     pub max_wg_dim: u32,
+    /// mul_mat kernels without workgroup memory (CPU-based adapters).
+    pub per_row: bool,
     pub layout: wgpu::BindGroupLayout,
     pipeline_layout: wgpu::PipelineLayout,
     /// Bound where a kernel has no such source.
@@ -70,11 +74,10 @@ pub(crate) fn specialisation(file: &str, spec: &str) -> String {
         src.push_str(include_str!("../../shaders/dequant.wgsl"));
         // WGSL has no generics: name the type's loaders under the names the kernels call.
         src.push_str(&format!(
-            "\nfn deq_chunk(base: u32, c: u32, k_len: u32) -> array<f32, 32> {{ return deq_chunk_{spec}(base, c, k_len); }}\n"
+            "\nfn deq_one(base: u32, k: u32) -> f32 {{ return deq_one_{spec}(base, k); }}\n\
+             fn dot_chunk(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> f32 {{ \
+             return dot_chunk_{spec}(base, c, k_len, xb, xs); }}\n"
         ));
-        if spec == "f32" || spec == "f16" {
-            src.push_str(&format!("fn ld_a(i: u32) -> f32 {{ return ld0_{spec}(i); }}\n"));
-        }
     }
     src.push_str(body);
     src
@@ -183,6 +186,10 @@ impl Gpu {
             usage: wgpu::BufferUsages::STORAGE,
             mapped_at_creation: false,
         });
+        let per_row = match opts.mat_mul_kernels {
+            MatMulKernels::Auto => info.device_type == wgpu::DeviceType::Cpu,
+            k => k == MatMulKernels::PerRow,
+        };
         let summary = AdapterSummary {
             name: info.name.clone(),
             backend: format!("{:?}", info.backend),
@@ -190,6 +197,7 @@ impl Gpu {
             shader_f16: has_f16,
             max_binding_size: max_binding,
             max_buffer_size: max_buffer,
+            mat_mul_kernels: if per_row { MatMulKernels::PerRow } else { MatMulKernels::Workgroup },
         };
         let gpu = Gpu {
             device,
@@ -199,6 +207,7 @@ impl Gpu {
             max_binding,
             max_buffer,
             max_wg_dim: limits.max_compute_workgroups_per_dimension,
+            per_row,
             layout,
             pipeline_layout,
             dummy,

@@ -30,7 +30,7 @@
 //! - **Ops**: get_rows (f32, f16, q8_0, q4_0, q4_K, q6_K), add, mul (broadcast), scale,
 //!   norm, gelu, soft_max_ext (f32/f16 mask, ALiBi), diag_mask_inf, cpy/cont (f32/f16 to
 //!   f32, f32/f16 to contiguous f16), mul_mat (f32, f16 and the four quantized types with
-//!   f32 activations). Anything else: `supports_op` is false, so a scheduler keeps it on
+//!   f32 activations; kernels chosen per adapter, see [`MatMulKernels`]). Anything else: `supports_op` is false, so a scheduler keeps it on
 //!   the CPU. No kernel needs `shader-f16`: f16 data is read with `unpack2x16float`.
 //!
 //! Without the `webgpu` feature the types still exist and `new` returns
@@ -48,6 +48,22 @@ pub struct WebGpuOptions {
     pub max_buffer_size_override: Option<u64>,
     /// Ask for the software fallback adapter.
     pub force_fallback_adapter: bool,
+    /// Which mul_mat kernels to run (tests force each kind on any adapter).
+    pub mat_mul_kernels: MatMulKernels,
+}
+
+/// The two families of mul_mat kernels.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MatMulKernels {
+    /// `PerRow` on CPU-based adapters (lavapipe, SwiftShader), `Workgroup` elsewhere.
+    #[default]
+    Auto,
+    /// For GPUs: a workgroup per weight row with a tree reduction when N <= 8, 32x32 output
+    /// tiles through workgroup memory above.
+    Workgroup,
+    /// For CPU-based adapters: one invocation per weight row and 4 columns, no workgroup
+    /// memory and no barriers (which cost them more than the arithmetic).
+    PerRow,
 }
 
 #[cfg(feature = "webgpu")]
