@@ -42,7 +42,7 @@ fn cpy_f16(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index
 fn patch_words(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
     let t = wg.x * 64u + li;
     if (t >= p.misc.x) { return; }
-    let w = s0[3u * t] - p.off.w;
-    let m = s0[3u * t + 1u];
-    dst[w] = (dst[w] & ~m) | (s0[3u * t + 2u] & m);
+    let w = w0(3u * t) - p.off.w;
+    let m = w0(3u * t + 1u);
+    dst[w] = (dst[w] & ~m) | (w0(3u * t + 2u) & m);
 }

@@ -9,7 +9,7 @@ fn get_rows(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_inde
     if (t >= p.misc.x) { return; }
     let k = t % p.a_ne.x;
     let r = unravel(t / p.a_ne.x, vec4<u32>(p.b_ne.x, p.b_ne.y, p.b_ne.z, 1u)); // (i10, i11, i12)
-    let idx = bitcast<i32>(s1[p.off.y + r.x * p.b_nb.x + r.y * p.b_nb.y + r.z * p.b_nb.z]);
+    let idx = bitcast<i32>(w1(p.off.y + r.x * p.b_nb.x + r.y * p.b_nb.y + r.z * p.b_nb.z));
     if (idx < i32(p.misc.y) || idx >= i32(p.misc.z)) { return; }
     let base = p.off.x + u32(idx - i32(p.misc.y)) * p.a_nb.y + (r.y % p.a_ne.z) * p.a_nb.z
         + (r.z % p.a_ne.w) * p.a_nb.w;

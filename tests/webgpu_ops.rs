@@ -595,6 +595,12 @@ fn binary_cases() -> Vec<Case> {
             let bv = i.ctx.view_3d(&b, 16, 7, 3, b.nb[1], b.nb[2], 8); // rows with gaps
             f(i.ctx, &ap, &bv)
         }));
+        v.push(case(&format!("{op} of two overlapping views of one tensor"), EXACT, move |i| {
+            let a = i.t(F32, &[40, 6]);
+            let v1 = i.ctx.view_2d(&a, 32, 6, a.nb[1], 0);
+            let v2 = i.ctx.view_2d(&a, 32, 6, a.nb[1], 4 * 8);
+            f(i.ctx, &v1, &v2)
+        }));
     }
     v
 }
@@ -916,6 +922,70 @@ fn split_cases() -> Vec<Case> {
     cases
 }
 
+/// In-place nodes (what the graph allocator makes of add, norm, soft_max... whose source
+/// dies there): dst is src0's memory, so src0 is read through dst's binding.
+#[test]
+fn in_place_nodes() {
+    for kernels in [MatMulKernels::PerRow, MatMulKernels::Workgroup] {
+        let Some(b) = gpu(WebGpuOptions { mat_mul_kernels: kernels, ..Default::default() }) else { return };
+        let ctx = new_ctx();
+        let a = ctx.new_tensor_2d(F32, 37, 3);
+        let c = ctx.new_tensor_2d(F32, 37, 1);
+        let x = ctx.new_tensor_2d(F32, 37, 3);
+        let s = ctx.add(&a, &c);
+        let n = ctx.norm(&x, 1e-5);
+        let m = ctx.soft_max(&ctx.scale(&a, 1.0)); // scale out of place, soft_max in place
+        let leafs = [a.clone(), c.clone(), x.clone()];
+        let bufs = ggweb::allocator::alloc_tensors(&leafs, &*b.buffer_type()).unwrap();
+        let sc = m.src[0].clone().unwrap();
+        let extra = ggweb::allocator::alloc_tensors(&[sc.clone()], &*b.buffer_type()).unwrap();
+        let (ad, xd, scd) = (a.data().unwrap(), x.data().unwrap(), sc.data().unwrap());
+        s.set_data(ad.buffer.clone(), ad.offset);
+        n.set_data(xd.buffer.clone(), xd.offset);
+        m.set_data(scd.buffer.clone(), scd.offset);
+        let mut rng = Rng(5);
+        let av: Vec<f32> = (0..111).map(|_| rng.f32(-2.0, 2.0)).collect();
+        let cv: Vec<f32> = (0..37).map(|_| rng.f32(-2.0, 2.0)).collect();
+        let xv: Vec<f32> = (0..111).map(|_| rng.f32(-2.0, 2.0)).collect();
+        a.set_bytes(bytemuck::cast_slice(&av), 0);
+        c.set_bytes(bytemuck::cast_slice(&cv), 0);
+        x.set_bytes(bytemuck::cast_slice(&xv), 0);
+        // soft_max reads `a` through scale before add overwrites it.
+        let mut gf = Graph::new();
+        gf.build_forward_expand(&m);
+        gf.build_forward_expand(&s);
+        gf.build_forward_expand(&n);
+        b.graph_compute(&gf).unwrap();
+        let read = |t: &Tensor| {
+            let mut v = vec![0f32; 111];
+            t.get_bytes(bytemuck::cast_slice_mut(&mut v), 0);
+            v
+        };
+        let (sv, nv, mv) = (read(&s), read(&n), read(&m));
+        for r in 0..3 {
+            let row = &xv[37 * r..37 * (r + 1)];
+            let mean = row.iter().map(|&v| v as f64).sum::<f64>() / 37.0;
+            let var = row.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / 37.0;
+            let ar = &av[37 * r..37 * (r + 1)];
+            let mx = ar.iter().cloned().fold(f32::MIN, f32::max) as f64;
+            let sum: f64 = ar.iter().map(|&v| (v as f64 - mx).exp()).sum();
+            for k in 0..37 {
+                let i = 37 * r + k;
+                assert_eq!(sv[i], av[i] + cv[k], "{kernels:?} add in place, element {i}");
+                let want_n = (xv[i] as f64 - mean) / (var + 1e-5).sqrt();
+                assert!((nv[i] as f64 - want_n).abs() < 1e-5, "{kernels:?} norm in place {i}: {} vs {want_n}", nv[i]);
+                let want_m = (av[i] as f64 - mx).exp() / sum;
+                assert!(
+                    (mv[i] as f64 - want_m).abs() < 1e-6,
+                    "{kernels:?} soft_max in place {i}: {} vs {want_m}",
+                    mv[i]
+                );
+            }
+        }
+        drop((bufs, extra));
+    }
+}
+
 /// An operand that cannot be split and exceeds the binding limit is a typed error naming
 /// the node, not a device error or a panic.
 #[test]
@@ -1185,14 +1255,11 @@ fn tiny_gpt2_f32_matches_hugging_face() {
         }
         let argmax =
             |l: &[f32]| l.iter().enumerate().fold((0, f32::MIN), |m, (i, &v)| if v > m.1 { (i, v) } else { m }).0;
-        let mut n_past = r.ids.len();
-        let mut next = argmax(&logits[(n_past - 1) * n_vocab..]) as u32;
+        let mut next = argmax(&logits[(r.ids.len() - 1) * n_vocab..]) as u32;
         let mut generated = Vec::new();
-        for _ in 0..r.greedy.len() {
+        for n_past in r.ids.len()..r.ids.len() + r.greedy.len() {
             generated.push(next);
-            let l = model.eval(&[next], n_past, false).unwrap();
-            n_past += 1;
-            next = argmax(&l) as u32;
+            next = argmax(&model.eval(&[next], n_past, false).unwrap()) as u32;
         }
         assert_eq!(generated, r.greedy, "{kernels:?}: greedy continuation");
     }
@@ -1224,5 +1291,22 @@ fn tiny_gpt2_f16_q8_0_q4_0_match_the_cpu_backend() {
         };
         assert!(e_cpu <= max_cpu, "{file}: NMSE webgpu vs CPU {e_cpu:e} > {max_cpu:e}");
         assert!(e_hf_gpu <= max_hf, "{file}: NMSE webgpu vs HF {e_hf_gpu:e} > {max_hf:e}");
+    }
+}
+
+/// This file's reference dequantizer agrees with `ggweb::quants` on the random blocks the
+/// cases use (two independent readings of ggml's layouts).
+#[test]
+fn reference_dequantizer_matches_quants() {
+    let mut rng = Rng(99);
+    for ty in [F16, Q8_0, Q4_0, Q4_K, Q6_K] {
+        let n = 2 * QK_K;
+        let bytes = random_bytes(&mut rng, ty, n, -1.0, 1.0);
+        let mine = dequant_row(ty, &bytes, n);
+        let mut theirs = vec![0f32; n];
+        ggweb::quants::dequantize_row(ty, &bytes, &mut theirs);
+        for (i, (a, b)) in mine.iter().zip(&theirs).enumerate() {
+            assert_eq!(*a as f32, *b, "{ty} element {i}");
+        }
     }
 }

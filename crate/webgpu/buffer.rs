@@ -160,7 +160,7 @@ impl WebGpuBuffer {
 
     fn patch(&self, patches: &[[u32; 3]]) {
         let gpu = &self.gpu;
-        let pipeline = gpu.pipeline("cpy", "", "patch_words");
+        let pipeline = gpu.pipeline("cpy", "", "patch_words", [0, 1, 2]);
         // One patch (at most two: the partial words at either end) per dispatch, each with
         // its triple in its own aligned slot and its own small window of the buffer.
         let slot = gpu.storage_align.max(16);
@@ -202,8 +202,8 @@ impl WebGpuBuffer {
                     layout: &gpu.layout,
                     entries: &[
                         entry(0, &triples, slot * i, 12),
-                        entry(1, &gpu.dummy, 0, 256),
-                        entry(2, &gpu.dummy, 0, 256),
+                        entry(1, &gpu.dummy, 256, 256),
+                        entry(2, &gpu.dummy, 512, 256),
                         entry(3, &self.buf, *start, *size),
                         entry(4, &params, 0, PARAMS_STRIDE),
                     ],

@@ -124,10 +124,12 @@ struct Window {
     size: u64,
 }
 
-/// A tensor as a kernel sees it: its window and where it is inside, in units.
+/// A tensor as a kernel sees it: its window, where it starts (byte `lo` of the buffer),
+/// its unit, shape and strides in units.
 struct Bound {
     win: Window,
-    off: u32,
+    lo: u64,
+    unit: u64,
     ne: [u32; 4],
     nb: [u32; 4],
 }
@@ -178,7 +180,8 @@ fn bind(gpu: &Gpu, node: &Tensor, t: &Tensor, rows: Option<(usize, usize)>) -> R
     }
     Ok(Bound {
         win: Window { buf: wb.buf.clone(), start: start as u64, size },
-        off: to_u32(node, ((lo - start) / unit) as u64, "offset")?,
+        lo: lo as u64,
+        unit: unit as u64,
         ne,
         nb,
     })
@@ -213,20 +216,19 @@ struct Builder<'a> {
     gpu: &'a Gpu,
     node: &'a Tensor,
     params: [u32; WORDS],
-    wins: [Option<Window>; 4],
+    slots: [Option<Bound>; 4],
 }
 
 impl<'a> Builder<'a> {
     fn new(gpu: &'a Gpu, node: &'a Tensor) -> Builder<'a> {
-        Builder { gpu, node, params: [0; WORDS], wins: [None, None, None, None] }
+        Builder { gpu, node, params: [0; WORDS], slots: [None, None, None, None] }
     }
     /// Puts operand `b` in slot `slot` (0..3 sources, 3 dst).
     fn set(&mut self, slot: usize, b: Bound) {
         let base = [A, B, C, D][slot];
         self.params[base..base + 4].copy_from_slice(&b.ne);
         self.params[base + 4..base + 8].copy_from_slice(&b.nb);
-        self.params[OFF + slot] = b.off;
-        self.wins[slot] = Some(b.win);
+        self.slots[slot] = Some(b);
     }
     fn operand(&mut self, slot: usize, t: &Tensor) -> Result<(), BackendError> {
         let b = bind(self.gpu, self.node, t, None)?;
@@ -245,12 +247,65 @@ impl<'a> Builder<'a> {
         self.params[MISC + 3] = x;
         self.grid(file, spec, entry, [x, y, z])
     }
-    fn grid(self, file: &str, spec: &str, entry: &str, groups: [u32; 3]) -> Result<Dispatch, BackendError> {
+    /// Operands whose windows overlap in one buffer share one binding (WebGPU forbids
+    /// overlapping writable bindings): the union window goes to dst's slot when dst is
+    /// among them, else to the lowest slot; the others read it through B0..B2.
+    fn grid(mut self, file: &str, spec: &str, entry: &str, groups: [u32; 3]) -> Result<Dispatch, BackendError> {
         let max = self.gpu.max_wg_dim;
         if groups.iter().any(|&g| g > max) {
             return Err(unsupported(self.node, format!("dispatch {groups:?} exceeds {max} workgroups per dimension")));
         }
-        Ok(Dispatch { pipeline: self.gpu.pipeline(file, spec, entry), wins: self.wins, params: self.params, groups })
+        let mut home = [0usize, 1, 2, 3];
+        let mut span: [Option<(u64, u64)>; 4] =
+            core::array::from_fn(|i| self.slots[i].as_ref().map(|b| (b.win.start, b.win.start + b.win.size)));
+        let mut merged = true;
+        while merged {
+            merged = false;
+            for i in 0..4 {
+                for j in i + 1..4 {
+                    let (hi, hj) = (home[i], home[j]);
+                    if hi == hj {
+                        continue;
+                    }
+                    let (Some(bi), Some(bj)) = (&self.slots[hi], &self.slots[hj]) else { continue };
+                    let (Some(si), Some(sj)) = (span[hi], span[hj]) else { continue };
+                    if bi.win.buf != bj.win.buf || si.1 <= sj.0 || sj.1 <= si.0 {
+                        continue;
+                    }
+                    let (keep, drop) = if hi == 3 || (hj != 3 && hi < hj) { (hi, hj) } else { (hj, hi) };
+                    span[keep] = Some((si.0.min(sj.0), si.1.max(sj.1)));
+                    span[drop] = None;
+                    for h in home.iter_mut() {
+                        if *h == drop {
+                            *h = keep;
+                        }
+                    }
+                    merged = true;
+                }
+            }
+        }
+        let mut wins: [Option<Window>; 4] = [None, None, None, None];
+        for slot in 0..4 {
+            let Some(b) = &self.slots[slot] else { continue };
+            let (start, end) = span[home[slot]].expect("a home keeps its span");
+            if home[slot] == slot {
+                if end - start > self.gpu.max_binding {
+                    return Err(unsupported(
+                        self.node,
+                        format!(
+                            "operands sharing a {}-byte binding exceed the limit {}",
+                            end - start,
+                            self.gpu.max_binding
+                        ),
+                    ));
+                }
+                wins[slot] = Some(Window { buf: b.win.buf.clone(), start, size: end - start });
+            }
+            self.params[OFF + slot] = to_u32(self.node, (b.lo - start) / b.unit, "offset")?;
+        }
+        let homes = [home[0] as u32, home[1] as u32, home[2] as u32];
+        let pipeline = self.gpu.pipeline(file, spec, entry, homes);
+        Ok(Dispatch { pipeline, wins, params: self.params, groups })
     }
 }
 
@@ -331,9 +386,11 @@ fn plan(gpu: &Gpu, node: &Tensor, out: &mut Vec<Dispatch>) -> Result<(), Backend
             b.params[U] = u32::from(a.ty == GgmlType::F16);
             let d = bind(gpu, node, node, None)?;
             if node.ty == GgmlType::F16 {
-                // One invocation per destination word (two halves).
-                let first = u64::from(d.off) / 2;
-                let last = (u64::from(d.off) + n - 1) / 2;
+                // One invocation per destination word (two halves); dst keeps its own slot,
+                // so its offset in halves is known here.
+                let off = (d.lo - d.win.start) / 2;
+                let first = off / 2;
+                let last = (off + n - 1) / 2;
                 let words = last - first + 1;
                 b.set(3, d);
                 b.params[U + 1] = to_u32(node, n, "elements")?;
@@ -425,7 +482,8 @@ pub(crate) fn graph_compute(gpu: &Gpu, graph: &Graph) -> Result<(), BackendError
         for (i, d) in ds.iter().enumerate() {
             let win = |slot: usize| match &d.wins[slot] {
                 Some(w) => entry(slot as u32, &w.buf, w.start, w.size),
-                None => entry(slot as u32, &gpu.dummy, 0, 256),
+                // Distinct ranges: overlapping writable bindings are invalid even unused.
+                None => entry(slot as u32, &gpu.dummy, 256 * slot as u64, 256),
             };
             let bg = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
                 label: None,

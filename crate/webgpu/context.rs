@@ -45,7 +45,8 @@ pub(crate) struct Gpu {
     pub per_row: bool,
     pub layout: wgpu::BindGroupLayout,
     pipeline_layout: wgpu::PipelineLayout,
-    /// Bound where a kernel has no such source.
+    /// Bound where a kernel has no such source: slot i at bytes 256 i.. (ranges must not
+    /// overlap even when unused).
     pub dummy: wgpu::Buffer,
     modules: RefCell<HashMap<String, wgpu::ShaderModule>>,
     pipelines: RefCell<HashMap<String, wgpu::ComputePipeline>>,
@@ -181,8 +182,8 @@ impl Gpu {
             immediate_size: 0,
         });
         let dummy = device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("ggweb unused binding"),
-            size: 256,
+            label: Some("ggweb unused bindings"),
+            size: 1024,
             usage: wgpu::BufferUsages::STORAGE,
             mapped_at_creation: false,
         });
@@ -236,9 +237,10 @@ impl Gpu {
     }
 
     /// The pipeline for `entry` of kernel file `file` specialised for weight type `spec`
-    /// ("" when the file has no type parameter), compiled on first use.
-    pub fn pipeline(&self, file: &str, spec: &str, entry: &str) -> wgpu::ComputePipeline {
-        let key = format!("{file}:{spec}:{entry}");
+    /// ("" when the file has no type parameter) and for the bindings src0..src2 are read
+    /// from (`homes`: the B0..B2 constants), compiled on first use.
+    pub fn pipeline(&self, file: &str, spec: &str, entry: &str, homes: [u32; 3]) -> wgpu::ComputePipeline {
+        let key = format!("{file}:{spec}:{entry}:{homes:?}");
         if let Some(p) = self.pipelines.borrow().get(&key) {
             return p.clone();
         }
@@ -260,7 +262,10 @@ impl Gpu {
             layout: Some(&self.pipeline_layout),
             module: &module,
             entry_point: Some(entry),
-            compilation_options: Default::default(),
+            compilation_options: wgpu::PipelineCompilationOptions {
+                constants: &[("B0", f64::from(homes[0])), ("B1", f64::from(homes[1])), ("B2", f64::from(homes[2]))],
+                zero_initialize_workgroup_memory: false,
+            },
             cache: None,
         });
         self.pipelines.borrow_mut().insert(key, p.clone());
