@@ -938,7 +938,7 @@ fn in_place_nodes() {
         let leafs = [a.clone(), c.clone(), x.clone()];
         let bufs = ggweb::allocator::alloc_tensors(&leafs, &*b.buffer_type()).unwrap();
         let sc = m.src[0].clone().unwrap();
-        let extra = ggweb::allocator::alloc_tensors(&[sc.clone()], &*b.buffer_type()).unwrap();
+        let extra = ggweb::allocator::alloc_tensors(std::slice::from_ref(&sc), &*b.buffer_type()).unwrap();
         let (ad, xd, scd) = (a.data().unwrap(), x.data().unwrap(), sc.data().unwrap());
         s.set_data(ad.buffer.clone(), ad.offset);
         n.set_data(xd.buffer.clone(), xd.offset);
@@ -969,9 +969,9 @@ fn in_place_nodes() {
             let ar = &av[37 * r..37 * (r + 1)];
             let mx = ar.iter().cloned().fold(f32::MIN, f32::max) as f64;
             let sum: f64 = ar.iter().map(|&v| (v as f64 - mx).exp()).sum();
-            for k in 0..37 {
+            for (k, ck) in cv.iter().enumerate() {
                 let i = 37 * r + k;
-                assert_eq!(sv[i], av[i] + cv[k], "{kernels:?} add in place, element {i}");
+                assert_eq!(sv[i], av[i] + ck, "{kernels:?} add in place, element {i}");
                 let want_n = (xv[i] as f64 - mean) / (var + 1e-5).sqrt();
                 assert!((nv[i] as f64 - want_n).abs() < 1e-5, "{kernels:?} norm in place {i}: {} vs {want_n}", nv[i]);
                 let want_m = (av[i] as f64 - mx).exp() / sum;

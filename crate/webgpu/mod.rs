@@ -26,12 +26,25 @@
 //! - **Compute**: one command encoder and one compute pass per graph; each node is one
 //!   dispatch (or one per row range); views cost nothing (each binding carries its
 //!   tensor's offset and strides, in elements). Parameters of all nodes go into one
-//!   uniform buffer written once per graph, selected with dynamic offsets.
+//!   uniform buffer written once per graph, selected with dynamic offsets. Pipelines are
+//!   cached by (kernel file, weight type, entry point, binding layout).
+//! - **Bindings**: every storage binding is read_write, since WebGPU forbids a read-only
+//!   and a writable binding of one buffer in a dispatch; operands whose ranges overlap (an
+//!   in-place node from the graph allocator, two views of one tensor) share one binding,
+//!   since overlapping writable bindings are forbidden too (Dawn enforces it; wgpu native
+//!   does not, so the browser test covers it).
 //! - **Ops**: get_rows (f32, f16, q8_0, q4_0, q4_K, q6_K), add, mul (broadcast), scale,
 //!   norm, gelu, soft_max_ext (f32/f16 mask, ALiBi), diag_mask_inf, cpy/cont (f32/f16 to
 //!   f32, f32/f16 to contiguous f16), mul_mat (f32, f16 and the four quantized types with
-//!   f32 activations; kernels chosen per adapter, see [`MatMulKernels`]). Anything else: `supports_op` is false, so a scheduler keeps it on
-//!   the CPU. No kernel needs `shader-f16`: f16 data is read with `unpack2x16float`.
+//!   f32 activations; kernels chosen per adapter, see [`MatMulKernels`]). Anything else:
+//!   `supports_op` is false, so a scheduler keeps it on the CPU. No kernel needs
+//!   `shader-f16` (requested when present, unused): f16 data is read with
+//!   `unpack2x16float`, so SwiftShader (Chromium's fallback, no `shader-f16`) runs it all.
+//!
+//! Tests: `cargo test --features webgpu --test webgpu_ops` (Vulkan: Mesa's lavapipe; set
+//! `GGWEB_ALLOW_NO_GPU=1` to skip where there is no adapter) and, in headless Chromium,
+//! `WASM_BINDGEN_USE_BROWSER=1 cargo test --target wasm32-unknown-unknown --features webgpu
+//! --test webgpu_browser`.
 //!
 //! Without the `webgpu` feature the types still exist and `new` returns
 //! [`BackendError::Unavailable`], so callers need no `#[cfg]`.
