@@ -32,7 +32,11 @@ fn col_dot(row0: u32, ch: u32, mm: Mm, n: u32) -> f32 {
     return dot_chunk(row0, ch, p.a_ne.x, mm.base1 + n * p.b_nb.y + 32u * ch * p.b_nb.x, p.b_nb.x);
 }
 
+// 1 when src1 has one column (generation): the other three dots are skipped outright.
+override NCOL: u32 = 4u;
+
 fn chunks4(row0: u32, ch: u32, mm: Mm) -> vec4<f32> {
+    if (NCOL == 1u) { return vec4<f32>(col_dot(row0, ch, mm, mm.n0), 0.0, 0.0, 0.0); }
     return vec4<f32>(col_dot(row0, ch, mm, mm.n0), col_dot(row0, ch, mm, mm.n0 + 1u),
                      col_dot(row0, ch, mm, mm.n0 + 2u), col_dot(row0, ch, mm, mm.n0 + 3u));
 }

@@ -160,7 +160,7 @@ impl WebGpuBuffer {
 
     fn patch(&self, patches: &[[u32; 3]]) {
         let gpu = &self.gpu;
-        let pipeline = gpu.pipeline("cpy", "", "patch_words", [0, 1, 2]);
+        let pipeline = gpu.pipeline("cpy", "", "patch_words", [0, 1, 2], None);
         // One patch (at most two: the partial words at either end) per dispatch, each with
         // its triple in its own aligned slot and its own small window of the buffer.
         let slot = gpu.storage_align.max(16);

@@ -304,7 +304,9 @@ impl<'a> Builder<'a> {
             self.params[OFF + slot] = to_u32(self.node, (b.lo - start) / b.unit, "offset")?;
         }
         let homes = [home[0] as u32, home[1] as u32, home[2] as u32];
-        let pipeline = self.gpu.pipeline(file, spec, entry, homes);
+        // The mat-vec kernels compute 4 columns, or 1 when there is only one (generation).
+        let ncol = (file == "mul_mat_q").then(|| if self.params[B + 1] == 1 { 1 } else { 4 });
+        let pipeline = self.gpu.pipeline(file, spec, entry, homes, ncol);
         Ok(Dispatch { pipeline, wins, params: self.params, groups })
     }
 }

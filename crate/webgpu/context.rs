@@ -238,9 +238,17 @@ impl Gpu {
 
     /// The pipeline for `entry` of kernel file `file` specialised for weight type `spec`
     /// ("" when the file has no type parameter) and for the bindings src0..src2 are read
-    /// from (`homes`: the B0..B2 constants), compiled on first use.
-    pub fn pipeline(&self, file: &str, spec: &str, entry: &str, homes: [u32; 3]) -> wgpu::ComputePipeline {
-        let key = format!("{file}:{spec}:{entry}:{homes:?}");
+    /// from (`homes`: the B0..B2 constants), plus the mat-vec kernels' column count
+    /// (NCOL), compiled on first use.
+    pub fn pipeline(
+        &self,
+        file: &str,
+        spec: &str,
+        entry: &str,
+        homes: [u32; 3],
+        ncol: Option<u32>,
+    ) -> wgpu::ComputePipeline {
+        let key = format!("{file}:{spec}:{entry}:{homes:?}:{ncol:?}");
         if let Some(p) = self.pipelines.borrow().get(&key) {
             return p.clone();
         }
@@ -257,13 +265,17 @@ impl Gpu {
                 })
                 .clone()
         };
+        let mut constants = vec![("B0", f64::from(homes[0])), ("B1", f64::from(homes[1])), ("B2", f64::from(homes[2]))];
+        if let Some(n) = ncol {
+            constants.push(("NCOL", f64::from(n)));
+        }
         let p = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
             label: Some(&key),
             layout: Some(&self.pipeline_layout),
             module: &module,
             entry_point: Some(entry),
             compilation_options: wgpu::PipelineCompilationOptions {
-                constants: &[("B0", f64::from(homes[0])), ("B1", f64::from(homes[1])), ("B2", f64::from(homes[2]))],
+                constants: &constants,
                 zero_initialize_workgroup_memory: false,
             },
             cache: None,
