@@ -119,6 +119,8 @@ pub enum GgufErrorKind {
     Backend(BackendError),
     /// Reading the source failed (std readers).
     Io(String),
+    /// The sink refused the file after reading the header (a model loader that cannot run it).
+    Rejected(String),
 }
 
 /// A GGUF read/write error: the kind, plus where (byte offset in the file) and in what.
@@ -240,6 +242,7 @@ impl fmt::Display for GgufErrorKind {
             DataSizeMismatch { expected, got } => write!(f, "tensor data is {got} bytes, expected {expected}"),
             Backend(e) => write!(f, "backend: {e}"),
             Io(e) => write!(f, "I/O error: {e}"),
+            Rejected(e) => write!(f, "{e}"),
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Models built on the tensor core. One file per model ([`gpt2`]), plus [`sampling`].
 
 pub mod gpt2;
+pub mod loader;
 pub mod sampling;
 
 use alloc::string::String;

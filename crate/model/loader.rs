@@ -1,0 +1,230 @@
+//! Loading a GPT-2 GGUF from a stream of chunks into a runnable model.
+//!
+//! ```no_run
+//! use ggweb::model::loader::ModelLoader;
+//! use ggweb::model::gpt2::Gpt2Options;
+//! let bytes = std::fs::read("tests/fixtures/tiny-f16.gguf").unwrap();
+//! let mut loader = ModelLoader::new_cpu(Gpt2Options::default());
+//! for chunk in bytes.chunks(64 * 1024) {      // as fetch delivers them
+//!     loader.feed(chunk).unwrap();
+//! }
+//! let loaded = loader.finish().unwrap();
+//! let ids = loaded.tokenizer.encode("Hello, my name is", false);
+//! ```
+//!
+//! The architecture and hyperparameters are checked when the header has arrived, before
+//! any weight buffer is allocated: a file we cannot run is refused up front.
+
+use alloc::format;
+use alloc::rc::Rc;
+use alloc::string::ToString;
+use alloc::vec::Vec;
+
+use super::gpt2::{Gpt2, Gpt2Options, Hparams};
+use super::ModelError;
+use crate::backend::{Backend, BufferType};
+use crate::cpu::CpuBackend;
+use crate::gguf::{BufferLoader, GgufError, GgufHeader, GgufStreamReader, Limits, TensorSink};
+use crate::tokenizer::Tokenizer;
+
+impl From<GgufError> for ModelError {
+    fn from(e: GgufError) -> Self {
+        ModelError::Format(format!("{e}"))
+    }
+}
+
+impl Hparams {
+    /// Reads the `gpt2.*` keys; `n_vocab` comes from `token_embd.weight`.
+    pub fn from_gguf(h: &GgufHeader) -> Result<Hparams, ModelError> {
+        let arch = h.get_str("general.architecture").map_err(meta)?;
+        if arch != "gpt2" {
+            return Err(ModelError::UnsupportedArch(arch.to_string()));
+        }
+        let u = |k: &str| h.get_u32(k).map(|v| v as usize).map_err(meta);
+        let hp = Hparams {
+            n_vocab: h
+                .tensor_info("token_embd.weight")
+                .map(|t| t.ne[1] as usize)
+                .ok_or_else(|| ModelError::MissingTensor("token_embd.weight".into()))?,
+            n_ctx_train: u("gpt2.context_length")?,
+            n_embd: u("gpt2.embedding_length")?,
+            n_head: u("gpt2.attention.head_count")?,
+            n_layer: u("gpt2.block_count")?,
+            n_ff: u("gpt2.feed_forward_length")?,
+            eps: h.get_f32("gpt2.attention.layer_norm_epsilon").map_err(meta)?,
+        };
+        let bad = |what: String| Err(ModelError::Metadata(what));
+        if hp.n_embd == 0 || hp.n_head == 0 || hp.n_embd % hp.n_head != 0 {
+            return bad(format!(
+                "embedding_length {} is not a positive multiple of head_count {}",
+                hp.n_embd, hp.n_head
+            ));
+        }
+        if hp.n_layer == 0 || hp.n_ctx_train == 0 || hp.n_ff == 0 || hp.n_vocab == 0 {
+            return bad(format!("zero-sized hyperparameter in {hp:?}"));
+        }
+        if !(hp.eps > 0.0 && hp.eps < 1.0) {
+            return bad(format!("layer_norm_epsilon {} out of range", hp.eps));
+        }
+        Ok(hp)
+    }
+}
+
+fn meta(e: GgufError) -> ModelError {
+    ModelError::Metadata(format!("{e}"))
+}
+
+/// GPT-2's tokenizer from `tokenizer.ggml.*`.
+pub fn tokenizer_from_gguf(h: &GgufHeader) -> Result<Tokenizer, ModelError> {
+    let model = h.get_str("tokenizer.ggml.model").map_err(meta)?;
+    if model != "gpt2" {
+        return Err(ModelError::Metadata(format!(
+            "tokenizer.ggml.model is '{model}', ggweb reads 'gpt2' (byte-level BPE)"
+        )));
+    }
+    let tokens = h.get_arr_str("tokenizer.ggml.tokens").map_err(meta)?.to_vec();
+    let merges = h.get_arr_str("tokenizer.ggml.merges").map_err(meta)?.to_vec();
+    let types = h.get_arr_i32("tokenizer.ggml.token_type").ok().map(|t| t.to_vec());
+    let bos = h.get_u32("tokenizer.ggml.bos_token_id").ok();
+    let eos = h.get_u32("tokenizer.ggml.eos_token_id").ok();
+    Tokenizer::new(tokens, merges, types, bos, eos).map_err(|e| ModelError::Tokenizer(format!("{e}")))
+}
+
+/// A model ready to generate: the network and its tokenizer.
+pub struct LoadedModel {
+    pub model: Gpt2,
+    pub tokenizer: Tokenizer,
+}
+
+/// Validates the header (architecture, hyperparameters, tokenizer) before handing it on to
+/// the buffer loader, so nothing is allocated for a file we would refuse.
+struct CheckedSink {
+    inner: BufferLoader,
+    checked: Option<(Hparams, Tokenizer)>,
+    /// Why the header was refused, kept typed for the caller.
+    rejected: Option<ModelError>,
+}
+
+fn check_header(header: &GgufHeader) -> Result<(Hparams, Tokenizer), ModelError> {
+    let hp = Hparams::from_gguf(header)?;
+    let tok = tokenizer_from_gguf(header)?;
+    if tok.n_vocab() != hp.n_vocab {
+        return Err(ModelError::Metadata(format!(
+            "tokenizer has {} tokens but token_embd.weight has {} rows",
+            tok.n_vocab(),
+            hp.n_vocab
+        )));
+    }
+    Ok((hp, tok))
+}
+
+impl TensorSink for CheckedSink {
+    fn on_header(&mut self, header: &GgufHeader) -> Result<(), GgufError> {
+        match check_header(header) {
+            Ok(checked) => self.checked = Some(checked),
+            Err(e) => {
+                let msg = e.to_string();
+                self.rejected = Some(e);
+                return Err(GgufError::new(crate::gguf::GgufErrorKind::Rejected(msg)));
+            }
+        }
+        self.inner.on_header(header)
+    }
+
+    fn write(&mut self, tensor_index: usize, offset: usize, bytes: &[u8]) -> Result<(), GgufError> {
+        self.inner.write(tensor_index, offset, bytes)
+    }
+}
+
+/// Feeds a GGUF stream into backend buffers and builds the model at the end.
+pub struct ModelLoader {
+    reader: GgufStreamReader,
+    sink: CheckedSink,
+    backend: Rc<dyn Backend>,
+    opts: Gpt2Options,
+}
+
+impl ModelLoader {
+    /// Weights in buffers of `backend`'s type; `file_size` (Content-Length) when known lets
+    /// the reader refuse a file that claims more data than it has before allocating.
+    pub fn new(backend: Rc<dyn Backend>, opts: Gpt2Options, limits: Limits, file_size: Option<u64>) -> ModelLoader {
+        let buft: Rc<dyn BufferType> = backend.buffer_type();
+        let mut reader = GgufStreamReader::new(limits);
+        if let Some(n) = file_size {
+            reader = reader.with_file_size(n);
+        }
+        ModelLoader {
+            reader,
+            sink: CheckedSink { inner: BufferLoader::new(buft), checked: None, rejected: None },
+            backend,
+            opts,
+        }
+    }
+
+    pub fn new_cpu(opts: Gpt2Options) -> ModelLoader {
+        let n_threads = opts.n_threads;
+        ModelLoader::new(Rc::new(CpuBackend::new(n_threads)), opts, Limits::default(), None)
+    }
+
+    /// Passes one chunk (any size) to the reader; weights are copied into place as they pass.
+    pub fn feed(&mut self, chunk: &[u8]) -> Result<(), ModelError> {
+        self.reader.feed(chunk, &mut self.sink).map_err(|e| self.sink.rejected.clone().unwrap_or_else(|| e.into()))
+    }
+
+    pub fn bytes_consumed(&self) -> u64 {
+        self.reader.bytes_consumed()
+    }
+
+    /// Total file size once the header says it (data offset + end of the last tensor).
+    pub fn total_expected(&self) -> Option<u64> {
+        self.reader.total_expected()
+    }
+
+    /// Checks the stream was complete, then builds the runtime (KV cache, compute reserve).
+    pub fn finish(self) -> Result<LoadedModel, ModelError> {
+        let header = self.reader.finish()?;
+        let (hparams, tokenizer) = self.sink.checked.ok_or_else(|| ModelError::Format("no GGUF header".into()))?;
+        let loaded = self.sink.inner.into_loaded(header)?;
+        let model = Gpt2::new(hparams, loaded.ctx, loaded.buffers, self.backend, &self.opts)?;
+        Ok(LoadedModel { model, tokenizer })
+    }
+}
+
+/// Loads a whole file held in memory (tests, the CLI).
+pub fn load_from_bytes(bytes: &[u8], opts: Gpt2Options) -> Result<LoadedModel, ModelError> {
+    let n_threads = opts.n_threads;
+    load_from_bytes_on(bytes, Rc::new(CpuBackend::new(n_threads)), opts)
+}
+
+pub fn load_from_bytes_on(
+    bytes: &[u8],
+    backend: Rc<dyn Backend>,
+    opts: Gpt2Options,
+) -> Result<LoadedModel, ModelError> {
+    let mut loader = ModelLoader::new(backend, opts, Limits::default(), Some(bytes.len() as u64));
+    for chunk in bytes.chunks(1 << 20) {
+        loader.feed(chunk)?;
+    }
+    loader.finish()
+}
+
+/// Reads a file in 1 MiB chunks: only one chunk is ever held besides the weights.
+#[cfg(feature = "std")]
+pub fn load_from_path(path: &str, backend: Rc<dyn Backend>, opts: Gpt2Options) -> Result<LoadedModel, ModelError> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path).map_err(|e| ModelError::Format(format!("{path}: {e}")))?;
+    let size = f.metadata().map(|m| m.len()).ok();
+    let mut loader = ModelLoader::new(backend, opts, Limits::default(), size);
+    let mut buf: Vec<u8> = alloc::vec![0; 1 << 20];
+    loop {
+        let n = f.read(&mut buf).map_err(|e| ModelError::Format(format!("{path}: {e}")))?;
+        if n == 0 {
+            break;
+        }
+        loader.feed(&buf[..n]).map_err(|e| match e {
+            ModelError::Format(m) => ModelError::Format(format!("{path}: {m}")),
+            other => other,
+        })?;
+    }
+    loader.finish()
+}
