@@ -1206,29 +1206,23 @@ fn hf_reference() -> Reference {
     }
 }
 
-/// Loads a tiny GPT-2 GGUF into `backend`'s buffers, streamed in odd-sized chunks (so
-/// tensor writes start and end mid-word), and evaluates the reference prompt: logits of
-/// every position.
+/// Loads a tiny GPT-2 GGUF with the project's streaming ModelLoader into `backend`'s
+/// buffers, in odd-sized chunks (so tensor writes start and end mid-word), tokenizes the
+/// reference prompt with the file's tokenizer and evaluates it: logits of every position.
 fn run_tiny_gpt2(file: &str, backend: Rc<dyn Backend>) -> (ggweb::model::gpt2::Gpt2, Vec<f32>) {
-    use ggweb::model::gpt2::{Gpt2, Gpt2Options, Hparams};
+    use ggweb::model::gpt2::Gpt2Options;
+    use ggweb::model::loader::ModelLoader;
     let bytes = std::fs::read(models_dir().join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
-    let t0 = std::time::Instant::now();
-    let loaded = ggweb::gguf::load_from_bytes(&bytes, 65_537, backend.buffer_type()).unwrap();
-    eprintln!("{file} {}: load {:?}", backend.name(), t0.elapsed());
-    // The tiny model's hyperparameters (shared/models/README.md); Gpt2::new checks every
-    // weight's shape against them.
-    let hp = Hparams { n_vocab: 50257, n_ctx_train: 128, n_embd: 64, n_head: 4, n_layer: 2, n_ff: 256, eps: 1e-5 };
     let opts = Gpt2Options { n_ctx: 0, n_batch: 32, n_threads: 1 };
-    let t0 = std::time::Instant::now();
-    let mut model = Gpt2::new(hp, loaded.ctx, loaded.buffers, backend, &opts).unwrap();
-    eprintln!("{file}: new {:?}", t0.elapsed());
-    let ids = hf_reference().ids;
-    let t0 = std::time::Instant::now();
+    let mut loader = ModelLoader::new(backend, opts, ggweb::gguf::Limits::default(), Some(bytes.len() as u64));
+    for chunk in bytes.chunks(65_537) {
+        loader.feed(chunk).unwrap();
+    }
+    let loaded = loader.finish().unwrap();
+    let ids = loaded.tokenizer.encode("Hello, my name is", false);
+    assert_eq!(ids, hf_reference().ids, "the reference prompt's tokens");
+    let mut model = loaded.model;
     let logits = model.eval_prompt(&ids, 0, true).unwrap();
-    eprintln!("{file}: eval {:?}", t0.elapsed());
-    let t0 = std::time::Instant::now();
-    let _ = model.eval(&[5], 5, false).unwrap();
-    eprintln!("{file}: eval1 {:?}", t0.elapsed());
     (model, logits)
 }
 
