@@ -18,9 +18,11 @@
 use alloc::format;
 use alloc::rc::Rc;
 use alloc::string::ToString;
+use alloc::vec;
 use alloc::vec::Vec;
+use core::cell::Cell;
 
-use super::gpt2::{Gpt2, Gpt2Options, Hparams};
+use super::gpt2::{weight_on_gpu, Gpt2, Gpt2Options, Hparams};
 use super::ModelError;
 use crate::backend::{Backend, BufferType};
 use crate::cpu::CpuBackend;
@@ -101,6 +103,8 @@ pub struct LoadedModel {
 struct CheckedSink {
     inner: BufferLoader,
     checked: Option<(Hparams, Tokenizer)>,
+    /// n_layer once the header is checked, for a placement that goes by layer.
+    n_layer: Rc<Cell<usize>>,
     /// Why the header was refused, kept typed for the caller.
     rejected: Option<ModelError>,
 }
@@ -121,7 +125,10 @@ fn check_header(header: &GgufHeader) -> Result<(Hparams, Tokenizer), ModelError>
 impl TensorSink for CheckedSink {
     fn on_header(&mut self, header: &GgufHeader) -> Result<(), GgufError> {
         match check_header(header) {
-            Ok(checked) => self.checked = Some(checked),
+            Ok(checked) => {
+                self.n_layer.set(checked.0.n_layer);
+                self.checked = Some(checked)
+            }
             Err(e) => {
                 let msg = e.to_string();
                 self.rejected = Some(e);
@@ -140,7 +147,8 @@ impl TensorSink for CheckedSink {
 pub struct ModelLoader {
     reader: GgufStreamReader,
     sink: CheckedSink,
-    backend: Rc<dyn Backend>,
+    /// In priority order; the CPU last.
+    backends: Vec<Rc<dyn Backend>>,
     opts: Gpt2Options,
 }
 
@@ -149,16 +157,47 @@ impl ModelLoader {
     /// the reader refuse a file that claims more data than it has before allocating.
     pub fn new(backend: Rc<dyn Backend>, opts: Gpt2Options, limits: Limits, file_size: Option<u64>) -> ModelLoader {
         let buft: Rc<dyn BufferType> = backend.buffer_type();
+        ModelLoader::with_sink(BufferLoader::new(buft), Rc::new(Cell::new(0)), vec![backend], opts, limits, file_size)
+    }
+
+    /// The model split layer by layer: the last `gpu_layers` blocks' weights (and their KV
+    /// cache) in `gpu`'s memory, the rest on `cpu` ([`weight_on_gpu`]: the embeddings move
+    /// only when `gpu_layers > n_layer`, the head whenever a block does). Graphs run
+    /// through the scheduler over both; ops the GPU lacks run on the CPU.
+    pub fn new_split(
+        gpu: Rc<dyn Backend>,
+        cpu: Rc<dyn Backend>,
+        gpu_layers: usize,
+        opts: Gpt2Options,
+        limits: Limits,
+        file_size: Option<u64>,
+    ) -> ModelLoader {
+        let n_layer = Rc::new(Cell::new(0));
+        let (gpu_buft, cpu_buft) = (gpu.buffer_type(), cpu.buffer_type());
+        let seen = n_layer.clone();
+        let place = BufferLoader::with_placement(move |info| {
+            if weight_on_gpu(&info.name, seen.get(), gpu_layers) {
+                gpu_buft.clone()
+            } else {
+                cpu_buft.clone()
+            }
+        });
+        ModelLoader::with_sink(place, n_layer, vec![gpu, cpu], opts, limits, file_size)
+    }
+
+    fn with_sink(
+        inner: BufferLoader,
+        n_layer: Rc<Cell<usize>>,
+        backends: Vec<Rc<dyn Backend>>,
+        opts: Gpt2Options,
+        limits: Limits,
+        file_size: Option<u64>,
+    ) -> ModelLoader {
         let mut reader = GgufStreamReader::new(limits);
         if let Some(n) = file_size {
             reader = reader.with_file_size(n);
         }
-        ModelLoader {
-            reader,
-            sink: CheckedSink { inner: BufferLoader::new(buft), checked: None, rejected: None },
-            backend,
-            opts,
-        }
+        ModelLoader { reader, sink: CheckedSink { inner, checked: None, n_layer, rejected: None }, backends, opts }
     }
 
     pub fn new_cpu(opts: Gpt2Options) -> ModelLoader {
@@ -185,7 +224,7 @@ impl ModelLoader {
         let header = self.reader.finish()?;
         let (hparams, tokenizer) = self.sink.checked.ok_or_else(|| ModelError::Format("no GGUF header".into()))?;
         let loaded = self.sink.inner.into_loaded(header)?;
-        let model = Gpt2::new(hparams, loaded.ctx, loaded.buffers, self.backend, &self.opts)?;
+        let model = Gpt2::with_backends(hparams, loaded.ctx, loaded.buffers, self.backends, &self.opts)?;
         Ok(LoadedModel { model, tokenizer })
     }
 }
@@ -211,10 +250,27 @@ pub fn load_from_bytes_on(
 /// Reads a file in 1 MiB chunks: only one chunk is ever held besides the weights.
 #[cfg(feature = "std")]
 pub fn load_from_path(path: &str, backend: Rc<dyn Backend>, opts: Gpt2Options) -> Result<LoadedModel, ModelError> {
+    load_path_with(path, |size| ModelLoader::new(backend, opts, Limits::default(), size))
+}
+
+/// [`load_from_path`] split between `gpu` and `cpu` by layer (see [`ModelLoader::new_split`]).
+#[cfg(feature = "std")]
+pub fn load_from_path_split(
+    path: &str,
+    gpu: Rc<dyn Backend>,
+    cpu: Rc<dyn Backend>,
+    gpu_layers: usize,
+    opts: Gpt2Options,
+) -> Result<LoadedModel, ModelError> {
+    load_path_with(path, |size| ModelLoader::new_split(gpu, cpu, gpu_layers, opts, Limits::default(), size))
+}
+
+#[cfg(feature = "std")]
+fn load_path_with(path: &str, make: impl FnOnce(Option<u64>) -> ModelLoader) -> Result<LoadedModel, ModelError> {
     use std::io::Read;
     let mut f = std::fs::File::open(path).map_err(|e| ModelError::Format(format!("{path}: {e}")))?;
     let size = f.metadata().map(|m| m.len()).ok();
-    let mut loader = ModelLoader::new(backend, opts, Limits::default(), size);
+    let mut loader = make(size);
     let mut buf: Vec<u8> = alloc::vec![0; 1 << 20];
     loop {
         let n = f.read(&mut buf).map_err(|e| ModelError::Format(format!("{path}: {e}")))?;

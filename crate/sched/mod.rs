@@ -266,9 +266,22 @@ impl Sched {
         self.state.as_ref().map_or(&[], |s| &s.splits)
     }
 
+    /// The nodes of the graph split last, in order (what [`Split::nodes`] indexes).
+    pub fn nodes(&self) -> &[Tensor] {
+        self.state.as_ref().map_or(&[], |s| &s.alloc_graph.nodes)
+    }
+
     /// The copies the last split graph needs.
     pub fn copies(&self) -> &[TensorCopy] {
         self.state.as_ref().map_or(&[], |s| &s.copies)
+    }
+
+    /// The copies one run of the graph split last makes, and their bytes (what
+    /// [`Sched::last_run`] reports after running it).
+    pub fn copies_per_run(&self) -> (usize, usize) {
+        let Some(st) = &self.state else { return (0, 0) };
+        let inputs = st.splits.iter().flat_map(|s| &s.inputs);
+        inputs.fold((0, 0), |(n, b), &k| (n + 1, b + st.copies[k].src.nbytes()))
     }
 
     /// Where the graph split last put `t`, and why.
