@@ -1304,3 +1304,23 @@ fn reference_dequantizer_matches_quants() {
         }
     }
 }
+
+/// Every kernel module parses and validates with naga (wgpu's own shader compiler), no
+/// device needed: this runs where there is no adapter too.
+#[test]
+fn every_kernel_module_validates() {
+    use wgpu::naga;
+    let modules = ggweb::webgpu::kernel_sources();
+    assert_eq!(modules.len(), 5 + 3 * 6);
+    for (name, src) in modules {
+        let module =
+            naga::front::wgsl::parse_str(&src).unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(&src)));
+        // unpack2x16float is core WebGPU (naga files it under a capability); nothing else,
+        // in particular not SHADER_FLOAT16 (shader-f16), is needed.
+        let caps = naga::valid::Capabilities::SHADER_FLOAT16_IN_FLOAT32;
+        naga::valid::Validator::new(naga::valid::ValidationFlags::all(), caps)
+            .validate(&module)
+            .unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(&src)));
+        assert!(module.entry_points.iter().all(|e| e.stage == naga::ShaderStage::Compute), "{name}");
+    }
+}
