@@ -1324,3 +1324,30 @@ fn every_kernel_module_validates() {
         assert!(module.entry_points.iter().all(|e| e.stage == naga::ShaderStage::Compute), "{name}");
     }
 }
+
+/// Operands the device cannot read (host memory, nothing allocated) are typed errors
+/// naming the node, before anything is submitted.
+#[test]
+fn operands_outside_webgpu_buffers_are_errors() {
+    let Some(b) = gpu(WebGpuOptions::default()) else { return };
+    let ctx = new_ctx();
+    let host = ctx.new_tensor_1d(F32, 8);
+    let dev = ctx.new_tensor_1d(F32, 8);
+    let unplaced = ctx.new_tensor_1d(F32, 8);
+    let _h = ggweb::allocator::alloc_tensors(std::slice::from_ref(&host), &CpuBufferType).unwrap();
+    let _d = ggweb::allocator::alloc_tensors(std::slice::from_ref(&dev), &*b.buffer_type()).unwrap();
+    for (src, want) in [(&host, "in a CPU buffer, not WebGPU"), (&unplaced, "is not allocated")] {
+        let y = ctx.add(&dev, src);
+        y.set_name("mixed_add");
+        let _y = ggweb::allocator::alloc_tensors(std::slice::from_ref(&y), &*b.buffer_type()).unwrap();
+        let mut gf = Graph::new();
+        gf.build_forward_expand(&y);
+        match b.graph_compute(&gf) {
+            Err(BackendError::Unsupported { node, reason }) => {
+                assert_eq!(node, "mixed_add");
+                assert!(reason.contains(want), "{reason}");
+            }
+            other => panic!("expected Unsupported, got {other:?}"),
+        }
+    }
+}
