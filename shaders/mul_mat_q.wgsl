@@ -3,8 +3,8 @@
 // dims 2 and 3. src0 rows [misc.y, misc.z) are bound in this part (large weights are
 // split); workgroup z = (group of 4 columns, batch).
 //
-// mul_mat_vec: one workgroup per row, its 64 invocations splitting the row's 32-element
-// chunks, then a tree reduction: for GPUs (generation, N = 1).
+// mul_mat_vec: one workgroup per row, its 64 invocations taking every 64th weight (so
+// neighbouring invocations read neighbouring memory), then a tree reduction: for GPUs.
 // mul_mat_rows: one invocation per row and no workgroup memory: for CPU-based adapters,
 // whose barriers cost more than the arithmetic.
 
@@ -48,6 +48,17 @@ fn store4(m: u32, mm: Mm, v: vec4<f32>) {
     }
 }
 
+// src1 at element k of the 4 columns (0 past the last column).
+fn xs4(k: u32, mm: Mm) -> vec4<f32> {
+    let b = mm.base1 + k * p.b_nb.x + mm.n0 * p.b_nb.y;
+    if (NCOL == 1u) { return vec4<f32>(ld1_f32(b), 0.0, 0.0, 0.0); }
+    var v = vec4<f32>(0.0);
+    for (var c = 0u; c < 4u; c++) {
+        if (mm.n0 + c < p.b_ne.y) { v[c] = ld1_f32(b + c * p.b_nb.y); }
+    }
+    return v;
+}
+
 const WG: u32 = 64u;
 var<workgroup> red: array<vec4<f32>, WG>;
 
@@ -58,7 +69,7 @@ fn mul_mat_vec(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_i
     let mm = mm_setup(wg.z);
     let row0 = mm.base0 + m * p.a_nb.y;
     var acc = vec4<f32>(0.0);
-    for (var ch = li; ch * 32u < p.a_ne.x; ch += WG) { acc += chunks4(row0, ch, mm); }
+    for (var k = li; k < p.a_ne.x; k += WG) { acc += deq_one(row0, k) * xs4(k, mm); }
     red[li] = acc;
     workgroupBarrier();
     for (var s = WG / 2u; s > 0u; s = s / 2u) {

@@ -1304,3 +1304,50 @@ fn reference_dequantizer_matches_quants() {
         }
     }
 }
+
+/// Every kernel module parses and validates with naga (wgpu's own shader compiler), no
+/// device needed: this runs where there is no adapter too.
+#[test]
+fn every_kernel_module_validates() {
+    use wgpu::naga;
+    let modules = ggweb::webgpu::kernel_sources();
+    assert_eq!(modules.len(), 5 + 3 * 6);
+    for (name, src) in modules {
+        let module =
+            naga::front::wgsl::parse_str(&src).unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(&src)));
+        // unpack2x16float is core WebGPU (naga files it under a capability); nothing else,
+        // in particular not SHADER_FLOAT16 (shader-f16), is needed.
+        let caps = naga::valid::Capabilities::SHADER_FLOAT16_IN_FLOAT32;
+        naga::valid::Validator::new(naga::valid::ValidationFlags::all(), caps)
+            .validate(&module)
+            .unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(&src)));
+        assert!(module.entry_points.iter().all(|e| e.stage == naga::ShaderStage::Compute), "{name}");
+    }
+}
+
+/// Operands the device cannot read (host memory, nothing allocated) are typed errors
+/// naming the node, before anything is submitted.
+#[test]
+fn operands_outside_webgpu_buffers_are_errors() {
+    let Some(b) = gpu(WebGpuOptions::default()) else { return };
+    let ctx = new_ctx();
+    let host = ctx.new_tensor_1d(F32, 8);
+    let dev = ctx.new_tensor_1d(F32, 8);
+    let unplaced = ctx.new_tensor_1d(F32, 8);
+    let _h = ggweb::allocator::alloc_tensors(std::slice::from_ref(&host), &CpuBufferType).unwrap();
+    let _d = ggweb::allocator::alloc_tensors(std::slice::from_ref(&dev), &*b.buffer_type()).unwrap();
+    for (src, want) in [(&host, "in a CPU buffer, not WebGPU"), (&unplaced, "is not allocated")] {
+        let y = ctx.add(&dev, src);
+        y.set_name("mixed_add");
+        let _y = ggweb::allocator::alloc_tensors(std::slice::from_ref(&y), &*b.buffer_type()).unwrap();
+        let mut gf = Graph::new();
+        gf.build_forward_expand(&y);
+        match b.graph_compute(&gf) {
+            Err(BackendError::Unsupported { node, reason }) => {
+                assert_eq!(node, "mixed_add");
+                assert!(reason.contains(want), "{reason}");
+            }
+            other => panic!("expected Unsupported, got {other:?}"),
+        }
+    }
+}

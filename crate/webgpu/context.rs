@@ -57,7 +57,8 @@ pub(crate) struct Gpu {
     lost: Arc<Mutex<Option<String>>>,
 }
 
-/// The `Type` a kernel file is specialised for (the weight type of get_rows / mul_mat).
+/// The WGSL of kernel file `file`, specialised for weight type `spec` (get_rows, mul_mat;
+/// "" for the others): the prelude, the dequantizers, the type's names, the file.
 pub(crate) fn specialisation(file: &str, spec: &str) -> String {
     let mut src = String::from(include_str!("../../shaders/common.wgsl"));
     let body = match file {
@@ -82,6 +83,22 @@ pub(crate) fn specialisation(file: &str, spec: &str) -> String {
     }
     src.push_str(body);
     src
+}
+
+/// Every shader module the backend can build, as (label, WGSL source): the kernel files
+/// with the common prelude, the weight-type ones once per type. For checks without a
+/// device (a WGSL validator).
+pub fn kernel_sources() -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for file in ["binary", "unary", "norm", "softmax", "cpy"] {
+        out.push((file.to_string(), specialisation(file, "")));
+    }
+    for file in ["get_rows", "mul_mat", "mul_mat_q"] {
+        for spec in ["f32", "f16", "q8_0", "q4_0", "q4_k", "q6_k"] {
+            out.push((format!("{file}:{spec}"), specialisation(file, spec)));
+        }
+    }
+    out
 }
 
 impl Gpu {

@@ -89,21 +89,7 @@ mod context;
 #[cfg(feature = "webgpu")]
 pub use buffer::{WebGpuBuffer, WebGpuBufferType};
 #[cfg(feature = "webgpu")]
-pub use context::{AdapterSummary, WebGpuBackend};
-
-/// Names the kernels read by `include_str!`, for tests that check them without a device.
-pub const SHADER_FILES: [&str; 10] = [
-    "common.wgsl",
-    "dequant.wgsl",
-    "binary.wgsl",
-    "unary.wgsl",
-    "norm.wgsl",
-    "softmax.wgsl",
-    "cpy.wgsl",
-    "get_rows.wgsl",
-    "mul_mat.wgsl",
-    "mul_mat_q.wgsl",
-];
+pub use context::{kernel_sources, AdapterSummary, WebGpuBackend};
 
 #[cfg(not(feature = "webgpu"))]
 mod disabled {
