@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # npm test: everything, from a fresh Debian machine with Rust.
-#   1. setup (idempotent installs)        2. cargo test (native: unit, integration, doc tests)
+#   1. setup (idempotent installs)        2. cargo test (native: unit, integration, doc tests;
+#      then the WebGPU scheduler tests with --features webgpu on lavapipe)
 #   3. no_std core build for wasm32       4. wasm tests (tests/wasm_*.rs) in headless Chromium
 #   5. release wasm build (web/pkg)       6. browser tests (tests/e2e/*.spec.mjs, Playwright)
 #   7. npm pack: the package's files, and that the packed module loads
@@ -63,6 +64,13 @@ run_step native cargo test --color never
 n=$(count_libtest "$LOGS/native.log" "cargo test")
 PASSED=$((PASSED + n))
 SUMMARY+=("native cargo test: $n passed ($STEP_SECS s)")
+
+# 2b. natively with the WebGPU backend (wgpu on Vulkan: Mesa's lavapipe here): the model
+# split between WebGPU and the CPU by the scheduler. A missing adapter fails the step.
+run_step native-webgpu cargo test --color never --features webgpu --test sched_webgpu
+n=$(count_libtest "$LOGS/native-webgpu.log" "cargo test --features webgpu")
+PASSED=$((PASSED + n))
+SUMMARY+=("native WebGPU (lavapipe) cargo test: $n passed ($STEP_SECS s)")
 
 # 3. the tensor core without std, as the browser's no_std build sees it
 run_step nostd cargo build --lib --no-default-features --target wasm32-unknown-unknown --color never

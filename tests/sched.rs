@@ -107,11 +107,21 @@ fn weights_and_kv_cache_follow_their_layer() {
             let kv = |t: &ggweb::Tensor| t.data().unwrap().buffer.buffer_type_name().to_string();
             assert_eq!((kv(&m.kv.k[il]), kv(&m.kv.v[il])), (home(on_gpu).into(), home(on_gpu).into()), "layer {il}");
         }
-        for w in ["token_embd.weight", "position_embd.weight"] {
-            assert_eq!(weight_home(&m, w), home(n > n_layer), "gpu_layers {n}: {w}");
-        }
-        for w in ["output_norm.weight", "output_norm.bias", "output.weight"] {
-            assert_eq!(weight_home(&m, w), home(n > 0), "gpu_layers {n}: {w}");
+        let home_of = |t: &ggweb::Tensor| t.data().unwrap().buffer.buffer_type_name().to_string();
+        let w = &m.weights;
+        assert_eq!(
+            (home_of(&w.token_embd), home_of(&w.position_embd)),
+            (home(n > n_layer).into(), home(n > n_layer).into())
+        );
+        let head = [home_of(&w.output_norm_w), home_of(&w.output_norm_b), home_of(&w.output)];
+        assert_eq!(head, [home(n > 0); 3], "gpu_layers {n}");
+        // A file without output.weight (tied to token_embd) gets a copy of token_embd on the
+        // head's backend when the embeddings stay behind (llama.cpp's TENSOR_DUPLICATED).
+        let tied = m.weight_ctx.get_tensor("output.weight").is_none();
+        let duplicated = tied && n >= 1 && n <= n_layer;
+        assert_eq!(w.output != w.token_embd, !tied || duplicated, "gpu_layers {n}");
+        if duplicated {
+            assert_eq!(w.output.to_f32_vec(), w.token_embd.to_f32_vec());
         }
         // Bytes per backend: weights and KV add up to what each backend's buffers hold.
         let by = m.memory_by_backend();
@@ -119,14 +129,12 @@ fn weights_and_kv_cache_follow_their_layer() {
         let sum = |f: fn(&BackendMemory) -> usize| by.iter().map(f).sum::<usize>();
         let plan = m.memory_plan();
         assert_eq!((sum(|b| b.weights), sum(|b| b.kv), sum(|b| b.compute)), (plan.weights, plan.kv, plan.compute));
-        let weights_on = |ty: &str| -> usize {
-            m.weight_ctx
-                .tensors()
-                .iter()
-                .filter(|t| t.data().unwrap().buffer.buffer_type_name() == ty)
-                .map(|t| t.nbytes().div_ceil(64) * 64)
-                .sum()
-        };
+        let mut all = m.weight_ctx.tensors();
+        if duplicated {
+            all.push(w.output.clone());
+        }
+        let weights_on =
+            |ty: &str| -> usize { all.iter().filter(|t| home_of(t) == ty).map(|t| t.nbytes().div_ceil(64) * 64).sum() };
         assert_eq!((by[0].weights, by[1].weights), (weights_on("FAKE"), weights_on("CPU")), "gpu_layers {n}");
         let kv_layer = 2 * 4 * m.hparams.n_embd * m.n_ctx();
         let gpu_kv_layers = n.min(n_layer);
@@ -155,4 +163,28 @@ fn no_allocation_after_the_first_reserve_with_a_split_model() {
     let g = m.galloc();
     assert_eq!((g.n_reserves(), g.n_buffer_allocs(), g.buffer_size(0), g.buffer_size(1)), before);
     assert_eq!(m.sched.n_computes(), 3 + 100);
+}
+
+/// Without the `webgpu` feature the CLI's `--gpu-layers` is a clear error, not a CPU run.
+#[cfg(not(feature = "webgpu"))]
+#[test]
+fn cli_gpu_layers_needs_webgpu() {
+    let (path, _) = tiny_f32();
+    let path = path.display().to_string();
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_ggweb")).args(args).output().unwrap();
+        (out.status.code(), String::from_utf8(out.stderr).unwrap())
+    };
+    let (code, err) = run(&["inspect", "--model", &path, "--gpu-layers", "1"]);
+    assert_eq!(code, Some(1));
+    assert_eq!(
+        err.trim(),
+        "ggweb: --gpu-layers: WebGPU: backend unavailable: ggweb was built without the `webgpu` feature"
+    );
+    let (code, err) = run(&["generate", "--model", &path, "--prompt", "Hi", "--gpu-layers", "1", "--backend", "cpu"]);
+    assert_eq!(code, Some(1));
+    assert_eq!(
+        err.trim(),
+        "ggweb: --gpu-layers splits the model between webgpu and cpu: leave out --backend or pass webgpu"
+    );
 }

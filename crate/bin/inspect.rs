@@ -146,7 +146,8 @@ fn split_report(args: &Args, gpu_layers: usize) -> Result<String, String> {
         );
     }
     for (what, n, splits, copies, bytes, lines) in &runs {
-        let _ = writeln!(s, "one {what} ({n} tokens): {splits} splits, {copies} copies per run ({bytes} B)");
+        let run = if *n == 1 { "one token".to_string() } else { format!("a {what} of {n} tokens") };
+        let _ = writeln!(s, "{run}: {splits} splits, {copies} copies per run ({bytes} B)");
         for l in lines {
             let _ = writeln!(s, "  {l}");
         }

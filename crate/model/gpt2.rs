@@ -397,6 +397,35 @@ fn libm_sqrt(x: f32) -> f32 {
     y as f32
 }
 
+/// A file without `output.weight` projects with `token_embd` itself. When the head
+/// (`output_norm`) was placed on another backend than the embeddings, the projection gets
+/// its own copy of `token_embd` there, as llama.cpp does (TENSOR_DUPLICATED): otherwise the
+/// largest mul_mat of every token would run where the embeddings are. Returns the new buffer.
+fn duplicate_tied_output(w: &mut Weights, sched: &Sched) -> Result<Option<Rc<dyn Buffer>>, ModelError> {
+    let home = |t: &Tensor| t.data().map(|d| d.buffer.buffer_type_name().to_string());
+    let (head, embd) = (home(&w.output_norm_w), home(&w.token_embd));
+    if w.output != w.token_embd || head == embd {
+        return Ok(None);
+    }
+    let Some(b) = head.as_deref().and_then(|h| sched.backend_for_buffer_type(h)) else { return Ok(None) };
+    let ctx = Context::new(ContextParams { mem_size: TENSOR_OVERHEAD, no_alloc: true });
+    let dup = ctx.dup_tensor(&w.token_embd);
+    dup.set_name("output.weight");
+    let buffer = alloc_tensors(&[dup.clone()], &*sched.backend(b).buffer_type())?.remove(0);
+    let n = w.token_embd.nbytes();
+    match w.token_embd.host_ptr() {
+        // SAFETY: the tensor's bytes lie inside its host buffer; `dup` is in another buffer.
+        Some(p) => dup.set_bytes(unsafe { core::slice::from_raw_parts(p, n) }, 0),
+        None => {
+            let mut bytes = vec![0u8; n];
+            w.token_embd.get_bytes(&mut bytes, 0);
+            dup.set_bytes(&bytes, 0);
+        }
+    }
+    w.output = dup;
+    Ok(Some(buffer))
+}
+
 /// A loaded model ready to run: weights, KV cache and the reserved compute buffers.
 /// Graphs run through a [`Sched`]: on one backend, or split between a GPU and the CPU
 /// by where the weights are (see [`Gpt2::with_backends`]).
@@ -447,8 +476,12 @@ impl Gpt2 {
             return Err(ModelError::Config("n_batch must be at least 1".into()));
         }
         let n_batch = opts.n_batch.min(n_ctx);
-        let weights = Weights::from_context(&weight_ctx, &hparams)?;
+        let mut weights = Weights::from_context(&weight_ctx, &hparams)?;
+        let mut weight_buffers = weight_buffers;
         let mut sched = Sched::new(backends)?;
+        if let Some(buffer) = duplicate_tied_output(&mut weights, &sched)? {
+            weight_buffers.push(buffer);
+        }
         let layer_bufts: Vec<Rc<dyn BufferType>> = weights
             .layers
             .iter()
