@@ -2,7 +2,8 @@
 # npm test: everything, from a fresh Debian machine with Rust.
 #   1. setup (idempotent installs)        2. cargo test (native: unit, integration, doc tests;
 #      then the WebGPU scheduler tests with --features webgpu on lavapipe)
-#   3. no_std core build for wasm32       4. wasm tests (tests/wasm_*.rs) in headless Chromium
+#   3. no_std core build for wasm32       4. wasm tests (tests/wasm_*.rs) in headless Chromium,
+#      then the split GPT-2 on WebGPU there (tests/webgpu_sched_browser.rs)
 #   5. release wasm build (web/pkg)       6. browser tests (tests/e2e/*.spec.mjs, Playwright)
 #   7. npm pack: the package's files, and that the packed module loads
 # Each runner's output is checked for a count of tests that actually ran: a runner that
@@ -93,6 +94,15 @@ grep -q 'Running headless tests in Chrome' "$LOGS/wasm-browser.log" || die "wasm
 n=$(count_libtest "$LOGS/wasm-browser.log" "wasm tests in Chromium")
 PASSED=$((PASSED + n))
 SUMMARY+=("wasm tests in headless Chromium: $n passed ($STEP_SECS s)")
+
+# 4b. the same in Chromium with WebGPU (SwiftShader): GPT-2 split between WebGPU and the CPU
+run_step wasm-webgpu-browser env WASM_BINDGEN_USE_BROWSER=1 CHROMEDRIVER=/usr/bin/chromedriver \
+    WASM_BINDGEN_TEST_TIMEOUT="${WASM_BINDGEN_TEST_TIMEOUT:-300}" TMPDIR="$BROWSER_TMP" \
+    cargo test --color never --target wasm32-unknown-unknown --features webgpu --test webgpu_sched_browser
+grep -q 'Running headless tests in Chrome' "$LOGS/wasm-webgpu-browser.log" || die "WebGPU wasm tests did not run in headless Chrome"
+n=$(count_libtest "$LOGS/wasm-webgpu-browser.log" "WebGPU wasm tests in Chromium")
+PASSED=$((PASSED + n))
+SUMMARY+=("WebGPU wasm tests in headless Chromium: $n passed ($STEP_SECS s)")
 
 # 5. the wasm module the browser tests and the package use
 run_step build-wasm bash scripts/build-wasm.sh

@@ -554,6 +554,16 @@ impl Gpt2 {
     /// cache. Returns logits row-major `[n_out][n_vocab]`: every position when `all_logits`,
     /// else the last one.
     pub fn eval(&mut self, tokens: &[u32], n_past: usize, all_logits: bool) -> Result<Vec<f32>, ModelError> {
+        let io = self.eval_graph(tokens, n_past, all_logits)?;
+        let mut out = vec![0f32; io.logits.nelements() as usize];
+        io.logits.get_bytes(bytemuck::cast_slice_mut(&mut out), 0);
+        Ok(out)
+    }
+
+    /// [`eval`](Self::eval) up to the computed graph, without reading the logits: the
+    /// caller reads `logits` itself (in the browser, WebGPU memory only reads back
+    /// asynchronously: `WebGpuBackend::read_tensor_async`).
+    pub fn eval_graph(&mut self, tokens: &[u32], n_past: usize, all_logits: bool) -> Result<GraphIo, ModelError> {
         let n = tokens.len();
         if n == 0 {
             return Err(ModelError::Config("eval: no tokens".into()));
@@ -577,10 +587,7 @@ impl Gpt2 {
         io.positions.set_bytes(bytemuck::cast_slice(&pos), 0);
 
         self.sched.graph_compute(&io.graph)?;
-
-        let mut out = vec![0f32; n_out * self.hparams.n_vocab];
-        io.logits.get_bytes(bytemuck::cast_slice_mut(&mut out), 0);
-        Ok(out)
+        Ok(io)
     }
 
     /// Evaluates a whole prompt from position `n_past`, in chunks of `n_batch`; returns the
