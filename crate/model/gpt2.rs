@@ -411,7 +411,7 @@ fn duplicate_tied_output(w: &mut Weights, sched: &Sched) -> Result<Option<Rc<dyn
     let ctx = Context::new(ContextParams { mem_size: TENSOR_OVERHEAD, no_alloc: true });
     let dup = ctx.dup_tensor(&w.token_embd);
     dup.set_name("output.weight");
-    let buffer = alloc_tensors(&[dup.clone()], &*sched.backend(b).buffer_type())?.remove(0);
+    let buffer = alloc_tensors(core::slice::from_ref(&dup), &*sched.backend(b).buffer_type())?.remove(0);
     let n = w.token_embd.nbytes();
     match w.token_embd.host_ptr() {
         // SAFETY: the tensor's bytes lie inside its host buffer; `dup` is in another buffer.

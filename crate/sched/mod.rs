@@ -456,11 +456,10 @@ impl Sched {
         let nodes = &graph.nodes;
 
         // Pass 1: follow placed data, inputs and weights.
+        // Each tensor is in the graph once, as a leaf or a node.
         for t in graph.leafs.iter().chain(nodes) {
-            if !assign.contains_key(&t.id()) {
-                if let Some(a) = self.backend_from_cur(t)? {
-                    assign.insert(t.id(), a);
-                }
+            if let Some(a) = self.backend_from_cur(t)? {
+                assign.insert(t.id(), a);
             }
         }
 

@@ -31,7 +31,7 @@ fn ctx() -> Context {
 fn weight(ctx: &Context, backend: &Rc<dyn Backend>, name: &str, ne: &[i64], seed: f32) -> (Tensor, Rc<dyn Buffer>) {
     let t = ctx.new_tensor(F32, ne);
     t.set_name(name);
-    let buf = alloc_tensors(&[t.clone()], &*backend.buffer_type()).unwrap().remove(0);
+    let buf = alloc_tensors(core::slice::from_ref(&t), &*backend.buffer_type()).unwrap().remove(0);
     let v: Vec<f32> = (0..t.nelements()).map(|i| libm::sinf(i as f32 * 0.37 + seed) * 0.8).collect();
     t.set_bytes(bytemuck::cast_slice(&v), 0);
     (t, buf)
@@ -308,7 +308,7 @@ fn host_backends_refuse_other_memory() {
     let y = named(ctx.scale(&w, 2.0), "y");
     let mut gf = Graph::new();
     gf.build_forward_expand(&y);
-    let _ybuf = alloc_tensors(&[y.clone()], &*g.buffer_type()).unwrap();
+    let _ybuf = alloc_tensors(core::slice::from_ref(&y), &*g.buffer_type()).unwrap();
     let err = g.graph_compute(&gf).unwrap_err();
     assert_eq!(
         err,
