@@ -106,7 +106,8 @@ export interface GenerateStats {
   tokens: number;
   promptMs: number;
   genMs: number;
-  stop: 'eos' | 'maxTokens' | 'cancelled';
+  /** Why it ended: the end-of-text token, maxTokens reached, the context (nCtx) full, or cancelled. */
+  stop: 'eos' | 'maxTokens' | 'contextFull' | 'cancelled';
 }
 
 export interface Generation extends AsyncIterableIterator<GeneratedToken> {
