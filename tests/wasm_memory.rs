@@ -35,7 +35,7 @@ fn loading_takes_at_most_the_memory_plan_plus_16_mib() {
     assert!(base >= F16_GGUF.len() as f64, "heap base {base} below the {}-byte embedded file", F16_GGUF.len());
     let mut l = WasmLoader::new(r#"{"nBatch":32}"#).unwrap();
     for c in F16_GGUF.chunks(64 * 1024) {
-        l.feed(c).unwrap();
+        l.feed_bytes(c).unwrap();
     }
     let mut m = l.finish().unwrap();
     let after = wasm_memory_bytes();

@@ -81,10 +81,11 @@ fn ok<T>(r: Result<T, JsValue>) -> T {
     r.unwrap_or_else(|e| panic!("{:?}", e.dyn_into::<js_sys::Error>().map(|e| e.message())))
 }
 
+/// Loads `bytes` in chunks of `chunk` bytes, each passed as a JS Uint8Array (as engine.js does).
 fn load(bytes: &[u8], chunk: usize, opts: &str) -> WasmModel {
     let mut l = ok(WasmLoader::new(opts));
     for c in bytes.chunks(chunk) {
-        ok(l.feed(c));
+        ok(l.feed(&js_sys::Uint8Array::from(c)));
     }
     ok(l.finish())
 }
@@ -107,7 +108,8 @@ fn f32_model_streamed_in_64k_chunks_matches_hf_logits_and_ids() {
     assert_eq!(l.total_expected(), -1.0, "no header yet");
     let mut seen_total = None;
     for c in F32_GGUF.chunks(64 * 1024) {
-        ok(l.feed(c));
+        // As engine.js does: a JS Uint8Array per chunk.
+        ok(l.feed(&js_sys::Uint8Array::from(c)));
         if seen_total.is_none() && l.total_expected() >= 0.0 {
             seen_total = Some(l.bytes_consumed());
         }
@@ -216,9 +218,9 @@ fn a_full_context_ends_generation_cleanly() {
     let long: Vec<u32> = p.greedy_ids[..9].to_vec();
     let (code, msg) = err_of(m.start(&long, &greedy_params(1)));
     assert_eq!(code, "invalid");
-    assert_eq!(msg, "generate: the prompt: context full: 9 positions needed, n_ctx is 8");
+    assert_eq!(msg, "the prompt: context full: 9 positions needed, n_ctx is 8");
     let (code, msg) = err_of(m.logits(&long));
-    assert_eq!((code.as_str(), msg.as_str()), ("invalid", "logits: context full: 9 positions needed, n_ctx is 8"));
+    assert_eq!((code.as_str(), msg.as_str()), ("invalid", "context full: 9 positions needed, n_ctx is 8"));
 }
 
 #[wasm_bindgen_test]
@@ -241,15 +243,15 @@ fn bad_input_is_an_error_naming_what_and_where() {
 
     // Not a GGUF: the magic, at byte 0; the loader stays failed.
     let mut l = ok(WasmLoader::new("{}"));
-    let (code, msg) = err_of(l.feed(b"<!doctype html>"));
+    let (code, msg) = err_of(l.feed(&js_sys::Uint8Array::from(&b"<!doctype html>"[..])));
     assert_eq!(code, "format");
     assert_eq!(msg, "GGUF: not a GGUF file: magic [3c, 21, 64, 6f], expected \"GGUF\", at byte 0");
-    assert_eq!(err_of(l.feed(b"GGUF")).1, msg);
+    assert_eq!(err_of(l.feed_bytes(b"GGUF")).1, msg);
     assert_eq!(err_of(l.finish()).1, msg);
 
     // Truncated in the weights: how much was needed, how much came, in which tensor.
     let mut l = ok(WasmLoader::new("{}"));
-    ok(l.feed(&F32_GGUF[..4 << 20]));
+    ok(l.feed_bytes(&F32_GGUF[..4 << 20]));
     let (code, msg) = err_of(l.finish());
     assert_eq!(code, "format");
     assert!(
@@ -263,7 +265,7 @@ fn bad_input_is_an_error_naming_what_and_where() {
 
     // A context longer than the model's: refused when the model is built.
     let mut l = ok(WasmLoader::new(r#"{"nCtx":4096}"#));
-    ok(l.feed(F32_GGUF));
+    ok(l.feed_bytes(F32_GGUF));
     let (code, msg) = err_of(l.finish());
     assert_eq!(
         (code.as_str(), msg.as_str()),
@@ -274,19 +276,16 @@ fn bad_input_is_an_error_naming_what_and_where() {
     let mut m = load(F32_GGUF, 1 << 20, "{}");
     let (code, msg) = err_of(m.detokenize(&[15496, 50257]));
     assert_eq!(code, "invalid");
-    assert_eq!(msg, "detokenize: tokenizer: token id 50257 at position 1 is out of range (vocabulary of 50257)");
+    assert_eq!(msg, "tokenizer: token id 50257 at position 1 is out of range (vocabulary of 50257)");
     assert_eq!(
         err_of(m.token_piece(4_000_000_000)).1,
         "token_piece: token id 4000000000 is outside the vocabulary (n_vocab 50257)"
     );
-    assert_eq!(err_of(m.logits(&[])).1, "logits: needs at least one token id");
-    assert_eq!(
-        err_of(m.logits(&[1, 60000])).1,
-        "logits: token id 60000 at index 1 is outside the vocabulary (n_vocab 50257)"
-    );
+    assert_eq!(err_of(m.logits(&[])).1, "needs at least one token id");
+    assert_eq!(err_of(m.logits(&[1, 60000])).1, "token id 60000 at index 1 is outside the vocabulary (n_vocab 50257)");
     assert_eq!(err_of(m.next_token()).1, "next_token: no generation was started (call start first)");
     assert_eq!(err_of(m.prompt_step()).1, "prompt_step: no generation was started (call start first)");
-    assert_eq!(err_of(m.start(&[], "{}")).1, "generate: the prompt: needs at least one token id");
+    assert_eq!(err_of(m.start(&[], "{}")).1, "the prompt: needs at least one token id");
     assert_eq!(
         err_of(m.start(&[1], r#"{"topP":2}"#)).1,
         "generation options: topP must be a number from 0 to 1, got 2"
@@ -398,7 +397,7 @@ fn one_byte_chunks_build_the_same_model_as_one_chunk() {
     let mut l = ok(WasmLoader::new("{}"));
     let mut header_at = None;
     for (i, b) in file.iter().enumerate() {
-        ok(l.feed(core::slice::from_ref(b)));
+        ok(l.feed_bytes(core::slice::from_ref(b)));
         if header_at.is_none() && l.total_expected() >= 0.0 {
             header_at = Some(i + 1);
         }
@@ -438,7 +437,7 @@ fn one_byte_chunks_build_the_same_model_as_one_chunk() {
     // And one byte short of the end is a truncated file.
     let mut l = ok(WasmLoader::new("{}"));
     for b in &file[..file.len() - 1] {
-        ok(l.feed(core::slice::from_ref(b)));
+        ok(l.feed_bytes(core::slice::from_ref(b)));
     }
     let (code, msg) = err_of(l.finish());
     assert_eq!(code, "format");

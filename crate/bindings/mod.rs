@@ -62,8 +62,8 @@ extern "C" {
 /// minus this is what the heap ever took.
 #[wasm_bindgen]
 pub fn wasm_heap_base() -> f64 {
-    // SAFETY: only the address of the linker symbol is taken; nothing is read.
-    unsafe { core::ptr::addr_of!(__heap_base) as usize as f64 }
+    // Only the symbol's address is taken (no read), which needs no unsafe.
+    core::ptr::addr_of!(__heap_base) as usize as f64
 }
 
 /// A JS `Error` with `message` and a `code` property engine.js maps to a GgwebError code.

@@ -3,7 +3,7 @@
 //!
 //! ```ignore
 //! let mut loader = WasmLoader::new(r#"{"nCtx":128,"nBatch":32}"#)?;
-//! for chunk in file.chunks(64 * 1024) { loader.feed(chunk)?; }
+//! for chunk in file.chunks(64 * 1024) { loader.feed_bytes(chunk)?; }   // JS: loader.feed(uint8array)
 //! let mut model = loader.finish()?;
 //! let ids = model.tokenize("Hello, my name is", false);
 //! model.start(&ids, r#"{"maxTokens":20,"temperature":0}"#)?;
@@ -53,6 +53,16 @@ fn model_error(context: &str, e: ModelError) -> JsValue {
         js_error(code, e)
     } else {
         js_error(code, format!("{context}: {e}"))
+    }
+}
+
+/// "what: ", or nothing for an empty `what`. Messages of calls that engine.js already
+/// prefixes with the method's name (detokenize, logits) carry no prefix of their own.
+fn prefix(what: &str) -> String {
+    if what.is_empty() {
+        String::new()
+    } else {
+        format!("{what}: ")
     }
 }
 
@@ -106,6 +116,15 @@ pub struct WasmLoader {
     backend: &'static str,
     /// `wasm_memory_bytes()` when this loader was made, for the memory report in `info()`.
     memory_at_start: f64,
+    /// Where `feed` copies each piece of a JS chunk.
+    scratch: Vec<u8>,
+}
+
+impl WasmLoader {
+    /// `feed` for bytes already in wasm memory (Rust callers, tests).
+    pub fn feed_bytes(&mut self, bytes: &[u8]) -> Result<(), JsValue> {
+        self.loader.feed(bytes).map_err(|e| model_error("", e))
+    }
 }
 
 #[wasm_bindgen]
@@ -138,13 +157,31 @@ impl WasmLoader {
         }
         let opts = Gpt2Options { n_ctx, n_batch: n_batch as usize, n_threads: 1 };
         let loader = ModelLoader::new(Rc::new(CpuBackend::new(1)), opts, Limits::default(), None);
-        Ok(WasmLoader { loader, backend, memory_at_start: wasm_memory_bytes() })
+        Ok(WasmLoader { loader, backend, memory_at_start: wasm_memory_bytes(), scratch: Vec::new() })
     }
 
-    /// Takes the next chunk. Errors (code `format`) name the byte offset and the key or
-    /// tensor involved; after one, every later call repeats it.
-    pub fn feed(&mut self, chunk: &[u8]) -> Result<(), JsValue> {
-        self.loader.feed(chunk).map_err(|e| model_error("", e))
+    /// Takes the next chunk, read out of the JS array in pieces of at most 64 KiB: a
+    /// `&[u8]` parameter would make the glue copy the whole chunk (fetch hands out up to
+    /// 2 MiB at once) into a temporary wasm allocation first. Errors (code `format`) name
+    /// the byte offset and the key or tensor involved; after one, every later call repeats it.
+    pub fn feed(&mut self, chunk: &js_sys::Uint8Array) -> Result<(), JsValue> {
+        const PIECE: u32 = 64 * 1024;
+        let len = chunk.length();
+        if len == 0 {
+            return Ok(());
+        }
+        let mut scratch = core::mem::take(&mut self.scratch);
+        scratch.resize(PIECE.min(len) as usize, 0);
+        let mut off = 0;
+        let mut result = Ok(());
+        while off < len && result.is_ok() {
+            let n = PIECE.min(len - off);
+            chunk.subarray(off, off + n).copy_to(&mut scratch[..n as usize]);
+            result = self.feed_bytes(&scratch[..n as usize]);
+            off += n;
+        }
+        self.scratch = scratch;
+        result
     }
 
     /// Bytes fed so far.
@@ -229,7 +266,8 @@ impl WasmModel {
         let n_vocab = self.model.hparams.n_vocab;
         match ids.iter().position(|&t| t as usize >= n_vocab) {
             Some(i) => Err(invalid(format!(
-                "{what}: token id {} at index {i} is outside the vocabulary (n_vocab {n_vocab})",
+                "{}token id {} at index {i} is outside the vocabulary (n_vocab {n_vocab})",
+                prefix(what),
                 ids[i]
             ))),
             None => Ok(()),
@@ -238,7 +276,7 @@ impl WasmModel {
 
     fn check_fits(&self, what: &str, n: usize) -> Result<(), JsValue> {
         if n == 0 {
-            return Err(invalid(format!("{what}: needs at least one token id")));
+            return Err(invalid(format!("{}needs at least one token id", prefix(what))));
         }
         let n_ctx = self.model.n_ctx();
         if n > n_ctx {
@@ -262,16 +300,16 @@ impl WasmModel {
     /// Token ids → text; bytes that are not UTF-8 become U+FFFD. An id outside the
     /// vocabulary is an `invalid` error naming it and its position.
     pub fn detokenize(&self, ids: &[u32]) -> Result<String, JsValue> {
-        self.tokenizer.decode(ids).map_err(|e| invalid(format!("detokenize: {e}")))
+        self.tokenizer.decode(ids).map_err(|e| invalid(e.to_string()))
     }
 
     /// Next-token logits after `ids`, evaluated from position 0 (a fresh state; any
     /// generation in progress is ended). `[n_vocab]` floats.
     pub fn logits(&mut self, ids: &[u32]) -> Result<Vec<f32>, JsValue> {
         self.gen = None;
-        self.check_fits("logits", ids.len())?;
-        self.check_ids("logits", ids)?;
-        self.model.eval_prompt(ids, 0, false).map_err(|e| model_error("logits", e))
+        self.check_fits("", ids.len())?;
+        self.check_ids("", ids)?;
+        self.model.eval_prompt(ids, 0, false).map_err(|e| model_error("", e))
     }
 
     /// Begins a generation from `prompt_ids` with sampling `params_json`:
@@ -301,8 +339,8 @@ impl WasmModel {
             seed: opt_uint(&map, WHAT, "seed", 0, u64::MAX)?.unwrap_or(d.seed),
         };
         let max_tokens = opt_uint(&map, WHAT, "maxTokens", 0, max)?.unwrap_or(128) as usize;
-        self.check_fits("generate: the prompt", prompt_ids.len())?;
-        self.check_ids("generate: the prompt", prompt_ids)?;
+        self.check_fits("the prompt", prompt_ids.len())?;
+        self.check_ids("the prompt", prompt_ids)?;
         self.gen = Some(Generation {
             prompt: prompt_ids.to_vec(),
             n_prompt_done: 0,
