@@ -121,7 +121,14 @@ fn f32_model_streamed_in_64k_chunks_matches_hf_logits_and_ids() {
     assert!(at > 65536.0 && at < 4e6, "header known after {at} bytes");
     let mut m = ok(l.finish());
 
-    let info: Value = serde_json::from_str(&m.info()).unwrap();
+    let text = m.info();
+    // Keys in a fixed order (the demo lists them so), eps in f32's shortest form.
+    let head = concat!(
+        r#"{"arch":"gpt2","hparams":{"n_vocab":50257,"n_ctx":128,"n_ctx_train":128,"n_embd":64,"n_head":4,"#,
+        r#""n_layer":2,"n_ff":256,"n_batch":32,"eps":0.00001},"backend":"cpu","memory":{"weights":26164736,"kv":131072,"compute":"#
+    );
+    assert!(text.starts_with(head), "{text}");
+    let info: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(info["arch"], "gpt2");
     assert_eq!(info["backend"], "cpu");
     let hp = &info["hparams"];

@@ -25,7 +25,7 @@
 
 use alloc::rc::Rc;
 
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 use wasm_bindgen::prelude::*;
 
 use super::{js_error, wasm_memory_bytes};
@@ -64,6 +64,13 @@ fn prefix(what: &str) -> String {
     } else {
         format!("{what}: ")
     }
+}
+
+/// A JSON object with its keys in the order given (serde_json's `Map` sorts them, and the
+/// demo shows hparams and memory in this order). Values are JSON text already.
+fn obj(fields: &[(&str, String)]) -> String {
+    let body: Vec<String> = fields.iter().map(|(k, v)| format!("{}:{v}", Value::from(*k))).collect();
+    format!("{{{}}}", body.join(","))
 }
 
 fn invalid(message: String) -> JsValue {
@@ -481,33 +488,44 @@ impl WasmModel {
     pub fn info(&self) -> String {
         let hp = &self.model.hparams;
         let plan = self.model.memory_plan();
-        json!({
-            "arch": "gpt2",
-            "hparams": {
-                "n_vocab": hp.n_vocab,
-                "n_ctx": self.model.n_ctx(),
-                "n_ctx_train": hp.n_ctx_train,
-                "n_embd": hp.n_embd,
-                "n_head": hp.n_head,
-                "n_layer": hp.n_layer,
-                "n_ff": hp.n_ff,
-                "n_batch": self.model.n_batch,
-                "eps": hp.eps,
-            },
-            "backend": self.backend,
-            "memory": { "weights": plan.weights, "kv": plan.kv, "compute": plan.compute },
-            "tokenizer": {
-                "n_vocab": self.tokenizer.n_vocab(),
-                "bos": self.tokenizer.bos(),
-                "eos": self.tokenizer.eos(),
-            },
-            "wasmMemory": {
-                "heapBase": super::wasm_heap_base(),
-                "atLoaderStart": self.memory_at_start,
-                "afterLoad": self.memory_after_load,
-                "now": wasm_memory_bytes(),
-            },
-        })
-        .to_string()
+        let n = |x: usize| x.to_string();
+        let id = |t: Option<u32>| t.map_or("null".to_string(), |t| t.to_string());
+        obj(&[
+            ("arch", "\"gpt2\"".into()),
+            (
+                "hparams",
+                obj(&[
+                    ("n_vocab", n(hp.n_vocab)),
+                    ("n_ctx", n(self.model.n_ctx())),
+                    ("n_ctx_train", n(hp.n_ctx_train)),
+                    ("n_embd", n(hp.n_embd)),
+                    ("n_head", n(hp.n_head)),
+                    ("n_layer", n(hp.n_layer)),
+                    ("n_ff", n(hp.n_ff)),
+                    ("n_batch", n(self.model.n_batch)),
+                    // f32's shortest form (1e-5 prints as 0.00001, not 0.000009999999747).
+                    ("eps", format!("{}", hp.eps)),
+                ]),
+            ),
+            ("backend", Value::from(self.backend).to_string()),
+            ("memory", obj(&[("weights", n(plan.weights)), ("kv", n(plan.kv)), ("compute", n(plan.compute))])),
+            (
+                "tokenizer",
+                obj(&[
+                    ("n_vocab", n(self.tokenizer.n_vocab())),
+                    ("bos", id(self.tokenizer.bos())),
+                    ("eos", id(self.tokenizer.eos())),
+                ]),
+            ),
+            (
+                "wasmMemory",
+                obj(&[
+                    ("heapBase", super::wasm_heap_base().to_string()),
+                    ("atLoaderStart", self.memory_at_start.to_string()),
+                    ("afterLoad", self.memory_after_load.to_string()),
+                    ("now", wasm_memory_bytes().to_string()),
+                ]),
+            ),
+        ])
     }
 }
