@@ -158,6 +158,34 @@ for (const worker of [true, false]) {
   });
 }
 
+test('every kind of source streams into the real loader and gives the same model', async () => {
+  const r = await inPage(true, `
+    const row = async (m) => { const l = await m.logits(arg.ids); await m.dispose(); return Array.from(l.subarray(0, 64)); };
+    const buf = new Uint8Array(await (await fetch(arg.url)).arrayBuffer());
+    const sources = {
+      url: () => arg.url,
+      chunked: () => '/__test/nolength' + arg.url,
+      file: () => new File([buf], 'tiny.gguf'),
+      stream: () => new Blob([buf]).stream(),
+      response: () => new Response(buf),
+      bytes: () => buf,
+    };
+    const out = {};
+    for (const [k, make] of Object.entries(sources)) {
+      const m = await Model.load(make(), opts);
+      out[k] = { via: m.info().load.via, bytes: m.info().load.bytes, row: await row(m) };
+    }
+    return out;
+  `, { url: F16, ids: HELLO.ids });
+  assert.ok(r.ok, r.message);
+  const v = r.value;
+  assert.deepEqual(Object.fromEntries(Object.entries(v).map(([k, o]) => [k, [o.via, o.bytes]])), {
+    url: ['download', F16_SIZE], chunked: ['download', F16_SIZE], file: ['file', F16_SIZE],
+    stream: ['stream', F16_SIZE], response: ['stream', F16_SIZE], bytes: ['file', F16_SIZE],
+  });
+  for (const k of Object.keys(v)) assert.deepEqual(v[k].row, v.url.row, `${k}: same logits as the URL load`);
+});
+
 test('the release module\'s F32 logits are within 1e-4 of HF; F16\'s keep HF\'s top 5', async () => {
   const r = await inPage(false, `
     const rows = new Float32Array(await (await fetch('/tests/fixtures/tiny-gpt2.hf-rows.bin')).arrayBuffer());
