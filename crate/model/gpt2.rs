@@ -450,7 +450,54 @@ impl Gpt2 {
         Ok(out)
     }
 
-    /// Reads a weight's name for messages.
+    /// Runs one graph like [`eval`](Self::eval) but keeps the nodes named in `names` alive
+    /// (marked as outputs, in a compute buffer of their own) and returns their values,
+    /// row-major `[rows][ne0]`, to diff against reference activations. Not for the hot path:
+    /// it plans a fresh buffer each call.
+    pub fn eval_dump(
+        &mut self,
+        tokens: &[u32],
+        n_past: usize,
+        names: &[&str],
+    ) -> Result<Vec<(String, Vec<f32>)>, ModelError> {
+        let n = tokens.len();
+        if n == 0 || n > self.n_batch || n_past + n > self.n_ctx() {
+            return Err(ModelError::Config(format!(
+                "eval_dump: {n} tokens at {n_past} (n_batch {}, n_ctx {})",
+                self.n_batch,
+                self.n_ctx()
+            )));
+        }
+        let io = build_graph(&self.hparams, &self.weights, &self.kv, n_past, n, n);
+        let mut wanted = Vec::new();
+        for name in names {
+            let t = io
+                .graph
+                .get_tensor(name)
+                .ok_or_else(|| ModelError::Config(format!("eval_dump: no node named '{name}'")))?;
+            t.set_output();
+            wanted.push(t);
+        }
+        let mut galloc = Gallocr::new_single(self.backend.buffer_type());
+        galloc.alloc_graph(&io.graph)?;
+        let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
+        let pos: Vec<i32> = (n_past..n_past + n).map(|p| p as i32).collect();
+        io.tokens.set_bytes(bytemuck::cast_slice(&ids), 0);
+        io.positions.set_bytes(bytemuck::cast_slice(&pos), 0);
+        self.backend.graph_compute(&io.graph)?;
+        let mut out = Vec::new();
+        for t in wanted {
+            if !(t.ty == GgmlType::F32 && t.is_contiguous()) {
+                return Err(ModelError::Config(format!("eval_dump: '{}' is not a contiguous f32 tensor", t.name())));
+            }
+            let mut v = vec![0f32; t.nelements() as usize];
+            t.get_bytes(bytemuck::cast_slice_mut(&mut v), 0);
+            out.push((t.name(), v));
+        }
+        Ok(out)
+    }
+
+    /// One line: shape, context, batch, backend.
     pub fn describe(&self) -> String {
         let hp = &self.hparams;
         format!(
