@@ -7,7 +7,8 @@
 //   node --test tests/e2e/demo.spec.mjs
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { ARTIFACTS, HF, MODELS_DIR, launch, makeFakeModel, openPage, serve } from './helpers.mjs';
+import { readFileSync } from 'node:fs';
+import { ARTIFACTS, HF, MODELS_DIR, ROOT, launch, makeFakeModel, openPage, serve } from './helpers.mjs';
 
 const fake = makeFakeModel();
 let server;
@@ -149,6 +150,33 @@ test('with the real wasm: load the tiny GPT-2 by URL, generate HF\'s greedy text
   assert.equal(await page.textContent('#out-text'), hello.greedy_text);
   await page.screenshot({ path: `${ARTIFACTS}demo-real-model-again.png`, fullPage: true });
   assert.deepEqual(real(problems), []);
+  await page.close();
+});
+
+test('the offline "tiny test model" (tests/fixtures/tiny-f16.gguf) gives the fixture\'s greedy text', async () => {
+  // tests/fixtures/tiny.ref.json (make_fixtures.py): Hugging Face on this GGUF's own weights.
+  const ref = JSON.parse(readFileSync(`${ROOT}tests/fixtures/tiny.ref.json`, 'utf8'));
+  const want = ref.dtypes.f16.prompts[0];
+  const text = ref.prompts[0].text;
+  const { page, problems } = await openPage(browser, server.url);
+  await page.waitForSelector('body[data-ready="1"]');
+  assert.match(await page.textContent('#tiny-status'), /^\(7\.9 MiB, served by this page's server\)$/);
+  await page.check('input[name="source"][value="tiny"]');
+  await page.uncheck('#use-worker');
+  await page.click('#load-btn');
+  await page.waitForFunction(() => /^Loaded /.test(document.getElementById('load-status').textContent));
+  assert.match(await page.textContent('#load-status'), /^Loaded tiny test model: 7\.9 MiB in \d+\.\d s, CPU\.$/);
+  assert.match(await page.textContent('#info-list'), /n_ctx=256 n_ctx_train=256 n_embd=32 n_head=4 n_layer=3 n_ff=128/);
+  await page.fill('#prompt', text);
+  await page.fill('#max-tokens', String(want.greedy_ids.length));
+  await page.fill('#temperature', '0');
+  await page.click('#gen-btn');
+  await page.waitForFunction(() =>
+    !document.getElementById('gen-btn').disabled && /tokens\/s/.test(document.getElementById('gen-stats').textContent));
+  assert.equal(await page.textContent('#out-text'), want.greedy_text);
+  assert.match(await page.textContent('#gen-stats'), new RegExp(`^${want.greedy_ids.length} tokens · `));
+  await page.screenshot({ path: `${ARTIFACTS}demo-tiny-fixture.png`, fullPage: true });
+  assert.deepEqual(problems, []);
   await page.close();
 });
 
