@@ -7,7 +7,7 @@
 //   node --test tests/e2e/model.spec.mjs
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, statSync } from 'node:fs';
+import { existsSync, readFileSync, statSync } from 'node:fs';
 import { DOT_MODELS, HF, MODELS_DIR, launch, openPage, serve } from './helpers.mjs';
 
 assert.ok(MODELS_DIR, 'the shared models (tiny-gpt2-f16.gguf) are needed: set GGWEB_MODELS_DIR');
@@ -263,10 +263,10 @@ test('the real module\'s errors carry codes and say what and where', async () =>
  * Streams `url` into the glue's WasmLoader in a fresh page (a fresh wasm instance), and reads
  * memory.buffer.byteLength before and after, with the heap base and the model's memory plan.
  */
-async function measureLoad(url, opts) {
+async function measureLoad(url, opts, text, n) {
   const { page: p } = await openPage(browser, `${server.url}e2e/harness.html`);
   try {
-    return await p.evaluate(async ({ url, opts }) => {
+    return await p.evaluate(async ({ url, opts, text, n }) => {
       const core = await import('/pkg/ggweb_core.js');
       const wasm = await core.default();
       const mem = () => wasm.memory.buffer.byteLength;
@@ -286,34 +286,44 @@ async function measureLoad(url, opts) {
       const model = loader.finish();
       const afterLoad = mem();
       const info = JSON.parse(model.info());
-      const ids = model.tokenize('The quick brown fox jumps over the lazy dog.', false);
-      model.start(ids, JSON.stringify({ maxTokens: 16, temperature: 0 }));
+      const t0 = performance.now();
+      model.start(model.tokenize(text, false), JSON.stringify({ maxTokens: n, temperature: 0 }));
       while (!model.prompt_step());
-      let n = 0;
-      while (model.next_token() >= 0) n++;
+      const greedy = [];
+      for (let id; (id = model.next_token()) >= 0;) greedy.push(id);
+      const ms = performance.now() - t0;
       const afterRun = mem();
       model.free();
-      return { atInit, heapBase, afterLoad, afterRun, memory: info.memory, n, chunks, biggest };
-    }, { url, opts });
+      return { atInit, heapBase, afterLoad, afterRun, memory: info.memory, greedy, ms, chunks, biggest };
+    }, { url, opts, text, n });
   } finally {
     await p.close();
   }
 }
 
 const MIB = 1024 * 1024;
-const models = [[F16, { nBatch: 32 }]];
-// The 124M-shape F16 model, when tests/fixtures/make_fixtures.py --shape 124m has made it.
-if (existsSync(`${DOT_MODELS}/124m-f16.gguf`)) models.push(['/dot-models/124m-f16.gguf', { nBatch: 32, nCtx: 1024 }]);
+const FOX = HF.prompts[1];
+// [url, load options, prompt, greedy ids to expect (HF)]
+const models = [[F16, { nBatch: 32 }, FOX.text, FOX.greedy_ids.slice(0, 16)]];
+// The 124M-shape F16 model, when `make_fixtures.py --shape 124m` has made it (into the
+// git-ignored .models/: 330 MB, too big to commit); its reference is 124m.ref.json.
+if (existsSync(`${DOT_MODELS}/124m-f16.gguf`)) {
+  const ref = JSON.parse(readFileSync(`${DOT_MODELS}/124m.ref.json`, 'utf8'));
+  const i = ref.prompts.findIndex((p) => p.key === 'fox');
+  models.push(['/dot-models/124m-f16.gguf', { nBatch: 32 }, ref.prompts[i].text, ref.dtypes.f16.prompts[i].greedy_ids]);
+}
 
-for (const [url, opts] of models) {
+for (const [url, opts, text, greedy] of models) {
   test(`memory: loading ${url.split('/').pop()} grows the wasm memory by at most weights + KV + compute + 16 MiB`, async () => {
-    const m = await measureLoad(url, opts);
+    const m = await measureLoad(url, opts, text, greedy.length);
+    assert.deepEqual(m.greedy, greedy, 'greedy ids (Hugging Face)');
     const plan = m.memory.weights + m.memory.kv + m.memory.compute;
     const f = (x) => (x / MIB).toFixed(2);
     console.log(`${url}: memory.buffer.byteLength ${f(m.atInit)} MiB at instantiation (heap base ${f(m.heapBase)} MiB), ` +
       `${f(m.afterLoad)} MiB after load, ${f(m.afterRun)} MiB after ${m.n} tokens; plan ${f(plan)} MiB ` +
       `(weights ${m.memory.weights}, kv ${m.memory.kv}, compute ${m.memory.compute}); ` +
-      `beyond the plan and the heap base: ${f(m.afterLoad - m.heapBase - plan)} MiB; ${m.chunks} chunks, largest ${m.biggest} B`);
+      `beyond the plan and the heap base: ${f(m.afterLoad - m.heapBase - plan)} MiB; ${m.chunks} chunks, largest ${m.biggest} B; ` +
+      `prompt + ${m.greedy.length} greedy tokens in ${Math.round(m.ms)} ms`);
     assert.ok(m.atInit < 4 * MIB, `the module starts with ${m.atInit} bytes`);
     assert.ok(m.afterLoad <= m.heapBase + plan + 16 * MIB, `after load ${m.afterLoad} > heap base ${m.heapBase} + plan ${plan} + 16 MiB`);
     assert.ok(m.afterLoad <= m.atInit + plan + 16 * MIB);
