@@ -320,7 +320,7 @@ for (const [url, opts, text, greedy] of models) {
     const plan = m.memory.weights + m.memory.kv + m.memory.compute;
     const f = (x) => (x / MIB).toFixed(2);
     console.log(`${url}: memory.buffer.byteLength ${f(m.atInit)} MiB at instantiation (heap base ${f(m.heapBase)} MiB), ` +
-      `${f(m.afterLoad)} MiB after load, ${f(m.afterRun)} MiB after ${m.n} tokens; plan ${f(plan)} MiB ` +
+      `${f(m.afterLoad)} MiB after load, ${f(m.afterRun)} MiB after ${m.greedy.length} tokens; plan ${f(plan)} MiB ` +
       `(weights ${m.memory.weights}, kv ${m.memory.kv}, compute ${m.memory.compute}); ` +
       `beyond the plan and the heap base: ${f(m.afterLoad - m.heapBase - plan)} MiB; ${m.chunks} chunks, largest ${m.biggest} B; ` +
       `prompt + ${m.greedy.length} greedy tokens in ${Math.round(m.ms)} ms`);
