@@ -13,6 +13,11 @@ cd "$ROOT"
 
 LOGS=tests/artifacts/logs
 mkdir -p "$LOGS"
+# tests/wasm_model.rs embeds a shared model at compile time; serve.mjs and the browser tests
+# serve it at /shared-models/. Native tests (tests/gpt2_shared.rs) read the same folder.
+GGWEB_MODELS_DIR="$(find_models_dir)"
+[ -n "$GGWEB_MODELS_DIR" ] || die "the shared reference models (tiny-gpt2-f32.gguf) are not in ../shared/models; set GGWEB_MODELS_DIR"
+export GGWEB_MODELS_DIR
 # Chromium leaves ~12 MB of scoped dirs per run in TMPDIR: give browser runs a private one.
 BROWSER_TMP="$(mktemp -d -t ggweb-browser.XXXXXX)"
 declare -a SUMMARY=()
