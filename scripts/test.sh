@@ -79,6 +79,10 @@ for f in tests/wasm_*.rs; do
     [ -e "$f" ] && wasm_tests+=(--test "$(basename "$f" .rs)")
 done
 [ ${#wasm_tests[@]} -gt 0 ] || die "no tests/wasm_*.rs found"
+# WebGPU ops against the CPU backend, in Chromium's WebGPU (SwiftShader): --enable-unsafe-webgpu
+# is in webdriver.json. (Named apart from wasm_* because it needs the webgpu feature, which
+# the default features include.)
+wasm_tests+=(--test webgpu_browser)
 # Never -q here: the runner rejects --quiet and every test "fails".
 run_step wasm-browser env WASM_BINDGEN_USE_BROWSER=1 CHROMEDRIVER=/usr/bin/chromedriver \
     WASM_BINDGEN_TEST_TIMEOUT="${WASM_BINDGEN_TEST_TIMEOUT:-300}" TMPDIR="$BROWSER_TMP" \
