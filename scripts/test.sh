@@ -1,9 +1,7 @@
 #!/usr/bin/env bash
 # npm test: everything, from a fresh Debian machine with Rust.
-#   1. setup (idempotent installs)        2. cargo test (native: unit, integration, doc tests;
-#      then the WebGPU scheduler tests with --features webgpu on lavapipe)
-#   3. no_std core build for wasm32       4. wasm tests (tests/wasm_*.rs) in headless Chromium,
-#      then the split GPT-2 on WebGPU there (tests/webgpu_sched_browser.rs)
+#   1. setup (idempotent installs)        2. cargo test (native: unit, integration, doc tests)
+#   3. no_std core build for wasm32       4. wasm tests (tests/wasm_*.rs) in headless Chromium
 #   5. release wasm build (web/pkg)       6. browser tests (tests/e2e/*.spec.mjs, Playwright)
 #   7. npm pack: the package's files, and that the packed module loads
 # Each runner's output is checked for a count of tests that actually ran: a runner that
@@ -15,6 +13,11 @@ cd "$ROOT"
 
 LOGS=tests/artifacts/logs
 mkdir -p "$LOGS"
+# tests/wasm_model.rs embeds a shared model at compile time; serve.mjs and the browser tests
+# serve it at /shared-models/. Native tests (tests/gpt2_shared.rs) read the same folder.
+GGWEB_MODELS_DIR="$(find_models_dir)"
+[ -n "$GGWEB_MODELS_DIR" ] || die "the shared reference models (tiny-gpt2-f32.gguf) are not in ../shared/models; set GGWEB_MODELS_DIR"
+export GGWEB_MODELS_DIR
 # Chromium leaves ~12 MB of scoped dirs per run in TMPDIR: give browser runs a private one.
 BROWSER_TMP="$(mktemp -d -t ggweb-browser.XXXXXX)"
 declare -a SUMMARY=()
@@ -66,13 +69,6 @@ n=$(count_libtest "$LOGS/native.log" "cargo test")
 PASSED=$((PASSED + n))
 SUMMARY+=("native cargo test: $n passed ($STEP_SECS s)")
 
-# 2b. natively with the WebGPU backend (wgpu on Vulkan: Mesa's lavapipe here): the model
-# split between WebGPU and the CPU by the scheduler. A missing adapter fails the step.
-run_step native-webgpu cargo test --color never --features webgpu --test sched_webgpu
-n=$(count_libtest "$LOGS/native-webgpu.log" "cargo test --features webgpu")
-PASSED=$((PASSED + n))
-SUMMARY+=("native WebGPU (lavapipe) cargo test: $n passed ($STEP_SECS s)")
-
 # 3. the tensor core without std, as the browser's no_std build sees it
 run_step nostd cargo build --lib --no-default-features --target wasm32-unknown-unknown --color never
 SUMMARY+=("no_std wasm32 core build: ok ($STEP_SECS s)")
@@ -83,6 +79,12 @@ for f in tests/wasm_*.rs; do
     [ -e "$f" ] && wasm_tests+=(--test "$(basename "$f" .rs)")
 done
 [ ${#wasm_tests[@]} -gt 0 ] || die "no tests/wasm_*.rs found"
+# WebGPU ops against the CPU backend, in Chromium's WebGPU (SwiftShader): --enable-unsafe-webgpu
+# is in webdriver.json. (Named apart from wasm_* because it needs the webgpu feature, which
+# the default features include.)
+wasm_tests+=(--test webgpu_browser)
+# GPT-2 split between WebGPU and the CPU by the scheduler, in the same browser.
+wasm_tests+=(--test webgpu_sched_browser)
 # Never -q here: the runner rejects --quiet and every test "fails".
 run_step wasm-browser env WASM_BINDGEN_USE_BROWSER=1 CHROMEDRIVER=/usr/bin/chromedriver \
     WASM_BINDGEN_TEST_TIMEOUT="${WASM_BINDGEN_TEST_TIMEOUT:-300}" TMPDIR="$BROWSER_TMP" \
@@ -94,15 +96,6 @@ grep -q 'Running headless tests in Chrome' "$LOGS/wasm-browser.log" || die "wasm
 n=$(count_libtest "$LOGS/wasm-browser.log" "wasm tests in Chromium")
 PASSED=$((PASSED + n))
 SUMMARY+=("wasm tests in headless Chromium: $n passed ($STEP_SECS s)")
-
-# 4b. the same in Chromium with WebGPU (SwiftShader): GPT-2 split between WebGPU and the CPU
-run_step wasm-webgpu-browser env WASM_BINDGEN_USE_BROWSER=1 CHROMEDRIVER=/usr/bin/chromedriver \
-    WASM_BINDGEN_TEST_TIMEOUT="${WASM_BINDGEN_TEST_TIMEOUT:-300}" TMPDIR="$BROWSER_TMP" \
-    cargo test --color never --target wasm32-unknown-unknown --features webgpu --test webgpu_sched_browser
-grep -q 'Running headless tests in Chrome' "$LOGS/wasm-webgpu-browser.log" || die "WebGPU wasm tests did not run in headless Chrome"
-n=$(count_libtest "$LOGS/wasm-webgpu-browser.log" "WebGPU wasm tests in Chromium")
-PASSED=$((PASSED + n))
-SUMMARY+=("WebGPU wasm tests in headless Chromium: $n passed ($STEP_SECS s)")
 
 # 5. the wasm module the browser tests and the package use
 run_step build-wasm bash scripts/build-wasm.sh
