@@ -30,6 +30,13 @@ pub enum ModelError {
         needed: usize,
         n_ctx: usize,
     },
+    /// The model needs more memory than the backend can give (or the caller allows),
+    /// found before anything was allocated. `what` itemizes `needed`.
+    OverBudget {
+        what: String,
+        needed: u64,
+        limit: u64,
+    },
     /// A token id outside the vocabulary.
     BadToken {
         id: u32,
@@ -54,6 +61,9 @@ impl core::fmt::Display for ModelError {
             ModelError::Config(s) => write!(f, "invalid options: {s}"),
             ModelError::ContextFull { needed, n_ctx } => {
                 write!(f, "context full: {needed} positions needed, n_ctx is {n_ctx}")
+            }
+            ModelError::OverBudget { what, needed, limit } => {
+                write!(f, "model too large: needs {needed} bytes ({what}), the memory budget is {limit} bytes")
             }
             ModelError::BadToken { id, n_vocab } => {
                 write!(f, "token id {id} is outside the vocabulary (n_vocab {n_vocab})")
