@@ -100,8 +100,8 @@ pub struct LoadedModel {
 
 /// What a model takes before anything is allocated: its weight buffers (alignment padding
 /// included) and the KV cache for `n_ctx`. The compute buffer comes on top; gallocr plans
-/// it at the end of loading (about 10 MB for GPT-2 small at n_batch 32), and a refused
-/// allocation there is a typed error too.
+/// it at the end of loading (mostly the logits, n_vocab × n_batch × 4 bytes), and a
+/// refused allocation there is a typed error too.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LoadEstimate {
     pub weights: u64,
