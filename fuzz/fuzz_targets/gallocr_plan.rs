@@ -3,6 +3,8 @@
 //! - `Gallocr::check_graph`: every tensor inside its buffer and aligned, no two live
 //!   tensors share bytes (the checker reasons about lifetimes on its own);
 //! - allocating again with the plan in place changes nothing and stays valid;
+//! - a graph of the same bytes with a smaller "token count" reuses the plan when its
+//!   structure is the same (every eval after the worst-case reserve) and stays valid;
 //! - computing the graph in gallocr's placement gives bit for bit what it gives when
 //!   every tensor has memory of its own (an allocating context).
 #![no_main]
@@ -13,8 +15,9 @@ use ggweb::allocator::Gallocr;
 use ggweb::backend::host::HostBuffer;
 use ggweb::backend::{Backend, BackendError, Buffer, BufferType};
 use ggweb::cpu::CpuBackend;
+use ggweb::graph::Graph;
 use ggweb::tensor::{Context, ContextParams, Tensor};
-use ggweb_fuzz::graph_gen::{build, fill, pool_size, BuiltGraph};
+use ggweb_fuzz::graph_gen::{build, fill, pool_size, BuiltGraph, N_MAX};
 use ggweb_fuzz::Bytes;
 use libfuzzer_sys::fuzz_target;
 
@@ -88,45 +91,62 @@ fuzz_target!(|data: &[u8]| {
     let inplace = cfg.bool();
     let ids_seed = cfg.u8() as usize;
 
-    let (dry, dry_w) = (headers(), headers());
-    build(&mut Bytes::new(graph_bytes), &dry, &dry_w);
-    let (ops_size, w_size) = (pool_size(&dry), pool_size(&dry_w));
-
-    let (ctx, w_ctx) = (headers(), pool(w_size));
-    let g = build(&mut Bytes::new(graph_bytes), &ctx, &w_ctx);
-    let node_ids: Vec<usize> = (0..g.gf.nodes.len()).map(|i| (i * 7 + ids_seed) % n_bufts).collect();
-    let leaf_ids: Vec<usize> = (0..g.gf.leafs.len()).map(|i| (i * 5 + ids_seed / 3) % n_bufts).collect();
-
+    let n_small = 1 + cfg.below(N_MAX as usize) as i64;
+    let ids = |gf: &Graph| -> (Vec<usize>, Vec<usize>) {
+        (
+            (0..gf.nodes.len()).map(|i| (i * 7 + ids_seed) % n_bufts).collect(),
+            (0..gf.leafs.len()).map(|i| (i * 5 + ids_seed / 3) % n_bufts).collect(),
+        )
+    };
     let mut galloc = Gallocr::new(bufts);
     galloc.set_inplace(inplace);
-    let placed =
-        if n_bufts == 1 { galloc.alloc_graph(&g.gf) } else { galloc.alloc_graph_n(&g.gf, &node_ids, &leaf_ids) };
-    match placed {
-        Ok(ok) => assert!(ok, "alloc_graph returned false with buffer ids given"),
-        // A plan above a buffer type's max_size is refused, typed.
-        Err(BackendError::OutOfMemory { .. }) => return,
-        Err(e) => panic!("alloc_graph: {e}"),
-    }
-    if let Err(e) = galloc.check_graph(&g.gf) {
-        panic!("invalid placement: {e}");
-    }
-    let n_reserves = galloc.n_reserves();
-    let again =
-        if n_bufts == 1 { galloc.alloc_graph(&g.gf) } else { galloc.alloc_graph_n(&g.gf, &node_ids, &leaf_ids) };
-    again.expect("the same graph again");
-    assert_eq!(galloc.n_reserves(), n_reserves, "the same graph did not fit its own plan");
-    galloc.check_graph(&g.gf).expect("valid after the second alloc_graph");
-
-    // The same graph with every tensor in its own memory.
-    let (ref_ctx, ref_w) = (pool(ops_size), pool(w_size));
-    let r = build(&mut Bytes::new(graph_bytes), &ref_ctx, &ref_w);
-    assert_eq!((r.gf.nodes.len(), r.gf.leafs.len()), (g.gf.nodes.len(), g.gf.leafs.len()));
-    match (run(&g), run(&r)) {
-        (Ok(got), Ok(want)) => {
-            assert!(got.0 == want.0, "a result differs between gallocr's placement and separate memory");
-            assert!(got.1 == want.1, "a weight (cpy target) differs between gallocr's placement and separate memory");
+    let alloc = |galloc: &mut Gallocr, gf: &Graph| {
+        if n_bufts == 1 {
+            galloc.alloc_graph(gf)
+        } else {
+            let (node_ids, leaf_ids) = ids(gf);
+            galloc.alloc_graph_n(gf, &node_ids, &leaf_ids)
         }
-        (Err(_), Err(_)) => {}
-        (got, want) => panic!("compute: {:?} with gallocr, {:?} with separate memory", got.err(), want.err()),
+    };
+
+    // The worst case (n = N_MAX), planned and placed; then the same graph again, which
+    // must reuse the plan; then a graph of the same bytes with n = n_small, which reuses
+    // the plan when its structure is the same (the eval path) or plans anew.
+    for (round, n) in [(0, N_MAX), (1, N_MAX), (2, n_small)] {
+        let (dry, dry_w) = (headers(), headers());
+        build(&mut Bytes::new(graph_bytes), &dry, &dry_w, n);
+        let (ops_size, w_size) = (pool_size(&dry), pool_size(&dry_w));
+
+        let (ctx, w_ctx) = (headers(), pool(w_size));
+        let g = build(&mut Bytes::new(graph_bytes), &ctx, &w_ctx, n);
+        let (n_reserves, fits) = (galloc.n_reserves(), galloc.fits_plan(&g.gf, None));
+        match alloc(&mut galloc, &g.gf) {
+            Ok(ok) => assert!(ok, "alloc_graph returned false with buffer ids given"),
+            // A plan above a buffer type's max_size is refused, typed.
+            Err(BackendError::OutOfMemory { .. }) if round != 1 => return,
+            Err(e) => panic!("round {round}: alloc_graph: {e}"),
+        }
+        if let Err(e) = galloc.check_graph(&g.gf) {
+            panic!("round {round} (n {n}): invalid placement: {e}");
+        }
+        if round == 1 {
+            assert!(fits, "the same graph does not fit its own plan");
+        }
+        if fits {
+            assert_eq!(galloc.n_reserves(), n_reserves, "round {round}: planned again though the graph fits");
+        }
+
+        // The same graph with every tensor in its own memory.
+        let (ref_ctx, ref_w) = (pool(ops_size), pool(w_size));
+        let r = build(&mut Bytes::new(graph_bytes), &ref_ctx, &ref_w, n);
+        assert_eq!((r.gf.nodes.len(), r.gf.leafs.len()), (g.gf.nodes.len(), g.gf.leafs.len()));
+        match (run(&g), run(&r)) {
+            (Ok(got), Ok(want)) => {
+                assert!(got.0 == want.0, "round {round}: a result differs from the run in separate memory");
+                assert!(got.1 == want.1, "round {round}: a cpy target differs from the run in separate memory");
+            }
+            (Err(_), Err(_)) => {}
+            (got, want) => panic!("round {round}: compute: {:?} with gallocr, {:?} alone", got.err(), want.err()),
+        }
     }
 });

@@ -12,7 +12,13 @@ use ggweb::Op;
 
 use crate::Bytes;
 
-const DIMS: [i64; 7] = [1, 2, 3, 4, 5, 8, 16];
+/// Dimension sizes; the last is the "token count" `n`, which a second build varies to
+/// get a graph of the same structure with smaller tensors (what every eval after the
+/// worst-case reserve is).
+fn dims(n: i64) -> [i64; 7] {
+    [1, 2, 3, 4, 5, 8, n]
+}
+pub const N_MAX: i64 = 16;
 const MAX_STEPS: usize = 64;
 
 pub struct BuiltGraph {
@@ -43,13 +49,16 @@ pub fn pool_size(ctx: &Context) -> usize {
 }
 
 /// Builds a graph: op tensors in `ctx`, weights in `w_ctx` (which must allocate, except in
-/// a dry run that only measures).
-pub fn build(b: &mut Bytes, ctx: &Context, w_ctx: &Context) -> BuiltGraph {
+/// a dry run that only measures), with the variable dimension `n` (1..=N_MAX). The same
+/// bytes and `n` give the same graph; another `n` gives the same structure unless a
+/// choice depends on a size (then a different, equally valid graph).
+pub fn build(b: &mut Bytes, ctx: &Context, w_ctx: &Context, n: i64) -> BuiltGraph {
+    let dims = dims(n);
     let mut pool: Vec<Tensor> = Vec::new();
     let mut inputs = Vec::new();
     let mut weights: Vec<Tensor> = Vec::new();
     let shape = |b: &mut Bytes| -> [i64; 4] {
-        [DIMS[b.below(7)], DIMS[b.below(7)], 1 + b.below(3) as i64, 1 + b.below(2) as i64]
+        [dims[b.below(7)], dims[b.below(7)], 1 + b.below(3) as i64, 1 + b.below(2) as i64]
     };
     let new_weight = |weights: &mut Vec<Tensor>, ne: [i64; 4]| -> Tensor {
         let w = w_ctx.new_tensor(F32, &ne);
@@ -116,7 +125,7 @@ pub fn build(b: &mut Bytes, ctx: &Context, w_ctx: &Context) -> BuiltGraph {
                             && b.below(3) == 0
                     })
                     .cloned();
-                let a = a.unwrap_or_else(|| new_weight(&mut weights, [p.ne[0], DIMS[b.below(7)], 1, 1]));
+                let a = a.unwrap_or_else(|| new_weight(&mut weights, [p.ne[0], dims[b.below(7)], 1, 1]));
                 ctx.mul_mat(&a, &p)
             }
             9 => {

@@ -92,13 +92,11 @@ impl<'a> Bytes<'a> {
     pub fn u16(&mut self) -> u16 {
         u16::from_le_bytes([self.u8(), self.u8()])
     }
-    /// Uniform-ish in 0..n (n > 0).
+    /// Uniform-ish in 0..n (n > 0). One byte whatever `n` (up to 256), so that a choice
+    /// among a size-dependent number of options consumes the same input as with
+    /// another size.
     pub fn below(&mut self, n: usize) -> usize {
-        if n <= 256 {
-            self.u8() as usize % n
-        } else {
-            self.u16() as usize % n
-        }
+        self.u8() as usize % n
     }
     pub fn bool(&mut self) -> bool {
         self.u8() & 1 == 1
