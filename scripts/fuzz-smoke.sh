@@ -46,7 +46,7 @@ log "built in $(($(date +%s) - t0)) s"
 SCRATCH="$(mktemp -d -t ggweb-fuzz.XXXXXX)"
 trap 'rm -rf "$SCRATCH"' EXIT
 
-# -timeout: an input running 10 s is a hang. -rss_limit_mb: the whole process. Under ASAN
+# -timeout: an input running 25 s (wall clock, on a possibly busy machine) is a hang. -rss_limit_mb: the whole process. Under ASAN
 # -malloc_limit_mb also catches C-level allocations (the capped Rust allocator in
 # fuzz/src/lib.rs catches Rust ones in every build).
 run_one() {
@@ -54,7 +54,7 @@ run_one() {
     mkdir -p "$SCRATCH/$t"
     [ -f "fuzz/dict/$t.dict" ] && dict=(-dict="fuzz/dict/$t.dict")
     "$BIN/$t" "$SCRATCH/$t" "fuzz/corpus/$t" "${dict[@]}" \
-        -max_total_time="$SECS" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=256 \
+        -max_total_time="$SECS" -timeout=25 -rss_limit_mb=2048 -malloc_limit_mb=256 \
         -print_final_stats=1 -artifact_prefix="$OUT/$t-" >"$OUT/$t.log" 2>&1
 }
 

@@ -17,7 +17,7 @@ use ggweb::backend::{Backend, BackendError, Buffer, BufferType};
 use ggweb::cpu::CpuBackend;
 use ggweb::graph::Graph;
 use ggweb::tensor::{Context, ContextParams, Tensor};
-use ggweb_fuzz::graph_gen::{build, fill, pool_size, BuiltGraph, N_MAX};
+use ggweb_fuzz::graph_gen::{bits, build, fill, pool_size, BuiltGraph, N_MAX};
 use ggweb_fuzz::Bytes;
 use libfuzzer_sys::fuzz_target;
 
@@ -55,8 +55,8 @@ fn pool(size: usize) -> Context {
     Context::new(ContextParams { mem_size: size, no_alloc: false })
 }
 
-fn bits(ts: &[Tensor]) -> Vec<Vec<u32>> {
-    ts.iter().map(|t| t.to_f32_vec().iter().map(|v| v.to_bits()).collect()).collect()
+fn bits_of(ts: &[Tensor]) -> Vec<Vec<u32>> {
+    ts.iter().map(bits).collect()
 }
 
 /// Fills the inputs and runs the graph; the results' and weights' bits, or the error.
@@ -66,7 +66,7 @@ fn run(g: &BuiltGraph) -> Result<(Vec<Vec<u32>>, Vec<Vec<u32>>), BackendError> {
         fill(t, k);
     }
     CpuBackend::new(1).graph_compute(&g.gf)?;
-    Ok((bits(&g.results), bits(&g.weights)))
+    Ok((bits_of(&g.results), bits_of(&g.weights)))
 }
 
 fuzz_target!(|data: &[u8]| {

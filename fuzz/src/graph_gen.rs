@@ -32,10 +32,23 @@ pub struct BuiltGraph {
     pub results: Vec<Tensor>,
 }
 
-/// Deterministic values for the `k`-th filled tensor.
+/// Deterministic values for the `k`-th filled tensor (contiguous f32: inputs and weights).
 pub fn fill(t: &Tensor, k: usize) {
-    let v: Vec<f32> = (0..t.nelements()).map(|i| ((i as f32) * 0.37 + k as f32 * 1.3).sin() * 0.75).collect();
-    t.set_f32_slice(&v);
+    let v: Vec<u8> =
+        (0..t.nelements()).flat_map(|i| (((i as f32) * 0.37 + k as f32 * 1.3).sin() * 0.75).to_le_bytes()).collect();
+    // Whole-tensor bytes: per-element setters cost ~1 µs each in an instrumented build.
+    t.set_bytes(&v, 0);
+}
+
+/// The bits of every element, in logical order.
+pub fn bits(t: &Tensor) -> Vec<u32> {
+    if t.is_contiguous() {
+        let mut b = vec![0u8; t.nbytes()];
+        t.get_bytes(&mut b, 0);
+        b.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+    } else {
+        t.to_f32_vec().iter().map(|v| v.to_bits()).collect()
+    }
 }
 
 fn root(t: &Tensor) -> Tensor {
