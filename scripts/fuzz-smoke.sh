@@ -46,9 +46,9 @@ log "built in $(($(date +%s) - t0)) s"
 SCRATCH="$(mktemp -d -t ggweb-fuzz.XXXXXX)"
 trap 'rm -rf "$SCRATCH"' EXIT
 
-# -timeout: an input running 25 s (wall clock, on a possibly busy machine) is a hang. -rss_limit_mb: the whole process. Under ASAN
-# -malloc_limit_mb also catches C-level allocations (the capped Rust allocator in
-# fuzz/src/lib.rs catches Rust ones in every build).
+# -timeout: an input running 25 s (wall clock, so generous for a busy machine) is a hang.
+# -rss_limit_mb: the whole process. Under ASAN -malloc_limit_mb also catches C-level
+# allocations (the capped Rust allocator in fuzz/src/lib.rs catches Rust ones in every build).
 run_one() {
     local t=$1 dict=()
     mkdir -p "$SCRATCH/$t"
