@@ -59,8 +59,11 @@ fn bits_of(ts: &[Tensor]) -> Vec<Vec<u32>> {
     ts.iter().map(bits).collect()
 }
 
+/// The bits of each result and of each weight after a run.
+type RunBits = (Vec<Vec<u32>>, Vec<Vec<u32>>);
+
 /// Fills the inputs and runs the graph; the results' and weights' bits, or the error.
-fn run(g: &BuiltGraph) -> Result<(Vec<Vec<u32>>, Vec<Vec<u32>>), BackendError> {
+fn run(g: &BuiltGraph) -> Result<RunBits, BackendError> {
     // Inputs outside the graph (no sink reaches them) have no memory: skip them.
     for (k, t) in g.inputs.iter().enumerate().filter(|(_, t)| g.gf.contains(t)) {
         fill(t, k);
@@ -81,7 +84,7 @@ fuzz_target!(|data: &[u8]| {
             let b = cfg.u8() as usize;
             let align = [4, 16, 32, 64, 128][b % 5];
             // Mostly unlimited; sometimes small enough that the plan does not fit.
-            let max = if (b / 5) % 8 == 0 { 1024 << (b / 40) % 6 } else { usize::MAX };
+            let max = if (b / 5).is_multiple_of(8) { 1024 << ((b / 40) % 6) } else { usize::MAX };
             Rc::new(FuzzBuft { name, align, max }) as Rc<dyn BufferType>
         })
         .collect();

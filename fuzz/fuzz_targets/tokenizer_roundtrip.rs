@@ -5,6 +5,7 @@
 //!   to its own text), and `<|endoftext|>` in `s` is then one token;
 //! - the stream decoder, fed the ids one by one (plus its flush), yields the same text,
 //!   also for arbitrary id sequences (bytes that are not UTF-8, split characters).
+//!
 //! Bytes that are not UTF-8 are decoded lossily first, so every input is a test.
 //! The vocabulary is llama.cpp's ggml-vocab-gpt-2.gguf, read once (see `vocab_path`).
 #![no_main]
