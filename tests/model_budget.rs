@@ -195,3 +195,21 @@ fn a_huge_declared_context_is_refused_by_the_budget_not_allocated() {
     );
     assert_eq!(buft.allocs.get(), 0);
 }
+
+#[test]
+fn a_vocabulary_without_a_byte_token_is_refused_once_named() {
+    // Found by fuzzing gguf_chunks: the message read "tokenizer: tokenizer: no token ...".
+    // Here the token "A" (byte 0x41) is respelled "~", so no token spells byte 0x41.
+    let mut file = tiny_gpt2(TinySpec::default());
+    let entry = |c: u8| [&1u64.to_le_bytes()[..], &[c]].concat();
+    let pattern = [entry(b'@'), entry(b'A')].concat();
+    let at = file.windows(pattern.len()).position(|w| w == pattern).expect("the byte tokens '@', 'A'");
+    file[at + pattern.len() - 1] = b'~';
+    let (be, buft) = backend(None);
+    let loader = ModelLoader::new(be, opts(0), Limits::default(), None);
+    let (e, _) = feed_until_error(loader, &file).err().expect("no token for 'A'");
+    let msg = "tokenizer: no token for byte 0x41 (expected the token \"A\")";
+    assert_eq!(e, ModelError::Tokenizer(msg.into()));
+    assert_eq!(e.to_string(), msg);
+    assert_eq!(buft.allocs.get(), 0);
+}

@@ -70,7 +70,8 @@ impl core::fmt::Display for ModelError {
             }
             ModelError::Backend(e) => write!(f, "{e}"),
             ModelError::Format(s) => write!(f, "{s}"),
-            ModelError::Tokenizer(s) => write!(f, "tokenizer: {s}"),
+            // The tokenizer's messages name it already ("tokenizer: no token for byte ...").
+            ModelError::Tokenizer(s) => f.write_str(s),
             ModelError::Cancelled => write!(f, "cancelled"),
         }
     }

@@ -1,4 +1,5 @@
-//! The GGUF stream reader and BufferLoader (CPU buffers), then the GPT-2 ModelLoader, on
+//! The GGUF stream reader and BufferLoader (CPU buffers; for half the inputs small tensors
+//! are spread over a second buffer type with 4 KiB buffers), then the GPT-2 ModelLoader, on
 //! arbitrary bytes cut into chunks (the plan comes from a hash of the input: see
 //! `chunk_plan`). Besides "no panic, no unbounded allocation" (tight Limits and budgets):
 //! - the outcome does not depend on the chunking: random chunks and one chunk give the
@@ -11,6 +12,8 @@
 
 use std::rc::Rc;
 
+use ggweb::backend::host::HostBuffer;
+use ggweb::backend::{BackendError, Buffer, BufferType};
 use ggweb::cpu::{CpuBackend, CpuBufferType};
 use ggweb::gguf::{read_header, BufferLoader, GgufError, GgufHeader, GgufStreamReader, Limits, LoadedGguf};
 use ggweb::model::gpt2::Gpt2Options;
@@ -35,8 +38,44 @@ fn limits() -> Limits {
     }
 }
 
-fn load(data: &[u8], plan: &[usize], file_size: Option<u64>) -> Result<LoadedGguf, GgufError> {
-    let mut loader = BufferLoader::new(Rc::new(CpuBufferType)).with_budget(BUDGET);
+/// A second host buffer type whose buffers hold at most 4 KiB, so that tensors placed on it
+/// are spread over several buffers (alloc_tensors' splitting). Same alignment as the CPU's,
+/// so the budget arithmetic is the same whatever the placement.
+struct SmallBuft;
+
+impl BufferType for SmallBuft {
+    fn name(&self) -> &str {
+        "SMALL"
+    }
+    fn alignment(&self) -> usize {
+        CpuBufferType.alignment()
+    }
+    fn max_size(&self) -> usize {
+        4096
+    }
+    fn is_host(&self) -> bool {
+        true
+    }
+    fn alloc_buffer(&self, size: usize) -> Result<Rc<dyn Buffer>, BackendError> {
+        Ok(Rc::new(HostBuffer::new(size, self.alignment(), "SMALL")?))
+    }
+}
+
+/// `split`: small tensors alternate between the CPU and SMALL buffer types (by name), the
+/// rest go to the CPU; otherwise everything is on the CPU.
+fn load(data: &[u8], plan: &[usize], file_size: Option<u64>, split: bool) -> Result<LoadedGguf, GgufError> {
+    let mut loader = if split {
+        BufferLoader::with_placement(|info| {
+            if info.nbytes <= 2048 && info.name.len() % 2 == 0 {
+                Rc::new(SmallBuft) as Rc<dyn BufferType>
+            } else {
+                Rc::new(CpuBufferType)
+            }
+        })
+    } else {
+        BufferLoader::new(Rc::new(CpuBufferType))
+    }
+    .with_budget(BUDGET);
     let mut reader = GgufStreamReader::new(limits());
     if let Some(n) = file_size {
         reader = reader.with_file_size(n);
@@ -100,8 +139,8 @@ fuzz_target!(|data: &[u8]| {
     let random = chunk_plan(data.len(), h);
     let whole = [data.len()];
 
-    let a = load(data, &random, Some(len));
-    let b = load(data, &whole, Some(len));
+    let a = load(data, &random, Some(len), h & 1 == 1);
+    let b = load(data, &whole, Some(len), false);
     match (&a, &b) {
         (Ok(x), Ok(y)) => {
             assert!(same_header(&x.header, &y.header), "headers depend on the chunking");
@@ -122,7 +161,7 @@ fuzz_target!(|data: &[u8]| {
     }
 
     // Streaming without a Content-Length: errors may come later, but the verdict is the same.
-    let c = load(data, &chunk_plan(data.len(), h.rotate_left(17)), None);
+    let c = load(data, &chunk_plan(data.len(), h.rotate_left(17)), None, false);
     match (&a, &c) {
         (Ok(x), Ok(y)) => assert!(same_header(&x.header, &y.header), "headers depend on the file size"),
         (Err(_), Err(_)) => {}
