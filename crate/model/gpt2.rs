@@ -560,6 +560,27 @@ impl Gpt2 {
         Ok(out)
     }
 
+    /// [`eval`](Self::eval) without the blocking read: in the browser a WebGPU buffer can
+    /// only be read asynchronously. Other buffers are read as `eval` reads them.
+    pub async fn eval_async(
+        &mut self,
+        tokens: &[u32],
+        n_past: usize,
+        all_logits: bool,
+    ) -> Result<Vec<f32>, ModelError> {
+        let logits = self.eval_graph(tokens, n_past, all_logits)?.logits;
+        let mut out = vec![0f32; logits.nelements() as usize];
+        #[cfg(feature = "webgpu")]
+        if let Some(d) = logits.data() {
+            if let Some(buf) = d.buffer.as_any().downcast_ref::<crate::webgpu::WebGpuBuffer>() {
+                buf.read_async(d.offset, bytemuck::cast_slice_mut(&mut out)).await?;
+                return Ok(out);
+            }
+        }
+        logits.get_bytes(bytemuck::cast_slice_mut(&mut out), 0);
+        Ok(out)
+    }
+
     /// [`eval`](Self::eval) up to the computed graph, without reading the logits: the
     /// caller reads `logits` itself (in the browser, WebGPU memory only reads back
     /// asynchronously: `WebGpuBackend::read_tensor_async`).
@@ -604,6 +625,32 @@ impl Gpt2 {
             let logits = self.eval(chunk, n_past + done, all_logits)?;
             if all_logits || last_chunk {
                 out.extend_from_slice(&logits);
+            }
+            done += chunk.len();
+        }
+        Ok(out)
+    }
+
+    /// [`eval_prompt`](Self::eval_prompt) reading through [`eval_async`](Self::eval_async).
+    pub async fn eval_prompt_async(
+        &mut self,
+        tokens: &[u32],
+        n_past: usize,
+        all_logits: bool,
+    ) -> Result<Vec<f32>, ModelError> {
+        if n_past + tokens.len() > self.n_ctx() {
+            return Err(ModelError::ContextFull { needed: n_past + tokens.len(), n_ctx: self.n_ctx() });
+        }
+        let mut out = Vec::new();
+        let mut done = 0;
+        while done < tokens.len() {
+            let chunk = &tokens[done..(done + self.n_batch).min(tokens.len())];
+            let last_chunk = done + chunk.len() == tokens.len();
+            // Only the chunks whose logits are kept need a read; the others just compute.
+            if all_logits || last_chunk {
+                out.extend_from_slice(&self.eval_async(chunk, n_past + done, all_logits).await?);
+            } else {
+                self.eval_graph(chunk, n_past + done, all_logits)?;
             }
             done += chunk.len();
         }
