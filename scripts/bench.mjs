@@ -1,9 +1,12 @@
 // npm run bench: load a model in headless Chromium through the JS API and time it.
 //   BENCH_MODEL=/tests/fixtures/tiny-f16.gguf BENCH_TOKENS=64 BENCH_BACKEND=cpu npm run bench
-// BENCH_MODEL is a path on the demo server (web/, tests/fixtures/) or a full URL.
+// BENCH_MODEL is a path on the demo server (web/, tests/fixtures/, /shared-models/ for
+// ../shared/models, /dot-models/ for .models/) or a full URL.
 // Prints one JSON line: load ms, prompt tokens/s, generation tokens/s (greedy, fixed seed).
 import { chromium } from 'playwright-core';
-import { startServer } from './serve.mjs';
+import { existsSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { findModelsDir, startServer } from './serve.mjs';
 
 const model = process.env.BENCH_MODEL ?? '/tests/fixtures/tiny-f16.gguf';
 const tokens = Number(process.env.BENCH_TOKENS ?? 64);
@@ -11,7 +14,12 @@ const backend = process.env.BENCH_BACKEND ?? 'cpu';
 const worker = process.env.BENCH_WORKER !== '0';
 const prompt = process.env.BENCH_PROMPT ?? 'The quick brown fox jumps over the lazy dog. '.repeat(4);
 
-const server = await startServer({ port: 0 });
+const mounts = [];
+const shared = findModelsDir();
+if (shared) mounts.push(['/shared-models/', shared]);
+const dotModels = fileURLToPath(new URL('../.models', import.meta.url));
+if (existsSync(dotModels)) mounts.push(['/dot-models/', dotModels]);
+const server = await startServer({ port: 0, mounts });
 const browser = await chromium.launch({
   executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
   headless: true,

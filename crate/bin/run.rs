@@ -8,24 +8,30 @@ use ggweb::backend::Backend;
 use ggweb::cpu::CpuBackend;
 use ggweb::gguf::{GgufStreamReader, Limits, NullSink};
 use ggweb::model::gpt2::Gpt2Options;
-use ggweb::model::loader::{load_from_path, tokenizer_from_gguf, LoadedModel};
+use ggweb::model::loader::{load_from_path, load_from_path_split, tokenizer_from_gguf, LoadedModel};
 use ggweb::model::sampling::{Sampler, SamplingParams};
 use ggweb::tokenizer::Tokenizer;
+use ggweb::webgpu::{WebGpuBackend, WebGpuOptions};
 use serde_json::json;
 
 use crate::args::Args;
 
-pub const GENERATE_USAGE: &str = "ggweb generate --model M --prompt P [--n-predict N] [--temp T] [--top-k K] [--top-p P] [--repeat-penalty R] [--seed S] [--batch B] [--ctx C] [--threads T] [--json]";
-pub const LOGITS_USAGE: &str = "ggweb logits --model M --prompt P [--batch B] [--special]";
+pub const GENERATE_USAGE: &str = "ggweb generate --model M --prompt P [--n-predict N] [--temp T] [--top-k K] [--top-p P] [--repeat-penalty R] [--seed S] [--batch B] [--ctx C] [--threads T] [--backend cpu|webgpu] [--gpu-layers N] [--json]";
+pub const LOGITS_USAGE: &str =
+    "ggweb logits --model M --prompt P [--batch B] [--special] [--backend cpu|webgpu] [--gpu-layers N]";
 pub const TOKENIZE_USAGE: &str = "ggweb tokenize --model M [--special] [--decode]   (stdin: one JSON string, or with --decode one JSON array of ids, per line)";
-pub const BENCH_USAGE: &str =
-    "ggweb bench --model M [-p 128] [-n 64] [--threads T] [--batch B] [--reps R] [--profile] [--json]";
+pub const BENCH_USAGE: &str = "ggweb bench --model M [-p 128] [-n 64] [--threads T] [--batch B] [--reps R] [--backend cpu|webgpu] [--gpu-layers N] [--profile] [--json]";
 
 fn backend(args: &Args) -> Result<Rc<dyn Backend>, String> {
     let threads: usize = args.get(&["threads", "t"], 1)?;
     match args.str(&["backend"]).as_deref() {
         None | Some("cpu") => Ok(Rc::new(CpuBackend::new(threads))),
-        Some(other) => Err(format!("--backend {other}: this build runs 'cpu'")),
+        Some("webgpu") => {
+            let gpu = ggweb::webgpu::WebGpuBackend::new(ggweb::webgpu::WebGpuOptions::default())
+                .map_err(|e| format!("--backend webgpu: {e}"))?;
+            Ok(Rc::new(gpu))
+        }
+        Some(other) => Err(format!("--backend {other}: choose cpu or webgpu")),
     }
 }
 
@@ -40,7 +46,22 @@ fn load_on(args: &Args, backend: Rc<dyn Backend>) -> Result<LoadedModel, String>
         n_batch: args.get(&["batch", "b"], 32)?,
         n_threads: args.get(&["threads", "t"], 1)?,
     };
+    if let Some(n) = args.str(&["gpu-layers", "ngl"]) {
+        let n: usize = n.parse().map_err(|_| format!("--gpu-layers: cannot parse '{n}'"))?;
+        return load_split(args, &path, n, opts);
+    }
     load_from_path(&path, backend, opts).map_err(|e| e.to_string())
+}
+
+/// `--gpu-layers N`: the last N blocks (and the head; the embeddings too when N exceeds
+/// the block count) on WebGPU, the rest, and any op WebGPU lacks, on the CPU.
+fn load_split(args: &Args, path: &str, gpu_layers: usize, opts: Gpt2Options) -> Result<LoadedModel, String> {
+    if !matches!(args.str(&["backend"]).as_deref(), None | Some("webgpu")) {
+        return Err("--gpu-layers splits the model between webgpu and cpu: leave out --backend or pass webgpu".into());
+    }
+    let gpu = WebGpuBackend::new(WebGpuOptions::default()).map_err(|e| format!("--gpu-layers: WebGPU: {e}"))?;
+    let cpu = Rc::new(CpuBackend::new(opts.n_threads));
+    load_from_path_split(path, Rc::new(gpu), cpu, gpu_layers, opts).map_err(|e| e.to_string())
 }
 
 /// Seconds since the first call: the profiler's clock with several threads.
@@ -212,8 +233,11 @@ pub fn bench(argv: &[String]) -> Result<(), String> {
     let profile = args.flag("profile");
     let threads: usize = args.get(&["threads", "t"], 1)?;
     let path = args.required(&["model", "m"])?;
-    if args.str(&["backend"]).is_some_and(|b| b != "cpu") {
-        return Err("bench runs the 'cpu' backend".into());
+    // The profiler lives in the CPU backend: with WebGPU in the run there is nothing to time per op.
+    let cpu_only =
+        matches!(args.str(&["backend"]).as_deref(), None | Some("cpu")) && args.str(&["gpu-layers", "ngl"]).is_none();
+    if profile && !cpu_only {
+        return Err("--profile times the cpu backend's ops: leave out --backend webgpu and --gpu-layers".into());
     }
     let cpu = Rc::new(match (profile, threads) {
         (false, _) => CpuBackend::new(threads),
@@ -221,7 +245,7 @@ pub fn bench(argv: &[String]) -> Result<(), String> {
         (true, _) => CpuBackend::with_profiler(threads, clock),
     });
     let t_load = Instant::now();
-    let LoadedModel { mut model, .. } = load_on(&args, cpu.clone())?;
+    let LoadedModel { mut model, .. } = if cpu_only { load_on(&args, cpu.clone())? } else { load(&args)? };
     let load_s = t_load.elapsed().as_secs_f64();
     args.finish()?;
     if n_prompt + n_gen > model.n_ctx() {
@@ -278,6 +302,10 @@ pub fn bench(argv: &[String]) -> Result<(), String> {
                 "prompt_tok_s_all": pp, "gen_tok_s_all": tg,
                 "memory": { "weights": mem.weights, "kv": mem.kv, "compute": mem.compute },
                 "profile": if profile { json!({ "pp": pp_table.to_json(), "tg": tg_table.to_json() }) } else { json!(null) },
+                "memory_by_backend": model.memory_by_backend().iter().map(|m| json!({
+                    "backend": m.backend, "weights": m.weights, "kv": m.kv, "compute": m.compute,
+                })).collect::<Vec<_>>(),
+                "copies_per_token": model.sched.last_run().copies,
             })
         );
     } else {
@@ -287,6 +315,13 @@ pub fn bench(argv: &[String]) -> Result<(), String> {
         println!("| pp{n_prompt} | {pp_med:.2} | {pp_cpu_med:.2} |");
         println!("| tg{n_gen} | {tg_med:.2} | {tg_cpu_med:.2} |");
         println!("memory: weights {} B, kv {} B, compute {} B; load {:.3} s", mem.weights, mem.kv, mem.compute, load_s);
+        if model.sched.n_backends() > 1 {
+            for m in model.memory_by_backend() {
+                println!("  {}: weights {} B, kv {} B, compute {} B", m.backend, m.weights, m.kv, m.compute);
+            }
+            let r = model.sched.last_run();
+            println!("  last token: {} splits, {} copies ({} B)", r.splits, r.copies, r.copy_bytes);
+        }
         if profile {
             let clock = if threads == 1 { "thread CPU" } else { "wall" };
             println!("\nprofile pp{n_prompt}: {clock} ms per token by node class\n{}", pp_table.to_text());

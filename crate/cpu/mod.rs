@@ -65,6 +65,14 @@ impl BufferType for CpuBufferType {
     fn is_host(&self) -> bool {
         true
     }
+    /// One allocation is at most isize::MAX bytes (Rust's Layout rule: 2 GiB on wasm32);
+    /// larger weights are split over several buffers rather than refused.
+    fn max_size(&self) -> usize {
+        isize::MAX as usize - CPU_ALIGNMENT
+    }
+    fn budget(&self) -> Option<u64> {
+        crate::backend::host::address_space_left()
+    }
     fn alloc_buffer(&self, size: usize) -> Result<Rc<dyn Buffer>, BackendError> {
         Ok(Rc::new(HostBuffer::new(size, CPU_ALIGNMENT, "CPU")?))
     }
