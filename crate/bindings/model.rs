@@ -193,9 +193,11 @@ impl WasmLoader {
         // -1 means everything, as any count above n_layer does (the embeddings too).
         let gpu_layers = match map.get("gpuLayers") {
             None | Some(Value::Null) => None,
-            Some(v) if v.as_i64() == Some(-1) => Some(usize::MAX),
-            Some(v) if v.as_u64().is_some() => Some(usize::try_from(v.as_u64().unwrap_or(0)).unwrap_or(usize::MAX)),
-            Some(v) => return Err(invalid(format!("{WHAT}: gpuLayers must be an integer >= -1, got {v}"))),
+            Some(v) => match (v.as_i64(), v.as_u64()) {
+                (Some(-1), _) => Some(usize::MAX),
+                (_, Some(n)) => Some(usize::try_from(n).unwrap_or(usize::MAX)),
+                _ => return Err(invalid(format!("{WHAT}: gpuLayers must be an integer >= -1, got {v}"))),
+            },
         };
         Ok((backend, gpu_layers, Gpt2Options { n_ctx, n_batch: n_batch as usize, n_threads: 1 }))
     }
