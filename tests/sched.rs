@@ -188,3 +188,25 @@ fn cli_gpu_layers_needs_webgpu() {
         "ggweb: --gpu-layers splits the model between webgpu and cpu: leave out --backend or pass webgpu"
     );
 }
+
+/// `usize::MAX` (what the browser bindings pass for `gpuLayers: -1`) places like any count
+/// above n_layer: everything on the GPU, and no overflow in the layer arithmetic (block
+/// il goes up when il + gpu_layers >= n_layer).
+#[test]
+fn gpu_layers_usize_max_is_everything() {
+    let (_, bytes) = tiny_f32();
+    let want = run(&mut load_cpu(&bytes).model, 3);
+    let mut m = load_split(&bytes, fake_gpu(), usize::MAX).model;
+    let (n_layer, n_embd) = (m.hparams.n_layer, m.hparams.n_embd);
+    for il in 0..n_layer {
+        assert_eq!(weight_home(&m, &format!("blk.{il}.attn_qkv.weight")), "FAKE", "block {il}");
+    }
+    for name in ["token_embd.weight", "position_embd.weight", "output_norm.weight"] {
+        assert_eq!(weight_home(&m, name), "FAKE", "{name}");
+    }
+    let got = run(&mut m, 3);
+    assert!(got.logits == want.logits, "logits differ by {}", max_abs_diff(&got.logits, &want.logits));
+    assert_eq!(got.greedy, want.greedy);
+    let r = m.sched.last_run();
+    assert_eq!((r.splits, r.copies, r.copy_bytes), expected_token_split(n_layer + 1, n_layer, n_embd));
+}

@@ -268,6 +268,13 @@ mod model {
         let info: Value = serde_json::from_str(&m.info()).unwrap();
         assert_eq!(info["backend"], "webgpu");
         assert_eq!(info["backendNote"], Value::Null);
+        // No gpuLayers: the whole model on WebGPU alone, embeddings included; one token is
+        // one split, with nothing to copy.
+        let split = &info["split"];
+        assert_eq!(split["backends"], serde_json::json!(["WebGPU"]));
+        assert_eq!((&split["gpuLayers"], &split["embeddingsOnGpu"]), (&info["hparams"]["n_layer"], &Value::from(true)));
+        assert_eq!((&split["splits"], &split["copiesPerToken"]), (&Value::from(1), &Value::from(0)));
+        assert_eq!(split["bytesPerBackend"]["WebGPU"]["weights"], info["memory"]["weights"]);
         for (key, ids, greedy, row) in prompts() {
             let logits = ok(m.logits(ids.clone()).await);
             assert_eq!(logits.len(), row.len());

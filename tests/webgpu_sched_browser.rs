@@ -13,13 +13,16 @@
 
 use std::rc::Rc;
 
-use ggweb::backend::Backend;
+use ggweb::allocator::alloc_tensors;
+use ggweb::backend::{Backend, BackendError};
 use ggweb::cpu::CpuBackend;
 use ggweb::gguf::Limits;
 use ggweb::model::gpt2::{Gpt2, Gpt2Options};
 use ggweb::model::loader::{load_from_bytes, ModelLoader};
 use ggweb::model::sampling::argmax;
+use ggweb::sched::Sched;
 use ggweb::webgpu::{WebGpuBackend, WebGpuOptions};
+use ggweb::{Context, ContextParams, GgmlType, Graph};
 use wasm_bindgen_test::*;
 
 wasm_bindgen_test_configure!(run_in_browser);
@@ -90,5 +93,44 @@ async fn split_gpt2_matches_the_cpu_in_chromium() {
         assert_eq!((r.splits, r.copies), want_split, "gpu_layers {n}");
         let g = m.galloc();
         assert_eq!((g.n_reserves(), g.n_buffer_allocs()), (1, 2), "gpu_layers {n}: one reserve at load");
+    }
+}
+
+/// A split that hands GPU results to the CPU mid-graph cannot run in the browser: WebGPU
+/// memory reads back only asynchronously and a graph run cannot wait. The scheduler's copy
+/// says so as a typed error naming the tensor, instead of panicking in `get_bytes`.
+#[wasm_bindgen_test]
+async fn a_copy_from_webgpu_to_the_cpu_is_a_typed_error() {
+    let gpu: Rc<dyn Backend> = Rc::new(WebGpuBackend::new_async(WebGpuOptions::default()).await.unwrap());
+    let cpu: Rc<dyn Backend> = Rc::new(CpuBackend::new(1));
+    let ctx = Context::new(ContextParams { mem_size: 1 << 16, no_alloc: true });
+    let w = ctx.new_tensor_2d(GgmlType::F32, 2, 2); // a weight on the GPU
+    let _wbuf = alloc_tensors(&[w.clone()], &*gpu.buffer_type()).unwrap();
+    w.set_bytes(bytemuck::cast_slice(&[1f32, 0., 0., 2.]), 0);
+    let b = ctx.new_tensor_1d(GgmlType::F32, 2); // a weight on the CPU
+    let _bbuf = alloc_tensors(&[b.clone()], &*cpu.buffer_type()).unwrap();
+    b.set_bytes(bytemuck::cast_slice(&[1f32, 1.]), 0);
+    let x = ctx.new_tensor_1d(GgmlType::F32, 2);
+    x.set_input();
+    let y = ctx.mul_mat(&w, &x); // runs where w is
+    y.set_name("wx");
+    let z = ctx.add(&y, &b); // runs where b is, so wx must come back from the GPU
+    let mut gf = Graph::new();
+    gf.build_forward_expand(&z);
+    let mut sched = Sched::new(vec![gpu, cpu]).unwrap();
+    sched.alloc_graph(&gf).unwrap();
+    let names: Vec<&str> = sched.splits().iter().map(|s| sched.backend(s.backend).name()).collect();
+    assert_eq!(names, ["WebGPU", "CPU"]);
+    x.set_bytes(bytemuck::cast_slice(&[1f32, 1.]), 0);
+    match sched.graph_compute(&gf) {
+        Err(BackendError::Unsupported { node, reason }) => {
+            assert_eq!(node, "wx");
+            assert_eq!(
+                reason,
+                "copying it from WebGPU memory into 'CPU#wx' needs a synchronous read of device memory, \
+                 which the browser cannot do; only copies towards a device work there"
+            );
+        }
+        other => panic!("expected an Unsupported error for the copy of 'wx', got {other:?}"),
     }
 }

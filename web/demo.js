@@ -222,6 +222,21 @@ async function load() {
   }
 }
 
+/** "1 of 2 layers on WebGPU · 2 splits · 2 copies per token (512 B) · WebGPU: weights …" */
+function splitText(info) {
+  const s = info.split;
+  if (!s || typeof s !== 'object') return undefined;
+  const nLayer = info.hparams?.n_layer;
+  const gpu = s.backends?.find((b) => b !== 'CPU');
+  const where = gpu
+    ? `${s.gpuLayers} of ${nLayer} layers on ${gpu}${s.embeddingsOnGpu ? ' (embeddings too)' : ''}`
+    : 'all layers on the CPU';
+  const bytes = Object.entries(s.bytesPerBackend ?? {}).map(([b, m]) =>
+    `${b}: weights ${formatBytes(m.weights)}, KV ${formatBytes(m.kv)}, compute ${formatBytes(m.compute)}`);
+  return [where, `${s.splits} split${s.splits === 1 ? '' : 's'}`,
+    `${s.copiesPerToken} cop${s.copiesPerToken === 1 ? 'y' : 'ies'} per token (${formatBytes(s.copyBytesPerToken)})`, ...bytes].join(' · ');
+}
+
 function showInfo(info) {
   const rows = [];
   const add = (k, v) => { if (v !== undefined && v !== null && v !== '') rows.push([k, v]); };
@@ -235,11 +250,14 @@ function showInfo(info) {
     const total = parts.reduce((a, [, v]) => a + v, 0);
     add('memory plan', parts.map(([k, v]) => `${k} ${formatBytes(v)}`).join(' · ') + ` · total ${formatBytes(total)}`);
   }
+  add('split', splitText(info));
+  add('backend note', info.backendNote);
   add('file', `${formatBytes(info.load.bytes)} (${info.load.via}${info.load.cached ? ', now cached' : ''})`);
   el.infoList.replaceChildren(...rows.flatMap(([k, v]) => {
     const dt = document.createElement('dt');
     dt.textContent = k;
     const dd = document.createElement('dd');
+    dd.dataset.key = k;
     dd.textContent = String(v);
     return [dt, dd];
   }));

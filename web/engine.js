@@ -262,27 +262,36 @@ export class Engine {
     if (!this.model) throw new GgwebError('invalid', `${what}: no model is loaded`);
   }
 
-  /** Resolves the backend the caller asked for against what this browser and module have. */
+  /**
+   * Resolves the backend the caller asked for against what this browser and module have:
+   * { backend, note } where note says why "auto" fell back to the CPU. With navigator.gpu
+   * present, "auto" is left to WasmLoader.create, which asks for the adapter itself and
+   * says why it fell back (info().backendNote and a console warning).
+   */
   async _pickBackend(backend) {
     const gpu = typeof navigator !== 'undefined' ? navigator.gpu : undefined;
-    if (backend === 'cpu') return 'cpu';
+    if (backend === 'cpu') return { backend: 'cpu' };
+    const fallback = (why) => {
+      const note = `backend "auto": ${why}; running on the CPU`;
+      console.warn(`ggweb: ${note}`);
+      return { backend: 'cpu', note };
+    };
     if (backend === 'auto' && typeof this.core?.available_backends === 'function') {
       let have = [];
       try { have = JSON.parse(this.core.available_backends()); } catch { /* treat as CPU only */ }
-      if (!have.includes('webgpu')) return 'cpu';
+      if (!have.includes('webgpu')) return fallback('this build of the wasm module has no WebGPU backend');
     }
     if (!gpu) {
-      if (backend === 'auto') return 'cpu';
+      if (backend === 'auto') return fallback('WebGPU is not available here (navigator.gpu is missing)');
       throw new GgwebError('unsupported', 'WebGPU is not available here (navigator.gpu is missing); use backend "cpu"');
     }
-    if (backend === 'auto') {
-      try {
-        return (await gpu.requestAdapter()) ? 'webgpu' : 'cpu';
-      } catch {
-        return 'cpu';
-      }
+    if (backend === 'auto' && typeof this.core?.WasmLoader?.create !== 'function') {
+      // An older module: its constructor would take "auto" as the CPU, so ask here.
+      let adapter = null;
+      try { adapter = await gpu.requestAdapter(); } catch { /* none */ }
+      return adapter ? { backend: 'webgpu' } : fallback('no WebGPU adapter');
     }
-    return 'webgpu';
+    return { backend };
   }
 
   /**
@@ -304,7 +313,8 @@ export class Engine {
     try {
       if (signal?.aborted) throw abortedError('loading the model');
       this.core = await loadCore(this.coreUrl);
-      loaderOpts.backend = await this._pickBackend(loaderOpts.backend);
+      const picked = await this._pickBackend(loaderOpts.backend);
+      loaderOpts.backend = picked.backend;
       if (typeof this.core.WasmLoader !== 'function') {
         throw new GgwebError('unsupported', `the wasm module at ${this.coreUrl} has no WasmLoader (built before the model bindings existed?)`);
       }
@@ -317,7 +327,7 @@ export class Engine {
           ? await this.core.WasmLoader.create(json)
           : new this.core.WasmLoader(json);
       } catch (e) {
-        throw toGgwebError(e, 'invalid', 'WasmLoader options');
+        throw toGgwebError(e, 'invalid', e?.code === 'unsupported' ? 'opening the backend' : 'WasmLoader options');
       }
       const what = source.url ?? (source.name ? `file ${source.name}` : 'the model stream');
       let loaded = 0;
@@ -374,9 +384,12 @@ export class Engine {
       }
       ok = true;
       const cached = source.cacheDone ? await source.cacheDone(true) : false;
+      // "auto" is resolved by WasmLoader.create: the backend it picked is info.backend.
+      const backend = info.backend ?? loaderOpts.backend;
       this.info = {
         ...info,
-        load: { bytes: loaded, ms: Math.round(now() - t0), via: source.via, cached, backend: loaderOpts.backend },
+        backendNote: info.backendNote ?? picked.note ?? null,
+        load: { bytes: loaded, ms: Math.round(now() - t0), via: source.via, cached, backend },
       };
       emit({ loaded, total: loaded, phase: 'ready' });
       return this.info;

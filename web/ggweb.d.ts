@@ -56,9 +56,13 @@ export interface LoadProgress {
 export type ModelSource = string | URL | Blob | File | ReadableStream<Uint8Array> | Response | ArrayBuffer | ArrayBufferView;
 
 export interface LoadOptions {
-  /** 'cpu' (default), 'webgpu', or 'auto' (WebGPU when an adapter exists, else CPU). */
+  /** 'cpu' (default), 'webgpu' (fails with code 'unsupported' and the reason where there is
+   *  no adapter), or 'auto' (WebGPU when an adapter exists, else the CPU: see
+   *  ModelInfo.backendNote). */
   backend?: 'cpu' | 'webgpu' | 'auto';
-  /** Layers to put on the GPU with backend 'webgpu' (-1: all). */
+  /** With 'webgpu' or 'auto': split the model by layer. Blocks n_layer-N .. n_layer-1 and the
+   *  output head on WebGPU, the rest on the CPU; the embeddings only when N > n_layer; -1:
+   *  everything. Omitted: the whole model on WebGPU alone. Ignored on the CPU. */
   gpuLayers?: number;
   /** Context length in tokens (default: the model's, capped by the runtime). */
   nCtx?: number;
@@ -123,6 +127,10 @@ export interface ModelInfo {
   backend?: string;
   /** Bytes planned per use. */
   memory?: { weights?: number; kv?: number; compute?: number; [k: string]: number | undefined };
+  /** Where the model runs and what crosses between backends. */
+  split?: ModelSplit;
+  /** Why `backend` is not the one asked for ('auto' without WebGPU), or null. */
+  backendNote?: string | null;
   /** Vocabulary size and special token ids (null when the model has none). */
   tokenizer?: { n_vocab: number; bos: number | null; eos: number | null };
   /** The wasm instance's linear memory in bytes: below the heap (static data and stack),
@@ -138,6 +146,28 @@ export interface ModelInfo {
     worker: boolean;
   };
   [key: string]: unknown;
+}
+
+export interface BackendBytes {
+  weights: number;
+  kv: number;
+  compute: number;
+}
+
+export interface ModelSplit {
+  /** Transformer blocks on the GPU (0 .. n_layer): the last ones. */
+  gpuLayers: number;
+  /** Token and position embeddings on the GPU (gpuLayers > n_layer, or -1). */
+  embeddingsOnGpu: boolean;
+  /** Backend names in priority order, e.g. ['WebGPU', 'CPU']. */
+  backends: string[];
+  /** Runs of consecutive nodes on one backend in the graph of one token. */
+  splits: number;
+  /** Tensors copied between backends per token, and their bytes. */
+  copiesPerToken: number;
+  copyBytesPerToken: number;
+  /** Bytes per backend name. */
+  bytesPerBackend: Record<string, BackendBytes>;
 }
 
 export declare class Model {

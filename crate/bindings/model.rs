@@ -32,7 +32,7 @@ use super::{js_error, wasm_memory_bytes};
 use crate::backend::{Backend, BackendError};
 use crate::cpu::CpuBackend;
 use crate::gguf::Limits;
-use crate::model::gpt2::{Gpt2, Gpt2Options};
+use crate::model::gpt2::{BackendMemory, Gpt2, Gpt2Options};
 use crate::model::loader::ModelLoader;
 use crate::model::sampling::{Sampler, SamplingParams};
 use crate::model::ModelError;
@@ -136,10 +136,34 @@ pub struct WasmLoader {
     backend: &'static str,
     /// Why `backend` is not the one asked for ("auto" without a WebGPU adapter), for `info()`.
     backend_note: Option<String>,
+    placement: Placement,
     /// `wasm_memory_bytes()` when this loader was made, for the memory report in `info()`.
     memory_at_start: f64,
     /// Where `feed` copies each piece of a JS chunk.
     scratch: Vec<u8>,
+}
+
+/// Where the weights go.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Placement {
+    /// All on the CPU.
+    Cpu,
+    /// All on WebGPU, the only backend (no `gpuLayers` given).
+    Gpu,
+    /// `gpuLayers`: the last N blocks on WebGPU, the rest on the CPU, run by the scheduler.
+    Split(usize),
+}
+
+/// How the model is split, for `info().split`: measured on the graph of one token.
+struct SplitInfo {
+    /// Blocks on the GPU (0..=n_layer).
+    gpu_layers: usize,
+    embeddings_on_gpu: bool,
+    backends: Vec<String>,
+    splits: usize,
+    copies: usize,
+    copy_bytes: usize,
+    by_backend: Vec<BackendMemory>,
 }
 
 impl WasmLoader {
@@ -148,9 +172,10 @@ impl WasmLoader {
         self.loader.feed(bytes).map_err(|e| model_error("", e))
     }
 
-    /// Checks `opts_json`; returns the backend asked for ("cpu", "webgpu" or "auto") and the
-    /// model options.
-    fn parse_options(opts_json: &str) -> Result<(&'static str, Gpt2Options), JsValue> {
+    /// Checks `opts_json`; returns the backend asked for ("cpu", "webgpu" or "auto"), the
+    /// GPU layers asked for (None: not given; -1 is `usize::MAX`, everything) and the model
+    /// options.
+    fn parse_options(opts_json: &str) -> Result<(&'static str, Option<usize>, Gpt2Options), JsValue> {
         const WHAT: &str = "WasmLoader options";
         let map = parse_object(WHAT, opts_json, &["nCtx", "nBatch", "backend", "gpuLayers"])?;
         let backend = match map.get("backend") {
@@ -165,13 +190,16 @@ impl WasmLoader {
         let limit = u32::MAX as u64;
         let n_ctx = opt_uint(&map, WHAT, "nCtx", 1, limit)?.unwrap_or(0) as usize;
         let n_batch = opt_uint(&map, WHAT, "nBatch", 1, limit)?.unwrap_or(Gpt2Options::default().n_batch as u64);
-        // -1 means "all layers"; both backends hold the whole model, so it places nothing yet.
-        match map.get("gpuLayers") {
-            None | Some(Value::Null) => {}
-            Some(v) if v.as_i64().is_some_and(|n| n >= -1) => {}
-            Some(v) => return Err(invalid(format!("{WHAT}: gpuLayers must be an integer >= -1, got {v}"))),
-        }
-        Ok((backend, Gpt2Options { n_ctx, n_batch: n_batch as usize, n_threads: 1 }))
+        // -1 means everything, as any count above n_layer does (the embeddings too).
+        let gpu_layers = match map.get("gpuLayers") {
+            None | Some(Value::Null) => None,
+            Some(v) => match (v.as_i64(), v.as_u64()) {
+                (Some(-1), _) => Some(usize::MAX),
+                (_, Some(n)) => Some(usize::try_from(n).unwrap_or(usize::MAX)),
+                _ => return Err(invalid(format!("{WHAT}: gpuLayers must be an integer >= -1, got {v}"))),
+            },
+        };
+        Ok((backend, gpu_layers, Gpt2Options { n_ctx, n_batch: n_batch as usize, n_threads: 1 }))
     }
 
     fn with_backend(
@@ -180,13 +208,26 @@ impl WasmLoader {
         note: Option<String>,
         opts: Gpt2Options,
     ) -> WasmLoader {
+        let placement = if name == "cpu" { Placement::Cpu } else { Placement::Gpu };
+        Self::with_loader(ModelLoader::new(backend, opts, Limits::default(), None), name, note, placement)
+    }
+
+    fn with_loader(loader: ModelLoader, name: &'static str, note: Option<String>, placement: Placement) -> WasmLoader {
         WasmLoader {
-            loader: ModelLoader::new(backend, opts, Limits::default(), None),
+            loader,
             backend: name,
             backend_note: note,
+            placement,
             memory_at_start: wasm_memory_bytes(),
             scratch: Vec::new(),
         }
+    }
+
+    /// The last `gpu_layers` blocks on `gpu`, the rest on the CPU ([`ModelLoader::new_split`]).
+    fn split(gpu: Rc<dyn Backend>, gpu_layers: usize, opts: Gpt2Options) -> WasmLoader {
+        let cpu: Rc<dyn Backend> = Rc::new(CpuBackend::new(1));
+        let loader = ModelLoader::new_split(gpu, cpu, gpu_layers, opts, Limits::default(), None);
+        Self::with_loader(loader, "webgpu", None, Placement::Split(gpu_layers))
     }
 }
 
@@ -198,7 +239,7 @@ impl WasmLoader {
     /// the CPU here, and "webgpu" is refused (`unsupported`) in favour of `WasmLoader.create`.
     #[wasm_bindgen(constructor)]
     pub fn new(opts_json: &str) -> Result<WasmLoader, JsValue> {
-        let (asked, opts) = Self::parse_options(opts_json)?;
+        let (asked, _, opts) = Self::parse_options(opts_json)?;
         if asked == "webgpu" {
             return Err(js_error(
                 "unsupported",
@@ -212,13 +253,21 @@ impl WasmLoader {
     /// constructor, and it opens a WebGPU device for "webgpu" and "auto". Without an adapter
     /// "webgpu" fails (`unsupported`, with the reason) and "auto" falls back to the CPU,
     /// saying why on the console and in `info().backendNote`.
+    ///
+    /// `gpuLayers: N` (with "webgpu" or "auto") splits the model: blocks n_layer-N ..
+    /// n_layer-1 and the head on WebGPU, the rest (and the embeddings unless N > n_layer;
+    /// -1 means everything) on the CPU, each layer's KV cache with its weights. Without it
+    /// the whole model is on WebGPU alone. The CPU backend ignores it.
     pub async fn create(opts_json: String) -> Result<WasmLoader, JsValue> {
-        let (asked, opts) = Self::parse_options(&opts_json)?;
+        let (asked, gpu_layers, opts) = Self::parse_options(&opts_json)?;
         if asked == "cpu" {
             return Ok(Self::with_backend(Rc::new(CpuBackend::new(1)), "cpu", None, opts));
         }
         match WebGpuBackend::new_async(WebGpuOptions::default()).await {
-            Ok(gpu) => Ok(Self::with_backend(Rc::new(gpu), "webgpu", None, opts)),
+            Ok(gpu) => Ok(match gpu_layers {
+                Some(n) => Self::split(Rc::new(gpu), n, opts),
+                None => Self::with_backend(Rc::new(gpu), "webgpu", None, opts),
+            }),
             Err(e) if asked == "auto" => {
                 let note = format!("backend \"auto\": WebGPU is not usable ({e}); running on the CPU");
                 web_sys::console::warn_1(&JsValue::from_str(&format!("ggweb: {note}")));
@@ -266,17 +315,67 @@ impl WasmLoader {
     /// Checks that the stream was complete and builds the model (KV cache, compute buffer).
     /// Consumes the loader whatever the outcome.
     pub fn finish(self) -> Result<WasmModel, JsValue> {
-        let loaded = self.loader.finish().map_err(|e| model_error("", e))?;
+        let mut loaded = self.loader.finish().map_err(|e| model_error("", e))?;
+        let split = split_info(&mut loaded.model, self.placement)?;
         Ok(WasmModel {
             model: loaded.model,
             tokenizer: loaded.tokenizer,
             backend: self.backend,
             backend_note: self.backend_note,
+            split,
             memory_at_start: self.memory_at_start,
             memory_after_load: wasm_memory_bytes(),
             gen: None,
         })
     }
+}
+
+/// Splits the graphs of one token and of a full batch (without running them) to report
+/// the split, and refuses one that copies from device memory to the host: in the browser
+/// a WebGPU buffer reads back only asynchronously, and the scheduler's copies are
+/// synchronous. (GPT-2's splits only copy towards the GPU: its CPU part comes first.)
+fn split_info(model: &mut Gpt2, placement: Placement) -> Result<SplitInfo, JsValue> {
+    let n_layer = model.hparams.n_layer;
+    let what = |n: usize| format!("planning the split of a {n}-token graph");
+    let mut plans = Vec::new();
+    for n in [1, model.n_batch] {
+        model.plan_split(0, n).map_err(|e| model_error(&what(n), e))?;
+        let sched = &model.sched;
+        for c in sched.copies() {
+            let from = sched.assignment(&c.src).map_or(sched.n_backends() - 1, |a| a.backend);
+            let (src_buft, dst_buft) = (sched.backend(from).buffer_type(), sched.backend(c.backend).buffer_type());
+            if !src_buft.is_host() && dst_buft.is_host() {
+                return Err(js_error(
+                    "unsupported",
+                    format!(
+                        "{}: '{}' would be copied from {} to {} memory, a synchronous read of device \
+                         memory the browser cannot do; choose another gpuLayers",
+                        what(n),
+                        c.src.name(),
+                        sched.backend(from).name(),
+                        sched.backend(c.backend).name()
+                    ),
+                ));
+            }
+        }
+        let (copies, copy_bytes) = sched.copies_per_run();
+        plans.push((sched.splits().len(), copies, copy_bytes));
+    }
+    let (gpu_layers, embeddings_on_gpu) = match placement {
+        Placement::Cpu => (0, false),
+        Placement::Gpu => (n_layer, true),
+        Placement::Split(n) => (n.min(n_layer), n > n_layer),
+    };
+    let (splits, copies, copy_bytes) = plans[0];
+    Ok(SplitInfo {
+        gpu_layers,
+        embeddings_on_gpu,
+        backends: model.sched.backends().iter().map(|b| b.name().to_string()).collect(),
+        splits,
+        copies,
+        copy_bytes,
+        by_backend: model.memory_by_backend(),
+    })
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -325,12 +424,34 @@ pub struct WasmModel {
     tokenizer: Tokenizer,
     backend: &'static str,
     backend_note: Option<String>,
+    split: SplitInfo,
     memory_at_start: f64,
     memory_after_load: f64,
     gen: Option<Generation>,
 }
 
 impl WasmModel {
+    fn split_json(&self) -> String {
+        let s = &self.split;
+        let n = |x: usize| x.to_string();
+        let by: Vec<(&str, String)> = s
+            .by_backend
+            .iter()
+            .map(|m| {
+                (m.backend.as_str(), obj(&[("weights", n(m.weights)), ("kv", n(m.kv)), ("compute", n(m.compute))]))
+            })
+            .collect();
+        obj(&[
+            ("gpuLayers", n(s.gpu_layers)),
+            ("embeddingsOnGpu", s.embeddings_on_gpu.to_string()),
+            ("backends", Value::from(s.backends.clone()).to_string()),
+            ("splits", n(s.splits)),
+            ("copiesPerToken", n(s.copies)),
+            ("copyBytesPerToken", n(s.copy_bytes)),
+            ("bytesPerBackend", obj(&by)),
+        ])
+    }
+
     /// The first id outside the vocabulary, as an error naming it and its index.
     fn check_ids(&self, what: &str, ids: &[u32]) -> Result<(), JsValue> {
         let n_vocab = self.model.hparams.n_vocab;
@@ -545,9 +666,11 @@ impl WasmModel {
         self.tokenizer.eos().map_or(-1, |t| t as i32)
     }
 
-    /// JSON: `{ arch, hparams, backend, memory: { weights, kv, compute }, tokenizer,
-    /// wasmMemory: { heapBase, atLoaderStart, afterLoad, now } }` (bytes; see
-    /// `wasm_heap_base`, `wasm_memory_bytes`).
+    /// JSON: `{ arch, hparams, backend, memory: { weights, kv, compute }, split, tokenizer,
+    /// wasmMemory: { heapBase, atLoaderStart, afterLoad, now }, backendNote }` (bytes; see
+    /// `wasm_heap_base`, `wasm_memory_bytes`). `split`: `{ gpuLayers, embeddingsOnGpu,
+    /// backends, splits, copiesPerToken, copyBytesPerToken, bytesPerBackend: { [name]:
+    /// { weights, kv, compute } } }`, the splits and copies of the graph of one token.
     pub fn info(&self) -> String {
         let hp = &self.model.hparams;
         let plan = self.model.memory_plan();
@@ -572,6 +695,7 @@ impl WasmModel {
             ),
             ("backend", Value::from(self.backend).to_string()),
             ("memory", obj(&[("weights", n(plan.weights)), ("kv", n(plan.kv)), ("compute", n(plan.compute))])),
+            ("split", self.split_json()),
             (
                 "tokenizer",
                 obj(&[

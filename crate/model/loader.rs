@@ -240,7 +240,8 @@ impl ModelLoader {
 
     /// The model split layer by layer: the last `gpu_layers` blocks' weights (and their KV
     /// cache) in `gpu`'s memory, the rest on `cpu` ([`weight_on_gpu`]: the embeddings move
-    /// only when `gpu_layers > n_layer`, the head whenever a block does). Graphs run
+    /// only when `gpu_layers > n_layer`, the head whenever a block does; `usize::MAX` is
+    /// everything). Graphs run
     /// through the scheduler over both; ops the GPU lacks run on the CPU.
     pub fn new_split(
         gpu: Rc<dyn Backend>,
@@ -254,7 +255,10 @@ impl ModelLoader {
         let (gpu_buft, cpu_buft) = (gpu.buffer_type(), cpu.buffer_type());
         let seen = n_layer.clone();
         let place = BufferLoader::with_placement(move |info| {
-            if weight_on_gpu(&info.name, seen.get(), gpu_layers) {
+            // Any count above n_layer means the same (everything); clamped so that no count
+            // (usize::MAX for "all") overflows the layer arithmetic.
+            let n_layer = seen.get();
+            if weight_on_gpu(&info.name, n_layer, gpu_layers.min(n_layer.saturating_add(1))) {
                 gpu_buft.clone()
             } else {
                 cpu_buft.clone()

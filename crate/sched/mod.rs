@@ -750,6 +750,19 @@ fn copy_bytes(src: &Tensor, dst: &Tensor, scratch: &mut Vec<u8>) -> Result<usize
             )))
         }
     };
+    // In the browser device memory (WebGPU) reads back only asynchronously, and a graph run
+    // cannot wait: `get_bytes` there would panic. A typed error instead.
+    if cfg!(target_arch = "wasm32") && s.buffer.host_base().is_none() {
+        return Err(BackendError::Unsupported {
+            node: src.name(),
+            reason: format!(
+                "copying it from {} memory into '{}' needs a synchronous read of device memory, \
+                 which the browser cannot do; only copies towards a device work there",
+                s.buffer.buffer_type_name(),
+                dst.name()
+            ),
+        });
+    }
     if let Some(base) = s.buffer.host_base() {
         // SAFETY: the tensor lies inside its buffer (checked when placed); the two buffers
         // are distinct allocations, so the slice does not alias the destination.

@@ -153,6 +153,35 @@ test('with the real wasm: load the tiny GPT-2 by URL, generate HF\'s greedy text
   await page.close();
 });
 
+test('the GPU-layers slider splits the model: the page shows the split from info()', async () => {
+  assert.ok(MODELS_DIR, 'the shared models are needed: set GGWEB_MODELS_DIR');
+  const { page, problems } = await openPage(browser, `${server.url}?model=/shared-models/tiny-gpt2-f32.gguf`);
+  await page.waitForSelector('body[data-ready="1"]');
+  assert.equal(await page.evaluate(() => !!navigator.gpu), true, 'headless Chromium with --enable-unsafe-webgpu');
+  await page.selectOption('#backend', 'webgpu');
+  await page.fill('#n-ctx', '16');
+  // Each load replaces the last; the status line changes from "Loaded" only when it is done.
+  const load = async (layers) => {
+    await page.fill('#gpu-layers', String(layers));
+    await page.evaluate(() => { document.getElementById('load-status').textContent = ''; });
+    await page.click('#load-btn');
+    await page.waitForFunction(() => /^Loaded |failed/.test(document.getElementById('load-status').textContent));
+    assert.equal(await page.isHidden('#error'), true, `error shown: ${await page.textContent('#error')}`);
+    return page.textContent('dd[data-key="split"]');
+  };
+  // n_embd 64, n_ctx 16: a layer's KV cache is 2 x 64 x 16 x 4 B = 8 KiB.
+  assert.match(await load(1), /^1 of 2 layers on WebGPU · 2 splits · 2 copies per token \(512 B\) · WebGPU: weights 12\.5 MiB, KV 8\.0 KiB, compute [\d.]+ MiB · CPU: weights 12\.5 MiB, KV 8\.0 KiB, compute [\d.]+ KiB$/);
+  assert.equal(await page.textContent('#gpu-layers-out'), '1');
+  assert.match(await page.textContent('#load-status'), /, WEBGPU, in a Web Worker\.$/);
+  assert.match(await load(0), /^0 of 2 layers on WebGPU · 1 split · 0 copies per token \(0 B\) · WebGPU: weights 0 B, KV 0 B, compute 0 B · CPU: weights 25\.0 MiB, KV 16\.0 KiB, compute [\d.]+ MiB$/);
+  // The slider's end is "all": everything on the GPU, the token ids and positions copied up.
+  const max = await page.getAttribute('#gpu-layers', 'max');
+  assert.match(await load(max), /^2 of 2 layers on WebGPU \(embeddings too\) · 1 split · 2 copies per token \(8 B\) · WebGPU: weights 25\.0 MiB, KV 16\.0 KiB, compute [\d.]+ MiB · CPU: weights 0 B, KV 0 B, compute 128 B$/);
+  assert.equal(await page.textContent('#gpu-layers-out'), 'all');
+  assert.deepEqual(real(problems), []);
+  await page.close();
+});
+
 test('the offline "tiny test model" (tests/fixtures/tiny-f16.gguf) gives the fixture\'s greedy text', async () => {
   // tests/fixtures/tiny.ref.json (make_fixtures.py): Hugging Face on this GGUF's own weights.
   const ref = JSON.parse(readFileSync(`${ROOT}tests/fixtures/tiny.ref.json`, 'utf8'));
