@@ -79,7 +79,7 @@ def main():
                 logits[mf.EOT_ID] = -float("inf")
                 nxt = int(torch.argmax(logits))
                 gen.append(nxt)
-                out_ = model(input_ids=torch.tensor([[nxt]]), past_key_values=out_.past_key_values, use_cache=True)
+                out_ = model(input_ids=torch.tensor([[nxt]]), cache=out_.cache, use_cache=True)  # transformers 5.x
         info = {"seed": mf.SEED, "shape": "124m", "gguf_checked": Path(args.gguf).name,
                 "torch": torch.__version__, "prompt_ids": ids, "greedy_ids": gen,
                 "greedy_text": tok.decode(gen)}

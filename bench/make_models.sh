@@ -37,8 +37,8 @@ if [ ! -x "$PY_DIR/bin/python" ] || ! "$PY_DIR/bin/python" -c 'import torch, tra
     python3 -m venv "$PY_DIR"
     "$PY_DIR/bin/pip" install -q -r "$req"
 fi
-ONNX_REQ=(optimum-onnx==0.1.0 "transformers==4.57.6" torch accelerate onnx onnxruntime)
-if [ ! -x "$ONNX_DIR/bin/python" ] || ! "$ONNX_DIR/bin/python" -c 'import optimum.exporters.onnx, onnxruntime, accelerate' 2>/dev/null; then
+ONNX_REQ=(optimum-onnx==0.1.0 optimum==2.1.0 transformers==4.57.6 torch==2.15.0 accelerate==1.15.0 onnx==1.23.2 onnxruntime==1.32.0 onnx-ir==1.1.0)
+if [ ! -x "$ONNX_DIR/bin/python" ] || ! "$ONNX_DIR/bin/python" -c 'import optimum.exporters.onnx, onnxruntime, accelerate, onnx_ir' 2>/dev/null; then
     log "creating $ONNX_DIR: ${ONNX_REQ[*]}"
     python3 -m venv "$ONNX_DIR"
     "$ONNX_DIR/bin/pip" install -q "${ONNX_REQ[@]}"
