@@ -55,14 +55,47 @@ def quantize_q8(src: Path, dst: Path):
                      op_types_to_quantize=["MatMul", "Gemm"])
 
 
+def gemm_to_matmul(model) -> int:
+    """GPT-2's Conv1D layers export as Gemm (torch.addmm), which MatMulNBits quantization skips:
+    rewrite each Gemm(A, B, C) with constant B, no transposes and unit alpha/beta as MatMul + Add."""
+    import onnx
+    from onnx import helper
+
+    inits = {i.name for i in model.graph.initializer}
+    nodes, n = [], 0
+    for node in model.graph.node:
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        plain = (attrs.get("alpha", 1.0) == 1.0 and attrs.get("beta", 1.0) == 1.0
+                 and not attrs.get("transA", 0) and not attrs.get("transB", 0))
+        if node.op_type == "Gemm" and plain and len(node.input) == 3 and node.input[1] in inits:
+            mid = node.output[0] + "_matmul"
+            nodes.append(helper.make_node("MatMul", [node.input[0], node.input[1]], [mid], name=node.name + "_MatMul"))
+            nodes.append(helper.make_node("Add", [mid, node.input[2]], [node.output[0]], name=node.name + "_Add"))
+            n += 1
+        else:
+            nodes.append(node)
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    onnx.checker.check_model(model)
+    return n
+
+
 def quantize_q4(src: Path, dst: Path):
     import onnx
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
     model = onnx.load(str(src))
+    n = gemm_to_matmul(model)
     q = MatMulNBitsQuantizer(model, block_size=32, is_symmetric=True)
     q.process()
     q.model.save_model_to_file(str(dst), use_external_data_format=False)
+    out = onnx.load(str(dst), load_external_data=False)
+    nbits = sum(1 for x in out.graph.node if x.op_type == "MatMulNBits")
+    left = [x.name for x in out.graph.node if x.op_type in ("MatMul", "Gemm") and
+            any(i in {t.name for t in out.graph.initializer} for i in x.input)]
+    print(f"  q4: {n} Gemm rewritten as MatMul+Add, {nbits} MatMulNBits, constant MatMul/Gemm left: {left}")
+    if nbits < 4 * 12:
+        sys.exit("error: q4 quantization left the layer matmuls unquantized")
 
 
 def check(model_dir: Path, hf: Path):

@@ -30,7 +30,7 @@ function summarize(reps, extra) {
 async function ggweb(cfg) {
   const { Model } = await import('/ggweb/ggweb.js');
   const t0 = now();
-  const m = await Model.load(cfg.model, { backend: cfg.backend ?? 'cpu', worker: true, nCtx: cfg.nCtx ?? 256, nBatch: cfg.nCtx ?? 256 });
+  const m = await Model.load(cfg.model, { backend: cfg.backend ?? 'cpu', worker: true, nCtx: cfg.nCtx, nBatch: cfg.nCtx });
   const loadMs = now() - t0;
   const gen = async (maxTokens) => {
     const r = { ids: [], text: '' };
@@ -65,7 +65,7 @@ async function wllama(cfg) {
   const w = new Wllama({ default: '/node_modules/@wllama/wllama/esm/wasm/wllama.wasm' }, { suppressNativeLog: true });
   const t0 = now();
   await w.loadModelFromUrl(new URL(cfg.model, location.href).href, {
-    n_threads: cfg.threads, n_gpu_layers: 0, n_ctx: cfg.nCtx ?? 256, n_batch: 512, useCache: false,
+    n_threads: cfg.threads, n_gpu_layers: 0, ...(cfg.nCtx ? { n_ctx: cfg.nCtx } : {}), n_batch: 512, useCache: false,
   });
   const loadMs = now() - t0;
   // The stream has one chunk per token (text only, no ids; a character split across tokens

@@ -27,6 +27,9 @@ pub mod quants;
 pub mod tensor;
 pub mod tokenizer;
 pub mod types;
+/// The WebGPU backend (std builds; a typed `Unavailable` error without the `webgpu` feature).
+#[cfg(feature = "std")]
+pub mod webgpu;
 
 pub use graph::Graph;
 pub use tensor::{Context, ContextParams, Op, Tensor};

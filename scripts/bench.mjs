@@ -5,6 +5,10 @@
 //   node scripts/bench.mjs                 # every row (models must exist: bash bench/make_models.sh)
 //   node scripts/bench.mjs --update-md     # also rewrite the "Browser, side by side" part of BENCHMARKS.md
 //   node scripts/bench.mjs --serve         # just serve the bench page (PORT=8090) to run rows by hand
+//   BENCH_MODEL=/tests/fixtures/tiny-f16.gguf node scripts/bench.mjs
+//                                          # one ggweb row on any model the server has (web/, /tests/fixtures/,
+//                                          # /shared-models/ = ../shared/models, /dot-models/ = .models/) or a
+//                                          # full URL; prints one JSON line (BENCH_BACKEND=cpu|webgpu)
 //
 // Environment:
 //   BENCH_ONLY=regex       rows whose key (runtime/dtype/threads/backend, e.g. "wllama/q8_0/t2/cpu") matches
@@ -21,7 +25,7 @@ import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { cpus } from 'node:os';
 import { createRequire } from 'node:module';
-import { startServer } from './serve.mjs';
+import { findModelsDir, startServer } from './serve.mjs';
 
 const gpt2Decode = createRequire(import.meta.url)('gpt-3-encoder').decode;
 
@@ -56,8 +60,11 @@ const mounts = [
   ['/bench/', join(ROOT, 'bench')],
   ['/node_modules/', join(ROOT, 'node_modules')],
   ['/models/', MODELS],
+  ['/dot-models/', MODELS],
   ['/ggweb/', GGWEB_WEB],
 ];
+const shared = findModelsDir();
+if (shared) mounts.push(['/shared-models/', shared]);
 
 if (args.has('--serve')) {
   const s = await startServer({ port: Number(env.PORT ?? 8090), mounts, quiet: !env.VERBOSE });
@@ -92,6 +99,10 @@ function rows(webgpu) {
     }
   }
   for (const r of out) r.key = `${r.runtime}/${r.dtype}/t${r.threads}/${r.backend}`;
+  if (env.BENCH_MODEL) {
+    const backend = env.BENCH_BACKEND ?? 'cpu';
+    return [{ runtime: 'ggweb', dtype: '?', cls: '?', threads: 1, backend, model: env.BENCH_MODEL, key: `ggweb/${env.BENCH_MODEL}/${backend}` }];
+  }
   const only = env.BENCH_ONLY ? new RegExp(env.BENCH_ONLY) : null;
   return only ? out.filter((r) => only.test(r.key)) : out;
 }
@@ -170,9 +181,10 @@ async function main() {
   const hfInfoPath = join(MODELS, 'gpt2-124m-hf', 'ggweb-bench.json');
   const missing = [...GGUF.map((g) => `124m-${g.dtype}.gguf`), ...ONNX.map((o) => `${TJS_MODEL}/onnx/${o.file}`)]
     .filter((f) => !existsSync(join(MODELS, f)));
-  if (missing.length) console.error(`bench: skipping rows without .models/{${missing.join(', ')}} (bash bench/make_models.sh makes them)`);
+  if (missing.length && !env.BENCH_MODEL) console.error(`bench: skipping rows without .models/{${missing.join(', ')}} (bash bench/make_models.sh makes them)`);
   const hfInfo = existsSync(hfInfoPath) ? JSON.parse(readFileSync(hfInfoPath, 'utf8')) : null;
-  const prompt = readFileSync(join(ROOT, 'bench', 'prompt.txt'), 'utf8');
+  const prompt = env.BENCH_PROMPT ?? readFileSync(join(ROOT, 'bench', 'prompt.txt'), 'utf8');
+  const nCtx = env.BENCH_MODEL ? (env.BENCH_NCTX ? Number(env.BENCH_NCTX) : undefined) : 256;
 
   const server = await startServer({ port: 0, mounts });
   const browser = await chromium.launch({
@@ -211,7 +223,7 @@ async function main() {
       let r;
       const { ctx, page } = await open();
       try {
-        r = await withTimeout(page.evaluate((cfg) => window.bench.run(cfg), { ...row, prompt, tokens: TOKENS, reps: REPS }),
+        r = await withTimeout(page.evaluate((cfg) => window.bench.run(cfg), { ...row, prompt, tokens: TOKENS, reps: REPS, nCtx }),
           ROW_TIMEOUT_MS, row.key);
       } catch (e) {
         r = { ok: false, error: e.message.split('\n')[0] };
@@ -237,6 +249,15 @@ async function main() {
     writeFileSync(join(OUT, 'console.log'), consoleLog.join('\n') + '\n');
   }
 
+  if (env.BENCH_MODEL) {
+    const r = results[0];
+    const out = r.ok
+      ? { ok: true, model: r.model, backend: r.backend, loadMs: Math.round(r.loadMs), promptTokens: r.promptTokens,
+        promptTokPerS: +r.prefillTps.toFixed(1), tokens: r.tokens, genTokPerS: +r.decodeTps.toFixed(1), browser: browser.version() }
+      : { ok: false, model: r.model, error: r.error };
+    console.log(JSON.stringify(out));
+    process.exit(r.ok ? 0 : 1);
+  }
   const meta = {
     date: new Date().toISOString().slice(0, 10),
     browser: `Chromium ${browser.version()}`,

@@ -1,11 +1,16 @@
 // npm pack check: the tarball holds exactly the package's files (the JS API, worker, types,
 // and the built wasm), and, installed into an empty project, `import('ggweb')` resolves
-// through package.json "exports" and its wasm instantiates.
+// through package.json "exports" and its wasm instantiates in Node; then, in headless
+// Chromium, a page of that project imports 'ggweb' (an import map, as a bundler-less site
+// would) and, with the installed wasm in the installed worker, loads the shared tiny GPT-2
+// and generates Hugging Face's first greedy tokens.
 //   node scripts/check-pack.mjs      (after scripts/build-wasm.sh)
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { chromium } from 'playwright-core';
+import { findModelsDir, startServer } from './serve.mjs';
 
 
 const root = new URL('..', import.meta.url).pathname;
@@ -46,6 +51,48 @@ try {
   const pkgVersion = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')).version;
   if (version !== pkgVersion) fail(`packed wasm says version ${version}, package.json says ${pkgVersion}`);
   console.log(`check-pack: installed copy imports as 'ggweb' and its wasm reports version ${version}`);
+
+  const models = findModelsDir();
+  if (!models) fail('the shared models (tiny-gpt2-f16.gguf) are needed for the browser check: set GGWEB_MODELS_DIR');
+  const ref = JSON.parse(readFileSync(join(root, 'tests/fixtures/tiny-gpt2.hf-rows.json'), 'utf8')).prompts[0];
+  writeFileSync(join(proj, 'index.html'), `<!doctype html><meta charset="utf-8"><title>ggweb package check</title>
+    <script type="importmap">{"imports": {"ggweb": "./node_modules/ggweb/web/ggweb.js"}}</script>
+    <script type="module">
+      import { Model } from 'ggweb';
+      window.generate = async (url, text, n) => {
+        const m = await Model.load(url);
+        const ids = [];
+        for await (const t of m.generate(text, { maxTokens: n, temperature: 0 })) ids.push(t.token);
+        const info = m.info();
+        await m.dispose();
+        return { ids, arch: info.arch, worker: info.load.worker };
+      };
+      document.title = 'ready';
+    </script>`);
+  const server = await startServer({ port: 0, mounts: [['/proj/', proj], ['/shared-models/', models]] });
+  const browser = await chromium.launch({
+    executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
+    headless: true,
+    args: ['--no-sandbox', '--headless=new', '--disable-dev-shm-usage', '--disable-background-networking',
+      '--disable-component-update', '--disable-sync', '--no-first-run'],
+  });
+  try {
+    const page = await browser.newPage();
+    const errors = [];
+    page.on('pageerror', (e) => errors.push(e.message));
+    await page.goto(`${server.url}proj/index.html`);
+    await page.waitForFunction(() => document.title === 'ready');
+    const n = 5;
+    const r = await page.evaluate(({ n, text }) => window.generate('/shared-models/tiny-gpt2-f16.gguf', text, n), { n, text: ref.text });
+    const want = ref.greedy_ids.slice(0, n);
+    if (JSON.stringify(r.ids) !== JSON.stringify(want)) fail(`the packed module generated ${JSON.stringify(r.ids)}, HF's greedy ids are ${JSON.stringify(want)}`);
+    if (r.arch !== 'gpt2' || r.worker !== true) fail(`unexpected info: ${JSON.stringify(r)}`);
+    if (errors.length) fail(`page errors: ${errors.join('; ')}`);
+    console.log(`check-pack: in Chromium, the installed package loaded tiny-gpt2-f16.gguf in a worker and generated ${JSON.stringify(r.ids)} (HF's greedy ids)`);
+  } finally {
+    await browser.close();
+    await server.close();
+  }
 } finally {
   rmSync(tmp, { recursive: true, force: true });
 }

@@ -17,3 +17,16 @@ deb_installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'insta
 as_root() {
     if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
 }
+
+# The shared reference models (tiny-gpt2-*.gguf, tiny-gpt2.hf-ref.json): $GGWEB_MODELS_DIR, or
+# ../shared/models beside the repository (CI's layout), or two levels up (a git worktree
+# under <dir>/wt/<name>). Prints the absolute path, or nothing when absent.
+find_models_dir() {
+    local d
+    for d in "${GGWEB_MODELS_DIR:-}" "$ROOT/../shared/models" "$ROOT/../../shared/models"; do
+        if [ -n "$d" ] && [ -f "$d/tiny-gpt2-f32.gguf" ]; then
+            (cd "$d" && pwd)
+            return
+        fi
+    done
+}

@@ -13,7 +13,7 @@
 //   /__test/drop/<bytes>/<path>        claims the full length, sends <bytes>, then resets
 //   /__test/slow/<ms>/<path>           the file in 16 KiB pieces, <ms> apart
 import { createServer } from 'node:http';
-import { createReadStream, promises as fsp } from 'node:fs';
+import { createReadStream, existsSync, promises as fsp } from 'node:fs';
 import { extname, join, normalize, resolve, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -33,6 +33,18 @@ const TYPES = {
   '.gguf': 'application/octet-stream',
   '.txt': 'text/plain; charset=utf-8',
 };
+
+/**
+ * The shared reference models (tiny-gpt2-*.gguf, tiny-gpt2.hf-ref.json), as scripts/lib.sh
+ * finds them: $GGWEB_MODELS_DIR, ../shared/models beside the repository (CI), or two levels
+ * up (a git worktree). Null when absent.
+ */
+export function findModelsDir() {
+  for (const d of [process.env.GGWEB_MODELS_DIR, join(ROOT, '..', 'shared', 'models'), join(ROOT, '..', '..', 'shared', 'models')]) {
+    if (d && existsSync(join(d, 'tiny-gpt2-f32.gguf'))) return resolve(d);
+  }
+  return null;
+}
 
 // URL prefix → directory. The first match wins; nothing outside these is reachable.
 const MOUNTS = [

@@ -13,6 +13,11 @@ cd "$ROOT"
 
 LOGS=tests/artifacts/logs
 mkdir -p "$LOGS"
+# tests/wasm_model.rs embeds a shared model at compile time; serve.mjs and the browser tests
+# serve it at /shared-models/. Native tests (tests/gpt2_shared.rs) read the same folder.
+GGWEB_MODELS_DIR="$(find_models_dir)"
+[ -n "$GGWEB_MODELS_DIR" ] || die "the shared reference models (tiny-gpt2-f32.gguf) are not in ../shared/models; set GGWEB_MODELS_DIR"
+export GGWEB_MODELS_DIR
 # Chromium leaves ~12 MB of scoped dirs per run in TMPDIR: give browser runs a private one.
 BROWSER_TMP="$(mktemp -d -t ggweb-browser.XXXXXX)"
 declare -a SUMMARY=()
@@ -74,6 +79,10 @@ for f in tests/wasm_*.rs; do
     [ -e "$f" ] && wasm_tests+=(--test "$(basename "$f" .rs)")
 done
 [ ${#wasm_tests[@]} -gt 0 ] || die "no tests/wasm_*.rs found"
+# WebGPU ops against the CPU backend, in Chromium's WebGPU (SwiftShader): --enable-unsafe-webgpu
+# is in webdriver.json. (Named apart from wasm_* because it needs the webgpu feature, which
+# the default features include.)
+wasm_tests+=(--test webgpu_browser)
 # Never -q here: the runner rejects --quiet and every test "fails".
 run_step wasm-browser env WASM_BINDGEN_USE_BROWSER=1 CHROMEDRIVER=/usr/bin/chromedriver \
     WASM_BINDGEN_TEST_TIMEOUT="${WASM_BINDGEN_TEST_TIMEOUT:-300}" TMPDIR="$BROWSER_TMP" \

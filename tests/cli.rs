@@ -141,3 +141,56 @@ fn errors_are_messages_not_panics() {
     assert_eq!(code, 1);
     assert!(err.contains("context full"), "{err}");
 }
+
+/// `--backend webgpu` natively (Vulkan; lavapipe on machines without a GPU): the same greedy
+/// tokens as the CPU and HF, logits within 1e-3 of HF, and a bench.
+#[test]
+fn webgpu_backend_generates_logits_and_benches() {
+    let p = reference_prompt("hello");
+    let want = ids(&p["greedy_ids"]);
+    let n = want.len().to_string();
+    let (code, out, err) = ggweb(
+        &[
+            "generate",
+            "--model",
+            &model(),
+            "--prompt",
+            "Hello, my name is",
+            "--temp",
+            "0",
+            "-n",
+            &n,
+            "--json",
+            "--backend",
+            "webgpu",
+        ],
+        "",
+    );
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(ids(&v["tokens"]), want);
+
+    let (code, out, err) =
+        ggweb(&["logits", "--model", &model(), "--prompt", "Hello, my name is", "--backend", "webgpu"], "");
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    let rows = v["logits"].as_array().unwrap();
+    for (pos, row) in ids(&p["logits_positions"]).iter().zip(p["logits"].as_array().unwrap()) {
+        let worst = rows[*pos as usize]
+            .as_array()
+            .unwrap()
+            .iter()
+            .zip(row.as_array().unwrap())
+            .map(|(a, b)| (a.as_f64().unwrap() - b.as_f64().unwrap()).abs())
+            .fold(0.0, f64::max);
+        assert!(worst < 1e-3, "position {pos}: {worst}");
+    }
+
+    let (code, out, err) = ggweb(
+        &["bench", "--model", &model(), "-p", "8", "-n", "2", "--reps", "1", "--json", "--backend", "webgpu"],
+        "",
+    );
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["backend"], "WebGPU");
+}

@@ -548,3 +548,29 @@ fn budget_is_checked_before_allocating() {
     let e = load_with(&file, 1 << 16, limits, BufferLoader::new(cpu())).err().unwrap();
     assert!(matches!(e.kind, GgufErrorKind::Budget { limit: 5_000_000, .. }), "{e}");
 }
+
+/// Our own golden fixtures (tests/fixtures/, written by make_fixtures.py): every chunk size
+/// gives the same header, placement and weight bytes, each tensor equal to the file's bytes.
+#[test]
+fn golden_fixtures_every_chunk_size() {
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    for (name, n_tensors) in
+        [("tiny-f32.gguf", 40), ("tiny-f16.gguf", 41), ("tiny-q8_0.gguf", 41), ("tiny-q4_0.gguf", 41)]
+    {
+        let file = std::fs::read(dir.join(name)).unwrap();
+        let whole = load_from_bytes(&file, file.len(), cpu()).unwrap();
+        // 3 layers × 12 + embeddings (2) + output norm (2) [+ output.weight, absent when tied]
+        assert_eq!(whole.header.tensors.len(), n_tensors, "{name}");
+        assert_eq!(whole.header.get_u32("gpt2.block_count"), Ok(3));
+        for (i, t) in whole.header.tensors.iter().enumerate() {
+            let at = (whole.header.data_offset + t.offset) as usize;
+            assert!(tensor_bytes(&whole, i) == file[at..at + t.nbytes], "{name}: bytes of {}", t.name);
+        }
+        let whole_buffers = buffer_contents(&whole);
+        for chunk in [4096, 7, 1] {
+            let m = load_from_bytes(&file, chunk, cpu()).unwrap();
+            assert!(m.header == whole.header, "{name}: header differs with {chunk}-byte chunks");
+            assert!(buffer_contents(&m) == whole_buffers, "{name}: weight buffers differ with {chunk}-byte chunks");
+        }
+    }
+}

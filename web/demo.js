@@ -286,7 +286,7 @@ async function generate() {
       show();
     }
     const stats = await it.stats;
-    show(stats?.stop === 'eos' ? ' · end of text' : '');
+    show({ eos: ' · end of text', contextFull: ' · context full' }[stats?.stop] ?? '');
   } catch (e) {
     if (e instanceof GgwebError && e.code === 'aborted') show(' · stopped');
     else {

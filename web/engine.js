@@ -47,7 +47,9 @@ export function toGgwebError(e, fallbackCode, context) {
   }
   if (e && e.name === 'AbortError') return new GgwebError('aborted', `${prefix}aborted`);
   const msg = e && typeof e === 'object' && 'message' in e ? e.message : String(e);
-  return new GgwebError(fallbackCode, prefix + msg);
+  // The wasm bindings tag their errors with a code (format, invalid, unsupported, internal).
+  const code = e && typeof e.code === 'string' && ERROR_CODES.includes(e.code) ? e.code : fallbackCode;
+  return new GgwebError(code, prefix + msg);
 }
 
 export const abortedError = (what) => new GgwebError('aborted', `${what} was aborted`);
@@ -260,10 +262,15 @@ export class Engine {
     if (!this.model) throw new GgwebError('invalid', `${what}: no model is loaded`);
   }
 
-  /** Resolves the backend the caller asked for against what this browser has. */
+  /** Resolves the backend the caller asked for against what this browser and module have. */
   async _pickBackend(backend) {
     const gpu = typeof navigator !== 'undefined' ? navigator.gpu : undefined;
     if (backend === 'cpu') return 'cpu';
+    if (backend === 'auto' && typeof this.core?.available_backends === 'function') {
+      let have = [];
+      try { have = JSON.parse(this.core.available_backends()); } catch { /* treat as CPU only */ }
+      if (!have.includes('webgpu')) return 'cpu';
+    }
     if (!gpu) {
       if (backend === 'auto') return 'cpu';
       throw new GgwebError('unsupported', 'WebGPU is not available here (navigator.gpu is missing); use backend "cpu"');
@@ -296,8 +303,8 @@ export class Engine {
     signal?.addEventListener('abort', onAbort);
     try {
       if (signal?.aborted) throw abortedError('loading the model');
-      loaderOpts.backend = await this._pickBackend(loaderOpts.backend);
       this.core = await loadCore(this.coreUrl);
+      loaderOpts.backend = await this._pickBackend(loaderOpts.backend);
       if (typeof this.core.WasmLoader !== 'function') {
         throw new GgwebError('unsupported', `the wasm module at ${this.coreUrl} has no WasmLoader (built before the model bindings existed?)`);
       }
@@ -481,7 +488,7 @@ export class Engine {
           throw toGgwebError(e, 'internal', `generating token ${stats.tokens + 1}`);
         }
         if (id < 0) {
-          stats.stop = stats.tokens >= params.maxTokens ? 'maxTokens' : 'eos';
+          stats.stop = model.stop_reason?.() ?? (stats.tokens >= params.maxTokens ? 'maxTokens' : 'eos');
           break;
         }
         stats.tokens++;

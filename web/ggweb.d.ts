@@ -106,7 +106,8 @@ export interface GenerateStats {
   tokens: number;
   promptMs: number;
   genMs: number;
-  stop: 'eos' | 'maxTokens' | 'cancelled';
+  /** Why it ended: the end-of-text token, maxTokens reached, the context (nCtx) full, or cancelled. */
+  stop: 'eos' | 'maxTokens' | 'contextFull' | 'cancelled';
 }
 
 export interface Generation extends AsyncIterableIterator<GeneratedToken> {
@@ -122,6 +123,11 @@ export interface ModelInfo {
   backend?: string;
   /** Bytes planned per use. */
   memory?: { weights?: number; kv?: number; compute?: number; [k: string]: number | undefined };
+  /** Vocabulary size and special token ids (null when the model has none). */
+  tokenizer?: { n_vocab: number; bos: number | null; eos: number | null };
+  /** The wasm instance's linear memory in bytes: below the heap (static data and stack),
+   *  when the loader was made, right after the load, and when info was read. */
+  wasmMemory?: { heapBase: number; atLoaderStart: number; afterLoad: number; now: number };
   /** How this load went. */
   load: {
     bytes: number;

@@ -24,7 +24,12 @@ fn backend(args: &Args) -> Result<Rc<dyn Backend>, String> {
     let threads: usize = args.get(&["threads", "t"], 1)?;
     match args.str(&["backend"]).as_deref() {
         None | Some("cpu") => Ok(Rc::new(CpuBackend::new(threads))),
-        Some(other) => Err(format!("--backend {other}: this build runs 'cpu'")),
+        Some("webgpu") => {
+            let gpu = ggweb::webgpu::WebGpuBackend::new(ggweb::webgpu::WebGpuOptions::default())
+                .map_err(|e| format!("--backend webgpu: {e}"))?;
+            Ok(Rc::new(gpu))
+        }
+        Some(other) => Err(format!("--backend {other}: choose cpu or webgpu")),
     }
 }
 

@@ -1,15 +1,28 @@
 //! JavaScript bindings (wasm-bindgen), compiled only for wasm32 with `std`.
 //!
 //! ```ignore
-//! // From JS, after `await init()` on the generated web/pkg/ggweb.js:
-//! import init, { version, init_panic_hook } from './pkg/ggweb.js';
+//! // From JS, after `await init()` on the generated web/pkg/ggweb_core.js:
+//! import init, { version, init_panic_hook, WasmLoader } from './pkg/ggweb_core.js';
 //! await init();
 //! init_panic_hook();          // Rust panics show up as console errors with a message
-//! console.log(version());     // "0.1.0"
+//! const loader = new WasmLoader(JSON.stringify({ nCtx: 128 }));
+//! for await (const chunk of response.body) loader.feed(chunk);
+//! const model = loader.finish();               // consumes the loader
+//! const ids = model.tokenize('Hello', false);  // Uint32Array
+//! model.start(ids, JSON.stringify({ maxTokens: 8, temperature: 0 }));
+//! while (!model.prompt_step()) {}
+//! for (let id; (id = model.next_token()) >= 0;) out += model.token_piece(id);
 //! ```
 //!
-//! The JS layer (web/ggweb.js, web/worker.js) is written against this module's surface:
-//! `version`, `init_panic_hook`, and the model-facing `WasmLoader` / `WasmModel`.
+//! The JS layer (web/engine.js) is written against this surface: `version`,
+//! `init_panic_hook`, `available_backends`, `wasm_memory_bytes`, `wasm_heap_base`, [`WasmLoader`] and
+//! [`WasmModel`]. Every failure is a JS `Error` whose message names what and where, with a
+//! `code` property (`format`, `invalid`, `unsupported`, `internal`) that engine.js turns into
+//! the `GgwebError` code; bad input never panics.
+
+mod model;
+
+pub use model::{WasmLoader, WasmModel};
 
 use wasm_bindgen::prelude::*;
 
@@ -24,4 +37,39 @@ pub fn version() -> String {
 #[wasm_bindgen]
 pub fn init_panic_hook() {
     console_error_panic_hook::set_once();
+}
+
+/// The backends `WasmLoader` accepts in this build, as a JSON array (`["cpu"]`), so that
+/// `backend: 'auto'` only picks WebGPU when the module can run on it.
+#[wasm_bindgen]
+pub fn available_backends() -> String {
+    String::from(r#"["cpu"]"#)
+}
+
+/// Bytes of this instance's linear memory (`memory.buffer.byteLength`). It only grows: it is
+/// the high-water mark of everything the module ever held at once.
+#[wasm_bindgen]
+pub fn wasm_memory_bytes() -> f64 {
+    (core::arch::wasm32::memory_size(0) * 65536) as f64
+}
+
+extern "C" {
+    /// Placed by the linker (wasm-ld) after the static data and the stack: where the heap starts.
+    static __heap_base: u8;
+}
+
+/// Bytes below the heap: the module's static data and its stack. `wasm_memory_bytes()`
+/// minus this is what the heap ever took.
+#[wasm_bindgen]
+pub fn wasm_heap_base() -> f64 {
+    // Only the symbol's address is taken (no read), which needs no unsafe.
+    core::ptr::addr_of!(__heap_base) as usize as f64
+}
+
+/// A JS `Error` with `message` and a `code` property engine.js maps to a GgwebError code.
+pub(crate) fn js_error(code: &'static str, message: impl core::fmt::Display) -> JsValue {
+    let e = js_sys::Error::new(&message.to_string());
+    // Setting a property on a fresh Error object cannot fail.
+    let _ = js_sys::Reflect::set(&e, &JsValue::from_str("code"), &JsValue::from_str(code));
+    e.into()
 }

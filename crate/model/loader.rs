@@ -17,8 +17,7 @@
 
 use alloc::format;
 use alloc::rc::Rc;
-use alloc::string::ToString;
-use alloc::vec::Vec;
+use alloc::string::{String, ToString};
 
 use super::gpt2::{Gpt2, Gpt2Options, Hparams};
 use super::ModelError;
@@ -215,7 +214,7 @@ pub fn load_from_path(path: &str, backend: Rc<dyn Backend>, opts: Gpt2Options) -
     let mut f = std::fs::File::open(path).map_err(|e| ModelError::Format(format!("{path}: {e}")))?;
     let size = f.metadata().map(|m| m.len()).ok();
     let mut loader = ModelLoader::new(backend, opts, Limits::default(), size);
-    let mut buf: Vec<u8> = alloc::vec![0; 1 << 20];
+    let mut buf: alloc::vec::Vec<u8> = alloc::vec![0; 1 << 20];
     loop {
         let n = f.read(&mut buf).map_err(|e| ModelError::Format(format!("{path}: {e}")))?;
         if n == 0 {

@@ -2,6 +2,9 @@
 // and on the page's thread, against tests/e2e/fake-core.js (a stand-in for the wasm glue
 // with the same surface): streaming loads, progress, HTTP and network errors, abort,
 // sources other than URLs, generation and its cancellation, dispose, the Cache API.
+// The stand-in makes faults cheap to inject and observe (a hash of every byte fed, counts
+// of loaders freed, slow steps on demand); tests/e2e/model.spec.mjs runs the same API on the
+// real wasm module and a real model.
 //   node --test tests/e2e/api.spec.mjs
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';

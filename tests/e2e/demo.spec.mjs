@@ -1,12 +1,14 @@
 // The demo page (web/index.html) in headless Chromium: it renders with the real wasm
-// module, shows no error, its controls match what the browser has; and, with the
-// stand-in core (?core=/e2e/fake-core.js), the whole UI flow: load with progress, model
-// info, streaming generation, stop, cancel, errors in words, drag and drop.
+// module, shows no error, its controls match what the browser has; with the real module,
+// it loads a tiny GPT-2 by URL and generates Hugging Face's greedy text, stops, cancels a
+// load and recovers; and, with the stand-in core (?core=/e2e/fake-core.js), fault injection
+// through the UI: progress, errors in words, dropped connections, drag and drop.
 // Screenshots go to tests/artifacts/.
 //   node --test tests/e2e/demo.spec.mjs
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { ARTIFACTS, launch, makeFakeModel, openPage, serve } from './helpers.mjs';
+import { readFileSync } from 'node:fs';
+import { ARTIFACTS, HF, MODELS_DIR, ROOT, launch, makeFakeModel, openPage, serve } from './helpers.mjs';
 
 const fake = makeFakeModel();
 let server;
@@ -76,6 +78,105 @@ test('the demo renders with the real wasm module, without errors, and is not bla
   assert.ok(s.colours > 20, `screenshot has only ${s.colours} colours: blank?`);
   assert.ok(s.dark > 2000, `only ${s.dark} dark pixels: no text rendered?`);
   assert.deepEqual(real(problems), []);
+  await page.close();
+});
+
+test('with the real wasm: load the tiny GPT-2 by URL, generate HF\'s greedy text, stop, cancel a load, recover', async () => {
+  assert.ok(MODELS_DIR, 'the shared models are needed: set GGWEB_MODELS_DIR');
+  const [hello] = HF.prompts;
+  const model = '/shared-models/tiny-gpt2-f16.gguf';
+  const { page, problems } = await openPage(browser, `${server.url}?model=${model}`);
+  await page.waitForSelector('body[data-ready="1"]');
+  const status = () => page.textContent('#load-status');
+  const loaded = () => page.waitForFunction(() => /^Loaded /.test(document.getElementById('load-status').textContent));
+  const generated = () => page.waitForFunction(() =>
+    !document.getElementById('gen-btn').disabled && /tokens\/s/.test(document.getElementById('gen-stats').textContent));
+
+  await page.click('#load-btn');
+  await loaded();
+  assert.match(await status(), /^Loaded tiny-gpt2-f16\.gguf: 14\.2 MiB in \d+\.\d s, CPU, in a Web Worker\.$/);
+  const info = await page.textContent('#info-list');
+  assert.match(info, /architecturegpt2/);
+  assert.match(info, /hyperparametersn_vocab=50257 n_ctx=128 n_ctx_train=128 n_embd=64 n_head=4 n_layer=2 n_ff=256 n_batch=32 eps=0\.00001memory/);
+  assert.match(info, /memory planweights 12\.5 MiB · kv 128\.0 KiB · compute [\d.]+ MiB · total [\d.]+ MiB/);
+
+  // Greedy: the text HF's GPT-2 gives for this prompt.
+  await page.fill('#prompt', hello.text);
+  await page.fill('#max-tokens', '20');
+  await page.fill('#temperature', '0');
+  await page.click('#gen-btn');
+  await generated();
+  assert.equal(await page.textContent('#out-prompt'), hello.text);
+  assert.equal(await page.textContent('#out-text'), hello.greedy_text);
+  assert.match(await page.textContent('#gen-stats'), /^20 tokens · \d+\.\d tokens\/s · first token after \d+ ms$/);
+  await page.setViewportSize({ width: 1100, height: 900 });
+  const png = await page.screenshot({ path: `${ARTIFACTS}demo-real-model.png`, fullPage: true });
+  const s = await pngStats(page, png);
+  assert.ok(s.colours > 20 && s.dark > 2000, `screenshot: ${JSON.stringify(s)}`);
+
+  // Stop: pressed from the page as soon as 3 tokens are shown.
+  await page.fill('#max-tokens', '100');
+  await page.evaluate(() => {
+    const stats = document.getElementById('gen-stats');
+    const obs = new MutationObserver(() => {
+      if (/^3 tokens/.test(stats.textContent)) {
+        obs.disconnect();
+        document.getElementById('stop-btn').click();
+      }
+    });
+    obs.observe(stats, { childList: true, characterData: true, subtree: true });
+  });
+  await page.click('#gen-btn');
+  await page.waitForFunction(() => / · stopped$/.test(document.getElementById('gen-stats').textContent));
+  const partial = await page.textContent('#out-text');
+  assert.ok(partial.length > 0 && hello.greedy_text.startsWith(partial), `stopped output ${JSON.stringify(partial)}`);
+  // A token already delivered when Stop was pressed may still be shown.
+  assert.match(await page.textContent('#gen-stats'), /^[34] tokens · /);
+  assert.equal(await page.isHidden('#error'), true);
+
+  // Cancel a slow load (it replaces the loaded model), then load again and generate again.
+  await page.fill('#model-url', `/__test/slow/30${model}`);
+  await page.click('#load-btn');
+  await page.waitForFunction(() => /downloading$/.test(document.getElementById('load-status').textContent));
+  await page.click('#cancel-load-btn');
+  await page.waitForFunction(() => document.getElementById('load-status').textContent === 'Loading cancelled.');
+  assert.equal(await page.isDisabled('#gen-btn'), true);
+  await page.fill('#model-url', model);
+  await page.click('#load-btn');
+  await loaded();
+  await page.fill('#max-tokens', '20');
+  await page.click('#gen-btn');
+  await generated();
+  assert.equal(await page.textContent('#out-text'), hello.greedy_text);
+  await page.screenshot({ path: `${ARTIFACTS}demo-real-model-again.png`, fullPage: true });
+  assert.deepEqual(real(problems), []);
+  await page.close();
+});
+
+test('the offline "tiny test model" (tests/fixtures/tiny-f16.gguf) gives the fixture\'s greedy text', async () => {
+  // tests/fixtures/tiny.ref.json (make_fixtures.py): Hugging Face on this GGUF's own weights.
+  const ref = JSON.parse(readFileSync(`${ROOT}tests/fixtures/tiny.ref.json`, 'utf8'));
+  const want = ref.dtypes.f16.prompts[0];
+  const text = ref.prompts[0].text;
+  const { page, problems } = await openPage(browser, server.url);
+  await page.waitForSelector('body[data-ready="1"]');
+  assert.match(await page.textContent('#tiny-status'), /^\(7\.9 MiB, served by this page's server\)$/);
+  await page.check('input[name="source"][value="tiny"]');
+  await page.uncheck('#use-worker');
+  await page.click('#load-btn');
+  await page.waitForFunction(() => /^Loaded /.test(document.getElementById('load-status').textContent));
+  assert.match(await page.textContent('#load-status'), /^Loaded tiny test model: 7\.9 MiB in \d+\.\d s, CPU\.$/);
+  assert.match(await page.textContent('#info-list'), /n_ctx=256 n_ctx_train=256 n_embd=32 n_head=4 n_layer=3 n_ff=128/);
+  await page.fill('#prompt', text);
+  await page.fill('#max-tokens', String(want.greedy_ids.length));
+  await page.fill('#temperature', '0');
+  await page.click('#gen-btn');
+  await page.waitForFunction(() =>
+    !document.getElementById('gen-btn').disabled && /tokens\/s/.test(document.getElementById('gen-stats').textContent));
+  assert.equal(await page.textContent('#out-text'), want.greedy_text);
+  assert.match(await page.textContent('#gen-stats'), new RegExp(`^${want.greedy_ids.length} tokens · `));
+  await page.screenshot({ path: `${ARTIFACTS}demo-tiny-fixture.png`, fullPage: true });
+  assert.deepEqual(problems, []);
   await page.close();
 });
 

@@ -1,9 +1,9 @@
 // Shared setup for the browser tests: the static server and Debian's headless Chromium
 // driven by playwright-core (never a downloaded browser).
-import { mkdirSync, renameSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
-import { startServer } from '../../scripts/serve.mjs';
+import { findModelsDir, startServer } from '../../scripts/serve.mjs';
 
 export const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 export const ARTIFACTS = fileURLToPath(new URL('../artifacts/', import.meta.url));
@@ -28,12 +28,19 @@ export async function launch() {
   return chromium.launch({ executablePath: CHROMIUM, headless: true, args: CHROMIUM_ARGS });
 }
 
+/** ../shared/models (the llama.cpp-made tiny GPT-2s), served at /shared-models/. */
+export const MODELS_DIR = findModelsDir();
+/** .models/ (big generated models, e.g. 124m-f16.gguf; may be absent), served at /dot-models/. */
+export const DOT_MODELS = `${ROOT}.models`;
+
+/** What the real-model tests compare with: tests/fixtures/tiny-gpt2.hf-rows.json (HF outputs). */
+export const HF = JSON.parse(readFileSync(`${ROOT}tests/fixtures/tiny-gpt2.hf-rows.json`, 'utf8'));
+
 export async function serve() {
-  return startServer({
-    port: 0,
-    testRoutes: true,
-    mounts: [['/e2e/', `${ROOT}tests/e2e`], ['/artifacts/', ARTIFACTS]],
-  });
+  const mounts = [['/e2e/', `${ROOT}tests/e2e`], ['/artifacts/', ARTIFACTS]];
+  if (MODELS_DIR) mounts.push(['/shared-models/', MODELS_DIR]);
+  if (existsSync(DOT_MODELS)) mounts.push(['/dot-models/', DOT_MODELS]);
+  return startServer({ port: 0, testRoutes: true, mounts });
 }
 
 /** A page that records console errors and uncaught exceptions. */

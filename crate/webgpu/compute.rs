@@ -1,0 +1,502 @@
+//! Graph execution: each node becomes one dispatch (or one per row range of a weight too
+//! large for one binding), all recorded in one compute pass.
+
+use super::buffer::{entry, WebGpuBuffer};
+use super::context::{Gpu, PARAMS_STRIDE};
+use super::unsupported;
+use crate::allocator::align_up;
+use crate::backend::BackendError;
+use crate::graph::Graph;
+use crate::tensor::{Op, Tensor};
+use crate::types::GgmlType;
+
+// Word offsets of the fields of `struct P` (shaders/common.wgsl): a_ne, a_nb, b_ne, b_nb,
+// c_ne, c_nb, d_ne, d_nb (4 words each), then off, misc, u, f.
+const A: usize = 0;
+const B: usize = 8;
+const C: usize = 16;
+const D: usize = 24;
+pub(crate) const OFF: usize = 32;
+pub(crate) const MISC: usize = 36;
+const U: usize = 40;
+const F: usize = 44;
+const WORDS: usize = (PARAMS_STRIDE / 4) as usize;
+
+/// mul_mat columns at or below this take the matrix-vector kernel (`Workgroup` kernels).
+const MAT_VEC_MAX_N: i64 = 8;
+
+/// The unit in which kernels address a type: offsets and strides are multiples of it.
+fn unit(ty: GgmlType) -> Option<usize> {
+    match ty {
+        GgmlType::F32 | GgmlType::I32 => Some(4),
+        GgmlType::F16 => Some(2),
+        GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q4_K | GgmlType::Q6_K => Some(1),
+        _ => None,
+    }
+}
+
+/// The kernel specialisation for a weight type of get_rows / mul_mat.
+fn weight_spec(ty: GgmlType) -> Option<&'static str> {
+    match ty {
+        GgmlType::F32 => Some("f32"),
+        GgmlType::F16 => Some("f16"),
+        GgmlType::Q8_0 => Some("q8_0"),
+        GgmlType::Q4_0 => Some("q4_0"),
+        GgmlType::Q4_K => Some("q4_k"),
+        GgmlType::Q6_K => Some("q6_k"),
+        _ => None,
+    }
+}
+
+fn src(node: &Tensor, i: usize) -> Result<&Tensor, BackendError> {
+    node.src[i].as_ref().ok_or_else(|| unsupported(node, format!("{} without src[{i}]", node.op.name())))
+}
+
+/// Whether `node` has a kernel here, with the reason when not. Layout limits that depend
+/// on where the data is (binding sizes) are found when the graph runs.
+pub(crate) fn check(node: &Tensor) -> Result<(), String> {
+    use GgmlType::*;
+    let s = |i: usize| node.src[i].as_ref().ok_or_else(|| format!("missing src[{i}]"));
+    let want = |t: &Tensor, tys: &[GgmlType], role: &str| {
+        if tys.contains(&t.ty) {
+            Ok(())
+        } else {
+            Err(format!("{role} type {} not in {tys:?}", t.ty))
+        }
+    };
+    match node.op {
+        Op::None | Op::View | Op::Reshape | Op::Permute(_) | Op::Transpose => Ok(()),
+        Op::Add | Op::Mul => {
+            want(s(0)?, &[F32], "src0")?;
+            want(s(1)?, &[F32], "src1")?;
+            want(node, &[F32], "dst")
+        }
+        Op::Scale(_) | Op::Gelu | Op::Norm { .. } | Op::DiagMaskInf { .. } => {
+            want(s(0)?, &[F32], "src0")?;
+            want(node, &[F32], "dst")
+        }
+        Op::SoftMax { .. } => {
+            want(s(0)?, &[F32], "src0")?;
+            if let Some(m) = &node.src[1] {
+                want(m, &[F32, F16], "mask")?;
+            }
+            want(node, &[F32], "dst")
+        }
+        Op::Cont | Op::Cpy => {
+            want(s(0)?, &[F32, F16], "src")?;
+            want(node, &[F32, F16], "dst")?;
+            if node.ty == F16 && !node.is_contiguous() {
+                return Err("f16 destination must be contiguous".into());
+            }
+            Ok(())
+        }
+        Op::GetRows => {
+            let a = s(0)?;
+            want(a, &[F32, F16, Q8_0, Q4_0, Q4_K, Q6_K], "src0")?;
+            want(s(1)?, &[I32], "indices")?;
+            want(node, &[F32], "dst")?;
+            if !a.is_contiguous_rows() {
+                return Err("src0 rows must be contiguous".into());
+            }
+            Ok(())
+        }
+        Op::MulMat => {
+            let a = s(0)?;
+            want(a, &[F32, F16, Q8_0, Q4_0, Q4_K, Q6_K], "src0")?;
+            want(s(1)?, &[F32], "src1")?;
+            want(node, &[F32], "dst")?;
+            if !a.is_contiguous_rows() {
+                return Err("src0 rows must be contiguous".into());
+            }
+            Ok(())
+        }
+    }
+}
+
+pub(crate) fn supports_op(_gpu: &Gpu, node: &Tensor) -> bool {
+    check(node).is_ok()
+}
+
+/// A binding: a window of a device buffer.
+struct Window {
+    buf: wgpu::Buffer,
+    start: u64,
+    size: u64,
+}
+
+/// A tensor as a kernel sees it: its window, where it starts (byte `lo` of the buffer),
+/// its unit, shape and strides in units.
+struct Bound {
+    win: Window,
+    lo: u64,
+    unit: u64,
+    ne: [u32; 4],
+    nb: [u32; 4],
+}
+
+fn to_u32(node: &Tensor, v: u64, what: &str) -> Result<u32, BackendError> {
+    u32::try_from(v).map_err(|_| unsupported(node, format!("{what} = {v} does not fit in 32 bits")))
+}
+
+/// Binds `t`, or only its rows `[r0, r1)` (a 2-D weight too large for one binding), as
+/// `node`'s operand. Offsets in the result are relative to row r0.
+fn bind(gpu: &Gpu, node: &Tensor, t: &Tensor, rows: Option<(usize, usize)>) -> Result<Bound, BackendError> {
+    let unit = unit(t.ty).ok_or_else(|| unsupported(node, format!("type {} has no kernels", t.ty)))?;
+    let d = t.data().ok_or_else(|| unsupported(node, format!("operand '{}' is not allocated", t.name())))?;
+    let wb = d.buffer.as_any().downcast_ref::<WebGpuBuffer>().ok_or_else(|| {
+        unsupported(node, format!("operand '{}' is in a {} buffer, not WebGPU", t.name(), d.buffer.buffer_type_name()))
+    })?;
+    let (lo, hi) = match rows {
+        None => (d.offset, d.offset + t.nbytes()),
+        Some((r0, r1)) => (d.offset + r0 * t.nb[1], d.offset + (r1 - 1) * t.nb[1] + t.row_size()),
+    };
+    let align = gpu.storage_align as usize;
+    let start = lo / align * align;
+    let end = (align_up(hi.max(lo + 1), 4) as u64).min(wb.buf.size());
+    let size = end - start as u64;
+    if size > gpu.max_binding {
+        return Err(unsupported(
+            node,
+            format!("operand '{}' needs a {size}-byte binding, above the limit {}", t.name(), gpu.max_binding),
+        ));
+    }
+    let misaligned = (lo - start) % unit != 0 || t.nb.iter().any(|&nb| nb % unit != 0);
+    if misaligned {
+        return Err(unsupported(
+            node,
+            format!(
+                "operand '{}' offset {} or strides {:?} are not multiples of {unit} bytes",
+                t.name(),
+                d.offset,
+                t.nb
+            ),
+        ));
+    }
+    let mut ne = [0u32; 4];
+    let mut nb = [0u32; 4];
+    for i in 0..4 {
+        ne[i] = to_u32(node, t.ne[i] as u64, "ne")?;
+        nb[i] = to_u32(node, (t.nb[i] / unit) as u64, "nb")?;
+    }
+    Ok(Bound {
+        win: Window { buf: wb.buf.clone(), start: start as u64, size },
+        lo: lo as u64,
+        unit: unit as u64,
+        ne,
+        nb,
+    })
+}
+
+/// Row ranges of a weight `a` such that each fits one binding: the whole tensor when it
+/// fits, else equal slices of a 2-D tensor.
+fn row_parts(gpu: &Gpu, node: &Tensor, a: &Tensor) -> Result<Vec<(usize, usize)>, BackendError> {
+    let rows = a.ne[1] as usize;
+    let need = a.nbytes() as u64 + gpu.storage_align + 4;
+    if need <= gpu.max_binding || rows <= 1 {
+        return Ok(vec![(0, rows)]);
+    }
+    if a.ne[2] * a.ne[3] != 1 {
+        return Err(unsupported(node, format!("3-D/4-D src0 of {} bytes is above the binding limit", a.nbytes())));
+    }
+    let per = ((gpu.max_binding - gpu.storage_align - 4) / a.nb[1] as u64) as usize;
+    if per == 0 {
+        return Err(unsupported(node, format!("one row of '{}' exceeds the binding limit", a.name())));
+    }
+    Ok((0..rows).step_by(per).map(|r0| (r0, (r0 + per).min(rows))).collect())
+}
+
+struct Dispatch {
+    pipeline: wgpu::ComputePipeline,
+    wins: [Option<Window>; 4],
+    params: [u32; WORDS],
+    groups: [u32; 3],
+}
+
+struct Builder<'a> {
+    gpu: &'a Gpu,
+    node: &'a Tensor,
+    params: [u32; WORDS],
+    slots: [Option<Bound>; 4],
+}
+
+impl<'a> Builder<'a> {
+    fn new(gpu: &'a Gpu, node: &'a Tensor) -> Builder<'a> {
+        Builder { gpu, node, params: [0; WORDS], slots: [None, None, None, None] }
+    }
+    /// Puts operand `b` in slot `slot` (0..3 sources, 3 dst).
+    fn set(&mut self, slot: usize, b: Bound) {
+        let base = [A, B, C, D][slot];
+        self.params[base..base + 4].copy_from_slice(&b.ne);
+        self.params[base + 4..base + 8].copy_from_slice(&b.nb);
+        self.slots[slot] = Some(b);
+    }
+    fn operand(&mut self, slot: usize, t: &Tensor) -> Result<(), BackendError> {
+        let b = bind(self.gpu, self.node, t, None)?;
+        self.set(slot, b);
+        Ok(())
+    }
+    fn misc(&mut self, items: u64, row0: usize, row1: usize) -> Result<(), BackendError> {
+        self.params[MISC] = to_u32(self.node, items, "work items")?;
+        self.params[MISC + 1] = row0 as u32;
+        self.params[MISC + 2] = row1 as u32;
+        Ok(())
+    }
+    /// A dispatch of `groups` linear workgroups, folded into x and y (`misc.w` = x).
+    fn linear(mut self, file: &str, spec: &str, entry: &str, groups: u64, z: u32) -> Result<Dispatch, BackendError> {
+        let (x, y) = self.gpu.fold(groups, self.node)?;
+        self.params[MISC + 3] = x;
+        self.grid(file, spec, entry, [x, y, z])
+    }
+    /// Operands whose windows overlap in one buffer share one binding (WebGPU forbids
+    /// overlapping writable bindings): the union window goes to dst's slot when dst is
+    /// among them, else to the lowest slot; the others read it through B0..B2.
+    fn grid(mut self, file: &str, spec: &str, entry: &str, groups: [u32; 3]) -> Result<Dispatch, BackendError> {
+        let max = self.gpu.max_wg_dim;
+        if groups.iter().any(|&g| g > max) {
+            return Err(unsupported(self.node, format!("dispatch {groups:?} exceeds {max} workgroups per dimension")));
+        }
+        let mut home = [0usize, 1, 2, 3];
+        let mut span: [Option<(u64, u64)>; 4] =
+            core::array::from_fn(|i| self.slots[i].as_ref().map(|b| (b.win.start, b.win.start + b.win.size)));
+        let mut merged = true;
+        while merged {
+            merged = false;
+            for i in 0..4 {
+                for j in i + 1..4 {
+                    let (hi, hj) = (home[i], home[j]);
+                    if hi == hj {
+                        continue;
+                    }
+                    let (Some(bi), Some(bj)) = (&self.slots[hi], &self.slots[hj]) else { continue };
+                    let (Some(si), Some(sj)) = (span[hi], span[hj]) else { continue };
+                    if bi.win.buf != bj.win.buf || si.1 <= sj.0 || sj.1 <= si.0 {
+                        continue;
+                    }
+                    let (keep, drop) = if hi == 3 || (hj != 3 && hi < hj) { (hi, hj) } else { (hj, hi) };
+                    span[keep] = Some((si.0.min(sj.0), si.1.max(sj.1)));
+                    span[drop] = None;
+                    for h in home.iter_mut() {
+                        if *h == drop {
+                            *h = keep;
+                        }
+                    }
+                    merged = true;
+                }
+            }
+        }
+        let mut wins: [Option<Window>; 4] = [None, None, None, None];
+        for slot in 0..4 {
+            let Some(b) = &self.slots[slot] else { continue };
+            let (start, end) = span[home[slot]].expect("a home keeps its span");
+            if home[slot] == slot {
+                if end - start > self.gpu.max_binding {
+                    return Err(unsupported(
+                        self.node,
+                        format!(
+                            "operands sharing a {}-byte binding exceed the limit {}",
+                            end - start,
+                            self.gpu.max_binding
+                        ),
+                    ));
+                }
+                wins[slot] = Some(Window { buf: b.win.buf.clone(), start, size: end - start });
+            }
+            self.params[OFF + slot] = to_u32(self.node, (b.lo - start) / b.unit, "offset")?;
+        }
+        let homes = [home[0] as u32, home[1] as u32, home[2] as u32];
+        // The mat-vec kernels compute 4 columns, or 1 when there is only one (generation).
+        let ncol = (file == "mul_mat_q").then(|| if self.params[B + 1] == 1 { 1 } else { 4 });
+        let pipeline = self.gpu.pipeline(file, spec, entry, homes, ncol);
+        Ok(Dispatch { pipeline, wins, params: self.params, groups })
+    }
+}
+
+/// The dispatches that compute `node` (none for views).
+fn plan(gpu: &Gpu, node: &Tensor, out: &mut Vec<Dispatch>) -> Result<(), BackendError> {
+    check(node).map_err(|reason| unsupported(node, reason))?;
+    if node.op == Op::None || node.op.is_view() || node.nelements() == 0 {
+        return Ok(());
+    }
+    let n = node.nelements() as u64;
+    let mut b = Builder::new(gpu, node);
+    match node.op {
+        Op::Add | Op::Mul => {
+            b.operand(0, src(node, 0)?)?;
+            b.operand(1, src(node, 1)?)?;
+            b.operand(3, node)?;
+            b.misc(n, 0, 0)?;
+            let entry = if node.op == Op::Add { "add" } else { "mul" };
+            out.push(b.linear("binary", "", entry, n.div_ceil(256), 1)?);
+        }
+        Op::Scale(s) => {
+            b.operand(0, src(node, 0)?)?;
+            b.operand(3, node)?;
+            b.misc(n, 0, 0)?;
+            b.params[F] = s.to_bits();
+            out.push(b.linear("unary", "", "scale", n.div_ceil(256), 1)?);
+        }
+        Op::Gelu => {
+            b.operand(0, src(node, 0)?)?;
+            b.operand(3, node)?;
+            b.misc(n, 0, 0)?;
+            out.push(b.linear("unary", "", "gelu", n.div_ceil(256), 1)?);
+        }
+        Op::Norm { eps } => {
+            let a = src(node, 0)?;
+            b.operand(0, a)?;
+            b.operand(3, node)?;
+            b.misc(a.nrows() as u64, 0, 0)?;
+            b.params[F] = eps.to_bits();
+            out.push(b.linear("norm", "", "norm", a.nrows() as u64, 1)?);
+        }
+        Op::SoftMax { scale, max_bias } => {
+            let a = src(node, 0)?;
+            b.operand(0, a)?;
+            if let Some(m) = &node.src[1] {
+                b.operand(1, m)?;
+                b.params[U] = if m.ty == GgmlType::F16 { 2 } else { 1 };
+            }
+            b.operand(3, node)?;
+            b.misc(a.nrows() as u64, 0, 0)?;
+            b.params[F] = scale.to_bits();
+            if max_bias > 0.0 {
+                // ALiBi slopes as ggml derives them from the head count (dim 2).
+                let n_head = a.ne[2] as u32;
+                let n_head_log2 = 1u32 << (31 - n_head.max(1).leading_zeros());
+                let m0 = 2f32.powf(-max_bias / n_head_log2 as f32);
+                let m1 = 2f32.powf(-(max_bias / 2.0) / n_head_log2 as f32);
+                b.params[U + 1] = n_head_log2;
+                b.params[U + 2] = 1;
+                b.params[F + 1] = m0.to_bits();
+                b.params[F + 2] = m1.to_bits();
+            }
+            out.push(b.linear("softmax", "", "soft_max", a.nrows() as u64, 1)?);
+        }
+        Op::DiagMaskInf { n_past } => {
+            b.operand(0, src(node, 0)?)?;
+            b.operand(3, node)?;
+            b.misc(n, 0, 0)?;
+            b.params[U] = n_past as u32;
+            out.push(b.linear("softmax", "", "diag_mask_inf", n.div_ceil(256), 1)?);
+        }
+        Op::Cont | Op::Cpy => {
+            let a = src(node, 0)?;
+            if a.nelements() != node.nelements() {
+                return Err(unsupported(node, format!("copies {} elements into {}", a.nelements(), node.nelements())));
+            }
+            b.operand(0, a)?;
+            b.params[U] = u32::from(a.ty == GgmlType::F16);
+            let d = bind(gpu, node, node, None)?;
+            if node.ty == GgmlType::F16 {
+                // One invocation per destination word (two halves); dst keeps its own slot,
+                // so its offset in halves is known here.
+                let off = (d.lo - d.win.start) / 2;
+                let first = off / 2;
+                let last = (off + n - 1) / 2;
+                let words = last - first + 1;
+                b.set(3, d);
+                b.params[U + 1] = to_u32(node, n, "elements")?;
+                b.misc(words, 0, 0)?;
+                out.push(b.linear("cpy", "", "cpy_f16", words.div_ceil(256), 1)?);
+            } else {
+                b.set(3, d);
+                b.misc(n, 0, 0)?;
+                out.push(b.linear("cpy", "", "cpy_f32", n.div_ceil(256), 1)?);
+            }
+        }
+        Op::GetRows => {
+            let (a, idx) = (src(node, 0)?, src(node, 1)?);
+            let spec = weight_spec(a.ty).expect("checked");
+            let items = (a.ne[0] * idx.ne[0] * idx.ne[1] * idx.ne[2]) as u64;
+            for (r0, r1) in row_parts(gpu, node, a)? {
+                let mut b = Builder::new(gpu, node);
+                let whole = r0 == 0 && r1 == a.ne[1] as usize;
+                b.set(0, bind(gpu, node, a, if whole { None } else { Some((r0, r1)) })?);
+                b.operand(1, idx)?;
+                b.operand(3, node)?;
+                b.misc(items, r0, r1)?;
+                out.push(b.linear("get_rows", spec, "get_rows", items.div_ceil(256), 1)?);
+            }
+        }
+        Op::MulMat => {
+            let (a, x) = (src(node, 0)?, src(node, 1)?);
+            let spec = weight_spec(a.ty).expect("checked");
+            let batch = (x.ne[2] * x.ne[3]) as u64;
+            let n_cols = x.ne[1] as u64;
+            for (r0, r1) in row_parts(gpu, node, a)? {
+                let mut b = Builder::new(gpu, node);
+                let whole = r0 == 0 && r1 == a.ne[1] as usize;
+                b.set(0, bind(gpu, node, a, if whole { None } else { Some((r0, r1)) })?);
+                b.operand(1, x)?;
+                b.operand(3, node)?;
+                let rows = (r1 - r0) as u64;
+                b.misc(0, r0, r1)?;
+                // z: groups of 4 columns times the batch.
+                let z = to_u32(node, n_cols.div_ceil(4) * batch, "columns x batch")?;
+                if gpu.per_row {
+                    out.push(b.linear("mul_mat_q", spec, "mul_mat_rows", rows.div_ceil(64), z)?);
+                } else if x.ne[1] > MAT_VEC_MAX_N {
+                    let gx = to_u32(node, rows.div_ceil(32), "row tiles")?;
+                    let gy = to_u32(node, n_cols.div_ceil(32), "column tiles")?;
+                    out.push(b.grid("mul_mat", spec, "mul_mat_tiled", [gx, gy, to_u32(node, batch, "batch")?])?);
+                } else {
+                    out.push(b.linear("mul_mat_q", spec, "mul_mat_vec", rows, z)?);
+                }
+            }
+        }
+        Op::None | Op::View | Op::Reshape | Op::Permute(_) | Op::Transpose => unreachable!("handled above"),
+    }
+    Ok(())
+}
+
+pub(crate) fn graph_compute(gpu: &Gpu, graph: &Graph) -> Result<(), BackendError> {
+    gpu.check()?;
+    let mut ds = Vec::new();
+    for node in &graph.nodes {
+        plan(gpu, node, &mut ds)?;
+    }
+    if ds.is_empty() {
+        return Ok(());
+    }
+    let need = PARAMS_STRIDE * ds.len() as u64;
+    let params = {
+        let mut cur = gpu.params.borrow_mut();
+        if cur.as_ref().is_none_or(|b| b.size() < need) {
+            *cur = Some(gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("ggweb params"),
+                size: need.next_power_of_two().max(PARAMS_STRIDE * 64),
+                usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            }));
+        }
+        cur.clone().expect("just set")
+    };
+    let mut all = Vec::with_capacity(ds.len() * WORDS);
+    for d in &ds {
+        all.extend_from_slice(&d.params);
+    }
+    gpu.queue.write_buffer(&params, 0, bytemuck::cast_slice(&all));
+
+    let mut enc = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("ggweb graph") });
+    {
+        let mut pass =
+            enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("ggweb graph"), timestamp_writes: None });
+        for (i, d) in ds.iter().enumerate() {
+            let win = |slot: usize| match &d.wins[slot] {
+                Some(w) => entry(slot as u32, &w.buf, w.start, w.size),
+                // Distinct ranges: overlapping writable bindings are invalid even unused.
+                None => entry(slot as u32, &gpu.dummy, 256 * slot as u64, 256),
+            };
+            let bg = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: None,
+                layout: &gpu.layout,
+                entries: &[win(0), win(1), win(2), win(3), entry(4, &params, 0, PARAMS_STRIDE)],
+            });
+            pass.set_pipeline(&d.pipeline);
+            pass.set_bind_group(0, &bg, &[(PARAMS_STRIDE * i as u64) as u32]);
+            pass.dispatch_workgroups(d.groups[0], d.groups[1], d.groups[2]);
+        }
+    }
+    gpu.queue.submit([enc.finish()]);
+    gpu.check()
+}

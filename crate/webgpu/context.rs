@@ -1,0 +1,382 @@
+//! Adapter and device setup, error capture, the shader and pipeline caches.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+
+use super::buffer::{WebGpuBuffer, WebGpuBufferType};
+use super::{MatMulKernels, WebGpuOptions};
+use crate::backend::{Backend, BackendError, BufferType};
+use crate::graph::Graph;
+use crate::tensor::Tensor;
+
+/// What adapter the backend runs on, for logs and UIs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AdapterSummary {
+    pub name: String,
+    /// "Vulkan", "BrowserWebGpu", ...
+    pub backend: String,
+    /// "Cpu" for software rasterizers (lavapipe, SwiftShader).
+    pub device_type: String,
+    pub shader_f16: bool,
+    /// The limits in use (after any override).
+    pub max_binding_size: u64,
+    pub max_buffer_size: u64,
+    /// The mul_mat kernels in use (`Auto` resolved).
+    pub mat_mul_kernels: MatMulKernels,
+}
+
+/// The bytes every parameter block takes in the per-graph uniform buffer (a multiple of
+/// minUniformBufferOffsetAlignment, which WebGPU caps at 256).
+pub(crate) const PARAMS_STRIDE: u64 = 256;
+
+/// State shared by the backend, its buffer type and its buffers.
+pub(crate) struct Gpu {
+    pub device: wgpu::Device,
+    pub queue: wgpu::Queue,
+    pub summary: AdapterSummary,
+    /// Binding windows start at multiples of this (minStorageBufferOffsetAlignment).
+    pub storage_align: u64,
+    pub max_binding: u64,
+    pub max_buffer: u64,
+    pub max_wg_dim: u32,
+    /// mul_mat kernels without workgroup memory (CPU-based adapters).
+    pub per_row: bool,
+    pub layout: wgpu::BindGroupLayout,
+    pipeline_layout: wgpu::PipelineLayout,
+    /// Bound where a kernel has no such source: slot i at bytes 256 i.. (ranges must not
+    /// overlap even when unused).
+    pub dummy: wgpu::Buffer,
+    modules: RefCell<HashMap<String, wgpu::ShaderModule>>,
+    pipelines: RefCell<HashMap<String, wgpu::ComputePipeline>>,
+    /// The per-graph parameter buffer, grown on demand.
+    pub params: RefCell<Option<wgpu::Buffer>>,
+    /// Errors the device reported since the last check (validation, out of memory).
+    errors: Arc<Mutex<Vec<String>>>,
+    lost: Arc<Mutex<Option<String>>>,
+}
+
+/// The WGSL of kernel file `file`, specialised for weight type `spec` (get_rows, mul_mat;
+/// "" for the others): the prelude, the dequantizers, the type's names, the file.
+pub(crate) fn specialisation(file: &str, spec: &str) -> String {
+    let mut src = String::from(include_str!("../../shaders/common.wgsl"));
+    let body = match file {
+        "binary" => include_str!("../../shaders/binary.wgsl"),
+        "unary" => include_str!("../../shaders/unary.wgsl"),
+        "norm" => include_str!("../../shaders/norm.wgsl"),
+        "softmax" => include_str!("../../shaders/softmax.wgsl"),
+        "cpy" => include_str!("../../shaders/cpy.wgsl"),
+        "get_rows" => include_str!("../../shaders/get_rows.wgsl"),
+        "mul_mat" => include_str!("../../shaders/mul_mat.wgsl"),
+        "mul_mat_q" => include_str!("../../shaders/mul_mat_q.wgsl"),
+        other => panic!("no shader file '{other}'"),
+    };
+    if !spec.is_empty() {
+        src.push_str(include_str!("../../shaders/dequant.wgsl"));
+        // WGSL has no generics: name the type's loaders under the names the kernels call.
+        src.push_str(&format!(
+            "\nfn deq_one(base: u32, k: u32) -> f32 {{ return deq_one_{spec}(base, k); }}\n\
+             fn dot_chunk(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> f32 {{ \
+             return dot_chunk_{spec}(base, c, k_len, xb, xs); }}\n"
+        ));
+    }
+    src.push_str(body);
+    src
+}
+
+/// Every shader module the backend can build, as (label, WGSL source): the kernel files
+/// with the common prelude, the weight-type ones once per type. For checks without a
+/// device (a WGSL validator).
+pub fn kernel_sources() -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for file in ["binary", "unary", "norm", "softmax", "cpy"] {
+        out.push((file.to_string(), specialisation(file, "")));
+    }
+    for file in ["get_rows", "mul_mat", "mul_mat_q"] {
+        for spec in ["f32", "f16", "q8_0", "q4_0", "q4_k", "q6_k"] {
+            out.push((format!("{file}:{spec}"), specialisation(file, spec)));
+        }
+    }
+    out
+}
+
+impl Gpu {
+    pub async fn create(opts: &WebGpuOptions) -> Result<Gpu, BackendError> {
+        let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+        desc.backends =
+            if cfg!(target_arch = "wasm32") { wgpu::Backends::BROWSER_WEBGPU } else { wgpu::Backends::VULKAN };
+        let instance = wgpu::Instance::new(desc);
+        let adapter = instance
+            .request_adapter(&wgpu::RequestAdapterOptions {
+                power_preference: wgpu::PowerPreference::HighPerformance,
+                force_fallback_adapter: opts.force_fallback_adapter,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| BackendError::Unavailable(format!("no WebGPU adapter: {e}")))?;
+        let info = adapter.get_info();
+        let alimits = adapter.limits();
+        let has_f16 = adapter.features().contains(wgpu::Features::SHADER_F16);
+        // Ask for what the adapter has: WebGPU's defaults (128 MiB bindings, 256 MiB
+        // buffers) are below what GPT-2's embedding needs on most devices.
+        let limits = alimits.clone();
+        if limits.max_storage_buffers_per_shader_stage < 4 || limits.max_compute_invocations_per_workgroup < 256 {
+            return Err(BackendError::Unavailable(format!(
+                "adapter '{}' lacks compute limits ggweb needs (4 storage buffers, 256 invocations)",
+                info.name
+            )));
+        }
+        let features = if has_f16 { wgpu::Features::SHADER_F16 } else { wgpu::Features::empty() };
+        let (device, queue) = adapter
+            .request_device(&wgpu::DeviceDescriptor {
+                label: Some("ggweb"),
+                required_features: features,
+                required_limits: limits.clone(),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| BackendError::Unavailable(format!("adapter '{}' refused a device: {e}", info.name)))?;
+
+        let errors: Arc<Mutex<Vec<String>>> = Arc::default();
+        let sink = errors.clone();
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+            sink.lock().unwrap_or_else(|p| p.into_inner()).push(e.to_string());
+        }));
+        let lost: Arc<Mutex<Option<String>>> = Arc::default();
+        let lost_sink = lost.clone();
+        device.set_device_lost_callback(move |reason, msg| {
+            *lost_sink.lock().unwrap_or_else(|p| p.into_inner()) = Some(format!("{reason:?}: {msg}"));
+        });
+
+        let storage_align = u64::from(limits.min_storage_buffer_offset_alignment).max(4);
+        let mut max_binding = limits.max_storage_buffer_binding_size;
+        let mut max_buffer = limits.max_buffer_size;
+        if let Some(o) = opts.max_binding_size_override {
+            max_binding = max_binding.min(o);
+        }
+        if let Some(o) = opts.max_buffer_size_override {
+            max_buffer = max_buffer.min(o);
+        }
+        // Windows are aligned down to `storage_align` and sized in whole words.
+        max_binding = max_binding / storage_align * storage_align;
+        if max_binding < 2 * storage_align {
+            return Err(BackendError::Unavailable(format!("max binding size {max_binding} is too small")));
+        }
+
+        let storage = |binding: u32| wgpu::BindGroupLayoutEntry {
+            binding,
+            visibility: wgpu::ShaderStages::COMPUTE,
+            ty: wgpu::BindingType::Buffer {
+                ty: wgpu::BufferBindingType::Storage { read_only: false },
+                has_dynamic_offset: false,
+                min_binding_size: None,
+            },
+            count: None,
+        };
+        let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+            label: Some("ggweb kernels"),
+            entries: &[
+                storage(0),
+                storage(1),
+                storage(2),
+                storage(3),
+                wgpu::BindGroupLayoutEntry {
+                    binding: 4,
+                    visibility: wgpu::ShaderStages::COMPUTE,
+                    ty: wgpu::BindingType::Buffer {
+                        ty: wgpu::BufferBindingType::Uniform,
+                        has_dynamic_offset: true,
+                        min_binding_size: wgpu::BufferSize::new(PARAMS_STRIDE),
+                    },
+                    count: None,
+                },
+            ],
+        });
+        let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+            label: Some("ggweb kernels"),
+            bind_group_layouts: &[Some(&layout)],
+            immediate_size: 0,
+        });
+        let dummy = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("ggweb unused bindings"),
+            size: 1024,
+            usage: wgpu::BufferUsages::STORAGE,
+            mapped_at_creation: false,
+        });
+        let per_row = match opts.mat_mul_kernels {
+            MatMulKernels::Auto => info.device_type == wgpu::DeviceType::Cpu,
+            k => k == MatMulKernels::PerRow,
+        };
+        let summary = AdapterSummary {
+            name: info.name.clone(),
+            backend: format!("{:?}", info.backend),
+            device_type: format!("{:?}", info.device_type),
+            shader_f16: has_f16,
+            max_binding_size: max_binding,
+            max_buffer_size: max_buffer,
+            mat_mul_kernels: if per_row { MatMulKernels::PerRow } else { MatMulKernels::Workgroup },
+        };
+        let gpu = Gpu {
+            device,
+            queue,
+            summary,
+            storage_align,
+            max_binding,
+            max_buffer,
+            max_wg_dim: limits.max_compute_workgroups_per_dimension,
+            per_row,
+            layout,
+            pipeline_layout,
+            dummy,
+            modules: RefCell::default(),
+            pipelines: RefCell::default(),
+            params: RefCell::new(None),
+            errors,
+            lost,
+        };
+        gpu.check()?;
+        Ok(gpu)
+    }
+
+    /// The errors the device reported since the last call, as one `BackendError`.
+    pub fn check(&self) -> Result<(), BackendError> {
+        if let Some(msg) = self.lost.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+            return Err(BackendError::DeviceLost(msg));
+        }
+        let mut errs = self.errors.lock().unwrap_or_else(|p| p.into_inner());
+        if errs.is_empty() {
+            return Ok(());
+        }
+        let all = errs.join("\n");
+        errs.clear();
+        Err(BackendError::Other(format!("WebGPU error: {all}")))
+    }
+
+    /// The pipeline for `entry` of kernel file `file` specialised for weight type `spec`
+    /// ("" when the file has no type parameter) and for the bindings src0..src2 are read
+    /// from (`homes`: the B0..B2 constants), plus the mat-vec kernels' column count
+    /// (NCOL), compiled on first use.
+    pub fn pipeline(
+        &self,
+        file: &str,
+        spec: &str,
+        entry: &str,
+        homes: [u32; 3],
+        ncol: Option<u32>,
+    ) -> wgpu::ComputePipeline {
+        let key = format!("{file}:{spec}:{entry}:{homes:?}:{ncol:?}");
+        if let Some(p) = self.pipelines.borrow().get(&key) {
+            return p.clone();
+        }
+        let mkey = format!("{file}:{spec}");
+        let module = {
+            let mut modules = self.modules.borrow_mut();
+            modules
+                .entry(mkey.clone())
+                .or_insert_with(|| {
+                    self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
+                        label: Some(&mkey),
+                        source: wgpu::ShaderSource::Wgsl(specialisation(file, spec).into()),
+                    })
+                })
+                .clone()
+        };
+        let mut constants = vec![("B0", f64::from(homes[0])), ("B1", f64::from(homes[1])), ("B2", f64::from(homes[2]))];
+        if let Some(n) = ncol {
+            constants.push(("NCOL", f64::from(n)));
+        }
+        let p = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(&key),
+            layout: Some(&self.pipeline_layout),
+            module: &module,
+            entry_point: Some(entry),
+            compilation_options: wgpu::PipelineCompilationOptions {
+                constants: &constants,
+                zero_initialize_workgroup_memory: false,
+            },
+            cache: None,
+        });
+        self.pipelines.borrow_mut().insert(key, p.clone());
+        p
+    }
+
+    /// (x, y) workgroup counts covering `groups` linear workgroups (x at most the limit).
+    pub fn fold(&self, groups: u64, what: &Tensor) -> Result<(u32, u32), BackendError> {
+        let max = u64::from(self.max_wg_dim);
+        let x = groups.clamp(1, max);
+        let y = groups.div_ceil(x).max(1);
+        if y > max {
+            return Err(super::unsupported(what, format!("{groups} workgroups exceed {max}²")));
+        }
+        Ok((x as u32, y as u32))
+    }
+}
+
+/// The WebGPU backend. Cheap to clone handles share one device.
+#[derive(Clone)]
+pub struct WebGpuBackend {
+    pub(crate) gpu: Rc<Gpu>,
+}
+
+impl WebGpuBackend {
+    /// Natively: finds an adapter (Vulkan) and opens a device, blocking. In the browser
+    /// this returns `Unavailable`: use [`WebGpuBackend::new_async`].
+    pub fn new(opts: WebGpuOptions) -> Result<WebGpuBackend, BackendError> {
+        #[cfg(target_arch = "wasm32")]
+        {
+            let _ = opts;
+            Err(BackendError::Unavailable("in the browser use WebGpuBackend::new_async (no blocking)".into()))
+        }
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            pollster::block_on(Self::new_async(opts))
+        }
+    }
+
+    /// Finds an adapter and opens a device without blocking (the browser's way).
+    pub async fn new_async(opts: WebGpuOptions) -> Result<WebGpuBackend, BackendError> {
+        Ok(WebGpuBackend { gpu: Rc::new(Gpu::create(&opts).await?) })
+    }
+
+    pub fn adapter(&self) -> &AdapterSummary {
+        &self.gpu.summary
+    }
+
+    /// Concrete buffer type (the trait's `buffer_type()` returns it as `dyn`).
+    pub fn webgpu_buffer_type(&self) -> WebGpuBufferType {
+        WebGpuBufferType { gpu: self.gpu.clone() }
+    }
+
+    /// Reads `out.len()` bytes of `t` from byte `offset` of it, without blocking: the way
+    /// to read results in the browser (natively it works too). `t` must live in a WebGPU
+    /// buffer.
+    pub async fn read_tensor_async(&self, t: &Tensor, offset: usize, out: &mut [u8]) -> Result<(), BackendError> {
+        let d = t.data().ok_or_else(|| super::unsupported(t, "read of an unallocated tensor"))?;
+        if offset + out.len() > t.nbytes() {
+            return Err(super::unsupported(
+                t,
+                format!("read of {} bytes at {offset} past its {} bytes", out.len(), t.nbytes()),
+            ));
+        }
+        let buf = d.buffer.as_any().downcast_ref::<WebGpuBuffer>().ok_or_else(|| {
+            super::unsupported(t, format!("not in a WebGPU buffer ({})", d.buffer.buffer_type_name()))
+        })?;
+        buf.read_async(d.offset + offset, out).await
+    }
+}
+
+impl Backend for WebGpuBackend {
+    fn name(&self) -> &str {
+        "WebGPU"
+    }
+    fn buffer_type(&self) -> Rc<dyn BufferType> {
+        Rc::new(self.webgpu_buffer_type())
+    }
+    fn graph_compute(&self, graph: &Graph) -> Result<(), BackendError> {
+        super::compute::graph_compute(&self.gpu, graph)
+    }
+    fn supports_op(&self, node: &Tensor) -> bool {
+        super::compute::supports_op(&self.gpu, node)
+    }
+}

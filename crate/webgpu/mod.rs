@@ -1,0 +1,154 @@
+//! The WebGPU backend: ggml graphs as WGSL compute dispatches, through `wgpu` (Vulkan
+//! natively, the browser's WebGPU on wasm32).
+//!
+//! ```
+//! use ggweb::backend::{Backend, BackendError};
+//! use ggweb::webgpu::{WebGpuBackend, WebGpuOptions};
+//!
+//! match WebGpuBackend::new(WebGpuOptions::default()) {
+//!     Ok(gpu) => assert_eq!(gpu.name(), "WebGPU"),
+//!     // Built without the `webgpu` feature, or no adapter on this machine.
+//!     Err(e) => assert!(matches!(e, BackendError::Unavailable(_))),
+//! }
+//! ```
+//!
+//! - **Setup**: natively [`WebGpuBackend::new`] blocks (pollster) on adapter and device;
+//!   in the browser use [`WebGpuBackend::new_async`] (`new` returns `Unavailable` there:
+//!   the page's thread must never block). The device is requested with the adapter's own
+//!   limits (maxBufferSize, maxStorageBufferBindingSize), not WebGPU's defaults.
+//! - **Buffers** ([`WebGpuBufferType`]): tensors start on the storage-offset alignment;
+//!   sizes are padded to 4 bytes. A tensor larger than one storage binding (GPT-2's 154 MB
+//!   token_embd under a browser's 128 MiB) works for `get_rows` and `mul_mat` (its src0),
+//!   which run in row ranges, each binding only the rows it reads.
+//! - **Reads**: natively `Buffer::get_bytes` maps a staging buffer and waits. In the
+//!   browser the synchronous `get_bytes` cannot wait and panics with a message pointing to
+//!   [`WebGpuBackend::read_tensor_async`], which works on both.
+//! - **Compute**: one command encoder and one compute pass per graph; each node is one
+//!   dispatch (or one per row range); views cost nothing (each binding carries its
+//!   tensor's offset and strides, in elements). Parameters of all nodes go into one
+//!   uniform buffer written once per graph, selected with dynamic offsets. Pipelines are
+//!   cached by (kernel file, weight type, entry point, binding layout).
+//! - **Bindings**: every storage binding is read_write, since WebGPU forbids a read-only
+//!   and a writable binding of one buffer in a dispatch; operands whose ranges overlap (an
+//!   in-place node from the graph allocator, two views of one tensor) share one binding,
+//!   since overlapping writable bindings are forbidden too (Dawn enforces it; wgpu native
+//!   does not, so the browser test covers it).
+//! - **Ops**: get_rows (f32, f16, q8_0, q4_0, q4_K, q6_K), add, mul (broadcast), scale,
+//!   norm, gelu, soft_max_ext (f32/f16 mask, ALiBi), diag_mask_inf, cpy/cont (f32/f16 to
+//!   f32, f32/f16 to contiguous f16), mul_mat (f32, f16 and the four quantized types with
+//!   f32 activations; kernels chosen per adapter, see [`MatMulKernels`]). Anything else:
+//!   `supports_op` is false, so a scheduler keeps it on the CPU. No kernel needs
+//!   `shader-f16` (requested when present, unused): f16 data is read with
+//!   `unpack2x16float`, so SwiftShader (Chromium's fallback, no `shader-f16`) runs it all.
+//!
+//! Tests: `cargo test --features webgpu --test webgpu_ops` (Vulkan: Mesa's lavapipe; set
+//! `GGWEB_ALLOW_NO_GPU=1` to skip where there is no adapter) and, in headless Chromium,
+//! `WASM_BINDGEN_USE_BROWSER=1 cargo test --target wasm32-unknown-unknown --features webgpu
+//! --test webgpu_browser`.
+//!
+//! Without the `webgpu` feature the types still exist and `new` returns
+//! [`BackendError::Unavailable`], so callers need no `#[cfg]`.
+
+use crate::backend::BackendError;
+
+/// Knobs for [`WebGpuBackend::new`]. The defaults take everything the adapter offers.
+#[derive(Clone, Debug, Default)]
+pub struct WebGpuOptions {
+    /// Use at most this many bytes per storage binding (tests of the row-range split path;
+    /// rounded down to the storage-offset alignment).
+    pub max_binding_size_override: Option<u64>,
+    /// Make buffers at most this large (tests of multi-buffer weight placement).
+    pub max_buffer_size_override: Option<u64>,
+    /// Ask for the software fallback adapter.
+    pub force_fallback_adapter: bool,
+    /// Which mul_mat kernels to run (tests force each kind on any adapter).
+    pub mat_mul_kernels: MatMulKernels,
+}
+
+/// The two families of mul_mat kernels.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MatMulKernels {
+    /// `PerRow` on CPU-based adapters (lavapipe, SwiftShader), `Workgroup` elsewhere.
+    #[default]
+    Auto,
+    /// For GPUs: a workgroup per weight row with a tree reduction when N <= 8, 32x32 output
+    /// tiles through workgroup memory above.
+    Workgroup,
+    /// For CPU-based adapters: one invocation per weight row and 4 columns, no workgroup
+    /// memory and no barriers (which cost them more than the arithmetic).
+    PerRow,
+}
+
+#[cfg(feature = "webgpu")]
+mod buffer;
+#[cfg(feature = "webgpu")]
+mod compute;
+#[cfg(feature = "webgpu")]
+mod context;
+
+#[cfg(feature = "webgpu")]
+pub use buffer::{WebGpuBuffer, WebGpuBufferType};
+#[cfg(feature = "webgpu")]
+pub use context::{kernel_sources, AdapterSummary, WebGpuBackend};
+
+#[cfg(not(feature = "webgpu"))]
+mod disabled {
+    use alloc::rc::Rc;
+
+    use super::WebGpuOptions;
+    use crate::backend::{Backend, BackendError, BufferType};
+    use crate::graph::Graph;
+
+    const WHY: &str = "ggweb was built without the `webgpu` feature";
+
+    /// The WebGPU backend, compiled out: it cannot be constructed.
+    pub struct WebGpuBackend {
+        never: core::convert::Infallible,
+    }
+
+    impl WebGpuBackend {
+        /// Always `Err(Unavailable)` in this build.
+        pub fn new(_opts: WebGpuOptions) -> Result<WebGpuBackend, BackendError> {
+            Err(BackendError::Unavailable(WHY.into()))
+        }
+        /// Always `Err(Unavailable)` in this build.
+        pub async fn new_async(_opts: WebGpuOptions) -> Result<WebGpuBackend, BackendError> {
+            Err(BackendError::Unavailable(WHY.into()))
+        }
+    }
+
+    impl Backend for WebGpuBackend {
+        fn name(&self) -> &str {
+            match self.never {}
+        }
+        fn buffer_type(&self) -> Rc<dyn BufferType> {
+            match self.never {}
+        }
+        fn graph_compute(&self, _graph: &Graph) -> Result<(), BackendError> {
+            match self.never {}
+        }
+    }
+}
+
+#[cfg(not(feature = "webgpu"))]
+pub use disabled::WebGpuBackend;
+
+/// `Unsupported` for `node` with a reason (shared by the planner and the buffers).
+#[allow(dead_code)]
+pub(crate) fn unsupported(node: &crate::tensor::Tensor, reason: impl Into<alloc::string::String>) -> BackendError {
+    BackendError::Unsupported { node: node.name(), reason: reason.into() }
+}
+
+#[cfg(all(test, not(feature = "webgpu")))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compiled_out_backend_is_a_typed_error() {
+        match WebGpuBackend::new(WebGpuOptions::default()) {
+            Err(BackendError::Unavailable(why)) => assert!(why.contains("`webgpu` feature"), "{why}"),
+            Err(e) => panic!("expected Unavailable, got {e}"),
+            Ok(_) => panic!("a WebGPU backend without the feature"),
+        }
+    }
+}

@@ -1,0 +1,83 @@
+// Prelude of every ggweb kernel: the parameter block, the four storage bindings and
+// element loaders. The Rust side (crate/webgpu/) prepends this file to each op's file.
+//
+// Every binding is a window of a tensor's buffer seen as u32 words. Offsets and strides
+// are in *units* of the tensor's type: 4 bytes for f32/i32, 2 bytes for f16 and 1 byte
+// for block-quantized types (whose blocks are not word-aligned: Q8_0 is 34 bytes).
+// Bindings are all read_write so that a node may read and write the same buffer (the
+// graph allocator packs intermediates into one buffer): WebGPU forbids a read-only and a
+// writable binding of one buffer in the same dispatch. It also forbids two writable
+// bindings whose ranges overlap, so operands whose windows overlap (an in-place op, two
+// views of one tensor) share one binding: the pipeline constants B0..B2 say which binding
+// holds src0..src2 (0..2: their own, 3: dst's), and every load goes through them.
+
+struct P {
+    a_ne: vec4<u32>, a_nb: vec4<u32>,  // src0: ne, nb (units)
+    b_ne: vec4<u32>, b_nb: vec4<u32>,  // src1
+    c_ne: vec4<u32>, c_nb: vec4<u32>,  // src2
+    d_ne: vec4<u32>, d_nb: vec4<u32>,  // dst
+    off: vec4<u32>,                    // first unit of src0, src1, src2, dst in their windows
+    misc: vec4<u32>,                   // x: work items, y/z: src0 rows [row0, row1) of this part, w: workgroups along x
+    u: vec4<u32>,                      // op parameters
+    f: vec4<f32>,
+}
+
+@group(0) @binding(0) var<storage, read_write> s0: array<u32>;
+@group(0) @binding(1) var<storage, read_write> s1: array<u32>;
+@group(0) @binding(2) var<storage, read_write> s2: array<u32>;
+@group(0) @binding(3) var<storage, read_write> dst: array<u32>;
+@group(0) @binding(4) var<uniform> p: P;
+
+// Linear workgroup index: large dispatches are folded into x * y (x <= 65535).
+fn wg_linear(wg: vec3<u32>) -> u32 {
+    return wg.y * p.misc.w + wg.x;
+}
+
+// Logical index -> (i0, i1, i2, i3) for shape `ne`.
+fn unravel(i: u32, ne: vec4<u32>) -> vec4<u32> {
+    let i0 = i % ne.x;
+    let r1 = i / ne.x;
+    let i1 = r1 % ne.y;
+    let r2 = r1 / ne.y;
+    let i2 = r2 % ne.z;
+    return vec4<u32>(i0, i1, i2, r2 / ne.z);
+}
+
+fn at(idx: vec4<u32>, nb: vec4<u32>) -> u32 {
+    return idx.x * nb.x + idx.y * nb.y + idx.z * nb.z + idx.w * nb.w;
+}
+
+override B0: u32 = 0u;
+override B1: u32 = 1u;
+override B2: u32 = 2u;
+
+fn word(b: u32, i: u32) -> u32 {
+    switch b {
+        case 0u: { return s0[i]; }
+        case 1u: { return s1[i]; }
+        case 2u: { return s2[i]; }
+        default: { return dst[i]; }
+    }
+}
+// Word i of src0, src1, src2.
+fn w0(i: u32) -> u32 { return word(B0, i); }
+fn w1(i: u32) -> u32 { return word(B1, i); }
+fn w2(i: u32) -> u32 { return word(B2, i); }
+
+fn ld0_f32(i: u32) -> f32 { return bitcast<f32>(w0(i)); }
+fn ld1_f32(i: u32) -> f32 { return bitcast<f32>(w1(i)); }
+fn ld2_f32(i: u32) -> f32 { return bitcast<f32>(w2(i)); }
+// f16 element i (in halves); no shader-f16 needed.
+fn ld0_f16(i: u32) -> f32 { return unpack2x16float(w0(i >> 1u))[i & 1u]; }
+fn ld1_f16(i: u32) -> f32 { return unpack2x16float(w1(i >> 1u))[i & 1u]; }
+fn ld2_f16(i: u32) -> f32 { return unpack2x16float(w2(i >> 1u))[i & 1u]; }
+fn st_f32(i: u32, v: f32) { dst[i] = bitcast<u32>(v); }
+
+// Bytes of src0 (quantized blocks).
+fn b0(o: u32) -> u32 { return (w0(o >> 2u) >> ((o & 3u) * 8u)) & 0xffu; }
+fn i8_0(o: u32) -> i32 { return bitcast<i32>(b0(o) << 24u) >> 24u; }
+// The f16 at an even byte offset.
+fn h0(o: u32) -> f32 { return unpack2x16float(w0(o >> 2u) >> ((o & 2u) * 8u)).x; }
+
+// -inf. Not a constant expression: WGSL compilers (Tint) reject a constant -inf.
+fn neg_inf() -> f32 { return bitcast<f32>(0xff800000u + min(p.misc.x, 0u)); }

@@ -1,0 +1,129 @@
+// Weights of a src0 row as f32, one element (`deq_one_*`) or as the dot product of a
+// 32-element chunk with f32 activations in src1 (`dot_chunk_*`: the chunk's scales are
+// read once and factored out of the sum). No private arrays: CPU-based adapters
+// (lavapipe, SwiftShader) run array-indexing kernels an order of magnitude slower.
+//
+// `base`: first unit of the row (element for f32/f16, byte for quantized types); `k`: the
+// element; `c`: the chunk (elements 32c..32c+32); `k_len`: row length (f32/f16 rows need
+// not be a multiple of 32); `xb`, `xs`: src1 index of element 32c and its stride.
+// Block layouts are ggml's (crate/types.rs):
+//   Q8_0 (34 B per 32): d f16, qs[32] i8                          w = d * q
+//   Q4_0 (18 B per 32): d f16, qs[16] nibbles (lo: 0..16, hi: 16..32)  w = d * (q - 8)
+//   Q4_K (144 B per 256): d, dmin f16, scales[12] (6-bit sc/m of 8 sub-blocks), qs[128]
+//                          w = d * sc * q - dmin * m
+//   Q6_K (210 B per 256): ql[128], qh[64], scales[16] i8, d f16      w = d * sc * (q - 32)
+
+fn chunk_len(c: u32, k_len: u32) -> u32 { return min(32u, k_len - 32u * c); }
+
+fn deq_one_f32(base: u32, k: u32) -> f32 { return ld0_f32(base + k); }
+fn deq_one_f16(base: u32, k: u32) -> f32 { return ld0_f16(base + k); }
+
+fn dot_chunk_f32(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> f32 {
+    let o = base + 32u * c;
+    var s = 0.0;
+    for (var j = 0u; j < chunk_len(c, k_len); j++) { s += ld0_f32(o + j) * ld1_f32(xb + j * xs); }
+    return s;
+}
+
+fn dot_chunk_f16(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> f32 {
+    let o = base + 32u * c;
+    var s = 0.0;
+    for (var j = 0u; j < chunk_len(c, k_len); j++) { s += ld0_f16(o + j) * ld1_f32(xb + j * xs); }
+    return s;
+}
+
+fn deq_one_q8_0(base: u32, k: u32) -> f32 {
+    let o = base + (k / 32u) * 34u;
+    return h0(o) * f32(i8_0(o + 2u + k % 32u));
+}
+
+fn dot_chunk_q8_0(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> f32 {
+    let o = base + c * 34u;
+    var s = 0.0;
+    for (var j = 0u; j < 32u; j++) { s += f32(i8_0(o + 2u + j)) * ld1_f32(xb + j * xs); }
+    return h0(o) * s;
+}
+
+fn deq_one_q4_0(base: u32, k: u32) -> f32 {
+    let o = base + (k / 32u) * 18u;
+    let j = k % 32u;
+    let q = b0(o + 2u + j % 16u) >> (4u * (j / 16u));
+    return h0(o) * f32(i32(q & 15u) - 8);
+}
+
+fn dot_chunk_q4_0(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> f32 {
+    let o = base + c * 18u;
+    var s = 0.0;
+    for (var j = 0u; j < 16u; j++) {
+        let q = b0(o + 2u + j);
+        s += f32(i32(q & 15u) - 8) * ld1_f32(xb + j * xs) + f32(i32(q >> 4u) - 8) * ld1_f32(xb + (j + 16u) * xs);
+    }
+    return h0(o) * s;
+}
+
+// The 6-bit scale and min of sub-block j (0..8) of a K-quant super-block; `o`: scales[0].
+fn scale_min_k4(o: u32, j: u32) -> vec2<f32> {
+    if (j < 4u) {
+        return vec2<f32>(f32(b0(o + j) & 63u), f32(b0(o + j + 4u) & 63u));
+    }
+    let sc = (b0(o + j + 4u) & 15u) | ((b0(o + j - 4u) >> 6u) << 4u);
+    let m = (b0(o + j + 4u) >> 4u) | ((b0(o + j) >> 6u) << 4u);
+    return vec2<f32>(f32(sc), f32(m));
+}
+
+fn deq_one_q4_k(base: u32, k: u32) -> f32 {
+    let o = base + (k / 256u) * 144u;
+    let r = k % 256u;
+    let j = r / 32u; // sub-block
+    let sm = scale_min_k4(o + 4u, j);
+    let q = (b0(o + 16u + 32u * (j / 2u) + r % 32u) >> (4u * (j & 1u))) & 15u;
+    return h0(o) * sm.x * f32(q) - h0(o + 2u) * sm.y;
+}
+
+fn dot_chunk_q4_k(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> f32 {
+    let j = c % 8u; // sub-block
+    let o = base + (c / 8u) * 144u;
+    let sm = scale_min_k4(o + 4u, j);
+    let q = o + 16u + 32u * (j / 2u);
+    let sh = 4u * (j & 1u);
+    var sq = 0.0; // sum q * x
+    var sx = 0.0; // sum x
+    for (var l = 0u; l < 32u; l++) {
+        let x = ld1_f32(xb + l * xs);
+        sq += f32((b0(q + l) >> sh) & 15u) * x;
+        sx += x;
+    }
+    return h0(o) * sm.x * sq - h0(o + 2u) * sm.y * sx;
+}
+
+// Element l (0..32) of quarter g (0..4) of half n (0..2) of a Q6_K super-block at `o`,
+// without d and the scale: q - 32.
+fn q6_k_q(o: u32, n: u32, g: u32, l: u32) -> f32 {
+    let lo = (b0(o + 64u * n + 32u * (g & 1u) + l) >> (4u * (g >> 1u))) & 15u;
+    let hi = (b0(o + 128u + 32u * n + l) >> (2u * g)) & 3u;
+    return f32(i32(lo | (hi << 4u)) - 32);
+}
+
+fn deq_one_q6_k(base: u32, k: u32) -> f32 {
+    let o = base + (k / 256u) * 210u;
+    let r = k % 256u;
+    let n = r / 128u;
+    let g = (r % 128u) / 32u;
+    let l = r % 32u;
+    return h0(o + 208u) * f32(i8_0(o + 192u + 8u * n + 2u * g + l / 16u)) * q6_k_q(o, n, g, l);
+}
+
+fn dot_chunk_q6_k(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> f32 {
+    let cc = c % 8u;
+    let n = cc / 4u;
+    let g = cc % 4u;
+    let o = base + (c / 8u) * 210u;
+    var s0 = 0.0; // l < 16: scale 2g
+    var s1 = 0.0; // l >= 16: scale 2g + 1
+    for (var l = 0u; l < 16u; l++) {
+        s0 += q6_k_q(o, n, g, l) * ld1_f32(xb + l * xs);
+        s1 += q6_k_q(o, n, g, l + 16u) * ld1_f32(xb + (l + 16u) * xs);
+    }
+    let sc = o + 192u + 8u * n + 2u * g;
+    return h0(o + 208u) * (f32(i8_0(sc)) * s0 + f32(i8_0(sc + 1u)) * s1);
+}

@@ -1,0 +1,212 @@
+//! The WebGPU backend in a real browser (headless Chromium: SwiftShader, no `shader-f16`):
+//! the async constructor, the async read, and each kernel family against the CPU backend
+//! compiled to the same wasm module.
+//!
+//! ```text
+//! WASM_BINDGEN_USE_BROWSER=1 CHROMEDRIVER=/usr/bin/chromedriver \
+//!   cargo test --target wasm32-unknown-unknown --features webgpu --test webgpu_browser
+//! ```
+//! (`webdriver.json` passes `--enable-unsafe-webgpu`.)
+#![cfg(target_arch = "wasm32")]
+
+use ggweb::allocator::alloc_ctx_tensors;
+use ggweb::backend::{Backend, BackendError};
+use ggweb::cpu::CpuBackend;
+use ggweb::webgpu::{MatMulKernels, WebGpuBackend, WebGpuOptions};
+use ggweb::{Context, ContextParams, GgmlType, Graph, Tensor};
+use wasm_bindgen_test::*;
+
+use GgmlType::{F16, F32, I32, Q4_0, Q4_K, Q6_K, Q8_0};
+
+wasm_bindgen_test_configure!(run_in_browser);
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn f32(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+}
+
+/// Bytes for `n` elements of `ty`: quantized from random values where ggweb can quantize,
+/// random blocks with small scales for the K-quants (read-only types).
+fn data(rng: &mut Rng, ty: GgmlType, n: usize) -> Vec<u8> {
+    let vals: Vec<f32> = (0..n).map(|_| rng.f32()).collect();
+    match ty {
+        F32 => vals.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        F16 => vals.iter().flat_map(|&v| half::f16::from_f32(v).to_bits().to_le_bytes()).collect(),
+        Q8_0 | Q4_0 => ggweb::quants::quantize(ty, &vals).unwrap(),
+        Q4_K | Q6_K => {
+            let mut b: Vec<u8> = (0..ty.row_size(n as i64)).map(|_| rng.next() as u8).collect();
+            for blk in b.chunks_mut(ty.type_size()) {
+                let d = half::f16::from_f32(0.002).to_bits().to_le_bytes();
+                let at = if ty == Q4_K { 0 } else { 208 };
+                blk[at..at + 2].copy_from_slice(&d);
+                if ty == Q4_K {
+                    blk[2..4].copy_from_slice(&d); // dmin
+                }
+            }
+            b
+        }
+        other => panic!("{other}"),
+    }
+}
+
+/// get_rows and mul_mat (N = 1 and N = 12) for every weight type, plus the f32 chain
+/// norm → gelu → scale → diag_mask_inf → soft_max and an f32 → f16 copy.
+fn build(ctx: &Context, rng: &mut Rng) -> (Vec<Tensor>, Vec<(Tensor, Vec<u8>)>) {
+    let mut inputs = Vec::new();
+    let mut outs = Vec::new();
+    let leaf = |inputs: &mut Vec<(Tensor, Vec<u8>)>, ty: GgmlType, ne: &[i64], rng: &mut Rng| {
+        let t = ctx.new_tensor(ty, ne);
+        inputs.push((t.clone(), data(rng, ty, t.nelements() as usize)));
+        t
+    };
+    for ty in [F32, F16, Q8_0, Q4_0, Q4_K, Q6_K] {
+        let w = leaf(&mut inputs, ty, &[256, 24], rng);
+        for n in [1, 12] {
+            let x = leaf(&mut inputs, F32, &[256, n], rng);
+            outs.push(ctx.mul_mat(&w, &x));
+        }
+        let idx = ctx.new_tensor_1d(I32, 3);
+        inputs.push((idx.clone(), [5i32, 0, 23].iter().flat_map(|v| v.to_le_bytes()).collect()));
+        outs.push(ctx.get_rows(&w, &idx));
+    }
+    let a = leaf(&mut inputs, F32, &[40, 6, 2], rng);
+    let chain = ctx.soft_max(&ctx.diag_mask_inf(&ctx.scale(&ctx.gelu(&ctx.norm(&a, 1e-5)), 3.0), 30));
+    outs.push(chain);
+    // Two overlapping views of one tensor in one dispatch share a binding (Dawn rejects
+    // overlapping writable bindings).
+    let wide = leaf(&mut inputs, F32, &[40, 6], rng);
+    let v1 = ctx.view_2d(&wide, 32, 6, wide.nb[1], 0);
+    let v2 = ctx.view_2d(&wide, 32, 6, wide.nb[1], 4 * 8);
+    outs.push(ctx.add(&v1, &v2));
+    let h = ctx.new_tensor_1d(F16, 81);
+    inputs.push((h.clone(), vec![0u8; 162]));
+    outs.push(ctx.cpy(&ctx.transpose(&leaf(&mut inputs, F32, &[9, 9], rng)), &h));
+    (outs, inputs)
+}
+
+fn f32s(t: &Tensor, bytes: &[u8]) -> Vec<f32> {
+    match t.ty {
+        F32 => bytes.chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect(),
+        F16 => bytes.chunks(2).map(|c| half::f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32()).collect(),
+        ty => panic!("{ty}"),
+    }
+}
+
+async fn run(backend: &dyn Backend, gpu: Option<&WebGpuBackend>) -> Vec<Vec<f32>> {
+    let ctx = Context::new(ContextParams { mem_size: 1 << 20, no_alloc: true });
+    let (outs, inputs) = build(&ctx, &mut Rng(7));
+    let mut gf = Graph::new();
+    for o in &outs {
+        gf.build_forward_expand(o);
+    }
+    let _bufs = alloc_ctx_tensors(&ctx, &*backend.buffer_type()).unwrap();
+    for (t, bytes) in &inputs {
+        t.set_bytes(bytes, 0);
+    }
+    backend.graph_compute(&gf).unwrap();
+    let mut res = Vec::new();
+    for o in &outs {
+        let mut bytes = vec![0u8; o.nbytes()];
+        match gpu {
+            // The browser cannot block: results come back through the async read.
+            Some(g) => g.read_tensor_async(o, 0, &mut bytes).await.unwrap(),
+            None => o.get_bytes(&mut bytes, 0),
+        }
+        res.push(f32s(o, &bytes));
+    }
+    res
+}
+
+#[wasm_bindgen_test]
+async fn webgpu_kernels_match_the_cpu_in_chromium() {
+    assert!(
+        matches!(WebGpuBackend::new(WebGpuOptions::default()), Err(BackendError::Unavailable(_))),
+        "the blocking constructor must refuse in the browser"
+    );
+    let want = run(&CpuBackend::new(1), None).await;
+    for kernels in [MatMulKernels::Workgroup, MatMulKernels::PerRow] {
+        let opts = WebGpuOptions { mat_mul_kernels: kernels, ..Default::default() };
+        let gpu = WebGpuBackend::new_async(opts)
+            .await
+            .expect("a WebGPU adapter in headless Chromium (webdriver.json: --enable-unsafe-webgpu)");
+        let a = gpu.adapter();
+        web_sys::console::log_1(&format!("{a:?}").into());
+        assert_eq!(a.backend, "BrowserWebGpu");
+        let got = run(&gpu, Some(&gpu)).await;
+        assert_eq!(got.len(), want.len());
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            let (mut num, mut den) = (0f64, 0f64);
+            for (&x, &y) in g.iter().zip(w) {
+                if y.is_finite() {
+                    num += ((x - y) as f64).powi(2);
+                    den += (y as f64).powi(2);
+                } else {
+                    assert_eq!(x, y, "{kernels:?} output {i}");
+                }
+            }
+            // The CPU rounds activations to 8 bits for quantized mul_mat (NMSE ~1e-5,
+            // test-backend-ops allows 5e-4); everything else agrees to f32 rounding.
+            let e = num / den.max(f64::MIN_POSITIVE);
+            assert!(e < 5e-4, "{kernels:?} output {i}: NMSE {e:e} vs the CPU backend");
+        }
+    }
+}
+
+/// A chain the graph allocator runs in place (scale → gelu → add → soft_max reuse one
+/// block), as the model's compute buffer does: src0 and dst are the same memory.
+#[wasm_bindgen_test]
+async fn in_place_chain_from_gallocr_in_chromium() {
+    use ggweb::allocator::Gallocr;
+    async fn run(backend: &dyn Backend, gpu: Option<&WebGpuBackend>) -> (Vec<f32>, usize) {
+        let ctx = Context::new(ContextParams { mem_size: 1 << 20, no_alloc: true });
+        let x = ctx.new_tensor_2d(F32, 50, 4);
+        x.set_input();
+        let bias = ctx.new_tensor_1d(F32, 50);
+        bias.set_input();
+        let y = ctx.soft_max(&ctx.add(&ctx.gelu(&ctx.scale(&x, 1.5)), &bias));
+        y.set_output();
+        let mut gf = Graph::new();
+        gf.build_forward_expand(&y);
+        let mut galloc = Gallocr::new_single(backend.buffer_type());
+        galloc.reserve(&gf).unwrap();
+        galloc.alloc_graph(&gf).unwrap();
+        let mut rng = Rng(3);
+        let xs: Vec<f32> = (0..200).map(|_| rng.f32() * 3.0).collect();
+        let bs: Vec<f32> = (0..50).map(|_| rng.f32()).collect();
+        x.set_bytes(&xs.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>(), 0);
+        bias.set_bytes(&bs.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>(), 0);
+        // How many nodes share their first source's memory.
+        let in_place = gf
+            .nodes
+            .iter()
+            .filter(|n| {
+                let (d, s) = (n.data().unwrap(), n.src[0].as_ref().unwrap().data().unwrap());
+                d.offset == s.offset && std::rc::Rc::ptr_eq(&d.buffer, &s.buffer)
+            })
+            .count();
+        backend.graph_compute(&gf).unwrap();
+        let mut bytes = vec![0u8; y.nbytes()];
+        match gpu {
+            Some(g) => g.read_tensor_async(&y, 0, &mut bytes).await.unwrap(),
+            None => y.get_bytes(&mut bytes, 0),
+        }
+        (f32s(&y, &bytes), in_place)
+    }
+    let (want, _) = run(&CpuBackend::new(1), None).await;
+    let gpu = WebGpuBackend::new_async(WebGpuOptions::default()).await.expect("a WebGPU adapter");
+    let (got, in_place) = run(&gpu, Some(&gpu)).await;
+    assert!(in_place >= 2, "only {in_place} nodes ran in place");
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        // f32 exp/tanh in the shader vs the CPU's: a few ulp on values in [0, 1].
+        assert!((g - w).abs() < 1e-6, "element {i}: {g} vs CPU {w}");
+    }
+}
