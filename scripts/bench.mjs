@@ -182,7 +182,7 @@ async function main() {
   const missing = [...GGUF.map((g) => `124m-${g.dtype}.gguf`), ...ONNX.map((o) => `${TJS_MODEL}/onnx/${o.file}`)]
     .filter((f) => !existsSync(join(MODELS, f)));
   if (missing.length && !env.BENCH_MODEL) console.error(`bench: skipping rows without .models/{${missing.join(', ')}} (bash bench/make_models.sh makes them)`);
-  const hfInfo = existsSync(hfInfoPath) ? JSON.parse(readFileSync(hfInfoPath, 'utf8')) : null;
+  const hfInfo = !env.BENCH_MODEL && existsSync(hfInfoPath) ? JSON.parse(readFileSync(hfInfoPath, 'utf8')) : null;
   const prompt = env.BENCH_PROMPT ?? readFileSync(join(ROOT, 'bench', 'prompt.txt'), 'utf8');
   const nCtx = env.BENCH_MODEL ? (env.BENCH_NCTX ? Number(env.BENCH_NCTX) : undefined) : 256;
 
