@@ -2,7 +2,6 @@
 # Makes the benchmark models in .models/ (git-ignored), skipping whatever is already there:
 #   124m-{f32,f16,q8_0,q4_0}.gguf    seeded GPT-2-124M-shaped model, llama.cpp layout
 #                                    (tests/fixtures/make_fixtures.py --shape 124m, with its HF references)
-#   124m-f32-0000k-of-00002.gguf     the F32 file in shards for wllama (bench/split_gguf.py)
 #   gpt2-124m-hf/                    the same model as a Hugging Face folder + PyTorch's greedy ids
 #                                    for bench/prompt.txt (bench/export_hf.py)
 #   gpt2-124m-onnx/                  its ONNX export for transformers.js: onnx/model.onnx (fp32),
@@ -57,13 +56,6 @@ for g in "${ggufs[@]}"; do [ -f "$g" ] || have_all=0; done
 if [ "$have_all" = 0 ] || ! fresh "$M/124m.ref.json" "$FIXTURES"; then
     log "GGUFs: $FIXTURES --shape 124m --out $M/"
     "$PY_DIR/bin/python" "$FIXTURES" --shape 124m --out "$M/" --encoder-dir "$ENC"
-fi
-
-shard1="$M/124m-f32-00001-of-00002.gguf"
-if ! fresh "$shard1" "$M/124m-f32.gguf" bench/split_gguf.py; then
-    log "splitting 124m-f32.gguf for wllama"
-    rm -f "$M"/124m-f32-0*-of-0*.gguf
-    "$PY_DIR/bin/python" bench/split_gguf.py "$M/124m-f32.gguf" --max-mb 400
 fi
 
 HF="$M/gpt2-124m-hf"

@@ -26,6 +26,21 @@ function summarize(reps, extra) {
   };
 }
 
+/** The warm-up and the timed generations; an error says which one failed. */
+async function timed(gen, cfg) {
+  const reps = [];
+  for (let i = -1; i < cfg.reps; i++) {
+    try {
+      const r = await gen(i < 0 ? 4 : cfg.tokens);
+      if (i >= 0) reps.push(r);
+    } catch (e) {
+      const where = i < 0 ? 'warm-up generation' : `timed generation ${i + 1}`;
+      throw Object.assign(new Error(`${where}: ${e?.message ?? e}`), { name: e?.name ?? 'Error', code: e?.code });
+    }
+  }
+  return reps;
+}
+
 /** ggweb through its JS API (web/ggweb.js, mounted at /ggweb/). */
 async function ggweb(cfg) {
   const { Model } = await import('/ggweb/ggweb.js');
@@ -46,9 +61,7 @@ async function ggweb(cfg) {
     r.promptTokens = r.stats?.promptTokens;
     return r;
   };
-  await gen(4);
-  const reps = [];
-  for (let i = 0; i < cfg.reps; i++) reps.push(await gen(cfg.tokens));
+  const reps = await timed(gen, cfg);
   const info = m.info();
   await m.dispose();
   return summarize(reps, {
@@ -93,9 +106,15 @@ async function wllama(cfg) {
     r.promptTokens = r.usage?.prompt_tokens ?? r.timings?.prompt_n;
     return r;
   };
-  await gen(4);
-  const reps = [];
-  for (let i = 0; i < cfg.reps; i++) reps.push(await gen(cfg.tokens));
+  let reps;
+  try {
+    reps = await timed(gen, cfg);
+  } catch (e) {
+    if (/Invalid typed array length/.test(e.message)) {
+      e.message += ' (wllama fails so when the generated text is not valid UTF-8)';
+    }
+    throw e;
+  }
   const info = w.getLoadedContextInfo?.();
   await w.exit();
   return summarize(reps, { loadMs, internal: reps.map((r) => r.timings), nThreads: info?.n_threads });
@@ -151,9 +170,7 @@ async function transformers(cfg) {
     r.text = tok.decode(r.ids);
     return r;
   };
-  await gen(4);
-  const reps = [];
-  for (let i = 0; i < cfg.reps; i++) reps.push(await gen(cfg.tokens));
+  const reps = await timed(gen, cfg);
   await model.dispose?.();
   return summarize(reps, { loadMs, version: tjs.env.version });
 }

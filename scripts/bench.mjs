@@ -18,6 +18,7 @@
 //   BENCH_WEBGPU=auto|1|0  ggweb webgpu rows: auto = only on a real (non-fallback) adapter
 //   BENCH_GGWEB_WEB=dir    serve ggweb's JS + pkg/ from another folder (default web/)
 //   BENCH_ROW_TIMEOUT_S    per-row limit (default 600)
+//   BENCH_RETRIES=2        a failed row is run again (fresh page) this many times; tries are reported
 //   CHROMIUM=path          browser binary (default /usr/bin/chromium)
 import { chromium } from 'playwright-core';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
@@ -38,6 +39,7 @@ const env = process.env;
 const TOKENS = Number(env.BENCH_TOKENS ?? 64);
 const REPS = Number(env.BENCH_REPS ?? 3);
 const THREADS = (env.BENCH_THREADS ?? '1,2').split(',').map(Number).filter((n) => n > 0);
+const RETRIES = Number(env.BENCH_RETRIES ?? 2);
 const ROW_TIMEOUT_MS = Number(env.BENCH_ROW_TIMEOUT_S ?? 600) * 1000;
 const GGWEB_WEB = resolve(env.BENCH_GGWEB_WEB ?? join(ROOT, 'web'));
 const TJS_MODEL = 'gpt2-124m-onnx';
@@ -83,13 +85,9 @@ function rows(webgpu) {
       out.push({ runtime: 'ggweb', dtype: g.dtype, cls: g.cls, threads: 1, backend, model: `/models/124m-${g.dtype}.gguf` });
     }
   }
-  // wllama fails on its first completion after loading a single file this large (F32, 654 MB);
-  // it recommends shards of at most 512 MB, which it loads from the first shard's URL.
-  const shard = (d) => (d === 'f32' && existsSync(join(MODELS, '124m-f32-00001-of-00002.gguf'))
-    ? '/models/124m-f32-00001-of-00002.gguf' : `/models/124m-${d}.gguf`);
   for (const t of THREADS) {
     for (const g of gguf) {
-      out.push({ runtime: 'wllama', dtype: g.dtype, cls: g.cls, threads: t, backend: 'cpu', model: shard(g.dtype) });
+      out.push({ runtime: 'wllama', dtype: g.dtype, cls: g.cls, threads: t, backend: 'cpu', model: `/models/124m-${g.dtype}.gguf` });
     }
   }
   for (const t of THREADS) {
@@ -146,7 +144,8 @@ function table(results) {
   const lines = [head];
   for (const r of results) {
     if (!r.ok) {
-      lines.push([r.runtime, r.backend, r.dtype, String(r.threads), '—', '—', '—', '—', '—', `error: ${r.error}`.slice(0, 160)]);
+      lines.push([r.runtime, r.backend, r.dtype, String(r.threads), '—', '—', '—', '—', '—',
+        `error${r.tries > 1 ? ` (${r.tries} tries)` : ''}: ${r.error}`.slice(0, 160)]);
       continue;
     }
     const b = base[r.cls];
@@ -154,7 +153,8 @@ function table(results) {
     lines.push([
       r.runtime, r.backend, r.dtype, String(r.threads), fmt(r.loadMs / 1000, 2), fmt(r.prefillTps), fmt(r.decodeTps),
       b ? ratio(r.prefillTps, b.prefillTps) : '—', b ? ratio(r.decodeTps, b.decodeTps) : '—',
-      r.hfMatch == null ? '—' : `${r.hfMatch}${r.tokens !== TOKENS ? ` (${r.tokens} made)` : ''}`,
+      (r.hfMatch == null ? '—' : `${r.hfMatch}${r.tokens !== TOKENS ? ` (${r.tokens} made)` : ''}`) +
+        (r.tries > 1 ? ` · try ${r.tries}` : ''),
     ]);
   }
   const w = head.map((_, i) => Math.max(...lines.map((l) => l[i].length)));
@@ -187,19 +187,26 @@ async function main() {
   const nCtx = env.BENCH_MODEL ? (env.BENCH_NCTX ? Number(env.BENCH_NCTX) : undefined) : 256;
 
   const server = await startServer({ port: 0, mounts });
-  const browser = await chromium.launch({
+  const launch = () => chromium.launch({
     executablePath: env.CHROMIUM ?? '/usr/bin/chromium',
     headless: true,
     args: ['--no-sandbox', '--headless=new', '--enable-unsafe-webgpu', '--disable-dev-shm-usage',
       '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run',
       '--disable-default-apps', '--disable-extensions'],
   });
+  let browser = await launch();
+  const browserVersion = browser.version();
   mkdirSync(OUT, { recursive: true });
   const consoleLog = [];
   const results = [];
   let probeInfo;
   try {
     const open = async () => {
+      // A crashed browser (out of memory, killed) costs the row it happened in, not the run.
+      if (!browser.isConnected()) {
+        console.log('  (the browser went away; starting a new one)');
+        browser = await launch();
+      }
       const ctx = await browser.newContext();
       const page = await ctx.newPage();
       page.on('console', (m) => consoleLog.push(`[${m.type()}] ${m.text()}`));
@@ -216,21 +223,30 @@ async function main() {
     if (!probeInfo.crossOriginIsolated) throw new Error('the bench page is not cross-origin isolated: wasm threads would not run');
     const list = rows(probeInfo.webgpu);
     if (!list.length) throw new Error('no rows to run (models missing, or BENCH_ONLY matches none)');
-    console.log(`bench: ${list.length} rows, ${REPS} reps x ${TOKENS} tokens; ${browser.version()}; ` +
+    console.log(`bench: ${list.length} rows, ${REPS} reps x ${TOKENS} tokens; Chromium ${browserVersion}; ` +
       `WebGPU: ${probeInfo.webgpu ? `${probeInfo.webgpu.description || probeInfo.webgpu.vendor}${probeInfo.webgpu.fallback ? ' (fallback adapter)' : ''}` : 'none'}`);
     for (const row of list) {
       const t0 = Date.now();
       let r;
-      const { ctx, page } = await open();
-      try {
-        r = await withTimeout(page.evaluate((cfg) => window.bench.run(cfg), { ...row, prompt, tokens: TOKENS, reps: REPS, nCtx }),
-          ROW_TIMEOUT_MS, row.key);
-      } catch (e) {
-        r = { ok: false, error: e.message.split('\n')[0] };
-      } finally {
-        await ctx.close().catch(() => {});
+      const errors = [];
+      for (let attempt = 0; attempt <= RETRIES; attempt++) {
+        let ctx;
+        try {
+          const o = await open();
+          ctx = o.ctx;
+          r = await withTimeout(o.page.evaluate((cfg) => window.bench.run(cfg), { ...row, prompt, tokens: TOKENS, reps: REPS, nCtx }),
+            ROW_TIMEOUT_MS, row.key);
+        } catch (e) {
+          r = { ok: false, error: e.message.split('\n')[0] };
+        } finally {
+          await ctx?.close().catch(() => {});
+        }
+        if (r.ok) break;
+        errors.push(r.error);
+        if (errors.length >= 2 && errors.at(-1) === errors.at(-2)) break; // deterministic: stop trying
+        if (attempt < RETRIES) console.log(`  ${row.key.padEnd(26)} failed (${r.error}); again in a fresh page`);
       }
-      r = { ...row, ...r };
+      r = { ...row, ...r, tries: errors.length + (r.ok ? 1 : 0), failedTries: errors };
       if (r.ok) {
         r.prefillTps = r.promptTokens / (r.ttftMs / 1000);
         r.decodeTps = (r.tokens - 1) / (r.decodeMs / 1000);
@@ -244,7 +260,7 @@ async function main() {
       console.log(`  ${row.key.padEnd(26)} ${s}  [${((Date.now() - t0) / 1000).toFixed(0)} s]`);
     }
   } finally {
-    await browser.close();
+    await browser.close().catch(() => {});
     await server.close();
     writeFileSync(join(OUT, 'console.log'), consoleLog.join('\n') + '\n');
   }
@@ -253,14 +269,14 @@ async function main() {
     const r = results[0];
     const out = r.ok
       ? { ok: true, model: r.model, backend: r.backend, loadMs: Math.round(r.loadMs), promptTokens: r.promptTokens,
-        promptTokPerS: +r.prefillTps.toFixed(1), tokens: r.tokens, genTokPerS: +r.decodeTps.toFixed(1), browser: browser.version() }
+        promptTokPerS: +r.prefillTps.toFixed(1), tokens: r.tokens, genTokPerS: +r.decodeTps.toFixed(1), browser: browserVersion }
       : { ok: false, model: r.model, error: r.error };
     console.log(JSON.stringify(out));
     process.exit(r.ok ? 0 : 1);
   }
   const meta = {
     date: new Date().toISOString().slice(0, 10),
-    browser: `Chromium ${browser.version()}`,
+    browser: `Chromium ${browserVersion}`,
     machine: env.BENCH_MACHINE ??
       `${cpus().length} cores (${cpus()[0]?.model?.trim() ?? 'unknown CPU'}), shared with other jobs, so noisy`,
     promptTokens: hfInfo?.prompt_ids?.length ?? '?',
