@@ -4,7 +4,8 @@
 //! [`types`] and [`tensor`] (headers, strides, contexts), [`ops`] (graph-building ops),
 //! [`graph`], [`backend`] (traits by role), [`cpu`] (the CPU backend: scalar, x86 and
 //! wasm SIMD128 kernels), [`allocator`] (tallocr, gallocr; in `crate/alloc/`), [`quants`] (block formats),
-//! [`gguf`] (streaming reader, writer), [`tokenizer`], [`model`] (GPT-2).
+//! [`gguf`] (streaming reader, writer), [`tokenizer`], [`model`] (GPT-2), [`sched`] (one graph
+//! over several backends).
 //!
 //! The tensor core builds without `std` (`--no-default-features`): only `alloc` is needed.
 #![cfg_attr(not(feature = "std"), no_std)]
@@ -24,6 +25,7 @@ pub mod graph;
 pub mod model;
 pub mod ops;
 pub mod quants;
+pub mod sched;
 pub mod tensor;
 pub mod tokenizer;
 pub mod types;

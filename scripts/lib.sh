@@ -3,6 +3,8 @@
 
 # The wasm-bindgen CLI must match the crate's `wasm-bindgen = "=..."` in Cargo.toml exactly.
 WASM_BINDGEN_VERSION=0.2.130
+# cargo-fuzz for scripts/fuzz-smoke.sh (any recent version works; pinned for repeatability).
+CARGO_FUZZ_VERSION=0.13.2
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export PATH="$HOME/.cargo/bin:$PATH"

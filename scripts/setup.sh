@@ -3,7 +3,8 @@
 # so it is cheap to run before every build or test:
 #   Rust's wasm32-unknown-unknown target; Debian's chromium, chromium-driver (headless tests)
 #   and mesa-vulkan-drivers (lavapipe, for native wgpu); wasm-bindgen-cli at exactly the
-#   crate's wasm-bindgen version; the npm dev dependencies from package-lock.json.
+#   crate's wasm-bindgen version; nightly Rust and cargo-fuzz (the fuzz smoke); the npm dev
+#   dependencies from package-lock.json.
 # Never downloads a browser build: tests drive Debian's /usr/bin/chromium.
 set -euo pipefail
 LOG_TAG=setup
@@ -42,6 +43,17 @@ if ! have_bindgen; then
     have_bindgen || die "wasm-bindgen $WASM_BINDGEN_VERSION still not on PATH after cargo install"
 fi
 
+# The fuzz smoke (scripts/fuzz-smoke.sh) builds with cargo-fuzz, which needs nightly Rust.
+if ! rustup toolchain list | grep -q '^nightly-'; then
+    log "installing the nightly Rust toolchain (for cargo fuzz)"
+    rustup toolchain install nightly --profile minimal
+fi
+if ! cargo fuzz --version >/dev/null 2>&1; then
+    log "installing cargo-fuzz $CARGO_FUZZ_VERSION (takes ~3 minutes on 2 cores)"
+    env -u CARGO_TARGET_DIR cargo install cargo-fuzz --version "$CARGO_FUZZ_VERSION"
+    cargo fuzz --version >/dev/null 2>&1 || die "cargo-fuzz still not on PATH after cargo install"
+fi
+
 # npm ci when node_modules is missing or was installed from another package-lock.json.
 lock_sum="$(sha256sum package-lock.json | cut -d' ' -f1)"
 stamp=node_modules/.ggweb-lock.sha256
@@ -51,5 +63,5 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$lock_sum" ]; then
     echo "$lock_sum" > "$stamp"
 fi
 
-log "ok: $(rustc --version | cut -d' ' -f1-2), $(wasm-bindgen --version), node $(node --version)," \
+log "ok: $(rustc --version | cut -d' ' -f1-2), $(wasm-bindgen --version), $(cargo fuzz --version), node $(node --version)," \
     "$(/usr/bin/chromium --version 2>/dev/null | grep -o 'Chromium [0-9.]*'), wasm-opt $(node_modules/.bin/wasm-opt --version | cut -d' ' -f3)"

@@ -4,6 +4,7 @@
 #   3. no_std core build for wasm32       4. wasm tests (tests/wasm_*.rs) in headless Chromium
 #   5. release wasm build (web/pkg)       6. browser tests (tests/e2e/*.spec.mjs, Playwright)
 #   7. npm pack: the package's files, and that the packed module loads
+#   8. fuzz smoke: every cargo-fuzz target for 60 s (scripts/fuzz-smoke.sh)
 # Each runner's output is checked for a count of tests that actually ran: a runner that
 # skips everything and exits 0 fails here. Logs go to tests/artifacts/logs/.
 set -euo pipefail
@@ -83,6 +84,8 @@ done
 # is in webdriver.json. (Named apart from wasm_* because it needs the webgpu feature, which
 # the default features include.)
 wasm_tests+=(--test webgpu_browser)
+# GPT-2 split between WebGPU and the CPU by the scheduler, in the same browser.
+wasm_tests+=(--test webgpu_sched_browser)
 # Never -q here: the runner rejects --quiet and every test "fails".
 run_step wasm-browser env WASM_BINDGEN_USE_BROWSER=1 CHROMEDRIVER=/usr/bin/chromedriver \
     WASM_BINDGEN_TEST_TIMEOUT="${WASM_BINDGEN_TEST_TIMEOUT:-300}" TMPDIR="$BROWSER_TMP" \
@@ -111,6 +114,16 @@ SUMMARY+=("browser tests (Playwright): $e_pass passed ($STEP_SECS s)")
 # 7. the npm package
 run_step pack node scripts/check-pack.mjs
 SUMMARY+=("npm pack: contents and import ok ($STEP_SECS s)")
+
+# 8. fuzz smoke: each target must have run inputs and found no crash
+run_step fuzz bash scripts/fuzz-smoke.sh
+f_pass=$(grep -cE '^fuzz [a-z_]+: [0-9]+ runs, .* 0 crashes$' "$LOGS/fuzz.log" || true)
+f_all=$(grep -cE '^fuzz [a-z_]+: ' "$LOGS/fuzz.log" || true)
+[ "$f_all" -gt 0 ] || die "fuzz smoke: no target ran"
+[ "$f_pass" = "$f_all" ] || die "fuzz smoke: $((f_all - f_pass)) of $f_all targets failed"
+PASSED=$((PASSED + f_pass))
+speeds=$(sed -nE 's/^fuzz ([a-z_]+): [0-9]+ runs, ([0-9.]+) exec\/s.*/\1 \2 exec\/s/p' "$LOGS/fuzz.log" | paste -sd, -)
+SUMMARY+=("fuzz smoke: $f_pass targets without a crash: $speeds ($STEP_SECS s)")
 
 rm -rf "$BROWSER_TMP"
 echo

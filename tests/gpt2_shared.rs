@@ -87,7 +87,7 @@ fn greedy_continuation_matches_hf() {
 fn no_buffer_allocation_after_the_first_reserve() {
     let mut m = load("tiny-gpt2-f32.gguf", 8);
     let (reserves, allocs, size) =
-        (m.model.galloc.n_reserves(), m.model.galloc.n_buffer_allocs(), m.model.galloc.buffer_size(0));
+        (m.model.galloc().n_reserves(), m.model.galloc().n_buffer_allocs(), m.model.galloc().buffer_size(0));
     assert_eq!((reserves, allocs), (1, 1));
     let prompt: Vec<u32> = (0..21).map(|i| 1000 + 37 * i).collect(); // 3 batches of ≤ 8
     let mut logits = m.model.eval_prompt(&prompt, 0, false).unwrap();
@@ -95,9 +95,9 @@ fn no_buffer_allocation_after_the_first_reserve() {
         let t = ggweb::model::sampling::argmax(&logits);
         logits = m.model.eval(&[t], n_past, false).unwrap();
     }
-    assert_eq!(m.model.galloc.n_reserves(), reserves);
-    assert_eq!(m.model.galloc.n_buffer_allocs(), allocs);
-    assert_eq!(m.model.galloc.buffer_size(0), size);
+    assert_eq!(m.model.galloc().n_reserves(), reserves);
+    assert_eq!(m.model.galloc().n_buffer_allocs(), allocs);
+    assert_eq!(m.model.galloc().buffer_size(0), size);
     // The context is now full: one more token is a clear error, not a reallocation.
     let err = m.model.eval(&[0], m.model.n_ctx(), false).unwrap_err();
     assert!(err.to_string().contains("context full"), "{err}");

@@ -4,6 +4,8 @@
 //! Tests named `quant_*` need crate::quants (dequantize_row, quantize_row, vec_dot).
 
 mod common;
+#[path = "common/simd_checks.rs"]
+mod simd_checks;
 
 use common::*;
 use ggweb::backend::{Backend, BackendError, BufferType};
@@ -705,4 +707,21 @@ fn quant_get_rows_and_cpy() {
     let mut got = vec![0u8; want.len()];
     q.get_bytes(&mut got, 0);
     assert_eq!(got, want);
+}
+
+// --- the SIMD kernels of every ISA this machine runs (tests/common/simd_checks.rs) ---
+
+#[test]
+fn simd_f16_rows_convert_exactly() {
+    simd_checks::f16_rows_convert_exactly();
+}
+
+#[test]
+fn simd_gemm_tiles() {
+    simd_checks::gemm_tiles_agree_with_f64_and_with_single_dots();
+}
+
+#[test]
+fn simd_gelu_exp_sum_max() {
+    simd_checks::gelu_exp_sum_and_max_of_every_isa();
 }

@@ -535,3 +535,53 @@ fn vec_dot_small_exact_cases() {
     let xb = quants::quantize(GgmlType::F32, &x).unwrap();
     assert_eq!(quants::vec_dot(GgmlType::F32, 11, &xb, &xb), 506.0);
 }
+
+/// quants::gemm gives each pair exactly what vec_dot gives (its own kernels for Q8_0 and
+/// Q4_0, a loop over vec_dot for the rest): block counts around the groups of 8, strided
+/// rows, weights holding -128, and an activation row holding -128 (which the Q8_0 kernel
+/// hands back to vec_dot).
+#[test]
+fn gemm_equals_vec_dot_bit_for_bit() {
+    let mut rng = Rng(0x0bad_cafe_f00d_1234);
+    for ty in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_1, GgmlType::Q6_K] {
+        let vt = ty.vec_dot_type();
+        for (nblk, m, n) in [(1usize, 3usize, 2usize), (7, 5, 3), (8, 4, 1), (9, 2, 4), (24, 6, 5), (33, 3, 2)] {
+            let k = nblk * ty.blck_size();
+            let (ra, rb) = (ty.row_size(k as i64), vt.row_size(k as i64));
+            let (lda, ldb, ldc) = (ra + 6, rb + 2, m + 1);
+            let mut a = Vec::new();
+            for i in 0..m {
+                let mut row = random_row(&mut rng, ty, k);
+                if ty == GgmlType::Q8_0 && i == 1 {
+                    row[2] = 0x80; // a -128 weight
+                }
+                a.extend_from_slice(&row);
+                a.extend_from_slice(&[0xAB; 6]);
+            }
+            let mut b = Vec::new();
+            for j in 0..n {
+                let mut row = quants::quantize(vt, &rng.normal(k)).unwrap();
+                if vt == GgmlType::Q8_0 && j == 1 {
+                    row[rb - 1] = 0x80; // -128 in the last block
+                }
+                b.extend_from_slice(&row);
+                b.extend_from_slice(&[0xCD; 2]);
+            }
+            // With and without AVX-VNNI where the machine has it (no effect elsewhere).
+            for no_vnni in [false, true] {
+                quants::set_vnni_disabled(no_vnni);
+                let mut c = vec![f32::NAN; n * ldc];
+                quants::gemm(ty, k, m, n, &a, lda, &b, ldb, &mut c, ldc);
+                quants::set_vnni_disabled(false);
+                for j in 0..n {
+                    for i in 0..m {
+                        let want = quants::vec_dot(ty, k, &a[i * lda..i * lda + ra], &b[j * ldb..j * ldb + rb]);
+                        let got = c[j * ldc + i];
+                        assert_eq!(got.to_bits(), want.to_bits(), "{ty} k {k} ({i}, {j}) no_vnni {no_vnni}");
+                    }
+                    assert!(c[j * ldc + m].is_nan(), "gemm wrote past row {j} of c");
+                }
+            }
+        }
+    }
+}

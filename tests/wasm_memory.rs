@@ -28,7 +28,7 @@ static F16_GGUF: &[u8] = include_bytes!(concat!(
 const MIB: f64 = 1024.0 * 1024.0;
 
 #[wasm_bindgen_test]
-fn loading_takes_at_most_the_memory_plan_plus_16_mib() {
+async fn loading_takes_at_most_the_memory_plan_plus_16_mib() {
     let base = wasm_heap_base();
     let before = wasm_memory_bytes();
     // The embedded file is static data, below the heap.
@@ -62,9 +62,9 @@ fn loading_takes_at_most_the_memory_plan_plus_16_mib() {
 
     // Running the model allocates nothing more: the compute buffer was reserved at load.
     let ids = m.tokenize("The quick brown fox jumps over the lazy dog.", false);
-    m.logits(&ids).unwrap();
+    m.logits(ids.clone()).await.unwrap();
     m.start(&ids, r#"{"maxTokens":20,"temperature":0}"#).unwrap();
-    while !m.prompt_step().unwrap() {}
-    while m.next_token().unwrap() >= 0 {}
+    while !m.prompt_step().await.unwrap() {}
+    while m.next_token().await.unwrap() >= 0 {}
     assert_eq!(wasm_memory_bytes(), after, "memory grew while running the model");
 }

@@ -103,7 +103,7 @@ fn top5(row: &[f32]) -> Vec<u32> {
 }
 
 #[wasm_bindgen_test]
-fn f32_model_streamed_in_64k_chunks_matches_hf_logits_and_ids() {
+async fn f32_model_streamed_in_64k_chunks_matches_hf_logits_and_ids() {
     let mut l = ok(WasmLoader::new(r#"{"nBatch":32}"#));
     assert_eq!(l.total_expected(), -1.0, "no header yet");
     let mut seen_total = None;
@@ -150,7 +150,7 @@ fn f32_model_streamed_in_64k_chunks_matches_hf_logits_and_ids() {
     for p in prompts() {
         assert_eq!(m.tokenize(&p.text, false), p.ids, "tokenize {:?}", p.key);
         assert_eq!(ok(m.detokenize(&p.ids)), p.text);
-        let logits = ok(m.logits(&p.ids));
+        let logits = ok(m.logits(p.ids.to_vec()).await);
         let d = max_abs_diff(&logits, &p.row);
         web_sys::console::log_1(&format!("{}: {} tokens, max |logit - HF| = {d:e}", p.key, p.ids.len()).into());
         assert!(d <= 1e-4, "{}: max abs diff {d} > 1e-4", p.key);
@@ -163,21 +163,21 @@ fn greedy_params(max_tokens: usize) -> String {
 }
 
 #[wasm_bindgen_test]
-fn greedy_generation_matches_hf_token_for_token() {
+async fn greedy_generation_matches_hf_token_for_token() {
     let mut m = load(F32_GGUF, 1 << 20, r#"{"nBatch":32}"#);
     for p in prompts() {
         ok(m.start(&p.ids, &greedy_params(p.greedy_ids.len())));
         assert_eq!(m.stop_reason(), None);
         let mut steps = 1;
-        while !ok(m.prompt_step()) {
+        while !ok(m.prompt_step().await) {
             steps += 1;
         }
         // 32 tokens a step: 5 and 10 tokens take one, the paragraph's 101 take four.
         assert_eq!(steps, p.ids.len().div_ceil(32), "{}", p.key);
-        assert!(ok(m.prompt_step()), "a finished prompt stays finished");
+        assert!(ok(m.prompt_step().await), "a finished prompt stays finished");
         let (mut got, mut text) = (Vec::new(), String::new());
         loop {
-            let id = ok(m.next_token());
+            let id = ok(m.next_token().await);
             if id < 0 {
                 break;
             }
@@ -187,32 +187,35 @@ fn greedy_generation_matches_hf_token_for_token() {
         assert_eq!(got, p.greedy_ids, "{}", p.key);
         assert_eq!(text, p.greedy_text, "{}", p.key);
         assert_eq!(m.stop_reason().as_deref(), Some("maxTokens"));
-        assert_eq!(ok(m.next_token()), -1, "an ended run stays ended");
+        assert_eq!(ok(m.next_token().await), -1, "an ended run stays ended");
     }
     // A run after logits() starts from a fresh state and gives the same tokens.
     let p = &prompts()[0];
-    ok(m.logits(&prompts()[2].ids));
+    ok(m.logits(prompts()[2].ids.clone()).await);
     ok(m.start(&p.ids, &greedy_params(3)));
-    while !ok(m.prompt_step()) {}
-    let got: Vec<i32> = (0..4).map(|_| ok(m.next_token())).collect();
+    while !ok(m.prompt_step().await) {}
+    let mut got = Vec::new();
+    for _ in 0..4 {
+        got.push(ok(m.next_token().await));
+    }
     assert_eq!(got, [p.greedy_ids[0] as i32, p.greedy_ids[1] as i32, p.greedy_ids[2] as i32, -1]);
 }
 
 #[wasm_bindgen_test]
-fn a_full_context_ends_generation_cleanly() {
+async fn a_full_context_ends_generation_cleanly() {
     // n_ctx 8 and a 5-token prompt: positions 5, 6, 7 take three generated tokens, the
     // fourth is sampled from position 7's logits and returned, then the context is full.
     let mut m = load(F32_GGUF, 1 << 20, r#"{"nCtx":8,"nBatch":4}"#);
     let p = &prompts()[0];
     ok(m.start(&p.ids, &greedy_params(100)));
     let mut steps = 1;
-    while !ok(m.prompt_step()) {
+    while !ok(m.prompt_step().await) {
         steps += 1;
     }
     assert_eq!(steps, 2, "5 tokens in batches of 4");
     let mut got = Vec::new();
     loop {
-        let id = ok(m.next_token());
+        let id = ok(m.next_token().await);
         if id < 0 {
             break;
         }
@@ -226,12 +229,12 @@ fn a_full_context_ends_generation_cleanly() {
     let (code, msg) = err_of(m.start(&long, &greedy_params(1)));
     assert_eq!(code, "invalid");
     assert_eq!(msg, "the prompt: context full: 9 positions needed, n_ctx is 8");
-    let (code, msg) = err_of(m.logits(&long));
+    let (code, msg) = err_of(m.logits(long.to_vec()).await);
     assert_eq!((code.as_str(), msg.as_str()), ("invalid", "context full: 9 positions needed, n_ctx is 8"));
 }
 
 #[wasm_bindgen_test]
-fn bad_input_is_an_error_naming_what_and_where() {
+async fn bad_input_is_an_error_naming_what_and_where() {
     // Options.
     for (opts, code, msg) in [
         ("{", "invalid", "WasmLoader options: not valid JSON"),
@@ -239,8 +242,12 @@ fn bad_input_is_an_error_naming_what_and_where() {
         (r#"{"nCtx":0}"#, "invalid", "WasmLoader options: nCtx must be an integer from 1 to 4294967295, got 0"),
         (r#"{"nBatch":2.5}"#, "invalid", "WasmLoader options: nBatch must be an integer from 1 to 4294967295, got 2.5"),
         (r#"{"ctx":4}"#, "invalid", "WasmLoader options: unknown option \"ctx\""),
-        (r#"{"backend":"tpu"}"#, "invalid", "WasmLoader options: backend must be \"cpu\" or \"webgpu\", got \"tpu\""),
-        (r#"{"backend":"webgpu"}"#, "unsupported", "backend \"webgpu\" is not available in this build"),
+        (
+            r#"{"backend":"tpu"}"#,
+            "invalid",
+            "WasmLoader options: backend must be \"cpu\", \"webgpu\" or \"auto\", got \"tpu\"",
+        ),
+        (r#"{"backend":"webgpu"}"#, "unsupported", "backend \"webgpu\" needs the asynchronous factory"),
         (r#"{"gpuLayers":-2}"#, "invalid", "WasmLoader options: gpuLayers must be an integer >= -1, got -2"),
     ] {
         let (c, m) = err_of(WasmLoader::new(opts));
@@ -270,14 +277,12 @@ fn bad_input_is_an_error_naming_what_and_where() {
         "{msg}"
     );
 
-    // A context longer than the model's: refused when the model is built.
+    // A context longer than the model's: refused as soon as the header has been read,
+    // before any weight buffer is allocated.
     let mut l = ok(WasmLoader::new(r#"{"nCtx":4096}"#));
-    ok(l.feed_bytes(F32_GGUF));
-    let (code, msg) = err_of(l.finish());
-    assert_eq!(
-        (code.as_str(), msg.as_str()),
-        ("invalid", "invalid options: n_ctx 4096 exceeds the model's context length 128")
-    );
+    let (code, msg) = err_of(l.feed_bytes(F32_GGUF));
+    assert!(!code.is_empty(), "{msg}");
+    assert!(msg.contains("n_ctx 4096 exceeds the model's context length 128"), "{msg}");
 
     // Token ids and generation calls out of order.
     let mut m = load(F32_GGUF, 1 << 20, "{}");
@@ -288,10 +293,13 @@ fn bad_input_is_an_error_naming_what_and_where() {
         err_of(m.token_piece(4_000_000_000)).1,
         "token_piece: token id 4000000000 is outside the vocabulary (n_vocab 50257)"
     );
-    assert_eq!(err_of(m.logits(&[])).1, "needs at least one token id");
-    assert_eq!(err_of(m.logits(&[1, 60000])).1, "token id 60000 at index 1 is outside the vocabulary (n_vocab 50257)");
-    assert_eq!(err_of(m.next_token()).1, "next_token: no generation was started (call start first)");
-    assert_eq!(err_of(m.prompt_step()).1, "prompt_step: no generation was started (call start first)");
+    assert_eq!(err_of(m.logits([].to_vec()).await).1, "needs at least one token id");
+    assert_eq!(
+        err_of(m.logits([1, 60000].to_vec()).await).1,
+        "token id 60000 at index 1 is outside the vocabulary (n_vocab 50257)"
+    );
+    assert_eq!(err_of(m.next_token().await).1, "next_token: no generation was started (call start first)");
+    assert_eq!(err_of(m.prompt_step().await).1, "prompt_step: no generation was started (call start first)");
     assert_eq!(err_of(m.start(&[], "{}")).1, "the prompt: needs at least one token id");
     assert_eq!(
         err_of(m.start(&[1], r#"{"topP":2}"#)).1,
@@ -311,15 +319,15 @@ fn bad_input_is_an_error_naming_what_and_where() {
         "generation options: unknown option \"temp\""
     );
     ok(m.start(&[15496, 11, 616, 1438, 318], &greedy_params(2)));
-    let (code, msg) = err_of(m.next_token());
+    let (code, msg) = err_of(m.next_token().await);
     assert_eq!(code, "invalid");
     assert_eq!(
         msg,
         "next_token: the prompt is not evaluated yet (0 of 5 tokens; call prompt_step until it returns true)"
     );
     // After all those errors the model still works.
-    while !ok(m.prompt_step()) {}
-    assert_eq!(ok(m.next_token()), 31026);
+    while !ok(m.prompt_step().await) {}
+    assert_eq!(ok(m.next_token().await), 31026);
 }
 
 /// Writes a small GPT-2 GGUF: byte-level vocabulary of 256 + <|endoftext|>, two merges,
@@ -390,7 +398,7 @@ fn small_gpt2_gguf() -> Vec<u8> {
 }
 
 #[wasm_bindgen_test]
-fn one_byte_chunks_build_the_same_model_as_one_chunk() {
+async fn one_byte_chunks_build_the_same_model_as_one_chunk() {
     let file = small_gpt2_gguf();
     // One chunk, 64 KiB chunks, 7-byte chunks, 1-byte chunks: bit-identical logits.
     let mut whole = load(&file, file.len(), "{}");
@@ -398,7 +406,7 @@ fn one_byte_chunks_build_the_same_model_as_one_chunk() {
     // "hello" → hel l o (two merges), " hel" → Ġ hel; bytes are their own ids.
     assert_eq!(prompt, [257, 108, 111, 32, 257]);
     assert_eq!(whole.eos(), 258);
-    let want = ok(whole.logits(&prompt));
+    let want = ok(whole.logits(prompt.to_vec()).await);
     assert_eq!(want.len(), 259);
 
     let mut l = ok(WasmLoader::new("{}"));
@@ -415,10 +423,10 @@ fn one_byte_chunks_build_the_same_model_as_one_chunk() {
     let header_at = header_at.unwrap();
     assert!(header_at < file.len() && header_at > 2000, "header complete after {header_at} bytes");
     let mut bytewise = ok(l.finish());
-    assert_eq!(ok(bytewise.logits(&prompt)), want);
+    assert_eq!(ok(bytewise.logits(prompt.to_vec()).await), want);
     for chunk in [7, 65536] {
         let mut m = load(&file, chunk, "{}");
-        assert_eq!(ok(m.logits(&prompt)), want, "chunks of {chunk}");
+        assert_eq!(ok(m.logits(prompt.to_vec()).await), want, "chunks of {chunk}");
         assert_eq!(info_without_memory(&m), info_without_memory(&whole));
     }
     let info = info_without_memory(&whole);

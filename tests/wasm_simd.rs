@@ -4,6 +4,8 @@
 #![cfg(target_arch = "wasm32")]
 
 mod common;
+#[path = "common/simd_checks.rs"]
+mod simd_checks;
 
 use common::*;
 use ggweb::cpu::simd;
@@ -99,4 +101,12 @@ fn gelu_tanh_form() {
     compute(&g, 1);
     let want: Vec<f64> = xs.iter().map(|&x| ref_gelu(x as f64)).collect();
     assert_close("gelu", &g.to_f32_vec(), &want, |i| 1e-6 * want[i].abs() + 1e-45);
+}
+
+/// The gemm tiles, f16 conversion, GELU, exp and max of simd128 (and scalar), as natively.
+#[wasm_bindgen_test]
+fn simd128_gemm_gelu_exp_and_f16_rows() {
+    simd_checks::f16_rows_convert_exactly();
+    simd_checks::gemm_tiles_agree_with_f64_and_with_single_dots();
+    simd_checks::gelu_exp_sum_and_max_of_every_isa();
 }

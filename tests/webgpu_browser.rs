@@ -210,3 +210,100 @@ async fn in_place_chain_from_gallocr_in_chromium() {
         assert!((g - w).abs() < 1e-6, "element {i}: {g} vs CPU {w}");
     }
 }
+
+// The whole model on WebGPU through the JS bindings: `WasmLoader.create` opens the device,
+// the weights stream into GPU buffers, logits come back through the async read.
+mod model {
+    use ggweb::bindings::{WasmLoader, WasmModel};
+    use serde_json::Value;
+    use wasm_bindgen::{JsCast, JsValue};
+    use wasm_bindgen_test::*;
+
+    static F32_GGUF: &[u8] = include_bytes!(concat!(
+        env!(
+            "GGWEB_MODELS_DIR",
+            "set GGWEB_MODELS_DIR to the folder holding tiny-gpt2-f32.gguf (scripts/test.sh does)"
+        ),
+        "/tiny-gpt2-f32.gguf"
+    ));
+    static HF_ROWS_JSON: &str = include_str!("fixtures/tiny-gpt2.hf-rows.json");
+    static HF_ROWS_BIN: &[u8] = include_bytes!("fixtures/tiny-gpt2.hf-rows.bin");
+
+    /// (key, ids, greedy ids, HF logits row of the last position) per prompt.
+    fn prompts() -> Vec<(String, Vec<u32>, Vec<u32>, Vec<f32>)> {
+        let meta: Value = serde_json::from_str(HF_ROWS_JSON).unwrap();
+        let n_vocab = meta["n_vocab"].as_u64().unwrap() as usize;
+        let ids =
+            |v: &Value| -> Vec<u32> { v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect() };
+        meta["prompts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                let i = p["row"]["index"].as_u64().unwrap() as usize;
+                let row = HF_ROWS_BIN[i * n_vocab * 4..(i + 1) * n_vocab * 4]
+                    .chunks_exact(4)
+                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                    .collect();
+                (p["key"].as_str().unwrap().to_string(), ids(&p["ids"]), ids(&p["greedy_ids"]), row)
+            })
+            .collect()
+    }
+
+    fn ok<T>(r: Result<T, JsValue>) -> T {
+        r.unwrap_or_else(|e| panic!("{:?}", e.dyn_into::<js_sys::Error>().map(|e| e.message())))
+    }
+
+    async fn load(opts: &str) -> WasmModel {
+        let mut l = ok(WasmLoader::create(opts.to_string()).await);
+        for c in F32_GGUF.chunks(1 << 20) {
+            ok(l.feed(&js_sys::Uint8Array::from(c)));
+        }
+        ok(l.finish())
+    }
+
+    #[wasm_bindgen_test]
+    async fn gpt2_on_webgpu_matches_hf_logits_and_greedy_tokens() {
+        let mut m = load(r#"{"nBatch":32,"backend":"webgpu"}"#).await;
+        let info: Value = serde_json::from_str(&m.info()).unwrap();
+        assert_eq!(info["backend"], "webgpu");
+        assert_eq!(info["backendNote"], Value::Null);
+        for (key, ids, greedy, row) in prompts() {
+            let logits = ok(m.logits(ids.clone()).await);
+            assert_eq!(logits.len(), row.len());
+            let d = logits.iter().zip(&row).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+            web_sys::console::log_1(&format!("webgpu {key}: {} tokens, max |logit - HF| = {d:e}", ids.len()).into());
+            assert!(d <= 1e-3, "{key}: max abs diff {d} > 1e-3");
+
+            // Greedy is deterministic, so a prefix of the HF run is the HF run; SwiftShader
+            // is slow enough per token that the whole of it would pass the runner's timeout.
+            let greedy = &greedy[..greedy.len().min(6)];
+            let params = format!(
+                r#"{{"maxTokens":{},"temperature":0,"topK":40,"topP":0.95,"seed":1,"repeatPenalty":1}}"#,
+                greedy.len()
+            );
+            ok(m.start(&ids, &params));
+            while !ok(m.prompt_step().await) {}
+            let mut got = Vec::new();
+            loop {
+                let id = ok(m.next_token().await);
+                if id < 0 {
+                    break;
+                }
+                got.push(id as u32);
+            }
+            assert_eq!(got, greedy, "{key}: greedy tokens on WebGPU");
+            web_sys::console::log_1(&format!("webgpu {key}: greedy {got:?}").into());
+        }
+    }
+
+    #[wasm_bindgen_test]
+    async fn auto_picks_webgpu_when_an_adapter_exists_and_cpu_is_plain() {
+        let m = load(r#"{"backend":"auto","nCtx":16}"#).await;
+        let info: Value = serde_json::from_str(&m.info()).unwrap();
+        assert_eq!(info["backend"], "webgpu", "headless Chromium has a SwiftShader adapter");
+        let m = load(r#"{"backend":"cpu","nCtx":16}"#).await;
+        let info: Value = serde_json::from_str(&m.info()).unwrap();
+        assert_eq!(info["backend"], "cpu");
+    }
+}

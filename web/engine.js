@@ -312,7 +312,10 @@ export class Engine {
       if (signal?.aborted) throw abortedError('loading the model');
       const json = JSON.stringify(loaderOpts);
       try {
-        loader = new this.core.WasmLoader(json);
+        // The async factory opens the WebGPU device; older modules only have the constructor.
+        loader = typeof this.core.WasmLoader.create === 'function'
+          ? await this.core.WasmLoader.create(json)
+          : new this.core.WasmLoader(json);
       } catch (e) {
         throw toGgwebError(e, 'invalid', 'WasmLoader options');
       }

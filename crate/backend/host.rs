@@ -7,6 +7,22 @@ use core::ptr::NonNull;
 
 use super::{BackendError, Buffer};
 
+/// Bytes of host address space not yet in use, where that is bounded: on wasm32, a linear
+/// memory grows to at most 4 GiB, and what it has grown to so far is taken (the allocator
+/// may hold some of it free, so this errs low). None elsewhere: a 64-bit process learns
+/// its limit only from a refused allocation, which is a typed error too.
+pub fn address_space_left() -> Option<u64> {
+    #[cfg(target_arch = "wasm32")]
+    {
+        let used = core::arch::wasm32::memory_size(0) as u64 * 65536;
+        Some((4u64 << 30).saturating_sub(used))
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        None
+    }
+}
+
 /// A block of host memory with a fixed alignment. Kernels write it through raw pointers
 /// (`host_base`), so it is shared by handle and never borrowed as a Rust slice for long.
 pub struct HostBuffer {

@@ -87,6 +87,12 @@ pub trait BufferType {
     fn is_host(&self) -> bool {
         false
     }
+    /// Bytes this device can still hand out in all, when that is known up front (the free
+    /// part of wasm32's 4 GiB address space; a WebGPU device's memory). Loaders compare a
+    /// model's needs with it before allocating. Default: unknown (only an allocation can tell).
+    fn budget(&self) -> Option<u64> {
+        None
+    }
     fn alloc_buffer(&self, size: usize) -> Result<Rc<dyn Buffer>, BackendError>;
 }
 

@@ -9,7 +9,7 @@ mod run;
 
 fn usage() -> String {
     format!(
-        "usage: ggweb <command> [options]\n\ncommands:\n  {}\n  {}\n  {}\n  {}\n  ggweb inspect --model FILE [--json] [--items N]",
+        "usage: ggweb <command> [options]\n\ncommands:\n  {}\n  {}\n  {}\n  {}\n  ggweb inspect --model FILE [--json] [--items N] [--gpu-layers N [--batch B] [--ctx C]]",
         run::GENERATE_USAGE,
         run::LOGITS_USAGE,
         run::TOKENIZE_USAGE,

@@ -7,19 +7,36 @@ use std::fmt::Write as _;
 use std::fs::File;
 use std::io::{Read, Write};
 
+use std::rc::Rc;
+
+use ggweb::backend::Backend;
+use ggweb::cpu::CpuBackend;
 use ggweb::gguf::{GgufArray, GgufHeader, GgufStreamReader, GgufValue, Limits, NullSink};
+use ggweb::model::gpt2::Gpt2Options;
+use ggweb::model::loader::{load_from_path_split, LoadedModel};
+use ggweb::webgpu::{WebGpuBackend, WebGpuOptions};
 use serde_json::{json, Value};
 
-const USAGE: &str = "usage: ggweb inspect --model FILE [--json] [--items N]";
+const USAGE: &str = "usage: ggweb inspect --model FILE [--json] [--items N] [--gpu-layers N [--batch B] [--ctx C]]";
 
 struct Args {
     model: String,
     json: bool,
     items: usize,
+    /// With `--gpu-layers`: the model split between WebGPU and the CPU, instead of the header.
+    gpu_layers: Option<usize>,
+    batch: usize,
+    ctx: usize,
+}
+
+fn number(it: &mut std::slice::Iter<'_, String>, flag: &str) -> Result<usize, String> {
+    let v = it.next().ok_or_else(|| format!("{flag} needs a number"))?;
+    v.parse().map_err(|_| format!("{flag}: '{v}' is not a number"))
 }
 
 fn parse_args(args: &[String]) -> Result<Args, String> {
     let (mut model, mut json, mut items) = (None, false, 6usize);
+    let (mut gpu_layers, mut batch, mut ctx) = (None, 32usize, 0usize);
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -29,12 +46,15 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
                 let v = it.next().ok_or("--items needs a number")?;
                 items = v.parse().map_err(|_| format!("--items: '{v}' is not a number"))?;
             }
+            "--gpu-layers" | "-ngl" => gpu_layers = Some(number(&mut it, "--gpu-layers")?),
+            "--batch" | "-b" => batch = number(&mut it, "--batch")?,
+            "--ctx" | "-c" => ctx = number(&mut it, "--ctx")?,
             "--help" | "-h" => return Err(USAGE.to_string()),
             other => return Err(format!("unknown argument '{other}'\n{USAGE}")),
         }
     }
     let model = model.ok_or_else(|| format!("missing --model\n{USAGE}"))?;
-    Ok(Args { model, json, items })
+    Ok(Args { model, json, items, gpu_layers, batch, ctx })
 }
 
 /// Parses the header of `path`, feeding 1 MiB chunks until it is complete.
@@ -57,17 +77,82 @@ fn read_header(path: &str) -> Result<(GgufHeader, u64), String> {
 
 pub fn run(args: &[String]) -> Result<(), String> {
     let args = parse_args(args)?;
-    let (header, size) = read_header(&args.model)?;
-    let out = if args.json {
-        to_json(&args.model, size, &header, args.items)
+    let out = if let Some(n) = args.gpu_layers {
+        split_report(&args, n)?
     } else {
-        to_text(&args.model, size, &header, args.items)
+        let (header, size) = read_header(&args.model)?;
+        if args.json {
+            to_json(&args.model, size, &header, args.items)
+        } else {
+            to_text(&args.model, size, &header, args.items)
+        }
     };
     let mut stdout = std::io::stdout().lock();
     match stdout.write_all(out.as_bytes()).and_then(|_| stdout.flush()) {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(format!("writing output: {e}")),
         _ => Ok(()),
     }
+}
+
+/// Loads the model with its last `gpu_layers` blocks on WebGPU and reports how graphs
+/// split: bytes per backend, and for one token and for a full batch the splits and the
+/// copies between backends each run makes.
+fn split_report(args: &Args, gpu_layers: usize) -> Result<String, String> {
+    let gpu = WebGpuBackend::new(WebGpuOptions::default()).map_err(|e| format!("--gpu-layers: WebGPU: {e}"))?;
+    let opts = Gpt2Options { n_ctx: args.ctx, n_batch: args.batch, n_threads: 1 };
+    let cpu: Rc<dyn Backend> = Rc::new(CpuBackend::new(1));
+    let LoadedModel { mut model, .. } =
+        load_from_path_split(&args.model, Rc::new(gpu), cpu, gpu_layers, opts).map_err(|e| e.to_string())?;
+    let n_layer = model.hparams.n_layer;
+    let on_gpu = gpu_layers.min(n_layer);
+    let memory = model.memory_by_backend();
+    let mut runs = Vec::new();
+    for (what, n_tokens) in [("token", 1), ("batch", model.n_batch)] {
+        model.plan_split(0, n_tokens).map_err(|e| e.to_string())?;
+        let (copies, bytes) = model.sched.copies_per_run();
+        runs.push((what, n_tokens, model.sched.splits().len(), copies, bytes, model.sched.describe_splits()));
+    }
+    if args.json {
+        let doc = json!({
+            "file": args.model,
+            "gpu_layers": gpu_layers,
+            "n_layer": n_layer,
+            "gpu_blocks": (n_layer - on_gpu..n_layer).collect::<Vec<_>>(),
+            "embeddings_on_gpu": gpu_layers > n_layer,
+            "backends": model.sched.backends().iter().map(|b| b.name().to_string()).collect::<Vec<_>>(),
+            "memory_by_backend": memory.iter().map(|m| json!({
+                "backend": m.backend, "weights": m.weights, "kv": m.kv, "compute": m.compute,
+            })).collect::<Vec<_>>(),
+            "runs": runs.iter().map(|(what, n, splits, copies, bytes, lines)| json!({
+                "run": what, "n_tokens": n, "splits": splits, "copies": copies, "copy_bytes": bytes, "split_lines": lines,
+            })).collect::<Vec<_>>(),
+        });
+        let mut s = serde_json::to_string_pretty(&doc).expect("a json! value serializes");
+        s.push('\n');
+        return Ok(s);
+    }
+    let mut s = String::new();
+    let _ = writeln!(s, "{}: {}", args.model, model.describe());
+    let blocks =
+        if on_gpu == 0 { "none".to_string() } else { format!("blocks {}..={}", n_layer - on_gpu, n_layer - 1) };
+    let embd = if gpu_layers > n_layer { ", embeddings too" } else { "" };
+    let _ = writeln!(s, "gpu layers: {gpu_layers} of {n_layer} on {} ({blocks}{embd})", model.backend.name());
+    let _ = writeln!(s, "memory by backend:");
+    for m in &memory {
+        let _ = writeln!(
+            s,
+            "  {:<8} weights {:>12} B, kv {:>10} B, compute {:>10} B",
+            m.backend, m.weights, m.kv, m.compute
+        );
+    }
+    for (what, n, splits, copies, bytes, lines) in &runs {
+        let run = if *n == 1 { "one token".to_string() } else { format!("a {what} of {n} tokens") };
+        let _ = writeln!(s, "{run}: {splits} splits, {copies} copies per run ({bytes} B)");
+        for l in lines {
+            let _ = writeln!(s, "  {l}");
+        }
+    }
+    Ok(s)
 }
 
 fn scalar_text(v: &GgufValue) -> String {

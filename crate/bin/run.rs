@@ -8,17 +8,19 @@ use ggweb::backend::Backend;
 use ggweb::cpu::CpuBackend;
 use ggweb::gguf::{GgufStreamReader, Limits, NullSink};
 use ggweb::model::gpt2::Gpt2Options;
-use ggweb::model::loader::{load_from_path, tokenizer_from_gguf, LoadedModel};
+use ggweb::model::loader::{load_from_path, load_from_path_split, tokenizer_from_gguf, LoadedModel};
 use ggweb::model::sampling::{Sampler, SamplingParams};
 use ggweb::tokenizer::Tokenizer;
+use ggweb::webgpu::{WebGpuBackend, WebGpuOptions};
 use serde_json::json;
 
 use crate::args::Args;
 
-pub const GENERATE_USAGE: &str = "ggweb generate --model M --prompt P [--n-predict N] [--temp T] [--top-k K] [--top-p P] [--repeat-penalty R] [--seed S] [--batch B] [--ctx C] [--threads T] [--json]";
-pub const LOGITS_USAGE: &str = "ggweb logits --model M --prompt P [--batch B] [--special]";
+pub const GENERATE_USAGE: &str = "ggweb generate --model M --prompt P [--n-predict N] [--temp T] [--top-k K] [--top-p P] [--repeat-penalty R] [--seed S] [--batch B] [--ctx C] [--threads T] [--backend cpu|webgpu] [--gpu-layers N] [--json]";
+pub const LOGITS_USAGE: &str =
+    "ggweb logits --model M --prompt P [--batch B] [--special] [--backend cpu|webgpu] [--gpu-layers N]";
 pub const TOKENIZE_USAGE: &str = "ggweb tokenize --model M [--special] [--decode]   (stdin: one JSON string, or with --decode one JSON array of ids, per line)";
-pub const BENCH_USAGE: &str = "ggweb bench --model M [-p 128] [-n 64] [--threads T] [--batch B] [--reps R] [--json]";
+pub const BENCH_USAGE: &str = "ggweb bench --model M [-p 128] [-n 64] [--threads T] [--batch B] [--reps R] [--backend cpu|webgpu] [--gpu-layers N] [--profile] [--json]";
 
 fn backend(args: &Args) -> Result<Rc<dyn Backend>, String> {
     let threads: usize = args.get(&["threads", "t"], 1)?;
@@ -34,14 +36,73 @@ fn backend(args: &Args) -> Result<Rc<dyn Backend>, String> {
 }
 
 fn load(args: &Args) -> Result<LoadedModel, String> {
+    load_on(args, backend(args)?)
+}
+
+fn load_on(args: &Args, backend: Rc<dyn Backend>) -> Result<LoadedModel, String> {
     let path = args.required(&["model", "m"])?;
     let opts = Gpt2Options {
         n_ctx: args.get(&["ctx", "c"], 0)?,
         n_batch: args.get(&["batch", "b"], 32)?,
         n_threads: args.get(&["threads", "t"], 1)?,
     };
-    let backend = backend(args)?;
+    if let Some(n) = args.str(&["gpu-layers", "ngl"]) {
+        let n: usize = n.parse().map_err(|_| format!("--gpu-layers: cannot parse '{n}'"))?;
+        return load_split(args, &path, n, opts);
+    }
     load_from_path(&path, backend, opts).map_err(|e| e.to_string())
+}
+
+/// `--gpu-layers N`: the last N blocks (and the head; the embeddings too when N exceeds
+/// the block count) on WebGPU, the rest, and any op WebGPU lacks, on the CPU.
+fn load_split(args: &Args, path: &str, gpu_layers: usize, opts: Gpt2Options) -> Result<LoadedModel, String> {
+    if !matches!(args.str(&["backend"]).as_deref(), None | Some("webgpu")) {
+        return Err("--gpu-layers splits the model between webgpu and cpu: leave out --backend or pass webgpu".into());
+    }
+    let gpu = WebGpuBackend::new(WebGpuOptions::default()).map_err(|e| format!("--gpu-layers: WebGPU: {e}"))?;
+    let cpu = Rc::new(CpuBackend::new(opts.n_threads));
+    load_from_path_split(path, Rc::new(gpu), cpu, gpu_layers, opts).map_err(|e| e.to_string())
+}
+
+/// Seconds since the first call: the profiler's clock with several threads.
+fn clock() -> f64 {
+    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_secs_f64()
+}
+
+/// CPU seconds of the calling thread (Linux), else wall seconds: with one thread, the
+/// profile then counts the time we ran, not the time other processes had the core.
+fn thread_clock() -> f64 {
+    cpu_seconds(CLOCK_THREAD_CPUTIME_ID).unwrap_or_else(clock)
+}
+
+/// CPU seconds of the whole process, every thread (Linux).
+fn process_cpu() -> Option<f64> {
+    cpu_seconds(CLOCK_PROCESS_CPUTIME_ID)
+}
+
+const CLOCK_PROCESS_CPUTIME_ID: i32 = 2;
+const CLOCK_THREAD_CPUTIME_ID: i32 = 3;
+
+#[cfg(target_os = "linux")]
+fn cpu_seconds(clock_id: i32) -> Option<f64> {
+    #[repr(C)]
+    struct Timespec {
+        tv_sec: i64,
+        tv_nsec: i64,
+    }
+    extern "C" {
+        fn clock_gettime(clock_id: i32, tp: *mut Timespec) -> i32;
+    }
+    let mut ts = Timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: libc's clock_gettime writes one timespec (two 64-bit fields on 64-bit Linux).
+    let rc = unsafe { clock_gettime(clock_id, &mut ts) };
+    (rc == 0 && cfg!(target_pointer_width = "64")).then_some(ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn cpu_seconds(_clock_id: i32) -> Option<f64> {
+    None
 }
 
 pub fn generate(argv: &[String]) -> Result<(), String> {
@@ -164,15 +225,27 @@ pub fn tokenize(argv: &[String]) -> Result<(), String> {
 }
 
 pub fn bench(argv: &[String]) -> Result<(), String> {
-    let args = Args::parse(argv, &["json"])?;
+    let args = Args::parse(argv, &["json", "profile"])?;
     let n_prompt: usize = args.get(&["p", "n-prompt"], 128)?;
     let n_gen: usize = args.get(&["n", "n-gen"], 64)?;
     let reps: usize = args.get(&["reps", "r"], 3)?.max(1);
     let json_out = args.flag("json");
+    let profile = args.flag("profile");
     let threads: usize = args.get(&["threads", "t"], 1)?;
     let path = args.required(&["model", "m"])?;
+    // The profiler lives in the CPU backend: with WebGPU in the run there is nothing to time per op.
+    let cpu_only =
+        matches!(args.str(&["backend"]).as_deref(), None | Some("cpu")) && args.str(&["gpu-layers", "ngl"]).is_none();
+    if profile && !cpu_only {
+        return Err("--profile times the cpu backend's ops: leave out --backend webgpu and --gpu-layers".into());
+    }
+    let cpu = Rc::new(match (profile, threads) {
+        (false, _) => CpuBackend::new(threads),
+        (true, 1) => CpuBackend::with_profiler(threads, thread_clock),
+        (true, _) => CpuBackend::with_profiler(threads, clock),
+    });
     let t_load = Instant::now();
-    let LoadedModel { mut model, .. } = load(&args)?;
+    let LoadedModel { mut model, .. } = if cpu_only { load_on(&args, cpu.clone())? } else { load(&args)? };
     let load_s = t_load.elapsed().as_secs_f64();
     args.finish()?;
     if n_prompt + n_gen > model.n_ctx() {
@@ -182,22 +255,40 @@ pub fn bench(argv: &[String]) -> Result<(), String> {
     let n_vocab = model.hparams.n_vocab as u64;
     let ids: Vec<u32> = (0..n_prompt as u64).map(|i| ((i * 2654435761 + 12345) % n_vocab) as u32).collect();
     let (mut pp, mut tg) = (Vec::new(), Vec::new());
+    // Tokens per CPU second of the process (all threads): on a shared, loaded machine
+    // closer to what an idle one would give than wall time, for one thread.
+    let (mut pp_cpu, mut tg_cpu) = (Vec::new(), Vec::new());
+    let (mut pp_prof, mut tg_prof) = (Vec::new(), Vec::new());
     for _ in 0..reps {
-        let t = Instant::now();
+        cpu.reset_profile();
+        let (t, c) = (Instant::now(), process_cpu());
         let logits = model.eval_prompt(&ids, 0, false).map_err(|e| e.to_string())?;
         pp.push(n_prompt as f64 / t.elapsed().as_secs_f64());
+        if let (Some(c0), Some(c1)) = (c, process_cpu()) {
+            pp_cpu.push(n_prompt as f64 / (c1 - c0));
+        }
+        pp_prof.extend(cpu.profile());
+        cpu.reset_profile();
         let mut tok = ggweb::model::sampling::argmax(&logits);
-        let t = Instant::now();
+        let (t, c) = (Instant::now(), process_cpu());
         for i in 0..n_gen {
             let l = model.eval(&[tok], n_prompt + i, false).map_err(|e| e.to_string())?;
             tok = ggweb::model::sampling::argmax(&l);
         }
         tg.push(n_gen as f64 / t.elapsed().as_secs_f64());
+        if let (Some(c0), Some(c1)) = (c, process_cpu()) {
+            tg_cpu.push(n_gen as f64 / (c1 - c0));
+        }
+        tg_prof.extend(cpu.profile());
     }
+    // Per token, averaged over the repetitions.
+    let pp_table = profile_table(&pp_prof, (reps * n_prompt.max(1)) as f64);
+    let tg_table = profile_table(&tg_prof, (reps * n_gen.max(1)) as f64);
     let median = |v: &mut Vec<f64>| {
-        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-        v[v.len() / 2]
+        v.sort_by(|a, b| a.total_cmp(b));
+        v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
     };
+    let (pp_cpu_med, tg_cpu_med) = (median(&mut pp_cpu), median(&mut tg_cpu));
     let (pp_med, tg_med) = (median(&mut pp), median(&mut tg));
     let mem = model.memory_plan();
     if json_out {
@@ -207,16 +298,89 @@ pub fn bench(argv: &[String]) -> Result<(), String> {
                 "model": path, "backend": model.backend.name(), "threads": threads, "n_batch": model.n_batch,
                 "n_prompt": n_prompt, "n_gen": n_gen, "reps": reps, "load_s": load_s,
                 "prompt_tok_s": pp_med, "gen_tok_s": tg_med,
+                "prompt_tok_per_cpu_s": pp_cpu_med, "gen_tok_per_cpu_s": tg_cpu_med,
+                "prompt_tok_s_all": pp, "gen_tok_s_all": tg,
                 "memory": { "weights": mem.weights, "kv": mem.kv, "compute": mem.compute },
+                "profile": if profile { json!({ "pp": pp_table.to_json(), "tg": tg_table.to_json() }) } else { json!(null) },
+                "memory_by_backend": model.memory_by_backend().iter().map(|m| json!({
+                    "backend": m.backend, "weights": m.weights, "kv": m.kv, "compute": m.compute,
+                })).collect::<Vec<_>>(),
+                "copies_per_token": model.sched.last_run().copies,
             })
         );
     } else {
         println!("{}", model.describe());
-        println!("| test | tokens/s (median of {reps}) |");
-        println!("|---|---|");
-        println!("| pp{n_prompt} | {pp_med:.2} |");
-        println!("| tg{n_gen} | {tg_med:.2} |");
+        println!("| test | tokens/s (median of {reps}) | tokens per CPU second |");
+        println!("|---|---|---|");
+        println!("| pp{n_prompt} | {pp_med:.2} | {pp_cpu_med:.2} |");
+        println!("| tg{n_gen} | {tg_med:.2} | {tg_cpu_med:.2} |");
         println!("memory: weights {} B, kv {} B, compute {} B; load {:.3} s", mem.weights, mem.kv, mem.compute, load_s);
+        if model.sched.n_backends() > 1 {
+            for m in model.memory_by_backend() {
+                println!("  {}: weights {} B, kv {} B, compute {} B", m.backend, m.weights, m.kv, m.compute);
+            }
+            let r = model.sched.last_run();
+            println!("  last token: {} splits, {} copies ({} B)", r.splits, r.copies, r.copy_bytes);
+        }
+        if profile {
+            let clock = if threads == 1 { "thread CPU" } else { "wall" };
+            println!("\nprofile pp{n_prompt}: {clock} ms per token by node class\n{}", pp_table.to_text());
+            println!("profile tg{n_gen}: {clock} ms per token by node class\n{}", tg_table.to_text());
+        }
     }
     Ok(())
+}
+
+/// Profile rows merged by class and by op, in ms per token.
+struct ProfileTable {
+    by_class: Vec<(String, &'static str, f64, u64)>,
+    by_op: Vec<(&'static str, f64, u64)>,
+    total_ms: f64,
+}
+
+fn profile_table(entries: &[ggweb::cpu::ProfileEntry], n_tokens: f64) -> ProfileTable {
+    use std::collections::BTreeMap;
+    let mut by_class: BTreeMap<(String, &'static str), (f64, u64)> = BTreeMap::new();
+    let mut by_op: BTreeMap<&'static str, (f64, u64)> = BTreeMap::new();
+    for e in entries {
+        let ms = e.secs * 1e3 / n_tokens;
+        let c = by_class.entry((e.class.clone(), e.op)).or_default();
+        c.0 += ms;
+        c.1 += e.calls;
+        let o = by_op.entry(e.op).or_default();
+        o.0 += ms;
+        o.1 += e.calls;
+    }
+    let mut by_class: Vec<_> = by_class.into_iter().map(|((c, op), (ms, n))| (c, op, ms, n)).collect();
+    by_class.sort_by(|a, b| b.2.total_cmp(&a.2));
+    let mut by_op: Vec<_> = by_op.into_iter().map(|(op, (ms, n))| (op, ms, n)).collect();
+    by_op.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let total_ms = by_op.iter().map(|o| o.1).sum();
+    ProfileTable { by_class, by_op, total_ms }
+}
+
+impl ProfileTable {
+    fn to_text(&self) -> String {
+        let pct = |ms: f64| if self.total_ms > 0.0 { 100.0 * ms / self.total_ms } else { 0.0 };
+        let mut s = String::from("| class | op | ms/token | % | calls |\n|---|---|---|---|---|\n");
+        for (c, op, ms, n) in &self.by_class {
+            s += &format!("| {c} | {op} | {ms:.3} | {:.1} | {n} |\n", pct(*ms));
+        }
+        s += &format!(
+            "| total | | {:.3} | 100 | |\n\n| op | ms/token | % | calls |\n|---|---|---|---|\n",
+            self.total_ms
+        );
+        for (op, ms, n) in &self.by_op {
+            s += &format!("| {op} | {ms:.3} | {:.1} | {n} |\n", pct(*ms));
+        }
+        s
+    }
+
+    fn to_json(&self) -> serde_json::Value {
+        json!({
+            "total_ms_per_token": self.total_ms,
+            "by_class": self.by_class.iter().map(|(c, op, ms, n)| json!({"class": c, "op": op, "ms_per_token": ms, "calls": n})).collect::<Vec<_>>(),
+            "by_op": self.by_op.iter().map(|(op, ms, n)| json!({"op": op, "ms_per_token": ms, "calls": n})).collect::<Vec<_>>(),
+        })
+    }
 }

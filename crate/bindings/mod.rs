@@ -43,7 +43,12 @@ pub fn init_panic_hook() {
 /// `backend: 'auto'` only picks WebGPU when the module can run on it.
 #[wasm_bindgen]
 pub fn available_backends() -> String {
-    String::from(r#"["cpu"]"#)
+    // Compiled in; whether this browser has an adapter is `WasmLoader.create`'s to find out.
+    if cfg!(feature = "webgpu") {
+        String::from(r#"["cpu","webgpu"]"#)
+    } else {
+        String::from(r#"["cpu"]"#)
+    }
 }
 
 /// Bytes of this instance's linear memory (`memory.buffer.byteLength`). It only grows: it is

@@ -29,6 +29,7 @@ use serde_json::{Map, Value};
 use wasm_bindgen::prelude::*;
 
 use super::{js_error, wasm_memory_bytes};
+use crate::backend::{Backend, BackendError};
 use crate::cpu::CpuBackend;
 use crate::gguf::Limits;
 use crate::model::gpt2::{Gpt2, Gpt2Options};
@@ -36,12 +37,15 @@ use crate::model::loader::ModelLoader;
 use crate::model::sampling::{Sampler, SamplingParams};
 use crate::model::ModelError;
 use crate::tokenizer::{StreamDecoder, Tokenizer};
+use crate::webgpu::{WebGpuBackend, WebGpuOptions};
 
 /// The GgwebError code for a model error: the file's fault, the caller's, or ours.
 fn model_error(context: &str, e: ModelError) -> JsValue {
     let code = match &e {
         ModelError::Config(_) | ModelError::ContextFull { .. } | ModelError::BadToken { .. } => "invalid",
         ModelError::Backend(_) | ModelError::Cancelled => "internal",
+        // Too big for this device's memory: the page can pick a smaller model or context.
+        ModelError::OverBudget { .. } => "unsupported",
         ModelError::MissingTensor(_)
         | ModelError::BadShape { .. }
         | ModelError::Metadata(_)
@@ -71,6 +75,15 @@ fn prefix(what: &str) -> String {
 fn obj(fields: &[(&str, String)]) -> String {
     let body: Vec<String> = fields.iter().map(|(k, v)| format!("{}:{v}", Value::from(*k))).collect();
     format!("{{{}}}", body.join(","))
+}
+
+/// A backend failure while opening a device: no adapter or device is `unsupported`.
+fn backend_error(what: &str, e: BackendError) -> JsValue {
+    let code = match e {
+        BackendError::Unavailable(_) | BackendError::Unsupported { .. } => "unsupported",
+        _ => "internal",
+    };
+    js_error(code, format!("{what}: {e}"))
 }
 
 fn invalid(message: String) -> JsValue {
@@ -121,6 +134,8 @@ fn opt_num(map: &Map<String, Value>, what: &str, key: &str, min: f64, max: f64) 
 pub struct WasmLoader {
     loader: ModelLoader,
     backend: &'static str,
+    /// Why `backend` is not the one asked for ("auto" without a WebGPU adapter), for `info()`.
+    backend_note: Option<String>,
     /// `wasm_memory_bytes()` when this loader was made, for the memory report in `info()`.
     memory_at_start: f64,
     /// Where `feed` copies each piece of a JS chunk.
@@ -132,39 +147,85 @@ impl WasmLoader {
     pub fn feed_bytes(&mut self, bytes: &[u8]) -> Result<(), JsValue> {
         self.loader.feed(bytes).map_err(|e| model_error("", e))
     }
-}
 
-#[wasm_bindgen]
-impl WasmLoader {
-    /// `opts_json`: `{ nCtx?, nBatch?, backend?: "cpu", gpuLayers? }` (engine.js's
-    /// loaderOptions). nCtx defaults to the model's context length, nBatch to 32.
-    #[wasm_bindgen(constructor)]
-    pub fn new(opts_json: &str) -> Result<WasmLoader, JsValue> {
+    /// Checks `opts_json`; returns the backend asked for ("cpu", "webgpu" or "auto") and the
+    /// model options.
+    fn parse_options(opts_json: &str) -> Result<(&'static str, Gpt2Options), JsValue> {
         const WHAT: &str = "WasmLoader options";
         let map = parse_object(WHAT, opts_json, &["nCtx", "nBatch", "backend", "gpuLayers"])?;
         let backend = match map.get("backend") {
             None | Some(Value::Null) => "cpu",
             Some(Value::String(s)) if s == "cpu" => "cpu",
-            Some(Value::String(s)) if s == "webgpu" => {
-                return Err(js_error(
-                    "unsupported",
-                    "backend \"webgpu\" is not available in this build of the model runtime; use \"cpu\"",
-                ))
+            Some(Value::String(s)) if s == "webgpu" => "webgpu",
+            Some(Value::String(s)) if s == "auto" => "auto",
+            Some(v) => {
+                return Err(invalid(format!("{WHAT}: backend must be \"cpu\", \"webgpu\" or \"auto\", got {v}")))
             }
-            Some(v) => return Err(invalid(format!("{WHAT}: backend must be \"cpu\" or \"webgpu\", got {v}"))),
         };
         let limit = u32::MAX as u64;
         let n_ctx = opt_uint(&map, WHAT, "nCtx", 1, limit)?.unwrap_or(0) as usize;
         let n_batch = opt_uint(&map, WHAT, "nBatch", 1, limit)?.unwrap_or(Gpt2Options::default().n_batch as u64);
-        // -1 means "all layers"; the CPU backend has none to place.
+        // -1 means "all layers"; both backends hold the whole model, so it places nothing yet.
         match map.get("gpuLayers") {
             None | Some(Value::Null) => {}
             Some(v) if v.as_i64().is_some_and(|n| n >= -1) => {}
             Some(v) => return Err(invalid(format!("{WHAT}: gpuLayers must be an integer >= -1, got {v}"))),
         }
-        let opts = Gpt2Options { n_ctx, n_batch: n_batch as usize, n_threads: 1 };
-        let loader = ModelLoader::new(Rc::new(CpuBackend::new(1)), opts, Limits::default(), None);
-        Ok(WasmLoader { loader, backend, memory_at_start: wasm_memory_bytes(), scratch: Vec::new() })
+        Ok((backend, Gpt2Options { n_ctx, n_batch: n_batch as usize, n_threads: 1 }))
+    }
+
+    fn with_backend(
+        backend: Rc<dyn Backend>,
+        name: &'static str,
+        note: Option<String>,
+        opts: Gpt2Options,
+    ) -> WasmLoader {
+        WasmLoader {
+            loader: ModelLoader::new(backend, opts, Limits::default(), None),
+            backend: name,
+            backend_note: note,
+            memory_at_start: wasm_memory_bytes(),
+            scratch: Vec::new(),
+        }
+    }
+}
+
+#[wasm_bindgen]
+impl WasmLoader {
+    /// `opts_json`: `{ nCtx?, nBatch?, backend?: "cpu" | "webgpu" | "auto", gpuLayers? }`
+    /// (engine.js's loaderOptions). nCtx defaults to the model's context length, nBatch to
+    /// 32. This constructor is synchronous, so it cannot open a WebGPU device: "auto" means
+    /// the CPU here, and "webgpu" is refused (`unsupported`) in favour of `WasmLoader.create`.
+    #[wasm_bindgen(constructor)]
+    pub fn new(opts_json: &str) -> Result<WasmLoader, JsValue> {
+        let (asked, opts) = Self::parse_options(opts_json)?;
+        if asked == "webgpu" {
+            return Err(js_error(
+                "unsupported",
+                "backend \"webgpu\" needs the asynchronous factory: await WasmLoader.create(options)",
+            ));
+        }
+        Ok(Self::with_backend(Rc::new(CpuBackend::new(1)), "cpu", None, opts))
+    }
+
+    /// The asynchronous factory (a Promise of a loader): the same options as the
+    /// constructor, and it opens a WebGPU device for "webgpu" and "auto". Without an adapter
+    /// "webgpu" fails (`unsupported`, with the reason) and "auto" falls back to the CPU,
+    /// saying why on the console and in `info().backendNote`.
+    pub async fn create(opts_json: String) -> Result<WasmLoader, JsValue> {
+        let (asked, opts) = Self::parse_options(&opts_json)?;
+        if asked == "cpu" {
+            return Ok(Self::with_backend(Rc::new(CpuBackend::new(1)), "cpu", None, opts));
+        }
+        match WebGpuBackend::new_async(WebGpuOptions::default()).await {
+            Ok(gpu) => Ok(Self::with_backend(Rc::new(gpu), "webgpu", None, opts)),
+            Err(e) if asked == "auto" => {
+                let note = format!("backend \"auto\": WebGPU is not usable ({e}); running on the CPU");
+                web_sys::console::warn_1(&JsValue::from_str(&format!("ggweb: {note}")));
+                Ok(Self::with_backend(Rc::new(CpuBackend::new(1)), "cpu", Some(note), opts))
+            }
+            Err(e) => Err(backend_error("backend \"webgpu\"", e)),
+        }
     }
 
     /// Takes the next chunk, read out of the JS array in pieces of at most 64 KiB: a
@@ -210,6 +271,7 @@ impl WasmLoader {
             model: loaded.model,
             tokenizer: loaded.tokenizer,
             backend: self.backend,
+            backend_note: self.backend_note,
             memory_at_start: self.memory_at_start,
             memory_after_load: wasm_memory_bytes(),
             gen: None,
@@ -262,6 +324,7 @@ pub struct WasmModel {
     model: Gpt2,
     tokenizer: Tokenizer,
     backend: &'static str,
+    backend_note: Option<String>,
     memory_at_start: f64,
     memory_after_load: f64,
     gen: Option<Generation>,
@@ -292,8 +355,8 @@ impl WasmModel {
         Ok(())
     }
 
-    fn eval(&mut self, what: &str, tokens: &[u32], n_past: usize) -> Result<Vec<f32>, JsValue> {
-        self.model.eval(tokens, n_past, false).map_err(|e| model_error(what, e))
+    async fn eval(&mut self, what: &str, tokens: &[u32], n_past: usize) -> Result<Vec<f32>, JsValue> {
+        self.model.eval_async(tokens, n_past, false).await.map_err(|e| model_error(what, e))
     }
 }
 
@@ -312,11 +375,11 @@ impl WasmModel {
 
     /// Next-token logits after `ids`, evaluated from position 0 (a fresh state; any
     /// generation in progress is ended). `[n_vocab]` floats.
-    pub fn logits(&mut self, ids: &[u32]) -> Result<Vec<f32>, JsValue> {
+    pub async fn logits(&mut self, ids: Vec<u32>) -> Result<Vec<f32>, JsValue> {
         self.gen = None;
         self.check_fits("", ids.len())?;
-        self.check_ids("", ids)?;
-        self.model.eval_prompt(ids, 0, false).map_err(|e| model_error("", e))
+        self.check_ids("", &ids)?;
+        self.model.eval_prompt_async(&ids, 0, false).await.map_err(|e| model_error("", e))
     }
 
     /// Begins a generation from `prompt_ids` with sampling `params_json`:
@@ -367,7 +430,7 @@ impl WasmModel {
 
     /// Evaluates the next chunk (`n_batch` tokens) of the prompt. Returns true once the
     /// whole prompt is in (then `next_token` may be called).
-    pub fn prompt_step(&mut self) -> Result<bool, JsValue> {
+    pub async fn prompt_step(&mut self) -> Result<bool, JsValue> {
         let n_batch = self.model.n_batch;
         let Some(g) = self.gen.as_mut() else {
             return Err(invalid("prompt_step: no generation was started (call start first)".into()));
@@ -379,7 +442,7 @@ impl WasmModel {
         let to = (from + n_batch).min(g.prompt.len());
         let chunk = g.prompt[from..to].to_vec();
         let what = format!("evaluating prompt tokens {from}..{to} of {}", g.prompt.len());
-        let logits = match self.eval(&what, &chunk, from) {
+        let logits = match self.eval(&what, &chunk, from).await {
             Ok(l) => l,
             Err(e) => {
                 self.gen = None;
@@ -394,7 +457,7 @@ impl WasmModel {
     }
 
     /// The next token id, or -1 when the run is over (see `stop_reason`).
-    pub fn next_token(&mut self) -> Result<i32, JsValue> {
+    pub async fn next_token(&mut self) -> Result<i32, JsValue> {
         let n_ctx = self.model.n_ctx();
         let eos = self.tokenizer.eos();
         let Some(g) = self.gen.as_mut() else {
@@ -421,7 +484,7 @@ impl WasmModel {
             }
             let n_past = g.n_past;
             let what = format!("evaluating generated token {t} at position {n_past}");
-            let logits = match self.eval(&what, &[t], n_past) {
+            let logits = match self.eval(&what, &[t], n_past).await {
                 Ok(l) => l,
                 Err(e) => {
                     self.gen = None;
@@ -526,6 +589,7 @@ impl WasmModel {
                     ("now", wasm_memory_bytes().to_string()),
                 ]),
             ),
+            ("backendNote", self.backend_note.as_deref().map_or("null".to_string(), |n| Value::from(n).to_string())),
         ])
     }
 }

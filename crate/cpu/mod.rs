@@ -25,14 +25,20 @@
 //! defaults: GELU is the exact tanh form (no f16 table); F16 weights are dotted with f32
 //! activations as they are (ggml rounds the activations to f16 first); row sums of norm
 //! and soft_max are f64. Quantized weights follow ggml: each activation row is quantized
-//! once to the weight type's `vec_dot_type`, then `quants::vec_dot`.
+//! once to the weight type's `vec_dot_type`, then dotted as `quants::vec_dot` does (through
+//! `quants::gemm`, which gives the same bits for many pairs at once).
 
 mod ops;
+#[cfg(all(feature = "std", not(target_arch = "wasm32")))]
+pub mod pool;
 pub mod simd;
 
+use alloc::collections::BTreeMap;
 use alloc::format;
 use alloc::rc::Rc;
 use alloc::string::String;
+use alloc::vec::Vec;
+use core::cell::RefCell;
 
 use crate::backend::host::HostBuffer;
 use crate::backend::{Backend, BackendError, Buffer, BufferType};
@@ -40,7 +46,7 @@ use crate::graph::Graph;
 use crate::tensor::{Op, Tensor};
 
 pub use ops::gelu_f32;
-use ops::{BinaryOp, KernelError, TensorView};
+use ops::{BinaryOp, Exec, KernelError, TensorView};
 
 /// Tensor data in CPU buffers is aligned for the widest SIMD loads we use.
 pub const CPU_ALIGNMENT: usize = 64;
@@ -59,25 +65,83 @@ impl BufferType for CpuBufferType {
     fn is_host(&self) -> bool {
         true
     }
+    /// One allocation is at most isize::MAX bytes (Rust's Layout rule: 2 GiB on wasm32);
+    /// larger weights are split over several buffers rather than refused.
+    fn max_size(&self) -> usize {
+        isize::MAX as usize - CPU_ALIGNMENT
+    }
+    fn budget(&self) -> Option<u64> {
+        crate::backend::host::address_space_left()
+    }
     fn alloc_buffer(&self, size: usize) -> Result<Rc<dyn Buffer>, BackendError> {
         Ok(Rc::new(HostBuffer::new(size, CPU_ALIGNMENT, "CPU")?))
     }
 }
 
 /// The CPU backend. `n_threads` > 1 splits `mul_mat` across threads in native `std`
-/// builds; elsewhere (wasm, `no_std`) it runs on the calling thread.
+/// builds (a pool started on first use and kept); elsewhere (wasm, `no_std`) it runs on
+/// the calling thread.
 pub struct CpuBackend {
     pub n_threads: usize,
+    profiler: Option<Profiler>,
+    #[cfg(all(feature = "std", not(target_arch = "wasm32")))]
+    pool: RefCell<Option<pool::ThreadPool>>,
 }
 
 impl CpuBackend {
     pub fn new(n_threads: usize) -> CpuBackend {
-        CpuBackend { n_threads: n_threads.max(1) }
+        CpuBackend {
+            n_threads: n_threads.max(1),
+            profiler: None,
+            #[cfg(all(feature = "std", not(target_arch = "wasm32")))]
+            pool: RefCell::new(None),
+        }
+    }
+
+    /// Calls `f` with the executor for this backend's thread count.
+    fn with_exec<R>(&self, f: impl FnOnce(&Exec) -> R) -> R {
+        #[cfg(all(feature = "std", not(target_arch = "wasm32")))]
+        if self.n_threads > 1 {
+            let mut pool = self.pool.borrow_mut();
+            if pool.as_ref().is_none_or(|p| p.n_threads() != self.n_threads) {
+                *pool = Some(pool::ThreadPool::new(self.n_threads));
+            }
+            return f(&Exec { pool: pool.as_ref(), _life: core::marker::PhantomData });
+        }
+        f(&Exec::default())
+    }
+
+    /// A backend that times every node with `clock` (seconds, monotonic: `Instant` natively,
+    /// `performance.now() / 1000` in a browser) and sums the times per op and node class;
+    /// read them with [`CpuBackend::profile`]. Without a profiler a node costs one branch more.
+    pub fn with_profiler(n_threads: usize, clock: fn() -> f64) -> CpuBackend {
+        let mut b = CpuBackend::new(n_threads);
+        b.profiler = Some(Profiler { clock, entries: RefCell::new(BTreeMap::new()) });
+        b
+    }
+
+    /// Time per (node class, op) since the last [`CpuBackend::reset_profile`], the largest
+    /// first; empty when the backend has no profiler.
+    pub fn profile(&self) -> Vec<ProfileEntry> {
+        let Some(p) = &self.profiler else { return Vec::new() };
+        let mut v: Vec<ProfileEntry> = p.entries.borrow().values().cloned().collect();
+        v.sort_by(|a, b| b.secs.partial_cmp(&a.secs).unwrap_or(core::cmp::Ordering::Equal));
+        v
+    }
+
+    pub fn reset_profile(&self) {
+        if let Some(p) = &self.profiler {
+            p.entries.borrow_mut().clear();
+        }
     }
 
     /// Computes one node (its sources must hold their data already).
     pub fn compute_node(&self, node: &Tensor) -> Result<(), BackendError> {
-        compute_forward(node, self.n_threads).map_err(|e| match e {
+        self.with_exec(|exec| self.compute_node_on(node, exec))
+    }
+
+    fn compute_node_on(&self, node: &Tensor, exec: &Exec) -> Result<(), BackendError> {
+        compute_forward(node, exec).map_err(|e| match e {
             KernelError::Unsupported(reason) => BackendError::Unsupported { node: node_label(node), reason },
             KernelError::Invalid(reason) => BackendError::Other(format!("node {}: {reason}", node_label(node))),
         })
@@ -92,14 +156,81 @@ impl Backend for CpuBackend {
         Rc::new(CpuBufferType)
     }
     fn graph_compute(&self, graph: &Graph) -> Result<(), BackendError> {
-        for node in &graph.nodes {
-            self.compute_node(node)?;
-        }
-        Ok(())
+        self.with_exec(|exec| {
+            if let Some(p) = &self.profiler {
+                for node in &graph.nodes {
+                    if node.op == Op::None || node.op.is_view() {
+                        continue;
+                    }
+                    let t0 = (p.clock)();
+                    self.compute_node_on(node, exec)?;
+                    p.record(node, (p.clock)() - t0);
+                }
+                return Ok(());
+            }
+            for node in &graph.nodes {
+                self.compute_node_on(node, exec)?;
+            }
+            Ok(())
+        })
     }
     fn supports_op(&self, node: &Tensor) -> bool {
         supports(node)
     }
+}
+
+/// Summed time of the nodes of one class running one op.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProfileEntry {
+    /// The node's name without its layer prefix (`l3.qkv` → `qkv`), or `(OP)` when unnamed.
+    pub class: String,
+    pub op: &'static str,
+    pub calls: u64,
+    pub secs: f64,
+}
+
+struct Profiler {
+    clock: fn() -> f64,
+    entries: RefCell<BTreeMap<(String, &'static str), ProfileEntry>>,
+}
+
+impl Profiler {
+    fn record(&self, node: &Tensor, secs: f64) {
+        let op = node.op.name();
+        let mut class = node_class(&node.name(), op);
+        if node.name().is_empty() {
+            // An unnamed node is told apart by its first source: `(MUL_MAT ffn_up.weight)`.
+            if let Some(s) = node.src[0].as_ref().map(|s| s.name()).filter(|n| !n.is_empty()) {
+                class = format!("({op} {})", node_class(&s, op));
+            }
+        }
+        let key = (class, op);
+        let mut entries = self.entries.borrow_mut();
+        let e = entries.entry(key).or_insert_with_key(|(class, op)| ProfileEntry {
+            class: class.clone(),
+            op,
+            calls: 0,
+            secs: 0.0,
+        });
+        e.calls += 1;
+        e.secs += secs;
+    }
+}
+
+/// `l12.ffn_up_b` → `ffn_up_b`, `blk.3.ffn_up.weight` → `ffn_up.weight`; other names as
+/// they are; `(OP)` for unnamed nodes.
+fn node_class(name: &str, op: &str) -> String {
+    if name.is_empty() {
+        return format!("({op})");
+    }
+    if let Some(rest) = name.strip_prefix('l').or_else(|| name.strip_prefix("blk.")) {
+        if let Some(dot) = rest.find('.') {
+            if dot > 0 && rest[..dot].bytes().all(|b| b.is_ascii_digit()) {
+                return String::from(&rest[dot + 1..]);
+            }
+        }
+    }
+    String::from(name)
 }
 
 /// ggml_graph_compute_with_ctx: runs `graph` on the CPU with `n_threads` threads. Every
@@ -125,7 +256,7 @@ fn src(node: &Tensor, i: usize) -> Result<TensorView, KernelError> {
     }
 }
 
-fn compute_forward(node: &Tensor, n_threads: usize) -> Result<(), KernelError> {
+fn compute_forward(node: &Tensor, exec: &Exec) -> Result<(), KernelError> {
     if node.op == Op::None || node.op.is_view() {
         return Ok(());
     }
@@ -152,7 +283,7 @@ fn compute_forward(node: &Tensor, n_threads: usize) -> Result<(), KernelError> {
             ops::soft_max(&src(node, 0)?, mask.as_ref(), &dst, scale, max_bias)
         }
         Op::DiagMaskInf { n_past } => ops::diag_mask_inf(&src(node, 0)?, &dst, n_past),
-        Op::MulMat => ops::mul_mat(&src(node, 0)?, &src(node, 1)?, &dst, n_threads),
+        Op::MulMat => ops::mul_mat(&src(node, 0)?, &src(node, 1)?, &dst, exec),
     }
 }
 
@@ -178,5 +309,69 @@ fn supports(node: &Tensor) -> bool {
                 && src_is(1, &|b| matches!(b, F32 | F16 | BF16))
                 && node.ty == F32
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn node_classes_drop_the_layer_prefix() {
+        assert_eq!(super::node_class("l11.ffn_up_b", "ADD"), "ffn_up_b");
+        assert_eq!(super::node_class("l0.kq", "MUL_MAT"), "kq");
+        assert_eq!(super::node_class("inpL", "ADD"), "inpL");
+        assert_eq!(super::node_class("lm.x", "ADD"), "lm.x");
+        assert_eq!(super::node_class("", "MUL"), "(MUL)");
+        assert_eq!(super::node_class("blk.10.ffn_up.weight", "MUL_MAT"), "ffn_up.weight");
+    }
+}
+
+#[cfg(test)]
+mod profile_tests {
+    use core::sync::atomic::{AtomicU32, Ordering};
+
+    use super::CpuBackend;
+    use crate::backend::Backend;
+    use crate::tensor::{Context, ContextParams};
+    use crate::types::GgmlType::F32;
+    use crate::Graph;
+
+    static TICKS: AtomicU32 = AtomicU32::new(0);
+    /// Every reading is one second after the previous one: each node takes 1 s.
+    fn clock() -> f64 {
+        TICKS.fetch_add(1, Ordering::Relaxed) as f64
+    }
+
+    #[test]
+    fn profiler_sums_per_class_and_op() {
+        let ctx = Context::new(ContextParams { mem_size: 1 << 16, no_alloc: false });
+        let w = ctx.new_tensor_2d(F32, 2, 2);
+        w.set_name("blk.0.w");
+        let x = ctx.new_tensor_2d(F32, 2, 1);
+        w.set_f32_slice(&[1., 0., 0., 1.]);
+        x.set_f32_slice(&[2., 3.]);
+        let mut gf = Graph::new();
+        let mut cur = x.clone();
+        for il in 0..3 {
+            cur = ctx.mul_mat(&w, &cur);
+            cur.set_name(&alloc::format!("l{il}.proj"));
+            cur = ctx.scale(&cur, 2.0);
+        }
+        cur = ctx.mul_mat(&w, &cur); // unnamed: known by its weight
+        let t = ctx.transpose(&cur); // a view: not timed
+        gf.build_forward_expand(&t);
+        let b = CpuBackend::with_profiler(1, clock);
+        b.graph_compute(&gf).unwrap();
+        assert_eq!(cur.to_f32_vec(), [16., 24.]);
+        // Sorted by time, ties in class order.
+        let p = b.profile();
+        let got: alloc::vec::Vec<(&str, &str, u64, f64)> =
+            p.iter().map(|e| (e.class.as_str(), e.op, e.calls, e.secs)).collect();
+        assert_eq!(
+            got,
+            [("(SCALE proj)", "SCALE", 3, 3.0), ("proj", "MUL_MAT", 3, 3.0), ("(MUL_MAT w)", "MUL_MAT", 1, 1.0)]
+        );
+        b.reset_profile();
+        assert!(b.profile().is_empty());
+        assert!(CpuBackend::new(1).profile().is_empty());
     }
 }

@@ -293,6 +293,19 @@ pub(crate) fn dup(src: &TensorView, dst: &TensorView) -> KResult {
             unsafe { core::ptr::copy(src.ptr, dst.ptr, n) };
             return Ok(());
         }
+        // f32 through strides on either side (a transposed store into the V cache): one
+        // element at a time, with no per-row call.
+        if src.ty == GgmlType::F32 && dst.ty == GgmlType::F32 && (src.nb[0] != 4 || dst.nb[0] != 4) {
+            return src.for_each_row(|i1, i2, i3| {
+                let (s, d) = (src.row(i1, i2, i3), dst.row(i1, i2, i3));
+                for i0 in 0..src.ne[0] {
+                    // SAFETY: element (i0, i1, i2, i3) is inside both tensors; a read
+                    // precedes the write of the same index, so exact aliasing is fine.
+                    unsafe { store_f32(d.add(i0 * dst.nb[0]), load_f32(s.add(i0 * src.nb[0]))) };
+                }
+                Ok(())
+            });
+        }
         return src.for_each_row(|i1, i2, i3| unsafe {
             // SAFETY: rows inside both tensors.
             convert_row(src.row(i1, i2, i3), src.ty, src.nb[0], dst.row(i1, i2, i3), dst.ty, dst.nb[0], src.ne[0])
@@ -484,8 +497,9 @@ pub fn gelu_f32(x: f32) -> f32 {
 }
 
 pub(crate) fn gelu(a: &TensorView, dst: &TensorView) -> KResult {
+    let s = simd::best();
     map_rows(a, dst, |row, _| {
-        row.iter_mut().for_each(|x| *x = gelu_f32(*x));
+        s.gelu(row);
         Ok(())
     })
 }
@@ -523,6 +537,7 @@ pub(crate) fn soft_max(
         }
     }
     let mut mrow = vec![0.0f32; a.ne[0]];
+    let s = simd::best();
     map_rows(a, dst, |row, [i1, i2, i3]| {
         if let Some(m) = mask {
             read_row(m, i1, i2 % m.ne[2], i3 % m.ne[3], &mut mrow)?;
@@ -530,17 +545,12 @@ pub(crate) fn soft_max(
         } else if scale != 1.0 {
             row.iter_mut().for_each(|x| *x *= scale);
         }
-        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let max = s.max(row);
         if max == f32::NEG_INFINITY {
             row.iter_mut().for_each(|x| *x = 0.0);
             return Ok(());
         }
-        let mut sum = 0.0f64;
-        for x in row.iter_mut() {
-            let e = libm::expf(*x - max);
-            sum += e as f64;
-            *x = e;
-        }
+        let sum = s.exp_sum(row, max);
         let inv = (1.0 / sum) as f32;
         row.iter_mut().for_each(|x| *x *= inv);
         Ok(())
@@ -549,14 +559,46 @@ pub(crate) fn soft_max(
 
 // --- mul_mat ---
 
+/// Where a kernel's parallel jobs run: a thread pool (native `std` builds), else the
+/// calling thread.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Exec<'a> {
+    #[cfg(all(feature = "std", not(target_arch = "wasm32")))]
+    pub pool: Option<&'a super::pool::ThreadPool>,
+    pub _life: core::marker::PhantomData<&'a ()>,
+}
+
+impl Exec<'_> {
+    pub fn n_threads(&self) -> usize {
+        #[cfg(all(feature = "std", not(target_arch = "wasm32")))]
+        if let Some(p) = self.pool {
+            return p.n_threads();
+        }
+        1
+    }
+
+    /// Runs `job(0..n_jobs)`, spread over the threads when there are several.
+    pub fn run(&self, n_jobs: usize, job: &(dyn Fn(usize) + Sync)) {
+        #[cfg(all(feature = "std", not(target_arch = "wasm32")))]
+        if let Some(p) = self.pool {
+            return p.run(n_jobs, job);
+        }
+        (0..n_jobs).for_each(job);
+    }
+}
+
 /// How a row of `a` is dotted with a row of `b`.
 #[derive(Clone, Copy)]
 enum DotKind {
     F32,
     F16,
-    /// `b` rows were quantized to `ty.vec_dot_type()`; dot with crate::quants::vec_dot.
+    /// `b` rows were quantized to `ty.vec_dot_type()`; dotted by crate::quants::gemm.
     Quant(GgmlType),
 }
+
+/// From this many rows of `b` on, a block of F16 rows of `a` is converted to f32 once
+/// and goes through the f32 kernel; below, rows are converted as they are loaded.
+const F16_CONVERT_MIN_N: usize = 4;
 
 /// Everything a worker needs, as plain addresses.
 struct MulMatPlan {
@@ -570,6 +612,8 @@ struct MulMatPlan {
     /// b.ne[2] / a.ne[2] and b.ne[3] / a.ne[3]: how many b batches share one a matrix.
     r2: usize,
     r3: usize,
+    /// Rows of `b` per pass over a block of `a`: keeps them in L2 with the block.
+    n_block: usize,
     simd: &'static dyn Simd,
 }
 
@@ -583,37 +627,73 @@ impl MulMatPlan {
         let k = a.ne[0];
         let (i2, i3) = (batch % d.ne[2], batch / d.ne[2]);
         let a_base = a.ptr.wrapping_add((i2 / self.r2) * a.nb[2] + (i3 / self.r3) * a.nb[3]) as *const u8;
-        let row_bytes = a.ty.row_size(k as i64);
-        for n in 0..d.ne[1] {
-            let brow = self.b_ptr.wrapping_add(n * self.b_nb[1] + i2 * self.b_nb[2] + i3 * self.b_nb[3]);
-            let drow = d.row(n, i2, i3) as *mut f32;
+        let a_rows = a_base.wrapping_add(m0 * a.nb[1]);
+        let b_base = self.b_ptr.wrapping_add(i2 * self.b_nb[2] + i3 * self.b_nb[3]);
+        let c_base = d.row(0, i2, i3) as *mut f32;
+        let (mb, ldc) = (m1 - m0, d.nb[1] / 4);
+        // F16 rows converted once for the whole block, when enough b rows reuse them.
+        let mut a_f32 = Vec::new();
+        if matches!(self.kind, DotKind::F16) && d.ne[1] >= F16_CONVERT_MIN_N {
+            a_f32 = vec![0f32; mb * k];
+            for (i, row) in a_f32.chunks_exact_mut(k).enumerate() {
+                // SAFETY: row m0 + i of a is inside a, packed f16, 2-aligned (checked by the plan).
+                let src = unsafe { core::slice::from_raw_parts(a_rows.add(i * a.nb[1]) as *const u16, k) };
+                self.simd.f16_to_f32(src, row);
+            }
+        }
+        let mut n0 = 0;
+        while n0 < d.ne[1] {
+            let nb = self.n_block.min(d.ne[1] - n0);
+            let b_rows = b_base.wrapping_add(n0 * self.b_nb[1]);
+            let c = c_base.wrapping_add(n0 * ldc + m0);
             // SAFETY: the plan checked every row below lies in its tensor, is aligned for
-            // its element type, and that dst is packed f32 (drow[m] for m < ne0 = a.ne1).
+            // its element type, and that dst is packed f32 rows (c[j·ldc + i] for i < ne0 = a.ne1).
             unsafe {
                 match self.kind {
-                    DotKind::F32 => {
-                        let bs = core::slice::from_raw_parts(brow as *const f32, k);
-                        for m in m0..m1 {
-                            let ar = core::slice::from_raw_parts(a_base.add(m * a.nb[1]) as *const f32, k);
-                            *drow.add(m) = self.simd.dot_f32(ar, bs);
-                        }
+                    DotKind::F32 => self.simd.gemm_f32(
+                        k,
+                        mb,
+                        nb,
+                        a_rows as *const f32,
+                        a.nb[1] / 4,
+                        b_rows as *const f32,
+                        self.b_nb[1] / 4,
+                        c,
+                        ldc,
+                    ),
+                    DotKind::F16 if !a_f32.is_empty() => {
+                        self.simd.gemm_f32(k, mb, nb, a_f32.as_ptr(), k, b_rows as *const f32, self.b_nb[1] / 4, c, ldc)
                     }
-                    DotKind::F16 => {
-                        let bs = core::slice::from_raw_parts(brow as *const f32, k);
-                        for m in m0..m1 {
-                            let ar = core::slice::from_raw_parts(a_base.add(m * a.nb[1]) as *const f16, k);
-                            *drow.add(m) = self.simd.dot_f16_f32(ar, bs);
-                        }
-                    }
+                    DotKind::F16 => self.simd.gemm_f16(
+                        k,
+                        mb,
+                        nb,
+                        a_rows as *const u16,
+                        a.nb[1] / 2,
+                        b_rows as *const f32,
+                        self.b_nb[1] / 4,
+                        c,
+                        ldc,
+                    ),
                     DotKind::Quant(ty) => {
-                        let bs = core::slice::from_raw_parts(brow, ty.vec_dot_type().row_size(k as i64));
-                        for m in m0..m1 {
-                            let ar = core::slice::from_raw_parts(a_base.add(m * a.nb[1]), row_bytes);
-                            *drow.add(m) = crate::quants::vec_dot(ty, k, ar, bs);
-                        }
+                        let a_len = (mb - 1) * a.nb[1] + ty.row_size(k as i64);
+                        let b_len = (nb - 1) * self.b_nb[1] + ty.vec_dot_type().row_size(k as i64);
+                        crate::quants::gemm(
+                            ty,
+                            k,
+                            mb,
+                            nb,
+                            core::slice::from_raw_parts(a_rows, a_len),
+                            a.nb[1],
+                            core::slice::from_raw_parts(b_rows, b_len),
+                            self.b_nb[1],
+                            core::slice::from_raw_parts_mut(c, (nb - 1) * ldc + mb),
+                            ldc,
+                        );
                     }
                 }
             }
+            n0 += nb;
         }
     }
 }
@@ -627,13 +707,14 @@ fn aligned(p: *const u8, align: usize) -> bool {
 /// `a` may be F32, F16 or a quantized type, rows packed (nb0 = element size; the other
 /// strides are free, as for a permuted K). `b` may be any float type and layout: unless it
 /// is already packed f32 rows, its rows are converted once into a scratch matrix — for a
-/// quantized `a`, quantized to `a.ty.vec_dot_type()`. F16 `a` rows are dotted with f32 `b`
-/// rows directly (see [`Simd::dot_f16_f32`]).
+/// quantized `a`, quantized to `a.ty.vec_dot_type()` and dotted by `quants::gemm`. F16 `a`
+/// values meet f32 `b` rows as they are (see [`Simd::dot_f16_f32`]): a block of `a` rows is
+/// converted to f32 once when enough rows of `b` reuse it, else converted as it is loaded.
 ///
 /// Work is split into (batch, block of a's rows) jobs; a block of a's rows stays in cache
-/// while every row of b passes by. With `n_threads > 1` (native `std` builds) threads take
-/// jobs from a shared counter.
-pub(crate) fn mul_mat(a: &TensorView, b: &TensorView, d: &TensorView, n_threads: usize) -> KResult {
+/// while the rows of b pass by, in register tiles of several rows of each
+/// ([`Simd::gemm_f32`]). With several threads, they take jobs from a shared counter.
+pub(crate) fn mul_mat(a: &TensorView, b: &TensorView, d: &TensorView, exec: &Exec) -> KResult {
     let k = a.ne[0];
     if b.ne[0] != k
         || a.ne[2] == 0
@@ -726,6 +807,11 @@ pub(crate) fn mul_mat(a: &TensorView, b: &TensorView, d: &TensorView, n_threads:
             (wq.as_ptr() as *const u8, [vdt.type_size(), rs, rs * b.ne[1], rs * b.ne[1] * b.ne[2]])
         }
     };
+    let b_row_bytes = b_nb[0] * k
+        / match kind {
+            DotKind::Quant(t) => t.vec_dot_type().blck_size(),
+            _ => 1,
+        };
     let plan = MulMatPlan {
         a: *a,
         b_ptr,
@@ -734,21 +820,21 @@ pub(crate) fn mul_mat(a: &TensorView, b: &TensorView, d: &TensorView, n_threads:
         kind,
         r2: b.ne[2] / a.ne[2],
         r3: b.ne[3] / a.ne[3],
+        n_block: (256 * 1024 / b_row_bytes.max(1)).max(4),
         simd: simd::best(),
     };
 
-    // Jobs: blocks of a's rows about 64 KiB each (so they stay in L2 while b's rows pass),
-    // smaller when that leaves threads idle.
+    // Jobs: blocks of a's rows about 128 KiB each (so they stay in L2 while b's rows
+    // pass), a multiple of the 4-row register tile, smaller when that leaves threads idle.
     let m = a.ne[1];
     let n_batches = d.ne[2] * d.ne[3];
     let row_bytes = a.ty.row_size(k as i64).max(1);
-    let mut block = (64 * 1024 / row_bytes).clamp(4, 256).min(m.max(1));
-    let n_threads = n_threads.max(1);
+    let mut block = ((128 * 1024 / row_bytes).clamp(4, 256) & !3).min(m.max(1));
     let flops = m * d.ne[1] * k * n_batches;
-    let n_threads = if flops < 1 << 16 { 1 } else { n_threads };
+    let n_threads = if flops < 1 << 16 { 1 } else { exec.n_threads() };
     if n_threads > 1 {
         while block > 4 && n_batches * m.div_ceil(block) < 4 * n_threads {
-            block /= 2;
+            block = (block / 2).max(4) & !3;
         }
     }
     let blocks_per_batch = m.div_ceil(block);
@@ -757,33 +843,10 @@ pub(crate) fn mul_mat(a: &TensorView, b: &TensorView, d: &TensorView, n_threads:
         let (batch, blk) = (j / blocks_per_batch, j % blocks_per_batch);
         plan.run(batch, blk * block, ((blk + 1) * block).min(m));
     };
-    run_jobs(n_jobs, n_threads, &job);
+    if n_threads > 1 {
+        exec.run(n_jobs, &job);
+    } else {
+        (0..n_jobs).for_each(job);
+    }
     Ok(())
-}
-
-/// Runs `job(0..n_jobs)`, on `n_threads` threads where the build has them.
-fn run_jobs(n_jobs: usize, n_threads: usize, job: &(dyn Fn(usize) + Sync)) {
-    #[cfg(all(feature = "std", not(target_arch = "wasm32")))]
-    if n_threads > 1 && n_jobs > 1 {
-        use core::sync::atomic::{AtomicUsize, Ordering};
-        let next = AtomicUsize::new(0);
-        let work = || loop {
-            let j = next.fetch_add(1, Ordering::Relaxed);
-            if j >= n_jobs {
-                break;
-            }
-            job(j);
-        };
-        std::thread::scope(|s| {
-            for _ in 1..n_threads.min(n_jobs) {
-                s.spawn(work);
-            }
-            work();
-        });
-        return;
-    }
-    let _ = n_threads;
-    for j in 0..n_jobs {
-        job(j);
-    }
 }

@@ -79,7 +79,9 @@ pub struct Limits {
     pub max_array_len: u64,
     /// Levels of arrays inside arrays (1 = no nesting).
     pub max_array_depth: u32,
-    /// Everything before the data section; bounds the memory the metadata takes.
+    /// Everything before the data section; bounds the memory the metadata takes (in
+    /// memory a value may take a few times its bytes in the file: a 9-byte one-character
+    /// string becomes a String plus a heap block).
     pub max_header_bytes: u64,
     /// Total bytes of tensor data, and the length of the data section.
     pub max_weight_bytes: u64,
@@ -94,7 +96,8 @@ impl Default for Limits {
             max_string_len: 1 << 20,
             max_array_len: 64 << 20,
             max_array_depth: 8,
-            max_header_bytes: 256 << 20,
+            // GPT-2's header is 1.7 MB; those of the largest vocabularies (Llama 3, Gemma 3) under 16 MB.
+            max_header_bytes: 64 << 20,
             max_weight_bytes: 64 << 30,
             max_tensor_name_len: MAX_TENSOR_NAME,
         }

@@ -25,10 +25,11 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use super::ModelError;
-use crate::allocator::alloc_ctx_tensors;
+use crate::allocator::alloc_tensors;
 use crate::allocator::gallocr::Gallocr;
-use crate::backend::{Backend, Buffer};
+use crate::backend::{Backend, Buffer, BufferType};
 use crate::graph::Graph;
+use crate::sched::Sched;
 use crate::tensor::{Context, ContextParams, Tensor, TENSOR_OVERHEAD};
 use crate::types::GgmlType;
 
@@ -125,7 +126,9 @@ impl Weights {
 }
 
 /// K and V of every past position, one pair of flat F32 tensors per layer
-/// ([n_embd * n_ctx] each), in their own buffer: they live across graph runs.
+/// ([n_embd * n_ctx] each), in their own buffer: they live across graph runs. K holds
+/// position after position ([n_embd, n_ctx]); V is transposed ([n_ctx, n_embd]), as
+/// llama.cpp keeps it, so that attention multiplies by it without a copy.
 pub struct KvCache {
     pub ctx: Context,
     pub k: Vec<Tensor>,
@@ -136,6 +139,19 @@ pub struct KvCache {
 
 impl KvCache {
     pub fn new(hp: &Hparams, n_ctx: usize, backend: &dyn Backend) -> Result<KvCache, ModelError> {
+        KvCache::new_per_layer(hp, n_ctx, &vec![backend.buffer_type(); hp.n_layer])
+    }
+
+    /// Layer `il`'s K and V in buffers of `bufts[il]`: each layer's cache on the device
+    /// that runs the layer (llama.cpp's llama-kv-cache), so attention never crosses devices.
+    pub fn new_per_layer(hp: &Hparams, n_ctx: usize, bufts: &[Rc<dyn BufferType>]) -> Result<KvCache, ModelError> {
+        if bufts.len() != hp.n_layer {
+            return Err(ModelError::Config(format!(
+                "KV cache: {} buffer types for {} layers",
+                bufts.len(),
+                hp.n_layer
+            )));
+        }
         let ctx = Context::new(ContextParams { mem_size: (2 * hp.n_layer + 1) * TENSOR_OVERHEAD, no_alloc: true });
         let n = (hp.n_embd * n_ctx) as i64;
         let (mut k, mut v) = (Vec::new(), Vec::new());
@@ -147,7 +163,19 @@ impl KvCache {
             k.push(kt);
             v.push(vt);
         }
-        let buffers = alloc_ctx_tensors(&ctx, &*backend.buffer_type())?;
+        // Layers of one buffer type share buffers, in layer order (K then V per layer).
+        let mut groups: Vec<(Rc<dyn BufferType>, Vec<Tensor>)> = Vec::new();
+        for il in 0..hp.n_layer {
+            let pair = [k[il].clone(), v[il].clone()];
+            match groups.iter_mut().find(|(b, _)| b.name() == bufts[il].name()) {
+                Some((_, ts)) => ts.extend(pair),
+                None => groups.push((bufts[il].clone(), pair.to_vec())),
+            }
+        }
+        let mut buffers = Vec::new();
+        for (buft, ts) in &groups {
+            buffers.extend(alloc_tensors(ts, &**buft)?);
+        }
         for b in &buffers {
             b.clear(0);
         }
@@ -181,6 +209,33 @@ pub struct MemoryPlan {
     pub weights: usize,
     pub kv: usize,
     pub compute: usize,
+}
+
+/// The memory plan of one backend (see [`Gpt2::memory_by_backend`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct BackendMemory {
+    pub backend: String,
+    pub weights: usize,
+    pub kv: usize,
+    pub compute: usize,
+}
+
+/// main-sched's weight placement with `gpu_layers` layers on the GPU: blocks
+/// `n_layer - gpu_layers ..` there, the embeddings too only when `gpu_layers > n_layer`, and
+/// the head (output norm and projection) whenever any block is. Names are llama.cpp's.
+pub fn weight_on_gpu(name: &str, n_layer: usize, gpu_layers: usize) -> bool {
+    if let Some(rest) = name.strip_prefix("blk.") {
+        // A malformed layer number stays on the CPU; the model refuses the file later.
+        return rest
+            .split('.')
+            .next()
+            .and_then(|i| i.parse::<usize>().ok())
+            .is_some_and(|il| il + gpu_layers >= n_layer);
+    }
+    match name {
+        "token_embd.weight" | "position_embd.weight" => gpu_layers > n_layer,
+        _ => gpu_layers > 0,
+    }
 }
 
 /// The tensors of one built graph that the caller fills or reads.
@@ -246,14 +301,17 @@ pub fn build_graph(hp: &Hparams, w: &Weights, kv: &KvCache, n_past: usize, n_tok
         v_cur.set_name(&name("v_cur"));
 
         // Store this run's K and V at positions n_past .. n_past+N-1 of the layer's cache.
+        // V is kept transposed ([n_ctx, n_embd]: one row per feature, positions along it),
+        // so attention reads V^T as a view instead of copying it out every run.
         let row = n_embd as usize * f32_size;
+        let n_ctx_bytes = kv.n_ctx * f32_size;
         let k_dst = ctx.view_1d(&kv.k[il], n * n_embd, past * row); // [N*n_embd]
         k_dst.set_name(&name("k_store"));
-        let v_dst = ctx.view_1d(&kv.v[il], n * n_embd, past * row);
+        let v_dst = ctx.view_2d(&kv.v[il], n, n_embd, n_ctx_bytes, past * f32_size); // [N, n_embd]
         v_dst.set_name(&name("v_store"));
         let k_cpy = ctx.cpy(&k_cur, &k_dst);
         k_cpy.set_name(&name("k_cpy"));
-        let v_cpy = ctx.cpy(&v_cur, &v_dst);
+        let v_cpy = ctx.cpy(&ctx.transpose(&v_cur), &v_dst);
         v_cpy.set_name(&name("v_cpy"));
         gf.build_forward_expand(&k_cpy);
         gf.build_forward_expand(&v_cpy);
@@ -278,11 +336,8 @@ pub fn build_graph(hp: &Hparams, w: &Weights, kv: &KvCache, n_past: usize, n_tok
         let kq_soft_max = ctx.soft_max(&kq_masked);
         kq_soft_max.set_name(&name("kq_soft_max"));
 
-        // V transposed so that L is dim 0 for mul_mat: [L, hd, n_head], copied (cont)
-        let v_all = ctx.view_1d(&kv.v[il], l * n_embd, 0);
-        v_all.set_name(&name("v_all"));
-        let v_perm = ctx.permute(&ctx.reshape_3d(&v_all, hd, n_head, l), 1, 2, 0, 3);
-        let v_trans = ctx.cont_3d(&v_perm, l, hd, n_head);
+        // V^T with L as dim 0 for mul_mat: [L, hd, n_head], a view of the transposed cache
+        let v_trans = ctx.view_3d(&kv.v[il], l, hd, n_head, n_ctx_bytes, hd as usize * n_ctx_bytes, 0);
         v_trans.set_name(&name("v_trans"));
 
         // [hd, N, n_head]
@@ -344,14 +399,47 @@ fn libm_sqrt(x: f32) -> f32 {
     y as f32
 }
 
-/// A loaded model ready to run: weights, KV cache and the reserved compute buffer.
+/// A file without `output.weight` projects with `token_embd` itself. When the head
+/// (`output_norm`) was placed on another backend than the embeddings, the projection gets
+/// its own copy of `token_embd` there, as llama.cpp does (TENSOR_DUPLICATED): otherwise the
+/// largest mul_mat of every token would run where the embeddings are. Returns the new buffer.
+fn duplicate_tied_output(w: &mut Weights, sched: &Sched) -> Result<Option<Rc<dyn Buffer>>, ModelError> {
+    let home = |t: &Tensor| t.data().map(|d| d.buffer.buffer_type_name().to_string());
+    let (head, embd) = (home(&w.output_norm_w), home(&w.token_embd));
+    if w.output != w.token_embd || head == embd {
+        return Ok(None);
+    }
+    let Some(b) = head.as_deref().and_then(|h| sched.backend_for_buffer_type(h)) else { return Ok(None) };
+    let ctx = Context::new(ContextParams { mem_size: TENSOR_OVERHEAD, no_alloc: true });
+    let dup = ctx.dup_tensor(&w.token_embd);
+    dup.set_name("output.weight");
+    let buffer = alloc_tensors(core::slice::from_ref(&dup), &*sched.backend(b).buffer_type())?.remove(0);
+    let n = w.token_embd.nbytes();
+    match w.token_embd.host_ptr() {
+        // SAFETY: the tensor's bytes lie inside its host buffer; `dup` is in another buffer.
+        Some(p) => dup.set_bytes(unsafe { core::slice::from_raw_parts(p, n) }, 0),
+        None => {
+            let mut bytes = vec![0u8; n];
+            w.token_embd.get_bytes(&mut bytes, 0);
+            dup.set_bytes(&bytes, 0);
+        }
+    }
+    w.output = dup;
+    Ok(Some(buffer))
+}
+
+/// A loaded model ready to run: weights, KV cache and the reserved compute buffers.
+/// Graphs run through a [`Sched`]: on one backend, or split between a GPU and the CPU
+/// by where the weights are (see [`Gpt2::with_backends`]).
 pub struct Gpt2 {
     pub hparams: Hparams,
     pub weights: Weights,
     pub weight_ctx: Context,
     pub weight_buffers: Vec<Rc<dyn Buffer>>,
     pub kv: KvCache,
-    pub galloc: Gallocr,
+    /// The scheduler, with one compute buffer per backend.
+    pub sched: Sched,
+    /// The first (highest-priority) backend.
     pub backend: Rc<dyn Backend>,
     pub n_batch: usize,
 }
@@ -366,6 +454,19 @@ impl Gpt2 {
         backend: Rc<dyn Backend>,
         opts: &Gpt2Options,
     ) -> Result<Gpt2, ModelError> {
+        Gpt2::with_backends(hparams, weight_ctx, weight_buffers, vec![backend], opts)
+    }
+
+    /// [`Gpt2::new`] over several backends, in priority order with the CPU last (see
+    /// [`Sched::new`]). Where the weights were loaded decides where each layer runs; each
+    /// layer's KV cache goes to the backend of its weights.
+    pub fn with_backends(
+        hparams: Hparams,
+        weight_ctx: Context,
+        weight_buffers: Vec<Rc<dyn Buffer>>,
+        backends: Vec<Rc<dyn Backend>>,
+        opts: &Gpt2Options,
+    ) -> Result<Gpt2, ModelError> {
         let n_ctx = if opts.n_ctx == 0 { hparams.n_ctx_train } else { opts.n_ctx };
         if n_ctx > hparams.n_ctx_train {
             return Err(ModelError::Config(format!(
@@ -377,30 +478,115 @@ impl Gpt2 {
             return Err(ModelError::Config("n_batch must be at least 1".into()));
         }
         let n_batch = opts.n_batch.min(n_ctx);
-        let weights = Weights::from_context(&weight_ctx, &hparams)?;
-        let kv = KvCache::new(&hparams, n_ctx, &*backend)?;
-        let mut galloc = Gallocr::new_single(backend.buffer_type());
+        let mut weights = Weights::from_context(&weight_ctx, &hparams)?;
+        let mut weight_buffers = weight_buffers;
+        let mut sched = Sched::new(backends)?;
+        if let Some(buffer) = duplicate_tied_output(&mut weights, &sched)? {
+            weight_buffers.push(buffer);
+        }
+        let layer_bufts: Vec<Rc<dyn BufferType>> = weights
+            .layers
+            .iter()
+            .map(|ly| {
+                let b = ly.attn_qkv_w.data().and_then(|d| sched.backend_for_buffer_type(d.buffer.buffer_type_name()));
+                sched.backend(b.unwrap_or(sched.n_backends() - 1)).buffer_type()
+            })
+            .collect();
+        let kv = KvCache::new_per_layer(&hparams, n_ctx, &layer_bufts)?;
         let worst = build_graph(&hparams, &weights, &kv, n_ctx - n_batch, n_batch, n_batch);
-        galloc.reserve(&worst.graph)?;
-        Ok(Gpt2 { hparams, weights, weight_ctx, weight_buffers, kv, galloc, backend, n_batch })
+        sched.reserve(&worst.graph)?;
+        let backend = sched.backend(0).clone();
+        Ok(Gpt2 { hparams, weights, weight_ctx, weight_buffers, kv, sched, backend, n_batch })
     }
 
     pub fn n_ctx(&self) -> usize {
         self.kv.n_ctx
     }
 
+    /// The scheduler's graph allocator (one buffer id per backend).
+    pub fn galloc(&self) -> &Gallocr {
+        self.sched.galloc()
+    }
+
     pub fn memory_plan(&self) -> MemoryPlan {
         MemoryPlan {
             weights: self.weight_buffers.iter().map(|b| b.size()).sum(),
             kv: self.kv.bytes(),
-            compute: self.galloc.buffer_size(0),
+            compute: (0..self.sched.n_backends()).map(|i| self.sched.compute_buffer_size(i)).sum(),
         }
+    }
+
+    /// The memory plan per backend, in the scheduler's order. A buffer counts for the
+    /// first backend of its buffer type (backends sharing a type share compute buffers).
+    pub fn memory_by_backend(&self) -> Vec<BackendMemory> {
+        let n = self.sched.n_backends();
+        let mut out: Vec<BackendMemory> = (0..n)
+            .map(|i| BackendMemory {
+                backend: self.sched.backend(i).name().to_string(),
+                compute: self.sched.compute_buffer_size(i),
+                ..BackendMemory::default()
+            })
+            .collect();
+        let of = |b: &Rc<dyn Buffer>| self.sched.backend_for_buffer_type(b.buffer_type_name()).unwrap_or(n - 1);
+        for b in &self.weight_buffers {
+            out[of(b)].weights += b.size();
+        }
+        for b in &self.kv.buffers {
+            out[of(b)].kv += b.size();
+        }
+        out
+    }
+
+    /// Splits the graph of a run of `n_tokens` new tokens after `n_past` (without running
+    /// it) and leaves the result in [`Gpt2::sched`] (`splits`, `copies`, `describe_splits`).
+    pub fn plan_split(&mut self, n_past: usize, n_tokens: usize) -> Result<(), ModelError> {
+        if n_tokens == 0 || n_tokens > self.n_batch || n_past + n_tokens > self.n_ctx() {
+            return Err(ModelError::Config(format!(
+                "plan_split: {n_tokens} tokens at {n_past} (n_batch {}, n_ctx {})",
+                self.n_batch,
+                self.n_ctx()
+            )));
+        }
+        let io = build_graph(&self.hparams, &self.weights, &self.kv, n_past, n_tokens, 1);
+        self.sched.split_graph(&io.graph)?;
+        Ok(())
     }
 
     /// Runs `tokens` (at most `n_batch`) at positions `n_past..`, writing their K/V into the
     /// cache. Returns logits row-major `[n_out][n_vocab]`: every position when `all_logits`,
     /// else the last one.
     pub fn eval(&mut self, tokens: &[u32], n_past: usize, all_logits: bool) -> Result<Vec<f32>, ModelError> {
+        let io = self.eval_graph(tokens, n_past, all_logits)?;
+        let mut out = vec![0f32; io.logits.nelements() as usize];
+        io.logits.get_bytes(bytemuck::cast_slice_mut(&mut out), 0);
+        Ok(out)
+    }
+
+    /// [`eval`](Self::eval) without the blocking read: in the browser a WebGPU buffer can
+    /// only be read asynchronously. Other buffers are read as `eval` reads them.
+    pub async fn eval_async(
+        &mut self,
+        tokens: &[u32],
+        n_past: usize,
+        all_logits: bool,
+    ) -> Result<Vec<f32>, ModelError> {
+        let logits = self.eval_graph(tokens, n_past, all_logits)?.logits;
+        let mut out = vec![0f32; logits.nelements() as usize];
+        #[cfg(feature = "webgpu")]
+        if let Some(d) = logits.data() {
+            if let Some(buf) = d.buffer.as_any().downcast_ref::<crate::webgpu::WebGpuBuffer>() {
+                buf.read_async(d.offset, bytemuck::cast_slice_mut(&mut out)).await?;
+                return Ok(out);
+            }
+        }
+        logits.get_bytes(bytemuck::cast_slice_mut(&mut out), 0);
+        Ok(out)
+    }
+
+    /// [`eval`](Self::eval) up to the computed graph, without reading the logits: the
+    /// caller reads `logits` itself (in the browser, WebGPU memory only reads back
+    /// asynchronously: `WebGpuBackend::read_tensor_async`).
+    pub fn eval_graph(&mut self, tokens: &[u32], n_past: usize, all_logits: bool) -> Result<GraphIo, ModelError> {
         let n = tokens.len();
         if n == 0 {
             return Err(ModelError::Config("eval: no tokens".into()));
@@ -416,18 +602,15 @@ impl Gpt2 {
         }
         let n_out = if all_logits { n } else { 1 };
         let io = build_graph(&self.hparams, &self.weights, &self.kv, n_past, n, n_out);
-        self.galloc.alloc_graph(&io.graph)?;
+        self.sched.alloc_graph(&io.graph)?;
 
         let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
         let pos: Vec<i32> = (n_past..n_past + n).map(|p| p as i32).collect();
         io.tokens.set_bytes(bytemuck::cast_slice(&ids), 0);
         io.positions.set_bytes(bytemuck::cast_slice(&pos), 0);
 
-        self.backend.graph_compute(&io.graph)?;
-
-        let mut out = vec![0f32; n_out * self.hparams.n_vocab];
-        io.logits.get_bytes(bytemuck::cast_slice_mut(&mut out), 0);
-        Ok(out)
+        self.sched.graph_compute(&io.graph)?;
+        Ok(io)
     }
 
     /// Evaluates a whole prompt from position `n_past`, in chunks of `n_batch`; returns the
@@ -444,6 +627,32 @@ impl Gpt2 {
             let logits = self.eval(chunk, n_past + done, all_logits)?;
             if all_logits || last_chunk {
                 out.extend_from_slice(&logits);
+            }
+            done += chunk.len();
+        }
+        Ok(out)
+    }
+
+    /// [`eval_prompt`](Self::eval_prompt) reading through [`eval_async`](Self::eval_async).
+    pub async fn eval_prompt_async(
+        &mut self,
+        tokens: &[u32],
+        n_past: usize,
+        all_logits: bool,
+    ) -> Result<Vec<f32>, ModelError> {
+        if n_past + tokens.len() > self.n_ctx() {
+            return Err(ModelError::ContextFull { needed: n_past + tokens.len(), n_ctx: self.n_ctx() });
+        }
+        let mut out = Vec::new();
+        let mut done = 0;
+        while done < tokens.len() {
+            let chunk = &tokens[done..(done + self.n_batch).min(tokens.len())];
+            let last_chunk = done + chunk.len() == tokens.len();
+            // Only the chunks whose logits are kept need a read; the others just compute.
+            if all_logits || last_chunk {
+                out.extend_from_slice(&self.eval_async(chunk, n_past + done, all_logits).await?);
+            } else {
+                self.eval_graph(chunk, n_past + done, all_logits)?;
             }
             done += chunk.len();
         }
@@ -478,13 +687,13 @@ impl Gpt2 {
             t.set_output();
             wanted.push(t);
         }
-        let mut galloc = Gallocr::new_single(self.backend.buffer_type());
-        galloc.alloc_graph(&io.graph)?;
+        let mut sched = Sched::new(self.sched.backends().to_vec())?;
+        sched.alloc_graph(&io.graph)?;
         let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
         let pos: Vec<i32> = (n_past..n_past + n).map(|p| p as i32).collect();
         io.tokens.set_bytes(bytemuck::cast_slice(&ids), 0);
         io.positions.set_bytes(bytemuck::cast_slice(&pos), 0);
-        self.backend.graph_compute(&io.graph)?;
+        sched.graph_compute(&io.graph)?;
         let mut out = Vec::new();
         for t in wanted {
             if !(t.ty == GgmlType::F32 && t.is_contiguous()) {
@@ -497,11 +706,11 @@ impl Gpt2 {
         Ok(out)
     }
 
-    /// One line: shape, context, batch, backend.
+    /// One line: shape, context, batch, backends.
     pub fn describe(&self) -> String {
         let hp = &self.hparams;
         format!(
-            "gpt2: {} layers, n_embd {}, {} heads, n_ff {}, n_vocab {}, n_ctx {} (train {}), n_batch {}, backend {}",
+            "gpt2: {} layers, n_embd {}, {} heads, n_ff {}, n_vocab {}, n_ctx {} (train {}), n_batch {}, backend {}{}",
             hp.n_layer,
             hp.n_embd,
             hp.n_head,
@@ -510,7 +719,8 @@ impl Gpt2 {
             self.n_ctx(),
             hp.n_ctx_train,
             self.n_batch,
-            self.backend.name()
+            self.backend.name(),
+            self.sched.backends()[1..].iter().map(|b| format!("+{}", b.name())).collect::<String>()
         )
     }
 }

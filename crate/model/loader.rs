@@ -13,13 +13,19 @@
 //! ```
 //!
 //! The architecture and hyperparameters are checked when the header has arrived, before
-//! any weight buffer is allocated: a file we cannot run is refused up front.
+//! any weight buffer is allocated: a file we cannot run is refused up front. So is one
+//! that does not fit: weights plus the KV cache for the chosen `n_ctx` are compared with
+//! the memory budget (the backend's [`BufferType::budget`], on wasm32 the free part of
+//! the 4 GiB address space, or a lower one from [`ModelLoader::with_budget`]).
 
 use alloc::format;
 use alloc::rc::Rc;
 use alloc::string::{String, ToString};
+use alloc::vec;
+use alloc::vec::Vec;
+use core::cell::Cell;
 
-use super::gpt2::{Gpt2, Gpt2Options, Hparams};
+use super::gpt2::{weight_on_gpu, Gpt2, Gpt2Options, Hparams};
 use super::ModelError;
 use crate::backend::{Backend, BufferType};
 use crate::cpu::CpuBackend;
@@ -95,11 +101,78 @@ pub struct LoadedModel {
     pub tokenizer: Tokenizer,
 }
 
-/// Validates the header (architecture, hyperparameters, tokenizer) before handing it on to
-/// the buffer loader, so nothing is allocated for a file we would refuse.
+/// What a model takes before anything is allocated: its weight buffers (alignment padding
+/// included) and the KV cache for `n_ctx`. The compute buffer comes on top; gallocr plans
+/// it at the end of loading (mostly the logits, n_vocab × n_batch × 4 bytes), and a
+/// refused allocation there is a typed error too.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoadEstimate {
+    pub weights: u64,
+    pub kv: u64,
+    /// The context length `opts` resolves to (0 means the model's own).
+    pub n_ctx: usize,
+}
+
+impl LoadEstimate {
+    /// Checks the options against the hyperparameters and sizes both parts, in u64 with
+    /// saturation so that no header can overflow the sum. `alignment` is the weight and
+    /// KV buffers' (each tensor's bytes are rounded up to it, as `alloc_tensors` does).
+    pub fn new(
+        header: &GgufHeader,
+        hp: &Hparams,
+        opts: &Gpt2Options,
+        alignment: usize,
+    ) -> Result<LoadEstimate, ModelError> {
+        let n_ctx = if opts.n_ctx == 0 { hp.n_ctx_train } else { opts.n_ctx };
+        if n_ctx > hp.n_ctx_train {
+            return Err(ModelError::Config(format!(
+                "n_ctx {n_ctx} exceeds the model's context length {}",
+                hp.n_ctx_train
+            )));
+        }
+        if opts.n_batch == 0 {
+            return Err(ModelError::Config("n_batch must be at least 1".into()));
+        }
+        let a = alignment.max(1) as u64;
+        let aligned = |n: u64| n.div_ceil(a).saturating_mul(a);
+        let weights = header.tensors.iter().fold(0u64, |s, t| s.saturating_add(aligned(t.nbytes as u64)));
+        // Two F32 tensors of n_embd * n_ctx per layer (KvCache::new).
+        let per_tensor = (hp.n_embd as u64).saturating_mul(n_ctx as u64).saturating_mul(4);
+        let kv = aligned(per_tensor).saturating_mul(2).saturating_mul(hp.n_layer as u64);
+        Ok(LoadEstimate { weights, kv, n_ctx })
+    }
+
+    pub fn total(&self) -> u64 {
+        self.weights.saturating_add(self.kv)
+    }
+
+    /// An [`ModelError::OverBudget`] when the total exceeds `limit`.
+    pub fn check(&self, hp: &Hparams, limit: Option<u64>) -> Result<(), ModelError> {
+        match limit {
+            Some(limit) if self.total() > limit => Err(ModelError::OverBudget {
+                what: format!(
+                    "weights {} bytes + KV cache {} bytes for n_ctx {} x {} layers x n_embd {}",
+                    self.weights, self.kv, self.n_ctx, hp.n_layer, hp.n_embd
+                ),
+                needed: self.total(),
+                limit,
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Validates the header (architecture, hyperparameters, tokenizer, options, memory) before
+/// handing it on to the buffer loader, so nothing is allocated for a file we would refuse.
 struct CheckedSink {
     inner: BufferLoader,
+    opts: Gpt2Options,
+    alignment: usize,
+    budget: Option<u64>,
     checked: Option<(Hparams, Tokenizer)>,
+    /// n_layer once the header is checked, for a placement that goes by layer.
+    n_layer: Rc<Cell<usize>>,
+    estimate: Option<LoadEstimate>,
     /// Why the header was refused, kept typed for the caller.
     rejected: Option<ModelError>,
 }
@@ -117,10 +190,23 @@ fn check_header(header: &GgufHeader) -> Result<(Hparams, Tokenizer), ModelError>
     Ok((hp, tok))
 }
 
+impl CheckedSink {
+    fn check(&self, header: &GgufHeader) -> Result<(Hparams, Tokenizer, LoadEstimate), ModelError> {
+        let (hp, tok) = check_header(header)?;
+        let est = LoadEstimate::new(header, &hp, &self.opts, self.alignment)?;
+        est.check(&hp, self.budget)?;
+        Ok((hp, tok, est))
+    }
+}
+
 impl TensorSink for CheckedSink {
     fn on_header(&mut self, header: &GgufHeader) -> Result<(), GgufError> {
-        match check_header(header) {
-            Ok(checked) => self.checked = Some(checked),
+        match self.check(header) {
+            Ok((hp, tok, est)) => {
+                self.n_layer.set(hp.n_layer);
+                self.checked = Some((hp, tok));
+                self.estimate = Some(est);
+            }
             Err(e) => {
                 let msg = e.to_string();
                 self.rejected = Some(e);
@@ -139,7 +225,8 @@ impl TensorSink for CheckedSink {
 pub struct ModelLoader {
     reader: GgufStreamReader,
     sink: CheckedSink,
-    backend: Rc<dyn Backend>,
+    /// In priority order; the CPU last.
+    backends: Vec<Rc<dyn Backend>>,
     opts: Gpt2Options,
 }
 
@@ -148,16 +235,78 @@ impl ModelLoader {
     /// the reader refuse a file that claims more data than it has before allocating.
     pub fn new(backend: Rc<dyn Backend>, opts: Gpt2Options, limits: Limits, file_size: Option<u64>) -> ModelLoader {
         let buft: Rc<dyn BufferType> = backend.buffer_type();
+        ModelLoader::with_sink(BufferLoader::new(buft), Rc::new(Cell::new(0)), vec![backend], opts, limits, file_size)
+    }
+
+    /// The model split layer by layer: the last `gpu_layers` blocks' weights (and their KV
+    /// cache) in `gpu`'s memory, the rest on `cpu` ([`weight_on_gpu`]: the embeddings move
+    /// only when `gpu_layers > n_layer`, the head whenever a block does). Graphs run
+    /// through the scheduler over both; ops the GPU lacks run on the CPU.
+    pub fn new_split(
+        gpu: Rc<dyn Backend>,
+        cpu: Rc<dyn Backend>,
+        gpu_layers: usize,
+        opts: Gpt2Options,
+        limits: Limits,
+        file_size: Option<u64>,
+    ) -> ModelLoader {
+        let n_layer = Rc::new(Cell::new(0));
+        let (gpu_buft, cpu_buft) = (gpu.buffer_type(), cpu.buffer_type());
+        let seen = n_layer.clone();
+        let place = BufferLoader::with_placement(move |info| {
+            if weight_on_gpu(&info.name, seen.get(), gpu_layers) {
+                gpu_buft.clone()
+            } else {
+                cpu_buft.clone()
+            }
+        });
+        ModelLoader::with_sink(place, n_layer, vec![gpu, cpu], opts, limits, file_size)
+    }
+
+    fn with_sink(
+        inner: BufferLoader,
+        n_layer: Rc<Cell<usize>>,
+        backends: Vec<Rc<dyn Backend>>,
+        opts: Gpt2Options,
+        limits: Limits,
+        file_size: Option<u64>,
+    ) -> ModelLoader {
         let mut reader = GgufStreamReader::new(limits);
         if let Some(n) = file_size {
             reader = reader.with_file_size(n);
         }
-        ModelLoader {
-            reader,
-            sink: CheckedSink { inner: BufferLoader::new(buft), checked: None, rejected: None },
-            backend,
-            opts,
-        }
+        // The budget and alignment of the host side (the CPU, last): what a wasm32 heap allows.
+        let buft = backends.last().expect("at least one backend").buffer_type();
+        let (alignment, budget) = (buft.alignment(), buft.budget());
+        let sink = CheckedSink {
+            inner,
+            opts: opts.clone(),
+            alignment,
+            budget,
+            checked: None,
+            n_layer,
+            estimate: None,
+            rejected: None,
+        };
+        ModelLoader { reader, sink, backends, opts }
+    }
+
+    /// Refuses, when the header arrives, a model whose weights and KV cache need more than
+    /// `bytes` ([`ModelError::OverBudget`], naming both numbers). It can only lower the
+    /// backend's own budget, never raise it.
+    pub fn with_budget(mut self, bytes: u64) -> ModelLoader {
+        self.sink.budget = Some(self.sink.budget.map_or(bytes, |b| b.min(bytes)));
+        self
+    }
+
+    /// The budget in force (None: unknown and not set).
+    pub fn budget(&self) -> Option<u64> {
+        self.sink.budget
+    }
+
+    /// Weights and KV bytes, once the header has been accepted.
+    pub fn estimate(&self) -> Option<LoadEstimate> {
+        self.sink.estimate
     }
 
     pub fn new_cpu(opts: Gpt2Options) -> ModelLoader {
@@ -184,7 +333,7 @@ impl ModelLoader {
         let header = self.reader.finish()?;
         let (hparams, tokenizer) = self.sink.checked.ok_or_else(|| ModelError::Format("no GGUF header".into()))?;
         let loaded = self.sink.inner.into_loaded(header)?;
-        let model = Gpt2::new(hparams, loaded.ctx, loaded.buffers, self.backend, &self.opts)?;
+        let model = Gpt2::with_backends(hparams, loaded.ctx, loaded.buffers, self.backends, &self.opts)?;
         Ok(LoadedModel { model, tokenizer })
     }
 }
@@ -210,11 +359,28 @@ pub fn load_from_bytes_on(
 /// Reads a file in 1 MiB chunks: only one chunk is ever held besides the weights.
 #[cfg(feature = "std")]
 pub fn load_from_path(path: &str, backend: Rc<dyn Backend>, opts: Gpt2Options) -> Result<LoadedModel, ModelError> {
+    load_path_with(path, |size| ModelLoader::new(backend, opts, Limits::default(), size))
+}
+
+/// [`load_from_path`] split between `gpu` and `cpu` by layer (see [`ModelLoader::new_split`]).
+#[cfg(feature = "std")]
+pub fn load_from_path_split(
+    path: &str,
+    gpu: Rc<dyn Backend>,
+    cpu: Rc<dyn Backend>,
+    gpu_layers: usize,
+    opts: Gpt2Options,
+) -> Result<LoadedModel, ModelError> {
+    load_path_with(path, |size| ModelLoader::new_split(gpu, cpu, gpu_layers, opts, Limits::default(), size))
+}
+
+#[cfg(feature = "std")]
+fn load_path_with(path: &str, make: impl FnOnce(Option<u64>) -> ModelLoader) -> Result<LoadedModel, ModelError> {
     use std::io::Read;
     let mut f = std::fs::File::open(path).map_err(|e| ModelError::Format(format!("{path}: {e}")))?;
     let size = f.metadata().map(|m| m.len()).ok();
-    let mut loader = ModelLoader::new(backend, opts, Limits::default(), size);
-    let mut buf: alloc::vec::Vec<u8> = alloc::vec![0; 1 << 20];
+    let mut loader = make(size);
+    let mut buf: Vec<u8> = alloc::vec![0; 1 << 20];
     loop {
         let n = f.read(&mut buf).map_err(|e| ModelError::Format(format!("{path}: {e}")))?;
         if n == 0 {

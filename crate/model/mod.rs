@@ -30,6 +30,13 @@ pub enum ModelError {
         needed: usize,
         n_ctx: usize,
     },
+    /// The model needs more memory than the backend can give (or the caller allows),
+    /// found before anything was allocated. `what` itemizes `needed`.
+    OverBudget {
+        what: String,
+        needed: u64,
+        limit: u64,
+    },
     /// A token id outside the vocabulary.
     BadToken {
         id: u32,
@@ -55,12 +62,16 @@ impl core::fmt::Display for ModelError {
             ModelError::ContextFull { needed, n_ctx } => {
                 write!(f, "context full: {needed} positions needed, n_ctx is {n_ctx}")
             }
+            ModelError::OverBudget { what, needed, limit } => {
+                write!(f, "model too large: needs {needed} bytes ({what}), the memory budget is {limit} bytes")
+            }
             ModelError::BadToken { id, n_vocab } => {
                 write!(f, "token id {id} is outside the vocabulary (n_vocab {n_vocab})")
             }
             ModelError::Backend(e) => write!(f, "{e}"),
             ModelError::Format(s) => write!(f, "{s}"),
-            ModelError::Tokenizer(s) => write!(f, "tokenizer: {s}"),
+            // The tokenizer's messages name it already ("tokenizer: no token for byte ...").
+            ModelError::Tokenizer(s) => f.write_str(s),
             ModelError::Cancelled => write!(f, "cancelled"),
         }
     }

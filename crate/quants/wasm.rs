@@ -293,3 +293,104 @@ float_kernel!(
     },
     |b| bf16_to_fp32(u16::from_le_bytes([b[0], b[1]]))
 );
+
+/// [`super::gemm`] for Q8_0 and Q4_0 (see the x86 version): quants widened to i16 once
+/// (each row of `a` per row, each row of `b` per call) so that every pair of rows costs one
+/// `i32x4.dot_i16x8_s` per 8 products (exact: two i16 products summed in i32), instead of
+/// the sign extensions and multiplies of `extmul` per pair; scales converted once.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn gemm_rows(
+    ty: GgmlType,
+    nb: usize,
+    m: usize,
+    a: &[u8],
+    lda: usize,
+    b: &[u8],
+    ldb: usize,
+    cols: &super::ColPrep,
+    c: &mut [f32],
+    ldc: usize,
+) {
+    let nbp = cols.nbp;
+    let n = cols.plain.len();
+    // Rows of b as i16: 4 vectors of 8 per block.
+    let mut yw = alloc::vec![i16x8_splat(0); n * nb * 4];
+    for j in 0..n {
+        let ys: &[BlockQ8_0] = cast_slice(&b[j * ldb..j * ldb + nb * core::mem::size_of::<BlockQ8_0>()]);
+        for (t, y) in ys.iter().enumerate() {
+            widen(load(&y.qs[..16]), load(&y.qs[16..]), &mut yw[(j * nb + t) * 4..]);
+        }
+    }
+    let mut dx = alloc::vec![0f32; nbp];
+    let mut xw = alloc::vec![i16x8_splat(0); nb * 4];
+    for i in 0..m {
+        let row = &a[i * lda..];
+        match ty {
+            GgmlType::Q4_0 => {
+                let xs: &[BlockQ4_0] = cast_slice(&row[..nb * core::mem::size_of::<BlockQ4_0>()]);
+                let eight = i8x16_splat(8);
+                for (t, x) in xs.iter().enumerate() {
+                    dx[t] = fp16_to_fp32(x.d());
+                    let (lo, hi) = nibbles(&x.qs);
+                    widen(i8x16_sub(lo, eight), i8x16_sub(hi, eight), &mut xw[t * 4..]);
+                }
+            }
+            _ => {
+                let xs: &[BlockQ8_0] = cast_slice(&row[..nb * core::mem::size_of::<BlockQ8_0>()]);
+                for (t, x) in xs.iter().enumerate() {
+                    dx[t] = fp16_to_fp32(x.d());
+                    widen(load(&x.qs[..16]), load(&x.qs[16..]), &mut xw[t * 4..]);
+                }
+            }
+        }
+        for (j, _) in cols.plain.iter().enumerate().filter(|(_, &p)| !p) {
+            c[j * ldc + i] = row_dot(nb, &xw, &dx, &yw[j * nb * 4..(j + 1) * nb * 4], &cols.dy[j * nbp..]);
+        }
+    }
+}
+
+/// 32 i8 (two vectors) as four i16x8, in element order.
+#[inline(always)]
+fn widen(lo: v128, hi: v128, out: &mut [v128]) {
+    out[0] = i16x8_extend_low_i8x16(lo);
+    out[1] = i16x8_extend_high_i8x16(lo);
+    out[2] = i16x8_extend_low_i8x16(hi);
+    out[3] = i16x8_extend_high_i8x16(hi);
+}
+
+/// One pair of widened rows; raw pointers keep bounds checks out of the block loop
+/// (`xw`, `yw` hold `4·nb` vectors, `dx`, `dy` at least `nb` scales, padded to groups of 8).
+#[inline(always)]
+fn row_dot(nb: usize, xw: &[v128], dx: &[f32], yw: &[v128], dy: &[f32]) -> f32 {
+    assert!(xw.len() >= 4 * nb && yw.len() >= 4 * nb && dx.len() >= nb.div_ceil(8) * 8 && dy.len() >= dx.len());
+    let (xp, yp, dxp, dyp) = (xw.as_ptr(), yw.as_ptr(), dx.as_ptr(), dy.as_ptr());
+    // SAFETY: t < nb reads vectors 4t..4t+4 of each, inside the asserted lengths.
+    let isum = |t: usize| unsafe {
+        let (x, y) = (xp.add(4 * t), yp.add(4 * t));
+        i32x4_add(
+            i32x4_add(i32x4_dot_i16x8(*x, *y), i32x4_dot_i16x8(*x.add(1), *y.add(1))),
+            i32x4_add(i32x4_dot_i16x8(*x.add(2), *y.add(2)), i32x4_dot_i16x8(*x.add(3), *y.add(3))),
+        )
+    };
+    let (mut lo, mut hi) = (f32x4_splat(0.0), f32x4_splat(0.0));
+    for g in 0..nb / LANES {
+        let v: [v128; LANES] = core::array::from_fn(|k| isum(LANES * g + k));
+        for (h, acc) in [&mut lo, &mut hi].into_iter().enumerate() {
+            let s = f32x4_convert_i32x4(transpose_sum(&[v[4 * h], v[4 * h + 1], v[4 * h + 2], v[4 * h + 3]]));
+            let o = 8 * g + 4 * h;
+            // SAFETY: o + 4 ≤ the padded length of dx and dy.
+            let d = unsafe { f32x4_mul(v128_load(dxp.add(o) as *const v128), v128_load(dyp.add(o) as *const v128)) };
+            *acc = f32x4_add(*acc, f32x4_mul(s, d));
+        }
+    }
+    let mut acc = [0f32; LANES];
+    // SAFETY: 8 f32 of room for two unaligned 16-byte stores.
+    unsafe {
+        v128_store(acc.as_mut_ptr() as *mut v128, lo);
+        v128_store(acc.as_mut_ptr().add(4) as *mut v128, hi);
+    }
+    for t in nb - nb % LANES..nb {
+        acc[t % LANES] += hsum_i32(isum(t)) as f32 * (dx[t] * dy[t]);
+    }
+    reduce8(&acc)
+}

@@ -18,6 +18,8 @@
 
 use core::arch::x86_64::*;
 
+use alloc::vec;
+
 use bytemuck::cast_slice;
 
 use super::blocks::*;
@@ -335,3 +337,271 @@ float_kernel!(f16_dot, 2, |p| _mm256_cvtph_ps(load128(p)), |b| fp16_to_fp32(u16:
 float_kernel!(bf16_dot, 2, |p| _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(load128(p)))), |b| {
     bf16_to_fp32(u16::from_le_bytes([b[0], b[1]]))
 });
+
+/// [`super::gemm`] for Q8_0 and Q4_0: row by row of `a` (scales converted, Q4_0 nibbles
+/// unpacked once), each against every row of `b` not marked `plain`.
+///
+/// # Safety
+/// AVX2 and F16C must be available; `m` rows of `a` (`lda` apart) and the rows of `b`
+/// (`ldb` apart) must be whole rows of `nb` blocks; `c` must hold `(n-1)·ldc + m`.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,f16c")]
+pub(super) unsafe fn gemm_rows(
+    ty: GgmlType,
+    nb: usize,
+    m: usize,
+    a: &[u8],
+    lda: usize,
+    b: &[u8],
+    ldb: usize,
+    cols: &super::ColPrep,
+    c: &mut [f32],
+    ldc: usize,
+) {
+    let nbp = cols.nbp;
+    let mut dx = vec![0f32; nbp];
+    // Unpacking Q4_0 nibbles into a buffer pays off when several rows of b reuse them.
+    let n_live = cols.plain.iter().filter(|&&p| !p).count();
+    let mut u = if n_live > 1 { vec![_mm256_setzero_si256(); nb] } else { Vec::new() };
+    for i in 0..m {
+        let row = &a[i * lda..];
+        match ty {
+            GgmlType::Q4_0 => {
+                let xs: &[BlockQ4_0] = cast_slice(&row[..nb * core::mem::size_of::<BlockQ4_0>()]);
+                scales(xs, &mut dx, |x| x.d());
+                for (t, x) in xs.iter().enumerate().take(u.len()) {
+                    u[t] = nibbles(&x.qs);
+                }
+            }
+            _ => {
+                let xs: &[BlockQ8_0] = cast_slice(&row[..nb * core::mem::size_of::<BlockQ8_0>()]);
+                scales(xs, &mut dx, |x| x.d());
+            }
+        }
+        for (j, _) in cols.plain.iter().enumerate().filter(|(_, &p)| !p) {
+            let y = b.as_ptr().add(j * ldb) as *const BlockQ8_0;
+            let (dy, ys) = (&cols.dy[j * nbp..], &cols.ysum[j * nbp..]);
+            c[j * ldc + i] = match ty {
+                GgmlType::Q4_0 if u.is_empty() => {
+                    let xs = row.as_ptr() as *const BlockQ4_0;
+                    q4_0_row_dot(nb, |t| nibbles(&(*xs.add(t)).qs), &dx, y, dy, ys)
+                }
+                GgmlType::Q4_0 => q4_0_row_dot(nb, |t| u[t], &dx, y, dy, ys),
+                _ => q8_0_row_dot(nb, row.as_ptr() as *const BlockQ8_0, &dx, y, dy),
+            };
+        }
+    }
+}
+
+/// The f16 scales of `xs` as f32 into `dx`, eight at a time through F16C.
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+unsafe fn scales<X>(xs: &[X], dx: &mut [f32], d: impl Fn(&X) -> u16) {
+    let mut groups = xs.chunks_exact(LANES);
+    for (g, xg) in (&mut groups).enumerate() {
+        _mm256_storeu_ps(dx.as_mut_ptr().add(LANES * g), f16x8(core::array::from_fn(|k| d(&xg[k]))));
+    }
+    let done = xs.len() - groups.remainder().len();
+    for (t, x) in groups.remainder().iter().enumerate() {
+        dx[done + t] = fp16_to_fp32(d(x));
+    }
+}
+
+/// The float part shared by both kernels, as in `symmetric_kernel!`: block sums `s` (lane
+/// k = block 8g + k) scaled by dx·dy and added into the lane accumulators.
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+unsafe fn add_group(acc: __m256, s: __m256i, dx: &[f32], dy: &[f32], g: usize) -> __m256 {
+    let dxv = _mm256_loadu_ps(dx.as_ptr().add(8 * g));
+    let dyv = _mm256_loadu_ps(dy.as_ptr().add(8 * g));
+    _mm256_add_ps(acc, _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dxv, dyv)))
+}
+
+/// Blocks past the last group of 8: one contribution each into lane `t % 8`, then the sum.
+#[inline(always)]
+fn finish_rows(acc: [f32; LANES], nb: usize, dx: &[f32], dy: &[f32], isum: impl Fn(usize) -> i32) -> f32 {
+    let mut acc = acc;
+    for t in nb - nb % LANES..nb {
+        acc[t % LANES] += isum(t) as f32 * (dx[t] * dy[t]);
+    }
+    reduce8(&acc)
+}
+
+/// Q4_0 × Q8_0: Σ u·y (u the unsigned nibbles) - 8·Σy per block.
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+unsafe fn q4_0_row_dot(
+    nb: usize,
+    u: impl Fn(usize) -> __m256i,
+    dx: &[f32],
+    y: *const BlockQ8_0,
+    dy: &[f32],
+    ysum: &[i32],
+) -> f32 {
+    let ones = _mm256_set1_epi16(1);
+    let isum = |t: usize| {
+        let yq = load256((*y.add(t)).qs.as_ptr() as *const u8);
+        _mm256_madd_epi16(_mm256_maddubs_epi16(u(t), yq), ones)
+    };
+    let mut acc = _mm256_setzero_ps();
+    for g in 0..nb / LANES {
+        let v: [__m256i; LANES] = core::array::from_fn(|k| isum(LANES * g + k));
+        let ys = _mm256_loadu_si256(ysum.as_ptr().add(8 * g) as *const __m256i);
+        acc = add_group(acc, _mm256_sub_epi32(transpose_sum(&v), _mm256_slli_epi32::<3>(ys)), dx, dy, g);
+    }
+    finish_rows(store(acc), nb, dx, dy, |t| hsum_i32(isum(t)) - 8 * ysum[t])
+}
+
+/// Q8_0 × Q8_0: |x|·sign(y, x) pairs (≤ 2·128·127, exact in i16 for y ≠ -128).
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+unsafe fn q8_0_row_dot(nb: usize, x: *const BlockQ8_0, dx: &[f32], y: *const BlockQ8_0, dy: &[f32]) -> f32 {
+    let ones = _mm256_set1_epi16(1);
+    let isum = |t: usize| {
+        let xq = load256((*x.add(t)).qs.as_ptr() as *const u8);
+        let yq = load256((*y.add(t)).qs.as_ptr() as *const u8);
+        _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(xq), _mm256_sign_epi8(yq, xq)), ones)
+    };
+    let mut acc = _mm256_setzero_ps();
+    for g in 0..nb / LANES {
+        let v: [__m256i; LANES] = core::array::from_fn(|k| isum(LANES * g + k));
+        acc = add_group(acc, transpose_sum(&v), dx, dy, g);
+    }
+    finish_rows(store(acc), nb, dx, dy, |t| hsum_i32(isum(t)))
+}
+
+/// See [`super::set_vnni_disabled`].
+pub(super) static VNNI_DISABLED: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
+/// AVX-VNNI (`vpdpbusd`: four u8 × i8 products summed into each i32 lane, no
+/// saturation), found by CPUID once (leaf 7, sub-leaf 1, EAX bit 4) on top of AVX2. By
+/// hand rather than through `is_x86_feature_detected!` and the intrinsic, which need Rust
+/// 1.89; the crate's rust-version is 1.85.
+pub(super) fn uses_vnni() -> bool {
+    use core::sync::atomic::{AtomicU8, Ordering};
+    static FOUND: AtomicU8 = AtomicU8::new(0); // 0 not asked yet, 1 no, 2 yes
+    if VNNI_DISABLED.load(Ordering::Relaxed) {
+        return false;
+    }
+    match FOUND.load(Ordering::Relaxed) {
+        0 => {
+            #[allow(unused_unsafe)] // __cpuid_count is a safe fn in newer Rust
+            // SAFETY: CPUID exists on every x86_64; leaves are checked before they are read.
+            let vnni = available()
+                && unsafe {
+                    __get_cpuid_max(0).0 >= 7 && __cpuid_count(7, 0).eax >= 1 && (__cpuid_count(7, 1).eax >> 4) & 1 == 1
+                };
+            FOUND.store(if vnni { 2 } else { 1 }, Ordering::Relaxed);
+            vnni
+        }
+        f => f == 2,
+    }
+}
+
+/// `acc + Σ u·y` per i32 lane (4 products each, u unsigned, y signed): AVX-VNNI's
+/// `vpdpbusd` in its VEX form.
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn dpbusd(acc: __m256i, u: __m256i, y: __m256i) -> __m256i {
+    let mut acc = acc;
+    core::arch::asm!(
+        "{{vex}} vpdpbusd {acc}, {u}, {y}",
+        acc = inout(ymm_reg) acc,
+        u = in(ymm_reg) u,
+        y = in(ymm_reg) y,
+        options(pure, nomem, nostack, preserves_flags)
+    );
+    acc
+}
+
+/// [`gemm_rows`] with AVX-VNNI: both types become unsigned × signed products, one
+/// `vpdpbusd` per block pair, with the offset taken out through the block sums of b —
+/// Q4_0's nibbles are `q - 8` with q in 0..16, Q8_0's quants `(x + 128) - 128` with
+/// x + 128 (x ^ 0x80) in 0..256. The integer sums are the same exact numbers, so every
+/// value is still bit for bit `vec_dot`'s, for any row of b (no -128 exception).
+///
+/// # Safety
+/// As for [`gemm_rows`], and AVX-VNNI must be available ([`uses_vnni`]).
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,f16c")]
+pub(super) unsafe fn gemm_rows_vnni(
+    ty: GgmlType,
+    nb: usize,
+    m: usize,
+    a: &[u8],
+    lda: usize,
+    b: &[u8],
+    ldb: usize,
+    cols: &super::ColPrep,
+    c: &mut [f32],
+    ldc: usize,
+) {
+    let nbp = cols.nbp;
+    let n = cols.plain.len();
+    let mut dx = vec![0f32; nbp];
+    let flip = _mm256_set1_epi8(-128);
+    // The unsigned quants of a row, into a buffer when several rows of b reuse them.
+    let mut u = if n > 1 { vec![_mm256_setzero_si256(); nb] } else { Vec::new() };
+    for i in 0..m {
+        let row = &a[i * lda..];
+        let q4 = row.as_ptr() as *const BlockQ4_0;
+        let q8 = row.as_ptr() as *const BlockQ8_0;
+        match ty {
+            GgmlType::Q4_0 => {
+                let xs: &[BlockQ4_0] = cast_slice(&row[..nb * core::mem::size_of::<BlockQ4_0>()]);
+                scales(xs, &mut dx, |x| x.d());
+                for (t, x) in xs.iter().enumerate().take(u.len()) {
+                    u[t] = nibbles(&x.qs);
+                }
+            }
+            _ => {
+                let xs: &[BlockQ8_0] = cast_slice(&row[..nb * core::mem::size_of::<BlockQ8_0>()]);
+                scales(xs, &mut dx, |x| x.d());
+                for (t, x) in xs.iter().enumerate().take(u.len()) {
+                    u[t] = _mm256_xor_si256(load256(x.qs.as_ptr() as *const u8), flip);
+                }
+            }
+        }
+        for j in 0..n {
+            let y = b.as_ptr().add(j * ldb) as *const BlockQ8_0;
+            let (dy, ys) = (&cols.dy[j * nbp..], &cols.ysum[j * nbp..]);
+            c[j * ldc + i] = match (ty, u.is_empty()) {
+                (GgmlType::Q4_0, true) => u8_row_dot_vnni::<3>(nb, |t| nibbles(&(*q4.add(t)).qs), &dx, y, dy, ys),
+                (GgmlType::Q4_0, false) => u8_row_dot_vnni::<3>(nb, |t| u[t], &dx, y, dy, ys),
+                (_, true) => u8_row_dot_vnni::<7>(
+                    nb,
+                    |t| _mm256_xor_si256(load256((*q8.add(t)).qs.as_ptr() as *const u8), flip),
+                    &dx,
+                    y,
+                    dy,
+                    ys,
+                ),
+                (_, false) => u8_row_dot_vnni::<7>(nb, |t| u[t], &dx, y, dy, ys),
+            };
+        }
+    }
+}
+
+/// Σ u·y - 2^SHIFT·Σy per block, `u` unsigned quants of a row of a, `y` a row of Q8_0.
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+unsafe fn u8_row_dot_vnni<const SHIFT: i32>(
+    nb: usize,
+    u: impl Fn(usize) -> __m256i,
+    dx: &[f32],
+    y: *const BlockQ8_0,
+    dy: &[f32],
+    ysum: &[i32],
+) -> f32 {
+    let isum = |t: usize| {
+        let yq = load256((*y.add(t)).qs.as_ptr() as *const u8);
+        dpbusd(_mm256_setzero_si256(), u(t), yq)
+    };
+    let mut acc = _mm256_setzero_ps();
+    for g in 0..nb / LANES {
+        let v: [__m256i; LANES] = core::array::from_fn(|k| isum(LANES * g + k));
+        let ys = _mm256_loadu_si256(ysum.as_ptr().add(8 * g) as *const __m256i);
+        acc = add_group(acc, _mm256_sub_epi32(transpose_sum(&v), _mm256_slli_epi32::<SHIFT>(ys)), dx, dy, g);
+    }
+    finish_rows(store(acc), nb, dx, dy, |t| hsum_i32(isum(t)) - (ysum[t] << SHIFT))
+}

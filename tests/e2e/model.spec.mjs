@@ -229,7 +229,12 @@ test('the real module\'s errors carry codes and say what and where', async () =>
     const head = new Uint8Array(await (await fetch(arg.url, { headers: { Range: 'bytes=0-4194303' } })).arrayBuffer());
     res.truncated = await code(() => Model.load(head, opts));
     res.bigCtx = await code(() => Model.load(arg.url, { ...opts, nCtx: 4096 }));
-    res.gpu = await code(() => Model.load(arg.url, { ...opts, backend: 'webgpu' }));
+    const gpu = await Model.load(arg.url, { ...opts, backend: 'webgpu', nCtx: 16 });
+    res.gpuBackend = gpu.info().load.backend;
+    const git = gpu.generate(arg.text, { maxTokens: 4, temperature: 0 });
+    res.gpuIds = [];
+    for await (const t of git) res.gpuIds.push(t.token);
+    await gpu.dispose();
     const auto = await Model.load(arg.url, { ...opts, backend: 'auto', nCtx: 8 });
     res.autoBackend = auto.info().load.backend;
     res.detok = await code(() => auto.detokenize([15496, 50257]));
@@ -249,10 +254,13 @@ test('the real module\'s errors carry codes and say what and where', async () =>
   assert.match(v.notGguf[1], /e2e\/harness\.html at byte 0: GGUF: not a GGUF file: magic \[3c, 21, 64, 6f\], expected "GGUF", at byte 0$/);
   assert.equal(v.truncated[0], 'format');
   assert.match(v.truncated[1], new RegExp(`^the model stream: GGUF: truncated: needed at least ${F16_SIZE} bytes, the stream ended after 4194304, in tensor '[^']+', at byte 4194304$`));
-  assert.deepEqual(v.bigCtx, ['invalid', `http://localhost:${server.port}${F16}: invalid options: n_ctx 4096 exceeds the model's context length 128`]);
-  assert.equal(v.gpu[0], 'unsupported');
-  assert.match(v.gpu[1], /backend "webgpu" is not available in this build|WebGPU is not available here/);
-  assert.equal(v.autoBackend, 'cpu', 'auto picks the CPU while the module has no WebGPU backend');
+  // Refused as soon as the header has arrived (before any weight is allocated): the message
+  // names the byte where the stream was when the check ran.
+  assert.equal(v.bigCtx[0], 'invalid');
+  assert.match(v.bigCtx[1], new RegExp(`^http://localhost:${server.port}${F16} at byte \\d+: invalid options: n_ctx 4096 exceeds the model's context length 128$`));
+  assert.equal(v.gpuBackend, 'webgpu');
+  assert.deepEqual(v.gpuIds, HELLO.greedy_ids.slice(0, 4), 'greedy tokens on WebGPU are the HF ones');
+  assert.equal(v.autoBackend, 'webgpu', 'auto picks WebGPU where an adapter exists (SwiftShader here)');
   assert.deepEqual(v.detok, ['invalid', 'detokenize: tokenizer: token id 50257 at position 1 is out of range (vocabulary of 50257)']);
   assert.deepEqual(v.logits, ['invalid', 'logits: context full: 9 positions needed, n_ctx is 8']);
   assert.deepEqual(v.longPrompt, ['invalid', 'generate: the prompt: context full: 11 positions needed, n_ctx is 8']);
@@ -288,9 +296,9 @@ async function measureLoad(url, opts, text, n) {
       const info = JSON.parse(model.info());
       const t0 = performance.now();
       model.start(model.tokenize(text, false), JSON.stringify({ maxTokens: n, temperature: 0 }));
-      while (!model.prompt_step());
+      while (!(await model.prompt_step()));
       const greedy = [];
-      for (let id; (id = model.next_token()) >= 0;) greedy.push(id);
+      for (let id; (id = await model.next_token()) >= 0;) greedy.push(id);
       const ms = performance.now() - t0;
       const afterRun = mem();
       model.free();

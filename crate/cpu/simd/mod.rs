@@ -34,7 +34,115 @@ pub trait Simd: Sync {
     /// not rounded to f16 (ggml rounds them, its `vec_dot_type` for F16 being F16): one
     /// rounding less, and the conversion of only one operand.
     fn dot_f16_f32(&self, a: &[f16], b: &[f32]) -> f32;
+
+    /// A block of dot products, the inner kernel of `mul_mat`:
+    /// `c[j·ldc + i] = Σ_l a[i·lda + l] · b[j·ldb + l]` for `i < m`, `j < n`, `l < k`.
+    /// Several rows of `a` meet several rows of `b` per pass over `l` (register tiles), so
+    /// each load feeds several products. Strides are in elements.
+    ///
+    /// # Safety
+    /// Every row named must be readable for `k` elements and every `c` element writable.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn gemm_f32(
+        &self,
+        k: usize,
+        m: usize,
+        n: usize,
+        a: *const f32,
+        lda: usize,
+        b: *const f32,
+        ldb: usize,
+        c: *mut f32,
+        ldc: usize,
+    ) {
+        for j in 0..n {
+            let bj = core::slice::from_raw_parts(b.add(j * ldb), k);
+            for i in 0..m {
+                *c.add(j * ldc + i) = self.dot_f32(core::slice::from_raw_parts(a.add(i * lda), k), bj);
+            }
+        }
+    }
+
+    /// [`Simd::gemm_f32`] with f16 rows of `a` (as bits), converted as they are loaded.
+    ///
+    /// # Safety
+    /// As for [`Simd::gemm_f32`].
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn gemm_f16(
+        &self,
+        k: usize,
+        m: usize,
+        n: usize,
+        a: *const u16,
+        lda: usize,
+        b: *const f32,
+        ldb: usize,
+        c: *mut f32,
+        ldc: usize,
+    ) {
+        for j in 0..n {
+            let bj = core::slice::from_raw_parts(b.add(j * ldb), k);
+            for i in 0..m {
+                let ai = core::slice::from_raw_parts(a.add(i * lda) as *const f16, k);
+                *c.add(j * ldc + i) = self.dot_f16_f32(ai, bj);
+            }
+        }
+    }
+
+    /// f16 bits → f32, exactly ([`f16_bits_to_f32`] per element).
+    fn f16_to_f32(&self, src: &[u16], dst: &mut [f32]) {
+        dst.iter_mut().zip(src).for_each(|(d, &h)| *d = f16_bits_to_f32(h));
+    }
+
+    /// GELU (tanh form) in place, as [`gelu_f32`](crate::cpu::gelu_f32) defines it: in f64,
+    /// rounded once to f32. The SIMD versions evaluate the same f64 formula with a
+    /// polynomial exp accurate to ~1e-11, so results are within one f32 rounding too.
+    fn gelu(&self, x: &mut [f32]) {
+        x.iter_mut().for_each(|v| *v = crate::cpu::gelu_f32(*v));
+    }
+
+    /// `x[i] = exp(x[i] - sub)` (f32, within 2 ulp; 0 below -87.3) and returns Σ x[i]
+    /// summed in f64: the exponentials of a softmax row.
+    fn exp_sum(&self, x: &mut [f32], sub: f32) -> f64 {
+        let mut sum = 0.0f64;
+        for v in x.iter_mut() {
+            *v = libm::expf(*v - sub);
+            sum += *v as f64;
+        }
+        sum
+    }
+
+    /// The largest element (-inf for an empty row; NaNs are not looked for).
+    fn max(&self, x: &[f32]) -> f32 {
+        x.iter().copied().fold(f32::NEG_INFINITY, f32::max)
+    }
 }
+
+/// Taylor coefficients 1/k! of the polynomial exps below.
+pub(crate) const INV_FACT: [f64; 11] = [
+    1.0,
+    1.0,
+    1.0 / 2.0,
+    1.0 / 6.0,
+    1.0 / 24.0,
+    1.0 / 120.0,
+    1.0 / 720.0,
+    1.0 / 5040.0,
+    1.0 / 40320.0,
+    1.0 / 362880.0,
+    1.0 / 3628800.0,
+];
+
+/// ln 2 split in two: `N_HI` has few mantissa bits, so n·LN2_HI is exact for |n| < 2^11.
+pub(crate) const LN2_HI: f64 = 0.693_147_180_369_123_8;
+pub(crate) const LN2_LO: f64 = 1.908_214_929_270_587_7e-10;
+/// The same for f32 (n·LN2_HI_F32 exact for |n| < 2^8).
+pub(crate) const LN2_HI_F32: f32 = 0.693_145_75;
+pub(crate) const LN2_LO_F32: f32 = 1.428_606_8e-6;
+
+/// Constants of the GELU tanh form: √(2/π) and 0.044715.
+pub(crate) const GELU_K: f64 = 0.797_884_560_802_865_4;
+pub(crate) const GELU_C: f64 = 0.044_715;
 
 /// The fastest implementation this machine and build can run.
 pub fn best() -> &'static dyn Simd {

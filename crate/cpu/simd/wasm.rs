@@ -1,11 +1,13 @@
 //! wasm32 SIMD128 (`-C target-feature=+simd128`): 4 lanes, multiply then add (fused
-//! multiply-add is only in relaxed-simd, which not every browser has).
+//! multiply-add is only in relaxed-simd, which not every browser has: a build with
+//! `-C target-feature=+simd128,+relaxed-simd` uses `f32x4_relaxed_madd` in the gemm tiles,
+//! the default build never does).
 
 use core::arch::wasm32::*;
 
 use half::f16;
 
-use super::{f16_bits_to_f32, Simd, F16_EXP_ADJUST};
+use super::{f16_bits_to_f32, Simd, F16_EXP_ADJUST, GELU_C, GELU_K, INV_FACT, LN2_HI, LN2_HI_F32, LN2_LO, LN2_LO_F32};
 
 pub struct Simd128;
 
@@ -23,6 +25,160 @@ impl Simd for Simd128 {
         // SAFETY: as above.
         unsafe { dot_f16_f32(a.as_ptr() as *const u16, b.as_ptr(), n) }
     }
+    unsafe fn gemm_f32(
+        &self,
+        k: usize,
+        m: usize,
+        n: usize,
+        a: *const f32,
+        lda: usize,
+        b: *const f32,
+        ldb: usize,
+        c: *mut f32,
+        ldc: usize,
+    ) {
+        gemm_f32(k, m, n, a, lda, b, ldb, c, ldc)
+    }
+    unsafe fn gemm_f16(
+        &self,
+        k: usize,
+        m: usize,
+        n: usize,
+        a: *const u16,
+        lda: usize,
+        b: *const f32,
+        ldb: usize,
+        c: *mut f32,
+        ldc: usize,
+    ) {
+        gemm_f16(k, m, n, a, lda, b, ldb, c, ldc)
+    }
+    fn f16_to_f32(&self, src: &[u16], dst: &mut [f32]) {
+        let n = src.len().min(dst.len());
+        let (s, d) = (src.as_ptr(), dst.as_mut_ptr());
+        let mut i = 0;
+        // SAFETY: n elements of each.
+        unsafe {
+            while i + 8 <= n {
+                let (lo, hi) = f16x8_to_f32(v128_load(s.add(i) as *const v128));
+                v128_store(d.add(i) as *mut v128, lo);
+                v128_store(d.add(i + 4) as *mut v128, hi);
+                i += 8;
+            }
+        }
+        for j in i..n {
+            dst[j] = f16_bits_to_f32(src[j]);
+        }
+    }
+    fn gelu(&self, x: &mut [f32]) {
+        let n = x.len();
+        let p = x.as_mut_ptr();
+        let mut i = 0;
+        // SAFETY: loads and stores of 4 lanes stay inside the slice.
+        unsafe {
+            while i + 4 <= n {
+                let v = v128_load(p.add(i) as *const v128);
+                let lo = gelu_f64x2(f64x2_promote_low_f32x4(v));
+                let hi = gelu_f64x2(f64x2_promote_low_f32x4(i64x2_shuffle::<1, 1>(v, v)));
+                let r = i64x2_shuffle::<0, 2>(f32x4_demote_f64x2_zero(lo), f32x4_demote_f64x2_zero(hi));
+                v128_store(p.add(i) as *mut v128, r);
+                i += 4;
+            }
+        }
+        for v in &mut x[i..] {
+            *v = crate::cpu::gelu_f32(*v);
+        }
+    }
+    fn exp_sum(&self, x: &mut [f32], sub: f32) -> f64 {
+        let n = x.len();
+        let p = x.as_mut_ptr();
+        let s = f32x4_splat(sub);
+        let mut acc = [f64x2_splat(0.0); 2];
+        let mut i = 0;
+        // SAFETY: as above.
+        unsafe {
+            while i + 4 <= n {
+                let e = exp_f32x4_nonpos(f32x4_sub(v128_load(p.add(i) as *const v128), s));
+                v128_store(p.add(i) as *mut v128, e);
+                acc[0] = f64x2_add(acc[0], f64x2_promote_low_f32x4(e));
+                acc[1] = f64x2_add(acc[1], f64x2_promote_low_f32x4(i64x2_shuffle::<1, 1>(e, e)));
+                i += 4;
+            }
+        }
+        let a = f64x2_add(acc[0], acc[1]);
+        let mut sum = f64x2_extract_lane::<0>(a) + f64x2_extract_lane::<1>(a);
+        if i < n {
+            let mut t = [f32::NEG_INFINITY; 4];
+            t[..n - i].copy_from_slice(&x[i..]);
+            // SAFETY: t is 4 lanes.
+            let e = unsafe { exp_f32x4_nonpos(f32x4_sub(v128_load(t.as_ptr() as *const v128), s)) };
+            unsafe { v128_store(t.as_mut_ptr() as *mut v128, e) };
+            x[i..].copy_from_slice(&t[..n - i]);
+            sum += t[..n - i].iter().map(|&v| v as f64).sum::<f64>();
+        }
+        sum
+    }
+    fn max(&self, x: &[f32]) -> f32 {
+        let n = x.len();
+        let mut m = f32x4_splat(f32::NEG_INFINITY);
+        let mut i = 0;
+        // SAFETY: as above.
+        unsafe {
+            while i + 4 <= n {
+                m = f32x4_pmax(m, v128_load(x.as_ptr().add(i) as *const v128));
+                i += 4;
+            }
+        }
+        let lanes = [
+            f32x4_extract_lane::<0>(m),
+            f32x4_extract_lane::<1>(m),
+            f32x4_extract_lane::<2>(m),
+            f32x4_extract_lane::<3>(m),
+        ];
+        lanes.iter().chain(&x[i..]).copied().fold(f32::NEG_INFINITY, f32::max)
+    }
+}
+
+/// e^y for 2 f64 lanes, as the AVX2 `exp_pd`: y clamped to [-708, 709], y = n·ln2 + r,
+/// Taylor series of e^r to r^10, 2^n built in the exponent bits.
+#[inline(always)]
+fn exp_f64x2(y: v128) -> v128 {
+    let y = f64x2_min(f64x2_max(y, f64x2_splat(-708.0)), f64x2_splat(709.0));
+    let magic = f64x2_splat(6_755_399_441_055_744.0);
+    let t = f64x2_add(f64x2_mul(y, f64x2_splat(core::f64::consts::LOG2_E)), magic);
+    let n = f64x2_sub(t, magic);
+    let r = f64x2_sub(y, f64x2_mul(n, f64x2_splat(LN2_HI)));
+    let r = f64x2_sub(r, f64x2_mul(n, f64x2_splat(LN2_LO)));
+    let mut p = f64x2_splat(INV_FACT[10]);
+    for c in INV_FACT[..10].iter().rev() {
+        p = f64x2_add(f64x2_mul(p, r), f64x2_splat(*c));
+    }
+    let pow2 = i64x2_shl(i64x2_add(t, i64x2_splat(1023)), 52);
+    f64x2_mul(p, pow2)
+}
+
+#[inline(always)]
+fn gelu_f64x2(x: v128) -> v128 {
+    let inner = f64x2_add(f64x2_mul(f64x2_mul(x, x), f64x2_splat(GELU_C)), f64x2_splat(1.0));
+    let m2u = f64x2_mul(f64x2_mul(x, f64x2_splat(-2.0 * GELU_K)), inner);
+    f64x2_div(x, f64x2_add(f64x2_splat(1.0), exp_f64x2(m2u)))
+}
+
+/// e^x for 4 f32 lanes, x ≤ 0 (0 below -87.3), as the AVX2 version.
+#[inline(always)]
+fn exp_f32x4_nonpos(x: v128) -> v128 {
+    let lo = f32x4_splat(-87.3);
+    let keep = f32x4_ge(x, lo);
+    let x = f32x4_pmax(x, lo);
+    let n = f32x4_nearest(f32x4_mul(x, f32x4_splat(core::f32::consts::LOG2_E)));
+    let r = f32x4_sub(x, f32x4_mul(n, f32x4_splat(LN2_HI_F32)));
+    let r = f32x4_sub(r, f32x4_mul(n, f32x4_splat(LN2_LO_F32)));
+    let mut p = f32x4_splat(INV_FACT[7] as f32);
+    for c in INV_FACT[..7].iter().rev() {
+        p = f32x4_add(f32x4_mul(p, r), f32x4_splat(*c as f32));
+    }
+    let pow2 = i32x4_shl(i32x4_add(i32x4_trunc_sat_f32x4(n), i32x4_splat(127)), 23);
+    v128_and(f32x4_mul(p, pow2), keep)
 }
 
 #[inline(always)]
@@ -99,4 +255,204 @@ unsafe fn dot_f16_f32(a: *const u16, b: *const f32, n: usize) -> f32 {
         i += 1;
     }
     sum
+}
+
+/// Eight f16 (as u16 lanes) → two f32x4, exactly as `f16_bits_to_f32`. The bit moves happen
+/// on 16-bit lanes, eight at a time: the high half of each f32 is sign | exponent-and-
+/// mantissa >> 3 (with the exponent forced to all ones for infinities and NaNs), the low
+/// half the last 3 mantissa bits << 13; a shuffle pairs the halves and one multiply by
+/// 2^112 rebiases the exponent (subnormals included).
+#[inline(always)]
+fn f16x8_to_f32(h: v128) -> (v128, v128) {
+    let em = v128_and(h, u16x8_splat(0x7fff));
+    let inf_nan = v128_and(u16x8_gt(em, u16x8_splat(0x7bff)), u16x8_splat(0x7f80));
+    let hi = v128_or(v128_or(v128_and(h, u16x8_splat(0x8000)), u16x8_shr(em, 3)), inf_nan);
+    let lo = i16x8_shl(h, 13);
+    let adjust = f32x4_splat(F16_EXP_ADJUST);
+    let a = i16x8_shuffle::<0, 8, 1, 9, 2, 10, 3, 11>(lo, hi);
+    let b = i16x8_shuffle::<4, 12, 5, 13, 6, 14, 7, 15>(lo, hi);
+    (f32x4_mul(a, adjust), f32x4_mul(b, adjust))
+}
+
+/// acc + x·y: fused with relaxed-simd, else a multiply and an add.
+#[inline(always)]
+fn madd(x: v128, y: v128, acc: v128) -> v128 {
+    #[cfg(target_feature = "relaxed-simd")]
+    {
+        f32x4_relaxed_madd(x, y, acc)
+    }
+    #[cfg(not(target_feature = "relaxed-simd"))]
+    {
+        f32x4_add(acc, f32x4_mul(x, y))
+    }
+}
+
+/// Sums of four accumulators, one per lane (a 4×4 transpose by shuffles, then adds).
+#[inline(always)]
+fn sums4(v: &[v128; 4]) -> v128 {
+    let t0 = i32x4_shuffle::<0, 4, 1, 5>(v[0], v[1]); // a0 b0 a1 b1
+    let t1 = i32x4_shuffle::<2, 6, 3, 7>(v[0], v[1]); // a2 b2 a3 b3
+    let t2 = i32x4_shuffle::<0, 4, 1, 5>(v[2], v[3]);
+    let t3 = i32x4_shuffle::<2, 6, 3, 7>(v[2], v[3]);
+    let s01 = f32x4_add(t0, t1); // a0+a2 b0+b2 a1+a3 b1+b3
+    let s23 = f32x4_add(t2, t3);
+    let lo = i64x2_shuffle::<0, 2>(s01, s23); // a02 b02 c02 d02
+    let hi = i64x2_shuffle::<1, 3>(s01, s23); // a13 b13 c13 d13
+    f32x4_add(lo, hi)
+}
+
+/// A row of `a` as f32 lanes: 4 at a time for f32, 8 (two vectors) for f16.
+trait Rows {
+    type T;
+    /// Elements per step.
+    const STEP: usize;
+    unsafe fn load(p: *const Self::T) -> [v128; 2];
+}
+
+struct F32Rows;
+impl Rows for F32Rows {
+    type T = f32;
+    const STEP: usize = 4;
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> [v128; 2] {
+        [v128_load(p as *const v128), f32x4_splat(0.0)]
+    }
+}
+
+struct F16Rows;
+impl Rows for F16Rows {
+    type T = u16;
+    const STEP: usize = 8;
+    #[inline(always)]
+    unsafe fn load(p: *const u16) -> [v128; 2] {
+        let (lo, hi) = f16x8_to_f32(v128_load(p as *const v128));
+        [lo, hi]
+    }
+}
+
+/// One register tile: `MR` rows of a × `NR` rows of b. 4×2 keeps 8 accumulators, the
+/// b-vectors, an a-vector and a product within the 16 registers engines map v128 to.
+/// The last `k % STEP` elements go through a scalar loop.
+#[inline(always)]
+#[allow(clippy::needless_range_loop)] // index loops over the tile read clearer here
+unsafe fn tile<R: Rows, const MR: usize, const NR: usize>(
+    k: usize,
+    a: *const R::T,
+    lda: usize,
+    b: *const f32,
+    ldb: usize,
+    c: *mut f32,
+    ldc: usize,
+) where
+    R::T: Copy,
+{
+    let mut acc = [[f32x4_splat(0.0); 4]; NR];
+    let mut l = 0;
+    while l + R::STEP <= k {
+        let mut bv = [[f32x4_splat(0.0); 2]; NR];
+        for j in 0..NR {
+            for h in 0..R::STEP / 4 {
+                bv[j][h] = v128_load(b.add(j * ldb + l + 4 * h) as *const v128);
+            }
+        }
+        for i in 0..MR {
+            let av = R::load(a.add(i * lda + l));
+            for h in 0..R::STEP / 4 {
+                for j in 0..NR {
+                    acc[j][i] = madd(av[h], bv[j][h], acc[j][i]);
+                }
+            }
+        }
+        l += R::STEP;
+    }
+    for j in 0..NR {
+        let mut out = [0f32; 4];
+        v128_store(out.as_mut_ptr() as *mut v128, sums4(&acc[j]));
+        for (i, o) in out.iter_mut().enumerate().take(MR) {
+            for t in l..k {
+                *o += elem::<R>(a.add(i * lda + t)) * *b.add(j * ldb + t);
+            }
+            *c.add(j * ldc + i) = *o;
+        }
+    }
+}
+
+#[inline(always)]
+unsafe fn elem<R: Rows>(p: *const R::T) -> f32 {
+    if R::STEP == 8 {
+        f16_bits_to_f32(*(p as *const u16))
+    } else {
+        *(p as *const f32)
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm<R: Rows>(
+    k: usize,
+    m: usize,
+    n: usize,
+    a: *const R::T,
+    lda: usize,
+    b: *const f32,
+    ldb: usize,
+    c: *mut f32,
+    ldc: usize,
+) where
+    R::T: Copy,
+{
+    macro_rules! rows {
+        ($nr:literal, $j:expr) => {{
+            let (bj, cj) = (b.add($j * ldb), c.add($j * ldc));
+            let mut i = 0;
+            while i + 4 <= m {
+                tile::<R, 4, $nr>(k, a.add(i * lda), lda, bj, ldb, cj.add(i), ldc);
+                i += 4;
+            }
+            let (ai, ci) = (a.add(i * lda), cj.add(i));
+            match m - i {
+                3 => tile::<R, 3, $nr>(k, ai, lda, bj, ldb, ci, ldc),
+                2 => tile::<R, 2, $nr>(k, ai, lda, bj, ldb, ci, ldc),
+                1 => tile::<R, 1, $nr>(k, ai, lda, bj, ldb, ci, ldc),
+                _ => {}
+            }
+        }};
+    }
+    let mut j = 0;
+    while j + 2 <= n {
+        rows!(2, j);
+        j += 2;
+    }
+    if n - j == 1 {
+        rows!(1, j);
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_f32(
+    k: usize,
+    m: usize,
+    n: usize,
+    a: *const f32,
+    lda: usize,
+    b: *const f32,
+    ldb: usize,
+    c: *mut f32,
+    ldc: usize,
+) {
+    gemm::<F32Rows>(k, m, n, a, lda, b, ldb, c, ldc)
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_f16(
+    k: usize,
+    m: usize,
+    n: usize,
+    a: *const u16,
+    lda: usize,
+    b: *const f32,
+    ldb: usize,
+    c: *mut f32,
+    ldc: usize,
+) {
+    gemm::<F16Rows>(k, m, n, a, lda, b, ldb, c, ldc)
 }

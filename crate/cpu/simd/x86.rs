@@ -5,7 +5,7 @@ use core::arch::x86_64::*;
 
 use half::f16;
 
-use super::{f16_bits_to_f32, Simd, F16_EXP_ADJUST};
+use super::{f16_bits_to_f32, Simd, F16_EXP_ADJUST, GELU_C, GELU_K, INV_FACT, LN2_HI, LN2_HI_F32, LN2_LO, LN2_LO_F32};
 
 /// The x86_64 baseline: 4 lanes, multiply then add.
 pub struct Sse2;
@@ -63,6 +63,51 @@ impl Simd for Avx2 {
         let n = a.len().min(b.len());
         // SAFETY: as above.
         unsafe { avx2_dot_f16_f32(a.as_ptr() as *const u16, b.as_ptr(), n) }
+    }
+    unsafe fn gemm_f32(
+        &self,
+        k: usize,
+        m: usize,
+        n: usize,
+        a: *const f32,
+        lda: usize,
+        b: *const f32,
+        ldb: usize,
+        c: *mut f32,
+        ldc: usize,
+    ) {
+        avx2_gemm_f32(k, m, n, a, lda, b, ldb, c, ldc)
+    }
+    unsafe fn gemm_f16(
+        &self,
+        k: usize,
+        m: usize,
+        n: usize,
+        a: *const u16,
+        lda: usize,
+        b: *const f32,
+        ldb: usize,
+        c: *mut f32,
+        ldc: usize,
+    ) {
+        avx2_gemm_f16(k, m, n, a, lda, b, ldb, c, ldc)
+    }
+    fn f16_to_f32(&self, src: &[u16], dst: &mut [f32]) {
+        let n = src.len().min(dst.len());
+        // SAFETY: an Avx2 exists only after detection; n elements of each.
+        unsafe { avx2_f16_to_f32(src.as_ptr(), dst.as_mut_ptr(), n) }
+    }
+    fn gelu(&self, x: &mut [f32]) {
+        // SAFETY: as above; the kernel stays inside the slice.
+        unsafe { avx2_gelu(x) }
+    }
+    fn exp_sum(&self, x: &mut [f32], sub: f32) -> f64 {
+        // SAFETY: as above.
+        unsafe { avx2_exp_sum(x, sub) }
+    }
+    fn max(&self, x: &[f32]) -> f32 {
+        // SAFETY: as above.
+        unsafe { avx2_max(x) }
     }
 }
 
@@ -176,4 +221,273 @@ unsafe fn avx2_dot_f16_f32(a: *const u16, b: *const f32, n: usize) -> f32 {
         i += 1;
     }
     sum
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn avx2_f16_to_f32(src: *const u16, dst: *mut f32, n: usize) {
+    let mut i = 0;
+    while i + 8 <= n {
+        _mm256_storeu_ps(dst.add(i), _mm256_cvtph_ps(_mm_loadu_si128(src.add(i) as *const __m128i)));
+        i += 8;
+    }
+    while i < n {
+        *dst.add(i) = f16_bits_to_f32(*src.add(i));
+        i += 1;
+    }
+}
+
+/// Lane masks for the last `r` (1..8) elements of a row: lanes below `r` set.
+#[inline(always)]
+unsafe fn tail_mask(r: usize) -> __m256i {
+    const M: [i32; 16] = [-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0];
+    _mm256_loadu_si256(M.as_ptr().add(8 - r) as *const __m256i)
+}
+
+/// Writes the sums of `acc[0..MR]` to `c[0..MR]`. Four accumulators reduce together:
+/// three horizontal adds and one add of the halves give their four sums in one vector.
+#[inline(always)]
+unsafe fn store_sums<const MR: usize>(acc: &[__m256; MR], c: *mut f32) {
+    // Fewer rows reduce the same way (zeros in the missing ones), so a row's result does
+    // not depend on which tile it fell in.
+    let z = _mm256_setzero_ps();
+    let v = |i: usize| if i < MR { acc[i] } else { z };
+    let h01 = _mm256_hadd_ps(v(0), v(1));
+    let h23 = _mm256_hadd_ps(v(2), v(3));
+    let h = _mm256_hadd_ps(h01, h23);
+    let s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    if MR == 4 {
+        _mm_storeu_ps(c, s);
+    } else {
+        let mut out = [0f32; 4];
+        _mm_storeu_ps(out.as_mut_ptr(), s);
+        core::ptr::copy_nonoverlapping(out.as_ptr(), c, MR);
+    }
+}
+
+/// One register tile of the AVX2 gemm: `MR` rows of a × `NR` rows of b, 8 lanes of `l`
+/// per step, each a-load feeding `NR` FMAs and each b-load `MR`. `$load(p, l)` gives
+/// 8 a-values as f32, `$load_tail(p, l, mask)` the masked last ones.
+macro_rules! avx2_gemm {
+    ($gemm:ident, $tile:ident, $T:ty, $load:expr, $load_tail:expr) => {
+        #[target_feature(enable = "avx2,fma,f16c")]
+        #[inline]
+        unsafe fn $tile<const MR: usize, const NR: usize>(
+            k: usize,
+            a: *const $T,
+            lda: usize,
+            b: *const f32,
+            ldb: usize,
+            c: *mut f32,
+            ldc: usize,
+        ) {
+            let mut acc = [[_mm256_setzero_ps(); MR]; NR];
+            let mut l = 0;
+            while l + 8 <= k {
+                let mut bv = [_mm256_setzero_ps(); NR];
+                for j in 0..NR {
+                    bv[j] = _mm256_loadu_ps(b.add(j * ldb + l));
+                }
+                for i in 0..MR {
+                    let av: __m256 = $load(a.add(i * lda), l);
+                    for j in 0..NR {
+                        acc[j][i] = _mm256_fmadd_ps(av, bv[j], acc[j][i]);
+                    }
+                }
+                l += 8;
+            }
+            if l < k {
+                let mask = tail_mask(k - l);
+                let mut bv = [_mm256_setzero_ps(); NR];
+                for j in 0..NR {
+                    bv[j] = _mm256_maskload_ps(b.add(j * ldb + l), mask);
+                }
+                for i in 0..MR {
+                    let av: __m256 = $load_tail(a.add(i * lda), l, k - l);
+                    for j in 0..NR {
+                        acc[j][i] = _mm256_fmadd_ps(av, bv[j], acc[j][i]);
+                    }
+                }
+            }
+            for j in 0..NR {
+                store_sums::<MR>(&acc[j], c.add(j * ldc));
+            }
+        }
+
+        /// Tiles of 4 rows of a × 3 rows of b (12 accumulators, 3 b-vectors and an
+        /// a-vector: the 16 ymm registers), smaller ones at the edges.
+        #[target_feature(enable = "avx2,fma,f16c")]
+        #[allow(clippy::too_many_arguments)]
+        unsafe fn $gemm(
+            k: usize,
+            m: usize,
+            n: usize,
+            a: *const $T,
+            lda: usize,
+            b: *const f32,
+            ldb: usize,
+            c: *mut f32,
+            ldc: usize,
+        ) {
+            macro_rules! rows {
+                ($nr:literal, $j:expr) => {{
+                    let (bj, cj) = (b.add($j * ldb), c.add($j * ldc));
+                    let mut i = 0;
+                    while i + 4 <= m {
+                        $tile::<4, $nr>(k, a.add(i * lda), lda, bj, ldb, cj.add(i), ldc);
+                        i += 4;
+                    }
+                    let (ai, ci) = (a.add(i * lda), cj.add(i));
+                    match m - i {
+                        3 => $tile::<3, $nr>(k, ai, lda, bj, ldb, ci, ldc),
+                        2 => $tile::<2, $nr>(k, ai, lda, bj, ldb, ci, ldc),
+                        1 => $tile::<1, $nr>(k, ai, lda, bj, ldb, ci, ldc),
+                        _ => {}
+                    }
+                }};
+            }
+            let mut j = 0;
+            while j + 3 <= n {
+                rows!(3, j);
+                j += 3;
+            }
+            match n - j {
+                2 => rows!(2, j),
+                1 => rows!(1, j),
+                _ => {}
+            }
+        }
+    };
+}
+
+avx2_gemm!(
+    avx2_gemm_f32,
+    avx2_tile_f32,
+    f32,
+    |p: *const f32, l: usize| _mm256_loadu_ps(p.add(l)),
+    |p: *const f32, l: usize, r: usize| _mm256_maskload_ps(p.add(l), tail_mask(r))
+);
+
+avx2_gemm!(
+    avx2_gemm_f16,
+    avx2_tile_f16,
+    u16,
+    |p: *const u16, l: usize| _mm256_cvtph_ps(_mm_loadu_si128(p.add(l) as *const __m128i)),
+    |p: *const u16, l: usize, r: usize| {
+        // No masked 16-bit load: copy the last r halves into a zeroed buffer.
+        let mut h = [0u16; 8];
+        core::ptr::copy_nonoverlapping(p.add(l), h.as_mut_ptr(), r);
+        _mm256_cvtph_ps(_mm_loadu_si128(h.as_ptr() as *const __m128i))
+    }
+);
+
+/// e^y for 4 f64 lanes, y clamped to [-708, 709]: y = n·ln2 + r with |r| ≤ ln2/2, e^r by
+/// its Taylor series to r^10 (relative error < 1e-12), 2^n built in the exponent bits.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn exp_pd(y: __m256d) -> __m256d {
+    let y = _mm256_min_pd(_mm256_max_pd(y, _mm256_set1_pd(-708.0)), _mm256_set1_pd(709.0));
+    // Adding 1.5·2^52 rounds to an integer and leaves it in the low mantissa bits.
+    let magic = _mm256_set1_pd(6_755_399_441_055_744.0);
+    let t = _mm256_add_pd(_mm256_mul_pd(y, _mm256_set1_pd(core::f64::consts::LOG2_E)), magic);
+    let n = _mm256_sub_pd(t, magic);
+    let r = _mm256_fnmadd_pd(n, _mm256_set1_pd(LN2_HI), y);
+    let r = _mm256_fnmadd_pd(n, _mm256_set1_pd(LN2_LO), r);
+    let mut p = _mm256_set1_pd(INV_FACT[10]);
+    for c in INV_FACT[..10].iter().rev() {
+        p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(*c));
+    }
+    let pow2 = _mm256_slli_epi64::<52>(_mm256_add_epi64(_mm256_castpd_si256(t), _mm256_set1_epi64x(1023)));
+    _mm256_mul_pd(p, _mm256_castsi256_pd(pow2))
+}
+
+/// x / (1 + e^(-2u)), u = √(2/π)·x·(1 + 0.044715·x²), in f64, 4 at a time.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn gelu_pd(x: __m256d) -> __m256d {
+    let x2 = _mm256_mul_pd(x, x);
+    let inner = _mm256_fmadd_pd(x2, _mm256_set1_pd(GELU_C), _mm256_set1_pd(1.0));
+    let m2u = _mm256_mul_pd(_mm256_mul_pd(x, _mm256_set1_pd(-2.0 * GELU_K)), inner);
+    _mm256_div_pd(x, _mm256_add_pd(_mm256_set1_pd(1.0), exp_pd(m2u)))
+}
+
+#[target_feature(enable = "avx2,fma")]
+unsafe fn avx2_gelu(x: &mut [f32]) {
+    let n = x.len();
+    let p = x.as_mut_ptr();
+    let mut i = 0;
+    while i + 8 <= n {
+        let v = _mm256_loadu_ps(p.add(i));
+        let lo = gelu_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)));
+        let hi = gelu_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+        _mm256_storeu_ps(p.add(i), _mm256_set_m128(_mm256_cvtpd_ps(hi), _mm256_cvtpd_ps(lo)));
+        i += 8;
+    }
+    for v in &mut x[i..] {
+        *v = crate::cpu::gelu_f32(*v);
+    }
+}
+
+/// e^x for 8 f32 lanes, x ≤ 0 (0 below -87.3): Taylor series to r^7 on |r| ≤ ln2/2.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn exp_ps_nonpos(x: __m256) -> __m256 {
+    let lo = _mm256_set1_ps(-87.3);
+    let keep = _mm256_cmp_ps::<_CMP_GE_OQ>(x, lo);
+    let x = _mm256_max_ps(x, lo);
+    let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(
+        x,
+        _mm256_set1_ps(core::f32::consts::LOG2_E),
+    ));
+    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_HI_F32), x);
+    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_LO_F32), r);
+    let mut p = _mm256_set1_ps(INV_FACT[7] as f32);
+    for c in INV_FACT[..7].iter().rev() {
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(*c as f32));
+    }
+    let pow2 = _mm256_slli_epi32::<23>(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)));
+    _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(pow2)), keep)
+}
+
+#[target_feature(enable = "avx2,fma")]
+unsafe fn avx2_exp_sum(x: &mut [f32], sub: f32) -> f64 {
+    let n = x.len();
+    let p = x.as_mut_ptr();
+    let s = _mm256_set1_ps(sub);
+    let (mut acc0, mut acc1) = (_mm256_setzero_pd(), _mm256_setzero_pd());
+    let mut i = 0;
+    while i + 8 <= n {
+        let e = exp_ps_nonpos(_mm256_sub_ps(_mm256_loadu_ps(p.add(i)), s));
+        _mm256_storeu_ps(p.add(i), e);
+        acc0 = _mm256_add_pd(acc0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+        acc1 = _mm256_add_pd(acc1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+        i += 8;
+    }
+    let mut lanes = [0f64; 4];
+    _mm256_storeu_pd(lanes.as_mut_ptr(), _mm256_add_pd(acc0, acc1));
+    let mut sum = (lanes[0] + lanes[2]) + (lanes[1] + lanes[3]);
+    if i < n {
+        // The tail through the same kernel, padded with -inf (whose exp is 0).
+        let mut t = [f32::NEG_INFINITY; 8];
+        t[..n - i].copy_from_slice(&x[i..]);
+        let e = exp_ps_nonpos(_mm256_sub_ps(_mm256_loadu_ps(t.as_ptr()), s));
+        _mm256_storeu_ps(t.as_mut_ptr(), e);
+        x[i..].copy_from_slice(&t[..n - i]);
+        sum += t[..n - i].iter().map(|&v| v as f64).sum::<f64>();
+    }
+    sum
+}
+
+#[target_feature(enable = "avx2,fma")]
+unsafe fn avx2_max(x: &[f32]) -> f32 {
+    let n = x.len();
+    let p = x.as_ptr();
+    let mut m = _mm256_set1_ps(f32::NEG_INFINITY);
+    let mut i = 0;
+    while i + 8 <= n {
+        m = _mm256_max_ps(m, _mm256_loadu_ps(p.add(i)));
+        i += 8;
+    }
+    let mut lanes = [0f32; 8];
+    _mm256_storeu_ps(lanes.as_mut_ptr(), m);
+    lanes.iter().chain(&x[i..]).copied().fold(f32::NEG_INFINITY, f32::max)
 }

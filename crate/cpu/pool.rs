@@ -1,0 +1,250 @@
+//! A persistent pool of worker threads for the CPU backend (native `std` builds only).
+//!
+//! ```
+//! use core::sync::atomic::{AtomicUsize, Ordering};
+//! use ggweb::cpu::pool::ThreadPool;
+//! let pool = ThreadPool::new(2);             // the caller plus one worker
+//! let sum = AtomicUsize::new(0);
+//! pool.run(100, &|j| {
+//!     sum.fetch_add(j, Ordering::Relaxed);
+//! });
+//! assert_eq!(sum.into_inner(), 4950);
+//! ```
+//!
+//! Spawning threads for every op costs tens of microseconds each time, which adds up over
+//! the ~75 matrix products of one decoded token; here the workers live as long as the
+//! backend. [`ThreadPool::run`] hands out job indices from a shared counter (so a worker
+//! the OS descheduled simply takes fewer jobs), the calling thread works too, and it
+//! returns when every job is done. Idle workers spin briefly for the next op, then sleep.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+
+type Job<'a> = &'a (dyn Fn(usize) + Sync);
+
+struct Task {
+    /// The job, its lifetime erased: `run` takes it back (under the lock) and waits for
+    /// every worker that copied it to let go before returning, so the borrow outlives
+    /// every use.
+    job: Job<'static>,
+    n_jobs: usize,
+    generation: usize,
+}
+
+struct Shared {
+    /// Bumped for each `run`; workers compare it with the last one they served.
+    generation: AtomicUsize,
+    task: Mutex<Option<Task>>,
+    wake: Condvar,
+    /// The next job index to hand out, and how many jobs have returned.
+    next: AtomicUsize,
+    completed: AtomicUsize,
+    /// Workers holding a copy of the current job.
+    active: AtomicUsize,
+    panicked: AtomicBool,
+    shutdown: AtomicBool,
+}
+
+/// `n_threads - 1` workers plus the thread that calls [`ThreadPool::run`].
+pub struct ThreadPool {
+    shared: Arc<Shared>,
+    workers: Vec<JoinHandle<()>>,
+}
+
+/// How long an idle worker polls for new work before it sleeps (iterations of a spin
+/// hint, some tens of µs): long enough to bridge the gap between two ops of a graph.
+const SPIN: usize = 2_000;
+
+impl ThreadPool {
+    pub fn new(n_threads: usize) -> ThreadPool {
+        let shared = Arc::new(Shared {
+            generation: AtomicUsize::new(0),
+            task: Mutex::new(None),
+            wake: Condvar::new(),
+            next: AtomicUsize::new(0),
+            completed: AtomicUsize::new(0),
+            active: AtomicUsize::new(0),
+            panicked: AtomicBool::new(false),
+            shutdown: AtomicBool::new(false),
+        });
+        let workers = (1..n_threads.max(1))
+            .map(|i| {
+                let s = shared.clone();
+                std::thread::Builder::new()
+                    .name(format!("ggweb-cpu-{i}"))
+                    .spawn(move || worker(&s))
+                    .expect("spawn a CPU worker thread")
+            })
+            .collect();
+        ThreadPool { shared, workers }
+    }
+
+    /// Threads that work on a `run`: the workers and the caller.
+    pub fn n_threads(&self) -> usize {
+        self.workers.len() + 1
+    }
+
+    /// Calls `job(j)` for every `j` in `0..n_jobs`, spread over the pool's threads, and
+    /// returns when all calls have returned. A panic in a job is re-raised here.
+    ///
+    /// Only the jobs are waited for, not the workers: one the OS has not woken yet finds
+    /// the task gone when it does, so a loaded machine costs parallelism, not latency.
+    pub fn run(&self, n_jobs: usize, job: Job<'_>) {
+        if self.workers.is_empty() || n_jobs <= 1 {
+            (0..n_jobs).for_each(job);
+            return;
+        }
+        let s = &*self.shared;
+        {
+            let mut t = s.task.lock().unwrap_or_else(|e| e.into_inner());
+            // SAFETY: only the lifetime changes; see `Task::job`.
+            let job: Job<'static> = unsafe { core::mem::transmute::<Job<'_>, Job<'static>>(job) };
+            s.next.store(0, Ordering::Relaxed);
+            s.completed.store(0, Ordering::Relaxed);
+            let generation = s.generation.load(Ordering::Relaxed) + 1;
+            *t = Some(Task { job, n_jobs, generation });
+            s.generation.store(generation, Ordering::Release);
+            s.wake.notify_all();
+        }
+        take_jobs(s, job, n_jobs);
+        wait_until(|| s.completed.load(Ordering::Acquire) >= n_jobs);
+        // No worker can copy the job after this; wait for those that did.
+        *s.task.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        wait_until(|| s.active.load(Ordering::Acquire) == 0);
+        if s.panicked.swap(false, Ordering::Relaxed) {
+            panic!("a CPU kernel panicked on a worker thread");
+        }
+    }
+}
+
+/// Spins on `done`, then polls it with short sleeps.
+fn wait_until(done: impl Fn() -> bool) {
+    let mut spins = 0;
+    while !done() {
+        if spins < SPIN {
+            spins += 1;
+            core::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
+fn take_jobs(s: &Shared, job: Job<'_>, n_jobs: usize) {
+    loop {
+        let j = s.next.fetch_add(1, Ordering::Relaxed);
+        if j >= n_jobs {
+            break;
+        }
+        if catch_unwind(AssertUnwindSafe(|| job(j))).is_err() {
+            s.panicked.store(true, Ordering::Relaxed);
+        }
+        s.completed.fetch_add(1, Ordering::Release);
+    }
+}
+
+fn worker(s: &Shared) {
+    let mut seen = 0usize;
+    loop {
+        // Wait for a new generation: spin, then sleep on the condvar.
+        let mut spins = 0;
+        loop {
+            if s.shutdown.load(Ordering::Acquire) {
+                return;
+            }
+            if s.generation.load(Ordering::Acquire) != seen {
+                break;
+            }
+            if spins < SPIN {
+                spins += 1;
+                core::hint::spin_loop();
+                continue;
+            }
+            let t = s.task.lock().unwrap_or_else(|e| e.into_inner());
+            if s.generation.load(Ordering::Acquire) == seen && !s.shutdown.load(Ordering::Acquire) {
+                drop(s.wake.wait(t).unwrap_or_else(|e| e.into_inner()));
+            }
+        }
+        seen = s.generation.load(Ordering::Acquire);
+        let task = {
+            let t = s.task.lock().unwrap_or_else(|e| e.into_inner());
+            match &*t {
+                Some(t) if t.generation == seen => {
+                    s.active.fetch_add(1, Ordering::AcqRel);
+                    Some((t.job, t.n_jobs))
+                }
+                _ => None, // that run is over already
+            }
+        };
+        if let Some((job, n_jobs)) = task {
+            take_jobs(s, job, n_jobs);
+            s.active.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+impl Drop for ThreadPool {
+    fn drop(&mut self) {
+        self.shared.shutdown.store(true, Ordering::Release);
+        {
+            let _t = self.shared.task.lock().unwrap_or_else(|e| e.into_inner());
+            self.shared.wake.notify_all();
+        }
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_job_runs_once_across_many_runs() {
+        let pool = ThreadPool::new(3);
+        assert_eq!(pool.n_threads(), 3);
+        for n in [0usize, 1, 2, 5, 64, 1000] {
+            let hits: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
+            pool.run(n, &|j| {
+                hits[j].fetch_add(1, Ordering::Relaxed);
+            });
+            assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1), "n_jobs {n}");
+        }
+    }
+
+    #[test]
+    fn workers_sleep_and_wake() {
+        let pool = ThreadPool::new(2);
+        let sum = AtomicUsize::new(0);
+        for round in 0..3 {
+            // Past the spin phase: the worker is asleep on the condvar.
+            std::thread::sleep(std::time::Duration::from_millis(30));
+            pool.run(8, &|j| {
+                sum.fetch_add(j, Ordering::Relaxed);
+            });
+            assert_eq!(sum.load(Ordering::Relaxed), 28 * (round + 1));
+        }
+    }
+
+    #[test]
+    fn a_panicking_job_is_reported_to_the_caller() {
+        let pool = ThreadPool::new(2);
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            pool.run(64, &|j| {
+                if j == 40 {
+                    panic!("job 40");
+                }
+            })
+        }));
+        assert!(r.is_err());
+        // The pool still works afterwards.
+        let n = AtomicUsize::new(0);
+        pool.run(10, &|_| {
+            n.fetch_add(1, Ordering::Relaxed);
+        });
+        assert_eq!(n.into_inner(), 10);
+    }
+}

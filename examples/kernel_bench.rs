@@ -1,0 +1,146 @@
+//! Times single CPU ops on GPT-2-124M shapes: `mul_mat` of each weight type against 1 and
+//! 32 (or `N`) activation rows, and the attention products. Reports the best of five trials in GFLOP/s,
+//! by wall time and by thread CPU time (Linux; the latter is what counts on a loaded machine).
+//!
+//! ```text
+//! cargo run --release --example kernel_bench -- [N] [THREADS]     # GGWEB_NO_VNNI=1: AVX2 without VNNI
+//! ```
+
+use std::time::Instant;
+
+use ggweb::backend::Backend;
+use ggweb::cpu::CpuBackend;
+use ggweb::tensor::{Context, ContextParams, Tensor};
+use ggweb::{GgmlType, Graph};
+
+fn thread_cpu() -> f64 {
+    #[repr(C)]
+    struct Timespec {
+        tv_sec: i64,
+        tv_nsec: i64,
+    }
+    extern "C" {
+        fn clock_gettime(clock_id: i32, tp: *mut Timespec) -> i32;
+    }
+    let mut ts = Timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: writes one timespec; 3 = CLOCK_THREAD_CPUTIME_ID.
+    unsafe { clock_gettime(3, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
+fn fill(t: &Tensor, seed: u32) {
+    let n = t.nelements() as usize;
+    let mut s = seed | 1;
+    let v: Vec<f32> = (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            s as f32 / u32::MAX as f32 - 0.5
+        })
+        .collect();
+    let bytes = ggweb::quants::quantize(t.ty, &v).expect("quantize");
+    t.set_bytes(&bytes, 0);
+}
+
+/// Five trials, each running `node` for at least 0.1 s of CPU time; returns the best
+/// (wall, cpu) seconds per run: the trial least disturbed by other processes.
+fn time(backend: &CpuBackend, node: &Tensor) -> (f64, f64) {
+    let mut gf = Graph::new();
+    gf.build_forward_expand(node);
+    backend.graph_compute(&gf).expect("compute");
+    let (mut best_w, mut best_c) = (f64::MAX, f64::MAX);
+    for _ in 0..5 {
+        let (mut runs, t0, c0) = (0, Instant::now(), thread_cpu());
+        while thread_cpu() - c0 < 0.1 || runs < 2 {
+            backend.graph_compute(&gf).expect("compute");
+            runs += 1;
+        }
+        best_w = best_w.min(t0.elapsed().as_secs_f64() / runs as f64);
+        best_c = best_c.min((thread_cpu() - c0) / runs as f64);
+    }
+    (best_w, best_c)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let n: i64 = args.get(1).map(|s| s.parse().expect("N")).unwrap_or(32);
+    let threads: usize = args.get(2).map(|s| s.parse().expect("THREADS")).unwrap_or(1);
+    let backend = CpuBackend::new(threads);
+    // GGWEB_NO_VNNI=1: the plain AVX2 integer kernels, for comparison.
+    ggweb::quants::set_vnni_disabled(std::env::var("GGWEB_NO_VNNI").is_ok_and(|v| v == "1"));
+    let ctx = Context::new(ContextParams { mem_size: 512 << 20, no_alloc: false });
+    println!("| op | type | K × M × N | GFLOP/s (wall) | GFLOP/s (thread CPU) |");
+    println!("|---|---|---|---|---|");
+    for ty in [GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_0] {
+        for (k, m) in [(768i64, 2304i64), (768, 3072), (3072, 768)] {
+            for cols in [1, n] {
+                let a = ctx.new_tensor_2d(ty, k, m);
+                fill(&a, 7);
+                let b = ctx.new_tensor_2d(GgmlType::F32, k, cols);
+                fill(&b, 11);
+                let c = ctx.mul_mat(&a, &b);
+                let (w, cpu) = time(&backend, &c);
+                let flop = 2.0 * (k * m * cols) as f64;
+                println!("| mul_mat | {ty} | {k} × {m} × {cols} | {:.2} | {:.2} |", flop / w * 1e-9, flop / cpu * 1e-9);
+            }
+        }
+    }
+    // Attention at 256 positions: KQ (K permuted out of the cache) and KQV (V transposed).
+    let (hd, nh, l) = (64i64, 12i64, 256i64);
+    for cols in [1, n] {
+        let kc = ctx.new_tensor_2d(GgmlType::F32, hd * nh, l);
+        fill(&kc, 3);
+        let q = ctx.new_tensor_3d(GgmlType::F32, hd, nh, cols);
+        fill(&q, 5);
+        let k = ctx.permute(&ctx.reshape_3d(&kc, hd, nh, l), 0, 2, 1, 3);
+        let kq = ctx.mul_mat(&k, &ctx.permute(&q, 0, 2, 1, 3));
+        let (w, cpu) = time(&backend, &kq);
+        let flop = 2.0 * (hd * l * cols * nh) as f64;
+        println!("| kq | F32 | {hd} × {l} × {cols} × {nh} heads | {:.2} | {:.2} |", flop / w * 1e-9, flop / cpu * 1e-9);
+        let v = ctx.new_tensor_3d(GgmlType::F32, l, hd, nh);
+        fill(&v, 9);
+        let p = ctx.new_tensor_3d(GgmlType::F32, l, cols, nh);
+        fill(&p, 13);
+        let kqv = ctx.mul_mat(&v, &p);
+        let (w, cpu) = time(&backend, &kqv);
+        println!(
+            "| kqv | F32 | {l} × {hd} × {cols} × {nh} heads | {:.2} | {:.2} |",
+            flop / w * 1e-9,
+            flop / cpu * 1e-9
+        );
+    }
+
+    // What handing one op to two threads costs: the pool (wake a parked or spinning
+    // worker, wait for both jobs) against spawning a scoped thread per op.
+    if threads > 1 {
+        let pool = ggweb::cpu::pool::ThreadPool::new(threads);
+        let sink = std::sync::atomic::AtomicUsize::new(0);
+        let job = |j: usize| {
+            sink.fetch_add(j, std::sync::atomic::Ordering::Relaxed);
+        };
+        let median = |f: &dyn Fn()| {
+            let mut t: Vec<f64> = (0..2000)
+                .map(|_| {
+                    let t0 = Instant::now();
+                    f();
+                    t0.elapsed().as_secs_f64() * 1e6
+                })
+                .collect();
+            t.sort_by(f64::total_cmp);
+            t[t.len() / 2]
+        };
+        let pooled = median(&|| pool.run(threads, &job));
+        let spawned = median(&|| {
+            std::thread::scope(|s| {
+                for j in 1..threads {
+                    s.spawn(move || job(j));
+                }
+                job(0);
+            })
+        });
+        println!(
+            "\nper parallel op, median of 2000 ({threads} threads): pool {pooled:.1} µs, scoped spawn {spawned:.1} µs"
+        );
+    }
+}

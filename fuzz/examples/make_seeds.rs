@@ -1,0 +1,132 @@
+//! Writes the committed seed corpus: `cargo run --example make_seeds` in fuzz/ (stable is
+//! fine). Seeds are small on purpose (a few KB): libFuzzer's -max_len defaults to the
+//! largest seed, and mutations of small files reach the parser's corners faster.
+//!
+//! - gguf_chunks: tiny GPT-2 models (F32, F16 weights) that ModelLoader accepts, and
+//!   plain GGUFs with every metadata type, nested arrays, a custom alignment, version 2,
+//!   zero-sized tensors and each block type the reader knows;
+//! - tokenizer_roundtrip: text in several scripts, emoji, whitespace runs, contractions,
+//!   `<|endoftext|>`;
+//! - gallocr_plan: byte strings that build graphs of each op family.
+
+use std::fs;
+use std::path::Path;
+
+use ggweb::gguf::{GgufArray, GgufValue, GgufWriter};
+use ggweb::types::GgmlType;
+use ggweb_fuzz::model_support::{tiny_gpt2, values, TinySpec};
+
+fn write(dir: &Path, name: &str, bytes: &[u8]) {
+    fs::create_dir_all(dir).unwrap();
+    let path = dir.join(format!("seed-{name}"));
+    fs::write(&path, bytes).unwrap();
+    println!("{:>6} bytes  {}", bytes.len(), path.display());
+}
+
+fn plain_ggufs() -> Vec<(&'static str, Vec<u8>)> {
+    let mut out = Vec::new();
+
+    let mut w = GgufWriter::new();
+    let kvs = [
+        ("u8", GgufValue::U8(7)),
+        ("i8", GgufValue::I8(-7)),
+        ("u16", GgufValue::U16(65535)),
+        ("i16", GgufValue::I16(-300)),
+        ("u32", GgufValue::U32(1 << 31)),
+        ("i32", GgufValue::I32(-1)),
+        ("f32", GgufValue::F32(f32::NAN)),
+        ("bool", GgufValue::Bool(true)),
+        ("str", GgufValue::String("héllo".into())),
+        ("u64", GgufValue::U64(u64::MAX)),
+        ("i64", GgufValue::I64(i64::MIN)),
+        ("f64", GgufValue::F64(-0.0)),
+        ("arr.str", GgufValue::Array(GgufArray::String(vec!["a".into(), "".into(), "Ġthe".into()]))),
+        ("arr.nested", GgufValue::Array(GgufArray::Array(vec![GgufArray::I32(vec![1, 2]), GgufArray::Bool(vec![])]))),
+        ("arr.f64", GgufValue::Array(GgufArray::F64(vec![1.5, -2.5]))),
+    ];
+    for (k, v) in kvs {
+        w.add_kv(&format!("test.{k}"), v).unwrap();
+    }
+    w.add_tensor("f32", GgmlType::F32, &[3, 2], values(GgmlType::F32, 6, 1)).unwrap();
+    w.add_tensor("empty", GgmlType::F32, &[0, 4], vec![]).unwrap();
+    w.add_tensor("f16", GgmlType::F16, &[2, 1, 1, 2], values(GgmlType::F16, 4, 2)).unwrap();
+    out.push(("metadata", w.to_bytes()));
+
+    let mut w = GgufWriter::new();
+    w.add_kv("general.alignment", GgufValue::U32(64)).unwrap();
+    w.add_tensor("q8", GgmlType::Q8_0, &[32, 2], values(GgmlType::Q8_0, 64, 3)).unwrap();
+    w.add_tensor("q4", GgmlType::Q4_0, &[32], values(GgmlType::Q4_0, 32, 4)).unwrap();
+    w.add_tensor("i32", GgmlType::I32, &[5], (0..20u8).collect()).unwrap();
+    out.push(("blocks-align64", w.to_bytes()));
+
+    // Version 2 (same layout as 3), no tensors.
+    let mut w = GgufWriter::new();
+    w.add_kv("general.name", GgufValue::String("v2".into())).unwrap();
+    let mut v2 = w.to_bytes();
+    v2[4..8].copy_from_slice(&2u32.to_le_bytes());
+    out.push(("v2-no-tensors", v2));
+    out
+}
+
+fn main() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus");
+    let g = root.join("gguf_chunks");
+    let tiny = TinySpec { n_embd: 2, n_head: 1, n_ff: 4, n_ctx: 4, ..TinySpec::default() };
+    write(&g, "tiny-gpt2-f16", &tiny_gpt2(TinySpec { ty: GgmlType::F16, ..tiny }));
+    write(&g, "tiny-gpt2-f32-2layers", &tiny_gpt2(TinySpec { n_layer: 2, ..tiny }));
+    for (name, bytes) in plain_ggufs() {
+        write(&g, name, &bytes);
+    }
+
+    let t = root.join("tokenizer_roundtrip");
+    let texts = [
+        ("english", "Hello, my name is GPT-2. I'm 124M parameters; you've seen 'em.\n"),
+        ("spaces", "  leading\t\ttabs   and\n\n\nnewlines   \r\n trailing  "),
+        ("scripts", "Größe – Ελληνικά, русский, 中文字符, 日本語のテキスト, العربية, हिन्दी"),
+        ("emoji", "🦀🔥 👩‍👩‍👧 ✔︎ e\u{301} \u{feff}\u{200b}"),
+        ("special", "a<|endoftext|>b <|endoftext|><|endoftext|> <|endoftext"),
+        ("numbers", "3.14159 1,000,000 0x7fff_ffff 2024-05-19T12:00:00Z"),
+    ];
+    for (name, text) in texts {
+        write(&t, name, text.as_bytes());
+    }
+
+    // gallocr_plan: 8 config bytes (three buffer kinds' alignment and size limit, how many
+    // buffer ids and which kinds, in-place, id pattern), then the graph (graph_gen::build):
+    // a shape, then per step "which tensor" (2 bytes), the op and its arguments.
+    let a = root.join("gallocr_plan");
+    let graphs: [(&str, &[u8]); 5] = [
+        (
+            "one-buffer-chain",
+            &[
+                8, 8, 8, 0, 0, 1, 0, 0, 5, 5, 0, 0, 1, 0, 1, 0, 1, 0, 2, 1, 0, 3, 1, 0, 4, 1, 0, 5, 1, 1, 0, 14, 1, 0,
+                15, 1, 0, 6, 1, 1,
+            ],
+        ),
+        (
+            "two-buffers-mulmat",
+            &[
+                8, 9, 6, 1, 18, 1, 3, 0, 3, 3, 0, 0, 1, 0, 8, 0, 1, 0, 8, 1, 3, 1, 0, 6, 2, 0, 1, 1, 0, 7, 1, 0, 1, 0,
+                14, 1, 0, 15, 0, 0, 2, 1, 0, 8, 0,
+            ],
+        ),
+        (
+            "views-permute-cpy",
+            &[
+                6, 8, 9, 2, 0x24, 1, 5, 0, 4, 3, 1, 1, 1, 0, 9, 1, 1, 1, 0, 10, 1, 0, 15, 1, 0, 11, 0, 1, 0, 12, 1, 3,
+                1, 1, 0, 12, 0, 1, 0, 1, 0, 13, 1, 1, 0, 13, 0, 0, 1, 0, 2,
+            ],
+        ),
+        (
+            "inplace-off-outputs",
+            &[
+                9, 9, 9, 0, 0, 0, 0, 0, 6, 6, 0, 0, 1, 0, 1, 1, 1, 0, 14, 1, 0, 2, 1, 0, 0, 3, 3, 1, 1, 1, 0, 6, 0, 0,
+                1, 0, 0, 3, 1, 0, 14, 1, 0, 4,
+            ],
+        ),
+        ("small-max-size", &[2, 2, 2, 0, 0, 1, 0, 0, 6, 6, 2, 1, 1, 0, 8, 2, 1, 1, 0, 15, 1, 0, 2]),
+    ];
+    for (name, bytes) in graphs {
+        write(&a, name, bytes);
+    }
+}

@@ -1,0 +1,168 @@
+//! GPT-2 split layer by layer between WebGPU (natively: wgpu on Vulkan, Mesa's lavapipe
+//! here) and the CPU, through the scheduler: for every number of GPU layers, logits within
+//! 1e-3 of the CPU alone and the same greedy tokens; no allocation after the first reserve;
+//! and the CLI's `--gpu-layers`.
+//!
+//! Run: `cargo test --features webgpu --test sched_webgpu`. Without a Vulkan adapter the
+//! tests fail with a message; `GGWEB_ALLOW_NO_GPU=1` turns that into a printed skip.
+
+#[path = "sched_support/mod.rs"]
+mod sched_support;
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::rc::Rc;
+
+use ggweb::backend::Backend;
+use ggweb::webgpu::{WebGpuBackend, WebGpuOptions};
+use sched_support::*;
+use serde_json::Value;
+
+fn gpu() -> Option<Rc<dyn Backend>> {
+    match WebGpuBackend::new(WebGpuOptions::default()) {
+        Ok(b) => Some(Rc::new(b)),
+        Err(e) if std::env::var("GGWEB_ALLOW_NO_GPU").as_deref() == Ok("1") => {
+            eprintln!("SKIPPED: no WebGPU adapter ({e}); GGWEB_ALLOW_NO_GPU=1");
+            None
+        }
+        Err(e) => panic!(
+            "no WebGPU adapter: {e}\n  install Mesa's Vulkan drivers (Debian: mesa-vulkan-drivers, lavapipe) \
+             or set GGWEB_ALLOW_NO_GPU=1 to skip the WebGPU tests"
+        ),
+    }
+}
+
+/// As on the host "GPU" (tests/sched.rs): WebGPU runs every op GPT-2 uses, so one token
+/// makes one split on the CPU alone, two across the boundary (two [n_embd] rows copied
+/// up), or one on WebGPU alone (token id and position copied up).
+fn expected_token_split(gpu_layers: usize, n_layer: usize, n_embd: usize) -> (usize, usize, usize) {
+    if gpu_layers == 0 {
+        (1, 0, 0)
+    } else if gpu_layers <= n_layer {
+        (2, 2, 2 * 4 * n_embd)
+    } else {
+        (1, 2, 2 * 4)
+    }
+}
+
+#[test]
+fn every_gpu_layer_count_matches_the_cpu() {
+    let Some(gpu) = gpu() else { return };
+    let (path, bytes) = tiny_f32();
+    let mut cpu = load_cpu(&bytes).model;
+    let want = run(&mut cpu, 20);
+    let (n_layer, n_embd) = (cpu.hparams.n_layer, cpu.hparams.n_embd);
+    for n in 0..=n_layer + 1 {
+        let mut m = load_split(&bytes, gpu.clone(), n).model;
+        let got = run(&mut m, 20);
+        let d = max_abs_diff(&got.logits, &want.logits);
+        eprintln!("{} gpu_layers {n}: max |split - cpu| = {d:.2e}", path.display());
+        // Measured: 0 with no GPU layer, ~1e-6 otherwise (summation order on the GPU).
+        assert!(d < 1e-3, "gpu_layers {n}: logits differ from the CPU by {d}");
+        assert_eq!(got.greedy, want.greedy, "gpu_layers {n}: greedy tokens");
+        let r = m.sched.last_run();
+        assert_eq!((r.splits, r.copies, r.copy_bytes), expected_token_split(n, n_layer, n_embd), "gpu_layers {n}");
+        let names: Vec<&str> = m.sched.splits().iter().map(|s| m.sched.backend(s.backend).name()).collect();
+        let want_names: &[&str] = match n {
+            0 => &["CPU"],
+            n if n <= n_layer => &["CPU", "WebGPU"],
+            _ => &["WebGPU"],
+        };
+        assert_eq!(names, want_names, "gpu_layers {n}");
+        let by = m.memory_by_backend();
+        assert_eq!((by[0].backend.as_str(), by[1].backend.as_str()), ("WebGPU", "CPU"));
+        assert_eq!(by[0].weights > 0, n > 0, "gpu_layers {n}: {by:?}");
+        assert_eq!(by[1].weights > 0, n <= n_layer, "gpu_layers {n}: {by:?}");
+    }
+}
+
+/// Reserved once at load; a batched prompt and 100 tokens through WebGPU + CPU then
+/// allocate nothing: the same reserves, buffer allocations and buffer sizes.
+#[test]
+fn no_allocation_after_the_first_reserve_on_webgpu() {
+    let Some(gpu) = gpu() else { return };
+    let (_, bytes) = tiny_f32();
+    let mut m = load_split(&bytes, gpu, 1).model;
+    let g = m.galloc();
+    let before = (g.n_reserves(), g.n_buffer_allocs(), g.buffer_size(0), g.buffer_size(1));
+    assert_eq!((before.0, before.1), (1, 2));
+    let mut logits = m.eval_prompt(&PROMPT, 0, false).unwrap();
+    for n_past in PROMPT.len()..PROMPT.len() + 100 {
+        let t = ggweb::model::sampling::argmax(&logits);
+        logits = m.eval(&[t], n_past, false).unwrap();
+        assert_eq!(m.sched.last_run().copies, 2);
+    }
+    let g = m.galloc();
+    assert_eq!((g.n_reserves(), g.n_buffer_allocs(), g.buffer_size(0), g.buffer_size(1)), before);
+}
+
+fn ggweb(args: &[&str]) -> (i32, String, String) {
+    let child = Command::new(env!("CARGO_BIN_EXE_ggweb"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.as_ref().unwrap().flush().unwrap();
+    let out = child.wait_with_output().unwrap();
+    (out.status.code().unwrap_or(-1), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
+}
+
+/// `ggweb generate --gpu-layers N` gives the CPU's greedy text; `ggweb inspect
+/// --gpu-layers N --json` reports the split the library makes.
+#[test]
+fn cli_gpu_layers() {
+    if gpu().is_none() {
+        return;
+    }
+    let (path, bytes) = tiny_f32();
+    let path = path.display().to_string();
+    let n_layer = load_cpu(&bytes).model.hparams.n_layer;
+    let generate = |extra: &[&str]| {
+        let mut args = vec!["generate", "--model", &path, "--prompt", "Hello, my name is", "--temp", "0", "-n", "12"];
+        args.extend_from_slice(extra);
+        args.push("--json");
+        let (code, out, err) = ggweb(&args);
+        assert_eq!(code, 0, "{args:?}: {err}");
+        let v: Value = serde_json::from_str(out.trim()).unwrap();
+        v["tokens"].clone()
+    };
+    let want = generate(&[]);
+    for n in ["1", &n_layer.to_string(), "99"] {
+        assert_eq!(generate(&["--gpu-layers", n]), want, "--gpu-layers {n}");
+    }
+
+    let (code, out, err) = ggweb(&["inspect", "--model", &path, "--gpu-layers", "1", "--batch", "8", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["gpu_blocks"], serde_json::json!([n_layer - 1]));
+    assert_eq!(v["embeddings_on_gpu"], false);
+    assert_eq!(v["backends"], serde_json::json!(["WebGPU", "CPU"]));
+    let m = load_split(&bytes, gpu().unwrap(), 1).model;
+    let by = m.memory_by_backend();
+    for (i, b) in by.iter().enumerate() {
+        let j = &v["memory_by_backend"][i];
+        assert_eq!(
+            (j["backend"].as_str().unwrap(), j["weights"].as_u64().unwrap() as usize),
+            (b.backend.as_str(), b.weights)
+        );
+        assert_eq!(j["kv"].as_u64().unwrap() as usize, b.kv);
+    }
+    let n_embd = m.hparams.n_embd;
+    let runs = v["runs"].as_array().unwrap();
+    assert_eq!((runs[0]["n_tokens"].as_u64(), runs[1]["n_tokens"].as_u64()), (Some(1), Some(8)));
+    for (r, n_tokens) in runs.iter().zip([1, 8]) {
+        assert_eq!((r["splits"].as_u64(), r["copies"].as_u64()), (Some(2), Some(2)));
+        assert_eq!(r["copy_bytes"].as_u64(), Some((2 * 4 * n_embd * n_tokens) as u64));
+    }
+
+    let (code, out, err) = ggweb(&["inspect", "--model", &path, "--gpu-layers", "1"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(&format!("gpu layers: 1 of {n_layer} on WebGPU (blocks {0}..={0})", n_layer - 1)), "{out}");
+    assert!(out.contains(&format!("one token: 2 splits, 2 copies per run ({} B)", 2 * 4 * n_embd)), "{out}");
+    assert!(
+        out.contains(&format!("a batch of 32 tokens: 2 splits, 2 copies per run ({} B)", 2 * 4 * n_embd * 32)),
+        "{out}"
+    );
+}

@@ -1,0 +1,189 @@
+//! Speed of the CPU backend compiled to wasm32 (simd128, one thread), under Node: the
+//! `mul_mat` kernels on GPT-2-124M shapes (GFLOP/s), and prompt/decode speed of a whole
+//! 124M-shaped model with seeded random weights built in memory. Benchmarks, not checks:
+//! ignored unless asked for.
+//!
+//! ```text
+//! cargo test --release --target wasm32-unknown-unknown --test wasm_bench -- --include-ignored
+//! ```
+#![cfg(target_arch = "wasm32")]
+
+use std::rc::Rc;
+
+use ggweb::allocator::alloc_ctx_tensors;
+use ggweb::backend::Backend;
+use ggweb::cpu::CpuBackend;
+use ggweb::model::gpt2::{Gpt2, Gpt2Options, Hparams};
+use ggweb::tensor::{Context, ContextParams, Tensor, TENSOR_OVERHEAD};
+use ggweb::{GgmlType, Graph};
+use wasm_bindgen_test::{console_log, wasm_bindgen_test};
+
+/// Wall seconds (Date.now(): ms resolution; every timing below runs for ≥ 0.3 s).
+fn now() -> f64 {
+    js_sys::Date::now() / 1000.0
+}
+
+/// CPU seconds of the Node process (`process.cpuUsage()`, user + system), or NaN
+/// outside Node. On a loaded machine this, not wall time, says how fast the code is.
+fn cpu_now() -> f64 {
+    use wasm_bindgen::{JsCast, JsValue};
+    let get = |o: &JsValue, k: &str| js_sys::Reflect::get(o, &JsValue::from_str(k)).ok();
+    let usage = get(&js_sys::global(), "process")
+        .and_then(|p| Some((get(&p, "cpuUsage")?.dyn_into::<js_sys::Function>().ok()?, p)))
+        .and_then(|(f, p)| f.call0(&p).ok());
+    match usage {
+        Some(u) => {
+            let us = |k| get(&u, k).and_then(|v| v.as_f64()).unwrap_or(f64::NAN);
+            (us("user") + us("system")) * 1e-6
+        }
+        None => f64::NAN,
+    }
+}
+
+struct Rng(u32);
+impl Rng {
+    fn next(&mut self) -> f32 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 17;
+        self.0 ^= self.0 << 5;
+        self.0 as f32 / u32::MAX as f32 - 0.5
+    }
+}
+
+/// Fills `t` row by row with values of about `std` around `mean`, quantized to its type.
+fn fill(t: &Tensor, rng: &mut Rng, std: f32, mean: f32) {
+    let ne0 = t.ne[0] as usize;
+    let rows = t.nelements() as usize / ne0;
+    let rs = t.ty.row_size(ne0 as i64);
+    let mut v = vec![0f32; ne0];
+    for r in 0..rows {
+        v.iter_mut().for_each(|x| *x = mean + 3.4 * std * rng.next());
+        t.set_bytes(&ggweb::quants::quantize(t.ty, &v).unwrap(), r * rs);
+    }
+}
+
+/// The 124M shape (12 layers, 768 wide, 12 heads, 1024 positions, 50257 tokens), 2-D
+/// weights in `wty` (output in `out_ty`), the rest F32, as llama.cpp lays GPT-2 out.
+fn model(wty: GgmlType, out_ty: GgmlType, n_batch: usize) -> Gpt2 {
+    let (e, v, n_ctx, n_layer) = (768i64, 50257i64, 1024i64, 12usize);
+    let hp = Hparams {
+        n_vocab: v as usize,
+        n_ctx_train: n_ctx as usize,
+        n_embd: e as usize,
+        n_head: 12,
+        n_layer,
+        n_ff: 4 * e as usize,
+        eps: 1e-5,
+    };
+    let ctx = Context::new(ContextParams { mem_size: 256 * TENSOR_OVERHEAD, no_alloc: true });
+    let mut rng = Rng(0x9e37_79b9);
+    let mut specs: Vec<(String, GgmlType, Vec<i64>, f32, f32)> = vec![
+        ("token_embd.weight".into(), wty, vec![e, v], 0.02, 0.0),
+        ("position_embd.weight".into(), GgmlType::F32, vec![e, n_ctx], 0.02, 0.0),
+        ("output_norm.weight".into(), GgmlType::F32, vec![e], 0.1, 1.0),
+        ("output_norm.bias".into(), GgmlType::F32, vec![e], 0.02, 0.0),
+        ("output.weight".into(), out_ty, vec![e, v], 0.02, 0.0),
+    ];
+    for il in 0..n_layer {
+        let n = |s: &str| format!("blk.{il}.{s}");
+        specs.extend([
+            (n("attn_norm.weight"), GgmlType::F32, vec![e], 0.1, 1.0),
+            (n("attn_norm.bias"), GgmlType::F32, vec![e], 0.02, 0.0),
+            (n("attn_qkv.weight"), wty, vec![e, 3 * e], 0.02, 0.0),
+            (n("attn_qkv.bias"), GgmlType::F32, vec![3 * e], 0.02, 0.0),
+            (n("attn_output.weight"), wty, vec![e, e], 0.02, 0.0),
+            (n("attn_output.bias"), GgmlType::F32, vec![e], 0.02, 0.0),
+            (n("ffn_norm.weight"), GgmlType::F32, vec![e], 0.1, 1.0),
+            (n("ffn_norm.bias"), GgmlType::F32, vec![e], 0.02, 0.0),
+            (n("ffn_up.weight"), wty, vec![e, 4 * e], 0.02, 0.0),
+            (n("ffn_up.bias"), GgmlType::F32, vec![4 * e], 0.02, 0.0),
+            (n("ffn_down.weight"), wty, vec![4 * e, e], 0.02, 0.0),
+            (n("ffn_down.bias"), GgmlType::F32, vec![e], 0.02, 0.0),
+        ]);
+    }
+    let tensors: Vec<(Tensor, f32, f32)> = specs
+        .iter()
+        .map(|(name, ty, ne, std, mean)| {
+            let t = ctx.new_tensor(*ty, ne);
+            t.set_name(name);
+            (t, *std, *mean)
+        })
+        .collect();
+    let backend: Rc<dyn Backend> = Rc::new(CpuBackend::new(1));
+    let buffers = alloc_ctx_tensors(&ctx, &*backend.buffer_type()).unwrap();
+    for (t, std, mean) in &tensors {
+        fill(t, &mut rng, *std, *mean);
+    }
+    let opts = Gpt2Options { n_ctx: 0, n_batch, n_threads: 1 };
+    Gpt2::new(hp, ctx, buffers, backend, &opts).unwrap()
+}
+
+#[wasm_bindgen_test]
+#[ignore = "benchmark (minutes): run with --include-ignored"]
+fn bench_mul_mat_kernels() {
+    let ctx = Context::new(ContextParams { mem_size: 256 << 20, no_alloc: false });
+    let mut rng = Rng(7);
+    console_log!("| op | type | K × M × N | GFLOP/s (wall) | GFLOP/s (CPU time) |");
+    console_log!("|---|---|---|---|---|");
+    for ty in [GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_0] {
+        for (k, m) in [(768i64, 2304i64), (3072, 768)] {
+            for n in [1i64, 32] {
+                let a = ctx.new_tensor_2d(ty, k, m);
+                fill(&a, &mut rng, 0.3, 0.0);
+                let b = ctx.new_tensor_2d(GgmlType::F32, k, n);
+                fill(&b, &mut rng, 0.3, 0.0);
+                let c = ctx.mul_mat(&a, &b);
+                let mut gf = Graph::new();
+                gf.build_forward_expand(&c);
+                ggweb::cpu::compute_graph(&gf, 1).unwrap();
+                // Best of five trials of ≥ 0.1 s CPU each.
+                let (mut best_w, mut best_c) = (f64::MAX, f64::MAX);
+                for _ in 0..5 {
+                    let (t0, c0, mut runs) = (now(), cpu_now(), 0);
+                    while cpu_now() - c0 < 0.1 || now() - t0 < 0.1 || runs < 2 {
+                        ggweb::cpu::compute_graph(&gf, 1).unwrap();
+                        runs += 1;
+                    }
+                    best_w = best_w.min((now() - t0) / runs as f64);
+                    best_c = best_c.min((cpu_now() - c0) / runs as f64);
+                }
+                let flop = 2.0 * (k * m * n) as f64;
+                console_log!(
+                    "| mul_mat | {ty} | {k} × {m} × {n} | {:.2} | {:.2} |",
+                    flop / best_w * 1e-9,
+                    flop / best_c * 1e-9
+                );
+            }
+        }
+    }
+}
+
+#[wasm_bindgen_test]
+#[ignore = "benchmark (minutes): run with --include-ignored"]
+fn bench_gpt2_124m_shape() {
+    let (n_prompt, n_gen) = (128usize, 64usize);
+    console_log!("| weights | pp{n_prompt} tok/s | tg{n_gen} tok/s | pp{n_prompt} tok/CPU-s | tg{n_gen} tok/CPU-s |");
+    console_log!("|---|---|---|---|---|");
+    for (wty, out_ty) in [
+        (GgmlType::F32, GgmlType::F32),
+        (GgmlType::F16, GgmlType::F16),
+        (GgmlType::Q8_0, GgmlType::Q8_0),
+        (GgmlType::Q4_0, GgmlType::Q8_0),
+    ] {
+        let mut m = model(wty, out_ty, 32);
+        let ids: Vec<u32> = (0..n_prompt as u64).map(|i| ((i * 2654435761 + 12345) % 50257) as u32).collect();
+        // The first prompt run also grows the wasm memory: not timed.
+        m.eval_prompt(&ids, 0, false).unwrap();
+        let (t, c) = (now(), cpu_now());
+        let logits = m.eval_prompt(&ids, 0, false).unwrap();
+        let (pp, pp_cpu) = (n_prompt as f64 / (now() - t), n_prompt as f64 / (cpu_now() - c));
+        let mut tok = ggweb::model::sampling::argmax(&logits);
+        let (t, c) = (now(), cpu_now());
+        for i in 0..n_gen {
+            let l = m.eval(&[tok], n_prompt + i, false).unwrap();
+            tok = ggweb::model::sampling::argmax(&l);
+        }
+        let (tg, tg_cpu) = (n_gen as f64 / (now() - t), n_gen as f64 / (cpu_now() - c));
+        console_log!("| {wty} (output {out_ty}) | {pp:.2} | {tg:.2} | {pp_cpu:.2} | {tg_cpu:.2} |");
+    }
+}

@@ -1,0 +1,94 @@
+//! GPT-2 split between WebGPU and the CPU in a real browser (headless Chromium: WebGPU on
+//! SwiftShader, the CPU kernels in wasm SIMD128), through the scheduler: for 0, 1, all and
+//! all-plus-embeddings GPU layers, logits within 1e-3 of the CPU alone and the same greedy
+//! tokens. Splits that start on the CPU only copy towards the GPU (`set_bytes`, which
+//! needs no waiting), so the one read back is the logits, through `read_tensor_async`.
+//!
+//! ```text
+//! WASM_BINDGEN_USE_BROWSER=1 CHROMEDRIVER=/usr/bin/chromedriver \
+//!   cargo test --target wasm32-unknown-unknown --features webgpu --test webgpu_sched_browser
+//! ```
+//! (`webdriver.json` passes `--enable-unsafe-webgpu`.)
+#![cfg(target_arch = "wasm32")]
+
+use std::rc::Rc;
+
+use ggweb::backend::Backend;
+use ggweb::cpu::CpuBackend;
+use ggweb::gguf::Limits;
+use ggweb::model::gpt2::{Gpt2, Gpt2Options};
+use ggweb::model::loader::{load_from_bytes, ModelLoader};
+use ggweb::model::sampling::argmax;
+use ggweb::webgpu::{WebGpuBackend, WebGpuOptions};
+use wasm_bindgen_test::*;
+
+wasm_bindgen_test_configure!(run_in_browser);
+
+const MODEL: &[u8] = include_bytes!("fixtures/tiny-f32.gguf");
+/// "The quick brown fox jumps over the lazy dog."
+const PROMPT: [u32; 10] = [464, 2068, 7586, 21831, 18045, 625, 262, 16931, 3290, 13];
+const N_GEN: usize = 8;
+
+fn opts() -> Gpt2Options {
+    Gpt2Options { n_batch: 4, ..Gpt2Options::default() }
+}
+
+/// One run's logits, read where they are: host memory directly, WebGPU asynchronously.
+async fn eval(m: &mut Gpt2, gpu: &WebGpuBackend, tokens: &[u32], n_past: usize, all: bool) -> Vec<f32> {
+    let io = m.eval_graph(tokens, n_past, all).unwrap();
+    let mut out = vec![0f32; io.logits.nelements() as usize];
+    let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut out);
+    if io.logits.host_ptr().is_some() {
+        io.logits.get_bytes(bytes, 0);
+    } else {
+        gpu.read_tensor_async(&io.logits, 0, bytes).await.unwrap();
+    }
+    out
+}
+
+/// The prompt's logits at every position (in batches of 4), then greedy tokens.
+async fn run(m: &mut Gpt2, gpu: &WebGpuBackend) -> (Vec<f32>, Vec<u32>) {
+    let mut logits = Vec::new();
+    for (i, chunk) in PROMPT.chunks(4).enumerate() {
+        logits.extend(eval(m, gpu, chunk, 4 * i, true).await);
+    }
+    let n_vocab = m.hparams.n_vocab;
+    let mut next = argmax(&logits[(PROMPT.len() - 1) * n_vocab..]);
+    let mut greedy = Vec::new();
+    for n_past in PROMPT.len()..PROMPT.len() + N_GEN {
+        greedy.push(next);
+        next = argmax(&eval(m, gpu, &[next], n_past, false).await);
+    }
+    (logits, greedy)
+}
+
+#[wasm_bindgen_test]
+async fn split_gpt2_matches_the_cpu_in_chromium() {
+    let gpu = Rc::new(WebGpuBackend::new_async(WebGpuOptions::default()).await.expect("WebGPU in headless Chromium"));
+    let mut cpu = load_from_bytes(MODEL, opts()).unwrap().model;
+    let (want, want_greedy) = run(&mut cpu, &gpu).await;
+    let n_layer = cpu.hparams.n_layer;
+    for n in [0, 1, n_layer, n_layer + 1] {
+        let backend: Rc<dyn Backend> = gpu.clone();
+        let mut loader =
+            ModelLoader::new_split(backend, Rc::new(CpuBackend::new(1)), n, opts(), Limits::default(), None);
+        for chunk in MODEL.chunks(65_537) {
+            loader.feed(chunk).unwrap();
+        }
+        let mut m = loader.finish().unwrap().model;
+        let (got, greedy) = run(&mut m, &gpu).await;
+        let d = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        web_sys::console::log_1(&format!("gpu_layers {n}: max |split - cpu| = {d:e}").into());
+        assert!(d < 1e-3, "gpu_layers {n}: logits differ from the CPU by {d}");
+        assert_eq!(greedy, want_greedy, "gpu_layers {n}");
+        let r = m.sched.last_run();
+        let want_split = match n {
+            0 => (1, 0),
+            n if n <= n_layer => (2, 2),
+            _ => (1, 2),
+        };
+        assert_eq!((r.splits, r.copies), want_split, "gpu_layers {n}");
+        let g = m.galloc();
+        assert_eq!((g.n_reserves(), g.n_buffer_allocs()), (1, 2), "gpu_layers {n}: one reserve at load");
+    }
+}
