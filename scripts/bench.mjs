@@ -60,7 +60,7 @@ const ONNX = [
 
 const mounts = [
   ['/bench/', join(ROOT, 'bench')],
-  ['/node_modules/', join(ROOT, 'node_modules')],
+  ['/node_modules/', join(ROOT, 'bench', 'node_modules')], // the peers: bench/package.json
   ['/models/', MODELS],
   ['/dot-models/', MODELS],
   ['/ggweb/', GGWEB_WEB],
