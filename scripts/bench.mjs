@@ -1,62 +1,313 @@
-// npm run bench: load a model in headless Chromium through the JS API and time it.
-//   BENCH_MODEL=/tests/fixtures/tiny-f16.gguf BENCH_TOKENS=64 BENCH_BACKEND=cpu npm run bench
-// BENCH_MODEL is a path on the demo server (web/, tests/fixtures/, /shared-models/ for
-// ../shared/models, /dot-models/ for .models/) or a full URL.
-// Prints one JSON line: load ms, prompt tokens/s, generation tokens/s (greedy, fixed seed).
+// npm run bench: ggweb, wllama and transformers.js side by side in one headless Chromium, on
+// the same GPT-2-124M-shaped model (bench/make_models.sh), prompt (bench/prompt.txt, 64 GPT-2
+// tokens) and 64 greedy tokens. Prints a table; writes JSON and markdown to tests/artifacts/bench/.
+//
+//   node scripts/bench.mjs                 # every row (models must exist: bash bench/make_models.sh)
+//   node scripts/bench.mjs --update-md     # also rewrite the "Browser, side by side" part of BENCHMARKS.md
+//   node scripts/bench.mjs --serve         # just serve the bench page (PORT=8090) to run rows by hand
+//   BENCH_MODEL=/tests/fixtures/tiny-f16.gguf node scripts/bench.mjs
+//                                          # one ggweb row on any model the server has (web/, /tests/fixtures/,
+//                                          # /shared-models/ = ../shared/models, /dot-models/ = .models/) or a
+//                                          # full URL; prints one JSON line (BENCH_BACKEND=cpu|webgpu)
+//
+// Environment:
+//   BENCH_ONLY=regex       rows whose key (runtime/dtype/threads/backend, e.g. "wllama/q8_0/t2/cpu") matches
+//   BENCH_THREADS=1,2      thread counts for the peers (ggweb's wasm is single-threaded)
+//   BENCH_REPS=3           timed generations per row (the median by decode time is reported)
+//   BENCH_TOKENS=64        tokens generated per timed run
+//   BENCH_WEBGPU=auto|1|0  ggweb webgpu rows: auto = only on a real (non-fallback) adapter
+//   BENCH_GGWEB_WEB=dir    serve ggweb's JS + pkg/ from another folder (default web/)
+//   BENCH_ROW_TIMEOUT_S    per-row limit (default 600)
+//   BENCH_RETRIES=2        a failed row is run again (fresh page) this many times; tries are reported
+//   CHROMIUM=path          browser binary (default /usr/bin/chromium)
 import { chromium } from 'playwright-core';
-import { existsSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { cpus } from 'node:os';
+import { createRequire } from 'node:module';
 import { findModelsDir, startServer } from './serve.mjs';
 
-const model = process.env.BENCH_MODEL ?? '/tests/fixtures/tiny-f16.gguf';
-const tokens = Number(process.env.BENCH_TOKENS ?? 64);
-const backend = process.env.BENCH_BACKEND ?? 'cpu';
-const worker = process.env.BENCH_WORKER !== '0';
-const prompt = process.env.BENCH_PROMPT ?? 'The quick brown fox jumps over the lazy dog. '.repeat(4);
+const gpt2Decode = createRequire(import.meta.url)('gpt-3-encoder').decode;
 
-const mounts = [];
+const ROOT = resolve(fileURLToPath(new URL('..', import.meta.url)));
+const MODELS = join(ROOT, '.models');
+const OUT = join(ROOT, 'tests', 'artifacts', 'bench');
+const args = new Set(process.argv.slice(2));
+const env = process.env;
+
+const TOKENS = Number(env.BENCH_TOKENS ?? 64);
+const REPS = Number(env.BENCH_REPS ?? 3);
+const THREADS = (env.BENCH_THREADS ?? '1,2').split(',').map(Number).filter((n) => n > 0);
+const RETRIES = Number(env.BENCH_RETRIES ?? 2);
+const ROW_TIMEOUT_MS = Number(env.BENCH_ROW_TIMEOUT_S ?? 600) * 1000;
+const GGWEB_WEB = resolve(env.BENCH_GGWEB_WEB ?? join(ROOT, 'web'));
+const TJS_MODEL = 'gpt2-124m-onnx';
+
+// dtype classes line rows up for the ratio columns: each peer row is compared with ggweb's row
+// of the same class. transformers.js's quantizations are not ggml's block formats (see BENCHMARKS.md).
+const GGUF = [
+  { dtype: 'f32', cls: 'f32' },
+  { dtype: 'f16', cls: 'f16' },
+  { dtype: 'q8_0', cls: '8-bit' },
+  { dtype: 'q4_0', cls: '4-bit' },
+];
+const ONNX = [
+  { dtype: 'fp32', cls: 'f32', file: 'model.onnx' },
+  { dtype: 'q8', cls: '8-bit', file: 'model_quantized.onnx' },
+  { dtype: 'q4', cls: '4-bit', file: 'model_q4.onnx' },
+];
+
+const mounts = [
+  ['/bench/', join(ROOT, 'bench')],
+  ['/node_modules/', join(ROOT, 'bench', 'node_modules')], // the peers: bench/package.json
+  ['/models/', MODELS],
+  ['/dot-models/', MODELS],
+  ['/ggweb/', GGWEB_WEB],
+];
 const shared = findModelsDir();
 if (shared) mounts.push(['/shared-models/', shared]);
-const dotModels = fileURLToPath(new URL('../.models', import.meta.url));
-if (existsSync(dotModels)) mounts.push(['/dot-models/', dotModels]);
-const server = await startServer({ port: 0, mounts });
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
-  headless: true,
-  args: ['--no-sandbox', '--headless=new', '--enable-unsafe-webgpu', '--disable-dev-shm-usage',
-    '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run'],
-});
-let code = 0;
-try {
-  const page = await browser.newPage();
-  await page.goto(server.url);
-  const r = await page.evaluate(async ({ model, tokens, backend, worker, prompt }) => {
-    const { Model } = await import('/ggweb.js');
-    try {
-      const t0 = performance.now();
-      const m = await Model.load(model, { backend, worker });
-      const loadMs = performance.now() - t0;
-      // Warm-up, then the timed run.
-      for await (const _ of m.generate('Hello', { maxTokens: 4, temperature: 0, seed: 1 })) { /* warm */ }
-      const it = m.generate(prompt, { maxTokens: tokens, temperature: 0, seed: 1 });
-      let n = 0;
-      for await (const _ of it) n++;
-      const s = await it.stats;
-      const info = m.info();
-      await m.dispose();
-      return {
-        ok: true, model, backend: info.load.backend, worker, bytes: info.load.bytes, loadMs: Math.round(loadMs),
-        promptTokens: s.promptTokens, promptTokPerS: +(s.promptTokens / (s.promptMs / 1000)).toFixed(1),
-        tokens: n, genTokPerS: +(n / (s.genMs / 1000)).toFixed(1), ua: navigator.userAgent.match(/Chrome\/[\d.]+/)?.[0],
-      };
-    } catch (e) {
-      return { ok: false, code: e.code, message: e.message };
-    }
-  }, { model, tokens, backend, worker, prompt });
-  console.log(JSON.stringify(r));
-  if (!r.ok) code = 1;
-} finally {
-  await browser.close();
-  await server.close();
+
+if (args.has('--serve')) {
+  const s = await startServer({ port: Number(env.PORT ?? 8090), mounts, quiet: !env.VERBOSE });
+  console.log(`bench page: ${s.url}bench/  (Ctrl-C to stop)`);
+  await new Promise(() => {});
 }
-process.exit(code);
+
+function rows(webgpu) {
+  const out = [];
+  const backends = ['cpu'];
+  const wantGpu = env.BENCH_WEBGPU ?? 'auto';
+  if (wantGpu === '1' ? !!webgpu : wantGpu === 'auto' && webgpu && !webgpu.fallback) backends.push('webgpu');
+  const gguf = GGUF.filter((g) => existsSync(join(MODELS, `124m-${g.dtype}.gguf`)));
+  for (const backend of backends) {
+    for (const g of gguf) {
+      out.push({ runtime: 'ggweb', dtype: g.dtype, cls: g.cls, threads: 1, backend, model: `/models/124m-${g.dtype}.gguf` });
+    }
+  }
+  for (const t of THREADS) {
+    for (const g of gguf) {
+      out.push({ runtime: 'wllama', dtype: g.dtype, cls: g.cls, threads: t, backend: 'cpu', model: `/models/124m-${g.dtype}.gguf` });
+    }
+  }
+  for (const t of THREADS) {
+    for (const o of ONNX) {
+      if (!existsSync(join(MODELS, TJS_MODEL, 'onnx', o.file))) continue;
+      out.push({ runtime: 'transformers', dtype: o.dtype, cls: o.cls, threads: t, backend: 'wasm', model: TJS_MODEL });
+    }
+  }
+  for (const r of out) r.key = `${r.runtime}/${r.dtype}/t${r.threads}/${r.backend}`;
+  if (env.BENCH_MODEL) {
+    const backend = env.BENCH_BACKEND ?? 'cpu';
+    return [{ runtime: 'ggweb', dtype: '?', cls: '?', threads: 1, backend, model: env.BENCH_MODEL, key: `ggweb/${env.BENCH_MODEL}/${backend}` }];
+  }
+  const only = env.BENCH_ONLY ? new RegExp(env.BENCH_ONLY) : null;
+  return only ? out.filter((r) => only.test(r.key)) : out;
+}
+
+function withTimeout(p, ms, what) {
+  let timer;
+  return Promise.race([
+    p.finally(() => clearTimeout(timer)),
+    new Promise((_, rej) => { timer = setTimeout(() => rej(new Error(`${what}: no result after ${ms / 1000} s`)), ms); }),
+  ]);
+}
+
+const fmt = (x, d = 1) => (x == null || !Number.isFinite(x) ? '—' : x.toFixed(d));
+
+/** Tokens agreeing with PyTorch's greedy ids (F32, EOS masked) before the first difference.
+ *  By id where the runtime reports ids; else (wllama's stream gives text) the longest run of
+ *  reference tokens whose decoded text starts the generated text. */
+function matchHf(r, ref) {
+  if (!ref) return null;
+  if (r.ids && r.ids.every((id) => id >= 0)) {
+    let n = 0;
+    while (n < r.ids.length && n < ref.length && r.ids[n] === ref[n]) n++;
+    return n;
+  }
+  if (typeof r.text !== 'string') return null;
+  let n = 0;
+  for (let k = 1; k <= ref.length; k++) {
+    const s = gpt2Decode(ref.slice(0, k));
+    if (s.endsWith('\uFFFD')) continue; // a character split across tokens
+    if (!r.text.startsWith(s)) break;
+    n = k;
+  }
+  return n;
+}
+
+function table(results) {
+  const base = {};
+  for (const r of results) if (r.runtime === 'ggweb' && r.backend === 'cpu' && r.ok) base[r.cls] = r;
+  const head = ['runtime', 'backend', 'dtype', 'threads', 'load s', 'prefill tok/s', 'decode tok/s',
+    'prefill vs ggweb', 'decode vs ggweb', `= HF greedy (of ${TOKENS})`];
+  const lines = [head];
+  for (const r of results) {
+    if (!r.ok) {
+      lines.push([r.runtime, r.backend, r.dtype, String(r.threads), '—', '—', '—', '—', '—',
+        `error${r.tries > 1 ? ` (${r.tries} tries)` : ''}: ${r.error}`.slice(0, 160)]);
+      continue;
+    }
+    const b = base[r.cls];
+    const ratio = (x, y) => (b && b !== r ? `${fmt(x / y, 2)}×` : '');
+    lines.push([
+      r.runtime, r.backend, r.dtype, String(r.threads), fmt(r.loadMs / 1000, 2), fmt(r.prefillTps), fmt(r.decodeTps),
+      b ? ratio(r.prefillTps, b.prefillTps) : '—', b ? ratio(r.decodeTps, b.decodeTps) : '—',
+      (r.hfMatch == null ? '—' : `${r.hfMatch}${r.tokens !== TOKENS ? ` (${r.tokens} made)` : ''}`) +
+        (r.tries > 1 ? ` · try ${r.tries}` : ''),
+    ]);
+  }
+  const w = head.map((_, i) => Math.max(...lines.map((l) => l[i].length)));
+  const md = lines.map((l, i) => {
+    const row = `| ${l.map((c, j) => c.padEnd(w[j])).join(' | ')} |`;
+    return i === 0 ? `${row}\n|${w.map((n, j) => (j >= 3 && j <= 8 ? '-'.repeat(n + 1) + ':' : '-'.repeat(n + 2))).join('|')}|` : row;
+  });
+  return md.join('\n');
+}
+
+function mdSection(meta, results) {
+  return [
+    `Measured ${meta.date} by \`npm run bench\` (scripts/bench.mjs): ${meta.browser}, headless, on ${meta.machine}.`,
+    `Model: the seeded GPT-2-124M-shaped model of tests/fixtures/make_fixtures.py (GGUF for ggweb and wllama,`,
+    `its ONNX export for transformers.js; bench/make_models.sh). Prompt: bench/prompt.txt (${meta.promptTokens} tokens),`,
+    `then ${TOKENS} greedy tokens; median of ${REPS} timed runs after a warm-up.`,
+    '',
+    table(results),
+    '',
+  ].join('\n');
+}
+
+async function main() {
+  const hfInfoPath = join(MODELS, 'gpt2-124m-hf', 'ggweb-bench.json');
+  const missing = [...GGUF.map((g) => `124m-${g.dtype}.gguf`), ...ONNX.map((o) => `${TJS_MODEL}/onnx/${o.file}`)]
+    .filter((f) => !existsSync(join(MODELS, f)));
+  if (missing.length && !env.BENCH_MODEL) console.error(`bench: skipping rows without .models/{${missing.join(', ')}} (bash bench/make_models.sh makes them)`);
+  const hfInfo = !env.BENCH_MODEL && existsSync(hfInfoPath) ? JSON.parse(readFileSync(hfInfoPath, 'utf8')) : null;
+  const prompt = env.BENCH_PROMPT ?? readFileSync(join(ROOT, 'bench', 'prompt.txt'), 'utf8');
+  const nCtx = env.BENCH_MODEL ? (env.BENCH_NCTX ? Number(env.BENCH_NCTX) : undefined) : 256;
+
+  const server = await startServer({ port: 0, mounts });
+  const launch = () => chromium.launch({
+    executablePath: env.CHROMIUM ?? '/usr/bin/chromium',
+    headless: true,
+    args: ['--no-sandbox', '--headless=new', '--enable-unsafe-webgpu', '--disable-dev-shm-usage',
+      '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run',
+      '--disable-default-apps', '--disable-extensions'],
+  });
+  let browser = await launch();
+  const browserVersion = browser.version();
+  mkdirSync(OUT, { recursive: true });
+  const consoleLog = [];
+  const results = [];
+  let probeInfo;
+  try {
+    const open = async () => {
+      // A crashed browser (out of memory, killed) costs the row it happened in, not the run.
+      if (!browser.isConnected()) {
+        console.log('  (the browser went away; starting a new one)');
+        browser = await launch();
+      }
+      const ctx = await browser.newContext();
+      const page = await ctx.newPage();
+      page.on('console', (m) => consoleLog.push(`[${m.type()}] ${m.text()}`));
+      page.on('pageerror', (e) => consoleLog.push(`[pageerror] ${e.message}`));
+      await page.goto(`${server.url}bench/index.html`);
+      await page.waitForFunction(() => document.body.dataset.ready === '1', null, { timeout: 60000 });
+      return { ctx, page };
+    };
+    {
+      const { ctx, page } = await open();
+      probeInfo = await page.evaluate(() => window.bench.probe());
+      await ctx.close();
+    }
+    if (!probeInfo.crossOriginIsolated) throw new Error('the bench page is not cross-origin isolated: wasm threads would not run');
+    const list = rows(probeInfo.webgpu);
+    if (!list.length) throw new Error('no rows to run (models missing, or BENCH_ONLY matches none)');
+    console.log(`bench: ${list.length} rows, ${REPS} reps x ${TOKENS} tokens; Chromium ${browserVersion}; ` +
+      `WebGPU: ${probeInfo.webgpu ? `${probeInfo.webgpu.description || probeInfo.webgpu.vendor}${probeInfo.webgpu.fallback ? ' (fallback adapter)' : ''}` : 'none'}`);
+    for (const row of list) {
+      const t0 = Date.now();
+      let r;
+      const errors = [];
+      for (let attempt = 0; attempt <= RETRIES; attempt++) {
+        let ctx;
+        try {
+          const o = await open();
+          ctx = o.ctx;
+          r = await withTimeout(o.page.evaluate((cfg) => window.bench.run(cfg), { ...row, prompt, tokens: TOKENS, reps: REPS, nCtx }),
+            ROW_TIMEOUT_MS, row.key);
+        } catch (e) {
+          r = { ok: false, error: e.message.split('\n')[0] };
+        } finally {
+          await ctx?.close().catch(() => {});
+        }
+        if (r.ok) break;
+        errors.push(r.error);
+        if (errors.length >= 2 && errors.at(-1) === errors.at(-2)) break; // deterministic: stop trying
+        if (attempt < RETRIES) console.log(`  ${row.key.padEnd(26)} failed (${r.error}); again in a fresh page`);
+      }
+      r = { ...row, ...r, tries: errors.length + (r.ok ? 1 : 0), failedTries: errors };
+      if (r.ok) {
+        r.prefillTps = r.promptTokens / (r.ttftMs / 1000);
+        r.decodeTps = (r.tokens - 1) / (r.decodeMs / 1000);
+        r.hfMatch = matchHf(r, hfInfo?.greedy_ids?.slice(0, TOKENS));
+        if (r.promptTokens !== hfInfo?.prompt_ids?.length) r.note = `prompt was ${r.promptTokens} tokens`;
+      }
+      results.push(r);
+      const s = r.ok
+        ? `load ${fmt(r.loadMs / 1000, 2)} s, prefill ${fmt(r.prefillTps)} tok/s (${r.promptTokens} tok), decode ${fmt(r.decodeTps)} tok/s (${r.tokens} tok), = HF ${r.hfMatch ?? '?'}`
+        : `error: ${r.error}`;
+      console.log(`  ${row.key.padEnd(26)} ${s}  [${((Date.now() - t0) / 1000).toFixed(0)} s]`);
+    }
+  } finally {
+    await browser.close().catch(() => {});
+    await server.close();
+    writeFileSync(join(OUT, 'console.log'), consoleLog.join('\n') + '\n');
+  }
+
+  if (env.BENCH_MODEL) {
+    const r = results[0];
+    const out = r.ok
+      ? { ok: true, model: r.model, backend: r.backend, loadMs: Math.round(r.loadMs), promptTokens: r.promptTokens,
+        promptTokPerS: +r.prefillTps.toFixed(1), tokens: r.tokens, genTokPerS: +r.decodeTps.toFixed(1), browser: browserVersion }
+      : { ok: false, model: r.model, error: r.error };
+    console.log(JSON.stringify(out));
+    process.exit(r.ok ? 0 : 1);
+  }
+  const meta = {
+    date: new Date().toISOString().slice(0, 10),
+    browser: `Chromium ${browserVersion}`,
+    machine: env.BENCH_MACHINE ??
+      `${cpus().length} cores (${cpus()[0]?.model?.trim() ?? 'unknown CPU'}), shared with other jobs, so noisy`,
+    promptTokens: hfInfo?.prompt_ids?.length ?? '?',
+    probe: probeInfo,
+  };
+  const md = mdSection(meta, results);
+  writeFileSync(join(OUT, 'results.json'), JSON.stringify({ meta, results }, null, 1) + '\n');
+  writeFileSync(join(OUT, 'results.md'), md);
+  console.log('\n' + table(results) + '\n');
+  console.log(`"vs ggweb": this row's tok/s ÷ ggweb cpu's at the same dtype class (>1: faster than ggweb).`);
+  console.log(`wrote ${join(OUT, 'results.json')} and results.md`);
+  if (args.has('--update-md')) updateMd(md);
+  if (!results.some((r) => r.ok)) process.exit(1);
+}
+
+const START = '<!-- bench:browser:start (scripts/bench.mjs --update-md writes between these lines) -->';
+const END = '<!-- bench:browser:end -->';
+
+function updateMd(section) {
+  const path = join(ROOT, 'BENCHMARKS.md');
+  let text = existsSync(path) ? readFileSync(path, 'utf8') : '# Benchmarks\n';
+  const block = `${START}\n${section}${END}`;
+  const a = text.indexOf(START);
+  const b = text.indexOf(END);
+  if (a >= 0 && b > a) {
+    text = text.slice(0, a) + block + text.slice(b + END.length);
+  } else {
+    text = text.replace(/\n*$/, '\n\n') + `## Browser, side by side\n\n${block}\n`;
+  }
+  writeFileSync(path, text);
+  console.log(`updated ${path}`);
+}
+
+await main();

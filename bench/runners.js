@@ -1,0 +1,208 @@
+// One benchmark row per call, run in a fresh page (scripts/bench.mjs opens a new browser context
+// for each). Every runner measures the same way, from JS, around its runtime's public API:
+//   load      from the load call to a usable model (fetching the file over localhost included)
+//   ttft      from the generate call to the first generated token (prompt evaluation + one sample)
+//   decode    from the first to the last generated token: (tokens - 1) / that time
+// Each runner does one short warm-up generation, then `reps` timed ones on the same prompt.
+//
+//   const r = await RUNNERS.wllama({ model: '/models/124m-q8_0.gguf', threads: 2, prompt, tokens: 64, reps: 3 });
+
+const now = () => performance.now();
+
+function summarize(reps, extra) {
+  // The median rep (by decode time) is reported; all reps are kept for the JSON.
+  const sorted = [...reps].sort((a, b) => (a.t2 - a.t1) - (b.t2 - b.t1));
+  const m = sorted[Math.floor((sorted.length - 1) / 2)];
+  return {
+    ok: true,
+    promptTokens: m.promptTokens,
+    tokens: m.nTokens ?? m.ids.length,
+    ttftMs: m.t1 - m.t0,
+    decodeMs: m.t2 - m.t1,
+    ids: m.ids,
+    text: m.text,
+    reps: reps.map((r) => ({ ttftMs: +(r.t1 - r.t0).toFixed(1), decodeMs: +(r.t2 - r.t1).toFixed(1), tokens: r.nTokens ?? r.ids.length })),
+    ...extra,
+  };
+}
+
+/** The warm-up and the timed generations; an error says which one failed. */
+async function timed(gen, cfg) {
+  const reps = [];
+  for (let i = -1; i < cfg.reps; i++) {
+    try {
+      const r = await gen(i < 0 ? 4 : cfg.tokens);
+      if (i >= 0) reps.push(r);
+    } catch (e) {
+      const where = i < 0 ? 'warm-up generation' : `timed generation ${i + 1}`;
+      throw Object.assign(new Error(`${where}: ${e?.message ?? e}`), { name: e?.name ?? 'Error', code: e?.code });
+    }
+  }
+  return reps;
+}
+
+/** ggweb through its JS API (web/ggweb.js, mounted at /ggweb/). */
+async function ggweb(cfg) {
+  const { Model } = await import('/ggweb/ggweb.js');
+  const t0 = now();
+  const m = await Model.load(cfg.model, { backend: cfg.backend ?? 'cpu', worker: true, nCtx: cfg.nCtx, nBatch: cfg.nCtx });
+  const loadMs = now() - t0;
+  const gen = async (maxTokens) => {
+    const r = { ids: [], text: '' };
+    r.t0 = now();
+    const it = m.generate(cfg.prompt, { maxTokens, temperature: 0, seed: 1 });
+    for await (const t of it) {
+      if (r.ids.length === 0) r.t1 = now();
+      r.ids.push(t.token);
+      r.text += t.text;
+    }
+    r.t2 = now();
+    r.stats = await it.stats;
+    r.promptTokens = r.stats?.promptTokens;
+    return r;
+  };
+  const reps = await timed(gen, cfg);
+  const info = m.info();
+  await m.dispose();
+  return summarize(reps, {
+    loadMs,
+    backend: info.load?.backend,
+    internal: reps.map((r) => r.stats),
+    stop: reps.at(-1).stats?.stop,
+  });
+}
+
+/** wllama (llama.cpp in wasm), one wasm file, threads chosen at load time. */
+async function wllama(cfg) {
+  const { Wllama } = await import('/node_modules/@wllama/wllama/esm/index.js');
+  const w = new Wllama({ default: '/node_modules/@wllama/wllama/esm/wasm/wllama.wasm' }, { suppressNativeLog: true });
+  const t0 = now();
+  await w.loadModelFromUrl(new URL(cfg.model, location.href).href, {
+    n_threads: cfg.threads, n_gpu_layers: 0, ...(cfg.nCtx ? { n_ctx: cfg.nCtx } : {}), n_batch: 512, useCache: false,
+  });
+  const loadMs = now() - t0;
+  // The stream has one chunk per token (text only, no ids; a character split across tokens
+  // comes out whole), then a last chunk with finish_reason, usage and llama.cpp's own timings.
+  const gen = async (maxTokens) => {
+    const r = { ids: null, text: '', chunks: 0 };
+    r.t0 = now();
+    const stream = await w.createCompletion({
+      prompt: cfg.prompt, max_tokens: maxTokens, temperature: 0, top_k: 1, ignore_eos: true,
+      cache_prompt: false, stream: true, seed: 1,
+    });
+    for await (const c of stream) {
+      const t = now();
+      const ch = c.choices?.[0];
+      if (ch && !ch.finish_reason) {
+        r.t1 ??= t;
+        r.chunks++;
+      }
+      r.t2 = t;
+      r.text += ch?.text ?? '';
+      if (c.timings) r.timings = c.timings;
+      if (c.usage) r.usage = c.usage;
+    }
+    r.nTokens = r.usage?.completion_tokens ?? r.chunks;
+    r.promptTokens = r.usage?.prompt_tokens ?? r.timings?.prompt_n;
+    return r;
+  };
+  let reps;
+  try {
+    reps = await timed(gen, cfg);
+  } catch (e) {
+    if (/Invalid typed array length/.test(e.message)) {
+      e.message += ' (wllama fails so when the generated text is not valid UTF-8)';
+    }
+    throw e;
+  }
+  const info = w.getLoadedContextInfo?.();
+  await w.exit();
+  return summarize(reps, { loadMs, internal: reps.map((r) => r.timings), nThreads: info?.n_threads });
+}
+
+/** transformers.js (ONNX Runtime Web, wasm execution provider). */
+async function transformers(cfg) {
+  const tjs = await import('/node_modules/@huggingface/transformers/dist/transformers.js');
+  const { env, AutoModelForCausalLM, AutoTokenizer, BaseStreamer } = tjs;
+  env.allowLocalModels = true;
+  env.allowRemoteModels = false;
+  env.useBrowserCache = false;
+  env.localModelPath = '/models/';
+  const wasm = env.backends.onnx.wasm;
+  // The bundle's ORT build, served from the installed packages rather than a CDN.
+  wasm.wasmPaths = {
+    mjs: '/node_modules/@huggingface/transformers/dist/ort-wasm-simd-threaded.jsep.mjs',
+    wasm: '/node_modules/onnxruntime-web/dist/ort-wasm-simd-threaded.jsep.wasm',
+  };
+  wasm.numThreads = cfg.threads;
+  wasm.proxy = false;
+
+  const t0 = now();
+  const tok = await AutoTokenizer.from_pretrained(cfg.model);
+  const model = await AutoModelForCausalLM.from_pretrained(cfg.model, { dtype: cfg.dtype, device: 'wasm' });
+  const loadMs = now() - t0;
+
+  class Timing extends BaseStreamer {
+    constructor(r) {
+      super();
+      this.r = r;
+      this.first = true;
+    }
+    put(value) {
+      if (this.first) { this.first = false; return; } // the prompt
+      const t = now();
+      if (this.r.ids.length === 0) this.r.t1 = t;
+      this.r.t2 = t;
+      for (const row of value) for (const id of row) this.r.ids.push(Number(id));
+    }
+    end() {}
+  }
+  const inputs = tok(cfg.prompt);
+  const gen = async (maxTokens) => {
+    const r = { ids: [] };
+    r.promptTokens = inputs.input_ids.dims.at(-1);
+    r.t0 = now();
+    await model.generate({
+      ...inputs, max_new_tokens: maxTokens, min_new_tokens: maxTokens, do_sample: false,
+      streamer: new Timing(r),
+    });
+    r.t2 ??= now();
+    r.text = tok.decode(r.ids);
+    return r;
+  };
+  const reps = await timed(gen, cfg);
+  await model.dispose?.();
+  return summarize(reps, { loadMs, version: tjs.env.version });
+}
+
+export const RUNNERS = { ggweb, wllama, transformers };
+
+/** Environment facts the table header reports. */
+export async function probe() {
+  let webgpu = null;
+  if (navigator.gpu) {
+    try {
+      const a = await navigator.gpu.requestAdapter();
+      if (a) {
+        const i = a.info ?? {};
+        webgpu = { vendor: i.vendor, architecture: i.architecture, description: i.description, fallback: !!(a.isFallbackAdapter ?? i.isFallbackAdapter) };
+      }
+    } catch { /* no adapter */ }
+  }
+  return {
+    userAgent: navigator.userAgent,
+    hardwareConcurrency: navigator.hardwareConcurrency,
+    crossOriginIsolated: globalThis.crossOriginIsolated === true,
+    webgpu,
+  };
+}
+
+export async function run(cfg) {
+  const f = RUNNERS[cfg.runtime];
+  if (!f) return { ok: false, error: `unknown runtime ${cfg.runtime}` };
+  try {
+    return await f(cfg);
+  } catch (e) {
+    return { ok: false, error: `${e?.name ?? 'Error'}${e?.code ? ` (${e.code})` : ''}: ${e?.message ?? e}` };
+  }
+}
