@@ -89,7 +89,7 @@ mod context;
 #[cfg(feature = "webgpu")]
 pub use buffer::{WebGpuBuffer, WebGpuBufferType};
 #[cfg(feature = "webgpu")]
-pub use context::{kernel_sources, AdapterSummary, WebGpuBackend};
+pub use context::{kernel_sources, live_buffers, AdapterSummary, WebGpuBackend};
 
 #[cfg(not(feature = "webgpu"))]
 mod disabled {
@@ -132,6 +132,12 @@ mod disabled {
 
 #[cfg(not(feature = "webgpu"))]
 pub use disabled::WebGpuBackend;
+
+/// Without the `webgpu` feature no GPU buffer ever exists.
+#[cfg(not(feature = "webgpu"))]
+pub fn live_buffers() -> usize {
+    0
+}
 
 /// `Unsupported` for `node` with a reason (shared by the planner and the buffers).
 #[allow(dead_code)]
