@@ -16,7 +16,7 @@ export const ERROR_CODES = Object.freeze([
   'device_lost',
 ]);
 
-/** How long a download may go without a byte before it fails with code 'timeout' (ms). */
+/** How long a URL download may go without a byte before it fails with code 'timeout' (ms). */
 export const DEFAULT_STALL_TIMEOUT_MS = 30000;
 
 export class GgwebError extends Error {
@@ -366,7 +366,8 @@ export class Engine {
       for (;;) {
         let r;
         try {
-          r = await readWithin(source.reader, stallMs);
+          // Only network downloads can stall; a caller's own stream may be as slow as it likes.
+          r = await readWithin(source.reader, source.via === 'download' ? stallMs : Infinity);
         } catch (e) {
           if (signal?.aborted) throw abortedError('loading the model');
           throw new GgwebError('network',

@@ -78,8 +78,8 @@ export interface LoadOptions {
   /** Store URL downloads in the Cache API and load from there next time: true (cache
    *  'ggweb-models') or a cache name. Only complete downloads of valid models are kept. */
   cache?: boolean | string;
-  /** Milliseconds a download may send nothing before it fails with code 'timeout'
-   *  (default 30000; 0 for no limit). */
+  /** Milliseconds a URL download may send nothing before it fails with code 'timeout'
+   *  (default 30000; 0 for no limit). Files, byte arrays and streams you pass are not timed. */
   stallTimeoutMs?: number;
   /** Run the model in a Web Worker (default true where Worker exists). */
   worker?: boolean;
