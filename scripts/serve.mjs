@@ -12,6 +12,8 @@
 //   /__test/nolength/<path>            the file, chunked, with no Content-Length
 //   /__test/drop/<bytes>/<path>        claims the full length, sends <bytes>, then resets
 //   /__test/slow/<ms>/<path>           the file in 16 KiB pieces, <ms> apart
+//   /__test/stall/<bytes>/<path>       claims the full length, sends <bytes>, then nothing (the
+//                                      connection stays open until the client gives up)
 import { createServer } from 'node:http';
 import { createReadStream, existsSync, promises as fsp } from 'node:fs';
 import { extname, join, normalize, resolve, sep } from 'node:path';
@@ -136,7 +138,7 @@ async function serveFile(req, res, urlPath, mounts) {
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 async function serveTestRoute(req, res, rest, mounts) {
-  const m = /^\/(status|nolength|drop|slow)\/(.*)$/.exec(rest);
+  const m = /^\/(status|nolength|drop|slow|stall)\/(.*)$/.exec(rest);
   if (!m) return sendError(res, 404, 'unknown test route');
   const [, kind, arg] = m;
   if (kind === 'status') {
@@ -145,7 +147,7 @@ async function serveTestRoute(req, res, rest, mounts) {
   }
   let param = 0;
   let path = '/' + arg;
-  if (kind === 'drop' || kind === 'slow') {
+  if (kind === 'drop' || kind === 'slow' || kind === 'stall') {
     const mm = /^(\d+)\/(.*)$/.exec(arg);
     if (!mm) return sendError(res, 400, `${kind} needs a number`);
     param = Number(mm[1]);
@@ -166,6 +168,10 @@ async function serveTestRoute(req, res, rest, mounts) {
   }
   headers['Content-Length'] = String(data.length);
   res.writeHead(200, headers);
+  if (kind === 'stall') {
+    res.write(data.subarray(0, Math.min(param, data.length)));
+    return; // never ends: the client's stall timeout (or server.close) ends it
+  }
   if (kind === 'drop') {
     res.write(data.subarray(0, Math.min(param, data.length)));
     await sleep(50);

@@ -166,3 +166,50 @@ fn cli_gpu_layers() {
         "{out}"
     );
 }
+
+/// A device destroyed between two generated tokens (a driver reset, or the browser taking
+/// the device away): the next eval and every one after it is `DeviceLost`, with the
+/// reason, and nothing panics; a model on a fresh device then generates the CPU's greedy
+/// tokens. (The browser side, through the bindings: tests/e2e/model.spec.mjs.)
+#[test]
+fn a_lost_device_fails_every_later_eval_and_a_new_device_recovers() {
+    use ggweb::backend::BackendError;
+    use ggweb::model::sampling::argmax;
+    use ggweb::model::ModelError;
+
+    if gpu().is_none() {
+        return;
+    }
+    let (_, bytes) = tiny_f32();
+    let want = run(&mut load_cpu(&bytes).model, 3).greedy;
+    let lose_me = WebGpuBackend::new(WebGpuOptions::default()).unwrap();
+    let n_layer = load_cpu(&bytes).model.hparams.n_layer;
+    // Everything on WebGPU (embeddings and head too): the logits are read back from it.
+    let mut m = load_split(&bytes, Rc::new(lose_me.clone()), n_layer + 1).model;
+    let logits = pollster::block_on(m.eval_prompt_async(&PROMPT, 0, false)).unwrap();
+    let first = argmax(&logits);
+    assert_eq!(first, want[0]);
+    let logits = pollster::block_on(m.eval_async(&[first], PROMPT.len(), false)).unwrap();
+    assert_eq!(argmax(&logits), want[1]);
+    assert_eq!(lose_me.lost_reason(), None);
+
+    lose_me.destroy_device();
+    for attempt in 0..3 {
+        match pollster::block_on(m.eval_async(&[want[1]], PROMPT.len() + 1, false)) {
+            Err(ModelError::Backend(BackendError::DeviceLost(why))) => {
+                assert!(why.starts_with("Destroyed: "), "attempt {attempt}: {why}")
+            }
+            Err(e) => panic!("attempt {attempt}: expected DeviceLost, got {e}"),
+            Ok(_) => panic!("attempt {attempt}: an eval on a destroyed device succeeded"),
+        }
+    }
+    match pollster::block_on(m.eval_prompt_async(&PROMPT, 0, false)) {
+        Err(ModelError::Backend(BackendError::DeviceLost(_))) => {}
+        other => panic!("a fresh prompt on the lost device: expected DeviceLost, got {:?}", other.err()),
+    }
+    assert!(lose_me.lost_reason().is_some_and(|r| r.starts_with("Destroyed: ")));
+    drop(m);
+
+    let mut fresh = load_split(&bytes, gpu().unwrap(), n_layer + 1).model;
+    assert_eq!(run(&mut fresh, 3).greedy, want, "greedy tokens on a new device");
+}

@@ -34,6 +34,8 @@ el.url.value = params.get('model') ?? DEFAULT_URL;
 const EXPLAIN = {
   http: 'The server refused the download. Check the URL.',
   network: 'The download failed. Check the connection; a model on another site must be served with CORS headers (Hugging Face does).',
+  timeout: 'The download stalled: the server stopped sending. Try again later.',
+  device_lost: 'The GPU was lost (a driver reset, or the browser reclaimed it). Load the model again; Auto falls back to the CPU.',
   format: 'This file is not a GGUF model that ggweb can read.',
   unsupported: 'This browser or this build cannot do that.',
   invalid: 'A setting is out of range.',

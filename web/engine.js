@@ -12,8 +12,12 @@
 
 /** Error codes a GgwebError can carry (see ggweb.d.ts for what each means). */
 export const ERROR_CODES = Object.freeze([
-  'http', 'network', 'aborted', 'format', 'disposed', 'busy', 'invalid', 'unsupported', 'internal', 'worker',
+  'http', 'network', 'timeout', 'aborted', 'format', 'disposed', 'busy', 'invalid', 'unsupported', 'internal', 'worker',
+  'device_lost',
 ]);
+
+/** How long a URL download may go without a byte before it fails with code 'timeout' (ms). */
+export const DEFAULT_STALL_TIMEOUT_MS = 30000;
 
 export class GgwebError extends Error {
   /**
@@ -53,6 +57,25 @@ export function toGgwebError(e, fallbackCode, context) {
 }
 
 export const abortedError = (what) => new GgwebError('aborted', `${what} was aborted`);
+
+/** Checks a stallTimeoutMs option: a positive number of ms, or 0 / Infinity for no limit. */
+export function stallTimeout(v) {
+  if (v === undefined || v === null) return DEFAULT_STALL_TIMEOUT_MS;
+  if (typeof v !== 'number' || Number.isNaN(v) || v < 0) {
+    throw new GgwebError('invalid', `stallTimeoutMs must be a number of milliseconds >= 0 (0: no limit), got ${JSON.stringify(v)}`);
+  }
+  return v === 0 ? Infinity : v;
+}
+
+/** reader.read(), or a 'stalled' marker when nothing arrives for `ms` (the read is left pending). */
+function readWithin(reader, ms) {
+  if (!Number.isFinite(ms)) return reader.read();
+  let timer;
+  return Promise.race([
+    reader.read(),
+    new Promise((r) => { timer = setTimeout(() => r({ stalled: true }), ms); }),
+  ]).finally(() => clearTimeout(timer));
+}
 
 export function formatBytes(n) {
   if (n == null || n < 0) return '?';
@@ -145,13 +168,15 @@ export function generateParams(opts = {}) {
 function idsArray(ids, what) {
   if (ids instanceof Uint32Array) return ids;
   if (!Array.isArray(ids) && !ArrayBuffer.isView(ids)) {
-    throw new GgwebError('invalid', `${what}: token ids must be an array of integers`);
+    throw new GgwebError('invalid', `${what}: token ids must be an array of integers, got ${ids === null ? 'null' : typeof ids}`);
   }
   const out = new Uint32Array(ids.length);
   for (let i = 0; i < ids.length; i++) {
     const v = ids[i];
     if (!Number.isInteger(v) || v < 0 || v > 0xffffffff) {
-      throw new GgwebError('invalid', `${what}: token id at index ${i} is ${JSON.stringify(v)}, not a non-negative integer`);
+      // String(NaN) is NaN (JSON.stringify would say null); strings keep their quotes.
+      const shown = typeof v === 'number' ? String(v) : JSON.stringify(v);
+      throw new GgwebError('invalid', `${what}: token id at index ${i} is ${shown}, not a non-negative integer`);
     }
     out[i] = v;
   }
@@ -255,11 +280,20 @@ export class Engine {
     this.disposed = false;
     this.busy = null; // what is running: 'load' | 'generate' | 'logits'
     this.current = null; // { cancelled, done: Promise } of the running generation
+    this.lost = null; // the 'device_lost' GgwebError, once the WebGPU device is gone
   }
 
   _check(what) {
     if (this.disposed) throw new GgwebError('disposed', `${what}: the model was disposed`);
     if (!this.model) throw new GgwebError('invalid', `${what}: no model is loaded`);
+    // Weights and KV cache went with the device: every later call says so, in the same words.
+    if (this.lost) throw new GgwebError('device_lost', `${what}: ${this.lost.message}`);
+  }
+
+  /** Remembers a device loss (from any call) so that every later call repeats it. */
+  _noteLost(e) {
+    if (e.code === 'device_lost' && !this.lost) this.lost = e;
+    return e;
   }
 
   /**
@@ -298,10 +332,11 @@ export class Engine {
    * Streams `src` into a WasmLoader and builds the model. Returns the model's info object.
    * onProgress({ loaded, total, phase }) — phase: 'download' | 'cache' | 'file' | 'stream' | 'build' | 'ready'.
    */
-  async load(src, opts = {}, { signal, onProgress, cache } = {}) {
+  async load(src, opts = {}, { signal, onProgress, cache, stallTimeoutMs } = {}) {
     if (this.disposed) throw new GgwebError('disposed', 'load: the engine was disposed');
     if (this.model || this.busy) throw new GgwebError('busy', 'load: this engine already holds a model; create another');
     const loaderOpts = loaderOptions(opts);
+    const stallMs = stallTimeout(stallTimeoutMs);
     const t0 = now();
     this.busy = 'load';
     let source = null;
@@ -341,7 +376,8 @@ export class Engine {
       for (;;) {
         let r;
         try {
-          r = await source.reader.read();
+          // Only network downloads can stall; a caller's own stream may be as slow as it likes.
+          r = await readWithin(source.reader, source.via === 'download' ? stallMs : Infinity);
         } catch (e) {
           if (signal?.aborted) throw abortedError('loading the model');
           throw new GgwebError('network',
@@ -349,6 +385,13 @@ export class Engine {
             { loaded, total: source.total, url: source.url });
         }
         if (signal?.aborted) throw abortedError('loading the model');
+        if (r.stalled) {
+          // The finally below cancels the reader, which ends the request.
+          throw new GgwebError('timeout',
+            `${what} stalled: no data for ${stallMs} ms after ${formatBytes(loaded)} (${loaded} bytes)` +
+            `${source.total ? ` of ${formatBytes(source.total)}` : ''}; the server or the connection stopped sending`,
+            { loaded, total: source.total, url: source.url });
+        }
         if (r.done) break;
         const chunk = r.value instanceof Uint8Array ? r.value : new Uint8Array(r.value);
         try {
@@ -442,7 +485,7 @@ export class Engine {
         const out = await model.logits(a);
         return out instanceof Float32Array ? out : Float32Array.from(out);
       } catch (e) {
-        throw toGgwebError(e, 'invalid', 'logits');
+        throw this._noteLost(toGgwebError(e, 'invalid', 'logits'));
       } finally {
         this.busy = null;
       }
@@ -479,15 +522,16 @@ export class Engine {
       try {
         await model.start(ids, JSON.stringify(params));
       } catch (e) {
-        throw toGgwebError(e, 'invalid', 'generate');
+        throw this._noteLost(toGgwebError(e, 'invalid', 'generate'));
       }
       for (;;) {
         if (cancelled()) { stats.stop = 'cancelled'; return stats; }
         let promptDone;
         try {
+          this._loseDeviceNow(run, model);
           promptDone = await model.prompt_step();
         } catch (e) {
-          throw toGgwebError(e, 'internal', 'evaluating the prompt');
+          throw this._noteLost(toGgwebError(e, 'internal', 'evaluating the prompt'));
         }
         if (promptDone) break;
         await yieldNow();
@@ -499,9 +543,10 @@ export class Engine {
         if (cancelled()) { stats.stop = 'cancelled'; break; }
         let id;
         try {
+          this._loseDeviceNow(run, model);
           id = await model.next_token();
         } catch (e) {
-          throw toGgwebError(e, 'internal', `generating token ${stats.tokens + 1}`);
+          throw this._noteLost(toGgwebError(e, 'internal', `generating token ${stats.tokens + 1}`));
         }
         if (id < 0) {
           stats.stop = model.stop_reason?.() ?? (stats.tokens >= params.maxTokens ? 'maxTokens' : 'eos');
@@ -518,6 +563,38 @@ export class Engine {
       if (this.current === run) this.current = null;
       finish();
     }
+  }
+
+  /**
+   * Debug: destroys the model's WebGPU device, as a driver reset would, to test recovery.
+   * Works while a generation runs (its next step fails with 'device_lost').
+   */
+  _debugLoseDevice() {
+    if (this.disposed) throw new GgwebError('disposed', '_debugLoseDevice: the model was disposed');
+    if (!this.model) throw new GgwebError('invalid', '_debugLoseDevice: no model is loaded');
+    if (typeof this.model._debugLoseDevice !== 'function') {
+      throw new GgwebError('unsupported', '_debugLoseDevice: this wasm module has no _debugLoseDevice');
+    }
+    // A wasm call in flight holds the model (wasm-bindgen refuses a second borrow): a
+    // running generation destroys the device itself before its next step.
+    if (this.current) {
+      this.current.loseDevice = true;
+      return true;
+    }
+    if (this.busy) throw new GgwebError('busy', `_debugLoseDevice: the model is busy (${this.busy})`);
+    try {
+      this.model._debugLoseDevice();
+    } catch (e) {
+      throw toGgwebError(e, 'internal', '_debugLoseDevice');
+    }
+    return true;
+  }
+
+  /** Applies a _debugLoseDevice() that arrived during generation `run`, between two steps. */
+  _loseDeviceNow(run, model) {
+    if (!run.loseDevice) return;
+    run.loseDevice = false;
+    model._debugLoseDevice();
   }
 
   cancelGeneration() {

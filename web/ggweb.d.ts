@@ -6,6 +6,9 @@ export type GgwebErrorCode =
   | 'http'
   /** The request failed or the connection dropped mid-download (`details.loaded`, `details.total`). */
   | 'network'
+  /** A download sent nothing for `stallTimeoutMs`; the message and `details` name the bytes
+   *  received (`loaded`, `total`) and the `url`. The runtime is usable at once: load again. */
+  | 'timeout'
   /** The caller's AbortSignal fired. */
   | 'aborted'
   /** The bytes are not a valid GGUF model this runtime can read (the message names what and where). */
@@ -14,14 +17,19 @@ export type GgwebErrorCode =
   | 'disposed'
   /** Another generation or logits call is running on this model. */
   | 'busy'
-  /** A bad argument or option (the message names it and the value). */
+  /** A bad argument or option (the message names it and the value): token ids outside the
+   *  vocabulary, negative, not integers, or not in an array; a prompt longer than the context. */
   | 'invalid'
   /** Not available here: no WebGPU, no wasm module, a source the browser cannot pass to a worker. */
   | 'unsupported'
   /** A bug or a wasm trap (e.g. out of memory); the model cannot be used further. */
   | 'internal'
   /** The Web Worker failed to start or crashed. */
-  | 'worker';
+  | 'worker'
+  /** The model's WebGPU device was lost (a driver reset, the browser reclaimed it, or
+   *  `_debugLoseDevice()`): the generation in progress and every later call on this model
+   *  fail with it. Dispose it and load again; backend 'auto' takes a working device or the CPU. */
+  | 'device_lost';
 
 export declare const ERROR_CODES: readonly GgwebErrorCode[];
 
@@ -74,6 +82,9 @@ export interface LoadOptions {
   /** Store URL downloads in the Cache API and load from there next time: true (cache
    *  'ggweb-models') or a cache name. Only complete downloads of valid models are kept. */
   cache?: boolean | string;
+  /** Milliseconds a URL download may send nothing before it fails with code 'timeout'
+   *  (default 30000; 0 for no limit). Files, byte arrays and streams you pass are not timed. */
+  stallTimeoutMs?: number;
   /** Run the model in a Web Worker (default true where Worker exists). */
   worker?: boolean;
   /** Advanced: URL of the wasm-bindgen glue module (default: pkg/ggweb_core.js beside ggweb.js). */
@@ -182,6 +193,9 @@ export declare class Model {
   /** Next-token logits after `ids`, evaluated from a fresh state. */
   logits(ids: ArrayLike<number>): Promise<Float32Array>;
   generate(prompt: string, options?: GenerateOptions): Generation;
+  /** For tests of the recovery path: destroys a WebGPU model's device as a driver reset
+   *  would (a running generation fails at its next step). Code 'unsupported' on the CPU. */
+  _debugLoseDevice(): Promise<boolean>;
   dispose(): Promise<void>;
 }
 

@@ -10,7 +10,7 @@
 // By default the model lives in a Web Worker (worker.js), so the page stays responsive;
 // `{ worker: false }` runs the same code on the calling thread (tests, environments
 // without module workers). Both give the same API and the same errors (GgwebError).
-import { Engine, GgwebError, ERROR_CODES, abortedError, formatBytes, toGgwebError } from './engine.js';
+import { Engine, GgwebError, ERROR_CODES, abortedError, formatBytes, stallTimeout, toGgwebError } from './engine.js';
 
 export { GgwebError, ERROR_CODES, formatBytes };
 
@@ -45,6 +45,14 @@ async function describeSource(source) {
     return { src: { kind: 'bytes', bytes: view.slice() } };
   }
   throw new GgwebError('invalid', 'Model.load: the source must be a URL, a File/Blob, a ReadableStream, a Response or bytes');
+}
+
+/** Token ids as a plain array for the engine, or 'invalid' for anything but an array. */
+function idList(ids, what) {
+  if (!Array.isArray(ids) && !ArrayBuffer.isView(ids)) {
+    throw new GgwebError('invalid', `${what}: token ids must be an array of integers, got ${ids === null ? 'null' : typeof ids}`);
+  }
+  return Array.from(ids);
 }
 
 function checkSignal(signal) {
@@ -150,7 +158,7 @@ class WorkerTransport {
     });
   }
 
-  load(src, opts, { signal, onProgress, cache, transfer }) {
+  load(src, opts, { signal, onProgress, cache, stallTimeoutMs, transfer }) {
     return new Promise((resolve, reject) => {
       const onAbort = () => {
         // The worker holds nothing else: ending it is the surest way to free a half-built model.
@@ -168,7 +176,7 @@ class WorkerTransport {
         }
       };
       // The result resolves _send's promise; errors and progress arrive through onEvent.
-      this._send({ type: 'load', src, opts, cache, coreUrl: this.coreUrl }, transfer, onEvent)
+      this._send({ type: 'load', src, opts, cache, stallTimeoutMs, coreUrl: this.coreUrl }, transfer, onEvent)
         .then(resolve, reject)
         .finally(() => signal?.removeEventListener('abort', onAbort));
     });
@@ -298,10 +306,11 @@ export class Model {
    */
   static async load(source, options = {}) {
     const {
-      backend = 'cpu', gpuLayers, nCtx, nBatch, onProgress, signal, cache = false,
+      backend = 'cpu', gpuLayers, nCtx, nBatch, onProgress, signal, cache = false, stallTimeoutMs,
       worker = typeof Worker !== 'undefined', coreUrl = DEFAULT_CORE_URL,
     } = options;
     checkSignal(signal);
+    stallTimeout(stallTimeoutMs); // checked here, so a bad value fails before a worker starts
     if (onProgress !== undefined && typeof onProgress !== 'function') {
       throw new GgwebError('invalid', 'onProgress must be a function');
     }
@@ -311,7 +320,7 @@ export class Model {
     const core = new URL(coreUrl, typeof document !== 'undefined' ? document.baseURI : globalThis.location?.href).href;
     const t = worker ? new WorkerTransport(core) : new LocalTransport(core);
     try {
-      const info = await t.load(src, opts, { signal, onProgress, cache, transfer });
+      const info = await t.load(src, opts, { signal, onProgress, cache, stallTimeoutMs, transfer });
       info.load = { ...info.load, worker: !!worker };
       return new Model(t, info, !!worker);
     } catch (e) {
@@ -349,13 +358,13 @@ export class Model {
   /** Token ids → text. */
   async detokenize(ids) {
     this.#live('detokenize');
-    return this.#t.call('detokenize', [Array.from(ids)]);
+    return this.#t.call('detokenize', [idList(ids, 'detokenize')]);
   }
 
   /** Next-token logits after `ids` (from a fresh state), one per vocabulary entry. */
   async logits(ids) {
     this.#live('logits');
-    return this.#t.call('logits', [Array.from(ids)]);
+    return this.#t.call('logits', [idList(ids, 'logits')]);
   }
 
   /**
@@ -368,6 +377,16 @@ export class Model {
     const { signal, ...opts } = options;
     checkSignal(signal);
     return tokenStream((push) => this.#t.generate(prompt, opts, push), signal);
+  }
+
+  /**
+   * Debug, for tests of the recovery path: destroys the model's WebGPU device as a driver
+   * reset would. A generation in progress then fails with code 'device_lost', and so does
+   * every later call on this model; load it again. Code 'unsupported' on the CPU backend.
+   */
+  async _debugLoseDevice() {
+    this.#live('_debugLoseDevice');
+    return this.#t.call('_debugLoseDevice', []);
   }
 
   /** Frees the model (and ends its worker). Later calls fail with code 'disposed'. */

@@ -2,7 +2,7 @@
 // ggweb.js's messages. Started by Model.load; one worker per model, so terminating it
 // frees everything the model held.
 //
-// Messages in:  { id, type: 'load', src, opts, cache, coreUrl } | { id, type: 'call', method, args }
+// Messages in:  { id, type: 'load', src, opts, cache, stallTimeoutMs, coreUrl } | { id, type: 'call', method, args }
 //               { id, type: 'generate', prompt, opts } | { id, type: 'cancel' } | { id, type: 'dispose' }
 // Messages out: { id, type: 'result', value } | { id, type: 'error', error } |
 //               { id, type: 'progress', data } | { id, type: 'token', data } | { id, type: 'done', value }
@@ -21,13 +21,14 @@ async function handle(m) {
       engine = new Engine(m.coreUrl);
       const info = await engine.load(m.src, m.opts, {
         cache: m.cache,
+        stallTimeoutMs: m.stallTimeoutMs,
         onProgress: (data) => post({ id: m.id, type: 'progress', data }),
       });
       return post({ id: m.id, type: 'result', value: info });
     }
     case 'call': {
       if (!engine) throw new GgwebError('invalid', `${m.method}: no model is loaded`);
-      if (!['tokenize', 'detokenize', 'logits'].includes(m.method)) {
+      if (!['tokenize', 'detokenize', 'logits', '_debugLoseDevice'].includes(m.method)) {
         throw new GgwebError('invalid', `unknown method ${JSON.stringify(m.method)}`);
       }
       const value = await engine[m.method](...m.args);

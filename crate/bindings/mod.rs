@@ -15,9 +15,9 @@
 //! ```
 //!
 //! The JS layer (web/engine.js) is written against this surface: `version`,
-//! `init_panic_hook`, `available_backends`, `wasm_memory_bytes`, `wasm_heap_base`, [`WasmLoader`] and
+//! `init_panic_hook`, `available_backends`, `wasm_memory_bytes`, `wasm_heap_base`, `live_gpu_buffers`, [`WasmLoader`] and
 //! [`WasmModel`]. Every failure is a JS `Error` whose message names what and where, with a
-//! `code` property (`format`, `invalid`, `unsupported`, `internal`) that engine.js turns into
+//! `code` property (`format`, `invalid`, `unsupported`, `internal`, `device_lost`) that engine.js turns into
 //! the `GgwebError` code; bad input never panics.
 
 mod model;
@@ -49,6 +49,13 @@ pub fn available_backends() -> String {
     } else {
         String::from(r#"["cpu"]"#)
     }
+}
+
+/// WebGPU buffers this instance holds right now, all models together (0 without WebGPU):
+/// after a model is freed it is back where it was before the model was loaded. For leak checks.
+#[wasm_bindgen]
+pub fn live_gpu_buffers() -> f64 {
+    crate::webgpu::live_buffers() as f64
 }
 
 /// Bytes of this instance's linear memory (`memory.buffer.byteLength`). It only grows: it is

@@ -42,6 +42,7 @@ use crate::webgpu::{WebGpuBackend, WebGpuOptions};
 /// The GgwebError code for a model error: the file's fault, the caller's, or ours.
 fn model_error(context: &str, e: ModelError) -> JsValue {
     let code = match &e {
+        ModelError::Backend(BackendError::DeviceLost(_)) => "device_lost",
         ModelError::Config(_) | ModelError::ContextFull { .. } | ModelError::BadToken { .. } => "invalid",
         ModelError::Backend(_) | ModelError::Cancelled => "internal",
         // Too big for this device's memory: the page can pick a smaller model or context.
@@ -84,6 +85,18 @@ fn backend_error(what: &str, e: BackendError) -> JsValue {
         _ => "internal",
     };
     js_error(code, format!("{what}: {e}"))
+}
+
+/// What every call that needs the device answers once it is lost.
+fn device_lost(what: &str, reason: &str) -> JsValue {
+    js_error(
+        "device_lost",
+        format!(
+            "{}the WebGPU device was lost ({reason}); this model cannot run any more: load it again \
+             (backend \"auto\" picks a working device or the CPU)",
+            prefix(what)
+        ),
+    )
 }
 
 fn invalid(message: String) -> JsValue {
@@ -134,6 +147,8 @@ fn opt_num(map: &Map<String, Value>, what: &str, key: &str, min: f64, max: f64) 
 pub struct WasmLoader {
     loader: ModelLoader,
     backend: &'static str,
+    /// The WebGPU backend, when the model runs on one (device-loss checks, `_debugLoseDevice`).
+    gpu: Option<WebGpuBackend>,
     /// Why `backend` is not the one asked for ("auto" without a WebGPU adapter), for `info()`.
     backend_note: Option<String>,
     placement: Placement,
@@ -216,6 +231,7 @@ impl WasmLoader {
         WasmLoader {
             loader,
             backend: name,
+            gpu: None,
             backend_note: note,
             placement,
             memory_at_start: wasm_memory_bytes(),
@@ -264,10 +280,14 @@ impl WasmLoader {
             return Ok(Self::with_backend(Rc::new(CpuBackend::new(1)), "cpu", None, opts));
         }
         match WebGpuBackend::new_async(WebGpuOptions::default()).await {
-            Ok(gpu) => Ok(match gpu_layers {
-                Some(n) => Self::split(Rc::new(gpu), n, opts),
-                None => Self::with_backend(Rc::new(gpu), "webgpu", None, opts),
-            }),
+            Ok(gpu) => {
+                let mut l = match gpu_layers {
+                    Some(n) => Self::split(Rc::new(gpu.clone()), n, opts),
+                    None => Self::with_backend(Rc::new(gpu.clone()), "webgpu", None, opts),
+                };
+                l.gpu = Some(gpu);
+                Ok(l)
+            }
             Err(e) if asked == "auto" => {
                 let note = format!("backend \"auto\": WebGPU is not usable ({e}); running on the CPU");
                 web_sys::console::warn_1(&JsValue::from_str(&format!("ggweb: {note}")));
@@ -321,6 +341,7 @@ impl WasmLoader {
             model: loaded.model,
             tokenizer: loaded.tokenizer,
             backend: self.backend,
+            gpu: self.gpu,
             backend_note: self.backend_note,
             split,
             memory_at_start: self.memory_at_start,
@@ -423,6 +444,7 @@ pub struct WasmModel {
     model: Gpt2,
     tokenizer: Tokenizer,
     backend: &'static str,
+    gpu: Option<WebGpuBackend>,
     backend_note: Option<String>,
     split: SplitInfo,
     memory_at_start: f64,
@@ -450,6 +472,18 @@ impl WasmModel {
             ("copyBytesPerToken", n(s.copy_bytes)),
             ("bytesPerBackend", obj(&by)),
         ])
+    }
+
+    /// `device_lost` once the model's WebGPU device is gone: every call that computes fails
+    /// alike from then on (the weights and the KV cache went with the device).
+    fn check_device(&mut self, what: &str) -> Result<(), JsValue> {
+        match self.gpu.as_ref().and_then(|g| g.lost_reason()) {
+            Some(reason) => {
+                self.gen = None;
+                Err(device_lost(what, &reason))
+            }
+            None => Ok(()),
+        }
     }
 
     /// The first id outside the vocabulary, as an error naming it and its index.
@@ -498,6 +532,7 @@ impl WasmModel {
     /// generation in progress is ended). `[n_vocab]` floats.
     pub async fn logits(&mut self, ids: Vec<u32>) -> Result<Vec<f32>, JsValue> {
         self.gen = None;
+        self.check_device("")?;
         self.check_fits("", ids.len())?;
         self.check_ids("", &ids)?;
         self.model.eval_prompt_async(&ids, 0, false).await.map_err(|e| model_error("", e))
@@ -509,6 +544,7 @@ impl WasmModel {
     pub fn start(&mut self, prompt_ids: &[u32], params_json: &str) -> Result<(), JsValue> {
         const WHAT: &str = "generation options";
         self.gen = None;
+        self.check_device("")?;
         let map = parse_object(
             WHAT,
             params_json,
@@ -552,6 +588,7 @@ impl WasmModel {
     /// Evaluates the next chunk (`n_batch` tokens) of the prompt. Returns true once the
     /// whole prompt is in (then `next_token` may be called).
     pub async fn prompt_step(&mut self) -> Result<bool, JsValue> {
+        self.check_device("")?;
         let n_batch = self.model.n_batch;
         let Some(g) = self.gen.as_mut() else {
             return Err(invalid("prompt_step: no generation was started (call start first)".into()));
@@ -579,6 +616,7 @@ impl WasmModel {
 
     /// The next token id, or -1 when the run is over (see `stop_reason`).
     pub async fn next_token(&mut self) -> Result<i32, JsValue> {
+        self.check_device("")?;
         let n_ctx = self.model.n_ctx();
         let eos = self.tokenizer.eos();
         let Some(g) = self.gen.as_mut() else {
@@ -654,6 +692,23 @@ impl WasmModel {
             ))
         })?;
         Ok(String::from_utf8_lossy(bytes).into_owned())
+    }
+
+    /// For tests of device loss: destroys this model's WebGPU device as a driver reset or
+    /// the browser would. From then on `logits`, `start`, `prompt_step` and `next_token`
+    /// fail with code `device_lost`. On the CPU backend it is an `unsupported` error.
+    #[wasm_bindgen(js_name = _debugLoseDevice)]
+    pub fn debug_lose_device(&self) -> Result<(), JsValue> {
+        match &self.gpu {
+            Some(g) => {
+                g.destroy_device();
+                Ok(())
+            }
+            None => Err(js_error(
+                "unsupported",
+                format!("the model runs on the {} backend, which has no device to lose", self.backend),
+            )),
+        }
     }
 
     /// Context length in tokens.

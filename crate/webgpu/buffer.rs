@@ -6,7 +6,7 @@ use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::task::{Context as TaskContext, Poll, Waker};
 
-use super::context::{Gpu, PARAMS_STRIDE};
+use super::context::{Gpu, GpuBuffer, PARAMS_STRIDE};
 use crate::allocator::align_up;
 use crate::backend::{BackendError, Buffer, BufferType};
 use crate::tensor::Tensor;
@@ -40,7 +40,7 @@ impl BufferType for WebGpuBufferType {
 /// One device buffer (STORAGE | COPY_SRC | COPY_DST).
 pub struct WebGpuBuffer {
     pub(crate) gpu: Rc<Gpu>,
-    pub(crate) buf: wgpu::Buffer,
+    pub(crate) buf: GpuBuffer,
     size: usize,
 }
 
@@ -55,7 +55,7 @@ impl WebGpuBuffer {
             });
         }
         gpu.check()?;
-        let buf = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+        let buf = gpu.create_buffer(&wgpu::BufferDescriptor {
             label: Some("ggweb tensors"),
             size: padded,
             usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
@@ -88,9 +88,11 @@ impl WebGpuBuffer {
             )));
         }
         let gpu = &self.gpu;
+        // A lost device maps nothing: say so rather than fail the mapping obscurely.
+        gpu.check()?;
         let lo = offset / 4 * 4;
         let hi = align_up(offset + out.len(), 4);
-        let staging = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+        let staging = gpu.create_buffer(&wgpu::BufferDescriptor {
             label: Some("ggweb readback"),
             size: (hi - lo) as u64,
             usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
@@ -109,10 +111,15 @@ impl WebGpuBuffer {
             }
         });
         #[cfg(not(target_arch = "wasm32"))]
-        gpu.device
-            .poll(wgpu::PollType::wait_indefinitely())
-            .map_err(|e| BackendError::Other(format!("WebGPU poll while reading: {e}")))?;
-        done.await.map_err(|e| BackendError::Other(format!("WebGPU map for reading: {e}")))?;
+        if let Err(e) = gpu.device.poll(wgpu::PollType::wait_indefinitely()) {
+            gpu.check()?;
+            return Err(BackendError::Other(format!("WebGPU poll while reading: {e}")));
+        }
+        if let Err(e) = done.await {
+            // The device lost mid-read is the usual cause; its reason says more than the map's.
+            gpu.check()?;
+            return Err(BackendError::Other(format!("WebGPU map for reading: {e}")));
+        }
         {
             let view = staging
                 .slice(..)
@@ -165,13 +172,13 @@ impl WebGpuBuffer {
         // its triple in its own aligned slot and its own small window of the buffer.
         let slot = gpu.storage_align.max(16);
         let n = patches.len() as u64;
-        let triples = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+        let triples = gpu.create_buffer(&wgpu::BufferDescriptor {
             label: Some("ggweb byte patches"),
             size: slot * n,
             usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
-        let params = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+        let params = gpu.create_buffer(&wgpu::BufferDescriptor {
             label: Some("ggweb patch params"),
             size: PARAMS_STRIDE * n,
             usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,

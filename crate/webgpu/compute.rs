@@ -179,7 +179,7 @@ fn bind(gpu: &Gpu, node: &Tensor, t: &Tensor, rows: Option<(usize, usize)>) -> R
         nb[i] = to_u32(node, (t.nb[i] / unit) as u64, "nb")?;
     }
     Ok(Bound {
-        win: Window { buf: wb.buf.clone(), start: start as u64, size },
+        win: Window { buf: wgpu::Buffer::clone(&wb.buf), start: start as u64, size },
         lo: lo as u64,
         unit: unit as u64,
         ne,
@@ -462,14 +462,14 @@ pub(crate) fn graph_compute(gpu: &Gpu, graph: &Graph) -> Result<(), BackendError
     let params = {
         let mut cur = gpu.params.borrow_mut();
         if cur.as_ref().is_none_or(|b| b.size() < need) {
-            *cur = Some(gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            *cur = Some(gpu.create_buffer(&wgpu::BufferDescriptor {
                 label: Some("ggweb params"),
                 size: need.next_power_of_two().max(PARAMS_STRIDE * 64),
                 usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
                 mapped_at_creation: false,
             }));
         }
-        cur.clone().expect("just set")
+        wgpu::Buffer::clone(cur.as_ref().expect("just set"))
     };
     let mut all = Vec::with_capacity(ds.len() * WORDS);
     for d in &ds {

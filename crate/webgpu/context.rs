@@ -3,6 +3,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::buffer::{WebGpuBuffer, WebGpuBufferType};
@@ -31,6 +32,42 @@ pub struct AdapterSummary {
 /// minUniformBufferOffsetAlignment, which WebGPU caps at 256).
 pub(crate) const PARAMS_STRIDE: u64 = 256;
 
+/// wgpu buffers this backend holds now, on every device (see [`live_buffers`]).
+static LIVE_BUFFERS: AtomicUsize = AtomicUsize::new(0);
+
+/// How many wgpu buffers ggweb's WebGPU backends hold right now, all devices together:
+/// tensor buffers, the per-graph parameter buffers, the unused-binding placeholders, and
+/// readback or patch buffers while a read or write is under way. For leak checks: after a
+/// model is dropped it is back where it was before the model was loaded.
+pub fn live_buffers() -> usize {
+    LIVE_BUFFERS.load(Ordering::Relaxed)
+}
+
+/// A wgpu buffer counted in [`live_buffers`] while this handle lives. Clones of the inner
+/// `wgpu::Buffer` (bindings of one dispatch) are not counted: they end with the graph.
+pub(crate) struct GpuBuffer(wgpu::Buffer);
+
+impl GpuBuffer {
+    pub fn new(device: &wgpu::Device, desc: &wgpu::BufferDescriptor<'_>) -> GpuBuffer {
+        let buf = device.create_buffer(desc);
+        LIVE_BUFFERS.fetch_add(1, Ordering::Relaxed);
+        GpuBuffer(buf)
+    }
+}
+
+impl core::ops::Deref for GpuBuffer {
+    type Target = wgpu::Buffer;
+    fn deref(&self) -> &wgpu::Buffer {
+        &self.0
+    }
+}
+
+impl Drop for GpuBuffer {
+    fn drop(&mut self) {
+        LIVE_BUFFERS.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// State shared by the backend, its buffer type and its buffers.
 pub(crate) struct Gpu {
     pub device: wgpu::Device,
@@ -47,11 +84,11 @@ pub(crate) struct Gpu {
     pipeline_layout: wgpu::PipelineLayout,
     /// Bound where a kernel has no such source: slot i at bytes 256 i.. (ranges must not
     /// overlap even when unused).
-    pub dummy: wgpu::Buffer,
+    pub dummy: GpuBuffer,
     modules: RefCell<HashMap<String, wgpu::ShaderModule>>,
     pipelines: RefCell<HashMap<String, wgpu::ComputePipeline>>,
     /// The per-graph parameter buffer, grown on demand.
-    pub params: RefCell<Option<wgpu::Buffer>>,
+    pub params: RefCell<Option<GpuBuffer>>,
     /// Errors the device reported since the last check (validation, out of memory).
     errors: Arc<Mutex<Vec<String>>>,
     lost: Arc<Mutex<Option<String>>>,
@@ -146,7 +183,8 @@ impl Gpu {
         let lost: Arc<Mutex<Option<String>>> = Arc::default();
         let lost_sink = lost.clone();
         device.set_device_lost_callback(move |reason, msg| {
-            *lost_sink.lock().unwrap_or_else(|p| p.into_inner()) = Some(format!("{reason:?}: {msg}"));
+            // The first reason wins (destroy_device records its own before the callback).
+            lost_sink.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert_with(|| format!("{reason:?}: {msg}"));
         });
 
         let storage_align = u64::from(limits.min_storage_buffer_offset_alignment).max(4);
@@ -198,12 +236,15 @@ impl Gpu {
             bind_group_layouts: &[Some(&layout)],
             immediate_size: 0,
         });
-        let dummy = device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("ggweb unused bindings"),
-            size: 1024,
-            usage: wgpu::BufferUsages::STORAGE,
-            mapped_at_creation: false,
-        });
+        let dummy = GpuBuffer::new(
+            &device,
+            &wgpu::BufferDescriptor {
+                label: Some("ggweb unused bindings"),
+                size: 1024,
+                usage: wgpu::BufferUsages::STORAGE,
+                mapped_at_creation: false,
+            },
+        );
         let per_row = match opts.mat_mul_kernels {
             MatMulKernels::Auto => info.device_type == wgpu::DeviceType::Cpu,
             k => k == MatMulKernels::PerRow,
@@ -239,9 +280,20 @@ impl Gpu {
         Ok(gpu)
     }
 
-    /// The errors the device reported since the last call, as one `BackendError`.
+    /// A counted buffer on this device.
+    pub fn create_buffer(&self, desc: &wgpu::BufferDescriptor<'_>) -> GpuBuffer {
+        GpuBuffer::new(&self.device, desc)
+    }
+
+    /// Why the device was lost, once it was (the reason stays: a lost device never returns).
+    pub fn lost_reason(&self) -> Option<String> {
+        self.lost.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The errors the device reported since the last call, as one `BackendError`; once the
+    /// device is lost, `DeviceLost` on every call.
     pub fn check(&self) -> Result<(), BackendError> {
-        if let Some(msg) = self.lost.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+        if let Some(msg) = self.lost_reason() {
             return Err(BackendError::DeviceLost(msg));
         }
         let mut errs = self.errors.lock().unwrap_or_else(|p| p.into_inner());
@@ -341,6 +393,25 @@ impl WebGpuBackend {
 
     pub fn adapter(&self) -> &AdapterSummary {
         &self.gpu.summary
+    }
+
+    /// `Some(reason)` once the device is lost (destroyed, driver reset, browser tab
+    /// policy). Every later operation on this backend then fails with
+    /// [`BackendError::DeviceLost`]; a new backend (a new device) is the only way on.
+    pub fn lost_reason(&self) -> Option<String> {
+        self.gpu.lost_reason()
+    }
+
+    /// Destroys the device, as a real loss would take it (for tests of the recovery path:
+    /// the bindings' `_debugLoseDevice`). The loss is recorded at once, so the very next
+    /// operation fails with `DeviceLost`, without waiting for the browser's `device.lost`
+    /// promise (which also arrives and keeps the first reason).
+    pub fn destroy_device(&self) {
+        {
+            let mut lost = self.gpu.lost.lock().unwrap_or_else(|p| p.into_inner());
+            lost.get_or_insert_with(|| "Destroyed: the device was destroyed (WebGpuBackend::destroy_device)".into());
+        }
+        self.gpu.device.destroy();
     }
 
     /// Concrete buffer type (the trait's `buffer_type()` returns it as `dyn`).

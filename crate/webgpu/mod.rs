@@ -40,6 +40,14 @@
 //!   `supports_op` is false, so a scheduler keeps it on the CPU. No kernel needs
 //!   `shader-f16` (requested when present, unused): f16 data is read with
 //!   `unpack2x16float`, so SwiftShader (Chromium's fallback, no `shader-f16`) runs it all.
+//! - **Device loss**: wgpu's device-lost callback (or [`WebGpuBackend::destroy_device`],
+//!   for tests) records the reason; from then on every operation (allocation, compute,
+//!   read) returns [`BackendError::DeviceLost`] with it: the caller loads the model again
+//!   on a new device. (The blocking `Buffer::get_bytes` has no `Result` and panics with the
+//!   error: read through `read_tensor_async` / `Gpt2::eval_async`, as the bindings do.)
+//!   Uncaptured device errors are collected the same way and returned by the next operation.
+//! - **Leaks**: [`live_buffers`] counts the wgpu buffers the backends hold; once a model
+//!   is dropped it is back to where it was.
 //!
 //! Tests: `cargo test --features webgpu --test webgpu_ops` (Vulkan: Mesa's lavapipe; set
 //! `GGWEB_ALLOW_NO_GPU=1` to skip where there is no adapter) and, in headless Chromium,
@@ -89,7 +97,7 @@ mod context;
 #[cfg(feature = "webgpu")]
 pub use buffer::{WebGpuBuffer, WebGpuBufferType};
 #[cfg(feature = "webgpu")]
-pub use context::{kernel_sources, AdapterSummary, WebGpuBackend};
+pub use context::{kernel_sources, live_buffers, AdapterSummary, WebGpuBackend};
 
 #[cfg(not(feature = "webgpu"))]
 mod disabled {
@@ -132,6 +140,12 @@ mod disabled {
 
 #[cfg(not(feature = "webgpu"))]
 pub use disabled::WebGpuBackend;
+
+/// Without the `webgpu` feature no GPU buffer ever exists.
+#[cfg(not(feature = "webgpu"))]
+pub fn live_buffers() -> usize {
+    0
+}
 
 /// `Unsupported` for `node` with a reason (shared by the planner and the buffers).
 #[allow(dead_code)]

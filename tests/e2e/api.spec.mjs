@@ -271,14 +271,25 @@ for (const worker of [true, false]) {
         const m = await Model.load(arg, opts);
         await m.dispose();
         await m.dispose(); // twice is fine
-        const codes = [];
-        for (const f of [() => m.tokenize('a'), () => m.logits([1]), () => m.generate('a'), () => m.info()]) {
-          try { await f(); codes.push('ok'); } catch (e) { codes.push(e.code); }
+        // Every public method (Model.prototype's own, so a new one cannot be missed here).
+        const calls = {
+          info: () => m.info(), tokenize: () => m.tokenize('a'), detokenize: () => m.detokenize([1]),
+          logits: () => m.logits([1]), generate: () => m.generate('a'), _debugLoseDevice: () => m._debugLoseDevice(),
+        };
+        const methods = Object.getOwnPropertyNames(Model.prototype)
+          .filter((k) => k !== 'constructor' && typeof Object.getOwnPropertyDescriptor(Model.prototype, k).value === 'function');
+        const codes = {};
+        for (const [k, f] of Object.entries(calls)) {
+          try { await f(); codes[k] = 'ok'; } catch (e) { codes[k] = [e.code, e.message]; }
         }
-        return { codes, disposed: m.disposed };
+        return { codes, methods: methods.sort(), disposed: m.disposed, inWorker: m.inWorker };
       `, MODEL);
       assert.ok(r.ok, r.message);
-      assert.deepEqual(r.value, { codes: ['disposed', 'disposed', 'disposed', 'disposed'], disposed: true });
+      assert.deepEqual(r.value.methods, ['_debugLoseDevice', 'detokenize', 'dispose', 'generate', 'info', 'logits', 'tokenize']);
+      assert.deepEqual(r.value.codes, Object.fromEntries(['info', 'tokenize', 'detokenize', 'logits', 'generate', '_debugLoseDevice']
+        .map((k) => [k, ['disposed', `${k}: the model was disposed`]])));
+      assert.equal(r.value.disposed, true);
+      assert.equal(r.value.inWorker, worker, 'the getters still answer');
     });
 
     test('a missing wasm module rejects with code "unsupported"', async () => {
@@ -333,4 +344,21 @@ test('on the page thread, a failed or aborted load frees its loader', async () =
 
 test('the page saw no uncaught errors', () => {
   assert.deepEqual(problems.filter((p) => !/Failed to load resource/.test(p)), []);
+});
+
+test('every error code engine.js can give is documented in ggweb.d.ts, the README and the demo', async () => {
+  const { readFileSync } = await import('node:fs');
+  const { ERROR_CODES } = await import('../../web/engine.js');
+  const dts = readFileSync(new URL('../../web/ggweb.d.ts', import.meta.url), 'utf8');
+  const union = /export type GgwebErrorCode =([\s\S]*?);\n/.exec(dts)[1];
+  const documented = [...union.matchAll(/\/\*\*[\s\S]*?\*\/\s*\|\s*'(\w+)'/g)].map((m) => m[1]);
+  assert.deepEqual(documented, [...ERROR_CODES], 'each code in the d.ts union, in order, with a doc comment');
+  const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
+  const rows = [...readme.matchAll(/^\| `(\w+)` \| [^|]+\|/gm)].map((m) => m[1]);
+  assert.deepEqual([...rows].sort(), [...ERROR_CODES].sort(), 'one README table row per code');
+  // The demo explains each code in words above the message ('aborted' is no error there: the
+  // user pressed Cancel or Stop, and the status line says so).
+  const demo = readFileSync(new URL('../../web/demo.js', import.meta.url), 'utf8');
+  const explain = /const EXPLAIN = \{([\s\S]*?)\n\};/.exec(demo)[1];
+  assert.deepEqual([...explain.matchAll(/^ {2}(\w+): '/gm)].map((m) => m[1]).sort(), ERROR_CODES.filter((c) => c !== 'aborted').sort(), 'demo.js EXPLAIN');
 });

@@ -279,6 +279,48 @@ test('errors are shown in words; a load can be cancelled', async () => {
   await page.close();
 });
 
+/** The error box as the user sees it: words, never a stack trace or an "Error:" dump. */
+async function shownError(page) {
+  const text = await page.innerText('#error');
+  assert.doesNotMatch(text, /\n\s*at |\bat \S+ \(|:\d+:\d+\)?$|@http/m, `a stack frame in the error box: ${text}`);
+  assert.doesNotMatch(text, /\b(\w*Error|Uncaught|RuntimeError|panicked|wasm-function|unreachable)\b:?/, `a raw error in the error box: ${text}`);
+  return text;
+}
+
+test('with the real wasm, errors are words: a 404 URL, a hostile file, then a good load', async () => {
+  assert.ok(MODELS_DIR, 'the shared models are needed: set GGWEB_MODELS_DIR');
+  const { page, problems } = await openPage(browser, `${server.url}?model=/__test/status/404`);
+  await page.waitForSelector('body[data-ready="1"]');
+  await page.click('#load-btn');
+  await page.waitForFunction(() => document.getElementById('error').dataset.code === 'http');
+  assert.match(await shownError(page), /^The server refused the download\. Check the URL\.\nHTTP 404 Not Found fetching http:\/\/localhost:\d+\/__test\/status\/404$/);
+
+  // GGUF magic, version 3, then 2^60 tensors and 2^60 metadata pairs: a file built to make a
+  // loader allocate without bounds.
+  const hostile = Buffer.alloc(64);
+  hostile.write('GGUF', 0, 'latin1');
+  hostile.writeUInt32LE(3, 4);
+  hostile.writeBigUInt64LE(1n << 60n, 8);
+  hostile.writeBigUInt64LE(1n << 60n, 16);
+  await page.setInputFiles('#model-file', { name: 'hostile.gguf', mimeType: 'application/octet-stream', buffer: hostile });
+  assert.equal(await page.isChecked('input[name="source"][value="file"]'), true);
+  await page.click('#load-btn');
+  await page.waitForFunction(() => document.getElementById('error').dataset.code === 'format');
+  const text = await shownError(page);
+  assert.equal(text, 'This file is not a GGUF model that ggweb can read.\n' +
+    'file hostile.gguf at byte 0: GGUF: too many tensors: 1152921504606846976 (limit 65536), at byte 8');
+  assert.equal(await page.textContent('#load-status'), 'Loading failed.');
+
+  // The page is still usable: the real model loads after both failures.
+  await page.check('input[name="source"][value="url"]');
+  await page.fill('#model-url', '/shared-models/tiny-gpt2-f16.gguf');
+  await page.click('#load-btn');
+  await page.waitForFunction(() => /^Loaded /.test(document.getElementById('load-status').textContent));
+  assert.equal(await page.isHidden('#error'), true);
+  assert.deepEqual(real(problems).filter((p) => !/Failed to load resource/.test(p)), []);
+  await page.close();
+});
+
 test('a dropped .gguf file loads (on the page thread)', async () => {
   const { page, problems } = await fakePage();
   await page.uncheck('#use-worker');

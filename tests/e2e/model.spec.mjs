@@ -339,6 +339,211 @@ for (const [url, opts, text, greedy] of models) {
   });
 }
 
+/** A fresh page (a fresh wasm instance) with `G` loaded; its problems are kept apart. */
+async function freshPage() {
+  const { page: p, problems: pp } = await openPage(browser, `${server.url}e2e/harness.html`);
+  await p.evaluate(async () => {
+    window.G = await import('/ggweb.js');
+    // The instance engine.js uses (same URL); initialised here so it can be read before a load
+    // (engine.js's init then finds it ready).
+    window.core = await import('/pkg/ggweb_core.js');
+    await window.core.default();
+    window.run = async (fn) => {
+      try {
+        return { ok: true, value: await fn() };
+      } catch (e) {
+        return { ok: false, name: e.name, code: e.code, message: e.message, isGgweb: e instanceof window.G.GgwebError };
+      }
+    };
+  });
+  return { p, pp };
+}
+
+for (const worker of [true, false]) {
+  test(`WebGPU device lost mid-generation ${worker ? 'in a worker' : 'on the page thread'}: 'device_lost' now and on every later call; backend 'auto' loads and generates after`, async () => {
+    const { p, pp } = await freshPage();
+    const r = await inPage(worker, `
+      const res = {};
+      const code = async (f) => { try { await f(); return 'ok'; } catch (e) { return [e.code, e.message, e instanceof G.GgwebError]; } };
+      res.cpuLose = await code(async () => { const c = await Model.load(arg.url, opts); try { await c._debugLoseDevice(); } finally { await c.dispose(); } });
+      const m = await Model.load(arg.url, { ...opts, backend: 'webgpu' });
+      res.backend = m.info().load.backend;
+      const got = [];
+      try {
+        for await (const t of m.generate(arg.text, { ...arg.greedy, maxTokens: 100 })) {
+          got.push(t.token);
+          // Generation runs ahead of this loop: the loss lands a few tokens later, between two steps.
+          if (got.length === 2) await m._debugLoseDevice();
+        }
+        res.gen = 'finished?';
+      } catch (e) { res.gen = [e.code, e.message, e instanceof G.GgwebError]; }
+      res.got = got;
+      res.later = [];
+      for (let i = 0; i < 2; i++) {
+        res.later.push({
+          generate: await code(async () => { for await (const t of m.generate(arg.text, arg.greedy)) {} }),
+          logits: await code(() => m.logits(arg.ids)),
+          tokenize: await code(() => m.tokenize('x')),
+          detokenize: await code(() => m.detokenize([1])),
+          info: m.info().load.backend,
+        });
+      }
+      await m.dispose();
+      const a = await Model.load(arg.url, { ...opts, backend: 'auto' });
+      res.autoBackend = a.info().load.backend;
+      res.auto = [];
+      for await (const t of a.generate(arg.text, arg.greedy)) res.auto.push(t.token);
+      await a.dispose();
+      return res;
+    `, { url: F16, text: HELLO.text, ids: HELLO.ids, greedy: GREEDY }, p);
+    assert.ok(r.ok, r.message);
+    const v = r.value;
+    assert.deepEqual(v.cpuLose, ['unsupported', '_debugLoseDevice: the model runs on the cpu backend, which has no device to lose', true]);
+    assert.equal(v.backend, 'webgpu');
+    assert.equal(v.gen[0], 'device_lost', v.gen[1]);
+    assert.equal(v.gen[2], true, 'a GgwebError');
+    const n = v.got.length;
+    assert.ok(n >= 2 && n < 100, `${n} tokens before the loss`);
+    assert.deepEqual(v.got.slice(0, 20), HELLO.greedy_ids.slice(0, Math.min(n, 20)), 'tokens before the loss are the greedy ones');
+    // The loss is found before the next step touches the device (the bindings check first).
+    const said = 'the WebGPU device was lost (Destroyed: the device was destroyed (WebGpuBackend::destroy_device)); ' +
+      'this model cannot run any more: load it again (backend "auto" picks a working device or the CPU)';
+    assert.equal(v.gen[1], `generating token ${n + 1}: ${said}`);
+    for (const later of v.later) {
+      for (const k of ['generate', 'logits', 'tokenize', 'detokenize']) {
+        assert.equal(later[k][0], 'device_lost', `${k}: ${later[k][1]}`);
+        assert.equal(later[k][2], true);
+        // Every later call repeats the first error, named after the call.
+        assert.equal(later[k][1], `${k}: generating token ${n + 1}: ${said}`, k);
+      }
+      assert.equal(later.info, 'webgpu');
+    }
+    assert.equal(v.autoBackend, 'webgpu', 'auto: a fresh SwiftShader device');
+    assert.deepEqual(v.auto, HELLO.greedy_ids);
+    assert.deepEqual(pp.filter((x) => !/Failed to load resource/.test(x)), []);
+    await p.close();
+  });
+}
+
+for (const backend of ['cpu', 'webgpu']) {
+  test(`no leaks on ${backend}: 20 load → generate → dispose cycles keep the wasm memory and the live GPU buffers flat`, async () => {
+    const { p, pp } = await freshPage();
+    const r = await inPage(false, `
+      const core = window.core;
+      const base = { mem: core.wasm_memory_bytes(), gpu: core.live_gpu_buffers() };
+      const cycles = [];
+      for (let i = 0; i < 20; i++) {
+        const m = await Model.load(arg.url, { ...opts, backend: arg.backend });
+        const loadedGpu = core.live_gpu_buffers();
+        const ids = [];
+        for await (const t of m.generate(arg.text, { ...arg.greedy, maxTokens: 4 })) ids.push(t.token);
+        await m.dispose();
+        cycles.push({ ids, loadedGpu, gpu: core.live_gpu_buffers(), mem: core.wasm_memory_bytes() });
+      }
+      return { base, cycles };
+    `, { url: F16, text: HELLO.text, greedy: GREEDY, backend }, p);
+    assert.ok(r.ok, r.message);
+    const { base, cycles } = r.value;
+    console.log(`${backend}: wasm memory ${base.mem} B before, after each cycle: ${cycles.map((c) => c.mem).join(' ')}; ` +
+      `live GPU buffers ${base.gpu} before, ${cycles[0].loadedGpu} while loaded`);
+    for (const [i, c] of cycles.entries()) {
+      assert.deepEqual(c.ids, HELLO.greedy_ids.slice(0, 4), `cycle ${i}: greedy ids`);
+      // Every buffer a model made is released by its dispose.
+      assert.equal(c.gpu, base.gpu, `cycle ${i}: live GPU buffers after dispose`);
+      assert.equal(c.loadedGpu, cycles[0].loadedGpu, `cycle ${i}: live GPU buffers while loaded`);
+    }
+    if (backend === 'webgpu') assert.ok(cycles[0].loadedGpu > base.gpu, 'a WebGPU model holds GPU buffers (the counter counts)');
+    else assert.equal(cycles[0].loadedGpu, base.gpu, 'a CPU model holds no GPU buffer');
+    // wasm memory never shrinks, so "flat" is: no growth after the first cycles. The first
+    // load grows memory to fit one model; the allocator may need a second cycle to settle
+    // (a freed region reused for a differently-sized request). From cycle 3 on, a leak of
+    // even one model's KV cache per cycle would show as growth; none is allowed.
+    for (let i = 2; i < cycles.length; i++) {
+      assert.equal(cycles[i].mem, cycles[2].mem, `cycle ${i}: wasm memory grew from ${cycles[2].mem} to ${cycles[i].mem}`);
+    }
+    assert.deepEqual(pp.filter((x) => !/Failed to load resource/.test(x)), []);
+    await p.close();
+  });
+}
+
+test('a download that stalls fails with code "timeout" naming the bytes and the URL; the next load works', async () => {
+  for (const worker of [true, false]) {
+    const r = await inPage(worker, `
+      const res = {};
+      const t0 = performance.now();
+      try {
+        await Model.load('/__test/stall/100000' + arg.url, { ...opts, stallTimeoutMs: 400 });
+        res.stall = 'loaded?';
+      } catch (e) { res.stall = [e.code, e.message, e.details]; }
+      res.ms = performance.now() - t0;
+      try { await Model.load(arg.url, { ...opts, stallTimeoutMs: -1 }); } catch (e) { res.bad = [e.code, e.message]; }
+      const m = await Model.load(arg.url, { ...opts, stallTimeoutMs: 400 });
+      res.after = [];
+      for await (const t of m.generate(arg.text, arg.greedy)) res.after.push(t.token);
+      await m.dispose();
+      return res;
+    `, { url: F16, text: HELLO.text, greedy: GREEDY });
+    assert.ok(r.ok, r.message);
+    const v = r.value;
+    assert.equal(v.stall[0], 'timeout', v.stall[1]);
+    assert.equal(v.stall[1], `http://localhost:${server.port}/__test/stall/100000${F16} stalled: no data for 400 ms after 97.7 KiB (100000 bytes) of ${(F16_SIZE / 1024 / 1024).toFixed(1)} MiB; the server or the connection stopped sending`);
+    assert.deepEqual(v.stall[2], { loaded: 100000, total: F16_SIZE, url: `http://localhost:${server.port}/__test/stall/100000${F16}` });
+    assert.ok(v.ms < 5000, `gave up after ${v.ms} ms`);
+    assert.deepEqual(v.bad, ['invalid', 'stallTimeoutMs must be a number of milliseconds >= 0 (0: no limit), got -1']);
+    assert.deepEqual(v.after, HELLO.greedy_ids);
+  }
+});
+
+test('token ids: out of range, negative, non-integer, not numbers, not an array: "invalid" errors naming the id', async () => {
+  const r = await inPage(true, `
+    const m = await Model.load(arg.url, opts);
+    const code = async (f) => { try { const v = await f(); return ['ok', v]; } catch (e) { return [e.code, e.message]; } };
+    const out = {};
+    const cases = { range: [15496, 50257], huge: [2 ** 32], negative: [1, -1], fraction: [1.5], nan: [NaN], string: ['7'], nul: [null] };
+    for (const [k, ids] of Object.entries(cases)) {
+      out['detokenize ' + k] = await code(() => m.detokenize(ids));
+      out['logits ' + k] = await code(() => m.logits(ids));
+    }
+    for (const [k, v] of Object.entries({ number: 5, nothing: null, object: { 0: 1 } })) {
+      out['detokenize ' + k] = await code(() => m.detokenize(v));
+      out['logits ' + k] = await code(() => m.logits(v));
+    }
+    out['detokenize empty'] = await code(() => m.detokenize([]));
+    out['logits empty'] = await code(() => m.logits([]));
+    out['typed'] = await code(() => m.detokenize(new Uint32Array([15496])));
+    await m.dispose();
+    return out;
+  `, { url: F16 });
+  assert.ok(r.ok, r.message);
+  const notInt = (what, i, v) => ['invalid', `${what}: token id at index ${i} is ${v}, not a non-negative integer`];
+  const notArray = (what, t) => ['invalid', `${what}: token ids must be an array of integers, got ${t}`];
+  assert.deepEqual(r.value, {
+    'detokenize range': ['invalid', 'detokenize: tokenizer: token id 50257 at position 1 is out of range (vocabulary of 50257)'],
+    'logits range': ['invalid', 'logits: token id 50257 at index 1 is outside the vocabulary (n_vocab 50257)'],
+    'detokenize huge': notInt('detokenize', 0, 4294967296),
+    'logits huge': notInt('logits', 0, 4294967296),
+    'detokenize negative': notInt('detokenize', 1, -1),
+    'logits negative': notInt('logits', 1, -1),
+    'detokenize fraction': notInt('detokenize', 0, 1.5),
+    'logits fraction': notInt('logits', 0, 1.5),
+    'detokenize nan': notInt('detokenize', 0, 'NaN'),
+    'logits nan': notInt('logits', 0, 'NaN'),
+    'detokenize string': notInt('detokenize', 0, '"7"'),
+    'logits string': notInt('logits', 0, '"7"'),
+    'detokenize nul': notInt('detokenize', 0, 'null'),
+    'logits nul': notInt('logits', 0, 'null'),
+    'detokenize number': notArray('detokenize', 'number'),
+    'logits number': notArray('logits', 'number'),
+    'detokenize nothing': notArray('detokenize', 'null'),
+    'logits nothing': notArray('logits', 'null'),
+    'detokenize object': notArray('detokenize', 'object'),
+    'logits object': notArray('logits', 'object'),
+    'detokenize empty': ['ok', ''],
+    'logits empty': ['invalid', 'logits: needs at least one token id'],
+    typed: ['ok', 'Hello'],
+  });
+});
+
 test('the page saw no uncaught errors', () => {
   assert.deepEqual(problems.filter((p) => !/Failed to load resource/.test(p)), []);
 });
