@@ -15,7 +15,7 @@
 //! ```
 //!
 //! The JS layer (web/engine.js) is written against this surface: `version`,
-//! `init_panic_hook`, `available_backends`, `wasm_memory_bytes`, `wasm_heap_base`, [`WasmLoader`] and
+//! `init_panic_hook`, `available_backends`, `cpu_threads`, `wasm_memory_bytes`, `wasm_heap_base`, [`WasmLoader`] and
 //! [`WasmModel`]. Every failure is a JS `Error` whose message names what and where, with a
 //! `code` property (`format`, `invalid`, `unsupported`, `internal`) that engine.js turns into
 //! the `GgwebError` code; bad input never panics.
@@ -49,6 +49,19 @@ pub fn available_backends() -> String {
     } else {
         String::from(r#"["cpu"]"#)
     }
+}
+
+/// CPU threads of this build, as JSON: `{"supported":true,"workersRunning":1}` in the
+/// threaded build (web/pkg-threads/; `workersRunning` counts the pool's Web Workers that
+/// have started, the calling thread not included), `{"supported":false,"workersRunning":0}`
+/// in the single-thread one.
+#[wasm_bindgen]
+pub fn cpu_threads() -> String {
+    #[cfg(target_feature = "atomics")]
+    let running = crate::cpu::workers_running();
+    #[cfg(not(target_feature = "atomics"))]
+    let running = 0;
+    format!(r#"{{"supported":{},"workersRunning":{running}}}"#, crate::cpu::CpuBackend::threads_supported())
 }
 
 /// Bytes of this instance's linear memory (`memory.buffer.byteLength`). It only grows: it is

@@ -127,6 +127,10 @@ fn opt_num(map: &Map<String, Value>, what: &str, key: &str, min: f64, max: f64) 
     }
 }
 
+/// The most CPU threads a loader accepts (`nThreads`): more Web Workers than this only
+/// add start-up time and memory.
+const MAX_THREADS: u64 = 64;
+
 /// Streams a GGUF file into a model: `feed` each chunk as it arrives (any size, even one
 /// byte), then `finish`. Weights are copied into their buffers as they pass; the file is
 /// never held whole.
@@ -152,7 +156,7 @@ impl WasmLoader {
     /// model options.
     fn parse_options(opts_json: &str) -> Result<(&'static str, Gpt2Options), JsValue> {
         const WHAT: &str = "WasmLoader options";
-        let map = parse_object(WHAT, opts_json, &["nCtx", "nBatch", "backend", "gpuLayers"])?;
+        let map = parse_object(WHAT, opts_json, &["nCtx", "nBatch", "backend", "gpuLayers", "nThreads"])?;
         let backend = match map.get("backend") {
             None | Some(Value::Null) => "cpu",
             Some(Value::String(s)) if s == "cpu" => "cpu",
@@ -171,7 +175,9 @@ impl WasmLoader {
             Some(v) if v.as_i64().is_some_and(|n| n >= -1) => {}
             Some(v) => return Err(invalid(format!("{WHAT}: gpuLayers must be an integer >= -1, got {v}"))),
         }
-        Ok((backend, Gpt2Options { n_ctx, n_batch: n_batch as usize, n_threads: 1 }))
+        // Threads of the CPU backend; more than 1 only does anything in the threaded build.
+        let n_threads = opt_uint(&map, WHAT, "nThreads", 1, MAX_THREADS)?.unwrap_or(1) as usize;
+        Ok((backend, Gpt2Options { n_ctx, n_batch: n_batch as usize, n_threads }))
     }
 
     fn with_backend(
@@ -192,7 +198,7 @@ impl WasmLoader {
 
 #[wasm_bindgen]
 impl WasmLoader {
-    /// `opts_json`: `{ nCtx?, nBatch?, backend?: "cpu" | "webgpu" | "auto", gpuLayers? }`
+    /// `opts_json`: `{ nCtx?, nBatch?, backend?: "cpu" | "webgpu" | "auto", gpuLayers?, nThreads? }`
     /// (engine.js's loaderOptions). nCtx defaults to the model's context length, nBatch to
     /// 32. This constructor is synchronous, so it cannot open a WebGPU device: "auto" means
     /// the CPU here, and "webgpu" is refused (`unsupported`) in favour of `WasmLoader.create`.
@@ -205,7 +211,7 @@ impl WasmLoader {
                 "backend \"webgpu\" needs the asynchronous factory: await WasmLoader.create(options)",
             ));
         }
-        Ok(Self::with_backend(Rc::new(CpuBackend::new(1)), "cpu", None, opts))
+        Ok(Self::with_backend(Rc::new(CpuBackend::new(opts.n_threads)), "cpu", None, opts))
     }
 
     /// The asynchronous factory (a Promise of a loader): the same options as the
@@ -215,14 +221,14 @@ impl WasmLoader {
     pub async fn create(opts_json: String) -> Result<WasmLoader, JsValue> {
         let (asked, opts) = Self::parse_options(&opts_json)?;
         if asked == "cpu" {
-            return Ok(Self::with_backend(Rc::new(CpuBackend::new(1)), "cpu", None, opts));
+            return Ok(Self::with_backend(Rc::new(CpuBackend::new(opts.n_threads)), "cpu", None, opts));
         }
         match WebGpuBackend::new_async(WebGpuOptions::default()).await {
             Ok(gpu) => Ok(Self::with_backend(Rc::new(gpu), "webgpu", None, opts)),
             Err(e) if asked == "auto" => {
                 let note = format!("backend \"auto\": WebGPU is not usable ({e}); running on the CPU");
                 web_sys::console::warn_1(&JsValue::from_str(&format!("ggweb: {note}")));
-                Ok(Self::with_backend(Rc::new(CpuBackend::new(1)), "cpu", Some(note), opts))
+                Ok(Self::with_backend(Rc::new(CpuBackend::new(opts.n_threads)), "cpu", Some(note), opts))
             }
             Err(e) => Err(backend_error("backend \"webgpu\"", e)),
         }
