@@ -381,7 +381,8 @@ export class Engine {
         }
       }
       if (!this.core) this.core = await loadCore(this.coreUrl);
-      loaderOpts.nThreads = threads.n;
+      // Sent only when > 1: the single-thread build's options stay what they always were.
+      loaderOpts.nThreads = threads.n > 1 ? threads.n : undefined;
       loaderOpts.backend = await this._pickBackend(loaderOpts.backend);
       if (typeof this.core.WasmLoader !== 'function') {
         throw new GgwebError('unsupported', `the wasm module at ${this.coreUrl} has no WasmLoader (built before the model bindings existed?)`);
