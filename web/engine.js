@@ -459,7 +459,8 @@ export class Engine {
           threads.reason = `only ${threads.running} of ${threads.n} threads started within ${THREAD_START_MS} ms (the rest join when they start)`;
         }
       } else if (threads.n > 1) {
-        threads.reason = `backend "${loaderOpts.backend}" runs the model on the GPU`;
+        // The loader made no CPU backend, so no pool either.
+        Object.assign(threads, { n: 1, reason: `backend "${loaderOpts.backend}" runs the model on the GPU` });
       }
       this.info = {
         ...info,

@@ -156,3 +156,24 @@ test('nThreads must be an integer from 1 to 64', async () => {
     ['invalid', 'nThreads must be an integer >= 1 and <= 64, got "2"'],
   ]);
 });
+
+test('backend "webgpu" also runs from the threaded build (same tokens), with 1 CPU thread and the reason', async () => {
+  const r = await inPage('e2e/harness.html', `
+    const out = {};
+    for (const n of [1, 2]) {
+      const m = await Model.load(arg.url, { backend: 'webgpu', nThreads: n });
+      const ids = [];
+      for await (const t of m.generate(arg.p.text, arg.greedy)) ids.push(t.token);
+      out[n] = { ids, threads: m.info().threads, backend: m.info().load.backend };
+      await m.dispose();
+    }
+    return out;
+  `, { url: F32, p: HF.prompts[0], greedy: GREEDY });
+  assert.ok(r.ok, r.message);
+  assert.equal(r.value[1].backend, 'webgpu');
+  assert.equal(r.value[2].backend, 'webgpu');
+  assert.deepEqual(r.value[1].threads, { n: 1, running: 1, build: 'pkg', reason: 'nThreads: 1 was asked for' });
+  assert.deepEqual(r.value[2].threads, { n: 1, running: 1, build: 'pkg-threads', reason: 'backend "webgpu" runs the model on the GPU' });
+  assert.deepEqual(r.value[1].ids, HF.prompts[0].greedy_ids);
+  assert.deepEqual(r.value[2].ids, r.value[1].ids);
+});
