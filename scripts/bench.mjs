@@ -52,7 +52,7 @@ try {
           ok: true, model, backend: info.load.backend, worker, threads: info.threads?.n, build: info.threads?.build,
           bytes: info.load.bytes, loadMs: Math.round(loadMs),
           promptTokens: s.promptTokens, promptTokPerS: +(s.promptTokens / (s.promptMs / 1000)).toFixed(1),
-          tokens: n, genTokPerS: +(n / (s.genMs / 1000)).toFixed(1), ua: navigator.userAgent.match(/Chrome\/[\d.]+/)?.[0],
+          tokens: n, genTokPerS: +(n / (s.genMs / 1000)).toFixed(1), cpuJobs: s.cpuJobs, ua: navigator.userAgent.match(/Chrome\/[\d.]+/)?.[0],
         };
       } catch (e) {
         return { ok: false, code: e.code, message: e.message };

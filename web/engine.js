@@ -329,13 +329,18 @@ export class Engine {
     return 'webgpu';
   }
 
+  /** The module's CPU thread counters ({ workersRunning, jobs: [total, onWorkers] }), or null. */
+  _cpuThreads() {
+    try {
+      return JSON.parse(this.core.cpu_threads());
+    } catch {
+      return null;
+    }
+  }
+
   /** Threads running in the CPU pool (the caller and the started Web Workers). */
   _threadsRunning() {
-    try {
-      return 1 + JSON.parse(this.core.cpu_threads()).workersRunning;
-    } catch {
-      return 1;
-    }
+    return 1 + (this._cpuThreads()?.workersRunning ?? 0);
   }
 
   /** Waits (awaiting, so the pool's Web Workers can start) until `n` threads run, or a timeout. */
@@ -547,6 +552,7 @@ export class Engine {
     run.poll = cancelled;
     this.current = run;
     const stats = { promptTokens: 0, tokens: 0, promptMs: 0, genMs: 0, stop: 'eos' };
+    const jobs0 = this._cpuThreads()?.jobs;
     try {
       const ids = this.tokenize(prompt, !!opts.special);
       if (ids.length === 0) throw new GgwebError('invalid', 'generate: the prompt is empty (it has no tokens)');
@@ -587,6 +593,9 @@ export class Engine {
         yield { token: id, text: model.token_piece(id) };
       }
       stats.genMs = now() - t1;
+      const jobs1 = this._cpuThreads()?.jobs;
+      // Matrix-product jobs split over the CPU threads in this run, and those the workers ran.
+      if (jobs0 && jobs1) stats.cpuJobs = { split: jobs1[0] - jobs0[0], onWorkers: jobs1[1] - jobs0[1] };
       return stats;
     } finally {
       this.busy = null;

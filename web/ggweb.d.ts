@@ -114,6 +114,10 @@ export interface GenerateStats {
   genMs: number;
   /** Why it ended: the end-of-text token, maxTokens reached, the context (nCtx) full, or cancelled. */
   stop: 'eos' | 'maxTokens' | 'contextFull' | 'cancelled';
+  /** Diagnostics: jobs of the CPU's matrix products split over threads during this run, and
+   *  how many of them the extra threads ran (both 0 on one thread). Absent when a run is
+   *  cancelled before its prompt is in. */
+  cpuJobs?: { split: number; onWorkers: number };
 }
 
 export interface Generation extends AsyncIterableIterator<GeneratedToken> {

@@ -51,17 +51,21 @@ pub fn available_backends() -> String {
     }
 }
 
-/// CPU threads of this build, as JSON: `{"supported":true,"workersRunning":1}` in the
-/// threaded build (web/pkg-threads/; `workersRunning` counts the pool's Web Workers that
-/// have started, the calling thread not included), `{"supported":false,"workersRunning":0}`
+/// CPU threads of this build, as JSON: `{"supported":true,"workersRunning":1,"jobs":[n,w]}`
+/// in the threaded build (web/pkg-threads/; `workersRunning` counts the pool's Web Workers
+/// that have started, the calling thread not included; `jobs`: jobs run through the pool so
+/// far, and how many of them the workers took), `{"supported":false,"workersRunning":0,"jobs":[0,0]}`
 /// in the single-thread one.
 #[wasm_bindgen]
 pub fn cpu_threads() -> String {
     #[cfg(target_feature = "atomics")]
-    let running = crate::cpu::workers_running();
+    let (running, (jobs, on_workers)) = (crate::cpu::workers_running(), crate::cpu::pool::jobs_counts());
     #[cfg(not(target_feature = "atomics"))]
-    let running = 0;
-    format!(r#"{{"supported":{},"workersRunning":{running}}}"#, crate::cpu::CpuBackend::threads_supported())
+    let (running, (jobs, on_workers)) = (0, (0, 0));
+    format!(
+        r#"{{"supported":{},"workersRunning":{running},"jobs":[{jobs},{on_workers}]}}"#,
+        crate::cpu::CpuBackend::threads_supported()
+    )
 }
 
 /// Bytes of this instance's linear memory (`memory.buffer.byteLength`). It only grows: it is

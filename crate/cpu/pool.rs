@@ -72,6 +72,17 @@ pub struct ThreadPool {
     requested: usize,
 }
 
+/// Jobs handed out by `run` over several threads, and how many of them workers (not the
+/// caller) ran: every pool of the process together, for diagnostics (`jobs_counts`).
+static JOBS_SHARED: AtomicUsize = AtomicUsize::new(0);
+static JOBS_ON_WORKERS: AtomicUsize = AtomicUsize::new(0);
+
+/// `(jobs run through a pool with workers, jobs the workers took)` since the process (or
+/// wasm module) started: the second over the first is the share of work the caller handed off.
+pub fn jobs_counts() -> (usize, usize) {
+    (JOBS_SHARED.load(Ordering::Relaxed), JOBS_ON_WORKERS.load(Ordering::Relaxed))
+}
+
 /// How long an idle worker polls for new work before it sleeps (iterations of a spin
 /// hint, some tens of µs): long enough to bridge the gap between two ops of a graph.
 const SPIN: usize = 2_000;
@@ -145,6 +156,7 @@ impl ThreadPool {
             s.generation.store(generation, Ordering::Release);
             s.wake.notify_all();
         }
+        JOBS_SHARED.fetch_add(n_jobs, Ordering::Relaxed);
         take_jobs(s, job, n_jobs);
         wait_until(|| s.completed.load(Ordering::Acquire) >= n_jobs);
         // No worker can copy the job after this; wait for those that did.
@@ -181,12 +193,15 @@ fn wait_until(done: impl Fn() -> bool) {
     }
 }
 
-fn take_jobs(s: &Shared, job: Job<'_>, n_jobs: usize) {
+/// Runs jobs until none is left; returns how many it ran.
+fn take_jobs(s: &Shared, job: Job<'_>, n_jobs: usize) -> usize {
+    let mut taken = 0;
     loop {
         let j = s.next.fetch_add(1, Ordering::Relaxed);
         if j >= n_jobs {
-            break;
+            return taken;
         }
+        taken += 1;
         if catch_unwind(AssertUnwindSafe(|| job(j))).is_err() {
             s.panicked.store(true, Ordering::Relaxed);
         }
@@ -229,7 +244,7 @@ fn worker(s: &Shared) {
             }
         };
         if let Some((job, n_jobs)) = task {
-            take_jobs(s, job, n_jobs);
+            JOBS_ON_WORKERS.fetch_add(take_jobs(s, job, n_jobs), Ordering::Relaxed);
             s.active.fetch_sub(1, Ordering::AcqRel);
         }
     }
@@ -266,6 +281,25 @@ mod tests {
             });
             assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1), "n_jobs {n}");
         }
+    }
+
+    #[test]
+    fn workers_take_jobs_while_the_caller_is_busy() {
+        let pool = ThreadPool::new(2);
+        // The first job to start waits until the other has run: so they ran on two threads.
+        let done = AtomicUsize::new(0);
+        let ids = Mutex::new(Vec::new());
+        pool.run(2, &|_| {
+            ids.lock().unwrap().push(std::thread::current().id());
+            if done.fetch_add(1, Ordering::AcqRel) == 0 {
+                wait_until(|| done.load(Ordering::Acquire) == 2);
+            }
+        });
+        let ids = ids.into_inner().unwrap();
+        assert_eq!(ids.len(), 2);
+        assert_ne!(ids[0], ids[1]);
+        let (shared, on_workers) = jobs_counts();
+        assert!(shared >= 2 && on_workers >= 1, "counts {shared}, {on_workers}");
     }
 
     #[test]

@@ -56,11 +56,13 @@ const RUN = `
   for (const url of arg.urls) {
     for (const n of [1, 2]) {
       const m = await Model.load(url, { nThreads: n, nBatch: 32 });
-      const r = { threads: m.info().threads, greedy: [], logits: [] };
+      const r = { threads: m.info().threads, greedy: [], logits: [], jobs: [] };
       for (const p of arg.prompts) {
         const ids = [];
-        for await (const t of m.generate(p.text, arg.greedy)) ids.push(t.token);
+        const it = m.generate(p.text, arg.greedy);
+        for await (const t of it) ids.push(t.token);
         r.greedy.push(ids);
+        r.jobs.push((await it.stats).cpuJobs);
         r.logits.push(Array.from(await m.logits(p.ids)));
       }
       await m.dispose();
@@ -87,6 +89,9 @@ test('an isolated page runs 2 threads (pkg-threads) and gets 1 thread\'s exact t
       assert.equal(one.greedy[i].length, 20);
       assert.deepEqual(two.greedy[i], one.greedy[i], `${url} ${p.key}: 2 threads, 1 thread's greedy ids`);
       assert.equal(two.logits[i].length, 50257);
+      // The second thread really ran part of the work (the output projection is split).
+      assert.deepEqual(one.jobs[i], { split: 0, onWorkers: 0 });
+      assert.ok(two.jobs[i].split > 0 && two.jobs[i].onWorkers > 0, `${url} ${p.key}: jobs ${JSON.stringify(two.jobs[i])}`);
       // Tolerance 0: the same bits, element by element.
       const diff = two.logits[i].findIndex((x, j) => !Object.is(x, one.logits[i][j]));
       assert.equal(diff, -1, `${url} ${p.key}: logit ${diff} differs: ${two.logits[i][diff]} vs ${one.logits[i][diff]}`);
