@@ -45,7 +45,7 @@ async function timed(gen, cfg) {
 async function ggweb(cfg) {
   const { Model } = await import('/ggweb/ggweb.js');
   const t0 = now();
-  const m = await Model.load(cfg.model, { backend: cfg.backend ?? 'cpu', worker: true, nCtx: cfg.nCtx, nBatch: cfg.nCtx });
+  const m = await Model.load(cfg.model, { backend: cfg.backend ?? 'cpu', worker: true, nCtx: cfg.nCtx, nBatch: cfg.nCtx, nThreads: cfg.threads ?? 1 });
   const loadMs = now() - t0;
   const gen = async (maxTokens) => {
     const r = { ids: [], text: '' };
@@ -67,6 +67,7 @@ async function ggweb(cfg) {
   return summarize(reps, {
     loadMs,
     backend: info.load?.backend,
+    threads: info.threads,
     internal: reps.map((r) => r.stats),
     stop: reps.at(-1).stats?.stop,
   });

@@ -12,7 +12,7 @@
 //
 // Environment:
 //   BENCH_ONLY=regex       rows whose key (runtime/dtype/threads/backend, e.g. "wllama/q8_0/t2/cpu") matches
-//   BENCH_THREADS=1,2      thread counts for the peers (ggweb's wasm is single-threaded)
+//   BENCH_THREADS=1,2      CPU thread counts, for ggweb (nThreads: web/pkg-threads above 1) and the peers
 //   BENCH_REPS=3           timed generations per row (the median by decode time is reported)
 //   BENCH_TOKENS=64        tokens generated per timed run
 //   BENCH_WEBGPU=auto|1|0  ggweb webgpu rows: auto = only on a real (non-fallback) adapter
@@ -81,8 +81,10 @@ function rows(webgpu) {
   if (wantGpu === '1' ? !!webgpu : wantGpu === 'auto' && webgpu && !webgpu.fallback) backends.push('webgpu');
   const gguf = GGUF.filter((g) => existsSync(join(MODELS, `124m-${g.dtype}.gguf`)));
   for (const backend of backends) {
-    for (const g of gguf) {
-      out.push({ runtime: 'ggweb', dtype: g.dtype, cls: g.cls, threads: 1, backend, model: `/models/124m-${g.dtype}.gguf` });
+    for (const t of backend === 'cpu' ? THREADS : [1]) {
+      for (const g of gguf) {
+        out.push({ runtime: 'ggweb', dtype: g.dtype, cls: g.cls, threads: t, backend, model: `/models/124m-${g.dtype}.gguf` });
+      }
     }
   }
   for (const t of THREADS) {
@@ -99,7 +101,8 @@ function rows(webgpu) {
   for (const r of out) r.key = `${r.runtime}/${r.dtype}/t${r.threads}/${r.backend}`;
   if (env.BENCH_MODEL) {
     const backend = env.BENCH_BACKEND ?? 'cpu';
-    return [{ runtime: 'ggweb', dtype: '?', cls: '?', threads: 1, backend, model: env.BENCH_MODEL, key: `ggweb/${env.BENCH_MODEL}/${backend}` }];
+    const ts = env.BENCH_THREADS ? THREADS : [1];
+    return ts.map((t) => ({ runtime: 'ggweb', dtype: '?', cls: '?', threads: t, backend, model: env.BENCH_MODEL, key: `ggweb/${env.BENCH_MODEL}/t${t}/${backend}` }));
   }
   const only = env.BENCH_ONLY ? new RegExp(env.BENCH_ONLY) : null;
   return only ? out.filter((r) => only.test(r.key)) : out;
@@ -138,7 +141,8 @@ function matchHf(r, ref) {
 
 function table(results) {
   const base = {};
-  for (const r of results) if (r.runtime === 'ggweb' && r.backend === 'cpu' && r.ok) base[r.cls] = r;
+  // Each peer row against ggweb's CPU row of the same width class and thread count.
+  for (const r of results) if (r.runtime === 'ggweb' && r.backend === 'cpu' && r.ok) base[`${r.cls}/t${r.threads}`] = r;
   const head = ['runtime', 'backend', 'dtype', 'threads', 'load s', 'prefill tok/s', 'decode tok/s',
     'prefill vs ggweb', 'decode vs ggweb', `= HF greedy (of ${TOKENS})`];
   const lines = [head];
@@ -148,7 +152,7 @@ function table(results) {
         `error${r.tries > 1 ? ` (${r.tries} tries)` : ''}: ${r.error}`.slice(0, 160)]);
       continue;
     }
-    const b = base[r.cls];
+    const b = base[`${r.cls}/t${r.threads}`];
     const ratio = (x, y) => (b && b !== r ? `${fmt(x / y, 2)}×` : '');
     lines.push([
       r.runtime, r.backend, r.dtype, String(r.threads), fmt(r.loadMs / 1000, 2), fmt(r.prefillTps), fmt(r.decodeTps),

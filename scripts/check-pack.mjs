@@ -20,14 +20,19 @@ const want = [
   'package.json', 'README.md',
   'web/ggweb.js', 'web/engine.js', 'web/worker.js', 'web/ggweb.d.ts',
   'web/pkg/ggweb_core.js', 'web/pkg/ggweb_core.d.ts', 'web/pkg/ggweb_core_bg.wasm', 'web/pkg/ggweb_core_bg.wasm.d.ts',
+  'web/pkg-threads/ggweb_core.js', 'web/pkg-threads/ggweb_core.d.ts', 'web/pkg-threads/ggweb_core_bg.wasm',
+  'web/pkg-threads/ggweb_core_bg.wasm.d.ts',
 ];
+// The threaded build's worker script, where wasm-bindgen puts it (the hash varies).
+const SNIPPET = /^web\/pkg-threads\/snippets\/ggweb-[0-9a-f]+\/web\/cpu-thread\.js$/;
 const tmp = mkdtempSync(join(tmpdir(), 'ggweb-pack-'));
 try {
   const out = execFileSync('npm', ['pack', '--json', '--pack-destination', tmp], { cwd: root, encoding: 'utf8' });
   const [info] = JSON.parse(out);
   const files = info.files.map((f) => f.path).sort();
   const missing = want.filter((f) => !files.includes(f));
-  const extra = files.filter((f) => !want.includes(f) && f !== 'LICENSE');
+  if (files.filter((f) => SNIPPET.test(f)).length !== 1) missing.push('web/pkg-threads/snippets/ggweb-*/web/cpu-thread.js');
+  const extra = files.filter((f) => !want.includes(f) && f !== 'LICENSE' && !SNIPPET.test(f));
   if (missing.length) fail(`missing from the package: ${missing.join(', ')}`);
   if (extra.length) fail(`unexpected files in the package: ${extra.join(', ')}`);
   console.log(`check-pack: ${info.filename}: ${files.length} files, ${info.size} bytes packed, ${info.unpackedSize} unpacked`);
@@ -65,7 +70,7 @@ try {
         for await (const t of m.generate(text, { maxTokens: n, temperature: 0 })) ids.push(t.token);
         const info = m.info();
         await m.dispose();
-        return { ids, arch: info.arch, worker: info.load.worker };
+        return { ids, arch: info.arch, worker: info.load.worker, threads: info.threads, cores: navigator.hardwareConcurrency };
       };
       document.title = 'ready';
     </script>`);
@@ -88,7 +93,10 @@ try {
     if (JSON.stringify(r.ids) !== JSON.stringify(want)) fail(`the packed module generated ${JSON.stringify(r.ids)}, HF's greedy ids are ${JSON.stringify(want)}`);
     if (r.arch !== 'gpt2' || r.worker !== true) fail(`unexpected info: ${JSON.stringify(r)}`);
     if (errors.length) fail(`page errors: ${errors.join('; ')}`);
-    console.log(`check-pack: in Chromium, the installed package loaded tiny-gpt2-f16.gguf in a worker and generated ${JSON.stringify(r.ids)} (HF's greedy ids)`);
+    // The server sends COOP/COEP: with more than one core, the default is the threaded build.
+    const wantBuild = r.cores > 1 ? 'pkg-threads' : 'pkg';
+    if (r.threads?.build !== wantBuild || r.threads.running !== r.threads.n) fail(`threads: ${JSON.stringify(r.threads)}, expected build ${wantBuild} with all threads running`);
+    console.log(`check-pack: in Chromium, the installed package loaded tiny-gpt2-f16.gguf in a worker (${wantBuild}, ${r.threads.n} threads) and generated ${JSON.stringify(r.ids)} (HF's greedy ids)`);
   } finally {
     await browser.close();
     await server.close();

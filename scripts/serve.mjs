@@ -14,6 +14,9 @@
 //   /__test/slow/<ms>/<path>           the file in 16 KiB pieces, <ms> apart
 //   /__test/stall/<bytes>/<path>       claims the full length, sends <bytes>, then nothing (the
 //                                      connection stays open until the client gives up)
+//   /__test/noisolation/<path>         the file without COOP/COEP: a page loaded from here is
+//                                      not cross-origin isolated (ggweb falls back to 1 thread)
+// `isolate: false` (GGWEB_NO_ISOLATION=1 from the command line) drops COOP/COEP everywhere.
 import { createServer } from 'node:http';
 import { createReadStream, existsSync, promises as fsp } from 'node:fs';
 import { extname, join, normalize, resolve, sep } from 'node:path';
@@ -54,10 +57,11 @@ const MOUNTS = [
   ['/', join(ROOT, 'web')],
 ];
 
-function baseHeaders() {
+// COOP + COEP make the page cross-origin isolated: SharedArrayBuffer, so the threaded
+// wasm build can run. CORP lets isolated pages of this origin load everything here.
+function baseHeaders(isolate = true) {
   return {
-    'Cross-Origin-Opener-Policy': 'same-origin',
-    'Cross-Origin-Embedder-Policy': 'require-corp',
+    ...(isolate ? { 'Cross-Origin-Opener-Policy': 'same-origin', 'Cross-Origin-Embedder-Policy': 'require-corp' } : {}),
     'Cross-Origin-Resource-Policy': 'same-origin',
     'Cache-Control': 'no-cache',
     'Access-Control-Expose-Headers': 'Content-Length, Content-Range',
@@ -101,13 +105,13 @@ async function statFile(file) {
   }
 }
 
-async function serveFile(req, res, urlPath, mounts) {
+async function serveFile(req, res, urlPath, mounts, isolate = true) {
   const file0 = resolvePath(urlPath, mounts);
   const found = file0 && (await statFile(file0));
   if (!found) return sendError(res, 404, `not found: ${urlPath}`);
   const { file, size } = found;
   const headers = {
-    ...baseHeaders(),
+    ...baseHeaders(isolate),
     'Content-Type': TYPES[extname(file).toLowerCase()] ?? 'application/octet-stream',
     'Accept-Ranges': 'bytes',
   };
@@ -138,6 +142,7 @@ async function serveFile(req, res, urlPath, mounts) {
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 async function serveTestRoute(req, res, rest, mounts) {
+  if (rest.startsWith('/noisolation/')) return serveFile(req, res, rest.slice('/noisolation'.length), mounts, false);
   const m = /^\/(status|nolength|drop|slow|stall)\/(.*)$/.exec(rest);
   if (!m) return sendError(res, 404, 'unknown test route');
   const [, kind, arg] = m;
@@ -188,9 +193,10 @@ async function serveTestRoute(req, res, rest, mounts) {
 /**
  * Starts the server. Resolves to { server, port, url, close() }.
  * `mounts`: extra [urlPrefix, directory] pairs, tried before the defaults.
- * @param {{port?: number, host?: string, testRoutes?: boolean, quiet?: boolean, mounts?: [string, string][]}} opts
+ * `isolate: false` serves without COOP/COEP (the page is then not cross-origin isolated).
+ * @param {{port?: number, host?: string, testRoutes?: boolean, quiet?: boolean, mounts?: [string, string][], isolate?: boolean}} opts
  */
-export function startServer({ port = 8080, host = '127.0.0.1', testRoutes = false, quiet = true, mounts = [] } = {}) {
+export function startServer({ port = 8080, host = '127.0.0.1', testRoutes = false, quiet = true, mounts = [], isolate = true } = {}) {
   const allMounts = [...mounts.map(([p, d]) => [p, resolve(d)]), ...MOUNTS];
   const server = createServer((req, res) => {
     const url = new URL(req.url, 'http://x');
@@ -198,7 +204,7 @@ export function startServer({ port = 8080, host = '127.0.0.1', testRoutes = fals
     if (req.method !== 'GET' && req.method !== 'HEAD') return sendError(res, 405, 'method not allowed');
     const handle = testRoutes && url.pathname.startsWith('/__test/')
       ? serveTestRoute(req, res, url.pathname.slice('/__test'.length), allMounts)
-      : serveFile(req, res, url.pathname, allMounts);
+      : serveFile(req, res, url.pathname, allMounts, isolate);
     handle.catch((e) => {
       if (!res.headersSent) sendError(res, 500, String(e && e.message));
       else res.destroy();
@@ -222,6 +228,7 @@ export function startServer({ port = 8080, host = '127.0.0.1', testRoutes = fals
 if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
   const port = Number(process.env.PORT ?? 8080);
   const host = process.env.HOST ?? '127.0.0.1';
-  const s = await startServer({ port, host, testRoutes: process.env.GGWEB_TEST_ROUTES === '1', quiet: !process.env.VERBOSE });
-  console.log(`ggweb demo: ${s.url}  (serving web/ and tests/fixtures/; Ctrl-C to stop)`);
+  const isolate = process.env.GGWEB_NO_ISOLATION !== '1';
+  const s = await startServer({ port, host, testRoutes: process.env.GGWEB_TEST_ROUTES === '1', quiet: !process.env.VERBOSE, isolate });
+  console.log(`ggweb demo: ${s.url}  (serving web/ and tests/fixtures/${isolate ? '' : '; not cross-origin isolated: 1 CPU thread'}; Ctrl-C to stop)`);
 }

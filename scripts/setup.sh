@@ -3,8 +3,8 @@
 # so it is cheap to run before every build or test:
 #   Rust's wasm32-unknown-unknown target; Debian's chromium, chromium-driver (headless tests)
 #   and mesa-vulkan-drivers (lavapipe, for native wgpu); wasm-bindgen-cli at exactly the
-#   crate's wasm-bindgen version; nightly Rust and cargo-fuzz (the fuzz smoke); the npm dev
-#   dependencies from package-lock.json.
+#   crate's wasm-bindgen version; nightly Rust with rust-src (the threaded wasm build's
+#   -Z build-std) and cargo-fuzz (the fuzz smoke); the npm dev dependencies from package-lock.json.
 # Never downloads a browser build: tests drive Debian's /usr/bin/chromium.
 set -euo pipefail
 LOG_TAG=setup
@@ -43,10 +43,15 @@ if ! have_bindgen; then
     have_bindgen || die "wasm-bindgen $WASM_BINDGEN_VERSION still not on PATH after cargo install"
 fi
 
-# The fuzz smoke (scripts/fuzz-smoke.sh) builds with cargo-fuzz, which needs nightly Rust.
+# The fuzz smoke (scripts/fuzz-smoke.sh) builds with cargo-fuzz, which needs nightly Rust;
+# the threaded wasm build (web/pkg-threads) rebuilds std with atomics, which needs rust-src.
 if ! rustup toolchain list | grep -q '^nightly-'; then
-    log "installing the nightly Rust toolchain (for cargo fuzz)"
+    log "installing the nightly Rust toolchain (for cargo fuzz and the threaded wasm build)"
     rustup toolchain install nightly --profile minimal
+fi
+if ! rustup component list --toolchain nightly --installed | grep -q '^rust-src'; then
+    log "adding rust-src to nightly (for -Z build-std in the threaded wasm build)"
+    rustup component add rust-src --toolchain nightly
 fi
 if ! cargo fuzz --version >/dev/null 2>&1; then
     log "installing cargo-fuzz $CARGO_FUZZ_VERSION (takes ~3 minutes on 2 cores)"

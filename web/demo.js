@@ -244,6 +244,7 @@ function showInfo(info) {
   const add = (k, v) => { if (v !== undefined && v !== null && v !== '') rows.push([k, v]); };
   add('architecture', info.arch);
   add('backend', info.backend ?? info.load.backend);
+  if (info.threads) add('CPU threads', `${info.threads.n} (${info.threads.build})${info.threads.reason ? ': ' + info.threads.reason : ''}`);
   if (info.hparams && typeof info.hparams === 'object') {
     add('hyperparameters', Object.entries(info.hparams).map(([k, v]) => `${k}=${v}`).join(' '));
   }

@@ -150,7 +150,51 @@ export function loaderOptions(opts = {}) {
     nBatch: num(opts.nBatch, 'nBatch', { min: 1, int: true }),
     backend,
     gpuLayers: num(opts.gpuLayers, 'gpuLayers', { min: -1, int: true }),
+    nThreads: num(opts.nThreads, 'nThreads', { min: 1, max: MAX_THREADS, int: true }),
   };
+}
+
+/** The most CPU threads asked for (the Rust side refuses more). */
+export const MAX_THREADS = 64;
+/** The default thread count's cap: beyond ~4 the matrix products of small models stop gaining. */
+export const DEFAULT_MAX_THREADS = 4;
+/** How long load() waits for the pool's Web Workers to come up before it reports. */
+const THREAD_START_MS = 5000;
+
+/**
+ * Which wasm build to load and how many CPU threads to ask for: the threaded build
+ * (pkg-threads/, beside pkg/) only where it can work, i.e. in a Web Worker (waiting on a
+ * lock is not allowed on a page's main thread) of a cross-origin isolated page (shared
+ * memory). Returns { n, threaded, reason } — reason says why a single thread, else null.
+ */
+export function planThreads(nThreads) {
+  const g = globalThis;
+  const inWorker = typeof g.WorkerGlobalScope !== 'undefined' && g instanceof g.WorkerGlobalScope;
+  const cores = Math.max(1, Number(g.navigator?.hardwareConcurrency) || 1);
+  const single = (reason) => ({ n: 1, threaded: false, reason });
+  if (nThreads === 1) return single('nThreads: 1 was asked for');
+  if (!inWorker) return single("the model runs on the page's main thread ({ worker: false }), which must not block");
+  if (!g.crossOriginIsolated) {
+    return single('the page is not cross-origin isolated: serve it with the headers ' +
+      'Cross-Origin-Opener-Policy: same-origin and Cross-Origin-Embedder-Policy: require-corp');
+  }
+  if (typeof SharedArrayBuffer === 'undefined') return single('this browser has no SharedArrayBuffer');
+  const n = nThreads ?? Math.min(cores, DEFAULT_MAX_THREADS);
+  if (n === 1) return single('this device reports 1 logical CPU');
+  return { n, threaded: true, reason: null };
+}
+
+/**
+ * The threaded build's glue beside the single-thread one (.../pkg/x.js → .../pkg-threads/x.js),
+ * or null when `coreUrl` is not in a folder named pkg (a custom build: no threaded twin known).
+ */
+export function threadsCoreUrl(coreUrl) {
+  const u = new URL(coreUrl);
+  const parts = u.pathname.split('/');
+  if (parts.length < 2 || parts[parts.length - 2] !== 'pkg') return null;
+  parts[parts.length - 2] = 'pkg-threads';
+  u.pathname = parts.join('/');
+  return u.href;
 }
 
 /** Validated sampling parameters, as the JSON WasmModel.start reads. */
@@ -328,6 +372,29 @@ export class Engine {
     return { backend };
   }
 
+  /** The module's CPU thread counters ({ workersRunning, jobs: [total, onWorkers] }), or null. */
+  _cpuThreads() {
+    try {
+      return JSON.parse(this.core.cpu_threads());
+    } catch {
+      return null;
+    }
+  }
+
+  /** Threads running in the CPU pool (the caller and the started Web Workers). */
+  _threadsRunning() {
+    return 1 + (this._cpuThreads()?.workersRunning ?? 0);
+  }
+
+  /** Waits (awaiting, so the pool's Web Workers can start) until `n` threads run, or a timeout. */
+  async _threadsUp(n, signal) {
+    const t0 = now();
+    while (this._threadsRunning() < n && now() - t0 < THREAD_START_MS && !signal?.aborted) {
+      await new Promise((r) => setTimeout(r, 5));
+    }
+    return this._threadsRunning();
+  }
+
   /**
    * Streams `src` into a WasmLoader and builds the model. Returns the model's info object.
    * onProgress({ loaded, total, phase }) — phase: 'download' | 'cache' | 'file' | 'stream' | 'build' | 'ready'.
@@ -347,7 +414,24 @@ export class Engine {
     signal?.addEventListener('abort', onAbort);
     try {
       if (signal?.aborted) throw abortedError('loading the model');
-      this.core = await loadCore(this.coreUrl);
+      const threads = planThreads(loaderOpts.nThreads);
+      let build = 'pkg';
+      const threadsUrl = threadsCoreUrl(this.coreUrl);
+      if (threads.threaded && !threadsUrl) {
+        Object.assign(threads, { n: 1, threaded: false, reason: `no threaded build is known beside ${this.coreUrl} (it is not in a folder named pkg)` });
+      }
+      if (threads.threaded) {
+        try {
+          this.core = await loadCore(threadsUrl);
+          build = 'pkg-threads';
+        } catch (e) {
+          Object.assign(threads, { n: 1, threaded: false, reason: `the threaded wasm build could not be loaded (${e.message})` });
+          console.warn(`ggweb: ${threads.reason}; using one thread`);
+        }
+      }
+      if (!this.core) this.core = await loadCore(this.coreUrl);
+      // Sent only when > 1: the single-thread build's options stay what they always were.
+      loaderOpts.nThreads = threads.n > 1 ? threads.n : undefined;
       const picked = await this._pickBackend(loaderOpts.backend);
       loaderOpts.backend = picked.backend;
       if (typeof this.core.WasmLoader !== 'function') {
@@ -429,9 +513,21 @@ export class Engine {
       const cached = source.cacheDone ? await source.cacheDone(true) : false;
       // "auto" is resolved by WasmLoader.create: the backend it picked is info.backend.
       const backend = info.backend ?? loaderOpts.backend;
+      // A CPU backend (and its thread pool) exists on 'cpu' and in a split with CPU layers.
+      const cpuRuns = backend === 'cpu' || (info.split?.backends ?? []).includes('CPU');
+      if (threads.n > 1 && cpuRuns) {
+        threads.running = await this._threadsUp(threads.n, signal);
+        if (threads.running < threads.n) {
+          threads.reason = `only ${threads.running} of ${threads.n} threads started within ${THREAD_START_MS} ms (the rest join when they start)`;
+        }
+      } else if (threads.n > 1) {
+        // The loader made no CPU backend, so no pool either.
+        Object.assign(threads, { n: 1, reason: `backend "${backend}" runs the model on the GPU` });
+      }
       this.info = {
         ...info,
         backendNote: info.backendNote ?? picked.note ?? null,
+        threads: { n: threads.n, running: threads.running ?? 1, build, reason: threads.reason },
         load: { bytes: loaded, ms: Math.round(now() - t0), via: source.via, cached, backend },
       };
       emit({ loaded, total: loaded, phase: 'ready' });
@@ -514,6 +610,7 @@ export class Engine {
     run.poll = cancelled;
     this.current = run;
     const stats = { promptTokens: 0, tokens: 0, promptMs: 0, genMs: 0, stop: 'eos' };
+    const jobs0 = this._cpuThreads()?.jobs;
     try {
       const ids = this.tokenize(prompt, !!opts.special);
       if (ids.length === 0) throw new GgwebError('invalid', 'generate: the prompt is empty (it has no tokens)');
@@ -556,6 +653,9 @@ export class Engine {
         yield { token: id, text: model.token_piece(id) };
       }
       stats.genMs = now() - t1;
+      const jobs1 = this._cpuThreads()?.jobs;
+      // Matrix-product jobs split over the CPU threads in this run, and those the workers ran.
+      if (jobs0 && jobs1) stats.cpuJobs = { split: jobs1[0] - jobs0[0], onWorkers: jobs1[1] - jobs0[1] };
       return stats;
     } finally {
       this.busy = null;

@@ -76,6 +76,12 @@ export interface LoadOptions {
   nCtx?: number;
   /** Prompt tokens evaluated per step (cancellation is checked between steps). */
   nBatch?: number;
+  /** CPU threads, 1..64. More than 1 needs a cross-origin isolated page (served with
+   *  `Cross-Origin-Opener-Policy: same-origin` and `Cross-Origin-Embedder-Policy: require-corp`)
+   *  and the model in a Web Worker; it then loads the threaded build (pkg-threads/ beside
+   *  pkg/). Default: min(navigator.hardwareConcurrency, 4) where threads can run, else 1.
+   *  Where they cannot, the model runs on 1 thread and info().threads.reason says why. */
+  nThreads?: number;
   onProgress?: (progress: LoadProgress) => void;
   /** Aborting rejects with GgwebError code 'aborted' and frees everything the load held. */
   signal?: AbortSignal;
@@ -123,6 +129,10 @@ export interface GenerateStats {
   genMs: number;
   /** Why it ended: the end-of-text token, maxTokens reached, the context (nCtx) full, or cancelled. */
   stop: 'eos' | 'maxTokens' | 'contextFull' | 'cancelled';
+  /** Diagnostics: jobs of the CPU's matrix products split over threads during this run, and
+   *  how many of them the extra threads ran (both 0 on one thread). Absent when a run is
+   *  cancelled before its prompt is in. */
+  cpuJobs?: { split: number; onWorkers: number };
 }
 
 export interface Generation extends AsyncIterableIterator<GeneratedToken> {
@@ -147,6 +157,10 @@ export interface ModelInfo {
   /** The wasm instance's linear memory in bytes: below the heap (static data and stack),
    *  when the loader was made, right after the load, and when info was read. */
   wasmMemory?: { heapBase: number; atLoaderStart: number; afterLoad: number; now: number };
+  /** CPU threads: how many the CPU backend uses (`n`), how many were running when the load
+   *  ended (`running`: the rest join as they start), which build was loaded ('pkg' or
+   *  'pkg-threads'), and why a single thread (null when threads were granted). */
+  threads: { n: number; running: number; build: 'pkg' | 'pkg-threads'; reason: string | null };
   /** How this load went. */
   load: {
     bytes: number;

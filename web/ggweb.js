@@ -306,7 +306,7 @@ export class Model {
    */
   static async load(source, options = {}) {
     const {
-      backend = 'cpu', gpuLayers, nCtx, nBatch, onProgress, signal, cache = false, stallTimeoutMs,
+      backend = 'cpu', gpuLayers, nCtx, nBatch, nThreads, onProgress, signal, cache = false, stallTimeoutMs,
       worker = typeof Worker !== 'undefined', coreUrl = DEFAULT_CORE_URL,
     } = options;
     checkSignal(signal);
@@ -316,7 +316,7 @@ export class Model {
     }
     if (signal?.aborted) throw abortedError('loading the model');
     const { src, transfer } = await describeSource(source);
-    const opts = { backend, gpuLayers, nCtx, nBatch };
+    const opts = { backend, gpuLayers, nCtx, nBatch, nThreads };
     const core = new URL(coreUrl, typeof document !== 'undefined' ? document.baseURI : globalThis.location?.href).href;
     const t = worker ? new WorkerTransport(core) : new LocalTransport(core);
     try {

@@ -15,7 +15,7 @@
 //! ```
 //!
 //! The JS layer (web/engine.js) is written against this surface: `version`,
-//! `init_panic_hook`, `available_backends`, `wasm_memory_bytes`, `wasm_heap_base`, `live_gpu_buffers`, [`WasmLoader`] and
+//! `init_panic_hook`, `available_backends`, `cpu_threads`, `wasm_memory_bytes`, `wasm_heap_base`, `live_gpu_buffers`, [`WasmLoader`] and
 //! [`WasmModel`]. Every failure is a JS `Error` whose message names what and where, with a
 //! `code` property (`format`, `invalid`, `unsupported`, `internal`, `device_lost`) that engine.js turns into
 //! the `GgwebError` code; bad input never panics.
@@ -56,6 +56,23 @@ pub fn available_backends() -> String {
 #[wasm_bindgen]
 pub fn live_gpu_buffers() -> f64 {
     crate::webgpu::live_buffers() as f64
+}
+
+/// CPU threads of this build, as JSON: `{"supported":true,"workersRunning":1,"jobs":[n,w]}`
+/// in the threaded build (web/pkg-threads/; `workersRunning` counts the pool's Web Workers
+/// that have started, the calling thread not included; `jobs`: jobs run through the pool so
+/// far, and how many of them the workers took), `{"supported":false,"workersRunning":0,"jobs":[0,0]}`
+/// in the single-thread one.
+#[wasm_bindgen]
+pub fn cpu_threads() -> String {
+    #[cfg(target_feature = "atomics")]
+    let (running, (jobs, on_workers)) = (crate::cpu::workers_running(), crate::cpu::pool::jobs_counts());
+    #[cfg(not(target_feature = "atomics"))]
+    let (running, (jobs, on_workers)) = (0, (0, 0));
+    format!(
+        r#"{{"supported":{},"workersRunning":{running},"jobs":[{jobs},{on_workers}]}}"#,
+        crate::cpu::CpuBackend::threads_supported()
+    )
 }
 
 /// Bytes of this instance's linear memory (`memory.buffer.byteLength`). It only grows: it is

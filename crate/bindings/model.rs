@@ -140,6 +140,10 @@ fn opt_num(map: &Map<String, Value>, what: &str, key: &str, min: f64, max: f64) 
     }
 }
 
+/// The most CPU threads a loader accepts (`nThreads`): more Web Workers than this only
+/// add start-up time and memory.
+const MAX_THREADS: u64 = 64;
+
 /// Streams a GGUF file into a model: `feed` each chunk as it arrives (any size, even one
 /// byte), then `finish`. Weights are copied into their buffers as they pass; the file is
 /// never held whole.
@@ -192,7 +196,7 @@ impl WasmLoader {
     /// options.
     fn parse_options(opts_json: &str) -> Result<(&'static str, Option<usize>, Gpt2Options), JsValue> {
         const WHAT: &str = "WasmLoader options";
-        let map = parse_object(WHAT, opts_json, &["nCtx", "nBatch", "backend", "gpuLayers"])?;
+        let map = parse_object(WHAT, opts_json, &["nCtx", "nBatch", "backend", "gpuLayers", "nThreads"])?;
         let backend = match map.get("backend") {
             None | Some(Value::Null) => "cpu",
             Some(Value::String(s)) if s == "cpu" => "cpu",
@@ -214,7 +218,9 @@ impl WasmLoader {
                 _ => return Err(invalid(format!("{WHAT}: gpuLayers must be an integer >= -1, got {v}"))),
             },
         };
-        Ok((backend, gpu_layers, Gpt2Options { n_ctx, n_batch: n_batch as usize, n_threads: 1 }))
+        // Threads of the CPU backend; more than 1 only does anything in the threaded build.
+        let n_threads = opt_uint(&map, WHAT, "nThreads", 1, MAX_THREADS)?.unwrap_or(1) as usize;
+        Ok((backend, gpu_layers, Gpt2Options { n_ctx, n_batch: n_batch as usize, n_threads }))
     }
 
     fn with_backend(
@@ -241,7 +247,7 @@ impl WasmLoader {
 
     /// The last `gpu_layers` blocks on `gpu`, the rest on the CPU ([`ModelLoader::new_split`]).
     fn split(gpu: Rc<dyn Backend>, gpu_layers: usize, opts: Gpt2Options) -> WasmLoader {
-        let cpu: Rc<dyn Backend> = Rc::new(CpuBackend::new(1));
+        let cpu: Rc<dyn Backend> = Rc::new(CpuBackend::new(opts.n_threads));
         let loader = ModelLoader::new_split(gpu, cpu, gpu_layers, opts, Limits::default(), None);
         Self::with_loader(loader, "webgpu", None, Placement::Split(gpu_layers))
     }
@@ -249,7 +255,7 @@ impl WasmLoader {
 
 #[wasm_bindgen]
 impl WasmLoader {
-    /// `opts_json`: `{ nCtx?, nBatch?, backend?: "cpu" | "webgpu" | "auto", gpuLayers? }`
+    /// `opts_json`: `{ nCtx?, nBatch?, backend?: "cpu" | "webgpu" | "auto", gpuLayers?, nThreads? }`
     /// (engine.js's loaderOptions). nCtx defaults to the model's context length, nBatch to
     /// 32. This constructor is synchronous, so it cannot open a WebGPU device: "auto" means
     /// the CPU here, and "webgpu" is refused (`unsupported`) in favour of `WasmLoader.create`.
@@ -262,7 +268,7 @@ impl WasmLoader {
                 "backend \"webgpu\" needs the asynchronous factory: await WasmLoader.create(options)",
             ));
         }
-        Ok(Self::with_backend(Rc::new(CpuBackend::new(1)), "cpu", None, opts))
+        Ok(Self::with_backend(Rc::new(CpuBackend::new(opts.n_threads)), "cpu", None, opts))
     }
 
     /// The asynchronous factory (a Promise of a loader): the same options as the
@@ -277,7 +283,7 @@ impl WasmLoader {
     pub async fn create(opts_json: String) -> Result<WasmLoader, JsValue> {
         let (asked, gpu_layers, opts) = Self::parse_options(&opts_json)?;
         if asked == "cpu" {
-            return Ok(Self::with_backend(Rc::new(CpuBackend::new(1)), "cpu", None, opts));
+            return Ok(Self::with_backend(Rc::new(CpuBackend::new(opts.n_threads)), "cpu", None, opts));
         }
         match WebGpuBackend::new_async(WebGpuOptions::default()).await {
             Ok(gpu) => {
@@ -291,7 +297,7 @@ impl WasmLoader {
             Err(e) if asked == "auto" => {
                 let note = format!("backend \"auto\": WebGPU is not usable ({e}); running on the CPU");
                 web_sys::console::warn_1(&JsValue::from_str(&format!("ggweb: {note}")));
-                Ok(Self::with_backend(Rc::new(CpuBackend::new(1)), "cpu", Some(note), opts))
+                Ok(Self::with_backend(Rc::new(CpuBackend::new(opts.n_threads)), "cpu", Some(note), opts))
             }
             Err(e) => Err(backend_error("backend \"webgpu\"", e)),
         }

@@ -29,8 +29,12 @@
 //! `quants::gemm`, which gives the same bits for many pairs at once).
 
 mod ops;
-#[cfg(all(feature = "std", not(target_arch = "wasm32")))]
+#[cfg(all(feature = "std", any(not(target_arch = "wasm32"), target_feature = "atomics")))]
 pub mod pool;
+#[cfg(all(feature = "std", target_arch = "wasm32", target_feature = "atomics"))]
+mod pool_wasm;
+#[cfg(all(feature = "std", target_arch = "wasm32", target_feature = "atomics"))]
+pub use pool_wasm::workers_running;
 pub mod simd;
 
 use alloc::collections::BTreeMap;
@@ -79,31 +83,42 @@ impl BufferType for CpuBufferType {
 }
 
 /// The CPU backend. `n_threads` > 1 splits `mul_mat` across threads in native `std`
-/// builds (a pool started on first use and kept); elsewhere (wasm, `no_std`) it runs on
-/// the calling thread.
+/// builds (a pool started on first use and kept) and in the threaded wasm build (a pool of
+/// Web Workers started at once, since they come up only while the caller awaits); elsewhere
+/// (the single-thread wasm build, `no_std`) it runs on the calling thread.
 pub struct CpuBackend {
     pub n_threads: usize,
     profiler: Option<Profiler>,
-    #[cfg(all(feature = "std", not(target_arch = "wasm32")))]
+    #[cfg(all(feature = "std", any(not(target_arch = "wasm32"), target_feature = "atomics")))]
     pool: RefCell<Option<pool::ThreadPool>>,
 }
 
 impl CpuBackend {
     pub fn new(n_threads: usize) -> CpuBackend {
-        CpuBackend {
+        let b = CpuBackend {
             n_threads: n_threads.max(1),
             profiler: None,
-            #[cfg(all(feature = "std", not(target_arch = "wasm32")))]
+            #[cfg(all(feature = "std", any(not(target_arch = "wasm32"), target_feature = "atomics")))]
             pool: RefCell::new(None),
+        };
+        #[cfg(all(feature = "std", target_arch = "wasm32", target_feature = "atomics"))]
+        if b.n_threads > 1 {
+            *b.pool.borrow_mut() = Some(pool::ThreadPool::new(b.n_threads));
         }
+        b
+    }
+
+    /// Whether this build can run more than one thread (`n_threads` > 1 does anything).
+    pub const fn threads_supported() -> bool {
+        cfg!(all(feature = "std", any(not(target_arch = "wasm32"), target_feature = "atomics")))
     }
 
     /// Calls `f` with the executor for this backend's thread count.
     fn with_exec<R>(&self, f: impl FnOnce(&Exec) -> R) -> R {
-        #[cfg(all(feature = "std", not(target_arch = "wasm32")))]
+        #[cfg(all(feature = "std", any(not(target_arch = "wasm32"), target_feature = "atomics")))]
         if self.n_threads > 1 {
             let mut pool = self.pool.borrow_mut();
-            if pool.as_ref().is_none_or(|p| p.n_threads() != self.n_threads) {
+            if pool.as_ref().is_none_or(|p| p.requested() != self.n_threads) {
                 *pool = Some(pool::ThreadPool::new(self.n_threads));
             }
             return f(&Exec { pool: pool.as_ref(), _life: core::marker::PhantomData });

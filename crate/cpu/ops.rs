@@ -563,14 +563,14 @@ pub(crate) fn soft_max(
 /// calling thread.
 #[derive(Clone, Copy, Default)]
 pub(crate) struct Exec<'a> {
-    #[cfg(all(feature = "std", not(target_arch = "wasm32")))]
+    #[cfg(all(feature = "std", any(not(target_arch = "wasm32"), target_feature = "atomics")))]
     pub pool: Option<&'a super::pool::ThreadPool>,
     pub _life: core::marker::PhantomData<&'a ()>,
 }
 
 impl Exec<'_> {
     pub fn n_threads(&self) -> usize {
-        #[cfg(all(feature = "std", not(target_arch = "wasm32")))]
+        #[cfg(all(feature = "std", any(not(target_arch = "wasm32"), target_feature = "atomics")))]
         if let Some(p) = self.pool {
             return p.n_threads();
         }
@@ -579,7 +579,7 @@ impl Exec<'_> {
 
     /// Runs `job(0..n_jobs)`, spread over the threads when there are several.
     pub fn run(&self, n_jobs: usize, job: &(dyn Fn(usize) + Sync)) {
-        #[cfg(all(feature = "std", not(target_arch = "wasm32")))]
+        #[cfg(all(feature = "std", any(not(target_arch = "wasm32"), target_feature = "atomics")))]
         if let Some(p) = self.pool {
             return p.run(n_jobs, job);
         }

@@ -1,4 +1,6 @@
-//! A persistent pool of worker threads for the CPU backend (native `std` builds only).
+//! A persistent pool of worker threads for the CPU backend: native `std` builds, and the
+//! threaded wasm build (`+atomics`, shared memory), whose workers are Web Workers started
+//! by `pool_wasm` (the only platform-specific part: how a thread is started).
 //!
 //! ```
 //! use core::sync::atomic::{AtomicUsize, Ordering};
@@ -16,11 +18,25 @@
 //! backend. [`ThreadPool::run`] hands out job indices from a shared counter (so a worker
 //! the OS descheduled simply takes fewer jobs), the calling thread works too, and it
 //! returns when every job is done. Idle workers spin briefly for the next op, then sleep.
+//!
+//! A worker that has not started yet (a Web Worker only starts once the thread that
+//! created it returns to its event loop) or could not be started costs parallelism, never
+//! correctness: the caller takes every job nobody else took.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::thread::JoinHandle;
+
+#[cfg(target_arch = "wasm32")]
+use super::pool_wasm::{spawn, Handle};
+#[cfg(not(target_arch = "wasm32"))]
+type Handle = std::thread::JoinHandle<()>;
+
+/// Starts a named OS thread running `f`.
+#[cfg(not(target_arch = "wasm32"))]
+fn spawn(i: usize, f: Box<dyn FnOnce() + Send>) -> Result<Handle, String> {
+    std::thread::Builder::new().name(format!("ggweb-cpu-{i}")).spawn(f).map_err(|e| e.to_string())
+}
 
 type Job<'a> = &'a (dyn Fn(usize) + Sync);
 
@@ -45,12 +61,26 @@ struct Shared {
     active: AtomicUsize,
     panicked: AtomicBool,
     shutdown: AtomicBool,
+    /// Workers that have entered their loop (Web Workers start some time after `new`).
+    started: AtomicUsize,
 }
 
 /// `n_threads - 1` workers plus the thread that calls [`ThreadPool::run`].
 pub struct ThreadPool {
     shared: Arc<Shared>,
-    workers: Vec<JoinHandle<()>>,
+    workers: Vec<Handle>,
+    requested: usize,
+}
+
+/// Jobs handed out by `run` over several threads, and how many of them workers (not the
+/// caller) ran: every pool of the process together, for diagnostics (`jobs_counts`).
+static JOBS_SHARED: AtomicUsize = AtomicUsize::new(0);
+static JOBS_ON_WORKERS: AtomicUsize = AtomicUsize::new(0);
+
+/// `(jobs run through a pool with workers, jobs the workers took)` since the process (or
+/// wasm module) started: the second over the first is the share of work the caller handed off.
+pub fn jobs_counts() -> (usize, usize) {
+    (JOBS_SHARED.load(Ordering::Relaxed), JOBS_ON_WORKERS.load(Ordering::Relaxed))
 }
 
 /// How long an idle worker polls for new work before it sleeps (iterations of a spin
@@ -58,6 +88,8 @@ pub struct ThreadPool {
 const SPIN: usize = 2_000;
 
 impl ThreadPool {
+    /// A pool of `n_threads` threads, the caller included. A worker the platform refuses
+    /// to start is left out (a warning on stderr or the console): the pool is then smaller.
     pub fn new(n_threads: usize) -> ThreadPool {
         let shared = Arc::new(Shared {
             generation: AtomicUsize::new(0),
@@ -68,22 +100,38 @@ impl ThreadPool {
             active: AtomicUsize::new(0),
             panicked: AtomicBool::new(false),
             shutdown: AtomicBool::new(false),
+            started: AtomicUsize::new(0),
         });
-        let workers = (1..n_threads.max(1))
-            .map(|i| {
-                let s = shared.clone();
-                std::thread::Builder::new()
-                    .name(format!("ggweb-cpu-{i}"))
-                    .spawn(move || worker(&s))
-                    .expect("spawn a CPU worker thread")
-            })
-            .collect();
-        ThreadPool { shared, workers }
+        let mut workers = Vec::new();
+        for i in 1..n_threads.max(1) {
+            let s = shared.clone();
+            match spawn(i, Box::new(move || worker(&s))) {
+                Ok(h) => workers.push(h),
+                Err(e) => {
+                    warn(&format!(
+                        "ggweb: could not start CPU worker thread {i} of {n_threads} ({e}); using fewer threads"
+                    ));
+                    break;
+                }
+            }
+        }
+        ThreadPool { shared, workers, requested: n_threads.max(1) }
     }
 
     /// Threads that work on a `run`: the workers and the caller.
     pub fn n_threads(&self) -> usize {
         self.workers.len() + 1
+    }
+
+    /// The `n_threads` this pool was made with (more than [`ThreadPool::n_threads`] when
+    /// some worker could not be started).
+    pub fn requested(&self) -> usize {
+        self.requested
+    }
+
+    /// Threads running now: the caller and the workers that have started.
+    pub fn n_running(&self) -> usize {
+        self.shared.started.load(Ordering::Acquire) + 1
     }
 
     /// Calls `job(j)` for every `j` in `0..n_jobs`, spread over the pool's threads, and
@@ -108,6 +156,7 @@ impl ThreadPool {
             s.generation.store(generation, Ordering::Release);
             s.wake.notify_all();
         }
+        JOBS_SHARED.fetch_add(n_jobs, Ordering::Relaxed);
         take_jobs(s, job, n_jobs);
         wait_until(|| s.completed.load(Ordering::Acquire) >= n_jobs);
         // No worker can copy the job after this; wait for those that did.
@@ -119,10 +168,22 @@ impl ThreadPool {
     }
 }
 
-/// Spins on `done`, then polls it with short sleeps.
+fn warn(msg: &str) {
+    #[cfg(target_arch = "wasm32")]
+    web_sys::console::warn_1(&msg.into());
+    #[cfg(not(target_arch = "wasm32"))]
+    std::eprintln!("{msg}");
+}
+
+/// Spins on `done`, then polls it with short sleeps (natively; wasm has no yield).
 fn wait_until(done: impl Fn() -> bool) {
     let mut spins = 0;
     while !done() {
+        // A Web Worker that trapped in a job never finishes it: fail rather than wait forever.
+        #[cfg(target_arch = "wasm32")]
+        if super::pool_wasm::a_worker_trapped() {
+            panic!("a CPU worker thread trapped (see the console); this module cannot be used further");
+        }
         if spins < SPIN {
             spins += 1;
             core::hint::spin_loop();
@@ -132,12 +193,15 @@ fn wait_until(done: impl Fn() -> bool) {
     }
 }
 
-fn take_jobs(s: &Shared, job: Job<'_>, n_jobs: usize) {
+/// Runs jobs until none is left; returns how many it ran.
+fn take_jobs(s: &Shared, job: Job<'_>, n_jobs: usize) -> usize {
+    let mut taken = 0;
     loop {
         let j = s.next.fetch_add(1, Ordering::Relaxed);
         if j >= n_jobs {
-            break;
+            return taken;
         }
+        taken += 1;
         if catch_unwind(AssertUnwindSafe(|| job(j))).is_err() {
             s.panicked.store(true, Ordering::Relaxed);
         }
@@ -146,6 +210,7 @@ fn take_jobs(s: &Shared, job: Job<'_>, n_jobs: usize) {
 }
 
 fn worker(s: &Shared) {
+    s.started.fetch_add(1, Ordering::AcqRel);
     let mut seen = 0usize;
     loop {
         // Wait for a new generation: spin, then sleep on the condvar.
@@ -179,7 +244,7 @@ fn worker(s: &Shared) {
             }
         };
         if let Some((job, n_jobs)) = task {
-            take_jobs(s, job, n_jobs);
+            JOBS_ON_WORKERS.fetch_add(take_jobs(s, job, n_jobs), Ordering::Relaxed);
             s.active.fetch_sub(1, Ordering::AcqRel);
         }
     }
@@ -192,6 +257,9 @@ impl Drop for ThreadPool {
             let _t = self.shared.task.lock().unwrap_or_else(|e| e.into_inner());
             self.shared.wake.notify_all();
         }
+        // Web Workers are not joined: each holds its own reference to `Shared`, and one
+        // that has not started yet finds the shutdown flag when it does.
+        #[cfg(not(target_arch = "wasm32"))]
         for w in self.workers.drain(..) {
             let _ = w.join();
         }
@@ -213,6 +281,25 @@ mod tests {
             });
             assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1), "n_jobs {n}");
         }
+    }
+
+    #[test]
+    fn workers_take_jobs_while_the_caller_is_busy() {
+        let pool = ThreadPool::new(2);
+        // The first job to start waits until the other has run: so they ran on two threads.
+        let done = AtomicUsize::new(0);
+        let ids = Mutex::new(Vec::new());
+        pool.run(2, &|_| {
+            ids.lock().unwrap().push(std::thread::current().id());
+            if done.fetch_add(1, Ordering::AcqRel) == 0 {
+                wait_until(|| done.load(Ordering::Acquire) == 2);
+            }
+        });
+        let ids = ids.into_inner().unwrap();
+        assert_eq!(ids.len(), 2);
+        assert_ne!(ids[0], ids[1]);
+        let (shared, on_workers) = jobs_counts();
+        assert!(shared >= 2 && on_workers >= 1, "counts {shared}, {on_workers}");
     }
 
     #[test]

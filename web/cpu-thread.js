@@ -1,0 +1,53 @@
+// The CPU thread pool's Web Workers, for the threaded wasm build (web/pkg-threads/).
+//
+//   Rust (crate/cpu/pool_wasm.rs) imports spawnThread from this file; wasm-bindgen copies it
+//   to pkg-threads/snippets/ggweb-<hash>/web/cpu-thread.js, three levels below the glue.
+//
+// The same file is the worker's script: a worker started with the name THREAD_NAME
+// instantiates the glue's module on the shared memory it is sent (wasm-bindgen's init gives
+// the new thread its own stack and TLS), then runs ggweb_thread_entry(ptr) until the pool
+// shuts down. Imported anywhere else (by the glue), it only defines spawnThread.
+const THREAD_NAME = 'ggweb-cpu-thread';
+const GLUE_URL = new URL('../../../ggweb_core.js', import.meta.url).href;
+
+// Started workers, kept referenced: some browsers collect a worker nothing points to.
+const workers = [];
+
+/** Starts one pool thread; throws (to Rust, as an Err) when Web Workers are unavailable. */
+export function spawnThread(module, memory, ptr) {
+  const w = new Worker(new URL(import.meta.url), { type: 'module', name: THREAD_NAME });
+  w.onerror = (ev) => console.error(`ggweb: a CPU worker thread failed to start: ${ev.message ?? ev}`);
+  w.postMessage({ ggwebThread: { module, memory, ptr } });
+  workers.push(w);
+}
+
+async function runThread({ module, memory, ptr }) {
+  let core;
+  let exports;
+  try {
+    core = await import(GLUE_URL);
+    exports = await core.default({ module_or_path: module, memory });
+  } catch (e) {
+    // The pool's caller does this thread's share: slower, still correct.
+    console.error(`ggweb: a CPU worker thread could not instantiate the wasm module: ${e.message ?? e}`);
+    return close();
+  }
+  core.init_panic_hook?.();
+  try {
+    core.ggweb_thread_entry(ptr);
+  } catch (e) {
+    // A trap in a job: the job never completes, so tell the waiting thread to fail.
+    console.error(`ggweb: a CPU worker thread trapped: ${e.message ?? e}`);
+    core.ggweb_thread_trapped();
+    return close();
+  }
+  // The pool was dropped: free this thread's stack and TLS, then end.
+  exports.__wbindgen_thread_destroy?.();
+  close();
+}
+
+if (typeof WorkerGlobalScope !== 'undefined' && self instanceof WorkerGlobalScope && self.name === THREAD_NAME) {
+  self.addEventListener('message', (ev) => {
+    if (ev.data && ev.data.ggwebThread) runThread(ev.data.ggwebThread);
+  }, { once: true });
+}
