@@ -22,7 +22,10 @@
 //! Encoding: optional special-token split, [`pretokenize`] (GPT-2's regex), bytes mapped to
 //! token ids through [`byte_to_char`], then merges applied lowest rank first, leftmost first
 //! among equal ranks (HF's order). Control tokens (type 3) are recognised only with
-//! `parse_special`; user-defined ones (type 4) always, as HF and llama.cpp do.
+//! `parse_special`; user-defined ones (type 4) always, as HF and llama.cpp do. Both decode
+//! to their literal text, even where BPE produced them (a vocabulary that types a byte or
+//! merge token special, which llama.cpp and HF decode the same way): `decode(encode(t))`
+//! is `t` whenever the encoding holds no special id.
 //!
 //! The module is `no_std` + `alloc`; with feature `std` encoding keeps a bounded word cache.
 
@@ -662,5 +665,31 @@ mod tests {
         // Half a character decodes to U+FFFD (lossy), its bytes are still exact.
         assert_eq!(t.decode(&[0xE2, 0x82]).unwrap(), "\u{FFFD}");
         assert_eq!(t.decode_bytes(&[0xE2, 0x82, 0xAC]).unwrap(), "€".as_bytes());
+    }
+
+    /// A vocabulary that types a token BPE produces (a byte token, a merge result) control
+    /// or user-defined: BPE still uses it, and it decodes to its literal text, as in
+    /// llama.cpp (token_to_piece) and HF tokenizers (added tokens skip the ByteLevel
+    /// decoder), so such text does not round-trip. (A fuzzed GGUF typed "Ġ" control.)
+    #[test]
+    fn special_types_on_bpe_tokens_decode_literally() {
+        let space = b' ' as u32; // "Ġ" in the toy vocabulary
+        for ty in [token_type::CONTROL, token_type::USER_DEFINED] {
+            let mut types = vec![token_type::NORMAL; 257];
+            types[space as usize] = ty;
+            types[256] = ty;
+            let t = toy(&["Ġa"], &["Ġ a"], Some(types)).unwrap();
+            assert!(t.is_special(space) && t.is_special(256));
+            assert_eq!(t.encode("x y", false), [b'x' as u32, space, b'y' as u32]);
+            assert_eq!(t.decode(&[b'x' as u32, space, b'y' as u32]).unwrap(), "xĠy");
+            assert_eq!(t.token_bytes(space).unwrap(), [0xC4, 0xA0]);
+            // The merge result too: " a" is one special token, decoded as "Ġa".
+            assert_eq!(t.encode("x a", false), [b'x' as u32, 256]);
+            assert_eq!(t.decode(&[b'x' as u32, 256]).unwrap(), "xĠa");
+            // Its literal text is what parses to it (always for user-defined ones).
+            assert_eq!(t.encode("Ġa", true), [256]);
+            let plain = if ty == token_type::USER_DEFINED { vec![256] } else { vec![0xC4, 0xA0, b'a' as u32] };
+            assert_eq!(t.encode("Ġa", false), plain);
+        }
     }
 }

@@ -20,6 +20,15 @@ fn dims(n: i64) -> [i64; 7] {
 }
 pub const N_MAX: i64 = 16;
 const MAX_STEPS: usize = 64;
+/// Elements of any one tensor. Only mul_mat grows sizes (every other op keeps or shrinks
+/// its source's), and the reference run allocates every tensor of a build, reachable or
+/// not, in one context pool: at most one new non-view tensor per step, so MAX_STEPS of
+/// 256 KiB stay under the fuzz allocator's 32 MiB single-allocation cap. The seeds' sizes
+/// (at most 16 x 16 x 3 x 2) are far below it.
+pub const MAX_ELEMS: i64 = 1 << 16;
+/// Multiply-adds of one mul_mat (result elements x ne0), so that a slow input is a bug, not
+/// a big product. (Weights, in their own pool, obey MAX_ELEMS too.)
+pub const MAX_MACS: i64 = 1 << 20;
 
 pub struct BuiltGraph {
     pub gf: Graph,
@@ -138,8 +147,19 @@ pub fn build(b: &mut Bytes, ctx: &Context, w_ctx: &Context, n: i64) -> BuiltGrap
                             && b.below(3) == 0
                     })
                     .cloned();
-                let a = a.unwrap_or_else(|| new_weight(&mut weights, [p.ne[0], dims[b.below(7)], 1, 1]));
-                ctx.mul_mat(&a, &p)
+                // Else a new weight, of ne [p.ne[0], rows].
+                let a = a.ok_or_else(|| dims[b.below(7)]);
+                let rows = a.as_ref().map_or_else(|&rows| rows, |a| a.ne[1]);
+                // The one op whose result can outgrow its sources: with ne0 = 1 it is an
+                // outer product, and a few in a row multiply sizes (a 512 MiB tensor in one
+                // fuzzed input). Past the caps, the default op instead.
+                let elems = rows * p.ne[1] * p.ne[2] * p.ne[3];
+                if elems > MAX_ELEMS || p.ne[0] * rows > MAX_ELEMS || elems * p.ne[0] > MAX_MACS {
+                    ctx.cont(&p)
+                } else {
+                    let a = a.unwrap_or_else(|rows| new_weight(&mut weights, [p.ne[0], rows, 1, 1]));
+                    ctx.mul_mat(&a, &p)
+                }
             }
             9 => {
                 const PERMS: [[usize; 4]; 6] =
