@@ -8,6 +8,9 @@
 //! - tokenizer_roundtrip: text in several scripts, emoji, whitespace runs, contractions,
 //!   `<|endoftext|>`;
 //! - gallocr_plan: byte strings that build graphs of each op family.
+//!
+//! `seed-regress-*` files are not written here: they are minimized crash inputs of long runs
+//! (see SECURITY.md, Fuzzing), kept by hand as regression seeds.
 
 use std::fs;
 use std::path::Path;
