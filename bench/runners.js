@@ -67,7 +67,7 @@ async function ggweb(cfg) {
   return summarize(reps, {
     loadMs,
     backend: info.load?.backend,
-    threads: info.threads,
+    threadInfo: info.threads, // { n, running, build, reason }: what ran, not what was asked
     internal: reps.map((r) => r.stats),
     stop: reps.at(-1).stats?.stop,
   });

@@ -24,7 +24,7 @@ import { chromium } from 'playwright-core';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { cpus } from 'node:os';
+import { cpus, loadavg } from 'node:os';
 import { createRequire } from 'node:module';
 import { findModelsDir, startServer } from './serve.mjs';
 
@@ -282,7 +282,7 @@ async function main() {
     date: new Date().toISOString().slice(0, 10),
     browser: `Chromium ${browserVersion}`,
     machine: env.BENCH_MACHINE ??
-      `${cpus().length} cores (${cpus()[0]?.model?.trim() ?? 'unknown CPU'}), shared with other jobs, so noisy`,
+      `${cpus().length} cores (${cpus()[0]?.model?.trim() ?? 'unknown CPU'}), load average ${loadavg()[0].toFixed(1)} at the start`,
     promptTokens: hfInfo?.prompt_ids?.length ?? '?',
     probe: probeInfo,
   };
