@@ -11,6 +11,8 @@
 //   /__test/status/404                 an HTTP error status
 //   /__test/nolength/<path>            the file, chunked, with no Content-Length
 //   /__test/drop/<bytes>/<path>        claims the full length, sends <bytes>, then resets
+//   /__test/short/<bytes>/<path>       claims the full length, sends <bytes>, then ends the
+//                                      response and closes the connection cleanly (FIN, no reset)
 //   /__test/slow/<ms>/<path>           the file in 16 KiB pieces, <ms> apart
 //   /__test/stall/<bytes>/<path>       claims the full length, sends <bytes>, then nothing (the
 //                                      connection stays open until the client gives up)
@@ -143,7 +145,7 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 async function serveTestRoute(req, res, rest, mounts) {
   if (rest.startsWith('/noisolation/')) return serveFile(req, res, rest.slice('/noisolation'.length), mounts, false);
-  const m = /^\/(status|nolength|drop|slow|stall)\/(.*)$/.exec(rest);
+  const m = /^\/(status|nolength|drop|short|slow|stall)\/(.*)$/.exec(rest);
   if (!m) return sendError(res, 404, 'unknown test route');
   const [, kind, arg] = m;
   if (kind === 'status') {
@@ -152,7 +154,7 @@ async function serveTestRoute(req, res, rest, mounts) {
   }
   let param = 0;
   let path = '/' + arg;
-  if (kind === 'drop' || kind === 'slow' || kind === 'stall') {
+  if (kind === 'drop' || kind === 'short' || kind === 'slow' || kind === 'stall') {
     const mm = /^(\d+)\/(.*)$/.exec(arg);
     if (!mm) return sendError(res, 400, `${kind} needs a number`);
     param = Number(mm[1]);
@@ -172,7 +174,16 @@ async function serveTestRoute(req, res, rest, mounts) {
     return res.end();
   }
   headers['Content-Length'] = String(data.length);
+  // A clean close after too few bytes: without this header the connection would stay open
+  // and the client could only wait (the stall timeout's case).
+  if (kind === 'short') headers.Connection = 'close';
   res.writeHead(200, headers);
+  if (kind === 'short') {
+    const n = Math.min(param, data.length);
+    res.write(data.subarray(0, n));
+    // end() checks the length Node was told; give the socket its FIN directly instead.
+    return res.socket.end();
+  }
   if (kind === 'stall') {
     res.write(data.subarray(0, Math.min(param, data.length)));
     return; // never ends: the client's stall timeout (or server.close) ends it

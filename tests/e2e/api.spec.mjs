@@ -116,6 +116,14 @@ for (const worker of [true, false]) {
       assert.match(r.message, /of 3\.0 MiB/);
     });
 
+    test('fewer bytes than Content-Length, then a clean close, rejects with code "network"', async () => {
+      const r = await inPage(worker, `return await Model.load('/__test/short/1000000' + arg, opts);`, MODEL);
+      assert.equal(r.ok, false);
+      assert.equal(r.code, 'network', r.message);
+      assert.match(r.message, /__test\/short\/1000000\/artifacts\/fake-model\.gguf/);
+      assert.match(r.message, /of 3\.0 MiB/);
+    });
+
     test('a file that is not GGUF rejects with code "format" and the loader\'s message', async () => {
       const r2 = await inPage(worker, `return await Model.load('/e2e/harness.html', opts);`);
       assert.equal(r2.code, 'format');
