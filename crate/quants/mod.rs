@@ -130,6 +130,9 @@ pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) {
         Q4_1 => scalar::quantize_q4_1(src, dst),
         Q5_0 => scalar::quantize_q5_0(src, dst),
         Q5_1 => scalar::quantize_q5_1(src, dst),
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        Q8_0 => wasm::quantize_q8_0(src, dst),
+        #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
         Q8_0 => scalar::quantize_q8_0(src, dst),
         Q8_K => scalar::quantize_q8_k(src, dst),
         Q4_K | Q6_K | I32 => panic!("quants quantize_row: no quantization to {ty}"),

@@ -534,3 +534,45 @@ fn row_dot(nb: usize, xw: &[v128], dx: &[f32], yw: &[v128], dy: &[f32]) -> f32 {
     }
     reduce8(&acc)
 }
+
+/// [`scalar::quantize_q8_0`] four lanes at a time, bit for bit: the lanes' running
+/// `pmax` skips NaN as the scalar fold does (and max is order-free otherwise); rounding
+/// is trunc, then ±1 where the exact remainder reaches ±0.5 (what `roundf` does, and a
+/// no-op past 2^23, for ±inf and NaN); saturating narrows give `as i8`.
+pub fn quantize_q8_0(src: &[f32], dst: &mut [u8]) {
+    let blocks: &mut [BlockQ8_0] = bytemuck::cast_slice_mut(dst);
+    let (half, one) = (f32x4_splat(0.5), f32x4_splat(1.0));
+    for (x, y) in src.chunks_exact(crate::types::QK).zip(blocks) {
+        let v: [v128; 8] = core::array::from_fn(|k| load(&x[4 * k..4 * k + 4]));
+        let mut m = f32x4_splat(0.0);
+        for &v in &v {
+            m = f32x4_pmax(m, f32x4_abs(v));
+        }
+        let amax = f32x4_pmax(
+            f32x4_pmax(f32x4_splat(f32x4_extract_lane::<0>(m)), f32x4_splat(f32x4_extract_lane::<1>(m))),
+            f32x4_pmax(f32x4_splat(f32x4_extract_lane::<2>(m)), f32x4_splat(f32x4_extract_lane::<3>(m))),
+        );
+        let amax = f32x4_extract_lane::<0>(amax);
+        let d = amax / 127.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        y.d = fp32_to_fp16(d).to_le_bytes();
+        let idv = f32x4_splat(id);
+        let q: [v128; 8] = core::array::from_fn(|k| {
+            let s = f32x4_mul(v[k], idv);
+            let t = f32x4_trunc(s);
+            let frac = f32x4_sub(s, t);
+            let up = v128_and(f32x4_ge(frac, half), one);
+            let down = v128_and(f32x4_le(frac, f32x4_neg(half)), one);
+            i32x4_trunc_sat_f32x4(f32x4_sub(f32x4_add(t, up), down))
+        });
+        let w0 = i16x8_narrow_i32x4(q[0], q[1]);
+        let w1 = i16x8_narrow_i32x4(q[2], q[3]);
+        let w2 = i16x8_narrow_i32x4(q[4], q[5]);
+        let w3 = i16x8_narrow_i32x4(q[6], q[7]);
+        // SAFETY: qs is 32 bytes; v128 stores have no alignment need.
+        unsafe {
+            v128_store(y.qs.as_mut_ptr() as *mut v128, i8x16_narrow_i16x8(w0, w1));
+            v128_store(y.qs.as_mut_ptr().add(16) as *mut v128, i8x16_narrow_i16x8(w2, w3));
+        }
+    }
+}
