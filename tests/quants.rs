@@ -215,6 +215,32 @@ fn q8_0_rounds_halves_away_from_zero() {
     assert_eq!(qs, [127, 3, -3, 1, -1, 2, -2, 127, -127, 3, 0, -64]);
 }
 
+/// quantize_row to Q8_0 (SIMD on wasm) is the scalar reference bit for bit: random rows,
+/// exact halves after scaling, NaN and ±inf in a block, huge and all-zero blocks.
+#[test]
+fn q8_0_quantize_equals_scalar_reference() {
+    let mut rng = Rng(0x5eed_0008);
+    let mut x = rng.normal(32 * 64);
+    let specials = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 3.0e38, -3.0e38, 1.0e-40, -0.0];
+    for (b, &v) in specials.iter().enumerate() {
+        x[32 * (b + 1) + 5] = v;
+    }
+    x[32 * 10..32 * 11].fill(0.0);
+    for (i, v) in x[32 * 11..32 * 12].iter_mut().enumerate() {
+        *v = i as f32 - 15.5; // absmax 16.5: scaled values land on and near halves
+    }
+    for (i, v) in x[32 * 12..32 * 13].iter_mut().enumerate() {
+        *v = (i as f32 - 16.0) * 0.5; // with 127 below: d = 1, the scaled values are halves
+    }
+    x[32 * 12 + 31] = -127.0;
+    let (mut got, mut want) = (vec![0u8; 34 * 64], vec![0u8; 34 * 64]);
+    quants::quantize_row(GgmlType::Q8_0, &x, &mut got);
+    quants::scalar::quantize_q8_0(&x, &mut want);
+    for b in 0..64 {
+        assert_eq!(got[34 * b..34 * b + 34], want[34 * b..34 * b + 34], "block {b}");
+    }
+}
+
 /// Q4_0 and Q5_0 scale by the first value of largest magnitude, sign included.
 #[test]
 fn q4_0_scale_keeps_the_sign_of_the_first_absmax() {
@@ -545,7 +571,9 @@ fn gemm_equals_vec_dot_bit_for_bit() {
     let mut rng = Rng(0x0bad_cafe_f00d_1234);
     for ty in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_1, GgmlType::Q6_K] {
         let vt = ty.vec_dot_type();
-        for (nblk, m, n) in [(1usize, 3usize, 2usize), (7, 5, 3), (8, 4, 1), (9, 2, 4), (24, 6, 5), (33, 3, 2)] {
+        for (nblk, m, n) in
+            [(1usize, 3usize, 2usize), (7, 5, 3), (8, 4, 1), (9, 2, 4), (24, 6, 5), (33, 3, 2), (13, 5, 9)]
+        {
             let k = nblk * ty.blck_size();
             let (ra, rb) = (ty.row_size(k as i64), vt.row_size(k as i64));
             let (lda, ldb, ldc) = (ra + 6, rb + 2, m + 1);

@@ -130,6 +130,9 @@ pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) {
         Q4_1 => scalar::quantize_q4_1(src, dst),
         Q5_0 => scalar::quantize_q5_0(src, dst),
         Q5_1 => scalar::quantize_q5_1(src, dst),
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        Q8_0 => wasm::quantize_q8_0(src, dst),
+        #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
         Q8_0 => scalar::quantize_q8_0(src, dst),
         Q8_K => scalar::quantize_q8_k(src, dst),
         Q4_K | Q6_K | I32 => panic!("quants quantize_row: no quantization to {ty}"),
@@ -313,10 +316,16 @@ pub fn gemm(
     if has_gemm(ty) && Isa::best() != Isa::Scalar {
         let nb = k / crate::types::QK;
         // Rows of b in chunks that stay in cache while the rows of a pass: about 24 KiB (L1)
-        // natively; on wasm, where each row of a is widened per chunk, 32 KiB, widened to
-        // 64 KiB (L2) so that the widening of a is shared by ≥ 10 rows of b.
-        let budget = if cfg!(target_arch = "wasm32") { 32 * 1024 } else { 24 * 1024 };
-        let chunk = (budget / rb).clamp(1, n);
+        // natively; on wasm, where rows are widened to i16 (64 bytes a block) and each row
+        // of a is widened again per chunk, about 192 KiB of widened rows (L2), in equal
+        // chunks of whole 4-row tiles.
+        let chunk = if cfg!(target_arch = "wasm32") {
+            let most = (192 * 1024 / (64 * nb).max(1)).max(4);
+            let parts = n.div_ceil(most);
+            n.div_ceil(parts).next_multiple_of(4).min(n)
+        } else {
+            (24 * 1024 / rb).clamp(1, n)
+        };
         for j0 in (0..n).step_by(chunk) {
             let nc = chunk.min(n - j0);
             let (b, c) = (&b[j0 * ldb..], &mut c[j0 * ldc..]);
@@ -376,7 +385,10 @@ impl ColPrep {
             let ys: &[BlockQ8_0] = bytemuck::cast_slice(&b[j * ldb..j * ldb + nb * core::mem::size_of::<BlockQ8_0>()]);
             for (t, y) in ys.iter().enumerate() {
                 p.dy[j * nbp + t] = fp16_to_fp32(y.d());
-                p.ysum[j * nbp + t] = y.qs.iter().map(|&q| q as i32).sum::<i32>();
+                // Only the x86 kernels read the sums.
+                if cfg!(target_arch = "x86_64") {
+                    p.ysum[j * nbp + t] = y.qs.iter().map(|&q| q as i32).sum::<i32>();
+                }
                 if mark_plain && y.qs.contains(&i8::MIN) {
                     p.plain[j] = true;
                 }

@@ -297,7 +297,9 @@ float_kernel!(
 /// [`super::gemm`] for Q8_0 and Q4_0 (see the x86 version): quants widened to i16 once
 /// (each row of `a` per row, each row of `b` per call) so that every pair of rows costs one
 /// `i32x4.dot_i16x8_s` per 8 products (exact: two i16 products summed in i32), instead of
-/// the sign extensions and multiplies of `extmul` per pair; scales converted once.
+/// the sign extensions and multiplies of `extmul` per pair; scales converted once. Pairs go
+/// in register tiles of [`MR`] rows of a × [`NR`] rows of b ([`tile_dot`]), so each loaded
+/// vector serves several products; pairs outside whole tiles through [`row_dot`].
 #[allow(clippy::too_many_arguments)]
 pub(super) fn gemm_rows(
     ty: GgmlType,
@@ -321,32 +323,170 @@ pub(super) fn gemm_rows(
             widen(load(&y.qs[..16]), load(&y.qs[16..]), &mut yw[(j * nb + t) * 4..]);
         }
     }
-    let mut dx = alloc::vec![0f32; nbp];
-    let mut xw = alloc::vec![i16x8_splat(0); nb * 4];
-    for i in 0..m {
-        let row = &a[i * lda..];
-        match ty {
-            GgmlType::Q4_0 => {
-                let xs: &[BlockQ4_0] = cast_slice(&row[..nb * core::mem::size_of::<BlockQ4_0>()]);
-                let eight = i8x16_splat(8);
-                for (t, x) in xs.iter().enumerate() {
-                    dx[t] = fp16_to_fp32(x.d());
-                    let (lo, hi) = nibbles(&x.qs);
-                    widen(i8x16_sub(lo, eight), i8x16_sub(hi, eight), &mut xw[t * 4..]);
+    // Columns the products take (on wasm, every one: `plain` is never marked here).
+    let js: alloc::vec::Vec<usize> = (0..n).filter(|&j| !cols.plain[j]).collect();
+    let mut dx = alloc::vec![0f32; MR * nbp];
+    let mut xw = alloc::vec![i16x8_splat(0); MR * nb * 4];
+    let mut i0 = 0;
+    while i0 < m {
+        let mr = MR.min(m - i0);
+        for r in 0..mr {
+            widen_row(ty, nb, &a[(i0 + r) * lda..], &mut xw[r * nb * 4..(r + 1) * nb * 4], &mut dx[r * nbp..]);
+        }
+        let yrow = |j: usize| &yw[j * nb * 4..(j + 1) * nb * 4];
+        let dyrow = |j: usize| &cols.dy[j * nbp..(j + 1) * nbp];
+        let mut q = 0;
+        if mr == MR {
+            let xs: [&[v128]; MR] = core::array::from_fn(|r| &xw[r * nb * 4..(r + 1) * nb * 4]);
+            let dxs: [&[f32]; MR] = core::array::from_fn(|r| &dx[r * nbp..(r + 1) * nbp]);
+            while q + NR <= js.len() {
+                let jj: [usize; NR] = core::array::from_fn(|t| js[q + t]);
+                let out = tile_dot::<MR, NR>(nb, xs, dxs, jj.map(yrow), jj.map(dyrow));
+                for r in 0..MR {
+                    for (t, &j) in jj.iter().enumerate() {
+                        c[j * ldc + i0 + r] = out[r][t];
+                    }
                 }
-            }
-            _ => {
-                let xs: &[BlockQ8_0] = cast_slice(&row[..nb * core::mem::size_of::<BlockQ8_0>()]);
-                for (t, x) in xs.iter().enumerate() {
-                    dx[t] = fp16_to_fp32(x.d());
-                    widen(load(&x.qs[..16]), load(&x.qs[16..]), &mut xw[t * 4..]);
-                }
+                q += NR;
             }
         }
-        for (j, _) in cols.plain.iter().enumerate().filter(|(_, &p)| !p) {
-            c[j * ldc + i] = row_dot(nb, &xw, &dx, &yw[j * nb * 4..(j + 1) * nb * 4], &cols.dy[j * nbp..]);
+        // Edges: pairs outside whole tiles.
+        for r in 0..mr {
+            let (xr, dxr) = (&xw[r * nb * 4..(r + 1) * nb * 4], &dx[r * nbp..(r + 1) * nbp]);
+            for &j in &js[if mr == MR { q } else { 0 }..] {
+                c[j * ldc + i0 + r] = row_dot(nb, xr, dxr, yrow(j), dyrow(j));
+            }
+        }
+        i0 += mr;
+    }
+}
+
+/// Register tile: rows of a × rows of b per pass over the blocks.
+const MR: usize = 2;
+const NR: usize = 4;
+
+/// Row of `a` widened to i16 (4 vectors a block) and its scales as f32.
+#[inline(always)]
+fn widen_row(ty: GgmlType, nb: usize, row: &[u8], xw: &mut [v128], dx: &mut [f32]) {
+    match ty {
+        GgmlType::Q4_0 => {
+            let xs: &[BlockQ4_0] = cast_slice(&row[..nb * core::mem::size_of::<BlockQ4_0>()]);
+            let eight = i8x16_splat(8);
+            for (t, x) in xs.iter().enumerate() {
+                dx[t] = fp16_to_fp32(x.d());
+                let (lo, hi) = nibbles(&x.qs);
+                widen(i8x16_sub(lo, eight), i8x16_sub(hi, eight), &mut xw[t * 4..]);
+            }
+        }
+        _ => {
+            let xs: &[BlockQ8_0] = cast_slice(&row[..nb * core::mem::size_of::<BlockQ8_0>()]);
+            for (t, x) in xs.iter().enumerate() {
+                dx[t] = fp16_to_fp32(x.d());
+                widen(load(&x.qs[..16]), load(&x.qs[16..]), &mut xw[t * 4..]);
+            }
         }
     }
+}
+
+/// [`row_dot`] for `R`×`C` pairs at once, each x and y vector loaded once for all the pairs
+/// it is in. Every pair's integer block sums are exact (any order gives the same i32) and
+/// its float steps are row_dot's, in row_dot's order, so each result is row_dot's bits.
+#[inline(always)]
+fn tile_dot<const R: usize, const C: usize>(
+    nb: usize,
+    xw: [&[v128]; R],
+    dx: [&[f32]; R],
+    yw: [&[v128]; C],
+    dy: [&[f32]; C],
+) -> [[f32; C]; R] {
+    let nbp = nb.div_ceil(8) * 8;
+    for r in 0..R {
+        assert!(xw[r].len() >= 4 * nb && dx[r].len() >= nbp);
+    }
+    for t in 0..C {
+        assert!(yw[t].len() >= 4 * nb && dy[t].len() >= nbp);
+    }
+    let xp: [*const v128; R] = xw.map(|x| x.as_ptr());
+    let yp: [*const v128; C] = yw.map(|y| y.as_ptr());
+    let dxp: [*const f32; R] = dx.map(|x| x.as_ptr());
+    let dyp: [*const f32; C] = dy.map(|y| y.as_ptr());
+    // Block t's i32x4 of partial sums for every pair.
+    // SAFETY (here and below): t < nb reads vectors 4t..4t+4, o + 4 ≤ nbp scales, inside
+    // the asserted lengths.
+    let isum = |t: usize| -> [[v128; C]; R] {
+        unsafe {
+            let mut s = [[i32x4_splat(0); C]; R];
+            for v in 0..4 {
+                let x: [v128; R] = core::array::from_fn(|r| *xp[r].add(4 * t + v));
+                for c in 0..C {
+                    let y = *yp[c].add(4 * t + v);
+                    for r in 0..R {
+                        s[r][c] = if v == 0 {
+                            i32x4_dot_i16x8(x[r], y)
+                        } else {
+                            i32x4_add(s[r][c], i32x4_dot_i16x8(x[r], y))
+                        };
+                    }
+                }
+            }
+            s
+        }
+    };
+    let mut lo = [[f32x4_splat(0.0); C]; R];
+    let mut hi = [[f32x4_splat(0.0); C]; R];
+    for g in 0..nb / LANES {
+        for h in 0..2 {
+            let o = 8 * g + 4 * h;
+            // transpose_sum of the 4 blocks, as two halves so fewer vectors stay live.
+            let pair = |t: usize| {
+                let (v0, v1) = (isum(t), isum(t + 1));
+                let mut p = [[i32x4_splat(0); C]; R];
+                for r in 0..R {
+                    for c in 0..C {
+                        let (a, b) = (v0[r][c], v1[r][c]);
+                        p[r][c] = i32x4_add(i32x4_shuffle::<0, 4, 1, 5>(a, b), i32x4_shuffle::<2, 6, 3, 7>(a, b));
+                    }
+                }
+                p
+            };
+            let (t0, t1) = (pair(o), pair(o + 2));
+            let dyv: [v128; C] = core::array::from_fn(|c| unsafe { v128_load(dyp[c].add(o) as *const v128) });
+            for r in 0..R {
+                let dxv = unsafe { v128_load(dxp[r].add(o) as *const v128) };
+                for c in 0..C {
+                    let (a, b) = (t0[r][c], t1[r][c]);
+                    let s = i32x4_add(i32x4_shuffle::<0, 1, 4, 5>(a, b), i32x4_shuffle::<2, 3, 6, 7>(a, b));
+                    let acc = if h == 0 { &mut lo[r][c] } else { &mut hi[r][c] };
+                    *acc = f32x4_add(*acc, f32x4_mul(f32x4_convert_i32x4(s), f32x4_mul(dxv, dyv[c])));
+                }
+            }
+        }
+    }
+    let mut out = [[0f32; C]; R];
+    let mut acc = [[[0f32; LANES]; C]; R];
+    for r in 0..R {
+        for c in 0..C {
+            // SAFETY: 8 f32 of room for two unaligned 16-byte stores.
+            unsafe {
+                v128_store(acc[r][c].as_mut_ptr() as *mut v128, lo[r][c]);
+                v128_store(acc[r][c].as_mut_ptr().add(4) as *mut v128, hi[r][c]);
+            }
+        }
+    }
+    for t in nb - nb % LANES..nb {
+        let s = isum(t);
+        for r in 0..R {
+            for c in 0..C {
+                acc[r][c][t % LANES] += hsum_i32(s[r][c]) as f32 * (dx[r][t] * dy[c][t]);
+            }
+        }
+    }
+    for r in 0..R {
+        for c in 0..C {
+            out[r][c] = reduce8(&acc[r][c]);
+        }
+    }
+    out
 }
 
 /// 32 i8 (two vectors) as four i16x8, in element order.
@@ -393,4 +533,46 @@ fn row_dot(nb: usize, xw: &[v128], dx: &[f32], yw: &[v128], dy: &[f32]) -> f32 {
         acc[t % LANES] += hsum_i32(isum(t)) as f32 * (dx[t] * dy[t]);
     }
     reduce8(&acc)
+}
+
+/// [`scalar::quantize_q8_0`] four lanes at a time, bit for bit: the lanes' running
+/// `pmax` skips NaN as the scalar fold does (and max is order-free otherwise); rounding
+/// is trunc, then ±1 where the exact remainder reaches ±0.5 (what `roundf` does, and a
+/// no-op past 2^23, for ±inf and NaN); saturating narrows give `as i8`.
+pub fn quantize_q8_0(src: &[f32], dst: &mut [u8]) {
+    let blocks: &mut [BlockQ8_0] = bytemuck::cast_slice_mut(dst);
+    let (half, one) = (f32x4_splat(0.5), f32x4_splat(1.0));
+    for (x, y) in src.chunks_exact(crate::types::QK).zip(blocks) {
+        let v: [v128; 8] = core::array::from_fn(|k| load(&x[4 * k..4 * k + 4]));
+        let mut m = f32x4_splat(0.0);
+        for &v in &v {
+            m = f32x4_pmax(m, f32x4_abs(v));
+        }
+        let amax = f32x4_pmax(
+            f32x4_pmax(f32x4_splat(f32x4_extract_lane::<0>(m)), f32x4_splat(f32x4_extract_lane::<1>(m))),
+            f32x4_pmax(f32x4_splat(f32x4_extract_lane::<2>(m)), f32x4_splat(f32x4_extract_lane::<3>(m))),
+        );
+        let amax = f32x4_extract_lane::<0>(amax);
+        let d = amax / 127.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        y.d = fp32_to_fp16(d).to_le_bytes();
+        let idv = f32x4_splat(id);
+        let q: [v128; 8] = core::array::from_fn(|k| {
+            let s = f32x4_mul(v[k], idv);
+            let t = f32x4_trunc(s);
+            let frac = f32x4_sub(s, t);
+            let up = v128_and(f32x4_ge(frac, half), one);
+            let down = v128_and(f32x4_le(frac, f32x4_neg(half)), one);
+            i32x4_trunc_sat_f32x4(f32x4_sub(f32x4_add(t, up), down))
+        });
+        let w0 = i16x8_narrow_i32x4(q[0], q[1]);
+        let w1 = i16x8_narrow_i32x4(q[2], q[3]);
+        let w2 = i16x8_narrow_i32x4(q[4], q[5]);
+        let w3 = i16x8_narrow_i32x4(q[6], q[7]);
+        // SAFETY: qs is 32 bytes; v128 stores have no alignment need.
+        unsafe {
+            v128_store(y.qs.as_mut_ptr() as *mut v128, i8x16_narrow_i16x8(w0, w1));
+            v128_store(y.qs.as_mut_ptr().add(16) as *mut v128, i8x16_narrow_i16x8(w2, w3));
+        }
+    }
 }
