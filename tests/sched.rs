@@ -23,20 +23,6 @@ fn partial_gpu() -> Rc<dyn Backend> {
     Rc::new(HostBackend::new("PARTIAL", "PARTIAL", |n| !matches!(n.op, Op::SoftMax { .. } | Op::Gelu)))
 }
 
-/// (splits, copies, bytes copied) of one generated token with `gpu_layers` on a GPU that
-/// runs every op: the CPU alone; CPU then GPU, the boundary crossing as two [n_embd]
-/// rows (the last CPU layer's ffn_out and ffn_inp: the spread up from the GPU takes the
-/// residual add); or the GPU alone, with the token id and position copied up.
-fn expected_token_split(gpu_layers: usize, n_layer: usize, n_embd: usize) -> (usize, usize, usize) {
-    if gpu_layers == 0 {
-        (1, 0, 0)
-    } else if gpu_layers <= n_layer {
-        (2, 2, 2 * 4 * n_embd)
-    } else {
-        (1, 2, 2 * 4)
-    }
-}
-
 #[test]
 fn every_gpu_layer_count_matches_the_cpu_bit_for_bit() {
     let (path, bytes) = tiny_f32();

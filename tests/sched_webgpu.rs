@@ -32,19 +32,6 @@ fn gpu() -> Option<Rc<dyn Backend>> {
     }
 }
 
-/// As on the host "GPU" (tests/sched.rs): WebGPU runs every op GPT-2 uses, so one token
-/// makes one split on the CPU alone, two across the boundary (two [n_embd] rows copied
-/// up), or one on WebGPU alone (token id and position copied up).
-fn expected_token_split(gpu_layers: usize, n_layer: usize, n_embd: usize) -> (usize, usize, usize) {
-    if gpu_layers == 0 {
-        (1, 0, 0)
-    } else if gpu_layers <= n_layer {
-        (2, 2, 2 * 4 * n_embd)
-    } else {
-        (1, 2, 2 * 4)
-    }
-}
-
 #[test]
 fn every_gpu_layer_count_matches_the_cpu() {
     let Some(gpu) = gpu() else { return };
