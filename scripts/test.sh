@@ -19,6 +19,15 @@ mkdir -p "$LOGS"
 GGWEB_MODELS_DIR="$(find_models_dir)"
 [ -n "$GGWEB_MODELS_DIR" ] || die "the shared reference models (tiny-gpt2-f32.gguf) are not in ../shared/models; set GGWEB_MODELS_DIR"
 export GGWEB_MODELS_DIR
+# A clean build gains nothing from incremental state (~1 GB in target/debug/incremental).
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+# The whole run needs ~3 GB under target/ (native and wasm test binaries, release wasm, fuzz):
+# say so up front instead of failing in a linker with "No space left on device".
+mkdir -p "$TARGET_DIR"
+free_kb=$(df -Pk "$TARGET_DIR" | awk 'NR==2 {print $4}')
+if [ "${free_kb:-0}" -lt $((4 * 1024 * 1024)) ]; then
+    log "warning: only $((free_kb / 1024)) MB free for $TARGET_DIR; npm test needs about 3 GB"
+fi
 # Chromium leaves ~12 MB of scoped dirs per run in TMPDIR: give browser runs a private one.
 BROWSER_TMP="$(mktemp -d -t ggweb-browser.XXXXXX)"
 declare -a SUMMARY=()
@@ -126,6 +135,7 @@ speeds=$(sed -nE 's/^fuzz ([a-z_]+): [0-9]+ runs, ([0-9.]+) exec\/s.*/\1 \2 exec
 SUMMARY+=("fuzz smoke: $f_pass targets without a crash: $speeds ($STEP_SECS s)")
 
 rm -rf "$BROWSER_TMP"
+SUMMARY+=("disk: $(du -sh "$TARGET_DIR" | cut -f1) under $TARGET_DIR")
 echo
 echo "== npm test passed in $(($(date +%s) - T_ALL)) s"
 for s in "${SUMMARY[@]}"; do echo "   $s"; done
