@@ -502,6 +502,86 @@ fn mul_mat_threads_give_identical_results() {
     }
 }
 
+/// Row-wise ops, copies and get_rows split their rows over the threads once a tensor has
+/// 32K elements or more: each row is computed by one thread exactly as before, so results
+/// must be identical, in place as well (each thread reads a row before writing it).
+#[test]
+fn row_ops_threads_give_identical_results() {
+    let mut rng = Rng(23);
+    // [300, 70, 3]: 63000 elements, over the threshold; rows of 300 split unevenly.
+    let ne = [300i64, 70, 3, 1];
+    let n = 300 * 70 * 3;
+    let av = rng.vec(n, -4.0, 4.0);
+    let bv = rng.vec(300 * 70, -1.0, 1.0);
+    let idx: Vec<i32> = (0..150).map(|i| (i * 37 % 70) as i32).collect();
+    type Build = fn(&Context, &Tensor, &Tensor, &Tensor) -> Tensor;
+    let ops: [(&str, Build); 11] = [
+        ("add", |c, a, b, _| c.add(a, b)),
+        ("mul", |c, a, b, _| c.mul(a, b)),
+        ("scale", |c, a, _, _| c.scale(a, -0.7)),
+        ("gelu", |c, a, _, _| c.gelu(a)),
+        ("norm", |c, a, _, _| c.norm(a, 1e-5)),
+        ("soft_max", |c, a, b, _| c.soft_max_ext(a, Some(b), 0.5, 0.0)),
+        ("diag_mask_inf", |c, a, _, _| c.diag_mask_inf(a, 3)),
+        ("cont of a permutation", |c, a, _, _| c.cont(&c.permute(a, 1, 0, 2, 3))),
+        ("cpy to f16", |c, a, _, _| c.cpy(a, &c.new_tensor(F16, &[300, 70, 3, 1]))),
+        ("cont_4d into another shape", |c, a, _, _| c.cont_4d(&c.transpose(a), 70, 100, 9, 1)),
+        ("get_rows", |c, _, b, i| c.get_rows(b, i)),
+    ];
+    for (name, build) in ops {
+        let mut results = Vec::new();
+        for threads in [1, 2, 3] {
+            let ctx = ctx(8);
+            let a = ctx.new_tensor(F32, &ne);
+            let b = ctx.new_tensor_2d(F32, 300, 70);
+            let i = ctx.new_tensor_1d(I32, 150);
+            a.set_f32_slice(&av);
+            b.set_f32_slice(&bv);
+            i.set_i32_slice(&idx);
+            let r = build(&ctx, &a, &b, &i);
+            assert!(r.nelements() >= 32 * 1024, "{name}: too small to be split");
+            compute(&r, threads);
+            results.push(r.to_f32_vec());
+        }
+        assert_eq!(results[0], results[1], "{name}: 2 threads");
+        assert_eq!(results[0], results[2], "{name}: 3 threads");
+    }
+
+    // In place on 3 threads, as the graph allocator would place it.
+    let ctx = Context::new(ContextParams { mem_size: 1 << 16, no_alloc: true });
+    let a = ctx.new_tensor(F32, &ne);
+    let r = ctx.norm(&a, 1e-5);
+    let buf = CpuBufferType.alloc_buffer(a.nbytes()).unwrap();
+    a.set_data(buf.clone(), 0);
+    r.set_data(buf.clone(), 0);
+    a.set_f32_slice(&av);
+    let mut gf = Graph::new();
+    gf.build_forward_expand(&r);
+    CpuBackend::new(3).graph_compute(&gf).unwrap();
+    let ctx1 = common::ctx(8);
+    let a1 = ctx1.new_tensor(F32, &ne);
+    a1.set_f32_slice(&av);
+    let r1 = ctx1.norm(&a1, 1e-5);
+    compute(&r1, 1);
+    assert_eq!(r.to_f32_vec(), r1.to_f32_vec(), "norm in place on 3 threads");
+
+    // A bad index is reported as on one thread: the first one in row order.
+    let ctx = common::ctx(8);
+    let b = ctx.new_tensor_2d(F32, 300, 70);
+    let i = ctx.new_tensor_1d(I32, 150);
+    let mut bad = idx.clone();
+    bad[100] = 70;
+    bad[140] = -1;
+    i.set_i32_slice(&bad);
+    let g = ctx.get_rows(&b, &i);
+    let mut gf = Graph::new();
+    gf.build_forward_expand(&g);
+    match CpuBackend::new(3).graph_compute(&gf) {
+        Err(BackendError::Other(msg)) => assert!(msg.contains("index 70 at [100, 0, 0]"), "{msg}"),
+        other => panic!("expected an error, got {other:?}"),
+    }
+}
+
 // --- in place: the graph allocator may give a node its src[0]'s memory ---
 
 /// Each elementwise/row-wise op with the result placed exactly on src[0] must give what it

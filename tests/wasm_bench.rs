@@ -65,6 +65,10 @@ fn fill(t: &Tensor, rng: &mut Rng, std: f32, mean: f32) {
 /// The 124M shape (12 layers, 768 wide, 12 heads, 1024 positions, 50257 tokens), 2-D
 /// weights in `wty` (output in `out_ty`), the rest F32, as llama.cpp lays GPT-2 out.
 fn model(wty: GgmlType, out_ty: GgmlType, n_batch: usize) -> Gpt2 {
+    model_on(wty, out_ty, n_batch, Rc::new(CpuBackend::new(1)))
+}
+
+fn model_on(wty: GgmlType, out_ty: GgmlType, n_batch: usize, backend: Rc<dyn Backend>) -> Gpt2 {
     let (e, v, n_ctx, n_layer) = (768i64, 50257i64, 1024i64, 12usize);
     let hp = Hparams {
         n_vocab: v as usize,
@@ -109,7 +113,6 @@ fn model(wty: GgmlType, out_ty: GgmlType, n_batch: usize) -> Gpt2 {
             (t, *std, *mean)
         })
         .collect();
-    let backend: Rc<dyn Backend> = Rc::new(CpuBackend::new(1));
     let buffers = alloc_ctx_tensors(&ctx, &*backend.buffer_type()).unwrap();
     for (t, std, mean) in &tensors {
         fill(t, &mut rng, *std, *mean);
@@ -185,5 +188,49 @@ fn bench_gpt2_124m_shape() {
         }
         let (tg, tg_cpu) = (n_gen as f64 / (now() - t), n_gen as f64 / (cpu_now() - c));
         console_log!("| {wty} (output {out_ty}) | {pp:.2} | {tg:.2} | {pp_cpu:.2} | {tg_cpu:.2} |");
+    }
+}
+
+/// `performance.now()` in seconds: the profiler needs sub-millisecond times per node.
+fn perf_now() -> f64 {
+    use wasm_bindgen::{JsCast, JsValue};
+    let perf = js_sys::Reflect::get(&js_sys::global(), &JsValue::from_str("performance")).unwrap();
+    let f: js_sys::Function = js_sys::Reflect::get(&perf, &JsValue::from_str("now")).unwrap().dyn_into().unwrap();
+    f.call0(&perf).unwrap().as_f64().unwrap() / 1000.0
+}
+
+/// Where a 64-token prompt's time goes in wasm, per node class (`ggweb bench --profile`'s
+/// table, for the simd128 build).
+#[wasm_bindgen_test]
+#[ignore = "benchmark (minutes): run with --include-ignored"]
+fn bench_gpt2_124m_profile() {
+    let n_prompt = 64usize;
+    for (wty, out_ty) in [(GgmlType::F32, GgmlType::F32), (GgmlType::Q8_0, GgmlType::Q8_0)] {
+        let cpu = Rc::new(CpuBackend::with_profiler(1, perf_now));
+        let mut m = model_on(wty, out_ty, 64, cpu.clone());
+        let ids: Vec<u32> = (0..n_prompt as u64).map(|i| ((i * 2654435761 + 12345) % 50257) as u32).collect();
+        m.eval_prompt(&ids, 0, false).unwrap();
+        cpu.reset_profile();
+        let t = now();
+        m.eval_prompt(&ids, 0, false).unwrap();
+        let wall = now() - t;
+        let prof = cpu.profile();
+        let total: f64 = prof.iter().map(|e| e.secs).sum();
+        console_log!(
+            "{wty}: pp{n_prompt} {:.1} tok/s, {:.1} ms in nodes of {:.1} ms",
+            n_prompt as f64 / wall,
+            total * 1e3,
+            wall * 1e3
+        );
+        for e in prof.iter().take(16) {
+            console_log!(
+                "  {:<28} {:<10} {:>4} calls {:>8.2} ms {:>5.1}%",
+                e.class,
+                e.op,
+                e.calls,
+                e.secs * 1e3,
+                100.0 * e.secs / total
+            );
+        }
     }
 }

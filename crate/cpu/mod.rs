@@ -283,21 +283,21 @@ fn compute_forward(node: &Tensor, exec: &Exec) -> Result<(), KernelError> {
     match node.op {
         Op::None | Op::View | Op::Reshape | Op::Permute(_) | Op::Transpose => Ok(()),
         // cpy's result is a view of src[1] with its shape and strides: writing dst writes b.
-        Op::Cont | Op::Cpy => ops::dup(&src(node, 0)?, &dst),
-        Op::GetRows => ops::get_rows(&src(node, 0)?, &src(node, 1)?, &dst),
-        Op::Add => ops::binary(BinaryOp::Add, &src(node, 0)?, &src(node, 1)?, &dst),
-        Op::Mul => ops::binary(BinaryOp::Mul, &src(node, 0)?, &src(node, 1)?, &dst),
-        Op::Scale(s) => ops::scale(&src(node, 0)?, &dst, s),
-        Op::Norm { eps } => ops::norm(&src(node, 0)?, &dst, eps),
-        Op::Gelu => ops::gelu(&src(node, 0)?, &dst),
+        Op::Cont | Op::Cpy => ops::dup(&src(node, 0)?, &dst, exec),
+        Op::GetRows => ops::get_rows(&src(node, 0)?, &src(node, 1)?, &dst, exec),
+        Op::Add => ops::binary(BinaryOp::Add, &src(node, 0)?, &src(node, 1)?, &dst, exec),
+        Op::Mul => ops::binary(BinaryOp::Mul, &src(node, 0)?, &src(node, 1)?, &dst, exec),
+        Op::Scale(s) => ops::scale(&src(node, 0)?, &dst, s, exec),
+        Op::Norm { eps } => ops::norm(&src(node, 0)?, &dst, eps, exec),
+        Op::Gelu => ops::gelu(&src(node, 0)?, &dst, exec),
         Op::SoftMax { scale, max_bias } => {
             let mask = match &node.src[1] {
                 Some(m) => Some(TensorView::of(m)?),
                 None => None,
             };
-            ops::soft_max(&src(node, 0)?, mask.as_ref(), &dst, scale, max_bias)
+            ops::soft_max(&src(node, 0)?, mask.as_ref(), &dst, scale, max_bias, exec)
         }
-        Op::DiagMaskInf { n_past } => ops::diag_mask_inf(&src(node, 0)?, &dst, n_past),
+        Op::DiagMaskInf { n_past } => ops::diag_mask_inf(&src(node, 0)?, &dst, n_past, exec),
         Op::MulMat => ops::mul_mat(&src(node, 0)?, &src(node, 1)?, &dst, exec),
     }
 }
