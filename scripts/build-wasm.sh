@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# Builds the two wasm modules engine.js chooses between, each with its wasm-bindgen glue
-# (--target web: plain ES modules, no bundler, same file names in both folders), optimized
+# Builds the wasm modules engine.js chooses between, each with its wasm-bindgen glue
+# (--target web: plain ES modules, no bundler, same file names in every folder), optimized
 # by npm binaryen's wasm-opt (Debian's binaryen 108 breaks wasm-bindgen output), then
 # checked by loading it in Node:
 #   web/pkg/          single-thread (stable Rust, simd128): runs everywhere
 #   web/pkg-threads/  threaded (nightly, -Z build-std, atomics + shared memory): used when
 #                     the page is cross-origin isolated and more than one thread is asked for
+#   web/pkg-relaxed/, web/pkg-threads-relaxed/: the same two with relaxed SIMD, whose fused
+#                     multiply-add the matrix-product tiles use; loaded where the browser
+#                     validates a relaxed-SIMD module (engine.js hasRelaxedSimd)
 #   GGWEB_WASM_OPT=0 skips wasm-opt (faster local iterations).
-#   GGWEB_THREADS=0 skips the threaded build (engine.js then falls back to web/pkg/).
+#   GGWEB_THREADS=0 skips the threaded builds (engine.js then falls back to web/pkg/).
+#   GGWEB_RELAXED=0 skips the relaxed-SIMD builds (engine.js then uses the plain ones).
 set -euo pipefail
 LOG_TAG=build-wasm
 source "$(dirname "$0")/lib.sh"
@@ -36,28 +40,57 @@ bindgen_opt() {
     node --experimental-wasm-relaxed-simd scripts/check-wasm.mjs "$out"
 }
 
-t0=$(date +%s)
-cargo build --lib --release --target wasm32-unknown-unknown
-bindgen_opt "$TARGET_DIR/wasm32-unknown-unknown/release/ggweb.wasm" web/pkg
-log "built web/pkg in $(($(date +%s) - t0)) s: $(cd web/pkg && ls | tr '\n' ' ')"
+# build_single OUT_DIR EXTRA_FEATURES: the single-thread module (own target dir per feature
+# set, so switching flags never rebuilds the other's artifacts).
+build_single() {
+    local out=$1 features=$2 t0
+    t0=$(date +%s)
+    if [ -z "$features" ]; then
+        cargo build --lib --release --target wasm32-unknown-unknown
+        bindgen_opt "$TARGET_DIR/wasm32-unknown-unknown/release/ggweb.wasm" "$out"
+    else
+        RUSTFLAGS="-C target-feature=+simd128,$features" CARGO_TARGET_DIR="$TARGET_DIR/wasm-relaxed" \
+            cargo build --lib --release --target wasm32-unknown-unknown
+        bindgen_opt "$TARGET_DIR/wasm-relaxed/wasm32-unknown-unknown/release/ggweb.wasm" "$out" --enable-relaxed-simd
+    fi
+    log "built $out in $(($(date +%s) - t0)) s: $(cd "$out" && ls | tr '\n' ' ')"
+}
+
+build_single web/pkg ""
+if [ "${GGWEB_RELAXED:-1}" = 0 ]; then
+    rm -rf web/pkg-relaxed web/pkg-threads-relaxed
+    log "GGWEB_RELAXED=0: no relaxed-SIMD builds (pages use the plain ones)"
+else
+    build_single web/pkg-relaxed "+relaxed-simd"
+fi
 
 if [ "${GGWEB_THREADS:-1}" = 0 ]; then
-    rm -rf web/pkg-threads
+    rm -rf web/pkg-threads web/pkg-threads-relaxed
     log "GGWEB_THREADS=0: no threaded build (web/pkg-threads removed; pages use web/pkg)"
     exit 0
 fi
-t1=$(date +%s)
+
 # Threads need std rebuilt with atomics (-Z build-std, nightly + rust-src) and a shared,
 # imported memory with the TLS symbols wasm-bindgen's thread transform uses. The maximum
 # is wasm32's 4 GiB, as for the single-thread build (host::address_space_left assumes it);
-# browsers reserve it as address space, not memory. Own target dir: other RUSTFLAGS would
-# otherwise rebuild the single-thread artifacts every time.
-THREADS_TARGET_DIR="$TARGET_DIR/wasm-threads"
-RUSTFLAGS="-C target-feature=+atomics,+bulk-memory,+mutable-globals,+simd128 \
+# browsers reserve it as address space, not memory. Own target dir per feature set: other
+# RUSTFLAGS would otherwise rebuild the other builds' artifacts every time.
+build_threads() {
+    local out=$1 features=$2 dir=$3 t1
+    t1=$(date +%s)
+    RUSTFLAGS="-C target-feature=+atomics,+bulk-memory,+mutable-globals,+simd128$features \
 -C link-arg=--shared-memory -C link-arg=--import-memory -C link-arg=--max-memory=4294967296 \
 -C link-arg=--export=__wasm_init_tls -C link-arg=--export=__tls_size -C link-arg=--export=__tls_align \
 -C link-arg=--export=__tls_base -C link-arg=--export=__heap_base" \
-CARGO_TARGET_DIR="$THREADS_TARGET_DIR" \
-    cargo +nightly build --lib --release --target wasm32-unknown-unknown -Z build-std=panic_abort,std
-bindgen_opt "$THREADS_TARGET_DIR/wasm32-unknown-unknown/release/ggweb.wasm" web/pkg-threads --enable-threads
-log "built web/pkg-threads in $(($(date +%s) - t1)) s: $(cd web/pkg-threads && ls | tr '\n' ' ')"
+    CARGO_TARGET_DIR="$dir" \
+        cargo +nightly build --lib --release --target wasm32-unknown-unknown -Z build-std=panic_abort,std
+    local extra=()
+    [ -n "$features" ] && extra=(--enable-relaxed-simd)
+    bindgen_opt "$dir/wasm32-unknown-unknown/release/ggweb.wasm" "$out" --enable-threads "${extra[@]}"
+    log "built $out in $(($(date +%s) - t1)) s: $(cd "$out" && ls | tr '\n' ' ')"
+}
+
+build_threads web/pkg-threads "" "$TARGET_DIR/wasm-threads"
+if [ "${GGWEB_RELAXED:-1}" != 0 ]; then
+    build_threads web/pkg-threads-relaxed ",+relaxed-simd" "$TARGET_DIR/wasm-threads-relaxed"
+fi

@@ -22,16 +22,18 @@ const want = [
   'web/pkg/ggweb_core.js', 'web/pkg/ggweb_core.d.ts', 'web/pkg/ggweb_core_bg.wasm', 'web/pkg/ggweb_core_bg.wasm.d.ts',
   'web/pkg-threads/ggweb_core.js', 'web/pkg-threads/ggweb_core.d.ts', 'web/pkg-threads/ggweb_core_bg.wasm',
   'web/pkg-threads/ggweb_core_bg.wasm.d.ts',
-];
-// The threaded build's worker script, where wasm-bindgen puts it (the hash varies).
-const SNIPPET = /^web\/pkg-threads\/snippets\/ggweb-[0-9a-f]+\/web\/cpu-thread\.js$/;
+].flatMap((f) => (f.startsWith('web/pkg') ? [f, f.replace(/^web\/(pkg[^/]*)\//, 'web/$1-relaxed/')] : [f]));
+// The threaded builds' worker script, where wasm-bindgen puts it (the hash varies).
+const SNIPPET = /^web\/pkg-threads(-relaxed)?\/snippets\/ggweb-[0-9a-f]+\/web\/cpu-thread\.js$/;
 const tmp = mkdtempSync(join(tmpdir(), 'ggweb-pack-'));
 try {
   const out = execFileSync('npm', ['pack', '--json', '--pack-destination', tmp], { cwd: root, encoding: 'utf8' });
   const [info] = JSON.parse(out);
   const files = info.files.map((f) => f.path).sort();
   const missing = want.filter((f) => !files.includes(f));
-  if (files.filter((f) => SNIPPET.test(f)).length !== 1) missing.push('web/pkg-threads/snippets/ggweb-*/web/cpu-thread.js');
+  for (const dir of ['pkg-threads', 'pkg-threads-relaxed']) {
+    if (files.filter((f) => SNIPPET.test(f) && f.startsWith(`web/${dir}/`)).length !== 1) missing.push(`web/${dir}/snippets/ggweb-*/web/cpu-thread.js`);
+  }
   const extra = files.filter((f) => !want.includes(f) && f !== 'LICENSE' && !SNIPPET.test(f));
   if (missing.length) fail(`missing from the package: ${missing.join(', ')}`);
   if (extra.length) fail(`unexpected files in the package: ${extra.join(', ')}`);
@@ -93,8 +95,9 @@ try {
     if (JSON.stringify(r.ids) !== JSON.stringify(want)) fail(`the packed module generated ${JSON.stringify(r.ids)}, HF's greedy ids are ${JSON.stringify(want)}`);
     if (r.arch !== 'gpt2' || r.worker !== true) fail(`unexpected info: ${JSON.stringify(r)}`);
     if (errors.length) fail(`page errors: ${errors.join('; ')}`);
-    // The server sends COOP/COEP: with more than one core, the default is the threaded build.
-    const wantBuild = r.cores > 1 ? 'pkg-threads' : 'pkg';
+    // The server sends COOP/COEP: with more than one core, the default is the threaded build,
+    // in its relaxed-SIMD form (Chromium has relaxed SIMD).
+    const wantBuild = r.cores > 1 ? 'pkg-threads-relaxed' : 'pkg-relaxed';
     if (r.threads?.build !== wantBuild || r.threads.running !== r.threads.n) fail(`threads: ${JSON.stringify(r.threads)}, expected build ${wantBuild} with all threads running`);
     console.log(`check-pack: in Chromium, the installed package loaded tiny-gpt2-f16.gguf in a worker (${wantBuild}, ${r.threads.n} threads) and generated ${JSON.stringify(r.ids)} (HF's greedy ids)`);
   } finally {

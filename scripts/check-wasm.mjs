@@ -1,6 +1,7 @@
 // Loads the built glue + module in Node and calls into it: proves the optimized module
 // still instantiates (wasm-opt can break wasm-bindgen output) and matches the crate version.
 //   node scripts/check-wasm.mjs web/pkg
+import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -19,3 +20,15 @@ if (got !== want) {
 const missing = ['WasmLoader', 'WasmModel'].filter((k) => typeof glue[k] !== 'function');
 console.log(`check-wasm: ${dir}/ggweb_core_bg.wasm instantiates, version ${got}` +
   (missing.length ? ` (not yet exported: ${missing.join(', ')})` : ', WasmLoader and WasmModel exported'));
+
+// A -relaxed build must really use relaxed SIMD (else it is the plain build under another
+// name): Node without the flag must refuse to compile it.
+if (dir.endsWith('-relaxed')) {
+  const check = `process.stdout.write(String(WebAssembly.validate(require('fs').readFileSync(${JSON.stringify(`${dir}/ggweb_core_bg.wasm`)}))))`;
+  const plain = execFileSync(process.execPath, ['-e', check], { encoding: 'utf8' });
+  if (plain !== 'false') {
+    console.error(`check-wasm: ${dir} validates without relaxed SIMD: it does not use it`);
+    process.exit(1);
+  }
+  console.log(`check-wasm: ${dir} uses relaxed SIMD (a plain engine refuses it)`);
+}

@@ -2,7 +2,7 @@
 # npm test: everything, from a fresh Debian machine with Rust.
 #   1. setup (idempotent installs)        2. cargo test (native: unit, integration, doc tests)
 #   3. no_std core build for wasm32       4. wasm tests (tests/wasm_*.rs) in headless Chromium
-#   5. release wasm builds (web/pkg, web/pkg-threads)   6. browser tests (tests/e2e/*.spec.mjs, Playwright)
+#   5. release wasm builds (web/pkg*)   6. browser tests (tests/e2e/*.spec.mjs, Playwright)
 #   7. npm pack: the package's files, and that the packed module loads
 #   8. fuzz smoke: every cargo-fuzz target for 60 s (scripts/fuzz-smoke.sh)
 # Each runner's output is checked for a count of tests that actually ran: a runner that
@@ -109,7 +109,7 @@ SUMMARY+=("wasm tests in headless Chromium: $n passed ($STEP_SECS s)")
 
 # 5. the wasm module the browser tests and the package use
 run_step build-wasm bash scripts/build-wasm.sh
-SUMMARY+=("release wasm builds (pkg, pkg-threads) + wasm-opt + load checks: ok ($STEP_SECS s)")
+SUMMARY+=("release wasm builds (pkg, pkg-threads, both -relaxed) + wasm-opt + load checks: ok ($STEP_SECS s)")
 
 # 6. browser tests (node's test runner, playwright-core, /usr/bin/chromium)
 run_step e2e env TMPDIR="$BROWSER_TMP" node --test --test-reporter=spec tests/e2e/*.spec.mjs

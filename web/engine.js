@@ -185,16 +185,49 @@ export function planThreads(nThreads) {
 }
 
 /**
- * The threaded build's glue beside the single-thread one (.../pkg/x.js → .../pkg-threads/x.js),
- * or null when `coreUrl` is not in a folder named pkg (a custom build: no threaded twin known).
+ * A sibling build's glue beside the default one (.../pkg/x.js → .../<folder>/x.js), or null
+ * when `coreUrl` is not in a folder named pkg (a custom build: no siblings known).
  */
-export function threadsCoreUrl(coreUrl) {
+export function variantCoreUrl(coreUrl, folder) {
   const u = new URL(coreUrl);
   const parts = u.pathname.split('/');
   if (parts.length < 2 || parts[parts.length - 2] !== 'pkg') return null;
-  parts[parts.length - 2] = 'pkg-threads';
+  parts[parts.length - 2] = folder;
   u.pathname = parts.join('/');
   return u.href;
+}
+
+/** The threaded build's glue beside the single-thread one (pkg/ → pkg-threads/), or null. */
+export function threadsCoreUrl(coreUrl) {
+  return variantCoreUrl(coreUrl, 'pkg-threads');
+}
+
+/**
+ * A module of one function, (v128, v128, v128) → f32x4.relaxed_madd of them: it validates
+ * only where the browser has relaxed SIMD (Chrome 114+), whose fused multiply-add the
+ * `-relaxed` builds use in their matrix-product tiles.
+ */
+const RELAXED_SIMD_PROBE = new Uint8Array([
+  0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, // \0asm, version 1
+  0x01, 0x08, 0x01, 0x60, 0x03, 0x7b, 0x7b, 0x7b, 0x01, 0x7b, // type: (v128 ×3) → v128
+  0x03, 0x02, 0x01, 0x00, // one function of that type
+  0x0a, 0x0d, 0x01, 0x0b, 0x00, 0x20, 0x00, 0x20, 0x01, 0x20, 0x02, 0xfd, 0x85, 0x02, 0x0b, // local.get ×3, f32x4.relaxed_madd
+]);
+
+/** Whether this engine's WebAssembly has relaxed SIMD. */
+export function hasRelaxedSimd() {
+  try {
+    return WebAssembly.validate(RELAXED_SIMD_PROBE);
+  } catch {
+    return false;
+  }
+}
+
+/** The `relaxedSimd` load option: true (the default) or false. */
+export function relaxedSimdOption(v) {
+  if (v === undefined || v === null) return true;
+  if (typeof v !== 'boolean') throw new GgwebError('invalid', `relaxedSimd must be true or false, got ${JSON.stringify(v)}`);
+  return v;
 }
 
 /** Validated sampling parameters, as the JSON WasmModel.start reads. */
@@ -415,21 +448,41 @@ export class Engine {
     try {
       if (signal?.aborted) throw abortedError('loading the model');
       const threads = planThreads(loaderOpts.nThreads);
+      const relaxed = relaxedSimdOption(opts.relaxedSimd) && hasRelaxedSimd();
       let build = 'pkg';
       const threadsUrl = threadsCoreUrl(this.coreUrl);
       if (threads.threaded && !threadsUrl) {
         Object.assign(threads, { n: 1, threaded: false, reason: `no threaded build is known beside ${this.coreUrl} (it is not in a folder named pkg)` });
       }
-      if (threads.threaded) {
+      // The relaxed-SIMD twin of the chosen build when the browser has it; a missing twin
+      // (a custom deployment without it) only costs the fused multiply-add.
+      const tryRelaxed = async (folder) => {
+        const url = relaxed ? variantCoreUrl(this.coreUrl, `${folder}-relaxed`) : null;
+        if (!url) return null;
         try {
-          this.core = await loadCore(threadsUrl);
-          build = 'pkg-threads';
+          const core = await loadCore(url);
+          build = `${folder}-relaxed`;
+          return core;
         } catch (e) {
-          Object.assign(threads, { n: 1, threaded: false, reason: `the threaded wasm build could not be loaded (${e.message})` });
-          console.warn(`ggweb: ${threads.reason}; using one thread`);
+          console.warn(`ggweb: the relaxed-SIMD build ${folder}-relaxed could not be loaded (${e.message}); using ${folder}`);
+          return null;
+        }
+      };
+      let core = null;
+      if (threads.threaded) {
+        core = await tryRelaxed('pkg-threads');
+        if (!core) {
+          try {
+            core = await loadCore(threadsUrl);
+            build = 'pkg-threads';
+          } catch (e) {
+            Object.assign(threads, { n: 1, threaded: false, reason: `the threaded wasm build could not be loaded (${e.message})` });
+            console.warn(`ggweb: ${threads.reason}; using one thread`);
+          }
         }
       }
-      if (!this.core) this.core = await loadCore(this.coreUrl);
+      core ??= await tryRelaxed('pkg');
+      this.core = core ?? await loadCore(this.coreUrl);
       // Sent only when > 1: the single-thread build's options stay what they always were.
       loaderOpts.nThreads = threads.n > 1 ? threads.n : undefined;
       const picked = await this._pickBackend(loaderOpts.backend);

@@ -82,6 +82,11 @@ export interface LoadOptions {
    *  pkg/). Default: min(navigator.hardwareConcurrency, 4) where threads can run, else 1.
    *  Where they cannot, the model runs on 1 thread and info().threads.reason says why. */
   nThreads?: number;
+  /** Use the builds with relaxed SIMD's fused multiply-add (pkg-relaxed/, pkg-threads-relaxed/)
+   *  where the browser has it (default true): faster matrix products on F32/F16 weights.
+   *  Fused and unfused results differ in the last bits, and relaxed SIMD lets each CPU pick,
+   *  so pass false for results identical on every machine. info().threads.build says which. */
+  relaxedSimd?: boolean;
   onProgress?: (progress: LoadProgress) => void;
   /** Aborting rejects with GgwebError code 'aborted' and frees everything the load held. */
   signal?: AbortSignal;
@@ -158,9 +163,10 @@ export interface ModelInfo {
    *  when the loader was made, right after the load, and when info was read. */
   wasmMemory?: { heapBase: number; atLoaderStart: number; afterLoad: number; now: number };
   /** CPU threads: how many the CPU backend uses (`n`), how many were running when the load
-   *  ended (`running`: the rest join as they start), which build was loaded ('pkg' or
-   *  'pkg-threads'), and why a single thread (null when threads were granted). */
-  threads: { n: number; running: number; build: 'pkg' | 'pkg-threads'; reason: string | null };
+   *  ended (`running`: the rest join as they start), which build was loaded ('pkg',
+   *  'pkg-threads', or their '-relaxed' twins: see LoadOptions.relaxedSimd), and why a
+   *  single thread (null when threads were granted). */
+  threads: { n: number; running: number; build: 'pkg' | 'pkg-threads' | 'pkg-relaxed' | 'pkg-threads-relaxed'; reason: string | null };
   /** How this load went. */
   load: {
     bytes: number;

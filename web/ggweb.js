@@ -10,7 +10,7 @@
 // By default the model lives in a Web Worker (worker.js), so the page stays responsive;
 // `{ worker: false }` runs the same code on the calling thread (tests, environments
 // without module workers). Both give the same API and the same errors (GgwebError).
-import { Engine, GgwebError, ERROR_CODES, abortedError, formatBytes, stallTimeout, toGgwebError } from './engine.js';
+import { Engine, GgwebError, ERROR_CODES, abortedError, formatBytes, relaxedSimdOption, stallTimeout, toGgwebError } from './engine.js';
 
 export { GgwebError, ERROR_CODES, formatBytes };
 
@@ -306,17 +306,18 @@ export class Model {
    */
   static async load(source, options = {}) {
     const {
-      backend = 'cpu', gpuLayers, nCtx, nBatch, nThreads, onProgress, signal, cache = false, stallTimeoutMs,
+      backend = 'cpu', gpuLayers, nCtx, nBatch, nThreads, relaxedSimd, onProgress, signal, cache = false, stallTimeoutMs,
       worker = typeof Worker !== 'undefined', coreUrl = DEFAULT_CORE_URL,
     } = options;
     checkSignal(signal);
     stallTimeout(stallTimeoutMs); // checked here, so a bad value fails before a worker starts
+    relaxedSimdOption(relaxedSimd);
     if (onProgress !== undefined && typeof onProgress !== 'function') {
       throw new GgwebError('invalid', 'onProgress must be a function');
     }
     if (signal?.aborted) throw abortedError('loading the model');
     const { src, transfer } = await describeSource(source);
-    const opts = { backend, gpuLayers, nCtx, nBatch, nThreads };
+    const opts = { backend, gpuLayers, nCtx, nBatch, nThreads, relaxedSimd };
     const core = new URL(coreUrl, typeof document !== 'undefined' ? document.baseURI : globalThis.location?.href).href;
     const t = worker ? new WorkerTransport(core) : new LocalTransport(core);
     try {

@@ -344,9 +344,12 @@ async function freshPage() {
   const { page: p, problems: pp } = await openPage(browser, `${server.url}e2e/harness.html`);
   await p.evaluate(async () => {
     window.G = await import('/ggweb.js');
-    // The instance engine.js uses (same URL); initialised here so it can be read before a load
-    // (engine.js's init then finds it ready).
-    window.core = await import('/pkg/ggweb_core.js');
+    // The instance engine.js uses on the page thread (same URL: the relaxed-SIMD build where
+    // the browser has it); initialised here so it can be read before a load (engine.js's
+    // init then finds it ready).
+    const E = await import('/engine.js');
+    window.coreBuild = E.hasRelaxedSimd() ? 'pkg-relaxed' : 'pkg';
+    window.core = await import(`/${window.coreBuild}/ggweb_core.js`);
     await window.core.default();
     window.run = async (fn) => {
       try {
@@ -437,16 +440,19 @@ for (const backend of ['cpu', 'webgpu']) {
         const loadedGpu = core.live_gpu_buffers();
         const ids = [];
         for await (const t of m.generate(arg.text, { ...arg.greedy, maxTokens: 4 })) ids.push(t.token);
+        const build = m.info().threads.build;
         await m.dispose();
-        cycles.push({ ids, loadedGpu, gpu: core.live_gpu_buffers(), mem: core.wasm_memory_bytes() });
+        cycles.push({ ids, loadedGpu, gpu: core.live_gpu_buffers(), mem: core.wasm_memory_bytes(), build });
       }
-      return { base, cycles };
+      return { base, cycles, coreBuild: window.coreBuild };
     `, { url: F16, text: HELLO.text, greedy: GREEDY, backend }, p);
     assert.ok(r.ok, r.message);
     const { base, cycles } = r.value;
     console.log(`${backend}: wasm memory ${base.mem} B before, after each cycle: ${cycles.map((c) => c.mem).join(' ')}; ` +
       `live GPU buffers ${base.gpu} before, ${cycles[0].loadedGpu} while loaded`);
     for (const [i, c] of cycles.entries()) {
+      // The counters read are the model's own module's.
+      assert.equal(c.build, r.value.coreBuild, `cycle ${i}: the model ran on the module the test reads`);
       assert.deepEqual(c.ids, HELLO.greedy_ids.slice(0, 4), `cycle ${i}: greedy ids`);
       // Every buffer a model made is released by its dispose.
       assert.equal(c.gpu, base.gpu, `cycle ${i}: live GPU buffers after dispose`);

@@ -4,7 +4,9 @@
 // and must give exactly what one thread (web/pkg/) gives: mul_mat is split by rows of the
 // weights, each output element computed by the same code, so the tolerance is zero. A page
 // served without COOP/COEP (/__test/noisolation/...) and a model on the page's own thread
-// fall back to web/pkg/ with one thread, and info().threads says why.
+// fall back to web/pkg/ with one thread, and info().threads says why. Chromium has relaxed
+// SIMD, so by default the '-relaxed' twins of both builds load; relaxedSimd: false loads
+// the plain ones, whose logits differ from the fused multiply-add's only in the last bits.
 //   node --test tests/e2e/threads.spec.mjs
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -55,7 +57,7 @@ const RUN = `
   const out = {};
   for (const url of arg.urls) {
     for (const n of [1, 2]) {
-      const m = await Model.load(url, { nThreads: n, nBatch: 32 });
+      const m = await Model.load(url, { nThreads: n, nBatch: 32, relaxedSimd: arg.relaxedSimd });
       const r = { threads: m.info().threads, greedy: [], logits: [], jobs: [] };
       for (const p of arg.prompts) {
         const ids = [];
@@ -72,7 +74,7 @@ const RUN = `
   return out;
 `;
 
-test('an isolated page runs 2 threads (pkg-threads) and gets 1 thread\'s exact tokens and logits', async () => {
+test('an isolated page runs 2 threads (pkg-threads-relaxed) and gets 1 thread\'s exact tokens and logits', async () => {
   const r = await inPage('e2e/harness.html', RUN, { urls: [F32, Q8], prompts: HF.prompts, greedy: GREEDY });
   assert.ok(r.ok, r.message);
   assert.equal(r.isolated, true, 'serve.mjs sends COOP/COEP: the harness is cross-origin isolated');
@@ -81,8 +83,8 @@ test('an isolated page runs 2 threads (pkg-threads) and gets 1 thread\'s exact t
   for (const url of [F32, Q8]) {
     const one = r.value[`${url}@1`];
     const two = r.value[`${url}@2`];
-    assert.deepEqual(one.threads, { n: 1, running: 1, build: 'pkg', reason: 'nThreads: 1 was asked for' });
-    assert.deepEqual(two.threads, { n: 2, running: 2, build: 'pkg-threads', reason: null });
+    assert.deepEqual(one.threads, { n: 1, running: 1, build: 'pkg-relaxed', reason: 'nThreads: 1 was asked for' });
+    assert.deepEqual(two.threads, { n: 2, running: 2, build: 'pkg-threads-relaxed', reason: null });
     HF.prompts.forEach((p, i) => {
       // Q8_0 weights change the continuation; F32's is HF's.
       if (url === F32) assert.deepEqual(one.greedy[i], p.greedy_ids, `${url} ${p.key}: 1 thread, HF's greedy ids`);
@@ -99,6 +101,40 @@ test('an isolated page runs 2 threads (pkg-threads) and gets 1 thread\'s exact t
   }
 });
 
+test('relaxedSimd: false loads the plain builds: the same tokens, logits within 1e-4 of the fused ones and not all equal', async () => {
+  const fused = await inPage('e2e/harness.html', RUN, { urls: [F32], prompts: HF.prompts, greedy: GREEDY });
+  const plain = await inPage('e2e/harness.html', RUN, { urls: [F32], prompts: HF.prompts, greedy: GREEDY, relaxedSimd: false });
+  assert.ok(fused.ok, fused.message);
+  assert.ok(plain.ok, plain.message);
+  assert.deepEqual(plain.problems.filter((m) => !m.includes('/favicon.ico')), []);
+  assert.equal(plain.value[`${F32}@1`].threads.build, 'pkg');
+  assert.equal(plain.value[`${F32}@2`].threads.build, 'pkg-threads');
+  let differ = 0;
+  for (const n of [1, 2]) {
+    const a = fused.value[`${F32}@${n}`];
+    const b = plain.value[`${F32}@${n}`];
+    HF.prompts.forEach((p, i) => {
+      assert.deepEqual(b.greedy[i], p.greedy_ids, `${p.key}: plain build, ${n} thread(s): HF's greedy ids`);
+      assert.deepEqual(a.greedy[i], p.greedy_ids, `${p.key}: relaxed build, ${n} thread(s): HF's greedy ids`);
+      // A fused multiply-add rounds once where mul + add rounds twice: over K = 64..256
+      // products of unit-scale values that moves a logit by ~1e-6, far under 1e-4.
+      const worst = Math.max(...a.logits[i].map((x, j) => Math.abs(x - b.logits[i][j])));
+      assert.ok(worst < 1e-4, `${p.key}: ${n} thread(s): max |fused - plain| = ${worst}`);
+      differ += a.logits[i].filter((x, j) => !Object.is(x, b.logits[i][j])).length;
+    });
+  }
+  // Some bits differ: the relaxed builds really multiply-add fused.
+  assert.ok(differ > 0, 'the relaxed and plain builds gave identical logits: is the fused multiply-add in use?');
+});
+
+test('relaxedSimd must be a boolean', async () => {
+  const r = await inPage('e2e/harness.html', `
+    try { await Model.load(arg.url, { relaxedSimd: 'no' }); return 'loaded?'; } catch (e) { return [e.code, e.message]; }
+  `, { url: F32 });
+  assert.ok(r.ok, r.message);
+  assert.deepEqual(r.value, ['invalid', 'relaxedSimd must be true or false, got "no"']);
+});
+
 test('the default thread count on an isolated page is min(hardwareConcurrency, 4)', async () => {
   const r = await inPage('e2e/harness.html', `
     const m = await Model.load(arg.url);
@@ -109,7 +145,7 @@ test('the default thread count on an isolated page is min(hardwareConcurrency, 4
   assert.ok(r.ok, r.message);
   const want = Math.min(r.value.cores, 4);
   assert.equal(r.value.t.n, want);
-  assert.equal(r.value.t.build, want > 1 ? 'pkg-threads' : 'pkg');
+  assert.equal(r.value.t.build, want > 1 ? 'pkg-threads-relaxed' : 'pkg-relaxed');
   assert.equal(r.value.t.running, want);
 });
 
@@ -125,7 +161,7 @@ test('without COOP/COEP, or on the page thread, nThreads 2 falls back to pkg/ wi
   assert.ok(plain.ok, plain.message);
   assert.equal(plain.isolated, false);
   assert.deepEqual(plain.value.t, {
-    n: 1, running: 1, build: 'pkg',
+    n: 1, running: 1, build: 'pkg-relaxed',
     reason: 'the page is not cross-origin isolated: serve it with the headers ' +
       'Cross-Origin-Opener-Policy: same-origin and Cross-Origin-Embedder-Policy: require-corp',
   });
@@ -140,7 +176,7 @@ test('without COOP/COEP, or on the page thread, nThreads 2 falls back to pkg/ wi
   assert.ok(local.ok, local.message);
   assert.equal(local.isolated, true);
   assert.deepEqual(local.value, {
-    n: 1, running: 1, build: 'pkg',
+    n: 1, running: 1, build: 'pkg-relaxed',
     reason: "the model runs on the page's main thread ({ worker: false }), which must not block",
   });
 });
@@ -177,8 +213,8 @@ test('backend "webgpu" also runs from the threaded build (same tokens), with 1 C
   assert.ok(r.ok, r.message);
   assert.equal(r.value[1].backend, 'webgpu');
   assert.equal(r.value[2].backend, 'webgpu');
-  assert.deepEqual(r.value[1].threads, { n: 1, running: 1, build: 'pkg', reason: 'nThreads: 1 was asked for' });
-  assert.deepEqual(r.value[2].threads, { n: 1, running: 1, build: 'pkg-threads', reason: 'backend "webgpu" runs the model on the GPU' });
+  assert.deepEqual(r.value[1].threads, { n: 1, running: 1, build: 'pkg-relaxed', reason: 'nThreads: 1 was asked for' });
+  assert.deepEqual(r.value[2].threads, { n: 1, running: 1, build: 'pkg-threads-relaxed', reason: 'backend "webgpu" runs the model on the GPU' });
   assert.deepEqual(r.value[1].ids, HF.prompts[0].greedy_ids);
   assert.deepEqual(r.value[2].ids, r.value[1].ids);
 });
