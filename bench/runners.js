@@ -45,7 +45,9 @@ async function timed(gen, cfg) {
 async function ggweb(cfg) {
   const { Model } = await import('/ggweb/ggweb.js');
   const t0 = now();
-  const m = await Model.load(cfg.model, { backend: cfg.backend ?? 'cpu', worker: true, nCtx: cfg.nCtx, nBatch: cfg.nCtx, nThreads: cfg.threads ?? 1 });
+  const m = await Model.load(cfg.model, {
+    backend: cfg.backend ?? 'cpu', worker: true, nCtx: cfg.nCtx, nBatch: cfg.nCtx, nThreads: cfg.threads ?? 1, relaxedSimd: cfg.relaxedSimd,
+  });
   const loadMs = now() - t0;
   const gen = async (maxTokens) => {
     const r = { ids: [], text: '' };

@@ -18,6 +18,7 @@
 //   BENCH_WEBGPU=auto|1|0  ggweb webgpu rows: auto = only on a real (non-fallback) adapter
 //   BENCH_GGWEB_WEB=dir    serve ggweb's JS + pkg/ from another folder (default web/)
 //   BENCH_ROW_TIMEOUT_S    per-row limit (default 600)
+//   BENCH_RELAXED=0        ggweb on its plain builds (relaxedSimd: false) instead of the relaxed-SIMD ones
 //   BENCH_RETRIES=2        a failed row is run again (fresh page) this many times; tries are reported
 //   CHROMIUM=path          browser binary (default /usr/bin/chromium)
 import { chromium } from 'playwright-core';
@@ -238,7 +239,7 @@ async function main() {
         try {
           const o = await open();
           ctx = o.ctx;
-          r = await withTimeout(o.page.evaluate((cfg) => window.bench.run(cfg), { ...row, prompt, tokens: TOKENS, reps: REPS, nCtx }),
+          r = await withTimeout(o.page.evaluate((cfg) => window.bench.run(cfg), { ...row, prompt, tokens: TOKENS, reps: REPS, nCtx, relaxedSimd: env.BENCH_RELAXED !== '0' }),
             ROW_TIMEOUT_MS, row.key);
         } catch (e) {
           r = { ok: false, error: e.message.split('\n')[0] };
