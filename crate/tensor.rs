@@ -509,6 +509,13 @@ impl Tensor {
         assert!(offset + out.len() <= self.nbytes(), "get_bytes past the end of '{}'", self.name());
         d.buffer.get_bytes(d.offset + offset, out);
     }
+
+    /// [`Tensor::get_bytes`] with a failed device read (a lost WebGPU device) as an error.
+    pub fn try_get_bytes(&self, out: &mut [u8], offset: usize) -> Result<(), crate::backend::BackendError> {
+        let d = self.data().unwrap_or_else(|| panic!("get_bytes on unallocated tensor '{}'", self.name()));
+        assert!(offset + out.len() <= self.nbytes(), "get_bytes past the end of '{}'", self.name());
+        d.buffer.try_get_bytes(d.offset + offset, out)
+    }
 }
 
 /// ggml_init_params.

@@ -154,6 +154,29 @@ fn cli_gpu_layers() {
     );
 }
 
+/// A device lost after a graph ran but before its logits are read back (the blocking
+/// native read, as `ggweb generate --backend webgpu` does it): `DeviceLost`, not a panic.
+#[test]
+fn a_device_lost_before_the_logits_are_read_is_an_error() {
+    use ggweb::backend::BackendError;
+
+    if gpu().is_none() {
+        return;
+    }
+    let (_, bytes) = tiny_f32();
+    let lose_me = WebGpuBackend::new(WebGpuOptions::default()).unwrap();
+    let n_layer = load_cpu(&bytes).model.hparams.n_layer;
+    let mut m = load_split(&bytes, Rc::new(lose_me.clone()), n_layer + 1).model;
+    let io = m.eval_graph(&PROMPT[..2], 0, false).unwrap();
+    let mut out = vec![0u8; io.logits.nbytes()];
+    io.logits.try_get_bytes(&mut out, 0).unwrap();
+    lose_me.destroy_device();
+    match io.logits.try_get_bytes(&mut out, 0) {
+        Err(BackendError::DeviceLost(why)) => assert!(why.starts_with("Destroyed: "), "{why}"),
+        other => panic!("expected DeviceLost, got {other:?}"),
+    }
+}
+
 /// A device destroyed between two generated tokens (a driver reset, or the browser taking
 /// the device away): the next eval and every one after it is `DeviceLost`, with the
 /// reason, and nothing panics; a model on a fresh device then generates the CPU's greedy

@@ -216,9 +216,18 @@ fn bench_gpt2_124m_profile() {
         let wall = now() - t;
         let prof = cpu.profile();
         let total: f64 = prof.iter().map(|e| e.secs).sum();
+        // On a shared machine one run says little: the best of 8 is the code's own speed.
+        let best = (0..8)
+            .map(|_| {
+                let t = now();
+                m.eval_prompt(&ids, 0, false).unwrap();
+                now() - t
+            })
+            .fold(f64::MAX, f64::min);
         console_log!(
-            "{wty}: pp{n_prompt} {:.1} tok/s, {:.1} ms in nodes of {:.1} ms",
+            "{wty}: pp{n_prompt} {:.1} tok/s (best of 8 more: {:.1}), {:.1} ms in nodes of {:.1} ms",
             n_prompt as f64 / wall,
+            n_prompt as f64 / best,
             total * 1e3,
             wall * 1e3
         );

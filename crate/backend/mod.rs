@@ -107,8 +107,15 @@ pub trait Buffer {
     /// Writes `data` at byte `offset` (ggml_backend_tensor_set underneath).
     fn set_bytes(&self, offset: usize, data: &[u8]);
     /// Reads `out.len()` bytes at `offset`. Device buffers may block natively; in the
-    /// browser, WebGPU reads go through the backend's async path instead.
+    /// browser, WebGPU reads go through the backend's async path instead. Panics where the
+    /// read fails (a lost device): use [`Buffer::try_get_bytes`] where that can happen.
     fn get_bytes(&self, offset: usize, out: &mut [u8]);
+    /// [`Buffer::get_bytes`] with the device's failure as an error (`DeviceLost` for a lost
+    /// WebGPU device). Default: `get_bytes`, which cannot fail for host memory.
+    fn try_get_bytes(&self, offset: usize, out: &mut [u8]) -> Result<(), BackendError> {
+        self.get_bytes(offset, out);
+        Ok(())
+    }
     /// Fills the whole buffer with `value`.
     fn clear(&self, value: u8);
     /// For downcasting to the concrete buffer inside its own backend.

@@ -420,7 +420,7 @@ fn duplicate_tied_output(w: &mut Weights, sched: &Sched) -> Result<Option<Rc<dyn
         Some(p) => dup.set_bytes(unsafe { core::slice::from_raw_parts(p, n) }, 0),
         None => {
             let mut bytes = vec![0u8; n];
-            w.token_embd.get_bytes(&mut bytes, 0);
+            w.token_embd.try_get_bytes(&mut bytes, 0)?;
             dup.set_bytes(&bytes, 0);
         }
     }
@@ -558,7 +558,7 @@ impl Gpt2 {
     pub fn eval(&mut self, tokens: &[u32], n_past: usize, all_logits: bool) -> Result<Vec<f32>, ModelError> {
         let io = self.eval_graph(tokens, n_past, all_logits)?;
         let mut out = vec![0f32; io.logits.nelements() as usize];
-        io.logits.get_bytes(bytemuck::cast_slice_mut(&mut out), 0);
+        io.logits.try_get_bytes(bytemuck::cast_slice_mut(&mut out), 0)?;
         Ok(out)
     }
 
@@ -579,7 +579,7 @@ impl Gpt2 {
                 return Ok(out);
             }
         }
-        logits.get_bytes(bytemuck::cast_slice_mut(&mut out), 0);
+        logits.try_get_bytes(bytemuck::cast_slice_mut(&mut out), 0)?;
         Ok(out)
     }
 
@@ -700,7 +700,7 @@ impl Gpt2 {
                 return Err(ModelError::Config(format!("eval_dump: '{}' is not a contiguous f32 tensor", t.name())));
             }
             let mut v = vec![0f32; t.nelements() as usize];
-            t.get_bytes(bytemuck::cast_slice_mut(&mut v), 0);
+            t.try_get_bytes(bytemuck::cast_slice_mut(&mut v), 0)?;
             out.push((t.name(), v));
         }
         Ok(out)

@@ -771,10 +771,10 @@ fn copy_bytes(src: &Tensor, dst: &Tensor, scratch: &mut Vec<u8>) -> Result<usize
     } else if let Some(base) = d.buffer.host_base() {
         // SAFETY: as above, for the destination.
         let bytes = unsafe { core::slice::from_raw_parts_mut(base.add(d.offset), n) };
-        s.buffer.get_bytes(s.offset, bytes);
+        s.buffer.try_get_bytes(s.offset, bytes)?;
     } else {
         scratch.resize(n, 0);
-        s.buffer.get_bytes(s.offset, &mut scratch[..n]);
+        s.buffer.try_get_bytes(s.offset, &mut scratch[..n])?;
         d.buffer.set_bytes(d.offset, &scratch[..n]);
     }
     Ok(n)

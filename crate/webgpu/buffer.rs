@@ -249,12 +249,23 @@ impl Buffer for WebGpuBuffer {
     /// wait and panics: use `WebGpuBackend::read_tensor_async` / `WebGpuBuffer::read_async`.
     fn get_bytes(&self, offset: usize, out: &mut [u8]) {
         assert!(offset + out.len() <= self.size, "get_bytes: {}+{} past {} bytes", offset, out.len(), self.size);
-        #[cfg(target_arch = "wasm32")]
-        panic!("WebGPU get_bytes cannot block in the browser: use WebGpuBackend::read_tensor_async");
-        #[cfg(not(target_arch = "wasm32"))]
-        if let Err(e) = pollster::block_on(self.read_async(offset, out)) {
+        if let Err(e) = self.try_get_bytes(offset, out) {
             panic!("WebGPU get_bytes of {} bytes at {offset}: {e}", out.len());
         }
+    }
+    /// Natively as `get_bytes`, with a lost device as `DeviceLost`; in the browser an
+    /// `Unsupported` error (a read there must be awaited: `read_async`).
+    fn try_get_bytes(&self, offset: usize, out: &mut [u8]) -> Result<(), BackendError> {
+        #[cfg(target_arch = "wasm32")]
+        {
+            let _ = (offset, out);
+            Err(BackendError::Unsupported {
+                node: String::from("(buffer read)"),
+                reason: String::from("WebGPU memory cannot be read synchronously in the browser: use read_async"),
+            })
+        }
+        #[cfg(not(target_arch = "wasm32"))]
+        pollster::block_on(self.read_async(offset, out))
     }
     fn clear(&self, value: u8) {
         let gpu = &self.gpu;
