@@ -84,8 +84,16 @@ pub fn jobs_counts() -> (usize, usize) {
 }
 
 /// How long an idle worker polls for new work before it sleeps (iterations of a spin
-/// hint, some tens of µs): long enough to bridge the gap between two ops of a graph.
+/// hint, some tens of µs natively, where x86's `pause` takes ~40 ns): long enough to bridge
+/// the gap between two ops of a graph.
+#[cfg(not(target_arch = "wasm32"))]
 const SPIN: usize = 2_000;
+/// wasm has no pause instruction (`spin_loop` compiles to nothing), so an iteration is an
+/// atomic load and a branch, ~1 ns: 2 000 of them slept a Web Worker after ~2 µs, and every
+/// op then paid a browser wake-up (`Atomics.notify` to a parked worker: tens of µs or more).
+/// 100 000 is ~100 µs, longer than the serial steps between two ops of a graph.
+#[cfg(target_arch = "wasm32")]
+const SPIN: usize = 100_000;
 
 impl ThreadPool {
     /// A pool of `n_threads` threads, the caller included. A worker the platform refuses
