@@ -327,11 +327,14 @@ pub(super) fn gemm_rows(
     let js: alloc::vec::Vec<usize> = (0..n).filter(|&j| !cols.plain[j]).collect();
     let mut dx = alloc::vec![0f32; MR * nbp];
     let mut xw = alloc::vec![i16x8_splat(0); MR * nb * 4];
+    // Row of a at step s: the decode order (super::decode_row) for one row of b.
+    let row_at = |s: usize| if n == 1 { super::decode_row(s, m) } else { s };
     let mut i0 = 0;
     while i0 < m {
         let mr = MR.min(m - i0);
         for r in 0..mr {
-            widen_row(ty, nb, &a[(i0 + r) * lda..], &mut xw[r * nb * 4..(r + 1) * nb * 4], &mut dx[r * nbp..]);
+            let row = &a[row_at(i0 + r) * lda..];
+            widen_row(ty, nb, row, &mut xw[r * nb * 4..(r + 1) * nb * 4], &mut dx[r * nbp..]);
         }
         let yrow = |j: usize| &yw[j * nb * 4..(j + 1) * nb * 4];
         let dyrow = |j: usize| &cols.dy[j * nbp..(j + 1) * nbp];
@@ -354,7 +357,7 @@ pub(super) fn gemm_rows(
         for r in 0..mr {
             let (xr, dxr) = (&xw[r * nb * 4..(r + 1) * nb * 4], &dx[r * nbp..(r + 1) * nbp]);
             for &j in &js[if mr == MR { q } else { 0 }..] {
-                c[j * ldc + i0 + r] = row_dot(nb, xr, dxr, yrow(j), dyrow(j));
+                c[j * ldc + row_at(i0 + r)] = row_dot(nb, xr, dxr, yrow(j), dyrow(j));
             }
         }
         i0 += mr;

@@ -363,7 +363,8 @@ pub(super) unsafe fn gemm_rows(
     // Unpacking Q4_0 nibbles into a buffer pays off when several rows of b reuse them.
     let n_live = cols.plain.iter().filter(|&&p| !p).count();
     let mut u = if n_live > 1 { vec![_mm256_setzero_si256(); nb] } else { Vec::new() };
-    for i in 0..m {
+    for step in 0..m {
+        let i = if n_live == 1 { super::decode_row(step, m) } else { step };
         let row = &a[i * lda..];
         match ty {
             GgmlType::Q4_0 => {
@@ -542,7 +543,8 @@ pub(super) unsafe fn gemm_rows_vnni(
     let flip = _mm256_set1_epi8(-128);
     // The unsigned quants of a row, into a buffer when several rows of b reuse them.
     let mut u = if n > 1 { vec![_mm256_setzero_si256(); nb] } else { Vec::new() };
-    for i in 0..m {
+    for step in 0..m {
+        let i = if n == 1 { super::decode_row(step, m) } else { step };
         let row = &a[i * lda..];
         let q4 = row.as_ptr() as *const BlockQ4_0;
         let q8 = row.as_ptr() as *const BlockQ8_0;
