@@ -9,7 +9,7 @@ mod simd_checks;
 
 use common::*;
 use ggweb::cpu::simd;
-use ggweb::types::GgmlType::{self, F16, F32};
+use ggweb::types::GgmlType::{F16, F32};
 use wasm_bindgen_test::wasm_bindgen_test;
 
 #[wasm_bindgen_test]
@@ -62,29 +62,11 @@ fn mul_mat_f32_and_f16_k_not_multiple_of_4() {
     assert_close("strided", &c.to_f32_vec(), &want, |i| 1e-5 * mag[i] + 1e-30);
 }
 
-/// As tests/ops.rs `mul_mat_one_row_of_b_gives_the_batched_bits`, for the simd128 tiles and
-/// the i16 quantized products: a decode step's row order changes no row's bits.
+/// The simd128 tiles and the i16 quantized products: a decode step's row order changes no
+/// row's bits (common::check_one_row_of_b_gives_the_batched_bits).
 #[wasm_bindgen_test]
 fn mul_mat_one_row_of_b_gives_the_batched_bits() {
-    let ctx = ctx(32);
-    let mut rng = Rng(29);
-    for ty in [F32, F16, GgmlType::Q8_0, GgmlType::Q4_0] {
-        let a = if ty.is_quantized() {
-            let (_, v) = random_tensor(&ctx, &mut rng, F32, [768, 300, 1, 1], -1.0, 1.0);
-            let a = ctx.new_tensor_2d(ty, 768, 300);
-            a.set_bytes(&ggweb::quants::quantize(ty, &v).unwrap(), 0);
-            a
-        } else {
-            random_tensor(&ctx, &mut rng, ty, [768, 300, 1, 1], -1.0, 1.0).0
-        };
-        let (b3, bv) = random_tensor(&ctx, &mut rng, F32, [768, 3, 1, 1], -1.0, 1.0);
-        let b1 = ctx.new_tensor_2d(F32, 768, 1);
-        b1.set_f32_slice(&bv[768..1536]);
-        let (c3, c1) = (ctx.mul_mat(&a, &b3), ctx.mul_mat(&a, &b1));
-        compute(&c3, 1);
-        compute(&c1, 1);
-        assert_eq!(c1.to_f32_vec(), c3.to_f32_vec()[300..600], "{ty}: one row of b");
-    }
+    check_one_row_of_b_gives_the_batched_bits(&[]);
 }
 
 /// As in tests/ops.rs: 2e-6 relative plus 1e-9 absolute.

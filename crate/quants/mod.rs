@@ -368,8 +368,9 @@ pub fn gemm(
 /// The row of `a` visited at step `s` of `m` when one row of b is multiplied (a decode
 /// step): steps 4i..4i+3 take rows i, i+q, i+2q, i+3q (q = m/4), so the memory system sees
 /// four streams in different pages instead of one stream of short rows, and prefetches
-/// them better (the f32/f16 tiles do the same: cpu/simd/x86.rs). Rows past 4q come last,
-/// in order. Each row's dot product is computed as before: only the order changes.
+/// them better (float weights get the same order from `run_decode` in cpu/ops.rs). Rows
+/// past 4q come last, in order. Each row's dot product is computed as before: only the
+/// order changes.
 #[inline]
 pub(crate) fn decode_row(s: usize, m: usize) -> usize {
     let q = if m >= 16 { m / 4 } else { 0 };

@@ -185,3 +185,36 @@ pub fn assert_close(what: &str, got: &[f32], want: &[f64], tol: impl Fn(usize) -
         assert!(ok, "{what}: element {i}: got {g}, want {w} (tolerance {})", tol(i));
     }
 }
+
+/// A decode step (one row of b) visits the rows of a in another order than a batch does
+/// (tiles of rows a quarter of the block apart, so they stream from four places): the value
+/// of each row must still be, bit for bit, what a batch of three rows of b gives, for F32,
+/// F16, Q8_0 and Q4_0 weights; and the same again on each of `threads`.
+pub fn check_one_row_of_b_gives_the_batched_bits(threads: &[usize]) {
+    use ggweb::types::GgmlType::{F16, F32, Q4_0, Q8_0};
+    let ctx = ctx(32);
+    let mut rng = Rng(29);
+    for ty in [F32, F16, Q8_0, Q4_0] {
+        // 300 rows: several jobs of whole tiles, and a last block of another size.
+        let a = if ty.is_quantized() {
+            let (_, v) = random_tensor(&ctx, &mut rng, F32, [768, 300, 1, 1], -1.0, 1.0);
+            let a = ctx.new_tensor_2d(ty, 768, 300);
+            a.set_bytes(&ggweb::quants::quantize(ty, &v).unwrap(), 0);
+            a
+        } else {
+            random_tensor(&ctx, &mut rng, ty, [768, 300, 1, 1], -1.0, 1.0).0
+        };
+        let (b3, bv) = random_tensor(&ctx, &mut rng, F32, [768, 3, 1, 1], -1.0, 1.0);
+        let b1 = ctx.new_tensor_2d(F32, 768, 1);
+        b1.set_f32_slice(&bv[768..1536]);
+        let (c3, c1) = (ctx.mul_mat(&a, &b3), ctx.mul_mat(&a, &b1));
+        compute(&c3, 1);
+        compute(&c1, 1);
+        assert_eq!(c1.to_f32_vec(), c3.to_f32_vec()[300..600], "{ty}: one row of b");
+        for &n in threads {
+            let c1t = ctx.mul_mat(&a, &b1);
+            compute(&c1t, n);
+            assert_eq!(c1t.to_f32_vec(), c1.to_f32_vec(), "{ty}: one row of b on {n} threads");
+        }
+    }
+}

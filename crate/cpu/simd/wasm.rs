@@ -417,23 +417,6 @@ unsafe fn gemm<R: Rows>(
             }
         }};
     }
-    // One row of b (a decode step): tiles of rows a quarter of the block apart, as in the
-    // x86 gemm (cpu/simd/x86.rs), so the rows stream from four places; same sums per row.
-    if n == 1 && m >= 16 {
-        let q = m / 4;
-        let mut out = [0f32; 4];
-        for i in 0..q {
-            tile::<R, 4, 1>(k, a.add(i * lda), q * lda, b, ldb, out.as_mut_ptr(), ldc);
-            for (r, v) in out.iter().enumerate() {
-                *c.add(i + r * q) = *v;
-            }
-        }
-        let i = 4 * q;
-        if i < m {
-            gemm::<R>(k, m - i, 1, a.add(i * lda), lda, b, ldb, c.add(i), ldc);
-        }
-        return;
-    }
     let mut j = 0;
     while j + 2 <= n {
         rows!(2, j);

@@ -345,25 +345,6 @@ macro_rules! avx2_gemm {
                     }
                 }};
             }
-            // One row of b (a decode step): the 4 rows of each tile are a quarter of the
-            // block apart, so the memory system sees 4 long streams in 4 different pages
-            // rather than one stream of short rows (K = 768 f16 rows are 1.5 KiB: tiles
-            // of adjacent rows read ~35% slower). Each row's sum is the same either way.
-            if n == 1 && m >= 16 {
-                let q = m / 4;
-                let mut out = [0f32; 4];
-                for i in 0..q {
-                    $tile::<4, 1>(k, a.add(i * lda), q * lda, b, ldb, out.as_mut_ptr(), ldc);
-                    for (r, v) in out.iter().enumerate() {
-                        *c.add(i + r * q) = *v;
-                    }
-                }
-                let i = 4 * q;
-                if i < m {
-                    $gemm(k, m - i, 1, a.add(i * lda), lda, b, ldb, c.add(i), ldc);
-                }
-                return;
-            }
             let mut j = 0;
             while j + 3 <= n {
                 rows!(3, j);
