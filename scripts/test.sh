@@ -95,6 +95,9 @@ done
 wasm_tests+=(--test webgpu_browser)
 # GPT-2 split between WebGPU and the CPU by the scheduler, in the same browser.
 wasm_tests+=(--test webgpu_sched_browser)
+# The quantization formats and quants::gemm against vec_dot bit for bit, on simd128 (the
+# browser's own Q8_0/Q4_0 prompt kernels).
+wasm_tests+=(--test quants)
 # Never -q here: the runner rejects --quiet and every test "fails".
 run_step wasm-browser env WASM_BINDGEN_USE_BROWSER=1 CHROMEDRIVER=/usr/bin/chromedriver \
     WASM_BINDGEN_TEST_TIMEOUT="${WASM_BINDGEN_TEST_TIMEOUT:-300}" TMPDIR="$BROWSER_TMP" \

@@ -572,7 +572,21 @@ fn gemm_equals_vec_dot_bit_for_bit() {
     for ty in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_1, GgmlType::Q6_K] {
         let vt = ty.vec_dot_type();
         for (nblk, m, n) in
-            [(1usize, 3usize, 2usize), (7, 5, 3), (8, 4, 1), (9, 2, 4), (24, 6, 5), (33, 3, 2), (13, 5, 9)]
+            [
+            (1usize, 3usize, 2usize),
+            (7, 5, 3),
+            (8, 4, 1),
+            (9, 2, 4),
+            (24, 6, 5),
+            (33, 3, 2),
+            (13, 5, 9),
+            // wasm's panel tiles (8 or 4 rows of a × 1..4 rows of b, from 4 rows of b on)
+            // and the rows past them.
+            (24, 19, 11),
+            (9, 13, 6),
+            (33, 12, 5),
+            (1, 8, 4),
+        ]
         {
             let k = nblk * ty.blck_size();
             let (ra, rb) = (ty.row_size(k as i64), vt.row_size(k as i64));
