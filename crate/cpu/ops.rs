@@ -994,8 +994,11 @@ pub(crate) fn mul_mat(a: &TensorView, b: &TensorView, d: &TensorView, exec: &Exe
     let mut block = ((128 * 1024 / row_bytes).clamp(4, 256) & !3).min(m.max(1));
     let flops = m * d.ne[1] * k * n_batches;
     let n_threads = if flops < 1 << 16 { 1 } else { exec.n_threads() };
+    // A prompt's blocks are long (each meets every row of b), so the thread that takes the
+    // last one makes the others wait: more, smaller blocks keep that tail short.
+    let jobs_per_thread = if d.ne[1] >= 4 { 8 } else { 4 };
     if n_threads > 1 {
-        while block > 4 && n_batches * m.div_ceil(block) < 4 * n_threads {
+        while block > 4 && n_batches * m.div_ceil(block) < jobs_per_thread * n_threads {
             block = (block / 2).max(4) & !3;
         }
     }
