@@ -23,6 +23,7 @@
 //! created it returns to its event loop) or could not be started costs parallelism, never
 //! correctness: the caller takes every job nobody else took.
 
+use std::cell::UnsafeCell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -41,19 +42,34 @@ fn spawn(i: usize, f: Box<dyn FnOnce() + Send>) -> Result<Handle, String> {
 type Job<'a> = &'a (dyn Fn(usize) + Sync);
 
 struct Task {
-    /// The job, its lifetime erased: `run` takes it back (under the lock) and waits for
-    /// every worker that copied it to let go before returning, so the borrow outlives
-    /// every use.
+    /// The job, its lifetime erased: `run` closes the task and waits for every worker
+    /// that copied it to let go before returning, so the borrow outlives every use.
     job: Job<'static>,
     n_jobs: usize,
     generation: usize,
 }
 
+/// The hand-off takes no lock while workers spin: a worker that found the mutex held
+/// (the caller inside `notify_all`) used to sleep on it, and on wasm, where a spin is
+/// ~1 ns, every op then paid a Web Worker wake-up (tens of µs) before the worker helped.
+///
+/// `task` is written by `run` only while no worker can read it: before `open` is set
+/// (and `generation` bumped), after the previous run was closed and its readers left.
+/// A worker reads it only after announcing itself in `active` and then seeing the run
+/// open, with its generation: `run` closes (`open` = false) and then waits for `active`
+/// to reach 0, all SeqCst, so either the worker sees the run closed or `run` sees it.
 struct Shared {
     /// Bumped for each `run`; workers compare it with the last one they served.
     generation: AtomicUsize,
-    task: Mutex<Option<Task>>,
+    task: UnsafeCell<Option<Task>>,
+    /// Whether `task` is the current run's (set after it is written, cleared when its
+    /// jobs are done).
+    open: AtomicBool,
+    /// Sleeping workers wait on `wake` under `sleep`; `sleepers` counts them, so `run`
+    /// takes the lock to wake them only when one may be asleep.
+    sleep: Mutex<()>,
     wake: Condvar,
+    sleepers: AtomicUsize,
     /// The next job index to hand out, and how many jobs have returned.
     next: AtomicUsize,
     completed: AtomicUsize,
@@ -65,11 +81,18 @@ struct Shared {
     started: AtomicUsize,
 }
 
+// SAFETY: `task` is accessed only as the protocol on `Shared` describes; the rest is atomics
+// and std's sync types.
+unsafe impl Sync for Shared {}
+unsafe impl Send for Shared {}
+
 /// `n_threads - 1` workers plus the thread that calls [`ThreadPool::run`].
 pub struct ThreadPool {
     shared: Arc<Shared>,
     workers: Vec<Handle>,
     requested: usize,
+    /// Not Sync: one thread drives a pool's runs (`run` writes the task unlocked).
+    _one_caller: core::marker::PhantomData<core::cell::Cell<()>>,
 }
 
 /// Jobs handed out by `run` over several threads, and how many of them workers (not the
@@ -101,8 +124,11 @@ impl ThreadPool {
     pub fn new(n_threads: usize) -> ThreadPool {
         let shared = Arc::new(Shared {
             generation: AtomicUsize::new(0),
-            task: Mutex::new(None),
+            task: UnsafeCell::new(None),
+            open: AtomicBool::new(false),
+            sleep: Mutex::new(()),
             wake: Condvar::new(),
+            sleepers: AtomicUsize::new(0),
             next: AtomicUsize::new(0),
             completed: AtomicUsize::new(0),
             active: AtomicUsize::new(0),
@@ -123,7 +149,7 @@ impl ThreadPool {
                 }
             }
         }
-        ThreadPool { shared, workers, requested: n_threads.max(1) }
+        ThreadPool { shared, workers, requested: n_threads.max(1), _one_caller: core::marker::PhantomData }
     }
 
     /// Threads that work on a `run`: the workers and the caller.
@@ -153,23 +179,27 @@ impl ThreadPool {
             return;
         }
         let s = &*self.shared;
-        {
-            let mut t = s.task.lock().unwrap_or_else(|e| e.into_inner());
-            // SAFETY: only the lifetime changes; see `Task::job`.
-            let job: Job<'static> = unsafe { core::mem::transmute::<Job<'_>, Job<'static>>(job) };
-            s.next.store(0, Ordering::Relaxed);
-            s.completed.store(0, Ordering::Relaxed);
-            let generation = s.generation.load(Ordering::Relaxed) + 1;
-            *t = Some(Task { job, n_jobs, generation });
-            s.generation.store(generation, Ordering::Release);
+        // SAFETY: only the lifetime changes; see `Task::job`.
+        let erased: Job<'static> = unsafe { core::mem::transmute::<Job<'_>, Job<'static>>(job) };
+        let generation = s.generation.load(Ordering::Relaxed) + 1;
+        // SAFETY: no worker reads `task` now: the last run was closed and waited for its
+        // readers, and this one is not open yet (see `Shared`). `run` takes `&self` but a
+        // pool is driven by one thread at a time (`ThreadPool` is not Sync).
+        unsafe { *s.task.get() = Some(Task { job: erased, n_jobs, generation }) };
+        s.next.store(0, Ordering::Relaxed);
+        s.completed.store(0, Ordering::Relaxed);
+        s.open.store(true, Ordering::SeqCst);
+        s.generation.store(generation, Ordering::SeqCst);
+        if s.sleepers.load(Ordering::SeqCst) > 0 {
+            let _g = s.sleep.lock().unwrap_or_else(|e| e.into_inner());
             s.wake.notify_all();
         }
         JOBS_SHARED.fetch_add(n_jobs, Ordering::Relaxed);
         take_jobs(s, job, n_jobs);
         wait_until(|| s.completed.load(Ordering::Acquire) >= n_jobs);
         // No worker can copy the job after this; wait for those that did.
-        *s.task.lock().unwrap_or_else(|e| e.into_inner()) = None;
-        wait_until(|| s.active.load(Ordering::Acquire) == 0);
+        s.open.store(false, Ordering::SeqCst);
+        wait_until(|| s.active.load(Ordering::SeqCst) == 0);
         if s.panicked.swap(false, Ordering::Relaxed) {
             panic!("a CPU kernel panicked on a worker thread");
         }
@@ -235,34 +265,36 @@ fn worker(s: &Shared) {
                 core::hint::spin_loop();
                 continue;
             }
-            let t = s.task.lock().unwrap_or_else(|e| e.into_inner());
-            if s.generation.load(Ordering::Acquire) == seen && !s.shutdown.load(Ordering::Acquire) {
-                drop(s.wake.wait(t).unwrap_or_else(|e| e.into_inner()));
+            let mut g = s.sleep.lock().unwrap_or_else(|e| e.into_inner());
+            s.sleepers.fetch_add(1, Ordering::SeqCst);
+            while s.generation.load(Ordering::SeqCst) == seen && !s.shutdown.load(Ordering::SeqCst) {
+                g = s.wake.wait(g).unwrap_or_else(|e| e.into_inner());
             }
+            s.sleepers.fetch_sub(1, Ordering::SeqCst);
         }
         seen = s.generation.load(Ordering::Acquire);
-        let task = {
-            let t = s.task.lock().unwrap_or_else(|e| e.into_inner());
-            match &*t {
-                Some(t) if t.generation == seen => {
-                    s.active.fetch_add(1, Ordering::AcqRel);
-                    Some((t.job, t.n_jobs))
+        s.active.fetch_add(1, Ordering::SeqCst);
+        if s.open.load(Ordering::SeqCst) && s.generation.load(Ordering::SeqCst) == seen {
+            // SAFETY: the run is open and this worker is counted in `active`, so `run`
+            // neither returns nor rewrites `task` until it lets go (see `Shared`).
+            let task = unsafe { (*s.task.get()).as_ref().map(|t| (t.job, t.n_jobs, t.generation)) };
+            if let Some((job, n_jobs, generation)) = task {
+                // A newer run may have opened between the two loads: its task is as
+                // good as any, but keep to the one announced.
+                if generation == seen {
+                    JOBS_ON_WORKERS.fetch_add(take_jobs(s, job, n_jobs), Ordering::Relaxed);
                 }
-                _ => None, // that run is over already
             }
-        };
-        if let Some((job, n_jobs)) = task {
-            JOBS_ON_WORKERS.fetch_add(take_jobs(s, job, n_jobs), Ordering::Relaxed);
-            s.active.fetch_sub(1, Ordering::AcqRel);
         }
+        s.active.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
 impl Drop for ThreadPool {
     fn drop(&mut self) {
-        self.shared.shutdown.store(true, Ordering::Release);
+        self.shared.shutdown.store(true, Ordering::SeqCst);
         {
-            let _t = self.shared.task.lock().unwrap_or_else(|e| e.into_inner());
+            let _g = self.shared.sleep.lock().unwrap_or_else(|e| e.into_inner());
             self.shared.wake.notify_all();
         }
         // Web Workers are not joined: each holds its own reference to `Shared`, and one
@@ -321,6 +353,24 @@ mod tests {
                 sum.fetch_add(j, Ordering::Relaxed);
             });
             assert_eq!(sum.load(Ordering::Relaxed), 28 * (round + 1));
+        }
+    }
+
+    /// The lock-free hand-off under churn: thousands of short runs, workers now spinning,
+    /// now asleep (every 50th run follows a pause past the spin), each job run exactly once.
+    #[test]
+    fn short_runs_with_spinning_and_sleeping_workers() {
+        let pool = ThreadPool::new(3);
+        for i in 0..4000usize {
+            if i % 50 == 0 {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            let n = i % 9;
+            let hits: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
+            pool.run(n, &|j| {
+                hits[j].fetch_add(1, Ordering::Relaxed);
+            });
+            assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1), "run {i}");
         }
     }
 
