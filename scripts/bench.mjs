@@ -13,7 +13,7 @@
 // Environment:
 //   BENCH_ONLY=regex       rows whose key (runtime/dtype/threads/backend, e.g. "wllama/q8_0/t2/cpu") matches
 //   BENCH_THREADS=1,2      CPU thread counts, for ggweb (nThreads: web/pkg-threads above 1) and the peers
-//   BENCH_REPS=3           timed generations per row (the median by decode time is reported)
+//   BENCH_REPS=3           timed generations per row (prefill and decode: each its own median)
 //   BENCH_TOKENS=64        tokens generated per timed run
 //   BENCH_WEBGPU=auto|1|0  ggweb webgpu rows: auto = only on a real (non-fallback) adapter
 //   BENCH_GGWEB_WEB=dir    serve ggweb's JS + pkg/ from another folder (default web/)
@@ -175,7 +175,7 @@ function mdSection(meta, results) {
     `Measured ${meta.date} by \`npm run bench\` (scripts/bench.mjs): ${meta.browser}, headless, on ${meta.machine}.`,
     `Model: the seeded GPT-2-124M-shaped model of tests/fixtures/make_fixtures.py (GGUF for ggweb and wllama,`,
     `its ONNX export for transformers.js; bench/make_models.sh). Prompt: bench/prompt.txt (${meta.promptTokens} tokens),`,
-    `then ${TOKENS} greedy tokens; median of ${REPS} timed runs after a warm-up.`,
+    `then ${TOKENS} greedy tokens; medians of ${REPS} timed runs after a warm-up (prefill and decode each).`,
     '',
     table(results),
     '',
