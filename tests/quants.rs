@@ -586,6 +586,9 @@ fn gemm_equals_vec_dot_bit_for_bit() {
             (9, 13, 6),
             (33, 12, 5),
             (1, 8, 4),
+            // Several chunks of b (natively 30 rows of K = 768, on wasm 512), the last
+            // one short.
+            (24, 9, 1100),
         ]
         {
             let k = nblk * ty.blck_size();
