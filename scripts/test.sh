@@ -110,6 +110,17 @@ n=$(count_libtest "$LOGS/wasm-browser.log" "wasm tests in Chromium")
 PASSED=$((PASSED + n))
 SUMMARY+=("wasm tests in headless Chromium: $n passed ($STEP_SECS s)")
 
+# 4b. the same quantization tests on the relaxed-SIMD build (web/pkg-relaxed's kernels: Q4_0
+# prompts use i32x4.relaxed_dot_i8x16_i7x16_add), bit for bit against vec_dot, in Chromium.
+run_step wasm-relaxed env WASM_BINDGEN_USE_BROWSER=1 CHROMEDRIVER=/usr/bin/chromedriver \
+    WASM_BINDGEN_TEST_TIMEOUT="${WASM_BINDGEN_TEST_TIMEOUT:-300}" TMPDIR="$BROWSER_TMP" \
+    RUSTFLAGS="-C target-feature=+simd128,+relaxed-simd" CARGO_TARGET_DIR="$TARGET_DIR/wasm-relaxed-tests" GGWEB_EXPECT_RELAXED=1 \
+    cargo test --color never --target wasm32-unknown-unknown --test quants
+grep -q 'Running headless tests in Chrome' "$LOGS/wasm-relaxed.log" || die "relaxed-SIMD wasm tests did not run in headless Chrome"
+n=$(count_libtest "$LOGS/wasm-relaxed.log" "relaxed-SIMD wasm tests in Chromium")
+PASSED=$((PASSED + n))
+SUMMARY+=("relaxed-SIMD wasm tests in headless Chromium: $n passed ($STEP_SECS s)")
+
 # 5. the wasm module the browser tests and the package use
 run_step build-wasm bash scripts/build-wasm.sh
 SUMMARY+=("release wasm builds (pkg, pkg-threads, both -relaxed) + wasm-opt + load checks: ok ($STEP_SECS s)")

@@ -562,6 +562,22 @@ fn vec_dot_small_exact_cases() {
     assert_eq!(quants::vec_dot(GgmlType::F32, 11, &xb, &xb), 506.0);
 }
 
+/// The build runs the prompt kernels it was made for: `npm test` compiles this file a second
+/// time with relaxed SIMD (and GGWEB_EXPECT_RELAXED set), where Q4_0 must take the relaxed
+/// dot product, so the bit-identity test below covers that kernel too.
+#[test]
+fn prompt_kernels_follow_the_build() {
+    let relaxed = option_env!("GGWEB_EXPECT_RELAXED").is_some();
+    assert_eq!(cfg!(target_feature = "relaxed-simd"), relaxed, "relaxed SIMD in this build");
+    let q4 = quants::prompt_gemm_kernel(GgmlType::Q4_0);
+    let q8 = quants::prompt_gemm_kernel(GgmlType::Q8_0);
+    if cfg!(target_arch = "wasm32") {
+        assert_eq!(q8, "simd128 i16 panels");
+        assert_eq!(q4, if relaxed { "simd128 nibble panels (relaxed dot)" } else { "simd128 i16 panels" });
+    }
+    assert_eq!(quants::prompt_gemm_kernel(GgmlType::Q6_K), "vec_dot");
+}
+
 /// quants::gemm gives each pair exactly what vec_dot gives (its own kernels for Q8_0 and
 /// Q4_0, a loop over vec_dot for the rest): block counts around the groups of 8, strided
 /// rows, weights holding -128, and an activation row holding -128 (which the Q8_0 kernel

@@ -415,6 +415,22 @@ impl ColPrep {
     }
 }
 
+/// The kernel [`gemm`] uses for a prompt (several rows of b) with weights of `ty`, by name:
+/// for tests that check which one a build runs.
+#[doc(hidden)]
+pub fn prompt_gemm_kernel(ty: GgmlType) -> &'static str {
+    if !has_gemm(ty) || Isa::best() == Isa::Scalar {
+        return "vec_dot";
+    }
+    if cfg!(all(target_arch = "wasm32", target_feature = "relaxed-simd")) && ty == GgmlType::Q4_0 {
+        "simd128 nibble panels (relaxed dot)"
+    } else if cfg!(target_arch = "wasm32") {
+        "simd128 i16 panels"
+    } else {
+        "avx2 tiles"
+    }
+}
+
 /// Makes [`gemm`] leave AVX-VNNI unused (or use it again) on x86_64, so tests can check the
 /// plain AVX2 kernels on a machine that has VNNI. Both give the same bits; only speed
 /// differs, so flipping this while other threads compute is harmless.
