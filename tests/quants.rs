@@ -587,8 +587,7 @@ fn gemm_equals_vec_dot_bit_for_bit() {
     let mut rng = Rng(0x0bad_cafe_f00d_1234);
     for ty in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_1, GgmlType::Q6_K] {
         let vt = ty.vec_dot_type();
-        for (nblk, m, n) in
-            [
+        for (nblk, m, n) in [
             (1usize, 3usize, 2usize),
             (7, 5, 3),
             (8, 4, 1),
@@ -605,8 +604,7 @@ fn gemm_equals_vec_dot_bit_for_bit() {
             // Several chunks of b (natively 30 rows of K = 768, on wasm 512), the last
             // one short.
             (24, 9, 1100),
-        ]
-        {
+        ] {
             let k = nblk * ty.blck_size();
             let (ra, rb) = (ty.row_size(k as i64), vt.row_size(k as i64));
             let (lda, ldb, ldc) = (ra + 6, rb + 2, m + 1);

@@ -357,7 +357,8 @@ pub(super) fn gemm_rows(
         let rest = |i: usize, c: &mut [f32]| {
             widen_row(ty, nb, &a[i * lda..], &mut xw, &mut dx);
             for j in 0..n {
-                c[j * ldc + i] = row_dot(nb, &xw, &dx, &yw[j * nb * 4..(j + 1) * nb * 4], &cols.dy[j * nbp..(j + 1) * nbp]);
+                c[j * ldc + i] =
+                    row_dot(nb, &xw, &dx, &yw[j * nb * 4..(j + 1) * nb * 4], &cols.dy[j * nbp..(j + 1) * nbp]);
             }
         };
         return panel_gemm(&mut form, nb, m, a, lda, cols, c, ldc, rest);
