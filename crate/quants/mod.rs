@@ -335,7 +335,11 @@ pub fn gemm(
             let mark_plain = ty == GgmlType::Q8_0 && !x86::uses_vnni();
             #[cfg(not(target_arch = "x86_64"))]
             let mark_plain = false;
-            let cols = ColPrep::new(nb, nc, b, ldb, mark_plain);
+            // The block sums of b: for the x86 kernels' u8 × i8 offsets, and for Q4_0's -8
+            // offset in the relaxed-SIMD wasm kernel.
+            let want_sums = cfg!(target_arch = "x86_64")
+                || (cfg!(all(target_arch = "wasm32", target_feature = "relaxed-simd")) && ty == GgmlType::Q4_0);
+            let cols = ColPrep::new(nb, nc, b, ldb, mark_plain, want_sums);
             #[cfg(target_arch = "x86_64")]
             if Isa::best() == Isa::Avx2 {
                 // SAFETY: AVX2 is available (Isa::best), AVX-VNNI where used (detected);
@@ -394,7 +398,7 @@ pub(crate) struct ColPrep {
 }
 
 impl ColPrep {
-    fn new(nb: usize, n: usize, b: &[u8], ldb: usize, mark_plain: bool) -> ColPrep {
+    fn new(nb: usize, n: usize, b: &[u8], ldb: usize, mark_plain: bool, want_sums: bool) -> ColPrep {
         use blocks::{fp16_to_fp32, BlockQ8_0};
         let nbp = nb.div_ceil(scalar::LANES) * scalar::LANES;
         let mut p = ColPrep { nbp, dy: vec![0.0; n * nbp], ysum: vec![0; n * nbp], plain: vec![false; n] };
@@ -402,8 +406,7 @@ impl ColPrep {
             let ys: &[BlockQ8_0] = bytemuck::cast_slice(&b[j * ldb..j * ldb + nb * core::mem::size_of::<BlockQ8_0>()]);
             for (t, y) in ys.iter().enumerate() {
                 p.dy[j * nbp + t] = fp16_to_fp32(y.d());
-                // Only the x86 kernels read the sums.
-                if cfg!(target_arch = "x86_64") {
+                if want_sums {
                     p.ysum[j * nbp + t] = y.qs.iter().map(|&q| q as i32).sum::<i32>();
                 }
                 if mark_plain && y.qs.contains(&i8::MIN) {

@@ -322,7 +322,7 @@ pub(super) fn gemm_rows(
     let n = cols.plain.len();
     #[cfg(target_feature = "relaxed-simd")]
     if ty == GgmlType::Q4_0 && n >= PANEL_MIN_N && !cols.plain.contains(&true) {
-        let mut form = NibblePanels::new(nb, n, b, ldb);
+        let mut form = NibblePanels { b, ldb, ysum: &cols.ysum, nbp };
         // Rows past the last whole panel: as vec_dot (the same bits).
         let rest = |i: usize, c: &mut [f32]| {
             for j in 0..n {
@@ -653,23 +653,9 @@ impl PanelForm for I16Panels<'_> {
 struct NibblePanels<'a> {
     b: &'a [u8],
     ldb: usize,
-    nb: usize,
-    /// 8·Σy of block t of row j of b at j·nb + t.
-    ysum8: alloc::vec::Vec<i32>,
-}
-
-#[cfg(target_feature = "relaxed-simd")]
-impl<'a> NibblePanels<'a> {
-    fn new(nb: usize, n: usize, b: &'a [u8], ldb: usize) -> Self {
-        let mut ysum8 = alloc::vec![0i32; n * nb];
-        for j in 0..n {
-            let ys: &[BlockQ8_0] = cast_slice(&b[j * ldb..j * ldb + nb * core::mem::size_of::<BlockQ8_0>()]);
-            for (t, y) in ys.iter().enumerate() {
-                ysum8[j * nb + t] = 8 * hsum_i32(i32x4_add(sum_i8(load(&y.qs[..16])), sum_i8(load(&y.qs[16..]))));
-            }
-        }
-        NibblePanels { b, ldb, nb, ysum8 }
-    }
+    /// Σy of block t of row j of b at j·nbp + t ([`super::ColPrep`]'s sums).
+    ysum: &'a [i32],
+    nbp: usize,
 }
 
 #[cfg(target_feature = "relaxed-simd")]
@@ -716,7 +702,7 @@ impl PanelForm for NibblePanels<'_> {
             }
         }
         for (c, &j) in jj.iter().enumerate() {
-            let z = i32x4_splat(self.ysum8[j * self.nb + t]);
+            let z = i32x4_splat(8 * self.ysum[j * self.nbp + t]);
             for row in s.iter_mut() {
                 row[c] = i32x4_sub(row[c], z);
             }
