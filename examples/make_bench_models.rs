@@ -3,7 +3,7 @@
 //! model, so the files load like real ones.
 //!
 //! ```text
-//! cargo run --release --example make_bench_models -- /work/shared/models/tiny-gpt2-f32.gguf .models/
+//! cargo run --release --example make_bench_models -- tests/fixtures/llamacpp/tiny-gpt2-f32.gguf .models/
 //! # writes .models/bench-124m-{f32,f16,q8_0,q4_0}.gguf
 //! ```
 //!

@@ -7,7 +7,7 @@
 //   node scripts/bench.mjs --serve         # just serve the bench page (PORT=8090) to run rows by hand
 //   BENCH_MODEL=/tests/fixtures/tiny-f16.gguf node scripts/bench.mjs
 //                                          # one ggweb row on any model the server has (web/, /tests/fixtures/,
-//                                          # /shared-models/ = ../shared/models, /dot-models/ = .models/) or a
+//                                          # /shared-models/ = tests/fixtures/llamacpp, /dot-models/ = .models/) or a
 //                                          # full URL; prints one JSON line (BENCH_BACKEND=cpu|webgpu)
 //
 // Environment:

@@ -20,12 +20,12 @@ as_root() {
     if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
 }
 
-# The shared reference models (tiny-gpt2-*.gguf, tiny-gpt2.hf-ref.json): $GGWEB_MODELS_DIR, or
-# ../shared/models beside the repository (CI's layout), or two levels up (a git worktree
-# under <dir>/wt/<name>). Prints the absolute path, or nothing when absent.
+# The llama.cpp-made reference models (tiny-gpt2-*.gguf, tiny-gpt2.hf-ref.json): $GGWEB_MODELS_DIR,
+# else the copy in the repository (tests/fixtures/llamacpp). Prints the absolute path, or
+# nothing when absent.
 find_models_dir() {
     local d
-    for d in "${GGWEB_MODELS_DIR:-}" "$ROOT/../shared/models" "$ROOT/../../shared/models"; do
+    for d in "${GGWEB_MODELS_DIR:-}" "$ROOT/tests/fixtures/llamacpp"; do
         if [ -n "$d" ] && [ -f "$d/tiny-gpt2-f32.gguf" ]; then
             (cd "$d" && pwd)
             return

@@ -42,12 +42,12 @@ const TYPES = {
 };
 
 /**
- * The shared reference models (tiny-gpt2-*.gguf, tiny-gpt2.hf-ref.json), as scripts/lib.sh
- * finds them: $GGWEB_MODELS_DIR, ../shared/models beside the repository (CI), or two levels
- * up (a git worktree). Null when absent.
+ * The llama.cpp-made reference models (tiny-gpt2-*.gguf, tiny-gpt2.hf-ref.json), as scripts/lib.sh
+ * finds them: $GGWEB_MODELS_DIR, else the copy in the repository (tests/fixtures/llamacpp).
+ * Null when absent.
  */
 export function findModelsDir() {
-  for (const d of [process.env.GGWEB_MODELS_DIR, join(ROOT, '..', 'shared', 'models'), join(ROOT, '..', '..', 'shared', 'models')]) {
+  for (const d of [process.env.GGWEB_MODELS_DIR, join(ROOT, 'tests', 'fixtures', 'llamacpp')]) {
     if (d && existsSync(join(d, 'tiny-gpt2-f32.gguf'))) return resolve(d);
   }
   return null;

@@ -6,10 +6,15 @@
 #   crate's wasm-bindgen version; nightly Rust with rust-src (the threaded wasm build's
 #   -Z build-std) and cargo-fuzz (the fuzz smoke); the npm dev dependencies from package-lock.json.
 # Never downloads a browser build: tests drive Debian's /usr/bin/chromium.
+#   setup.sh        everything npm test needs (the default)
+#   setup.sh demo   only what npm start needs to build and serve the demo: no browsers, no
+#                   lavapipe, no cargo-fuzz, no test-only tools
 set -euo pipefail
 LOG_TAG=setup
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
+MODE="${1:-test}"
+case "$MODE" in test | demo) ;; *) die "unknown mode '$MODE' (expected: test, demo)" ;; esac
 
 command -v cargo >/dev/null || die "cargo not found: install Rust with rustup first"
 command -v rustup >/dev/null || die "rustup not found: it is needed to add the wasm32 target"
@@ -20,9 +25,11 @@ if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
 fi
 
 missing=()
-for p in chromium chromium-driver mesa-vulkan-drivers; do
-    deb_installed "$p" || missing+=("$p")
-done
+if [ "$MODE" = test ]; then
+    for p in chromium chromium-driver mesa-vulkan-drivers; do
+        deb_installed "$p" || missing+=("$p")
+    done
+fi
 command -v node >/dev/null || missing+=(nodejs)
 command -v npm >/dev/null || missing+=(npm)
 if [ ${#missing[@]} -gt 0 ]; then
@@ -53,7 +60,7 @@ if ! rustup component list --toolchain nightly --installed | grep -q '^rust-src'
     log "adding rust-src to nightly (for -Z build-std in the threaded wasm build)"
     rustup component add rust-src --toolchain nightly
 fi
-if ! cargo fuzz --version >/dev/null 2>&1; then
+if [ "$MODE" = test ] && ! cargo fuzz --version >/dev/null 2>&1; then
     log "installing cargo-fuzz $CARGO_FUZZ_VERSION (takes ~3 minutes on 2 cores)"
     env -u CARGO_TARGET_DIR cargo install cargo-fuzz --version "$CARGO_FUZZ_VERSION"
     cargo fuzz --version >/dev/null 2>&1 || die "cargo-fuzz still not on PATH after cargo install"
@@ -68,5 +75,10 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$lock_sum" ]; then
     echo "$lock_sum" > "$stamp"
 fi
 
-log "ok: $(rustc --version | cut -d' ' -f1-2), $(wasm-bindgen --version), $(cargo fuzz --version), node $(node --version)," \
-    "$(/usr/bin/chromium --version 2>/dev/null | grep -o 'Chromium [0-9.]*'), wasm-opt $(node_modules/.bin/wasm-opt --version | cut -d' ' -f3)"
+if [ "$MODE" = demo ]; then
+    log "ok (demo): $(rustc --version | cut -d' ' -f1-2), $(wasm-bindgen --version), node $(node --version)," \
+        "wasm-opt $(node_modules/.bin/wasm-opt --version | cut -d' ' -f3)"
+else
+    log "ok: $(rustc --version | cut -d' ' -f1-2), $(wasm-bindgen --version), $(cargo fuzz --version), node $(node --version)," \
+        "$(/usr/bin/chromium --version 2>/dev/null | grep -o 'Chromium [0-9.]*'), wasm-opt $(node_modules/.bin/wasm-opt --version | cut -d' ' -f3)"
+fi

@@ -3,6 +3,6 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
-bash scripts/setup.sh
+bash scripts/setup.sh demo
 bash scripts/build-wasm.sh
 exec node scripts/serve.mjs

@@ -14,10 +14,10 @@ cd "$ROOT"
 
 LOGS=tests/artifacts/logs
 mkdir -p "$LOGS"
-# tests/wasm_model.rs embeds a shared model at compile time; serve.mjs and the browser tests
-# serve it at /shared-models/. Native tests (tests/gpt2_shared.rs) read the same folder.
+# The llama.cpp-made reference models live in tests/fixtures/llamacpp (GGWEB_MODELS_DIR overrides);
+# serve.mjs and the browser tests serve them at /shared-models/, native tests read them there.
 GGWEB_MODELS_DIR="$(find_models_dir)"
-[ -n "$GGWEB_MODELS_DIR" ] || die "the shared reference models (tiny-gpt2-f32.gguf) are not in ../shared/models; set GGWEB_MODELS_DIR"
+[ -n "$GGWEB_MODELS_DIR" ] || die "the reference models (tiny-gpt2-f32.gguf) are not in tests/fixtures/llamacpp; set GGWEB_MODELS_DIR"
 export GGWEB_MODELS_DIR
 # A clean build gains nothing from incremental state (~1 GB in target/debug/incremental).
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"

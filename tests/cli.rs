@@ -1,5 +1,5 @@
 //! The `ggweb` binary's commands, run as a user would, against the llama.cpp-made tiny
-//! GPT-2 and its Hugging Face reference (`../shared/models/`).
+//! GPT-2 and its Hugging Face reference (`tests/fixtures/llamacpp/`).
 
 #[path = "gguf_support/mod.rs"]
 mod gguf_support;
@@ -14,8 +14,7 @@ fn model() -> String {
 }
 
 fn reference_prompt(key: &str) -> Value {
-    let p = gguf_support::models_dir().join("tiny-gpt2.hf-ref.json");
-    let r: Value = serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap();
+    let r: Value = gguf_support::hf_reference();
     r["prompts"].as_array().unwrap().iter().find(|p| p["key"] == key).unwrap().clone()
 }
 

@@ -1,4 +1,4 @@
-//! The GGUFs llama.cpp's own converter made (`../shared/models/`), against the Hugging Face
+//! The GGUFs llama.cpp's own converter made (`tests/fixtures/llamacpp/`), against the Hugging Face
 //! reference outputs beside them: our loader reads files from the wild, and our F32 graph
 //! is exact where llama.cpp is not (its f16 GELU table puts it ~4e-3 away).
 
@@ -10,8 +10,7 @@ use ggweb::model::loader::{load_from_bytes, LoadedModel};
 use serde_json::Value;
 
 fn reference() -> Value {
-    let p = gguf_support::models_dir().join("tiny-gpt2.hf-ref.json");
-    serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap()
+    gguf_support::hf_reference()
 }
 
 /// The reference JSON stores some arrays as strings of JSON.

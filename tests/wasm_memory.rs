@@ -2,7 +2,7 @@
 //! its own test binary so that the memory's high-water mark is this one load's.
 //!
 //! ```text
-//! GGWEB_MODELS_DIR=/path/to/shared/models WASM_BINDGEN_USE_BROWSER=1 \
+//! WASM_BINDGEN_USE_BROWSER=1 \
 //!     cargo test --target wasm32-unknown-unknown --test wasm_memory
 //! ```
 //!
@@ -20,10 +20,7 @@ use wasm_bindgen_test::*;
 
 wasm_bindgen_test_configure!(run_in_browser);
 
-static F16_GGUF: &[u8] = include_bytes!(concat!(
-    env!("GGWEB_MODELS_DIR", "set GGWEB_MODELS_DIR to the folder holding tiny-gpt2-f16.gguf (scripts/test.sh does)"),
-    "/tiny-gpt2-f16.gguf"
-));
+static F16_GGUF: &[u8] = include_bytes!("fixtures/llamacpp/tiny-gpt2-f16.gguf");
 
 const MIB: f64 = 1024.0 * 1024.0;
 

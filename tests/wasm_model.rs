@@ -1,13 +1,12 @@
 //! The model bindings (`WasmLoader`, `WasmModel`) in headless Chromium, on the GGUFs
-//! llama.cpp made (`../shared/models/`), against Hugging Face's outputs.
+//! llama.cpp made (`tests/fixtures/llamacpp/`), against Hugging Face's outputs.
 //!
 //! ```text
-//! GGWEB_MODELS_DIR=/path/to/shared/models WASM_BINDGEN_USE_BROWSER=1 \
+//! WASM_BINDGEN_USE_BROWSER=1 \
 //!     cargo test --target wasm32-unknown-unknown --test wasm_model
 //! ```
 //!
-//! The model is embedded at compile time from `$GGWEB_MODELS_DIR` (scripts/test.sh sets it
-//! to the first of `../shared/models`, `../../shared/models` that exists). The HF rows come
+//! The model is embedded at compile time from tests/fixtures/llamacpp/. The HF rows come
 //! from tests/fixtures/tiny-gpt2.hf-rows.{json,bin} (tests/fixtures/make_hf_rows.py).
 #![cfg(target_arch = "wasm32")]
 
@@ -21,10 +20,7 @@ use wasm_bindgen_test::*;
 
 wasm_bindgen_test_configure!(run_in_browser);
 
-static F32_GGUF: &[u8] = include_bytes!(concat!(
-    env!("GGWEB_MODELS_DIR", "set GGWEB_MODELS_DIR to the folder holding tiny-gpt2-f32.gguf (scripts/test.sh does)"),
-    "/tiny-gpt2-f32.gguf"
-));
+static F32_GGUF: &[u8] = include_bytes!("fixtures/llamacpp/tiny-gpt2-f32.gguf");
 static HF_ROWS_JSON: &str = include_str!("fixtures/tiny-gpt2.hf-rows.json");
 static HF_ROWS_BIN: &[u8] = include_bytes!("fixtures/tiny-gpt2.hf-rows.bin");
 

@@ -219,13 +219,7 @@ mod model {
     use wasm_bindgen::{JsCast, JsValue};
     use wasm_bindgen_test::*;
 
-    static F32_GGUF: &[u8] = include_bytes!(concat!(
-        env!(
-            "GGWEB_MODELS_DIR",
-            "set GGWEB_MODELS_DIR to the folder holding tiny-gpt2-f32.gguf (scripts/test.sh does)"
-        ),
-        "/tiny-gpt2-f32.gguf"
-    ));
+    static F32_GGUF: &[u8] = include_bytes!("fixtures/llamacpp/tiny-gpt2-f32.gguf");
     static HF_ROWS_JSON: &str = include_str!("fixtures/tiny-gpt2.hf-rows.json");
     static HF_ROWS_BIN: &[u8] = include_bytes!("fixtures/tiny-gpt2.hf-rows.bin");
 

@@ -1172,14 +1172,9 @@ fn gpt2_124m_embedding_above_128_mib() {
 
 // ---------------------------------------------------------------- the real model
 
-/// `../shared/models` from the repository root (CI), or one level further up (worktrees).
-fn models_dir() -> std::path::PathBuf {
-    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let candidates = [root.join("../shared/models"), root.join("../../shared/models")];
-    candidates.iter().find(|d| d.join("tiny-gpt2-f32.gguf").is_file()).cloned().unwrap_or_else(|| {
-        panic!("tiny-gpt2-f32.gguf not found in {candidates:?}: the shared models folder is missing")
-    })
-}
+#[path = "gguf_support/mod.rs"]
+mod gguf_support;
+use gguf_support::models_dir;
 
 struct Reference {
     ids: Vec<u32>,
@@ -1189,8 +1184,7 @@ struct Reference {
 }
 
 fn hf_reference() -> Reference {
-    let text = std::fs::read_to_string(models_dir().join("tiny-gpt2.hf-ref.json")).expect("hf-ref.json");
-    let v: serde_json::Value = serde_json::from_str(&text).expect("hf-ref.json parses");
+    let v = gguf_support::hf_reference();
     let p = &v["prompts"][0];
     let nums =
         |x: &serde_json::Value| -> Vec<f64> { x.as_array().unwrap().iter().map(|n| n.as_f64().unwrap()).collect() };

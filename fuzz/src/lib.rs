@@ -162,18 +162,11 @@ pub fn chunks<'a>(data: &'a [u8], plan: &'a [usize]) -> impl Iterator<Item = &'a
     })
 }
 
-/// GPT-2's vocabulary (llama.cpp's `ggml-vocab-gpt-2.gguf`): `$GGWEB_VOCAB`, else the shared
-/// vocab folder next to the repository (`../shared/vocab`, CI) or one level further up (a
-/// worktree).
+/// GPT-2's vocabulary (llama.cpp's `ggml-vocab-gpt-2.gguf`): `$GGWEB_VOCAB`, else the copy in
+/// the repository (`tests/fixtures/vocab/`).
 pub fn vocab_path() -> PathBuf {
     if let Some(p) = std::env::var_os("GGWEB_VOCAB") {
         return PathBuf::from(p);
     }
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let candidates = [root.join("../shared/vocab"), root.join("../../shared/vocab")];
-    candidates
-        .iter()
-        .map(|d| d.join("ggml-vocab-gpt-2.gguf"))
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| panic!("ggml-vocab-gpt-2.gguf not found in {candidates:?}; set GGWEB_VOCAB to its path"))
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/vocab/ggml-vocab-gpt-2.gguf")
 }

@@ -28,7 +28,7 @@ export async function launch() {
   return chromium.launch({ executablePath: CHROMIUM, headless: true, args: CHROMIUM_ARGS });
 }
 
-/** ../shared/models (the llama.cpp-made tiny GPT-2s), served at /shared-models/. */
+/** tests/fixtures/llamacpp (the llama.cpp-made tiny GPT-2s), served at /shared-models/. */
 export const MODELS_DIR = findModelsDir();
 /** .models/ (big generated models, e.g. 124m-f16.gguf; may be absent), served at /dot-models/. */
 export const DOT_MODELS = `${ROOT}.models`;

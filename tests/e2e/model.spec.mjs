@@ -1,6 +1,6 @@
 // The real thing in headless Chromium: the release wasm module (web/pkg, built by
 // scripts/build-wasm.sh) behind the JS API, in a Web Worker and on the page thread, loading
-// llama.cpp-made tiny GPT-2 GGUFs over HTTP (../shared/models, served at /shared-models/),
+// llama.cpp-made tiny GPT-2 GGUFs over HTTP (tests/fixtures/llamacpp, served at /shared-models/),
 // checked against Hugging Face's outputs (tests/fixtures/tiny-gpt2.hf-rows.*): token ids,
 // greedy continuations, logits. Then aborts mid-load and mid-generation with recovery, the
 // real module's errors, and the wasm memory a load takes.

@@ -3,20 +3,42 @@
 
 use std::path::PathBuf;
 
-/// The reference models: `../shared/models` next to the repo (CI), or two levels up for
-/// a worktree under a sibling folder; `GGWEB_MODELS_DIR` overrides. Missing is a failure.
+/// The llama.cpp-made reference models and their Hugging Face outputs, kept in the repository
+/// (`tests/fixtures/llamacpp/`, copied from the shared models folder by
+/// `tests/fixtures/trim_llamacpp_ref.py`); `GGWEB_MODELS_DIR` points elsewhere.
 pub fn models_dir() -> PathBuf {
-    if let Ok(d) = std::env::var("GGWEB_MODELS_DIR") {
+    if let Some(d) = std::env::var_os("GGWEB_MODELS_DIR") {
         return PathBuf::from(d);
     }
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    for up in ["../shared/models", "../../shared/models"] {
-        let d = root.join(up);
-        if d.join("tiny-gpt2-f32.gguf").exists() {
-            return d;
-        }
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/llamacpp")
+}
+
+/// Hugging Face's reference for the llama.cpp-made models (`tiny-gpt2.hf-ref.json`), each
+/// prompt's `logits` put back from `tiny-gpt2.hf-ref.logits.bin` (one array of n_vocab per
+/// entry of `logits_positions`).
+pub fn hf_reference() -> serde_json::Value {
+    let dir = models_dir();
+    let read = |name: &str| std::fs::read(dir.join(name)).unwrap_or_else(|e| panic!("{}: {e}", dir.join(name).display()));
+    let mut v: serde_json::Value = serde_json::from_slice(&read("tiny-gpt2.hf-ref.json")).expect("hf-ref.json parses");
+    let bin = read(v["logits_file"].as_str().expect("logits_file"));
+    let n_vocab = v["n_vocab"].as_u64().expect("n_vocab") as usize;
+    assert_eq!(bin.len() % (4 * n_vocab), 0, "logits file is whole rows");
+    for p in v["prompts"].as_array_mut().expect("prompts") {
+        let rows: Vec<serde_json::Value> = p["logits_rows"]
+            .as_array()
+            .expect("logits_rows")
+            .iter()
+            .map(|i| {
+                let at = i.as_u64().unwrap() as usize * 4 * n_vocab;
+                bin[at..at + 4 * n_vocab]
+                    .chunks_exact(4)
+                    .map(|b| serde_json::Value::from(f32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64))
+                    .collect()
+            })
+            .collect();
+        p["logits"] = serde_json::Value::Array(rows);
     }
-    panic!("reference models not found under {}/../shared/models (set GGWEB_MODELS_DIR)", root.display());
+    v
 }
 
 pub fn model_bytes(name: &str) -> Vec<u8> {
