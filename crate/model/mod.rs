@@ -1,8 +1,12 @@
-//! Models built on the tensor core. One file per model ([`gpt2`]), plus [`sampling`].
+//! Models built on the tensor core. One file per model ([`gpt2`]), plus [`sampling`],
+//! [`logprobs`], [`stop`] strings, and the [`session`] core that every front end drives.
 
 pub mod gpt2;
 pub mod loader;
+pub mod logprobs;
 pub mod sampling;
+pub mod session;
+pub mod stop;
 
 use alloc::string::String;
 
