@@ -22,7 +22,10 @@ const COMMANDS: [(&str, &str); 7] = [
 
 fn usage() -> String {
     let lines: Vec<&str> = COMMANDS.iter().map(|c| c.1).collect();
-    format!("usage: ggweb <command> [options]   (ggweb <command> --help; ggweb --version)\n\ncommands:\n  {}", lines.join("\n  "))
+    format!(
+        "usage: ggweb <command> [options]   (ggweb <command> --help; ggweb --version)\n\ncommands:\n  {}",
+        lines.join("\n  ")
+    )
 }
 
 fn version() -> String {

@@ -8,9 +8,9 @@ use std::time::Instant;
 use ggweb::backend::Backend;
 use ggweb::cpu::CpuBackend;
 use ggweb::gguf::{GgufStreamReader, Limits, NullSink};
+use ggweb::model::gpt2::block_on;
 use ggweb::model::gpt2::Gpt2Options;
 use ggweb::model::loader::{load_from_path, load_from_path_split, tokenizer_from_gguf, LoadedModel};
-use ggweb::model::gpt2::block_on;
 use ggweb::model::sampling::SamplingParams;
 use ggweb::model::session::{GenerateOptions, Session};
 use ggweb::tokenizer::Tokenizer;
@@ -229,7 +229,8 @@ pub fn score(argv: &[String]) -> Result<(), String> {
         for i in 0..r.logprobs.len() {
             let t = r.tokens[i + 1];
             let piece = s.tokenizer.decode(&[t]).unwrap_or_default();
-            writeln!(w, "| {} | {:?} | {:.4} | {} | {:.4} |", i + 1, piece, r.logprobs[i], r.ranks[i], r.entropies[i]).ok();
+            writeln!(w, "| {} | {:?} | {:.4} | {} | {:.4} |", i + 1, piece, r.logprobs[i], r.ranks[i], r.entropies[i])
+                .ok();
         }
         let n = r.logprobs.len().max(1) as f64;
         let nll: f64 = r.logprobs.iter().map(|&x| -(x as f64)).sum::<f64>() / n;

@@ -714,7 +714,12 @@ impl Gpt2 {
     /// The graph gets a scheduler and compute buffers of its own, sized by that plan
     /// ([`Taps::compute_bytes`]); the model's reserved hot-path buffers are untouched.
     /// Logits are computed for every position. Writes K/V of the positions as `eval` does.
-    pub async fn eval_taps_async(&mut self, tokens: &[u32], n_past: usize, names: &[String]) -> Result<Taps, ModelError> {
+    pub async fn eval_taps_async(
+        &mut self,
+        tokens: &[u32],
+        n_past: usize,
+        names: &[String],
+    ) -> Result<Taps, ModelError> {
         let n = tokens.len();
         if n == 0 {
             return Err(ModelError::Config("eval: no tokens".into()));
@@ -728,9 +733,13 @@ impl Gpt2 {
         let io = build_graph(&self.hparams, &self.weights, &self.kv, n_past, n, n);
         let mut wanted = Vec::new();
         for name in names {
-            let t = io.graph.get_tensor(name).ok_or_else(|| ModelError::Config(format!("no graph node named '{name}'")))?;
+            let t = io.graph.get_tensor(name).ok_or_else(|| {
+                ModelError::Invalid(format!(
+                    "no graph node named '{name}' (tap 'attn', 'hidden' or a node such as 'l0.ffn_gelu')"
+                ))
+            })?;
             if !(t.ty == GgmlType::F32 && t.is_contiguous()) {
-                return Err(ModelError::Config(format!(
+                return Err(ModelError::Invalid(format!(
                     "graph node '{name}' is a view or not f32 ({}): only contiguous f32 nodes can be tapped",
                     t.ty
                 )));

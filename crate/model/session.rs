@@ -227,7 +227,7 @@ impl Session {
     /// Checks ids that a call evaluates: at least one, all in the vocabulary, fitting the context.
     pub fn check_tokens(&self, tokens: &[u32]) -> Result<(), ModelError> {
         if tokens.is_empty() {
-            return Err(ModelError::Config("needs at least one token".into()));
+            return Err(ModelError::Invalid("needs at least one token id".into()));
         }
         let n_vocab = self.model.hparams.n_vocab;
         if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= n_vocab) {
@@ -405,7 +405,9 @@ impl Session {
     }
 
     fn gen_mut(&mut self, what: &str) -> Result<&mut Generation, ModelError> {
-        self.gen.as_mut().ok_or_else(|| ModelError::Config(alloc::format!("{what}: no generation was started")))
+        self.gen
+            .as_mut()
+            .ok_or_else(|| ModelError::Invalid(alloc::format!("{what}: no generation was started (call start first)")))
     }
 
     /// Evaluates the next `n_batch` prompt tokens (only the last chunk's logits are read).
@@ -456,10 +458,10 @@ impl Session {
         let n_ctx = self.model.n_ctx();
         let eos = self.tokenizer.eos();
         loop {
-            let g = self.gen_mut("next")?;
+            let g = self.gen_mut("next_token")?;
             if g.done < g.prompt.len() {
-                return Err(ModelError::Config(alloc::format!(
-                    "next: the prompt is not evaluated yet ({} of {} tokens; call prompt_step until it returns true)",
+                return Err(ModelError::Invalid(alloc::format!(
+                    "next_token: the prompt is not evaluated yet ({} of {} tokens; call prompt_step until it returns true)",
                     g.done,
                     g.prompt.len()
                 )));
@@ -527,6 +529,12 @@ impl Session {
         }
     }
 
+    /// Whether a generation was started and not ended by another call (a finished run
+    /// stays until then: `next` keeps answering None).
+    pub fn generating(&self) -> bool {
+        self.gen.is_some()
+    }
+
     /// Counters of the generation in progress, else of the last one.
     pub fn stats(&self) -> GenerationStats {
         self.gen.as_ref().map_or(self.last_stats, stats_of)
@@ -551,4 +559,3 @@ fn score_row(logits: &[f32], next: u32, top_k: usize) -> Row {
         top: s.top(logits, top_k),
     }
 }
-
