@@ -19,10 +19,10 @@ use serde_json::json;
 
 use crate::args::Args;
 
-pub const GENERATE_USAGE: &str = "ggweb generate --model M --prompt P [--n-predict N] [--temp T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--repeat-last-n N] [--seed S] [--stop S] [--logit-bias ID=BIAS,...] [--ignore-eos] [--top-logprobs K] [--special] [--batch B] [--ctx C] [--threads T] [--backend cpu|webgpu] [--gpu-layers N] [--json]";
+pub const GENERATE_USAGE: &str = "ggweb generate --model M (--prompt P | --ids I,I,...) [--n-predict N] [--temp T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--repeat-last-n N] [--seed S] [--stop S] [--logit-bias ID=BIAS,...] [--ignore-eos] [--top-logprobs K] [--special] [--batch B] [--ctx C] [--threads T] [--backend cpu|webgpu] [--gpu-layers N] [--json]";
 pub const SCORE_USAGE: &str =
-    "ggweb score --model M --prompt P [--top-k K] [--special] [--batch B] [--ctx C] [--backend cpu|webgpu] [--json]";
-pub const TRACE_USAGE: &str = "ggweb trace --model M --prompt P [--taps attn,hidden,NODE...] [--special] [--ctx C] [--backend cpu|webgpu] [--json]";
+    "ggweb score --model M (--prompt P | --ids I,I,...) [--top-k K] [--special] [--batch B] [--ctx C] [--backend cpu|webgpu] [--json]";
+pub const TRACE_USAGE: &str = "ggweb trace --model M (--prompt P | --ids I,I,...) [--taps attn,hidden,NODE...] [--special] [--ctx C] [--backend cpu|webgpu] [--json]";
 pub const LOGITS_USAGE: &str =
     "ggweb logits --model M --prompt P [--batch B] [--special] [--backend cpu|webgpu] [--gpu-layers N]";
 pub const TOKENIZE_USAGE: &str = "ggweb tokenize --model M [--special] [--decode]   (stdin: one JSON string, or with --decode one JSON array of ids, per line)";
@@ -145,12 +145,20 @@ fn generate_options(args: &Args) -> Result<GenerateOptions, String> {
     })
 }
 
-/// The model and the prompt's tokens (never empty).
+/// The model and the input's tokens (never empty): `--ids 1,2,3` as given, else `--prompt`
+/// tokenized.
 fn session_and_prompt(args: &Args) -> Result<(Session, Vec<u32>), String> {
-    let prompt = args.required(&["prompt", "p"])?;
+    let given = args.str(&["ids"]);
     let special = args.flag("special");
+    let prompt = if given.is_none() { Some(args.required(&["prompt", "p"])?) } else { None };
     let session = Session::new(load(args)?);
-    let ids = session.tokenizer.encode(&prompt, special);
+    let ids = match (given, prompt) {
+        (Some(list), _) => list
+            .split(',')
+            .map(|x| x.trim().parse::<u32>().map_err(|_| format!("--ids: '{x}' is not a token id")))
+            .collect::<Result<Vec<u32>, String>>()?,
+        (None, p) => session.tokenizer.encode(&p.unwrap_or_default(), special),
+    };
     if ids.is_empty() {
         return Err("the prompt encodes to no tokens".into());
     }
@@ -161,8 +169,8 @@ pub fn generate(argv: &[String]) -> Result<(), String> {
     let args = Args::parse(argv, &["json", "special", "ignore-eos"])?;
     let opts = generate_options(&args)?;
     let json_out = args.flag("json");
-    let prompt = args.required(&["prompt", "p"])?;
     let (mut s, prompt_ids) = session_and_prompt(&args)?;
+    let prompt = s.tokenizer.decode(&prompt_ids).map_err(|e| e.to_string())?;
     args.finish()?;
     let top_k = opts.top_logprobs;
     s.start(prompt_ids.clone(), opts).map_err(|e| e.to_string())?;
