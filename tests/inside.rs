@@ -295,3 +295,14 @@ fn every_unknown_option_is_refused_by_name() {
     assert!(parse_generate(r#"{"logitBias":{"x":1}}"#).is_err());
     assert!(parse_generate(r#"{"stop":[1]}"#).is_err());
 }
+
+#[test]
+fn a_call_out_of_order_leaves_the_run_usable() {
+    let mut s = session(4);
+    assert!(matches!(block_on(s.next()), Err(ModelError::Invalid(m)) if m.contains("no generation was started")));
+    s.start(vec![15496, 11, 616, 1438, 318], greedy(2)).unwrap();
+    let e = block_on(s.next()).unwrap_err();
+    assert!(e.to_string().contains("the prompt is not evaluated yet (0 of 5 tokens"), "{e}");
+    while !block_on(s.prompt_step()).unwrap() {}
+    assert_eq!(block_on(s.next()).unwrap().unwrap().token, 31026);
+}

@@ -26,6 +26,7 @@
 
 use alloc::rc::Rc;
 
+use serde::Serialize;
 use serde_json::{Map, Value};
 use wasm_bindgen::prelude::*;
 
@@ -73,13 +74,6 @@ fn prefix(what: &str) -> String {
     } else {
         format!("{what}: ")
     }
-}
-
-/// A JSON object with its keys in the order given (serde_json's `Map` sorts them, and the
-/// demo shows hparams and memory in this order). Values are JSON text already.
-fn obj(fields: &[(&str, String)]) -> String {
-    let body: Vec<String> = fields.iter().map(|(k, v)| format!("{}:{v}", Value::from(*k))).collect();
-    format!("{{{}}}", body.join(","))
 }
 
 /// A backend failure while opening a device: no adapter or device is `unsupported`.
@@ -397,25 +391,17 @@ pub struct WasmModel {
 }
 
 impl WasmModel {
-    fn split_json(&self) -> String {
+    fn split_json(&self) -> SplitJson<'_> {
         let s = &self.split;
-        let n = |x: usize| x.to_string();
-        let by: Vec<(&str, String)> = s
-            .by_backend
-            .iter()
-            .map(|m| {
-                (m.backend.as_str(), obj(&[("weights", n(m.weights)), ("kv", n(m.kv)), ("compute", n(m.compute))]))
-            })
-            .collect();
-        obj(&[
-            ("gpuLayers", n(s.gpu_layers)),
-            ("embeddingsOnGpu", s.embeddings_on_gpu.to_string()),
-            ("backends", Value::from(s.backends.clone()).to_string()),
-            ("splits", n(s.splits)),
-            ("copiesPerToken", n(s.copies)),
-            ("copyBytesPerToken", n(s.copy_bytes)),
-            ("bytesPerBackend", obj(&by)),
-        ])
+        SplitJson {
+            gpu_layers: s.gpu_layers,
+            embeddings_on_gpu: s.embeddings_on_gpu,
+            backends: &s.backends,
+            splits: s.splits,
+            copies_per_token: s.copies,
+            copy_bytes_per_token: s.copy_bytes,
+            bytes_per_backend: ByBackend(&s.by_backend),
+        }
     }
 
     /// `device_lost` once the model's WebGPU device is gone: every call that computes fails
@@ -710,42 +696,105 @@ impl WasmModel {
         let (model, tokenizer) = (&self.session.model, &self.session.tokenizer);
         let hp = &model.hparams;
         let plan = model.memory_plan();
-        let n = |x: usize| x.to_string();
-        let id = |t: Option<u32>| t.map_or("null".to_string(), |t| t.to_string());
-        obj(&[
-            ("arch", "\"gpt2\"".into()),
-            (
-                "hparams",
-                obj(&[
-                    ("n_vocab", n(hp.n_vocab)),
-                    ("n_ctx", n(model.n_ctx())),
-                    ("n_ctx_train", n(hp.n_ctx_train)),
-                    ("n_embd", n(hp.n_embd)),
-                    ("n_head", n(hp.n_head)),
-                    ("n_layer", n(hp.n_layer)),
-                    ("n_ff", n(hp.n_ff)),
-                    ("n_batch", n(model.n_batch)),
-                    // f32's shortest form (1e-5 prints as 0.00001, not 0.000009999999747).
-                    ("eps", format!("{}", hp.eps)),
-                ]),
-            ),
-            ("backend", Value::from(self.backend).to_string()),
-            ("memory", obj(&[("weights", n(plan.weights)), ("kv", n(plan.kv)), ("compute", n(plan.compute))])),
-            ("split", self.split_json()),
-            (
-                "tokenizer",
-                obj(&[("n_vocab", n(tokenizer.n_vocab())), ("bos", id(tokenizer.bos())), ("eos", id(tokenizer.eos()))]),
-            ),
-            (
-                "wasmMemory",
-                obj(&[
-                    ("heapBase", super::wasm_heap_base().to_string()),
-                    ("atLoaderStart", self.memory_at_start.to_string()),
-                    ("afterLoad", self.memory_after_load.to_string()),
-                    ("now", wasm_memory_bytes().to_string()),
-                ]),
-            ),
-            ("backendNote", self.backend_note.as_deref().map_or("null".to_string(), |n| Value::from(n).to_string())),
-        ])
+        let info = Info {
+            arch: "gpt2",
+            hparams: HparamsJson {
+                n_vocab: hp.n_vocab,
+                n_ctx: model.n_ctx(),
+                n_ctx_train: hp.n_ctx_train,
+                n_embd: hp.n_embd,
+                n_head: hp.n_head,
+                n_layer: hp.n_layer,
+                n_ff: hp.n_ff,
+                n_batch: model.n_batch,
+                eps: hp.eps,
+            },
+            backend: self.backend,
+            memory: Bytes { weights: plan.weights, kv: plan.kv, compute: plan.compute },
+            split: self.split_json(),
+            tokenizer: TokenizerJson { n_vocab: tokenizer.n_vocab(), bos: tokenizer.bos(), eos: tokenizer.eos() },
+            wasm_memory: WasmMemory {
+                heap_base: super::wasm_heap_base(),
+                at_loader_start: self.memory_at_start,
+                after_load: self.memory_after_load,
+                now: wasm_memory_bytes(),
+            },
+            backend_note: self.backend_note.as_deref(),
+        };
+        serde_json::to_string(&info).expect("info serializes")
+    }
+}
+
+/// `info()`, in the order the demo shows it (serde keeps struct field order).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Info<'a> {
+    arch: &'static str,
+    hparams: HparamsJson,
+    backend: &'static str,
+    memory: Bytes,
+    split: SplitJson<'a>,
+    tokenizer: TokenizerJson,
+    wasm_memory: WasmMemory,
+    backend_note: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct HparamsJson {
+    n_vocab: usize,
+    n_ctx: usize,
+    n_ctx_train: usize,
+    n_embd: usize,
+    n_head: usize,
+    n_layer: usize,
+    n_ff: usize,
+    n_batch: usize,
+    /// As f32's shortest form (1e-5, not 0.000009999999747).
+    eps: f32,
+}
+
+#[derive(Serialize)]
+struct Bytes {
+    weights: usize,
+    kv: usize,
+    compute: usize,
+}
+
+#[derive(Serialize)]
+struct TokenizerJson {
+    n_vocab: usize,
+    bos: Option<u32>,
+    eos: Option<u32>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct WasmMemory {
+    heap_base: f64,
+    at_loader_start: f64,
+    after_load: f64,
+    now: f64,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct SplitJson<'a> {
+    gpu_layers: usize,
+    embeddings_on_gpu: bool,
+    backends: &'a [String],
+    splits: usize,
+    copies_per_token: usize,
+    copy_bytes_per_token: usize,
+    bytes_per_backend: ByBackend<'a>,
+}
+
+/// `{ [backend]: { weights, kv, compute } }` in the scheduler's order.
+struct ByBackend<'a>(&'a [BackendMemory]);
+
+impl Serialize for ByBackend<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(
+            self.0.iter().map(|m| (m.backend.as_str(), Bytes { weights: m.weights, kv: m.kv, compute: m.compute })),
+        )
     }
 }

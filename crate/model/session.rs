@@ -446,11 +446,12 @@ impl Session {
     /// The next item, or None once the run is over ([`Session::stats`] says why).
     pub async fn next(&mut self) -> Result<Option<Item>, ModelError> {
         match self.next_inner().await {
-            Err(e) => {
+            // A call out of order leaves the run as it was; a failed evaluation ends it.
+            Err(e) if !matches!(e, ModelError::Invalid(_)) => {
                 self.end_generation();
                 Err(e)
             }
-            ok => ok,
+            r => r,
         }
     }
 
