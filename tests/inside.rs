@@ -306,3 +306,17 @@ fn a_call_out_of_order_leaves_the_run_usable() {
     while !block_on(s.prompt_step()).unwrap() {}
     assert_eq!(block_on(s.next()).unwrap().unwrap().token, 31026);
 }
+
+#[test]
+fn a_trace_leaves_a_valid_prompt_cache() {
+    // The traced graph is pruned to the taps and the K/V stores: the cache it leaves must
+    // still equal a fresh evaluation's.
+    let r = reference();
+    let fox = u32s(&r["prompts"][1]["ids"]);
+    let mut s = session(4);
+    block_on(s.trace(&fox[..6], &["l0.attn_norm".to_string()])).unwrap();
+    assert_eq!(s.cached(), &fox[..6]);
+    let cached = block_on(s.logits(&fox)).unwrap();
+    let fresh = block_on(session(4).logits(&fox)).unwrap();
+    assert!(max_diff(&cached, &fresh) <= 1e-5);
+}

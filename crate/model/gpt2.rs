@@ -399,8 +399,6 @@ pub struct TapValue {
 #[derive(Clone, Debug)]
 pub struct Taps {
     pub values: Vec<TapValue>,
-    /// `[n][n_vocab]`, every position.
-    pub logits: Vec<f32>,
     /// Bytes of the compute buffers this graph needed with its taps kept alive.
     pub compute_bytes: usize,
 }
@@ -710,10 +708,11 @@ impl Gpt2 {
 
     /// One graph over all of `tokens` (any count up to the context, not just `n_batch`) at
     /// positions `n_past..`, with the nodes named in `names` marked as outputs, so gallocr
-    /// keeps exactly those alive past their last use: only requested taps cost memory.
-    /// The graph gets a scheduler and compute buffers of its own, sized by that plan
-    /// ([`Taps::compute_bytes`]); the model's reserved hot-path buffers are untouched.
-    /// Logits are computed for every position. Writes K/V of the positions as `eval` does.
+    /// keeps exactly those alive past their last use: only requested taps cost memory. The
+    /// graph is pruned to what the taps and the K/V stores need (no output head unless a tap
+    /// is in it), and gets a scheduler and compute buffers of its own, sized by that plan
+    /// ([`Taps::compute_bytes`]); the model's reserved hot-path buffers are untouched. Writes
+    /// K/V of the positions as `eval` does.
     pub async fn eval_taps_async(
         &mut self,
         tokens: &[u32],
@@ -730,7 +729,16 @@ impl Gpt2 {
         if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= self.hparams.n_vocab) {
             return Err(ModelError::BadToken { id: bad, n_vocab: self.hparams.n_vocab });
         }
-        let io = build_graph(&self.hparams, &self.weights, &self.kv, n_past, n, n);
+        // The head runs on every row only when a tap is in it (`result_norm`: HF's last hidden state).
+        let in_head = names.iter().any(|n| matches!(n.as_str(), "out_rows" | "result_norm" | "result_output"));
+        let io = build_graph(&self.hparams, &self.weights, &self.kv, n_past, n, if in_head { n } else { 1 });
+        let mut gf = Graph::with_size(graph_size(&self.hparams));
+        for il in 0..self.hparams.n_layer {
+            for step in ["k_cpy", "v_cpy"] {
+                let t = io.graph.get_tensor(&format!("l{il}.{step}")).expect("every layer stores K and V");
+                gf.build_forward_expand(&t);
+            }
+        }
         let mut wanted = Vec::new();
         for name in names {
             let t = io.graph.get_tensor(name).ok_or_else(|| {
@@ -745,22 +753,22 @@ impl Gpt2 {
                 )));
             }
             t.set_output();
+            gf.build_forward_expand(&t);
             wanted.push(t);
         }
         let mut sched = Sched::new(self.sched.backends().to_vec())?;
-        sched.alloc_graph(&io.graph)?;
+        sched.alloc_graph(&gf)?;
         let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
         let pos: Vec<i32> = (n_past..n_past + n).map(|p| p as i32).collect();
         io.tokens.set_bytes(bytemuck::cast_slice(&ids), 0);
         io.positions.set_bytes(bytemuck::cast_slice(&pos), 0);
-        sched.graph_compute(&io.graph)?;
+        sched.graph_compute(&gf)?;
         let compute_bytes = (0..sched.n_backends()).map(|i| sched.compute_buffer_size(i)).sum();
         let mut values = Vec::new();
         for t in wanted {
             values.push(TapValue { name: t.name(), ne: t.ne, data: read_f32_async(&t).await? });
         }
-        let logits = read_f32_async(&io.logits).await?;
-        Ok(Taps { values, logits, compute_bytes })
+        Ok(Taps { values, compute_bytes })
     }
 
     /// One line: shape, context, batch, backends.
