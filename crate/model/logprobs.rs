@@ -5,7 +5,7 @@
 //! use ggweb::model::logprobs::RowStats;
 //! let r = RowStats::new(&[2.0, 1.0, 1.0, -1.0]);
 //! assert_eq!(r.rank(&[2.0, 1.0, 1.0, -1.0], 1), 1);    // only id 0 is strictly higher
-//! assert!((r.logprob(2.0) - -0.6265).abs() < 1e-4);
+//! assert!((r.logprob(2.0) - -0.5797).abs() < 1e-4);   // ln(1 / (1 + 2/e + 1/e³))
 //! ```
 
 use alloc::vec::Vec;
