@@ -152,6 +152,9 @@ pub struct Trace {
     pub compute_bytes: usize,
 }
 
+/// Receives `(first position, [n][n_vocab] logits)` per evaluated chunk.
+type RowSink<'a> = dyn FnMut(usize, &[f32]) + 'a;
+
 /// A score row kept for the prompt cache.
 #[derive(Clone, Debug)]
 struct Row {
@@ -259,7 +262,7 @@ impl Session {
         &mut self,
         tokens: &[u32],
         keep: usize,
-        mut rows: Option<&mut dyn FnMut(usize, &[f32])>,
+        mut rows: Option<&mut RowSink<'_>>,
     ) -> Result<Vec<f32>, ModelError> {
         self.cache.truncate(keep);
         self.rows.truncate(keep);
@@ -370,7 +373,7 @@ impl Session {
         let wants = |t: &str| taps.iter().any(|x| x == t);
         let attn = wants("attn").then(|| self.tap_nodes("attn").iter().map(|n| take(n)).collect());
         let hidden = wants("hidden").then(|| self.tap_nodes("hidden").iter().map(|n| take(n)).collect());
-        let nodes = out.values.iter().filter(|v| taps.iter().any(|t| *t == v.name)).cloned().collect();
+        let nodes = out.values.iter().filter(|v| taps.contains(&v.name)).cloned().collect();
         Ok(Trace { tokens: tokens.to_vec(), attn, hidden, nodes, compute_bytes: out.compute_bytes })
     }
 
