@@ -309,8 +309,8 @@ fn score_and_trace_on_webgpu_match_hf() {
         ggweb(&["score", "--model", &model(), "--prompt", "Hello, my name is", "--backend", "webgpu", "--json"], "");
     assert_eq!(code, 0, "{err}");
     let v: Value = serde_json::from_str(out.trim()).unwrap();
-    // The WebGPU kernels sum in another order than HF (the bound the other WebGPU tests use).
-    assert!(worst(&floats(&v["logprobs"]), &floats(&p["logprobs"])) <= 1e-3);
+    // The bound; measured ~2e-6 on lavapipe (the kernels' summation order).
+    assert!(worst(&floats(&v["logprobs"]), &floats(&p["logprobs"])) <= 1e-4);
     let (code, out, err) = ggweb(
         &[
             "trace",
@@ -329,9 +329,9 @@ fn score_and_trace_on_webgpu_match_hf() {
     assert_eq!(code, 0, "{err}");
     let v: Value = serde_json::from_str(out.trim()).unwrap();
     for (l, want) in p["attentions"].as_array().unwrap().iter().enumerate() {
-        assert!(worst(&floats(&v["attn"][l]), &floats(want)) <= 1e-3, "attn {l}");
+        assert!(worst(&floats(&v["attn"][l]), &floats(want)) <= 1e-4, "attn {l}");
     }
     for (l, want) in p["hidden"].as_array().unwrap().iter().enumerate() {
-        assert!(worst(&floats(&v["hidden"][l]), &floats(want)) <= 1e-3, "hidden {l}");
+        assert!(worst(&floats(&v["hidden"][l]), &floats(want)) <= 1e-4, "hidden {l}");
     }
 }
