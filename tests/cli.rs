@@ -193,3 +193,144 @@ fn webgpu_backend_generates_logits_and_benches() {
     let v: Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(v["backend"], "WebGPU");
 }
+
+/// tests/fixtures/tiny-gpt2.inside-ref.json (made by tests/fixtures/make_inside_ref.py).
+fn inside_ref(key: &str) -> Value {
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-gpt2.inside-ref.json");
+    let r: Value = serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap();
+    r["prompts"].as_array().unwrap().iter().find(|p| p["key"] == key).unwrap().clone()
+}
+
+fn floats(v: &Value) -> Vec<f64> {
+    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect()
+}
+
+fn worst(a: &[f64], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max)
+}
+
+#[test]
+fn score_json_matches_hf() {
+    let p = inside_ref("fox");
+    let text = p["text"].as_str().unwrap();
+    let (code, out, err) =
+        ggweb(&["score", "--model", &model(), "--prompt", text, "--top-k", "5", "--batch", "4", "--json"], "");
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(ids(&v["tokens"]), ids(&p["ids"]));
+    // f32 against HF's f32: summation order only (the bound).
+    assert!(worst(&floats(&v["logprobs"]), &floats(&p["logprobs"])) <= 1e-4);
+    assert!(worst(&floats(&v["entropies"]), &floats(&p["entropies"])) <= 1e-4);
+    let (ranks, lo, hi) = (ids(&v["ranks"]), ids(&p["rank_lo"]), ids(&p["rank_hi"]));
+    for i in 0..ranks.len() {
+        assert!(lo[i] <= ranks[i] && ranks[i] <= hi[i], "row {i}: {} not in [{}, {}]", ranks[i], lo[i], hi[i]);
+    }
+    assert_eq!(v["top"][0].as_array().unwrap().len(), 5);
+    assert_eq!(v["top"][0][0]["token"], p["top5"][0][0][0]);
+}
+
+#[test]
+fn trace_json_matches_hf() {
+    let p = inside_ref("hello");
+    let (code, out, err) = ggweb(
+        &["trace", "--model", &model(), "--prompt", "Hello, my name is", "--taps", "attn,hidden,l0.ffn_gelu", "--json"],
+        "",
+    );
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    for (l, want) in p["attentions"].as_array().unwrap().iter().enumerate() {
+        assert!(worst(&floats(&v["attn"][l]), &floats(want)) <= 1e-4, "attn {l}");
+    }
+    for (l, want) in p["hidden"].as_array().unwrap().iter().enumerate() {
+        assert!(worst(&floats(&v["hidden"][l]), &floats(want)) <= 1e-4, "hidden {l}");
+    }
+    assert_eq!(v["nodes"]["l0.ffn_gelu"]["shape"], serde_json::json!([5, 256]));
+    let (code, _, err) = ggweb(&["trace", "--model", &model(), "--prompt", "Hi", "--taps", "l7.nope"], "");
+    assert_eq!(code, 1);
+    assert!(err.contains("no graph node named 'l7.nope'"), "{err}");
+}
+
+#[test]
+fn generate_stop_and_top_logprobs_agree_with_score() {
+    let base = ["generate", "--model", &model(), "--prompt", "Hello, my name is", "--temp", "0", "-n", "12", "--json"];
+    let (code, out, err) = ggweb(&[&base[..], &["--top-logprobs", "3"]].concat(), "");
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    let (prompt, toks) = (ids(&v["prompt_tokens"]), ids(&v["tokens"]));
+    let text = v["text"].as_str().unwrap().to_string();
+    assert_eq!(v["stop"], "maxTokens");
+    // The same text scored in one pass gives the same logprobs (one token at a time vs a
+    // batch: summation order only).
+    // By ids: the generated text would re-tokenize differently.
+    let mut all = prompt.clone();
+    all.extend(&toks);
+    let list: Vec<String> = all.iter().map(|t| t.to_string()).collect();
+    let (code, out, err) = ggweb(&["score", "--model", &model(), "--ids", &list.join(","), "--json"], "");
+    assert_eq!(code, 0, "{err}");
+    let s: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(ids(&s["tokens"]), all);
+    let lp = floats(&s["logprobs"]);
+    assert!(worst(&floats(&v["logprobs"]), &lp[prompt.len() - 1..]) <= 1e-5);
+    assert_eq!(v["top_logprobs"][0].as_array().unwrap().len(), 3);
+    assert_eq!(v["top_logprobs"][0][0]["token"].as_u64().unwrap(), toks[0]);
+    // A stop string inside the text: the output ends right before it.
+    let stop: String = text.chars().skip(4).take(3).collect();
+    let at = text.find(&stop).unwrap();
+    let (code, out, err) = ggweb(&[&base[..], &["--stop", &stop]].concat(), "");
+    assert_eq!(code, 0, "{err}");
+    let c: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(c["text"].as_str().unwrap(), &text[..at]);
+    assert_eq!(c["stop"], "stop");
+}
+
+#[test]
+fn every_command_answers_help_and_version_and_refuses_unknown_options() {
+    for cmd in ["generate", "score", "trace", "logits", "tokenize", "bench", "inspect"] {
+        let (code, out, err) = ggweb(&[cmd, "--help"], "");
+        assert_eq!(code, 0, "{cmd}: {err}");
+        assert!(out.starts_with(&format!("usage: ggweb {cmd}")), "{cmd}: {out}");
+        let (code, out, _) = ggweb(&[cmd, "--version"], "");
+        assert_eq!((code, out.trim()), (0, concat!("ggweb ", env!("CARGO_PKG_VERSION"))), "{cmd}");
+    }
+    for cmd in ["generate", "score", "trace"] {
+        let (code, _, err) = ggweb(&[cmd, "--model", &model(), "--prompt", "Hi", "--bogus", "1"], "");
+        assert_eq!(code, 1, "{cmd}");
+        assert!(err.contains("unknown option --bogus"), "{cmd}: {err}");
+    }
+}
+
+#[test]
+fn score_and_trace_on_webgpu_match_hf() {
+    // WebGPU (lavapipe here) reads results back asynchronously: the session's one seam.
+    let p = inside_ref("hello");
+    let (code, out, err) =
+        ggweb(&["score", "--model", &model(), "--prompt", "Hello, my name is", "--backend", "webgpu", "--json"], "");
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    // The bound; measured ~2e-6 on lavapipe (the kernels' summation order).
+    assert!(worst(&floats(&v["logprobs"]), &floats(&p["logprobs"])) <= 1e-4);
+    let (code, out, err) = ggweb(
+        &[
+            "trace",
+            "--model",
+            &model(),
+            "--prompt",
+            "Hello, my name is",
+            "--backend",
+            "webgpu",
+            "--taps",
+            "attn,hidden",
+            "--json",
+        ],
+        "",
+    );
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    for (l, want) in p["attentions"].as_array().unwrap().iter().enumerate() {
+        assert!(worst(&floats(&v["attn"][l]), &floats(want)) <= 1e-4, "attn {l}");
+    }
+    for (l, want) in p["hidden"].as_array().unwrap().iter().enumerate() {
+        assert!(worst(&floats(&v["hidden"][l]), &floats(want)) <= 1e-4, "hidden {l}");
+    }
+}

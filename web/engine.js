@@ -230,9 +230,20 @@ export function relaxedSimdOption(v) {
   return v;
 }
 
-/** Validated sampling parameters, as the JSON WasmModel.start reads. */
+/** Keys of generate's options that the JS side takes itself; the rest go to the wasm side. */
+const GENERATE_JS_KEYS = ['special'];
+
+/**
+ * Validated sampling parameters, as the JSON WasmModel.start reads. Keys beyond the ones
+ * checked here go through unchanged: the wasm side's parser is strict and refuses an
+ * unknown key naming it (code 'invalid'). logitBias's -Infinity is written as the string
+ * "-Infinity" (JSON has no infinities).
+ */
 export function generateParams(opts = {}) {
-  return {
+  const rest = {};
+  for (const [k, v] of Object.entries(opts)) if (!GENERATE_JS_KEYS.includes(k) && v !== undefined) rest[k] = v;
+  const out = {
+    ...rest,
     maxTokens: num(opts.maxTokens, 'maxTokens', { min: 0, int: true }) ?? 128,
     temperature: num(opts.temperature, 'temperature', { min: 0 }) ?? 0.8,
     topK: num(opts.topK, 'topK', { min: 0, int: true }) ?? 40,
@@ -240,6 +251,18 @@ export function generateParams(opts = {}) {
     seed: num(opts.seed, 'seed', { min: 0, max: 0xffffffff, int: true }) ?? Math.floor(Math.random() * 0x100000000),
     repeatPenalty: num(opts.repeatPenalty, 'repeatPenalty', { min: 0 }) ?? 1.0,
   };
+  if (opts.logitBias !== undefined && opts.logitBias !== null) {
+    if (typeof opts.logitBias !== 'object' || Array.isArray(opts.logitBias)) {
+      throw new GgwebError('invalid', `logitBias must be an object { [tokenId]: bias }, got ${JSON.stringify(opts.logitBias)}`);
+    }
+    out.logitBias = {};
+    for (const [id, b] of Object.entries(opts.logitBias)) {
+      if (b === -Infinity) out.logitBias[id] = '-Infinity';
+      else if (typeof b === 'number' && Number.isFinite(b)) out.logitBias[id] = b;
+      else throw new GgwebError('invalid', `logitBias[${id}] must be a finite number or -Infinity, got ${String(b)}`);
+    }
+  }
+  return out;
 }
 
 function idsArray(ids, what) {
@@ -643,13 +666,63 @@ export class Engine {
     return p;
   }
 
+  /** Token ids of a string or an id array (`what` names the call in errors). */
+  _input(input, special, what) {
+    if (typeof input === 'string') {
+      const ids = this.tokenize(input, special);
+      if (ids.length === 0) throw new GgwebError('invalid', `${what}: the input is empty (it has no tokens)`);
+      return ids;
+    }
+    return idsArray(input, what);
+  }
+
+  /** score / trace: one batched pass through the wasm model's method of that name. */
+  _inspect(method, input, opts) {
+    try {
+      this._check(method);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    const model = this.model;
+    const p = (async () => {
+      if (opts === null || typeof opts !== 'object') throw new GgwebError('invalid', `${method}: options must be an object`);
+      const { special, ...rest } = opts;
+      const ids = this._input(input, !!special, method);
+      if (typeof model[method] !== 'function') throw new GgwebError('unsupported', `${method}: this wasm module has no ${method}`);
+      if (this.busy) throw new GgwebError('busy', `${method}: the model is busy (${this.busy})`);
+      this.busy = method;
+      try {
+        return await model[method](ids, JSON.stringify(rest));
+      } catch (e) {
+        throw this._noteLost(toGgwebError(e, 'invalid', method));
+      } finally {
+        this.busy = null;
+      }
+    })();
+    this.logitsDone = p.catch(() => {});
+    return p;
+  }
+
+  /** Logprobs, ranks, entropies and top-k of every token of `input` (see ggweb.d.ts). */
+  score(input, opts = {}) {
+    return this._inspect('score', input, opts);
+  }
+
+  /** Attentions, hidden states and named graph nodes of one pass over `input`. */
+  trace(input, opts = {}) {
+    return this._inspect('trace', input, opts);
+  }
+
   /**
-   * Generates from `prompt`: yields { token, text } and returns stats. `isCancelled()` is
+   * Generates from `prompt` (a string or token ids): yields { token, text } (plus logprob
+   * and top with topLogprobs) and returns stats. `isCancelled()` is
    * polled between prompt chunks and tokens; a cancelled run just ends (the caller decides
    * whether that is an error).
    */
   async *generate(prompt, opts = {}, isCancelled = () => false) {
-    if (typeof prompt !== 'string') throw new GgwebError('invalid', `generate: prompt must be a string, got ${typeof prompt}`);
+    if (typeof prompt !== 'string' && !Array.isArray(prompt) && !ArrayBuffer.isView(prompt)) {
+      throw new GgwebError('invalid', `generate: the input must be a string or token ids, got ${prompt === null ? 'null' : typeof prompt}`);
+    }
     const params = generateParams(opts);
     // A cancelled run may still be finishing its step; a new one waits for it.
     if (this.current?.poll()) await this.current.done;
@@ -662,15 +735,16 @@ export class Engine {
     const cancelled = () => run.cancelled || (run.cancelled = !!isCancelled() || this.disposed);
     run.poll = cancelled;
     this.current = run;
-    const stats = { promptTokens: 0, tokens: 0, promptMs: 0, genMs: 0, stop: 'eos' };
+    const stats = { promptTokens: 0, cachedTokens: 0, tokens: 0, promptMs: 0, genMs: 0, stop: 'eos' };
     const jobs0 = this._cpuThreads()?.jobs;
     try {
-      const ids = this.tokenize(prompt, !!opts.special);
+      const ids = typeof prompt === 'string' ? this.tokenize(prompt, !!opts.special) : idsArray(prompt, 'generate');
       if (ids.length === 0) throw new GgwebError('invalid', 'generate: the prompt is empty (it has no tokens)');
       stats.promptTokens = ids.length;
       const t0 = now();
       try {
-        await model.start(ids, JSON.stringify(params));
+        // The prompt cache's reuse; older modules return nothing.
+        stats.cachedTokens = Number(await model.start(ids, JSON.stringify(params))) || 0;
       } catch (e) {
         throw this._noteLost(toGgwebError(e, 'invalid', 'generate'));
       }
@@ -703,7 +777,9 @@ export class Engine {
           break;
         }
         stats.tokens++;
-        yield { token: id, text: model.token_piece(id) };
+        const item = { token: id, text: model.token_piece(id) };
+        if (params.topLogprobs > 0) Object.assign(item, model.last_logprobs?.());
+        yield item;
       }
       stats.genMs = now() - t1;
       const jobs1 = this._cpuThreads()?.jobs;
@@ -763,7 +839,7 @@ export class Engine {
     // Free now unless a generation is mid-step; then free when it ends.
     const free = () => { try { m?.free(); } catch { /* consumed */ } };
     if (this.current) this.current.done.then(free);
-    else if (this.busy === 'logits') this.logitsDone.then(free);
+    else if (['logits', 'score', 'trace'].includes(this.busy)) this.logitsDone.then(free);
     else free();
   }
 }

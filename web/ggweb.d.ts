@@ -63,6 +63,7 @@ export interface LoadProgress {
 
 export type ModelSource = string | URL | Blob | File | ReadableStream<Uint8Array> | Response | ArrayBuffer | ArrayBufferView;
 
+/** Unknown keys fail with code 'invalid' naming the key. */
 export interface LoadOptions {
   /** 'cpu' (default), 'webgpu' (fails with code 'unsupported' and the reason where there is
    *  no adapter), or 'auto' (WebGPU when an adapter exists, else the CPU: see
@@ -115,25 +116,97 @@ export interface GenerateOptions {
   seed?: number;
   /** 1 disables (default 1.0). */
   repeatPenalty?: number;
+  /** How many of the most recent tokens (prompt and output) the repetition penalty looks at (default 64). */
+  repeatLastN?: number;
+  /** Drop tokens less likely than minP times the most likely one (0 disables; default 0). */
+  minP?: number;
+  /** Added to a token's logit before sampling; -Infinity bans the token. */
+  logitBias?: { [tokenId: number]: number };
+  /** Ban the end-of-text token, so only maxTokens or the context end the run (default false). */
+  ignoreEos?: boolean;
+  /** End when the text would contain one of these: the stop string is not yielded, and text
+   *  that might begin one is held back until resolved; stats.stop is then 'stop'. */
+  stop?: string[];
+  /** Each yielded token also carries `logprob` and the `top` k tokens, from the model's own
+   *  distribution (log-softmax of the logits before temperature, penalties or bias). */
+  topLogprobs?: number;
   /** Parse special tokens such as <|endoftext|> in the prompt (default false). */
   special?: boolean;
   /** Aborting makes the iteration throw GgwebError code 'aborted'. */
   signal?: AbortSignal;
 }
 
+export interface TopLogprob {
+  token: number;
+  logprob: number;
+}
+
 export interface GeneratedToken {
   token: number;
-  /** This token's text; pieces of a multi-byte character come out once the character is whole. */
+  /** Text released with this token: pieces of a multi-byte character come out once the
+   *  character is whole; with `stop`, text that might begin a stop string comes later, and
+   *  the token where a stop string begins carries only the text before it. */
   text: string;
+  /** With topLogprobs: natural-log probability of this token under the raw logits. */
+  logprob?: number;
+  /** With topLogprobs: the k most likely tokens, descending (text: the token's own bytes, lossy). */
+  top?: Array<TopLogprob & { text: string }>;
+}
+
+/** A string (tokenized without special tokens unless `special`) or token ids. */
+export type ModelInput = string | ArrayLike<number>;
+
+export interface ScoreOptions {
+  /** The most likely tokens to list per position (default 0). */
+  topK?: number;
+  /** With a string input: parse special tokens. */
+  special?: boolean;
+}
+
+export interface ScoreResult {
+  tokens: Uint32Array;
+  /** Position i: ln p(tokens[i+1] | tokens[0..=i]); length n-1. */
+  logprobs: Float32Array;
+  /** Vocabulary entries with a strictly higher logprob (0 = the argmax); length n-1. */
+  ranks: Uint32Array;
+  /** Entropy of each prediction, in nats; length n-1. */
+  entropies: Float32Array;
+  /** n-1 arrays of topK entries, descending. */
+  top: TopLogprob[][];
+  /** Positions whose results came from the prompt cache. */
+  cachedTokens: number;
+}
+
+export interface TraceOptions {
+  /** 'attn', 'hidden', and/or graph node names by their ggml names ('l3.ffn_gelu', 'l0.kq_soft_max', ...). */
+  taps: string[];
+  special?: boolean;
+}
+
+export interface TraceResult {
+  tokens: Uint32Array;
+  /** With tap 'attn': per layer, n_head·n·n floats laid out [head][query][key]: the
+   *  softmaxed attention probabilities (masked entries 0), as Hugging Face's output_attentions. */
+  attn?: Float32Array[];
+  /** With tap 'hidden': n_layer + 1 arrays of n·n_embd floats, [token][feature]: Hugging
+   *  Face's output_hidden_states (embeddings, each block's output, the last after ln_f). */
+  hidden?: Float32Array[];
+  /** Other taps by name: `shape` outermost first (ggml's ne reversed, leading 1s dropped). */
+  nodes: Record<string, { shape: number[]; data: Float32Array }>;
+  /** Compute bytes of the traced graph's plan, with the requested taps kept alive. */
+  memory: { compute: number };
 }
 
 export interface GenerateStats {
   promptTokens: number;
+  /** Prompt tokens reused from the KV cache (the previous call's prompt and output). */
+  cachedTokens: number;
   tokens: number;
   promptMs: number;
   genMs: number;
-  /** Why it ended: the end-of-text token, maxTokens reached, the context (nCtx) full, or cancelled. */
-  stop: 'eos' | 'maxTokens' | 'contextFull' | 'cancelled';
+  /** Why it ended: the end-of-text token, maxTokens reached, the context (nCtx) full (prompt
+   *  and output fill it), a stop string, or cancelled. */
+  stop: 'eos' | 'maxTokens' | 'contextFull' | 'stop' | 'cancelled';
   /** Diagnostics: jobs of the CPU's matrix products split over threads during this run, and
    *  how many of them the extra threads ran (both 0 on one thread). Absent when a run is
    *  cancelled before its prompt is in. */
@@ -210,9 +283,16 @@ export declare class Model {
   info(): ModelInfo;
   tokenize(text: string, options?: { special?: boolean }): Promise<Uint32Array>;
   detokenize(ids: ArrayLike<number>): Promise<string>;
-  /** Next-token logits after `ids`, evaluated from a fresh state. */
+  /** Next-token logits after `ids`. Uses the prompt cache (equal to a fresh evaluation
+   *  within 1e-4) and leaves `ids` in it. */
   logits(ids: ArrayLike<number>): Promise<Float32Array>;
-  generate(prompt: string, options?: GenerateOptions): Generation;
+  /** One batched pass, no sampling: how likely the model found each token of `input`. */
+  score(input: ModelInput, options?: ScoreOptions): Promise<ScoreResult>;
+  /** One pass from position 0 keeping the requested taps (and only those) alive. */
+  trace(input: ModelInput, options: TraceOptions): Promise<TraceResult>;
+  /** Streams a continuation; the KV cache is reused for the longest prefix shared with the
+   *  tokens it holds (stats.cachedTokens). Unknown option keys fail with code 'invalid'. */
+  generate(prompt: ModelInput, options?: GenerateOptions): Generation;
   /** For tests of the recovery path: destroys a WebGPU model's device as a driver reset
    *  would (a running generation fails at its next step). Code 'unsupported' on the CPU. */
   _debugLoseDevice(): Promise<boolean>;

@@ -286,6 +286,17 @@ function tokenStream(start, signal) {
   return it;
 }
 
+/** Every key Model.load reads; any other is refused (a misspelt option would be ignored silently). */
+const LOAD_KEYS = [
+  'backend', 'gpuLayers', 'nCtx', 'nBatch', 'nThreads', 'relaxedSimd', 'onProgress', 'signal', 'cache', 'stallTimeoutMs',
+  'worker', 'coreUrl',
+];
+
+/** A string, or token ids as a plain array for the engine. */
+function inputOf(input, what) {
+  return typeof input === 'string' ? input : idList(input, what);
+}
+
 export class Model {
   #t;
   #info;
@@ -305,6 +316,10 @@ export class Model {
    * See ggweb.d.ts for the options.
    */
   static async load(source, options = {}) {
+    const unknown = Object.keys(options ?? {}).find((k) => !LOAD_KEYS.includes(k));
+    if (unknown !== undefined) {
+      throw new GgwebError('invalid', `Model.load: unknown option ${JSON.stringify(unknown)} (known: ${LOAD_KEYS.join(', ')})`);
+    }
     const {
       backend = 'cpu', gpuLayers, nCtx, nBatch, nThreads, relaxedSimd, onProgress, signal, cache = false, stallTimeoutMs,
       worker = typeof Worker !== 'undefined', coreUrl = DEFAULT_CORE_URL,
@@ -362,14 +377,34 @@ export class Model {
     return this.#t.call('detokenize', [idList(ids, 'detokenize')]);
   }
 
-  /** Next-token logits after `ids` (from a fresh state), one per vocabulary entry. */
+  /**
+   * Next-token logits after `ids`, one per vocabulary entry. Uses the prompt cache (the
+   * values equal a fresh evaluation's within 1e-4) and leaves `ids` in it.
+   */
   async logits(ids) {
     this.#live('logits');
     return this.#t.call('logits', [idList(ids, 'logits')]);
   }
 
   /**
-   * Streams a continuation of `prompt`: `for await (const { token, text } of model.generate(...))`.
+   * One batched pass over `input` (a string or token ids), no sampling: logprobs, ranks,
+   * entropies and the `topK` most likely tokens of every prediction (see ggweb.d.ts).
+   */
+  async score(input, options = {}) {
+    this.#live('score');
+    return this.#t.call('score', [inputOf(input, 'score'), options]);
+  }
+
+  /** Attention probabilities, hidden states and graph nodes of one pass over `input`. */
+  async trace(input, options = {}) {
+    this.#live('trace');
+    return this.#t.call('trace', [inputOf(input, 'trace'), options]);
+  }
+
+  /**
+   * Streams a continuation of `prompt` (a string or token ids):
+   * `for await (const { token, text } of model.generate(...))`. The KV cache is reused for
+   * the longest prefix it shares with the previous call's tokens (`stats.cachedTokens`).
    * Aborting `signal` makes the iteration throw GgwebError('aborted'); `break` stops quietly.
    * The returned iterator's `stats` promise resolves to timing and stop reason when it ends.
    */
@@ -377,7 +412,9 @@ export class Model {
     this.#live('generate');
     const { signal, ...opts } = options;
     checkSignal(signal);
-    return tokenStream((push) => this.#t.generate(prompt, opts, push), signal);
+    // Ids travel as a plain array; anything else is checked (and refused) by the engine.
+    const input = Array.isArray(prompt) || ArrayBuffer.isView(prompt) ? Array.from(prompt) : prompt;
+    return tokenStream((push) => this.#t.generate(input, opts, push), signal);
   }
 
   /**

@@ -1,4 +1,5 @@
-//! `ggweb generate | logits | tokenize | bench`: the commands that run the model.
+//! `ggweb generate | score | trace | logits | tokenize | bench`: the commands that run the
+//! model, each through the session core ([`Session`]) where it generates or scores.
 
 use std::io::{BufRead, Write};
 use std::rc::Rc;
@@ -7,16 +8,21 @@ use std::time::Instant;
 use ggweb::backend::Backend;
 use ggweb::cpu::CpuBackend;
 use ggweb::gguf::{GgufStreamReader, Limits, NullSink};
+use ggweb::model::gpt2::block_on;
 use ggweb::model::gpt2::Gpt2Options;
 use ggweb::model::loader::{load_from_path, load_from_path_split, tokenizer_from_gguf, LoadedModel};
-use ggweb::model::sampling::{Sampler, SamplingParams};
+use ggweb::model::sampling::SamplingParams;
+use ggweb::model::session::{GenerateOptions, Session};
 use ggweb::tokenizer::Tokenizer;
 use ggweb::webgpu::{WebGpuBackend, WebGpuOptions};
 use serde_json::json;
 
 use crate::args::Args;
 
-pub const GENERATE_USAGE: &str = "ggweb generate --model M --prompt P [--n-predict N] [--temp T] [--top-k K] [--top-p P] [--repeat-penalty R] [--seed S] [--batch B] [--ctx C] [--threads T] [--backend cpu|webgpu] [--gpu-layers N] [--json]";
+pub const GENERATE_USAGE: &str = "ggweb generate --model M (--prompt P | --ids I,I,...) [--n-predict N] [--temp T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--repeat-last-n N] [--seed S] [--stop S] [--logit-bias ID=BIAS,...] [--ignore-eos] [--top-logprobs K] [--special] [--batch B] [--ctx C] [--threads T] [--backend cpu|webgpu] [--gpu-layers N] [--json]";
+pub const SCORE_USAGE: &str =
+    "ggweb score --model M (--prompt P | --ids I,I,...) [--top-k K] [--special] [--batch B] [--ctx C] [--backend cpu|webgpu] [--json]";
+pub const TRACE_USAGE: &str = "ggweb trace --model M (--prompt P | --ids I,I,...) [--taps attn,hidden,NODE...] [--special] [--ctx C] [--backend cpu|webgpu] [--json]";
 pub const LOGITS_USAGE: &str =
     "ggweb logits --model M --prompt P [--batch B] [--special] [--backend cpu|webgpu] [--gpu-layers N]";
 pub const TOKENIZE_USAGE: &str = "ggweb tokenize --model M [--special] [--decode]   (stdin: one JSON string, or with --decode one JSON array of ids, per line)";
@@ -105,60 +111,188 @@ fn cpu_seconds(_clock_id: i32) -> Option<f64> {
     None
 }
 
-pub fn generate(argv: &[String]) -> Result<(), String> {
-    let args = Args::parse(argv, &["json", "special"])?;
-    let prompt = args.required(&["prompt", "p"])?;
-    let n_predict: usize = args.get(&["n-predict", "n"], 32)?;
-    let params = SamplingParams {
+/// `--stop`: stop strings separated by `|` would be ambiguous, so each `--stop` value is one
+/// string; `--logit-bias ID=BIAS[,ID=BIAS...]` (`-inf` bans).
+fn generate_options(args: &Args) -> Result<GenerateOptions, String> {
+    let sampling = SamplingParams {
         temperature: args.get(&["temp"], 0.8)?,
         top_k: args.get(&["top-k"], 40)?,
         top_p: args.get(&["top-p"], 0.95)?,
+        min_p: args.get(&["min-p"], 0.0)?,
         repeat_penalty: args.get(&["repeat-penalty"], 1.0)?,
         repeat_last_n: args.get(&["repeat-last-n"], 64)?,
         seed: args.get(&["seed"], 0)?,
     };
-    let json_out = args.flag("json");
-    let special = args.flag("special");
-    let LoadedModel { mut model, tokenizer } = load(&args)?;
-    args.finish()?;
+    let mut logit_bias = Vec::new();
+    if let Some(spec) = args.str(&["logit-bias"]) {
+        for part in spec.split(',').filter(|p| !p.is_empty()) {
+            let (id, bias) = part.split_once('=').ok_or_else(|| format!("--logit-bias: '{part}' is not ID=BIAS"))?;
+            let id: u32 = id.trim().parse().map_err(|_| format!("--logit-bias: '{id}' is not a token id"))?;
+            let bias: f32 = bias.trim().parse().map_err(|_| format!("--logit-bias: '{bias}' is not a number"))?;
+            if bias.is_nan() || bias == f32::INFINITY {
+                return Err(format!("--logit-bias: {id}={bias}: a bias must be a number or -inf"));
+            }
+            logit_bias.push((id, bias));
+        }
+    }
+    Ok(GenerateOptions {
+        max_tokens: args.get(&["n-predict", "n"], 32)?,
+        sampling,
+        logit_bias,
+        ignore_eos: args.flag("ignore-eos"),
+        stop: args.str(&["stop"]).into_iter().collect(),
+        top_logprobs: args.get(&["top-logprobs"], 0)?,
+    })
+}
 
-    let prompt_ids = tokenizer.encode(&prompt, special);
-    if prompt_ids.is_empty() {
+/// The model and the input's tokens (never empty): `--ids 1,2,3` as given, else `--prompt`
+/// tokenized.
+fn session_and_prompt(args: &Args) -> Result<(Session, Vec<u32>), String> {
+    let given = args.str(&["ids"]);
+    let special = args.flag("special");
+    let prompt = if given.is_none() { Some(args.required(&["prompt", "p"])?) } else { None };
+    let session = Session::new(load(args)?);
+    let ids = match (given, prompt) {
+        (Some(list), _) => list
+            .split(',')
+            .map(|x| x.trim().parse::<u32>().map_err(|_| format!("--ids: '{x}' is not a token id")))
+            .collect::<Result<Vec<u32>, String>>()?,
+        (None, p) => session.tokenizer.encode(&p.unwrap_or_default(), special),
+    };
+    if ids.is_empty() {
         return Err("the prompt encodes to no tokens".into());
     }
-    let mut logits = model.eval_prompt(&prompt_ids, 0, false).map_err(|e| e.to_string())?;
-    let mut sampler = Sampler::new(params);
-    let mut history = prompt_ids.clone();
-    let mut out = Vec::new();
-    let mut decoder = tokenizer.stream_decoder();
+    Ok((session, ids))
+}
+
+pub fn generate(argv: &[String]) -> Result<(), String> {
+    let args = Args::parse(argv, &["json", "special", "ignore-eos"])?;
+    let opts = generate_options(&args)?;
+    let json_out = args.flag("json");
+    let (mut s, prompt_ids) = session_and_prompt(&args)?;
+    let prompt = s.tokenizer.decode(&prompt_ids).map_err(|e| e.to_string())?;
+    args.finish()?;
+    let top_k = opts.top_logprobs;
+    s.start(prompt_ids.clone(), opts).map_err(|e| e.to_string())?;
+    while !block_on(s.prompt_step()).map_err(|e| e.to_string())? {}
     let stdout = std::io::stdout();
     let mut w = stdout.lock();
     if !json_out {
         write!(w, "{prompt}").ok();
     }
-    let mut n_past = prompt_ids.len();
-    while out.len() < n_predict && n_past < model.n_ctx() {
-        let t = sampler.sample(&logits, &history);
-        out.push(t);
-        history.push(t);
+    let (mut tokens, mut text, mut logprobs, mut tops) = (Vec::new(), String::new(), Vec::new(), Vec::new());
+    while let Some(item) = block_on(s.next()).map_err(|e| e.to_string())? {
         if !json_out {
-            let piece = decoder.push(&tokenizer, t).map_err(|e| e.to_string())?;
-            write!(w, "{piece}").ok();
+            write!(w, "{}", item.text).ok();
             w.flush().ok();
         }
-        if Some(t) == tokenizer.eos() {
-            break;
+        tokens.push(item.token);
+        text.push_str(&item.text);
+        if top_k > 0 {
+            logprobs.push(item.logprob);
+            tops.push(
+                item.top
+                    .iter()
+                    .map(|t| json!({ "token": t.token, "text": t.text, "logprob": t.logprob }))
+                    .collect::<Vec<_>>(),
+            );
         }
-        logits = model.eval(&[t], n_past, false).map_err(|e| e.to_string())?;
-        n_past += 1;
     }
+    let stats = s.stats();
+    let stop = stats.stop.map(|r| r.as_str());
     if json_out {
-        let text = tokenizer.decode(&out).map_err(|e| e.to_string())?;
-        writeln!(w, "{}", json!({ "prompt_tokens": prompt_ids, "tokens": out, "text": text })).ok();
+        let mut v = json!({ "prompt_tokens": prompt_ids, "tokens": tokens, "text": text, "stop": stop });
+        if top_k > 0 {
+            v["logprobs"] = json!(logprobs);
+            v["top_logprobs"] = json!(tops);
+        }
+        writeln!(w, "{v}").ok();
     } else {
-        writeln!(w, "{}", decoder.flush()).ok();
+        writeln!(w).ok();
     }
     Ok(())
+}
+
+pub fn score(argv: &[String]) -> Result<(), String> {
+    let args = Args::parse(argv, &["json", "special"])?;
+    let top_k: usize = args.get(&["top-k"], 0)?;
+    let json_out = args.flag("json");
+    let (mut s, ids) = session_and_prompt(&args)?;
+    args.finish()?;
+    let r = block_on(s.score(&ids, top_k)).map_err(|e| e.to_string())?;
+    let stdout = std::io::stdout();
+    let mut w = stdout.lock();
+    if json_out {
+        let top: Vec<Vec<serde_json::Value>> = r
+            .top
+            .iter()
+            .map(|row| row.iter().map(|&(token, logprob)| json!({ "token": token, "logprob": logprob })).collect())
+            .collect();
+        let v = json!({
+            "tokens": r.tokens, "logprobs": r.logprobs, "ranks": r.ranks, "entropies": r.entropies, "top": top,
+        });
+        writeln!(w, "{v}").ok();
+    } else {
+        writeln!(w, "| i | token | logprob | rank | entropy |\n|---|---|---|---|---|").ok();
+        for i in 0..r.logprobs.len() {
+            let t = r.tokens[i + 1];
+            let piece = s.tokenizer.decode(&[t]).unwrap_or_default();
+            writeln!(w, "| {} | {:?} | {:.4} | {} | {:.4} |", i + 1, piece, r.logprobs[i], r.ranks[i], r.entropies[i])
+                .ok();
+        }
+        let n = r.logprobs.len().max(1) as f64;
+        let nll: f64 = r.logprobs.iter().map(|&x| -(x as f64)).sum::<f64>() / n;
+        writeln!(w, "perplexity {:.4} over {} predictions", nll.exp(), r.logprobs.len()).ok();
+    }
+    Ok(())
+}
+
+pub fn trace(argv: &[String]) -> Result<(), String> {
+    let args = Args::parse(argv, &["json", "special"])?;
+    let taps: Vec<String> = args
+        .str(&["taps"])
+        .unwrap_or_else(|| "attn,hidden".into())
+        .split(',')
+        .filter(|t| !t.is_empty())
+        .map(String::from)
+        .collect();
+    let json_out = args.flag("json");
+    let (mut s, ids) = session_and_prompt(&args)?;
+    args.finish()?;
+    let t = block_on(s.trace(&ids, &taps)).map_err(|e| e.to_string())?;
+    let mut nodes = serde_json::Map::new();
+    for n in &t.nodes {
+        nodes.insert(n.name.clone(), json!({ "shape": row_major_shape(n.ne), "data": n.data }));
+    }
+    let v = json!({ "tokens": t.tokens, "attn": t.attn, "hidden": t.hidden, "nodes": nodes, "compute_bytes": t.compute_bytes });
+    let stdout = std::io::stdout();
+    let mut w = stdout.lock();
+    if json_out {
+        writeln!(w, "{v}").ok();
+    } else {
+        let hp = &s.model.hparams;
+        writeln!(w, "{} tokens; compute {} B with the taps kept", t.tokens.len(), t.compute_bytes).ok();
+        if let Some(a) = &t.attn {
+            writeln!(w, "attn: {} layers of [{} heads][{n}][{n}]", a.len(), hp.n_head, n = t.tokens.len()).ok();
+        }
+        if let Some(h) = &t.hidden {
+            writeln!(w, "hidden: {} arrays of [{}][{}]", h.len(), t.tokens.len(), hp.n_embd).ok();
+        }
+        for n in &t.nodes {
+            writeln!(w, "{}: shape {:?}", n.name, row_major_shape(n.ne)).ok();
+        }
+    }
+    Ok(())
+}
+
+/// A ggml shape (`ne[0]` fastest) outermost first, as NumPy writes it, without the
+/// leading 1s of unused dimensions (at least one dimension stays).
+pub fn row_major_shape(ne: [i64; 4]) -> Vec<i64> {
+    let mut v: Vec<i64> = ne.iter().rev().copied().collect();
+    while v.len() > 1 && v[0] == 1 {
+        v.remove(0);
+    }
+    v
 }
 
 pub fn logits(argv: &[String]) -> Result<(), String> {

@@ -11,20 +11,22 @@
 //! while let id @ 0.. = model.next_token()? { print!("{}", model.token_piece(id as u32)?); }
 //! ```
 //!
-//! Generation, as a state machine:
+//! `WasmModel` is a thin shell over [`Session`] (crate/model/session.rs), which the CLI
+//! drives too: options are parsed by `crate::model::options` (strict: unknown keys fail),
+//! results become JS values here, errors get their codes here. Generation, step by step:
 //! - `start(ids, params)` checks the ids and that the prompt fits the context (else an
-//!   `invalid` error naming both sizes), and resets the model's state: `n_past = 0`.
+//!   `invalid` error naming both sizes); the prompt cache reuses the longest prefix the
+//!   KV cache already holds (the return value: how many tokens).
 //! - `prompt_step()` evaluates the next `n_batch` prompt tokens; `true` once all are in.
-//! - `next_token()` first evaluates the token it returned last time (lazily: the final token
-//!   of a run is never evaluated for nothing), then samples from the last logits, with the
-//!   prompt and the output so far as the repetition history. It returns -1, and the run is
-//!   over, at the tokenizer's end-of-text token (not returned), after `maxTokens` tokens, or
-//!   when the context is full: that ends the run cleanly rather than failing it, since the
-//!   text so far is good; `stop_reason()` says which (`eos`, `maxTokens`, `contextFull`).
-//!   A prompt of P tokens in a context of n_ctx thus yields at most n_ctx - P + 1 tokens.
+//! - `next_token()` returns the next id, or -1 once the run is over: at the end-of-text
+//!   token (not returned), after `maxTokens`, when the context is full (a prompt of P tokens
+//!   in a context of n_ctx yields at most n_ctx - P), or at a stop string; `stop_reason()`
+//!   says which (`eos`, `maxTokens`, `contextFull`, `stop`). `token_piece(id)` gives the
+//!   text released with it, `last_logprobs()` its logprobs.
 
 use alloc::rc::Rc;
 
+use serde::Serialize;
 use serde_json::{Map, Value};
 use wasm_bindgen::prelude::*;
 
@@ -34,16 +36,19 @@ use crate::cpu::CpuBackend;
 use crate::gguf::Limits;
 use crate::model::gpt2::{BackendMemory, Gpt2, Gpt2Options};
 use crate::model::loader::ModelLoader;
-use crate::model::sampling::{Sampler, SamplingParams};
+use crate::model::options::{self, parse_generate, parse_score, parse_trace};
+use crate::model::session::{Item, Session};
 use crate::model::ModelError;
-use crate::tokenizer::{StreamDecoder, Tokenizer};
 use crate::webgpu::{WebGpuBackend, WebGpuOptions};
 
 /// The GgwebError code for a model error: the file's fault, the caller's, or ours.
 fn model_error(context: &str, e: ModelError) -> JsValue {
     let code = match &e {
         ModelError::Backend(BackendError::DeviceLost(_)) => "device_lost",
-        ModelError::Config(_) | ModelError::ContextFull { .. } | ModelError::BadToken { .. } => "invalid",
+        ModelError::Config(_)
+        | ModelError::Invalid(_)
+        | ModelError::ContextFull { .. }
+        | ModelError::BadToken { .. } => "invalid",
         ModelError::Backend(_) | ModelError::Cancelled => "internal",
         // Too big for this device's memory: the page can pick a smaller model or context.
         ModelError::OverBudget { .. } => "unsupported",
@@ -71,13 +76,6 @@ fn prefix(what: &str) -> String {
     }
 }
 
-/// A JSON object with its keys in the order given (serde_json's `Map` sorts them, and the
-/// demo shows hparams and memory in this order). Values are JSON text already.
-fn obj(fields: &[(&str, String)]) -> String {
-    let body: Vec<String> = fields.iter().map(|(k, v)| format!("{}:{v}", Value::from(*k))).collect();
-    format!("{{{}}}", body.join(","))
-}
-
 /// A backend failure while opening a device: no adapter or device is `unsupported`.
 fn backend_error(what: &str, e: BackendError) -> JsValue {
     let code = match e {
@@ -103,41 +101,13 @@ fn invalid(message: String) -> JsValue {
     js_error("invalid", message)
 }
 
-/// Parses a JSON object of options, refusing unknown keys (a misspelt option would
-/// otherwise be ignored without a word).
+/// The shared strict parser's helpers, with errors as JS values.
 fn parse_object(what: &str, json: &str, known: &[&str]) -> Result<Map<String, Value>, JsValue> {
-    let v: Value = serde_json::from_str(json).map_err(|e| invalid(format!("{what}: not valid JSON ({e})")))?;
-    let Value::Object(map) = v else {
-        return Err(invalid(format!("{what}: expected a JSON object, got {v}")));
-    };
-    if let Some(k) = map.keys().find(|k| !known.contains(&k.as_str())) {
-        return Err(invalid(format!("{what}: unknown option {k:?} (known: {})", known.join(", "))));
-    }
-    Ok(map)
+    options::parse_object(what, json, known).map_err(|e| model_error("", e))
 }
 
-/// An integer option in `min..=max`, or None when absent or null.
 fn opt_uint(map: &Map<String, Value>, what: &str, key: &str, min: u64, max: u64) -> Result<Option<u64>, JsValue> {
-    match map.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => match v.as_u64() {
-            Some(n) if (min..=max).contains(&n) => Ok(Some(n)),
-            _ => Err(invalid(format!("{what}: {key} must be an integer from {min} to {max}, got {v}"))),
-        },
-    }
-}
-
-/// A finite number option in `min..=max` (`max` may be infinite: no upper bound), or None
-/// when absent or null.
-fn opt_num(map: &Map<String, Value>, what: &str, key: &str, min: f64, max: f64) -> Result<Option<f64>, JsValue> {
-    match map.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => match v.as_f64() {
-            Some(x) if x.is_finite() && x >= min && x <= max => Ok(Some(x)),
-            _ if max.is_infinite() => Err(invalid(format!("{what}: {key} must be a finite number >= {min}, got {v}"))),
-            _ => Err(invalid(format!("{what}: {key} must be a number from {min} to {max}, got {v}"))),
-        },
-    }
+    options::opt_uint(map, what, key, min, max).map_err(|e| model_error("", e))
 }
 
 /// The most CPU threads a loader accepts (`nThreads`): more Web Workers than this only
@@ -344,15 +314,14 @@ impl WasmLoader {
         let mut loaded = self.loader.finish().map_err(|e| model_error("", e))?;
         let split = split_info(&mut loaded.model, self.placement)?;
         Ok(WasmModel {
-            model: loaded.model,
-            tokenizer: loaded.tokenizer,
+            session: Session::new(loaded),
             backend: self.backend,
             gpu: self.gpu,
             backend_note: self.backend_note,
             split,
             memory_at_start: self.memory_at_start,
             memory_after_load: wasm_memory_bytes(),
-            gen: None,
+            last: None,
         })
     }
 }
@@ -405,79 +374,34 @@ fn split_info(model: &mut Gpt2, placement: Placement) -> Result<SplitInfo, JsVal
     })
 }
 
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Stop {
-    Eos,
-    MaxTokens,
-    ContextFull,
-}
-
-impl Stop {
-    fn as_str(self) -> &'static str {
-        match self {
-            Stop::Eos => "eos",
-            Stop::MaxTokens => "maxTokens",
-            Stop::ContextFull => "contextFull",
-        }
-    }
-}
-
-/// One run of `start` / `prompt_step` / `next_token`.
-struct Generation {
-    prompt: Vec<u32>,
-    /// Prompt tokens evaluated so far.
-    n_prompt_done: usize,
-    /// Positions in the KV cache.
-    n_past: usize,
-    /// Next-token logits after the last evaluated position.
-    logits: Vec<f32>,
-    /// Prompt and output, for the repetition penalty.
-    history: Vec<u32>,
-    /// The token returned last, not yet evaluated.
-    pending: Option<u32>,
-    sampler: Sampler,
-    max_tokens: usize,
-    n_generated: usize,
-    stop: Option<Stop>,
-    decoder: StreamDecoder,
-    /// Whether `pending` already went through `decoder` (token_piece called for it).
-    pending_decoded: bool,
-}
-
-/// A loaded model: tokenizer, next-token logits, and step-wise generation.
+/// A loaded model: a [`Session`] (tokenizer, prompt cache, generation) and what `info()`
+/// reports. Every call that evaluates goes through the session; this type only converts
+/// arguments and results and maps errors to codes.
 #[wasm_bindgen]
 pub struct WasmModel {
-    model: Gpt2,
-    tokenizer: Tokenizer,
+    session: Session,
     backend: &'static str,
     gpu: Option<WebGpuBackend>,
     backend_note: Option<String>,
     split: SplitInfo,
     memory_at_start: f64,
     memory_after_load: f64,
-    gen: Option<Generation>,
+    /// The item `next_token` returned last, and whether `token_piece` consumed its text.
+    last: Option<(Item, bool)>,
 }
 
 impl WasmModel {
-    fn split_json(&self) -> String {
+    fn split_json(&self) -> SplitJson<'_> {
         let s = &self.split;
-        let n = |x: usize| x.to_string();
-        let by: Vec<(&str, String)> = s
-            .by_backend
-            .iter()
-            .map(|m| {
-                (m.backend.as_str(), obj(&[("weights", n(m.weights)), ("kv", n(m.kv)), ("compute", n(m.compute))]))
-            })
-            .collect();
-        obj(&[
-            ("gpuLayers", n(s.gpu_layers)),
-            ("embeddingsOnGpu", s.embeddings_on_gpu.to_string()),
-            ("backends", Value::from(s.backends.clone()).to_string()),
-            ("splits", n(s.splits)),
-            ("copiesPerToken", n(s.copies)),
-            ("copyBytesPerToken", n(s.copy_bytes)),
-            ("bytesPerBackend", obj(&by)),
-        ])
+        SplitJson {
+            gpu_layers: s.gpu_layers,
+            embeddings_on_gpu: s.embeddings_on_gpu,
+            backends: &s.backends,
+            splits: s.splits,
+            copies_per_token: s.copies,
+            copy_bytes_per_token: s.copy_bytes,
+            bytes_per_backend: ByBackend(&s.by_backend),
+        }
     }
 
     /// `device_lost` once the model's WebGPU device is gone: every call that computes fails
@@ -485,7 +409,8 @@ impl WasmModel {
     fn check_device(&mut self, what: &str) -> Result<(), JsValue> {
         match self.gpu.as_ref().and_then(|g| g.lost_reason()) {
             Some(reason) => {
-                self.gen = None;
+                self.session.end_generation();
+                self.session.clear_cache();
                 Err(device_lost(what, &reason))
             }
             None => Ok(()),
@@ -494,7 +419,7 @@ impl WasmModel {
 
     /// The first id outside the vocabulary, as an error naming it and its index.
     fn check_ids(&self, what: &str, ids: &[u32]) -> Result<(), JsValue> {
-        let n_vocab = self.model.hparams.n_vocab;
+        let n_vocab = self.session.model.hparams.n_vocab;
         match ids.iter().position(|&t| t as usize >= n_vocab) {
             Some(i) => Err(invalid(format!(
                 "{}token id {} at index {i} is outside the vocabulary (n_vocab {n_vocab})",
@@ -509,193 +434,228 @@ impl WasmModel {
         if n == 0 {
             return Err(invalid(format!("{}needs at least one token id", prefix(what))));
         }
-        let n_ctx = self.model.n_ctx();
+        let n_ctx = self.session.model.n_ctx();
         if n > n_ctx {
             return Err(model_error(what, ModelError::ContextFull { needed: n, n_ctx }));
         }
         Ok(())
     }
 
-    async fn eval(&mut self, what: &str, tokens: &[u32], n_past: usize) -> Result<Vec<f32>, JsValue> {
-        self.model.eval_async(tokens, n_past, false).await.map_err(|e| model_error(what, e))
+    /// The checks every evaluating call makes first, with its messages.
+    fn check_input(&mut self, what: &str, ids: &[u32]) -> Result<(), JsValue> {
+        self.check_device("")?;
+        self.check_fits(what, ids.len())?;
+        self.check_ids(what, ids)
     }
+}
+
+/// `obj[key] = value` on a fresh object (cannot fail).
+fn set(o: &js_sys::Object, key: &str, v: &JsValue) {
+    let _ = js_sys::Reflect::set(o, &JsValue::from_str(key), v);
+}
+
+fn f32s(v: &[f32]) -> JsValue {
+    js_sys::Float32Array::from(v).into()
+}
+
+fn top_js(top: &[(u32, f32)]) -> JsValue {
+    let a = js_sys::Array::new();
+    for &(token, logprob) in top {
+        let e = js_sys::Object::new();
+        set(&e, "token", &JsValue::from(token));
+        set(&e, "logprob", &JsValue::from(logprob));
+        a.push(&e);
+    }
+    a.into()
 }
 
 #[wasm_bindgen]
 impl WasmModel {
     /// Text → token ids (no BOS). `special`: parse special tokens such as `<|endoftext|>`.
     pub fn tokenize(&self, text: &str, special: bool) -> Vec<u32> {
-        self.tokenizer.encode(text, special)
+        self.session.tokenizer.encode(text, special)
     }
 
     /// Token ids → text; bytes that are not UTF-8 become U+FFFD. An id outside the
     /// vocabulary is an `invalid` error naming it and its position.
     pub fn detokenize(&self, ids: &[u32]) -> Result<String, JsValue> {
-        self.tokenizer.decode(ids).map_err(|e| invalid(e.to_string()))
+        self.session.tokenizer.decode(ids).map_err(|e| invalid(e.to_string()))
     }
 
-    /// Next-token logits after `ids`, evaluated from position 0 (a fresh state; any
-    /// generation in progress is ended). `[n_vocab]` floats.
+    /// Next-token logits after `ids` (`[n_vocab]` floats). Uses the prompt cache (the
+    /// result equals a fresh evaluation's within float rounding) and leaves `ids` in it;
+    /// ends any generation in progress.
     pub async fn logits(&mut self, ids: Vec<u32>) -> Result<Vec<f32>, JsValue> {
-        self.gen = None;
-        self.check_device("")?;
-        self.check_fits("", ids.len())?;
-        self.check_ids("", &ids)?;
-        self.model.eval_prompt_async(&ids, 0, false).await.map_err(|e| model_error("", e))
+        self.last = None;
+        self.check_input("", &ids)?;
+        self.session.logits(&ids).await.map_err(|e| model_error("", e))
     }
 
-    /// Begins a generation from `prompt_ids` with sampling `params_json`:
-    /// `{ maxTokens, temperature, topK, topP, seed, repeatPenalty, repeatLastN }` (all
-    /// optional; engine.js's generateParams). Evaluates nothing yet.
-    pub fn start(&mut self, prompt_ids: &[u32], params_json: &str) -> Result<(), JsValue> {
-        const WHAT: &str = "generation options";
-        self.gen = None;
-        self.check_device("")?;
-        let map = parse_object(
-            WHAT,
-            params_json,
-            &["maxTokens", "temperature", "topK", "topP", "seed", "repeatPenalty", "repeatLastN"],
-        )?;
-        let d = SamplingParams::default();
-        let max = u32::MAX as u64;
-        let repeat_penalty = opt_num(&map, WHAT, "repeatPenalty", 0.0, f64::INFINITY)?;
-        if repeat_penalty == Some(0.0) {
-            // It divides positive logits.
-            return Err(invalid(format!("{WHAT}: repeatPenalty must be greater than 0 (1 disables it), got 0")));
+    /// `score(ids, optsJson)`: `{ tokens: Uint32Array(n), logprobs, ranks, entropies
+    /// (Float32Array / Uint32Array / Float32Array of n-1), top: [[{ token, logprob }]],
+    /// cachedTokens }`. `optsJson`: `{ topK? }`.
+    pub async fn score(&mut self, ids: Vec<u32>, opts_json: &str) -> Result<JsValue, JsValue> {
+        self.last = None;
+        let top_k = parse_score(opts_json).map_err(|e| model_error("", e))?;
+        self.check_input("", &ids)?;
+        let r = self.session.score(&ids, top_k).await.map_err(|e| model_error("", e))?;
+        let o = js_sys::Object::new();
+        set(&o, "tokens", &js_sys::Uint32Array::from(&r.tokens[..]).into());
+        set(&o, "logprobs", &f32s(&r.logprobs));
+        set(&o, "ranks", &js_sys::Uint32Array::from(&r.ranks[..]).into());
+        set(&o, "entropies", &f32s(&r.entropies));
+        let top = js_sys::Array::new();
+        for row in &r.top {
+            top.push(&top_js(row));
         }
-        let params = SamplingParams {
-            temperature: opt_num(&map, WHAT, "temperature", 0.0, f64::INFINITY)?.map_or(d.temperature, |x| x as f32),
-            top_k: opt_uint(&map, WHAT, "topK", 0, max)?.map_or(d.top_k, |n| n as usize),
-            top_p: opt_num(&map, WHAT, "topP", 0.0, 1.0)?.map_or(d.top_p, |x| x as f32),
-            repeat_penalty: repeat_penalty.map_or(d.repeat_penalty, |x| x as f32),
-            repeat_last_n: opt_uint(&map, WHAT, "repeatLastN", 0, max)?.map_or(d.repeat_last_n, |n| n as usize),
-            seed: opt_uint(&map, WHAT, "seed", 0, u64::MAX)?.unwrap_or(d.seed),
+        set(&o, "top", &top.into());
+        set(&o, "cachedTokens", &JsValue::from(r.cached_tokens as u32));
+        Ok(o.into())
+    }
+
+    /// `trace(ids, optsJson)`: `{ tokens, attn?: Float32Array[] ([head][query][key] per
+    /// layer), hidden?: Float32Array[] (n_layer + 1, [token][feature]), nodes: { [name]:
+    /// { shape (outermost first), data } }, memory: { compute } }`. `optsJson`: `{ taps }`.
+    pub async fn trace(&mut self, ids: Vec<u32>, opts_json: &str) -> Result<JsValue, JsValue> {
+        self.last = None;
+        let taps = parse_trace(opts_json).map_err(|e| model_error("", e))?;
+        self.check_input("", &ids)?;
+        let t = self.session.trace(&ids, &taps).await.map_err(|e| model_error("trace", e))?;
+        let o = js_sys::Object::new();
+        set(&o, "tokens", &js_sys::Uint32Array::from(&t.tokens[..]).into());
+        let arrays = |v: &Vec<Vec<f32>>| -> JsValue {
+            let a = js_sys::Array::new();
+            for x in v {
+                a.push(&f32s(x));
+            }
+            a.into()
         };
-        let max_tokens = opt_uint(&map, WHAT, "maxTokens", 0, max)?.unwrap_or(128) as usize;
+        if let Some(a) = &t.attn {
+            set(&o, "attn", &arrays(a));
+        }
+        if let Some(h) = &t.hidden {
+            set(&o, "hidden", &arrays(h));
+        }
+        let nodes = js_sys::Object::new();
+        for n in &t.nodes {
+            let e = js_sys::Object::new();
+            let mut shape: Vec<u32> = n.ne.iter().rev().map(|&x| x as u32).collect();
+            while shape.len() > 1 && shape[0] == 1 {
+                shape.remove(0);
+            }
+            let sa = js_sys::Array::new();
+            for d in shape {
+                sa.push(&JsValue::from(d));
+            }
+            set(&e, "shape", &sa.into());
+            set(&e, "data", &f32s(&n.data));
+            set(&nodes, &n.name, &e.into());
+        }
+        set(&o, "nodes", &nodes.into());
+        let mem = js_sys::Object::new();
+        set(&mem, "compute", &JsValue::from(t.compute_bytes as f64));
+        set(&o, "memory", &mem.into());
+        Ok(o.into())
+    }
+
+    /// Begins a generation from `prompt_ids` with `params_json` (see
+    /// `ggweb::model::options::parse_generate`: `{ maxTokens, temperature, topK, topP, minP,
+    /// seed, repeatPenalty, repeatLastN, topLogprobs, stop, logitBias, ignoreEos }`, all
+    /// optional, unknown keys refused). Evaluates nothing yet; returns the prompt tokens
+    /// the prompt cache will reuse (`stats.cachedTokens`).
+    pub fn start(&mut self, prompt_ids: &[u32], params_json: &str) -> Result<u32, JsValue> {
+        self.last = None;
+        self.session.end_generation();
+        self.check_device("")?;
+        let opts = parse_generate(params_json).map_err(|e| model_error("", e))?;
         self.check_fits("the prompt", prompt_ids.len())?;
         self.check_ids("the prompt", prompt_ids)?;
-        self.gen = Some(Generation {
-            prompt: prompt_ids.to_vec(),
-            n_prompt_done: 0,
-            n_past: 0,
-            logits: Vec::new(),
-            history: prompt_ids.to_vec(),
-            pending: None,
-            sampler: Sampler::new(params),
-            max_tokens,
-            n_generated: 0,
-            stop: None,
-            decoder: StreamDecoder::new(),
-            pending_decoded: false,
-        });
-        Ok(())
+        let cached = self.session.start(prompt_ids.to_vec(), opts).map_err(|e| model_error("", e))?;
+        Ok(cached as u32)
     }
 
     /// Evaluates the next chunk (`n_batch` tokens) of the prompt. Returns true once the
     /// whole prompt is in (then `next_token` may be called).
     pub async fn prompt_step(&mut self) -> Result<bool, JsValue> {
         self.check_device("")?;
-        let n_batch = self.model.n_batch;
-        let Some(g) = self.gen.as_mut() else {
+        if !self.session.generating() {
             return Err(invalid("prompt_step: no generation was started (call start first)".into()));
-        };
-        if g.n_prompt_done == g.prompt.len() {
-            return Ok(true);
         }
-        let from = g.n_prompt_done;
-        let to = (from + n_batch).min(g.prompt.len());
-        let chunk = g.prompt[from..to].to_vec();
-        let what = format!("evaluating prompt tokens {from}..{to} of {}", g.prompt.len());
-        let logits = match self.eval(&what, &chunk, from).await {
-            Ok(l) => l,
-            Err(e) => {
-                self.gen = None;
-                return Err(e);
-            }
-        };
-        let g = self.gen.as_mut().expect("generation present");
-        g.logits = logits;
-        g.n_prompt_done = to;
-        g.n_past = to;
-        Ok(to == g.prompt.len())
+        self.session.prompt_step().await.map_err(|e| model_error("evaluating the prompt", e))
     }
 
-    /// The next token id, or -1 when the run is over (see `stop_reason`).
+    /// The next token id, or -1 when the run is over (see `stop_reason`). Its text comes
+    /// from `token_piece(id)`, its logprobs (with `topLogprobs`) from `last_logprobs()`.
     pub async fn next_token(&mut self) -> Result<i32, JsValue> {
         self.check_device("")?;
-        let n_ctx = self.model.n_ctx();
-        let eos = self.tokenizer.eos();
-        let Some(g) = self.gen.as_mut() else {
+        if !self.session.generating() {
             return Err(invalid("next_token: no generation was started (call start first)".into()));
-        };
-        if g.n_prompt_done < g.prompt.len() {
-            return Err(invalid(format!(
-                "next_token: the prompt is not evaluated yet ({} of {} tokens; call prompt_step until it returns true)",
-                g.n_prompt_done,
-                g.prompt.len()
-            )));
         }
-        if g.stop.is_some() {
-            return Ok(-1);
-        }
-        if g.n_generated >= g.max_tokens {
-            g.stop = Some(Stop::MaxTokens);
-            return Ok(-1);
-        }
-        if let Some(t) = g.pending {
-            if g.n_past >= n_ctx {
-                g.stop = Some(Stop::ContextFull);
-                return Ok(-1);
+        let n = self.session.stats().tokens + 1;
+        match self.session.next().await {
+            Ok(Some(item)) => {
+                let t = item.token as i32;
+                self.last = Some((item, false));
+                Ok(t)
             }
-            let n_past = g.n_past;
-            let what = format!("evaluating generated token {t} at position {n_past}");
-            let logits = match self.eval(&what, &[t], n_past).await {
-                Ok(l) => l,
-                Err(e) => {
-                    self.gen = None;
-                    return Err(e);
-                }
-            };
-            let g = self.gen.as_mut().expect("generation present");
-            g.logits = logits;
-            g.n_past += 1;
-            g.pending = None;
+            Ok(None) => {
+                self.last = None;
+                Ok(-1)
+            }
+            Err(e @ ModelError::Invalid(_)) => Err(model_error("", e)),
+            Err(e) => Err(model_error(&format!("generating token {n}"), e)),
         }
-        let g = self.gen.as_mut().expect("generation present");
-        let t = g.sampler.sample(&g.logits, &g.history);
-        if Some(t) == eos {
-            g.stop = Some(Stop::Eos);
-            return Ok(-1);
-        }
-        g.history.push(t);
-        g.pending = Some(t);
-        g.pending_decoded = false;
-        g.n_generated += 1;
-        Ok(t as i32)
     }
 
-    /// Why the current run ended (`eos`, `maxTokens`, `contextFull`), or `undefined`
-    /// while it runs or when none was started.
+    /// Why the current run ended (`eos`, `maxTokens`, `contextFull`, `stop`), or
+    /// `undefined` while it runs or when none was started.
     pub fn stop_reason(&self) -> Option<String> {
-        self.gen.as_ref().and_then(|g| g.stop).map(|s| s.as_str().to_string())
+        self.session.stats().stop.map(|s| s.as_str().to_string())
     }
 
-    /// Text of token `id`. For the token `next_token` just returned, it goes through the
-    /// run's stream decoder: a character split across tokens comes out whole, with the token
-    /// that completes it (an incomplete one at the very end of a run is dropped). Any other
-    /// id is decoded on its own (lossy).
+    /// JSON `{ promptTokens, cachedTokens, tokens, stop }` of the current or last run.
+    pub fn generation_stats(&self) -> String {
+        let s = self.session.stats();
+        serde_json::json!({
+            "promptTokens": s.prompt_tokens, "cachedTokens": s.cached_tokens, "tokens": s.tokens,
+            "stop": s.stop.map(|r| r.as_str()),
+        })
+        .to_string()
+    }
+
+    /// `{ logprob, top: [{ token, text, logprob }] }` of the token `next_token` returned
+    /// last (with `topLogprobs` > 0), else `undefined`.
+    pub fn last_logprobs(&self) -> JsValue {
+        let Some((item, _)) = &self.last else { return JsValue::UNDEFINED };
+        let Some(lp) = item.logprob else { return JsValue::UNDEFINED };
+        let o = js_sys::Object::new();
+        set(&o, "logprob", &JsValue::from(lp));
+        let a = js_sys::Array::new();
+        for t in &item.top {
+            let e = js_sys::Object::new();
+            set(&e, "token", &JsValue::from(t.token));
+            set(&e, "text", &JsValue::from_str(&t.text));
+            set(&e, "logprob", &JsValue::from(t.logprob));
+            a.push(&e);
+        }
+        set(&o, "top", &a.into());
+        o.into()
+    }
+
+    /// Text of token `id`. For the token `next_token` just returned, the text the run
+    /// releases with it: whole characters (a character split across tokens comes out with
+    /// the token that completes it), held back while it might begin a stop string, cut
+    /// before one. Any other id is decoded on its own (lossy).
     pub fn token_piece(&mut self, id: u32) -> Result<String, JsValue> {
-        if let Some(g) = self.gen.as_mut() {
-            if g.pending == Some(id) && !g.pending_decoded {
-                g.pending_decoded = true;
-                return g.decoder.push(&self.tokenizer, id).map_err(|e| invalid(format!("token_piece: {e}")));
+        if let Some((item, used)) = self.last.as_mut() {
+            if item.token == id && !*used {
+                *used = true;
+                return Ok(core::mem::take(&mut item.text));
             }
         }
-        let bytes = self.tokenizer.token_bytes(id).ok_or_else(|| {
-            invalid(format!(
-                "token_piece: token id {id} is outside the vocabulary (n_vocab {})",
-                self.tokenizer.n_vocab()
-            ))
+        let tok = &self.session.tokenizer;
+        let bytes = tok.token_bytes(id).ok_or_else(|| {
+            invalid(format!("token_piece: token id {id} is outside the vocabulary (n_vocab {})", tok.n_vocab()))
         })?;
         Ok(String::from_utf8_lossy(bytes).into_owned())
     }
@@ -719,12 +679,12 @@ impl WasmModel {
 
     /// Context length in tokens.
     pub fn n_ctx(&self) -> usize {
-        self.model.n_ctx()
+        self.session.model.n_ctx()
     }
 
     /// The end-of-text token id, or -1 if the model has none.
     pub fn eos(&self) -> i32 {
-        self.tokenizer.eos().map_or(-1, |t| t as i32)
+        self.session.tokenizer.eos().map_or(-1, |t| t as i32)
     }
 
     /// JSON: `{ arch, hparams, backend, memory: { weights, kv, compute }, split, tokenizer,
@@ -733,48 +693,108 @@ impl WasmModel {
     /// backends, splits, copiesPerToken, copyBytesPerToken, bytesPerBackend: { [name]:
     /// { weights, kv, compute } } }`, the splits and copies of the graph of one token.
     pub fn info(&self) -> String {
-        let hp = &self.model.hparams;
-        let plan = self.model.memory_plan();
-        let n = |x: usize| x.to_string();
-        let id = |t: Option<u32>| t.map_or("null".to_string(), |t| t.to_string());
-        obj(&[
-            ("arch", "\"gpt2\"".into()),
-            (
-                "hparams",
-                obj(&[
-                    ("n_vocab", n(hp.n_vocab)),
-                    ("n_ctx", n(self.model.n_ctx())),
-                    ("n_ctx_train", n(hp.n_ctx_train)),
-                    ("n_embd", n(hp.n_embd)),
-                    ("n_head", n(hp.n_head)),
-                    ("n_layer", n(hp.n_layer)),
-                    ("n_ff", n(hp.n_ff)),
-                    ("n_batch", n(self.model.n_batch)),
-                    // f32's shortest form (1e-5 prints as 0.00001, not 0.000009999999747).
-                    ("eps", format!("{}", hp.eps)),
-                ]),
-            ),
-            ("backend", Value::from(self.backend).to_string()),
-            ("memory", obj(&[("weights", n(plan.weights)), ("kv", n(plan.kv)), ("compute", n(plan.compute))])),
-            ("split", self.split_json()),
-            (
-                "tokenizer",
-                obj(&[
-                    ("n_vocab", n(self.tokenizer.n_vocab())),
-                    ("bos", id(self.tokenizer.bos())),
-                    ("eos", id(self.tokenizer.eos())),
-                ]),
-            ),
-            (
-                "wasmMemory",
-                obj(&[
-                    ("heapBase", super::wasm_heap_base().to_string()),
-                    ("atLoaderStart", self.memory_at_start.to_string()),
-                    ("afterLoad", self.memory_after_load.to_string()),
-                    ("now", wasm_memory_bytes().to_string()),
-                ]),
-            ),
-            ("backendNote", self.backend_note.as_deref().map_or("null".to_string(), |n| Value::from(n).to_string())),
-        ])
+        let (model, tokenizer) = (&self.session.model, &self.session.tokenizer);
+        let hp = &model.hparams;
+        let plan = model.memory_plan();
+        let info = Info {
+            arch: "gpt2",
+            hparams: HparamsJson {
+                n_vocab: hp.n_vocab,
+                n_ctx: model.n_ctx(),
+                n_ctx_train: hp.n_ctx_train,
+                n_embd: hp.n_embd,
+                n_head: hp.n_head,
+                n_layer: hp.n_layer,
+                n_ff: hp.n_ff,
+                n_batch: model.n_batch,
+                eps: hp.eps,
+            },
+            backend: self.backend,
+            memory: Bytes { weights: plan.weights, kv: plan.kv, compute: plan.compute },
+            split: self.split_json(),
+            tokenizer: TokenizerJson { n_vocab: tokenizer.n_vocab(), bos: tokenizer.bos(), eos: tokenizer.eos() },
+            wasm_memory: WasmMemory {
+                heap_base: super::wasm_heap_base(),
+                at_loader_start: self.memory_at_start,
+                after_load: self.memory_after_load,
+                now: wasm_memory_bytes(),
+            },
+            backend_note: self.backend_note.as_deref(),
+        };
+        serde_json::to_string(&info).expect("info serializes")
+    }
+}
+
+/// `info()`, in the order the demo shows it (serde keeps struct field order).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Info<'a> {
+    arch: &'static str,
+    hparams: HparamsJson,
+    backend: &'static str,
+    memory: Bytes,
+    split: SplitJson<'a>,
+    tokenizer: TokenizerJson,
+    wasm_memory: WasmMemory,
+    backend_note: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct HparamsJson {
+    n_vocab: usize,
+    n_ctx: usize,
+    n_ctx_train: usize,
+    n_embd: usize,
+    n_head: usize,
+    n_layer: usize,
+    n_ff: usize,
+    n_batch: usize,
+    /// As f32's shortest form (1e-5, not 0.000009999999747).
+    eps: f32,
+}
+
+#[derive(Serialize)]
+struct Bytes {
+    weights: usize,
+    kv: usize,
+    compute: usize,
+}
+
+#[derive(Serialize)]
+struct TokenizerJson {
+    n_vocab: usize,
+    bos: Option<u32>,
+    eos: Option<u32>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct WasmMemory {
+    heap_base: f64,
+    at_loader_start: f64,
+    after_load: f64,
+    now: f64,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct SplitJson<'a> {
+    gpu_layers: usize,
+    embeddings_on_gpu: bool,
+    backends: &'a [String],
+    splits: usize,
+    copies_per_token: usize,
+    copy_bytes_per_token: usize,
+    bytes_per_backend: ByBackend<'a>,
+}
+
+/// `{ [backend]: { weights, kv, compute } }` in the scheduler's order.
+struct ByBackend<'a>(&'a [BackendMemory]);
+
+impl Serialize for ByBackend<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(
+            self.0.iter().map(|m| (m.backend.as_str(), Bytes { weights: m.weights, kv: m.kv, compute: m.compute })),
+        )
     }
 }

@@ -387,6 +387,51 @@ pub fn build_graph(hp: &Hparams, w: &Weights, kv: &KvCache, n_past: usize, n_tok
     GraphIo { graph: gf, ctx, tokens, positions, logits }
 }
 
+/// One tapped node: its name, ggml shape (`ne[0]` fastest) and values in memory order.
+#[derive(Clone, Debug)]
+pub struct TapValue {
+    pub name: String,
+    pub ne: [i64; 4],
+    pub data: Vec<f32>,
+}
+
+/// What [`Gpt2::eval_taps_async`] returns.
+#[derive(Clone, Debug)]
+pub struct Taps {
+    pub values: Vec<TapValue>,
+    /// Bytes of the compute buffers this graph needed with its taps kept alive.
+    pub compute_bytes: usize,
+}
+
+/// A contiguous f32 tensor's values. WebGPU memory is read asynchronously (the browser's
+/// only way; natively the read completes within its first poll); other buffers directly.
+pub async fn read_f32_async(t: &Tensor) -> Result<Vec<f32>, ModelError> {
+    let mut out = vec![0f32; t.nelements() as usize];
+    #[cfg(feature = "webgpu")]
+    if let Some(d) = t.data() {
+        if let Some(buf) = d.buffer.as_any().downcast_ref::<crate::webgpu::WebGpuBuffer>() {
+            buf.read_async(d.offset, bytemuck::cast_slice_mut(&mut out)).await?;
+            return Ok(out);
+        }
+    }
+    t.try_get_bytes(bytemuck::cast_slice_mut(&mut out), 0)?;
+    Ok(out)
+}
+
+/// Drives a future to completion by polling it. For the synchronous entry points (the CLI,
+/// native tests) over the async core: natively every read completes within its first poll,
+/// so this never spins; in the browser nothing calls it (the JS event loop drives the futures).
+pub fn block_on<F: core::future::Future>(f: F) -> F::Output {
+    let mut f = core::pin::pin!(f);
+    let mut cx = core::task::Context::from_waker(core::task::Waker::noop());
+    loop {
+        if let core::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+        core::hint::spin_loop();
+    }
+}
+
 /// sqrt without std (Newton's method from the f32 bit-hack guess, exact to f32 rounding).
 fn libm_sqrt(x: f32) -> f32 {
     if x <= 0.0 {
@@ -571,16 +616,7 @@ impl Gpt2 {
         all_logits: bool,
     ) -> Result<Vec<f32>, ModelError> {
         let logits = self.eval_graph(tokens, n_past, all_logits)?.logits;
-        let mut out = vec![0f32; logits.nelements() as usize];
-        #[cfg(feature = "webgpu")]
-        if let Some(d) = logits.data() {
-            if let Some(buf) = d.buffer.as_any().downcast_ref::<crate::webgpu::WebGpuBuffer>() {
-                buf.read_async(d.offset, bytemuck::cast_slice_mut(&mut out)).await?;
-                return Ok(out);
-            }
-        }
-        logits.try_get_bytes(bytemuck::cast_slice_mut(&mut out), 0)?;
-        Ok(out)
+        read_f32_async(&logits).await
     }
 
     /// [`eval`](Self::eval) up to the computed graph, without reading the logits: the
@@ -614,23 +650,11 @@ impl Gpt2 {
     }
 
     /// Evaluates a whole prompt from position `n_past`, in chunks of `n_batch`; returns the
-    /// logits of every position when `all_logits`, else of the last.
+    /// logits of every position when `all_logits`, else of the last. Only chunks whose
+    /// logits are kept are read back. The same code as [`eval_prompt_async`](Self::eval_prompt_async),
+    /// driven to completion here (natively a WebGPU read completes within its first poll).
     pub fn eval_prompt(&mut self, tokens: &[u32], n_past: usize, all_logits: bool) -> Result<Vec<f32>, ModelError> {
-        if n_past + tokens.len() > self.n_ctx() {
-            return Err(ModelError::ContextFull { needed: n_past + tokens.len(), n_ctx: self.n_ctx() });
-        }
-        let mut out = Vec::new();
-        let mut done = 0;
-        while done < tokens.len() {
-            let chunk = &tokens[done..(done + self.n_batch).min(tokens.len())];
-            let last_chunk = done + chunk.len() == tokens.len();
-            let logits = self.eval(chunk, n_past + done, all_logits)?;
-            if all_logits || last_chunk {
-                out.extend_from_slice(&logits);
-            }
-            done += chunk.len();
-        }
-        Ok(out)
+        block_on(self.eval_prompt_async(tokens, n_past, all_logits))
     }
 
     /// [`eval_prompt`](Self::eval_prompt) reading through [`eval_async`](Self::eval_async).
@@ -677,33 +701,74 @@ impl Gpt2 {
                 self.n_ctx()
             )));
         }
-        let io = build_graph(&self.hparams, &self.weights, &self.kv, n_past, n, n);
+        let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+        let taps = block_on(self.eval_taps_async(tokens, n_past, &names))?;
+        Ok(taps.values.into_iter().map(|t| (t.name, t.data)).collect())
+    }
+
+    /// One graph over all of `tokens` (any count up to the context, not just `n_batch`) at
+    /// positions `n_past..`, with the nodes named in `names` marked as outputs, so gallocr
+    /// keeps exactly those alive past their last use: only requested taps cost memory. The
+    /// graph is pruned to what the taps and the K/V stores need (no output head unless a tap
+    /// is in it), and gets a scheduler and compute buffers of its own, sized by that plan
+    /// ([`Taps::compute_bytes`]); the model's reserved hot-path buffers are untouched. Writes
+    /// K/V of the positions as `eval` does.
+    pub async fn eval_taps_async(
+        &mut self,
+        tokens: &[u32],
+        n_past: usize,
+        names: &[String],
+    ) -> Result<Taps, ModelError> {
+        let n = tokens.len();
+        if n == 0 {
+            return Err(ModelError::Config("eval: no tokens".into()));
+        }
+        if n_past + n > self.n_ctx() {
+            return Err(ModelError::ContextFull { needed: n_past + n, n_ctx: self.n_ctx() });
+        }
+        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= self.hparams.n_vocab) {
+            return Err(ModelError::BadToken { id: bad, n_vocab: self.hparams.n_vocab });
+        }
+        // The head runs on every row only when a tap is in it (`result_norm`: HF's last hidden state).
+        let in_head = names.iter().any(|n| matches!(n.as_str(), "out_rows" | "result_norm" | "result_output"));
+        let io = build_graph(&self.hparams, &self.weights, &self.kv, n_past, n, if in_head { n } else { 1 });
+        let mut gf = Graph::with_size(graph_size(&self.hparams));
+        for il in 0..self.hparams.n_layer {
+            for step in ["k_cpy", "v_cpy"] {
+                let t = io.graph.get_tensor(&format!("l{il}.{step}")).expect("every layer stores K and V");
+                gf.build_forward_expand(&t);
+            }
+        }
         let mut wanted = Vec::new();
         for name in names {
-            let t = io
-                .graph
-                .get_tensor(name)
-                .ok_or_else(|| ModelError::Config(format!("eval_dump: no node named '{name}'")))?;
+            let t = io.graph.get_tensor(name).ok_or_else(|| {
+                ModelError::Invalid(format!(
+                    "no graph node named '{name}' (tap 'attn', 'hidden' or a node such as 'l0.ffn_gelu')"
+                ))
+            })?;
+            if !(t.ty == GgmlType::F32 && t.is_contiguous()) {
+                return Err(ModelError::Invalid(format!(
+                    "graph node '{name}' is a view or not f32 ({}): only contiguous f32 nodes can be tapped",
+                    t.ty
+                )));
+            }
             t.set_output();
+            gf.build_forward_expand(&t);
             wanted.push(t);
         }
         let mut sched = Sched::new(self.sched.backends().to_vec())?;
-        sched.alloc_graph(&io.graph)?;
+        sched.alloc_graph(&gf)?;
         let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
         let pos: Vec<i32> = (n_past..n_past + n).map(|p| p as i32).collect();
         io.tokens.set_bytes(bytemuck::cast_slice(&ids), 0);
         io.positions.set_bytes(bytemuck::cast_slice(&pos), 0);
-        sched.graph_compute(&io.graph)?;
-        let mut out = Vec::new();
+        sched.graph_compute(&gf)?;
+        let compute_bytes = (0..sched.n_backends()).map(|i| sched.compute_buffer_size(i)).sum();
+        let mut values = Vec::new();
         for t in wanted {
-            if !(t.ty == GgmlType::F32 && t.is_contiguous()) {
-                return Err(ModelError::Config(format!("eval_dump: '{}' is not a contiguous f32 tensor", t.name())));
-            }
-            let mut v = vec![0f32; t.nelements() as usize];
-            t.try_get_bytes(bytemuck::cast_slice_mut(&mut v), 0)?;
-            out.push((t.name(), v));
+            values.push(TapValue { name: t.name(), ne: t.ne, data: read_f32_async(&t).await? });
         }
-        Ok(out)
+        Ok(Taps { values, compute_bytes })
     }
 
     /// One line: shape, context, batch, backends.

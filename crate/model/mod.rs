@@ -1,8 +1,14 @@
-//! Models built on the tensor core. One file per model ([`gpt2`]), plus [`sampling`].
+//! Models built on the tensor core. One file per model ([`gpt2`]), plus [`sampling`],
+//! [`logprobs`], [`stop`] strings, and the [`session`] core that every front end drives.
 
 pub mod gpt2;
 pub mod loader;
+pub mod logprobs;
+#[cfg(feature = "std")]
+pub mod options;
 pub mod sampling;
+pub mod session;
+pub mod stop;
 
 use alloc::string::String;
 
@@ -25,6 +31,9 @@ pub enum ModelError {
     UnsupportedArch(String),
     /// Options that cannot work (n_ctx larger than the model's, n_batch 0, ...).
     Config(String),
+    /// A bad argument of a call (an unknown option key, a call out of order), its message
+    /// complete: what, where, and the value.
+    Invalid(String),
     /// The prompt (plus output) does not fit in the context.
     ContextFull {
         needed: usize,
@@ -59,6 +68,7 @@ impl core::fmt::Display for ModelError {
             ModelError::Metadata(s) => write!(f, "metadata: {s}"),
             ModelError::UnsupportedArch(a) => write!(f, "unsupported architecture '{a}' (ggweb runs 'gpt2')"),
             ModelError::Config(s) => write!(f, "invalid options: {s}"),
+            ModelError::Invalid(s) => f.write_str(s),
             ModelError::ContextFull { needed, n_ctx } => {
                 write!(f, "context full: {needed} positions needed, n_ctx is {n_ctx}")
             }

@@ -12,7 +12,7 @@
 //! ```
 //!
 //! Order of the steps, as llama.cpp's default chain: repetition penalty, top-k, softmax
-//! with temperature, top-p, then a draw. Temperature 0 (or below) means greedy argmax,
+//! with temperature, min-p, top-p, then a draw. Temperature 0 (or below) means greedy argmax,
 //! ties going to the lowest id as in PyTorch's argmax.
 
 use alloc::vec::Vec;
@@ -25,6 +25,8 @@ pub struct SamplingParams {
     pub top_k: usize,
     /// Keep the smallest set whose probability reaches p (1.0 = all).
     pub top_p: f32,
+    /// Drop tokens whose probability is below `min_p` times the most likely one's (0 = off).
+    pub min_p: f32,
     /// > 1 discourages tokens already in `recent` (CTRL-style: divide positive logits,
     /// multiply negative ones). 1.0 disables it.
     pub repeat_penalty: f32,
@@ -35,7 +37,15 @@ pub struct SamplingParams {
 
 impl Default for SamplingParams {
     fn default() -> Self {
-        SamplingParams { temperature: 0.8, top_k: 40, top_p: 0.95, repeat_penalty: 1.0, repeat_last_n: 64, seed: 0 }
+        SamplingParams {
+            temperature: 0.8,
+            top_k: 40,
+            top_p: 0.95,
+            min_p: 0.0,
+            repeat_penalty: 1.0,
+            repeat_last_n: 64,
+            seed: 0,
+        }
     }
 }
 
@@ -132,9 +142,14 @@ impl Sampler {
         let sum: f64 = probs.iter().sum();
         probs.iter_mut().for_each(|x| *x /= sum);
         let mut keep = probs.len();
+        if p.min_p > 0.0 {
+            // Sorted descending: probs[0] is the largest.
+            let floor = probs[0] * p.min_p as f64;
+            keep = probs.iter().position(|&q| q < floor).unwrap_or(keep).max(1);
+        }
         if p.top_p < 1.0 {
             let mut cum = 0.0;
-            for (i, &q) in probs.iter().enumerate() {
+            for (i, &q) in probs[..keep].iter().enumerate() {
                 cum += q;
                 if cum >= p.top_p as f64 {
                     keep = i + 1;
@@ -213,6 +228,26 @@ mod tests {
         // 0.64 / 0.88 of the kept mass goes to id 0.
         let frac = seen[0] as f64 / 2000.0;
         assert!((frac - 0.7275).abs() < 0.04, "{frac}");
+    }
+
+    #[test]
+    fn min_p_drops_the_unlikely_tail() {
+        // probs ≈ [0.64, 0.24, 0.09, 0.03]: min_p 0.2 keeps p >= 0.128, ids 0 and 1.
+        let logits = [2.0f32, 1.0, 0.0, -1.0];
+        let mut s = Sampler::new(SamplingParams {
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.2,
+            seed: 3,
+            ..Default::default()
+        });
+        let mut seen = [0u32; 4];
+        for _ in 0..2000 {
+            seen[s.sample(&logits, &[]) as usize] += 1;
+        }
+        assert_eq!((seen[2], seen[3]), (0, 0));
+        assert!(seen[1] > 0);
     }
 
     #[test]

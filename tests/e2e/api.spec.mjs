@@ -283,6 +283,7 @@ for (const worker of [true, false]) {
         const calls = {
           info: () => m.info(), tokenize: () => m.tokenize('a'), detokenize: () => m.detokenize([1]),
           logits: () => m.logits([1]), generate: () => m.generate('a'), _debugLoseDevice: () => m._debugLoseDevice(),
+          score: () => m.score('a'), trace: () => m.trace('a', { taps: ['attn'] }),
         };
         const methods = Object.getOwnPropertyNames(Model.prototype)
           .filter((k) => k !== 'constructor' && typeof Object.getOwnPropertyDescriptor(Model.prototype, k).value === 'function');
@@ -293,8 +294,8 @@ for (const worker of [true, false]) {
         return { codes, methods: methods.sort(), disposed: m.disposed, inWorker: m.inWorker };
       `, MODEL);
       assert.ok(r.ok, r.message);
-      assert.deepEqual(r.value.methods, ['_debugLoseDevice', 'detokenize', 'dispose', 'generate', 'info', 'logits', 'tokenize']);
-      assert.deepEqual(r.value.codes, Object.fromEntries(['info', 'tokenize', 'detokenize', 'logits', 'generate', '_debugLoseDevice']
+      assert.deepEqual(r.value.methods, ['_debugLoseDevice', 'detokenize', 'dispose', 'generate', 'info', 'logits', 'score', 'tokenize', 'trace']);
+      assert.deepEqual(r.value.codes, Object.fromEntries(['info', 'tokenize', 'detokenize', 'logits', 'generate', '_debugLoseDevice', 'score', 'trace']
         .map((k) => [k, ['disposed', `${k}: the model was disposed`]])));
       assert.equal(r.value.disposed, true);
       assert.equal(r.value.inWorker, worker, 'the getters still answer');

@@ -338,3 +338,68 @@ test('a dropped .gguf file loads (on the page thread)', async () => {
   assert.deepEqual(real(problems), []);
   await page.close();
 });
+
+test('with the real wasm: "Look inside" colours tokens by rank as HF ranks them and draws attention', async () => {
+  assert.ok(MODELS_DIR, 'the shared models are needed: set GGWEB_MODELS_DIR');
+  const ref = JSON.parse(readFileSync(`${ROOT}tests/fixtures/tiny-gpt2.inside-ref.json`, 'utf8'));
+  const [hello, fox] = ref.prompts;
+  const { page, problems } = await openPage(browser, `${server.url}?model=/shared-models/tiny-gpt2-f32.gguf`);
+  await page.waitForSelector('body[data-ready="1"]');
+  await page.click('#load-btn');
+  await page.waitForFunction(() => /^Loaded /.test(document.getElementById('load-status').textContent));
+
+  // After a generation the panel holds the prompt and the output.
+  await page.fill('#prompt', hello.text);
+  await page.fill('#max-tokens', '6');
+  await page.fill('#temperature', '0');
+  await page.click('#gen-btn');
+  await page.waitForFunction(() => !document.getElementById('gen-btn').disabled && /tokens\/s/.test(document.getElementById('gen-stats').textContent));
+  assert.equal(await page.inputValue('#inside-text'), hello.text + (await page.textContent('#out-text')));
+
+  // Pasted text: the ranks shown are HF's (up to ties within 2e-4), the buckets GLTR's.
+  await page.fill('#inside-text', fox.text);
+  await page.click('#inside-btn');
+  await page.waitForFunction(() => /^\d+ tokens/.test(document.getElementById('inside-stats').textContent));
+  const spans = await page.$$eval('#gltr span', (s) => s.map((x) => ({ text: x.textContent, cls: x.className, rank: x.dataset.rank, title: x.title })));
+  assert.equal(spans.length, fox.ids.length);
+  assert.equal(spans.map((s) => s.text).join(''), fox.text);
+  assert.equal(spans[0].cls, '', 'nothing predicts the first token');
+  const bucket = (r) => (r < 10 ? 'r10' : r < 100 ? 'r100' : r < 1000 ? 'r1000' : 'rest');
+  spans.slice(1).forEach((s, i) => {
+    const r = Number(s.rank);
+    assert.ok(fox.rank_lo[i] <= r && r <= fox.rank_hi[i], `token ${i + 1}: rank ${r}`);
+    assert.equal(s.cls, bucket(r));
+    assert.match(s.title, /p = [\d.e+-]+%, rank \d+, entropy [\d.]+ nats · top 5: /);
+  });
+  await page.hover('#gltr span[data-i="3"]');
+  assert.match(await page.textContent('#token-detail'), /^" fox": p = .*top 5: /);
+
+  // The heatmap of layer 1, head 2: the HF weights, darker where higher; future keys blank.
+  await page.selectOption('#attn-layer', '1');
+  await page.selectOption('#attn-head', '2');
+  const heat = await page.evaluate((n) => {
+    const c = document.getElementById('attn-canvas');
+    const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+    const cell = c.width / n;
+    const red = (q, k) => d[((Math.floor((q + 0.5) * cell) * c.width) + Math.floor((k + 0.5) * cell)) * 4];
+    const cells = [];
+    for (let q = 0; q < n; q++) for (let k = 0; k < n; k++) cells.push(red(q, k));
+    return { w: c.width, cells };
+  }, fox.ids.length);
+  const n = fox.ids.length;
+  const a = fox.attentions[1];
+  for (let q = 0; q < n; q++) {
+    for (let k = 0; k < n; k++) {
+      const want = k > q ? 255 : Math.round(255 * (1 - Math.sqrt(a[(2 * n + q) * n + k])));
+      // One colour step for rounding.
+      assert.ok(Math.abs(heat.cells[q * n + k] - want) <= 1, `cell ${q},${k}: ${heat.cells[q * n + k]} vs ${want}`);
+    }
+  }
+  await page.setViewportSize({ width: 1100, height: 900 });
+  await page.locator('#inside-section').scrollIntoViewIfNeeded();
+  const png = await page.screenshot({ path: `${ARTIFACTS}demo-inside.png`, fullPage: true });
+  const s = await pngStats(page, png);
+  assert.ok(s.colours > 20 && s.dark > 2000, `screenshot: ${JSON.stringify(s)}`);
+  assert.deepEqual(real(problems), []);
+  await page.close();
+});

@@ -1,0 +1,565 @@
+//! The session core: tokenize → prompt-cache reuse → prompt in batches → sample / stop →
+//! stream, in one place. The CLI (crate/bin/run.rs) and the JS bindings
+//! (crate/bindings/model.rs) both drive a [`Session`]; the only difference between them is
+//! how a future is driven: the bindings await it on the JS event loop (WebGPU memory reads
+//! back asynchronously in the browser, [`super::gpt2::read_f32_async`]), the CLI runs it to
+//! completion with [`block_on`](super::gpt2::block_on).
+//!
+//! ```no_run
+//! # fn main() -> Result<(), ggweb::model::ModelError> {
+//! use ggweb::model::gpt2::{block_on, Gpt2Options};
+//! use ggweb::model::loader::load_from_path;
+//! use ggweb::model::session::{GenerateOptions, Session};
+//! let backend = std::rc::Rc::new(ggweb::cpu::CpuBackend::new(1));
+//! let mut s = Session::new(load_from_path("tiny.gguf", backend, Gpt2Options::default())?);
+//! let ids = s.tokenizer.encode("Hello", false);
+//! s.start(ids, GenerateOptions::default())?;
+//! while !block_on(s.prompt_step())? {}
+//! while let Some(item) = block_on(s.next())? { print!("{}", item.text); }
+//! # Ok(()) }
+//! ```
+//!
+//! **Prompt cache.** The KV cache outlives each call. [`Session::cached`] lists the tokens
+//! whose K and V it holds (positions `0..len`): a new `start`, `score` or `logits` reuses
+//! the longest common prefix of its tokens with them, as llama.cpp's `cache_prompt` does, and
+//! evaluates only the rest. At least the last token of a prompt is always evaluated (its
+//! logits are needed). `score` also keeps the rows it computed, so a rescore of a text that
+//! shares a prefix evaluates only from where they differ. `trace` always starts at position 0
+//! (its attention covers every key) and leaves its tokens in the cache.
+//!
+//! **Generation** yields at most `n_ctx - prompt` tokens (prompt and output always fit the
+//! context, so the whole text can be scored afterwards); it ends at the end-of-text token
+//! (not yielded; banned instead with `ignore_eos`), after `max_tokens`, when the context is
+//! full, or at a stop string (the text before it is yielded, the stop string is not).
+
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+
+use super::gpt2::{Gpt2, TapValue};
+use super::logprobs::RowStats;
+use super::sampling::{Sampler, SamplingParams};
+use super::stop::StopHold;
+use super::ModelError;
+use crate::model::loader::LoadedModel;
+use crate::tokenizer::{StreamDecoder, Tokenizer};
+
+/// Options of one generation (the JS `generate` options, the CLI's flags).
+#[derive(Clone, Debug, PartialEq)]
+pub struct GenerateOptions {
+    pub max_tokens: usize,
+    pub sampling: SamplingParams,
+    /// Added to a token's logit before sampling; `-inf` bans it.
+    pub logit_bias: Vec<(u32, f32)>,
+    /// Bans the end-of-text token, so only `max_tokens` or the context end the run.
+    pub ignore_eos: bool,
+    pub stop: Vec<String>,
+    /// Each item also carries its logprob and the k most likely tokens (0 = off).
+    pub top_logprobs: usize,
+}
+
+impl Default for GenerateOptions {
+    fn default() -> Self {
+        GenerateOptions {
+            max_tokens: 128,
+            sampling: SamplingParams::default(),
+            logit_bias: Vec::new(),
+            ignore_eos: false,
+            stop: Vec::new(),
+            top_logprobs: 0,
+        }
+    }
+}
+
+/// Why a generation ended.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum StopReason {
+    Eos,
+    MaxTokens,
+    ContextFull,
+    Stop,
+}
+
+impl StopReason {
+    /// The JS `stats.stop` value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StopReason::Eos => "eos",
+            StopReason::MaxTokens => "maxTokens",
+            StopReason::ContextFull => "contextFull",
+            StopReason::Stop => "stop",
+        }
+    }
+}
+
+/// One of the most likely tokens at a step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TopToken {
+    pub token: u32,
+    /// The token's own bytes, lossy (a piece of a character shows as U+FFFD).
+    pub text: String,
+    pub logprob: f32,
+}
+
+/// One generated token.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Item {
+    pub token: u32,
+    /// Text released with this token: whole characters only; may be empty.
+    pub text: String,
+    /// With `top_logprobs > 0`: ln softmax of the raw logits (before temperature,
+    /// penalties or bias) at this token.
+    pub logprob: Option<f32>,
+    pub top: Vec<TopToken>,
+}
+
+/// Counters of the current (or last) generation.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct GenerationStats {
+    pub prompt_tokens: usize,
+    /// Prompt positions taken from the KV cache instead of evaluated.
+    pub cached_tokens: usize,
+    /// Items yielded so far.
+    pub tokens: usize,
+    pub stop: Option<StopReason>,
+}
+
+/// What [`Session::score`] returns: row `i` is the prediction of `tokens[i + 1]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Score {
+    pub tokens: Vec<u32>,
+    pub logprobs: Vec<f32>,
+    /// Vocabulary entries with a strictly higher logprob (0: the argmax).
+    pub ranks: Vec<u32>,
+    /// Nats.
+    pub entropies: Vec<f32>,
+    /// `(id, logprob)`, descending, `top_k` per row.
+    pub top: Vec<Vec<(u32, f32)>>,
+    pub cached_tokens: usize,
+}
+
+/// What [`Session::trace`] returns.
+#[derive(Clone, Debug)]
+pub struct Trace {
+    pub tokens: Vec<u32>,
+    /// Per layer `[head][query][key]`, softmaxed, masked entries 0 (with tap `attn`).
+    pub attn: Option<Vec<Vec<f32>>>,
+    /// `n_layer + 1` arrays `[token][feature]`: Hugging Face's `output_hidden_states`
+    /// (embeddings, each block's output, the last one after `ln_f`) (with tap `hidden`).
+    pub hidden: Option<Vec<Vec<f32>>>,
+    /// Other taps: graph nodes by their ggml names.
+    pub nodes: Vec<TapValue>,
+    /// Compute bytes of the traced graph's plan, with the taps kept alive.
+    pub compute_bytes: usize,
+}
+
+/// Receives `(first position, [n][n_vocab] logits)` per evaluated chunk.
+type RowSink<'a> = dyn FnMut(usize, &[f32]) + 'a;
+
+/// A score row kept for the prompt cache.
+#[derive(Clone, Debug)]
+struct Row {
+    logprob: f32,
+    rank: u32,
+    entropy: f32,
+    top: Vec<(u32, f32)>,
+}
+
+struct Generation {
+    prompt: Vec<u32>,
+    /// Prompt positions in the KV cache so far (evaluated or reused).
+    done: usize,
+    cached: usize,
+    /// Next-token logits after the last evaluated position.
+    logits: Vec<f32>,
+    /// Prompt and output, for the repetition penalty.
+    history: Vec<u32>,
+    /// The token sampled last, not yet evaluated (only the next step needs its K/V).
+    pending: Option<u32>,
+    sampler: Sampler,
+    opts: GenerateOptions,
+    n_generated: usize,
+    n_yielded: usize,
+    stop: Option<StopReason>,
+    decoder: StreamDecoder,
+    hold: StopHold<(u32, Option<f32>, Vec<TopToken>)>,
+}
+
+/// A model, its tokenizer, and the state that outlives calls: the KV cache's contents and
+/// the generation in progress.
+pub struct Session {
+    pub model: Gpt2,
+    pub tokenizer: Tokenizer,
+    /// Tokens whose K/V are at positions `0..len` of the cache.
+    cache: Vec<u32>,
+    /// `rows[i]` predicts `cache[i + 1]`, from the last `score`.
+    rows: Vec<Row>,
+    gen: Option<Generation>,
+    last_stats: GenerationStats,
+}
+
+impl Session {
+    pub fn new(loaded: LoadedModel) -> Session {
+        Session {
+            model: loaded.model,
+            tokenizer: loaded.tokenizer,
+            cache: Vec::new(),
+            rows: Vec::new(),
+            gen: None,
+            last_stats: GenerationStats::default(),
+        }
+    }
+
+    /// Tokens whose K/V the cache holds, from position 0.
+    pub fn cached(&self) -> &[u32] {
+        &self.cache
+    }
+
+    /// Forgets the cache's contents (the next call evaluates from position 0).
+    pub fn clear_cache(&mut self) {
+        self.cache.clear();
+        self.rows.clear();
+    }
+
+    /// Ends the generation in progress, if any.
+    pub fn end_generation(&mut self) {
+        if let Some(g) = self.gen.take() {
+            self.last_stats = stats_of(&g);
+        }
+    }
+
+    /// Checks ids that a call evaluates: at least one, all in the vocabulary, fitting the context.
+    pub fn check_tokens(&self, tokens: &[u32]) -> Result<(), ModelError> {
+        if tokens.is_empty() {
+            return Err(ModelError::Invalid("needs at least one token id".into()));
+        }
+        let n_vocab = self.model.hparams.n_vocab;
+        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= n_vocab) {
+            return Err(ModelError::BadToken { id: bad, n_vocab });
+        }
+        if tokens.len() > self.model.n_ctx() {
+            return Err(ModelError::ContextFull { needed: tokens.len(), n_ctx: self.model.n_ctx() });
+        }
+        Ok(())
+    }
+
+    fn common_prefix(&self, tokens: &[u32]) -> usize {
+        self.cache.iter().zip(tokens).take_while(|(a, b)| a == b).count()
+    }
+
+    /// Keeps the cache's first `keep` positions and forgets the rest (and the score rows
+    /// that depend on them).
+    fn truncate(&mut self, keep: usize) {
+        self.cache.truncate(keep);
+        self.rows.truncate(keep.saturating_sub(1));
+    }
+
+    /// Evaluates `tokens[keep..]` at positions `keep..` in chunks of `n_batch`, after
+    /// reusing the cache's first `keep`. With `rows`, every position's logits go to it as
+    /// `(first position, [n][n_vocab])` per chunk; otherwise only the last chunk is read
+    /// back. Returns the last position's logits. The cache grows chunk by chunk, so after
+    /// an error it still says truly what the K/V hold.
+    async fn prefill(
+        &mut self,
+        tokens: &[u32],
+        keep: usize,
+        mut rows: Option<&mut RowSink<'_>>,
+    ) -> Result<Vec<f32>, ModelError> {
+        self.cache.truncate(keep);
+        self.rows.truncate(keep);
+        let n_vocab = self.model.hparams.n_vocab;
+        let mut last = Vec::new();
+        let mut done = keep;
+        while done < tokens.len() {
+            let end = (done + self.model.n_batch).min(tokens.len());
+            let chunk = &tokens[done..end];
+            if let Some(f) = rows.as_mut() {
+                let l = self.model.eval_async(chunk, done, true).await?;
+                f(done, &l);
+                last = l[l.len() - n_vocab..].to_vec();
+            } else if end == tokens.len() {
+                last = self.model.eval_async(chunk, done, false).await?;
+            } else {
+                self.model.eval_graph(chunk, done, false)?;
+            }
+            self.cache.extend_from_slice(chunk);
+            done = end;
+        }
+        Ok(last)
+    }
+
+    /// Next-token logits after `tokens` (`[n_vocab]`). Reuses the cache (the result equals
+    /// a fresh evaluation's) and leaves `tokens` in it. Ends a generation in progress.
+    pub async fn logits(&mut self, tokens: &[u32]) -> Result<Vec<f32>, ModelError> {
+        self.end_generation();
+        self.check_tokens(tokens)?;
+        let keep = self.common_prefix(tokens).min(tokens.len() - 1);
+        self.truncate(keep);
+        self.prefill(tokens, keep, None).await
+    }
+
+    /// Scores `tokens` in batched passes, no sampling: row `i` is how the model predicted
+    /// `tokens[i + 1]` from `tokens[..=i]`. Rows of a shared prefix with the last scored
+    /// text come from the cache.
+    pub async fn score(&mut self, tokens: &[u32], top_k: usize) -> Result<Score, ModelError> {
+        self.end_generation();
+        self.check_tokens(tokens)?;
+        let n = tokens.len();
+        let c = self.common_prefix(tokens);
+        // Row i is reusable while tokens[..=i+1] are the cached ones and it kept enough top entries.
+        let reusable = self.rows.iter().take_while(|r| r.top.len() >= top_k).count().min(c.saturating_sub(1));
+        let (keep, cached) = if reusable >= n - 1 && c >= n { (n, n) } else { (reusable, reusable) };
+        let mut new_rows: Vec<Row> = Vec::new();
+        if keep < n {
+            let n_vocab = self.model.hparams.n_vocab;
+            let mut on_rows = |first: usize, logits: &[f32]| {
+                for (j, row) in logits.chunks(n_vocab).enumerate() {
+                    let pos = first + j;
+                    if pos + 1 < n {
+                        new_rows.push(score_row(row, tokens[pos + 1], top_k));
+                    }
+                }
+            };
+            // Rows below `keep` stay: row i predicts tokens[i + 1], and i + 1 < c.
+            self.rows.truncate(keep);
+            self.prefill(tokens, keep, Some(&mut on_rows)).await?;
+        }
+        self.rows.truncate(n - 1);
+        self.rows.extend(new_rows);
+        let rows = &self.rows[..n - 1];
+        Ok(Score {
+            tokens: tokens.to_vec(),
+            logprobs: rows.iter().map(|r| r.logprob).collect(),
+            ranks: rows.iter().map(|r| r.rank).collect(),
+            entropies: rows.iter().map(|r| r.entropy).collect(),
+            top: rows.iter().map(|r| r.top[..top_k.min(r.top.len())].to_vec()).collect(),
+            cached_tokens: cached,
+        })
+    }
+
+    /// The graph nodes a tap name stands for: `attn` (every layer's softmaxed attention),
+    /// `hidden` (Hugging Face's hidden states), or one node by its ggml name.
+    fn tap_nodes(&self, tap: &str) -> Vec<String> {
+        let n_layer = self.model.hparams.n_layer;
+        match tap {
+            "attn" => (0..n_layer).map(|il| alloc::format!("l{il}.kq_soft_max")).collect(),
+            // HF: the embeddings, blocks 0..n_layer-2's outputs, then ln_f of the last block's.
+            "hidden" => core::iter::once(String::from("inpL"))
+                .chain((0..n_layer.saturating_sub(1)).map(|il| alloc::format!("l{il}.l_out")))
+                .chain(core::iter::once(String::from("result_norm")))
+                .collect(),
+            name => alloc::vec![String::from(name)],
+        }
+    }
+
+    /// One pass over `tokens` from position 0 keeping the requested taps alive (see
+    /// [`Gpt2::eval_taps_async`]). Leaves `tokens` in the cache.
+    pub async fn trace(&mut self, tokens: &[u32], taps: &[String]) -> Result<Trace, ModelError> {
+        self.end_generation();
+        self.check_tokens(tokens)?;
+        let mut names: Vec<String> = Vec::new();
+        for t in taps {
+            for n in self.tap_nodes(t) {
+                if !names.contains(&n) {
+                    names.push(n);
+                }
+            }
+        }
+        self.truncate(0);
+        let out = self.model.eval_taps_async(tokens, 0, &names).await?;
+        self.cache.extend_from_slice(tokens);
+        let take = |name: &str| -> Vec<f32> {
+            out.values.iter().find(|v| v.name == name).map(|v| v.data.clone()).unwrap_or_default()
+        };
+        let wants = |t: &str| taps.iter().any(|x| x == t);
+        let attn = wants("attn").then(|| self.tap_nodes("attn").iter().map(|n| take(n)).collect());
+        let hidden = wants("hidden").then(|| self.tap_nodes("hidden").iter().map(|n| take(n)).collect());
+        let nodes = out.values.iter().filter(|v| taps.contains(&v.name)).cloned().collect();
+        Ok(Trace { tokens: tokens.to_vec(), attn, hidden, nodes, compute_bytes: out.compute_bytes })
+    }
+
+    /// Begins a generation from `prompt`; evaluates nothing yet. Returns the prompt
+    /// positions reused from the cache.
+    pub fn start(&mut self, prompt: Vec<u32>, opts: GenerateOptions) -> Result<usize, ModelError> {
+        self.end_generation();
+        self.check_tokens(&prompt)?;
+        let n_vocab = self.model.hparams.n_vocab;
+        if let Some(&(bad, _)) = opts.logit_bias.iter().find(|(t, _)| *t as usize >= n_vocab) {
+            return Err(ModelError::BadToken { id: bad, n_vocab });
+        }
+        let keep = self.common_prefix(&prompt).min(prompt.len() - 1);
+        self.truncate(keep);
+        let stops = opts.stop.clone();
+        self.gen = Some(Generation {
+            history: prompt.clone(),
+            prompt,
+            done: keep,
+            cached: keep,
+            logits: Vec::new(),
+            pending: None,
+            sampler: Sampler::new(opts.sampling.clone()),
+            opts,
+            n_generated: 0,
+            n_yielded: 0,
+            stop: None,
+            decoder: StreamDecoder::new(),
+            hold: StopHold::new(stops),
+        });
+        Ok(keep)
+    }
+
+    fn gen_mut(&mut self, what: &str) -> Result<&mut Generation, ModelError> {
+        self.gen
+            .as_mut()
+            .ok_or_else(|| ModelError::Invalid(alloc::format!("{what}: no generation was started (call start first)")))
+    }
+
+    /// Evaluates the next `n_batch` prompt tokens (only the last chunk's logits are read).
+    /// True once the whole prompt is in.
+    pub async fn prompt_step(&mut self) -> Result<bool, ModelError> {
+        let n_batch = self.model.n_batch;
+        let g = self.gen_mut("prompt_step")?;
+        let (from, len) = (g.done, g.prompt.len());
+        if from == len {
+            return Ok(true);
+        }
+        let to = (from + n_batch).min(len);
+        let chunk: Vec<u32> = g.prompt[from..to].to_vec();
+        let r = if to == len {
+            self.model.eval_async(&chunk, from, false).await.map(Some)
+        } else {
+            self.model.eval_graph(&chunk, from, false).map(|_| None)
+        };
+        match r {
+            Ok(l) => {
+                self.cache.extend_from_slice(&chunk);
+                let g = self.gen.as_mut().expect("generation present");
+                g.done = to;
+                if let Some(l) = l {
+                    g.logits = l;
+                }
+                Ok(to == len)
+            }
+            Err(e) => {
+                self.end_generation();
+                Err(e)
+            }
+        }
+    }
+
+    /// The next item, or None once the run is over ([`Session::stats`] says why).
+    pub async fn next(&mut self) -> Result<Option<Item>, ModelError> {
+        match self.next_inner().await {
+            // A call out of order leaves the run as it was; a failed evaluation ends it.
+            Err(e) if !matches!(e, ModelError::Invalid(_)) => {
+                self.end_generation();
+                Err(e)
+            }
+            r => r,
+        }
+    }
+
+    async fn next_inner(&mut self) -> Result<Option<Item>, ModelError> {
+        let n_ctx = self.model.n_ctx();
+        let eos = self.tokenizer.eos();
+        loop {
+            let g = self.gen_mut("next_token")?;
+            if g.done < g.prompt.len() {
+                return Err(ModelError::Invalid(alloc::format!(
+                    "next_token: the prompt is not evaluated yet ({} of {} tokens; call prompt_step until it returns true)",
+                    g.done,
+                    g.prompt.len()
+                )));
+            }
+            if let Some(((token, logprob, top), text)) = g.hold.pop() {
+                g.n_yielded += 1;
+                return Ok(Some(Item { token, text, logprob, top }));
+            }
+            if g.stop.is_some() {
+                return Ok(None);
+            }
+            if g.n_generated >= g.opts.max_tokens || g.prompt.len() + g.n_generated >= n_ctx {
+                g.stop = Some(if g.n_generated >= g.opts.max_tokens {
+                    StopReason::MaxTokens
+                } else {
+                    StopReason::ContextFull
+                });
+                g.hold.flush();
+                continue;
+            }
+            if let Some(t) = g.pending.take() {
+                let pos = self.cache.len();
+                let l = self.model.eval_async(&[t], pos, false).await?;
+                self.cache.push(t);
+                self.gen.as_mut().expect("generation present").logits = l;
+            }
+            let Session { gen, tokenizer, .. } = self;
+            let g = gen.as_mut().expect("generation present");
+            let biased = !g.opts.logit_bias.is_empty() || (g.opts.ignore_eos && eos.is_some());
+            let t = if biased {
+                let mut row = g.logits.clone();
+                for &(id, b) in &g.opts.logit_bias {
+                    row[id as usize] += b;
+                }
+                if let (true, Some(e)) = (g.opts.ignore_eos, eos) {
+                    row[e as usize] = f32::NEG_INFINITY;
+                }
+                g.sampler.sample(&row, &g.history)
+            } else {
+                g.sampler.sample(&g.logits, &g.history)
+            };
+            if Some(t) == eos && !g.opts.ignore_eos {
+                g.stop = Some(StopReason::Eos);
+                g.hold.flush();
+                continue;
+            }
+            let (logprob, top) = if g.opts.top_logprobs > 0 {
+                let s = RowStats::new(&g.logits);
+                let top = s
+                    .top(&g.logits, g.opts.top_logprobs)
+                    .into_iter()
+                    .map(|(token, logprob)| TopToken { token, text: piece(tokenizer, token), logprob })
+                    .collect();
+                (Some(s.logprob(g.logits[t as usize])), top)
+            } else {
+                (None, Vec::new())
+            };
+            g.history.push(t);
+            g.pending = Some(t);
+            g.n_generated += 1;
+            let text = g.decoder.push(tokenizer, t).map_err(|e| ModelError::Tokenizer(e.to_string()))?;
+            if g.hold.push((t, logprob, top), text) {
+                g.stop = Some(StopReason::Stop);
+            }
+        }
+    }
+
+    /// Whether a generation was started and not ended by another call (a finished run
+    /// stays until then: `next` keeps answering None).
+    pub fn generating(&self) -> bool {
+        self.gen.is_some()
+    }
+
+    /// Counters of the generation in progress, else of the last one.
+    pub fn stats(&self) -> GenerationStats {
+        self.gen.as_ref().map_or(self.last_stats, stats_of)
+    }
+}
+
+fn stats_of(g: &Generation) -> GenerationStats {
+    GenerationStats { prompt_tokens: g.prompt.len(), cached_tokens: g.cached, tokens: g.n_yielded, stop: g.stop }
+}
+
+/// A token's own text, lossy.
+fn piece(tok: &Tokenizer, id: u32) -> String {
+    tok.token_bytes(id).map(|b| String::from_utf8_lossy(b).into_owned()).unwrap_or_default()
+}
+
+fn score_row(logits: &[f32], next: u32, top_k: usize) -> Row {
+    let s = RowStats::new(logits);
+    Row {
+        logprob: s.logprob(logits[next as usize]),
+        rank: s.rank(logits, next),
+        entropy: s.entropy as f32,
+        top: s.top(logits, top_k),
+    }
+}
