@@ -190,10 +190,10 @@ fn is_float(ty: GgmlType) -> bool {
     matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
 }
 
-/// Quantized types crate::quants can write (Q4_K and Q6_K are read-only: such weights
-/// come from files). Mirrors quants::can_quantize.
+/// Quantized types crate::quants can write (the K-quant weight types are read-only: such
+/// weights come from files).
 pub(crate) fn can_quantize_to(ty: GgmlType) -> bool {
-    ty.is_quantized() && !matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K)
+    ty.is_quantized() && crate::quants::can_quantize(ty)
 }
 
 /// Quantized weight types with a quants::vec_dot kernel (Q8_K is only an activation type).
