@@ -196,9 +196,10 @@ pub(crate) fn can_quantize_to(ty: GgmlType) -> bool {
     ty.is_quantized() && crate::quants::can_quantize(ty)
 }
 
-/// Quantized weight types with a quants::vec_dot kernel (Q8_K is only an activation type).
+/// Weight types (quantized, and BF16) whose mul_mat converts `b` to `ty.vec_dot_type()` and
+/// goes through quants::gemm (Q8_K is only an activation type; F32/F16 have their own dots).
 pub(crate) fn has_vec_dot(ty: GgmlType) -> bool {
-    ty.is_quantized() && ty != GgmlType::Q8_K
+    (ty.is_quantized() && ty != GgmlType::Q8_K) || ty == GgmlType::BF16
 }
 
 // --- element conversion ---
