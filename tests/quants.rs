@@ -163,7 +163,8 @@ fn dequantize_matches_gguf_package() {
     for (i, e) in f.entries.iter().enumerate() {
         let ours = quants::dequantize(e.ty, &e.bytes).unwrap();
         assert_eq!(ours.len(), e.deq.len());
-        let k_quant = matches!(e.ty, GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K);
+        let k_quant =
+            matches!(e.ty, GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K);
         for (j, (&a, &b)) in ours.iter().zip(&e.deq).enumerate() {
             let ulps = ulp_diff(a, b);
             let allowed = if k_quant { 1 } else { 0 };

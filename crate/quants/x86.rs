@@ -300,7 +300,8 @@ unsafe fn q2_k_q8_k(xs: &[BlockQ2_K], ys: &[BlockQ8_K]) -> f32 {
                 let yv = load256(y.qs.as_ptr().add(128 * half + 32 * k) as *const u8);
                 // 2-bit × i8 pairs ≤ 2·3·128: exact in i16
                 let p = _mm256_maddubs_epi16(bits(qs, 2 * k as u32, m3), yv);
-                isum = _mm256_add_epi32(isum, scale_pairs(p, (x.scales[j] & 0xF) as i16, (x.scales[j + 1] & 0xF) as i16));
+                isum =
+                    _mm256_add_epi32(isum, scale_pairs(p, (x.scales[j] & 0xF) as i16, (x.scales[j + 1] & 0xF) as i16));
             }
         }
         acc[b % LANES] += scalar::qk_min_block(hsum_i32(isum), scalar::q2_k_summ(x, y), x.d(), x.dmin(), y.d());
