@@ -30,6 +30,7 @@ pub enum GgmlType {
     Q5_0 = 6,
     Q5_1 = 7,
     Q8_0 = 8,
+    Q8_1 = 9,
     Q2_K = 10,
     Q3_K = 11,
     Q4_K = 12,
@@ -41,7 +42,7 @@ pub enum GgmlType {
 }
 
 impl GgmlType {
-    pub const ALL: [GgmlType; 15] = [
+    pub const ALL: [GgmlType; 16] = [
         GgmlType::F32,
         GgmlType::F16,
         GgmlType::Q4_0,
@@ -49,6 +50,7 @@ impl GgmlType {
         GgmlType::Q5_0,
         GgmlType::Q5_1,
         GgmlType::Q8_0,
+        GgmlType::Q8_1,
         GgmlType::Q2_K,
         GgmlType::Q3_K,
         GgmlType::Q4_K,
@@ -73,7 +75,7 @@ impl GgmlType {
         use GgmlType::*;
         match self {
             F32 | F16 | BF16 | I32 => 1,
-            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 => QK,
+            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8_1 => QK,
             Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | Q8_K => QK_K,
         }
     }
@@ -89,6 +91,7 @@ impl GgmlType {
             Q5_0 => 2 + 4 + QK / 2,                      // d, qh: u32 high bits
             Q5_1 => 2 + 2 + 4 + QK / 2,                  // d, m, qh
             Q8_0 => 2 + QK,                              // d, qs: 32 × i8
+            Q8_1 => 2 + 2 + QK,                          // d, s = d·Σq: f16, qs: 32 × i8
             Q2_K => QK_K / 16 + QK_K / 4 + 2 + 2,        // scales: 4+4 bits, qs: 2 bits, d, dmin
             Q3_K => QK_K / 8 + QK_K / 4 + 12 + 2,        // hmask, qs: low 2 bits, scales[12], d
             Q4_K => 2 + 2 + 12 + QK_K / 2,               // d, dmin, scales[12], qs
@@ -119,6 +122,7 @@ impl GgmlType {
             Q5_0 => "q5_0",
             Q5_1 => "q5_1",
             Q8_0 => "q8_0",
+            Q8_1 => "q8_1",
             Q2_K => "q2_K",
             Q3_K => "q3_K",
             Q4_K => "q4_K",
@@ -135,7 +139,8 @@ impl GgmlType {
     pub fn vec_dot_type(self) -> GgmlType {
         use GgmlType::*;
         match self {
-            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 => Q8_0,
+            Q4_0 | Q5_0 | Q8_0 => Q8_0,
+            Q4_1 | Q5_1 | Q8_1 => Q8_1,
             Q2_K | Q3_K | Q4_K | Q5_K | Q6_K => Q8_K,
             F16 => F16,
             BF16 => BF16,
@@ -167,6 +172,7 @@ mod tests {
             (GgmlType::Q5_0, 32, 22),
             (GgmlType::Q5_1, 32, 24),
             (GgmlType::Q8_0, 32, 34),
+            (GgmlType::Q8_1, 32, 36),
             (GgmlType::Q2_K, 256, 84),
             (GgmlType::Q3_K, 256, 110),
             (GgmlType::Q4_K, 256, 144),

@@ -51,6 +51,11 @@ fn weights(rng: &mut Rng, ty: GgmlType, k: usize, m: usize) -> Vec<u8> {
     b
 }
 
+/// The f16 at the start of `b`.
+fn h(b: &[u8]) -> f64 {
+    half::f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f64()
+}
+
 #[test]
 fn mul_mat_every_weight_type_on_cpu() {
     let mut rng = Rng(0x5eed_1234_abcd_0001);
@@ -61,7 +66,8 @@ fn mul_mat_every_weight_type_on_cpu() {
         for n in [1usize, 7, 33] {
             let x: Vec<f32> = (0..k * n).map(|_| rng.f32() * 2.0).collect();
             let vt = ty.vec_dot_type();
-            let xq = quants::dequantize(vt, &quants::quantize(vt, &x).unwrap()).unwrap();
+            let xq8 = quants::quantize(vt, &x).unwrap();
+            let xq = quants::dequantize(vt, &xq8).unwrap();
             for threads in [1, 2] {
                 let cpu = CpuBackend::new(threads);
                 let ctx = Context::new(ContextParams { mem_size: 1 << 20, no_alloc: true });
@@ -80,7 +86,19 @@ fn mul_mat_every_weight_type_on_cpu() {
                 for j in 0..n {
                     for i in 0..m {
                         let (wr, xr) = (&wa[i * k..(i + 1) * k], &xq[j * k..(j + 1) * k]);
-                        let want: f64 = wr.iter().zip(xr).map(|(&w, &v)| w as f64 * v as f64).sum();
+                        let mut want: f64 = wr.iter().zip(xr).map(|(&w, &v)| w as f64 * v as f64).sum();
+                        if vt == Q8_1 {
+                            // ggml's `m · s` (s: Q8_1's f16 d·Σq) instead of `m · Σx`.
+                            let ts = ty.type_size();
+                            let arow = &a_bytes[i * ty.row_size(k as i64)..];
+                            let brow = &xq8[j * vt.row_size(k as i64)..];
+                            for blk in 0..k / 32 {
+                                let m = h(&arow[blk * ts + 2..]);
+                                let s = h(&brow[blk * 36 + 2..]);
+                                let sum: f64 = xr[32 * blk..32 * blk + 32].iter().map(|&v| v as f64).sum();
+                                want += m * (s - sum);
+                            }
+                        }
                         let mag: f64 = wr.iter().zip(xr).map(|(&w, &v)| (w as f64 * v as f64).abs()).sum();
                         let got = out[j * m + i] as f64;
                         // The integer block sums are exact; f32 rounding of scales, block

@@ -116,10 +116,11 @@ fn fixture_has_every_type_and_origin() {
         assert_eq!(count(ty, 0), 4, "{ty}");
     }
     assert_eq!(count(GgmlType::Q8_K, 2), 4);
+    assert_eq!(count(GgmlType::Q8_1, 2), 4);
     for ty in [GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K] {
         assert_eq!(count(ty, 1), 1, "{ty}");
     }
-    assert_eq!(f.entries.len(), 39);
+    assert_eq!(f.entries.len(), 43);
 }
 
 #[cfg(not(target_arch = "wasm32"))] // no unwinding there
@@ -148,6 +149,7 @@ fn block_structs_have_ggml_sizes() {
         (GgmlType::Q5_K, size_of::<BlockQ5_K>(), align_of::<BlockQ5_K>()),
         (GgmlType::Q6_K, size_of::<BlockQ6_K>(), align_of::<BlockQ6_K>()),
         (GgmlType::Q8_K, size_of::<BlockQ8_K>(), align_of::<BlockQ8_K>()),
+        (GgmlType::Q8_1, size_of::<BlockQ8_1>(), align_of::<BlockQ8_1>()),
     ];
     for (ty, size, align) in sizes {
         assert_eq!((size, align), (ty.type_size(), 1), "{ty}");
@@ -179,7 +181,7 @@ fn dequantize_matches_gguf_package() {
 
 /// Our quantize_row gives the package's bytes exactly: F16/BF16 round to nearest even
 /// (NaN quieted), Q8_0 rounds halves away from zero, Q4_x/Q5_x truncate after adding the
-/// offset, all as ggml's quantize_row_*_ref. Q8_K against the script's transcription.
+/// offset, all as ggml's quantize_row_*_ref. Q8_K and Q8_1 against the script's transcriptions.
 #[test]
 fn quantize_matches_gguf_package() {
     let f = fixture();
@@ -203,7 +205,7 @@ fn quantize_matches_gguf_package() {
         assert_eq!(ours.len(), e.bytes.len());
         checked += 1;
     }
-    assert_eq!(checked, 5 * 2 + 4 * 5 + 4);
+    assert_eq!(checked, 5 * 2 + 4 * 5 + 4 + 4);
 }
 
 /// The "ties" vector's first block has absmax 127, so Q8_0 d = 1 and the quants are the
@@ -479,7 +481,10 @@ fn vec_dot_matches_dequantized_dot() {
             let act: Vec<f32> = rng.normal(n).iter().map(|v| v * 3.0).collect();
             let b = quants::quantize(vt, &act).unwrap();
             let (da, db) = (quants::dequantize(ty, a).unwrap(), quants::dequantize(vt, &b).unwrap());
-            let (reference, mut mag) = dot_f64(&da, &db);
+            let (mut reference, mut mag) = dot_f64(&da, &db);
+            if vt == GgmlType::Q8_1 {
+                reference += q8_1_sum_correction(ty, a, &b, &db);
+            }
             if matches!(ty, GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q2_K | GgmlType::Q4_K | GgmlType::Q5_K) {
                 mag += offset_magnitude(ty, a, &db);
             }
@@ -491,6 +496,23 @@ fn vec_dot_matches_dequantized_dot() {
         }
     }
     assert!(worst > 0.0 && worst < 1e-6, "worst {worst:e}");
+}
+
+/// Q4_1/Q5_1 against Q8_1 take `m · s` (s = d·Σq with the f32 d, rounded to f16) where the
+/// dequantized dot has `m · Σ b_i`: the difference, block by block, so the reference is the
+/// product ggml defines.
+fn q8_1_sum_correction(ty: GgmlType, a: &[u8], b: &[u8], db: &[f32]) -> f64 {
+    let ts = ty.type_size();
+    let ys: &[BlockQ8_1] = bytemuck::cast_slice(b);
+    a.chunks_exact(ts)
+        .zip(ys)
+        .enumerate()
+        .map(|(i, (blk, y))| {
+            let m = fp16_to_fp32(u16::from_le_bytes([blk[2], blk[3]])) as f64;
+            let sum: f64 = db[32 * i..32 * i + 32].iter().map(|&v| v as f64).sum();
+            m * (fp16_to_fp32(y.s()) as f64 - sum)
+        })
+        .sum()
 }
 
 /// Σ |m_i · b_i|: the offsets' share of the magnitude for the `d·q + m` types.

@@ -197,9 +197,10 @@ pub(crate) fn can_quantize_to(ty: GgmlType) -> bool {
 }
 
 /// Weight types (quantized, and BF16) whose mul_mat converts `b` to `ty.vec_dot_type()` and
-/// goes through quants::gemm (Q8_K is only an activation type; F32/F16 have their own dots).
+/// goes through quants::gemm (Q8_1 and Q8_K are only activation types; F32/F16 have their
+/// own dots).
 pub(crate) fn has_vec_dot(ty: GgmlType) -> bool {
-    (ty.is_quantized() && ty != GgmlType::Q8_K) || ty == GgmlType::BF16
+    (ty.is_quantized() && crate::quants::has_vec_dot(ty)) || ty == GgmlType::BF16
 }
 
 // --- element conversion ---

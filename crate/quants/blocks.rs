@@ -72,6 +72,16 @@ pub struct BlockQ8_0 {
     pub qs: [i8; QK],
 }
 
+/// block_q8_1: Q4_1's and Q5_1's activation type. 32 values `d * q`, and `s = d · Σq`
+/// (with d before its f16 rounding), which the `d·q + m` dot products use for `m · Σy`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+pub struct BlockQ8_1 {
+    pub d: [u8; 2],
+    pub s: [u8; 2],
+    pub qs: [i8; QK],
+}
+
 /// block_q2_K: 256 weights in 16 sub-blocks of 16, `d * (scales[j] & 0xF) * q - dmin *
 /// (scales[j] >> 4)`, q 2 bits (layout in [`BlockQ2_K::q`]).
 #[allow(non_camel_case_types)]
@@ -219,6 +229,17 @@ pub fn scales_mins_k4(q: &[u8; K_SCALE_SIZE]) -> ([u8; 8], [u8; 8]) {
         (sc[j], m[j]) = scale_min_k4(q, j);
     }
     (sc, m)
+}
+
+impl BlockQ8_1 {
+    #[inline(always)]
+    pub fn d(&self) -> u16 {
+        u16_le(self.d)
+    }
+    #[inline(always)]
+    pub fn s(&self) -> u16 {
+        u16_le(self.s)
+    }
 }
 
 impl BlockQ2_K {

@@ -223,6 +223,16 @@ pub fn dequantize_q5_k(src: &[u8], dst: &mut [f32]) {
     }
 }
 
+pub fn dequantize_q8_1(src: &[u8], dst: &mut [f32]) {
+    let blocks: &[BlockQ8_1] = cast_slice(src);
+    for (x, y) in blocks.iter().zip(dst.chunks_exact_mut(QK)) {
+        let d = fp16_to_fp32(x.d());
+        for (y, &q) in y.iter_mut().zip(&x.qs) {
+            *y = q as f32 * d;
+        }
+    }
+}
+
 pub fn dequantize_q4_k(src: &[u8], dst: &mut [f32]) {
     let blocks: &[BlockQ4_K] = cast_slice(src);
     for (x, y) in blocks.iter().zip(dst.chunks_exact_mut(QK_K)) {
@@ -372,6 +382,24 @@ pub fn quantize_q8_0(src: &[f32], dst: &mut [u8]) {
     }
 }
 
+/// quantize_row_q8_1_ref: the quants of Q8_0 (d = absmax / 127, roundf), and s = Σq · d
+/// with the f32 d, stored as f16.
+pub fn quantize_q8_1(src: &[f32], dst: &mut [u8]) {
+    let blocks: &mut [BlockQ8_1] = cast_slice_mut(dst);
+    for (x, y) in src.chunks_exact(QK).zip(blocks) {
+        let amax = x.iter().fold(0.0f32, |a, &v| if a < fabs(v) { fabs(v) } else { a });
+        let d = amax / 127.0;
+        let id = inv(d);
+        y.d = fp32_to_fp16(d).to_le_bytes();
+        let mut sum = 0i32;
+        for (q, &v) in y.qs.iter_mut().zip(x) {
+            *q = roundf(v * id) as i8;
+            sum += *q as i32;
+        }
+        y.s = fp32_to_fp16(sum as f32 * d).to_le_bytes();
+    }
+}
+
 /// quantize_row_q8_K_ref: iscale = -127 / (signed absmax), q = nearest_int(x·iscale)
 /// (half to even) capped at 127, d = 1 / iscale, bsums the sums of 16 quants. An
 /// all-zero block stores d = 0 and zero quants and sums.
@@ -432,11 +460,6 @@ fn udot(x: impl Iterator<Item = u8>, y: &[i8]) -> i32 {
     x.zip(y).fold(0i32, |s, (a, &b)| s.wrapping_add((a as i32).wrapping_mul(b as i32)))
 }
 
-#[inline(always)]
-fn qsum(y: &[i8; QK]) -> i32 {
-    y.iter().fold(0i32, |s, &v| s.wrapping_add(v as i32))
-}
-
 /// Per-block contributions; the SIMD paths compute the integer sums their own way and
 /// call these for the float part.
 #[inline(always)]
@@ -444,11 +467,10 @@ pub fn q8_0_block(sumi: i32, xd: u16, yd: u16) -> f32 {
     sumi as f32 * (fp16_to_fp32(xd) * fp16_to_fp32(yd))
 }
 
-/// Q4_1/Q5_1 (`d·q + m`) against Q8_0: `dx·dy·Σq·y + m·dy·Σy`.
+/// Q4_1/Q5_1 (`d·q + m`) against Q8_1, as ggml: `(dx·dy)·Σq·y + m·s_y` (s_y = dy·Σy).
 #[inline(always)]
-pub fn qx_1_block(sumi: i32, ysum: i32, xd: u16, xm: u16, yd: u16) -> f32 {
-    let dy = fp16_to_fp32(yd);
-    sumi as f32 * (fp16_to_fp32(xd) * dy) + ysum as f32 * (fp16_to_fp32(xm) * dy)
+pub fn qx_1_block(sumi: i32, xd: u16, xm: u16, yd: u16, ys: u16) -> f32 {
+    sumi as f32 * (fp16_to_fp32(xd) * fp16_to_fp32(yd)) + fp16_to_fp32(xm) * fp16_to_fp32(ys)
 }
 
 #[inline(always)]
@@ -511,8 +533,8 @@ pub fn dot_q4_0_block(x: &BlockQ4_0, y: &BlockQ8_0) -> f32 {
 }
 
 #[inline(always)]
-pub fn dot_q4_1_block(x: &BlockQ4_1, y: &BlockQ8_0) -> f32 {
-    qx_1_block(isum32(&q4_unsigned(&x.qs), &y.qs), qsum(&y.qs), x.d(), x.m(), y.d())
+pub fn dot_q4_1_block(x: &BlockQ4_1, y: &BlockQ8_1) -> f32 {
+    qx_1_block(isum32(&q4_unsigned(&x.qs), &y.qs), x.d(), x.m(), y.d(), y.s())
 }
 
 #[inline(always)]
@@ -522,9 +544,9 @@ pub fn dot_q5_0_block(x: &BlockQ5_0, y: &BlockQ8_0) -> f32 {
 }
 
 #[inline(always)]
-pub fn dot_q5_1_block(x: &BlockQ5_1, y: &BlockQ8_0) -> f32 {
+pub fn dot_q5_1_block(x: &BlockQ5_1, y: &BlockQ8_1) -> f32 {
     let q = q5(&x.qs, x.qh()).map(|q| q as i8);
-    qx_1_block(isum32(&q, &y.qs), qsum(&y.qs), x.d(), x.m(), y.d())
+    qx_1_block(isum32(&q, &y.qs), x.d(), x.m(), y.d(), y.s())
 }
 
 /// Σ_j m[j] · (sum of the Q8_K quants of sub-block j), from the block's bsums.
@@ -668,16 +690,16 @@ pub fn vec_dot_q4_0_q8_0(x: &[u8], y: &[u8]) -> f32 {
     dot_blocks::<BlockQ4_0, BlockQ8_0>(cast_slice(x), cast_slice(y), dot_q4_0_block)
 }
 
-pub fn vec_dot_q4_1_q8_0(x: &[u8], y: &[u8]) -> f32 {
-    dot_blocks::<BlockQ4_1, BlockQ8_0>(cast_slice(x), cast_slice(y), dot_q4_1_block)
+pub fn vec_dot_q4_1_q8_1(x: &[u8], y: &[u8]) -> f32 {
+    dot_blocks::<BlockQ4_1, BlockQ8_1>(cast_slice(x), cast_slice(y), dot_q4_1_block)
 }
 
 pub fn vec_dot_q5_0_q8_0(x: &[u8], y: &[u8]) -> f32 {
     dot_blocks::<BlockQ5_0, BlockQ8_0>(cast_slice(x), cast_slice(y), dot_q5_0_block)
 }
 
-pub fn vec_dot_q5_1_q8_0(x: &[u8], y: &[u8]) -> f32 {
-    dot_blocks::<BlockQ5_1, BlockQ8_0>(cast_slice(x), cast_slice(y), dot_q5_1_block)
+pub fn vec_dot_q5_1_q8_1(x: &[u8], y: &[u8]) -> f32 {
+    dot_blocks::<BlockQ5_1, BlockQ8_1>(cast_slice(x), cast_slice(y), dot_q5_1_block)
 }
 
 pub fn vec_dot_q2_k_q8_k(x: &[u8], y: &[u8]) -> f32 {

@@ -18,9 +18,9 @@ pub fn vec_dot(ty: GgmlType, n: usize, a: &[u8], b: &[u8]) -> Option<f32> {
     Some(match ty {
         Q8_0 => q8_0_q8_0(cast_slice(a), cast_slice(b)),
         Q4_0 => q4_0_q8_0(cast_slice(a), cast_slice(b)),
-        Q4_1 => q4_1_q8_0(cast_slice(a), cast_slice(b)),
+        Q4_1 => q4_1_q8_1(cast_slice(a), cast_slice(b)),
         Q5_0 => q5_0_q8_0(cast_slice(a), cast_slice(b)),
-        Q5_1 => q5_1_q8_0(cast_slice(a), cast_slice(b)),
+        Q5_1 => q5_1_q8_1(cast_slice(a), cast_slice(b)),
         Q2_K => q2_k_q8_k(cast_slice(a), cast_slice(b)),
         Q3_K => q3_k_q8_k(cast_slice(a), cast_slice(b)),
         Q4_K => q4_k_q8_k(cast_slice(a), cast_slice(b)),
@@ -47,12 +47,6 @@ fn dot_i8(x: v128, y: v128) -> v128 {
         i32x4_extadd_pairwise_i16x8(i16x8_extmul_low_i8x16(x, y)),
         i32x4_extadd_pairwise_i16x8(i16x8_extmul_high_i8x16(x, y)),
     )
-}
-
-/// Σ y of 16 i8 into 4 i32 lanes.
-#[inline(always)]
-fn sum_i8(y: v128) -> v128 {
-    i32x4_extadd_pairwise_i16x8(i16x8_extadd_pairwise_i8x16(y))
 }
 
 /// `scale · Σ x·y` of 16 pairs whose products fit i16, into 4 i32 lanes (exact).
@@ -167,29 +161,27 @@ symmetric_kernel!(q5_0_q8_0, BlockQ5_0, scalar::dot_q5_0_block, |x, y| {
     i32x4_add(dot_i8(i8x16_sub(lo, sixteen), load(&y.qs[..16])), dot_i8(i8x16_sub(hi, sixteen), load(&y.qs[16..])))
 });
 
-/// The `d·q + m` kernels: `dx·dy·Σq·y + m·dy·Σy` per block.
+/// The `d·q + m` kernels against Q8_1: `(dx·dy)·Σq·y + m·s_y` per block.
 macro_rules! affine_kernel {
     ($name:ident, $X:ty, $block:path, |$x:ident| $q:expr) => {
-        fn $name(xs: &[$X], ys: &[BlockQ8_0]) -> f32 {
+        fn $name(xs: &[$X], ys: &[BlockQ8_1]) -> f32 {
             let (mut lo, mut hi) = (f32x4_splat(0.0), f32x4_splat(0.0));
             for (xg, yg) in xs.chunks_exact(LANES).zip(ys.chunks_exact(LANES)) {
                 let mut v = [i32x4_splat(0); LANES];
-                let mut w = [i32x4_splat(0); LANES];
                 for k in 0..LANES {
                     let $x = &xg[k];
                     let (q0, q1): (v128, v128) = $q;
                     let (y0, y1) = (load(&yg[k].qs[..16]), load(&yg[k].qs[16..]));
                     v[k] = i32x4_add(dot_i8(q0, y0), dot_i8(q1, y1));
-                    w[k] = i32x4_add(sum_i8(y0), sum_i8(y1));
                 }
                 for (h, acc) in [&mut lo, &mut hi].into_iter().enumerate() {
                     let four = |v: &[v128; LANES]| [v[4 * h], v[4 * h + 1], v[4 * h + 2], v[4 * h + 3]];
                     let s = f32x4_convert_i32x4(transpose_sum(&four(&v)));
-                    let ysum = f32x4_convert_i32x4(transpose_sum(&four(&w)));
                     let dx = f16x4(core::array::from_fn(|k| xg[4 * h + k].d()));
                     let mx = f16x4(core::array::from_fn(|k| xg[4 * h + k].m()));
                     let dy = f16x4(core::array::from_fn(|k| yg[4 * h + k].d()));
-                    let c = f32x4_add(f32x4_mul(s, f32x4_mul(dx, dy)), f32x4_mul(ysum, f32x4_mul(mx, dy)));
+                    let sy = f16x4(core::array::from_fn(|k| yg[4 * h + k].s()));
+                    let c = f32x4_add(f32x4_mul(s, f32x4_mul(dx, dy)), f32x4_mul(mx, sy));
                     *acc = f32x4_add(*acc, c);
                 }
             }
@@ -198,8 +190,8 @@ macro_rules! affine_kernel {
     };
 }
 
-affine_kernel!(q4_1_q8_0, BlockQ4_1, scalar::dot_q4_1_block, |x| nibbles(&x.qs));
-affine_kernel!(q5_1_q8_0, BlockQ5_1, scalar::dot_q5_1_block, |x| q5(&x.qs, x.qh()));
+affine_kernel!(q4_1_q8_1, BlockQ4_1, scalar::dot_q4_1_block, |x| nibbles(&x.qs));
+affine_kernel!(q5_1_q8_1, BlockQ5_1, scalar::dot_q5_1_block, |x| q5(&x.qs, x.qh()));
 
 fn q4_k_q8_k(xs: &[BlockQ4_K], ys: &[BlockQ8_K]) -> f32 {
     let mut acc = [0f32; LANES];

@@ -50,9 +50,9 @@ pub fn vec_dot(ty: GgmlType, n: usize, a: &[u8], b: &[u8]) -> Option<f32> {
         Some(match ty {
             Q8_0 => q8_0_q8_0(cast_slice(a), cast_slice(b)),
             Q4_0 => q4_0_q8_0(cast_slice(a), cast_slice(b)),
-            Q4_1 => q4_1_q8_0(cast_slice(a), cast_slice(b)),
+            Q4_1 => q4_1_q8_1(cast_slice(a), cast_slice(b)),
             Q5_0 => q5_0_q8_0(cast_slice(a), cast_slice(b)),
-            Q5_1 => q5_1_q8_0(cast_slice(a), cast_slice(b)),
+            Q5_1 => q5_1_q8_1(cast_slice(a), cast_slice(b)),
             Q2_K => q2_k_q8_k(cast_slice(a), cast_slice(b)),
             Q3_K => q3_k_q8_k(cast_slice(a), cast_slice(b)),
             Q4_K => q4_k_q8_k(cast_slice(a), cast_slice(b)),
@@ -99,13 +99,6 @@ unsafe fn dot_u8_off(u: __m256i, y: __m256i, off: i8) -> __m256i {
         p = _mm256_sub_epi16(p, _mm256_maddubs_epi16(_mm256_set1_epi8(off), y));
     }
     _mm256_madd_epi16(p, _mm256_set1_epi16(1))
-}
-
-/// Σ y of 32 i8 into 8 i32 lanes.
-#[target_feature(enable = "avx2,f16c")]
-#[inline]
-unsafe fn sum_i8(y: __m256i) -> __m256i {
-    _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), y), _mm256_set1_epi16(1))
 }
 
 #[target_feature(enable = "avx2,f16c")]
@@ -219,28 +212,25 @@ symmetric_kernel!(q5_0_q8_0, BlockQ5_0, scalar::dot_q5_0_block, |x, y| dot_u8_of
     16
 ));
 
-/// The `d·q + m` kernels (Q4_1, Q5_1): `dx·dy·Σq·y + m·dy·Σy` per block.
+/// The `d·q + m` kernels (Q4_1, Q5_1) against Q8_1: `(dx·dy)·Σq·y + m·s_y` per block.
 macro_rules! affine_kernel {
     ($name:ident, $X:ty, $block:path, |$x:ident| $q:expr) => {
         #[target_feature(enable = "avx2,f16c")]
-        unsafe fn $name(xs: &[$X], ys: &[BlockQ8_0]) -> f32 {
+        unsafe fn $name(xs: &[$X], ys: &[BlockQ8_1]) -> f32 {
             let mut acc = _mm256_setzero_ps();
             for (xg, yg) in xs.chunks_exact(LANES).zip(ys.chunks_exact(LANES)) {
                 let mut v = [_mm256_setzero_si256(); LANES];
-                let mut w = [_mm256_setzero_si256(); LANES];
                 for k in 0..LANES {
                     let $x = &xg[k];
                     let y = load256(yg[k].qs.as_ptr() as *const u8);
                     v[k] = dot_u8_off($q, y, 0);
-                    w[k] = sum_i8(y);
                 }
                 let s = _mm256_cvtepi32_ps(transpose_sum(&v));
-                let ysum = _mm256_cvtepi32_ps(transpose_sum(&w));
                 let dx = f16x8(core::array::from_fn(|k| xg[k].d()));
                 let mx = f16x8(core::array::from_fn(|k| xg[k].m()));
                 let dy = f16x8(core::array::from_fn(|k| yg[k].d()));
-                let c =
-                    _mm256_add_ps(_mm256_mul_ps(s, _mm256_mul_ps(dx, dy)), _mm256_mul_ps(ysum, _mm256_mul_ps(mx, dy)));
+                let sy = f16x8(core::array::from_fn(|k| yg[k].s()));
+                let c = _mm256_add_ps(_mm256_mul_ps(s, _mm256_mul_ps(dx, dy)), _mm256_mul_ps(mx, sy));
                 acc = _mm256_add_ps(acc, c);
             }
             finish(store(acc), xs, ys, $block)
@@ -248,8 +238,8 @@ macro_rules! affine_kernel {
     };
 }
 
-affine_kernel!(q4_1_q8_0, BlockQ4_1, scalar::dot_q4_1_block, |x| nibbles(&x.qs));
-affine_kernel!(q5_1_q8_0, BlockQ5_1, scalar::dot_q5_1_block, |x| q5_bytes(&x.qs, x.qh()));
+affine_kernel!(q4_1_q8_1, BlockQ4_1, scalar::dot_q4_1_block, |x| nibbles(&x.qs));
+affine_kernel!(q5_1_q8_1, BlockQ5_1, scalar::dot_q5_1_block, |x| q5_bytes(&x.qs, x.qh()));
 
 #[target_feature(enable = "avx2,f16c")]
 unsafe fn q4_k_q8_k(xs: &[BlockQ4_K], ys: &[BlockQ8_K]) -> f32 {
