@@ -224,3 +224,39 @@ fn tokenizer_matches_llama_cpp_on_the_reduced_vocabulary() {
     let loaded = load_from_bytes(&file, Gpt2Options::default()).unwrap();
     assert_eq!(loaded.tokenizer.encode(m["prompt"].as_str().unwrap(), false), ids(&m));
 }
+
+/// Every mix on WebGPU (natively: wgpu on Vulkan, lavapipe in CI). The shaders dequantize
+/// the weights and multiply with f32 activations, so the reference is ggweb's F32 run on the
+/// dequantized weights: the same arithmetic up to summation order and fused multiply-adds
+/// (measured max |Δ| 5.7e-6 to 1.5e-5 on lavapipe; 1e-4 bound), and the same top-1 everywhere
+/// but at near-ties within that bound.
+#[cfg(feature = "webgpu")]
+#[test]
+fn every_mix_on_webgpu_matches_the_f32_run() {
+    use ggweb::model::loader::load_from_bytes_on;
+    use ggweb::webgpu::{WebGpuBackend, WebGpuOptions};
+    use std::rc::Rc;
+    let gpu = match WebGpuBackend::new(WebGpuOptions::default()) {
+        Ok(b) => Rc::new(b),
+        Err(e) if std::env::var("GGWEB_ALLOW_NO_GPU").as_deref() == Ok("1") => {
+            eprintln!("SKIPPED: no WebGPU adapter ({e}); GGWEB_ALLOW_NO_GPU=1");
+            return;
+        }
+        Err(e) => panic!("no WebGPU adapter: {e} (install mesa-vulkan-drivers or set GGWEB_ALLOW_NO_GPU=1)"),
+    };
+    let m = meta();
+    let ids = ids(&m);
+    let n_vocab = m["hparams"]["n_vocab"].as_u64().unwrap() as usize;
+    let mut worst = 0f32;
+    for (mix, e) in m["mixes"].as_object().unwrap() {
+        let file = std::fs::read(dir().join(e["gguf"].as_str().unwrap())).unwrap();
+        let mut on_gpu = load_from_bytes_on(&file, gpu.clone(), Gpt2Options::default()).unwrap();
+        let got = on_gpu.model.eval_prompt(&ids, 0, true).unwrap();
+        let want = logits(&dequantized(&file), &ids);
+        let d = compare(&got, &want, n_vocab, 1e-4);
+        eprintln!("{mix}: webgpu vs F32 run max |Δ| {:.2e}, mean {:.2e}", d.max, d.mean);
+        assert!(d.max <= 1e-4 && d.flips.is_empty(), "{mix}: max |Δ| {:e}, top-1 differs at {:?}", d.max, d.flips);
+        worst = worst.max(d.max);
+    }
+    assert!(worst > 0.0, "identical bits would mean the GPU did not run");
+}
