@@ -25,6 +25,9 @@ fn chunk_len(c: u32, k_len: u32) -> u32 { return min(32u, k_len - 32u * c); }
 
 fn deq_one_f32(base: u32, k: u32) -> f32 { return ld0_f32(base + k); }
 fn deq_one_f16(base: u32, k: u32) -> f32 { return ld0_f16(base + k); }
+// bf16 element i (in 2-byte units): the top half of an f32.
+fn ld0_bf16(i: u32) -> f32 { return bitcast<f32>(((w0(i >> 1u) >> ((i & 1u) * 16u)) & 0xffffu) << 16u); }
+fn deq_one_bf16(base: u32, k: u32) -> f32 { return ld0_bf16(base + k); }
 
 fn dot_chunk_f32(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> f32 {
     let o = base + 32u * c;
@@ -37,6 +40,13 @@ fn dot_chunk_f16(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> f32 {
     let o = base + 32u * c;
     var s = 0.0;
     for (var j = 0u; j < chunk_len(c, k_len); j++) { s += ld0_f16(o + j) * ld1_f32(xb + j * xs); }
+    return s;
+}
+
+fn dot_chunk_bf16(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> f32 {
+    let o = base + 32u * c;
+    var s = 0.0;
+    for (var j = 0u; j < chunk_len(c, k_len); j++) { s += ld0_bf16(o + j) * ld1_f32(xb + j * xs); }
     return s;
 }
 

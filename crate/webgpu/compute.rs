@@ -29,7 +29,7 @@ const MAT_VEC_MAX_N: i64 = 8;
 fn unit(ty: GgmlType) -> Option<usize> {
     match ty {
         GgmlType::F32 | GgmlType::I32 => Some(4),
-        GgmlType::F16 => Some(2),
+        GgmlType::F16 | GgmlType::BF16 => Some(2),
         t if weight_spec(t).is_some() && t.is_quantized() => Some(1),
         _ => None,
     }
@@ -39,6 +39,7 @@ fn unit(ty: GgmlType) -> Option<usize> {
 pub(crate) const WEIGHT_TYPES: &[GgmlType] = &[
     GgmlType::F32,
     GgmlType::F16,
+    GgmlType::BF16,
     GgmlType::Q8_0,
     GgmlType::Q4_0,
     GgmlType::Q4_1,
@@ -56,6 +57,7 @@ fn weight_spec(ty: GgmlType) -> Option<&'static str> {
     match ty {
         GgmlType::F32 => Some("f32"),
         GgmlType::F16 => Some("f16"),
+        GgmlType::BF16 => Some("bf16"),
         GgmlType::Q8_0 => Some("q8_0"),
         GgmlType::Q4_0 => Some("q4_0"),
         GgmlType::Q4_1 => Some("q4_1"),
