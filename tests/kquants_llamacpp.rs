@@ -4,7 +4,8 @@
 //! through llama-cpp-python: tests/fixtures/make_llamacpp_mixes.py), with llama.cpp's logits at
 //! every position of one prompt (logits_all, F32 KV cache). For each mix this checks:
 //! - the file loads and carries the types llama.cpp chose (so each K-quant type is exercised
-//!   the way real downloads use it, e.g. Q3_K_M's Q4_K/Q5_K attention and output);
+//!   the way real downloads use it, e.g. Q3_K_M's Q4_K/Q5_K attention and output), and every
+//!   tensor dequantizes bit for bit as PyPI gguf does (checksums in mixes.json);
 //! - ggweb's tokenizer gives llama.cpp's token ids for the prompt (a 512-token GPT-2 BPE);
 //! - ggweb's logits vs llama.cpp's: max and mean |Δ| within twice what was measured
 //!   ([`MEASURED`], with why they are what they are), and the same top-1 at every position

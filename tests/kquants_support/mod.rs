@@ -12,6 +12,11 @@ use serde_json::Value;
 
 pub const FORMAT_VERSION: u64 = 1;
 
+/// FNV-1a, 64 bits (the fixture script's checksum of gguf's dequantized f32 bytes).
+pub fn fnv1a64(data: &[u8]) -> u64 {
+    data.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3))
+}
+
 pub fn parse_meta(bytes: &[u8]) -> Value {
     let v: Value = serde_json::from_slice(bytes).unwrap();
     let version = v["format_version"].as_u64().unwrap_or(0);
@@ -136,9 +141,21 @@ pub fn check_every_mix(meta: &[u8], read: &dyn Fn(&str) -> Vec<u8>) {
         let h = read_header(&file, file.len() as u64, Limits::default()).unwrap();
         let types = e["tensor_types"].as_object().unwrap();
         assert_eq!(h.tensors.len(), types.len(), "{mix}");
+        // ... and ggweb dequantizes llama.cpp's blocks bit for bit as PyPI gguf does.
+        let sums = e["dequant_fnv1a64"].as_object().unwrap();
         for t in &h.tensors {
             let theirs = types[&t.name].as_str().unwrap();
             assert_eq!(t.ty.name().to_uppercase(), theirs.to_uppercase(), "{mix} {}", t.name);
+            let start = (h.data_offset + t.offset) as usize;
+            let f = quants::dequantize(t.ty, &file[start..start + t.nbytes]).unwrap();
+            let sum = format!("{:016x}", fnv1a64(bytemuck::cast_slice(&f)));
+            assert_eq!(
+                sum,
+                sums[&t.name].as_str().unwrap(),
+                "{mix} {} ({}): dequantization differs from gguf's",
+                t.name,
+                t.ty
+            );
         }
 
         let got = logits(&file, &ids);
