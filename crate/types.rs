@@ -30,7 +30,11 @@ pub enum GgmlType {
     Q5_0 = 6,
     Q5_1 = 7,
     Q8_0 = 8,
+    Q8_1 = 9,
+    Q2_K = 10,
+    Q3_K = 11,
     Q4_K = 12,
+    Q5_K = 13,
     Q6_K = 14,
     Q8_K = 15,
     I32 = 26,
@@ -38,7 +42,7 @@ pub enum GgmlType {
 }
 
 impl GgmlType {
-    pub const ALL: [GgmlType; 12] = [
+    pub const ALL: [GgmlType; 16] = [
         GgmlType::F32,
         GgmlType::F16,
         GgmlType::Q4_0,
@@ -46,7 +50,11 @@ impl GgmlType {
         GgmlType::Q5_0,
         GgmlType::Q5_1,
         GgmlType::Q8_0,
+        GgmlType::Q8_1,
+        GgmlType::Q2_K,
+        GgmlType::Q3_K,
         GgmlType::Q4_K,
+        GgmlType::Q5_K,
         GgmlType::Q6_K,
         GgmlType::Q8_K,
         GgmlType::I32,
@@ -67,8 +75,8 @@ impl GgmlType {
         use GgmlType::*;
         match self {
             F32 | F16 | BF16 | I32 => 1,
-            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 => QK,
-            Q4_K | Q6_K | Q8_K => QK_K,
+            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8_1 => QK,
+            Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | Q8_K => QK_K,
         }
     }
 
@@ -83,7 +91,11 @@ impl GgmlType {
             Q5_0 => 2 + 4 + QK / 2,                      // d, qh: u32 high bits
             Q5_1 => 2 + 2 + 4 + QK / 2,                  // d, m, qh
             Q8_0 => 2 + QK,                              // d, qs: 32 × i8
+            Q8_1 => 2 + 2 + QK,                          // d, s = d·Σq: f16, qs: 32 × i8
+            Q2_K => QK_K / 16 + QK_K / 4 + 2 + 2,        // scales: 4+4 bits, qs: 2 bits, d, dmin
+            Q3_K => QK_K / 8 + QK_K / 4 + 12 + 2,        // hmask, qs: low 2 bits, scales[12], d
             Q4_K => 2 + 2 + 12 + QK_K / 2,               // d, dmin, scales[12], qs
+            Q5_K => 2 + 2 + 12 + QK_K / 8 + QK_K / 2,    // d, dmin, scales[12], qh, qs
             Q6_K => QK_K / 2 + QK_K / 4 + QK_K / 16 + 2, // ql, qh, scales: i8, d
             Q8_K => 4 + QK_K + QK_K / 16 * 2,            // d: f32, qs: 256 × i8, bsums: 16 × i16
         }
@@ -110,7 +122,11 @@ impl GgmlType {
             Q5_0 => "q5_0",
             Q5_1 => "q5_1",
             Q8_0 => "q8_0",
+            Q8_1 => "q8_1",
+            Q2_K => "q2_K",
+            Q3_K => "q3_K",
             Q4_K => "q4_K",
+            Q5_K => "q5_K",
             Q6_K => "q6_K",
             Q8_K => "q8_K",
             I32 => "i32",
@@ -123,8 +139,9 @@ impl GgmlType {
     pub fn vec_dot_type(self) -> GgmlType {
         use GgmlType::*;
         match self {
-            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 => Q8_0,
-            Q4_K | Q6_K => Q8_K,
+            Q4_0 | Q5_0 | Q8_0 => Q8_0,
+            Q4_1 | Q5_1 | Q8_1 => Q8_1,
+            Q2_K | Q3_K | Q4_K | Q5_K | Q6_K => Q8_K,
             F16 => F16,
             BF16 => BF16,
             other => other,
@@ -155,7 +172,11 @@ mod tests {
             (GgmlType::Q5_0, 32, 22),
             (GgmlType::Q5_1, 32, 24),
             (GgmlType::Q8_0, 32, 34),
+            (GgmlType::Q8_1, 32, 36),
+            (GgmlType::Q2_K, 256, 84),
+            (GgmlType::Q3_K, 256, 110),
             (GgmlType::Q4_K, 256, 144),
+            (GgmlType::Q5_K, 256, 176),
             (GgmlType::Q6_K, 256, 210),
             (GgmlType::Q8_K, 256, 292),
         ];

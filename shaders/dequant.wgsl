@@ -9,14 +9,25 @@
 // Block layouts are ggml's (crate/types.rs):
 //   Q8_0 (34 B per 32): d f16, qs[32] i8                          w = d * q
 //   Q4_0 (18 B per 32): d f16, qs[16] nibbles (lo: 0..16, hi: 16..32)  w = d * (q - 8)
+//   Q4_1 (20 B per 32): d, m f16, qs[16] as Q4_0                    w = d * q + m
+//   Q5_0 (22 B per 32): d f16, qh u32 (bit j: 5th bit of q[j]), qs[16]  w = d * (q - 16)
+//   Q5_1 (24 B per 32): d, m f16, qh, qs[16]                        w = d * q + m
+//   Q2_K (84 B per 256): scales[16] (lo nibble sc, hi nibble m), qs[64] 2-bit, d, dmin f16
+//                          w = d * sc * q - dmin * m
+//   Q3_K (110 B per 256): hmask[32], qs[64] 2-bit, scales[12] (16 packed 6-bit), d f16
+//                          w = d * (sc - 32) * (q - (high bit clear ? 4 : 0))
 //   Q4_K (144 B per 256): d, dmin f16, scales[12] (6-bit sc/m of 8 sub-blocks), qs[128]
 //                          w = d * sc * q - dmin * m
+//   Q5_K (176 B per 256): d, dmin f16, scales[12] as Q4_K, qh[32], qs[128]  as Q4_K, 5-bit q
 //   Q6_K (210 B per 256): ql[128], qh[64], scales[16] i8, d f16      w = d * sc * (q - 32)
 
 fn chunk_len(c: u32, k_len: u32) -> u32 { return min(32u, k_len - 32u * c); }
 
 fn deq_one_f32(base: u32, k: u32) -> f32 { return ld0_f32(base + k); }
 fn deq_one_f16(base: u32, k: u32) -> f32 { return ld0_f16(base + k); }
+// bf16 element i (in 2-byte units): the top half of an f32.
+fn ld0_bf16(i: u32) -> f32 { return bitcast<f32>(((w0(i >> 1u) >> ((i & 1u) * 16u)) & 0xffffu) << 16u); }
+fn deq_one_bf16(base: u32, k: u32) -> f32 { return ld0_bf16(base + k); }
 
 fn dot_chunk_f32(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> f32 {
     let o = base + 32u * c;
@@ -29,6 +40,13 @@ fn dot_chunk_f16(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> f32 {
     let o = base + 32u * c;
     var s = 0.0;
     for (var j = 0u; j < chunk_len(c, k_len); j++) { s += ld0_f16(o + j) * ld1_f32(xb + j * xs); }
+    return s;
+}
+
+fn dot_chunk_bf16(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> f32 {
+    let o = base + 32u * c;
+    var s = 0.0;
+    for (var j = 0u; j < chunk_len(c, k_len); j++) { s += ld0_bf16(o + j) * ld1_f32(xb + j * xs); }
     return s;
 }
 
@@ -126,4 +144,154 @@ fn dot_chunk_q6_k(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> f32 {
     }
     let sc = o + 192u + 8u * n + 2u * g;
     return h0(o + 208u) * (f32(i8_0(sc)) * s0 + f32(i8_0(sc + 1u)) * s1);
+}
+
+// Bit j (0..32) of the u32 at byte `o` (Q5_0/Q5_1's qh, at a 2-byte boundary).
+fn bit_at(o: u32, j: u32) -> u32 { return (b0(o + j / 8u) >> (j % 8u)) & 1u; }
+
+// The 4-bit (or, with the qh bit at `qh`, 5-bit) quant j (0..32) of a legacy block whose
+// nibbles start at byte `qs`.
+fn q_legacy(qs: u32, j: u32) -> u32 { return (b0(qs + j % 16u) >> (4u * (j / 16u))) & 15u; }
+
+fn deq_one_q4_1(base: u32, k: u32) -> f32 {
+    let o = base + (k / 32u) * 20u;
+    return h0(o) * f32(q_legacy(o + 4u, k % 32u)) + h0(o + 2u);
+}
+
+fn dot_chunk_q4_1(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> f32 {
+    let o = base + c * 20u;
+    var sq = 0.0;
+    var sx = 0.0;
+    for (var j = 0u; j < 32u; j++) {
+        let x = ld1_f32(xb + j * xs);
+        sq += f32(q_legacy(o + 4u, j)) * x;
+        sx += x;
+    }
+    return h0(o) * sq + h0(o + 2u) * sx;
+}
+
+fn deq_one_q5_0(base: u32, k: u32) -> f32 {
+    let o = base + (k / 32u) * 22u;
+    let j = k % 32u;
+    return h0(o) * f32(i32(q_legacy(o + 6u, j) | (bit_at(o + 2u, j) << 4u)) - 16);
+}
+
+fn dot_chunk_q5_0(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> f32 {
+    let o = base + c * 22u;
+    var s = 0.0;
+    for (var j = 0u; j < 32u; j++) {
+        s += f32(i32(q_legacy(o + 6u, j) | (bit_at(o + 2u, j) << 4u)) - 16) * ld1_f32(xb + j * xs);
+    }
+    return h0(o) * s;
+}
+
+fn deq_one_q5_1(base: u32, k: u32) -> f32 {
+    let o = base + (k / 32u) * 24u;
+    let j = k % 32u;
+    return h0(o) * f32(q_legacy(o + 8u, j) | (bit_at(o + 4u, j) << 4u)) + h0(o + 2u);
+}
+
+fn dot_chunk_q5_1(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> f32 {
+    let o = base + c * 24u;
+    var sq = 0.0;
+    var sx = 0.0;
+    for (var j = 0u; j < 32u; j++) {
+        let x = ld1_f32(xb + j * xs);
+        sq += f32(q_legacy(o + 8u, j) | (bit_at(o + 4u, j) << 4u)) * x;
+        sx += x;
+    }
+    return h0(o) * sq + h0(o + 2u) * sx;
+}
+
+// Q2_K/Q3_K: the 2 low bits of element l (0..32) of quarter g (0..4) of half n (0..2),
+// `qs`: the block's qs[0].
+fn q2_low(qs: u32, n: u32, g: u32, l: u32) -> u32 { return (b0(qs + 32u * n + l) >> (2u * g)) & 3u; }
+
+fn deq_one_q2_k(base: u32, k: u32) -> f32 {
+    let o = base + (k / 256u) * 84u;
+    let r = k % 256u;
+    let sc = b0(o + r / 16u);
+    let q = q2_low(o + 16u, r / 128u, (r % 128u) / 32u, r % 32u);
+    return h0(o + 80u) * f32(sc & 15u) * f32(q) - h0(o + 82u) * f32(sc >> 4u);
+}
+
+fn dot_chunk_q2_k(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> f32 {
+    let cc = c % 8u;
+    let o = base + (c / 8u) * 84u;
+    var sq0 = 0.0; // l < 16: sub-block 2cc
+    var sq1 = 0.0; // l >= 16: sub-block 2cc + 1
+    var sx0 = 0.0;
+    var sx1 = 0.0;
+    for (var l = 0u; l < 16u; l++) {
+        let x0 = ld1_f32(xb + l * xs);
+        let x1 = ld1_f32(xb + (l + 16u) * xs);
+        sq0 += f32(q2_low(o + 16u, cc / 4u, cc % 4u, l)) * x0;
+        sq1 += f32(q2_low(o + 16u, cc / 4u, cc % 4u, l + 16u)) * x1;
+        sx0 += x0;
+        sx1 += x1;
+    }
+    let s0 = b0(o + 2u * cc);
+    let s1 = b0(o + 2u * cc + 1u);
+    let d = h0(o + 80u);
+    let dmin = h0(o + 82u);
+    return d * (f32(s0 & 15u) * sq0 + f32(s1 & 15u) * sq1) - dmin * (f32(s0 >> 4u) * sx0 + f32(s1 >> 4u) * sx1);
+}
+
+// The scale (sc - 32) of sub-block j (0..16) of a Q3_K block; `o`: scales[0].
+fn q3_k_scale(o: u32, j: u32) -> f32 {
+    let lo = (b0(o + j % 8u) >> (4u * (j / 8u))) & 15u;
+    let hi = (b0(o + 8u + j % 4u) >> (2u * (j / 4u))) & 3u;
+    return f32(i32(lo | (hi << 4u)) - 32);
+}
+
+// Element l of quarter g of half n of a Q3_K block at `o`, without the scale: -4..4.
+fn q3_k_q(o: u32, n: u32, g: u32, l: u32) -> f32 {
+    let hi = (b0(o + l) >> (4u * n + g)) & 1u;
+    return f32(i32(q2_low(o + 32u, n, g, l)) - 4 * i32(1u - hi));
+}
+
+fn deq_one_q3_k(base: u32, k: u32) -> f32 {
+    let o = base + (k / 256u) * 110u;
+    let r = k % 256u;
+    return h0(o + 108u) * q3_k_scale(o + 96u, r / 16u) * q3_k_q(o, r / 128u, (r % 128u) / 32u, r % 32u);
+}
+
+fn dot_chunk_q3_k(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> f32 {
+    let cc = c % 8u;
+    let o = base + (c / 8u) * 110u;
+    var s0 = 0.0;
+    var s1 = 0.0;
+    for (var l = 0u; l < 16u; l++) {
+        s0 += q3_k_q(o, cc / 4u, cc % 4u, l) * ld1_f32(xb + l * xs);
+        s1 += q3_k_q(o, cc / 4u, cc % 4u, l + 16u) * ld1_f32(xb + (l + 16u) * xs);
+    }
+    return h0(o + 108u) * (q3_k_scale(o + 96u, 2u * cc) * s0 + q3_k_scale(o + 96u, 2u * cc + 1u) * s1);
+}
+
+// The 5-bit quant of element l (0..32) of sub-block j (0..8) of a Q5_K block at `o`.
+fn q5_k_q(o: u32, j: u32, l: u32) -> f32 {
+    let lo = (b0(o + 48u + 32u * (j / 2u) + l) >> (4u * (j & 1u))) & 15u;
+    return f32(lo | (((b0(o + 16u + l) >> j) & 1u) << 4u));
+}
+
+fn deq_one_q5_k(base: u32, k: u32) -> f32 {
+    let o = base + (k / 256u) * 176u;
+    let r = k % 256u;
+    let j = r / 32u;
+    let sm = scale_min_k4(o + 4u, j);
+    return h0(o) * sm.x * q5_k_q(o, j, r % 32u) - h0(o + 2u) * sm.y;
+}
+
+fn dot_chunk_q5_k(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> f32 {
+    let j = c % 8u;
+    let o = base + (c / 8u) * 176u;
+    let sm = scale_min_k4(o + 4u, j);
+    var sq = 0.0;
+    var sx = 0.0;
+    for (var l = 0u; l < 32u; l++) {
+        let x = ld1_f32(xb + l * xs);
+        sq += q5_k_q(o, j, l) * x;
+        sx += x;
+    }
+    return h0(o) * sm.x * sq - h0(o + 2u) * sm.y * sx;
 }

@@ -16,7 +16,7 @@ use ggweb::webgpu::{MatMulKernels, WebGpuBackend, WebGpuOptions};
 use ggweb::{Context, ContextParams, GgmlType, Graph, Tensor};
 use wasm_bindgen_test::*;
 
-use GgmlType::{F16, F32, I32, Q4_0, Q4_K, Q6_K, Q8_0};
+use GgmlType::{BF16, F16, F32, I32, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0};
 
 wasm_bindgen_test_configure!(run_in_browser);
 
@@ -41,15 +41,21 @@ fn data(rng: &mut Rng, ty: GgmlType, n: usize) -> Vec<u8> {
     match ty {
         F32 => vals.iter().flat_map(|v| v.to_le_bytes()).collect(),
         F16 => vals.iter().flat_map(|&v| half::f16::from_f32(v).to_bits().to_le_bytes()).collect(),
-        Q8_0 | Q4_0 => ggweb::quants::quantize(ty, &vals).unwrap(),
-        Q4_K | Q6_K => {
+        BF16 | Q8_0 | Q4_0 | Q4_1 | Q5_0 | Q5_1 => ggweb::quants::quantize(ty, &vals).unwrap(),
+        Q2_K | Q3_K | Q4_K | Q5_K | Q6_K => {
             let mut b: Vec<u8> = (0..ty.row_size(n as i64)).map(|_| rng.next() as u8).collect();
-            for blk in b.chunks_mut(ty.type_size()) {
+            let ts = ty.type_size();
+            for blk in b.chunks_mut(ts) {
                 let d = half::f16::from_f32(0.002).to_bits().to_le_bytes();
-                let at = if ty == Q4_K { 0 } else { 208 };
+                // d (and dmin) where ggml puts them
+                let (at, dmin) = match ty {
+                    Q2_K => (ts - 4, Some(ts - 2)),
+                    Q3_K | Q6_K => (ts - 2, None),
+                    _ => (0, Some(2)),
+                };
                 blk[at..at + 2].copy_from_slice(&d);
-                if ty == Q4_K {
-                    blk[2..4].copy_from_slice(&d); // dmin
+                if let Some(m) = dmin {
+                    blk[m..m + 2].copy_from_slice(&d);
                 }
             }
             b
@@ -68,7 +74,7 @@ fn build(ctx: &Context, rng: &mut Rng) -> (Vec<Tensor>, Vec<(Tensor, Vec<u8>)>) 
         inputs.push((t.clone(), data(rng, ty, t.nelements() as usize)));
         t
     };
-    for ty in [F32, F16, Q8_0, Q4_0, Q4_K, Q6_K] {
+    for ty in [F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K] {
         let w = leaf(&mut inputs, ty, &[256, 24], rng);
         for n in [1, 12] {
             let x = leaf(&mut inputs, F32, &[256, n], rng);

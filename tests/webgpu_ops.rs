@@ -20,7 +20,11 @@ use ggweb::webgpu::{MatMulKernels, WebGpuBackend, WebGpuOptions};
 use ggweb::{Context, ContextParams, GgmlType, Graph, Op, Tensor};
 use half::f16;
 
-use GgmlType::{F16, F32, I32, Q4_0, Q4_K, Q6_K, Q8_0};
+use GgmlType::{BF16, F16, F32, I32, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0};
+
+/// Weight types whose reference dequantizer is `ggweb::quants` (bit-exact against PyPI gguf:
+/// tests/quants.rs) rather than a second reading written out here.
+const QUANTS_REFERENCE: [GgmlType; 7] = [BF16, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K];
 
 // ---------------------------------------------------------------- device
 
@@ -74,6 +78,7 @@ fn random_bytes(rng: &mut Rng, ty: GgmlType, n: usize, lo: f32, hi: f32) -> Vec<
     match ty {
         F32 => (0..n).for_each(|_| out.extend_from_slice(&rng.f32(lo, hi).to_le_bytes())),
         F16 => (0..n).for_each(|_| out.extend_from_slice(&f16_bytes(rng.f32(lo, hi)))),
+        BF16 => (0..n).for_each(|_| out.extend_from_slice(&(rng.f32(lo, hi).to_bits() >> 16).to_le_bytes()[..2])),
         Q8_0 => {
             for _ in 0..n / 32 {
                 out.extend_from_slice(&f16_bytes(rng.f32(0.005, 0.02)));
@@ -97,6 +102,28 @@ fn random_bytes(rng: &mut Rng, ty: GgmlType, n: usize, lo: f32, hi: f32) -> Vec<
             for _ in 0..n / QK_K {
                 (0..128 + 64 + 16).for_each(|_| out.push(rng.byte()));
                 out.extend_from_slice(&f16_bytes(rng.f32(0.0005, 0.002)));
+            }
+        }
+        // Random quant bytes; the f16 scales (d, then m or dmin) where ggml puts them.
+        Q4_1 | Q5_0 | Q5_1 | Q2_K | Q3_K | Q5_K => {
+            let (d_at, m_at, d) = match ty {
+                Q4_1 => (0, Some(2), (0.05, 0.15)),
+                Q5_0 => (0, None, (0.03, 0.08)),
+                Q5_1 => (0, Some(2), (0.03, 0.08)),
+                Q2_K => (80, Some(82), (0.02, 0.1)),
+                Q3_K => (108, None, (0.005, 0.02)),
+                _ => (0, Some(2), (0.002, 0.01)),
+            };
+            let ts = ty.type_size();
+            for _ in 0..n / ty.blck_size() {
+                let mut blk: Vec<u8> = (0..ts).map(|_| rng.byte()).collect();
+                blk[d_at..d_at + 2].copy_from_slice(&f16_bytes(rng.f32(d.0, d.1)));
+                if let Some(m) = m_at {
+                    // Q4_1/Q5_1's m is an offset (negative, as real blocks); the K-quants' a dmin.
+                    let v = if ty.blck_size() == 32 { rng.f32(-1.0, -0.2) } else { rng.f32(0.001, 0.01) };
+                    blk[m..m + 2].copy_from_slice(&f16_bytes(v));
+                }
+                out.extend_from_slice(&blk);
             }
         }
         other => panic!("no random data for {other}"),
@@ -316,6 +343,7 @@ fn dequant_row(ty: GgmlType, b: &[u8], n: usize) -> Vec<f64> {
                 }
             }
         }
+        t if QUANTS_REFERENCE.contains(&t) => ggweb::quants::dequantize_row(t, &b[..t.row_size(n as i64)], &mut y),
         other => panic!("dequant {other}"),
     }
     y.into_iter().map(f64::from).collect()
@@ -734,8 +762,8 @@ fn cpy_cases() -> Vec<Case> {
 
 fn get_rows_cases() -> Vec<Case> {
     let mut v = Vec::new();
-    for ty in [F32, F16, Q8_0, Q4_0, Q4_K, Q6_K] {
-        let ne0 = if matches!(ty, Q4_K | Q6_K) { 512 } else { 96 };
+    for ty in [F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K] {
+        let ne0 = if ty.blck_size() == QK_K { 512 } else { 96 };
         // Dequantization is one or two f32 operations per weight, done the same way on
         // both sides; 1e-6 relative allows a fused multiply-add in Q4_K's d*sc*q - dmin*m.
         let tol = Tol { abs: 1e-6, rel: 1e-6 };
@@ -760,17 +788,23 @@ fn mm_tol(k: i64) -> Tol {
 
 fn mul_mat_cases() -> Vec<Case> {
     let mut v = Vec::new();
-    for ty in [F32, F16] {
+    for ty in [F32, F16, BF16] {
         for (k, m, n) in [(64, 48, 1), (64, 48, 5), (64, 48, 37), (70, 33, 1), (70, 33, 19), (256, 96, 64)] {
-            v.push(case(&format!("mul_mat {ty} K={k} M={m} N={n}"), mm_tol(k), move |i| {
+            let mut c = case(&format!("mul_mat {ty} K={k} M={m} N={n}"), mm_tol(k), move |i| {
                 let a = i.t(ty, &[k, m]);
                 let b = i.t(F32, &[k, n]);
                 i.ctx.mul_mat(&a, &b)
-            }));
+            });
+            if ty == BF16 {
+                // The CPU rounds activations to BF16 (its vec_dot_type), 8-bit mantissas:
+                // measured NMSE ~2e-6.
+                c.cpu_nmse = 1e-5;
+            }
+            v.push(c);
         }
     }
-    for ty in [Q8_0, Q4_0, Q4_K, Q6_K] {
-        let k = if matches!(ty, Q4_K | Q6_K) { 512 } else { 128 };
+    for ty in [Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K] {
+        let k = if ty.blck_size() == QK_K { 512 } else { 128 };
         for n in [1, 3, 11] {
             let mut c = case(&format!("mul_mat {ty} K={k} M=40 N={n}"), mm_tol(k * 4), move |i| {
                 let a = i.t(ty, &[k, 40]);
@@ -1081,11 +1115,12 @@ fn read_tensor_async_matches_get_bytes() {
 fn unsupported_ops_are_reported() {
     let Some(b) = gpu(WebGpuOptions::default()) else { return };
     let ctx = new_ctx();
-    let q51 = ctx.new_tensor_2d(GgmlType::Q5_1, 64, 4);
+    // Every weight type has kernels; Q8_1 and Q8_K (activation types only) do not.
+    let q8_1 = ctx.new_tensor_2d(GgmlType::Q8_1, 64, 4);
     let x = ctx.new_tensor_2d(F32, 64, 2);
-    let mm = ctx.mul_mat(&q51, &x);
-    mm.set_name("mm_q5_1");
-    let rows = ctx.get_rows(&ctx.new_tensor_2d(GgmlType::Q4_1, 32, 4), &ctx.new_tensor_1d(I32, 2));
+    let mm = ctx.mul_mat(&q8_1, &x);
+    mm.set_name("mm_q8_1");
+    let rows = ctx.get_rows(&ctx.new_tensor_2d(GgmlType::Q8_K, 256, 4), &ctx.new_tensor_1d(I32, 2));
     let h = ctx.new_tensor_2d(F16, 8, 8);
     let strided_f16 = ctx.cpy(&ctx.new_tensor_2d(F32, 4, 8), &ctx.view_2d(&h, 4, 8, h.nb[1], 0));
     let add_f16 = ctx.add(&h, &h);
@@ -1098,8 +1133,8 @@ fn unsupported_ops_are_reported() {
     let _bufs = alloc_ctx_tensors(&ctx, &*b.buffer_type()).unwrap();
     match b.graph_compute(&gf) {
         Err(BackendError::Unsupported { node, reason }) => {
-            assert_eq!(node, "mm_q5_1");
-            assert!(reason.contains("q5_1"), "{reason}");
+            assert_eq!(node, "mm_q8_1");
+            assert!(reason.contains("q8_1"), "{reason}");
         }
         other => panic!("expected Unsupported, got {other:?}"),
     }
@@ -1305,7 +1340,7 @@ fn reference_dequantizer_matches_quants() {
 fn every_kernel_module_validates() {
     use wgpu::naga;
     let modules = ggweb::webgpu::kernel_sources();
-    assert_eq!(modules.len(), 5 + 3 * 6);
+    assert_eq!(modules.len(), 5 + 3 * 13);
     for (name, src) in modules {
         let module =
             naga::front::wgsl::parse_str(&src).unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(&src)));

@@ -190,15 +190,17 @@ fn is_float(ty: GgmlType) -> bool {
     matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
 }
 
-/// Quantized types crate::quants can write (Q4_K and Q6_K are read-only: such weights
-/// come from files). Mirrors quants::can_quantize.
+/// Quantized types crate::quants can write (the K-quant weight types are read-only: such
+/// weights come from files).
 pub(crate) fn can_quantize_to(ty: GgmlType) -> bool {
-    ty.is_quantized() && !matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K)
+    ty.is_quantized() && crate::quants::can_quantize(ty)
 }
 
-/// Quantized weight types with a quants::vec_dot kernel (Q8_K is only an activation type).
+/// Weight types (quantized, and BF16) whose mul_mat converts `b` to `ty.vec_dot_type()` and
+/// goes through quants::gemm (Q8_1 and Q8_K are only activation types; F32/F16 have their
+/// own dots).
 pub(crate) fn has_vec_dot(ty: GgmlType) -> bool {
-    ty.is_quantized() && ty != GgmlType::Q8_K
+    (ty.is_quantized() && crate::quants::has_vec_dot(ty)) || ty == GgmlType::BF16
 }
 
 // --- element conversion ---

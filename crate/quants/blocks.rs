@@ -72,6 +72,41 @@ pub struct BlockQ8_0 {
     pub qs: [i8; QK],
 }
 
+/// block_q8_1: Q4_1's and Q5_1's activation type. 32 values `d * q`, and `s = d · Σq`
+/// (with d before its f16 rounding), which the `d·q + m` dot products use for `m · Σy`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+pub struct BlockQ8_1 {
+    pub d: [u8; 2],
+    pub s: [u8; 2],
+    pub qs: [i8; QK],
+}
+
+/// block_q2_K: 256 weights in 16 sub-blocks of 16, `d * (scales[j] & 0xF) * q - dmin *
+/// (scales[j] >> 4)`, q 2 bits (layout in [`BlockQ2_K::q`]).
+#[allow(non_camel_case_types)]
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+pub struct BlockQ2_K {
+    pub scales: [u8; QK_K / 16],
+    pub qs: [u8; QK_K / 4],
+    pub d: [u8; 2],
+    pub dmin: [u8; 2],
+}
+
+/// block_q3_K: 256 weights in 16 sub-blocks of 16, `d * (sc[j] - 32) * q`, q in -4..4: 2
+/// low bits in `qs` (as Q2_K), and a high bit in `hmask` that, when clear, subtracts 4;
+/// 6-bit sc packed in `scales` (see [`BlockQ3_K::scales6`]).
+#[allow(non_camel_case_types)]
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+pub struct BlockQ3_K {
+    pub hmask: [u8; QK_K / 8],
+    pub qs: [u8; QK_K / 4],
+    pub scales: [u8; 12],
+    pub d: [u8; 2],
+}
+
 /// block_q4_K: 256 weights in 8 sub-blocks of 32, `d * sc[j] * q - dmin * m[j]` with 6-bit
 /// sc/m packed in `scales` (see [`BlockQ4_K::scale_min`]); each 64 weights take 32 bytes
 /// of `qs`, the first 32 in the low nibbles, the next 32 in the high ones.
@@ -82,6 +117,19 @@ pub struct BlockQ4_K {
     pub d: [u8; 2],
     pub dmin: [u8; 2],
     pub scales: [u8; K_SCALE_SIZE],
+    pub qs: [u8; QK_K / 2],
+}
+
+/// block_q5_K: 256 weights as Q4_K (same scales and mins) with a fifth bit per quant in
+/// `qh`: bit `2c + h` of `qh[l]` for element `64c + 32h + l`.
+#[allow(non_camel_case_types)]
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+pub struct BlockQ5_K {
+    pub d: [u8; 2],
+    pub dmin: [u8; 2],
+    pub scales: [u8; K_SCALE_SIZE],
+    pub qh: [u8; QK_K / 8],
     pub qs: [u8; QK_K / 2],
 }
 
@@ -159,6 +207,93 @@ impl BlockQ8_0 {
     }
 }
 
+/// ggml's get_scale_min_k4 for sub-block `j` (0..8) of a Q4_K/Q5_K block: the 6-bit
+/// (scale, min). Bytes 0..4 hold scales 0..4 and bytes 4..8 mins 0..4 in their low 6
+/// bits; scales and mins 4..8 keep their low 4 bits in bytes 8..12 and their top 2 bits
+/// in the spare top bits of bytes 0..4 (scales) and 4..8 (mins).
+#[inline(always)]
+pub fn scale_min_k4(q: &[u8; K_SCALE_SIZE], j: usize) -> (u8, u8) {
+    if j < 4 {
+        (q[j] & 63, q[j + 4] & 63)
+    } else {
+        ((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4))
+    }
+}
+
+/// All 8 (scales, mins) of [`scale_min_k4`].
+#[inline(always)]
+pub fn scales_mins_k4(q: &[u8; K_SCALE_SIZE]) -> ([u8; 8], [u8; 8]) {
+    let mut sc = [0u8; 8];
+    let mut m = [0u8; 8];
+    for j in 0..8 {
+        (sc[j], m[j]) = scale_min_k4(q, j);
+    }
+    (sc, m)
+}
+
+impl BlockQ8_1 {
+    #[inline(always)]
+    pub fn d(&self) -> u16 {
+        u16_le(self.d)
+    }
+    #[inline(always)]
+    pub fn s(&self) -> u16 {
+        u16_le(self.s)
+    }
+}
+
+impl BlockQ2_K {
+    #[inline(always)]
+    pub fn d(&self) -> u16 {
+        u16_le(self.d)
+    }
+    #[inline(always)]
+    pub fn dmin(&self) -> u16 {
+        u16_le(self.dmin)
+    }
+
+    /// The 2-bit quant of element `i` (0..256). Each 128 elements use 32 bytes of `qs`:
+    /// element `l + 32k` (l < 32, k < 4) is bits `2k..2k+2` of `qs[l]`.
+    #[inline(always)]
+    pub fn q(&self, i: usize) -> u8 {
+        let (half, r) = (i / 128, i % 128);
+        (self.qs[half * 32 + r % 32] >> (2 * (r / 32))) & 3
+    }
+}
+
+impl BlockQ3_K {
+    #[inline(always)]
+    pub fn d(&self) -> u16 {
+        u16_le(self.d)
+    }
+
+    /// The 16 unsigned 6-bit scales (0..64; the weight scale is `sc - 32`). Scale `j`
+    /// keeps its low 4 bits in the low (j < 8) or high (j ≥ 8) nibble of byte `j % 8`,
+    /// and its top 2 bits in bits `2(j / 4)..` of byte `8 + j % 4`.
+    #[inline(always)]
+    pub fn scales6(&self) -> [u8; 16] {
+        let b = &self.scales;
+        let mut sc = [0u8; 16];
+        for (j, s) in sc.iter_mut().enumerate() {
+            let lo = if j < 8 { b[j] & 0xF } else { b[j - 8] >> 4 };
+            let hi = (b[8 + j % 4] >> (2 * (j / 4))) & 3;
+            *s = lo | (hi << 4);
+        }
+        sc
+    }
+
+    /// The signed quant (-4..4) of element `i`: the 2 low bits as in [`BlockQ2_K::q`], minus
+    /// 4 when bit `4(i / 128) + (i % 128) / 32` of `hmask[i % 32]` is clear.
+    #[inline(always)]
+    pub fn q(&self, i: usize) -> i8 {
+        let (half, r) = (i / 128, i % 128);
+        let (k, l) = (r / 32, r % 32);
+        let lo = (self.qs[half * 32 + l] >> (2 * k)) & 3;
+        let hi = (self.hmask[l] >> (4 * half + k)) & 1;
+        lo as i8 - if hi == 0 { 4 } else { 0 }
+    }
+}
+
 impl BlockQ4_K {
     #[inline(always)]
     pub fn d(&self) -> u16 {
@@ -169,29 +304,42 @@ impl BlockQ4_K {
         u16_le(self.dmin)
     }
 
-    /// ggml's get_scale_min_k4 for sub-block `j` (0..8): the 6-bit (scale, min).
-    /// Bytes 0..4 hold scales 0..4 and bytes 4..8 mins 0..4 in their low 6 bits; scales
-    /// and mins 4..8 keep their low 4 bits in bytes 8..12 and their top 2 bits in the
-    /// spare top bits of bytes 0..4 (scales) and 4..8 (mins).
+    /// [`scale_min_k4`] of this block.
     #[inline(always)]
     pub fn scale_min(&self, j: usize) -> (u8, u8) {
-        let q = &self.scales;
-        if j < 4 {
-            (q[j] & 63, q[j + 4] & 63)
-        } else {
-            ((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4))
-        }
+        scale_min_k4(&self.scales, j)
     }
 
     /// All 8 (scales, mins).
     #[inline(always)]
     pub fn scales_mins(&self) -> ([u8; 8], [u8; 8]) {
-        let mut sc = [0u8; 8];
-        let mut m = [0u8; 8];
-        for j in 0..8 {
-            (sc[j], m[j]) = self.scale_min(j);
-        }
-        (sc, m)
+        scales_mins_k4(&self.scales)
+    }
+}
+
+impl BlockQ5_K {
+    #[inline(always)]
+    pub fn d(&self) -> u16 {
+        u16_le(self.d)
+    }
+    #[inline(always)]
+    pub fn dmin(&self) -> u16 {
+        u16_le(self.dmin)
+    }
+
+    /// [`scale_min_k4`] of this block.
+    #[inline(always)]
+    pub fn scale_min(&self, j: usize) -> (u8, u8) {
+        scale_min_k4(&self.scales, j)
+    }
+
+    /// The unsigned 5-bit quant of element `i` (0..256).
+    #[inline(always)]
+    pub fn q(&self, i: usize) -> u8 {
+        let (c, h, l) = (i / 64, (i % 64) / 32, i % 32);
+        let ql = self.qs[32 * c + l];
+        let lo = if h == 0 { ql & 0xF } else { ql >> 4 };
+        lo | (((self.qh[l] >> (2 * c + h)) & 1) << 4)
     }
 }
 

@@ -69,14 +69,17 @@ pub fn can_dequantize(ty: GgmlType) -> bool {
     !matches!(ty, GgmlType::I32)
 }
 
-/// Types [`quantize_row`] writes. Q4_K and Q6_K are read-only (weights come from files).
+/// Types [`quantize_row`] writes. The K-quant weight types are read-only (weights come
+/// from files; Q8_K, their activation type, is written).
 pub fn can_quantize(ty: GgmlType) -> bool {
-    !matches!(ty, GgmlType::I32 | GgmlType::Q4_K | GgmlType::Q6_K)
+    use GgmlType::*;
+    !matches!(ty, I32 | Q2_K | Q3_K | Q4_K | Q5_K | Q6_K)
 }
 
-/// Types with a [`vec_dot`] kernel (against `ty.vec_dot_type()`).
+/// Types with a [`vec_dot`] kernel (against `ty.vec_dot_type()`). Q8_1 and Q8_K are
+/// activation types only.
 pub fn has_vec_dot(ty: GgmlType) -> bool {
-    !matches!(ty, GgmlType::I32 | GgmlType::Q8_K)
+    !matches!(ty, GgmlType::I32 | GgmlType::Q8_1 | GgmlType::Q8_K)
 }
 
 fn check_row(ty: GgmlType, n: usize, bytes: usize, what: &str) {
@@ -104,7 +107,11 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) {
         Q5_0 => scalar::dequantize_q5_0(src, dst),
         Q5_1 => scalar::dequantize_q5_1(src, dst),
         Q8_0 => scalar::dequantize_q8_0(src, dst),
+        Q8_1 => scalar::dequantize_q8_1(src, dst),
+        Q2_K => scalar::dequantize_q2_k(src, dst),
+        Q3_K => scalar::dequantize_q3_k(src, dst),
         Q4_K => scalar::dequantize_q4_k(src, dst),
+        Q5_K => scalar::dequantize_q5_k(src, dst),
         Q6_K => scalar::dequantize_q6_k(src, dst),
         Q8_K => scalar::dequantize_q8_k(src, dst),
         I32 => panic!("quants dequantize_row: no conversion from {ty} to f32"),
@@ -134,8 +141,9 @@ pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) {
         Q8_0 => wasm::quantize_q8_0(src, dst),
         #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
         Q8_0 => scalar::quantize_q8_0(src, dst),
+        Q8_1 => scalar::quantize_q8_1(src, dst),
         Q8_K => scalar::quantize_q8_k(src, dst),
-        Q4_K | Q6_K | I32 => panic!("quants quantize_row: no quantization to {ty}"),
+        Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | I32 => panic!("quants quantize_row: no quantization to {ty}"),
     }
 }
 
@@ -236,13 +244,16 @@ pub fn vec_dot_isa(isa: Isa, ty: GgmlType, n: usize, a: &[u8], b: &[u8]) -> Opti
             F16 => scalar::vec_dot_f16(n, a, b),
             BF16 => scalar::vec_dot_bf16(n, a, b),
             Q4_0 => scalar::vec_dot_q4_0_q8_0(a, b),
-            Q4_1 => scalar::vec_dot_q4_1_q8_0(a, b),
+            Q4_1 => scalar::vec_dot_q4_1_q8_1(a, b),
             Q5_0 => scalar::vec_dot_q5_0_q8_0(a, b),
-            Q5_1 => scalar::vec_dot_q5_1_q8_0(a, b),
+            Q5_1 => scalar::vec_dot_q5_1_q8_1(a, b),
             Q8_0 => scalar::vec_dot_q8_0_q8_0(a, b),
+            Q2_K => scalar::vec_dot_q2_k_q8_k(a, b),
+            Q3_K => scalar::vec_dot_q3_k_q8_k(a, b),
             Q4_K => scalar::vec_dot_q4_k_q8_k(a, b),
+            Q5_K => scalar::vec_dot_q5_k_q8_k(a, b),
             Q6_K => scalar::vec_dot_q6_k_q8_k(a, b),
-            Q8_K | I32 => unreachable!(),
+            Q8_1 | Q8_K | I32 => unreachable!(),
         }),
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => x86::vec_dot(ty, n, a, b),

@@ -181,6 +181,58 @@ pub fn dequantize_q8_0(src: &[u8], dst: &mut [f32]) {
     }
 }
 
+pub fn dequantize_q2_k(src: &[u8], dst: &mut [f32]) {
+    let blocks: &[BlockQ2_K] = cast_slice(src);
+    for (x, y) in blocks.iter().zip(dst.chunks_exact_mut(QK_K)) {
+        let (d, dmin) = (fp16_to_fp32(x.d()), fp16_to_fp32(x.dmin()));
+        for (j, y) in y.chunks_exact_mut(16).enumerate() {
+            let sc = x.scales[j];
+            let (dl, ml) = (d * (sc & 0xF) as f32, dmin * (sc >> 4) as f32);
+            for (l, y) in y.iter_mut().enumerate() {
+                *y = dl * x.q(16 * j + l) as f32 - ml;
+            }
+        }
+    }
+}
+
+pub fn dequantize_q3_k(src: &[u8], dst: &mut [f32]) {
+    let blocks: &[BlockQ3_K] = cast_slice(src);
+    for (x, y) in blocks.iter().zip(dst.chunks_exact_mut(QK_K)) {
+        let d = fp16_to_fp32(x.d());
+        let sc = x.scales6();
+        for (j, y) in y.chunks_exact_mut(16).enumerate() {
+            let dl = d * (sc[j] as i32 - 32) as f32;
+            for (l, y) in y.iter_mut().enumerate() {
+                *y = dl * x.q(16 * j + l) as f32;
+            }
+        }
+    }
+}
+
+pub fn dequantize_q5_k(src: &[u8], dst: &mut [f32]) {
+    let blocks: &[BlockQ5_K] = cast_slice(src);
+    for (x, y) in blocks.iter().zip(dst.chunks_exact_mut(QK_K)) {
+        let (d, dmin) = (fp16_to_fp32(x.d()), fp16_to_fp32(x.dmin()));
+        for (j, y) in y.chunks_exact_mut(32).enumerate() {
+            let (sc, m) = x.scale_min(j);
+            let (dl, ml) = (d * sc as f32, dmin * m as f32);
+            for (l, y) in y.iter_mut().enumerate() {
+                *y = dl * x.q(32 * j + l) as f32 - ml;
+            }
+        }
+    }
+}
+
+pub fn dequantize_q8_1(src: &[u8], dst: &mut [f32]) {
+    let blocks: &[BlockQ8_1] = cast_slice(src);
+    for (x, y) in blocks.iter().zip(dst.chunks_exact_mut(QK)) {
+        let d = fp16_to_fp32(x.d());
+        for (y, &q) in y.iter_mut().zip(&x.qs) {
+            *y = q as f32 * d;
+        }
+    }
+}
+
 pub fn dequantize_q4_k(src: &[u8], dst: &mut [f32]) {
     let blocks: &[BlockQ4_K] = cast_slice(src);
     for (x, y) in blocks.iter().zip(dst.chunks_exact_mut(QK_K)) {
@@ -330,6 +382,24 @@ pub fn quantize_q8_0(src: &[f32], dst: &mut [u8]) {
     }
 }
 
+/// quantize_row_q8_1_ref: the quants of Q8_0 (d = absmax / 127, roundf), and s = Σq · d
+/// with the f32 d, stored as f16.
+pub fn quantize_q8_1(src: &[f32], dst: &mut [u8]) {
+    let blocks: &mut [BlockQ8_1] = cast_slice_mut(dst);
+    for (x, y) in src.chunks_exact(QK).zip(blocks) {
+        let amax = x.iter().fold(0.0f32, |a, &v| if a < fabs(v) { fabs(v) } else { a });
+        let d = amax / 127.0;
+        let id = inv(d);
+        y.d = fp32_to_fp16(d).to_le_bytes();
+        let mut sum = 0i32;
+        for (q, &v) in y.qs.iter_mut().zip(x) {
+            *q = roundf(v * id) as i8;
+            sum += *q as i32;
+        }
+        y.s = fp32_to_fp16(sum as f32 * d).to_le_bytes();
+    }
+}
+
 /// quantize_row_q8_K_ref: iscale = -127 / (signed absmax), q = nearest_int(x·iscale)
 /// (half to even) capped at 127, d = 1 / iscale, bsums the sums of 16 quants. An
 /// all-zero block stores d = 0 and zero quants and sums.
@@ -390,11 +460,6 @@ fn udot(x: impl Iterator<Item = u8>, y: &[i8]) -> i32 {
     x.zip(y).fold(0i32, |s, (a, &b)| s.wrapping_add((a as i32).wrapping_mul(b as i32)))
 }
 
-#[inline(always)]
-fn qsum(y: &[i8; QK]) -> i32 {
-    y.iter().fold(0i32, |s, &v| s.wrapping_add(v as i32))
-}
-
 /// Per-block contributions; the SIMD paths compute the integer sums their own way and
 /// call these for the float part.
 #[inline(always)]
@@ -402,11 +467,10 @@ pub fn q8_0_block(sumi: i32, xd: u16, yd: u16) -> f32 {
     sumi as f32 * (fp16_to_fp32(xd) * fp16_to_fp32(yd))
 }
 
-/// Q4_1/Q5_1 (`d·q + m`) against Q8_0: `dx·dy·Σq·y + m·dy·Σy`.
+/// Q4_1/Q5_1 (`d·q + m`) against Q8_1, as ggml: `(dx·dy)·Σq·y + m·s_y` (s_y = dy·Σy).
 #[inline(always)]
-pub fn qx_1_block(sumi: i32, ysum: i32, xd: u16, xm: u16, yd: u16) -> f32 {
-    let dy = fp16_to_fp32(yd);
-    sumi as f32 * (fp16_to_fp32(xd) * dy) + ysum as f32 * (fp16_to_fp32(xm) * dy)
+pub fn qx_1_block(sumi: i32, xd: u16, xm: u16, yd: u16, ys: u16) -> f32 {
+    sumi as f32 * (fp16_to_fp32(xd) * fp16_to_fp32(yd)) + fp16_to_fp32(xm) * fp16_to_fp32(ys)
 }
 
 #[inline(always)]
@@ -414,6 +478,21 @@ pub fn q4_k_block(isum: i32, summ: i32, x: &BlockQ4_K, yd: f32) -> f32 {
     let d = fp16_to_fp32(x.d()) * yd;
     let dmin = fp16_to_fp32(x.dmin()) * yd;
     d * isum as f32 - dmin * summ as f32
+}
+
+/// Q2_K/Q5_K (`d·sc·q - dmin·m`) against Q8_K: `(dx·dy)·isum - (dminx·dy)·summ`, as
+/// [`q4_k_block`].
+#[inline(always)]
+pub fn qk_min_block(isum: i32, summ: i32, xd: u16, xdmin: u16, yd: f32) -> f32 {
+    let d = fp16_to_fp32(xd) * yd;
+    let dmin = fp16_to_fp32(xdmin) * yd;
+    d * isum as f32 - dmin * summ as f32
+}
+
+/// Q3_K against Q8_K: `(dx·dy)·isum`, as Q6_K.
+#[inline(always)]
+pub fn q3_k_block(isum: i32, xd: u16, yd: f32) -> f32 {
+    (fp16_to_fp32(xd) * yd) * isum as f32
 }
 
 #[inline(always)]
@@ -454,8 +533,8 @@ pub fn dot_q4_0_block(x: &BlockQ4_0, y: &BlockQ8_0) -> f32 {
 }
 
 #[inline(always)]
-pub fn dot_q4_1_block(x: &BlockQ4_1, y: &BlockQ8_0) -> f32 {
-    qx_1_block(isum32(&q4_unsigned(&x.qs), &y.qs), qsum(&y.qs), x.d(), x.m(), y.d())
+pub fn dot_q4_1_block(x: &BlockQ4_1, y: &BlockQ8_1) -> f32 {
+    qx_1_block(isum32(&q4_unsigned(&x.qs), &y.qs), x.d(), x.m(), y.d(), y.s())
 }
 
 #[inline(always)]
@@ -465,9 +544,9 @@ pub fn dot_q5_0_block(x: &BlockQ5_0, y: &BlockQ8_0) -> f32 {
 }
 
 #[inline(always)]
-pub fn dot_q5_1_block(x: &BlockQ5_1, y: &BlockQ8_0) -> f32 {
+pub fn dot_q5_1_block(x: &BlockQ5_1, y: &BlockQ8_1) -> f32 {
     let q = q5(&x.qs, x.qh()).map(|q| q as i8);
-    qx_1_block(isum32(&q, &y.qs), qsum(&y.qs), x.d(), x.m(), y.d())
+    qx_1_block(isum32(&q, &y.qs), x.d(), x.m(), y.d(), y.s())
 }
 
 /// Σ_j m[j] · (sum of the Q8_K quants of sub-block j), from the block's bsums.
@@ -488,6 +567,91 @@ pub fn dot_q4_k_block(x: &BlockQ4_K, y: &BlockQ8_K) -> f32 {
         isum += sc[2 * c] as i32 * slo + sc[2 * c + 1] as i32 * shi;
     }
     q4_k_block(isum, q4_k_summ(&m, y), x, y.d())
+}
+
+/// The unsigned 2-bit quants of a Q2_K block in element order.
+#[inline(always)]
+pub fn q2_k_unsigned(x: &BlockQ2_K) -> [i8; QK_K] {
+    let mut q = [0i8; QK_K];
+    for (half, q) in q.chunks_exact_mut(128).enumerate() {
+        let qs = &x.qs[32 * half..32 * half + 32];
+        for k in 0..4 {
+            for l in 0..32 {
+                q[32 * k + l] = ((qs[l] >> (2 * k)) & 3) as i8;
+            }
+        }
+    }
+    q
+}
+
+/// Σ_j (scales[j] >> 4) · bsum[j]: the Q2_K mins against the Q8_K sub-block sums.
+#[inline(always)]
+pub fn q2_k_summ(x: &BlockQ2_K, y: &BlockQ8_K) -> i32 {
+    x.scales.iter().enumerate().map(|(j, &s)| (s >> 4) as i32 * y.bsum(j) as i32).sum()
+}
+
+#[inline(always)]
+pub fn dot_q2_k_block(x: &BlockQ2_K, y: &BlockQ8_K) -> f32 {
+    let q = q2_k_unsigned(x);
+    let mut isum = 0i32;
+    for j in 0..QK_K / 16 {
+        let s = idot(&q[16 * j..16 * j + 16], &y.qs[16 * j..16 * j + 16]);
+        isum += (x.scales[j] & 0xF) as i32 * s;
+    }
+    qk_min_block(isum, q2_k_summ(x, y), x.d(), x.dmin(), y.d())
+}
+
+/// The signed quants (-4..4) of a Q3_K block in element order.
+#[inline(always)]
+pub fn q3_k_signed(x: &BlockQ3_K) -> [i8; QK_K] {
+    let mut q = [0i8; QK_K];
+    for (half, q) in q.chunks_exact_mut(128).enumerate() {
+        let qs = &x.qs[32 * half..32 * half + 32];
+        for k in 0..4 {
+            for l in 0..32 {
+                let hi = (x.hmask[l] >> (4 * half + k)) & 1;
+                q[32 * k + l] = ((qs[l] >> (2 * k)) & 3) as i8 - 4 * (1 - hi as i8);
+            }
+        }
+    }
+    q
+}
+
+#[inline(always)]
+pub fn dot_q3_k_block(x: &BlockQ3_K, y: &BlockQ8_K) -> f32 {
+    let q = q3_k_signed(x);
+    let sc = x.scales6();
+    let mut isum = 0i32;
+    for j in 0..QK_K / 16 {
+        let s = idot(&q[16 * j..16 * j + 16], &y.qs[16 * j..16 * j + 16]);
+        isum += (sc[j] as i32 - 32) * s;
+    }
+    q3_k_block(isum, x.d(), y.d())
+}
+
+/// The unsigned 5-bit quants of a Q5_K block in element order.
+#[inline(always)]
+pub fn q5_k_unsigned(x: &BlockQ5_K) -> [i8; QK_K] {
+    let mut q = [0i8; QK_K];
+    for (c, q) in q.chunks_exact_mut(64).enumerate() {
+        let qs = &x.qs[32 * c..32 * c + 32];
+        for l in 0..32 {
+            q[l] = ((qs[l] & 0xF) | (((x.qh[l] >> (2 * c)) & 1) << 4)) as i8;
+            q[l + 32] = ((qs[l] >> 4) | (((x.qh[l] >> (2 * c + 1)) & 1) << 4)) as i8;
+        }
+    }
+    q
+}
+
+#[inline(always)]
+pub fn dot_q5_k_block(x: &BlockQ5_K, y: &BlockQ8_K) -> f32 {
+    let (sc, m) = scales_mins_k4(&x.scales);
+    let q = q5_k_unsigned(x);
+    let mut isum = 0i32;
+    for j in 0..8 {
+        isum += sc[j] as i32 * idot(&q[32 * j..32 * j + 32], &y.qs[32 * j..32 * j + 32]);
+    }
+    qk_min_block(isum, q4_k_summ(&m, y), x.d(), x.dmin(), y.d())
 }
 
 /// The signed 6-bit quants (-32..32) of a Q6_K block in element order.
@@ -526,16 +690,28 @@ pub fn vec_dot_q4_0_q8_0(x: &[u8], y: &[u8]) -> f32 {
     dot_blocks::<BlockQ4_0, BlockQ8_0>(cast_slice(x), cast_slice(y), dot_q4_0_block)
 }
 
-pub fn vec_dot_q4_1_q8_0(x: &[u8], y: &[u8]) -> f32 {
-    dot_blocks::<BlockQ4_1, BlockQ8_0>(cast_slice(x), cast_slice(y), dot_q4_1_block)
+pub fn vec_dot_q4_1_q8_1(x: &[u8], y: &[u8]) -> f32 {
+    dot_blocks::<BlockQ4_1, BlockQ8_1>(cast_slice(x), cast_slice(y), dot_q4_1_block)
 }
 
 pub fn vec_dot_q5_0_q8_0(x: &[u8], y: &[u8]) -> f32 {
     dot_blocks::<BlockQ5_0, BlockQ8_0>(cast_slice(x), cast_slice(y), dot_q5_0_block)
 }
 
-pub fn vec_dot_q5_1_q8_0(x: &[u8], y: &[u8]) -> f32 {
-    dot_blocks::<BlockQ5_1, BlockQ8_0>(cast_slice(x), cast_slice(y), dot_q5_1_block)
+pub fn vec_dot_q5_1_q8_1(x: &[u8], y: &[u8]) -> f32 {
+    dot_blocks::<BlockQ5_1, BlockQ8_1>(cast_slice(x), cast_slice(y), dot_q5_1_block)
+}
+
+pub fn vec_dot_q2_k_q8_k(x: &[u8], y: &[u8]) -> f32 {
+    dot_blocks::<BlockQ2_K, BlockQ8_K>(cast_slice(x), cast_slice(y), dot_q2_k_block)
+}
+
+pub fn vec_dot_q3_k_q8_k(x: &[u8], y: &[u8]) -> f32 {
+    dot_blocks::<BlockQ3_K, BlockQ8_K>(cast_slice(x), cast_slice(y), dot_q3_k_block)
+}
+
+pub fn vec_dot_q5_k_q8_k(x: &[u8], y: &[u8]) -> f32 {
+    dot_blocks::<BlockQ5_K, BlockQ8_K>(cast_slice(x), cast_slice(y), dot_q5_k_block)
 }
 
 pub fn vec_dot_q4_k_q8_k(x: &[u8], y: &[u8]) -> f32 {

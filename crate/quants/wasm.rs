@@ -18,10 +18,13 @@ pub fn vec_dot(ty: GgmlType, n: usize, a: &[u8], b: &[u8]) -> Option<f32> {
     Some(match ty {
         Q8_0 => q8_0_q8_0(cast_slice(a), cast_slice(b)),
         Q4_0 => q4_0_q8_0(cast_slice(a), cast_slice(b)),
-        Q4_1 => q4_1_q8_0(cast_slice(a), cast_slice(b)),
+        Q4_1 => q4_1_q8_1(cast_slice(a), cast_slice(b)),
         Q5_0 => q5_0_q8_0(cast_slice(a), cast_slice(b)),
-        Q5_1 => q5_1_q8_0(cast_slice(a), cast_slice(b)),
+        Q5_1 => q5_1_q8_1(cast_slice(a), cast_slice(b)),
+        Q2_K => q2_k_q8_k(cast_slice(a), cast_slice(b)),
+        Q3_K => q3_k_q8_k(cast_slice(a), cast_slice(b)),
         Q4_K => q4_k_q8_k(cast_slice(a), cast_slice(b)),
+        Q5_K => q5_k_q8_k(cast_slice(a), cast_slice(b)),
         Q6_K => q6_k_q8_k(cast_slice(a), cast_slice(b)),
         F32 => f32_dot(n, a, b),
         F16 => f16_dot(n, a, b),
@@ -44,12 +47,6 @@ fn dot_i8(x: v128, y: v128) -> v128 {
         i32x4_extadd_pairwise_i16x8(i16x8_extmul_low_i8x16(x, y)),
         i32x4_extadd_pairwise_i16x8(i16x8_extmul_high_i8x16(x, y)),
     )
-}
-
-/// Σ y of 16 i8 into 4 i32 lanes.
-#[inline(always)]
-fn sum_i8(y: v128) -> v128 {
-    i32x4_extadd_pairwise_i16x8(i16x8_extadd_pairwise_i8x16(y))
 }
 
 /// `scale · Σ x·y` of 16 pairs whose products fit i16, into 4 i32 lanes (exact).
@@ -164,29 +161,27 @@ symmetric_kernel!(q5_0_q8_0, BlockQ5_0, scalar::dot_q5_0_block, |x, y| {
     i32x4_add(dot_i8(i8x16_sub(lo, sixteen), load(&y.qs[..16])), dot_i8(i8x16_sub(hi, sixteen), load(&y.qs[16..])))
 });
 
-/// The `d·q + m` kernels: `dx·dy·Σq·y + m·dy·Σy` per block.
+/// The `d·q + m` kernels against Q8_1: `(dx·dy)·Σq·y + m·s_y` per block.
 macro_rules! affine_kernel {
     ($name:ident, $X:ty, $block:path, |$x:ident| $q:expr) => {
-        fn $name(xs: &[$X], ys: &[BlockQ8_0]) -> f32 {
+        fn $name(xs: &[$X], ys: &[BlockQ8_1]) -> f32 {
             let (mut lo, mut hi) = (f32x4_splat(0.0), f32x4_splat(0.0));
             for (xg, yg) in xs.chunks_exact(LANES).zip(ys.chunks_exact(LANES)) {
                 let mut v = [i32x4_splat(0); LANES];
-                let mut w = [i32x4_splat(0); LANES];
                 for k in 0..LANES {
                     let $x = &xg[k];
                     let (q0, q1): (v128, v128) = $q;
                     let (y0, y1) = (load(&yg[k].qs[..16]), load(&yg[k].qs[16..]));
                     v[k] = i32x4_add(dot_i8(q0, y0), dot_i8(q1, y1));
-                    w[k] = i32x4_add(sum_i8(y0), sum_i8(y1));
                 }
                 for (h, acc) in [&mut lo, &mut hi].into_iter().enumerate() {
                     let four = |v: &[v128; LANES]| [v[4 * h], v[4 * h + 1], v[4 * h + 2], v[4 * h + 3]];
                     let s = f32x4_convert_i32x4(transpose_sum(&four(&v)));
-                    let ysum = f32x4_convert_i32x4(transpose_sum(&four(&w)));
                     let dx = f16x4(core::array::from_fn(|k| xg[4 * h + k].d()));
                     let mx = f16x4(core::array::from_fn(|k| xg[4 * h + k].m()));
                     let dy = f16x4(core::array::from_fn(|k| yg[4 * h + k].d()));
-                    let c = f32x4_add(f32x4_mul(s, f32x4_mul(dx, dy)), f32x4_mul(ysum, f32x4_mul(mx, dy)));
+                    let sy = f16x4(core::array::from_fn(|k| yg[4 * h + k].s()));
+                    let c = f32x4_add(f32x4_mul(s, f32x4_mul(dx, dy)), f32x4_mul(mx, sy));
                     *acc = f32x4_add(*acc, c);
                 }
             }
@@ -195,8 +190,8 @@ macro_rules! affine_kernel {
     };
 }
 
-affine_kernel!(q4_1_q8_0, BlockQ4_1, scalar::dot_q4_1_block, |x| nibbles(&x.qs));
-affine_kernel!(q5_1_q8_0, BlockQ5_1, scalar::dot_q5_1_block, |x| q5(&x.qs, x.qh()));
+affine_kernel!(q4_1_q8_1, BlockQ4_1, scalar::dot_q4_1_block, |x| nibbles(&x.qs));
+affine_kernel!(q5_1_q8_1, BlockQ5_1, scalar::dot_q5_1_block, |x| q5(&x.qs, x.qh()));
 
 fn q4_k_q8_k(xs: &[BlockQ4_K], ys: &[BlockQ8_K]) -> f32 {
     let mut acc = [0f32; LANES];
@@ -215,6 +210,77 @@ fn q4_k_q8_k(xs: &[BlockQ4_K], ys: &[BlockQ8_K]) -> f32 {
             }
         }
         acc[b % LANES] += scalar::q4_k_block(hsum_i32(isum), scalar::q4_k_summ(&m, y), x, y.d());
+    }
+    reduce8(&acc)
+}
+
+fn q2_k_q8_k(xs: &[BlockQ2_K], ys: &[BlockQ8_K]) -> f32 {
+    let mut acc = [0f32; LANES];
+    let m3 = u8x16_splat(3);
+    for (b, (x, y)) in xs.iter().zip(ys).enumerate() {
+        let mut isum = i32x4_splat(0);
+        for half in 0..2 {
+            for p in 0..2 {
+                // elements 128·half + 32k + 16p .. +16: sub-block 8·half + 2k + p
+                let qs = load(&x.qs[32 * half + 16 * p..]);
+                for k in 0..4 {
+                    let q = v128_and(u8x16_shr(qs, 2 * k as u32), m3);
+                    let yv = load(&y.qs[128 * half + 32 * k + 16 * p..]);
+                    let j = 8 * half + 2 * k + p;
+                    isum = i32x4_add(isum, dot_i8_scaled(q, yv, (x.scales[j] & 0xF) as i16));
+                }
+            }
+        }
+        acc[b % LANES] += scalar::qk_min_block(hsum_i32(isum), scalar::q2_k_summ(x, y), x.d(), x.dmin(), y.d());
+    }
+    reduce8(&acc)
+}
+
+fn q3_k_q8_k(xs: &[BlockQ3_K], ys: &[BlockQ8_K]) -> f32 {
+    let mut acc = [0f32; LANES];
+    let (m3, m1, four) = (u8x16_splat(3), u8x16_splat(1), i8x16_splat(4));
+    for (b, (x, y)) in xs.iter().zip(ys).enumerate() {
+        let sc = x.scales6();
+        let mut isum = i32x4_splat(0);
+        for half in 0..2 {
+            for p in 0..2 {
+                let qs = load(&x.qs[32 * half + 16 * p..]);
+                let hm = load(&x.hmask[16 * p..]);
+                for k in 0..4 {
+                    let low = v128_and(u8x16_shr(qs, 2 * k as u32), m3);
+                    let high = i8x16_shl(v128_and(u8x16_shr(hm, (4 * half + k) as u32), m1), 2);
+                    let q = i8x16_sub(v128_or(low, high), four); // -4..4: products fit i16
+                    let yv = load(&y.qs[128 * half + 32 * k + 16 * p..]);
+                    let j = 8 * half + 2 * k + p;
+                    isum = i32x4_add(isum, dot_i8_scaled(q, yv, sc[j] as i16 - 32));
+                }
+            }
+        }
+        acc[b % LANES] += scalar::q3_k_block(hsum_i32(isum), x.d(), y.d());
+    }
+    reduce8(&acc)
+}
+
+fn q5_k_q8_k(xs: &[BlockQ5_K], ys: &[BlockQ8_K]) -> f32 {
+    let mut acc = [0f32; LANES];
+    let (mask, m1) = (u8x16_splat(0x0F), u8x16_splat(1));
+    for (b, (x, y)) in xs.iter().zip(ys).enumerate() {
+        let (sc, m) = scales_mins_k4(&x.scales);
+        let mut isum = i32x4_splat(0);
+        for c in 0..4 {
+            let (sl, sh) = (sc[2 * c] as i16, sc[2 * c + 1] as i16);
+            for p in 0..2 {
+                let q = load(&x.qs[32 * c + 16 * p..]);
+                let qh = load(&x.qh[16 * p..]);
+                let hlo = i8x16_shl(v128_and(u8x16_shr(qh, 2 * c as u32), m1), 4);
+                let hhi = i8x16_shl(v128_and(u8x16_shr(qh, 2 * c as u32 + 1), m1), 4);
+                let ylo = load(&y.qs[64 * c + 16 * p..]);
+                let yhi = load(&y.qs[64 * c + 32 + 16 * p..]);
+                isum = i32x4_add(isum, dot_i8_scaled(v128_or(v128_and(q, mask), hlo), ylo, sl));
+                isum = i32x4_add(isum, dot_i8_scaled(v128_or(u8x16_shr(q, 4), hhi), yhi, sh));
+            }
+        }
+        acc[b % LANES] += scalar::qk_min_block(hsum_i32(isum), scalar::q4_k_summ(&m, y), x.d(), x.dmin(), y.d());
     }
     reduce8(&acc)
 }

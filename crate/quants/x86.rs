@@ -50,10 +50,13 @@ pub fn vec_dot(ty: GgmlType, n: usize, a: &[u8], b: &[u8]) -> Option<f32> {
         Some(match ty {
             Q8_0 => q8_0_q8_0(cast_slice(a), cast_slice(b)),
             Q4_0 => q4_0_q8_0(cast_slice(a), cast_slice(b)),
-            Q4_1 => q4_1_q8_0(cast_slice(a), cast_slice(b)),
+            Q4_1 => q4_1_q8_1(cast_slice(a), cast_slice(b)),
             Q5_0 => q5_0_q8_0(cast_slice(a), cast_slice(b)),
-            Q5_1 => q5_1_q8_0(cast_slice(a), cast_slice(b)),
+            Q5_1 => q5_1_q8_1(cast_slice(a), cast_slice(b)),
+            Q2_K => q2_k_q8_k(cast_slice(a), cast_slice(b)),
+            Q3_K => q3_k_q8_k(cast_slice(a), cast_slice(b)),
             Q4_K => q4_k_q8_k(cast_slice(a), cast_slice(b)),
+            Q5_K => q5_k_q8_k(cast_slice(a), cast_slice(b)),
             Q6_K => q6_k_q8_k(cast_slice(a), cast_slice(b)),
             F32 => f32_dot(n, a, b),
             F16 => f16_dot(n, a, b),
@@ -96,13 +99,6 @@ unsafe fn dot_u8_off(u: __m256i, y: __m256i, off: i8) -> __m256i {
         p = _mm256_sub_epi16(p, _mm256_maddubs_epi16(_mm256_set1_epi8(off), y));
     }
     _mm256_madd_epi16(p, _mm256_set1_epi16(1))
-}
-
-/// Σ y of 32 i8 into 8 i32 lanes.
-#[target_feature(enable = "avx2,f16c")]
-#[inline]
-unsafe fn sum_i8(y: __m256i) -> __m256i {
-    _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), y), _mm256_set1_epi16(1))
 }
 
 #[target_feature(enable = "avx2,f16c")]
@@ -216,28 +212,25 @@ symmetric_kernel!(q5_0_q8_0, BlockQ5_0, scalar::dot_q5_0_block, |x, y| dot_u8_of
     16
 ));
 
-/// The `d·q + m` kernels (Q4_1, Q5_1): `dx·dy·Σq·y + m·dy·Σy` per block.
+/// The `d·q + m` kernels (Q4_1, Q5_1) against Q8_1: `(dx·dy)·Σq·y + m·s_y` per block.
 macro_rules! affine_kernel {
     ($name:ident, $X:ty, $block:path, |$x:ident| $q:expr) => {
         #[target_feature(enable = "avx2,f16c")]
-        unsafe fn $name(xs: &[$X], ys: &[BlockQ8_0]) -> f32 {
+        unsafe fn $name(xs: &[$X], ys: &[BlockQ8_1]) -> f32 {
             let mut acc = _mm256_setzero_ps();
             for (xg, yg) in xs.chunks_exact(LANES).zip(ys.chunks_exact(LANES)) {
                 let mut v = [_mm256_setzero_si256(); LANES];
-                let mut w = [_mm256_setzero_si256(); LANES];
                 for k in 0..LANES {
                     let $x = &xg[k];
                     let y = load256(yg[k].qs.as_ptr() as *const u8);
                     v[k] = dot_u8_off($q, y, 0);
-                    w[k] = sum_i8(y);
                 }
                 let s = _mm256_cvtepi32_ps(transpose_sum(&v));
-                let ysum = _mm256_cvtepi32_ps(transpose_sum(&w));
                 let dx = f16x8(core::array::from_fn(|k| xg[k].d()));
                 let mx = f16x8(core::array::from_fn(|k| xg[k].m()));
                 let dy = f16x8(core::array::from_fn(|k| yg[k].d()));
-                let c =
-                    _mm256_add_ps(_mm256_mul_ps(s, _mm256_mul_ps(dx, dy)), _mm256_mul_ps(ysum, _mm256_mul_ps(mx, dy)));
+                let sy = f16x8(core::array::from_fn(|k| yg[k].s()));
+                let c = _mm256_add_ps(_mm256_mul_ps(s, _mm256_mul_ps(dx, dy)), _mm256_mul_ps(mx, sy));
                 acc = _mm256_add_ps(acc, c);
             }
             finish(store(acc), xs, ys, $block)
@@ -245,8 +238,8 @@ macro_rules! affine_kernel {
     };
 }
 
-affine_kernel!(q4_1_q8_0, BlockQ4_1, scalar::dot_q4_1_block, |x| nibbles(&x.qs));
-affine_kernel!(q5_1_q8_0, BlockQ5_1, scalar::dot_q5_1_block, |x| q5_bytes(&x.qs, x.qh()));
+affine_kernel!(q4_1_q8_1, BlockQ4_1, scalar::dot_q4_1_block, |x| nibbles(&x.qs));
+affine_kernel!(q5_1_q8_1, BlockQ5_1, scalar::dot_q5_1_block, |x| q5_bytes(&x.qs, x.qh()));
 
 #[target_feature(enable = "avx2,f16c")]
 unsafe fn q4_k_q8_k(xs: &[BlockQ4_K], ys: &[BlockQ8_K]) -> f32 {
@@ -266,6 +259,94 @@ unsafe fn q4_k_q8_k(xs: &[BlockQ4_K], ys: &[BlockQ8_K]) -> f32 {
             isum = _mm256_add_epi32(isum, _mm256_madd_epi16(phi, _mm256_set1_epi16(sc[2 * c + 1] as i16)));
         }
         acc[b % LANES] += scalar::q4_k_block(hsum_i32(isum), scalar::q4_k_summ(&m, y), x, y.d());
+    }
+    reduce8(&acc)
+}
+
+/// Bits `shift..` of every byte of `v`, masked by `mask` (a 16-bit shift then a byte mask:
+/// the bits that cross into a neighbouring byte are masked off).
+#[inline(always)]
+unsafe fn bits(v: __m256i, shift: u32, mask: __m256i) -> __m256i {
+    _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(shift as i32)), mask)
+}
+
+/// Two sub-blocks of 16 in one vector: `sc_lo·Σ(first 16 pairs) + sc_hi·Σ(last 16)`, from
+/// the i16 pair sums `p`, into 8 i32 lanes.
+#[inline(always)]
+unsafe fn scale_pairs(p: __m256i, sc_lo: i16, sc_hi: i16) -> __m256i {
+    _mm256_madd_epi16(p, _mm256_set_m128i(_mm_set1_epi16(sc_hi), _mm_set1_epi16(sc_lo)))
+}
+
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn q2_k_q8_k(xs: &[BlockQ2_K], ys: &[BlockQ8_K]) -> f32 {
+    let mut acc = [0f32; LANES];
+    let m3 = _mm256_set1_epi8(3);
+    for (b, (x, y)) in xs.iter().zip(ys).enumerate() {
+        let mut isum = _mm256_setzero_si256();
+        for half in 0..2 {
+            let qs = load256(x.qs.as_ptr().add(32 * half));
+            for k in 0..4 {
+                let j = 8 * half + 2 * k;
+                let yv = load256(y.qs.as_ptr().add(128 * half + 32 * k) as *const u8);
+                // 2-bit × i8 pairs ≤ 2·3·128: exact in i16
+                let p = _mm256_maddubs_epi16(bits(qs, 2 * k as u32, m3), yv);
+                isum =
+                    _mm256_add_epi32(isum, scale_pairs(p, (x.scales[j] & 0xF) as i16, (x.scales[j + 1] & 0xF) as i16));
+            }
+        }
+        acc[b % LANES] += scalar::qk_min_block(hsum_i32(isum), scalar::q2_k_summ(x, y), x.d(), x.dmin(), y.d());
+    }
+    reduce8(&acc)
+}
+
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn q3_k_q8_k(xs: &[BlockQ3_K], ys: &[BlockQ8_K]) -> f32 {
+    let mut acc = [0f32; LANES];
+    let (m3, m1, four) = (_mm256_set1_epi8(3), _mm256_set1_epi8(1), _mm256_set1_epi8(4));
+    for (b, (x, y)) in xs.iter().zip(ys).enumerate() {
+        let sc = x.scales6();
+        let hm = load256(x.hmask.as_ptr());
+        let mut isum = _mm256_setzero_si256();
+        for half in 0..2 {
+            let qs = load256(x.qs.as_ptr().add(32 * half));
+            for k in 0..4 {
+                let j = 8 * half + 2 * k;
+                let yv = load256(y.qs.as_ptr().add(128 * half + 32 * k) as *const u8);
+                // u = low 2 bits + 4·(high bit) in 0..8; q = u - 4. Both maddubs stay in i16.
+                let u = _mm256_or_si256(
+                    bits(qs, 2 * k as u32, m3),
+                    _mm256_slli_epi16::<2>(bits(hm, (4 * half + k) as u32, m1)),
+                );
+                let p = _mm256_sub_epi16(_mm256_maddubs_epi16(u, yv), _mm256_maddubs_epi16(four, yv));
+                isum = _mm256_add_epi32(isum, scale_pairs(p, sc[j] as i16 - 32, sc[j + 1] as i16 - 32));
+            }
+        }
+        acc[b % LANES] += scalar::q3_k_block(hsum_i32(isum), x.d(), y.d());
+    }
+    reduce8(&acc)
+}
+
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn q5_k_q8_k(xs: &[BlockQ5_K], ys: &[BlockQ8_K]) -> f32 {
+    let mut acc = [0f32; LANES];
+    let (m4, m1) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(1));
+    for (b, (x, y)) in xs.iter().zip(ys).enumerate() {
+        let (sc, m) = scales_mins_k4(&x.scales);
+        let qh = load256(x.qh.as_ptr());
+        let mut isum = _mm256_setzero_si256();
+        for c in 0..4 {
+            let q = load256(x.qs.as_ptr().add(32 * c));
+            let ylo = load256(y.qs.as_ptr().add(64 * c) as *const u8);
+            let yhi = load256(y.qs.as_ptr().add(64 * c + 32) as *const u8);
+            let lo = _mm256_or_si256(_mm256_and_si256(q, m4), _mm256_slli_epi16::<4>(bits(qh, 2 * c as u32, m1)));
+            let hi = _mm256_or_si256(bits(q, 4, m4), _mm256_slli_epi16::<4>(bits(qh, 2 * c as u32 + 1, m1)));
+            // 5-bit × i8 pairs ≤ 2·31·128: exact in i16; then × the 6-bit scale into i32
+            let plo = _mm256_maddubs_epi16(lo, ylo);
+            let phi = _mm256_maddubs_epi16(hi, yhi);
+            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(plo, _mm256_set1_epi16(sc[2 * c] as i16)));
+            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(phi, _mm256_set1_epi16(sc[2 * c + 1] as i16)));
+        }
+        acc[b % LANES] += scalar::qk_min_block(hsum_i32(isum), scalar::q4_k_summ(&m, y), x.d(), x.dmin(), y.d());
     }
     reduce8(&acc)
 }

@@ -29,20 +29,44 @@ const MAT_VEC_MAX_N: i64 = 8;
 fn unit(ty: GgmlType) -> Option<usize> {
     match ty {
         GgmlType::F32 | GgmlType::I32 => Some(4),
-        GgmlType::F16 => Some(2),
-        GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q4_K | GgmlType::Q6_K => Some(1),
+        GgmlType::F16 | GgmlType::BF16 => Some(2),
+        t if weight_spec(t).is_some() && t.is_quantized() => Some(1),
         _ => None,
     }
 }
+
+/// The weight types get_rows and mul_mat have kernels for (shaders/dequant.wgsl).
+pub(crate) const WEIGHT_TYPES: &[GgmlType] = &[
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::BF16,
+    GgmlType::Q8_0,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+];
 
 /// The kernel specialisation for a weight type of get_rows / mul_mat.
 fn weight_spec(ty: GgmlType) -> Option<&'static str> {
     match ty {
         GgmlType::F32 => Some("f32"),
         GgmlType::F16 => Some("f16"),
+        GgmlType::BF16 => Some("bf16"),
         GgmlType::Q8_0 => Some("q8_0"),
         GgmlType::Q4_0 => Some("q4_0"),
+        GgmlType::Q4_1 => Some("q4_1"),
+        GgmlType::Q5_0 => Some("q5_0"),
+        GgmlType::Q5_1 => Some("q5_1"),
+        GgmlType::Q2_K => Some("q2_k"),
+        GgmlType::Q3_K => Some("q3_k"),
         GgmlType::Q4_K => Some("q4_k"),
+        GgmlType::Q5_K => Some("q5_k"),
         GgmlType::Q6_K => Some("q6_k"),
         _ => None,
     }
@@ -92,7 +116,7 @@ pub(crate) fn check(node: &Tensor) -> Result<(), String> {
         }
         Op::GetRows => {
             let a = s(0)?;
-            want(a, &[F32, F16, Q8_0, Q4_0, Q4_K, Q6_K], "src0")?;
+            want(a, WEIGHT_TYPES, "src0")?;
             want(s(1)?, &[I32], "indices")?;
             want(node, &[F32], "dst")?;
             if !a.is_contiguous_rows() {
@@ -102,7 +126,7 @@ pub(crate) fn check(node: &Tensor) -> Result<(), String> {
         }
         Op::MulMat => {
             let a = s(0)?;
-            want(a, &[F32, F16, Q8_0, Q4_0, Q4_K, Q6_K], "src0")?;
+            want(a, WEIGHT_TYPES, "src0")?;
             want(s(1)?, &[F32], "src1")?;
             want(node, &[F32], "dst")?;
             if !a.is_contiguous_rows() {

@@ -131,7 +131,9 @@ pub fn kernel_sources() -> Vec<(String, String)> {
         out.push((file.to_string(), specialisation(file, "")));
     }
     for file in ["get_rows", "mul_mat", "mul_mat_q"] {
-        for spec in ["f32", "f16", "q8_0", "q4_0", "q4_k", "q6_k"] {
+        for spec in
+            ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k"]
+        {
             out.push((format!("{file}:{spec}"), specialisation(file, spec)));
         }
     }
