@@ -159,8 +159,8 @@ GGWEB_TARBALL="$PACK_DIR/$(npm pack --silent --pack-destination "$PACK_DIR" | ta
 run_step bundlers env TMPDIR="$BROWSER_TMP" GGWEB_TARBALL="$GGWEB_TARBALL" node --test --test-reporter=spec tests/bundlers/*.test.mjs
 n=$(count_node_test "$LOGS/bundlers.log" "bundler apps")
 PASSED=$((PASSED + n))
-sizes=$(sed -nE 's/^(vite|webpack): dist\/ holds ([0-9]+) files, ([0-9]+) bytes:$/\1 \3 B/p' "$LOGS/bundlers.log" | paste -sd, -)
-SUMMARY+=("bundler apps (Vite, webpack) in Chromium: $n passed; dist: $sizes ($STEP_SECS s)")
+sizes=$(sed -nE 's/^(vite|webpack|esbuild): dist\/ holds ([0-9]+) files, ([0-9]+) bytes:$/\1 \3 B/p' "$LOGS/bundlers.log" | paste -sd, -)
+SUMMARY+=("bundler apps (Vite, webpack, esbuild recipe) in Chromium: $n passed; dist: $sizes ($STEP_SECS s)")
 
 # 7c. Node.js: the packed package loads a model from a path and from bytes
 run_step node env GGWEB_TARBALL="$GGWEB_TARBALL" node --test --test-reporter=spec tests/node/*.test.mjs

@@ -5,6 +5,8 @@
 // static host), and in headless Chromium loads the tiny GPT-2 in a worker and on the page thread:
 // Hugging Face's greedy tokens, logits within 1e-4 of HF's, two threads on the isolated host and
 // one thread, with the reason, on the plain one. The Vite app also runs under the dev server.
+// A third app (tests/bundlers/esbuild) checks the README's recipe for bundlers that do not
+// follow `new URL(…, import.meta.url)`: esbuild's bundle with the package's web/ copied beside it.
 //
 //   node --test tests/bundlers/bundlers.test.mjs     (after scripts/build-wasm.sh; GGWEB_TARBALL=<npm pack output> to skip packing)
 //
@@ -27,6 +29,9 @@ assert.ok(MODELS_DIR, 'the shared tiny GPT-2 (tiny-gpt2-f32.gguf) is needed: set
 const APPS = {
   vite: { build: ['npm', ['run', 'build']] },
   webpack: { build: ['npm', ['run', 'build']] },
+  // esbuild leaves `new URL(…, import.meta.url)` alone: the README's recipe, which copies the
+  // package's web/ folder beside the bundle (its package.json "build" script).
+  esbuild: { build: ['npm', ['run', 'build']] },
 };
 
 let browser;
