@@ -119,14 +119,26 @@ async function checkApp(label, base, { isolated }) {
       console.log(`${what}: greedy = HF for ${HF.prompts.length} prompts, max |logit - HF| ` +
         `${Math.max(...r.maxDiff).toExponential(2)}, threads ${JSON.stringify(t)}`);
     }
+    if (isolated) {
+      // A custom deployment: `coreUrl` names a glue the bundler never saw (here the installed
+      // package's own files, served at /custom/); its threaded and relaxed siblings are found
+      // beside it by folder name.
+      const r = await page.evaluate(RUN, { model: `/models/${MODEL}`, prompts: HF.prompts.slice(0, 1), rowsUrl: '/fixtures/tiny-gpt2.hf-rows.bin',
+        opts: { nThreads: 2, coreUrl: '/custom/pkg/ggweb_core.js' } });
+      assert.equal(r.error, undefined, `${label}, coreUrl: ${r.error}`);
+      assert.deepEqual(r.greedy[0], HF.prompts[0].greedy_ids, `${label}, coreUrl: HF's greedy ids`);
+      assert.ok(r.maxDiff[0] <= 1e-4, `${label}, coreUrl: max |logit - HF| ${r.maxDiff[0]}`);
+      assert.deepEqual(r.info.threads, { n: 2, running: 2, build: 'pkg-threads-relaxed', reason: null }, `${label}, coreUrl: threads`);
+    }
     assert.deepEqual(problems.filter((m) => !m.includes('/favicon.ico')), [], `${label}: page errors`);
   } finally {
     await page.close();
   }
 }
 
-async function serveDist(dist, isolate) {
-  return startServer({ port: 0, isolate, mounts: [['/models/', MODELS_DIR], ['/fixtures/', FIXTURES], ['/', dist]] });
+async function serveDist(app, isolate) {
+  const custom = join(HERE, app, 'node_modules', 'ggweb', 'web');
+  return startServer({ port: 0, isolate, mounts: [['/models/', MODELS_DIR], ['/fixtures/', FIXTURES], ['/custom/', custom], ['/', built[app].dist]] });
 }
 
 for (const app of Object.keys(APPS)) {
@@ -140,7 +152,7 @@ for (const app of Object.keys(APPS)) {
 
   for (const isolated of [true, false]) {
     test(`${app}: production build on a ${isolated ? 'COOP/COEP (cross-origin isolated)' : 'plain static'} host: HF's greedy tokens and logits, in a worker and on the page`, async () => {
-      const server = await serveDist(built[app].dist, isolated);
+      const server = await serveDist(app, isolated);
       try {
         await checkApp(`${app} build, ${isolated ? 'isolated' : 'plain'} host`, server.url, { isolated });
       } finally {
@@ -155,7 +167,7 @@ test('vite: the dev server (no config file; COOP/COEP headers given to it) runs 
   const { createServer } = await import(pathToFileURL(join(dir, 'node_modules', 'vite', 'dist', 'node', 'index.js')).href);
   // Only hosting settings here, nothing about ggweb: the isolation headers, and the model and
   // reference files served from outside the app (a plugin, as any app serving files would).
-  const mounts = [['/models/', MODELS_DIR], ['/fixtures/', FIXTURES]];
+  const mounts = [['/models/', MODELS_DIR], ['/fixtures/', FIXTURES], ['/custom/', join(dir, 'node_modules', 'ggweb', 'web')]];
   const files = await startServer({ port: 0, isolate: true, mounts });
   const proxy = Object.fromEntries(mounts.map(([p]) => [p, { target: files.url.replace('localhost', '127.0.0.1'), changeOrigin: true }]));
   const server = await createServer({
