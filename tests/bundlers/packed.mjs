@@ -4,7 +4,7 @@ import { existsSync, mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { ARTIFACTS, ROOT } from '../e2e/helpers.mjs';
 
-/** $GGWEB_TARBALL (scripts/test.sh packs once for all), else a fresh `npm pack` in tests/artifacts/pack/. */
+/** $GGWEB_TARBALL (scripts/test.sh packs once for all), else a fresh `npm pack` in tests/artifacts/pack/ (removed at exit). */
 export function packedTarball() {
   const given = process.env.GGWEB_TARBALL;
   if (given) {
@@ -13,6 +13,7 @@ export function packedTarball() {
   }
   const dest = join(ARTIFACTS, 'pack', String(process.pid));
   mkdirSync(dest, { recursive: true });
+  process.on('exit', () => rmSync(dest, { recursive: true, force: true }));
   const out = execFileSync('npm', ['pack', '--json', '--pack-destination', dest], { cwd: ROOT, encoding: 'utf8' });
   return join(dest, JSON.parse(out)[0].filename);
 }
