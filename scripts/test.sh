@@ -4,6 +4,8 @@
 #   3. no_std core build for wasm32       4. wasm tests (tests/wasm_*.rs) in headless Chromium
 #   5. release wasm builds (web/pkg*)   6. browser tests (tests/e2e/*.spec.mjs, Playwright)
 #   7. npm pack: the package's files, and that the packed module loads
+#   7b. the packed package in a Vite 8 and a webpack 5 app (tests/bundlers/), built and run in
+#       headless Chromium; 7c. in Node.js (tests/node/)
 #   8. fuzz smoke: every cargo-fuzz target for 60 s (scripts/fuzz-smoke.sh)
 # Each runner's output is checked for a count of tests that actually ran: a runner that
 # skips everything and exits 0 fails here. Logs go to tests/artifacts/logs/.
@@ -64,6 +66,16 @@ count_libtest() {
     failed=$(grep -E '^test result: ' "$file" | sed -E 's/.* ([0-9]+) failed.*/\1/' | awk '{s+=$1} END {print s+0}')
     [ "$failed" = 0 ] || die "$what: $failed tests failed"
     [ "$passed" -gt 0 ] || die "$what: no test ran (no 'test result: ok. N passed' with N > 0)"
+    echo "$passed"
+}
+
+# Counts node:test's "ℹ pass N" / "ℹ fail M"; fails on any failure or none run.
+count_node_test() {
+    local file=$1 what=$2 passed failed
+    passed=$(grep -Eo '^ℹ pass [0-9]+' "$file" | grep -Eo '[0-9]+' || true)
+    failed=$(grep -Eo '^ℹ fail [0-9]+' "$file" | grep -Eo '[0-9]+' || true)
+    [ "${failed:-1}" = 0 ] || die "$what: ${failed:-?} failed"
+    [ "${passed:-0}" -gt 0 ] || die "$what: none ran"
     echo "$passed"
 }
 
@@ -137,6 +149,24 @@ SUMMARY+=("browser tests (Playwright): $e_pass passed ($STEP_SECS s)")
 # 7. the npm package
 run_step pack node scripts/check-pack.mjs
 SUMMARY+=("npm pack: contents and import ok ($STEP_SECS s)")
+
+# 7b. the packed package as apps use it: Vite 8 and webpack 5 production builds (each app's
+# bundler pinned by its package-lock.json, installed with npm ci), the Vite dev server, and Node.js
+PACK_DIR="$BROWSER_TMP/pack"
+mkdir -p "$PACK_DIR"
+GGWEB_TARBALL="$PACK_DIR/$(npm pack --silent --pack-destination "$PACK_DIR" | tail -n 1)"
+[ -f "$GGWEB_TARBALL" ] || die "npm pack made no tarball in $PACK_DIR"
+run_step bundlers env TMPDIR="$BROWSER_TMP" GGWEB_TARBALL="$GGWEB_TARBALL" node --test --test-reporter=spec tests/bundlers/*.test.mjs
+n=$(count_node_test "$LOGS/bundlers.log" "bundler apps")
+PASSED=$((PASSED + n))
+sizes=$(sed -nE 's/^(vite|webpack|esbuild): dist\/ holds ([0-9]+) files, ([0-9]+) bytes:$/\1 \3 B/p' "$LOGS/bundlers.log" | paste -sd, -)
+SUMMARY+=("bundler apps (Vite, webpack, esbuild recipe) in Chromium: $n passed; dist: $sizes ($STEP_SECS s)")
+
+# 7c. Node.js: the packed package loads a model from a path and from bytes
+run_step node env GGWEB_TARBALL="$GGWEB_TARBALL" node --test --test-reporter=spec tests/node/*.test.mjs
+n=$(count_node_test "$LOGS/node.log" "Node.js tests")
+PASSED=$((PASSED + n))
+SUMMARY+=("Node.js ($(node --version)): $n passed ($STEP_SECS s)")
 
 # 8. fuzz smoke: each target must have run inputs and found no crash
 run_step fuzz bash scripts/fuzz-smoke.sh

@@ -7,15 +7,19 @@
 // instantiates the glue's module on the shared memory it is sent (wasm-bindgen's init gives
 // the new thread its own stack and TLS), then runs ggweb_thread_entry(ptr) until the pool
 // shuts down. Imported anywhere else (by the glue), it only defines spawnThread.
+//
+// The worker's URL and the glue's import are literals (not variables) because that is what
+// Vite and webpack follow: they then bundle this file as a worker and emit it with the glue.
 const THREAD_NAME = 'ggweb-cpu-thread';
-const GLUE_URL = new URL('../../../ggweb_core.js', import.meta.url).href;
 
 // Started workers, kept referenced: some browsers collect a worker nothing points to.
 const workers = [];
 
 /** Starts one pool thread; throws (to Rust, as an Err) when Web Workers are unavailable. */
 export function spawnThread(module, memory, ptr) {
-  const w = new Worker(new URL(import.meta.url), { type: 'module', name: THREAD_NAME });
+  // The name is not a literal on purpose: webpack names a worker's chunk after a literal one,
+  // and the two threaded builds' copies of this file would then overwrite each other.
+  const w = new Worker(new URL('./cpu-thread.js', import.meta.url), { type: 'module', name: THREAD_NAME });
   w.onerror = (ev) => console.error(`ggweb: a CPU worker thread failed to start: ${ev.message ?? ev}`);
   w.postMessage({ ggwebThread: { module, memory, ptr } });
   workers.push(w);
@@ -25,7 +29,7 @@ async function runThread({ module, memory, ptr }) {
   let core;
   let exports;
   try {
-    core = await import(GLUE_URL);
+    core = await import('../../../ggweb_core.js');
     exports = await core.default({ module_or_path: module, memory });
   } catch (e) {
     // The pool's caller does this thread's share: slower, still correct.

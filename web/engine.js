@@ -2,13 +2,15 @@
 // (worker.js) or, with `Model.load(src, { worker: false })`, on the page's own thread;
 // ggweb.js gives both the same API.
 //
-//   const engine = new Engine(new URL('./pkg/ggweb_core.js', import.meta.url).href);
+//   const engine = new Engine(null); // or the URL of a custom build's glue
 //   const info = await engine.load({ kind: 'url', url }, { nCtx: 512 }, { onProgress, signal });
 //   for await (const { token, text } of engine.generate('Hello', { maxTokens: 8 }, () => false)) ...
 //
 // Loading streams: each chunk a fetch (or File, or stream) delivers goes straight to
 // WasmLoader.feed, so the whole file is never held in JS memory. Every wasm call is
 // awaited, so the Rust side may later turn any of them async (WebGPU readbacks) freely.
+
+import { BUILDS, wasmSource } from './builds.js';
 
 /** Error codes a GgwebError can carry (see ggweb.d.ts for what each means). */
 export const ERROR_CODES = Object.freeze([
@@ -92,6 +94,9 @@ const now = () => (typeof performance !== 'undefined' ? performance.now() : Date
 let yieldChannel = null;
 const yieldWaiters = [];
 export function yieldNow() {
+  // Node: setImmediate is the macrotask boundary there, and a listening MessagePort would keep
+  // the process alive after the caller is done.
+  if (typeof setImmediate === 'function') return new Promise((r) => setImmediate(r));
   if (typeof MessageChannel === 'undefined') return new Promise((r) => setTimeout(r, 0));
   if (!yieldChannel) {
     yieldChannel = new MessageChannel();
@@ -105,27 +110,38 @@ export function yieldNow() {
 
 const coreCache = new Map();
 
-/** Imports and initializes the wasm-bindgen glue at `coreUrl` (once per URL). */
-export function loadCore(coreUrl) {
-  let p = coreCache.get(coreUrl);
+/**
+ * Imports and initializes a wasm build (once each): one of BUILDS' folders ('pkg', …), found
+ * where the bundler put it, or, for a custom deployment (`coreUrl`), the glue's URL.
+ */
+export function loadCore(build) {
+  let p = coreCache.get(build);
   if (!p) {
+    const known = Object.hasOwn(BUILDS, build) ? BUILDS[build] : null;
+    const where = known ? `${build}/ggweb_core.js` : build;
     p = (async () => {
       let mod;
       try {
-        mod = await import(coreUrl);
+        // A custom URL is the caller's: bundlers are told to leave that import alone.
+        mod = await (known ? known.glue() : import(/* webpackIgnore: true */ /* @vite-ignore */ build));
       } catch (e) {
-        throw new GgwebError('unsupported', `could not import the wasm glue ${coreUrl} (was the wasm built? npm run build): ${e.message}`);
+        throw new GgwebError('unsupported', `could not import the wasm glue ${where} (was the wasm built? npm run build): ${e.message}`);
       }
       try {
-        if (typeof mod.default === 'function') await mod.default();
+        if (typeof mod.default === 'function') {
+          // The glue beside its wasm (wasm-bindgen's x.js → x_bg.wasm) finds it alone, except
+          // from a file: URL (Node), which fetch cannot read: pass the bytes then.
+          const wasm = known ? known.wasm() : new URL(build).protocol === 'file:' ? new URL(build.replace(/(\.m?js)?$/, '_bg.wasm')) : null;
+          await (wasm ? mod.default({ module_or_path: await wasmSource(wasm) }) : mod.default());
+        }
       } catch (e) {
-        throw new GgwebError('unsupported', `could not instantiate the wasm module for ${coreUrl}: ${e.message}`);
+        throw new GgwebError('unsupported', `could not instantiate the wasm module for ${where}: ${e.message}`);
       }
       mod.init_panic_hook?.();
       return mod;
     })();
-    coreCache.set(coreUrl, p);
-    p.catch(() => coreCache.delete(coreUrl));
+    coreCache.set(build, p);
+    p.catch(() => coreCache.delete(build));
   }
   return p;
 }
@@ -173,6 +189,9 @@ export function planThreads(nThreads) {
   const cores = Math.max(1, Number(g.navigator?.hardwareConcurrency) || 1);
   const single = (reason) => ({ n: 1, threaded: false, reason });
   if (nThreads === 1) return single('nThreads: 1 was asked for');
+  if (!inWorker && g.process?.versions?.node && typeof g.document === 'undefined') {
+    return single('in Node.js the CPU thread pool (Web Workers on shared memory) is not available');
+  }
   if (!inWorker) return single("the model runs on the page's main thread ({ worker: false }), which must not block");
   if (!g.crossOriginIsolated) {
     return single('the page is not cross-origin isolated: serve it with the headers ' +
@@ -371,7 +390,7 @@ async function openSource(src, { signal, cache }) {
 }
 
 export class Engine {
-  /** @param {string} coreUrl absolute URL of the wasm-bindgen glue module */
+  /** @param {string|null} coreUrl absolute URL of a custom build's wasm-bindgen glue, or null for the package's builds (builds.js) */
   constructor(coreUrl) {
     this.coreUrl = coreUrl;
     this.core = null;
@@ -473,14 +492,16 @@ export class Engine {
       const threads = planThreads(loaderOpts.nThreads);
       const relaxed = relaxedSimdOption(opts.relaxedSimd) && hasRelaxedSimd();
       let build = 'pkg';
-      const threadsUrl = threadsCoreUrl(this.coreUrl);
+      // A sibling build: BUILDS' folder, or beside a custom `coreUrl` (null when none is known).
+      const sibling = (folder) => (this.coreUrl ? variantCoreUrl(this.coreUrl, folder) : folder);
+      const threadsUrl = sibling('pkg-threads');
       if (threads.threaded && !threadsUrl) {
         Object.assign(threads, { n: 1, threaded: false, reason: `no threaded build is known beside ${this.coreUrl} (it is not in a folder named pkg)` });
       }
       // The relaxed-SIMD twin of the chosen build when the browser has it; a missing twin
       // (a custom deployment without it) only costs the fused multiply-add.
       const tryRelaxed = async (folder) => {
-        const url = relaxed ? variantCoreUrl(this.coreUrl, `${folder}-relaxed`) : null;
+        const url = relaxed ? sibling(`${folder}-relaxed`) : null;
         if (!url) return null;
         try {
           const core = await loadCore(url);
@@ -505,13 +526,13 @@ export class Engine {
         }
       }
       core ??= await tryRelaxed('pkg');
-      this.core = core ?? await loadCore(this.coreUrl);
+      this.core = core ?? await loadCore(this.coreUrl ?? 'pkg');
       // Sent only when > 1: the single-thread build's options stay what they always were.
       loaderOpts.nThreads = threads.n > 1 ? threads.n : undefined;
       const picked = await this._pickBackend(loaderOpts.backend);
       loaderOpts.backend = picked.backend;
       if (typeof this.core.WasmLoader !== 'function') {
-        throw new GgwebError('unsupported', `the wasm module at ${this.coreUrl} has no WasmLoader (built before the model bindings existed?)`);
+        throw new GgwebError('unsupported', `the wasm module at ${this.coreUrl ?? build} has no WasmLoader (built before the model bindings existed?)`);
       }
       source = await openSource(src, { signal, cache });
       if (signal?.aborted) throw abortedError('loading the model');

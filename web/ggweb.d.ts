@@ -61,6 +61,7 @@ export interface LoadProgress {
   phase: LoadPhase;
 }
 
+/** A URL, or the model's bytes. In Node.js a string that is not an http(s)/blob/data URL, or a file: URL, is a file path. */
 export type ModelSource = string | URL | Blob | File | ReadableStream<Uint8Array> | Response | ArrayBuffer | ArrayBufferView;
 
 /** Unknown keys fail with code 'invalid' naming the key. */
@@ -99,7 +100,7 @@ export interface LoadOptions {
   stallTimeoutMs?: number;
   /** Run the model in a Web Worker (default true where Worker exists). */
   worker?: boolean;
-  /** Advanced: URL of the wasm-bindgen glue module (default: pkg/ggweb_core.js beside ggweb.js). */
+  /** Advanced: URL of a custom build's wasm-bindgen glue module (default: the package's own builds, web/builds.js, wherever a bundler put them). */
   coreUrl?: string | URL;
 }
 

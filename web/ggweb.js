@@ -11,19 +11,49 @@
 // `{ worker: false }` runs the same code on the calling thread (tests, environments
 // without module workers). Both give the same API and the same errors (GgwebError).
 import { Engine, GgwebError, ERROR_CODES, abortedError, formatBytes, relaxedSimdOption, stallTimeout, toGgwebError } from './engine.js';
+import { nodeFs } from './builds.js';
 
 export { GgwebError, ERROR_CODES, formatBytes };
 
-const DEFAULT_CORE_URL = new URL('./pkg/ggweb_core.js', import.meta.url).href;
-const WORKER_URL = new URL('./worker.js', import.meta.url);
+/**
+ * Starts the module worker. The URL is written out in the `new Worker(…)` call itself: that
+ * literal form is what Vite and webpack recognize, so they bundle worker.js (with engine.js
+ * and the wasm builds it imports) and emit it; a URL kept in a variable they would not follow.
+ */
+function startWorker() {
+  return new Worker(new URL('./worker.js', import.meta.url), { type: 'module', name: 'ggweb' });
+}
+
+/** The page's base URL, for relative model and core URLs; undefined outside a page or worker (Node). */
+const baseUrl = () => (typeof document !== 'undefined' ? document.baseURI : globalThis.location?.href);
+
+/**
+ * In Node: a `file:` URL, or a string that is not an http(s)/blob/data URL, names a local file;
+ * it is opened as a Blob backed by the file (fs.openAsBlob), so it streams like a File does.
+ */
+async function localFile(source) {
+  if (baseUrl() !== undefined) return null;
+  const fs = await nodeFs();
+  if (!fs) return null;
+  const s = String(source);
+  if (/^(https?|blob|data):/i.test(s)) return null;
+  const path = /^file:/i.test(s) ? new URL(s) : s;
+  try {
+    if (typeof fs.openAsBlob === 'function') return { src: { kind: 'blob', blob: await fs.openAsBlob(path) } };
+    return { src: { kind: 'bytes', bytes: new Uint8Array(await fs.promises.readFile(path)) } };
+  } catch (e) {
+    throw new GgwebError('invalid', `could not open the model file ${JSON.stringify(s)}: ${e.message}`);
+  }
+}
 
 /** Turns what the caller passed into a source descriptor a worker can receive. */
 async function describeSource(source) {
   if (typeof source === 'string' || source instanceof URL) {
-    const base = typeof document !== 'undefined' ? document.baseURI : globalThis.location?.href;
+    const file = await localFile(source);
+    if (file) return file;
     let url;
     try {
-      url = new URL(String(source), base).href;
+      url = new URL(String(source), baseUrl()).href;
     } catch {
       throw new GgwebError('invalid', `not a valid model URL: ${JSON.stringify(String(source))}`);
     }
@@ -101,14 +131,14 @@ class WorkerTransport {
     this.nextId = 1;
     this.dead = null; // the GgwebError every later call fails with
     try {
-      this.worker = new Worker(WORKER_URL, { type: 'module', name: 'ggweb' });
+      this.worker = startWorker();
     } catch (e) {
-      throw new GgwebError('worker', `could not start the ggweb worker (${WORKER_URL}): ${e.message}; try { worker: false }`);
+      throw new GgwebError('worker', `could not start the ggweb worker (worker.js): ${e.message}; try { worker: false }`);
     }
     this.worker.onmessage = (ev) => this._onMessage(ev.data);
     this.worker.onerror = (ev) => {
       ev.preventDefault?.();
-      const what = ev.message ? `: ${ev.message}` : ` (could not run ${WORKER_URL}: is it served, as text/javascript?)`;
+      const what = ev.message ? `: ${ev.message}` : ' (could not run worker.js: is it served, as text/javascript?)';
       this._kill(new GgwebError('worker', `the ggweb worker failed${what}`));
     };
     this.worker.onmessageerror = () => this._kill(new GgwebError('worker', 'a message from the ggweb worker could not be read'));
@@ -322,7 +352,7 @@ export class Model {
     }
     const {
       backend = 'cpu', gpuLayers, nCtx, nBatch, nThreads, relaxedSimd, onProgress, signal, cache = false, stallTimeoutMs,
-      worker = typeof Worker !== 'undefined', coreUrl = DEFAULT_CORE_URL,
+      worker = typeof Worker !== 'undefined', coreUrl,
     } = options;
     checkSignal(signal);
     stallTimeout(stallTimeoutMs); // checked here, so a bad value fails before a worker starts
@@ -333,7 +363,15 @@ export class Model {
     if (signal?.aborted) throw abortedError('loading the model');
     const { src, transfer } = await describeSource(source);
     const opts = { backend, gpuLayers, nCtx, nBatch, nThreads, relaxedSimd };
-    const core = new URL(coreUrl, typeof document !== 'undefined' ? document.baseURI : globalThis.location?.href).href;
+    // No coreUrl: the package's own builds (builds.js), wherever a bundler put them.
+    let core = null;
+    if (coreUrl !== undefined && coreUrl !== null) {
+      try {
+        core = new URL(coreUrl, baseUrl()).href;
+      } catch {
+        throw new GgwebError('invalid', `coreUrl: not a valid URL: ${JSON.stringify(String(coreUrl))}`);
+      }
+    }
     const t = worker ? new WorkerTransport(core) : new LocalTransport(core);
     try {
       const info = await t.load(src, opts, { signal, onProgress, cache, stallTimeoutMs, transfer });
