@@ -1,15 +1,22 @@
 #!/usr/bin/env bash
 # Installs what building and testing ggweb needs, skipping whatever is already present,
 # so it is cheap to run before every build or test:
-#   Rust's wasm32-unknown-unknown target; Debian's chromium, chromium-driver (headless tests)
-#   and mesa-vulkan-drivers (lavapipe, for native wgpu); wasm-bindgen-cli at exactly the
-#   crate's wasm-bindgen version; nightly Rust with rust-src (the threaded wasm build's
-#   -Z build-std) and cargo-fuzz (the fuzz smoke); the npm dev dependencies from package-lock.json.
-# Never downloads a browser build: tests drive Debian's /usr/bin/chromium.
+#   Rust's wasm32-unknown-unknown target; Debian's chromium, chromium-driver (headless tests),
+#   firefox-esr, webkit2gtk-driver (WebKitWebDriver and WebKitGTK's MiniBrowser) with xvfb
+#   (MiniBrowser's only headless mode), and mesa-vulkan-drivers (lavapipe, for native wgpu);
+#   wasm-bindgen-cli at exactly the crate's wasm-bindgen version; wasm-pack and geckodriver
+#   (`wasm-pack test --firefox`); nightly Rust with rust-src (the threaded wasm build's
+#   -Z build-std) and cargo-fuzz (the fuzz smoke); the npm dev dependencies from package-lock.json
+#   (playwright-core, puppeteer-core, selenium-webdriver: drivers only, no browser downloads).
+# Never downloads a browser build: tests drive Debian's chromium, firefox-esr and MiniBrowser.
 set -euo pipefail
 LOG_TAG=setup
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
+
+# Pinned so that every machine runs the same tools (any recent version works).
+WASM_PACK_VERSION=0.15.1
+GECKODRIVER_VERSION=0.37.1
 
 command -v cargo >/dev/null || die "cargo not found: install Rust with rustup first"
 command -v rustup >/dev/null || die "rustup not found: it is needed to add the wasm32 target"
@@ -20,7 +27,7 @@ if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
 fi
 
 missing=()
-for p in chromium chromium-driver mesa-vulkan-drivers; do
+for p in chromium chromium-driver firefox-esr webkit2gtk-driver xvfb mesa-vulkan-drivers; do
     deb_installed "$p" || missing+=("$p")
 done
 command -v node >/dev/null || missing+=(nodejs)
@@ -42,6 +49,20 @@ if ! have_bindgen; then
     env -u CARGO_TARGET_DIR cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION"
     have_bindgen || die "wasm-bindgen $WASM_BINDGEN_VERSION still not on PATH after cargo install"
 fi
+
+# wasm-pack runs the wasm tests as Rust/wasm users do (`wasm-pack test --headless --chrome`,
+# `--firefox`), with the wasm-bindgen above and Debian's chromedriver; geckodriver is a crate
+# (Debian has no package). Debug builds: they only start other programs, and build in ~3
+# minutes each instead of ~10.
+have_tool() { [ "$("$1" --version 2>/dev/null | head -n 1 | cut -d' ' -f1-2)" = "$1 $2" ]; }
+for tool in "wasm-pack $WASM_PACK_VERSION" "geckodriver $GECKODRIVER_VERSION"; do
+    read -r name version <<< "$tool"
+    if ! have_tool "$name" "$version"; then
+        log "installing $name $version (takes ~3 minutes on 2 cores)"
+        env -u CARGO_TARGET_DIR cargo install --debug "$name" --version "$version"
+        have_tool "$name" "$version" || die "$name $version still not on PATH after cargo install"
+    fi
+done
 
 # The fuzz smoke (scripts/fuzz-smoke.sh) builds with cargo-fuzz, which needs nightly Rust;
 # the threaded wasm build (web/pkg-threads) rebuilds std with atomics, which needs rust-src.
@@ -68,5 +89,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$lock_sum" ]; then
     echo "$lock_sum" > "$stamp"
 fi
 
-log "ok: $(rustc --version | cut -d' ' -f1-2), $(wasm-bindgen --version), $(cargo fuzz --version), node $(node --version)," \
-    "$(/usr/bin/chromium --version 2>/dev/null | grep -o 'Chromium [0-9.]*'), wasm-opt $(node_modules/.bin/wasm-opt --version | cut -d' ' -f3)"
+log "ok: $(rustc --version | cut -d' ' -f1-2), $(wasm-bindgen --version), $(wasm-pack --version), $(cargo fuzz --version)," \
+    "node $(node --version), $(/usr/bin/chromium --version 2>/dev/null | grep -o 'Chromium [0-9.]*'), $(firefox-esr --version 2>/dev/null)," \
+    "$(geckodriver --version | head -n 1), WebKitGTK $(dpkg-query -W -f='${Version}' webkit2gtk-driver)," \
+    "wasm-opt $(node_modules/.bin/wasm-opt --version | cut -d' ' -f3)"

@@ -31,6 +31,10 @@ export async function pageChecks(arg) {
   const { Model } = G;
   const code = async (f) => { try { await f(); return 'ok'; } catch (e) { return [e.code, e.message, e instanceof G.GgwebError]; } };
   const greedyIds = async (m, text, o) => { const ids = []; for await (const t of m.generate(text, o)) ids.push(t.token); return ids; };
+  // Sections 3-5 run one thread: in Firefox a threaded load now and then never settles
+  // after failed ones (README, engines table); sections 1 and 2 check the threads.
+  const one = { nThreads: 1 };
+  const at = (s) => { self.__checksAt = s; };
   const out = {
     engine: {
       isolated: self.crossOriginIsolated,
@@ -42,6 +46,7 @@ export async function pageChecks(arg) {
     },
   };
 
+  at('1: load');
   // 1. In a worker with 2 threads asked for: the F16 file over HTTP with progress, HF's token
   //    ids, the detokenized text, HF's greedy tokens streamed with their text.
   {
@@ -68,6 +73,7 @@ export async function pageChecks(arg) {
     await m.dispose();
   }
 
+  at('2: logits');
   // 2. F32 logits against HF's rows (tests/fixtures/tiny-gpt2.hf-rows.bin), in the worker with
   //    2 threads and on the page thread (one thread by design).
   {
@@ -91,6 +97,7 @@ export async function pageChecks(arg) {
     }
   }
 
+  at('3: abort');
   // 3. Abort mid-load (a slow download: 16 KiB per 20 ms, aborted after 200 kB), a connection
   //    dropped at 1 MB, abort mid-generation after 3 tokens, then generate again and reload.
   {
@@ -98,11 +105,11 @@ export async function pageChecks(arg) {
     const ac = new AbortController();
     const t0 = performance.now();
     try {
-      await Model.load('/__test/slow/20' + arg.f16, { nThreads: 2, signal: ac.signal, onProgress: (e) => { if (e.loaded > 200000) ac.abort(); } });
+      await Model.load('/__test/slow/20' + arg.f16, { ...one, signal: ac.signal, onProgress: (e) => { if (e.loaded > 200000) ac.abort(); } });
       r.load = 'loaded?';
     } catch (e) { r.load = [e.code, performance.now() - t0 < 5000]; }
-    try { await Model.load('/__test/drop/1000000' + arg.f16, { nThreads: 2 }); r.drop = 'loaded?'; } catch (e) { r.drop = e.code; }
-    const m = await Model.load(arg.f16, { nThreads: 2, nBatch: 32 });
+    try { await Model.load('/__test/drop/1000000' + arg.f16, one); r.drop = 'loaded?'; } catch (e) { r.drop = e.code; }
+    const m = await Model.load(arg.f16, { ...one, nBatch: 32 });
     const gen = new AbortController();
     r.beforeAbort = [];
     try {
@@ -115,21 +122,22 @@ export async function pageChecks(arg) {
     r.afterAbort = await greedyIds(m, arg.prompts[0].text, arg.greedy);
     await m.dispose();
     r.disposed = await code(() => m.tokenize('x'));
-    const m2 = await Model.load(arg.f16, { nThreads: 2, nBatch: 32 });
+    const m2 = await Model.load(arg.f16, { ...one, nBatch: 32 });
     r.fresh = await greedyIds(m2, arg.prompts[0].text, arg.greedy);
     await m2.dispose();
     out.abort = r;
   }
 
+  at('4: errors');
   // 4. Errors with codes: not a GGUF, a truncated file, a context over the model's, token ids
   //    out of range, a full context.
   {
     const r = {};
-    r.notGguf = await code(() => Model.load('/e2e/harness.html'));
+    r.notGguf = await code(() => Model.load('/e2e/harness.html', one));
     const head = new Uint8Array(await (await fetch(arg.f16, { headers: { Range: 'bytes=0-4194303' } })).arrayBuffer());
-    r.truncated = await code(() => Model.load(head));
-    r.bigCtx = await code(() => Model.load(arg.f16, { nCtx: 4096 }));
-    const m = await Model.load(arg.f16, { nCtx: 8 });
+    r.truncated = await code(() => Model.load(head, one));
+    r.bigCtx = await code(() => Model.load(arg.f16, { ...one, nCtx: 4096 }));
+    const m = await Model.load(arg.f16, { ...one, nCtx: 8 });
     r.detok = await code(() => m.detokenize([15496, 50257]));
     r.logits = await code(() => m.logits(new Array(9).fill(11)));
     r.negative = await code(() => m.logits([1, -1]));
@@ -137,11 +145,12 @@ export async function pageChecks(arg) {
     out.errors = r;
   }
 
+  at('5: webgpu');
   // 5. WebGPU: 'auto' falls back to the CPU and says why; 'webgpu' fails with 'unsupported'.
   {
     const r = {};
     for (const worker of [true, false]) {
-      const m = await Model.load(arg.f16, { worker, backend: 'auto', nCtx: 16 });
+      const m = await Model.load(arg.f16, { ...one, worker, backend: 'auto', nCtx: 16 });
       const info = m.info();
       r[worker ? 'autoWorker' : 'autoPage'] = {
         backend: info.backend, loadBackend: info.load.backend, note: info.backendNote,
@@ -149,7 +158,7 @@ export async function pageChecks(arg) {
       };
       await m.dispose();
     }
-    r.webgpu = await code(() => Model.load(arg.f16, { backend: 'webgpu' }));
+    r.webgpu = await code(() => Model.load(arg.f16, { ...one, backend: 'webgpu' }));
     out.webgpu = r;
   }
 
@@ -200,10 +209,13 @@ export function assertChecks(get, expect) {
       assert.deepEqual(o.tokens, p.greedy_ids, `${p.key}: greedy ids`);
       assert.equal(o.pieces, p.greedy_text, `${p.key}: streamed text`);
       assert.deepEqual([o.stop, o.n, o.promptTokens], ['maxTokens', 20, p.ids.length]);
-      // With 2 threads the second one really ran part of the products.
-      if (expect.threads.n === 2) assert.ok(o.jobs.split > 0 && o.jobs.onWorkers > 0, `${p.key}: jobs ${JSON.stringify(o.jobs)}`);
-      else assert.deepEqual(o.jobs, { split: 0, onWorkers: 0 });
+      if (expect.threads.n === 1) assert.deepEqual(o.jobs, { split: 0, onWorkers: 0 });
+      else assert.ok(o.jobs.split > 0, `${p.key}: jobs ${JSON.stringify(o.jobs)}`);
     });
+    // With 2 threads the second one really ran part of the products: summed over the prompts,
+    // as the caller takes the jobs a descheduled helper has not claimed (on a loaded machine
+    // it can miss a whole short prompt).
+    if (expect.threads.n > 1) assert.ok(l.prompts.some((o) => o.jobs.onWorkers > 0), `jobs: ${JSON.stringify(l.prompts.map((o) => o.jobs))}`);
   });
 
   test('F32 logits are within 1e-4 of HF, in the worker and on the page thread', () => {

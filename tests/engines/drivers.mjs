@@ -9,8 +9,15 @@ import { Builder } from 'selenium-webdriver';
 
 export const FIREFOX = process.env.FIREFOX ?? '/usr/bin/firefox-esr';
 export const MINIBROWSER = process.env.MINIBROWSER ?? '/usr/lib/x86_64-linux-gnu/webkit2gtk-4.1/MiniBrowser';
-/** One page's checks take seconds; this only turns a hang into a failure. */
-export const SCRIPT_TIMEOUT_MS = 240_000;
+/** One page's checks take ~10 s; this only turns a hang into a failure. */
+export const SCRIPT_TIMEOUT_MS = 120_000;
+
+/** A failed or hung script, with where it was (`self.__checksAt`, set by the checks). */
+async function failure(e, where) {
+  let at = null;
+  try { at = await where(); } catch { /* the page is gone */ }
+  return new Error(`${e.message}${at ? ` (the page's checks were at "${at}")` : ''}`);
+}
 
 /**
  * Firefox, headless, with its default preferences (what users get). `prefs` adds some.
@@ -30,7 +37,12 @@ export async function launchFirefox({ prefs } = {}) {
       page.on('console', (m) => { if (m.type() === 'error') problems.push(`console.error: ${m.text()}`); });
       try {
         await page.goto(url);
-        const value = await page.evaluate(`(${script})(${JSON.stringify(arg)})`);
+        let value;
+        try {
+          value = await page.evaluate(`(${script})(${JSON.stringify(arg)})`);
+        } catch (e) {
+          throw await failure(e, () => page.evaluate('self.__checksAt'));
+        }
         return { value, problems };
       } finally {
         await page.close();
@@ -102,8 +114,13 @@ export async function launchWebKit() {
     version: `${caps.getBrowserName()} ${caps.getBrowserVersion()}`,
     async run(url, script, arg) {
       await driver.get(url);
-      const value = await driver.executeAsyncScript(`const done = arguments[arguments.length - 1];
+      let value;
+      try {
+        value = await driver.executeAsyncScript(`const done = arguments[arguments.length - 1];
 (${script})(arguments[0]).then(done, (e) => done({ fatal: String(e && e.stack || e) }));`, arg);
+      } catch (e) {
+        throw await failure(e, () => driver.executeScript('return self.__checksAt'));
+      }
       return { value, problems: [] };
     },
     async close() {
