@@ -1,7 +1,9 @@
 // Firefox (Debian's firefox-esr, headless, driven over WebDriver BiDi by puppeteer-core) runs
 // the model checks of tests/engines/checks.mjs on an isolated page: the threaded relaxed-SIMD
 // build with 2 threads, HF's tokens and logits, aborts, coded errors; it has no navigator.gpu
-// by default, so WebGPU falls back as documented. Then a page without COOP/COEP: 1 thread, and why.
+// by default, so WebGPU falls back as documented. Then a page without COOP/COEP: 1 thread, and
+// why; and a Firefox with WebGPU turned on (dom.webgpu.enabled: Mesa's lavapipe here), where
+// backend 'webgpu' gives HF's greedy tokens.
 //   node --test tests/engines/firefox.spec.mjs
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -16,6 +18,9 @@ let server;
 let firefox;
 let result;
 let plain;
+let gpu;
+/** Firefox's WebGPU, off by default on Linux; webdriver.json turns it on the same way. */
+const WEBGPU_PREFS = { 'dom.webgpu.enabled': true, 'gfx.webgpu.ignore-blocklist': true };
 
 before(async () => {
   server = await serve();
@@ -31,6 +36,25 @@ before(async () => {
     await m.dispose();
     return { isolated: self.crossOriginIsolated, threads, ids };
   }`, { url: F32, text: HF.prompts[0].text, greedy: GREEDY });
+  await firefox.close();
+  firefox = await launchFirefox({ prefs: WEBGPU_PREFS });
+  gpu = await firefox.run(`${server.url}e2e/harness.html`, `async (arg) => {
+    const { Model } = await import('/ggweb.js');
+    const rows = new Float32Array(await (await fetch('/tests/fixtures/tiny-gpt2.hf-rows.bin')).arrayBuffer());
+    const out = {};
+    for (const backend of ['webgpu', 'auto']) {
+      const m = await Model.load(arg.url, { backend });
+      const ids = [];
+      for await (const t of m.generate(arg.p.text, arg.greedy)) ids.push(t.token);
+      const l = await m.logits(arg.p.ids);
+      const ref = rows.subarray(arg.p.row.index * 50257, (arg.p.row.index + 1) * 50257);
+      let d = 0;
+      for (let i = 0; i < 50257; i++) d = Math.max(d, Math.abs(l[i] - ref[i]));
+      out[backend] = { backend: m.info().load.backend, note: m.info().backendNote, ids, maxDiff: d };
+      await m.dispose();
+    }
+    return out;
+  }`, { url: F32, p: HF.prompts[0], greedy: GREEDY });
 });
 
 after(async () => {
@@ -60,5 +84,19 @@ describe('Firefox', () => {
       ids: HF.prompts[0].greedy_ids,
     });
     assert.deepEqual(plain.problems.filter((p) => !/favicon\.ico/.test(p)), []);
+  });
+
+  test("with dom.webgpu.enabled: 'webgpu' and 'auto' run on WebGPU with HF's greedy tokens", () => {
+    for (const backend of ['webgpu', 'auto']) {
+      const r = gpu.value[backend];
+      console.log(`Firefox WebGPU (${backend}): max |logit - HF| ${r.maxDiff.toExponential(2)}`);
+      assert.equal(r.backend, 'webgpu', backend);
+      assert.equal(r.note, null, backend);
+      assert.deepEqual(r.ids, HF.prompts[0].greedy_ids, backend);
+      // The WebGPU kernels' own bound against HF (tests/webgpu_browser.rs): f32 sums in
+      // workgroup order, on lavapipe here.
+      assert.ok(r.maxDiff <= 1e-3, `${backend}: max diff ${r.maxDiff}`);
+    }
+    assert.deepEqual(gpu.problems.filter((p) => !/favicon\.ico/.test(p)), []);
   });
 });
