@@ -32,7 +32,7 @@ export async function pageChecks(arg) {
   const code = async (f) => { try { await f(); return 'ok'; } catch (e) { return [e.code, e.message, e instanceof G.GgwebError]; } };
   const greedyIds = async (m, text, o) => { const ids = []; for await (const t of m.generate(text, o)) ids.push(t.token); return ids; };
   // Sections 3-5 run one thread: in Firefox a threaded load now and then never settles
-  // after failed ones (README, engines table); sections 1 and 2 check the threads.
+  // after failed ones (README.md, "Browser engines"); sections 1 and 2 check the threads.
   const one = { nThreads: 1 };
   const at = (s) => { self.__checksAt = s; };
   const out = {
@@ -220,7 +220,7 @@ export function assertChecks(get, expect) {
 
   test('F32 logits are within 1e-4 of HF, in the worker and on the page thread', () => {
     const { worker, page } = v().logits;
-    assert.deepEqual(worker.threads, { ...expect.threads, build: expect.threads.build });
+    assert.deepEqual(worker.threads, expect.threads);
     assert.deepEqual(page.threads, { n: 1, running: 1, build: expect.pageBuild, reason: MAIN_THREAD_REASON });
     for (const [where, r] of [['worker', worker], ['page', page]]) {
       HF.prompts.forEach((p, i) => {
