@@ -5,6 +5,9 @@
 //! ```text
 //! cargo run --release --example kernel_bench -- [N] [THREADS]     # GGWEB_NO_VNNI=1: AVX2 without VNNI
 //! ```
+// Native only: `wasm-pack test` (cargo test for wasm32) builds the examples too.
+#![cfg_attr(target_arch = "wasm32", no_main)]
+#![cfg(not(target_arch = "wasm32"))]
 
 use std::time::Instant;
 

@@ -10,6 +10,9 @@
 //! Layout as llama.cpp writes GPT-2: 2-D weights in the file's type (F16, Q8_0, Q4_0),
 //! biases, norms and `position_embd` in F32; the Q4_0 file keeps `output.weight` in Q8_0,
 //! as llama-quantize's Q4_0 mix does for narrow models.
+// Native only: `wasm-pack test` (cargo test for wasm32) builds the examples too.
+#![cfg_attr(target_arch = "wasm32", no_main)]
+#![cfg(not(target_arch = "wasm32"))]
 
 use ggweb::gguf::{read_header, GgufValue, GgufWriter, Limits};
 use ggweb::quants;

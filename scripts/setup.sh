@@ -1,20 +1,27 @@
 #!/usr/bin/env bash
 # Installs what building and testing ggweb needs, skipping whatever is already present,
 # so it is cheap to run before every build or test:
-#   Rust's wasm32-unknown-unknown target; Debian's chromium, chromium-driver (headless tests)
-#   and mesa-vulkan-drivers (lavapipe, for native wgpu); wasm-bindgen-cli at exactly the
-#   crate's wasm-bindgen version; nightly Rust with rust-src (the threaded wasm build's
-#   -Z build-std) and cargo-fuzz (the fuzz smoke); the npm dev dependencies from package-lock.json.
-# Never downloads a browser build: tests drive Debian's /usr/bin/chromium.
+#   Rust's wasm32-unknown-unknown target; Debian's chromium, chromium-driver (headless tests),
+#   firefox-esr, webkit2gtk-driver (WebKitWebDriver and WebKitGTK's MiniBrowser) with xvfb
+#   (MiniBrowser's only headless mode), and mesa-vulkan-drivers (lavapipe, for native wgpu);
+#   wasm-bindgen-cli at exactly the crate's wasm-bindgen version; wasm-pack and geckodriver
+#   (`wasm-pack test --firefox`); nightly Rust with rust-src (the threaded wasm build's
+#   -Z build-std) and cargo-fuzz (the fuzz smoke); the npm dev dependencies from package-lock.json
+#   (playwright-core, puppeteer-core, selenium-webdriver: drivers only, no browser downloads).
+# Never downloads a browser build: tests drive Debian's chromium, firefox-esr and MiniBrowser.
 #   setup.sh        everything npm test needs (the default)
 #   setup.sh demo   only what npm start needs to build and serve the demo: no browsers, no
-#                   lavapipe, no cargo-fuzz, no test-only tools
+#                   lavapipe, no cargo-fuzz, wasm-pack or geckodriver, no test-only tools
 set -euo pipefail
 LOG_TAG=setup
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 MODE="${1:-test}"
 case "$MODE" in test | demo) ;; *) die "unknown mode '$MODE' (expected: test, demo)" ;; esac
+
+# Pinned so that every machine runs the same tools (any recent version works).
+WASM_PACK_VERSION=0.15.1
+GECKODRIVER_VERSION=0.37.1
 
 command -v cargo >/dev/null || die "cargo not found: install Rust with rustup first"
 command -v rustup >/dev/null || die "rustup not found: it is needed to add the wasm32 target"
@@ -26,7 +33,7 @@ fi
 
 missing=()
 if [ "$MODE" = test ]; then
-    for p in chromium chromium-driver mesa-vulkan-drivers; do
+    for p in chromium chromium-driver firefox-esr webkit2gtk-driver xvfb mesa-vulkan-drivers; do
         deb_installed "$p" || missing+=("$p")
     done
 fi
@@ -48,6 +55,22 @@ if ! have_bindgen; then
     # temporary target dir, so a project CARGO_TARGET_DIR is not locked meanwhile.
     env -u CARGO_TARGET_DIR cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION"
     have_bindgen || die "wasm-bindgen $WASM_BINDGEN_VERSION still not on PATH after cargo install"
+fi
+
+# wasm-pack runs the wasm tests as Rust/wasm users do (`wasm-pack test --headless --chrome`,
+# `--firefox`), with the wasm-bindgen above and Debian's chromedriver; geckodriver is a crate
+# (Debian has no package). Debug builds: they only start other programs, and build in ~3
+# minutes each instead of ~10.
+have_tool() { [ "$("$1" --version 2>/dev/null | head -n 1 | cut -d' ' -f1-2)" = "$1 $2" ]; }
+if [ "$MODE" = test ]; then
+    for tool in "wasm-pack $WASM_PACK_VERSION" "geckodriver $GECKODRIVER_VERSION"; do
+        read -r name version <<< "$tool"
+        if ! have_tool "$name" "$version"; then
+            log "installing $name $version (takes ~3 minutes on 2 cores)"
+            env -u CARGO_TARGET_DIR cargo install --debug "$name" --version "$version"
+            have_tool "$name" "$version" || die "$name $version still not on PATH after cargo install"
+        fi
+    done
 fi
 
 # The fuzz smoke (scripts/fuzz-smoke.sh) builds with cargo-fuzz, which needs nightly Rust;
@@ -79,6 +102,8 @@ if [ "$MODE" = demo ]; then
     log "ok (demo): $(rustc --version | cut -d' ' -f1-2), $(wasm-bindgen --version), node $(node --version)," \
         "wasm-opt $(node_modules/.bin/wasm-opt --version | cut -d' ' -f3)"
 else
-    log "ok: $(rustc --version | cut -d' ' -f1-2), $(wasm-bindgen --version), $(cargo fuzz --version), node $(node --version)," \
-        "$(/usr/bin/chromium --version 2>/dev/null | grep -o 'Chromium [0-9.]*'), wasm-opt $(node_modules/.bin/wasm-opt --version | cut -d' ' -f3)"
+    log "ok: $(rustc --version | cut -d' ' -f1-2), $(wasm-bindgen --version), $(wasm-pack --version), $(cargo fuzz --version)," \
+        "node $(node --version), $(/usr/bin/chromium --version 2>/dev/null | grep -o 'Chromium [0-9.]*'), $(firefox-esr --version 2>/dev/null)," \
+        "$(geckodriver --version | head -n 1), WebKitGTK $(dpkg-query -W -f='${Version}' webkit2gtk-driver)," \
+        "wasm-opt $(node_modules/.bin/wasm-opt --version | cut -d' ' -f3)"
 fi

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # npm test: everything, from a fresh Debian machine with Rust.
 #   1. setup (idempotent installs)        2. cargo test (native: unit, integration, doc tests)
-#   3. no_std core build for wasm32       4. wasm tests (tests/wasm_*.rs) in headless Chromium
-#   5. release wasm builds (web/pkg*)   6. browser tests (tests/e2e/*.spec.mjs, Playwright)
+#   3. no_std core build for wasm32       4. wasm tests (wasm-pack test) in headless Chromium, Firefox
+#   5. release wasm builds (web/pkg*)   6. browser tests (tests/e2e/*.spec.mjs, Playwright; then
+#      tests/engines/*.spec.mjs in Firefox and WebKit)
 #   7. npm pack: the package's files, and that the packed module loads
 #   7b. the packed package in a Vite 8 and a webpack 5 app (tests/bundlers/), built and run in
 #       headless Chromium; 7c. in Node.js (tests/node/)
@@ -95,32 +96,60 @@ SUMMARY+=("native cargo test: $n passed ($STEP_SECS s)")
 run_step nostd cargo build --lib --no-default-features --target wasm32-unknown-unknown --color never
 SUMMARY+=("no_std wasm32 core build: ok ($STEP_SECS s)")
 
-# 4. wasm tests in headless Chromium (wasm-bindgen-test-runner + chromedriver + webdriver.json)
-wasm_tests=()
-for f in tests/wasm_*.rs; do
-    [ -e "$f" ] && wasm_tests+=(--test "$(basename "$f" .rs)")
+# 4. wasm tests: `wasm-pack test --headless --chrome`, then `--firefox`, as a Rust/wasm user
+# runs them (wasm-pack builds every test target for wasm32 and runs each through
+# wasm-bindgen-test-runner; chromedriver, geckodriver and the browsers' options in
+# webdriver.json: WebGPU on in both, SwiftShader in Chromium, Mesa's lavapipe in Firefox).
+# The browser suite is the tests/*.rs files with `wasm_bindgen_test_configure!(run_in_browser)`:
+# tests/wasm_*.rs (SIMD kernels, the model bindings against HF, the memory a load takes),
+# webgpu_browser.rs and webgpu_sched_browser.rs (WebGPU ops, GPT-2 split between WebGPU and
+# the CPU) and quants.rs (the quantized products bit for bit against vec_dot). They are named
+# with --test: a bare `wasm-pack test` also runs the native-only files, compiled out on wasm32
+# ("no tests to run!"), tests/wasm_bench.rs, a Node benchmark it skips, and the doc tests,
+# which "pass" with nothing to run (they run natively in step 2).
+mapfile -t browser_files < <(grep -l 'wasm_bindgen_test_configure!(run_in_browser)' tests/*.rs | sort)
+[ ${#browser_files[@]} -gt 0 ] || die "no tests/*.rs file runs in the browser"
+browser_tests=()
+for f in "${browser_files[@]}"; do browser_tests+=(--test "$(basename "$f" .rs)"); done
+
+# check_wasm_pack LOG BROWSER: the runner's verdict per test binary cargo ran ("Running
+# <file>"): each browser file passed > 0 tests with 0 failures, none was skipped or empty, and
+# every file ran. Prints the number of tests that passed.
+check_wasm_pack() {
+    local log=$1 browser=$2 f n total=0 verdicts
+    verdicts=$(awk '
+        /^ +Running / { if (file != "") print file, v; file = ($2 == "unittests") ? $3 : $2; v = "none"; next }
+        /^ +Doc-tests / { if (file != "") print file, v; file = "doc-tests"; v = "none"; next }
+        /no tests to run!/ { v = "empty" }
+        /only configured to run in node.js/ { v = "skipped" }
+        /^test result: / { p = $0; sub(/^test result: [A-Za-z]+\. /, "", p); sub(/ passed.*/, "", p); fl = $0; sub(/.* passed; /, "", fl); sub(/ failed.*/, "", fl)
+                           v = (index($0, "test result: ok.") ? "ok" : "FAILED") " " p " " fl }
+        END { if (file != "") print file, v }' "$log")
+    echo "$verdicts" > "${log%.log}.files"
+    grep -q "Running headless tests in $browser" "$log" || die "wasm-pack: no test ran in headless $browser"
+    [ "$(wc -l <<< "$verdicts")" = "${#browser_files[@]}" ] ||
+        die "wasm-pack ($browser): ${#browser_files[@]} test files expected, cargo ran: $(cut -d' ' -f1 <<< "$verdicts" | paste -sd' ' -)"
+    for f in "${browser_files[@]}"; do
+        n=$(awk -v f="$f" '$1 == f && $2 == "ok" && $4 == 0 { print $3 }' <<< "$verdicts")
+        [ "${n:-0}" -gt 0 ] || die "wasm-pack ($browser): $f ran no test or failed ($(awk -v f="$f" '$1 == f { $1 = ""; print }' <<< "$verdicts"))"
+        total=$((total + n))
+    done
+    echo "$total"
+}
+
+for browser in chrome firefox; do
+    driver=(--chromedriver /usr/bin/chromedriver)
+    [ "$browser" = firefox ] && driver=(--geckodriver "$(command -v geckodriver)")
+    # wasm-pack builds with `cargo build --tests` (the dev profile), then runs `cargo test` (the
+    # test profile: opt-level 2); with dev at opt-level 2 too the second reuses the first's
+    # artifacts instead of rebuilding the crate and every test file, twice per browser.
+    run_step "wasm-$browser" env CARGO_PROFILE_DEV_OPT_LEVEL=2 WASM_BINDGEN_TEST_TIMEOUT="${WASM_BINDGEN_TEST_TIMEOUT:-300}" TMPDIR="$BROWSER_TMP" \
+        wasm-pack --log-level warn test --headless "--$browser" "${driver[@]}" -- "${browser_tests[@]}"
+    name=$([ "$browser" = chrome ] && echo Chrome || echo Firefox)
+    n=$(check_wasm_pack "$LOGS/wasm-$browser.log" "$name")
+    PASSED=$((PASSED + n))
+    SUMMARY+=("wasm-pack test --$browser: $n passed in ${#browser_files[@]} files ($STEP_SECS s)")
 done
-[ ${#wasm_tests[@]} -gt 0 ] || die "no tests/wasm_*.rs found"
-# WebGPU ops against the CPU backend, in Chromium's WebGPU (SwiftShader): --enable-unsafe-webgpu
-# is in webdriver.json. (Named apart from wasm_* because it needs the webgpu feature, which
-# the default features include.)
-wasm_tests+=(--test webgpu_browser)
-# GPT-2 split between WebGPU and the CPU by the scheduler, in the same browser.
-wasm_tests+=(--test webgpu_sched_browser)
-# The quantization formats and quants::gemm against vec_dot bit for bit, on simd128 (the
-# browser's own Q8_0/Q4_0 prompt kernels).
-wasm_tests+=(--test quants)
-# Never -q here: the runner rejects --quiet and every test "fails".
-run_step wasm-browser env WASM_BINDGEN_USE_BROWSER=1 CHROMEDRIVER=/usr/bin/chromedriver \
-    WASM_BINDGEN_TEST_TIMEOUT="${WASM_BINDGEN_TEST_TIMEOUT:-300}" TMPDIR="$BROWSER_TMP" \
-    cargo test --color never --target wasm32-unknown-unknown "${wasm_tests[@]}"
-if grep -qiE 'skipping|running 0 tests' "$LOGS/wasm-browser.log"; then
-    die "a wasm test file ran no tests in the browser (see $LOGS/wasm-browser.log)"
-fi
-grep -q 'Running headless tests in Chrome' "$LOGS/wasm-browser.log" || die "wasm tests did not run in headless Chrome"
-n=$(count_libtest "$LOGS/wasm-browser.log" "wasm tests in Chromium")
-PASSED=$((PASSED + n))
-SUMMARY+=("wasm tests in headless Chromium: $n passed ($STEP_SECS s)")
 
 # 4b. the same quantization tests on the relaxed-SIMD build (web/pkg-relaxed's kernels: Q4_0
 # prompts use i32x4.relaxed_dot_i8x16_i7x16_add), bit for bit against vec_dot, in Chromium.
@@ -145,6 +174,18 @@ e_fail=$(grep -Eo '^ℹ fail [0-9]+' "$LOGS/e2e.log" | grep -Eo '[0-9]+' || true
 [ "${e_pass:-0}" -gt 0 ] || die "browser tests: none ran"
 PASSED=$((PASSED + e_pass))
 SUMMARY+=("browser tests (Playwright): $e_pass passed ($STEP_SECS s)")
+
+# 6b. the model checks in Firefox (puppeteer-core over WebDriver BiDi) and WebKit
+# (WebKitWebDriver + selenium-webdriver, under Xvfb): one page load per engine
+run_step engines env TMPDIR="$BROWSER_TMP" node --test --test-reporter=spec tests/engines/*.spec.mjs
+e_pass=$(grep -Eo '^ℹ pass [0-9]+' "$LOGS/engines.log" | grep -Eo '[0-9]+' || true)
+e_fail=$(grep -Eo '^ℹ fail [0-9]+' "$LOGS/engines.log" | grep -Eo '[0-9]+' || true)
+[ "${e_fail:-1}" = 0 ] || die "engine tests: ${e_fail:-?} failed"
+for engine in Firefox WebKit; do
+    grep -qE "^✔ $engine \(" "$LOGS/engines.log" || die "engine tests: the $engine suite did not run and pass"
+done
+PASSED=$((PASSED + e_pass))
+SUMMARY+=("model checks in Firefox and WebKit: $e_pass passed ($STEP_SECS s)")
 
 # 7. the npm package
 run_step pack node scripts/check-pack.mjs

@@ -1,5 +1,6 @@
 //! The `ggweb` binary's commands, run as a user would, against the llama.cpp-made tiny
 //! GPT-2 and its Hugging Face reference (`tests/fixtures/llamacpp/`).
+#![cfg(not(target_arch = "wasm32"))] // native only: `wasm-pack test` builds every test file for wasm32
 
 #[path = "gguf_support/mod.rs"]
 mod gguf_support;

@@ -1,6 +1,7 @@
 //! GGUF reader, loader and writer on the reference models and on written files.
 //!
 //! `cargo test --test gguf`
+#![cfg(not(target_arch = "wasm32"))] // native only: `wasm-pack test` builds every test file for wasm32
 
 mod gguf_support;
 

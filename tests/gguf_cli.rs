@@ -1,6 +1,7 @@
 //! `ggweb inspect` on the reference models and on broken files.
 //!
 //! `cargo test --test gguf_cli`
+#![cfg(not(target_arch = "wasm32"))] // native only: `wasm-pack test` builds every test file for wasm32
 
 mod gguf_support;
 

@@ -3,6 +3,7 @@
 //! global allocator tracks this thread's peak heap use during each load.
 //!
 //! `cargo test --test gguf_hostile`
+#![cfg(not(target_arch = "wasm32"))] // native only: `wasm-pack test` builds every test file for wasm32
 
 mod gguf_support;
 

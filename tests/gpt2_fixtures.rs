@@ -11,6 +11,7 @@
 //!   `vec_dot` reference (which rounds them the same way) is the one we match: within 1e-4
 //!   for all but one prompt, within 0.15 everywhere (see `check_dtype` on rounding ties);
 //!   against the plain reference Q8_0 must stay within the 0.4.
+#![cfg(not(target_arch = "wasm32"))] // native only: `wasm-pack test` builds every test file for wasm32
 
 use std::path::PathBuf;
 

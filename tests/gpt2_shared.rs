@@ -1,6 +1,7 @@
 //! The GGUFs llama.cpp's own converter made (`tests/fixtures/llamacpp/`), against the Hugging Face
 //! reference outputs beside them: our loader reads files from the wild, and our F32 graph
 //! is exact where llama.cpp is not (its f16 GELU table puts it ~4e-3 away).
+#![cfg(not(target_arch = "wasm32"))] // native only: `wasm-pack test` builds every test file for wasm32
 
 #[path = "gguf_support/mod.rs"]
 mod gguf_support;

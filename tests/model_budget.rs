@@ -9,6 +9,7 @@
 //!          up 128, up bias 32 → 64, down 128, down bias 64 → 1024;
 //!   output_norm 2 × 64 = 128.                         total 4224 + 128 + 1024 + 128 = 5504
 //! KV cache: 2 tensors of n_embd · n_ctx · 4 = 128 bytes per layer → 256 (n_ctx 8), 128 (n_ctx 4).
+#![cfg(not(target_arch = "wasm32"))] // native only: `wasm-pack test` builds every test file for wasm32
 
 mod model_support;
 

@@ -2,6 +2,7 @@
 //! references. Each check states its tolerance and why.
 //!
 //! Tests named `quant_*` need crate::quants (dequantize_row, quantize_row, vec_dot).
+#![cfg(not(target_arch = "wasm32"))] // native only: `wasm-pack test` builds every test file for wasm32
 
 mod common;
 #[path = "common/simd_checks.rs"]

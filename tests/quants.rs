@@ -1,6 +1,6 @@
 //! Block quantization formats against the PyPI `gguf` package (0.19.0), whose numpy code
 //! follows ggml's reference kernels: tests/fixtures/quant_vectors.bin, written by
-//! tests/fixtures/make_quant_vectors.py. Also runs on wasm32 (wasm-bindgen-test), where
+//! tests/fixtures/make_quant_vectors.py. Also runs in the browser (wasm-bindgen-test), where
 //! the SIMD128 kernels are checked against the scalar reference.
 
 use ggweb::quants::blocks::*;
@@ -9,6 +9,8 @@ use ggweb::GgmlType;
 
 #[cfg(target_arch = "wasm32")]
 use wasm_bindgen_test::wasm_bindgen_test as test;
+#[cfg(target_arch = "wasm32")]
+wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
 
 /// FORMAT_VERSION of make_quant_vectors.py that this file understands.
 const FORMAT_VERSION: u32 = 2;

@@ -2,6 +2,7 @@
 //! "GPU" is a `HostBackend` (the CPU kernels in host memory of another buffer type, which
 //! refuses any other memory), so every split, copy and placement is real, and the logits
 //! must be the CPU's bit for bit. The same checks on WebGPU: tests/sched_webgpu.rs.
+#![cfg(not(target_arch = "wasm32"))] // native only: `wasm-pack test` builds every test file for wasm32
 
 #[path = "sched_support/mod.rs"]
 mod sched_support;

@@ -5,6 +5,7 @@
 //!
 //! Run: `cargo test --features webgpu --test sched_webgpu`. Without a Vulkan adapter the
 //! tests fail with a message; `GGWEB_ALLOW_NO_GPU=1` turns that into a printed skip.
+#![cfg(not(target_arch = "wasm32"))] // native only: `wasm-pack test` builds every test file for wasm32
 
 #[path = "sched_support/mod.rs"]
 mod sched_support;

@@ -1,5 +1,6 @@
 //! The examples of the design docs in shared/seeds/, exactly as written there: the 2×2
 //! permute and the attention stride table (000, section 2), and ggml_cont by experiment (004).
+#![cfg(not(target_arch = "wasm32"))] // native only: `wasm-pack test` builds every test file for wasm32
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 

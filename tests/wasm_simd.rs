@@ -1,5 +1,5 @@
-//! The CPU kernels compiled for wasm32 with simd128, run by wasm-bindgen-test (in Node by
-//! default): `cargo test --target wasm32-unknown-unknown --test wasm_simd`.
+//! The CPU kernels compiled for wasm32 with simd128, run by wasm-bindgen-test in a headless
+//! browser: `wasm-pack test --headless --chrome -- --test wasm_simd`.
 //! The same checks and tolerances as tests/ops.rs, on the shapes that reach the SIMD tails.
 #![cfg(target_arch = "wasm32")]
 
@@ -10,7 +10,9 @@ mod simd_checks;
 use common::*;
 use ggweb::cpu::simd;
 use ggweb::types::GgmlType::{F16, F32};
-use wasm_bindgen_test::wasm_bindgen_test;
+use wasm_bindgen_test::{wasm_bindgen_test, wasm_bindgen_test_configure};
+
+wasm_bindgen_test_configure!(run_in_browser);
 
 #[wasm_bindgen_test]
 fn simd128_kernels_are_the_ones_used() {

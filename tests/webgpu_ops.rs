@@ -9,6 +9,7 @@
 //!
 //! Run: `cargo test --features webgpu --test webgpu_ops`. Without a Vulkan adapter the
 //! tests fail with a message; `GGWEB_ALLOW_NO_GPU=1` turns that into a printed skip.
+#![cfg(not(target_arch = "wasm32"))] // native only: `wasm-pack test` builds every test file for wasm32
 
 use std::rc::Rc;
 
