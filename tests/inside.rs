@@ -4,6 +4,7 @@
 //!
 //! Reference: tests/fixtures/tiny-gpt2.inside-ref.json, made by
 //! tests/fixtures/make_inside_ref.py from tiny-gpt2-f32.gguf ($GGWEB_MODELS_DIR).
+#![cfg(not(target_arch = "wasm32"))] // native only: `wasm-pack test` builds every test file for wasm32
 
 #[path = "gguf_support/mod.rs"]
 mod gguf_support;

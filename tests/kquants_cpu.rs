@@ -3,6 +3,7 @@
 //! `quants::gemm`), for a decode step (1 column) and a prompt (many), on 1 and 2 threads,
 //! against an f64 reference of the same rounding: dequantized weights · dequantized
 //! `quantize(vec_dot_type, activations)`.
+#![cfg(not(target_arch = "wasm32"))] // native only: `wasm-pack test` builds every test file for wasm32
 
 use ggweb::allocator::alloc_ctx_tensors;
 use ggweb::backend::Backend;

@@ -14,6 +14,7 @@
 //!   positions may be such);
 //! - ggweb's logits vs ggweb's own F32 run on the file's dequantized weights: what quantizing
 //!   the activations (Q8_0, Q8_1 or Q8_K, as ggml's `vec_dot_type`) costs, checked the same way.
+#![cfg(not(target_arch = "wasm32"))] // native only: `wasm-pack test` builds every test file for wasm32
 
 use std::path::PathBuf;
 
