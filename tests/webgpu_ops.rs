@@ -757,6 +757,28 @@ fn cpy_cases() -> Vec<Case> {
             let dst = i.ctx.view_1d(&cache, 8 * 5, 4 * 8 * 3);
             i.ctx.cpy(&cur, &dst)
         }),
+        // The F16 KV cache's V store (crate/model/gpt2.rs): V^T of a fused-QKV slice into
+        // rows n_ctx halves apart at position n_past. Odd n_ctx and n_past put row ends and
+        // starts mid-word, and with N = n_ctx - n_past rows meet inside one word.
+        case("cpy transposed f32 -> f16 (F16 V cache write, odd n_ctx, odd n_past)", to_f16, |i| {
+            let (n_embd, n_ctx, n_past, n) = (8i64, 13i64, 3i64, 5i64);
+            let a = i.t(F32, &[3 * n_embd, n]);
+            let v_cur = i.ctx.view_2d(&a, n_embd, n, a.nb[1], 2 * 4 * n_embd as usize);
+            let cache = i.t(F16, &[n_embd * n_ctx]);
+            let dst = i.ctx.view_2d(&cache, n, n_embd, 2 * n_ctx as usize, 2 * n_past as usize);
+            i.ctx.cpy(&i.ctx.transpose(&v_cur), &dst)
+        }),
+        case("cpy transposed f32 -> f16 keeps the cache's other halves (rows meeting mid-word)", to_f16, |i| {
+            let (n_embd, n_ctx, n_past) = (6i64, 9i64, 2i64);
+            let n = n_ctx - n_past;
+            let v_cur = i.t(F32, &[n_embd, n]);
+            let cache = i.t(F16, &[n_embd * n_ctx]);
+            let dst = i.ctx.view_2d(&cache, n, n_embd, 2 * n_ctx as usize, 2 * n_past as usize);
+            let c = i.ctx.cpy(&i.ctx.transpose(&v_cur), &dst);
+            i.expand(&c);
+            // The whole cache: written positions and the untouched first n_past of each row.
+            cache
+        }),
     ]
 }
 
@@ -825,6 +847,24 @@ fn mul_mat_cases() -> Vec<Case> {
             let kp = i.ctx.permute(&k, 0, 2, 1, 3); // [hd, L, nh]
             let qp = i.ctx.permute(&q, 0, 2, 1, 3); // [hd, N, nh]
             i.ctx.mul_mat(&kp, &qp)
+        }));
+    }
+    // Attention over an F16 KV cache: K as a permuted view ([hd, L, n_head]), V^T as a
+    // strided view of the transposed cache ([L, hd, n_head], rows n_ctx apart).
+    for n in [1, 7] {
+        v.push(case(&format!("mul_mat f16 K cache view x q N={n}"), mm_tol(16), move |i| {
+            let (hd, nh, l, n_ctx) = (16, 4, 9, 11);
+            let kc = i.t(F16, &[hd * nh * n_ctx]);
+            let k = i.ctx.permute(&i.ctx.reshape_3d(&i.ctx.view_1d(&kc, hd * nh * l, 0), hd, nh, l), 0, 2, 1, 3);
+            let q = i.t(F32, &[hd, n, nh]);
+            i.ctx.mul_mat(&k, &q)
+        }));
+        v.push(case(&format!("mul_mat f16 V^T cache view x kq N={n}"), mm_tol(9), move |i| {
+            let (hd, nh, l, n_ctx) = (16i64, 4i64, 9i64, 11usize);
+            let vc = i.t(F16, &[hd * nh * n_ctx as i64]);
+            let v_trans = i.ctx.view_3d(&vc, l, hd, nh, 2 * n_ctx, hd as usize * 2 * n_ctx, 0);
+            let kq = i.t(F32, &[l, n, nh]);
+            i.ctx.mul_mat(&v_trans, &kq)
         }));
     }
     v.push(case("mul_mat broadcast src0 over dims 2,3", mm_tol(32), |i| {
@@ -1242,7 +1282,7 @@ fn run_tiny_gpt2(file: &str, backend: Rc<dyn Backend>) -> (ggweb::model::gpt2::G
     use ggweb::model::gpt2::Gpt2Options;
     use ggweb::model::loader::ModelLoader;
     let bytes = std::fs::read(models_dir().join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
-    let opts = Gpt2Options { n_ctx: 0, n_batch: 32, n_threads: 1 };
+    let opts = Gpt2Options { n_ctx: 0, n_batch: 32, n_threads: 1, ..Default::default() };
     let mut loader = ModelLoader::new(backend, opts, ggweb::gguf::Limits::default(), Some(bytes.len() as u64));
     for chunk in bytes.chunks(65_537) {
         loader.feed(chunk).unwrap();

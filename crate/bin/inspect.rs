@@ -99,7 +99,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
 /// copies between backends each run makes.
 fn split_report(args: &Args, gpu_layers: usize) -> Result<String, String> {
     let gpu = WebGpuBackend::new(WebGpuOptions::default()).map_err(|e| format!("--gpu-layers: WebGPU: {e}"))?;
-    let opts = Gpt2Options { n_ctx: args.ctx, n_batch: args.batch, n_threads: 1 };
+    let opts = Gpt2Options { n_ctx: args.ctx, n_batch: args.batch, n_threads: 1, ..Default::default() };
     let cpu: Rc<dyn Backend> = Rc::new(CpuBackend::new(1));
     let LoadedModel { mut model, .. } =
         load_from_path_split(&args.model, Rc::new(gpu), cpu, gpu_layers, opts).map_err(|e| e.to_string())?;
