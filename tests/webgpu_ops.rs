@@ -1279,10 +1279,15 @@ fn hf_reference() -> Reference {
 /// buffers, in odd-sized chunks (so tensor writes start and end mid-word), tokenizes the
 /// reference prompt with the file's tokenizer and evaluates it: logits of every position.
 fn run_tiny_gpt2(file: &str, backend: Rc<dyn Backend>) -> (ggweb::model::gpt2::Gpt2, Vec<f32>) {
+    run_tiny_gpt2_kv(file, backend, F32)
+}
+
+/// [`run_tiny_gpt2`] with a KV cache of `kv_type`.
+fn run_tiny_gpt2_kv(file: &str, backend: Rc<dyn Backend>, kv_type: GgmlType) -> (ggweb::model::gpt2::Gpt2, Vec<f32>) {
     use ggweb::model::gpt2::Gpt2Options;
     use ggweb::model::loader::ModelLoader;
     let bytes = std::fs::read(models_dir().join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
-    let opts = Gpt2Options { n_ctx: 0, n_batch: 32, n_threads: 1, ..Default::default() };
+    let opts = Gpt2Options { n_ctx: 0, n_batch: 32, n_threads: 1, kv_type };
     let mut loader = ModelLoader::new(backend, opts, ggweb::gguf::Limits::default(), Some(bytes.len() as u64));
     for chunk in bytes.chunks(65_537) {
         loader.feed(chunk).unwrap();
@@ -1354,6 +1359,39 @@ fn tiny_gpt2_f16_q8_0_q4_0_match_the_cpu_backend() {
         };
         assert!(e_cpu <= max_cpu, "{file}: NMSE webgpu vs CPU {e_cpu:e} > {max_cpu:e}");
         assert!(e_hf_gpu <= max_hf, "{file}: NMSE webgpu vs HF {e_hf_gpu:e} > {max_hf:e}");
+    }
+}
+
+/// An F16 KV cache on WebGPU (the strided f32 -> f16 V store, mul_mat over F16 cache
+/// views) against the CPU's F16 cache: the prompt at every position, then a greedy
+/// continuation one token at a time (odd positions: half-word stores).
+#[test]
+fn tiny_gpt2_f16_kv_matches_the_cpu_f16_kv() {
+    for kernels in [MatMulKernels::PerRow, MatMulKernels::Workgroup] {
+        let Some(b) = gpu(WebGpuOptions { mat_mul_kernels: kernels, ..Default::default() }) else { return };
+        let r = hf_reference();
+        let (mut gm, gpu_logits) = run_tiny_gpt2_kv("tiny-gpt2-f32.gguf", Rc::new(b), F16);
+        let (mut cm, cpu_logits) = run_tiny_gpt2_kv("tiny-gpt2-f32.gguf", Rc::new(CpuBackend::new(1)), F16);
+        assert_eq!((gm.kv.ty, gm.memory_plan().kv), (F16, 2 * 2 * 64 * 128 * 2));
+        let d = max_abs_diff(&gpu_logits, &cpu_logits);
+        eprintln!("{kernels:?}: prompt, max |webgpu f16 KV - cpu f16 KV| = {d:.2e}");
+        // Both round the same K/V to f16; the f32 inputs differ by summation order (~1e-6),
+        // which can move a stored value across an f16 rounding boundary (one ulp, 2^-11
+        // relative). Measured: 8.6e-6 at most; 1e-4 is the F32 path's own bound vs HF.
+        assert!(d < 1e-4, "{kernels:?}: prompt logits differ by {d}");
+        let argmax =
+            |l: &[f32]| l.iter().enumerate().fold((0, f32::MIN), |m, (i, &v)| if v > m.1 { (i, v) } else { m }).0;
+        let n_vocab = 50257;
+        let mut next = argmax(&gpu_logits[(r.ids.len() - 1) * n_vocab..]) as u32;
+        let mut generated = Vec::new();
+        for n_past in r.ids.len()..r.ids.len() + r.greedy.len() {
+            generated.push(next);
+            let (g, c) = (gm.eval(&[next], n_past, false).unwrap(), cm.eval(&[next], n_past, false).unwrap());
+            let d = max_abs_diff(&g, &c);
+            assert!(d < 1e-4, "{kernels:?}: token at {n_past}: logits differ by {d}");
+            next = argmax(&g) as u32;
+        }
+        assert_eq!(generated, r.greedy, "{kernels:?}: greedy continuation with an F16 KV cache");
     }
 }
 
