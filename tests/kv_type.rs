@@ -148,7 +148,7 @@ fn kv_type_values_are_checked() {
     assert_eq!(parse_kv_type("--kv-type", "f16"), Ok(F16));
     assert_eq!(parse_kv_type("--kv-type", "f32"), Ok(F32));
     let e = parse_kv_type("--kv-type", "q8_0").unwrap_err();
-    assert_eq!(e, ModelError::Invalid("--kv-type: kvType must be \"f16\" or \"f32\", got \"q8_0\"".into()));
+    assert_eq!(e, ModelError::Invalid("--kv-type must be \"f16\" or \"f32\", got \"q8_0\"".into()));
     let map = parse_object("load options", r#"{"kvType":"f16"}"#, &["kvType"]).unwrap();
     assert_eq!(opt_kv_type(&map, "load options", "kvType"), Ok(Some(F16)));
     for (json, msg) in [
@@ -161,4 +161,32 @@ fn kv_type_values_are_checked() {
     let bytes = gguf_support::model_bytes(FILE);
     let e = load_from_bytes(&bytes, Gpt2Options { kv_type: GgmlType::Q8_0, ..Default::default() }).err().unwrap();
     assert!(matches!(&e, ModelError::Config(m) if m.contains("KV cache type q8_0")), "{e}");
+}
+
+/// The CLI's `--kv-type`: the same greedy tokens with either type, the KV bytes in the
+/// bench's memory line, and a typed refusal of other values.
+#[test]
+fn cli_kv_type() {
+    let model = gguf_support::models_dir().join(FILE);
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_ggweb"))
+            .args(args)
+            .arg("--model")
+            .arg(&model)
+            .output()
+            .unwrap();
+        (out.status.success(), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
+    };
+    let gen = |t: &str| {
+        run(&["generate", "--prompt", "Hello, my name is", "--n-predict", "8", "--temp", "0", "--json", "--kv-type", t])
+    };
+    let (ok32, out32, _) = gen("f32");
+    let (ok16, out16, _) = gen("f16");
+    assert!(ok32 && ok16);
+    let tokens = |s: &str| serde_json::from_str::<Value>(s).unwrap()["tokens"].clone();
+    assert_eq!(tokens(&out16), tokens(&out32));
+    let (ok, out, _) = run(&["bench", "-p", "4", "-n", "2", "--reps", "1", "--kv-type", "f16"]);
+    assert!(ok && out.contains("kv 65536 B (f16)"), "{out}");
+    let (ok, _, err) = run(&["generate", "--prompt", "a", "--kv-type", "q8_0"]);
+    assert!(!ok && err.contains("--kv-type must be \"f16\" or \"f32\", got \"q8_0\""), "{err}");
 }

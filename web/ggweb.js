@@ -288,8 +288,8 @@ function tokenStream(start, signal) {
 
 /** Every key Model.load reads; any other is refused (a misspelt option would be ignored silently). */
 const LOAD_KEYS = [
-  'backend', 'gpuLayers', 'nCtx', 'nBatch', 'nThreads', 'relaxedSimd', 'onProgress', 'signal', 'cache', 'stallTimeoutMs',
-  'worker', 'coreUrl',
+  'backend', 'gpuLayers', 'nCtx', 'nBatch', 'nThreads', 'kvType', 'relaxedSimd', 'onProgress', 'signal', 'cache',
+  'stallTimeoutMs', 'worker', 'coreUrl',
 ];
 
 /** A string, or token ids as a plain array for the engine. */
@@ -321,7 +321,8 @@ export class Model {
       throw new GgwebError('invalid', `Model.load: unknown option ${JSON.stringify(unknown)} (known: ${LOAD_KEYS.join(', ')})`);
     }
     const {
-      backend = 'cpu', gpuLayers, nCtx, nBatch, nThreads, relaxedSimd, onProgress, signal, cache = false, stallTimeoutMs,
+      backend = 'cpu', gpuLayers, nCtx, nBatch, nThreads, kvType, relaxedSimd, onProgress, signal, cache = false,
+      stallTimeoutMs,
       worker = typeof Worker !== 'undefined', coreUrl = DEFAULT_CORE_URL,
     } = options;
     checkSignal(signal);
@@ -332,7 +333,7 @@ export class Model {
     }
     if (signal?.aborted) throw abortedError('loading the model');
     const { src, transfer } = await describeSource(source);
-    const opts = { backend, gpuLayers, nCtx, nBatch, nThreads, relaxedSimd };
+    const opts = { backend, gpuLayers, nCtx, nBatch, nThreads, kvType, relaxedSimd };
     const core = new URL(coreUrl, typeof document !== 'undefined' ? document.baseURI : globalThis.location?.href).href;
     const t = worker ? new WorkerTransport(core) : new LocalTransport(core);
     try {

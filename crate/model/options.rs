@@ -113,7 +113,7 @@ pub fn parse_kv_type(what: &str, s: &str) -> Result<GgmlType, ModelError> {
     match s {
         "f32" => Ok(GgmlType::F32),
         "f16" => Ok(GgmlType::F16),
-        _ => Err(invalid(format!("{what}: kvType must be \"f16\" or \"f32\", got {s:?}"))),
+        _ => Err(invalid(format!("{what} must be \"f16\" or \"f32\", got {s:?}"))),
     }
 }
 
@@ -121,7 +121,7 @@ pub fn parse_kv_type(what: &str, s: &str) -> Result<GgmlType, ModelError> {
 pub fn opt_kv_type(map: &Map<String, Value>, what: &str, key: &str) -> Result<Option<GgmlType>, ModelError> {
     match map.get(key) {
         None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => parse_kv_type(what, s).map(Some),
+        Some(Value::String(s)) => parse_kv_type(&format!("{what}: {key}"), s).map(Some),
         Some(v) => Err(invalid(format!("{what}: {key} must be \"f16\" or \"f32\", got {v}"))),
     }
 }
