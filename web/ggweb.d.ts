@@ -231,7 +231,14 @@ export interface ModelInfo {
   hparams?: Record<string, number>;
   backend?: string;
   /** Bytes planned per use. */
-  memory?: { weights?: number; kv?: number; compute?: number; kvType?: 'f16' | 'f32'; [k: string]: number | string | undefined };
+  memory?: {
+    weights?: number;
+    kv?: number;
+    compute?: number;
+    /** The KV cache's element type (LoadOptions.kvType). */
+    kvType?: 'f16' | 'f32';
+    [k: string]: number | string | undefined;
+  };
   /** Where the model runs and what crosses between backends. */
   split?: ModelSplit;
   /** Why `backend` is not the one asked for ('auto' without WebGPU), or null. */
