@@ -190,3 +190,16 @@ fn cli_kv_type() {
     let (ok, _, err) = run(&["generate", "--prompt", "a", "--kv-type", "q8_0"]);
     assert!(!ok && err.contains("--kv-type must be \"f16\" or \"f32\", got \"q8_0\""), "{err}");
 }
+
+/// Two CPU threads share the F16 stores and products by rows: the same logits as one.
+#[test]
+fn f16_kv_two_threads_equal_one() {
+    let r = gguf_support::hf_reference();
+    let prompt = ids(&r["prompts"][1]["ids"]);
+    let bytes = gguf_support::model_bytes(FILE);
+    let run = |n_threads| {
+        let opts = Gpt2Options { n_threads, kv_type: F16, ..Default::default() };
+        load_from_bytes(&bytes, opts).unwrap().model.eval_prompt(&prompt, 0, true).unwrap()
+    };
+    assert_eq!(run(2), run(1));
+}
