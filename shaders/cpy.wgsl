@@ -36,6 +36,23 @@ fn cpy_f16(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index
     dst[w] = word;
 }
 
+// dst f16, any strides (the transposed V cache: rows n_ctx halves apart): one invocation
+// per element, in two dispatches, u.z = 0 then 1: those whose half is the low (even) or
+// the high half of its word. Within one dispatch no two invocations share a word, so each
+// read-modify-write keeps the other half, which the other dispatch owns (or which is not
+// this copy's). u.y: elements; misc.x: elements too.
+@compute @workgroup_size(256)
+fn cpy_f16_strided(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+    let k = wg_linear(wg) * 256u + li;
+    if (k >= p.misc.x) { return; }
+    let o = p.off.w + at(unravel(k, p.d_ne), p.d_nb);
+    if ((o & 1u) != p.u.z) { return; }
+    let sh = (o & 1u) * 16u;
+    let bits = pack2x16float(vec2<f32>(cpy_load(k), 0.0)) & 0xffffu;
+    let w = o >> 1u;
+    dst[w] = (dst[w] & ~(0xffffu << sh)) | (bits << sh);
+}
+
 // Byte-exact writes at unaligned edges (Buffer::set_bytes): src0 holds (word, mask, value)
 // triples; dst[word] takes value's bits where mask is set.
 @compute @workgroup_size(64)

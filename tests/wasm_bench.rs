@@ -117,7 +117,7 @@ fn model_on(wty: GgmlType, out_ty: GgmlType, n_batch: usize, backend: Rc<dyn Bac
     for (t, std, mean) in &tensors {
         fill(t, &mut rng, *std, *mean);
     }
-    let opts = Gpt2Options { n_ctx: 0, n_batch, n_threads: 1 };
+    let opts = Gpt2Options { n_ctx: 0, n_batch, n_threads: 1, ..Default::default() };
     Gpt2::new(hp, ctx, buffers, backend, &opts).unwrap()
 }
 

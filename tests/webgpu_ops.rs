@@ -758,6 +758,28 @@ fn cpy_cases() -> Vec<Case> {
             let dst = i.ctx.view_1d(&cache, 8 * 5, 4 * 8 * 3);
             i.ctx.cpy(&cur, &dst)
         }),
+        // The F16 KV cache's V store (crate/model/gpt2.rs): V^T of a fused-QKV slice into
+        // rows n_ctx halves apart at position n_past. Odd n_ctx and n_past put row ends and
+        // starts mid-word, and with N = n_ctx - n_past rows meet inside one word.
+        case("cpy transposed f32 -> f16 (F16 V cache write, odd n_ctx, odd n_past)", to_f16, |i| {
+            let (n_embd, n_ctx, n_past, n) = (8i64, 13i64, 3i64, 5i64);
+            let a = i.t(F32, &[3 * n_embd, n]);
+            let v_cur = i.ctx.view_2d(&a, n_embd, n, a.nb[1], 2 * 4 * n_embd as usize);
+            let cache = i.t(F16, &[n_embd * n_ctx]);
+            let dst = i.ctx.view_2d(&cache, n, n_embd, 2 * n_ctx as usize, 2 * n_past as usize);
+            i.ctx.cpy(&i.ctx.transpose(&v_cur), &dst)
+        }),
+        case("cpy transposed f32 -> f16 keeps the cache's other halves (rows meeting mid-word)", to_f16, |i| {
+            let (n_embd, n_ctx, n_past) = (6i64, 9i64, 2i64);
+            let n = n_ctx - n_past;
+            let v_cur = i.t(F32, &[n_embd, n]);
+            let cache = i.t(F16, &[n_embd * n_ctx]);
+            let dst = i.ctx.view_2d(&cache, n, n_embd, 2 * n_ctx as usize, 2 * n_past as usize);
+            let c = i.ctx.cpy(&i.ctx.transpose(&v_cur), &dst);
+            i.expand(&c);
+            // The whole cache: written positions and the untouched first n_past of each row.
+            cache
+        }),
     ]
 }
 
@@ -826,6 +848,24 @@ fn mul_mat_cases() -> Vec<Case> {
             let kp = i.ctx.permute(&k, 0, 2, 1, 3); // [hd, L, nh]
             let qp = i.ctx.permute(&q, 0, 2, 1, 3); // [hd, N, nh]
             i.ctx.mul_mat(&kp, &qp)
+        }));
+    }
+    // Attention over an F16 KV cache: K as a permuted view ([hd, L, n_head]), V^T as a
+    // strided view of the transposed cache ([L, hd, n_head], rows n_ctx apart).
+    for n in [1, 7] {
+        v.push(case(&format!("mul_mat f16 K cache view x q N={n}"), mm_tol(16), move |i| {
+            let (hd, nh, l, n_ctx) = (16, 4, 9, 11);
+            let kc = i.t(F16, &[hd * nh * n_ctx]);
+            let k = i.ctx.permute(&i.ctx.reshape_3d(&i.ctx.view_1d(&kc, hd * nh * l, 0), hd, nh, l), 0, 2, 1, 3);
+            let q = i.t(F32, &[hd, n, nh]);
+            i.ctx.mul_mat(&k, &q)
+        }));
+        v.push(case(&format!("mul_mat f16 V^T cache view x kq N={n}"), mm_tol(9), move |i| {
+            let (hd, nh, l, n_ctx) = (16i64, 4i64, 9i64, 11usize);
+            let vc = i.t(F16, &[hd * nh * n_ctx as i64]);
+            let v_trans = i.ctx.view_3d(&vc, l, hd, nh, 2 * n_ctx, hd as usize * 2 * n_ctx, 0);
+            let kq = i.t(F32, &[l, n, nh]);
+            i.ctx.mul_mat(&v_trans, &kq)
         }));
     }
     v.push(case("mul_mat broadcast src0 over dims 2,3", mm_tol(32), |i| {
@@ -1123,10 +1163,11 @@ fn unsupported_ops_are_reported() {
     mm.set_name("mm_q8_1");
     let rows = ctx.get_rows(&ctx.new_tensor_2d(GgmlType::Q8_K, 256, 4), &ctx.new_tensor_1d(I32, 2));
     let h = ctx.new_tensor_2d(F16, 8, 8);
-    let strided_f16 = ctx.cpy(&ctx.new_tensor_2d(F32, 4, 8), &ctx.view_2d(&h, 4, 8, h.nb[1], 0));
     let add_f16 = ctx.add(&h, &h);
-    assert!(b.supports_op(&x) && b.supports_op(&ctx.transpose(&x)));
-    for n in [&mm, &rows, &strided_f16, &add_f16] {
+    // A strided f16 destination has a kernel (the F16 KV cache's V store: cpy_cases).
+    let strided_f16 = ctx.cpy(&ctx.new_tensor_2d(F32, 4, 8), &ctx.view_2d(&h, 4, 8, h.nb[1], 0));
+    assert!(b.supports_op(&x) && b.supports_op(&ctx.transpose(&x)) && b.supports_op(&strided_f16));
+    for n in [&mm, &rows, &add_f16] {
         assert!(!b.supports_op(n), "{n:?}");
     }
     let mut gf = Graph::new();
@@ -1240,10 +1281,15 @@ fn hf_reference() -> Reference {
 /// buffers, in odd-sized chunks (so tensor writes start and end mid-word), tokenizes the
 /// reference prompt with the file's tokenizer and evaluates it: logits of every position.
 fn run_tiny_gpt2(file: &str, backend: Rc<dyn Backend>) -> (ggweb::model::gpt2::Gpt2, Vec<f32>) {
+    run_tiny_gpt2_kv(file, backend, F32)
+}
+
+/// [`run_tiny_gpt2`] with a KV cache of `kv_type`.
+fn run_tiny_gpt2_kv(file: &str, backend: Rc<dyn Backend>, kv_type: GgmlType) -> (ggweb::model::gpt2::Gpt2, Vec<f32>) {
     use ggweb::model::gpt2::Gpt2Options;
     use ggweb::model::loader::ModelLoader;
     let bytes = std::fs::read(models_dir().join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
-    let opts = Gpt2Options { n_ctx: 0, n_batch: 32, n_threads: 1 };
+    let opts = Gpt2Options { n_ctx: 0, n_batch: 32, n_threads: 1, kv_type };
     let mut loader = ModelLoader::new(backend, opts, ggweb::gguf::Limits::default(), Some(bytes.len() as u64));
     for chunk in bytes.chunks(65_537) {
         loader.feed(chunk).unwrap();
@@ -1315,6 +1361,39 @@ fn tiny_gpt2_f16_q8_0_q4_0_match_the_cpu_backend() {
         };
         assert!(e_cpu <= max_cpu, "{file}: NMSE webgpu vs CPU {e_cpu:e} > {max_cpu:e}");
         assert!(e_hf_gpu <= max_hf, "{file}: NMSE webgpu vs HF {e_hf_gpu:e} > {max_hf:e}");
+    }
+}
+
+/// An F16 KV cache on WebGPU (the strided f32 -> f16 V store, mul_mat over F16 cache
+/// views) against the CPU's F16 cache: the prompt at every position, then a greedy
+/// continuation one token at a time (odd positions: half-word stores).
+#[test]
+fn tiny_gpt2_f16_kv_matches_the_cpu_f16_kv() {
+    for kernels in [MatMulKernels::PerRow, MatMulKernels::Workgroup] {
+        let Some(b) = gpu(WebGpuOptions { mat_mul_kernels: kernels, ..Default::default() }) else { return };
+        let r = hf_reference();
+        let (mut gm, gpu_logits) = run_tiny_gpt2_kv("tiny-gpt2-f32.gguf", Rc::new(b), F16);
+        let (mut cm, cpu_logits) = run_tiny_gpt2_kv("tiny-gpt2-f32.gguf", Rc::new(CpuBackend::new(1)), F16);
+        assert_eq!((gm.kv.ty, gm.memory_plan().kv), (F16, 2 * 2 * 64 * 128 * 2));
+        let d = max_abs_diff(&gpu_logits, &cpu_logits);
+        eprintln!("{kernels:?}: prompt, max |webgpu f16 KV - cpu f16 KV| = {d:.2e}");
+        // Both round the same K/V to f16; the f32 inputs differ by summation order (~1e-6),
+        // which can move a stored value across an f16 rounding boundary (one ulp, 2^-11
+        // relative). Measured: 8.6e-6 at most; 1e-4 is the F32 path's own bound vs HF.
+        assert!(d < 1e-4, "{kernels:?}: prompt logits differ by {d}");
+        let argmax =
+            |l: &[f32]| l.iter().enumerate().fold((0, f32::MIN), |m, (i, &v)| if v > m.1 { (i, v) } else { m }).0;
+        let n_vocab = 50257;
+        let mut next = argmax(&gpu_logits[(r.ids.len() - 1) * n_vocab..]) as u32;
+        let mut generated = Vec::new();
+        for n_past in r.ids.len()..r.ids.len() + r.greedy.len() {
+            generated.push(next);
+            let (g, c) = (gm.eval(&[next], n_past, false).unwrap(), cm.eval(&[next], n_past, false).unwrap());
+            let d = max_abs_diff(&g, &c);
+            assert!(d < 1e-4, "{kernels:?}: token at {n_past}: logits differ by {d}");
+            next = argmax(&g) as u32;
+        }
+        assert_eq!(generated, r.greedy, "{kernels:?}: greedy continuation with an F16 KV cache");
     }
 }
 

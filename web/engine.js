@@ -167,6 +167,8 @@ export function loaderOptions(opts = {}) {
     backend,
     gpuLayers: num(opts.gpuLayers, 'gpuLayers', { min: -1, int: true }),
     nThreads: num(opts.nThreads, 'nThreads', { min: 1, max: MAX_THREADS, int: true }),
+    // 'f32' | 'f16': checked by the Rust side's strict option parser (code 'invalid').
+    kvType: opts.kvType,
   };
 }
 

@@ -318,8 +318,8 @@ function tokenStream(start, signal) {
 
 /** Every key Model.load reads; any other is refused (a misspelt option would be ignored silently). */
 const LOAD_KEYS = [
-  'backend', 'gpuLayers', 'nCtx', 'nBatch', 'nThreads', 'relaxedSimd', 'onProgress', 'signal', 'cache', 'stallTimeoutMs',
-  'worker', 'coreUrl',
+  'backend', 'gpuLayers', 'nCtx', 'nBatch', 'nThreads', 'kvType', 'relaxedSimd', 'onProgress', 'signal', 'cache',
+  'stallTimeoutMs', 'worker', 'coreUrl',
 ];
 
 /** A string, or token ids as a plain array for the engine. */
@@ -351,7 +351,7 @@ export class Model {
       throw new GgwebError('invalid', `Model.load: unknown option ${JSON.stringify(unknown)} (known: ${LOAD_KEYS.join(', ')})`);
     }
     const {
-      backend = 'cpu', gpuLayers, nCtx, nBatch, nThreads, relaxedSimd, onProgress, signal, cache = false, stallTimeoutMs,
+      backend = 'cpu', gpuLayers, nCtx, nBatch, nThreads, kvType, relaxedSimd, onProgress, signal, cache = false, stallTimeoutMs,
       worker = typeof Worker !== 'undefined', coreUrl,
     } = options;
     checkSignal(signal);
@@ -362,7 +362,7 @@ export class Model {
     }
     if (signal?.aborted) throw abortedError('loading the model');
     const { src, transfer } = await describeSource(source);
-    const opts = { backend, gpuLayers, nCtx, nBatch, nThreads, relaxedSimd };
+    const opts = { backend, gpuLayers, nCtx, nBatch, nThreads, kvType, relaxedSimd };
     // No coreUrl: the package's own builds (builds.js), wherever a bundler put them.
     let core = null;
     if (coreUrl !== undefined && coreUrl !== null) {

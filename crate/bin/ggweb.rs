@@ -7,7 +7,8 @@ mod args;
 mod inspect;
 mod run;
 
-const INSPECT_USAGE: &str = "ggweb inspect --model FILE [--json] [--items N] [--gpu-layers N [--batch B] [--ctx C]]";
+const INSPECT_USAGE: &str =
+    "ggweb inspect --model FILE [--json] [--items N] [--gpu-layers N [--batch B] [--ctx C] [--kv-type f32|f16]]";
 
 /// Each command and its usage line.
 const COMMANDS: [(&str, &str); 7] = [

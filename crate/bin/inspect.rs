@@ -14,10 +14,13 @@ use ggweb::cpu::CpuBackend;
 use ggweb::gguf::{GgufArray, GgufHeader, GgufStreamReader, GgufValue, Limits, NullSink};
 use ggweb::model::gpt2::Gpt2Options;
 use ggweb::model::loader::{load_from_path_split, LoadedModel};
+use ggweb::model::options::parse_kv_type;
 use ggweb::webgpu::{WebGpuBackend, WebGpuOptions};
+use ggweb::GgmlType;
 use serde_json::{json, Value};
 
-const USAGE: &str = "usage: ggweb inspect --model FILE [--json] [--items N] [--gpu-layers N [--batch B] [--ctx C]]";
+const USAGE: &str =
+    "usage: ggweb inspect --model FILE [--json] [--items N] [--gpu-layers N [--batch B] [--ctx C] [--kv-type f32|f16]]";
 
 struct Args {
     model: String,
@@ -27,6 +30,7 @@ struct Args {
     gpu_layers: Option<usize>,
     batch: usize,
     ctx: usize,
+    kv_type: GgmlType,
 }
 
 fn number(it: &mut std::slice::Iter<'_, String>, flag: &str) -> Result<usize, String> {
@@ -37,6 +41,7 @@ fn number(it: &mut std::slice::Iter<'_, String>, flag: &str) -> Result<usize, St
 fn parse_args(args: &[String]) -> Result<Args, String> {
     let (mut model, mut json, mut items) = (None, false, 6usize);
     let (mut gpu_layers, mut batch, mut ctx) = (None, 32usize, 0usize);
+    let mut kv_type = Gpt2Options::default().kv_type;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -49,12 +54,16 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
             "--gpu-layers" | "-ngl" => gpu_layers = Some(number(&mut it, "--gpu-layers")?),
             "--batch" | "-b" => batch = number(&mut it, "--batch")?,
             "--ctx" | "-c" => ctx = number(&mut it, "--ctx")?,
+            "--kv-type" => {
+                let v = it.next().ok_or("--kv-type needs f32 or f16")?;
+                kv_type = parse_kv_type("--kv-type", v).map_err(|e| e.to_string())?;
+            }
             "--help" | "-h" => return Err(USAGE.to_string()),
             other => return Err(format!("unknown argument '{other}'\n{USAGE}")),
         }
     }
     let model = model.ok_or_else(|| format!("missing --model\n{USAGE}"))?;
-    Ok(Args { model, json, items, gpu_layers, batch, ctx })
+    Ok(Args { model, json, items, gpu_layers, batch, ctx, kv_type })
 }
 
 /// Parses the header of `path`, feeding 1 MiB chunks until it is complete.
@@ -99,7 +108,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
 /// copies between backends each run makes.
 fn split_report(args: &Args, gpu_layers: usize) -> Result<String, String> {
     let gpu = WebGpuBackend::new(WebGpuOptions::default()).map_err(|e| format!("--gpu-layers: WebGPU: {e}"))?;
-    let opts = Gpt2Options { n_ctx: args.ctx, n_batch: args.batch, n_threads: 1 };
+    let opts = Gpt2Options { n_ctx: args.ctx, n_batch: args.batch, n_threads: 1, kv_type: args.kv_type };
     let cpu: Rc<dyn Backend> = Rc::new(CpuBackend::new(1));
     let LoadedModel { mut model, .. } =
         load_from_path_split(&args.model, Rc::new(gpu), cpu, gpu_layers, opts).map_err(|e| e.to_string())?;

@@ -11,6 +11,7 @@ use ggweb::gguf::{GgufStreamReader, Limits, NullSink};
 use ggweb::model::gpt2::block_on;
 use ggweb::model::gpt2::Gpt2Options;
 use ggweb::model::loader::{load_from_path, load_from_path_split, tokenizer_from_gguf, LoadedModel};
+use ggweb::model::options::parse_kv_type;
 use ggweb::model::sampling::SamplingParams;
 use ggweb::model::session::{GenerateOptions, Session};
 use ggweb::tokenizer::Tokenizer;
@@ -19,14 +20,14 @@ use serde_json::json;
 
 use crate::args::Args;
 
-pub const GENERATE_USAGE: &str = "ggweb generate --model M (--prompt P | --ids I,I,...) [--n-predict N] [--temp T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--repeat-last-n N] [--seed S] [--stop S] [--logit-bias ID=BIAS,...] [--ignore-eos] [--top-logprobs K] [--special] [--batch B] [--ctx C] [--threads T] [--backend cpu|webgpu] [--gpu-layers N] [--json]";
+pub const GENERATE_USAGE: &str = "ggweb generate --model M (--prompt P | --ids I,I,...) [--n-predict N] [--temp T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--repeat-last-n N] [--seed S] [--stop S] [--logit-bias ID=BIAS,...] [--ignore-eos] [--top-logprobs K] [--special] [--batch B] [--ctx C] [--threads T] [--kv-type f32|f16] [--backend cpu|webgpu] [--gpu-layers N] [--json]";
 pub const SCORE_USAGE: &str =
-    "ggweb score --model M (--prompt P | --ids I,I,...) [--top-k K] [--special] [--batch B] [--ctx C] [--backend cpu|webgpu] [--json]";
-pub const TRACE_USAGE: &str = "ggweb trace --model M (--prompt P | --ids I,I,...) [--taps attn,hidden,NODE...] [--special] [--ctx C] [--backend cpu|webgpu] [--json]";
+    "ggweb score --model M (--prompt P | --ids I,I,...) [--top-k K] [--special] [--batch B] [--ctx C] [--kv-type f32|f16] [--backend cpu|webgpu] [--json]";
+pub const TRACE_USAGE: &str = "ggweb trace --model M (--prompt P | --ids I,I,...) [--taps attn,hidden,NODE...] [--special] [--ctx C] [--kv-type f32|f16] [--backend cpu|webgpu] [--json]";
 pub const LOGITS_USAGE: &str =
-    "ggweb logits --model M --prompt P [--batch B] [--special] [--backend cpu|webgpu] [--gpu-layers N]";
+    "ggweb logits --model M --prompt P [--batch B] [--special] [--kv-type f32|f16] [--backend cpu|webgpu] [--gpu-layers N]";
 pub const TOKENIZE_USAGE: &str = "ggweb tokenize --model M [--special] [--decode]   (stdin: one JSON string, or with --decode one JSON array of ids, per line)";
-pub const BENCH_USAGE: &str = "ggweb bench --model M [-p 128] [-n 64] [--threads T] [--batch B] [--reps R] [--backend cpu|webgpu] [--gpu-layers N] [--profile] [--json]";
+pub const BENCH_USAGE: &str = "ggweb bench --model M [-p 128] [-n 64] [--threads T] [--batch B] [--reps R] [--kv-type f32|f16] [--backend cpu|webgpu] [--gpu-layers N] [--profile] [--json]";
 
 fn backend(args: &Args) -> Result<Rc<dyn Backend>, String> {
     let threads: usize = args.get(&["threads", "t"], 1)?;
@@ -51,6 +52,10 @@ fn load_on(args: &Args, backend: Rc<dyn Backend>) -> Result<LoadedModel, String>
         n_ctx: args.get(&["ctx", "c"], 0)?,
         n_batch: args.get(&["batch", "b"], 32)?,
         n_threads: args.get(&["threads", "t"], 1)?,
+        kv_type: match args.str(&["kv-type"]) {
+            None => Gpt2Options::default().kv_type,
+            Some(s) => parse_kv_type("--kv-type", &s).map_err(|e| e.to_string())?,
+        },
     };
     if let Some(n) = args.str(&["gpu-layers", "ngl"]) {
         let n: usize = n.parse().map_err(|_| format!("--gpu-layers: cannot parse '{n}'"))?;
@@ -434,7 +439,7 @@ pub fn bench(argv: &[String]) -> Result<(), String> {
                 "prompt_tok_s": pp_med, "gen_tok_s": tg_med,
                 "prompt_tok_per_cpu_s": pp_cpu_med, "gen_tok_per_cpu_s": tg_cpu_med,
                 "prompt_tok_s_all": pp, "gen_tok_s_all": tg,
-                "memory": { "weights": mem.weights, "kv": mem.kv, "compute": mem.compute },
+                "memory": { "weights": mem.weights, "kv": mem.kv, "compute": mem.compute, "kv_type": model.kv.ty.name() },
                 "profile": if profile { json!({ "pp": pp_table.to_json(), "tg": tg_table.to_json() }) } else { json!(null) },
                 "memory_by_backend": model.memory_by_backend().iter().map(|m| json!({
                     "backend": m.backend, "weights": m.weights, "kv": m.kv, "compute": m.compute,
@@ -448,7 +453,14 @@ pub fn bench(argv: &[String]) -> Result<(), String> {
         println!("|---|---|---|");
         println!("| pp{n_prompt} | {pp_med:.2} | {pp_cpu_med:.2} |");
         println!("| tg{n_gen} | {tg_med:.2} | {tg_cpu_med:.2} |");
-        println!("memory: weights {} B, kv {} B, compute {} B; load {:.3} s", mem.weights, mem.kv, mem.compute, load_s);
+        println!(
+            "memory: weights {} B, kv {} B ({}), compute {} B; load {:.3} s",
+            mem.weights,
+            mem.kv,
+            model.kv.ty.name(),
+            mem.compute,
+            load_s
+        );
         if model.sched.n_backends() > 1 {
             for m in model.memory_by_backend() {
                 println!("  {}: weights {} B, kv {} B, compute {} B", m.backend, m.weights, m.kv, m.compute);

@@ -166,7 +166,7 @@ impl WasmLoader {
     /// options.
     fn parse_options(opts_json: &str) -> Result<(&'static str, Option<usize>, Gpt2Options), JsValue> {
         const WHAT: &str = "WasmLoader options";
-        let map = parse_object(WHAT, opts_json, &["nCtx", "nBatch", "backend", "gpuLayers", "nThreads"])?;
+        let map = parse_object(WHAT, opts_json, &["nCtx", "nBatch", "backend", "gpuLayers", "nThreads", "kvType"])?;
         let backend = match map.get("backend") {
             None | Some(Value::Null) => "cpu",
             Some(Value::String(s)) if s == "cpu" => "cpu",
@@ -190,7 +190,10 @@ impl WasmLoader {
         };
         // Threads of the CPU backend; more than 1 only does anything in the threaded build.
         let n_threads = opt_uint(&map, WHAT, "nThreads", 1, MAX_THREADS)?.unwrap_or(1) as usize;
-        Ok((backend, gpu_layers, Gpt2Options { n_ctx, n_batch: n_batch as usize, n_threads }))
+        let kv_type = options::opt_kv_type(&map, WHAT, "kvType")
+            .map_err(|e| model_error("", e))?
+            .unwrap_or(Gpt2Options::default().kv_type);
+        Ok((backend, gpu_layers, Gpt2Options { n_ctx, n_batch: n_batch as usize, n_threads, kv_type }))
     }
 
     fn with_backend(
@@ -225,7 +228,8 @@ impl WasmLoader {
 
 #[wasm_bindgen]
 impl WasmLoader {
-    /// `opts_json`: `{ nCtx?, nBatch?, backend?: "cpu" | "webgpu" | "auto", gpuLayers?, nThreads? }`
+    /// `opts_json`: `{ nCtx?, nBatch?, backend?: "cpu" | "webgpu" | "auto", gpuLayers?, nThreads?,
+    /// kvType?: "f32" | "f16" }`
     /// (engine.js's loaderOptions). nCtx defaults to the model's context length, nBatch to
     /// 32. This constructor is synchronous, so it cannot open a WebGPU device: "auto" means
     /// the CPU here, and "webgpu" is refused (`unsupported`) in favour of `WasmLoader.create`.
@@ -687,7 +691,7 @@ impl WasmModel {
         self.session.tokenizer.eos().map_or(-1, |t| t as i32)
     }
 
-    /// JSON: `{ arch, hparams, backend, memory: { weights, kv, compute }, split, tokenizer,
+    /// JSON: `{ arch, hparams, backend, memory: { weights, kv, compute, kvType }, split, tokenizer,
     /// wasmMemory: { heapBase, atLoaderStart, afterLoad, now }, backendNote }` (bytes; see
     /// `wasm_heap_base`, `wasm_memory_bytes`). `split`: `{ gpuLayers, embeddingsOnGpu,
     /// backends, splits, copiesPerToken, copyBytesPerToken, bytesPerBackend: { [name]:
@@ -710,7 +714,12 @@ impl WasmModel {
                 eps: hp.eps,
             },
             backend: self.backend,
-            memory: Bytes { weights: plan.weights, kv: plan.kv, compute: plan.compute },
+            memory: MemoryJson {
+                weights: plan.weights,
+                kv: plan.kv,
+                compute: plan.compute,
+                kv_type: model.kv.ty.name(),
+            },
             split: self.split_json(),
             tokenizer: TokenizerJson { n_vocab: tokenizer.n_vocab(), bos: tokenizer.bos(), eos: tokenizer.eos() },
             wasm_memory: WasmMemory {
@@ -732,7 +741,7 @@ struct Info<'a> {
     arch: &'static str,
     hparams: HparamsJson,
     backend: &'static str,
-    memory: Bytes,
+    memory: MemoryJson,
     split: SplitJson<'a>,
     tokenizer: TokenizerJson,
     wasm_memory: WasmMemory,
@@ -758,6 +767,17 @@ struct Bytes {
     weights: usize,
     kv: usize,
     compute: usize,
+}
+
+/// `info().memory`: the plan's bytes and the KV cache's element type ("f32" or "f16",
+/// LoadOptions.kvType).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct MemoryJson {
+    weights: usize,
+    kv: usize,
+    compute: usize,
+    kv_type: &'static str,
 }
 
 #[derive(Serialize)]

@@ -125,8 +125,10 @@ impl Weights {
     }
 }
 
-/// K and V of every past position, one pair of flat F32 tensors per layer
-/// ([n_embd * n_ctx] each), in their own buffer: they live across graph runs. K holds
+/// K and V of every past position, one pair of flat tensors per layer ([n_embd * n_ctx]
+/// each, F32 or F16: [`Gpt2Options::kv_type`]), in their own buffer: they live across
+/// graph runs. With F16 the `cpy` that stores each run's K and V rounds them to f16, and
+/// attention's mul_mat reads the F16 views as it reads F16 weights. K holds
 /// position after position ([n_embd, n_ctx]); V is transposed ([n_ctx, n_embd]), as
 /// llama.cpp keeps it, so that attention multiplies by it without a copy.
 pub struct KvCache {
@@ -135,16 +137,26 @@ pub struct KvCache {
     pub v: Vec<Tensor>,
     pub buffers: Vec<Rc<dyn Buffer>>,
     pub n_ctx: usize,
+    /// F32 or F16.
+    pub ty: GgmlType,
 }
 
 impl KvCache {
-    pub fn new(hp: &Hparams, n_ctx: usize, backend: &dyn Backend) -> Result<KvCache, ModelError> {
-        KvCache::new_per_layer(hp, n_ctx, &vec![backend.buffer_type(); hp.n_layer])
+    pub fn new(hp: &Hparams, n_ctx: usize, ty: GgmlType, backend: &dyn Backend) -> Result<KvCache, ModelError> {
+        KvCache::new_per_layer(hp, n_ctx, ty, &vec![backend.buffer_type(); hp.n_layer])
     }
 
     /// Layer `il`'s K and V in buffers of `bufts[il]`: each layer's cache on the device
     /// that runs the layer (llama.cpp's llama-kv-cache), so attention never crosses devices.
-    pub fn new_per_layer(hp: &Hparams, n_ctx: usize, bufts: &[Rc<dyn BufferType>]) -> Result<KvCache, ModelError> {
+    pub fn new_per_layer(
+        hp: &Hparams,
+        n_ctx: usize,
+        ty: GgmlType,
+        bufts: &[Rc<dyn BufferType>],
+    ) -> Result<KvCache, ModelError> {
+        if !matches!(ty, GgmlType::F32 | GgmlType::F16) {
+            return Err(ModelError::Config(format!("KV cache type {ty}: only f32 and f16 are supported")));
+        }
         if bufts.len() != hp.n_layer {
             return Err(ModelError::Config(format!(
                 "KV cache: {} buffer types for {} layers",
@@ -156,9 +168,9 @@ impl KvCache {
         let n = (hp.n_embd * n_ctx) as i64;
         let (mut k, mut v) = (Vec::new(), Vec::new());
         for il in 0..hp.n_layer {
-            let kt = ctx.new_tensor_1d(GgmlType::F32, n);
+            let kt = ctx.new_tensor_1d(ty, n);
             kt.set_name(&format!("cache_k_l{il}"));
-            let vt = ctx.new_tensor_1d(GgmlType::F32, n);
+            let vt = ctx.new_tensor_1d(ty, n);
             vt.set_name(&format!("cache_v_l{il}"));
             k.push(kt);
             v.push(vt);
@@ -179,7 +191,7 @@ impl KvCache {
         for b in &buffers {
             b.clear(0);
         }
-        Ok(KvCache { ctx, k, v, buffers, n_ctx })
+        Ok(KvCache { ctx, k, v, buffers, n_ctx, ty })
     }
 
     pub fn bytes(&self) -> usize {
@@ -195,11 +207,15 @@ pub struct Gpt2Options {
     /// Most tokens per graph run; longer prompts go in chunks.
     pub n_batch: usize,
     pub n_threads: usize,
+    /// Element type of the KV cache: F32 (the default: logits as exact as the weights allow)
+    /// or F16 (half the KV memory, llama.cpp's default; logits move by a measured bound,
+    /// see tests/kv_type.rs).
+    pub kv_type: GgmlType,
 }
 
 impl Default for Gpt2Options {
     fn default() -> Self {
-        Gpt2Options { n_ctx: 0, n_batch: 32, n_threads: 1 }
+        Gpt2Options { n_ctx: 0, n_batch: 32, n_threads: 1, kv_type: GgmlType::F32 }
     }
 }
 
@@ -303,11 +319,12 @@ pub fn build_graph(hp: &Hparams, w: &Weights, kv: &KvCache, n_past: usize, n_tok
         // Store this run's K and V at positions n_past .. n_past+N-1 of the layer's cache.
         // V is kept transposed ([n_ctx, n_embd]: one row per feature, positions along it),
         // so attention reads V^T as a view instead of copying it out every run.
-        let row = n_embd as usize * f32_size;
-        let n_ctx_bytes = kv.n_ctx * f32_size;
+        let kv_size = kv.ty.type_size();
+        let row = n_embd as usize * kv_size;
+        let n_ctx_bytes = kv.n_ctx * kv_size;
         let k_dst = ctx.view_1d(&kv.k[il], n * n_embd, past * row); // [N*n_embd]
         k_dst.set_name(&name("k_store"));
-        let v_dst = ctx.view_2d(&kv.v[il], n, n_embd, n_ctx_bytes, past * f32_size); // [N, n_embd]
+        let v_dst = ctx.view_2d(&kv.v[il], n, n_embd, n_ctx_bytes, past * kv_size); // [N, n_embd]
         v_dst.set_name(&name("v_store"));
         let k_cpy = ctx.cpy(&k_cur, &k_dst);
         k_cpy.set_name(&name("k_cpy"));
@@ -537,7 +554,7 @@ impl Gpt2 {
                 sched.backend(b.unwrap_or(sched.n_backends() - 1)).buffer_type()
             })
             .collect();
-        let kv = KvCache::new_per_layer(&hparams, n_ctx, &layer_bufts)?;
+        let kv = KvCache::new_per_layer(&hparams, n_ctx, opts.kv_type, &layer_bufts)?;
         let worst = build_graph(&hparams, &weights, &kv, n_ctx - n_batch, n_batch, n_batch);
         sched.reserve(&worst.graph)?;
         let backend = sched.backend(0).clone();

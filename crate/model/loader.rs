@@ -136,8 +136,9 @@ impl LoadEstimate {
         let a = alignment.max(1) as u64;
         let aligned = |n: u64| n.div_ceil(a).saturating_mul(a);
         let weights = header.tensors.iter().fold(0u64, |s, t| s.saturating_add(aligned(t.nbytes as u64)));
-        // Two F32 tensors of n_embd * n_ctx per layer (KvCache::new).
-        let per_tensor = (hp.n_embd as u64).saturating_mul(n_ctx as u64).saturating_mul(4);
+        // Two tensors of n_embd * n_ctx per layer, of opts.kv_type (KvCache::new).
+        let per_tensor =
+            (hp.n_embd as u64).saturating_mul(n_ctx as u64).saturating_mul(opts.kv_type.type_size() as u64);
         let kv = aligned(per_tensor).saturating_mul(2).saturating_mul(hp.n_layer as u64);
         Ok(LoadEstimate { weights, kv, n_ctx })
     }

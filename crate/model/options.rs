@@ -19,6 +19,7 @@ use serde_json::{Map, Value};
 use super::sampling::SamplingParams;
 use super::session::GenerateOptions;
 use super::ModelError;
+use crate::types::GgmlType;
 
 fn invalid(msg: String) -> ModelError {
     ModelError::Invalid(msg)
@@ -104,6 +105,24 @@ fn opt_strings(map: &Map<String, Value>, what: &str, key: &str) -> Result<Vec<St
             })
             .collect(),
         Some(v) => Err(invalid(format!("{what}: {key} must be an array of strings, got {v}"))),
+    }
+}
+
+/// A KV cache type by name: `"f32"` or `"f16"` (`kvType` in JS, `--kv-type` in the CLI).
+pub fn parse_kv_type(what: &str, s: &str) -> Result<GgmlType, ModelError> {
+    match s {
+        "f32" => Ok(GgmlType::F32),
+        "f16" => Ok(GgmlType::F16),
+        _ => Err(invalid(format!("{what} must be \"f16\" or \"f32\", got {s:?}"))),
+    }
+}
+
+/// The `kvType` option (see [`parse_kv_type`]), or None when absent or null.
+pub fn opt_kv_type(map: &Map<String, Value>, what: &str, key: &str) -> Result<Option<GgmlType>, ModelError> {
+    match map.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => parse_kv_type(&format!("{what}: {key}"), s).map(Some),
+        Some(v) => Err(invalid(format!("{what}: {key} must be \"f16\" or \"f32\", got {v}"))),
     }
 }
 

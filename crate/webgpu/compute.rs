@@ -108,11 +108,7 @@ pub(crate) fn check(node: &Tensor) -> Result<(), String> {
         }
         Op::Cont | Op::Cpy => {
             want(s(0)?, &[F32, F16], "src")?;
-            want(node, &[F32, F16], "dst")?;
-            if node.ty == F16 && !node.is_contiguous() {
-                return Err("f16 destination must be contiguous".into());
-            }
-            Ok(())
+            want(node, &[F32, F16], "dst")
         }
         Op::GetRows => {
             let a = s(0)?;
@@ -407,6 +403,21 @@ fn plan(gpu: &Gpu, node: &Tensor, out: &mut Vec<Dispatch>) -> Result<(), Backend
             let a = src(node, 0)?;
             if a.nelements() != node.nelements() {
                 return Err(unsupported(node, format!("copies {} elements into {}", a.nelements(), node.nelements())));
+            }
+            if node.ty == GgmlType::F16 && !node.is_contiguous() {
+                // A strided f16 destination (the transposed V cache): the even halves, then
+                // the odd ones, so no dispatch has two invocations on one word.
+                for parity in 0..2 {
+                    let mut b = Builder::new(gpu, node);
+                    b.operand(0, a)?;
+                    b.operand(3, node)?;
+                    b.params[U] = u32::from(a.ty == GgmlType::F16);
+                    b.params[U + 1] = to_u32(node, n, "elements")?;
+                    b.params[U + 2] = parity;
+                    b.misc(n, 0, 0)?;
+                    out.push(b.linear("cpy", "", "cpy_f16_strided", n.div_ceil(256), 1)?);
+                }
+                return Ok(());
             }
             b.operand(0, a)?;
             b.params[U] = u32::from(a.ty == GgmlType::F16);

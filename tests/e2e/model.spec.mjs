@@ -221,6 +221,45 @@ test('the release module\'s F32 logits are within 1e-4 of HF; F16\'s keep HF\'s 
   });
 });
 
+test('kvType \'f16\': half the KV bytes in info(), logits within tests/kv_type.rs\'s bound of HF; a bad kvType is "invalid"', async () => {
+  const r = await inPage(true, `
+    const rows = new Float32Array(await (await fetch('/tests/fixtures/tiny-gpt2.hf-rows.bin')).arrayBuffer());
+    const n = 50257;
+    const out = {};
+    for (const kvType of ['f32', 'f16']) {
+      const m = await Model.load(arg.f32, { ...opts, kvType });
+      const d = [];
+      for (const p of arg.prompts) {
+        const l = await m.logits(p.ids);
+        const ref = rows.subarray(p.row.index * n, (p.row.index + 1) * n);
+        let x = 0;
+        for (let i = 0; i < n; i++) x = Math.max(x, Math.abs(l[i] - ref[i]));
+        d.push(x);
+      }
+      out[kvType] = { memory: m.info().memory, maxDiff: d };
+      await m.dispose();
+    }
+    try { await Model.load(arg.f32, { ...opts, kvType: 'q8_0' }); out.bad = 'loaded'; } catch (e) { out.bad = [e.code, e.message]; }
+    return out;
+  `, { f32: F32, prompts: HF.prompts });
+  assert.ok(r.ok, r.message);
+  const v = r.value;
+  // 2 tensors x 2 layers x n_embd 64 x n_ctx 128 x 4 or 2 bytes.
+  assert.equal(v.f32.memory.kv, 131072);
+  assert.equal(v.f32.memory.kvType, 'f32');
+  assert.equal(v.f16.memory.kv, 65536);
+  assert.equal(v.f16.memory.kvType, 'f16');
+  assert.equal(v.f16.memory.weights, v.f32.memory.weights);
+  HF.prompts.forEach((p, i) => {
+    console.log(`${p.key}: max |logit - HF| F32 KV ${v.f32.maxDiff[i].toExponential(2)}, F16 KV ${v.f16.maxDiff[i].toExponential(2)}`);
+    assert.ok(v.f32.maxDiff[i] <= 1e-4, `${p.key}: F32 KV max diff ${v.f32.maxDiff[i]}`);
+    // The bound measured natively (tests/kv_type.rs: 3.7e-3 measured over every position).
+    assert.ok(v.f16.maxDiff[i] <= 8e-3, `${p.key}: F16 KV max diff ${v.f16.maxDiff[i]}`);
+  });
+  assert.equal(v.bad[0], 'invalid');
+  assert.match(v.bad[1], /WasmLoader options: kvType must be "f16" or "f32", got "q8_0"$/);
+});
+
 test('the real module\'s errors carry codes and say what and where', async () => {
   const r = await inPage(true, `
     const res = {};
