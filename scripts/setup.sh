@@ -39,42 +39,68 @@ if [ "$MODE" = test ]; then
 fi
 command -v node >/dev/null || missing+=(nodejs)
 command -v npm >/dev/null || missing+=(npm)
+# The slow installs (Debian packages, and each `cargo install`, ~3-6 minutes on 2 cores) run
+# side by side: one compile alone leaves a core idle for much of its time (its last crates
+# build one at a time). Each job's output goes to target/setup-logs/NAME.log; a failed job's
+# log is shown and setup fails.
+SETUP_LOGS="$TARGET_DIR/setup-logs"
+mkdir -p "$SETUP_LOGS"
+job_pids=()
+job_names=()
+in_background() {
+    local name=$1
+    shift
+    log "$name: started (log: $SETUP_LOGS/$name.log)"
+    ("$@") >"$SETUP_LOGS/$name.log" 2>&1 &
+    job_pids+=($!)
+    job_names+=("$name")
+}
+wait_background() {
+    local i failed=()
+    for i in "${!job_pids[@]}"; do
+        if wait "${job_pids[$i]}"; then
+            log "${job_names[$i]}: done"
+        else
+            echo "---- ${job_names[$i]} failed; the end of its log:" >&2
+            tail -n 30 "$SETUP_LOGS/${job_names[$i]}.log" >&2
+            failed+=("${job_names[$i]}")
+        fi
+    done
+    job_pids=()
+    job_names=()
+    [ ${#failed[@]} = 0 ] || die "setup steps failed: ${failed[*]}"
+}
+# cargo_install NAME VERSION [FLAGS]: its own temporary target dir (as cargo install does by
+# default), so a project CARGO_TARGET_DIR is never locked meanwhile.
+cargo_install() { env -u CARGO_TARGET_DIR cargo install "$@"; }
+
 if [ ${#missing[@]} -gt 0 ]; then
-    log "installing Debian packages: ${missing[*]}"
-    as_root apt-get update
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}"
+    in_background "apt (${missing[*]})" bash -c 'as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+        as_root apt-get update && as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y "$@"' apt "${missing[@]}"
 fi
 
 have_bindgen() {
     [ "$(wasm-bindgen --version 2>/dev/null)" = "wasm-bindgen $WASM_BINDGEN_VERSION" ] &&
         [ "$(wasm-bindgen-test-runner --version 2>/dev/null)" = "wasm-bindgen-test-runner $WASM_BINDGEN_VERSION" ]
 }
-if ! have_bindgen; then
-    log "installing wasm-bindgen-cli $WASM_BINDGEN_VERSION (takes ~6 minutes on 2 cores)"
-    # Not --locked: its lock file pins a webpki-roots the registry here lacks. Its own
-    # temporary target dir, so a project CARGO_TARGET_DIR is not locked meanwhile.
-    env -u CARGO_TARGET_DIR cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION"
-    have_bindgen || die "wasm-bindgen $WASM_BINDGEN_VERSION still not on PATH after cargo install"
-fi
+# Not --locked: its lock file pins a webpki-roots the registry here lacks.
+have_bindgen || in_background wasm-bindgen-cli cargo_install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION"
 
 # wasm-pack runs the wasm tests as Rust/wasm users do (`wasm-pack test --headless --chrome`,
 # `--firefox`), with the wasm-bindgen above and Debian's chromedriver; geckodriver is a crate
-# (Debian has no package). Debug builds: they only start other programs, and build in ~3
-# minutes each instead of ~10.
+# (Debian has no package). Debug builds, like cargo-fuzz's below: these tools only start
+# other programs, and build in ~3 minutes each instead of ~10.
 have_tool() { [ "$("$1" --version 2>/dev/null | head -n 1 | cut -d' ' -f1-2)" = "$1 $2" ]; }
 if [ "$MODE" = test ]; then
     for tool in "wasm-pack $WASM_PACK_VERSION" "geckodriver $GECKODRIVER_VERSION"; do
         read -r name version <<< "$tool"
-        if ! have_tool "$name" "$version"; then
-            log "installing $name $version (takes ~3 minutes on 2 cores)"
-            env -u CARGO_TARGET_DIR cargo install --debug "$name" --version "$version"
-            have_tool "$name" "$version" || die "$name $version still not on PATH after cargo install"
-        fi
+        have_tool "$name" "$version" || in_background "$name" cargo_install --debug "$name" --version "$version"
     done
+    # The fuzz smoke (scripts/fuzz-smoke.sh) builds with cargo-fuzz, which needs nightly Rust.
+    cargo fuzz --version >/dev/null 2>&1 || in_background cargo-fuzz cargo_install --debug cargo-fuzz --version "$CARGO_FUZZ_VERSION"
 fi
 
-# The fuzz smoke (scripts/fuzz-smoke.sh) builds with cargo-fuzz, which needs nightly Rust;
-# the threaded wasm build (web/pkg-threads) rebuilds std with atomics, which needs rust-src.
+# The threaded wasm build (web/pkg-threads) rebuilds std with atomics: nightly + rust-src.
 if ! rustup toolchain list | grep -q '^nightly-'; then
     log "installing the nightly Rust toolchain (for cargo fuzz and the threaded wasm build)"
     rustup toolchain install nightly --profile minimal
@@ -83,9 +109,12 @@ if ! rustup component list --toolchain nightly --installed | grep -q '^rust-src'
     log "adding rust-src to nightly (for -Z build-std in the threaded wasm build)"
     rustup component add rust-src --toolchain nightly
 fi
-if [ "$MODE" = test ] && ! cargo fuzz --version >/dev/null 2>&1; then
-    log "installing cargo-fuzz $CARGO_FUZZ_VERSION (takes ~3 minutes on 2 cores)"
-    env -u CARGO_TARGET_DIR cargo install cargo-fuzz --version "$CARGO_FUZZ_VERSION"
+
+wait_background
+have_bindgen || die "wasm-bindgen $WASM_BINDGEN_VERSION still not on PATH after cargo install"
+if [ "$MODE" = test ]; then
+    have_tool wasm-pack "$WASM_PACK_VERSION" || die "wasm-pack $WASM_PACK_VERSION still not on PATH after cargo install"
+    have_tool geckodriver "$GECKODRIVER_VERSION" || die "geckodriver $GECKODRIVER_VERSION still not on PATH after cargo install"
     cargo fuzz --version >/dev/null 2>&1 || die "cargo-fuzz still not on PATH after cargo install"
 fi
 
