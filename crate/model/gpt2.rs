@@ -470,6 +470,32 @@ fn duplicate_tied_output(w: &mut Weights, sched: &Sched) -> Result<Option<Rc<dyn
     Ok(Some(buffer))
 }
 
+/// Every node of the worst-case graph must be one some backend runs: a weight of a type no
+/// kernel reads (an `i32` bias, say, which the reader cannot tell from a float one by its
+/// size) is the file's fault, found at load, not at the first token.
+fn check_runnable(graph: &Graph, sched: &Sched) -> Result<(), ModelError> {
+    let backends = sched.backends();
+    for node in &graph.nodes {
+        if backends.iter().any(|b| b.supports_op(node)) {
+            continue;
+        }
+        let weights: Vec<String> = node
+            .src
+            .iter()
+            .flatten()
+            .filter(|t| t.op == crate::tensor::Op::None && t.data().is_some())
+            .map(|t| format!("'{}' ({})", t.name(), t.ty))
+            .collect();
+        return Err(ModelError::Format(format!(
+            "no backend runs node '{}' ({}) with weight {}: a weight type this model cannot use",
+            node.name(),
+            node.op.name(),
+            if weights.is_empty() { "types of the file".to_string() } else { weights.join(", ") }
+        )));
+    }
+    Ok(())
+}
+
 /// A loaded model ready to run: weights, KV cache and the reserved compute buffers.
 /// Graphs run through a [`Sched`]: on one backend, or split between a GPU and the CPU
 /// by where the weights are (see [`Gpt2::with_backends`]).
@@ -536,6 +562,7 @@ impl Gpt2 {
             .collect();
         let kv = KvCache::new_per_layer(&hparams, n_ctx, &layer_bufts)?;
         let worst = build_graph(&hparams, &weights, &kv, n_ctx - n_batch, n_batch, n_batch);
+        check_runnable(&worst.graph, &sched)?;
         sched.reserve(&worst.graph)?;
         let backend = sched.backend(0).clone();
         Ok(Gpt2 { hparams, weights, weight_ctx, weight_buffers, kv, sched, backend, n_batch })
