@@ -96,6 +96,17 @@ fn rename(file: &[u8], from: &str, to: &str) -> Vec<u8> {
     f
 }
 
+/// `file` with the type of 1-D tensor `name` set to `type_id` (the info is the name, then
+/// n_dims: u32, ne[0]: u64, type: u32).
+fn retype_1d(file: &[u8], name: &str, type_id: u32) -> Vec<u8> {
+    let mut f = file.to_vec();
+    let n = name.as_bytes();
+    let at = f.windows(n.len()).rposition(|w| w == n).unwrap_or_else(|| panic!("no {name}")) + n.len();
+    assert_eq!(f[at..at + 4], 1u32.to_le_bytes(), "{name} is not 1-D");
+    f[at + 12..at + 16].copy_from_slice(&type_id.to_le_bytes());
+    f
+}
+
 /// Tiny models whose hyperparameters lie (or whose names do), each refused by the loader.
 fn hparam_mutations(base: &[u8]) -> Vec<(String, Vec<u8>)> {
     let mut out = Vec::new();
@@ -128,6 +139,10 @@ fn main() {
     for (name, bytes) in hparam_mutations(&base) {
         write(&g, &name, &bytes);
     }
+    // An i32 bias: as many bytes as the f32 one, so only the loader's runnable check
+    // (gpt2::check_runnable) refuses it; before it, the first token failed as a backend error.
+    let i32_bias = retype_1d(&base, "blk.0.attn_norm.bias", 26);
+    write(&g, "type-i32-bias", &i32_bias);
     // Block indices no count reaches (respelled in place, so lengths match): usize::MAX
     // (which `il + gpu_layers` once overflowed), and 99999999999.
     let one = tiny_gpt2(tiny);
@@ -163,6 +178,7 @@ fn main() {
         for (name, bytes) in hparam_mutations(&models[0].1) {
             write(&d, &name, &[&pre(0, 0xffff, 255, 0)[..], &bytes].concat());
         }
+        write(&d, "type-i32-bias", &[&pre(0, 4, 1, 0)[..], &i32_bias].concat());
     }
 
     let t = root.join("tokenizer_roundtrip");
