@@ -8,9 +8,9 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 pub mod graph_gen;
-pub mod sizes;
 #[path = "../../tests/model_support/mod.rs"]
 pub mod model_support;
+pub mod sizes;
 
 /// The largest single allocation any input may cause. The targets' budgets are a few MB, so
 /// a larger request means a size taken from the input unchecked. (libFuzzer's
