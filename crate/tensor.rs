@@ -162,15 +162,36 @@ impl core::fmt::Debug for Tensor {
 
 static NEXT_ID: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(1);
 
-/// Contiguous strides for `ne` (the formula in ggml_tensor's comment).
+/// Contiguous strides for `ne` (the formula in ggml_tensor's comment). Panics, naming the
+/// shape, when a stride or the whole tensor does not fit in `usize` (4 GiB on wasm32):
+/// sizes from a file are checked before a tensor is made ([`try_contiguous_strides`]), so
+/// this is a bug in the caller, never a wrapped small size.
 pub fn contiguous_strides(ty: GgmlType, ne: &[i64; MAX_DIMS]) -> [usize; MAX_DIMS] {
+    try_contiguous_strides(ty, ne).unwrap_or_else(|| panic!("tensor {ty} ne={ne:?}: its byte size overflows usize"))
+}
+
+/// [`contiguous_strides`], or None when a dimension is negative or the strides or the
+/// byte size of the whole tensor ([`contiguous_nbytes`]) do not fit in `usize`.
+pub fn try_contiguous_strides(ty: GgmlType, ne: &[i64; MAX_DIMS]) -> Option<[usize; MAX_DIMS]> {
     let mut nb = [0usize; MAX_DIMS];
     nb[0] = ty.type_size();
-    nb[1] = nb[0] * (ne[0] as usize / ty.blck_size());
+    nb[1] = ty.try_row_size(ne[0])?;
     for i in 2..MAX_DIMS {
-        nb[i] = nb[i - 1] * ne[i - 1] as usize;
+        nb[i] = nb[i - 1].checked_mul(usize::try_from(ne[i - 1]).ok()?)?;
     }
-    nb
+    nb[3].checked_mul(usize::try_from(ne[3]).ok()?)?;
+    Some(nb)
+}
+
+/// Bytes of a contiguous tensor of `ne`, in u64 (no target's `usize` limits it), or None
+/// when a dimension is negative, `ne[0]` is not a whole number of blocks, or the size
+/// passes u64. Loaders size what a file implies with this before making any tensor.
+pub fn contiguous_nbytes(ty: GgmlType, ne: &[i64; MAX_DIMS]) -> Option<u64> {
+    if ne.iter().any(|&n| n < 0) || ne[0] % ty.blck_size() as i64 != 0 {
+        return None;
+    }
+    let row = (ne[0] as u64 / ty.blck_size() as u64).checked_mul(ty.type_size() as u64)?;
+    ne[1..].iter().try_fold(row, |n, &d| n.checked_mul(d as u64))
 }
 
 impl Tensor {
@@ -300,20 +321,26 @@ impl Tensor {
         if self.ne.iter().any(|&n| n <= 0) {
             return 0;
         }
-        let blck = self.ty.blck_size();
-        if blck == 1 {
-            let mut n = self.ty.type_size();
-            for i in 0..MAX_DIMS {
-                n += (self.ne[i] as usize - 1) * self.nb[i];
-            }
-            n
-        } else {
-            let mut n = self.ne[0] as usize * self.nb[0] / blck;
-            for i in 1..MAX_DIMS {
-                n += (self.ne[i] as usize - 1) * self.nb[i];
-            }
-            n
+        self.try_nbytes().unwrap_or_else(|| panic!("nbytes of {}: the span overflows usize", shape_str(self)))
+    }
+
+    /// [`nbytes`](Self::nbytes) in checked arithmetic: None when the span does not fit in
+    /// `usize` (strides of a view can make it larger than the elements alone).
+    pub fn try_nbytes(&self) -> Option<usize> {
+        if self.ne.iter().any(|&n| n <= 0) {
+            return Some(0);
         }
+        let blck = self.ty.blck_size();
+        let (mut n, first) = if blck == 1 {
+            (self.ty.type_size(), 0)
+        } else {
+            ((self.ne[0] as usize).checked_mul(self.nb[0])? / blck, 1)
+        };
+        for i in first..MAX_DIMS {
+            let extent = usize::try_from(self.ne[i] - 1).ok()?.checked_mul(self.nb[i])?;
+            n = n.checked_add(extent)?;
+        }
+        Some(n)
     }
 
     pub fn element_size(&self) -> usize {
@@ -576,8 +603,9 @@ impl Context {
     pub(crate) fn register(&self, t: Tensor) -> Tensor {
         let data_size = if t.view_src.is_none() && !self.params.no_alloc { t.nbytes() } else { 0 };
         let start = self.used.get();
-        let data_at = (start + TENSOR_OVERHEAD + CONTEXT_ALIGN - 1) / CONTEXT_ALIGN * CONTEXT_ALIGN;
-        let end = if data_size > 0 { data_at + data_size } else { start + TENSOR_OVERHEAD };
+        // Saturating: a sum past usize is over any pool, and the assert below says so.
+        let data_at = start.saturating_add(TENSOR_OVERHEAD + CONTEXT_ALIGN - 1) / CONTEXT_ALIGN * CONTEXT_ALIGN;
+        let end = if data_size > 0 { data_at.saturating_add(data_size) } else { start.saturating_add(TENSOR_OVERHEAD) };
         assert!(
             end <= self.params.mem_size,
             "not enough space in the context's memory pool (needed {end}, available {})",
@@ -655,7 +683,7 @@ impl Context {
         let t = Tensor::make(ty, ne, nb, op, src, Some((of.clone(), offset)), name);
         let root = t.view_src.as_ref().expect("view has a source");
         assert!(
-            t.view_offs + t.nbytes() <= root.nbytes(),
+            t.view_offs.checked_add(t.nbytes()).is_some_and(|end| end <= root.nbytes()),
             "view of '{}' out of bounds: offset {} + {} bytes > {} bytes (ne={:?} nb={:?})",
             root.name(),
             t.view_offs,

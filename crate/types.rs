@@ -104,7 +104,13 @@ impl GgmlType {
     /// ggml_row_size: bytes of `ne` elements. `ne` must be a multiple of the block size.
     pub fn row_size(self, ne: i64) -> usize {
         debug_assert!(ne as usize % self.blck_size() == 0);
-        self.type_size() * (ne as usize) / self.blck_size()
+        self.try_row_size(ne).unwrap_or_else(|| panic!("row of {ne} {self} elements: its byte size overflows usize"))
+    }
+
+    /// [`row_size`](Self::row_size) in checked arithmetic: None for a negative `ne` or a
+    /// row whose bytes do not fit in `usize` (on wasm32, 4 GiB).
+    pub fn try_row_size(self, ne: i64) -> Option<usize> {
+        (usize::try_from(ne).ok()? / self.blck_size()).checked_mul(self.type_size())
     }
 
     pub fn is_quantized(self) -> bool {

@@ -17,9 +17,14 @@ if (got !== want) {
   console.error(`check-wasm: version() returned ${JSON.stringify(got)}, Cargo.toml says ${want}`);
   process.exit(1);
 }
-const missing = ['WasmLoader', 'WasmModel'].filter((k) => typeof glue[k] !== 'function');
-console.log(`check-wasm: ${dir}/ggweb_core_bg.wasm instantiates, version ${got}` +
-  (missing.length ? ` (not yet exported: ${missing.join(', ')})` : ', WasmLoader and WasmModel exported'));
+// What web/engine.js calls on the module: a build without one of them cannot run.
+const required = ['WasmLoader', 'WasmLoader.create', 'WasmModel', 'available_backends', 'cpu_threads'];
+const missing = required.filter((k) => typeof k.split('.').reduce((o, p) => o?.[p], glue) !== 'function');
+if (missing.length) {
+  console.error(`check-wasm: ${dir}/ggweb_core.js does not export ${missing.join(', ')} (engine.js needs ${required.join(', ')})`);
+  process.exit(1);
+}
+console.log(`check-wasm: ${dir}/ggweb_core_bg.wasm instantiates, version ${got}, exports ${required.join(', ')}`);
 
 // A -relaxed build must really use relaxed SIMD (else it is the plain build under another
 // name): Node without the flag must refuse to compile it.

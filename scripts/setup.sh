@@ -7,7 +7,8 @@
 #   wasm-bindgen-cli at exactly the crate's wasm-bindgen version; wasm-pack and geckodriver
 #   (`wasm-pack test --firefox`); nightly Rust with rust-src (the threaded wasm build's
 #   -Z build-std) and cargo-fuzz (the fuzz smoke); the npm dev dependencies from package-lock.json
-#   (playwright-core, puppeteer-core, selenium-webdriver: drivers only, no browser downloads).
+#   (playwright-core, puppeteer-core, selenium-webdriver: drivers only, no browser downloads);
+#   PyPI's gguf in .venv/ (an independent reader of the GGUFs ggweb writes).
 # Never downloads a browser build: tests drive Debian's chromium, firefox-esr and MiniBrowser.
 #   setup.sh        everything npm test needs (the default)
 #   setup.sh demo   only what npm start needs to build and serve the demo: no browsers, no
@@ -116,6 +117,26 @@ if [ "$MODE" = test ]; then
     have_tool wasm-pack "$WASM_PACK_VERSION" || die "wasm-pack $WASM_PACK_VERSION still not on PATH after cargo install"
     have_tool geckodriver "$GECKODRIVER_VERSION" || die "geckodriver $GECKODRIVER_VERSION still not on PATH after cargo install"
     cargo fuzz --version >/dev/null 2>&1 || die "cargo-fuzz still not on PATH after cargo install"
+fi
+
+# An independent reader for the GGUF writer: PyPI's gguf (pinned, with numpy) reads the
+# sample `cargo test --test gguf` writes (tests/gguf_support/check_with_pypi_gguf.py), from
+# a virtual environment inside the repository (.venv/, git-ignored).
+GGUF_PY_VERSION=0.19.0
+NUMPY_PY_VERSION=2.4.6
+have_gguf_py() {
+    .venv/bin/python -c "import importlib.metadata as m, sys; sys.exit(not (m.version('gguf') == '$GGUF_PY_VERSION' and m.version('numpy') == '$NUMPY_PY_VERSION'))" 2>/dev/null
+}
+if [ "$MODE" = test ] && ! have_gguf_py; then
+    if ! command -v python3 >/dev/null || ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
+        log "installing Debian packages: python3 python3-venv"
+        as_root apt-get update
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y python3 python3-venv
+    fi
+    log "installing PyPI gguf $GGUF_PY_VERSION and numpy $NUMPY_PY_VERSION into .venv/"
+    [ -x .venv/bin/pip ] || python3 -m venv .venv
+    .venv/bin/pip install --disable-pip-version-check --quiet "gguf==$GGUF_PY_VERSION" "numpy==$NUMPY_PY_VERSION"
+    have_gguf_py || die "PyPI gguf $GGUF_PY_VERSION is still missing from .venv/ after pip install"
 fi
 
 # npm ci when node_modules is missing or was installed from another package-lock.json.

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # npm test: everything, from a fresh Debian machine with Rust.
-#   1. setup (idempotent installs)        2. cargo test (native: unit, integration, doc tests)
+#   1. setup (idempotent installs)        2. cargo test (native: unit, integration, doc tests),
+#      then PyPI's gguf reading a file our writer made (tests/gguf_support/check_with_pypi_gguf.py)
 #   3. no_std core build for wasm32       4. wasm tests (wasm-pack test) in headless Chromium, Firefox
 #   5. release wasm builds (web/pkg*)   6. browser tests (tests/e2e/*.spec.mjs, Playwright; then
 #      tests/engines/*.spec.mjs in Firefox and WebKit)
@@ -89,8 +90,22 @@ SUMMARY+=("setup: $(($(date +%s) - t0)) s")
 # 2. native tests
 run_step native cargo test --color never
 n=$(count_libtest "$LOGS/native.log" "cargo test")
+# A test that printed SKIPPED returned early and counted as passed (WebGPU tests under
+# GGWEB_ALLOW_NO_GPU=1 without an adapter): a CI run must not pass on tests that never ran.
+if grep -qE '^SKIPPED' "$LOGS/native.log"; then
+    grep -E '^SKIPPED' "$LOGS/native.log" | sort | uniq -c | sed 's/^/    /'
+    die "cargo test: $(grep -cE '^SKIPPED' "$LOGS/native.log") test(s) skipped (GGWEB_ALLOW_NO_GPU=1 without a WebGPU adapter?)"
+fi
 PASSED=$((PASSED + n))
 SUMMARY+=("native cargo test: $n passed ($STEP_SECS s)")
+
+# 2b. the GGUF writer read back by an implementation that is not ours: PyPI's gguf (pinned,
+# in .venv/ by setup.sh) on the sample `cargo test --test gguf` wrote
+[ -f tests/artifacts/gguf-sample.gguf ] || die "cargo test wrote no tests/artifacts/gguf-sample.gguf"
+run_step gguf-pypi .venv/bin/python tests/gguf_support/check_with_pypi_gguf.py tests/artifacts/gguf-sample.gguf
+grep -q '^ok: ' "$LOGS/gguf-pypi.log" || die "PyPI gguf did not read the sample back"
+PASSED=$((PASSED + 1))
+SUMMARY+=("GGUF writer read by PyPI gguf: ok ($STEP_SECS s)")
 
 # 3. the tensor core without std, as the browser's no_std build sees it
 run_step nostd cargo build --lib --no-default-features --target wasm32-unknown-unknown --color never
@@ -172,6 +187,8 @@ e_pass=$(grep -Eo '^ℹ pass [0-9]+' "$LOGS/e2e.log" | grep -Eo '[0-9]+' || true
 e_fail=$(grep -Eo '^ℹ fail [0-9]+' "$LOGS/e2e.log" | grep -Eo '[0-9]+' || true)
 [ "${e_fail:-1}" = 0 ] || die "browser tests: ${e_fail:-?} failed"
 [ "${e_pass:-0}" -gt 0 ] || die "browser tests: none ran"
+e_skip=$(grep -Eo '^ℹ (skipped|todo) [0-9]+' "$LOGS/e2e.log" | grep -Eo '[0-9]+' | awk '{s+=$1} END {print s+0}')
+[ "$e_skip" = 0 ] || die "browser tests: $e_skip skipped or todo"
 PASSED=$((PASSED + e_pass))
 SUMMARY+=("browser tests (Playwright): $e_pass passed ($STEP_SECS s)")
 

@@ -555,3 +555,26 @@ fn random_corruption_never_panics_or_balloons() {
     // Most corruptions break the structure; some (inside string bytes or data) do not.
     assert!(failed > 1000 && ok > 10, "ok {ok}, failed {failed}");
 }
+
+#[test]
+fn size_helpers_refuse_what_usize_cannot_hold() {
+    use ggweb::tensor::{contiguous_nbytes, try_contiguous_strides};
+    // In u64, whatever the target: a 2^40-element F32 tensor is 4 TiB; past u64 is None.
+    assert_eq!(contiguous_nbytes(GgmlType::F32, &[1 << 20, 1 << 20, 1, 1]), Some(4 << 40));
+    assert_eq!(contiguous_nbytes(GgmlType::Q8_0, &[64, 3, 1, 1]), Some(2 * 34 * 3));
+    assert_eq!(contiguous_nbytes(GgmlType::F32, &[1 << 31, 1 << 31, 1 << 2, 1]), None);
+    assert_eq!(contiguous_nbytes(GgmlType::Q8_0, &[33, 1, 1, 1]), None, "not whole blocks");
+    assert_eq!(contiguous_nbytes(GgmlType::F32, &[-1, 1, 1, 1]), None);
+    // Strides in usize: checked, never wrapped.
+    assert_eq!(try_contiguous_strides(GgmlType::F32, &[4, 3, 2, 1]), Some([4, 16, 48, 96]));
+    assert_eq!(try_contiguous_strides(GgmlType::F32, &[i64::MAX, 2, 1, 1]), None);
+    assert_eq!(try_contiguous_strides(GgmlType::F32, &[1 << 32, 1 << 32, 1 << 2, 1]), None);
+    assert_eq!(GgmlType::F32.try_row_size(-4), None);
+    assert_eq!(GgmlType::Q4_0.try_row_size(64), Some(36));
+    if usize::BITS == 64 {
+        assert_eq!(GgmlType::F32.try_row_size(i64::MAX), None);
+    }
+    // Bounds checks of host buffers add without wrapping.
+    use ggweb::backend::host::in_bounds;
+    assert!(in_bounds(8, 8, 16) && !in_bounds(9, 8, 16) && !in_bounds(usize::MAX, 2, 16));
+}

@@ -131,7 +131,13 @@ fn check_dtype(dtype: &str, use_vec_dot: bool, tol: f32, flip_tol: f32, min_gree
         let n_cmp = comparable_steps(path, worst.max(tol));
         let got = greedy(&mut m, &ids, n_cmp.min(want.len()));
         assert_eq!(got[..], want[..n_cmp], "{dtype} greedy path, prompt {} (first {n_cmp} steps)", p["key"]);
-        assert!(n_cmp >= min_greedy, "{dtype} prompt {}: only {n_cmp} comparable greedy steps", p["key"]);
+        // A prompt within `tol` everywhere must compare at least `min_greedy` steps (all 40
+        // where the reference margins allow: see the callers); only the one prompt that
+        // `flip_tol` admits may compare fewer, since after a rounding flip its margins are
+        // measured against a worse bound.
+        if worst <= tol {
+            assert!(n_cmp >= min_greedy, "{dtype} prompt {}: only {n_cmp} comparable greedy steps", p["key"]);
+        }
     }
     println!("{dtype}: {n_tight} of {n_prompts} prompts within {tol:e} at every position");
     assert!(n_tight + 1 >= n_prompts, "{dtype}: only {n_tight} of {n_prompts} prompts within {tol}");
@@ -149,14 +155,18 @@ fn f16_matches_hf_within_1e_4_and_greedy_40_tokens() {
     check_dtype("f16", false, 1e-4, 1e-4, 40);
 }
 
+// 40 greedy steps for every prompt within 1e-4: the smallest top-1/top-2 margin on the
+// vec_dot reference paths of those prompts is above 2 × 1e-4, as for f32 (measured: every
+// such prompt compares all 40 steps, for both types). The one prompt with a rounding flip
+// ("long" for q8_0, "unicode" for q4_0; see check_dtype) compares 0 and 2 steps.
 #[test]
 fn q8_0_matches_the_vec_dot_reference() {
-    check_dtype("q8_0", true, 1e-4, 0.15, 0);
+    check_dtype("q8_0", true, 1e-4, 0.15, 40);
 }
 
 #[test]
 fn q4_0_matches_the_vec_dot_reference() {
-    check_dtype("q4_0", true, 1e-4, 0.15, 0);
+    check_dtype("q4_0", true, 1e-4, 0.15, 40);
 }
 
 #[test]
@@ -214,6 +224,10 @@ fn intermediates_match_hf_node_by_node() {
         .filter(|n| inter["tensors"].get(*n).is_some())
         .map(|n| n.to_string())
         .collect();
+    // An empty match would compare nothing and pass. The fixture holds inpL, 10 nodes of
+    // each of its 3 blocks (attn_norm .. l_out) and result_norm (result_output is in its
+    // order but not stored: the logits are checked elsewhere).
+    assert_eq!(names.len(), 32, "reference tensors matched by name: {names:?}");
     let our_names: Vec<String> = names.iter().map(|n| ours(n)).collect();
     let refs: Vec<&str> = our_names.iter().map(|s| s.as_str()).collect();
     let dumped = m.model.eval_dump(&ids, 0, &refs).unwrap();

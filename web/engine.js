@@ -431,31 +431,19 @@ export class Engine {
       console.warn(`ggweb: ${note}`);
       return { backend: 'cpu', note };
     };
-    if (backend === 'auto' && typeof this.core?.available_backends === 'function') {
-      let have = [];
-      try { have = JSON.parse(this.core.available_backends()); } catch { /* treat as CPU only */ }
-      if (!have.includes('webgpu')) return fallback('this build of the wasm module has no WebGPU backend');
+    if (backend === 'auto' && !JSON.parse(this.core.available_backends()).includes('webgpu')) {
+      return fallback('this build of the wasm module has no WebGPU backend');
     }
     if (!gpu) {
       if (backend === 'auto') return fallback('WebGPU is not available here (navigator.gpu is missing)');
       throw new GgwebError('unsupported', 'WebGPU is not available here (navigator.gpu is missing); use backend "cpu"');
-    }
-    if (backend === 'auto' && typeof this.core?.WasmLoader?.create !== 'function') {
-      // An older module: its constructor would take "auto" as the CPU, so ask here.
-      let adapter = null;
-      try { adapter = await gpu.requestAdapter(); } catch { /* none */ }
-      return adapter ? { backend: 'webgpu' } : fallback('no WebGPU adapter');
     }
     return { backend };
   }
 
   /** The module's CPU thread counters ({ workersRunning, jobs: [total, onWorkers] }), or null. */
   _cpuThreads() {
-    try {
-      return JSON.parse(this.core.cpu_threads());
-    } catch {
-      return null;
-    }
+    return this.core ? JSON.parse(this.core.cpu_threads()) : null;
   }
 
   /** Threads running in the CPU pool (the caller and the started Web Workers). */
@@ -540,10 +528,8 @@ export class Engine {
       if (signal?.aborted) throw abortedError('loading the model');
       const json = JSON.stringify(loaderOpts);
       try {
-        // The async factory opens the WebGPU device; older modules only have the constructor.
-        loader = typeof this.core.WasmLoader.create === 'function'
-          ? await this.core.WasmLoader.create(json)
-          : new this.core.WasmLoader(json);
+        // The async factory opens the WebGPU device (the constructor cannot).
+        loader = await this.core.WasmLoader.create(json);
       } catch (e) {
         throw toGgwebError(e, 'invalid', e?.code === 'unsupported' ? 'opening the backend' : 'WasmLoader options');
       }
@@ -796,7 +782,7 @@ export class Engine {
           throw this._noteLost(toGgwebError(e, 'internal', `generating token ${stats.tokens + 1}`));
         }
         if (id < 0) {
-          stats.stop = model.stop_reason?.() ?? (stats.tokens >= params.maxTokens ? 'maxTokens' : 'eos');
+          stats.stop = model.stop_reason();
           break;
         }
         stats.tokens++;
@@ -824,9 +810,6 @@ export class Engine {
   _debugLoseDevice() {
     if (this.disposed) throw new GgwebError('disposed', '_debugLoseDevice: the model was disposed');
     if (!this.model) throw new GgwebError('invalid', '_debugLoseDevice: no model is loaded');
-    if (typeof this.model._debugLoseDevice !== 'function') {
-      throw new GgwebError('unsupported', '_debugLoseDevice: this wasm module has no _debugLoseDevice');
-    }
     // A wasm call in flight holds the model (wasm-bindgen refuses a second borrow): a
     // running generation destroys the device itself before its next step.
     if (this.current) {

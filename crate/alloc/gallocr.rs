@@ -113,7 +113,9 @@ impl DynTallocr {
 
     /// Reserves `size` bytes (rounded up to the alignment) and returns their offset.
     pub fn alloc(&mut self, size: usize) -> Result<usize, BackendError> {
-        let size = align_up(size, self.alignment);
+        // Past the tail (half the address space) is refused below; saturating keeps a size
+        // near usize::MAX from rounding up to a small one.
+        let size = size.checked_next_multiple_of(self.alignment).unwrap_or(usize::MAX);
         let last = self.free.len() - 1;
         // Best fit before the tail; on equal sizes the later block wins, as in ggml.
         let mut best: Option<usize> = None;
@@ -689,7 +691,7 @@ impl Gallocr {
                     });
                 }
                 let size = buft.alloc_size(t);
-                if d.offset + size > b.size() {
+                if d.offset.checked_add(size).is_none_or(|end| end > b.size()) {
                     return Err(PlacementError::OutOfBounds {
                         tensor: describe(graph, t),
                         offset: d.offset,
@@ -843,7 +845,7 @@ pub fn check_placement(graph: &Graph) -> Result<(), PlacementError> {
         }
         let d = t.data().ok_or_else(|| PlacementError::Unallocated { tensor: describe(graph, t) })?;
         let size = t.nbytes();
-        if d.offset + size > d.buffer.size() {
+        if d.offset.checked_add(size).is_none_or(|end| end > d.buffer.size()) {
             return Err(PlacementError::OutOfBounds {
                 tensor: describe(graph, t),
                 offset: d.offset,

@@ -32,8 +32,9 @@ pub use gallocr::{check_placement, DynTallocr, Gallocr, PlacementError, TensorAl
 pub use tallocr::Tallocr;
 
 /// Rounds `offset` up to a multiple of `align` (a power of two or any positive number).
+/// Panics when the result passes usize (a bug: sizes are checked before they get here).
 pub fn align_up(offset: usize, align: usize) -> usize {
-    offset.div_ceil(align) * align
+    offset.div_ceil(align).checked_mul(align).unwrap_or_else(|| panic!("align_up({offset}, {align}) overflows usize"))
 }
 
 /// ggml_backend_alloc_ctx_tensors_from_buft: places every tensor of `ctx` that has no data
@@ -53,7 +54,7 @@ pub fn alloc_tensors(tensors: &[Tensor], buft: &dyn BufferType) -> Result<Vec<Rc
     let mut groups: Vec<(usize, usize, usize)> = Vec::new(); // (first, end, bytes)
     let (mut first, mut size) = (0usize, 0usize);
     for (i, t) in tensors.iter().enumerate() {
-        let need = align_up(buft.alloc_size(t), align);
+        let need = buft.alloc_size(t).checked_next_multiple_of(align).unwrap_or(usize::MAX);
         if need > max {
             return Err(BackendError::OutOfMemory {
                 what: format!("tensor '{}' in one {} buffer", t.name(), buft.name()),
@@ -61,7 +62,8 @@ pub fn alloc_tensors(tensors: &[Tensor], buft: &dyn BufferType) -> Result<Vec<Rc
                 limit: max,
             });
         }
-        if size + need > max {
+        // size <= max and need <= max: no overflow unless max is near usize::MAX.
+        if size.checked_add(need).is_none_or(|end| end > max) {
             groups.push((first, i, size));
             first = i;
             size = 0;

@@ -3,7 +3,6 @@
 use alloc::format;
 use alloc::rc::Rc;
 
-use super::align_up;
 use crate::backend::{BackendError, Buffer};
 use crate::tensor::Tensor;
 
@@ -30,16 +29,16 @@ impl Tallocr {
     /// ggml_tallocr_alloc: places `t` at the next aligned offset; `size` is what the buffer
     /// type says it needs (ggml_backend_buffer_get_alloc_size).
     pub fn alloc(&mut self, t: &Tensor, size: usize) -> Result<(), BackendError> {
-        let size = align_up(size, self.alignment);
-        if self.offset + size > self.buffer.size() {
+        let end = size.checked_next_multiple_of(self.alignment).and_then(|s| self.offset.checked_add(s));
+        let Some(end) = end.filter(|&e| e <= self.buffer.size()) else {
             return Err(BackendError::OutOfMemory {
                 what: format!("tensor '{}' in a {} buffer (tallocr)", t.name(), self.buffer.buffer_type_name()),
-                requested: self.offset + size,
+                requested: end.unwrap_or(usize::MAX),
                 limit: self.buffer.size(),
             });
-        }
+        };
         t.set_data(self.buffer.clone(), self.offset);
-        self.offset += size;
+        self.offset = end;
         Ok(())
     }
 }

@@ -7,20 +7,61 @@ use core::ptr::NonNull;
 
 use super::{BackendError, Buffer};
 
-/// Bytes of host address space not yet in use, where that is bounded: on wasm32, a linear
-/// memory grows to at most 4 GiB, and what it has grown to so far is taken (the allocator
-/// may hold some of it free, so this errs low). None elsewhere: a 64-bit process learns
-/// its limit only from a refused allocation, which is a typed error too.
+/// Bytes of host memory a model may take. On wasm32, a linear memory grows to at most
+/// 4 GiB, and what it has grown to so far is taken (the allocator may hold some of it
+/// free, so this errs low). Natively (with `std`): `GGWEB_MAX_MEMORY` when set (bytes, or
+/// with a K/M/G/T suffix, powers of 1024), else the machine's physical memory (Linux's
+/// `MemTotal`): a 64-bit process would otherwise learn its limit only from the OOM killer
+/// or an aborting allocation. None where neither is known (no_std, other systems).
 pub fn address_space_left() -> Option<u64> {
     #[cfg(target_arch = "wasm32")]
     {
         let used = core::arch::wasm32::memory_size(0) as u64 * 65536;
         Some((4u64 << 30).saturating_sub(used))
     }
-    #[cfg(not(target_arch = "wasm32"))]
+    #[cfg(all(feature = "std", not(target_arch = "wasm32")))]
+    {
+        if let Ok(v) = std::env::var("GGWEB_MAX_MEMORY") {
+            match parse_bytes(&v) {
+                Some(n) => return Some(n),
+                None => std::eprintln!("ggweb: ignoring GGWEB_MAX_MEMORY={v:?} (want bytes, e.g. 8G or 8589934592)"),
+            }
+        }
+        let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+        let kb = info.lines().find_map(|l| l.strip_prefix("MemTotal:"))?.trim().strip_suffix("kB")?;
+        kb.trim().parse::<u64>().ok().map(|k| k.saturating_mul(1024))
+    }
+    #[cfg(all(not(feature = "std"), not(target_arch = "wasm32")))]
     {
         None
     }
+}
+
+/// "4096", "512M", "8G", "1.5G" (suffixes K, M, G, T: powers of 1024, an optional trailing
+/// "B" or "iB"): a byte count, or None.
+pub fn parse_bytes(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let s = s.strip_suffix("iB").or_else(|| s.strip_suffix('B')).unwrap_or(s);
+    let (num, shift) = match s.chars().last()?.to_ascii_uppercase() {
+        'K' => (&s[..s.len() - 1], 10),
+        'M' => (&s[..s.len() - 1], 20),
+        'G' => (&s[..s.len() - 1], 30),
+        'T' => (&s[..s.len() - 1], 40),
+        _ => (s, 0),
+    };
+    let num = num.trim();
+    if let Ok(n) = num.parse::<u64>() {
+        return n.checked_mul(1u64 << shift);
+    }
+    let f = num.parse::<f64>().ok()?;
+    let v = f * (1u64 << shift) as f64;
+    (f.is_finite() && f >= 0.0 && v < u64::MAX as f64).then_some(v as u64)
+}
+
+/// `offset + len <= size` without overflow: an offset near `usize::MAX` is out of bounds,
+/// not a wrapped small one.
+pub fn in_bounds(offset: usize, len: usize, size: usize) -> bool {
+    offset.checked_add(len).is_some_and(|end| end <= size)
 }
 
 /// A block of host memory with a fixed alignment. Kernels write it through raw pointers
@@ -74,12 +115,24 @@ impl Buffer for HostBuffer {
         Some(self.ptr.as_ptr())
     }
     fn set_bytes(&self, offset: usize, data: &[u8]) {
-        assert!(offset + data.len() <= self.size, "set_bytes: {}+{} past {} bytes", offset, data.len(), self.size);
+        assert!(
+            in_bounds(offset, data.len(), self.size),
+            "set_bytes: {}+{} past {} bytes",
+            offset,
+            data.len(),
+            self.size
+        );
         // SAFETY: bounds checked above; source and destination do not overlap.
         unsafe { core::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.as_ptr().add(offset), data.len()) }
     }
     fn get_bytes(&self, offset: usize, out: &mut [u8]) {
-        assert!(offset + out.len() <= self.size, "get_bytes: {}+{} past {} bytes", offset, out.len(), self.size);
+        assert!(
+            in_bounds(offset, out.len(), self.size),
+            "get_bytes: {}+{} past {} bytes",
+            offset,
+            out.len(),
+            self.size
+        );
         // SAFETY: as above.
         unsafe { core::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(offset), out.as_mut_ptr(), out.len()) }
     }

@@ -126,7 +126,7 @@ impl TensorSink for BufferLoader {
             let needed: u64 = groups
                 .iter()
                 .flat_map(|(b, ts)| ts.iter().map(move |t| align_up(b.alloc_size(t), b.alignment()) as u64))
-                .sum();
+                .fold(0u64, u64::saturating_add);
             if needed > limit {
                 return Err(GgufError::new(K::Budget { needed, limit }));
             }

@@ -239,11 +239,11 @@ impl GgufHeader {
 
     /// Sum of all tensors' bytes (what the weight buffers hold, before alignment padding).
     pub fn total_weight_bytes(&self) -> u64 {
-        self.tensors.iter().map(|t| t.nbytes as u64).sum()
+        self.tensors.iter().fold(0u64, |s, t| s.saturating_add(t.nbytes as u64))
     }
 
     /// End of the last tensor's data, relative to the data section.
     pub fn data_end(&self) -> u64 {
-        self.tensors.iter().map(|t| t.offset + t.nbytes as u64).max().unwrap_or(0)
+        self.tensors.iter().map(|t| t.offset.saturating_add(t.nbytes as u64)).max().unwrap_or(0)
     }
 }

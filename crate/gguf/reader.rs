@@ -667,8 +667,12 @@ impl GgufStreamReader {
         if total > limits.max_weight_bytes {
             return Err(err(K::Budget { needed: total, limit: limits.max_weight_bytes }, header_end));
         }
-        let mut order: Vec<(u64, u64, usize)> =
-            self.tensors.iter().enumerate().map(|(k, t)| (t.offset, t.offset + t.nbytes as u64, k)).collect();
+        let mut order: Vec<(u64, u64, usize)> = self
+            .tensors
+            .iter()
+            .enumerate()
+            .map(|(k, t)| (t.offset, t.offset.saturating_add(t.nbytes as u64), k))
+            .collect();
         order.sort_unstable();
         // Each non-empty tensor must start at or after the furthest end so far.
         let mut reach: Option<(u64, usize)> = None;
@@ -690,8 +694,9 @@ impl GgufStreamReader {
         }
         let (span_end, last) = order.iter().map(|&(_, e, k)| (e, k)).max().unwrap_or((0, usize::MAX));
         let data_offset = align_up(header_end, self.alignment);
-        let min_end = if self.tensors.is_empty() { header_end } else { data_offset + span_end };
-        let max_end = data_offset + align_up(span_end, self.alignment);
+        // Saturating: every end is at most max_weight_bytes, unless a caller set that to u64::MAX.
+        let min_end = if self.tensors.is_empty() { header_end } else { data_offset.saturating_add(span_end) };
+        let max_end = data_offset.saturating_add(align_up(span_end, self.alignment));
         if let Some(fs) = self.file_size {
             if min_end > fs {
                 let e = if self.tensors.is_empty() {

@@ -78,47 +78,91 @@ pub struct Weights {
     pub layers: Vec<Layer>,
 }
 
+/// The weights one block needs, by GGUF name suffix (`blk.{il}.` before it), with their
+/// shapes for `hp` in `Layer`'s field order. The loader checks a file's tensor infos
+/// against this before allocating; [`Weights::from_context`] against the loaded tensors.
+pub fn layer_weight_shapes(hp: &Hparams) -> [(&'static str, [i64; 4]); 12] {
+    let (e, f) = (hp.n_embd as i64, hp.n_ff as i64);
+    // n_embd and n_ff come from u32 keys: 3 * n_embd cannot overflow i64.
+    let s = |a: i64, b: i64| [a, b, 1, 1];
+    [
+        ("attn_norm.weight", s(e, 1)),
+        ("attn_norm.bias", s(e, 1)),
+        ("attn_qkv.weight", s(e, 3 * e)),
+        ("attn_qkv.bias", s(3 * e, 1)),
+        ("attn_output.weight", s(e, e)),
+        ("attn_output.bias", s(e, 1)),
+        ("ffn_norm.weight", s(e, 1)),
+        ("ffn_norm.bias", s(e, 1)),
+        ("ffn_up.weight", s(e, f)),
+        ("ffn_up.bias", s(f, 1)),
+        ("ffn_down.weight", s(f, e)),
+        ("ffn_down.bias", s(e, 1)),
+    ]
+}
+
+/// The weights outside the blocks and their shapes; `output.weight` is optional (tied to
+/// `token_embd` when absent).
+pub fn global_weight_shapes(hp: &Hparams) -> [(&'static str, [i64; 4]); 5] {
+    let (e, v) = (hp.n_embd as i64, hp.n_vocab as i64);
+    [
+        ("token_embd.weight", [e, v, 1, 1]),
+        ("position_embd.weight", [e, hp.n_ctx_train as i64, 1, 1]),
+        ("output_norm.weight", [e, 1, 1, 1]),
+        ("output_norm.bias", [e, 1, 1, 1]),
+        ("output.weight", [e, v, 1, 1]),
+    ]
+}
+
+/// The layer index of a block weight's name (`blk.{il}.…`): None for a name outside the
+/// blocks, Some(Err) for a `blk.` name whose index is not a number.
+pub fn block_index(name: &str) -> Option<Result<usize, ()>> {
+    let rest = name.strip_prefix("blk.")?;
+    Some(rest.split('.').next().and_then(|i| i.parse::<usize>().ok()).ok_or(()))
+}
+
 impl Weights {
     /// Finds every weight by its GGUF name and checks its shape against `hp`.
     pub fn from_context(ctx: &Context, hp: &Hparams) -> Result<Weights, ModelError> {
-        let (e, v, f) = (hp.n_embd as i64, hp.n_vocab as i64, hp.n_ff as i64);
-        let get = |name: &str, ne: &[i64]| -> Result<Tensor, ModelError> {
+        let get = |name: &str, want: [i64; 4]| -> Result<Tensor, ModelError> {
             let t = ctx.get_tensor(name).ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
-            let mut want = [1i64; 4];
-            want[..ne.len()].copy_from_slice(ne);
             if t.ne != want {
                 return Err(ModelError::BadShape { name: name.to_string(), expected: want, got: t.ne });
             }
             Ok(t)
         };
-        let token_embd = get("token_embd.weight", &[e, v])?;
-        let output = match ctx.get_tensor("output.weight") {
-            Some(_) => get("output.weight", &[e, v])?,
+        let [token_embd, position_embd, output_norm_w, output_norm_b, output] = global_weight_shapes(hp);
+        let token_embd = get(token_embd.0, token_embd.1)?;
+        let output = match ctx.get_tensor(output.0) {
+            Some(_) => get(output.0, output.1)?,
             None => token_embd.clone(),
         };
-        let mut layers = Vec::with_capacity(hp.n_layer);
+        // No capacity from n_layer: a layer is pushed only once its tensors were found.
+        let mut layers = Vec::new();
         for il in 0..hp.n_layer {
-            let n = |s: &str| format!("blk.{il}.{s}");
+            let shapes = layer_weight_shapes(hp);
+            let mut t = shapes.iter().map(|(s, ne)| get(&format!("blk.{il}.{s}"), *ne));
+            let mut next = || t.next().expect("12 shapes");
             layers.push(Layer {
-                attn_norm_w: get(&n("attn_norm.weight"), &[e])?,
-                attn_norm_b: get(&n("attn_norm.bias"), &[e])?,
-                attn_qkv_w: get(&n("attn_qkv.weight"), &[e, 3 * e])?,
-                attn_qkv_b: get(&n("attn_qkv.bias"), &[3 * e])?,
-                attn_out_w: get(&n("attn_output.weight"), &[e, e])?,
-                attn_out_b: get(&n("attn_output.bias"), &[e])?,
-                ffn_norm_w: get(&n("ffn_norm.weight"), &[e])?,
-                ffn_norm_b: get(&n("ffn_norm.bias"), &[e])?,
-                ffn_up_w: get(&n("ffn_up.weight"), &[e, f])?,
-                ffn_up_b: get(&n("ffn_up.bias"), &[f])?,
-                ffn_down_w: get(&n("ffn_down.weight"), &[f, e])?,
-                ffn_down_b: get(&n("ffn_down.bias"), &[e])?,
+                attn_norm_w: next()?,
+                attn_norm_b: next()?,
+                attn_qkv_w: next()?,
+                attn_qkv_b: next()?,
+                attn_out_w: next()?,
+                attn_out_b: next()?,
+                ffn_norm_w: next()?,
+                ffn_norm_b: next()?,
+                ffn_up_w: next()?,
+                ffn_up_b: next()?,
+                ffn_down_w: next()?,
+                ffn_down_b: next()?,
             });
         }
         Ok(Weights {
             token_embd,
-            position_embd: get("position_embd.weight", &[e, hp.n_ctx_train as i64])?,
-            output_norm_w: get("output_norm.weight", &[e])?,
-            output_norm_b: get("output_norm.bias", &[e])?,
+            position_embd: get(position_embd.0, position_embd.1)?,
+            output_norm_w: get(output_norm_w.0, output_norm_w.1)?,
+            output_norm_b: get(output_norm_b.0, output_norm_b.1)?,
             output,
             layers,
         })
@@ -240,13 +284,11 @@ pub struct BackendMemory {
 /// `n_layer - gpu_layers ..` there, the embeddings too only when `gpu_layers > n_layer`, and
 /// the head (output norm and projection) whenever any block is. Names are llama.cpp's.
 pub fn weight_on_gpu(name: &str, n_layer: usize, gpu_layers: usize) -> bool {
-    if let Some(rest) = name.strip_prefix("blk.") {
-        // A malformed layer number stays on the CPU; the model refuses the file later.
-        return rest
-            .split('.')
-            .next()
-            .and_then(|i| i.parse::<usize>().ok())
-            .is_some_and(|il| il + gpu_layers >= n_layer);
+    if let Some(il) = block_index(name) {
+        // Blocks n_layer - gpu_layers .. n_layer, in arithmetic no index or count overflows
+        // (`blk.18446744073709551615.…` is as valid a name as any). A malformed or
+        // out-of-range index stays on the CPU; the loader refuses such a file anyway.
+        return il.is_ok_and(|il| il < n_layer && n_layer - il <= gpu_layers);
     }
     match name {
         "token_embd.weight" | "position_embd.weight" => gpu_layers > n_layer,
@@ -490,6 +532,32 @@ fn duplicate_tied_output(w: &mut Weights, sched: &Sched) -> Result<Option<Rc<dyn
     Ok(Some(buffer))
 }
 
+/// Every node of the worst-case graph must be one some backend runs: a weight of a type no
+/// kernel reads (an `i32` bias, say, which the reader cannot tell from a float one by its
+/// size) is the file's fault, found at load, not at the first token.
+fn check_runnable(graph: &Graph, sched: &Sched) -> Result<(), ModelError> {
+    let backends = sched.backends();
+    for node in &graph.nodes {
+        if backends.iter().any(|b| b.supports_op(node)) {
+            continue;
+        }
+        let weights: Vec<String> = node
+            .src
+            .iter()
+            .flatten()
+            .filter(|t| t.op == crate::tensor::Op::None && t.data().is_some())
+            .map(|t| format!("'{}' ({})", t.name(), t.ty))
+            .collect();
+        return Err(ModelError::Format(format!(
+            "no backend runs node '{}' ({}) with weight {}: a weight type this model cannot use",
+            node.name(),
+            node.op.name(),
+            if weights.is_empty() { "types of the file".to_string() } else { weights.join(", ") }
+        )));
+    }
+    Ok(())
+}
+
 /// A loaded model ready to run: weights, KV cache and the reserved compute buffers.
 /// Graphs run through a [`Sched`]: on one backend, or split between a GPU and the CPU
 /// by where the weights are (see [`Gpt2::with_backends`]).
@@ -556,6 +624,7 @@ impl Gpt2 {
             .collect();
         let kv = KvCache::new_per_layer(&hparams, n_ctx, opts.kv_type, &layer_bufts)?;
         let worst = build_graph(&hparams, &weights, &kv, n_ctx - n_batch, n_batch, n_batch);
+        check_runnable(&worst.graph, &sched)?;
         sched.reserve(&worst.graph)?;
         let backend = sched.backend(0).clone();
         Ok(Gpt2 { hparams, weights, weight_ctx, weight_buffers, kv, sched, backend, n_batch })
@@ -809,6 +878,25 @@ impl Gpt2 {
 
 #[cfg(test)]
 mod tests {
+    use super::weight_on_gpu;
+
+    #[test]
+    fn gpu_placement_never_overflows_on_any_index_or_count() {
+        // The last `gpu_layers` of 12 blocks; usize::MAX is "all".
+        assert!(weight_on_gpu("blk.11.attn_qkv.weight", 12, 1));
+        assert!(!weight_on_gpu("blk.10.attn_qkv.weight", 12, 1));
+        assert!(weight_on_gpu("blk.0.attn_qkv.weight", 12, usize::MAX));
+        assert!(!weight_on_gpu("blk.0.attn_qkv.weight", 12, 0));
+        // An index no file of 12 blocks has (once `il + gpu_layers`, an overflow): on the CPU.
+        for g in [0, 1, 12, 13, usize::MAX] {
+            assert!(!weight_on_gpu("blk.18446744073709551615.attn_qkv.weight", 12, g));
+            assert!(!weight_on_gpu("blk.12.attn_qkv.weight", 12, g));
+            assert!(!weight_on_gpu("blk.x.attn_qkv.weight", 12, g));
+        }
+        assert!(weight_on_gpu("token_embd.weight", 12, 13) && !weight_on_gpu("token_embd.weight", 12, 12));
+        assert!(weight_on_gpu("output_norm.weight", 12, 1) && !weight_on_gpu("output_norm.weight", 12, 0));
+    }
+
     #[test]
     fn sqrt_is_exact_for_head_dims() {
         for hd in [8f32, 16.0, 64.0, 80.0, 128.0] {

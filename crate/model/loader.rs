@@ -13,10 +13,12 @@
 //! ```
 //!
 //! The architecture and hyperparameters are checked when the header has arrived, before
-//! any weight buffer is allocated: a file we cannot run is refused up front. So is one
-//! that does not fit: weights plus the KV cache for the chosen `n_ctx` are compared with
-//! the memory budget (the backend's [`BufferType::budget`], on wasm32 the free part of
-//! the 4 GiB address space, or a lower one from [`ModelLoader::with_budget`]).
+//! any weight buffer is allocated: first against the file's own tensor infos (a file
+//! whose numbers contradict its tensors is a format error), then the memory they imply:
+//! weights, the KV cache for the chosen `n_ctx` and a bound on the compute buffer are
+//! compared with the memory budget (the backend's [`BufferType::budget`]: on wasm32 the
+//! free part of the 4 GiB address space, natively the machine's memory or
+//! `GGWEB_MAX_MEMORY`; or a lower one from [`ModelLoader::with_budget`]).
 
 use alloc::format;
 use alloc::rc::Rc;
@@ -25,12 +27,14 @@ use alloc::vec;
 use alloc::vec::Vec;
 use core::cell::Cell;
 
-use super::gpt2::{weight_on_gpu, Gpt2, Gpt2Options, Hparams};
+use super::gpt2::{block_index, global_weight_shapes, layer_weight_shapes, weight_on_gpu, Gpt2, Gpt2Options, Hparams};
 use super::ModelError;
 use crate::backend::{Backend, BufferType};
 use crate::cpu::CpuBackend;
 use crate::gguf::{BufferLoader, GgufError, GgufHeader, GgufStreamReader, Limits, TensorSink};
+use crate::tensor::contiguous_nbytes;
 use crate::tokenizer::Tokenizer;
+use crate::types::GgmlType;
 
 impl From<GgufError> for ModelError {
     fn from(e: GgufError) -> Self {
@@ -75,6 +79,59 @@ impl Hparams {
     }
 }
 
+/// Checks the hyperparameters against the file's own tensor infos, before anything is
+/// sized from them: every weight the architecture needs is there with the shape `hp`
+/// implies, and no block lies past `block_count`. So every hyperparameter is bounded by
+/// tensors the reader has already checked (`n_vocab`, `n_embd` by `token_embd`,
+/// `n_ctx_train` by `position_embd`, `n_layer` by the number of blocks, `n_ff` by
+/// `ffn_up`), and a file that lies about them is a format error (MissingTensor, BadShape,
+/// Metadata), never a size that is computed, budgeted or allocated.
+pub fn check_tensors(h: &GgufHeader, hp: &Hparams) -> Result<(), ModelError> {
+    // Twelve tensors per block: a block_count the file cannot hold is refused before any
+    // loop runs over it.
+    if hp.n_layer > h.tensors.len() / 12 {
+        return Err(ModelError::Metadata(format!(
+            "block_count {} needs {} block tensors, the file has {} tensors in all",
+            hp.n_layer,
+            (hp.n_layer as u64).saturating_mul(12),
+            h.tensors.len()
+        )));
+    }
+    let check = |name: &str, want: [i64; 4]| -> Result<(), ModelError> {
+        let t = h.tensor_info(name).ok_or_else(|| ModelError::MissingTensor(name.into()))?;
+        if t.ne != want {
+            return Err(ModelError::BadShape { name: name.into(), expected: want, got: t.ne });
+        }
+        Ok(())
+    };
+    let [token_embd, position_embd, norm_w, norm_b, output] = global_weight_shapes(hp);
+    for (name, ne) in [token_embd, position_embd, norm_w, norm_b] {
+        check(name, ne)?;
+    }
+    if h.tensor_info(output.0).is_some() {
+        check(output.0, output.1)?;
+    }
+    let shapes = layer_weight_shapes(hp);
+    for il in 0..hp.n_layer {
+        for (suffix, ne) in &shapes {
+            check(&format!("blk.{il}.{suffix}"), *ne)?;
+        }
+    }
+    for t in &h.tensors {
+        match block_index(&t.name) {
+            Some(Ok(il)) if il < hp.n_layer => {}
+            Some(_) => {
+                return Err(ModelError::Metadata(format!(
+                    "tensor '{}' is not a block of 0..{} (block_count)",
+                    t.name, hp.n_layer
+                )))
+            }
+            None => {}
+        }
+    }
+    Ok(())
+}
+
 fn meta(e: GgufError) -> ModelError {
     ModelError::Metadata(format!("{e}"))
 }
@@ -102,21 +159,81 @@ pub struct LoadedModel {
 }
 
 /// What a model takes before anything is allocated: its weight buffers (alignment padding
-/// included) and the KV cache for `n_ctx`. The compute buffer comes on top; gallocr plans
-/// it at the end of loading (mostly the logits, n_vocab × n_batch × 4 bytes), and a
-/// refused allocation there is a typed error too.
+/// included), the KV cache for `n_ctx` and a bound on the compute buffer gallocr plans at
+/// the end of loading. All in u64 with saturation, from hyperparameters already checked
+/// against the file's tensors ([`check_tensors`]), so no header overflows them, whatever
+/// the target's `usize`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LoadEstimate {
     pub weights: u64,
     pub kv: u64,
+    /// An upper bound of the compute buffers ([`compute_bound`]; a split adds what the
+    /// scheduler's copies may take).
+    pub compute: u64,
+    /// The largest single tensor among weights, KV and intermediates: on a 32-bit target it
+    /// must fit in `isize` (2 GiB), the most one allocation or one tensor may span.
+    pub largest: u64,
     /// The context length `opts` resolves to (0 means the model's own).
     pub n_ctx: usize,
+    /// The tokens per graph run: `opts.n_batch`, at most `n_ctx`.
+    pub n_batch: usize,
+}
+
+/// Bounds on the compute buffer of GPT-2's worst graph (`n_batch` tokens ending at
+/// `n_ctx`, `n_out` = `n_batch`), from the nodes `build_graph` makes, each rounded up to `a`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ComputeBound {
+    /// One backend: every intermediate of one block, the inputs, the embeddings and the
+    /// head, as if none shared memory. gallocr frees a block's intermediates before the
+    /// next block's (only `l_out` lives on), so its peak stays below this (the fuzz targets
+    /// model_sizes32 and model_split compare it with real plans).
+    pub one_backend: u64,
+    /// Every intermediate of the whole graph, all blocks: what the scheduler's copies
+    /// between backends can add at most (each tensor is copied at most once per backend,
+    /// and a copy lives for the whole graph).
+    pub all_nodes: u64,
+    /// The largest intermediate.
+    pub largest: u64,
+}
+
+/// Bytes of an F32 tensor of `dims`, saturating.
+fn f32_bytes(dims: &[u64]) -> u64 {
+    dims.iter().fold(4u64, |n, &d| n.saturating_mul(d))
+}
+
+pub fn compute_bound(hp: &Hparams, n_ctx: usize, n_batch: usize, a: u64) -> ComputeBound {
+    let (e, h, f, v) = (hp.n_embd as u64, hp.n_head as u64, hp.n_ff as u64, hp.n_vocab as u64);
+    let (l, n) = (n_ctx as u64, n_batch as u64);
+    let aligned = |b: u64| b.div_ceil(a).saturating_mul(a);
+    let sum = |parts: &[(u64, u64)]| parts.iter().fold(0u64, |s, &(c, b)| s.saturating_add(c.saturating_mul(b)));
+    // (count, bytes of one) for each kind of node in build_graph.
+    let ends: [(u64, u64); 4] = [
+        (2, aligned(n.saturating_mul(4))), // inp_tokens, inp_pos (i32)
+        (3, aligned(f32_bytes(&[e, n]))),  // get_rows × 2, inpL
+        (4, aligned(f32_bytes(&[e, n]))),  // head: result_norm and its mul/add
+        (1, aligned(f32_bytes(&[v, n]))),  // result_output (logits)
+    ];
+    let block: [(u64, u64); 4] = [
+        (16, aligned(f32_bytes(&[e, n]))),   // norms, adds, q cont, kqv, outputs
+        (2, aligned(f32_bytes(&[3, e, n]))), // qkv, bqkv
+        (4, aligned(f32_bytes(&[l, n, h]))), // kq, kq_scaled, kq_masked, kq_soft_max
+        (3, aligned(f32_bytes(&[f, n]))),    // ffn_up, ffn_up_b, ffn_gelu
+    ];
+    let (ends, block) = (sum(&ends), sum(&block));
+    let largest = [f32_bytes(&[v, n]), f32_bytes(&[l, n, h]), f32_bytes(&[f, n]), f32_bytes(&[3, e, n])]
+        .into_iter()
+        .max()
+        .unwrap_or(0);
+    ComputeBound {
+        one_backend: ends.saturating_add(block),
+        all_nodes: ends.saturating_add(block.saturating_mul(hp.n_layer as u64)),
+        largest: aligned(largest),
+    }
 }
 
 impl LoadEstimate {
-    /// Checks the options against the hyperparameters and sizes both parts, in u64 with
-    /// saturation so that no header can overflow the sum. `alignment` is the weight and
-    /// KV buffers' (each tensor's bytes are rounded up to it, as `alloc_tensors` does).
+    /// Checks the options against the hyperparameters and sizes every part. `alignment`
+    /// is the buffers' (each tensor's bytes are rounded up to it, as `alloc_tensors` does).
     pub fn new(
         header: &GgufHeader,
         hp: &Hparams,
@@ -133,31 +250,55 @@ impl LoadEstimate {
         if opts.n_batch == 0 {
             return Err(ModelError::Config("n_batch must be at least 1".into()));
         }
+        let n_batch = opts.n_batch.min(n_ctx);
         let a = alignment.max(1) as u64;
         let aligned = |n: u64| n.div_ceil(a).saturating_mul(a);
         let weights = header.tensors.iter().fold(0u64, |s, t| s.saturating_add(aligned(t.nbytes as u64)));
+        let largest_weight = header.tensors.iter().map(|t| t.nbytes as u64).max().unwrap_or(0);
         // Two tensors of n_embd * n_ctx per layer, of opts.kv_type (KvCache::new).
         let per_tensor =
-            (hp.n_embd as u64).saturating_mul(n_ctx as u64).saturating_mul(opts.kv_type.type_size() as u64);
+            contiguous_nbytes(opts.kv_type, &[hp.n_embd as i64, n_ctx as i64, 1, 1]).unwrap_or(u64::MAX);
         let kv = aligned(per_tensor).saturating_mul(2).saturating_mul(hp.n_layer as u64);
-        Ok(LoadEstimate { weights, kv, n_ctx })
+        let bound = compute_bound(hp, n_ctx, n_batch, a);
+        let (compute, largest) = (bound.one_backend, largest_weight.max(per_tensor).max(bound.largest));
+        Ok(LoadEstimate { weights, kv, compute, largest, n_ctx, n_batch })
     }
 
     pub fn total(&self) -> u64 {
-        self.weights.saturating_add(self.kv)
+        self.weights.saturating_add(self.kv).saturating_add(self.compute)
     }
 
-    /// An [`ModelError::OverBudget`] when the total exceeds `limit`.
-    pub fn check(&self, hp: &Hparams, limit: Option<u64>) -> Result<(), ModelError> {
+    /// An [`ModelError::OverBudget`] when the total exceeds `limit`, or when a part does
+    /// not fit a `usize_bits`-bit address space (32 on wasm32: no tensor over 2 GiB, all of
+    /// it within 4 GiB), so that no size computed later in `usize` can wrap.
+    pub fn check(&self, hp: &Hparams, limit: Option<u64>, usize_bits: u32) -> Result<(), ModelError> {
+        let what = || {
+            format!(
+                "weights {} bytes + KV cache {} bytes for n_ctx {} x {} layers x n_embd {} + compute buffer {} bytes for n_batch {}",
+                self.weights, self.kv, self.n_ctx, hp.n_layer, hp.n_embd, self.compute, self.n_batch
+            )
+        };
+        if usize_bits < 64 {
+            let max_tensor = (1u64 << (usize_bits - 1)) - 1;
+            if self.largest > max_tensor {
+                return Err(ModelError::OverBudget {
+                    what: format!(
+                        "its largest tensor, {} bytes, exceeds what one {usize_bits}-bit allocation can hold",
+                        self.largest
+                    ),
+                    needed: self.largest,
+                    limit: max_tensor,
+                });
+            }
+            let space = 1u64 << usize_bits;
+            if self.total() > space {
+                return Err(ModelError::OverBudget { what: what(), needed: self.total(), limit: space });
+            }
+        }
         match limit {
-            Some(limit) if self.total() > limit => Err(ModelError::OverBudget {
-                what: format!(
-                    "weights {} bytes + KV cache {} bytes for n_ctx {} x {} layers x n_embd {}",
-                    self.weights, self.kv, self.n_ctx, hp.n_layer, hp.n_embd
-                ),
-                needed: self.total(),
-                limit,
-            }),
+            Some(limit) if self.total() > limit => {
+                Err(ModelError::OverBudget { what: what(), needed: self.total(), limit })
+            }
             _ => Ok(()),
         }
     }
@@ -170,7 +311,13 @@ struct CheckedSink {
     opts: Gpt2Options,
     alignment: usize,
     budget: Option<u64>,
+    /// The `usize` width sizes must fit (the target's; 32 to check wasm32's natively).
+    usize_bits: u32,
     checked: Option<(Hparams, Tokenizer)>,
+    /// Backends the model runs on (each has a compute buffer).
+    n_backends: usize,
+    /// `gpu_layers` of a split load ([`ModelLoader::new_split`]).
+    split_gpu_layers: Option<usize>,
     /// n_layer once the header is checked, for a placement that goes by layer.
     n_layer: Rc<Cell<usize>>,
     estimate: Option<LoadEstimate>,
@@ -178,8 +325,12 @@ struct CheckedSink {
     rejected: Option<ModelError>,
 }
 
+/// The header's model, checked in the order that makes a lying file a format error: the
+/// hyperparameters, then their agreement with the tensors, then the tokenizer. Only then
+/// are sizes computed and budgeted ([`CheckedSink::check`]).
 fn check_header(header: &GgufHeader) -> Result<(Hparams, Tokenizer), ModelError> {
     let hp = Hparams::from_gguf(header)?;
+    check_tensors(header, &hp)?;
     let tok = tokenizer_from_gguf(header)?;
     if tok.n_vocab() != hp.n_vocab {
         return Err(ModelError::Metadata(format!(
@@ -194,8 +345,27 @@ fn check_header(header: &GgufHeader) -> Result<(Hparams, Tokenizer), ModelError>
 impl CheckedSink {
     fn check(&self, header: &GgufHeader) -> Result<(Hparams, Tokenizer, LoadEstimate), ModelError> {
         let (hp, tok) = check_header(header)?;
-        let est = LoadEstimate::new(header, &hp, &self.opts, self.alignment)?;
-        est.check(&hp, self.budget)?;
+        let mut est = LoadEstimate::new(header, &hp, &self.opts, self.alignment)?;
+        // Each backend of a split gets compute buffers of its own (each at most the bound),
+        // plus the scheduler's copies: at most one of every weight, KV and intermediate.
+        if self.n_backends > 1 {
+            let bound = compute_bound(&hp, est.n_ctx, est.n_batch, self.alignment.max(1) as u64);
+            est.compute = (bound.one_backend.saturating_mul(self.n_backends as u64))
+                .saturating_add(bound.all_nodes)
+                .saturating_add(est.weights)
+                .saturating_add(est.kv);
+        }
+        // A split whose head is on the GPU and embeddings are not copies a tied output
+        // projection there (duplicate_tied_output): token_embd once more.
+        if let Some(gpu_layers) = self.split_gpu_layers {
+            let tied = header.tensor_info("output.weight").is_none();
+            if tied && gpu_layers >= 1 && gpu_layers <= hp.n_layer {
+                let t = header.tensor_info("token_embd.weight").map_or(0, |t| t.nbytes as u64);
+                let a = self.alignment.max(1) as u64;
+                est.weights = est.weights.saturating_add(t.div_ceil(a).saturating_mul(a));
+            }
+        }
+        est.check(&hp, self.budget, self.usize_bits)?;
         Ok((hp, tok, est))
     }
 }
@@ -265,7 +435,9 @@ impl ModelLoader {
                 cpu_buft.clone()
             }
         });
-        ModelLoader::with_sink(place, n_layer, vec![gpu, cpu], opts, limits, file_size)
+        let mut loader = ModelLoader::with_sink(place, n_layer, vec![gpu, cpu], opts, limits, file_size);
+        loader.sink.split_gpu_layers = Some(gpu_layers);
+        loader
     }
 
     fn with_sink(
@@ -288,6 +460,9 @@ impl ModelLoader {
             opts: opts.clone(),
             alignment,
             budget,
+            usize_bits: usize::BITS,
+            n_backends: backends.len(),
+            split_gpu_layers: None,
             checked: None,
             n_layer,
             estimate: None,
@@ -301,6 +476,14 @@ impl ModelLoader {
     /// backend's own budget, never raise it.
     pub fn with_budget(mut self, bytes: u64) -> ModelLoader {
         self.sink.budget = Some(self.sink.budget.map_or(bytes, |b| b.min(bytes)));
+        self
+    }
+
+    /// Sizes checked as on a `bits`-bit target (32: wasm32), whatever this build's `usize`:
+    /// a model refused there is refused here, so wasm32's overflows can be found natively
+    /// (the `model_sizes32` fuzz target). Never wider than this build's `usize`.
+    pub fn with_usize_bits(mut self, bits: u32) -> ModelLoader {
+        self.sink.usize_bits = bits.clamp(16, usize::BITS);
         self
     }
 

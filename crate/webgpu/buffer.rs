@@ -8,6 +8,7 @@ use std::task::{Context as TaskContext, Poll, Waker};
 
 use super::context::{Gpu, GpuBuffer, PARAMS_STRIDE};
 use crate::allocator::align_up;
+use crate::backend::host::in_bounds;
 use crate::backend::{BackendError, Buffer, BufferType};
 use crate::tensor::Tensor;
 
@@ -80,7 +81,7 @@ impl WebGpuBuffer {
         if out.is_empty() {
             return Ok(());
         }
-        if offset + out.len() > self.size {
+        if !in_bounds(offset, out.len(), self.size) {
             return Err(BackendError::Other(format!(
                 "WebGPU read of {} bytes at {offset} past the buffer's {} bytes",
                 out.len(),
@@ -242,13 +243,25 @@ impl Buffer for WebGpuBuffer {
         self.size
     }
     fn set_bytes(&self, offset: usize, data: &[u8]) {
-        assert!(offset + data.len() <= self.size, "set_bytes: {}+{} past {} bytes", offset, data.len(), self.size);
+        assert!(
+            in_bounds(offset, data.len(), self.size),
+            "set_bytes: {}+{} past {} bytes",
+            offset,
+            data.len(),
+            self.size
+        );
         self.write(offset, data);
     }
     /// Natively: copies to a staging buffer, maps it and waits. In the browser this cannot
     /// wait and panics: use `WebGpuBackend::read_tensor_async` / `WebGpuBuffer::read_async`.
     fn get_bytes(&self, offset: usize, out: &mut [u8]) {
-        assert!(offset + out.len() <= self.size, "get_bytes: {}+{} past {} bytes", offset, out.len(), self.size);
+        assert!(
+            in_bounds(offset, out.len(), self.size),
+            "get_bytes: {}+{} past {} bytes",
+            offset,
+            out.len(),
+            self.size
+        );
         if let Err(e) = self.try_get_bytes(offset, out) {
             panic!("WebGPU get_bytes of {} bytes at {offset}: {e}", out.len());
         }

@@ -7,7 +7,14 @@
 //!   zero-sized tensors and each block type the reader knows;
 //! - tokenizer_roundtrip: text in several scripts, emoji, whitespace runs, contractions,
 //!   `<|endoftext|>`;
-//! - gallocr_plan: byte strings that build graphs of each op family.
+//! - gallocr_plan: byte strings that build graphs of each op family;
+//! - hyperparameter mutations (for gguf_chunks, model_split, model_sizes32): tiny models
+//!   whose `gpt2.*` values were changed (u32::MAX block count, contexts and widths that
+//!   imply huge or, in 32 bits, wrapping sizes, a head count of 0) or that carry a block
+//!   index past every count (`blk.18446744073709551615.…`): each must be refused;
+//! - model_split and model_sizes32: an 8-byte option prefix (n_ctx, n_batch, gpu_layers,
+//!   op mask: fuzz/src/sizes.rs) before tiny models, with options that split each way and
+//!   contexts and batches that stress the size arithmetic.
 //!
 //! `seed-regress-*` files are not written here: they are minimized crash inputs of long runs
 //! (see SECURITY.md, Fuzzing), kept by hand as regression seeds.
@@ -71,6 +78,53 @@ fn plain_ggufs() -> Vec<(&'static str, Vec<u8>)> {
     out
 }
 
+/// `file` with the u32 value of metadata key `key` replaced.
+fn set_u32(file: &[u8], key: &str, v: u32) -> Vec<u8> {
+    let mut f = file.to_vec();
+    let k = key.as_bytes();
+    let at = f.windows(k.len()).position(|w| w == k).unwrap_or_else(|| panic!("no key {key}")) + k.len() + 4;
+    f[at..at + 4].copy_from_slice(&v.to_le_bytes());
+    f
+}
+
+/// `file` with every occurrence of `from` (a tensor name) respelled `to` (same length).
+fn rename(file: &[u8], from: &str, to: &str) -> Vec<u8> {
+    assert_eq!(from.len(), to.len());
+    let mut f = file.to_vec();
+    let at = f.windows(from.len()).position(|w| w == from.as_bytes()).unwrap_or_else(|| panic!("no {from}"));
+    f[at..at + from.len()].copy_from_slice(to.as_bytes());
+    f
+}
+
+/// `file` with the type of 1-D tensor `name` set to `type_id` (the info is the name, then
+/// n_dims: u32, ne[0]: u64, type: u32).
+fn retype_1d(file: &[u8], name: &str, type_id: u32) -> Vec<u8> {
+    let mut f = file.to_vec();
+    let n = name.as_bytes();
+    let at = f.windows(n.len()).rposition(|w| w == n).unwrap_or_else(|| panic!("no {name}")) + n.len();
+    assert_eq!(f[at..at + 4], 1u32.to_le_bytes(), "{name} is not 1-D");
+    f[at + 12..at + 16].copy_from_slice(&type_id.to_le_bytes());
+    f
+}
+
+/// Tiny models whose hyperparameters lie (or whose names do), each refused by the loader.
+fn hparam_mutations(base: &[u8]) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    let keys = [
+        ("block_count", "gpt2.block_count", vec![0, 3, u32::MAX]),
+        ("context_length", "gpt2.context_length", vec![0, 5, 1 << 16, 1 << 30, u32::MAX]),
+        ("embedding_length", "gpt2.embedding_length", vec![0, 3, 4, 1 << 16, u32::MAX]),
+        ("feed_forward_length", "gpt2.feed_forward_length", vec![0, 5, u32::MAX]),
+        ("head_count", "gpt2.attention.head_count", vec![0, 3, u32::MAX]),
+    ];
+    for (name, key, values) in keys {
+        for v in values {
+            out.push((format!("hparam-{name}-{v}"), set_u32(base, key, v)));
+        }
+    }
+    out
+}
+
 fn main() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus");
     let g = root.join("gguf_chunks");
@@ -79,6 +133,52 @@ fn main() {
     write(&g, "tiny-gpt2-f32-2layers", &tiny_gpt2(TinySpec { n_layer: 2, ..tiny }));
     for (name, bytes) in plain_ggufs() {
         write(&g, name, &bytes);
+    }
+
+    let base = tiny_gpt2(TinySpec { n_layer: 2, ..tiny });
+    for (name, bytes) in hparam_mutations(&base) {
+        write(&g, &name, &bytes);
+    }
+    // An i32 bias: as many bytes as the f32 one, so only the loader's runnable check
+    // (gpt2::check_runnable) refuses it; before it, the first token failed as a backend error.
+    let i32_bias = retype_1d(&base, "blk.0.attn_norm.bias", 26);
+    write(&g, "type-i32-bias", &i32_bias);
+    // Block indices no count reaches (respelled in place, so lengths match): usize::MAX
+    // (which `il + gpu_layers` once overflowed), and 99999999999.
+    let one = tiny_gpt2(tiny);
+    write(&g, "hparam-block-index-max", &rename(&one, "blk.0.attn_output.weight", "blk.18446744073709551615"));
+    write(&g, "hparam-block-index-huge", &rename(&one, "blk.0.ffn_down.bias", "blk.99999999999.bia"));
+
+    // model_split / model_sizes32: option prefix (n_ctx u16, n_batch u16, gpu_layers, op
+    // mask, 2 spare) + a model.
+    let pre = |n_ctx: u16, n_batch: u16, gpu: u8, mask: u8| {
+        let mut p = Vec::new();
+        p.extend(n_ctx.to_le_bytes());
+        p.extend(n_batch.to_le_bytes());
+        p.extend([gpu, mask, 0, 0]);
+        p
+    };
+    let wide = TinySpec { n_embd: 4, n_head: 2, n_ff: 8, n_ctx: 16, n_layer: 2, ..TinySpec::default() };
+    let models = [("f32-2layers", tiny_gpt2(wide)), ("f16", tiny_gpt2(TinySpec { ty: GgmlType::F16, ..wide }))];
+    let options = [
+        ("all-gpu", pre(0, 4, 255, 0)),
+        ("one-layer", pre(8, 3, 1, 0)),
+        ("head-only", pre(0, 16, 0, 0)),
+        ("no-mulmat", pre(16, 2, 2, 1)),
+        ("no-softmax-norm", pre(4, 4, 3, 6)),
+        ("beyond", pre(0, 1, 199, 24)),
+    ];
+    for target in ["model_split", "model_sizes32"] {
+        let d = root.join(target);
+        for (o, p) in &options {
+            for (m, bytes) in &models {
+                write(&d, &format!("{m}-{o}"), &[&p[..], bytes].concat());
+            }
+        }
+        for (name, bytes) in hparam_mutations(&models[0].1) {
+            write(&d, &name, &[&pre(0, 0xffff, 255, 0)[..], &bytes].concat());
+        }
+        write(&d, "type-i32-bias", &[&pre(0, 4, 1, 0)[..], &i32_bias].concat());
     }
 
     let t = root.join("tokenizer_roundtrip");

@@ -1,6 +1,7 @@
 //! Helpers shared by the fuzz targets and the seed generator: a byte-driven choice source,
-//! chunk plans, the vocabulary path, the random-graph builder for `gallocr_plan`, and the
-//! tiny GPT-2 writer from `tests/model_support`.
+//! chunk plans, the vocabulary path, the random-graph builder for `gallocr_plan`, the
+//! option prefix and graph measuring of `model_split` and `model_sizes32`, and the tiny
+//! GPT-2 writer from `tests/model_support`.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::PathBuf;
@@ -9,6 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 pub mod graph_gen;
 #[path = "../../tests/model_support/mod.rs"]
 pub mod model_support;
+pub mod sizes;
 
 /// The largest single allocation any input may cause. The targets' budgets are a few MB, so
 /// a larger request means a size taken from the input unchecked. (libFuzzer's

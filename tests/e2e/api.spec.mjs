@@ -351,6 +351,18 @@ test('on the page thread, a failed or aborted load frees its loader', async () =
   assert.deepEqual(r.value, { loaders: 3, freed: 2, models: 1, modelsFreed: 1 });
 });
 
+test('the fake core has the real glue\'s surface (web/pkg/ggweb_core.js), so no fallback is exercised in its place', async () => {
+  const real = await import('../../web/pkg/ggweb_core.js');
+  const fake = await import('./fake-core.js');
+  // The fake's own counters aside; wasm-bindgen's internals (`__wrap`, `__destroy_into_raw`) aside.
+  const exported = (m) => Object.keys(m).filter((k) => k !== 'stats').sort();
+  assert.deepEqual(exported(fake), exported(real));
+  const surface = (C) => [...Object.getOwnPropertyNames(C.prototype), ...Object.getOwnPropertyNames(C).map((n) => `static ${n}`)]
+    .filter((n) => !/(^|\s)__/.test(n)).sort();
+  for (const cls of ['WasmLoader', 'WasmModel']) assert.deepEqual(surface(fake[cls]), surface(real[cls]), cls);
+  assert.equal(typeof fake.WasmLoader.create, 'function');
+});
+
 test('the page saw no uncaught errors', () => {
   assert.deepEqual(problems.filter((p) => !/Failed to load resource/.test(p)), []);
 });

@@ -1,18 +1,38 @@
 // A test double of the wasm-bindgen glue (web/pkg/ggweb_core.js), with the same surface as
-// crate/bindings (WasmLoader, WasmModel). It lets tests/e2e/api.spec.mjs drive the real JS
-// layer (streaming, progress, errors, abort, worker messages, cache) in Chromium without a
-// model. It checks what a loader must: the GGUF magic, the bytes in order (FNV-1a of all
-// bytes fed), and that nothing is fed after finish() or free().
+// crate/bindings: the module functions (version, init_panic_hook, available_backends,
+// cpu_threads, live_gpu_buffers, wasm_memory_bytes, wasm_heap_base), WasmLoader (its
+// constructor and the async WasmLoader.create) and WasmModel (prompt_step, next_token and
+// logits async as in the real glue, stop_reason, _debugLoseDevice, n_ctx, eos). It lets
+// tests/e2e/api.spec.mjs drive the real JS layer (streaming, progress, errors, abort,
+// worker messages, cache) in Chromium without a model, through the same calls it makes on
+// the real module (api.spec checks the two surfaces are the same). It checks what a loader
+// must: the GGUF magic, the bytes in order (FNV-1a of all bytes fed), and that nothing is
+// fed after finish() or free().
 //
 // Tokens: one per UTF-16 code unit (id = code unit). Generation yields ids 97, 98, ...
 // ('a', 'b', ...) up to maxTokens. logits(ids)[i] = (sum(ids) % 1000) / 10 + i for i < 8.
 export const stats = { loaders: 0, freed: 0, models: 0, modelsFreed: 0 };
 
 export default async function init() {}
+export function initSync() {}
 export function init_panic_hook() {}
 export function version() { return 'fake'; }
+/** Like a build without the webgpu feature: "auto" runs on the CPU without asking for an adapter. */
+export function available_backends() { return JSON.stringify(['cpu']); }
+export function cpu_threads() { return JSON.stringify({ workersRunning: 0, jobs: [0, 0] }); }
+export function live_gpu_buffers() { return 0; }
+export function wasm_memory_bytes() { return 16 * 65536; }
+export function wasm_heap_base() { return 65536; }
 
 export class WasmLoader {
+  /** The real factory opens the WebGPU device; this build has none, so it is the constructor. */
+  static async create(optsJson) {
+    const opts = JSON.parse(optsJson);
+    if (opts.backend === 'webgpu') {
+      throw Object.assign(new Error('backend "webgpu": this build has no WebGPU backend'), { code: 'unsupported' });
+    }
+    return new WasmLoader(optsJson);
+  }
   constructor(optsJson) {
     this.opts = JSON.parse(optsJson);
     if (this.opts.nCtx !== undefined && this.opts.nCtx > 4096) throw new Error(`nCtx ${this.opts.nCtx} exceeds the model's context length 4096`);
@@ -66,13 +86,14 @@ export class WasmModel {
     for (const id of ids) if (id > 0xffff) throw new Error(`token id ${id} is out of range (vocab 65536)`);
     return String.fromCharCode(...ids);
   }
-  logits(ids) {
+  async logits(ids) {
     this.#alive();
     const s = ids.reduce((a, b) => a + b, 0) % 1000;
     return Float32Array.from({ length: 8 }, (_, i) => s / 10 + i);
   }
   start(ids, paramsJson) {
     this.#alive();
+    this.stop = undefined;
     this.params = JSON.parse(paramsJson);
     this.prompt = Array.from(ids);
     this.pos = 0;
@@ -81,20 +102,31 @@ export class WasmModel {
     this.slowMs = String.fromCharCode(...this.prompt.slice(0, 4)) === 'slow' ? 20 : 0;
   }
   #spin() { const t = performance.now(); while (performance.now() - t < this.slowMs) { /* busy, like real compute */ } }
-  prompt_step() {
+  async prompt_step() {
     this.#alive();
     this.#spin();
     this.pos = Math.min(this.prompt.length, this.pos + (this.opts.nBatch ?? 2));
     return this.pos >= this.prompt.length;
   }
-  next_token() {
+  async next_token() {
     this.#alive();
     if (this.pos < this.prompt.length) throw new Error('next_token before the prompt was evaluated');
-    if (this.produced >= this.params.maxTokens) return -1;
+    if (this.produced >= this.params.maxTokens) {
+      this.stop = 'maxTokens';
+      return -1;
+    }
     this.#spin();
     return 97 + (this.produced++ % 26);
   }
+  /** Why next_token returned -1 (the real one also says 'eos' and 'contextFull'). */
+  stop_reason() { return this.stop; }
   token_piece(id) { return String.fromCharCode(id); }
+  n_ctx() { return this.opts.nCtx ?? 4096; }
+  eos() { return -1; }
+  _debugLoseDevice() {
+    this.#alive();
+    throw Object.assign(new Error('the model runs on the cpu backend, which has no device to lose'), { code: 'unsupported' });
+  }
   info() {
     return JSON.stringify({ arch: 'fake', bytes: this.bytes, fnv1a: this.hash, backend: this.opts.backend, opts: this.opts });
   }
