@@ -411,10 +411,12 @@ fn the_compute_bound_holds_for_llama_cpps_tiny_gpt2() {
     // 128): gallocr's real plan against the loader's bound, for several batch and context
     // sizes. The bound may not be under the plan (the budget would let a model through
     // that then fails to allocate); it is loose by the sharing gallocr does.
-    let dir = std::env::var("GGWEB_MODELS_DIR").expect("GGWEB_MODELS_DIR (the shared models)");
+    // tests/fixtures/llamacpp (GGWEB_MODELS_DIR points elsewhere), as tests/gguf_support finds it.
+    let dir = std::env::var("GGWEB_MODELS_DIR")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/llamacpp").to_string());
     let file = std::fs::read(format!("{dir}/tiny-gpt2-f16.gguf")).unwrap();
     for (n_ctx, n_batch) in [(0, 32), (0, 1), (0, 7), (64, 64), (128, 128), (16, 32)] {
-        let o = Gpt2Options { n_ctx, n_batch, n_threads: 1 };
+        let o = Gpt2Options { n_ctx, n_batch, n_threads: 1, ..Default::default() };
         let mut loader = ModelLoader::new(Rc::new(CpuBackend::new(1)), o, Limits::default(), Some(file.len() as u64));
         loader.feed(&file).unwrap();
         let est = loader.estimate().unwrap();

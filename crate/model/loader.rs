@@ -34,7 +34,6 @@ use crate::cpu::CpuBackend;
 use crate::gguf::{BufferLoader, GgufError, GgufHeader, GgufStreamReader, Limits, TensorSink};
 use crate::tensor::contiguous_nbytes;
 use crate::tokenizer::Tokenizer;
-use crate::types::GgmlType;
 
 impl From<GgufError> for ModelError {
     fn from(e: GgufError) -> Self {
