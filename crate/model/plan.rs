@@ -90,6 +90,9 @@ pub struct HeaderPlan {
     /// would overflow the sizes on wasm32 before any compute buffer matters).
     pub by_backend: Vec<BackendMemory>,
     pub compute_measured: bool,
+    /// Weights and KV cache as the loader estimates them from the header (u64: exact even
+    /// where they exceed wasm32's usize); what `weights()` and `kv()` report when unmeasured.
+    pub estimate: LoadEstimate,
     /// Per backend: the budget its buffer type reports (the free part of wasm32's 4 GiB
     /// address space for the CPU there; None when unknown) and its largest buffer.
     pub limits: Vec<(Option<u64>, u64)>,
@@ -152,6 +155,7 @@ impl HeaderPlan {
                 n_batch,
                 by_backend,
                 compute_measured: false,
+                estimate: est,
                 limits,
                 misfit,
             });
@@ -185,22 +189,29 @@ impl HeaderPlan {
             n_batch: model.n_batch,
             by_backend,
             compute_measured: true,
+            estimate: est,
             limits,
             misfit,
         })
     }
 
     pub fn weights(&self) -> u64 {
+        if !self.compute_measured {
+            return self.estimate.weights;
+        }
         self.by_backend.iter().map(|m| m.weights as u64).sum()
     }
     pub fn kv(&self) -> u64 {
+        if !self.compute_measured {
+            return self.estimate.kv;
+        }
         self.by_backend.iter().map(|m| m.kv as u64).sum()
     }
     pub fn compute(&self) -> u64 {
         self.by_backend.iter().map(|m| m.compute as u64).sum()
     }
     pub fn total(&self) -> u64 {
-        self.weights() + self.kv() + self.compute()
+        self.weights().saturating_add(self.kv()).saturating_add(self.compute())
     }
 }
 
