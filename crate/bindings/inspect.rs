@@ -59,7 +59,6 @@ impl WasmInspector {
     /// WebGPU device (its limits decide the plan); "auto" without one plans for the CPU.
     pub async fn plan(self) -> Result<String, JsValue> {
         let (asked, gpu_layers, opts) = WasmLoader::parse_options(&self.opts_json)?;
-        let header_bytes = self.reader.bytes_consumed();
         let header = self.reader.into_header().map_err(|e| model_error("", e))?;
         let cpu: Rc<dyn Backend> = Rc::new(CpuBackend::new(1));
         let mut note = None;
@@ -102,7 +101,6 @@ impl WasmInspector {
             backend,
             backend_note: note,
             file: FileJson {
-                header_bytes: header_bytes as f64,
                 data_offset: header.data_offset as f64,
                 size: self.file_size.map(|n| n as f64),
                 alignment: header.alignment,
@@ -181,7 +179,6 @@ struct HparamsJson {
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct FileJson {
-    header_bytes: f64,
     data_offset: f64,
     size: Option<f64>,
     alignment: u64,
