@@ -8,7 +8,7 @@ mod gguf_support;
 
 use std::rc::Rc;
 
-use ggweb::backend::Backend;
+use ggweb::backend::{Backend, BufferType};
 use ggweb::cpu::CpuBackend;
 use ggweb::model::gpt2::Gpt2Options;
 use ggweb::model::loader::load_from_bytes;
@@ -94,4 +94,80 @@ fn options_are_checked_as_a_load_checks_them() {
     let load = load_from_bytes(&bytes, opts);
     assert!(matches!(plan, Err(ModelError::Config(_))), "{plan:?}");
     assert_eq!(plan.unwrap_err(), load.err().unwrap());
+}
+
+/// The CPU with a fixed memory budget, as wasm32's address space gives one.
+struct Budgeted(Rc<dyn BufferType>, u64);
+
+impl BufferType for Budgeted {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+    fn alignment(&self) -> usize {
+        self.0.alignment()
+    }
+    fn max_size(&self) -> usize {
+        self.0.max_size()
+    }
+    fn alloc_size(&self, t: &ggweb::tensor::Tensor) -> usize {
+        self.0.alloc_size(t)
+    }
+    fn is_host(&self) -> bool {
+        self.0.is_host()
+    }
+    fn budget(&self) -> Option<u64> {
+        Some(self.1)
+    }
+    fn alloc_buffer(&self, size: usize) -> Result<Rc<dyn ggweb::backend::Buffer>, ggweb::backend::BackendError> {
+        self.0.alloc_buffer(size)
+    }
+}
+
+struct BudgetCpu(CpuBackend, u64);
+
+impl Backend for BudgetCpu {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+    fn buffer_type(&self) -> Rc<dyn BufferType> {
+        Rc::new(Budgeted(self.0.buffer_type(), self.1))
+    }
+    fn graph_compute(&self, g: &ggweb::graph::Graph) -> Result<(), ggweb::backend::BackendError> {
+        self.0.graph_compute(g)
+    }
+}
+
+#[test]
+fn fits_against_the_budget() {
+    let bytes = gguf_support::model_bytes(FILES[2]);
+    let header = read_header(&bytes).0.into_header().unwrap();
+    let opts = Gpt2Options { n_ctx: 64, ..Default::default() };
+    let full = HeaderPlan::new(&header, cpu(), None, &opts).unwrap();
+    let budgeted = |b: u64| -> Vec<Rc<dyn Backend>> { vec![Rc::new(BudgetCpu(CpuBackend::new(1), b))] };
+
+    // Exactly enough: fits.
+    let p = HeaderPlan::new(&header, budgeted(full.total()), None, &opts).unwrap();
+    assert_eq!((p.misfit.as_deref(), p.total()), (None, full.total()));
+
+    // One byte short, with weights + KV inside: the compute buffer is what does not fit.
+    let p = HeaderPlan::new(&header, budgeted(full.total() - 1), None, &opts).unwrap();
+    assert!(p.compute_measured);
+    let why = p.misfit.unwrap();
+    assert!(why.starts_with(&format!("CPU needs {} bytes", full.total())), "{why}");
+    assert!(why.ends_with(&format!("{} bytes are free", full.total() - 1)), "{why}");
+
+    // Weights + KV over: the loader's own refusal, word for word, before anything is planned.
+    let limit = full.weights() + full.kv() - 1;
+    let p = HeaderPlan::new(&header, budgeted(limit), None, &opts).unwrap();
+    assert!(!p.compute_measured);
+    assert_eq!((p.weights(), p.kv(), p.compute()), (full.weights(), full.kv(), 0));
+    let mut load = ggweb::model::loader::ModelLoader::new(
+        Rc::new(BudgetCpu(CpuBackend::new(1), limit)),
+        opts.clone(),
+        ggweb::gguf::Limits::default(),
+        None,
+    );
+    let err = load.feed(&bytes).err().expect("over budget");
+    assert!(matches!(err, ModelError::OverBudget { .. }));
+    assert_eq!(p.misfit.unwrap(), err.to_string());
 }

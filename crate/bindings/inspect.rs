@@ -126,7 +126,10 @@ impl WasmInspector {
                     .by_backend
                     .iter()
                     .map(|m| {
-                        (m.backend.clone(), BytesJson { weights: m.weights as f64, kv: m.kv as f64, compute: m.compute as f64 })
+                        (
+                            m.backend.clone(),
+                            BytesJson { weights: m.weights as f64, kv: m.kv as f64, compute: m.compute as f64 },
+                        )
                     })
                     .collect(),
             },
@@ -139,7 +142,10 @@ impl WasmInspector {
                     .iter()
                     .zip(&plan.limits)
                     .map(|(m, (budget, max))| {
-                        (m.backend.clone(), LimitJson { budget: budget.map(|b| b as f64), max_buffer_size: *max as f64 })
+                        (
+                            m.backend.clone(),
+                            LimitJson { budget: budget.map(|b| b as f64), max_buffer_size: *max as f64 },
+                        )
                     })
                     .collect(),
             },
