@@ -18,6 +18,10 @@
 //                                      connection stays open until the client gives up)
 //   /__test/noisolation/<path>         the file without COOP/COEP: a page loaded from here is
 //                                      not cross-origin isolated (ggweb falls back to 1 thread)
+//   /__test/counted/<key>/<path>       the file (Range honoured), counting under <key> the
+//                                      requests, their Range headers and the bytes read out
+//   /__test/norange/<key>/<path>       the same, but Range is ignored (always 200, whole file)
+//   /__test/tally/<key>                what <key> counted: { requests, ranges, bytes } (JSON)
 // `isolate: false` (GGWEB_NO_ISOLATION=1 from the command line) drops COOP/COEP everywhere.
 import { createServer } from 'node:http';
 import { createReadStream, existsSync, promises as fsp } from 'node:fs';
@@ -107,7 +111,10 @@ async function statFile(file) {
   }
 }
 
-async function serveFile(req, res, urlPath, mounts, isolate = true) {
+/** Per key: { requests, ranges, bytes } served by the counted/norange test routes. */
+const tallies = new Map();
+
+async function serveFile(req, res, urlPath, mounts, isolate = true, tally = null) {
   const file0 = resolvePath(urlPath, mounts);
   const found = file0 && (await statFile(file0));
   if (!found) return sendError(res, 404, `not found: ${urlPath}`);
@@ -138,13 +145,34 @@ async function serveFile(req, res, urlPath, mounts, isolate = true) {
   headers['Content-Length'] = String(end - start + 1);
   res.writeHead(status, headers);
   if (req.method === 'HEAD' || size === 0) return res.end();
-  createReadStream(file, { start, end }).on('error', () => res.destroy()).pipe(res);
+  const stream = createReadStream(file, { start, end }).on('error', () => res.destroy());
+  if (tally) {
+    stream.on('data', (c) => { tally.bytes += c.length; });
+    res.on('close', () => stream.destroy()); // a cancelled download stops reading the file
+  }
+  stream.pipe(res);
 }
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 async function serveTestRoute(req, res, rest, mounts) {
   if (rest.startsWith('/noisolation/')) return serveFile(req, res, rest.slice('/noisolation'.length), mounts, false);
+  const counted = /^\/(counted|norange)\/([\w-]+)(\/.*)$/.exec(rest);
+  if (counted) {
+    const [, kind, key, path] = counted;
+    if (!tallies.has(key)) tallies.set(key, { requests: 0, ranges: [], bytes: 0 });
+    const tally = tallies.get(key);
+    tally.requests += 1;
+    tally.ranges.push(req.headers.range ?? null);
+    if (kind === 'norange') delete req.headers.range;
+    return serveFile(req, res, path, mounts, true, tally);
+  }
+  const tallyOf = /^\/tally\/([\w-]+)$/.exec(rest);
+  if (tallyOf) {
+    const body = JSON.stringify(tallies.get(tallyOf[1]) ?? { requests: 0, ranges: [], bytes: 0 });
+    res.writeHead(200, { ...baseHeaders(), 'Content-Type': 'application/json', 'Cache-Control': 'no-store' });
+    return res.end(body);
+  }
   const m = /^\/(status|nolength|drop|short|slow|stall)\/(.*)$/.exec(rest);
   if (!m) return sendError(res, 404, 'unknown test route');
   const [, kind, arg] = m;

@@ -23,6 +23,7 @@ const el = {
   insideText: $('inside-text'), insideBtn: $('inside-btn'), insideStats: $('inside-stats'), insideResult: $('inside-result'),
   gltr: $('gltr'), tokenDetail: $('token-detail'), attnLayer: $('attn-layer'), attnHead: $('attn-head'), attnCanvas: $('attn-canvas'),
   error: $('error'),
+  inspectResult: $('inspect-result'), inspectWarning: $('inspect-warning'),
 };
 
 let model = null;
@@ -121,8 +122,11 @@ const selectSource = (v) => { document.querySelector(`input[name="source"][value
 el.file.addEventListener('change', () => {
   droppedFile = null;
   if (el.file.files.length) selectSource('file');
+  inspectSoon(0);
 });
-el.url.addEventListener('input', () => selectSource('url'));
+el.url.addEventListener('input', () => { selectSource('url'); inspectSoon(); });
+for (const r of document.querySelectorAll('input[name="source"]')) r.addEventListener('change', () => inspectSoon(0));
+for (const c of [el.backend, el.gpuLayers, el.nCtx]) c.addEventListener('change', () => { if (inspection) inspectSoon(0); });
 
 let dragDepth = 0;
 document.addEventListener('dragenter', (e) => { e.preventDefault(); dragDepth++; document.body.classList.add('dragging'); });
@@ -137,6 +141,7 @@ document.addEventListener('drop', (e) => {
   droppedFile = f;
   selectSource('file');
   el.loadStatus.textContent = `Dropped ${f.name} (${formatBytes(f.size)}). Press "Load model".`;
+  inspectSoon(0);
 });
 
 function currentSource() {
@@ -153,6 +158,99 @@ function currentSource() {
       return { source: u, name: u.split('/').pop() };
     }
   }
+}
+
+// --- inspect: the header, before the download ------------------------------------------
+
+/** The options that decide the memory plan, as Model.load and Model.inspect take them. */
+function modelOptions() {
+  const gpuAll = Number(el.gpuLayers.value) >= Number(el.gpuLayers.max);
+  return {
+    backend: el.backend.value,
+    gpuLayers: el.backend.value === 'cpu' ? undefined : gpuAll ? -1 : Number(el.gpuLayers.value),
+    nCtx: Number(el.nCtx.value) || undefined,
+  };
+}
+
+/** The latest inspection: { key, source, promise, result?, error? }; `force`: "Load anyway" was offered. */
+let inspection = null;
+let inspectTimer = null;
+
+const sourceKey = (src) => (typeof src.source === 'string' ? src.source : `file:${src.name}:${src.source.size}:${src.source.lastModified ?? ''}`);
+const inspectKey = (src) => `${sourceKey(src)} ${JSON.stringify(modelOptions())}`;
+
+function resetLoadButton() {
+  el.loadBtn.textContent = 'Load model';
+  delete el.loadBtn.dataset.force;
+}
+
+/** Reads only the chosen model's header and shows what it needs and whether it fits here. */
+function inspectChosen() {
+  clearTimeout(inspectTimer);
+  inspectTimer = null;
+  let src;
+  try {
+    src = currentSource();
+  } catch {
+    return null;
+  }
+  const key = inspectKey(src);
+  if (inspection?.key === key) return inspection;
+  resetLoadButton();
+  el.inspectWarning.hidden = true;
+  el.inspectResult.hidden = false;
+  el.inspectResult.textContent = `Reading the header of ${src.name}…`;
+  const mine = { key, result: null, error: null };
+  mine.promise = Model.inspect(src.source, { ...modelOptions(), coreUrl }).then((r) => {
+    mine.result = r;
+    if (inspection === mine) showInspection(src, r);
+  }, (e) => {
+    mine.error = e;
+    if (inspection === mine) el.inspectResult.textContent = `Could not read the header of ${src.name}: ${e.message}`;
+  });
+  inspection = mine;
+  return mine;
+}
+
+/** Inspects after the choice settles (typing a URL). */
+function inspectSoon(ms = 400) {
+  clearTimeout(inspectTimer);
+  inspectTimer = setTimeout(inspectChosen, ms);
+}
+
+/** "GPT-2 · 2 layers × 256 · q8_0 ×25, f32 ×4 · needs 9.1 MB (weights …) · fits". */
+function showInspection(src, r) {
+  const h = r.hparams;
+  const types = Object.entries(r.types).map(([t, v]) => `${t} ×${v.count}`).join(', ');
+  const m = r.memory;
+  const needs = `needs ${formatBytes(m.total)} on ${r.backend.toUpperCase()} (weights ${formatBytes(m.weights)}, ` +
+    `KV ${formatBytes(m.kv)} ${m.kvType}${m.compute === null ? '' : `, compute ${formatBytes(m.compute)}`})`;
+  el.inspectResult.textContent = `${src.name}: GPT-2, ${h.n_layer} layers × ${h.n_embd}, ${h.n_head} heads, ` +
+    `n_ctx ${h.n_ctx} · ${types} · ${needs} · ` +
+    `${r.fits.ok ? 'fits here' : 'does not fit here'} (header: ${formatBytes(r.source.bytesRead)} read)`;
+  el.inspectResult.dataset.fits = String(r.fits.ok);
+  el.inspectWarning.hidden = r.fits.ok;
+  el.inspectWarning.textContent = r.fits.ok ? '' : `This model will not fit: ${r.fits.reason}. Pick a smaller model or context, or the GPU.`;
+}
+
+/**
+ * Before a download: waits briefly for the inspection of this source (starting none, so a
+ * load is never delayed by a slow server), and when it says the model cannot fit, shows
+ * why and turns the button into "Load anyway" instead of loading.
+ */
+async function fitsOrConfirmed(src) {
+  if (el.loadBtn.dataset.force === inspectKey(src)) {
+    resetLoadButton();
+    return true;
+  }
+  const ins = inspection?.key === inspectKey(src) ? inspection : null;
+  if (!ins) return true;
+  if (!ins.result && !ins.error) await Promise.race([ins.promise, new Promise((r) => setTimeout(r, 2000))]);
+  if (!ins.result || ins.result.fits.ok) return true;
+  showInspection(src, ins.result);
+  el.loadBtn.textContent = 'Load anyway';
+  el.loadBtn.dataset.force = ins.key;
+  return false;
 }
 
 // --- loading ------------------------------------------------------------------------------
@@ -181,6 +279,7 @@ async function load() {
   } catch (e) {
     return showError(e);
   }
+  if (!(await fitsOrConfirmed(src))) return;
   if (model) {
     const old = model;
     model = null;
@@ -192,12 +291,9 @@ async function load() {
   el.progress.removeAttribute('value'); // indeterminate until the first byte
   el.loadStatus.textContent = `Starting ${src.name}…`;
   const t0 = performance.now();
-  const gpuAll = Number(el.gpuLayers.value) >= Number(el.gpuLayers.max);
   try {
     model = await Model.load(src.source, {
-      backend: el.backend.value,
-      gpuLayers: el.backend.value === 'cpu' ? undefined : gpuAll ? -1 : Number(el.gpuLayers.value),
-      nCtx: Number(el.nCtx.value) || undefined,
+      ...modelOptions(),
       cache: el.cache.checked,
       worker: el.worker.checked,
       coreUrl,

@@ -849,3 +849,147 @@ export class Engine {
     else free();
   }
 }
+
+// --- Model.inspect: the header only --------------------------------------------------------
+
+/**
+ * The first range an inspection asks for. A GPT-2 header is its tokenizer (about 1.7 MB for
+ * the 50257-token vocabulary and its merges) plus the tensor infos, so 2 MiB takes one
+ * request; a bigger header takes further ranges, each twice the last.
+ */
+export const INSPECT_FIRST_RANGE = 2 << 20;
+
+/** The total length in a `Content-Range: bytes a-b/total` header, or null. */
+function rangeTotal(res) {
+  const m = /\/(\d+)\s*$/.exec(res.headers.get('Content-Range') ?? '');
+  return m ? Number(m[1]) : null;
+}
+
+/** Yields the reader's chunks; cancels it when the consumer stops early (the header is in). */
+async function* readerChunks(reader) {
+  let done = false;
+  try {
+    for (;;) {
+      const r = await reader.read();
+      if (r.done) {
+        done = true;
+        return;
+      }
+      yield r.value;
+    }
+  } finally {
+    if (!done) reader.cancel().catch(() => {});
+  }
+}
+
+/**
+ * The start of a model source, chunk by chunk, for as long as the consumer reads. `stats`
+ * gets `total` (when known) before the first chunk, and the requests made. A URL is read
+ * with `Range` requests of growing size where the server allows them, else streamed (the
+ * consumer's stop cancels the download); a Blob in growing slices.
+ */
+async function* headerChunks(src, signal, stats) {
+  if (src.kind === 'bytes') {
+    stats.total = src.bytes.length;
+    stats.via = 'bytes';
+    yield src.bytes;
+    return;
+  }
+  if (src.kind === 'blob') {
+    stats.total = src.blob.size;
+    stats.via = 'file';
+    for (let off = 0, n = INSPECT_FIRST_RANGE; off < src.blob.size; off += n, n *= 2) {
+      yield new Uint8Array(await src.blob.slice(off, off + n).arrayBuffer());
+    }
+    return;
+  }
+  if (src.kind === 'stream') {
+    stats.total = src.total ?? null;
+    stats.via = 'stream';
+    yield* readerChunks(src.stream.getReader());
+    return;
+  }
+  if (src.kind !== 'url') throw new GgwebError('invalid', `unknown model source kind ${JSON.stringify(src.kind)}`);
+  const url = src.url;
+  stats.via = 'download';
+  let off = 0;
+  for (let n = INSPECT_FIRST_RANGE; ; n *= 2) {
+    let res;
+    try {
+      res = await fetch(url, { signal, headers: { Range: `bytes=${off}-${off + n - 1}` } });
+    } catch (e) {
+      if (signal?.aborted) throw abortedError(`inspecting ${url}`);
+      throw new GgwebError('network', `could not fetch ${url}: ${e.message} (offline, blocked by CORS, or the server is unreachable)`, { url });
+    }
+    stats.requests += 1;
+    if (res.status === 416) return; // the file ended exactly at `off`
+    if (!res.ok) {
+      throw new GgwebError('http', `HTTP ${res.status}${res.statusText ? ' ' + res.statusText : ''} fetching ${url}`, { status: res.status, url });
+    }
+    if (!res.body) throw new GgwebError('network', `the response for ${url} has no body`, { url });
+    if (res.status !== 206) {
+      // No ranges here: the whole file comes; the consumer's stop cancels it after the header.
+      stats.ranged = false;
+      const enc = res.headers.get('Content-Encoding');
+      const len = Number(res.headers.get('Content-Length'));
+      stats.total = len > 0 && (!enc || enc === 'identity') ? len : null;
+      let skip = off; // a server that stopped honouring ranges part-way sends from byte 0
+      for await (const chunk of readerChunks(res.body.getReader())) {
+        if (skip >= chunk.length) {
+          skip -= chunk.length;
+          continue;
+        }
+        yield skip ? chunk.subarray(skip) : chunk;
+        skip = 0;
+      }
+      return;
+    }
+    stats.ranged = true;
+    stats.total = rangeTotal(res) ?? stats.total ?? null;
+    let got = 0;
+    for await (const chunk of readerChunks(res.body.getReader())) {
+      got += chunk.length;
+      yield chunk;
+    }
+    off += got;
+    if (got === 0 || (stats.total !== null && off >= stats.total)) return;
+  }
+}
+
+/**
+ * Reads `src` (a describeSource descriptor) until its GGUF header is in, then stops, and
+ * returns WasmInspector's report (ggweb.d.ts InspectResult) plus `source`: how it was read.
+ * Runs the single-thread build on the calling thread: no worker, no thread pool.
+ * `opts`: Model.load's model options (backend, gpuLayers, nCtx, nBatch, nThreads, kvType).
+ */
+export async function inspectSource(src, opts, { signal, coreUrl = null } = {}) {
+  const json = JSON.stringify(loaderOptions(opts));
+  const core = await loadCore(coreUrl ?? 'pkg');
+  if (typeof core.WasmInspector !== 'function') {
+    throw new GgwebError('unsupported', `the wasm module at ${coreUrl ?? 'pkg'} has no WasmInspector (built before Model.inspect existed?)`);
+  }
+  const stats = { via: null, total: null, bytesRead: 0, requests: 0, ranged: null };
+  // Options are checked before anything is read (code 'invalid').
+  new core.WasmInspector(json, -1).free();
+  let ins = null;
+  let complete = false;
+  try {
+    for await (const chunk of headerChunks(src, signal, stats)) {
+      if (signal?.aborted) throw abortedError('Model.inspect');
+      ins ??= new core.WasmInspector(json, stats.total ?? -1);
+      stats.bytesRead += chunk.length;
+      if (ins.feed(chunk)) {
+        complete = true;
+        break;
+      }
+    }
+    ins ??= new core.WasmInspector(json, stats.total ?? -1);
+    const plan = ins.plan(); // consumes the inspector; an incomplete header is 'format'
+    ins = null;
+    const report = JSON.parse(await plan);
+    report.source = { via: stats.via, bytesRead: stats.bytesRead, size: stats.total, requests: stats.requests, ranged: stats.ranged, complete };
+    return report;
+  } finally {
+    ins?.free();
+  }
+}

@@ -288,9 +288,52 @@ export interface ModelSplit {
   bytesPerBackend: Record<string, BackendBytes>;
 }
 
+/** Model.inspect's options: the model options of LoadOptions (unknown keys: code 'invalid'). */
+export type InspectOptions = Pick<LoadOptions, 'backend' | 'gpuLayers' | 'nCtx' | 'nBatch' | 'nThreads' | 'kvType' | 'signal' | 'coreUrl'>;
+
+/** What Model.inspect read of a GGUF header, before any weight is downloaded. */
+export interface InspectResult {
+  arch: 'gpt2';
+  /** The same fields and values as a later load's `info().hparams` with the same options. */
+  hparams: Record<string, number>;
+  /** The backend planned for ("auto" resolves to "webgpu" or, without an adapter, "cpu"). */
+  backend: 'cpu' | 'webgpu';
+  backendNote: string | null;
+  /** dataOffset: where the weights start (the header and its padding end). */
+  file: { dataOffset: number; size: number | null; alignment: number };
+  tensors: { name: string; type: string; ne: number[]; bytes: number }[];
+  /** Per ggml type name ("q8_0", "f32", …): how many tensors, how many bytes. */
+  types: Record<string, { count: number; bytes: number }>;
+  /**
+   * The memory plan, equal to a later load's `info().memory` (and `split.bytesPerBackend`).
+   * `compute` is null when weights + KV alone exceed the budget (then not measured).
+   */
+  memory: {
+    weights: number; kv: number; compute: number | null; total: number; kvType: 'f32' | 'f16';
+    byBackend: Record<string, BackendBytes>;
+  };
+  /**
+   * Whether it fits here: each backend's part within its budget (on the CPU, the free part
+   * of wasm32's 4 GiB address space) and each buffer within its largest size (WebGPU:
+   * the adapter's maxBufferSize). `reason` says what does not fit.
+   */
+  fits: {
+    ok: boolean; reason: string | null; wasmSpaceLeft: number | null;
+    limits: Record<string, { budget: number | null; maxBufferSize: number }>;
+  };
+  /** How it was read: bytes fetched or sliced, requests made, whether Range was honoured. */
+  source: { via: 'download' | 'file' | 'bytes' | 'stream'; bytesRead: number; size: number | null; requests: number; ranged: boolean | null; complete: boolean };
+}
+
 export declare class Model {
   /** Streams a GGUF model in and builds it; never holds the whole file in JS memory. */
   static load(source: ModelSource, options?: LoadOptions): Promise<Model>;
+  /**
+   * Reads only the header (Range requests where the server allows them, else the download
+   * is cancelled after the tensor infos): hyperparameters, tensors, memory plan, and fit.
+   * A bad or truncated header rejects with code 'format', as Model.load does.
+   */
+  static inspect(source: ModelSource, options?: InspectOptions): Promise<InspectResult>;
   private constructor();
   readonly disposed: boolean;
   readonly inWorker: boolean;

@@ -10,7 +10,7 @@
 // By default the model lives in a Web Worker (worker.js), so the page stays responsive;
 // `{ worker: false }` runs the same code on the calling thread (tests, environments
 // without module workers). Both give the same API and the same errors (GgwebError).
-import { Engine, GgwebError, ERROR_CODES, abortedError, formatBytes, relaxedSimdOption, stallTimeout, toGgwebError } from './engine.js';
+import { Engine, GgwebError, ERROR_CODES, abortedError, formatBytes, inspectSource, relaxedSimdOption, stallTimeout, toGgwebError } from './engine.js';
 import { nodeFs } from './builds.js';
 
 export { GgwebError, ERROR_CODES, formatBytes };
@@ -322,6 +322,9 @@ const LOAD_KEYS = [
   'stallTimeoutMs', 'worker', 'coreUrl',
 ];
 
+/** Every key Model.inspect reads: the options that decide the memory plan, a signal, coreUrl. */
+const INSPECT_KEYS = ['backend', 'gpuLayers', 'nCtx', 'nBatch', 'nThreads', 'kvType', 'signal', 'coreUrl'];
+
 /** A string, or token ids as a plain array for the engine. */
 function inputOf(input, what) {
   return typeof input === 'string' ? input : idList(input, what);
@@ -380,6 +383,37 @@ export class Model {
     } catch (e) {
       await t.dispose().catch(() => {});
       throw toGgwebError(e, 'internal', 'Model.load');
+    }
+  }
+
+  /**
+   * Reads only the GGUF header of `source` (a URL with Range requests where the server
+   * allows them, else the download is cancelled once the tensor infos are in; a File/Blob,
+   * bytes, a ReadableStream or Response, or a path in Node) and returns the hyperparameters,
+   * tensors, the memory plan a load with these options would make, and whether it fits
+   * here. Runs on the calling thread; no worker starts. See ggweb.d.ts InspectResult.
+   */
+  static async inspect(source, options = {}) {
+    const unknown = Object.keys(options ?? {}).find((k) => !INSPECT_KEYS.includes(k));
+    if (unknown !== undefined) {
+      throw new GgwebError('invalid', `Model.inspect: unknown option ${JSON.stringify(unknown)} (known: ${INSPECT_KEYS.join(', ')})`);
+    }
+    const { signal, coreUrl, ...opts } = options ?? {};
+    checkSignal(signal);
+    if (signal?.aborted) throw abortedError('Model.inspect');
+    let core = null;
+    if (coreUrl !== undefined && coreUrl !== null) {
+      try {
+        core = new URL(coreUrl, baseUrl()).href;
+      } catch {
+        throw new GgwebError('invalid', `coreUrl: not a valid URL: ${JSON.stringify(String(coreUrl))}`);
+      }
+    }
+    try {
+      const { src } = await describeSource(source);
+      return await inspectSource(src, opts, { signal, coreUrl: core });
+    } catch (e) {
+      throw toGgwebError(e, 'internal', 'Model.inspect');
     }
   }
 

@@ -15,13 +15,15 @@
 //! ```
 //!
 //! The JS layer (web/engine.js) is written against this surface: `version`,
-//! `init_panic_hook`, `available_backends`, `cpu_threads`, `wasm_memory_bytes`, `wasm_heap_base`, `live_gpu_buffers`, [`WasmLoader`] and
-//! [`WasmModel`]. Every failure is a JS `Error` whose message names what and where, with a
+//! `init_panic_hook`, `available_backends`, `cpu_threads`, `wasm_memory_bytes`, `wasm_heap_base`, `live_gpu_buffers`, [`WasmLoader`],
+//! [`WasmModel`] and [`WasmInspector`] (a header's plan, before the download). Every failure is a JS `Error` whose message names what and where, with a
 //! `code` property (`format`, `invalid`, `unsupported`, `internal`, `device_lost`) that engine.js turns into
 //! the `GgwebError` code; bad input never panics.
 
+mod inspect;
 mod model;
 
+pub use inspect::WasmInspector;
 pub use model::{WasmLoader, WasmModel};
 
 use wasm_bindgen::prelude::*;

@@ -42,7 +42,7 @@ use crate::model::ModelError;
 use crate::webgpu::{WebGpuBackend, WebGpuOptions};
 
 /// The GgwebError code for a model error: the file's fault, the caller's, or ours.
-fn model_error(context: &str, e: ModelError) -> JsValue {
+pub(super) fn model_error(context: &str, e: ModelError) -> JsValue {
     let code = match &e {
         ModelError::Backend(BackendError::DeviceLost(_)) => "device_lost",
         ModelError::Config(_)
@@ -77,7 +77,7 @@ fn prefix(what: &str) -> String {
 }
 
 /// A backend failure while opening a device: no adapter or device is `unsupported`.
-fn backend_error(what: &str, e: BackendError) -> JsValue {
+pub(super) fn backend_error(what: &str, e: BackendError) -> JsValue {
     let code = match e {
         BackendError::Unavailable(_) | BackendError::Unsupported { .. } => "unsupported",
         _ => "internal",
@@ -164,7 +164,7 @@ impl WasmLoader {
     /// Checks `opts_json`; returns the backend asked for ("cpu", "webgpu" or "auto"), the
     /// GPU layers asked for (None: not given; -1 is `usize::MAX`, everything) and the model
     /// options.
-    fn parse_options(opts_json: &str) -> Result<(&'static str, Option<usize>, Gpt2Options), JsValue> {
+    pub(super) fn parse_options(opts_json: &str) -> Result<(&'static str, Option<usize>, Gpt2Options), JsValue> {
         const WHAT: &str = "WasmLoader options";
         let map = parse_object(WHAT, opts_json, &["nCtx", "nBatch", "backend", "gpuLayers", "nThreads", "kvType"])?;
         let backend = match map.get("backend") {

@@ -6,6 +6,7 @@ pub mod loader;
 pub mod logprobs;
 #[cfg(feature = "std")]
 pub mod options;
+pub mod plan;
 pub mod sampling;
 pub mod session;
 pub mod stop;

@@ -7,7 +7,7 @@
 //   node --test tests/e2e/demo.spec.mjs
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { ARTIFACTS, HF, MODELS_DIR, ROOT, launch, makeFakeModel, openPage, serve } from './helpers.mjs';
 
 const fake = makeFakeModel();
@@ -401,5 +401,39 @@ test('with the real wasm: "Look inside" colours tokens by rank as HF ranks them 
   const s = await pngStats(page, png);
   assert.ok(s.colours > 20 && s.dark > 2000, `screenshot: ${JSON.stringify(s)}`);
   assert.deepEqual(real(problems), []);
+  await page.close();
+});
+
+test('with the real wasm: a chosen URL shows its header at once; one that cannot fit is warned about before the download', async () => {
+  assert.ok(MODELS_DIR, 'the shared models are needed');
+  // The Q8_0 file with gpt2.context_length raised to 2^24: its KV cache alone is far over
+  // wasm32's 4 GiB. The whole file is there, so only the plan can refuse it.
+  const bytes = readFileSync(`${MODELS_DIR}/tiny-gpt2-q8_0.gguf`);
+  const key = Buffer.from('gpt2.context_length');
+  const at = bytes.indexOf(key);
+  assert.ok(at > 0 && bytes.readUInt32LE(at + key.length) === 4, 'a u32 gpt2.context_length');
+  bytes.writeUInt32LE(1 << 24, at + key.length + 4);
+  writeFileSync(`${ARTIFACTS}huge-ctx.gguf`, bytes);
+
+  const { page, problems } = await openPage(browser, server.url);
+  await page.waitForSelector('body[data-ready="1"]');
+  await page.fill('#model-url', `${server.url}shared-models/tiny-gpt2-q8_0.gguf`);
+  await page.waitForSelector('#inspect-result[data-fits="true"]');
+  assert.match(await page.textContent('#inspect-result'),
+    /^tiny-gpt2-q8_0\.gguf: GPT-2, 2 layers × \d+, \d+ heads, n_ctx \d+ · .*q8_0 ×\d+.* · needs .* on CPU .* · fits here/);
+  assert.equal(await page.isHidden('#inspect-warning'), true);
+
+  await page.fill('#model-url', `${server.url}__test/counted/demo-huge/artifacts/huge-ctx.gguf`);
+  await page.waitForSelector('#inspect-warning:not([hidden])');
+  assert.match(await page.textContent('#inspect-warning'), /^This model will not fit: model too large: needs \d+ bytes/);
+  await page.click('#load-btn');
+  assert.equal(await page.textContent('#load-btn'), 'Load anyway');
+  assert.equal(await page.textContent('#load-status'), 'No model loaded.');
+  // The server was asked for the header's range only: no download started.
+  const t = await (await fetch(`${server.url}__test/tally/demo-huge`)).json();
+  assert.equal(t.requests, 1);
+  assert.match(t.ranges[0], /^bytes=0-\d+$/);
+  assert.ok(t.bytes < bytes.length / 3, `${t.bytes} of ${bytes.length}`);
+  assert.deepEqual(real(problems).filter((p) => !/favicon\.ico/.test(p)), []);
   await page.close();
 });

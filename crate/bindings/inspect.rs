@@ -1,0 +1,240 @@
+//! `WasmInspector`: a GGUF header in, the model's hyperparameters, tensors and memory plan
+//! out, before the weights are downloaded (web/engine.js's `inspectSource`, `Model.inspect`).
+//!
+//! ```ignore
+//! const ins = new WasmInspector(JSON.stringify({ nCtx: 256 }), file.size);
+//! while (!ins.feed(nextChunk())) {}            // true once the tensor infos are in
+//! const report = JSON.parse(await ins.plan()); // consumes the inspector
+//! ```
+//!
+//! Options are `WasmLoader`'s (the same strict parser: an unknown key is `invalid`), and
+//! the plan is [`HeaderPlan`]'s: the loader's own path over storage-less buffers on the
+//! backends a load with these options would use, so `memory` equals a later load's
+//! `info().memory`. The CPU backend is made with one thread: the plan does not depend on
+//! threads, and no worker pool starts.
+
+use alloc::collections::BTreeMap;
+use alloc::rc::Rc;
+
+use serde::Serialize;
+use wasm_bindgen::prelude::*;
+
+use super::model::{backend_error, model_error, WasmLoader};
+use crate::backend::Backend;
+use crate::cpu::CpuBackend;
+use crate::model::plan::{HeaderPlan, HeaderReader};
+use crate::webgpu::{WebGpuBackend, WebGpuOptions};
+
+#[wasm_bindgen]
+pub struct WasmInspector {
+    reader: HeaderReader,
+    opts_json: String,
+    file_size: Option<u64>,
+}
+
+#[wasm_bindgen]
+impl WasmInspector {
+    /// `opts_json`: WasmLoader's options; `file_size`: the file's length, or -1 if unknown
+    /// (with it, a header whose tensors reach past the end is refused as a load refuses it).
+    #[wasm_bindgen(constructor)]
+    pub fn new(opts_json: &str, file_size: f64) -> Result<WasmInspector, JsValue> {
+        WasmLoader::parse_options(opts_json)?;
+        let file_size = (file_size >= 0.0).then_some(file_size as u64);
+        Ok(WasmInspector { reader: HeaderReader::new(file_size), opts_json: opts_json.into(), file_size })
+    }
+
+    /// Takes the next chunk; true once the header is complete (stop reading then).
+    /// Malformed bytes fail with code `format`, naming the offset.
+    pub fn feed(&mut self, chunk: &[u8]) -> Result<bool, JsValue> {
+        self.reader.feed(chunk).map_err(|e| model_error("", e))
+    }
+
+    /// Bytes the header took so far.
+    pub fn bytes_consumed(&self) -> f64 {
+        self.reader.bytes_consumed() as f64
+    }
+
+    /// The report as JSON (see ggweb.d.ts `InspectResult`); consumes the inspector. An
+    /// incomplete header is a `format` error, as in a load. "webgpu" and "auto" open a
+    /// WebGPU device (its limits decide the plan); "auto" without one plans for the CPU.
+    pub async fn plan(self) -> Result<String, JsValue> {
+        let (asked, gpu_layers, opts) = WasmLoader::parse_options(&self.opts_json)?;
+        let header = self.reader.into_header().map_err(|e| model_error("", e))?;
+        let cpu: Rc<dyn Backend> = Rc::new(CpuBackend::new(1));
+        let mut note = None;
+        let (backend, backends, split): (&str, Vec<Rc<dyn Backend>>, Option<usize>) = if asked == "cpu" {
+            ("cpu", vec![cpu], None)
+        } else {
+            match WebGpuBackend::new_async(WebGpuOptions::default()).await {
+                Ok(gpu) => match gpu_layers {
+                    Some(n) => ("webgpu", vec![Rc::new(gpu), cpu], Some(n)),
+                    None => ("webgpu", vec![Rc::new(gpu)], None),
+                },
+                Err(e) if asked == "auto" => {
+                    note = Some(format!("backend \"auto\": WebGPU is not usable ({e}); planned for the CPU"));
+                    ("cpu", vec![cpu], None)
+                }
+                Err(e) => return Err(backend_error("backend \"webgpu\"", e)),
+            }
+        };
+        let plan = HeaderPlan::new(&header, backends, split, &opts).map_err(|e| model_error("", e))?;
+        let hp = &plan.hparams;
+        let mut types: BTreeMap<&'static str, TypeJson> = BTreeMap::new();
+        for t in &header.tensors {
+            let e = types.entry(t.ty.name()).or_default();
+            e.count += 1;
+            e.bytes += t.nbytes as f64;
+        }
+        let report = Report {
+            arch: "gpt2",
+            hparams: HparamsJson {
+                n_vocab: hp.n_vocab,
+                n_ctx: plan.n_ctx,
+                n_ctx_train: hp.n_ctx_train,
+                n_embd: hp.n_embd,
+                n_head: hp.n_head,
+                n_layer: hp.n_layer,
+                n_ff: hp.n_ff,
+                n_batch: plan.n_batch,
+                eps: hp.eps,
+            },
+            backend,
+            backend_note: note,
+            file: FileJson {
+                data_offset: header.data_offset as f64,
+                size: self.file_size.map(|n| n as f64),
+                alignment: header.alignment,
+            },
+            tensors: header
+                .tensors
+                .iter()
+                .map(|t| TensorJson {
+                    name: &t.name,
+                    r#type: t.ty.name(),
+                    ne: t.ne[..(t.n_dims as usize).clamp(1, 4)].to_vec(),
+                    bytes: t.nbytes as f64,
+                })
+                .collect(),
+            types,
+            memory: MemoryJson {
+                weights: plan.weights() as f64,
+                kv: plan.kv() as f64,
+                compute: plan.compute_measured.then(|| plan.compute() as f64),
+                total: plan.total() as f64,
+                kv_type: opts.kv_type.name(),
+                by_backend: plan
+                    .by_backend
+                    .iter()
+                    .map(|m| {
+                        (
+                            m.backend.clone(),
+                            BytesJson { weights: m.weights as f64, kv: m.kv as f64, compute: m.compute as f64 },
+                        )
+                    })
+                    .collect(),
+            },
+            fits: FitsJson {
+                ok: plan.misfit.is_none(),
+                reason: plan.misfit.clone(),
+                wasm_space_left: crate::backend::host::address_space_left().map(|n| n as f64),
+                limits: plan
+                    .by_backend
+                    .iter()
+                    .zip(&plan.limits)
+                    .map(|(m, (budget, max))| {
+                        (
+                            m.backend.clone(),
+                            LimitJson { budget: budget.map(|b| b as f64), max_buffer_size: *max as f64 },
+                        )
+                    })
+                    .collect(),
+            },
+        };
+        Ok(serde_json::to_string(&report).expect("the report serializes"))
+    }
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Report<'a> {
+    arch: &'static str,
+    hparams: HparamsJson,
+    backend: &'static str,
+    backend_note: Option<String>,
+    file: FileJson,
+    tensors: Vec<TensorJson<'a>>,
+    types: BTreeMap<&'static str, TypeJson>,
+    memory: MemoryJson,
+    fits: FitsJson,
+}
+
+/// The same fields as `info().hparams`.
+#[derive(Serialize)]
+struct HparamsJson {
+    n_vocab: usize,
+    n_ctx: usize,
+    n_ctx_train: usize,
+    n_embd: usize,
+    n_head: usize,
+    n_layer: usize,
+    n_ff: usize,
+    n_batch: usize,
+    eps: f32,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct FileJson {
+    data_offset: f64,
+    size: Option<f64>,
+    alignment: u64,
+}
+
+#[derive(Serialize)]
+struct TensorJson<'a> {
+    name: &'a str,
+    r#type: &'static str,
+    ne: Vec<i64>,
+    bytes: f64,
+}
+
+#[derive(Serialize, Default)]
+struct TypeJson {
+    count: usize,
+    bytes: f64,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct MemoryJson {
+    weights: f64,
+    kv: f64,
+    /// None when weights and KV alone are over the budget (not measured).
+    compute: Option<f64>,
+    total: f64,
+    kv_type: &'static str,
+    by_backend: BTreeMap<String, BytesJson>,
+}
+
+#[derive(Serialize)]
+struct BytesJson {
+    weights: f64,
+    kv: f64,
+    compute: f64,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct FitsJson {
+    ok: bool,
+    reason: Option<String>,
+    wasm_space_left: Option<f64>,
+    limits: BTreeMap<String, LimitJson>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct LimitJson {
+    budget: Option<f64>,
+    max_buffer_size: f64,
+}

@@ -1,0 +1,327 @@
+//! The memory plan of a model from its GGUF header alone, before any weight is downloaded
+//! (`Model.inspect`, `ggweb inspect`).
+//!
+//! ```no_run
+//! use std::rc::Rc;
+//! use ggweb::cpu::CpuBackend;
+//! use ggweb::model::gpt2::Gpt2Options;
+//! use ggweb::model::plan::{HeaderPlan, HeaderReader};
+//! let bytes = std::fs::read("tests/fixtures/llamacpp/tiny-gpt2-q8_0.gguf").unwrap();
+//! let mut r = HeaderReader::new(Some(bytes.len() as u64));
+//! for chunk in bytes.chunks(4096) {
+//!     if r.feed(chunk).unwrap() { break; } // the header is in: stop reading
+//! }
+//! let header = r.into_header().unwrap();
+//! let plan = HeaderPlan::new(&header, vec![Rc::new(CpuBackend::new(1))], None, &Gpt2Options::default()).unwrap();
+//! println!("{} bytes", plan.total());
+//! ```
+//!
+//! One place for the plan: the numbers come from the loader's own path run over buffers
+//! that hold no memory ([`PlanBufferType`]). The weights are placed as the loader places
+//! them, the KV cache is made by `KvCache::new_per_layer`, and the compute buffers are what
+//! the scheduler reserves for the worst-case graph in `Gpt2::with_backends`. So the plan
+//! equals `info().memory` of the model a later load builds with the same options and
+//! backends, byte for byte. The backends are the real ones (their alignment, tensor sizes,
+//! buffer limits and supported ops decide the plan); only their allocations are replaced.
+
+use alloc::boxed::Box;
+use alloc::format;
+use alloc::rc::Rc;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+
+use super::gpt2::{weight_on_gpu, BackendMemory, Gpt2, Gpt2Options, Hparams};
+use super::loader::{tokenizer_from_gguf, LoadEstimate};
+use super::ModelError;
+use crate::backend::{Backend, BackendError, Buffer, BufferType};
+use crate::gguf::{BufferLoader, GgufHeader, GgufStreamReader, Limits, NullSink};
+use crate::graph::Graph;
+use crate::tensor::Tensor;
+
+/// Feeds a GGUF stream until its header (metadata and tensor infos) is parsed.
+pub struct HeaderReader {
+    reader: GgufStreamReader,
+}
+
+impl HeaderReader {
+    /// `file_size`, when known, lets the reader check every tensor lies inside the file.
+    pub fn new(file_size: Option<u64>) -> HeaderReader {
+        let mut reader = GgufStreamReader::new(Limits::default());
+        if let Some(n) = file_size {
+            reader = reader.with_file_size(n);
+        }
+        HeaderReader { reader }
+    }
+
+    /// Takes the next chunk; `true` once the header is complete (the rest need not come).
+    pub fn feed(&mut self, chunk: &[u8]) -> Result<bool, ModelError> {
+        if self.reader.header().is_none() {
+            self.reader.feed(chunk, &mut NullSink)?;
+        }
+        Ok(self.reader.header().is_some())
+    }
+
+    pub fn bytes_consumed(&self) -> u64 {
+        self.reader.bytes_consumed()
+    }
+
+    /// The header, or why the stream ended before it did (a [`ModelError::Format`], as a
+    /// load of the same bytes reports).
+    pub fn into_header(self) -> Result<GgufHeader, ModelError> {
+        if self.reader.header().is_some() {
+            return Ok(self.reader.into_header().expect("checked above"));
+        }
+        Err(match self.reader.finish() {
+            Err(e) => e.into(),
+            Ok(_) => ModelError::Format("the GGUF header is incomplete".into()),
+        })
+    }
+}
+
+/// What a model needs, per backend, before anything is allocated.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HeaderPlan {
+    pub hparams: Hparams,
+    /// The context length the options resolve to.
+    pub n_ctx: usize,
+    pub n_batch: usize,
+    /// In the scheduler's order (the CPU last); `compute` is None when the plan was not
+    /// measured because weights and KV alone exceed a backend's budget (a model that large
+    /// would overflow the sizes on wasm32 before any compute buffer matters).
+    pub by_backend: Vec<BackendMemory>,
+    pub compute_measured: bool,
+    /// Weights and KV cache as the loader estimates them from the header (u64: exact even
+    /// where they exceed wasm32's usize); what `weights()` and `kv()` report when unmeasured.
+    pub estimate: LoadEstimate,
+    /// Per backend: the budget its buffer type reports (the free part of wasm32's 4 GiB
+    /// address space for the CPU there; None when unknown) and its largest buffer.
+    pub limits: Vec<(Option<u64>, u64)>,
+    /// Why the model does not fit, when it does not (first reason found).
+    pub misfit: Option<String>,
+}
+
+impl HeaderPlan {
+    /// Checks the header as a load does (architecture, hyperparameters, tokenizer, options)
+    /// and plans its memory on `backends` (priority order, the CPU last). `gpu_layers`: the
+    /// split of [`ModelLoader::new_split`](super::loader::ModelLoader::new_split), with
+    /// backends `[gpu, cpu]`; None puts everything on `backends[0]`.
+    pub fn new(
+        header: &GgufHeader,
+        backends: Vec<Rc<dyn Backend>>,
+        gpu_layers: Option<usize>,
+        opts: &Gpt2Options,
+    ) -> Result<HeaderPlan, ModelError> {
+        let hp = Hparams::from_gguf(header)?;
+        let tok = tokenizer_from_gguf(header)?;
+        if tok.n_vocab() != hp.n_vocab {
+            return Err(ModelError::Metadata(format!(
+                "tokenizer has {} tokens but token_embd.weight has {} rows",
+                tok.n_vocab(),
+                hp.n_vocab
+            )));
+        }
+        if backends.is_empty() {
+            return Err(ModelError::Config("a memory plan needs at least one backend".into()));
+        }
+        let host = backends.last().expect("not empty").buffer_type();
+        let est = LoadEstimate::new(header, &hp, opts, host.alignment())?;
+        let n_batch = opts.n_batch.min(est.n_ctx);
+        let limits: Vec<(Option<u64>, u64)> = backends
+            .iter()
+            .map(|b| {
+                let t = b.buffer_type();
+                (t.budget(), t.max_size() as u64)
+            })
+            .collect();
+        // The loader's own refusal: weights + KV against the host side's budget.
+        let over = est.check(&hp, limits.last().and_then(|l| l.0)).err();
+        // Sizes past usize (wasm32) cannot be planned: report the estimate instead.
+        let too_big = est.total() > usize::MAX as u64 / 2;
+        if over.is_some() || too_big {
+            let name = backends.last().expect("not empty").name().to_string();
+            let by_backend = alloc::vec![BackendMemory {
+                backend: name,
+                weights: est.weights.min(usize::MAX as u64) as usize,
+                kv: est.kv.min(usize::MAX as u64) as usize,
+                compute: 0,
+            }];
+            let misfit = Some(match over {
+                Some(e) => e.to_string(),
+                None => format!("weights {} bytes + KV cache {} bytes exceed this address space", est.weights, est.kv),
+            });
+            return Ok(HeaderPlan {
+                hparams: hp,
+                n_ctx: est.n_ctx,
+                n_batch,
+                by_backend,
+                compute_measured: false,
+                estimate: est,
+                limits,
+                misfit,
+            });
+        }
+
+        let planned: Vec<Rc<dyn Backend>> =
+            backends.iter().map(|b| Rc::new(PlanBackend::new(b.clone())) as Rc<dyn Backend>).collect();
+        let mut loader = match (gpu_layers, planned.as_slice()) {
+            (Some(n), [gpu, cpu]) => {
+                let (gpu_buft, cpu_buft) = (gpu.buffer_type(), cpu.buffer_type());
+                let n_layer = hp.n_layer;
+                BufferLoader::with_placement(move |info| {
+                    if weight_on_gpu(&info.name, n_layer, n.min(n_layer.saturating_add(1))) {
+                        gpu_buft.clone()
+                    } else {
+                        cpu_buft.clone()
+                    }
+                })
+            }
+            _ => BufferLoader::new(planned[0].buffer_type()),
+        };
+        use crate::gguf::TensorSink;
+        loader.on_header(header)?;
+        let loaded = loader.into_loaded(header.clone())?;
+        let model = Gpt2::with_backends(hp.clone(), loaded.ctx, loaded.buffers, planned, opts)?;
+        let by_backend = model.memory_by_backend();
+        let misfit = misfit_of(&model, &by_backend, &limits);
+        Ok(HeaderPlan {
+            hparams: hp,
+            n_ctx: model.n_ctx(),
+            n_batch: model.n_batch,
+            by_backend,
+            compute_measured: true,
+            estimate: est,
+            limits,
+            misfit,
+        })
+    }
+
+    pub fn weights(&self) -> u64 {
+        if !self.compute_measured {
+            return self.estimate.weights;
+        }
+        self.by_backend.iter().map(|m| m.weights as u64).sum()
+    }
+    pub fn kv(&self) -> u64 {
+        if !self.compute_measured {
+            return self.estimate.kv;
+        }
+        self.by_backend.iter().map(|m| m.kv as u64).sum()
+    }
+    pub fn compute(&self) -> u64 {
+        self.by_backend.iter().map(|m| m.compute as u64).sum()
+    }
+    pub fn total(&self) -> u64 {
+        self.weights().saturating_add(self.kv()).saturating_add(self.compute())
+    }
+}
+
+/// The first part of the plan that a backend cannot hold: a buffer over its largest, or a
+/// backend's total over its budget.
+fn misfit_of(model: &Gpt2, by_backend: &[BackendMemory], limits: &[(Option<u64>, u64)]) -> Option<String> {
+    let n = model.sched.n_backends();
+    let of = |b: &Rc<dyn Buffer>| model.sched.backend_for_buffer_type(b.buffer_type_name()).unwrap_or(n - 1);
+    for b in model.weight_buffers.iter().chain(model.kv.buffers.iter()) {
+        let i = of(b);
+        if b.size() as u64 > limits[i].1 {
+            return Some(format!(
+                "a {} buffer of {} bytes exceeds its largest buffer size {} bytes",
+                by_backend[i].backend,
+                b.size(),
+                limits[i].1
+            ));
+        }
+    }
+    for (m, (budget, _)) in by_backend.iter().zip(limits) {
+        let need = (m.weights + m.kv + m.compute) as u64;
+        if let Some(budget) = budget {
+            if need > *budget {
+                return Some(format!(
+                    "{} needs {need} bytes (weights {} + KV cache {} + compute {}), {budget} bytes are free",
+                    m.backend, m.weights, m.kv, m.compute
+                ));
+            }
+        }
+    }
+    None
+}
+
+/// A real backend whose buffers are only sizes: the plan runs the loader's path over it.
+struct PlanBackend {
+    inner: Rc<dyn Backend>,
+    buft: Rc<dyn BufferType>,
+}
+
+impl PlanBackend {
+    fn new(inner: Rc<dyn Backend>) -> PlanBackend {
+        let buft: Rc<dyn BufferType> = Rc::new(PlanBufferType { inner: inner.buffer_type() });
+        PlanBackend { inner, buft }
+    }
+}
+
+impl Backend for PlanBackend {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn buffer_type(&self) -> Rc<dyn BufferType> {
+        self.buft.clone()
+    }
+    fn graph_compute(&self, _graph: &Graph) -> Result<(), BackendError> {
+        Err(BackendError::Other("a memory plan runs no graph".into()))
+    }
+    fn supports_op(&self, node: &Tensor) -> bool {
+        self.inner.supports_op(node)
+    }
+    fn supports_buft(&self, buft: &dyn BufferType) -> bool {
+        self.inner.supports_buft(buft)
+    }
+}
+
+/// A buffer type with the real one's name, alignment and sizes, whose buffers hold nothing.
+pub struct PlanBufferType {
+    inner: Rc<dyn BufferType>,
+}
+
+impl BufferType for PlanBufferType {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn alignment(&self) -> usize {
+        self.inner.alignment()
+    }
+    fn max_size(&self) -> usize {
+        // The plan reports buffers over the limit (misfit_of) instead of failing on them.
+        usize::MAX
+    }
+    fn alloc_size(&self, t: &Tensor) -> usize {
+        self.inner.alloc_size(t)
+    }
+    // Not host memory: no kernel may read these buffers.
+    fn budget(&self) -> Option<u64> {
+        None
+    }
+    fn alloc_buffer(&self, size: usize) -> Result<Rc<dyn Buffer>, BackendError> {
+        Ok(Rc::new(PlanBuffer { name: Box::from(self.inner.name()), size }))
+    }
+}
+
+struct PlanBuffer {
+    name: Box<str>,
+    size: usize,
+}
+
+impl Buffer for PlanBuffer {
+    fn buffer_type_name(&self) -> &str {
+        &self.name
+    }
+    fn size(&self) -> usize {
+        self.size
+    }
+    fn set_bytes(&self, _offset: usize, _data: &[u8]) {}
+    fn get_bytes(&self, _offset: usize, out: &mut [u8]) {
+        out.fill(0);
+    }
+    fn clear(&self, _value: u8) {}
+    fn as_any(&self) -> &dyn core::any::Any {
+        self
+    }
+}
