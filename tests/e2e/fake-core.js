@@ -1,8 +1,9 @@
 // A test double of the wasm-bindgen glue (web/pkg/ggweb_core.js), with the same surface as
 // crate/bindings: the module functions (version, init_panic_hook, available_backends,
 // cpu_threads, live_gpu_buffers, wasm_memory_bytes, wasm_heap_base), WasmLoader (its
-// constructor and the async WasmLoader.create) and WasmModel (prompt_step, next_token and
-// logits async as in the real glue, stop_reason, _debugLoseDevice, n_ctx, eos). It lets
+// constructor and the async WasmLoader.create), WasmModel (prompt_step, next_token, logits,
+// score and trace async as in the real glue, stop_reason, generation_stats, last_logprobs,
+// _debugLoseDevice, n_ctx, eos) and WasmInspector (Model.inspect's header reader). It lets
 // tests/e2e/api.spec.mjs drive the real JS layer (streaming, progress, errors, abort,
 // worker messages, cache) in Chromium without a model, through the same calls it makes on
 // the real module (api.spec checks the two surfaces are the same). It checks what a loader
@@ -118,8 +119,29 @@ export class WasmModel {
     this.#spin();
     return 97 + (this.produced++ % 26);
   }
-  /** Why next_token returned -1 (the real one also says 'eos' and 'contextFull'). */
+  /** Why next_token returned -1 (the real one also says 'eos', 'contextFull' and 'stop'). */
   stop_reason() { return this.stop; }
+  generation_stats() {
+    return JSON.stringify({ promptTokens: this.prompt?.length ?? 0, cachedTokens: 0, tokens: this.produced ?? 0, stop: this.stop ?? null });
+  }
+  /** The fake model has no distribution: no logprobs (as the real one without topLogprobs). */
+  last_logprobs() { return undefined; }
+  /** Each position predicts the next id with logprob -1 at rank 0 (entropy 0, no top-k). */
+  async score(ids, optsJson) {
+    this.#alive();
+    JSON.parse(optsJson);
+    const n = Math.max(ids.length - 1, 0);
+    return {
+      tokens: Uint32Array.from(ids), logprobs: new Float32Array(n).fill(-1), ranks: new Uint32Array(n),
+      entropies: new Float32Array(n), top: Array.from({ length: n }, () => []), cachedTokens: 0,
+    };
+  }
+  /** No graph to tap: the tokens, no named nodes, no compute memory. */
+  async trace(ids, optsJson) {
+    this.#alive();
+    JSON.parse(optsJson);
+    return { tokens: Uint32Array.from(ids), nodes: {}, memory: { compute: 0 } };
+  }
   token_piece(id) { return String.fromCharCode(id); }
   n_ctx() { return this.opts.nCtx ?? 4096; }
   eos() { return -1; }
@@ -135,4 +157,26 @@ export class WasmModel {
     this.freed = true;
     stats.modelsFreed++;
   }
+}
+
+/** Model.inspect's header reader: done once the GGUF magic and 24 more bytes are in. */
+export class WasmInspector {
+  constructor(optsJson, fileSize) {
+    this.opts = JSON.parse(optsJson);
+    this.fileSize = fileSize;
+    this.bytes = 0;
+  }
+  feed(chunk) {
+    if (this.bytes < 4 && chunk.length > 0) {
+      const head = String.fromCharCode(...chunk.slice(0, 4 - this.bytes));
+      if (!'GGUF'.startsWith(head)) throw new Error(`not a GGUF file: magic bytes ${JSON.stringify(head)} at offset 0`);
+    }
+    this.bytes += chunk.length;
+    return this.bytes >= 28;
+  }
+  bytes_consumed() { return this.bytes; }
+  async plan() {
+    return JSON.stringify({ arch: 'fake', bytes: this.bytes, opts: this.opts, fits: { ok: true } });
+  }
+  free() {}
 }
