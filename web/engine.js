@@ -69,6 +69,28 @@ export function stallTimeout(v) {
   return v === 0 ? Infinity : v;
 }
 
+/**
+ * `promise`, or `onLate`'s error when it has not settled within `ms`; a value that arrives
+ * after that is handed to `dispose` (nobody else will see it).
+ */
+function settleWithin(promise, ms, onLate, dispose) {
+  if (!Number.isFinite(ms)) return promise;
+  let timer;
+  let late = false;
+  return Promise.race([
+    promise.then((v) => {
+      if (late) dispose(v);
+      return v;
+    }),
+    new Promise((_, reject) => {
+      timer = setTimeout(() => {
+        late = true;
+        reject(onLate());
+      }, ms);
+    }),
+  ]).finally(() => clearTimeout(timer));
+}
+
 /** reader.read(), or a 'stalled' marker when nothing arrives for `ms` (the read is left pending). */
 function readWithin(reader, ms) {
   if (!Number.isFinite(ms)) return reader.read();
@@ -528,8 +550,13 @@ export class Engine {
       if (signal?.aborted) throw abortedError('loading the model');
       const json = JSON.stringify(loaderOpts);
       try {
-        // The async factory opens the WebGPU device (the constructor cannot).
-        loader = await this.core.WasmLoader.create(json);
+        // The async factory opens the WebGPU device (the constructor cannot), and starts the
+        // CPU pool's Web Workers. It gets the stall timeout too: a device request or a thread
+        // start the browser never answers (seen in Firefox under load, README "Browser
+        // engines") then fails the load with code 'timeout' instead of leaving it pending.
+        loader = await settleWithin(this.core.WasmLoader.create(json), stallMs,
+          () => new GgwebError('timeout', `opening the ${loaderOpts.backend} backend: no answer from the browser within ${stallMs} ms`),
+          (late) => late.free());
       } catch (e) {
         throw toGgwebError(e, 'invalid', e?.code === 'unsupported' ? 'opening the backend' : 'WasmLoader options');
       }

@@ -351,6 +351,29 @@ test('on the page thread, a failed or aborted load frees its loader', async () =
   assert.deepEqual(r.value, { loaders: 3, freed: 2, models: 1, modelsFreed: 1 });
 });
 
+test('opening the backend gets the stall timeout: code "timeout", the late loader freed, the next load works', async () => {
+  const r = await inPage(false, `
+    const fake = await import('/e2e/fake-core.js');
+    const before = { ...fake.stats };
+    const t0 = performance.now();
+    let err;
+    try { await Model.load(arg, { ...opts, nBatch: 4242, stallTimeoutMs: 300 }); } catch (e) { err = [e.code, e.message]; }
+    const ms = performance.now() - t0;
+    await new Promise((r) => setTimeout(r, 1600));
+    const late = { loaders: fake.stats.loaders - before.loaders, freed: fake.stats.freed - before.freed };
+    const m = await Model.load(arg, opts);
+    let text = '';
+    for await (const t of m.generate('hi', { maxTokens: 3 })) text += t.text;
+    await m.dispose();
+    return { err, fast: ms < 1400, late, text };
+  `, MODEL);
+  assert.ok(r.ok, r.message);
+  assert.deepEqual(r.value.err, ['timeout', 'opening the cpu backend: no answer from the browser within 300 ms']);
+  assert.ok(r.value.fast, 'the load failed before the factory answered');
+  assert.deepEqual(r.value.late, { loaders: 1, freed: 1 });
+  assert.equal(r.value.text, 'abc');
+});
+
 test('the fake core has the real glue\'s surface (web/pkg/ggweb_core.js), so no fallback is exercised in its place', async () => {
   const real = await import('../../web/pkg/ggweb_core.js');
   const fake = await import('./fake-core.js');

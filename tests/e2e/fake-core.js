@@ -29,6 +29,8 @@ export class WasmLoader {
   /** The real factory opens the WebGPU device; this build has none, so it is the constructor. */
   static async create(optsJson) {
     const opts = JSON.parse(optsJson);
+    // nBatch 4242: a browser that takes 1.5 s to answer (engine.js's stall timeout must fire).
+    if (opts.nBatch === 4242) await new Promise((r) => setTimeout(r, 1500));
     if (opts.backend === 'webgpu') {
       throw Object.assign(new Error('backend "webgpu": this build has no WebGPU backend'), { code: 'unsupported' });
     }
