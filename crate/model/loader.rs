@@ -327,7 +327,7 @@ struct CheckedSink {
 /// The header's model, checked in the order that makes a lying file a format error: the
 /// hyperparameters, then their agreement with the tensors, then the tokenizer. Only then
 /// are sizes computed and budgeted ([`CheckedSink::check`]).
-fn check_header(header: &GgufHeader) -> Result<(Hparams, Tokenizer), ModelError> {
+pub(crate) fn check_header(header: &GgufHeader) -> Result<(Hparams, Tokenizer), ModelError> {
     let hp = Hparams::from_gguf(header)?;
     check_tensors(header, &hp)?;
     let tok = tokenizer_from_gguf(header)?;

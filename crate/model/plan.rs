@@ -31,7 +31,7 @@ use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 
 use super::gpt2::{weight_on_gpu, BackendMemory, Gpt2, Gpt2Options, Hparams};
-use super::loader::{tokenizer_from_gguf, LoadEstimate};
+use super::loader::{check_header, LoadEstimate};
 use super::ModelError;
 use crate::backend::{Backend, BackendError, Buffer, BufferType};
 use crate::gguf::{BufferLoader, GgufHeader, GgufStreamReader, Limits, NullSink};
@@ -111,15 +111,8 @@ impl HeaderPlan {
         gpu_layers: Option<usize>,
         opts: &Gpt2Options,
     ) -> Result<HeaderPlan, ModelError> {
-        let hp = Hparams::from_gguf(header)?;
-        let tok = tokenizer_from_gguf(header)?;
-        if tok.n_vocab() != hp.n_vocab {
-            return Err(ModelError::Metadata(format!(
-                "tokenizer has {} tokens but token_embd.weight has {} rows",
-                tok.n_vocab(),
-                hp.n_vocab
-            )));
-        }
+        // The loader's own checks, in its order: a file that lies is a format error here too.
+        let (hp, _tok) = check_header(header)?;
         if backends.is_empty() {
             return Err(ModelError::Config("a memory plan needs at least one backend".into()));
         }
@@ -134,7 +127,7 @@ impl HeaderPlan {
             })
             .collect();
         // The loader's own refusal: weights + KV against the host side's budget.
-        let over = est.check(&hp, limits.last().and_then(|l| l.0)).err();
+        let over = est.check(&hp, limits.last().and_then(|l| l.0), usize::BITS).err();
         // Sizes past usize (wasm32) cannot be planned: report the estimate instead.
         let too_big = est.total() > usize::MAX as u64 / 2;
         if over.is_some() || too_big {
