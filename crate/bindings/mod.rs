@@ -21,6 +21,7 @@
 //! the `GgwebError` code; bad input never panics.
 
 mod model;
+mod warmup;
 
 pub use model::{WasmLoader, WasmModel};
 
