@@ -30,9 +30,10 @@ const N_CTX: usize = 64;
 /// A prompt-sized run (mul_mat's row tiles) and decode-sized runs (one row) per step.
 const PROMPT: usize = 32;
 const DECODE: usize = 2;
-/// Steps after which V8 has long since asked TurboFan for every function on the path
-/// (its tier-up budget is spent within the first few; measured in BENCHMARKS.md).
-pub const STEPS: u32 = 8;
+/// Steps to run: V8's tier-up budget of every function on the path is spent within them.
+/// Measured (BENCHMARKS.md): 5 and 8 steps both bring the first prompt within 1.05× of the
+/// later ones; most of the warm-up's 35-60 ms is its first step (Liftoff code, the model).
+pub const STEPS: u32 = 5;
 
 /// The types a warm-up model needs: those of the file's 2-D weights, its output matrix and
 /// the KV cache.
