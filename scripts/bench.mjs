@@ -145,11 +145,11 @@ function table(results) {
   // Each peer row against ggweb's CPU row of the same width class and thread count.
   for (const r of results) if (r.runtime === 'ggweb' && r.backend === 'cpu' && r.ok) base[`${r.cls}/t${r.threads}`] = r;
   const head = ['runtime', 'backend', 'dtype', 'threads', 'load s', 'prefill tok/s', 'decode tok/s',
-    'prefill vs ggweb', 'decode vs ggweb', `= HF greedy (of ${TOKENS})`];
+    'prefill vs ggweb', 'decode vs ggweb', `prompt ms #1 / #${REPS + 1}`, `= HF greedy (of ${TOKENS})`];
   const lines = [head];
   for (const r of results) {
     if (!r.ok) {
-      lines.push([r.runtime, r.backend, r.dtype, String(r.threads), '—', '—', '—', '—', '—',
+      lines.push([r.runtime, r.backend, r.dtype, String(r.threads), '—', '—', '—', '—', '—', '—',
         `error${r.tries > 1 ? ` (${r.tries} tries)` : ''}: ${r.error}`.slice(0, 160)]);
       continue;
     }
@@ -158,6 +158,8 @@ function table(results) {
     lines.push([
       r.runtime, r.backend, r.dtype, String(r.threads), fmt(r.loadMs / 1000, 2), fmt(r.prefillTps), fmt(r.decodeTps),
       b ? ratio(r.prefillTps, b.prefillTps) : '—', b ? ratio(r.decodeTps, b.decodeTps) : '—',
+      // The first generation after load against the last (V8's tiers: BENCHMARKS.md).
+      r.firstTtftMs != null ? `${fmt(r.firstTtftMs, 0)} / ${fmt(r.lastTtftMs, 0)} (${fmt(r.firstTtftMs / r.lastTtftMs, 2)}×)` : '—',
       (r.hfMatch == null ? '—' : `${r.hfMatch}${r.tokens !== TOKENS ? ` (${r.tokens} made)` : ''}`) +
         (r.tries > 1 ? ` · try ${r.tries}` : ''),
     ]);
@@ -165,7 +167,7 @@ function table(results) {
   const w = head.map((_, i) => Math.max(...lines.map((l) => l[i].length)));
   const md = lines.map((l, i) => {
     const row = `| ${l.map((c, j) => c.padEnd(w[j])).join(' | ')} |`;
-    return i === 0 ? `${row}\n|${w.map((n, j) => (j >= 3 && j <= 8 ? '-'.repeat(n + 1) + ':' : '-'.repeat(n + 2))).join('|')}|` : row;
+    return i === 0 ? `${row}\n|${w.map((n, j) => (j >= 3 && j <= 9 ? '-'.repeat(n + 1) + ':' : '-'.repeat(n + 2))).join('|')}|` : row;
   });
   return md.join('\n');
 }
@@ -176,6 +178,8 @@ function mdSection(meta, results) {
     `Model: the seeded GPT-2-124M-shaped model of tests/fixtures/make_fixtures.py (GGUF for ggweb and wllama,`,
     `its ONNX export for transformers.js; bench/make_models.sh). Prompt: bench/prompt.txt (${meta.promptTokens} tokens),`,
     `then ${TOKENS} greedy tokens; medians of ${REPS} timed runs after a warm-up (prefill and decode each).`,
+    `"prompt ms #1 / #${REPS + 1}": time to the first token of the warm-up run (the first generation after load)`,
+    `and of the last timed run; ggweb's timed runs evaluate the whole prompt (its prompt cache is emptied first).`,
     '',
     table(results),
     '',
@@ -257,10 +261,13 @@ async function main() {
         r.decodeTps = (r.tokens - 1) / (r.decodeMs / 1000);
         r.hfMatch = matchHf(r, hfInfo?.greedy_ids?.slice(0, TOKENS));
         if (r.promptTokens !== hfInfo?.prompt_ids?.length) r.note = `prompt was ${r.promptTokens} tokens`;
+        const reused = [r.firstStats, ...(r.internal ?? [])].map((st) => st?.cachedTokens).filter((n) => n > 0);
+        if (reused.length) r.note = `${r.note ? `${r.note}; ` : ''}prompt cache reused ${reused.join(', ')} tokens`;
       }
       results.push(r);
       const s = r.ok
-        ? `load ${fmt(r.loadMs / 1000, 2)} s, prefill ${fmt(r.prefillTps)} tok/s (${r.promptTokens} tok), decode ${fmt(r.decodeTps)} tok/s (${r.tokens} tok), = HF ${r.hfMatch ?? '?'}`
+        ? `load ${fmt(r.loadMs / 1000, 2)} s, prefill ${fmt(r.prefillTps)} tok/s (${r.promptTokens} tok), decode ${fmt(r.decodeTps)} tok/s (${r.tokens} tok), = HF ${r.hfMatch ?? '?'}` +
+          (r.firstTtftMs != null ? `, prompt #1 ${fmt(r.firstTtftMs, 0)} ms vs #${REPS + 1} ${fmt(r.lastTtftMs, 0)} ms (${fmt(r.firstTtftMs / r.lastTtftMs, 2)}×)` : '')
         : `error: ${r.error}`;
       console.log(`  ${row.key.padEnd(26)} ${s}  [${((Date.now() - t0) / 1000).toFixed(0)} s]`);
     }

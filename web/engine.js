@@ -200,6 +200,14 @@ export const MAX_THREADS = 64;
 export const DEFAULT_MAX_THREADS = 4;
 /** How long load() waits for the pool's Web Workers to come up before it reports. */
 const THREAD_START_MS = 5000;
+/**
+ * Kernel warm-up while the file streams (WasmLoader.warm_up, crate/bindings/warmup.rs): each
+ * gap between chunks runs steps of it for at most `sliceMs`, so a download is delayed by no
+ * more than that per chunk (the browser keeps receiving meanwhile); steps left when the
+ * stream ends run then, while the warm-up's total stays under `tailMs`. Exported for the
+ * tests and the bench (0 and 0: no warm-up); the results are the same either way.
+ */
+export const warmUp = { sliceMs: 6, tailMs: 60 };
 
 /**
  * Which wasm build to load and how many CPU threads to ask for: the threaded build
@@ -569,11 +577,34 @@ export class Engine {
         return t >= 0 ? t : null;
       };
       emit({ loaded: 0, total: source.total, phase: source.via });
+      // The warm-up's bookkeeping, reported in info().load.warmUp.
+      const warm = { done: typeof loader.warm_up !== 'function', ms: 0, slices: 0 };
+      const warmFor = (ms) => {
+        const t = now();
+        let n = 0;
+        while (!warm.done && now() - t < ms) {
+          let state;
+          try {
+            state = loader.warm_up(); // 0: no header yet, 1: a step ran, 2: finished
+          } catch (e) {
+            // Only a trap gets here (warm_up reports its own errors and stops); loading goes on.
+            console.warn('ggweb: kernel warm-up failed', e);
+            state = 2;
+          }
+          warm.done = state === 2;
+          if (state === 0) break;
+          n++;
+        }
+        warm.ms += now() - t;
+        if (n) warm.slices++;
+      };
       for (;;) {
         let r;
         try {
           // Only network downloads can stall; a caller's own stream may be as slow as it likes.
-          r = await readWithin(source.reader, source.via === 'download' ? stallMs : Infinity);
+          const next = readWithin(source.reader, source.via === 'download' ? stallMs : Infinity);
+          if (!warm.done && loaded > 0 && warmUp.sliceMs > 0) warmFor(warmUp.sliceMs);
+          r = await next;
         } catch (e) {
           if (signal?.aborted) throw abortedError('loading the model');
           throw new GgwebError('network',
@@ -607,6 +638,7 @@ export class Engine {
           { loaded, total: source.total, url: source.url });
       }
       emit({ loaded, total: loaded, phase: source.via });
+      if (!warm.done && warm.ms < warmUp.tailMs) warmFor(warmUp.tailMs - warm.ms);
       emit({ loaded, total: loaded, phase: 'build' });
       const l = loader;
       loader = null; // finish() consumes it, whatever the outcome
@@ -640,7 +672,10 @@ export class Engine {
         ...info,
         backendNote: info.backendNote ?? picked.note ?? null,
         threads: { n: threads.n, running: threads.running ?? 1, build, reason: threads.reason },
-        load: { bytes: loaded, ms: Math.round(now() - t0), via: source.via, cached, backend },
+        load: {
+          bytes: loaded, ms: Math.round(now() - t0), via: source.via, cached, backend,
+          warmUp: { ms: Math.round(warm.ms), slices: warm.slices, done: warm.done },
+        },
       };
       emit({ loaded, total: loaded, phase: 'ready' });
       return this.info;

@@ -262,6 +262,9 @@ export interface ModelInfo {
     cached: boolean;
     backend: 'cpu' | 'webgpu';
     worker: boolean;
+    /** The kernel warm-up run while the file streamed (CPU models; results are the same
+     *  without it): main-thread ms it took, gaps between chunks it ran in, whether it finished. */
+    warmUp?: { ms: number; slices: number; done: boolean };
   };
   [key: string]: unknown;
 }

@@ -22,6 +22,7 @@
 
 mod inspect;
 mod model;
+mod warmup;
 
 pub use inspect::WasmInspector;
 pub use model::{WasmLoader, WasmModel};

@@ -41,6 +41,8 @@ use crate::model::session::{Item, Session};
 use crate::model::ModelError;
 use crate::webgpu::{WebGpuBackend, WebGpuOptions};
 
+use super::warmup::{WarmTypes, Warmup};
+
 /// The GgwebError code for a model error: the file's fault, the caller's, or ours.
 pub(super) fn model_error(context: &str, e: ModelError) -> JsValue {
     let code = match &e {
@@ -130,6 +132,17 @@ pub struct WasmLoader {
     memory_at_start: f64,
     /// Where `feed` copies each piece of a JS chunk.
     scratch: Vec<u8>,
+    /// The kernel warm-up's state (`warm_up`).
+    warm: Warm,
+}
+
+/// Where the kernel warm-up (crate/bindings/warmup.rs) stands.
+enum Warm {
+    /// Waiting for the header (the weight types).
+    Waiting,
+    Running(Box<Warmup>),
+    /// Finished, failed, or nothing to warm (the model runs on WebGPU).
+    Done,
 }
 
 /// Where the weights go.
@@ -215,6 +228,7 @@ impl WasmLoader {
             placement,
             memory_at_start: wasm_memory_bytes(),
             scratch: Vec::new(),
+            warm: if placement == Placement::Cpu { Warm::Waiting } else { Warm::Done },
         }
     }
 
@@ -312,9 +326,46 @@ impl WasmLoader {
         self.loader.total_expected().map_or(-1.0, |n| n as f64)
     }
 
+    /// One step (a few ms) of the kernel warm-up: a one-block model of this file's weight
+    /// and KV types, run on the CPU so that V8 compiles the hot kernels with its top tier
+    /// before the first prompt (crate/bindings/warmup.rs). Its own weights, KV cache and
+    /// compute buffer: the model being loaded is never touched. engine.js calls it between
+    /// chunks while it waits for the download. Returns 0 while the header has not arrived
+    /// (nothing ran), 1 after a step with more to come, 2 once there is nothing more to do
+    /// (done, or a WebGPU model). A failure only ends the warm-up (a console warning), never
+    /// the load.
+    pub fn warm_up(&mut self) -> u32 {
+        if let Warm::Waiting = self.warm {
+            let Some(h) = self.loader.header() else { return 0 };
+            self.warm = match WarmTypes::from_header(h, self.loader.options().kv_type).map(Warmup::new) {
+                Some(Ok(w)) => Warm::Running(Box::new(w)),
+                Some(Err(e)) => {
+                    web_sys::console::warn_1(&JsValue::from_str(&format!("ggweb: kernel warm-up skipped: {e}")));
+                    Warm::Done
+                }
+                None => Warm::Done, // not GPT-2's tensor names: the load will say what is wrong
+            };
+        }
+        let Warm::Running(w) = &mut self.warm else { return 2 };
+        match w.step() {
+            Ok(false) => 1,
+            Ok(true) => {
+                self.warm = Warm::Done;
+                2
+            }
+            Err(e) => {
+                web_sys::console::warn_1(&JsValue::from_str(&format!("ggweb: kernel warm-up stopped: {e}")));
+                self.warm = Warm::Done;
+                2
+            }
+        }
+    }
+
     /// Checks that the stream was complete and builds the model (KV cache, compute buffer).
     /// Consumes the loader whatever the outcome.
-    pub fn finish(self) -> Result<WasmModel, JsValue> {
+    pub fn finish(mut self) -> Result<WasmModel, JsValue> {
+        // The warm-up model's memory goes back before the real one's compute buffer is made.
+        self.warm = Warm::Done;
         let mut loaded = self.loader.finish().map_err(|e| model_error("", e))?;
         let split = split_info(&mut loaded.model, self.placement)?;
         Ok(WasmModel {

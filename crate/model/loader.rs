@@ -496,6 +496,16 @@ impl ModelLoader {
         self.sink.estimate
     }
 
+    /// The GGUF header once all of it has arrived (the wasm warm-up reads the weight types).
+    pub fn header(&self) -> Option<&crate::gguf::GgufHeader> {
+        self.reader.header()
+    }
+
+    /// The options this loader builds the model with.
+    pub fn options(&self) -> &Gpt2Options {
+        &self.opts
+    }
+
     pub fn new_cpu(opts: Gpt2Options) -> ModelLoader {
         let n_threads = opts.n_threads;
         ModelLoader::new(Rc::new(CpuBackend::new(n_threads)), opts, Limits::default(), None)
