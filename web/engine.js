@@ -578,7 +578,7 @@ export class Engine {
       };
       emit({ loaded: 0, total: source.total, phase: source.via });
       // The warm-up's bookkeeping, reported in info().load.warmUp.
-      const warm = { done: typeof loader.warm_up !== 'function', ms: 0, slices: 0 };
+      const warm = { done: false, ms: 0, slices: 0 };
       const warmFor = (ms) => {
         const t = now();
         let n = 0;

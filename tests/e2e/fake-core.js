@@ -1,7 +1,7 @@
 // A test double of the wasm-bindgen glue (web/pkg/ggweb_core.js), with the same surface as
 // crate/bindings: the module functions (version, init_panic_hook, available_backends,
 // cpu_threads, live_gpu_buffers, wasm_memory_bytes, wasm_heap_base), WasmLoader (its
-// constructor and the async WasmLoader.create), WasmModel (prompt_step, next_token, logits,
+// constructor, the async WasmLoader.create and warm_up), WasmModel (prompt_step, next_token, logits,
 // score and trace async as in the real glue, stop_reason, generation_stats, last_logprobs,
 // _debugLoseDevice, n_ctx, eos) and WasmInspector (Model.inspect's header reader). It lets
 // tests/e2e/api.spec.mjs drive the real JS layer (streaming, progress, errors, abort,
@@ -60,6 +60,8 @@ export class WasmLoader {
   }
   bytes_consumed() { return this.bytes; }
   total_expected() { return -1; }
+  /** No kernels to warm: finished at once (2), as the real one is for a WebGPU model. */
+  warm_up() { return 2; }
   finish() {
     if (this.state !== 'open') throw new Error(`finish after ${this.state}`);
     this.state = 'finished';
