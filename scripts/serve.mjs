@@ -20,7 +20,8 @@
 //                                      not cross-origin isolated (ggweb falls back to 1 thread)
 //   /__test/counted/<key>/<path>       the file (Range honoured), counting under <key> the
 //                                      requests, their Range headers and the bytes read out
-//   /__test/norange/<key>/<path>       the same, but Range is ignored (always 200, whole file)
+//   /__test/norange/<key>/<path>       the same, but Range is ignored (always 200, whole file),
+//                                      sent at ~12 MB/s (so a cancel lands before the end)
 //   /__test/tally/<key>                what <key> counted: { requests, ranges, bytes } (JSON)
 // `isolate: false` (GGWEB_NO_ISOLATION=1 from the command line) drops COOP/COEP everywhere.
 import { createServer } from 'node:http';
@@ -114,7 +115,7 @@ async function statFile(file) {
 /** Per key: { requests, ranges, bytes } served by the counted/norange test routes. */
 const tallies = new Map();
 
-async function serveFile(req, res, urlPath, mounts, isolate = true, tally = null) {
+async function serveFile(req, res, urlPath, mounts, isolate = true, tally = null, paced = false) {
   const file0 = resolvePath(urlPath, mounts);
   const found = file0 && (await statFile(file0));
   if (!found) return sendError(res, 404, `not found: ${urlPath}`);
@@ -145,10 +146,22 @@ async function serveFile(req, res, urlPath, mounts, isolate = true, tally = null
   headers['Content-Length'] = String(end - start + 1);
   res.writeHead(status, headers);
   if (req.method === 'HEAD' || size === 0) return res.end();
-  const stream = createReadStream(file, { start, end }).on('error', () => res.destroy());
+  const stream = createReadStream(file, { start, end, highWaterMark: paced ? 128 * 1024 : undefined })
+    .on('error', () => res.destroy());
   if (tally) {
     stream.on('data', (c) => { tally.bytes += c.length; });
     res.on('close', () => stream.destroy()); // a cancelled download stops reading the file
+  }
+  if (paced) {
+    // 128 KiB every 10 ms: over loopback the browser would otherwise take a whole test file
+    // into its buffers before the page could cancel, however early it does.
+    stream.on('data', (c) => {
+      res.write(c);
+      stream.pause();
+      setTimeout(() => stream.resume(), 10);
+    });
+    stream.on('end', () => res.end());
+    return;
   }
   stream.pipe(res);
 }
@@ -165,7 +178,7 @@ async function serveTestRoute(req, res, rest, mounts) {
     tally.requests += 1;
     tally.ranges.push(req.headers.range ?? null);
     if (kind === 'norange') delete req.headers.range;
-    return serveFile(req, res, path, mounts, true, tally);
+    return serveFile(req, res, path, mounts, true, tally, kind === 'norange');
   }
   const tallyOf = /^\/tally\/([\w-]+)$/.exec(rest);
   if (tallyOf) {

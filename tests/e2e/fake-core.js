@@ -163,7 +163,7 @@ export class WasmModel {
   }
 }
 
-/** Model.inspect's header reader: done once the GGUF magic and 24 more bytes are in. */
+/** Model.inspect's header reader: done once the GGUF magic and 24 more bytes are in; no plan. */
 export class WasmInspector {
   constructor(optsJson, fileSize) {
     this.opts = JSON.parse(optsJson);
@@ -179,8 +179,9 @@ export class WasmInspector {
     return this.bytes >= 28;
   }
   bytes_consumed() { return this.bytes; }
+  /** The fake has no model to plan: refused as a build without the planner would be. */
   async plan() {
-    return JSON.stringify({ arch: 'fake', bytes: this.bytes, opts: this.opts, fits: { ok: true } });
+    throw Object.assign(new Error('the fake core cannot plan a model'), { code: 'unsupported' });
   }
   free() {}
 }
