@@ -40,7 +40,12 @@ read -r -a targets <<<"${FUZZ_TARGETS:-$(cargo +nightly fuzz list | tr '\n' ' ')
 t0=$(date +%s)
 log "building ${targets[*]} (nightly, sanitizer $SANITIZER)"
 # One build for all targets: cargo fuzz builds every [[bin]] of fuzz/Cargo.toml.
-cargo +nightly fuzz build --sanitizer "$SANITIZER" --target-dir "$FUZZ_DIR" 2>&1 | tail -n 3
+# The build's output goes to a log; on failure the compiler's errors are shown, not the tail
+# of cargo-fuzz's own backtrace.
+if ! cargo +nightly fuzz build --sanitizer "$SANITIZER" --target-dir "$FUZZ_DIR" >"$OUT/build.log" 2>&1; then
+    grep -E -A8 '^error' "$OUT/build.log" | head -n 60 >&2
+    die "the fuzz targets do not build (all of it in $OUT/build.log)"
+fi
 triple=$(rustc +nightly -vV | sed -n 's/^host: //p')
 BIN="$FUZZ_DIR/$triple/release"
 log "built in $(($(date +%s) - t0)) s"

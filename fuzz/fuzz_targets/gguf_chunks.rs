@@ -115,7 +115,7 @@ fn same_error(a: &GgufError, b: &GgufError) -> bool {
 }
 
 fn model(data: &[u8], plan: &[usize]) -> Result<(), ModelError> {
-    let opts = Gpt2Options { n_ctx: 0, n_batch: 4, n_threads: 1 };
+    let opts = Gpt2Options { n_ctx: 0, n_batch: 4, n_threads: 1, ..Default::default() };
     let backend = Rc::new(CpuBackend::new(1));
     let mut loader = ModelLoader::new(backend, opts, limits(), Some(data.len() as u64)).with_budget(BUDGET);
     for c in chunks(data, plan) {

@@ -34,7 +34,7 @@ pub fn prefix(data: &[u8]) -> (Prefix, &[u8]) {
     let g = b.u8() as usize;
     let gpu_layers = if g < 200 { g } else { usize::MAX - (g - 200) };
     let op_mask = b.u8();
-    let opts = Gpt2Options { n_ctx, n_batch, n_threads: 1 };
+    let opts = Gpt2Options { n_ctx, n_batch, n_threads: 1, ..Default::default() };
     (Prefix { opts, gpu_layers, op_mask }, &data[data.len().min(PREFIX_LEN)..])
 }
 
@@ -110,7 +110,7 @@ pub fn measure(header: &GgufHeader, hp: &Hparams, n_ctx: usize, n_batch: usize) 
     for t in wctx.tensors() {
         t.set_data(Rc::new(NoMemory(t.nbytes())), 0);
     }
-    let kv = KvCache { ctx: kctx, k, v, buffers: Vec::new(), n_ctx };
+    let kv = KvCache { ctx: kctx, k, v, buffers: Vec::new(), n_ctx, ty: GgmlType::F32 };
     let io = build_graph(hp, &weights, &kv, n_ctx - n_batch, n_batch, n_batch);
     let mut galloc = Gallocr::new_single(Rc::new(Measure));
     galloc.reserve(&io.graph)?;
