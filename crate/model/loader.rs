@@ -255,8 +255,7 @@ impl LoadEstimate {
         let weights = header.tensors.iter().fold(0u64, |s, t| s.saturating_add(aligned(t.nbytes as u64)));
         let largest_weight = header.tensors.iter().map(|t| t.nbytes as u64).max().unwrap_or(0);
         // Two tensors of n_embd * n_ctx per layer, of opts.kv_type (KvCache::new).
-        let per_tensor =
-            contiguous_nbytes(opts.kv_type, &[hp.n_embd as i64, n_ctx as i64, 1, 1]).unwrap_or(u64::MAX);
+        let per_tensor = contiguous_nbytes(opts.kv_type, &[hp.n_embd as i64, n_ctx as i64, 1, 1]).unwrap_or(u64::MAX);
         let kv = aligned(per_tensor).saturating_mul(2).saturating_mul(hp.n_layer as u64);
         let bound = compute_bound(hp, n_ctx, n_batch, a);
         let (compute, largest) = (bound.one_backend, largest_weight.max(per_tensor).max(bound.largest));

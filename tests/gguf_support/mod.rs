@@ -18,7 +18,8 @@ pub fn models_dir() -> PathBuf {
 /// entry of `logits_positions`).
 pub fn hf_reference() -> serde_json::Value {
     let dir = models_dir();
-    let read = |name: &str| std::fs::read(dir.join(name)).unwrap_or_else(|e| panic!("{}: {e}", dir.join(name).display()));
+    let read =
+        |name: &str| std::fs::read(dir.join(name)).unwrap_or_else(|e| panic!("{}: {e}", dir.join(name).display()));
     let mut v: serde_json::Value = serde_json::from_slice(&read("tiny-gpt2.hf-ref.json")).expect("hf-ref.json parses");
     let bin = read(v["logits_file"].as_str().expect("logits_file"));
     let n_vocab = v["n_vocab"].as_u64().expect("n_vocab") as usize;
