@@ -228,12 +228,12 @@ SUMMARY+=("Node.js ($(node --version)): $n passed ($STEP_SECS s)")
 
 # 8. fuzz smoke: each target must have run inputs and found no crash
 run_step fuzz bash scripts/fuzz-smoke.sh
-f_pass=$(grep -cE '^fuzz [a-z_]+: [0-9]+ runs, .* 0 crashes$' "$LOGS/fuzz.log" || true)
-f_all=$(grep -cE '^fuzz [a-z_]+: ' "$LOGS/fuzz.log" || true)
+f_pass=$(grep -cE '^fuzz [a-z0-9_]+: [0-9]+ runs, .* 0 crashes$' "$LOGS/fuzz.log" || true)
+f_all=$(grep -cE '^fuzz [a-z0-9_]+: ' "$LOGS/fuzz.log" || true)
 [ "$f_all" -gt 0 ] || die "fuzz smoke: no target ran"
 [ "$f_pass" = "$f_all" ] || die "fuzz smoke: $((f_all - f_pass)) of $f_all targets failed"
 PASSED=$((PASSED + f_pass))
-speeds=$(sed -nE 's/^fuzz ([a-z_]+): [0-9]+ runs, ([0-9.]+) exec\/s.*/\1 \2 exec\/s/p' "$LOGS/fuzz.log" | paste -sd, -)
+speeds=$(sed -nE 's/^fuzz ([a-z0-9_]+): [0-9]+ runs, ([0-9.]+) exec\/s.*/\1 \2 exec\/s/p' "$LOGS/fuzz.log" | paste -sd, -)
 SUMMARY+=("fuzz smoke: $f_pass targets without a crash: $speeds ($STEP_SECS s)")
 
 rm -rf "$BROWSER_TMP"
