@@ -19,7 +19,7 @@ use alloc::rc::Rc;
 use serde::Serialize;
 use wasm_bindgen::prelude::*;
 
-use super::model::{backend_error, model_error, WasmLoader};
+use super::model::{backend_error, model_error, HparamsJson, WasmLoader};
 use crate::backend::Backend;
 use crate::cpu::CpuBackend;
 use crate::model::plan::{HeaderPlan, HeaderReader};
@@ -166,20 +166,6 @@ struct Report<'a> {
     types: BTreeMap<&'static str, TypeJson>,
     memory: MemoryJson,
     fits: FitsJson,
-}
-
-/// The same fields as `info().hparams`.
-#[derive(Serialize)]
-struct HparamsJson {
-    n_vocab: usize,
-    n_ctx: usize,
-    n_ctx_train: usize,
-    n_embd: usize,
-    n_head: usize,
-    n_layer: usize,
-    n_ff: usize,
-    n_batch: usize,
-    eps: f32,
 }
 
 #[derive(Serialize)]

@@ -799,18 +799,19 @@ struct Info<'a> {
     backend_note: Option<&'a str>,
 }
 
+/// `info().hparams`, and `Model.inspect`'s (crate/bindings/inspect.rs).
 #[derive(Serialize)]
-struct HparamsJson {
-    n_vocab: usize,
-    n_ctx: usize,
-    n_ctx_train: usize,
-    n_embd: usize,
-    n_head: usize,
-    n_layer: usize,
-    n_ff: usize,
-    n_batch: usize,
+pub(super) struct HparamsJson {
+    pub(super) n_vocab: usize,
+    pub(super) n_ctx: usize,
+    pub(super) n_ctx_train: usize,
+    pub(super) n_embd: usize,
+    pub(super) n_head: usize,
+    pub(super) n_layer: usize,
+    pub(super) n_ff: usize,
+    pub(super) n_batch: usize,
     /// As f32's shortest form (1e-5, not 0.000009999999747).
-    eps: f32,
+    pub(super) eps: f32,
 }
 
 #[derive(Serialize)]
