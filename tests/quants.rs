@@ -668,6 +668,10 @@ fn gemm_equals_vec_dot_bit_for_bit() {
             (9, 13, 6),
             (33, 12, 5),
             (1, 8, 4),
+            // One row of b (a decode step): wasm's decode rows, in decode_row's 4-stream
+            // order (from 16 rows of a on), with and without a tail of blocks past 8.
+            (27, 21, 1),
+            (24, 64, 1),
             // Several chunks of b (natively 30 rows of K = 768, on wasm 512), the last
             // one short.
             (24, 9, 1100),

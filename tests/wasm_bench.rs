@@ -243,3 +243,47 @@ fn bench_gpt2_124m_profile() {
         }
     }
 }
+
+/// Where a decode step's time goes in wasm (Q8_0, and Q4_0 with the Q8_0 output matrix):
+/// per node class over 32 steps after a 64-token prompt, and the rest of the step (graph
+/// building, allocation, sampling) as wall − nodes.
+#[wasm_bindgen_test]
+#[ignore = "benchmark (minutes): run with --include-ignored"]
+fn bench_gpt2_124m_decode_profile() {
+    let (n_prompt, n_gen) = (64usize, 32usize);
+    for (wty, out_ty) in [(GgmlType::Q8_0, GgmlType::Q8_0), (GgmlType::Q4_0, GgmlType::Q8_0)] {
+        let cpu = Rc::new(CpuBackend::with_profiler(1, perf_now));
+        let mut m = model_on(wty, out_ty, 64, cpu.clone());
+        let ids: Vec<u32> = (0..n_prompt as u64).map(|i| ((i * 2654435761 + 12345) % 50257) as u32).collect();
+        let logits = m.eval_prompt(&ids, 0, false).unwrap();
+        let mut tok = ggweb::model::sampling::argmax(&logits);
+        // Warm-up steps (V8's tiers), then the profiled ones.
+        for i in 0..8 {
+            tok = ggweb::model::sampling::argmax(&m.eval(&[tok], n_prompt + i, false).unwrap());
+        }
+        cpu.reset_profile();
+        let t = perf_now();
+        for i in 0..n_gen {
+            tok = ggweb::model::sampling::argmax(&m.eval(&[tok], n_prompt + 8 + i, false).unwrap());
+        }
+        let wall = perf_now() - t;
+        let prof = cpu.profile();
+        let total: f64 = prof.iter().map(|e| e.secs).sum();
+        console_log!(
+            "{wty}: tg{n_gen} {:.1} tok/s, {:.2} ms/token in nodes of {:.2} ms/token",
+            n_gen as f64 / wall,
+            total * 1e3 / n_gen as f64,
+            wall * 1e3 / n_gen as f64
+        );
+        for e in prof.iter().take(14) {
+            console_log!(
+                "  {:<28} {:<10} {:>5} calls {:>7.3} ms/token {:>5.1}%",
+                e.class,
+                e.op,
+                e.calls,
+                e.secs * 1e3 / n_gen as f64,
+                100.0 * e.secs / total
+            );
+        }
+    }
+}

@@ -429,6 +429,9 @@ pub(super) fn gemm_rows(
         };
         return panel_gemm(&mut form, nb, m, a, lda, cols, c, ldc, rest);
     }
+    if n == 1 && js.len() == 1 {
+        return decode_rows(ty, nb, m, a, lda, b, &yw, cols, c);
+    }
     let mut dx = alloc::vec![0f32; MR * nbp];
     let mut xw = alloc::vec![i16x8_splat(0); MR * nb * 4];
     // Row of a at step s: the decode order (super::decode_row) for one row of b.
@@ -466,6 +469,145 @@ pub(super) fn gemm_rows(
         }
         i0 += mr;
     }
+}
+
+/// One row of b (a decode step). Each row of a is read once, so its quants are widened in
+/// registers and dotted at once, not widened into memory and read back ([`widen_row`]),
+/// and its scales are converted four at a time; rows in [`super::decode_row`]'s order.
+/// With relaxed SIMD, Q4_0's nibbles go straight into `relaxed_dot_i8x16_i7x16` (see
+/// [`NibblePanels`]). The float steps are [`row_dot`]'s in its order, so every result has
+/// row_dot's bits (= `vec_dot`'s).
+#[allow(clippy::too_many_arguments)]
+fn decode_rows(
+    ty: GgmlType,
+    nb: usize,
+    m: usize,
+    a: &[u8],
+    lda: usize,
+    b: &[u8],
+    yw: &[v128],
+    cols: &super::ColPrep,
+    c: &mut [f32],
+) {
+    let dy = &cols.dy[..cols.nbp];
+    #[cfg(not(target_feature = "relaxed-simd"))]
+    let _ = b;
+    for s in 0..m {
+        let i = super::decode_row(s, m);
+        let row = &a[i * lda..];
+        c[i] = match ty {
+            GgmlType::Q4_0 => {
+                let xs: &[BlockQ4_0] = cast_slice(&row[..nb * core::mem::size_of::<BlockQ4_0>()]);
+                #[cfg(target_feature = "relaxed-simd")]
+                {
+                    let ys: &[BlockQ8_0] = cast_slice(&b[..nb * core::mem::size_of::<BlockQ8_0>()]);
+                    decode_dot_nibbles(xs, ys, &cols.ysum[..cols.nbp], dy)
+                }
+                #[cfg(not(target_feature = "relaxed-simd"))]
+                {
+                    let eight = i8x16_splat(8);
+                    decode_dot(xs, yw, dy, BlockQ4_0::d, |x| {
+                        let (lo, hi) = nibbles(&x.qs);
+                        (i8x16_sub(lo, eight), i8x16_sub(hi, eight))
+                    })
+                }
+            }
+            _ => {
+                let xs: &[BlockQ8_0] = cast_slice(&row[..nb * core::mem::size_of::<BlockQ8_0>()]);
+                decode_dot(xs, yw, dy, BlockQ8_0::d, |x| (load(&x.qs[..16]), load(&x.qs[16..])))
+            }
+        };
+    }
+}
+
+/// [`row_dot`] of one raw row of a (`quants` gives a block's 32 quants as two i8x16) with
+/// one widened row of b.
+#[inline(always)]
+fn decode_dot<X>(xs: &[X], yw: &[v128], dy: &[f32], d: impl Fn(&X) -> u16, quants: impl Fn(&X) -> (v128, v128)) -> f32 {
+    let nb = xs.len();
+    assert!(yw.len() >= 4 * nb && dy.len() >= nb.div_ceil(LANES) * LANES);
+    let (yp, dyp) = (yw.as_ptr(), dy.as_ptr());
+    let isum = |t: usize, x: &X| {
+        let (lo, hi) = quants(x);
+        // SAFETY: t < nb: vectors 4t..4t+4 are inside yw (asserted).
+        unsafe {
+            let y = yp.add(4 * t);
+            i32x4_add(
+                i32x4_add(
+                    i32x4_dot_i16x8(i16x8_extend_low_i8x16(lo), *y),
+                    i32x4_dot_i16x8(i16x8_extend_high_i8x16(lo), *y.add(1)),
+                ),
+                i32x4_add(
+                    i32x4_dot_i16x8(i16x8_extend_low_i8x16(hi), *y.add(2)),
+                    i32x4_dot_i16x8(i16x8_extend_high_i8x16(hi), *y.add(3)),
+                ),
+            )
+        }
+    };
+    let (mut lo, mut hi) = (f32x4_splat(0.0), f32x4_splat(0.0));
+    for (g, xg) in xs.chunks_exact(LANES).enumerate() {
+        for (h, acc) in [&mut lo, &mut hi].into_iter().enumerate() {
+            let o = LANES * g + 4 * h;
+            let v: [v128; 4] = core::array::from_fn(|k| isum(o + k, &xg[4 * h + k]));
+            let s = f32x4_convert_i32x4(transpose_sum(&v));
+            let dx = f16x4(core::array::from_fn(|k| d(&xg[4 * h + k])));
+            // SAFETY: o + 4 ≤ the padded length of dy (asserted).
+            let dyv = unsafe { v128_load(dyp.add(o) as *const v128) };
+            *acc = f32x4_add(*acc, f32x4_mul(s, f32x4_mul(dx, dyv)));
+        }
+    }
+    let mut acc = [0f32; LANES];
+    // SAFETY: 8 f32 of room for two unaligned 16-byte stores.
+    unsafe {
+        v128_store(acc.as_mut_ptr() as *mut v128, lo);
+        v128_store(acc.as_mut_ptr().add(4) as *mut v128, hi);
+    }
+    for t in nb - nb % LANES..nb {
+        acc[t % LANES] += hsum_i32(isum(t, &xs[t])) as f32 * (fp16_to_fp32(d(&xs[t])) * dy[t]);
+    }
+    reduce8(&acc)
+}
+
+/// [`decode_dot`] for Q4_0 with relaxed SIMD: each block is two
+/// `relaxed_dot_i8x16_i7x16_add` of the raw Q8_0 bytes of b with the nibbles (0..15, so
+/// every implementation gives the exact sums), then `− 8·Σy` per block (`ysum`): the same
+/// exact i32 block sums, and the same float steps.
+#[cfg(target_feature = "relaxed-simd")]
+#[inline(always)]
+fn decode_dot_nibbles(xs: &[BlockQ4_0], ys: &[BlockQ8_0], ysum: &[i32], dy: &[f32]) -> f32 {
+    let nb = xs.len();
+    let nbp = nb.div_ceil(LANES) * LANES;
+    assert!(ys.len() == nb && ysum.len() >= nbp && dy.len() >= nbp);
+    let isum = |x: &BlockQ4_0, y: &BlockQ8_0| {
+        let (lo, hi) = nibbles(&x.qs);
+        i32x4_relaxed_dot_i8x16_i7x16_add(
+            load(&y.qs[16..]),
+            hi,
+            i32x4_relaxed_dot_i8x16_i7x16_add(load(&y.qs[..16]), lo, i32x4_splat(0)),
+        )
+    };
+    let (mut lo, mut hi) = (f32x4_splat(0.0), f32x4_splat(0.0));
+    for (g, (xg, yg)) in xs.chunks_exact(LANES).zip(ys.chunks_exact(LANES)).enumerate() {
+        for (h, acc) in [&mut lo, &mut hi].into_iter().enumerate() {
+            let o = LANES * g + 4 * h;
+            let v: [v128; 4] = core::array::from_fn(|k| isum(&xg[4 * h + k], &yg[4 * h + k]));
+            let s = i32x4_sub(transpose_sum(&v), i32x4_shl(load(&ysum[o..o + 4]), 3));
+            let dx = f16x4(core::array::from_fn(|k| xg[4 * h + k].d()));
+            let dyv = load(&dy[o..o + 4]);
+            *acc = f32x4_add(*acc, f32x4_mul(f32x4_convert_i32x4(s), f32x4_mul(dx, dyv)));
+        }
+    }
+    let mut acc = [0f32; LANES];
+    // SAFETY: 8 f32 of room for two unaligned 16-byte stores.
+    unsafe {
+        v128_store(acc.as_mut_ptr() as *mut v128, lo);
+        v128_store(acc.as_mut_ptr().add(4) as *mut v128, hi);
+    }
+    for t in nb - nb % LANES..nb {
+        let s = hsum_i32(isum(&xs[t], &ys[t])) - 8 * ysum[t];
+        acc[t % LANES] += s as f32 * (fp16_to_fp32(xs[t].d()) * dy[t]);
+    }
+    reduce8(&acc)
 }
 
 /// Register tile: rows of a × rows of b per pass over the blocks.
