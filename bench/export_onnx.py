@@ -1,10 +1,21 @@
 #!/usr/bin/env python3
-"""Exports the Hugging Face folder written by export_hf.py to the layout transformers.js loads:
+"""Exports the Hugging Face folder written by export_hf.py the way transformers.js's docs tell its users
+to ("Use custom models": convert with Optimum), into the layout transformers.js loads:
 
     <out>/config.json, generation_config.json, tokenizer.json, tokenizer_config.json, ...
-    <out>/onnx/model.onnx             dtype 'fp32'  (optimum-onnx, text-generation-with-past)
-    <out>/onnx/model_quantized.onnx   dtype 'q8'    (onnxruntime dynamic quantization, uint8 weights)
-    <out>/onnx/model_q4.onnx          dtype 'q4'    (MatMulNBits, 4-bit blocks of 32, symmetric)
+    <out>/onnx/model.onnx             dtype 'fp32': `optimum-cli export onnx --model <hf> <dir>`, stock
+                                      (no --task: Optimum picks text-generation-with-past for GPT-2)
+    <out>/onnx/model_quantized.onnx   dtype 'q8':   transformers.js scripts/quantize.py's q8 recipe
+    <out>/onnx/model_q4.onnx          dtype 'q4':   transformers.js scripts/quantize.py's q4 recipe
+
+The quantized files use the same onnxruntime calls and arguments as transformers.js's own conversion
+script (scripts/convert.py + scripts/quantize.py) for a GPT-2 model, applied to the stock export:
+  q8  ONNXQuantizer in IntegerOps (dynamic) mode on every op type of onnxruntime's IntegerOpsRegistry
+      (MatMul, Gather, ... : the embedding too), signed int8 weights (QInt8: the model has no Conv),
+      per_channel and reduce_range off (convert.py's choice for gpt2), EnableSubgraph and MatMulConstBOnly;
+  q4  MatMulNBitsQuantizer (quantize.py's MatMul4BitsQuantizer, renamed in onnxruntime 1.2x), 4 bits,
+      block_size 32, symmetric, accuracy_level unset.
+(convert.py also runs onnxslim before quantizing; see bench/README.md for what that does here.)
 
 Needs transformers < 4.58 (optimum-onnx), so it runs in its own venv (see bench/make_models.sh):
 
@@ -16,86 +27,80 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import subprocess
 import sys
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 
-KEEP = ["config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
-        "special_tokens_map.json", "vocab.json", "merges.txt"]
-
 
 def export_fp32(hf: Path, dst: Path):
-    from optimum.exporters.onnx import main_export
-
+    """The stock command; optimum-cli writes the tokenizer and config files beside model.onnx."""
+    cli = Path(sys.executable).parent / "optimum-cli"
     tmp = Path(tempfile.mkdtemp(prefix="ggweb-onnx-"))
     try:
-        main_export(str(hf), output=str(tmp), task="text-generation-with-past", device="cpu",
-                    do_validation=True)
+        # A local folder needs --task (Optimum infers it only for Hub names); -with-past: the KV cache as inputs.
+        cmd = [str(cli), "export", "onnx", "--model", str(hf), "--task", "text-generation-with-past", str(tmp)]
+        print("  " + " ".join(cmd), flush=True)
+        subprocess.run(cmd, check=True)
         onnx_files = sorted(p.name for p in tmp.glob("*.onnx"))
         if onnx_files != ["model.onnx"]:
-            sys.exit(f"error: expected one model.onnx from optimum, got {onnx_files}")
-        (dst / "onnx").mkdir(parents=True, exist_ok=True)
-        shutil.move(str(tmp / "model.onnx"), dst / "onnx" / "model.onnx")
+            sys.exit(f"error: expected one model.onnx from optimum-cli, got {onnx_files}")
         if (tmp / "model.onnx_data").exists():
-            sys.exit("error: optimum wrote external data (model.onnx_data); transformers.js expects one file here")
-        for name in KEEP:
-            src = tmp / name if (tmp / name).exists() else hf / name
-            if src.exists():
-                shutil.copyfile(src, dst / name)
+            sys.exit("error: optimum-cli wrote external data (model.onnx_data); transformers.js expects one file here")
+        (dst / "onnx").mkdir(parents=True, exist_ok=True)
+        for p in tmp.iterdir():
+            shutil.move(str(p), dst / "onnx" / p.name if p.suffix == ".onnx" else dst / p.name)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
 def quantize_q8(src: Path, dst: Path):
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QUInt8, per_channel=False, reduce_range=False,
-                     op_types_to_quantize=["MatMul", "Gemm"])
-
-
-def gemm_to_matmul(model) -> int:
-    """GPT-2's Conv1D layers export as Gemm (torch.addmm), which MatMulNBits quantization skips:
-    rewrite each Gemm(A, B, C) with constant B, no transposes and unit alpha/beta as MatMul + Add."""
     import onnx
-    from onnx import helper
+    from onnxruntime.quantization import QuantizationMode, QuantType
+    from onnxruntime.quantization.onnx_quantizer import ONNXQuantizer
+    from onnxruntime.quantization.registry import IntegerOpsRegistry
 
-    inits = {i.name for i in model.graph.initializer}
-    nodes, n = [], 0
-    for node in model.graph.node:
-        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-        plain = (attrs.get("alpha", 1.0) == 1.0 and attrs.get("beta", 1.0) == 1.0
-                 and not attrs.get("transA", 0) and not attrs.get("transB", 0))
-        if node.op_type == "Gemm" and plain and len(node.input) == 3 and node.input[1] in inits:
-            mid = node.output[0] + "_matmul"
-            nodes.append(helper.make_node("MatMul", [node.input[0], node.input[1]], [mid], name=node.name + "_MatMul"))
-            nodes.append(helper.make_node("Add", [mid, node.input[2]], [node.output[0]], name=node.name + "_Add"))
-            n += 1
-        else:
-            nodes.append(node)
-    del model.graph.node[:]
-    model.graph.node.extend(nodes)
-    onnx.checker.check_model(model)
-    return n
+    q = ONNXQuantizer(onnx.load(str(src)), False, False, mode=QuantizationMode.IntegerOps, static=False,
+                      weight_qType=QuantType.QInt8, activation_qType=QuantType.QUInt8, tensors_range=None,
+                      nodes_to_quantize=[], nodes_to_exclude=[], op_types_to_quantize=set(IntegerOpsRegistry.keys()),
+                      extra_options={"EnableSubgraph": True, "MatMulConstBOnly": True})
+    q.quantize_model()
+    onnx.save(q.model.model, str(dst))
 
 
 def quantize_q4(src: Path, dst: Path):
     import onnx
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
-    model = onnx.load(str(src))
-    n = gemm_to_matmul(model)
-    q = MatMulNBitsQuantizer(model, block_size=32, is_symmetric=True)
+    q = MatMulNBitsQuantizer(onnx.load(str(src)), block_size=32, is_symmetric=True, accuracy_level=None)
     q.process()
     q.model.save_model_to_file(str(dst), use_external_data_format=False)
-    out = onnx.load(str(dst), load_external_data=False)
-    nbits = sum(1 for x in out.graph.node if x.op_type == "MatMulNBits")
-    left = [x.name for x in out.graph.node if x.op_type in ("MatMul", "Gemm") and
-            any(i in {t.name for t in out.graph.initializer} for i in x.input)]
-    print(f"  q4: {n} Gemm rewritten as MatMul+Add, {nbits} MatMulNBits, constant MatMul/Gemm left: {left}")
-    if nbits < 4 * 12:
-        sys.exit("error: q4 quantization left the layer matmuls unquantized")
+
+
+def graph_summary(path: Path) -> dict:
+    """What a file holds: op counts, the weights' element types, the past-KV inputs."""
+    import onnx
+
+    m = onnx.load(str(path), load_external_data=False)
+    types = Counter()
+    for t in m.graph.initializer:
+        types[onnx.TensorProto.DataType.Name(t.data_type)] += int(np.prod(t.dims)) if t.dims else 1
+    # The output projection: its own weight (stock install) or the embedding through a Transpose
+    # (with accelerate installed, Optimum re-ties the weights that way); its ops once quantized.
+    head = [n for n in m.graph.node if n.name.startswith("/lm_head/") or n.name.startswith("/lm_head_")]
+    tied = any(n.op_type == "Transpose" and any("wte" in i for i in n.input) for n in m.graph.node)
+    lm_head = (f"{'+'.join(sorted({n.op_type for n in head})) or '?'}, "
+               f"{'the embedding through a Transpose' if tied else 'its own weight'}")
+    return {
+        "lm_head": lm_head,
+        "ops": dict(sorted(Counter(n.op_type for n in m.graph.node).items())),
+        "initializer_elements_by_type": dict(types),
+        "past_inputs": sum(1 for i in m.graph.input if i.name.startswith("past_key_values")),
+        "opset": max((o.version for o in m.opset_import if o.domain in ("", "ai.onnx")), default=None),
+    }
 
 
 def check(model_dir: Path, hf: Path):
@@ -139,7 +144,7 @@ def main():
 
     tmp = Path(tempfile.mkdtemp(prefix="ggweb-onnx-out-", dir=out.parent))
     try:
-        print("exporting fp32 (optimum-onnx)", flush=True)
+        print("exporting fp32 (optimum-cli export onnx, stock)", flush=True)
         export_fp32(hf, tmp)
         print("quantizing q8", flush=True)
         quantize_q8(tmp / "onnx" / "model.onnx", tmp / "onnx" / "model_quantized.onnx")
@@ -147,8 +152,11 @@ def main():
         quantize_q4(tmp / "onnx" / "model.onnx", tmp / "onnx" / "model_q4.onnx")
         print("checking against PyTorch", flush=True)
         report = check(tmp, hf)
+        graphs = {f.name: graph_summary(f) for f in sorted((tmp / "onnx").glob("*.onnx"))}
+        for name, g in graphs.items():
+            print(f"  {name}: lm_head {g['lm_head']}; {g['ops']}, weights {g['initializer_elements_by_type']}")
         (tmp / "ggweb-bench.json").write_text(json.dumps({**json.loads((hf / "ggweb-bench.json").read_text()),
-                                                          "onnx_check": report}, indent=1) + "\n")
+                                                          "onnx_check": report, "onnx_graphs": graphs}, indent=1) + "\n")
         if out.exists():
             shutil.rmtree(out)
         tmp.rename(out)

@@ -4,8 +4,9 @@
 #                                    (tests/fixtures/make_fixtures.py --shape 124m, with its HF references)
 #   gpt2-124m-hf/                    the same model as a Hugging Face folder + PyTorch's greedy ids
 #                                    for bench/prompt.txt (bench/export_hf.py)
-#   gpt2-124m-onnx/                  its ONNX export for transformers.js: onnx/model.onnx (fp32),
-#                                    model_quantized.onnx (q8), model_q4.onnx (q4) (bench/export_onnx.py)
+#   gpt2-124m-onnx/                  its ONNX files for transformers.js, made as its docs say (bench/export_onnx.py):
+#                                    onnx/model.onnx (fp32, the stock optimum-cli export), model_quantized.onnx (q8)
+#                                    and model_q4.onnx (q4) (transformers.js's own quantization recipes)
 # Python: GGWEB_PY (default /opt/ggweb-py, the fixtures venv: tests/fixtures/requirements.txt) and
 # GGWEB_ONNX_PY (default /opt/ggweb-onnx: optimum-onnx needs transformers < 4.58, so its own venv).
 # Both are created when missing. MAKE_FIXTURES overrides the path of make_fixtures.py.
@@ -36,11 +37,19 @@ if [ ! -x "$PY_DIR/bin/python" ] || ! "$PY_DIR/bin/python" -c 'import torch, tra
     python3 -m venv "$PY_DIR"
     "$PY_DIR/bin/pip" install -q -r "$req"
 fi
-ONNX_REQ=(optimum-onnx==0.1.0 optimum==2.1.0 transformers==4.57.6 torch==2.15.0 accelerate==1.15.0 onnx==1.23.2 onnxruntime==1.32.0 onnx-ir==1.1.0)
-if [ ! -x "$ONNX_DIR/bin/python" ] || ! "$ONNX_DIR/bin/python" -c 'import optimum.exporters.onnx, onnxruntime, accelerate, onnx_ir' 2>/dev/null; then
+# What `pip install optimum-onnx` gives (pinned), plus onnxruntime for the quantizers and the check.
+# No accelerate: optimum-onnx does not depend on it, and with it Optimum keeps GPT-2's output
+# projection tied to the embedding through a Transpose node instead of its own MatMul weight
+# (the q8/q4 recipes then leave that largest matmul unquantized; bench/README.md).
+ONNX_REQ=(optimum-onnx==0.1.0 optimum==2.1.0 transformers==4.57.6 torch==2.15.0 onnx==1.23.2 onnxruntime==1.32.0 onnx-ir==1.1.0)
+if [ ! -x "$ONNX_DIR/bin/python" ] || ! "$ONNX_DIR/bin/python" -c 'import optimum.exporters.onnx, onnxruntime, onnx_ir' 2>/dev/null; then
     log "creating $ONNX_DIR: ${ONNX_REQ[*]}"
     python3 -m venv "$ONNX_DIR"
     "$ONNX_DIR/bin/pip" install -q "${ONNX_REQ[@]}"
+fi
+if "$ONNX_DIR/bin/python" -c 'import accelerate' 2>/dev/null; then
+    log "removing accelerate from $ONNX_DIR (not part of a stock optimum-onnx install; see above)"
+    "$ONNX_DIR/bin/pip" uninstall -q -y accelerate
 fi
 
 # newer FILE than every other argument (and existing)?

@@ -141,22 +141,22 @@ async function wllama(cfg) {
   return summarize(reps, { loadMs, internal: reps.map((r) => r.timings), nThreads: info?.n_threads });
 }
 
-/** transformers.js (ONNX Runtime Web, wasm execution provider). */
+/** transformers.js (ONNX Runtime Web, wasm execution provider), set up as its "Use custom
+ *  models" docs say: local models only, and `wasmPaths` pointed at a folder holding ONNX
+ *  Runtime Web's dist files (here the installed onnxruntime-web, instead of the CDN copy of the
+ *  same version it uses by default). Given a folder, ORT loads its default build from there
+ *  (ort-wasm-simd-threaded.asyncify.{mjs,wasm} for 4.3.2, as from the CDN); `numThreads` is the
+ *  count asked for (its default would be min(4, cores / 2)). */
 async function transformers(cfg) {
   const tjs = await import('/node_modules/@huggingface/transformers/dist/transformers.js');
   const { env, AutoModelForCausalLM, AutoTokenizer, BaseStreamer } = tjs;
   env.allowLocalModels = true;
   env.allowRemoteModels = false;
-  env.useBrowserCache = false;
+  env.useBrowserCache = false; // every row fetches its files, as every other runtime's does
   env.localModelPath = '/models/';
-  const wasm = env.backends.onnx.wasm;
-  // The bundle's ORT build, served from the installed packages rather than a CDN.
-  wasm.wasmPaths = {
-    mjs: '/node_modules/@huggingface/transformers/dist/ort-wasm-simd-threaded.jsep.mjs',
-    wasm: '/node_modules/onnxruntime-web/dist/ort-wasm-simd-threaded.jsep.wasm',
-  };
-  wasm.numThreads = cfg.threads;
-  wasm.proxy = false;
+  env.backends.onnx.wasm.wasmPaths = '/node_modules/onnxruntime-web/dist/';
+  env.backends.onnx.wasm.numThreads = cfg.threads;
+  if (cfg.tjsWasmPaths) env.backends.onnx.wasm.wasmPaths = cfg.tjsWasmPaths; // BENCH_TJS_WASMPATHS: another ORT build
 
   const t0 = now();
   const tok = await AutoTokenizer.from_pretrained(cfg.model);
@@ -193,7 +193,13 @@ async function transformers(cfg) {
   };
   const reps = await timed(gen, cfg);
   await model.dispose?.();
-  return summarize(reps, { loadMs, version: tjs.env.version });
+  return summarize(reps, { loadMs, version: tjs.env.version, ortWasm: ortBuild() });
+}
+
+/** The ORT wasm file the page fetched (its resource timing), for the row's note. */
+function ortBuild() {
+  const e = performance.getEntriesByType('resource').find((x) => /ort-wasm[^/]*\.wasm$/.test(x.name));
+  return e ? e.name.split('/').pop() : null;
 }
 
 export const RUNNERS = { ggweb, wllama, transformers };

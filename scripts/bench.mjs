@@ -20,6 +20,11 @@
 //   BENCH_ROW_TIMEOUT_S    per-row limit (default 600)
 //   BENCH_RELAXED=0        ggweb on its plain builds (relaxedSimd: false) instead of the relaxed-SIMD ones
 //   BENCH_RETRIES=2        a failed row is run again (fresh page) this many times; tries are reported
+//   BENCH_PAIRS=3          after the table, per thread count: ggweb's best (Q8_0/Q4_0) and the best peer row,
+//                          alternately this many times each (scripts/bench-paired.mjs); 0: no pairing
+//   BENCH_TJS_MODEL=dir    transformers.js rows on another folder of .models/ (default gpt2-124m-onnx)
+//   BENCH_TJS_WASMPATHS=json  transformers.js's env.backends.onnx.wasm.wasmPaths instead of the dist folder
+//                          (another ORT build: '{"mjs":"/node_modules/onnxruntime-web/dist/ort-wasm-simd-threaded.jsep.mjs","wasm":...}')
 //   CHROMIUM=path          browser binary (default /usr/bin/chromium)
 import { chromium } from 'playwright-core';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
@@ -28,6 +33,7 @@ import { fileURLToPath } from 'node:url';
 import { cpus, loadavg } from 'node:os';
 import { createRequire } from 'node:module';
 import { findModelsDir, startServer } from './serve.mjs';
+import { pairedSection, pairedText, pickPair, runPairs } from './bench-paired.mjs';
 
 const gpt2Decode = createRequire(import.meta.url)('gpt-3-encoder').decode;
 
@@ -41,9 +47,10 @@ const TOKENS = Number(env.BENCH_TOKENS ?? 64);
 const REPS = Number(env.BENCH_REPS ?? 3);
 const THREADS = (env.BENCH_THREADS ?? '1,2').split(',').map(Number).filter((n) => n > 0);
 const RETRIES = Number(env.BENCH_RETRIES ?? 2);
+const PAIRS = Number(env.BENCH_PAIRS ?? 3);
 const ROW_TIMEOUT_MS = Number(env.BENCH_ROW_TIMEOUT_S ?? 600) * 1000;
 const GGWEB_WEB = resolve(env.BENCH_GGWEB_WEB ?? join(ROOT, 'web'));
-const TJS_MODEL = 'gpt2-124m-onnx';
+const TJS_MODEL = env.BENCH_TJS_MODEL ?? 'gpt2-124m-onnx';
 
 // dtype classes line rows up for the ratio columns: each peer row is compared with ggweb's row
 // of the same class. transformers.js's quantizations are not ggml's block formats (see BENCHMARKS.md).
@@ -53,10 +60,12 @@ const GGUF = [
   { dtype: 'q8_0', cls: '8-bit' },
   { dtype: 'q4_0', cls: '4-bit' },
 ];
+// transformers.js files as its docs make them (bench/export_onnx.py): the stock optimum-cli export,
+// then transformers.js's own q8 / q4 quantization recipes; `how` is the table's note.
 const ONNX = [
-  { dtype: 'fp32', cls: 'f32', file: 'model.onnx' },
-  { dtype: 'q8', cls: '8-bit', file: 'model_quantized.onnx' },
-  { dtype: 'q4', cls: '4-bit', file: 'model_q4.onnx' },
+  { dtype: 'fp32', cls: 'f32', file: 'model.onnx', how: 'stock optimum-cli export' },
+  { dtype: 'q8', cls: '8-bit', file: 'model_quantized.onnx', how: 'stock export + tjs q8 recipe' },
+  { dtype: 'q4', cls: '4-bit', file: 'model_q4.onnx', how: 'stock export + tjs q4 recipe' },
 ];
 
 const mounts = [
@@ -90,13 +99,13 @@ function rows(webgpu) {
   }
   for (const t of THREADS) {
     for (const g of gguf) {
-      out.push({ runtime: 'wllama', dtype: g.dtype, cls: g.cls, threads: t, backend: 'cpu', model: `/models/124m-${g.dtype}.gguf` });
+      out.push({ runtime: 'wllama', dtype: g.dtype, cls: g.cls, threads: t, backend: 'cpu', model: `/models/124m-${g.dtype}.gguf`, how: 'README setup, its one wllama.wasm' });
     }
   }
   for (const t of THREADS) {
     for (const o of ONNX) {
       if (!existsSync(join(MODELS, TJS_MODEL, 'onnx', o.file))) continue;
-      out.push({ runtime: 'transformers', dtype: o.dtype, cls: o.cls, threads: t, backend: 'wasm', model: TJS_MODEL });
+      out.push({ runtime: 'transformers', dtype: o.dtype, cls: o.cls, threads: t, backend: 'wasm', model: TJS_MODEL, how: o.how });
     }
   }
   for (const r of out) r.key = `${r.runtime}/${r.dtype}/t${r.threads}/${r.backend}`;
@@ -140,17 +149,25 @@ function matchHf(r, ref) {
   return n;
 }
 
+/** How the row ran, for the table's last column (bench/README.md "What runs" has the details). */
+function howRun(r) {
+  if (r.runtime === 'ggweb') return r.build ? `${r.build} build, worker` : 'worker';
+  // transformers.js: the ORT wasm file the page fetched (ort-wasm-simd-threaded.asyncify.wasm: "asyncify").
+  const ort = r.ortWasm ? ` · ORT ${r.ortWasm.replace(/^ort-wasm-simd-threaded\.?|\.?wasm$/g, '') || 'plain'} build` : '';
+  return `${r.how ?? ''}${ort}`;
+}
+
 function table(results) {
   const base = {};
   // Each peer row against ggweb's CPU row of the same width class and thread count.
   for (const r of results) if (r.runtime === 'ggweb' && r.backend === 'cpu' && r.ok) base[`${r.cls}/t${r.threads}`] = r;
   const head = ['runtime', 'backend', 'dtype', 'threads', 'load s', 'prefill tok/s', 'decode tok/s',
-    'prefill vs ggweb', 'decode vs ggweb', `prompt ms #1 / #${REPS + 1}`, `= HF greedy (of ${TOKENS})`];
+    'prefill vs ggweb', 'decode vs ggweb', `prompt ms #1 / #${REPS + 1}`, `= HF greedy (of ${TOKENS})`, 'run as'];
   const lines = [head];
   for (const r of results) {
     if (!r.ok) {
       lines.push([r.runtime, r.backend, r.dtype, String(r.threads), '—', '—', '—', '—', '—', '—',
-        `error${r.tries > 1 ? ` (${r.tries} tries)` : ''}: ${r.error}`.slice(0, 160)]);
+        `error${r.tries > 1 ? ` (${r.tries} tries)` : ''}: ${r.error}`.slice(0, 160), howRun(r)]);
       continue;
     }
     const b = base[`${r.cls}/t${r.threads}`];
@@ -162,6 +179,7 @@ function table(results) {
       r.firstTtftMs != null ? `${fmt(r.firstTtftMs, 0)} / ${fmt(r.lastTtftMs, 0)} (${fmt(r.firstTtftMs / r.lastTtftMs, 2)}×)` : '—',
       (r.hfMatch == null ? '—' : `${r.hfMatch}${r.tokens !== TOKENS ? ` (${r.tokens} made)` : ''}`) +
         (r.tries > 1 ? ` · try ${r.tries}` : ''),
+      howRun(r),
     ]);
   }
   const w = head.map((_, i) => Math.max(...lines.map((l) => l[i].length)));
@@ -180,6 +198,7 @@ function mdSection(meta, results) {
     `then ${TOKENS} greedy tokens; medians of ${REPS} timed runs after a warm-up (prefill and decode each).`,
     `"prompt ms #1 / #${REPS + 1}": time to the first token of the warm-up run (the first generation after load)`,
     `and of the last timed run; ggweb's timed runs evaluate the whole prompt (its prompt cache is emptied first).`,
+    `"run as": each peer as its own docs set it up, local files only (bench/README.md); ggweb: the wasm build it picked.`,
     '',
     table(results),
     '',
@@ -208,6 +227,7 @@ async function main() {
   mkdirSync(OUT, { recursive: true });
   const consoleLog = [];
   const results = [];
+  const paired = [];
   let probeInfo;
   try {
     const open = async () => {
@@ -234,7 +254,8 @@ async function main() {
     if (!list.length) throw new Error('no rows to run (models missing, or BENCH_ONLY matches none)');
     console.log(`bench: ${list.length} rows, ${REPS} reps x ${TOKENS} tokens; Chromium ${browserVersion}; ` +
       `WebGPU: ${probeInfo.webgpu ? `${probeInfo.webgpu.description || probeInfo.webgpu.vendor}${probeInfo.webgpu.fallback ? ' (fallback adapter)' : ''}` : 'none'}`);
-    for (const row of list) {
+    /** One row in a fresh page (retried on failure), with the derived rates; logs one line. */
+    const runRow = async (row) => {
       const t0 = Date.now();
       let r;
       const errors = [];
@@ -243,7 +264,7 @@ async function main() {
         try {
           const o = await open();
           ctx = o.ctx;
-          r = await withTimeout(o.page.evaluate((cfg) => window.bench.run(cfg), { ...row, prompt, tokens: TOKENS, reps: REPS, nCtx, relaxedSimd: env.BENCH_RELAXED !== '0' }),
+          r = await withTimeout(o.page.evaluate((cfg) => window.bench.run(cfg), { ...row, prompt, tokens: TOKENS, reps: REPS, nCtx, relaxedSimd: env.BENCH_RELAXED !== '0', tjsWasmPaths: env.BENCH_TJS_WASMPATHS ? JSON.parse(env.BENCH_TJS_WASMPATHS) : undefined }),
             ROW_TIMEOUT_MS, row.key);
         } catch (e) {
           r = { ok: false, error: e.message.split('\n')[0] };
@@ -260,16 +281,26 @@ async function main() {
         r.prefillTps = r.promptTokens / (r.ttftMs / 1000);
         r.decodeTps = (r.tokens - 1) / (r.decodeMs / 1000);
         r.hfMatch = matchHf(r, hfInfo?.greedy_ids?.slice(0, TOKENS));
+        r.build = r.threadInfo?.build ?? r.build; // ggweb: the wasm build that ran
         if (r.promptTokens !== hfInfo?.prompt_ids?.length) r.note = `prompt was ${r.promptTokens} tokens`;
         const reused = [r.firstStats, ...(r.internal ?? [])].map((st) => st?.cachedTokens).filter((n) => n > 0);
         if (reused.length) r.note = `${r.note ? `${r.note}; ` : ''}prompt cache reused ${reused.join(', ')} tokens`;
       }
-      results.push(r);
       const s = r.ok
         ? `load ${fmt(r.loadMs / 1000, 2)} s, prefill ${fmt(r.prefillTps)} tok/s (${r.promptTokens} tok), decode ${fmt(r.decodeTps)} tok/s (${r.tokens} tok), = HF ${r.hfMatch ?? '?'}` +
           (r.firstTtftMs != null ? `, prompt #1 ${fmt(r.firstTtftMs, 0)} ms vs #${REPS + 1} ${fmt(r.lastTtftMs, 0)} ms (${fmt(r.firstTtftMs / r.lastTtftMs, 2)}×)` : '')
         : `error: ${r.error}`;
       console.log(`  ${row.key.padEnd(26)} ${s}  [${((Date.now() - t0) / 1000).toFixed(0)} s]`);
+      return r;
+    };
+    for (const row of list) results.push(await runRow(row));
+    if (PAIRS > 0 && !env.BENCH_MODEL) {
+      for (const t of THREADS) {
+        const pick = pickPair(results, t);
+        if (pick.why) { paired.push({ threads: t, why: pick.why }); continue; }
+        console.log(`bench: pairing at ${t} thread${t > 1 ? 's' : ''}: ${pick.ggweb.key} vs ${pick.peer.key}, ${PAIRS} pairs`);
+        paired.push(await runPairs(pick, PAIRS, runRow));
+      }
     }
   } finally {
     await browser.close().catch(() => {});
@@ -295,28 +326,41 @@ async function main() {
     probe: probeInfo,
   };
   const md = mdSection(meta, results);
-  writeFileSync(join(OUT, 'results.json'), JSON.stringify({ meta, results }, null, 1) + '\n');
-  writeFileSync(join(OUT, 'results.md'), md);
+  const pairedMd = paired.length ? pairedSection({ ...meta, reps: REPS }, paired) : null;
+  writeFileSync(join(OUT, 'results.json'), JSON.stringify({ meta, results, paired }, null, 1) + '\n');
+  writeFileSync(join(OUT, 'results.md'), md + (pairedMd ? `\n${pairedMd}` : ''));
   console.log('\n' + table(results) + '\n');
   console.log(`"vs ggweb": this row's tok/s ÷ ggweb cpu's at the same dtype class (>1: faster than ggweb).`);
+  if (paired.length) console.log(`\npaired (decode, ggweb ÷ peer):\n${pairedText(paired)}\n`);
   console.log(`wrote ${join(OUT, 'results.json')} and results.md`);
-  if (args.has('--update-md')) updateMd(md);
+  if (args.has('--update-md')) {
+    updateMd(md);
+    if (pairedMd) updateMd(pairedMd, PAIRED_MARKS);
+  }
   if (!results.some((r) => r.ok)) process.exit(1);
 }
 
-const START = '<!-- bench:browser:start (scripts/bench.mjs --update-md writes between these lines) -->';
-const END = '<!-- bench:browser:end -->';
+const BROWSER_MARKS = {
+  start: '<!-- bench:browser:start (scripts/bench.mjs --update-md writes between these lines) -->',
+  end: '<!-- bench:browser:end -->',
+  heading: 'Browser, side by side',
+};
+const PAIRED_MARKS = {
+  start: '<!-- bench:paired:start (scripts/bench.mjs --update-md writes between these lines) -->',
+  end: '<!-- bench:paired:end -->',
+  heading: 'Browser, paired runs against the best peer',
+};
 
-function updateMd(section) {
+function updateMd(section, { start, end, heading } = BROWSER_MARKS) {
   const path = join(ROOT, 'BENCHMARKS.md');
   let text = existsSync(path) ? readFileSync(path, 'utf8') : '# Benchmarks\n';
-  const block = `${START}\n${section}${END}`;
-  const a = text.indexOf(START);
-  const b = text.indexOf(END);
+  const block = `${start}\n${section}${end}`;
+  const a = text.indexOf(start);
+  const b = text.indexOf(end);
   if (a >= 0 && b > a) {
-    text = text.slice(0, a) + block + text.slice(b + END.length);
+    text = text.slice(0, a) + block + text.slice(b + end.length);
   } else {
-    text = text.replace(/\n*$/, '\n\n') + `## Browser, side by side\n\n${block}\n`;
+    text = text.replace(/\n*$/, '\n\n') + `## ${heading}\n\n${block}\n`;
   }
   writeFileSync(path, text);
   console.log(`updated ${path}`);
