@@ -21,6 +21,10 @@
 //   BENCH_RELAXED=0        ggweb on its plain builds (relaxedSimd: false) instead of the relaxed-SIMD ones
 //   BENCH_RETRIES=2        a failed row is run again (fresh page) this many times; tries are reported
 //   CHROMIUM=path          browser binary (default /usr/bin/chromium)
+//   BENCH_SECTIONS=rows,depth,load   which parts run: the side-by-side rows, ggweb's decode at
+//                          context depths, ggweb's load against the page's raw fetch (bench/README.md)
+//   BENCH_DEPTHS=64,512,1000  BENCH_DEPTH_TOKENS=16  BENCH_DEPTH_DTYPES=q8_0  BENCH_DEPTH_KV=f32,f16
+//   BENCH_LOAD_MODELS=/models/124m-q8_0.gguf,...   model URLs (paths on this server) for the load rows
 import { chromium } from 'playwright-core';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
@@ -28,6 +32,7 @@ import { fileURLToPath } from 'node:url';
 import { cpus, loadavg } from 'node:os';
 import { createRequire } from 'node:module';
 import { findModelsDir, startServer } from './serve.mjs';
+import { depthTable, loadTable, runDepthRows, runLoadRows } from './bench-ggweb.mjs';
 
 const gpt2Decode = createRequire(import.meta.url)('gpt-3-encoder').decode;
 
@@ -44,6 +49,7 @@ const RETRIES = Number(env.BENCH_RETRIES ?? 2);
 const ROW_TIMEOUT_MS = Number(env.BENCH_ROW_TIMEOUT_S ?? 600) * 1000;
 const GGWEB_WEB = resolve(env.BENCH_GGWEB_WEB ?? join(ROOT, 'web'));
 const TJS_MODEL = 'gpt2-124m-onnx';
+const SECTIONS = new Set((env.BENCH_SECTIONS ?? 'rows,depth,load').split(','));
 
 // dtype classes line rows up for the ratio columns: each peer row is compared with ggweb's row
 // of the same class. transformers.js's quantizations are not ggml's block formats (see BENCHMARKS.md).
@@ -208,6 +214,8 @@ async function main() {
   mkdirSync(OUT, { recursive: true });
   const consoleLog = [];
   const results = [];
+  const depthResults = [];
+  const loadResults = [];
   let probeInfo;
   try {
     const open = async () => {
@@ -230,8 +238,10 @@ async function main() {
       await ctx.close();
     }
     if (!probeInfo.crossOriginIsolated) throw new Error('the bench page is not cross-origin isolated: wasm threads would not run');
-    const list = rows(probeInfo.webgpu);
-    if (!list.length) throw new Error('no rows to run (models missing, or BENCH_ONLY matches none)');
+    const list = SECTIONS.has('rows') || env.BENCH_MODEL ? rows(probeInfo.webgpu) : [];
+    if (!list.length && (env.BENCH_MODEL || !(SECTIONS.has('depth') || SECTIONS.has('load')))) {
+      throw new Error('no rows to run (models missing, or BENCH_ONLY matches none)');
+    }
     console.log(`bench: ${list.length} rows, ${REPS} reps x ${TOKENS} tokens; Chromium ${browserVersion}; ` +
       `WebGPU: ${probeInfo.webgpu ? `${probeInfo.webgpu.description || probeInfo.webgpu.vendor}${probeInfo.webgpu.fallback ? ' (fallback adapter)' : ''}` : 'none'}`);
     for (const row of list) {
@@ -271,6 +281,9 @@ async function main() {
         : `error: ${r.error}`;
       console.log(`  ${row.key.padEnd(26)} ${s}  [${((Date.now() - t0) / 1000).toFixed(0)} s]`);
     }
+    const extraCfg = { root: ROOT, models: MODELS, mounts, relaxedSimd: env.BENCH_RELAXED !== '0', timeoutMs: ROW_TIMEOUT_MS };
+    if (!env.BENCH_MODEL && SECTIONS.has('depth')) depthResults.push(...(await runDepthRows(open, extraCfg)));
+    if (!env.BENCH_MODEL && SECTIONS.has('load')) loadResults.push(...(await runLoadRows(extraCfg)));
   } finally {
     await browser.close().catch(() => {});
     await server.close();
@@ -294,14 +307,16 @@ async function main() {
     promptTokens: hfInfo?.prompt_ids?.length ?? '?',
     probe: probeInfo,
   };
-  const md = mdSection(meta, results);
-  writeFileSync(join(OUT, 'results.json'), JSON.stringify({ meta, results }, null, 1) + '\n');
+  const extraMd = [depthTable(depthResults), loadTable(loadResults)].filter(Boolean).join('\n');
+  const md = (results.length ? mdSection(meta, results) : '') + (extraMd ? `\n${extraMd}` : '');
+  writeFileSync(join(OUT, 'results.json'), JSON.stringify({ meta, results, depthResults, loadResults }, null, 1) + '\n');
   writeFileSync(join(OUT, 'results.md'), md);
-  console.log('\n' + table(results) + '\n');
-  console.log(`"vs ggweb": this row's tok/s ÷ ggweb cpu's at the same dtype class (>1: faster than ggweb).`);
+  if (results.length) console.log('\n' + table(results) + '\n');
+  if (extraMd) console.log('\n' + extraMd);
+  if (results.length) console.log(`"vs ggweb": this row's tok/s ÷ ggweb cpu's at the same dtype class (>1: faster than ggweb).`);
   console.log(`wrote ${join(OUT, 'results.json')} and results.md`);
-  if (args.has('--update-md')) updateMd(md);
-  if (!results.some((r) => r.ok)) process.exit(1);
+  if (args.has('--update-md') && results.length) updateMd(mdSection(meta, results) + (extraMd ? `\n${extraMd}` : ''));
+  if (![...results, ...depthResults, ...loadResults].some((r) => r.ok)) process.exit(1);
 }
 
 const START = '<!-- bench:browser:start (scripts/bench.mjs --update-md writes between these lines) -->';
