@@ -202,7 +202,84 @@ function ortBuild() {
   return e ? e.name.split('/').pop() : null;
 }
 
-export const RUNNERS = { ggweb, wllama, transformers };
+/** `ggweb bench`'s fixed prompt ids (crate/bin/run.rs bench_ids): no tokenizer involved. */
+function benchIds(n, nVocab) {
+  return Array.from({ length: n }, (_, i) => (i * 2654435761 + 12345) % nVocab);
+}
+
+/** Decode cost against context depth (`ggweb bench --n-past` in the browser). Per depth D
+ *  (increasing): generate after D fixed ids, `tokens` greedy tokens; decode = (tokens - 1) ÷
+ *  the time from the first to the last, so it covers positions D+1 .. D+tokens-1. The prompt
+ *  cache reuses the previous depth's ids (they are a prefix), which shortens the fill only;
+ *  the median of `reps` generations per depth (each rep re-decodes from depth D). */
+async function ggwebDepths(cfg) {
+  const { Model } = await import('/ggweb/ggweb.js');
+  const m = await Model.load(cfg.model, {
+    backend: 'cpu', worker: true, nCtx: cfg.nCtx, nBatch: 256, nThreads: cfg.threads ?? 1, kvType: cfg.kvType,
+    relaxedSimd: cfg.relaxedSimd,
+  });
+  const info = m.info();
+  const nVocab = info.tokenizer?.n_vocab ?? info.hparams?.n_vocab;
+  const gen = async (ids, maxTokens) => {
+    const r = { n: 0 };
+    r.t0 = now();
+    const it = m.generate(ids, { maxTokens, temperature: 0, seed: 1, ignoreEos: true });
+    for await (const _ of it) {
+      if (r.n++ === 0) r.t1 = now();
+    }
+    r.t2 = now();
+    r.stats = await it.stats;
+    return r;
+  };
+  await gen(benchIds(cfg.depths[0], nVocab), 8); // warm-up: V8's tiers, first touch of the cache
+  const mid = (xs) => [...xs].sort((a, b) => a - b)[Math.floor((xs.length - 1) / 2)];
+  const depths = [];
+  for (const d of cfg.depths) {
+    const ids = benchIds(d, nVocab);
+    const reps = [];
+    for (let i = 0; i < cfg.reps; i++) {
+      // An untimed other token first: each rep then fills from the shared prefix and decodes
+      // the same positions (the cache would otherwise hold the previous rep's output).
+      if (i > 0) await m.logits(ids.slice(0, d - 1).concat([(ids[d - 1] + 1) % nVocab]));
+      const r = await gen(ids, cfg.tokens);
+      reps.push({ decodeTps: (r.n - 1) / ((r.t2 - r.t1) / 1000), fillMs: r.t1 - r.t0, tokens: r.n, cached: r.stats?.cachedTokens });
+    }
+    depths.push({ nPast: d, decodeTps: mid(reps.map((r) => r.decodeTps)), reps });
+  }
+  const out = { ok: true, kvType: info.memory?.kvType, nCtx: info.hparams?.n_ctx, threadInfo: info.threads, depths };
+  await m.dispose();
+  return out;
+}
+
+export const RUNNERS = { ggweb, wllama, transformers, ggwebDepths };
+
+/** Load against transfer, one step per call so scripts/bench.mjs can count the bytes the
+ *  server sent for each: `fetch` + reading the whole body of `url` (the page's raw transfer
+ *  speed; not stored in the HTTP cache), or `Model.load(url, { cache })` until the model is usable (then disposed). */
+export async function loadStep(step) {
+  const t0 = now();
+  if (step.kind === 'fetch') {
+    const res = await fetch(step.url, { cache: 'no-store' }); // leaves the HTTP cache to Model.load
+    if (!res.ok) throw new Error(`HTTP ${res.status} fetching ${step.url}`);
+    const reader = res.body.getReader();
+    let bytes = 0;
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      bytes += value.byteLength;
+    }
+    return { ms: now() - t0, bytes };
+  }
+  const { Model } = await import('/ggweb/ggweb.js');
+  const m = await Model.load(step.url, {
+    backend: 'cpu', worker: true, nThreads: step.threads ?? 1, relaxedSimd: step.relaxedSimd, nCtx: step.nCtx,
+    ...(step.cache ? { cache: step.cache } : {}),
+  });
+  const ms = now() - t0;
+  const load = m.info().load;
+  await m.dispose();
+  return { ms, bytes: load.bytes, via: load.via, cached: load.cached, engineMs: load.ms, warmUp: load.warmUp };
+}
 
 /** Environment facts the table header reports. */
 export async function probe() {

@@ -26,6 +26,10 @@
 //   BENCH_TJS_WASMPATHS=json  transformers.js's env.backends.onnx.wasm.wasmPaths instead of the dist folder
 //                          (another ORT build: '{"mjs":"/node_modules/onnxruntime-web/dist/ort-wasm-simd-threaded.jsep.mjs","wasm":...}')
 //   CHROMIUM=path          browser binary (default /usr/bin/chromium)
+//   BENCH_SECTIONS=rows,depth,load   which parts run: the side-by-side rows, ggweb's decode at
+//                          context depths, ggweb's load against the page's raw fetch (bench/README.md)
+//   BENCH_DEPTHS=64,512,1000  BENCH_DEPTH_TOKENS=16  BENCH_DEPTH_DTYPES=q8_0  BENCH_DEPTH_KV=f32,f16
+//   BENCH_LOAD_MODELS=/models/124m-q8_0.gguf,...   model URLs (paths on this server) for the load rows
 import { chromium } from 'playwright-core';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
@@ -34,6 +38,7 @@ import { cpus, loadavg } from 'node:os';
 import { createRequire } from 'node:module';
 import { findModelsDir, startServer } from './serve.mjs';
 import { pairedSection, pairedText, pickPair, runPairs } from './bench-paired.mjs';
+import { depthTable, loadTable, runDepthRows, runLoadRows } from './bench-ggweb.mjs';
 
 const gpt2Decode = createRequire(import.meta.url)('gpt-3-encoder').decode;
 
@@ -51,6 +56,7 @@ const PAIRS = Number(env.BENCH_PAIRS ?? 3);
 const ROW_TIMEOUT_MS = Number(env.BENCH_ROW_TIMEOUT_S ?? 600) * 1000;
 const GGWEB_WEB = resolve(env.BENCH_GGWEB_WEB ?? join(ROOT, 'web'));
 const TJS_MODEL = env.BENCH_TJS_MODEL ?? 'gpt2-124m-onnx';
+const SECTIONS = new Set((env.BENCH_SECTIONS ?? 'rows,depth,load').split(','));
 
 // dtype classes line rows up for the ratio columns: each peer row is compared with ggweb's row
 // of the same class. transformers.js's quantizations are not ggml's block formats (see BENCHMARKS.md).
@@ -228,6 +234,8 @@ async function main() {
   const consoleLog = [];
   const results = [];
   const paired = [];
+  const depthResults = [];
+  const loadResults = [];
   let probeInfo;
   try {
     const open = async () => {
@@ -250,8 +258,10 @@ async function main() {
       await ctx.close();
     }
     if (!probeInfo.crossOriginIsolated) throw new Error('the bench page is not cross-origin isolated: wasm threads would not run');
-    const list = rows(probeInfo.webgpu);
-    if (!list.length) throw new Error('no rows to run (models missing, or BENCH_ONLY matches none)');
+    const list = SECTIONS.has('rows') || env.BENCH_MODEL ? rows(probeInfo.webgpu) : [];
+    if (!list.length && (env.BENCH_MODEL || !(SECTIONS.has('depth') || SECTIONS.has('load')))) {
+      throw new Error('no rows to run (models missing, or BENCH_ONLY matches none)');
+    }
     console.log(`bench: ${list.length} rows, ${REPS} reps x ${TOKENS} tokens; Chromium ${browserVersion}; ` +
       `WebGPU: ${probeInfo.webgpu ? `${probeInfo.webgpu.description || probeInfo.webgpu.vendor}${probeInfo.webgpu.fallback ? ' (fallback adapter)' : ''}` : 'none'}`);
     /** One row in a fresh page (retried on failure), with the derived rates; logs one line. */
@@ -302,6 +312,9 @@ async function main() {
         paired.push(await runPairs(pick, PAIRS, runRow));
       }
     }
+    const extraCfg = { root: ROOT, models: MODELS, mounts, relaxedSimd: env.BENCH_RELAXED !== '0', timeoutMs: ROW_TIMEOUT_MS };
+    if (!env.BENCH_MODEL && SECTIONS.has('depth')) depthResults.push(...(await runDepthRows(open, extraCfg)));
+    if (!env.BENCH_MODEL && SECTIONS.has('load')) loadResults.push(...(await runLoadRows(extraCfg)));
   } finally {
     await browser.close().catch(() => {});
     await server.close();
@@ -325,19 +338,22 @@ async function main() {
     promptTokens: hfInfo?.prompt_ids?.length ?? '?',
     probe: probeInfo,
   };
-  const md = mdSection(meta, results);
+  const extraMd = [depthTable(depthResults), loadTable(loadResults)].filter(Boolean).join('\n');
+  const rowsMd = results.length ? mdSection(meta, results) : '';
+  const md = rowsMd + (extraMd ? `\n${extraMd}` : '');
   const pairedMd = paired.length ? pairedSection({ ...meta, reps: REPS }, paired) : null;
-  writeFileSync(join(OUT, 'results.json'), JSON.stringify({ meta, results, paired }, null, 1) + '\n');
+  writeFileSync(join(OUT, 'results.json'), JSON.stringify({ meta, results, paired, depthResults, loadResults }, null, 1) + '\n');
   writeFileSync(join(OUT, 'results.md'), md + (pairedMd ? `\n${pairedMd}` : ''));
-  console.log('\n' + table(results) + '\n');
-  console.log(`"vs ggweb": this row's tok/s ÷ ggweb cpu's at the same dtype class (>1: faster than ggweb).`);
+  if (results.length) console.log('\n' + table(results) + '\n');
+  if (extraMd) console.log('\n' + extraMd);
+  if (results.length) console.log(`"vs ggweb": this row's tok/s ÷ ggweb cpu's at the same dtype class (>1: faster than ggweb).`);
   if (paired.length) console.log(`\npaired (decode, ggweb ÷ peer):\n${pairedText(paired)}\n`);
   console.log(`wrote ${join(OUT, 'results.json')} and results.md`);
   if (args.has('--update-md')) {
-    updateMd(md);
+    if (results.length) updateMd(md);
     if (pairedMd) updateMd(pairedMd, PAIRED_MARKS);
   }
-  if (!results.some((r) => r.ok)) process.exit(1);
+  if (![...results, ...depthResults, ...loadResults].some((r) => r.ok)) process.exit(1);
 }
 
 const BROWSER_MARKS = {

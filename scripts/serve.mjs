@@ -106,7 +106,7 @@ async function statFile(file) {
       file = join(file, 'index.html');
       st = await fsp.stat(file);
     }
-    return st.isFile() ? { file, size: st.size } : null;
+    return st.isFile() ? { file, size: st.size, mtimeMs: st.mtimeMs } : null;
   } catch {
     return null;
   }
@@ -115,16 +115,26 @@ async function statFile(file) {
 /** Per key: { requests, ranges, bytes } served by the counted/norange test routes. */
 const tallies = new Map();
 
-async function serveFile(req, res, urlPath, mounts, isolate = true, tally = null, paced = false) {
+async function serveFile(req, res, urlPath, mounts, isolate = true, tally = null, paced = false, validators = false) {
   const file0 = resolvePath(urlPath, mounts);
   const found = file0 && (await statFile(file0));
   if (!found) return sendError(res, 404, `not found: ${urlPath}`);
-  const { file, size } = found;
+  const { file, size, mtimeMs } = found;
   const headers = {
     ...baseHeaders(isolate),
     'Content-Type': TYPES[extname(file).toLowerCase()] ?? 'application/octet-stream',
     'Accept-Ranges': 'bytes',
   };
+  if (validators) {
+    // As a static host sends them: with `no-cache` the browser revalidates a stored copy
+    // and gets a 304 when the file is unchanged.
+    headers.ETag = `"${size.toString(16)}-${Math.floor(mtimeMs).toString(16)}"`;
+    headers['Last-Modified'] = new Date(mtimeMs).toUTCString();
+    if (req.headers['if-none-match'] === headers.ETag) {
+      res.writeHead(304, headers);
+      return res.end();
+    }
+  }
   let start = 0;
   let end = size - 1;
   let status = 200;
@@ -246,17 +256,25 @@ async function serveTestRoute(req, res, rest, mounts) {
  * Starts the server. Resolves to { server, port, url, close() }.
  * `mounts`: extra [urlPrefix, directory] pairs, tried before the defaults.
  * `isolate: false` serves without COOP/COEP (the page is then not cross-origin isolated).
- * @param {{port?: number, host?: string, testRoutes?: boolean, quiet?: boolean, mounts?: [string, string][], isolate?: boolean}} opts
+ * `validators: true` adds ETag / Last-Modified to files and answers a matching If-None-Match
+ * with 304 (the bench's cached-reload rows); `onServe(path, status, bytes)` is called as each
+ * response finishes, with the body bytes written.
+ * @param {{port?: number, host?: string, testRoutes?: boolean, quiet?: boolean, mounts?: [string, string][], isolate?: boolean, validators?: boolean, onServe?: Function}} opts
  */
-export function startServer({ port = 8080, host = '127.0.0.1', testRoutes = false, quiet = true, mounts = [], isolate = true } = {}) {
+export function startServer({ port = 8080, host = '127.0.0.1', testRoutes = false, quiet = true, mounts = [], isolate = true, validators = false, onServe = null } = {}) {
   const allMounts = [...mounts.map(([p, d]) => [p, resolve(d)]), ...MOUNTS];
   const server = createServer((req, res) => {
     const url = new URL(req.url, 'http://x');
     if (!quiet) console.log(`${req.method} ${url.pathname}`);
+    if (onServe) {
+      const sock = res.socket;
+      const before = sock?.bytesWritten ?? 0;
+      res.on('finish', () => onServe(url.pathname, res.statusCode, (sock?.bytesWritten ?? 0) - before));
+    }
     if (req.method !== 'GET' && req.method !== 'HEAD') return sendError(res, 405, 'method not allowed');
     const handle = testRoutes && url.pathname.startsWith('/__test/')
       ? serveTestRoute(req, res, url.pathname.slice('/__test'.length), allMounts)
-      : serveFile(req, res, url.pathname, allMounts, isolate);
+      : serveFile(req, res, url.pathname, allMounts, isolate, null, false, validators);
     handle.catch((e) => {
       if (!res.headersSent) sendError(res, 500, String(e && e.message));
       else res.destroy();

@@ -118,6 +118,27 @@ fn bench_json_reports_speed_and_memory() {
     assert!(v["memory"]["weights"].as_u64().unwrap() > 25_000_000);
 }
 
+/// `--n-past`: one row per depth, in order, slowdown against the first; bad depth lists and
+/// depths past the context are messages.
+#[test]
+fn bench_n_past_reports_each_depth() {
+    let args =
+        ["bench", "--model", &model(), "--n-past", "8,100", "-n", "4", "--reps", "1", "--kv-type", "f16", "--json"];
+    let (code, out, err) = ggweb(&args, "");
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!((v["kv_type"].as_str(), v["n_ctx"].as_u64(), v["n_gen"].as_u64()), (Some("f16"), Some(128), Some(4)));
+    let d = v["depths"].as_array().unwrap();
+    assert_eq!(d.iter().map(|r| r["n_past"].as_u64().unwrap()).collect::<Vec<_>>(), [8, 100]);
+    assert_eq!(d[0]["slowdown"], 1.0);
+    assert!(d.iter().all(|r| r["gen_tok_s"].as_f64().unwrap() > 0.0), "{d:?}");
+    for (bad, why) in [("100,8", "increasing"), ("8,x", "'x'"), ("125", "exceeds the context (128)")] {
+        let (code, _, err) = ggweb(&["bench", "--model", &model(), "--n-past", bad, "-n", "4"], "");
+        assert_eq!(code, 1, "--n-past {bad}");
+        assert!(err.starts_with("ggweb: --n-past") && err.contains(why), "--n-past {bad}: {err}");
+    }
+}
+
 #[test]
 fn errors_are_messages_not_panics() {
     let cases: &[&[&str]] = &[

@@ -589,6 +589,12 @@ fn mul_mat_one_row_of_b_gives_the_batched_bits() {
     check_one_row_of_b_gives_the_batched_bits(&[3]);
 }
 
+/// A decode step's K·q (position blocks across all heads) has the prompt path's bits.
+#[test]
+fn mul_mat_decode_kq_gives_the_batched_bits() {
+    check_decode_kq_gives_the_batched_bits(&[3]);
+}
+
 // --- in place: the graph allocator may give a node its src[0]'s memory ---
 
 /// Each elementwise/row-wise op with the result placed exactly on src[0] must give what it

@@ -71,6 +71,12 @@ fn mul_mat_one_row_of_b_gives_the_batched_bits() {
     check_one_row_of_b_gives_the_batched_bits(&[]);
 }
 
+/// A decode step's K·q, position blocks across all heads: the prompt path's bits.
+#[wasm_bindgen_test]
+fn mul_mat_decode_kq_gives_the_batched_bits() {
+    check_decode_kq_gives_the_batched_bits(&[]);
+}
+
 /// As in tests/ops.rs: 2e-6 relative plus 1e-9 absolute.
 #[wasm_bindgen_test]
 fn soft_max_with_mask() {

@@ -27,7 +27,7 @@ pub const TRACE_USAGE: &str = "ggweb trace --model M (--prompt P | --ids I,I,...
 pub const LOGITS_USAGE: &str =
     "ggweb logits --model M --prompt P [--batch B] [--special] [--kv-type f32|f16] [--backend cpu|webgpu] [--gpu-layers N]";
 pub const TOKENIZE_USAGE: &str = "ggweb tokenize --model M [--special] [--decode]   (stdin: one JSON string, or with --decode one JSON array of ids, per line)";
-pub const BENCH_USAGE: &str = "ggweb bench --model M [-p 128] [-n 64] [--threads T] [--batch B] [--reps R] [--kv-type f32|f16] [--backend cpu|webgpu] [--gpu-layers N] [--profile] [--json]";
+pub const BENCH_USAGE: &str = "ggweb bench --model M [-p 128] [-n 64] [--threads T] [--batch B] [--reps R] [--kv-type f32|f16] [--n-past D1,D2,...] [--backend cpu|webgpu] [--gpu-layers N] [--profile] [--json]\n  --n-past: decode at context depths instead: per depth, fill the KV cache with D prompt ids, then time -n decode steps at positions D.. (the slowdown is against the first depth)";
 
 fn backend(args: &Args) -> Result<Rc<dyn Backend>, String> {
     let threads: usize = args.get(&["threads", "t"], 1)?;
@@ -386,13 +386,17 @@ pub fn bench(argv: &[String]) -> Result<(), String> {
     let t_load = Instant::now();
     let LoadedModel { mut model, .. } = if cpu_only { load_on(&args, cpu.clone())? } else { load(&args)? };
     let load_s = t_load.elapsed().as_secs_f64();
+    let depths = args.str(&["n-past"]).map(|s| parse_depths(&s)).transpose()?;
     args.finish()?;
+    if let Some(depths) = depths {
+        let run = DepthRun { n_gen, reps, threads, profile, json_out, path: &path, load_s };
+        return bench_depths(&mut model, &cpu, &depths, &run);
+    }
     if n_prompt + n_gen > model.n_ctx() {
         return Err(format!("-p {n_prompt} + -n {n_gen} exceeds the context ({})", model.n_ctx()));
     }
     // Fixed pseudo-random ids: bench numbers must not depend on a tokenizer or a prompt.
-    let n_vocab = model.hparams.n_vocab as u64;
-    let ids: Vec<u32> = (0..n_prompt as u64).map(|i| ((i * 2654435761 + 12345) % n_vocab) as u32).collect();
+    let ids = bench_ids(n_prompt, model.hparams.n_vocab);
     let (mut pp, mut tg) = (Vec::new(), Vec::new());
     // Tokens per CPU second of the process (all threads): on a shared, loaded machine
     // closer to what an idle one would give than wall time, for one thread.
@@ -472,6 +476,123 @@ pub fn bench(argv: &[String]) -> Result<(), String> {
             let clock = if threads == 1 { "thread CPU" } else { "wall" };
             println!("\nprofile pp{n_prompt}: {clock} ms per token by node class\n{}", pp_table.to_text());
             println!("profile tg{n_gen}: {clock} ms per token by node class\n{}", tg_table.to_text());
+        }
+    }
+    Ok(())
+}
+
+/// Fixed pseudo-random ids: bench numbers must not depend on a tokenizer or a prompt
+/// (bench/llama_cpp_native.py uses the same formula).
+fn bench_ids(n: usize, n_vocab: usize) -> Vec<u32> {
+    (0..n as u64).map(|i| ((i * 2654435761 + 12345) % n_vocab as u64) as u32).collect()
+}
+
+/// `--n-past 64,512,1000`: increasing context depths, each at least 1.
+fn parse_depths(s: &str) -> Result<Vec<usize>, String> {
+    let mut v = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let d: usize = part.parse().map_err(|_| format!("--n-past: '{part}' is not a token count"))?;
+        if d == 0 || v.last().is_some_and(|&p| d <= p) {
+            return Err(format!("--n-past {s}: depths must be increasing and at least 1"));
+        }
+        v.push(d);
+    }
+    if v.is_empty() {
+        return Err("--n-past: give at least one depth, e.g. 64,512,1000".into());
+    }
+    Ok(v)
+}
+
+struct DepthRun<'a> {
+    n_gen: usize,
+    reps: usize,
+    threads: usize,
+    profile: bool,
+    json_out: bool,
+    path: &'a str,
+    load_s: f64,
+}
+
+/// Decode cost against context depth: per depth D, the KV cache is filled with D prompt ids
+/// (one untimed `eval_prompt`), then `n_gen` greedy single-token steps at positions D.. are
+/// timed, `reps` times from the same state (each repetition overwrites the same cache rows).
+fn bench_depths(
+    model: &mut ggweb::model::gpt2::Gpt2,
+    cpu: &CpuBackend,
+    depths: &[usize],
+    run: &DepthRun,
+) -> Result<(), String> {
+    let n_gen = run.n_gen.max(1);
+    let max = *depths.last().expect("at least one depth");
+    if max + n_gen > model.n_ctx() {
+        return Err(format!(
+            "--n-past {max} + -n {n_gen} exceeds the context ({}); pass a smaller -n or a larger --ctx",
+            model.n_ctx()
+        ));
+    }
+    let median = |v: &[f64]| {
+        let mut v = v.to_vec();
+        v.sort_by(|a, b| a.total_cmp(b));
+        v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+    };
+    let mut rows = Vec::new();
+    for &d in depths {
+        let ids = bench_ids(d, model.hparams.n_vocab);
+        let t = Instant::now();
+        let logits = model.eval_prompt(&ids, 0, false).map_err(|e| e.to_string())?;
+        let fill_tok_s = d as f64 / t.elapsed().as_secs_f64();
+        let first = ggweb::model::sampling::argmax(&logits);
+        let (mut tg, mut tg_cpu, mut prof) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..run.reps {
+            cpu.reset_profile();
+            let mut tok = first;
+            let (t, c) = (Instant::now(), process_cpu());
+            for i in 0..n_gen {
+                let l = model.eval(&[tok], d + i, false).map_err(|e| e.to_string())?;
+                tok = ggweb::model::sampling::argmax(&l);
+            }
+            tg.push(n_gen as f64 / t.elapsed().as_secs_f64());
+            if let (Some(c0), Some(c1)) = (c, process_cpu()) {
+                tg_cpu.push(n_gen as f64 / (c1 - c0));
+            }
+            prof.extend(cpu.profile());
+        }
+        let table = profile_table(&prof, (run.reps * n_gen) as f64);
+        rows.push((d, fill_tok_s, median(&tg), median(&tg_cpu), tg, table));
+    }
+    let (base, base_cpu) = (rows[0].2, rows[0].3);
+    let kv_type = model.kv.ty.name();
+    if run.json_out {
+        let out: Vec<_> = rows
+            .iter()
+            .map(|(d, fill, tg, tgc, all, table)| {
+                json!({
+                    "n_past": d, "fill_tok_s": fill, "gen_tok_s": tg, "gen_tok_per_cpu_s": tgc, "gen_tok_s_all": all,
+                    "slowdown": base / tg, "slowdown_cpu": base_cpu / tgc,
+                    "profile": if run.profile { table.to_json() } else { json!(null) },
+                })
+            })
+            .collect();
+        println!(
+            "{}",
+            json!({
+                "model": run.path, "backend": model.backend.name(), "threads": run.threads, "n_gen": n_gen,
+                "reps": run.reps, "load_s": run.load_s, "kv_type": kv_type, "n_ctx": model.n_ctx(), "depths": out,
+            })
+        );
+        return Ok(());
+    }
+    println!("{}", model.describe());
+    println!("| n_past | decode tok/s (median of {}) | tok per CPU second | slowdown vs n_past {} (wall / CPU) | fill tok/s |", run.reps, rows[0].0);
+    println!("|--:|--:|--:|--:|--:|");
+    for (d, fill, tg, tgc, _, _) in &rows {
+        println!("| {d} | {tg:.2} | {tgc:.2} | {:.2}× / {:.2}× | {fill:.1} |", base / tg, base_cpu / tgc);
+    }
+    println!("{n_gen} decode steps per repetition; KV cache {kv_type}, n_ctx {}", model.n_ctx());
+    if run.profile {
+        let clock = if run.threads == 1 { "thread CPU" } else { "wall" };
+        for (d, _, _, _, _, table) in &rows {
+            println!("\nprofile tg{n_gen} at n_past {d}: {clock} ms per token by node class\n{}", table.to_text());
         }
     }
     Ok(())

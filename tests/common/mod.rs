@@ -218,3 +218,38 @@ pub fn check_one_row_of_b_gives_the_batched_bits(threads: &[usize]) {
         }
     }
 }
+
+/// A decode step's K·q over a permuted KV cache ([hd, L, n_head] over [hd, n_head, L]: the
+/// heads of one position adjacent), which mul_mat runs position-block by position-block
+/// across all heads: every value has the bits of the same product with three rows of q
+/// (the prompt path, head by head), on 1 and on `threads` threads, for F32 and F16 caches.
+pub fn check_decode_kq_gives_the_batched_bits(threads: &[usize]) {
+    use ggweb::types::GgmlType::{F16, F32};
+    let ctx = ctx(64);
+    let mut rng = Rng(31);
+    // 300 positions: several 48-row blocks and a shorter last one; 12 heads of 64.
+    let (hd, nh, l) = (64i64, 12i64, 300i64);
+    for ty in [F32, F16] {
+        let (kflat, _) = random_tensor(&ctx, &mut rng, ty, [hd * nh, l, 1, 1], -1.0, 1.0);
+        let (q3flat, qv) = random_tensor(&ctx, &mut rng, F32, [hd * nh, 3, 1, 1], -1.0, 1.0);
+        let q1flat = ctx.new_tensor_2d(F32, hd * nh, 1);
+        q1flat.set_f32_slice(&qv[(hd * nh) as usize..2 * (hd * nh) as usize]);
+        let k = ctx.permute(&ctx.reshape_3d(&kflat, hd, nh, l), 0, 2, 1, 3); // [hd, l, nh]
+        let q3 = ctx.permute(&ctx.reshape_3d(&q3flat, hd, nh, 3), 0, 2, 1, 3); // [hd, 3, nh]
+        let q1 = ctx.permute(&ctx.reshape_3d(&q1flat, hd, nh, 1), 0, 2, 1, 3); // [hd, 1, nh]
+        let (c3, c1) = (ctx.mul_mat(&k, &q3), ctx.mul_mat(&k, &q1));
+        compute(&c3, 1);
+        compute(&c1, 1);
+        let (v3, v1) = (c3.to_f32_vec(), c1.to_f32_vec());
+        let l = l as usize;
+        for h in 0..nh as usize {
+            let want = &v3[(h * 3 + 1) * l..(h * 3 + 2) * l];
+            assert_eq!(&v1[h * l..(h + 1) * l], want, "{ty}: head {h}, one row of q");
+        }
+        for &n in threads {
+            let c1t = ctx.mul_mat(&k, &q1);
+            compute(&c1t, n);
+            assert_eq!(c1t.to_f32_vec(), v1, "{ty}: one row of q on {n} threads");
+        }
+    }
+}

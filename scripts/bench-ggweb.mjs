@@ -1,0 +1,196 @@
+// ggweb-only sections of `npm run bench` (scripts/bench.mjs), each with its own table:
+//   depth: decode tok/s after 64 / 512 / 1000 tokens of context, F32 and F16 KV cache
+//          (issue #18; bench/runners.js ggwebDepths)
+//   load:  Model.load of a URL against the same page's raw fetch of that file, then reloads
+//          from the HTTP cache and from the Cache API (issue #17; bench/runners.js loadStep)
+import { chromium } from 'playwright-core';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { startServer } from './serve.mjs';
+
+const env = process.env;
+const list = (v, d) => (v ?? d).split(',').map((x) => x.trim()).filter(Boolean);
+const fmt = (x, d = 1) => (x == null || !Number.isFinite(x) ? '—' : x.toFixed(d));
+
+const DEPTHS = list(env.BENCH_DEPTHS, '64,512,1000').map(Number);
+const DEPTH_TOKENS = Number(env.BENCH_DEPTH_TOKENS ?? 16);
+const DEPTH_REPS = Number(env.BENCH_REPS ?? 3);
+const DEPTH_DTYPES = list(env.BENCH_DEPTH_DTYPES, 'q8_0');
+const DEPTH_KV = list(env.BENCH_DEPTH_KV, 'f32,f16');
+const LOAD_MODELS = list(env.BENCH_LOAD_MODELS, '/models/124m-q8_0.gguf');
+
+function withTimeout(p, ms, what) {
+  let timer;
+  return Promise.race([
+    p.finally(() => clearTimeout(timer)),
+    new Promise((_, rej) => { timer = setTimeout(() => rej(new Error(`${what}: no result after ${ms / 1000} s`)), ms); }),
+  ]);
+}
+
+/** One row per dtype × KV type, each in a fresh page from `open()` (bench.mjs's). The
+ *  context is the bench models' full 1024; the deepest depth + tokens must fit in it. */
+export async function runDepthRows(open, cfg) {
+  const out = [];
+  for (const dtype of DEPTH_DTYPES) {
+    const file = `124m-${dtype}.gguf`;
+    if (!existsSync(join(cfg.models, file))) {
+      console.log(`  depth ${dtype}: skipped, no .models/${file}`);
+      continue;
+    }
+    for (const kvType of DEPTH_KV) {
+      const row = { dtype, kvType, threads: 1, model: `/models/${file}`, depths: DEPTHS, tokens: DEPTH_TOKENS, nCtx: 1024 };
+      const key = `ggweb-depth/${dtype}/kv-${kvType}`;
+      const t0 = Date.now();
+      let r;
+      let ctx;
+      try {
+        const o = await open();
+        ctx = o.ctx;
+        r = await withTimeout(o.page.evaluate((c) => window.bench.run(c), {
+          runtime: 'ggwebDepths', ...row, reps: DEPTH_REPS, relaxedSimd: cfg.relaxedSimd,
+        }), cfg.timeoutMs, key);
+      } catch (e) {
+        r = { ok: false, error: e.message.split('\n')[0] };
+      } finally {
+        await ctx?.close().catch(() => {});
+      }
+      r = { ...row, ...r, key };
+      out.push(r);
+      const s = r.ok
+        ? r.depths.map((d) => `n_past ${d.nPast}: ${fmt(d.decodeTps)} tok/s`).join(', ') +
+          `; slowdown ${fmt(r.depths[0].decodeTps / r.depths.at(-1).decodeTps, 2)}×`
+        : `error: ${r.error}`;
+      console.log(`  ${key.padEnd(26)} ${s}  [${((Date.now() - t0) / 1000).toFixed(0)} s]`);
+    }
+  }
+  return out;
+}
+
+export function depthTable(results) {
+  if (!results.length) return '';
+  const head = ['dtype', 'KV cache', 'threads', ...DEPTHS.map((d) => `n_past ${d} tok/s`), `slowdown at ${DEPTHS.at(-1)}`, 'spread (min–max over reps)'];
+  const lines = [head.join(' | '), head.map((_, i) => (i >= 2 ? '--:' : '---')).join('|')];
+  for (const r of results) {
+    if (!r.ok) {
+      lines.push([r.dtype, r.kvType, r.threads, ...DEPTHS.map(() => '—'), '—', `error: ${r.error}`.slice(0, 120)].join(' | '));
+      continue;
+    }
+    const tps = r.depths.map((d) => d.decodeTps);
+    const spread = r.depths.map((d) => {
+      const xs = d.reps.map((x) => x.decodeTps);
+      return `${fmt(Math.min(...xs))}–${fmt(Math.max(...xs))}`;
+    }).join(' / ');
+    lines.push([r.dtype.toUpperCase(), r.kvType.toUpperCase(), r.threads, ...tps.map((x) => fmt(x)), `${fmt(tps[0] / tps.at(-1), 2)}×`, spread].join(' | '));
+  }
+  return [
+    `Decode against context depth (ggweb, CPU, 1 thread, n_ctx 1024): per depth, ${DEPTH_TOKENS} greedy tokens after`,
+    `that many fixed prompt ids (\`ggweb bench\`'s), medians of ${DEPTH_REPS} (the bench models' n_ctx is 1024, so ${DEPTHS.at(-1)} + ${DEPTH_TOKENS} must fit).`,
+    '',
+    ...lines.map((l) => `| ${l} |`),
+    '',
+  ].join('\n');
+}
+
+/** Per model URL: a fresh browser profile on disk (a user's HTTP disk cache and Cache API
+ *  storage, not an incognito context's in-memory ones) and its own server, which sends
+ *  ETag / Last-Modified and counts the bytes it sent for each step. Steps, in one page:
+ *  raw fetch (no-store: the response is not cached), Model.load, raw fetch again, Model.load
+ *  again (served by the HTTP cache if the browser kept the file), then Model.load with
+ *  `cache` twice (the first stores into the Cache API, the second reads from it). */
+export async function runLoadRows(cfg) {
+  const out = [];
+  const served = { bytes: 0, statuses: [] };
+  const server = await startServer({
+    port: 0, mounts: cfg.mounts, validators: true,
+    onServe: (path, status, bytes) => {
+      if (!/\.gguf$/.test(path)) return;
+      served.bytes += bytes;
+      served.statuses.push(status);
+    },
+  });
+  try {
+    for (const model of LOAD_MODELS) {
+      const dir = mkdtempSync(join(tmpdir(), 'ggweb-bench-profile-'));
+      const key = `ggweb-load/${model}`;
+      const t0 = Date.now();
+      let r;
+      let ctx;
+      try {
+        ctx = await chromium.launchPersistentContext(dir, {
+          executablePath: env.CHROMIUM ?? '/usr/bin/chromium',
+          headless: true,
+          args: ['--no-sandbox', '--headless=new', '--disable-dev-shm-usage', '--disable-background-networking',
+            '--disable-component-update', '--disable-sync', '--no-first-run', '--disable-default-apps', '--disable-extensions'],
+        });
+        const page = ctx.pages()[0] ?? (await ctx.newPage());
+        await page.goto(`${server.url}bench/index.html`);
+        await page.waitForFunction(() => document.body.dataset.ready === '1', null, { timeout: 60000 });
+        const step = async (name, s) => {
+          served.bytes = 0;
+          served.statuses = [];
+          const res = await withTimeout(page.evaluate((x) => window.bench.loadStep(x), { url: model, relaxedSimd: cfg.relaxedSimd, ...s }),
+            cfg.timeoutMs, `${key} ${name}`);
+          return { name, ...res, servedBytes: served.bytes, statuses: [...served.statuses] };
+        };
+        const steps = [
+          await step('fetch', { kind: 'fetch' }),
+          await step('load', { kind: 'load' }),
+          await step('fetch2', { kind: 'fetch' }),
+          await step('reload-http', { kind: 'load' }),
+          await step('load-cacheapi-store', { kind: 'load', cache: 'ggweb-bench' }),
+          await step('reload-cacheapi', { kind: 'load', cache: 'ggweb-bench' }),
+        ];
+        r = { ok: true, steps };
+      } catch (e) {
+        r = { ok: false, error: e.message.split('\n')[0] };
+      } finally {
+        await ctx?.close().catch(() => {});
+        rmSync(dir, { recursive: true, force: true });
+      }
+      r = { model, key, ...r };
+      out.push(r);
+      const by = (n) => r.steps?.find((x) => x.name === n);
+      const s = r.ok
+        ? `fetch ${fmt(by('fetch').ms, 0)} / ${fmt(by('fetch2').ms, 0)} ms, load ${fmt(by('load').ms, 0)} ms ` +
+          `(${fmt(by('load').ms / Math.min(by('fetch').ms, by('fetch2').ms), 2)}× fetch), HTTP-cache reload ${fmt(by('reload-http').ms, 0)} ms ` +
+          `(${fmt(by('reload-http').servedBytes / 1e6, 1)} MB sent), Cache API reload ${fmt(by('reload-cacheapi').ms, 0)} ms (via ${by('reload-cacheapi').via})`
+        : `error: ${r.error}`;
+      console.log(`  ${key.padEnd(26)} ${s}  [${((Date.now() - t0) / 1000).toFixed(0)} s]`);
+    }
+  } finally {
+    await server.close();
+  }
+  return out;
+}
+
+export function loadTable(results) {
+  if (!results.length) return '';
+  const head = ['model', 'MB', 'raw fetch ms (1st / 2nd)', 'Model.load ms', 'load ÷ fetch', 'reload, HTTP cache: ms (MB sent, status)',
+    'load with cache (stores) ms', 'reload, Cache API ms', 'Cache API reload ÷ fetch'];
+  const lines = [head.join(' | '), head.map((_, i) => (i >= 1 ? '--:' : '---')).join('|')];
+  for (const r of results) {
+    if (!r.ok) {
+      lines.push([r.model, ...head.slice(1).map(() => '—')].join(' | ').replace(/—$/, `error: ${r.error}`.slice(0, 120)));
+      continue;
+    }
+    const by = (n) => r.steps.find((x) => x.name === n);
+    const f = Math.min(by('fetch').ms, by('fetch2').ms);
+    const h = by('reload-http');
+    lines.push([
+      r.model, fmt(by('fetch').bytes / 1e6, 1), `${fmt(by('fetch').ms, 0)} / ${fmt(by('fetch2').ms, 0)}`, fmt(by('load').ms, 0),
+      `${fmt(by('load').ms / f, 2)}×`, `${fmt(h.ms, 0)} (${fmt(h.servedBytes / 1e6, 1)}, ${[...new Set(h.statuses)].join('/')})`,
+      fmt(by('load-cacheapi-store').ms, 0), `${fmt(by('reload-cacheapi').ms, 0)} (via ${by('reload-cacheapi').via})`,
+      `${fmt(by('reload-cacheapi').ms / f, 2)}×`,
+    ].join(' | '));
+  }
+  return [
+    'Load against transfer (ggweb, CPU, 1 thread, worker; one page of a fresh on-disk browser profile per model):',
+    'raw fetch = `fetch(url, { cache: \'no-store\' })` + reading the whole body, before and after the first load;',
+    'load ÷ fetch uses the faster fetch. The server sends ETag and `Cache-Control: no-cache`, so a copy the browser',
+    'stored is revalidated (304) and read from its cache; "MB sent" shows whether it was.',
+    '',
+    ...lines.map((l) => `| ${l} |`),
+    '',
+  ].join('\n');
+}
