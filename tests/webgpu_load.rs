@@ -14,9 +14,6 @@
 //! --test webgpu_load -- --ignored --nocapture xl_f16`.
 #![cfg(not(target_arch = "wasm32"))] // native only: `wasm-pack test` builds every test file for wasm32
 
-#[allow(dead_code)]
-#[path = "gguf_support/mod.rs"]
-mod gguf_support;
 #[path = "sched_support/mod.rs"]
 mod sched_support;
 
@@ -126,7 +123,7 @@ fn streamed_weights_read_back_byte_exact() {
     let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let Some(gpu) = gpu() else { return };
     for name in ["tiny-gpt2-f16.gguf", "tiny-gpt2-q8_0.gguf", "tiny-gpt2-q4_0.gguf"] {
-        let path = gguf_support::models_dir().join(name);
+        let path = sched_support::gguf_support::models_dir().join(name);
         let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let h = header(&bytes);
         let loader = ModelLoader::new(gpu.clone(), opts(), Limits::default(), Some(bytes.len() as u64));
@@ -200,8 +197,9 @@ fn a_tensor_over_the_devices_limits_is_refused_by_name() {
 
 /// GPT-2 XL in F16 (48 × 1600, 3.2 GB of weights; larger than a wasm32 heap could hold
 /// beside its KV cache) loads onto WebGPU through 1 MiB chunks without a host copy, and one
-/// forward pass over a 10-token prompt gives the CPU's logits. Needs ~7 GB of memory (the CPU
-/// model, freed before lavapipe's). The file: `bash tests/fixtures/make_scale_models.sh
+/// forward pass over a 10-token prompt gives the CPU's logits (top-1 at every position).
+/// Takes ~5 min on lavapipe (the forward pass ~4 min) and a peak of 3.3 GB of memory: the
+/// CPU model is freed before lavapipe's buffers (host memory too) are made. The file: `bash tests/fixtures/make_scale_models.sh
 /// --shapes xl --types f16` (helper "scale"'s generator: random weights, real tokenizer).
 #[test]
 #[ignore = "scale: set GGWEB_SCALE_XL_F16 to the XL F16 GGUF and run with --ignored (npm run test:scale)"]
@@ -262,5 +260,8 @@ fn xl_f16_loads_on_webgpu_and_matches_the_cpu() {
     for (i, (g, w)) in got.chunks(n_vocab).zip(want.chunks(n_vocab)).enumerate() {
         assert_eq!(argmax(g), argmax(w), "position {i}: top-1");
     }
+    // Measured on lavapipe: max |Δ| 4.9e-6 (max |logit| 4.1), NMSE 1.7e-12: the bounds of the
+    // tiny model's test (1e-3) and of webgpu_ops.rs's F16 layers (NMSE 1e-8) hold with room.
+    assert!(d < 1e-3, "max |gpu - cpu| = {d}");
     assert!(nmse < 1e-8, "nmse {nmse:.2e}");
 }
