@@ -4,6 +4,7 @@ use alloc::alloc::{alloc_zeroed, dealloc, Layout};
 use alloc::format;
 use alloc::string::String;
 use core::ptr::NonNull;
+use core::sync::atomic::{AtomicUsize, Ordering};
 
 use super::{BackendError, Buffer};
 
@@ -64,6 +65,17 @@ pub fn in_bounds(offset: usize, len: usize, size: usize) -> bool {
     offset.checked_add(len).is_some_and(|end| end <= size)
 }
 
+/// Bytes of every [`HostBuffer`] alive now (CPU tensors, KV caches, compute buffers,
+/// allocating contexts' pools), on every thread: what a model holds in host memory, which
+/// is the wasm heap in the browser (see [`live_host_bytes`]).
+static LIVE_HOST_BYTES: AtomicUsize = AtomicUsize::new(0);
+
+/// Bytes of host buffers alive now. A model loaded wholly on WebGPU holds none; a split one
+/// holds exactly its CPU part (tests/webgpu_load.rs).
+pub fn live_host_bytes() -> usize {
+    LIVE_HOST_BYTES.load(Ordering::Relaxed)
+}
+
 /// A block of host memory with a fixed alignment. Kernels write it through raw pointers
 /// (`host_base`), so it is shared by handle and never borrowed as a Rust slice for long.
 pub struct HostBuffer {
@@ -89,6 +101,7 @@ impl HostBuffer {
             requested: size,
             limit: 0,
         })?;
+        LIVE_HOST_BYTES.fetch_add(size, Ordering::Relaxed);
         Ok(HostBuffer { ptr, layout, size, type_name: String::from(type_name) })
     }
 
@@ -99,6 +112,7 @@ impl HostBuffer {
 
 impl Drop for HostBuffer {
     fn drop(&mut self) {
+        LIVE_HOST_BYTES.fetch_sub(self.size, Ordering::Relaxed);
         // SAFETY: allocated in `new` with this layout.
         unsafe { dealloc(self.ptr.as_ptr(), self.layout) }
     }

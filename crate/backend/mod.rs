@@ -79,6 +79,12 @@ pub trait BufferType {
     fn max_size(&self) -> usize {
         usize::MAX
     }
+    /// The most bytes of one tensor a kernel can bind at once (WebGPU's
+    /// maxStorageBufferBindingSize, less a window's alignment slack); larger 2-D weights are
+    /// bound in row ranges. Default: no limit.
+    fn max_binding(&self) -> u64 {
+        u64::MAX
+    }
     /// Bytes `t` needs in a buffer of this type (padding included). Default: ggml_nbytes.
     fn alloc_size(&self, t: &Tensor) -> usize {
         t.nbytes()

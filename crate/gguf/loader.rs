@@ -42,6 +42,32 @@ pub struct BufferLoader {
     /// Per tensor index: its buffer and the offset of its first byte there.
     targets: Vec<(Rc<dyn Buffer>, usize)>,
     buffers: Vec<Rc<dyn Buffer>>,
+    /// The last bytes (fewer than 4) of a device tensor's piece, held until the next piece
+    /// completes their word: device writes are then whole words at word offsets, as
+    /// WebGPU's `writeBuffer` takes them (COPY_BUFFER_ALIGNMENT), with no patch kernel.
+    carry: Carry,
+    stats: LoadStats,
+}
+
+/// Where the streamed weight bytes went.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LoadStats {
+    /// Copied into host buffers (the CPU's: the wasm heap in the browser).
+    pub host_bytes: u64,
+    /// Handed to device buffers (WebGPU's `queue.write_buffer`), piece by piece as they
+    /// arrived: these never had a host buffer of their own.
+    pub device_bytes: u64,
+    /// The most bytes ever held back in the carry (at most 3).
+    pub max_carry: usize,
+}
+
+#[derive(Default)]
+struct Carry {
+    tensor: usize,
+    /// Offset in the tensor of `bytes[0]` (a multiple of 4).
+    at: usize,
+    len: usize,
+    bytes: [u8; 4],
 }
 
 /// Weights loaded from a GGUF stream: the header, the context declaring the tensors (in
@@ -76,7 +102,19 @@ impl BufferLoader {
             tensors: Vec::new(),
             targets: Vec::new(),
             buffers: Vec::new(),
+            carry: Carry::default(),
+            stats: LoadStats::default(),
         }
+    }
+
+    /// The buffer type `info` goes to (the placement closure's answer).
+    pub fn placement(&self, info: &TensorInfo) -> Rc<dyn BufferType> {
+        (self.place)(info)
+    }
+
+    /// Where the bytes written so far went.
+    pub fn stats(&self) -> LoadStats {
+        self.stats
     }
 
     /// Refuse (with [`GgufErrorKind::Budget`](super::GgufErrorKind::Budget)) files whose
@@ -149,7 +187,49 @@ impl TensorSink for BufferLoader {
 
     fn write(&mut self, tensor_index: usize, offset: usize, bytes: &[u8]) -> Result<(), GgufError> {
         let (buffer, base) = &self.targets[tensor_index];
-        buffer.set_bytes(base + offset, bytes);
+        if buffer.host_base().is_some() {
+            buffer.set_bytes(base + offset, bytes);
+            self.stats.host_bytes += bytes.len() as u64;
+            return Ok(());
+        }
+        // A device buffer. The reader hands a tensor's bytes over in order, so a carry is
+        // always this tensor's and ends where `bytes` starts; tensors start word-aligned.
+        self.stats.device_bytes += bytes.len() as u64;
+        let (mut at, mut data) = (offset, bytes);
+        let c = &mut self.carry;
+        if c.len > 0 {
+            debug_assert!(c.tensor == tensor_index && c.at + c.len == offset, "pieces out of order");
+            let n = (4 - c.len).min(data.len());
+            c.bytes[c.len..c.len + n].copy_from_slice(&data[..n]);
+            c.len += n;
+            data = &data[n..];
+            let nbytes = self.tensors[tensor_index].nbytes();
+            if c.len < 4 && c.at + c.len < nbytes {
+                return Ok(());
+            }
+            // A whole word, or the tensor's last (partial) one.
+            buffer.set_bytes(base + c.at, &c.bytes[..c.len]);
+            (at, c.len) = (c.at + 4, 0);
+        }
+        let whole = data.len() / 4 * 4;
+        if whole > 0 {
+            buffer.set_bytes(base + at, &data[..whole]);
+        }
+        let rest = &data[whole..];
+        let end = at + data.len();
+        if rest.is_empty() {
+            return Ok(());
+        }
+        if end == self.tensors[tensor_index].nbytes() {
+            // The tensor's last partial word: written as it is (WebGPU patches it in place).
+            buffer.set_bytes(base + at + whole, rest);
+        } else {
+            c.tensor = tensor_index;
+            c.at = at + whole;
+            c.len = rest.len();
+            c.bytes[..rest.len()].copy_from_slice(rest);
+            self.stats.max_carry = self.stats.max_carry.max(rest.len());
+        }
         Ok(())
     }
 }

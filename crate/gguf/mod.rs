@@ -47,7 +47,7 @@ use alloc::string::String;
 use alloc::vec::Vec;
 
 pub use error::{ErrorDetail, GgufError, GgufErrorKind};
-pub use loader::{load_from_bytes, load_with, BufferLoader, LoadedGguf};
+pub use loader::{load_from_bytes, load_with, BufferLoader, LoadStats, LoadedGguf};
 #[cfg(feature = "std")]
 pub use loader::{load_from_reader, load_from_reader_with};
 pub use reader::{read_header, GgufStreamReader, NullSink, TensorSink};

@@ -31,7 +31,7 @@ use super::gpt2::{block_index, global_weight_shapes, layer_weight_shapes, weight
 use super::ModelError;
 use crate::backend::{Backend, BufferType};
 use crate::cpu::CpuBackend;
-use crate::gguf::{BufferLoader, GgufError, GgufHeader, GgufStreamReader, Limits, TensorSink};
+use crate::gguf::{BufferLoader, GgufError, GgufHeader, GgufStreamReader, Limits, TensorInfo, TensorSink};
 use crate::tensor::contiguous_nbytes;
 use crate::tokenizer::Tokenizer;
 
@@ -314,6 +314,8 @@ struct CheckedSink {
     checked: Option<(Hparams, Tokenizer)>,
     /// Backends the model runs on (each has a compute buffer).
     n_backends: usize,
+    /// Those of them that compute in host memory.
+    host_backends: usize,
     /// `gpu_layers` of a split load ([`ModelLoader::new_split`]).
     split_gpu_layers: Option<usize>,
     /// n_layer once the header is checked, for a placement that goes by layer.
@@ -363,9 +365,120 @@ impl CheckedSink {
                 est.weights = est.weights.saturating_add(t.div_ceil(a).saturating_mul(a));
             }
         }
-        est.check(&hp, self.budget, self.usize_bits)?;
+        // The placement goes by layer: it needs n_layer now.
+        self.n_layer.set(hp.n_layer);
+        let place = |info: &TensorInfo| self.inner.placement(info);
+        let host = HostShare {
+            place: &place,
+            n_backends: self.n_backends,
+            host_backends: self.host_backends,
+            kv_type: self.opts.kv_type,
+        };
+        host.check(header, &hp, &est, self.alignment, self.budget, self.usize_bits)?;
         Ok((hp, tok, est))
     }
+}
+
+/// The part of a load in host memory (the wasm heap in the browser), which alone is held to
+/// the host's budget and address space; weights on a device go to its buffers piece by
+/// piece as they stream in (`BufferLoader`), never through the host. One place for a load
+/// ([`CheckedSink`]) and a plan (`HeaderPlan`).
+pub(crate) struct HostShare<'a> {
+    /// The loader's placement: each tensor's buffer type.
+    pub place: &'a dyn Fn(&TensorInfo) -> Rc<dyn BufferType>,
+    pub n_backends: usize,
+    /// How many of the backends compute in host memory (the CPU).
+    pub host_backends: usize,
+    pub kv_type: crate::types::GgmlType,
+}
+
+impl HostShare<'_> {
+    /// Every device tensor fits one of its device's buffers and, row by row, its bindings;
+    /// then the host part of `est` fits `budget` and a `usize_bits` address space
+    /// ([`LoadEstimate::check`]). Returns that part (with no device, `est` itself).
+    pub fn check(
+        &self,
+        header: &GgufHeader,
+        hp: &Hparams,
+        est: &LoadEstimate,
+        alignment: usize,
+        budget: Option<u64>,
+        usize_bits: u32,
+    ) -> Result<LoadEstimate, ModelError> {
+        if self.host_backends == self.n_backends {
+            return est.check(hp, budget, usize_bits).map(|()| *est);
+        }
+        let a = alignment.max(1) as u64;
+        let aligned = |n: u64| n.div_ceil(a).saturating_mul(a);
+        let (mut weights, mut largest) = (0u64, 0u64);
+        for t in &header.tensors {
+            let buft = (self.place)(t);
+            if buft.is_host() {
+                weights = weights.saturating_add(aligned(t.nbytes as u64));
+                largest = largest.max(t.nbytes as u64);
+            } else {
+                check_device_tensor(t, &*buft)?;
+            }
+        }
+        let host_layers = (0..hp.n_layer)
+            .filter(|il| {
+                header.tensor_info(&format!("blk.{il}.attn_qkv.weight")).is_some_and(|t| (self.place)(t).is_host())
+            })
+            .count() as u64;
+        let per_tensor =
+            contiguous_nbytes(self.kv_type, &[hp.n_embd as i64, est.n_ctx as i64, 1, 1]).unwrap_or(u64::MAX);
+        let kv = aligned(per_tensor).saturating_mul(2).saturating_mul(host_layers);
+        if host_layers > 0 {
+            largest = largest.max(per_tensor);
+        }
+        // Each host backend's compute buffer holds its nodes of the graph (at most the
+        // one-backend bound); the scheduler's copies go to the device they feed.
+        let bound = compute_bound(hp, est.n_ctx, est.n_batch, a);
+        let compute = bound.one_backend.saturating_mul(self.host_backends as u64);
+        if self.host_backends > 0 {
+            largest = largest.max(bound.largest);
+        }
+        let host = LoadEstimate { weights, kv, compute, largest, ..*est };
+        host.check(hp, budget, usize_bits).map(|()| host)
+    }
+}
+
+/// A tensor placed on a device must fit one buffer of it (maxBufferSize) and one binding
+/// (maxStorageBufferBindingSize), or, for a 2-D weight, one row per binding: the kernels
+/// that read weights (mul_mat, get_rows) bind a large one in row ranges. Otherwise the
+/// load is refused here, naming the tensor, before anything is allocated.
+pub(crate) fn check_device_tensor(t: &TensorInfo, buft: &dyn BufferType) -> Result<(), ModelError> {
+    let n = t.nbytes as u64;
+    let what = |limit: &str| format!("tensor '{}' ({} {:?}) on {}: {limit}", t.name, t.ty.name(), t.ne, buft.name());
+    let max_buffer = buft.max_size() as u64;
+    if n > max_buffer {
+        return Err(ModelError::OverBudget {
+            what: what(&format!("{n} bytes exceed the largest buffer (maxBufferSize)")),
+            needed: n,
+            limit: max_buffer,
+        });
+    }
+    let binding = buft.max_binding();
+    if n <= binding {
+        return Ok(());
+    }
+    let rows = t.ne[1].max(1) as u64;
+    if t.ne[2] * t.ne[3] != 1 {
+        return Err(ModelError::OverBudget {
+            what: what(&format!("a {n}-byte 3-D/4-D tensor exceeds one binding (maxStorageBufferBindingSize)")),
+            needed: n,
+            limit: binding,
+        });
+    }
+    let row = n / rows;
+    if row > binding {
+        return Err(ModelError::OverBudget {
+            what: what(&format!("one row of {row} bytes exceeds one binding (maxStorageBufferBindingSize)")),
+            needed: row,
+            limit: binding,
+        });
+    }
+    Ok(())
 }
 
 impl TensorSink for CheckedSink {
@@ -460,6 +573,7 @@ impl ModelLoader {
             budget,
             usize_bits: usize::BITS,
             n_backends: backends.len(),
+            host_backends: backends.iter().filter(|b| b.buffer_type().is_host()).count(),
             split_gpu_layers: None,
             checked: None,
             n_layer,
@@ -493,6 +607,12 @@ impl ModelLoader {
     /// Weights and KV bytes, once the header has been accepted.
     pub fn estimate(&self) -> Option<LoadEstimate> {
         self.sink.estimate
+    }
+
+    /// Where the weight bytes fed so far went: host buffers, or device buffers piece by
+    /// piece (a model wholly on WebGPU copies none into host memory).
+    pub fn load_stats(&self) -> crate::gguf::LoadStats {
+        self.sink.inner.stats()
     }
 
     /// The GGUF header once all of it has arrived (the wasm warm-up reads the weight types).

@@ -31,10 +31,10 @@ use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 
 use super::gpt2::{weight_on_gpu, BackendMemory, Gpt2, Gpt2Options, Hparams};
-use super::loader::{check_header, LoadEstimate};
+use super::loader::{check_header, HostShare, LoadEstimate};
 use super::ModelError;
 use crate::backend::{Backend, BackendError, Buffer, BufferType};
-use crate::gguf::{BufferLoader, GgufHeader, GgufStreamReader, Limits, NullSink};
+use crate::gguf::{BufferLoader, GgufHeader, GgufStreamReader, Limits, NullSink, TensorInfo};
 use crate::graph::Graph;
 use crate::tensor::Tensor;
 
@@ -126,10 +126,33 @@ impl HeaderPlan {
                 (t.budget(), t.max_size() as u64)
             })
             .collect();
-        // The loader's own refusal: weights + KV against the host side's budget.
-        let over = est.check(&hp, limits.last().and_then(|l| l.0), usize::BITS).err();
-        // Sizes past usize (wasm32) cannot be planned: report the estimate instead.
-        let too_big = est.total() > usize::MAX as u64 / 2;
+        // The loader's own refusal, by its own placement: device tensors against their
+        // buffer and binding limits, the host part against the host side's budget.
+        let bufts: Vec<Rc<dyn BufferType>> = backends.iter().map(|b| b.buffer_type()).collect();
+        let place = |info: &TensorInfo| -> Rc<dyn BufferType> {
+            match (gpu_layers, bufts.as_slice()) {
+                (Some(n), [gpu, cpu]) => {
+                    if weight_on_gpu(&info.name, hp.n_layer, n.min(hp.n_layer.saturating_add(1))) {
+                        gpu.clone()
+                    } else {
+                        cpu.clone()
+                    }
+                }
+                _ => bufts[0].clone(),
+            }
+        };
+        let share = HostShare {
+            place: &place,
+            n_backends: backends.len(),
+            host_backends: bufts.iter().filter(|b| b.is_host()).count(),
+            kv_type: opts.kv_type,
+        };
+        let checked = share.check(header, &hp, &est, host.alignment(), limits.last().and_then(|l| l.0), usize::BITS);
+        // The measured plan sums sizes in usize: past it (a WebGPU model over 4 GiB on
+        // wasm32) only the estimate is reported, and the loader's check above says whether
+        // it fits.
+        let too_big = est.total() > usize::MAX as u64;
+        let over = checked.err();
         if over.is_some() || too_big {
             let name = backends.last().expect("not empty").name().to_string();
             let by_backend = alloc::vec![BackendMemory {
@@ -138,10 +161,7 @@ impl HeaderPlan {
                 kv: est.kv.min(usize::MAX as u64) as usize,
                 compute: 0,
             }];
-            let misfit = Some(match over {
-                Some(e) => e.to_string(),
-                None => format!("weights {} bytes + KV cache {} bytes exceed this address space", est.weights, est.kv),
-            });
+            let misfit = over.map(|e| e.to_string());
             return Ok(HeaderPlan {
                 hparams: hp,
                 n_ctx: est.n_ctx,
@@ -208,8 +228,8 @@ impl HeaderPlan {
     }
 }
 
-/// The first part of the plan that a backend cannot hold: a buffer over its largest, or a
-/// backend's total over its budget.
+/// The first part of the plan that a backend cannot hold: a buffer (weights, KV cache,
+/// compute) over its largest, or a backend's total over its budget.
 fn misfit_of(model: &Gpt2, by_backend: &[BackendMemory], limits: &[(Option<u64>, u64)]) -> Option<String> {
     let n = model.sched.n_backends();
     let of = |b: &Rc<dyn Buffer>| model.sched.backend_for_buffer_type(b.buffer_type_name()).unwrap_or(n - 1);
@@ -221,6 +241,14 @@ fn misfit_of(model: &Gpt2, by_backend: &[BackendMemory], limits: &[(Option<u64>,
                 by_backend[i].backend,
                 b.size(),
                 limits[i].1
+            ));
+        }
+    }
+    for (i, m) in by_backend.iter().enumerate() {
+        if m.compute as u64 > limits[i].1 {
+            return Some(format!(
+                "the {} compute buffer of {} bytes exceeds its largest buffer size {} bytes",
+                m.backend, m.compute, limits[i].1
             ));
         }
     }
@@ -281,9 +309,13 @@ impl BufferType for PlanBufferType {
     fn alignment(&self) -> usize {
         self.inner.alignment()
     }
+    /// The real limit, so weights are grouped into buffers exactly as a load groups them
+    /// (a tensor over it was refused by the loader's check before any planning).
     fn max_size(&self) -> usize {
-        // The plan reports buffers over the limit (misfit_of) instead of failing on them.
-        usize::MAX
+        self.inner.max_size()
+    }
+    fn max_binding(&self) -> u64 {
+        self.inner.max_binding()
     }
     fn alloc_size(&self, t: &Tensor) -> usize {
         self.inner.alloc_size(t)

@@ -12,6 +12,10 @@ use crate::backend::host::in_bounds;
 use crate::backend::{BackendError, Buffer, BufferType};
 use crate::tensor::Tensor;
 
+/// Bytes of queued `write_buffer` data after which a load submits them (bounds the staging
+/// memory of a streamed load: see `WebGpuBuffer::flush_uploads`).
+const UPLOAD_FLUSH: u64 = 32 << 20;
+
 /// ggml_backend_webgpu_buffer_type: storage buffers of one device.
 #[derive(Clone)]
 pub struct WebGpuBufferType {
@@ -26,8 +30,15 @@ impl BufferType for WebGpuBufferType {
     fn alignment(&self) -> usize {
         self.gpu.storage_align as usize
     }
+    /// At most isize::MAX: sizes within a buffer are summed in `usize` (wasm32's is 32 bits,
+    /// while a GPU's buffers may be larger), and a larger model takes several buffers.
     fn max_size(&self) -> usize {
-        usize::try_from(self.gpu.max_buffer).unwrap_or(usize::MAX)
+        usize::try_from(self.gpu.max_buffer).unwrap_or(usize::MAX).min(isize::MAX as usize)
+    }
+    /// What `row_parts` (compute.rs) fits in one binding: a window starts up to one
+    /// storage alignment before the tensor and ends on a whole word.
+    fn max_binding(&self) -> u64 {
+        self.gpu.max_binding.saturating_sub(self.gpu.storage_align + 4)
     }
     /// Whole words: kernels read and write u32s, so the last word of a tensor must exist.
     fn alloc_size(&self, t: &Tensor) -> usize {
@@ -142,6 +153,7 @@ impl WebGpuBuffer {
         let mid_hi = (end / 4 * 4).max(mid_lo);
         if mid_hi > mid_lo {
             gpu.queue.write_buffer(&self.buf, mid_lo as u64, &data[mid_lo - offset..mid_hi - offset]);
+            self.flush_uploads((mid_hi - mid_lo) as u64);
         }
         // (word, mask, value) for the bytes outside [mid_lo, mid_hi).
         let mut patches: Vec<[u32; 3]> = Vec::new();
@@ -164,6 +176,25 @@ impl WebGpuBuffer {
         if !patches.is_empty() {
             self.patch(&patches);
         }
+    }
+
+    /// Submits the queued writes once `UPLOAD_FLUSH` bytes are waiting. wgpu copies each
+    /// `write_buffer` into a staging buffer that lives until the next submit completes: a
+    /// model streamed in without one would hold a second copy of all its weights there.
+    /// Natively the copy is waited for; in the browser the implementation (Dawn) stages
+    /// outside the wasm heap and this only keeps its queue short.
+    fn flush_uploads(&self, bytes: u64) {
+        let gpu = &self.gpu;
+        let n = gpu.unsubmitted.get() + bytes;
+        if n < UPLOAD_FLUSH {
+            gpu.unsubmitted.set(n);
+            return;
+        }
+        gpu.unsubmitted.set(0);
+        gpu.queue.submit([]);
+        #[cfg(not(target_arch = "wasm32"))]
+        // A failed wait (a lost device) shows at the next check; nothing to do about it here.
+        let _ = gpu.device.poll(wgpu::PollType::wait_indefinitely());
     }
 
     fn patch(&self, patches: &[[u32; 3]]) {

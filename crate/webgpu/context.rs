@@ -1,6 +1,6 @@
 //! Adapter and device setup, error capture, the shader and pipeline caches.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -89,6 +89,8 @@ pub(crate) struct Gpu {
     pipelines: RefCell<HashMap<String, wgpu::ComputePipeline>>,
     /// The per-graph parameter buffer, grown on demand.
     pub params: RefCell<Option<GpuBuffer>>,
+    /// Bytes handed to `queue.write_buffer` since the last submit (buffer.rs flushes them).
+    pub unsubmitted: Cell<u64>,
     /// Errors the device reported since the last check (validation, out of memory).
     errors: Arc<Mutex<Vec<String>>>,
     lost: Arc<Mutex<Option<String>>>,
@@ -275,6 +277,7 @@ impl Gpu {
             modules: RefCell::default(),
             pipelines: RefCell::default(),
             params: RefCell::new(None),
+            unsubmitted: Cell::new(0),
             errors,
             lost,
         };

@@ -13,7 +13,7 @@ use ggweb::model::loader::{load_from_bytes, LoadedModel, ModelLoader};
 use ggweb::model::sampling::argmax;
 
 #[path = "../gguf_support/mod.rs"]
-mod gguf_support;
+pub mod gguf_support;
 
 /// The project's tiny F32 fixture (3 layers) when this checkout has it, else the shared
 /// llama.cpp-converted one (2 layers). Either is a real GPT-2 GGUF with a tokenizer.
