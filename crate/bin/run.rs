@@ -15,7 +15,7 @@ use ggweb::model::options::parse_kv_type;
 use ggweb::model::sampling::SamplingParams;
 use ggweb::model::session::{GenerateOptions, Session};
 use ggweb::tokenizer::Tokenizer;
-use ggweb::webgpu::{WebGpuBackend, WebGpuOptions};
+use ggweb::webgpu::{WebGpuBackend, WebGpuOptions, WebGpuStats};
 use serde_json::json;
 
 use crate::args::Args;
@@ -363,6 +363,15 @@ pub fn tokenize(argv: &[String]) -> Result<(), String> {
     Ok(())
 }
 
+/// WebGPU counters over `n` tokens, per token, as the JS `stats.webgpu` names them.
+fn per_token(s: &WebGpuStats, n: usize) -> serde_json::Value {
+    let n = n.max(1) as f64;
+    json!({
+        "dispatches": s.dispatches as f64 / n, "submits": s.submits as f64 / n, "readbacks": s.readbacks as f64 / n,
+        "readbackBytes": s.readback_bytes as f64 / n, "encodeMs": s.encode_ms / n,
+    })
+}
+
 pub fn bench(argv: &[String]) -> Result<(), String> {
     let args = Args::parse(argv, &["json", "profile"])?;
     let n_prompt: usize = args.get(&["p", "n-prompt"], 128)?;
@@ -398,11 +407,16 @@ pub fn bench(argv: &[String]) -> Result<(), String> {
     // closer to what an idle one would give than wall time, for one thread.
     let (mut pp_cpu, mut tg_cpu) = (Vec::new(), Vec::new());
     let (mut pp_prof, mut tg_prof) = (Vec::new(), Vec::new());
+    // WebGPU work of all repetitions (None without a WebGPU backend).
+    let zero = model.webgpu_stats().map(|_| WebGpuStats::default());
+    let (mut pp_gpu, mut tg_gpu) = (zero, zero);
     for _ in 0..reps {
         cpu.reset_profile();
+        let g0 = model.webgpu_stats();
         let (t, c) = (Instant::now(), process_cpu());
         let logits = model.eval_prompt(&ids, 0, false).map_err(|e| e.to_string())?;
         pp.push(n_prompt as f64 / t.elapsed().as_secs_f64());
+        let g1 = model.webgpu_stats();
         if let (Some(c0), Some(c1)) = (c, process_cpu()) {
             pp_cpu.push(n_prompt as f64 / (c1 - c0));
         }
@@ -415,6 +429,10 @@ pub fn bench(argv: &[String]) -> Result<(), String> {
             tok = ggweb::model::sampling::argmax(&l);
         }
         tg.push(n_gen as f64 / t.elapsed().as_secs_f64());
+        if let (Some(g0), Some(g1), Some(g2)) = (g0, g1, model.webgpu_stats()) {
+            pp_gpu = pp_gpu.map(|s| s.plus(&g1.since(&g0)));
+            tg_gpu = tg_gpu.map(|s| s.plus(&g2.since(&g1)));
+        }
         if let (Some(c0), Some(c1)) = (c, process_cpu()) {
             tg_cpu.push(n_gen as f64 / (c1 - c0));
         }
@@ -430,6 +448,8 @@ pub fn bench(argv: &[String]) -> Result<(), String> {
     let (pp_cpu_med, tg_cpu_med) = (median(&mut pp_cpu), median(&mut tg_cpu));
     let (pp_med, tg_med) = (median(&mut pp), median(&mut tg));
     let mem = model.memory_plan();
+    let pp_gpu = pp_gpu.map(|s| per_token(&s, reps * n_prompt));
+    let tg_gpu = tg_gpu.map(|s| per_token(&s, reps * n_gen));
     if json_out {
         println!(
             "{}",
@@ -445,6 +465,10 @@ pub fn bench(argv: &[String]) -> Result<(), String> {
                     "backend": m.backend, "weights": m.weights, "kv": m.kv, "compute": m.compute,
                 })).collect::<Vec<_>>(),
                 "copies_per_token": model.sched.last_run().copies,
+                "webgpu_per_token": match (&pp_gpu, &tg_gpu) {
+                    (Some(p), Some(t)) => json!({ "pp": p, "tg": t }),
+                    _ => json!(null),
+                },
             })
         );
     } else {
@@ -467,6 +491,21 @@ pub fn bench(argv: &[String]) -> Result<(), String> {
             }
             let r = model.sched.last_run();
             println!("  last token: {} splits, {} copies ({} B)", r.splits, r.copies, r.copy_bytes);
+        }
+        if let (Some(p), Some(t)) = (&pp_gpu, &tg_gpu) {
+            println!("| WebGPU per token | dispatches | submits | read-backs | read-back bytes | encode CPU ms |");
+            println!("|---|---|---|---|---|---|");
+            for (name, s) in [(format!("pp{n_prompt}"), p), (format!("tg{n_gen}"), t)] {
+                let f = |k: &str| s[k].as_f64().unwrap_or(f64::NAN);
+                println!(
+                    "| {name} | {:.2} | {:.3} | {:.3} | {:.0} | {:.3} |",
+                    f("dispatches"),
+                    f("submits"),
+                    f("readbacks"),
+                    f("readbackBytes"),
+                    f("encodeMs")
+                );
+            }
         }
         if profile {
             let clock = if threads == 1 { "thread CPU" } else { "wall" };
