@@ -407,9 +407,9 @@ pub fn bench(argv: &[String]) -> Result<(), String> {
     // closer to what an idle one would give than wall time, for one thread.
     let (mut pp_cpu, mut tg_cpu) = (Vec::new(), Vec::new());
     let (mut pp_prof, mut tg_prof) = (Vec::new(), Vec::new());
-    // WebGPU work of all repetitions (None without a WebGPU backend).
-    let zero = model.webgpu_stats().map(|_| WebGpuStats::default());
-    let (mut pp_gpu, mut tg_gpu) = (zero, zero);
+    // WebGPU work of the last repetition (None without a WebGPU backend): the first one
+    // also compiles the pipelines, which the encode time would count.
+    let (mut pp_gpu, mut tg_gpu) = (None, None);
     for _ in 0..reps {
         cpu.reset_profile();
         let g0 = model.webgpu_stats();
@@ -430,8 +430,7 @@ pub fn bench(argv: &[String]) -> Result<(), String> {
         }
         tg.push(n_gen as f64 / t.elapsed().as_secs_f64());
         if let (Some(g0), Some(g1), Some(g2)) = (g0, g1, model.webgpu_stats()) {
-            pp_gpu = pp_gpu.map(|s| s.plus(&g1.since(&g0)));
-            tg_gpu = tg_gpu.map(|s| s.plus(&g2.since(&g1)));
+            (pp_gpu, tg_gpu) = (Some(g1.since(&g0)), Some(g2.since(&g1)));
         }
         if let (Some(c0), Some(c1)) = (c, process_cpu()) {
             tg_cpu.push(n_gen as f64 / (c1 - c0));
@@ -448,8 +447,8 @@ pub fn bench(argv: &[String]) -> Result<(), String> {
     let (pp_cpu_med, tg_cpu_med) = (median(&mut pp_cpu), median(&mut tg_cpu));
     let (pp_med, tg_med) = (median(&mut pp), median(&mut tg));
     let mem = model.memory_plan();
-    let pp_gpu = pp_gpu.map(|s| per_token(&s, reps * n_prompt));
-    let tg_gpu = tg_gpu.map(|s| per_token(&s, reps * n_gen));
+    let pp_gpu = pp_gpu.map(|s: WebGpuStats| per_token(&s, n_prompt));
+    let tg_gpu = tg_gpu.map(|s: WebGpuStats| per_token(&s, n_gen));
     if json_out {
         println!(
             "{}",
