@@ -197,7 +197,8 @@ export interface WebGpuStats {
   readbacks: number;
   /** Bytes read back (n_vocab × 4 per generated token). */
   readbackBytes: number;
-  /** CPU milliseconds spent planning and encoding command buffers (not the GPU's time). */
+  /** Milliseconds the calling thread spent planning and encoding command buffers (performance.now;
+   *  not the GPU's time). */
   encodeMs: number;
 }
 

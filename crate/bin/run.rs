@@ -34,8 +34,8 @@ fn backend(args: &Args) -> Result<Rc<dyn Backend>, String> {
     match args.str(&["backend"]).as_deref() {
         None | Some("cpu") => Ok(Rc::new(CpuBackend::new(threads))),
         Some("webgpu") => {
-            let gpu = ggweb::webgpu::WebGpuBackend::new(ggweb::webgpu::WebGpuOptions::default())
-                .map_err(|e| format!("--backend webgpu: {e}"))?;
+            let gpu =
+                ggweb::webgpu::WebGpuBackend::new(webgpu_options()).map_err(|e| format!("--backend webgpu: {e}"))?;
             Ok(Rc::new(gpu))
         }
         Some(other) => Err(format!("--backend {other}: choose cpu or webgpu")),
@@ -70,9 +70,15 @@ fn load_split(args: &Args, path: &str, gpu_layers: usize, opts: Gpt2Options) -> 
     if !matches!(args.str(&["backend"]).as_deref(), None | Some("webgpu")) {
         return Err("--gpu-layers splits the model between webgpu and cpu: leave out --backend or pass webgpu".into());
     }
-    let gpu = WebGpuBackend::new(WebGpuOptions::default()).map_err(|e| format!("--gpu-layers: WebGPU: {e}"))?;
+    let gpu = WebGpuBackend::new(webgpu_options()).map_err(|e| format!("--gpu-layers: WebGPU: {e}"))?;
     let cpu = Rc::new(CpuBackend::new(opts.n_threads));
     load_from_path_split(path, Rc::new(gpu), cpu, gpu_layers, opts).map_err(|e| e.to_string())
+}
+
+/// The CLI's WebGPU backend: encode time in thread-CPU milliseconds (`stats.webgpu.encodeMs`
+/// counts the encoding, not the waits of a loaded machine).
+fn webgpu_options() -> WebGpuOptions {
+    WebGpuOptions { encode_clock: Some(|| thread_clock() * 1e3), ..WebGpuOptions::default() }
 }
 
 /// Seconds since the first call: the profiler's clock with several threads.

@@ -3,7 +3,7 @@
 //! recorded in one compute pass; copies of the outputs close the same command buffer.
 
 use super::buffer::{entry, WebGpuBuffer};
-use super::context::{now_ms, Gpu, PARAMS_STRIDE};
+use super::context::{Gpu, PARAMS_STRIDE};
 use super::fuse::{self, Fused};
 use super::unsupported;
 use crate::allocator::align_up;
@@ -529,7 +529,7 @@ pub(crate) fn graph_compute(gpu: &Gpu, graph: &Graph) -> Result<(), BackendError
     gpu.check()?;
     // The graph rewrites device memory: copies of the last one's outputs go stale.
     gpu.drop_prefetched();
-    let t0 = now_ms();
+    let t0 = (gpu.clock)();
     let mut ds = Vec::new();
     let mut i = 0;
     while i < graph.nodes.len() {
@@ -592,7 +592,7 @@ pub(crate) fn graph_compute(gpu: &Gpu, graph: &Graph) -> Result<(), BackendError
     }
     gpu.prefetch_outputs(&mut enc, graph);
     let cmd = enc.finish();
-    let ms = now_ms() - t0;
+    let ms = (gpu.clock)() - t0;
     gpu.queue.submit([cmd]);
     gpu.count(|s| {
         s.dispatches += ds.len() as u64;

@@ -94,6 +94,8 @@ pub(crate) struct Gpu {
     pub prefetched: RefCell<Vec<Prefetched>>,
     /// Counters since the device was opened ([`WebGpuBackend`]'s `webgpu_stats`).
     pub stats: Cell<WebGpuStats>,
+    /// Milliseconds, for `stats.encode_ms` ([`WebGpuOptions::encode_clock`]).
+    pub clock: fn() -> f64,
     /// Errors the device reported since the last check (validation, out of memory).
     errors: Arc<Mutex<Vec<String>>>,
     lost: Arc<Mutex<Option<String>>>,
@@ -282,6 +284,7 @@ impl Gpu {
             params: RefCell::new(None),
             prefetched: RefCell::default(),
             stats: Cell::default(),
+            clock: opts.encode_clock.unwrap_or(now_ms),
             errors,
             lost,
         };

@@ -71,6 +71,10 @@ pub struct WebGpuOptions {
     pub force_fallback_adapter: bool,
     /// Which mul_mat kernels to run (tests force each kind on any adapter).
     pub mat_mul_kernels: MatMulKernels,
+    /// The clock of [`WebGpuStats::encode_ms`], in milliseconds. Default: wall time
+    /// (`Instant`, `performance.now()`); the CLI passes its thread-CPU clock, so that a
+    /// loaded machine's waits are not counted as encoding.
+    pub encode_clock: Option<fn() -> f64>,
 }
 
 /// The two families of mul_mat kernels.
