@@ -59,6 +59,18 @@ impl Graph {
         self.use_counts.contains_key(&t.id())
     }
 
+    /// ggml_graph_view: nodes `range` of this graph, keeping the whole graph's use counts,
+    /// so a backend running only these nodes still sees readers outside them (what its
+    /// fusions need to know).
+    pub fn view(&self, range: core::ops::Range<usize>) -> Graph {
+        Graph {
+            nodes: self.nodes[range.clone()].to_vec(),
+            leafs: Vec::new(),
+            size: range.len().max(1),
+            use_counts: self.use_counts.clone(),
+        }
+    }
+
     /// How many graph nodes read `t` as a source.
     pub fn use_count(&self, t: &Tensor) -> u32 {
         self.use_counts.get(&t.id()).copied().unwrap_or(0)

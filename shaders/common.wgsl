@@ -79,5 +79,19 @@ fn i8_0(o: u32) -> i32 { return bitcast<i32>(b0(o) << 24u) >> 24u; }
 // The f16 at an even byte offset.
 fn h0(o: u32) -> f32 { return unpack2x16float(w0(o >> 2u) >> ((o & 2u) * 8u)).x; }
 
+// tanh through exp(-2|u|): never overflows (the builtin tanh returns NaN for large |u|
+// on some drivers) and keeps full relative precision away from 0.
+fn tanh_stable(u: f32) -> f32 {
+    let e = exp(-2.0 * abs(u));
+    let t = (1.0 - e) / (1.0 + e);
+    return select(t, -t, u < 0.0);
+}
+
+// GELU, tanh form (GPT-2's gelu_new), in f32: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+fn gelu_f32(x: f32) -> f32 {
+    let u = 0.7978845608028654 * x * (1.0 + 0.044715 * x * x);
+    return 0.5 * x * (1.0 + tanh_stable(u));
+}
+
 // -inf. Not a constant expression: WGSL compilers (Tint) reject a constant -inf.
 fn neg_inf() -> f32 { return bitcast<f32>(0xff800000u + min(p.misc.x, 0u)); }

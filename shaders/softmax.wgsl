@@ -1,8 +1,11 @@
 // soft_max_ext: softmax over dim 0 of (src0 * scale + slope * mask), and diag_mask_inf.
 //
 // soft_max: one workgroup per row. The mask is binding 1 (ggml's src1); u.x says its type:
-// 0 none, 1 f32, 2 f16. f.x = scale. ALiBi (max_bias > 0): u.z = 1, u.y = n_head_log2,
-// f.y = m0, f.z = m1. The mask broadcasts over dims 2 and 3 (modulo), like ggml's.
+// 0 none, 1 f32, 2 f16, or 3: no mask tensor but the causal one diag_mask_inf makes
+// (-inf where i0 > n_past + i1, u.w = n_past as i32 bits), for the fused chain
+// scale -> diag_mask_inf -> soft_max. f.x = scale. ALiBi (max_bias > 0): u.z = 1,
+// u.y = n_head_log2, f.y = m0, f.z = m1. The mask broadcasts over dims 2 and 3 (modulo),
+// like ggml's.
 
 const WG: u32 = 256u;
 var<workgroup> red: array<f32, WG>;
@@ -30,6 +33,13 @@ fn mask_at(mrow: u32, i: u32) -> f32 {
     return 0.0;
 }
 
+// Element i of row i1 before the softmax: scaled, plus the mask (the causal mask as -inf,
+// which is what the unfused diag_mask_inf stores, whatever the scale).
+fn logit(src: u32, mrow: u32, i: u32, i1: u32, slope: f32) -> f32 {
+    if (p.u.x == 3u && i32(i) > bitcast<i32>(p.u.w) + i32(i1)) { return neg_inf(); }
+    return ld0_f32(src + i * p.a_nb.x) * p.f.x + slope * mask_at(mrow, i);
+}
+
 @compute @workgroup_size(256)
 fn soft_max(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
     let row = wg_linear(wg);
@@ -50,17 +60,17 @@ fn soft_max(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_inde
     let n = p.a_ne.x;
     var m = neg_inf();
     for (var i = li; i < n; i += WG) {
-        m = max(m, ld0_f32(src + i * p.a_nb.x) * p.f.x + slope * mask_at(mrow, i));
+        m = max(m, logit(src, mrow, i, r.x, slope));
     }
     m = reduce(li, m, true);
     var s = 0.0;
     for (var i = li; i < n; i += WG) {
-        s += exp(ld0_f32(src + i * p.a_nb.x) * p.f.x + slope * mask_at(mrow, i) - m);
+        s += exp(logit(src, mrow, i, r.x, slope) - m);
     }
     s = reduce(li, s, false);
     let k = 1.0 / s;
     for (var i = li; i < n; i += WG) {
-        let v = ld0_f32(src + i * p.a_nb.x) * p.f.x + slope * mask_at(mrow, i);
+        let v = logit(src, mrow, i, r.x, slope);
         st_f32(out + i * p.d_nb.x, exp(v - m) * k);
     }
 }

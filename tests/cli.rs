@@ -116,6 +116,7 @@ fn bench_json_reports_speed_and_memory() {
     // 2 layers × 2 (K, V) × n_ctx 128 × n_embd 64 × 4 bytes
     assert_eq!(v["memory"]["kv"], 2 * 2 * 128 * 64 * 4);
     assert!(v["memory"]["weights"].as_u64().unwrap() > 25_000_000);
+    assert_eq!(v["webgpu_per_token"], Value::Null, "no WebGPU counters on the CPU");
 }
 
 /// `--n-past`: one row per depth, in order, slowdown against the first; bad depth lists and
@@ -214,6 +215,15 @@ fn webgpu_backend_generates_logits_and_benches() {
     assert_eq!(code, 0, "{err}");
     let v: Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(v["backend"], "WebGPU");
+    // A token all on WebGPU: one submit, one read-back of the n_vocab logits, and (2 layers)
+    // 3 dispatches for the embeddings, 19 per layer and 2 for the head (tests/sched_webgpu.rs
+    // derives them from the graph). The 8-token prompt is one chunk: the same per chunk.
+    let (tg, pp) = (&v["webgpu_per_token"]["tg"], &v["webgpu_per_token"]["pp"]);
+    let dispatches = 3.0 + 19.0 * 2.0 + 2.0;
+    assert_eq!((tg["submits"].as_f64(), tg["readbacks"].as_f64()), (Some(1.0), Some(1.0)), "{v}");
+    assert_eq!((tg["readbackBytes"].as_f64(), tg["dispatches"].as_f64()), (Some(50257.0 * 4.0), Some(dispatches)));
+    assert_eq!((pp["submits"].as_f64(), pp["dispatches"].as_f64()), (Some(1.0 / 8.0), Some(dispatches / 8.0)), "{v}");
+    assert!(tg["encodeMs"].as_f64().unwrap() > 0.0, "{v}");
 }
 
 /// tests/fixtures/tiny-gpt2.inside-ref.json (made by tests/fixtures/make_inside_ref.py).

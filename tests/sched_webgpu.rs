@@ -224,3 +224,87 @@ fn a_lost_device_fails_every_later_eval_and_a_new_device_recovers() {
     let mut fresh = load_split(&bytes, gpu().unwrap(), n_layer + 1).model;
     assert_eq!(run(&mut fresh, 3).greedy, want, "greedy tokens on a new device");
 }
+
+/// Dispatches the WebGPU splits of the graph split last take, derived from their nodes: one
+/// per node that computes (views take none), less the chains that run fused: each layer
+/// norm's mul and add (2 per norm), attention's scale and diag_mask_inf (2 per soft_max)
+/// and the MLP's bias add (1 per gelu). No weight of the tiny model is above lavapipe's
+/// binding limit, so none is read in row ranges.
+fn expected_dispatches(m: &ggweb::model::gpt2::Gpt2) -> u64 {
+    use ggweb::Op;
+    let nodes = m.sched.nodes();
+    let on_gpu = m.sched.splits().iter().filter(|s| m.sched.backend(s.backend).name() == "WebGPU");
+    on_gpu
+        .map(|s| {
+            let ns = &nodes[s.nodes.clone()];
+            let count = |f: &dyn Fn(&Op) -> bool| ns.iter().filter(|n| f(&n.op)).count() as u64;
+            count(&|op| *op != Op::None && !op.is_view())
+                - 2 * count(&|op| matches!(op, Op::Norm { .. }))
+                - 2 * count(&|op| matches!(op, Op::SoftMax { .. }))
+                - count(&|op| *op == Op::Gelu)
+        })
+        .sum()
+}
+
+/// The WebGPU counters of a prompt and of a generated token, with the head on WebGPU (one
+/// GPU layer, and everything): one submit per evaluated chunk, one read-back per chunk
+/// whose logits are read, of n_vocab floats (only the last row goes through the head), and
+/// the dispatches the graph's nodes give. All on WebGPU a token is 3 dispatches for the
+/// embeddings (two get_rows, add), 19 per layer (26 nodes, 7 of them fused away) and 2 for
+/// the head (the fused norm, the logits' mul_mat).
+#[test]
+fn webgpu_counters_per_token() {
+    use ggweb::model::sampling::argmax;
+    use ggweb::model::session::{GenerateOptions, Session};
+
+    let Some(gpu) = gpu() else { return };
+    let (_, bytes) = tiny_f32();
+    let n_layer = load_cpu(&bytes).model.hparams.n_layer;
+    for n in [1, n_layer + 1] {
+        let mut m = load_split(&bytes, gpu.clone(), n).model;
+        let logits_bytes = (m.hparams.n_vocab * 4) as u64;
+        let s0 = m.webgpu_stats().expect("a WebGPU backend");
+        let logits = m.eval_prompt(&PROMPT, 0, false).unwrap();
+        let d = m.webgpu_stats().unwrap().since(&s0);
+        // n_batch 4: chunks of 4, 4 and 2 tokens; only the last one is read.
+        let mut want = 0;
+        for (n_past, n_tokens) in [(0, 4), (4, 4), (8, 2)] {
+            m.plan_split(n_past, n_tokens).unwrap();
+            want += expected_dispatches(&m);
+        }
+        assert_eq!(
+            (d.submits, d.readbacks, d.readback_bytes, d.dispatches),
+            (3, 1, logits_bytes, want),
+            "gpu_layers {n}"
+        );
+
+        let s1 = m.webgpu_stats().unwrap();
+        m.eval(&[argmax(&logits)], PROMPT.len(), false).unwrap();
+        let d = m.webgpu_stats().unwrap().since(&s1);
+        m.plan_split(PROMPT.len(), 1).unwrap();
+        let want = expected_dispatches(&m);
+        assert_eq!(
+            (d.submits, d.readbacks, d.readback_bytes, d.dispatches),
+            (1, 1, logits_bytes, want),
+            "gpu_layers {n}"
+        );
+        if n > n_layer {
+            assert_eq!(want, 3 + 19 * n_layer as u64 + 2);
+        }
+        assert!(d.encode_ms > 0.0, "gpu_layers {n}: encode time {}", d.encode_ms);
+    }
+
+    // Through the session core: a generation's stats.webgpu. Its last token is sampled but
+    // not evaluated (only a next step would need its K/V).
+    let mut s = Session::new(load_split(&bytes, gpu, n_layer + 1));
+    let opts = GenerateOptions { max_tokens: 5, ignore_eos: true, ..GenerateOptions::default() };
+    s.start(PROMPT.to_vec(), opts).unwrap();
+    while !pollster::block_on(s.prompt_step()).unwrap() {}
+    while pollster::block_on(s.next()).unwrap().is_some() {}
+    let st = s.stats();
+    let w = st.webgpu.expect("stats.webgpu on WebGPU");
+    let evals = 3 + st.tokens as u64 - 1;
+    let logits_bytes = (s.model.hparams.n_vocab * 4) as u64;
+    assert_eq!(st.tokens, 5);
+    assert_eq!((w.submits, w.readbacks, w.readback_bytes), (evals, evals - 2, (evals - 2) * logits_bytes));
+}

@@ -655,6 +655,13 @@ fn unary_cases() -> Vec<Case> {
             let a = i.range(F32, &[6, 40, 3], -4.0, 4.0);
             i.ctx.gelu(&i.ctx.permute(&a, 2, 0, 1, 3))
         }),
+        // The fused add -> gelu (one dispatch): the f32 sum rounded once as add does, then
+        // gelu's own error: gelu's tolerance.
+        case("gelu of add with a broadcast row (fused)", Tol { abs: 1e-6, rel: 2e-6 }, |i| {
+            let a = i.range(F32, &[96, 7], -6.0, 6.0);
+            let b = i.range(F32, &[96], -1.0, 1.0);
+            i.ctx.gelu(&i.ctx.add(&a, &b))
+        }),
     ]
 }
 
@@ -675,6 +682,14 @@ fn norm_cases() -> Vec<Case> {
             let a = i.t(F32, &[50, 6]);
             let v = i.ctx.view_2d(&a, 40, 3, a.nb[1] * 2, 4 * 5); // every other row, from col 5
             i.ctx.norm(&v, 1e-3)
+        }),
+        // The fused norm -> mul -> add (one dispatch): two more f32 roundings (or one fma)
+        // on outputs of magnitude <= ~6: within the norm tolerance.
+        case("norm * w + b (fused layer norm)", tol, |i| {
+            let a = i.range(F32, &[768, 3], -2.0, 3.0);
+            let w = i.range(F32, &[768], 0.5, 1.5);
+            let b = i.range(F32, &[768], -0.2, 0.2);
+            i.ctx.add(&i.ctx.mul(&i.ctx.norm(&a, 1e-5), &w), &b)
         }),
     ]
 }
@@ -1059,6 +1074,130 @@ fn in_place_nodes() {
         }
         drop((bufs, extra));
     }
+}
+
+/// All of a contiguous f32 tensor (any buffer).
+fn read_f32(t: &Tensor) -> Vec<f32> {
+    let mut v = vec![0f32; t.nelements() as usize];
+    t.get_bytes(bytemuck::cast_slice_mut(&mut v), 0);
+    v
+}
+
+/// The fused chains (crate/webgpu/fuse.rs) run as one dispatch each and give what the
+/// unfused nodes give: bit for bit where the fused kernel does the same f32 operations in
+/// the same order (scale+mask+softmax: x*s then -inf; add+gelu: the rounded sum), and
+/// within 1 ulp-level 1e-6 for the layer norm, whose `y * w + b` a driver may contract into
+/// an fma in one pipeline and not in the other. A chain does not fuse when an intermediate
+/// is an output or has a second reader.
+#[test]
+fn fused_chains_are_one_dispatch_and_match_the_unfused_nodes() {
+    let Some(b) = gpu(WebGpuOptions::default()) else { return };
+    type Chain = fn(&Context, &[Tensor]) -> (Tensor, Vec<Tensor>);
+    let chains: [(&str, Chain, u64, f32); 3] = [
+        (
+            "norm mul add",
+            |ctx, x| {
+                let n = ctx.norm(&x[0], 1e-5);
+                let m = ctx.mul(&n, &x[1]);
+                (ctx.add(&m, &x[2]), vec![n, m])
+            },
+            3,
+            1e-6,
+        ),
+        (
+            "scale diag_mask_inf soft_max",
+            |ctx, x| {
+                let s = ctx.scale(&x[0], 0.125);
+                let d = ctx.diag_mask_inf(&s, 2);
+                (ctx.soft_max(&d), vec![s, d])
+            },
+            3,
+            0.0,
+        ),
+        (
+            "add gelu",
+            |ctx, x| {
+                let a = ctx.add(&x[0], &x[1]);
+                (ctx.gelu(&a), vec![a])
+            },
+            2,
+            0.0,
+        ),
+    ];
+    for (name, chain, n_nodes, tol) in chains {
+        // unfused: 0 = fused; 1 = intermediates are outputs; 2 = the first one has a second reader.
+        let run = |unfused: u8| -> (Vec<f32>, u64) {
+            let ctx = new_ctx();
+            let x = [ctx.new_tensor_2d(F32, 40, 6), ctx.new_tensor_1d(F32, 40), ctx.new_tensor_1d(F32, 40)];
+            let (out, mids) = chain(&ctx, &x);
+            let mut gf = Graph::new();
+            gf.build_forward_expand(&out);
+            match unfused {
+                1 => mids.iter().for_each(|t| t.set_output()),
+                // After the chain in node order: only the use count tells.
+                2 => gf.build_forward_expand(&ctx.scale(&mids[0], 2.0)),
+                _ => {}
+            }
+            let _bufs = alloc_ctx_tensors(&ctx, &*b.buffer_type()).unwrap();
+            let mut rng = Rng(11);
+            for t in &x {
+                let v: Vec<f32> = (0..t.nelements()).map(|_| rng.f32(-3.0, 3.0)).collect();
+                t.set_bytes(bytemuck::cast_slice(&v), 0);
+            }
+            let before = b.webgpu_stats().unwrap();
+            b.graph_compute(&gf).unwrap();
+            let d = b.webgpu_stats().unwrap().since(&before);
+            assert_eq!((d.submits, d.readbacks), (1, 0), "{name}: one submit, nothing read yet");
+            (read_f32(&out), d.dispatches)
+        };
+        let (fused, n_fused) = run(0);
+        let (plain, n_plain) = run(1);
+        let (_, n_shared) = run(2);
+        assert_eq!((n_fused, n_plain, n_shared), (1, n_nodes, n_nodes + 1), "{name}: dispatches");
+        for (i, (f, p)) in fused.iter().zip(&plain).enumerate() {
+            if tol == 0.0 {
+                assert_eq!(f.to_bits(), p.to_bits(), "{name}: element {i}: fused {f} vs unfused {p}");
+            } else {
+                assert!((f - p).abs() <= tol * p.abs().max(1.0), "{name}: element {i}: fused {f} vs unfused {p}");
+            }
+        }
+    }
+}
+
+/// Reads of a graph's outputs come from the copy recorded in the graph's own submit: one
+/// read-back and no second submit; a write to the device in between makes the read take a
+/// fresh copy (one more submit) and see the new bytes.
+#[test]
+fn outputs_are_read_back_from_the_graphs_own_submit() {
+    let Some(b) = gpu(WebGpuOptions::default()) else { return };
+    let ctx = new_ctx();
+    let x = ctx.new_tensor_1d(F32, 10);
+    let y = ctx.scale(&x, 2.0);
+    y.set_output();
+    let mut gf = Graph::new();
+    gf.build_forward_expand(&y);
+    let _bufs = alloc_ctx_tensors(&ctx, &*b.buffer_type()).unwrap();
+    let xv: Vec<f32> = (0..10).map(|i| i as f32).collect();
+    x.set_bytes(bytemuck::cast_slice(&xv), 0);
+    let s0 = b.webgpu_stats().unwrap();
+    b.graph_compute(&gf).unwrap();
+    let mut out = vec![0u8; 12];
+    pollster::block_on(b.read_tensor_async(&y, 8, &mut out)).unwrap();
+    assert_eq!(out, bytemuck::cast_slice::<f32, u8>(&[4.0f32, 6.0, 8.0]));
+    let d = b.webgpu_stats().unwrap().since(&s0);
+    assert_eq!((d.dispatches, d.submits, d.readbacks, d.readback_bytes), (1, 1, 1, 12));
+    assert!(d.encode_ms > 0.0 && d.encode_ms < 1e4, "{}", d.encode_ms);
+    // The prefetched copy is used once: a second read makes its own copy.
+    let s1 = b.webgpu_stats().unwrap();
+    assert_eq!(read_f32(&y)[1], 2.0);
+    let d = b.webgpu_stats().unwrap().since(&s1);
+    assert_eq!((d.submits, d.readbacks, d.readback_bytes), (1, 1, 40));
+    // A write after the graph: the read sees it, through a copy of its own.
+    b.graph_compute(&gf).unwrap();
+    y.set_bytes(bytemuck::cast_slice(&[-1.0f32]), 0);
+    let s2 = b.webgpu_stats().unwrap();
+    assert_eq!(read_f32(&y)[..2], [-1.0, 2.0]);
+    assert_eq!(b.webgpu_stats().unwrap().since(&s2).submits, 1);
 }
 
 /// An operand that cannot be split and exceeds the binding limit is a typed error naming

@@ -807,6 +807,12 @@ export class Engine {
     run.poll = cancelled;
     this.current = run;
     const stats = { promptTokens: 0, cachedTokens: 0, tokens: 0, promptMs: 0, genMs: 0, stop: 'eos' };
+    // This run's WebGPU counters (dispatches, submits, read-backs, encode time), on WebGPU only.
+    const withWebgpu = () => {
+      const w = webgpuStats(model);
+      if (w) stats.webgpu = w;
+      return stats;
+    };
     const jobs0 = this._cpuThreads()?.jobs;
     try {
       const ids = typeof prompt === 'string' ? this.tokenize(prompt, !!opts.special) : idsArray(prompt, 'generate');
@@ -820,7 +826,7 @@ export class Engine {
         throw this._noteLost(toGgwebError(e, 'invalid', 'generate'));
       }
       for (;;) {
-        if (cancelled()) { stats.stop = 'cancelled'; return stats; }
+        if (cancelled()) { stats.stop = 'cancelled'; return withWebgpu(); }
         let promptDone;
         try {
           this._loseDeviceNow(run, model);
@@ -856,7 +862,7 @@ export class Engine {
       const jobs1 = this._cpuThreads()?.jobs;
       // Matrix-product jobs split over the CPU threads in this run, and those the workers ran.
       if (jobs0 && jobs1) stats.cpuJobs = { split: jobs1[0] - jobs0[0], onWorkers: jobs1[1] - jobs0[1] };
-      return stats;
+      return withWebgpu();
     } finally {
       this.busy = null;
       run.cancelled = true; // a generator closed early (return()) counts as cancelled
@@ -942,6 +948,12 @@ async function* readerChunks(reader) {
   } finally {
     if (!done) reader.cancel().catch(() => {});
   }
+}
+
+/** The `webgpu` counters of the wasm model's current or last generation, or undefined (CPU, older modules). */
+function webgpuStats(model) {
+  if (typeof model.generation_stats !== 'function') return undefined;
+  return JSON.parse(model.generation_stats()).webgpu ?? undefined;
 }
 
 /**

@@ -182,6 +182,24 @@ export interface ScoreResult {
   top: TopLogprob[][];
   /** Positions whose results came from the prompt cache. */
   cachedTokens: number;
+  /** This call's WebGPU work; only when the model runs on WebGPU. */
+  webgpu?: WebGpuStats;
+}
+
+/** Work a call made the WebGPU device do (totals for the call). */
+export interface WebGpuStats {
+  /** Compute dispatches (a graph node, a row range of a weight above the binding limit, or a
+   *  fused chain such as norm+mul+add counts once). */
+  dispatches: number;
+  /** queue.submit calls: one per evaluated chunk or token when the model is all on WebGPU. */
+  submits: number;
+  /** Device buffers mapped to read results back: one per chunk whose logits are read. */
+  readbacks: number;
+  /** Bytes read back (n_vocab × 4 per generated token). */
+  readbackBytes: number;
+  /** Milliseconds the calling thread spent planning and encoding command buffers (performance.now;
+   *  not the GPU's time). */
+  encodeMs: number;
 }
 
 export interface TraceOptions {
@@ -218,6 +236,8 @@ export interface GenerateStats {
    *  how many of them the extra threads ran (both 0 on one thread). Absent when a run is
    *  cancelled before its prompt is in. */
   cpuJobs?: { split: number; onWorkers: number };
+  /** This run's WebGPU work (prompt and tokens); only when the model runs on WebGPU. */
+  webgpu?: WebGpuStats;
 }
 
 export interface Generation extends AsyncIterableIterator<GeneratedToken> {

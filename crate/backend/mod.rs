@@ -144,4 +144,9 @@ pub trait Backend {
     fn supports_buft(&self, buft: &dyn BufferType) -> bool {
         buft.name() == self.buffer_type().name()
     }
+    /// A WebGPU backend's counters (dispatches, submits, read-backs, encode time) since it
+    /// was created; None for every other backend.
+    fn webgpu_stats(&self) -> Option<crate::webgpu::WebGpuStats> {
+        None
+    }
 }

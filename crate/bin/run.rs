@@ -15,7 +15,7 @@ use ggweb::model::options::parse_kv_type;
 use ggweb::model::sampling::SamplingParams;
 use ggweb::model::session::{GenerateOptions, Session};
 use ggweb::tokenizer::Tokenizer;
-use ggweb::webgpu::{WebGpuBackend, WebGpuOptions};
+use ggweb::webgpu::{WebGpuBackend, WebGpuOptions, WebGpuStats};
 use serde_json::json;
 
 use crate::args::Args;
@@ -34,8 +34,8 @@ fn backend(args: &Args) -> Result<Rc<dyn Backend>, String> {
     match args.str(&["backend"]).as_deref() {
         None | Some("cpu") => Ok(Rc::new(CpuBackend::new(threads))),
         Some("webgpu") => {
-            let gpu = ggweb::webgpu::WebGpuBackend::new(ggweb::webgpu::WebGpuOptions::default())
-                .map_err(|e| format!("--backend webgpu: {e}"))?;
+            let gpu =
+                ggweb::webgpu::WebGpuBackend::new(webgpu_options()).map_err(|e| format!("--backend webgpu: {e}"))?;
             Ok(Rc::new(gpu))
         }
         Some(other) => Err(format!("--backend {other}: choose cpu or webgpu")),
@@ -70,9 +70,15 @@ fn load_split(args: &Args, path: &str, gpu_layers: usize, opts: Gpt2Options) -> 
     if !matches!(args.str(&["backend"]).as_deref(), None | Some("webgpu")) {
         return Err("--gpu-layers splits the model between webgpu and cpu: leave out --backend or pass webgpu".into());
     }
-    let gpu = WebGpuBackend::new(WebGpuOptions::default()).map_err(|e| format!("--gpu-layers: WebGPU: {e}"))?;
+    let gpu = WebGpuBackend::new(webgpu_options()).map_err(|e| format!("--gpu-layers: WebGPU: {e}"))?;
     let cpu = Rc::new(CpuBackend::new(opts.n_threads));
     load_from_path_split(path, Rc::new(gpu), cpu, gpu_layers, opts).map_err(|e| e.to_string())
+}
+
+/// The CLI's WebGPU backend: encode time in thread-CPU milliseconds (`stats.webgpu.encodeMs`
+/// counts the encoding, not the waits of a loaded machine).
+fn webgpu_options() -> WebGpuOptions {
+    WebGpuOptions { encode_clock: Some(|| thread_clock() * 1e3), ..WebGpuOptions::default() }
 }
 
 /// Seconds since the first call: the profiler's clock with several threads.
@@ -363,6 +369,15 @@ pub fn tokenize(argv: &[String]) -> Result<(), String> {
     Ok(())
 }
 
+/// WebGPU counters over `n` tokens, per token, as the JS `stats.webgpu` names them.
+fn per_token(s: &WebGpuStats, n: usize) -> serde_json::Value {
+    let n = n.max(1) as f64;
+    json!({
+        "dispatches": s.dispatches as f64 / n, "submits": s.submits as f64 / n, "readbacks": s.readbacks as f64 / n,
+        "readbackBytes": s.readback_bytes as f64 / n, "encodeMs": s.encode_ms / n,
+    })
+}
+
 pub fn bench(argv: &[String]) -> Result<(), String> {
     let args = Args::parse(argv, &["json", "profile"])?;
     let n_prompt: usize = args.get(&["p", "n-prompt"], 128)?;
@@ -402,11 +417,16 @@ pub fn bench(argv: &[String]) -> Result<(), String> {
     // closer to what an idle one would give than wall time, for one thread.
     let (mut pp_cpu, mut tg_cpu) = (Vec::new(), Vec::new());
     let (mut pp_prof, mut tg_prof) = (Vec::new(), Vec::new());
+    // WebGPU work of the last repetition (None without a WebGPU backend): the first one
+    // also compiles the pipelines, which the encode time would count.
+    let (mut pp_gpu, mut tg_gpu) = (None, None);
     for _ in 0..reps {
         cpu.reset_profile();
+        let g0 = model.webgpu_stats();
         let (t, c) = (Instant::now(), process_cpu());
         let logits = model.eval_prompt(&ids, 0, false).map_err(|e| e.to_string())?;
         pp.push(n_prompt as f64 / t.elapsed().as_secs_f64());
+        let g1 = model.webgpu_stats();
         if let (Some(c0), Some(c1)) = (c, process_cpu()) {
             pp_cpu.push(n_prompt as f64 / (c1 - c0));
         }
@@ -419,6 +439,9 @@ pub fn bench(argv: &[String]) -> Result<(), String> {
             tok = ggweb::model::sampling::argmax(&l);
         }
         tg.push(n_gen as f64 / t.elapsed().as_secs_f64());
+        if let (Some(g0), Some(g1), Some(g2)) = (g0, g1, model.webgpu_stats()) {
+            (pp_gpu, tg_gpu) = (Some(g1.since(&g0)), Some(g2.since(&g1)));
+        }
         if let (Some(c0), Some(c1)) = (c, process_cpu()) {
             tg_cpu.push(n_gen as f64 / (c1 - c0));
         }
@@ -434,6 +457,8 @@ pub fn bench(argv: &[String]) -> Result<(), String> {
     let (pp_cpu_med, tg_cpu_med) = (median(&mut pp_cpu), median(&mut tg_cpu));
     let (pp_med, tg_med) = (median(&mut pp), median(&mut tg));
     let mem = model.memory_plan();
+    let pp_gpu = pp_gpu.map(|s: WebGpuStats| per_token(&s, n_prompt));
+    let tg_gpu = tg_gpu.map(|s: WebGpuStats| per_token(&s, n_gen));
     if json_out {
         println!(
             "{}",
@@ -449,6 +474,10 @@ pub fn bench(argv: &[String]) -> Result<(), String> {
                     "backend": m.backend, "weights": m.weights, "kv": m.kv, "compute": m.compute,
                 })).collect::<Vec<_>>(),
                 "copies_per_token": model.sched.last_run().copies,
+                "webgpu_per_token": match (&pp_gpu, &tg_gpu) {
+                    (Some(p), Some(t)) => json!({ "pp": p, "tg": t }),
+                    _ => json!(null),
+                },
             })
         );
     } else {
@@ -471,6 +500,21 @@ pub fn bench(argv: &[String]) -> Result<(), String> {
             }
             let r = model.sched.last_run();
             println!("  last token: {} splits, {} copies ({} B)", r.splits, r.copies, r.copy_bytes);
+        }
+        if let (Some(p), Some(t)) = (&pp_gpu, &tg_gpu) {
+            println!("| WebGPU per token | dispatches | submits | read-backs | read-back bytes | encode CPU ms |");
+            println!("|---|---|---|---|---|---|");
+            for (name, s) in [(format!("pp{n_prompt}"), p), (format!("tg{n_gen}"), t)] {
+                let f = |k: &str| s[k].as_f64().unwrap_or(f64::NAN);
+                println!(
+                    "| {name} | {:.2} | {:.3} | {:.3} | {:.0} | {:.3} |",
+                    f("dispatches"),
+                    f("submits"),
+                    f("readbacks"),
+                    f("readbackBytes"),
+                    f("encodeMs")
+                );
+            }
         }
         if profile {
             let clock = if threads == 1 { "thread CPU" } else { "wall" };

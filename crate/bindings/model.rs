@@ -39,7 +39,7 @@ use crate::model::loader::ModelLoader;
 use crate::model::options::{self, parse_generate, parse_score, parse_trace};
 use crate::model::session::{Item, Session};
 use crate::model::ModelError;
-use crate::webgpu::{WebGpuBackend, WebGpuOptions};
+use crate::webgpu::{WebGpuBackend, WebGpuOptions, WebGpuStats};
 
 use super::warmup::{WarmTypes, Warmup};
 
@@ -505,6 +505,14 @@ impl WasmModel {
 }
 
 /// `obj[key] = value` on a fresh object (cannot fail).
+/// The JS `stats.webgpu` object: `{ dispatches, submits, readbacks, readbackBytes, encodeMs }`.
+fn webgpu_json(s: &WebGpuStats) -> Value {
+    serde_json::json!({
+        "dispatches": s.dispatches, "submits": s.submits, "readbacks": s.readbacks,
+        "readbackBytes": s.readback_bytes, "encodeMs": s.encode_ms,
+    })
+}
+
 fn set(o: &js_sys::Object, key: &str, v: &JsValue) {
     let _ = js_sys::Reflect::set(o, &JsValue::from_str(key), v);
 }
@@ -548,7 +556,8 @@ impl WasmModel {
 
     /// `score(ids, optsJson)`: `{ tokens: Uint32Array(n), logprobs, ranks, entropies
     /// (Float32Array / Uint32Array / Float32Array of n-1), top: [[{ token, logprob }]],
-    /// cachedTokens }`. `optsJson`: `{ topK? }`.
+    /// cachedTokens, webgpu? }` (`webgpu`: this call's counters, on WebGPU only).
+    /// `optsJson`: `{ topK? }`.
     pub async fn score(&mut self, ids: Vec<u32>, opts_json: &str) -> Result<JsValue, JsValue> {
         self.last = None;
         let top_k = parse_score(opts_json).map_err(|e| model_error("", e))?;
@@ -565,6 +574,10 @@ impl WasmModel {
         }
         set(&o, "top", &top.into());
         set(&o, "cachedTokens", &JsValue::from(r.cached_tokens as u32));
+        if let Some(w) = &r.webgpu {
+            let js = js_sys::JSON::parse(&webgpu_json(w).to_string()).expect("serde_json writes JSON");
+            set(&o, "webgpu", &js);
+        }
         Ok(o.into())
     }
 
@@ -668,12 +681,13 @@ impl WasmModel {
         self.session.stats().stop.map(|s| s.as_str().to_string())
     }
 
-    /// JSON `{ promptTokens, cachedTokens, tokens, stop }` of the current or last run.
+    /// JSON `{ promptTokens, cachedTokens, tokens, stop, webgpu }` of the current or last
+    /// run (`webgpu`: its counters, null when the model has no WebGPU backend).
     pub fn generation_stats(&self) -> String {
         let s = self.session.stats();
         serde_json::json!({
             "promptTokens": s.prompt_tokens, "cachedTokens": s.cached_tokens, "tokens": s.tokens,
-            "stop": s.stop.map(|r| r.as_str()),
+            "stop": s.stop.map(|r| r.as_str()), "webgpu": s.webgpu.as_ref().map(webgpu_json),
         })
         .to_string()
     }

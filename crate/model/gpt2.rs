@@ -32,6 +32,7 @@ use crate::graph::Graph;
 use crate::sched::Sched;
 use crate::tensor::{Context, ContextParams, Tensor, TENSOR_OVERHEAD};
 use crate::types::GgmlType;
+use crate::webgpu::WebGpuStats;
 
 /// `gpt2.*` keys of a GGUF file.
 #[derive(Clone, Debug, PartialEq)]
@@ -666,6 +667,13 @@ impl Gpt2 {
             out[of(b)].kv += b.size();
         }
         out
+    }
+
+    /// The counters of the WebGPU backends among the scheduler's, summed (None when none
+    /// is WebGPU): totals since they were created; a call's share is the difference of two
+    /// snapshots ([`WebGpuStats::since`]).
+    pub fn webgpu_stats(&self) -> Option<WebGpuStats> {
+        self.sched.backends().iter().filter_map(|b| b.webgpu_stats()).reduce(|a, b| a.plus(&b))
     }
 
     /// Splits the graph of a run of `n_tokens` new tokens after `n_past` (without running

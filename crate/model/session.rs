@@ -42,6 +42,7 @@ use super::stop::StopHold;
 use super::ModelError;
 use crate::model::loader::LoadedModel;
 use crate::tokenizer::{StreamDecoder, Tokenizer};
+use crate::webgpu::WebGpuStats;
 
 /// Options of one generation (the JS `generate` options, the CLI's flags).
 #[derive(Clone, Debug, PartialEq)]
@@ -121,6 +122,8 @@ pub struct GenerationStats {
     /// Items yielded so far.
     pub tokens: usize,
     pub stop: Option<StopReason>,
+    /// The WebGPU work of this generation so far (None when the model has no WebGPU backend).
+    pub webgpu: Option<WebGpuStats>,
 }
 
 /// What [`Session::score`] returns: row `i` is the prediction of `tokens[i + 1]`.
@@ -135,6 +138,8 @@ pub struct Score {
     /// `(id, logprob)`, descending, `top_k` per row.
     pub top: Vec<Vec<(u32, f32)>>,
     pub cached_tokens: usize,
+    /// The WebGPU work of this call (None when the model has no WebGPU backend).
+    pub webgpu: Option<WebGpuStats>,
 }
 
 /// What [`Session::trace`] returns.
@@ -180,6 +185,8 @@ struct Generation {
     n_generated: usize,
     n_yielded: usize,
     stop: Option<StopReason>,
+    /// The WebGPU counters when the generation started.
+    webgpu_start: Option<WebGpuStats>,
     decoder: StreamDecoder,
     hold: StopHold<(u32, Option<f32>, Vec<TopToken>)>,
 }
@@ -223,7 +230,7 @@ impl Session {
     /// Ends the generation in progress, if any.
     pub fn end_generation(&mut self) {
         if let Some(g) = self.gen.take() {
-            self.last_stats = stats_of(&g);
+            self.last_stats = stats_of(&g, &self.model);
         }
     }
 
@@ -303,6 +310,7 @@ impl Session {
     pub async fn score(&mut self, tokens: &[u32], top_k: usize) -> Result<Score, ModelError> {
         self.end_generation();
         self.check_tokens(tokens)?;
+        let webgpu_start = self.model.webgpu_stats();
         let n = tokens.len();
         let c = self.common_prefix(tokens);
         // Row i is reusable while tokens[..=i+1] are the cached ones and it kept enough top entries.
@@ -333,6 +341,7 @@ impl Session {
             entropies: rows.iter().map(|r| r.entropy).collect(),
             top: rows.iter().map(|r| r.top[..top_k.min(r.top.len())].to_vec()).collect(),
             cached_tokens: cached,
+            webgpu: webgpu_since(&self.model, webgpu_start),
         })
     }
 
@@ -401,6 +410,7 @@ impl Session {
             n_generated: 0,
             n_yielded: 0,
             stop: None,
+            webgpu_start: self.model.webgpu_stats(),
             decoder: StreamDecoder::new(),
             hold: StopHold::new(stops),
         });
@@ -541,12 +551,23 @@ impl Session {
 
     /// Counters of the generation in progress, else of the last one.
     pub fn stats(&self) -> GenerationStats {
-        self.gen.as_ref().map_or(self.last_stats, stats_of)
+        self.gen.as_ref().map_or(self.last_stats, |g| stats_of(g, &self.model))
     }
 }
 
-fn stats_of(g: &Generation) -> GenerationStats {
-    GenerationStats { prompt_tokens: g.prompt.len(), cached_tokens: g.cached, tokens: g.n_yielded, stop: g.stop }
+fn stats_of(g: &Generation, model: &Gpt2) -> GenerationStats {
+    GenerationStats {
+        prompt_tokens: g.prompt.len(),
+        cached_tokens: g.cached,
+        tokens: g.n_yielded,
+        stop: g.stop,
+        webgpu: webgpu_since(model, g.webgpu_start),
+    }
+}
+
+/// The model's WebGPU work since `start` (a snapshot of [`Gpt2::webgpu_stats`]).
+fn webgpu_since(model: &Gpt2, start: Option<WebGpuStats>) -> Option<WebGpuStats> {
+    Some(model.webgpu_stats()?.since(&start.unwrap_or_default()))
 }
 
 /// A token's own text, lossy.

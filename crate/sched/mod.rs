@@ -631,14 +631,7 @@ impl Sched {
         let backend_of = |t: &Tensor| assign.get(&t.id()).map_or(cpu, |a| a.backend);
         let node_buffer_ids = alloc_graph.nodes.iter().map(backend_of).collect();
         let leaf_buffer_ids = alloc_graph.leafs.iter().map(backend_of).collect();
-        let split_graphs = splits
-            .iter()
-            .map(|s| {
-                let mut g = Graph::with_size(s.nodes.len().max(1));
-                g.nodes = nodes[s.nodes.clone()].to_vec();
-                g
-            })
-            .collect();
+        let split_graphs = splits.iter().map(|s| graph.view(s.nodes.clone())).collect();
 
         self.state = Some(SplitState {
             node_ids: nodes.iter().map(|t| t.id()).collect(),

@@ -1,10 +1,6 @@
 //! WebGPU buffers: allocation rules, byte-exact writes, staged reads.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::rc::Rc;
-use std::sync::{Arc, Mutex};
-use std::task::{Context as TaskContext, Poll, Waker};
 
 use super::context::{Gpu, GpuBuffer, PARAMS_STRIDE};
 use crate::allocator::align_up;
@@ -99,48 +95,9 @@ impl WebGpuBuffer {
                 self.size
             )));
         }
-        let gpu = &self.gpu;
         // A lost device maps nothing: say so rather than fail the mapping obscurely.
-        gpu.check()?;
-        let lo = offset / 4 * 4;
-        let hi = align_up(offset + out.len(), 4);
-        let staging = gpu.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("ggweb readback"),
-            size: (hi - lo) as u64,
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
-        let mut enc = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("ggweb read") });
-        enc.copy_buffer_to_buffer(&self.buf, lo as u64, &staging, 0, (hi - lo) as u64);
-        gpu.queue.submit([enc.finish()]);
-        let done = MapDone::default();
-        let signal = done.0.clone();
-        staging.slice(..).map_async(wgpu::MapMode::Read, move |r| {
-            let mut s = signal.lock().unwrap_or_else(|p| p.into_inner());
-            s.0 = Some(r.map_err(|e| e.to_string()));
-            if let Some(w) = s.1.take() {
-                w.wake();
-            }
-        });
-        #[cfg(not(target_arch = "wasm32"))]
-        if let Err(e) = gpu.device.poll(wgpu::PollType::wait_indefinitely()) {
-            gpu.check()?;
-            return Err(BackendError::Other(format!("WebGPU poll while reading: {e}")));
-        }
-        if let Err(e) = done.await {
-            // The device lost mid-read is the usual cause; its reason says more than the map's.
-            gpu.check()?;
-            return Err(BackendError::Other(format!("WebGPU map for reading: {e}")));
-        }
-        {
-            let view = staging
-                .slice(..)
-                .get_mapped_range()
-                .map_err(|e| BackendError::Other(format!("WebGPU mapped range: {e:?}")))?;
-            out.copy_from_slice(&view[offset - lo..offset - lo + out.len()]);
-        }
-        staging.unmap();
-        gpu.check()
+        self.gpu.check()?;
+        super::readback::read(&self.gpu, &self.buf, offset, out).await
     }
 
     /// Writes `data` at `offset` byte-exactly: the word-aligned middle by
@@ -148,6 +105,7 @@ impl WebGpuBuffer {
     /// read-back, so it works in the browser too).
     fn write(&self, offset: usize, data: &[u8]) {
         let gpu = &self.gpu;
+        gpu.drop_prefetched();
         let end = offset + data.len();
         let mid_lo = align_up(offset, 4).min(end);
         let mid_hi = (end / 4 * 4).max(mid_lo);
@@ -251,7 +209,8 @@ impl WebGpuBuffer {
                 pass.dispatch_workgroups(1, 1, 1);
             }
         }
-        gpu.queue.submit([enc.finish()]);
+        gpu.submit(enc);
+        gpu.count(|s| s.dispatches += n);
     }
 }
 
@@ -316,8 +275,9 @@ impl Buffer for WebGpuBuffer {
         if value == 0 {
             let mut enc =
                 gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("ggweb clear") });
+            gpu.drop_prefetched();
             enc.clear_buffer(&self.buf, 0, None);
-            gpu.queue.submit([enc.finish()]);
+            gpu.submit(enc);
             return;
         }
         let chunk = vec![value; self.size.min(1 << 20)];
@@ -330,25 +290,5 @@ impl Buffer for WebGpuBuffer {
     }
     fn as_any(&self) -> &dyn core::any::Any {
         self
-    }
-}
-
-/// Completion of `map_async`, awaitable on any executor (the callback runs from
-/// `device.poll` natively, from the browser's event loop in wasm).
-#[derive(Default)]
-struct MapDone(Arc<Mutex<MapState>>);
-type MapState = (Option<Result<(), String>>, Option<Waker>);
-
-impl Future for MapDone {
-    type Output = Result<(), String>;
-    fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
-        let mut s = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        match s.0.take() {
-            Some(r) => Poll::Ready(r),
-            None => {
-                s.1 = Some(cx.waker().clone());
-                Poll::Pending
-            }
-        }
     }
 }

@@ -1,8 +1,10 @@
 //! Graph execution: each node becomes one dispatch (or one per row range of a weight too
-//! large for one binding), all recorded in one compute pass.
+//! large for one binding), or a chain of nodes one fused dispatch (`fuse.rs`), all
+//! recorded in one compute pass; copies of the outputs close the same command buffer.
 
 use super::buffer::{entry, WebGpuBuffer};
 use super::context::{Gpu, PARAMS_STRIDE};
+use super::fuse::{self, Fused};
 use super::unsupported;
 use crate::allocator::align_up;
 use crate::backend::BackendError;
@@ -484,11 +486,67 @@ fn plan(gpu: &Gpu, node: &Tensor, out: &mut Vec<Dispatch>) -> Result<(), Backend
     Ok(())
 }
 
+/// The one dispatch of a fused chain (see `fuse.rs`; the kernels' comments say which
+/// parameters mean what).
+fn plan_fused(gpu: &Gpu, f: &Fused, out: &mut Vec<Dispatch>) -> Result<(), BackendError> {
+    match *f {
+        Fused::NormAffine { norm, w, b: bias, out: dst } => {
+            let Op::Norm { eps } = norm.op else { unreachable!("a norm chain starts at a norm") };
+            let a = src(norm, 0)?;
+            let mut b = Builder::new(gpu, dst);
+            b.operand(0, a)?;
+            b.operand(1, w)?;
+            b.operand(2, bias)?;
+            b.operand(3, dst)?;
+            b.misc(a.nrows() as u64, 0, 0)?;
+            b.params[F] = eps.to_bits();
+            out.push(b.linear("norm", "", "norm_affine", a.nrows() as u64, 1)?);
+        }
+        Fused::SoftMaxCausal { x, scale, n_past, out: dst } => {
+            let mut b = Builder::new(gpu, dst);
+            b.operand(0, x)?;
+            b.operand(3, dst)?;
+            b.misc(x.nrows() as u64, 0, 0)?;
+            b.params[F] = scale.to_bits();
+            b.params[U] = 3; // the causal mask, from n_past
+            b.params[U + 3] = n_past as u32;
+            out.push(b.linear("softmax", "", "soft_max", x.nrows() as u64, 1)?);
+        }
+        Fused::AddGelu { add, out: dst } => {
+            let n = dst.nelements() as u64;
+            let mut b = Builder::new(gpu, dst);
+            b.operand(0, src(add, 0)?)?;
+            b.operand(1, src(add, 1)?)?;
+            b.operand(3, dst)?;
+            b.misc(n, 0, 0)?;
+            out.push(b.linear("binary", "", "add_gelu", n.div_ceil(256), 1)?);
+        }
+    }
+    Ok(())
+}
+
 pub(crate) fn graph_compute(gpu: &Gpu, graph: &Graph) -> Result<(), BackendError> {
     gpu.check()?;
+    // The graph rewrites device memory: copies of the last one's outputs go stale.
+    gpu.drop_prefetched();
+    let t0 = (gpu.clock)();
     let mut ds = Vec::new();
-    for node in &graph.nodes {
-        plan(gpu, node, &mut ds)?;
+    let mut i = 0;
+    while i < graph.nodes.len() {
+        let fused = fuse::at(graph, i).filter(|f| {
+            // Only chains whose every node has a kernel here (else the error names the node).
+            graph.nodes[i..i + f.n_nodes()].iter().all(|n| check(n).is_ok())
+        });
+        match fused {
+            Some(f) => {
+                plan_fused(gpu, &f, &mut ds)?;
+                i += f.n_nodes();
+            }
+            None => {
+                plan(gpu, &graph.nodes[i], &mut ds)?;
+                i += 1;
+            }
+        }
     }
     if ds.is_empty() {
         return Ok(());
@@ -532,6 +590,14 @@ pub(crate) fn graph_compute(gpu: &Gpu, graph: &Graph) -> Result<(), BackendError
             pass.dispatch_workgroups(d.groups[0], d.groups[1], d.groups[2]);
         }
     }
-    gpu.queue.submit([enc.finish()]);
+    gpu.prefetch_outputs(&mut enc, graph);
+    let cmd = enc.finish();
+    let ms = (gpu.clock)() - t0;
+    gpu.queue.submit([cmd]);
+    gpu.count(|s| {
+        s.dispatches += ds.len() as u64;
+        s.submits += 1;
+        s.encode_ms += ms;
+    });
     gpu.check()
 }

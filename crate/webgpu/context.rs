@@ -7,7 +7,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::buffer::{WebGpuBuffer, WebGpuBufferType};
-use super::{MatMulKernels, WebGpuOptions};
+use super::readback::Prefetched;
+use super::{MatMulKernels, WebGpuOptions, WebGpuStats};
 use crate::backend::{Backend, BackendError, BufferType};
 use crate::graph::Graph;
 use crate::tensor::Tensor;
@@ -91,6 +92,12 @@ pub(crate) struct Gpu {
     pub params: RefCell<Option<GpuBuffer>>,
     /// Bytes handed to `queue.write_buffer` since the last submit (buffer.rs flushes them).
     pub unsubmitted: Cell<u64>,
+    /// Copies of the last graph's outputs, made in its submit (see `readback.rs`).
+    pub prefetched: RefCell<Vec<Prefetched>>,
+    /// Counters since the device was opened ([`WebGpuBackend`]'s `webgpu_stats`).
+    pub stats: Cell<WebGpuStats>,
+    /// Milliseconds, for `stats.encode_ms` ([`WebGpuOptions::encode_clock`]).
+    pub clock: fn() -> f64,
     /// Errors the device reported since the last check (validation, out of memory).
     errors: Arc<Mutex<Vec<String>>>,
     lost: Arc<Mutex<Option<String>>>,
@@ -278,11 +285,27 @@ impl Gpu {
             pipelines: RefCell::default(),
             params: RefCell::new(None),
             unsubmitted: Cell::new(0),
+            prefetched: RefCell::default(),
+            stats: Cell::default(),
+            clock: opts.encode_clock.unwrap_or(now_ms),
             errors,
             lost,
         };
         gpu.check()?;
         Ok(gpu)
+    }
+
+    /// Updates the counters.
+    pub fn count(&self, f: impl FnOnce(&mut WebGpuStats)) {
+        let mut s = self.stats.get();
+        f(&mut s);
+        self.stats.set(s);
+    }
+
+    /// `queue.submit`, counted.
+    pub fn submit(&self, enc: wgpu::CommandEncoder) {
+        self.queue.submit([enc.finish()]);
+        self.count(|s| s.submits += 1);
     }
 
     /// A counted buffer on this device.
@@ -455,4 +478,26 @@ impl Backend for WebGpuBackend {
     fn supports_op(&self, node: &Tensor) -> bool {
         super::compute::supports_op(&self.gpu, node)
     }
+    fn webgpu_stats(&self) -> Option<WebGpuStats> {
+        Some(self.gpu.stats.get())
+    }
+}
+
+/// A monotonic clock in milliseconds, for the encode-time counter: `Instant` natively,
+/// `performance.now()` in a browser (window or worker; 0 where there is none).
+#[cfg(not(target_arch = "wasm32"))]
+pub(crate) fn now_ms() -> f64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START.get_or_init(std::time::Instant::now).elapsed().as_secs_f64() * 1e3
+}
+
+#[cfg(target_arch = "wasm32")]
+pub(crate) fn now_ms() -> f64 {
+    use wasm_bindgen::JsCast;
+    let perf = js_sys::Reflect::get(&js_sys::global(), &"performance".into()).ok().filter(|p| p.is_object());
+    perf.and_then(|p| {
+        let now: js_sys::Function = js_sys::Reflect::get(&p, &"now".into()).ok()?.dyn_into().ok()?;
+        now.call0(&p).ok()?.as_f64()
+    })
+    .unwrap_or(0.0)
 }

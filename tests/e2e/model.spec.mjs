@@ -273,6 +273,7 @@ test('the real module\'s errors carry codes and say what and where', async () =>
     const git = gpu.generate(arg.text, { maxTokens: 4, temperature: 0 });
     res.gpuIds = [];
     for await (const t of git) res.gpuIds.push(t.token);
+    res.gpuStats = await git.stats;
     await gpu.dispose();
     const auto = await Model.load(arg.url, { ...opts, backend: 'auto', nCtx: 8 });
     res.autoBackend = auto.info().load.backend;
@@ -284,7 +285,9 @@ test('the real module\'s errors carry codes and say what and where', async () =>
     const it = auto.generate(arg.text, { maxTokens: 100, temperature: 0 });
     const ids = [];
     for await (const t of it) ids.push(t.token);
-    res.full = { ids, stop: (await it.stats).stop };
+    const fullStats = await it.stats;
+    res.full = { ids, stop: fullStats.stop };
+    res.autoWebgpu = fullStats.webgpu;
     await auto.dispose();
     return res;
   `, { url: F16, text: HELLO.text });
@@ -301,6 +304,12 @@ test('the real module\'s errors carry codes and say what and where', async () =>
   assert.equal(v.gpuBackend, 'webgpu');
   assert.deepEqual(v.gpuIds, HELLO.greedy_ids.slice(0, 4), 'greedy tokens on WebGPU are the HF ones');
   assert.equal(v.autoBackend, 'webgpu', 'auto picks WebGPU where an adapter exists (SwiftShader here)');
+  // stats.webgpu: the prompt (one chunk) and 3 of the 4 tokens evaluated (the last is only
+  // sampled), each one submit and one read-back of n_vocab floats.
+  const w = v.gpuStats.webgpu;
+  assert.deepEqual([w.submits, w.readbacks, w.readbackBytes], [4, 4, 4 * 50257 * 4], JSON.stringify(w));
+  assert.ok(w.dispatches > 0 && w.encodeMs > 0, JSON.stringify(w));
+  assert.equal(v.autoWebgpu.submits, 3, 'the full-context run: the prompt and 2 of its 3 tokens');
   assert.deepEqual(v.detok, ['invalid', 'detokenize: tokenizer: token id 50257 at position 1 is out of range (vocabulary of 50257)']);
   assert.deepEqual(v.logits, ['invalid', 'logits: context full: 9 positions needed, n_ctx is 8']);
   assert.deepEqual(v.longPrompt, ['invalid', 'generate: the prompt: context full: 11 positions needed, n_ctx is 8']);
