@@ -6,7 +6,7 @@
 //! cargo run --release --example make_bench_models -- tests/fixtures/llamacpp/tiny-gpt2-f32.gguf .models/
 //! # writes .models/bench-124m-{f32,f16,q8_0,q4_0}.gguf
 //! cargo run --release --example make_bench_models -- REF.gguf .models/ --shape xl --types f16,q8_0
-//! # writes .models/bench-xl-f16.gguf (3.2 GB) and .models/bench-xl-q8_0.gguf (1.7 GB)
+//! # writes .models/bench-xl-f16.gguf (3.28 GB) and .models/bench-xl-q8_0.gguf (1.75 GB)
 //! ```
 //!
 //! Q4_K_M and the other llama.cpp mixes come from llama.cpp's own quantizer, run on the F16
