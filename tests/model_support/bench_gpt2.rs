@@ -7,8 +7,9 @@
 //!
 //! Layout as llama.cpp writes GPT-2: 2-D weights in the file's type, biases, norms and
 //! `position_embd` in F32, a separate `output.weight`. The Q4_0 file keeps `output.weight`
-//! in Q8_0. Weights are N(0, 0.02) as GPT-2's init: with LayerNorm before every block and
-//! before the head, the logits' spread stays ~0.02·sqrt(n_embd) (0.6-0.8) at every size.
+//! in Q8_0. Weights are N(0, 0.02) as GPT-2's init (the residual projections scaled by
+//! 1/sqrt(2 · n_layer), as there): with LayerNorm before every block and before the head, the
+//! logits' spread stays ~0.02·sqrt(n_embd) (0.6-0.8) at every size.
 #![allow(dead_code)]
 
 use ggweb::gguf::{GgufHeader, GgufValue, GgufWriter};
@@ -103,6 +104,10 @@ pub fn bench_gpt2(reference: &GgufHeader, shape: &Shape, ty: &FileType) -> GgufW
     }
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let std = 0.02f32;
+    // GPT-2's init scales the projections into the residual stream by 1/sqrt(2 · n_layer):
+    // the stream then grows slowly with depth, and a last-bit difference (fused vs unfused
+    // multiply-add) stays small at the logits instead of growing layer by layer.
+    let res_std = std / ((2 * n_layer) as f32).sqrt();
     let mut add = |name: &str, ne: &[usize], tty: GgmlType, std: f32, mean: f32| {
         let n: usize = ne.iter().product();
         let vals: Vec<f32> = (0..n).map(|_| mean + rng.normal(std)).collect();
@@ -122,13 +127,13 @@ pub fn bench_gpt2(reference: &GgufHeader, shape: &Shape, ty: &FileType) -> GgufW
         add(&n("attn_norm.bias"), &[e], f32, 0.02, 0.0);
         add(&n("attn_qkv.weight"), &[e, 3 * e], ty.weights, std, 0.0);
         add(&n("attn_qkv.bias"), &[3 * e], f32, 0.02, 0.0);
-        add(&n("attn_output.weight"), &[e, e], ty.weights, std, 0.0);
+        add(&n("attn_output.weight"), &[e, e], ty.weights, res_std, 0.0);
         add(&n("attn_output.bias"), &[e], f32, 0.02, 0.0);
         add(&n("ffn_norm.weight"), &[e], f32, 0.1, 1.0);
         add(&n("ffn_norm.bias"), &[e], f32, 0.02, 0.0);
         add(&n("ffn_up.weight"), &[e, 4 * e], ty.weights, std, 0.0);
         add(&n("ffn_up.bias"), &[4 * e], f32, 0.02, 0.0);
-        add(&n("ffn_down.weight"), &[4 * e, e], ty.weights, std, 0.0);
+        add(&n("ffn_down.weight"), &[4 * e, e], ty.weights, res_std, 0.0);
         add(&n("ffn_down.bias"), &[e], f32, 0.02, 0.0);
     }
     w
