@@ -1,109 +1,65 @@
-//! GPT-2-124M-shaped GGUFs with seeded random weights, for speed measurements only (the
-//! numbers they produce mean nothing). The tokenizer metadata is copied from a reference
-//! model, so the files load like real ones.
+//! GPT-2-shaped GGUFs (124M, medium, large, XL) with seeded random weights and the real
+//! tokenizer metadata, for speed, memory and native-vs-wasm checks (the text they produce
+//! means nothing). The generator is tests/model_support/bench_gpt2.rs.
 //!
 //! ```text
 //! cargo run --release --example make_bench_models -- tests/fixtures/llamacpp/tiny-gpt2-f32.gguf .models/
 //! # writes .models/bench-124m-{f32,f16,q8_0,q4_0}.gguf
+//! cargo run --release --example make_bench_models -- REF.gguf .models/ --shape xl --types f16,q8_0
+//! # writes .models/bench-xl-f16.gguf (3.28 GB) and .models/bench-xl-q8_0.gguf (1.75 GB)
 //! ```
 //!
-//! Layout as llama.cpp writes GPT-2: 2-D weights in the file's type (F16, Q8_0, Q4_0),
-//! biases, norms and `position_embd` in F32; the Q4_0 file keeps `output.weight` in Q8_0,
-//! as llama-quantize's Q4_0 mix does for narrow models.
+//! Q4_K_M and the other llama.cpp mixes come from llama.cpp's own quantizer, run on the F16
+//! file: tests/fixtures/make_scale_models.sh.
 // Native only: `wasm-pack test` (cargo test for wasm32) builds the examples too.
 #![cfg_attr(target_arch = "wasm32", no_main)]
 #![cfg(not(target_arch = "wasm32"))]
 
-use ggweb::gguf::{read_header, GgufValue, GgufWriter, Limits};
-use ggweb::quants;
-use ggweb::GgmlType;
+#[path = "../tests/model_support/bench_gpt2.rs"]
+mod bench_gpt2;
 
-const N_LAYER: usize = 12;
-const N_EMBD: usize = 768;
-const N_HEAD: usize = 12;
-const N_CTX: usize = 1024;
-const N_VOCAB: usize = 50257;
+use bench_gpt2::{file_name, file_type, shape, write_bench_gpt2, SHAPES, TYPES};
+use ggweb::gguf::{read_header, Limits};
 
-struct Rng(u64);
+const USAGE: &str =
+    "usage: make_bench_models REFERENCE.gguf OUT_DIR [--shape 124m|medium|large|xl] [--types f32,f16,q8_0,q4_0]";
 
-impl Rng {
-    /// Roughly normal (sum of four uniforms), scaled to `std`.
-    fn normal(&mut self, std: f32) -> f32 {
-        let mut s = 0.0f32;
-        for _ in 0..4 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            s += (self.0 >> 40) as f32 / (1u64 << 24) as f32 - 0.5;
-        }
-        s * std * 1.732
+fn main() {
+    if let Err(e) = run(std::env::args().skip(1).collect()) {
+        eprintln!("make_bench_models: {e}\n{USAGE}");
+        std::process::exit(2);
     }
 }
 
-fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    if args.len() != 3 {
-        eprintln!("usage: make_bench_models REFERENCE.gguf OUT_DIR");
-        std::process::exit(2);
-    }
-    let bytes = std::fs::read(&args[1]).expect("read the reference model");
-    let header = read_header(&bytes, bytes.len() as u64, Limits::default()).expect("parse the reference header");
-    let out = std::path::Path::new(&args[2]);
-    std::fs::create_dir_all(out).expect("create the output folder");
-
-    for (variant, wty, out_ty, file_type) in [
-        ("f32", GgmlType::F32, GgmlType::F32, 0u32),
-        ("f16", GgmlType::F16, GgmlType::F16, 1),
-        ("q8_0", GgmlType::Q8_0, GgmlType::Q8_0, 7),
-        ("q4_0", GgmlType::Q4_0, GgmlType::Q8_0, 2),
-    ] {
-        let mut w = GgufWriter::new();
-        for (k, v) in &header.metadata {
-            let v = match k.as_str() {
-                "gpt2.block_count" => GgufValue::U32(N_LAYER as u32),
-                "gpt2.context_length" => GgufValue::U32(N_CTX as u32),
-                "gpt2.embedding_length" => GgufValue::U32(N_EMBD as u32),
-                "gpt2.feed_forward_length" => GgufValue::U32(4 * N_EMBD as u32),
-                "gpt2.attention.head_count" => GgufValue::U32(N_HEAD as u32),
-                "general.file_type" => GgufValue::U32(file_type),
-                "general.name" => GgufValue::String("bench-124m (random weights)".into()),
-                _ => v.clone(),
-            };
-            w.add_kv(k, v).expect("copy a key");
+fn run(args: Vec<String>) -> Result<(), String> {
+    let (mut pos, mut shape_name, mut types) = (Vec::new(), "124m".to_string(), "f32,f16,q8_0,q4_0".to_string());
+    let mut it = args.into_iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--shape" => shape_name = it.next().ok_or("--shape needs a value")?,
+            "--types" => types = it.next().ok_or("--types needs a value")?,
+            _ if a.starts_with("--") => return Err(format!("unknown option {a}")),
+            _ => pos.push(a),
         }
-        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-        let std = 0.02f32;
-        let mut add = |name: &str, ne: &[usize], ty: GgmlType, std: f32, mean: f32| {
-            let n: usize = ne.iter().product();
-            let vals: Vec<f32> = (0..n).map(|_| mean + rng.normal(std)).collect();
-            let data = quants::quantize(ty, &vals).expect("quantize");
-            let ne: Vec<i64> = ne.iter().map(|&x| x as i64).collect();
-            w.add_tensor(name, ty, &ne, data).expect("add a tensor");
-        };
-        let e = N_EMBD;
-        add("token_embd.weight", &[e, N_VOCAB], wty, std, 0.0);
-        add("position_embd.weight", &[e, N_CTX], GgmlType::F32, std, 0.0);
-        add("output_norm.weight", &[e], GgmlType::F32, 0.1, 1.0);
-        add("output_norm.bias", &[e], GgmlType::F32, 0.02, 0.0);
-        add("output.weight", &[e, N_VOCAB], out_ty, std, 0.0);
-        for il in 0..N_LAYER {
-            let n = |s: &str| format!("blk.{il}.{s}");
-            add(&n("attn_norm.weight"), &[e], GgmlType::F32, 0.1, 1.0);
-            add(&n("attn_norm.bias"), &[e], GgmlType::F32, 0.02, 0.0);
-            add(&n("attn_qkv.weight"), &[e, 3 * e], wty, std, 0.0);
-            add(&n("attn_qkv.bias"), &[3 * e], GgmlType::F32, 0.02, 0.0);
-            add(&n("attn_output.weight"), &[e, e], wty, std, 0.0);
-            add(&n("attn_output.bias"), &[e], GgmlType::F32, 0.02, 0.0);
-            add(&n("ffn_norm.weight"), &[e], GgmlType::F32, 0.1, 1.0);
-            add(&n("ffn_norm.bias"), &[e], GgmlType::F32, 0.02, 0.0);
-            add(&n("ffn_up.weight"), &[e, 4 * e], wty, std, 0.0);
-            add(&n("ffn_up.bias"), &[4 * e], GgmlType::F32, 0.02, 0.0);
-            add(&n("ffn_down.weight"), &[4 * e, e], wty, std, 0.0);
-            add(&n("ffn_down.bias"), &[e], GgmlType::F32, 0.02, 0.0);
-        }
-        let path = out.join(format!("bench-124m-{variant}.gguf"));
-        let f = std::io::BufWriter::new(std::fs::File::create(&path).expect("create the file"));
-        w.write_to(f).expect("write the file");
-        println!("{}: {} bytes", path.display(), w.file_size());
     }
+    let [reference, out] = <[String; 2]>::try_from(pos).map_err(|_| "REFERENCE.gguf and OUT_DIR are needed")?;
+    let sh = shape(&shape_name)
+        .ok_or_else(|| format!("--shape {shape_name}: one of {}", SHAPES.map(|s| s.name).join(", ")))?;
+    let types = types
+        .split(',')
+        .map(|t| {
+            file_type(t).ok_or_else(|| format!("--types: '{t}' is not one of {}", TYPES.map(|t| t.name).join(", ")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let bytes = std::fs::read(&reference).map_err(|e| format!("{reference}: {e}"))?;
+    let header = read_header(&bytes, bytes.len() as u64, Limits::default()).map_err(|e| format!("{reference}: {e}"))?;
+    let out = std::path::Path::new(&out);
+    std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
+    for ty in &types {
+        let path = out.join(file_name(&sh, ty));
+        let t0 = std::time::Instant::now();
+        let size = write_bench_gpt2(&header, &sh, ty, &path).map_err(|e| format!("{}: {e}", path.display()))?;
+        println!("{}: {size} bytes ({:.1} s)", path.display(), t0.elapsed().as_secs_f64());
+    }
+    Ok(())
 }

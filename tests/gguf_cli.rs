@@ -41,7 +41,8 @@ fn inspect_prints_metadata_and_tensors() {
         line.split_whitespace().collect::<Vec<_>>(),
         ["28", "blk.1.ffn_up.weight", "q4_0", "[64,", "256]", "9216", "5312800"]
     );
-    assert!(out.ends_with("total weight memory: 5321960 bytes (5.08 MiB)\n"), "{out}");
+    // Then the memory plan (inspect_prints_the_memory_plan_a_load_allocates).
+    assert!(out.contains("\ntotal weight memory: 5321960 bytes (5.08 MiB)\nmemory plan (cpu, "), "{out}");
     // The whole output stays small: the 100k-entry vocab is summarized.
     assert!(out.len() < 8000, "{} bytes", out.len());
 }
@@ -109,4 +110,92 @@ fn inspect_errors_go_to_stderr_with_exit_1() {
     let (code, _, err) = ggweb(&["inspect", "--model", cut.to_str().unwrap()]);
     assert_eq!(code, 1);
     assert!(err.contains("tensor data ends at byte 8747940, past the end of the file (2000000 bytes)"), "{err}");
+}
+
+fn ggweb_env(args: &[&str], max_memory: &str) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_ggweb"))
+        .args(args)
+        .env("GGWEB_MAX_MEMORY", max_memory)
+        .output()
+        .expect("runs ggweb");
+    (out.status.code().unwrap_or(-1), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
+}
+
+/// The memory plan `ggweb inspect` prints from the header: exact bytes per part, equal to
+/// what loading the file allocates with the same options, and the fit against the budget
+/// (GGWEB_MAX_MEMORY here, so the numbers do not depend on the machine) and wasm32's 4 GiB.
+#[test]
+fn inspect_prints_the_memory_plan_a_load_allocates() {
+    use ggweb::model::gpt2::Gpt2Options;
+    use ggweb::model::loader::load_from_bytes;
+    use ggweb::GgmlType;
+
+    let path = model("tiny-gpt2-f32.gguf");
+    let bytes = model_bytes("tiny-gpt2-f32.gguf");
+    // (options, the Gpt2Options they mean, weights, kv, compute): 2 layers x n_embd 64; the
+    // KV cache is 2 x 2 x 64 x n_ctx elements of the KV type.
+    let cases: [(&[&str], Gpt2Options, u64, u64, u64); 2] = [
+        (&[], Gpt2Options::default(), 26164736, 2 * 2 * 64 * 128 * 4, 6449280),
+        (
+            &["--ctx", "64", "--batch", "8", "--kv-type", "f16", "--threads", "2"],
+            Gpt2Options { n_ctx: 64, n_batch: 8, n_threads: 2, kv_type: GgmlType::F16 },
+            26164736,
+            2 * 2 * 64 * 64 * 2,
+            1612352,
+        ),
+    ];
+    for (extra, opts, weights, kv, compute) in cases {
+        let mut args = vec!["inspect", "--model", &path, "--json"];
+        args.extend_from_slice(extra);
+        let (code, out, err) = ggweb_env(&args, "100M");
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let plan = &v["plan"];
+        let loaded = load_from_bytes(&bytes, opts.clone()).unwrap().model;
+        let by = loaded.memory_by_backend();
+        assert_eq!(by.len(), 1);
+        assert_eq!((by[0].weights as u64, by[0].kv as u64, by[0].compute as u64), (weights, kv, compute), "{extra:?}");
+        assert_eq!(
+            plan["by_backend"][0],
+            serde_json::json!({
+                "backend": "CPU", "weights": weights, "kv": kv, "compute": compute,
+                "budget": 100 << 20, "max_buffer_size": plan["by_backend"][0]["max_buffer_size"],
+            }),
+            "{extra:?}"
+        );
+        assert_eq!((&plan["weights"], &plan["kv"], &plan["compute"]), (&weights.into(), &kv.into(), &compute.into()));
+        assert_eq!(plan["total"], weights + kv + compute);
+        assert_eq!(
+            (plan["n_ctx"].as_u64(), plan["n_batch"].as_u64()),
+            (Some(loaded.n_ctx() as u64), Some(loaded.n_batch as u64))
+        );
+        assert_eq!(plan["kv_type"], opts.kv_type.name());
+        assert_eq!((&plan["backend"], &plan["threads"]), (&"cpu".into(), &opts.n_threads.into()));
+        assert_eq!(plan["fits"], serde_json::json!({ "ok": true, "reason": null }));
+        assert_eq!((&plan["wasm32"]["ok"], &plan["wasm32"]["address_space"]), (&true.into(), &(4u64 << 30).into()));
+        // The loader's estimate: the same weights and KV, a compute bound above the measured one.
+        let est = &plan["wasm32"]["estimate"];
+        assert_eq!((est["weights"].as_u64(), est["kv"].as_u64()), (Some(weights), Some(kv)));
+        assert!(est["compute"].as_u64().unwrap() >= compute);
+    }
+
+    // The text form, and a budget the plan exceeds (refused before any compute is measured).
+    let (code, out, err) = ggweb_env(&["inspect", "--model", &path], "100M");
+    assert_eq!(code, 0, "{err}");
+    let plan = &out[out.find("memory plan").expect("a plan section")..];
+    let lines: Vec<&str> = plan.lines().collect();
+    assert_eq!(lines[0], "memory plan (cpu, n_ctx 128, n_batch 32, kv f32, threads 1):");
+    assert_eq!(lines[1], "  CPU      weights     26164736 B, kv     131072 B, compute    6449280 B");
+    assert_eq!(lines[2], "  total    32745088 B (31.23 MiB): weights 26164736 + kv 131072 + compute 6449280");
+    assert!(lines[3].starts_with("fits here: yes (CPU budget 104857600 B, largest buffer "), "{plan}");
+    assert!(lines[4].starts_with("fits wasm32 (cpu, 4 GiB): yes (the loader's estimate "), "{plan}");
+    assert_eq!(lines.len(), 5, "{plan}");
+    let (code, out, err) = ggweb_env(&["inspect", "--model", &path], "20M");
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("  total    26295808 B (25.08 MiB): weights 26164736 + kv 131072 + compute not measured\n"),
+        "{out}"
+    );
+    assert!(out.contains("fits here: no: model too large: needs "), "{out}");
+    assert!(out.contains("20971520"), "{out}");
 }

@@ -7,9 +7,6 @@ mod args;
 mod inspect;
 mod run;
 
-const INSPECT_USAGE: &str =
-    "ggweb inspect --model FILE [--json] [--items N] [--gpu-layers N [--batch B] [--ctx C] [--kv-type f32|f16]]";
-
 /// Each command and its usage line.
 const COMMANDS: [(&str, &str); 7] = [
     ("generate", run::GENERATE_USAGE),
@@ -18,7 +15,7 @@ const COMMANDS: [(&str, &str); 7] = [
     ("logits", run::LOGITS_USAGE),
     ("tokenize", run::TOKENIZE_USAGE),
     ("bench", run::BENCH_USAGE),
-    ("inspect", INSPECT_USAGE),
+    ("inspect", inspect::USAGE),
 ];
 
 fn usage() -> String {

@@ -1,7 +1,14 @@
-//! `ggweb inspect --model FILE [--json] [--items N]`: a GGUF file's metadata and tensors.
+//! `ggweb inspect --model FILE [--json] [--items N] [plan options]`: a GGUF file's metadata,
+//! tensors and memory plan.
 //!
 //! Reads only the header (the data section is never read: the file size checks that
 //! every tensor lies inside the file). Long arrays show their length and first items.
+//! The memory plan is [`HeaderPlan`]'s (the bytes a load with these options allocates per
+//! backend, equal to its `info().memory`), with whether it fits here (each backend's budget:
+//! natively the machine's memory or `GGWEB_MAX_MEMORY`) and in wasm32's 4 GiB (the check a
+//! CPU load there makes: the loader's estimate in a 32-bit address space, as
+//! `ModelLoader::with_usize_bits(32)` checks it natively). `--gpu-layers` also loads the model
+//! to report how graphs split.
 
 use std::fmt::Write as _;
 use std::fs::File;
@@ -15,12 +22,15 @@ use ggweb::gguf::{GgufArray, GgufHeader, GgufStreamReader, GgufValue, Limits, Nu
 use ggweb::model::gpt2::Gpt2Options;
 use ggweb::model::loader::{load_from_path_split, LoadedModel};
 use ggweb::model::options::parse_kv_type;
+use ggweb::model::plan::HeaderPlan;
 use ggweb::webgpu::{WebGpuBackend, WebGpuOptions};
 use ggweb::GgmlType;
 use serde_json::{json, Value};
 
-const USAGE: &str =
-    "usage: ggweb inspect --model FILE [--json] [--items N] [--gpu-layers N [--batch B] [--ctx C] [--kv-type f32|f16]]";
+pub const USAGE: &str = "ggweb inspect --model FILE [--json] [--items N] [--ctx C] [--batch B] [--kv-type f32|f16] [--threads T] [--backend cpu|webgpu] [--gpu-layers N]";
+
+/// wasm32's linear memory: 65536 pages of 64 KiB.
+const WASM32_SPACE: u64 = 4 << 30;
 
 struct Args {
     model: String,
@@ -31,6 +41,9 @@ struct Args {
     batch: usize,
     ctx: usize,
     kv_type: GgmlType,
+    threads: usize,
+    /// "cpu" or "webgpu" (the plan's backend without `--gpu-layers`).
+    backend: String,
 }
 
 fn number(it: &mut std::slice::Iter<'_, String>, flag: &str) -> Result<usize, String> {
@@ -42,6 +55,7 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
     let (mut model, mut json, mut items) = (None, false, 6usize);
     let (mut gpu_layers, mut batch, mut ctx) = (None, 32usize, 0usize);
     let mut kv_type = Gpt2Options::default().kv_type;
+    let (mut threads, mut backend) = (1usize, "cpu".to_string());
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -58,12 +72,23 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
                 let v = it.next().ok_or("--kv-type needs f32 or f16")?;
                 kv_type = parse_kv_type("--kv-type", v).map_err(|e| e.to_string())?;
             }
-            "--help" | "-h" => return Err(USAGE.to_string()),
-            other => return Err(format!("unknown argument '{other}'\n{USAGE}")),
+            "--threads" | "-t" => threads = number(&mut it, "--threads")?.max(1),
+            "--backend" => {
+                let v = it.next().ok_or("--backend needs cpu or webgpu")?;
+                if v != "cpu" && v != "webgpu" {
+                    return Err(format!("--backend {v}: choose cpu or webgpu"));
+                }
+                backend = v.clone();
+            }
+            "--help" | "-h" => return Err(format!("usage: {USAGE}")),
+            other => return Err(format!("unknown argument '{other}'\nusage: {USAGE}")),
         }
     }
-    let model = model.ok_or_else(|| format!("missing --model\n{USAGE}"))?;
-    Ok(Args { model, json, items, gpu_layers, batch, ctx, kv_type })
+    let model = model.ok_or_else(|| format!("missing --model\nusage: {USAGE}"))?;
+    if gpu_layers.is_some() && backend == "cpu" && args.iter().any(|a| a == "--backend") {
+        return Err("--gpu-layers splits the model between webgpu and cpu: leave out --backend or pass webgpu".into());
+    }
+    Ok(Args { model, json, items, gpu_layers, batch, ctx, kv_type, threads, backend })
 }
 
 /// Parses the header of `path`, feeding 1 MiB chunks until it is complete.
@@ -86,15 +111,20 @@ fn read_header(path: &str) -> Result<(GgufHeader, u64), String> {
 
 pub fn run(args: &[String]) -> Result<(), String> {
     let args = parse_args(args)?;
+    let (header, size) = read_header(&args.model)?;
+    // A header that is no GPT-2 ggweb can load still has metadata to show: the plan says why not.
+    let plan = plan(&args, &header)
+        .unwrap_or_else(|e| PlanReport { text: format!("memory plan: none: {e}\n"), json: json!({ "error": e }) });
     let out = if let Some(n) = args.gpu_layers {
-        split_report(&args, n)?
+        split_report(&args, n, &plan)?
+    } else if args.json {
+        let mut doc = to_json(&args.model, size, &header, args.items);
+        doc["plan"] = plan.json;
+        let mut s = serde_json::to_string_pretty(&doc).expect("a json! value serializes");
+        s.push('\n');
+        s
     } else {
-        let (header, size) = read_header(&args.model)?;
-        if args.json {
-            to_json(&args.model, size, &header, args.items)
-        } else {
-            to_text(&args.model, size, &header, args.items)
-        }
+        to_text(&args.model, size, &header, args.items) + &plan.text
     };
     let mut stdout = std::io::stdout().lock();
     match stdout.write_all(out.as_bytes()).and_then(|_| stdout.flush()) {
@@ -106,7 +136,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
 /// Loads the model with its last `gpu_layers` blocks on WebGPU and reports how graphs
 /// split: bytes per backend, and for one token and for a full batch the splits and the
 /// copies between backends each run makes.
-fn split_report(args: &Args, gpu_layers: usize) -> Result<String, String> {
+fn split_report(args: &Args, gpu_layers: usize, plan: &PlanReport) -> Result<String, String> {
     let gpu = WebGpuBackend::new(WebGpuOptions::default()).map_err(|e| format!("--gpu-layers: WebGPU: {e}"))?;
     let opts = Gpt2Options { n_ctx: args.ctx, n_batch: args.batch, n_threads: 1, kv_type: args.kv_type };
     let cpu: Rc<dyn Backend> = Rc::new(CpuBackend::new(1));
@@ -135,6 +165,7 @@ fn split_report(args: &Args, gpu_layers: usize) -> Result<String, String> {
             "runs": runs.iter().map(|(what, n, splits, copies, bytes, lines)| json!({
                 "run": what, "n_tokens": n, "splits": splits, "copies": copies, "copy_bytes": bytes, "split_lines": lines,
             })).collect::<Vec<_>>(),
+            "plan": plan.json,
         });
         let mut s = serde_json::to_string_pretty(&doc).expect("a json! value serializes");
         s.push('\n');
@@ -161,7 +192,107 @@ fn split_report(args: &Args, gpu_layers: usize) -> Result<String, String> {
             let _ = writeln!(s, "  {l}");
         }
     }
+    s.push_str(&plan.text);
     Ok(s)
+}
+
+/// The memory plan in both forms.
+struct PlanReport {
+    text: String,
+    json: Value,
+}
+
+/// [`HeaderPlan`] for the options, on the backends a load with them uses; whether it fits
+/// here (each backend's budget and largest buffer) and on wasm32 (a CPU load there: the
+/// loader's own estimate and check, in 32 bits, against the 4 GiB address space).
+fn plan(args: &Args, header: &GgufHeader) -> Result<PlanReport, String> {
+    let opts = Gpt2Options { n_ctx: args.ctx, n_batch: args.batch, n_threads: args.threads, kv_type: args.kv_type };
+    let cpu: Rc<dyn Backend> = Rc::new(CpuBackend::new(args.threads));
+    let (backend, backends, split): (&str, Vec<Rc<dyn Backend>>, Option<usize>) =
+        match (args.gpu_layers, args.backend.as_str()) {
+            (None, "cpu") => ("cpu", vec![cpu], None),
+            (gpu_layers, _) => {
+                let gpu = WebGpuBackend::new(WebGpuOptions::default()).map_err(|e| format!("--backend webgpu: {e}"))?;
+                match gpu_layers {
+                    Some(n) => ("webgpu+cpu", vec![Rc::new(gpu), cpu], Some(n)),
+                    None => ("webgpu", vec![Rc::new(gpu)], None),
+                }
+            }
+        };
+    let p = HeaderPlan::new(header, backends, split, &opts).map_err(|e| format!("{}: {e}", args.model))?;
+    let wasm32 = p.estimate.check(&p.hparams, Some(WASM32_SPACE), 32).err().map(|e| e.to_string());
+    let (kv_type, est) = (args.kv_type.name(), &p.estimate);
+
+    let mut text = String::new();
+    let _ = writeln!(
+        text,
+        "memory plan ({backend}, n_ctx {}, n_batch {}, kv {kv_type}, threads {}{}):",
+        p.n_ctx,
+        p.n_batch,
+        args.threads,
+        split.map_or(String::new(), |n| format!(", gpu layers {n}"))
+    );
+    for m in &p.by_backend {
+        let _ = writeln!(
+            text,
+            "  {:<8} weights {:>12} B, kv {:>10} B, compute {:>10} B",
+            m.backend, m.weights, m.kv, m.compute
+        );
+    }
+    let compute = if p.compute_measured { p.compute().to_string() } else { "not measured".into() };
+    let _ = writeln!(
+        text,
+        "  total    {} B ({:.2} MiB): weights {} + kv {} + compute {compute}",
+        p.total(),
+        mib(p.total()),
+        p.weights(),
+        p.kv()
+    );
+    let budgets: Vec<String> = p
+        .by_backend
+        .iter()
+        .zip(&p.limits)
+        .map(|(m, (budget, max))| {
+            let b = budget.map_or("unknown".into(), |b| format!("{b} B"));
+            format!("{} budget {b}, largest buffer {max} B", m.backend)
+        })
+        .collect();
+    let verdict = |misfit: &Option<String>| misfit.as_ref().map_or("yes".to_string(), |r| format!("no: {r}"));
+    let _ = writeln!(text, "fits here: {} ({})", verdict(&p.misfit), budgets.join("; "));
+    let _ = writeln!(
+        text,
+        "fits wasm32 (cpu, 4 GiB): {} (the loader's estimate {} B: weights {} + kv {} + compute bound {})",
+        verdict(&wasm32),
+        est.total(),
+        est.weights,
+        est.kv,
+        est.compute
+    );
+
+    let json = json!({
+        "backend": backend,
+        "n_ctx": p.n_ctx,
+        "n_batch": p.n_batch,
+        "kv_type": kv_type,
+        "threads": args.threads,
+        "gpu_layers": split,
+        "by_backend": p.by_backend.iter().zip(&p.limits).map(|(m, (budget, max))| json!({
+            "backend": m.backend, "weights": m.weights, "kv": m.kv, "compute": m.compute,
+            "budget": budget, "max_buffer_size": max,
+        })).collect::<Vec<_>>(),
+        "weights": p.weights(),
+        "kv": p.kv(),
+        "compute": p.compute_measured.then(|| p.compute()),
+        "total": p.total(),
+        "fits": { "ok": p.misfit.is_none(), "reason": p.misfit },
+        "wasm32": {
+            "ok": wasm32.is_none(),
+            "reason": wasm32,
+            "estimate": { "weights": est.weights, "kv": est.kv, "compute": est.compute, "total": est.total() },
+            "address_space": WASM32_SPACE,
+        },
+    });
+    Ok(PlanReport { text, json })
 }
 
 fn scalar_text(v: &GgufValue) -> String {
@@ -249,7 +380,7 @@ fn value_json(v: &GgufValue, items: usize) -> Value {
     }
 }
 
-fn to_json(path: &str, size: u64, h: &GgufHeader, items: usize) -> String {
+fn to_json(path: &str, size: u64, h: &GgufHeader, items: usize) -> Value {
     let metadata: Vec<Value> = h
         .metadata
         .iter()
@@ -268,7 +399,7 @@ fn to_json(path: &str, size: u64, h: &GgufHeader, items: usize) -> String {
             })
         })
         .collect();
-    let doc = json!({
+    json!({
         "file": path,
         "file_size": size,
         "version": h.version,
@@ -277,8 +408,5 @@ fn to_json(path: &str, size: u64, h: &GgufHeader, items: usize) -> String {
         "metadata": metadata,
         "tensors": tensors,
         "total_weight_bytes": h.total_weight_bytes(),
-    });
-    let mut s = serde_json::to_string_pretty(&doc).expect("a json! value serializes");
-    s.push('\n');
-    s
+    })
 }

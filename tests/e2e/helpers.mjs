@@ -36,8 +36,9 @@ export const DOT_MODELS = `${ROOT}.models`;
 /** What the real-model tests compare with: tests/fixtures/tiny-gpt2.hf-rows.json (HF outputs). */
 export const HF = JSON.parse(readFileSync(`${ROOT}tests/fixtures/tiny-gpt2.hf-rows.json`, 'utf8'));
 
-export async function serve() {
-  const mounts = [['/e2e/', `${ROOT}tests/e2e`], ['/artifacts/', ARTIFACTS]];
+/** `extra`: more [urlPrefix, dir] mounts (e.g. generated models under target/). */
+export async function serve(extra = []) {
+  const mounts = [['/e2e/', `${ROOT}tests/e2e`], ['/artifacts/', ARTIFACTS], ...extra];
   if (MODELS_DIR) mounts.push(['/shared-models/', MODELS_DIR]);
   if (existsSync(DOT_MODELS)) mounts.push(['/dot-models/', DOT_MODELS]);
   return startServer({ port: 0, testRoutes: true, mounts });

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# npm run test:scale: the GPT-2 family at full size (not part of npm test: ~3-6 GB of models
+# under .models/ and minutes per browser load). Makes the models it lacks
+# (tests/fixtures/make_scale_models.sh; llama.cpp's quantizer for Q4_K_M), builds the native
+# CLI (release) and, if missing, the wasm packages, then runs tests/scale/*.spec.mjs:
+# XL at Q8_0 and Q4_K_M in headless Chromium on 1 and 2 threads against the native CLI.
+#   GGWEB_SCALE_SHAPES=xl,large,medium npm run test:scale     # more shapes (default xl)
+# Logs: tests/artifacts/logs/scale.log.
+set -euo pipefail
+LOG_TAG=test-scale
+source "$(dirname "$0")/lib.sh"
+cd "$ROOT"
+
+shapes="${GGWEB_SCALE_SHAPES:-xl}"
+types=q8_0,q4_k_m
+models=()
+for s in ${shapes//,/ }; do
+    for t in ${types//,/ }; do models+=("bench-$s-$t.gguf"); done
+done
+# GGWEB_PROFILE=test: the CLI and the generator from `cargo test`'s build (opt-level 2).
+export GGWEB_PROFILE="${GGWEB_PROFILE:-release}"
+profile_dir=$([ "$GGWEB_PROFILE" = release ] && echo release || echo debug)
+log "building the native CLI (profile $GGWEB_PROFILE)"
+cargo build --profile "$GGWEB_PROFILE" --bin ggweb --color never
+bash tests/fixtures/make_scale_models.sh --shapes "$shapes" --types "$types" --out .models
+for p in pkg pkg-threads; do
+    [ -f "web/$p/ggweb_core.js" ] || { log "web/$p is missing: building the wasm packages"; bash scripts/build-wasm.sh; break; }
+done
+mkdir -p tests/artifacts/logs
+BROWSER_TMP="$(mktemp -d -t ggweb-browser.XXXXXX)"
+trap 'rm -rf "$BROWSER_TMP"' EXIT
+env TMPDIR="$BROWSER_TMP" GGWEB_GGWEB="$TARGET_DIR/$profile_dir/ggweb" GGWEB_SCALE_MODELS="$(IFS=,; echo "${models[*]}")" \
+    node --test --test-reporter=spec --test-concurrency=1 tests/scale/*.spec.mjs 2>&1 | tee tests/artifacts/logs/scale.log
+passed=$(grep -Eo '^ℹ pass [0-9]+' tests/artifacts/logs/scale.log | grep -Eo '[0-9]+' || true)
+failed=$(grep -Eo '^ℹ fail [0-9]+' tests/artifacts/logs/scale.log | grep -Eo '[0-9]+' || true)
+[ "${failed:-1}" = 0 ] && [ "${passed:-0}" -gt 0 ] || die "scale tests: ${failed:-?} failed, ${passed:-0} passed"
+echo "summary: $passed passed, 0 failed (models: ${models[*]})"
