@@ -146,7 +146,51 @@ pub trait Backend {
     }
     /// A WebGPU backend's counters (dispatches, submits, read-backs, encode time) since it
     /// was created; None for every other backend.
-    fn webgpu_stats(&self) -> Option<crate::webgpu::WebGpuStats> {
+    fn webgpu_stats(&self) -> Option<WebGpuStats> {
         None
+    }
+}
+
+/// Work one WebGPU backend has done since it was created (see
+/// [`Backend::webgpu_stats`]); a call's own share
+/// is [`WebGpuStats::since`] a snapshot taken before it.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct WebGpuStats {
+    /// Compute dispatches recorded (graph nodes, row ranges of split weights, fused chains
+    /// count once; byte patches of unaligned writes too).
+    pub dispatches: u64,
+    /// `queue.submit` calls (graphs, reads that were not prefetched, patches, clears).
+    pub submits: u64,
+    /// Staging buffers mapped to read device memory back (`map_async`).
+    pub readbacks: u64,
+    /// Bytes copied out of those mappings.
+    pub readback_bytes: u64,
+    /// CPU milliseconds in `graph_compute` up to the submit: planning the dispatches,
+    /// writing their parameters, bind groups, encoding and `finish` (the GPU's own time is
+    /// not in it).
+    pub encode_ms: f64,
+}
+
+impl WebGpuStats {
+    /// The work done between `earlier` and `self` (two snapshots of one backend).
+    pub fn since(&self, earlier: &WebGpuStats) -> WebGpuStats {
+        WebGpuStats {
+            dispatches: self.dispatches - earlier.dispatches,
+            submits: self.submits - earlier.submits,
+            readbacks: self.readbacks - earlier.readbacks,
+            readback_bytes: self.readback_bytes - earlier.readback_bytes,
+            encode_ms: self.encode_ms - earlier.encode_ms,
+        }
+    }
+
+    /// The sum of two backends' counters.
+    pub fn plus(&self, o: &WebGpuStats) -> WebGpuStats {
+        WebGpuStats {
+            dispatches: self.dispatches + o.dispatches,
+            submits: self.submits + o.submits,
+            readbacks: self.readbacks + o.readbacks,
+            readback_bytes: self.readback_bytes + o.readback_bytes,
+            encode_ms: self.encode_ms + o.encode_ms,
+        }
     }
 }

@@ -27,12 +27,12 @@ use alloc::vec::Vec;
 use super::ModelError;
 use crate::allocator::alloc_tensors;
 use crate::allocator::gallocr::Gallocr;
+use crate::backend::WebGpuStats;
 use crate::backend::{Backend, Buffer, BufferType};
 use crate::graph::Graph;
 use crate::sched::Sched;
 use crate::tensor::{Context, ContextParams, Tensor, TENSOR_OVERHEAD};
 use crate::types::GgmlType;
-use crate::webgpu::WebGpuStats;
 
 /// `gpt2.*` keys of a GGUF file.
 #[derive(Clone, Debug, PartialEq)]

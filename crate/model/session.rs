@@ -40,9 +40,9 @@ use super::logprobs::RowStats;
 use super::sampling::{Sampler, SamplingParams};
 use super::stop::StopHold;
 use super::ModelError;
+use crate::backend::WebGpuStats;
 use crate::model::loader::LoadedModel;
 use crate::tokenizer::{StreamDecoder, Tokenizer};
-use crate::webgpu::WebGpuStats;
 
 /// Options of one generation (the JS `generate` options, the CLI's flags).
 #[derive(Clone, Debug, PartialEq)]

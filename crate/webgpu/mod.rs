@@ -91,49 +91,9 @@ pub enum MatMulKernels {
     PerRow,
 }
 
-/// Work one WebGPU backend has done since it was created (see
-/// [`Backend::webgpu_stats`](crate::backend::Backend::webgpu_stats)); a call's own share
-/// is [`WebGpuStats::since`] a snapshot taken before it.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct WebGpuStats {
-    /// Compute dispatches recorded (graph nodes, row ranges of split weights, fused chains
-    /// count once; byte patches of unaligned writes too).
-    pub dispatches: u64,
-    /// `queue.submit` calls (graphs, reads that were not prefetched, patches, clears).
-    pub submits: u64,
-    /// Staging buffers mapped to read device memory back (`map_async`).
-    pub readbacks: u64,
-    /// Bytes copied out of those mappings.
-    pub readback_bytes: u64,
-    /// CPU milliseconds in `graph_compute` up to the submit: planning the dispatches,
-    /// writing their parameters, bind groups, encoding and `finish` (the GPU's own time is
-    /// not in it).
-    pub encode_ms: f64,
-}
-
-impl WebGpuStats {
-    /// The work done between `earlier` and `self` (two snapshots of one backend).
-    pub fn since(&self, earlier: &WebGpuStats) -> WebGpuStats {
-        WebGpuStats {
-            dispatches: self.dispatches - earlier.dispatches,
-            submits: self.submits - earlier.submits,
-            readbacks: self.readbacks - earlier.readbacks,
-            readback_bytes: self.readback_bytes - earlier.readback_bytes,
-            encode_ms: self.encode_ms - earlier.encode_ms,
-        }
-    }
-
-    /// The sum of two backends' counters.
-    pub fn plus(&self, o: &WebGpuStats) -> WebGpuStats {
-        WebGpuStats {
-            dispatches: self.dispatches + o.dispatches,
-            submits: self.submits + o.submits,
-            readbacks: self.readbacks + o.readbacks,
-            readback_bytes: self.readback_bytes + o.readback_bytes,
-            encode_ms: self.encode_ms + o.encode_ms,
-        }
-    }
-}
+// The counters live in `backend` so that the no_std core (the generation loop's stats)
+// can carry them without this module.
+pub use crate::backend::WebGpuStats;
 
 #[cfg(feature = "webgpu")]
 mod buffer;
