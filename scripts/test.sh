@@ -202,7 +202,8 @@ for engine in Firefox WebKit; do
     grep -qE "^✔ $engine \(" "$LOGS/engines.log" || die "engine tests: the $engine suite did not run and pass"
 done
 PASSED=$((PASSED + e_pass))
-SUMMARY+=("model checks in Firefox and WebKit: $e_pass passed ($STEP_SECS s)")
+e_rerun=$(grep -c '^Firefox page rerun after a hang' "$LOGS/engines.log" || true)
+SUMMARY+=("model checks in Firefox and WebKit: $e_pass passed ($STEP_SECS s; Firefox pages rerun after a hang: ${e_rerun:-0})")
 
 # 7. the npm package
 run_step pack node scripts/check-pack.mjs

@@ -34,7 +34,9 @@ export async function pageChecks(arg) {
   // Sections 3-5 run one thread: in Firefox a threaded load now and then never settles
   // after failed ones (README.md, "Browser engines"); sections 1 and 2 check the threads.
   const one = { nThreads: 1 };
-  const at = (s) => { self.__checksAt = s; };
+  // Where the checks are, with the ms since they began: a hung page reports it (drivers.mjs).
+  const t0 = performance.now();
+  const at = (s) => { self.__checksAt = `${s} (at ${Math.round(performance.now() - t0)} ms)`; };
   const out = {
     engine: {
       isolated: self.crossOriginIsolated,
@@ -51,18 +53,21 @@ export async function pageChecks(arg) {
   //    ids, the detokenized text, HF's greedy tokens streamed with their text.
   {
     const events = [];
-    const m = await Model.load(arg.f16, { nThreads: 2, nBatch: 32, onProgress: (p) => events.push(p) });
+    const m = await Model.load(arg.f16, { nThreads: 2, nBatch: 32, onProgress: (p) => { events.push(p); at(`1: load, ${p.phase} ${p.loaded}`); } });
     const prompts = [];
     for (const p of arg.prompts) {
+      at(`1: ${p.key}: tokenize`);
       const ids = Array.from(await m.tokenize(p.text));
       const text = await m.detokenize(ids);
       const tokens = [];
       let pieces = '';
       const it = m.generate(p.text, arg.greedy);
-      for await (const t of it) { tokens.push(t.token); pieces += t.text; }
+      at(`1: ${p.key}: generate`);
+      for await (const t of it) { tokens.push(t.token); pieces += t.text; at(`1: ${p.key}: generated ${tokens.length}`); }
       const s = await it.stats;
       prompts.push({ ids, text, tokens, pieces, stop: s.stop, n: s.tokens, promptTokens: s.promptTokens, jobs: s.cpuJobs });
     }
+    at('1: dispose');
     const info = m.info();
     out.load = {
       inWorker: m.inWorker, threads: info.threads, backend: info.load.backend, via: info.load.via, bytes: info.load.bytes,
@@ -82,7 +87,9 @@ export async function pageChecks(arg) {
     const top5 = (a) => Array.from(a.keys()).sort((x, y) => a[y] - a[x] || x - y).slice(0, 5);
     out.logits = {};
     for (const worker of [true, false]) {
+      at(`2: load (worker: ${worker})`);
       const m = await Model.load(arg.f32, { worker, nThreads: 2, nBatch: 32 });
+      at(`2: logits (worker: ${worker})`);
       const r = { threads: m.info().threads, prompts: [] };
       for (const p of arg.prompts) {
         const l = await m.logits(p.ids);

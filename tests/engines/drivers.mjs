@@ -9,8 +9,8 @@ import { Builder } from 'selenium-webdriver';
 
 export const FIREFOX = process.env.FIREFOX ?? '/usr/bin/firefox-esr';
 export const MINIBROWSER = process.env.MINIBROWSER ?? '/usr/lib/x86_64-linux-gnu/webkit2gtk-4.1/MiniBrowser';
-/** One page's checks take ~10 s; this only turns a hang into a failure. */
-export const SCRIPT_TIMEOUT_MS = 120_000;
+/** One page's checks take ~10 s; this only turns a hang into a failure (GGWEB_ENGINE_TIMEOUT_MS). */
+export const SCRIPT_TIMEOUT_MS = Number(process.env.GGWEB_ENGINE_TIMEOUT_MS) || 120_000;
 
 /** A failed or hung script, with where it was (`self.__checksAt`, set by the checks). */
 async function failure(e, where) {

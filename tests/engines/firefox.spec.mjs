@@ -22,11 +22,30 @@ let gpu;
 /** Firefox's WebGPU, off by default on Linux; webdriver.json turns it on the same way. */
 const WEBGPU_PREFS = { 'dom.webgpu.enabled': true, 'gfx.webgpu.ignore-blocklist': true };
 
+/**
+ * The checks page, run once more in a new Firefox when it hangs: the known problem of README.md
+ * ("Browser engines": a threaded load in Firefox now and then never settles, ~1 page in 10 on a
+ * loaded machine, once on CI's first load). The hang and where it was are printed (and counted
+ * in npm test's summary: "Firefox pages rerun after a hang"); a second hang fails the suite.
+ */
+async function checksPage() {
+  const url = `${server.url}e2e/harness.html`;
+  try {
+    return await firefox.run(url, pageChecks.toString(), CHECK_ARG);
+  } catch (e) {
+    if (!/timed out/.test(e.message)) throw e;
+    console.log(`Firefox page rerun after a hang: ${e.message}`);
+    await firefox.close().catch(() => {});
+    firefox = await launchFirefox();
+    return firefox.run(url, pageChecks.toString(), CHECK_ARG);
+  }
+}
+
 before(async () => {
   server = await serve();
   firefox = await launchFirefox();
   console.log(`browser: ${firefox.version}`);
-  result = await firefox.run(`${server.url}e2e/harness.html`, pageChecks.toString(), CHECK_ARG);
+  result = await checksPage();
   plain = await firefox.run(`${server.url}__test/noisolation/e2e/harness.html`, `async (arg) => {
     const { Model } = await import('/ggweb.js');
     const m = await Model.load(arg.url, { nThreads: 2 });
