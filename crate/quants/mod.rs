@@ -353,13 +353,13 @@ pub fn gemm(
             let cols = ColPrep::new(nb, nc, b, ldb, mark_plain, want_sums);
             #[cfg(target_arch = "x86_64")]
             if Isa::best() == Isa::Avx2 {
-                // SAFETY: AVX2 is available (Isa::best), AVX-VNNI where used (detected);
-                // rows are inside a and b (checked above).
+                // SAFETY: AVX2 is available (Isa::best), each `vpdpbusd` form where used
+                // (detected); rows are inside a and b (checked above).
                 unsafe {
-                    if x86::uses_vnni() {
-                        x86::gemm_rows_vnni(ty, nb, m, a, lda, b, ldb, &cols, c, ldc)
-                    } else {
-                        x86::gemm_rows(ty, nb, m, a, lda, b, ldb, &cols, c, ldc)
+                    match x86::vnni() {
+                        x86::Vnni::Vex => x86::gemm_rows_vnni::<false>(ty, nb, m, a, lda, b, ldb, &cols, c, ldc),
+                        x86::Vnni::Evex => x86::gemm_rows_vnni::<true>(ty, nb, m, a, lda, b, ldb, &cols, c, ldc),
+                        x86::Vnni::None => x86::gemm_rows(ty, nb, m, a, lda, b, ldb, &cols, c, ldc),
                     }
                 };
             }
@@ -441,12 +441,18 @@ pub fn prompt_gemm_kernel(ty: GgmlType) -> &'static str {
     } else if cfg!(target_arch = "wasm32") {
         "simd128 i16 panels"
     } else {
+        #[cfg(target_arch = "x86_64")]
+        match x86::vnni() {
+            x86::Vnni::Vex => return "avx2 tiles (avx-vnni vpdpbusd)",
+            x86::Vnni::Evex => return "avx2 tiles (avx512-vnni vpdpbusd)",
+            x86::Vnni::None => {}
+        }
         "avx2 tiles"
     }
 }
 
-/// Makes [`gemm`] leave AVX-VNNI unused (or use it again) on x86_64, so tests can check the
-/// plain AVX2 kernels on a machine that has VNNI. Both give the same bits; only speed
+/// Makes [`gemm`] leave `vpdpbusd` (AVX-VNNI or AVX512-VNNI) unused (or use it again) on
+/// x86_64, so tests can check the plain AVX2 kernels on a machine that has VNNI. Both give the same bits; only speed
 /// differs, so flipping this while other threads compute is harmless.
 #[doc(hidden)]
 pub fn set_vnni_disabled(disabled: bool) {

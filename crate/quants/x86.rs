@@ -555,44 +555,96 @@ unsafe fn q8_0_row_dot(nb: usize, x: *const BlockQ8_0, dx: &[f32], y: *const Blo
 /// See [`super::set_vnni_disabled`].
 pub(super) static VNNI_DISABLED: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
 
-/// AVX-VNNI (`vpdpbusd`: four u8 × i8 products summed into each i32 lane, no
-/// saturation), found by CPUID once (leaf 7, sub-leaf 1, EAX bit 4) on top of AVX2. By
-/// hand rather than through `is_x86_feature_detected!` and the intrinsic, which need Rust
-/// 1.89; the crate's rust-version is 1.85.
-pub(super) fn uses_vnni() -> bool {
+/// Which `vpdpbusd` (four u8 × i8 products summed into each i32 lane, no saturation) the
+/// CPU has on 256-bit registers, found by CPUID once on top of AVX2 — by hand rather than
+/// through `is_x86_feature_detected!` and the intrinsics, which need Rust 1.89; the crate's
+/// rust-version is 1.85.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Vnni {
+    None,
+    /// AVX-VNNI (leaf 7, sub-leaf 1, EAX bit 4): the VEX form.
+    Vex,
+    /// AVX512-VNNI with AVX512-VL (leaf 7 ECX bit 11, EBX bits 16 and 31) and the OS saving
+    /// the AVX-512 state (XCR0 bits 5–7): the same instruction in its EVEX form, on CPUs
+    /// (Ice Lake to Cascade Lake servers, Zen 4) that have AVX-512 but not AVX-VNNI.
+    Evex,
+}
+
+pub(super) fn vnni() -> Vnni {
     use core::sync::atomic::{AtomicU8, Ordering};
-    static FOUND: AtomicU8 = AtomicU8::new(0); // 0 not asked yet, 1 no, 2 yes
+    static FOUND: AtomicU8 = AtomicU8::new(0); // 0 not asked yet, else 1 + the variant
     if VNNI_DISABLED.load(Ordering::Relaxed) {
-        return false;
+        return Vnni::None;
     }
+    let of = |f: u8| [Vnni::None, Vnni::Vex, Vnni::Evex][f as usize - 1];
     match FOUND.load(Ordering::Relaxed) {
         0 => {
-            #[allow(unused_unsafe)] // __cpuid_count is a safe fn in newer Rust
-            // SAFETY: CPUID exists on every x86_64; leaves are checked before they are read.
-            let vnni = available()
-                && unsafe {
-                    __get_cpuid_max(0).0 >= 7 && __cpuid_count(7, 0).eax >= 1 && (__cpuid_count(7, 1).eax >> 4) & 1 == 1
-                };
-            FOUND.store(if vnni { 2 } else { 1 }, Ordering::Relaxed);
-            vnni
+            let found = if !available() { Vnni::None } else { detect_vnni() };
+            FOUND.store(1 + found as u8, Ordering::Relaxed);
+            found
         }
-        f => f == 2,
+        f => of(f),
     }
 }
 
-/// `acc + Σ u·y` per i32 lane (4 products each, u unsigned, y signed): AVX-VNNI's
-/// `vpdpbusd` in its VEX form.
+#[allow(unused_unsafe)] // __cpuid_count is a safe fn in newer Rust
+fn detect_vnni() -> Vnni {
+    // SAFETY: CPUID exists on every x86_64; leaves are checked before they are read, and
+    // XGETBV only once CPUID says the OS enabled it (OSXSAVE).
+    unsafe {
+        if __get_cpuid_max(0).0 < 7 {
+            return Vnni::None;
+        }
+        let l7 = __cpuid_count(7, 0);
+        if l7.eax >= 1 && (__cpuid_count(7, 1).eax >> 4) & 1 == 1 {
+            return Vnni::Vex;
+        }
+        let avx512 = (l7.ebx >> 16) & 1 == 1 && (l7.ebx >> 31) & 1 == 1 && (l7.ecx >> 11) & 1 == 1;
+        let osxsave = (__cpuid(1).ecx >> 27) & 1 == 1;
+        if avx512 && osxsave && xcr0() & 0xE6 == 0xE6 {
+            Vnni::Evex
+        } else {
+            Vnni::None
+        }
+    }
+}
+
+/// XCR0: which register state the OS saves (bits 1–2 SSE/AVX, 5–7 the AVX-512 state).
+fn xcr0() -> u64 {
+    let (lo, hi): (u32, u32);
+    // SAFETY: called only when CPUID reports OSXSAVE, so XGETBV exists and ECX = 0 is valid.
+    unsafe { core::arch::asm!("xgetbv", in("ecx") 0u32, out("eax") lo, out("edx") hi, options(nomem, nostack, preserves_flags)) };
+    (u64::from(hi) << 32) | u64::from(lo)
+}
+
+/// Whether [`gemm_rows_vnni`] can run here (either form).
+pub(super) fn uses_vnni() -> bool {
+    vnni() != Vnni::None
+}
+
+/// `acc + Σ u·y` per i32 lane (4 products each, u unsigned, y signed): `vpdpbusd` in its
+/// VEX (AVX-VNNI) or EVEX (AVX512-VNNI + VL) form, the same exact integer sums.
 #[target_feature(enable = "avx2")]
 #[inline]
-unsafe fn dpbusd(acc: __m256i, u: __m256i, y: __m256i) -> __m256i {
+unsafe fn dpbusd<const EVEX: bool>(acc: __m256i, u: __m256i, y: __m256i) -> __m256i {
     let mut acc = acc;
-    core::arch::asm!(
-        "{{vex}} vpdpbusd {acc}, {u}, {y}",
-        acc = inout(ymm_reg) acc,
-        u = in(ymm_reg) u,
-        y = in(ymm_reg) y,
-        options(pure, nomem, nostack, preserves_flags)
-    );
+    if EVEX {
+        core::arch::asm!(
+            "{{evex}} vpdpbusd {acc}, {u}, {y}",
+            acc = inout(ymm_reg) acc,
+            u = in(ymm_reg) u,
+            y = in(ymm_reg) y,
+            options(pure, nomem, nostack, preserves_flags)
+        );
+    } else {
+        core::arch::asm!(
+            "{{vex}} vpdpbusd {acc}, {u}, {y}",
+            acc = inout(ymm_reg) acc,
+            u = in(ymm_reg) u,
+            y = in(ymm_reg) y,
+            options(pure, nomem, nostack, preserves_flags)
+        );
+    }
     acc
 }
 
@@ -603,10 +655,11 @@ unsafe fn dpbusd(acc: __m256i, u: __m256i, y: __m256i) -> __m256i {
 /// value is still bit for bit `vec_dot`'s, for any row of b (no -128 exception).
 ///
 /// # Safety
-/// As for [`gemm_rows`], and AVX-VNNI must be available ([`uses_vnni`]).
+/// As for [`gemm_rows`], and the `vpdpbusd` form asked for must be available ([`vnni`]:
+/// `EVEX` for [`Vnni::Evex`], else [`Vnni::Vex`]).
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,f16c")]
-pub(super) unsafe fn gemm_rows_vnni(
+pub(super) unsafe fn gemm_rows_vnni<const EVEX: bool>(
     ty: GgmlType,
     nb: usize,
     m: usize,
@@ -649,9 +702,9 @@ pub(super) unsafe fn gemm_rows_vnni(
             let y = b.as_ptr().add(j * ldb) as *const BlockQ8_0;
             let (dy, ys) = (&cols.dy[j * nbp..], &cols.ysum[j * nbp..]);
             c[j * ldc + i] = match (ty, u.is_empty()) {
-                (GgmlType::Q4_0, true) => u8_row_dot_vnni::<3>(nb, |t| nibbles(&(*q4.add(t)).qs), &dx, y, dy, ys),
-                (GgmlType::Q4_0, false) => u8_row_dot_vnni::<3>(nb, |t| u[t], &dx, y, dy, ys),
-                (_, true) => u8_row_dot_vnni::<7>(
+                (GgmlType::Q4_0, true) => u8_row_dot_vnni::<3, EVEX>(nb, |t| nibbles(&(*q4.add(t)).qs), &dx, y, dy, ys),
+                (GgmlType::Q4_0, false) => u8_row_dot_vnni::<3, EVEX>(nb, |t| u[t], &dx, y, dy, ys),
+                (_, true) => u8_row_dot_vnni::<7, EVEX>(
                     nb,
                     |t| _mm256_xor_si256(load256((*q8.add(t)).qs.as_ptr() as *const u8), flip),
                     &dx,
@@ -659,7 +712,7 @@ pub(super) unsafe fn gemm_rows_vnni(
                     dy,
                     ys,
                 ),
-                (_, false) => u8_row_dot_vnni::<7>(nb, |t| u[t], &dx, y, dy, ys),
+                (_, false) => u8_row_dot_vnni::<7, EVEX>(nb, |t| u[t], &dx, y, dy, ys),
             };
         }
     }
@@ -668,7 +721,7 @@ pub(super) unsafe fn gemm_rows_vnni(
 /// Σ u·y - 2^SHIFT·Σy per block, `u` unsigned quants of a row of a, `y` a row of Q8_0.
 #[target_feature(enable = "avx2,f16c")]
 #[inline]
-unsafe fn u8_row_dot_vnni<const SHIFT: i32>(
+unsafe fn u8_row_dot_vnni<const SHIFT: i32, const EVEX: bool>(
     nb: usize,
     u: impl Fn(usize) -> __m256i,
     dx: &[f32],
@@ -678,7 +731,7 @@ unsafe fn u8_row_dot_vnni<const SHIFT: i32>(
 ) -> f32 {
     let isum = |t: usize| {
         let yq = load256((*y.add(t)).qs.as_ptr() as *const u8);
-        dpbusd(_mm256_setzero_si256(), u(t), yq)
+        dpbusd::<EVEX>(_mm256_setzero_si256(), u(t), yq)
     };
     let mut acc = _mm256_setzero_ps();
     for g in 0..nb / LANES {
