@@ -278,7 +278,7 @@ export async function loadStep(step) {
   const ms = now() - t0;
   const load = m.info().load;
   await m.dispose();
-  return { ms, bytes: load.bytes, via: load.via, cached: load.cached, engineMs: load.ms, warmUp: load.warmUp };
+  return { ms, bytes: load.bytes, via: load.via, cached: load.cached, engineMs: load.ms, warmUp: load.warmUp, phases: load.phases };
 }
 
 /** Environment facts the table header reports. */

@@ -19,6 +19,10 @@ const DEPTH_REPS = Number(env.BENCH_REPS ?? 3);
 const DEPTH_DTYPES = list(env.BENCH_DEPTH_DTYPES, 'q8_0');
 const DEPTH_KV = list(env.BENCH_DEPTH_KV, 'f32,f16');
 const LOAD_MODELS = list(env.BENCH_LOAD_MODELS, '/models/124m-q8_0.gguf');
+// The link the load rows run over: 0 is loopback as fast as it goes (on 2 cores the server and
+// the browser's network service then take the CPU the loader needs), N a server sending at
+// N MB/s, as a download over a real network is paced.
+const LOAD_RATES = list(env.BENCH_LOAD_RATES, '0,100').map(Number);
 
 function withTimeout(p, ms, what) {
   let timer;
@@ -100,19 +104,26 @@ export function depthTable(results) {
  *  `cache` twice (the first stores into the Cache API, the second reads from it). */
 export async function runLoadRows(cfg) {
   const out = [];
+  for (const rate of LOAD_RATES) out.push(...(await loadRowsAt(cfg, rate)));
+  return out;
+}
+
+async function loadRowsAt(cfg, rate) {
+  const out = [];
   const served = { bytes: 0, statuses: [] };
   const server = await startServer({
-    port: 0, mounts: cfg.mounts, validators: true,
+    port: 0, mounts: cfg.mounts, validators: true, rateMBps: rate,
     onServe: (path, status, bytes) => {
       if (!/\.gguf$/.test(path)) return;
       served.bytes += bytes;
       served.statuses.push(status);
     },
   });
+  const link = rate > 0 ? `${rate} MB/s` : 'loopback';
   try {
     for (const model of LOAD_MODELS) {
       const dir = mkdtempSync(join(tmpdir(), 'ggweb-bench-profile-'));
-      const key = `ggweb-load/${model}`;
+      const key = `ggweb-load/${model} (${link})`;
       const t0 = Date.now();
       let r;
       let ctx;
@@ -148,7 +159,7 @@ export async function runLoadRows(cfg) {
         await ctx?.close().catch(() => {});
         rmSync(dir, { recursive: true, force: true });
       }
-      r = { model, key, ...r };
+      r = { model, link, key, ...r };
       out.push(r);
       const by = (n) => r.steps?.find((x) => x.name === n);
       const s = r.ok
@@ -157,6 +168,7 @@ export async function runLoadRows(cfg) {
           `(${fmt(by('reload-http').servedBytes / 1e6, 1)} MB sent), Cache API reload ${fmt(by('reload-cacheapi').ms, 0)} ms (via ${by('reload-cacheapi').via})`
         : `error: ${r.error}`;
       console.log(`  ${key.padEnd(26)} ${s}  [${((Date.now() - t0) / 1000).toFixed(0)} s]`);
+      if (r.ok) console.log(`  ${''.padEnd(26)} first load: engine ${fmt(by('load').engineMs, 0)} ms = ${phasesCell(by('load').phases)}`);
     }
   } finally {
     await server.close();
@@ -164,31 +176,39 @@ export async function runLoadRows(cfg) {
   return out;
 }
 
+/** info().load.phases of a load step, in one cell: where the engine's time went. */
+const phasesCell = (p) => (p
+  ? `wasm ${fmt(p.wasmMs, 0)}, open ${fmt(p.openMs, 0)}, read wait ${fmt(p.readWaitMs, 0)}, feed ${fmt(p.feedMs, 0)} (${p.chunks} chunks), ` +
+    `warm-up ${fmt(p.warmMs, 0)}, build ${fmt(p.buildMs, 0)}, threads ${fmt(p.threadsMs, 0)}`
+  : '—');
+
 export function loadTable(results) {
   if (!results.length) return '';
-  const head = ['model', 'MB', 'raw fetch ms (1st / 2nd)', 'Model.load ms', 'load ÷ fetch', 'reload, HTTP cache: ms (MB sent, status)',
-    'load with cache (stores) ms', 'reload, Cache API ms', 'Cache API reload ÷ fetch'];
-  const lines = [head.join(' | '), head.map((_, i) => (i >= 1 ? '--:' : '---')).join('|')];
+  const head = ['model', 'link', 'MB', 'raw fetch ms (1st / 2nd)', 'Model.load ms', 'load ÷ fetch', 'reload, HTTP cache: ms (MB sent, status)',
+    'load with cache (stores) ms', 'reload, Cache API ms', 'Cache API reload ÷ fetch', 'first load, engine phases ms'];
+  const lines = [head.join(' | '), head.map((_, i) => (i >= 2 ? '--:' : '---')).join('|')];
   for (const r of results) {
     if (!r.ok) {
-      lines.push([r.model, ...head.slice(1).map(() => '—')].join(' | ').replace(/—$/, `error: ${r.error}`.slice(0, 120)));
+      lines.push([r.model, r.link, ...head.slice(2).map(() => '—')].join(' | ').replace(/—$/, `error: ${r.error}`.slice(0, 120)));
       continue;
     }
     const by = (n) => r.steps.find((x) => x.name === n);
     const f = Math.min(by('fetch').ms, by('fetch2').ms);
     const h = by('reload-http');
     lines.push([
-      r.model, fmt(by('fetch').bytes / 1e6, 1), `${fmt(by('fetch').ms, 0)} / ${fmt(by('fetch2').ms, 0)}`, fmt(by('load').ms, 0),
+      r.model, r.link, fmt(by('fetch').bytes / 1e6, 1), `${fmt(by('fetch').ms, 0)} / ${fmt(by('fetch2').ms, 0)}`, fmt(by('load').ms, 0),
       `${fmt(by('load').ms / f, 2)}×`, `${fmt(h.ms, 0)} (${fmt(h.servedBytes / 1e6, 1)}, ${[...new Set(h.statuses)].join('/')})`,
       fmt(by('load-cacheapi-store').ms, 0), `${fmt(by('reload-cacheapi').ms, 0)} (via ${by('reload-cacheapi').via})`,
-      `${fmt(by('reload-cacheapi').ms / f, 2)}×`,
+      `${fmt(by('reload-cacheapi').ms / f, 2)}×`, phasesCell(by('load').phases),
     ].join(' | '));
   }
   return [
     'Load against transfer (ggweb, CPU, 1 thread, worker; one page of a fresh on-disk browser profile per model):',
     'raw fetch = `fetch(url, { cache: \'no-store\' })` + reading the whole body, before and after the first load;',
     'load ÷ fetch uses the faster fetch. The server sends ETag and `Cache-Control: no-cache`, so a copy the browser',
-    'stored is revalidated (304) and read from its cache; "MB sent" shows whether it was.',
+    'stored is revalidated (304) and read from its cache; "MB sent" shows whether it was. The phases are',
+    'info().load.phases of the first load (the worker\'s own start is outside them). Link: loopback as fast as',
+    'it goes, or the server pacing the file to N MB/s as a network would (BENCH_LOAD_RATES).',
     '',
     ...lines.map((l) => `| ${l} |`),
     '',

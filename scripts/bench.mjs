@@ -30,6 +30,7 @@
 //                          context depths, ggweb's load against the page's raw fetch (bench/README.md)
 //   BENCH_DEPTHS=64,512,1000  BENCH_DEPTH_TOKENS=16  BENCH_DEPTH_DTYPES=q8_0  BENCH_DEPTH_KV=f32,f16
 //   BENCH_LOAD_MODELS=/models/124m-q8_0.gguf,...   model URLs (paths on this server) for the load rows
+//   BENCH_LOAD_RATES=0,100   the load rows over loopback (0) and a server pacing the file to N MB/s
 import { chromium } from 'playwright-core';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';

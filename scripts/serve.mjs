@@ -115,7 +115,7 @@ async function statFile(file) {
 /** Per key: { requests, ranges, bytes } served by the counted/norange test routes. */
 const tallies = new Map();
 
-async function serveFile(req, res, urlPath, mounts, isolate = true, tally = null, paced = false, validators = false) {
+async function serveFile(req, res, urlPath, mounts, isolate = true, tally = null, paced = false, validators = false, rateMBps = 0) {
   const file0 = resolvePath(urlPath, mounts);
   const found = file0 && (await statFile(file0));
   if (!found) return sendError(res, 404, `not found: ${urlPath}`);
@@ -156,11 +156,27 @@ async function serveFile(req, res, urlPath, mounts, isolate = true, tally = null
   headers['Content-Length'] = String(end - start + 1);
   res.writeHead(status, headers);
   if (req.method === 'HEAD' || size === 0) return res.end();
-  const stream = createReadStream(file, { start, end, highWaterMark: paced ? 128 * 1024 : undefined })
+  const stream = createReadStream(file, { start, end, highWaterMark: paced ? 128 * 1024 : rateMBps > 0 ? 1 << 20 : undefined })
     .on('error', () => res.destroy());
   if (tally) {
     stream.on('data', (c) => { tally.bytes += c.length; });
     res.on('close', () => stream.destroy()); // a cancelled download stops reading the file
+  }
+  if (rateMBps > 0 && /\.gguf$/i.test(file)) {
+    // A network link of `rateMBps` (the bench's load rows): the body at that average rate,
+    // 1 MiB pieces, each sent when the schedule reaches it (and the socket has drained).
+    const t0 = performance.now();
+    let sent = 0;
+    stream.on('data', (c) => {
+      stream.pause();
+      const drained = res.write(c) ? Promise.resolve() : new Promise((r) => res.once('drain', r));
+      sent += c.length;
+      const due = t0 + sent / (rateMBps * 1e3);
+      Promise.all([drained, sleep(Math.max(0, due - performance.now()))]).then(() => stream.resume());
+    });
+    stream.on('end', () => res.end());
+    res.on('close', () => stream.destroy());
+    return;
   }
   if (paced) {
     // 128 KiB every 10 ms: over loopback the browser would otherwise take a whole test file
@@ -258,10 +274,11 @@ async function serveTestRoute(req, res, rest, mounts) {
  * `isolate: false` serves without COOP/COEP (the page is then not cross-origin isolated).
  * `validators: true` adds ETag / Last-Modified to files and answers a matching If-None-Match
  * with 304 (the bench's cached-reload rows); `onServe(path, status, bytes)` is called as each
- * response finishes, with the body bytes written.
- * @param {{port?: number, host?: string, testRoutes?: boolean, quiet?: boolean, mounts?: [string, string][], isolate?: boolean, validators?: boolean, onServe?: Function}} opts
+ * response finishes, with the body bytes written. `rateMBps` sends .gguf bodies no faster than
+ * that many MB/s, as a network link would (the bench's load rows; 0: as fast as loopback).
+ * @param {{port?: number, host?: string, testRoutes?: boolean, quiet?: boolean, mounts?: [string, string][], isolate?: boolean, validators?: boolean, onServe?: Function, rateMBps?: number}} opts
  */
-export function startServer({ port = 8080, host = '127.0.0.1', testRoutes = false, quiet = true, mounts = [], isolate = true, validators = false, onServe = null } = {}) {
+export function startServer({ port = 8080, host = '127.0.0.1', testRoutes = false, quiet = true, mounts = [], isolate = true, validators = false, onServe = null, rateMBps = 0 } = {}) {
   const allMounts = [...mounts.map(([p, d]) => [p, resolve(d)]), ...MOUNTS];
   const server = createServer((req, res) => {
     const url = new URL(req.url, 'http://x');
@@ -274,7 +291,7 @@ export function startServer({ port = 8080, host = '127.0.0.1', testRoutes = fals
     if (req.method !== 'GET' && req.method !== 'HEAD') return sendError(res, 405, 'method not allowed');
     const handle = testRoutes && url.pathname.startsWith('/__test/')
       ? serveTestRoute(req, res, url.pathname.slice('/__test'.length), allMounts)
-      : serveFile(req, res, url.pathname, allMounts, isolate, null, false, validators);
+      : serveFile(req, res, url.pathname, allMounts, isolate, null, false, validators, rateMBps);
     handle.catch((e) => {
       if (!res.headersSent) sendError(res, 500, String(e && e.message));
       else res.destroy();

@@ -500,8 +500,11 @@ export class Engine {
     const loaderOpts = loaderOptions(opts);
     const stallMs = stallTimeout(stallTimeoutMs);
     const t0 = now();
+    // Where the load's time went (info().load.phases), for the bench and for users who ask.
+    const phases = { wasmMs: 0, openMs: 0, readWaitMs: 0, feedMs: 0, chunks: 0, buildMs: 0, threadsMs: 0 };
     this.busy = 'load';
     let source = null;
+    let sourceP = null;
     let loader = null;
     let ok = false;
     const emit = (p) => { try { onProgress?.(p); } catch (e) { console.error('ggweb: onProgress threw', e); } };
@@ -511,6 +514,10 @@ export class Engine {
       if (signal?.aborted) throw abortedError('loading the model');
       const threads = planThreads(loaderOpts.nThreads);
       const relaxed = relaxedSimdOption(opts.relaxedSimd) && hasRelaxedSimd();
+      // The request goes out now, while the wasm build is imported and the backend opened:
+      // its first bytes (and the connection's latency) then overlap with that work.
+      sourceP = openSource(src, { signal, cache });
+      sourceP.then((s) => { source = s; }, () => {});
       let build = 'pkg';
       // A sibling build: BUILDS' folder, or beside a custom `coreUrl` (null when none is known).
       const sibling = (folder) => (this.coreUrl ? variantCoreUrl(this.coreUrl, folder) : folder);
@@ -547,6 +554,7 @@ export class Engine {
       }
       core ??= await tryRelaxed('pkg');
       this.core = core ?? await loadCore(this.coreUrl ?? 'pkg');
+      phases.wasmMs = now() - t0;
       // Sent only when > 1: the single-thread build's options stay what they always were.
       loaderOpts.nThreads = threads.n > 1 ? threads.n : undefined;
       const picked = await this._pickBackend(loaderOpts.backend);
@@ -554,9 +562,10 @@ export class Engine {
       if (typeof this.core.WasmLoader !== 'function') {
         throw new GgwebError('unsupported', `the wasm module at ${this.coreUrl ?? build} has no WasmLoader (built before the model bindings existed?)`);
       }
-      source = await openSource(src, { signal, cache });
+      source = await sourceP;
       if (signal?.aborted) throw abortedError('loading the model');
       const json = JSON.stringify(loaderOpts);
+      const tOpen = now();
       try {
         // The async factory opens the WebGPU device (the constructor cannot), and starts the
         // CPU pool's Web Workers. It gets the stall timeout too: a device request or a thread
@@ -568,6 +577,7 @@ export class Engine {
       } catch (e) {
         throw toGgwebError(e, 'invalid', e?.code === 'unsupported' ? 'opening the backend' : 'WasmLoader options');
       }
+      phases.openMs = now() - tOpen;
       const what = source.url ?? (source.name ? `file ${source.name}` : 'the model stream');
       let loaded = 0;
       let lastEmit = -Infinity;
@@ -611,7 +621,9 @@ export class Engine {
           const next = ahead ?? read();
           ahead = null;
           if (!warm.done && loaded > 0 && warmUp.sliceMs > 0) warmFor(warmUp.sliceMs);
+          const tWait = now();
           r = await next;
+          phases.readWaitMs += now() - tWait;
         } catch (e) {
           if (signal?.aborted) throw abortedError('loading the model');
           throw new GgwebError('network',
@@ -631,11 +643,14 @@ export class Engine {
         // The next read is asked for before this chunk goes into wasm, so the stream is
         // never idle while the loader copies (load time was 1.8-2.7x the page's raw fetch).
         ahead = read();
+        const tFeed = now();
         try {
           await loader.feed(chunk);
         } catch (e) {
           throw toGgwebError(e, 'format', `${what} at byte ${loaded}`);
         }
+        phases.feedMs += now() - tFeed;
+        phases.chunks++;
         loaded += chunk.byteLength;
         const t = now();
         if (t - lastEmit >= 32) {
@@ -652,11 +667,13 @@ export class Engine {
       emit({ loaded, total: loaded, phase: 'build' });
       const l = loader;
       loader = null; // finish() consumes it, whatever the outcome
+      const tBuild = now();
       try {
         this.model = await l.finish();
       } catch (e) {
         throw toGgwebError(e, 'format', what);
       }
+      phases.buildMs = now() - tBuild;
       let info = {};
       try {
         info = JSON.parse(this.model.info());
@@ -670,7 +687,9 @@ export class Engine {
       // A CPU backend (and its thread pool) exists on 'cpu' and in a split with CPU layers.
       const cpuRuns = backend === 'cpu' || (info.split?.backends ?? []).includes('CPU');
       if (threads.n > 1 && cpuRuns) {
+        const tThreads = now();
         threads.running = await this._threadsUp(threads.n, signal);
+        phases.threadsMs = now() - tThreads;
         if (threads.running < threads.n) {
           threads.reason = `only ${threads.running} of ${threads.n} threads started within ${THREAD_START_MS} ms (the rest join when they start)`;
         }
@@ -685,6 +704,8 @@ export class Engine {
         load: {
           bytes: loaded, ms: Math.round(now() - t0), via: source.via, cached, backend,
           warmUp: { ms: Math.round(warm.ms), slices: warm.slices, done: warm.done },
+          phases: Object.fromEntries(Object.entries({ ...phases, warmMs: warm.ms })
+            .map(([k, v]) => [k, k === 'chunks' ? v : Math.round(v * 10) / 10])),
         },
       };
       emit({ loaded, total: loaded, phase: 'ready' });
@@ -695,8 +716,11 @@ export class Engine {
       signal?.removeEventListener('abort', onAbort);
       this.busy = null;
       if (!ok) {
-        source?.cacheDone?.(false).catch(() => {});
-        source?.reader.cancel().catch(() => {});
+        // The source may still be opening (a failure before it was awaited): end it when it is.
+        sourceP?.then((s) => {
+          s.cacheDone?.(false).catch(() => {});
+          s.reader.cancel().catch(() => {});
+        }, () => {});
         try { loader?.free(); } catch { /* already consumed */ }
       }
     }

@@ -285,6 +285,15 @@ export interface ModelInfo {
     /** The kernel warm-up run while the file streamed (CPU models; results are the same
      *  without it): main-thread ms it took, gaps between chunks it ran in, whether it finished. */
     warmUp?: { ms: number; slices: number; done: boolean };
+    /** Where the engine's part of `ms` went, in ms (the worker's start is outside it):
+     *  importing and instantiating the wasm build, opening the backend (WasmLoader.create:
+     *  the WebGPU device, the thread pool), waiting for the next chunk of the stream, copying
+     *  chunks into the loader (`chunks` of them), the warm-up between chunks, building the
+     *  model (WasmLoader.finish) and waiting for the pool's threads to start. */
+    phases?: {
+      wasmMs: number; openMs: number; readWaitMs: number; feedMs: number; chunks: number;
+      buildMs: number; threadsMs: number; warmMs: number;
+    };
   };
   [key: string]: unknown;
 }
