@@ -660,11 +660,15 @@ impl Gpt2 {
             })
             .collect();
         let of = |b: &Rc<dyn Buffer>| self.sched.backend_for_buffer_type(b.buffer_type_name()).unwrap_or(n - 1);
+        // Saturating: a plan's buffers are only sizes, and on wasm32 a GPU's share can pass
+        // usize (the plan then reports its u64 estimate instead).
         for b in &self.weight_buffers {
-            out[of(b)].weights += b.size();
+            let w = &mut out[of(b)].weights;
+            *w = w.saturating_add(b.size());
         }
         for b in &self.kv.buffers {
-            out[of(b)].kv += b.size();
+            let k = &mut out[of(b)].kv;
+            *k = k.saturating_add(b.size());
         }
         out
     }

@@ -254,7 +254,9 @@ fn misfit_of(model: &Gpt2, by_backend: &[BackendMemory], limits: &[(Option<u64>,
         }
     }
     for (m, (budget, _)) in by_backend.iter().zip(limits) {
-        let need = (m.weights + m.kv + m.compute) as u64;
+        // In u64: on wasm32 the three can together pass usize (compute comes on top of the
+        // weights and KV cache the estimate kept under it).
+        let need = m.weights as u64 + m.kv as u64 + m.compute as u64;
         if let Some(budget) = budget {
             if need > *budget {
                 return Some(format!(
