@@ -613,7 +613,9 @@ fn detect_vnni() -> Vnni {
 fn xcr0() -> u64 {
     let (lo, hi): (u32, u32);
     // SAFETY: called only when CPUID reports OSXSAVE, so XGETBV exists and ECX = 0 is valid.
-    unsafe { core::arch::asm!("xgetbv", in("ecx") 0u32, out("eax") lo, out("edx") hi, options(nomem, nostack, preserves_flags)) };
+    unsafe {
+        core::arch::asm!("xgetbv", in("ecx") 0u32, out("eax") lo, out("edx") hi, options(nomem, nostack, preserves_flags))
+    };
     (u64::from(hi) << 32) | u64::from(lo)
 }
 
