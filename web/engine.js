@@ -494,7 +494,7 @@ export class Engine {
    * Streams `src` into a WasmLoader and builds the model. Returns the model's info object.
    * onProgress({ loaded, total, phase }) — phase: 'download' | 'cache' | 'file' | 'stream' | 'build' | 'ready'.
    */
-  async load(src, opts = {}, { signal, onProgress, cache, stallTimeoutMs } = {}) {
+  async load(src, opts = {}, { signal, onProgress, cache, stallTimeoutMs, onStage } = {}) {
     if (this.disposed) throw new GgwebError('disposed', 'load: the engine was disposed');
     if (this.model || this.busy) throw new GgwebError('busy', 'load: this engine already holds a model; create another');
     const loaderOpts = loaderOptions(opts);
@@ -566,6 +566,9 @@ export class Engine {
       if (signal?.aborted) throw abortedError('loading the model');
       const json = JSON.stringify(loaderOpts);
       const tOpen = now();
+      // Told to worker.js's parent (ggweb.js), which can watch a blocked worker (see OPEN_GUARD_MS).
+      const stage = (s) => { try { onStage?.(s); } catch { /* only a watchdog */ } };
+      stage({ stage: 'opening', backend: loaderOpts.backend });
       try {
         // The async factory opens the WebGPU device (the constructor cannot), and starts the
         // CPU pool's Web Workers. It gets the stall timeout too: a device request or a thread
@@ -578,6 +581,7 @@ export class Engine {
         throw toGgwebError(e, 'invalid', e?.code === 'unsupported' ? 'opening the backend' : 'WasmLoader options');
       }
       phases.openMs = now() - tOpen;
+      stage({ stage: 'opened' });
       const what = source.url ?? (source.name ? `file ${source.name}` : 'the model stream');
       let loaded = 0;
       let lastEmit = -Infinity;

@@ -282,6 +282,11 @@ export interface ModelInfo {
     cached: boolean;
     backend: 'cpu' | 'webgpu';
     worker: boolean;
+    /** How many times the load started again in a new worker (0 or 1): a worker that does
+     *  not answer within 5 s of opening the CPU backend is ended and replaced once (Firefox
+     *  now and then blocks a worker starting the thread pool's Web Workers; not for stream
+     *  sources, which the first worker consumed). */
+    workerRestarts?: number;
     /** The kernel warm-up run while the file streamed (CPU models; results are the same
      *  without it): main-thread ms it took, gaps between chunks it ran in, whether it finished. */
     warmUp?: { ms: number; slices: number; done: boolean };

@@ -25,6 +25,15 @@ function startWorker() {
 }
 
 /** The page's base URL, for relative model and core URLs; undefined outside a page or worker (Node). */
+/**
+ * How long the worker may take to open a CPU backend (WasmLoader.create: a few ms, the thread
+ * pool's Web Workers started) before the page ends it. In Firefox a worker's `new Worker()`
+ * for the pool now and then never returns (about 1 threaded load in 15 under load here,
+ * README "Browser engines"): the worker is then blocked, so its own timers cannot fire, and
+ * only its parent can notice. Model.load then runs the load once more in a new worker.
+ */
+const OPEN_GUARD_MS = 5000;
+
 const baseUrl = () => (typeof document !== 'undefined' ? document.baseURI : globalThis.location?.href);
 
 /**
@@ -189,6 +198,8 @@ class WorkerTransport {
   }
 
   load(src, opts, { signal, onProgress, cache, stallTimeoutMs, transfer }) {
+    let guard = null;
+    const unguard = () => { clearTimeout(guard); guard = null; };
     return new Promise((resolve, reject) => {
       const onAbort = () => {
         // The worker holds nothing else: ending it is the surest way to free a half-built model.
@@ -200,6 +211,15 @@ class WorkerTransport {
       const onEvent = (m) => {
         if (m.type === 'progress') {
           try { onProgress?.(m.data); } catch (e) { console.error('ggweb: onProgress threw', e); }
+        } else if (m.type === 'stage') {
+          unguard();
+          if (m.data?.stage === 'opening' && m.data.backend === 'cpu') {
+            guard = setTimeout(() => {
+              const e = new GgwebError('timeout', `opening the cpu backend: the ggweb worker did not answer within ${OPEN_GUARD_MS} ms ` +
+                '(blocked starting the CPU thread pool\'s Web Workers)');
+              this._kill(Object.assign(e, { restartable: true }));
+            }, OPEN_GUARD_MS);
+          }
         } else if (m.type === 'error') {
           signal?.removeEventListener('abort', onAbort);
           reject(m.error);
@@ -209,7 +229,7 @@ class WorkerTransport {
       this._send({ type: 'load', src, opts, cache, stallTimeoutMs, coreUrl: this.coreUrl }, transfer, onEvent)
         .then(resolve, reject)
         .finally(() => signal?.removeEventListener('abort', onAbort));
-    });
+    }).finally(unguard);
   }
 
   call(method, args, transfer) {
@@ -375,14 +395,22 @@ export class Model {
         throw new GgwebError('invalid', `coreUrl: not a valid URL: ${JSON.stringify(String(coreUrl))}`);
       }
     }
-    const t = worker ? new WorkerTransport(core) : new LocalTransport(core);
-    try {
-      const info = await t.load(src, opts, { signal, onProgress, cache, stallTimeoutMs, transfer });
-      info.load = { ...info.load, worker: !!worker };
-      return new Model(t, info, !!worker);
-    } catch (e) {
-      await t.dispose().catch(() => {});
-      throw toGgwebError(e, 'internal', 'Model.load');
+    // A worker found blocked while opening the CPU backend (OPEN_GUARD_MS) is replaced once,
+    // for every source that can be sent again (a stream was handed to the first worker).
+    for (let restarts = 0; ; restarts++) {
+      const t = worker ? new WorkerTransport(core) : new LocalTransport(core);
+      try {
+        const info = await t.load(src, opts, { signal, onProgress, cache, stallTimeoutMs, transfer });
+        info.load = { ...info.load, worker: !!worker, workerRestarts: restarts };
+        return new Model(t, info, !!worker);
+      } catch (e) {
+        await t.dispose().catch(() => {});
+        if (e?.restartable && restarts === 0 && src.kind !== 'stream' && !signal?.aborted) {
+          console.warn(`ggweb: ${e.message}; loading again in a new worker`);
+          continue;
+        }
+        throw toGgwebError(e, 'internal', 'Model.load');
+      }
     }
   }
 

@@ -5,7 +5,8 @@
 // Messages in:  { id, type: 'load', src, opts, cache, stallTimeoutMs, coreUrl } | { id, type: 'call', method, args }
 //               { id, type: 'generate', prompt, opts } | { id, type: 'cancel' } | { id, type: 'dispose' }
 // Messages out: { id, type: 'result', value } | { id, type: 'error', error } |
-//               { id, type: 'progress', data } | { id, type: 'token', data } | { id, type: 'done', value }
+//               { id, type: 'progress', data } | { id, type: 'token', data } | { id, type: 'done', value } |
+//               { id, type: 'stage', data: { stage: 'opening', backend } | { stage: 'opened' } } (load)
 import { Engine, GgwebError, toGgwebError } from './engine.js';
 
 let engine = null;
@@ -23,6 +24,7 @@ async function handle(m) {
         cache: m.cache,
         stallTimeoutMs: m.stallTimeoutMs,
         onProgress: (data) => post({ id: m.id, type: 'progress', data }),
+        onStage: (data) => post({ id: m.id, type: 'stage', data }),
       });
       return post({ id: m.id, type: 'result', value: info });
     }

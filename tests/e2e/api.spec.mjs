@@ -383,6 +383,35 @@ test('opening the backend gets the stall timeout: code "timeout", the late loade
   assert.equal(r.value.text, 'abc');
 });
 
+test('a worker blocked while opening the CPU backend is ended after 5 s and the load runs again in a new one', async () => {
+  const r = await inPage(true, `
+    const warnings = [];
+    const warn = console.warn;
+    console.warn = (...a) => { warnings.push(a.join(' ')); warn(...a); };
+    const t0 = performance.now();
+    try {
+      const m = await Model.load(arg, { ...opts, nBatch: 4243 });
+      const ms = performance.now() - t0;
+      let text = '';
+      for await (const t of m.generate('hi', { maxTokens: 3 })) text += t.text;
+      const load = m.info().load;
+      await m.dispose();
+      // The blocked create ran once (the counter's first request), the second one went through.
+      const tally = await (await fetch('/__test/tally/open-hang')).json();
+      return { restarts: load.workerRestarts, ms, text, requests: tally.requests, warnings };
+    } finally {
+      console.warn = warn;
+    }
+  `, MODEL);
+  assert.ok(r.ok, r.message);
+  assert.equal(r.value.restarts, 1);
+  assert.equal(r.value.requests, 2);
+  assert.equal(r.value.text, 'abc');
+  assert.ok(r.value.ms >= 5000 && r.value.ms < 15000, `the load took ${r.value.ms} ms`);
+  assert.deepEqual(r.value.warnings, ["ggweb: opening the cpu backend: the ggweb worker did not answer within 5000 ms " +
+    "(blocked starting the CPU thread pool's Web Workers); loading again in a new worker"]);
+});
+
 test('the fake core has the real glue\'s surface (web/pkg/ggweb_core.js), so no fallback is exercised in its place', async () => {
   const real = await import('../../web/pkg/ggweb_core.js');
   const fake = await import('./fake-core.js');

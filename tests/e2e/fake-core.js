@@ -31,6 +31,14 @@ export class WasmLoader {
     const opts = JSON.parse(optsJson);
     // nBatch 4242: a browser that takes 1.5 s to answer (engine.js's stall timeout must fire).
     if (opts.nBatch === 4242) await new Promise((r) => setTimeout(r, 1500));
+    // nBatch 4243: the first create (per test server) blocks its thread for good, as Firefox's
+    // `new Worker()` for the thread pool now and then does (ggweb.js OPEN_GUARD_MS); the
+    // server's request counter says which call is the first.
+    if (opts.nBatch === 4243 && typeof XMLHttpRequest !== 'undefined') {
+      const get = (u) => { const x = new XMLHttpRequest(); x.open('GET', u, false); x.send(); return x.responseText; };
+      get('/__test/counted/open-hang/e2e/fake-core.js');
+      if (JSON.parse(get('/__test/tally/open-hang')).requests === 1) for (;;) { /* blocked */ }
+    }
     if (opts.backend === 'webgpu') {
       throw Object.assign(new Error('backend "webgpu": this build has no WebGPU backend'), { code: 'unsupported' });
     }
