@@ -65,6 +65,18 @@ def argmax_last(llm):
     return int(np.argmax(logits))
 
 
+def greedy_steps(llm, tok, n_gen):
+    """n_gen greedy single-token steps from `tok`: (wall tok/s, tok per CPU second, the ids fed)."""
+    out = []
+    w, c = time.perf_counter(), time.process_time()
+    for _ in range(n_gen):
+        out.append(tok)
+        llm.eval([tok])
+        tok = argmax_last(llm)
+    w, c = time.perf_counter() - w, time.process_time() - c
+    return n_gen / w, (n_gen / c if c > 0 else float("nan")), out
+
+
 def bench_depths(path, threads, depths, n_gen, reps, n_ctx, n_batch, kv_type):
     llm, load_s = open_model(path, threads, max(n_ctx, depths[-1] + n_gen), n_batch, kv_type)
     if depths[-1] + n_gen > llm.n_ctx():
@@ -81,14 +93,9 @@ def bench_depths(path, threads, depths, n_gen, reps, n_ctx, n_batch, kv_type):
         tg, tg_cpu = [], []
         for _ in range(reps):
             llm.n_tokens = d  # eval() drops the cache from here on, so every rep starts at depth d
-            tok = first
-            w, c = time.perf_counter(), time.process_time()
-            for _ in range(n_gen):
-                llm.eval([tok])
-                tok = argmax_last(llm)
-            w, c = time.perf_counter() - w, time.process_time() - c
-            tg.append(n_gen / w)
-            tg_cpu.append(n_gen / c if c > 0 else float("nan"))
+            w, c, _ = greedy_steps(llm, first, n_gen)
+            tg.append(w)
+            tg_cpu.append(c)
         rows.append({"n_past": d, "fill_tok_s": fill, "gen_tok_s": med(tg), "gen_tok_per_cpu_s": med(tg_cpu),
                      "gen_tok_s_all": tg})
     for r in rows:
@@ -126,16 +133,9 @@ def bench_one(path, threads, n_prompt, n_gen, reps, n_ctx, n_batch, kv_type=None
         w, c = time.perf_counter() - w, time.process_time() - c
         pp.append(n_prompt / w)
         pp_cpu.append(n_prompt / c if c > 0 else float("nan"))
-        out = []
-        w, c = time.perf_counter(), time.process_time()
-        for _ in range(n_gen):
-            out.append(tok)
-            llm.eval([tok])
-            tok = argmax_last(llm)
-        w, c = time.perf_counter() - w, time.process_time() - c
-        tg.append(n_gen / w)
-        tg_cpu.append(n_gen / c if c > 0 else float("nan"))
-        gen_ids = out
+        w, c, gen_ids = greedy_steps(llm, tok, n_gen)
+        tg.append(w)
+        tg_cpu.append(c)
     med = statistics.median
     return {
         "runtime": "llama.cpp",

@@ -95,7 +95,9 @@ test('inspect reads only the header and plans what a load then allocates (CPU)',
     // What the server sent: one Range request of the first size, nothing of the weights after it.
     const t = await tally(key);
     assert.deepEqual(t.ranges, [`bytes=0-${FIRST_RANGE - 1}`], file);
-    assert.equal(t.bytes, FIRST_RANGE);
+    // At most that range; all of it only if the server read the file faster than the page
+    // cancelled (CI once read 1,966,080 of 2,097,152 bytes before the cancel arrived).
+    assert.ok(t.bytes >= ins.source.bytesRead && t.bytes <= FIRST_RANGE, `${file}: ${t.bytes} bytes served, ${ins.source.bytesRead} read`);
     // The page stopped reading (and cancelled the body) once the tensor infos were in.
     // (The header ends within one alignment of dataOffset: its padding need not be read.)
     assert.ok(ins.source.bytesRead >= ins.file.dataOffset - ins.file.alignment && ins.source.bytesRead <= FIRST_RANGE, JSON.stringify(ins.source));
