@@ -9,6 +9,8 @@
 
 #[path = "sched_support/mod.rs"]
 mod sched_support;
+#[path = "gpu_support/mod.rs"]
+mod gpu_support;
 
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -20,17 +22,7 @@ use sched_support::*;
 use serde_json::Value;
 
 fn gpu() -> Option<Rc<dyn Backend>> {
-    match WebGpuBackend::new(WebGpuOptions::default()) {
-        Ok(b) => Some(Rc::new(b)),
-        Err(e) if std::env::var("GGWEB_ALLOW_NO_GPU").as_deref() == Ok("1") => {
-            eprintln!("SKIPPED: no WebGPU adapter ({e}); GGWEB_ALLOW_NO_GPU=1");
-            None
-        }
-        Err(e) => panic!(
-            "no WebGPU adapter: {e}\n  install Mesa's Vulkan drivers (Debian: mesa-vulkan-drivers, lavapipe) \
-             or set GGWEB_ALLOW_NO_GPU=1 to skip the WebGPU tests"
-        ),
-    }
+    gpu_support::webgpu(WebGpuOptions::default()).map(|b| Rc::new(b) as Rc<dyn Backend>)
 }
 
 #[test]

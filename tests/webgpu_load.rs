@@ -16,6 +16,8 @@
 
 #[path = "sched_support/mod.rs"]
 mod sched_support;
+#[path = "gpu_support/mod.rs"]
+mod gpu_support;
 
 use std::rc::Rc;
 use std::sync::Mutex;
@@ -36,17 +38,7 @@ use sched_support::*;
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn gpu_with(opts: WebGpuOptions) -> Option<Rc<dyn Backend>> {
-    match WebGpuBackend::new(opts) {
-        Ok(b) => Some(Rc::new(b)),
-        Err(e) if std::env::var("GGWEB_ALLOW_NO_GPU").as_deref() == Ok("1") => {
-            eprintln!("SKIPPED: no WebGPU adapter ({e}); GGWEB_ALLOW_NO_GPU=1");
-            None
-        }
-        Err(e) => panic!(
-            "no WebGPU adapter: {e}\n  install Mesa's Vulkan drivers (Debian: mesa-vulkan-drivers, lavapipe) \
-             or set GGWEB_ALLOW_NO_GPU=1 to skip the WebGPU tests"
-        ),
-    }
+    gpu_support::webgpu(opts).map(|b| Rc::new(b) as Rc<dyn Backend>)
 }
 
 fn gpu() -> Option<Rc<dyn Backend>> {

@@ -29,20 +29,8 @@ const QUANTS_REFERENCE: [GgmlType; 7] = [BF16, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_
 
 // ---------------------------------------------------------------- device
 
-/// The WebGPU backend, or None (printed) when there is no adapter and the environment
-/// allows it. CI installs lavapipe, so a missing adapter is a failure by default.
 fn gpu(opts: WebGpuOptions) -> Option<WebGpuBackend> {
-    match WebGpuBackend::new(opts) {
-        Ok(b) => Some(b),
-        Err(e) if std::env::var("GGWEB_ALLOW_NO_GPU").as_deref() == Ok("1") => {
-            eprintln!("SKIPPED: no WebGPU adapter ({e}); GGWEB_ALLOW_NO_GPU=1");
-            None
-        }
-        Err(e) => panic!(
-            "no WebGPU adapter: {e}\n  install Mesa's Vulkan drivers (Debian: mesa-vulkan-drivers, lavapipe) \
-             or set GGWEB_ALLOW_NO_GPU=1 to skip the WebGPU tests"
-        ),
-    }
+    gpu_support::webgpu(opts)
 }
 
 /// Storage bindings lowered to this many bytes in the `*_small_bindings` variants.
@@ -1390,6 +1378,8 @@ fn gpt2_124m_embedding_above_128_mib() {
 
 #[path = "gguf_support/mod.rs"]
 mod gguf_support;
+#[path = "gpu_support/mod.rs"]
+mod gpu_support;
 use gguf_support::models_dir;
 
 struct Reference {
