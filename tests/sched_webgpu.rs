@@ -7,10 +7,10 @@
 //! tests fail with a message; `GGWEB_ALLOW_NO_GPU=1` turns that into a printed skip.
 #![cfg(not(target_arch = "wasm32"))] // native only: `wasm-pack test` builds every test file for wasm32
 
-#[path = "sched_support/mod.rs"]
-mod sched_support;
 #[path = "gpu_support/mod.rs"]
 mod gpu_support;
+#[path = "sched_support/mod.rs"]
+mod sched_support;
 
 use std::io::Write;
 use std::process::{Command, Stdio};

@@ -14,10 +14,10 @@
 //! --test webgpu_load -- --ignored --nocapture xl_f16`.
 #![cfg(not(target_arch = "wasm32"))] // native only: `wasm-pack test` builds every test file for wasm32
 
-#[path = "sched_support/mod.rs"]
-mod sched_support;
 #[path = "gpu_support/mod.rs"]
 mod gpu_support;
+#[path = "sched_support/mod.rs"]
+mod sched_support;
 
 use std::rc::Rc;
 use std::sync::Mutex;

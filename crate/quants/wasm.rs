@@ -400,6 +400,12 @@ pub(super) fn gemm_rows(
         };
         return panel_gemm(&mut form, nb, m, a, lda, cols, c, ldc, rest);
     }
+    // A decode step of the relaxed build's Q4_0 kernel reads b's quants as they are: no
+    // widened copy (decode_rows takes none for it).
+    #[cfg(target_feature = "relaxed-simd")]
+    if ty == GgmlType::Q4_0 && n == 1 && !cols.plain[0] {
+        return decode_rows(ty, nb, m, a, lda, b, &[], cols, c);
+    }
     // Rows of b as i16: 4 vectors of 8 per block.
     let mut yw = alloc::vec![i16x8_splat(0); n * nb * 4];
     for j in 0..n {
@@ -476,7 +482,8 @@ pub(super) fn gemm_rows(
 /// and its scales are converted four at a time; rows in [`super::decode_row`]'s order.
 /// With relaxed SIMD, Q4_0's nibbles go straight into `relaxed_dot_i8x16_i7x16` (see
 /// [`NibblePanels`]). The float steps are [`row_dot`]'s in its order, so every result has
-/// row_dot's bits (= `vec_dot`'s).
+/// row_dot's bits (= `vec_dot`'s). `yw` is b widened to i16, which only the relaxed
+/// Q4_0 kernel does without (it is then empty).
 #[allow(clippy::too_many_arguments)]
 fn decode_rows(
     ty: GgmlType,
