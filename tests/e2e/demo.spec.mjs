@@ -5,23 +5,13 @@
 // through the UI: progress, errors in words, dropped connections, drag and drop.
 // Screenshots go to tests/artifacts/.
 //   node --test tests/e2e/demo.spec.mjs
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync, truncateSync, writeFileSync } from 'node:fs';
-import { ARTIFACTS, HF, MODELS_DIR, ROOT, launch, makeFakeModel, openPage, serve } from './helpers.mjs';
+import { ARTIFACTS, HF, MODELS_DIR, ROOT, makeFakeModel, openPage, useServerAndBrowser } from './helpers.mjs';
 
 const fake = makeFakeModel();
-let server;
-let browser;
-
-before(async () => {
-  server = await serve();
-  browser = await launch();
-});
-after(async () => {
-  await browser?.close();
-  await server?.close();
-});
+const web = useServerAndBrowser();
 
 // The tiny fixture model may be absent from a checkout; its HEAD probe 404 is expected then.
 const real = (problems) => problems.filter((p) => !/tests\/fixtures\/tiny-f16\.gguf$/.test(p));
@@ -47,7 +37,7 @@ async function pngStats(page, png) {
 }
 
 test('the demo renders with the real wasm module, without errors, and is not blank', async () => {
-  const { page, problems } = await openPage(browser, server.url);
+  const { page, problems } = await openPage(web.browser, web.server.url);
   await page.waitForSelector('body[data-ready="1"]');
   assert.equal(await page.title(), 'ggweb — GPT-2 in the browser');
   assert.equal(await page.textContent('h1'), 'ggweb');
@@ -85,7 +75,7 @@ test('with the real wasm: load the tiny GPT-2 by URL, generate HF\'s greedy text
   assert.ok(MODELS_DIR, 'the shared models are needed: set GGWEB_MODELS_DIR');
   const [hello] = HF.prompts;
   const model = '/shared-models/tiny-gpt2-f16.gguf';
-  const { page, problems } = await openPage(browser, `${server.url}?model=${model}`);
+  const { page, problems } = await openPage(web.browser, `${web.server.url}?model=${model}`);
   await page.waitForSelector('body[data-ready="1"]');
   const status = () => page.textContent('#load-status');
   const loaded = () => page.waitForFunction(() => /^Loaded /.test(document.getElementById('load-status').textContent));
@@ -155,7 +145,7 @@ test('with the real wasm: load the tiny GPT-2 by URL, generate HF\'s greedy text
 
 test('the GPU-layers slider splits the model: the page shows the split from info()', async () => {
   assert.ok(MODELS_DIR, 'the shared models are needed: set GGWEB_MODELS_DIR');
-  const { page, problems } = await openPage(browser, `${server.url}?model=/shared-models/tiny-gpt2-f32.gguf`);
+  const { page, problems } = await openPage(web.browser, `${web.server.url}?model=/shared-models/tiny-gpt2-f32.gguf`);
   await page.waitForSelector('body[data-ready="1"]');
   assert.equal(await page.evaluate(() => !!navigator.gpu), true, 'headless Chromium with --enable-unsafe-webgpu');
   await page.selectOption('#backend', 'webgpu');
@@ -187,7 +177,7 @@ test('the offline "tiny test model" (tests/fixtures/tiny-f16.gguf) gives the fix
   const ref = JSON.parse(readFileSync(`${ROOT}tests/fixtures/tiny.ref.json`, 'utf8'));
   const want = ref.dtypes.f16.prompts[0];
   const text = ref.prompts[0].text;
-  const { page, problems } = await openPage(browser, server.url);
+  const { page, problems } = await openPage(web.browser, web.server.url);
   await page.waitForSelector('body[data-ready="1"]');
   assert.match(await page.textContent('#tiny-status'), /^\(7\.9 MiB, served by this page's server\)$/);
   await page.check('input[name="source"][value="tiny"]');
@@ -210,7 +200,7 @@ test('the offline "tiny test model" (tests/fixtures/tiny-f16.gguf) gives the fix
 });
 
 async function fakePage() {
-  const r = await openPage(browser, `${server.url}?core=/e2e/fake-core.js&model=${fake.url}`);
+  const r = await openPage(web.browser, `${web.server.url}?core=/e2e/fake-core.js&model=${fake.url}`);
   await r.page.waitForSelector('body[data-ready="1"]');
   return r;
 }
@@ -289,7 +279,7 @@ async function shownError(page) {
 
 test('with the real wasm, errors are words: a 404 URL, a hostile file, then a good load', async () => {
   assert.ok(MODELS_DIR, 'the shared models are needed: set GGWEB_MODELS_DIR');
-  const { page, problems } = await openPage(browser, `${server.url}?model=/__test/status/404`);
+  const { page, problems } = await openPage(web.browser, `${web.server.url}?model=/__test/status/404`);
   await page.waitForSelector('body[data-ready="1"]');
   await page.click('#load-btn');
   await page.waitForFunction(() => document.getElementById('error').dataset.code === 'http');
@@ -343,7 +333,7 @@ test('with the real wasm: "Look inside" colours tokens by rank as HF ranks them 
   assert.ok(MODELS_DIR, 'the shared models are needed: set GGWEB_MODELS_DIR');
   const ref = JSON.parse(readFileSync(`${ROOT}tests/fixtures/tiny-gpt2.inside-ref.json`, 'utf8'));
   const [hello, fox] = ref.prompts;
-  const { page, problems } = await openPage(browser, `${server.url}?model=/shared-models/tiny-gpt2-f32.gguf`);
+  const { page, problems } = await openPage(web.browser, `${web.server.url}?model=/shared-models/tiny-gpt2-f32.gguf`);
   await page.waitForSelector('body[data-ready="1"]');
   await page.click('#load-btn');
   await page.waitForFunction(() => /^Loaded /.test(document.getElementById('load-status').textContent));
@@ -433,22 +423,22 @@ test('with the real wasm: a chosen URL shows its header at once; one that cannot
   writeFileSync(`${ARTIFACTS}huge-ctx.gguf`, bytes);
   truncateSync(`${ARTIFACTS}huge-ctx.gguf`, dataOffset + 2 ** 32 + 64 * HUGE_CTX * 4);
 
-  const { page, problems } = await openPage(browser, server.url);
+  const { page, problems } = await openPage(web.browser, web.server.url);
   await page.waitForSelector('body[data-ready="1"]');
-  await page.fill('#model-url', `${server.url}shared-models/tiny-gpt2-q8_0.gguf`);
+  await page.fill('#model-url', `${web.server.url}shared-models/tiny-gpt2-q8_0.gguf`);
   await page.waitForSelector('#inspect-result[data-fits="true"]');
   assert.match(await page.textContent('#inspect-result'),
     /^tiny-gpt2-q8_0\.gguf: GPT-2, 2 layers × \d+, \d+ heads, n_ctx \d+ · .*q8_0 ×\d+.* · needs .* on CPU .* · fits here/);
   assert.equal(await page.isHidden('#inspect-warning'), true);
 
-  await page.fill('#model-url', `${server.url}__test/counted/demo-huge/artifacts/huge-ctx.gguf`);
+  await page.fill('#model-url', `${web.server.url}__test/counted/demo-huge/artifacts/huge-ctx.gguf`);
   await page.waitForSelector('#inspect-warning:not([hidden])');
   assert.match(await page.textContent('#inspect-warning'), /^This model will not fit: model too large: needs \d+ bytes/);
   await page.click('#load-btn');
   assert.equal(await page.textContent('#load-btn'), 'Load anyway');
   assert.equal(await page.textContent('#load-status'), 'No model loaded.');
   // The server was asked for the header's range only: no download started.
-  const t = await (await fetch(`${server.url}__test/tally/demo-huge`)).json();
+  const t = await (await fetch(`${web.server.url}__test/tally/demo-huge`)).json();
   assert.equal(t.requests, 1);
   assert.match(t.ranges[0], /^bytes=0-\d+$/);
   assert.ok(t.bytes < bytes.length / 3, `${t.bytes} of ${bytes.length}`);

@@ -2,6 +2,7 @@
 // driven by playwright-core (never a downloaded browser).
 import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
+import { after, before } from 'node:test';
 import { chromium } from 'playwright-core';
 import { findModelsDir, startServer } from '../../scripts/serve.mjs';
 
@@ -42,6 +43,24 @@ export async function serve(extra = []) {
   if (MODELS_DIR) mounts.push(['/shared-models/', MODELS_DIR]);
   if (existsSync(DOT_MODELS)) mounts.push(['/dot-models/', DOT_MODELS]);
   return startServer({ port: 0, testRoutes: true, mounts });
+}
+
+/**
+ * The repository served (serve()) and a Chromium launched (launch()) for one spec file:
+ * `before` starts both, `after` closes them. The object's `server` and `browser` are set once
+ * `before` has run.
+ */
+export function useServerAndBrowser() {
+  const ctx = { server: null, browser: null };
+  before(async () => {
+    ctx.server = await serve();
+    ctx.browser = await launch();
+  });
+  after(async () => {
+    await ctx.browser?.close();
+    await ctx.server?.close();
+  });
+  return ctx;
 }
 
 /** A page that records console errors and uncaught exceptions. */

@@ -8,10 +8,10 @@
 // SIMD, so by default the '-relaxed' twins of both builds load; relaxedSimd: false loads
 // the plain ones, whose logits differ from the fused multiply-add's only in the last bits.
 //   node --test tests/e2e/threads.spec.mjs
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
-import { HF, MODELS_DIR, ROOT, launch, openPage, serve } from './helpers.mjs';
+import { HF, MODELS_DIR, ROOT, openPage, useServerAndBrowser } from './helpers.mjs';
 
 assert.ok(MODELS_DIR, 'the shared models (tiny-gpt2-f32.gguf) are needed: set GGWEB_MODELS_DIR');
 assert.ok(existsSync(`${ROOT}web/pkg-threads/ggweb_core.js`), 'web/pkg-threads is missing: run scripts/build-wasm.sh');
@@ -19,22 +19,11 @@ const F32 = '/shared-models/tiny-gpt2-f32.gguf';
 const Q8 = '/shared-models/tiny-gpt2-q8_0.gguf';
 const GREEDY = { maxTokens: 20, temperature: 0, seed: 1 };
 
-let server;
-let browser;
-
-before(async () => {
-  server = await serve();
-  browser = await launch();
-});
-
-after(async () => {
-  await browser?.close();
-  await server?.close();
-});
+const web = useServerAndBrowser();
 
 /** Opens `path` and runs `body` there with `Model` and `arg` in scope. */
 async function inPage(path, body, arg) {
-  const { page, problems } = await openPage(browser, `${server.url}${path}`);
+  const { page, problems } = await openPage(web.browser, `${web.server.url}${path}`);
   try {
     const r = await page.evaluate(async ({ body, arg }) => {
       const G = await import('/ggweb.js');

@@ -4,10 +4,10 @@
 // wasm instance): memory.buffer.byteLength after `finish()` minus at instantiation, for a
 // small and a larger model; the CPU load of the larger one shows the measure sees weights.
 //   node --test tests/e2e/webgpu-memory.spec.mjs
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, statSync } from 'node:fs';
-import { DOT_MODELS, HF, MODELS_DIR, launch, openPage, serve } from './helpers.mjs';
+import { DOT_MODELS, HF, MODELS_DIR, openPage, useServerAndBrowser } from './helpers.mjs';
 
 assert.ok(MODELS_DIR, 'the shared models (tiny-gpt2-f16.gguf) are needed: set GGWEB_MODELS_DIR');
 const MIB = 1024 * 1024;
@@ -19,22 +19,11 @@ const BOUND = 12 * MIB;
 // How much more the larger model's load may take than the smaller's (same tokenizer).
 const DIFF_BOUND = 1 * MIB;
 
-let server;
-let browser;
-
-before(async () => {
-  server = await serve();
-  browser = await launch();
-});
-
-after(async () => {
-  await browser?.close();
-  await server?.close();
-});
+const web = useServerAndBrowser();
 
 /** Streams `url` into a WasmLoader on `backend` in a fresh page; memory before and after, info(), greedy ids. */
 async function measure(url, backend) {
-  const { page, problems } = await openPage(browser, `${server.url}e2e/harness.html`);
+  const { page, problems } = await openPage(web.browser, `${web.server.url}e2e/harness.html`);
   try {
     const r = await page.evaluate(async ({ url, backend, ids }) => {
       const core = await import('/pkg/ggweb_core.js');

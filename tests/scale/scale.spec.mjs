@@ -12,11 +12,11 @@
 // native and wasm differ at all: tests/e2e/medium.spec.mjs's header (fused multiply-add
 // natively, Q8_0 re-quantization of the activations amplifying the last bits).
 //   GGWEB_GGWEB=target/release/ggweb node --test tests/scale/scale.spec.mjs
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { DOT_MODELS, ROOT, launch, serve } from '../e2e/helpers.mjs';
+import { DOT_MODELS, ROOT, useServerAndBrowser } from '../e2e/helpers.mjs';
 import { MIB, browserRun, checkGreedy, logitDiff, nativeRun, planBytes } from '../e2e/native-vs-wasm.mjs';
 
 const GGWEB = process.env.GGWEB_GGWEB ?? `${process.env.CARGO_TARGET_DIR ?? `${ROOT}target`}/release/ggweb`;
@@ -33,18 +33,7 @@ const WASM32 = 4 * 1024 * MIB;
 assert.ok(existsSync(GGWEB), `${GGWEB} is missing: cargo build --release --bin ggweb`);
 for (const m of MODELS) assert.ok(existsSync(`${DOT_MODELS}/${m}`), `.models/${m} is missing: bash tests/fixtures/make_scale_models.sh`);
 
-let server;
-let browser;
-
-before(async () => {
-  server = await serve();
-  browser = await launch();
-});
-
-after(async () => {
-  await browser?.close();
-  await server?.close();
-});
+const web = useServerAndBrowser();
 
 for (const name of MODELS) {
   const file = `${DOT_MODELS}/${name}`;
@@ -64,7 +53,7 @@ for (const name of MODELS) {
     test(`${name} on ${build} (${nThreads} thread${nThreads > 1 ? 's' : ''}): native tokens and logits, heap within the plan + 16 MiB`, async () => {
       assert.ok(nat, 'the native run failed');
       const opts = { nThreads, nBatch: 32, relaxedSimd: false };
-      const r = await browserRun(browser, server, `/dot-models/${name}`, opts, PROMPT, nat.promptIds, N_PREDICT);
+      const r = await browserRun(web.browser, web.server, `/dot-models/${name}`, opts, PROMPT, nat.promptIds, N_PREDICT);
       assert.ok(r.ok, r.message);
       const w = r.info.wasmMemory;
       const plan = planBytes(r.info.memory);
