@@ -16,6 +16,9 @@
 //   /__test/slow/<ms>/<path>           the file in 16 KiB pieces, <ms> apart
 //   /__test/stall/<bytes>/<path>       claims the full length, sends <bytes>, then nothing (the
 //                                      connection stays open until the client gives up)
+//   /__test/noheaders/<path>           accepts the request and never answers (no status line)
+//   /__test/redirect/<n>/<path>        redirects to /__test/redirect/<n+1>/<path>, for ever
+//                                      (a redirect loop: the client gives up after ~20)
 //   /__test/noisolation/<path>         the file without COOP/COEP: a page loaded from here is
 //                                      not cross-origin isolated (ggweb falls back to 1 thread)
 //   /__test/counted/<key>/<path>       the file (Range honoured), counting under <key> the
@@ -205,6 +208,16 @@ async function serveTestRoute(req, res, rest, mounts) {
     tally.ranges.push(req.headers.range ?? null);
     if (kind === 'norange') delete req.headers.range;
     return serveFile(req, res, path, mounts, true, tally, kind === 'norange');
+  }
+  if (rest.startsWith('/noheaders/')) {
+    // Nothing is written: the request stays open until the client gives up or the server closes.
+    req.socket.setTimeout(0);
+    return;
+  }
+  const redirect = /^\/redirect\/(\d+)(\/.*)$/.exec(rest);
+  if (redirect) {
+    res.writeHead(302, { ...baseHeaders(), Location: `/__test/redirect/${Number(redirect[1]) + 1}${redirect[2]}`, 'Cache-Control': 'no-store' });
+    return res.end();
   }
   const tallyOf = /^\/tally\/([\w-]+)$/.exec(rest);
   if (tallyOf) {

@@ -11,62 +11,30 @@
 // awaited, so the Rust side may later turn any of them async (WebGPU readbacks) freely.
 
 import { BUILDS, wasmSource } from './builds.js';
+import { ERROR_CODES, GgwebError, abortedError, toGgwebError } from './errors.js';
+import { boolOption, checkData, isPlainObject, modelInput, optionsObject, show, tokenIds, without } from './input.js';
 
-/** Error codes a GgwebError can carry (see ggweb.d.ts for what each means). */
-export const ERROR_CODES = Object.freeze([
-  'http', 'network', 'timeout', 'aborted', 'format', 'disposed', 'busy', 'invalid', 'unsupported', 'internal', 'worker',
-  'device_lost',
-]);
+export { ERROR_CODES, GgwebError, abortedError, toGgwebError };
 
 /** How long a URL download may go without a byte before it fails with code 'timeout' (ms). */
 export const DEFAULT_STALL_TIMEOUT_MS = 30000;
 
-export class GgwebError extends Error {
-  /**
-   * @param {string} code one of ERROR_CODES
-   * @param {string} message what went wrong, in words, naming the URL / byte / token
-   * @param {object} [details] e.g. { status, url, loaded, total }
-   */
-  constructor(code, message, details) {
-    super(message);
-    this.name = 'GgwebError';
-    this.code = code;
-    if (details !== undefined) this.details = details;
-  }
+/**
+ * The longest delay setTimeout keeps: a larger one overflows its 32-bit signed count and
+ * fires at once (a `stallTimeoutMs` of 2**31 timed a download out after its first chunk).
+ */
+export const MAX_TIMER_MS = 2 ** 31 - 1;
 
-  toJSON() {
-    return { name: this.name, code: this.code, message: this.message, details: this.details };
-  }
-
-  static fromJSON(o) {
-    return new GgwebError(o.code ?? 'internal', o.message ?? 'unknown error', o.details);
-  }
-}
-
-/** Converts anything thrown (wasm-bindgen JsError, a trap, a DOMException) to a GgwebError. */
-export function toGgwebError(e, fallbackCode, context) {
-  if (e instanceof GgwebError) return e;
-  const prefix = context ? `${context}: ` : '';
-  if (typeof WebAssembly !== 'undefined' && e instanceof WebAssembly.RuntimeError) {
-    // A trap (a Rust panic, or an allocation the wasm memory could not grow for).
-    return new GgwebError('internal', `${prefix}the wasm module trapped (${e.message}); it cannot be used further`);
-  }
-  if (e && e.name === 'AbortError') return new GgwebError('aborted', `${prefix}aborted`);
-  const msg = e && typeof e === 'object' && 'message' in e ? e.message : String(e);
-  // The wasm bindings tag their errors with a code (format, invalid, unsupported, internal).
-  const code = e && typeof e.code === 'string' && ERROR_CODES.includes(e.code) ? e.code : fallbackCode;
-  return new GgwebError(code, prefix + msg);
-}
-
-export const abortedError = (what) => new GgwebError('aborted', `${what} was aborted`);
-
-/** Checks a stallTimeoutMs option: a positive number of ms, or 0 / Infinity for no limit. */
+/**
+ * Checks a stallTimeoutMs option: a number of ms >= 0; 0, Infinity, and anything beyond
+ * setTimeout's range (MAX_TIMER_MS, 24.8 days) mean no limit.
+ */
 export function stallTimeout(v) {
   if (v === undefined || v === null) return DEFAULT_STALL_TIMEOUT_MS;
   if (typeof v !== 'number' || Number.isNaN(v) || v < 0) {
-    throw new GgwebError('invalid', `stallTimeoutMs must be a number of milliseconds >= 0 (0: no limit), got ${JSON.stringify(v)}`);
+    throw new GgwebError('invalid', `stallTimeoutMs must be a number of milliseconds >= 0 (0: no limit), got ${show(v)}`);
   }
-  return v === 0 ? Infinity : v;
+  return v === 0 || v > MAX_TIMER_MS ? Infinity : v;
 }
 
 /**
@@ -172,7 +140,7 @@ function num(v, name, { min = -Infinity, max = Infinity, int = false } = {}) {
   if (v === undefined || v === null) return undefined;
   if (typeof v !== 'number' || !Number.isFinite(v) || (int && !Number.isInteger(v)) || v < min || v > max) {
     const range = `${min === -Infinity ? '' : `>= ${min}`}${min !== -Infinity && max !== Infinity ? ' and ' : ''}${max === Infinity ? '' : `<= ${max}`}`;
-    throw new GgwebError('invalid', `${name} must be a${int ? 'n integer' : ' number'}${range ? ' ' + range : ''}, got ${JSON.stringify(v)}`);
+    throw new GgwebError('invalid', `${name} must be a${int ? 'n integer' : ' number'}${range ? ' ' + range : ''}, got ${show(v)}`);
   }
   return v;
 }
@@ -181,7 +149,7 @@ function num(v, name, { min = -Infinity, max = Infinity, int = false } = {}) {
 export function loaderOptions(opts = {}) {
   const backend = opts.backend ?? 'cpu';
   if (!['cpu', 'webgpu', 'auto'].includes(backend)) {
-    throw new GgwebError('invalid', `backend must be "cpu", "webgpu" or "auto", got ${JSON.stringify(backend)}`);
+    throw new GgwebError('invalid', `backend must be "cpu", "webgpu" or "auto", got ${show(backend)}`);
   }
   return {
     nCtx: num(opts.nCtx, 'nCtx', { min: 1, int: true }),
@@ -189,9 +157,15 @@ export function loaderOptions(opts = {}) {
     backend,
     gpuLayers: num(opts.gpuLayers, 'gpuLayers', { min: -1, int: true }),
     nThreads: num(opts.nThreads, 'nThreads', { min: 1, max: MAX_THREADS, int: true }),
-    // 'f32' | 'f16': checked by the Rust side's strict option parser (code 'invalid').
-    kvType: opts.kvType,
+    // 'f32' | 'f16': the value is checked by the Rust side's strict option parser (code 'invalid').
+    kvType: kvTypeOption(opts.kvType),
   };
+}
+
+function kvTypeOption(v) {
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== 'string') throw new GgwebError('invalid', `kvType must be "f32" or "f16", got ${show(v)}`);
+  return v;
 }
 
 /** The most CPU threads asked for (the Rust side refuses more). */
@@ -277,7 +251,7 @@ export function hasRelaxedSimd() {
 /** The `relaxedSimd` load option: true (the default) or false. */
 export function relaxedSimdOption(v) {
   if (v === undefined || v === null) return true;
-  if (typeof v !== 'boolean') throw new GgwebError('invalid', `relaxedSimd must be true or false, got ${JSON.stringify(v)}`);
+  if (typeof v !== 'boolean') throw new GgwebError('invalid', `relaxedSimd must be true or false, got ${show(v)}`);
   return v;
 }
 
@@ -291,45 +265,30 @@ const GENERATE_JS_KEYS = ['special'];
  * "-Infinity" (JSON has no infinities).
  */
 export function generateParams(opts = {}) {
-  const rest = {};
-  for (const [k, v] of Object.entries(opts)) if (!GENERATE_JS_KEYS.includes(k) && v !== undefined) rest[k] = v;
-  const out = {
-    ...rest,
-    maxTokens: num(opts.maxTokens, 'maxTokens', { min: 0, int: true }) ?? 128,
-    temperature: num(opts.temperature, 'temperature', { min: 0 }) ?? 0.8,
-    topK: num(opts.topK, 'topK', { min: 0, int: true }) ?? 40,
-    topP: num(opts.topP, 'topP', { min: 0, max: 1 }) ?? 0.95,
-    seed: num(opts.seed, 'seed', { min: 0, max: 0xffffffff, int: true }) ?? Math.floor(Math.random() * 0x100000000),
-    repeatPenalty: num(opts.repeatPenalty, 'repeatPenalty', { min: 0 }) ?? 1.0,
-  };
-  if (opts.logitBias !== undefined && opts.logitBias !== null) {
-    if (typeof opts.logitBias !== 'object' || Array.isArray(opts.logitBias)) {
-      throw new GgwebError('invalid', `logitBias must be an object { [tokenId]: bias }, got ${JSON.stringify(opts.logitBias)}`);
+  const src = optionsObject(opts, 'generate');
+  // A null-prototype object: an own "__proto__" key stays a key (and the wasm side's strict
+  // parser refuses it by name) instead of becoming the object's prototype.
+  const out = without(src, [...GENERATE_JS_KEYS, 'logitBias']);
+  for (const k of Object.keys(out)) checkData(out[k], k);
+  const set = (k, v) => Object.defineProperty(out, k, { value: v, enumerable: true, writable: true, configurable: true });
+  set('maxTokens', num(src.maxTokens, 'maxTokens', { min: 0, int: true }) ?? 128);
+  set('temperature', num(src.temperature, 'temperature', { min: 0 }) ?? 0.8);
+  set('topK', num(src.topK, 'topK', { min: 0, int: true }) ?? 40);
+  set('topP', num(src.topP, 'topP', { min: 0, max: 1 }) ?? 0.95);
+  set('seed', num(src.seed, 'seed', { min: 0, max: 0xffffffff, int: true }) ?? Math.floor(Math.random() * 0x100000000));
+  set('repeatPenalty', num(src.repeatPenalty, 'repeatPenalty', { min: 0 }) ?? 1.0);
+  if (src.logitBias !== undefined && src.logitBias !== null) {
+    if (!isPlainObject(src.logitBias)) {
+      throw new GgwebError('invalid', `logitBias must be an object { [tokenId]: bias }, got ${show(src.logitBias)}`);
     }
-    out.logitBias = {};
-    for (const [id, b] of Object.entries(opts.logitBias)) {
-      if (b === -Infinity) out.logitBias[id] = '-Infinity';
-      else if (typeof b === 'number' && Number.isFinite(b)) out.logitBias[id] = b;
-      else throw new GgwebError('invalid', `logitBias[${id}] must be a finite number or -Infinity, got ${String(b)}`);
+    const bias = Object.create(null);
+    for (const id of Object.keys(src.logitBias)) {
+      const b = src.logitBias[id];
+      if (b === -Infinity) bias[id] = '-Infinity';
+      else if (typeof b === 'number' && Number.isFinite(b)) bias[id] = b;
+      else throw new GgwebError('invalid', `logitBias[${id}] must be a finite number or -Infinity, got ${show(b)}`);
     }
-  }
-  return out;
-}
-
-function idsArray(ids, what) {
-  if (ids instanceof Uint32Array) return ids;
-  if (!Array.isArray(ids) && !ArrayBuffer.isView(ids)) {
-    throw new GgwebError('invalid', `${what}: token ids must be an array of integers, got ${ids === null ? 'null' : typeof ids}`);
-  }
-  const out = new Uint32Array(ids.length);
-  for (let i = 0; i < ids.length; i++) {
-    const v = ids[i];
-    if (!Number.isInteger(v) || v < 0 || v > 0xffffffff) {
-      // String(NaN) is NaN (JSON.stringify would say null); strings keep their quotes.
-      const shown = typeof v === 'number' ? String(v) : JSON.stringify(v);
-      throw new GgwebError('invalid', `${what}: token id at index ${i} is ${shown}, not a non-negative integer`);
-    }
-    out[i] = v;
+    set('logitBias', bias);
   }
   return out;
 }
@@ -339,7 +298,7 @@ function idsArray(ids, what) {
  *   { kind: 'url', url }  { kind: 'blob', blob }  { kind: 'stream', stream, total? }  { kind: 'bytes', bytes }
  * Returns { reader, total (bytes or null), via ('download'|'cache'|'file'|'stream'), cacheDone(ok) }.
  */
-async function openSource(src, { signal, cache }) {
+async function openSource(src, { signal, cache, stallMs = Infinity }) {
   if (src.kind === 'blob') {
     return { reader: src.blob.stream().getReader(), total: src.blob.size, via: 'file', name: src.blob.name };
   }
@@ -350,7 +309,7 @@ async function openSource(src, { signal, cache }) {
   if (src.kind === 'stream') {
     return { reader: src.stream.getReader(), total: src.total ?? null, via: 'stream' };
   }
-  if (src.kind !== 'url') throw new GgwebError('invalid', `unknown model source kind ${JSON.stringify(src.kind)}`);
+  if (src.kind !== 'url') throw new GgwebError('invalid', `unknown model source kind ${show(src.kind)}`);
 
   const url = src.url;
   const cacheName = cache === true ? 'ggweb-models' : typeof cache === 'string' ? cache : null;
@@ -369,13 +328,7 @@ async function openSource(src, { signal, cache }) {
     }
   }
 
-  let res;
-  try {
-    res = await fetch(url, { signal });
-  } catch (e) {
-    if (signal?.aborted) throw abortedError(`loading ${url}`);
-    throw new GgwebError('network', `could not fetch ${url}: ${e.message} (offline, blocked by CORS, or the server is unreachable)`, { url });
-  }
+  const res = await fetchWithin(url, { signal, stallMs, what: `loading ${url}` });
   if (!res.ok) {
     throw new GgwebError('http', `HTTP ${res.status}${res.statusText ? ' ' + res.statusText : ''} fetching ${url}`, { status: res.status, url });
   }
@@ -419,6 +372,35 @@ async function openSource(src, { signal, cache }) {
       return stored && ok;
     },
   };
+}
+
+/**
+ * fetch(url), failing with 'timeout' when the response's headers have not come within
+ * `stallMs` (a server that accepts the connection and then says nothing would otherwise
+ * leave the call pending for good: the stall timer of the body's reads starts only after
+ * fetch() resolves). The caller's `signal` aborts it as 'aborted'; other failures are
+ * 'network'. `headers` are the request's.
+ */
+export async function fetchWithin(url, { signal, stallMs = Infinity, headers, what }) {
+  const ctl = new AbortController();
+  const onAbort = () => ctl.abort();
+  if (signal?.aborted) throw abortedError(what);
+  signal?.addEventListener('abort', onAbort, { once: true });
+  let timedOut = false;
+  const timer = Number.isFinite(stallMs) ? setTimeout(() => { timedOut = true; ctl.abort(); }, stallMs) : null;
+  try {
+    // The body keeps this controller's signal: a caller's abort later ends the download too.
+    return await fetch(url, headers ? { signal: ctl.signal, headers } : { signal: ctl.signal });
+  } catch (e) {
+    if (timedOut) {
+      throw new GgwebError('timeout', `${url}: no response within ${stallMs} ms (the server accepted the request but sent no headers)`,
+        { url, loaded: 0, total: null });
+    }
+    if (signal?.aborted) throw abortedError(what);
+    throw new GgwebError('network', `could not fetch ${url}: ${e.message} (offline, blocked by CORS, a redirect loop, or the server is unreachable)`, { url });
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 export class Engine {
@@ -516,7 +498,7 @@ export class Engine {
       const relaxed = relaxedSimdOption(opts.relaxedSimd) && hasRelaxedSimd();
       // The request goes out now, while the wasm build is imported and the backend opened:
       // its first bytes (and the connection's latency) then overlap with that work.
-      sourceP = openSource(src, { signal, cache });
+      sourceP = openSource(src, { signal, cache, stallMs });
       sourceP.then((s) => { source = s; }, () => {});
       let build = 'pkg';
       // A sibling build: BUILDS' folder, or beside a custom `coreUrl` (null when none is known).
@@ -730,9 +712,27 @@ export class Engine {
     }
   }
 
-  tokenize(text, special = false) {
+  /**
+   * Waits while the running generation is a cancelled one still finishing its step (a
+   * `break` or abort a moment ago): the next call then finds the model free instead of
+   * 'busy'. A live generation is not waited for: calls during it are 'busy'.
+   */
+  async _idle() {
+    while (this.current?.poll()) await this.current.done;
+  }
+
+  /** Text → ids; like every call, refused ('busy') while a load, generation or pass runs. */
+  async tokenize(text, special = false) {
     this._check('tokenize');
-    if (typeof text !== 'string') throw new GgwebError('invalid', `tokenize: text must be a string, got ${typeof text}`);
+    if (typeof text !== 'string') throw new GgwebError('invalid', `tokenize: text must be a string, got ${show(text)}`);
+    await this._idle();
+    this._check('tokenize');
+    if (this.busy) throw new GgwebError('busy', `tokenize: the model is busy (${this.busy})`);
+    return this._tokenize(text, special);
+  }
+
+  /** tokenize for the engine's own calls, which hold the model already. */
+  _tokenize(text, special) {
     try {
       return Uint32Array.from(this.model.tokenize(text, !!special));
     } catch (e) {
@@ -740,9 +740,12 @@ export class Engine {
     }
   }
 
-  detokenize(ids) {
+  async detokenize(ids) {
     this._check('detokenize');
-    const a = idsArray(ids, 'detokenize');
+    const a = tokenIds(ids, 'detokenize');
+    await this._idle();
+    this._check('detokenize');
+    if (this.busy) throw new GgwebError('busy', `detokenize: the model is busy (${this.busy})`);
     try {
       return this.model.detokenize(a);
     } catch (e) {
@@ -758,8 +761,10 @@ export class Engine {
     }
     const model = this.model;
     const p = (async () => {
-      const a = idsArray(ids, 'logits');
+      const a = tokenIds(ids, 'logits');
       if (a.length === 0) throw new GgwebError('invalid', 'logits: needs at least one token id');
+      await this._idle();
+      this._check('logits');
       if (this.busy) throw new GgwebError('busy', `logits: the model is busy (${this.busy})`);
       this.busy = 'logits';
       try {
@@ -778,11 +783,11 @@ export class Engine {
   /** Token ids of a string or an id array (`what` names the call in errors). */
   _input(input, special, what) {
     if (typeof input === 'string') {
-      const ids = this.tokenize(input, special);
+      const ids = this._tokenize(input, special);
       if (ids.length === 0) throw new GgwebError('invalid', `${what}: the input is empty (it has no tokens)`);
       return ids;
     }
-    return idsArray(input, what);
+    return tokenIds(input, what);
   }
 
   /** score / trace: one batched pass through the wasm model's method of that name. */
@@ -794,9 +799,14 @@ export class Engine {
     }
     const model = this.model;
     const p = (async () => {
-      if (opts === null || typeof opts !== 'object') throw new GgwebError('invalid', `${method}: options must be an object`);
-      const { special, ...rest } = opts;
-      const ids = this._input(input, !!special, method);
+      const o = optionsObject(opts, method);
+      const special = boolOption(o.special, 'special', false);
+      const rest = without(o, ['special']);
+      for (const k of Object.keys(rest)) checkData(rest[k], k);
+      await this._idle();
+      this._check(method);
+      if (this.busy) throw new GgwebError('busy', `${method}: the model is busy (${this.busy})`);
+      const ids = this._input(input, special, method);
       if (typeof model[method] !== 'function') throw new GgwebError('unsupported', `${method}: this wasm module has no ${method}`);
       if (this.busy) throw new GgwebError('busy', `${method}: the model is busy (${this.busy})`);
       this.busy = method;
@@ -829,12 +839,18 @@ export class Engine {
    * whether that is an error).
    */
   async *generate(prompt, opts = {}, isCancelled = () => false) {
-    if (typeof prompt !== 'string' && !Array.isArray(prompt) && !ArrayBuffer.isView(prompt)) {
-      throw new GgwebError('invalid', `generate: the input must be a string or token ids, got ${prompt === null ? 'null' : typeof prompt}`);
-    }
+    const input = modelInput(prompt, 'generate');
     const params = generateParams(opts);
-    // A cancelled run may still be finishing its step; a new one waits for it.
-    if (this.current?.poll()) await this.current.done;
+    const special = boolOption(optionsObject(opts, 'generate').special, 'special', false);
+    // A cancelled run may still be finishing its step; a new one waits for it. Several calls
+    // may wait on the same run: each that was itself cancelled meanwhile leaves without
+    // taking the model, so a later live call is not refused as 'busy' by a dead one.
+    while (this.current?.poll()) {
+      await this.current.done;
+      if (isCancelled()) {
+        return { promptTokens: 0, cachedTokens: 0, tokens: 0, promptMs: 0, genMs: 0, stop: 'cancelled' };
+      }
+    }
     this._check('generate');
     const model = this.model; // dispose() clears this.model but frees only after this run ends
     if (this.busy) throw new GgwebError('busy', `generate: the model is busy (${this.busy}); stop it first`);
@@ -853,7 +869,7 @@ export class Engine {
     };
     const jobs0 = this._cpuThreads()?.jobs;
     try {
-      const ids = typeof prompt === 'string' ? this.tokenize(prompt, !!opts.special) : idsArray(prompt, 'generate');
+      const ids = typeof input === 'string' ? this._tokenize(input, special) : input;
       if (ids.length === 0) throw new GgwebError('invalid', 'generate: the prompt is empty (it has no tokens)');
       stats.promptTokens = ids.length;
       const t0 = now();
@@ -971,16 +987,25 @@ function rangeTotal(res) {
   return m ? Number(m[1]) : null;
 }
 
-/** Yields the reader's chunks; cancels it when the consumer stops early (the header is in). */
-async function* readerChunks(reader) {
+/**
+ * Yields the reader's chunks; cancels it when the consumer stops early (the header is in).
+ * With `stallMs` (a download), a read that brings nothing for that long fails 'timeout'.
+ */
+async function* readerChunks(reader, stallMs = Infinity, url = undefined) {
   let done = false;
+  let got = 0;
   try {
     for (;;) {
-      const r = await reader.read();
+      const r = await readWithin(reader, stallMs);
+      if (r.stalled) {
+        throw new GgwebError('timeout', `${url} stalled: no data for ${stallMs} ms after ${got} bytes; the server or the connection stopped sending`,
+          { url, loaded: got, total: null });
+      }
       if (r.done) {
         done = true;
         return;
       }
+      got += r.value.length;
       yield r.value;
     }
   } finally {
@@ -1000,7 +1025,7 @@ function webgpuStats(model) {
  * with `Range` requests of growing size where the server allows them, else streamed (the
  * consumer's stop cancels the download); a Blob in growing slices.
  */
-async function* headerChunks(src, signal, stats) {
+async function* headerChunks(src, signal, stats, stallMs = Infinity) {
   if (src.kind === 'bytes') {
     stats.total = src.bytes.length;
     stats.via = 'bytes';
@@ -1021,18 +1046,12 @@ async function* headerChunks(src, signal, stats) {
     yield* readerChunks(src.stream.getReader());
     return;
   }
-  if (src.kind !== 'url') throw new GgwebError('invalid', `unknown model source kind ${JSON.stringify(src.kind)}`);
+  if (src.kind !== 'url') throw new GgwebError('invalid', `unknown model source kind ${show(src.kind)}`);
   const url = src.url;
   stats.via = 'download';
   let off = 0;
   for (let n = INSPECT_FIRST_RANGE; ; n *= 2) {
-    let res;
-    try {
-      res = await fetch(url, { signal, headers: { Range: `bytes=${off}-${off + n - 1}` } });
-    } catch (e) {
-      if (signal?.aborted) throw abortedError(`inspecting ${url}`);
-      throw new GgwebError('network', `could not fetch ${url}: ${e.message} (offline, blocked by CORS, or the server is unreachable)`, { url });
-    }
+    const res = await fetchWithin(url, { signal, stallMs, headers: { Range: `bytes=${off}-${off + n - 1}` }, what: `inspecting ${url}` });
     stats.requests += 1;
     if (res.status === 416) return; // the file ended exactly at `off`
     if (!res.ok) {
@@ -1046,7 +1065,7 @@ async function* headerChunks(src, signal, stats) {
       const len = Number(res.headers.get('Content-Length'));
       stats.total = len > 0 && (!enc || enc === 'identity') ? len : null;
       let skip = off; // a server that stopped honouring ranges part-way sends from byte 0
-      for await (const chunk of readerChunks(res.body.getReader())) {
+      for await (const chunk of readerChunks(res.body.getReader(), stallMs, url)) {
         if (skip >= chunk.length) {
           skip -= chunk.length;
           continue;
@@ -1059,7 +1078,7 @@ async function* headerChunks(src, signal, stats) {
     stats.ranged = true;
     stats.total = rangeTotal(res) ?? stats.total ?? null;
     let got = 0;
-    for await (const chunk of readerChunks(res.body.getReader())) {
+    for await (const chunk of readerChunks(res.body.getReader(), stallMs, url)) {
       got += chunk.length;
       yield chunk;
     }
@@ -1074,7 +1093,7 @@ async function* headerChunks(src, signal, stats) {
  * Runs the single-thread build on the calling thread: no worker, no thread pool.
  * `opts`: Model.load's model options (backend, gpuLayers, nCtx, nBatch, nThreads, kvType).
  */
-export async function inspectSource(src, opts, { signal, coreUrl = null } = {}) {
+export async function inspectSource(src, opts, { signal, coreUrl = null, stallMs = DEFAULT_STALL_TIMEOUT_MS } = {}) {
   const json = JSON.stringify(loaderOptions(opts));
   const core = await loadCore(coreUrl ?? 'pkg');
   if (typeof core.WasmInspector !== 'function') {
@@ -1086,7 +1105,7 @@ export async function inspectSource(src, opts, { signal, coreUrl = null } = {}) 
   let ins = null;
   let complete = false;
   try {
-    for await (const chunk of headerChunks(src, signal, stats)) {
+    for await (const chunk of headerChunks(src, signal, stats, stallMs)) {
       if (signal?.aborted) throw abortedError('Model.inspect');
       ins ??= new core.WasmInspector(json, stats.total ?? -1);
       stats.bytesRead += chunk.length;

@@ -10,7 +10,11 @@
 // By default the model lives in a Web Worker (worker.js), so the page stays responsive;
 // `{ worker: false }` runs the same code on the calling thread (tests, environments
 // without module workers). Both give the same API and the same errors (GgwebError).
-import { Engine, GgwebError, ERROR_CODES, abortedError, formatBytes, inspectSource, relaxedSimdOption, stallTimeout, toGgwebError } from './engine.js';
+import {
+  Engine, GgwebError, ERROR_CODES, abortedError, formatBytes, generateParams, inspectSource, loaderOptions, relaxedSimdOption, stallTimeout,
+  toGgwebError,
+} from './engine.js';
+import { boolOption, checkData, checkSignal, modelInput, optionsObject, show, tokenIds, without } from './input.js';
 import { nodeFs } from './builds.js';
 
 export { GgwebError, ERROR_CODES, formatBytes };
@@ -51,7 +55,7 @@ async function localFile(source) {
     if (typeof fs.openAsBlob === 'function') return { src: { kind: 'blob', blob: await fs.openAsBlob(path) } };
     return { src: { kind: 'bytes', bytes: new Uint8Array(await fs.promises.readFile(path)) } };
   } catch (e) {
-    throw new GgwebError('invalid', `could not open the model file ${JSON.stringify(s)}: ${e.message}`);
+    throw new GgwebError('invalid', `could not open the model file ${show(s)}: ${e.message}`);
   }
 }
 
@@ -64,7 +68,7 @@ async function describeSource(source) {
     try {
       url = new URL(String(source), baseUrl()).href;
     } catch {
-      throw new GgwebError('invalid', `not a valid model URL: ${JSON.stringify(String(source))}`);
+      throw new GgwebError('invalid', `not a valid model URL: ${show(String(source))}`);
     }
     return { src: { kind: 'url', url } };
   }
@@ -83,21 +87,7 @@ async function describeSource(source) {
     const view = source instanceof ArrayBuffer ? new Uint8Array(source) : new Uint8Array(source.buffer, source.byteOffset, source.byteLength);
     return { src: { kind: 'bytes', bytes: view.slice() } };
   }
-  throw new GgwebError('invalid', 'Model.load: the source must be a URL, a File/Blob, a ReadableStream, a Response or bytes');
-}
-
-/** Token ids as a plain array for the engine, or 'invalid' for anything but an array. */
-function idList(ids, what) {
-  if (!Array.isArray(ids) && !ArrayBuffer.isView(ids)) {
-    throw new GgwebError('invalid', `${what}: token ids must be an array of integers, got ${ids === null ? 'null' : typeof ids}`);
-  }
-  return Array.from(ids);
-}
-
-function checkSignal(signal) {
-  if (signal !== undefined && !(typeof AbortSignal !== 'undefined' && signal instanceof AbortSignal)) {
-    throw new GgwebError('invalid', 'signal must be an AbortSignal');
-  }
+  throw new GgwebError('invalid', `Model.load: the source must be a URL, a File/Blob, a ReadableStream, a Response or bytes, got ${show(source)}`);
 }
 
 /** Runs the Engine on this thread. */
@@ -252,7 +242,11 @@ class WorkerTransport {
   }
 }
 
-/** An async iterator over pushed events, ending on 'done', failing on 'error' or abort. */
+/**
+ * An async iterator over pushed events, ending on 'done', failing on 'error' or abort.
+ * `start(push)` begins the run and returns its cancel function; if it throws (a bad
+ * argument), the first next() rejects with that error.
+ */
 function tokenStream(start, signal) {
   const queue = [];
   let waiter = null;
@@ -297,8 +291,13 @@ function tokenStream(start, signal) {
     failure = abortedError('generation');
     resolveStats(null);
   } else {
-    cancel = start(push);
-    signal?.addEventListener('abort', onAbort, { once: true });
+    try {
+      cancel = start(push);
+      signal?.addEventListener('abort', onAbort, { once: true });
+    } catch (e) {
+      failure = toGgwebError(e, 'invalid', 'generate');
+      resolveStats(null);
+    }
   }
   const cleanup = () => signal?.removeEventListener('abort', onAbort);
   stats.then(cleanup);
@@ -314,6 +313,16 @@ function tokenStream(start, signal) {
         return Promise.reject(f);
       }
       if (finished) return Promise.resolve({ value: undefined, done: true });
+      // One reader at a time: a next() called while another waits queues behind it.
+      if (waiter) {
+        const ahead = waiter;
+        return new Promise((resolve, reject) => {
+          waiter = {
+            resolve: (v) => { ahead.resolve(v); it.next().then(resolve, reject); },
+            reject: (e) => { ahead.reject(e); it.next().then(resolve, reject); },
+          };
+        });
+      }
       return new Promise((resolve, reject) => { waiter = { resolve, reject }; });
     },
     return(value) {
@@ -323,6 +332,10 @@ function tokenStream(start, signal) {
         queue.length = 0;
         resolveStats(null);
       }
+      // A next() still pending (asked for before return()) ends with the iterator, as
+      // for a generator: it would otherwise wait for a token that will never be pushed.
+      failure = null;
+      wake();
       return Promise.resolve({ value, done: true });
     },
     throw(e) {
@@ -342,12 +355,33 @@ const LOAD_KEYS = [
   'stallTimeoutMs', 'worker', 'coreUrl',
 ];
 
-/** Every key Model.inspect reads: the options that decide the memory plan, a signal, coreUrl. */
-const INSPECT_KEYS = ['backend', 'gpuLayers', 'nCtx', 'nBatch', 'nThreads', 'kvType', 'signal', 'coreUrl'];
+/** Every key Model.inspect reads: the options that decide the memory plan, a signal, the stall limit, coreUrl. */
+const INSPECT_KEYS = ['backend', 'gpuLayers', 'nCtx', 'nBatch', 'nThreads', 'kvType', 'signal', 'stallTimeoutMs', 'coreUrl'];
 
-/** A string, or token ids as a plain array for the engine. */
-function inputOf(input, what) {
-  return typeof input === 'string' ? input : idList(input, what);
+/** A custom build's glue URL (`coreUrl`), absolute; null for the package's own builds. */
+function coreUrlOption(coreUrl) {
+  if (coreUrl === undefined || coreUrl === null) return null;
+  if (typeof coreUrl !== 'string' && !(coreUrl instanceof URL)) throw new GgwebError('invalid', `coreUrl must be a URL string, got ${show(coreUrl)}`);
+  try {
+    return new URL(coreUrl, baseUrl()).href;
+  } catch {
+    throw new GgwebError('invalid', `coreUrl: not a valid URL: ${show(String(coreUrl))}`);
+  }
+}
+
+/** The `cache` option: false, true (the cache 'ggweb-models') or a cache name. */
+function cacheOption(v) {
+  if (v === undefined || v === null) return false;
+  if (typeof v === 'boolean' || (typeof v === 'string' && v.length > 0)) return v;
+  throw new GgwebError('invalid', `cache must be true, false or a cache name, got ${show(v)}`);
+}
+
+/** score / trace options: plain data for the wasm side, `special` a boolean. */
+function passOptions(options, what) {
+  const o = optionsObject(options, what);
+  boolOption(o.special, 'special', false);
+  for (const k of Object.keys(o)) if (k !== 'special') checkData(o[k], k);
+  return o;
 }
 
 export class Model {
@@ -366,43 +400,39 @@ export class Model {
 
   /**
    * Streams a GGUF model from a URL, File/Blob, ReadableStream, Response or bytes.
-   * See ggweb.d.ts for the options.
+   * See ggweb.d.ts for the options. `options` may be omitted or null.
    */
-  static async load(source, options = {}) {
-    const unknown = Object.keys(options ?? {}).find((k) => !LOAD_KEYS.includes(k));
-    if (unknown !== undefined) {
-      throw new GgwebError('invalid', `Model.load: unknown option ${JSON.stringify(unknown)} (known: ${LOAD_KEYS.join(', ')})`);
-    }
-    const {
-      backend = 'cpu', gpuLayers, nCtx, nBatch, nThreads, kvType, relaxedSimd, onProgress, signal, cache = false, stallTimeoutMs,
-      worker = typeof Worker !== 'undefined', coreUrl,
-    } = options;
-    checkSignal(signal);
-    stallTimeout(stallTimeoutMs); // checked here, so a bad value fails before a worker starts
-    relaxedSimdOption(relaxedSimd);
+  static async load(source, options = undefined) {
+    const o = optionsObject(options, 'Model.load', LOAD_KEYS);
+    const { onProgress } = o;
+    const signal = checkSignal(o.signal);
+    const cache = cacheOption(o.cache);
+    const worker = boolOption(o.worker, 'worker', typeof Worker !== 'undefined');
+    // Checked here, on the calling thread, so a bad value fails before a worker starts and
+    // reads the same in a worker and on the page thread.
+    const { stallTimeoutMs } = o;
+    stallTimeout(stallTimeoutMs);
+    relaxedSimdOption(o.relaxedSimd);
+    const opts = {
+      backend: o.backend, gpuLayers: o.gpuLayers, nCtx: o.nCtx, nBatch: o.nBatch, nThreads: o.nThreads, kvType: o.kvType,
+      relaxedSimd: o.relaxedSimd,
+    };
+    loaderOptions(opts);
     if (onProgress !== undefined && typeof onProgress !== 'function') {
-      throw new GgwebError('invalid', 'onProgress must be a function');
+      throw new GgwebError('invalid', `onProgress must be a function, got ${show(onProgress)}`);
     }
+    // No coreUrl: the package's own builds (builds.js), wherever a bundler put them.
+    const core = coreUrlOption(o.coreUrl);
     if (signal?.aborted) throw abortedError('loading the model');
     const { src, transfer } = await describeSource(source);
-    const opts = { backend, gpuLayers, nCtx, nBatch, nThreads, kvType, relaxedSimd };
-    // No coreUrl: the package's own builds (builds.js), wherever a bundler put them.
-    let core = null;
-    if (coreUrl !== undefined && coreUrl !== null) {
-      try {
-        core = new URL(coreUrl, baseUrl()).href;
-      } catch {
-        throw new GgwebError('invalid', `coreUrl: not a valid URL: ${JSON.stringify(String(coreUrl))}`);
-      }
-    }
     // A worker found blocked while opening the CPU backend (OPEN_GUARD_MS) is replaced once,
     // for every source that can be sent again (a stream was handed to the first worker).
     for (let restarts = 0; ; restarts++) {
       const t = worker ? new WorkerTransport(core) : new LocalTransport(core);
       try {
         const info = await t.load(src, opts, { signal, onProgress, cache, stallTimeoutMs, transfer });
-        info.load = { ...info.load, worker: !!worker, workerRestarts: restarts };
-        return new Model(t, info, !!worker);
+        info.load = { ...info.load, worker, workerRestarts: restarts };
+        return new Model(t, info, worker);
       } catch (e) {
         await t.dispose().catch(() => {});
         if (e?.restartable && restarts === 0 && src.kind !== 'stream' && !signal?.aborted) {
@@ -421,25 +451,17 @@ export class Model {
    * tensors, the memory plan a load with these options would make, and whether it fits
    * here. Runs on the calling thread; no worker starts. See ggweb.d.ts InspectResult.
    */
-  static async inspect(source, options = {}) {
-    const unknown = Object.keys(options ?? {}).find((k) => !INSPECT_KEYS.includes(k));
-    if (unknown !== undefined) {
-      throw new GgwebError('invalid', `Model.inspect: unknown option ${JSON.stringify(unknown)} (known: ${INSPECT_KEYS.join(', ')})`);
-    }
-    const { signal, coreUrl, ...opts } = options ?? {};
-    checkSignal(signal);
+  static async inspect(source, options = undefined) {
+    const o = optionsObject(options, 'Model.inspect', INSPECT_KEYS);
+    const signal = checkSignal(o.signal);
+    const stallMs = stallTimeout(o.stallTimeoutMs);
+    const opts = without(o, ['signal', 'coreUrl', 'stallTimeoutMs']);
+    loaderOptions(opts);
+    const core = coreUrlOption(o.coreUrl);
     if (signal?.aborted) throw abortedError('Model.inspect');
-    let core = null;
-    if (coreUrl !== undefined && coreUrl !== null) {
-      try {
-        core = new URL(coreUrl, baseUrl()).href;
-      } catch {
-        throw new GgwebError('invalid', `coreUrl: not a valid URL: ${JSON.stringify(String(coreUrl))}`);
-      }
-    }
     try {
       const { src } = await describeSource(source);
-      return await inspectSource(src, opts, { signal, coreUrl: core });
+      return await inspectSource(src, { ...opts }, { signal, coreUrl: core, stallMs });
     } catch (e) {
       throw toGgwebError(e, 'internal', 'Model.inspect');
     }
@@ -466,15 +488,17 @@ export class Model {
   }
 
   /** Text → token ids. `special: true` parses special tokens such as <|endoftext|>. */
-  async tokenize(text, { special = false } = {}) {
+  async tokenize(text, options = undefined) {
     this.#live('tokenize');
+    const special = boolOption(optionsObject(options, 'tokenize', ['special']).special, 'special', false);
+    if (typeof text !== 'string') throw new GgwebError('invalid', `tokenize: text must be a string, got ${show(text)}`);
     return this.#t.call('tokenize', [text, special]);
   }
 
   /** Token ids → text. */
   async detokenize(ids) {
     this.#live('detokenize');
-    return this.#t.call('detokenize', [idList(ids, 'detokenize')]);
+    return this.#t.call('detokenize', [tokenIds(ids, 'detokenize')]);
   }
 
   /**
@@ -483,22 +507,22 @@ export class Model {
    */
   async logits(ids) {
     this.#live('logits');
-    return this.#t.call('logits', [idList(ids, 'logits')]);
+    return this.#t.call('logits', [tokenIds(ids, 'logits')]);
   }
 
   /**
    * One batched pass over `input` (a string or token ids), no sampling: logprobs, ranks,
    * entropies and the `topK` most likely tokens of every prediction (see ggweb.d.ts).
    */
-  async score(input, options = {}) {
+  async score(input, options = undefined) {
     this.#live('score');
-    return this.#t.call('score', [inputOf(input, 'score'), options]);
+    return this.#t.call('score', [modelInput(input, 'score'), passOptions(options, 'score')]);
   }
 
   /** Attention probabilities, hidden states and graph nodes of one pass over `input`. */
-  async trace(input, options = {}) {
+  async trace(input, options = undefined) {
     this.#live('trace');
-    return this.#t.call('trace', [inputOf(input, 'trace'), options]);
+    return this.#t.call('trace', [modelInput(input, 'trace'), passOptions(options, 'trace')]);
   }
 
   /**
@@ -507,16 +531,27 @@ export class Model {
    * the longest prefix it shares with the previous call's tokens (`stats.cachedTokens`).
    * Aborting `signal` makes the iteration throw GgwebError('aborted'); `break` stops quietly.
    * The returned iterator's `stats` promise resolves to timing and stop reason when it ends.
+   * A bad argument makes the first next() reject with code 'invalid'.
    */
-  generate(prompt, options = {}) {
+  generate(prompt, options = undefined) {
     this.#live('generate');
-    const { signal, ...opts } = options;
-    checkSignal(signal);
-    // Ids travel as a plain array; anything else is checked (and refused) by the engine.
-    const input = Array.isArray(prompt) || ArrayBuffer.isView(prompt) ? Array.from(prompt) : prompt;
-    return tokenStream((push) => this.#t.generate(input, opts, push), signal);
+    let o;
+    try {
+      o = optionsObject(options, 'generate');
+    } catch (e) {
+      return tokenStream(() => { throw e; });
+    }
+    const signal = checkSignal(o.signal); // a bad signal throws at once: it could not be watched
+    return tokenStream((push) => {
+      // Checked here, on the calling thread, so that what crosses to a worker is plain data
+      // and the errors read the same on both transports.
+      const input = modelInput(prompt, 'generate');
+      const opts = without(o, ['signal']);
+      generateParams(opts);
+      boolOption(opts.special, 'special', false);
+      return this.#t.generate(input, { ...opts }, push);
+    }, signal);
   }
-
   /**
    * Debug, for tests of the recovery path: destroys the model's WebGPU device as a driver
    * reset would. A generation in progress then fails with code 'device_lost', and so does

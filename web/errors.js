@@ -1,0 +1,47 @@
+// ggweb's one error type and its codes, shared by the page side (ggweb.js), the engine
+// (engine.js) and the worker (worker.js), which sends errors across as toJSON().
+
+/** Error codes a GgwebError can carry (see ggweb.d.ts for what each means). */
+export const ERROR_CODES = Object.freeze([
+  'http', 'network', 'timeout', 'aborted', 'format', 'disposed', 'busy', 'invalid', 'unsupported', 'internal', 'worker',
+  'device_lost',
+]);
+
+export class GgwebError extends Error {
+  /**
+   * @param {string} code one of ERROR_CODES
+   * @param {string} message what went wrong, in words, naming the URL / byte / token
+   * @param {object} [details] e.g. { status, url, loaded, total }
+   */
+  constructor(code, message, details) {
+    super(message);
+    this.name = 'GgwebError';
+    this.code = code;
+    if (details !== undefined) this.details = details;
+  }
+
+  toJSON() {
+    return { name: this.name, code: this.code, message: this.message, details: this.details };
+  }
+
+  static fromJSON(o) {
+    return new GgwebError(o.code ?? 'internal', o.message ?? 'unknown error', o.details);
+  }
+}
+
+/** Converts anything thrown (wasm-bindgen JsError, a trap, a DOMException) to a GgwebError. */
+export function toGgwebError(e, fallbackCode, context) {
+  if (e instanceof GgwebError) return e;
+  const prefix = context ? `${context}: ` : '';
+  if (typeof WebAssembly !== 'undefined' && e instanceof WebAssembly.RuntimeError) {
+    // A trap (a Rust panic, or an allocation the wasm memory could not grow for).
+    return new GgwebError('internal', `${prefix}the wasm module trapped (${e.message}); it cannot be used further`);
+  }
+  if (e && e.name === 'AbortError') return new GgwebError('aborted', `${prefix}aborted`);
+  const msg = e && typeof e === 'object' && 'message' in e ? e.message : String(e);
+  // The wasm bindings tag their errors with a code (format, invalid, unsupported, internal).
+  const code = e && typeof e.code === 'string' && ERROR_CODES.includes(e.code) ? e.code : fallbackCode;
+  return new GgwebError(code, prefix + msg);
+}
+
+export const abortedError = (what) => new GgwebError('aborted', `${what} was aborted`);
