@@ -958,18 +958,21 @@ export class Engine {
     if (this.current) this.current.cancelled = true;
   }
 
+  /** Frees the model: now, or when the step running ends. Returns when it was freed. */
   dispose() {
-    if (this.disposed) return;
+    if (this.disposed) return this.freed;
     this.disposed = true;
     this.cancelGeneration();
     const m = this.model;
     this.model = null;
     // Free now unless a generation is mid-step; then free when it ends.
     const free = () => { try { m?.free(); } catch { /* consumed */ } };
-    if (this.current) this.current.done.then(free);
-    else if (['logits', 'score', 'trace'].includes(this.busy)) this.logitsDone.then(free);
-    else free();
+    if (this.current) this.freed = this.current.done.then(free);
+    else if (['logits', 'score', 'trace'].includes(this.busy)) this.freed = this.logitsDone.then(free);
+    else this.freed = Promise.resolve(free());
+    return this.freed;
   }
+
 }
 
 // --- Model.inspect: the header only --------------------------------------------------------

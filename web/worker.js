@@ -57,7 +57,9 @@ async function handle(m) {
       return;
     }
     case 'dispose': {
-      engine?.dispose();
+      // The model is freed now, or when the step running ends (the page ends this worker
+      // after at most 1 s either way).
+      await engine?.dispose();
       return post({ id: m.id, type: 'result', value: true });
     }
     default:
