@@ -15,7 +15,7 @@ export type GgwebErrorCode =
   | 'format'
   /** The model was disposed. */
   | 'disposed'
-  /** Another generation or logits call is running on this model. */
+  /** Another call (a generation, logits, score, trace, tokenize or detokenize) is running on this model. */
   | 'busy'
   /** A bad argument or option (the message names it and the value): token ids outside the
    *  vocabulary, negative, not integers, or not in an array; a prompt longer than the context. */
@@ -102,7 +102,9 @@ export interface LoadOptions {
    *  'ggweb-models') or a cache name. Only complete downloads of valid models are kept. */
   cache?: boolean | string;
   /** Milliseconds a URL download may send nothing before it fails with code 'timeout'
-   *  (default 30000; 0 for no limit). Files, byte arrays and streams you pass are not timed. */
+   *  (default 30000; 0, Infinity or anything beyond 2^31-1, setTimeout's range, for no
+   *  limit). It bounds the wait for the response's headers as well as each read of the
+   *  body. Files, byte arrays and streams you pass are not timed. */
   stallTimeoutMs?: number;
   /** Run the model in a Web Worker (default true where Worker exists). */
   worker?: boolean;
@@ -161,6 +163,11 @@ export interface GeneratedToken {
 }
 
 /** A string (tokenized without special tokens unless `special`) or token ids. */
+/**
+ * Text, or token ids: an array, a typed array (not a DataView) or an array-like object of
+ * integers 0..2^32-1 (a BigInt, a fraction or NaN is refused with code 'invalid', naming
+ * its index), each below the vocabulary's size.
+ */
 export type ModelInput = string | ArrayLike<number>;
 
 export interface ScoreOptions {
@@ -326,7 +333,7 @@ export interface ModelSplit {
 }
 
 /** Model.inspect's options: the model options of LoadOptions (unknown keys: code 'invalid'). */
-export type InspectOptions = Pick<LoadOptions, 'backend' | 'gpuLayers' | 'nCtx' | 'nBatch' | 'nThreads' | 'kvType' | 'signal' | 'coreUrl'>;
+export type InspectOptions = Pick<LoadOptions, 'backend' | 'gpuLayers' | 'nCtx' | 'nBatch' | 'nThreads' | 'kvType' | 'signal' | 'stallTimeoutMs' | 'coreUrl'>;
 
 /** What Model.inspect read of a GGUF header, before any weight is downloaded. */
 export interface InspectResult {
@@ -362,34 +369,65 @@ export interface InspectResult {
   source: { via: 'download' | 'file' | 'bytes' | 'stream'; bytesRead: number; size: number | null; requests: number; ranged: boolean | null; complete: boolean };
 }
 
+/**
+ * Every method checks its arguments on the calling thread before anything crosses to the
+ * worker or into wasm, and fails with a GgwebError only, with the codes listed under
+ * @throws. An options argument may be omitted, `undefined` or `null` (no options); any
+ * other non-object, an unknown key (symbol keys and `__proto__` included) or a value of
+ * the wrong type is 'invalid', named. Values are plain data: a function, symbol, BigInt,
+ * class instance (an AbortSignal outside `signal`) or a non-finite number is 'invalid'.
+ * Calls made while a load, generation, logits, score or trace call is running on the
+ * model fail with 'busy' (tokenize and detokenize too); after a generation is stopped
+ * (`break`, `return()`, abort) the next call waits for its last step instead. Every method
+ * of a disposed model fails with 'disposed'.
+ */
 export declare class Model {
-  /** Streams a GGUF model in and builds it; never holds the whole file in JS memory. */
-  static load(source: ModelSource, options?: LoadOptions): Promise<Model>;
+  /**
+   * Streams a GGUF model in and builds it; never holds the whole file in JS memory.
+   * @throws GgwebError 'invalid' (a bad source, option or value), 'http', 'network',
+   *   'timeout' (no headers or no data for stallTimeoutMs), 'format' (not a model this
+   *   runtime reads), 'unsupported' (no WebGPU, no wasm module, over the memory budget),
+   *   'aborted', 'worker'.
+   */
+  static load(source: ModelSource, options?: LoadOptions | null): Promise<Model>;
   /**
    * Reads only the header (Range requests where the server allows them, else the download
    * is cancelled after the tensor infos): hyperparameters, tensors, memory plan, and fit.
    * A bad or truncated header rejects with code 'format', as Model.load does.
+   * @throws GgwebError 'invalid', 'http', 'network', 'timeout', 'format', 'unsupported', 'aborted'.
    */
-  static inspect(source: ModelSource, options?: InspectOptions): Promise<InspectResult>;
+  static inspect(source: ModelSource, options?: InspectOptions | null): Promise<InspectResult>;
   private constructor();
   readonly disposed: boolean;
   readonly inWorker: boolean;
+  /** @throws GgwebError 'disposed'. */
   info(): ModelInfo;
-  tokenize(text: string, options?: { special?: boolean }): Promise<Uint32Array>;
+  /** @throws GgwebError 'invalid' (not a string, a bad option), 'busy', 'disposed'. */
+  tokenize(text: string, options?: { special?: boolean } | null): Promise<Uint32Array>;
+  /** @throws GgwebError 'invalid' (not token ids, an id outside the vocabulary), 'busy', 'disposed'. */
   detokenize(ids: ArrayLike<number>): Promise<string>;
   /** Next-token logits after `ids`. Uses the prompt cache (equal to a fresh evaluation
-   *  within 1e-4) and leaves `ids` in it. */
+   *  within 1e-4) and leaves `ids` in it.
+   *  @throws GgwebError 'invalid' (bad or no ids, longer than the context), 'busy', 'disposed', 'device_lost'. */
   logits(ids: ArrayLike<number>): Promise<Float32Array>;
-  /** One batched pass, no sampling: how likely the model found each token of `input`. */
-  score(input: ModelInput, options?: ScoreOptions): Promise<ScoreResult>;
-  /** One pass from position 0 keeping the requested taps (and only those) alive. */
+  /** One batched pass, no sampling: how likely the model found each token of `input`.
+   *  @throws GgwebError 'invalid', 'busy', 'disposed', 'device_lost'. */
+  score(input: ModelInput, options?: ScoreOptions | null): Promise<ScoreResult>;
+  /** One pass from position 0 keeping the requested taps (and only those) alive.
+   *  @throws GgwebError 'invalid' (an unknown tap, no taps), 'busy', 'disposed', 'device_lost'. */
   trace(input: ModelInput, options: TraceOptions): Promise<TraceResult>;
   /** Streams a continuation; the KV cache is reused for the longest prefix shared with the
-   *  tokens it holds (stats.cachedTokens). Unknown option keys fail with code 'invalid'. */
-  generate(prompt: ModelInput, options?: GenerateOptions): Generation;
+   *  tokens it holds (stats.cachedTokens). Unknown option keys fail with code 'invalid'.
+   *  A bad argument makes the first next() reject (a `signal` that is not an AbortSignal
+   *  throws at once).
+   *  @throws GgwebError 'invalid' (bad prompt or option, longer than the context), 'busy',
+   *    'aborted', 'disposed', 'device_lost'. */
+  generate(prompt: ModelInput, options?: GenerateOptions | null): Generation;
   /** For tests of the recovery path: destroys a WebGPU model's device as a driver reset
    *  would (a running generation fails at its next step). Code 'unsupported' on the CPU. */
   _debugLoseDevice(): Promise<boolean>;
+  /** Frees the model and ends its worker (and the worker's CPU threads); safe to call
+   *  again or during any other call, which then fails with 'disposed' or ends. */
   dispose(): Promise<void>;
 }
 

@@ -571,7 +571,7 @@ test('token ids: out of range, negative, non-integer, not numbers, not an array:
   `, { url: F16 });
   assert.ok(r.ok, r.message);
   const notInt = (what, i, v) => ['invalid', `${what}: token id at index ${i} is ${v}, not a non-negative integer`];
-  const notArray = (what, t) => ['invalid', `${what}: token ids must be an array of integers, got ${t}`];
+  const notArray = (what, t) => ['invalid', `${what}: token ids must be an array (or typed array) of integers, got ${t}`];
   assert.deepEqual(r.value, {
     'detokenize range': ['invalid', 'detokenize: tokenizer: token id 50257 at position 1 is out of range (vocabulary of 50257)'],
     'logits range': ['invalid', 'logits: token id 50257 at index 1 is outside the vocabulary (n_vocab 50257)'],
@@ -587,12 +587,13 @@ test('token ids: out of range, negative, non-integer, not numbers, not an array:
     'logits string': notInt('logits', 0, '"7"'),
     'detokenize nul': notInt('detokenize', 0, 'null'),
     'logits nul': notInt('logits', 0, 'null'),
-    'detokenize number': notArray('detokenize', 'number'),
-    'logits number': notArray('logits', 'number'),
+    'detokenize number': notArray('detokenize', '5'),
+    'logits number': notArray('logits', '5'),
     'detokenize nothing': notArray('detokenize', 'null'),
     'logits nothing': notArray('logits', 'null'),
-    'detokenize object': notArray('detokenize', 'object'),
-    'logits object': notArray('logits', 'object'),
+    // An object without a length is not array-like.
+    'detokenize object': notArray('detokenize', '{"0":1}'),
+    'logits object': notArray('logits', '{"0":1}'),
     'detokenize empty': ['ok', ''],
     'logits empty': ['invalid', 'logits: needs at least one token id'],
     typed: ['ok', 'Hello'],
