@@ -7,6 +7,12 @@
 // would be invisible to them, hence one entry per build, spelled out.
 //
 // A custom deployment that passes `coreUrl` to Model.load does not use this table.
+//
+// Below the table: the choice between the builds (threads where the page and browser allow
+// them, relaxed SIMD where the engine validates it) and loadCore, which imports and
+// initializes one of them.
+import { GgwebError } from './errors.js';
+import { show } from './input.js';
 
 /** Build folder → { glue(): the glue module, wasm(): URL of its .wasm }. */
 export const BUILDS = Object.freeze({
@@ -51,4 +57,119 @@ export async function wasmSource(url) {
   const fs = await nodeFs();
   if (!fs) return u;
   return fs.promises.readFile(u);
+}
+
+const coreCache = new Map();
+
+/**
+ * Imports and initializes a wasm build (once each): one of BUILDS' folders ('pkg', …), found
+ * where the bundler put it, or, for a custom deployment (`coreUrl`), the glue's URL.
+ */
+export function loadCore(build) {
+  let p = coreCache.get(build);
+  if (!p) {
+    const known = Object.hasOwn(BUILDS, build) ? BUILDS[build] : null;
+    const where = known ? `${build}/ggweb_core.js` : build;
+    p = (async () => {
+      let mod;
+      try {
+        // A custom URL is the caller's: bundlers are told to leave that import alone.
+        mod = await (known ? known.glue() : import(/* webpackIgnore: true */ /* @vite-ignore */ build));
+      } catch (e) {
+        throw new GgwebError('unsupported', `could not import the wasm glue ${where} (was the wasm built? npm run build): ${e.message}`);
+      }
+      try {
+        if (typeof mod.default === 'function') {
+          // The glue beside its wasm (wasm-bindgen's x.js → x_bg.wasm) finds it alone, except
+          // from a file: URL (Node), which fetch cannot read: pass the bytes then.
+          const wasm = known ? known.wasm() : new URL(build).protocol === 'file:' ? new URL(build.replace(/(\.m?js)?$/, '_bg.wasm')) : null;
+          await (wasm ? mod.default({ module_or_path: await wasmSource(wasm) }) : mod.default());
+        }
+      } catch (e) {
+        throw new GgwebError('unsupported', `could not instantiate the wasm module for ${where}: ${e.message}`);
+      }
+      mod.init_panic_hook?.();
+      return mod;
+    })();
+    coreCache.set(build, p);
+    p.catch(() => coreCache.delete(build));
+  }
+  return p;
+}
+
+/** The most CPU threads asked for (the Rust side refuses more). */
+export const MAX_THREADS = 64;
+/** The default thread count's cap: beyond ~4 the matrix products of small models stop gaining. */
+export const DEFAULT_MAX_THREADS = 4;
+
+/**
+ * Which wasm build to load and how many CPU threads to ask for: the threaded build
+ * (pkg-threads/, beside pkg/) only where it can work, i.e. in a Web Worker (waiting on a
+ * lock is not allowed on a page's main thread) of a cross-origin isolated page (shared
+ * memory). Returns { n, threaded, reason } — reason says why a single thread, else null.
+ */
+export function planThreads(nThreads) {
+  const g = globalThis;
+  const inWorker = typeof g.WorkerGlobalScope !== 'undefined' && g instanceof g.WorkerGlobalScope;
+  const cores = Math.max(1, Number(g.navigator?.hardwareConcurrency) || 1);
+  const single = (reason) => ({ n: 1, threaded: false, reason });
+  if (nThreads === 1) return single('nThreads: 1 was asked for');
+  if (!inWorker && g.process?.versions?.node && typeof g.document === 'undefined') {
+    return single('in Node.js the CPU thread pool (Web Workers on shared memory) is not available');
+  }
+  if (!inWorker) return single("the model runs on the page's main thread ({ worker: false }), which must not block");
+  if (!g.crossOriginIsolated) {
+    return single('the page is not cross-origin isolated: serve it with the headers ' +
+      'Cross-Origin-Opener-Policy: same-origin and Cross-Origin-Embedder-Policy: require-corp');
+  }
+  if (typeof SharedArrayBuffer === 'undefined') return single('this browser has no SharedArrayBuffer');
+  const n = nThreads ?? Math.min(cores, DEFAULT_MAX_THREADS);
+  if (n === 1) return single('this device reports 1 logical CPU');
+  return { n, threaded: true, reason: null };
+}
+
+/**
+ * A sibling build's glue beside the default one (.../pkg/x.js → .../<folder>/x.js), or null
+ * when `coreUrl` is not in a folder named pkg (a custom build: no siblings known).
+ */
+export function variantCoreUrl(coreUrl, folder) {
+  const u = new URL(coreUrl);
+  const parts = u.pathname.split('/');
+  if (parts.length < 2 || parts[parts.length - 2] !== 'pkg') return null;
+  parts[parts.length - 2] = folder;
+  u.pathname = parts.join('/');
+  return u.href;
+}
+
+/** The threaded build's glue beside the single-thread one (pkg/ → pkg-threads/), or null. */
+export function threadsCoreUrl(coreUrl) {
+  return variantCoreUrl(coreUrl, 'pkg-threads');
+}
+
+/**
+ * A module of one function, (v128, v128, v128) → f32x4.relaxed_madd of them: it validates
+ * only where the browser has relaxed SIMD (Chrome 114+), whose fused multiply-add the
+ * `-relaxed` builds use in their matrix-product tiles.
+ */
+const RELAXED_SIMD_PROBE = new Uint8Array([
+  0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, // \0asm, version 1
+  0x01, 0x08, 0x01, 0x60, 0x03, 0x7b, 0x7b, 0x7b, 0x01, 0x7b, // type: (v128 ×3) → v128
+  0x03, 0x02, 0x01, 0x00, // one function of that type
+  0x0a, 0x0d, 0x01, 0x0b, 0x00, 0x20, 0x00, 0x20, 0x01, 0x20, 0x02, 0xfd, 0x85, 0x02, 0x0b, // local.get ×3, f32x4.relaxed_madd
+]);
+
+/** Whether this engine's WebAssembly has relaxed SIMD. */
+export function hasRelaxedSimd() {
+  try {
+    return WebAssembly.validate(RELAXED_SIMD_PROBE);
+  } catch {
+    return false;
+  }
+}
+
+/** The `relaxedSimd` load option: true (the default) or false. */
+export function relaxedSimdOption(v) {
+  if (v === undefined || v === null) return true;
+  if (typeof v !== 'boolean') throw new GgwebError('invalid', `relaxedSimd must be true or false, got ${show(v)}`);
+  return v;
 }

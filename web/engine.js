@@ -10,32 +10,10 @@
 // WasmLoader.feed, so the whole file is never held in JS memory. Every wasm call is
 // awaited, so the Rust side may later turn any of them async (WebGPU readbacks) freely.
 
-import { BUILDS, wasmSource } from './builds.js';
-import { ERROR_CODES, GgwebError, abortedError, toGgwebError } from './errors.js';
+import { MAX_THREADS, hasRelaxedSimd, loadCore, planThreads, relaxedSimdOption, variantCoreUrl } from './builds.js';
+import { GgwebError, abortedError, toGgwebError } from './errors.js';
 import { boolOption, checkData, isPlainObject, modelInput, optionsObject, show, tokenIds, without } from './input.js';
-
-export { ERROR_CODES, GgwebError, abortedError, toGgwebError };
-
-/** How long a URL download may go without a byte before it fails with code 'timeout' (ms). */
-export const DEFAULT_STALL_TIMEOUT_MS = 30000;
-
-/**
- * The longest delay setTimeout keeps: a larger one overflows its 32-bit signed count and
- * fires at once (a `stallTimeoutMs` of 2**31 timed a download out after its first chunk).
- */
-export const MAX_TIMER_MS = 2 ** 31 - 1;
-
-/**
- * Checks a stallTimeoutMs option: a number of ms >= 0; 0, Infinity, and anything beyond
- * setTimeout's range (MAX_TIMER_MS, 24.8 days) mean no limit.
- */
-export function stallTimeout(v) {
-  if (v === undefined || v === null) return DEFAULT_STALL_TIMEOUT_MS;
-  if (typeof v !== 'number' || Number.isNaN(v) || v < 0) {
-    throw new GgwebError('invalid', `stallTimeoutMs must be a number of milliseconds >= 0 (0: no limit), got ${show(v)}`);
-  }
-  return v === 0 || v > MAX_TIMER_MS ? Infinity : v;
-}
+import { DEFAULT_STALL_TIMEOUT_MS, formatBytes, headerChunks, openSource, readWithin, stallTimeout } from './source.js';
 
 /**
  * `promise`, or `onLate`'s error when it has not settled within `ms`; a value that arrives
@@ -59,24 +37,6 @@ function settleWithin(promise, ms, onLate, dispose) {
   ]).finally(() => clearTimeout(timer));
 }
 
-/** reader.read(), or a 'stalled' marker when nothing arrives for `ms` (the read is left pending). */
-function readWithin(reader, ms) {
-  if (!Number.isFinite(ms)) return reader.read();
-  let timer;
-  return Promise.race([
-    reader.read(),
-    new Promise((r) => { timer = setTimeout(() => r({ stalled: true }), ms); }),
-  ]).finally(() => clearTimeout(timer));
-}
-
-export function formatBytes(n) {
-  if (n == null || n < 0) return '?';
-  if (n < 1024) return `${n} B`;
-  if (n < 1024 * 1024) return `${(n / 1024).toFixed(1)} KiB`;
-  if (n < 1024 ** 3) return `${(n / 1024 / 1024).toFixed(1)} MiB`;
-  return `${(n / 1024 ** 3).toFixed(2)} GiB`;
-}
-
 const now = () => (typeof performance !== 'undefined' ? performance.now() : Date.now());
 
 // A macrotask boundary: lets the worker see 'cancel' messages (and the page repaint)
@@ -96,44 +56,6 @@ export function yieldNow() {
     yieldWaiters.push(r);
     yieldChannel.port2.postMessage(0);
   });
-}
-
-const coreCache = new Map();
-
-/**
- * Imports and initializes a wasm build (once each): one of BUILDS' folders ('pkg', …), found
- * where the bundler put it, or, for a custom deployment (`coreUrl`), the glue's URL.
- */
-export function loadCore(build) {
-  let p = coreCache.get(build);
-  if (!p) {
-    const known = Object.hasOwn(BUILDS, build) ? BUILDS[build] : null;
-    const where = known ? `${build}/ggweb_core.js` : build;
-    p = (async () => {
-      let mod;
-      try {
-        // A custom URL is the caller's: bundlers are told to leave that import alone.
-        mod = await (known ? known.glue() : import(/* webpackIgnore: true */ /* @vite-ignore */ build));
-      } catch (e) {
-        throw new GgwebError('unsupported', `could not import the wasm glue ${where} (was the wasm built? npm run build): ${e.message}`);
-      }
-      try {
-        if (typeof mod.default === 'function') {
-          // The glue beside its wasm (wasm-bindgen's x.js → x_bg.wasm) finds it alone, except
-          // from a file: URL (Node), which fetch cannot read: pass the bytes then.
-          const wasm = known ? known.wasm() : new URL(build).protocol === 'file:' ? new URL(build.replace(/(\.m?js)?$/, '_bg.wasm')) : null;
-          await (wasm ? mod.default({ module_or_path: await wasmSource(wasm) }) : mod.default());
-        }
-      } catch (e) {
-        throw new GgwebError('unsupported', `could not instantiate the wasm module for ${where}: ${e.message}`);
-      }
-      mod.init_panic_hook?.();
-      return mod;
-    })();
-    coreCache.set(build, p);
-    p.catch(() => coreCache.delete(build));
-  }
-  return p;
 }
 
 function num(v, name, { min = -Infinity, max = Infinity, int = false } = {}) {
@@ -168,10 +90,6 @@ function kvTypeOption(v) {
   return v;
 }
 
-/** The most CPU threads asked for (the Rust side refuses more). */
-export const MAX_THREADS = 64;
-/** The default thread count's cap: beyond ~4 the matrix products of small models stop gaining. */
-export const DEFAULT_MAX_THREADS = 4;
 /** How long load() waits for the pool's Web Workers to come up before it reports. */
 const THREAD_START_MS = 5000;
 /**
@@ -182,78 +100,6 @@ const THREAD_START_MS = 5000;
  * tests and the bench (0 and 0: no warm-up); the results are the same either way.
  */
 export const warmUp = { sliceMs: 6, tailMs: 60 };
-
-/**
- * Which wasm build to load and how many CPU threads to ask for: the threaded build
- * (pkg-threads/, beside pkg/) only where it can work, i.e. in a Web Worker (waiting on a
- * lock is not allowed on a page's main thread) of a cross-origin isolated page (shared
- * memory). Returns { n, threaded, reason } — reason says why a single thread, else null.
- */
-export function planThreads(nThreads) {
-  const g = globalThis;
-  const inWorker = typeof g.WorkerGlobalScope !== 'undefined' && g instanceof g.WorkerGlobalScope;
-  const cores = Math.max(1, Number(g.navigator?.hardwareConcurrency) || 1);
-  const single = (reason) => ({ n: 1, threaded: false, reason });
-  if (nThreads === 1) return single('nThreads: 1 was asked for');
-  if (!inWorker && g.process?.versions?.node && typeof g.document === 'undefined') {
-    return single('in Node.js the CPU thread pool (Web Workers on shared memory) is not available');
-  }
-  if (!inWorker) return single("the model runs on the page's main thread ({ worker: false }), which must not block");
-  if (!g.crossOriginIsolated) {
-    return single('the page is not cross-origin isolated: serve it with the headers ' +
-      'Cross-Origin-Opener-Policy: same-origin and Cross-Origin-Embedder-Policy: require-corp');
-  }
-  if (typeof SharedArrayBuffer === 'undefined') return single('this browser has no SharedArrayBuffer');
-  const n = nThreads ?? Math.min(cores, DEFAULT_MAX_THREADS);
-  if (n === 1) return single('this device reports 1 logical CPU');
-  return { n, threaded: true, reason: null };
-}
-
-/**
- * A sibling build's glue beside the default one (.../pkg/x.js → .../<folder>/x.js), or null
- * when `coreUrl` is not in a folder named pkg (a custom build: no siblings known).
- */
-export function variantCoreUrl(coreUrl, folder) {
-  const u = new URL(coreUrl);
-  const parts = u.pathname.split('/');
-  if (parts.length < 2 || parts[parts.length - 2] !== 'pkg') return null;
-  parts[parts.length - 2] = folder;
-  u.pathname = parts.join('/');
-  return u.href;
-}
-
-/** The threaded build's glue beside the single-thread one (pkg/ → pkg-threads/), or null. */
-export function threadsCoreUrl(coreUrl) {
-  return variantCoreUrl(coreUrl, 'pkg-threads');
-}
-
-/**
- * A module of one function, (v128, v128, v128) → f32x4.relaxed_madd of them: it validates
- * only where the browser has relaxed SIMD (Chrome 114+), whose fused multiply-add the
- * `-relaxed` builds use in their matrix-product tiles.
- */
-const RELAXED_SIMD_PROBE = new Uint8Array([
-  0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, // \0asm, version 1
-  0x01, 0x08, 0x01, 0x60, 0x03, 0x7b, 0x7b, 0x7b, 0x01, 0x7b, // type: (v128 ×3) → v128
-  0x03, 0x02, 0x01, 0x00, // one function of that type
-  0x0a, 0x0d, 0x01, 0x0b, 0x00, 0x20, 0x00, 0x20, 0x01, 0x20, 0x02, 0xfd, 0x85, 0x02, 0x0b, // local.get ×3, f32x4.relaxed_madd
-]);
-
-/** Whether this engine's WebAssembly has relaxed SIMD. */
-export function hasRelaxedSimd() {
-  try {
-    return WebAssembly.validate(RELAXED_SIMD_PROBE);
-  } catch {
-    return false;
-  }
-}
-
-/** The `relaxedSimd` load option: true (the default) or false. */
-export function relaxedSimdOption(v) {
-  if (v === undefined || v === null) return true;
-  if (typeof v !== 'boolean') throw new GgwebError('invalid', `relaxedSimd must be true or false, got ${show(v)}`);
-  return v;
-}
 
 /** Keys of generate's options that the JS side takes itself; the rest go to the wasm side. */
 const GENERATE_JS_KEYS = ['special'];
@@ -291,116 +137,6 @@ export function generateParams(opts = {}) {
     set('logitBias', bias);
   }
   return out;
-}
-
-/**
- * Opens a model source for streaming. A source descriptor is one of
- *   { kind: 'url', url }  { kind: 'blob', blob }  { kind: 'stream', stream, total? }  { kind: 'bytes', bytes }
- * Returns { reader, total (bytes or null), via ('download'|'cache'|'file'|'stream'), cacheDone(ok) }.
- */
-async function openSource(src, { signal, cache, stallMs = Infinity }) {
-  if (src.kind === 'blob') {
-    return { reader: src.blob.stream().getReader(), total: src.blob.size, via: 'file', name: src.blob.name };
-  }
-  if (src.kind === 'bytes') {
-    const blob = new Blob([src.bytes]);
-    return { reader: blob.stream().getReader(), total: blob.size, via: 'file' };
-  }
-  if (src.kind === 'stream') {
-    return { reader: src.stream.getReader(), total: src.total ?? null, via: 'stream' };
-  }
-  if (src.kind !== 'url') throw new GgwebError('invalid', `unknown model source kind ${show(src.kind)}`);
-
-  const url = src.url;
-  const cacheName = cache === true ? 'ggweb-models' : typeof cache === 'string' ? cache : null;
-  let store = null;
-  if (cacheName && /^https?:/.test(url) && typeof caches !== 'undefined') {
-    try {
-      store = await caches.open(cacheName);
-      const hit = await store.match(url);
-      if (hit && hit.body) {
-        const len = Number(hit.headers.get('Content-Length'));
-        return { reader: hit.body.getReader(), total: len > 0 ? len : null, via: 'cache', url };
-      }
-    } catch (e) {
-      console.warn(`ggweb: the Cache API is unavailable (${e.message}); loading without it`);
-      store = null;
-    }
-  }
-
-  const res = await fetchWithin(url, { signal, stallMs, what: `loading ${url}` });
-  if (!res.ok) {
-    throw new GgwebError('http', `HTTP ${res.status}${res.statusText ? ' ' + res.statusText : ''} fetching ${url}`, { status: res.status, url });
-  }
-  if (!res.body) throw new GgwebError('network', `the response for ${url} has no body`, { url });
-  // Content-Length counts encoded bytes; with a compressed transfer it says nothing about ours.
-  const enc = res.headers.get('Content-Encoding');
-  const len = Number(res.headers.get('Content-Length'));
-  const total = len > 0 && (!enc || enc === 'identity') ? len : null;
-
-  if (!store) return { reader: res.body.getReader(), total, via: 'download', url };
-
-  // Tee: one branch feeds the loader, the other goes into the cache. If loading stops early,
-  // the cache branch is errored, so a partial file is never stored.
-  const [forLoader, forCacheRaw] = res.body.tee();
-  const cacheReader = forCacheRaw.getReader();
-  let cacheCtrl;
-  const forCache = new ReadableStream({
-    start(c) { cacheCtrl = c; },
-    async pull(c) {
-      const { done, value } = await cacheReader.read();
-      if (done) c.close();
-      else c.enqueue(value);
-    },
-    cancel(r) { return cacheReader.cancel(r); },
-  });
-  const headers = { 'Content-Type': 'application/octet-stream' };
-  if (total) headers['Content-Length'] = String(total);
-  const put = store.put(url, new Response(forCache, { headers })).then(() => true, () => false);
-  return {
-    reader: forLoader.getReader(),
-    total,
-    via: 'download',
-    url,
-    async cacheDone(ok) {
-      if (!ok) {
-        try { cacheCtrl.error(new Error('load failed')); } catch { /* already closed */ }
-        cacheReader.cancel().catch(() => {});
-      }
-      const stored = await put;
-      if (stored && !ok) await store.delete(url).catch(() => {});
-      return stored && ok;
-    },
-  };
-}
-
-/**
- * fetch(url), failing with 'timeout' when the response's headers have not come within
- * `stallMs` (a server that accepts the connection and then says nothing would otherwise
- * leave the call pending for good: the stall timer of the body's reads starts only after
- * fetch() resolves). The caller's `signal` aborts it as 'aborted'; other failures are
- * 'network'. `headers` are the request's.
- */
-export async function fetchWithin(url, { signal, stallMs = Infinity, headers, what }) {
-  const ctl = new AbortController();
-  const onAbort = () => ctl.abort();
-  if (signal?.aborted) throw abortedError(what);
-  signal?.addEventListener('abort', onAbort, { once: true });
-  let timedOut = false;
-  const timer = Number.isFinite(stallMs) ? setTimeout(() => { timedOut = true; ctl.abort(); }, stallMs) : null;
-  try {
-    // The body keeps this controller's signal: a caller's abort later ends the download too.
-    return await fetch(url, headers ? { signal: ctl.signal, headers } : { signal: ctl.signal });
-  } catch (e) {
-    if (timedOut) {
-      throw new GgwebError('timeout', `${url}: no response within ${stallMs} ms (the server accepted the request but sent no headers)`,
-        { url, loaded: 0, total: null });
-    }
-    if (signal?.aborted) throw abortedError(what);
-    throw new GgwebError('network', `could not fetch ${url}: ${e.message} (offline, blocked by CORS, a redirect loop, or the server is unreachable)`, { url });
-  } finally {
-    clearTimeout(timer);
-  }
 }
 
 export class Engine {
@@ -977,117 +713,10 @@ export class Engine {
 
 // --- Model.inspect: the header only --------------------------------------------------------
 
-/**
- * The first range an inspection asks for. A GPT-2 header is its tokenizer (about 1.7 MB for
- * the 50257-token vocabulary and its merges) plus the tensor infos, so 2 MiB takes one
- * request; a bigger header takes further ranges, each twice the last.
- */
-export const INSPECT_FIRST_RANGE = 2 << 20;
-
-/** The total length in a `Content-Range: bytes a-b/total` header, or null. */
-function rangeTotal(res) {
-  const m = /\/(\d+)\s*$/.exec(res.headers.get('Content-Range') ?? '');
-  return m ? Number(m[1]) : null;
-}
-
-/**
- * Yields the reader's chunks; cancels it when the consumer stops early (the header is in).
- * With `stallMs` (a download), a read that brings nothing for that long fails 'timeout'.
- */
-async function* readerChunks(reader, stallMs = Infinity, url = undefined) {
-  let done = false;
-  let got = 0;
-  try {
-    for (;;) {
-      const r = await readWithin(reader, stallMs);
-      if (r.stalled) {
-        throw new GgwebError('timeout', `${url} stalled: no data for ${stallMs} ms after ${got} bytes; the server or the connection stopped sending`,
-          { url, loaded: got, total: null });
-      }
-      if (r.done) {
-        done = true;
-        return;
-      }
-      got += r.value.length;
-      yield r.value;
-    }
-  } finally {
-    if (!done) reader.cancel().catch(() => {});
-  }
-}
-
 /** The `webgpu` counters of the wasm model's current or last generation, or undefined (CPU, older modules). */
 function webgpuStats(model) {
   if (typeof model.generation_stats !== 'function') return undefined;
   return JSON.parse(model.generation_stats()).webgpu ?? undefined;
-}
-
-/**
- * The start of a model source, chunk by chunk, for as long as the consumer reads. `stats`
- * gets `total` (when known) before the first chunk, and the requests made. A URL is read
- * with `Range` requests of growing size where the server allows them, else streamed (the
- * consumer's stop cancels the download); a Blob in growing slices.
- */
-async function* headerChunks(src, signal, stats, stallMs = Infinity) {
-  if (src.kind === 'bytes') {
-    stats.total = src.bytes.length;
-    stats.via = 'bytes';
-    yield src.bytes;
-    return;
-  }
-  if (src.kind === 'blob') {
-    stats.total = src.blob.size;
-    stats.via = 'file';
-    for (let off = 0, n = INSPECT_FIRST_RANGE; off < src.blob.size; off += n, n *= 2) {
-      yield new Uint8Array(await src.blob.slice(off, off + n).arrayBuffer());
-    }
-    return;
-  }
-  if (src.kind === 'stream') {
-    stats.total = src.total ?? null;
-    stats.via = 'stream';
-    yield* readerChunks(src.stream.getReader());
-    return;
-  }
-  if (src.kind !== 'url') throw new GgwebError('invalid', `unknown model source kind ${show(src.kind)}`);
-  const url = src.url;
-  stats.via = 'download';
-  let off = 0;
-  for (let n = INSPECT_FIRST_RANGE; ; n *= 2) {
-    const res = await fetchWithin(url, { signal, stallMs, headers: { Range: `bytes=${off}-${off + n - 1}` }, what: `inspecting ${url}` });
-    stats.requests += 1;
-    if (res.status === 416) return; // the file ended exactly at `off`
-    if (!res.ok) {
-      throw new GgwebError('http', `HTTP ${res.status}${res.statusText ? ' ' + res.statusText : ''} fetching ${url}`, { status: res.status, url });
-    }
-    if (!res.body) throw new GgwebError('network', `the response for ${url} has no body`, { url });
-    if (res.status !== 206) {
-      // No ranges here: the whole file comes; the consumer's stop cancels it after the header.
-      stats.ranged = false;
-      const enc = res.headers.get('Content-Encoding');
-      const len = Number(res.headers.get('Content-Length'));
-      stats.total = len > 0 && (!enc || enc === 'identity') ? len : null;
-      let skip = off; // a server that stopped honouring ranges part-way sends from byte 0
-      for await (const chunk of readerChunks(res.body.getReader(), stallMs, url)) {
-        if (skip >= chunk.length) {
-          skip -= chunk.length;
-          continue;
-        }
-        yield skip ? chunk.subarray(skip) : chunk;
-        skip = 0;
-      }
-      return;
-    }
-    stats.ranged = true;
-    stats.total = rangeTotal(res) ?? stats.total ?? null;
-    let got = 0;
-    for await (const chunk of readerChunks(res.body.getReader(), stallMs, url)) {
-      got += chunk.length;
-      yield chunk;
-    }
-    off += got;
-    if (got === 0 || (stats.total !== null && off >= stats.total)) return;
-  }
 }
 
 /**

@@ -10,12 +10,11 @@
 // By default the model lives in a Web Worker (worker.js), so the page stays responsive;
 // `{ worker: false }` runs the same code on the calling thread (tests, environments
 // without module workers). Both give the same API and the same errors (GgwebError).
-import {
-  Engine, GgwebError, ERROR_CODES, abortedError, formatBytes, generateParams, inspectSource, loaderOptions, relaxedSimdOption, stallTimeout,
-  toGgwebError,
-} from './engine.js';
+import { Engine, generateParams, inspectSource, loaderOptions } from './engine.js';
+import { ERROR_CODES, GgwebError, abortedError, toGgwebError } from './errors.js';
+import { nodeFs, relaxedSimdOption } from './builds.js';
+import { formatBytes, stallTimeout } from './source.js';
 import { boolOption, checkData, checkSignal, modelInput, optionsObject, show, tokenIds, without } from './input.js';
-import { nodeFs } from './builds.js';
 
 export { GgwebError, ERROR_CODES, formatBytes };
 

@@ -7,7 +7,8 @@
 // Messages out: { id, type: 'result', value } | { id, type: 'error', error } |
 //               { id, type: 'progress', data } | { id, type: 'token', data } | { id, type: 'done', value } |
 //               { id, type: 'stage', data: { stage: 'opening', backend } | { stage: 'opened' } } (load)
-import { Engine, GgwebError, toGgwebError } from './engine.js';
+import { Engine } from './engine.js';
+import { GgwebError, toGgwebError } from './errors.js';
 
 let engine = null;
 const running = new Map(); // generate id → { cancelled }

@@ -428,9 +428,9 @@ test('the page saw no uncaught errors', () => {
   assert.deepEqual(problems.filter((p) => !/Failed to load resource/.test(p)), []);
 });
 
-test('every error code engine.js can give is documented in ggweb.d.ts, the README and the demo', async () => {
+test('every error code the JS layer can give is documented in ggweb.d.ts, the README and the demo', async () => {
   const { readFileSync } = await import('node:fs');
-  const { ERROR_CODES } = await import('../../web/engine.js');
+  const { ERROR_CODES } = await import('../../web/errors.js');
   const dts = readFileSync(new URL('../../web/ggweb.d.ts', import.meta.url), 'utf8');
   const union = /export type GgwebErrorCode =([\s\S]*?);\n/.exec(dts)[1];
   const documented = [...union.matchAll(/\/\*\*[\s\S]*?\*\/\s*\|\s*'(\w+)'/g)].map((m) => m[1]);

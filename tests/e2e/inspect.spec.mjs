@@ -13,7 +13,7 @@ import { MODELS_DIR, launch, openPage, serve } from './helpers.mjs';
 assert.ok(MODELS_DIR, 'the llama.cpp-made tiny models (tests/fixtures/llamacpp) are needed');
 const FILES = ['tiny-gpt2-f32.gguf', 'tiny-gpt2-f16.gguf', 'tiny-gpt2-q8_0.gguf', 'tiny-gpt2-q4_0.gguf'];
 const size = (f) => statSync(`${MODELS_DIR}/${f}`).size;
-// engine.js INSPECT_FIRST_RANGE: one request covers these headers (about 1.77 MB).
+// source.js INSPECT_FIRST_RANGE: one request covers these headers (about 1.77 MB).
 const FIRST_RANGE = 2 << 20;
 const OPTS = { nCtx: 128, nBatch: 16 };
 

@@ -396,7 +396,7 @@ async function freshPage() {
     // The instance engine.js uses on the page thread (same URL: the relaxed-SIMD build where
     // the browser has it); initialised here so it can be read before a load (engine.js's
     // init then finds it ready).
-    const E = await import('/engine.js');
+    const E = await import('/builds.js');
     window.coreBuild = E.hasRelaxedSimd() ? 'pkg-relaxed' : 'pkg';
     window.core = await import(`/${window.coreBuild}/ggweb_core.js`);
     await window.core.default();

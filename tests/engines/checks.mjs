@@ -27,7 +27,7 @@ export async function pageChecks(arg) {
   self.addEventListener('error', (e) => errors.push(`error: ${e.message}`));
   self.addEventListener('unhandledrejection', (e) => errors.push(`unhandledrejection: ${e.reason}`));
   const G = await import('/ggweb.js');
-  const E = await import('/engine.js');
+  const E = await import('/builds.js');
   const { Model } = G;
   const code = async (f) => { try { await f(); return 'ok'; } catch (e) { return [e.code, e.message, e instanceof G.GgwebError]; } };
   const greedyIds = async (m, text, o) => { const ids = []; for await (const t of m.generate(text, o)) ids.push(t.token); return ids; };

@@ -1,0 +1,264 @@
+// Where a model's bytes come from: a URL (fetch, the Cache API, the stall timer), a File or
+// Blob, a stream or bytes, read to the end for a load (openSource) or only as far as its
+// GGUF header for Model.inspect (headerChunks: Range requests of growing size where the
+// server allows them). engine.js feeds what these yield to the wasm side.
+import { GgwebError, abortedError } from './errors.js';
+import { show } from './input.js';
+
+/** How long a URL download may go without a byte before it fails with code 'timeout' (ms). */
+export const DEFAULT_STALL_TIMEOUT_MS = 30000;
+
+/**
+ * The longest delay setTimeout keeps: a larger one overflows its 32-bit signed count and
+ * fires at once (a `stallTimeoutMs` of 2**31 timed a download out after its first chunk).
+ */
+export const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/**
+ * Checks a stallTimeoutMs option: a number of ms >= 0; 0, Infinity, and anything beyond
+ * setTimeout's range (MAX_TIMER_MS, 24.8 days) mean no limit.
+ */
+export function stallTimeout(v) {
+  if (v === undefined || v === null) return DEFAULT_STALL_TIMEOUT_MS;
+  if (typeof v !== 'number' || Number.isNaN(v) || v < 0) {
+    throw new GgwebError('invalid', `stallTimeoutMs must be a number of milliseconds >= 0 (0: no limit), got ${show(v)}`);
+  }
+  return v === 0 || v > MAX_TIMER_MS ? Infinity : v;
+}
+
+/** reader.read(), or a 'stalled' marker when nothing arrives for `ms` (the read is left pending). */
+export function readWithin(reader, ms) {
+  if (!Number.isFinite(ms)) return reader.read();
+  let timer;
+  return Promise.race([
+    reader.read(),
+    new Promise((r) => { timer = setTimeout(() => r({ stalled: true }), ms); }),
+  ]).finally(() => clearTimeout(timer));
+}
+
+export function formatBytes(n) {
+  if (n == null || n < 0) return '?';
+  if (n < 1024) return `${n} B`;
+  if (n < 1024 * 1024) return `${(n / 1024).toFixed(1)} KiB`;
+  if (n < 1024 ** 3) return `${(n / 1024 / 1024).toFixed(1)} MiB`;
+  return `${(n / 1024 ** 3).toFixed(2)} GiB`;
+}
+
+/**
+ * fetch(url), failing with 'timeout' when the response's headers have not come within
+ * `stallMs` (a server that accepts the connection and then says nothing would otherwise
+ * leave the call pending for good: the stall timer of the body's reads starts only after
+ * fetch() resolves). The caller's `signal` aborts it as 'aborted'; other failures are
+ * 'network'. `headers` are the request's.
+ */
+export async function fetchWithin(url, { signal, stallMs = Infinity, headers, what }) {
+  const ctl = new AbortController();
+  const onAbort = () => ctl.abort();
+  if (signal?.aborted) throw abortedError(what);
+  signal?.addEventListener('abort', onAbort, { once: true });
+  let timedOut = false;
+  const timer = Number.isFinite(stallMs) ? setTimeout(() => { timedOut = true; ctl.abort(); }, stallMs) : null;
+  try {
+    // The body keeps this controller's signal: a caller's abort later ends the download too.
+    return await fetch(url, headers ? { signal: ctl.signal, headers } : { signal: ctl.signal });
+  } catch (e) {
+    if (timedOut) {
+      throw new GgwebError('timeout', `${url}: no response within ${stallMs} ms (the server accepted the request but sent no headers)`,
+        { url, loaded: 0, total: null });
+    }
+    if (signal?.aborted) throw abortedError(what);
+    throw new GgwebError('network', `could not fetch ${url}: ${e.message} (offline, blocked by CORS, a redirect loop, or the server is unreachable)`, { url });
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/**
+ * Opens a model source for streaming. A source descriptor is one of
+ *   { kind: 'url', url }  { kind: 'blob', blob }  { kind: 'stream', stream, total? }  { kind: 'bytes', bytes }
+ * Returns { reader, total (bytes or null), via ('download'|'cache'|'file'|'stream'), cacheDone(ok) }.
+ */
+export async function openSource(src, { signal, cache, stallMs = Infinity }) {
+  if (src.kind === 'blob') {
+    return { reader: src.blob.stream().getReader(), total: src.blob.size, via: 'file', name: src.blob.name };
+  }
+  if (src.kind === 'bytes') {
+    const blob = new Blob([src.bytes]);
+    return { reader: blob.stream().getReader(), total: blob.size, via: 'file' };
+  }
+  if (src.kind === 'stream') {
+    return { reader: src.stream.getReader(), total: src.total ?? null, via: 'stream' };
+  }
+  if (src.kind !== 'url') throw new GgwebError('invalid', `unknown model source kind ${show(src.kind)}`);
+
+  const url = src.url;
+  const cacheName = cache === true ? 'ggweb-models' : typeof cache === 'string' ? cache : null;
+  let store = null;
+  if (cacheName && /^https?:/.test(url) && typeof caches !== 'undefined') {
+    try {
+      store = await caches.open(cacheName);
+      const hit = await store.match(url);
+      if (hit && hit.body) {
+        const len = Number(hit.headers.get('Content-Length'));
+        return { reader: hit.body.getReader(), total: len > 0 ? len : null, via: 'cache', url };
+      }
+    } catch (e) {
+      console.warn(`ggweb: the Cache API is unavailable (${e.message}); loading without it`);
+      store = null;
+    }
+  }
+
+  const res = await fetchWithin(url, { signal, stallMs, what: `loading ${url}` });
+  if (!res.ok) {
+    throw new GgwebError('http', `HTTP ${res.status}${res.statusText ? ' ' + res.statusText : ''} fetching ${url}`, { status: res.status, url });
+  }
+  if (!res.body) throw new GgwebError('network', `the response for ${url} has no body`, { url });
+  // Content-Length counts encoded bytes; with a compressed transfer it says nothing about ours.
+  const enc = res.headers.get('Content-Encoding');
+  const len = Number(res.headers.get('Content-Length'));
+  const total = len > 0 && (!enc || enc === 'identity') ? len : null;
+
+  if (!store) return { reader: res.body.getReader(), total, via: 'download', url };
+
+  // Tee: one branch feeds the loader, the other goes into the cache. If loading stops early,
+  // the cache branch is errored, so a partial file is never stored.
+  const [forLoader, forCacheRaw] = res.body.tee();
+  const cacheReader = forCacheRaw.getReader();
+  let cacheCtrl;
+  const forCache = new ReadableStream({
+    start(c) { cacheCtrl = c; },
+    async pull(c) {
+      const { done, value } = await cacheReader.read();
+      if (done) c.close();
+      else c.enqueue(value);
+    },
+    cancel(r) { return cacheReader.cancel(r); },
+  });
+  const headers = { 'Content-Type': 'application/octet-stream' };
+  if (total) headers['Content-Length'] = String(total);
+  const put = store.put(url, new Response(forCache, { headers })).then(() => true, () => false);
+  return {
+    reader: forLoader.getReader(),
+    total,
+    via: 'download',
+    url,
+    async cacheDone(ok) {
+      if (!ok) {
+        try { cacheCtrl.error(new Error('load failed')); } catch { /* already closed */ }
+        cacheReader.cancel().catch(() => {});
+      }
+      const stored = await put;
+      if (stored && !ok) await store.delete(url).catch(() => {});
+      return stored && ok;
+    },
+  };
+}
+
+// --- Model.inspect: the header only --------------------------------------------------------
+
+/**
+ * The first range an inspection asks for. A GPT-2 header is its tokenizer (about 1.7 MB for
+ * the 50257-token vocabulary and its merges) plus the tensor infos, so 2 MiB takes one
+ * request; a bigger header takes further ranges, each twice the last.
+ */
+export const INSPECT_FIRST_RANGE = 2 << 20;
+
+/** The total length in a `Content-Range: bytes a-b/total` header, or null. */
+function rangeTotal(res) {
+  const m = /\/(\d+)\s*$/.exec(res.headers.get('Content-Range') ?? '');
+  return m ? Number(m[1]) : null;
+}
+
+/**
+ * Yields the reader's chunks; cancels it when the consumer stops early (the header is in).
+ * With `stallMs` (a download), a read that brings nothing for that long fails 'timeout'.
+ */
+async function* readerChunks(reader, stallMs = Infinity, url = undefined) {
+  let done = false;
+  let got = 0;
+  try {
+    for (;;) {
+      const r = await readWithin(reader, stallMs);
+      if (r.stalled) {
+        throw new GgwebError('timeout', `${url} stalled: no data for ${stallMs} ms after ${got} bytes; the server or the connection stopped sending`,
+          { url, loaded: got, total: null });
+      }
+      if (r.done) {
+        done = true;
+        return;
+      }
+      got += r.value.length;
+      yield r.value;
+    }
+  } finally {
+    if (!done) reader.cancel().catch(() => {});
+  }
+}
+
+/**
+ * The start of a model source, chunk by chunk, for as long as the consumer reads. `stats`
+ * gets `total` (when known) before the first chunk, and the requests made. A URL is read
+ * with `Range` requests of growing size where the server allows them, else streamed (the
+ * consumer's stop cancels the download); a Blob in growing slices.
+ */
+export async function* headerChunks(src, signal, stats, stallMs = Infinity) {
+  if (src.kind === 'bytes') {
+    stats.total = src.bytes.length;
+    stats.via = 'bytes';
+    yield src.bytes;
+    return;
+  }
+  if (src.kind === 'blob') {
+    stats.total = src.blob.size;
+    stats.via = 'file';
+    for (let off = 0, n = INSPECT_FIRST_RANGE; off < src.blob.size; off += n, n *= 2) {
+      yield new Uint8Array(await src.blob.slice(off, off + n).arrayBuffer());
+    }
+    return;
+  }
+  if (src.kind === 'stream') {
+    stats.total = src.total ?? null;
+    stats.via = 'stream';
+    yield* readerChunks(src.stream.getReader());
+    return;
+  }
+  if (src.kind !== 'url') throw new GgwebError('invalid', `unknown model source kind ${show(src.kind)}`);
+  const url = src.url;
+  stats.via = 'download';
+  let off = 0;
+  for (let n = INSPECT_FIRST_RANGE; ; n *= 2) {
+    const res = await fetchWithin(url, { signal, stallMs, headers: { Range: `bytes=${off}-${off + n - 1}` }, what: `inspecting ${url}` });
+    stats.requests += 1;
+    if (res.status === 416) return; // the file ended exactly at `off`
+    if (!res.ok) {
+      throw new GgwebError('http', `HTTP ${res.status}${res.statusText ? ' ' + res.statusText : ''} fetching ${url}`, { status: res.status, url });
+    }
+    if (!res.body) throw new GgwebError('network', `the response for ${url} has no body`, { url });
+    if (res.status !== 206) {
+      // No ranges here: the whole file comes; the consumer's stop cancels it after the header.
+      stats.ranged = false;
+      const enc = res.headers.get('Content-Encoding');
+      const len = Number(res.headers.get('Content-Length'));
+      stats.total = len > 0 && (!enc || enc === 'identity') ? len : null;
+      let skip = off; // a server that stopped honouring ranges part-way sends from byte 0
+      for await (const chunk of readerChunks(res.body.getReader(), stallMs, url)) {
+        if (skip >= chunk.length) {
+          skip -= chunk.length;
+          continue;
+        }
+        yield skip ? chunk.subarray(skip) : chunk;
+        skip = 0;
+      }
+      return;
+    }
+    stats.ranged = true;
+    stats.total = rangeTotal(res) ?? stats.total ?? null;
+    let got = 0;
+    for await (const chunk of readerChunks(res.body.getReader(), stallMs, url)) {
+      got += chunk.length;
+      yield chunk;
+    }
+    off += got;
+    if (got === 0 || (stats.total !== null && off >= stats.total)) return;
+  }
+}
