@@ -39,6 +39,9 @@ const ALLOWED = {
   score: ['invalid'],
   trace: ['invalid'],
   generate: ['invalid'],
+  info: [],
+  // A debugging hook: on the CPU backend there is no device to lose.
+  _debugLoseDevice: ['unsupported'],
 };
 
 let server;
@@ -180,6 +183,7 @@ const TRACE_KEYS = ['taps', 'special'];
 const LOAD_KEYS = ['backend', 'gpuLayers', 'nCtx', 'nBatch', 'nThreads', 'kvType', 'relaxedSimd', 'cache', 'stallTimeoutMs', 'worker', 'coreUrl'];
 
 const call = fc.oneof(
+  { weight: 1, arbitrary: fc.tuple(fc.constantFrom('info', '_debugLoseDevice')) },
   fc.tuple(fc.constant('tokenize'), fc.oneof(str, scalar), options(['special'])),
   fc.tuple(fc.constant('detokenize'), ids),
   fc.tuple(fc.constant('logits'), ids),
@@ -221,6 +225,9 @@ function runCall(recipe) {
         break;
       case 'inspect':
         p = G.Model.inspect(a[0], a[1]).then((r) => r.hparams?.n_vocab);
+        break;
+      case 'info':
+        p = (async () => m.info().hparams.n_vocab)();
         break;
       default:
         p = (async () => { const r = await m[method](...a); return r?.length ?? typeof r; })();
