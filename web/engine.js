@@ -117,12 +117,17 @@ export function generateParams(opts = {}) {
   const out = without(src, [...GENERATE_JS_KEYS, 'logitBias']);
   for (const k of Object.keys(out)) checkData(out[k], k);
   const set = (k, v) => Object.defineProperty(out, k, { value: v, enumerable: true, writable: true, configurable: true });
-  set('maxTokens', num(src.maxTokens, 'maxTokens', { min: 0, int: true }) ?? 128);
-  set('temperature', num(src.temperature, 'temperature', { min: 0 }) ?? 0.8);
-  set('topK', num(src.topK, 'topK', { min: 0, int: true }) ?? 40);
-  set('topP', num(src.topP, 'topP', { min: 0, max: 1 }) ?? 0.95);
+  // Checked here for messages that name the JS option; absent ones are left to the wasm
+  // side, whose GenerateOptions::default() is the one place defaults live (the CLI's too).
+  // The seed is the exception: JS callers get a fresh random one per call (the Rust
+  // default, 0, is the CLI's reproducible one).
+  const check = (k, o) => { const v = num(src[k], k, o); if (v !== undefined) set(k, v); };
+  check('maxTokens', { min: 0, int: true });
+  check('temperature', { min: 0 });
+  check('topK', { min: 0, int: true });
+  check('topP', { min: 0, max: 1 });
+  check('repeatPenalty', { min: 0 });
   set('seed', num(src.seed, 'seed', { min: 0, max: 0xffffffff, int: true }) ?? Math.floor(Math.random() * 0x100000000));
-  set('repeatPenalty', num(src.repeatPenalty, 'repeatPenalty', { min: 0 }) ?? 1.0);
   if (src.logitBias !== undefined && src.logitBias !== null) {
     if (!isPlainObject(src.logitBias)) {
       throw new GgwebError('invalid', `logitBias must be an object { [tokenId]: bias }, got ${show(src.logitBias)}`);

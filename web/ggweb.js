@@ -54,7 +54,7 @@ async function localFile(source) {
     if (typeof fs.openAsBlob === 'function') return { src: { kind: 'blob', blob: await fs.openAsBlob(path) } };
     return { src: { kind: 'bytes', bytes: new Uint8Array(await fs.promises.readFile(path)) } };
   } catch (e) {
-    throw new GgwebError('invalid', `could not open the model file ${show(s)}: ${e.message}`);
+    throw new GgwebError('invalid', `could not open the model file ${JSON.stringify(s)}: ${e.message}`);
   }
 }
 
@@ -67,7 +67,7 @@ async function describeSource(source) {
     try {
       url = new URL(String(source), baseUrl()).href;
     } catch {
-      throw new GgwebError('invalid', `not a valid model URL: ${show(String(source))}`);
+      throw new GgwebError('invalid', `not a valid model URL: ${JSON.stringify(String(source))}`);
     }
     return { src: { kind: 'url', url } };
   }

@@ -23,10 +23,8 @@ export function show(v) {
       case 'function': return `a function${v.name ? ` (${v.name})` : ''}`;
       case 'number': return Object.is(v, -0) ? '-0' : String(v); // NaN and Infinity as such
       case 'undefined': return 'undefined';
-      case 'string': {
-        const s = JSON.stringify(v.length > 60 ? `${v.slice(0, 57)}...` : v);
-        return s;
-      }
+      // Long strings (a 100k-character prompt in the wrong place) are cut; a path or URL fits.
+      case 'string': return JSON.stringify(v.length > 300 ? `${v.slice(0, 297)}...` : v);
       default: break;
     }
     if (v === null) return 'null';

@@ -124,15 +124,18 @@ fn cpu_seconds(_clock_id: i32) -> Option<f64> {
 
 /// `--stop`: stop strings separated by `|` would be ambiguous, so each `--stop` value is one
 /// string; `--logit-bias ID=BIAS[,ID=BIAS...]` (`-inf` bans).
+/// Defaults are `GenerateOptions::default()`'s, the ones the JS options get too.
 fn generate_options(args: &Args) -> Result<GenerateOptions, String> {
+    let d = GenerateOptions::default();
+    let s = &d.sampling;
     let sampling = SamplingParams {
-        temperature: args.get(&["temp"], 0.8)?,
-        top_k: args.get(&["top-k"], 40)?,
-        top_p: args.get(&["top-p"], 0.95)?,
-        min_p: args.get(&["min-p"], 0.0)?,
-        repeat_penalty: args.get(&["repeat-penalty"], 1.0)?,
-        repeat_last_n: args.get(&["repeat-last-n"], 64)?,
-        seed: args.get(&["seed"], 0)?,
+        temperature: args.get(&["temp"], s.temperature)?,
+        top_k: args.get(&["top-k"], s.top_k)?,
+        top_p: args.get(&["top-p"], s.top_p)?,
+        min_p: args.get(&["min-p"], s.min_p)?,
+        repeat_penalty: args.get(&["repeat-penalty"], s.repeat_penalty)?,
+        repeat_last_n: args.get(&["repeat-last-n"], s.repeat_last_n)?,
+        seed: args.get(&["seed"], s.seed)?,
     };
     let mut logit_bias = Vec::new();
     if let Some(spec) = args.str(&["logit-bias"]) {
@@ -147,12 +150,12 @@ fn generate_options(args: &Args) -> Result<GenerateOptions, String> {
         }
     }
     Ok(GenerateOptions {
-        max_tokens: args.get(&["n-predict", "n"], 32)?,
+        max_tokens: args.get(&["n-predict", "n"], d.max_tokens)?,
         sampling,
         logit_bias,
         ignore_eos: args.flag("ignore-eos"),
         stop: args.str(&["stop"]).into_iter().collect(),
-        top_logprobs: args.get(&["top-logprobs"], 0)?,
+        top_logprobs: args.get(&["top-logprobs"], d.top_logprobs)?,
     })
 }
 

@@ -131,7 +131,9 @@ pub fn opt_kv_type(map: &Map<String, Value>, what: &str, key: &str) -> Result<Op
 pub fn parse_generate(json: &str) -> Result<GenerateOptions, ModelError> {
     const WHAT: &str = "generation options";
     let map = parse_object(WHAT, json, &GENERATE_KEYS)?;
-    let d = SamplingParams::default();
+    // Absent keys take GenerateOptions::default()'s values: the one place defaults live.
+    let dg = GenerateOptions::default();
+    let d = &dg.sampling;
     let max = u32::MAX as u64;
     let repeat_penalty = opt_num(&map, WHAT, "repeatPenalty", 0.0, f64::INFINITY)?;
     if repeat_penalty == Some(0.0) {
@@ -171,12 +173,12 @@ pub fn parse_generate(json: &str) -> Result<GenerateOptions, ModelError> {
         Some(v) => return Err(invalid(format!("{WHAT}: logitBias must be an object {{ id: bias }}, got {v}"))),
     }
     Ok(GenerateOptions {
-        max_tokens: opt_uint(&map, WHAT, "maxTokens", 0, max)?.unwrap_or(128) as usize,
+        max_tokens: opt_uint(&map, WHAT, "maxTokens", 0, max)?.map_or(dg.max_tokens, |n| n as usize),
         sampling,
         logit_bias,
-        ignore_eos: opt_bool(&map, WHAT, "ignoreEos")?.unwrap_or(false),
+        ignore_eos: opt_bool(&map, WHAT, "ignoreEos")?.unwrap_or(dg.ignore_eos),
         stop: opt_strings(&map, WHAT, "stop")?,
-        top_logprobs: opt_uint(&map, WHAT, "topLogprobs", 0, max)?.unwrap_or(0) as usize,
+        top_logprobs: opt_uint(&map, WHAT, "topLogprobs", 0, max)?.map_or(dg.top_logprobs, |n| n as usize),
     })
 }
 

@@ -107,7 +107,8 @@ export class WasmModel {
   start(ids, paramsJson) {
     this.#alive();
     this.stop = undefined;
-    this.params = JSON.parse(paramsJson);
+    // Absent options take the real parser's defaults (crate/model/session.rs GenerateOptions::default()).
+    this.params = { maxTokens: 128, ...JSON.parse(paramsJson) };
     this.prompt = Array.from(ids);
     this.pos = 0;
     this.produced = 0;
