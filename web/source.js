@@ -112,7 +112,7 @@ export async function openSource(src, { signal, cache, stallMs = Infinity }) {
   let stored = null; // the stored copy's Response
   if (spec && /^https?:/.test(url)) {
     if (typeof caches === 'undefined') {
-      notes.push('the Cache API is not available here (not a secure context?); loaded without it');
+      notes.push('the Cache API is not available here (Node, or a page that is not https or localhost); loaded without it');
     } else {
       try {
         store = await caches.open(spec.name);
