@@ -287,3 +287,18 @@ test('the options of Model.cache and of offline/persist are checked strictly', a
   assert.deepEqual(v.persistType, ['invalid', 'persist must be true or false, got 1']);
   assert.deepEqual(v.cacheEmpty, ['invalid', 'cache must be true, false or a cache name, got ""']);
 });
+
+test('cache: true stores in "ggweb-models", the cache Model.cache reads without a name', async () => {
+  const r = await inPage(true, `
+    await caches.delete('ggweb-models');
+    const m = await Model.load(arg, { ...opts, cache: true });
+    await m.dispose();
+    const names = await caches.keys();
+    const list = (await Model.cache.list()).map((e) => [new URL(e.url).pathname, e.bytes]);
+    const has = await Model.cache.has(arg);
+    const cleared = await Model.cache.clear();
+    return { stored: names.includes('ggweb-models'), list, has, cleared, after: await Model.cache.list() };
+  `, FAKE.url);
+  assert.ok(r.ok, r.message);
+  assert.deepEqual(r.value, { stored: true, list: [[FAKE.url, FAKE.size]], has: true, cleared: true, after: [] });
+});
