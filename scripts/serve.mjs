@@ -26,6 +26,17 @@
 //   /__test/norange/<key>/<path>       the same, but Range is ignored (always 200, whole file),
 //                                      sent at ~12 MB/s (so a cancel lands before the end)
 //   /__test/tally/<key>                what <key> counted: { requests, ranges, bytes } (JSON)
+//   /__test/validated/<key>/<path>     the file with ETag and Last-Modified, 304 for a matching
+//                                      If-None-Match (else If-Modified-Since); <key> also counts
+//                                      `conditional` (the If-* headers sent) and `statuses`
+//   /__test/lastmod/<key>/<path>       the same with Last-Modified only (no ETag)
+//   /__test/hub/<owner>/<name>/resolve/<revision>/<file>
+//                                      the Hugging Face Hub's layout: 302 to /__test/hub-cdn/...,
+//                                      which serves the file (Range, ETag; counted under 'hub-cdn').
+//                                      Repos: ggweb-test/fixtures (tests/fixtures/), ggweb-test/artifacts
+//                                      (the /artifacts/ mount); revisions main and v1. An unknown
+//                                      repo is 401, an unknown revision or file 404, with the Hub's
+//                                      X-Error-Code header
 // `isolate: false` (GGWEB_NO_ISOLATION=1 from the command line) drops COOP/COEP everywhere.
 import { createServer } from 'node:http';
 import { createReadStream, existsSync, promises as fsp } from 'node:fs';
@@ -133,7 +144,11 @@ async function serveFile(req, res, urlPath, mounts, isolate = true, tally = null
     // and gets a 304 when the file is unchanged.
     headers.ETag = `"${size.toString(16)}-${Math.floor(mtimeMs).toString(16)}"`;
     headers['Last-Modified'] = new Date(mtimeMs).toUTCString();
-    if (req.headers['if-none-match'] === headers.ETag) {
+    if (validators === 'lastmod') delete headers.ETag;
+    const inm = req.headers['if-none-match'];
+    const ims = Date.parse(req.headers['if-modified-since'] ?? '');
+    // If-None-Match wins when both are sent (RFC 9110 13.2.2); dates have whole seconds.
+    if (inm !== undefined ? inm === headers.ETag : ims >= Math.floor(mtimeMs / 1000) * 1000) {
       res.writeHead(304, headers);
       return res.end();
     }
@@ -197,7 +212,50 @@ async function serveFile(req, res, urlPath, mounts, isolate = true, tally = null
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
+/** The Hub mimic's repositories: repo id → URL prefix of its files (a mount). */
+const HUB_REPOS = { 'ggweb-test/fixtures': '/tests/fixtures/', 'ggweb-test/artifacts': '/artifacts/' };
+const HUB_REVISIONS = ['main', 'v1'];
+
+function hubRoute(req, res, rest, mounts) {
+  const hubError = (status, code, msg) => {
+    res.writeHead(status, { ...baseHeaders(), 'Content-Type': 'text/plain; charset=utf-8', 'X-Error-Code': code, 'X-Error-Message': msg });
+    res.end(`${msg}\n`);
+  };
+  const m = /^\/hub\/([^/]+\/[^/]+)\/resolve\/([^/]+)\/(.+)$/.exec(rest);
+  if (m) {
+    const [, repo, rev, file] = m;
+    if (!HUB_REPOS[repo]) return hubError(401, 'RepositoryNotFound', 'Repository not found');
+    if (!HUB_REVISIONS.includes(decodeURIComponent(rev))) return hubError(404, 'RevisionNotFound', 'Invalid rev id');
+    // As the Hub does: the file lives on a CDN; the redirect is not to be cached.
+    res.writeHead(302, { ...baseHeaders(), Location: `/__test/hub-cdn/${repo}/${rev}/${file}`, 'Cache-Control': 'no-store' });
+    return res.end();
+  }
+  const cdn = /^\/hub-cdn\/([^/]+\/[^/]+)\/[^/]+\/(.+)$/.exec(rest);
+  if (!cdn || !HUB_REPOS[cdn[1]]) return hubError(404, 'EntryNotFound', 'Entry not found');
+  const path = HUB_REPOS[cdn[1]] + cdn[2];
+  const file = resolvePath(path, mounts);
+  if (!file || !existsSync(file)) return hubError(404, 'EntryNotFound', 'Entry not found');
+  if (!tallies.has('hub-cdn')) tallies.set('hub-cdn', { requests: 0, ranges: [], bytes: 0 });
+  const tally = tallies.get('hub-cdn');
+  tally.requests += 1;
+  tally.ranges.push(req.headers.range ?? null);
+  return serveFile(req, res, path, mounts, true, tally, false, true);
+}
+
 async function serveTestRoute(req, res, rest, mounts) {
+  if (/^\/hub(-cdn)?\//.test(rest)) return hubRoute(req, res, rest, mounts);
+  const validated = /^\/(validated|lastmod)\/([\w-]+)(\/.*)$/.exec(rest);
+  if (validated) {
+    const [, kind, key, path] = validated;
+    if (!tallies.has(key)) tallies.set(key, { requests: 0, ranges: [], bytes: 0, conditional: [], statuses: [] });
+    const tally = tallies.get(key);
+    tally.requests += 1;
+    tally.ranges.push(req.headers.range ?? null);
+    const cond = ['if-none-match', 'if-modified-since'].filter((h) => req.headers[h] !== undefined);
+    tally.conditional.push(cond.length ? cond.join(',') : null);
+    res.on('finish', () => tally.statuses.push(res.statusCode));
+    return serveFile(req, res, path, mounts, true, tally, false, kind === 'lastmod' ? 'lastmod' : true);
+  }
   if (rest.startsWith('/noisolation/')) return serveFile(req, res, rest.slice('/noisolation'.length), mounts, false);
   const counted = /^\/(counted|norange)\/([\w-]+)(\/.*)$/.exec(rest);
   if (counted) {
@@ -286,7 +344,7 @@ async function serveTestRoute(req, res, rest, mounts) {
  * `mounts`: extra [urlPrefix, directory] pairs, tried before the defaults.
  * `isolate: false` serves without COOP/COEP (the page is then not cross-origin isolated).
  * `validators: true` adds ETag / Last-Modified to files and answers a matching If-None-Match
- * with 304 (the bench's cached-reload rows); `onServe(path, status, bytes)` is called as each
+ * (or, without one, an If-Modified-Since not older than the file) with 304 (the bench's cached-reload rows); `onServe(path, status, bytes)` is called as each
  * response finishes, with the body bytes written. `rateMBps` sends .gguf bodies no faster than
  * that many MB/s, as a network link would (the bench's load rows; 0: as fast as loopback).
  * @param {{port?: number, host?: string, testRoutes?: boolean, quiet?: boolean, mounts?: [string, string][], isolate?: boolean, validators?: boolean, onServe?: Function, rateMBps?: number}} opts

@@ -41,7 +41,7 @@ const EXPLAIN = {
   timeout: 'The download stalled: the server stopped sending. Try again later.',
   device_lost: 'The GPU was lost (a driver reset, or the browser reclaimed it). Load the model again; Auto falls back to the CPU.',
   format: 'This file is not a GGUF model that ggweb can read.',
-  unsupported: 'This browser or this build cannot do that.',
+  unsupported: 'Not possible here: this browser lacks the feature (WebGPU), or the model does not fit in memory.',
   invalid: 'A setting is out of range.',
   busy: 'The model is busy with another request.',
   disposed: 'The model was unloaded.',
@@ -49,11 +49,19 @@ const EXPLAIN = {
   internal: 'ggweb hit an internal error; reload the page to start over.',
 };
 
+/** For a model over the memory budget ('unsupported' with details.needed and .budget): what does not fit, by how much. */
+function overBudget(e) {
+  const d = e?.details;
+  if (e?.code !== 'unsupported' || !(d?.needed > 0) || !(d?.budget > 0)) return null;
+  return `The model does not fit in memory here: it needs ${formatBytes(d.needed)}, the budget is ${formatBytes(d.budget)} ` +
+    `(${formatBytes(d.needed - d.budget)} over). Pick a smaller model or context, or the GPU.`;
+}
+
 function showError(e) {
   const code = e instanceof GgwebError ? e.code : 'internal';
   el.error.replaceChildren();
   const head = document.createElement('strong');
-  head.textContent = EXPLAIN[code] ?? 'Something went wrong.';
+  head.textContent = overBudget(e) ?? EXPLAIN[code] ?? 'Something went wrong.';
   const detail = document.createElement('span');
   detail.textContent = e?.message ?? String(e);
   el.error.append(head, detail);

@@ -429,7 +429,7 @@ export class Engine {
         backendNote: info.backendNote ?? picked.note ?? null,
         threads: { n: threads.n, running: threads.running ?? 1, build, reason: threads.reason },
         load: {
-          bytes: loaded, ms: Math.round(now() - t0), via: source.via, cached, backend,
+          bytes: loaded, ms: Math.round(now() - t0), via: source.via, cached, cacheNote: source.cacheNote ?? null, backend,
           warmUp: { ms: Math.round(warm.ms), slices: warm.slices, done: warm.done },
           phases: Object.fromEntries(Object.entries({ ...phases, warmMs: warm.ms })
             .map(([k, v]) => [k, k === 'chunks' ? v : Math.round(v * 10) / 10])),

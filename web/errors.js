@@ -41,7 +41,9 @@ export function toGgwebError(e, fallbackCode, context) {
   const msg = e && typeof e === 'object' && 'message' in e ? e.message : String(e);
   // The wasm bindings tag their errors with a code (format, invalid, unsupported, internal).
   const code = e && typeof e.code === 'string' && ERROR_CODES.includes(e.code) ? e.code : fallbackCode;
-  return new GgwebError(code, prefix + msg);
+  // A model over the memory budget (crate/model ModelError::OverBudget): the sizes as numbers too.
+  const over = code === 'unsupported' && /model too large: needs (\d+) bytes .*the memory budget is (\d+) bytes/.exec(msg);
+  return new GgwebError(code, prefix + msg, over ? { needed: Number(over[1]), budget: Number(over[2]) } : undefined);
 }
 
 export const abortedError = (what) => new GgwebError('aborted', `${what} was aborted`);

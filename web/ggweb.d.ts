@@ -20,9 +20,15 @@ export type GgwebErrorCode =
   /** A bad argument or option (the message names it and the value): token ids outside the
    *  vocabulary, negative, not integers, or not in an array; a prompt longer than the context. */
   | 'invalid'
-  /** Not available here: no WebGPU, no wasm module, a source the browser cannot pass to a worker. */
+  /** Not possible here: no WebGPU, no wasm module, a source the browser cannot pass to a
+   *  worker, no Cache API (Model.cache in Node or an insecure page); or the model does not
+   *  fit: its weights, KV cache and compute buffer exceed the memory budget (what is left of
+   *  wasm32's 4 GiB, a WebGPU buffer limit), found before anything is allocated. Then the
+   *  message names the sizes ("model too large: needs N bytes (weights …, KV cache …), the
+   *  memory budget is M bytes") and `details.needed` / `details.budget` give them in bytes. */
   | 'unsupported'
-  /** A bug or a wasm trap (e.g. out of memory); the model cannot be used further. */
+  /** A bug or a wasm trap; the model cannot be used further. (A model too big for memory is
+   *  'unsupported', refused before any allocation.) */
   | 'internal'
   /** The Web Worker failed to start or crashed. */
   | 'worker'
@@ -36,7 +42,11 @@ export declare const ERROR_CODES: readonly GgwebErrorCode[];
 export declare class GgwebError extends Error {
   readonly name: 'GgwebError';
   readonly code: GgwebErrorCode;
-  readonly details?: { status?: number; url?: string; loaded?: number; total?: number | null };
+  readonly details?: {
+    status?: number; url?: string; loaded?: number; total?: number | null;
+    /** 'unsupported' for a model over the memory budget: the bytes it needs, and the budget. */
+    needed?: number; budget?: number;
+  };
 }
 
 export type LoadPhase =
@@ -61,7 +71,13 @@ export interface LoadProgress {
   phase: LoadPhase;
 }
 
-/** A URL, or the model's bytes. In Node.js a string that is not an http(s)/blob/data URL, or a file: URL, is a file path. */
+/**
+ * A URL, a Hugging Face Hub id, or the model's bytes. A string "owner/name" (no scheme, not
+ * starting with '/' or '.', exactly one '/', letters, digits, '-', '_', '.') is a Hub id only
+ * when `file` is given (LoadOptions.file); without it, it stays a URL relative to the page,
+ * as before. In Node.js a string that is not an http(s)/blob/data URL, or a file: URL, is a
+ * file path.
+ */
 export type ModelSource = string | URL | Blob | File | ReadableStream<Uint8Array> | Response | ArrayBuffer | ArrayBufferView;
 
 /** Unknown keys fail with code 'invalid' naming the key. */
@@ -99,8 +115,30 @@ export interface LoadOptions {
   /** Aborting rejects with GgwebError code 'aborted' and frees everything the load held. */
   signal?: AbortSignal;
   /** Store URL downloads in the Cache API and load from there next time: true (cache
-   *  'ggweb-models') or a cache name. Only complete downloads of valid models are kept. */
+   *  'ggweb-models') or a cache name. The key is the model's absolute URL (a Hub id's
+   *  /resolve/ URL). Only complete downloads of valid models are kept. A stored copy is
+   *  revalidated: a conditional request (If-None-Match / If-Modified-Since from the stored
+   *  ETag / Last-Modified); 304 loads the stored copy, 200 loads the new file and replaces
+   *  it. If the server cannot be asked (offline, an error status, no validator stored, or a
+   *  cross-origin server whose CORS refuses those headers), the stored copy is loaded and
+   *  info().load.cacheNote says why. A write that fails (the storage quota) leaves the load
+   *  successful, warns on the console and in cacheNote. See Model.cache. */
   cache?: boolean | string;
+  /** With `cache`: load a stored copy without asking the server (downloading only when none
+   *  is stored). Without `cache`, code 'invalid'. */
+  offline?: boolean;
+  /** Ask navigator.storage.persist() (so the browser does not evict the cache under storage
+   *  pressure); the answer is info().load.persisted. On the calling thread: a Window only. */
+  persist?: boolean;
+  /** A file in the Hub repository named by the source "owner/name", e.g. 'gpt2.Q8_0.gguf'
+   *  or 'q8/model.gguf': the model is read from {hubUrl}/{owner}/{name}/resolve/{revision}/{file}
+   *  (the Hub redirects that to its CDN; fetch follows). Makes the source a Hub id. */
+  file?: string;
+  /** With `file`: a branch, tag or commit (default 'main'; 'refs/pr/1' is sent encoded). */
+  revision?: string;
+  /** With `file`: the Hub's address (default 'https://huggingface.co'; a mirror, or a path
+   *  relative to the page). */
+  hubUrl?: string | URL;
   /** Milliseconds a URL download may send nothing before it fails with code 'timeout'
    *  (default 30000; 0, Infinity or anything beyond 2^31-1, setTimeout's range, for no
    *  limit). It bounds the wait for the response's headers as well as each read of the
@@ -287,6 +325,12 @@ export interface ModelInfo {
     ms: number;
     via: 'download' | 'cache' | 'file' | 'stream';
     cached: boolean;
+    /** Why the Cache API did not do what `cache` asks (a failed write: the quota; a stored
+     *  copy used without revalidation, and why), or why `persist` got no answer; else null. */
+    cacheNote: string | null;
+    /** With `persist`: navigator.storage.persist()'s answer; null when it had not answered by
+     *  the end of the load (a browser asking the user). */
+    persisted?: boolean | null;
     backend: 'cpu' | 'webgpu';
     worker: boolean;
     /** How many times the load started again in a new worker (0 or 1): a worker that does
@@ -333,7 +377,43 @@ export interface ModelSplit {
 }
 
 /** Model.inspect's options: the model options of LoadOptions (unknown keys: code 'invalid'). */
-export type InspectOptions = Pick<LoadOptions, 'backend' | 'gpuLayers' | 'nCtx' | 'nBatch' | 'nThreads' | 'kvType' | 'signal' | 'stallTimeoutMs' | 'coreUrl'>;
+export type InspectOptions = Pick<LoadOptions, 'backend' | 'gpuLayers' | 'nCtx' | 'nBatch' | 'nThreads' | 'kvType' | 'signal' | 'stallTimeoutMs' | 'coreUrl' | 'file' | 'revision' | 'hubUrl'>;
+
+/** One model stored by a load with `cache`. */
+export interface CachedModel {
+  /** The cache key: the model's absolute URL (for a Hub id, its /resolve/ URL). */
+  url: string;
+  /** Its size. */
+  bytes: number;
+  /** When it was stored (ms since the epoch); null for an entry ggweb did not write. */
+  storedAt: number | null;
+  /** The server's ETag (revalidation sends it as If-None-Match); null when it sent none. */
+  etag: string | null;
+}
+
+/** Which cache a Model.cache call looks in: true or absent for 'ggweb-models', or a name. */
+export interface CacheNameOption {
+  cache?: true | string;
+}
+
+/** The key of a URL or Hub id, as Model.load computes it. */
+export type CacheKeyOptions = CacheNameOption & Pick<LoadOptions, 'file' | 'revision' | 'hubUrl'>;
+
+/** Model.cache: the models loads with `cache` stored (the Cache API). Code 'unsupported' where
+ *  there is no Cache API (Node, a page that is not https or localhost). */
+export interface ModelCache {
+  /** Every stored model, in the order stored. */
+  list(options?: CacheNameOption | null): Promise<CachedModel[]>;
+  /** Whether a copy of `source` (a URL, relative to the page, or a Hub id with { file }) is stored. */
+  has(source: string | URL, options?: CacheKeyOptions | null): Promise<boolean>;
+  /** Removes the stored copy of `source`; true when there was one. */
+  delete(source: string | URL, options?: CacheKeyOptions | null): Promise<boolean>;
+  /** Deletes the whole cache; true when it existed. */
+  clear(options?: CacheNameOption | null): Promise<boolean>;
+  /** navigator.storage.estimate() for this origin (bytes used and allowed, for all its storage),
+   *  with navigator.storage.persisted() (null where absent). */
+  estimate(): Promise<{ usage?: number; quota?: number; usageDetails?: Record<string, number>; persisted: boolean | null }>;
+}
 
 /** What Model.inspect read of a GGUF header, before any weight is downloaded. */
 export interface InspectResult {
@@ -386,10 +466,12 @@ export declare class Model {
    * Streams a GGUF model in and builds it; never holds the whole file in JS memory.
    * @throws GgwebError 'invalid' (a bad source, option or value), 'http', 'network',
    *   'timeout' (no headers or no data for stallTimeoutMs), 'format' (not a model this
-   *   runtime reads), 'unsupported' (no WebGPU, no wasm module, over the memory budget),
-   *   'aborted', 'worker'.
+   *   runtime reads), 'unsupported' (no WebGPU, no wasm module, over the memory budget:
+   *   details.needed and details.budget), 'aborted', 'worker'.
    */
   static load(source: ModelSource, options?: LoadOptions | null): Promise<Model>;
+  /** The models stored by loads with `cache`: list, has, delete, clear, estimate. */
+  static readonly cache: ModelCache;
   /**
    * Reads only the header (Range requests where the server allows them, else the download
    * is cancelled after the tensor infos): hyperparameters, tensors, memory plan, and fit.

@@ -14,6 +14,8 @@ import { Engine, generateParams, inspectSource, loaderOptions } from './engine.j
 import { ERROR_CODES, GgwebError, abortedError, toGgwebError } from './errors.js';
 import { nodeFs, relaxedSimdOption } from './builds.js';
 import { formatBytes, stallTimeout } from './source.js';
+import { DEFAULT_CACHE_NAME, askPersist, modelCache } from './cache.js';
+import { hubSource } from './hub.js';
 import { boolOption, checkData, checkSignal, modelInput, optionsObject, show, tokenIds, without } from './input.js';
 
 export { GgwebError, ERROR_CODES, formatBytes };
@@ -58,8 +60,9 @@ async function localFile(source) {
   }
 }
 
-/** Turns what the caller passed into a source descriptor a worker can receive. */
-async function describeSource(source) {
+/** Turns what the caller passed into a source descriptor a worker can receive; `hub`: hubSource's answer. */
+async function describeSource(source, hub = null) {
+  if (hub) return { src: { kind: 'url', url: hub.url, hub: hub.hub } };
   if (typeof source === 'string' || source instanceof URL) {
     const file = await localFile(source);
     if (file) return file;
@@ -351,11 +354,11 @@ function tokenStream(start, signal) {
 /** Every key Model.load reads; any other is refused (a misspelt option would be ignored silently). */
 const LOAD_KEYS = [
   'backend', 'gpuLayers', 'nCtx', 'nBatch', 'nThreads', 'kvType', 'relaxedSimd', 'onProgress', 'signal', 'cache',
-  'stallTimeoutMs', 'worker', 'coreUrl',
+  'stallTimeoutMs', 'worker', 'coreUrl', 'offline', 'persist', 'file', 'revision', 'hubUrl',
 ];
 
 /** Every key Model.inspect reads: the options that decide the memory plan, a signal, the stall limit, coreUrl. */
-const INSPECT_KEYS = ['backend', 'gpuLayers', 'nCtx', 'nBatch', 'nThreads', 'kvType', 'signal', 'stallTimeoutMs', 'coreUrl'];
+const INSPECT_KEYS = ['backend', 'gpuLayers', 'nCtx', 'nBatch', 'nThreads', 'kvType', 'signal', 'stallTimeoutMs', 'coreUrl', 'file', 'revision', 'hubUrl'];
 
 /** A custom build's glue URL (`coreUrl`), absolute; null for the package's own builds. */
 function coreUrlOption(coreUrl) {
@@ -397,6 +400,9 @@ export class Model {
     this.#worker = worker;
   }
 
+  /** The models stored by loads with `cache`: list, has, delete, clear, estimate (cache.js). */
+  static cache = modelCache;
+
   /**
    * Streams a GGUF model from a URL, File/Blob, ReadableStream, Response or bytes.
    * See ggweb.d.ts for the options. `options` may be omitted or null.
@@ -405,7 +411,13 @@ export class Model {
     const o = optionsObject(options, 'Model.load', LOAD_KEYS);
     const { onProgress } = o;
     const signal = checkSignal(o.signal);
-    const cache = cacheOption(o.cache);
+    const cacheName = cacheOption(o.cache);
+    const offline = boolOption(o.offline, 'offline', false);
+    if (offline && !cacheName) throw new GgwebError('invalid', 'Model.load: offline: true reads the stored copy, so it needs cache (true or a cache name)');
+    // What crosses to the worker: the cache's name and whether to skip revalidation.
+    const cache = cacheName ? { name: cacheName === true ? DEFAULT_CACHE_NAME : cacheName, offline } : false;
+    const persist = boolOption(o.persist, 'persist', false);
+    const hub = hubSource(source, o, 'Model.load', baseUrl());
     const worker = boolOption(o.worker, 'worker', typeof Worker !== 'undefined');
     // Checked here, on the calling thread, so a bad value fails before a worker starts and
     // reads the same in a worker and on the page thread.
@@ -423,7 +435,10 @@ export class Model {
     // No coreUrl: the package's own builds (builds.js), wherever a bundler put them.
     const core = coreUrlOption(o.coreUrl);
     if (signal?.aborted) throw abortedError('loading the model');
-    const { src, transfer } = await describeSource(source);
+    const { src, transfer } = await describeSource(source, hub);
+    // Asked alongside the load (Window only); a browser that asks the user may answer later.
+    let persisted = null;
+    const persistP = persist ? askPersist().then((r) => { persisted = r; }) : null;
     // A worker found blocked while opening the CPU backend (OPEN_GUARD_MS) is replaced once,
     // for every source that can be sent again (a stream was handed to the first worker).
     for (let restarts = 0; ; restarts++) {
@@ -431,6 +446,12 @@ export class Model {
       try {
         const info = await t.load(src, opts, { signal, onProgress, cache, stallTimeoutMs, transfer });
         info.load = { ...info.load, worker, workerRestarts: restarts };
+        if (persistP) {
+          await Promise.race([persistP, new Promise((r) => setTimeout(r, 100))]);
+          info.load.persisted = persisted?.persisted ?? null;
+          const note = persisted ? persisted.note : 'navigator.storage.persist() had not answered when the load finished (the browser may be asking the user)';
+          if (note) info.load.cacheNote = info.load.cacheNote ? `${info.load.cacheNote}; ${note}` : note;
+        }
         return new Model(t, info, worker);
       } catch (e) {
         await t.dispose().catch(() => {});
@@ -454,12 +475,13 @@ export class Model {
     const o = optionsObject(options, 'Model.inspect', INSPECT_KEYS);
     const signal = checkSignal(o.signal);
     const stallMs = stallTimeout(o.stallTimeoutMs);
-    const opts = without(o, ['signal', 'coreUrl', 'stallTimeoutMs']);
+    const opts = without(o, ['signal', 'coreUrl', 'stallTimeoutMs', 'file', 'revision', 'hubUrl']);
     loaderOptions(opts);
     const core = coreUrlOption(o.coreUrl);
+    const hub = hubSource(source, o, 'Model.inspect', baseUrl());
     if (signal?.aborted) throw abortedError('Model.inspect');
     try {
-      const { src } = await describeSource(source);
+      const { src } = await describeSource(source, hub);
       return await inspectSource(src, { ...opts }, { signal, coreUrl: core, stallMs });
     } catch (e) {
       throw toGgwebError(e, 'internal', 'Model.inspect');

@@ -4,6 +4,7 @@
 // server allows them). engine.js feeds what these yield to the wasm side.
 import { GgwebError, abortedError } from './errors.js';
 import { show } from './input.js';
+import { cacheSpec, conditionalHeaders, storedHeaders } from './cache.js';
 
 /** How long a URL download may go without a byte before it fails with code 'timeout' (ms). */
 export const DEFAULT_STALL_TIMEOUT_MS = 30000;
@@ -73,10 +74,23 @@ export async function fetchWithin(url, { signal, stallMs = Infinity, headers, wh
   }
 }
 
+/** The 'http' error for `res`, naming the URL (and, for a Hub id, what may be wrong). */
+function httpError(res, src) {
+  let hint = '';
+  if (src.hub) {
+    const { repo, file, revision } = src.hub;
+    hint = res.status === 401 || res.status === 403
+      ? ` (Hub repo ${repo}: missing, private or gated; ggweb sends no token)`
+      : ` (Hub repo ${repo}, file ${JSON.stringify(file)}, revision ${JSON.stringify(revision)}: is each spelt right?)`;
+  }
+  return new GgwebError('http', `HTTP ${res.status}${res.statusText ? ' ' + res.statusText : ''} fetching ${src.url}${hint}`, { status: res.status, url: src.url });
+}
+
 /**
  * Opens a model source for streaming. A source descriptor is one of
  *   { kind: 'url', url }  { kind: 'blob', blob }  { kind: 'stream', stream, total? }  { kind: 'bytes', bytes }
- * Returns { reader, total (bytes or null), via ('download'|'cache'|'file'|'stream'), cacheDone(ok) }.
+ * `cache`: false, true, a cache name or { name, offline } (cache.js cacheSpec). Returns { reader,
+ * total (bytes or null), via ('download'|'cache'|'file'|'stream'), cacheNote, cacheDone(ok) }.
  */
 export async function openSource(src, { signal, cache, stallMs = Infinity }) {
   if (src.kind === 'blob') {
@@ -92,33 +106,62 @@ export async function openSource(src, { signal, cache, stallMs = Infinity }) {
   if (src.kind !== 'url') throw new GgwebError('invalid', `unknown model source kind ${show(src.kind)}`);
 
   const url = src.url;
-  const cacheName = cache === true ? 'ggweb-models' : typeof cache === 'string' ? cache : null;
+  const spec = cacheSpec(cache);
+  const notes = []; // what info().load.cacheNote says
   let store = null;
-  if (cacheName && /^https?:/.test(url) && typeof caches !== 'undefined') {
-    try {
-      store = await caches.open(cacheName);
-      const hit = await store.match(url);
-      if (hit && hit.body) {
-        const len = Number(hit.headers.get('Content-Length'));
-        return { reader: hit.body.getReader(), total: len > 0 ? len : null, via: 'cache', url };
+  let stored = null; // the stored copy's Response
+  if (spec && /^https?:/.test(url)) {
+    if (typeof caches === 'undefined') {
+      notes.push('the Cache API is not available here (Node, or a page that is not https or localhost); loaded without it');
+    } else {
+      try {
+        store = await caches.open(spec.name);
+        const hit = await store.match(url);
+        if (hit?.body) stored = hit;
+      } catch (e) {
+        notes.push(`the Cache API is unavailable (${e.message}); loaded without it`);
+        store = null;
       }
-    } catch (e) {
-      console.warn(`ggweb: the Cache API is unavailable (${e.message}); loading without it`);
-      store = null;
     }
   }
-
-  const res = await fetchWithin(url, { signal, stallMs, what: `loading ${url}` });
-  if (!res.ok) {
-    throw new GgwebError('http', `HTTP ${res.status}${res.statusText ? ' ' + res.statusText : ''} fetching ${url}`, { status: res.status, url });
+  const note = () => (notes.length ? notes.join('; ') : null);
+  const fromStore = () => {
+    const len = Number(stored.headers.get('Content-Length'));
+    return { reader: stored.body.getReader(), total: len > 0 ? len : null, via: 'cache', url, cacheNote: note() };
+  };
+  let res;
+  if (stored) {
+    // Revalidated with the server unless `offline`: a 304 keeps the stored copy, a 200 replaces it.
+    const conditional = conditionalHeaders(stored);
+    if (spec.offline) return fromStore();
+    if (!conditional) {
+      notes.push(`the stored copy of ${url} has no ETag or Last-Modified to revalidate with; used as stored`);
+      return fromStore();
+    }
+    try {
+      res = await fetchWithin(url, { signal, stallMs, headers: conditional, what: `loading ${url}` });
+    } catch (e) {
+      if (e.code === 'aborted') throw e;
+      notes.push(`could not revalidate with the server (${e.message}); used the stored copy`);
+      return fromStore();
+    }
+    if (res.status === 304 || !res.ok || !res.body) {
+      res.body?.cancel().catch(() => {});
+      if (res.status !== 304) notes.push(`the server answered HTTP ${res.status} when revalidating ${url}; used the stored copy`);
+      return fromStore();
+    }
+    stored.body.cancel().catch(() => {}); // a new version: the download below replaces it
+  } else {
+    res = await fetchWithin(url, { signal, stallMs, what: `loading ${url}` });
   }
+  if (!res.ok) throw httpError(res, src);
   if (!res.body) throw new GgwebError('network', `the response for ${url} has no body`, { url });
   // Content-Length counts encoded bytes; with a compressed transfer it says nothing about ours.
   const enc = res.headers.get('Content-Encoding');
   const len = Number(res.headers.get('Content-Length'));
   const total = len > 0 && (!enc || enc === 'identity') ? len : null;
 
-  if (!store) return { reader: res.body.getReader(), total, via: 'download', url };
+  if (!store) return { reader: res.body.getReader(), total, via: 'download', url, cacheNote: note() };
 
   // Tee: one branch feeds the loader, the other goes into the cache. If loading stops early,
   // the cache branch is errored, so a partial file is never stored.
@@ -134,24 +177,38 @@ export async function openSource(src, { signal, cache, stallMs = Infinity }) {
     },
     cancel(r) { return cacheReader.cancel(r); },
   });
-  const headers = { 'Content-Type': 'application/octet-stream' };
-  if (total) headers['Content-Length'] = String(total);
-  const put = store.put(url, new Response(forCache, { headers })).then(() => true, () => false);
-  return {
+  let putError = null;
+  const put = store.put(url, new Response(forCache, { headers: storedHeaders(res, total) })).then(() => true, (e) => {
+    putError = e;
+    // A refused write (the quota) must not leave the tee buffering the rest of the file for it.
+    cacheReader.cancel().catch(() => {});
+    return false;
+  });
+  const out = {
     reader: forLoader.getReader(),
     total,
     via: 'download',
     url,
+    cacheNote: note(),
+    /** Settles the cache write (`ok`: the load succeeded); true when stored, else says why in cacheNote. */
     async cacheDone(ok) {
       if (!ok) {
         try { cacheCtrl.error(new Error('load failed')); } catch { /* already closed */ }
         cacheReader.cancel().catch(() => {});
       }
-      const stored = await put;
-      if (stored && !ok) await store.delete(url).catch(() => {});
-      return stored && ok;
+      const done = await put;
+      if (done && !ok) await store.delete(url).catch(() => {});
+      if (ok && !done) {
+        const why = `could not store ${url} in the cache "${spec.name}" (${putError?.name ?? 'Error'}: ${putError?.message ?? putError}); ` +
+          `${putError?.name === 'QuotaExceededError' ? 'the storage quota is full, ' : ''}the next load downloads it again`;
+        console.warn(`ggweb: ${why}`);
+        notes.push(why);
+        out.cacheNote = note();
+      }
+      return done && ok;
     },
   };
+  return out;
 }
 
 // --- Model.inspect: the header only --------------------------------------------------------
@@ -230,9 +287,7 @@ export async function* headerChunks(src, signal, stats, stallMs = Infinity) {
     const res = await fetchWithin(url, { signal, stallMs, headers: { Range: `bytes=${off}-${off + n - 1}` }, what: `inspecting ${url}` });
     stats.requests += 1;
     if (res.status === 416) return; // the file ended exactly at `off`
-    if (!res.ok) {
-      throw new GgwebError('http', `HTTP ${res.status}${res.statusText ? ' ' + res.statusText : ''} fetching ${url}`, { status: res.status, url });
-    }
+    if (!res.ok) throw httpError(res, src);
     if (!res.body) throw new GgwebError('network', `the response for ${url} has no body`, { url });
     if (res.status !== 206) {
       // No ranges here: the whole file comes; the consumer's stop cancels it after the header.

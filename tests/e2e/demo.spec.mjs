@@ -394,12 +394,14 @@ test('with the real wasm: "Look inside" colours tokens by rank as HF ranks them 
   await page.close();
 });
 
-test('with the real wasm: a chosen URL shows its header at once; one that cannot fit is warned about before the download', async () => {
-  assert.ok(MODELS_DIR, 'the shared models are needed');
-  // The Q8_0 file made to describe a context of 2^22 consistently (a lying header is a
-  // format error): gpt2.context_length raised, position_embd.weight given 2^22 rows and moved
-  // to 4 GiB into the data, past every other tensor, and the file extended (sparse) to the
-  // size that implies. Its KV cache alone is over wasm32's 4 GiB, so only the plan refuses it.
+/**
+ * Writes tests/artifacts/huge-ctx.gguf and returns the bytes it starts with: the Q8_0 file
+ * made to describe a context of 2^22 consistently (a lying header is a format error):
+ * gpt2.context_length raised, position_embd.weight given 2^22 rows and moved to 4 GiB into
+ * the data, past every other tensor, and the file extended (sparse) to the size that implies.
+ * Its KV cache alone is over wasm32's 4 GiB, so only the plan refuses it.
+ */
+function writeHugeCtx() {
   const HUGE_CTX = 1 << 22;
   const bytes = readFileSync(`${MODELS_DIR}/tiny-gpt2-q8_0.gguf`);
   const after = (text, from = 0) => {
@@ -422,7 +424,12 @@ test('with the real wasm: a chosen URL shows its header at once; one that cannot
   const dataOffset = Math.ceil(headerEnd / 32) * 32;
   writeFileSync(`${ARTIFACTS}huge-ctx.gguf`, bytes);
   truncateSync(`${ARTIFACTS}huge-ctx.gguf`, dataOffset + 2 ** 32 + 64 * HUGE_CTX * 4);
+  return bytes;
+}
 
+test('with the real wasm: a chosen URL shows its header at once; one that cannot fit is warned about before the download', async () => {
+  assert.ok(MODELS_DIR, 'the shared models are needed');
+  const bytes = writeHugeCtx();
   const { page, problems } = await openPage(web.browser, web.server.url);
   await page.waitForSelector('body[data-ready="1"]');
   await page.fill('#model-url', `${web.server.url}shared-models/tiny-gpt2-q8_0.gguf`);
@@ -442,6 +449,48 @@ test('with the real wasm: a chosen URL shows its header at once; one that cannot
   assert.equal(t.requests, 1);
   assert.match(t.ranges[0], /^bytes=0-\d+$/);
   assert.ok(t.bytes < bytes.length / 3, `${t.bytes} of ${bytes.length}`);
+  assert.deepEqual(real(problems).filter((p) => !/favicon\.ico/.test(p)), []);
+  await page.close();
+});
+
+test('with the real wasm: a model over the memory budget fails as unsupported, and the demo says what does not fit and by how much', async () => {
+  assert.ok(MODELS_DIR, 'the shared models are needed');
+  writeHugeCtx();
+  const { page, problems } = await openPage(web.browser, web.server.url);
+  await page.waitForSelector('body[data-ready="1"]');
+  // n_ctx 3 x 2^20: each KV tensor under 2 GiB, the whole plan over wasm32's 4 GiB.
+  const nCtx = 3 << 20;
+  const url = `${web.server.url}artifacts/huge-ctx.gguf`;
+  for (const worker of [true, false]) {
+    const e = await page.evaluate(async ({ url, nCtx, worker }) => {
+      const { Model } = await import('/ggweb.js');
+      try {
+        await Model.load(url, { nCtx, worker });
+        return 'loaded';
+      } catch (err) {
+        return { code: err.code, message: err.message, details: err.details };
+      }
+    }, { url, nCtx, worker });
+    assert.equal(e.code, 'unsupported', e.message);
+    // The byte is the end of the chunk the header completed in (the download's chunking).
+    assert.equal(e.message.replace(/ at byte \d+: /, ' at byte N: '), `${url} at byte N: model too large: needs 10751133952 bytes (weights 1080688512 bytes + ` +
+      'KV cache 3221225472 bytes for n_ctx 3145728 x 2 layers x n_embd 64 + compute buffer 6449219968 bytes for n_batch 32), ' +
+      'the memory budget is 4294967296 bytes');
+    assert.deepEqual(e.details, { needed: 10751133952, budget: 4294967296 });
+  }
+
+  await page.fill('#n-ctx', String(nCtx));
+  await page.fill('#model-url', url);
+  await page.waitForSelector('#inspect-warning:not([hidden])');
+  await page.click('#load-btn');
+  assert.equal(await page.textContent('#load-btn'), 'Load anyway');
+  await page.click('#load-btn');
+  await page.waitForFunction(() => document.getElementById('error').dataset.code === 'unsupported');
+  const [head, detail] = (await page.innerText('#error')).split('\n');
+  assert.equal(head, 'The model does not fit in memory here: it needs 10.01 GiB, the budget is 4.00 GiB (6.01 GiB over). ' +
+    'Pick a smaller model or context, or the GPU.');
+  assert.match(detail, /model too large: needs 10751133952 bytes .* the memory budget is 4294967296 bytes$/);
+  assert.equal(await page.textContent('#load-status'), 'Loading failed.');
   assert.deepEqual(real(problems).filter((p) => !/favicon\.ico/.test(p)), []);
   await page.close();
 });
