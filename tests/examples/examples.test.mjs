@@ -13,6 +13,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
+import { copyFileSync, mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { HF, launch, MODELS_DIR, openPage, ROOT } from '../e2e/helpers.mjs';
@@ -95,7 +96,7 @@ test("service-worker: the page's service worker (ggweb/sw, no import()) generate
     assert.equal(await page.evaluate(() => document.body.dataset.state), 'done', out);
     const ids = (await page.textContent('#ids')).split(' ').map(Number);
     assert.deepEqual(ids, HELLO.greedy_ids.slice(0, 20), "HF's greedy ids for 'Hello, my name is'");
-    assert.equal(out, await detokenize(ids), 'the streamed text is the tokens\' text');
+    assert.equal(out, HELLO.greedy_text, "the streamed text: HF's greedy continuation");
     const where = await page.textContent('#where');
     assert.match(where, /^ServiceWorkerGlobalScope, pkg-relaxed, 1 thread \(no Worker constructor here \(a service worker\)/, where);
     assert.deepEqual(await targets('worker'), [], 'no dedicated worker: the model ran in the service worker');
@@ -106,13 +107,84 @@ test("service-worker: the page's service worker (ggweb/sw, no import()) generate
   }
 });
 
-/** The text of `ids`, by the packed package in Node (the reference for what the page shows). */
-let nodeModel;
-async function detokenize(ids) {
-  if (!nodeModel) {
-    const { Model } = await import(pathToFileURL(join(EXAMPLES, 'service-worker', 'node_modules', 'ggweb', 'web', 'ggweb.js')).href);
-    nodeModel = await Model.load(join(MODELS_DIR, 'tiny-gpt2-f16.gguf'));
+/**
+ * The React app at `url`: the hook loads the model (StrictMode on: in development it mounts
+ * twice), the component streams HF's greedy continuation into the page, exactly one model
+ * worker stays alive, unmounting ends it, mounting again loads a new one.
+ */
+async function checkReact(label, url, { dev }) {
+  const { page, problems } = await openPage(browser, 'about:blank');
+  const logs = [];
+  page.on('console', (m) => { if (m.type() === 'debug' && m.text().startsWith('useModel:')) logs.push(m.text()); });
+  try {
+    await page.goto(url);
+    await page.waitForSelector('[data-status=ready]', { timeout: 30000 });
+    // StrictMode's first mount was unmounted at once: its load aborted, its worker (if it had
+    // started one) ended. One worker is left, the model's (one thread: no COOP/COEP here).
+    assert.deepEqual(await waitTargets('worker', (l) => l.length === 1), [await workerName(page)], `${label}: one model worker`);
+    await new Promise((r) => setTimeout(r, 300));
+    assert.equal((await targets('worker')).length, 1, `${label}: still one worker`);
+    const loading = logs.filter((l) => l.startsWith('useModel: loading'));
+    if (dev) {
+      assert.deepEqual(logs.slice(0, 3), ['useModel: loading /models/tiny-gpt2-f16.gguf', 'useModel: unmounted: aborting the load',
+        'useModel: loading /models/tiny-gpt2-f16.gguf'], `${label}: StrictMode mounted twice: ${JSON.stringify(logs)}`);
+    } else {
+      assert.deepEqual(logs, ['useModel: loading /models/tiny-gpt2-f16.gguf'], `${label}: a production build mounts once`);
+    }
+    assert.equal(loading.length, dev ? 2 : 1);
+
+    await page.fill('input[aria-label=Prompt]', HELLO.text);
+    await page.click('text=Generate');
+    await page.waitForSelector('output[data-state=done], output[data-state=error]', { timeout: 60000 });
+    const text = await page.textContent('output');
+    assert.equal(await page.getAttribute('output', 'data-state'), 'done', `${label}: ${text}`);
+    assert.equal(text, HELLO.greedy_text, `${label}: HF's greedy continuation (20 tokens), streamed into the page`);
+
+    await page.click('text=Unmount the model');
+    assert.deepEqual(await waitTargets('worker', (l) => l.length === 0), [], `${label}: unmounting ended the model's worker`);
+    assert.equal(logs.at(-1), 'useModel: unmounted: disposing the model');
+    await page.click('text=Mount the model');
+    await page.waitForSelector('[data-status=ready]', { timeout: 30000 });
+    assert.equal((await waitTargets('worker', (l) => l.length === 1)).length, 1, `${label}: mounted again: one worker`);
+    assert.deepEqual(problems.filter((m) => !m.includes('/favicon.ico')), [], `${label}: page errors`);
+  } finally {
+    await page.close();
   }
-  return nodeModel.detokenize(ids);
+  assert.deepEqual(await waitTargets('worker', (l) => l.length === 0), [], `${label}: closing the page ended the worker`);
 }
-after(() => nodeModel?.dispose());
+
+/** The file name of the model's worker script as the app serves it (Vite hashes it in a build). */
+async function workerName(page) {
+  const list = await targets('worker');
+  return list.length === 1 && /^worker(-[\w-]+)?\.js/.test(list[0]) ? list[0] : `a worker.js, not ${JSON.stringify(list)}`;
+}
+
+test('react: useModel and streaming, Vite production build and dev server (StrictMode mounts twice), in Chromium', async () => {
+  const dir = join(EXAMPLES, 'react');
+  timed('react: npm ci + the packed ggweb', () => installPacked(dir, tarball));
+  // The README's step: the model goes in public/models/, which Vite serves and copies to dist/.
+  mkdirSync(join(dir, 'public', 'models'), { recursive: true });
+  copyFileSync(join(MODELS_DIR, 'tiny-gpt2-f16.gguf'), join(dir, 'public', 'models', 'tiny-gpt2-f16.gguf'));
+  rmSync(join(dir, 'dist'), { recursive: true, force: true });
+  const log = timed('react: vite build', () => execFileSync('npm', ['run', 'build'], { cwd: dir, encoding: 'utf8', timeout: 300000, stdio: ['ignore', 'pipe', 'pipe'] }));
+  assert.doesNotMatch(log, /Critical dependency|could not be resolved|doesn't exist at build time/i, log);
+
+  // A plain static host (no COOP/COEP): one thread, so the model is exactly one worker.
+  const server = await startServer({ port: 0, isolate: false, mounts: [['/', join(dir, 'dist')]] });
+  try {
+    await checkReact('react, production build', server.url, { dev: false });
+  } finally {
+    await server.close();
+  }
+
+  const { createServer } = await import(pathToFileURL(join(dir, 'node_modules', 'vite', 'dist', 'node', 'index.js')).href);
+  const t0 = Date.now();
+  const vite = await createServer({ root: dir, logLevel: 'warn', clearScreen: false, server: { port: 0, host: '127.0.0.1', strictPort: false } });
+  await vite.listen();
+  try {
+    await checkReact('react, Vite dev server', vite.resolvedUrls.local[0], { dev: true });
+  } finally {
+    await vite.close();
+  }
+  console.log(`react: dev server run: ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+});
