@@ -88,7 +88,10 @@ export function loadCore(build) {
         // A custom URL is the caller's: bundlers are told to leave that import alone.
         mod = await (provided.get(build) ?? (known ? known.glue() : import(/* webpackIgnore: true */ /* @vite-ignore */ build)));
       } catch (e) {
-        throw new GgwebError('unsupported', `could not import the wasm glue ${where} (was the wasm built? npm run build): ${e.message}`);
+        // Service workers refuse every import(): their entry (ggweb-sw.js) imports the builds statically.
+        const sw = typeof ServiceWorkerGlobalScope !== 'undefined' && globalThis instanceof ServiceWorkerGlobalScope;
+        const hint = sw ? "in a service worker, import from 'ggweb/sw'" : 'was the wasm built? npm run build';
+        throw new GgwebError('unsupported', `could not import the wasm glue ${where} (${hint}): ${e.message}`);
       }
       try {
         if (typeof mod.default === 'function') {

@@ -15,13 +15,14 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { copyFileSync, mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { pathToFileURL } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { HF, launch, MODELS_DIR, openPage, ROOT } from '../e2e/helpers.mjs';
 import { startServer } from '../../scripts/serve.mjs';
 import { installPacked, packedTarball } from '../bundlers/packed.mjs';
 
 assert.ok(MODELS_DIR, 'the shared tiny GPT-2 (tiny-gpt2-f16.gguf) is needed: set GGWEB_MODELS_DIR');
 const EXAMPLES = join(ROOT, 'examples');
+const HERE = fileURLToPath(new URL('.', import.meta.url));
 const HELLO = HF.prompts[0]; // 'Hello, my name is' and HF's greedy continuation
 
 let browser;
@@ -84,7 +85,7 @@ test("service-worker: the page's service worker (ggweb/sw, no import()) generate
   timed('service-worker: the packed ggweb', () => installPacked(dir, tarball));
   // COOP/COEP on: the service worker is then cross-origin isolated too, and must still choose
   // one thread (it cannot start the pool's workers) rather than the threaded build.
-  const server = await startServer({ port: 0, isolate: true, mounts: [['/models/', MODELS_DIR], ['/', dir]] });
+  const server = await startServer({ port: 0, isolate: true, mounts: [['/models/', MODELS_DIR], ['/__default/', HERE], ['/', dir]] });
   const { page, problems } = await openPage(browser, server.url);
   try {
     await page.waitForFunction(() => document.body.dataset.state === 'ready', null, { timeout: 30000 });
@@ -100,6 +101,19 @@ test("service-worker: the page's service worker (ggweb/sw, no import()) generate
     const where = await page.textContent('#where');
     assert.match(where, /^ServiceWorkerGlobalScope, pkg-relaxed, 1 thread \(no Worker constructor here \(a service worker\)/, where);
     assert.deepEqual(await targets('worker'), [], 'no dedicated worker: the model ran in the service worker');
+    // Why the entry exists: the default one, in a service worker, cannot import its build.
+    const viaDefault = await page.evaluate(async () => {
+      const reg = await navigator.serviceWorker.register('/__default/sw-default-entry.js', { type: 'module', scope: '/__default/' });
+      const sw = reg.installing ?? reg.waiting ?? reg.active;
+      if (sw.state !== 'activated') await new Promise((r) => sw.addEventListener('statechange', () => sw.state === 'activated' && r()));
+      const { port1, port2 } = new MessageChannel();
+      const reply = new Promise((r) => { port1.onmessage = (e) => r(e.data); });
+      sw.postMessage({ model: '/models/tiny-gpt2-f16.gguf' }, [port2]);
+      return reply;
+    });
+    assert.equal(viaDefault.name, 'GgwebError', JSON.stringify(viaDefault));
+    assert.equal(viaDefault.code, 'unsupported');
+    assert.match(viaDefault.message, /could not import the wasm glue pkg\/ggweb_core\.js \(in a service worker, import from 'ggweb\/sw'\): .*import\(\)/);
     assert.deepEqual(problems.filter((m) => !m.includes('/favicon.ico')), [], 'page errors');
   } finally {
     await page.close();
