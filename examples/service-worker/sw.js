@@ -8,8 +8,8 @@
 import { Model } from './node_modules/ggweb/web/ggweb-sw.js';
 
 /** url → Promise<Model>. The browser stops an idle service worker (after ~30 s in Chromium):
- *  this map is then gone and the next message loads the model again (`cache: true` keeps the
- *  file in the Cache API, so that costs no download). */
+ *  this map is then gone and the next message loads the model again (add `{ cache: true }` to
+ *  Model.load to keep the file in the Cache API, so that costs no download). */
 const models = new Map();
 
 function model(url) {
