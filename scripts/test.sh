@@ -7,7 +7,8 @@
 #      tests/engines/*.spec.mjs in Firefox and WebKit)
 #   7. npm pack: the package's files, and that the packed module loads
 #   7b. the packed package in a Vite 8 and a webpack 5 app (tests/bundlers/), built and run in
-#       headless Chromium; 7c. in Node.js (tests/node/)
+#       headless Chromium; 7c. in Node.js (tests/node/); 7d. the examples (examples/react,
+#       service-worker, node-vitest) built and run (tests/examples/)
 #   8. fuzz smoke: every cargo-fuzz target for 60 s (scripts/fuzz-smoke.sh)
 # Each runner's output is checked for a count of tests that actually ran: a runner that
 # skips everything and exits 0 fails here. Logs go to tests/artifacts/logs/.
@@ -226,6 +227,15 @@ run_step node env GGWEB_TARBALL="$GGWEB_TARBALL" node --test --test-reporter=spe
 n=$(count_node_test "$LOGS/node.log" "Node.js tests")
 PASSED=$((PASSED + n))
 SUMMARY+=("Node.js ($(node --version)): $n passed ($STEP_SECS s)")
+
+# 7d. the examples in examples/ as their READMEs run them, on the same packed package: the React
+# app (Vite build and dev server, StrictMode) and the service worker in Chromium, Vitest in Node
+run_step examples env TMPDIR="$BROWSER_TMP" GGWEB_TARBALL="$GGWEB_TARBALL" node --test --test-reporter=spec tests/examples/*.test.mjs
+n=$(count_node_test "$LOGS/examples.log" "examples")
+[ "$n" -ge 3 ] || die "examples: 3 tests expected (react, service-worker, node-vitest), $n passed"
+grep -qE '^ℹ skipped 0$' "$LOGS/examples.log" || die "examples: some tests were skipped"
+PASSED=$((PASSED + n))
+SUMMARY+=("examples (React + Vite, service worker, Vitest): $n passed ($STEP_SECS s)")
 
 # 8. fuzz smoke: each target must have run inputs and found no crash
 run_step fuzz bash scripts/fuzz-smoke.sh

@@ -60,6 +60,18 @@ export async function wasmSource(url) {
 }
 
 const coreCache = new Map();
+/** Build folder → its glue module, imported statically by the caller (provideCore). */
+const provided = new Map();
+
+/**
+ * Hands loadCore a build's glue module imported statically (`import * as glue from
+ * './pkg/ggweb_core.js'`), for scopes where `import()` is forbidden (service workers):
+ * ggweb-sw.js. It is initialized on first use, from BUILDS' wasm URL, like an imported one.
+ */
+export function provideCore(build, glue) {
+  if (!Object.hasOwn(BUILDS, build)) throw new GgwebError('invalid', `provideCore: unknown build ${show(build)}`);
+  provided.set(build, glue);
+}
 
 /**
  * Imports and initializes a wasm build (once each): one of BUILDS' folders ('pkg', …), found
@@ -74,9 +86,12 @@ export function loadCore(build) {
       let mod;
       try {
         // A custom URL is the caller's: bundlers are told to leave that import alone.
-        mod = await (known ? known.glue() : import(/* webpackIgnore: true */ /* @vite-ignore */ build));
+        mod = await (provided.get(build) ?? (known ? known.glue() : import(/* webpackIgnore: true */ /* @vite-ignore */ build)));
       } catch (e) {
-        throw new GgwebError('unsupported', `could not import the wasm glue ${where} (was the wasm built? npm run build): ${e.message}`);
+        // Service workers refuse every import(): their entry (ggweb-sw.js) imports the builds statically.
+        const sw = typeof ServiceWorkerGlobalScope !== 'undefined' && globalThis instanceof ServiceWorkerGlobalScope;
+        const hint = sw ? "in a service worker, import from 'ggweb/sw'" : 'was the wasm built? npm run build';
+        throw new GgwebError('unsupported', `could not import the wasm glue ${where} (${hint}): ${e.message}`);
       }
       try {
         if (typeof mod.default === 'function') {
@@ -118,6 +133,8 @@ export function planThreads(nThreads) {
     return single('in Node.js the CPU thread pool (Web Workers on shared memory) is not available');
   }
   if (!inWorker) return single("the model runs on the page's main thread ({ worker: false }), which must not block");
+  // Service workers have no Worker constructor, so no pool (and no `import()` of its build).
+  if (typeof g.Worker === 'undefined') return single('no Worker constructor here (a service worker): the CPU thread pool needs Web Workers');
   if (!g.crossOriginIsolated) {
     return single('the page is not cross-origin isolated: serve it with the headers ' +
       'Cross-Origin-Opener-Policy: same-origin and Cross-Origin-Embedder-Policy: require-corp');
