@@ -180,7 +180,7 @@ function options(known) {
 const GEN_KEYS = ['maxTokens', 'temperature', 'topK', 'topP', 'seed', 'repeatPenalty', 'repeatLastN', 'minP', 'logitBias', 'ignoreEos', 'stop', 'topLogprobs', 'special', 'signal'];
 const SCORE_KEYS = ['topK', 'special'];
 const TRACE_KEYS = ['taps', 'special'];
-const LOAD_KEYS = ['backend', 'gpuLayers', 'nCtx', 'nBatch', 'nThreads', 'kvType', 'relaxedSimd', 'cache', 'stallTimeoutMs', 'worker', 'coreUrl'];
+const LOAD_KEYS = ['backend', 'gpuLayers', 'nCtx', 'nBatch', 'nThreads', 'kvType', 'relaxedSimd', 'cache', 'offline', 'persist', 'stallTimeoutMs', 'worker', 'coreUrl', 'file', 'revision', 'hubUrl'];
 
 const call = fc.oneof(
   { weight: 1, arbitrary: fc.tuple(fc.constantFrom('info', '_debugLoseDevice')) },
@@ -191,7 +191,7 @@ const call = fc.oneof(
   fc.tuple(fc.constant('trace'), input, options(TRACE_KEYS)),
   fc.tuple(fc.constant('generate'), input, options(GEN_KEYS)),
   { weight: 1, arbitrary: fc.tuple(fc.constant('load'), fc.oneof({ weight: 3, arbitrary: fc.constant({ t: 'str', v: F16 }) }, { weight: 1, arbitrary: scalar }), options(LOAD_KEYS)) },
-  { weight: 1, arbitrary: fc.tuple(fc.constant('inspect'), fc.oneof({ weight: 3, arbitrary: fc.constant({ t: 'str', v: F16 }) }, { weight: 1, arbitrary: scalar }), options(LOAD_KEYS.filter((k) => k !== 'cache' && k !== 'worker'))) },
+  { weight: 1, arbitrary: fc.tuple(fc.constant('inspect'), fc.oneof({ weight: 3, arbitrary: fc.constant({ t: 'str', v: F16 }) }, { weight: 1, arbitrary: scalar }), options(LOAD_KEYS.filter((k) => !['cache', 'offline', 'persist', 'relaxedSimd', 'worker'].includes(k)))) },
 );
 
 /** Runs one recipe call on the page's model `window.M`; returns how it ended. */
