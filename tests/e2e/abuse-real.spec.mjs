@@ -12,10 +12,10 @@
 // The seed: GGWEB_FC_SEED (default below), printed with any failure; GGWEB_FC_RUNS the
 // number of cases per transport; GGWEB_FC_VERBOSE=1 prints every error.
 //   node --test tests/e2e/abuse-real.spec.mjs
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
-import { MODELS_DIR, launch, openPage, serve } from './helpers.mjs';
+import { MODELS_DIR, useHarness } from './helpers.mjs';
 
 assert.ok(MODELS_DIR, 'the shared models (tiny-gpt2-f16.gguf) are needed: set GGWEB_MODELS_DIR');
 const F16 = '/shared-models/tiny-gpt2-f16.gguf';
@@ -44,64 +44,38 @@ const ALLOWED = {
   _debugLoseDevice: ['unsupported'],
 };
 
-let server;
-let browser;
-let page;
-let problems;
-
-before(async () => {
-  server = await serve();
-  browser = await launch();
-  ({ page, problems } = await openPage(browser, `${server.url}e2e/harness.html`));
-  await page.evaluate(async () => {
-    window.G = await import('/ggweb.js');
-    window.settle = async (p, ms) => {
-      let timer;
-      const hang = new Promise((r) => { timer = setTimeout(() => r({ hang: true }), ms); });
-      const done = (async () => {
-        try {
-          return { ok: true, value: await p };
-        } catch (e) {
-          return { ok: false, name: e?.name, code: e?.code, message: String(e?.message), isGgweb: e instanceof window.G.GgwebError };
-        }
-      })();
-      try { return await Promise.race([done, hang]); } finally { clearTimeout(timer); }
-    };
-    /** Builds the JS value a recipe from the Node side describes (values JSON cannot carry). */
-    window.make = (r) => {
-      const m = window.make;
-      switch (r.t) {
-        case 'num': return { NaN: NaN, Inf: Infinity, '-Inf': -Infinity, '-0': -0 }[r.v] ?? r.v;
-        case 'str': return r.repeat ? r.v.repeat(r.repeat) : r.v;
-        case 'bool': return r.v;
-        case 'null': return null;
-        case 'undef': return undefined;
-        case 'bigint': return BigInt(r.v);
-        case 'sym': return Symbol(r.v);
-        case 'fn': return () => 1;
-        case 'signal': return new AbortController().signal;
-        case 'date': return new Date(0);
-        case 'map': return new Map([[1, 2]]);
-        case 'dataview': return new DataView(new ArrayBuffer(8));
-        case 'arr': return r.items.map(m);
-        case 'arraylike': return Object.fromEntries([['length', r.items.length], ...r.items.map((x, i) => [i, m(x)])]);
-        case 'typed': return r.kind.startsWith('Big') ? new globalThis[r.kind](r.items.map((x) => BigInt(Math.trunc(x)))) : new globalThis[r.kind](r.items);
-        case 'obj': {
-          const o = {};
-          for (const [k, v] of r.entries) Object.defineProperty(o, k, { value: m(v), enumerable: true, configurable: true, writable: true });
-          if (r.symbolKey) o[Symbol('k')] = 1;
-          return o;
-        }
-        default: throw new Error(`unknown recipe ${r.t}`);
+/** window.make: builds the JS value a recipe from the Node side describes (values JSON cannot carry). */
+function setupMake() {
+  window.make = (r) => {
+    const m = window.make;
+    switch (r.t) {
+      case 'num': return { NaN: NaN, Inf: Infinity, '-Inf': -Infinity, '-0': -0 }[r.v] ?? r.v;
+      case 'str': return r.repeat ? r.v.repeat(r.repeat) : r.v;
+      case 'bool': return r.v;
+      case 'null': return null;
+      case 'undef': return undefined;
+      case 'bigint': return BigInt(r.v);
+      case 'sym': return Symbol(r.v);
+      case 'fn': return () => 1;
+      case 'signal': return new AbortController().signal;
+      case 'date': return new Date(0);
+      case 'map': return new Map([[1, 2]]);
+      case 'dataview': return new DataView(new ArrayBuffer(8));
+      case 'arr': return r.items.map(m);
+      case 'arraylike': return Object.fromEntries([['length', r.items.length], ...r.items.map((x, i) => [i, m(x)])]);
+      case 'typed': return r.kind.startsWith('Big') ? new globalThis[r.kind](r.items.map((x) => BigInt(Math.trunc(x)))) : new globalThis[r.kind](r.items);
+      case 'obj': {
+        const o = {};
+        for (const [k, v] of r.entries) Object.defineProperty(o, k, { value: m(v), enumerable: true, configurable: true, writable: true });
+        if (r.symbolKey) o[Symbol('k')] = 1;
+        return o;
       }
-    };
-  });
-});
+      default: throw new Error(`unknown recipe ${r.t}`);
+    }
+  };
+}
 
-after(async () => {
-  await browser?.close();
-  await server?.close();
-});
+const web = useHarness({}, setupMake);
 
 // --- recipes: what a careless or hostile caller passes -------------------------------------
 
@@ -196,7 +170,7 @@ const call = fc.oneof(
 
 /** Runs one recipe call on the page's model `window.M`; returns how it ended. */
 function runCall(recipe) {
-  return page.evaluate(async ({ recipe, bound }) => {
+  return web.page.evaluate(async ({ recipe, bound }) => {
     const { G, make, settle } = window;
     const m = window.M;
     const [method, ...args] = recipe;
@@ -240,7 +214,7 @@ function runCall(recipe) {
 for (const worker of [true, false]) {
   describe(`property-based, ${worker ? 'in a worker' : 'on the page thread'}`, () => {
     test(`${RUNS} random calls settle with success or a documented GgwebError; the model is unharmed (seed ${SEED})`, { timeout: 900_000 }, async () => {
-      await page.evaluate(async (worker) => {
+      await web.page.evaluate(async (worker) => {
         window.M = await window.G.Model.load('/shared-models/tiny-gpt2-f16.gguf', { worker, nThreads: 1 });
       }, worker);
       const seen = {};
@@ -263,7 +237,7 @@ for (const worker of [true, false]) {
       console.log(`property run (${worker ? 'worker' : 'page'}, seed ${SEED}): ${JSON.stringify(seen)}`);
       // Afterwards the abused model's logits equal a fresh model's (1e-4: the prompt cache's
       // documented bound, ggweb.d.ts `logits`).
-      const cmp = await page.evaluate(async (worker) => {
+      const cmp = await web.page.evaluate(async (worker) => {
         const ids = [464, 2068, 7586, 21831, 18045, 625];
         const abused = await window.M.logits(ids);
         const fresh = await window.G.Model.load('/shared-models/tiny-gpt2-f16.gguf', { worker, nThreads: 1 });
@@ -284,7 +258,7 @@ for (const worker of [true, false]) {
 
 /** Dedicated workers alive in the browser now (the model's worker.js and its pool's cpu-thread.js). */
 async function liveWorkers() {
-  const cdp = await browser.newBrowserCDPSession();
+  const cdp = await web.browser.newBrowserCDPSession();
   try {
     const { targetInfos } = await cdp.send('Target.getTargets');
     return targetInfos.filter((t) => t.type === 'worker').map((t) => t.url.replace(/^.*\//, ''));
@@ -306,7 +280,7 @@ async function workersGone(ms = 3000) {
 
 describe('lifecycle in the default threaded worker', () => {
   test('the page is cross-origin isolated and a default load runs 2 threads in a worker (so the cycles below test the pool)', async () => {
-    const v = await page.evaluate(async () => {
+    const v = await web.page.evaluate(async () => {
       const m = await window.G.Model.load('/shared-models/tiny-gpt2-f16.gguf');
       const i = m.info();
       await m.dispose();
@@ -320,7 +294,7 @@ describe('lifecycle in the default threaded worker', () => {
   });
 
   test('25 load → generate → dispose cycles leave no worker alive and the page heap flat', { timeout: 600_000 }, async () => {
-    const cdp = await page.context().newCDPSession(page);
+    const cdp = await web.page.context().newCDPSession(web.page);
     const heap = async () => {
       await cdp.send('HeapProfiler.collectGarbage');
       return (await cdp.send('Runtime.getHeapUsage')).usedSize;
@@ -328,7 +302,7 @@ describe('lifecycle in the default threaded worker', () => {
     const left = [];
     let heap5 = 0;
     for (let i = 0; i < 25; i++) {
-      const text = await page.evaluate(async () => {
+      const text = await web.page.evaluate(async () => {
         const m = await window.G.Model.load('/shared-models/tiny-gpt2-f16.gguf');
         let s = '';
         for await (const t of m.generate('Hello', { maxTokens: 4, temperature: 0 })) s += t.text;
@@ -348,7 +322,7 @@ describe('lifecycle in the default threaded worker', () => {
   });
 
   test('dispose during a generation, twice at once, during logits; a load aborted midway: "disposed"/"aborted", no worker left', { timeout: 120_000 }, async () => {
-    const v = await page.evaluate(async () => {
+    const v = await web.page.evaluate(async () => {
       const { G, settle } = window;
       const out = {};
       // During a generation: the iteration ends with 'disposed' (or had ended), no hang.
@@ -396,5 +370,5 @@ describe('lifecycle in the default threaded worker', () => {
 });
 
 test('the page saw no uncaught errors', () => {
-  assert.deepEqual(problems.filter((p) => !/Failed to load resource/.test(p)), []);
+  assert.deepEqual(web.problems.filter((p) => !/Failed to load resource/.test(p)), []);
 });

@@ -6,61 +6,17 @@
 // The same calls on the real module, a property-based run and the worker-leak cycles are in
 // tests/e2e/abuse-real.spec.mjs.
 //   node --test tests/e2e/abuse.spec.mjs
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { launch, makeFakeModel, openPage, serve } from './helpers.mjs';
+import { makeFakeModel, useHarness } from './helpers.mjs';
 
 const { url: MODEL } = makeFakeModel();
 
-let server;
-let browser;
-let page;
-let problems;
+const web = useHarness({ coreUrl: '/e2e/fake-core.js', nBatch: 3 });
 
-before(async () => {
-  server = await serve();
-  browser = await launch();
-  ({ page, problems } = await openPage(browser, `${server.url}e2e/harness.html`));
-  await page.evaluate(async () => {
-    window.G = await import('/ggweb.js');
-    /** Settles `p` as { ok, value } / { ok: false, code, ... }, or { hang: true } after `ms`. */
-    window.settle = async (p, ms = 5000) => {
-      let timer;
-      const hang = new Promise((r) => { timer = setTimeout(() => r({ hang: true }), ms); });
-      const done = (async () => {
-        try {
-          return { ok: true, value: await p };
-        } catch (e) {
-          return { ok: false, name: e?.name, code: e?.code, message: e?.message, isGgweb: e instanceof window.G.GgwebError };
-        }
-      })();
-      try { return await Promise.race([done, hang]); } finally { clearTimeout(timer); }
-    };
-  });
-});
-
-after(async () => {
-  await browser?.close();
-  await server?.close();
-});
-
-/** Runs `body` in the page with `G`, `Model`, `opts` (fake core), `arg` and `settle` in scope. */
-function inPage(worker, body, arg) {
-  return page.evaluate(
-    async ({ worker, body, arg }) => {
-      const G = window.G;
-      const opts = { worker, coreUrl: '/e2e/fake-core.js', nBatch: 3 };
-      // eslint-disable-next-line no-new-func
-      const fn = new Function('G', 'Model', 'opts', 'arg', 'settle', `return (async () => { ${body} })()`);
-      return window.settle(fn(G, G.Model, opts, arg, window.settle), 60000);
-    },
-    { worker, body, arg },
-  );
-}
-
-/** The body's value, failing the test on an error or a hang. */
+/** The body's value (run in the page by web.inPage), failing the test on an error or a hang. */
 async function value(worker, body, arg) {
-  const r = await inPage(worker, body, arg);
+  const r = await web.inPage(worker, body, arg);
   assert.ok(r.ok, `${r.hang ? 'hung' : `${r.code}: ${r.message}`}`);
   return r.value;
 }
@@ -311,5 +267,5 @@ for (const worker of [true, false]) {
 }
 
 test('the page saw no uncaught errors', () => {
-  assert.deepEqual(problems.filter((p) => !/Failed to load resource/.test(p)), []);
+  assert.deepEqual(web.problems.filter((p) => !/Failed to load resource/.test(p)), []);
 });

@@ -6,10 +6,10 @@
 // and a quota too small for the file (CDP Storage.overrideQuotaForOrigin) makes the write
 // fail while the load succeeds, with the warning in cacheNote.
 //   node --test tests/e2e/cache.spec.mjs
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { renameSync, writeFileSync } from 'node:fs';
-import { ARTIFACTS, launch, makeFakeModel, openPage, serve } from './helpers.mjs';
+import { ARTIFACTS, makeFakeModel, useHarness } from './helpers.mjs';
 
 const FAKE = makeFakeModel();
 
@@ -30,48 +30,12 @@ function writeModel(name, size, seed) {
   return h;
 }
 
-let server;
-let browser;
-let page;
-let origin;
+const web = useHarness({ coreUrl: '/e2e/fake-core.js' });
+const { inPage } = web;
+/** The test server's origin (known once the harness's `before` has run). */
+const origin = () => new URL(web.server.url).origin;
 
-before(async () => {
-  server = await serve();
-  browser = await launch();
-  ({ page } = await openPage(browser, `${server.url}e2e/harness.html`));
-  origin = new URL(server.url).origin;
-  await page.evaluate(async () => {
-    window.G = await import('/ggweb.js');
-    window.run = async (fn) => {
-      try {
-        return { ok: true, value: await fn() };
-      } catch (e) {
-        return { ok: false, name: e.name, code: e.code, message: e.message, isGgweb: e instanceof window.G.GgwebError };
-      }
-    };
-  });
-});
-
-after(async () => {
-  await browser?.close();
-  await server?.close();
-});
-
-/** Runs `body` in the page with `Model`, `opts` (fake core, the transport) and `arg` in scope. */
-function inPage(worker, body, arg) {
-  return page.evaluate(
-    async ({ worker, body, arg }) => {
-      const Model = window.G.Model;
-      const opts = { worker, coreUrl: '/e2e/fake-core.js' };
-      // eslint-disable-next-line no-new-func
-      const fn = new Function('Model', 'opts', 'arg', `return (async () => { ${body} })()`);
-      return window.run(() => fn(Model, opts, arg));
-    },
-    { worker, body, arg },
-  );
-}
-
-const tally = async (key) => (await fetch(`${server.url}__test/tally/${key}`)).json();
+const tally = async (key) => (await fetch(`${web.server.url}__test/tally/${key}`)).json();
 
 for (const worker of [true, false]) {
   describe(worker ? 'in a worker' : 'on the page thread', () => {
@@ -83,7 +47,7 @@ for (const worker of [true, false]) {
       const v1 = writeModel(file, 200004, 1);
       const key = `cache-${tag}`;
       const path = `/__test/validated/${key}/artifacts/${file}`;
-      const url = `${origin}${path}`;
+      const url = `${origin()}${path}`;
       const load = (extra = {}) => inPage(worker, `
         const m = await Model.load(arg.path, { ...opts, cache: arg.cache, ...arg.extra });
         const i = m.info();
@@ -199,8 +163,8 @@ for (const worker of [true, false]) {
     test('a write over the origin\'s quota fails: the load succeeds, info().load.cacheNote warns, nothing is stored', async () => {
       const file = `cache-spec-quota-${tag}.gguf`;
       const fnv = writeModel(file, 1 << 20, 4);
-      const cdp = await page.context().newCDPSession(page);
-      await cdp.send('Storage.overrideQuotaForOrigin', { origin, quotaSize: 64 * 1024 });
+      const cdp = await web.page.context().newCDPSession(web.page);
+      await cdp.send('Storage.overrideQuotaForOrigin', { origin: origin(), quotaSize: 64 * 1024 });
       try {
         const r = await inPage(worker, `
           await Model.cache.clear({ cache: arg.cache });
@@ -224,7 +188,7 @@ for (const worker of [true, false]) {
         // The page-thread load warns on the page's console; a worker's warning is the worker's.
         if (!worker) assert.deepEqual(r.value.warnings, [`ggweb: ${r.value.note}`]);
       } finally {
-        await cdp.send('Storage.overrideQuotaForOrigin', { origin });
+        await cdp.send('Storage.overrideQuotaForOrigin', { origin: origin() });
         await cdp.detach();
       }
     });

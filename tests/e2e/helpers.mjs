@@ -96,3 +96,61 @@ export function makeFakeModel() {
   for (const b of bytes) h = Math.imul(h ^ b, 0x01000193) >>> 0;
   return { url: '/artifacts/fake-model.gguf', size, fnv1a: h };
 }
+
+/**
+ * The page most specs drive, for one spec file: the repository served and Chromium launched
+ * (`before`/`after` hooks), tests/e2e/harness.html open with `window.G` (ggweb.js),
+ * `window.run(fn)` (fn's value, or its error as a plain object: name, code, message, details,
+ * isGgweb) and `window.settle(promise, ms)` (the same for a promise, or { hang: true } when it
+ * has not settled after `ms`). `setup`, a function run in the page after that, adds a spec's
+ * own helpers. Returns { server, browser, page, problems, inPage }, filled once `before` ran:
+ * `inPage(worker, body, arg, opts)` runs `body` (an async function body) in the page with `G`,
+ * `Model`, `opts` ({ worker, ...baseOpts, ...opts }), `arg` and `settle` in scope, and
+ * returns `window.settle`'s result (bounded at 2 minutes).
+ */
+export function useHarness(baseOpts = {}, setup = null) {
+  const h = { server: null, browser: null, page: null, problems: null };
+  before(async () => {
+    h.server = await serve();
+    h.browser = await launch();
+    ({ page: h.page, problems: h.problems } = await openPage(h.browser, `${h.server.url}e2e/harness.html`));
+    await h.page.evaluate(async () => {
+      window.G = await import('/ggweb.js');
+      const asObject = (e) => ({
+        ok: false, name: e?.name, code: e?.code, message: String(e?.message), details: e?.details, isGgweb: e instanceof window.G.GgwebError,
+      });
+      window.run = async (fn) => {
+        try {
+          return { ok: true, value: await fn() };
+        } catch (e) {
+          return asObject(e);
+        }
+      };
+      window.settle = async (p, ms = 5000) => {
+        let timer;
+        const hang = new Promise((r) => { timer = setTimeout(() => r({ hang: true }), ms); });
+        try {
+          return await Promise.race([window.run(() => p), hang]);
+        } finally {
+          clearTimeout(timer);
+        }
+      };
+    });
+    if (setup) await h.page.evaluate(setup);
+  });
+  after(async () => {
+    await h.browser?.close();
+    await h.server?.close();
+  });
+  h.inPage = (worker, body, arg, opts = {}) => h.page.evaluate(
+    async ({ body, arg, opts }) => {
+      const G = window.G;
+      // eslint-disable-next-line no-new-func
+      const fn = new Function('G', 'Model', 'opts', 'arg', 'settle', `return (async () => { ${body} })()`);
+      // A body that never settles fails its test (after 2 minutes) instead of hanging the run.
+      return window.settle(fn(G, G.Model, opts, arg, window.settle), 120000);
+    },
+    { body, arg, opts: { worker, ...baseOpts, ...opts } },
+  );
+  return h;
+}

@@ -4,52 +4,17 @@
 // /__test/hub-cdn/, Range, 401/404 with X-Error-Code); the default hub is only ever named,
 // never fetched (a copy stored under its URL is loaded with `offline: true`).
 //   node --test tests/e2e/hub.spec.mjs
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { MODELS_DIR, launch, makeFakeModel, openPage, serve } from './helpers.mjs';
+import { MODELS_DIR, makeFakeModel, useHarness } from './helpers.mjs';
 
 const FAKE = makeFakeModel(); // tests/artifacts/fake-model.gguf: repo ggweb-test/artifacts
 const FILE = FAKE.url.replace('/artifacts/', '');
 
-let server;
-let browser;
-let page;
+const web = useHarness({ coreUrl: '/e2e/fake-core.js', hubUrl: '/__test/hub' });
+const { inPage } = web;
 
-before(async () => {
-  server = await serve();
-  browser = await launch();
-  ({ page } = await openPage(browser, `${server.url}e2e/harness.html`));
-  await page.evaluate(async () => {
-    window.G = await import('/ggweb.js');
-    window.run = async (fn) => {
-      try {
-        return { ok: true, value: await fn() };
-      } catch (e) {
-        return { ok: false, code: e.code, message: e.message, details: e.details, isGgweb: e instanceof window.G.GgwebError };
-      }
-    };
-  });
-});
-
-after(async () => {
-  await browser?.close();
-  await server?.close();
-});
-
-function inPage(worker, body, arg) {
-  return page.evaluate(
-    async ({ worker, body, arg }) => {
-      const Model = window.G.Model;
-      const opts = { worker, coreUrl: '/e2e/fake-core.js', hubUrl: '/__test/hub' };
-      // eslint-disable-next-line no-new-func
-      const fn = new Function('Model', 'opts', 'arg', `return (async () => { ${body} })()`);
-      return window.run(() => fn(Model, opts, arg));
-    },
-    { worker, body, arg },
-  );
-}
-
-const tally = async () => (await fetch(`${server.url}__test/tally/hub-cdn`)).json();
+const tally = async () => (await fetch(`${web.server.url}__test/tally/hub-cdn`)).json();
 
 for (const worker of [true, false]) {
   describe(worker ? 'in a worker' : 'on the page thread', () => {
@@ -80,7 +45,7 @@ for (const worker of [true, false]) {
         return codes;
       `, FILE);
       assert.ok(r.ok, r.message);
-      const base = `${server.url.replace(/\/$/, '')}/__test/hub`;
+      const base = `${web.server.url.replace(/\/$/, '')}/__test/hub`;
       assert.deepEqual(r.value, [
         ['http', `HTTP 404 Not Found fetching ${base}/ggweb-test/artifacts/resolve/nope/${FILE} (Hub repo ggweb-test/artifacts, file "${FILE}", revision "nope": is each spelt right?)`,
           404, `${base}/ggweb-test/artifacts/resolve/nope/${FILE}`],
@@ -109,7 +74,7 @@ for (const worker of [true, false]) {
       `, FILE);
       assert.ok(r.ok, r.message);
       assert.deepEqual(r.value, {
-        v1: 'download', v2: ['cache', null], list: [`${server.url}__test/hub/ggweb-test/artifacts/resolve/main/${FILE}`], has: [true, false],
+        v1: 'download', v2: ['cache', null], list: [`${web.server.url}__test/hub/ggweb-test/artifacts/resolve/main/${FILE}`], has: [true, false],
       });
     });
   });
@@ -119,10 +84,10 @@ test('Model.inspect reads a Hub file\'s header with Range requests through the r
   assert.ok(MODELS_DIR, 'the shared models are needed');
   const before = await tally();
   // The real wasm inspector (the fake core cannot plan); tests/fixtures/ is repo ggweb-test/fixtures.
-  const r = await page.evaluate(() => window.run(() => window.G.Model.inspect('ggweb-test/fixtures',
+  const r = await web.page.evaluate(() => window.run(() => window.G.Model.inspect('ggweb-test/fixtures',
     { file: 'llamacpp/tiny-gpt2-q8_0.gguf', hubUrl: '/__test/hub', revision: 'main' })));
   assert.ok(r.ok, r.message);
-  const direct = await page.evaluate(() => window.run(() => window.G.Model.inspect('/tests/fixtures/llamacpp/tiny-gpt2-q8_0.gguf')));
+  const direct = await web.page.evaluate(() => window.run(() => window.G.Model.inspect('/tests/fixtures/llamacpp/tiny-gpt2-q8_0.gguf')));
   assert.ok(direct.ok, direct.message);
   assert.deepEqual(r.value.hparams, direct.value.hparams);
   assert.deepEqual(r.value.memory, direct.value.memory);
@@ -131,7 +96,7 @@ test('Model.inspect reads a Hub file\'s header with Range requests through the r
   const t = await tally();
   assert.equal(t.requests - before.requests, r.value.source.requests);
   assert.deepEqual(t.ranges.slice(before.ranges.length)[0], 'bytes=0-2097151');
-  const missing = await page.evaluate(() => window.run(() => window.G.Model.inspect('ggweb-test/fixtures',
+  const missing = await web.page.evaluate(() => window.run(() => window.G.Model.inspect('ggweb-test/fixtures',
     { file: 'nope.gguf', hubUrl: '/__test/hub' })));
   assert.equal(missing.code, 'http');
   assert.match(missing.message, /^HTTP 404 Not Found fetching http:\/\/localhost:\d+\/__test\/hub\/ggweb-test\/fixtures\/resolve\/main\/nope\.gguf /);
