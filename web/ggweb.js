@@ -546,9 +546,12 @@ export class Model {
   /**
    * Streams a continuation of `prompt` (a string or token ids):
    * `for await (const { token, text } of model.generate(...))`. The KV cache is reused for
-   * the longest prefix it shares with the previous call's tokens (`stats.cachedTokens`).
-   * Aborting `signal` makes the iteration throw GgwebError('aborted'); `break` stops quietly.
-   * The returned iterator's `stats` promise resolves to timing and stop reason when it ends.
+   * the longest prefix it shares with the previous call's tokens (`stats.cachedTokens`)
+   * unless `reusePrompt: false`. The model runs at most GENERATE_AHEAD (4) tokens ahead of
+   * the reader. Aborting `signal` makes the iteration throw GgwebError('aborted'); `break`
+   * stops quietly. The returned iterator's `stats` promise resolves to timing and stop
+   * reason when the run ends ('cancelled' after break/return()/abort), and
+   * `toReadableStream()` gives the items as a ReadableStream.
    * A bad argument makes the first next() reject with code 'invalid'.
    */
   generate(prompt, options = undefined) {
