@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # npm test: everything, from a fresh Debian machine with Rust.
-#   1. setup (idempotent installs)        2. cargo test (native: unit, integration, doc tests),
+#   1. setup (idempotent installs); 1b. types: web/ggweb.d.ts under tsc --strict (tests/types/)
+#   2. cargo test (native: unit, integration, doc tests),
 #      then PyPI's gguf reading a file our writer made (tests/gguf_support/check_with_pypi_gguf.py)
 #   3. no_std core build for wasm32       4. wasm tests (wasm-pack test) in headless Chromium, Firefox
 #   5. release wasm builds (web/pkg*)   6. browser tests (tests/e2e/*.spec.mjs, Playwright; then
@@ -87,6 +88,13 @@ STEP=setup
 t0=$(date +%s)
 bash scripts/setup.sh
 SUMMARY+=("setup: $(($(date +%s) - t0)) s")
+
+# 1b. the public types as an app compiles them: tsc --strict --noEmit over tests/types/usage.ts
+# (every method, option and result field) and typos.ts (mistakes that must not compile)
+run_step types node --test --test-reporter=spec tests/types/*.test.mjs
+n=$(count_node_test "$LOGS/types.log" "type checks")
+PASSED=$((PASSED + n))
+SUMMARY+=("types (tsc --strict --noEmit, TypeScript $(node -p "require('typescript/package.json').version")): $n passed ($STEP_SECS s)")
 
 # 2. native tests
 run_step native cargo test --color never

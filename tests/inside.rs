@@ -205,6 +205,10 @@ fn prompt_cache_continuation_equals_fresh_greedy() {
     assert!(cached >= shared, "cachedTokens {cached} < shared prefix {shared}");
     assert_eq!(s.stats().cached_tokens, cached);
     let (fresh, _) = run(&mut session(4), &cont, greedy(6));
+    // reuse_prompt false: the same prompt again is evaluated from position 0, same tokens.
+    let (again, none) = run(&mut s, &cont, GenerateOptions { reuse_prompt: false, ..greedy(6) });
+    assert_eq!((none, s.stats().cached_tokens), (0, 0));
+    assert_eq!(again.iter().map(|i| i.token).collect::<Vec<_>>(), fresh.iter().map(|i| i.token).collect::<Vec<_>>());
     assert_eq!(second.iter().map(|i| i.token).collect::<Vec<_>>(), fresh.iter().map(|i| i.token).collect::<Vec<_>>());
     // And a fresh greedy run of 12 from the prompt gives the same 12 tokens.
     let (twelve, _) = run(&mut session(32), &hello, greedy(12));
@@ -285,9 +289,13 @@ fn every_unknown_option_is_refused_by_name() {
     }
     // Every documented key is accepted.
     let all = r#"{"maxTokens":1,"temperature":0,"topK":1,"topP":1,"minP":0.1,"seed":1,"repeatPenalty":1,
-        "repeatLastN":8,"topLogprobs":2,"stop":["x"],"logitBias":{"5":-1.5,"6":"-Infinity"},"ignoreEos":true}"#;
+        "repeatLastN":8,"topLogprobs":2,"stop":["x"],"logitBias":{"5":-1.5,"6":"-Infinity"},"ignoreEos":true,"reusePrompt":false}"#;
     let o = parse_generate(all).unwrap();
-    assert_eq!(GENERATE_KEYS.len(), 12);
+    assert_eq!(GENERATE_KEYS.len(), 13);
+    assert!(!o.reuse_prompt);
+    assert!(parse_generate("{}").unwrap().reuse_prompt, "the prompt cache is on by default");
+    let e = parse_generate(r#"{"reusePrompt":0}"#).unwrap_err();
+    assert_eq!(e.to_string(), "generation options: reusePrompt must be true or false, got 0");
     assert_eq!(o.logit_bias, vec![(5, -1.5), (6, f32::NEG_INFINITY)]);
     assert_eq!((o.sampling.min_p, o.top_logprobs, o.ignore_eos), (0.1, 2, true));
     assert_eq!(parse_score(r#"{"topK":7}"#).unwrap(), 7);

@@ -118,10 +118,12 @@ async fn f32_model_streamed_in_64k_chunks_matches_hf_logits_and_ids() {
     let mut m = ok(l.finish());
 
     let text = m.info();
-    // Keys in a fixed order (the demo lists them so), eps in f32's shortest form.
+    // Keys in a fixed order (the demo lists them so), eps in f32's shortest form; the
+    // snake_case names after the camelCase ones are deprecated duplicates (one release).
     let head = concat!(
-        r#"{"arch":"gpt2","hparams":{"n_vocab":50257,"n_ctx":128,"n_ctx_train":128,"n_embd":64,"n_head":4,"#,
-        r#""n_layer":2,"n_ff":256,"n_batch":32,"eps":0.00001},"backend":"cpu","memory":{"weights":26164736,"kv":131072,"compute":"#
+        r#"{"arch":"gpt2","hparams":{"nVocab":50257,"nCtx":128,"nCtxTrain":128,"nEmbd":64,"nHead":4,"#,
+        r#""nLayer":2,"nFf":256,"nBatch":32,"eps":0.00001,"n_vocab":50257,"n_ctx":128,"n_ctx_train":128,"n_embd":64,"#,
+        r#""n_head":4,"n_layer":2,"n_ff":256,"n_batch":32},"backend":"cpu","memory":{"weights":26164736,"kv":131072,"compute":"#
     );
     assert!(text.starts_with(head), "{text}");
     let info: Value = serde_json::from_str(&text).unwrap();
@@ -133,6 +135,12 @@ async fn f32_model_streamed_in_64k_chunks_matches_hf_logits_and_ids() {
         .map(|k| hp[k].as_u64().unwrap())
         .collect();
     assert_eq!(got, [50257, 128, 128, 64, 4, 2, 256, 32]);
+    let camel: Vec<u64> = ["nVocab", "nCtx", "nCtxTrain", "nEmbd", "nHead", "nLayer", "nFf", "nBatch"]
+        .iter()
+        .map(|k| hp[k].as_u64().unwrap())
+        .collect();
+    assert_eq!(camel, got);
+    assert_eq!((&info["tokenizer"]["nVocab"], &info["tokenizer"]["n_vocab"]), (&Value::from(50257), &Value::from(50257)));
     assert_eq!(info["tokenizer"]["eos"], 50256);
     // Weights: every tensor's F32 data, each at a 64-byte-aligned offset (CPU buffers): token_embd
     // and output 2 × 64 × 50257 × 4, position_embd 64 × 128 × 4, output_norm 2 × 256, and per

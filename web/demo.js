@@ -233,8 +233,8 @@ function showInspection(src, r) {
   const m = r.memory;
   const needs = `needs ${formatBytes(m.total)} on ${r.backend.toUpperCase()} (weights ${formatBytes(m.weights)}, ` +
     `KV ${formatBytes(m.kv)} ${m.kvType}${m.compute === null ? '' : `, compute ${formatBytes(m.compute)}`})`;
-  el.inspectResult.textContent = `${src.name}: GPT-2, ${h.n_layer} layers × ${h.n_embd}, ${h.n_head} heads, ` +
-    `n_ctx ${h.n_ctx} · ${types} · ${needs} · ` +
+  el.inspectResult.textContent = `${src.name}: GPT-2, ${h.nLayer} layers × ${h.nEmbd}, ${h.nHead} heads, ` +
+    `n_ctx ${h.nCtx} · ${types} · ${needs} · ` +
     `${r.fits.ok ? 'fits here' : 'does not fit here'} (header: ${formatBytes(r.source.bytesRead)} read)`;
   el.inspectResult.dataset.fits = String(r.fits.ok);
   el.inspectWarning.hidden = r.fits.ok;
@@ -336,7 +336,7 @@ async function load() {
 function splitText(info) {
   const s = info.split;
   if (!s || typeof s !== 'object') return undefined;
-  const nLayer = info.hparams?.n_layer;
+  const nLayer = info.hparams?.nLayer;
   const gpu = s.backends?.find((b) => b !== 'CPU');
   const where = gpu
     ? `${s.gpuLayers} of ${nLayer} layers on ${gpu}${s.embeddingsOnGpu ? ' (embeddings too)' : ''}`
@@ -354,7 +354,8 @@ function showInfo(info) {
   add('backend', info.backend ?? info.load.backend);
   if (info.threads) add('CPU threads', `${info.threads.n} (${info.threads.build})${info.threads.reason ? ': ' + info.threads.reason : ''}`);
   if (info.hparams && typeof info.hparams === 'object') {
-    add('hyperparameters', Object.entries(info.hparams).map(([k, v]) => `${k}=${v}`).join(' '));
+    // The camelCase names; the snake_case duplicates (deprecated, one release) are left out.
+    add('hyperparameters', Object.entries(info.hparams).filter(([k]) => !k.includes('_')).map(([k, v]) => `${k}=${v}`).join(' '));
   }
   if (info.memory && typeof info.memory === 'object') {
     const parts = Object.entries(info.memory).filter(([, v]) => typeof v === 'number');
@@ -449,7 +450,7 @@ async function lookInside() {
     const t0 = performance.now();
     const info = model.info();
     let ids = Array.from(await model.tokenize(el.insideText.value));
-    const nCtx = info.hparams?.n_ctx ?? ids.length;
+    const nCtx = info.hparams?.nCtx ?? ids.length;
     const cut = ids.length > nCtx;
     ids = ids.slice(0, nCtx);
     if (ids.length < 2) throw new GgwebError('invalid', 'Look inside needs a text of at least two tokens.');
@@ -461,7 +462,7 @@ async function lookInside() {
     await Promise.all([...vocab].map(async (id) => text.set(id, await model.detokenize([id]))));
     inside = {
       ids, text, score, attn: trace.attn, n: ids.length,
-      nHead: info.hparams?.n_head ?? 1, nLayer: trace.attn.length,
+      nHead: info.hparams?.nHead ?? 1, nLayer: trace.attn.length,
     };
     renderGltr();
     fillSelect(el.attnLayer, inside.nLayer);

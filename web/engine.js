@@ -128,6 +128,8 @@ export function generateParams(opts = {}) {
   check('topP', { min: 0, max: 1 });
   check('repeatPenalty', { min: 0 });
   set('seed', num(src.seed, 'seed', { min: 0, max: 0xffffffff, int: true }) ?? Math.floor(Math.random() * 0x100000000));
+  // Sent only when given (the wasm side's default is true, and it checks it again).
+  if (src.reusePrompt !== undefined && src.reusePrompt !== null) set('reusePrompt', boolOption(src.reusePrompt, 'reusePrompt', true));
   if (src.logitBias !== undefined && src.logitBias !== null) {
     if (!isPlainObject(src.logitBias)) {
       throw new GgwebError('invalid', `logitBias must be an object { [tokenId]: bias }, got ${show(src.logitBias)}`);
@@ -144,6 +146,46 @@ export function generateParams(opts = {}) {
   return out;
 }
 
+/**
+ * Flow control: the tokens a generation may run ahead of its reader. The engine computes the
+ * next token only while fewer than this many yielded ones are unread (not yet handed out by
+ * the page's iterator), so a consumer that stops reading stops the model.
+ */
+export const GENERATE_AHEAD = 4;
+
+/**
+ * Runs engine.generate for a transport (worker.js, or ggweb.js on the page thread): sends
+ * { type: 'token', data } per item and then { type: 'done', value: stats }, or throws.
+ * Returns { done, cancel(), read(n) }: `read(n)` says the reader has taken n tokens; the run
+ * waits while GENERATE_AHEAD sent ones are unread, until read, cancelled or disposed.
+ */
+export function driveGeneration(engine, prompt, opts, send) {
+  const s = { cancelled: false, read: 0, wake: null };
+  const wake = () => {
+    const w = s.wake;
+    s.wake = null;
+    if (w) { engine.wakers.delete(w); w(); }
+  };
+  const done = (async () => {
+    const it = engine.generate(prompt, opts, () => s.cancelled);
+    for (let sent = 0; ;) {
+      const r = await it.next();
+      if (r.done) return send({ type: 'done', value: r.value });
+      send({ type: 'token', data: r.value });
+      sent++;
+      // engine.dispose() wakes this through engine.wakers; the generator then sees it and ends.
+      while (sent - s.read >= GENERATE_AHEAD && !s.cancelled && !engine.disposed) {
+        await new Promise((r) => { s.wake = r; engine.wakers.add(r); });
+      }
+    }
+  })();
+  return {
+    done,
+    cancel() { s.cancelled = true; wake(); },
+    read(n) { s.read = Math.max(s.read, n); wake(); },
+  };
+}
+
 export class Engine {
   /** @param {string|null} coreUrl absolute URL of a custom build's wasm-bindgen glue, or null for the package's builds (builds.js) */
   constructor(coreUrl) {
@@ -154,6 +196,7 @@ export class Engine {
     this.disposed = false;
     this.busy = null; // what is running: 'load' | 'generate' | 'logits'
     this.current = null; // { cancelled, done: Promise } of the running generation
+    this.wakers = new Set(); // generations waiting for their reader (driveGeneration); dispose wakes them
     this.lost = null; // the 'device_lost' GgwebError, once the WebGPU device is gone
   }
 
@@ -704,6 +747,8 @@ export class Engine {
     if (this.disposed) return this.freed;
     this.disposed = true;
     this.cancelGeneration();
+    for (const w of this.wakers) w();
+    this.wakers.clear();
     const m = this.model;
     this.model = null;
     // Free now unless a generation is mid-step; then free when it ends.

@@ -179,6 +179,10 @@ export interface GenerateOptions {
   topLogprobs?: number;
   /** Parse special tokens such as <|endoftext|> in the prompt (default false). */
   special?: boolean;
+  /** Reuse the KV cache for the longest prefix the prompt shares with the tokens it holds
+   *  (the prompt cache; default true). false evaluates the whole prompt again
+   *  (stats.cachedTokens 0): for timing, or to rule the cache out. */
+  reusePrompt?: boolean;
   /** Aborting makes the iteration throw GgwebError code 'aborted'. */
   signal?: AbortSignal;
 }
@@ -269,8 +273,11 @@ export interface TraceResult {
 
 export interface GenerateStats {
   promptTokens: number;
-  /** Prompt tokens reused from the KV cache (the previous call's prompt and output). */
+  /** Prompt tokens reused from the KV cache (the previous call's prompt and output); 0
+   *  with `reusePrompt: false`. */
   cachedTokens: number;
+  /** Tokens generated. The model runs at most 4 tokens ahead of the reader, so after a
+   *  `break` this is at most 4 more than the tokens read. */
   tokens: number;
   promptMs: number;
   genMs: number;
@@ -285,35 +292,94 @@ export interface GenerateStats {
   webgpu?: WebGpuStats;
 }
 
+/**
+ * A running generation: an async iterator of tokens. The model computes at most 4 tokens
+ * ahead of what was read (flow control): a reader that pauses pauses the model, and a
+ * generation nobody reads holds the model (calls are 'busy') until it is stopped with
+ * `break`, `return()`, its signal or dispose().
+ */
 export interface Generation extends AsyncIterableIterator<GeneratedToken> {
-  /** Resolves when the generation ends: its stats, or null if it failed or was abandoned. */
+  /** Resolves when the generation has ended: its stats, also after `break`, `return()` or
+   *  an abort (`stop: 'cancelled'` with the counts so far); null if it failed (an error,
+   *  a bad argument) or never started (a signal aborted before). */
   readonly stats: Promise<GenerateStats | null>;
+  /** Stops the generation, as `break` does: the model stops at its next step, `stats`
+   *  resolves with stop 'cancelled', a next() still pending ends (done). */
+  return(value?: unknown): Promise<IteratorResult<GeneratedToken>>;
+  /** return(), then rejects with `e`. */
+  throw(e?: unknown): Promise<IteratorResult<GeneratedToken>>;
+  /** The same items as a ReadableStream, pulled one at a time (flow control holds);
+   *  cancelling the stream cancels the generation, a failure errors the stream. Read the
+   *  generation either this way or as an iterator, not both. */
+  toReadableStream(): ReadableStream<GeneratedToken>;
 }
 
+/**
+ * Hyperparameters: `info().hparams` and `Model.inspect(...).hparams`. The snake_case names
+ * of earlier releases are still there, with the same values, for one more release.
+ */
+export interface Hparams {
+  nVocab: number;
+  /** The context length this model was loaded with (LoadOptions.nCtx, or the model's). */
+  nCtx: number;
+  /** The context length the model was trained with (gpt2.context_length). */
+  nCtxTrain: number;
+  nEmbd: number;
+  nHead: number;
+  nLayer: number;
+  /** The feed-forward width. */
+  nFf: number;
+  /** Prompt tokens per step (LoadOptions.nBatch, capped at nCtx). */
+  nBatch: number;
+  /** Layer-norm epsilon. */
+  eps: number;
+  /** @deprecated Use `nVocab`; removed in the next release. */
+  n_vocab: number;
+  /** @deprecated Use `nCtx`; removed in the next release. */
+  n_ctx: number;
+  /** @deprecated Use `nCtxTrain`; removed in the next release. */
+  n_ctx_train: number;
+  /** @deprecated Use `nEmbd`; removed in the next release. */
+  n_embd: number;
+  /** @deprecated Use `nHead`; removed in the next release. */
+  n_head: number;
+  /** @deprecated Use `nLayer`; removed in the next release. */
+  n_layer: number;
+  /** @deprecated Use `nFf`; removed in the next release. */
+  n_ff: number;
+  /** @deprecated Use `nBatch`; removed in the next release. */
+  n_batch: number;
+}
+
+/** What `model.info()` returns: exactly these fields. */
 export interface ModelInfo {
-  /** From the model: 'gpt2'. */
-  arch?: string;
-  /** Hyperparameters (n_vocab, n_ctx, n_embd, n_head, n_layer, ...). */
-  hparams?: Record<string, number>;
-  backend?: string;
+  arch: 'gpt2';
+  hparams: Hparams;
+  /** The backend the model runs on ('auto' resolved). */
+  backend: 'cpu' | 'webgpu';
   /** Bytes planned per use. */
-  memory?: {
-    weights?: number;
-    kv?: number;
-    compute?: number;
+  memory: {
+    weights: number;
+    kv: number;
+    compute: number;
     /** The KV cache's element type (LoadOptions.kvType). */
-    kvType?: 'f16' | 'f32';
-    [k: string]: number | string | undefined;
+    kvType: 'f16' | 'f32';
   };
   /** Where the model runs and what crosses between backends. */
-  split?: ModelSplit;
+  split: ModelSplit;
   /** Why `backend` is not the one asked for ('auto' without WebGPU), or null. */
-  backendNote?: string | null;
+  backendNote: string | null;
   /** Vocabulary size and special token ids (null when the model has none). */
-  tokenizer?: { n_vocab: number; bos: number | null; eos: number | null };
+  tokenizer: {
+    nVocab: number;
+    /** @deprecated Use `nVocab`; removed in the next release. */
+    n_vocab: number;
+    bos: number | null;
+    eos: number | null;
+  };
   /** The wasm instance's linear memory in bytes: below the heap (static data and stack),
    *  when the loader was made, right after the load, and when info was read. */
-  wasmMemory?: { heapBase: number; atLoaderStart: number; afterLoad: number; now: number };
+  wasmMemory: { heapBase: number; atLoaderStart: number; afterLoad: number; now: number };
   /** CPU threads: how many the CPU backend uses (`n`), how many were running when the load
    *  ended (`running`: the rest join as they start), which build was loaded ('pkg',
    *  'pkg-threads', or their '-relaxed' twins: see LoadOptions.relaxedSimd), and why a
@@ -337,21 +403,20 @@ export interface ModelInfo {
      *  not answer within 5 s of opening the CPU backend is ended and replaced once (Firefox
      *  now and then blocks a worker starting the thread pool's Web Workers; not for stream
      *  sources, which the first worker consumed). */
-    workerRestarts?: number;
+    workerRestarts: number;
     /** The kernel warm-up run while the file streamed (CPU models; results are the same
      *  without it): main-thread ms it took, gaps between chunks it ran in, whether it finished. */
-    warmUp?: { ms: number; slices: number; done: boolean };
+    warmUp: { ms: number; slices: number; done: boolean };
     /** Where the engine's part of `ms` went, in ms (the worker's start is outside it):
      *  importing and instantiating the wasm build, opening the backend (WasmLoader.create:
      *  the WebGPU device, the thread pool), waiting for the next chunk of the stream, copying
      *  chunks into the loader (`chunks` of them), the warm-up between chunks, building the
      *  model (WasmLoader.finish) and waiting for the pool's threads to start. */
-    phases?: {
+    phases: {
       wasmMs: number; openMs: number; readWaitMs: number; feedMs: number; chunks: number;
       buildMs: number; threadsMs: number; warmMs: number;
     };
   };
-  [key: string]: unknown;
 }
 
 export interface BackendBytes {
@@ -419,7 +484,7 @@ export interface ModelCache {
 export interface InspectResult {
   arch: 'gpt2';
   /** The same fields and values as a later load's `info().hparams` with the same options. */
-  hparams: Record<string, number>;
+  hparams: Hparams;
   /** The backend planned for ("auto" resolves to "webgpu" or, without an adapter, "cpu"). */
   backend: 'cpu' | 'webgpu';
   backendNote: string | null;
@@ -499,7 +564,9 @@ export declare class Model {
    *  @throws GgwebError 'invalid' (an unknown tap, no taps), 'busy', 'disposed', 'device_lost'. */
   trace(input: ModelInput, options: TraceOptions): Promise<TraceResult>;
   /** Streams a continuation; the KV cache is reused for the longest prefix shared with the
-   *  tokens it holds (stats.cachedTokens). Unknown option keys fail with code 'invalid'.
+   *  tokens it holds (stats.cachedTokens; `reusePrompt: false` turns that off). The model
+   *  runs at most 4 tokens ahead of the reader (see Generation). Unknown option keys fail
+   *  with code 'invalid'.
    *  A bad argument makes the first next() reject (a `signal` that is not an AbortSignal
    *  throws at once).
    *  @throws GgwebError 'invalid' (bad prompt or option, longer than the context), 'busy',

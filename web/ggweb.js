@@ -10,7 +10,7 @@
 // By default the model lives in a Web Worker (worker.js), so the page stays responsive;
 // `{ worker: false }` runs the same code on the calling thread (tests, environments
 // without module workers). Both give the same API and the same errors (GgwebError).
-import { Engine, generateParams, inspectSource, loaderOptions } from './engine.js';
+import { Engine, driveGeneration, generateParams, inspectSource, loaderOptions } from './engine.js';
 import { ERROR_CODES, GgwebError, abortedError, toGgwebError } from './errors.js';
 import { nodeFs, relaxedSimdOption } from './builds.js';
 import { formatBytes, stallTimeout } from './source.js';
@@ -104,20 +104,9 @@ class LocalTransport {
     return this.engine[method](...args);
   }
   generate(prompt, opts, push) {
-    let cancelled = false;
-    (async () => {
-      try {
-        const it = this.engine.generate(prompt, opts, () => cancelled);
-        for (;;) {
-          const r = await it.next();
-          if (r.done) return push({ type: 'done', value: r.value });
-          push({ type: 'token', data: r.value });
-        }
-      } catch (e) {
-        push({ type: 'error', error: toGgwebError(e, 'internal') });
-      }
-    })();
-    return () => { cancelled = true; };
+    const run = driveGeneration(this.engine, prompt, opts, push);
+    run.done.catch((e) => push({ type: 'error', error: toGgwebError(e, 'internal') }));
+    return { cancel: () => run.cancel(), read: (n) => run.read(n) };
   }
   async dispose() {
     this.engine.dispose();
@@ -231,8 +220,9 @@ class WorkerTransport {
   generate(prompt, opts, push) {
     const id = this.nextId;
     this._send({ type: 'generate', prompt, opts }, [], push).catch((e) => push({ type: 'error', error: e }));
-    return () => {
-      if (!this.dead) this.worker.postMessage({ type: 'cancel', id });
+    return {
+      cancel: () => { if (!this.dead) this.worker.postMessage({ type: 'cancel', id }); },
+      read: (n) => { if (!this.dead) this.worker.postMessage({ type: 'read', id, n }); },
     };
   }
 
@@ -246,8 +236,11 @@ class WorkerTransport {
 
 /**
  * An async iterator over pushed events, ending on 'done', failing on 'error' or abort.
- * `start(push)` begins the run and returns its cancel function; if it throws (a bad
- * argument), the first next() rejects with that error.
+ * `start(push)` begins the run and returns its controls `{ cancel(), read(n) }`; if it throws
+ * (a bad argument), the first next() rejects with that error. Every token handed to the
+ * reader is reported with read(n) (flow control: the run waits while GENERATE_AHEAD are
+ * unread). `stats` resolves with the run's own stats once it has ended, also after a
+ * `break`, return() or abort (stop 'cancelled'); null when it failed or never started.
  */
 function tokenStream(start, signal) {
   const queue = [];
@@ -256,36 +249,42 @@ function tokenStream(start, signal) {
   let failure = null;
   let resolveStats;
   const stats = new Promise((r) => (resolveStats = r));
-  let cancel = () => {};
+  let ctl = { cancel() {}, read() {} };
+  let handedOut = 0;
 
+  // The next queued token, counted as read.
+  const take = () => {
+    ctl.read(++handedOut);
+    return { value: queue.shift(), done: false };
+  };
   const wake = () => {
     if (!waiter) return;
     const w = waiter;
     waiter = null;
-    if (queue.length) w.resolve({ value: queue.shift(), done: false });
+    if (queue.length) w.resolve(take());
     else if (failure) w.reject(failure);
     else if (finished) w.resolve({ value: undefined, done: true });
     else waiter = w;
   };
   const push = (m) => {
+    // The run's outcome settles stats even after the reader left (break, return(), abort).
+    if (m.type === 'done') resolveStats(m.value);
+    else if (m.type === 'error') resolveStats(null);
     if (finished || failure) return;
     if (m.type === 'token') queue.push(m.data);
     else if (m.type === 'done') {
       finished = true;
-      resolveStats(m.value);
       if (m.value?.stop === 'cancelled' && signal?.aborted) failure = abortedError('generation');
     } else if (m.type === 'error') {
       failure = m.error;
-      resolveStats(null);
     }
     wake();
   };
   const onAbort = () => {
-    cancel();
+    ctl.cancel();
     if (finished) return;
     failure = abortedError('generation');
     queue.length = 0;
-    resolveStats(null);
     wake();
   };
 
@@ -294,7 +293,7 @@ function tokenStream(start, signal) {
     resolveStats(null);
   } else {
     try {
-      cancel = start(push);
+      ctl = start(push);
       signal?.addEventListener('abort', onAbort, { once: true });
     } catch (e) {
       failure = toGgwebError(e, 'invalid', 'generate');
@@ -307,7 +306,7 @@ function tokenStream(start, signal) {
   const it = {
     stats,
     next() {
-      if (queue.length) return Promise.resolve({ value: queue.shift(), done: false });
+      if (queue.length) return Promise.resolve(take());
       if (failure) {
         const f = failure;
         failure = null;
@@ -329,10 +328,10 @@ function tokenStream(start, signal) {
     },
     return(value) {
       if (!finished) {
-        cancel();
+        // The run ends at its next step and then settles stats (stop 'cancelled').
+        ctl.cancel();
         finished = true;
         queue.length = 0;
-        resolveStats(null);
       }
       // A next() still pending (asked for before return()) ends with the iterator, as
       // for a generator: it would otherwise wait for a token that will never be pushed.
@@ -343,6 +342,26 @@ function tokenStream(start, signal) {
     throw(e) {
       it.return();
       return Promise.reject(e);
+    },
+    /**
+     * The items as a ReadableStream (pulled one at a time, so flow control still holds);
+     * cancelling the stream cancels the generation, an error errors it.
+     */
+    toReadableStream() {
+      return new ReadableStream({
+        async pull(c) {
+          try {
+            const r = await it.next();
+            if (r.done) c.close();
+            else c.enqueue(r.value);
+          } catch (e) {
+            c.error(e);
+          }
+        },
+        async cancel() {
+          await it.return();
+        },
+      }, { highWaterMark: 0 });
     },
     [Symbol.asyncIterator]() {
       return it;
@@ -549,9 +568,12 @@ export class Model {
   /**
    * Streams a continuation of `prompt` (a string or token ids):
    * `for await (const { token, text } of model.generate(...))`. The KV cache is reused for
-   * the longest prefix it shares with the previous call's tokens (`stats.cachedTokens`).
-   * Aborting `signal` makes the iteration throw GgwebError('aborted'); `break` stops quietly.
-   * The returned iterator's `stats` promise resolves to timing and stop reason when it ends.
+   * the longest prefix it shares with the previous call's tokens (`stats.cachedTokens`)
+   * unless `reusePrompt: false`. The model runs at most GENERATE_AHEAD (4) tokens ahead of
+   * the reader. Aborting `signal` makes the iteration throw GgwebError('aborted'); `break`
+   * stops quietly. The returned iterator's `stats` promise resolves to timing and stop
+   * reason when the run ends ('cancelled' after break/return()/abort), and
+   * `toReadableStream()` gives the items as a ReadableStream.
    * A bad argument makes the first next() reject with code 'invalid'.
    */
   generate(prompt, options = undefined) {

@@ -4,14 +4,15 @@
 //
 // Messages in:  { id, type: 'load', src, opts, cache, stallTimeoutMs, coreUrl } | { id, type: 'call', method, args }
 //               { id, type: 'generate', prompt, opts } | { id, type: 'cancel' } | { id, type: 'dispose' }
+//               { id, type: 'read', n } (generation id has handed n tokens to its reader: flow control)
 // Messages out: { id, type: 'result', value } | { id, type: 'error', error } |
 //               { id, type: 'progress', data } | { id, type: 'token', data } | { id, type: 'done', value } |
 //               { id, type: 'stage', data: { stage: 'opening', backend } | { stage: 'opened' } } (load)
-import { Engine } from './engine.js';
+import { Engine, driveGeneration } from './engine.js';
 import { GgwebError, toGgwebError } from './errors.js';
 
 let engine = null;
-const running = new Map(); // generate id → { cancelled }
+const running = new Map(); // generate id → driveGeneration's { cancel, read }
 
 const post = (msg, transfer) => self.postMessage(msg, transfer ?? []);
 const fail = (id, e, code = 'internal') => post({ id, type: 'error', error: toGgwebError(e, code).toJSON() });
@@ -39,22 +40,21 @@ async function handle(m) {
     }
     case 'generate': {
       if (!engine) throw new GgwebError('invalid', 'generate: no model is loaded');
-      const state = { cancelled: false };
-      running.set(m.id, state);
+      const run = driveGeneration(engine, m.prompt, m.opts, (msg) => post({ id: m.id, ...msg }));
+      running.set(m.id, run);
       try {
-        const it = engine.generate(m.prompt, m.opts, () => state.cancelled);
-        for (;;) {
-          const r = await it.next();
-          if (r.done) return post({ id: m.id, type: 'done', value: r.value });
-          post({ id: m.id, type: 'token', data: r.value });
-        }
+        return await run.done;
       } finally {
         running.delete(m.id);
       }
     }
     case 'cancel': {
-      const state = running.get(m.id);
-      if (state) state.cancelled = true;
+      running.get(m.id)?.cancel();
+      return;
+    }
+    case 'read': {
+      // The page handed out m.n tokens of generation m.id: the run may go on (flow control).
+      running.get(m.id)?.read(m.n);
       return;
     }
     case 'dispose': {

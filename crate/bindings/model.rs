@@ -786,7 +786,7 @@ impl WasmModel {
                 kv_type: model.kv.ty.name(),
             },
             split: self.split_json(),
-            tokenizer: TokenizerJson { n_vocab: tokenizer.n_vocab(), bos: tokenizer.bos(), eos: tokenizer.eos() },
+            tokenizer: TokenizerJson { n_vocab_camel: tokenizer.n_vocab(), n_vocab: tokenizer.n_vocab(), bos: tokenizer.bos(), eos: tokenizer.eos() },
             wasm_memory: WasmMemory {
                 heap_base: super::wasm_heap_base(),
                 at_loader_start: self.memory_at_start,
@@ -813,8 +813,9 @@ struct Info<'a> {
     backend_note: Option<&'a str>,
 }
 
-/// `info().hparams`, and `Model.inspect`'s (crate/bindings/inspect.rs).
-#[derive(Serialize)]
+/// `info().hparams`, and `Model.inspect`'s (crate/bindings/inspect.rs): camelCase names
+/// (`nVocab`, ...), then the snake_case ones (`n_vocab`, ...) of earlier releases, kept one
+/// release as deprecated duplicates.
 pub(super) struct HparamsJson {
     pub(super) n_vocab: usize,
     pub(super) n_ctx: usize,
@@ -826,6 +827,31 @@ pub(super) struct HparamsJson {
     pub(super) n_batch: usize,
     /// As f32's shortest form (1e-5, not 0.000009999999747).
     pub(super) eps: f32,
+}
+
+impl Serialize for HparamsJson {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let ints = [
+            ("nVocab", "n_vocab", self.n_vocab),
+            ("nCtx", "n_ctx", self.n_ctx),
+            ("nCtxTrain", "n_ctx_train", self.n_ctx_train),
+            ("nEmbd", "n_embd", self.n_embd),
+            ("nHead", "n_head", self.n_head),
+            ("nLayer", "n_layer", self.n_layer),
+            ("nFf", "n_ff", self.n_ff),
+            ("nBatch", "n_batch", self.n_batch),
+        ];
+        let mut st = s.serialize_struct("Hparams", 2 * ints.len() + 1)?;
+        for (camel, _, v) in ints {
+            st.serialize_field(camel, &v)?;
+        }
+        st.serialize_field("eps", &self.eps)?;
+        for (_, snake, v) in ints {
+            st.serialize_field(snake, &v)?;
+        }
+        st.end()
+    }
 }
 
 #[derive(Serialize)]
@@ -846,8 +872,11 @@ struct MemoryJson {
     kv_type: &'static str,
 }
 
+/// `info().tokenizer`; `n_vocab` is the deprecated duplicate of `nVocab` (one release).
 #[derive(Serialize)]
 struct TokenizerJson {
+    #[serde(rename = "nVocab")]
+    n_vocab_camel: usize,
     n_vocab: usize,
     bos: Option<u32>,
     eos: Option<u32>,

@@ -26,7 +26,7 @@ fn invalid(msg: String) -> ModelError {
 }
 
 /// Keys `generate` reads (besides `special` and `signal`, which the JS side takes).
-pub const GENERATE_KEYS: [&str; 12] = [
+pub const GENERATE_KEYS: [&str; 13] = [
     "maxTokens",
     "temperature",
     "topK",
@@ -39,6 +39,7 @@ pub const GENERATE_KEYS: [&str; 12] = [
     "stop",
     "logitBias",
     "ignoreEos",
+    "reusePrompt",
 ];
 pub const SCORE_KEYS: [&str; 1] = ["topK"];
 pub const TRACE_KEYS: [&str; 1] = ["taps"];
@@ -179,6 +180,7 @@ pub fn parse_generate(json: &str) -> Result<GenerateOptions, ModelError> {
         ignore_eos: opt_bool(&map, WHAT, "ignoreEos")?.unwrap_or(dg.ignore_eos),
         stop: opt_strings(&map, WHAT, "stop")?,
         top_logprobs: opt_uint(&map, WHAT, "topLogprobs", 0, max)?.map_or(dg.top_logprobs, |n| n as usize),
+        reuse_prompt: opt_bool(&map, WHAT, "reusePrompt")?.unwrap_or(dg.reuse_prompt),
     })
 }
 

@@ -56,6 +56,9 @@ pub struct GenerateOptions {
     pub stop: Vec<String>,
     /// Each item also carries its logprob and the k most likely tokens (0 = off).
     pub top_logprobs: usize,
+    /// Reuse the KV cache's longest common prefix with the prompt (the prompt cache; JS
+    /// `reusePrompt`, default true). False evaluates the whole prompt from position 0.
+    pub reuse_prompt: bool,
 }
 
 impl Default for GenerateOptions {
@@ -67,6 +70,7 @@ impl Default for GenerateOptions {
             ignore_eos: false,
             stop: Vec::new(),
             top_logprobs: 0,
+            reuse_prompt: true,
         }
     }
 }
@@ -395,7 +399,7 @@ impl Session {
         if let Some(&(bad, _)) = opts.logit_bias.iter().find(|(t, _)| *t as usize >= n_vocab) {
             return Err(ModelError::BadToken { id: bad, n_vocab });
         }
-        let keep = self.common_prefix(&prompt).min(prompt.len() - 1);
+        let keep = if opts.reuse_prompt { self.common_prefix(&prompt).min(prompt.len() - 1) } else { 0 };
         self.truncate(keep);
         let stops = opts.stop.clone();
         self.gen = Some(Generation {

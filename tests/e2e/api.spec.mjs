@@ -283,6 +283,103 @@ for (const worker of [true, false]) {
       assert.equal(r.value.again, 'abc');
     });
 
+    test('generation control: at most 4 tokens ahead of the reader, stats after break/return/abort, a paused run resumes and disposes', async () => {
+      const r = await inPage(worker, `
+        const m = await Model.load(arg, opts);
+        const pause = (ms) => new Promise((r) => setTimeout(r, ms));
+        const out = {};
+        // Read 3, stop reading for a while: the model computes 4 more and waits (it would
+        // otherwise run to maxTokens). break then ends it; stats carry the counts.
+        let it = m.generate('Hello', { maxTokens: 1000 });
+        let n = 0;
+        for await (const t of it) { if (++n === 3) { await pause(300); break; } }
+        out.afterBreak = await it.stats;
+        // return() on a reader that read nothing at all.
+        it = m.generate('Hello', { maxTokens: 1000 });
+        await pause(200);
+        await it.return();
+        out.afterReturn = await it.stats;
+        // Abort: the iteration throws 'aborted', stats still resolve.
+        const ac = new AbortController();
+        it = m.generate('Hello', { maxTokens: 1000, signal: ac.signal });
+        await it.next();
+        await pause(100);
+        ac.abort();
+        out.abortCode = await it.next().then(() => 'none', (e) => e.code);
+        out.afterAbort = await it.stats;
+        // A paused reader loses nothing: every token in order once it reads again.
+        it = m.generate('Hello', { maxTokens: 20 });
+        const got = [];
+        for await (const t of it) { got.push(t.text); if (got.length === 2) await pause(200); }
+        out.resumed = got.join('');
+        out.resumedStats = await it.stats;
+        // Dispose while a run waits for its reader: it ends, stats settle, nothing hangs.
+        it = m.generate('Hello', { maxTokens: 1000 });
+        await it.next();
+        await pause(100);
+        await m.dispose();
+        out.afterDispose = await Promise.race([it.stats.then((s) => s?.stop ?? null), pause(3000).then(() => 'hang')]);
+        return out;
+      `, MODEL);
+      assert.ok(r.ok, r.message);
+      const v = r.value;
+      const pick = (s) => s && { promptTokens: s.promptTokens, tokens: s.tokens, stop: s.stop };
+      assert.deepEqual(pick(v.afterBreak), { promptTokens: 5, tokens: 3 + 4, stop: 'cancelled' });
+      assert.ok(v.afterBreak.genMs >= 0 && v.afterBreak.promptMs >= 0, JSON.stringify(v.afterBreak));
+      assert.deepEqual(pick(v.afterReturn), { promptTokens: 5, tokens: 4, stop: 'cancelled' });
+      assert.equal(v.abortCode, 'aborted');
+      assert.deepEqual(pick(v.afterAbort), { promptTokens: 5, tokens: 1 + 4, stop: 'cancelled' });
+      assert.equal(v.resumed, 'abcdefghijklmnopqrst');
+      assert.deepEqual(pick(v.resumedStats), { promptTokens: 5, tokens: 20, stop: 'maxTokens' });
+      // Disposed while waiting: the run ended as cancelled ('done' came first), or its
+      // worker was ended first (stats null); never a hang.
+      assert.ok(v.afterDispose === 'cancelled' || v.afterDispose === null, String(v.afterDispose));
+    });
+
+    test('generation.toReadableStream(): the items, pulled on demand; cancelling the stream cancels the run; reusePrompt is checked', async () => {
+      const r = await inPage(worker, `
+        const m = await Model.load(arg, opts);
+        const out = {};
+        let g = m.generate('Hello', { maxTokens: 5 });
+        const s = g.toReadableStream();
+        out.isStream = s instanceof ReadableStream;
+        const items = [];
+        const reader = s.getReader();
+        for (;;) { const { value, done } = await reader.read(); if (done) break; items.push(value); }
+        out.items = items;
+        out.stats = (await g.stats).stop;
+        // Piped through a TransformStream, then cancelled after 2 items.
+        g = m.generate('Hello', { maxTokens: 1000 });
+        const texts = g.toReadableStream().pipeThrough(new TransformStream({ transform: (t, c) => c.enqueue(t.text) }));
+        const rd = texts.getReader();
+        out.piped = [(await rd.read()).value, (await rd.read()).value];
+        await rd.cancel();
+        const st = await g.stats;
+        out.cancelled = [st.stop, st.tokens <= 2 + 4 + 1];
+        // An error errors the stream.
+        const bad = m.generate('x', { topP: 2 }).toReadableStream().getReader();
+        out.bad = await bad.read().then(() => 'none', (e) => [e.code, e.message]);
+        out.reuse = await m.generate('x', { reusePrompt: 1 }).next().then(() => 'none', (e) => [e.code, e.message]);
+        // reusePrompt: false is accepted (the fake core has no cache: 0 either way).
+        g = m.generate('Hello', { maxTokens: 2, reusePrompt: false });
+        for await (const t of g) {}
+        out.noReuse = (await g.stats).cachedTokens;
+        await m.dispose();
+        return out;
+      `, MODEL);
+      assert.ok(r.ok, r.message);
+      const v = r.value;
+      assert.equal(v.isStream, true);
+      assert.deepEqual(v.items.map((t) => t.text).join(''), 'abcde');
+      assert.deepEqual(v.items[0], { token: 97, text: 'a' });
+      assert.equal(v.stats, 'maxTokens');
+      assert.deepEqual(v.piped, ['a', 'b']);
+      assert.deepEqual(v.cancelled, ['cancelled', true]);
+      assert.deepEqual(v.bad, ['invalid', 'topP must be a number >= 0 and <= 1, got 2']);
+      assert.deepEqual(v.reuse, ['invalid', 'reusePrompt must be true or false, got 1']);
+      assert.equal(v.noReuse, 0);
+    });
+
     test('after dispose every call rejects with code "disposed"', async () => {
       const r = await inPage(worker, `
         const m = await Model.load(arg, opts);

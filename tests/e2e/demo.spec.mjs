@@ -87,7 +87,7 @@ test('with the real wasm: load the tiny GPT-2 by URL, generate HF\'s greedy text
   assert.match(await status(), /^Loaded tiny-gpt2-f16\.gguf: 14\.2 MiB in \d+\.\d s, CPU, in a Web Worker\.$/);
   const info = await page.textContent('#info-list');
   assert.match(info, /architecturegpt2/);
-  assert.match(info, /hyperparametersn_vocab=50257 n_ctx=128 n_ctx_train=128 n_embd=64 n_head=4 n_layer=2 n_ff=256 n_batch=32 eps=0\.00001memory/);
+  assert.match(info, /hyperparametersnVocab=50257 nCtx=128 nCtxTrain=128 nEmbd=64 nHead=4 nLayer=2 nFf=256 nBatch=32 eps=0\.00001memory/);
   assert.match(info, /memory planweights 12\.5 MiB · kv 128\.0 KiB · compute [\d.]+ MiB · total [\d.]+ MiB/);
 
   // Greedy: the text HF's GPT-2 gives for this prompt.
@@ -185,7 +185,7 @@ test('the offline "tiny test model" (tests/fixtures/tiny-f16.gguf) gives the fix
   await page.click('#load-btn');
   await page.waitForFunction(() => /^Loaded /.test(document.getElementById('load-status').textContent));
   assert.match(await page.textContent('#load-status'), /^Loaded tiny test model: 7\.9 MiB in \d+\.\d s, CPU\.$/);
-  assert.match(await page.textContent('#info-list'), /n_ctx=256 n_ctx_train=256 n_embd=32 n_head=4 n_layer=3 n_ff=128/);
+  assert.match(await page.textContent('#info-list'), /nCtx=256 nCtxTrain=256 nEmbd=32 nHead=4 nLayer=3 nFf=128/);
   await page.fill('#prompt', text);
   await page.fill('#max-tokens', String(want.greedy_ids.length));
   await page.fill('#temperature', '0');

@@ -9,6 +9,7 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import { DOT_MODELS, HF, MODELS_DIR, launch, openPage, serve } from './helpers.mjs';
+import { declaredShape, shapeDiff } from '../types/shape.mjs';
 
 assert.ok(MODELS_DIR, 'the shared models (tiny-gpt2-f16.gguf) are needed: set GGWEB_MODELS_DIR');
 const F16 = '/shared-models/tiny-gpt2-f16.gguf';
@@ -155,6 +156,60 @@ for (const worker of [true, false]) {
       assert.equal(v.disposed, 'disposed');
       assert.deepEqual(v.fresh, HELLO.greedy_ids);
     });
+  });
+}
+
+for (const worker of [true, false]) {
+  test(`generation control and result shapes ${worker ? 'in a worker' : 'on the page thread'}: reusePrompt false, stats after break, info/stats/score/inspect exactly as ggweb.d.ts declares`, async () => {
+    const r = await inPage(worker, `
+      const m = await Model.load(arg, opts);
+      const out = {};
+      const run = async (o) => {
+        const it = m.generate('Hello, my name is', { maxTokens: 6, temperature: 0, ...o });
+        const ids = [];
+        for await (const t of it) ids.push(t.token);
+        return { ids, stats: await it.stats };
+      };
+      out.first = await run({});
+      out.reused = await run({});
+      out.fresh = await run({ reusePrompt: false });
+      out.again = await run({ reusePrompt: true });
+      // Read 2 tokens, pause, break: the model ran 4 ahead and stopped there.
+      const it = m.generate('Hello', { maxTokens: 50, temperature: 0, ignoreEos: true });
+      let n = 0;
+      for await (const t of it) { if (++n === 2) { await new Promise((r) => setTimeout(r, 300)); break; } }
+      out.broken = await it.stats;
+      out.info = m.info();
+      out.score = await m.score('Hello world', { topK: 2 });
+      await m.dispose();
+      out.inspect = await Model.inspect(arg, { nBatch: 32 });
+      return out;
+    `, F16);
+    assert.ok(r.ok, r.message);
+    const v = r.value;
+    assert.equal(v.first.stats.cachedTokens, 0);
+    // 'Hello, my name is' is 5 tokens: the same prompt again reuses all but the last.
+    assert.equal(v.reused.stats.cachedTokens, 4);
+    assert.equal(v.fresh.stats.cachedTokens, 0);
+    assert.equal(v.fresh.stats.promptTokens, 5);
+    assert.equal(v.again.stats.cachedTokens, 4);
+    for (const k of ['reused', 'fresh', 'again']) assert.deepEqual(v[k].ids, v.first.ids, k);
+    assert.equal(v.first.ids.length, 6);
+    assert.equal(v.broken.stop, 'cancelled');
+    assert.equal(v.broken.promptTokens, 1);
+    assert.equal(v.broken.tokens, 2 + 4);
+    // Exactly the declared fields: none undeclared, none missing.
+    assert.deepEqual(shapeDiff(v.info, declaredShape('ModelInfo')), []);
+    assert.deepEqual(shapeDiff(v.first.stats, declaredShape('GenerateStats')), []);
+    assert.deepEqual(shapeDiff(v.broken, declaredShape('GenerateStats')), []);
+    assert.deepEqual(shapeDiff(v.score, declaredShape('ScoreResult')), []);
+    assert.deepEqual(shapeDiff(v.inspect, declaredShape('InspectResult')), []);
+    // camelCase names, and the deprecated snake_case ones with the same values.
+    const h = v.info.hparams;
+    assert.deepEqual([h.nVocab, h.nCtx, h.nCtxTrain, h.nEmbd, h.nHead, h.nLayer, h.nFf, h.nBatch], [50257, 128, 128, 64, 4, 2, 256, 32]);
+    assert.deepEqual([h.n_vocab, h.n_ctx, h.n_ctx_train, h.n_embd, h.n_head, h.n_layer, h.n_ff, h.n_batch], [50257, 128, 128, 64, 4, 2, 256, 32]);
+    assert.deepEqual([v.info.tokenizer.nVocab, v.info.tokenizer.n_vocab], [50257, 50257]);
+    assert.deepEqual(v.inspect.hparams, h);
   });
 }
 

@@ -1,0 +1,34 @@
+// Mistakes ggweb.d.ts must catch: each line under a `// @ts-expect-error: TEXT` directive
+// must fail to compile (an unused directive is itself an error, TS2578), and
+// tests/types/types.test.mjs checks that it fails for that reason (its message contains TEXT).
+import { Model, type GenerateOptions, type ModelInfo, type InspectResult } from 'ggweb';
+
+declare const model: Model;
+declare const info: ModelInfo;
+declare const inspected: InspectResult;
+
+export async function typos(): Promise<unknown[]> {
+  const out: unknown[] = [];
+  // @ts-expect-error: 'maxToken' does not exist in type 'GenerateOptions'
+  out.push(model.generate('x', { maxToken: 5 }));
+  // @ts-expect-error: 'reuse_prompt' does not exist in type 'GenerateOptions'
+  const o: GenerateOptions = { reuse_prompt: false };
+  out.push(o);
+  // @ts-expect-error: 'nctx' does not exist in type 'LoadOptions'
+  out.push(await Model.load('m.gguf', { nctx: 512 }));
+  // @ts-expect-error: Property 'nVocabs' does not exist on type 'Hparams'
+  out.push(info.hparams.nVocabs);
+  // @ts-expect-error: Property 'n_embed' does not exist on type 'Hparams'
+  out.push(inspected.hparams.n_embed);
+  // @ts-expect-error: Property 'backendNotes' does not exist on type 'ModelInfo'
+  out.push(info.backendNotes);
+  // @ts-expect-error: Property 'cachedToken' does not exist on type 'GenerateStats'
+  out.push((await model.generate('x').stats)?.cachedToken);
+  // @ts-expect-error: Type '"f8"' is not assignable to type
+  out.push(await Model.load('m.gguf', { kvType: 'f8' }));
+  // @ts-expect-error: Property 'toStream' does not exist on type 'Generation'
+  out.push(model.generate('x').toStream());
+  // @ts-expect-error: 'topk' does not exist in type 'ScoreOptions'
+  out.push(await model.score('x', { topk: 3 }));
+  return out;
+}

@@ -1,0 +1,180 @@
+// Uses every export, method, option and result field of ggweb's public API as an app
+// would, through the package's own name (package.json "exports" -> web/ggweb.d.ts).
+// Compiled by tests/types/types.test.mjs with `tsc --strict --noEmit` in npm test; never run.
+// The mapped types below (Required<…>, { [K in keyof …] }) make this file stop compiling
+// when an option, method or field is added to ggweb.d.ts and not exercised here.
+import ggwebDefault, {
+  ERROR_CODES, GgwebError, Model, formatBytes,
+  type GenerateOptions, type GenerateStats, type GeneratedToken, type Generation, type GgwebErrorCode,
+  type Hparams, type InspectOptions, type InspectResult, type LoadOptions, type LoadProgress, type ModelInfo,
+  type ModelInput, type ModelSource, type ScoreOptions, type ScoreResult, type TraceOptions, type TraceResult,
+  type WebGpuStats,
+} from 'ggweb';
+
+const ac = new AbortController();
+
+const allLoad: Required<LoadOptions> = {
+  backend: 'auto', gpuLayers: -1, nCtx: 256, nBatch: 32, nThreads: 2, kvType: 'f16', relaxedSimd: false,
+  onProgress: (p: LoadProgress) => console.log(p.phase, p.loaded, p.total ?? 'unknown'),
+  signal: ac.signal, cache: 'my-models', stallTimeoutMs: 30_000, worker: true, coreUrl: new URL('https://example.com/pkg/ggweb_core.js'),
+};
+const allInspect: Required<InspectOptions> = {
+  backend: 'cpu', gpuLayers: 0, nCtx: 128, nBatch: 8, nThreads: 1, kvType: 'f32', signal: ac.signal, stallTimeoutMs: 0, coreUrl: 'pkg.js',
+};
+const allGenerate: Required<GenerateOptions> = {
+  maxTokens: 8, temperature: 0.7, topK: 40, topP: 0.95, seed: 42, repeatPenalty: 1.1, repeatLastN: 64, minP: 0.05,
+  logitBias: { 50256: -Infinity, 13: 2.5 }, ignoreEos: true, stop: ['\n'], topLogprobs: 3, special: false,
+  reusePrompt: false, signal: ac.signal,
+};
+const allScore: Required<ScoreOptions> = { topK: 5, special: true };
+const allTrace: Required<TraceOptions> = { taps: ['attn', 'hidden', 'l0.ffn_gelu'], special: false };
+
+const sources: ModelSource[] = [
+  'https://example.com/gpt2.gguf', new URL('https://example.com/gpt2.gguf'), new Blob([]), new Uint8Array(4), new ArrayBuffer(4),
+  new Response(new Uint8Array(4)), new ReadableStream<Uint8Array>(),
+];
+const inputs: ModelInput[] = ['Hello', [15496, 11], new Uint32Array([15496])];
+
+// Every field of the results: a Record over keyof makes a new field a compile error here.
+function readHparams(h: Hparams): number[] {
+  const camel: Record<Exclude<keyof Hparams, `${string}_${string}`>, number> = {
+    nVocab: h.nVocab, nCtx: h.nCtx, nCtxTrain: h.nCtxTrain, nEmbd: h.nEmbd, nHead: h.nHead, nLayer: h.nLayer, nFf: h.nFf,
+    nBatch: h.nBatch, eps: h.eps,
+  };
+  // The deprecated duplicates still type-check (editors strike them through).
+  const snake: Record<Extract<keyof Hparams, `${string}_${string}`>, number> = {
+    n_vocab: h.n_vocab, n_ctx: h.n_ctx, n_ctx_train: h.n_ctx_train, n_embd: h.n_embd, n_head: h.n_head, n_layer: h.n_layer,
+    n_ff: h.n_ff, n_batch: h.n_batch,
+  };
+  return [...Object.values(camel), ...Object.values(snake)];
+}
+
+function readInfo(info: ModelInfo): unknown[] {
+  const all: Record<keyof ModelInfo, unknown> = {
+    arch: info.arch satisfies 'gpt2',
+    hparams: readHparams(info.hparams),
+    backend: info.backend satisfies 'cpu' | 'webgpu',
+    memory: info.memory.weights + info.memory.kv + info.memory.compute + info.memory.kvType.length,
+    split: [info.split.gpuLayers, info.split.embeddingsOnGpu, info.split.backends.join(), info.split.splits,
+      info.split.copiesPerToken, info.split.copyBytesPerToken,
+      Object.values(info.split.bytesPerBackend).map((b) => b.weights + b.kv + b.compute)],
+    backendNote: info.backendNote?.toUpperCase() ?? null,
+    tokenizer: [info.tokenizer.nVocab, info.tokenizer.n_vocab, info.tokenizer.bos ?? -1, info.tokenizer.eos ?? -1],
+    wasmMemory: info.wasmMemory.heapBase + info.wasmMemory.atLoaderStart + info.wasmMemory.afterLoad + info.wasmMemory.now,
+    threads: [info.threads.n, info.threads.running, info.threads.build satisfies string, info.threads.reason ?? ''],
+    load: [info.load.bytes, info.load.ms, info.load.via, info.load.cached, info.load.backend, info.load.worker,
+      info.load.workerRestarts, info.load.warmUp.ms, info.load.warmUp.slices, info.load.warmUp.done,
+      info.load.phases.wasmMs, info.load.phases.openMs, info.load.phases.readWaitMs, info.load.phases.feedMs,
+      info.load.phases.chunks, info.load.phases.buildMs, info.load.phases.threadsMs, info.load.phases.warmMs],
+  };
+  return Object.values(all);
+}
+
+function readWebgpu(w: WebGpuStats | undefined): number {
+  return w ? w.dispatches + w.submits + w.readbacks + w.readbackBytes + w.encodeMs : 0;
+}
+
+function readStats(s: GenerateStats | null): string {
+  if (!s) return 'failed';
+  const all: Record<keyof GenerateStats, unknown> = {
+    promptTokens: s.promptTokens, cachedTokens: s.cachedTokens, tokens: s.tokens, promptMs: s.promptMs, genMs: s.genMs,
+    stop: s.stop satisfies 'eos' | 'maxTokens' | 'contextFull' | 'stop' | 'cancelled',
+    cpuJobs: (s.cpuJobs?.split ?? 0) + (s.cpuJobs?.onWorkers ?? 0), webgpu: readWebgpu(s.webgpu),
+  };
+  return JSON.stringify(all);
+}
+
+function readScore(r: ScoreResult): number {
+  const all: Record<keyof ScoreResult, number> = {
+    tokens: r.tokens[0], logprobs: r.logprobs[0], ranks: r.ranks[0], entropies: r.entropies[0],
+    top: r.top[0][0].token + r.top[0][0].logprob, cachedTokens: r.cachedTokens, webgpu: readWebgpu(r.webgpu),
+  };
+  return Object.values(all).reduce((a, b) => a + b, 0);
+}
+
+function readTrace(t: TraceResult): number {
+  const all: Record<keyof TraceResult, number> = {
+    tokens: t.tokens.length, attn: t.attn?.[0].length ?? 0, hidden: t.hidden?.[0][0] ?? 0,
+    nodes: Object.values(t.nodes).reduce((n, v) => n + v.shape.length + v.data.length, 0), memory: t.memory.compute,
+  };
+  return Object.values(all).reduce((a, b) => a + b, 0);
+}
+
+function readInspect(r: InspectResult): unknown[] {
+  const all: Record<keyof InspectResult, unknown> = {
+    arch: r.arch, hparams: readHparams(r.hparams), backend: r.backend, backendNote: r.backendNote,
+    file: r.file.dataOffset + (r.file.size ?? 0) + r.file.alignment,
+    tensors: r.tensors.map((t) => `${t.name} ${t.type} ${t.ne.join('x')} ${t.bytes}`),
+    types: Object.entries(r.types).map(([k, v]) => `${k} ${v.count} ${v.bytes}`),
+    memory: [r.memory.weights, r.memory.kv, r.memory.compute ?? 0, r.memory.total, r.memory.kvType,
+      Object.values(r.memory.byBackend).map((b) => b.weights + b.kv + b.compute)],
+    fits: [r.fits.ok, r.fits.reason, r.fits.wasmSpaceLeft, Object.values(r.fits.limits).map((l) => (l.budget ?? 0) + l.maxBufferSize)],
+    source: [r.source.via, r.source.bytesRead, r.source.size, r.source.requests, r.source.ranged, r.source.complete],
+  };
+  return Object.values(all);
+}
+
+function readToken(t: GeneratedToken): string {
+  return `${t.token} ${t.text} ${t.logprob ?? ''} ${(t.top ?? []).map((e) => `${e.token}:${e.text}:${e.logprob}`).join()}`;
+}
+
+// Every instance member, called or read: a new method is a compile error until it is here.
+const members: { [K in keyof Model]: (m: Model) => unknown } = {
+  disposed: (m) => m.disposed satisfies boolean,
+  inWorker: (m) => m.inWorker satisfies boolean,
+  info: (m) => readInfo(m.info()),
+  tokenize: async (m) => (await m.tokenize('Hello', { special: true })) satisfies Uint32Array,
+  detokenize: async (m) => (await m.detokenize([15496])) satisfies string,
+  logits: async (m) => (await m.logits(new Uint32Array([15496]))) satisfies Float32Array,
+  score: async (m) => readScore(await m.score(inputs[0], allScore)),
+  trace: async (m) => readTrace(await m.trace(inputs[1], allTrace)),
+  generate: (m) => m.generate(inputs[2], allGenerate),
+  _debugLoseDevice: async (m) => (await m._debugLoseDevice()) satisfies boolean,
+  dispose: async (m) => (await m.dispose()) satisfies void,
+};
+// And every static one.
+const statics: { [K in Exclude<keyof typeof Model, 'prototype'>]: () => Promise<unknown> } = {
+  load: () => Model.load(sources[0], allLoad),
+  inspect: async () => readInspect(await Model.inspect(sources[1], allInspect)),
+};
+
+export async function app(): Promise<string> {
+  const model: Model = await ggwebDefault.load('https://example.com/gpt2.gguf', { nCtx: 512 });
+  await Model.load(sources[2]);
+  await Model.load(sources[3], null);
+  await Model.inspect(sources[4], null);
+  for (const f of Object.values<(m: Model) => unknown>(members)) await f(model);
+  for (const f of Object.values(statics)) await f();
+
+  // Streaming, the documented ways.
+  let out = '';
+  const gen: Generation = model.generate('Hello, my name is', { maxTokens: 32 });
+  for await (const { text } of gen) out += text;
+  out += readStats(await gen.stats);
+  const g2 = model.generate([15496, 11], null);
+  const first: IteratorResult<GeneratedToken> = await g2.next();
+  if (!first.done) out += readToken(first.value);
+  await g2.return(undefined);
+  const cancelled: GenerateStats | null = await g2.stats;
+  out += cancelled?.stop === 'cancelled' ? cancelled.tokens : 0;
+  const stream: ReadableStream<GeneratedToken> = model.generate('Hi', { reusePrompt: false }).toReadableStream();
+  const texts = stream.pipeThrough(new TransformStream<GeneratedToken, string>({ transform: (t, c) => c.enqueue(t.text) }));
+  const reader = texts.getReader();
+  const r = await reader.read();
+  if (!r.done) out += r.value;
+  await reader.cancel();
+  await model.generate('x').throw(new Error('stop')).catch(() => undefined);
+
+  // Errors.
+  try {
+    await Model.load('https://example.com/missing.gguf');
+  } catch (e) {
+    if (e instanceof GgwebError) {
+      const code: GgwebErrorCode = e.code;
+      out += `${e.name} ${code} ${e.message} ${e.details?.status ?? ''} ${e.details?.url ?? ''} ${e.details?.loaded ?? ''} ${e.details?.total ?? ''}`;
+      if (ERROR_CODES.includes(code)) out += formatBytes(e.details?.loaded ?? null) + formatBytes(1024);
+    }
+  }
+  await model.dispose();
+  return out;
+}
