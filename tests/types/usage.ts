@@ -8,7 +8,7 @@ import ggwebDefault, {
   type GenerateOptions, type GenerateStats, type GeneratedToken, type Generation, type GgwebErrorCode,
   type Hparams, type InspectOptions, type InspectResult, type LoadOptions, type LoadProgress, type ModelInfo,
   type ModelInput, type ModelSource, type ScoreOptions, type ScoreResult, type TraceOptions, type TraceResult,
-  type WebGpuStats,
+  type WebGpuStats, type CachedModel,
 } from 'ggweb';
 
 const ac = new AbortController();
@@ -16,10 +16,12 @@ const ac = new AbortController();
 const allLoad: Required<LoadOptions> = {
   backend: 'auto', gpuLayers: -1, nCtx: 256, nBatch: 32, nThreads: 2, kvType: 'f16', relaxedSimd: false,
   onProgress: (p: LoadProgress) => console.log(p.phase, p.loaded, p.total ?? 'unknown'),
-  signal: ac.signal, cache: 'my-models', stallTimeoutMs: 30_000, worker: true, coreUrl: new URL('https://example.com/pkg/ggweb_core.js'),
+  signal: ac.signal, cache: 'my-models', offline: false, persist: true, stallTimeoutMs: 30_000, worker: true,
+  coreUrl: new URL('https://example.com/pkg/ggweb_core.js'), file: 'gpt2.Q8_0.gguf', revision: 'main', hubUrl: 'https://huggingface.co',
 };
 const allInspect: Required<InspectOptions> = {
   backend: 'cpu', gpuLayers: 0, nCtx: 128, nBatch: 8, nThreads: 1, kvType: 'f32', signal: ac.signal, stallTimeoutMs: 0, coreUrl: 'pkg.js',
+  file: 'gpt2.Q8_0.gguf', revision: 'v1.0', hubUrl: new URL('https://hub.example.com'),
 };
 const allGenerate: Required<GenerateOptions> = {
   maxTokens: 8, temperature: 0.7, topK: 40, topP: 0.95, seed: 42, repeatPenalty: 1.1, repeatLastN: 64, minP: 0.05,
@@ -63,7 +65,7 @@ function readInfo(info: ModelInfo): unknown[] {
     wasmMemory: info.wasmMemory.heapBase + info.wasmMemory.atLoaderStart + info.wasmMemory.afterLoad + info.wasmMemory.now,
     threads: [info.threads.n, info.threads.running, info.threads.build satisfies string, info.threads.reason ?? ''],
     load: [info.load.bytes, info.load.ms, info.load.via, info.load.cached, info.load.backend, info.load.worker,
-      info.load.workerRestarts, info.load.warmUp.ms, info.load.warmUp.slices, info.load.warmUp.done,
+      info.load.workerRestarts, info.load.cacheNote ?? '', info.load.persisted ?? null, info.load.warmUp.ms, info.load.warmUp.slices, info.load.warmUp.done,
       info.load.phases.wasmMs, info.load.phases.openMs, info.load.phases.readWaitMs, info.load.phases.feedMs,
       info.load.phases.chunks, info.load.phases.buildMs, info.load.phases.threadsMs, info.load.phases.warmMs],
   };
@@ -136,6 +138,15 @@ const members: { [K in keyof Model]: (m: Model) => unknown } = {
 const statics: { [K in Exclude<keyof typeof Model, 'prototype'>]: () => Promise<unknown> } = {
   load: () => Model.load(sources[0], allLoad),
   inspect: async () => readInspect(await Model.inspect(sources[1], allInspect)),
+  cache: async () => {
+    const stored: CachedModel[] = await Model.cache.list({ cache: 'my-models' });
+    const rows = stored.map((m) => [m.url, m.bytes, m.storedAt ?? 0, m.etag ?? ''] satisfies [string, number, number, string]);
+    const has: boolean = await Model.cache.has('QuantFactory/gpt2-GGUF', { file: 'gpt2.Q8_0.gguf', revision: 'main', hubUrl: 'https://huggingface.co' });
+    const deleted: boolean = await Model.cache.delete(new URL('https://example.com/gpt2.gguf'), null);
+    const cleared: boolean = await Model.cache.clear({ cache: true });
+    const e = await Model.cache.estimate();
+    return [rows, has, deleted, cleared, e.usage ?? 0, e.quota ?? 0, e.persisted ?? false, await Model.cache.list()];
+  },
 };
 
 export async function app(): Promise<string> {
