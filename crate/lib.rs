@@ -29,6 +29,12 @@ pub mod sched;
 pub mod tensor;
 pub mod tokenizer;
 pub mod types;
+
+// The unit tests include test support written against the crate's public name
+// (tests/sched_support/host_backend.rs).
+#[cfg(test)]
+extern crate self as ggweb;
+
 /// The WebGPU backend (std builds; a typed `Unavailable` error without the `webgpu` feature).
 #[cfg(feature = "std")]
 pub mod webgpu;

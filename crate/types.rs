@@ -142,7 +142,7 @@ impl GgmlType {
 
     /// The type `b` of `mul_mat(a, b)` is converted to before the dot product with a row of
     /// this type (ggml's `vec_dot_type`): activations are quantized once per row.
-    pub fn vec_dot_type(self) -> GgmlType {
+    pub const fn vec_dot_type(self) -> GgmlType {
         use GgmlType::*;
         match self {
             Q4_0 | Q5_0 | Q8_0 => Q8_0,

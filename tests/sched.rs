@@ -4,6 +4,8 @@
 //! must be the CPU's bit for bit. The same checks on WebGPU: tests/sched_webgpu.rs.
 #![cfg(not(target_arch = "wasm32"))] // native only: `wasm-pack test` builds every test file for wasm32
 
+#[path = "sched_support/host_backend.rs"]
+mod host_backend;
 #[path = "sched_support/mod.rs"]
 mod sched_support;
 
@@ -11,8 +13,9 @@ use std::rc::Rc;
 
 use ggweb::backend::Backend;
 use ggweb::model::gpt2::BackendMemory;
-use ggweb::sched::{Cause, HostBackend};
+use ggweb::sched::Cause;
 use ggweb::Op;
+use host_backend::HostBackend;
 use sched_support::*;
 
 fn fake_gpu() -> Rc<dyn Backend> {

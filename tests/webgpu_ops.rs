@@ -1132,9 +1132,9 @@ fn fused_chains_are_one_dispatch_and_match_the_unfused_nodes() {
                 let v: Vec<f32> = (0..t.nelements()).map(|_| rng.f32(-3.0, 3.0)).collect();
                 t.set_bytes(bytemuck::cast_slice(&v), 0);
             }
-            let before = b.webgpu_stats().unwrap();
+            let before = b.stats().unwrap();
             b.graph_compute(&gf).unwrap();
-            let d = b.webgpu_stats().unwrap().since(&before);
+            let d = b.stats().unwrap().since(&before);
             assert_eq!((d.submits, d.readbacks), (1, 0), "{name}: one submit, nothing read yet");
             (read_f32(&out), d.dispatches)
         };
@@ -1167,25 +1167,25 @@ fn outputs_are_read_back_from_the_graphs_own_submit() {
     let _bufs = alloc_ctx_tensors(&ctx, &*b.buffer_type()).unwrap();
     let xv: Vec<f32> = (0..10).map(|i| i as f32).collect();
     x.set_bytes(bytemuck::cast_slice(&xv), 0);
-    let s0 = b.webgpu_stats().unwrap();
+    let s0 = b.stats().unwrap();
     b.graph_compute(&gf).unwrap();
     let mut out = vec![0u8; 12];
     pollster::block_on(b.read_tensor_async(&y, 8, &mut out)).unwrap();
     assert_eq!(out, bytemuck::cast_slice::<f32, u8>(&[4.0f32, 6.0, 8.0]));
-    let d = b.webgpu_stats().unwrap().since(&s0);
+    let d = b.stats().unwrap().since(&s0);
     assert_eq!((d.dispatches, d.submits, d.readbacks, d.readback_bytes), (1, 1, 1, 12));
     assert!(d.encode_ms > 0.0 && d.encode_ms < 1e4, "{}", d.encode_ms);
     // The prefetched copy is used once: a second read makes its own copy.
-    let s1 = b.webgpu_stats().unwrap();
+    let s1 = b.stats().unwrap();
     assert_eq!(read_f32(&y)[1], 2.0);
-    let d = b.webgpu_stats().unwrap().since(&s1);
+    let d = b.stats().unwrap().since(&s1);
     assert_eq!((d.submits, d.readbacks, d.readback_bytes), (1, 1, 40));
     // A write after the graph: the read sees it, through a copy of its own.
     b.graph_compute(&gf).unwrap();
     y.set_bytes(bytemuck::cast_slice(&[-1.0f32]), 0);
-    let s2 = b.webgpu_stats().unwrap();
+    let s2 = b.stats().unwrap();
     assert_eq!(read_f32(&y)[..2], [-1.0, 2.0]);
-    assert_eq!(b.webgpu_stats().unwrap().since(&s2).submits, 1);
+    assert_eq!(b.stats().unwrap().since(&s2).submits, 1);
 }
 
 /// An operand that cannot be split and exceeds the binding limit is a typed error naming

@@ -144,37 +144,38 @@ pub trait Backend {
     fn supports_buft(&self, buft: &dyn BufferType) -> bool {
         buft.name() == self.buffer_type().name()
     }
-    /// A WebGPU backend's counters (dispatches, submits, read-backs, encode time) since it
-    /// was created; None for every other backend.
-    fn webgpu_stats(&self) -> Option<WebGpuStats> {
+    /// The work this backend has counted since it was created (dispatches, submits,
+    /// read-backs, encode time); None for a backend that keeps no counters (the CPU).
+    fn stats(&self) -> Option<BackendStats> {
         None
     }
 }
 
-/// Work one WebGPU backend has done since it was created (see
-/// [`Backend::webgpu_stats`]); a call's own share
-/// is [`WebGpuStats::since`] a snapshot taken before it.
+/// Work one device backend has done since it was created (see [`Backend::stats`]); a
+/// call's own share is [`BackendStats::since`] a snapshot taken before it. The WebGPU
+/// backend's meaning of each field is in brackets.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct WebGpuStats {
-    /// Compute dispatches recorded (graph nodes, row ranges of split weights, fused chains
-    /// count once; byte patches of unaligned writes too).
+pub struct BackendStats {
+    /// Kernel launches recorded (compute dispatches: graph nodes, row ranges of split
+    /// weights, fused chains count once; byte patches of unaligned writes too).
     pub dispatches: u64,
-    /// `queue.submit` calls (graphs, reads that were not prefetched, patches, clears).
+    /// Batches of work handed to the device (`queue.submit`: graphs, reads that were not
+    /// prefetched, patches, clears).
     pub submits: u64,
-    /// Staging buffers mapped to read device memory back (`map_async`).
+    /// Copies of device memory back to the host (staging buffers mapped by `map_async`).
     pub readbacks: u64,
-    /// Bytes copied out of those mappings.
+    /// Bytes copied back.
     pub readback_bytes: u64,
-    /// CPU milliseconds in `graph_compute` up to the submit: planning the dispatches,
-    /// writing their parameters, bind groups, encoding and `finish` (the GPU's own time is
-    /// not in it).
+    /// Host milliseconds in `graph_compute` before the device starts (planning the
+    /// dispatches, writing their parameters, bind groups, encoding and `finish`; the
+    /// device's own time is not in it).
     pub encode_ms: f64,
 }
 
-impl WebGpuStats {
+impl BackendStats {
     /// The work done between `earlier` and `self` (two snapshots of one backend).
-    pub fn since(&self, earlier: &WebGpuStats) -> WebGpuStats {
-        WebGpuStats {
+    pub fn since(&self, earlier: &BackendStats) -> BackendStats {
+        BackendStats {
             dispatches: self.dispatches - earlier.dispatches,
             submits: self.submits - earlier.submits,
             readbacks: self.readbacks - earlier.readbacks,
@@ -184,8 +185,8 @@ impl WebGpuStats {
     }
 
     /// The sum of two backends' counters.
-    pub fn plus(&self, o: &WebGpuStats) -> WebGpuStats {
-        WebGpuStats {
+    pub fn plus(&self, o: &BackendStats) -> BackendStats {
+        BackendStats {
             dispatches: self.dispatches + o.dispatches,
             submits: self.submits + o.submits,
             readbacks: self.readbacks + o.readbacks,

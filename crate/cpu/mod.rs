@@ -28,6 +28,7 @@
 //! once to the weight type's `vec_dot_type`, then dotted as `quants::vec_dot` does (through
 //! `quants::gemm`, which gives the same bits for many pairs at once).
 
+pub mod features;
 mod ops;
 #[cfg(all(feature = "std", any(not(target_arch = "wasm32"), target_feature = "atomics")))]
 pub mod pool;
@@ -320,7 +321,7 @@ fn supports(node: &Tensor) -> bool {
             max_bias == 0.0 && src_is(0, &readable) && writable(node.ty) && ty(1).is_none_or(|m| matches!(m, F32 | F16))
         }
         Op::MulMat => {
-            src_is(0, &|a| matches!(a, F32 | F16) || ops::has_vec_dot(a))
+            src_is(0, &|a| crate::quants::cpu_traits(a).vec_dot.is_some())
                 && src_is(1, &|b| matches!(b, F32 | F16 | BF16))
                 && node.ty == F32
         }

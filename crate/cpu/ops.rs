@@ -196,13 +196,6 @@ pub(crate) fn can_quantize_to(ty: GgmlType) -> bool {
     ty.is_quantized() && crate::quants::can_quantize(ty)
 }
 
-/// Weight types (quantized, and BF16) whose mul_mat converts `b` to `ty.vec_dot_type()` and
-/// goes through quants::gemm (Q8_1 and Q8_K are only activation types; F32/F16 have their
-/// own dots).
-pub(crate) fn has_vec_dot(ty: GgmlType) -> bool {
-    (ty.is_quantized() && crate::quants::has_vec_dot(ty)) || ty == GgmlType::BF16
-}
-
 // --- element conversion ---
 
 #[inline(always)]
@@ -895,8 +888,9 @@ pub(crate) fn mul_mat(a: &TensorView, b: &TensorView, d: &TensorView, exec: &Exe
     let kind = match a.ty {
         GgmlType::F32 => DotKind::F32,
         GgmlType::F16 => DotKind::F16,
-        t if has_vec_dot(t) => {
-            let vdt = t.vec_dot_type();
+        // Quantized and BF16 weights: b is converted to the weight's vec_dot_type.
+        t if crate::quants::cpu_traits(t).vec_dot.is_some() => {
+            let vdt = crate::quants::cpu_traits(t).vec_dot_type;
             if k % t.blck_size() != 0 || k % vdt.blck_size() != 0 {
                 return unsupported(format!("mul_mat: K = {k} is not whole {t}/{vdt} blocks"));
             }
@@ -950,7 +944,8 @@ pub(crate) fn mul_mat(a: &TensorView, b: &TensorView, d: &TensorView, exec: &Exe
             (wf32.as_ptr() as *const u8, [4, nb1, nb1 * b.ne[1], nb1 * b.ne[1] * b.ne[2]])
         }
         DotKind::Quant(t) => {
-            let vdt = t.vec_dot_type();
+            let vdt = crate::quants::cpu_traits(t).vec_dot_type;
+            let from_float = crate::quants::cpu_traits(vdt).from_float.expect("every vec_dot_type can be written");
             let rs = vdt.row_size(k as i64);
             let mut words = vec![0u64; (rs * b.nrows()).div_ceil(8)];
             let out = SendPtr(words.as_mut_ptr() as *mut u8);
@@ -963,7 +958,7 @@ pub(crate) fn mul_mat(a: &TensorView, b: &TensorView, d: &TensorView, exec: &Exe
                     read_row(b, i1, i2, i3, &mut row)?;
                     // SAFETY: bytes r·rs .. (r+1)·rs of the scratch are this range's alone.
                     let dst = unsafe { core::slice::from_raw_parts_mut(out.at(r * rs), rs) };
-                    crate::quants::quantize_row(vdt, &row, dst);
+                    from_float(&row, dst);
                 }
                 Ok(())
             })?;

@@ -27,7 +27,7 @@ use alloc::vec::Vec;
 use super::ModelError;
 use crate::allocator::alloc_tensors;
 use crate::allocator::gallocr::Gallocr;
-use crate::backend::WebGpuStats;
+use crate::backend::BackendStats;
 use crate::backend::{Backend, Buffer, BufferType};
 use crate::graph::Graph;
 use crate::sched::Sched;
@@ -673,11 +673,11 @@ impl Gpt2 {
         out
     }
 
-    /// The counters of the WebGPU backends among the scheduler's, summed (None when none
-    /// is WebGPU): totals since they were created; a call's share is the difference of two
-    /// snapshots ([`WebGpuStats::since`]).
-    pub fn webgpu_stats(&self) -> Option<WebGpuStats> {
-        self.sched.backends().iter().filter_map(|b| b.webgpu_stats()).reduce(|a, b| a.plus(&b))
+    /// The counters of the scheduler's backends that keep them ([`Backend::stats`]: the
+    /// WebGPU ones), summed (None when none does): totals since they were created; a call's share is the difference of two
+    /// snapshots ([`BackendStats::since`]).
+    pub fn webgpu_stats(&self) -> Option<BackendStats> {
+        self.sched.backends().iter().filter_map(|b| b.stats()).reduce(|a, b| a.plus(&b))
     }
 
     /// Splits the graph of a run of `n_tokens` new tokens after `n_past` (without running

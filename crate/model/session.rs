@@ -40,7 +40,7 @@ use super::logprobs::RowStats;
 use super::sampling::{Sampler, SamplingParams};
 use super::stop::StopHold;
 use super::ModelError;
-use crate::backend::WebGpuStats;
+use crate::backend::BackendStats;
 use crate::model::loader::LoadedModel;
 use crate::tokenizer::{StreamDecoder, Tokenizer};
 
@@ -127,7 +127,7 @@ pub struct GenerationStats {
     pub tokens: usize,
     pub stop: Option<StopReason>,
     /// The WebGPU work of this generation so far (None when the model has no WebGPU backend).
-    pub webgpu: Option<WebGpuStats>,
+    pub webgpu: Option<BackendStats>,
 }
 
 /// What [`Session::score`] returns: row `i` is the prediction of `tokens[i + 1]`.
@@ -143,7 +143,7 @@ pub struct Score {
     pub top: Vec<Vec<(u32, f32)>>,
     pub cached_tokens: usize,
     /// The WebGPU work of this call (None when the model has no WebGPU backend).
-    pub webgpu: Option<WebGpuStats>,
+    pub webgpu: Option<BackendStats>,
 }
 
 /// What [`Session::trace`] returns.
@@ -190,7 +190,7 @@ struct Generation {
     n_yielded: usize,
     stop: Option<StopReason>,
     /// The WebGPU counters when the generation started.
-    webgpu_start: Option<WebGpuStats>,
+    webgpu_start: Option<BackendStats>,
     decoder: StreamDecoder,
     hold: StopHold<(u32, Option<f32>, Vec<TopToken>)>,
 }
@@ -570,7 +570,7 @@ fn stats_of(g: &Generation, model: &Gpt2) -> GenerationStats {
 }
 
 /// The model's WebGPU work since `start` (a snapshot of [`Gpt2::webgpu_stats`]).
-fn webgpu_since(model: &Gpt2, start: Option<WebGpuStats>) -> Option<WebGpuStats> {
+fn webgpu_since(model: &Gpt2, start: Option<BackendStats>) -> Option<BackendStats> {
     Some(model.webgpu_stats()?.since(&start.unwrap_or_default()))
 }
 

@@ -25,12 +25,17 @@
 //! these assert, naming type and sizes. Data read from files goes through [`dequantize`]
 //! and [`quantize`], which return [`QuantError`] instead.
 //!
+//! Each of these takes its kernel from the per-type table [`cpu_traits`] (ggml's
+//! `type_traits_cpu`, see [`traits`]): one table per instruction set ([`Isa`]), chosen
+//! after the one CPU detection ([`crate::cpu::features`]).
+//!
 //! Every `vec_dot` path (scalar, x86_64 AVX2, wasm SIMD128) gives bit-identical results:
 //! integer sums per block are exact and the float accumulation order is fixed (see
 //! [`scalar`]), so native and browser runs agree to the last bit.
 
 pub mod blocks;
 pub mod scalar;
+pub mod traits;
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 mod wasm;
 #[cfg(target_arch = "x86_64")]
@@ -40,6 +45,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use crate::types::GgmlType;
+pub use traits::{cpu_traits, set_vnni_disabled, FromFloat, Isa, PromptGemm, ToFloat, TypeTraitsCpu, VecDot};
 
 /// Why a conversion of a whole buffer was refused.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -64,22 +70,21 @@ impl core::fmt::Display for QuantError {
 #[cfg(feature = "std")]
 impl std::error::Error for QuantError {}
 
-/// Types [`dequantize_row`] handles.
+/// Types [`dequantize_row`] handles (a `to_float` in the [`cpu_traits`] table).
 pub fn can_dequantize(ty: GgmlType) -> bool {
-    !matches!(ty, GgmlType::I32)
+    cpu_traits(ty).to_float.is_some()
 }
 
-/// Types [`quantize_row`] writes. The K-quant weight types are read-only (weights come
-/// from files; Q8_K, their activation type, is written).
+/// Types [`quantize_row`] writes (a `from_float`). The K-quant weight types are read-only
+/// (weights come from files; Q8_K, their activation type, is written).
 pub fn can_quantize(ty: GgmlType) -> bool {
-    use GgmlType::*;
-    !matches!(ty, I32 | Q2_K | Q3_K | Q4_K | Q5_K | Q6_K)
+    cpu_traits(ty).from_float.is_some()
 }
 
 /// Types with a [`vec_dot`] kernel (against `ty.vec_dot_type()`). Q8_1 and Q8_K are
 /// activation types only.
 pub fn has_vec_dot(ty: GgmlType) -> bool {
-    !matches!(ty, GgmlType::I32 | GgmlType::Q8_1 | GgmlType::Q8_K)
+    cpu_traits(ty).vec_dot.is_some()
 }
 
 fn check_row(ty: GgmlType, n: usize, bytes: usize, what: &str) {
@@ -92,30 +97,13 @@ fn check_row(ty: GgmlType, n: usize, bytes: usize, what: &str) {
     assert!(bytes >= need, "quants {what}: {n} {ty} elements need {need} bytes, got {bytes}");
 }
 
-/// Converts one row of `ty` to f32.
+/// Converts one row of `ty` to f32 (ggml's `to_float`).
 pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) {
     let n = dst.len();
     check_row(ty, n, src.len(), "dequantize_row");
-    let src = &src[..ty.type_size() * (n / ty.blck_size())];
-    use GgmlType::*;
-    match ty {
-        F32 => scalar::dequantize_f32(src, dst),
-        F16 => scalar::dequantize_f16(src, dst),
-        BF16 => scalar::dequantize_bf16(src, dst),
-        Q4_0 => scalar::dequantize_q4_0(src, dst),
-        Q4_1 => scalar::dequantize_q4_1(src, dst),
-        Q5_0 => scalar::dequantize_q5_0(src, dst),
-        Q5_1 => scalar::dequantize_q5_1(src, dst),
-        Q8_0 => scalar::dequantize_q8_0(src, dst),
-        Q8_1 => scalar::dequantize_q8_1(src, dst),
-        Q2_K => scalar::dequantize_q2_k(src, dst),
-        Q3_K => scalar::dequantize_q3_k(src, dst),
-        Q4_K => scalar::dequantize_q4_k(src, dst),
-        Q5_K => scalar::dequantize_q5_k(src, dst),
-        Q6_K => scalar::dequantize_q6_k(src, dst),
-        Q8_K => scalar::dequantize_q8_k(src, dst),
-        I32 => panic!("quants dequantize_row: no conversion from {ty} to f32"),
-    }
+    let to_float = cpu_traits(ty).to_float;
+    let to_float = to_float.unwrap_or_else(|| panic!("quants dequantize_row: no conversion from {ty} to f32"));
+    to_float(&src[..ty.type_size() * (n / ty.blck_size())], dst)
 }
 
 /// ggml's `to_float` name for [`dequantize_row`].
@@ -123,28 +111,13 @@ pub fn row_to_f32(ty: GgmlType, src: &[u8], dst: &mut [f32]) {
     dequantize_row(ty, src, dst)
 }
 
-/// Converts f32 to one row of `ty` (ggml's reference rounding).
+/// Converts f32 to one row of `ty` (ggml's reference rounding; its `from_float`).
 pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) {
     let n = src.len();
     check_row(ty, n, dst.len(), "quantize_row");
-    let dst = &mut dst[..ty.type_size() * (n / ty.blck_size())];
-    use GgmlType::*;
-    match ty {
-        F32 => scalar::quantize_f32(src, dst),
-        F16 => scalar::quantize_f16(src, dst),
-        BF16 => scalar::quantize_bf16(src, dst),
-        Q4_0 => scalar::quantize_q4_0(src, dst),
-        Q4_1 => scalar::quantize_q4_1(src, dst),
-        Q5_0 => scalar::quantize_q5_0(src, dst),
-        Q5_1 => scalar::quantize_q5_1(src, dst),
-        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-        Q8_0 => wasm::quantize_q8_0(src, dst),
-        #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
-        Q8_0 => scalar::quantize_q8_0(src, dst),
-        Q8_1 => scalar::quantize_q8_1(src, dst),
-        Q8_K => scalar::quantize_q8_k(src, dst),
-        Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | I32 => panic!("quants quantize_row: no quantization to {ty}"),
-    }
+    let from_float = cpu_traits(ty).from_float;
+    let from_float = from_float.unwrap_or_else(|| panic!("quants quantize_row: no quantization to {ty}"));
+    from_float(src, &mut dst[..ty.type_size() * (n / ty.blck_size())])
 }
 
 /// A whole buffer of `ty` (a tensor's data) as f32.
@@ -173,100 +146,33 @@ pub fn quantize(ty: GgmlType, src: &[f32]) -> Result<Vec<u8>, QuantError> {
     Ok(out)
 }
 
-/// An instruction set with its own `vec_dot` kernels.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Isa {
-    /// The portable reference (the compiler may still vectorize it).
-    Scalar,
-    /// x86_64 with AVX2 and F16C, found at run time under feature `std` or enabled at
-    /// compile time.
-    Avx2,
-    /// wasm32 built with `+simd128`.
-    Simd128,
-}
-
-impl Isa {
-    /// Whether this build on this machine can run the kernels of `self`.
-    pub fn is_available(self) -> bool {
-        match self {
-            Isa::Scalar => true,
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => x86::available(),
-            #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-            Isa::Simd128 => true,
-            #[allow(unreachable_patterns)]
-            _ => false,
-        }
-    }
-
-    /// Every available instruction set, the scalar reference first.
-    pub fn available() -> Vec<Isa> {
-        [Isa::Scalar, Isa::Avx2, Isa::Simd128].into_iter().filter(|i| i.is_available()).collect()
-    }
-
-    /// The fastest available.
-    pub fn best() -> Isa {
-        if Isa::Simd128.is_available() {
-            Isa::Simd128
-        } else if Isa::Avx2.is_available() {
-            Isa::Avx2
-        } else {
-            Isa::Scalar
-        }
-    }
-}
-
 /// Dot product of a row of `ty` with a row of `ty.vec_dot_type()`, `n` elements.
 pub fn vec_dot(ty: GgmlType, n: usize, a: &[u8], b: &[u8]) -> f32 {
-    let isa = Isa::best();
-    match vec_dot_isa(isa, ty, n, a, b) {
-        Some(s) => s,
-        None => vec_dot_isa(Isa::Scalar, ty, n, a, b).expect("scalar vec_dot covers every has_vec_dot type"),
-    }
+    let dot = checked_dot(cpu_traits(ty), ty, n, a, b);
+    dot(n, &a[..ty.row_size(n as i64)], &b[..ty.vec_dot_type().row_size(n as i64)])
 }
 
-/// [`vec_dot`] with the kernels of `isa`; None when `isa` is not available here or has
-/// no kernel of its own for `ty` (then [`vec_dot`] uses the scalar one).
+/// [`vec_dot`] with the kernels of `isa`; None when `isa` is not available here (every
+/// available ISA has a kernel for every [`has_vec_dot`] type).
 pub fn vec_dot_isa(isa: Isa, ty: GgmlType, n: usize, a: &[u8], b: &[u8]) -> Option<f32> {
-    assert!(has_vec_dot(ty), "quants vec_dot: no dot product for {ty}");
-    let vt = ty.vec_dot_type();
-    check_row(ty, n, a.len(), "vec_dot (a)");
-    check_row(vt, n, b.len(), "vec_dot (b)");
-    let a = &a[..ty.row_size(n as i64)];
-    let b = &b[..vt.row_size(n as i64)];
-    if !isa.is_available() {
-        return None;
-    }
-    use GgmlType::*;
-    match isa {
-        Isa::Scalar => Some(match ty {
-            F32 => scalar::vec_dot_f32(n, a, b),
-            F16 => scalar::vec_dot_f16(n, a, b),
-            BF16 => scalar::vec_dot_bf16(n, a, b),
-            Q4_0 => scalar::vec_dot_q4_0_q8_0(a, b),
-            Q4_1 => scalar::vec_dot_q4_1_q8_1(a, b),
-            Q5_0 => scalar::vec_dot_q5_0_q8_0(a, b),
-            Q5_1 => scalar::vec_dot_q5_1_q8_1(a, b),
-            Q8_0 => scalar::vec_dot_q8_0_q8_0(a, b),
-            Q2_K => scalar::vec_dot_q2_k_q8_k(a, b),
-            Q3_K => scalar::vec_dot_q3_k_q8_k(a, b),
-            Q4_K => scalar::vec_dot_q4_k_q8_k(a, b),
-            Q5_K => scalar::vec_dot_q5_k_q8_k(a, b),
-            Q6_K => scalar::vec_dot_q6_k_q8_k(a, b),
-            Q8_1 | Q8_K | I32 => unreachable!(),
-        }),
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => x86::vec_dot(ty, n, a, b),
-        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-        Isa::Simd128 => wasm::vec_dot(ty, n, a, b),
-        #[allow(unreachable_patterns)]
-        _ => None,
-    }
+    let t = isa.traits(ty);
+    // Arguments are checked even where `isa` is missing: a bad call fails on every machine.
+    let dot = checked_dot(t.unwrap_or_else(|| cpu_traits(ty)), ty, n, a, b);
+    t?;
+    Some(dot(n, &a[..ty.row_size(n as i64)], &b[..ty.vec_dot_type().row_size(n as i64)]))
 }
 
-/// Types [`gemm`] has kernels of its own for (others loop over [`vec_dot`]).
+/// `t`'s dot product, once `a` and `b` hold `n` elements of `ty` and its vec_dot_type.
+fn checked_dot(t: &TypeTraitsCpu, ty: GgmlType, n: usize, a: &[u8], b: &[u8]) -> VecDot {
+    let dot = t.vec_dot.unwrap_or_else(|| panic!("quants vec_dot: no dot product for {ty}"));
+    check_row(ty, n, a.len(), "vec_dot (a)");
+    check_row(t.vec_dot_type, n, b.len(), "vec_dot (b)");
+    dot
+}
+
+/// Types [`gemm`] has kernels of its own for on this machine (others loop over [`vec_dot`]).
 pub fn has_gemm(ty: GgmlType) -> bool {
-    matches!(ty, GgmlType::Q8_0 | GgmlType::Q4_0)
+    cpu_traits(ty).gemm.is_some()
 }
 
 /// Many dot products at once: `c[j·ldc + i] = vec_dot(ty, k, a_i, b_j)` for `i < m`,
@@ -305,11 +211,12 @@ pub fn gemm(
     c: &mut [f32],
     ldc: usize,
 ) {
-    assert!(has_vec_dot(ty), "quants gemm: no dot product for {ty}");
+    let t = cpu_traits(ty);
+    let dot = t.vec_dot.unwrap_or_else(|| panic!("quants gemm: no dot product for {ty}"));
     if m == 0 || n == 0 {
         return;
     }
-    let vt = ty.vec_dot_type();
+    let vt = t.vec_dot_type;
     check_row(ty, k, a.len().saturating_sub((m - 1) * lda), "gemm (a)");
     check_row(vt, k, b.len().saturating_sub((n - 1) * ldb), "gemm (b)");
     assert!(
@@ -324,59 +231,38 @@ pub fn gemm(
         c.len()
     );
     let (ra, rb) = (ty.row_size(k as i64), vt.row_size(k as i64));
-    if has_gemm(ty) && Isa::best() != Isa::Scalar {
-        let nb = k / crate::types::QK;
-        // Rows of b in chunks that stay in cache while the rows of a pass: about 24 KiB (L1)
-        // natively; on wasm, where rows are widened to i16 (64 bytes a block) and each row
-        // of a is widened and packed again per chunk, up to 768 KiB of widened rows (L2;
-        // one chunk for a 64-token prompt at K = 3072, ~9% faster there than two of 192
-        // KiB), in equal chunks of whole 4-row tiles.
-        let chunk = if cfg!(target_arch = "wasm32") {
-            let most = (768 * 1024 / (64 * nb).max(1)).max(4);
-            let parts = n.div_ceil(most);
-            n.div_ceil(parts).next_multiple_of(4).min(n)
-        } else {
-            (24 * 1024 / rb).clamp(1, n)
-        };
-        for j0 in (0..n).step_by(chunk) {
-            let nc = chunk.min(n - j0);
-            let (b, c) = (&b[j0 * ldb..], &mut c[j0 * ldc..]);
-            // Only the AVX2 Q8_0 product without VNNI needs rows of b free of -128.
-            #[cfg(target_arch = "x86_64")]
-            let mark_plain = ty == GgmlType::Q8_0 && !x86::uses_vnni();
-            #[cfg(not(target_arch = "x86_64"))]
-            let mark_plain = false;
-            // The block sums of b: for the x86 kernels' u8 × i8 offsets, and for Q4_0's -8
-            // offset in the relaxed-SIMD wasm kernel.
-            let want_sums = cfg!(target_arch = "x86_64")
-                || (cfg!(all(target_arch = "wasm32", target_feature = "relaxed-simd")) && ty == GgmlType::Q4_0);
-            let cols = ColPrep::new(nb, nc, b, ldb, mark_plain, want_sums);
-            #[cfg(target_arch = "x86_64")]
-            if Isa::best() == Isa::Avx2 {
-                // SAFETY: AVX2 is available (Isa::best), each `vpdpbusd` form where used
-                // (detected); rows are inside a and b (checked above).
-                unsafe {
-                    match x86::vnni() {
-                        x86::Vnni::Vex => x86::gemm_rows_vnni::<false>(ty, nb, m, a, lda, b, ldb, &cols, c, ldc),
-                        x86::Vnni::Evex => x86::gemm_rows_vnni::<true>(ty, nb, m, a, lda, b, ldb, &cols, c, ldc),
-                        x86::Vnni::None => x86::gemm_rows(ty, nb, m, a, lda, b, ldb, &cols, c, ldc),
-                    }
-                };
-            }
-            #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-            wasm::gemm_rows(ty, nb, m, a, lda, b, ldb, &cols, c, ldc);
-            // Rows of b the fast products cannot take.
-            for j in (0..nc).filter(|&j| cols.plain[j]) {
-                for i in 0..m {
-                    c[j * ldc + i] = vec_dot(ty, k, &a[i * lda..i * lda + ra], &b[j * ldb..j * ldb + rb]);
-                }
+    // Pairs through the dot product (every row is checked above).
+    let dots = |j0: usize, nc: usize, b: &[u8], c: &mut [f32], only_plain: Option<&[bool]>| {
+        for j in (0..nc).filter(|&j| only_plain.is_none_or(|p| p[j])) {
+            for i in 0..m {
+                c[j * ldc + i] = dot(k, &a[i * lda..i * lda + ra], &b[(j0 + j) * ldb..(j0 + j) * ldb + rb]);
             }
         }
-        return;
-    }
-    for j in 0..n {
-        for i in 0..m {
-            c[j * ldc + i] = vec_dot(ty, k, &a[i * lda..i * lda + ra], &b[j * ldb..j * ldb + rb]);
+    };
+    let Some(g) = t.gemm else {
+        return dots(0, n, b, c, None);
+    };
+    let nb = k / crate::types::QK;
+    // Rows of b in chunks that stay in cache while the rows of a pass: about 24 KiB (L1)
+    // natively; on wasm, where rows are widened to i16 (64 bytes a block) and each row
+    // of a is widened and packed again per chunk, up to 768 KiB of widened rows (L2;
+    // one chunk for a 64-token prompt at K = 3072, ~9% faster there than two of 192
+    // KiB), in equal chunks of whole 4-row tiles.
+    let chunk = if cfg!(target_arch = "wasm32") {
+        let most = (768 * 1024 / (64 * nb).max(1)).max(4);
+        let parts = n.div_ceil(most);
+        n.div_ceil(parts).next_multiple_of(4).min(n)
+    } else {
+        (24 * 1024 / rb).clamp(1, n)
+    };
+    for j0 in (0..n).step_by(chunk) {
+        let nc = chunk.min(n - j0);
+        let c = &mut c[j0 * ldc..];
+        let cols = ColPrep::new(nb, nc, &b[j0 * ldb..], ldb, g.needs_plain, g.wants_sums);
+        (g.rows)(ty, nb, m, a, lda, &b[j0 * ldb..], ldb, &cols, c, ldc);
+        // Rows of b the fast product cannot take.
+        if cols.plain.contains(&true) {
+            dots(j0, nc, b, c, Some(&cols.plain));
         }
     }
 }
@@ -433,30 +319,5 @@ impl ColPrep {
 /// for tests that check which one a build runs.
 #[doc(hidden)]
 pub fn prompt_gemm_kernel(ty: GgmlType) -> &'static str {
-    if !has_gemm(ty) || Isa::best() == Isa::Scalar {
-        return "vec_dot";
-    }
-    if cfg!(all(target_arch = "wasm32", target_feature = "relaxed-simd")) && ty == GgmlType::Q4_0 {
-        "simd128 nibble panels (relaxed dot)"
-    } else if cfg!(target_arch = "wasm32") {
-        "simd128 i16 panels"
-    } else {
-        #[cfg(target_arch = "x86_64")]
-        match x86::vnni() {
-            x86::Vnni::Vex => return "avx2 tiles (avx-vnni vpdpbusd)",
-            x86::Vnni::Evex => return "avx2 tiles (avx512-vnni vpdpbusd)",
-            x86::Vnni::None => {}
-        }
-        "avx2 tiles"
-    }
-}
-
-/// Makes [`gemm`] leave `vpdpbusd` (AVX-VNNI or AVX512-VNNI) unused (or use it again) on
-/// x86_64, so tests can check the plain AVX2 kernels on a machine that has VNNI. Both give the same bits; only speed
-/// differs, so flipping this while other threads compute is harmless.
-#[doc(hidden)]
-pub fn set_vnni_disabled(disabled: bool) {
-    #[cfg(target_arch = "x86_64")]
-    x86::VNNI_DISABLED.store(disabled, core::sync::atomic::Ordering::Relaxed);
-    let _ = disabled;
+    cpu_traits(ty).gemm.map_or("vec_dot", |g| g.name)
 }

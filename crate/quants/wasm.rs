@@ -11,27 +11,40 @@ use bytemuck::cast_slice;
 
 use super::blocks::*;
 use super::scalar::{self, reduce8, LANES};
+use super::traits::{PromptGemm, Table};
 use crate::types::GgmlType;
 
-pub fn vec_dot(ty: GgmlType, n: usize, a: &[u8], b: &[u8]) -> Option<f32> {
+/// The SIMD128 table: the scalar one with every `vec_dot` of its own, Q8_0's quantization,
+/// and the prompt kernel for Q8_0 and Q4_0.
+pub(super) const fn table() -> Table {
     use GgmlType::*;
-    Some(match ty {
-        Q8_0 => q8_0_q8_0(cast_slice(a), cast_slice(b)),
-        Q4_0 => q4_0_q8_0(cast_slice(a), cast_slice(b)),
-        Q4_1 => q4_1_q8_1(cast_slice(a), cast_slice(b)),
-        Q5_0 => q5_0_q8_0(cast_slice(a), cast_slice(b)),
-        Q5_1 => q5_1_q8_1(cast_slice(a), cast_slice(b)),
-        Q2_K => q2_k_q8_k(cast_slice(a), cast_slice(b)),
-        Q3_K => q3_k_q8_k(cast_slice(a), cast_slice(b)),
-        Q4_K => q4_k_q8_k(cast_slice(a), cast_slice(b)),
-        Q5_K => q5_k_q8_k(cast_slice(a), cast_slice(b)),
-        Q6_K => q6_k_q8_k(cast_slice(a), cast_slice(b)),
-        F32 => f32_dot(n, a, b),
-        F16 => f16_dot(n, a, b),
-        BF16 => bf16_dot(n, a, b),
-        _ => return None,
-    })
+    let mut t = super::traits::scalar_table();
+    macro_rules! blocks {
+        ($($ty:ident => $kernel:ident),*) => {
+            $(t[$ty as usize].vec_dot = Some(|_, a, b| $kernel(cast_slice(a), cast_slice(b)));)*
+        };
+    }
+    blocks!(Q8_0 => q8_0_q8_0, Q4_0 => q4_0_q8_0, Q4_1 => q4_1_q8_1, Q5_0 => q5_0_q8_0, Q5_1 => q5_1_q8_1,
+        Q2_K => q2_k_q8_k, Q3_K => q3_k_q8_k, Q4_K => q4_k_q8_k, Q5_K => q5_k_q8_k, Q6_K => q6_k_q8_k);
+    t[F32 as usize].vec_dot = Some(f32_dot);
+    t[F16 as usize].vec_dot = Some(f16_dot);
+    t[BF16 as usize].vec_dot = Some(bf16_dot);
+    t[Q8_0 as usize].from_float = Some(quantize_q8_0);
+    t[Q8_0 as usize].gemm = Some(&PANELS);
+    t[Q4_0 as usize].gemm = Some(&PANELS_Q4_0);
+    t
 }
+
+static PANELS: PromptGemm =
+    PromptGemm { name: "simd128 i16 panels", rows: gemm_rows, needs_plain: false, wants_sums: false };
+/// With relaxed SIMD, Q4_0 takes the relaxed dot product on its nibbles, which needs the
+/// block sums of b for the -8 offset.
+#[cfg(target_feature = "relaxed-simd")]
+static PANELS_Q4_0: PromptGemm =
+    PromptGemm { name: "simd128 nibble panels (relaxed dot)", rows: gemm_rows, needs_plain: false, wants_sums: true };
+#[cfg(not(target_feature = "relaxed-simd"))]
+static PANELS_Q4_0: PromptGemm =
+    PromptGemm { name: "simd128 i16 panels", rows: gemm_rows, needs_plain: false, wants_sums: false };
 
 #[inline(always)]
 fn load<T>(s: &[T]) -> v128 {

@@ -24,47 +24,75 @@ use bytemuck::cast_slice;
 
 use super::blocks::*;
 use super::scalar::{self, reduce8, LANES};
+use super::traits::{PromptGemm, Table};
 use crate::types::GgmlType;
 
-/// AVX2 and F16C, at compile time or (with `std`) detected at run time.
-pub fn available() -> bool {
-    if cfg!(all(target_feature = "avx2", target_feature = "f16c")) {
-        return true;
+/// The AVX2 table: the scalar one with every `vec_dot` of its own, and the prompt kernel
+/// for Q8_0 and Q4_0 in the `vpdpbusd` form `vnni` names. The closures call `unsafe`
+/// kernels: SAFETY for all of them, [`super::traits`] hands this table out only where
+/// AVX2 and F16C were detected (`Isa::Avx2`), a VNNI form only where that was, and the
+/// rows passed are checked by the callers in [`super`].
+pub(super) const fn table(vnni: Vnni) -> Table {
+    use GgmlType::*;
+    let mut t = super::traits::scalar_table();
+    macro_rules! blocks {
+        ($($ty:ident => $kernel:ident),*) => {
+            $(t[$ty as usize].vec_dot = Some(|_, a, b| unsafe { $kernel(cast_slice(a), cast_slice(b)) });)*
+        };
     }
-    #[cfg(feature = "std")]
-    {
-        std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("f16c")
-    }
-    #[cfg(not(feature = "std"))]
-    {
-        false
-    }
+    blocks!(Q8_0 => q8_0_q8_0, Q4_0 => q4_0_q8_0, Q4_1 => q4_1_q8_1, Q5_0 => q5_0_q8_0, Q5_1 => q5_1_q8_1,
+        Q2_K => q2_k_q8_k, Q3_K => q3_k_q8_k, Q4_K => q4_k_q8_k, Q5_K => q5_k_q8_k, Q6_K => q6_k_q8_k);
+    t[F32 as usize].vec_dot = Some(|n, a, b| unsafe { f32_dot(n, a, b) });
+    t[F16 as usize].vec_dot = Some(|n, a, b| unsafe { f16_dot(n, a, b) });
+    t[BF16 as usize].vec_dot = Some(|n, a, b| unsafe { bf16_dot(n, a, b) });
+    let (q8, q4) = match vnni {
+        Vnni::None => (&PLAIN_Q8_0, &PLAIN_Q4_0),
+        Vnni::Vex => (&VEX, &VEX),
+        Vnni::Evex => (&EVEX, &EVEX),
+    };
+    t[Q8_0 as usize].gemm = Some(q8);
+    t[Q4_0 as usize].gemm = Some(q4);
+    t
 }
 
-/// The AVX2 kernel for `ty`, if there is one. `a`, `b` are checked rows.
-pub fn vec_dot(ty: GgmlType, n: usize, a: &[u8], b: &[u8]) -> Option<f32> {
-    use GgmlType::*;
-    debug_assert!(available());
-    // SAFETY: `Isa::Avx2` is only dispatched here once `available()` said yes.
-    unsafe {
-        Some(match ty {
-            Q8_0 => q8_0_q8_0(cast_slice(a), cast_slice(b)),
-            Q4_0 => q4_0_q8_0(cast_slice(a), cast_slice(b)),
-            Q4_1 => q4_1_q8_1(cast_slice(a), cast_slice(b)),
-            Q5_0 => q5_0_q8_0(cast_slice(a), cast_slice(b)),
-            Q5_1 => q5_1_q8_1(cast_slice(a), cast_slice(b)),
-            Q2_K => q2_k_q8_k(cast_slice(a), cast_slice(b)),
-            Q3_K => q3_k_q8_k(cast_slice(a), cast_slice(b)),
-            Q4_K => q4_k_q8_k(cast_slice(a), cast_slice(b)),
-            Q5_K => q5_k_q8_k(cast_slice(a), cast_slice(b)),
-            Q6_K => q6_k_q8_k(cast_slice(a), cast_slice(b)),
-            F32 => f32_dot(n, a, b),
-            F16 => f16_dot(n, a, b),
-            BF16 => bf16_dot(n, a, b),
-            _ => return None,
-        })
-    }
+/// Which `vpdpbusd` (four u8 × i8 products summed into each i32 lane, no saturation) a
+/// table's prompt kernel uses on 256-bit registers ([`crate::cpu::features`] finds them).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Vnni {
+    None,
+    /// AVX-VNNI: the VEX form.
+    Vex,
+    /// AVX512-VNNI with AVX512-VL: the same instruction in its EVEX form, on CPUs (Ice
+    /// Lake to Cascade Lake servers, Zen 4) that have AVX-512 but not AVX-VNNI.
+    Evex,
 }
+
+// SAFETY of the closures: as in [`table`]; `gemm` checked the rows and sized `cols`.
+const PLAIN: PromptGemm = PromptGemm {
+    name: "avx2 tiles",
+    rows: |ty, nb, m, a, lda, b, ldb, cols, c, ldc| unsafe { gemm_rows(ty, nb, m, a, lda, b, ldb, cols, c, ldc) },
+    needs_plain: false,
+    wants_sums: true,
+};
+/// Q8_0's plain product (`|x|·sign(y, x)` through `maddubs`) is exact only while y ≠ -128.
+static PLAIN_Q8_0: PromptGemm = PromptGemm { needs_plain: true, ..PLAIN };
+static PLAIN_Q4_0: PromptGemm = PLAIN;
+static VEX: PromptGemm = PromptGemm {
+    name: "avx2 tiles (avx-vnni vpdpbusd)",
+    rows: |ty, nb, m, a, lda, b, ldb, cols, c, ldc| unsafe {
+        gemm_rows_vnni::<false>(ty, nb, m, a, lda, b, ldb, cols, c, ldc)
+    },
+    needs_plain: false,
+    wants_sums: true,
+};
+static EVEX: PromptGemm = PromptGemm {
+    name: "avx2 tiles (avx512-vnni vpdpbusd)",
+    rows: |ty, nb, m, a, lda, b, ldb, cols, c, ldc| unsafe {
+        gemm_rows_vnni::<true>(ty, nb, m, a, lda, b, ldb, cols, c, ldc)
+    },
+    needs_plain: false,
+    wants_sums: true,
+};
 
 #[target_feature(enable = "avx2,f16c")]
 #[inline]
@@ -550,78 +578,6 @@ unsafe fn q8_0_row_dot(nb: usize, x: *const BlockQ8_0, dx: &[f32], y: *const Blo
         acc = add_group(acc, transpose_sum(&v), dx, dy, g);
     }
     finish_rows(store(acc), nb, dx, dy, |t| hsum_i32(isum(t)))
-}
-
-/// See [`super::set_vnni_disabled`].
-pub(super) static VNNI_DISABLED: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
-
-/// Which `vpdpbusd` (four u8 × i8 products summed into each i32 lane, no saturation) the
-/// CPU has on 256-bit registers, found by CPUID once on top of AVX2 — by hand rather than
-/// through `is_x86_feature_detected!` and the intrinsics, which need Rust 1.89; the crate's
-/// rust-version is 1.85.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(super) enum Vnni {
-    None,
-    /// AVX-VNNI (leaf 7, sub-leaf 1, EAX bit 4): the VEX form.
-    Vex,
-    /// AVX512-VNNI with AVX512-VL (leaf 7 ECX bit 11, EBX bits 16 and 31) and the OS saving
-    /// the AVX-512 state (XCR0 bits 5–7): the same instruction in its EVEX form, on CPUs
-    /// (Ice Lake to Cascade Lake servers, Zen 4) that have AVX-512 but not AVX-VNNI.
-    Evex,
-}
-
-pub(super) fn vnni() -> Vnni {
-    use core::sync::atomic::{AtomicU8, Ordering};
-    static FOUND: AtomicU8 = AtomicU8::new(0); // 0 not asked yet, else 1 + the variant
-    if VNNI_DISABLED.load(Ordering::Relaxed) {
-        return Vnni::None;
-    }
-    let of = |f: u8| [Vnni::None, Vnni::Vex, Vnni::Evex][f as usize - 1];
-    match FOUND.load(Ordering::Relaxed) {
-        0 => {
-            let found = if !available() { Vnni::None } else { detect_vnni() };
-            FOUND.store(1 + found as u8, Ordering::Relaxed);
-            found
-        }
-        f => of(f),
-    }
-}
-
-#[allow(unused_unsafe)] // __cpuid_count is a safe fn in newer Rust
-fn detect_vnni() -> Vnni {
-    // SAFETY: CPUID exists on every x86_64; leaves are checked before they are read, and
-    // XGETBV only once CPUID says the OS enabled it (OSXSAVE).
-    unsafe {
-        if __get_cpuid_max(0).0 < 7 {
-            return Vnni::None;
-        }
-        let l7 = __cpuid_count(7, 0);
-        if l7.eax >= 1 && (__cpuid_count(7, 1).eax >> 4) & 1 == 1 {
-            return Vnni::Vex;
-        }
-        let avx512 = (l7.ebx >> 16) & 1 == 1 && (l7.ebx >> 31) & 1 == 1 && (l7.ecx >> 11) & 1 == 1;
-        let osxsave = (__cpuid(1).ecx >> 27) & 1 == 1;
-        if avx512 && osxsave && xcr0() & 0xE6 == 0xE6 {
-            Vnni::Evex
-        } else {
-            Vnni::None
-        }
-    }
-}
-
-/// XCR0: which register state the OS saves (bits 1–2 SSE/AVX, 5–7 the AVX-512 state).
-fn xcr0() -> u64 {
-    let (lo, hi): (u32, u32);
-    // SAFETY: called only when CPUID reports OSXSAVE, so XGETBV exists and ECX = 0 is valid.
-    unsafe {
-        core::arch::asm!("xgetbv", in("ecx") 0u32, out("eax") lo, out("edx") hi, options(nomem, nostack, preserves_flags))
-    };
-    (u64::from(hi) << 32) | u64::from(lo)
-}
-
-/// Whether [`gemm_rows_vnni`] can run here (either form).
-pub(super) fn uses_vnni() -> bool {
-    vnni() != Vnni::None
 }
 
 /// `acc + Σ u·y` per i32 lane (4 products each, u unsigned, y signed): `vpdpbusd` in its

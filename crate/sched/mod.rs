@@ -1,10 +1,12 @@
 //! The backend scheduler (ggml_backend_sched): one graph, several backends.
 //!
-//! ```
+//! ```ignore
+//! // HostBackend is test support (tests/sched_support/host_backend.rs): the unit tests in
+//! // crate/sched/tests.rs run graphs like this one.
 //! use std::rc::Rc;
 //! use ggweb::backend::{Backend, BufferType};
 //! use ggweb::allocator::alloc_tensors;
-//! use ggweb::sched::{HostBackend, Sched};
+//! use ggweb::sched::Sched;
 //! use ggweb::{Context, ContextParams, GgmlType::F32, Graph};
 //!
 //! // A second "device" (host memory of its own type, no GELU) and the CPU, in priority order.
@@ -61,16 +63,12 @@
 //! (`Buffer::get_bytes` / `set_bytes`, straight from or into the host side when one
 //! buffer is host memory).
 
-mod host;
-
 use alloc::collections::BTreeMap;
 use alloc::format;
 use alloc::rc::Rc;
 use alloc::string::String;
 use alloc::vec::Vec;
 use core::ops::Range;
-
-pub use host::{HostBackend, HostBufferType};
 
 use crate::allocator::Gallocr;
 use crate::backend::{Backend, BackendError, Buffer, BufferType};

@@ -7,10 +7,14 @@ use alloc::string::ToString;
 use alloc::vec::Vec;
 use alloc::{format, vec};
 
+#[path = "../../tests/sched_support/host_backend.rs"]
+mod host_backend;
+
 use super::Cause::*;
 use super::*;
 use crate::allocator::alloc_tensors;
 use crate::types::GgmlType::F32;
+use host_backend::HostBackend;
 
 fn gpu() -> Rc<dyn Backend> {
     Rc::new(HostBackend::new("GPU", "GPU", |n| n.op != Op::Gelu))

@@ -2,7 +2,7 @@
 
 use std::rc::Rc;
 
-use super::context::{Gpu, GpuBuffer, PARAMS_STRIDE};
+use super::device::{Gpu, GpuBuffer, PARAMS_STRIDE, P_MISC, P_OFF};
 use crate::allocator::align_up;
 use crate::backend::host::in_bounds;
 use crate::backend::{BackendError, Buffer, BufferType};
@@ -180,8 +180,8 @@ impl WebGpuBuffer {
             gpu.queue.write_buffer(&triples, slot * i, bytemuck::cast_slice(&p[..]));
             let start = (u64::from(p[0]) * 4) / gpu.storage_align * gpu.storage_align;
             let mut words = [0u32; (PARAMS_STRIDE / 4) as usize];
-            words[super::compute::MISC] = 1; // one triple
-            words[super::compute::OFF + 3] = (start / 4) as u32;
+            words[P_MISC] = 1; // one triple
+            words[P_OFF + 3] = (start / 4) as u32;
             gpu.queue.write_buffer(&params, PARAMS_STRIDE * i, bytemuck::cast_slice(&words));
             windows.push((start, u64::from(p[0]) * 4 + 4 - start));
         }

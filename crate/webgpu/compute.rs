@@ -3,7 +3,10 @@
 //! recorded in one compute pass; copies of the outputs close the same command buffer.
 
 use super::buffer::{entry, WebGpuBuffer};
-use super::context::{Gpu, PARAMS_STRIDE};
+// The parameter block's fields by their initials (see `device.rs`).
+use super::device::{
+    Gpu, PARAMS_STRIDE, P_A as A, P_B as B, P_C as C, P_D as D, P_F as F, P_MISC as MISC, P_OFF as OFF, P_U as U,
+};
 use super::fuse::{self, Fused};
 use super::unsupported;
 use crate::allocator::align_up;
@@ -12,16 +15,6 @@ use crate::graph::Graph;
 use crate::tensor::{Op, Tensor};
 use crate::types::GgmlType;
 
-// Word offsets of the fields of `struct P` (shaders/common.wgsl): a_ne, a_nb, b_ne, b_nb,
-// c_ne, c_nb, d_ne, d_nb (4 words each), then off, misc, u, f.
-const A: usize = 0;
-const B: usize = 8;
-const C: usize = 16;
-const D: usize = 24;
-pub(crate) const OFF: usize = 32;
-pub(crate) const MISC: usize = 36;
-const U: usize = 40;
-const F: usize = 44;
 const WORDS: usize = (PARAMS_STRIDE / 4) as usize;
 
 /// mul_mat columns at or below this take the matrix-vector kernel (`Workgroup` kernels).
@@ -590,7 +583,7 @@ pub(crate) fn graph_compute(gpu: &Gpu, graph: &Graph) -> Result<(), BackendError
             pass.dispatch_workgroups(d.groups[0], d.groups[1], d.groups[2]);
         }
     }
-    gpu.prefetch_outputs(&mut enc, graph);
+    gpu.prefetch(&mut enc, output_spans(graph));
     let cmd = enc.finish();
     let ms = (gpu.clock)() - t0;
     gpu.queue.submit([cmd]);
@@ -600,4 +593,19 @@ pub(crate) fn graph_compute(gpu: &Gpu, graph: &Graph) -> Result<(), BackendError
         s.encode_ms += ms;
     });
     gpu.check()
+}
+
+/// The word-aligned spans of the graph's output nodes that live in WebGPU buffers: copied
+/// in the graph's own submit for the reads that follow (see `readback.rs`).
+fn output_spans(graph: &Graph) -> Vec<(wgpu::Buffer, u64, u64)> {
+    let outputs = graph.nodes.iter().filter(|t| t.is_output() && !t.op.is_view());
+    outputs
+        .filter_map(|t| {
+            let d = t.data()?;
+            let b = d.buffer.as_any().downcast_ref::<WebGpuBuffer>()?;
+            let lo = (d.offset / 4 * 4) as u64;
+            let hi = (align_up(d.offset + t.nbytes(), 4) as u64).min(b.buf.size());
+            Some((wgpu::Buffer::clone(&b.buf), lo, hi))
+        })
+        .collect()
 }

@@ -91,25 +91,31 @@ pub enum MatMulKernels {
     PerRow,
 }
 
-// The counters live in `backend` so that the no_std core (the generation loop's stats)
-// can carry them without this module.
-pub use crate::backend::WebGpuStats;
+/// The WebGPU backend's [`Backend::stats`](crate::backend::Backend::stats): the
+/// backend-neutral counters (in `backend`, so that the no_std core can carry them).
+pub use crate::backend::BackendStats as WebGpuStats;
 
+// Layers, each using only those above it: the device (with its read-backs), tensor
+// buffers, graphs as dispatches (with the fusion pass), the backend.
+#[cfg(feature = "webgpu")]
+mod backend;
 #[cfg(feature = "webgpu")]
 mod buffer;
 #[cfg(feature = "webgpu")]
 mod compute;
 #[cfg(feature = "webgpu")]
-mod context;
+mod device;
 #[cfg(feature = "webgpu")]
 mod fuse;
 #[cfg(feature = "webgpu")]
 mod readback;
 
 #[cfg(feature = "webgpu")]
+pub use backend::WebGpuBackend;
+#[cfg(feature = "webgpu")]
 pub use buffer::{WebGpuBuffer, WebGpuBufferType};
 #[cfg(feature = "webgpu")]
-pub use context::{kernel_sources, live_buffers, AdapterSummary, WebGpuBackend};
+pub use device::{kernel_sources, live_buffers, AdapterSummary};
 
 #[cfg(not(feature = "webgpu"))]
 mod disabled {

@@ -1,5 +1,6 @@
-//! Reading device memory back: staging copies, their mapping, and the prefetch of a
-//! graph's outputs inside the graph's own submit.
+//! Reading device memory back (part of the device layer: it knows wgpu buffers, not
+//! tensors): staging copies, their mapping, and the prefetch of spans a graph asks for
+//! inside the graph's own submit.
 //!
 //! A read of a tensor is a copy into a MAP_READ staging buffer, a submit, and a map. For
 //! the tensors a graph marks as outputs (the logits) the copy is recorded at the end of the
@@ -12,11 +13,9 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context as TaskContext, Poll, Waker};
 
-use super::buffer::WebGpuBuffer;
-use super::context::{Gpu, GpuBuffer};
+use super::device::{Gpu, GpuBuffer};
 use crate::allocator::align_up;
 use crate::backend::BackendError;
-use crate::graph::Graph;
 
 /// Bytes `[lo, hi)` of `src`, copied into `staging` (from its byte 0) by the last graph.
 pub(crate) struct Prefetched {
@@ -36,21 +35,15 @@ fn staging_buffer(gpu: &Gpu, size: u64) -> GpuBuffer {
 }
 
 impl Gpu {
-    /// Records, at the end of `enc`, copies of the graph's output nodes that live in WebGPU
-    /// buffers (word-aligned spans), and keeps them for the reads that follow.
-    pub(crate) fn prefetch_outputs(&self, enc: &mut wgpu::CommandEncoder, graph: &Graph) {
+    /// Records, at the end of `enc`, copies of bytes `[lo, hi)` of each buffer in `spans`
+    /// (word-aligned; a graph's outputs, see `compute.rs`), and keeps them for the reads
+    /// that follow.
+    pub(crate) fn prefetch(&self, enc: &mut wgpu::CommandEncoder, spans: Vec<(wgpu::Buffer, u64, u64)>) {
         let mut kept = Vec::new();
-        for t in graph.nodes.iter().filter(|t| t.is_output() && !t.op.is_view()) {
-            let Some(d) = t.data() else { continue };
-            let Some(b) = d.buffer.as_any().downcast_ref::<WebGpuBuffer>() else { continue };
-            let lo = (d.offset / 4 * 4) as u64;
-            let hi = (align_up(d.offset + t.nbytes(), 4) as u64).min(b.buf.size());
-            if hi <= lo {
-                continue;
-            }
+        for (src, lo, hi) in spans.into_iter().filter(|&(_, lo, hi)| lo < hi) {
             let staging = staging_buffer(self, hi - lo);
-            enc.copy_buffer_to_buffer(&b.buf, lo, &staging, 0, hi - lo);
-            kept.push(Prefetched { src: wgpu::Buffer::clone(&b.buf), lo, hi, staging });
+            enc.copy_buffer_to_buffer(&src, lo, &staging, 0, hi - lo);
+            kept.push(Prefetched { src, lo, hi, staging });
         }
         *self.prefetched.borrow_mut() = kept;
     }

@@ -18,13 +18,17 @@ use ggweb::gguf::Limits;
 use ggweb::model::gpt2::weight_on_gpu;
 use ggweb::model::loader::{LoadedModel, ModelLoader};
 use ggweb::model::ModelError;
-use ggweb::sched::HostBackend;
 use ggweb::tensor::Op;
 use ggweb_fuzz::chunk_plan;
 use ggweb_fuzz::chunks;
 use ggweb_fuzz::fnv1a;
 use ggweb_fuzz::sizes::prefix;
 use libfuzzer_sys::fuzz_target;
+
+// Test support shared with tests/sched.rs.
+#[path = "../../tests/sched_support/host_backend.rs"]
+mod host_backend;
+use host_backend::HostBackend;
 
 const BUDGET: u64 = 8 << 20;
 

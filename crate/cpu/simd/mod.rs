@@ -10,9 +10,10 @@
 //! assert_eq!(s.dot_f16_f32(&h, &b), 20.0);
 //! ```
 //!
-//! Which implementation runs is decided once per call of [`best`]: on x86_64 with `std`
-//! by runtime detection, on wasm32 by `cfg(target_feature = "simd128")` (set for wasm32 in
-//! `.cargo/config.toml`), elsewhere the portable [`scalar::Scalar`]. Implementations sum in
+//! Which implementation runs is decided once per call of [`best`]: on x86_64 by what
+//! [`crate::cpu::features`] detected (the detection the quantized kernels read too), on
+//! wasm32 by `cfg(target_feature = "simd128")` (set for wasm32 in `.cargo/config.toml`),
+//! elsewhere the portable [`scalar::Scalar`]. Implementations sum in
 //! different orders, so results agree to rounding, not bit for bit.
 
 pub mod scalar;

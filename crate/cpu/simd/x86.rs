@@ -1,5 +1,5 @@
-//! x86_64: SSE2 (always present on x86_64) and AVX2 + FMA + F16C (detected at run time
-//! with `std`; without `std` only when the build enables those target features).
+//! x86_64: SSE2 (always present on x86_64) and AVX2 + FMA + F16C (as
+//! [`crate::cpu::features`] found them).
 
 use core::arch::x86_64::*;
 
@@ -19,18 +19,9 @@ pub struct Avx2 {
 static AVX2: Avx2 = Avx2 { _private: () };
 
 impl Avx2 {
+    /// The AVX2 kernels, when [`crate::cpu::features`] found AVX2, FMA and F16C.
     pub fn detect() -> Option<&'static Avx2> {
-        #[cfg(feature = "std")]
-        let ok = std::is_x86_feature_detected!("avx2")
-            && std::is_x86_feature_detected!("fma")
-            && std::is_x86_feature_detected!("f16c");
-        #[cfg(not(feature = "std"))]
-        let ok = cfg!(all(target_feature = "avx2", target_feature = "fma", target_feature = "f16c"));
-        if ok {
-            Some(&AVX2)
-        } else {
-            None
-        }
+        crate::cpu::features::detect().avx2_fma_f16c().then_some(&AVX2)
     }
 }
 

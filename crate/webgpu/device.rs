@@ -1,16 +1,16 @@
-//! Adapter and device setup, error capture, the shader and pipeline caches.
+//! The device layer: adapter and device setup, error capture, the shader and pipeline
+//! caches, the parameter block layout, and the counted wgpu buffers. The layers above:
+//! `buffer.rs` (tensor memory), `compute.rs` (graphs as dispatches), `backend.rs`
+//! ([`super::WebGpuBackend`]); each uses only the ones before it.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::buffer::{WebGpuBuffer, WebGpuBufferType};
 use super::readback::Prefetched;
 use super::{MatMulKernels, WebGpuOptions, WebGpuStats};
-use crate::backend::{Backend, BackendError, BufferType};
-use crate::graph::Graph;
+use crate::backend::BackendError;
 use crate::tensor::Tensor;
 
 /// What adapter the backend runs on, for logs and UIs.
@@ -32,6 +32,17 @@ pub struct AdapterSummary {
 /// The bytes every parameter block takes in the per-graph uniform buffer (a multiple of
 /// minUniformBufferOffsetAlignment, which WebGPU caps at 256).
 pub(crate) const PARAMS_STRIDE: u64 = 256;
+
+// Word offsets of the fields of `struct P` (shaders/common.wgsl): a_ne, a_nb, b_ne, b_nb,
+// c_ne, c_nb, d_ne, d_nb (4 words each), then off, misc, u, f.
+pub(crate) const P_A: usize = 0;
+pub(crate) const P_B: usize = 8;
+pub(crate) const P_C: usize = 16;
+pub(crate) const P_D: usize = 24;
+pub(crate) const P_OFF: usize = 32;
+pub(crate) const P_MISC: usize = 36;
+pub(crate) const P_U: usize = 40;
+pub(crate) const P_F: usize = 44;
 
 /// wgpu buffers this backend holds now, on every device (see [`live_buffers`]).
 static LIVE_BUFFERS: AtomicUsize = AtomicUsize::new(0);
@@ -94,7 +105,7 @@ pub(crate) struct Gpu {
     pub unsubmitted: Cell<u64>,
     /// Copies of the last graph's outputs, made in its submit (see `readback.rs`).
     pub prefetched: RefCell<Vec<Prefetched>>,
-    /// Counters since the device was opened ([`WebGpuBackend`]'s `webgpu_stats`).
+    /// Counters since the device was opened ([`WebGpuBackend`](super::WebGpuBackend)'s `stats`).
     pub stats: Cell<WebGpuStats>,
     /// Milliseconds, for `stats.encode_ms` ([`WebGpuOptions::encode_clock`]).
     pub clock: fn() -> f64,
@@ -314,6 +325,16 @@ impl Gpu {
     }
 
     /// Why the device was lost, once it was (the reason stays: a lost device never returns).
+    /// Records the loss at once, then destroys the device (see
+    /// [`super::WebGpuBackend::destroy_device`]).
+    pub fn destroy(&self) {
+        {
+            let mut lost = self.lost.lock().unwrap_or_else(|p| p.into_inner());
+            lost.get_or_insert_with(|| "Destroyed: the device was destroyed (WebGpuBackend::destroy_device)".into());
+        }
+        self.device.destroy();
+    }
+
     pub fn lost_reason(&self) -> Option<String> {
         self.lost.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
@@ -390,96 +411,6 @@ impl Gpu {
             return Err(super::unsupported(what, format!("{groups} workgroups exceed {max}²")));
         }
         Ok((x as u32, y as u32))
-    }
-}
-
-/// The WebGPU backend. Cheap to clone handles share one device.
-#[derive(Clone)]
-pub struct WebGpuBackend {
-    pub(crate) gpu: Rc<Gpu>,
-}
-
-impl WebGpuBackend {
-    /// Natively: finds an adapter (Vulkan) and opens a device, blocking. In the browser
-    /// this returns `Unavailable`: use [`WebGpuBackend::new_async`].
-    pub fn new(opts: WebGpuOptions) -> Result<WebGpuBackend, BackendError> {
-        #[cfg(target_arch = "wasm32")]
-        {
-            let _ = opts;
-            Err(BackendError::Unavailable("in the browser use WebGpuBackend::new_async (no blocking)".into()))
-        }
-        #[cfg(not(target_arch = "wasm32"))]
-        {
-            pollster::block_on(Self::new_async(opts))
-        }
-    }
-
-    /// Finds an adapter and opens a device without blocking (the browser's way).
-    pub async fn new_async(opts: WebGpuOptions) -> Result<WebGpuBackend, BackendError> {
-        Ok(WebGpuBackend { gpu: Rc::new(Gpu::create(&opts).await?) })
-    }
-
-    pub fn adapter(&self) -> &AdapterSummary {
-        &self.gpu.summary
-    }
-
-    /// `Some(reason)` once the device is lost (destroyed, driver reset, browser tab
-    /// policy). Every later operation on this backend then fails with
-    /// [`BackendError::DeviceLost`]; a new backend (a new device) is the only way on.
-    pub fn lost_reason(&self) -> Option<String> {
-        self.gpu.lost_reason()
-    }
-
-    /// Destroys the device, as a real loss would take it (for tests of the recovery path:
-    /// the bindings' `_debugLoseDevice`). The loss is recorded at once, so the very next
-    /// operation fails with `DeviceLost`, without waiting for the browser's `device.lost`
-    /// promise (which also arrives and keeps the first reason).
-    pub fn destroy_device(&self) {
-        {
-            let mut lost = self.gpu.lost.lock().unwrap_or_else(|p| p.into_inner());
-            lost.get_or_insert_with(|| "Destroyed: the device was destroyed (WebGpuBackend::destroy_device)".into());
-        }
-        self.gpu.device.destroy();
-    }
-
-    /// Concrete buffer type (the trait's `buffer_type()` returns it as `dyn`).
-    pub fn webgpu_buffer_type(&self) -> WebGpuBufferType {
-        WebGpuBufferType { gpu: self.gpu.clone() }
-    }
-
-    /// Reads `out.len()` bytes of `t` from byte `offset` of it, without blocking: the way
-    /// to read results in the browser (natively it works too). `t` must live in a WebGPU
-    /// buffer.
-    pub async fn read_tensor_async(&self, t: &Tensor, offset: usize, out: &mut [u8]) -> Result<(), BackendError> {
-        let d = t.data().ok_or_else(|| super::unsupported(t, "read of an unallocated tensor"))?;
-        if offset + out.len() > t.nbytes() {
-            return Err(super::unsupported(
-                t,
-                format!("read of {} bytes at {offset} past its {} bytes", out.len(), t.nbytes()),
-            ));
-        }
-        let buf = d.buffer.as_any().downcast_ref::<WebGpuBuffer>().ok_or_else(|| {
-            super::unsupported(t, format!("not in a WebGPU buffer ({})", d.buffer.buffer_type_name()))
-        })?;
-        buf.read_async(d.offset + offset, out).await
-    }
-}
-
-impl Backend for WebGpuBackend {
-    fn name(&self) -> &str {
-        "WebGPU"
-    }
-    fn buffer_type(&self) -> Rc<dyn BufferType> {
-        Rc::new(self.webgpu_buffer_type())
-    }
-    fn graph_compute(&self, graph: &Graph) -> Result<(), BackendError> {
-        super::compute::graph_compute(&self.gpu, graph)
-    }
-    fn supports_op(&self, node: &Tensor) -> bool {
-        super::compute::supports_op(&self.gpu, node)
-    }
-    fn webgpu_stats(&self) -> Option<WebGpuStats> {
-        Some(self.gpu.stats.get())
     }
 }
 

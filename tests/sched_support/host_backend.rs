@@ -1,20 +1,21 @@
-//! A second "device" made of host memory, for testing the scheduler where no GPU is.
+//! A second "device" made of host memory, for testing the scheduler where no GPU is: test
+//! support, shared by tests/sched.rs and the scheduler's unit tests (crate/sched/tests.rs,
+//! which see the crate as `ggweb` through lib.rs's `extern crate self`).
 //!
 //! [`HostBackend`] computes with the CPU kernels, but in buffers of its own type name and
 //! only for the ops its predicate accepts, and it refuses to touch memory of any other
 //! type: a copy the scheduler forgot is an error, as it would be on a real device. Two of
 //! them with the same buffer type name share memory (a BLAS-like backend beside the CPU).
 
-use alloc::boxed::Box;
-use alloc::format;
-use alloc::rc::Rc;
-use alloc::string::String;
+#![allow(dead_code)] // each user takes what it needs
 
-use crate::backend::host::HostBuffer;
-use crate::backend::{Backend, BackendError, Buffer, BufferType};
-use crate::cpu::{CpuBackend, CPU_ALIGNMENT};
-use crate::graph::Graph;
-use crate::tensor::{Op, Tensor};
+use std::rc::Rc;
+
+use ggweb::backend::host::HostBuffer;
+use ggweb::backend::{Backend, BackendError, Buffer, BufferType};
+use ggweb::cpu::{CpuBackend, CPU_ALIGNMENT};
+use ggweb::graph::Graph;
+use ggweb::tensor::{Op, Tensor};
 
 /// Host memory under a buffer type name of its own.
 #[derive(Clone, Debug)]

@@ -1,0 +1,132 @@
+//! The one CPU detection: what this machine and build can run, found once and read by both
+//! the f32 kernels ([`super::simd`]) and the quantized ones ([`crate::quants`]).
+//!
+//! ```
+//! let f = ggweb::cpu::features::detect();
+//! // wasm32 knows at compile time; x86_64 asks CPUID (under `std` through std's macros).
+//! assert_eq!(f.simd128, cfg!(all(target_arch = "wasm32", target_feature = "simd128")));
+//! if f.avx_vnni || f.avx512_vnni {
+//!     assert!(f.avx2);
+//! }
+//! ```
+//!
+//! x86_64: AVX2, FMA and F16C at run time under `std` (else only what the build enables);
+//! `vpdpbusd` on 256-bit registers (AVX-VNNI, or AVX512-VNNI + VL with the OS saving the
+//! AVX-512 state) by CPUID by hand — `is_x86_feature_detected!("avxvnni")` and the
+//! intrinsics need Rust 1.89, the crate's rust-version is 1.85. wasm32: SIMD128 and relaxed
+//! SIMD are compile-time target features (no run-time detection exists in wasm).
+
+use core::sync::atomic::{AtomicU32, Ordering};
+
+/// What the CPU offers the kernels. Every flag is already anded with what the kernels need
+/// to run it (e.g. the VNNI forms only with AVX2 and F16C).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CpuFeatures {
+    pub avx2: bool,
+    pub fma: bool,
+    pub f16c: bool,
+    /// AVX-VNNI: the VEX form of `vpdpbusd`.
+    pub avx_vnni: bool,
+    /// AVX512-VNNI + AVX512-VL, state saved by the OS: the EVEX form on 256-bit registers.
+    pub avx512_vnni: bool,
+    pub simd128: bool,
+    pub relaxed_simd: bool,
+}
+
+/// 0 until the first [`detect`], then the flags as bits with bit 31 set.
+static FOUND: AtomicU32 = AtomicU32::new(0);
+const DONE: u32 = 1 << 31;
+
+/// The features, detected on the first call and cached (a race detects twice, same answer).
+pub fn detect() -> CpuFeatures {
+    let mut bits = FOUND.load(Ordering::Relaxed);
+    if bits == 0 {
+        bits = probe().to_bits();
+        FOUND.store(bits, Ordering::Relaxed);
+    }
+    CpuFeatures::from_bits(bits)
+}
+
+impl CpuFeatures {
+    fn to_bits(self) -> u32 {
+        let on = [self.avx2, self.fma, self.f16c, self.avx_vnni, self.avx512_vnni, self.simd128, self.relaxed_simd];
+        on.iter().enumerate().fold(DONE, |b, (i, &x)| b | (x as u32) << i)
+    }
+    fn from_bits(b: u32) -> CpuFeatures {
+        let on = |i: u32| b & (1 << i) != 0;
+        CpuFeatures {
+            avx2: on(0),
+            fma: on(1),
+            f16c: on(2),
+            avx_vnni: on(3),
+            avx512_vnni: on(4),
+            simd128: on(5),
+            relaxed_simd: on(6),
+        }
+    }
+    /// AVX2 with F16C: what the quantized AVX2 kernels need.
+    pub fn avx2_f16c(&self) -> bool {
+        self.avx2 && self.f16c
+    }
+    /// AVX2, FMA and F16C: what the f32 AVX2 kernels need.
+    pub fn avx2_fma_f16c(&self) -> bool {
+        self.avx2 && self.fma && self.f16c
+    }
+}
+
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
+fn probe() -> CpuFeatures {
+    let mut f = CpuFeatures {
+        simd128: cfg!(all(target_arch = "wasm32", target_feature = "simd128")),
+        relaxed_simd: cfg!(all(target_arch = "wasm32", target_feature = "relaxed-simd")),
+        ..CpuFeatures::default()
+    };
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[cfg(feature = "std")]
+        {
+            f.avx2 = std::is_x86_feature_detected!("avx2");
+            f.fma = std::is_x86_feature_detected!("fma");
+            f.f16c = std::is_x86_feature_detected!("f16c");
+        }
+        f.avx2 |= cfg!(target_feature = "avx2");
+        f.fma |= cfg!(target_feature = "fma");
+        f.f16c |= cfg!(target_feature = "f16c");
+        if f.avx2_f16c() {
+            (f.avx_vnni, f.avx512_vnni) = x86_vnni();
+        }
+    }
+    f
+}
+
+/// (AVX-VNNI, AVX512-VNNI usable on 256-bit registers).
+#[cfg(target_arch = "x86_64")]
+#[allow(unused_unsafe)] // __cpuid_count is a safe fn in newer Rust
+fn x86_vnni() -> (bool, bool) {
+    use core::arch::x86_64::{__cpuid, __cpuid_count, __get_cpuid_max};
+    // SAFETY: CPUID exists on every x86_64; leaves are checked before they are read, and
+    // XGETBV only once CPUID says the OS enabled it (OSXSAVE).
+    unsafe {
+        if __get_cpuid_max(0).0 < 7 {
+            return (false, false);
+        }
+        let l7 = __cpuid_count(7, 0);
+        // Leaf 7 sub-leaf 1 EAX bit 4.
+        let vex = l7.eax >= 1 && (__cpuid_count(7, 1).eax >> 4) & 1 == 1;
+        // AVX512F (EBX 16), AVX512VL (EBX 31), AVX512-VNNI (ECX 11), and XCR0 bits 5–7.
+        let avx512 = (l7.ebx >> 16) & 1 == 1 && (l7.ebx >> 31) & 1 == 1 && (l7.ecx >> 11) & 1 == 1;
+        let osxsave = (__cpuid(1).ecx >> 27) & 1 == 1;
+        (vex, avx512 && osxsave && xcr0() & 0xE6 == 0xE6)
+    }
+}
+
+/// XCR0: which register state the OS saves (bits 1–2 SSE/AVX, 5–7 the AVX-512 state).
+#[cfg(target_arch = "x86_64")]
+fn xcr0() -> u64 {
+    let (lo, hi): (u32, u32);
+    // SAFETY: called only when CPUID reports OSXSAVE, so XGETBV exists and ECX = 0 is valid.
+    unsafe {
+        core::arch::asm!("xgetbv", in("ecx") 0u32, out("eax") lo, out("edx") hi, options(nomem, nostack, preserves_flags))
+    };
+    (u64::from(hi) << 32) | u64::from(lo)
+}

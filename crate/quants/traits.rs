@@ -1,0 +1,255 @@
+//! ggml's `type_traits_cpu`: per type, the CPU's conversions and dot product, one table per
+//! instruction set, each filled once at compile time; [`Isa::best`] picks the table after
+//! the one CPU detection ([`crate::cpu::features`]). `dequantize_row`, `quantize_row`,
+//! `vec_dot`, `gemm` and the CPU backend's `mul_mat` read their kernels here.
+//!
+//! ```
+//! use ggweb::quants::{cpu_traits, Isa};
+//! use ggweb::GgmlType;
+//! let t = cpu_traits(GgmlType::Q4_K);
+//! assert_eq!(t.vec_dot_type, GgmlType::Q8_K);
+//! assert!(t.to_float.is_some() && t.vec_dot.is_some() && t.from_float.is_none());
+//! // The scalar table is there on every machine, for tests to compare against.
+//! assert!(Isa::Scalar.traits(GgmlType::Q8_0).unwrap().gemm.is_none());
+//! ```
+
+use core::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+
+use alloc::vec::Vec;
+
+use super::{scalar, ColPrep};
+use crate::types::GgmlType;
+
+/// A row of a type to f32 (`dst.len()` elements).
+pub type ToFloat = fn(src: &[u8], dst: &mut [f32]);
+/// f32 to a row of a type (`src.len()` elements).
+pub type FromFloat = fn(src: &[f32], dst: &mut [u8]);
+/// Σ a·b over `n` elements: `a` a checked row of the type, `b` of its `vec_dot_type`.
+pub type VecDot = fn(n: usize, a: &[u8], b: &[u8]) -> f32;
+
+/// The rows-of-a kernel of a prompt product ([`super::gemm`] does the chunking and the
+/// per-row-of-b preparation it asks for).
+pub struct PromptGemm {
+    /// For tests and `ggweb bench` to show which kernel a build runs.
+    pub name: &'static str,
+    /// c\[j·ldc + i\] for `m` rows of a (`nb` blocks each) and every row of b not `plain`.
+    /// SAFETY of the stored pointer: only in the table of an ISA this machine runs.
+    pub(crate) rows: GemmRows,
+    /// Rows of b holding -128 go to `vec_dot` (the AVX2 Q8_0 `maddubs` product is exact
+    /// only without them).
+    pub(crate) needs_plain: bool,
+    /// The kernel reads the block quant sums of b (the u8 × i8 offsets).
+    pub(crate) wants_sums: bool,
+}
+
+pub(crate) type GemmRows = fn(
+    ty: GgmlType,
+    nb: usize,
+    m: usize,
+    a: &[u8],
+    lda: usize,
+    b: &[u8],
+    ldb: usize,
+    cols: &ColPrep,
+    c: &mut [f32],
+    ldc: usize,
+);
+
+/// One type's CPU kernels (None: the type has no such kernel).
+#[derive(Clone, Copy)]
+pub struct TypeTraitsCpu {
+    pub to_float: Option<ToFloat>,
+    pub from_float: Option<FromFloat>,
+    /// Against rows of `vec_dot_type`. Q8_1 and Q8_K (activation types) have none.
+    pub vec_dot: Option<VecDot>,
+    pub vec_dot_type: GgmlType,
+    /// The prompt kernel, or None: [`super::gemm`] loops over `vec_dot`.
+    pub gemm: Option<&'static PromptGemm>,
+}
+
+/// Indexed by `GgmlType as usize` (ggml's type ids; the gaps hold empty entries).
+pub(crate) const N_TYPES: usize = GgmlType::BF16 as usize + 1;
+pub(crate) type Table = [TypeTraitsCpu; N_TYPES];
+
+const EMPTY: TypeTraitsCpu =
+    TypeTraitsCpu { to_float: None, from_float: None, vec_dot: None, vec_dot_type: GgmlType::F32, gemm: None };
+
+/// The portable kernels every table starts from.
+pub(crate) const fn scalar_table() -> Table {
+    use GgmlType::*;
+    let mut t = [EMPTY; N_TYPES];
+    let mut i = 0;
+    while i < GgmlType::ALL.len() {
+        let ty = GgmlType::ALL[i];
+        t[ty as usize].vec_dot_type = ty.vec_dot_type();
+        i += 1;
+    }
+    macro_rules! set {
+        ($ty:ident, $to:expr, $from:expr, $dot:expr) => {
+            t[$ty as usize].to_float = $to;
+            t[$ty as usize].from_float = $from;
+            t[$ty as usize].vec_dot = $dot;
+        };
+    }
+    set!(F32, Some(scalar::dequantize_f32), Some(scalar::quantize_f32), Some(scalar::vec_dot_f32));
+    set!(F16, Some(scalar::dequantize_f16), Some(scalar::quantize_f16), Some(scalar::vec_dot_f16));
+    set!(BF16, Some(scalar::dequantize_bf16), Some(scalar::quantize_bf16), Some(scalar::vec_dot_bf16));
+    set!(
+        Q4_0,
+        Some(scalar::dequantize_q4_0),
+        Some(scalar::quantize_q4_0),
+        Some(|_, a, b| scalar::vec_dot_q4_0_q8_0(a, b))
+    );
+    set!(
+        Q4_1,
+        Some(scalar::dequantize_q4_1),
+        Some(scalar::quantize_q4_1),
+        Some(|_, a, b| scalar::vec_dot_q4_1_q8_1(a, b))
+    );
+    set!(
+        Q5_0,
+        Some(scalar::dequantize_q5_0),
+        Some(scalar::quantize_q5_0),
+        Some(|_, a, b| scalar::vec_dot_q5_0_q8_0(a, b))
+    );
+    set!(
+        Q5_1,
+        Some(scalar::dequantize_q5_1),
+        Some(scalar::quantize_q5_1),
+        Some(|_, a, b| scalar::vec_dot_q5_1_q8_1(a, b))
+    );
+    set!(
+        Q8_0,
+        Some(scalar::dequantize_q8_0),
+        Some(scalar::quantize_q8_0),
+        Some(|_, a, b| scalar::vec_dot_q8_0_q8_0(a, b))
+    );
+    set!(Q8_1, Some(scalar::dequantize_q8_1), Some(scalar::quantize_q8_1), None);
+    set!(Q2_K, Some(scalar::dequantize_q2_k), None, Some(|_, a, b| scalar::vec_dot_q2_k_q8_k(a, b)));
+    set!(Q3_K, Some(scalar::dequantize_q3_k), None, Some(|_, a, b| scalar::vec_dot_q3_k_q8_k(a, b)));
+    set!(Q4_K, Some(scalar::dequantize_q4_k), None, Some(|_, a, b| scalar::vec_dot_q4_k_q8_k(a, b)));
+    set!(Q5_K, Some(scalar::dequantize_q5_k), None, Some(|_, a, b| scalar::vec_dot_q5_k_q8_k(a, b)));
+    set!(Q6_K, Some(scalar::dequantize_q6_k), None, Some(|_, a, b| scalar::vec_dot_q6_k_q8_k(a, b)));
+    set!(Q8_K, Some(scalar::dequantize_q8_k), Some(scalar::quantize_q8_k), None);
+    t
+}
+
+static SCALAR: Table = scalar_table();
+#[cfg(target_arch = "x86_64")]
+static AVX2: Table = super::x86::table(super::x86::Vnni::None);
+#[cfg(target_arch = "x86_64")]
+static AVX_VNNI: Table = super::x86::table(super::x86::Vnni::Vex);
+#[cfg(target_arch = "x86_64")]
+static AVX512_VNNI: Table = super::x86::table(super::x86::Vnni::Evex);
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+static SIMD128: Table = super::wasm::table();
+
+/// An instruction set with its own kernels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Isa {
+    /// The portable reference (the compiler may still vectorize it).
+    Scalar,
+    /// x86_64 with AVX2 and F16C; its prompt kernel uses `vpdpbusd` where the CPU has
+    /// AVX-VNNI or AVX512-VNNI (the same bits, see [`set_vnni_disabled`]).
+    Avx2,
+    /// wasm32 built with `+simd128` (and its relaxed-SIMD kernels when built with
+    /// `+relaxed-simd`).
+    Simd128,
+}
+
+/// See [`set_vnni_disabled`].
+static VNNI_DISABLED: AtomicBool = AtomicBool::new(false);
+
+impl Isa {
+    /// Whether this build on this machine can run the kernels of `self`.
+    pub fn is_available(self) -> bool {
+        let f = crate::cpu::features::detect();
+        match self {
+            Isa::Scalar => true,
+            Isa::Avx2 => cfg!(target_arch = "x86_64") && f.avx2_f16c(),
+            Isa::Simd128 => f.simd128,
+        }
+    }
+
+    /// Every available instruction set, the scalar reference first.
+    pub fn available() -> Vec<Isa> {
+        [Isa::Scalar, Isa::Avx2, Isa::Simd128].into_iter().filter(|i| i.is_available()).collect()
+    }
+
+    /// The fastest available.
+    pub fn best() -> Isa {
+        if Isa::Simd128.is_available() {
+            Isa::Simd128
+        } else if Isa::Avx2.is_available() {
+            Isa::Avx2
+        } else {
+            Isa::Scalar
+        }
+    }
+
+    /// The kernels of `self` for `ty`; None when `self` cannot run here.
+    pub fn traits(self, ty: GgmlType) -> Option<&'static TypeTraitsCpu> {
+        Some(&self.table(VNNI_DISABLED.load(Ordering::Relaxed))?[ty as usize])
+    }
+
+    /// The table of `self`, with the plain AVX2 prompt kernels when `no_vnni`.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
+    fn table(self, no_vnni: bool) -> Option<&'static Table> {
+        if !self.is_available() {
+            return None;
+        }
+        Some(match self {
+            Isa::Scalar => &SCALAR,
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => {
+                let f = crate::cpu::features::detect();
+                if no_vnni {
+                    &AVX2
+                } else if f.avx_vnni {
+                    &AVX_VNNI
+                } else if f.avx512_vnni {
+                    &AVX512_VNNI
+                } else {
+                    &AVX2
+                }
+            }
+            #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+            Isa::Simd128 => &SIMD128,
+            #[allow(unreachable_patterns)]
+            _ => return None,
+        })
+    }
+}
+
+/// The kernels for `ty` on this machine (the table of [`Isa::best`]).
+#[inline]
+pub fn cpu_traits(ty: GgmlType) -> &'static TypeTraitsCpu {
+    &active()[ty as usize]
+}
+
+/// The table of [`Isa::best`], chosen on first use (null until then).
+static ACTIVE: AtomicPtr<Table> = AtomicPtr::new(core::ptr::null_mut());
+
+#[inline]
+fn active() -> &'static Table {
+    if VNNI_DISABLED.load(Ordering::Relaxed) {
+        return Isa::best().table(true).expect("the best ISA is available");
+    }
+    let p = ACTIVE.load(Ordering::Acquire);
+    if !p.is_null() {
+        // SAFETY: only ever one of the immutable statics above (stored below).
+        return unsafe { &*p };
+    }
+    let t = Isa::best().table(false).expect("the best ISA is available");
+    ACTIVE.store(t as *const Table as *mut Table, Ordering::Release);
+    t
+}
+
+/// Makes [`super::gemm`] leave `vpdpbusd` (AVX-VNNI or AVX512-VNNI) unused (or use it again)
+/// on x86_64, so tests can check the plain AVX2 kernels on a machine that has VNNI. Both
+/// give the same bits; only speed differs, so flipping this while other threads compute is
+/// harmless.
+#[doc(hidden)]
+pub fn set_vnni_disabled(disabled: bool) {
+    VNNI_DISABLED.store(disabled, Ordering::Relaxed);
+}
