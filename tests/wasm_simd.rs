@@ -45,7 +45,7 @@ fn dots_match_f64() {
     }
 }
 
-/// As in tests/ops.rs: error ≤ 1e-5·Σ|a·b| for f32 accumulation with K ≤ 1024.
+/// As in tests/kernels/ops.rs: error ≤ 1e-5·Σ|a·b| for f32 accumulation with K ≤ 1024.
 #[wasm_bindgen_test]
 fn mul_mat_f32_and_f16_k_not_multiple_of_4() {
     let ctx = ctx(16);
@@ -82,7 +82,7 @@ fn mul_mat_decode_kq_gives_the_batched_bits() {
     check_decode_kq_gives_the_batched_bits(&[]);
 }
 
-/// As in tests/ops.rs: 2e-6 relative plus 1e-9 absolute.
+/// As in tests/kernels/ops.rs: 2e-6 relative plus 1e-9 absolute.
 #[wasm_bindgen_test]
 fn soft_max_with_mask() {
     let ctx = ctx(4);
@@ -98,7 +98,7 @@ fn soft_max_with_mask() {
     assert_close("soft_max", &s.to_f32_vec(), &want, |i| 2e-6 * want[i] + 1e-9);
 }
 
-/// As in tests/ops.rs: 2e-6 absolute.
+/// As in tests/kernels/ops.rs: 2e-6 absolute.
 #[wasm_bindgen_test]
 fn norm_rows() {
     let ctx = ctx(4);
@@ -109,7 +109,7 @@ fn norm_rows() {
     assert_close("norm", &n.to_f32_vec(), &ref_norm(&av, 768, 1e-5), |_| 2e-6);
 }
 
-/// As in tests/ops.rs: 1e-6 relative.
+/// As in tests/kernels/ops.rs: 1e-6 relative.
 #[wasm_bindgen_test]
 fn gelu_tanh_form() {
     let ctx = ctx(1);

@@ -214,7 +214,7 @@ fn webgpu_backend_generates_logits_and_benches() {
     let v: Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(v["backend"], "WebGPU");
     // A token all on WebGPU: one submit, one read-back of the n_vocab logits, and (2 layers)
-    // 3 dispatches for the embeddings, 19 per layer and 2 for the head (tests/sched_webgpu.rs
+    // 3 dispatches for the embeddings, 19 per layer and 2 for the head (tests/webgpu/sched_webgpu.rs
     // derives them from the graph). The 8-token prompt is one chunk: the same per chunk.
     let (tg, pp) = (&v["webgpu_per_token"]["tg"], &v["webgpu_per_token"]["pp"]);
     let dispatches = 3.0 + 19.0 * 2.0 + 2.0;

@@ -1,6 +1,6 @@
 //! `ggweb inspect` on the reference models and on broken files.
 //!
-//! `cargo test --test gguf_cli`
+//! `cargo test --test cli gguf_cli::`
 
 use std::process::Command;
 

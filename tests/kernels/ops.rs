@@ -801,7 +801,7 @@ fn quant_get_rows_and_cpy() {
     assert_eq!(got, want);
 }
 
-// --- the SIMD kernels of every ISA this machine runs (tests/common/simd_checks.rs) ---
+// --- the SIMD kernels of every ISA this machine runs (tests/support/simd_checks.rs) ---
 
 #[test]
 fn simd_f16_rows_convert_exactly() {

@@ -1,6 +1,6 @@
 //! GGUF reader, loader and writer on the reference models and on written files.
 //!
-//! `cargo test --test gguf`
+//! `cargo test --test loader gguf::`
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -418,7 +418,7 @@ fn round_trip_with_every_chunk_size() {
     }
 }
 
-/// Written for the PyPI `gguf` package to read back (tests/gguf_support/check_with_pypi_gguf.py).
+/// Written for the PyPI `gguf` package to read back (tests/support/check_with_pypi_gguf.py).
 #[test]
 fn writes_a_sample_for_external_readers() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/artifacts");

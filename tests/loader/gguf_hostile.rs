@@ -2,7 +2,7 @@
 //! must end in the right typed error (never a panic) while allocating little: a counting
 //! global allocator tracks this thread's peak heap use during each load.
 //!
-//! `cargo test --test gguf_hostile`
+//! `cargo test --test loader gguf_hostile::`
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;

@@ -4,7 +4,7 @@
 //! that, the hyperparameters are checked against the file's own tensors: a file that lies
 //! about them is a format error, not a size.
 //!
-//! The tiny model (tests/model_support): n_embd 4, 2 heads, 1 layer, n_ff 8, n_ctx 8, 261
+//! The tiny model (tests/support/tiny_gpt2.rs): n_embd 4, 2 heads, 1 layer, n_ff 8, n_ctx 8, 261
 //! tokens, all F32, CPU alignment 64. Weight buffer bytes, each tensor rounded up to 64:
 //!   token_embd 4·261·4 = 4176 → 4224; position_embd 4·8·4 = 128;
 //!   layer: norms 4 × 16 → 4 × 64, qkv 4·12·4 = 192, qkv bias 48 → 64, out 64, out bias 64,
@@ -409,7 +409,7 @@ fn the_compute_bound_holds_for_llama_cpps_tiny_gpt2() {
     // 128): gallocr's real plan against the loader's bound, for several batch and context
     // sizes. The bound may not be under the plan (the budget would let a model through
     // that then fails to allocate); it is loose by the sharing gallocr does.
-    // tests/fixtures/llamacpp (GGWEB_MODELS_DIR points elsewhere), as tests/gguf_support finds it.
+    // tests/fixtures/llamacpp (GGWEB_MODELS_DIR points elsewhere), as tests/support/fixtures.rs finds it.
     let dir = std::env::var("GGWEB_MODELS_DIR")
         .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/llamacpp").to_string());
     let file = std::fs::read(format!("{dir}/tiny-gpt2-f16.gguf")).unwrap();

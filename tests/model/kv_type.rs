@@ -63,7 +63,7 @@ fn worst_vs_hf(kv_type: GgmlType) -> f32 {
 #[test]
 fn f16_kv_logits_match_hf_within_the_measured_bound() {
     let f32_worst = worst_vs_hf(F32);
-    // The F32 cache is the exact path (tests/gpt2_shared.rs holds it to 1e-4).
+    // The F32 cache is the exact path (tests/model/gpt2_shared.rs holds it to 1e-4).
     assert!(f32_worst <= 1e-4, "F32 KV: {f32_worst}");
     let f16_worst = worst_vs_hf(F16);
     assert!(f16_worst <= 8e-3, "F16 KV: max |logit - HF| = {f16_worst} > 8e-3");

@@ -1,11 +1,11 @@
 //! GPT-2 medium's shape (24 layers × 1024, 16 heads, vocabulary 50257, n_ctx 1024) at Q8_0,
-//! generated here (tests/model_support/bench_gpt2.rs; seeded random weights, the real
+//! generated here (tests/support/bench_gpt2.rs; seeded random weights, the real
 //! tokenizer) into target/tmp/scale-models/ (~440 MB): the memory plan of `ggweb inspect`
 //! in exact bytes, the wasm32 loader's checks (`with_usize_bits(32)`, a 4 GiB budget) on a
 //! real-sized model, and the native CLI's greedy tokens and logits, which it writes beside
 //! the model as the reference tests/e2e/medium.spec.mjs holds the browser to.
 //!
-//! `cargo test --test scale_medium` (npm test runs it before the browser tests). The XL,
+//! `cargo test --test model scale_medium` (npm test runs it before the browser tests). The XL,
 //! large and Q4_K_M files are `npm run test:scale`'s (scripts/test-scale.sh).
 
 use std::path::{Path, PathBuf};

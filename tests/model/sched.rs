@@ -1,7 +1,7 @@
 //! GPT-2 split layer by layer through the scheduler, on machines without a GPU: the
 //! "GPU" is a `HostBackend` (the CPU kernels in host memory of another buffer type, which
 //! refuses any other memory), so every split, copy and placement is real, and the logits
-//! must be the CPU's bit for bit. The same checks on WebGPU: tests/sched_webgpu.rs.
+//! must be the CPU's bit for bit. The same checks on WebGPU: tests/webgpu/sched_webgpu.rs.
 
 use std::rc::Rc;
 

@@ -1,6 +1,6 @@
-"""Reads the sample file `cargo test --test gguf` writes (tests/artifacts/gguf-sample.gguf)
+"""Reads the sample file `cargo test --test loader gguf::` writes (tests/artifacts/gguf-sample.gguf)
 with the PyPI `gguf` package and checks what it finds. Run with a Python that has gguf + numpy:
-    python3 tests/gguf_support/check_with_pypi_gguf.py [FILE]
+    python3 tests/support/check_with_pypi_gguf.py [FILE]
 """
 import struct
 import sys

@@ -3,8 +3,8 @@
 //! 1e-3 of the CPU alone and the same greedy tokens; no allocation after the first reserve;
 //! and the CLI's `--gpu-layers`.
 //!
-//! Run: `cargo test --features webgpu --test sched_webgpu`. Without a Vulkan adapter the
-//! tests fail with a message; `GGWEB_ALLOW_NO_GPU=1` turns that into a printed skip.
+//! Run: `cargo test --features webgpu --test webgpu sched_webgpu::`. Without a Vulkan adapter
+//! the tests fail with a message; `GGWEB_ALLOW_NO_GPU=1` turns that into a printed skip.
 
 use std::io::Write;
 use std::process::{Command, Stdio};

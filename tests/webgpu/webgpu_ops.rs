@@ -7,8 +7,8 @@
 //! (the `backend_tests!` macro): the adapter's limits, and storage bindings lowered to
 //! 64 KiB so weights above it go through the row-range split path.
 //!
-//! Run: `cargo test --features webgpu --test webgpu_ops`. Without a Vulkan adapter the
-//! tests fail with a message; `GGWEB_ALLOW_NO_GPU=1` turns that into a printed skip.
+//! Run: `cargo test --features webgpu --test webgpu webgpu_ops::`. Without a Vulkan adapter
+//! the tests fail with a message; `GGWEB_ALLOW_NO_GPU=1` turns that into a printed skip.
 
 use std::rc::Rc;
 
@@ -26,7 +26,7 @@ use crate::support::gpu;
 use crate::support::rng::Rng;
 
 /// Weight types whose reference dequantizer is `ggweb::quants` (bit-exact against PyPI gguf:
-/// tests/quants.rs) rather than a second reading written out here.
+/// tests/kernels/quants.rs) rather than a second reading written out here.
 const QUANTS_REFERENCE: [GgmlType; 7] = [BF16, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K];
 
 // ---------------------------------------------------------------- device
