@@ -6,13 +6,13 @@
 //! graphs, weights and inputs, and so the tolerances and counts asserted on them), so each
 //! of those tests still sees the same numbers:
 //! - [`Rng::xorshift64`] (Marsaglia's 13/7/17): the allocator's random graphs
-//!   (tests/core/alloc.rs), hostile GGUF corruption (tests/loader/gguf_hostile.rs) and the
+//!   (tests/tensor_core/alloc.rs), hostile GGUF corruption (tests/loader/gguf_hostile.rs) and the
 //!   weights of the GPT-2-shaped bench and scale models (tests/support/bench_gpt2.rs, also
 //!   examples/make_bench_models.rs: the same file for the same seed);
 //! - [`Rng::xorshift64_star`]: the quantized products (tests/kernels/quants.rs, kquants_cpu.rs);
 //! - [`Rng::xorshift32`] (13/17/5): the SIMD checks (tests/support/simd_checks.rs) and the
 //!   wasm benchmark (tests/wasm_bench.rs);
-//! - [`Rng::lcg`] (Knuth's MMIX constants): tests/core/seed_examples.rs, tests/wasm_model.rs.
+//! - [`Rng::lcg`] (Knuth's MMIX constants): tests/tensor_core/seed_examples.rs, tests/wasm_model.rs.
 #![allow(dead_code)]
 
 #[derive(Clone, Copy, Debug)]
