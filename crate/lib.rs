@@ -31,7 +31,7 @@ pub mod tokenizer;
 pub mod types;
 
 // The unit tests include test support written against the crate's public name
-// (tests/sched_support/host_backend.rs).
+// (tests/support/host_backend.rs).
 #[cfg(test)]
 extern crate self as ggweb;
 

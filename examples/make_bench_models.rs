@@ -1,6 +1,7 @@
 //! GPT-2-shaped GGUFs (124M, medium, large, XL) with seeded random weights and the real
 //! tokenizer metadata, for speed, memory and native-vs-wasm checks (the text they produce
-//! means nothing). The generator is tests/model_support/bench_gpt2.rs.
+//! means nothing). The generator is tests/support/bench_gpt2.rs (its weights from the tests'
+//! shared RNG, tests/support/rng.rs).
 //!
 //! ```text
 //! cargo run --release --example make_bench_models -- tests/fixtures/llamacpp/tiny-gpt2-f32.gguf .models/
@@ -15,11 +16,15 @@
 #![cfg_attr(target_arch = "wasm32", no_main)]
 #![cfg(not(target_arch = "wasm32"))]
 
-#[path = "../tests/model_support/bench_gpt2.rs"]
-mod bench_gpt2;
+// bench_gpt2 draws from crate::support::rng: both as in the test crates.
+#[path = "../tests/support"]
+mod support {
+    pub mod bench_gpt2;
+    pub mod rng;
+}
 
-use bench_gpt2::{file_name, file_type, shape, write_bench_gpt2, SHAPES, TYPES};
 use ggweb::gguf::{read_header, Limits};
+use support::bench_gpt2::{file_name, file_type, shape, write_bench_gpt2, SHAPES, TYPES};
 
 const USAGE: &str =
     "usage: make_bench_models REFERENCE.gguf OUT_DIR [--shape 124m|medium|large|xl] [--types f32,f16,q8_0,q4_0]";

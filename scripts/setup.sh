@@ -120,7 +120,7 @@ if [ "$MODE" = test ]; then
 fi
 
 # An independent reader for the GGUF writer: PyPI's gguf (pinned, with numpy) reads the
-# sample `cargo test --test gguf` writes (tests/gguf_support/check_with_pypi_gguf.py), from
+# sample `cargo test --test loader gguf::` writes (tests/support/check_with_pypi_gguf.py), from
 # a virtual environment inside the repository (.venv/, git-ignored).
 GGUF_PY_VERSION=0.19.0
 NUMPY_PY_VERSION=2.4.6

@@ -4,7 +4,7 @@
 # (tests/fixtures/make_scale_models.sh; llama.cpp's quantizer for Q4_K_M), builds the native
 # CLI (release) and, if missing, the wasm packages, then runs tests/scale/*.spec.mjs:
 # XL at Q8_0 and Q4_K_M in headless Chromium on 1 and 2 threads against the native CLI, then
-# XL at F16 wholly on WebGPU (lavapipe) against the CPU backend (tests/webgpu_load.rs).
+# XL at F16 wholly on WebGPU (lavapipe) against the CPU backend (tests/webgpu/webgpu_load.rs).
 #   GGWEB_SCALE_SHAPES=xl,large,medium npm run test:scale     # more shapes (default xl)
 # Logs: tests/artifacts/logs/scale.log.
 set -euo pipefail
@@ -37,10 +37,10 @@ failed=$(grep -Eo '^ℹ fail [0-9]+' tests/artifacts/logs/scale.log | grep -Eo '
 [ "${failed:-1}" = 0 ] && [ "${passed:-0}" -gt 0 ] || die "scale tests: ${failed:-?} failed, ${passed:-0} passed"
 # XL at F16 (3.3 GB of weights, more than wasm32 could hold) wholly on WebGPU, natively on
 # lavapipe: streamed into device buffers with nothing on the host, one forward pass against
-# the CPU backend's (tests/webgpu_load.rs; ~5 min, lavapipe runs the shaders on the CPU).
+# the CPU backend's (tests/webgpu/webgpu_load.rs; ~5 min, lavapipe runs the shaders on the CPU).
 if [[ ",$shapes," == *",xl,"* ]]; then
     bash tests/fixtures/make_scale_models.sh --shapes xl --types f16 --out .models
-    GGWEB_SCALE_XL_F16="$ROOT/.models/bench-xl-f16.gguf" cargo test --color never --test webgpu_load -- --ignored --nocapture xl_f16 \
+    GGWEB_SCALE_XL_F16="$ROOT/.models/bench-xl-f16.gguf" cargo test --color never --test webgpu -- --ignored --nocapture xl_f16 \
         2>&1 | tee tests/artifacts/logs/scale-webgpu.log
     n=$(grep -Eo 'test result: ok\. [0-9]+ passed' tests/artifacts/logs/scale-webgpu.log | grep -Eo '[0-9]+' | head -1 || true)
     [ "${n:-0}" -gt 0 ] || die "the XL F16 WebGPU scale test did not pass"

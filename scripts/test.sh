@@ -2,7 +2,7 @@
 # npm test: everything, from a fresh Debian machine with Rust.
 #   1. setup (idempotent installs); 1b. types: web/ggweb.d.ts under tsc --strict (tests/types/)
 #   2. cargo test (native: unit, integration, doc tests),
-#      then PyPI's gguf reading a file our writer made (tests/gguf_support/check_with_pypi_gguf.py)
+#      then PyPI's gguf reading a file our writer made (tests/support/check_with_pypi_gguf.py)
 #   3. no_std core build for wasm32       4. wasm tests (wasm-pack test) in headless Chromium, Firefox
 #   5. release wasm builds (web/pkg*)   6. browser tests (tests/e2e/*.spec.mjs, Playwright; then
 #      tests/engines/*.spec.mjs in Firefox and WebKit)
@@ -109,9 +109,9 @@ PASSED=$((PASSED + n))
 SUMMARY+=("native cargo test: $n passed ($STEP_SECS s)")
 
 # 2b. the GGUF writer read back by an implementation that is not ours: PyPI's gguf (pinned,
-# in .venv/ by setup.sh) on the sample `cargo test --test gguf` wrote
+# in .venv/ by setup.sh) on the sample `cargo test --test loader gguf::` wrote
 [ -f tests/artifacts/gguf-sample.gguf ] || die "cargo test wrote no tests/artifacts/gguf-sample.gguf"
-run_step gguf-pypi .venv/bin/python tests/gguf_support/check_with_pypi_gguf.py tests/artifacts/gguf-sample.gguf
+run_step gguf-pypi .venv/bin/python tests/support/check_with_pypi_gguf.py tests/artifacts/gguf-sample.gguf
 grep -q '^ok: ' "$LOGS/gguf-pypi.log" || die "PyPI gguf did not read the sample back"
 PASSED=$((PASSED + 1))
 SUMMARY+=("GGUF writer read by PyPI gguf: ok ($STEP_SECS s)")
@@ -127,9 +127,9 @@ SUMMARY+=("no_std wasm32 core build: ok ($STEP_SECS s)")
 # The browser suite is the tests/*.rs files with `wasm_bindgen_test_configure!(run_in_browser)`:
 # tests/wasm_*.rs (SIMD kernels, the model bindings against HF, the memory a load takes),
 # webgpu_browser.rs and webgpu_sched_browser.rs (WebGPU ops, GPT-2 split between WebGPU and
-# the CPU) and quants.rs (the quantized products bit for bit against vec_dot). They are named
-# with --test: a bare `wasm-pack test` also runs the native-only files, compiled out on wasm32
-# ("no tests to run!"), tests/wasm_bench.rs, a Node benchmark it skips, and the doc tests,
+# the CPU) and quants.rs (tests/kernels/quants.rs: the quantized products bit for bit against
+# vec_dot). They are named with --test: a bare `wasm-pack test` also runs the native test
+# binaries (tests/<layer>/main.rs), compiled out on wasm32 ("no tests to run!"), tests/wasm_bench.rs, a Node benchmark it skips, and the doc tests,
 # which "pass" with nothing to run (they run natively in step 2).
 mapfile -t browser_files < <(grep -l 'wasm_bindgen_test_configure!(run_in_browser)' tests/*.rs | sort)
 [ ${#browser_files[@]} -gt 0 ] || die "no tests/*.rs file runs in the browser"

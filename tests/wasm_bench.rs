@@ -18,6 +18,11 @@ use ggweb::tensor::{Context, ContextParams, Tensor, TENSOR_OVERHEAD};
 use ggweb::{GgmlType, Graph};
 use wasm_bindgen_test::{console_log, wasm_bindgen_test};
 
+mod support {
+    pub mod rng;
+}
+use support::rng::Rng;
+
 /// Wall seconds (Date.now(): ms resolution; every timing below runs for ≥ 0.3 s).
 fn now() -> f64 {
     js_sys::Date::now() / 1000.0
@@ -40,16 +45,6 @@ fn cpu_now() -> f64 {
     }
 }
 
-struct Rng(u32);
-impl Rng {
-    fn next(&mut self) -> f32 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 17;
-        self.0 ^= self.0 << 5;
-        self.0 as f32 / u32::MAX as f32 - 0.5
-    }
-}
-
 /// Fills `t` row by row with values of about `std` around `mean`, quantized to its type.
 fn fill(t: &Tensor, rng: &mut Rng, std: f32, mean: f32) {
     let ne0 = t.ne[0] as usize;
@@ -57,7 +52,7 @@ fn fill(t: &Tensor, rng: &mut Rng, std: f32, mean: f32) {
     let rs = t.ty.row_size(ne0 as i64);
     let mut v = vec![0f32; ne0];
     for r in 0..rows {
-        v.iter_mut().for_each(|x| *x = mean + 3.4 * std * rng.next());
+        v.iter_mut().for_each(|x| *x = mean + 3.4 * std * (rng.unit_u32() - 0.5));
         t.set_bytes(&ggweb::quants::quantize(t.ty, &v).unwrap(), r * rs);
     }
 }
@@ -80,7 +75,7 @@ fn model_on(wty: GgmlType, out_ty: GgmlType, n_batch: usize, backend: Rc<dyn Bac
         eps: 1e-5,
     };
     let ctx = Context::new(ContextParams { mem_size: 256 * TENSOR_OVERHEAD, no_alloc: true });
-    let mut rng = Rng(0x9e37_79b9);
+    let mut rng = Rng::xorshift32(0x9e37_79b9);
     let mut specs: Vec<(String, GgmlType, Vec<i64>, f32, f32)> = vec![
         ("token_embd.weight".into(), wty, vec![e, v], 0.02, 0.0),
         ("position_embd.weight".into(), GgmlType::F32, vec![e, n_ctx], 0.02, 0.0),
@@ -125,7 +120,7 @@ fn model_on(wty: GgmlType, out_ty: GgmlType, n_batch: usize, backend: Rc<dyn Bac
 #[ignore = "benchmark (minutes): run with --include-ignored"]
 fn bench_mul_mat_kernels() {
     let ctx = Context::new(ContextParams { mem_size: 256 << 20, no_alloc: false });
-    let mut rng = Rng(7);
+    let mut rng = Rng::xorshift32(7);
     console_log!("| op | type | K × M × N | GFLOP/s (wall) | GFLOP/s (CPU time) |");
     console_log!("|---|---|---|---|---|");
     for ty in [GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_0] {

@@ -1,6 +1,6 @@
 //! Every llama.cpp-made mix of tests/fixtures/mixes/ on the wasm32 CPU backend (SIMD128
 //! kernels) in headless Chromium, against llama.cpp's logits and ggweb's F32 run, with the
-//! bounds of the native test (tests/kquants_llamacpp.rs; the `vec_dot` kernels give the same
+//! bounds of the native test (tests/model/kquants_llamacpp.rs; the `vec_dot` kernels give the same
 //! bits on every instruction set); then each mix wholly on Chromium's WebGPU. The files are
 //! embedded at compile time (15 MB).
 #![cfg(target_arch = "wasm32")]
@@ -9,8 +9,9 @@ use wasm_bindgen_test::*;
 
 wasm_bindgen_test_configure!(run_in_browser);
 
-#[path = "kquants_support/mod.rs"]
-mod kquants_support;
+mod support {
+    pub mod kquants;
+}
 
 macro_rules! files {
     ($($mix:literal),*) => {
@@ -35,7 +36,7 @@ files!(
 
 #[wasm_bindgen_test]
 fn every_mix_matches_llama_cpp_on_wasm() {
-    kquants_support::check_every_mix(include_bytes!("fixtures/mixes/mixes.json"), &read);
+    support::kquants::check_every_mix(include_bytes!("fixtures/mixes/mixes.json"), &read);
 }
 
 /// Every mix wholly on Chromium's WebGPU (SwiftShader): the shaders dequantize the weights and
@@ -44,12 +45,12 @@ fn every_mix_matches_llama_cpp_on_wasm() {
 #[cfg(feature = "webgpu")]
 #[wasm_bindgen_test]
 async fn every_mix_on_chromium_webgpu_matches_the_f32_run() {
+    use crate::support::kquants::*;
     use ggweb::cpu::CpuBackend;
     use ggweb::gguf::Limits;
     use ggweb::model::gpt2::Gpt2Options;
     use ggweb::model::loader::ModelLoader;
     use ggweb::webgpu::{WebGpuBackend, WebGpuOptions};
-    use kquants_support::*;
     use std::rc::Rc;
     let gpu = Rc::new(WebGpuBackend::new_async(WebGpuOptions::default()).await.expect("WebGPU in headless Chromium"));
     let m = parse_meta(include_bytes!("fixtures/mixes/mixes.json"));

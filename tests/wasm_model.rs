@@ -18,6 +18,11 @@ use serde_json::Value;
 use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen_test::*;
 
+mod support {
+    pub mod rng;
+}
+use support::rng::Rng;
+
 wasm_bindgen_test_configure!(run_in_browser);
 
 static F32_GGUF: &[u8] = include_bytes!("fixtures/llamacpp/tiny-gpt2-f32.gguf");
@@ -363,11 +368,8 @@ fn small_gpt2_gguf() -> Vec<u8> {
     w.add_kv("tokenizer.ggml.token_type", GgufValue::Array(GgufArray::I32(types))).unwrap();
     w.add_kv("tokenizer.ggml.merges", GgufValue::Array(GgufArray::String(vec!["h e".into(), "he l".into()]))).unwrap();
     w.add_kv("tokenizer.ggml.eos_token_id", GgufValue::U32(n_vocab as u32 - 1)).unwrap();
-    let mut state = 7u64;
-    let mut next = move || {
-        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        ((state >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 1.6
-    };
+    let mut rng = Rng::lcg(7);
+    let mut next = move || (rng.unit() - 0.5) * 1.6;
     let mut add = |name: &str, ne: &[i64], ty: GgmlType, w: &mut GgufWriter| {
         let n: i64 = ne.iter().product();
         let vals: Vec<f32> = (0..n).map(|_| next()).collect();

@@ -1,15 +1,20 @@
 //! The CPU kernels compiled for wasm32 with simd128, run by wasm-bindgen-test in a headless
 //! browser: `wasm-pack test --headless --chrome -- --test wasm_simd`.
-//! The same checks and tolerances as tests/ops.rs, on the shapes that reach the SIMD tails.
+//! The same checks and tolerances as tests/kernels/ops.rs, on the shapes that reach the SIMD
+//! tails.
 #![cfg(target_arch = "wasm32")]
 
-mod common;
-#[path = "common/simd_checks.rs"]
-mod simd_checks;
+mod support {
+    pub mod rng;
+    pub mod simd_checks;
+    pub mod tensors;
+}
 
-use common::*;
 use ggweb::cpu::simd;
 use ggweb::types::GgmlType::{F16, F32};
+use support::rng::Rng;
+use support::simd_checks;
+use support::tensors::*;
 use wasm_bindgen_test::{wasm_bindgen_test, wasm_bindgen_test_configure};
 
 wasm_bindgen_test_configure!(run_in_browser);
@@ -24,7 +29,7 @@ fn simd128_kernels_are_the_ones_used() {
 /// simd128 and scalar dots against f64, every tail length.
 #[wasm_bindgen_test]
 fn dots_match_f64() {
-    let mut rng = Rng(1);
+    let mut rng = Rng::new(1);
     for n in [0usize, 1, 3, 5, 7, 9, 15, 17, 33, 255, 768] {
         let a = rng.vec(n, -1.0, 1.0);
         let b = rng.vec(n, -1.0, 1.0);
@@ -40,11 +45,11 @@ fn dots_match_f64() {
     }
 }
 
-/// As in tests/ops.rs: error ≤ 1e-5·Σ|a·b| for f32 accumulation with K ≤ 1024.
+/// As in tests/kernels/ops.rs: error ≤ 1e-5·Σ|a·b| for f32 accumulation with K ≤ 1024.
 #[wasm_bindgen_test]
 fn mul_mat_f32_and_f16_k_not_multiple_of_4() {
     let ctx = ctx(16);
-    let mut rng = Rng(2);
+    let mut rng = Rng::new(2);
     for ty in [F32, F16] {
         for (k, m, n) in [(1i64, 3i64, 2i64), (7, 5, 3), (17, 9, 4), (63, 8, 2), (257, 33, 3)] {
             let (a, av) = random_tensor(&ctx, &mut rng, ty, [k, m, 1, 1], -1.0, 1.0);
@@ -65,7 +70,7 @@ fn mul_mat_f32_and_f16_k_not_multiple_of_4() {
 }
 
 /// The simd128 tiles and the i16 quantized products: a decode step's row order changes no
-/// row's bits (common::check_one_row_of_b_gives_the_batched_bits).
+/// row's bits (tensors::check_one_row_of_b_gives_the_batched_bits).
 #[wasm_bindgen_test]
 fn mul_mat_one_row_of_b_gives_the_batched_bits() {
     check_one_row_of_b_gives_the_batched_bits(&[]);
@@ -77,11 +82,11 @@ fn mul_mat_decode_kq_gives_the_batched_bits() {
     check_decode_kq_gives_the_batched_bits(&[]);
 }
 
-/// As in tests/ops.rs: 2e-6 relative plus 1e-9 absolute.
+/// As in tests/kernels/ops.rs: 2e-6 relative plus 1e-9 absolute.
 #[wasm_bindgen_test]
 fn soft_max_with_mask() {
     let ctx = ctx(4);
-    let mut rng = Rng(3);
+    let mut rng = Rng::new(3);
     let (a, av) = random_strided(&ctx, &mut rng, F32, [13, 4, 2, 1]);
     let mv: Vec<f32> =
         (0..13 * 4).map(|i| if i % 13 > i / 13 + 8 { f32::NEG_INFINITY } else { rng.uniform(-1.0, 1.0) }).collect();
@@ -93,22 +98,22 @@ fn soft_max_with_mask() {
     assert_close("soft_max", &s.to_f32_vec(), &want, |i| 2e-6 * want[i] + 1e-9);
 }
 
-/// As in tests/ops.rs: 2e-6 absolute.
+/// As in tests/kernels/ops.rs: 2e-6 absolute.
 #[wasm_bindgen_test]
 fn norm_rows() {
     let ctx = ctx(4);
-    let mut rng = Rng(4);
+    let mut rng = Rng::new(4);
     let (a, av) = random_tensor(&ctx, &mut rng, F32, [768, 3, 1, 1], -2.0, 3.0);
     let n = ctx.norm(&a, 1e-5);
     compute(&n, 1);
     assert_close("norm", &n.to_f32_vec(), &ref_norm(&av, 768, 1e-5), |_| 2e-6);
 }
 
-/// As in tests/ops.rs: 1e-6 relative.
+/// As in tests/kernels/ops.rs: 1e-6 relative.
 #[wasm_bindgen_test]
 fn gelu_tanh_form() {
     let ctx = ctx(1);
-    let mut rng = Rng(5);
+    let mut rng = Rng::new(5);
     let xs = rng.vec(2000, -10.0, 10.0);
     let a = ctx.new_tensor_1d(F32, xs.len() as i64);
     a.set_f32_slice(&xs);

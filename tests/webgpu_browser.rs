@@ -16,34 +16,25 @@ use ggweb::webgpu::{MatMulKernels, WebGpuBackend, WebGpuOptions};
 use ggweb::{Context, ContextParams, GgmlType, Graph, Tensor};
 use wasm_bindgen_test::*;
 
+mod support {
+    pub mod rng;
+}
+use support::rng::Rng;
+
 use GgmlType::{BF16, F16, F32, I32, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0};
 
 wasm_bindgen_test_configure!(run_in_browser);
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn f32(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
-}
-
 /// Bytes for `n` elements of `ty`: quantized from random values where ggweb can quantize,
 /// random blocks with small scales for the K-quants (read-only types).
 fn data(rng: &mut Rng, ty: GgmlType, n: usize) -> Vec<u8> {
-    let vals: Vec<f32> = (0..n).map(|_| rng.f32()).collect();
+    let vals: Vec<f32> = (0..n).map(|_| rng.uniform(-1.0, 1.0)).collect();
     match ty {
         F32 => vals.iter().flat_map(|v| v.to_le_bytes()).collect(),
         F16 => vals.iter().flat_map(|&v| half::f16::from_f32(v).to_bits().to_le_bytes()).collect(),
         BF16 | Q8_0 | Q4_0 | Q4_1 | Q5_0 | Q5_1 => ggweb::quants::quantize(ty, &vals).unwrap(),
         Q2_K | Q3_K | Q4_K | Q5_K | Q6_K => {
-            let mut b: Vec<u8> = (0..ty.row_size(n as i64)).map(|_| rng.next() as u8).collect();
+            let mut b: Vec<u8> = (0..ty.row_size(n as i64)).map(|_| rng.next_u64() as u8).collect();
             let ts = ty.type_size();
             for blk in b.chunks_mut(ts) {
                 let d = half::f16::from_f32(0.002).to_bits().to_le_bytes();
@@ -109,7 +100,7 @@ fn f32s(t: &Tensor, bytes: &[u8]) -> Vec<f32> {
 
 async fn run(backend: &dyn Backend, gpu: Option<&WebGpuBackend>) -> Vec<Vec<f32>> {
     let ctx = Context::new(ContextParams { mem_size: 1 << 20, no_alloc: true });
-    let (outs, inputs) = build(&ctx, &mut Rng(7));
+    let (outs, inputs) = build(&ctx, &mut Rng::new(7));
     let mut gf = Graph::new();
     for o in &outs {
         gf.build_forward_expand(o);
@@ -185,9 +176,9 @@ async fn in_place_chain_from_gallocr_in_chromium() {
         let mut galloc = Gallocr::new_single(backend.buffer_type());
         galloc.reserve(&gf).unwrap();
         galloc.alloc_graph(&gf).unwrap();
-        let mut rng = Rng(3);
-        let xs: Vec<f32> = (0..200).map(|_| rng.f32() * 3.0).collect();
-        let bs: Vec<f32> = (0..50).map(|_| rng.f32()).collect();
+        let mut rng = Rng::new(3);
+        let xs: Vec<f32> = (0..200).map(|_| rng.uniform(-1.0, 1.0) * 3.0).collect();
+        let bs: Vec<f32> = (0..50).map(|_| rng.uniform(-1.0, 1.0)).collect();
         x.set_bytes(&xs.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>(), 0);
         bias.set_bytes(&bs.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>(), 0);
         // How many nodes share their first source's memory.

@@ -71,7 +71,7 @@ pub fn in_bounds(offset: usize, len: usize, size: usize) -> bool {
 static LIVE_HOST_BYTES: AtomicUsize = AtomicUsize::new(0);
 
 /// Bytes of host buffers alive now. A model loaded wholly on WebGPU holds none; a split one
-/// holds exactly its CPU part (tests/webgpu_load.rs).
+/// holds exactly its CPU part (tests/webgpu/webgpu_load.rs).
 pub fn live_host_bytes() -> usize {
     LIVE_HOST_BYTES.load(Ordering::Relaxed)
 }

@@ -254,7 +254,7 @@ pub struct Gpt2Options {
     pub n_threads: usize,
     /// Element type of the KV cache: F32 (the default: logits as exact as the weights allow)
     /// or F16 (half the KV memory, llama.cpp's default; logits move by a measured bound,
-    /// see tests/kv_type.rs).
+    /// see tests/model/kv_type.rs).
     pub kv_type: GgmlType,
 }
 

@@ -1,7 +1,7 @@
 //! The backend scheduler (ggml_backend_sched): one graph, several backends.
 //!
 //! ```ignore
-//! // HostBackend is test support (tests/sched_support/host_backend.rs): the unit tests in
+//! // HostBackend is test support (tests/support/host_backend.rs): the unit tests in
 //! // crate/sched/tests.rs run graphs like this one.
 //! use std::rc::Rc;
 //! use ggweb::backend::{Backend, BufferType};

@@ -7,7 +7,7 @@ use alloc::string::ToString;
 use alloc::vec::Vec;
 use alloc::{format, vec};
 
-#[path = "../../tests/sched_support/host_backend.rs"]
+#[path = "../../tests/support/host_backend.rs"]
 mod host_backend;
 
 use super::Cause::*;

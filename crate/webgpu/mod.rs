@@ -49,7 +49,7 @@
 //! - **Leaks**: [`live_buffers`] counts the wgpu buffers the backends hold; once a model
 //!   is dropped it is back to where it was.
 //!
-//! Tests: `cargo test --features webgpu --test webgpu_ops` (Vulkan: Mesa's lavapipe; set
+//! Tests: `cargo test --features webgpu --test webgpu webgpu_ops::` (Vulkan: Mesa's lavapipe; set
 //! `GGWEB_ALLOW_NO_GPU=1` to skip where there is no adapter) and, in headless Chromium,
 //! `WASM_BINDGEN_USE_BROWSER=1 cargo test --target wasm32-unknown-unknown --features webgpu
 //! --test webgpu_browser`.

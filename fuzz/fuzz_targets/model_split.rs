@@ -26,7 +26,7 @@ use ggweb_fuzz::sizes::prefix;
 use libfuzzer_sys::fuzz_target;
 
 // Test support shared with tests/sched.rs.
-#[path = "../../tests/sched_support/host_backend.rs"]
+#[path = "../../tests/support/host_backend.rs"]
 mod host_backend;
 use host_backend::HostBackend;
 

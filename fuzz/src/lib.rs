@@ -1,14 +1,14 @@
 //! Helpers shared by the fuzz targets and the seed generator: a byte-driven choice source,
 //! chunk plans, the vocabulary path, the random-graph builder for `gallocr_plan`, the
 //! option prefix and graph measuring of `model_split` and `model_sizes32`, and the tiny
-//! GPT-2 writer from `tests/model_support`.
+//! GPT-2 writer from `tests/support/tiny_gpt2.rs`.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 pub mod graph_gen;
-#[path = "../../tests/model_support/mod.rs"]
+#[path = "../../tests/support/tiny_gpt2.rs"]
 pub mod model_support;
 pub mod sizes;
 

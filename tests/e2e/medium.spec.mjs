@@ -1,6 +1,6 @@
 // GPT-2 medium's shape (24 × 1024, 16 heads, Q8_0, ~440 MB) in headless Chromium through
 // the package: the model and the native CLI's reference are written by the cargo test
-// tests/scale_medium.rs (npm test runs it in the step before this one) into
+// tests/model/scale_medium.rs (npm test runs it in the step before this one) into
 // target/tmp/scale-models/. On the plain builds (relaxedSimd: false), 1 thread (pkg/) and 2
 // threads (pkg-threads/): the native greedy tokens exactly, the prompt's logits within
 // LOGIT_BOUND of native, Model.inspect's plan equal to info().memory and to the native plan,
@@ -11,7 +11,7 @@
 // product by a whole step. Measured on this model: max |wasm - native| 0.022 (for scale: an
 // F16 KV cache moves the same logits by 0.05-0.06). The XL, large and Q4_K_M versions are
 // tests/scale/ (npm run test:scale).
-//   cargo test --test scale_medium && node --test tests/e2e/medium.spec.mjs
+//   cargo test --test model scale_medium && node --test tests/e2e/medium.spec.mjs
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, readFileSync } from 'node:fs';
@@ -20,7 +20,7 @@ import { MIB, browserRun, logitDiff, planBytes } from './native-vs-wasm.mjs';
 
 const DIR = `${process.env.CARGO_TARGET_DIR ?? `${ROOT}target`}/tmp/scale-models`;
 const REF_FILE = `${DIR}/bench-medium-q8_0.native.json`;
-assert.ok(existsSync(REF_FILE), `${REF_FILE} is missing: run \`cargo test --test scale_medium\` first (it writes the model and the native reference)`);
+assert.ok(existsSync(REF_FILE), `${REF_FILE} is missing: run \`cargo test --test model scale_medium\` first (it writes the model and the native reference)`);
 const REF = JSON.parse(readFileSync(REF_FILE, 'utf8'));
 REF.logits = REF.logits.map(Math.fround);
 // Measured 0.022 (see the header): about twice that.

@@ -276,7 +276,7 @@ test('the release module\'s F32 logits are within 1e-4 of HF; F16\'s keep HF\'s 
   });
 });
 
-test('kvType \'f16\': half the KV bytes in info(), logits within tests/kv_type.rs\'s bound of HF; a bad kvType is "invalid"', async () => {
+test('kvType \'f16\': half the KV bytes in info(), logits within tests/model/kv_type.rs\'s bound of HF; a bad kvType is "invalid"', async () => {
   const r = await inPage(true, `
     const rows = new Float32Array(await (await fetch('/tests/fixtures/tiny-gpt2.hf-rows.bin')).arrayBuffer());
     const n = 50257;
@@ -308,7 +308,7 @@ test('kvType \'f16\': half the KV bytes in info(), logits within tests/kv_type.r
   HF.prompts.forEach((p, i) => {
     console.log(`${p.key}: max |logit - HF| F32 KV ${v.f32.maxDiff[i].toExponential(2)}, F16 KV ${v.f16.maxDiff[i].toExponential(2)}`);
     assert.ok(v.f32.maxDiff[i] <= 1e-4, `${p.key}: F32 KV max diff ${v.f32.maxDiff[i]}`);
-    // The bound measured natively (tests/kv_type.rs: 3.7e-3 measured over every position).
+    // The bound measured natively (tests/model/kv_type.rs: 3.7e-3 measured over every position).
     assert.ok(v.f16.maxDiff[i] <= 8e-3, `${p.key}: F16 KV max diff ${v.f16.maxDiff[i]}`);
   });
   assert.equal(v.bad[0], 'invalid');

@@ -1,0 +1,304 @@
+//! GPT-2 split layer by layer between WebGPU (natively: wgpu on Vulkan, Mesa's lavapipe
+//! here) and the CPU, through the scheduler: for every number of GPU layers, logits within
+//! 1e-3 of the CPU alone and the same greedy tokens; no allocation after the first reserve;
+//! and the CLI's `--gpu-layers`.
+//!
+//! Run: `cargo test --features webgpu --test webgpu sched_webgpu::`. Without a Vulkan adapter
+//! the tests fail with a message; `GGWEB_ALLOW_NO_GPU=1` turns that into a printed skip.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::rc::Rc;
+
+use ggweb::backend::Backend;
+use ggweb::webgpu::{WebGpuBackend, WebGpuOptions};
+use serde_json::Value;
+
+use crate::support::gpu;
+use crate::support::sched::*;
+
+fn gpu() -> Option<Rc<dyn Backend>> {
+    gpu::webgpu(WebGpuOptions::default()).map(|b| Rc::new(b) as Rc<dyn Backend>)
+}
+
+#[test]
+fn every_gpu_layer_count_matches_the_cpu() {
+    let _shared = gpu::shared();
+    let Some(gpu) = gpu() else { return };
+    let (path, bytes) = tiny_f32();
+    let mut cpu = load_cpu(&bytes).model;
+    let want = run(&mut cpu, 20);
+    let (n_layer, n_embd) = (cpu.hparams.n_layer, cpu.hparams.n_embd);
+    for n in 0..=n_layer + 1 {
+        let mut m = load_split(&bytes, gpu.clone(), n).model;
+        let got = run(&mut m, 20);
+        let d = max_abs_diff(&got.logits, &want.logits);
+        eprintln!("{} gpu_layers {n}: max |split - cpu| = {d:.2e}", path.display());
+        // Measured: 0 with no GPU layer, ~1e-6 otherwise (summation order on the GPU).
+        assert!(d < 1e-3, "gpu_layers {n}: logits differ from the CPU by {d}");
+        assert_eq!(got.greedy, want.greedy, "gpu_layers {n}: greedy tokens");
+        let r = m.sched.last_run();
+        assert_eq!((r.splits, r.copies, r.copy_bytes), expected_token_split(n, n_layer, n_embd), "gpu_layers {n}");
+        let names: Vec<&str> = m.sched.splits().iter().map(|s| m.sched.backend(s.backend).name()).collect();
+        let want_names: &[&str] = match n {
+            0 => &["CPU"],
+            n if n <= n_layer => &["CPU", "WebGPU"],
+            _ => &["WebGPU"],
+        };
+        assert_eq!(names, want_names, "gpu_layers {n}");
+        let by = m.memory_by_backend();
+        assert_eq!((by[0].backend.as_str(), by[1].backend.as_str()), ("WebGPU", "CPU"));
+        assert_eq!(by[0].weights > 0, n > 0, "gpu_layers {n}: {by:?}");
+        assert_eq!(by[1].weights > 0, n <= n_layer, "gpu_layers {n}: {by:?}");
+    }
+}
+
+/// Reserved once at load; a batched prompt and 100 tokens through WebGPU + CPU then
+/// allocate nothing: the same reserves, buffer allocations and buffer sizes.
+#[test]
+fn no_allocation_after_the_first_reserve_on_webgpu() {
+    let _shared = gpu::shared();
+    let Some(gpu) = gpu() else { return };
+    let (_, bytes) = tiny_f32();
+    let mut m = load_split(&bytes, gpu, 1).model;
+    let g = m.galloc();
+    let before = (g.n_reserves(), g.n_buffer_allocs(), g.buffer_size(0), g.buffer_size(1));
+    assert_eq!((before.0, before.1), (1, 2));
+    let mut logits = m.eval_prompt(&PROMPT, 0, false).unwrap();
+    for n_past in PROMPT.len()..PROMPT.len() + 100 {
+        let t = ggweb::model::sampling::argmax(&logits);
+        logits = m.eval(&[t], n_past, false).unwrap();
+        assert_eq!(m.sched.last_run().copies, 2);
+    }
+    let g = m.galloc();
+    assert_eq!((g.n_reserves(), g.n_buffer_allocs(), g.buffer_size(0), g.buffer_size(1)), before);
+}
+
+fn ggweb(args: &[&str]) -> (i32, String, String) {
+    let child = Command::new(env!("CARGO_BIN_EXE_ggweb"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.as_ref().unwrap().flush().unwrap();
+    let out = child.wait_with_output().unwrap();
+    (out.status.code().unwrap_or(-1), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
+}
+
+/// `ggweb generate --gpu-layers N` gives the CPU's greedy text; `ggweb inspect
+/// --gpu-layers N --json` reports the split the library makes.
+#[test]
+fn cli_gpu_layers() {
+    let _shared = gpu::shared();
+    if gpu().is_none() {
+        return;
+    }
+    let (path, bytes) = tiny_f32();
+    let path = path.display().to_string();
+    let n_layer = load_cpu(&bytes).model.hparams.n_layer;
+    let generate = |extra: &[&str]| {
+        let mut args = vec!["generate", "--model", &path, "--prompt", "Hello, my name is", "--temp", "0", "-n", "12"];
+        args.extend_from_slice(extra);
+        args.push("--json");
+        let (code, out, err) = ggweb(&args);
+        assert_eq!(code, 0, "{args:?}: {err}");
+        let v: Value = serde_json::from_str(out.trim()).unwrap();
+        v["tokens"].clone()
+    };
+    let want = generate(&[]);
+    for n in ["1", &n_layer.to_string(), "99"] {
+        assert_eq!(generate(&["--gpu-layers", n]), want, "--gpu-layers {n}");
+    }
+
+    let (code, out, err) = ggweb(&["inspect", "--model", &path, "--gpu-layers", "1", "--batch", "8", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["gpu_blocks"], serde_json::json!([n_layer - 1]));
+    assert_eq!(v["embeddings_on_gpu"], false);
+    assert_eq!(v["backends"], serde_json::json!(["WebGPU", "CPU"]));
+    let m = load_split(&bytes, gpu().unwrap(), 1).model;
+    let by = m.memory_by_backend();
+    for (i, b) in by.iter().enumerate() {
+        let j = &v["memory_by_backend"][i];
+        assert_eq!(
+            (j["backend"].as_str().unwrap(), j["weights"].as_u64().unwrap() as usize),
+            (b.backend.as_str(), b.weights)
+        );
+        assert_eq!(j["kv"].as_u64().unwrap() as usize, b.kv);
+    }
+    let n_embd = m.hparams.n_embd;
+    let runs = v["runs"].as_array().unwrap();
+    assert_eq!((runs[0]["n_tokens"].as_u64(), runs[1]["n_tokens"].as_u64()), (Some(1), Some(8)));
+    for (r, n_tokens) in runs.iter().zip([1, 8]) {
+        assert_eq!((r["splits"].as_u64(), r["copies"].as_u64()), (Some(2), Some(2)));
+        assert_eq!(r["copy_bytes"].as_u64(), Some((2 * 4 * n_embd * n_tokens) as u64));
+    }
+
+    let (code, out, err) = ggweb(&["inspect", "--model", &path, "--gpu-layers", "1"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(&format!("gpu layers: 1 of {n_layer} on WebGPU (blocks {0}..={0})", n_layer - 1)), "{out}");
+    assert!(out.contains(&format!("one token: 2 splits, 2 copies per run ({} B)", 2 * 4 * n_embd)), "{out}");
+    assert!(
+        out.contains(&format!("a batch of 32 tokens: 2 splits, 2 copies per run ({} B)", 2 * 4 * n_embd * 32)),
+        "{out}"
+    );
+}
+
+/// A device lost after a graph ran but before its logits are read back (the blocking
+/// native read, as `ggweb generate --backend webgpu` does it): `DeviceLost`, not a panic.
+#[test]
+fn a_device_lost_before_the_logits_are_read_is_an_error() {
+    let _shared = gpu::shared();
+    use ggweb::backend::BackendError;
+
+    if gpu().is_none() {
+        return;
+    }
+    let (_, bytes) = tiny_f32();
+    let lose_me = WebGpuBackend::new(WebGpuOptions::default()).unwrap();
+    let n_layer = load_cpu(&bytes).model.hparams.n_layer;
+    let mut m = load_split(&bytes, Rc::new(lose_me.clone()), n_layer + 1).model;
+    let io = m.eval_graph(&PROMPT[..2], 0, false).unwrap();
+    let mut out = vec![0u8; io.logits.nbytes()];
+    io.logits.try_get_bytes(&mut out, 0).unwrap();
+    lose_me.destroy_device();
+    match io.logits.try_get_bytes(&mut out, 0) {
+        Err(BackendError::DeviceLost(why)) => assert!(why.starts_with("Destroyed: "), "{why}"),
+        other => panic!("expected DeviceLost, got {other:?}"),
+    }
+}
+
+/// A device destroyed between two generated tokens (a driver reset, or the browser taking
+/// the device away): the next eval and every one after it is `DeviceLost`, with the
+/// reason, and nothing panics; a model on a fresh device then generates the CPU's greedy
+/// tokens. (The browser side, through the bindings: tests/e2e/model.spec.mjs.)
+#[test]
+fn a_lost_device_fails_every_later_eval_and_a_new_device_recovers() {
+    let _shared = gpu::shared();
+    use ggweb::backend::BackendError;
+    use ggweb::model::sampling::argmax;
+    use ggweb::model::ModelError;
+
+    if gpu().is_none() {
+        return;
+    }
+    let (_, bytes) = tiny_f32();
+    let want = run(&mut load_cpu(&bytes).model, 3).greedy;
+    let lose_me = WebGpuBackend::new(WebGpuOptions::default()).unwrap();
+    let n_layer = load_cpu(&bytes).model.hparams.n_layer;
+    // Everything on WebGPU (embeddings and head too): the logits are read back from it.
+    let mut m = load_split(&bytes, Rc::new(lose_me.clone()), n_layer + 1).model;
+    let logits = pollster::block_on(m.eval_prompt_async(&PROMPT, 0, false)).unwrap();
+    let first = argmax(&logits);
+    assert_eq!(first, want[0]);
+    let logits = pollster::block_on(m.eval_async(&[first], PROMPT.len(), false)).unwrap();
+    assert_eq!(argmax(&logits), want[1]);
+    assert_eq!(lose_me.lost_reason(), None);
+
+    lose_me.destroy_device();
+    for attempt in 0..3 {
+        match pollster::block_on(m.eval_async(&[want[1]], PROMPT.len() + 1, false)) {
+            Err(ModelError::Backend(BackendError::DeviceLost(why))) => {
+                assert!(why.starts_with("Destroyed: "), "attempt {attempt}: {why}")
+            }
+            Err(e) => panic!("attempt {attempt}: expected DeviceLost, got {e}"),
+            Ok(_) => panic!("attempt {attempt}: an eval on a destroyed device succeeded"),
+        }
+    }
+    match pollster::block_on(m.eval_prompt_async(&PROMPT, 0, false)) {
+        Err(ModelError::Backend(BackendError::DeviceLost(_))) => {}
+        other => panic!("a fresh prompt on the lost device: expected DeviceLost, got {:?}", other.err()),
+    }
+    assert!(lose_me.lost_reason().is_some_and(|r| r.starts_with("Destroyed: ")));
+    drop(m);
+
+    let mut fresh = load_split(&bytes, gpu().unwrap(), n_layer + 1).model;
+    assert_eq!(run(&mut fresh, 3).greedy, want, "greedy tokens on a new device");
+}
+
+/// Dispatches the WebGPU splits of the graph split last take, derived from their nodes: one
+/// per node that computes (views take none), less the chains that run fused: each layer
+/// norm's mul and add (2 per norm), attention's scale and diag_mask_inf (2 per soft_max)
+/// and the MLP's bias add (1 per gelu). No weight of the tiny model is above lavapipe's
+/// binding limit, so none is read in row ranges.
+fn expected_dispatches(m: &ggweb::model::gpt2::Gpt2) -> u64 {
+    use ggweb::Op;
+    let nodes = m.sched.nodes();
+    let on_gpu = m.sched.splits().iter().filter(|s| m.sched.backend(s.backend).name() == "WebGPU");
+    on_gpu
+        .map(|s| {
+            let ns = &nodes[s.nodes.clone()];
+            let count = |f: &dyn Fn(&Op) -> bool| ns.iter().filter(|n| f(&n.op)).count() as u64;
+            count(&|op| *op != Op::None && !op.is_view())
+                - 2 * count(&|op| matches!(op, Op::Norm { .. }))
+                - 2 * count(&|op| matches!(op, Op::SoftMax { .. }))
+                - count(&|op| *op == Op::Gelu)
+        })
+        .sum()
+}
+
+/// The WebGPU counters of a prompt and of a generated token, with the head on WebGPU (one
+/// GPU layer, and everything): one submit per evaluated chunk, one read-back per chunk
+/// whose logits are read, of n_vocab floats (only the last row goes through the head), and
+/// the dispatches the graph's nodes give. All on WebGPU a token is 3 dispatches for the
+/// embeddings (two get_rows, add), 19 per layer (26 nodes, 7 of them fused away) and 2 for
+/// the head (the fused norm, the logits' mul_mat).
+#[test]
+fn webgpu_counters_per_token() {
+    let _shared = gpu::shared();
+    use ggweb::model::sampling::argmax;
+    use ggweb::model::session::{GenerateOptions, Session};
+
+    let Some(gpu) = gpu() else { return };
+    let (_, bytes) = tiny_f32();
+    let n_layer = load_cpu(&bytes).model.hparams.n_layer;
+    for n in [1, n_layer + 1] {
+        let mut m = load_split(&bytes, gpu.clone(), n).model;
+        let logits_bytes = (m.hparams.n_vocab * 4) as u64;
+        let s0 = m.webgpu_stats().expect("a WebGPU backend");
+        let logits = m.eval_prompt(&PROMPT, 0, false).unwrap();
+        let d = m.webgpu_stats().unwrap().since(&s0);
+        // n_batch 4: chunks of 4, 4 and 2 tokens; only the last one is read.
+        let mut want = 0;
+        for (n_past, n_tokens) in [(0, 4), (4, 4), (8, 2)] {
+            m.plan_split(n_past, n_tokens).unwrap();
+            want += expected_dispatches(&m);
+        }
+        assert_eq!(
+            (d.submits, d.readbacks, d.readback_bytes, d.dispatches),
+            (3, 1, logits_bytes, want),
+            "gpu_layers {n}"
+        );
+
+        let s1 = m.webgpu_stats().unwrap();
+        m.eval(&[argmax(&logits)], PROMPT.len(), false).unwrap();
+        let d = m.webgpu_stats().unwrap().since(&s1);
+        m.plan_split(PROMPT.len(), 1).unwrap();
+        let want = expected_dispatches(&m);
+        assert_eq!(
+            (d.submits, d.readbacks, d.readback_bytes, d.dispatches),
+            (1, 1, logits_bytes, want),
+            "gpu_layers {n}"
+        );
+        if n > n_layer {
+            assert_eq!(want, 3 + 19 * n_layer as u64 + 2);
+        }
+        assert!(d.encode_ms > 0.0, "gpu_layers {n}: encode time {}", d.encode_ms);
+    }
+
+    // Through the session core: a generation's stats.webgpu. Its last token is sampled but
+    // not evaluated (only a next step would need its K/V).
+    let mut s = Session::new(load_split(&bytes, gpu, n_layer + 1));
+    let opts = GenerateOptions { max_tokens: 5, ignore_eos: true, ..GenerateOptions::default() };
+    s.start(PROMPT.to_vec(), opts).unwrap();
+    while !pollster::block_on(s.prompt_step()).unwrap() {}
+    while pollster::block_on(s.next()).unwrap().is_some() {}
+    let st = s.stats();
+    let w = st.webgpu.expect("stats.webgpu on WebGPU");
+    let evals = 3 + st.tokens as u64 - 1;
+    let logits_bytes = (s.model.hparams.n_vocab * 4) as u64;
+    assert_eq!(st.tokens, 5);
+    assert_eq!((w.submits, w.readbacks, w.readback_bytes), (evals, evals - 2, (evals - 2) * logits_bytes));
+}
