@@ -145,7 +145,10 @@ async fn f32_model_streamed_in_64k_chunks_matches_hf_logits_and_ids() {
         .map(|k| hp[k].as_u64().unwrap())
         .collect();
     assert_eq!(camel, got);
-    assert_eq!((&info["tokenizer"]["nVocab"], &info["tokenizer"]["n_vocab"]), (&Value::from(50257), &Value::from(50257)));
+    assert_eq!(
+        (&info["tokenizer"]["nVocab"], &info["tokenizer"]["n_vocab"]),
+        (&Value::from(50257), &Value::from(50257))
+    );
     assert_eq!(info["tokenizer"]["eos"], 50256);
     // Weights: every tensor's F32 data, each at a 64-byte-aligned offset (CPU buffers): token_embd
     // and output 2 × 64 × 50257 × 4, position_embd 64 × 128 × 4, output_norm 2 × 256, and per

@@ -786,7 +786,12 @@ impl WasmModel {
                 kv_type: model.kv.ty.name(),
             },
             split: self.split_json(),
-            tokenizer: TokenizerJson { n_vocab_camel: tokenizer.n_vocab(), n_vocab: tokenizer.n_vocab(), bos: tokenizer.bos(), eos: tokenizer.eos() },
+            tokenizer: TokenizerJson {
+                n_vocab_camel: tokenizer.n_vocab(),
+                n_vocab: tokenizer.n_vocab(),
+                bos: tokenizer.bos(),
+                eos: tokenizer.eos(),
+            },
             wasm_memory: WasmMemory {
                 heap_base: super::wasm_heap_base(),
                 at_loader_start: self.memory_at_start,

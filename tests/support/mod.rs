@@ -17,9 +17,9 @@
 
 pub mod bench_gpt2;
 pub mod fixtures;
-pub mod host_backend;
 #[cfg(feature = "webgpu")]
 pub mod gpu;
+pub mod host_backend;
 pub mod kquants;
 pub mod rng;
 pub mod sched;
