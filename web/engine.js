@@ -12,7 +12,7 @@
 
 import { MAX_THREADS, hasRelaxedSimd, loadCore, planThreads, relaxedSimdOption, variantCoreUrl } from './builds.js';
 import { GgwebError, abortedError, toGgwebError } from './errors.js';
-import { boolOption, checkData, isPlainObject, modelInput, optionsObject, show, tokenIds, without } from './input.js';
+import { boolOption, checkData, isPlainObject, modelInput, optionsObject, passOptions, show, tokenIds, without } from './input.js';
 import { DEFAULT_STALL_TIMEOUT_MS, formatBytes, headerChunks, openSource, readWithin, stallTimeout } from './source.js';
 
 /**
@@ -583,10 +583,7 @@ export class Engine {
     }
     const model = this.model;
     const p = (async () => {
-      const o = optionsObject(opts, method);
-      const special = boolOption(o.special, 'special', false);
-      const rest = without(o, ['special']);
-      for (const k of Object.keys(rest)) checkData(rest[k], k);
+      const { special, rest } = passOptions(opts, method);
       await this._idle();
       this._check(method);
       if (this.busy) throw new GgwebError('busy', `${method}: the model is busy (${this.busy})`);

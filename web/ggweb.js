@@ -16,7 +16,7 @@ import { nodeFs, relaxedSimdOption } from './builds.js';
 import { formatBytes, stallTimeout } from './source.js';
 import { DEFAULT_CACHE_NAME, askPersist, modelCache } from './cache.js';
 import { hubSource } from './hub.js';
-import { boolOption, checkData, checkSignal, modelInput, optionsObject, show, tokenIds, without } from './input.js';
+import { boolOption, checkSignal, modelInput, optionsObject, passOptions, show, tokenIds, without } from './input.js';
 
 export { GgwebError, ERROR_CODES, formatBytes };
 
@@ -397,12 +397,10 @@ function cacheOption(v) {
   throw new GgwebError('invalid', `cache must be true, false or a cache name, got ${show(v)}`);
 }
 
-/** score / trace options: plain data for the wasm side, `special` a boolean. */
-function passOptions(options, what) {
-  const o = optionsObject(options, what);
-  boolOption(o.special, 'special', false);
-  for (const k of Object.keys(o)) if (k !== 'special') checkData(o[k], k);
-  return o;
+/** score / trace options, checked here (passOptions) and sent as given: special and all. */
+function checkedOptions(options, what) {
+  const { special, rest } = passOptions(options, what);
+  return { ...rest, special };
 }
 
 export class Model {
@@ -556,13 +554,13 @@ export class Model {
    */
   async score(input, options = undefined) {
     this.#live('score');
-    return this.#t.call('score', [modelInput(input, 'score'), passOptions(options, 'score')]);
+    return this.#t.call('score', [modelInput(input, 'score'), checkedOptions(options, 'score')]);
   }
 
   /** Attention probabilities, hidden states and graph nodes of one pass over `input`. */
   async trace(input, options = undefined) {
     this.#live('trace');
-    return this.#t.call('trace', [modelInput(input, 'trace'), passOptions(options, 'trace')]);
+    return this.#t.call('trace', [modelInput(input, 'trace'), checkedOptions(options, 'trace')]);
   }
 
   /**

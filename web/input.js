@@ -158,3 +158,15 @@ export function modelInput(input, what) {
   }
   return tokenIds(input, what);
 }
+
+/**
+ * score / trace options: `special` (a boolean, default false) for the JS side, and the rest,
+ * plain data checked here, for the wasm side's strict parser.
+ */
+export function passOptions(options, what) {
+  const o = optionsObject(options, what);
+  const special = boolOption(o.special, 'special', false);
+  const rest = without(o, ['special']);
+  for (const k of Object.keys(rest)) checkData(rest[k], k);
+  return { special, rest };
+}
