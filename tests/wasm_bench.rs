@@ -9,16 +9,19 @@
 #![cfg(target_arch = "wasm32")]
 
 use std::rc::Rc;
+use support::eval::Eval;
 
 use ggweb::allocator::alloc_ctx_tensors;
 use ggweb::backend::Backend;
 use ggweb::cpu::CpuBackend;
-use ggweb::model::gpt2::{Gpt2, Gpt2Options, Hparams};
+use ggweb::model::context::{Gpt2, Gpt2Options};
+use ggweb::model::gpt2::Hparams;
 use ggweb::tensor::{Context, ContextParams, Tensor, TENSOR_OVERHEAD};
 use ggweb::{GgmlType, Graph};
 use wasm_bindgen_test::{console_log, wasm_bindgen_test};
 
 mod support {
+    pub mod eval;
     pub mod rng;
 }
 use support::rng::Rng;
@@ -171,9 +174,9 @@ fn bench_gpt2_124m_shape() {
         let mut m = model(wty, out_ty, 32);
         let ids: Vec<u32> = (0..n_prompt as u64).map(|i| ((i * 2654435761 + 12345) % 50257) as u32).collect();
         // The first prompt run also grows the wasm memory: not timed.
-        m.eval_prompt(&ids, 0, false).unwrap();
+        m.eval(&ids, 0, false).unwrap();
         let (t, c) = (now(), cpu_now());
-        let logits = m.eval_prompt(&ids, 0, false).unwrap();
+        let logits = m.eval(&ids, 0, false).unwrap();
         let (pp, pp_cpu) = (n_prompt as f64 / (now() - t), n_prompt as f64 / (cpu_now() - c));
         let mut tok = ggweb::model::sampling::argmax(&logits);
         let (t, c) = (now(), cpu_now());
@@ -204,10 +207,10 @@ fn bench_gpt2_124m_profile() {
         let cpu = Rc::new(CpuBackend::with_profiler(1, perf_now));
         let mut m = model_on(wty, out_ty, 64, cpu.clone());
         let ids: Vec<u32> = (0..n_prompt as u64).map(|i| ((i * 2654435761 + 12345) % 50257) as u32).collect();
-        m.eval_prompt(&ids, 0, false).unwrap();
+        m.eval(&ids, 0, false).unwrap();
         cpu.reset_profile();
         let t = now();
-        m.eval_prompt(&ids, 0, false).unwrap();
+        m.eval(&ids, 0, false).unwrap();
         let wall = now() - t;
         let prof = cpu.profile();
         let total: f64 = prof.iter().map(|e| e.secs).sum();
@@ -215,7 +218,7 @@ fn bench_gpt2_124m_profile() {
         let best = (0..8)
             .map(|_| {
                 let t = now();
-                m.eval_prompt(&ids, 0, false).unwrap();
+                m.eval(&ids, 0, false).unwrap();
                 now() - t
             })
             .fold(f64::MAX, f64::min);
@@ -250,7 +253,7 @@ fn bench_gpt2_124m_decode_profile() {
         let cpu = Rc::new(CpuBackend::with_profiler(1, perf_now));
         let mut m = model_on(wty, out_ty, 64, cpu.clone());
         let ids: Vec<u32> = (0..n_prompt as u64).map(|i| ((i * 2654435761 + 12345) % 50257) as u32).collect();
-        let logits = m.eval_prompt(&ids, 0, false).unwrap();
+        let logits = m.eval(&ids, 0, false).unwrap();
         let mut tok = ggweb::model::sampling::argmax(&logits);
         // Warm-up steps (V8's tiers), then the profiled ones.
         for i in 0..8 {

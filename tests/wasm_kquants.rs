@@ -48,7 +48,7 @@ async fn every_mix_on_chromium_webgpu_matches_the_f32_run() {
     use crate::support::kquants::*;
     use ggweb::cpu::CpuBackend;
     use ggweb::gguf::Limits;
-    use ggweb::model::gpt2::Gpt2Options;
+    use ggweb::model::context::{Batch, Gpt2Options};
     use ggweb::model::loader::ModelLoader;
     use ggweb::webgpu::{WebGpuBackend, WebGpuOptions};
     use std::rc::Rc;
@@ -71,9 +71,7 @@ async fn every_mix_on_chromium_webgpu_matches_the_f32_run() {
         );
         loader.feed(&file).unwrap();
         let mut model = loader.finish().unwrap().model;
-        let io = model.eval_graph(&ids, 0, true).unwrap();
-        let mut got = vec![0f32; io.logits.nelements() as usize];
-        gpu.read_tensor_async(&io.logits, 0, bytemuck::cast_slice_mut(&mut got)).await.unwrap();
+        let got = model.decode(Batch::all(&ids, 0)).await.unwrap().logits;
         let want = logits(&dequantized(&file), &ids);
         let d = compare(&got, &want, n_vocab, 1e-4);
         web_sys::console::log_1(&format!("{mix}: chromium webgpu vs F32 run max |Δ| {:.2e}", d.max).into());

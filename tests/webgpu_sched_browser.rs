@@ -17,7 +17,7 @@ use ggweb::allocator::alloc_tensors;
 use ggweb::backend::{Backend, BackendError};
 use ggweb::cpu::CpuBackend;
 use ggweb::gguf::Limits;
-use ggweb::model::gpt2::{Gpt2, Gpt2Options};
+use ggweb::model::context::{Batch, Gpt2, Gpt2Options};
 use ggweb::model::loader::{load_from_bytes, ModelLoader};
 use ggweb::model::sampling::argmax;
 use ggweb::sched::Sched;
@@ -36,17 +36,11 @@ fn opts() -> Gpt2Options {
     Gpt2Options { n_batch: 4, ..Gpt2Options::default() }
 }
 
-/// One run's logits, read where they are: host memory directly, WebGPU asynchronously.
-async fn eval(m: &mut Gpt2, gpu: &WebGpuBackend, tokens: &[u32], n_past: usize, all: bool) -> Vec<f32> {
-    let io = m.eval_graph(tokens, n_past, all).unwrap();
-    let mut out = vec![0f32; io.logits.nelements() as usize];
-    let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut out);
-    if io.logits.host_ptr().is_some() {
-        io.logits.get_bytes(bytes, 0);
-    } else {
-        gpu.read_tensor_async(&io.logits, 0, bytes).await.unwrap();
-    }
-    out
+/// One run's logits, read where they are (`Backend::tensor_get_async`: host memory
+/// directly, WebGPU asynchronously).
+async fn eval(m: &mut Gpt2, _gpu: &WebGpuBackend, tokens: &[u32], n_past: usize, all: bool) -> Vec<f32> {
+    let batch = if all { Batch::all(tokens, n_past) } else { Batch::last(tokens, n_past) };
+    m.decode(batch).await.unwrap().logits
 }
 
 /// The prompt's logits at every position (in batches of 4), then greedy tokens.

@@ -20,6 +20,7 @@
 
 pub mod host;
 
+use alloc::boxed::Box;
 use alloc::rc::Rc;
 use alloc::string::String;
 
@@ -149,7 +150,16 @@ pub trait Backend {
     fn stats(&self) -> Option<BackendStats> {
         None
     }
+    /// ggml_backend_tensor_get_async: reads `out.len()` bytes of `t` (in one of this
+    /// backend's buffers) from byte `offset` of it. A device whose memory the browser only
+    /// reads asynchronously (WebGPU) overrides it; host memory is read at once.
+    fn tensor_get_async<'a>(&'a self, t: &'a Tensor, offset: usize, out: &'a mut [u8]) -> TensorRead<'a> {
+        Box::pin(async move { t.try_get_bytes(out, offset) })
+    }
 }
+
+/// The future of [`Backend::tensor_get_async`] (not `Send`: backends live on one thread).
+pub type TensorRead<'a> = core::pin::Pin<Box<dyn core::future::Future<Output = Result<(), BackendError>> + 'a>>;
 
 /// Work one device backend has done since it was created (see [`Backend::stats`]); a
 /// call's own share is [`BackendStats::since`] a snapshot taken before it. The WebGPU

@@ -19,7 +19,7 @@ use std::rc::Rc;
 use ggweb::backend::Backend;
 use ggweb::cpu::CpuBackend;
 use ggweb::gguf::{GgufArray, GgufHeader, GgufStreamReader, GgufValue, Limits, NullSink};
-use ggweb::model::gpt2::Gpt2Options;
+use ggweb::model::context::Gpt2Options;
 use ggweb::model::loader::{load_from_path_split, LoadedModel};
 use ggweb::model::options::parse_kv_type;
 use ggweb::model::plan::HeaderPlan;

@@ -8,8 +8,7 @@ use std::time::Instant;
 use ggweb::backend::Backend;
 use ggweb::cpu::CpuBackend;
 use ggweb::gguf::{GgufStreamReader, Limits, NullSink};
-use ggweb::model::gpt2::block_on;
-use ggweb::model::gpt2::Gpt2Options;
+use ggweb::model::context::{block_on, Batch, Gpt2Options};
 use ggweb::model::loader::{load_from_path, load_from_path_split, tokenizer_from_gguf, LoadedModel};
 use ggweb::model::options::parse_kv_type;
 use ggweb::model::sampling::SamplingParams;
@@ -320,7 +319,7 @@ pub fn logits(argv: &[String]) -> Result<(), String> {
     if ids.is_empty() {
         return Err("the prompt encodes to no tokens".into());
     }
-    let all = model.eval_prompt(&ids, 0, true).map_err(|e| e.to_string())?;
+    let all = block_on(model.decode(Batch::all(&ids, 0))).map(|o| o.logits).map_err(|e| e.to_string())?;
     // Rows are written as f32 (shortest round-trip digits), not widened to f64.
     let rows: Vec<String> =
         all.chunks(model.hparams.n_vocab).map(|r| serde_json::to_string(r).expect("floats serialize")).collect();
@@ -428,7 +427,7 @@ pub fn bench(argv: &[String]) -> Result<(), String> {
         cpu.reset_profile();
         let g0 = model.webgpu_stats();
         let (t, c) = (Instant::now(), process_cpu());
-        let logits = model.eval_prompt(&ids, 0, false).map_err(|e| e.to_string())?;
+        let logits = block_on(model.decode(Batch::last(&ids, 0))).map(|o| o.logits).map_err(|e| e.to_string())?;
         pp.push(n_prompt as f64 / t.elapsed().as_secs_f64());
         let g1 = model.webgpu_stats();
         if let (Some(c0), Some(c1)) = (c, process_cpu()) {
@@ -439,7 +438,9 @@ pub fn bench(argv: &[String]) -> Result<(), String> {
         let mut tok = ggweb::model::sampling::argmax(&logits);
         let (t, c) = (Instant::now(), process_cpu());
         for i in 0..n_gen {
-            let l = model.eval(&[tok], n_prompt + i, false).map_err(|e| e.to_string())?;
+            let l = block_on(model.decode(Batch::last(&[tok], n_prompt + i)))
+                .map(|o| o.logits)
+                .map_err(|e| e.to_string())?;
             tok = ggweb::model::sampling::argmax(&l);
         }
         tg.push(n_gen as f64 / t.elapsed().as_secs_f64());
@@ -565,7 +566,7 @@ struct DepthRun<'a> {
 /// (one untimed `eval_prompt`), then `n_gen` greedy single-token steps at positions D.. are
 /// timed, `reps` times from the same state (each repetition overwrites the same cache rows).
 fn bench_depths(
-    model: &mut ggweb::model::gpt2::Gpt2,
+    model: &mut ggweb::model::context::Gpt2,
     cpu: &CpuBackend,
     depths: &[usize],
     run: &DepthRun,
@@ -587,7 +588,7 @@ fn bench_depths(
     for &d in depths {
         let ids = bench_ids(d, model.hparams.n_vocab);
         let t = Instant::now();
-        let logits = model.eval_prompt(&ids, 0, false).map_err(|e| e.to_string())?;
+        let logits = block_on(model.decode(Batch::last(&ids, 0))).map(|o| o.logits).map_err(|e| e.to_string())?;
         let fill_tok_s = d as f64 / t.elapsed().as_secs_f64();
         let first = ggweb::model::sampling::argmax(&logits);
         let (mut tg, mut tg_cpu, mut prof) = (Vec::new(), Vec::new(), Vec::new());
@@ -596,7 +597,8 @@ fn bench_depths(
             let mut tok = first;
             let (t, c) = (Instant::now(), process_cpu());
             for i in 0..n_gen {
-                let l = model.eval(&[tok], d + i, false).map_err(|e| e.to_string())?;
+                let l =
+                    block_on(model.decode(Batch::last(&[tok], d + i))).map(|o| o.logits).map_err(|e| e.to_string())?;
                 tok = ggweb::model::sampling::argmax(&l);
             }
             tg.push(n_gen as f64 / t.elapsed().as_secs_f64());

@@ -34,7 +34,7 @@ use super::{js_error, wasm_memory_bytes};
 use crate::backend::{Backend, BackendError};
 use crate::cpu::CpuBackend;
 use crate::gguf::Limits;
-use crate::model::gpt2::{BackendMemory, Gpt2, Gpt2Options};
+use crate::model::context::{BackendMemory, Gpt2, Gpt2Options};
 use crate::model::loader::ModelLoader;
 use crate::model::options::{self, parse_generate, parse_score, parse_trace};
 use crate::model::session::{Item, Session};

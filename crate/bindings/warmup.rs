@@ -16,7 +16,7 @@ use alloc::vec::Vec;
 
 use crate::cpu::CpuBackend;
 use crate::gguf::{GgufArray, GgufHeader, GgufValue, GgufWriter};
-use crate::model::gpt2::{Gpt2, Gpt2Options};
+use crate::model::context::{block_on, Batch, Gpt2, Gpt2Options};
 use crate::model::loader::load_from_bytes_on;
 use crate::model::ModelError;
 use crate::quants;
@@ -160,9 +160,9 @@ impl Warmup {
             return Ok(true);
         }
         let ids: Vec<u32> = (0..PROMPT as u32).map(|i| (i * 7 + self.steps) % N_VOCAB as u32).collect();
-        self.model.eval(&ids, 0, false)?;
+        block_on(self.model.decode(Batch::last(&ids, 0)))?;
         for k in 0..DECODE {
-            self.model.eval(&ids[k..k + 1], PROMPT + k, false)?;
+            block_on(self.model.decode(Batch::last(&ids[k..k + 1], PROMPT + k)))?;
         }
         self.steps += 1;
         Ok(self.steps >= STEPS)

@@ -2,7 +2,7 @@
 //!
 //! ```no_run
 //! use ggweb::model::loader::ModelLoader;
-//! use ggweb::model::gpt2::Gpt2Options;
+//! use ggweb::model::context::Gpt2Options;
 //! let bytes = std::fs::read("tests/fixtures/tiny-f16.gguf").unwrap();
 //! let mut loader = ModelLoader::new_cpu(Gpt2Options::default());
 //! for chunk in bytes.chunks(64 * 1024) {      // as fetch delivers them
@@ -27,7 +27,8 @@ use alloc::vec;
 use alloc::vec::Vec;
 use core::cell::Cell;
 
-use super::gpt2::{block_index, global_weight_shapes, layer_weight_shapes, weight_on_gpu, Gpt2, Gpt2Options, Hparams};
+use super::context::{Gpt2, Gpt2Options};
+use super::gpt2::{block_index, global_weight_shapes, layer_weight_shapes, weight_on_gpu, Hparams};
 use super::ModelError;
 use crate::backend::{Backend, BufferType};
 use crate::cpu::CpuBackend;
@@ -239,17 +240,7 @@ impl LoadEstimate {
         opts: &Gpt2Options,
         alignment: usize,
     ) -> Result<LoadEstimate, ModelError> {
-        let n_ctx = if opts.n_ctx == 0 { hp.n_ctx_train } else { opts.n_ctx };
-        if n_ctx > hp.n_ctx_train {
-            return Err(ModelError::Config(format!(
-                "n_ctx {n_ctx} exceeds the model's context length {}",
-                hp.n_ctx_train
-            )));
-        }
-        if opts.n_batch == 0 {
-            return Err(ModelError::Config("n_batch must be at least 1".into()));
-        }
-        let n_batch = opts.n_batch.min(n_ctx);
+        let (n_ctx, n_batch) = opts.resolve(hp)?;
         let a = alignment.max(1) as u64;
         let aligned = |n: u64| n.div_ceil(a).saturating_mul(a);
         let weights = header.tensors.iter().fold(0u64, |s, t| s.saturating_add(aligned(t.nbytes as u64)));

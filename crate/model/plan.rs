@@ -4,7 +4,7 @@
 //! ```no_run
 //! use std::rc::Rc;
 //! use ggweb::cpu::CpuBackend;
-//! use ggweb::model::gpt2::Gpt2Options;
+//! use ggweb::model::context::Gpt2Options;
 //! use ggweb::model::plan::{HeaderPlan, HeaderReader};
 //! let bytes = std::fs::read("tests/fixtures/llamacpp/tiny-gpt2-q8_0.gguf").unwrap();
 //! let mut r = HeaderReader::new(Some(bytes.len() as u64));
@@ -30,7 +30,8 @@ use alloc::rc::Rc;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 
-use super::gpt2::{weight_on_gpu, BackendMemory, Gpt2, Gpt2Options, Hparams};
+use super::context::{BackendMemory, Gpt2, Gpt2Options};
+use super::gpt2::{weight_on_gpu, Hparams};
 use super::loader::{check_header, HostShare, LoadEstimate};
 use super::ModelError;
 use crate::backend::{Backend, BackendError, Buffer, BufferType};

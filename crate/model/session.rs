@@ -2,12 +2,12 @@
 //! stream, in one place. The CLI (crate/bin/run.rs) and the JS bindings
 //! (crate/bindings/model.rs) both drive a [`Session`]; the only difference between them is
 //! how a future is driven: the bindings await it on the JS event loop (WebGPU memory reads
-//! back asynchronously in the browser, [`super::gpt2::read_f32_async`]), the CLI runs it to
-//! completion with [`block_on`](super::gpt2::block_on).
+//! back asynchronously in the browser, [`super::context::read_f32_async`]), the CLI runs it to
+//! completion with [`block_on`](super::context::block_on).
 //!
 //! ```no_run
 //! # fn main() -> Result<(), ggweb::model::ModelError> {
-//! use ggweb::model::gpt2::{block_on, Gpt2Options};
+//! use ggweb::model::context::{block_on, Gpt2Options};
 //! use ggweb::model::loader::load_from_path;
 //! use ggweb::model::session::{GenerateOptions, Session};
 //! let backend = std::rc::Rc::new(ggweb::cpu::CpuBackend::new(1));
@@ -35,7 +35,7 @@
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 
-use super::gpt2::{Gpt2, TapValue};
+use super::context::{Batch, Chunk, Gpt2, Logits, TapValue};
 use super::logprobs::RowStats;
 use super::sampling::{Sampler, SamplingParams};
 use super::stop::StopHold;
@@ -238,19 +238,9 @@ impl Session {
         }
     }
 
-    /// Checks ids that a call evaluates: at least one, all in the vocabulary, fitting the context.
+    /// Checks ids that a call evaluates from position 0 ([`Gpt2::check_batch`]).
     pub fn check_tokens(&self, tokens: &[u32]) -> Result<(), ModelError> {
-        if tokens.is_empty() {
-            return Err(ModelError::Invalid("needs at least one token id".into()));
-        }
-        let n_vocab = self.model.hparams.n_vocab;
-        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= n_vocab) {
-            return Err(ModelError::BadToken { id: bad, n_vocab });
-        }
-        if tokens.len() > self.model.n_ctx() {
-            return Err(ModelError::ContextFull { needed: tokens.len(), n_ctx: self.model.n_ctx() });
-        }
-        Ok(())
+        self.model.check_batch(tokens, 0)
     }
 
     fn common_prefix(&self, tokens: &[u32]) -> usize {
@@ -264,11 +254,11 @@ impl Session {
         self.rows.truncate(keep.saturating_sub(1));
     }
 
-    /// Evaluates `tokens[keep..]` at positions `keep..` in chunks of `n_batch`, after
-    /// reusing the cache's first `keep`. With `rows`, every position's logits go to it as
-    /// `(first position, [n][n_vocab])` per chunk; otherwise only the last chunk is read
-    /// back. Returns the last position's logits. The cache grows chunk by chunk, so after
-    /// an error it still says truly what the K/V hold.
+    /// Evaluates `tokens[keep..]` at positions `keep..` after reusing the cache's first
+    /// `keep`. With `rows`, every position's logits go to it as `(first position,
+    /// [n][n_vocab])` per chunk; otherwise only the last position's are read. Returns the
+    /// last position's logits. The cache grows chunk by chunk ([`Gpt2::decode_with`]), so
+    /// after an error it still says truly what the K/V hold.
     async fn prefill(
         &mut self,
         tokens: &[u32],
@@ -278,24 +268,19 @@ impl Session {
         self.cache.truncate(keep);
         self.rows.truncate(keep);
         let n_vocab = self.model.hparams.n_vocab;
+        let logits = if rows.is_some() { Logits::All } else { Logits::Last };
+        let batch = Batch { tokens: &tokens[keep..], n_past: keep, logits, taps: &[] };
+        let Session { model, cache, .. } = self;
         let mut last = Vec::new();
-        let mut done = keep;
-        while done < tokens.len() {
-            let end = (done + self.model.n_batch).min(tokens.len());
-            let chunk = &tokens[done..end];
+        let mut sink = |c: Chunk<'_>| {
+            cache.extend_from_slice(c.tokens);
             if let Some(f) = rows.as_mut() {
-                let l = self.model.eval_async(chunk, done, true).await?;
-                f(done, &l);
-                last = l[l.len() - n_vocab..].to_vec();
-            } else if end == tokens.len() {
-                last = self.model.eval_async(chunk, done, false).await?;
-            } else {
-                self.model.eval_graph(chunk, done, false)?;
+                f(c.first, c.logits);
+                last = c.logits[c.logits.len() - n_vocab..].to_vec();
             }
-            self.cache.extend_from_slice(chunk);
-            done = end;
-        }
-        Ok(last)
+        };
+        let out = model.decode_with(batch, &mut sink).await?;
+        Ok(if logits == Logits::Last { out.logits } else { last })
     }
 
     /// Next-token logits after `tokens` (`[n_vocab]`). Reuses the cache (the result equals
@@ -365,7 +350,7 @@ impl Session {
     }
 
     /// One pass over `tokens` from position 0 keeping the requested taps alive (see
-    /// [`Gpt2::eval_taps_async`]). Leaves `tokens` in the cache.
+    /// [`Gpt2::decode`] with taps). Leaves `tokens` in the cache.
     pub async fn trace(&mut self, tokens: &[u32], taps: &[String]) -> Result<Trace, ModelError> {
         self.end_generation();
         self.check_tokens(tokens)?;
@@ -378,15 +363,15 @@ impl Session {
             }
         }
         self.truncate(0);
-        let out = self.model.eval_taps_async(tokens, 0, &names).await?;
+        let out = self.model.decode(Batch { tokens, n_past: 0, logits: Logits::None, taps: &names }).await?;
         self.cache.extend_from_slice(tokens);
         let take = |name: &str| -> Vec<f32> {
-            out.values.iter().find(|v| v.name == name).map(|v| v.data.clone()).unwrap_or_default()
+            out.taps.iter().find(|v| v.name == name).map(|v| v.data.clone()).unwrap_or_default()
         };
         let wants = |t: &str| taps.iter().any(|x| x == t);
         let attn = wants("attn").then(|| self.tap_nodes("attn").iter().map(|n| take(n)).collect());
         let hidden = wants("hidden").then(|| self.tap_nodes("hidden").iter().map(|n| take(n)).collect());
-        let nodes = out.values.iter().filter(|v| taps.contains(&v.name)).cloned().collect();
+        let nodes = out.taps.iter().filter(|v| taps.contains(&v.name)).cloned().collect();
         Ok(Trace { tokens: tokens.to_vec(), attn, hidden, nodes, compute_bytes: out.compute_bytes })
     }
 
@@ -438,18 +423,14 @@ impl Session {
         }
         let to = (from + n_batch).min(len);
         let chunk: Vec<u32> = g.prompt[from..to].to_vec();
-        let r = if to == len {
-            self.model.eval_async(&chunk, from, false).await.map(Some)
-        } else {
-            self.model.eval_graph(&chunk, from, false).map(|_| None)
-        };
-        match r {
-            Ok(l) => {
+        let logits = if to == len { Logits::Last } else { Logits::None };
+        match self.model.decode(Batch { tokens: &chunk, n_past: from, logits, taps: &[] }).await {
+            Ok(out) => {
                 self.cache.extend_from_slice(&chunk);
                 let g = self.gen.as_mut().expect("generation present");
                 g.done = to;
-                if let Some(l) = l {
-                    g.logits = l;
+                if to == len {
+                    g.logits = out.logits;
                 }
                 Ok(to == len)
             }
@@ -502,9 +483,9 @@ impl Session {
             }
             if let Some(t) = g.pending.take() {
                 let pos = self.cache.len();
-                let l = self.model.eval_async(&[t], pos, false).await?;
+                let out = self.model.decode(Batch::last(&[t], pos)).await?;
                 self.cache.push(t);
-                self.gen.as_mut().expect("generation present").logits = l;
+                self.gen.as_mut().expect("generation present").logits = out.logits;
             }
             let Session { gen, tokenizer, .. } = self;
             let g = gen.as_mut().expect("generation present");

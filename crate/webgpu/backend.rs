@@ -93,4 +93,12 @@ impl Backend for WebGpuBackend {
     fn stats(&self) -> Option<BackendStats> {
         Some(self.gpu.stats.get())
     }
+    fn tensor_get_async<'a>(
+        &'a self,
+        t: &'a Tensor,
+        offset: usize,
+        out: &'a mut [u8],
+    ) -> crate::backend::TensorRead<'a> {
+        Box::pin(self.read_tensor_async(t, offset, out))
+    }
 }

@@ -44,7 +44,7 @@
 //!   for tests) records the reason; from then on every operation (allocation, compute,
 //!   read) returns [`BackendError::DeviceLost`] with it: the caller loads the model again
 //!   on a new device. (The blocking `Buffer::get_bytes` has no `Result` and panics with the
-//!   error: read through `read_tensor_async` / `Gpt2::eval_async`, as the bindings do.)
+//!   error: read through `Backend::tensor_get_async`, as `Gpt2::decode` does.)
 //!   Uncaptured device errors are collected the same way and returned by the next operation.
 //! - **Leaks**: [`live_buffers`] counts the wgpu buffers the backends hold; once a model
 //!   is dropped it is back to where it was.

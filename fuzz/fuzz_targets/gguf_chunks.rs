@@ -16,7 +16,7 @@ use ggweb::backend::host::HostBuffer;
 use ggweb::backend::{BackendError, Buffer, BufferType};
 use ggweb::cpu::{CpuBackend, CpuBufferType};
 use ggweb::gguf::{read_header, BufferLoader, GgufError, GgufHeader, GgufStreamReader, Limits, LoadedGguf};
-use ggweb::model::gpt2::Gpt2Options;
+use ggweb::model::context::Gpt2Options;
 use ggweb::model::loader::ModelLoader;
 use ggweb::model::ModelError;
 use ggweb::tokenizer::char_to_byte;
@@ -148,7 +148,7 @@ fn model(data: &[u8], plan: &[usize]) -> Result<(), ModelError> {
             .map(|v| v.concat());
         assert_eq!(bytes.as_deref(), Some(text.as_bytes()), "ids {ids:?}");
     }
-    let logits = m.model.eval(&[(data.len() % n_vocab) as u32], 0, false)?;
+    let logits = ggweb::model::context::block_on(m.model.decode(ggweb::model::context::Batch::last(&[(data.len() % n_vocab) as u32], 0))).map(|o| o.logits)?;
     assert_eq!(logits.len(), n_vocab);
     Ok(())
 }

@@ -86,10 +86,10 @@ fuzz_target!(|data: &[u8]| {
     assert!(plan.compute as u64 <= est.compute, "real compute {} over the bound {est:?}", plan.compute);
 
     let token = (file.len() % m.model.hparams.n_vocab) as u32;
-    let split_logits = m.model.eval(&[token], 0, false).expect("one token runs split");
+    let split_logits = ggweb::model::context::block_on(m.model.decode(ggweb::model::context::Batch::last(&[token], 0))).map(|o| o.logits).expect("one token runs split");
     let cpu_only = ModelLoader::new(Rc::new(CpuBackend::new(1)), p.opts.clone(), limits(), Some(file.len() as u64));
     let (mut c, _) = load(cpu_only, file).expect("a file that loads split loads on the CPU");
-    let cpu_logits = c.model.eval(&[token], 0, false).expect("one token runs on the CPU");
+    let cpu_logits = ggweb::model::context::block_on(c.model.decode(ggweb::model::context::Batch::last(&[token], 0))).map(|o| o.logits).expect("one token runs on the CPU");
     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     assert!(bits(&split_logits) == bits(&cpu_logits), "split logits differ from the CPU's");
 });

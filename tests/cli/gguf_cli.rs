@@ -123,7 +123,7 @@ fn ggweb_env(args: &[&str], max_memory: &str) -> (i32, String, String) {
 /// (GGWEB_MAX_MEMORY here, so the numbers do not depend on the machine) and wasm32's 4 GiB.
 #[test]
 fn inspect_prints_the_memory_plan_a_load_allocates() {
-    use ggweb::model::gpt2::Gpt2Options;
+    use ggweb::model::context::Gpt2Options;
     use ggweb::model::loader::load_from_bytes;
     use ggweb::GgmlType;
 

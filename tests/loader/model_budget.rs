@@ -24,7 +24,7 @@ use ggweb::backend::{Backend, BackendError, Buffer, BufferType};
 use ggweb::cpu::{CpuBackend, CpuBufferType};
 use ggweb::gguf::{read_header, Limits};
 use ggweb::graph::Graph;
-use ggweb::model::gpt2::Gpt2Options;
+use ggweb::model::context::Gpt2Options;
 use ggweb::model::loader::{LoadEstimate, ModelLoader};
 use ggweb::model::ModelError;
 

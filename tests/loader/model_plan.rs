@@ -6,7 +6,7 @@ use std::rc::Rc;
 
 use ggweb::backend::{Backend, BufferType};
 use ggweb::cpu::CpuBackend;
-use ggweb::model::gpt2::Gpt2Options;
+use ggweb::model::context::Gpt2Options;
 use ggweb::model::loader::load_from_bytes;
 use ggweb::model::plan::{HeaderPlan, HeaderReader};
 use ggweb::model::ModelError;

@@ -12,9 +12,10 @@
 //!   for all but one prompt, within 0.15 everywhere (see `check_dtype` on rounding ties);
 //!   against the plain reference Q8_0 must stay within the 0.4.
 
+use crate::support::eval::Eval;
 use std::path::PathBuf;
 
-use ggweb::model::gpt2::Gpt2Options;
+use ggweb::model::context::{block_on, Batch, Gpt2Options, Logits};
 use ggweb::model::loader::{load_from_bytes, LoadedModel};
 use ggweb::model::sampling::argmax;
 use serde_json::Value;
@@ -77,7 +78,7 @@ fn max_diff_to_blocks(r: &Value, refr: &Value, prompt: usize, ours: &[f32]) -> f
 
 /// Greedy generation with the KV cache; returns the ids.
 fn greedy(m: &mut LoadedModel, prompt: &[u32], n: usize) -> Vec<u32> {
-    let mut logits = m.model.eval_prompt(prompt, 0, false).unwrap();
+    let mut logits = m.model.eval(prompt, 0, false).unwrap();
     let mut out = Vec::new();
     for i in 0..n {
         let t = argmax(&logits);
@@ -113,7 +114,7 @@ fn check_dtype(dtype: &str, use_vec_dot: bool, tol: f32, flip_tol: f32, min_gree
     for (pi, p) in r["prompts"].as_array().unwrap().iter().enumerate() {
         let ids = u32s(&p["ids"]);
         assert_eq!(m.tokenizer.encode(p["text"].as_str().unwrap(), false), ids, "tokenizer, prompt {}", p["key"]);
-        let all = m.model.eval_prompt(&ids, 0, true).unwrap();
+        let all = m.model.eval(&ids, 0, true).unwrap();
         let diffs = diffs_to_blocks(&r, refr, pi, &all);
         let worst = diffs.iter().map(|d| d.1).fold(0.0, f32::max);
         n_prompts += 1;
@@ -173,7 +174,7 @@ fn q8_0_within_0_4_of_the_plain_reference() {
     let r = reference();
     let mut m = load(&r, "q8_0", 32);
     for (pi, p) in r["prompts"].as_array().unwrap().iter().enumerate() {
-        let all = m.model.eval_prompt(&u32s(&p["ids"]), 0, true).unwrap();
+        let all = m.model.eval(&u32s(&p["ids"]), 0, true).unwrap();
         let worst = max_diff_to_blocks(&r, &r["dtypes"]["q8_0"], pi, &all);
         assert!(worst <= 0.4, "prompt {}: {worst}", p["key"]);
     }
@@ -190,7 +191,7 @@ fn batch_size_does_not_change_results() {
     let mut runs = Vec::new();
     for n_batch in [1, 7, 32] {
         let mut m = load(&r, "f32", n_batch);
-        runs.push(m.model.eval_prompt(&long, 0, true).unwrap());
+        runs.push(m.model.eval(&long, 0, true).unwrap());
         assert_eq!(greedy(&mut m, &long, 40), want, "greedy path with n_batch {n_batch}");
     }
     for (run, n_batch) in runs.iter().zip([1, 7]) {
@@ -229,7 +230,10 @@ fn intermediates_match_hf_node_by_node() {
     assert_eq!(names.len(), 32, "reference tensors matched by name: {names:?}");
     let our_names: Vec<String> = names.iter().map(|n| ours(n)).collect();
     let refs: Vec<&str> = our_names.iter().map(|s| s.as_str()).collect();
-    let dumped = m.model.eval_dump(&ids, 0, &refs).unwrap();
+    let taps: Vec<String> = refs.iter().map(|s| s.to_string()).collect();
+    let batch = Batch { tokens: &ids, n_past: 0, logits: Logits::None, taps: &taps };
+    let dumped: Vec<(String, Vec<f32>)> =
+        block_on(m.model.decode(batch)).unwrap().taps.into_iter().map(|t| (t.name, t.data)).collect();
     assert_eq!(dumped.len(), names.len());
     for (hf, (name, got)) in names.iter().zip(&dumped) {
         let want: Vec<f32> = inter["tensors"][hf]

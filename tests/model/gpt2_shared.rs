@@ -2,7 +2,8 @@
 //! reference outputs beside them: our loader reads files from the wild, and our F32 graph
 //! is exact where llama.cpp is not (its f16 GELU table puts it ~4e-3 away).
 
-use ggweb::model::gpt2::Gpt2Options;
+use crate::support::eval::Eval;
+use ggweb::model::context::Gpt2Options;
 use ggweb::model::loader::{load_from_bytes, LoadedModel};
 use serde_json::Value;
 
@@ -40,7 +41,7 @@ fn check_logits(file: &str, tol: f32) {
         let want_ids = ids(&p["ids"]);
         assert_eq!(m.tokenizer.encode(text, false), want_ids, "tokenizer on {text:?}");
         let n_vocab = m.model.hparams.n_vocab;
-        let all = m.model.eval_prompt(&want_ids, 0, true).unwrap();
+        let all = m.model.eval(&want_ids, 0, true).unwrap();
         let positions = ids(&p["logits_positions"]);
         let rows = p["logits"].as_array().unwrap();
         let mut worst = 0f32;
@@ -66,7 +67,7 @@ fn greedy_continuation_matches_hf() {
     for p in r["prompts"].as_array().unwrap() {
         let prompt = ids(&p["ids"]);
         let want = ids(&p["greedy_ids"]);
-        let mut logits = m.model.eval_prompt(&prompt, 0, false).unwrap();
+        let mut logits = m.model.eval(&prompt, 0, false).unwrap();
         let mut got = Vec::new();
         let mut n_past = prompt.len();
         for _ in 0..want.len() {
@@ -88,7 +89,7 @@ fn no_buffer_allocation_after_the_first_reserve() {
         (m.model.galloc().n_reserves(), m.model.galloc().n_buffer_allocs(), m.model.galloc().buffer_size(0));
     assert_eq!((reserves, allocs), (1, 1));
     let prompt: Vec<u32> = (0..21).map(|i| 1000 + 37 * i).collect(); // 3 batches of ≤ 8
-    let mut logits = m.model.eval_prompt(&prompt, 0, false).unwrap();
+    let mut logits = m.model.eval(&prompt, 0, false).unwrap();
     for n_past in prompt.len()..m.model.n_ctx() {
         let t = ggweb::model::sampling::argmax(&logits);
         logits = m.model.eval(&[t], n_past, false).unwrap();

@@ -8,7 +8,7 @@
 use std::rc::Rc;
 
 use ggweb::cpu::CpuBackend;
-use ggweb::model::gpt2::{block_on, Gpt2Options};
+use ggweb::model::context::{block_on, Gpt2Options};
 use ggweb::model::loader::load_from_path;
 use ggweb::model::options::{parse_generate, parse_score, parse_trace, GENERATE_KEYS};
 use ggweb::model::sampling::SamplingParams;

@@ -15,9 +15,10 @@
 //! - ggweb's logits vs ggweb's own F32 run on the file's dequantized weights: what quantizing
 //!   the activations (Q8_0, Q8_1 or Q8_K, as ggml's `vec_dot_type`) costs, checked the same way.
 
+use crate::support::eval::Eval;
 use std::path::PathBuf;
 
-use ggweb::model::gpt2::Gpt2Options;
+use ggweb::model::context::Gpt2Options;
 use ggweb::model::loader::load_from_bytes;
 use serde_json::Value;
 
@@ -92,7 +93,7 @@ fn every_mix_on_webgpu_matches_the_f32_run() {
     for (mix, e) in m["mixes"].as_object().unwrap() {
         let file = std::fs::read(dir().join(e["gguf"].as_str().unwrap())).unwrap();
         let mut on_gpu = load_from_bytes_on(&file, gpu.clone(), Gpt2Options::default()).unwrap();
-        let got = on_gpu.model.eval_prompt(&ids, 0, true).unwrap();
+        let got = on_gpu.model.eval(&ids, 0, true).unwrap();
         let want = logits(&dequantized(&file), &ids);
         let d = compare(&got, &want, n_vocab, 1e-4);
         eprintln!("{mix}: webgpu vs F32 run max |Δ| {:.2e}, mean {:.2e}", d.max, d.mean);

@@ -3,8 +3,10 @@
 //! tokens equal to the F32 cache's; prompts in chunks (odd positions: half-word stores)
 //! equal to one batch.
 
+use crate::support::eval::Eval;
 use ggweb::gguf::{read_header, Limits};
-use ggweb::model::gpt2::{Gpt2Options, Hparams};
+use ggweb::model::context::Gpt2Options;
+use ggweb::model::gpt2::Hparams;
 use ggweb::model::loader::{load_from_bytes, LoadEstimate, LoadedModel};
 use ggweb::model::options::{opt_kv_type, parse_kv_type, parse_object};
 use ggweb::model::sampling::argmax;
@@ -43,7 +45,7 @@ fn worst_vs_hf(kv_type: GgmlType) -> f32 {
     let mut worst = 0f32;
     for p in r["prompts"].as_array().unwrap() {
         let prompt = ids(&p["ids"]);
-        let all = m.model.eval_prompt(&prompt, 0, true).unwrap();
+        let all = m.model.eval(&prompt, 0, true).unwrap();
         for (row, pos) in p["logits"].as_array().unwrap().iter().zip(ids(&p["logits_positions"])) {
             let want: Vec<f32> = row.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect();
             let got = &all[pos as usize * n_vocab..(pos as usize + 1) * n_vocab];
@@ -78,7 +80,7 @@ fn f16_kv_greedy_tokens_equal_the_f32_kv_run() {
     let r = fixtures::hf_reference();
     let greedy = |kv_type: GgmlType, prompt: &[u32], n: usize| {
         let mut m = load(kv_type, 32);
-        let mut logits = m.model.eval_prompt(prompt, 0, false).unwrap();
+        let mut logits = m.model.eval(prompt, 0, false).unwrap();
         let mut out = Vec::new();
         for n_past in prompt.len()..prompt.len() + n {
             let t = argmax(&logits);
@@ -104,8 +106,8 @@ fn f16_kv_greedy_tokens_equal_the_f32_kv_run() {
 fn f16_kv_chunked_prompt_equals_one_batch() {
     let r = fixtures::hf_reference();
     let prompt = ids(&r["prompts"][0]["ids"]);
-    let one = load(F16, 32).model.eval_prompt(&prompt, 0, false).unwrap();
-    let chunked = load(F16, 3).model.eval_prompt(&prompt, 0, false).unwrap();
+    let one = load(F16, 32).model.eval(&prompt, 0, false).unwrap();
+    let chunked = load(F16, 3).model.eval(&prompt, 0, false).unwrap();
     let d = max_abs_diff(&one, &chunked);
     // Measured 0 on x86; 1e-5 allows for a different reduction split on other targets.
     assert!(d <= 1e-5, "chunked vs one batch: {d}");
@@ -198,7 +200,7 @@ fn f16_kv_two_threads_equal_one() {
     let bytes = fixtures::model_bytes(FILE);
     let run = |n_threads| {
         let opts = Gpt2Options { n_threads, kv_type: F16, ..Default::default() };
-        load_from_bytes(&bytes, opts).unwrap().model.eval_prompt(&prompt, 0, true).unwrap()
+        load_from_bytes(&bytes, opts).unwrap().model.eval(&prompt, 0, true).unwrap()
     };
     assert_eq!(run(2), run(1));
 }

@@ -14,7 +14,7 @@ use std::rc::Rc;
 
 use ggweb::cpu::CpuBackend;
 use ggweb::gguf::{read_header, Limits};
-use ggweb::model::gpt2::Gpt2Options;
+use ggweb::model::context::Gpt2Options;
 use ggweb::model::loader::ModelLoader;
 use serde_json::{json, Value};
 

@@ -3,10 +3,11 @@
 //! refuses any other memory), so every split, copy and placement is real, and the logits
 //! must be the CPU's bit for bit. The same checks on WebGPU: tests/webgpu/sched_webgpu.rs.
 
+use crate::support::eval::Eval;
 use std::rc::Rc;
 
 use ggweb::backend::Backend;
-use ggweb::model::gpt2::BackendMemory;
+use ggweb::model::context::BackendMemory;
 use ggweb::sched::Cause;
 use ggweb::Op;
 
@@ -139,7 +140,7 @@ fn no_allocation_after_the_first_reserve_with_a_split_model() {
     let g = m.galloc();
     let before = (g.n_reserves(), g.n_buffer_allocs(), g.buffer_size(0), g.buffer_size(1));
     assert_eq!((before.0, before.1), (1, 2));
-    let mut logits = m.eval_prompt(&PROMPT, 0, false).unwrap();
+    let mut logits = m.eval(&PROMPT, 0, false).unwrap();
     for n_past in PROMPT.len()..PROMPT.len() + 100 {
         let t = ggweb::model::sampling::argmax(&logits);
         logits = m.eval(&[t], n_past, false).unwrap();

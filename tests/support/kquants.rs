@@ -3,8 +3,9 @@
 //! on them, and the bounds they are held to.
 #![allow(dead_code)]
 
+use crate::support::eval::Eval;
 use ggweb::gguf::{read_header, GgufWriter, Limits};
-use ggweb::model::gpt2::Gpt2Options;
+use ggweb::model::context::Gpt2Options;
 use ggweb::model::loader::load_from_bytes;
 use ggweb::model::sampling::argmax;
 use ggweb::{quants, GgmlType};
@@ -39,7 +40,7 @@ pub fn f32s(bytes: &[u8]) -> Vec<f32> {
 /// ggweb's logits at every position of `ids`, one thread.
 pub fn logits(file: &[u8], ids: &[u32]) -> Vec<f32> {
     let mut m = load_from_bytes(file, Gpt2Options::default()).unwrap();
-    m.model.eval_prompt(ids, 0, true).unwrap()
+    m.model.eval(ids, 0, true).unwrap()
 }
 
 /// The same file with every tensor dequantized to F32 (metadata unchanged but file_type).

@@ -3,7 +3,7 @@
 //! (tests/wasm_*.rs, ...) declares only the parts it uses (`mod support { pub mod rng; }`).
 //! The modules refer to each other as `crate::support::…`.
 //!
-//! - `rng`: the tests' one random number generator;
+//! - `rng`: the tests' one random number generator; `eval`: a synchronous `decode` for tests;
 //! - `fixtures`: the reference models' folder (`GGWEB_MODELS_DIR`), Hugging Face's outputs,
 //!   raw GGUF bytes;
 //! - `tensors`: random tensors (contiguous or viewed and permuted) and f64 references of
@@ -16,6 +16,7 @@
 #![allow(dead_code)]
 
 pub mod bench_gpt2;
+pub mod eval;
 pub mod fixtures;
 #[cfg(feature = "webgpu")]
 pub mod gpu;

@@ -2,13 +2,14 @@
 //! tiny model, loading it whole or split, and one reference run.
 #![allow(dead_code)]
 
+use crate::support::eval::Eval;
 use std::path::PathBuf;
 use std::rc::Rc;
 
 use ggweb::backend::Backend;
 use ggweb::cpu::CpuBackend;
 use ggweb::gguf::Limits;
-use ggweb::model::gpt2::{Gpt2, Gpt2Options};
+use ggweb::model::context::{Gpt2, Gpt2Options};
 use ggweb::model::loader::{load_from_bytes, LoadedModel, ModelLoader};
 use ggweb::model::sampling::argmax;
 
@@ -54,7 +55,7 @@ pub struct Run {
 }
 
 pub fn run(model: &mut Gpt2, n_gen: usize) -> Run {
-    let logits = model.eval_prompt(&PROMPT, 0, true).unwrap();
+    let logits = model.eval(&PROMPT, 0, true).unwrap();
     let n_vocab = model.hparams.n_vocab;
     let mut next = argmax(&logits[(PROMPT.len() - 1) * n_vocab..]);
     let mut greedy = Vec::new();

@@ -6,6 +6,8 @@
 //! Run: `cargo test --features webgpu --test webgpu sched_webgpu::`. Without a Vulkan adapter
 //! the tests fail with a message; `GGWEB_ALLOW_NO_GPU=1` turns that into a printed skip.
 
+use crate::support::eval::Eval;
+use ggweb::model::context::Batch;
 use std::io::Write;
 use std::process::{Command, Stdio};
 use std::rc::Rc;
@@ -64,7 +66,7 @@ fn no_allocation_after_the_first_reserve_on_webgpu() {
     let g = m.galloc();
     let before = (g.n_reserves(), g.n_buffer_allocs(), g.buffer_size(0), g.buffer_size(1));
     assert_eq!((before.0, before.1), (1, 2));
-    let mut logits = m.eval_prompt(&PROMPT, 0, false).unwrap();
+    let mut logits = m.eval(&PROMPT, 0, false).unwrap();
     for n_past in PROMPT.len()..PROMPT.len() + 100 {
         let t = ggweb::model::sampling::argmax(&logits);
         logits = m.eval(&[t], n_past, false).unwrap();
@@ -146,8 +148,8 @@ fn cli_gpu_layers() {
     );
 }
 
-/// A device lost after a graph ran but before its logits are read back (the blocking
-/// native read, as `ggweb generate --backend webgpu` does it): `DeviceLost`, not a panic.
+/// A device lost after a graph ran, then a blocking native read of its memory (the KV
+/// cache it wrote, as a read-back after `graph_compute` would be): `DeviceLost`, not a panic.
 #[test]
 fn a_device_lost_before_the_logits_are_read_is_an_error() {
     let _shared = gpu::shared();
@@ -160,11 +162,12 @@ fn a_device_lost_before_the_logits_are_read_is_an_error() {
     let lose_me = WebGpuBackend::new(WebGpuOptions::default()).unwrap();
     let n_layer = load_cpu(&bytes).model.hparams.n_layer;
     let mut m = load_split(&bytes, Rc::new(lose_me.clone()), n_layer + 1).model;
-    let io = m.eval_graph(&PROMPT[..2], 0, false).unwrap();
-    let mut out = vec![0u8; io.logits.nbytes()];
-    io.logits.try_get_bytes(&mut out, 0).unwrap();
+    m.eval(&PROMPT[..2], 0, false).unwrap();
+    let k0 = m.kv.k[0].clone();
+    let mut out = vec![0u8; 64];
+    k0.try_get_bytes(&mut out, 0).unwrap();
     lose_me.destroy_device();
-    match io.logits.try_get_bytes(&mut out, 0) {
+    match k0.try_get_bytes(&mut out, 0) {
         Err(BackendError::DeviceLost(why)) => assert!(why.starts_with("Destroyed: "), "{why}"),
         other => panic!("expected DeviceLost, got {other:?}"),
     }
@@ -190,16 +193,16 @@ fn a_lost_device_fails_every_later_eval_and_a_new_device_recovers() {
     let n_layer = load_cpu(&bytes).model.hparams.n_layer;
     // Everything on WebGPU (embeddings and head too): the logits are read back from it.
     let mut m = load_split(&bytes, Rc::new(lose_me.clone()), n_layer + 1).model;
-    let logits = pollster::block_on(m.eval_prompt_async(&PROMPT, 0, false)).unwrap();
+    let logits = pollster::block_on(m.decode(Batch::last(&PROMPT, 0))).unwrap().logits;
     let first = argmax(&logits);
     assert_eq!(first, want[0]);
-    let logits = pollster::block_on(m.eval_async(&[first], PROMPT.len(), false)).unwrap();
+    let logits = pollster::block_on(m.decode(Batch::last(&[first], PROMPT.len()))).unwrap().logits;
     assert_eq!(argmax(&logits), want[1]);
     assert_eq!(lose_me.lost_reason(), None);
 
     lose_me.destroy_device();
     for attempt in 0..3 {
-        match pollster::block_on(m.eval_async(&[want[1]], PROMPT.len() + 1, false)) {
+        match pollster::block_on(m.decode(Batch::last(&[want[1]], PROMPT.len() + 1))) {
             Err(ModelError::Backend(BackendError::DeviceLost(why))) => {
                 assert!(why.starts_with("Destroyed: "), "attempt {attempt}: {why}")
             }
@@ -207,7 +210,7 @@ fn a_lost_device_fails_every_later_eval_and_a_new_device_recovers() {
             Ok(_) => panic!("attempt {attempt}: an eval on a destroyed device succeeded"),
         }
     }
-    match pollster::block_on(m.eval_prompt_async(&PROMPT, 0, false)) {
+    match pollster::block_on(m.decode(Batch::last(&PROMPT, 0))) {
         Err(ModelError::Backend(BackendError::DeviceLost(_))) => {}
         other => panic!("a fresh prompt on the lost device: expected DeviceLost, got {:?}", other.err()),
     }
@@ -223,7 +226,7 @@ fn a_lost_device_fails_every_later_eval_and_a_new_device_recovers() {
 /// norm's mul and add (2 per norm), attention's scale and diag_mask_inf (2 per soft_max)
 /// and the MLP's bias add (1 per gelu). No weight of the tiny model is above lavapipe's
 /// binding limit, so none is read in row ranges.
-fn expected_dispatches(m: &ggweb::model::gpt2::Gpt2) -> u64 {
+fn expected_dispatches(m: &ggweb::model::context::Gpt2) -> u64 {
     use ggweb::Op;
     let nodes = m.sched.nodes();
     let on_gpu = m.sched.splits().iter().filter(|s| m.sched.backend(s.backend).name() == "WebGPU");
@@ -258,7 +261,7 @@ fn webgpu_counters_per_token() {
         let mut m = load_split(&bytes, gpu.clone(), n).model;
         let logits_bytes = (m.hparams.n_vocab * 4) as u64;
         let s0 = m.webgpu_stats().expect("a WebGPU backend");
-        let logits = m.eval_prompt(&PROMPT, 0, false).unwrap();
+        let logits = m.eval(&PROMPT, 0, false).unwrap();
         let d = m.webgpu_stats().unwrap().since(&s0);
         // n_batch 4: chunks of 4, 4 and 2 tokens; only the last one is read.
         let mut want = 0;

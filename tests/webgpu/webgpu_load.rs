@@ -15,13 +15,15 @@
 //! `GGWEB_SCALE_XL_F16=.models/bench-xl-f16.gguf cargo test --features webgpu
 //! --test webgpu -- --ignored --nocapture xl_f16`.
 
+use crate::support::eval::Eval;
 use std::rc::Rc;
 
 use ggweb::backend::host::live_host_bytes;
 use ggweb::backend::Backend;
 use ggweb::cpu::CpuBackend;
 use ggweb::gguf::{read_header, GgufHeader, Limits, LoadStats};
-use ggweb::model::gpt2::{weight_on_gpu, Gpt2Options};
+use ggweb::model::context::Gpt2Options;
+use ggweb::model::gpt2::weight_on_gpu;
 use ggweb::model::loader::{LoadedModel, ModelLoader};
 use ggweb::model::plan::HeaderPlan;
 use ggweb::model::sampling::argmax;
@@ -200,7 +202,7 @@ fn xl_f16_loads_on_webgpu_and_matches_the_cpu() {
     let h = &cpu.hparams;
     assert_eq!((h.n_layer, h.n_embd, h.n_head), (48, 1600, 25), "{path}: not GPT-2 XL's shape");
     let n_vocab = h.n_vocab;
-    let want = cpu.eval_prompt(&PROMPT, 0, true).unwrap();
+    let want = cpu.eval(&PROMPT, 0, true).unwrap();
     eprintln!("{path}: CPU load + forward pass {:.1} s", t.elapsed().as_secs_f64());
     drop(cpu);
 
@@ -232,7 +234,7 @@ fn xl_f16_loads_on_webgpu_and_matches_the_cpu() {
     assert_eq!((stats.host_bytes, stats.device_bytes), (0, weights));
     assert_eq!(live_host_bytes(), before, "no host buffer holds any part of the model");
     let t = std::time::Instant::now();
-    let got = m.eval_prompt(&PROMPT, 0, true).unwrap();
+    let got = m.eval(&PROMPT, 0, true).unwrap();
     eprintln!("{path}: WebGPU forward pass {:.1} s", t.elapsed().as_secs_f64());
     let (d, scale) = (max_abs_diff(&got, &want), want.iter().fold(0f32, |a, x| a.max(x.abs())));
     let nmse = {

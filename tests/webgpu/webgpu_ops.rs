@@ -10,6 +10,7 @@
 //! Run: `cargo test --features webgpu --test webgpu webgpu_ops::`. Without a Vulkan adapter
 //! the tests fail with a message; `GGWEB_ALLOW_NO_GPU=1` turns that into a printed skip.
 
+use crate::support::eval::Eval;
 use std::rc::Rc;
 
 use ggweb::allocator::alloc_ctx_tensors;
@@ -1402,13 +1403,17 @@ fn hf_reference() -> Reference {
 /// Loads a tiny GPT-2 GGUF with the project's streaming ModelLoader into `backend`'s
 /// buffers, in odd-sized chunks (so tensor writes start and end mid-word), tokenizes the
 /// reference prompt with the file's tokenizer and evaluates it: logits of every position.
-fn run_tiny_gpt2(file: &str, backend: Rc<dyn Backend>) -> (ggweb::model::gpt2::Gpt2, Vec<f32>) {
+fn run_tiny_gpt2(file: &str, backend: Rc<dyn Backend>) -> (ggweb::model::context::Gpt2, Vec<f32>) {
     run_tiny_gpt2_kv(file, backend, F32)
 }
 
 /// [`run_tiny_gpt2`] with a KV cache of `kv_type`.
-fn run_tiny_gpt2_kv(file: &str, backend: Rc<dyn Backend>, kv_type: GgmlType) -> (ggweb::model::gpt2::Gpt2, Vec<f32>) {
-    use ggweb::model::gpt2::Gpt2Options;
+fn run_tiny_gpt2_kv(
+    file: &str,
+    backend: Rc<dyn Backend>,
+    kv_type: GgmlType,
+) -> (ggweb::model::context::Gpt2, Vec<f32>) {
+    use ggweb::model::context::Gpt2Options;
     use ggweb::model::loader::ModelLoader;
     let bytes = std::fs::read(models_dir().join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
     let opts = Gpt2Options { n_ctx: 0, n_batch: 32, n_threads: 1, kv_type };
@@ -1420,7 +1425,7 @@ fn run_tiny_gpt2_kv(file: &str, backend: Rc<dyn Backend>, kv_type: GgmlType) -> 
     let ids = loaded.tokenizer.encode("Hello, my name is", false);
     assert_eq!(ids, hf_reference().ids, "the reference prompt's tokens");
     let mut model = loaded.model;
-    let logits = model.eval_prompt(&ids, 0, true).unwrap();
+    let logits = model.eval(&ids, 0, true).unwrap();
     (model, logits)
 }
 

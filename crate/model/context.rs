@@ -1,0 +1,585 @@
+//! The model context (llama.cpp's `llama-context`): what runs a loaded [`Weights`] set —
+//! the KV cache, the scheduler with its reserved compute buffers, and ONE way to run the
+//! forward pass, the async [`Gpt2::decode`]. Every front end (the session, the CLI, the
+//! warm-up, the tests) goes through it; synchronous callers drive the same future with
+//! [`block_on`].
+//!
+//! ```no_run
+//! # fn main() -> Result<(), ggweb::model::ModelError> {
+//! use ggweb::model::context::{block_on, Batch, Gpt2Options};
+//! use ggweb::model::loader::load_from_bytes;
+//! let bytes = std::fs::read("tests/fixtures/tiny-f32.gguf").unwrap();
+//! let mut model = load_from_bytes(&bytes, Gpt2Options::default())?.model;
+//! let out = block_on(model.decode(Batch::last(&[15496, 11], 0)))?; // last position, [n_vocab]
+//! assert_eq!(out.logits.len(), model.hparams.n_vocab);
+//! # Ok(()) }
+//! ```
+
+use alloc::format;
+use alloc::rc::Rc;
+use alloc::string::{String, ToString};
+use alloc::vec;
+use alloc::vec::Vec;
+
+use super::gpt2::{build_graph, graph_size, Hparams, Weights};
+use super::ModelError;
+use crate::allocator::alloc_tensors;
+use crate::allocator::gallocr::Gallocr;
+use crate::backend::BackendStats;
+use crate::backend::{Backend, Buffer, BufferType};
+use crate::graph::Graph;
+use crate::sched::Sched;
+use crate::tensor::{Context, ContextParams, Tensor, TENSOR_OVERHEAD};
+use crate::types::GgmlType;
+
+/// K and V of every past position, one pair of flat tensors per layer ([n_embd * n_ctx]
+/// each, F32 or F16: [`Gpt2Options::kv_type`]), in their own buffer: they live across
+/// graph runs. With F16 the `cpy` that stores each run's K and V rounds them to f16, and
+/// attention's mul_mat reads the F16 views as it reads F16 weights. K holds
+/// position after position ([n_embd, n_ctx]); V is transposed ([n_ctx, n_embd]), as
+/// llama.cpp keeps it, so that attention multiplies by it without a copy.
+pub struct KvCache {
+    pub ctx: Context,
+    pub k: Vec<Tensor>,
+    pub v: Vec<Tensor>,
+    pub buffers: Vec<Rc<dyn Buffer>>,
+    pub n_ctx: usize,
+    /// F32 or F16.
+    pub ty: GgmlType,
+}
+
+impl KvCache {
+    pub fn new(hp: &Hparams, n_ctx: usize, ty: GgmlType, backend: &dyn Backend) -> Result<KvCache, ModelError> {
+        KvCache::new_per_layer(hp, n_ctx, ty, &vec![backend.buffer_type(); hp.n_layer])
+    }
+
+    /// Layer `il`'s K and V in buffers of `bufts[il]`: each layer's cache on the device
+    /// that runs the layer (llama.cpp's llama-kv-cache), so attention never crosses devices.
+    pub fn new_per_layer(
+        hp: &Hparams,
+        n_ctx: usize,
+        ty: GgmlType,
+        bufts: &[Rc<dyn BufferType>],
+    ) -> Result<KvCache, ModelError> {
+        if !matches!(ty, GgmlType::F32 | GgmlType::F16) {
+            return Err(ModelError::Config(format!("KV cache type {ty}: only f32 and f16 are supported")));
+        }
+        if bufts.len() != hp.n_layer {
+            return Err(ModelError::Config(format!(
+                "KV cache: {} buffer types for {} layers",
+                bufts.len(),
+                hp.n_layer
+            )));
+        }
+        let ctx = Context::new(ContextParams { mem_size: (2 * hp.n_layer + 1) * TENSOR_OVERHEAD, no_alloc: true });
+        let n = (hp.n_embd * n_ctx) as i64;
+        let (mut k, mut v) = (Vec::new(), Vec::new());
+        for il in 0..hp.n_layer {
+            let kt = ctx.new_tensor_1d(ty, n);
+            kt.set_name(&format!("cache_k_l{il}"));
+            let vt = ctx.new_tensor_1d(ty, n);
+            vt.set_name(&format!("cache_v_l{il}"));
+            k.push(kt);
+            v.push(vt);
+        }
+        // Layers of one buffer type share buffers, in layer order (K then V per layer).
+        let mut groups: Vec<(Rc<dyn BufferType>, Vec<Tensor>)> = Vec::new();
+        for il in 0..hp.n_layer {
+            let pair = [k[il].clone(), v[il].clone()];
+            match groups.iter_mut().find(|(b, _)| b.name() == bufts[il].name()) {
+                Some((_, ts)) => ts.extend(pair),
+                None => groups.push((bufts[il].clone(), pair.to_vec())),
+            }
+        }
+        let mut buffers = Vec::new();
+        for (buft, ts) in &groups {
+            buffers.extend(alloc_tensors(ts, &**buft)?);
+        }
+        for b in &buffers {
+            b.clear(0);
+        }
+        Ok(KvCache { ctx, k, v, buffers, n_ctx, ty })
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.buffers.iter().map(|b| b.size()).sum()
+    }
+}
+
+/// Runtime choices that are not in the file.
+#[derive(Clone, Debug)]
+pub struct Gpt2Options {
+    /// Context length (0 = the model's own). At most the model's.
+    pub n_ctx: usize,
+    /// Most tokens per graph run; longer prompts go in chunks.
+    pub n_batch: usize,
+    pub n_threads: usize,
+    /// Element type of the KV cache: F32 (the default: logits as exact as the weights allow)
+    /// or F16 (half the KV memory, llama.cpp's default; logits move by a measured bound,
+    /// see tests/model/kv_type.rs).
+    pub kv_type: GgmlType,
+}
+
+impl Gpt2Options {
+    /// The one context rule: `n_ctx` (0 = the model's own, never more) and `n_batch` (at
+    /// least 1, at most `n_ctx`), for the load's estimate and the context alike.
+    pub fn resolve(&self, hp: &Hparams) -> Result<(usize, usize), ModelError> {
+        let n_ctx = if self.n_ctx == 0 { hp.n_ctx_train } else { self.n_ctx };
+        if n_ctx > hp.n_ctx_train {
+            return Err(ModelError::Config(format!(
+                "n_ctx {n_ctx} exceeds the model's context length {}",
+                hp.n_ctx_train
+            )));
+        }
+        if self.n_batch == 0 {
+            return Err(ModelError::Config("n_batch must be at least 1".into()));
+        }
+        Ok((n_ctx, self.n_batch.min(n_ctx)))
+    }
+}
+
+impl Default for Gpt2Options {
+    fn default() -> Self {
+        Gpt2Options { n_ctx: 0, n_batch: 32, n_threads: 1, kv_type: GgmlType::F32 }
+    }
+}
+
+/// Bytes of each part of the memory plan.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct MemoryPlan {
+    pub weights: usize,
+    pub kv: usize,
+    pub compute: usize,
+}
+
+/// The memory plan of one backend (see [`Gpt2::memory_by_backend`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct BackendMemory {
+    pub backend: String,
+    pub weights: usize,
+    pub kv: usize,
+    pub compute: usize,
+}
+
+/// One tapped node: its name, ggml shape (`ne[0]` fastest) and values in memory order.
+#[derive(Clone, Debug)]
+pub struct TapValue {
+    pub name: String,
+    pub ne: [i64; 4],
+    pub data: Vec<f32>,
+}
+
+/// Which logits a [`Batch`] reads back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Logits {
+    /// None (a prompt chunk whose K/V is all that is wanted).
+    None,
+    /// The last position's (`[n_vocab]`).
+    Last,
+    /// Every position's (`[n_tokens][n_vocab]`), chunk by chunk through the sink.
+    All,
+}
+
+/// One call of [`Gpt2::decode`]: `tokens` at positions `n_past..`, the logits wanted, and
+/// graph nodes to keep alive and return (`taps`, by ggml name).
+#[derive(Clone, Copy, Debug)]
+pub struct Batch<'a> {
+    pub tokens: &'a [u32],
+    pub n_past: usize,
+    pub logits: Logits,
+    pub taps: &'a [String],
+}
+
+impl<'a> Batch<'a> {
+    /// The last position's logits.
+    pub fn last(tokens: &'a [u32], n_past: usize) -> Batch<'a> {
+        Batch { tokens, n_past, logits: Logits::Last, taps: &[] }
+    }
+    /// Every position's logits.
+    pub fn all(tokens: &'a [u32], n_past: usize) -> Batch<'a> {
+        Batch { tokens, n_past, logits: Logits::All, taps: &[] }
+    }
+}
+
+/// What [`Gpt2::decode`] returns.
+#[derive(Clone, Debug, Default)]
+pub struct Decoded {
+    /// `Logits::Last`: `[n_vocab]`; `Logits::All`: `[n_tokens][n_vocab]` (what the sink saw);
+    /// `Logits::None`: empty.
+    pub logits: Vec<f32>,
+    /// The requested taps, in request order.
+    pub taps: Vec<TapValue>,
+    /// Bytes of the compute buffers a tapped run planned (0 on the reserved hot path).
+    pub compute_bytes: usize,
+}
+
+/// What [`Gpt2::decode`] reports after each chunk it evaluated: the chunk's first position,
+/// its tokens (now in the KV cache), and its logits rows when they were read.
+pub struct Chunk<'a> {
+    pub first: usize,
+    pub tokens: &'a [u32],
+    pub logits: &'a [f32],
+}
+
+/// Drives a future to completion by polling it. For the synchronous entry points (the CLI,
+/// native tests) over the async core: natively every read completes within its first poll,
+/// so this never spins; in the browser nothing calls it (the JS event loop drives the futures).
+pub fn block_on<F: core::future::Future>(f: F) -> F::Output {
+    let mut f = core::pin::pin!(f);
+    let mut cx = core::task::Context::from_waker(core::task::Waker::noop());
+    loop {
+        if let core::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+        core::hint::spin_loop();
+    }
+}
+
+/// A file without `output.weight` projects with `token_embd` itself. When the head
+/// (`output_norm`) was placed on another backend than the embeddings, the projection gets
+/// its own copy of `token_embd` there, as llama.cpp does (TENSOR_DUPLICATED): otherwise the
+/// largest mul_mat of every token would run where the embeddings are. Returns the new buffer.
+fn duplicate_tied_output(w: &mut Weights, sched: &Sched) -> Result<Option<Rc<dyn Buffer>>, ModelError> {
+    let home = |t: &Tensor| t.data().map(|d| d.buffer.buffer_type_name().to_string());
+    let (head, embd) = (home(&w.output_norm_w), home(&w.token_embd));
+    if w.output != w.token_embd || head == embd {
+        return Ok(None);
+    }
+    let Some(b) = head.as_deref().and_then(|h| sched.backend_for_buffer_type(h)) else { return Ok(None) };
+    let ctx = Context::new(ContextParams { mem_size: TENSOR_OVERHEAD, no_alloc: true });
+    let dup = ctx.dup_tensor(&w.token_embd);
+    dup.set_name("output.weight");
+    let buffer = alloc_tensors(core::slice::from_ref(&dup), &*sched.backend(b).buffer_type())?.remove(0);
+    let n = w.token_embd.nbytes();
+    match w.token_embd.host_ptr() {
+        // SAFETY: the tensor's bytes lie inside its host buffer; `dup` is in another buffer.
+        Some(p) => dup.set_bytes(unsafe { core::slice::from_raw_parts(p, n) }, 0),
+        None => {
+            let mut bytes = vec![0u8; n];
+            w.token_embd.try_get_bytes(&mut bytes, 0)?;
+            dup.set_bytes(&bytes, 0);
+        }
+    }
+    w.output = dup;
+    Ok(Some(buffer))
+}
+
+/// Every node of the worst-case graph must be one some backend runs: a weight of a type no
+/// kernel reads (an `i32` bias, say, which the reader cannot tell from a float one by its
+/// size) is the file's fault, found at load, not at the first token.
+fn check_runnable(graph: &Graph, sched: &Sched) -> Result<(), ModelError> {
+    let backends = sched.backends();
+    for node in &graph.nodes {
+        if backends.iter().any(|b| b.supports_op(node)) {
+            continue;
+        }
+        let weights: Vec<String> = node
+            .src
+            .iter()
+            .flatten()
+            .filter(|t| t.op == crate::tensor::Op::None && t.data().is_some())
+            .map(|t| format!("'{}' ({})", t.name(), t.ty))
+            .collect();
+        return Err(ModelError::Format(format!(
+            "no backend runs node '{}' ({}) with weight {}: a weight type this model cannot use",
+            node.name(),
+            node.op.name(),
+            if weights.is_empty() { "types of the file".to_string() } else { weights.join(", ") }
+        )));
+    }
+    Ok(())
+}
+
+/// A loaded model ready to run: weights, KV cache and the reserved compute buffers.
+/// Graphs run through a [`Sched`]: on one backend, or split between a GPU and the CPU
+/// by where the weights are (see [`Gpt2::with_backends`]).
+pub struct Gpt2 {
+    pub hparams: Hparams,
+    pub weights: Weights,
+    pub weight_ctx: Context,
+    pub weight_buffers: Vec<Rc<dyn Buffer>>,
+    pub kv: KvCache,
+    /// The scheduler, with one compute buffer per backend.
+    pub sched: Sched,
+    /// The first (highest-priority) backend.
+    pub backend: Rc<dyn Backend>,
+    pub n_batch: usize,
+}
+
+impl Gpt2 {
+    /// Builds the runtime around loaded weights: KV cache, then one reserve of the
+    /// worst-case graph (a full batch at the end of the context), so no later run allocates.
+    pub fn new(
+        hparams: Hparams,
+        weight_ctx: Context,
+        weight_buffers: Vec<Rc<dyn Buffer>>,
+        backend: Rc<dyn Backend>,
+        opts: &Gpt2Options,
+    ) -> Result<Gpt2, ModelError> {
+        Gpt2::with_backends(hparams, weight_ctx, weight_buffers, vec![backend], opts)
+    }
+
+    /// [`Gpt2::new`] over several backends, in priority order with the CPU last (see
+    /// [`Sched::new`]). Where the weights were loaded decides where each layer runs; each
+    /// layer's KV cache goes to the backend of its weights.
+    pub fn with_backends(
+        hparams: Hparams,
+        weight_ctx: Context,
+        weight_buffers: Vec<Rc<dyn Buffer>>,
+        backends: Vec<Rc<dyn Backend>>,
+        opts: &Gpt2Options,
+    ) -> Result<Gpt2, ModelError> {
+        let (n_ctx, n_batch) = opts.resolve(&hparams)?;
+        let mut weights = Weights::from_context(&weight_ctx, &hparams)?;
+        let mut weight_buffers = weight_buffers;
+        let mut sched = Sched::new(backends)?;
+        if let Some(buffer) = duplicate_tied_output(&mut weights, &sched)? {
+            weight_buffers.push(buffer);
+        }
+        let layer_bufts: Vec<Rc<dyn BufferType>> = weights
+            .layers
+            .iter()
+            .map(|ly| {
+                let b = ly.attn_qkv_w.data().and_then(|d| sched.backend_for_buffer_type(d.buffer.buffer_type_name()));
+                sched.backend(b.unwrap_or(sched.n_backends() - 1)).buffer_type()
+            })
+            .collect();
+        let kv = KvCache::new_per_layer(&hparams, n_ctx, opts.kv_type, &layer_bufts)?;
+        let worst = build_graph(&hparams, &weights, &kv, n_ctx - n_batch, n_batch, n_batch);
+        check_runnable(&worst.graph, &sched)?;
+        sched.reserve(&worst.graph)?;
+        let backend = sched.backend(0).clone();
+        Ok(Gpt2 { hparams, weights, weight_ctx, weight_buffers, kv, sched, backend, n_batch })
+    }
+
+    pub fn n_ctx(&self) -> usize {
+        self.kv.n_ctx
+    }
+
+    /// The scheduler's graph allocator (one buffer id per backend).
+    pub fn galloc(&self) -> &Gallocr {
+        self.sched.galloc()
+    }
+
+    pub fn memory_plan(&self) -> MemoryPlan {
+        MemoryPlan {
+            weights: self.weight_buffers.iter().map(|b| b.size()).sum(),
+            kv: self.kv.bytes(),
+            compute: (0..self.sched.n_backends()).map(|i| self.sched.compute_buffer_size(i)).sum(),
+        }
+    }
+
+    /// The memory plan per backend, in the scheduler's order. A buffer counts for the
+    /// first backend of its buffer type (backends sharing a type share compute buffers).
+    pub fn memory_by_backend(&self) -> Vec<BackendMemory> {
+        let n = self.sched.n_backends();
+        let mut out: Vec<BackendMemory> = (0..n)
+            .map(|i| BackendMemory {
+                backend: self.sched.backend(i).name().to_string(),
+                compute: self.sched.compute_buffer_size(i),
+                ..BackendMemory::default()
+            })
+            .collect();
+        let of = |b: &Rc<dyn Buffer>| self.sched.backend_for_buffer_type(b.buffer_type_name()).unwrap_or(n - 1);
+        // Saturating: a plan's buffers are only sizes, and on wasm32 a GPU's share can pass
+        // usize (the plan then reports its u64 estimate instead).
+        for b in &self.weight_buffers {
+            let w = &mut out[of(b)].weights;
+            *w = w.saturating_add(b.size());
+        }
+        for b in &self.kv.buffers {
+            let k = &mut out[of(b)].kv;
+            *k = k.saturating_add(b.size());
+        }
+        out
+    }
+
+    /// The counters of the scheduler's backends that keep them ([`Backend::stats`]: the
+    /// WebGPU ones), summed (None when none does): totals since they were created; a call's share is the difference of two
+    /// snapshots ([`BackendStats::since`]).
+    pub fn webgpu_stats(&self) -> Option<BackendStats> {
+        self.sched.backends().iter().filter_map(|b| b.stats()).reduce(|a, b| a.plus(&b))
+    }
+
+    /// Splits the graph of a run of `n_tokens` new tokens after `n_past` (without running
+    /// it) and leaves the result in [`Gpt2::sched`] (`splits`, `copies`, `describe_splits`).
+    /// Splits the graph of a run of `n_tokens` new tokens after `n_past` (without running
+    /// it) and leaves the result in [`Gpt2::sched`] (`splits`, `copies`, `describe_splits`).
+    pub fn plan_split(&mut self, n_past: usize, n_tokens: usize) -> Result<(), ModelError> {
+        if n_tokens == 0 || n_tokens > self.n_batch || n_past + n_tokens > self.n_ctx() {
+            return Err(ModelError::Config(format!(
+                "plan_split: {n_tokens} tokens at {n_past} (n_batch {}, n_ctx {})",
+                self.n_batch,
+                self.n_ctx()
+            )));
+        }
+        let io = build_graph(&self.hparams, &self.weights, &self.kv, n_past, n_tokens, 1);
+        self.sched.split_graph(&io.graph)?;
+        Ok(())
+    }
+
+    /// The one input check of every run: at least one token, all in the vocabulary, and
+    /// positions `n_past..n_past + len` within the context.
+    pub fn check_batch(&self, tokens: &[u32], n_past: usize) -> Result<(), ModelError> {
+        if tokens.is_empty() {
+            return Err(ModelError::Invalid("needs at least one token id".into()));
+        }
+        let n_vocab = self.hparams.n_vocab;
+        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= n_vocab) {
+            return Err(ModelError::BadToken { id: bad, n_vocab });
+        }
+        let needed = n_past.saturating_add(tokens.len());
+        if needed > self.n_ctx() {
+            return Err(ModelError::ContextFull { needed, n_ctx: self.n_ctx() });
+        }
+        Ok(())
+    }
+
+    /// The forward pass: runs `batch.tokens` at positions `batch.n_past..`, writing their
+    /// K/V into the cache, and reads back the logits asked for.
+    ///
+    /// Without taps the tokens go in chunks of `n_batch` through the reserved compute
+    /// buffers (no allocation); `sink` hears of each chunk once its K/V are in (with its
+    /// logits rows under `Logits::All`), so a caller's record of the cache stays true if a
+    /// later chunk fails. Only chunks whose logits are kept are read back.
+    ///
+    /// With taps it is one graph over all the tokens (any count up to the context), with the
+    /// tapped nodes marked as outputs so gallocr keeps exactly those alive: only requested
+    /// taps cost memory. That graph is pruned to what the taps, the K/V stores and the
+    /// logits asked for need, and gets a scheduler and compute buffers of its own, sized by
+    /// that plan ([`Decoded::compute_bytes`]); the reserved hot-path buffers are untouched.
+    pub async fn decode(&mut self, batch: Batch<'_>) -> Result<Decoded, ModelError> {
+        self.decode_with(batch, &mut |_| ()).await
+    }
+
+    /// [`decode`](Self::decode) reporting each chunk to `sink`.
+    pub async fn decode_with(
+        &mut self,
+        batch: Batch<'_>,
+        sink: &mut dyn FnMut(Chunk<'_>),
+    ) -> Result<Decoded, ModelError> {
+        self.check_batch(batch.tokens, batch.n_past)?;
+        if !batch.taps.is_empty() {
+            let out = self.decode_tapped(batch).await?;
+            sink(Chunk { first: batch.n_past, tokens: batch.tokens, logits: &out.logits });
+            return Ok(out);
+        }
+        let (tokens, n_vocab) = (batch.tokens, self.hparams.n_vocab);
+        let mut out = Decoded::default();
+        let mut done = 0;
+        while done < tokens.len() {
+            let chunk = &tokens[done..(done + self.n_batch).min(tokens.len())];
+            let last_chunk = done + chunk.len() == tokens.len();
+            let n_out = if batch.logits == Logits::All { chunk.len() } else { 1 };
+            let io = build_graph(&self.hparams, &self.weights, &self.kv, batch.n_past + done, chunk.len(), n_out);
+            self.sched.alloc_graph(&io.graph)?;
+            set_inputs(&io, chunk, batch.n_past + done);
+            self.sched.graph_compute(&io.graph)?;
+            let rows = match batch.logits {
+                Logits::All => self.read_f32(&io.logits).await?,
+                Logits::Last if last_chunk => self.read_f32(&io.logits).await?,
+                _ => Vec::new(),
+            };
+            sink(Chunk { first: batch.n_past + done, tokens: chunk, logits: &rows });
+            match batch.logits {
+                Logits::All => out.logits.extend_from_slice(&rows),
+                Logits::Last if last_chunk => out.logits = rows,
+                _ => {}
+            }
+            done += chunk.len();
+        }
+        debug_assert!(batch.logits != Logits::All || out.logits.len() == tokens.len() * n_vocab);
+        Ok(out)
+    }
+
+    async fn decode_tapped(&mut self, batch: Batch<'_>) -> Result<Decoded, ModelError> {
+        let (n, names) = (batch.tokens.len(), batch.taps);
+        // The head runs on every row when a tap is in it (`result_norm`: HF's last hidden
+        // state) or every row's logits are asked for.
+        let in_head = names.iter().any(|n| matches!(n.as_str(), "out_rows" | "result_norm" | "result_output"));
+        let n_out = if in_head || batch.logits == Logits::All { n } else { 1 };
+        let io = build_graph(&self.hparams, &self.weights, &self.kv, batch.n_past, n, n_out);
+        let mut gf = Graph::with_size(graph_size(&self.hparams));
+        for il in 0..self.hparams.n_layer {
+            for step in ["k_cpy", "v_cpy"] {
+                let t = io.graph.get_tensor(&format!("l{il}.{step}")).expect("every layer stores K and V");
+                gf.build_forward_expand(&t);
+            }
+        }
+        let mut wanted = Vec::new();
+        for name in names {
+            let t = io.graph.get_tensor(name).ok_or_else(|| {
+                ModelError::Invalid(format!(
+                    "no graph node named '{name}' (tap 'attn', 'hidden' or a node such as 'l0.ffn_gelu')"
+                ))
+            })?;
+            if !(t.ty == GgmlType::F32 && t.is_contiguous()) {
+                return Err(ModelError::Invalid(format!(
+                    "graph node '{name}' is a view or not f32 ({}): only contiguous f32 nodes can be tapped",
+                    t.ty
+                )));
+            }
+            t.set_output();
+            gf.build_forward_expand(&t);
+            wanted.push(t);
+        }
+        if batch.logits != Logits::None {
+            gf.build_forward_expand(&io.logits);
+        }
+        let mut sched = Sched::new(self.sched.backends().to_vec())?;
+        sched.alloc_graph(&gf)?;
+        set_inputs(&io, batch.tokens, batch.n_past);
+        sched.graph_compute(&gf)?;
+        let compute_bytes = (0..sched.n_backends()).map(|i| sched.compute_buffer_size(i)).sum();
+        let mut taps = Vec::new();
+        for t in wanted {
+            taps.push(TapValue { name: t.name(), ne: t.ne, data: self.read_f32(&t).await? });
+        }
+        let logits = match batch.logits {
+            Logits::None => Vec::new(),
+            Logits::All => self.read_f32(&io.logits).await?,
+            Logits::Last => {
+                let all = self.read_f32(&io.logits).await?;
+                all[all.len() - self.hparams.n_vocab..].to_vec()
+            }
+        };
+        Ok(Decoded { logits, taps, compute_bytes })
+    }
+
+    /// A computed contiguous f32 tensor's values, read by the backend whose buffer holds it
+    /// ([`Backend::tensor_get_async`]: WebGPU memory reads back asynchronously).
+    pub async fn read_f32(&self, t: &Tensor) -> Result<Vec<f32>, ModelError> {
+        let d = t.data().ok_or_else(|| ModelError::Invalid(format!("read of unallocated node '{}'", t.name())))?;
+        let n = self.sched.n_backends();
+        let b = self.sched.backend_for_buffer_type(d.buffer.buffer_type_name()).unwrap_or(n - 1);
+        let mut out = vec![0f32; t.nelements() as usize];
+        self.sched.backend(b).tensor_get_async(t, 0, bytemuck::cast_slice_mut(&mut out)).await?;
+        Ok(out)
+    }
+
+    /// One line: shape, context, batch, backends.
+    pub fn describe(&self) -> String {
+        let hp = &self.hparams;
+        format!(
+            "gpt2: {} layers, n_embd {}, {} heads, n_ff {}, n_vocab {}, n_ctx {} (train {}), n_batch {}, backend {}{}",
+            hp.n_layer,
+            hp.n_embd,
+            hp.n_head,
+            hp.n_ff,
+            hp.n_vocab,
+            self.n_ctx(),
+            hp.n_ctx_train,
+            self.n_batch,
+            self.backend.name(),
+            self.sched.backends()[1..].iter().map(|b| format!("+{}", b.name())).collect::<String>()
+        )
+    }
+}
+
+/// Fills a built graph's inputs: token ids and their positions `n_past..`.
+fn set_inputs(io: &super::gpt2::GraphIo, tokens: &[u32], n_past: usize) {
+    let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
+    let pos: Vec<i32> = (n_past..n_past + tokens.len()).map(|p| p as i32).collect();
+    io.tokens.set_bytes(bytemuck::cast_slice(&ids), 0);
+    io.positions.set_bytes(bytemuck::cast_slice(&pos), 0);
+}
