@@ -338,8 +338,8 @@ export class Engine {
       try {
         // The async factory opens the WebGPU device (the constructor cannot), and starts the
         // CPU pool's Web Workers. It gets the stall timeout too: a device request or a thread
-        // start the browser never answers (seen in Firefox under load, README "Browser
-        // engines") then fails the load with code 'timeout' instead of leaving it pending.
+        // start the browser never answers (seen in Firefox under load, docs/engines.md)
+        // then fails the load with code 'timeout' instead of leaving it pending.
         loader = await settleWithin(this.core.WasmLoader.create(json), stallMs,
           () => new GgwebError('timeout', `opening the ${loaderOpts.backend} backend: no answer from the browser within ${stallMs} ms`),
           (late) => late.free());

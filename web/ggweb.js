@@ -34,7 +34,7 @@ function startWorker() {
  * How long the worker may take to open a CPU backend (WasmLoader.create: a few ms, the thread
  * pool's Web Workers started) before the page ends it. In Firefox a worker's `new Worker()`
  * for the pool now and then never returns (about 1 threaded load in 15 under load here,
- * README "Browser engines"): the worker is then blocked, so its own timers cannot fire, and
+ * docs/engines.md): the worker is then blocked, so its own timers cannot fire, and
  * only its parent can notice. Model.load then runs the load once more in a new worker.
  */
 const OPEN_GUARD_MS = 5000;

@@ -32,7 +32,7 @@ export async function pageChecks(arg) {
   const code = async (f) => { try { await f(); return 'ok'; } catch (e) { return [e.code, e.message, e instanceof G.GgwebError]; } };
   const greedyIds = async (m, text, o) => { const ids = []; for await (const t of m.generate(text, o)) ids.push(t.token); return ids; };
   // Sections 3-5 run one thread: in Firefox a threaded load now and then never settles
-  // after failed ones (README.md, "Browser engines"); sections 1 and 2 check the threads.
+  // after failed ones (docs/engines.md, "Known problem"); sections 1 and 2 check the threads.
   const one = { nThreads: 1 };
   // Where the checks are, with the ms since they began: a hung page reports it (drivers.mjs).
   const t0 = performance.now();

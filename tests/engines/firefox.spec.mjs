@@ -23,8 +23,8 @@ let gpu;
 const WEBGPU_PREFS = { 'dom.webgpu.enabled': true, 'gfx.webgpu.ignore-blocklist': true };
 
 /**
- * The checks page, run once more in a new Firefox when it hangs: the known problem of README.md
- * ("Browser engines": a threaded load in Firefox now and then never settles, ~1 page in 10 on a
+ * The checks page, run once more in a new Firefox when it hangs: the known problem of
+ * docs/engines.md (a threaded load in Firefox now and then never settles, ~1 page in 10 on a
  * loaded machine, once on CI's first load). The hang and where it was are printed (and counted
  * in npm test's summary: "Firefox pages rerun after a hang"); a second hang fails the suite.
  */
