@@ -17,6 +17,7 @@ use alloc::vec::Vec;
 use crate::cpu::CpuBackend;
 use crate::gguf::{GgufArray, GgufHeader, GgufValue, GgufWriter};
 use crate::model::context::{block_on, Batch, Gpt2, Gpt2Options};
+use crate::model::gpt2::{global_weight_shapes, layer_weight_shapes, Hparams};
 use crate::model::loader::load_from_bytes_on;
 use crate::model::ModelError;
 use crate::quants;
@@ -122,29 +123,30 @@ impl Warmup {
             let ne: Vec<i64> = ne.iter().map(|&x| x as i64).collect();
             w.add_tensor(name, ty, &ne, data).map_err(|e| fail(format!("{name}: {e}")))
         };
-        let (e, f32) = (N_EMBD, GgmlType::F32);
-        add("token_embd.weight", &[e, N_VOCAB], t.embd, 0.0)?;
-        add("position_embd.weight", &[e, N_CTX], f32, 0.0)?;
-        add("output_norm.weight", &[e], f32, 1.0)?;
-        add("output_norm.bias", &[e], f32, 0.0)?;
-        if t.output != t.embd {
-            add("output.weight", &[e, N_VOCAB], t.output, 0.0)?;
+        // GPT-2's own tensor schema: 2-D weights of the file's types, 1-D ones f32 (norm
+        // weights around 1, as trained ones are).
+        let hp = Hparams {
+            n_vocab: N_VOCAB,
+            n_ctx_train: N_CTX,
+            n_embd: N_EMBD,
+            n_head: N_HEAD,
+            n_layer: 1,
+            n_ff: 4 * N_EMBD,
+            eps: 1e-5,
+        };
+        let shape = |ne: [i64; 4]| ne.iter().take_while(|&&d| d > 1).map(|&d| d as usize).collect::<Vec<_>>();
+        for (name, ne) in global_weight_shapes(&hp) {
+            let ty = match name {
+                "token_embd.weight" => t.embd,
+                "output.weight" if t.output == t.embd => continue, // tied
+                "output.weight" => t.output,
+                _ => GgmlType::F32,
+            };
+            add(name, &shape(ne), ty, if name == "output_norm.weight" { 1.0 } else { 0.0 })?;
         }
-        for (name, ne, ty, mean) in [
-            ("attn_norm.weight", &[e][..], f32, 1.0),
-            ("attn_norm.bias", &[e], f32, 0.0),
-            ("attn_qkv.weight", &[e, 3 * e], t.weight, 0.0),
-            ("attn_qkv.bias", &[3 * e], f32, 0.0),
-            ("attn_output.weight", &[e, e], t.weight, 0.0),
-            ("attn_output.bias", &[e], f32, 0.0),
-            ("ffn_norm.weight", &[e], f32, 1.0),
-            ("ffn_norm.bias", &[e], f32, 0.0),
-            ("ffn_up.weight", &[e, 4 * e], t.weight, 0.0),
-            ("ffn_up.bias", &[4 * e], f32, 0.0),
-            ("ffn_down.weight", &[4 * e, e], t.weight, 0.0),
-            ("ffn_down.bias", &[e], f32, 0.0),
-        ] {
-            add(&format!("blk.0.{name}"), ne, ty, mean)?;
+        for (name, ne) in layer_weight_shapes(&hp) {
+            let ty = if ne[1] > 1 { t.weight } else { GgmlType::F32 };
+            add(&format!("blk.0.{name}"), &shape(ne), ty, if name.ends_with("norm.weight") { 1.0 } else { 0.0 })?;
         }
         let bytes = w.to_bytes();
         // One thread: the warm-up must not start (or wait for) the real model's worker pool;

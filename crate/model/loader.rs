@@ -15,8 +15,9 @@
 //! The architecture and hyperparameters are checked when the header has arrived, before
 //! any weight buffer is allocated: first against the file's own tensor infos (a file
 //! whose numbers contradict its tensors is a format error), then the memory they imply:
-//! weights, the KV cache for the chosen `n_ctx` and a bound on the compute buffer are
-//! compared with the memory budget (the backend's [`BufferType::budget`]: on wasm32 the
+//! weights and the KV cache for the chosen `n_ctx` first (in u64), then with the compute
+//! buffers as gallocr plans them for the worst-case graph ([`measure`]), are compared with
+//! the memory budget (the backend's [`BufferType::budget`]: on wasm32 the
 //! free part of the 4 GiB address space, natively the machine's memory or
 //! `GGWEB_MAX_MEMORY`; or a lower one from [`ModelLoader::with_budget`]).
 
@@ -29,6 +30,7 @@ use core::cell::Cell;
 
 use super::context::{Gpt2, Gpt2Options};
 use super::gpt2::{block_index, global_weight_shapes, layer_weight_shapes, weight_on_gpu, Hparams};
+use super::plan::PlanBackend;
 use super::ModelError;
 use crate::backend::{Backend, BufferType};
 use crate::cpu::CpuBackend;
@@ -159,16 +161,16 @@ pub struct LoadedModel {
 }
 
 /// What a model takes before anything is allocated: its weight buffers (alignment padding
-/// included), the KV cache for `n_ctx` and a bound on the compute buffer gallocr plans at
-/// the end of loading. All in u64 with saturation, from hyperparameters already checked
+/// included), the KV cache for `n_ctx` and the compute buffers gallocr plans at the end of
+/// loading (measured beforehand on buffers that hold no memory). All in u64 with saturation, from hyperparameters already checked
 /// against the file's tensors ([`check_tensors`]), so no header overflows them, whatever
 /// the target's `usize`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LoadEstimate {
     pub weights: u64,
     pub kv: u64,
-    /// An upper bound of the compute buffers ([`compute_bound`]; a split adds what the
-    /// scheduler's copies may take).
+    /// The compute buffers, as gallocr plans them for the worst-case graph ([`measure`]);
+    /// 0 until measured (the first, cheap check is of the weights and KV cache alone).
     pub compute: u64,
     /// The largest single tensor among weights, KV and intermediates: on a 32-bit target it
     /// must fit in `isize` (2 GiB), the most one allocation or one tensor may span.
@@ -179,56 +181,15 @@ pub struct LoadEstimate {
     pub n_batch: usize,
 }
 
-/// Bounds on the compute buffer of GPT-2's worst graph (`n_batch` tokens ending at
-/// `n_ctx`, `n_out` = `n_batch`), from the nodes `build_graph` makes, each rounded up to `a`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ComputeBound {
-    /// One backend: every intermediate of one block, the inputs, the embeddings and the
-    /// head, as if none shared memory. gallocr frees a block's intermediates before the
-    /// next block's (only `l_out` lives on), so its peak stays below this (the fuzz targets
-    /// model_sizes32 and model_split compare it with real plans).
-    pub one_backend: u64,
-    /// Every intermediate of the whole graph, all blocks: what the scheduler's copies
-    /// between backends can add at most (each tensor is copied at most once per backend,
-    /// and a copy lives for the whole graph).
-    pub all_nodes: u64,
-    /// The largest intermediate.
-    pub largest: u64,
-}
-
-/// Bytes of an F32 tensor of `dims`, saturating.
-fn f32_bytes(dims: &[u64]) -> u64 {
-    dims.iter().fold(4u64, |n, &d| n.saturating_mul(d))
-}
-
-pub fn compute_bound(hp: &Hparams, n_ctx: usize, n_batch: usize, a: u64) -> ComputeBound {
+/// The largest intermediate of GPT-2's worst graph (`n_batch` tokens ending at `n_ctx`), in
+/// u64: the logits `[n_vocab, n_batch]`, attention's `[n_ctx, n_batch, n_head]`, the MLP's
+/// `[n_ff, n_batch]` or the fused QKV `[3 n_embd, n_batch]`. Checked before the graph is
+/// built, so that no size computed in `usize` while planning can wrap on wasm32.
+fn largest_node(hp: &Hparams, n_ctx: usize, n_batch: usize) -> u64 {
     let (e, h, f, v) = (hp.n_embd as u64, hp.n_head as u64, hp.n_ff as u64, hp.n_vocab as u64);
     let (l, n) = (n_ctx as u64, n_batch as u64);
-    let aligned = |b: u64| b.div_ceil(a).saturating_mul(a);
-    let sum = |parts: &[(u64, u64)]| parts.iter().fold(0u64, |s, &(c, b)| s.saturating_add(c.saturating_mul(b)));
-    // (count, bytes of one) for each kind of node in build_graph.
-    let ends: [(u64, u64); 4] = [
-        (2, aligned(n.saturating_mul(4))), // inp_tokens, inp_pos (i32)
-        (3, aligned(f32_bytes(&[e, n]))),  // get_rows × 2, inpL
-        (4, aligned(f32_bytes(&[e, n]))),  // head: result_norm and its mul/add
-        (1, aligned(f32_bytes(&[v, n]))),  // result_output (logits)
-    ];
-    let block: [(u64, u64); 4] = [
-        (16, aligned(f32_bytes(&[e, n]))),   // norms, adds, q cont, kqv, outputs
-        (2, aligned(f32_bytes(&[3, e, n]))), // qkv, bqkv
-        (4, aligned(f32_bytes(&[l, n, h]))), // kq, kq_scaled, kq_masked, kq_soft_max
-        (3, aligned(f32_bytes(&[f, n]))),    // ffn_up, ffn_up_b, ffn_gelu
-    ];
-    let (ends, block) = (sum(&ends), sum(&block));
-    let largest = [f32_bytes(&[v, n]), f32_bytes(&[l, n, h]), f32_bytes(&[f, n]), f32_bytes(&[3, e, n])]
-        .into_iter()
-        .max()
-        .unwrap_or(0);
-    ComputeBound {
-        one_backend: ends.saturating_add(block),
-        all_nodes: ends.saturating_add(block.saturating_mul(hp.n_layer as u64)),
-        largest: aligned(largest),
-    }
+    let f32s = |dims: &[u64]| dims.iter().fold(4u64, |b, &d| b.saturating_mul(d));
+    [f32s(&[v, n]), f32s(&[l, n, h]), f32s(&[f, n]), f32s(&[3, e, n])].into_iter().max().unwrap_or(0)
 }
 
 impl LoadEstimate {
@@ -248,9 +209,8 @@ impl LoadEstimate {
         // Two tensors of n_embd * n_ctx per layer, of opts.kv_type (KvCache::new).
         let per_tensor = contiguous_nbytes(opts.kv_type, &[hp.n_embd as i64, n_ctx as i64, 1, 1]).unwrap_or(u64::MAX);
         let kv = aligned(per_tensor).saturating_mul(2).saturating_mul(hp.n_layer as u64);
-        let bound = compute_bound(hp, n_ctx, n_batch, a);
-        let (compute, largest) = (bound.one_backend, largest_weight.max(per_tensor).max(bound.largest));
-        Ok(LoadEstimate { weights, kv, compute, largest, n_ctx, n_batch })
+        let largest = largest_weight.max(per_tensor).max(largest_node(hp, n_ctx, n_batch));
+        Ok(LoadEstimate { weights, kv, compute: 0, largest, n_ctx, n_batch })
     }
 
     pub fn total(&self) -> u64 {
@@ -262,10 +222,15 @@ impl LoadEstimate {
     /// it within 4 GiB), so that no size computed later in `usize` can wrap.
     pub fn check(&self, hp: &Hparams, limit: Option<u64>, usize_bits: u32) -> Result<(), ModelError> {
         let what = || {
-            format!(
-                "weights {} bytes + KV cache {} bytes for n_ctx {} x {} layers x n_embd {} + compute buffer {} bytes for n_batch {}",
-                self.weights, self.kv, self.n_ctx, hp.n_layer, hp.n_embd, self.compute, self.n_batch
-            )
+            let kv = format!(
+                "weights {} bytes + KV cache {} bytes for n_ctx {} x {} layers x n_embd {}",
+                self.weights, self.kv, self.n_ctx, hp.n_layer, hp.n_embd
+            );
+            match self.compute {
+                // The first, cheap check: refused before the compute buffer was planned.
+                0 => format!("{kv}, before any compute buffer for n_batch {}", self.n_batch),
+                c => format!("{kv} + compute buffer {c} bytes for n_batch {}", self.n_batch),
+            }
         };
         if usize_bits < 64 {
             let max_tensor = (1u64 << (usize_bits - 1)) - 1;
@@ -297,6 +262,8 @@ impl LoadEstimate {
 /// handing it on to the buffer loader, so nothing is allocated for a file we would refuse.
 struct CheckedSink {
     inner: BufferLoader,
+    /// The backends the model runs on, for the measured plan.
+    backends: Vec<Rc<dyn Backend>>,
     opts: Gpt2Options,
     alignment: usize,
     budget: Option<u64>,
@@ -337,15 +304,6 @@ impl CheckedSink {
     fn check(&self, header: &GgufHeader) -> Result<(Hparams, Tokenizer, LoadEstimate), ModelError> {
         let (hp, tok) = check_header(header)?;
         let mut est = LoadEstimate::new(header, &hp, &self.opts, self.alignment)?;
-        // Each backend of a split gets compute buffers of its own (each at most the bound),
-        // plus the scheduler's copies: at most one of every weight, KV and intermediate.
-        if self.n_backends > 1 {
-            let bound = compute_bound(&hp, est.n_ctx, est.n_batch, self.alignment.max(1) as u64);
-            est.compute = (bound.one_backend.saturating_mul(self.n_backends as u64))
-                .saturating_add(bound.all_nodes)
-                .saturating_add(est.weights)
-                .saturating_add(est.kv);
-        }
         // A split whose head is on the GPU and embeddings are not copies a tied output
         // projection there (duplicate_tied_output): token_embd once more.
         if let Some(gpu_layers) = self.split_gpu_layers {
@@ -365,9 +323,55 @@ impl CheckedSink {
             host_backends: self.host_backends,
             kv_type: self.opts.kv_type,
         };
-        host.check(header, &hp, &est, self.alignment, self.budget, self.usize_bits)?;
+        // First the cheap check, in u64: weights and KV cache (and the largest node) alone.
+        host.check(header, &hp, &est, 0, self.alignment, self.budget, self.usize_bits)?;
+        // Then the exact one: gallocr's plan of the worst-case graph on these backends.
+        let planned = measure(header, &hp, &self.backends, self.split_gpu_layers, &self.opts)?;
+        let n = planned.sched.n_backends();
+        let compute = |host: bool| -> u64 {
+            (0..n)
+                // The plan's buffers are not host memory; the backends they stand for may be.
+                .filter(|&i| self.backends[i].buffer_type().is_host() == host)
+                .map(|i| planned.sched.compute_buffer_size(i) as u64)
+                .sum()
+        };
+        let host_compute = compute(true);
+        est.compute = host_compute + compute(false);
+        host.check(header, &hp, &est, host_compute, self.alignment, self.budget, self.usize_bits)?;
         Ok((hp, tok, est))
     }
+}
+
+/// The model a load of `header` builds on `backends` (`gpu_layers`: a split's, with
+/// `[gpu, cpu]`), over buffers that are only sizes ([`PlanBackend`]): the loader's own
+/// placement, KV cache and the scheduler's reserve of the worst-case graph, so its
+/// `memory_by_backend` is what the real load will take, byte for byte.
+pub(crate) fn measure(
+    header: &GgufHeader,
+    hp: &Hparams,
+    backends: &[Rc<dyn Backend>],
+    gpu_layers: Option<usize>,
+    opts: &Gpt2Options,
+) -> Result<Gpt2, ModelError> {
+    let planned: Vec<Rc<dyn Backend>> =
+        backends.iter().map(|b| Rc::new(PlanBackend::new(b.clone())) as Rc<dyn Backend>).collect();
+    let mut loader = match (gpu_layers, planned.as_slice()) {
+        (Some(n), [gpu, cpu]) => {
+            let (gpu_buft, cpu_buft) = (gpu.buffer_type(), cpu.buffer_type());
+            let n_layer = hp.n_layer;
+            BufferLoader::with_placement(move |info| {
+                if weight_on_gpu(&info.name, n_layer, n.min(n_layer.saturating_add(1))) {
+                    gpu_buft.clone()
+                } else {
+                    cpu_buft.clone()
+                }
+            })
+        }
+        _ => BufferLoader::new(planned[0].buffer_type()),
+    };
+    loader.on_header(header)?;
+    let loaded = loader.into_loaded(header.clone())?;
+    Gpt2::with_backends(hp.clone(), loaded.ctx, loaded.buffers, planned, opts)
 }
 
 /// The part of a load in host memory (the wasm heap in the browser), which alone is held to
@@ -385,19 +389,23 @@ pub(crate) struct HostShare<'a> {
 
 impl HostShare<'_> {
     /// Every device tensor fits one of its device's buffers and, row by row, its bindings;
-    /// then the host part of `est` fits `budget` and a `usize_bits` address space
-    /// ([`LoadEstimate::check`]). Returns that part (with no device, `est` itself).
+    /// then the host part of `est` (with `host_compute`, the host backends' compute
+    /// buffers) fits `budget` and a `usize_bits` address space ([`LoadEstimate::check`]).
+    /// Returns that part (with no device, `est` itself).
+    #[allow(clippy::too_many_arguments)]
     pub fn check(
         &self,
         header: &GgufHeader,
         hp: &Hparams,
         est: &LoadEstimate,
+        host_compute: u64,
         alignment: usize,
         budget: Option<u64>,
         usize_bits: u32,
     ) -> Result<LoadEstimate, ModelError> {
         if self.host_backends == self.n_backends {
-            return est.check(hp, budget, usize_bits).map(|()| *est);
+            let all = LoadEstimate { compute: host_compute, largest: est.largest.max(host_compute), ..*est };
+            return all.check(hp, budget, usize_bits).map(|()| all);
         }
         let a = alignment.max(1) as u64;
         let aligned = |n: u64| n.div_ceil(a).saturating_mul(a);
@@ -422,14 +430,8 @@ impl HostShare<'_> {
         if host_layers > 0 {
             largest = largest.max(per_tensor);
         }
-        // Each host backend's compute buffer holds its nodes of the graph (at most the
-        // one-backend bound); the scheduler's copies go to the device they feed.
-        let bound = compute_bound(hp, est.n_ctx, est.n_batch, a);
-        let compute = bound.one_backend.saturating_mul(self.host_backends as u64);
-        if self.host_backends > 0 {
-            largest = largest.max(bound.largest);
-        }
-        let host = LoadEstimate { weights, kv, compute, largest, ..*est };
+        // The host backends' compute buffers (one allocation each: within isize too).
+        let host = LoadEstimate { weights, kv, compute: host_compute, largest: largest.max(host_compute), ..*est };
         host.check(hp, budget, usize_bits).map(|()| host)
     }
 }
@@ -565,6 +567,7 @@ impl ModelLoader {
             usize_bits: usize::BITS,
             n_backends: backends.len(),
             host_backends: backends.iter().filter(|b| b.buffer_type().is_host()).count(),
+            backends: backends.clone(),
             split_gpu_layers: None,
             checked: None,
             n_layer,

@@ -32,10 +32,10 @@ use alloc::vec::Vec;
 
 use super::context::{BackendMemory, Gpt2, Gpt2Options};
 use super::gpt2::{weight_on_gpu, Hparams};
-use super::loader::{check_header, HostShare, LoadEstimate};
+use super::loader::{check_header, measure, HostShare, LoadEstimate};
 use super::ModelError;
 use crate::backend::{Backend, BackendError, Buffer, BufferType};
-use crate::gguf::{BufferLoader, GgufHeader, GgufStreamReader, Limits, NullSink, TensorInfo};
+use crate::gguf::{GgufHeader, GgufStreamReader, Limits, NullSink, TensorInfo};
 use crate::graph::Graph;
 use crate::tensor::Tensor;
 
@@ -148,7 +148,7 @@ impl HeaderPlan {
             host_backends: bufts.iter().filter(|b| b.is_host()).count(),
             kv_type: opts.kv_type,
         };
-        let checked = share.check(header, &hp, &est, host.alignment(), limits.last().and_then(|l| l.0), usize::BITS);
+        let checked = share.check(header, &hp, &est, 0, host.alignment(), limits.last().and_then(|l| l.0), usize::BITS);
         // The measured plan sums sizes in usize: past it (a WebGPU model over 4 GiB on
         // wasm32) only the estimate is reported, and the loader's check above says whether
         // it fits. Between 2 and 4 GiB on wasm32 (GPT-2 XL at Q8_0) the plan is made as the
@@ -176,28 +176,11 @@ impl HeaderPlan {
             });
         }
 
-        let planned: Vec<Rc<dyn Backend>> =
-            backends.iter().map(|b| Rc::new(PlanBackend::new(b.clone())) as Rc<dyn Backend>).collect();
-        let mut loader = match (gpu_layers, planned.as_slice()) {
-            (Some(n), [gpu, cpu]) => {
-                let (gpu_buft, cpu_buft) = (gpu.buffer_type(), cpu.buffer_type());
-                let n_layer = hp.n_layer;
-                BufferLoader::with_placement(move |info| {
-                    if weight_on_gpu(&info.name, n_layer, n.min(n_layer.saturating_add(1))) {
-                        gpu_buft.clone()
-                    } else {
-                        cpu_buft.clone()
-                    }
-                })
-            }
-            _ => BufferLoader::new(planned[0].buffer_type()),
-        };
-        use crate::gguf::TensorSink;
-        loader.on_header(header)?;
-        let loaded = loader.into_loaded(header.clone())?;
-        let model = Gpt2::with_backends(hp.clone(), loaded.ctx, loaded.buffers, planned, opts)?;
+        let model = measure(header, &hp, &backends, gpu_layers, opts)?;
         let by_backend = model.memory_by_backend();
         let misfit = misfit_of(&model, &by_backend, &limits);
+        // As the loader's estimate once measured: the compute buffers as planned.
+        let est = LoadEstimate { compute: by_backend.iter().map(|m| m.compute as u64).sum(), ..est };
         Ok(HeaderPlan {
             hparams: hp,
             n_ctx: model.n_ctx(),
@@ -271,13 +254,13 @@ fn misfit_of(model: &Gpt2, by_backend: &[BackendMemory], limits: &[(Option<u64>,
 }
 
 /// A real backend whose buffers are only sizes: the plan runs the loader's path over it.
-struct PlanBackend {
+pub(crate) struct PlanBackend {
     inner: Rc<dyn Backend>,
     buft: Rc<dyn BufferType>,
 }
 
 impl PlanBackend {
-    fn new(inner: Rc<dyn Backend>) -> PlanBackend {
+    pub(crate) fn new(inner: Rc<dyn Backend>) -> PlanBackend {
         let buft: Rc<dyn BufferType> = Rc::new(PlanBufferType { inner: inner.buffer_type() });
         PlanBackend { inner, buft }
     }

@@ -143,20 +143,18 @@ fn fits_against_the_budget() {
     let full = HeaderPlan::new(&header, cpu(), None, &opts).unwrap();
     let budgeted = |b: u64| -> Vec<Rc<dyn Backend>> { vec![Rc::new(BudgetCpu(CpuBackend::new(1), b))] };
 
-    // A load is held to weights + KV + the loader's bound on the compute buffer (over the
-    // real plan: gallocr reuses memory the bound counts twice), so inspect is too. Exactly
-    // that much fits, and the plan is the real one.
-    let bound = full.estimate.total();
-    assert!(bound >= full.total(), "bound {bound} under the plan {}", full.total());
-    let p = HeaderPlan::new(&header, budgeted(bound), None, &opts).unwrap();
+    // A load is held to weights + KV + the compute buffer as planned (the loader measures
+    // the same plan), so inspect is too. Exactly that much fits.
+    assert_eq!(full.estimate.total(), full.total());
+    let p = HeaderPlan::new(&header, budgeted(full.total()), None, &opts).unwrap();
     assert_eq!((p.misfit.as_deref(), p.total()), (None, full.total()));
 
-    // One byte short: the loader's refusal (naming the compute bound), before anything is planned.
-    let p = HeaderPlan::new(&header, budgeted(bound - 1), None, &opts).unwrap();
-    assert!(!p.compute_measured);
+    // One byte short: measured, and the misfit names the backend's whole need.
+    let p = HeaderPlan::new(&header, budgeted(full.total() - 1), None, &opts).unwrap();
+    assert!(p.compute_measured);
     let why = p.misfit.unwrap();
-    assert!(why.starts_with(&format!("model too large: needs {bound} bytes")), "{why}");
-    assert!(why.ends_with(&format!("the memory budget is {} bytes", bound - 1)), "{why}");
+    assert!(why.starts_with(&format!("CPU needs {} bytes", full.total())), "{why}");
+    assert!(why.ends_with(&format!("{} bytes are free", full.total() - 1)), "{why}");
 
     // Weights + KV over: the loader's own refusal, word for word, before anything is planned.
     let limit = full.weights() + full.kv() - 1;
