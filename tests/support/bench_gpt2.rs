@@ -13,6 +13,7 @@
 #![allow(dead_code)]
 
 use ggweb::gguf::{GgufHeader, GgufValue, GgufWriter};
+use ggweb::model::gpt2::{global_weight_shapes, layer_weight_shapes, Hparams};
 use ggweb::quants;
 use ggweb::GgmlType;
 
@@ -110,26 +111,33 @@ pub fn bench_gpt2(reference: &GgufHeader, shape: &Shape, ty: &FileType) -> GgufW
         let ne: Vec<i64> = ne.iter().map(|&x| x as i64).collect();
         w.add_tensor(name, tty, &ne, data).expect("add a tensor");
     };
-    let f32 = GgmlType::F32;
-    add("token_embd.weight", &[e, N_VOCAB], ty.weights, std, 0.0);
-    add("position_embd.weight", &[e, N_CTX], f32, std, 0.0);
-    add("output_norm.weight", &[e], f32, 0.1, 1.0);
-    add("output_norm.bias", &[e], f32, 0.02, 0.0);
-    add("output.weight", &[e, N_VOCAB], ty.output, std, 0.0);
+    // GPT-2's tensor schema (ggweb::model::gpt2), in its order: every file of a shape
+    // holds the same tensors, each with its own init.
+    let hp = Hparams { n_vocab: N_VOCAB, n_ctx_train: N_CTX, n_embd: e, n_head: 1, n_layer, n_ff: 4 * e, eps: 1e-5 };
+    let dims = |ne: [i64; 4]| -> Vec<usize> { ne.iter().take_while(|&&d| d > 1).map(|&d| d as usize).collect() };
+    let init = |name: &str, two_d: bool| -> (f32, f32) {
+        match name {
+            _ if name.ends_with("norm.weight") => (0.1, 1.0),
+            "attn_output.weight" | "ffn_down.weight" => (res_std, 0.0),
+            _ if two_d => (std, 0.0),
+            _ => (0.02, 0.0),
+        }
+    };
+    for (name, ne) in global_weight_shapes(&hp) {
+        let tty = match name {
+            "token_embd.weight" => ty.weights,
+            "output.weight" => ty.output,
+            _ => GgmlType::F32,
+        };
+        let (sd, mean) = if name == "position_embd.weight" { (std, 0.0) } else { init(name, ne[1] > 1) };
+        add(name, &dims(ne), tty, sd, mean);
+    }
     for il in 0..n_layer {
-        let n = |s: &str| format!("blk.{il}.{s}");
-        add(&n("attn_norm.weight"), &[e], f32, 0.1, 1.0);
-        add(&n("attn_norm.bias"), &[e], f32, 0.02, 0.0);
-        add(&n("attn_qkv.weight"), &[e, 3 * e], ty.weights, std, 0.0);
-        add(&n("attn_qkv.bias"), &[3 * e], f32, 0.02, 0.0);
-        add(&n("attn_output.weight"), &[e, e], ty.weights, res_std, 0.0);
-        add(&n("attn_output.bias"), &[e], f32, 0.02, 0.0);
-        add(&n("ffn_norm.weight"), &[e], f32, 0.1, 1.0);
-        add(&n("ffn_norm.bias"), &[e], f32, 0.02, 0.0);
-        add(&n("ffn_up.weight"), &[e, 4 * e], ty.weights, std, 0.0);
-        add(&n("ffn_up.bias"), &[4 * e], f32, 0.02, 0.0);
-        add(&n("ffn_down.weight"), &[4 * e, e], ty.weights, res_std, 0.0);
-        add(&n("ffn_down.bias"), &[e], f32, 0.02, 0.0);
+        for (name, ne) in layer_weight_shapes(&hp) {
+            let tty = if ne[1] > 1 { ty.weights } else { GgmlType::F32 };
+            let (sd, mean) = init(name, ne[1] > 1);
+            add(&format!("blk.{il}.{name}"), &dims(ne), tty, sd, mean);
+        }
     }
     w
 }

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 use ggweb::gguf::{GgufArray, GgufValue, GgufWriter};
+use ggweb::model::gpt2::{global_weight_shapes, layer_weight_shapes, Hparams};
 use ggweb::tokenizer::byte_to_char;
 use ggweb::types::GgmlType;
 
@@ -94,24 +95,30 @@ pub fn tiny_gpt2(s: TinySpec) -> Vec<u8> {
         let n = ne.iter().product::<i64>() as usize;
         w.add_tensor(name, ty, ne, values(ty, n, seed)).unwrap();
     };
-    add(&mut w, "token_embd.weight", s.ty, &[e, n_vocab]);
-    add(&mut w, "position_embd.weight", GgmlType::F32, &[e, s.n_ctx]);
-    for il in 0..s.n_layer {
-        let n = |x: &str| format!("blk.{il}.{x}");
-        add(&mut w, &n("attn_norm.weight"), GgmlType::F32, &[e]);
-        add(&mut w, &n("attn_norm.bias"), GgmlType::F32, &[e]);
-        add(&mut w, &n("attn_qkv.weight"), s.ty, &[e, 3 * e]);
-        add(&mut w, &n("attn_qkv.bias"), GgmlType::F32, &[3 * e]);
-        add(&mut w, &n("attn_output.weight"), s.ty, &[e, e]);
-        add(&mut w, &n("attn_output.bias"), GgmlType::F32, &[e]);
-        add(&mut w, &n("ffn_norm.weight"), GgmlType::F32, &[e]);
-        add(&mut w, &n("ffn_norm.bias"), GgmlType::F32, &[e]);
-        add(&mut w, &n("ffn_up.weight"), s.ty, &[e, f]);
-        add(&mut w, &n("ffn_up.bias"), GgmlType::F32, &[f]);
-        add(&mut w, &n("ffn_down.weight"), s.ty, &[f, e]);
-        add(&mut w, &n("ffn_down.bias"), GgmlType::F32, &[e]);
+    // GPT-2's tensor schema (ggweb::model::gpt2), without `output.weight` (tied), the
+    // output norm last.
+    let hp = Hparams {
+        n_vocab: n_vocab as usize,
+        n_ctx_train: s.n_ctx as usize,
+        n_embd: e as usize,
+        n_head: s.n_head as usize,
+        n_layer: s.n_layer as usize,
+        n_ff: f as usize,
+        eps: 1e-5,
+    };
+    let dims = |ne: [i64; 4]| -> Vec<i64> { ne.into_iter().take_while(|&d| d > 1).collect() };
+    let globals = global_weight_shapes(&hp);
+    for (name, ne) in &globals[..2] {
+        add(&mut w, name, if *name == "token_embd.weight" { s.ty } else { GgmlType::F32 }, &dims(*ne));
     }
-    add(&mut w, "output_norm.weight", GgmlType::F32, &[e]);
-    add(&mut w, "output_norm.bias", GgmlType::F32, &[e]);
+    for il in 0..s.n_layer {
+        for (name, ne) in layer_weight_shapes(&hp) {
+            let ty = if ne[1] > 1 { s.ty } else { GgmlType::F32 };
+            add(&mut w, &format!("blk.{il}.{name}"), ty, &dims(ne));
+        }
+    }
+    for (name, ne) in &globals[2..4] {
+        add(&mut w, name, GgmlType::F32, &dims(*ne));
+    }
     w.to_bytes()
 }
