@@ -563,7 +563,7 @@ struct DepthRun<'a> {
 }
 
 /// Decode cost against context depth: per depth D, the KV cache is filled with D prompt ids
-/// (one untimed `eval_prompt`), then `n_gen` greedy single-token steps at positions D.. are
+/// (one untimed prompt `decode`), then `n_gen` greedy single-token steps at positions D.. are
 /// timed, `reps` times from the same state (each repetition overwrites the same cache rows).
 fn bench_depths(
     model: &mut ggweb::model::context::Gpt2,

@@ -403,8 +403,6 @@ impl Gpt2 {
 
     /// Splits the graph of a run of `n_tokens` new tokens after `n_past` (without running
     /// it) and leaves the result in [`Gpt2::sched`] (`splits`, `copies`, `describe_splits`).
-    /// Splits the graph of a run of `n_tokens` new tokens after `n_past` (without running
-    /// it) and leaves the result in [`Gpt2::sched`] (`splits`, `copies`, `describe_splits`).
     pub fn plan_split(&mut self, n_past: usize, n_tokens: usize) -> Result<(), ModelError> {
         if n_tokens == 0 || n_tokens > self.n_batch || n_past + n_tokens > self.n_ctx() {
             return Err(ModelError::Config(format!(

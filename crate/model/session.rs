@@ -2,8 +2,9 @@
 //! stream, in one place. The CLI (crate/bin/run.rs) and the JS bindings
 //! (crate/bindings/model.rs) both drive a [`Session`]; the only difference between them is
 //! how a future is driven: the bindings await it on the JS event loop (WebGPU memory reads
-//! back asynchronously in the browser, [`super::context::read_f32_async`]), the CLI runs it to
-//! completion with [`block_on`](super::context::block_on).
+//! back asynchronously in the browser, [`Backend::tensor_get_async`](crate::backend::Backend::tensor_get_async)),
+//! the CLI runs it to completion with [`block_on`](super::context::block_on). Every run goes
+//! through the model context's one forward pass, [`Gpt2::decode`].
 //!
 //! ```no_run
 //! # fn main() -> Result<(), ggweb::model::ModelError> {
