@@ -2,6 +2,7 @@
 //! [`logprobs`], [`stop`] strings, and the [`session`] core that every front end drives.
 
 pub mod gpt2;
+pub mod hooks;
 pub mod loader;
 pub mod logprobs;
 #[cfg(feature = "std")]
