@@ -209,8 +209,12 @@ pub fn build_graph(hp: &Hparams, w: &Weights, kv: &KvCache, n_past: usize, n_tok
     positions.set_name("inp_pos");
     positions.set_input();
 
-    // [n_embd, N]
-    let mut inp_l = ctx.add(&ctx.get_rows(&w.token_embd, &tokens), &ctx.get_rows(&w.position_embd, &positions));
+    // [n_embd, N]. TransformerLens's hook points are named nodes of this graph: see hooks.rs.
+    let embd = ctx.get_rows(&w.token_embd, &tokens);
+    embd.set_name("inp_embd");
+    let pos_embd = ctx.get_rows(&w.position_embd, &positions);
+    pos_embd.set_name("inp_pos_embd");
+    let mut inp_l = ctx.add(&embd, &pos_embd);
     inp_l.set_name("inpL");
 
     for (il, ly) in w.layers.iter().enumerate() {
@@ -246,15 +250,23 @@ pub fn build_graph(hp: &Hparams, w: &Weights, kv: &KvCache, n_past: usize, n_tok
         k_dst.set_name(&name("k_store"));
         let v_dst = ctx.view_2d(&kv.v[il], n, n_embd, n_ctx_bytes, past * kv_size); // [N, n_embd]
         v_dst.set_name(&name("v_store"));
-        let k_cpy = ctx.cpy(&k_cur, &k_dst);
+        // Per-head K and V ([hd, n_head, N]: TransformerLens's hook_k / hook_v) are nodes of
+        // their own, so what enters the cache is what a hook on them would leave.
+        let k_heads = ctx.cont_3d(&k_cur, hd, n_head, n);
+        k_heads.set_name(&name("k_heads"));
+        let v_heads = ctx.cont_3d(&v_cur, hd, n_head, n);
+        v_heads.set_name(&name("v_heads"));
+        let k_cpy = ctx.cpy(&k_heads, &k_dst);
         k_cpy.set_name(&name("k_cpy"));
-        let v_cpy = ctx.cpy(&ctx.transpose(&v_cur), &v_dst);
+        let v_cpy = ctx.cpy(&ctx.transpose(&ctx.reshape_2d(&v_heads, n_embd, n)), &v_dst);
         v_cpy.set_name(&name("v_cpy"));
         gf.build_forward_expand(&k_cpy);
         gf.build_forward_expand(&v_cpy);
 
-        // Q: [hd, N, n_head] (a strided view cannot be reshaped, so cont_3d)
-        let q = ctx.permute(&ctx.cont_3d(&q_cur, hd, n_head, n), 0, 2, 1, 3);
+        // Q: [hd, n_head, N] (hook_q; a strided view cannot be reshaped, so cont_3d), then [hd, N, n_head]
+        let q_heads = ctx.cont_3d(&q_cur, hd, n_head, n);
+        q_heads.set_name(&name("q_heads"));
+        let q = ctx.permute(&q_heads, 0, 2, 1, 3);
         q.set_name(&name("q"));
 
         // K: [hd, L, n_head], straight from the cache (a contiguous prefix: reshape is enough)
@@ -294,6 +306,7 @@ pub fn build_graph(hp: &Hparams, w: &Weights, kv: &KvCache, n_past: usize, n_tok
         ffn_inp.set_name(&name("ffn_inp"));
 
         cur = ctx.norm(&ffn_inp, hp.eps);
+        cur.set_name(&name("norm2"));
         cur = ctx.add(&ctx.mul(&cur, &ly.ffn_norm_w), &ly.ffn_norm_b);
         cur.set_name(&name("ffn_norm"));
 
@@ -314,6 +327,7 @@ pub fn build_graph(hp: &Hparams, w: &Weights, kv: &KvCache, n_past: usize, n_tok
     let last = ctx.view_2d(&inp_l, n_embd, n_out as i64, inp_l.nb[1], (n_tokens - n_out) * inp_l.nb[1]);
     last.set_name("out_rows");
     let mut cur = ctx.norm(&last, hp.eps);
+    cur.set_name("out_norm");
     cur = ctx.add(&ctx.mul(&cur, &w.output_norm_w), &w.output_norm_b);
     cur.set_name("result_norm");
     let logits = ctx.mul_mat(&w.output, &cur); // [n_vocab, n_out]

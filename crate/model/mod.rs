@@ -3,6 +3,7 @@
 
 pub mod context;
 pub mod gpt2;
+pub mod hooks;
 pub mod loader;
 pub mod logprobs;
 #[cfg(feature = "std")]

@@ -156,7 +156,8 @@ pub struct Trace {
     /// `n_layer + 1` arrays `[token][feature]`: Hugging Face's `output_hidden_states`
     /// (embeddings, each block's output, the last one after `ln_f`) (with tap `hidden`).
     pub hidden: Option<Vec<Vec<f32>>>,
-    /// Other taps: graph nodes by their ggml names.
+    /// Other taps: graph nodes by their ggml names, and TransformerLens hook points by theirs
+    /// (see [`super::hooks`]).
     pub nodes: Vec<TapValue>,
     /// Compute bytes of the traced graph's plan, with the taps kept alive.
     pub compute_bytes: usize,
@@ -355,8 +356,9 @@ impl Session {
     pub async fn trace(&mut self, tokens: &[u32], taps: &[String]) -> Result<Trace, ModelError> {
         self.end_generation();
         self.check_tokens(tokens)?;
+        let (taps, tl) = &super::hooks::split_taps(taps, &self.model.hparams)?; // TransformerLens names
         let mut names: Vec<String> = Vec::new();
-        for t in taps {
+        for t in taps.iter().chain(&tl.nodes) {
             for n in self.tap_nodes(t) {
                 if !names.contains(&n) {
                     names.push(n);
@@ -372,7 +374,8 @@ impl Session {
         let wants = |t: &str| taps.iter().any(|x| x == t);
         let attn = wants("attn").then(|| self.tap_nodes("attn").iter().map(|n| take(n)).collect());
         let hidden = wants("hidden").then(|| self.tap_nodes("hidden").iter().map(|n| take(n)).collect());
-        let nodes = out.taps.iter().filter(|v| taps.contains(&v.name)).cloned().collect();
+        let nodes = out.taps.iter().filter(|v| taps.contains(&v.name)).cloned();
+        let nodes = nodes.chain(tl.values(&out.taps, self.model.hparams.eps)).collect();
         Ok(Trace { tokens: tokens.to_vec(), attn, hidden, nodes, compute_bytes: out.compute_bytes })
     }
 

@@ -16,4 +16,5 @@ mod kquants_llamacpp;
 mod kv_type;
 mod scale_medium;
 mod sched;
+mod tl_hooks;
 mod tokenizer;

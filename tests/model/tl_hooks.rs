@@ -1,0 +1,197 @@
+//! TransformerLens's hook points (issue 24 item 1) traced by their TransformerLens names on
+//! tiny-f32.gguf against TransformerLens 3.x itself (tests/fixtures/tiny-f32.tl-ref.json +
+//! .bin, made by tests/fixtures/make_tl_ref.py).
+//!
+//! Axis order: a traced node's `ne` (fastest first) reversed is TransformerLens's shape without
+//! the batch axis (`[pos, d_model]`, `[pos, head, d_head]`, `[head, query, key]`, `[pos, 1]`),
+//! and the data is in that row-major order: no permutation is needed (crate/model/hooks.rs).
+
+use std::rc::Rc;
+
+use ggweb::cpu::CpuBackend;
+use ggweb::model::context::{block_on, Gpt2Options};
+use ggweb::model::hooks::hook_names;
+use ggweb::model::loader::load_from_path;
+use ggweb::model::session::Session;
+use ggweb::model::ModelError;
+use serde_json::Value;
+
+/// The issue's bound for captures (two correct f32 implementations differ by ~1e-5).
+const TOL: f32 = 2e-5;
+
+fn fixture(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+}
+
+fn session() -> Session {
+    let path = fixture("tiny-f32.gguf");
+    Session::new(load_from_path(path.to_str().unwrap(), Rc::new(CpuBackend::new(1)), Gpt2Options::default()).unwrap())
+}
+
+struct Ref {
+    json: Value,
+    bin: Vec<f32>,
+}
+
+impl Ref {
+    fn load() -> Ref {
+        let json: Value = serde_json::from_slice(&std::fs::read(fixture("tiny-f32.tl-ref.json")).unwrap()).unwrap();
+        let bytes = std::fs::read(fixture(json["bin"].as_str().unwrap())).unwrap();
+        let bin = bytes.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
+        Ref { json, bin }
+    }
+
+    /// A block's shape and values.
+    fn block(&self, name: &str) -> (Vec<i64>, &[f32]) {
+        let b = &self.json["blocks"][name];
+        assert!(b.is_object(), "no block {name} in the reference");
+        let shape: Vec<i64> = b["shape"].as_array().unwrap().iter().map(|x| x.as_i64().unwrap()).collect();
+        let off = b["offset"].as_u64().unwrap() as usize;
+        let n = shape.iter().product::<i64>() as usize;
+        (shape, &self.bin[off..off + n])
+    }
+
+    fn ids(&self, key: &str) -> Vec<u32> {
+        self.json[key].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+    }
+}
+
+/// TransformerLens's shape from a node's ggml `ne`: `ne` reversed, the unused outer axes dropped.
+fn tl_shape(ne: [i64; 4], rank: usize) -> Vec<i64> {
+    assert!(ne[rank..].iter().all(|&x| x == 1), "ne {ne:?} has more than {rank} axes");
+    ne[..rank].iter().rev().copied().collect()
+}
+
+#[test]
+fn every_hook_point_matches_transformer_lens() {
+    let r = Ref::load();
+    let mut s = session();
+    let prompt = r.ids("prompt");
+    let names = hook_names(&s.model.hparams);
+    let want: Vec<String> =
+        r.json["hook_names"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().into()).collect();
+    assert_eq!(names, want, "the model's hook names are TransformerLens's");
+    assert_eq!(names.len(), 2 + 17 * 3 + 2);
+
+    let t = block_on(s.trace(&prompt, &names)).unwrap();
+    assert_eq!(t.nodes.len(), names.len(), "one value per hook name");
+    let mut worst = (0f32, String::new());
+    let mut masked = 0;
+    for name in &names {
+        let got = t.nodes.iter().find(|v| &v.name == name).unwrap_or_else(|| panic!("{name} not traced"));
+        let (shape, want) = r.block(&format!("capture/{name}"));
+        assert_eq!(tl_shape(got.ne, shape.len()), shape, "{name}: shape");
+        assert_eq!(got.data.len(), want.len(), "{name}: size");
+        for (i, (&a, &b)) in got.data.iter().zip(want).enumerate() {
+            if b == f32::NEG_INFINITY {
+                // A masked score: −∞ in both (the key after the query).
+                assert_eq!(a, b, "{name}[{i}]: masked entry");
+                masked += 1;
+                continue;
+            }
+            let d = (a - b).abs();
+            assert!(d <= TOL, "{name}[{i}]: ours {a}, TransformerLens {b} (diff {d})");
+            if d > worst.0 {
+                worst = (d, name.clone());
+            }
+        }
+    }
+    // 3 layers × 4 heads × the 45 keys after their query in 10 positions.
+    assert_eq!(masked, 3 * 4 * 45);
+    eprintln!("worst hook-point difference {} at {}", worst.0, worst.1);
+}
+
+#[test]
+fn tl_names_and_graph_names_trace_the_same_nodes() {
+    let r = Ref::load();
+    let mut s = session();
+    let prompt = r.ids("clean");
+    let taps: Vec<String> = [
+        "l1.ffn_gelu",
+        "blocks.1.mlp.hook_post",
+        "attn",
+        "blocks.2.attn.hook_pattern",
+        "ln_final.hook_normalized",
+        "l2.kqv_merged_cont",
+        "blocks.2.attn.hook_z",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let t = block_on(s.trace(&prompt, &taps)).unwrap();
+    let get = |n: &str| t.nodes.iter().find(|v| v.name == n).unwrap_or_else(|| panic!("{n} not traced"));
+    assert_eq!(get("l1.ffn_gelu").data, get("blocks.1.mlp.hook_post").data);
+    assert_eq!(t.attn.as_ref().unwrap()[2], get("blocks.2.attn.hook_pattern").data);
+    // hook_z: the same bytes as the graph's [n_embd, N] node, shaped [pos, head, d_head].
+    assert_eq!(get("l2.kqv_merged_cont").data, get("blocks.2.attn.hook_z").data);
+    assert_eq!(get("blocks.2.attn.hook_z").ne, [8, 4, prompt.len() as i64, 1]);
+    // The final LayerNorm's rows are every position's, not only the last one's.
+    assert_eq!(get("ln_final.hook_normalized").ne, [32, prompt.len() as i64, 1, 1]);
+    // Only what was asked for comes back (no helper taps under their graph names).
+    assert_eq!(t.nodes.len(), 6, "{:?}", t.nodes.iter().map(|v| &v.name).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_bad_hook_name_is_invalid_by_name_and_leaves_the_session_usable() {
+    let r = Ref::load();
+    let mut s = session();
+    let prompt = r.ids("prompt");
+    for bad in [
+        "blocks.3.hook_resid_pre",
+        "blocks.0.hook_nope",
+        "blocks.01.hook_resid_pre",
+        "blocks.-1.hook_resid_pre",
+        "hook_embedding",
+        "ln_final.hook_x",
+        "blocks..hook_resid_pre",
+    ] {
+        match block_on(s.trace(&prompt, &[bad.to_string()])) {
+            Err(ModelError::Invalid(m)) => assert!(m.contains(&format!("'{bad}'")), "{bad}: {m}"),
+            other => panic!("{bad}: {:?}", other.map(|t| t.nodes.len())),
+        }
+    }
+    let t = block_on(s.trace(&prompt, &["blocks.0.hook_resid_pre".to_string()])).unwrap();
+    let (_, want) = r.block("capture/blocks.0.hook_resid_pre");
+    let d = t.nodes[0].data.iter().zip(want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    assert!(d <= TOL, "after the errors: {d}");
+}
+
+/// The reference's own invariants, so a regenerated fixture cannot silently lose content.
+#[test]
+fn the_reference_is_complete() {
+    let r = Ref::load();
+    let j = &r.json;
+    assert_eq!(j["version"], 1);
+    let (nl, nh) = (3, 4);
+    assert_eq!(j["config"]["n_layer"], nl);
+    let n = r.ids("clean").len() as i64;
+    assert_eq!(r.ids("corrupted").len() as i64, n);
+    for at in ["resid_pre", "attn_out", "mlp_out"] {
+        assert_eq!(r.block(&format!("patch/{at}")).0, [nl, n]);
+    }
+    assert_eq!(r.block("patch/z").0, [nl, nh]);
+    // Layer 0's resid_pre is the embeddings: patched at the one position where the prompts
+    // differ it makes the clean run (the clean difference), anywhere else it changes nothing.
+    let (_, rp) = r.block("patch/resid_pre");
+    let diff = |k: &str| j["patch"][k].as_f64().unwrap() as f32;
+    let at = r.ids("clean").iter().zip(r.ids("corrupted")).position(|(a, b)| *a != b).unwrap();
+    assert!((rp[at] - diff("clean_diff")).abs() < 1e-5, "{} vs {}", rp[at], diff("clean_diff"));
+    assert!((rp[0] - diff("corrupted_diff")).abs() < 1e-5, "{} vs {}", rp[0], diff("corrupted_diff"));
+    let p = r.ids("prompt").len() as i64;
+    assert_eq!(r.block("lens/top_logprobs").0, [nl + 1, p, 5]);
+    assert_eq!(r.block("lens/logprobs").0, [nl + 1, p - 1]);
+    // Attribution: the parts sum to the logit difference.
+    let a = &j["attribution"];
+    let parts = ["embed", "posEmbed", "lnBias"].iter().map(|k| a[k].as_f64().unwrap()).sum::<f64>()
+        + ["attribution/heads", "attribution/attn_bias", "attribution/mlps"]
+            .iter()
+            .map(|b| r.block(b).1.iter().map(|&x| x as f64).sum::<f64>())
+            .sum::<f64>();
+    assert!((parts - a["logit_diff"].as_f64().unwrap()).abs() < 1e-4, "{parts} vs {}", a["logit_diff"]);
+    assert_eq!(j["steer"].as_array().unwrap().len(), 2);
+    for st in j["steer"].as_array().unwrap() {
+        assert_eq!(st["tokens"].as_array().unwrap().len(), 32);
+    }
+    assert_eq!(r.block("sae/l0").0, [p]);
+    assert!(fixture("tiny-sae/cfg.json").exists() && fixture("tiny-sae/sae_weights.safetensors").exists());
+}
