@@ -21,7 +21,8 @@ use alloc::string::{String, ToString};
 use alloc::vec;
 use alloc::vec::Vec;
 
-use super::gpt2::{build_graph, graph_size, Hparams, Weights};
+use super::gpt2::{build_graph, build_graph_hooked, graph_size, Hparams, Weights};
+use super::hooks::Hook;
 use super::ModelError;
 use crate::allocator::alloc_tensors;
 use crate::allocator::gallocr::Gallocr;
@@ -180,24 +181,26 @@ pub enum Logits {
     All,
 }
 
-/// One call of [`Gpt2::decode`]: `tokens` at positions `n_past..`, the logits wanted, and
-/// graph nodes to keep alive and return (`taps`, by ggml name).
+/// One call of [`Gpt2::decode`]: `tokens` at positions `n_past..`, the logits wanted,
+/// graph nodes to keep alive and return (`taps`, by ggml name), and interventions at
+/// TransformerLens's hook points (`hooks`, applied in the graph: see [`super::hooks`]).
 #[derive(Clone, Copy, Debug)]
 pub struct Batch<'a> {
     pub tokens: &'a [u32],
     pub n_past: usize,
     pub logits: Logits,
     pub taps: &'a [String],
+    pub hooks: &'a [Hook],
 }
 
 impl<'a> Batch<'a> {
     /// The last position's logits.
     pub fn last(tokens: &'a [u32], n_past: usize) -> Batch<'a> {
-        Batch { tokens, n_past, logits: Logits::Last, taps: &[] }
+        Batch { tokens, n_past, logits: Logits::Last, taps: &[], hooks: &[] }
     }
     /// Every position's logits.
     pub fn all(tokens: &'a [u32], n_past: usize) -> Batch<'a> {
-        Batch { tokens, n_past, logits: Logits::All, taps: &[] }
+        Batch { tokens, n_past, logits: Logits::All, taps: &[], hooks: &[] }
     }
 }
 
@@ -457,7 +460,7 @@ impl Gpt2 {
         sink: &mut dyn FnMut(Chunk<'_>),
     ) -> Result<Decoded, ModelError> {
         self.check_batch(batch.tokens, batch.n_past)?;
-        if !batch.taps.is_empty() {
+        if !batch.taps.is_empty() || !batch.hooks.is_empty() {
             let out = self.decode_tapped(batch).await?;
             sink(Chunk { first: batch.n_past, tokens: batch.tokens, logits: &out.logits });
             return Ok(out);
@@ -490,13 +493,18 @@ impl Gpt2 {
         Ok(out)
     }
 
+    /// A run with taps or hooks: one graph over all the tokens, on compute buffers of its own.
     async fn decode_tapped(&mut self, batch: Batch<'_>) -> Result<Decoded, ModelError> {
         let (n, names) = (batch.tokens.len(), batch.taps);
-        // The head runs on every row when a tap is in it (`result_norm`: HF's last hidden
-        // state) or every row's logits are asked for.
-        let in_head = names.iter().any(|n| matches!(n.as_str(), "out_rows" | "result_norm" | "result_output"));
+        let hooks = super::hooks::plan(batch.hooks, &self.hparams, n, batch.n_past, true)?;
+        // The head runs on every row when a tap or hook is in it (`result_norm`: HF's last
+        // hidden state) or every row's logits are asked for.
+        let in_head =
+            names.iter().any(|n| matches!(n.as_str(), "out_rows" | "out_norm" | "result_norm" | "result_output"))
+                || hooks.iter().any(|h| h.node == "out_norm");
         let n_out = if in_head || batch.logits == Logits::All { n } else { 1 };
-        let io = build_graph(&self.hparams, &self.weights, &self.kv, batch.n_past, n, n_out);
+        let hooked: Vec<String> = hooks.iter().map(|h| h.node.clone()).collect();
+        let io = build_graph_hooked(&self.hparams, &self.weights, &self.kv, batch.n_past, n, n_out, &hooked);
         let mut gf = Graph::with_size(graph_size(&self.hparams));
         for il in 0..self.hparams.n_layer {
             for step in ["k_cpy", "v_cpy"] {
@@ -527,6 +535,25 @@ impl Gpt2 {
         let mut sched = Sched::new(self.sched.backends().to_vec())?;
         sched.alloc_graph(&gf)?;
         set_inputs(&io, batch.tokens, batch.n_past);
+        for h in &hooks {
+            for (suffix, data) in [("hook_a", Some(&h.a)), ("hook_b", Some(&h.b)), ("hook_m", h.m.as_ref())] {
+                let Some(data) = data else { continue };
+                let name = format!("{}.{suffix}", h.node);
+                let t = io
+                    .hook_inputs
+                    .iter()
+                    .find(|t| t.name() == name)
+                    .expect("build_graph_hooked makes every hook input");
+                assert_eq!(
+                    t.nelements() as usize,
+                    data.len(),
+                    "hook input '{name}': {:?} for shape {:?}",
+                    t.ne,
+                    h.shape
+                );
+                t.set_bytes(bytemuck::cast_slice(data), 0);
+            }
+        }
         sched.graph_compute(&gf)?;
         let compute_bytes = (0..sched.n_backends()).map(|i| sched.compute_buffer_size(i)).sum();
         let mut taps = Vec::new();

@@ -182,6 +182,8 @@ pub struct GraphIo {
     pub tokens: Tensor,    // [N] i32
     pub positions: Tensor, // [N] i32
     pub logits: Tensor,    // [n_vocab, n_out]
+    /// The inputs of hooked nodes (`{node}.hook_a`, `.hook_b`, `kq_masked.hook_m`).
+    pub hook_inputs: Vec<Tensor>,
 }
 
 /// Nodes in one graph: about 40 per layer plus the ends; generous so any n_layer fits.
@@ -192,6 +194,25 @@ pub(crate) fn graph_size(hp: &Hparams) -> usize {
 /// The graph of one run: `n_tokens` new tokens after `n_past` cached ones, logits for the
 /// last `n_out` of them. Pure: reads only headers, so it can be built for any sizes.
 pub fn build_graph(hp: &Hparams, w: &Weights, kv: &KvCache, n_past: usize, n_tokens: usize, n_out: usize) -> GraphIo {
+    build_graph_hooked(hp, w, kv, n_past, n_tokens, n_out, &[])
+}
+
+/// [`build_graph`] with interventions: each node named in `hooked` becomes
+/// `add(mul(x, hook_a), hook_b)` under its own name (the original is `{name}.pre_hook`), so
+/// every later node reads the hooked value; `hook_a`/`hook_b` are inputs of the node's shape
+/// ([`GraphIo::hook_inputs`], filled from [`super::hooks::NodeHook`]). A hooked `kq_masked`
+/// applies the map to `kq_scaled` and then adds its own mask input (`hook_m`) instead of
+/// `diag_mask_inf`.
+#[allow(clippy::too_many_arguments)]
+pub fn build_graph_hooked(
+    hp: &Hparams,
+    w: &Weights,
+    kv: &KvCache,
+    n_past: usize,
+    n_tokens: usize,
+    n_out: usize,
+    hooked: &[String],
+) -> GraphIo {
     assert!(n_tokens >= 1 && n_out >= 1 && n_out <= n_tokens, "build_graph: n_tokens {n_tokens}, n_out {n_out}");
     assert!(n_past + n_tokens <= kv.n_ctx, "build_graph: {n_past} + {n_tokens} positions > n_ctx {}", kv.n_ctx);
     let size = graph_size(hp);
@@ -201,6 +222,26 @@ pub fn build_graph(hp: &Hparams, w: &Weights, kv: &KvCache, n_past: usize, n_tok
     let (n_embd, n_head, hd) = (hp.n_embd as i64, hp.n_head as i64, hp.head_dim() as i64);
     let (n, past, l) = (n_tokens as i64, n_past, (n_past + n_tokens) as i64);
     let f32_size = GgmlType::F32.type_size();
+    let hook_inputs: core::cell::RefCell<Vec<Tensor>> = core::cell::RefCell::new(Vec::new());
+    // Names a node; a hooked one becomes x·a + b under that name (see build_graph_hooked).
+    let hook = |ctx: &Context, x: Tensor, name: &str| -> Tensor {
+        x.set_name(name);
+        if !hooked.iter().any(|h| h == name) {
+            return x;
+        }
+        x.set_name(&format!("{name}.pre_hook"));
+        let input = |suffix: &str| {
+            let t = ctx.new_tensor(GgmlType::F32, &x.ne[..x.n_dims().max(1)]);
+            t.set_name(&format!("{name}.{suffix}"));
+            t.set_input();
+            t
+        };
+        let (a, b) = (input("hook_a"), input("hook_b"));
+        let out = ctx.add(&ctx.mul(&x, &a), &b);
+        out.set_name(name);
+        hook_inputs.borrow_mut().extend([a, b]);
+        out
+    };
 
     let tokens = ctx.new_tensor_1d(GgmlType::I32, n); // [N]
     tokens.set_name("inp_tokens");
@@ -210,19 +251,15 @@ pub fn build_graph(hp: &Hparams, w: &Weights, kv: &KvCache, n_past: usize, n_tok
     positions.set_input();
 
     // [n_embd, N]. TransformerLens's hook points are named nodes of this graph: see hooks.rs.
-    let embd = ctx.get_rows(&w.token_embd, &tokens);
-    embd.set_name("inp_embd");
-    let pos_embd = ctx.get_rows(&w.position_embd, &positions);
-    pos_embd.set_name("inp_pos_embd");
-    let mut inp_l = ctx.add(&embd, &pos_embd);
-    inp_l.set_name("inpL");
+    let embd = hook(&ctx, ctx.get_rows(&w.token_embd, &tokens), "inp_embd");
+    let pos_embd = hook(&ctx, ctx.get_rows(&w.position_embd, &positions), "inp_pos_embd");
+    let mut inp_l = hook(&ctx, ctx.add(&embd, &pos_embd), "inpL");
 
     for (il, ly) in w.layers.iter().enumerate() {
         let name = |s: &str| format!("l{il}.{s}");
 
         // [n_embd, N]
-        let mut cur = ctx.norm(&inp_l, hp.eps);
-        cur.set_name(&name("norm"));
+        let mut cur = hook(&ctx, ctx.norm(&inp_l, hp.eps), &name("norm"));
         cur = ctx.add(&ctx.mul(&cur, &ly.attn_norm_w), &ly.attn_norm_b);
         cur.set_name(&name("attn_norm"));
 
@@ -252,10 +289,8 @@ pub fn build_graph(hp: &Hparams, w: &Weights, kv: &KvCache, n_past: usize, n_tok
         v_dst.set_name(&name("v_store"));
         // Per-head K and V ([hd, n_head, N]: TransformerLens's hook_k / hook_v) are nodes of
         // their own, so what enters the cache is what a hook on them would leave.
-        let k_heads = ctx.cont_3d(&k_cur, hd, n_head, n);
-        k_heads.set_name(&name("k_heads"));
-        let v_heads = ctx.cont_3d(&v_cur, hd, n_head, n);
-        v_heads.set_name(&name("v_heads"));
+        let k_heads = hook(&ctx, ctx.cont_3d(&k_cur, hd, n_head, n), &name("k_heads"));
+        let v_heads = hook(&ctx, ctx.cont_3d(&v_cur, hd, n_head, n), &name("v_heads"));
         let k_cpy = ctx.cpy(&k_heads, &k_dst);
         k_cpy.set_name(&name("k_cpy"));
         let v_cpy = ctx.cpy(&ctx.transpose(&ctx.reshape_2d(&v_heads, n_embd, n)), &v_dst);
@@ -264,8 +299,7 @@ pub fn build_graph(hp: &Hparams, w: &Weights, kv: &KvCache, n_past: usize, n_tok
         gf.build_forward_expand(&v_cpy);
 
         // Q: [hd, n_head, N] (hook_q; a strided view cannot be reshaped, so cont_3d), then [hd, N, n_head]
-        let q_heads = ctx.cont_3d(&q_cur, hd, n_head, n);
-        q_heads.set_name(&name("q_heads"));
+        let q_heads = hook(&ctx, ctx.cont_3d(&q_cur, hd, n_head, n), &name("q_heads"));
         let q = ctx.permute(&q_heads, 0, 2, 1, 3);
         q.set_name(&name("q"));
 
@@ -280,10 +314,21 @@ pub fn build_graph(hp: &Hparams, w: &Weights, kv: &KvCache, n_past: usize, n_tok
         kq.set_name(&name("kq"));
         let kq_scaled = ctx.scale(&kq, 1.0 / libm_sqrt(hd as f32));
         kq_scaled.set_name(&name("kq_scaled"));
-        let kq_masked = ctx.diag_mask_inf(&kq_scaled, past as i32);
+        let kq_masked = if hooked.contains(&name("kq_masked")) {
+            // TransformerLens hooks the masked scores: the map goes on the scaled ones and the
+            // mask after it (−∞ stays −∞ under scale and add; a fixed value unmasks, hook_m).
+            let m = ctx.new_tensor(GgmlType::F32, &kq_scaled.ne[..3]);
+            m.set_name(&name("kq_masked.hook_m"));
+            m.set_input();
+            hook_inputs.borrow_mut().push(m.clone());
+            let h = hook(&ctx, kq_scaled.clone(), &name("kq_masked"));
+            h.set_name(&name("kq_masked.hooked"));
+            ctx.add(&h, &m)
+        } else {
+            ctx.diag_mask_inf(&kq_scaled, past as i32)
+        };
         kq_masked.set_name(&name("kq_masked"));
-        let kq_soft_max = ctx.soft_max(&kq_masked);
-        kq_soft_max.set_name(&name("kq_soft_max"));
+        let kq_soft_max = hook(&ctx, ctx.soft_max(&kq_masked), &name("kq_soft_max"));
 
         // V^T with L as dim 0 for mul_mat: [L, hd, n_head], a view of the transposed cache
         let v_trans = ctx.view_3d(&kv.v[il], l, hd, n_head, n_ctx_bytes, hd as usize * n_ctx_bytes, 0);
@@ -295,39 +340,30 @@ pub fn build_graph(hp: &Hparams, w: &Weights, kv: &KvCache, n_past: usize, n_tok
         // [hd, n_head, N] → [n_embd, N]
         let kqv_merged = ctx.permute(&kqv, 0, 2, 1, 3);
         kqv_merged.set_name(&name("kqv_merged"));
-        cur = ctx.cont_2d(&kqv_merged, n_embd, n);
-        cur.set_name(&name("kqv_merged_cont"));
+        cur = hook(&ctx, ctx.cont_2d(&kqv_merged, n_embd, n), &name("kqv_merged_cont"));
 
         // [n_embd, N]
-        cur = ctx.add(&ctx.mul_mat(&ly.attn_out_w, &cur), &ly.attn_out_b);
-        cur.set_name(&name("kqv_out"));
+        cur = hook(&ctx, ctx.add(&ctx.mul_mat(&ly.attn_out_w, &cur), &ly.attn_out_b), &name("kqv_out"));
 
-        let ffn_inp = ctx.add(&cur, &inp_l); // [n_embd, N]
-        ffn_inp.set_name(&name("ffn_inp"));
+        let ffn_inp = hook(&ctx, ctx.add(&cur, &inp_l), &name("ffn_inp")); // [n_embd, N]
 
-        cur = ctx.norm(&ffn_inp, hp.eps);
-        cur.set_name(&name("norm2"));
+        cur = hook(&ctx, ctx.norm(&ffn_inp, hp.eps), &name("norm2"));
         cur = ctx.add(&ctx.mul(&cur, &ly.ffn_norm_w), &ly.ffn_norm_b);
         cur.set_name(&name("ffn_norm"));
 
         // [n_ff, N]
-        cur = ctx.add(&ctx.mul_mat(&ly.ffn_up_w, &cur), &ly.ffn_up_b);
-        cur.set_name(&name("ffn_up_b"));
-        cur = ctx.gelu(&cur);
-        cur.set_name(&name("ffn_gelu"));
+        cur = hook(&ctx, ctx.add(&ctx.mul_mat(&ly.ffn_up_w, &cur), &ly.ffn_up_b), &name("ffn_up_b"));
+        cur = hook(&ctx, ctx.gelu(&cur), &name("ffn_gelu"));
         // [n_embd, N]
-        cur = ctx.add(&ctx.mul_mat(&ly.ffn_down_w, &cur), &ly.ffn_down_b);
-        cur.set_name(&name("ffn_out"));
+        cur = hook(&ctx, ctx.add(&ctx.mul_mat(&ly.ffn_down_w, &cur), &ly.ffn_down_b), &name("ffn_out"));
 
-        inp_l = ctx.add(&cur, &ffn_inp); // [n_embd, N]
-        inp_l.set_name(&name("l_out"));
+        inp_l = hook(&ctx, ctx.add(&cur, &ffn_inp), &name("l_out")); // [n_embd, N]
     }
 
     // Only the rows whose logits are wanted go through the head: [n_embd, n_out]
     let last = ctx.view_2d(&inp_l, n_embd, n_out as i64, inp_l.nb[1], (n_tokens - n_out) * inp_l.nb[1]);
     last.set_name("out_rows");
-    let mut cur = ctx.norm(&last, hp.eps);
-    cur.set_name("out_norm");
+    let mut cur = hook(&ctx, ctx.norm(&last, hp.eps), "out_norm");
     cur = ctx.add(&ctx.mul(&cur, &w.output_norm_w), &w.output_norm_b);
     cur.set_name("result_norm");
     let logits = ctx.mul_mat(&w.output, &cur); // [n_vocab, n_out]
@@ -335,7 +371,7 @@ pub fn build_graph(hp: &Hparams, w: &Weights, kv: &KvCache, n_past: usize, n_tok
     logits.set_output();
     gf.build_forward_expand(&logits);
 
-    GraphIo { graph: gf, ctx, tokens, positions, logits }
+    GraphIo { graph: gf, ctx, tokens, positions, logits, hook_inputs: hook_inputs.into_inner() }
 }
 
 /// sqrt without std (Newton's method from the f32 bit-hack guess, exact to f32 rounding).

@@ -227,3 +227,299 @@ pub fn ln_scale(x: &[f32], d: usize, eps: f32) -> Vec<f32> {
         })
         .collect()
 }
+
+/// A selection along one axis: one index or several (`pos` may count from the end).
+#[derive(Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "std", derive(serde::Deserialize, serde::Serialize))]
+#[cfg_attr(feature = "std", serde(untagged))]
+pub enum Sel {
+    One(i64),
+    Many(Vec<i64>),
+}
+
+/// A hook's value: a number, or an array (see [`Hook`]).
+#[derive(Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "std", derive(serde::Deserialize, serde::Serialize))]
+#[cfg_attr(feature = "std", serde(untagged))]
+pub enum HookValue {
+    Number(f32),
+    Array(Vec<f32>),
+}
+
+/// What a hook does to its slice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "std", derive(serde::Deserialize, serde::Serialize))]
+#[cfg_attr(feature = "std", serde(rename_all = "lowercase"))]
+pub enum HookOp {
+    /// The slice becomes 0.
+    Zero,
+    /// Multiplied by `value` (a number).
+    Scale,
+    /// Plus `value`: a number, or the slice at one position (the pos axis dropped), added at
+    /// every selected position.
+    Add,
+    /// Replaced by `value`: the whole slice, row-major (activation patching).
+    Set,
+}
+
+/// An intervention at a TransformerLens hook point, as a forward hook that returns the
+/// modified tensor: `{ at, op, head?, pos?, index?, value? }` (issue 24's contract). The
+/// slice is the product of the selections along the head axis, the position axis (the query
+/// axis of `hook_attn_scores`/`hook_pattern`) and the last axis; an axis not selected is whole.
+#[derive(Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "std", derive(serde::Deserialize, serde::Serialize))]
+#[cfg_attr(feature = "std", serde(deny_unknown_fields))]
+pub struct Hook {
+    pub at: String,
+    pub op: HookOp,
+    #[cfg_attr(feature = "std", serde(default, skip_serializing_if = "Option::is_none"))]
+    pub head: Option<Sel>,
+    #[cfg_attr(feature = "std", serde(default, skip_serializing_if = "Option::is_none"))]
+    pub pos: Option<Sel>,
+    #[cfg_attr(feature = "std", serde(default, skip_serializing_if = "Option::is_none"))]
+    pub index: Option<Sel>,
+    #[cfg_attr(feature = "std", serde(default, skip_serializing_if = "Option::is_none"))]
+    pub value: Option<HookValue>,
+}
+
+/// The hooks of one graph node, composed into one elementwise affine map `x·a + b` (every
+/// op is affine in the value, so any sequence of them is): the graph computes
+/// `add(mul(x, a), b)` there and every later node reads that. For `hook_attn_scores` the map
+/// applies before the causal mask, and `m` is the mask added after it (−∞ where a key is in
+/// the future, 0 elsewhere, and 0 where a hook gave a masked entry a fixed value: there
+/// TransformerLens's hook overwrote the −∞).
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeHook {
+    /// The graph node, by its ggml name.
+    pub node: String,
+    /// TransformerLens's shape of the node for this run (row-major; the node's memory order).
+    pub shape: Vec<usize>,
+    pub a: Vec<f32>,
+    pub b: Vec<f32>,
+    pub m: Option<Vec<f32>>,
+}
+
+/// TransformerLens's shape of a hook point for a run of `n` tokens after `n_past`, and its
+/// (head, pos) axes; the index axis is the last.
+fn tl_shape(hook: &str, hp: &Hparams, n: usize, n_past: usize) -> (Vec<usize>, Option<usize>, usize) {
+    let (d, h, hd) = (hp.n_embd, hp.n_head, hp.head_dim());
+    if hook.ends_with("attn.hook_attn_scores") || hook.ends_with("attn.hook_pattern") {
+        (alloc::vec![h, n, n_past + n], Some(0), 1)
+    } else if ["attn.hook_q", "attn.hook_k", "attn.hook_v", "attn.hook_z"].iter().any(|s| hook.ends_with(s)) {
+        (alloc::vec![n, h, hd], Some(1), 0)
+    } else if hook.ends_with("mlp.hook_pre") || hook.ends_with("mlp.hook_post") {
+        (alloc::vec![n, hp.n_ff], None, 0)
+    } else {
+        (alloc::vec![n, d], None, 0)
+    }
+}
+
+/// Resolves a selection along an axis of `len`: indices in the order given.
+fn resolve(sel: &Option<Sel>, len: usize, negative_ok: bool, what: &str, at: &str) -> Result<Vec<usize>, ModelError> {
+    let Some(sel) = sel else { return Ok((0..len).collect()) };
+    let raw: Vec<i64> = match sel {
+        Sel::One(i) => alloc::vec![*i],
+        Sel::Many(v) => v.clone(),
+    };
+    if raw.is_empty() {
+        return Err(ModelError::Invalid(format!("hook at '{at}': {what} selects nothing (an empty list)")));
+    }
+    raw.iter()
+        .map(|&i| {
+            let j = if negative_ok && i < 0 { i + len as i64 } else { i };
+            if j < 0 || j >= len as i64 {
+                Err(ModelError::Invalid(format!("hook at '{at}': {what} {i} is out of range (0..{len})")))
+            } else {
+                Ok(j as usize)
+            }
+        })
+        .collect()
+}
+
+/// Plans `hooks` for a run of `n` tokens after `n_past`: checks every hook (the name, its
+/// axes, ranges, the value's kind and length: `invalid` naming it) and composes each node's
+/// hooks, in TransformerLens's forward order and then the array's, into one [`NodeHook`].
+/// `allow_pos`: false where hooks apply at every evaluated position (generation).
+pub fn plan(
+    hooks: &[Hook],
+    hp: &Hparams,
+    n: usize,
+    n_past: usize,
+    allow_pos: bool,
+) -> Result<Vec<NodeHook>, ModelError> {
+    let order = hook_names(hp);
+    let mut sorted: Vec<(usize, &Hook)> = Vec::new();
+    for h in hooks {
+        let p = hook_point(&h.at, hp)?;
+        let Source::Node(node) = p.source else {
+            return Err(ModelError::Invalid(format!(
+                "hook at '{}': a LayerNorm scale is a capture only (hook the hook_normalized beside it)",
+                h.at
+            )));
+        };
+        if h.pos.is_some() && !allow_pos {
+            return Err(ModelError::Invalid(format!(
+                "hook at '{}': 'pos' is not allowed here (generation applies hooks at every evaluated position)",
+                h.at
+            )));
+        }
+        let _ = node;
+        sorted.push((order.iter().position(|o| o == &h.at).unwrap_or(usize::MAX), h));
+    }
+    sorted.sort_by_key(|&(i, _)| i);
+    let mut out: Vec<NodeHook> = Vec::new();
+    for (_, h) in sorted {
+        let Source::Node(node) = hook_point(&h.at, hp)?.source else { unreachable!("checked above") };
+        let (shape, head_ax, pos_ax) = tl_shape(&h.at, hp, n, n_past);
+        let last = shape.len() - 1;
+        let scores = h.at.ends_with("attn.hook_attn_scores");
+        let i = match out.iter().position(|o| o.node == node) {
+            Some(i) => i,
+            None => {
+                let len: usize = shape.iter().product();
+                let m = scores.then(|| {
+                    // [head, query, key]: key k of query q is in the future past n_past + q.
+                    let (nq, nk) = (shape[1], shape[2]);
+                    (0..len).map(|e| if (e % nk) > n_past + (e / nk) % nq { f32::NEG_INFINITY } else { 0.0 }).collect()
+                });
+                out.push(NodeHook {
+                    node,
+                    shape: shape.clone(),
+                    a: alloc::vec![1.0; len],
+                    b: alloc::vec![0.0; len],
+                    m,
+                });
+                out.len() - 1
+            }
+        };
+        let mut sel: Vec<Vec<usize>> = shape.iter().map(|&d| (0..d).collect()).collect();
+        if h.head.is_some() {
+            let ax = head_ax.ok_or_else(|| ModelError::Invalid(format!("hook at '{}': it has no head axis", h.at)))?;
+            sel[ax] = resolve(&h.head, shape[ax], false, "head", &h.at)?;
+        }
+        sel[pos_ax] = resolve(&h.pos, shape[pos_ax], true, "pos", &h.at)?;
+        if h.index.is_some() {
+            sel[last] = resolve(&h.index, shape[last], false, "index", &h.at)?;
+        }
+        let slice: usize = sel.iter().map(|s| s.len()).product();
+        let per_pos = slice / sel[pos_ax].len();
+        let number = |what: &str| -> Result<f32, ModelError> {
+            match &h.value {
+                Some(HookValue::Number(v)) => Ok(*v),
+                _ => Err(ModelError::Invalid(format!("hook at '{}': '{what}' needs a number 'value'", h.at))),
+            }
+        };
+        // (offset of every element of the slice, its row-major rank within the slice, its rank at one position)
+        let strides: Vec<usize> = (0..shape.len()).map(|k| shape[k + 1..].iter().product()).collect();
+        let mut elems: Vec<(usize, usize, usize)> = Vec::with_capacity(slice);
+        let mut idx = alloc::vec![0usize; shape.len()];
+        for rank in 0..slice {
+            let off: usize = (0..shape.len()).map(|k| sel[k][idx[k]] * strides[k]).sum();
+            // Rank with the pos axis dropped.
+            let mut r = 0;
+            for k in 0..shape.len() {
+                if k != pos_ax {
+                    r = r * sel[k].len() + idx[k];
+                }
+            }
+            elems.push((off, rank, r));
+            for k in (0..shape.len()).rev() {
+                idx[k] += 1;
+                if idx[k] < sel[k].len() {
+                    break;
+                }
+                idx[k] = 0;
+            }
+        }
+        let nh = &mut out[i];
+        match h.op {
+            HookOp::Zero => {
+                if h.value.is_some() {
+                    return Err(ModelError::Invalid(format!("hook at '{}': 'zero' takes no 'value'", h.at)));
+                }
+                for &(o, _, _) in &elems {
+                    (nh.a[o], nh.b[o]) = (0.0, 0.0);
+                }
+            }
+            HookOp::Scale => {
+                let v = number("scale")?;
+                for &(o, _, _) in &elems {
+                    (nh.a[o], nh.b[o]) = (nh.a[o] * v, nh.b[o] * v);
+                }
+            }
+            HookOp::Add => match &h.value {
+                Some(HookValue::Number(v)) => elems.iter().for_each(|&(o, _, _)| nh.b[o] += v),
+                Some(HookValue::Array(v)) if v.len() == per_pos => elems.iter().for_each(|&(o, _, r)| nh.b[o] += v[r]),
+                Some(HookValue::Array(v)) => {
+                    return Err(ModelError::Invalid(format!(
+                        "hook at '{}': an 'add' value has {} numbers, the slice at one position has {per_pos}",
+                        h.at,
+                        v.len()
+                    )))
+                }
+                None => return Err(ModelError::Invalid(format!("hook at '{}': 'add' needs a 'value'", h.at))),
+            },
+            HookOp::Set => match &h.value {
+                Some(HookValue::Array(v)) if v.len() == slice => {
+                    for &(o, rank, _) in &elems {
+                        (nh.a[o], nh.b[o]) = (0.0, v[rank]);
+                    }
+                }
+                Some(HookValue::Array(v)) => {
+                    return Err(ModelError::Invalid(format!(
+                        "hook at '{}': a 'set' value has {} numbers, the slice has {slice}",
+                        h.at,
+                        v.len()
+                    )))
+                }
+                _ => return Err(ModelError::Invalid(format!("hook at '{}': 'set' needs an array 'value'", h.at))),
+            },
+        }
+        // A masked score that a hook fixed (a = 0) holds that value, as TransformerLens's does.
+        if let Some(m) = nh.m.as_mut() {
+            for &(o, _, _) in &elems {
+                if nh.a[o] == 0.0 {
+                    m[o] = 0.0;
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Expands capture patterns into hook point names, in TransformerLens's forward order: `*`
+/// stands for any run of characters within one dot-separated part (`blocks.*.hook_resid_post`).
+/// A pattern that names no hook point is `invalid`.
+pub fn expand_capture(patterns: &[String], hp: &Hparams) -> Result<Vec<String>, ModelError> {
+    let all = hook_names(hp);
+    let mut keep = alloc::vec![false; all.len()];
+    for p in patterns {
+        let mut any = false;
+        for (i, name) in all.iter().enumerate() {
+            if matches(p, name) {
+                keep[i] = true;
+                any = true;
+            }
+        }
+        if !any {
+            return Err(ModelError::Invalid(format!(
+                "capture '{p}' names no hook point (TransformerLens names, e.g. 'blocks.*.hook_resid_post')"
+            )));
+        }
+    }
+    Ok(all.into_iter().zip(keep).filter(|(_, k)| *k).map(|(n, _)| n).collect())
+}
+
+/// Whether `name` matches `pattern` part by part (`*` within one part).
+fn matches(pattern: &str, name: &str) -> bool {
+    let (p, n): (Vec<&str>, Vec<&str>) = (pattern.split('.').collect(), name.split('.').collect());
+    p.len() == n.len() && p.iter().zip(&n).all(|(p, n)| glob(p.as_bytes(), n.as_bytes()))
+}
+
+fn glob(p: &[u8], s: &[u8]) -> bool {
+    match p.split_first() {
+        None => s.is_empty(),
+        Some((b'*', rest)) => (0..=s.len()).any(|i| glob(rest, &s[i..])),
+        Some((c, rest)) => s.first() == Some(c) && glob(rest, &s[1..]),
+    }
+}

@@ -19,6 +19,7 @@ use serde_json::{Map, Value};
 use super::sampling::SamplingParams;
 use super::session::GenerateOptions;
 use super::ModelError;
+use crate::model::hooks::Hook;
 use crate::types::GgmlType;
 
 fn invalid(msg: String) -> ModelError {
@@ -26,7 +27,8 @@ fn invalid(msg: String) -> ModelError {
 }
 
 /// Keys `generate` reads (besides `special` and `signal`, which the JS side takes).
-pub const GENERATE_KEYS: [&str; 13] = [
+pub const GENERATE_KEYS: [&str; 14] = [
+    "hooks",
     "maxTokens",
     "temperature",
     "topK",
@@ -181,7 +183,16 @@ pub fn parse_generate(json: &str) -> Result<GenerateOptions, ModelError> {
         stop: opt_strings(&map, WHAT, "stop")?,
         top_logprobs: opt_uint(&map, WHAT, "topLogprobs", 0, max)?.map_or(dg.top_logprobs, |n| n as usize),
         reuse_prompt: opt_bool(&map, WHAT, "reusePrompt")?.unwrap_or(dg.reuse_prompt),
+        hooks: opt_hooks(&map, WHAT)?,
     })
+}
+
+/// The `hooks` option: `[{ at, op, head?, pos?, index?, value? }]` (see [`Hook`]).
+pub fn opt_hooks(map: &Map<String, Value>, what: &str) -> Result<Vec<Hook>, ModelError> {
+    match map.get("hooks") {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(v) => serde_json::from_value(v.clone()).map_err(|e| invalid(format!("{what}: hooks: {e}"))),
+    }
 }
 
 /// `score`'s options: the `topK` entries per row.

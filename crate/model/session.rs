@@ -37,6 +37,7 @@ use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 
 use super::context::{Batch, Chunk, Gpt2, Logits, TapValue};
+use super::hooks::Hook;
 use super::logprobs::RowStats;
 use super::sampling::{Sampler, SamplingParams};
 use super::stop::StopHold;
@@ -60,6 +61,10 @@ pub struct GenerateOptions {
     /// Reuse the KV cache's longest common prefix with the prompt (the prompt cache; JS
     /// `reusePrompt`, default true). False evaluates the whole prompt from position 0.
     pub reuse_prompt: bool,
+    /// Interventions at TransformerLens's hook points, applied at every evaluated position
+    /// (prompt and each new token) before K and V enter the cache; no `pos` here. The prompt
+    /// cache is reused only under the same hooks.
+    pub hooks: Vec<Hook>,
 }
 
 impl Default for GenerateOptions {
@@ -72,6 +77,7 @@ impl Default for GenerateOptions {
             stop: Vec::new(),
             top_logprobs: 0,
             reuse_prompt: true,
+            hooks: Vec::new(),
         }
     }
 }
@@ -163,6 +169,17 @@ pub struct Trace {
     pub compute_bytes: usize,
 }
 
+/// What [`Session::run`] returns.
+#[derive(Clone, Debug)]
+pub struct Run {
+    pub tokens: Vec<u32>,
+    /// `[n][n_vocab]`, every position.
+    pub logits: Vec<f32>,
+    /// The captured hook points, by TransformerLens's names, in its forward order; `ne` is
+    /// TransformerLens's shape reversed.
+    pub cache: Vec<TapValue>,
+}
+
 /// Receives `(first position, [n][n_vocab] logits)` per evaluated chunk.
 type RowSink<'a> = dyn FnMut(usize, &[f32]) + 'a;
 
@@ -206,6 +223,8 @@ pub struct Session {
     cache: Vec<u32>,
     /// `rows[i]` predicts `cache[i + 1]`, from the last `score`.
     rows: Vec<Row>,
+    /// The hooks the cache's K/V were computed under (empty: none).
+    cache_hooks: Vec<Hook>,
     gen: Option<Generation>,
     last_stats: GenerationStats,
 }
@@ -217,6 +236,7 @@ impl Session {
             tokenizer: loaded.tokenizer,
             cache: Vec::new(),
             rows: Vec::new(),
+            cache_hooks: Vec::new(),
             gen: None,
             last_stats: GenerationStats::default(),
         }
@@ -245,7 +265,11 @@ impl Session {
         self.model.check_batch(tokens, 0)
     }
 
-    fn common_prefix(&self, tokens: &[u32]) -> usize {
+    /// Positions of `tokens` the cache holds, computed under `hooks` (none under others).
+    fn common_prefix(&self, tokens: &[u32], hooks: &[Hook]) -> usize {
+        if self.cache_hooks != hooks {
+            return 0;
+        }
         self.cache.iter().zip(tokens).take_while(|(a, b)| a == b).count()
     }
 
@@ -269,9 +293,10 @@ impl Session {
     ) -> Result<Vec<f32>, ModelError> {
         self.cache.truncate(keep);
         self.rows.truncate(keep);
+        self.cache_hooks.clear();
         let n_vocab = self.model.hparams.n_vocab;
         let logits = if rows.is_some() { Logits::All } else { Logits::Last };
-        let batch = Batch { tokens: &tokens[keep..], n_past: keep, logits, taps: &[] };
+        let batch = Batch { tokens: &tokens[keep..], n_past: keep, logits, taps: &[], hooks: &[] };
         let Session { model, cache, .. } = self;
         let mut last = Vec::new();
         let mut sink = |c: Chunk<'_>| {
@@ -290,7 +315,7 @@ impl Session {
     pub async fn logits(&mut self, tokens: &[u32]) -> Result<Vec<f32>, ModelError> {
         self.end_generation();
         self.check_tokens(tokens)?;
-        let keep = self.common_prefix(tokens).min(tokens.len() - 1);
+        let keep = self.common_prefix(tokens, &[]).min(tokens.len() - 1);
         self.truncate(keep);
         self.prefill(tokens, keep, None).await
     }
@@ -303,7 +328,7 @@ impl Session {
         self.check_tokens(tokens)?;
         let webgpu_start = self.model.webgpu_stats();
         let n = tokens.len();
-        let c = self.common_prefix(tokens);
+        let c = self.common_prefix(tokens, &[]);
         // Row i is reusable while tokens[..=i+1] are the cached ones and it kept enough top entries.
         let reusable = self.rows.iter().take_while(|r| r.top.len() >= top_k).count().min(c.saturating_sub(1));
         let (keep, cached) = if reusable >= n - 1 && c >= n { (n, n) } else { (reusable, reusable) };
@@ -366,7 +391,9 @@ impl Session {
             }
         }
         self.truncate(0);
-        let out = self.model.decode(Batch { tokens, n_past: 0, logits: Logits::None, taps: &names }).await?;
+        self.cache_hooks.clear();
+        let out =
+            self.model.decode(Batch { tokens, n_past: 0, logits: Logits::None, taps: &names, hooks: &[] }).await?;
         self.cache.extend_from_slice(tokens);
         let take = |name: &str| -> Vec<f32> {
             out.taps.iter().find(|v| v.name == name).map(|v| v.data.clone()).unwrap_or_default()
@@ -379,6 +406,25 @@ impl Session {
         Ok(Trace { tokens: tokens.to_vec(), attn, hidden, nodes, compute_bytes: out.compute_bytes })
     }
 
+    /// One forward pass over `tokens` from position 0 with `hooks` applied and the hook
+    /// points named by `capture` kept (TransformerLens's names; `*` stands for any run of
+    /// characters within one dot-separated part): every position's logits and the captured
+    /// values, with TransformerLens's shapes. The prompt cache is not reused; afterwards the
+    /// cache holds `tokens` under these hooks.
+    pub async fn run(&mut self, tokens: &[u32], capture: &[String], hooks: &[Hook]) -> Result<Run, ModelError> {
+        self.end_generation();
+        self.check_tokens(tokens)?;
+        let hp = self.model.hparams.clone();
+        let names = super::hooks::expand_capture(capture, &hp)?;
+        let (_, tl) = super::hooks::split_taps(&names, &hp)?;
+        self.truncate(0);
+        self.cache_hooks = hooks.to_vec();
+        let batch = Batch { tokens, n_past: 0, logits: Logits::All, taps: &tl.nodes, hooks };
+        let out = self.model.decode(batch).await?;
+        self.cache.extend_from_slice(tokens);
+        Ok(Run { tokens: tokens.to_vec(), logits: out.logits, cache: tl.values(&out.taps, hp.eps) })
+    }
+
     /// Begins a generation from `prompt`; evaluates nothing yet. Returns the prompt
     /// positions reused from the cache.
     pub fn start(&mut self, prompt: Vec<u32>, opts: GenerateOptions) -> Result<usize, ModelError> {
@@ -388,8 +434,11 @@ impl Session {
         if let Some(&(bad, _)) = opts.logit_bias.iter().find(|(t, _)| *t as usize >= n_vocab) {
             return Err(ModelError::BadToken { id: bad, n_vocab });
         }
-        let keep = if opts.reuse_prompt { self.common_prefix(&prompt).min(prompt.len() - 1) } else { 0 };
+        // The hooks are checked now (names, ranges, values), as for a one-token step.
+        super::hooks::plan(&opts.hooks, &self.model.hparams, 1, 0, false)?;
+        let keep = if opts.reuse_prompt { self.common_prefix(&prompt, &opts.hooks).min(prompt.len() - 1) } else { 0 };
         self.truncate(keep);
+        self.cache_hooks = opts.hooks.clone();
         let stops = opts.stop.clone();
         self.gen = Some(Generation {
             history: prompt.clone(),
@@ -428,7 +477,8 @@ impl Session {
         let to = (from + n_batch).min(len);
         let chunk: Vec<u32> = g.prompt[from..to].to_vec();
         let logits = if to == len { Logits::Last } else { Logits::None };
-        match self.model.decode(Batch { tokens: &chunk, n_past: from, logits, taps: &[] }).await {
+        let hooks = &self.gen.as_ref().expect("generation present").opts.hooks;
+        match self.model.decode(Batch { tokens: &chunk, n_past: from, logits, taps: &[], hooks }).await {
             Ok(out) => {
                 self.cache.extend_from_slice(&chunk);
                 let g = self.gen.as_mut().expect("generation present");
@@ -487,7 +537,8 @@ impl Session {
             }
             if let Some(t) = g.pending.take() {
                 let pos = self.cache.len();
-                let out = self.model.decode(Batch::last(&[t], pos)).await?;
+                let hooks = &self.gen.as_ref().expect("generation present").opts.hooks;
+                let out = self.model.decode(Batch { hooks, ..Batch::last(&[t], pos) }).await?;
                 self.cache.push(t);
                 self.gen.as_mut().expect("generation present").logits = out.logits;
             }

@@ -195,3 +195,158 @@ fn the_reference_is_complete() {
     assert_eq!(r.block("sae/l0").0, [p]);
     assert!(fixture("tiny-sae/cfg.json").exists() && fixture("tiny-sae/sae_weights.safetensors").exists());
 }
+
+/// The largest |Δ| between our logits at TransformerLens's columns and its block.
+fn logits_delta(r: &Ref, logits: &[f32], n_vocab: usize, block: &str) -> f32 {
+    let cols = r.ids("logit_ids");
+    let (shape, want) = r.block(block);
+    assert_eq!(shape, vec![(logits.len() / n_vocab) as i64, cols.len() as i64]);
+    let mut worst = 0f32;
+    for (p, row) in logits.chunks(n_vocab).enumerate() {
+        for (j, &c) in cols.iter().enumerate() {
+            worst = worst.max((row[c as usize] - want[p * cols.len() + j]).abs());
+        }
+    }
+    worst
+}
+
+fn hooks_of(v: &Value) -> Vec<ggweb::model::hooks::Hook> {
+    serde_json::from_value(v.clone()).unwrap()
+}
+
+#[test]
+fn zero_scale_add_set_hooks_give_transformer_lens_logits() {
+    let r = Ref::load();
+    let mut s = session();
+    let prompt = r.ids("prompt");
+    let n_vocab = s.model.hparams.n_vocab;
+    let cases = r.json["hooks"].as_array().unwrap();
+    assert_eq!(cases.len(), 16);
+    for (i, case) in cases.iter().enumerate() {
+        let hooks = hooks_of(&case["hooks"]);
+        let run = block_on(s.run(&prompt, &[], &hooks)).unwrap();
+        assert_eq!(run.logits.len(), prompt.len() * n_vocab);
+        // The bound for hooked logits.
+        let d = logits_delta(&r, &run.logits, n_vocab, &format!("hooks/{i}/logits"));
+        assert!(d <= 1e-4, "hook case {i} ({}): max |Δ| {d:e}", case["hooks"]);
+        let last = &run.logits[(prompt.len() - 1) * n_vocab..];
+        let mut top: Vec<u32> = (0..n_vocab as u32).collect();
+        top.sort_by(|&a, &b| last[b as usize].total_cmp(&last[a as usize]));
+        let want: Vec<u32> = case["top_ids"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect();
+        assert_eq!(&top[..want.len()], &want[..], "hook case {i}: top ids");
+    }
+    // Unhooked, the same call gives the plain logits (the hooks left nothing behind).
+    let plain = block_on(s.run(&prompt, &[], &[])).unwrap();
+    let again = block_on(s.logits(&prompt)).unwrap();
+    assert_eq!(&plain.logits[(prompt.len() - 1) * n_vocab..], &again[..]);
+}
+
+#[test]
+fn run_captures_equal_trace_and_the_hooked_value_is_captured() {
+    let r = Ref::load();
+    let mut s = session();
+    let prompt = r.ids("prompt");
+    let run = block_on(s.run(&prompt, &["blocks.*.hook_resid_post".into(), "hook_embed".into()], &[])).unwrap();
+    let names: Vec<&str> = run.cache.iter().map(|v| v.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["hook_embed", "blocks.0.hook_resid_post", "blocks.1.hook_resid_post", "blocks.2.hook_resid_post"]
+    );
+    for v in &run.cache {
+        let (shape, want) = r.block(&format!("capture/{}", v.name));
+        assert_eq!(tl_shape(v.ne, shape.len()), shape);
+        let d = v.data.iter().zip(want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        assert!(d <= TOL, "{}: max |Δ| {d:e}", v.name);
+    }
+    // A zero hook at a point: its capture is the hooked value (all zeros at head 2).
+    let hooks = hooks_of(&serde_json::json!([{ "at": "blocks.1.attn.hook_z", "op": "zero", "head": 2 }]));
+    let run = block_on(s.run(&prompt, &["blocks.1.attn.hook_z".into()], &hooks)).unwrap();
+    let z = &run.cache[0];
+    let (n_head, hd) = (z.ne[1] as usize, z.ne[0] as usize);
+    for (i, x) in z.data.iter().enumerate() {
+        if (i / hd) % n_head == 2 {
+            assert_eq!(*x, 0.0);
+        }
+    }
+    assert!(z.data.iter().any(|&x| x != 0.0));
+}
+
+#[test]
+fn bad_hooks_and_captures_are_invalid_by_name_and_leave_the_session_usable() {
+    let r = Ref::load();
+    let mut s = session();
+    let prompt = r.ids("prompt");
+    let bad = [
+        (
+            serde_json::json!([{ "at": "blocks.9.hook_resid_pre", "op": "zero" }]),
+            "no hook point named 'blocks.9.hook_resid_pre'",
+        ),
+        (serde_json::json!([{ "at": "blocks.0.hook_resid_pre", "op": "zero", "head": 0 }]), "it has no head axis"),
+        (
+            serde_json::json!([{ "at": "blocks.0.attn.hook_z", "op": "zero", "head": 4 }]),
+            "head 4 is out of range (0..4)",
+        ),
+        (
+            serde_json::json!([{ "at": "blocks.0.hook_resid_pre", "op": "zero", "pos": -11 }]),
+            "pos -11 is out of range (0..10)",
+        ),
+        (
+            serde_json::json!([{ "at": "blocks.0.hook_resid_pre", "op": "add", "value": [1.0, 2.0] }]),
+            "an 'add' value has 2 numbers, the slice at one position has 32",
+        ),
+        (
+            serde_json::json!([{ "at": "blocks.0.hook_resid_pre", "op": "set", "pos": 0, "value": [1.0] }]),
+            "a 'set' value has 1 numbers, the slice has 32",
+        ),
+        (serde_json::json!([{ "at": "blocks.0.hook_resid_pre", "op": "scale" }]), "'scale' needs a number 'value'"),
+        (serde_json::json!([{ "at": "blocks.0.ln1.hook_scale", "op": "zero" }]), "a LayerNorm scale is a capture only"),
+    ];
+    for (spec, msg) in bad {
+        let e = block_on(s.run(&prompt, &[], &hooks_of(&spec))).unwrap_err();
+        assert!(matches!(&e, ModelError::Invalid(m) if m.contains(msg)), "{spec}: {e}");
+    }
+    let e = block_on(s.run(&prompt, &["blocks.*.hook_nothing".into()], &[])).unwrap_err();
+    assert!(
+        matches!(&e, ModelError::Invalid(m) if m.contains("capture 'blocks.*.hook_nothing' names no hook point")),
+        "{e}"
+    );
+    let opts = ggweb::model::session::GenerateOptions {
+        hooks: hooks_of(&serde_json::json!([{ "at": "blocks.0.hook_resid_pre", "op": "zero", "pos": 0 }])),
+        ..Default::default()
+    };
+    let e = s.start(prompt.clone(), opts).unwrap_err();
+    assert!(matches!(&e, ModelError::Invalid(m) if m.contains("'pos' is not allowed here")), "{e}");
+    // Still usable.
+    assert!(block_on(s.run(&prompt, &[], &[])).is_ok());
+}
+
+#[test]
+fn steered_greedy_generation_equals_transformer_lens_without_a_kv_cache() {
+    let r = Ref::load();
+    let mut s = session();
+    for case in r.json["steer"].as_array().unwrap() {
+        let prompt: Vec<u32> = case["prompt"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect();
+        let want: Vec<u32> = case["tokens"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect();
+        let unsteered: Vec<u32> =
+            case["unsteered"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect();
+        for (hooks, want) in [(hooks_of(&case["hooks"]), &want), (Vec::new(), &unsteered)] {
+            for reuse_prompt in [true, false] {
+                let mut opts = ggweb::model::session::GenerateOptions {
+                    max_tokens: want.len(),
+                    ignore_eos: true,
+                    hooks: hooks.clone(),
+                    reuse_prompt,
+                    ..Default::default()
+                };
+                opts.sampling.temperature = 0.0;
+                s.start(prompt.clone(), opts).unwrap();
+                while !block_on(s.prompt_step()).unwrap() {}
+                let mut got = Vec::new();
+                while let Some(item) = block_on(s.next()).unwrap() {
+                    got.push(item.token);
+                }
+                assert_eq!(&got, want, "hooks {}, reusePrompt {reuse_prompt}", hooks.len());
+            }
+        }
+    }
+}
