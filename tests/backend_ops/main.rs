@@ -36,12 +36,19 @@ fn filter() -> String {
 /// configured by `setup`, which `reset` undoes.
 fn check_cpu(label: &str, setup: impl Fn(), reset: impl Fn()) {
     let _one = CPU_ISA.lock().unwrap_or_else(|p| p.into_inner());
+    /// Undoes `setup` however the test ends.
+    struct Reset<F: Fn()>(F);
+    impl<F: Fn()> Drop for Reset<F> {
+        fn drop(&mut self) {
+            (self.0)()
+        }
+    }
+    let _reset = Reset(reset);
     setup();
     let cpu = CpuBackend::new(2);
     let t =
         Target { label: label.into(), backend: &cpu, read: Read::Blocking, rounds_activations: true, kind: Kind::Cpu };
     let r = block_on(check_all(&t, &filter(), &|l| eprintln!("{l}")));
-    reset();
     for (c, why) in &r.not_supported {
         eprintln!("NOTE {label}: {c} not run: {why}");
     }
