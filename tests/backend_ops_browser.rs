@@ -68,7 +68,9 @@ async fn cpu_scalar() {
     check_cpu("cpu(wasm scalar)").await;
 }
 
-#[cfg(feature = "webgpu")]
+/// Both mat-mul kernel families on the browser's adapter (~20 s each in SwiftShader). Not
+/// in the relaxed-SIMD build, which changes only the CPU's kernels.
+#[cfg(all(feature = "webgpu", not(target_feature = "relaxed-simd")))]
 #[wasm_bindgen_test]
 async fn webgpu() {
     use ggweb::webgpu::{MatMulKernels, WebGpuBackend, WebGpuOptions};

@@ -11,7 +11,6 @@ mod support {
 }
 
 use ggweb::cpu::simd;
-use ggweb::types::GgmlType::{F16, F32};
 use support::rng::Rng;
 use support::simd_checks;
 use support::tensors::*;
