@@ -483,6 +483,7 @@ pub enum Read<'a> {
     /// The browser cannot block: WebGPU's async read.
     #[cfg(all(target_arch = "wasm32", feature = "webgpu"))]
     WebGpu(&'a ggweb::webgpu::WebGpuBackend),
+    /// Keeps `'a` used in builds without the WebGpu variant; never constructed.
     #[doc(hidden)]
     _Lifetime(std::marker::PhantomData<&'a ()>),
 }
