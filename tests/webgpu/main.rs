@@ -13,6 +13,9 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+#[path = "../backend_ops/suite.rs"]
+mod suite;
+
 mod sched_webgpu;
 mod webgpu_load;
 mod webgpu_ops;
