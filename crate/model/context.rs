@@ -571,6 +571,32 @@ impl Gpt2 {
         Ok(Decoded { logits, taps, compute_bytes })
     }
 
+    /// The model's head on given residuals: `x` is `[rows][n_embd]`, each row through
+    /// `ln_final` with its own statistics and the unembedding; returns `[rows][n_vocab]`
+    /// (the logit lens). A graph of its own on compute buffers of its own.
+    pub async fn head(&mut self, x: &[f32], rows: usize) -> Result<Vec<f32>, ModelError> {
+        let e = self.hparams.n_embd;
+        if rows == 0 || x.len() != rows * e {
+            return Err(ModelError::Invalid(format!("head: {} values for {rows} rows of {e}", x.len())));
+        }
+        let ctx = Context::new(ContextParams { mem_size: 16 * TENSOR_OVERHEAD, no_alloc: true });
+        let inp = ctx.new_tensor_2d(GgmlType::F32, e as i64, rows as i64); // [n_embd, rows]
+        inp.set_name("lens_inp");
+        inp.set_input();
+        let cur = ctx.norm(&inp, self.hparams.eps);
+        let cur = ctx.add(&ctx.mul(&cur, &self.weights.output_norm_w), &self.weights.output_norm_b);
+        let logits = ctx.mul_mat(&self.weights.output, &cur); // [n_vocab, rows]
+        logits.set_name("lens_logits");
+        logits.set_output();
+        let mut gf = Graph::with_size(16);
+        gf.build_forward_expand(&logits);
+        let mut sched = Sched::new(self.sched.backends().to_vec())?;
+        sched.alloc_graph(&gf)?;
+        inp.set_bytes(bytemuck::cast_slice(x), 0);
+        sched.graph_compute(&gf)?;
+        self.read_f32(&logits).await
+    }
+
     /// A computed contiguous f32 tensor's values, read by the backend whose buffer holds it
     /// ([`Backend::tensor_get_async`]: WebGPU memory reads back asynchronously).
     pub async fn read_f32(&self, t: &Tensor) -> Result<Vec<f32>, ModelError> {

@@ -169,6 +169,29 @@ pub struct Trace {
     pub compute_bytes: usize,
 }
 
+/// What [`Session::logit_lens`] returns.
+#[derive(Clone, Debug)]
+pub struct Lens {
+    pub tokens: Vec<u32>,
+    /// n_layer + 1.
+    pub layers: usize,
+    /// `[layer][pos]`: the k most likely tokens and their logprobs, every position.
+    pub top: Vec<Vec<Vec<(u32, f32)>>>,
+    /// `[layer]`, length n − 1: ln p(tokens[i + 1]) at position i.
+    pub logprobs: Vec<Vec<f32>>,
+}
+
+/// What [`Session::patch`] returns.
+#[derive(Clone, Debug)]
+pub struct Patch {
+    /// `[n_layer, n_pos]`, or `[n_layer, n_head]` for `z`.
+    pub shape: Vec<usize>,
+    /// Row-major over `shape`: the logit difference with that activation patched.
+    pub cells: Vec<f32>,
+    pub clean_diff: f32,
+    pub corrupted_diff: f32,
+}
+
 /// What [`Session::run`] returns.
 #[derive(Clone, Debug)]
 pub struct Run {
@@ -423,6 +446,131 @@ impl Session {
         let out = self.model.decode(batch).await?;
         self.cache.extend_from_slice(tokens);
         Ok(Run { tokens: tokens.to_vec(), logits: out.logits, cache: tl.values(&out.taps, hp.eps) })
+    }
+
+    /// The logit lens: the residual stream before each block and after the last
+    /// (`blocks.0.hook_resid_pre` .. the final residual), each through `ln_final` with its own
+    /// statistics and the unembedding (TransformerLens `apply_ln_to_stack(recompute_ln=True)`).
+    /// Layer `n_layer` equals the model's logits.
+    pub async fn logit_lens(&mut self, tokens: &[u32], top_k: usize) -> Result<Lens, ModelError> {
+        let n_layer = self.model.hparams.n_layer;
+        let mut capture: Vec<String> = (0..n_layer).map(|l| alloc::format!("blocks.{l}.hook_resid_pre")).collect();
+        capture.push(alloc::format!("blocks.{}.hook_resid_post", n_layer - 1));
+        let run = self.run(tokens, &capture, &[]).await?;
+        let (n, n_vocab) = (tokens.len(), self.model.hparams.n_vocab);
+        let mut lens = Lens { tokens: tokens.to_vec(), layers: n_layer + 1, top: Vec::new(), logprobs: Vec::new() };
+        for name in &capture {
+            let resid = &run.cache.iter().find(|v| &v.name == name).expect("captured").data;
+            let logits = self.model.head(resid, n).await?;
+            let (mut top, mut lp) = (Vec::with_capacity(n), Vec::with_capacity(n.saturating_sub(1)));
+            for (p, row) in logits.chunks(n_vocab).enumerate() {
+                let st = RowStats::new(row);
+                top.push(st.top(row, top_k));
+                if p + 1 < n {
+                    lp.push(st.logprob(row[tokens[p + 1] as usize]));
+                }
+            }
+            lens.top.push(top);
+            lens.logprobs.push(lp);
+        }
+        Ok(lens)
+    }
+
+    /// An activation patching sweep (TransformerLens `patching.get_act_patch_*`): each cell is
+    /// `logits[last, answer] − logits[last, against]` of the `corrupted` run with one
+    /// activation of the `clean` run patched in. `at`: `resid_pre`, `attn_out`, `mlp_out`
+    /// (cells `[layer][pos]`) or `z` (`[layer][head]`, every position of the head at once).
+    /// A position's cells re-use the corrupted run's K/V of the positions before it (a patch
+    /// at position p changes nothing before p): positions are swept from the last down.
+    pub async fn patch(
+        &mut self,
+        clean: &[u32],
+        corrupted: &[u32],
+        at: &str,
+        answer: u32,
+        against: u32,
+    ) -> Result<Patch, ModelError> {
+        let hp = self.model.hparams.clone();
+        if clean.len() != corrupted.len() {
+            return Err(ModelError::Invalid(alloc::format!(
+                "patch: clean has {} tokens and corrupted {}: they must have the same length",
+                clean.len(),
+                corrupted.len()
+            )));
+        }
+        for (what, id) in [("answer", answer), ("against", against)] {
+            if id as usize >= hp.n_vocab {
+                return Err(ModelError::Invalid(alloc::format!(
+                    "patch: {what} {id} is not a token id (n_vocab {})",
+                    hp.n_vocab
+                )));
+            }
+        }
+        let point = match at {
+            "resid_pre" => "hook_resid_pre",
+            "attn_out" => "hook_attn_out",
+            "mlp_out" => "hook_mlp_out",
+            "z" => "attn.hook_z",
+            _ => {
+                return Err(ModelError::Invalid(alloc::format!(
+                    "patch: at must be 'resid_pre', 'attn_out', 'mlp_out' or 'z', got '{at}'"
+                )))
+            }
+        };
+        self.check_tokens(corrupted)?;
+        let (n, n_vocab, d) = (clean.len(), hp.n_vocab, hp.n_embd);
+        let metric = |last: &[f32]| last[answer as usize] - last[against as usize];
+        let capture: Vec<String> = (0..hp.n_layer).map(|l| alloc::format!("blocks.{l}.{point}")).collect();
+        let clean_run = self.run(clean, &capture, &[]).await?;
+        let clean_diff = metric(&clean_run.logits[(n - 1) * n_vocab..]);
+        // The corrupted run fills the cache: its K/V at every position, unhooked.
+        let corr = self.run(corrupted, &[], &[]).await?;
+        let corrupted_diff = metric(&corr.logits[(n - 1) * n_vocab..]);
+        let value = |l: usize| &clean_run.cache[l].data;
+        let mut cells;
+        let shape;
+        if at == "z" {
+            let (h, hd) = (hp.n_head, hp.head_dim());
+            shape = alloc::vec![hp.n_layer, h];
+            cells = alloc::vec![0f32; hp.n_layer * h];
+            for l in 0..hp.n_layer {
+                for head in 0..h {
+                    // [pos, head, d_head]: the head's values at every position.
+                    let v: Vec<f32> =
+                        (0..n).flat_map(|p| value(l)[(p * h + head) * hd..][..hd].iter().copied()).collect();
+                    let hook = Hook {
+                        at: capture[l].clone(),
+                        op: super::hooks::HookOp::Set,
+                        head: Some(super::hooks::Sel::One(head as i64)),
+                        pos: None,
+                        index: None,
+                        value: Some(super::hooks::HookValue::Array(v)),
+                    };
+                    let batch = Batch { hooks: core::slice::from_ref(&hook), ..Batch::last(corrupted, 0) };
+                    cells[l * h + head] = metric(&self.model.decode(batch).await?.logits);
+                }
+            }
+        } else {
+            shape = alloc::vec![hp.n_layer, n];
+            cells = alloc::vec![0f32; hp.n_layer * n];
+            for p in (0..n).rev() {
+                for l in 0..hp.n_layer {
+                    let hook = Hook {
+                        at: capture[l].clone(),
+                        op: super::hooks::HookOp::Set,
+                        head: None,
+                        pos: Some(super::hooks::Sel::One(0)),
+                        index: None,
+                        value: Some(super::hooks::HookValue::Array(value(l)[p * d..(p + 1) * d].to_vec())),
+                    };
+                    let batch = Batch { hooks: core::slice::from_ref(&hook), ..Batch::last(&corrupted[p..], p) };
+                    cells[l * n + p] = metric(&self.model.decode(batch).await?.logits);
+                }
+            }
+        }
+        // The cache's last positions now hold patched K/V.
+        self.clear_cache();
+        Ok(Patch { shape, cells, clean_diff, corrupted_diff })
     }
 
     /// Begins a generation from `prompt`; evaluates nothing yet. Returns the prompt

@@ -350,3 +350,60 @@ fn steered_greedy_generation_equals_transformer_lens_without_a_kv_cache() {
         }
     }
 }
+
+#[test]
+fn patching_sweeps_equal_transformer_lens() {
+    let r = Ref::load();
+    let mut s = session();
+    let (clean, corrupted) = (r.ids("clean"), r.ids("corrupted"));
+    let (answer, against) = (r.json["answer"].as_u64().unwrap() as u32, r.json["against"].as_u64().unwrap() as u32);
+    for at in ["resid_pre", "attn_out", "mlp_out", "z"] {
+        let p = block_on(s.patch(&clean, &corrupted, at, answer, against)).unwrap();
+        let (shape, want) = r.block(&format!("patch/{at}"));
+        assert_eq!(p.shape.iter().map(|&x| x as i64).collect::<Vec<_>>(), shape, "{at}");
+        let d = p.cells.iter().zip(want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        // The bound per cell.
+        assert!(d <= 1e-4, "{at}: max |Δ| {d:e}");
+        assert!((p.clean_diff - r.json["patch"]["clean_diff"].as_f64().unwrap() as f32).abs() <= 1e-4);
+        assert!((p.corrupted_diff - r.json["patch"]["corrupted_diff"].as_f64().unwrap() as f32).abs() <= 1e-4);
+    }
+    let e = block_on(s.patch(&clean, &corrupted[1..], "z", answer, against)).unwrap_err();
+    assert!(matches!(&e, ModelError::Invalid(m) if m.contains("same length")), "{e}");
+    let e = block_on(s.patch(&clean, &corrupted, "resid_post", answer, against)).unwrap_err();
+    assert!(matches!(&e, ModelError::Invalid(m) if m.contains("got 'resid_post'")), "{e}");
+}
+
+#[test]
+fn logit_lens_equals_transformer_lens() {
+    let r = Ref::load();
+    let mut s = session();
+    let prompt = r.ids("prompt");
+    let k = r.json["lens"]["top_k"].as_u64().unwrap() as usize;
+    let lens = block_on(s.logit_lens(&prompt, k)).unwrap();
+    assert_eq!(lens.layers, s.model.hparams.n_layer + 1);
+    let want_ids = &r.json["lens"]["top_ids"];
+    let (_, want_top) = r.block("lens/top_logprobs");
+    let (shape, want_lp) = r.block("lens/logprobs");
+    assert_eq!(shape, vec![lens.layers as i64, prompt.len() as i64 - 1]);
+    for l in 0..lens.layers {
+        for p in 0..prompt.len() {
+            let ids: Vec<u32> = lens.top[l][p].iter().map(|t| t.0).collect();
+            let want: Vec<u32> =
+                want_ids[l][p].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect();
+            assert_eq!(ids, want, "layer {l} pos {p}: top ids");
+            for (j, t) in lens.top[l][p].iter().enumerate() {
+                assert!((t.1 - want_top[(l * prompt.len() + p) * k + j]).abs() <= 1e-4, "layer {l} pos {p} #{j}");
+            }
+        }
+        let d = lens.logprobs[l]
+            .iter()
+            .zip(&want_lp[l * (prompt.len() - 1)..])
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(d <= 1e-4, "layer {l}: logprobs max |Δ| {d:e}");
+    }
+    // The last layer is the model's own prediction.
+    let score = block_on(s.score(&prompt, 0)).unwrap();
+    let last = &lens.logprobs[lens.layers - 1];
+    assert!(last.iter().zip(&score.logprobs).all(|(a, b)| (a - b).abs() <= 1e-5));
+}
