@@ -571,30 +571,59 @@ impl Gpt2 {
         Ok(Decoded { logits, taps, compute_bytes })
     }
 
+    /// Runs a small graph over the model's weights, outside the forward pass (the logit
+    /// lens's head, attribution's projections): `build` makes it in a context of its own and
+    /// returns its inputs with their bytes and the f32 outputs to read; on compute buffers of
+    /// its own.
+    pub async fn run_graph(
+        &mut self,
+        build: impl FnOnce(&Context, &Weights) -> (Vec<(Tensor, Vec<u8>)>, Vec<Tensor>),
+    ) -> Result<Vec<Vec<f32>>, ModelError> {
+        let ctx =
+            Context::new(ContextParams { mem_size: (8 * self.hparams.n_layer + 32) * TENSOR_OVERHEAD, no_alloc: true });
+        let (inputs, outputs) = build(&ctx, &self.weights);
+        let mut gf = Graph::with_size(graph_size(&self.hparams));
+        for (t, _) in &inputs {
+            t.set_input();
+        }
+        for t in &outputs {
+            t.set_output();
+            gf.build_forward_expand(t);
+        }
+        let mut sched = Sched::new(self.sched.backends().to_vec())?;
+        sched.alloc_graph(&gf)?;
+        for (t, bytes) in &inputs {
+            t.set_bytes(bytes, 0);
+        }
+        sched.graph_compute(&gf)?;
+        let mut out = Vec::with_capacity(outputs.len());
+        for t in &outputs {
+            out.push(self.read_f32(t).await?);
+        }
+        Ok(out)
+    }
+
     /// The model's head on given residuals: `x` is `[rows][n_embd]`, each row through
     /// `ln_final` with its own statistics and the unembedding; returns `[rows][n_vocab]`
-    /// (the logit lens). A graph of its own on compute buffers of its own.
+    /// (the logit lens).
     pub async fn head(&mut self, x: &[f32], rows: usize) -> Result<Vec<f32>, ModelError> {
-        let e = self.hparams.n_embd;
+        let (e, eps) = (self.hparams.n_embd, self.hparams.eps);
         if rows == 0 || x.len() != rows * e {
             return Err(ModelError::Invalid(format!("head: {} values for {rows} rows of {e}", x.len())));
         }
-        let ctx = Context::new(ContextParams { mem_size: 16 * TENSOR_OVERHEAD, no_alloc: true });
-        let inp = ctx.new_tensor_2d(GgmlType::F32, e as i64, rows as i64); // [n_embd, rows]
-        inp.set_name("lens_inp");
-        inp.set_input();
-        let cur = ctx.norm(&inp, self.hparams.eps);
-        let cur = ctx.add(&ctx.mul(&cur, &self.weights.output_norm_w), &self.weights.output_norm_b);
-        let logits = ctx.mul_mat(&self.weights.output, &cur); // [n_vocab, rows]
-        logits.set_name("lens_logits");
-        logits.set_output();
-        let mut gf = Graph::with_size(16);
-        gf.build_forward_expand(&logits);
-        let mut sched = Sched::new(self.sched.backends().to_vec())?;
-        sched.alloc_graph(&gf)?;
-        inp.set_bytes(bytemuck::cast_slice(x), 0);
-        sched.graph_compute(&gf)?;
-        self.read_f32(&logits).await
+        let bytes = bytemuck::cast_slice(x).to_vec();
+        let mut out = self
+            .run_graph(|ctx, w| {
+                let inp = ctx.new_tensor_2d(GgmlType::F32, e as i64, rows as i64); // [n_embd, rows]
+                inp.set_name("lens_inp");
+                let cur = ctx.norm(&inp, eps);
+                let cur = ctx.add(&ctx.mul(&cur, &w.output_norm_w), &w.output_norm_b);
+                let logits = ctx.mul_mat(&w.output, &cur); // [n_vocab, rows]
+                logits.set_name("lens_logits");
+                (vec![(inp, bytes)], vec![logits])
+            })
+            .await?;
+        Ok(out.remove(0))
     }
 
     /// A computed contiguous f32 tensor's values, read by the backend whose buffer holds it

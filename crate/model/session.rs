@@ -192,6 +192,23 @@ pub struct Patch {
     pub corrupted_diff: f32,
 }
 
+/// What [`Session::attribute`] returns: each component's share of the logit difference.
+#[derive(Clone, Debug, Default)]
+pub struct Attribution {
+    pub embed: f32,
+    pub pos_embed: f32,
+    /// `[layer][head]`.
+    pub heads: Vec<f32>,
+    /// `[layer]`: the attention output bias `b_O`.
+    pub attn_bias: Vec<f32>,
+    /// `[layer]`.
+    pub mlps: Vec<f32>,
+    /// `ln_final.b · (W_U[:, answer] − W_U[:, against])`.
+    pub ln_bias: f32,
+    /// The sum of the parts.
+    pub total: f32,
+}
+
 /// What [`Session::run`] returns.
 #[derive(Clone, Debug)]
 pub struct Run {
@@ -571,6 +588,104 @@ impl Session {
         // The cache's last positions now hold patched K/V.
         self.clear_cache();
         Ok(Patch { shape, cells, clean_diff, corrupted_diff })
+    }
+
+    /// Direct logit attribution at `pos` (negative counts from the end): each component's
+    /// contribution to `logit[answer] − logit[against]` through the final LayerNorm's cached
+    /// scale at that position (centred, divided by `ln_final.hook_scale`, dotted with
+    /// `ln_final.w ⊙ (W_U[:, answer] − W_U[:, against])`), as TransformerLens's
+    /// `stack_head_results(apply_ln=True)` / `decompose_resid(apply_ln=True)`. The parts sum
+    /// to `total`, the logit difference.
+    pub async fn attribute(
+        &mut self,
+        tokens: &[u32],
+        answer: u32,
+        against: u32,
+        pos: i64,
+    ) -> Result<Attribution, ModelError> {
+        let hp = self.model.hparams.clone();
+        for (what, id) in [("answer", answer), ("against", against)] {
+            if id as usize >= hp.n_vocab {
+                return Err(ModelError::Invalid(alloc::format!(
+                    "attribute: {what} {id} is not a token id (n_vocab {})",
+                    hp.n_vocab
+                )));
+            }
+        }
+        self.check_tokens(tokens)?;
+        let n = tokens.len() as i64;
+        let p = if pos < 0 { pos + n } else { pos };
+        if p < 0 || p >= n {
+            return Err(ModelError::Invalid(alloc::format!("attribute: pos {pos} is out of range for {n} tokens")));
+        }
+        let p = p as usize;
+        let capture: Vec<String> =
+            ["hook_embed", "hook_pos_embed", "blocks.*.attn.hook_z", "blocks.*.hook_mlp_out", "ln_final.hook_scale"]
+                .iter()
+                .map(|s| String::from(*s))
+                .collect();
+        let run = self.run(tokens, &capture, &[]).await?;
+        let get = |name: &str| &run.cache.iter().find(|v| v.name == name).expect("captured").data;
+        let (e, h, hd, nl) = (hp.n_embd, hp.n_head, hp.head_dim(), hp.n_layer);
+        let at = |v: &Vec<f32>| v[p * e..(p + 1) * e].to_vec();
+        // Z: one column per (layer, head), the head's z at p and zeros elsewhere: W_O times it is
+        // the head's result (TransformerLens's hook_result, without b_O).
+        let mut z = alloc::vec![0f32; e * h * nl];
+        for l in 0..nl {
+            let zl = get(&alloc::format!("blocks.{l}.attn.hook_z"));
+            for head in 0..h {
+                let col = (l * h + head) * e;
+                z[col + head * hd..col + (head + 1) * hd].copy_from_slice(&zl[(p * h + head) * hd..][..hd]);
+            }
+        }
+        let ids: [i32; 2] = [answer as i32, against as i32];
+        let zb = bytemuck::cast_slice(&z).to_vec();
+        let idb = bytemuck::cast_slice(&ids).to_vec();
+        let out = self
+            .model
+            .run_graph(|ctx, w| {
+                let zt = ctx.new_tensor_2d(crate::types::GgmlType::F32, e as i64, (h * nl) as i64);
+                let it = ctx.new_tensor_1d(crate::types::GgmlType::I32, 2);
+                let mut outs = Vec::new();
+                for (l, ly) in w.layers.iter().enumerate() {
+                    let zl = ctx.view_2d(&zt, e as i64, h as i64, zt.nb[1], l * h * zt.nb[1]);
+                    outs.push(ctx.mul_mat(&ly.attn_out_w, &zl)); // [e, H]
+                    outs.push(ctx.cont(&ly.attn_out_b));
+                }
+                outs.push(ctx.get_rows(&w.output, &it)); // [e, 2]
+                outs.push(ctx.cont(&w.output_norm_w));
+                outs.push(ctx.cont(&w.output_norm_b));
+                (alloc::vec![(zt, zb), (it, idb)], outs)
+            })
+            .await?;
+        let u = &out[2 * nl];
+        let (lnw, lnb) = (&out[2 * nl + 1], &out[2 * nl + 2]);
+        let diff: Vec<f64> = (0..e).map(|i| u[i] as f64 - u[e + i] as f64).collect();
+        let dir: Vec<f64> = (0..e).map(|i| lnw[i] as f64 * diff[i]).collect();
+        let scale = get("ln_final.hook_scale")[p] as f64;
+        let contrib = |c: &[f32]| -> f32 {
+            let mean = c.iter().map(|&x| x as f64).sum::<f64>() / e as f64;
+            (c.iter().zip(&dir).map(|(&x, d)| (x as f64 - mean) * d).sum::<f64>() / scale) as f32
+        };
+        let mut r = Attribution {
+            embed: contrib(&at(get("hook_embed"))),
+            pos_embed: contrib(&at(get("hook_pos_embed"))),
+            heads: Vec::with_capacity(nl * h),
+            attn_bias: Vec::with_capacity(nl),
+            mlps: Vec::with_capacity(nl),
+            ln_bias: lnb.iter().zip(&diff).map(|(&b, d)| b as f64 * d).sum::<f64>() as f32,
+            total: 0.0,
+        };
+        for l in 0..nl {
+            let res = &out[2 * l];
+            for head in 0..h {
+                r.heads.push(contrib(&res[head * e..(head + 1) * e]));
+            }
+            r.attn_bias.push(contrib(&out[2 * l + 1]));
+            r.mlps.push(contrib(&at(get(&alloc::format!("blocks.{l}.hook_mlp_out")))));
+        }
+        r.total = r.embed + r.pos_embed + r.ln_bias + r.heads.iter().chain(&r.attn_bias).chain(&r.mlps).sum::<f32>();
+        Ok(r)
     }
 
     /// Begins a generation from `prompt`; evaluates nothing yet. Returns the prompt

@@ -407,3 +407,32 @@ fn logit_lens_equals_transformer_lens() {
     let last = &lens.logprobs[lens.layers - 1];
     assert!(last.iter().zip(&score.logprobs).all(|(a, b)| (a - b).abs() <= 1e-5));
 }
+
+#[test]
+fn direct_logit_attribution_equals_transformer_lens_and_sums_to_the_logit_difference() {
+    let r = Ref::load();
+    let mut s = session();
+    let clean = r.ids("clean");
+    let a = &r.json["attribution"];
+    let (answer, against) = (a["answer"].as_u64().unwrap() as u32, a["against"].as_u64().unwrap() as u32);
+    let got = block_on(s.attribute(&clean, answer, against, a["pos"].as_i64().unwrap())).unwrap();
+    let close = |x: f32, y: f64, what: &str| assert!((x as f64 - y).abs() <= 1e-4, "{what}: {x} vs {y}");
+    close(got.embed, a["embed"].as_f64().unwrap(), "embed");
+    close(got.pos_embed, a["posEmbed"].as_f64().unwrap(), "posEmbed");
+    close(got.ln_bias, a["lnBias"].as_f64().unwrap(), "lnBias");
+    for (block, ours) in
+        [("attribution/heads", &got.heads), ("attribution/attn_bias", &got.attn_bias), ("attribution/mlps", &got.mlps)]
+    {
+        let (_, want) = r.block(block);
+        assert_eq!(ours.len(), want.len(), "{block}");
+        for (i, (x, y)) in ours.iter().zip(want).enumerate() {
+            close(*x, *y as f64, &format!("{block}[{i}]"));
+        }
+    }
+    // The parts sum to the logit difference of the run itself.
+    close(got.total, a["logit_diff"].as_f64().unwrap(), "total");
+    let logits = block_on(s.logits(&clean)).unwrap();
+    close(got.total, (logits[answer as usize] - logits[against as usize]) as f64, "total vs logits");
+    let e = block_on(s.attribute(&clean, answer, against, 14)).unwrap_err();
+    assert!(matches!(&e, ModelError::Invalid(m) if m.contains("pos 14 is out of range")), "{e}");
+}
