@@ -9,6 +9,8 @@ pub mod logprobs;
 #[cfg(feature = "std")]
 pub mod options;
 pub mod plan;
+#[cfg(feature = "std")]
+pub mod sae;
 pub mod sampling;
 pub mod session;
 pub mod stop;

@@ -688,6 +688,28 @@ impl Session {
         Ok(r)
     }
 
+    /// An SAE's features of `tokens`: the activations at its hook point (one pass from
+    /// position 0), encoded.
+    #[cfg(feature = "std")]
+    pub async fn sae_encode(
+        &mut self,
+        tokens: &[u32],
+        sae: &super::sae::Sae,
+        top_k: usize,
+    ) -> Result<super::sae::Encoded, ModelError> {
+        let run = self.run(tokens, core::slice::from_ref(&sae.hook_name), &[]).await?;
+        let x = &run.cache.first().expect("one capture").data;
+        let d = x.len() / tokens.len();
+        if d != sae.d_in {
+            return Err(ModelError::Invalid(alloc::format!(
+                "the SAE's d_in is {} but its hook '{}' has {d} values per position",
+                sae.d_in,
+                sae.hook_name
+            )));
+        }
+        sae.encode(x, top_k)
+    }
+
     /// Begins a generation from `prompt`; evaluates nothing yet. Returns the prompt
     /// positions reused from the cache.
     pub fn start(&mut self, prompt: Vec<u32>, opts: GenerateOptions) -> Result<usize, ModelError> {

@@ -436,3 +436,69 @@ fn direct_logit_attribution_equals_transformer_lens_and_sums_to_the_logit_differ
     let e = block_on(s.attribute(&clean, answer, against, 14)).unwrap_err();
     assert!(matches!(&e, ModelError::Invalid(m) if m.contains("pos 14 is out of range")), "{e}");
 }
+
+#[test]
+fn an_sae_saved_by_saelens_encodes_as_saelens_does() {
+    use ggweb::model::sae::Sae;
+    let r = Ref::load();
+    let mut s = session();
+    let prompt = r.ids("prompt");
+    let dir = fixture("tiny-sae");
+    let cfg = std::fs::read_to_string(dir.join("cfg.json")).unwrap();
+    let weights = std::fs::read(dir.join("sae_weights.safetensors")).unwrap();
+    let sae = Sae::from_parts(&cfg, &weights).unwrap();
+    assert_eq!((sae.d_in, sae.d_sae, sae.hook_name.as_str()), (32, 64, "blocks.1.hook_resid_pre"));
+    let k = r.json["sae"]["top_k"].as_u64().unwrap() as usize;
+    let enc = block_on(s.sae_encode(&prompt, &sae, k)).unwrap();
+    let (_, want_v) = r.block("sae/top_values");
+    let (_, want_l0) = r.block("sae/l0");
+    let (_, want_mse) = r.block("sae/mse");
+    for (p, top) in enc.top.iter().enumerate() {
+        let ids: Vec<u32> = top.iter().map(|t| t.0).collect();
+        let want: Vec<u32> =
+            r.json["sae"]["top_ids"][p].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect();
+        assert_eq!(ids, want, "pos {p}: top features");
+        for (j, t) in top.iter().enumerate() {
+            assert!((t.1 - want_v[p * k + j]).abs() <= 1e-4, "pos {p} #{j}: {} vs {}", t.1, want_v[p * k + j]);
+        }
+        assert_eq!(enc.l0[p], want_l0[p], "pos {p}: l0");
+        assert!((enc.mse[p] - want_mse[p]).abs() <= 1e-4, "pos {p}: mse {} vs {}", enc.mse[p], want_mse[p]);
+    }
+    assert_eq!(sae.decoder_row(3).unwrap().len(), 32);
+    assert!(matches!(sae.decoder_row(64), Err(ModelError::Invalid(_))));
+    // Hostile files: typed errors naming what, never a panic.
+    let cases: Vec<(String, Vec<u8>, &str)> = vec![
+        (cfg.clone(), weights[..5].to_vec(), "too short for the header length"),
+        (
+            cfg.clone(),
+            {
+                let mut w = weights.clone();
+                w[..8].copy_from_slice(&u64::MAX.to_le_bytes());
+                w
+            },
+            "the header claims",
+        ),
+        (cfg.clone(), weights[..weights.len() - 4].to_vec(), "data_offsets"),
+        (
+            cfg.replace("\"d_sae\": 64", "\"d_sae\": 65"),
+            weights.clone(),
+            "shape [32,64] where cfg.json implies [32, 65]",
+        ),
+        (cfg.replace("\"standard\"", "\"jumprelu\""), weights.clone(), "architecture 'jumprelu'"),
+        ("{".into(), weights.clone(), "cfg.json is not JSON"),
+        (cfg.replace("\"hook_name\"", "\"hook\""), weights.clone(), "no metadata.hook_name"),
+    ];
+    for (c, w, msg) in cases {
+        let e = Sae::from_parts(&c, &w).unwrap_err();
+        assert!(matches!(&e, ModelError::Format(m) if m.contains(msg)), "{msg}: {e}");
+    }
+    // An SAE of the wrong width for its hook: invalid, the session usable after.
+    let wide = Sae::from_parts(
+        &cfg.replace("\"hook_name\": \"blocks.1.hook_resid_pre\"", "\"hook_name\": \"blocks.1.mlp.hook_post\""),
+        &weights,
+    )
+    .unwrap();
+    let e = block_on(s.sae_encode(&prompt, &wide, k)).unwrap_err();
+    assert!(matches!(&e, ModelError::Invalid(m) if m.contains("has 128 values per position")), "{e}");
+    assert!(block_on(s.sae_encode(&prompt, &sae, k)).is_ok());
+}
