@@ -638,7 +638,16 @@ fn prompt_kernels_follow_the_build() {
         quants::set_vnni_disabled(false);
         assert_eq!(plain, "avx2 tiles");
     }
-    assert_eq!(quants::prompt_gemm_kernel(GgmlType::Q6_K), "vec_dot");
+    // Every weight type with a vec_dot has a prompt kernel of its own where there is SIMD.
+    use GgmlType::*;
+    for ty in [Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K] {
+        let name = quants::prompt_gemm_kernel(ty);
+        if cfg!(target_arch = "x86_64") && Isa::best() != Isa::Scalar {
+            let want = if ty.blck_size() == 256 { "avx2 k-quant tiles" } else { q4 };
+            assert_eq!(name, want, "{ty}");
+        }
+    }
+    assert_eq!(quants::prompt_gemm_kernel(F32), "vec_dot");
 }
 
 /// quants::gemm gives each pair exactly what vec_dot gives (its own kernels for Q8_0 and
@@ -652,9 +661,11 @@ fn gemm_equals_vec_dot_bit_for_bit() {
         GgmlType::Q8_0,
         GgmlType::Q4_0,
         GgmlType::Q4_1,
+        GgmlType::Q5_0,
         GgmlType::Q5_1,
         GgmlType::Q2_K,
         GgmlType::Q3_K,
+        GgmlType::Q4_K,
         GgmlType::Q5_K,
         GgmlType::Q6_K,
     ] {
