@@ -638,22 +638,32 @@ fn prompt_kernels_follow_the_build() {
         quants::set_vnni_disabled(false);
         assert_eq!(plain, "avx2 tiles");
     }
-    // Every weight type with a vec_dot has a prompt kernel of its own where there is SIMD.
+    // The other weight types' prompt kernels (on wasm, Q4_1 and Q5_1 still loop over vec_dot).
     use GgmlType::*;
     for ty in [Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K] {
         let name = quants::prompt_gemm_kernel(ty);
+        let k = ty.blck_size() == 256;
         if cfg!(target_arch = "x86_64") && Isa::best() != Isa::Scalar {
-            let want = if ty.blck_size() == 256 { "avx2 k-quant tiles" } else { q4 };
+            assert_eq!(name, if k { "avx2 k-quant tiles" } else { q4 }, "{ty}");
+        }
+        if cfg!(target_arch = "wasm32") {
+            let want = match ty {
+                _ if k && relaxed => "simd128 k-quant tiles (relaxed dot)",
+                _ if k => "simd128 k-quant tiles",
+                Q5_0 => "simd128 i16 panels",
+                _ => "vec_dot",
+            };
             assert_eq!(name, want, "{ty}");
         }
     }
     assert_eq!(quants::prompt_gemm_kernel(F32), "vec_dot");
 }
 
-/// quants::gemm gives each pair exactly what vec_dot gives (its own kernels for Q8_0 and
-/// Q4_0, a loop over vec_dot for the rest): block counts around the groups of 8, strided
-/// rows, weights holding -128, and an activation row holding -128 (which the Q8_0 kernel
-/// hands back to vec_dot).
+/// quants::gemm gives each pair exactly what vec_dot gives (its own kernels for every type
+/// here natively, all but Q4_1 and Q5_1 on wasm, a loop over vec_dot for the rest): block
+/// counts around the groups of 8 (and the K-quants' 4-row tiles of b), strided rows, weights
+/// holding -128, and an activation row holding -128 (which the Q8_0 kernel hands back to
+/// vec_dot).
 #[test]
 fn gemm_equals_vec_dot_bit_for_bit() {
     let mut rng = Rng::xorshift64_star(0x0bad_cafe_f00d_1234);

@@ -248,8 +248,7 @@ unsafe fn gemm_rows_k<X: KBlock>(
     let xsize = core::mem::size_of::<X>();
     if n == 1 {
         let ys: &[BlockQ8_K] = cast_slice(&b[..nb * Y_SIZE]);
-        for step in 0..m {
-            let i = super::super::decode_row(step, m);
+        for i in 0..m {
             c[i] = X::vec_dot(cast_slice(&a[i * lda..i * lda + nb * xsize]), ys);
         }
         return;
