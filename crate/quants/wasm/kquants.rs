@@ -73,13 +73,7 @@ trait KBlock: bytemuck::Pod {
 
 #[inline(always)]
 fn prep_from(u: [v128; 16], s16: [i16; 16], m16: [i16; 16], d: f32, dmin: f32) -> Prep {
-    Prep {
-        u,
-        sc: s16.map(|s| i16x8_splat(s)),
-        mn: [load(&m16[..8]), load(&m16[8..])],
-        d,
-        dmin,
-    }
+    Prep { u, sc: s16.map(|s| i16x8_splat(s)), mn: [load(&m16[..8]), load(&m16[8..])], d, dmin }
 }
 
 /// Q4_K's and Q5_K's 8 sub-block (of 32) values, once per sub-block of 16.
@@ -296,7 +290,11 @@ fn row_dots<X: KBlock, const C: usize>(preps: &[Prep], ys: [&[u8]; C]) -> [f32; 
         for q in 0..C {
             let (bs0, bs1, yd) = unsafe {
                 let bs = yb[q].add(Y_BSUMS);
-                (v128_load(bs as *const v128), v128_load(bs.add(16) as *const v128), f32::from_le_bytes(*(yb[q] as *const [u8; 4])))
+                (
+                    v128_load(bs as *const v128),
+                    v128_load(bs.add(16) as *const v128),
+                    f32::from_le_bytes(*(yb[q] as *const [u8; 4])),
+                )
             };
             let corr = i32x4_add(i32x4_dot_i16x8(p.mn[0], bs0), i32x4_dot_i16x8(p.mn[1], bs1));
             let v = if X::MINS {

@@ -155,13 +155,7 @@ impl KBlock for BlockQ2_K {
         }
         let s16: [i16; 16] = core::array::from_fn(|j| (self.scales[j] & 0xF) as i16);
         let m16: [i16; 16] = core::array::from_fn(|j| (self.scales[j] >> 4) as i16);
-        Prep {
-            u,
-            sc: pair_scales(&s16),
-            mn: i16x16(&m16),
-            d: fp16_to_fp32(self.d()),
-            dmin: fp16_to_fp32(self.dmin()),
-        }
+        Prep { u, sc: pair_scales(&s16), mn: i16x16(&m16), d: fp16_to_fp32(self.d()), dmin: fp16_to_fp32(self.dmin()) }
     }
     #[inline(always)]
     unsafe fn vec_dot(xs: &[Self], ys: &[BlockQ8_K]) -> f32 {
