@@ -33,6 +33,8 @@ pub(super) const fn table() -> Table {
     t[Q8_0 as usize].gemm = Some(&PANELS);
     t[Q4_0 as usize].gemm = Some(&PANELS_Q4_0);
     t[Q5_0 as usize].gemm = Some(&PANELS);
+    t[Q4_1 as usize].gemm = Some(&affine::GEMMS[0]);
+    t[Q5_1 as usize].gemm = Some(&affine::GEMMS[1]);
     t[Q2_K as usize].gemm = Some(&kquants::GEMMS[0]);
     t[Q3_K as usize].gemm = Some(&kquants::GEMMS[1]);
     t[Q4_K as usize].gemm = Some(&kquants::GEMMS[2]);
@@ -41,6 +43,7 @@ pub(super) const fn table() -> Table {
     t
 }
 
+mod affine;
 mod kquants;
 
 static PANELS: PromptGemm =

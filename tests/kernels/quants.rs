@@ -638,7 +638,7 @@ fn prompt_kernels_follow_the_build() {
         quants::set_vnni_disabled(false);
         assert_eq!(plain, "avx2 tiles");
     }
-    // The other weight types' prompt kernels (on wasm, Q4_1 and Q5_1 still loop over vec_dot).
+    // The other weight types' prompt kernels.
     use GgmlType::*;
     for ty in [Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K] {
         let name = quants::prompt_gemm_kernel(ty);
@@ -651,7 +651,8 @@ fn prompt_kernels_follow_the_build() {
                 _ if k && relaxed => "simd128 k-quant tiles (relaxed dot)",
                 _ if k => "simd128 k-quant tiles",
                 Q5_0 => "simd128 i16 panels",
-                _ => "vec_dot",
+                _ if relaxed => "simd128 affine rows (relaxed dot)",
+                _ => "simd128 affine rows",
             };
             assert_eq!(name, want, "{ty}");
         }
@@ -660,7 +661,7 @@ fn prompt_kernels_follow_the_build() {
 }
 
 /// quants::gemm gives each pair exactly what vec_dot gives (its own kernels for every type
-/// here natively, all but Q4_1 and Q5_1 on wasm, a loop over vec_dot for the rest): block
+/// here, natively and on wasm): block
 /// counts around the groups of 8 (and the K-quants' 4-row tiles of b), strided rows, weights
 /// holding -128, and an activation row holding -128 (which the Q8_0 kernel hands back to
 /// vec_dot).
