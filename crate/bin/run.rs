@@ -462,6 +462,10 @@ pub fn bench(argv: &[String]) -> Result<(), String> {
     };
     let (pp_cpu_med, tg_cpu_med) = (median(&mut pp_cpu), median(&mut tg_cpu));
     let (pp_med, tg_med) = (median(&mut pp), median(&mut tg));
+    // The repetitions' spread (each vector is sorted by `median`): on a shared machine, and
+    // between processes, prefill swings more than decode, so a median alone hides it.
+    let spread = |v: &[f64]| (v.first().copied().unwrap_or(f64::NAN), v.last().copied().unwrap_or(f64::NAN));
+    let (pp_sp, tg_sp, pp_cpu_sp, tg_cpu_sp) = (spread(&pp), spread(&tg), spread(&pp_cpu), spread(&tg_cpu));
     let mem = model.memory_plan();
     let pp_gpu = pp_gpu.map(|s: WebGpuStats| per_token(&s, n_prompt));
     let tg_gpu = tg_gpu.map(|s: WebGpuStats| per_token(&s, n_gen));
@@ -474,6 +478,9 @@ pub fn bench(argv: &[String]) -> Result<(), String> {
                 "prompt_tok_s": pp_med, "gen_tok_s": tg_med,
                 "prompt_tok_per_cpu_s": pp_cpu_med, "gen_tok_per_cpu_s": tg_cpu_med,
                 "prompt_tok_s_all": pp, "gen_tok_s_all": tg,
+                "prompt_tok_s_spread": [pp_sp.0, pp_sp.1], "gen_tok_s_spread": [tg_sp.0, tg_sp.1],
+                "prompt_tok_per_cpu_s_spread": [pp_cpu_sp.0, pp_cpu_sp.1],
+                "gen_tok_per_cpu_s_spread": [tg_cpu_sp.0, tg_cpu_sp.1],
                 "memory": { "weights": mem.weights, "kv": mem.kv, "compute": mem.compute, "kv_type": model.kv.ty.name() },
                 "profile": if profile { json!({ "pp": pp_table.to_json(), "tg": tg_table.to_json() }) } else { json!(null) },
                 "memory_by_backend": model.memory_by_backend().iter().map(|m| json!({
@@ -488,10 +495,13 @@ pub fn bench(argv: &[String]) -> Result<(), String> {
         );
     } else {
         println!("{}", model.describe());
-        println!("| test | tokens/s (median of {reps}) | tokens per CPU second |");
-        println!("|---|---|---|");
-        println!("| pp{n_prompt} | {pp_med:.2} | {pp_cpu_med:.2} |");
-        println!("| tg{n_gen} | {tg_med:.2} | {tg_cpu_med:.2} |");
+        println!("| test | tokens/s (median of {reps}) | min–max | tokens per CPU second | min–max |");
+        println!("|---|---|---|---|---|");
+        let row = |name: String, med: f64, sp: (f64, f64), cmed: f64, csp: (f64, f64)| {
+            println!("| {name} | {med:.2} | {:.2}–{:.2} | {cmed:.2} | {:.2}–{:.2} |", sp.0, sp.1, csp.0, csp.1)
+        };
+        row(format!("pp{n_prompt}"), pp_med, pp_sp, pp_cpu_med, pp_cpu_sp);
+        row(format!("tg{n_gen}"), tg_med, tg_sp, tg_cpu_med, tg_cpu_sp);
         println!(
             "memory: weights {} B, kv {} B ({}), compute {} B; load {:.3} s",
             mem.weights,

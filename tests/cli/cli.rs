@@ -115,6 +115,41 @@ fn bench_json_reports_speed_and_memory() {
     assert_eq!(v["memory"]["kv"], 2 * 2 * 128 * 64 * 4);
     assert!(v["memory"]["weights"].as_u64().unwrap() > 25_000_000);
     assert_eq!(v["webgpu_per_token"], Value::Null, "no WebGPU counters on the CPU");
+    // One repetition: its spread is the one value.
+    for (med, sp) in [("prompt_tok_s", "prompt_tok_s_spread"), ("gen_tok_s", "gen_tok_s_spread")] {
+        assert_eq!(v[sp][0], v[med], "{sp}");
+        assert_eq!(v[sp][1], v[med], "{sp}");
+    }
+}
+
+/// `--reps`: the median lies inside the repetitions' spread (min–max), in the JSON and in
+/// the table.
+#[test]
+fn bench_reports_the_spread_of_its_repetitions() {
+    let (code, out, err) = ggweb(&["bench", "--model", &model(), "-p", "8", "-n", "2", "--reps", "3", "--json"], "");
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    for (med, sp, all) in [
+        ("prompt_tok_s", "prompt_tok_s_spread", "prompt_tok_s_all"),
+        ("gen_tok_s", "gen_tok_s_spread", "gen_tok_s_all"),
+    ] {
+        let all: Vec<f64> = v[all].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+        assert_eq!(all.len(), 3);
+        let (lo, hi) = (v[sp][0].as_f64().unwrap(), v[sp][1].as_f64().unwrap());
+        assert_eq!(lo, all.iter().copied().fold(f64::INFINITY, f64::min), "{sp}");
+        assert_eq!(hi, all.iter().copied().fold(0.0, f64::max), "{sp}");
+        let m = v[med].as_f64().unwrap();
+        assert!(lo <= m && m <= hi && lo > 0.0, "{med} {m} outside {lo}–{hi}");
+    }
+    let (code, out, err) = ggweb(&["bench", "--model", &model(), "-p", "8", "-n", "2", "--reps", "2"], "");
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("| test | tokens/s (median of 2) | min–max | tokens per CPU second | min–max |"), "{out}");
+    let pp = out.lines().find(|l| l.starts_with("| pp8 |")).unwrap_or_else(|| panic!("{out}"));
+    // | pp8 | median | lo–hi | cpu median | lo–hi |
+    let cells: Vec<&str> = pp.split('|').map(str::trim).collect();
+    let (lo, hi) = cells[3].split_once('–').unwrap();
+    let (lo, hi, m): (f64, f64, f64) = (lo.parse().unwrap(), hi.parse().unwrap(), cells[2].parse().unwrap());
+    assert!(lo <= m && m <= hi, "{pp}");
 }
 
 /// `--n-past`: one row per depth, in order, slowdown against the first; bad depth lists and
