@@ -155,11 +155,9 @@ pub fn hook_point(name: &str, hp: &Hparams) -> Result<HookPoint, ModelError> {
     node(format!("l{l}.{step}"))
 }
 
-/// A trace's taps split into the graph's own names (kept as they are) and TransformerLens's.
+/// The TransformerLens names among a trace's taps.
 #[derive(Clone, Debug, Default)]
 pub struct TlTaps {
-    /// The taps that are not TransformerLens names, in order.
-    pub taps: Vec<String>,
     pub points: Vec<HookPoint>,
     /// The graph nodes the points read. Includes `result_norm` when `ln_final.hook_normalized`
     /// is asked for: a tap in the head makes the trace run the head on every row.
@@ -167,12 +165,14 @@ pub struct TlTaps {
     n_head: i64,
 }
 
-/// Splits `taps`; a TransformerLens name that is not a hook point of this model is `invalid`.
+/// Splits `taps` into the graph's own names (kept as they are, in order) and TransformerLens's;
+/// a TransformerLens name that is not a hook point of this model is `invalid`.
 pub fn split_taps(taps: &[String], hp: &Hparams) -> Result<(Vec<String>, TlTaps), ModelError> {
+    let mut graph = Vec::new();
     let mut tl = TlTaps { n_head: hp.n_head.max(1) as i64, ..TlTaps::default() };
     for t in taps {
         if !is_tl_name(t) {
-            tl.taps.push(t.clone());
+            graph.push(t.clone());
             continue;
         }
         let p = hook_point(t, hp)?;
@@ -189,7 +189,7 @@ pub fn split_taps(taps: &[String], hp: &Hparams) -> Result<(Vec<String>, TlTaps)
             tl.points.push(p);
         }
     }
-    Ok((tl.taps.clone(), tl))
+    Ok((graph, tl))
 }
 
 impl TlTaps {
