@@ -14,5 +14,6 @@
 mod support;
 
 mod sched_webgpu;
+mod tl_hooks_webgpu;
 mod webgpu_load;
 mod webgpu_ops;
