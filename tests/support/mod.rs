@@ -27,3 +27,4 @@ pub mod sched;
 pub mod simd_checks;
 pub mod tensors;
 pub mod tiny_gpt2;
+pub mod tl_ref;

@@ -17,5 +17,6 @@ mod support;
 mod suite;
 
 mod sched_webgpu;
+mod tl_hooks_webgpu;
 mod webgpu_load;
 mod webgpu_ops;
