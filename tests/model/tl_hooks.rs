@@ -14,9 +14,7 @@ use ggweb::model::loader::load_from_path;
 use ggweb::model::session::Session;
 use ggweb::model::ModelError;
 
-use serde_json::Value;
-
-use crate::support::tl_ref::{check_hook_points, fixture, tl_shape, Ref};
+use crate::support::tl_ref::{self, check_hook_points, fixture, hooks_of, tl_shape, Ref};
 
 /// The bound for captures (two correct f32 implementations differ by ~1e-5).
 const TOL: f32 = 2e-5;
@@ -127,49 +125,9 @@ fn the_reference_is_complete() {
     assert!(fixture("tiny-sae/cfg.json").exists() && fixture("tiny-sae/sae_weights.safetensors").exists());
 }
 
-/// The largest |Δ| between our logits at TransformerLens's columns and its block.
-fn logits_delta(r: &Ref, logits: &[f32], n_vocab: usize, block: &str) -> f32 {
-    let cols = r.ids("logit_ids");
-    let (shape, want) = r.block(block);
-    assert_eq!(shape, vec![(logits.len() / n_vocab) as i64, cols.len() as i64]);
-    let mut worst = 0f32;
-    for (p, row) in logits.chunks(n_vocab).enumerate() {
-        for (j, &c) in cols.iter().enumerate() {
-            worst = worst.max((row[c as usize] - want[p * cols.len() + j]).abs());
-        }
-    }
-    worst
-}
-
-fn hooks_of(v: &Value) -> Vec<ggweb::model::hooks::Hook> {
-    serde_json::from_value(v.clone()).unwrap()
-}
-
 #[test]
 fn zero_scale_add_set_hooks_give_transformer_lens_logits() {
-    let r = Ref::load();
-    let mut s = session();
-    let prompt = r.ids("prompt");
-    let n_vocab = s.model.hparams.n_vocab;
-    let cases = r.json["hooks"].as_array().unwrap();
-    assert_eq!(cases.len(), 16);
-    for (i, case) in cases.iter().enumerate() {
-        let hooks = hooks_of(&case["hooks"]);
-        let run = block_on(s.run(&prompt, &[], &hooks)).unwrap();
-        assert_eq!(run.logits.len(), prompt.len() * n_vocab);
-        // The bound for hooked logits.
-        let d = logits_delta(&r, &run.logits, n_vocab, &format!("hooks/{i}/logits"));
-        assert!(d <= 1e-4, "hook case {i} ({}): max |Δ| {d:e}", case["hooks"]);
-        let last = &run.logits[(prompt.len() - 1) * n_vocab..];
-        let mut top: Vec<u32> = (0..n_vocab as u32).collect();
-        top.sort_by(|&a, &b| last[b as usize].total_cmp(&last[a as usize]));
-        let want: Vec<u32> = case["top_ids"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect();
-        assert_eq!(&top[..want.len()], &want[..], "hook case {i}: top ids");
-    }
-    // Unhooked, the same call gives the plain logits (the hooks left nothing behind).
-    let plain = block_on(s.run(&prompt, &[], &[])).unwrap();
-    let again = block_on(s.logits(&prompt)).unwrap();
-    assert_eq!(&plain.logits[(prompt.len() - 1) * n_vocab..], &again[..]);
+    tl_ref::check_hooks(&mut session(), &Ref::load());
 }
 
 #[test]
@@ -253,183 +211,25 @@ fn bad_hooks_and_captures_are_invalid_by_name_and_leave_the_session_usable() {
 
 #[test]
 fn steered_greedy_generation_equals_transformer_lens_without_a_kv_cache() {
-    let r = Ref::load();
-    let mut s = session();
-    for case in r.json["steer"].as_array().unwrap() {
-        let prompt: Vec<u32> = case["prompt"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect();
-        let want: Vec<u32> = case["tokens"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect();
-        let unsteered: Vec<u32> =
-            case["unsteered"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect();
-        for (hooks, want) in [(hooks_of(&case["hooks"]), &want), (Vec::new(), &unsteered)] {
-            for reuse_prompt in [true, false] {
-                let mut opts = ggweb::model::session::GenerateOptions {
-                    max_tokens: want.len(),
-                    ignore_eos: true,
-                    hooks: hooks.clone(),
-                    reuse_prompt,
-                    ..Default::default()
-                };
-                opts.sampling.temperature = 0.0;
-                s.start(prompt.clone(), opts).unwrap();
-                while !block_on(s.prompt_step()).unwrap() {}
-                let mut got = Vec::new();
-                while let Some(item) = block_on(s.next()).unwrap() {
-                    got.push(item.token);
-                }
-                assert_eq!(&got, want, "hooks {}, reusePrompt {reuse_prompt}", hooks.len());
-            }
-        }
-    }
+    tl_ref::check_steering(&mut session(), &Ref::load());
 }
 
 #[test]
 fn patching_sweeps_equal_transformer_lens() {
-    let r = Ref::load();
-    let mut s = session();
-    let (clean, corrupted) = (r.ids("clean"), r.ids("corrupted"));
-    let (answer, against) = (r.json["answer"].as_u64().unwrap() as u32, r.json["against"].as_u64().unwrap() as u32);
-    for at in ["resid_pre", "attn_out", "mlp_out", "z"] {
-        let p = block_on(s.patch(&clean, &corrupted, at, answer, against)).unwrap();
-        let (shape, want) = r.block(&format!("patch/{at}"));
-        assert_eq!(p.shape.iter().map(|&x| x as i64).collect::<Vec<_>>(), shape, "{at}");
-        let d = p.cells.iter().zip(want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-        // The bound per cell.
-        assert!(d <= 1e-4, "{at}: max |Δ| {d:e}");
-        assert!((p.clean_diff - r.json["patch"]["clean_diff"].as_f64().unwrap() as f32).abs() <= 1e-4);
-        assert!((p.corrupted_diff - r.json["patch"]["corrupted_diff"].as_f64().unwrap() as f32).abs() <= 1e-4);
-    }
-    let e = block_on(s.patch(&clean, &corrupted[1..], "z", answer, against)).unwrap_err();
-    assert!(matches!(&e, ModelError::Invalid(m) if m.contains("same length")), "{e}");
-    let e = block_on(s.patch(&clean, &corrupted, "resid_post", answer, against)).unwrap_err();
-    assert!(matches!(&e, ModelError::Invalid(m) if m.contains("got 'resid_post'")), "{e}");
+    tl_ref::check_patching(&mut session(), &Ref::load());
 }
 
 #[test]
 fn logit_lens_equals_transformer_lens() {
-    let r = Ref::load();
-    let mut s = session();
-    let prompt = r.ids("prompt");
-    let k = r.json["lens"]["top_k"].as_u64().unwrap() as usize;
-    let lens = block_on(s.logit_lens(&prompt, k)).unwrap();
-    assert_eq!(lens.layers, s.model.hparams.n_layer + 1);
-    let want_ids = &r.json["lens"]["top_ids"];
-    let (_, want_top) = r.block("lens/top_logprobs");
-    let (shape, want_lp) = r.block("lens/logprobs");
-    assert_eq!(shape, vec![lens.layers as i64, prompt.len() as i64 - 1]);
-    for l in 0..lens.layers {
-        for p in 0..prompt.len() {
-            let ids: Vec<u32> = lens.top[l][p].iter().map(|t| t.0).collect();
-            let want: Vec<u32> =
-                want_ids[l][p].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect();
-            assert_eq!(ids, want, "layer {l} pos {p}: top ids");
-            for (j, t) in lens.top[l][p].iter().enumerate() {
-                assert!((t.1 - want_top[(l * prompt.len() + p) * k + j]).abs() <= 1e-4, "layer {l} pos {p} #{j}");
-            }
-        }
-        let d = lens.logprobs[l]
-            .iter()
-            .zip(&want_lp[l * (prompt.len() - 1)..])
-            .map(|(a, b)| (a - b).abs())
-            .fold(0f32, f32::max);
-        assert!(d <= 1e-4, "layer {l}: logprobs max |Δ| {d:e}");
-    }
-    // The last layer is the model's own prediction.
-    let score = block_on(s.score(&prompt, 0)).unwrap();
-    let last = &lens.logprobs[lens.layers - 1];
-    assert!(last.iter().zip(&score.logprobs).all(|(a, b)| (a - b).abs() <= 1e-5));
+    tl_ref::check_lens(&mut session(), &Ref::load());
 }
 
 #[test]
 fn direct_logit_attribution_equals_transformer_lens_and_sums_to_the_logit_difference() {
-    let r = Ref::load();
-    let mut s = session();
-    let clean = r.ids("clean");
-    let a = &r.json["attribution"];
-    let (answer, against) = (a["answer"].as_u64().unwrap() as u32, a["against"].as_u64().unwrap() as u32);
-    let got = block_on(s.attribute(&clean, answer, against, a["pos"].as_i64().unwrap())).unwrap();
-    let close = |x: f32, y: f64, what: &str| assert!((x as f64 - y).abs() <= 1e-4, "{what}: {x} vs {y}");
-    close(got.embed, a["embed"].as_f64().unwrap(), "embed");
-    close(got.pos_embed, a["posEmbed"].as_f64().unwrap(), "posEmbed");
-    close(got.ln_bias, a["lnBias"].as_f64().unwrap(), "lnBias");
-    for (block, ours) in
-        [("attribution/heads", &got.heads), ("attribution/attn_bias", &got.attn_bias), ("attribution/mlps", &got.mlps)]
-    {
-        let (_, want) = r.block(block);
-        assert_eq!(ours.len(), want.len(), "{block}");
-        for (i, (x, y)) in ours.iter().zip(want).enumerate() {
-            close(*x, *y as f64, &format!("{block}[{i}]"));
-        }
-    }
-    // The parts sum to the logit difference of the run itself.
-    close(got.total, a["logit_diff"].as_f64().unwrap(), "total");
-    let logits = block_on(s.logits(&clean)).unwrap();
-    close(got.total, (logits[answer as usize] - logits[against as usize]) as f64, "total vs logits");
-    let e = block_on(s.attribute(&clean, answer, against, 14)).unwrap_err();
-    assert!(matches!(&e, ModelError::Invalid(m) if m.contains("pos 14 is out of range")), "{e}");
+    tl_ref::check_attribution(&mut session(), &Ref::load());
 }
 
 #[test]
 fn an_sae_saved_by_saelens_encodes_as_saelens_does() {
-    use ggweb::model::sae::Sae;
-    let r = Ref::load();
-    let mut s = session();
-    let prompt = r.ids("prompt");
-    let dir = fixture("tiny-sae");
-    let cfg = std::fs::read_to_string(dir.join("cfg.json")).unwrap();
-    let weights = std::fs::read(dir.join("sae_weights.safetensors")).unwrap();
-    let sae = Sae::from_parts(&cfg, &weights).unwrap();
-    assert_eq!((sae.d_in, sae.d_sae, sae.hook_name.as_str()), (32, 64, "blocks.1.hook_resid_pre"));
-    let k = r.json["sae"]["top_k"].as_u64().unwrap() as usize;
-    let enc = block_on(s.sae_encode(&prompt, &sae, k)).unwrap();
-    let (_, want_v) = r.block("sae/top_values");
-    let (_, want_l0) = r.block("sae/l0");
-    let (_, want_mse) = r.block("sae/mse");
-    for (p, top) in enc.top.iter().enumerate() {
-        let ids: Vec<u32> = top.iter().map(|t| t.0).collect();
-        let want: Vec<u32> =
-            r.json["sae"]["top_ids"][p].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect();
-        assert_eq!(ids, want, "pos {p}: top features");
-        for (j, t) in top.iter().enumerate() {
-            assert!((t.1 - want_v[p * k + j]).abs() <= 1e-4, "pos {p} #{j}: {} vs {}", t.1, want_v[p * k + j]);
-        }
-        assert_eq!(enc.l0[p], want_l0[p], "pos {p}: l0");
-        assert!((enc.mse[p] - want_mse[p]).abs() <= 1e-4, "pos {p}: mse {} vs {}", enc.mse[p], want_mse[p]);
-    }
-    assert_eq!(sae.decoder_row(3).unwrap().len(), 32);
-    assert!(matches!(sae.decoder_row(64), Err(ModelError::Invalid(_))));
-    // Hostile files: typed errors naming what, never a panic.
-    let cases: Vec<(String, Vec<u8>, &str)> = vec![
-        (cfg.clone(), weights[..5].to_vec(), "too short for the header length"),
-        (
-            cfg.clone(),
-            {
-                let mut w = weights.clone();
-                w[..8].copy_from_slice(&u64::MAX.to_le_bytes());
-                w
-            },
-            "the header claims",
-        ),
-        (cfg.clone(), weights[..weights.len() - 4].to_vec(), "data_offsets"),
-        (
-            cfg.replace("\"d_sae\": 64", "\"d_sae\": 65"),
-            weights.clone(),
-            "shape [32,64] where cfg.json implies [32, 65]",
-        ),
-        (cfg.replace("\"standard\"", "\"jumprelu\""), weights.clone(), "architecture 'jumprelu'"),
-        ("{".into(), weights.clone(), "cfg.json is not JSON"),
-        (cfg.replace("\"hook_name\"", "\"hook\""), weights.clone(), "no metadata.hook_name"),
-    ];
-    for (c, w, msg) in cases {
-        let e = Sae::from_parts(&c, &w).unwrap_err();
-        assert!(matches!(&e, ModelError::Format(m) if m.contains(msg)), "{msg}: {e}");
-    }
-    // An SAE of the wrong width for its hook: invalid, the session usable after.
-    let wide = Sae::from_parts(
-        &cfg.replace("\"hook_name\": \"blocks.1.hook_resid_pre\"", "\"hook_name\": \"blocks.1.mlp.hook_post\""),
-        &weights,
-    )
-    .unwrap();
-    let e = block_on(s.sae_encode(&prompt, &wide, k)).unwrap_err();
-    assert!(matches!(&e, ModelError::Invalid(m) if m.contains("has 128 values per position")), "{e}");
-    assert!(block_on(s.sae_encode(&prompt, &sae, k)).is_ok());
+    tl_ref::check_sae(&mut session(), &Ref::load());
 }

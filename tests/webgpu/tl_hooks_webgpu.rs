@@ -9,7 +9,7 @@ use ggweb::webgpu::WebGpuOptions;
 
 use crate::support::gpu;
 use crate::support::sched::{load_split, tiny_f32};
-use crate::support::tl_ref::{check_hook_points, fixture, Ref};
+use crate::support::tl_ref::{self, check_hook_points, fixture, Ref};
 
 #[test]
 fn every_hook_point_on_webgpu_matches_transformer_lens() {
@@ -22,4 +22,28 @@ fn every_hook_point_on_webgpu_matches_transformer_lens() {
     let mut s = Session::new(load_split(&bytes, gpu, n_layer + 1));
     let (worst, at) = check_hook_points(&mut s, &Ref::load(), 2e-5);
     eprintln!("WebGPU: worst hook-point difference {worst} at {at}");
+}
+
+/// The model wholly on WebGPU, as above.
+fn gpu_session() -> Option<Session> {
+    let b = gpu::webgpu(WebGpuOptions::default())?;
+    let (_, bytes) = tiny_f32();
+    let gpu: Rc<dyn Backend> = Rc::new(b);
+    Some(Session::new(load_split(&bytes, gpu, 3 + 1)))
+}
+
+/// Interventions (zero/scale/add/set at every kind of hook point), steering, the patching
+/// sweeps, the logit lens, attribution and an SAE's features with the model on WebGPU:
+/// the CPU's checks against TransformerLens and SAELens, the same bounds.
+#[test]
+fn interventions_patching_lens_attribution_and_sae_on_webgpu_match_transformer_lens() {
+    let _shared = gpu::shared();
+    let Some(mut s) = gpu_session() else { return };
+    let r = Ref::load();
+    tl_ref::check_hooks(&mut s, &r);
+    tl_ref::check_steering(&mut s, &r);
+    tl_ref::check_patching(&mut s, &r);
+    tl_ref::check_lens(&mut s, &r);
+    tl_ref::check_attribution(&mut s, &r);
+    tl_ref::check_sae(&mut s, &r);
 }
