@@ -384,7 +384,7 @@ async function measureLoad(url, opts, text, n) {
       const mem = () => wasm.memory.buffer.byteLength;
       const atInit = mem();
       const heapBase = core.wasm_heap_base();
-      const loader = new core.WasmLoader(JSON.stringify(opts));
+      const loader = new core.WasmLoader(opts);
       const reader = (await fetch(url)).body.getReader();
       let chunks = 0;
       let biggest = 0;
@@ -397,12 +397,12 @@ async function measureLoad(url, opts, text, n) {
       }
       const model = loader.finish();
       const afterLoad = mem();
-      const info = JSON.parse(model.info());
+      const info = model.info();
       const t0 = performance.now();
-      model.start(model.tokenize(text, false), JSON.stringify({ maxTokens: n, temperature: 0 }));
+      model.start(model.tokenize(text, false), { maxTokens: n, temperature: 0 });
       while (!(await model.prompt_step()));
       const greedy = [];
-      for (let id; (id = await model.next_token()) >= 0;) greedy.push(id);
+      for (let t; (t = await model.next());) greedy.push(t.token);
       const ms = performance.now() - t0;
       const afterRun = mem();
       model.free();
