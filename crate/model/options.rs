@@ -477,7 +477,7 @@ pub async fn open_backends(
         return Ok(on_cpu(cpu(), None));
     }
     let opened = match webgpu_missing() {
-        Some(why) => Err((why.clone(), BackendError::Unavailable(why))),
+        Some(why) => Err((why.clone(), BackendError::Unavailable(format!("{why}; use backend \"cpu\"")))),
         None => WebGpuBackend::new_async(webgpu).await.map_err(|e| (format!("WebGPU is not usable ({e})"), e)),
     };
     match opened {
