@@ -339,6 +339,5 @@ pub fn parse(argv: impl IntoIterator<Item = String>) -> Result<Option<Cli>, Stri
             };
             Err(format!("{first}\n{}", e.render()))
         }
-        Err(e) => Err(e.render().to_string().trim_start_matches("error: ").to_string()),
     }
 }

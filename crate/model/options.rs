@@ -295,12 +295,13 @@ mod de {
     macro_rules! field {
         ($name:ident -> $t:ty = |$v:ident| $body:expr) => {
             pub fn $name<'de, D: Deserializer<'de>>(d: D) -> Result<Option<$t>, D::Error> {
-                let $v = Value::deserialize(d)?;
-                if $v.is_null() {
-                    return Ok(None);
+                fn check($v: Value) -> Result<$t, String> {
+                    $body
                 }
-                let r: Result<$t, String> = (|| $body)();
-                r.map(Some).map_err(D::Error::custom)
+                match Value::deserialize(d)? {
+                    Value::Null => Ok(None),
+                    v => check(v).map(Some).map_err(D::Error::custom),
+                }
             }
         };
     }
