@@ -3,17 +3,26 @@
 //! Errors go to stderr with exit status 1; machine-readable output (`--json`, `logits`,
 //! `tokenize`) is a contract other tools rely on. Arguments: crate/bin/args.rs (clap).
 
+// Native only: clap is not a wasm32 dependency (`cargo build --tests` for wasm32, as
+// wasm-pack test runs it, builds this target too).
+#[cfg(not(target_arch = "wasm32"))]
 mod args;
+#[cfg(not(target_arch = "wasm32"))]
 mod inspect;
+#[cfg(not(target_arch = "wasm32"))]
 mod run;
 
-use args::Command;
+#[cfg(target_arch = "wasm32")]
+fn main() {}
 
+#[cfg(not(target_arch = "wasm32"))]
 fn version() -> String {
     format!("ggweb {}", env!("CARGO_PKG_VERSION"))
 }
 
+#[cfg(not(target_arch = "wasm32"))]
 fn main() {
+    use args::Command;
     let argv: Vec<String> = std::env::args().collect();
     // `--version` anywhere (after a command too) and `ggweb version` answer and run nothing.
     if argv.iter().skip(1).any(|a| a == "--version" || a == "-V") || argv.get(1).is_some_and(|a| a == "version") {
