@@ -135,12 +135,22 @@ mod model {
             .collect()
     }
 
+    /// JSON text as the JS value a caller passes (the bindings take JS data, not JSON text).
+    fn js(json: &str) -> JsValue {
+        js_sys::JSON::parse(json).expect("test JSON")
+    }
+
+    /// A value the bindings return, as serde_json's.
+    fn json(v: JsValue) -> Value {
+        serde_json::from_str(&String::from(js_sys::JSON::stringify(&v).unwrap())).unwrap()
+    }
+
     fn ok<T>(r: Result<T, JsValue>) -> T {
         r.unwrap_or_else(|e| panic!("{:?}", e.dyn_into::<js_sys::Error>().map(|e| e.message())))
     }
 
     async fn load(opts: &str) -> WasmModel {
-        let mut l = ok(WasmLoader::create(opts.to_string()).await);
+        let mut l = ok(WasmLoader::create(js(opts)).await);
         for c in F32_GGUF.chunks(1 << 20) {
             ok(l.feed(&js_sys::Uint8Array::from(c)));
         }
@@ -150,7 +160,7 @@ mod model {
     #[wasm_bindgen_test]
     async fn gpt2_on_webgpu_matches_hf_logits_and_greedy_tokens() {
         let mut m = load(r#"{"nBatch":32,"backend":"webgpu"}"#).await;
-        let info: Value = serde_json::from_str(&m.info()).unwrap();
+        let info: Value = json(m.info());
         assert_eq!(info["backend"], "webgpu");
         assert_eq!(info["backendNote"], Value::Null);
         // No gpuLayers: the whole model on WebGPU alone, embeddings included; one token is
@@ -174,15 +184,15 @@ mod model {
                 r#"{{"maxTokens":{},"temperature":0,"topK":40,"topP":0.95,"seed":1,"repeatPenalty":1}}"#,
                 greedy.len()
             );
-            ok(m.start(&ids, &params));
+            ok(m.start(&ids, js(&params)));
             while !ok(m.prompt_step().await) {}
             let mut got = Vec::new();
             loop {
-                let id = ok(m.next_token().await);
-                if id < 0 {
+                let item = ok(m.next().await);
+                if item.is_undefined() {
                     break;
                 }
-                got.push(id as u32);
+                got.push(json(item)["token"].as_u64().unwrap() as u32);
             }
             assert_eq!(got, greedy, "{key}: greedy tokens on WebGPU");
             web_sys::console::log_1(&format!("webgpu {key}: greedy {got:?}").into());
@@ -192,10 +202,10 @@ mod model {
     #[wasm_bindgen_test]
     async fn auto_picks_webgpu_when_an_adapter_exists_and_cpu_is_plain() {
         let m = load(r#"{"backend":"auto","nCtx":16}"#).await;
-        let info: Value = serde_json::from_str(&m.info()).unwrap();
+        let info: Value = json(m.info());
         assert_eq!(info["backend"], "webgpu", "headless Chromium has a SwiftShader adapter");
         let m = load(r#"{"backend":"cpu","nCtx":16}"#).await;
-        let info: Value = serde_json::from_str(&m.info()).unwrap();
+        let info: Value = json(m.info());
         assert_eq!(info["backend"], "cpu");
     }
 }

@@ -399,3 +399,53 @@ fn score_and_trace_on_webgpu_match_hf() {
         assert!(worst(&floats(&v["hidden"][l]), &floats(want)) <= 1e-4, "hidden {l}");
     }
 }
+
+/// One policy with the JS options: the flags are their names in kebab case with the older
+/// spellings as aliases, the defaults shown are `GenerateOptions::default()`'s (maxTokens
+/// 128 in both), and values go through the same checks (crate/model/options.rs).
+#[test]
+fn flags_are_the_js_options_names_with_their_defaults_and_checks() {
+    use ggweb::model::session::GenerateOptions;
+    let (code, help, err) = ggweb(&["generate", "--help"], "");
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(GenerateOptions::default().max_tokens, 128);
+    let line = |flag: &str| {
+        let at = help.find(flag).unwrap_or_else(|| panic!("{flag} in {help}"));
+        help[at..].split("\n  -").next().unwrap().to_string()
+    };
+    assert!(line("--max-tokens").contains("[default: 128]") && line("--max-tokens").contains("n-predict"), "{help}");
+    assert!(line("--temperature").contains("[default: 0.8]") && line("--temperature").contains("temp"), "{help}");
+    for flag in [
+        "--n-ctx",
+        "--n-batch",
+        "--n-threads",
+        "--kv-type",
+        "--backend",
+        "--gpu-layers",
+        "--top-logprobs",
+        "--ignore-eos",
+    ] {
+        line(flag);
+    }
+    // --max-tokens, its alias --n-predict and -n are one option.
+    let run = |n: &[&str]| {
+        let (code, out, err) = ggweb(
+            &[&["generate", "--model", &model(), "--prompt", "Hello", "--temperature", "0", "--json"], n].concat(),
+            "",
+        );
+        assert_eq!(code, 0, "{err}");
+        serde_json::from_str::<Value>(out.trim()).unwrap()["tokens"].as_array().unwrap().len()
+    };
+    assert_eq!([run(&["--max-tokens", "3"]), run(&["--n-predict", "3"]), run(&["-n", "3"])], [3, 3, 3]);
+    // The shared checks, in the flags' names.
+    for (args, msg) in [
+        (&["--n-threads", "0"][..], "--n-threads must be an integer from 1 to 64, got 0"),
+        (&["--top-p", "2"][..], "--top-p must be a number from 0 to 1, got 2"),
+        (&["--backend", "tpu"][..], "--backend must be \"cpu\", \"webgpu\" or \"auto\", got \"tpu\""),
+        (&["--backend", "cpu", "--gpu-layers", "1"][..], "--gpu-layers splits the model between webgpu and cpu"),
+    ] {
+        let (code, _, err) = ggweb(&[&["generate", "--model", &model(), "--prompt", "Hi"], args].concat(), "");
+        assert_eq!(code, 1, "{args:?}");
+        assert!(err.starts_with(&format!("ggweb: {msg}")), "{args:?}: {err}");
+    }
+}
