@@ -12,7 +12,7 @@
 
 import { MAX_THREADS, hasRelaxedSimd, loadCore, planThreads, relaxedSimdOption, variantCoreUrl } from './builds.js';
 import { GgwebError, abortedError, toGgwebError } from './errors.js';
-import { boolOption, checkData, isPlainObject, modelInput, optionsObject, passOptions, show, tokenIds, without } from './input.js';
+import { boolOption, checkData, hookList, isPlainObject, modelInput, optionsObject, passOptions, show, tokenIds, without } from './input.js';
 import { DEFAULT_STALL_TIMEOUT_MS, formatBytes, headerChunks, openSource, readWithin, stallTimeout } from './source.js';
 
 /**
@@ -120,8 +120,9 @@ export function generateParams(opts = {}) {
   const src = optionsObject(opts, 'generate');
   // A null-prototype object: an own "__proto__" key stays a key (and the wasm side's strict
   // parser refuses it by name) instead of becoming the object's prototype.
-  const out = without(src, [...GENERATE_JS_KEYS, 'logitBias']);
+  const out = without(src, [...GENERATE_JS_KEYS, 'logitBias', 'hooks']);
   for (const k of Object.keys(out)) checkData(out[k], k);
+  if (src.hooks !== undefined && src.hooks !== null) out.hooks = hookList(src.hooks, 'generate');
   const set = (k, v) => Object.defineProperty(out, k, { value: v, enumerable: true, writable: true, configurable: true });
   // Checked here for messages that name the JS option; absent ones are left to the wasm
   // side, whose GenerateOptions::default() is the one place defaults live (the CLI's too;
@@ -556,8 +557,11 @@ export class Engine {
     return tokenIds(input, what);
   }
 
-  /** score / trace: one batched pass through the wasm model's method of that name. */
-  _inspect(method, input, opts) {
+  /**
+   * score / trace / run / logitLens / attribute / patch / saeEncode: one call of the wasm
+   * model's method of that name with the token ids of `inputs` (after `lead` arguments).
+   */
+  _inspect(method, inputs, opts, lead = []) {
     try {
       this._check(method);
     } catch (e) {
@@ -569,12 +573,12 @@ export class Engine {
       await this._idle();
       this._check(method);
       if (this.busy) throw new GgwebError('busy', `${method}: the model is busy (${this.busy})`);
-      const ids = this._input(input, special, method);
+      const ids = inputs.map((input) => this._input(input, special, method));
       if (typeof model[method] !== 'function') throw new GgwebError('unsupported', `${method}: this wasm module has no ${method}`);
       if (this.busy) throw new GgwebError('busy', `${method}: the model is busy (${this.busy})`);
       this.busy = method;
       try {
-        return await model[method](ids, rest);
+        return await model[method](...lead, ...ids, rest);
       } catch (e) {
         throw this._noteLost(toGgwebError(e, 'invalid', method));
       } finally {
@@ -587,12 +591,77 @@ export class Engine {
 
   /** Logprobs, ranks, entropies and top-k of every token of `input` (see ggweb.d.ts). */
   score(input, opts = {}) {
-    return this._inspect('score', input, opts);
+    return this._inspect('score', [input], opts);
   }
 
   /** Attentions, hidden states and named graph nodes of one pass over `input`. */
   trace(input, opts = {}) {
-    return this._inspect('trace', input, opts);
+    return this._inspect('trace', [input], opts);
+  }
+
+  /** One forward pass with TransformerLens hooks and captures (see ggweb.d.ts `run`). */
+  run(input, opts = {}) {
+    return this._inspect('run', [input], opts);
+  }
+
+  /** An activation patching sweep of `corrupted` with `clean`'s activations. */
+  patch(clean, corrupted, opts = {}) {
+    return this._inspect('patch', [clean, corrupted], opts);
+  }
+
+  /** The residual stream of every layer through the final LayerNorm and the unembedding. */
+  logitLens(input, opts = {}) {
+    return this._inspect('logitLens', [input], opts);
+  }
+
+  /** Direct logit attribution of `logit[answer] − logit[against]`. */
+  attribute(input, opts = {}) {
+    return this._inspect('attribute', [input], opts);
+  }
+
+  /** Checks and keeps an SAE (SAELens's cfg.json text and safetensors bytes): `{ id, dIn, dSae, hookName, applyBDecToInput }`. */
+  loadSae(cfg, weights) {
+    this._check('loadSae');
+    let sae;
+    try {
+      sae = new this.core.WasmSae(cfg, weights);
+    } catch (e) {
+      throw toGgwebError(e, 'format', 'loadSae');
+    }
+    this.saes ??= new Map();
+    const id = (this.saeIds = (this.saeIds ?? 0) + 1);
+    this.saes.set(id, sae);
+    return { id, ...sae.info() };
+  }
+
+  _sae(id, what) {
+    const sae = this.saes?.get(id);
+    if (!sae) throw new GgwebError('disposed', `${what}: the SAE was disposed`);
+    return sae;
+  }
+
+  saeEncode(id, input, opts = {}) {
+    let sae;
+    try {
+      sae = this._sae(id, 'sae.encode');
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    return this._inspect('saeEncode', [input], opts, [sae]);
+  }
+
+  saeDecoderRow(id, i) {
+    try {
+      return this._sae(id, 'sae.decoderRow').decoderRow(i);
+    } catch (e) {
+      throw toGgwebError(e, 'invalid', 'sae.decoderRow');
+    }
+  }
+
+  saeDispose(id) {
+    const sae = this.saes?.get(id);
+    this.saes?.delete(id);
+    try { sae?.free(); } catch { /* already freed */ }
   }
 
   /**
@@ -727,6 +796,7 @@ export class Engine {
     this.cancelGeneration();
     for (const w of this.wakers) w();
     this.wakers.clear();
+    for (const id of [...(this.saes?.keys() ?? [])]) this.saeDispose(id);
     const m = this.model;
     this.model = null;
     // Free now unless a generation is mid-step; then free when it ends.

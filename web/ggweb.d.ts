@@ -183,6 +183,10 @@ export interface GenerateOptions {
    *  (the prompt cache; default true). false evaluates the whole prompt again
    *  (stats.cachedTokens 0): for timing, or to rule the cache out. */
   reusePrompt?: boolean;
+  /** Interventions at TransformerLens hook points, applied at every evaluated position
+   *  (prompt and each new token) before K and V enter the cache; no `pos` here. The prompt
+   *  cache is reused only under the same hooks. */
+  hooks?: Hook[];
   /** Aborting makes the iteration throw GgwebError code 'aborted'. */
   signal?: AbortSignal;
 }
@@ -270,6 +274,121 @@ export interface TraceResult {
   nodes: Record<string, { shape: number[]; data: Float32Array }>;
   /** Compute bytes of the traced graph's plan, with the requested taps kept alive. */
   memory: { compute: number };
+}
+
+/** A TransformerLens hook point name: 'hook_embed', 'blocks.3.hook_resid_pre', 'blocks.0.attn.hook_pattern',
+ *  'ln_final.hook_normalized', ... (README "Look inside"). */
+export type HookName = string;
+
+/** An intervention at a hook point, as a TransformerLens forward hook returning the modified
+ *  tensor. The slice: `head` along the head axis, `pos` along positions (the query axis of
+ *  attention scores/pattern; negative counts from the end), `index` along the last axis. */
+export interface Hook {
+  at: HookName;
+  op: 'zero' | 'scale' | 'add' | 'set';
+  head?: number | number[];
+  pos?: number | number[];
+  index?: number | number[];
+  /** scale: a number; add: a number or the slice at one position; set: the whole slice. */
+  value?: number | ArrayLike<number>;
+}
+
+export interface RunOptions {
+  /** Hook names to keep; '*' stands for any run of characters within one dot-separated part. */
+  capture?: HookName[];
+  hooks?: Hook[];
+  special?: boolean;
+}
+
+export interface RunResult {
+  tokens: Uint32Array;
+  /** [pos][n_vocab], every position. */
+  logits: Float32Array;
+  /** Captured hook points, TransformerLens's shape without the batch axis. */
+  cache: Record<HookName, { shape: number[]; data: Float32Array }>;
+}
+
+export interface PatchOptions {
+  at: 'resid_pre' | 'attn_out' | 'mlp_out' | 'z';
+  answer: number;
+  against: number;
+  special?: boolean;
+}
+
+export interface PatchResult {
+  /** [n_layer, n_pos], or [n_layer, n_head] for 'z'. */
+  shape: number[];
+  /** Row-major: logits[last, answer] − logits[last, against] with that activation patched. */
+  cells: Float32Array;
+  cleanDiff: number;
+  corruptedDiff: number;
+}
+
+export interface LogitLensOptions {
+  /** Top entries per position and layer (default 5). */
+  topK?: number;
+  special?: boolean;
+}
+
+export interface LogitLensResult {
+  tokens: Uint32Array;
+  /** n_layer + 1: blocks.0.hook_resid_pre, ..., the final residual (= the model's logits). */
+  layers: number;
+  /** [layer][pos][k]. */
+  top: TopLogprob[][][];
+  /** Per layer, length n − 1: ln p(tokens[i + 1]) at position i. */
+  logprobs: Float32Array[];
+}
+
+export interface AttributeOptions {
+  answer: number;
+  against: number;
+  /** Default −1 (the last position). */
+  pos?: number;
+  special?: boolean;
+}
+
+export interface AttributeResult {
+  embed: number;
+  posEmbed: number;
+  /** [layer][head]. */
+  heads: Float32Array;
+  /** [layer]: the attention output bias b_O. */
+  attnBias: Float32Array;
+  /** [layer]. */
+  mlps: Float32Array;
+  lnBias: number;
+  /** The sum of the parts: logit[answer] − logit[against] at pos. */
+  total: number;
+}
+
+export interface LoadSaeOptions {
+  signal?: AbortSignal;
+  stallTimeoutMs?: number;
+}
+
+export interface SaeEncodeOptions {
+  /** Default 5. */
+  topK?: number;
+  special?: boolean;
+}
+
+export interface SaeEncoded {
+  tokens: Uint32Array;
+  top: { index: number; value: number }[][];
+  l0: Float32Array;
+  mse: Float32Array;
+}
+
+/** A sparse autoencoder in SAELens's format (Model.loadSae). */
+export declare class Sae {
+  readonly dIn: number;
+  readonly dSae: number;
+  readonly hookName: HookName;
+  readonly applyBDecToInput: boolean;
+  encode(input: ModelInput, options?: SaeEncodeOptions | null): Promise<SaeEncoded>;
+  decoderRow(i: number): Promise<Float32Array>;
+  dispose(): Promise<void>;
 }
 
 export interface GenerateStats {
@@ -564,6 +683,19 @@ export declare class Model {
   /** One pass from position 0 keeping the requested taps (and only those) alive.
    *  @throws GgwebError 'invalid' (an unknown tap, no taps), 'busy', 'disposed', 'device_lost'. */
   trace(input: ModelInput, options: TraceOptions): Promise<TraceResult>;
+  /** One forward pass from position 0 with hooks and captures (TransformerLens's names and
+   *  meanings). @throws GgwebError 'invalid' (a hook or capture that names nothing, out of
+   *  range, a value of the wrong length), 'busy', 'disposed', 'device_lost'. */
+  run(input: ModelInput, options?: RunOptions | null): Promise<RunResult>;
+  /** An activation patching sweep; clean and corrupted must have the same length. */
+  patch(clean: ModelInput, corrupted: ModelInput, options: PatchOptions): Promise<PatchResult>;
+  /** The logit lens: every layer's residual through ln_final (its own statistics) and the unembedding. */
+  logitLens(input: ModelInput, options?: LogitLensOptions | null): Promise<LogitLensResult>;
+  /** Direct logit attribution through the final LayerNorm's cached scale. */
+  attribute(input: ModelInput, options: AttributeOptions): Promise<AttributeResult>;
+  /** A folder URL ending in '/' (cfg.json, sae_weights.safetensors) or { cfg, weights }.
+   *  @throws GgwebError 'format' (a bad file, naming what), 'network', 'invalid'. */
+  loadSae(source: string | { cfg: object | string; weights: ArrayBuffer | Uint8Array }, options?: LoadSaeOptions | null): Promise<Sae>;
   /** Streams a continuation; the KV cache is reused for the longest prefix shared with the
    *  tokens it holds (stats.cachedTokens; `reusePrompt: false` turns that off). The model
    *  runs at most 4 tokens ahead of the reader (see Generation). Unknown option keys fail

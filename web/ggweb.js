@@ -13,7 +13,7 @@
 import { Engine, driveGeneration, generateParams, inspectSource, loaderOptions } from './engine.js';
 import { ERROR_CODES, GgwebError, abortedError, toGgwebError } from './errors.js';
 import { nodeFs, relaxedSimdOption } from './builds.js';
-import { formatBytes, stallTimeout } from './source.js';
+import { fetchWithin, formatBytes, stallTimeout } from './source.js';
 import { DEFAULT_CACHE_NAME, askPersist, modelCache } from './cache.js';
 import { hubSource } from './hub.js';
 import { boolOption, checkSignal, modelInput, optionsObject, passOptions, show, tokenIds, without } from './input.js';
@@ -403,6 +403,46 @@ function checkedOptions(options, what) {
   return { ...rest, special };
 }
 
+/** A sparse autoencoder loaded by `Model.loadSae`. */
+export class Sae {
+  #call;
+  #id;
+  #disposed = false;
+
+  constructor(call, info) {
+    this.#call = call;
+    this.#id = info.id;
+    this.dIn = info.dIn;
+    this.dSae = info.dSae;
+    this.hookName = info.hookName;
+    this.applyBDecToInput = info.applyBDecToInput;
+  }
+
+  #live(what) {
+    if (this.#disposed) throw new GgwebError('disposed', `${what}: the SAE was disposed`);
+  }
+
+  /** Features of `input` at the SAE's hook: `{ tokens, top: [pos][k] { index, value }, l0, mse }`. */
+  async encode(input, options = undefined) {
+    this.#live('sae.encode');
+    return this.#call('saeEncode', [this.#id, modelInput(input, 'sae.encode'), checkedOptions(options, 'sae.encode')]);
+  }
+
+  /** Feature `i`'s decoder direction (`dIn` values), e.g. for a steering hook `{ op: 'add', value }`. */
+  async decoderRow(i) {
+    this.#live('sae.decoderRow');
+    if (!Number.isInteger(i) || i < 0) throw new GgwebError('invalid', `sae.decoderRow: i must be a whole number, got ${show(i)}`);
+    return this.#call('saeDecoderRow', [this.#id, i]);
+  }
+
+  /** Frees the SAE's weights. */
+  async dispose() {
+    if (this.#disposed) return;
+    this.#disposed = true;
+    await this.#call('saeDispose', [this.#id]).catch(() => {});
+  }
+}
+
 export class Model {
   #t;
   #info;
@@ -561,6 +601,77 @@ export class Model {
   async trace(input, options = undefined) {
     this.#live('trace');
     return this.#t.call('trace', [modelInput(input, 'trace'), checkedOptions(options, 'trace')]);
+  }
+
+  /**
+   * One forward pass from position 0 with TransformerLens's hook points: `capture` (names,
+   * `*` within one dot-separated part) and `hooks` (`{ at, op, head?, pos?, index?, value? }`
+   * in order): `{ tokens, logits ([pos][n_vocab]), cache: { [hook]: { shape, data } } }`.
+   */
+  async run(input, options = undefined) {
+    this.#live('run');
+    return this.#t.call('run', [modelInput(input, 'run'), checkedOptions(options, 'run')]);
+  }
+
+  /**
+   * An activation patching sweep: `{ at: 'resid_pre' | 'attn_out' | 'mlp_out' | 'z', answer,
+   * against }` → `{ shape, cells, cleanDiff, corruptedDiff }`, each cell the logit difference
+   * of `corrupted` with that one activation of `clean` patched in.
+   */
+  async patch(clean, corrupted, options = undefined) {
+    this.#live('patch');
+    return this.#t.call('patch', [modelInput(clean, 'patch'), modelInput(corrupted, 'patch'), checkedOptions(options, 'patch')]);
+  }
+
+  /** The logit lens: every layer's residual through the final LayerNorm and the unembedding. */
+  async logitLens(input, options = undefined) {
+    this.#live('logitLens');
+    return this.#t.call('logitLens', [modelInput(input, 'logitLens'), checkedOptions(options, 'logitLens')]);
+  }
+
+  /** Direct logit attribution of `logit[answer] − logit[against]` at `pos` (default −1). */
+  async attribute(input, options = undefined) {
+    this.#live('attribute');
+    return this.#t.call('attribute', [modelInput(input, 'attribute'), checkedOptions(options, 'attribute')]);
+  }
+
+  /**
+   * A sparse autoencoder in SAELens's saved format: a folder URL ending in `/` (its
+   * `cfg.json` and `sae_weights.safetensors`), or `{ cfg, weights }` (the cfg object or its
+   * text, the safetensors bytes). Options: `signal`, `stallTimeoutMs`.
+   */
+  async loadSae(source, options = undefined) {
+    this.#live('loadSae');
+    const o = optionsObject(options, 'loadSae', ['signal', 'stallTimeoutMs']);
+    const signal = checkSignal(o.signal, 'loadSae');
+    const stallMs = stallTimeout(o.stallTimeoutMs);
+    let cfg;
+    let weights;
+    if (typeof source === 'string') {
+      if (!source.endsWith('/')) throw new GgwebError('invalid', `loadSae: a folder URL must end in '/', got ${show(source)}`);
+      const get = async (name) => {
+        const url = new URL(name, new URL(source, globalThis.location?.href)).href;
+        const r = await fetchWithin(url, { signal, stallMs, what: 'loadSae' });
+        if (!r.ok) throw new GgwebError('network', `loadSae: ${url}: HTTP ${r.status}`);
+        return r;
+      };
+      cfg = await (await get('cfg.json')).text();
+      weights = new Uint8Array(await (await get('sae_weights.safetensors')).arrayBuffer());
+    } else if (source !== null && typeof source === 'object' && !ArrayBuffer.isView(source)) {
+      const s = optionsObject(source, 'loadSae source', ['cfg', 'weights']);
+      cfg = typeof s.cfg === 'string' ? s.cfg : JSON.stringify(s.cfg ?? null);
+      const w = s.weights;
+      if (w instanceof ArrayBuffer) weights = new Uint8Array(w);
+      else if (w instanceof Uint8Array) weights = w;
+      else throw new GgwebError('invalid', `loadSae: weights must be an ArrayBuffer or Uint8Array, got ${show(w)}`);
+    } else {
+      throw new GgwebError('invalid', `loadSae: the source must be a folder URL or { cfg, weights }, got ${show(source)}`);
+    }
+    const info = await this.#t.call('loadSae', [cfg, weights]);
+    return new Sae((method, args) => {
+      this.#live(method);
+      return this.#t.call(method, args);
+    }, info);
   }
 
   /**

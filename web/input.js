@@ -167,6 +167,25 @@ export function passOptions(options, what) {
   const o = optionsObject(options, what);
   const special = boolOption(o.special, 'special', false);
   const rest = without(o, ['special']);
+  if (rest.hooks !== undefined && rest.hooks !== null) rest.hooks = hookList(rest.hooks, what);
   for (const k of Object.keys(rest)) checkData(rest[k], k);
   return { special, rest };
+}
+
+/**
+ * The `hooks` option: an array of plain objects `{ at, op, head?, pos?, index?, value? }`
+ * (their keys and values are the wasm side's to check); a typed-array `value` (e.g. a
+ * capture's `data`, a decoder row) crosses as a plain array of numbers.
+ */
+export function hookList(v, what) {
+  if (!Array.isArray(v)) throw invalid(`${what}: hooks must be an array of { at, op, ... }, got ${show(v)}`);
+  return v.map((h, i) => {
+    if (!isPlainObject(h)) throw invalid(`${what}: hooks[${i}] must be a plain object, got ${show(h)}`);
+    const o = without(h, []);
+    if (ArrayBuffer.isView(o.value) && !(o.value instanceof DataView) && !(o.value instanceof BigInt64Array) && !(o.value instanceof BigUint64Array)) {
+      o.value = Array.from(o.value);
+    }
+    checkData(o, `hooks[${i}]`);
+    return o;
+  });
 }

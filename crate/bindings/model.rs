@@ -413,7 +413,7 @@ fn split_info(model: &mut Gpt2, placement: Placement) -> Result<SplitInfo, JsVal
 /// arguments and results and maps errors to codes.
 #[wasm_bindgen]
 pub struct WasmModel {
-    session: Session,
+    pub(super) session: Session,
     backend: &'static str,
     gpu: Option<WebGpuBackend>,
     backend_note: Option<String>,
@@ -474,7 +474,7 @@ impl WasmModel {
     }
 
     /// The checks every evaluating call makes first, with its messages.
-    fn check_input(&mut self, what: &str, ids: &[u32]) -> Result<(), JsValue> {
+    pub(super) fn check_input(&mut self, what: &str, ids: &[u32]) -> Result<(), JsValue> {
         self.check_device("")?;
         self.check_fits(what, ids.len())?;
         self.check_ids(what, ids)
@@ -506,13 +506,13 @@ impl From<&WebGpuStats> for WebGpuJson {
 
 /// A typed array inside a serialized value (serde-wasm-bindgen keeps it as it is).
 #[derive(Serialize)]
-struct Typed(#[serde(with = "serde_wasm_bindgen::preserve")] JsValue);
+pub(super) struct Typed(#[serde(with = "serde_wasm_bindgen::preserve")] JsValue);
 
-fn f32s(v: &[f32]) -> Typed {
+pub(super) fn f32s(v: &[f32]) -> Typed {
     Typed(js_sys::Float32Array::from(v).into())
 }
 
-fn u32s(v: &[u32]) -> Typed {
+pub(super) fn u32s(v: &[u32]) -> Typed {
     Typed(js_sys::Uint32Array::from(v).into())
 }
 
@@ -551,9 +551,9 @@ struct StatsJson {
 }
 
 #[derive(Serialize)]
-struct TopJson {
-    token: u32,
-    logprob: f32,
+pub(super) struct TopJson {
+    pub(super) token: u32,
+    pub(super) logprob: f32,
 }
 
 #[derive(Serialize)]
@@ -570,9 +570,9 @@ struct ScoreJson {
 }
 
 #[derive(Serialize)]
-struct NodeJson {
-    shape: Vec<u32>,
-    data: Typed,
+pub(super) struct NodeJson {
+    pub(super) shape: Vec<u32>,
+    pub(super) data: Typed,
 }
 
 #[derive(Serialize)]

@@ -515,3 +515,47 @@ fn webgpu_missing() -> Option<String> {
     }
     None
 }
+
+pub const RUN_WHAT: &str = "run options";
+pub const PATCH_WHAT: &str = "patch options";
+pub const LENS_WHAT: &str = "logitLens options";
+pub const ATTRIBUTE_WHAT: &str = "attribute options";
+pub const SAE_ENCODE_WHAT: &str = "sae.encode options";
+
+/// `run`'s options: hook points to capture (TransformerLens names, `*` within a part) and
+/// interventions ([`Hook`]).
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RunParams {
+    #[serde(default)]
+    pub capture: Option<Vec<String>>,
+    #[serde(default)]
+    pub hooks: Option<Vec<Hook>>,
+}
+
+/// `patch`'s options: the activation swept and the metric's two tokens.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PatchParams {
+    pub at: String,
+    pub answer: u32,
+    pub against: u32,
+}
+
+/// `logitLens`'s and `sae.encode`'s options: the top entries per position (default 5).
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct TopKParams {
+    #[serde(default)]
+    pub top_k: Option<u32>,
+}
+
+/// `attribute`'s options: the logit difference `answer − against` at `pos` (default −1).
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct AttributeParams {
+    pub answer: u32,
+    pub against: u32,
+    #[serde(default)]
+    pub pos: Option<i64>,
+}

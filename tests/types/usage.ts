@@ -9,6 +9,9 @@ import ggwebDefault, {
   type Hparams, type InspectOptions, type InspectResult, type LoadOptions, type LoadProgress, type ModelInfo,
   type ModelInput, type ModelSource, type ScoreOptions, type ScoreResult, type TraceOptions, type TraceResult,
   type WebGpuStats, type CachedModel,
+  type Hook, type RunOptions, type RunResult, type PatchOptions, type PatchResult, type LogitLensOptions,
+  type LogitLensResult, type AttributeOptions, type AttributeResult, type LoadSaeOptions, type SaeEncodeOptions,
+  type SaeEncoded, Sae,
 } from 'ggweb';
 
 const ac = new AbortController();
@@ -27,7 +30,36 @@ const allGenerate: Required<GenerateOptions> = {
   maxTokens: 8, temperature: 0.7, topK: 40, topP: 0.95, seed: 42, repeatPenalty: 1.1, repeatLastN: 64, minP: 0.05,
   logitBias: { 50256: -Infinity, 13: 2.5 }, ignoreEos: true, stop: ['\n'], topLogprobs: 3, special: false,
   reusePrompt: false, signal: ac.signal,
+  hooks: [{ at: 'blocks.3.hook_resid_pre', op: 'add', value: new Float32Array(768) }],
 };
+const allHook: Required<Hook> = { at: 'blocks.0.attn.hook_z', op: 'set', head: [1, 2], pos: -1, index: 0, value: [1, 2] };
+const allRun: Required<RunOptions> = { capture: ['blocks.*.hook_resid_post'], hooks: [allHook, { at: 'hook_embed', op: 'zero' }], special: false };
+const allPatch: Required<PatchOptions> = { at: 'resid_pre', answer: 5335, against: 1757, special: false };
+const allLens: Required<LogitLensOptions> = { topK: 5, special: false };
+const allAttribute: Required<AttributeOptions> = { answer: 5335, against: 1757, pos: -1, special: false };
+const allLoadSae: Required<LoadSaeOptions> = { signal: ac.signal, stallTimeoutMs: 10_000 };
+const allSaeEncode: Required<SaeEncodeOptions> = { topK: 3, special: false };
+
+function readRun(r: RunResult): number {
+  const c = r.cache['blocks.0.hook_resid_post'];
+  return r.tokens[0] + r.logits[0] + (c ? c.shape[0] + c.data[0] : 0);
+}
+function readPatch(r: PatchResult): number {
+  return r.shape[0] + r.cells[0] + r.cleanDiff + r.corruptedDiff;
+}
+function readLens(r: LogitLensResult): number {
+  return r.tokens[0] + r.layers + r.top[0][0][0].token + r.top[0][0][0].logprob + r.logprobs[0][0];
+}
+function readAttribution(r: AttributeResult): number {
+  return r.embed + r.posEmbed + r.heads[0] + r.attnBias[0] + r.mlps[0] + r.lnBias + r.total;
+}
+async function useSae(sae: Sae): Promise<number> {
+  const e: SaeEncoded = await sae.encode('Hello', allSaeEncode);
+  const row: Float32Array = await sae.decoderRow(3);
+  const n = sae.dIn + sae.dSae + sae.hookName.length + (sae.applyBDecToInput ? 1 : 0);
+  await sae.dispose();
+  return e.tokens[0] + e.top[0][0].index + e.top[0][0].value + e.l0[0] + e.mse[0] + row[0] + n;
+}
 const allScore: Required<ScoreOptions> = { topK: 5, special: true };
 const allTrace: Required<TraceOptions> = { taps: ['attn', 'hidden', 'l0.ffn_gelu'], special: false };
 
@@ -130,6 +162,11 @@ const members: { [K in keyof Model]: (m: Model) => unknown } = {
   logits: async (m) => (await m.logits(new Uint32Array([15496]))) satisfies Float32Array,
   score: async (m) => readScore(await m.score(inputs[0], allScore)),
   trace: async (m) => readTrace(await m.trace(inputs[1], allTrace)),
+  run: async (m) => readRun(await m.run(inputs[1], allRun)),
+  patch: async (m) => readPatch(await m.patch('When Mary and John', 'When John and Mary', allPatch)),
+  logitLens: async (m) => readLens(await m.logitLens(inputs[0], allLens)),
+  attribute: async (m) => readAttribution(await m.attribute(inputs[0], allAttribute)),
+  loadSae: async (m) => useSae(await m.loadSae('https://example.com/sae/', allLoadSae)),
   generate: (m) => m.generate(inputs[2], allGenerate),
   _debugLoseDevice: async (m) => (await m._debugLoseDevice()) satisfies boolean,
   dispose: async (m) => (await m.dispose()) satisfies void,

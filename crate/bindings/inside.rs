@@ -1,0 +1,202 @@
+//! "Look inside, round two" for JS: TransformerLens's workflow on the session core
+//! ([`Session::run`], `patch`, `logit_lens`, `attribute`, `sae_encode`), values crossing
+//! as serde-wasm-bindgen data with typed arrays, as `score` and `trace` do.
+
+use alloc::collections::BTreeMap;
+use alloc::string::String;
+use alloc::vec::Vec;
+
+use serde::Serialize;
+use wasm_bindgen::prelude::*;
+
+use super::model::{f32s, from_js, model_error, to_js, u32s, NodeJson, TopJson, Typed, WasmModel};
+use crate::model::options::{
+    AttributeParams, PatchParams, RunParams, TopKParams, ATTRIBUTE_WHAT, LENS_WHAT, PATCH_WHAT, RUN_WHAT,
+    SAE_ENCODE_WHAT,
+};
+use crate::model::sae::Sae;
+
+/// TransformerLens's shape of a captured value (`ne` reversed, outer 1s dropped).
+fn node(ne: [i64; 4], data: &[f32]) -> NodeJson {
+    let mut shape: Vec<u32> = ne.iter().rev().map(|&x| x as u32).collect();
+    while shape.len() > 1 && shape[0] == 1 {
+        shape.remove(0);
+    }
+    NodeJson { shape, data: f32s(data) }
+}
+
+#[derive(Serialize)]
+struct RunJson {
+    tokens: Typed,
+    logits: Typed,
+    cache: BTreeMap<String, NodeJson>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct PatchJson {
+    shape: Vec<u32>,
+    cells: Typed,
+    clean_diff: f32,
+    corrupted_diff: f32,
+}
+
+#[derive(Serialize)]
+struct LensJson {
+    tokens: Typed,
+    layers: usize,
+    top: Vec<Vec<Vec<TopJson>>>,
+    logprobs: Vec<Typed>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct AttributionJson {
+    embed: f32,
+    pos_embed: f32,
+    heads: Typed,
+    attn_bias: Typed,
+    mlps: Typed,
+    ln_bias: f32,
+    total: f32,
+}
+
+#[derive(Serialize)]
+struct SaeTopJson {
+    index: u32,
+    value: f32,
+}
+
+#[derive(Serialize)]
+struct EncodedJson {
+    tokens: Typed,
+    top: Vec<Vec<SaeTopJson>>,
+    l0: Typed,
+    mse: Typed,
+}
+
+const DEFAULT_TOP_K: u32 = 5;
+
+#[wasm_bindgen]
+impl WasmModel {
+    /// `run(ids, { capture?, hooks? })`: `{ tokens, logits: Float32Array ([pos][n_vocab]),
+    /// cache: { [hook]: { shape, data } } }`.
+    pub async fn run(&mut self, ids: Vec<u32>, opts: JsValue) -> Result<JsValue, JsValue> {
+        let p: RunParams = from_js(RUN_WHAT, opts)?;
+        self.check_input("run", &ids)?;
+        let r = self
+            .session
+            .run(&ids, &p.capture.unwrap_or_default(), &p.hooks.unwrap_or_default())
+            .await
+            .map_err(|e| model_error("run", e))?;
+        let cache = r.cache.iter().map(|v| (v.name.clone(), node(v.ne, &v.data))).collect();
+        Ok(to_js(&RunJson { tokens: u32s(&r.tokens), logits: f32s(&r.logits), cache }))
+    }
+
+    /// `patch(clean, corrupted, { at, answer, against })`: `{ shape, cells: Float32Array,
+    /// cleanDiff, corruptedDiff }`.
+    pub async fn patch(&mut self, clean: Vec<u32>, corrupted: Vec<u32>, opts: JsValue) -> Result<JsValue, JsValue> {
+        let p: PatchParams = from_js(PATCH_WHAT, opts)?;
+        self.check_input("patch", &clean)?;
+        self.check_input("patch", &corrupted)?;
+        let r =
+            self.session.patch(&clean, &corrupted, &p.at, p.answer, p.against).await.map_err(|e| model_error("", e))?;
+        Ok(to_js(&PatchJson {
+            shape: r.shape.iter().map(|&x| x as u32).collect(),
+            cells: f32s(&r.cells),
+            clean_diff: r.clean_diff,
+            corrupted_diff: r.corrupted_diff,
+        }))
+    }
+
+    /// `logit_lens(ids, { topK? })`: `{ tokens, layers, top: [layer][pos][k] { token,
+    /// logprob }, logprobs: Float32Array[] }`.
+    #[wasm_bindgen(js_name = logitLens)]
+    pub async fn logit_lens(&mut self, ids: Vec<u32>, opts: JsValue) -> Result<JsValue, JsValue> {
+        let p: TopKParams = from_js(LENS_WHAT, opts)?;
+        self.check_input("logitLens", &ids)?;
+        let k = p.top_k.unwrap_or(DEFAULT_TOP_K) as usize;
+        let r = self.session.logit_lens(&ids, k).await.map_err(|e| model_error("logitLens", e))?;
+        let top = r
+            .top
+            .iter()
+            .map(|l| l.iter().map(|p| p.iter().map(|&(token, logprob)| TopJson { token, logprob }).collect()).collect())
+            .collect();
+        Ok(to_js(&LensJson {
+            tokens: u32s(&r.tokens),
+            layers: r.layers,
+            top,
+            logprobs: r.logprobs.iter().map(|l| f32s(l)).collect(),
+        }))
+    }
+
+    /// `attribute(ids, { answer, against, pos? })`: each component's share of
+    /// `logit[answer] − logit[against]` (see `Session::attribute`).
+    pub async fn attribute(&mut self, ids: Vec<u32>, opts: JsValue) -> Result<JsValue, JsValue> {
+        let p: AttributeParams = from_js(ATTRIBUTE_WHAT, opts)?;
+        self.check_input("attribute", &ids)?;
+        let r = self
+            .session
+            .attribute(&ids, p.answer, p.against, p.pos.unwrap_or(-1))
+            .await
+            .map_err(|e| model_error("", e))?;
+        Ok(to_js(&AttributionJson {
+            embed: r.embed,
+            pos_embed: r.pos_embed,
+            heads: f32s(&r.heads),
+            attn_bias: f32s(&r.attn_bias),
+            mlps: f32s(&r.mlps),
+            ln_bias: r.ln_bias,
+            total: r.total,
+        }))
+    }
+
+    /// `sae_encode(sae, ids, { topK? })`: `{ tokens, top: [pos][k] { index, value }, l0, mse }`.
+    #[wasm_bindgen(js_name = saeEncode)]
+    pub async fn sae_encode(&mut self, sae: &WasmSae, ids: Vec<u32>, opts: JsValue) -> Result<JsValue, JsValue> {
+        let p: TopKParams = from_js(SAE_ENCODE_WHAT, opts)?;
+        self.check_input("sae.encode", &ids)?;
+        let k = p.top_k.unwrap_or(DEFAULT_TOP_K) as usize;
+        let r = self.session.sae_encode(&ids, &sae.0, k).await.map_err(|e| model_error("sae.encode", e))?;
+        let top = r.top.iter().map(|p| p.iter().map(|&(index, value)| SaeTopJson { index, value }).collect()).collect();
+        Ok(to_js(&EncodedJson { tokens: u32s(&ids), top, l0: f32s(&r.l0), mse: f32s(&r.mse) }))
+    }
+}
+
+/// A sparse autoencoder in SAELens's format, checked ([`Sae::from_parts`]).
+#[wasm_bindgen]
+pub struct WasmSae(Sae);
+
+#[wasm_bindgen]
+impl WasmSae {
+    /// From `cfg.json`'s text and `sae_weights.safetensors`'s bytes.
+    #[wasm_bindgen(constructor)]
+    pub fn new(cfg: &str, weights: &[u8]) -> Result<WasmSae, JsValue> {
+        Sae::from_parts(cfg, weights).map(WasmSae).map_err(|e| model_error("loadSae", e))
+    }
+
+    /// `{ dIn, dSae, hookName, applyBDecToInput }`.
+    pub fn info(&self) -> JsValue {
+        #[derive(Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Info<'a> {
+            d_in: usize,
+            d_sae: usize,
+            hook_name: &'a str,
+            apply_b_dec_to_input: bool,
+        }
+        let s = &self.0;
+        to_js(&Info {
+            d_in: s.d_in,
+            d_sae: s.d_sae,
+            hook_name: &s.hook_name,
+            apply_b_dec_to_input: s.apply_b_dec_to_input,
+        })
+    }
+
+    /// Row `i` of `W_dec` (`d_in` values).
+    #[wasm_bindgen(js_name = decoderRow)]
+    pub fn decoder_row(&self, i: u32) -> Result<Vec<f32>, JsValue> {
+        self.0.decoder_row(i as usize).map_err(|e| model_error("decoderRow", e))
+    }
+}
