@@ -49,6 +49,63 @@ pub enum Command {
     /// A GGUF file's metadata, tensors and memory plan (reads only the header).
     #[command(help_template = SUB_HELP)]
     Inspect(InspectArgs),
+    /// One pass with TransformerLens hooks and captures (JSON: tokens, logits of the last position, cache).
+    #[command(help_template = SUB_HELP)]
+    Run(RunArgs),
+    /// An activation patching sweep of a corrupted prompt with a clean one's activations (JSON).
+    #[command(help_template = SUB_HELP)]
+    Patch(PatchArgs),
+    /// The logit lens: every layer's residual through the final LayerNorm and the unembedding (JSON).
+    #[command(help_template = SUB_HELP)]
+    Lens(LensArgs),
+}
+
+/// `run`: the JS `model.run`'s options.
+#[derive(Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub load: LoadArgs,
+    #[command(flatten)]
+    pub input: InputArgs,
+    /// Hook points to capture, comma-separated ('*' within one dot-separated part).
+    #[arg(long, default_value = "")]
+    pub capture: String,
+    /// A hook as JSON, `{"at":"blocks.1.hook_resid_pre","op":"scale","value":2}`; repeat for several, applied in order.
+    #[arg(long)]
+    pub hook: Vec<String>,
+    /// Every position's logits instead of the last one's.
+    #[arg(long)]
+    pub all_logits: bool,
+}
+
+/// `patch`: the JS `model.patch`'s arguments.
+#[derive(Args)]
+pub struct PatchArgs {
+    #[command(flatten)]
+    pub load: LoadArgs,
+    #[arg(long)]
+    pub clean: String,
+    #[arg(long)]
+    pub corrupted: String,
+    /// resid_pre, attn_out, mlp_out or z.
+    #[arg(long)]
+    pub at: String,
+    /// The metric's token ids: logits[last, answer] - logits[last, against].
+    #[arg(long)]
+    pub answer: u32,
+    #[arg(long)]
+    pub against: u32,
+}
+
+/// `lens`: the JS `model.logitLens`'s options.
+#[derive(Args)]
+pub struct LensArgs {
+    #[command(flatten)]
+    pub load: LoadArgs,
+    #[command(flatten)]
+    pub input: InputArgs,
+    #[arg(long = "top-k", default_value_t = 5)]
+    pub top_k: usize,
 }
 
 /// `Model.load`'s model options ([`LoadOptions`]).

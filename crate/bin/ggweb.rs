@@ -39,6 +39,9 @@ fn main() {
             Command::Tokenize(a) => run::tokenize(a),
             Command::Bench(a) => run::bench(a),
             Command::Inspect(a) => inspect::run(a),
+            Command::Run(a) => run::run(a),
+            Command::Patch(a) => run::patch(a),
+            Command::Lens(a) => run::lens(a),
         },
         Err(e) => Err(e),
     };

@@ -14,9 +14,12 @@ use ggweb::model::options::{open_backends, LoadOptions};
 use ggweb::model::session::Session;
 use ggweb::tokenizer::Tokenizer;
 use ggweb::webgpu::{WebGpuOptions, WebGpuStats};
-use serde_json::json;
+use serde_json::{json, Value};
 
-use crate::args::{BenchArgs, GenerateArgs, InputArgs, LoadArgs, LogitsArgs, ScoreArgs, TokenizeArgs, TraceArgs};
+use crate::args::{
+    BenchArgs, GenerateArgs, InputArgs, LensArgs, LoadArgs, LogitsArgs, PatchArgs, RunArgs, ScoreArgs, TokenizeArgs,
+    TraceArgs,
+};
 
 fn load(args: &LoadArgs) -> Result<LoadedModel, String> {
     let opts = args.options()?;
@@ -614,4 +617,52 @@ impl ProfileTable {
             "by_op": self.by_op.iter().map(|(op, ms, n)| json!({"op": op, "ms_per_token": ms, "calls": n})).collect::<Vec<_>>(),
         })
     }
+}
+
+/// `ggweb run`: one pass with hooks and captures, as the JS `model.run` (JSON out).
+pub fn run(args: RunArgs) -> Result<(), String> {
+    let (mut s, ids) = session_and_prompt(&args.load, &args.input)?;
+    let mut hooks = Vec::new();
+    for h in &args.hook {
+        hooks.push(serde_json::from_str::<ggweb::model::hooks::Hook>(h).map_err(|e| format!("--hook {h}: {e}"))?);
+    }
+    let capture: Vec<String> = args.capture.split(',').filter(|c| !c.is_empty()).map(String::from).collect();
+    let r = block_on(s.run(&ids, &capture, &hooks)).map_err(|e| e.to_string())?;
+    let n_vocab = s.model.hparams.n_vocab;
+    let logits: Vec<&[f32]> = r.logits.chunks(n_vocab).collect();
+    let logits = if args.all_logits { logits } else { logits[logits.len() - 1..].to_vec() };
+    let mut cache = serde_json::Map::new();
+    for v in &r.cache {
+        cache.insert(v.name.clone(), json!({ "shape": row_major_shape(v.ne), "data": v.data }));
+    }
+    println!("{}", json!({ "tokens": r.tokens, "logits": logits, "cache": cache }));
+    Ok(())
+}
+
+/// `ggweb patch`: an activation patching sweep, as the JS `model.patch` (JSON out).
+pub fn patch(args: PatchArgs) -> Result<(), String> {
+    let mut s = Session::new(load(&args.load)?);
+    let clean = s.tokenizer.encode(&args.clean, false);
+    let corrupted = s.tokenizer.encode(&args.corrupted, false);
+    let p = block_on(s.patch(&clean, &corrupted, &args.at, args.answer, args.against)).map_err(|e| e.to_string())?;
+    println!(
+        "{}",
+        json!({ "shape": p.shape, "cells": p.cells, "cleanDiff": p.clean_diff, "corruptedDiff": p.corrupted_diff })
+    );
+    Ok(())
+}
+
+/// `ggweb lens`: the logit lens, as the JS `model.logitLens` (JSON out).
+pub fn lens(args: LensArgs) -> Result<(), String> {
+    let (mut s, ids) = session_and_prompt(&args.load, &args.input)?;
+    let l = block_on(s.logit_lens(&ids, args.top_k)).map_err(|e| e.to_string())?;
+    let top: Vec<Vec<Vec<Value>>> = l
+        .top
+        .iter()
+        .map(|layer| {
+            layer.iter().map(|p| p.iter().map(|&(t, lp)| json!({ "token": t, "logprob": lp })).collect()).collect()
+        })
+        .collect();
+    println!("{}", json!({ "tokens": l.tokens, "layers": l.layers, "top": top, "logprobs": l.logprobs }));
+    Ok(())
 }

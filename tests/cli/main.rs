@@ -10,3 +10,4 @@ mod support;
 
 mod cli;
 mod gguf_cli;
+mod inside_cli;

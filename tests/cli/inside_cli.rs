@@ -1,0 +1,95 @@
+//! `ggweb run --hook`, `ggweb patch` and `ggweb lens` against TransformerLens (the fixtures
+//! of tests/fixtures/make_tl_ref.py): the CLI runs the same session core as the JS API.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+use crate::support::tl_ref::{fixture, Ref};
+
+fn ggweb(args: &[&str]) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_ggweb")).args(args).output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "ggweb {args:?}: {stderr}");
+    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("ggweb {args:?}: {e}: {stdout}"))
+}
+
+fn ids(v: &[u32]) -> String {
+    v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(",")
+}
+
+#[test]
+fn run_with_hooks_patch_and_lens_equal_transformer_lens() {
+    let r = Ref::load();
+    let model = fixture("tiny-f32.gguf");
+    let model = model.to_str().unwrap();
+    let prompt = ids(&r.ids("prompt"));
+    let cols = r.ids("logit_ids");
+    // Hook case 13: three hooks applied in order.
+    let case = &r.json["hooks"][13]["hooks"];
+    let hooks: Vec<String> = case.as_array().unwrap().iter().map(|h| h.to_string()).collect();
+    let mut args = vec!["run", "--model", model, "--ids", &prompt, "--capture", "blocks.*.hook_resid_post"];
+    for h in &hooks {
+        args.extend(["--hook", h.as_str()]);
+    }
+    let out = ggweb(&args);
+    let last = out["logits"][0].as_array().unwrap();
+    let (_, want) = r.block("hooks/13/logits");
+    let off = (r.ids("prompt").len() - 1) * cols.len();
+    for (j, &c) in cols.iter().enumerate() {
+        let got = last[c as usize].as_f64().unwrap() as f32;
+        assert!((got - want[off + j]).abs() <= 1e-4, "column {c}: {got} vs {}", want[off + j]);
+    }
+    assert_eq!(out["cache"].as_object().unwrap().len(), 3);
+
+    let (clean, corrupted) = (r.ids("clean"), r.ids("corrupted"));
+    // patch takes text: the fixture's prompts are "When Mary and John went to the store, ..."
+    let text = |v: &[u32]| -> String {
+        let out = Command::new(env!("CARGO_BIN_EXE_ggweb"))
+            .args(["tokenize", "--model", model, "--decode"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .and_then(|mut c| {
+                use std::io::Write;
+                c.stdin.take().unwrap().write_all(format!("{}\n", serde_json::to_string(v).unwrap()).as_bytes())?;
+                c.wait_with_output()
+            })
+            .unwrap();
+        serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap()
+    };
+    let (answer, against) = (r.json["answer"].to_string(), r.json["against"].to_string());
+    let p = ggweb(&[
+        "patch",
+        "--model",
+        model,
+        "--clean",
+        &text(&clean),
+        "--corrupted",
+        &text(&corrupted),
+        "--at",
+        "resid_pre",
+        "--answer",
+        &answer,
+        "--against",
+        &against,
+    ]);
+    let (shape, want) = r.block("patch/resid_pre");
+    assert_eq!(p["shape"].as_array().unwrap().iter().map(|x| x.as_i64().unwrap()).collect::<Vec<_>>(), shape);
+    for (i, w) in want.iter().enumerate() {
+        let got = p["cells"][i].as_f64().unwrap() as f32;
+        assert!((got - w).abs() <= 1e-4, "cell {i}: {got} vs {w}");
+    }
+
+    let l = ggweb(&["lens", "--model", model, "--ids", &prompt, "--top-k", "5"]);
+    assert_eq!(l["layers"], 4);
+    for layer in 0..4 {
+        for pos in 0..r.ids("prompt").len() {
+            let got: Vec<u64> =
+                l["top"][layer][pos].as_array().unwrap().iter().map(|t| t["token"].as_u64().unwrap()).collect();
+            let want: Vec<u64> =
+                r.json["lens"]["top_ids"][layer][pos].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
+            assert_eq!(got, want, "lens {layer}/{pos}");
+        }
+    }
+}
