@@ -4,7 +4,7 @@
 // case (zero/scale/add/set, head/pos/index selections, typed-array values), `patch`'s four
 // sweeps, `logitLens`, `attribute`, `loadSae` + `encode`, a steered `generate` with `hooks`;
 // bad hooks and SAE files are typed errors and the model stays usable. In a worker and on
-// the page thread.
+// the page thread, and on WebGPU (SwiftShader).
 //   node --test tests/e2e/look-inside.spec.mjs
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -37,10 +37,11 @@ after(async () => {
 });
 
 /** Everything, in one page call per transport. */
-async function lookInside(worker) {
-  return page.evaluate(async ({ REF, worker }) => {
+async function lookInside(worker, backend) {
+  return page.evaluate(async ({ REF, worker, backend }) => {
     const { Model } = await import('/ggweb.js');
-    const m = await Model.load('/tests/fixtures/tiny-f32.gguf', { worker, relaxedSimd: false, nThreads: 1 });
+    const m = await Model.load('/tests/fixtures/tiny-f32.gguf', { worker, backend, relaxedSimd: false, nThreads: 1 });
+    if (m.info().backend !== (backend === 'webgpu' ? 'webgpu' : 'cpu')) throw new Error(`on ${m.info().backend}`);
     const cols = REF.logit_ids;
     const nVocab = m.info().hparams.nVocab;
     const pick = (logits) => {
@@ -107,7 +108,7 @@ async function lookInside(worker) {
       attribution: { ...a, heads: Array.from(a.heads), attnBias: Array.from(a.attnBias), mlps: Array.from(a.mlps) },
       sae: { top: enc.top, l0: Array.from(enc.l0), mse: Array.from(enc.mse), row: row.length, dIn: sae.dIn, hookName: sae.hookName },
     };
-  }, { REF, worker });
+  }, { REF, worker, backend });
 }
 
 const close = (got, want, what) => {
@@ -115,9 +116,9 @@ const close = (got, want, what) => {
   for (let i = 0; i < want.length; i++) assert.ok(Math.abs(got[i] - want[i]) <= TOL, `${what}[${i}]: ${got[i]} vs ${want[i]}`);
 };
 
-for (const worker of [true, false]) {
-  test(`run, patch, logitLens, attribute, loadSae and a steered generate equal TransformerLens (${worker ? 'worker' : 'page thread'})`, async () => {
-    const r = await lookInside(worker);
+for (const [worker, backend] of [[true, 'cpu'], [false, 'cpu'], [true, 'webgpu']]) {
+  test(`run, patch, logitLens, attribute, loadSae and a steered generate equal TransformerLens (${backend}, ${worker ? 'worker' : 'page thread'})`, async () => {
+    const r = await lookInside(worker, backend);
     REF.hooks.forEach((_, i) => close(r.hooked[i], block(`hooks/${i}/logits`).data, `hooks/${i}`));
     assert.deepEqual(Object.keys(r.cache), ['blocks.0.hook_resid_post', 'blocks.1.hook_resid_post', 'blocks.2.hook_resid_post']);
     for (const [k, v] of Object.entries(r.cache)) {
