@@ -390,6 +390,9 @@ for (const worker of [true, false]) {
           info: () => m.info(), tokenize: () => m.tokenize('a'), detokenize: () => m.detokenize([1]),
           logits: () => m.logits([1]), generate: () => m.generate('a'), _debugLoseDevice: () => m._debugLoseDevice(),
           score: () => m.score('a'), trace: () => m.trace('a', { taps: ['attn'] }),
+          run: () => m.run('a'), patch: () => m.patch('a', 'b', { at: 'z', answer: 1, against: 2 }),
+          logitLens: () => m.logitLens('a'), attribute: () => m.attribute('a', { answer: 1, against: 2 }),
+          loadSae: () => m.loadSae('/sae/'),
         };
         const methods = Object.getOwnPropertyNames(Model.prototype)
           .filter((k) => k !== 'constructor' && typeof Object.getOwnPropertyDescriptor(Model.prototype, k).value === 'function');
@@ -400,8 +403,10 @@ for (const worker of [true, false]) {
         return { codes, methods: methods.sort(), disposed: m.disposed, inWorker: m.inWorker };
       `, MODEL);
       assert.ok(r.ok, r.message);
-      assert.deepEqual(r.value.methods, ['_debugLoseDevice', 'detokenize', 'dispose', 'generate', 'info', 'logits', 'score', 'tokenize', 'trace']);
-      assert.deepEqual(r.value.codes, Object.fromEntries(['info', 'tokenize', 'detokenize', 'logits', 'generate', '_debugLoseDevice', 'score', 'trace']
+      assert.deepEqual(r.value.methods, ['_debugLoseDevice', 'attribute', 'detokenize', 'dispose', 'generate', 'info', 'loadSae',
+        'logitLens', 'logits', 'patch', 'run', 'score', 'tokenize', 'trace']);
+      assert.deepEqual(r.value.codes, Object.fromEntries(['info', 'tokenize', 'detokenize', 'logits', 'generate', '_debugLoseDevice', 'score', 'trace',
+        'run', 'patch', 'logitLens', 'attribute', 'loadSae']
         .map((k) => [k, ['disposed', `${k}: the model was disposed`]])));
       assert.equal(r.value.disposed, true);
       assert.equal(r.value.inWorker, worker, 'the getters still answer');
@@ -517,7 +522,7 @@ test('the fake core has the real glue\'s surface (web/pkg/ggweb_core.js), so no 
   assert.deepEqual(exported(fake), exported(real));
   const surface = (C) => [...Object.getOwnPropertyNames(C.prototype), ...Object.getOwnPropertyNames(C).map((n) => `static ${n}`)]
     .filter((n) => !/(^|\s)__/.test(n)).sort();
-  for (const cls of ['WasmLoader', 'WasmModel', 'WasmInspector']) assert.deepEqual(surface(fake[cls]), surface(real[cls]), cls);
+  for (const cls of ['WasmLoader', 'WasmModel', 'WasmInspector', 'WasmSae']) assert.deepEqual(surface(fake[cls]), surface(real[cls]), cls);
   assert.equal(typeof fake.WasmLoader.create, 'function');
 });
 

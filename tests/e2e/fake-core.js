@@ -154,6 +154,12 @@ export class WasmModel {
     this.#alive();
     return { tokens: Uint32Array.from(ids), nodes: {}, memory: { compute: 0 } };
   }
+  /** No graph, no hook points: the looking-inside calls are not this fake's to answer. */
+  async run() { this.#alive(); throw Object.assign(new Error('run: the fake core has no graph'), { code: 'unsupported' }); }
+  async patch() { this.#alive(); throw Object.assign(new Error('patch: the fake core has no graph'), { code: 'unsupported' }); }
+  async logitLens() { this.#alive(); throw Object.assign(new Error('logitLens: the fake core has no graph'), { code: 'unsupported' }); }
+  async attribute() { this.#alive(); throw Object.assign(new Error('attribute: the fake core has no graph'), { code: 'unsupported' }); }
+  async saeEncode() { this.#alive(); throw Object.assign(new Error('sae.encode: the fake core has no graph'), { code: 'unsupported' }); }
   n_ctx() { return this.opts.nCtx ?? 4096; }
   eos() { return -1; }
   _debugLoseDevice() {
@@ -168,6 +174,14 @@ export class WasmModel {
     this.freed = true;
     stats.modelsFreed++;
   }
+}
+
+/** An SAE the fake cannot read. */
+export class WasmSae {
+  constructor() { throw Object.assign(new Error('loadSae: the fake core reads no SAE'), { code: 'unsupported' }); }
+  info() { return {}; }
+  decoderRow() { return new Float32Array(0); }
+  free() {}
 }
 
 /** Model.inspect's header reader: done once the GGUF magic and 24 more bytes are in; no plan. */
