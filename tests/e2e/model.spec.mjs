@@ -624,9 +624,14 @@ for (const backend of ['cpu', 'webgpu']) {
     // wasm memory never shrinks, so "flat" is: no growth after the first cycles. The first
     // load grows memory to fit one model; the allocator may need a second cycle to settle
     // (a freed region reused for a differently-sized request). From cycle 3 on, a leak of
-    // even one model's KV cache per cycle would show as growth; none is allowed.
+    // even one model's KV cache per cycle (131 KiB here) would grow it by 2 MiB over the 17
+    // cycles; at most one 64 KiB page of allocator growth is allowed in all of them (seen once,
+    // at cycle 10 or 13, on WebGPU, where the load's measured plan and the device's own buffers
+    // interleave allocations; never a second page).
+    const PAGE = 65536;
     for (let i = 2; i < cycles.length; i++) {
-      assert.equal(cycles[i].mem, cycles[2].mem, `cycle ${i}: wasm memory grew from ${cycles[2].mem} to ${cycles[i].mem}`);
+      assert.ok(cycles[i].mem - cycles[2].mem <= PAGE, `cycle ${i}: wasm memory grew from ${cycles[2].mem} to ${cycles[i].mem}`);
+      assert.ok(cycles[i].mem >= cycles[i - 1].mem, 'wasm memory never shrinks');
     }
     assert.deepEqual(pp.filter((x) => !/Failed to load resource/.test(x)), []);
     await p.close();
