@@ -6,10 +6,10 @@
 // bad hooks and SAE files are typed errors and the model stays usable. In a worker and on
 // the page thread, and on WebGPU (SwiftShader).
 //   node --test tests/e2e/look-inside.spec.mjs
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
-import { ROOT, launch, openPage, serve } from './helpers.mjs';
+import { ROOT, useHarness } from './helpers.mjs';
 
 const REF = JSON.parse(readFileSync(`${ROOT}tests/fixtures/tiny-f32.tl-ref.json`, 'utf8'));
 const BIN = readFileSync(`${ROOT}tests/fixtures/${REF.bin}`);
@@ -21,24 +21,11 @@ const block = (name) => {
 // The issue's bound for hooked logits, patching cells, lens logprobs, attribution and SAE values.
 const TOL = 1e-4;
 
-let server;
-let browser;
-let page;
-
-before(async () => {
-  server = await serve();
-  browser = await launch();
-  ({ page } = await openPage(browser, `${server.url}e2e/harness.html`));
-});
-
-after(async () => {
-  await browser?.close();
-  await server?.close();
-});
+const web = useHarness();
 
 /** Everything, in one page call per transport. */
 async function lookInside(worker, backend) {
-  return page.evaluate(async ({ REF, worker, backend }) => {
+  return web.page.evaluate(async ({ REF, worker, backend }) => {
     const { Model } = await import('/ggweb.js');
     const m = await Model.load('/tests/fixtures/tiny-f32.gguf', { worker, backend, relaxedSimd: false, nThreads: 1 });
     if (m.info().backend !== (backend === 'webgpu' ? 'webgpu' : 'cpu')) throw new Error(`on ${m.info().backend}`);

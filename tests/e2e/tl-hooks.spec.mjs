@@ -3,10 +3,10 @@
 // (tests/fixtures/tiny-f32.tl-ref.json + .bin, made by tests/fixtures/make_tl_ref.py), with
 // TransformerLens's shape without the batch axis; a hook name that does not exist is `invalid`.
 //   node --test tests/e2e/tl-hooks.spec.mjs
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
-import { ROOT, launch, openPage, serve } from './helpers.mjs';
+import { ROOT, useHarness } from './helpers.mjs';
 
 const REF = JSON.parse(readFileSync(`${ROOT}tests/fixtures/tiny-f32.tl-ref.json`, 'utf8'));
 const BIN = readFileSync(`${ROOT}tests/fixtures/${REF.bin}`);
@@ -14,23 +14,10 @@ const BLOCKS = new Float32Array(BIN.buffer, BIN.byteOffset, BIN.byteLength / 4);
 // The issue's bound for captures (two correct f32 implementations differ by ~1e-5).
 const TOL = 2e-5;
 
-let server;
-let browser;
-let page;
-
-before(async () => {
-  server = await serve();
-  browser = await launch();
-  ({ page } = await openPage(browser, `${server.url}e2e/harness.html`));
-});
-
-after(async () => {
-  await browser?.close();
-  await server?.close();
-});
+const web = useHarness();
 
 test('every TransformerLens hook point traced by its name equals TransformerLens', async () => {
-  const r = await page.evaluate(async ({ ids, names }) => {
+  const r = await web.page.evaluate(async ({ ids, names }) => {
     const { Model } = await import('/ggweb.js');
     const m = await Model.load('/tests/fixtures/tiny-f32.gguf', { worker: true, relaxedSimd: false, nThreads: 1 });
     const t = await m.trace(ids, { taps: names });
