@@ -169,6 +169,34 @@ export async function pageChecks(arg) {
     out.webgpu = r;
   }
 
+  at('6: look inside');
+  // 6. TransformerLens's workflow (README "Look inside") against TransformerLens/SAELens's
+  // fixtures: a run with three hooks, the 'z' patching sweep, the logit lens, an SAE.
+  {
+    const REF = await (await fetch('/tests/fixtures/tiny-f32.tl-ref.json')).json();
+    const bin = new Float32Array(await (await fetch(`/tests/fixtures/${REF.bin}`)).arrayBuffer());
+    const block = (name) => { const { offset, shape } = REF.blocks[name]; return bin.subarray(offset, offset + shape.reduce((x, y) => x * y, 1)); };
+    const maxDelta = (got, want) => want.reduce((d, w, i) => Math.max(d, Math.abs(got[i] - w)), got.length === want.length ? 0 : Infinity);
+    const m = await Model.load('/tests/fixtures/tiny-f32.gguf', { ...one });
+    const nVocab = m.info().hparams.nVocab;
+    const run = await m.run(REF.prompt, { hooks: REF.hooks[13].hooks });
+    const picked = [];
+    for (let p = 0; p < REF.prompt.length; p++) for (const c of REF.logit_ids) picked.push(run.logits[p * nVocab + c]);
+    const patch = await m.patch(REF.clean, REF.corrupted, { at: 'z', answer: REF.answer, against: REF.against });
+    const lens = await m.logitLens(REF.prompt, { topK: REF.lens.top_k });
+    const sae = await m.loadSae('/tests/fixtures/tiny-sae/');
+    const enc = await sae.encode(REF.prompt, { topK: REF.sae.top_k });
+    await sae.dispose();
+    await m.dispose();
+    out.inside = {
+      hooked: maxDelta(picked, block('hooks/13/logits')),
+      patch: maxDelta(Array.from(patch.cells), block('patch/z')),
+      lensIds: JSON.stringify(lens.top.map((l) => l.map((p) => p.map((t) => t.token)))) === JSON.stringify(REF.lens.top_ids),
+      saeIds: JSON.stringify(enc.top.map((p) => p.map((t) => t.index))) === JSON.stringify(REF.sae.top_ids),
+      saeValues: maxDelta(enc.top.flatMap((p) => p.map((t) => t.value)), block('sae/top_values')),
+    };
+  }
+
   out.errorsSeen = errors;
   return out;
 }
@@ -274,6 +302,13 @@ export function assertChecks(get, expect) {
       assert.deepEqual(w[k], { backend: 'cpu', loadBackend: 'cpu', note: expect.webgpuNote, ids: HELLO.greedy_ids.slice(0, 4) }, k);
     }
     assert.deepEqual(w.webgpu, ['unsupported', expect.webgpuError, true]);
+  });
+
+  test('looking inside: hooks, a patching sweep, the logit lens and an SAE equal TransformerLens and SAELens', () => {
+    const i = v().inside;
+    // The issue's bound for hooked logits, patching cells and SAE values.
+    assert.ok(i.hooked <= 1e-4 && i.patch <= 1e-4 && i.saeValues <= 1e-4, JSON.stringify(i));
+    assert.deepEqual([i.lensIds, i.saeIds], [true, true]);
   });
 
   test('the page saw no uncaught errors', () => {
