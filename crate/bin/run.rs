@@ -156,6 +156,7 @@ fn generate_options(args: &Args) -> Result<GenerateOptions, String> {
         stop: args.str(&["stop"]).into_iter().collect(),
         top_logprobs: args.get(&["top-logprobs"], d.top_logprobs)?,
         reuse_prompt: d.reuse_prompt,
+        ..GenerateOptions::default()
     })
 }
 

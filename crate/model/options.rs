@@ -181,6 +181,7 @@ pub fn parse_generate(json: &str) -> Result<GenerateOptions, ModelError> {
         stop: opt_strings(&map, WHAT, "stop")?,
         top_logprobs: opt_uint(&map, WHAT, "topLogprobs", 0, max)?.map_or(dg.top_logprobs, |n| n as usize),
         reuse_prompt: opt_bool(&map, WHAT, "reusePrompt")?.unwrap_or(dg.reuse_prompt),
+        ..GenerateOptions::default()
     })
 }
 
