@@ -8,7 +8,7 @@ use std::time::Instant;
 use ggweb::backend::Backend;
 use ggweb::cpu::CpuBackend;
 use ggweb::gguf::{GgufStreamReader, Limits, NullSink};
-use ggweb::model::context::{block_on, Batch, Gpt2Options};
+use ggweb::model::context::{block_on, Batch, Gpt2Options, Logits, SeqPos};
 use ggweb::model::loader::{load_from_path, load_from_path_split, tokenizer_from_gguf, LoadedModel};
 use ggweb::model::options::parse_kv_type;
 use ggweb::model::sampling::SamplingParams;
@@ -26,7 +26,7 @@ pub const TRACE_USAGE: &str = "ggweb trace --model M (--prompt P | --ids I,I,...
 pub const LOGITS_USAGE: &str =
     "ggweb logits --model M --prompt P [--batch B] [--special] [--kv-type f32|f16] [--backend cpu|webgpu] [--gpu-layers N]";
 pub const TOKENIZE_USAGE: &str = "ggweb tokenize --model M [--special] [--decode]   (stdin: one JSON string, or with --decode one JSON array of ids, per line)";
-pub const BENCH_USAGE: &str = "ggweb bench --model M [-p 128] [-n 64] [--threads T] [--batch B] [--reps R] [--kv-type f32|f16] [--n-past D1,D2,...] [--backend cpu|webgpu] [--gpu-layers N] [--profile] [--json]\n  --n-past: decode at context depths instead: per depth, fill the KV cache with D prompt ids, then time -n decode steps at positions D.. (the slowdown is against the first depth)";
+pub const BENCH_USAGE: &str = "ggweb bench --model M [-p 128] [-n 64] [--threads T] [--batch B] [--reps R] [--kv-type f32|f16] [--n-past D1,D2,...] [--seqs N] [--backend cpu|webgpu] [--gpu-layers N] [--profile] [--json]\n  --n-past: decode at context depths instead: per depth, fill the KV cache with D prompt ids, then time -n decode steps at positions D.. (the slowdown is against the first depth)\n  --seqs N: decode N sequences per step (one batch, sequence ids in the KV cache); tg is then steps per second";
 
 fn backend(args: &Args) -> Result<Rc<dyn Backend>, String> {
     let threads: usize = args.get(&["threads", "t"], 1)?;
@@ -390,6 +390,12 @@ pub fn bench(argv: &[String]) -> Result<(), String> {
     let json_out = args.flag("json");
     let profile = args.flag("profile");
     let threads: usize = args.get(&["threads", "t"], 1)?;
+    // Decode steps of this many sequences at once (one batch per step, the KV cache's
+    // sequence ids); tg then counts steps per second.
+    let seqs: usize = args.get(&["seqs"], 1)?;
+    if !(1..=64).contains(&seqs) {
+        return Err(format!("--seqs {seqs}: 1 to 64"));
+    }
     let path = args.required(&["model", "m"])?;
     // The profiler lives in the CPU backend: with WebGPU in the run there is nothing to time per op.
     let cpu_only =
@@ -411,7 +417,7 @@ pub fn bench(argv: &[String]) -> Result<(), String> {
         let run = DepthRun { n_gen, reps, threads, profile, json_out, path: &path, load_s };
         return bench_depths(&mut model, &cpu, &depths, &run);
     }
-    if n_prompt + n_gen > model.n_ctx() {
+    if n_prompt + seqs * n_gen > model.n_ctx() {
         return Err(format!("-p {n_prompt} + -n {n_gen} exceeds the context ({})", model.n_ctx()));
     }
     // Fixed pseudo-random ids: bench numbers must not depend on a tokenizer or a prompt.
@@ -437,12 +443,21 @@ pub fn bench(argv: &[String]) -> Result<(), String> {
         pp_prof.extend(cpu.profile());
         cpu.reset_profile();
         let mut tok = ggweb::model::sampling::argmax(&logits);
+        if seqs > 1 {
+            model.kv.seq_cp(0, u64::MAX >> (64 - seqs));
+        }
         let (t, c) = (Instant::now(), process_cpu());
         for i in 0..n_gen {
-            let l = block_on(model.decode(Batch::last(&[tok], n_prompt + i)))
-                .map(|o| o.logits)
-                .map_err(|e| e.to_string())?;
-            tok = ggweb::model::sampling::argmax(&l);
+            let l = if seqs == 1 {
+                block_on(model.decode(Batch::last(&[tok], n_prompt + i)))
+            } else {
+                let toks = vec![tok; seqs];
+                let pos: Vec<SeqPos> = (0..seqs).map(|j| SeqPos { pos: (n_prompt + i) as u32, seqs: 1 << j }).collect();
+                block_on(model.decode(Batch { tokens: &toks, logits: Logits::All, seq: &pos, ..Batch::default() }))
+            }
+            .map(|o| o.logits)
+            .map_err(|e| e.to_string())?;
+            tok = ggweb::model::sampling::argmax(&l[..model.hparams.n_vocab]);
         }
         tg.push(n_gen as f64 / t.elapsed().as_secs_f64());
         if let (Some(g0), Some(g1), Some(g2)) = (g0, g1, model.webgpu_stats()) {

@@ -628,7 +628,7 @@ impl WasmModel {
 
     /// Begins a generation from `prompt_ids` with `params_json` (see
     /// `ggweb::model::options::parse_generate`: `{ maxTokens, temperature, topK, topP, minP,
-    /// seed, repeatPenalty, repeatLastN, topLogprobs, stop, logitBias, ignoreEos }`, all
+    /// seed, repeatPenalty, repeatLastN, topLogprobs, stop, logitBias, ignoreEos, reusePrompt, n, numBeams, lengthPenalty }`, all
     /// optional, unknown keys refused). Evaluates nothing yet; returns the prompt tokens
     /// the prompt cache will reuse (`stats.cachedTokens`).
     pub fn start(&mut self, prompt_ids: &[u32], params_json: &str) -> Result<u32, JsValue> {
@@ -682,14 +682,25 @@ impl WasmModel {
     }
 
     /// JSON `{ promptTokens, cachedTokens, tokens, stop, webgpu }` of the current or last
-    /// run (`webgpu`: its counters, null when the model has no WebGPU backend).
+    /// run (`webgpu`: its counters, null when the model has no WebGPU backend), and after a
+    /// beam search (`numBeams`) `beams: [{ tokens, score }]`, best first.
     pub fn generation_stats(&self) -> String {
         let s = self.session.stats();
-        serde_json::json!({
+        let mut v = serde_json::json!({
             "promptTokens": s.prompt_tokens, "cachedTokens": s.cached_tokens, "tokens": s.tokens,
             "stop": s.stop.map(|r| r.as_str()), "webgpu": s.webgpu.as_ref().map(webgpu_json),
-        })
-        .to_string()
+        });
+        let beams = self.session.beams();
+        if !beams.is_empty() {
+            v["beams"] = beams.iter().map(|b| serde_json::json!({ "tokens": b.tokens, "score": b.score })).collect();
+        }
+        v.to_string()
+    }
+
+    /// The sequence (0..n, option `n`) of the token `next_token` returned last; 0 with one
+    /// sequence, in beam search, or when none was returned.
+    pub fn last_seq(&self) -> u32 {
+        self.last.as_ref().map_or(0, |(item, _)| item.seq as u32)
     }
 
     /// `{ logprob, top: [{ token, text, logprob }] }` of the token `next_token` returned

@@ -26,7 +26,7 @@ fn invalid(msg: String) -> ModelError {
 }
 
 /// Keys `generate` reads (besides `special` and `signal`, which the JS side takes).
-pub const GENERATE_KEYS: [&str; 13] = [
+pub const GENERATE_KEYS: [&str; 16] = [
     "maxTokens",
     "temperature",
     "topK",
@@ -40,6 +40,9 @@ pub const GENERATE_KEYS: [&str; 13] = [
     "logitBias",
     "ignoreEos",
     "reusePrompt",
+    "n",
+    "numBeams",
+    "lengthPenalty",
 ];
 pub const SCORE_KEYS: [&str; 1] = ["topK"];
 pub const TRACE_KEYS: [&str; 1] = ["taps"];
@@ -150,6 +153,13 @@ pub fn parse_generate(json: &str) -> Result<GenerateOptions, ModelError> {
         repeat_last_n: opt_uint(&map, WHAT, "repeatLastN", 0, max)?.map_or(d.repeat_last_n, |n| n as usize),
         seed: opt_uint(&map, WHAT, "seed", 0, u64::MAX)?.unwrap_or(d.seed),
     };
+    // Sequences (sampled) and beams (searched): one or the other, at most 64 (the KV cache's
+    // sequence ids are a u64 bitset).
+    let n = opt_uint(&map, WHAT, "n", 1, 64)?.map_or(dg.n, |x| x as usize);
+    let num_beams = opt_uint(&map, WHAT, "numBeams", 1, 64)?.map_or(dg.num_beams, |x| x as usize);
+    if n > 1 && num_beams > 1 {
+        return Err(invalid(format!("{WHAT}: n ({n}) and numBeams ({num_beams}) cannot both be above 1")));
+    }
     let mut logit_bias = Vec::new();
     match map.get("logitBias") {
         None | Some(Value::Null) => {}
@@ -181,7 +191,9 @@ pub fn parse_generate(json: &str) -> Result<GenerateOptions, ModelError> {
         stop: opt_strings(&map, WHAT, "stop")?,
         top_logprobs: opt_uint(&map, WHAT, "topLogprobs", 0, max)?.map_or(dg.top_logprobs, |n| n as usize),
         reuse_prompt: opt_bool(&map, WHAT, "reusePrompt")?.unwrap_or(dg.reuse_prompt),
-        ..GenerateOptions::default()
+        n,
+        num_beams,
+        length_penalty: opt_num(&map, WHAT, "lengthPenalty", -100.0, 100.0)?.map_or(dg.length_penalty, |x| x as f32),
     })
 }
 

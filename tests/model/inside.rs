@@ -289,7 +289,7 @@ fn every_unknown_option_is_refused_by_name() {
     let all = r#"{"maxTokens":1,"temperature":0,"topK":1,"topP":1,"minP":0.1,"seed":1,"repeatPenalty":1,
         "repeatLastN":8,"topLogprobs":2,"stop":["x"],"logitBias":{"5":-1.5,"6":"-Infinity"},"ignoreEos":true,"reusePrompt":false}"#;
     let o = parse_generate(all).unwrap();
-    assert_eq!(GENERATE_KEYS.len(), 13);
+    assert_eq!(GENERATE_KEYS.len(), 16);
     assert!(!o.reuse_prompt);
     assert!(parse_generate("{}").unwrap().reuse_prompt, "the prompt cache is on by default");
     let e = parse_generate(r#"{"reusePrompt":0}"#).unwrap_err();

@@ -177,3 +177,21 @@ fn beam_search_that_cannot_fit_the_context_is_refused() {
     let both = GenerateOptions { num_beams: 2, n: 2, ..GenerateOptions::default() };
     assert!(matches!(s.start(ids, both), Err(ggweb::model::ModelError::Invalid(_))));
 }
+
+#[test]
+fn options_n_num_beams_length_penalty_parse_strictly() {
+    use ggweb::model::options::parse_generate;
+    let o = parse_generate(r#"{"n":4,"seed":3}"#).unwrap();
+    assert_eq!((o.n, o.num_beams, o.length_penalty), (4, 0, 1.0));
+    let o = parse_generate(r#"{"numBeams":3,"lengthPenalty":-0.5,"maxTokens":5}"#).unwrap();
+    assert_eq!((o.n, o.num_beams, o.length_penalty, o.max_tokens), (1, 3, -0.5, 5));
+    for (json, msg) in [
+        (r#"{"n":0}"#, "generation options: n must be an integer from 1 to 64, got 0"),
+        (r#"{"n":65}"#, "generation options: n must be an integer from 1 to 64, got 65"),
+        (r#"{"numBeams":0}"#, "generation options: numBeams must be an integer from 1 to 64, got 0"),
+        (r#"{"lengthPenalty":"1"}"#, "generation options: lengthPenalty must be a number from -100 to 100, got \"1\""),
+        (r#"{"n":2,"numBeams":2}"#, "generation options: n (2) and numBeams (2) cannot both be above 1"),
+    ] {
+        assert_eq!(parse_generate(json).unwrap_err().to_string(), msg);
+    }
+}
