@@ -646,6 +646,8 @@ export class Engine {
     const withWebgpu = () => {
       const w = webgpuStats(model);
       if (w) stats.webgpu = w;
+      const beams = beamStats(model);
+      if (beams) stats.beams = beams;
       return stats;
     };
     const jobs0 = this._cpuThreads()?.jobs;
@@ -690,6 +692,8 @@ export class Engine {
         }
         stats.tokens++;
         const item = { token: id, text: model.token_piece(id) };
+        // Several sequences (n): which one this token continues.
+        if (params.n > 1) item.seq = model.last_seq();
         if (params.topLogprobs > 0) Object.assign(item, model.last_logprobs?.());
         yield item;
       }
@@ -756,6 +760,12 @@ export class Engine {
     return this.freed;
   }
 
+}
+
+/** After a beam search (numBeams): `[{ tokens: Uint32Array, score }]`, best first; else undefined. */
+function beamStats(model) {
+  if (typeof model.generation_stats !== 'function') return undefined;
+  return JSON.parse(model.generation_stats()).beams?.map((b) => ({ tokens: Uint32Array.from(b.tokens), score: b.score }));
 }
 
 // --- Model.inspect: the header only --------------------------------------------------------

@@ -2,7 +2,7 @@
 // crate/bindings: the module functions (version, init_panic_hook, available_backends,
 // cpu_threads, live_gpu_buffers, wasm_memory_bytes, wasm_heap_base), WasmLoader (its
 // constructor, the async WasmLoader.create and warm_up), WasmModel (prompt_step, next_token, logits,
-// score and trace async as in the real glue, stop_reason, generation_stats, last_logprobs,
+// score and trace async as in the real glue, stop_reason, generation_stats, last_logprobs, last_seq,
 // _debugLoseDevice, n_ctx, eos) and WasmInspector (Model.inspect's header reader). It lets
 // tests/e2e/api.spec.mjs drive the real JS layer (streaming, progress, errors, abort,
 // worker messages, cache) in Chromium without a model, through the same calls it makes on
@@ -139,6 +139,8 @@ export class WasmModel {
   }
   /** The fake model has no distribution: no logprobs (as the real one without topLogprobs). */
   last_logprobs() { return undefined; }
+  /** One sequence only: every token is sequence 0's. */
+  last_seq() { return 0; }
   /** Each position predicts the next id with logprob -1 at rank 0 (entropy 0, no top-k). */
   async score(ids, optsJson) {
     this.#alive();

@@ -26,7 +26,7 @@ const allInspect: Required<InspectOptions> = {
 const allGenerate: Required<GenerateOptions> = {
   maxTokens: 8, temperature: 0.7, topK: 40, topP: 0.95, seed: 42, repeatPenalty: 1.1, repeatLastN: 64, minP: 0.05,
   logitBias: { 50256: -Infinity, 13: 2.5 }, ignoreEos: true, stop: ['\n'], topLogprobs: 3, special: false,
-  reusePrompt: false, signal: ac.signal,
+  reusePrompt: false, signal: ac.signal, n: 1, numBeams: 1, lengthPenalty: 1,
 };
 const allScore: Required<ScoreOptions> = { topK: 5, special: true };
 const allTrace: Required<TraceOptions> = { taps: ['attn', 'hidden', 'l0.ffn_gelu'], special: false };
@@ -82,6 +82,7 @@ function readStats(s: GenerateStats | null): string {
     promptTokens: s.promptTokens, cachedTokens: s.cachedTokens, tokens: s.tokens, promptMs: s.promptMs, genMs: s.genMs,
     stop: s.stop satisfies 'eos' | 'maxTokens' | 'contextFull' | 'stop' | 'cancelled',
     cpuJobs: (s.cpuJobs?.split ?? 0) + (s.cpuJobs?.onWorkers ?? 0), webgpu: readWebgpu(s.webgpu),
+    beams: (s.beams ?? []).map((b) => (b.tokens satisfies Uint32Array)[0] + b.score),
   };
   return JSON.stringify(all);
 }
@@ -117,7 +118,7 @@ function readInspect(r: InspectResult): unknown[] {
 }
 
 function readToken(t: GeneratedToken): string {
-  return `${t.token} ${t.text} ${t.logprob ?? ''} ${(t.top ?? []).map((e) => `${e.token}:${e.text}:${e.logprob}`).join()}`;
+  return `${t.seq ?? 0} ${t.token} ${t.text} ${t.logprob ?? ''} ${(t.top ?? []).map((e) => `${e.token}:${e.text}:${e.logprob}`).join()}`;
 }
 
 // Every instance member, called or read: a new method is a compile error until it is here.
