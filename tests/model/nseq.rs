@@ -93,7 +93,7 @@ fn n_sequences_stop_one_by_one() {
         lens.push(mine.len());
     }
     assert!(lens[1] < 10, "sequence 1 met its stop string: {lens:?}");
-    assert!(lens.iter().any(|&l| l == 10), "another ran to maxTokens: {lens:?}");
+    assert!(lens.contains(&10), "another ran to maxTokens: {lens:?}");
 }
 
 #[test]
@@ -140,6 +140,11 @@ fn beam_search_equals_hugging_face() {
             num_beams: k,
             length_penalty: c["length_penalty"].as_f64().unwrap() as f32,
             max_tokens: c["max_new_tokens"].as_u64().unwrap() as usize,
+            // HF's sequence_bias on eos: added to its log-probability, as logit_bias is here.
+            logit_bias: match c["eos_bias"].as_f64().unwrap() as f32 {
+                0.0 => vec![],
+                b => vec![(50256, b)],
+            },
             ..GenerateOptions::default()
         };
         let items = run(&mut s, &ids, opts);
@@ -152,10 +157,12 @@ fn beam_search_equals_hugging_face() {
             let ws = w["score"].as_f64().unwrap() as f32;
             assert!((got.score - ws).abs() <= 1e-4, "score {} vs {ws}", got.score);
         }
-        // The items are the best beam's tokens, all of sequence 0.
-        assert_eq!(items.iter().map(|it| it.token).collect::<Vec<_>>(), beams[0].tokens);
+        // The items are the best beam's tokens (without a closing eos), all of sequence 0.
+        let best = &beams[0].tokens;
+        let eos = best.last() == Some(&50256);
+        assert_eq!(items.iter().map(|it| it.token).collect::<Vec<_>>(), best[..best.len() - eos as usize]);
         assert!(items.iter().all(|it| it.seq == 0));
-        assert_eq!(s.stats().stop, Some(StopReason::MaxTokens));
+        assert_eq!(s.stats().stop, Some(if eos { StopReason::Eos } else { StopReason::MaxTokens }));
         let greedy: Vec<u32> = c["greedy"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect();
         assert_ne!(beams[0].tokens, greedy, "the case tells beam search from greedy");
     }
