@@ -42,7 +42,32 @@ fn fill(t: &Tensor, seed: u32) {
             s as f32 / u32::MAX as f32 - 0.5
         })
         .collect();
-    let bytes = ggweb::quants::quantize(t.ty, &v).expect("quantize");
+    if ggweb::quants::can_quantize(t.ty) {
+        t.set_bytes(&ggweb::quants::quantize(t.ty, &v).expect("quantize"), 0);
+        return;
+    }
+    // Types read only from files (the K-quants): random quants and scale bytes, the f16
+    // block scales set to a small normal value (no subnormal or NaN float steps).
+    let mut bytes: Vec<u8> = (0..t.nbytes())
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            s as u8
+        })
+        .collect();
+    let ts = t.ty.type_size();
+    let d = half::f16::from_f32(2e-4).to_le_bytes();
+    let at: &[usize] = match t.ty {
+        GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
+        GgmlType::Q2_K => &[ts - 4, ts - 2],
+        _ => &[ts - 2], // Q3_K, Q6_K
+    };
+    for blk in bytes.chunks_exact_mut(ts) {
+        for &o in at {
+            blk[o..o + 2].copy_from_slice(&d);
+        }
+    }
     t.set_bytes(&bytes, 0);
 }
 
@@ -75,7 +100,11 @@ fn main() {
     let ctx = Context::new(ContextParams { mem_size: 512 << 20, no_alloc: false });
     println!("| op | type | K × M × N | GFLOP/s (wall) | GFLOP/s (thread CPU) |");
     println!("|---|---|---|---|---|");
-    for ty in [GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_0] {
+    // GGWEB_BENCH_TYPES=q4_K,q6_K (ggml's names): only those weight types.
+    let only = std::env::var("GGWEB_BENCH_TYPES").ok();
+    use GgmlType::*;
+    let types = [F32, F16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K];
+    for ty in types.into_iter().filter(|t| only.as_ref().is_none_or(|o| o.split(',').any(|n| n == t.name()))) {
         for (k, m) in [(768i64, 2304i64), (768, 3072), (3072, 768)] {
             for cols in [1, n] {
                 let a = ctx.new_tensor_2d(ty, k, m);

@@ -18,7 +18,7 @@ if (got !== want) {
   process.exit(1);
 }
 // What web/engine.js calls on the module: a build without one of them cannot run.
-const required = ['WasmLoader', 'WasmLoader.create', 'WasmModel', 'available_backends', 'cpu_threads'];
+const required = ['WasmLoader', 'WasmLoader.create', 'WasmModel', 'WasmModel.prototype.next', 'WasmModel.prototype.stats', 'available_backends', 'cpu_threads', 'load_options'];
 const missing = required.filter((k) => typeof k.split('.').reduce((o, p) => o?.[p], glue) !== 'function');
 if (missing.length) {
   console.error(`check-wasm: ${dir}/ggweb_core.js does not export ${missing.join(', ')} (engine.js needs ${required.join(', ')})`);

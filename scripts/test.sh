@@ -126,8 +126,9 @@ SUMMARY+=("no_std wasm32 core build: ok ($STEP_SECS s)")
 # webdriver.json: WebGPU on in both, SwiftShader in Chromium, Mesa's lavapipe in Firefox).
 # The browser suite is the tests/*.rs files with `wasm_bindgen_test_configure!(run_in_browser)`:
 # tests/wasm_*.rs (SIMD kernels, the model bindings against HF, the memory a load takes),
-# webgpu_browser.rs and webgpu_sched_browser.rs (WebGPU ops, GPT-2 split between WebGPU and
-# the CPU) and quants.rs (tests/kernels/quants.rs: the quantized products bit for bit against
+# backend_ops_browser.rs (tests/backend_ops/suite.rs's op cases on the wasm CPU and WebGPU),
+# webgpu_browser.rs and webgpu_sched_browser.rs (WebGPU in the browser, GPT-2 split between
+# WebGPU and the CPU) and quants.rs (tests/kernels/quants.rs: the quantized products bit for bit against
 # vec_dot). They are named with --test: a bare `wasm-pack test` also runs the native test
 # binaries (tests/<layer>/main.rs), compiled out on wasm32 ("no tests to run!"), tests/wasm_bench.rs, a Node benchmark it skips, and the doc tests,
 # which "pass" with nothing to run (they run natively in step 2).
@@ -176,12 +177,14 @@ for browser in chrome firefox; do
 done
 
 # 4b. the same quantization tests on the relaxed-SIMD build (web/pkg-relaxed's kernels: Q4_0
-# prompts use i32x4.relaxed_dot_i8x16_i7x16_add), bit for bit against vec_dot, in Chromium.
+# prompts use i32x4.relaxed_dot_i8x16_i7x16_add), bit for bit against vec_dot, and the
+# backend_ops cases on its CPU kernels (tests/backend_ops_browser.rs), in Chromium.
 run_step wasm-relaxed env WASM_BINDGEN_USE_BROWSER=1 CHROMEDRIVER=/usr/bin/chromedriver \
     WASM_BINDGEN_TEST_TIMEOUT="${WASM_BINDGEN_TEST_TIMEOUT:-300}" TMPDIR="$BROWSER_TMP" \
     RUSTFLAGS="-C target-feature=+simd128,+relaxed-simd" CARGO_TARGET_DIR="$TARGET_DIR/wasm-relaxed-tests" GGWEB_EXPECT_RELAXED=1 \
-    cargo test --color never --target wasm32-unknown-unknown --test quants
+    cargo test --color never --target wasm32-unknown-unknown --test quants --test backend_ops_browser
 grep -q 'Running headless tests in Chrome' "$LOGS/wasm-relaxed.log" || die "relaxed-SIMD wasm tests did not run in headless Chrome"
+[ "$(grep -c '^test result: ok' "$LOGS/wasm-relaxed.log")" -ge 2 ] || die "relaxed-SIMD wasm tests: quants and backend_ops_browser did not both pass"
 n=$(count_libtest "$LOGS/wasm-relaxed.log" "relaxed-SIMD wasm tests in Chromium")
 PASSED=$((PASSED + n))
 SUMMARY+=("relaxed-SIMD wasm tests in headless Chromium: $n passed ($STEP_SECS s)")

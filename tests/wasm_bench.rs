@@ -119,6 +119,74 @@ fn model_on(wty: GgmlType, out_ty: GgmlType, n_batch: usize, backend: Rc<dyn Bac
     Gpt2::new(hp, ctx, buffers, backend, &opts).unwrap()
 }
 
+/// A row of `ty` with random quants and small normal f16 block scales (the K-quants cannot
+/// be quantized here: their rows come from files).
+fn random_weights(rng: &mut Rng, ty: GgmlType, k: usize, rows: usize) -> Vec<u8> {
+    use GgmlType::*;
+    if ggweb::quants::can_quantize(ty) {
+        let v: Vec<f32> = (0..k * rows).map(|_| rng.unit_u32() - 0.5).collect();
+        return ggweb::quants::quantize(ty, &v).unwrap();
+    }
+    let mut b: Vec<u8> = (0..ty.row_size(k as i64) * rows).map(|_| (rng.unit_u32() * 256.0) as u8).collect();
+    let ts = ty.type_size();
+    let d = half::f16::from_f32(2e-4).to_le_bytes();
+    let at: &[usize] = match ty {
+        Q4_K | Q5_K => &[0, 2],
+        Q2_K => &[ts - 4, ts - 2],
+        _ => &[ts - 2],
+    };
+    for blk in b.chunks_exact_mut(ts) {
+        for &o in at {
+            blk[o..o + 2].copy_from_slice(&d);
+        }
+    }
+    b
+}
+
+/// `quants::gemm` (the prompt kernel of each type) against the loop of `vec_dot` it
+/// replaced for Q4_1, Q5_0, Q5_1 and the K-quants: 768 × 2304 weights, 32 rows of b.
+#[wasm_bindgen_test]
+#[ignore = "benchmark (minutes): run with --include-ignored"]
+fn bench_prompt_gemm_against_vec_dot_loop() {
+    use GgmlType::*;
+    let mut rng = Rng::xorshift32(11);
+    let (k, m, n) = (768usize, 2304usize, 32usize);
+    console_log!("| type | kernel | gemm GFLOP/s (CPU time) | vec_dot loop GFLOP/s | × |");
+    console_log!("|---|---|---|---|---|");
+    for ty in [Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K] {
+        let vt = ty.vec_dot_type();
+        let a = random_weights(&mut rng, ty, k, m);
+        let x: Vec<f32> = (0..k * n).map(|_| rng.unit_u32() - 0.5).collect();
+        let b = ggweb::quants::quantize(vt, &x).unwrap();
+        let (ra, rb) = (ty.row_size(k as i64), vt.row_size(k as i64));
+        let mut c = vec![0f32; m * n];
+        let best = |f: &mut dyn FnMut()| {
+            let mut best = f64::MAX;
+            for _ in 0..3 {
+                let (c0, mut runs) = (cpu_now(), 0);
+                while cpu_now() - c0 < 0.2 || runs < 2 {
+                    f();
+                    runs += 1;
+                }
+                best = best.min((cpu_now() - c0) / runs as f64);
+            }
+            2.0 * (k * m * n) as f64 / best * 1e-9
+        };
+        let g = best(&mut || ggweb::quants::gemm(ty, k, m, n, &a, ra, &b, rb, &mut c, m));
+        let want = c.clone();
+        let l = best(&mut || {
+            for j in 0..n {
+                for i in 0..m {
+                    c[j * m + i] = ggweb::quants::vec_dot(ty, k, &a[i * ra..(i + 1) * ra], &b[j * rb..(j + 1) * rb]);
+                }
+            }
+        });
+        assert!(want.iter().zip(&c).all(|(p, q)| p.to_bits() == q.to_bits()), "{ty}: gemm ≠ vec_dot");
+        let name = ggweb::quants::prompt_gemm_kernel(ty);
+        console_log!("| {ty} | {name} | {g:.2} | {l:.2} | {:.2} |", g / l);
+    }
+}
+
 #[wasm_bindgen_test]
 #[ignore = "benchmark (minutes): run with --include-ignored"]
 fn bench_mul_mat_kernels() {

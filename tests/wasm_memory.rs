@@ -16,11 +16,22 @@
 
 use ggweb::bindings::{wasm_heap_base, wasm_memory_bytes, WasmLoader};
 use serde_json::Value;
+use wasm_bindgen::JsValue;
 use wasm_bindgen_test::*;
 
 wasm_bindgen_test_configure!(run_in_browser);
 
 static F16_GGUF: &[u8] = include_bytes!("fixtures/llamacpp/tiny-gpt2-f16.gguf");
+
+/// JSON text as the JS value a caller passes (the bindings take JS data, not JSON text).
+fn js(json: &str) -> JsValue {
+    js_sys::JSON::parse(json).expect("test JSON")
+}
+
+/// A value the bindings return, as serde_json's.
+fn json(v: JsValue) -> Value {
+    serde_json::from_str(&String::from(js_sys::JSON::stringify(&v).unwrap())).unwrap()
+}
 
 const MIB: f64 = 1024.0 * 1024.0;
 
@@ -30,13 +41,13 @@ async fn loading_takes_at_most_the_memory_plan_plus_16_mib() {
     let before = wasm_memory_bytes();
     // The embedded file is static data, below the heap.
     assert!(base >= F16_GGUF.len() as f64, "heap base {base} below the {}-byte embedded file", F16_GGUF.len());
-    let mut l = WasmLoader::new(r#"{"nBatch":32}"#).unwrap();
+    let mut l = WasmLoader::new(js(r#"{"nBatch":32}"#)).unwrap();
     for c in F16_GGUF.chunks(64 * 1024) {
         l.feed_bytes(c).unwrap();
     }
     let mut m = l.finish().unwrap();
     let after = wasm_memory_bytes();
-    let info: Value = serde_json::from_str(&m.info()).unwrap();
+    let info: Value = json(m.info());
     let mem = &info["memory"];
     let plan: f64 = ["weights", "kv", "compute"].iter().map(|k| mem[k].as_f64().unwrap()).sum();
     // F16 2-D weights (token_embd and output 2 × 64 × 50257 × 2 bytes dominate), F32 KV cache.
@@ -60,8 +71,8 @@ async fn loading_takes_at_most_the_memory_plan_plus_16_mib() {
     // Running the model allocates nothing more: the compute buffer was reserved at load.
     let ids = m.tokenize("The quick brown fox jumps over the lazy dog.", false);
     m.logits(ids.clone()).await.unwrap();
-    m.start(&ids, r#"{"maxTokens":20,"temperature":0}"#).unwrap();
+    m.start(&ids, js(r#"{"maxTokens":20,"temperature":0}"#)).unwrap();
     while !m.prompt_step().await.unwrap() {}
-    while m.next_token().await.unwrap() >= 0 {}
+    while !m.next().await.unwrap().is_undefined() {}
     assert_eq!(wasm_memory_bytes(), after, "memory grew while running the model");
 }

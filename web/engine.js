@@ -67,13 +67,16 @@ function num(v, name, { min = -Infinity, max = Infinity, int = false } = {}) {
   return v;
 }
 
-/** Validated WasmLoader options, as the JSON the Rust side reads. */
+/**
+ * Checked WasmLoader options (crate/model/options.rs LoadOptions), absent ones left out:
+ * their defaults are the Rust side's (`load_options` says what they resolve to).
+ */
 export function loaderOptions(opts = {}) {
-  const backend = opts.backend ?? 'cpu';
-  if (!['cpu', 'webgpu', 'auto'].includes(backend)) {
+  const backend = opts.backend ?? undefined;
+  if (backend !== undefined && !['cpu', 'webgpu', 'auto'].includes(backend)) {
     throw new GgwebError('invalid', `backend must be "cpu", "webgpu" or "auto", got ${show(backend)}`);
   }
-  return {
+  const out = {
     nCtx: num(opts.nCtx, 'nCtx', { min: 1, int: true }),
     nBatch: num(opts.nBatch, 'nBatch', { min: 1, int: true }),
     backend,
@@ -82,6 +85,8 @@ export function loaderOptions(opts = {}) {
     // 'f32' | 'f16': the value is checked by the Rust side's strict option parser (code 'invalid').
     kvType: kvTypeOption(opts.kvType),
   };
+  for (const k of Object.keys(out)) if (out[k] === undefined) delete out[k];
+  return out;
 }
 
 function kvTypeOption(v) {
@@ -105,10 +110,11 @@ export const warmUp = { sliceMs: 6, tailMs: 60 };
 const GENERATE_JS_KEYS = ['special'];
 
 /**
- * Validated sampling parameters, as the JSON WasmModel.start reads. Keys beyond the ones
- * checked here go through unchanged: the wasm side's parser is strict and refuses an
- * unknown key naming it (code 'invalid'). logitBias's -Infinity is written as the string
- * "-Infinity" (JSON has no infinities).
+ * Checked sampling parameters, as WasmModel.start reads them (crate/model/options.rs
+ * GenerateParams). Keys beyond the ones checked here go through unchanged: the wasm side is
+ * strict and refuses an unknown key naming it (code 'invalid'). logitBias's -Infinity is
+ * written as the string "-Infinity" (the JSON data model the options pass through has no
+ * infinities).
  */
 export function generateParams(opts = {}) {
   const src = optionsObject(opts, 'generate');
@@ -118,16 +124,15 @@ export function generateParams(opts = {}) {
   for (const k of Object.keys(out)) checkData(out[k], k);
   const set = (k, v) => Object.defineProperty(out, k, { value: v, enumerable: true, writable: true, configurable: true });
   // Checked here for messages that name the JS option; absent ones are left to the wasm
-  // side, whose GenerateOptions::default() is the one place defaults live (the CLI's too).
-  // The seed is the exception: JS callers get a fresh random one per call (the Rust
-  // default, 0, is the CLI's reproducible one).
+  // side, whose GenerateOptions::default() is the one place defaults live (the CLI's too;
+  // an absent seed is a fresh random one there, per call, for JS callers).
   const check = (k, o) => { const v = num(src[k], k, o); if (v !== undefined) set(k, v); };
   check('maxTokens', { min: 0, int: true });
   check('temperature', { min: 0 });
   check('topK', { min: 0, int: true });
   check('topP', { min: 0, max: 1 });
   check('repeatPenalty', { min: 0 });
-  set('seed', num(src.seed, 'seed', { min: 0, max: 0xffffffff, int: true }) ?? Math.floor(Math.random() * 0x100000000));
+  check('seed', { min: 0, max: 0xffffffff, int: true });
   // Sent only when given (the wasm side's default is true, and it checks it again).
   if (src.reusePrompt !== undefined && src.reusePrompt !== null) set('reusePrompt', boolOption(src.reusePrompt, 'reusePrompt', true));
   if (src.logitBias !== undefined && src.logitBias !== null) {
@@ -213,33 +218,9 @@ export class Engine {
     return e;
   }
 
-  /**
-   * Resolves the backend the caller asked for against what this browser and module have:
-   * { backend, note } where note says why "auto" fell back to the CPU. With navigator.gpu
-   * present, "auto" is left to WasmLoader.create, which asks for the adapter itself and
-   * says why it fell back (info().backendNote and a console warning).
-   */
-  async _pickBackend(backend) {
-    const gpu = typeof navigator !== 'undefined' ? navigator.gpu : undefined;
-    if (backend === 'cpu') return { backend: 'cpu' };
-    const fallback = (why) => {
-      const note = `backend "auto": ${why}; running on the CPU`;
-      console.warn(`ggweb: ${note}`);
-      return { backend: 'cpu', note };
-    };
-    if (backend === 'auto' && !JSON.parse(this.core.available_backends()).includes('webgpu')) {
-      return fallback('this build of the wasm module has no WebGPU backend');
-    }
-    if (!gpu) {
-      if (backend === 'auto') return fallback('WebGPU is not available here (navigator.gpu is missing)');
-      throw new GgwebError('unsupported', 'WebGPU is not available here (navigator.gpu is missing); use backend "cpu"');
-    }
-    return { backend };
-  }
-
   /** The module's CPU thread counters ({ workersRunning, jobs: [total, onWorkers] }), or null. */
   _cpuThreads() {
-    return this.core ? JSON.parse(this.core.cpu_threads()) : null;
+    return this.core ? this.core.cpu_threads() : null;
   }
 
   /** Threads running in the CPU pool (the caller and the started Web Workers). */
@@ -322,26 +303,32 @@ export class Engine {
       this.core = core ?? await loadCore(this.coreUrl ?? 'pkg');
       phases.wasmMs = now() - t0;
       // Sent only when > 1: the single-thread build's options stay what they always were.
-      loaderOpts.nThreads = threads.n > 1 ? threads.n : undefined;
-      const picked = await this._pickBackend(loaderOpts.backend);
-      loaderOpts.backend = picked.backend;
-      if (typeof this.core.WasmLoader !== 'function') {
+      if (threads.n > 1) loaderOpts.nThreads = threads.n;
+      else delete loaderOpts.nThreads;
+      if (typeof this.core.WasmLoader !== 'function' || typeof this.core.load_options !== 'function') {
         throw new GgwebError('unsupported', `the wasm module at ${this.coreUrl ?? build} has no WasmLoader (built before the model bindings existed?)`);
+      }
+      // The backend asked for, its default filled in by the Rust side (the one policy: crate/model/options.rs).
+      let asked;
+      try {
+        asked = this.core.load_options(loaderOpts).backend;
+      } catch (e) {
+        throw toGgwebError(e, 'invalid', 'WasmLoader options');
       }
       source = await sourceP;
       if (signal?.aborted) throw abortedError('loading the model');
-      const json = JSON.stringify(loaderOpts);
       const tOpen = now();
       // Told to worker.js's parent (ggweb.js), which can watch a blocked worker (see OPEN_GUARD_MS).
       const stage = (s) => { try { onStage?.(s); } catch { /* only a watchdog */ } };
-      stage({ stage: 'opening', backend: loaderOpts.backend });
+      stage({ stage: 'opening', backend: asked });
       try {
-        // The async factory opens the WebGPU device (the constructor cannot), and starts the
-        // CPU pool's Web Workers. It gets the stall timeout too: a device request or a thread
-        // start the browser never answers (seen in Firefox under load, docs/engines.md)
-        // then fails the load with code 'timeout' instead of leaving it pending.
-        loader = await settleWithin(this.core.WasmLoader.create(json), stallMs,
-          () => new GgwebError('timeout', `opening the ${loaderOpts.backend} backend: no answer from the browser within ${stallMs} ms`),
+        // The async factory picks the backend (falling back from "auto" to the CPU, saying
+        // why), opens the WebGPU device (the constructor cannot), and starts the CPU pool's
+        // Web Workers. It gets the stall timeout too: a device request or a thread start the
+        // browser never answers (seen in Firefox under load, docs/engines.md) then
+        // fails the load with code 'timeout' instead of leaving it pending.
+        loader = await settleWithin(this.core.WasmLoader.create(loaderOpts), stallMs,
+          () => new GgwebError('timeout', `opening the ${asked} backend: no answer from the browser within ${stallMs} ms`),
           (late) => late.free());
       } catch (e) {
         throw toGgwebError(e, 'invalid', e?.code === 'unsupported' ? 'opening the backend' : 'WasmLoader options');
@@ -444,16 +431,11 @@ export class Engine {
         throw toGgwebError(e, 'format', what);
       }
       phases.buildMs = now() - tBuild;
-      let info = {};
-      try {
-        info = JSON.parse(this.model.info());
-      } catch (e) {
-        console.warn('ggweb: WasmModel.info() is not JSON', e);
-      }
+      const info = this.model.info();
       ok = true;
       const cached = source.cacheDone ? await source.cacheDone(true) : false;
       // "auto" is resolved by WasmLoader.create: the backend it picked is info.backend.
-      const backend = info.backend ?? loaderOpts.backend;
+      const backend = info.backend;
       // A CPU backend (and its thread pool) exists on 'cpu' and in a split with CPU layers.
       const cpuRuns = backend === 'cpu' || (info.split?.backends ?? []).includes('CPU');
       if (threads.n > 1 && cpuRuns) {
@@ -469,7 +451,7 @@ export class Engine {
       }
       this.info = {
         ...info,
-        backendNote: info.backendNote ?? picked.note ?? null,
+        backendNote: info.backendNote ?? null,
         threads: { n: threads.n, running: threads.running ?? 1, build, reason: threads.reason },
         load: {
           bytes: loaded, ms: Math.round(now() - t0), via: source.via, cached, cacheNote: source.cacheNote ?? null, backend,
@@ -592,7 +574,7 @@ export class Engine {
       if (this.busy) throw new GgwebError('busy', `${method}: the model is busy (${this.busy})`);
       this.busy = method;
       try {
-        return await model[method](ids, JSON.stringify(rest));
+        return await model[method](ids, rest);
       } catch (e) {
         throw this._noteLost(toGgwebError(e, 'invalid', method));
       } finally {
@@ -644,9 +626,9 @@ export class Engine {
     const stats = { promptTokens: 0, cachedTokens: 0, tokens: 0, promptMs: 0, genMs: 0, stop: 'eos' };
     // This run's WebGPU counters (dispatches, submits, read-backs, encode time), on WebGPU only.
     const withWebgpu = () => {
-      const w = webgpuStats(model);
-      if (w) stats.webgpu = w;
-      const beams = beamStats(model);
+      const { webgpu, beams } = model.stats();
+      if (webgpu) stats.webgpu = webgpu;
+      // After a beam search (numBeams): [{ tokens: Uint32Array, score }], best first.
       if (beams) stats.beams = beams;
       return stats;
     };
@@ -658,7 +640,7 @@ export class Engine {
       const t0 = now();
       try {
         // The prompt cache's reuse; older modules return nothing.
-        stats.cachedTokens = Number(await model.start(ids, JSON.stringify(params))) || 0;
+        stats.cachedTokens = Number(await model.start(ids, params)) || 0;
       } catch (e) {
         throw this._noteLost(toGgwebError(e, 'invalid', 'generate'));
       }
@@ -679,22 +661,19 @@ export class Engine {
       for (;;) {
         await yieldNow();
         if (cancelled()) { stats.stop = 'cancelled'; break; }
-        let id;
+        let item;
         try {
           this._loseDeviceNow(run, model);
-          id = await model.next_token();
+          // { token, text } (logprob and top under topLogprobs, seq with n > 1), or undefined at the end.
+          item = await model.next();
         } catch (e) {
           throw this._noteLost(toGgwebError(e, 'internal', `generating token ${stats.tokens + 1}`));
         }
-        if (id < 0) {
-          stats.stop = model.stop_reason();
+        if (item === undefined) {
+          stats.stop = model.stats().stop;
           break;
         }
         stats.tokens++;
-        const item = { token: id, text: model.token_piece(id) };
-        // Several sequences (n): which one this token continues.
-        if (params.n > 1) item.seq = model.last_seq();
-        if (params.topLogprobs > 0) Object.assign(item, model.last_logprobs?.());
         yield item;
       }
       stats.genMs = now() - t1;
@@ -762,19 +741,7 @@ export class Engine {
 
 }
 
-/** After a beam search (numBeams): `[{ tokens: Uint32Array, score }]`, best first; else undefined. */
-function beamStats(model) {
-  if (typeof model.generation_stats !== 'function') return undefined;
-  return JSON.parse(model.generation_stats()).beams?.map((b) => ({ tokens: Uint32Array.from(b.tokens), score: b.score }));
-}
-
 // --- Model.inspect: the header only --------------------------------------------------------
-
-/** The `webgpu` counters of the wasm model's current or last generation, or undefined (CPU, older modules). */
-function webgpuStats(model) {
-  if (typeof model.generation_stats !== 'function') return undefined;
-  return JSON.parse(model.generation_stats()).webgpu ?? undefined;
-}
 
 /**
  * Reads `src` (a describeSource descriptor) until its GGUF header is in, then stops, and
@@ -783,30 +750,30 @@ function webgpuStats(model) {
  * `opts`: Model.load's model options (backend, gpuLayers, nCtx, nBatch, nThreads, kvType).
  */
 export async function inspectSource(src, opts, { signal, coreUrl = null, stallMs = DEFAULT_STALL_TIMEOUT_MS } = {}) {
-  const json = JSON.stringify(loaderOptions(opts));
+  const lopts = loaderOptions(opts);
   const core = await loadCore(coreUrl ?? 'pkg');
   if (typeof core.WasmInspector !== 'function') {
     throw new GgwebError('unsupported', `the wasm module at ${coreUrl ?? 'pkg'} has no WasmInspector (built before Model.inspect existed?)`);
   }
   const stats = { via: null, total: null, bytesRead: 0, requests: 0, ranged: null };
   // Options are checked before anything is read (code 'invalid').
-  new core.WasmInspector(json, -1).free();
+  new core.WasmInspector(lopts, -1).free();
   let ins = null;
   let complete = false;
   try {
     for await (const chunk of headerChunks(src, signal, stats, stallMs)) {
       if (signal?.aborted) throw abortedError('Model.inspect');
-      ins ??= new core.WasmInspector(json, stats.total ?? -1);
+      ins ??= new core.WasmInspector(lopts, stats.total ?? -1);
       stats.bytesRead += chunk.length;
       if (ins.feed(chunk)) {
         complete = true;
         break;
       }
     }
-    ins ??= new core.WasmInspector(json, stats.total ?? -1);
+    ins ??= new core.WasmInspector(lopts, stats.total ?? -1);
     const plan = ins.plan(); // consumes the inspector; an incomplete header is 'format'
     ins = null;
-    const report = JSON.parse(await plan);
+    const report = await plan;
     report.source = { via: stats.via, bytesRead: stats.bytesRead, size: stats.total, requests: stats.requests, ranged: stats.ranged, complete };
     return report;
   } finally {

@@ -267,7 +267,8 @@ export interface WebGpuStats {
 }
 
 export interface TraceOptions {
-  /** 'attn', 'hidden', and/or graph node names by their ggml names ('l3.ffn_gelu', 'l0.kq_soft_max', ...). */
+  /** 'attn', 'hidden', graph node names by their ggml names ('l3.ffn_gelu', 'l0.kq_soft_max', ...) and/or
+   *  TransformerLens hook names ('blocks.0.attn.hook_pattern', 'ln_final.hook_scale', ...; nodes keep that name). */
   taps: string[];
   special?: boolean;
 }

@@ -1,70 +1,49 @@
 //! `ggweb`: the native CLI (generate, score, trace, logits, tokenize, bench, inspect).
 //!
 //! Errors go to stderr with exit status 1; machine-readable output (`--json`, `logits`,
-//! `tokenize`) is a contract other tools rely on.
+//! `tokenize`) is a contract other tools rely on. Arguments: crate/bin/args.rs (clap).
 
+// Native only: clap is not a wasm32 dependency (`cargo build --tests` for wasm32, as
+// wasm-pack test runs it, builds this target too).
+#[cfg(not(target_arch = "wasm32"))]
 mod args;
+#[cfg(not(target_arch = "wasm32"))]
 mod inspect;
+#[cfg(not(target_arch = "wasm32"))]
 mod run;
 
-/// Each command and its usage line.
-const COMMANDS: [(&str, &str); 7] = [
-    ("generate", run::GENERATE_USAGE),
-    ("score", run::SCORE_USAGE),
-    ("trace", run::TRACE_USAGE),
-    ("logits", run::LOGITS_USAGE),
-    ("tokenize", run::TOKENIZE_USAGE),
-    ("bench", run::BENCH_USAGE),
-    ("inspect", inspect::USAGE),
-];
+#[cfg(target_arch = "wasm32")]
+fn main() {}
 
-fn usage() -> String {
-    let lines: Vec<&str> = COMMANDS.iter().map(|c| c.1).collect();
-    format!(
-        "usage: ggweb <command> [options]   (ggweb <command> --help; ggweb --version)\n\ncommands:\n  {}",
-        lines.join("\n  ")
-    )
-}
-
+#[cfg(not(target_arch = "wasm32"))]
 fn version() -> String {
     format!("ggweb {}", env!("CARGO_PKG_VERSION"))
 }
 
+#[cfg(not(target_arch = "wasm32"))]
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let rest = args.get(1..).unwrap_or(&[]);
-    // --help / --version anywhere after a command answer for that command and run nothing.
-    if let Some((_, usage)) = COMMANDS.iter().find(|c| args.first().map(String::as_str) == Some(c.0)) {
-        if rest.iter().any(|a| a == "--help" || a == "-h") {
-            println!("usage: {usage}");
-            return;
-        }
-        if rest.iter().any(|a| a == "--version" || a == "-V") {
-            println!("{}", version());
-            return;
-        }
+    use args::Command;
+    let argv: Vec<String> = std::env::args().collect();
+    // `--version` anywhere (after a command too) and `ggweb version` answer and run nothing.
+    if argv.iter().skip(1).any(|a| a == "--version" || a == "-V") || argv.get(1).is_some_and(|a| a == "version") {
+        println!("{}", version());
+        return;
     }
-    let result = match args.first().map(String::as_str) {
-        Some("--version" | "-V" | "version") => {
-            println!("{}", version());
-            Ok(())
-        }
-        Some("generate") => run::generate(rest),
-        Some("score") => run::score(rest),
-        Some("trace") => run::trace(rest),
-        Some("logits") => run::logits(rest),
-        Some("tokenize") => run::tokenize(rest),
-        Some("bench") => run::bench(rest),
-        Some("inspect") => inspect::run(rest),
-        Some("--help" | "-h" | "help") => {
-            println!("{}", usage());
-            Ok(())
-        }
-        Some(other) => Err(format!("unknown command '{other}'\n{}", usage())),
-        None => Err(usage()),
+    let result = match args::parse(argv) {
+        Ok(None) => Ok(()),
+        Ok(Some(cli)) => match cli.command {
+            Command::Generate(a) => run::generate(a),
+            Command::Score(a) => run::score(a),
+            Command::Trace(a) => run::trace(a),
+            Command::Logits(a) => run::logits(a),
+            Command::Tokenize(a) => run::tokenize(a),
+            Command::Bench(a) => run::bench(a),
+            Command::Inspect(a) => inspect::run(a),
+        },
+        Err(e) => Err(e),
     };
     if let Err(e) = result {
-        eprintln!("ggweb: {e}");
+        eprintln!("ggweb: {}", e.trim_end());
         std::process::exit(1);
     }
 }

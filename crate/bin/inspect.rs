@@ -1,4 +1,4 @@
-//! `ggweb inspect --model FILE [--json] [--items N] [plan options]`: a GGUF file's metadata,
+//! `ggweb inspect --model FILE [--json] [--items N] [load options]`: a GGUF file's metadata,
 //! tensors and memory plan.
 //!
 //! Reads only the header (the data section is never read: the file size checks that
@@ -16,18 +16,17 @@ use std::io::{Read, Write};
 
 use std::rc::Rc;
 
-use ggweb::backend::Backend;
 use ggweb::cpu::CpuBackend;
 use ggweb::gguf::{GgufArray, GgufHeader, GgufStreamReader, GgufValue, Limits, NullSink};
-use ggweb::model::context::Gpt2Options;
+use ggweb::model::context::{block_on, Gpt2Options};
 use ggweb::model::loader::{load_from_path_split, LoadedModel};
-use ggweb::model::options::parse_kv_type;
+use ggweb::model::options::{open_backends, LoadOptions};
 use ggweb::model::plan::HeaderPlan;
-use ggweb::webgpu::{WebGpuBackend, WebGpuOptions};
+use ggweb::webgpu::WebGpuOptions;
 use ggweb::GgmlType;
 use serde_json::{json, Value};
 
-pub const USAGE: &str = "ggweb inspect --model FILE [--json] [--items N] [--ctx C] [--batch B] [--kv-type f32|f16] [--threads T] [--backend cpu|webgpu] [--gpu-layers N]";
+use crate::args::InspectArgs;
 
 /// wasm32's linear memory: 65536 pages of 64 KiB.
 const WASM32_SPACE: u64 = 4 << 30;
@@ -36,59 +35,28 @@ struct Args {
     model: String,
     json: bool,
     items: usize,
-    /// With `--gpu-layers`: the model split between WebGPU and the CPU, instead of the header.
+    /// The load's options (the backend, `--gpu-layers`: the model split between WebGPU and
+    /// the CPU, reported instead of the header).
+    opts: LoadOptions,
     gpu_layers: Option<usize>,
-    batch: usize,
-    ctx: usize,
     kv_type: GgmlType,
     threads: usize,
-    /// "cpu" or "webgpu" (the plan's backend without `--gpu-layers`).
-    backend: String,
 }
 
-fn number(it: &mut std::slice::Iter<'_, String>, flag: &str) -> Result<usize, String> {
-    let v = it.next().ok_or_else(|| format!("{flag} needs a number"))?;
-    v.parse().map_err(|_| format!("{flag}: '{v}' is not a number"))
-}
-
-fn parse_args(args: &[String]) -> Result<Args, String> {
-    let (mut model, mut json, mut items) = (None, false, 6usize);
-    let (mut gpu_layers, mut batch, mut ctx) = (None, 32usize, 0usize);
-    let mut kv_type = Gpt2Options::default().kv_type;
-    let (mut threads, mut backend) = (1usize, "cpu".to_string());
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--model" | "-m" => model = Some(it.next().ok_or("--model needs a file")?.clone()),
-            "--json" => json = true,
-            "--items" => {
-                let v = it.next().ok_or("--items needs a number")?;
-                items = v.parse().map_err(|_| format!("--items: '{v}' is not a number"))?;
-            }
-            "--gpu-layers" | "-ngl" => gpu_layers = Some(number(&mut it, "--gpu-layers")?),
-            "--batch" | "-b" => batch = number(&mut it, "--batch")?,
-            "--ctx" | "-c" => ctx = number(&mut it, "--ctx")?,
-            "--kv-type" => {
-                let v = it.next().ok_or("--kv-type needs f32 or f16")?;
-                kv_type = parse_kv_type("--kv-type", v).map_err(|e| e.to_string())?;
-            }
-            "--threads" | "-t" => threads = number(&mut it, "--threads")?.max(1),
-            "--backend" => {
-                let v = it.next().ok_or("--backend needs cpu or webgpu")?;
-                if v != "cpu" && v != "webgpu" {
-                    return Err(format!("--backend {v}: choose cpu or webgpu"));
-                }
-                backend = v.clone();
-            }
-            "--help" | "-h" => return Err(format!("usage: {USAGE}")),
-            other => return Err(format!("unknown argument '{other}'\nusage: {USAGE}")),
-        }
+impl Args {
+    fn new(a: InspectArgs) -> Result<Args, String> {
+        let opts = a.load.options()?;
+        let m = opts.model();
+        Ok(Args {
+            model: a.load.model,
+            json: a.json,
+            items: a.items,
+            gpu_layers: opts.gpu_layers,
+            opts,
+            kv_type: m.kv_type,
+            threads: m.n_threads.max(1),
+        })
     }
-    let model = model.ok_or_else(|| format!("missing --model\nusage: {USAGE}"))?;
-    if gpu_layers.is_some() && backend == "cpu" && args.iter().any(|a| a == "--backend") {
-        return Err("--gpu-layers splits the model between webgpu and cpu: leave out --backend or pass webgpu".into());
-    }
-    Ok(Args { model, json, items, gpu_layers, batch, ctx, kv_type, threads, backend })
 }
 
 /// Parses the header of `path`, feeding 1 MiB chunks until it is complete.
@@ -109,8 +77,8 @@ fn read_header(path: &str) -> Result<(GgufHeader, u64), String> {
     Ok((header, size))
 }
 
-pub fn run(args: &[String]) -> Result<(), String> {
-    let args = parse_args(args)?;
+pub fn run(args: InspectArgs) -> Result<(), String> {
+    let args = Args::new(args)?;
     let (header, size) = read_header(&args.model)?;
     // A header that is no GPT-2 ggweb can load still has metadata to show: the plan says why not.
     let plan = plan(&args, &header)
@@ -137,9 +105,10 @@ pub fn run(args: &[String]) -> Result<(), String> {
 /// split: bytes per backend, and for one token and for a full batch the splits and the
 /// copies between backends each run makes.
 fn split_report(args: &Args, gpu_layers: usize, plan: &PlanReport) -> Result<String, String> {
-    let gpu = WebGpuBackend::new(WebGpuOptions::default()).map_err(|e| format!("--gpu-layers: WebGPU: {e}"))?;
-    let opts = Gpt2Options { n_ctx: args.ctx, n_batch: args.batch, n_threads: 1, kv_type: args.kv_type };
-    let cpu: Rc<dyn Backend> = Rc::new(CpuBackend::new(1));
+    let b = block_on(open_backends(&args.opts, WebGpuOptions::default(), || Rc::new(CpuBackend::new(1))))
+        .map_err(|e| format!("--gpu-layers: WebGPU: {e}"))?;
+    let (Some(gpu), Some(cpu)) = (b.gpu, b.cpu) else { return Err("--gpu-layers: WebGPU is not usable here".into()) };
+    let opts = Gpt2Options { n_threads: 1, ..args.opts.model() };
     let LoadedModel { mut model, .. } =
         load_from_path_split(&args.model, Rc::new(gpu), cpu, gpu_layers, opts).map_err(|e| e.to_string())?;
     let n_layer = model.hparams.n_layer;
@@ -206,20 +175,15 @@ struct PlanReport {
 /// here (each backend's budget and largest buffer) and on wasm32 (a CPU load there: the
 /// loader's own estimate and check, in 32 bits, against the 4 GiB address space).
 fn plan(args: &Args, header: &GgufHeader) -> Result<PlanReport, String> {
-    let opts = Gpt2Options { n_ctx: args.ctx, n_batch: args.batch, n_threads: args.threads, kv_type: args.kv_type };
-    let cpu: Rc<dyn Backend> = Rc::new(CpuBackend::new(args.threads));
-    let (backend, backends, split): (&str, Vec<Rc<dyn Backend>>, Option<usize>) =
-        match (args.gpu_layers, args.backend.as_str()) {
-            (None, "cpu") => ("cpu", vec![cpu], None),
-            (gpu_layers, _) => {
-                let gpu = WebGpuBackend::new(WebGpuOptions::default()).map_err(|e| format!("--backend webgpu: {e}"))?;
-                match gpu_layers {
-                    Some(n) => ("webgpu+cpu", vec![Rc::new(gpu), cpu], Some(n)),
-                    None => ("webgpu", vec![Rc::new(gpu)], None),
-                }
-            }
-        };
-    let p = HeaderPlan::new(header, backends, split, &opts).map_err(|e| format!("{}: {e}", args.model))?;
+    let opts = Gpt2Options { n_threads: args.threads, ..args.opts.model() };
+    let threads = args.threads;
+    let b = block_on(open_backends(&args.opts, WebGpuOptions::default(), || Rc::new(CpuBackend::new(threads))))
+        .map_err(|e| format!("--backend webgpu: {e}"))?;
+    let (backend, split) = match (b.name, b.split) {
+        ("webgpu", Some(n)) => ("webgpu+cpu", Some(n)),
+        (name, _) => (name, None),
+    };
+    let p = HeaderPlan::new(header, b.list(), split, &opts).map_err(|e| format!("{}: {e}", args.model))?;
     let wasm32 = p.estimate.check(&p.hparams, Some(WASM32_SPACE), 32).err().map(|e| e.to_string());
     let (kv_type, est) = (args.kv_type.name(), &p.estimate);
 

@@ -8,70 +8,39 @@ use std::time::Instant;
 use ggweb::backend::Backend;
 use ggweb::cpu::CpuBackend;
 use ggweb::gguf::{GgufStreamReader, Limits, NullSink};
-use ggweb::model::context::{block_on, Batch, Gpt2Options, Logits, SeqPos};
+use ggweb::model::context::{block_on, Batch, Logits, SeqPos};
 use ggweb::model::loader::{load_from_path, load_from_path_split, tokenizer_from_gguf, LoadedModel};
-use ggweb::model::options::parse_kv_type;
-use ggweb::model::sampling::SamplingParams;
-use ggweb::model::session::{GenerateOptions, Session};
+use ggweb::model::options::{open_backends, LoadOptions};
+use ggweb::model::session::Session;
 use ggweb::tokenizer::Tokenizer;
-use ggweb::webgpu::{WebGpuBackend, WebGpuOptions, WebGpuStats};
+use ggweb::webgpu::{WebGpuOptions, WebGpuStats};
 use serde_json::json;
 
-use crate::args::Args;
+use crate::args::{BenchArgs, GenerateArgs, InputArgs, LoadArgs, LogitsArgs, ScoreArgs, TokenizeArgs, TraceArgs};
 
-pub const GENERATE_USAGE: &str = "ggweb generate --model M (--prompt P | --ids I,I,...) [--n-predict N] [--temp T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--repeat-last-n N] [--seed S] [--stop S] [--logit-bias ID=BIAS,...] [--ignore-eos] [--top-logprobs K] [--special] [--batch B] [--ctx C] [--threads T] [--kv-type f32|f16] [--backend cpu|webgpu] [--gpu-layers N] [--json]";
-pub const SCORE_USAGE: &str =
-    "ggweb score --model M (--prompt P | --ids I,I,...) [--top-k K] [--special] [--batch B] [--ctx C] [--kv-type f32|f16] [--backend cpu|webgpu] [--json]";
-pub const TRACE_USAGE: &str = "ggweb trace --model M (--prompt P | --ids I,I,...) [--taps attn,hidden,NODE...] [--special] [--ctx C] [--kv-type f32|f16] [--backend cpu|webgpu] [--json]";
-pub const LOGITS_USAGE: &str =
-    "ggweb logits --model M --prompt P [--batch B] [--special] [--kv-type f32|f16] [--backend cpu|webgpu] [--gpu-layers N]";
-pub const TOKENIZE_USAGE: &str = "ggweb tokenize --model M [--special] [--decode]   (stdin: one JSON string, or with --decode one JSON array of ids, per line)";
-pub const BENCH_USAGE: &str = "ggweb bench --model M [-p 128] [-n 64] [--threads T] [--batch B] [--reps R] [--kv-type f32|f16] [--n-past D1,D2,...] [--seqs N] [--backend cpu|webgpu] [--gpu-layers N] [--profile] [--json]\n  --n-past: decode at context depths instead: per depth, fill the KV cache with D prompt ids, then time -n decode steps at positions D.. (the slowdown is against the first depth)\n  --seqs N: decode N sequences per step (one batch, sequence ids in the KV cache); tg is then steps per second";
-
-fn backend(args: &Args) -> Result<Rc<dyn Backend>, String> {
-    let threads: usize = args.get(&["threads", "t"], 1)?;
-    match args.str(&["backend"]).as_deref() {
-        None | Some("cpu") => Ok(Rc::new(CpuBackend::new(threads))),
-        Some("webgpu") => {
-            let gpu =
-                ggweb::webgpu::WebGpuBackend::new(webgpu_options()).map_err(|e| format!("--backend webgpu: {e}"))?;
-            Ok(Rc::new(gpu))
-        }
-        Some(other) => Err(format!("--backend {other}: choose cpu or webgpu")),
-    }
+fn load(args: &LoadArgs) -> Result<LoadedModel, String> {
+    let opts = args.options()?;
+    let threads = opts.model().n_threads;
+    load_with(args, &opts, move || Rc::new(CpuBackend::new(threads)))
 }
 
-fn load(args: &Args) -> Result<LoadedModel, String> {
-    load_on(args, backend(args)?)
-}
-
-fn load_on(args: &Args, backend: Rc<dyn Backend>) -> Result<LoadedModel, String> {
-    let path = args.required(&["model", "m"])?;
-    let opts = Gpt2Options {
-        n_ctx: args.get(&["ctx", "c"], 0)?,
-        n_batch: args.get(&["batch", "b"], 32)?,
-        n_threads: args.get(&["threads", "t"], 1)?,
-        kv_type: match args.str(&["kv-type"]) {
-            None => Gpt2Options::default().kv_type,
-            Some(s) => parse_kv_type("--kv-type", &s).map_err(|e| e.to_string())?,
-        },
-    };
-    if let Some(n) = args.str(&["gpu-layers", "ngl"]) {
-        let n: usize = n.parse().map_err(|_| format!("--gpu-layers: cannot parse '{n}'"))?;
-        return load_split(args, &path, n, opts);
+/// Loads `args.model` on the backends `opts` asks for ([`open_backends`], the policy the JS
+/// bindings use too), the CPU one made by `cpu` when one is needed.
+fn load_with(
+    args: &LoadArgs,
+    opts: &LoadOptions,
+    cpu: impl FnOnce() -> Rc<dyn Backend>,
+) -> Result<LoadedModel, String> {
+    let b = block_on(open_backends(opts, webgpu_options(), cpu)).map_err(|e| format!("--backend webgpu: {e}"))?;
+    if let Some(note) = &b.note {
+        eprintln!("ggweb: {note}");
     }
-    load_from_path(&path, backend, opts).map_err(|e| e.to_string())
-}
-
-/// `--gpu-layers N`: the last N blocks (and the head; the embeddings too when N exceeds
-/// the block count) on WebGPU, the rest, and any op WebGPU lacks, on the CPU.
-fn load_split(args: &Args, path: &str, gpu_layers: usize, opts: Gpt2Options) -> Result<LoadedModel, String> {
-    if !matches!(args.str(&["backend"]).as_deref(), None | Some("webgpu")) {
-        return Err("--gpu-layers splits the model between webgpu and cpu: leave out --backend or pass webgpu".into());
+    let (path, m) = (&args.model, opts.model());
+    match (b.split, b.gpu.clone(), b.cpu.clone()) {
+        (Some(n), Some(gpu), Some(cpu)) => load_from_path_split(path, Rc::new(gpu), cpu, n, m),
+        _ => load_from_path(path, b.list().swap_remove(0), m),
     }
-    let gpu = WebGpuBackend::new(webgpu_options()).map_err(|e| format!("--gpu-layers: WebGPU: {e}"))?;
-    let cpu = Rc::new(CpuBackend::new(opts.n_threads));
-    load_from_path_split(path, Rc::new(gpu), cpu, gpu_layers, opts).map_err(|e| e.to_string())
+    .map_err(|e| e.to_string())
 }
 
 /// The CLI's WebGPU backend: encode time in thread-CPU milliseconds (`stats.webgpu.encodeMs`
@@ -121,58 +90,16 @@ fn cpu_seconds(_clock_id: i32) -> Option<f64> {
     None
 }
 
-/// `--stop`: stop strings separated by `|` would be ambiguous, so each `--stop` value is one
-/// string; `--logit-bias ID=BIAS[,ID=BIAS...]` (`-inf` bans).
-/// Defaults are `GenerateOptions::default()`'s, the ones the JS options get too.
-fn generate_options(args: &Args) -> Result<GenerateOptions, String> {
-    let d = GenerateOptions::default();
-    let s = &d.sampling;
-    let sampling = SamplingParams {
-        temperature: args.get(&["temp"], s.temperature)?,
-        top_k: args.get(&["top-k"], s.top_k)?,
-        top_p: args.get(&["top-p"], s.top_p)?,
-        min_p: args.get(&["min-p"], s.min_p)?,
-        repeat_penalty: args.get(&["repeat-penalty"], s.repeat_penalty)?,
-        repeat_last_n: args.get(&["repeat-last-n"], s.repeat_last_n)?,
-        seed: args.get(&["seed"], s.seed)?,
-    };
-    let mut logit_bias = Vec::new();
-    if let Some(spec) = args.str(&["logit-bias"]) {
-        for part in spec.split(',').filter(|p| !p.is_empty()) {
-            let (id, bias) = part.split_once('=').ok_or_else(|| format!("--logit-bias: '{part}' is not ID=BIAS"))?;
-            let id: u32 = id.trim().parse().map_err(|_| format!("--logit-bias: '{id}' is not a token id"))?;
-            let bias: f32 = bias.trim().parse().map_err(|_| format!("--logit-bias: '{bias}' is not a number"))?;
-            if bias.is_nan() || bias == f32::INFINITY {
-                return Err(format!("--logit-bias: {id}={bias}: a bias must be a number or -inf"));
-            }
-            logit_bias.push((id, bias));
-        }
-    }
-    Ok(GenerateOptions {
-        max_tokens: args.get(&["n-predict", "n"], d.max_tokens)?,
-        sampling,
-        logit_bias,
-        ignore_eos: args.flag("ignore-eos"),
-        stop: args.str(&["stop"]).into_iter().collect(),
-        top_logprobs: args.get(&["top-logprobs"], d.top_logprobs)?,
-        reuse_prompt: d.reuse_prompt,
-        ..GenerateOptions::default()
-    })
-}
-
 /// The model and the input's tokens (never empty): `--ids 1,2,3` as given, else `--prompt`
 /// tokenized.
-fn session_and_prompt(args: &Args) -> Result<(Session, Vec<u32>), String> {
-    let given = args.str(&["ids"]);
-    let special = args.flag("special");
-    let prompt = if given.is_none() { Some(args.required(&["prompt", "p"])?) } else { None };
-    let session = Session::new(load(args)?);
-    let ids = match (given, prompt) {
+fn session_and_prompt(load_args: &LoadArgs, input: &InputArgs) -> Result<(Session, Vec<u32>), String> {
+    let session = Session::new(load(load_args)?);
+    let ids = match (&input.ids, &input.prompt) {
         (Some(list), _) => list
             .split(',')
             .map(|x| x.trim().parse::<u32>().map_err(|_| format!("--ids: '{x}' is not a token id")))
             .collect::<Result<Vec<u32>, String>>()?,
-        (None, p) => session.tokenizer.encode(&p.unwrap_or_default(), special),
+        (None, p) => session.tokenizer.encode(p.as_deref().unwrap_or_default(), input.special),
     };
     if ids.is_empty() {
         return Err("the prompt encodes to no tokens".into());
@@ -180,13 +107,11 @@ fn session_and_prompt(args: &Args) -> Result<(Session, Vec<u32>), String> {
     Ok((session, ids))
 }
 
-pub fn generate(argv: &[String]) -> Result<(), String> {
-    let args = Args::parse(argv, &["json", "special", "ignore-eos"])?;
-    let opts = generate_options(&args)?;
-    let json_out = args.flag("json");
-    let (mut s, prompt_ids) = session_and_prompt(&args)?;
+pub fn generate(args: GenerateArgs) -> Result<(), String> {
+    let opts = args.options()?;
+    let json_out = args.json;
+    let (mut s, prompt_ids) = session_and_prompt(&args.load, &args.input)?;
     let prompt = s.tokenizer.decode(&prompt_ids).map_err(|e| e.to_string())?;
-    args.finish()?;
     let top_k = opts.top_logprobs;
     s.start(prompt_ids.clone(), opts).map_err(|e| e.to_string())?;
     while !block_on(s.prompt_step()).map_err(|e| e.to_string())? {}
@@ -228,12 +153,9 @@ pub fn generate(argv: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-pub fn score(argv: &[String]) -> Result<(), String> {
-    let args = Args::parse(argv, &["json", "special"])?;
-    let top_k: usize = args.get(&["top-k"], 0)?;
-    let json_out = args.flag("json");
-    let (mut s, ids) = session_and_prompt(&args)?;
-    args.finish()?;
+pub fn score(args: ScoreArgs) -> Result<(), String> {
+    let (top_k, json_out) = (args.top_k, args.json);
+    let (mut s, ids) = session_and_prompt(&args.load, &args.input)?;
     let r = block_on(s.score(&ids, top_k)).map_err(|e| e.to_string())?;
     let stdout = std::io::stdout();
     let mut w = stdout.lock();
@@ -262,18 +184,10 @@ pub fn score(argv: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-pub fn trace(argv: &[String]) -> Result<(), String> {
-    let args = Args::parse(argv, &["json", "special"])?;
-    let taps: Vec<String> = args
-        .str(&["taps"])
-        .unwrap_or_else(|| "attn,hidden".into())
-        .split(',')
-        .filter(|t| !t.is_empty())
-        .map(String::from)
-        .collect();
-    let json_out = args.flag("json");
-    let (mut s, ids) = session_and_prompt(&args)?;
-    args.finish()?;
+pub fn trace(args: TraceArgs) -> Result<(), String> {
+    let taps: Vec<String> = args.taps.split(',').filter(|t| !t.is_empty()).map(String::from).collect();
+    let json_out = args.json;
+    let (mut s, ids) = session_and_prompt(&args.load, &args.input)?;
     let t = block_on(s.trace(&ids, &taps)).map_err(|e| e.to_string())?;
     let mut nodes = serde_json::Map::new();
     for n in &t.nodes {
@@ -310,13 +224,9 @@ pub fn row_major_shape(ne: [i64; 4]) -> Vec<i64> {
     v
 }
 
-pub fn logits(argv: &[String]) -> Result<(), String> {
-    let args = Args::parse(argv, &["special"])?;
-    let prompt = args.required(&["prompt", "p"])?;
-    let special = args.flag("special");
-    let LoadedModel { mut model, tokenizer } = load(&args)?;
-    args.finish()?;
-    let ids = tokenizer.encode(&prompt, special);
+pub fn logits(args: LogitsArgs) -> Result<(), String> {
+    let LoadedModel { mut model, tokenizer } = load(&args.load)?;
+    let ids = tokenizer.encode(&args.prompt, args.special);
     if ids.is_empty() {
         return Err("the prompt encodes to no tokens".into());
     }
@@ -347,12 +257,9 @@ fn tokenizer_only(path: &str) -> Result<Tokenizer, String> {
     tokenizer_from_gguf(reader.header().expect("header parsed")).map_err(|e| format!("{path}: {e}"))
 }
 
-pub fn tokenize(argv: &[String]) -> Result<(), String> {
-    let args = Args::parse(argv, &["special", "decode"])?;
-    let path = args.required(&["model", "m"])?;
-    let (special, decode) = (args.flag("special"), args.flag("decode"));
-    args.finish()?;
-    let tok = tokenizer_only(&path)?;
+pub fn tokenize(args: TokenizeArgs) -> Result<(), String> {
+    let (special, decode) = (args.special, args.decode);
+    let tok = tokenizer_only(&args.model)?;
     let stdout = std::io::stdout();
     let mut w = stdout.lock();
     for (i, line) in std::io::stdin().lock().lines().enumerate() {
@@ -382,24 +289,17 @@ fn per_token(s: &WebGpuStats, n: usize) -> serde_json::Value {
     })
 }
 
-pub fn bench(argv: &[String]) -> Result<(), String> {
-    let args = Args::parse(argv, &["json", "profile"])?;
-    let n_prompt: usize = args.get(&["p", "n-prompt"], 128)?;
-    let n_gen: usize = args.get(&["n", "n-gen"], 64)?;
-    let reps: usize = args.get(&["reps", "r"], 3)?.max(1);
-    let json_out = args.flag("json");
-    let profile = args.flag("profile");
-    let threads: usize = args.get(&["threads", "t"], 1)?;
+pub fn bench(args: BenchArgs) -> Result<(), String> {
+    let (n_prompt, n_gen, reps, json_out, profile) =
+        (args.n_prompt, args.n_gen, args.reps.max(1), args.json, args.profile);
+    let opts = args.load.options()?;
+    let threads = opts.model().n_threads;
+    let path = args.load.model.clone();
     // Decode steps of this many sequences at once (one batch per step, the KV cache's
     // sequence ids); tg then counts steps per second.
-    let seqs: usize = args.get(&["seqs"], 1)?;
-    if !(1..=64).contains(&seqs) {
-        return Err(format!("--seqs {seqs}: 1 to 64"));
-    }
-    let path = args.required(&["model", "m"])?;
+    let seqs = args.seqs as usize;
     // The profiler lives in the CPU backend: with WebGPU in the run there is nothing to time per op.
-    let cpu_only =
-        matches!(args.str(&["backend"]).as_deref(), None | Some("cpu")) && args.str(&["gpu-layers", "ngl"]).is_none();
+    let cpu_only = opts.backend() == ggweb::model::options::BackendChoice::Cpu;
     if profile && !cpu_only {
         return Err("--profile times the cpu backend's ops: leave out --backend webgpu and --gpu-layers".into());
     }
@@ -409,10 +309,10 @@ pub fn bench(argv: &[String]) -> Result<(), String> {
         (true, _) => CpuBackend::with_profiler(threads, clock),
     });
     let t_load = Instant::now();
-    let LoadedModel { mut model, .. } = if cpu_only { load_on(&args, cpu.clone())? } else { load(&args)? };
+    let cpu_for_load = cpu.clone();
+    let LoadedModel { mut model, .. } = load_with(&args.load, &opts, move || cpu_for_load)?;
     let load_s = t_load.elapsed().as_secs_f64();
-    let depths = args.str(&["n-past"]).map(|s| parse_depths(&s)).transpose()?;
-    args.finish()?;
+    let depths = args.n_past.as_deref().map(parse_depths).transpose()?;
     if let Some(depths) = depths {
         let run = DepthRun { n_gen, reps, threads, profile, json_out, path: &path, load_s };
         return bench_depths(&mut model, &cpu, &depths, &run);
@@ -477,6 +377,10 @@ pub fn bench(argv: &[String]) -> Result<(), String> {
     };
     let (pp_cpu_med, tg_cpu_med) = (median(&mut pp_cpu), median(&mut tg_cpu));
     let (pp_med, tg_med) = (median(&mut pp), median(&mut tg));
+    // The repetitions' spread (each vector is sorted by `median`): on a shared machine, and
+    // between processes, prefill swings more than decode, so a median alone hides it.
+    let spread = |v: &[f64]| (v.first().copied().unwrap_or(f64::NAN), v.last().copied().unwrap_or(f64::NAN));
+    let (pp_sp, tg_sp, pp_cpu_sp, tg_cpu_sp) = (spread(&pp), spread(&tg), spread(&pp_cpu), spread(&tg_cpu));
     let mem = model.memory_plan();
     let pp_gpu = pp_gpu.map(|s: WebGpuStats| per_token(&s, n_prompt));
     let tg_gpu = tg_gpu.map(|s: WebGpuStats| per_token(&s, n_gen));
@@ -489,6 +393,9 @@ pub fn bench(argv: &[String]) -> Result<(), String> {
                 "prompt_tok_s": pp_med, "gen_tok_s": tg_med,
                 "prompt_tok_per_cpu_s": pp_cpu_med, "gen_tok_per_cpu_s": tg_cpu_med,
                 "prompt_tok_s_all": pp, "gen_tok_s_all": tg,
+                "prompt_tok_s_spread": [pp_sp.0, pp_sp.1], "gen_tok_s_spread": [tg_sp.0, tg_sp.1],
+                "prompt_tok_per_cpu_s_spread": [pp_cpu_sp.0, pp_cpu_sp.1],
+                "gen_tok_per_cpu_s_spread": [tg_cpu_sp.0, tg_cpu_sp.1],
                 "memory": { "weights": mem.weights, "kv": mem.kv, "compute": mem.compute, "kv_type": model.kv.ty.name() },
                 "profile": if profile { json!({ "pp": pp_table.to_json(), "tg": tg_table.to_json() }) } else { json!(null) },
                 "memory_by_backend": model.memory_by_backend().iter().map(|m| json!({
@@ -503,10 +410,13 @@ pub fn bench(argv: &[String]) -> Result<(), String> {
         );
     } else {
         println!("{}", model.describe());
-        println!("| test | tokens/s (median of {reps}) | tokens per CPU second |");
-        println!("|---|---|---|");
-        println!("| pp{n_prompt} | {pp_med:.2} | {pp_cpu_med:.2} |");
-        println!("| tg{n_gen} | {tg_med:.2} | {tg_cpu_med:.2} |");
+        println!("| test | tokens/s (median of {reps}) | min–max | tokens per CPU second | min–max |");
+        println!("|---|---|---|---|---|");
+        let row = |name: String, med: f64, sp: (f64, f64), cmed: f64, csp: (f64, f64)| {
+            println!("| {name} | {med:.2} | {:.2}–{:.2} | {cmed:.2} | {:.2}–{:.2} |", sp.0, sp.1, csp.0, csp.1)
+        };
+        row(format!("pp{n_prompt}"), pp_med, pp_sp, pp_cpu_med, pp_cpu_sp);
+        row(format!("tg{n_gen}"), tg_med, tg_sp, tg_cpu_med, tg_cpu_sp);
         println!(
             "memory: weights {} B, kv {} B ({}), compute {} B; load {:.3} s",
             mem.weights,
@@ -579,7 +489,7 @@ struct DepthRun<'a> {
 }
 
 /// Decode cost against context depth: per depth D, the KV cache is filled with D prompt ids
-/// (one untimed `eval_prompt`), then `n_gen` greedy single-token steps at positions D.. are
+/// (one untimed prompt `decode`), then `n_gen` greedy single-token steps at positions D.. are
 /// timed, `reps` times from the same state (each repetition overwrites the same cache rows).
 fn bench_depths(
     model: &mut ggweb::model::context::Gpt2,

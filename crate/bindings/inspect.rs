@@ -2,14 +2,14 @@
 //! out, before the weights are downloaded (web/engine.js's `inspectSource`, `Model.inspect`).
 //!
 //! ```ignore
-//! const ins = new WasmInspector(JSON.stringify({ nCtx: 256 }), file.size);
+//! const ins = new WasmInspector({ nCtx: 256 }, file.size);
 //! while (!ins.feed(nextChunk())) {}            // true once the tensor infos are in
-//! const report = JSON.parse(await ins.plan()); // consumes the inspector
+//! const report = await ins.plan();             // consumes the inspector
 //! ```
 //!
-//! Options are `WasmLoader`'s (the same strict parser: an unknown key is `invalid`), and
-//! the plan is [`HeaderPlan`]'s: the loader's own path over storage-less buffers on the
-//! backends a load with these options would use, so `memory` equals a later load's
+//! Options are `WasmLoader`'s ([`LoadOptions`]: an unknown key is `invalid`), and the plan
+//! is [`HeaderPlan`]'s: the loader's own path over storage-less buffers on the backends a
+//! load with these options would use ([`open_backends`], the loader's policy), so `memory` equals a later load's
 //! `info().memory`. The CPU backend is made with one thread: the plan does not depend on
 //! threads, and no worker pool starts.
 
@@ -19,28 +19,29 @@ use alloc::rc::Rc;
 use serde::Serialize;
 use wasm_bindgen::prelude::*;
 
-use super::model::{backend_error, model_error, HparamsJson, WasmLoader};
+use super::model::{backend_error, from_js, model_error, to_js, HparamsJson};
 use crate::backend::Backend;
 use crate::cpu::CpuBackend;
+use crate::model::options::{open_backends, LoadOptions, LOAD_WHAT};
 use crate::model::plan::{HeaderPlan, HeaderReader};
-use crate::webgpu::{WebGpuBackend, WebGpuOptions};
+use crate::webgpu::WebGpuOptions;
 
 #[wasm_bindgen]
 pub struct WasmInspector {
     reader: HeaderReader,
-    opts_json: String,
+    opts: LoadOptions,
     file_size: Option<u64>,
 }
 
 #[wasm_bindgen]
 impl WasmInspector {
-    /// `opts_json`: WasmLoader's options; `file_size`: the file's length, or -1 if unknown
+    /// `opts`: WasmLoader's options; `file_size`: the file's length, or -1 if unknown
     /// (with it, a header whose tensors reach past the end is refused as a load refuses it).
     #[wasm_bindgen(constructor)]
-    pub fn new(opts_json: &str, file_size: f64) -> Result<WasmInspector, JsValue> {
-        WasmLoader::parse_options(opts_json)?;
+    pub fn new(opts: JsValue, file_size: f64) -> Result<WasmInspector, JsValue> {
+        let opts = from_js(LOAD_WHAT, opts)?;
         let file_size = (file_size >= 0.0).then_some(file_size as u64);
-        Ok(WasmInspector { reader: HeaderReader::new(file_size), opts_json: opts_json.into(), file_size })
+        Ok(WasmInspector { reader: HeaderReader::new(file_size), opts, file_size })
     }
 
     /// Takes the next chunk; true once the header is complete (stop reading then).
@@ -54,30 +55,20 @@ impl WasmInspector {
         self.reader.bytes_consumed() as f64
     }
 
-    /// The report as JSON (see ggweb.d.ts `InspectResult`); consumes the inspector. An
+    /// The report (see ggweb.d.ts `InspectResult`); consumes the inspector. An
     /// incomplete header is a `format` error, as in a load. "webgpu" and "auto" open a
     /// WebGPU device (its limits decide the plan); "auto" without one plans for the CPU.
-    pub async fn plan(self) -> Result<String, JsValue> {
-        let (asked, gpu_layers, opts) = WasmLoader::parse_options(&self.opts_json)?;
+    pub async fn plan(self) -> Result<JsValue, JsValue> {
         let header = self.reader.into_header().map_err(|e| model_error("", e))?;
-        let cpu: Rc<dyn Backend> = Rc::new(CpuBackend::new(1));
-        let mut note = None;
-        let (backend, backends, split): (&str, Vec<Rc<dyn Backend>>, Option<usize>) = if asked == "cpu" {
-            ("cpu", vec![cpu], None)
-        } else {
-            match WebGpuBackend::new_async(WebGpuOptions::default()).await {
-                Ok(gpu) => match gpu_layers {
-                    Some(n) => ("webgpu", vec![Rc::new(gpu), cpu], Some(n)),
-                    None => ("webgpu", vec![Rc::new(gpu)], None),
-                },
-                Err(e) if asked == "auto" => {
-                    note = Some(format!("backend \"auto\": WebGPU is not usable ({e}); planned for the CPU"));
-                    ("cpu", vec![cpu], None)
-                }
-                Err(e) => return Err(backend_error("backend \"webgpu\"", e)),
-            }
-        };
-        let plan = HeaderPlan::new(&header, backends, split, &opts).map_err(|e| model_error("", e))?;
+        // One thread: the plan does not depend on threads, and no worker pool starts.
+        let cpu = || Rc::new(CpuBackend::new(1)) as Rc<dyn Backend>;
+        let b = open_backends(&self.opts, WebGpuOptions::default(), cpu)
+            .await
+            .map_err(|e| backend_error("backend \"webgpu\"", e))?;
+        let (backend, note) =
+            (b.name, b.note.as_ref().map(|n| n.replace("; running on the CPU", "; planned for the CPU")));
+        let opts = self.opts.model();
+        let plan = HeaderPlan::new(&header, b.list(), b.split, &opts).map_err(|e| model_error("", e))?;
         let hp = &plan.hparams;
         let mut types: BTreeMap<&'static str, TypeJson> = BTreeMap::new();
         for t in &header.tensors {
@@ -150,7 +141,7 @@ impl WasmInspector {
                     .collect(),
             },
         };
-        Ok(serde_json::to_string(&report).expect("the report serializes"))
+        Ok(to_js(&report))
     }
 }
 

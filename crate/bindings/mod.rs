@@ -5,27 +5,28 @@
 //! import init, { version, init_panic_hook, WasmLoader } from './pkg/ggweb_core.js';
 //! await init();
 //! init_panic_hook();          // Rust panics show up as console errors with a message
-//! const loader = new WasmLoader(JSON.stringify({ nCtx: 128 }));
+//! const loader = new WasmLoader({ nCtx: 128 });
 //! for await (const chunk of response.body) loader.feed(chunk);
 //! const model = loader.finish();               // consumes the loader
 //! const ids = model.tokenize('Hello', false);  // Uint32Array
-//! model.start(ids, JSON.stringify({ maxTokens: 8, temperature: 0 }));
-//! while (!model.prompt_step()) {}
-//! for (let id; (id = model.next_token()) >= 0;) out += model.token_piece(id);
+//! model.start(ids, { maxTokens: 8, temperature: 0 });
+//! while (!(await model.prompt_step())) {}
+//! for (let item; (item = await model.next());) out += item.text;
 //! ```
 //!
 //! The JS layer (web/engine.js) is written against this surface: `version`,
-//! `init_panic_hook`, `available_backends`, `cpu_threads`, `wasm_memory_bytes`, `wasm_heap_base`, `live_gpu_buffers`, [`WasmLoader`],
+//! `init_panic_hook`, `available_backends`, `cpu_threads`, `load_options`, `wasm_memory_bytes`, `wasm_heap_base`, `live_gpu_buffers`, [`WasmLoader`],
 //! [`WasmModel`] and [`WasmInspector`] (a header's plan, before the download). Every failure is a JS `Error` whose message names what and where, with a
 //! `code` property (`format`, `invalid`, `unsupported`, `internal`, `device_lost`) that engine.js turns into
-//! the `GgwebError` code; bad input never panics.
+//! the `GgwebError` code; bad input never panics. Values cross as JS data through
+//! serde-wasm-bindgen (`model::from_js` / `model::to_js`), never as JSON text.
 
 mod inspect;
 mod model;
 mod warmup;
 
 pub use inspect::WasmInspector;
-pub use model::{WasmLoader, WasmModel};
+pub use model::{load_options, WasmLoader, WasmModel};
 
 use wasm_bindgen::prelude::*;
 
@@ -42,16 +43,12 @@ pub fn init_panic_hook() {
     console_error_panic_hook::set_once();
 }
 
-/// The backends `WasmLoader` accepts in this build, as a JSON array (`["cpu"]`), so that
-/// `backend: 'auto'` only picks WebGPU when the module can run on it.
+/// The backends compiled into this build (`["cpu", "webgpu"]`); whether this browser has
+/// an adapter is `WasmLoader.create`'s to find out.
 #[wasm_bindgen]
-pub fn available_backends() -> String {
-    // Compiled in; whether this browser has an adapter is `WasmLoader.create`'s to find out.
-    if cfg!(feature = "webgpu") {
-        String::from(r#"["cpu","webgpu"]"#)
-    } else {
-        String::from(r#"["cpu"]"#)
-    }
+pub fn available_backends() -> Vec<String> {
+    let all = if cfg!(feature = "webgpu") { &["cpu", "webgpu"][..] } else { &["cpu"][..] };
+    all.iter().map(|s| s.to_string()).collect()
 }
 
 /// WebGPU buffers this instance holds right now, all models together (0 without WebGPU):
@@ -61,21 +58,29 @@ pub fn live_gpu_buffers() -> f64 {
     crate::webgpu::live_buffers() as f64
 }
 
-/// CPU threads of this build, as JSON: `{"supported":true,"workersRunning":1,"jobs":[n,w]}`
+/// CPU threads of this build: `{ supported: true, workersRunning: 1, jobs: [n, w] }`
 /// in the threaded build (web/pkg-threads/; `workersRunning` counts the pool's Web Workers
 /// that have started, the calling thread not included; `jobs`: jobs run through the pool so
-/// far, and how many of them the workers took), `{"supported":false,"workersRunning":0,"jobs":[0,0]}`
+/// far, and how many of them the workers took), `{ supported: false, workersRunning: 0, jobs: [0, 0] }`
 /// in the single-thread one.
 #[wasm_bindgen]
-pub fn cpu_threads() -> String {
+pub fn cpu_threads() -> JsValue {
     #[cfg(target_feature = "atomics")]
     let (running, (jobs, on_workers)) = (crate::cpu::workers_running(), crate::cpu::pool::jobs_counts());
     #[cfg(not(target_feature = "atomics"))]
     let (running, (jobs, on_workers)) = (0, (0, 0));
-    format!(
-        r#"{{"supported":{},"workersRunning":{running},"jobs":[{jobs},{on_workers}]}}"#,
-        crate::cpu::CpuBackend::threads_supported()
-    )
+    #[derive(serde::Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Threads {
+        supported: bool,
+        workers_running: usize,
+        jobs: [f64; 2],
+    }
+    model::to_js(&Threads {
+        supported: crate::cpu::CpuBackend::threads_supported(),
+        workers_running: running as usize,
+        jobs: [jobs as f64, on_workers as f64],
+    })
 }
 
 /// Bytes of this instance's linear memory (`memory.buffer.byteLength`). It only grows: it is

@@ -2,42 +2,43 @@
 //! generation driven one step per call, so the JS side can yield and cancel between steps).
 //!
 //! ```ignore
-//! let mut loader = WasmLoader::new(r#"{"nCtx":128,"nBatch":32}"#)?;
-//! for chunk in file.chunks(64 * 1024) { loader.feed_bytes(chunk)?; }   // JS: loader.feed(uint8array)
-//! let mut model = loader.finish()?;
-//! let ids = model.tokenize("Hello, my name is", false);
-//! model.start(&ids, r#"{"maxTokens":20,"temperature":0}"#)?;
-//! while !model.prompt_step()? {}
-//! while let id @ 0.. = model.next_token()? { print!("{}", model.token_piece(id as u32)?); }
+//! const loader = await WasmLoader.create({ nCtx: 128 });
+//! for await (const chunk of stream) loader.feed(chunk);
+//! const model = loader.finish();
+//! model.start(model.tokenize('Hello, my name is', false), { maxTokens: 20, temperature: 0 });
+//! while (!(await model.prompt_step())) {}
+//! for (let item; (item = await model.next());) out += item.text;
+//! const { stop } = model.stats();
 //! ```
 //!
 //! `WasmModel` is a thin shell over [`Session`] (crate/model/session.rs), which the CLI
-//! drives too: options are parsed by `crate::model::options` (strict: unknown keys fail),
-//! results become JS values here, errors get their codes here. Generation, step by step:
+//! drives too: options are `crate::model::options`' structs (strict: unknown keys fail),
+//! everything crosses through serde-wasm-bindgen ([`from_js`], [`to_js`]), errors get their
+//! codes here. Generation, step by step:
 //! - `start(ids, params)` checks the ids and that the prompt fits the context (else an
 //!   `invalid` error naming both sizes); the prompt cache reuses the longest prefix the
 //!   KV cache already holds (the return value: how many tokens).
 //! - `prompt_step()` evaluates the next `n_batch` prompt tokens; `true` once all are in.
-//! - `next_token()` returns the next id, or -1 once the run is over: at the end-of-text
-//!   token (not returned), after `maxTokens`, when the context is full (a prompt of P tokens
-//!   in a context of n_ctx yields at most n_ctx - P), or at a stop string; `stop_reason()`
-//!   says which (`eos`, `maxTokens`, `contextFull`, `stop`). `token_piece(id)` gives the
-//!   text released with it, `last_logprobs()` its logprobs.
+//! - `next()` returns the next item `{ token, text, logprob?, top? }`, or `undefined` once
+//!   the run is over: at the end-of-text token (not returned), after `maxTokens`, when the
+//!   context is full (a prompt of P tokens in a context of n_ctx yields at most n_ctx - P),
+//!   or at a stop string; `stats().stop` says which (`eos`, `maxTokens`, `contextFull`, `stop`).
 
 use alloc::rc::Rc;
 
+use serde::de::DeserializeOwned;
 use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use wasm_bindgen::prelude::*;
 
 use super::{js_error, wasm_memory_bytes};
 use crate::backend::{Backend, BackendError};
 use crate::cpu::CpuBackend;
 use crate::gguf::Limits;
-use crate::model::context::{BackendMemory, Gpt2, Gpt2Options};
+use crate::model::context::{BackendMemory, Gpt2};
 use crate::model::loader::ModelLoader;
-use crate::model::options::{self, parse_generate, parse_score, parse_trace};
-use crate::model::session::{Item, Session};
+use crate::model::options::{self, open_backends, GenerateParams, LoadOptions, GENERATE_WHAT, LOAD_WHAT};
+use crate::model::session::{Item, Session, TopToken};
 use crate::model::ModelError;
 use crate::webgpu::{WebGpuBackend, WebGpuOptions, WebGpuStats};
 
@@ -103,18 +104,19 @@ fn invalid(message: String) -> JsValue {
     js_error("invalid", message)
 }
 
-/// The shared strict parser's helpers, with errors as JS values.
-fn parse_object(what: &str, json: &str, known: &[&str]) -> Result<Map<String, Value>, JsValue> {
-    options::parse_object(what, json, known).map_err(|e| model_error("", e))
+/// An options struct of `crate::model::options` from a JS value (`undefined` and `null`:
+/// no options). Through a JSON value first: serde-wasm-bindgen reads only a struct's own
+/// fields, so an unknown key would pass unseen; this way it is refused by name.
+pub(super) fn from_js<T: DeserializeOwned>(what: &str, v: JsValue) -> Result<T, JsValue> {
+    let v: Value = serde_wasm_bindgen::from_value(v).map_err(|e| invalid(format!("{what}: {e}")))?;
+    options::from_value(what, v).map_err(|e| model_error("", e))
 }
 
-fn opt_uint(map: &Map<String, Value>, what: &str, key: &str, min: u64, max: u64) -> Result<Option<u64>, JsValue> {
-    options::opt_uint(map, what, key, min, max).map_err(|e| model_error("", e))
+/// A Rust value as JS data, the one way out: objects as plain objects (not `Map`s), None as
+/// `null`, as JSON would have it.
+pub(super) fn to_js<T: Serialize + ?Sized>(v: &T) -> JsValue {
+    v.serialize(&serde_wasm_bindgen::Serializer::json_compatible()).expect("plain data serializes")
 }
-
-/// The most CPU threads a loader accepts (`nThreads`): more Web Workers than this only
-/// add start-up time and memory.
-const MAX_THREADS: u64 = 64;
 
 /// Streams a GGUF file into a model: `feed` each chunk as it arrives (any size, even one
 /// byte), then `finish`. Weights are copied into their buffers as they pass; the file is
@@ -174,89 +176,79 @@ impl WasmLoader {
         self.loader.feed(bytes).map_err(|e| model_error("", e))
     }
 
-    /// Checks `opts_json`; returns the backend asked for ("cpu", "webgpu" or "auto"), the
-    /// GPU layers asked for (None: not given; -1 is `usize::MAX`, everything) and the model
-    /// options.
-    pub(super) fn parse_options(opts_json: &str) -> Result<(&'static str, Option<usize>, Gpt2Options), JsValue> {
-        const WHAT: &str = "WasmLoader options";
-        let map = parse_object(WHAT, opts_json, &["nCtx", "nBatch", "backend", "gpuLayers", "nThreads", "kvType"])?;
-        let backend = match map.get("backend") {
-            None | Some(Value::Null) => "cpu",
-            Some(Value::String(s)) if s == "cpu" => "cpu",
-            Some(Value::String(s)) if s == "webgpu" => "webgpu",
-            Some(Value::String(s)) if s == "auto" => "auto",
-            Some(v) => {
-                return Err(invalid(format!("{WHAT}: backend must be \"cpu\", \"webgpu\" or \"auto\", got {v}")))
-            }
+    /// A loader on `backends`: a CPU model is warmed up while it streams.
+    fn on(b: options::Backends, opts: &LoadOptions) -> WasmLoader {
+        let placement = match (b.name, b.split) {
+            ("cpu", _) => Placement::Cpu,
+            (_, Some(n)) => Placement::Split(n),
+            _ => Placement::Gpu,
         };
-        let limit = u32::MAX as u64;
-        let n_ctx = opt_uint(&map, WHAT, "nCtx", 1, limit)?.unwrap_or(0) as usize;
-        let n_batch = opt_uint(&map, WHAT, "nBatch", 1, limit)?.unwrap_or(Gpt2Options::default().n_batch as u64);
-        // -1 means everything, as any count above n_layer does (the embeddings too).
-        let gpu_layers = match map.get("gpuLayers") {
-            None | Some(Value::Null) => None,
-            Some(v) => match (v.as_i64(), v.as_u64()) {
-                (Some(-1), _) => Some(usize::MAX),
-                (_, Some(n)) => Some(usize::try_from(n).unwrap_or(usize::MAX)),
-                _ => return Err(invalid(format!("{WHAT}: gpuLayers must be an integer >= -1, got {v}"))),
-            },
-        };
-        // Threads of the CPU backend; more than 1 only does anything in the threaded build.
-        let n_threads = opt_uint(&map, WHAT, "nThreads", 1, MAX_THREADS)?.unwrap_or(1) as usize;
-        let kv_type = options::opt_kv_type(&map, WHAT, "kvType")
-            .map_err(|e| model_error("", e))?
-            .unwrap_or(Gpt2Options::default().kv_type);
-        Ok((backend, gpu_layers, Gpt2Options { n_ctx, n_batch: n_batch as usize, n_threads, kv_type }))
-    }
-
-    fn with_backend(
-        backend: Rc<dyn Backend>,
-        name: &'static str,
-        note: Option<String>,
-        opts: Gpt2Options,
-    ) -> WasmLoader {
-        let placement = if name == "cpu" { Placement::Cpu } else { Placement::Gpu };
-        Self::with_loader(ModelLoader::new(backend, opts, Limits::default(), None), name, note, placement)
-    }
-
-    fn with_loader(loader: ModelLoader, name: &'static str, note: Option<String>, placement: Placement) -> WasmLoader {
         WasmLoader {
-            loader,
-            backend: name,
-            gpu: None,
-            backend_note: note,
+            loader: b.loader(opts.model(), Limits::default(), None),
+            backend: b.name,
+            gpu: b.gpu,
+            backend_note: b.note,
             placement,
             memory_at_start: wasm_memory_bytes(),
             scratch: Vec::new(),
             warm: if placement == Placement::Cpu { Warm::Waiting } else { Warm::Done },
         }
     }
+}
 
-    /// The last `gpu_layers` blocks on `gpu`, the rest on the CPU ([`ModelLoader::new_split`]).
-    fn split(gpu: Rc<dyn Backend>, gpu_layers: usize, opts: Gpt2Options) -> WasmLoader {
-        let cpu: Rc<dyn Backend> = Rc::new(CpuBackend::new(opts.n_threads));
-        let loader = ModelLoader::new_split(gpu, cpu, gpu_layers, opts, Limits::default(), None);
-        Self::with_loader(loader, "webgpu", None, Placement::Split(gpu_layers))
+/// The CPU backend of a load, with its `nThreads`.
+fn cpu_of(opts: &LoadOptions) -> impl FnOnce() -> Rc<dyn Backend> {
+    let n = opts.model().n_threads;
+    move || Rc::new(CpuBackend::new(n))
+}
+
+/// `LoadOptions` with every default filled in, as `{ nCtx (0: the model's), nBatch, backend,
+/// gpuLayers (null: no split, -1: everything), nThreads, kvType }`: engine.js checks and plans
+/// with the values Rust will use instead of knowing the defaults itself. Unknown keys and bad
+/// values are `invalid`, as in `WasmLoader.create`.
+#[wasm_bindgen]
+pub fn load_options(opts: JsValue) -> Result<JsValue, JsValue> {
+    let o: LoadOptions = from_js(LOAD_WHAT, opts)?;
+    let m = o.model();
+    #[derive(Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Resolved {
+        n_ctx: usize,
+        n_batch: usize,
+        backend: &'static str,
+        gpu_layers: Option<f64>,
+        n_threads: usize,
+        kv_type: &'static str,
     }
+    Ok(to_js(&Resolved {
+        n_ctx: m.n_ctx,
+        n_batch: m.n_batch,
+        backend: o.backend().name(),
+        gpu_layers: o.gpu_layers.map(|n| if n == usize::MAX { -1.0 } else { n as f64 }),
+        n_threads: m.n_threads,
+        kv_type: m.kv_type.name(),
+    }))
 }
 
 #[wasm_bindgen]
 impl WasmLoader {
-    /// `opts_json`: `{ nCtx?, nBatch?, backend?: "cpu" | "webgpu" | "auto", gpuLayers?, nThreads?,
-    /// kvType?: "f32" | "f16" }`
-    /// (engine.js's loaderOptions). nCtx defaults to the model's context length, nBatch to
-    /// 32. This constructor is synchronous, so it cannot open a WebGPU device: "auto" means
-    /// the CPU here, and "webgpu" is refused (`unsupported`) in favour of `WasmLoader.create`.
+    /// `opts`: `{ nCtx?, nBatch?, backend?: "cpu" | "webgpu" | "auto", gpuLayers?, nThreads?,
+    /// kvType?: "f32" | "f16" }` ([`LoadOptions`]; defaults: [`load_options`]). This
+    /// constructor is synchronous, so it cannot open a WebGPU device: "auto" means the CPU
+    /// here, and "webgpu" is refused (`unsupported`) in favour of `WasmLoader.create`.
     #[wasm_bindgen(constructor)]
-    pub fn new(opts_json: &str) -> Result<WasmLoader, JsValue> {
-        let (asked, _, opts) = Self::parse_options(opts_json)?;
-        if asked == "webgpu" {
+    pub fn new(opts: JsValue) -> Result<WasmLoader, JsValue> {
+        let mut o: LoadOptions = from_js(LOAD_WHAT, opts)?;
+        if o.backend() == options::BackendChoice::WebGpu {
             return Err(js_error(
                 "unsupported",
                 "backend \"webgpu\" needs the asynchronous factory: await WasmLoader.create(options)",
             ));
         }
-        Ok(Self::with_backend(Rc::new(CpuBackend::new(opts.n_threads)), "cpu", None, opts))
+        o.backend = None;
+        let b = crate::model::context::block_on(open_backends(&o, WebGpuOptions::default(), cpu_of(&o)))
+            .map_err(|e| backend_error("backend \"cpu\"", e))?;
+        Ok(Self::on(b, &o))
     }
 
     /// The asynchronous factory (a Promise of a loader): the same options as the
@@ -268,27 +260,15 @@ impl WasmLoader {
     /// n_layer-1 and the head on WebGPU, the rest (and the embeddings unless N > n_layer;
     /// -1 means everything) on the CPU, each layer's KV cache with its weights. Without it
     /// the whole model is on WebGPU alone. The CPU backend ignores it.
-    pub async fn create(opts_json: String) -> Result<WasmLoader, JsValue> {
-        let (asked, gpu_layers, opts) = Self::parse_options(&opts_json)?;
-        if asked == "cpu" {
-            return Ok(Self::with_backend(Rc::new(CpuBackend::new(opts.n_threads)), "cpu", None, opts));
+    pub async fn create(opts: JsValue) -> Result<WasmLoader, JsValue> {
+        let o: LoadOptions = from_js(LOAD_WHAT, opts)?;
+        let b = open_backends(&o, WebGpuOptions::default(), cpu_of(&o))
+            .await
+            .map_err(|e| backend_error("backend \"webgpu\"", e))?;
+        if let Some(note) = &b.note {
+            web_sys::console::warn_1(&JsValue::from_str(&format!("ggweb: {note}")));
         }
-        match WebGpuBackend::new_async(WebGpuOptions::default()).await {
-            Ok(gpu) => {
-                let mut l = match gpu_layers {
-                    Some(n) => Self::split(Rc::new(gpu.clone()), n, opts),
-                    None => Self::with_backend(Rc::new(gpu.clone()), "webgpu", None, opts),
-                };
-                l.gpu = Some(gpu);
-                Ok(l)
-            }
-            Err(e) if asked == "auto" => {
-                let note = format!("backend \"auto\": WebGPU is not usable ({e}); running on the CPU");
-                web_sys::console::warn_1(&JsValue::from_str(&format!("ggweb: {note}")));
-                Ok(Self::with_backend(Rc::new(CpuBackend::new(opts.n_threads)), "cpu", Some(note), opts))
-            }
-            Err(e) => Err(backend_error("backend \"webgpu\"", e)),
-        }
+        Ok(Self::on(b, &o))
     }
 
     /// Takes the next chunk, read out of the JS array in pieces of at most 64 KiB: a
@@ -376,7 +356,6 @@ impl WasmLoader {
             split,
             memory_at_start: self.memory_at_start,
             memory_after_load: wasm_memory_bytes(),
-            last: None,
         })
     }
 }
@@ -441,8 +420,6 @@ pub struct WasmModel {
     split: SplitInfo,
     memory_at_start: f64,
     memory_after_load: f64,
-    /// The item `next_token` returned last, and whether `token_piece` consumed its text.
-    last: Option<(Item, bool)>,
 }
 
 impl WasmModel {
@@ -504,32 +481,126 @@ impl WasmModel {
     }
 }
 
-/// `obj[key] = value` on a fresh object (cannot fail).
-/// The JS `stats.webgpu` object: `{ dispatches, submits, readbacks, readbackBytes, encodeMs }`.
-fn webgpu_json(s: &WebGpuStats) -> Value {
-    serde_json::json!({
-        "dispatches": s.dispatches, "submits": s.submits, "readbacks": s.readbacks,
-        "readbackBytes": s.readback_bytes, "encodeMs": s.encode_ms,
-    })
+/// The JS `stats.webgpu` object.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct WebGpuJson {
+    dispatches: u64,
+    submits: u64,
+    readbacks: u64,
+    readback_bytes: u64,
+    encode_ms: f64,
 }
 
-fn set(o: &js_sys::Object, key: &str, v: &JsValue) {
-    let _ = js_sys::Reflect::set(o, &JsValue::from_str(key), v);
-}
-
-fn f32s(v: &[f32]) -> JsValue {
-    js_sys::Float32Array::from(v).into()
-}
-
-fn top_js(top: &[(u32, f32)]) -> JsValue {
-    let a = js_sys::Array::new();
-    for &(token, logprob) in top {
-        let e = js_sys::Object::new();
-        set(&e, "token", &JsValue::from(token));
-        set(&e, "logprob", &JsValue::from(logprob));
-        a.push(&e);
+impl From<&WebGpuStats> for WebGpuJson {
+    fn from(s: &WebGpuStats) -> Self {
+        WebGpuJson {
+            dispatches: s.dispatches,
+            submits: s.submits,
+            readbacks: s.readbacks,
+            readback_bytes: s.readback_bytes,
+            encode_ms: s.encode_ms,
+        }
     }
-    a.into()
+}
+
+/// A typed array inside a serialized value (serde-wasm-bindgen keeps it as it is).
+#[derive(Serialize)]
+struct Typed(#[serde(with = "serde_wasm_bindgen::preserve")] JsValue);
+
+fn f32s(v: &[f32]) -> Typed {
+    Typed(js_sys::Float32Array::from(v).into())
+}
+
+fn u32s(v: &[u32]) -> Typed {
+    Typed(js_sys::Uint32Array::from(v).into())
+}
+
+/// One generated token as `next()` returns it: `logprob` and `top` only with `topLogprobs`.
+#[derive(Serialize)]
+struct ItemJson<'a> {
+    token: u32,
+    text: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    logprob: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top: Option<&'a [TopToken]>,
+    /// With several sequences (`n`): which one this token continues.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    seq: Option<usize>,
+}
+
+#[derive(Serialize)]
+struct TopTokenJson<'a> {
+    token: u32,
+    text: &'a str,
+    logprob: f32,
+}
+
+impl Serialize for TopToken {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        TopTokenJson { token: self.token, text: &self.text, logprob: self.logprob }.serialize(s)
+    }
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct StatsJson {
+    prompt_tokens: usize,
+    cached_tokens: usize,
+    tokens: usize,
+    stop: Option<&'static str>,
+    webgpu: Option<WebGpuJson>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    beams: Option<Vec<BeamJson>>,
+}
+
+/// A finished beam of a beam search: its generated tokens and score.
+#[derive(Serialize)]
+struct BeamJson {
+    tokens: Typed,
+    score: f32,
+}
+
+#[derive(Serialize)]
+struct TopJson {
+    token: u32,
+    logprob: f32,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ScoreJson {
+    tokens: Typed,
+    logprobs: Typed,
+    ranks: Typed,
+    entropies: Typed,
+    top: Vec<Vec<TopJson>>,
+    cached_tokens: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    webgpu: Option<WebGpuJson>,
+}
+
+#[derive(Serialize)]
+struct NodeJson {
+    shape: Vec<u32>,
+    data: Typed,
+}
+
+#[derive(Serialize)]
+struct TraceJson {
+    tokens: Typed,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    attn: Option<Vec<Typed>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hidden: Option<Vec<Typed>>,
+    nodes: alloc::collections::BTreeMap<String, NodeJson>,
+    memory: ComputeJson,
+}
+
+#[derive(Serialize)]
+struct ComputeJson {
+    compute: f64,
 }
 
 #[wasm_bindgen]
@@ -549,93 +620,70 @@ impl WasmModel {
     /// result equals a fresh evaluation's within float rounding) and leaves `ids` in it;
     /// ends any generation in progress.
     pub async fn logits(&mut self, ids: Vec<u32>) -> Result<Vec<f32>, JsValue> {
-        self.last = None;
         self.check_input("", &ids)?;
         self.session.logits(&ids).await.map_err(|e| model_error("", e))
     }
 
-    /// `score(ids, optsJson)`: `{ tokens: Uint32Array(n), logprobs, ranks, entropies
+    /// `score(ids, opts)`: `{ tokens: Uint32Array(n), logprobs, ranks, entropies
     /// (Float32Array / Uint32Array / Float32Array of n-1), top: [[{ token, logprob }]],
     /// cachedTokens, webgpu? }` (`webgpu`: this call's counters, on WebGPU only).
-    /// `optsJson`: `{ topK? }`.
-    pub async fn score(&mut self, ids: Vec<u32>, opts_json: &str) -> Result<JsValue, JsValue> {
-        self.last = None;
-        let top_k = parse_score(opts_json).map_err(|e| model_error("", e))?;
+    /// `opts`: `{ topK? }`.
+    pub async fn score(&mut self, ids: Vec<u32>, opts: JsValue) -> Result<JsValue, JsValue> {
+        let top_k = options::score_options(from_js(options::SCORE_WHAT, opts)?).map_err(|e| model_error("", e))?;
         self.check_input("", &ids)?;
         let r = self.session.score(&ids, top_k).await.map_err(|e| model_error("", e))?;
-        let o = js_sys::Object::new();
-        set(&o, "tokens", &js_sys::Uint32Array::from(&r.tokens[..]).into());
-        set(&o, "logprobs", &f32s(&r.logprobs));
-        set(&o, "ranks", &js_sys::Uint32Array::from(&r.ranks[..]).into());
-        set(&o, "entropies", &f32s(&r.entropies));
-        let top = js_sys::Array::new();
-        for row in &r.top {
-            top.push(&top_js(row));
-        }
-        set(&o, "top", &top.into());
-        set(&o, "cachedTokens", &JsValue::from(r.cached_tokens as u32));
-        if let Some(w) = &r.webgpu {
-            let js = js_sys::JSON::parse(&webgpu_json(w).to_string()).expect("serde_json writes JSON");
-            set(&o, "webgpu", &js);
-        }
-        Ok(o.into())
+        let top = r.top.iter().map(|row| row.iter().map(|&(token, logprob)| TopJson { token, logprob }).collect());
+        Ok(to_js(&ScoreJson {
+            tokens: u32s(&r.tokens),
+            logprobs: f32s(&r.logprobs),
+            ranks: u32s(&r.ranks),
+            entropies: f32s(&r.entropies),
+            top: top.collect(),
+            cached_tokens: r.cached_tokens,
+            webgpu: r.webgpu.as_ref().map(WebGpuJson::from),
+        }))
     }
 
-    /// `trace(ids, optsJson)`: `{ tokens, attn?: Float32Array[] ([head][query][key] per
+    /// `trace(ids, opts)`: `{ tokens, attn?: Float32Array[] ([head][query][key] per
     /// layer), hidden?: Float32Array[] (n_layer + 1, [token][feature]), nodes: { [name]:
-    /// { shape (outermost first), data } }, memory: { compute } }`. `optsJson`: `{ taps }`.
-    pub async fn trace(&mut self, ids: Vec<u32>, opts_json: &str) -> Result<JsValue, JsValue> {
-        self.last = None;
-        let taps = parse_trace(opts_json).map_err(|e| model_error("", e))?;
+    /// { shape (outermost first), data } }, memory: { compute } }`. `opts`: `{ taps }`.
+    pub async fn trace(&mut self, ids: Vec<u32>, opts: JsValue) -> Result<JsValue, JsValue> {
+        let taps = options::trace_options(from_js(options::TRACE_WHAT, opts)?).map_err(|e| model_error("", e))?;
         self.check_input("", &ids)?;
         let t = self.session.trace(&ids, &taps).await.map_err(|e| model_error("trace", e))?;
-        let o = js_sys::Object::new();
-        set(&o, "tokens", &js_sys::Uint32Array::from(&t.tokens[..]).into());
-        let arrays = |v: &Vec<Vec<f32>>| -> JsValue {
-            let a = js_sys::Array::new();
-            for x in v {
-                a.push(&f32s(x));
-            }
-            a.into()
-        };
-        if let Some(a) = &t.attn {
-            set(&o, "attn", &arrays(a));
-        }
-        if let Some(h) = &t.hidden {
-            set(&o, "hidden", &arrays(h));
-        }
-        let nodes = js_sys::Object::new();
-        for n in &t.nodes {
-            let e = js_sys::Object::new();
-            let mut shape: Vec<u32> = n.ne.iter().rev().map(|&x| x as u32).collect();
-            while shape.len() > 1 && shape[0] == 1 {
-                shape.remove(0);
-            }
-            let sa = js_sys::Array::new();
-            for d in shape {
-                sa.push(&JsValue::from(d));
-            }
-            set(&e, "shape", &sa.into());
-            set(&e, "data", &f32s(&n.data));
-            set(&nodes, &n.name, &e.into());
-        }
-        set(&o, "nodes", &nodes.into());
-        let mem = js_sys::Object::new();
-        set(&mem, "compute", &JsValue::from(t.compute_bytes as f64));
-        set(&o, "memory", &mem.into());
-        Ok(o.into())
+        let arrays = |v: &Vec<Vec<f32>>| v.iter().map(|x| f32s(x)).collect::<Vec<_>>();
+        let nodes = t
+            .nodes
+            .iter()
+            .map(|n| {
+                let mut shape: Vec<u32> = n.ne.iter().rev().map(|&x| x as u32).collect();
+                while shape.len() > 1 && shape[0] == 1 {
+                    shape.remove(0);
+                }
+                (n.name.clone(), NodeJson { shape, data: f32s(&n.data) })
+            })
+            .collect();
+        Ok(to_js(&TraceJson {
+            tokens: u32s(&t.tokens),
+            attn: t.attn.as_ref().map(arrays),
+            hidden: t.hidden.as_ref().map(arrays),
+            nodes,
+            memory: ComputeJson { compute: t.compute_bytes as f64 },
+        }))
     }
 
-    /// Begins a generation from `prompt_ids` with `params_json` (see
-    /// `ggweb::model::options::parse_generate`: `{ maxTokens, temperature, topK, topP, minP,
-    /// seed, repeatPenalty, repeatLastN, topLogprobs, stop, logitBias, ignoreEos, reusePrompt, n, numBeams, lengthPenalty }`, all
-    /// optional, unknown keys refused). Evaluates nothing yet; returns the prompt tokens
-    /// the prompt cache will reuse (`stats.cachedTokens`).
-    pub fn start(&mut self, prompt_ids: &[u32], params_json: &str) -> Result<u32, JsValue> {
-        self.last = None;
+    /// Begins a generation from `prompt_ids` with `params` ([`GenerateParams`]: `{ maxTokens,
+    /// temperature, topK, topP, minP, seed, repeatPenalty, repeatLastN, topLogprobs, stop,
+    /// logitBias, ignoreEos, reusePrompt, hooks, n, numBeams, lengthPenalty }`, all optional, unknown keys refused; no `seed`: a
+    /// random one). Evaluates
+    /// nothing yet; returns the prompt tokens the prompt cache will reuse (`stats.cachedTokens`).
+    pub fn start(&mut self, prompt_ids: &[u32], params: JsValue) -> Result<u32, JsValue> {
         self.session.end_generation();
         self.check_device("")?;
-        let opts = parse_generate(params_json).map_err(|e| model_error("", e))?;
+        let mut p: GenerateParams = from_js(GENERATE_WHAT, params)?;
+        // Without a seed, JS callers get a fresh one per call (the CLI's default, 0, repeats).
+        p.seed.get_or_insert_with(|| (js_sys::Math::random() * 4294967296.0) as u64);
+        let opts = p.resolve().map_err(|e| model_error("", e))?;
         self.check_fits("the prompt", prompt_ids.len())?;
         self.check_ids("the prompt", prompt_ids)?;
         let cached = self.session.start(prompt_ids.to_vec(), opts).map_err(|e| model_error("", e))?;
@@ -643,7 +691,7 @@ impl WasmModel {
     }
 
     /// Evaluates the next chunk (`n_batch` tokens) of the prompt. Returns true once the
-    /// whole prompt is in (then `next_token` may be called).
+    /// whole prompt is in (then `next` may be called).
     pub async fn prompt_step(&mut self) -> Result<bool, JsValue> {
         self.check_device("")?;
         if !self.session.generating() {
@@ -652,96 +700,51 @@ impl WasmModel {
         self.session.prompt_step().await.map_err(|e| model_error("evaluating the prompt", e))
     }
 
-    /// The next token id, or -1 when the run is over (see `stop_reason`). Its text comes
-    /// from `token_piece(id)`, its logprobs (with `topLogprobs`) from `last_logprobs()`.
-    pub async fn next_token(&mut self) -> Result<i32, JsValue> {
+    /// The next item, `{ token, text, logprob?, top?: [{ token, text, logprob }] }`, or
+    /// `undefined` when the run is over (`stats().stop` says why). `text` is what the run
+    /// releases with the token: whole characters (a character split across tokens comes out
+    /// with the token that completes it), held back while it might begin a stop string, cut
+    /// before one. `logprob` and `top` come with `topLogprobs` > 0, `seq` (which sequence the
+    /// token continues, 0..n) with `n` > 1.
+    pub async fn next(&mut self) -> Result<JsValue, JsValue> {
         self.check_device("")?;
         if !self.session.generating() {
-            return Err(invalid("next_token: no generation was started (call start first)".into()));
+            return Err(invalid("next: no generation was started (call start first)".into()));
         }
         let n = self.session.stats().tokens + 1;
         match self.session.next().await {
             Ok(Some(item)) => {
-                let t = item.token as i32;
-                self.last = Some((item, false));
-                Ok(t)
+                let Item { seq, token, text, logprob, top } = &item;
+                let top = logprob.map(|_| &top[..]);
+                let seq = (self.session.n_seqs() > 1).then_some(*seq);
+                Ok(to_js(&ItemJson { token: *token, text, logprob: *logprob, top, seq }))
             }
-            Ok(None) => {
-                self.last = None;
-                Ok(-1)
-            }
+            Ok(None) => Ok(JsValue::UNDEFINED),
             Err(e @ ModelError::Invalid(_)) => Err(model_error("", e)),
             Err(e) => Err(model_error(&format!("generating token {n}"), e)),
         }
     }
 
-    /// Why the current run ended (`eos`, `maxTokens`, `contextFull`, `stop`), or
-    /// `undefined` while it runs or when none was started.
-    pub fn stop_reason(&self) -> Option<String> {
-        self.session.stats().stop.map(|s| s.as_str().to_string())
-    }
-
-    /// JSON `{ promptTokens, cachedTokens, tokens, stop, webgpu }` of the current or last
-    /// run (`webgpu`: its counters, null when the model has no WebGPU backend), and after a
-    /// beam search (`numBeams`) `beams: [{ tokens, score }]`, best first.
-    pub fn generation_stats(&self) -> String {
+    /// `{ promptTokens, cachedTokens, tokens, stop, webgpu, beams? }` of the current or last
+    /// run (`stop`: null while it runs; `webgpu`: its counters, null without a WebGPU backend;
+    /// after a beam search (`numBeams`) `beams: [{ tokens: Uint32Array, score }]`, best first).
+    pub fn stats(&self) -> JsValue {
         let s = self.session.stats();
-        let mut v = serde_json::json!({
-            "promptTokens": s.prompt_tokens, "cachedTokens": s.cached_tokens, "tokens": s.tokens,
-            "stop": s.stop.map(|r| r.as_str()), "webgpu": s.webgpu.as_ref().map(webgpu_json),
-        });
-        let beams = self.session.beams();
-        if !beams.is_empty() {
-            v["beams"] = beams.iter().map(|b| serde_json::json!({ "tokens": b.tokens, "score": b.score })).collect();
-        }
-        v.to_string()
-    }
-
-    /// The sequence (0..n, option `n`) of the token `next_token` returned last; 0 with one
-    /// sequence, in beam search, or when none was returned.
-    pub fn last_seq(&self) -> u32 {
-        self.last.as_ref().map_or(0, |(item, _)| item.seq as u32)
-    }
-
-    /// `{ logprob, top: [{ token, text, logprob }] }` of the token `next_token` returned
-    /// last (with `topLogprobs` > 0), else `undefined`.
-    pub fn last_logprobs(&self) -> JsValue {
-        let Some((item, _)) = &self.last else { return JsValue::UNDEFINED };
-        let Some(lp) = item.logprob else { return JsValue::UNDEFINED };
-        let o = js_sys::Object::new();
-        set(&o, "logprob", &JsValue::from(lp));
-        let a = js_sys::Array::new();
-        for t in &item.top {
-            let e = js_sys::Object::new();
-            set(&e, "token", &JsValue::from(t.token));
-            set(&e, "text", &JsValue::from_str(&t.text));
-            set(&e, "logprob", &JsValue::from(t.logprob));
-            a.push(&e);
-        }
-        set(&o, "top", &a.into());
-        o.into()
-    }
-
-    /// Text of token `id`. For the token `next_token` just returned, the text the run
-    /// releases with it: whole characters (a character split across tokens comes out with
-    /// the token that completes it), held back while it might begin a stop string, cut
-    /// before one. Any other id is decoded on its own (lossy).
-    pub fn token_piece(&mut self, id: u32) -> Result<String, JsValue> {
-        if let Some((item, used)) = self.last.as_mut() {
-            if item.token == id && !*used {
-                *used = true;
-                return Ok(core::mem::take(&mut item.text));
-            }
-        }
-        let tok = &self.session.tokenizer;
-        let bytes = tok.token_bytes(id).ok_or_else(|| {
-            invalid(format!("token_piece: token id {id} is outside the vocabulary (n_vocab {})", tok.n_vocab()))
-        })?;
-        Ok(String::from_utf8_lossy(bytes).into_owned())
+        let beams = !self.session.beams().is_empty();
+        to_js(&StatsJson {
+            prompt_tokens: s.prompt_tokens,
+            cached_tokens: s.cached_tokens,
+            tokens: s.tokens,
+            stop: s.stop.map(|r| r.as_str()),
+            webgpu: s.webgpu.as_ref().map(WebGpuJson::from),
+            beams: beams.then(|| {
+                self.session.beams().iter().map(|b| BeamJson { tokens: u32s(&b.tokens), score: b.score }).collect()
+            }),
+        })
     }
 
     /// For tests of device loss: destroys this model's WebGPU device as a driver reset or
-    /// the browser would. From then on `logits`, `start`, `prompt_step` and `next_token`
+    /// the browser would. From then on `logits`, `start`, `prompt_step` and `next`
     /// fail with code `device_lost`. On the CPU backend it is an `unsupported` error.
     #[wasm_bindgen(js_name = _debugLoseDevice)]
     pub fn debug_lose_device(&self) -> Result<(), JsValue> {
@@ -767,12 +770,12 @@ impl WasmModel {
         self.session.tokenizer.eos().map_or(-1, |t| t as i32)
     }
 
-    /// JSON: `{ arch, hparams, backend, memory: { weights, kv, compute, kvType }, split, tokenizer,
+    /// `{ arch, hparams, backend, memory: { weights, kv, compute, kvType }, split, tokenizer,
     /// wasmMemory: { heapBase, atLoaderStart, afterLoad, now }, backendNote }` (bytes; see
     /// `wasm_heap_base`, `wasm_memory_bytes`). `split`: `{ gpuLayers, embeddingsOnGpu,
     /// backends, splits, copiesPerToken, copyBytesPerToken, bytesPerBackend: { [name]:
     /// { weights, kv, compute } } }`, the splits and copies of the graph of one token.
-    pub fn info(&self) -> String {
+    pub fn info(&self) -> JsValue {
         let (model, tokenizer) = (&self.session.model, &self.session.tokenizer);
         let hp = &model.hparams;
         let plan = model.memory_plan();
@@ -811,7 +814,7 @@ impl WasmModel {
             },
             backend_note: self.backend_note.as_deref(),
         };
-        serde_json::to_string(&info).expect("info serializes")
+        to_js(&info)
     }
 }
 
@@ -862,7 +865,8 @@ impl Serialize for HparamsJson {
         for (camel, _, v) in ints {
             st.serialize_field(camel, &v)?;
         }
-        st.serialize_field("eps", &self.eps)?;
+        // f32's shortest form read as f64 (1e-5, not 0.000009999999747 as `as f64` gives).
+        st.serialize_field("eps", &self.eps.to_string().parse::<f64>().unwrap_or(self.eps as f64))?;
         for (_, snake, v) in ints {
             st.serialize_field(snake, &v)?;
         }

@@ -16,7 +16,7 @@
 //! intrinsics need Rust 1.89, the crate's rust-version is 1.85. wasm32: SIMD128 and relaxed
 //! SIMD are compile-time target features (no run-time detection exists in wasm).
 
-use core::sync::atomic::{AtomicU32, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 /// What the CPU offers the kernels. Every flag is already anded with what the kernels need
 /// to run it (e.g. the VNNI forms only with AVX2 and F16C).
@@ -31,6 +31,24 @@ pub struct CpuFeatures {
     pub avx512_vnni: bool,
     pub simd128: bool,
     pub relaxed_simd: bool,
+}
+
+/// See [`set_scalar_only`].
+static SCALAR_ONLY: AtomicBool = AtomicBool::new(false);
+
+/// Makes every CPU kernel the portable scalar one ([`crate::cpu::simd::best`] and the
+/// [`crate::quants::Isa::best`] table) until called with `false`, whatever the machine
+/// offers: tests/backend_ops runs its cases on the scalar kernels too. Process-wide; the
+/// caller keeps other computations out meanwhile.
+#[doc(hidden)]
+pub fn set_scalar_only(on: bool) {
+    SCALAR_ONLY.store(on, Ordering::Relaxed);
+}
+
+/// Whether [`set_scalar_only`] is in effect.
+#[inline]
+pub fn scalar_only() -> bool {
+    SCALAR_ONLY.load(Ordering::Relaxed)
 }
 
 /// 0 until the first [`detect`], then the flags as bits with bit 31 set.

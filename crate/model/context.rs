@@ -21,7 +21,8 @@ use alloc::string::{String, ToString};
 use alloc::vec;
 use alloc::vec::Vec;
 
-use super::gpt2::{build_graph, build_graph_layout, graph_size, Hparams, KvLayout, Weights};
+use super::gpt2::{build_graph, build_graph_with, graph_size, Hparams, KvLayout, Weights};
+use super::hooks::Hook;
 use super::ModelError;
 use crate::allocator::alloc_tensors;
 use crate::allocator::gallocr::Gallocr;
@@ -251,36 +252,39 @@ pub enum Logits {
     All,
 }
 
-/// One call of [`Gpt2::decode`]: `tokens` at positions `n_past..`, the logits wanted, and
-/// graph nodes to keep alive and return (`taps`, by ggml name).
+/// One call of [`Gpt2::decode`]: `tokens` at positions `n_past..`, the logits wanted,
+/// graph nodes to keep alive and return (`taps`, by ggml name), and interventions at
+/// TransformerLens's hook points (`hooks`, applied in the graph: see [`super::hooks`]).
 ///
 /// With `seq` non-empty (one entry per token) the batch is multi-sequence: each token has its
 /// own position and sequences, goes to free cells, and attends to the cells of its sequences
 /// at positions up to its own ([`KvLayout::Masked`](super::gpt2::KvLayout)); `n_past` is
-/// unused. Empty `seq` is the single-sequence path (cell = position).
+/// unused. Empty `seq` is the single-sequence path (cell = position). Hooks and taps take one
+/// sequence.
 #[derive(Clone, Copy, Debug)]
 pub struct Batch<'a> {
     pub tokens: &'a [u32],
     pub n_past: usize,
     pub logits: Logits,
     pub taps: &'a [String],
+    pub hooks: &'a [Hook],
     pub seq: &'a [SeqPos],
 }
 
 impl Default for Batch<'_> {
     fn default() -> Self {
-        Batch { tokens: &[], n_past: 0, logits: Logits::Last, taps: &[], seq: &[] }
+        Batch { tokens: &[], n_past: 0, logits: Logits::Last, taps: &[], hooks: &[], seq: &[] }
     }
 }
 
 impl<'a> Batch<'a> {
     /// The last position's logits.
     pub fn last(tokens: &'a [u32], n_past: usize) -> Batch<'a> {
-        Batch { tokens, n_past, logits: Logits::Last, taps: &[], seq: &[] }
+        Batch { tokens, n_past, logits: Logits::Last, taps: &[], hooks: &[], seq: &[] }
     }
     /// Every position's logits.
     pub fn all(tokens: &'a [u32], n_past: usize) -> Batch<'a> {
-        Batch { tokens, n_past, logits: Logits::All, taps: &[], seq: &[] }
+        Batch { tokens, n_past, logits: Logits::All, taps: &[], hooks: &[], seq: &[] }
     }
 }
 
@@ -486,8 +490,6 @@ impl Gpt2 {
 
     /// Splits the graph of a run of `n_tokens` new tokens after `n_past` (without running
     /// it) and leaves the result in [`Gpt2::sched`] (`splits`, `copies`, `describe_splits`).
-    /// Splits the graph of a run of `n_tokens` new tokens after `n_past` (without running
-    /// it) and leaves the result in [`Gpt2::sched`] (`splits`, `copies`, `describe_splits`).
     pub fn plan_split(&mut self, n_past: usize, n_tokens: usize) -> Result<(), ModelError> {
         if n_tokens == 0 || n_tokens > self.n_batch || n_past + n_tokens > self.n_ctx() {
             return Err(ModelError::Config(format!(
@@ -545,7 +547,7 @@ impl Gpt2 {
             return self.decode_seqs(batch, sink).await;
         }
         self.check_batch(batch.tokens, batch.n_past)?;
-        if !batch.taps.is_empty() {
+        if !batch.taps.is_empty() || !batch.hooks.is_empty() {
             let out = self.decode_tapped(batch).await?;
             sink(Chunk { first: batch.n_past, tokens: batch.tokens, logits: &out.logits });
             return Ok(out);
@@ -584,6 +586,12 @@ impl Gpt2 {
     /// into the first run of free cells, attention through the KQ mask.
     async fn decode_seqs(&mut self, batch: Batch<'_>, sink: &mut dyn FnMut(Chunk<'_>)) -> Result<Decoded, ModelError> {
         let (tokens, n_vocab, n_ctx) = (batch.tokens, self.hparams.n_vocab, self.n_ctx());
+        if !batch.hooks.is_empty() {
+            return Err(ModelError::Invalid(format!(
+                "hooks take one sequence: a batch with {} hooks has sequence positions",
+                batch.hooks.len()
+            )));
+        }
         if tokens.is_empty() || tokens.len() != batch.seq.len() || !batch.taps.is_empty() {
             return Err(ModelError::Invalid(format!(
                 "a multi-sequence batch needs one position per token and no taps ({} tokens, {} positions, {} taps)",
@@ -616,7 +624,7 @@ impl Gpt2 {
             let n_kv = self.kv.n_kv();
             let n_out = if batch.logits == Logits::All { chunk.len() } else { 1 };
             let layout = KvLayout::Masked { slot, n_kv };
-            let io = build_graph_layout(&self.hparams, &self.weights, &self.kv, layout, chunk.len(), n_out);
+            let io = build_graph_with(&self.hparams, &self.weights, &self.kv, layout, chunk.len(), n_out, &[]);
             let run = (|| {
                 self.sched.alloc_graph(&io.graph)?;
                 let ids: Vec<i32> = chunk.iter().map(|&t| t as i32).collect();
@@ -661,13 +669,19 @@ impl Gpt2 {
         Ok(out)
     }
 
+    /// A run with taps or hooks: one graph over all the tokens, on compute buffers of its own.
     async fn decode_tapped(&mut self, batch: Batch<'_>) -> Result<Decoded, ModelError> {
         let (n, names) = (batch.tokens.len(), batch.taps);
-        // The head runs on every row when a tap is in it (`result_norm`: HF's last hidden
-        // state) or every row's logits are asked for.
-        let in_head = names.iter().any(|n| matches!(n.as_str(), "out_rows" | "result_norm" | "result_output"));
+        let hooks = super::hooks::plan(batch.hooks, &self.hparams, n, batch.n_past, true)?;
+        // The head runs on every row when a tap or hook is in it (`result_norm`: HF's last
+        // hidden state) or every row's logits are asked for.
+        let in_head =
+            names.iter().any(|n| matches!(n.as_str(), "out_rows" | "out_norm" | "result_norm" | "result_output"))
+                || hooks.iter().any(|h| h.node == "out_norm");
         let n_out = if in_head || batch.logits == Logits::All { n } else { 1 };
-        let io = build_graph(&self.hparams, &self.weights, &self.kv, batch.n_past, n, n_out);
+        let hooked: Vec<String> = hooks.iter().map(|h| h.node.clone()).collect();
+        let layout = KvLayout::Causal { n_past: batch.n_past };
+        let io = build_graph_with(&self.hparams, &self.weights, &self.kv, layout, n, n_out, &hooked);
         let mut gf = Graph::with_size(graph_size(&self.hparams));
         for il in 0..self.hparams.n_layer {
             for step in ["k_cpy", "v_cpy"] {
@@ -699,6 +713,25 @@ impl Gpt2 {
         sched.alloc_graph(&gf)?;
         set_inputs(&io, batch.tokens, batch.n_past);
         self.kv.set_causal(batch.n_past);
+        for h in &hooks {
+            for (suffix, data) in [("hook_a", Some(&h.a)), ("hook_b", Some(&h.b)), ("hook_m", h.m.as_ref())] {
+                let Some(data) = data else { continue };
+                let name = format!("{}.{suffix}", h.node);
+                let t =
+                    io.hook_inputs.iter().find(|t| t.name() == name).expect("build_graph_with makes every hook input");
+                if t.data().is_none() {
+                    continue; // pruned: nothing this run computes reads the hooked node
+                }
+                assert_eq!(
+                    t.nelements() as usize,
+                    data.len(),
+                    "hook input '{name}': {:?} for shape {:?}",
+                    t.ne,
+                    h.shape
+                );
+                t.set_bytes(bytemuck::cast_slice(data), 0);
+            }
+        }
         sched.graph_compute(&gf)?;
         self.kv.set_causal(batch.n_past + n);
         let compute_bytes = (0..sched.n_backends()).map(|i| sched.compute_buffer_size(i)).sum();
@@ -715,6 +748,61 @@ impl Gpt2 {
             }
         };
         Ok(Decoded { logits, taps, compute_bytes })
+    }
+
+    /// Runs a small graph over the model's weights, outside the forward pass (the logit
+    /// lens's head, attribution's projections): `build` makes it in a context of its own and
+    /// returns its inputs with their bytes and the f32 outputs to read; on compute buffers of
+    /// its own.
+    pub async fn run_graph(
+        &mut self,
+        build: impl FnOnce(&Context, &Weights) -> (Vec<(Tensor, Vec<u8>)>, Vec<Tensor>),
+    ) -> Result<Vec<Vec<f32>>, ModelError> {
+        let ctx =
+            Context::new(ContextParams { mem_size: (8 * self.hparams.n_layer + 32) * TENSOR_OVERHEAD, no_alloc: true });
+        let (inputs, outputs) = build(&ctx, &self.weights);
+        let mut gf = Graph::with_size(graph_size(&self.hparams));
+        for (t, _) in &inputs {
+            t.set_input();
+        }
+        for t in &outputs {
+            t.set_output();
+            gf.build_forward_expand(t);
+        }
+        let mut sched = Sched::new(self.sched.backends().to_vec())?;
+        sched.alloc_graph(&gf)?;
+        for (t, bytes) in &inputs {
+            t.set_bytes(bytes, 0);
+        }
+        sched.graph_compute(&gf)?;
+        let mut out = Vec::with_capacity(outputs.len());
+        for t in &outputs {
+            out.push(self.read_f32(t).await?);
+        }
+        Ok(out)
+    }
+
+    /// The model's head on given residuals: `x` is `[rows][n_embd]`, each row through
+    /// `ln_final` with its own statistics and the unembedding; returns `[rows][n_vocab]`
+    /// (the logit lens).
+    pub async fn head(&mut self, x: &[f32], rows: usize) -> Result<Vec<f32>, ModelError> {
+        let (e, eps) = (self.hparams.n_embd, self.hparams.eps);
+        if rows == 0 || x.len() != rows * e {
+            return Err(ModelError::Invalid(format!("head: {} values for {rows} rows of {e}", x.len())));
+        }
+        let bytes = bytemuck::cast_slice(x).to_vec();
+        let mut out = self
+            .run_graph(|ctx, w| {
+                let inp = ctx.new_tensor_2d(GgmlType::F32, e as i64, rows as i64); // [n_embd, rows]
+                inp.set_name("lens_inp");
+                let cur = ctx.norm(&inp, eps);
+                let cur = ctx.add(&ctx.mul(&cur, &w.output_norm_w), &w.output_norm_b);
+                let logits = ctx.mul_mat(&w.output, &cur); // [n_vocab, rows]
+                logits.set_name("lens_logits");
+                (vec![(inp, bytes)], vec![logits])
+            })
+            .await?;
+        Ok(out.remove(0))
     }
 
     /// A computed contiguous f32 tensor's values, read by the backend whose buffer holds it

@@ -184,6 +184,8 @@ pub struct GraphIo {
     /// [n_kv, N] f32, with [`KvLayout::Masked`] only.
     pub kq_mask: Option<Tensor>,
     pub logits: Tensor, // [n_vocab, n_out]
+    /// The inputs of hooked nodes (`{node}.hook_a`, `.hook_b`, `kq_masked.hook_m`).
+    pub hook_inputs: Vec<Tensor>,
 }
 
 /// Nodes in one graph: about 40 per layer plus the ends; generous so any n_layer fits.
@@ -205,17 +207,26 @@ pub enum KvLayout {
 /// The graph of one run: `n_tokens` new tokens after `n_past` cached ones, logits for the
 /// last `n_out` of them. Pure: reads only headers, so it can be built for any sizes.
 pub fn build_graph(hp: &Hparams, w: &Weights, kv: &KvCache, n_past: usize, n_tokens: usize, n_out: usize) -> GraphIo {
-    build_graph_layout(hp, w, kv, KvLayout::Causal { n_past }, n_tokens, n_out)
+    build_graph_with(hp, w, kv, KvLayout::Causal { n_past }, n_tokens, n_out, &[])
 }
 
-/// [`build_graph`] with the cache layout of [`KvLayout`].
-pub fn build_graph_layout(
+/// [`build_graph`] with the cache layout of [`KvLayout`] and interventions: each node named
+/// in `hooked` becomes `add(mul(x, hook_a), hook_b)` under its own name (the original is
+/// `{name}.pre_hook`), so every later node reads the hooked value; `hook_a`/`hook_b` are
+/// inputs of the node's shape ([`GraphIo::hook_inputs`], filled from
+/// [`super::hooks::NodeHook`]). A hooked `kq_masked` applies the map to `kq_scaled` and then
+/// adds its own mask input (`hook_m`) instead of `diag_mask_inf`. Hooks take one sequence:
+/// the masked layout has no `kq_scaled`/`kq_masked` nodes (its callers refuse hooks with
+/// several sequences).
+#[allow(clippy::too_many_arguments)]
+pub fn build_graph_with(
     hp: &Hparams,
     w: &Weights,
     kv: &KvCache,
     layout: KvLayout,
     n_tokens: usize,
     n_out: usize,
+    hooked: &[String],
 ) -> GraphIo {
     let (n_past, n_kv, masked) = match layout {
         KvLayout::Causal { n_past } => (n_past, n_past + n_tokens, false),
@@ -234,6 +245,26 @@ pub fn build_graph_layout(
     let (n_embd, n_head, hd) = (hp.n_embd as i64, hp.n_head as i64, hp.head_dim() as i64);
     let (n, past, l) = (n_tokens as i64, n_past, n_kv as i64);
     let f32_size = GgmlType::F32.type_size();
+    let hook_inputs: core::cell::RefCell<Vec<Tensor>> = core::cell::RefCell::new(Vec::new());
+    // Names a node; a hooked one becomes x·a + b under that name (see build_graph_with).
+    let hook = |ctx: &Context, x: Tensor, name: &str| -> Tensor {
+        x.set_name(name);
+        if !hooked.iter().any(|h| h == name) {
+            return x;
+        }
+        x.set_name(&format!("{name}.pre_hook"));
+        let input = |suffix: &str| {
+            let t = ctx.new_tensor(GgmlType::F32, &x.ne[..x.n_dims().max(1)]);
+            t.set_name(&format!("{name}.{suffix}"));
+            t.set_input();
+            t
+        };
+        let (a, b) = (input("hook_a"), input("hook_b"));
+        let out = ctx.add(&ctx.mul(&x, &a), &b);
+        out.set_name(name);
+        hook_inputs.borrow_mut().extend([a, b]);
+        out
+    };
 
     let tokens = ctx.new_tensor_1d(GgmlType::I32, n); // [N]
     tokens.set_name("inp_tokens");
@@ -248,16 +279,16 @@ pub fn build_graph_layout(
         m
     });
 
-    // [n_embd, N]
-    let mut inp_l = ctx.add(&ctx.get_rows(&w.token_embd, &tokens), &ctx.get_rows(&w.position_embd, &positions));
-    inp_l.set_name("inpL");
+    // [n_embd, N]. TransformerLens's hook points are named nodes of this graph: see hooks.rs.
+    let embd = hook(&ctx, ctx.get_rows(&w.token_embd, &tokens), "inp_embd");
+    let pos_embd = hook(&ctx, ctx.get_rows(&w.position_embd, &positions), "inp_pos_embd");
+    let mut inp_l = hook(&ctx, ctx.add(&embd, &pos_embd), "inpL");
 
     for (il, ly) in w.layers.iter().enumerate() {
         let name = |s: &str| format!("l{il}.{s}");
 
         // [n_embd, N]
-        let mut cur = ctx.norm(&inp_l, hp.eps);
-        cur.set_name(&name("norm"));
+        let mut cur = hook(&ctx, ctx.norm(&inp_l, hp.eps), &name("norm"));
         cur = ctx.add(&ctx.mul(&cur, &ly.attn_norm_w), &ly.attn_norm_b);
         cur.set_name(&name("attn_norm"));
 
@@ -285,15 +316,20 @@ pub fn build_graph_layout(
         k_dst.set_name(&name("k_store"));
         let v_dst = ctx.view_2d(&kv.v[il], n, n_embd, n_ctx_bytes, past * kv_size); // [N, n_embd]
         v_dst.set_name(&name("v_store"));
-        let k_cpy = ctx.cpy(&k_cur, &k_dst);
+        // Per-head K and V ([hd, n_head, N]: TransformerLens's hook_k / hook_v) are nodes of
+        // their own, so what enters the cache is what a hook on them would leave.
+        let k_heads = hook(&ctx, ctx.cont_3d(&k_cur, hd, n_head, n), &name("k_heads"));
+        let v_heads = hook(&ctx, ctx.cont_3d(&v_cur, hd, n_head, n), &name("v_heads"));
+        let k_cpy = ctx.cpy(&k_heads, &k_dst);
         k_cpy.set_name(&name("k_cpy"));
-        let v_cpy = ctx.cpy(&ctx.transpose(&v_cur), &v_dst);
+        let v_cpy = ctx.cpy(&ctx.transpose(&ctx.reshape_2d(&v_heads, n_embd, n)), &v_dst);
         v_cpy.set_name(&name("v_cpy"));
         gf.build_forward_expand(&k_cpy);
         gf.build_forward_expand(&v_cpy);
 
-        // Q: [hd, N, n_head] (a strided view cannot be reshaped, so cont_3d)
-        let q = ctx.permute(&ctx.cont_3d(&q_cur, hd, n_head, n), 0, 2, 1, 3);
+        // Q: [hd, n_head, N] (hook_q; a strided view cannot be reshaped, so cont_3d), then [hd, N, n_head]
+        let q_heads = hook(&ctx, ctx.cont_3d(&q_cur, hd, n_head, n), &name("q_heads"));
+        let q = ctx.permute(&q_heads, 0, 2, 1, 3);
         q.set_name(&name("q"));
 
         // K: [hd, L, n_head], straight from the cache (a contiguous prefix: reshape is enough)
@@ -311,12 +347,25 @@ pub fn build_graph_layout(
             None => {
                 let kq_scaled = ctx.scale(&kq, 1.0 / libm_sqrt(hd as f32));
                 kq_scaled.set_name(&name("kq_scaled"));
-                let kq_masked = ctx.diag_mask_inf(&kq_scaled, past as i32);
+                let kq_masked = if hooked.contains(&name("kq_masked")) {
+                    // TransformerLens hooks the masked scores: the map goes on the scaled ones and
+                    // the mask after it (−∞ stays −∞ under scale and add; a fixed value unmasks,
+                    // hook_m).
+                    let m = ctx.new_tensor(GgmlType::F32, &kq_scaled.ne[..3]);
+                    m.set_name(&name("kq_masked.hook_m"));
+                    m.set_input();
+                    hook_inputs.borrow_mut().push(m.clone());
+                    let h = hook(&ctx, kq_scaled.clone(), &name("kq_masked"));
+                    h.set_name(&name("kq_masked.hooked"));
+                    ctx.add(&h, &m)
+                } else {
+                    ctx.diag_mask_inf(&kq_scaled, past as i32)
+                };
                 kq_masked.set_name(&name("kq_masked"));
                 ctx.soft_max(&kq_masked)
             }
         };
-        kq_soft_max.set_name(&name("kq_soft_max"));
+        let kq_soft_max = hook(&ctx, kq_soft_max, &name("kq_soft_max"));
 
         // V^T with L as dim 0 for mul_mat: [L, hd, n_head], a view of the transposed cache
         let v_trans = ctx.view_3d(&kv.v[il], l, hd, n_head, n_ctx_bytes, hd as usize * n_ctx_bytes, 0);
@@ -328,37 +377,30 @@ pub fn build_graph_layout(
         // [hd, n_head, N] → [n_embd, N]
         let kqv_merged = ctx.permute(&kqv, 0, 2, 1, 3);
         kqv_merged.set_name(&name("kqv_merged"));
-        cur = ctx.cont_2d(&kqv_merged, n_embd, n);
-        cur.set_name(&name("kqv_merged_cont"));
+        cur = hook(&ctx, ctx.cont_2d(&kqv_merged, n_embd, n), &name("kqv_merged_cont"));
 
         // [n_embd, N]
-        cur = ctx.add(&ctx.mul_mat(&ly.attn_out_w, &cur), &ly.attn_out_b);
-        cur.set_name(&name("kqv_out"));
+        cur = hook(&ctx, ctx.add(&ctx.mul_mat(&ly.attn_out_w, &cur), &ly.attn_out_b), &name("kqv_out"));
 
-        let ffn_inp = ctx.add(&cur, &inp_l); // [n_embd, N]
-        ffn_inp.set_name(&name("ffn_inp"));
+        let ffn_inp = hook(&ctx, ctx.add(&cur, &inp_l), &name("ffn_inp")); // [n_embd, N]
 
-        cur = ctx.norm(&ffn_inp, hp.eps);
+        cur = hook(&ctx, ctx.norm(&ffn_inp, hp.eps), &name("norm2"));
         cur = ctx.add(&ctx.mul(&cur, &ly.ffn_norm_w), &ly.ffn_norm_b);
         cur.set_name(&name("ffn_norm"));
 
         // [n_ff, N]
-        cur = ctx.add(&ctx.mul_mat(&ly.ffn_up_w, &cur), &ly.ffn_up_b);
-        cur.set_name(&name("ffn_up_b"));
-        cur = ctx.gelu(&cur);
-        cur.set_name(&name("ffn_gelu"));
+        cur = hook(&ctx, ctx.add(&ctx.mul_mat(&ly.ffn_up_w, &cur), &ly.ffn_up_b), &name("ffn_up_b"));
+        cur = hook(&ctx, ctx.gelu(&cur), &name("ffn_gelu"));
         // [n_embd, N]
-        cur = ctx.add(&ctx.mul_mat(&ly.ffn_down_w, &cur), &ly.ffn_down_b);
-        cur.set_name(&name("ffn_out"));
+        cur = hook(&ctx, ctx.add(&ctx.mul_mat(&ly.ffn_down_w, &cur), &ly.ffn_down_b), &name("ffn_out"));
 
-        inp_l = ctx.add(&cur, &ffn_inp); // [n_embd, N]
-        inp_l.set_name(&name("l_out"));
+        inp_l = hook(&ctx, ctx.add(&cur, &ffn_inp), &name("l_out")); // [n_embd, N]
     }
 
     // Only the rows whose logits are wanted go through the head: [n_embd, n_out]
     let last = ctx.view_2d(&inp_l, n_embd, n_out as i64, inp_l.nb[1], (n_tokens - n_out) * inp_l.nb[1]);
     last.set_name("out_rows");
-    let mut cur = ctx.norm(&last, hp.eps);
+    let mut cur = hook(&ctx, ctx.norm(&last, hp.eps), "out_norm");
     cur = ctx.add(&ctx.mul(&cur, &w.output_norm_w), &w.output_norm_b);
     cur.set_name("result_norm");
     let logits = ctx.mul_mat(&w.output, &cur); // [n_vocab, n_out]
@@ -366,7 +408,7 @@ pub fn build_graph_layout(
     logits.set_output();
     gf.build_forward_expand(&logits);
 
-    GraphIo { graph: gf, ctx, tokens, positions, kq_mask, logits }
+    GraphIo { graph: gf, ctx, tokens, positions, kq_mask, logits, hook_inputs: hook_inputs.into_inner() }
 }
 
 /// sqrt without std (Newton's method from the f32 bit-hack guess, exact to f32 rounding).

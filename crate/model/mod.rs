@@ -3,11 +3,14 @@
 
 pub mod context;
 pub mod gpt2;
+pub mod hooks;
 pub mod loader;
 pub mod logprobs;
 #[cfg(feature = "std")]
 pub mod options;
 pub mod plan;
+#[cfg(feature = "std")]
+pub mod sae;
 pub mod sampling;
 pub mod session;
 pub mod stop;

@@ -1,32 +1,48 @@
-//! The one parser of the JS API's options (JSON objects, through serde_json): strict, so a
-//! misspelt or unsupported key fails (`ModelError::Invalid`, code `invalid` in JS) naming
-//! the key instead of being ignored. `Model.load`'s runtime options are read by the
-//! bindings with the same helpers ([`parse_object`], [`opt_uint`], [`opt_num`]).
+//! One policy for every front end: the options of a load ([`LoadOptions`]) and of a
+//! generation ([`GenerateParams`]) as serde structs (camelCase as in JS, unknown keys refused
+//! by name: `ModelError::Invalid`, code `invalid` in JS), each value checked as it is read;
+//! their defaults (here and in `GenerateOptions::default()`); and [`open_backends`], the one
+//! place a backend is chosen (cpu / webgpu / auto, the fallback note, the `gpuLayers` split).
+//! The JS bindings read them from JS values (serde-wasm-bindgen), the CLI builds them from
+//! its flags; neither applies defaults of its own.
 //!
 //! ```
-//! use ggweb::model::options::parse_generate;
+//! use ggweb::model::options::{from_json, parse_generate, LoadOptions, BackendChoice};
 //! let o = parse_generate(r#"{"maxTokens":4,"temperature":0,"stop":["\n"],"logitBias":{"50256":"-Infinity"}}"#).unwrap();
 //! assert_eq!((o.max_tokens, o.stop.len(), o.logit_bias[0]), (4, 1, (50256, f32::NEG_INFINITY)));
-//! assert!(parse_generate(r#"{"ctx":512}"#).unwrap_err().to_string().contains("\"ctx\""));
+//! assert!(parse_generate(r#"{"ctx":512}"#).unwrap_err().to_string().contains("unknown option \"ctx\""));
+//! let l: LoadOptions = from_json("load options", r#"{"nCtx":64,"backend":"auto"}"#).unwrap();
+//! assert_eq!((l.model().n_ctx, l.model().n_batch, l.backend()), (64, 32, BackendChoice::Auto));
 //! ```
 
 use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
 
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use alloc::rc::Rc;
+
+use super::context::Gpt2Options;
+use super::hooks::Hook;
+use super::loader::ModelLoader;
 use super::sampling::SamplingParams;
 use super::session::GenerateOptions;
 use super::ModelError;
+use crate::backend::{Backend, BackendError};
+use crate::gguf::Limits;
 use crate::types::GgmlType;
+use crate::webgpu::{WebGpuBackend, WebGpuOptions};
 
 fn invalid(msg: String) -> ModelError {
     ModelError::Invalid(msg)
 }
 
 /// Keys `generate` reads (besides `special` and `signal`, which the JS side takes).
-pub const GENERATE_KEYS: [&str; 16] = [
+pub const GENERATE_KEYS: [&str; 17] = [
+    "hooks",
     "maxTokens",
     "temperature",
     "topK",
@@ -47,11 +63,21 @@ pub const GENERATE_KEYS: [&str; 16] = [
 pub const SCORE_KEYS: [&str; 1] = ["topK"];
 pub const TRACE_KEYS: [&str; 1] = ["taps"];
 
+fn json_value(what: &str, json: &str) -> Result<Value, ModelError> {
+    serde_json::from_str(json).map_err(|e| invalid(format!("{what}: not valid JSON ({e})")))
+}
+
 /// A JSON object whose keys are all in `known`.
 pub fn parse_object(what: &str, json: &str, known: &[&str]) -> Result<Map<String, Value>, ModelError> {
-    let v: Value = serde_json::from_str(json).map_err(|e| invalid(format!("{what}: not valid JSON ({e})")))?;
-    let Value::Object(map) = v else {
-        return Err(invalid(format!("{what}: expected a JSON object, got {v}")));
+    object(what, json_value(what, json)?, known)
+}
+
+/// `v` as an object whose keys are all in `known` (null: no keys).
+pub fn object(what: &str, v: Value, known: &[&str]) -> Result<Map<String, Value>, ModelError> {
+    let map = match v {
+        Value::Null => Map::new(),
+        Value::Object(map) => map,
+        v => return Err(invalid(format!("{what}: expected a JSON object, got {v}"))),
     };
     if let Some(k) = map.keys().find(|k| !known.contains(&k.as_str())) {
         return Err(invalid(format!("{what}: unknown option {k:?} (known: {})", known.join(", "))));
@@ -76,40 +102,8 @@ pub fn opt_uint(
     }
 }
 
-/// A finite number option in `min..=max` (`max` may be infinite: no upper bound), or None.
-pub fn opt_num(map: &Map<String, Value>, what: &str, key: &str, min: f64, max: f64) -> Result<Option<f64>, ModelError> {
-    match map.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => match v.as_f64() {
-            Some(x) if x.is_finite() && x >= min && x <= max => Ok(Some(x)),
-            _ if max.is_infinite() => Err(invalid(format!("{what}: {key} must be a finite number >= {min}, got {v}"))),
-            _ => Err(invalid(format!("{what}: {key} must be a number from {min} to {max}, got {v}"))),
-        },
-    }
-}
-
-fn opt_bool(map: &Map<String, Value>, what: &str, key: &str) -> Result<Option<bool>, ModelError> {
-    match map.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Bool(b)) => Ok(Some(*b)),
-        Some(v) => Err(invalid(format!("{what}: {key} must be true or false, got {v}"))),
-    }
-}
-
 fn opt_strings(map: &Map<String, Value>, what: &str, key: &str) -> Result<Vec<String>, ModelError> {
-    match map.get(key) {
-        None | Some(Value::Null) => Ok(Vec::new()),
-        Some(Value::String(s)) => Ok(alloc::vec![s.clone()]),
-        Some(Value::Array(a)) => a
-            .iter()
-            .enumerate()
-            .map(|(i, v)| match v {
-                Value::String(s) => Ok(s.clone()),
-                v => Err(invalid(format!("{what}: {key}[{i}] must be a string, got {v}"))),
-            })
-            .collect(),
-        Some(v) => Err(invalid(format!("{what}: {key} must be an array of strings, got {v}"))),
-    }
+    map.get(key).map_or(Ok(Vec::new()), |v| de::strings(v, key)).map_err(|e| invalid(format!("{what}: {e}")))
 }
 
 /// A KV cache type by name: `"f32"` or `"f16"` (`kvType` in JS, `--kv-type` in the CLI).
@@ -121,96 +115,425 @@ pub fn parse_kv_type(what: &str, s: &str) -> Result<GgmlType, ModelError> {
     }
 }
 
-/// The `kvType` option (see [`parse_kv_type`]), or None when absent or null.
-pub fn opt_kv_type(map: &Map<String, Value>, what: &str, key: &str) -> Result<Option<GgmlType>, ModelError> {
-    match map.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => parse_kv_type(&format!("{what}: {key}"), s).map(Some),
-        Some(v) => Err(invalid(format!("{what}: {key} must be \"f16\" or \"f32\", got {v}"))),
+/// `generate`'s options as they cross from JS (`rename_all = "camelCase"`, unknown keys
+/// refused). Each field is checked as it is read, with a message naming the key; absent and
+/// null keys take [`GenerateOptions::default()`]'s values (the one place defaults live, the
+/// CLI's too). `logitBias` is `{ "id": bias }`, a bias a number or `"-Infinity"` (JSON, and
+/// serde's values, have no infinity; the JS side writes −Infinity so).
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct GenerateParams {
+    #[serde(default, deserialize_with = "de::max_tokens")]
+    pub max_tokens: Option<usize>,
+    #[serde(default, deserialize_with = "de::temperature")]
+    pub temperature: Option<f32>,
+    #[serde(default, deserialize_with = "de::top_k")]
+    pub top_k: Option<usize>,
+    #[serde(default, deserialize_with = "de::top_p")]
+    pub top_p: Option<f32>,
+    #[serde(default, deserialize_with = "de::min_p")]
+    pub min_p: Option<f32>,
+    #[serde(default, deserialize_with = "de::seed")]
+    pub seed: Option<u64>,
+    #[serde(default, deserialize_with = "de::repeat_penalty")]
+    pub repeat_penalty: Option<f32>,
+    #[serde(default, deserialize_with = "de::repeat_last_n")]
+    pub repeat_last_n: Option<usize>,
+    #[serde(default, deserialize_with = "de::top_logprobs")]
+    pub top_logprobs: Option<usize>,
+    #[serde(default, deserialize_with = "de::stop")]
+    pub stop: Option<Vec<String>>,
+    #[serde(default, deserialize_with = "de::logit_bias")]
+    pub logit_bias: Option<Vec<(u32, f32)>>,
+    #[serde(default, deserialize_with = "de::ignore_eos")]
+    pub ignore_eos: Option<bool>,
+    #[serde(default, deserialize_with = "de::reuse_prompt")]
+    pub reuse_prompt: Option<bool>,
+    /// Interventions at TransformerLens's hook points ([`Hook`]), at every evaluated position.
+    #[serde(default)]
+    pub hooks: Option<Vec<Hook>>,
+    /// Sequences sampled from the one prompt (1..64; the KV cache's sequence ids are a u64 bitset).
+    #[serde(default, deserialize_with = "de::n")]
+    pub n: Option<usize>,
+    /// Beam search with this many beams (1..64); not with `n` above 1.
+    #[serde(default, deserialize_with = "de::num_beams")]
+    pub num_beams: Option<usize>,
+    #[serde(default, deserialize_with = "de::length_penalty")]
+    pub length_penalty: Option<f32>,
+}
+
+impl GenerateParams {
+    /// The options of one generation: what was given, [`GenerateOptions::default()`] for the
+    /// rest; `n` and `numBeams` cannot both be above 1.
+    pub fn resolve(self) -> Result<GenerateOptions, ModelError> {
+        let d = GenerateOptions::default();
+        let s = d.sampling;
+        let (n, num_beams) = (self.n.unwrap_or(d.n), self.num_beams.unwrap_or(d.num_beams));
+        if n > 1 && num_beams > 1 {
+            return Err(invalid(format!("{GENERATE_WHAT}: n ({n}) and numBeams ({num_beams}) cannot both be above 1")));
+        }
+        Ok(GenerateOptions {
+            max_tokens: self.max_tokens.unwrap_or(d.max_tokens),
+            sampling: SamplingParams {
+                temperature: self.temperature.unwrap_or(s.temperature),
+                top_k: self.top_k.unwrap_or(s.top_k),
+                top_p: self.top_p.unwrap_or(s.top_p),
+                min_p: self.min_p.unwrap_or(s.min_p),
+                repeat_penalty: self.repeat_penalty.unwrap_or(s.repeat_penalty),
+                repeat_last_n: self.repeat_last_n.unwrap_or(s.repeat_last_n),
+                seed: self.seed.unwrap_or(s.seed),
+            },
+            logit_bias: self.logit_bias.unwrap_or(d.logit_bias),
+            ignore_eos: self.ignore_eos.unwrap_or(d.ignore_eos),
+            stop: self.stop.unwrap_or(d.stop),
+            top_logprobs: self.top_logprobs.unwrap_or(d.top_logprobs),
+            reuse_prompt: self.reuse_prompt.unwrap_or(d.reuse_prompt),
+            hooks: self.hooks.unwrap_or(d.hooks),
+            n,
+            num_beams,
+            length_penalty: self.length_penalty.unwrap_or(d.length_penalty),
+        })
     }
 }
 
-/// `generate`'s options. `logitBias` is `{ "id": bias }` where a bias is a number or
-/// `"-Infinity"` (JSON has no infinity; the JS side writes −Infinity so).
+/// `generate`'s options from JSON text (native callers, tests); the bindings pass a value.
 pub fn parse_generate(json: &str) -> Result<GenerateOptions, ModelError> {
-    const WHAT: &str = "generation options";
-    let map = parse_object(WHAT, json, &GENERATE_KEYS)?;
-    // Absent keys take GenerateOptions::default()'s values: the one place defaults live.
-    let dg = GenerateOptions::default();
-    let d = &dg.sampling;
-    let max = u32::MAX as u64;
-    let repeat_penalty = opt_num(&map, WHAT, "repeatPenalty", 0.0, f64::INFINITY)?;
-    if repeat_penalty == Some(0.0) {
-        // It divides positive logits.
-        return Err(invalid(format!("{WHAT}: repeatPenalty must be greater than 0 (1 disables it), got 0")));
+    from_json::<GenerateParams>(GENERATE_WHAT, json).and_then(GenerateParams::resolve)
+}
+
+pub const GENERATE_WHAT: &str = "generation options";
+pub const LOAD_WHAT: &str = "WasmLoader options";
+
+/// Which backend a load asks for (`backend` in JS, `--backend` in the CLI).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BackendChoice {
+    #[default]
+    Cpu,
+    WebGpu,
+    /// WebGPU when it can be opened, else the CPU (saying why).
+    Auto,
+}
+
+impl BackendChoice {
+    pub fn parse(s: &str) -> Result<BackendChoice, String> {
+        match s {
+            "cpu" => Ok(BackendChoice::Cpu),
+            "webgpu" => Ok(BackendChoice::WebGpu),
+            "auto" => Ok(BackendChoice::Auto),
+            _ => Err(format!("backend must be \"cpu\", \"webgpu\" or \"auto\", got {s:?}")),
+        }
     }
-    let sampling = SamplingParams {
-        temperature: opt_num(&map, WHAT, "temperature", 0.0, f64::INFINITY)?.map_or(d.temperature, |x| x as f32),
-        top_k: opt_uint(&map, WHAT, "topK", 0, max)?.map_or(d.top_k, |n| n as usize),
-        top_p: opt_num(&map, WHAT, "topP", 0.0, 1.0)?.map_or(d.top_p, |x| x as f32),
-        min_p: opt_num(&map, WHAT, "minP", 0.0, 1.0)?.map_or(d.min_p, |x| x as f32),
-        repeat_penalty: repeat_penalty.map_or(d.repeat_penalty, |x| x as f32),
-        repeat_last_n: opt_uint(&map, WHAT, "repeatLastN", 0, max)?.map_or(d.repeat_last_n, |n| n as usize),
-        seed: opt_uint(&map, WHAT, "seed", 0, u64::MAX)?.unwrap_or(d.seed),
+
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendChoice::Cpu => "cpu",
+            BackendChoice::WebGpu => "webgpu",
+            BackendChoice::Auto => "auto",
+        }
+    }
+}
+
+/// The most CPU threads a load accepts (`nThreads`): more Web Workers than this only add
+/// start-up time and memory.
+pub const MAX_THREADS: u64 = 64;
+
+/// A load's options, the same for every front end: `Model.load`'s model options (through
+/// `WasmLoader`), `Model.inspect`'s, and the CLI's `--ctx --batch --backend --gpu-layers
+/// --threads --kv-type`. Absent means the default, which lives here ([`LoadOptions::model`]
+/// and [`LoadOptions::backend`]), not in the front ends.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct LoadOptions {
+    /// Context length; default the model's own.
+    #[serde(default, deserialize_with = "de::n_ctx")]
+    pub n_ctx: Option<usize>,
+    /// Most tokens per graph run; default 32.
+    #[serde(default, deserialize_with = "de::n_batch")]
+    pub n_batch: Option<usize>,
+    /// Default "cpu".
+    #[serde(default, deserialize_with = "de::backend")]
+    pub backend: Option<BackendChoice>,
+    /// The last N blocks on WebGPU, the rest on the CPU; -1 (`usize::MAX`): everything.
+    /// Without it a WebGPU model is on WebGPU alone.
+    #[serde(default, deserialize_with = "de::gpu_layers")]
+    pub gpu_layers: Option<usize>,
+    /// CPU threads; default 1.
+    #[serde(default, deserialize_with = "de::n_threads")]
+    pub n_threads: Option<usize>,
+    /// The KV cache's type, f32 (default) or f16.
+    #[serde(default, deserialize_with = "de::kv_type")]
+    pub kv_type: Option<GgmlType>,
+}
+
+impl LoadOptions {
+    /// The backend asked for (default CPU).
+    pub fn backend(&self) -> BackendChoice {
+        self.backend.unwrap_or_default()
+    }
+
+    /// The model's runtime options, defaults filled in.
+    pub fn model(&self) -> Gpt2Options {
+        let d = Gpt2Options::default();
+        Gpt2Options {
+            n_ctx: self.n_ctx.unwrap_or(d.n_ctx),
+            n_batch: self.n_batch.unwrap_or(d.n_batch),
+            n_threads: self.n_threads.unwrap_or(d.n_threads),
+            kv_type: self.kv_type.unwrap_or(d.kv_type),
+        }
+    }
+}
+
+/// `T` (an options struct) from a value that crossed from JS or was parsed from JSON: an
+/// object, with unknown keys refused by name (`ModelError::Invalid`, `what: ...`).
+pub fn from_value<T: DeserializeOwned>(what: &str, v: Value) -> Result<T, ModelError> {
+    let v = match v {
+        Value::Null => Value::Object(Map::new()),
+        Value::Object(m) => Value::Object(m),
+        v => return Err(invalid(format!("{what}: expected a JSON object, got {v}"))),
     };
-    // Sequences (sampled) and beams (searched): one or the other, at most 64 (the KV cache's
-    // sequence ids are a u64 bitset).
-    let n = opt_uint(&map, WHAT, "n", 1, 64)?.map_or(dg.n, |x| x as usize);
-    let num_beams = opt_uint(&map, WHAT, "numBeams", 1, 64)?.map_or(dg.num_beams, |x| x as usize);
-    if n > 1 && num_beams > 1 {
-        return Err(invalid(format!("{WHAT}: n ({n}) and numBeams ({num_beams}) cannot both be above 1")));
+    T::deserialize(v).map_err(|e| invalid(format!("{what}: {}", unknown_option(&e.to_string()))))
+}
+
+/// [`from_value`] from JSON text.
+pub fn from_json<T: DeserializeOwned>(what: &str, json: &str) -> Result<T, ModelError> {
+    from_value(what, json_value(what, json)?)
+}
+
+/// serde's "unknown field `x`, expected one of `a`, `b`" in the words of the JS API's other
+/// option checks: `unknown option "x" (known: a, b)`.
+fn unknown_option(msg: &str) -> String {
+    let Some(rest) = msg.strip_prefix("unknown field `") else { return msg.into() };
+    let Some((key, known)) = rest.split_once('`') else { return msg.into() };
+    let known = known.trim_start_matches(", expected one of ").trim_start_matches(", expected ").replace('`', "");
+    format!("unknown option {key:?} (known: {known})")
+}
+
+/// The checked readers of each field: a JSON value (null: absent) to a typed option, or a
+/// message naming the key.
+mod de {
+    use super::*;
+    use serde::de::Error as _;
+    use serde::Deserializer;
+
+    const U32: u64 = u32::MAX as u64;
+
+    macro_rules! field {
+        ($name:ident -> $t:ty = |$v:ident| $body:expr) => {
+            pub fn $name<'de, D: Deserializer<'de>>(d: D) -> Result<Option<$t>, D::Error> {
+                fn check($v: Value) -> Result<$t, String> {
+                    $body
+                }
+                match Value::deserialize(d)? {
+                    Value::Null => Ok(None),
+                    v => check(v).map(Some).map_err(D::Error::custom),
+                }
+            }
+        };
     }
-    let mut logit_bias = Vec::new();
-    match map.get("logitBias") {
-        None | Some(Value::Null) => {}
-        Some(Value::Object(m)) => {
-            for (k, v) in m {
-                let id: u32 =
-                    k.parse().map_err(|_| invalid(format!("{WHAT}: logitBias key {k:?} is not a token id")))?;
-                let bias = match v {
+
+    fn uint(v: &Value, key: &str, min: u64, max: u64) -> Result<u64, String> {
+        match v.as_u64() {
+            Some(n) if (min..=max).contains(&n) => Ok(n),
+            _ => Err(format!("{key} must be an integer from {min} to {max}, got {v}")),
+        }
+    }
+
+    fn num(v: &Value, key: &str, min: f64, max: f64) -> Result<f32, String> {
+        match v.as_f64() {
+            Some(x) if x.is_finite() && x >= min && x <= max => Ok(x as f32),
+            _ if max.is_infinite() => Err(format!("{key} must be a finite number >= {min}, got {v}")),
+            _ => Err(format!("{key} must be a number from {min} to {max}, got {v}")),
+        }
+    }
+
+    fn boolean(v: &Value, key: &str) -> Result<bool, String> {
+        v.as_bool().ok_or_else(|| format!("{key} must be true or false, got {v}"))
+    }
+
+    field!(n_ctx -> usize = |v| uint(&v, "nCtx", 1, U32).map(|n| n as usize));
+    field!(n_batch -> usize = |v| uint(&v, "nBatch", 1, U32).map(|n| n as usize));
+    field!(n_threads -> usize = |v| uint(&v, "nThreads", 1, MAX_THREADS).map(|n| n as usize));
+    field!(backend -> BackendChoice = |v| match &v {
+        Value::String(s) => BackendChoice::parse(s).map_err(|_| ()),
+        _ => Err(()),
+    }
+    .map_err(|()| format!("backend must be \"cpu\", \"webgpu\" or \"auto\", got {v}")));
+    // -1 means everything, as any count above n_layer does (the embeddings too).
+    field!(gpu_layers -> usize = |v| match (v.as_i64(), v.as_u64()) {
+        (Some(-1), _) => Ok(usize::MAX),
+        (_, Some(n)) => Ok(usize::try_from(n).unwrap_or(usize::MAX)),
+        _ => Err(format!("gpuLayers must be an integer >= -1, got {v}")),
+    });
+    field!(kv_type -> GgmlType = |v| match &v {
+        Value::String(s) => parse_kv_type("kvType", s).map_err(|e| e.to_string()),
+        _ => Err(format!("kvType must be \"f16\" or \"f32\", got {v}")),
+    });
+
+    field!(max_tokens -> usize = |v| uint(&v, "maxTokens", 0, U32).map(|n| n as usize));
+    field!(temperature -> f32 = |v| num(&v, "temperature", 0.0, f64::INFINITY));
+    field!(top_k -> usize = |v| uint(&v, "topK", 0, U32).map(|n| n as usize));
+    field!(top_p -> f32 = |v| num(&v, "topP", 0.0, 1.0));
+    field!(min_p -> f32 = |v| num(&v, "minP", 0.0, 1.0));
+    field!(seed -> u64 = |v| uint(&v, "seed", 0, u64::MAX));
+    // It divides positive logits: 0 is refused (1 disables it).
+    field!(repeat_penalty -> f32 = |v| match num(&v, "repeatPenalty", 0.0, f64::INFINITY)? {
+        0.0 => Err("repeatPenalty must be greater than 0 (1 disables it), got 0".into()),
+        x => Ok(x),
+    });
+    field!(repeat_last_n -> usize = |v| uint(&v, "repeatLastN", 0, U32).map(|n| n as usize));
+    field!(top_logprobs -> usize = |v| uint(&v, "topLogprobs", 0, U32).map(|n| n as usize));
+    field!(ignore_eos -> bool = |v| boolean(&v, "ignoreEos"));
+    field!(reuse_prompt -> bool = |v| boolean(&v, "reusePrompt"));
+    field!(n -> usize = |v| uint(&v, "n", 1, 64).map(|n| n as usize));
+    field!(num_beams -> usize = |v| uint(&v, "numBeams", 1, 64).map(|n| n as usize));
+    field!(length_penalty -> f32 = |v| num(&v, "lengthPenalty", -100.0, 100.0));
+    field!(stop -> Vec<String> = |v| strings(&v, "stop"));
+    field!(logit_bias -> Vec<(u32, f32)> = |v| {
+        let Value::Object(m) = &v else {
+            return Err(format!("logitBias must be an object {{ id: bias }}, got {v}"));
+        };
+        m.iter()
+            .map(|(k, b)| {
+                let id: u32 = k.parse().map_err(|_| format!("logitBias key {k:?} is not a token id"))?;
+                let bias = match b {
                     Value::String(s) if s == "-Infinity" => f32::NEG_INFINITY,
-                    v => match v.as_f64() {
+                    b => match b.as_f64() {
                         Some(x) if x.is_finite() => x as f32,
-                        _ => {
-                            return Err(invalid(format!(
-                                "{WHAT}: logitBias[{k}] must be a finite number or -Infinity, got {v}"
-                            )))
-                        }
+                        _ => return Err(format!("logitBias[{k}] must be a finite number or -Infinity, got {b}")),
                     },
                 };
-                logit_bias.push((id, bias));
-            }
+                Ok((id, bias))
+            })
+            .collect()
+    });
+
+    pub fn strings(v: &Value, key: &str) -> Result<Vec<String>, String> {
+        match v {
+            Value::Null => Ok(Vec::new()),
+            Value::String(s) => Ok(alloc::vec![s.clone()]),
+            Value::Array(a) => a
+                .iter()
+                .enumerate()
+                .map(|(i, v)| match v {
+                    Value::String(s) => Ok(s.clone()),
+                    v => Err(format!("{key}[{i}] must be a string, got {v}")),
+                })
+                .collect(),
+            v => Err(format!("{key} must be an array of strings, got {v}")),
         }
-        Some(v) => return Err(invalid(format!("{WHAT}: logitBias must be an object {{ id: bias }}, got {v}"))),
     }
-    Ok(GenerateOptions {
-        max_tokens: opt_uint(&map, WHAT, "maxTokens", 0, max)?.map_or(dg.max_tokens, |n| n as usize),
-        sampling,
-        logit_bias,
-        ignore_eos: opt_bool(&map, WHAT, "ignoreEos")?.unwrap_or(dg.ignore_eos),
-        stop: opt_strings(&map, WHAT, "stop")?,
-        top_logprobs: opt_uint(&map, WHAT, "topLogprobs", 0, max)?.map_or(dg.top_logprobs, |n| n as usize),
-        reuse_prompt: opt_bool(&map, WHAT, "reusePrompt")?.unwrap_or(dg.reuse_prompt),
-        n,
-        num_beams,
-        length_penalty: opt_num(&map, WHAT, "lengthPenalty", -100.0, 100.0)?.map_or(dg.length_penalty, |x| x as f32),
-    })
 }
 
+pub const SCORE_WHAT: &str = "score options";
+pub const TRACE_WHAT: &str = "trace options";
+
 /// `score`'s options: the `topK` entries per row.
-pub fn parse_score(json: &str) -> Result<usize, ModelError> {
-    let map = parse_object("score options", json, &SCORE_KEYS)?;
-    Ok(opt_uint(&map, "score options", "topK", 0, u32::MAX as u64)?.unwrap_or(0) as usize)
+pub fn score_options(v: Value) -> Result<usize, ModelError> {
+    let map = object(SCORE_WHAT, v, &SCORE_KEYS)?;
+    Ok(opt_uint(&map, SCORE_WHAT, "topK", 0, u32::MAX as u64)?.unwrap_or(0) as usize)
 }
 
 /// `trace`'s options: the taps (`attn`, `hidden`, or ggml node names); at least one.
-pub fn parse_trace(json: &str) -> Result<Vec<String>, ModelError> {
-    let map = parse_object("trace options", json, &TRACE_KEYS)?;
-    let taps = opt_strings(&map, "trace options", "taps")?;
+pub fn trace_options(v: Value) -> Result<Vec<String>, ModelError> {
+    let map = object(TRACE_WHAT, v, &TRACE_KEYS)?;
+    let taps = opt_strings(&map, TRACE_WHAT, "taps")?;
     if taps.is_empty() {
         return Err(invalid(
             "trace options: taps must name at least one tap ('attn', 'hidden' or a graph node)".into(),
         ));
     }
     Ok(taps)
+}
+
+/// [`score_options`] from JSON text.
+pub fn parse_score(json: &str) -> Result<usize, ModelError> {
+    score_options(json_value(SCORE_WHAT, json)?)
+}
+
+/// [`trace_options`] from JSON text.
+pub fn parse_trace(json: &str) -> Result<Vec<String>, ModelError> {
+    trace_options(json_value(TRACE_WHAT, json)?)
+}
+
+/// The backends a load runs on ([`open_backends`]).
+pub struct Backends {
+    /// What runs the model: "cpu" or "webgpu" (a split is "webgpu"), `info().backend`.
+    pub name: &'static str,
+    /// The WebGPU backend, when one was opened (device-loss checks).
+    pub gpu: Option<WebGpuBackend>,
+    /// The CPU backend, when the model, or part of it, runs there.
+    pub cpu: Option<Rc<dyn Backend>>,
+    /// `gpuLayers` of a split model (the last N blocks on WebGPU, the rest on the CPU).
+    pub split: Option<usize>,
+    /// Why the backend is not the one asked for (`"auto"` without a usable WebGPU).
+    pub note: Option<String>,
+}
+
+impl Backends {
+    /// In the scheduler's order: WebGPU first, the CPU last (it runs what WebGPU lacks).
+    pub fn list(&self) -> Vec<Rc<dyn Backend>> {
+        let gpu = self.gpu.as_ref().map(|g| Rc::new(g.clone()) as Rc<dyn Backend>);
+        gpu.into_iter().chain(self.cpu.clone()).collect()
+    }
+
+    /// A streaming loader for a model on these backends.
+    pub fn loader(&self, opts: Gpt2Options, limits: Limits, file_size: Option<u64>) -> ModelLoader {
+        let mut list = self.list();
+        match self.split {
+            Some(n) if list.len() == 2 => {
+                let cpu = list.pop().expect("two backends");
+                ModelLoader::new_split(list.pop().expect("two backends"), cpu, n, opts, limits, file_size)
+            }
+            _ => ModelLoader::new(list.swap_remove(0), opts, limits, file_size),
+        }
+    }
+}
+
+/// Opens the backends `opts` asks for, the one policy of every front end (the JS bindings,
+/// `Model.inspect`, `ggweb run` and `ggweb inspect`): "cpu" (the default) is the CPU alone
+/// (`gpuLayers` ignored); "webgpu" opens a WebGPU device or fails; "auto" falls back to the
+/// CPU when WebGPU is not usable, saying why in `note`. With `gpuLayers` a WebGPU model is
+/// split with the CPU. `cpu` makes the CPU backend, only when one is needed. Natively drive
+/// it with `block_on`: WebGPU opens without waiting on anything but the driver.
+pub async fn open_backends(
+    opts: &LoadOptions,
+    webgpu: WebGpuOptions,
+    cpu: impl FnOnce() -> Rc<dyn Backend>,
+) -> Result<Backends, BackendError> {
+    let choice = opts.backend();
+    let on_cpu = |cpu: Rc<dyn Backend>, note| Backends { name: "cpu", gpu: None, cpu: Some(cpu), split: None, note };
+    if choice == BackendChoice::Cpu {
+        return Ok(on_cpu(cpu(), None));
+    }
+    let opened = match webgpu_missing() {
+        Some(why) => Err((why.clone(), BackendError::Unavailable(format!("{why}; use backend \"cpu\"")))),
+        None => WebGpuBackend::new_async(webgpu).await.map_err(|e| (format!("WebGPU is not usable ({e})"), e)),
+    };
+    match opened {
+        Ok(gpu) => {
+            let cpu = opts.gpu_layers.map(|_| cpu());
+            Ok(Backends { name: "webgpu", gpu: Some(gpu), cpu, split: opts.gpu_layers, note: None })
+        }
+        Err((why, _)) if choice == BackendChoice::Auto => {
+            Ok(on_cpu(cpu(), Some(format!("backend \"auto\": {why}; running on the CPU"))))
+        }
+        Err((_, e)) => Err(e),
+    }
+}
+
+/// Why WebGPU cannot even be asked for here: this build has none, or (in a browser, a
+/// worker, Node) the global `navigator.gpu` is missing. None when an adapter may be asked for.
+fn webgpu_missing() -> Option<String> {
+    if cfg!(not(feature = "webgpu")) {
+        return Some("this build of the wasm module has no WebGPU backend".into());
+    }
+    #[cfg(target_arch = "wasm32")]
+    {
+        let get =
+            |o: &wasm_bindgen::JsValue, k: &str| js_sys::Reflect::get(o, &k.into()).ok().filter(|v| !v.is_undefined());
+        if get(&js_sys::global().into(), "navigator").and_then(|n| get(&n, "gpu")).is_none() {
+            return Some("WebGPU is not available here (navigator.gpu is missing)".into());
+        }
+    }
+    None
 }

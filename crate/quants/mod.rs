@@ -242,14 +242,16 @@ pub fn gemm(
     let Some(g) = t.gemm else {
         return dots(0, n, b, c, None);
     };
-    let nb = k / crate::types::QK;
+    // Blocks of `ty` per row (32 elements, 256 for the K-quants).
+    let nb = k / ty.blck_size();
+    let nb32 = k / crate::types::QK;
     // Rows of b in chunks that stay in cache while the rows of a pass: about 24 KiB (L1)
     // natively; on wasm, where rows are widened to i16 (64 bytes a block) and each row
     // of a is widened and packed again per chunk, up to 768 KiB of widened rows (L2;
     // one chunk for a 64-token prompt at K = 3072, ~9% faster there than two of 192
     // KiB), in equal chunks of whole 4-row tiles.
     let chunk = if cfg!(target_arch = "wasm32") {
-        let most = (768 * 1024 / (64 * nb).max(1)).max(4);
+        let most = (768 * 1024 / (64 * nb32).max(1)).max(4);
         let parts = n.div_ceil(most);
         n.div_ceil(parts).next_multiple_of(4).min(n)
     } else {
@@ -258,7 +260,7 @@ pub fn gemm(
     for j0 in (0..n).step_by(chunk) {
         let nc = chunk.min(n - j0);
         let c = &mut c[j0 * ldc..];
-        let cols = ColPrep::new(nb, nc, &b[j0 * ldb..], ldb, g.needs_plain, g.wants_sums);
+        let cols = ColPrep::new(vt, nb, nc, &b[j0 * ldb..], ldb, g.needs_plain, g.wants_sums);
         (g.rows)(ty, nb, m, a, lda, &b[j0 * ldb..], ldb, &cols, c, ldc);
         // Rows of b the fast product cannot take.
         if cols.plain.contains(&true) {
@@ -285,20 +287,41 @@ pub(crate) fn decode_row(s: usize, m: usize) -> usize {
 
 /// What [`gemm`] takes from each row of b once: block scales as f32 and block quant sums
 /// (for the offsets the u8 × i8 products move out: 8 for Q4_0's nibbles, 128 for Q8_0
-/// made unsigned). Per row `nbp` entries: the blocks, padded with zeros to a multiple of 8.
+/// made unsigned), for Q8_1 rows the scaled sums `s` as f32 too. Per row `nbp` entries: the
+/// blocks, padded with zeros to a multiple of 8. Q8_K rows (the K-quants' b) keep their
+/// f32 scale and sub-block sums in the blocks, so nothing is taken from them.
 pub(crate) struct ColPrep {
     pub nbp: usize,
     pub dy: Vec<f32>,
     pub ysum: Vec<i32>,
+    /// Q8_1's `s` (dy·Σy) per block.
+    pub sy: Vec<f32>,
     /// Rows holding a -128 quant, when asked to look: computed with `vec_dot` instead.
     pub plain: Vec<bool>,
 }
 
 impl ColPrep {
-    fn new(nb: usize, n: usize, b: &[u8], ldb: usize, mark_plain: bool, want_sums: bool) -> ColPrep {
-        use blocks::{fp16_to_fp32, BlockQ8_0};
+    fn new(vt: GgmlType, nb: usize, n: usize, b: &[u8], ldb: usize, mark_plain: bool, want_sums: bool) -> ColPrep {
+        use blocks::{fp16_to_fp32, BlockQ8_0, BlockQ8_1};
         let nbp = nb.div_ceil(scalar::LANES) * scalar::LANES;
-        let mut p = ColPrep { nbp, dy: vec![0.0; n * nbp], ysum: vec![0; n * nbp], plain: vec![false; n] };
+        let mut p = ColPrep { nbp, dy: Vec::new(), ysum: Vec::new(), sy: Vec::new(), plain: vec![false; n] };
+        if vt == GgmlType::Q8_K {
+            return p;
+        }
+        p.dy = vec![0.0; n * nbp];
+        if vt == GgmlType::Q8_1 {
+            p.sy = vec![0.0; n * nbp];
+            for j in 0..n {
+                let ys: &[BlockQ8_1] =
+                    bytemuck::cast_slice(&b[j * ldb..j * ldb + nb * core::mem::size_of::<BlockQ8_1>()]);
+                for (t, y) in ys.iter().enumerate() {
+                    p.dy[j * nbp + t] = fp16_to_fp32(y.d());
+                    p.sy[j * nbp + t] = fp16_to_fp32(y.s());
+                }
+            }
+            return p;
+        }
+        p.ysum = vec![0; n * nbp];
         for j in 0..n {
             let ys: &[BlockQ8_0] = bytemuck::cast_slice(&b[j * ldb..j * ldb + nb * core::mem::size_of::<BlockQ8_0>()]);
             for (t, y) in ys.iter().enumerate() {

@@ -178,7 +178,9 @@ impl Isa {
 
     /// The fastest available.
     pub fn best() -> Isa {
-        if Isa::Simd128.is_available() {
+        if crate::cpu::features::scalar_only() {
+            Isa::Scalar
+        } else if Isa::Simd128.is_available() {
             Isa::Simd128
         } else if Isa::Avx2.is_available() {
             Isa::Avx2
@@ -232,6 +234,9 @@ static ACTIVE: AtomicPtr<Table> = AtomicPtr::new(core::ptr::null_mut());
 
 #[inline]
 fn active() -> &'static Table {
+    if crate::cpu::features::scalar_only() {
+        return &SCALAR;
+    }
     if VNNI_DISABLED.load(Ordering::Relaxed) {
         return Isa::best().table(true).expect("the best ISA is available");
     }

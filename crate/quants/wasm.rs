@@ -32,8 +32,19 @@ pub(super) const fn table() -> Table {
     t[Q8_0 as usize].from_float = Some(quantize_q8_0);
     t[Q8_0 as usize].gemm = Some(&PANELS);
     t[Q4_0 as usize].gemm = Some(&PANELS_Q4_0);
+    t[Q5_0 as usize].gemm = Some(&PANELS);
+    t[Q4_1 as usize].gemm = Some(&affine::GEMMS[0]);
+    t[Q5_1 as usize].gemm = Some(&affine::GEMMS[1]);
+    t[Q2_K as usize].gemm = Some(&kquants::GEMMS[0]);
+    t[Q3_K as usize].gemm = Some(&kquants::GEMMS[1]);
+    t[Q4_K as usize].gemm = Some(&kquants::GEMMS[2]);
+    t[Q5_K as usize].gemm = Some(&kquants::GEMMS[3]);
+    t[Q6_K as usize].gemm = Some(&kquants::GEMMS[4]);
     t
 }
+
+mod affine;
+mod kquants;
 
 static PANELS: PromptGemm =
     PromptGemm { name: "simd128 i16 panels", rows: gemm_rows, needs_plain: false, wants_sums: false };
@@ -532,6 +543,14 @@ fn decode_rows(
                     })
                 }
             }
+            GgmlType::Q5_0 => {
+                let xs: &[BlockQ5_0] = cast_slice(&row[..nb * core::mem::size_of::<BlockQ5_0>()]);
+                let sixteen = i8x16_splat(16);
+                decode_dot(xs, yw, dy, BlockQ5_0::d, |x| {
+                    let (lo, hi) = q5(&x.qs, x.qh());
+                    (i8x16_sub(lo, sixteen), i8x16_sub(hi, sixteen))
+                })
+            }
             _ => {
                 let xs: &[BlockQ8_0] = cast_slice(&row[..nb * core::mem::size_of::<BlockQ8_0>()]);
                 decode_dot(xs, yw, dy, BlockQ8_0::d, |x| (load(&x.qs[..16]), load(&x.qs[16..])))
@@ -645,6 +664,15 @@ fn widen_row(ty: GgmlType, nb: usize, row: &[u8], xw: &mut [v128], dx: &mut [f32
                 dx[t] = fp16_to_fp32(x.d());
                 let (lo, hi) = nibbles(&x.qs);
                 widen(i8x16_sub(lo, eight), i8x16_sub(hi, eight), &mut xw[t * 4..]);
+            }
+        }
+        GgmlType::Q5_0 => {
+            let xs: &[BlockQ5_0] = cast_slice(&row[..nb * core::mem::size_of::<BlockQ5_0>()]);
+            let sixteen = i8x16_splat(16);
+            for (t, x) in xs.iter().enumerate() {
+                dx[t] = fp16_to_fp32(x.d());
+                let (lo, hi) = q5(&x.qs, x.qh());
+                widen(i8x16_sub(lo, sixteen), i8x16_sub(hi, sixteen), &mut xw[t * 4..]);
             }
         }
         _ => {

@@ -27,6 +27,8 @@ use super::scalar::{self, reduce8, LANES};
 use super::traits::{PromptGemm, Table};
 use crate::types::GgmlType;
 
+mod kquants;
+
 /// The AVX2 table: the scalar one with every `vec_dot` of its own, and the prompt kernel
 /// for Q8_0 and Q4_0 in the `vpdpbusd` form `vnni` names. The closures call `unsafe`
 /// kernels: SAFETY for all of them, [`super::traits`] hands this table out only where
@@ -52,14 +54,46 @@ pub(super) const fn table(vnni: Vnni) -> Table {
     };
     t[Q8_0 as usize].gemm = Some(q8);
     t[Q4_0 as usize].gemm = Some(q4);
+    let v = vnni as usize;
+    t[Q5_0 as usize].gemm = Some(&U_GEMMS[v][0]);
+    t[Q4_1 as usize].gemm = Some(&U_GEMMS[v][1]);
+    t[Q5_1 as usize].gemm = Some(&U_GEMMS[v][2]);
+    t[Q2_K as usize].gemm = Some(&kquants::GEMMS[0]);
+    t[Q3_K as usize].gemm = Some(&kquants::GEMMS[1]);
+    t[Q4_K as usize].gemm = Some(&kquants::GEMMS[2]);
+    t[Q5_K as usize].gemm = Some(&kquants::GEMMS[3]);
+    t[Q6_K as usize].gemm = Some(&kquants::GEMMS[4]);
     t
 }
+
+/// The prompt kernels of Q5_0, Q4_1, Q5_1 per [`Vnni`] form (the names of Q4_0's).
+static U_GEMMS: [[PromptGemm; 3]; 3] = {
+    macro_rules! u_gemm {
+        ($X:ty, $v:literal, $name:expr) => {
+            PromptGemm {
+                name: $name,
+                // SAFETY: as in [`table`]; `gemm` checked the rows and sized `cols`.
+                rows: |_, nb, m, a, lda, b, ldb, cols, c, ldc| unsafe {
+                    gemm_rows_u::<$X, $v>(nb, m, a, lda, b, ldb, cols, c, ldc)
+                },
+                needs_plain: false,
+                wants_sums: true,
+            }
+        };
+    }
+    macro_rules! form {
+        ($v:literal, $name:expr) => {
+            [u_gemm!(BlockQ5_0, $v, $name), u_gemm!(BlockQ4_1, $v, $name), u_gemm!(BlockQ5_1, $v, $name)]
+        };
+    }
+    [form!(0, PLAIN.name), form!(1, VEX.name), form!(2, EVEX.name)]
+};
 
 /// Which `vpdpbusd` (four u8 × i8 products summed into each i32 lane, no saturation) a
 /// table's prompt kernel uses on 256-bit registers ([`crate::cpu::features`] finds them).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(super) enum Vnni {
-    None,
+    None = 0,
     /// AVX-VNNI: the VEX form.
     Vex,
     /// AVX512-VNNI with AVX512-VL: the same instruction in its EVEX form, on CPUs (Ice
@@ -698,4 +732,145 @@ unsafe fn u8_row_dot_vnni<const SHIFT: i32, const EVEX: bool>(
         acc = add_group(acc, _mm256_sub_epi32(transpose_sum(&v), _mm256_slli_epi32::<SHIFT>(ys)), dx, dy, g);
     }
     finish_rows(store(acc), nb, dx, dy, |t| hsum_i32(isum(t)) - (ysum[t] << SHIFT))
+}
+
+/// The legacy types whose quants are unsigned bytes (Q4_0, Q5_0: `q - 2^SHIFT`; Q4_1, Q5_1:
+/// `d·q + m` against Q8_1) for [`gemm_rows_u`].
+trait UBlock: bytemuck::Pod {
+    /// The offset `2^SHIFT` the symmetric types take out through the block sums of b.
+    const SHIFT: i32;
+    /// `d·q + m` against Q8_1 (no offset; `m·s_y` added per block).
+    const AFFINE: bool;
+    /// The size of a block of b and where its quants start.
+    const Y_SIZE: usize;
+    const Y_QS: usize;
+    fn d(&self) -> u16;
+    fn m(&self) -> u16;
+    /// The unsigned quants in element order.
+    unsafe fn quants(&self) -> __m256i;
+}
+
+macro_rules! ublock {
+    ($X:ty, $shift:expr, $affine:expr, $Y:ty, $yqs:expr, |$x:ident| $q:expr, |$xm:ident| $m:expr) => {
+        impl UBlock for $X {
+            const SHIFT: i32 = $shift;
+            const AFFINE: bool = $affine;
+            const Y_SIZE: usize = core::mem::size_of::<$Y>();
+            const Y_QS: usize = $yqs;
+            #[inline(always)]
+            fn d(&self) -> u16 {
+                <$X>::d(self)
+            }
+            #[inline(always)]
+            fn m(&self) -> u16 {
+                let $xm = self;
+                $m
+            }
+            #[inline(always)]
+            unsafe fn quants(&self) -> __m256i {
+                let $x = self;
+                $q
+            }
+        }
+    };
+}
+ublock!(BlockQ4_0, 3, false, BlockQ8_0, 2, |x| nibbles(&x.qs), |_x| 0);
+ublock!(BlockQ5_0, 4, false, BlockQ8_0, 2, |x| q5_bytes(&x.qs, x.qh()), |_x| 0);
+ublock!(BlockQ4_1, 0, true, BlockQ8_1, 4, |x| nibbles(&x.qs), |x| x.m());
+ublock!(BlockQ5_1, 0, true, BlockQ8_1, 4, |x| q5_bytes(&x.qs, x.qh()), |x| x.m());
+
+/// [`super::gemm`] for Q5_0, Q4_1 and Q5_1 (`V` = 0: `maddubs`, exact as u ≤ 31; 1: the VEX
+/// `vpdpbusd`; 2: the EVEX one): per row of `a` its scales (and mins) converted and its
+/// quants unpacked once, then against every row of b. The float steps are `vec_dot`'s
+/// (`symmetric_kernel!` / `affine_kernel!`), lane by lane.
+///
+/// # Safety
+/// As for [`gemm_rows`]; `V` > 0 only where that `vpdpbusd` form was detected.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn gemm_rows_u<X: UBlock, const V: u8>(
+    nb: usize,
+    m: usize,
+    a: &[u8],
+    lda: usize,
+    b: &[u8],
+    ldb: usize,
+    cols: &super::ColPrep,
+    c: &mut [f32],
+    ldc: usize,
+) {
+    let nbp = cols.nbp;
+    let n = cols.plain.len();
+    let mut dx = vec![0f32; nbp];
+    let mut mx = vec![0f32; if X::AFFINE { nbp } else { 0 }];
+    let mut u = if n > 1 { vec![_mm256_setzero_si256(); nb] } else { Vec::new() };
+    for step in 0..m {
+        let i = if n == 1 { super::decode_row(step, m) } else { step };
+        let xs: &[X] = cast_slice(&a[i * lda..i * lda + nb * core::mem::size_of::<X>()]);
+        scales(xs, &mut dx, |x| x.d());
+        if X::AFFINE {
+            scales(xs, &mut mx, |x| x.m());
+        }
+        for (t, x) in xs.iter().enumerate().take(u.len()) {
+            u[t] = x.quants();
+        }
+        for j in 0..n {
+            let y = b.as_ptr().add(j * ldb);
+            c[j * ldc + i] = if u.is_empty() {
+                u_row_dot::<X, V>(nb, |t| xs[t].quants(), &dx, &mx, y, cols, j)
+            } else {
+                u_row_dot::<X, V>(nb, |t| u[t], &dx, &mx, y, cols, j)
+            };
+        }
+    }
+}
+
+/// One row of a (its quants `u(t)`, scales `dx`, mins `mx`) against row `j` of b at `y`.
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+unsafe fn u_row_dot<X: UBlock, const V: u8>(
+    nb: usize,
+    u: impl Fn(usize) -> __m256i,
+    dx: &[f32],
+    mx: &[f32],
+    y: *const u8,
+    cols: &super::ColPrep,
+    j: usize,
+) -> f32 {
+    let nbp = cols.nbp;
+    let dy = &cols.dy[j * nbp..];
+    let ones = _mm256_set1_epi16(1);
+    let isum = |t: usize| {
+        let yq = load256(y.add(t * X::Y_SIZE + X::Y_QS));
+        match V {
+            0 => _mm256_madd_epi16(_mm256_maddubs_epi16(u(t), yq), ones),
+            1 => dpbusd::<false>(_mm256_setzero_si256(), u(t), yq),
+            _ => dpbusd::<true>(_mm256_setzero_si256(), u(t), yq),
+        }
+    };
+    let shift = _mm_cvtsi32_si128(X::SHIFT);
+    let mut acc = _mm256_setzero_ps();
+    if X::AFFINE {
+        let sy = &cols.sy[j * nbp..];
+        for g in 0..nb / LANES {
+            let v: [__m256i; LANES] = core::array::from_fn(|k| isum(LANES * g + k));
+            let s = _mm256_cvtepi32_ps(transpose_sum(&v));
+            let d = _mm256_mul_ps(_mm256_loadu_ps(dx.as_ptr().add(8 * g)), _mm256_loadu_ps(dy.as_ptr().add(8 * g)));
+            let ms = _mm256_mul_ps(_mm256_loadu_ps(mx.as_ptr().add(8 * g)), _mm256_loadu_ps(sy.as_ptr().add(8 * g)));
+            acc = _mm256_add_ps(acc, _mm256_add_ps(_mm256_mul_ps(s, d), ms));
+        }
+        let mut lanes = store(acc);
+        for t in nb - nb % LANES..nb {
+            lanes[t % LANES] += hsum_i32(isum(t)) as f32 * (dx[t] * dy[t]) + mx[t] * sy[t];
+        }
+        reduce8(&lanes)
+    } else {
+        let ysum = &cols.ysum[j * nbp..];
+        for g in 0..nb / LANES {
+            let v: [__m256i; LANES] = core::array::from_fn(|k| isum(LANES * g + k));
+            let ys = _mm256_loadu_si256(ysum.as_ptr().add(8 * g) as *const __m256i);
+            acc = add_group(acc, _mm256_sub_epi32(transpose_sum(&v), _mm256_sll_epi32(ys, shift)), dx, dy, g);
+        }
+        finish_rows(store(acc), nb, dx, dy, |t| hsum_i32(isum(t)) - (ysum[t] << X::SHIFT))
+    }
 }

@@ -128,6 +128,7 @@ mod disabled {
     const WHY: &str = "ggweb was built without the `webgpu` feature";
 
     /// The WebGPU backend, compiled out: it cannot be constructed.
+    #[derive(Clone)]
     pub struct WebGpuBackend {
         never: core::convert::Infallible,
     }

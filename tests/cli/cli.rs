@@ -115,6 +115,41 @@ fn bench_json_reports_speed_and_memory() {
     assert_eq!(v["memory"]["kv"], 2 * 2 * 128 * 64 * 4);
     assert!(v["memory"]["weights"].as_u64().unwrap() > 25_000_000);
     assert_eq!(v["webgpu_per_token"], Value::Null, "no WebGPU counters on the CPU");
+    // One repetition: its spread is the one value.
+    for (med, sp) in [("prompt_tok_s", "prompt_tok_s_spread"), ("gen_tok_s", "gen_tok_s_spread")] {
+        assert_eq!(v[sp][0], v[med], "{sp}");
+        assert_eq!(v[sp][1], v[med], "{sp}");
+    }
+}
+
+/// `--reps`: the median lies inside the repetitions' spread (min–max), in the JSON and in
+/// the table.
+#[test]
+fn bench_reports_the_spread_of_its_repetitions() {
+    let (code, out, err) = ggweb(&["bench", "--model", &model(), "-p", "8", "-n", "2", "--reps", "3", "--json"], "");
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    for (med, sp, all) in [
+        ("prompt_tok_s", "prompt_tok_s_spread", "prompt_tok_s_all"),
+        ("gen_tok_s", "gen_tok_s_spread", "gen_tok_s_all"),
+    ] {
+        let all: Vec<f64> = v[all].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+        assert_eq!(all.len(), 3);
+        let (lo, hi) = (v[sp][0].as_f64().unwrap(), v[sp][1].as_f64().unwrap());
+        assert_eq!(lo, all.iter().copied().fold(f64::INFINITY, f64::min), "{sp}");
+        assert_eq!(hi, all.iter().copied().fold(0.0, f64::max), "{sp}");
+        let m = v[med].as_f64().unwrap();
+        assert!(lo <= m && m <= hi && lo > 0.0, "{med} {m} outside {lo}–{hi}");
+    }
+    let (code, out, err) = ggweb(&["bench", "--model", &model(), "-p", "8", "-n", "2", "--reps", "2"], "");
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("| test | tokens/s (median of 2) | min–max | tokens per CPU second | min–max |"), "{out}");
+    let pp = out.lines().find(|l| l.starts_with("| pp8 |")).unwrap_or_else(|| panic!("{out}"));
+    // | pp8 | median | lo–hi | cpu median | lo–hi |
+    let cells: Vec<&str> = pp.split('|').map(str::trim).collect();
+    let (lo, hi) = cells[3].split_once('–').unwrap();
+    let (lo, hi, m): (f64, f64, f64) = (lo.parse().unwrap(), hi.parse().unwrap(), cells[2].parse().unwrap());
+    assert!(lo <= m && m <= hi, "{pp}");
 }
 
 /// `--n-past`: one row per depth, in order, slowdown against the first; bad depth lists and
@@ -214,10 +249,10 @@ fn webgpu_backend_generates_logits_and_benches() {
     let v: Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(v["backend"], "WebGPU");
     // A token all on WebGPU: one submit, one read-back of the n_vocab logits, and (2 layers)
-    // 3 dispatches for the embeddings, 19 per layer and 2 for the head (tests/webgpu/sched_webgpu.rs
+    // 3 dispatches for the embeddings, 21 per layer and 2 for the head (tests/webgpu/sched_webgpu.rs
     // derives them from the graph). The 8-token prompt is one chunk: the same per chunk.
     let (tg, pp) = (&v["webgpu_per_token"]["tg"], &v["webgpu_per_token"]["pp"]);
-    let dispatches = 3.0 + 19.0 * 2.0 + 2.0;
+    let dispatches = 3.0 + 21.0 * 2.0 + 2.0;
     assert_eq!((tg["submits"].as_f64(), tg["readbacks"].as_f64()), (Some(1.0), Some(1.0)), "{v}");
     assert_eq!((tg["readbackBytes"].as_f64(), tg["dispatches"].as_f64()), (Some(50257.0 * 4.0), Some(dispatches)));
     assert_eq!((pp["submits"].as_f64(), pp["dispatches"].as_f64()), (Some(1.0 / 8.0), Some(dispatches / 8.0)), "{v}");
@@ -362,5 +397,55 @@ fn score_and_trace_on_webgpu_match_hf() {
     }
     for (l, want) in p["hidden"].as_array().unwrap().iter().enumerate() {
         assert!(worst(&floats(&v["hidden"][l]), &floats(want)) <= 1e-4, "hidden {l}");
+    }
+}
+
+/// One policy with the JS options: the flags are their names in kebab case with the older
+/// spellings as aliases, the defaults shown are `GenerateOptions::default()`'s (maxTokens
+/// 128 in both), and values go through the same checks (crate/model/options.rs).
+#[test]
+fn flags_are_the_js_options_names_with_their_defaults_and_checks() {
+    use ggweb::model::session::GenerateOptions;
+    let (code, help, err) = ggweb(&["generate", "--help"], "");
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(GenerateOptions::default().max_tokens, 128);
+    let line = |flag: &str| {
+        let at = help.find(flag).unwrap_or_else(|| panic!("{flag} in {help}"));
+        help[at..].split("\n  -").next().unwrap().to_string()
+    };
+    assert!(line("--max-tokens").contains("[default: 128]") && line("--max-tokens").contains("n-predict"), "{help}");
+    assert!(line("--temperature").contains("[default: 0.8]") && line("--temperature").contains("temp"), "{help}");
+    for flag in [
+        "--n-ctx",
+        "--n-batch",
+        "--n-threads",
+        "--kv-type",
+        "--backend",
+        "--gpu-layers",
+        "--top-logprobs",
+        "--ignore-eos",
+    ] {
+        line(flag);
+    }
+    // --max-tokens, its alias --n-predict and -n are one option.
+    let run = |n: &[&str]| {
+        let (code, out, err) = ggweb(
+            &[&["generate", "--model", &model(), "--prompt", "Hello", "--temperature", "0", "--json"], n].concat(),
+            "",
+        );
+        assert_eq!(code, 0, "{err}");
+        serde_json::from_str::<Value>(out.trim()).unwrap()["tokens"].as_array().unwrap().len()
+    };
+    assert_eq!([run(&["--max-tokens", "3"]), run(&["--n-predict", "3"]), run(&["-n", "3"])], [3, 3, 3]);
+    // The shared checks, in the flags' names.
+    for (args, msg) in [
+        (&["--n-threads", "0"][..], "--n-threads must be an integer from 1 to 64, got 0"),
+        (&["--top-p", "2"][..], "--top-p must be a number from 0 to 1, got 2"),
+        (&["--backend", "tpu"][..], "--backend must be \"cpu\", \"webgpu\" or \"auto\", got \"tpu\""),
+        (&["--backend", "cpu", "--gpu-layers", "1"][..], "--gpu-layers splits the model between webgpu and cpu"),
+    ] {
+        let (code, _, err) = ggweb(&[&["generate", "--model", &model(), "--prompt", "Hi"], args].concat(), "");
+        assert_eq!(code, 1, "{args:?}");
+        assert!(err.starts_with(&format!("ggweb: {msg}")), "{args:?}: {err}");
     }
 }

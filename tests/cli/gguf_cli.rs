@@ -90,8 +90,8 @@ fn inspect_errors_go_to_stderr_with_exit_1() {
         ),
         (vec!["inspect", "--model", m], format!("ggweb: {m}: No such file")),
         (vec!["inspect"], "ggweb: missing --model".into()),
-        (vec!["inspect", "--model"], "ggweb: --model needs a file".into()),
-        (vec!["inspect", "--model", t, "--bogus"], "ggweb: unknown argument '--bogus'".into()),
+        (vec!["inspect", "--model"], "ggweb: --model needs a value".into()),
+        (vec!["inspect", "--model", t, "--bogus"], "ggweb: unknown option --bogus".into()),
         (vec!["frobnicate"], "ggweb: unknown command 'frobnicate'".into()),
     ];
     for (args, want) in cases {

@@ -458,7 +458,8 @@ test('with the real wasm: a model over the memory budget fails as unsupported, a
   writeHugeCtx();
   const { page, problems } = await openPage(web.browser, web.server.url);
   await page.waitForSelector('body[data-ready="1"]');
-  // n_ctx 3 x 2^20: each KV tensor under 2 GiB, the whole plan over wasm32's 4 GiB.
+  // n_ctx 3 x 2^20: each KV tensor under 2 GiB, weights and KV cache together over wasm32's
+  // 4 GiB: refused by the first, cheap check, before any compute buffer is planned.
   const nCtx = 3 << 20;
   const url = `${web.server.url}artifacts/huge-ctx.gguf`;
   for (const worker of [true, false]) {
@@ -473,10 +474,10 @@ test('with the real wasm: a model over the memory budget fails as unsupported, a
     }, { url, nCtx, worker });
     assert.equal(e.code, 'unsupported', e.message);
     // The byte is the end of the chunk the header completed in (the download's chunking).
-    assert.equal(e.message.replace(/ at byte \d+: /, ' at byte N: '), `${url} at byte N: model too large: needs 10751133952 bytes (weights 1080688512 bytes + ` +
-      'KV cache 3221225472 bytes for n_ctx 3145728 x 2 layers x n_embd 64 + compute buffer 6449219968 bytes for n_batch 32), ' +
+    assert.equal(e.message.replace(/ at byte \d+: /, ' at byte N: '), `${url} at byte N: model too large: needs 4301913984 bytes (weights 1080688512 bytes + ` +
+      'KV cache 3221225472 bytes for n_ctx 3145728 x 2 layers x n_embd 64, before any compute buffer for n_batch 32), ' +
       'the memory budget is 4294967296 bytes');
-    assert.deepEqual(e.details, { needed: 10751133952, budget: 4294967296 });
+    assert.deepEqual(e.details, { needed: 4301913984, budget: 4294967296 });
   }
 
   await page.fill('#n-ctx', String(nCtx));
@@ -487,9 +488,9 @@ test('with the real wasm: a model over the memory budget fails as unsupported, a
   await page.click('#load-btn');
   await page.waitForFunction(() => document.getElementById('error').dataset.code === 'unsupported');
   const [head, detail] = (await page.innerText('#error')).split('\n');
-  assert.equal(head, 'The model does not fit in memory here: it needs 10.01 GiB, the budget is 4.00 GiB (6.01 GiB over). ' +
+  assert.equal(head, 'The model does not fit in memory here: it needs 4.01 GiB, the budget is 4.00 GiB (6.6 MiB over). ' +
     'Pick a smaller model or context, or the GPU.');
-  assert.match(detail, /model too large: needs 10751133952 bytes .* the memory budget is 4294967296 bytes$/);
+  assert.match(detail, /model too large: needs 4301913984 bytes .* the memory budget is 4294967296 bytes$/);
   assert.equal(await page.textContent('#load-status'), 'Loading failed.');
   assert.deepEqual(real(problems).filter((p) => !/favicon\.ico/.test(p)), []);
   await page.close();

@@ -1,9 +1,8 @@
 // A test double of the wasm-bindgen glue (web/pkg/ggweb_core.js), with the same surface as
 // crate/bindings: the module functions (version, init_panic_hook, available_backends,
-// cpu_threads, live_gpu_buffers, wasm_memory_bytes, wasm_heap_base), WasmLoader (its
-// constructor, the async WasmLoader.create and warm_up), WasmModel (prompt_step, next_token, logits,
-// score and trace async as in the real glue, stop_reason, generation_stats, last_logprobs, last_seq,
-// _debugLoseDevice, n_ctx, eos) and WasmInspector (Model.inspect's header reader). It lets
+// cpu_threads, load_options, live_gpu_buffers, wasm_memory_bytes, wasm_heap_base), WasmLoader (its
+// constructor, the async WasmLoader.create and warm_up), WasmModel (prompt_step, next, logits,
+// score and trace async as in the real glue, stats, _debugLoseDevice, n_ctx, eos) and WasmInspector (Model.inspect's header reader). It lets
 // tests/e2e/api.spec.mjs drive the real JS layer (streaming, progress, errors, abort,
 // worker messages, cache) in Chromium without a model, through the same calls it makes on
 // the real module (api.spec checks the two surfaces are the same). It checks what a loader
@@ -19,16 +18,19 @@ export function initSync() {}
 export function init_panic_hook() {}
 export function version() { return 'fake'; }
 /** Like a build without the webgpu feature: "auto" runs on the CPU without asking for an adapter. */
-export function available_backends() { return JSON.stringify(['cpu']); }
-export function cpu_threads() { return JSON.stringify({ workersRunning: 0, jobs: [0, 0] }); }
+export function available_backends() { return ['cpu']; }
+export function cpu_threads() { return { supported: false, workersRunning: 0, jobs: [0, 0] }; }
+/** The real one's defaults (crate/model/options.rs LoadOptions); values were checked by engine.js. */
+export function load_options(o) {
+  return { nCtx: o?.nCtx ?? 0, nBatch: o?.nBatch ?? 32, backend: o?.backend ?? 'cpu', gpuLayers: o?.gpuLayers ?? null, nThreads: o?.nThreads ?? 1, kvType: o?.kvType ?? 'f32' };
+}
 export function live_gpu_buffers() { return 0; }
 export function wasm_memory_bytes() { return 16 * 65536; }
 export function wasm_heap_base() { return 65536; }
 
 export class WasmLoader {
   /** The real factory opens the WebGPU device; this build has none, so it is the constructor. */
-  static async create(optsJson) {
-    const opts = JSON.parse(optsJson);
+  static async create(opts) {
     // nBatch 4242: a browser that takes 1.5 s to answer (engine.js's stall timeout must fire).
     if (opts.nBatch === 4242) await new Promise((r) => setTimeout(r, 1500));
     // nBatch 4243: the first create (per test server) blocks its thread for good, as Firefox's
@@ -42,10 +44,10 @@ export class WasmLoader {
     if (opts.backend === 'webgpu') {
       throw Object.assign(new Error('backend "webgpu": this build has no WebGPU backend'), { code: 'unsupported' });
     }
-    return new WasmLoader(optsJson);
+    return new WasmLoader(opts);
   }
-  constructor(optsJson) {
-    this.opts = JSON.parse(optsJson);
+  constructor(opts) {
+    this.opts = { ...opts, backend: opts?.backend ?? 'cpu' };
     if (this.opts.nCtx !== undefined && this.opts.nCtx > 4096) throw new Error(`nCtx ${this.opts.nCtx} exceeds the model's context length 4096`);
     this.bytes = 0;
     this.hash = 0x811c9dc5;
@@ -104,11 +106,11 @@ export class WasmModel {
     const s = ids.reduce((a, b) => a + b, 0) % 1000;
     return Float32Array.from({ length: 8 }, (_, i) => s / 10 + i);
   }
-  start(ids, paramsJson) {
+  start(ids, params) {
     this.#alive();
     this.stop = undefined;
     // Absent options take the real parser's defaults (crate/model/session.rs GenerateOptions::default()).
-    this.params = { maxTokens: 128, ...JSON.parse(paramsJson) };
+    this.params = { maxTokens: 128, ...params };
     this.prompt = Array.from(ids);
     this.pos = 0;
     this.produced = 0;
@@ -122,29 +124,25 @@ export class WasmModel {
     this.pos = Math.min(this.prompt.length, this.pos + (this.opts.nBatch ?? 2));
     return this.pos >= this.prompt.length;
   }
-  async next_token() {
+  /** The next item, or undefined at the end. No distribution: no logprobs (as the real one without topLogprobs). */
+  async next() {
     this.#alive();
-    if (this.pos < this.prompt.length) throw new Error('next_token before the prompt was evaluated');
+    if (this.pos < this.prompt.length) throw new Error('next before the prompt was evaluated');
     if (this.produced >= this.params.maxTokens) {
       this.stop = 'maxTokens';
-      return -1;
+      return undefined;
     }
     this.#spin();
-    return 97 + (this.produced++ % 26);
+    const token = 97 + (this.produced++ % 26);
+    return { token, text: String.fromCharCode(token) };
   }
-  /** Why next_token returned -1 (the real one also says 'eos', 'contextFull' and 'stop'). */
-  stop_reason() { return this.stop; }
-  generation_stats() {
-    return JSON.stringify({ promptTokens: this.prompt?.length ?? 0, cachedTokens: 0, tokens: this.produced ?? 0, stop: this.stop ?? null });
+  /** The run's counters; `stop` (the real one also says 'eos', 'contextFull' and 'stop') once it ended. */
+  stats() {
+    return { promptTokens: this.prompt?.length ?? 0, cachedTokens: 0, tokens: this.produced ?? 0, stop: this.stop ?? null, webgpu: null };
   }
-  /** The fake model has no distribution: no logprobs (as the real one without topLogprobs). */
-  last_logprobs() { return undefined; }
-  /** One sequence only: every token is sequence 0's. */
-  last_seq() { return 0; }
   /** Each position predicts the next id with logprob -1 at rank 0 (entropy 0, no top-k). */
-  async score(ids, optsJson) {
+  async score(ids, opts) {
     this.#alive();
-    JSON.parse(optsJson);
     const n = Math.max(ids.length - 1, 0);
     return {
       tokens: Uint32Array.from(ids), logprobs: new Float32Array(n).fill(-1), ranks: new Uint32Array(n),
@@ -152,12 +150,10 @@ export class WasmModel {
     };
   }
   /** No graph to tap: the tokens, no named nodes, no compute memory. */
-  async trace(ids, optsJson) {
+  async trace(ids, opts) {
     this.#alive();
-    JSON.parse(optsJson);
     return { tokens: Uint32Array.from(ids), nodes: {}, memory: { compute: 0 } };
   }
-  token_piece(id) { return String.fromCharCode(id); }
   n_ctx() { return this.opts.nCtx ?? 4096; }
   eos() { return -1; }
   _debugLoseDevice() {
@@ -165,7 +161,7 @@ export class WasmModel {
     throw Object.assign(new Error('the model runs on the cpu backend, which has no device to lose'), { code: 'unsupported' });
   }
   info() {
-    return JSON.stringify({ arch: 'fake', bytes: this.bytes, fnv1a: this.hash, backend: this.opts.backend, opts: this.opts });
+    return { arch: 'fake', bytes: this.bytes, fnv1a: this.hash, backend: this.opts.backend, opts: this.opts };
   }
   free() {
     if (this.freed) throw new Error('double free');
@@ -176,8 +172,8 @@ export class WasmModel {
 
 /** Model.inspect's header reader: done once the GGUF magic and 24 more bytes are in; no plan. */
 export class WasmInspector {
-  constructor(optsJson, fileSize) {
-    this.opts = JSON.parse(optsJson);
+  constructor(opts, fileSize) {
+    this.opts = opts;
     this.fileSize = fileSize;
     this.bytes = 0;
   }

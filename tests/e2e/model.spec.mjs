@@ -315,6 +315,63 @@ test('kvType \'f16\': half the KV bytes in info(), logits within tests/model/kv_
   assert.match(v.bad[1], /WasmLoader options: kvType must be "f16" or "f32", got "q8_0"$/);
 });
 
+test('the wasm seam: next() is the whole item or undefined, stats() says why it ended, load_options() holds the defaults', async () => {
+  const r = await page.evaluate(async ({ url, ids }) => {
+    const core = await import('/pkg/ggweb_core.js');
+    await core.default();
+    const code = (f) => { try { f(); return null; } catch (e) { return [e.code, e.message]; } };
+    const out = {
+      defaults: core.load_options({}),
+      given: core.load_options({ nCtx: 64, backend: 'auto', gpuLayers: -1, kvType: 'f16' }),
+      unknown: code(() => core.load_options({ ctx: 1 })),
+      threads: core.cpu_threads(),
+      backends: core.available_backends(),
+    };
+    const loader = await core.WasmLoader.create({ nBatch: 32 });
+    loader.feed(new Uint8Array(await (await fetch(url)).arrayBuffer()));
+    const model = loader.finish();
+    const info = model.info();
+    out.info = { backend: info.backend, eps: info.hparams.eps, note: info.backendNote, kvType: info.memory.kvType };
+    const run = async (params) => {
+      model.start(Uint32Array.from(ids), params);
+      while (!(await model.prompt_step()));
+      const items = [];
+      for (let it; (it = await model.next()) !== undefined;) items.push(it);
+      return { items, stats: model.stats() };
+    };
+    out.plain = await run({ maxTokens: 3, temperature: 0 });
+    out.top = await run({ maxTokens: 2, temperature: 0, topLogprobs: 2 });
+    out.badStart = code(() => model.start(Uint32Array.from(ids), { maxTokens: 1, top_k: 3 }));
+    const sc = await model.score(Uint32Array.from(ids), { topK: 1 });
+    out.score = { tokens: sc.tokens.constructor.name, logprobs: sc.logprobs.constructor.name, top: sc.top[0] };
+    model.free();
+    return out;
+  }, { url: F32, ids: HELLO.ids });
+  assert.deepEqual(r.defaults, { nCtx: 0, nBatch: 32, backend: 'cpu', gpuLayers: null, nThreads: 1, kvType: 'f32' });
+  assert.deepEqual(r.given, { nCtx: 64, nBatch: 32, backend: 'auto', gpuLayers: -1, nThreads: 1, kvType: 'f16' });
+  assert.equal(r.unknown[0], 'invalid');
+  assert.match(r.unknown[1], /^WasmLoader options: unknown option "ctx" \(known: nCtx, nBatch, backend, gpuLayers, nThreads, kvType\)$/);
+  assert.deepEqual(r.threads, { supported: false, workersRunning: 0, jobs: [0, 0] });
+  assert.deepEqual(r.backends, ['cpu', 'webgpu']);
+  assert.deepEqual(r.info, { backend: 'cpu', eps: 1e-5, note: null, kvType: 'f32' });
+  // Greedy: HF's tokens, each item whole ({ token, text } without topLogprobs).
+  assert.deepEqual(r.plain.items.map((t) => t.token), HELLO.greedy_ids.slice(0, 3));
+  assert.deepEqual(r.plain.items.map((t) => Object.keys(t)), [['token', 'text'], ['token', 'text'], ['token', 'text']]);
+  assert.equal(r.plain.items.map((t) => t.text).join(''), HELLO.greedy_text.slice(0, r.plain.items.map((t) => t.text).join('').length));
+  assert.deepEqual(r.plain.stats, { promptTokens: HELLO.ids.length, cachedTokens: 0, tokens: 3, stop: 'maxTokens', webgpu: null });
+  // With topLogprobs: logprob and the top 2 ({ token, text, logprob }), the greedy token first.
+  const [first] = r.top.items;
+  assert.deepEqual(Object.keys(first), ['token', 'text', 'logprob', 'top']);
+  assert.equal(first.top.length, 2);
+  assert.equal(first.top[0].token, first.token);
+  assert.ok(first.logprob < 0 && Math.abs(first.logprob - first.top[0].logprob) < 1e-6, JSON.stringify(first));
+  assert.equal(r.top.stats.cachedTokens, HELLO.ids.length - 1, 'the prompt cache reused the prompt');
+  assert.equal(r.badStart[0], 'invalid');
+  assert.match(r.badStart[1], /^generation options: unknown option "top_k" \(known: maxTokens, /);
+  assert.deepEqual(r.score.tokens + r.score.logprobs, 'Uint32ArrayFloat32Array');
+  assert.deepEqual(Object.keys(r.score.top[0]), ['token', 'logprob']);
+});
+
 test('the real module\'s errors carry codes and say what and where', async () => {
   const r = await inPage(true, `
     const res = {};
@@ -384,7 +441,7 @@ async function measureLoad(url, opts, text, n) {
       const mem = () => wasm.memory.buffer.byteLength;
       const atInit = mem();
       const heapBase = core.wasm_heap_base();
-      const loader = new core.WasmLoader(JSON.stringify(opts));
+      const loader = new core.WasmLoader(opts);
       const reader = (await fetch(url)).body.getReader();
       let chunks = 0;
       let biggest = 0;
@@ -397,12 +454,12 @@ async function measureLoad(url, opts, text, n) {
       }
       const model = loader.finish();
       const afterLoad = mem();
-      const info = JSON.parse(model.info());
+      const info = model.info();
       const t0 = performance.now();
-      model.start(model.tokenize(text, false), JSON.stringify({ maxTokens: n, temperature: 0 }));
+      model.start(model.tokenize(text, false), { maxTokens: n, temperature: 0 });
       while (!(await model.prompt_step()));
       const greedy = [];
-      for (let id; (id = await model.next_token()) >= 0;) greedy.push(id);
+      for (let t; (t = await model.next());) greedy.push(t.token);
       const ms = performance.now() - t0;
       const afterRun = mem();
       model.free();

@@ -30,7 +30,7 @@ async function measure(url, backend) {
       const wasm = await core.default();
       const mem = () => wasm.memory.buffer.byteLength;
       const atInit = mem();
-      const loader = await core.WasmLoader.create(JSON.stringify({ backend, nCtx: 32 }));
+      const loader = await core.WasmLoader.create({ backend, nCtx: 32 });
       const reader = (await fetch(url)).body.getReader();
       let fed = 0;
       for (;;) {
@@ -41,11 +41,11 @@ async function measure(url, backend) {
       }
       const model = loader.finish();
       const afterLoad = mem();
-      const info = JSON.parse(model.info());
-      model.start(new Uint32Array(ids), JSON.stringify({ maxTokens: 4, temperature: 0 }));
+      const info = model.info();
+      model.start(new Uint32Array(ids), { maxTokens: 4, temperature: 0 });
       while (!(await model.prompt_step()));
       const greedy = [];
-      for (let id; (id = await model.next_token()) >= 0;) greedy.push(id);
+      for (let t; (t = await model.next());) greedy.push(t.token);
       model.free();
       return { atInit, afterLoad, fed, info, greedy };
     }, { url, backend, ids: HELLO.ids });

@@ -89,7 +89,7 @@ describe('Firefox', () => {
     threads: { n: 2, running: 2, build: 'pkg-threads-relaxed', reason: null },
     pageBuild: 'pkg-relaxed',
     webgpuNote: `backend "auto": ${NO_GPU}; running on the CPU`,
-    webgpuError: `${NO_GPU}; use backend "cpu"`,
+    webgpuError: `opening the backend: backend "webgpu": backend unavailable: ${NO_GPU}; use backend "cpu"`,
   });
 
   test('without COOP/COEP, nThreads 2 runs 1 thread (pkg-relaxed) and says why', () => {

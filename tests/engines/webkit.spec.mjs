@@ -37,6 +37,6 @@ describe('WebKit', () => {
     threads: { n: 1, running: 1, build: 'pkg', reason: 'this browser has no SharedArrayBuffer' },
     pageBuild: 'pkg',
     webgpuNote: `backend "auto": ${NO_GPU}; running on the CPU`,
-    webgpuError: `${NO_GPU}; use backend "cpu"`,
+    webgpuError: `opening the backend: backend "webgpu": backend unavailable: ${NO_GPU}; use backend "cpu"`,
   });
 });

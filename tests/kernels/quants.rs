@@ -638,13 +638,33 @@ fn prompt_kernels_follow_the_build() {
         quants::set_vnni_disabled(false);
         assert_eq!(plain, "avx2 tiles");
     }
-    assert_eq!(quants::prompt_gemm_kernel(GgmlType::Q6_K), "vec_dot");
+    // The other weight types' prompt kernels.
+    use GgmlType::*;
+    for ty in [Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K] {
+        let name = quants::prompt_gemm_kernel(ty);
+        let k = ty.blck_size() == 256;
+        if cfg!(target_arch = "x86_64") && Isa::best() != Isa::Scalar {
+            assert_eq!(name, if k { "avx2 k-quant tiles" } else { q4 }, "{ty}");
+        }
+        if cfg!(target_arch = "wasm32") {
+            let want = match ty {
+                _ if k && relaxed => "simd128 k-quant tiles (relaxed dot)",
+                _ if k => "simd128 k-quant tiles",
+                Q5_0 => "simd128 i16 panels",
+                _ if relaxed => "simd128 affine rows (relaxed dot)",
+                _ => "simd128 affine rows",
+            };
+            assert_eq!(name, want, "{ty}");
+        }
+    }
+    assert_eq!(quants::prompt_gemm_kernel(F32), "vec_dot");
 }
 
-/// quants::gemm gives each pair exactly what vec_dot gives (its own kernels for Q8_0 and
-/// Q4_0, a loop over vec_dot for the rest): block counts around the groups of 8, strided
-/// rows, weights holding -128, and an activation row holding -128 (which the Q8_0 kernel
-/// hands back to vec_dot).
+/// quants::gemm gives each pair exactly what vec_dot gives (its own kernels for every type
+/// here, natively and on wasm): block
+/// counts around the groups of 8 (and the K-quants' 4-row tiles of b), strided rows, weights
+/// holding -128, and an activation row holding -128 (which the Q8_0 kernel hands back to
+/// vec_dot).
 #[test]
 fn gemm_equals_vec_dot_bit_for_bit() {
     let mut rng = Rng::xorshift64_star(0x0bad_cafe_f00d_1234);
@@ -652,9 +672,11 @@ fn gemm_equals_vec_dot_bit_for_bit() {
         GgmlType::Q8_0,
         GgmlType::Q4_0,
         GgmlType::Q4_1,
+        GgmlType::Q5_0,
         GgmlType::Q5_1,
         GgmlType::Q2_K,
         GgmlType::Q3_K,
+        GgmlType::Q4_K,
         GgmlType::Q5_K,
         GgmlType::Q6_K,
     ] {

@@ -8,7 +8,7 @@ use ggweb::gguf::{read_header, Limits};
 use ggweb::model::context::Gpt2Options;
 use ggweb::model::gpt2::Hparams;
 use ggweb::model::loader::{load_from_bytes, LoadEstimate, LoadedModel};
-use ggweb::model::options::{opt_kv_type, parse_kv_type, parse_object};
+use ggweb::model::options::{from_json, parse_kv_type, LoadOptions};
 use ggweb::model::sampling::argmax;
 use ggweb::model::ModelError;
 use ggweb::GgmlType;
@@ -150,14 +150,15 @@ fn kv_type_values_are_checked() {
     assert_eq!(parse_kv_type("--kv-type", "f32"), Ok(F32));
     let e = parse_kv_type("--kv-type", "q8_0").unwrap_err();
     assert_eq!(e, ModelError::Invalid("--kv-type must be \"f16\" or \"f32\", got \"q8_0\"".into()));
-    let map = parse_object("load options", r#"{"kvType":"f16"}"#, &["kvType"]).unwrap();
-    assert_eq!(opt_kv_type(&map, "load options", "kvType"), Ok(Some(F16)));
+    let o: LoadOptions = from_json("load options", r#"{"kvType":"f16"}"#).unwrap();
+    assert_eq!((o.kv_type, o.model().kv_type), (Some(F16), F16));
+    let o: LoadOptions = from_json("load options", "{}").unwrap();
+    assert_eq!((o.kv_type, o.model().kv_type), (None, F32), "the default lives in Gpt2Options::default()");
     for (json, msg) in [
         (r#"{"kvType":"F16"}"#, "load options: kvType must be \"f16\" or \"f32\", got \"F16\""),
         (r#"{"kvType":16}"#, "load options: kvType must be \"f16\" or \"f32\", got 16"),
     ] {
-        let map = parse_object("load options", json, &["kvType"]).unwrap();
-        assert_eq!(opt_kv_type(&map, "load options", "kvType"), Err(ModelError::Invalid(msg.into())));
+        assert_eq!(from_json::<LoadOptions>("load options", json), Err(ModelError::Invalid(msg.into())));
     }
     let bytes = fixtures::model_bytes(FILE);
     let e = load_from_bytes(&bytes, Gpt2Options { kv_type: GgmlType::Q8_0, ..Default::default() }).err().unwrap();

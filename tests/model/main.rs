@@ -17,4 +17,5 @@ mod kv_type;
 mod nseq;
 mod scale_medium;
 mod sched;
+mod tl_hooks;
 mod tokenizer;

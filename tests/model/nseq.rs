@@ -202,3 +202,35 @@ fn options_n_num_beams_length_penalty_parse_strictly() {
         assert_eq!(parse_generate(json).unwrap_err().to_string(), msg);
     }
 }
+
+#[test]
+fn hooks_take_one_sequence() {
+    use ggweb::model::options::parse_generate;
+    let path = fixtures::models_dir().join("tiny-gpt2-f32.gguf");
+    let mut s = session_at(&path, 4);
+    let ids = s.tokenizer.encode("Hello world", false);
+    let hooks = r#""hooks":[{"at":"blocks.0.hook_resid_pre","op":"scale","value":2}]"#;
+    for extra in [r#""n":2"#, r#""numBeams":2"#] {
+        let opts = parse_generate(&format!("{{{hooks},{extra}}}")).unwrap();
+        let e = s.start(ids.clone(), opts).unwrap_err().to_string();
+        assert!(e.contains("hooks take one sequence"), "{e}");
+    }
+    // The model context refuses a multi-sequence batch with hooks, and keeps its cells free.
+    let h = parse_generate(&format!("{{{hooks}}}")).unwrap().hooks;
+    let (toks, seq) = ([ids[0], ids[0]], [SeqPos { pos: 0, seqs: 1 }, SeqPos { pos: 0, seqs: 2 }]);
+    let batch = Batch { tokens: &toks, logits: Logits::All, seq: &seq, hooks: &h, ..Batch::default() };
+    let e = block_on(s.model.decode(batch)).unwrap_err().to_string();
+    assert!(e.contains("hooks take one sequence"), "{e}");
+    assert_eq!(s.model.kv.used(), 0);
+    // One hooked sequence generates, and differs from the unhooked run; n = 2 after it
+    // (no hooks) gives sequence 0 equal to a fresh unhooked run: the hooked cache is not reused.
+    let greedy = |extra: &str| parse_generate(&format!(r#"{{"temperature":0,"maxTokens":4,"ignoreEos":true{extra}}}"#));
+    let hooked = run(&mut s, &ids, greedy(&format!(",{hooks}")).unwrap());
+    let two = run(&mut s, &ids, greedy(r#","n":2"#).unwrap());
+    let plain = run(&mut session_at(&path, 4), &ids, greedy("").unwrap());
+    let toks_of = |items: &[Item], q: usize| items.iter().filter(|i| i.seq == q).map(|i| i.token).collect::<Vec<_>>();
+    assert_eq!(hooked.len(), 4);
+    assert_ne!(toks_of(&hooked, 0), toks_of(&plain, 0), "the hook changes the greedy tokens");
+    assert_eq!(toks_of(&two, 0), toks_of(&plain, 0));
+    assert_eq!(toks_of(&two, 1), toks_of(&plain, 0));
+}

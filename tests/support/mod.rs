@@ -6,8 +6,8 @@
 //! - `rng`: the tests' one random number generator; `eval`: a synchronous `decode` for tests;
 //! - `fixtures`: the reference models' folder (`GGWEB_MODELS_DIR`), Hugging Face's outputs,
 //!   raw GGUF bytes;
-//! - `tensors`: random tensors (contiguous or viewed and permuted) and f64 references of
-//!   the ops; `simd_checks`: the checks of every SIMD implementation;
+//! - `tensors`: random tensors and the CPU's bit-identity checks (the ops' f64 references
+//!   are tests/backend_ops/suite.rs); `simd_checks`: the checks of every SIMD implementation;
 //! - `kquants`: the llama.cpp-made quantization mixes; `tiny_gpt2`: a tiny GPT-2 GGUF written
 //!   in memory; `bench_gpt2`: GPT-2-shaped models of any size with seeded random weights;
 //! - `sched`: the tiny model loaded whole or split, and one reference run; `host_backend`: a
@@ -27,3 +27,4 @@ pub mod sched;
 pub mod simd_checks;
 pub mod tensors;
 pub mod tiny_gpt2;
+pub mod tl_ref;

@@ -1,6 +1,6 @@
-//! Helpers shared by the op tests (native: tests/kernels/ops.rs, wasm: tests/wasm_simd.rs):
-//! tensors filled with random values (contiguous or through views and permutations), and
-//! naive f64 references.
+//! Helpers shared by the CPU kernel tests (native: tests/kernels/ops.rs, wasm:
+//! tests/wasm_simd.rs): random tensors, GELU's f64 form and the bit-identity checks of
+//! batched products. The ops against f64 references are tests/backend_ops/.
 #![allow(dead_code)]
 
 use ggweb::tensor::{Context, ContextParams, Tensor};
@@ -24,46 +24,6 @@ pub fn at(ne: [usize; 4], i0: usize, i1: usize, i2: usize, i3: usize) -> usize {
     ((i3 * ne[2] + i2) * ne[1] + i1) * ne[0] + i0
 }
 
-pub fn ne_of(t: &Tensor) -> [usize; 4] {
-    t.ne.map(|n| n as usize)
-}
-
-/// A tensor of shape `ne` whose memory is NOT laid out contiguously: a tensor of permuted
-/// shape is filled, then permuted (axes (1, 2, 0, 3) maps stored dim i to logical axes[i])
-/// and offset inside a larger buffer through a strided view. Returns it and its values in
-/// logical order.
-pub fn random_strided(ctx: &Context, rng: &mut Rng, ty: GgmlType, ne: [i64; 4]) -> (Tensor, Vec<f32>) {
-    // Stored dims: logical dim axes[i] is stored as dim i.
-    let axes = [1usize, 2, 0, 3];
-    let stored = [ne[axes[0]], ne[axes[1]], ne[axes[2]], ne[axes[3]]];
-    // Rows 3 elements longer than needed, and a 1-row offset: a view with gaps.
-    let big = ctx.new_tensor_4d(ty, stored[0] + 3, stored[1], stored[2], stored[3]);
-    let es = ty.type_size();
-    let v = ctx.view_4d(&big, stored[0], stored[1], stored[2], stored[3], big.nb[1], big.nb[2], big.nb[3], 2 * es);
-    let perm = ctx.permute(&v, axes[0], axes[1], axes[2], axes[3]);
-    assert_eq!(perm.ne, ne);
-    assert!(!perm.is_contiguous());
-    let vals = rng.vec(perm.nelements() as usize, -1.0, 1.0);
-    let vals = round_to(ty, &vals);
-    perm.set_f32_slice(&vals);
-    (perm, vals)
-}
-
-/// A tensor of shape `ne` with packed rows (what mul_mat's operands need) that is still
-/// not contiguous: dims 1 and 2 swapped in memory, and 3 elements of gap after each row
-/// (like attention's Q, a permuted view of a strided view).
-pub fn random_strided_rows(ctx: &Context, rng: &mut Rng, ty: GgmlType, ne: [i64; 4]) -> (Tensor, Vec<f32>) {
-    let big = ctx.new_tensor_4d(ty, ne[0] + 3, ne[2], ne[1], ne[3]);
-    let es = ty.type_size();
-    let v = ctx.view_4d(&big, ne[0], ne[2], ne[1], ne[3], big.nb[1], big.nb[2], big.nb[3], es);
-    let perm = ctx.permute(&v, 0, 2, 1, 3);
-    assert_eq!(perm.ne, ne);
-    assert!(!perm.is_contiguous() && perm.nb[0] == es);
-    let vals = round_to(ty, &rng.vec(perm.nelements() as usize, -1.0, 1.0));
-    perm.set_f32_slice(&vals);
-    (perm, vals)
-}
-
 /// A contiguous tensor of random values (rounded to `ty`).
 pub fn random_tensor(ctx: &Context, rng: &mut Rng, ty: GgmlType, ne: [i64; 4], lo: f32, hi: f32) -> (Tensor, Vec<f32>) {
     let t = ctx.new_tensor(ty, &ne);
@@ -72,74 +32,15 @@ pub fn random_tensor(ctx: &Context, rng: &mut Rng, ty: GgmlType, ne: [i64; 4], l
     (t, vals)
 }
 
+// --- f64 references, on logical-order data ---
+
+/// `v` rounded to `ty`'s precision (F16) or unchanged (F32).
 pub fn round_to(ty: GgmlType, v: &[f32]) -> Vec<f32> {
     match ty {
         GgmlType::F16 => v.iter().map(|&x| half::f16::from_f32(x).to_f32()).collect(),
         GgmlType::BF16 => v.iter().map(|&x| half::bf16::from_f32(x).to_f32()).collect(),
         _ => v.to_vec(),
     }
-}
-
-// --- f64 references, on logical-order data ---
-
-/// c[m, n, i2, i3] = Σ_k a[k, m, i2/r2, i3/r3] · b[k, n, i2, i3]; also returns Σ|a·b| per
-/// element, the scale a floating-point dot product's error is proportional to.
-pub fn ref_mul_mat(a: &[f32], ane: [usize; 4], b: &[f32], bne: [usize; 4]) -> (Vec<f64>, Vec<f64>) {
-    let (k, m, n) = (ane[0], ane[1], bne[1]);
-    let (r2, r3) = (bne[2] / ane[2], bne[3] / ane[3]);
-    let cne = [m, n, bne[2], bne[3]];
-    let mut c = vec![0.0; m * n * bne[2] * bne[3]];
-    let mut mag = c.clone();
-    for i3 in 0..bne[3] {
-        for i2 in 0..bne[2] {
-            for j in 0..n {
-                for i in 0..m {
-                    let (mut s, mut sa) = (0.0f64, 0.0f64);
-                    for kk in 0..k {
-                        let p = a[at(ane, kk, i, i2 / r2, i3 / r3)] as f64 * b[at(bne, kk, j, i2, i3)] as f64;
-                        s += p;
-                        sa += p.abs();
-                    }
-                    c[at(cne, i, j, i2, i3)] = s;
-                    mag[at(cne, i, j, i2, i3)] = sa;
-                }
-            }
-        }
-    }
-    (c, mag)
-}
-
-/// softmax(x·scale + mask) per row; mask rows broadcast over dims 2, 3.
-pub fn ref_soft_max(x: &[f32], ne: [usize; 4], mask: Option<(&[f32], [usize; 4])>, scale: f64) -> Vec<f64> {
-    let mut out = vec![0.0; x.len()];
-    for i3 in 0..ne[3] {
-        for i2 in 0..ne[2] {
-            for i1 in 0..ne[1] {
-                let row: Vec<f64> = (0..ne[0])
-                    .map(|i0| {
-                        let m = mask.map_or(0.0, |(m, mne)| m[at(mne, i0, i1, i2 % mne[2], i3 % mne[3])] as f64);
-                        x[at(ne, i0, i1, i2, i3)] as f64 * scale + m
-                    })
-                    .collect();
-                let max = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-                let sum: f64 = row.iter().map(|v| (v - max).exp()).sum();
-                for i0 in 0..ne[0] {
-                    out[at(ne, i0, i1, i2, i3)] = (row[i0] - max).exp() / sum;
-                }
-            }
-        }
-    }
-    out
-}
-
-pub fn ref_norm(x: &[f32], n0: usize, eps: f64) -> Vec<f64> {
-    x.chunks(n0)
-        .flat_map(|r| {
-            let mean = r.iter().map(|&v| v as f64).sum::<f64>() / n0 as f64;
-            let var = r.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n0 as f64;
-            r.iter().map(move |&v| (v as f64 - mean) / (var + eps).sqrt()).collect::<Vec<_>>()
-        })
-        .collect()
 }
 
 /// GELU's tanh form in f64. 0.5·x·(1 + tanh(u)) loses digits to cancellation in f64 too
@@ -152,16 +53,6 @@ pub fn ref_gelu(x: f64) -> f64 {
     } else {
         let e = (2.0 * u).exp();
         x * e / (1.0 + e)
-    }
-}
-
-/// Asserts |got - want| ≤ tol(i) for every element; infinities must match exactly.
-pub fn assert_close(what: &str, got: &[f32], want: &[f64], tol: impl Fn(usize) -> f64) {
-    assert_eq!(got.len(), want.len(), "{what}: lengths");
-    for i in 0..got.len() {
-        let (g, w) = (got[i] as f64, want[i]);
-        let ok = if w.is_infinite() { g == w } else { (g - w).abs() <= tol(i) };
-        assert!(ok, "{what}: element {i}: got {g}, want {w} (tolerance {})", tol(i));
     }
 }
 

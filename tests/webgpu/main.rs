@@ -13,6 +13,10 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+#[path = "../backend_ops/suite.rs"]
+mod suite;
+
 mod sched_webgpu;
+mod tl_hooks_webgpu;
 mod webgpu_load;
 mod webgpu_ops;

@@ -147,6 +147,9 @@ pub(crate) const GELU_C: f64 = 0.044_715;
 
 /// The fastest implementation this machine and build can run.
 pub fn best() -> &'static dyn Simd {
+    if crate::cpu::features::scalar_only() {
+        return &scalar::Scalar;
+    }
     #[cfg(target_arch = "x86_64")]
     {
         if let Some(s) = x86::Avx2::detect() {

@@ -1,0 +1,532 @@
+//! TransformerLens's hook points (`transformer-lens` 3.x `HookedTransformer` for GPT-2, loaded
+//! without weight processing) as aliases of the GPT-2 graph's named nodes.
+//!
+//! Every shape below is TransformerLens's without the batch axis, row-major; the graph node's
+//! ggml `ne` (fastest axis first) is that shape reversed, except where noted. `N` = positions of
+//! the run, `L` = positions attended to (n_past + N; N for a run from position 0), `H` = heads,
+//! `hd` = d_head, `l` = the block.
+//!
+//! | TransformerLens name | TL shape | graph node | node ne |
+//! |---|---|---|---|
+//! | `hook_embed` | [pos, d_model] | `inp_embd` | [n_embd, N] |
+//! | `hook_pos_embed` | [pos, d_model] | `inp_pos_embd` | [n_embd, N] |
+//! | `blocks.l.hook_resid_pre` | [pos, d_model] | `inpL` (l = 0), `l{l-1}.l_out` | [n_embd, N] |
+//! | `blocks.l.ln1.hook_scale` | [pos, 1] | derived from `hook_resid_pre` (below) | [1, N] |
+//! | `blocks.l.ln1.hook_normalized` | [pos, d_model] | `l{l}.norm` | [n_embd, N] |
+//! | `blocks.l.attn.hook_q` / `hook_k` / `hook_v` | [pos, head, d_head] | `l{l}.q_heads` / `k_heads` / `v_heads` | [hd, H, N] |
+//! | `blocks.l.attn.hook_attn_scores` | [head, query, key] | `l{l}.kq_masked` (scaled by 1/√hd, masked −∞) | [L, N, H] |
+//! | `blocks.l.attn.hook_pattern` | [head, query, key] | `l{l}.kq_soft_max` | [L, N, H] |
+//! | `blocks.l.attn.hook_z` | [pos, head, d_head] | `l{l}.kqv_merged_cont` | [n_embd, N], n_embd = H·hd with hd fastest: the same bytes as [hd, H, N] |
+//! | `blocks.l.hook_attn_out` | [pos, d_model] | `l{l}.kqv_out` | [n_embd, N] |
+//! | `blocks.l.hook_resid_mid` | [pos, d_model] | `l{l}.ffn_inp` | [n_embd, N] |
+//! | `blocks.l.ln2.hook_scale` | [pos, 1] | derived from `hook_resid_mid` | [1, N] |
+//! | `blocks.l.ln2.hook_normalized` | [pos, d_model] | `l{l}.norm2` | [n_embd, N] |
+//! | `blocks.l.mlp.hook_pre` | [pos, d_mlp] | `l{l}.ffn_up_b` | [n_ff, N] |
+//! | `blocks.l.mlp.hook_post` | [pos, d_mlp] | `l{l}.ffn_gelu` | [n_ff, N] |
+//! | `blocks.l.hook_mlp_out` | [pos, d_model] | `l{l}.ffn_out` | [n_embd, N] |
+//! | `blocks.l.hook_resid_post` | [pos, d_model] | `l{l}.l_out` | [n_embd, N] |
+//! | `ln_final.hook_scale` | [pos, 1] | derived from the last `l_out` | [1, N] |
+//! | `ln_final.hook_normalized` | [pos, d_model] | `out_norm` (the head's rows: every row only when the head runs on all of them) | [n_embd, n_out] |
+//!
+//! `hook_normalized` is (x − mean)/scale before the LayerNorm's weight and bias (ggml's `norm`);
+//! `hook_scale` is √(var + eps). ggml's fused `norm` does not expose the scale and the op set has
+//! no sqrt/division to compute it in the graph, so a `hook_scale` capture is computed from the
+//! LayerNorm's input on the host, exactly as TransformerLens defines it; it is a capture only
+//! (an intervention on it would need a graph op).
+//!
+//! Cost: the hook points are nodes the graph computes anyway, except the per-head K and V
+//! (`k_heads`, `v_heads`): two copies of n_embd × N floats per layer, on the path into the KV
+//! cache so that a hook on them is what the cache stores (WebGPU: 21 dispatches per layer
+//! instead of 19). `ggweb bench` on the 124M shape (Q8_0, 1 thread, tg64, median of 5
+//! interleaved runs, 2026-12-02): 59.9 tokens per CPU second before, 59.5 after, within the
+//! run-to-run spread (±8%).
+
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+
+use super::context::TapValue;
+use super::gpt2::Hparams;
+use super::ModelError;
+
+/// Where a hook point's values come from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Source {
+    /// A graph node, by its ggml name.
+    Node(String),
+    /// √(var + eps) of each column of this node (a LayerNorm's input).
+    LnScale(String),
+}
+
+/// One TransformerLens hook point.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HookPoint {
+    /// TransformerLens's name.
+    pub name: String,
+    pub source: Source,
+}
+
+/// Whether `name` is in TransformerLens's namespace (no graph node's name is).
+pub fn is_tl_name(name: &str) -> bool {
+    name.starts_with("hook_") || name.starts_with("blocks.") || name.starts_with("ln_final.")
+}
+
+/// Every hook point of the model, in TransformerLens's forward order.
+pub fn hook_names(hp: &Hparams) -> Vec<String> {
+    let mut v = alloc::vec![String::from("hook_embed"), String::from("hook_pos_embed")];
+    for l in 0..hp.n_layer {
+        for s in BLOCK_HOOKS {
+            v.push(format!("blocks.{l}.{s}"));
+        }
+    }
+    v.push(String::from("ln_final.hook_scale"));
+    v.push(String::from("ln_final.hook_normalized"));
+    v
+}
+
+const BLOCK_HOOKS: [&str; 17] = [
+    "hook_resid_pre",
+    "ln1.hook_scale",
+    "ln1.hook_normalized",
+    "attn.hook_q",
+    "attn.hook_k",
+    "attn.hook_v",
+    "attn.hook_attn_scores",
+    "attn.hook_pattern",
+    "attn.hook_z",
+    "hook_attn_out",
+    "hook_resid_mid",
+    "ln2.hook_scale",
+    "ln2.hook_normalized",
+    "mlp.hook_pre",
+    "mlp.hook_post",
+    "hook_mlp_out",
+    "hook_resid_post",
+];
+
+/// The residual stream entering block `l` (`l == n_layer`: leaving the last block).
+fn resid(l: usize) -> String {
+    if l == 0 {
+        String::from("inpL")
+    } else {
+        format!("l{}.l_out", l - 1)
+    }
+}
+
+/// A TransformerLens name's hook point, or `invalid` naming it.
+pub fn hook_point(name: &str, hp: &Hparams) -> Result<HookPoint, ModelError> {
+    let bad = || {
+        ModelError::Invalid(format!(
+            "no hook point named '{name}' (TransformerLens names: hook_embed, blocks.0.hook_resid_pre .. blocks.{}.hook_resid_post, ln_final.hook_normalized, ...)",
+            hp.n_layer.saturating_sub(1)
+        ))
+    };
+    let node = |s: String| Ok(HookPoint { name: String::from(name), source: Source::Node(s) });
+    let scale = |s: String| Ok(HookPoint { name: String::from(name), source: Source::LnScale(s) });
+    match name {
+        "hook_embed" => return node(String::from("inp_embd")),
+        "hook_pos_embed" => return node(String::from("inp_pos_embd")),
+        "ln_final.hook_scale" => return scale(resid(hp.n_layer)),
+        "ln_final.hook_normalized" => return node(String::from("out_norm")),
+        _ => {}
+    }
+    let rest = name.strip_prefix("blocks.").ok_or_else(bad)?;
+    let (l, hook) = rest.split_once('.').ok_or_else(bad)?;
+    // Decimal digits only, no sign or leading zero ("01" is not TransformerLens's name).
+    if l.is_empty() || !l.bytes().all(|b| b.is_ascii_digit()) || (l.len() > 1 && l.starts_with('0')) {
+        return Err(bad());
+    }
+    let l: usize = l.parse().map_err(|_| bad())?;
+    if l >= hp.n_layer {
+        return Err(bad());
+    }
+    let step = match hook {
+        "hook_resid_pre" => return node(resid(l)),
+        "ln1.hook_scale" => return scale(resid(l)),
+        "ln2.hook_scale" => return scale(format!("l{l}.ffn_inp")),
+        "ln1.hook_normalized" => "norm",
+        "attn.hook_q" => "q_heads",
+        "attn.hook_k" => "k_heads",
+        "attn.hook_v" => "v_heads",
+        "attn.hook_attn_scores" => "kq_masked",
+        "attn.hook_pattern" => "kq_soft_max",
+        "attn.hook_z" => "kqv_merged_cont",
+        "hook_attn_out" => "kqv_out",
+        "hook_resid_mid" => "ffn_inp",
+        "ln2.hook_normalized" => "norm2",
+        "mlp.hook_pre" => "ffn_up_b",
+        "mlp.hook_post" => "ffn_gelu",
+        "hook_mlp_out" => "ffn_out",
+        "hook_resid_post" => "l_out",
+        _ => return Err(bad()),
+    };
+    node(format!("l{l}.{step}"))
+}
+
+/// The TransformerLens names among a trace's taps.
+#[derive(Clone, Debug, Default)]
+pub struct TlTaps {
+    pub points: Vec<HookPoint>,
+    /// The graph nodes the points read. Includes `result_norm` when `ln_final.hook_normalized`
+    /// is asked for: a tap in the head makes the trace run the head on every row.
+    pub nodes: Vec<String>,
+    n_head: i64,
+}
+
+/// Splits `taps` into the graph's own names (kept as they are, in order) and TransformerLens's;
+/// a TransformerLens name that is not a hook point of this model is `invalid`.
+pub fn split_taps(taps: &[String], hp: &Hparams) -> Result<(Vec<String>, TlTaps), ModelError> {
+    let mut graph = Vec::new();
+    let mut tl = TlTaps { n_head: hp.n_head.max(1) as i64, ..TlTaps::default() };
+    for t in taps {
+        if !is_tl_name(t) {
+            graph.push(t.clone());
+            continue;
+        }
+        let p = hook_point(t, hp)?;
+        let node = match &p.source {
+            Source::Node(n) | Source::LnScale(n) => n.clone(),
+        };
+        if node == "out_norm" && !tl.nodes.iter().any(|n| n == "result_norm") {
+            tl.nodes.push(String::from("result_norm"));
+        }
+        if !tl.nodes.contains(&node) {
+            tl.nodes.push(node);
+        }
+        if !tl.points.contains(&p) {
+            tl.points.push(p);
+        }
+    }
+    Ok((graph, tl))
+}
+
+impl TlTaps {
+    /// The hook points' values, named by TransformerLens's names, with TransformerLens's shape
+    /// (`ne` = that shape reversed), from the traced graph nodes.
+    pub fn values(&self, traced: &[TapValue], eps: f32) -> Vec<TapValue> {
+        let mut out = Vec::new();
+        for p in &self.points {
+            let (Source::Node(n) | Source::LnScale(n)) = &p.source;
+            let Some(v) = traced.iter().find(|v| &v.name == n) else { continue };
+            let mut v = v.clone();
+            if let Source::LnScale(_) = p.source {
+                v.data = ln_scale(&v.data, v.ne[0] as usize, eps);
+                v.ne = [1, v.ne[1], 1, 1];
+            } else if p.name.ends_with("attn.hook_z") {
+                // [n_embd, N] → [hd, H, N]: the same bytes.
+                v.ne = [v.ne[0] / self.n_head, self.n_head, v.ne[1], 1];
+            }
+            v.name = p.name.clone();
+            out.push(v);
+        }
+        out
+    }
+}
+
+/// TransformerLens's LayerNorm scale of each column of `x` ([d, N], d fastest):
+/// √(mean((x − mean(x))²) + eps), in f64 then rounded.
+pub fn ln_scale(x: &[f32], d: usize, eps: f32) -> Vec<f32> {
+    x.chunks_exact(d.max(1))
+        .map(|c| {
+            let mean = c.iter().map(|&v| v as f64).sum::<f64>() / d as f64;
+            let var = c.iter().map(|&v| (v as f64 - mean) * (v as f64 - mean)).sum::<f64>() / d as f64;
+            libm::sqrt(var + eps as f64) as f32
+        })
+        .collect()
+}
+
+/// A selection along one axis: one index or several (`pos` may count from the end).
+#[derive(Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "std", derive(serde::Deserialize, serde::Serialize))]
+#[cfg_attr(feature = "std", serde(untagged))]
+pub enum Sel {
+    One(i64),
+    Many(Vec<i64>),
+}
+
+/// A hook's value: a number, or an array (see [`Hook`]).
+#[derive(Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "std", derive(serde::Deserialize, serde::Serialize))]
+#[cfg_attr(feature = "std", serde(untagged))]
+pub enum HookValue {
+    Number(f32),
+    Array(Vec<f32>),
+}
+
+/// What a hook does to its slice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "std", derive(serde::Deserialize, serde::Serialize))]
+#[cfg_attr(feature = "std", serde(rename_all = "lowercase"))]
+pub enum HookOp {
+    /// The slice becomes 0.
+    Zero,
+    /// Multiplied by `value` (a number).
+    Scale,
+    /// Plus `value`: a number, or the slice at one position (the pos axis dropped), added at
+    /// every selected position.
+    Add,
+    /// Replaced by `value`: the whole slice, row-major (activation patching).
+    Set,
+}
+
+/// An intervention at a TransformerLens hook point, as a forward hook that returns the
+/// modified tensor: `{ at, op, head?, pos?, index?, value? }` (issue 24's contract). The
+/// slice is the product of the selections along the head axis, the position axis (the query
+/// axis of `hook_attn_scores`/`hook_pattern`) and the last axis; an axis not selected is whole.
+#[derive(Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "std", derive(serde::Deserialize, serde::Serialize))]
+#[cfg_attr(feature = "std", serde(deny_unknown_fields))]
+pub struct Hook {
+    pub at: String,
+    pub op: HookOp,
+    #[cfg_attr(feature = "std", serde(default, skip_serializing_if = "Option::is_none"))]
+    pub head: Option<Sel>,
+    #[cfg_attr(feature = "std", serde(default, skip_serializing_if = "Option::is_none"))]
+    pub pos: Option<Sel>,
+    #[cfg_attr(feature = "std", serde(default, skip_serializing_if = "Option::is_none"))]
+    pub index: Option<Sel>,
+    #[cfg_attr(feature = "std", serde(default, skip_serializing_if = "Option::is_none"))]
+    pub value: Option<HookValue>,
+}
+
+/// The hooks of one graph node, composed into one elementwise affine map `x·a + b` (every
+/// op is affine in the value, so any sequence of them is): the graph computes
+/// `add(mul(x, a), b)` there and every later node reads that. For `hook_attn_scores` the map
+/// applies before the causal mask, and `m` is the mask added after it (−∞ where a key is in
+/// the future, 0 elsewhere, and 0 where a hook gave a masked entry a fixed value: there
+/// TransformerLens's hook overwrote the −∞).
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeHook {
+    /// The graph node, by its ggml name.
+    pub node: String,
+    /// TransformerLens's shape of the node for this run (row-major; the node's memory order).
+    pub shape: Vec<usize>,
+    pub a: Vec<f32>,
+    pub b: Vec<f32>,
+    pub m: Option<Vec<f32>>,
+}
+
+/// TransformerLens's shape of a hook point for a run of `n` tokens after `n_past`, and its
+/// (head, pos) axes; the index axis is the last.
+fn tl_shape(hook: &str, hp: &Hparams, n: usize, n_past: usize) -> (Vec<usize>, Option<usize>, usize) {
+    let (d, h, hd) = (hp.n_embd, hp.n_head, hp.head_dim());
+    if hook.ends_with("attn.hook_attn_scores") || hook.ends_with("attn.hook_pattern") {
+        (alloc::vec![h, n, n_past + n], Some(0), 1)
+    } else if ["attn.hook_q", "attn.hook_k", "attn.hook_v", "attn.hook_z"].iter().any(|s| hook.ends_with(s)) {
+        (alloc::vec![n, h, hd], Some(1), 0)
+    } else if hook.ends_with("mlp.hook_pre") || hook.ends_with("mlp.hook_post") {
+        (alloc::vec![n, hp.n_ff], None, 0)
+    } else {
+        (alloc::vec![n, d], None, 0)
+    }
+}
+
+/// Resolves a selection along an axis of `len`: indices in the order given.
+fn resolve(sel: &Option<Sel>, len: usize, negative_ok: bool, what: &str, at: &str) -> Result<Vec<usize>, ModelError> {
+    let Some(sel) = sel else { return Ok((0..len).collect()) };
+    let raw: Vec<i64> = match sel {
+        Sel::One(i) => alloc::vec![*i],
+        Sel::Many(v) => v.clone(),
+    };
+    if raw.is_empty() {
+        return Err(ModelError::Invalid(format!("hook at '{at}': {what} selects nothing (an empty list)")));
+    }
+    raw.iter()
+        .map(|&i| {
+            let j = if negative_ok && i < 0 { i + len as i64 } else { i };
+            if j < 0 || j >= len as i64 {
+                Err(ModelError::Invalid(format!("hook at '{at}': {what} {i} is out of range (0..{len})")))
+            } else {
+                Ok(j as usize)
+            }
+        })
+        .collect()
+}
+
+/// Plans `hooks` for a run of `n` tokens after `n_past`: checks every hook (the name, its
+/// axes, ranges, the value's kind and length: `invalid` naming it) and composes each node's
+/// hooks, in TransformerLens's forward order and then the array's, into one [`NodeHook`].
+/// `allow_pos`: false where hooks apply at every evaluated position (generation).
+pub fn plan(
+    hooks: &[Hook],
+    hp: &Hparams,
+    n: usize,
+    n_past: usize,
+    allow_pos: bool,
+) -> Result<Vec<NodeHook>, ModelError> {
+    let order = hook_names(hp);
+    let mut sorted: Vec<(usize, &Hook)> = Vec::new();
+    for h in hooks {
+        let p = hook_point(&h.at, hp)?;
+        let Source::Node(node) = p.source else {
+            return Err(ModelError::Invalid(format!(
+                "hook at '{}': a LayerNorm scale is a capture only (hook the hook_normalized beside it)",
+                h.at
+            )));
+        };
+        if h.pos.is_some() && !allow_pos {
+            return Err(ModelError::Invalid(format!(
+                "hook at '{}': 'pos' is not allowed here (generation applies hooks at every evaluated position)",
+                h.at
+            )));
+        }
+        let _ = node;
+        sorted.push((order.iter().position(|o| o == &h.at).unwrap_or(usize::MAX), h));
+    }
+    sorted.sort_by_key(|&(i, _)| i);
+    let mut out: Vec<NodeHook> = Vec::new();
+    for (_, h) in sorted {
+        let Source::Node(node) = hook_point(&h.at, hp)?.source else { unreachable!("checked above") };
+        let (shape, head_ax, pos_ax) = tl_shape(&h.at, hp, n, n_past);
+        let last = shape.len() - 1;
+        let scores = h.at.ends_with("attn.hook_attn_scores");
+        let i = match out.iter().position(|o| o.node == node) {
+            Some(i) => i,
+            None => {
+                let len: usize = shape.iter().product();
+                let m = scores.then(|| {
+                    // [head, query, key]: key k of query q is in the future past n_past + q.
+                    let (nq, nk) = (shape[1], shape[2]);
+                    (0..len).map(|e| if (e % nk) > n_past + (e / nk) % nq { f32::NEG_INFINITY } else { 0.0 }).collect()
+                });
+                out.push(NodeHook {
+                    node,
+                    shape: shape.clone(),
+                    a: alloc::vec![1.0; len],
+                    b: alloc::vec![0.0; len],
+                    m,
+                });
+                out.len() - 1
+            }
+        };
+        let mut sel: Vec<Vec<usize>> = shape.iter().map(|&d| (0..d).collect()).collect();
+        if h.head.is_some() {
+            let ax = head_ax.ok_or_else(|| ModelError::Invalid(format!("hook at '{}': it has no head axis", h.at)))?;
+            sel[ax] = resolve(&h.head, shape[ax], false, "head", &h.at)?;
+        }
+        sel[pos_ax] = resolve(&h.pos, shape[pos_ax], true, "pos", &h.at)?;
+        if h.index.is_some() {
+            sel[last] = resolve(&h.index, shape[last], false, "index", &h.at)?;
+        }
+        let slice: usize = sel.iter().map(|s| s.len()).product();
+        let per_pos = slice / sel[pos_ax].len();
+        let number = |what: &str| -> Result<f32, ModelError> {
+            match &h.value {
+                Some(HookValue::Number(v)) => Ok(*v),
+                _ => Err(ModelError::Invalid(format!("hook at '{}': '{what}' needs a number 'value'", h.at))),
+            }
+        };
+        // (offset of every element of the slice, its row-major rank within the slice, its rank at one position)
+        let strides: Vec<usize> = (0..shape.len()).map(|k| shape[k + 1..].iter().product()).collect();
+        let mut elems: Vec<(usize, usize, usize)> = Vec::with_capacity(slice);
+        let mut idx = alloc::vec![0usize; shape.len()];
+        for rank in 0..slice {
+            let off: usize = (0..shape.len()).map(|k| sel[k][idx[k]] * strides[k]).sum();
+            // Rank with the pos axis dropped.
+            let mut r = 0;
+            for k in 0..shape.len() {
+                if k != pos_ax {
+                    r = r * sel[k].len() + idx[k];
+                }
+            }
+            elems.push((off, rank, r));
+            for k in (0..shape.len()).rev() {
+                idx[k] += 1;
+                if idx[k] < sel[k].len() {
+                    break;
+                }
+                idx[k] = 0;
+            }
+        }
+        let nh = &mut out[i];
+        match h.op {
+            HookOp::Zero => {
+                if h.value.is_some() {
+                    return Err(ModelError::Invalid(format!("hook at '{}': 'zero' takes no 'value'", h.at)));
+                }
+                for &(o, _, _) in &elems {
+                    (nh.a[o], nh.b[o]) = (0.0, 0.0);
+                }
+            }
+            HookOp::Scale => {
+                let v = number("scale")?;
+                for &(o, _, _) in &elems {
+                    (nh.a[o], nh.b[o]) = (nh.a[o] * v, nh.b[o] * v);
+                }
+            }
+            HookOp::Add => match &h.value {
+                Some(HookValue::Number(v)) => elems.iter().for_each(|&(o, _, _)| nh.b[o] += v),
+                Some(HookValue::Array(v)) if v.len() == per_pos => elems.iter().for_each(|&(o, _, r)| nh.b[o] += v[r]),
+                Some(HookValue::Array(v)) => {
+                    return Err(ModelError::Invalid(format!(
+                        "hook at '{}': an 'add' value has {} numbers, the slice at one position has {per_pos}",
+                        h.at,
+                        v.len()
+                    )))
+                }
+                None => return Err(ModelError::Invalid(format!("hook at '{}': 'add' needs a 'value'", h.at))),
+            },
+            HookOp::Set => match &h.value {
+                Some(HookValue::Array(v)) if v.len() == slice => {
+                    for &(o, rank, _) in &elems {
+                        (nh.a[o], nh.b[o]) = (0.0, v[rank]);
+                    }
+                }
+                Some(HookValue::Array(v)) => {
+                    return Err(ModelError::Invalid(format!(
+                        "hook at '{}': a 'set' value has {} numbers, the slice has {slice}",
+                        h.at,
+                        v.len()
+                    )))
+                }
+                _ => return Err(ModelError::Invalid(format!("hook at '{}': 'set' needs an array 'value'", h.at))),
+            },
+        }
+        // A masked score that a hook fixed (a = 0) holds that value, as TransformerLens's does.
+        if let Some(m) = nh.m.as_mut() {
+            for &(o, _, _) in &elems {
+                if nh.a[o] == 0.0 {
+                    m[o] = 0.0;
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Expands capture patterns into hook point names, in TransformerLens's forward order: `*`
+/// stands for any run of characters within one dot-separated part (`blocks.*.hook_resid_post`).
+/// A pattern that names no hook point is `invalid`.
+pub fn expand_capture(patterns: &[String], hp: &Hparams) -> Result<Vec<String>, ModelError> {
+    let all = hook_names(hp);
+    let mut keep = alloc::vec![false; all.len()];
+    for p in patterns {
+        let mut any = false;
+        for (i, name) in all.iter().enumerate() {
+            if matches(p, name) {
+                keep[i] = true;
+                any = true;
+            }
+        }
+        if !any {
+            return Err(ModelError::Invalid(format!(
+                "capture '{p}' names no hook point (TransformerLens names, e.g. 'blocks.*.hook_resid_post')"
+            )));
+        }
+    }
+    Ok(all.into_iter().zip(keep).filter(|(_, k)| *k).map(|(n, _)| n).collect())
+}
+
+/// Whether `name` matches `pattern` part by part (`*` within one part).
+fn matches(pattern: &str, name: &str) -> bool {
+    let (p, n): (Vec<&str>, Vec<&str>) = (pattern.split('.').collect(), name.split('.').collect());
+    p.len() == n.len() && p.iter().zip(&n).all(|(p, n)| glob(p.as_bytes(), n.as_bytes()))
+}
+
+fn glob(p: &[u8], s: &[u8]) -> bool {
+    match p.split_first() {
+        None => s.is_empty(),
+        Some((b'*', rest)) => (0..=s.len()).any(|i| glob(rest, &s[i..])),
+        Some((c, rest)) => s.first() == Some(c) && glob(rest, &s[1..]),
+    }
+}

@@ -1,0 +1,197 @@
+//! Sparse autoencoders in SAELens's saved format (SAELens 6, the standard ReLU
+//! architecture): `cfg.json` and `sae_weights.safetensors` with `W_enc` `[d_in, d_sae]`,
+//! `b_enc` `[d_sae]`, `W_dec` `[d_sae, d_in]`, `b_dec` `[d_in]` (f32). Everything in the files
+//! is checked before use: a file that lies, or one of an architecture, option or dtype this
+//! does not implement, is a typed `format` error naming what and where.
+//!
+//! `encode` follows SAELens's `StandardSAE`: `f = relu((x − b_dec·apply_b_dec_to_input) W_enc
+//! + b_enc)`, the reconstruction `f W_dec + b_dec`.
+
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+
+use super::ModelError;
+
+/// A loaded SAE.
+#[derive(Clone, Debug)]
+pub struct Sae {
+    pub d_in: usize,
+    pub d_sae: usize,
+    /// The hook point it reads (`cfg.metadata.hook_name`).
+    pub hook_name: String,
+    pub apply_b_dec_to_input: bool,
+    w_enc: Vec<f32>,
+    b_enc: Vec<f32>,
+    w_dec: Vec<f32>,
+    b_dec: Vec<f32>,
+}
+
+/// The features of one encode: per position, the `top_k` largest (index, value), how many are
+/// active (l0) and the reconstruction's mean squared error.
+#[derive(Clone, Debug)]
+pub struct Encoded {
+    pub top: Vec<Vec<(u32, f32)>>,
+    pub l0: Vec<f32>,
+    pub mse: Vec<f32>,
+}
+
+fn format_err(what: String) -> ModelError {
+    ModelError::Format(format!("SAE: {what}"))
+}
+
+impl Sae {
+    /// From `cfg.json`'s text and the bytes of `sae_weights.safetensors`.
+    pub fn from_parts(cfg: &str, weights: &[u8]) -> Result<Sae, ModelError> {
+        let cfg: serde_json::Value =
+            serde_json::from_str(cfg).map_err(|e| format_err(format!("cfg.json is not JSON: {e}")))?;
+        let field = |k: &str| cfg.get(k).ok_or_else(|| format_err(format!("cfg.json has no '{k}'")));
+        let uint = |k: &str| -> Result<usize, ModelError> {
+            match field(k)?.as_u64() {
+                Some(n) if n >= 1 && n <= 1 << 24 => Ok(n as usize),
+                _ => {
+                    Err(format_err(format!("cfg.json '{k}' must be a whole number from 1 to 2^24, got {}", field(k)?)))
+                }
+            }
+        };
+        let (d_in, d_sae) = (uint("d_in")?, uint("d_sae")?);
+        let arch = cfg.get("architecture").and_then(|v| v.as_str()).unwrap_or("standard");
+        if arch != "standard" {
+            return Err(format_err(format!("architecture '{arch}' (only SAELens's 'standard' ReLU SAE)")));
+        }
+        match cfg.get("normalize_activations").and_then(|v| v.as_str()).unwrap_or("none") {
+            "none" => {}
+            other => return Err(format_err(format!("normalize_activations '{other}' (only 'none')"))),
+        }
+        let apply_b_dec_to_input = match cfg.get("apply_b_dec_to_input") {
+            None => true,
+            Some(v) => v
+                .as_bool()
+                .ok_or_else(|| format_err(format!("cfg.json 'apply_b_dec_to_input' must be true or false, got {v}")))?,
+        };
+        let hook_name = cfg
+            .get("metadata")
+            .and_then(|m| m.get("hook_name"))
+            .or_else(|| cfg.get("hook_name"))
+            .and_then(|v| v.as_str())
+            .ok_or_else(|| format_err("cfg.json has no metadata.hook_name".into()))?
+            .to_string();
+        let t = SafeTensors::parse(weights)?;
+        Ok(Sae {
+            d_in,
+            d_sae,
+            hook_name,
+            apply_b_dec_to_input,
+            w_enc: t.f32("W_enc", &[d_in, d_sae])?,
+            b_enc: t.f32("b_enc", &[d_sae])?,
+            w_dec: t.f32("W_dec", &[d_sae, d_in])?,
+            b_dec: t.f32("b_dec", &[d_in])?,
+        })
+    }
+
+    /// Row `i` of `W_dec` (`d_in` values): feature `i`'s direction, e.g. to steer with.
+    pub fn decoder_row(&self, i: usize) -> Result<Vec<f32>, ModelError> {
+        if i >= self.d_sae {
+            return Err(ModelError::Invalid(format!("decoderRow: feature {i} is out of range (0..{})", self.d_sae)));
+        }
+        Ok(self.w_dec[i * self.d_in..(i + 1) * self.d_in].to_vec())
+    }
+
+    /// Encodes `x` (`[rows][d_in]`).
+    pub fn encode(&self, x: &[f32], top_k: usize) -> Result<Encoded, ModelError> {
+        let (di, ds) = (self.d_in, self.d_sae);
+        if x.len() % di != 0 {
+            return Err(ModelError::Invalid(format!("SAE encode: {} values are not rows of d_in {di}", x.len())));
+        }
+        let mut out = Encoded { top: Vec::new(), l0: Vec::new(), mse: Vec::new() };
+        let mut f = alloc::vec![0f32; ds];
+        for row in x.chunks_exact(di) {
+            let input: Vec<f32> =
+                (0..di).map(|i| if self.apply_b_dec_to_input { row[i] - self.b_dec[i] } else { row[i] }).collect();
+            f.copy_from_slice(&self.b_enc);
+            for (i, &v) in input.iter().enumerate() {
+                for (fj, &w) in f.iter_mut().zip(&self.w_enc[i * ds..(i + 1) * ds]) {
+                    *fj += v * w;
+                }
+            }
+            f.iter_mut().for_each(|v| *v = v.max(0.0));
+            let mut recon = self.b_dec.clone();
+            for (j, &a) in f.iter().enumerate().filter(|(_, &a)| a > 0.0) {
+                for (r, &w) in recon.iter_mut().zip(&self.w_dec[j * di..(j + 1) * di]) {
+                    *r += a * w;
+                }
+            }
+            let mse = recon.iter().zip(row).map(|(r, x)| ((r - x) as f64).powi(2)).sum::<f64>() / di as f64;
+            let mut idx: Vec<u32> = (0..ds as u32).collect();
+            idx.sort_by(|&a, &b| f[b as usize].total_cmp(&f[a as usize]).then(a.cmp(&b)));
+            out.top.push(idx.iter().take(top_k.min(ds)).map(|&i| (i, f[i as usize])).collect());
+            out.l0.push(f.iter().filter(|&&v| v > 0.0).count() as f32);
+            out.mse.push(mse as f32);
+        }
+        Ok(out)
+    }
+}
+
+/// A safetensors file: an 8-byte little-endian header length, a JSON header
+/// `{ name: { dtype, shape, data_offsets: [begin, end] } }`, then the data.
+struct SafeTensors<'a> {
+    header: serde_json::Map<String, serde_json::Value>,
+    data: &'a [u8],
+}
+
+impl<'a> SafeTensors<'a> {
+    fn parse(bytes: &'a [u8]) -> Result<SafeTensors<'a>, ModelError> {
+        let bad = |what: String| format_err(format!("sae_weights.safetensors: {what}"));
+        if bytes.len() < 8 {
+            return Err(bad(format!("{} bytes: too short for the header length", bytes.len())));
+        }
+        let n = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"));
+        if n > (bytes.len() - 8) as u64 || n > 100 << 20 {
+            return Err(bad(format!("the header claims {n} bytes, the file has {} after the length", bytes.len() - 8)));
+        }
+        let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n as usize])
+            .map_err(|e| bad(format!("the header is not JSON: {e}")))?;
+        let header = header.as_object().cloned().ok_or_else(|| bad("the header is not a JSON object".into()))?;
+        Ok(SafeTensors { header, data: &bytes[8 + n as usize..] })
+    }
+
+    /// Tensor `name` as f32, checked to be F32 of `shape` inside the data.
+    fn f32(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>, ModelError> {
+        let bad = |what: String| format_err(format!("sae_weights.safetensors: tensor '{name}': {what}"));
+        let t = self
+            .header
+            .get(name)
+            .ok_or_else(|| format_err(format!("sae_weights.safetensors has no tensor '{name}'")))?;
+        match t.get("dtype").and_then(|v| v.as_str()) {
+            Some("F32") => {}
+            Some(other) => return Err(format_err(format!("tensor '{name}' of dtype {other} (only F32)"))),
+            None => return Err(bad("no dtype".into())),
+        }
+        let got: Option<Vec<u64>> =
+            t.get("shape").and_then(|v| v.as_array()).map(|a| a.iter().filter_map(|x| x.as_u64()).collect());
+        let want: Vec<u64> = shape.iter().map(|&x| x as u64).collect();
+        if got.as_ref() != Some(&want) {
+            return Err(bad(format!(
+                "shape {} where cfg.json implies {want:?}",
+                t.get("shape").map_or("none".into(), |v| v.to_string())
+            )));
+        }
+        let offs: Vec<u64> = t
+            .get("data_offsets")
+            .and_then(|v| v.as_array())
+            .map(|a| a.iter().filter_map(|x| x.as_u64()).collect())
+            .unwrap_or_default();
+        let [begin, end] = offs[..] else { return Err(bad("data_offsets is not [begin, end]".into())) };
+        let need = want.iter().product::<u64>() * 4;
+        if begin > end || end > self.data.len() as u64 || end - begin != need {
+            return Err(bad(format!(
+                "data_offsets [{begin}, {end}] for {need} bytes, in {} bytes of data",
+                self.data.len()
+            )));
+        }
+        Ok(self.data[begin as usize..end as usize]
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")))
+            .collect())
+    }
+}

@@ -1,0 +1,156 @@
+//! test-backend-ops, natively: every case of tests/backend_ops/suite.rs (the one case list,
+//! shared with the browser's tests/backend_ops_browser.rs) against its f64 reference on
+//! - the CPU backend on each instruction set this machine has: the portable scalar
+//!   kernels (forced with `ggweb::cpu::features::set_scalar_only`), x86 AVX2 (plain
+//!   `vpmaddubsw` prompt kernels) and AVX2 with `vpdpbusd` (AVX-VNNI or AVX512-VNNI);
+//! - WebGPU (wgpu on Vulkan; Mesa's lavapipe in CI) with the per-row mat-vec kernels, and
+//!   with the workgroup kernels and storage bindings lowered to 64 KiB (weights above it
+//!   go through the row-range split path). Without an adapter these fail, as in
+//!   tests/webgpu/; `GGWEB_ALLOW_NO_GPU=1` makes that a printed `SKIPPED` (which
+//!   scripts/test.sh refuses).
+//!
+//! `cargo test --test backend_ops [TEST]`; `GGWEB_BACKEND_OPS_CASE=mul_mat` runs only the
+//! cases whose name contains it.
+#![cfg(not(target_arch = "wasm32"))] // native only: `wasm-pack test` builds every test target for wasm32
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod suite;
+
+use std::sync::Mutex;
+
+use ggweb::cpu::features;
+use ggweb::cpu::CpuBackend;
+use ggweb::quants::{set_vnni_disabled, Isa};
+use suite::{block_on, check_all, Kind, Read, Target};
+
+/// The CPU's kernel choice is process-wide: one CPU configuration at a time.
+static CPU_ISA: Mutex<()> = Mutex::new(());
+
+fn filter() -> String {
+    std::env::var("GGWEB_BACKEND_OPS_CASE").unwrap_or_default()
+}
+
+/// Runs the suite on the CPU backend (2 threads: the rows split between them) as
+/// configured by `setup`, which `reset` undoes.
+fn check_cpu(label: &str, setup: impl Fn(), reset: impl Fn()) {
+    let _one = CPU_ISA.lock().unwrap_or_else(|p| p.into_inner());
+    /// Undoes `setup` however the test ends.
+    struct Reset<F: Fn()>(F);
+    impl<F: Fn()> Drop for Reset<F> {
+        fn drop(&mut self) {
+            (self.0)()
+        }
+    }
+    let _reset = Reset(reset);
+    setup();
+    let cpu = CpuBackend::new(2);
+    let t =
+        Target { label: label.into(), backend: &cpu, read: Read::Blocking, rounds_activations: true, kind: Kind::Cpu };
+    let r = block_on(check_all(&t, &filter(), &|l| eprintln!("{l}")));
+    for (c, why) in &r.not_supported {
+        eprintln!("NOTE {label}: {c} not run: {why}");
+    }
+    eprintln!("{label}: {} cases passed", r.passed);
+    r.assert_ok(label);
+}
+
+#[test]
+fn cpu_scalar() {
+    check_cpu(
+        "cpu(scalar)",
+        || {
+            features::set_scalar_only(true);
+            assert_eq!(Isa::best(), Isa::Scalar);
+            assert_eq!(ggweb::cpu::simd::best().name(), "scalar");
+        },
+        || features::set_scalar_only(false),
+    );
+}
+
+#[test]
+fn cpu_avx2() {
+    if !Isa::Avx2.is_available() {
+        eprintln!("NOTE: no AVX2+F16C on this machine: the scalar run covers its CPU");
+        return;
+    }
+    check_cpu(
+        "cpu(avx2)",
+        || {
+            set_vnni_disabled(true);
+            assert_eq!(Isa::best(), Isa::Avx2);
+        },
+        || set_vnni_disabled(false),
+    );
+}
+
+#[test]
+fn cpu_avx2_vnni() {
+    let f = features::detect();
+    if !Isa::Avx2.is_available() || !(f.avx_vnni || f.avx512_vnni) {
+        eprintln!("NOTE: no AVX-VNNI or AVX512-VNNI on this machine: cpu_avx2 covers its CPU");
+        return;
+    }
+    check_cpu("cpu(avx2+vnni)", || assert_eq!(Isa::best(), Isa::Avx2), || {});
+}
+
+#[cfg(feature = "webgpu")]
+mod webgpu {
+    use super::*;
+    use ggweb::webgpu::{MatMulKernels, WebGpuOptions};
+
+    fn check_webgpu(label: &str, opts: WebGpuOptions) {
+        let Some(gpu) = support::gpu::webgpu(opts) else { return };
+        let t = Target {
+            label: label.into(),
+            backend: &gpu,
+            read: Read::Blocking,
+            rounds_activations: false,
+            kind: Kind::WebGpu,
+        };
+        let r = block_on(check_all(&t, &filter(), &|l| eprintln!("{l}")));
+        for (c, why) in &r.not_supported {
+            eprintln!("NOTE {label}: {c} not run: {why}");
+        }
+        eprintln!("{label}: {} cases passed", r.passed);
+        r.assert_ok(label);
+    }
+
+    #[test]
+    fn webgpu_per_row() {
+        check_webgpu("webgpu(per-row)", WebGpuOptions { mat_mul_kernels: MatMulKernels::PerRow, ..Default::default() });
+    }
+
+    #[test]
+    fn webgpu_workgroup_64k_bindings() {
+        let opts = WebGpuOptions {
+            max_binding_size_override: Some(64 << 10),
+            mat_mul_kernels: MatMulKernels::Workgroup,
+            ..Default::default()
+        };
+        check_webgpu("webgpu(workgroup, 64 KiB bindings)", opts);
+    }
+}
+
+/// The list itself: names are unique (they seed the inputs and name failures) and it holds
+/// every op GPT-2's graph uses and mul_mat and get_rows for every weight type.
+#[test]
+fn case_list_covers_the_graph() {
+    let cases = suite::cases();
+    let mut names: Vec<&str> = cases.iter().map(|c| c.name.as_str()).collect();
+    names.sort();
+    let n = names.len();
+    names.dedup();
+    assert_eq!(names.len(), n, "duplicate case names");
+    for op in ["add", "mul", "scale", "norm", "gelu", "soft_max", "diag_mask_inf", "cont", "cpy", "get_rows", "mul_mat"]
+    {
+        assert!(names.iter().any(|c| c.starts_with(op)), "no case for {op}");
+    }
+    for ty in suite::WEIGHT_TYPES {
+        for op in ["get_rows", "mul_mat"] {
+            assert!(names.iter().any(|c| c.starts_with(&format!("{op} {ty}"))), "no {op} case for {ty}");
+        }
+    }
+    eprintln!("{n} cases");
+}

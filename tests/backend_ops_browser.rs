@@ -1,0 +1,95 @@
+//! test-backend-ops in the browser: the case list and test body of
+//! tests/backend_ops/suite.rs (the same module the native tests/backend_ops/ runs) on the
+//! CPU backend compiled to wasm32 — its SIMD128 kernels (relaxed SIMD when built with
+//! `+relaxed-simd`: scripts/test.sh's relaxed step) and its scalar kernels — and on the
+//! browser's WebGPU. scripts/test.sh runs it under `wasm-pack test` in headless Chromium
+//! and Firefox:
+//!
+//! ```text
+//! wasm-pack test --headless --chrome -- --test backend_ops_browser
+//! WASM_BINDGEN_USE_BROWSER=1 RUSTFLAGS="-C target-feature=+simd128,+relaxed-simd" \
+//!     GGWEB_EXPECT_RELAXED=1 cargo test --target wasm32-unknown-unknown --test backend_ops_browser
+//! ```
+#![cfg(target_arch = "wasm32")]
+
+wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
+
+mod support {
+    pub mod rng;
+}
+
+#[path = "backend_ops/suite.rs"]
+mod suite;
+
+use ggweb::cpu::{features, CpuBackend};
+use ggweb::quants::Isa;
+use suite::{check_all, Kind, Read, Target};
+use wasm_bindgen_test::wasm_bindgen_test;
+
+fn log(l: &str) {
+    if l.starts_with("FAIL") {
+        web_sys::console::log_1(&l.into());
+    }
+}
+
+async fn check_cpu(label: &str) {
+    let cpu = CpuBackend::new(1);
+    let t =
+        Target { label: label.into(), backend: &cpu, read: Read::Blocking, rounds_activations: true, kind: Kind::Cpu };
+    let r = check_all(&t, "", &log).await;
+    web_sys::console::log_1(&format!("{label}: {} cases passed, {} left out", r.passed, r.not_supported.len()).into());
+    r.assert_ok(label);
+}
+
+/// The build's SIMD kernels: simd128, with the relaxed forms on the relaxed build.
+#[wasm_bindgen_test]
+async fn cpu_simd128() {
+    let f = features::detect();
+    assert!(f.simd128 && Isa::best() == Isa::Simd128, "a simd128 build: {f:?}");
+    // scripts/test.sh's relaxed step sets GGWEB_EXPECT_RELAXED at build time.
+    assert_eq!(f.relaxed_simd, option_env!("GGWEB_EXPECT_RELAXED") == Some("1"), "{f:?}");
+    check_cpu(if f.relaxed_simd { "cpu(wasm simd128+relaxed)" } else { "cpu(wasm simd128)" }).await;
+}
+
+/// The portable kernels as wasm runs them (one test at a time in the browser: the switch
+/// cannot affect another test).
+#[wasm_bindgen_test]
+async fn cpu_scalar() {
+    /// Back to the SIMD kernels however the test ends.
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            features::set_scalar_only(false);
+        }
+    }
+    let _reset = Reset;
+    features::set_scalar_only(true);
+    assert_eq!(ggweb::cpu::simd::best().name(), "scalar");
+    check_cpu("cpu(wasm scalar)").await;
+}
+
+/// Both mat-mul kernel families on the browser's adapter (~20 s each in SwiftShader). Not
+/// in the relaxed-SIMD build, which changes only the CPU's kernels.
+#[cfg(all(feature = "webgpu", not(target_feature = "relaxed-simd")))]
+#[wasm_bindgen_test]
+async fn webgpu() {
+    use ggweb::webgpu::{MatMulKernels, WebGpuBackend, WebGpuOptions};
+    for kernels in [MatMulKernels::Workgroup, MatMulKernels::PerRow] {
+        let label = format!("browser webgpu({kernels:?})");
+        let gpu = WebGpuBackend::new_async(WebGpuOptions { mat_mul_kernels: kernels, ..Default::default() })
+            .await
+            .expect("a WebGPU adapter in the headless browser (webdriver.json enables WebGPU)");
+        let t = Target {
+            label: label.clone(),
+            backend: &gpu,
+            read: Read::WebGpu(&gpu),
+            rounds_activations: false,
+            kind: Kind::WebGpu,
+        };
+        let r = check_all(&t, "", &log).await;
+        web_sys::console::log_1(
+            &format!("{label}: {} cases passed, {} left out", r.passed, r.not_supported.len()).into(),
+        );
+        r.assert_ok(&label);
+    }
+}
