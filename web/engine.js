@@ -695,8 +695,10 @@ export class Engine {
     const stats = { promptTokens: 0, cachedTokens: 0, tokens: 0, promptMs: 0, genMs: 0, stop: 'eos' };
     // This run's WebGPU counters (dispatches, submits, read-backs, encode time), on WebGPU only.
     const withWebgpu = () => {
-      const w = webgpuStats(model);
-      if (w) stats.webgpu = w;
+      const { webgpu, beams } = model.stats();
+      if (webgpu) stats.webgpu = webgpu;
+      // After a beam search (numBeams): [{ tokens: Uint32Array, score }], best first.
+      if (beams) stats.beams = beams;
       return stats;
     };
     const jobs0 = this._cpuThreads()?.jobs;
@@ -731,7 +733,7 @@ export class Engine {
         let item;
         try {
           this._loseDeviceNow(run, model);
-          // { token, text } (with logprob and top under topLogprobs), or undefined at the end.
+          // { token, text } (logprob and top under topLogprobs, seq with n > 1), or undefined at the end.
           item = await model.next();
         } catch (e) {
           throw this._noteLost(toGgwebError(e, 'internal', `generating token ${stats.tokens + 1}`));
@@ -810,11 +812,6 @@ export class Engine {
 }
 
 // --- Model.inspect: the header only --------------------------------------------------------
-
-/** The `webgpu` counters of the wasm model's current or last generation, or undefined (CPU). */
-function webgpuStats(model) {
-  return model.stats().webgpu ?? undefined;
-}
 
 /**
  * Reads `src` (a describeSource descriptor) until its GGUF header is in, then stops, and

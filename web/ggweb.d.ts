@@ -187,6 +187,19 @@ export interface GenerateOptions {
    *  (prompt and each new token) before K and V enter the cache; no `pos` here. The prompt
    *  cache is reused only under the same hooks. */
   hooks?: Hook[];
+  /** Sample n sequences (1..64, default 1) from the one prompt (evaluated once), one batch
+   *  of the live sequences' tokens per step; items carry `seq` (0..n-1), interleaved.
+   *  Sequence i equals a one-sequence run with seed `seed + i` (mod 2^64); each stops on
+   *  its own (end-of-text, stop strings, maxTokens). */
+  n?: number;
+  /** Beam search with k beams (1..64; 1 = off), as Hugging Face's `generate(num_beams=k,
+   *  num_return_sequences=k, do_sample=False, early_stopping=False)`: sampling options are
+   *  not used; the best beam's tokens are yielded once the search is decided, and
+   *  `stats.beams` holds the k beams. Not with n > 1. */
+  numBeams?: number;
+  /** Beam search: a finished beam's score is its summed logprob / length^lengthPenalty
+   *  (-100..100, default 1). */
+  lengthPenalty?: number;
   /** Aborting makes the iteration throw GgwebError code 'aborted'. */
   signal?: AbortSignal;
 }
@@ -206,6 +219,8 @@ export interface GeneratedToken {
   logprob?: number;
   /** With topLogprobs: the k most likely tokens, descending (text: the token's own bytes, lossy). */
   top?: Array<TopLogprob & { text: string }>;
+  /** With n > 1: the sequence (0..n-1) this token continues. */
+  seq?: number;
 }
 
 /** A string (tokenized without special tokens unless `special`) or token ids. */
@@ -410,6 +425,10 @@ export interface GenerateStats {
   cpuJobs?: { split: number; onWorkers: number };
   /** This run's WebGPU work (prompt and tokens); only when the model runs on WebGPU. */
   webgpu?: WebGpuStats;
+  /** After a beam search (numBeams > 1): the k beams, best first, as Hugging Face's
+   *  `sequences` (generated part, with a closing end-of-text token when a beam ended on it)
+   *  and `sequences_scores`. */
+  beams?: Array<{ tokens: Uint32Array; score: number }>;
 }
 
 /**

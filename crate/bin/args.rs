@@ -282,7 +282,7 @@ impl GenerateArgs {
         });
         let p: GenerateParams = from_value("generation options", v)
             .map_err(|e| flag_names(&e.to_string()).replace("logitBias", "--logit-bias"))?;
-        Ok(p.resolve())
+        p.resolve().map_err(|e| e.to_string())
     }
 }
 
@@ -351,6 +351,10 @@ pub struct BenchArgs {
     /// Context depths, e.g. 64,512,1000.
     #[arg(long = "n-past")]
     pub n_past: Option<String>,
+    /// Decode this many sequences per step (one batch, sequence ids in the KV cache); tg is
+    /// then steps per second.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub seqs: u64,
     /// Time the CPU backend's ops.
     #[arg(long)]
     pub profile: bool,

@@ -8,7 +8,7 @@ use std::time::Instant;
 use ggweb::backend::Backend;
 use ggweb::cpu::CpuBackend;
 use ggweb::gguf::{GgufStreamReader, Limits, NullSink};
-use ggweb::model::context::{block_on, Batch};
+use ggweb::model::context::{block_on, Batch, Logits, SeqPos};
 use ggweb::model::loader::{load_from_path, load_from_path_split, tokenizer_from_gguf, LoadedModel};
 use ggweb::model::options::{open_backends, LoadOptions};
 use ggweb::model::session::Session;
@@ -298,6 +298,9 @@ pub fn bench(args: BenchArgs) -> Result<(), String> {
     let opts = args.load.options()?;
     let threads = opts.model().n_threads;
     let path = args.load.model.clone();
+    // Decode steps of this many sequences at once (one batch per step, the KV cache's
+    // sequence ids); tg then counts steps per second.
+    let seqs = args.seqs as usize;
     // The profiler lives in the CPU backend: with WebGPU in the run there is nothing to time per op.
     let cpu_only = opts.backend() == ggweb::model::options::BackendChoice::Cpu;
     if profile && !cpu_only {
@@ -317,7 +320,7 @@ pub fn bench(args: BenchArgs) -> Result<(), String> {
         let run = DepthRun { n_gen, reps, threads, profile, json_out, path: &path, load_s };
         return bench_depths(&mut model, &cpu, &depths, &run);
     }
-    if n_prompt + n_gen > model.n_ctx() {
+    if n_prompt + seqs * n_gen > model.n_ctx() {
         return Err(format!("-p {n_prompt} + -n {n_gen} exceeds the context ({})", model.n_ctx()));
     }
     // Fixed pseudo-random ids: bench numbers must not depend on a tokenizer or a prompt.
@@ -343,12 +346,21 @@ pub fn bench(args: BenchArgs) -> Result<(), String> {
         pp_prof.extend(cpu.profile());
         cpu.reset_profile();
         let mut tok = ggweb::model::sampling::argmax(&logits);
+        if seqs > 1 {
+            model.kv.seq_cp(0, u64::MAX >> (64 - seqs));
+        }
         let (t, c) = (Instant::now(), process_cpu());
         for i in 0..n_gen {
-            let l = block_on(model.decode(Batch::last(&[tok], n_prompt + i)))
-                .map(|o| o.logits)
-                .map_err(|e| e.to_string())?;
-            tok = ggweb::model::sampling::argmax(&l);
+            let l = if seqs == 1 {
+                block_on(model.decode(Batch::last(&[tok], n_prompt + i)))
+            } else {
+                let toks = vec![tok; seqs];
+                let pos: Vec<SeqPos> = (0..seqs).map(|j| SeqPos { pos: (n_prompt + i) as u32, seqs: 1 << j }).collect();
+                block_on(model.decode(Batch { tokens: &toks, logits: Logits::All, seq: &pos, ..Batch::default() }))
+            }
+            .map(|o| o.logits)
+            .map_err(|e| e.to_string())?;
+            tok = ggweb::model::sampling::argmax(&l[..model.hparams.n_vocab]);
         }
         tg.push(n_gen as f64 / t.elapsed().as_secs_f64());
         if let (Some(g0), Some(g1), Some(g2)) = (g0, g1, model.webgpu_stats()) {

@@ -525,6 +525,9 @@ struct ItemJson<'a> {
     logprob: Option<f32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     top: Option<&'a [TopToken]>,
+    /// With several sequences (`n`): which one this token continues.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    seq: Option<usize>,
 }
 
 #[derive(Serialize)]
@@ -548,6 +551,15 @@ struct StatsJson {
     tokens: usize,
     stop: Option<&'static str>,
     webgpu: Option<WebGpuJson>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    beams: Option<Vec<BeamJson>>,
+}
+
+/// A finished beam of a beam search: its generated tokens and score.
+#[derive(Serialize)]
+struct BeamJson {
+    tokens: Typed,
+    score: f32,
 }
 
 #[derive(Serialize)]
@@ -662,7 +674,7 @@ impl WasmModel {
 
     /// Begins a generation from `prompt_ids` with `params` ([`GenerateParams`]: `{ maxTokens,
     /// temperature, topK, topP, minP, seed, repeatPenalty, repeatLastN, topLogprobs, stop,
-    /// logitBias, ignoreEos, reusePrompt }`, all optional, unknown keys refused; no `seed`: a
+    /// logitBias, ignoreEos, reusePrompt, hooks, n, numBeams, lengthPenalty }`, all optional, unknown keys refused; no `seed`: a
     /// random one). Evaluates
     /// nothing yet; returns the prompt tokens the prompt cache will reuse (`stats.cachedTokens`).
     pub fn start(&mut self, prompt_ids: &[u32], params: JsValue) -> Result<u32, JsValue> {
@@ -671,7 +683,7 @@ impl WasmModel {
         let mut p: GenerateParams = from_js(GENERATE_WHAT, params)?;
         // Without a seed, JS callers get a fresh one per call (the CLI's default, 0, repeats).
         p.seed.get_or_insert_with(|| (js_sys::Math::random() * 4294967296.0) as u64);
-        let opts = p.resolve();
+        let opts = p.resolve().map_err(|e| model_error("", e))?;
         self.check_fits("the prompt", prompt_ids.len())?;
         self.check_ids("the prompt", prompt_ids)?;
         let cached = self.session.start(prompt_ids.to_vec(), opts).map_err(|e| model_error("", e))?;
@@ -692,7 +704,8 @@ impl WasmModel {
     /// `undefined` when the run is over (`stats().stop` says why). `text` is what the run
     /// releases with the token: whole characters (a character split across tokens comes out
     /// with the token that completes it), held back while it might begin a stop string, cut
-    /// before one. `logprob` and `top` come with `topLogprobs` > 0.
+    /// before one. `logprob` and `top` come with `topLogprobs` > 0, `seq` (which sequence the
+    /// token continues, 0..n) with `n` > 1.
     pub async fn next(&mut self) -> Result<JsValue, JsValue> {
         self.check_device("")?;
         if !self.session.generating() {
@@ -701,9 +714,10 @@ impl WasmModel {
         let n = self.session.stats().tokens + 1;
         match self.session.next().await {
             Ok(Some(item)) => {
-                let Item { token, text, logprob, top } = &item;
+                let Item { seq, token, text, logprob, top } = &item;
                 let top = logprob.map(|_| &top[..]);
-                Ok(to_js(&ItemJson { token: *token, text, logprob: *logprob, top }))
+                let seq = (self.session.n_seqs() > 1).then_some(*seq);
+                Ok(to_js(&ItemJson { token: *token, text, logprob: *logprob, top, seq }))
             }
             Ok(None) => Ok(JsValue::UNDEFINED),
             Err(e @ ModelError::Invalid(_)) => Err(model_error("", e)),
@@ -711,16 +725,21 @@ impl WasmModel {
         }
     }
 
-    /// `{ promptTokens, cachedTokens, tokens, stop, webgpu }` of the current or last run
-    /// (`stop`: null while it runs; `webgpu`: its counters, null without a WebGPU backend).
+    /// `{ promptTokens, cachedTokens, tokens, stop, webgpu, beams? }` of the current or last
+    /// run (`stop`: null while it runs; `webgpu`: its counters, null without a WebGPU backend;
+    /// after a beam search (`numBeams`) `beams: [{ tokens: Uint32Array, score }]`, best first).
     pub fn stats(&self) -> JsValue {
         let s = self.session.stats();
+        let beams = !self.session.beams().is_empty();
         to_js(&StatsJson {
             prompt_tokens: s.prompt_tokens,
             cached_tokens: s.cached_tokens,
             tokens: s.tokens,
             stop: s.stop.map(|r| r.as_str()),
             webgpu: s.webgpu.as_ref().map(WebGpuJson::from),
+            beams: beams.then(|| {
+                self.session.beams().iter().map(|b| BeamJson { tokens: u32s(&b.tokens), score: b.score }).collect()
+            }),
         })
     }
 

@@ -21,7 +21,7 @@ use alloc::string::{String, ToString};
 use alloc::vec;
 use alloc::vec::Vec;
 
-use super::gpt2::{build_graph, build_graph_hooked, graph_size, Hparams, Weights};
+use super::gpt2::{build_graph, build_graph_with, graph_size, Hparams, KvLayout, Weights};
 use super::hooks::Hook;
 use super::ModelError;
 use crate::allocator::alloc_tensors;
@@ -47,6 +47,24 @@ pub struct KvCache {
     pub n_ctx: usize,
     /// F32 or F16.
     pub ty: GgmlType,
+    /// What each cell holds (llama.cpp's kv cells): its position and sequences.
+    pub cells: Vec<Cell>,
+}
+
+/// One KV cell: the position of the token whose K/V it holds and the sequences (a bitset,
+/// sequence ids 0..64) that see it. Empty when `seqs` is 0.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Cell {
+    pub pos: u32,
+    pub seqs: u64,
+}
+
+/// A token's place in a multi-sequence [`Batch`]: its position and the sequences (bitset)
+/// it belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SeqPos {
+    pub pos: u32,
+    pub seqs: u64,
 }
 
 impl KvCache {
@@ -99,7 +117,60 @@ impl KvCache {
         for b in &buffers {
             b.clear(0);
         }
-        Ok(KvCache { ctx, k, v, buffers, n_ctx, ty })
+        Ok(KvCache { ctx, k, v, buffers, n_ctx, ty, cells: vec![Cell::default(); n_ctx] })
+    }
+
+    /// Cells an attention over the cache must read: one past the last non-empty cell.
+    pub fn n_kv(&self) -> usize {
+        self.cells.iter().rposition(|c| c.seqs != 0).map_or(0, |i| i + 1)
+    }
+
+    /// Cells in use.
+    pub fn used(&self) -> usize {
+        self.cells.iter().filter(|c| c.seqs != 0).count()
+    }
+
+    /// The first run of `n` empty cells (llama.cpp's find_slot).
+    pub fn find_slot(&self, n: usize) -> Option<usize> {
+        let mut run = 0;
+        for (i, c) in self.cells.iter().enumerate() {
+            run = if c.seqs == 0 { run + 1 } else { 0 };
+            if run == n {
+                return Some(i + 1 - n);
+            }
+        }
+        None
+    }
+
+    /// The causal layout's view: cells `0..len` hold positions `0..len` of sequence 0, the
+    /// rest nothing.
+    pub fn set_causal(&mut self, len: usize) {
+        for (i, c) in self.cells.iter_mut().enumerate() {
+            *c = if i < len { Cell { pos: i as u32, seqs: 1 } } else { Cell::default() };
+        }
+    }
+
+    /// Adds the sequences `to` (bitset) to every cell of sequence `from` (llama.cpp's seq_cp).
+    pub fn seq_cp(&mut self, from: usize, to: u64) {
+        for c in self.cells.iter_mut().filter(|c| c.seqs >> from & 1 == 1) {
+            c.seqs |= to;
+        }
+    }
+
+    /// Removes the sequences `seqs` (bitset) from every cell, freeing cells left without one.
+    pub fn seq_rm(&mut self, seqs: u64) {
+        for c in self.cells.iter_mut() {
+            c.seqs &= !seqs;
+        }
+    }
+
+    /// Reorders sequences: new sequence `j` sees exactly the cells old sequence `src[j]` saw;
+    /// sequences `src.len()..64` are dropped. Beams reorder this way, without moving K/V.
+    pub fn seq_permute(&mut self, src: &[usize]) {
+        for c in self.cells.iter_mut() {
+            let old = c.seqs;
+            c.seqs = src.iter().enumerate().fold(0, |acc, (j, &s)| acc | ((old >> s & 1) << j));
+        }
     }
 
     pub fn bytes(&self) -> usize {
@@ -184,6 +255,12 @@ pub enum Logits {
 /// One call of [`Gpt2::decode`]: `tokens` at positions `n_past..`, the logits wanted,
 /// graph nodes to keep alive and return (`taps`, by ggml name), and interventions at
 /// TransformerLens's hook points (`hooks`, applied in the graph: see [`super::hooks`]).
+///
+/// With `seq` non-empty (one entry per token) the batch is multi-sequence: each token has its
+/// own position and sequences, goes to free cells, and attends to the cells of its sequences
+/// at positions up to its own ([`KvLayout::Masked`](super::gpt2::KvLayout)); `n_past` is
+/// unused. Empty `seq` is the single-sequence path (cell = position). Hooks and taps take one
+/// sequence.
 #[derive(Clone, Copy, Debug)]
 pub struct Batch<'a> {
     pub tokens: &'a [u32],
@@ -191,16 +268,23 @@ pub struct Batch<'a> {
     pub logits: Logits,
     pub taps: &'a [String],
     pub hooks: &'a [Hook],
+    pub seq: &'a [SeqPos],
+}
+
+impl Default for Batch<'_> {
+    fn default() -> Self {
+        Batch { tokens: &[], n_past: 0, logits: Logits::Last, taps: &[], hooks: &[], seq: &[] }
+    }
 }
 
 impl<'a> Batch<'a> {
     /// The last position's logits.
     pub fn last(tokens: &'a [u32], n_past: usize) -> Batch<'a> {
-        Batch { tokens, n_past, logits: Logits::Last, taps: &[], hooks: &[] }
+        Batch { tokens, n_past, logits: Logits::Last, taps: &[], hooks: &[], seq: &[] }
     }
     /// Every position's logits.
     pub fn all(tokens: &'a [u32], n_past: usize) -> Batch<'a> {
-        Batch { tokens, n_past, logits: Logits::All, taps: &[], hooks: &[] }
+        Batch { tokens, n_past, logits: Logits::All, taps: &[], hooks: &[], seq: &[] }
     }
 }
 
@@ -459,6 +543,9 @@ impl Gpt2 {
         batch: Batch<'_>,
         sink: &mut dyn FnMut(Chunk<'_>),
     ) -> Result<Decoded, ModelError> {
+        if !batch.seq.is_empty() {
+            return self.decode_seqs(batch, sink).await;
+        }
         self.check_batch(batch.tokens, batch.n_past)?;
         if !batch.taps.is_empty() || !batch.hooks.is_empty() {
             let out = self.decode_tapped(batch).await?;
@@ -475,7 +562,9 @@ impl Gpt2 {
             let io = build_graph(&self.hparams, &self.weights, &self.kv, batch.n_past + done, chunk.len(), n_out);
             self.sched.alloc_graph(&io.graph)?;
             set_inputs(&io, chunk, batch.n_past + done);
+            self.kv.set_causal(batch.n_past + done);
             self.sched.graph_compute(&io.graph)?;
+            self.kv.set_causal(batch.n_past + done + chunk.len());
             let rows = match batch.logits {
                 Logits::All => self.read_f32(&io.logits).await?,
                 Logits::Last if last_chunk => self.read_f32(&io.logits).await?,
@@ -493,6 +582,93 @@ impl Gpt2 {
         Ok(out)
     }
 
+    /// The multi-sequence path of [`decode_with`](Self::decode_with): chunk by chunk, each
+    /// into the first run of free cells, attention through the KQ mask.
+    async fn decode_seqs(&mut self, batch: Batch<'_>, sink: &mut dyn FnMut(Chunk<'_>)) -> Result<Decoded, ModelError> {
+        let (tokens, n_vocab, n_ctx) = (batch.tokens, self.hparams.n_vocab, self.n_ctx());
+        if !batch.hooks.is_empty() {
+            return Err(ModelError::Invalid(format!(
+                "hooks take one sequence: a batch with {} hooks has sequence positions",
+                batch.hooks.len()
+            )));
+        }
+        if tokens.is_empty() || tokens.len() != batch.seq.len() || !batch.taps.is_empty() {
+            return Err(ModelError::Invalid(format!(
+                "a multi-sequence batch needs one position per token and no taps ({} tokens, {} positions, {} taps)",
+                tokens.len(),
+                batch.seq.len(),
+                batch.taps.len()
+            )));
+        }
+        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= n_vocab) {
+            return Err(ModelError::BadToken { id: bad, n_vocab });
+        }
+        if let Some(p) = batch.seq.iter().find(|p| p.pos as usize >= n_ctx || p.seqs == 0) {
+            if p.seqs == 0 {
+                return Err(ModelError::Invalid(format!("a token at position {} belongs to no sequence", p.pos)));
+            }
+            return Err(ModelError::ContextFull { needed: p.pos as usize + 1, n_ctx });
+        }
+        let mut out = Decoded::default();
+        let mut done = 0;
+        while done < tokens.len() {
+            let end = (done + self.n_batch).min(tokens.len());
+            let (chunk, seq) = (&tokens[done..end], &batch.seq[done..end]);
+            let last_chunk = end == tokens.len();
+            let Some(slot) = self.kv.find_slot(chunk.len()) else {
+                return Err(ModelError::ContextFull { needed: self.kv.used() + tokens.len() - done, n_ctx });
+            };
+            for (c, p) in self.kv.cells[slot..].iter_mut().zip(seq) {
+                *c = Cell { pos: p.pos, seqs: p.seqs };
+            }
+            let n_kv = self.kv.n_kv();
+            let n_out = if batch.logits == Logits::All { chunk.len() } else { 1 };
+            let layout = KvLayout::Masked { slot, n_kv };
+            let io = build_graph_with(&self.hparams, &self.weights, &self.kv, layout, chunk.len(), n_out, &[]);
+            let run = (|| {
+                self.sched.alloc_graph(&io.graph)?;
+                let ids: Vec<i32> = chunk.iter().map(|&t| t as i32).collect();
+                let pos: Vec<i32> = seq.iter().map(|p| p.pos as i32).collect();
+                io.tokens.set_bytes(bytemuck::cast_slice(&ids), 0);
+                io.positions.set_bytes(bytemuck::cast_slice(&pos), 0);
+                let cells = &self.kv.cells[..n_kv];
+                let mask: Vec<f32> =
+                    seq.iter()
+                        .flat_map(|p| {
+                            cells.iter().map(move |c| {
+                                if c.seqs & p.seqs != 0 && c.pos <= p.pos {
+                                    0.0
+                                } else {
+                                    f32::NEG_INFINITY
+                                }
+                            })
+                        })
+                        .collect();
+                io.kq_mask.as_ref().expect("masked layout").set_bytes(bytemuck::cast_slice(&mask), 0);
+                self.sched.graph_compute(&io.graph)
+            })();
+            if let Err(e) = run {
+                for c in &mut self.kv.cells[slot..slot + chunk.len()] {
+                    *c = Cell::default();
+                }
+                return Err(e.into());
+            }
+            let rows = match batch.logits {
+                Logits::All => self.read_f32(&io.logits).await?,
+                Logits::Last if last_chunk => self.read_f32(&io.logits).await?,
+                _ => Vec::new(),
+            };
+            sink(Chunk { first: done, tokens: chunk, logits: &rows });
+            match batch.logits {
+                Logits::All => out.logits.extend_from_slice(&rows),
+                Logits::Last if last_chunk => out.logits = rows,
+                _ => {}
+            }
+            done = end;
+        }
+        Ok(out)
+    }
+
     /// A run with taps or hooks: one graph over all the tokens, on compute buffers of its own.
     async fn decode_tapped(&mut self, batch: Batch<'_>) -> Result<Decoded, ModelError> {
         let (n, names) = (batch.tokens.len(), batch.taps);
@@ -504,7 +680,8 @@ impl Gpt2 {
                 || hooks.iter().any(|h| h.node == "out_norm");
         let n_out = if in_head || batch.logits == Logits::All { n } else { 1 };
         let hooked: Vec<String> = hooks.iter().map(|h| h.node.clone()).collect();
-        let io = build_graph_hooked(&self.hparams, &self.weights, &self.kv, batch.n_past, n, n_out, &hooked);
+        let layout = KvLayout::Causal { n_past: batch.n_past };
+        let io = build_graph_with(&self.hparams, &self.weights, &self.kv, layout, n, n_out, &hooked);
         let mut gf = Graph::with_size(graph_size(&self.hparams));
         for il in 0..self.hparams.n_layer {
             for step in ["k_cpy", "v_cpy"] {
@@ -535,15 +712,13 @@ impl Gpt2 {
         let mut sched = Sched::new(self.sched.backends().to_vec())?;
         sched.alloc_graph(&gf)?;
         set_inputs(&io, batch.tokens, batch.n_past);
+        self.kv.set_causal(batch.n_past);
         for h in &hooks {
             for (suffix, data) in [("hook_a", Some(&h.a)), ("hook_b", Some(&h.b)), ("hook_m", h.m.as_ref())] {
                 let Some(data) = data else { continue };
                 let name = format!("{}.{suffix}", h.node);
-                let t = io
-                    .hook_inputs
-                    .iter()
-                    .find(|t| t.name() == name)
-                    .expect("build_graph_hooked makes every hook input");
+                let t =
+                    io.hook_inputs.iter().find(|t| t.name() == name).expect("build_graph_with makes every hook input");
                 if t.data().is_none() {
                     continue; // pruned: nothing this run computes reads the hooked node
                 }
@@ -558,6 +733,7 @@ impl Gpt2 {
             }
         }
         sched.graph_compute(&gf)?;
+        self.kv.set_causal(batch.n_past + n);
         let compute_bytes = (0..sched.n_backends()).map(|i| sched.compute_buffer_size(i)).sum();
         let mut taps = Vec::new();
         for t in wanted {

@@ -181,7 +181,9 @@ pub struct GraphIo {
     pub ctx: Context,
     pub tokens: Tensor,    // [N] i32
     pub positions: Tensor, // [N] i32
-    pub logits: Tensor,    // [n_vocab, n_out]
+    /// [n_kv, N] f32, with [`KvLayout::Masked`] only.
+    pub kq_mask: Option<Tensor>,
+    pub logits: Tensor, // [n_vocab, n_out]
     /// The inputs of hooked nodes (`{node}.hook_a`, `.hook_b`, `kq_masked.hook_m`).
     pub hook_inputs: Vec<Tensor>,
 }
@@ -191,39 +193,60 @@ pub(crate) fn graph_size(hp: &Hparams) -> usize {
     64 * hp.n_layer + 64
 }
 
+/// Where a run's K/V go and which cells its attention reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KvLayout {
+    /// One sequence, cell = position: the tokens go to cells `n_past..`, attend to cells
+    /// `0..n_past + n_tokens` under a causal `diag_mask_inf` (fused on WebGPU).
+    Causal { n_past: usize },
+    /// Several sequences (llama.cpp's unified cache): the tokens go to cells `slot..`, attend
+    /// to cells `0..n_kv` through the `kq_mask` input ([n_kv, n_tokens]: 0 or -inf per cell).
+    Masked { slot: usize, n_kv: usize },
+}
+
 /// The graph of one run: `n_tokens` new tokens after `n_past` cached ones, logits for the
 /// last `n_out` of them. Pure: reads only headers, so it can be built for any sizes.
 pub fn build_graph(hp: &Hparams, w: &Weights, kv: &KvCache, n_past: usize, n_tokens: usize, n_out: usize) -> GraphIo {
-    build_graph_hooked(hp, w, kv, n_past, n_tokens, n_out, &[])
+    build_graph_with(hp, w, kv, KvLayout::Causal { n_past }, n_tokens, n_out, &[])
 }
 
-/// [`build_graph`] with interventions: each node named in `hooked` becomes
-/// `add(mul(x, hook_a), hook_b)` under its own name (the original is `{name}.pre_hook`), so
-/// every later node reads the hooked value; `hook_a`/`hook_b` are inputs of the node's shape
-/// ([`GraphIo::hook_inputs`], filled from [`super::hooks::NodeHook`]). A hooked `kq_masked`
-/// applies the map to `kq_scaled` and then adds its own mask input (`hook_m`) instead of
-/// `diag_mask_inf`.
+/// [`build_graph`] with the cache layout of [`KvLayout`] and interventions: each node named
+/// in `hooked` becomes `add(mul(x, hook_a), hook_b)` under its own name (the original is
+/// `{name}.pre_hook`), so every later node reads the hooked value; `hook_a`/`hook_b` are
+/// inputs of the node's shape ([`GraphIo::hook_inputs`], filled from
+/// [`super::hooks::NodeHook`]). A hooked `kq_masked` applies the map to `kq_scaled` and then
+/// adds its own mask input (`hook_m`) instead of `diag_mask_inf`. Hooks take one sequence:
+/// the masked layout has no `kq_scaled`/`kq_masked` nodes (its callers refuse hooks with
+/// several sequences).
 #[allow(clippy::too_many_arguments)]
-pub fn build_graph_hooked(
+pub fn build_graph_with(
     hp: &Hparams,
     w: &Weights,
     kv: &KvCache,
-    n_past: usize,
+    layout: KvLayout,
     n_tokens: usize,
     n_out: usize,
     hooked: &[String],
 ) -> GraphIo {
+    let (n_past, n_kv, masked) = match layout {
+        KvLayout::Causal { n_past } => (n_past, n_past + n_tokens, false),
+        KvLayout::Masked { slot, n_kv } => (slot, n_kv, true),
+    };
     assert!(n_tokens >= 1 && n_out >= 1 && n_out <= n_tokens, "build_graph: n_tokens {n_tokens}, n_out {n_out}");
-    assert!(n_past + n_tokens <= kv.n_ctx, "build_graph: {n_past} + {n_tokens} positions > n_ctx {}", kv.n_ctx);
+    assert!(
+        n_past + n_tokens <= n_kv && n_kv <= kv.n_ctx,
+        "build_graph: {n_past} + {n_tokens} cells, {n_kv} read, n_ctx {}",
+        kv.n_ctx
+    );
     let size = graph_size(hp);
     let ctx = Context::new(ContextParams { mem_size: 2 * size * TENSOR_OVERHEAD, no_alloc: true });
     let mut gf = Graph::with_size(size);
 
     let (n_embd, n_head, hd) = (hp.n_embd as i64, hp.n_head as i64, hp.head_dim() as i64);
-    let (n, past, l) = (n_tokens as i64, n_past, (n_past + n_tokens) as i64);
+    let (n, past, l) = (n_tokens as i64, n_past, n_kv as i64);
     let f32_size = GgmlType::F32.type_size();
     let hook_inputs: core::cell::RefCell<Vec<Tensor>> = core::cell::RefCell::new(Vec::new());
-    // Names a node; a hooked one becomes x·a + b under that name (see build_graph_hooked).
+    // Names a node; a hooked one becomes x·a + b under that name (see build_graph_with).
     let hook = |ctx: &Context, x: Tensor, name: &str| -> Tensor {
         x.set_name(name);
         if !hooked.iter().any(|h| h == name) {
@@ -249,6 +272,12 @@ pub fn build_graph_hooked(
     let positions = ctx.new_tensor_1d(GgmlType::I32, n); // [N]
     positions.set_name("inp_pos");
     positions.set_input();
+    let kq_mask = masked.then(|| {
+        let m = ctx.new_tensor_2d(GgmlType::F32, l, n); // [n_kv, N]
+        m.set_name("kq_mask");
+        m.set_input();
+        m
+    });
 
     // [n_embd, N]. TransformerLens's hook points are named nodes of this graph: see hooks.rs.
     let embd = hook(&ctx, ctx.get_rows(&w.token_embd, &tokens), "inp_embd");
@@ -312,23 +341,31 @@ pub fn build_graph_hooked(
         // [L, N, n_head]
         let kq = ctx.mul_mat(&k, &q);
         kq.set_name(&name("kq"));
-        let kq_scaled = ctx.scale(&kq, 1.0 / libm_sqrt(hd as f32));
-        kq_scaled.set_name(&name("kq_scaled"));
-        let kq_masked = if hooked.contains(&name("kq_masked")) {
-            // TransformerLens hooks the masked scores: the map goes on the scaled ones and the
-            // mask after it (−∞ stays −∞ under scale and add; a fixed value unmasks, hook_m).
-            let m = ctx.new_tensor(GgmlType::F32, &kq_scaled.ne[..3]);
-            m.set_name(&name("kq_masked.hook_m"));
-            m.set_input();
-            hook_inputs.borrow_mut().push(m.clone());
-            let h = hook(&ctx, kq_scaled.clone(), &name("kq_masked"));
-            h.set_name(&name("kq_masked.hooked"));
-            ctx.add(&h, &m)
-        } else {
-            ctx.diag_mask_inf(&kq_scaled, past as i32)
+        let kq_soft_max = match &kq_mask {
+            // softmax(kq * scale + mask): the same values as the causal path's where the mask is 0.
+            Some(m) => ctx.soft_max_ext(&kq, Some(m), 1.0 / libm_sqrt(hd as f32), 0.0),
+            None => {
+                let kq_scaled = ctx.scale(&kq, 1.0 / libm_sqrt(hd as f32));
+                kq_scaled.set_name(&name("kq_scaled"));
+                let kq_masked = if hooked.contains(&name("kq_masked")) {
+                    // TransformerLens hooks the masked scores: the map goes on the scaled ones and
+                    // the mask after it (−∞ stays −∞ under scale and add; a fixed value unmasks,
+                    // hook_m).
+                    let m = ctx.new_tensor(GgmlType::F32, &kq_scaled.ne[..3]);
+                    m.set_name(&name("kq_masked.hook_m"));
+                    m.set_input();
+                    hook_inputs.borrow_mut().push(m.clone());
+                    let h = hook(&ctx, kq_scaled.clone(), &name("kq_masked"));
+                    h.set_name(&name("kq_masked.hooked"));
+                    ctx.add(&h, &m)
+                } else {
+                    ctx.diag_mask_inf(&kq_scaled, past as i32)
+                };
+                kq_masked.set_name(&name("kq_masked"));
+                ctx.soft_max(&kq_masked)
+            }
         };
-        kq_masked.set_name(&name("kq_masked"));
-        let kq_soft_max = hook(&ctx, ctx.soft_max(&kq_masked), &name("kq_soft_max"));
+        let kq_soft_max = hook(&ctx, kq_soft_max, &name("kq_soft_max"));
 
         // V^T with L as dim 0 for mul_mat: [L, hd, n_head], a view of the transposed cache
         let v_trans = ctx.view_3d(&kv.v[il], l, hd, n_head, n_ctx_bytes, hd as usize * n_ctx_bytes, 0);
@@ -371,7 +408,7 @@ pub fn build_graph_hooked(
     logits.set_output();
     gf.build_forward_expand(&logits);
 
-    GraphIo { graph: gf, ctx, tokens, positions, logits, hook_inputs: hook_inputs.into_inner() }
+    GraphIo { graph: gf, ctx, tokens, positions, kq_mask, logits, hook_inputs: hook_inputs.into_inner() }
 }
 
 /// sqrt without std (Newton's method from the f32 bit-hack guess, exact to f32 rounding).

@@ -41,7 +41,7 @@ fn invalid(msg: String) -> ModelError {
 }
 
 /// Keys `generate` reads (besides `special` and `signal`, which the JS side takes).
-pub const GENERATE_KEYS: [&str; 14] = [
+pub const GENERATE_KEYS: [&str; 17] = [
     "hooks",
     "maxTokens",
     "temperature",
@@ -56,6 +56,9 @@ pub const GENERATE_KEYS: [&str; 14] = [
     "logitBias",
     "ignoreEos",
     "reusePrompt",
+    "n",
+    "numBeams",
+    "lengthPenalty",
 ];
 pub const SCORE_KEYS: [&str; 1] = ["topK"];
 pub const TRACE_KEYS: [&str; 1] = ["taps"];
@@ -149,14 +152,27 @@ pub struct GenerateParams {
     /// Interventions at TransformerLens's hook points ([`Hook`]), at every evaluated position.
     #[serde(default)]
     pub hooks: Option<Vec<Hook>>,
+    /// Sequences sampled from the one prompt (1..64; the KV cache's sequence ids are a u64 bitset).
+    #[serde(default, deserialize_with = "de::n")]
+    pub n: Option<usize>,
+    /// Beam search with this many beams (1..64); not with `n` above 1.
+    #[serde(default, deserialize_with = "de::num_beams")]
+    pub num_beams: Option<usize>,
+    #[serde(default, deserialize_with = "de::length_penalty")]
+    pub length_penalty: Option<f32>,
 }
 
 impl GenerateParams {
-    /// The options of one generation: what was given, [`GenerateOptions::default()`] for the rest.
-    pub fn resolve(self) -> GenerateOptions {
+    /// The options of one generation: what was given, [`GenerateOptions::default()`] for the
+    /// rest; `n` and `numBeams` cannot both be above 1.
+    pub fn resolve(self) -> Result<GenerateOptions, ModelError> {
         let d = GenerateOptions::default();
         let s = d.sampling;
-        GenerateOptions {
+        let (n, num_beams) = (self.n.unwrap_or(d.n), self.num_beams.unwrap_or(d.num_beams));
+        if n > 1 && num_beams > 1 {
+            return Err(invalid(format!("{GENERATE_WHAT}: n ({n}) and numBeams ({num_beams}) cannot both be above 1")));
+        }
+        Ok(GenerateOptions {
             max_tokens: self.max_tokens.unwrap_or(d.max_tokens),
             sampling: SamplingParams {
                 temperature: self.temperature.unwrap_or(s.temperature),
@@ -173,13 +189,16 @@ impl GenerateParams {
             top_logprobs: self.top_logprobs.unwrap_or(d.top_logprobs),
             reuse_prompt: self.reuse_prompt.unwrap_or(d.reuse_prompt),
             hooks: self.hooks.unwrap_or(d.hooks),
-        }
+            n,
+            num_beams,
+            length_penalty: self.length_penalty.unwrap_or(d.length_penalty),
+        })
     }
 }
 
 /// `generate`'s options from JSON text (native callers, tests); the bindings pass a value.
 pub fn parse_generate(json: &str) -> Result<GenerateOptions, ModelError> {
-    from_json::<GenerateParams>(GENERATE_WHAT, json).map(GenerateParams::resolve)
+    from_json::<GenerateParams>(GENERATE_WHAT, json).and_then(GenerateParams::resolve)
 }
 
 pub const GENERATE_WHAT: &str = "generation options";
@@ -365,6 +384,9 @@ mod de {
     field!(top_logprobs -> usize = |v| uint(&v, "topLogprobs", 0, U32).map(|n| n as usize));
     field!(ignore_eos -> bool = |v| boolean(&v, "ignoreEos"));
     field!(reuse_prompt -> bool = |v| boolean(&v, "reusePrompt"));
+    field!(n -> usize = |v| uint(&v, "n", 1, 64).map(|n| n as usize));
+    field!(num_beams -> usize = |v| uint(&v, "numBeams", 1, 64).map(|n| n as usize));
+    field!(length_penalty -> f32 = |v| num(&v, "lengthPenalty", -100.0, 100.0));
     field!(stop -> Vec<String> = |v| strings(&v, "stop"));
     field!(logit_bias -> Vec<(u32, f32)> = |v| {
         let Value::Object(m) = &v else {

@@ -36,7 +36,7 @@
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 
-use super::context::{Batch, Chunk, Gpt2, Logits, TapValue};
+use super::context::{Batch, Chunk, Gpt2, Logits, SeqPos, TapValue};
 use super::hooks::Hook;
 use super::logprobs::RowStats;
 use super::sampling::{Sampler, SamplingParams};
@@ -61,9 +61,19 @@ pub struct GenerateOptions {
     /// Reuse the KV cache's longest common prefix with the prompt (the prompt cache; JS
     /// `reusePrompt`, default true). False evaluates the whole prompt from position 0.
     pub reuse_prompt: bool,
+    /// Sequences sampled from the one prompt (1 = one; at most 64): sequence `i` samples
+    /// with seed `seed + i` (wrapping) and equals a one-sequence run with that seed. All
+    /// live sequences' tokens are evaluated as one batch per step.
+    pub n: usize,
+    /// Beam search with this many beams (0 or 1 = off): Hugging Face's `generate(num_beams=k,
+    /// do_sample=False, early_stopping=False)`; sampling options are not used.
+    pub num_beams: usize,
+    /// Beam search: a finished beam's score is its summed logprob / generated_len^length_penalty.
+    pub length_penalty: f32,
     /// Interventions at TransformerLens's hook points, applied at every evaluated position
     /// (prompt and each new token) before K and V enter the cache; no `pos` here. The prompt
     /// cache is reused only under the same hooks.
+    /// With `n` or `numBeams` above 1: refused (hooks take one sequence).
     pub hooks: Vec<Hook>,
 }
 
@@ -77,6 +87,9 @@ impl Default for GenerateOptions {
             stop: Vec::new(),
             top_logprobs: 0,
             reuse_prompt: true,
+            n: 1,
+            num_beams: 0,
+            length_penalty: 1.0,
             hooks: Vec::new(),
         }
     }
@@ -115,6 +128,8 @@ pub struct TopToken {
 /// One generated token.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Item {
+    /// The sequence (0..n) this token continues; 0 with one sequence and in beam search.
+    pub seq: usize,
     pub token: u32,
     /// Text released with this token: whole characters only; may be empty.
     pub text: String,
@@ -232,11 +247,29 @@ struct Row {
     top: Vec<(u32, f32)>,
 }
 
-struct Generation {
-    prompt: Vec<u32>,
-    /// Prompt positions in the KV cache so far (evaluated or reused).
-    done: usize,
-    cached: usize,
+/// One beam-searched sequence: its generated tokens and score (summed logprob while
+/// running; divided by length^length_penalty once finished).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Beam {
+    pub tokens: Vec<u32>,
+    pub score: f32,
+}
+
+/// The state of a beam search (Hugging Face's `_beam_search`, batch size 1): running beam
+/// `j` is KV sequence `j`.
+struct BeamSearch {
+    k: usize,
+    max_new: usize,
+    running: Vec<Beam>,
+    /// At most k, best first.
+    finished: Vec<Beam>,
+    /// Next-token logits: one row per running beam (one row, beam 0's, at the first step).
+    logits: Vec<f32>,
+    done: bool,
+}
+
+/// One sampled sequence of a generation.
+struct Seq {
     /// Next-token logits after the last evaluated position.
     logits: Vec<f32>,
     /// Prompt and output, for the repetition penalty.
@@ -244,14 +277,33 @@ struct Generation {
     /// The token sampled last, not yet evaluated (only the next step needs its K/V).
     pending: Option<u32>,
     sampler: Sampler,
-    opts: GenerateOptions,
     n_generated: usize,
     n_yielded: usize,
     stop: Option<StopReason>,
-    /// The WebGPU counters when the generation started.
-    webgpu_start: Option<BackendStats>,
     decoder: StreamDecoder,
     hold: StopHold<(u32, Option<f32>, Vec<TopToken>)>,
+}
+
+struct Generation {
+    prompt: Vec<u32>,
+    /// Prompt positions in the KV cache so far (evaluated or reused).
+    done: usize,
+    cached: usize,
+    opts: GenerateOptions,
+    seqs: Vec<Seq>,
+    /// With several sequences: whether the prompt's cells were given to all of them.
+    shared: bool,
+    beam: Option<BeamSearch>,
+    /// The reason the last sequence to stop stopped.
+    last_stop: Option<StopReason>,
+    /// The WebGPU counters when the generation started.
+    webgpu_start: Option<BackendStats>,
+}
+
+impl Generation {
+    fn over(&self) -> bool {
+        self.seqs.iter().all(|q| q.stop.is_some())
+    }
 }
 
 /// A model, its tokenizer, and the state that outlives calls: the KV cache's contents and
@@ -267,6 +319,7 @@ pub struct Session {
     cache_hooks: Vec<Hook>,
     gen: Option<Generation>,
     last_stats: GenerationStats,
+    last_beams: Vec<Beam>,
 }
 
 impl Session {
@@ -279,6 +332,7 @@ impl Session {
             cache_hooks: Vec::new(),
             gen: None,
             last_stats: GenerationStats::default(),
+            last_beams: Vec::new(),
         }
     }
 
@@ -297,6 +351,7 @@ impl Session {
     pub fn end_generation(&mut self) {
         if let Some(g) = self.gen.take() {
             self.last_stats = stats_of(&g, &self.model);
+            self.last_beams = g.beam.filter(|b| b.done).map(|b| b.finished).unwrap_or_default();
         }
     }
 
@@ -336,7 +391,7 @@ impl Session {
         self.cache_hooks.clear();
         let n_vocab = self.model.hparams.n_vocab;
         let logits = if rows.is_some() { Logits::All } else { Logits::Last };
-        let batch = Batch { tokens: &tokens[keep..], n_past: keep, logits, taps: &[], hooks: &[] };
+        let batch = Batch { tokens: &tokens[keep..], n_past: keep, logits, taps: &[], ..Batch::default() };
         let Session { model, cache, .. } = self;
         let mut last = Vec::new();
         let mut sink = |c: Chunk<'_>| {
@@ -432,8 +487,10 @@ impl Session {
         }
         self.truncate(0);
         self.cache_hooks.clear();
-        let out =
-            self.model.decode(Batch { tokens, n_past: 0, logits: Logits::None, taps: &names, hooks: &[] }).await?;
+        let out = self
+            .model
+            .decode(Batch { tokens, n_past: 0, logits: Logits::None, taps: &names, ..Batch::default() })
+            .await?;
         self.cache.extend_from_slice(tokens);
         let take = |name: &str| -> Vec<f32> {
             out.taps.iter().find(|v| v.name == name).map(|v| v.data.clone()).unwrap_or_default()
@@ -459,7 +516,7 @@ impl Session {
         let (_, tl) = super::hooks::split_taps(&names, &hp)?;
         self.truncate(0);
         self.cache_hooks = hooks.to_vec();
-        let batch = Batch { tokens, n_past: 0, logits: Logits::All, taps: &tl.nodes, hooks };
+        let batch = Batch { tokens, n_past: 0, logits: Logits::All, taps: &tl.nodes, hooks, seq: &[] };
         let out = self.model.decode(batch).await?;
         self.cache.extend_from_slice(tokens);
         Ok(Run { tokens: tokens.to_vec(), logits: out.logits, cache: tl.values(&out.taps, hp.eps) })
@@ -719,27 +776,69 @@ impl Session {
         if let Some(&(bad, _)) = opts.logit_bias.iter().find(|(t, _)| *t as usize >= n_vocab) {
             return Err(ModelError::BadToken { id: bad, n_vocab });
         }
+        let beams = opts.num_beams > 1;
+        if opts.n == 0 || opts.n > 64 || opts.num_beams > 64 || (beams && opts.n > 1) {
+            return Err(ModelError::Invalid(alloc::format!(
+                "n must be 1..64 and numBeams 0..64, not both above 1 (n {}, numBeams {})",
+                opts.n,
+                opts.num_beams
+            )));
+        }
+        if !opts.hooks.is_empty() && (opts.n > 1 || beams) {
+            return Err(ModelError::Invalid(alloc::format!(
+                "hooks take one sequence: not with n {} or numBeams {}",
+                opts.n,
+                opts.num_beams
+            )));
+        }
+        let n_ctx = self.model.n_ctx();
+        let max_new = opts.max_tokens.min(n_ctx.saturating_sub(prompt.len()));
+        if beams {
+            // Every beam's cells fit at once: the prompt plus k cells per step.
+            let needed = prompt.len() + opts.num_beams * max_new;
+            if needed > n_ctx {
+                return Err(ModelError::ContextFull { needed, n_ctx });
+            }
+        }
         // The hooks are checked now (names, ranges, values), as for a one-token step.
         super::hooks::plan(&opts.hooks, &self.model.hparams, 1, 0, false)?;
         let keep = if opts.reuse_prompt { self.common_prefix(&prompt, &opts.hooks).min(prompt.len() - 1) } else { 0 };
         self.truncate(keep);
         self.cache_hooks = opts.hooks.clone();
-        let stops = opts.stop.clone();
+        let seqs = (0..opts.n)
+            .map(|i| Seq {
+                logits: Vec::new(),
+                history: prompt.clone(),
+                pending: None,
+                sampler: Sampler::new(SamplingParams {
+                    seed: opts.sampling.seed.wrapping_add(i as u64),
+                    ..opts.sampling.clone()
+                }),
+                n_generated: 0,
+                n_yielded: 0,
+                stop: None,
+                decoder: StreamDecoder::new(),
+                hold: StopHold::new(opts.stop.clone()),
+            })
+            .collect();
+        let beam = beams.then(|| BeamSearch {
+            k: opts.num_beams,
+            max_new,
+            running: alloc::vec![Beam { tokens: Vec::new(), score: 0.0 }],
+            finished: Vec::new(),
+            logits: Vec::new(),
+            done: max_new == 0,
+        });
         self.gen = Some(Generation {
-            history: prompt.clone(),
             prompt,
             done: keep,
             cached: keep,
-            logits: Vec::new(),
-            pending: None,
-            sampler: Sampler::new(opts.sampling.clone()),
             opts,
-            n_generated: 0,
-            n_yielded: 0,
-            stop: None,
+            seqs,
+            shared: false,
+            beam,
+            last_stop: None,
             webgpu_start: self.model.webgpu_stats(),
-            decoder: StreamDecoder::new(),
-            hold: StopHold::new(stops),
         });
         Ok(keep)
     }
@@ -763,13 +862,18 @@ impl Session {
         let chunk: Vec<u32> = g.prompt[from..to].to_vec();
         let logits = if to == len { Logits::Last } else { Logits::None };
         let hooks = &self.gen.as_ref().expect("generation present").opts.hooks;
-        match self.model.decode(Batch { tokens: &chunk, n_past: from, logits, taps: &[], hooks }).await {
+        match self.model.decode(Batch { tokens: &chunk, n_past: from, logits, taps: &[], hooks, seq: &[] }).await {
             Ok(out) => {
                 self.cache.extend_from_slice(&chunk);
                 let g = self.gen.as_mut().expect("generation present");
                 g.done = to;
                 if to == len {
-                    g.logits = out.logits;
+                    for q in &mut g.seqs {
+                        q.logits.clone_from(&out.logits);
+                    }
+                    if let Some(b) = &mut g.beam {
+                        b.logits = out.logits;
+                    }
                 }
                 Ok(to == len)
             }
@@ -804,67 +908,241 @@ impl Session {
                     g.prompt.len()
                 )));
             }
-            if let Some(((token, logprob, top), text)) = g.hold.pop() {
-                g.n_yielded += 1;
-                return Ok(Some(Item { token, text, logprob, top }));
+            // Held items first, in sequence order.
+            for (i, q) in g.seqs.iter_mut().enumerate() {
+                if let Some(((token, logprob, top), text)) = q.hold.pop() {
+                    q.n_yielded += 1;
+                    return Ok(Some(Item { seq: i, token, text, logprob, top }));
+                }
             }
-            if g.stop.is_some() {
+            if g.over() {
                 return Ok(None);
             }
-            if g.n_generated >= g.opts.max_tokens || g.prompt.len() + g.n_generated >= n_ctx {
-                g.stop = Some(if g.n_generated >= g.opts.max_tokens {
-                    StopReason::MaxTokens
-                } else {
-                    StopReason::ContextFull
-                });
-                g.hold.flush();
+            if g.beam.is_some() {
+                self.beam_step(eos).await?;
                 continue;
             }
-            if let Some(t) = g.pending.take() {
-                let pos = self.cache.len();
-                let hooks = &self.gen.as_ref().expect("generation present").opts.hooks;
-                let out = self.model.decode(Batch { hooks, ..Batch::last(&[t], pos) }).await?;
-                self.cache.push(t);
-                self.gen.as_mut().expect("generation present").logits = out.logits;
-            }
-            let Session { gen, tokenizer, .. } = self;
+            let Session { gen, model, cache, tokenizer, .. } = self;
             let g = gen.as_mut().expect("generation present");
-            let biased = !g.opts.logit_bias.is_empty() || (g.opts.ignore_eos && eos.is_some());
-            let t = if biased {
-                let mut row = g.logits.clone();
-                for &(id, b) in &g.opts.logit_bias {
-                    row[id as usize] += b;
+            let (plen, multi) = (g.prompt.len(), g.seqs.len() > 1);
+            let mut flushed = false;
+            for (i, q) in g.seqs.iter_mut().enumerate().filter(|(_, q)| q.stop.is_none()) {
+                if q.n_generated >= g.opts.max_tokens || plen + q.n_generated >= n_ctx {
+                    q.stop = Some(if q.n_generated >= g.opts.max_tokens {
+                        StopReason::MaxTokens
+                    } else {
+                        StopReason::ContextFull
+                    });
+                    g.last_stop = q.stop;
+                    q.hold.flush();
+                    if multi && g.shared {
+                        model.kv.seq_rm(1 << i);
+                    }
+                    flushed = true;
+                }
+            }
+            if flushed {
+                continue;
+            }
+            // One evaluation of every live sequence's last token.
+            let pending: Vec<(usize, u32)> =
+                g.seqs.iter_mut().enumerate().filter_map(|(i, q)| q.pending.take().map(|t| (i, t))).collect();
+            if !multi {
+                if let Some(&(_, t)) = pending.first() {
+                    let pos = cache.len();
+                    let out = model.decode(Batch { hooks: &g.opts.hooks, ..Batch::last(&[t], pos) }).await?;
+                    cache.push(t);
+                    g.seqs[0].logits = out.logits;
+                }
+            } else if !pending.is_empty() {
+                if !g.shared {
+                    // The prompt's cells (sequence 0's) are every sequence's (llama.cpp's seq_cp).
+                    model.kv.seq_cp(0, if g.seqs.len() == 64 { u64::MAX } else { (1u64 << g.seqs.len()) - 1 });
+                    g.shared = true;
+                }
+                let tokens: Vec<u32> = pending.iter().map(|&(_, t)| t).collect();
+                let seq: Vec<SeqPos> = pending
+                    .iter()
+                    .map(|&(i, _)| SeqPos { pos: (plen + g.seqs[i].n_generated - 1) as u32, seqs: 1 << i })
+                    .collect();
+                let batch = Batch { tokens: &tokens, logits: Logits::All, seq: &seq, ..Batch::default() };
+                match model.decode(batch).await {
+                    Ok(out) => {
+                        let n_vocab = model.hparams.n_vocab;
+                        for (&(i, _), row) in pending.iter().zip(out.logits.chunks(n_vocab)) {
+                            g.seqs[i].logits.clear();
+                            g.seqs[i].logits.extend_from_slice(row);
+                        }
+                    }
+                    // No free cells for this step's tokens: every live sequence ends here.
+                    Err(ModelError::ContextFull { .. }) => {
+                        for q in g.seqs.iter_mut().filter(|q| q.stop.is_none()) {
+                            q.stop = Some(StopReason::ContextFull);
+                            q.hold.flush();
+                        }
+                        g.last_stop = Some(StopReason::ContextFull);
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            for (i, q) in g.seqs.iter_mut().enumerate().filter(|(_, q)| q.stop.is_none()) {
+                let biased = !g.opts.logit_bias.is_empty() || (g.opts.ignore_eos && eos.is_some());
+                let t = if biased {
+                    let mut row = q.logits.clone();
+                    for &(id, b) in &g.opts.logit_bias {
+                        row[id as usize] += b;
+                    }
+                    if let (true, Some(e)) = (g.opts.ignore_eos, eos) {
+                        row[e as usize] = f32::NEG_INFINITY;
+                    }
+                    q.sampler.sample(&row, &q.history)
+                } else {
+                    q.sampler.sample(&q.logits, &q.history)
+                };
+                if Some(t) == eos && !g.opts.ignore_eos {
+                    q.stop = Some(StopReason::Eos);
+                    g.last_stop = q.stop;
+                    q.hold.flush();
+                    if multi && g.shared {
+                        model.kv.seq_rm(1 << i);
+                    }
+                    continue;
+                }
+                let (logprob, top) = if g.opts.top_logprobs > 0 {
+                    let s = RowStats::new(&q.logits);
+                    let top = s
+                        .top(&q.logits, g.opts.top_logprobs)
+                        .into_iter()
+                        .map(|(token, logprob)| TopToken { token, text: piece(tokenizer, token), logprob })
+                        .collect();
+                    (Some(s.logprob(q.logits[t as usize])), top)
+                } else {
+                    (None, Vec::new())
+                };
+                q.history.push(t);
+                q.pending = Some(t);
+                q.n_generated += 1;
+                let text = q.decoder.push(tokenizer, t).map_err(|e| ModelError::Tokenizer(e.to_string()))?;
+                if q.hold.push((t, logprob, top), text) {
+                    q.stop = Some(StopReason::Stop);
+                    g.last_stop = q.stop;
+                    if multi && g.shared {
+                        model.kv.seq_rm(1 << i);
+                    }
+                }
+            }
+        }
+    }
+
+    /// One step of beam search (Hugging Face's `_beam_search` loop body, batch size 1,
+    /// early_stopping=False): the top 2k of beam score + log_softmax over beams × vocabulary;
+    /// those ending (eos, or the last step) among the first k join the finished list as
+    /// score / len^length_penalty; the first k others run on. Running beam j is KV sequence
+    /// j: the survivors' cells are re-assigned by permuting cells' sequence sets, not by
+    /// copying K/V. Once decided, the best finished beam's tokens go out as items.
+    async fn beam_step(&mut self, eos: Option<u32>) -> Result<(), ModelError> {
+        let Session { gen, model, tokenizer, .. } = self;
+        let g = gen.as_mut().expect("generation present");
+        let b = g.beam.as_mut().expect("beam search");
+        let (plen, v, lp) = (g.prompt.len(), model.hparams.n_vocab, g.opts.length_penalty as f64);
+        if !b.done {
+            let mut cand: Vec<(f32, usize, u32)> = Vec::with_capacity(b.running.len() * v);
+            for (j, beam) in b.running.iter().enumerate() {
+                let row = &b.logits[j * v..(j + 1) * v];
+                let st = RowStats::new(row);
+                let mut lps: Vec<f32> = row.iter().map(|&l| st.logprob(l)).collect();
+                // HF's logits processors act on the log-probabilities.
+                for &(id, bias) in &g.opts.logit_bias {
+                    lps[id as usize] += bias;
                 }
                 if let (true, Some(e)) = (g.opts.ignore_eos, eos) {
-                    row[e as usize] = f32::NEG_INFINITY;
+                    lps[e as usize] = f32::NEG_INFINITY;
                 }
-                g.sampler.sample(&row, &g.history)
-            } else {
-                g.sampler.sample(&g.logits, &g.history)
-            };
-            if Some(t) == eos && !g.opts.ignore_eos {
-                g.stop = Some(StopReason::Eos);
-                g.hold.flush();
-                continue;
+                cand.extend(lps.iter().enumerate().map(|(t, &x)| (beam.score + x, j, t as u32)));
             }
-            let (logprob, top) = if g.opts.top_logprobs > 0 {
-                let s = RowStats::new(&g.logits);
-                let top = s
-                    .top(&g.logits, g.opts.top_logprobs)
-                    .into_iter()
-                    .map(|(token, logprob)| TopToken { token, text: piece(tokenizer, token), logprob })
-                    .collect();
-                (Some(s.logprob(g.logits[t as usize])), top)
-            } else {
-                (None, Vec::new())
+            // torch.topk: descending; equal scores by flat index.
+            let order = |a: &(f32, usize, u32), c: &(f32, usize, u32)| {
+                c.0.total_cmp(&a.0).then((a.1 * v + a.2 as usize).cmp(&(c.1 * v + c.2 as usize)))
             };
-            g.history.push(t);
-            g.pending = Some(t);
-            g.n_generated += 1;
-            let text = g.decoder.push(tokenizer, t).map_err(|e| ModelError::Tokenizer(e.to_string()))?;
-            if g.hold.push((t, logprob, top), text) {
-                g.stop = Some(StopReason::Stop);
+            let k2 = (2 * b.k).min(cand.len());
+            if k2 < cand.len() {
+                cand.select_nth_unstable_by(k2 - 1, order);
+                cand.truncate(k2);
             }
+            cand.sort_unstable_by(order);
+            let new_len = b.running[0].tokens.len() + 1;
+            let at_max = new_len >= b.max_new;
+            let denom = libm::pow(new_len as f64, lp);
+            let (mut running, mut src) = (Vec::new(), Vec::new());
+            for (idx, &(score, j, t)) in cand.iter().enumerate() {
+                let ends = at_max || (Some(t) == eos && !g.opts.ignore_eos);
+                if ends && idx >= b.k {
+                    continue;
+                }
+                if !ends && running.len() == b.k {
+                    continue;
+                }
+                let mut tokens = b.running[j].tokens.clone();
+                tokens.push(t);
+                if ends {
+                    b.finished.push(Beam { tokens, score: (score as f64 / denom) as f32 });
+                } else {
+                    running.push(Beam { tokens, score });
+                    src.push(j);
+                }
+            }
+            b.finished.sort_by(|a, c| c.score.total_cmp(&a.score));
+            b.finished.truncate(b.k);
+            // Done when no beam runs on, or (every finished slot filled) the best running
+            // beam at its current length cannot beat the worst finished one.
+            b.done = running.is_empty()
+                || (b.finished.len() == b.k && (running[0].score as f64 / denom) as f32 <= b.finished[b.k - 1].score);
+            if !b.done {
+                model.kv.seq_permute(&src);
+                let tokens: Vec<u32> = running.iter().map(|r| *r.tokens.last().expect("one token")).collect();
+                let seq: Vec<SeqPos> =
+                    (0..running.len()).map(|j| SeqPos { pos: (plen + new_len - 1) as u32, seqs: 1 << j }).collect();
+                let batch = Batch { tokens: &tokens, logits: Logits::All, seq: &seq, ..Batch::default() };
+                b.logits = model.decode(batch).await?.logits;
+                b.running = running;
+                return Ok(());
+            }
+        }
+        // Decided: the best beam's tokens as items (its closing eos is not yielded).
+        let q = &mut g.seqs[0];
+        let best = b.finished.first().map(|f| f.tokens.clone()).unwrap_or_default();
+        let ended_eos = best.last().is_some_and(|&t| Some(t) == eos);
+        let text_tokens = &best[..best.len() - ended_eos as usize];
+        for &t in text_tokens {
+            q.n_generated += 1;
+            let text = q.decoder.push(tokenizer, t).map_err(|e| ModelError::Tokenizer(e.to_string()))?;
+            if q.hold.push((t, None, Vec::new()), text) {
+                q.stop = Some(StopReason::Stop);
+                break;
+            }
+        }
+        if q.stop.is_none() {
+            q.stop = Some(if ended_eos {
+                StopReason::Eos
+            } else if b.max_new < g.opts.max_tokens {
+                StopReason::ContextFull
+            } else {
+                StopReason::MaxTokens
+            });
+            q.hold.flush();
+        }
+        g.last_stop = q.stop;
+        Ok(())
+    }
+
+    /// The finished beams of the current (or last) beam search, best first (empty without
+    /// one): Hugging Face's `sequences` (the generated part, with a closing eos) and
+    /// `sequences_scores`.
+    pub fn beams(&self) -> &[Beam] {
+        match &self.gen {
+            Some(g) => g.beam.as_ref().filter(|b| b.done).map_or(&[], |b| &b.finished[..]),
+            None => &self.last_beams,
         }
     }
 
@@ -872,6 +1150,12 @@ impl Session {
     /// stays until then: `next` keeps answering None).
     pub fn generating(&self) -> bool {
         self.gen.is_some()
+    }
+
+    /// The sequences the generation in progress samples (option `n`; 1 in beam search and
+    /// when none runs).
+    pub fn n_seqs(&self) -> usize {
+        self.gen.as_ref().map_or(1, |g| g.seqs.len())
     }
 
     /// Counters of the generation in progress, else of the last one.
@@ -884,8 +1168,8 @@ fn stats_of(g: &Generation, model: &Gpt2) -> GenerationStats {
     GenerationStats {
         prompt_tokens: g.prompt.len(),
         cached_tokens: g.cached,
-        tokens: g.n_yielded,
-        stop: g.stop,
+        tokens: g.seqs.iter().map(|q| q.n_yielded).sum(),
+        stop: if g.over() { g.last_stop } else { None },
         webgpu: webgpu_since(model, g.webgpu_start),
     }
 }

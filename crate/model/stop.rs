@@ -62,7 +62,7 @@ impl<T> StopHold<T> {
             return true;
         }
         // The longest tail of the held text that begins some stop string stays held.
-        let keep = (1..held.len())
+        let keep = (1..=held.len())
             .rev()
             .filter(|&k| held.is_char_boundary(held.len() - k))
             .find(|&k| self.stops.iter().any(|s| s.starts_with(&held[held.len() - k..])))

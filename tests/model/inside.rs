@@ -288,9 +288,9 @@ fn every_unknown_option_is_refused_by_name() {
     // Every documented key is accepted.
     let all = r#"{"maxTokens":1,"temperature":0,"topK":1,"topP":1,"minP":0.1,"seed":1,"repeatPenalty":1,
         "repeatLastN":8,"topLogprobs":2,"stop":["x"],"logitBias":{"5":-1.5,"6":"-Infinity"},"ignoreEos":true,"reusePrompt":false,
-        "hooks":[{"at":"blocks.0.hook_resid_pre","op":"scale","value":2}]}"#;
+        "hooks":[{"at":"blocks.0.hook_resid_pre","op":"scale","value":2}],"n":1,"numBeams":1,"lengthPenalty":1}"#;
     let o = parse_generate(all).unwrap();
-    assert_eq!(GENERATE_KEYS.len(), 14);
+    assert_eq!(GENERATE_KEYS.len(), 17);
     assert_eq!(o.hooks.len(), 1);
     let e = parse_generate(r#"{"hooks":[{"at":"hook_embed","op":"zero","heads":1}]}"#).unwrap_err();
     assert!(e.to_string().contains("unknown option \"heads\" (known: at, op, head, pos, index, value)"), "{e}");

@@ -14,6 +14,7 @@ mod gpt2_shared;
 mod inside;
 mod kquants_llamacpp;
 mod kv_type;
+mod nseq;
 mod scale_medium;
 mod sched;
 mod tl_hooks;

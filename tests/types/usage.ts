@@ -29,7 +29,7 @@ const allInspect: Required<InspectOptions> = {
 const allGenerate: Required<GenerateOptions> = {
   maxTokens: 8, temperature: 0.7, topK: 40, topP: 0.95, seed: 42, repeatPenalty: 1.1, repeatLastN: 64, minP: 0.05,
   logitBias: { 50256: -Infinity, 13: 2.5 }, ignoreEos: true, stop: ['\n'], topLogprobs: 3, special: false,
-  reusePrompt: false, signal: ac.signal,
+  reusePrompt: false, signal: ac.signal, n: 1, numBeams: 1, lengthPenalty: 1,
   hooks: [{ at: 'blocks.3.hook_resid_pre', op: 'add', value: new Float32Array(768) }],
 };
 const allHook: Required<Hook> = { at: 'blocks.0.attn.hook_z', op: 'set', head: [1, 2], pos: -1, index: 0, value: [1, 2] };
@@ -114,6 +114,7 @@ function readStats(s: GenerateStats | null): string {
     promptTokens: s.promptTokens, cachedTokens: s.cachedTokens, tokens: s.tokens, promptMs: s.promptMs, genMs: s.genMs,
     stop: s.stop satisfies 'eos' | 'maxTokens' | 'contextFull' | 'stop' | 'cancelled',
     cpuJobs: (s.cpuJobs?.split ?? 0) + (s.cpuJobs?.onWorkers ?? 0), webgpu: readWebgpu(s.webgpu),
+    beams: (s.beams ?? []).map((b) => (b.tokens satisfies Uint32Array)[0] + b.score),
   };
   return JSON.stringify(all);
 }
@@ -149,7 +150,7 @@ function readInspect(r: InspectResult): unknown[] {
 }
 
 function readToken(t: GeneratedToken): string {
-  return `${t.token} ${t.text} ${t.logprob ?? ''} ${(t.top ?? []).map((e) => `${e.token}:${e.text}:${e.logprob}`).join()}`;
+  return `${t.seq ?? 0} ${t.token} ${t.text} ${t.logprob ?? ''} ${(t.top ?? []).map((e) => `${e.token}:${e.text}:${e.logprob}`).join()}`;
 }
 
 // Every instance member, called or read: a new method is a compile error until it is here.

@@ -306,3 +306,44 @@ fn webgpu_counters_per_token() {
     assert_eq!(st.tokens, 5);
     assert_eq!((w.submits, w.readbacks, w.readback_bytes), (evals, evals - 2, (evals - 2) * logits_bytes));
 }
+
+/// Several sequences and beam search on WebGPU (the KQ mask through `soft_max_ext`, the
+/// cells' sequence sets): the same tokens and beams as the CPU alone, for each split.
+#[test]
+fn several_sequences_and_beams_match_the_cpu() {
+    use ggweb::model::sampling::SamplingParams;
+    use ggweb::model::session::{GenerateOptions, Session};
+    let _shared = gpu::shared();
+    let Some(gpu) = gpu() else { return };
+    let (_, bytes) = tiny_f32();
+    let run = |s: &mut Session, opts: GenerateOptions| {
+        s.start(PROMPT.to_vec(), opts).unwrap();
+        while !pollster::block_on(s.prompt_step()).unwrap() {}
+        let mut items = Vec::new();
+        while let Some(it) = pollster::block_on(s.next()).unwrap() {
+            items.push((it.seq, it.token));
+        }
+        (items, s.beams().iter().map(|b| b.tokens.clone()).collect::<Vec<_>>())
+    };
+    let sampled = GenerateOptions {
+        max_tokens: 6,
+        n: 3,
+        ignore_eos: true,
+        // Top 3 only: the GPU's logits differ from the CPU's by ~1e-6, which over the
+        // random model's flat full distribution moves a draw now and then.
+        sampling: SamplingParams { temperature: 0.7, top_k: 3, top_p: 1.0, seed: 5, ..SamplingParams::default() },
+        ..GenerateOptions::default()
+    };
+    let beams = GenerateOptions { max_tokens: 5, num_beams: 3, ..GenerateOptions::default() };
+    let mut cpu = Session::new(load_cpu(&bytes));
+    let want = (run(&mut cpu, sampled.clone()), run(&mut cpu, beams.clone()));
+    assert_eq!(want.1 .1.len(), 3);
+    let of = |i: usize| want.0 .0.iter().filter(|x| x.0 == i).map(|x| x.1).collect::<Vec<u32>>();
+    assert!(of(0) != of(1) || of(1) != of(2), "the sequences differ: {:?}", want.0 .0);
+    let n_layer = cpu.model.hparams.n_layer;
+    for n in [1, n_layer + 1] {
+        let mut s = Session::new(load_split(&bytes, gpu.clone(), n));
+        let got = (run(&mut s, sampled.clone()), run(&mut s, beams.clone()));
+        assert_eq!(got, want, "gpu_layers {n}");
+    }
+}
