@@ -10,6 +10,7 @@ use wasm_bindgen_test::*;
 wasm_bindgen_test_configure!(run_in_browser);
 
 mod support {
+    pub mod eval;
     pub mod kquants;
 }
 
