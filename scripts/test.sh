@@ -124,22 +124,43 @@ SUMMARY+=("no_std wasm32 core build: ok ($STEP_SECS s)")
 # runs them (wasm-pack builds every test target for wasm32 and runs each through
 # wasm-bindgen-test-runner; chromedriver, geckodriver and the browsers' options in
 # webdriver.json: WebGPU on in both, SwiftShader in Chromium, Mesa's lavapipe in Firefox).
-# The browser suite is the tests/*.rs files with `wasm_bindgen_test_configure!(run_in_browser)`:
-# tests/wasm_*.rs (SIMD kernels, the model bindings against HF, the memory a load takes),
-# backend_ops_browser.rs (tests/backend_ops/suite.rs's op cases on the wasm CPU and WebGPU),
-# webgpu_browser.rs and webgpu_sched_browser.rs (WebGPU in the browser, GPT-2 split between
-# WebGPU and the CPU) and quants.rs (tests/kernels/quants.rs: the quantized products bit for bit against
-# vec_dot). They are named with --test: a bare `wasm-pack test` also runs the native test
-# binaries (tests/<layer>/main.rs), compiled out on wasm32 ("no tests to run!"), tests/wasm_bench.rs, a Node benchmark it skips, and the doc tests,
-# which "pass" with nothing to run (they run natively in step 2).
-mapfile -t browser_files < <(grep -l 'wasm_bindgen_test_configure!(run_in_browser)' tests/*.rs | sort)
-[ ${#browser_files[@]} -gt 0 ] || die "no tests/*.rs file runs in the browser"
+# The browser suite is the test crates with `wasm_bindgen_test_configure!(run_in_browser)`:
+# tests/browser/main.rs, one crate with a module per subject (smoke, simd: the SIMD kernels;
+# quants: tests/kernels/quants.rs, the quantized products bit for bit against vec_dot;
+# backend_ops: tests/backend_ops/suite.rs's op cases on the wasm CPU and WebGPU; model: the
+# model bindings against HF; kquant_mixes; webgpu, webgpu_sched: WebGPU in the browser, GPT-2
+# split between WebGPU and the CPU), and tests/wasm_memory.rs (the memory a load takes, alone
+# in its module so that the high-water mark is that one load's). They are named with --test:
+# a bare `wasm-pack test` also runs the native test binaries (tests/<layer>/main.rs), compiled
+# out on wasm32 ("no tests to run!"), tests/wasm_bench.rs, a Node benchmark it skips, and the
+# doc tests, which "pass" with nothing to run (they run natively in step 2).
+mapfile -t browser_files < <(grep -l 'wasm_bindgen_test_configure!(run_in_browser)' tests/*.rs tests/*/main.rs | sort)
+[ ${#browser_files[@]} -gt 0 ] || die "no test crate runs in the browser"
 browser_tests=()
-for f in "${browser_files[@]}"; do browser_tests+=(--test "$(basename "$f" .rs)"); done
+for f in "${browser_files[@]}"; do
+    case $f in */main.rs) browser_tests+=(--test "$(basename "$(dirname "$f")")") ;; *) browser_tests+=(--test "$(basename "$f" .rs)") ;; esac
+done
+# The modules of tests/browser/main.rs (not the inline `mod support { ... }`): each must pass tests.
+mapfile -t browser_modules < <(sed -nE 's/^ *mod ([a-z0-9_]+);.*/\1/p' tests/browser/main.rs)
+[ ${#browser_modules[@]} -gt 0 ] || die "tests/browser/main.rs declares no test module"
 
-# check_wasm_pack LOG BROWSER: the runner's verdict per test binary cargo ran ("Running
-# <file>"): each browser file passed > 0 tests with 0 failures, none was skipped or empty, and
-# every file ran. Prints the number of tests that passed.
+# check_modules LOG WHAT MODULE...: wasm-bindgen-test's "test <module>::<name> ... ok" lines:
+# each MODULE passed > 0 tests, and no test in LOG failed. Prints "module=N ...".
+check_modules() {
+    local log=$1 what=$2 m n out=()
+    shift 2
+    ! grep -qE '^test .* \.\.\. FAILED' "$log" || die "$what: failed: $(grep -E '^test .* \.\.\. FAILED' "$log" | cut -d' ' -f2 | paste -sd' ' -)"
+    for m in "$@"; do
+        n=$(grep -cE "^test $m::[^ ]+ \.\.\. ok\$" "$log" || true)
+        [ "${n:-0}" -gt 0 ] || die "$what: module $m of tests/browser passed no test"
+        out+=("$m=$n")
+    done
+    echo "${out[*]}"
+}
+
+# check_wasm_pack LOG BROWSER: the runner's verdict per test crate cargo ran ("Running
+# <file>"): each browser crate passed > 0 tests with 0 failures, none was skipped or empty,
+# every one ran, and so did every module of tests/browser. Prints the number of tests that passed.
 check_wasm_pack() {
     local log=$1 browser=$2 f n total=0 verdicts
     verdicts=$(awk '
@@ -153,12 +174,13 @@ check_wasm_pack() {
     echo "$verdicts" > "${log%.log}.files"
     grep -q "Running headless tests in $browser" "$log" || die "wasm-pack: no test ran in headless $browser"
     [ "$(wc -l <<< "$verdicts")" = "${#browser_files[@]}" ] ||
-        die "wasm-pack ($browser): ${#browser_files[@]} test files expected, cargo ran: $(cut -d' ' -f1 <<< "$verdicts" | paste -sd' ' -)"
+        die "wasm-pack ($browser): ${#browser_files[@]} test crates expected, cargo ran: $(cut -d' ' -f1 <<< "$verdicts" | paste -sd' ' -)"
     for f in "${browser_files[@]}"; do
         n=$(awk -v f="$f" '$1 == f && $2 == "ok" && $4 == 0 { print $3 }' <<< "$verdicts")
         [ "${n:-0}" -gt 0 ] || die "wasm-pack ($browser): $f ran no test or failed ($(awk -v f="$f" '$1 == f { $1 = ""; print }' <<< "$verdicts"))"
         total=$((total + n))
     done
+    check_modules "$log" "wasm-pack ($browser)" "${browser_modules[@]}" >> "${log%.log}.files"
     echo "$total"
 }
 
@@ -173,21 +195,29 @@ for browser in chrome firefox; do
     name=$([ "$browser" = chrome ] && echo Chrome || echo Firefox)
     n=$(check_wasm_pack "$LOGS/wasm-$browser.log" "$name")
     PASSED=$((PASSED + n))
-    SUMMARY+=("wasm-pack test --$browser: $n passed in ${#browser_files[@]} files ($STEP_SECS s)")
+    SUMMARY+=("wasm-pack test --$browser: $n passed in ${#browser_files[@]} crates, ${#browser_modules[@]} modules in tests/browser ($STEP_SECS s)")
 done
 
 # 4b. the same quantization tests on the relaxed-SIMD build (web/pkg-relaxed's kernels: Q4_0
 # prompts use i32x4.relaxed_dot_i8x16_i7x16_add), bit for bit against vec_dot, and the
-# backend_ops cases on its CPU kernels (tests/backend_ops_browser.rs), in Chromium.
+# backend_ops cases on its CPU kernels: tests/browser's quants and backend_ops modules (the
+# runner takes one name filter, so the other modules are left out with --skip), in Chromium.
+relaxed_modules=(quants backend_ops)
+relaxed_skip=()
+for m in "${browser_modules[@]}"; do
+    [[ " ${relaxed_modules[*]} " == *" $m "* ]] || relaxed_skip+=(--skip "$m::")
+done
 run_step wasm-relaxed env WASM_BINDGEN_USE_BROWSER=1 CHROMEDRIVER=/usr/bin/chromedriver \
     WASM_BINDGEN_TEST_TIMEOUT="${WASM_BINDGEN_TEST_TIMEOUT:-300}" TMPDIR="$BROWSER_TMP" \
     RUSTFLAGS="-C target-feature=+simd128,+relaxed-simd" CARGO_TARGET_DIR="$TARGET_DIR/wasm-relaxed-tests" GGWEB_EXPECT_RELAXED=1 \
-    cargo test --color never --target wasm32-unknown-unknown --test quants --test backend_ops_browser
+    cargo test --color never --target wasm32-unknown-unknown --test browser -- "${relaxed_skip[@]}"
 grep -q 'Running headless tests in Chrome' "$LOGS/wasm-relaxed.log" || die "relaxed-SIMD wasm tests did not run in headless Chrome"
-[ "$(grep -c '^test result: ok' "$LOGS/wasm-relaxed.log")" -ge 2 ] || die "relaxed-SIMD wasm tests: quants and backend_ops_browser did not both pass"
+relaxed_counts=$(check_modules "$LOGS/wasm-relaxed.log" "relaxed-SIMD wasm tests" "${relaxed_modules[@]}")
 n=$(count_libtest "$LOGS/wasm-relaxed.log" "relaxed-SIMD wasm tests in Chromium")
+[ "$n" = "$(tr ' ' '\n' <<< "$relaxed_counts" | awk -F= '{s += $2} END {print s}')" ] ||
+    die "relaxed-SIMD wasm tests: $n passed, but $relaxed_counts in ${relaxed_modules[*]} (--skip let another module run?)"
 PASSED=$((PASSED + n))
-SUMMARY+=("relaxed-SIMD wasm tests in headless Chromium: $n passed ($STEP_SECS s)")
+SUMMARY+=("relaxed-SIMD wasm tests in headless Chromium: $n passed, $relaxed_counts ($STEP_SECS s)")
 
 # 5. the wasm module the browser tests and the package use
 run_step build-wasm bash scripts/build-wasm.sh

@@ -51,8 +51,8 @@
 //!
 //! Tests: `cargo test --features webgpu --test webgpu webgpu_ops::` (Vulkan: Mesa's lavapipe; set
 //! `GGWEB_ALLOW_NO_GPU=1` to skip where there is no adapter) and, in headless Chromium,
-//! `WASM_BINDGEN_USE_BROWSER=1 cargo test --target wasm32-unknown-unknown --features webgpu
-//! --test webgpu_browser`.
+//! `WASM_BINDGEN_USE_BROWSER=1 cargo test --target wasm32-unknown-unknown --test browser
+//! -- webgpu::`.
 //!
 //! Without the `webgpu` feature the types still exist and `new` returns
 //! [`BackendError::Unavailable`], so callers need no `#[cfg]`.

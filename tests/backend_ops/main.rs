@@ -1,5 +1,5 @@
 //! test-backend-ops, natively: every case of tests/backend_ops/suite.rs (the one case list,
-//! shared with the browser's tests/backend_ops_browser.rs) against its f64 reference on
+//! shared with the browser's tests/browser/backend_ops.rs) against its f64 reference on
 //! - the CPU backend on each instruction set this machine has: the portable scalar
 //!   kernels (forced with `ggweb::cpu::features::set_scalar_only`), x86 AVX2 (plain
 //!   `vpmaddubsw` prompt kernels) and AVX2 with `vpdpbusd` (AVX-VNNI or AVX512-VNNI);

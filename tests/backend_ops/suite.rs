@@ -2,7 +2,7 @@
 //! graph uses, every weight type, odd shapes, views and permuted inputs), each checked
 //! against an f64 reference computed here from the dequantized inputs, with a tolerance
 //! and why. The same module runs natively (tests/backend_ops/main.rs: the CPU on each ISA,
-//! WebGPU on Vulkan) and in the browser (tests/backend_ops_browser.rs: the CPU on wasm
+//! WebGPU on Vulkan) and in the browser (tests/browser/backend_ops.rs: the CPU on wasm
 //! SIMD128, scalar and relaxed SIMD, WebGPU in Chromium and Firefox): [`check_all`] is the
 //! one test body.
 //!

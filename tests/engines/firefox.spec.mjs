@@ -112,7 +112,7 @@ describe('Firefox', () => {
       assert.equal(r.backend, 'webgpu', backend);
       assert.equal(r.note, null, backend);
       assert.deepEqual(r.ids, HF.prompts[0].greedy_ids, backend);
-      // The WebGPU kernels' own bound against HF (tests/webgpu_browser.rs): f32 sums in
+      // The WebGPU kernels' own bound against HF (tests/browser/webgpu.rs): f32 sums in
       // workgroup order, on lavapipe here.
       assert.ok(r.maxDiff <= 1e-3, `${backend}: max diff ${r.maxDiff}`);
     }

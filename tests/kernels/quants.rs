@@ -1,7 +1,7 @@
 //! Block quantization formats against the PyPI `gguf` package (0.19.0), whose numpy code
 //! follows ggml's reference kernels: tests/fixtures/quant_vectors.bin, written by
 //! tests/fixtures/make_quant_vectors.py. Natively a module of the `kernels` test binary; in
-//! the browser (wasm-bindgen-test) the test binary tests/quants.rs, where the SIMD128 kernels
+//! the browser (wasm-bindgen-test) the `quants` module of tests/browser/main.rs, where the SIMD128 kernels
 //! are checked against the scalar reference.
 
 use ggweb::quants::blocks::*;

@@ -1,4 +1,4 @@
-//! What tests/model/kquants_llamacpp.rs (native) and tests/wasm_kquants.rs (wasm32, in the
+//! What tests/model/kquants_llamacpp.rs (native) and tests/browser/kquant_mixes.rs (wasm32, in the
 //! browser) share: reading the llama.cpp-made mixes of tests/fixtures/mixes/, ggweb's logits
 //! on them, and the bounds they are held to.
 #![allow(dead_code)]

@@ -12,7 +12,7 @@
 //! - [`Rng::xorshift64_star`]: the quantized products (tests/kernels/quants.rs, kquants_cpu.rs);
 //! - [`Rng::xorshift32`] (13/17/5): the SIMD checks (tests/support/simd_checks.rs) and the
 //!   wasm benchmark (tests/wasm_bench.rs);
-//! - [`Rng::lcg`] (Knuth's MMIX constants): tests/tensor_core/seed_examples.rs, tests/wasm_model.rs.
+//! - [`Rng::lcg`] (Knuth's MMIX constants): tests/tensor_core/seed_examples.rs, tests/browser/model.rs.
 #![allow(dead_code)]
 
 #[derive(Clone, Copy, Debug)]

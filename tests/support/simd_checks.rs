@@ -1,5 +1,5 @@
 //! Checks of every SIMD implementation of `ggweb::cpu::simd::Simd` this build can run,
-//! shared by tests/kernels/ops.rs (native: scalar, SSE2, AVX2) and tests/wasm_simd.rs
+//! shared by tests/kernels/ops.rs (native: scalar, SSE2, AVX2) and tests/browser/simd.rs
 //! (scalar, simd128).
 #![allow(dead_code)]
 

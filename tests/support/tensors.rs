@@ -1,5 +1,5 @@
 //! Helpers shared by the CPU kernel tests (native: tests/kernels/ops.rs, wasm:
-//! tests/wasm_simd.rs): random tensors, GELU's f64 form and the bit-identity checks of
+//! tests/browser/simd.rs): random tensors, GELU's f64 form and the bit-identity checks of
 //! batched products. The ops against f64 references are tests/backend_ops/.
 #![allow(dead_code)]
 

@@ -3,12 +3,11 @@
 //!
 //! ```text
 //! WASM_BINDGEN_USE_BROWSER=1 \
-//!     cargo test --target wasm32-unknown-unknown --test wasm_model
+//!     cargo test --target wasm32-unknown-unknown --test browser -- model::
 //! ```
 //!
 //! The model is embedded at compile time from tests/fixtures/llamacpp/. The HF rows come
 //! from tests/fixtures/tiny-gpt2.hf-rows.{json,bin} (tests/fixtures/make_hf_rows.py).
-#![cfg(target_arch = "wasm32")]
 
 use ggweb::bindings::{WasmLoader, WasmModel};
 use ggweb::gguf::{GgufArray, GgufValue, GgufWriter};
@@ -18,16 +17,11 @@ use serde_json::Value;
 use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen_test::*;
 
-mod support {
-    pub mod rng;
-}
-use support::rng::Rng;
+use crate::support::rng::Rng;
 
-wasm_bindgen_test_configure!(run_in_browser);
-
-static F32_GGUF: &[u8] = include_bytes!("fixtures/llamacpp/tiny-gpt2-f32.gguf");
-static HF_ROWS_JSON: &str = include_str!("fixtures/tiny-gpt2.hf-rows.json");
-static HF_ROWS_BIN: &[u8] = include_bytes!("fixtures/tiny-gpt2.hf-rows.bin");
+static F32_GGUF: &[u8] = include_bytes!("../fixtures/llamacpp/tiny-gpt2-f32.gguf");
+static HF_ROWS_JSON: &str = include_str!("../fixtures/tiny-gpt2.hf-rows.json");
+static HF_ROWS_BIN: &[u8] = include_bytes!("../fixtures/tiny-gpt2.hf-rows.bin");
 
 struct Prompt {
     key: String,

@@ -3,26 +3,18 @@
 //! bounds of the native test (tests/model/kquants_llamacpp.rs; the `vec_dot` kernels give the same
 //! bits on every instruction set); then each mix wholly on Chromium's WebGPU. The files are
 //! embedded at compile time (15 MB).
-#![cfg(target_arch = "wasm32")]
 
 use wasm_bindgen_test::*;
-
-wasm_bindgen_test_configure!(run_in_browser);
-
-mod support {
-    pub mod eval;
-    pub mod kquants;
-}
 
 macro_rules! files {
     ($($mix:literal),*) => {
         fn read(name: &str) -> Vec<u8> {
             $(
                 if name == concat!("gpt2-mini-", $mix, ".gguf") {
-                    return include_bytes!(concat!("fixtures/mixes/gpt2-mini-", $mix, ".gguf")).to_vec();
+                    return include_bytes!(concat!("../fixtures/mixes/gpt2-mini-", $mix, ".gguf")).to_vec();
                 }
                 if name == concat!("gpt2-mini-", $mix, ".logits.bin") {
-                    return include_bytes!(concat!("fixtures/mixes/gpt2-mini-", $mix, ".logits.bin")).to_vec();
+                    return include_bytes!(concat!("../fixtures/mixes/gpt2-mini-", $mix, ".logits.bin")).to_vec();
                 }
             )*
             panic!("no embedded fixture {name}");
@@ -37,7 +29,7 @@ files!(
 
 #[wasm_bindgen_test]
 fn every_mix_matches_llama_cpp_on_wasm() {
-    support::kquants::check_every_mix(include_bytes!("fixtures/mixes/mixes.json"), &read);
+    crate::support::kquants::check_every_mix(include_bytes!("../fixtures/mixes/mixes.json"), &read);
 }
 
 /// Every mix wholly on Chromium's WebGPU (SwiftShader): the shaders dequantize the weights and
@@ -54,7 +46,7 @@ async fn every_mix_on_chromium_webgpu_matches_the_f32_run() {
     use ggweb::webgpu::{WebGpuBackend, WebGpuOptions};
     use std::rc::Rc;
     let gpu = Rc::new(WebGpuBackend::new_async(WebGpuOptions::default()).await.expect("WebGPU in headless Chromium"));
-    let m = parse_meta(include_bytes!("fixtures/mixes/mixes.json"));
+    let m = parse_meta(include_bytes!("../fixtures/mixes/mixes.json"));
     let ids = ids(&m);
     let n_vocab = m["hparams"]["n_vocab"].as_u64().unwrap() as usize;
     let n_layer = m["hparams"]["n_layer"].as_u64().unwrap() as usize;

@@ -1,14 +1,13 @@
 //! The WebGPU backend in a real browser (headless Chromium: SwiftShader, no `shader-f16`):
 //! the async constructor, in-place chains against the CPU backend compiled to the same wasm
 //! module, and GPT-2 through the bindings. Each op and weight type against f64 references
-//! is tests/backend_ops_browser.rs.
+//! is tests/browser/backend_ops.rs.
 //!
 //! ```text
 //! WASM_BINDGEN_USE_BROWSER=1 CHROMEDRIVER=/usr/bin/chromedriver \
-//!   cargo test --target wasm32-unknown-unknown --features webgpu --test webgpu_browser
+//!   cargo test --target wasm32-unknown-unknown --test browser -- webgpu::
 //! ```
 //! (`webdriver.json` passes `--enable-unsafe-webgpu`.)
-#![cfg(target_arch = "wasm32")]
 
 use ggweb::backend::{Backend, BackendError};
 use ggweb::cpu::CpuBackend;
@@ -16,14 +15,9 @@ use ggweb::webgpu::{MatMulKernels, WebGpuBackend, WebGpuOptions};
 use ggweb::{Context, ContextParams, GgmlType, Graph, Tensor};
 use wasm_bindgen_test::*;
 
-mod support {
-    pub mod rng;
-}
-use support::rng::Rng;
+use crate::support::rng::Rng;
 
 use GgmlType::{F16, F32};
-
-wasm_bindgen_test_configure!(run_in_browser);
 
 fn f32s(t: &Tensor, bytes: &[u8]) -> Vec<f32> {
     match t.ty {
@@ -34,7 +28,7 @@ fn f32s(t: &Tensor, bytes: &[u8]) -> Vec<f32> {
 }
 
 /// The browser's WebGPU: only the async constructor works, on the browser's own adapter.
-/// (Each op on it against f64 references: tests/backend_ops_browser.rs.)
+/// (Each op on it against f64 references: tests/browser/backend_ops.rs.)
 #[wasm_bindgen_test]
 async fn webgpu_opens_asynchronously_on_the_browsers_adapter() {
     assert!(
@@ -110,9 +104,9 @@ mod model {
     use wasm_bindgen::{JsCast, JsValue};
     use wasm_bindgen_test::*;
 
-    static F32_GGUF: &[u8] = include_bytes!("fixtures/llamacpp/tiny-gpt2-f32.gguf");
-    static HF_ROWS_JSON: &str = include_str!("fixtures/tiny-gpt2.hf-rows.json");
-    static HF_ROWS_BIN: &[u8] = include_bytes!("fixtures/tiny-gpt2.hf-rows.bin");
+    static F32_GGUF: &[u8] = include_bytes!("../fixtures/llamacpp/tiny-gpt2-f32.gguf");
+    static HF_ROWS_JSON: &str = include_str!("../fixtures/tiny-gpt2.hf-rows.json");
+    static HF_ROWS_BIN: &[u8] = include_bytes!("../fixtures/tiny-gpt2.hf-rows.bin");
 
     /// (key, ids, greedy ids, HF logits row of the last position) per prompt.
     fn prompts() -> Vec<(String, Vec<u32>, Vec<u32>, Vec<f32>)> {

@@ -6,10 +6,9 @@
 //!
 //! ```text
 //! WASM_BINDGEN_USE_BROWSER=1 CHROMEDRIVER=/usr/bin/chromedriver \
-//!   cargo test --target wasm32-unknown-unknown --features webgpu --test webgpu_sched_browser
+//!   cargo test --target wasm32-unknown-unknown --test browser -- webgpu_sched::
 //! ```
 //! (`webdriver.json` passes `--enable-unsafe-webgpu`.)
-#![cfg(target_arch = "wasm32")]
 
 use std::rc::Rc;
 
@@ -25,9 +24,7 @@ use ggweb::webgpu::{WebGpuBackend, WebGpuOptions};
 use ggweb::{Context, ContextParams, GgmlType, Graph};
 use wasm_bindgen_test::*;
 
-wasm_bindgen_test_configure!(run_in_browser);
-
-const MODEL: &[u8] = include_bytes!("fixtures/tiny-f32.gguf");
+const MODEL: &[u8] = include_bytes!("../fixtures/tiny-f32.gguf");
 /// "The quick brown fox jumps over the lazy dog."
 const PROMPT: [u32; 10] = [464, 2068, 7586, 21831, 18045, 625, 262, 16931, 3290, 13];
 const N_GEN: usize = 8;

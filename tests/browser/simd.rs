@@ -1,22 +1,13 @@
 //! The CPU kernels compiled for wasm32 with simd128, run by wasm-bindgen-test in a headless
-//! browser: `wasm-pack test --headless --chrome -- --test wasm_simd`. The kernels' own
+//! browser: `wasm-pack test --headless --chrome -- --test browser -- simd::`. The kernels' own
 //! checks (dots at every tail length, tiles, bit-identical batched rows); each op against
-//! its f64 reference is tests/backend_ops_browser.rs.
-#![cfg(target_arch = "wasm32")]
-
-mod support {
-    pub mod rng;
-    pub mod simd_checks;
-    pub mod tensors;
-}
+//! its f64 reference is tests/browser/backend_ops.rs.
 
 use ggweb::cpu::simd;
-use support::rng::Rng;
-use support::simd_checks;
-use support::tensors::*;
-use wasm_bindgen_test::{wasm_bindgen_test, wasm_bindgen_test_configure};
-
-wasm_bindgen_test_configure!(run_in_browser);
+use crate::support::rng::Rng;
+use crate::support::simd_checks;
+use crate::support::tensors::*;
+use wasm_bindgen_test::wasm_bindgen_test;
 
 #[wasm_bindgen_test]
 fn simd128_kernels_are_the_ones_used() {

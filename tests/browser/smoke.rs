@@ -2,17 +2,14 @@
 //! to wasm32, checked in a real browser page rather than Node.
 //!
 //! ```text
-//! WASM_BINDGEN_USE_BROWSER=1 cargo test --target wasm32-unknown-unknown --test wasm_smoke
+//! WASM_BINDGEN_USE_BROWSER=1 cargo test --target wasm32-unknown-unknown --test browser -- smoke::
 //! ```
-#![cfg(target_arch = "wasm32")]
 
 use ggweb::graph::Graph;
 use ggweb::tensor::{Context, ContextParams};
 use ggweb::types::GgmlType::{F16, F32};
 use wasm_bindgen::JsValue;
 use wasm_bindgen_test::*;
-
-wasm_bindgen_test_configure!(run_in_browser);
 
 fn global_has(name: &str) -> bool {
     js_sys::Reflect::has(&js_sys::global(), &JsValue::from_str(name)).unwrap_or(false)

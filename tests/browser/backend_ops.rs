@@ -6,19 +6,12 @@
 //! and Firefox:
 //!
 //! ```text
-//! wasm-pack test --headless --chrome -- --test backend_ops_browser
+//! wasm-pack test --headless --chrome -- --test browser -- backend_ops::
 //! WASM_BINDGEN_USE_BROWSER=1 RUSTFLAGS="-C target-feature=+simd128,+relaxed-simd" \
-//!     GGWEB_EXPECT_RELAXED=1 cargo test --target wasm32-unknown-unknown --test backend_ops_browser
+//!     GGWEB_EXPECT_RELAXED=1 cargo test --target wasm32-unknown-unknown --test browser -- backend_ops::
 //! ```
-#![cfg(target_arch = "wasm32")]
 
-wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
-
-mod support {
-    pub mod rng;
-}
-
-#[path = "backend_ops/suite.rs"]
+#[path = "../backend_ops/suite.rs"]
 mod suite;
 
 use ggweb::cpu::{features, CpuBackend};
