@@ -3,10 +3,10 @@
 //! checks (dots at every tail length, tiles, bit-identical batched rows); each op against
 //! its f64 reference is tests/browser/backend_ops.rs.
 
-use ggweb::cpu::simd;
 use crate::support::rng::Rng;
 use crate::support::simd_checks;
 use crate::support::tensors::*;
+use ggweb::cpu::simd;
 use wasm_bindgen_test::wasm_bindgen_test;
 
 #[wasm_bindgen_test]
