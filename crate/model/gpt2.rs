@@ -12,7 +12,7 @@
 
 use alloc::format;
 
-use alloc::string::ToString;
+use alloc::string::{String, ToString};
 
 use alloc::vec::Vec;
 
