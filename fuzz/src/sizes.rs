@@ -111,7 +111,8 @@ pub fn measure(header: &GgufHeader, hp: &Hparams, n_ctx: usize, n_batch: usize) 
     for t in wctx.tensors() {
         t.set_data(Rc::new(NoMemory(t.nbytes())), 0);
     }
-    let kv = KvCache { ctx: kctx, k, v, buffers: Vec::new(), n_ctx, ty: GgmlType::F32 };
+    let cells = vec![ggweb::model::context::Cell::default(); n_ctx];
+    let kv = KvCache { ctx: kctx, k, v, buffers: Vec::new(), n_ctx, ty: GgmlType::F32, cells };
     let io = build_graph(hp, &weights, &kv, n_ctx - n_batch, n_batch, n_batch);
     let mut galloc = Gallocr::new_single(Rc::new(Measure));
     galloc.reserve(&io.graph)?;
