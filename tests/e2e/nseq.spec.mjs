@@ -5,48 +5,17 @@
 // (tests/fixtures/tiny-gpt2.beam-ref.json, made by tests/fixtures/make_beam_ref.py), its
 // beams in stats.beams; bad values are refused with code 'invalid'.
 //   node --test tests/e2e/nseq.spec.mjs
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
-import { MODELS_DIR, ROOT, launch, openPage, serve } from './helpers.mjs';
+import { MODELS_DIR, ROOT, useHarness } from './helpers.mjs';
 
 assert.ok(MODELS_DIR, 'the shared models (tiny-gpt2-f32.gguf) are needed: set GGWEB_MODELS_DIR');
 const F32 = '/shared-models/tiny-gpt2-f32.gguf';
 const REF = JSON.parse(readFileSync(`${ROOT}tests/fixtures/tiny-gpt2.beam-ref.json`, 'utf8'));
 
-let server;
-let browser;
-let page;
-
-before(async () => {
-  server = await serve();
-  browser = await launch();
-  ({ page } = await openPage(browser, `${server.url}e2e/harness.html`));
-  await page.evaluate(async () => {
-    window.G = await import('/ggweb.js');
-  });
-});
-
-after(async () => {
-  await browser?.close();
-  await server?.close();
-});
-
-async function inPage(worker, body, arg) {
-  return page.evaluate(
-    async ({ worker, body, arg }) => {
-      const opts = { worker, nBatch: 4, relaxedSimd: false, nThreads: 1 };
-      // eslint-disable-next-line no-new-func
-      const fn = new Function('G', 'Model', 'opts', 'arg', `return (async () => { ${body} })()`);
-      try {
-        return { ok: true, value: await fn(window.G, window.G.Model, opts, arg) };
-      } catch (e) {
-        return { ok: false, code: e.code, message: e.message };
-      }
-    },
-    { worker, body, arg },
-  );
-}
+const web = useHarness({ nBatch: 4, relaxedSimd: false, nThreads: 1 });
+const inPage = (worker, body, arg) => web.inPage(worker, body, arg);
 
 for (const worker of [true, false]) {
   describe(`several sequences ${worker ? 'in a worker' : 'on the page thread'}`, () => {
