@@ -146,6 +146,7 @@ export function initInside(ctx) {
     await text(m, inside.base.map((t) => t.token), names);
     renderPreds(el.predBase, inside.base);
     el.predAblated.replaceChildren();
+    delete el.predAblated.dataset.hooks;
     el.ablateHooks.textContent = 'No head ticked.';
     el.insideResult.hidden = false;
     const counts = { r10: 0, r100: 0, r1000: 0, rest: 0 };
@@ -304,6 +305,7 @@ export function initInside(ctx) {
     if (!inside) return;
     const hooks = ablationHooks();
     el.ablateHooks.textContent = hooks.length ? `hooks: ${JSON.stringify(hooks)}` : 'No head ticked.';
+    delete el.predAblated.dataset.hooks;
     if (!hooks.length) {
       el.predAblated.replaceChildren();
       return;
@@ -312,6 +314,8 @@ export function initInside(ctx) {
     const top = topNext(r.logits, inside.nVocab);
     await text(m, top.map((e) => e.token), inside.text);
     renderPreds(el.predAblated, top);
+    // What the list shows, for the tests.
+    el.predAblated.dataset.hooks = JSON.stringify(hooks);
   });
 
   // --- 4. activation patching ---------------------------------------------------------------
@@ -470,6 +474,13 @@ export function initInside(ctx) {
     }
     el.saeStatus.textContent = 'loading…';
     const s = await m.loadSae(url.endsWith('/') ? url : `${url}/`);
+    // loadSae does not compare the SAE's width with its hook's in this model: a one-token run does.
+    const probe = (await m.run([0], { capture: [s.hookName] })).cache[s.hookName];
+    if (probe?.shape.at(-1) !== s.dIn) {
+      await s.dispose();
+      throw new GgwebError('invalid', `This SAE reads ${s.dIn} numbers at ${s.hookName}; this model has ` +
+        `${probe?.shape.at(-1)} there. It was made for another model.`);
+    }
     sae = { sae: s, owner: m };
     el.saeFeature.max = String(s.dSae - 1);
     document.querySelector('input[name="steer-source"][value="sae"]').checked = true;
