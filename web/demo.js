@@ -1,8 +1,9 @@
-// The demo page (index.html): pick a model, load it with progress, generate with streaming,
-// look inside a text (GLTR colours by rank from score(), attention heatmaps from trace()).
+// The demo page (index.html): pick a model, load it with progress, generate with streaming;
+// the interpretability panels (look inside, patching, steering) are in demo-inside.js.
 // URL parameters: ?model=<url> presets the URL field; ?core=<url> swaps the wasm glue
 // module (the browser tests use a stand-in to exercise the page without a model).
 import { Model, GgwebError, formatBytes } from './ggweb.js';
+import { initInside } from './demo-inside.js';
 
 // A public GGUF of OpenAI's GPT-2 124M (Q8_0, ~170 MB), converted by llama.cpp.
 const DEFAULT_URL = 'https://huggingface.co/QuantFactory/gpt2-GGUF/resolve/main/gpt2.Q8_0.gguf';
@@ -20,8 +21,7 @@ const el = {
   info: $('model-info'), infoList: $('info-list'),
   prompt: $('prompt'), maxTokens: $('max-tokens'), temperature: $('temperature'), topK: $('top-k'), topP: $('top-p'), seed: $('seed'),
   genBtn: $('gen-btn'), stopBtn: $('stop-btn'), genStats: $('gen-stats'), outPrompt: $('out-prompt'), outText: $('out-text'),
-  insideText: $('inside-text'), insideBtn: $('inside-btn'), insideStats: $('inside-stats'), insideResult: $('inside-result'),
-  gltr: $('gltr'), tokenDetail: $('token-detail'), attnLayer: $('attn-layer'), attnHead: $('attn-head'), attnCanvas: $('attn-canvas'),
+  insideText: $('inside-text'),
   error: $('error'),
   inspectResult: $('inspect-result'), inspectWarning: $('inspect-warning'),
 };
@@ -30,6 +30,20 @@ let model = null;
 let droppedFile = null;
 let loadAbort = null;
 let genAbort = null;
+
+// The interpretability panels; while one uses the model, loading and generating wait.
+const inside = initInside({
+  model: () => model,
+  showError: (e) => showError(e),
+  clearError: () => clearError(),
+  lock(on) {
+    el.loadBtn.disabled = on;
+    el.genBtn.disabled = on || !model;
+  },
+});
+// The loaded Model, for the browser console (and the browser tests, which compare the
+// panels with direct calls).
+window.ggwebDemo = { get model() { return model; } };
 
 el.url.value = params.get('model') ?? DEFAULT_URL;
 
@@ -267,7 +281,7 @@ function setLoading(on) {
   el.loadBtn.disabled = on;
   el.cancelLoadBtn.disabled = !on;
   el.genBtn.disabled = on || !model;
-  el.insideBtn.disabled = on || !model;
+  inside.setEnabled(!on && !!model);
 }
 
 function progressText(p, t0) {
@@ -317,6 +331,7 @@ async function load() {
       `${info.load.via === 'cache' ? ' from the browser cache' : ''}, ${info.load.backend.toUpperCase()}` +
       `${info.load.worker ? ', in a Web Worker' : ''}.`;
     showInfo(info);
+    inside.modelChanged();
   } catch (e) {
     model = null;
     el.progress.value = 0;
@@ -389,6 +404,7 @@ async function generate() {
   genAbort = new AbortController();
   el.genBtn.disabled = true;
   el.loadBtn.disabled = true;
+  inside.setEnabled(false);
   el.stopBtn.disabled = false;
   el.outPrompt.textContent = el.prompt.value;
   el.outText.textContent = '';
@@ -428,122 +444,10 @@ async function generate() {
     genAbort = null;
     el.stopBtn.disabled = true;
     el.genBtn.disabled = !model;
-    el.insideBtn.disabled = !model;
+    inside.setEnabled(!!model);
     el.loadBtn.disabled = false;
   }
 }
-
-// --- look inside: score (GLTR) and trace (attention) -------------------------------------
-
-/** GLTR's buckets: the rank of the token among the model's predictions. */
-const bucket = (rank) => (rank < 10 ? 'r10' : rank < 100 ? 'r100' : rank < 1000 ? 'r1000' : 'rest');
-const pct = (lp) => `${(100 * Math.exp(lp)).toPrecision(3)}%`;
-let inside = null; // { pieces, score, attn, n, nHead, nLayer }
-
-async function lookInside() {
-  if (!model) return;
-  clearError();
-  el.insideBtn.disabled = true;
-  el.genBtn.disabled = true;
-  el.insideStats.textContent = 'scoring…';
-  try {
-    const t0 = performance.now();
-    const info = model.info();
-    let ids = Array.from(await model.tokenize(el.insideText.value));
-    const nCtx = info.hparams?.nCtx ?? ids.length;
-    const cut = ids.length > nCtx;
-    ids = ids.slice(0, nCtx);
-    if (ids.length < 2) throw new GgwebError('invalid', 'Look inside needs a text of at least two tokens.');
-    const score = await model.score(ids, { topK: 5 });
-    const trace = await model.trace(ids, { taps: ['attn'] });
-    const vocab = new Set(ids);
-    for (const row of score.top) for (const e of row) vocab.add(e.token);
-    const text = new Map();
-    await Promise.all([...vocab].map(async (id) => text.set(id, await model.detokenize([id]))));
-    inside = {
-      ids, text, score, attn: trace.attn, n: ids.length,
-      nHead: info.hparams?.nHead ?? 1, nLayer: trace.attn.length,
-    };
-    renderGltr();
-    fillSelect(el.attnLayer, inside.nLayer);
-    fillSelect(el.attnHead, inside.nHead);
-    drawAttention();
-    el.insideResult.hidden = false;
-    const counts = { r10: 0, r100: 0, r1000: 0, rest: 0 };
-    for (const r of score.ranks) counts[bucket(r)]++;
-    el.insideStats.textContent = `${ids.length} tokens${cut ? ` (the first ${nCtx}: the context)` : ''} · ` +
-      `top 10: ${counts.r10} · top 100: ${counts.r100} · top 1000: ${counts.r1000} · rest: ${counts.rest} · ` +
-      `${Math.round(performance.now() - t0)} ms`;
-  } catch (e) {
-    el.insideStats.textContent = '';
-    showError(e);
-  } finally {
-    el.insideBtn.disabled = !model;
-    el.genBtn.disabled = !model;
-  }
-}
-
-function fillSelect(select, n) {
-  const keep = Math.min(Number(select.value) || 0, n - 1);
-  select.replaceChildren(...Array.from({ length: n }, (_, i) => new Option(String(i), String(i))));
-  select.value = String(keep);
-}
-
-function tokenDetail(i) {
-  const { ids, text, score } = inside;
-  if (i === 0) return `${JSON.stringify(text.get(ids[0]))}: the first token (nothing predicts it)`;
-  const top = score.top[i - 1].map((e) => `${JSON.stringify(text.get(e.token))} ${pct(e.logprob)}`).join(', ');
-  return `${JSON.stringify(text.get(ids[i]))}: p = ${pct(score.logprobs[i - 1])}, rank ${score.ranks[i - 1]}, ` +
-    `entropy ${score.entropies[i - 1].toFixed(2)} nats · top 5: ${top}`;
-}
-
-function renderGltr() {
-  const { ids, text, score } = inside;
-  el.gltr.replaceChildren(...ids.map((id, i) => {
-    const span = document.createElement('span');
-    span.textContent = text.get(id);
-    span.dataset.i = String(i);
-    if (i > 0) {
-      span.className = bucket(score.ranks[i - 1]);
-      span.dataset.rank = String(score.ranks[i - 1]);
-    }
-    span.title = tokenDetail(i);
-    return span;
-  }));
-  el.tokenDetail.textContent = '';
-}
-
-/** Queries down, keys across, darker = more attention; masked (future) keys stay blank. */
-function drawAttention() {
-  if (!inside) return;
-  const { n, attn } = inside;
-  const l = Number(el.attnLayer.value) || 0;
-  const h = Number(el.attnHead.value) || 0;
-  const a = attn[l];
-  const c = el.attnCanvas;
-  const cell = Math.max(1, Math.floor(480 / n));
-  c.width = c.height = cell * n;
-  const g = c.getContext('2d');
-  g.fillStyle = '#ffffff';
-  g.fillRect(0, 0, c.width, c.height);
-  for (let q = 0; q < n; q++) {
-    for (let k = 0; k <= q; k++) {
-      const p = a[(h * n + q) * n + k];
-      // Square root so that small weights stay visible next to a dominant one.
-      const v = Math.round(255 * (1 - Math.sqrt(p)));
-      g.fillStyle = `rgb(${v}, ${Math.round(v * 0.9 + 20)}, 255)`;
-      g.fillRect(k * cell, q * cell, cell, cell);
-    }
-  }
-}
-
-el.insideBtn.addEventListener('click', lookInside);
-el.attnLayer.addEventListener('change', drawAttention);
-el.attnHead.addEventListener('change', drawAttention);
-el.gltr.addEventListener('mouseover', (e) => {
-  const i = e.target?.dataset?.i;
-  if (inside && i !== undefined) el.tokenDetail.textContent = tokenDetail(Number(i));
-});
 
 el.loadBtn.addEventListener('click', load);
 el.cancelLoadBtn.addEventListener('click', () => loadAbort?.abort());

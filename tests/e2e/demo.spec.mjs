@@ -2,7 +2,9 @@
 // module, shows no error, its controls match what the browser has; with the real module,
 // it loads a tiny GPT-2 by URL and generates Hugging Face's greedy text, stops, cancels a
 // load and recovers; and, with the stand-in core (?core=/e2e/fake-core.js), fault injection
-// through the UI: progress, errors in words, dropped connections, drag and drop.
+// through the UI: progress, errors in words, dropped connections, drag and drop. The
+// interpretability panels (web/demo-inside.js) against the API called directly in the page
+// (window.ggwebDemo.model): attention axes, logit lens, head ablation, patching, steering.
 // Screenshots go to tests/artifacts/.
 //   node --test tests/e2e/demo.spec.mjs
 import { test } from 'node:test';
@@ -493,5 +495,326 @@ test('with the real wasm: a model over the memory budget fails as unsupported, a
   assert.match(detail, /model too large: needs 4301913984 bytes .* the memory budget is 4294967296 bytes$/);
   assert.equal(await page.textContent('#load-status'), 'Loading failed.');
   assert.deepEqual(real(problems).filter((p) => !/favicon\.ico/.test(p)), []);
+  await page.close();
+});
+
+// --- the interpretability panels (web/demo-inside.js), each compared with the API called directly in the page
+
+/** The demo with `model` loaded (URL, or the offline tiny model), on `backend`. */
+async function loadedDemo(model, backend = 'cpu') {
+  const r = await openPage(web.browser, model === 'tiny' ? web.server.url : `${web.server.url}?model=${model}`);
+  const { page } = r;
+  await page.waitForSelector('body[data-ready="1"]');
+  if (model === 'tiny') await page.check('input[name="source"][value="tiny"]');
+  await page.selectOption('#backend', backend);
+  await page.click('#load-btn');
+  await page.waitForFunction(() => /^Loaded /.test(document.getElementById('load-status').textContent));
+  assert.match(await page.textContent('#load-status'), new RegExp(`, ${backend.toUpperCase()}, in a Web Worker\\.$`));
+  return r;
+}
+
+/** The `k` highest logits at the last position, by a full sort (not the page's selection). */
+const TOP_LAST = `(logits, nVocab, k = 5) => {
+  const row = Array.from(logits.subarray(logits.length - nVocab), (logit, token) => ({ token, logit }));
+  row.sort((a, b) => b.logit - a.logit || a.token - b.token);
+  return row.slice(0, k);
+}`;
+
+const idle = (page, btn) => page.waitForFunction((b) => !document.getElementById(b).disabled, btn);
+const noError = async (page) => assert.equal(await page.isHidden('#error'), true, `error shown: ${await page.textContent('#error')}`);
+
+for (const backend of ['cpu', 'webgpu']) {
+  test(`with the real wasm (${backend}): the attention axes are the tokens, the logit-lens grid is logitLens's, head ablation is run() with hook_z zeroed`, async () => {
+    assert.ok(MODELS_DIR, 'the shared models are needed: set GGWEB_MODELS_DIR');
+    const { page, problems } = await loadedDemo('/shared-models/tiny-gpt2-f32.gguf', backend);
+    const text = 'The quick brown fox jumps over the lazy dog.';
+    await page.fill('#inside-text', text);
+    await page.click('#inside-btn');
+    await page.waitForFunction(() => /^\d+ tokens/.test(document.getElementById('inside-stats').textContent));
+    await noError(page);
+    const direct = await page.evaluate(async ({ text, TOP_LAST }) => {
+      const m = window.ggwebDemo.model;
+      const topLast = eval(TOP_LAST); // eslint-disable-line no-eval
+      const ids = Array.from(await m.tokenize(text));
+      const pieces = await Promise.all(ids.map((id) => m.detokenize([id])));
+      const lens = await m.logitLens(ids, { topK: 5 });
+      const { nVocab } = m.info().hparams;
+      const run = await m.run(ids);
+      const argmax = [];
+      for (let p = 0; p < ids.length; p++) {
+        const row = run.logits.subarray(p * nVocab, (p + 1) * nVocab);
+        argmax.push(row.indexOf(Math.max(...row)));
+      }
+      const next = await m.logits(ids);
+      const ablated = async (hooks) => topLast((await m.run(ids, { hooks })).logits, nVocab);
+      return {
+        ids, pieces, argmax, nVocab, lastArgmax: next.indexOf(Math.max(...next)), layers: lens.layers,
+        lens: lens.top.map((layer) => layer.map((pos) => ({ token: pos[0].token, logprob: pos[0].logprob, k: pos.length }))),
+        base: topLast(run.logits, nVocab),
+        l1h2: await ablated([{ at: 'blocks.1.attn.hook_z', op: 'zero', head: 2 }]),
+        both: await ablated([{ at: 'blocks.0.attn.hook_z', op: 'zero', head: 0 }, { at: 'blocks.1.attn.hook_z', op: 'zero', head: 2 }]),
+      };
+    }, { text, TOP_LAST });
+    const n = direct.ids.length;
+    assert.equal(n, 10);
+    assert.equal(direct.pieces.join(''), text);
+
+    // Attention: a key label above each column and a query label beside each row, in order, each
+    // the token's text, centred on its cell.
+    const axes = await page.evaluate(() => {
+      const c = document.getElementById('attn-canvas').getBoundingClientRect();
+      const labels = (id) => [...document.querySelectorAll(`#${id} span`)].map((s) => {
+        const r = s.getBoundingClientRect();
+        return { text: s.dataset.text, shown: s.textContent, x: (r.left + r.right) / 2 - c.left, y: (r.top + r.bottom) / 2 - c.top, h: r.height };
+      });
+      return { keys: labels('attn-keys'), queries: labels('attn-queries'), w: c.width, cell: Number(document.getElementById('attn-canvas').dataset.cell) };
+    });
+    assert.equal(axes.cell, 48, '480 px / 10 tokens');
+    for (const [axis, labels] of [['keys', axes.keys], ['queries', axes.queries]]) {
+      assert.deepEqual(labels.map((l) => l.text), direct.pieces, axis);
+      assert.deepEqual(labels.map((l) => l.shown), direct.pieces, `${axis}: no whitespace to make visible here`);
+      labels.forEach((l, i) => {
+        const centre = (i + 0.5) * axes.cell + 1; // the canvas's 1 px border
+        if (axis === 'keys') assert.ok(Math.abs(l.x - centre) <= 2 && l.y < 0, `key ${i} at ${l.x},${l.y}, cell centre ${centre}`);
+        else assert.ok(Math.abs(l.y - centre) <= 2 && l.x < 0, `query ${i} at ${l.x},${l.y}, cell centre ${centre}`);
+      });
+    }
+    // The hover readout names the cell under the pointer and its weight.
+    await page.selectOption('#attn-layer', '1');
+    await page.selectOption('#attn-head', '2');
+    await page.locator('#attn-canvas').hover({ position: { x: 4 * 48 + 20, y: 7 * 48 + 20 } });
+    const weight = await page.evaluate(async ({ text }) => {
+      const t = await window.ggwebDemo.model.trace(text, { taps: ['attn'] });
+      return t.attn[1][(2 * 10 + 7) * 10 + 4];
+    }, { text });
+    assert.equal(await page.textContent('#attn-readout'), `layer 1 head 2: query 7 " lazy" → key 4 " jumps": ${(100 * weight).toFixed(1)}%`);
+
+    // Logit lens: (n_layer + 1) x n_pos cells, each logitLens's top-1 and its logprob exactly.
+    assert.equal(direct.layers, 3);
+    const lens = await page.$$eval('#lens-grid tr[data-layer]', (rows) => rows.map((r) =>
+      [...r.querySelectorAll('td')].map((td) => ({ token: Number(td.dataset.token), logprob: Number(td.dataset.logprob), shown: td.textContent, title: td.title }))));
+    assert.equal(lens.length, direct.layers);
+    assert.equal(lens.flat().length, direct.layers * n);
+    lens.forEach((row, l) => row.forEach((c, p) => {
+      assert.deepEqual({ token: c.token, logprob: c.logprob }, { token: direct.lens[l][p].token, logprob: direct.lens[l][p].logprob }, `lens ${l}/${p}`);
+      assert.equal(c.title.split('%, ').length, 5, `lens ${l}/${p}: the title gives the top 5: ${c.title}`);
+    }));
+    assert.deepEqual(lens[0].map((c) => c.shown), direct.pieces, 'in this model the embeddings read out as the input token');
+    assert.deepEqual(lens.at(-1).map((c) => c.token), direct.argmax, 'the last row is the model\'s own top-1 at every position');
+    assert.equal(lens.at(-1).at(-1).token, direct.lastArgmax, '= model.logits');
+
+    // Head ablation: the lists are run()'s top 5 at the last position, without and with the hooks.
+    const preds = (id) => page.$$eval(`#${id} li`, (li) => li.map((x) => ({ token: Number(x.dataset.token), logit: Number(x.dataset.logit) })));
+    assert.deepEqual(await preds('pred-base'), direct.base);
+    const checkboxes = await page.$$eval('#ablate-grid input[type="checkbox"]', (b) => b.map((x) => `${x.dataset.layer}.${x.dataset.head}`));
+    assert.deepEqual(checkboxes, ['0.0', '0.1', '0.2', '0.3', '1.0', '1.1', '1.2', '1.3']);
+    const tick = async (l, h, hooks) => {
+      await page.click(`#ablate-grid input[data-layer="${l}"][data-head="${h}"]`);
+      await page.waitForFunction((want) => document.getElementById('pred-ablated').dataset.hooks === want, JSON.stringify(hooks));
+      await idle(page, 'inside-btn');
+    };
+    const z = (l, h) => ({ at: `blocks.${l}.attn.hook_z`, op: 'zero', head: h });
+    await tick(1, 2, [z(1, 2)]);
+    const one = await preds('pred-ablated');
+    assert.deepEqual(one, direct.l1h2);
+    assert.notDeepEqual(one, direct.base, 'zeroing head 1.2 changes the prediction');
+    assert.equal(await page.textContent('#ablate-hooks'), `hooks: ${JSON.stringify([z(1, 2)])}`);
+    await tick(0, 0, [z(0, 0), z(1, 2)]);
+    assert.deepEqual(await preds('pred-ablated'), direct.both);
+    assert.notDeepEqual(direct.both, direct.l1h2);
+    await page.click('#ablate-grid input[data-layer="0"][data-head="0"]');
+    await page.click('#ablate-grid input[data-layer="1"][data-head="2"]');
+    await page.waitForFunction(() => document.getElementById('ablate-hooks').textContent === 'No head ticked.');
+    await idle(page, 'inside-btn');
+    assert.deepEqual(await preds('pred-ablated'), []);
+    await noError(page);
+    assert.deepEqual(real(problems), []);
+    await page.close();
+  });
+}
+
+test('with the real wasm: the patching heatmap holds model.patch\'s cells for the preset indirect-object pair; bad pairs are errors in the page', async () => {
+  assert.ok(MODELS_DIR, 'the shared models are needed: set GGWEB_MODELS_DIR');
+  const { page, problems } = await loadedDemo('/shared-models/tiny-gpt2-f32.gguf');
+  const clean = await page.inputValue('#patch-clean');
+  const corrupted = await page.inputValue('#patch-corrupted');
+  assert.equal(clean, 'When Mary and John went to the store, John gave a drink to');
+  assert.equal(corrupted, 'When Mary and John went to the store, Mary gave a drink to');
+  assert.deepEqual([await page.inputValue('#patch-answer'), await page.inputValue('#patch-against')], [' Mary', ' John']);
+  const direct = await page.evaluate(async ({ clean, corrupted }) => {
+    const m = window.ggwebDemo.model;
+    const [mary, john] = await m.tokenize(' Mary John');
+    const c = await m.tokenize(clean);
+    const out = { n: [c.length, (await m.tokenize(corrupted)).length], pieces: await Promise.all(Array.from(c, (id) => m.detokenize([id]))) };
+    for (const at of ['resid_pre', 'attn_out', 'mlp_out', 'z']) {
+      const r = await m.patch(clean, corrupted, { at, answer: mary, against: john });
+      out[at] = { shape: r.shape, cells: Array.from(r.cells), cleanDiff: r.cleanDiff, corruptedDiff: r.corruptedDiff };
+    }
+    return out;
+  }, { clean, corrupted });
+  assert.deepEqual(direct.n, [14, 14], 'the preset pair tokenizes to the same length');
+  for (const at of ['resid_pre', 'attn_out', 'mlp_out', 'z']) {
+    await page.selectOption('#patch-at', at);
+    await page.click('#patch-btn');
+    await page.waitForSelector(`#patch-grid table[data-at="${at}"]`);
+    await idle(page, 'patch-btn');
+    await noError(page);
+    const grid = await page.evaluate(() => ({
+      rows: [...document.querySelectorAll('#patch-grid tr')].slice(1).map((tr) => [...tr.querySelectorAll('td')].map((td) => Number(td.dataset.value))),
+      cols: [...document.querySelectorAll('#patch-grid tr:first-child th:not(.corner)')].map((th) => ({ text: th.dataset.text, shown: th.textContent, differs: th.classList.contains('differs') })),
+      colours: new Set([...document.querySelectorAll('#patch-grid td')].map((td) => td.style.background)).size,
+      legend: document.getElementById('patch-legend').textContent,
+    }));
+    const want = direct[at];
+    const cols = at === 'z' ? 4 : 14;
+    assert.deepEqual(want.shape, [2, cols], at);
+    assert.equal(grid.rows.length, 2, at);
+    assert.deepEqual(grid.rows.flat(), want.cells, `${at}: the cells are model.patch's, exactly`);
+    assert.equal(grid.rows.flat().length, 2 * cols);
+    assert.ok(grid.colours >= 3, `${at}: ${grid.colours} colours`);
+    if (at === 'z') {
+      assert.deepEqual(grid.cols.map((c) => c.shown), ['0', '1', '2', '3'], 'z: heads across');
+    } else {
+      assert.deepEqual(grid.cols.map((c) => c.text), direct.pieces, `${at}: the clean tokens across`);
+      assert.deepEqual(grid.cols.map((c) => c.differs), direct.pieces.map((_, i) => i === 9), 'only " John"/" Mary" differs');
+      assert.equal(grid.cols[9].shown, ' John\n Mary');
+    }
+    assert.match(grid.legend, new RegExp(`the change from the corrupted run's ${want.corruptedDiff.toFixed(3)} \\(clean run: ${want.cleanDiff.toFixed(3)}\\)\\.$`));
+    assert.match(await page.textContent('#patch-stats'), new RegExp(`^2 × ${cols} cells · clean ${want.cleanDiff.toFixed(3)}, corrupted ${want.corruptedDiff.toFixed(3)} · \\d+ ms$`));
+  }
+  // resid_pre at layer 0: patching the differing position moves the corrupted run exactly to the clean one.
+  assert.equal(direct.resid_pre.cells[9], direct.resid_pre.cleanDiff);
+
+  // Bad inputs are errors shown in words, and the panel works again afterwards.
+  const shown = async () => {
+    await page.waitForSelector('#error:not([hidden])');
+    return { code: await page.getAttribute('#error', 'data-code'), text: await page.innerText('#error') };
+  };
+  await page.fill('#patch-corrupted', 'When Mary and John went to the store, Mary Jane gave a drink to');
+  await page.click('#patch-btn');
+  assert.deepEqual(await shown(), { code: 'invalid', text: 'A setting is out of range.\nThe clean and corrupted texts must have the same number of tokens; they have 14 and 15.' });
+  await page.fill('#patch-corrupted', corrupted);
+  await page.fill('#patch-answer', ' Mary Jane');
+  await page.click('#patch-btn');
+  assert.deepEqual(await shown(), { code: 'invalid', text: `A setting is out of range.\nThe answer must be one token; " Mary Jane" is 2 (5335, 12091).` });
+  await page.fill('#patch-answer', ' Mary');
+  await page.selectOption('#patch-at', 'resid_pre');
+  await page.click('#patch-btn');
+  await page.waitForSelector('#patch-grid table[data-at="resid_pre"]');
+  await idle(page, 'patch-btn');
+  await noError(page);
+  assert.deepEqual(real(problems), []);
+  await page.close();
+});
+
+/** Reads the two generation boxes once the steered one is done. */
+async function steered(page) {
+  await page.click('#steer-btn');
+  await page.waitForSelector('#steer-out[data-done="1"]');
+  await idle(page, 'steer-btn');
+  await noError(page);
+  const box = (id) => page.$eval(`#${id}`, (b) => ({ tokens: b.dataset.tokens.split(',').map(Number), text: b.textContent }));
+  return { plain: await box('steer-plain'), steered: await box('steer-out') };
+}
+
+test('with the real wasm: steering by a residual difference streams model.generate with the same add hook, next to the unsteered text', async () => {
+  assert.ok(MODELS_DIR, 'the shared models are needed: set GGWEB_MODELS_DIR');
+  const { page, problems } = await loadedDemo('/shared-models/tiny-gpt2-f32.gguf');
+  // Defaults: blocks.1.hook_resid_pre (the middle of 2 layers), "Love" − "Hate", strength 8, 24 tokens.
+  assert.equal(await page.inputValue('#steer-layer'), '1');
+  await page.fill('#steer-strength', '6.5');
+  assert.equal(await page.textContent('#steer-strength-out'), '6.5');
+  await page.fill('#steer-max', '16');
+  const got = await steered(page);
+  const direct = await page.evaluate(async () => {
+    const m = window.ggwebDemo.model;
+    const at = 'blocks.1.hook_resid_pre';
+    const last = async (s) => {
+      const c = (await m.run(s, { capture: [at] })).cache[at];
+      return c.data.subarray((c.shape[0] - 1) * c.shape[1]);
+    };
+    const [a, b] = [await last('Love'), await last('Hate')];
+    const vec = new Float32Array(a.length);
+    for (let i = 0; i < vec.length; i++) vec[i] = a[i] - b[i];
+    const gen = async (hooks) => {
+      const out = { tokens: [], text: '' };
+      for await (const t of m.generate('I think that you are', { hooks, maxTokens: 16, temperature: 0 })) {
+        out.tokens.push(t.token);
+        out.text += t.text;
+      }
+      return out;
+    };
+    return { plain: await gen(undefined), steered: await gen([{ at, op: 'add', value: vec.map((x) => x * 6.5) }]) };
+  });
+  assert.equal(direct.plain.tokens.length, 16);
+  assert.deepEqual(got.plain, direct.plain);
+  assert.deepEqual(got.steered, direct.steered);
+  assert.notDeepEqual(got.steered.tokens, got.plain.tokens, 'the steering changes the generation');
+  assert.match(await page.textContent('#steer-hooks'), /^hooks: \[\{ at: 'blocks\.1\.hook_resid_pre', op: 'add', value: "Love" − "Hate" × 6\.5 \}\] \(norm \d+\.\d{3}\)$/);
+  assert.match(await page.textContent('#steer-stats'), /^16 tokens each, greedy · \d+ ms$/);
+
+  // Strength 0 adds nothing: both streams are the same.
+  await page.fill('#steer-strength', '0');
+  const zero = await steered(page);
+  assert.deepEqual(zero.steered, zero.plain);
+  assert.deepEqual(zero.plain, direct.plain);
+
+  // The SAE source without an SAE, and an SAE of another width, are errors in the page.
+  await page.check('input[name="steer-source"][value="sae"]');
+  await page.click('#steer-btn');
+  await page.waitForSelector('#error:not([hidden])');
+  assert.equal(await page.innerText('#error'), 'A setting is out of range.\nLoad an SAE first (its folder URL), or pick the residual difference.');
+  await page.fill('#sae-url', `${web.server.url}tests/fixtures/tiny-sae/`);
+  await page.click('#sae-load-btn');
+  await page.waitForFunction(() => !document.getElementById('sae-load-btn').disabled && !document.getElementById('error').hidden);
+  assert.equal(await page.innerText('#error'), 'A setting is out of range.\nThis SAE reads 32 numbers at blocks.1.hook_resid_pre; ' +
+    'this model has 64 there. It was made for another model.');
+  assert.equal(await page.textContent('#sae-status'), '');
+  // The model is still usable.
+  await page.check('input[name="steer-source"][value="diff"]');
+  await page.fill('#steer-strength', '6.5');
+  assert.deepEqual(await steered(page), got);
+  assert.deepEqual(real(problems), []);
+  await page.close();
+});
+
+test('with the real wasm: steering by an SAE feature (tests/fixtures/tiny-sae on the tiny test model) streams generate with decoderRow × strength', async () => {
+  const { page, problems } = await loadedDemo('tiny');
+  await page.fill('#sae-url', `${web.server.url}tests/fixtures/tiny-sae`);
+  await page.click('#sae-load-btn');
+  await page.waitForSelector('#sae-status[data-hook]');
+  await noError(page);
+  assert.equal(await page.textContent('#sae-status'), 'loaded: 64 features at blocks.1.hook_resid_pre (d_in 32)');
+  assert.equal(await page.isChecked('input[name="steer-source"][value="sae"]'), true);
+  await page.fill('#sae-feature', '3');
+  await page.fill('#steer-strength', '12');
+  await page.fill('#steer-max', '12');
+  const got = await steered(page);
+  const direct = await page.evaluate(async (url) => {
+    const m = window.ggwebDemo.model;
+    const sae = await m.loadSae(url);
+    const row = await sae.decoderRow(3);
+    await sae.dispose();
+    const gen = async (hooks) => {
+      const out = { tokens: [], text: '' };
+      for await (const t of m.generate('I think that you are', { hooks, maxTokens: 12, temperature: 0 })) {
+        out.tokens.push(t.token);
+        out.text += t.text;
+      }
+      return out;
+    };
+    return { plain: await gen(undefined), steered: await gen([{ at: 'blocks.1.hook_resid_pre', op: 'add', value: row.map((x) => x * 12) }]) };
+  }, `${web.server.url}tests/fixtures/tiny-sae/`);
+  assert.equal(direct.steered.tokens.length, 12);
+  assert.deepEqual(got, direct);
+  assert.notDeepEqual(got.steered.tokens, got.plain.tokens, 'the feature changes the generation');
+  assert.match(await page.textContent('#steer-hooks'), /^hooks: \[\{ at: 'blocks\.1\.hook_resid_pre', op: 'add', value: SAE feature 3 × 12 \}\]/);
+
+  // A feature out of range is an error in the page.
+  await page.fill('#sae-feature', '64');
+  await page.click('#steer-btn');
+  await page.waitForSelector('#error:not([hidden])');
+  assert.equal(await page.innerText('#error'), 'A setting is out of range.\nThe SAE feature must be an integer in 0..63, got 64.');
+  assert.deepEqual(problems, []);
   await page.close();
 });
