@@ -441,13 +441,7 @@ pub(super) fn gemm_rows(
     // Columns the products take (on wasm, every one: `plain` is never marked here).
     let js: alloc::vec::Vec<usize> = (0..n).filter(|&j| !cols.plain[j]).collect();
     if n >= PANEL_MIN_N && js.len() == n {
-        let mut form = I16Panels {
-            ty,
-            nbp,
-            yw: &yw,
-            xw: alloc::vec![i16x8_splat(0); TP * PANEL * nb * 4],
-            dx: alloc::vec![0f32; TP * PANEL * nbp],
-        };
+        let mut form = I16Panels { ty, yw: &yw };
         // Rows past the last whole panel: row_dot (the same bits).
         let (mut xw, mut dx) = (alloc::vec![i16x8_splat(0); nb * 4], alloc::vec![0f32; nbp]);
         let rest = |i: usize, c: &mut [f32]| {
@@ -797,8 +791,11 @@ const TP: usize = 2;
 const TN: usize = 4;
 /// From this many rows of b on, [`gemm_rows`] packs rows of a into panels ([`panel_gemm`]).
 const PANEL_MIN_N: usize = 4;
+/// Below this many rows of b, [`panel_gemm`]'s panels take rows a quarter of a apart.
+const SPREAD_MAX_N: usize = 16;
 
 /// 4×4 transpose of i32 lanes: lane r of result q = lane q of `x[r]`.
+#[cfg(target_feature = "relaxed-simd")] // NibblePanels' layout
 #[inline(always)]
 fn transpose4(x: [v128; PANEL]) -> [v128; 4] {
     let t0 = i32x4_shuffle::<0, 4, 1, 5>(x[0], x[1]);
@@ -813,16 +810,59 @@ fn transpose4(x: [v128; PANEL]) -> [v128; 4] {
     ]
 }
 
+/// One panel of [`I16Panels`]: 4 rows' blocks into `pw` (vectors 16t + p: k pair p of
+/// block t for the 4 rows, as i16), their scales 4 at a time into `pd`. `half(x, h)` gives
+/// quants 16h..16h+16 of a block as i8x16. The 4 rows' halves are interleaved as i8 pairs
+/// first (two rounds of unpacks: vector j = k pairs 2j, 2j+1 of the 4 rows), then widened:
+/// half the shuffles of widening first and transposing i32 lanes, and few live vectors
+/// (with whole blocks in flight V8 spilled, and packing cost twice what reading the rows
+/// from memory did).
+#[inline(always)]
+fn pack_i16<X: bytemuck::Pod>(
+    nb: usize,
+    rows: [&[u8]; PANEL],
+    pw: &mut [v128],
+    pd: &mut [v128],
+    d: impl Fn(&X) -> u16,
+    half: impl Fn(&X, bool) -> v128,
+) {
+    let xs: [&[X]; PANEL] = rows.map(|r| cast_slice(&r[..nb * core::mem::size_of::<X>()]));
+    let (pw, pd) = (&mut pw[..16 * nb], &mut pd[..nb]);
+    let out = pw.as_mut_ptr();
+    for t in 0..nb {
+        for h in 0..2 {
+            let [r0, r1, r2, r3]: [v128; PANEL] = core::array::from_fn(|r| half(&xs[r][t], h == 1));
+            let t0 = i16x8_shuffle::<0, 8, 1, 9, 2, 10, 3, 11>(r0, r1);
+            let t1 = i16x8_shuffle::<0, 8, 1, 9, 2, 10, 3, 11>(r2, r3);
+            let t2 = i16x8_shuffle::<4, 12, 5, 13, 6, 14, 7, 15>(r0, r1);
+            let t3 = i16x8_shuffle::<4, 12, 5, 13, 6, 14, 7, 15>(r2, r3);
+            let v = [
+                i32x4_shuffle::<0, 4, 1, 5>(t0, t1),
+                i32x4_shuffle::<2, 6, 3, 7>(t0, t1),
+                i32x4_shuffle::<0, 4, 1, 5>(t2, t3),
+                i32x4_shuffle::<2, 6, 3, 7>(t2, t3),
+            ];
+            // SAFETY: 16t + 8h + 8 ≤ 16·nb, pw's length (sliced above).
+            unsafe {
+                for (j, &x) in v.iter().enumerate() {
+                    v128_store(out.add(16 * t + 8 * h + 2 * j), i16x8_extend_low_i8x16(x));
+                    v128_store(out.add(16 * t + 8 * h + 2 * j + 1), i16x8_extend_high_i8x16(x));
+                }
+            }
+        }
+        pd[t] = f16x4(core::array::from_fn(|r| d(&xs[r][t])));
+    }
+}
+
 /// What a panel kernel's layout and integer product are: [`I16Panels`] everywhere,
 /// [`NibblePanels`] for Q4_0 where relaxed SIMD is built in. [`panel_gemm`] and
 /// [`panel_tile`] do the rest (the float steps, which fix the results' bits) for both.
 trait PanelForm {
     /// Panel vectors per block.
     const VECS: usize;
-    /// Rows `i0..i0 + 4·np` of a into `np` panels: `pw` holds `VECS` vectors a block per
-    /// panel, `pd` one f32x4 a block per panel (the 4 rows' scales).
-    #[allow(clippy::too_many_arguments)]
-    fn pack(&mut self, nb: usize, a: &[u8], lda: usize, i0: usize, np: usize, pw: &mut [v128], pd: &mut [v128]);
+    /// Rows `rows[p]` of a into panel p: `pw` holds `VECS` vectors a block per panel, `pd`
+    /// one f32x4 a block per panel (the 4 rows' scales).
+    fn pack(&mut self, nb: usize, a: &[u8], lda: usize, rows: &[[usize; PANEL]], pw: &mut [v128], pd: &mut [v128]);
     /// Where rows `jj` of b start, for [`PanelForm::sums`] (asserts they are whole).
     fn rows<const C: usize>(&self, nb: usize, jj: [usize; C]) -> [*const u8; C];
     /// Block t's exact i32 sums, lanes = the rows of each panel.
@@ -843,32 +883,35 @@ trait PanelForm {
 /// `i32x4.dot_i16x8_s` against a splat pair of a row of b gives the 4 rows' partial sums.
 struct I16Panels<'a> {
     ty: GgmlType,
-    nbp: usize,
     /// Rows of b widened to i16 (4 vectors a block).
     yw: &'a [v128],
-    xw: alloc::vec::Vec<v128>,
-    dx: alloc::vec::Vec<f32>,
 }
 
 impl PanelForm for I16Panels<'_> {
     const VECS: usize = 16;
-    fn pack(&mut self, nb: usize, a: &[u8], lda: usize, i0: usize, np: usize, pw: &mut [v128], pd: &mut [v128]) {
-        let nbp = self.nbp;
-        for r in 0..np * PANEL {
-            let (xw, dx) = (&mut self.xw[r * nb * 4..(r + 1) * nb * 4], &mut self.dx[r * nbp..]);
-            widen_row(self.ty, nb, &a[(i0 + r) * lda..], xw, dx);
-        }
-        for p in 0..np {
+    fn pack(&mut self, nb: usize, a: &[u8], lda: usize, rows: &[[usize; PANEL]], pw: &mut [v128], pd: &mut [v128]) {
+        for (p, ii) in rows.iter().enumerate() {
+            let rows: [&[u8]; PANEL] = ii.map(|i| &a[i * lda..]);
             let (pw, pd) = (&mut pw[p * nb * 16..(p + 1) * nb * 16], &mut pd[p * nb..(p + 1) * nb]);
-            let xw: [&[v128]; PANEL] = core::array::from_fn(|r| &self.xw[(p * PANEL + r) * nb * 4..]);
-            let dx: [&[f32]; PANEL] = core::array::from_fn(|r| &self.dx[(p * PANEL + r) * nbp..]);
-            for t in 0..nb {
-                // Vectors 16t + 4v + q: k pair 4v + q of the block for the 4 rows.
-                for v in 0..4 {
-                    let q = transpose4(core::array::from_fn(|r| xw[r][4 * t + v]));
-                    pw[16 * t + 4 * v..16 * t + 4 * v + 4].copy_from_slice(&q);
+            match self.ty {
+                GgmlType::Q4_0 => {
+                    let eight = i8x16_splat(8);
+                    pack_i16::<BlockQ4_0>(nb, rows, pw, pd, BlockQ4_0::d, |x, h| {
+                        let q = load(&x.qs);
+                        let u = if h { u8x16_shr(q, 4) } else { v128_and(q, u8x16_splat(0x0F)) };
+                        i8x16_sub(u, eight)
+                    })
                 }
-                pd[t] = f32x4(dx[0][t], dx[1][t], dx[2][t], dx[3][t]);
+                GgmlType::Q5_0 => {
+                    let sixteen = i8x16_splat(16);
+                    pack_i16::<BlockQ5_0>(nb, rows, pw, pd, BlockQ5_0::d, |x, h| {
+                        let (lo, hi) = q5(&x.qs, x.qh());
+                        i8x16_sub(if h { hi } else { lo }, sixteen)
+                    })
+                }
+                _ => pack_i16::<BlockQ8_0>(nb, rows, pw, pd, BlockQ8_0::d, |x, h| {
+                    load(if h { &x.qs[16..] } else { &x.qs[..16] })
+                }),
             }
         }
     }
@@ -917,21 +960,17 @@ struct NibblePanels<'a> {
 #[cfg(target_feature = "relaxed-simd")]
 impl PanelForm for NibblePanels<'_> {
     const VECS: usize = 8;
-    fn pack(&mut self, nb: usize, a: &[u8], lda: usize, i0: usize, np: usize, pw: &mut [v128], pd: &mut [v128]) {
+    fn pack(&mut self, nb: usize, a: &[u8], lda: usize, rows: &[[usize; PANEL]], pw: &mut [v128], pd: &mut [v128]) {
         let size = core::mem::size_of::<BlockQ4_0>();
-        for p in 0..np {
-            let xs: [&[BlockQ4_0]; PANEL] = core::array::from_fn(|r| {
-                let at = (i0 + p * PANEL + r) * lda;
-                cast_slice(&a[at..at + nb * size])
-            });
+        for (p, ii) in rows.iter().enumerate() {
+            let xs: [&[BlockQ4_0]; PANEL] = ii.map(|i| cast_slice(&a[i * lda..i * lda + nb * size]));
             let (pw, pd) = (&mut pw[p * nb * 8..(p + 1) * nb * 8], &mut pd[p * nb..(p + 1) * nb]);
             for t in 0..nb {
                 // Nibbles of elements 0..16 and 16..32 of each row's block.
                 let q: [(v128, v128); PANEL] = core::array::from_fn(|r| nibbles(&xs[r][t].qs));
                 pw[8 * t..8 * t + 4].copy_from_slice(&transpose4(q.map(|q| q.0)));
                 pw[8 * t + 4..8 * t + 8].copy_from_slice(&transpose4(q.map(|q| q.1)));
-                let d: [f32; PANEL] = core::array::from_fn(|r| fp16_to_fp32(xs[r][t].d()));
-                pd[t] = f32x4(d[0], d[1], d[2], d[3]);
+                pd[t] = f16x4(core::array::from_fn(|r| xs[r][t].d()));
             }
         }
     }
@@ -1018,6 +1057,12 @@ fn panel_tile<F: PanelForm, const P: usize, const C: usize>(
 /// [`gemm_rows`] from [`PANEL_MIN_N`] rows of b on: rows of a in groups of [`TP`] panels,
 /// each group packed once per call and then multiplied by every row of b in tiles of
 /// [`TN`]; rows past the last whole panel through `rest(i)`.
+///
+/// With fewer than [`SPREAD_MAX_N`] rows of b (a decode step of several sequences), where
+/// every row of a is read from memory for only those few products, panel k holds rows k,
+/// k + q, k + 2q, k + 3q (q = m/4) instead of 4k..4k+4: four streams in different pages, as
+/// [`super::decode_row`] visits rows for one row of b, which the prefetchers follow better
+/// than groups of short rows side by side. Each row's result is the same either way.
 #[allow(clippy::too_many_arguments)]
 fn panel_gemm<F: PanelForm>(
     form: &mut F,
@@ -1034,10 +1079,20 @@ fn panel_gemm<F: PanelForm>(
     let mut pw = alloc::vec![i16x8_splat(0); TP * nb * F::VECS];
     let mut pd = alloc::vec![f32x4_splat(0.0); TP * nb];
     let dyrow = |j: usize| &cols.dy[j * nbp..(j + 1) * nbp];
-    let mut i0 = 0;
-    while i0 + PANEL <= m {
-        let np = ((m - i0) / PANEL).min(TP);
-        form.pack(nb, a, lda, i0, np, &mut pw, &mut pd);
+    let n_panels = m / PANEL;
+    let q = n_panels;
+    let panel_rows = |k: usize| -> [usize; PANEL] {
+        if n < SPREAD_MAX_N {
+            core::array::from_fn(|r| k + r * q)
+        } else {
+            core::array::from_fn(|r| PANEL * k + r)
+        }
+    };
+    let mut k0 = 0;
+    while k0 < n_panels {
+        let np = (n_panels - k0).min(TP);
+        let rows: [[usize; PANEL]; TP] = core::array::from_fn(|p| panel_rows(k0 + p.min(np - 1)));
+        form.pack(nb, a, lda, &rows[..np], &mut pw, &mut pd);
         let panels: [&[v128]; TP] = core::array::from_fn(|p| &pw[p * nb * F::VECS..(p + 1) * nb * F::VECS]);
         let scales: [&[v128]; TP] = core::array::from_fn(|p| &pd[p * nb..(p + 1) * nb]);
         // `$p` panels × `$c` rows of b from row j of b.
@@ -1048,8 +1103,10 @@ fn panel_gemm<F: PanelForm>(
                 let o = panel_tile::<F, $p, $c>(form, nb, ps, ss, jj, jj.map(dyrow));
                 for (p, o) in o.iter().enumerate() {
                     for (t, vals) in o.iter().enumerate() {
-                        let at = ($j + t) * ldc + i0 + p * PANEL;
-                        c[at..at + PANEL].copy_from_slice(vals);
+                        let cj = &mut c[($j + t) * ldc..];
+                        for (r, &v) in vals.iter().enumerate() {
+                            cj[rows[p][r]] = v;
+                        }
                     }
                 }
             }};
@@ -1066,9 +1123,10 @@ fn panel_gemm<F: PanelForm>(
             }
             j += if j + TN <= n { TN } else { 1 };
         }
-        i0 += np * PANEL;
+        k0 += np;
     }
-    for i in i0..m {
+    // Rows past the last whole panel: the same rows (PANEL·q..m) in either order.
+    for i in PANEL * n_panels..m {
         rest(i, c);
     }
 }

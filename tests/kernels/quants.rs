@@ -695,6 +695,10 @@ fn gemm_equals_vec_dot_bit_for_bit() {
             (9, 13, 6),
             (33, 12, 5),
             (1, 8, 4),
+            // Under 16 rows of b (several sequences' decode step): panels of rows a quarter
+            // of a apart, an odd panel count, and rows past 4·(m/4).
+            (24, 37, 4),
+            (9, 66, 7),
             // One row of b (a decode step): wasm's decode rows, in decode_row's 4-stream
             // order (from 16 rows of a on), with and without a tail of blocks past 8.
             (27, 21, 1),
