@@ -3,6 +3,8 @@
 //          (issue #18; bench/runners.js ggwebDepths)
 //   load:  Model.load of a URL against the same page's raw fetch of that file, then reloads
 //          from the HTTP cache and from the Cache API (issue #17; bench/runners.js loadStep)
+//   nseq:  a decode step of 4 sequences (`generate(ids, { n: 4 })`) against one of a single
+//          sequence, 1 thread (issue #26; bench/runners.js ggwebSeqs)
 import { chromium } from 'playwright-core';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -23,6 +25,10 @@ const LOAD_MODELS = list(env.BENCH_LOAD_MODELS, '/models/124m-q8_0.gguf');
 // the browser's network service then take the CPU the loader needs), N a server sending at
 // N MB/s, as a download over a real network is paced.
 const LOAD_RATES = list(env.BENCH_LOAD_RATES, '0,100').map(Number);
+
+const SEQ_N = Number(env.BENCH_SEQS ?? 4);
+const SEQ_TOKENS = Number(env.BENCH_SEQ_TOKENS ?? 32);
+const SEQ_REPS = Number(env.BENCH_SEQ_REPS ?? 5);
 
 function withTimeout(p, ms, what) {
   let timer;
@@ -209,6 +215,56 @@ export function loadTable(results) {
     'stored is revalidated (304) and read from its cache; "MB sent" shows whether it was. The phases are',
     'info().load.phases of the first load (the worker\'s own start is outside them). Link: loopback as fast as',
     'it goes, or the server pacing the file to N MB/s as a network would (BENCH_LOAD_RATES).',
+    '',
+    ...lines.map((l) => `| ${l} |`),
+    '',
+  ].join('\n');
+}
+
+/** One row per dtype (DEPTH_DTYPES), in a fresh page: interleaved pairs of a 1-sequence and
+ *  an n-sequence generation, and the cost of an n-sequence step against a 1-sequence one. */
+export async function runSeqRows(open, cfg) {
+  const out = [];
+  for (const dtype of DEPTH_DTYPES) {
+    const file = [`124m-${dtype}.gguf`, `bench-124m-${dtype}.gguf`].find((f) => existsSync(join(cfg.models, f)));
+    if (!file) {
+      console.log(`  nseq ${dtype}: skipped, no .models/124m-${dtype}.gguf`);
+      continue;
+    }
+    const key = `ggweb-nseq/${dtype}/n${SEQ_N}`;
+    let r;
+    let ctx;
+    try {
+      const o = await open();
+      ctx = o.ctx;
+      r = await withTimeout(o.page.evaluate((c) => window.bench.run(c), {
+        runtime: 'ggwebSeqs', model: `/models/${file}`, threads: 1, n: SEQ_N, tokens: SEQ_TOKENS, reps: SEQ_REPS,
+        nCtx: 64 + SEQ_N * (SEQ_TOKENS + 8) + 16, relaxedSimd: cfg.relaxedSimd,
+      }), cfg.timeoutMs, key);
+    } catch (e) {
+      r = { ok: false, error: e.message.split('\n')[0] };
+    } finally {
+      await ctx?.close().catch(() => {});
+    }
+    r = { dtype, key, ...r };
+    out.push(r);
+    console.log(`  ${key.padEnd(26)} ${r.ok ? `${SEQ_N} sequences cost ${fmt(r.cost, 2)}× one per step` : `error: ${r.error}`}`);
+  }
+  return out;
+}
+
+export function seqTable(results) {
+  if (!results.length) return '';
+  const lines = ['dtype | pair | 1 sequence, steps/s | ' + SEQ_N + ' sequences, steps/s | cost per step', '---|--:|--:|--:|--:'];
+  for (const r of results) {
+    if (!r.ok) { lines.push(`${r.dtype.toUpperCase()} | — | — | — | error: ${String(r.error).slice(0, 100)}`); continue; }
+    r.reps.forEach((p, i) => lines.push(`${r.dtype.toUpperCase()} | ${i + 1} | ${fmt(p.one)} | ${fmt(p.many)} | ${fmt(p.cost, 2)}×`));
+    const c = r.reps.map((p) => p.cost);
+    lines.push(`${r.dtype.toUpperCase()} | median | | | **${fmt(r.cost, 2)}×** (${fmt(Math.min(...c), 2)}–${fmt(Math.max(...c), 2)})`);
+  }
+  return [
+    `Several sequences per decode step (ggweb, CPU, 1 thread): ${SEQ_TOKENS} sampled tokens per sequence after 64 fixed ids,`,
+    `a 1-sequence and a ${SEQ_N}-sequence generation alternately, ${SEQ_REPS} pairs (\`generate(ids, { n: ${SEQ_N} })\`).`,
     '',
     ...lines.map((l) => `| ${l} |`),
     '',
