@@ -1,6 +1,6 @@
 //! "Look inside, round two" for JS: TransformerLens's workflow on the session core
-//! ([`Session::run`], `patch`, `logit_lens`, `attribute`, `sae_encode`), values crossing
-//! as serde-wasm-bindgen data with typed arrays, as `score` and `trace` do.
+//! ([`Session::run`], `patch`, `logit_lens`, `attribute`, `sae_encode`: crate/model/inside.rs), values
+//! crossing as serde-wasm-bindgen data with typed arrays, as `score` and `trace` do.
 
 use alloc::collections::BTreeMap;
 use alloc::string::String;
