@@ -234,6 +234,10 @@ export type ModelInput = string | ArrayLike<number>;
 export interface ScoreOptions {
   /** The most likely tokens to list per position (default 0). */
   topK?: number;
+  /** Interventions at TransformerLens hook points, applied at every position (no `pos`), as
+   *  generate's: the scores of the hooked model. The prompt cache is reused only under the
+   *  same hooks. */
+  hooks?: Hook[];
   /** With a string input: parse special tokens. */
   special?: boolean;
 }
@@ -297,7 +301,9 @@ export type HookName = string;
 
 /** An intervention at a hook point, as a TransformerLens forward hook returning the modified
  *  tensor. The slice: `head` along the head axis, `pos` along positions (the query axis of
- *  attention scores/pattern; negative counts from the end), `index` along the last axis. */
+ *  attention scores/pattern; negative counts from the end), `index` along the last axis.
+ *  A LayerNorm's `hook_scale` takes 'scale' and 'zero' only (the normalized values are
+ *  divided by the hooked scale); 'add' and 'set' there are refused ('invalid'). */
 export interface Hook {
   at: HookName;
   op: 'zero' | 'scale' | 'add' | 'set';

@@ -79,7 +79,12 @@ impl Session {
         let batch = Batch { tokens, n_past: 0, logits: Logits::All, taps: &tl.nodes, hooks, seq: &[] };
         let out = self.model.decode(batch).await?;
         self.cache.extend_from_slice(tokens);
-        Ok(Run { tokens: tokens.to_vec(), logits: out.logits, cache: tl.values(&out.taps, hp.eps) })
+        let mut cache = tl.values(&out.taps, hp.eps);
+        // A scale capture is computed from the LayerNorm's input: the hooks on it come after.
+        for v in cache.iter_mut().filter(|v| v.name.ends_with("hook_scale")) {
+            super::hooks::hooked_scale(&v.name, &mut v.data, hooks);
+        }
+        Ok(Run { tokens: tokens.to_vec(), logits: out.logits, cache })
     }
 
     /// The logit lens: the residual stream before each block and after the last

@@ -333,14 +333,15 @@ impl Session {
         &mut self,
         tokens: &[u32],
         keep: usize,
+        hooks: &[Hook],
         mut rows: Option<&mut RowSink<'_>>,
     ) -> Result<Vec<f32>, ModelError> {
         self.cache.truncate(keep);
         self.rows.truncate(keep);
-        self.cache_hooks.clear();
+        self.cache_hooks = hooks.to_vec();
         let n_vocab = self.model.hparams.n_vocab;
         let logits = if rows.is_some() { Logits::All } else { Logits::Last };
-        let batch = Batch { tokens: &tokens[keep..], n_past: keep, logits, taps: &[], ..Batch::default() };
+        let batch = Batch { tokens: &tokens[keep..], n_past: keep, logits, hooks, ..Batch::default() };
         let Session { model, cache, .. } = self;
         let mut last = Vec::new();
         let mut sink = |c: Chunk<'_>| {
@@ -361,18 +362,22 @@ impl Session {
         self.check_tokens(tokens)?;
         let keep = self.common_prefix(tokens, &[]).min(tokens.len() - 1);
         self.truncate(keep);
-        self.prefill(tokens, keep, None).await
+        self.prefill(tokens, keep, &[], None).await
     }
 
     /// Scores `tokens` in batched passes, no sampling: row `i` is how the model predicted
     /// `tokens[i + 1]` from `tokens[..=i]`. Rows of a shared prefix with the last scored
-    /// text come from the cache.
-    pub async fn score(&mut self, tokens: &[u32], top_k: usize) -> Result<Score, ModelError> {
+    /// text come from the cache, when it was computed under the same `hooks`
+    /// (interventions at every position, as [`GenerateOptions::hooks`]: no `pos`).
+    pub async fn score(&mut self, tokens: &[u32], top_k: usize, hooks: &[Hook]) -> Result<Score, ModelError> {
         self.end_generation();
         self.check_tokens(tokens)?;
+        // Checked now (names, ranges, values; no `pos`) for the whole text, as the one graph
+        // that evaluates it (any reused prefix included) has it: the key axis is every position.
+        super::hooks::plan(hooks, &self.model.hparams, tokens.len(), 0, false)?;
         let webgpu_start = self.model.webgpu_stats();
         let n = tokens.len();
-        let c = self.common_prefix(tokens, &[]);
+        let c = self.common_prefix(tokens, hooks);
         // Row i is reusable while tokens[..=i+1] are the cached ones and it kept enough top entries.
         let reusable = self.rows.iter().take_while(|r| r.top.len() >= top_k).count().min(c.saturating_sub(1));
         let (keep, cached) = if reusable >= n - 1 && c >= n { (n, n) } else { (reusable, reusable) };
@@ -389,7 +394,7 @@ impl Session {
             };
             // Rows below `keep` stay: row i predicts tokens[i + 1], and i + 1 < c.
             self.rows.truncate(keep);
-            self.prefill(tokens, keep, Some(&mut on_rows)).await?;
+            self.prefill(tokens, keep, hooks, Some(&mut on_rows)).await?;
         }
         self.rows.truncate(n - 1);
         self.rows.extend(new_rows);

@@ -18,4 +18,5 @@ mod nseq;
 mod scale_medium;
 mod sched;
 mod tl_hooks;
+mod tl_score;
 mod tokenizer;

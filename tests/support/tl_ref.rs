@@ -205,7 +205,7 @@ pub fn check_lens(s: &mut Session, r: &Ref) {
         assert!(d <= 1e-4, "layer {l}: logprobs max |Δ| {d:e}");
     }
     // The last layer is the model's own prediction.
-    let score = block_on(s.score(&prompt, 0)).unwrap();
+    let score = block_on(s.score(&prompt, 0, &[])).unwrap();
     let last = &lens.logprobs[lens.layers - 1];
     assert!(last.iter().zip(&score.logprobs).all(|(a, b)| (a - b).abs() <= 1e-5));
 }
