@@ -719,7 +719,10 @@ export declare class Model {
   /** Direct logit attribution through the final LayerNorm's cached scale. */
   attribute(input: ModelInput, options: AttributeOptions): Promise<AttributeResult>;
   /** A folder URL ending in '/' (cfg.json, sae_weights.safetensors) or { cfg, weights }.
-   *  @throws GgwebError 'format' (a bad file, naming what), 'network', 'invalid'. */
+   *  From a URL the weights stream chunk by chunk into the model's wasm side (never held
+   *  whole in JS memory); a bad file fails as soon as its bytes show it.
+   *  @throws GgwebError 'format' (a bad file, naming what), 'network', 'timeout' (no data for
+   *  stallTimeoutMs), 'aborted', 'invalid'. */
   loadSae(source: string | { cfg: object | string; weights: ArrayBuffer | Uint8Array }, options?: LoadSaeOptions | null): Promise<Sae>;
   /** Streams a continuation; the KV cache is reused for the longest prefix shared with the
    *  tokens it holds (stats.cachedTokens; `reusePrompt: false` turns that off). The model
