@@ -23,8 +23,9 @@
 //! **Prompt cache.** The KV cache outlives each call. [`Session::cached`] lists the tokens
 //! whose K and V it holds (positions `0..len`): a new `start`, `score` or `logits` reuses
 //! the longest common prefix of its tokens with them, as llama.cpp's `cache_prompt` does, and
-//! evaluates only the rest. At least the last token of a prompt is always evaluated (its
-//! logits are needed). `score` also keeps the rows it computed, so a rescore of a text that
+//! evaluates only the rest, when the cache was computed under the same hooks (`start`'s and
+//! `score`'s interventions; none for `logits`). At least the last token of a prompt is always
+//! evaluated (its logits are needed). `score` also keeps the rows it computed, so a rescore of a text that
 //! shares a prefix evaluates only from where they differ. `trace` always starts at position 0
 //! (its attention covers every key) and leaves its tokens in the cache.
 //!
