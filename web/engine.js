@@ -628,10 +628,68 @@ export class Engine {
     } catch (e) {
       throw toGgwebError(e, 'format', 'loadSae');
     }
+    return this._keepSae(sae);
+  }
+
+  _keepSae(sae) {
     this.saes ??= new Map();
     const id = (this.saeIds = (this.saeIds ?? 0) + 1);
     this.saes.set(id, sae);
     return { id, ...sae.info() };
+  }
+
+  /**
+   * Starts streaming an SAE (cfg.json's text, checked now); `saeFeed` each chunk of
+   * sae_weights.safetensors, then `saeFinish` (→ loadSae's info) or `saeAbort`. Only the
+   * chunk in hand crosses into wasm: the file is never held whole in JS memory.
+   */
+  saeOpen(cfg) {
+    this._check('loadSae');
+    let loader;
+    try {
+      loader = new this.core.WasmSaeLoader(cfg);
+    } catch (e) {
+      throw toGgwebError(e, 'format', 'loadSae');
+    }
+    this.saeLoads ??= new Map();
+    const id = (this.saeIds = (this.saeIds ?? 0) + 1);
+    this.saeLoads.set(id, loader);
+    return id;
+  }
+
+  _saeLoad(id) {
+    this._check('loadSae');
+    const l = this.saeLoads?.get(id);
+    if (!l) throw new GgwebError('invalid', `loadSae: no SAE stream ${id} (finished or aborted)`);
+    return l;
+  }
+
+  saeFeed(id, chunk) {
+    const l = this._saeLoad(id);
+    try {
+      l.feed(chunk);
+    } catch (e) {
+      this.saeAbort(id);
+      throw toGgwebError(e, 'format', 'loadSae');
+    }
+  }
+
+  saeFinish(id) {
+    const l = this._saeLoad(id);
+    this.saeLoads.delete(id); // finish() consumes it, whatever the outcome
+    let sae;
+    try {
+      sae = l.finish();
+    } catch (e) {
+      throw toGgwebError(e, 'format', 'loadSae');
+    }
+    return this._keepSae(sae);
+  }
+
+  saeAbort(id) {
+    const l = this.saeLoads?.get(id);
+    this.saeLoads?.delete(id);
+    try { l?.free(); } catch { /* consumed */ }
   }
 
   _sae(id, what) {
@@ -799,6 +857,7 @@ export class Engine {
     for (const w of this.wakers) w();
     this.wakers.clear();
     for (const id of [...(this.saes?.keys() ?? [])]) this.saeDispose(id);
+    for (const id of [...(this.saeLoads?.keys() ?? [])]) this.saeAbort(id);
     const m = this.model;
     this.model = null;
     // Free now unless a generation is mid-step; then free when it ends.

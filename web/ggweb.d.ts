@@ -234,6 +234,10 @@ export type ModelInput = string | ArrayLike<number>;
 export interface ScoreOptions {
   /** The most likely tokens to list per position (default 0). */
   topK?: number;
+  /** Interventions at TransformerLens hook points, applied at every position (no `pos`), as
+   *  generate's: the scores of the hooked model. The prompt cache is reused only under the
+   *  same hooks. */
+  hooks?: Hook[];
   /** With a string input: parse special tokens. */
   special?: boolean;
 }
@@ -297,7 +301,9 @@ export type HookName = string;
 
 /** An intervention at a hook point, as a TransformerLens forward hook returning the modified
  *  tensor. The slice: `head` along the head axis, `pos` along positions (the query axis of
- *  attention scores/pattern; negative counts from the end), `index` along the last axis. */
+ *  attention scores/pattern; negative counts from the end), `index` along the last axis.
+ *  A LayerNorm's `hook_scale` takes 'scale' and 'zero' only (the normalized values are
+ *  divided by the hooked scale); 'add' and 'set' there are refused ('invalid'). */
 export interface Hook {
   at: HookName;
   op: 'zero' | 'scale' | 'add' | 'set';
@@ -713,7 +719,10 @@ export declare class Model {
   /** Direct logit attribution through the final LayerNorm's cached scale. */
   attribute(input: ModelInput, options: AttributeOptions): Promise<AttributeResult>;
   /** A folder URL ending in '/' (cfg.json, sae_weights.safetensors) or { cfg, weights }.
-   *  @throws GgwebError 'format' (a bad file, naming what), 'network', 'invalid'. */
+   *  From a URL the weights stream chunk by chunk into the model's wasm side (never held
+   *  whole in JS memory); a bad file fails as soon as its bytes show it.
+   *  @throws GgwebError 'format' (a bad file, naming what), 'network', 'timeout' (no data for
+   *  stallTimeoutMs), 'aborted', 'invalid'. */
   loadSae(source: string | { cfg: object | string; weights: ArrayBuffer | Uint8Array }, options?: LoadSaeOptions | null): Promise<Sae>;
   /** Streams a continuation; the KV cache is reused for the longest prefix shared with the
    *  tokens it holds (stats.cachedTokens; `reusePrompt: false` turns that off). The model

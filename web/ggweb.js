@@ -13,7 +13,7 @@
 import { Engine, driveGeneration, generateParams, inspectSource, loaderOptions } from './engine.js';
 import { ERROR_CODES, GgwebError, abortedError, toGgwebError } from './errors.js';
 import { nodeFs, relaxedSimdOption } from './builds.js';
-import { fetchWithin, formatBytes, stallTimeout } from './source.js';
+import { fetchWithin, formatBytes, readWithin, stallTimeout } from './source.js';
 import { DEFAULT_CACHE_NAME, askPersist, modelCache } from './cache.js';
 import { hubSource } from './hub.js';
 import { boolOption, checkSignal, modelInput, optionsObject, passOptions, show, tokenIds, without } from './input.js';
@@ -403,6 +403,40 @@ function checkedOptions(options, what) {
   return { ...rest, special };
 }
 
+/**
+ * Reads response `r`'s body chunk by chunk into `onChunk` (awaited before the next read):
+ * a body that sends nothing for `stallMs` is 'timeout', one that fails 'network', the
+ * signal 'aborted'. The reader is cancelled when anything fails.
+ */
+async function readBody(r, { signal, stallMs }, onChunk) {
+  const url = r.url;
+  const reader = r.body ? r.body.getReader() : null;
+  let loaded = 0;
+  let ok = false;
+  try {
+    while (reader) {
+      let x;
+      try {
+        x = await readWithin(reader, stallMs);
+      } catch (e) {
+        if (signal?.aborted) throw abortedError('loadSae');
+        throw new GgwebError('network', `loadSae: reading ${url} failed after ${formatBytes(loaded)}: ${e.message}`, { url, loaded });
+      }
+      if (signal?.aborted) throw abortedError('loadSae');
+      if (x.stalled) {
+        throw new GgwebError('timeout', `loadSae: ${url} stalled: no data for ${stallMs} ms after ${formatBytes(loaded)}`, { url, loaded });
+      }
+      if (x.done) break;
+      const chunk = x.value instanceof Uint8Array ? x.value : new Uint8Array(x.value);
+      loaded += chunk.byteLength;
+      await onChunk(chunk);
+    }
+    ok = true;
+  } finally {
+    if (!ok) reader?.cancel().catch(() => {});
+  }
+}
+
 /** A sparse autoencoder loaded by `Model.loadSae`. */
 export class Sae {
   #call;
@@ -655,8 +689,12 @@ export class Model {
         if (!r.ok) throw new GgwebError('network', `loadSae: ${url}: HTTP ${r.status}`);
         return r;
       };
-      cfg = await (await get('cfg.json')).text();
-      weights = new Uint8Array(await (await get('sae_weights.safetensors')).arrayBuffer());
+      const parts = [];
+      await readBody(await get('cfg.json'), { signal, stallMs }, (c) => { parts.push(c); });
+      cfg = await new Blob(parts).text();
+      const r = await get('sae_weights.safetensors');
+      const info = await this.#streamSae(cfg, r, { signal, stallMs });
+      return this.#sae(info);
     } else if (source !== null && typeof source === 'object' && !ArrayBuffer.isView(source)) {
       const s = optionsObject(source, 'loadSae source', ['cfg', 'weights']);
       cfg = typeof s.cfg === 'string' ? s.cfg : JSON.stringify(s.cfg ?? null);
@@ -667,11 +705,37 @@ export class Model {
     } else {
       throw new GgwebError('invalid', `loadSae: the source must be a folder URL or { cfg, weights }, got ${show(source)}`);
     }
-    const info = await this.#t.call('loadSae', [cfg, weights]);
+    return this.#sae(await this.#t.call('loadSae', [cfg, weights]));
+  }
+
+  #sae(info) {
     return new Sae((method, args) => {
       this.#live(method);
       return this.#t.call(method, args);
     }, info);
+  }
+
+  /**
+   * sae_weights.safetensors from response `r`, chunk by chunk into the model's wasm side
+   * (saeOpen / saeFeed / saeFinish): the file is never held whole in JS memory.
+   */
+  async #streamSae(cfg, r, { signal, stallMs }) {
+    const id = await this.#t.call('saeOpen', [cfg]);
+    let ok = false;
+    try {
+      await readBody(r, { signal, stallMs }, async (chunk) => {
+        this.#live('loadSae');
+        // The chunk's memory moves to the worker (a whole-buffer view; else it is copied).
+        const whole = chunk.byteOffset === 0 && chunk.byteLength === chunk.buffer.byteLength;
+        await this.#t.call('saeFeed', [id, chunk], whole ? [chunk.buffer] : []);
+      });
+      this.#live('loadSae');
+      const info = await this.#t.call('saeFinish', [id]);
+      ok = true;
+      return info;
+    } finally {
+      if (!ok) this.#t.call('saeAbort', [id]).catch(() => {});
+    }
   }
 
   /**

@@ -33,7 +33,8 @@ async function handle(m) {
     case 'call': {
       if (!engine) throw new GgwebError('invalid', `${m.method}: no model is loaded`);
       if (!['tokenize', 'detokenize', 'logits', 'score', 'trace', 'run', 'patch', 'logitLens', 'attribute',
-        'loadSae', 'saeEncode', 'saeDecoderRow', 'saeDispose', '_debugLoseDevice'].includes(m.method)) {
+        'loadSae', 'saeOpen', 'saeFeed', 'saeFinish', 'saeAbort', 'saeEncode', 'saeDecoderRow', 'saeDispose',
+        '_debugLoseDevice'].includes(m.method)) {
         throw new GgwebError('invalid', `unknown method ${JSON.stringify(m.method)}`);
       }
       const value = await engine[m.method](...m.args);

@@ -95,6 +95,9 @@ pub struct PatchArgs {
     pub answer: u32,
     #[arg(long)]
     pub against: u32,
+    /// Print the load and sweep times (ms) to stderr.
+    #[arg(long)]
+    pub timing: bool,
 }
 
 /// `lens`: the JS `model.logitLens`'s options.
@@ -295,6 +298,9 @@ pub struct ScoreArgs {
     /// The K most likely tokens at each position (topK).
     #[arg(long = "top-k", default_value_t = 0)]
     pub top_k: usize,
+    /// A hook as JSON (as `run --hook`, no "pos": it applies at every position); repeat for several.
+    #[arg(long)]
+    pub hook: Vec<String>,
     #[arg(long)]
     pub json: bool,
 }

@@ -158,8 +158,9 @@ pub fn generate(args: GenerateArgs) -> Result<(), String> {
 
 pub fn score(args: ScoreArgs) -> Result<(), String> {
     let (top_k, json_out) = (args.top_k, args.json);
+    let hooks = parse_hooks(&args.hook)?;
     let (mut s, ids) = session_and_prompt(&args.load, &args.input)?;
-    let r = block_on(s.score(&ids, top_k)).map_err(|e| e.to_string())?;
+    let r = block_on(s.score(&ids, top_k, &hooks)).map_err(|e| e.to_string())?;
     let stdout = std::io::stdout();
     let mut w = stdout.lock();
     if json_out {
@@ -634,10 +635,7 @@ impl ProfileTable {
 /// `ggweb run`: one pass with hooks and captures, as the JS `model.run` (JSON out).
 pub fn run(args: RunArgs) -> Result<(), String> {
     let (mut s, ids) = session_and_prompt(&args.load, &args.input)?;
-    let mut hooks = Vec::new();
-    for h in &args.hook {
-        hooks.push(serde_json::from_str::<ggweb::model::hooks::Hook>(h).map_err(|e| format!("--hook {h}: {e}"))?);
-    }
+    let hooks = parse_hooks(&args.hook)?;
     let capture: Vec<String> = args.capture.split(',').filter(|c| !c.is_empty()).map(String::from).collect();
     let r = block_on(s.run(&ids, &capture, &hooks)).map_err(|e| e.to_string())?;
     let n_vocab = s.model.hparams.n_vocab;
@@ -653,10 +651,22 @@ pub fn run(args: RunArgs) -> Result<(), String> {
 
 /// `ggweb patch`: an activation patching sweep, as the JS `model.patch` (JSON out).
 pub fn patch(args: PatchArgs) -> Result<(), String> {
+    let t0 = Instant::now();
     let mut s = Session::new(load(&args.load)?);
     let clean = s.tokenizer.encode(&args.clean, false);
     let corrupted = s.tokenizer.encode(&args.corrupted, false);
+    let t1 = Instant::now();
     let p = block_on(s.patch(&clean, &corrupted, &args.at, args.answer, args.against)).map_err(|e| e.to_string())?;
+    if args.timing {
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+        eprintln!(
+            "patch {}: {} tokens, load {:.1} ms, sweep {:.1} ms",
+            args.at,
+            clean.len(),
+            ms(t1 - t0),
+            ms(t1.elapsed())
+        );
+    }
     println!(
         "{}",
         json!({ "shape": p.shape, "cells": p.cells, "cleanDiff": p.clean_diff, "corruptedDiff": p.corrupted_diff })
@@ -677,4 +687,9 @@ pub fn lens(args: LensArgs) -> Result<(), String> {
         .collect();
     println!("{}", json!({ "tokens": l.tokens, "layers": l.layers, "top": top, "logprobs": l.logprobs }));
     Ok(())
+}
+
+/// `--hook` values: one JSON [`Hook`](ggweb::model::hooks::Hook) each.
+fn parse_hooks(args: &[String]) -> Result<Vec<ggweb::model::hooks::Hook>, String> {
+    args.iter().map(|h| serde_json::from_str(h).map_err(|e| format!("--hook {h}: {e}"))).collect()
 }

@@ -1,6 +1,6 @@
 //! "Look inside, round two" for JS: TransformerLens's workflow on the session core
-//! ([`Session::run`], `patch`, `logit_lens`, `attribute`, `sae_encode`), values crossing
-//! as serde-wasm-bindgen data with typed arrays, as `score` and `trace` do.
+//! ([`Session::run`], `patch`, `logit_lens`, `attribute`, `sae_encode`: crate/model/inside.rs), values
+//! crossing as serde-wasm-bindgen data with typed arrays, as `score` and `trace` do.
 
 use alloc::collections::BTreeMap;
 use alloc::string::String;
@@ -14,7 +14,7 @@ use crate::model::options::{
     AttributeParams, PatchParams, RunParams, TopKParams, ATTRIBUTE_WHAT, LENS_WHAT, PATCH_WHAT, RUN_WHAT,
     SAE_ENCODE_WHAT,
 };
-use crate::model::sae::Sae;
+use crate::model::sae::{Sae, SaeStream};
 
 /// TransformerLens's shape of a captured value (`ne` reversed, outer 1s dropped).
 fn node(ne: [i64; 4], data: &[f32]) -> NodeJson {
@@ -198,5 +198,34 @@ impl WasmSae {
     #[wasm_bindgen(js_name = decoderRow)]
     pub fn decoder_row(&self, i: u32) -> Result<Vec<f32>, JsValue> {
         self.0.decoder_row(i as usize).map_err(|e| model_error("decoderRow", e))
+    }
+}
+
+/// Streams `sae_weights.safetensors` into an SAE ([`SaeStream`]): `new(cfg)`, `feed` each
+/// chunk as it arrives (any size), then `finish`. The file is never held whole.
+#[wasm_bindgen]
+pub struct WasmSaeLoader(SaeStream);
+
+#[wasm_bindgen]
+impl WasmSaeLoader {
+    /// Checks `cfg.json`'s text.
+    #[wasm_bindgen(constructor)]
+    pub fn new(cfg: &str) -> Result<WasmSaeLoader, JsValue> {
+        SaeStream::new(cfg).map(WasmSaeLoader).map_err(|e| model_error("loadSae", e))
+    }
+
+    /// The next bytes of the file.
+    pub fn feed(&mut self, chunk: &[u8]) -> Result<(), JsValue> {
+        self.0.push(chunk).map_err(|e| model_error("loadSae", e))
+    }
+
+    /// Bytes fed so far.
+    pub fn received(&self) -> f64 {
+        self.0.received() as f64
+    }
+
+    /// The SAE; consumes the loader.
+    pub fn finish(self) -> Result<WasmSae, JsValue> {
+        self.0.finish().map(WasmSae).map_err(|e| model_error("loadSae", e))
     }
 }

@@ -627,11 +627,11 @@ impl WasmModel {
     /// `score(ids, opts)`: `{ tokens: Uint32Array(n), logprobs, ranks, entropies
     /// (Float32Array / Uint32Array / Float32Array of n-1), top: [[{ token, logprob }]],
     /// cachedTokens, webgpu? }` (`webgpu`: this call's counters, on WebGPU only).
-    /// `opts`: `{ topK? }`.
+    /// `opts`: `{ topK?, hooks? }` (hooks at every position, as `generate`'s).
     pub async fn score(&mut self, ids: Vec<u32>, opts: JsValue) -> Result<JsValue, JsValue> {
-        let top_k = options::score_options(from_js(options::SCORE_WHAT, opts)?).map_err(|e| model_error("", e))?;
+        let o = options::score_options(from_js(options::SCORE_WHAT, opts)?).map_err(|e| model_error("", e))?;
         self.check_input("", &ids)?;
-        let r = self.session.score(&ids, top_k).await.map_err(|e| model_error("", e))?;
+        let r = self.session.score(&ids, o.top_k, &o.hooks).await.map_err(|e| model_error("", e))?;
         let top = r.top.iter().map(|row| row.iter().map(|&(token, logprob)| TopJson { token, logprob }).collect());
         Ok(to_js(&ScoreJson {
             tokens: u32s(&r.tokens),

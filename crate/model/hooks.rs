@@ -31,8 +31,11 @@
 //! `hook_normalized` is (x − mean)/scale before the LayerNorm's weight and bias (ggml's `norm`);
 //! `hook_scale` is √(var + eps). ggml's fused `norm` does not expose the scale and the op set has
 //! no sqrt/division to compute it in the graph, so a `hook_scale` capture is computed from the
-//! LayerNorm's input on the host, exactly as TransformerLens defines it; it is a capture only
-//! (an intervention on it would need a graph op).
+//! LayerNorm's input on the host, exactly as TransformerLens defines it. A hook may change it
+//! by `scale` or `zero` only: TransformerLens then divides by the hooked scale, and
+//! x/(s·v) = (x/s)·(1/v) is a hook on the `hook_normalized` node beside it (×∞ for `zero`:
+//! TransformerLens's ±∞/NaN of x/0). `add` and `set` (x/(s + v), x/v) need s or x − mean
+//! in the graph and are refused (`invalid`).
 //!
 //! Cost: the hook points are nodes the graph computes anyway, except the per-head K and V
 //! (`k_heads`, `v_heads`): two copies of n_embd × N floats per layer, on the path into the KV
@@ -269,6 +272,18 @@ pub enum HookOp {
     Set,
 }
 
+impl HookOp {
+    /// The JS name.
+    pub fn name(self) -> &'static str {
+        match self {
+            HookOp::Zero => "zero",
+            HookOp::Scale => "scale",
+            HookOp::Add => "add",
+            HookOp::Set => "set",
+        }
+    }
+}
+
 /// An intervention at a TransformerLens hook point, as a forward hook that returns the
 /// modified tensor: `{ at, op, head?, pos?, index?, value? }` (issue 24's contract). The
 /// slice is the product of the selections along the head axis, the position axis (the query
@@ -358,26 +373,38 @@ pub fn plan(
     let mut sorted: Vec<(usize, &Hook)> = Vec::new();
     for h in hooks {
         let p = hook_point(&h.at, hp)?;
-        let Source::Node(node) = p.source else {
-            return Err(ModelError::Invalid(format!(
-                "hook at '{}': a LayerNorm scale is a capture only (hook the hook_normalized beside it)",
-                h.at
-            )));
-        };
+        if let Source::LnScale(_) = p.source {
+            if !matches!(h.op, HookOp::Scale | HookOp::Zero) {
+                return Err(ModelError::Invalid(format!(
+                    "hook at '{}': a LayerNorm scale can be captured, and changed only by 'scale' or 'zero' \
+                     (the normalized values are divided by it); '{}' would need the scale itself in the graph",
+                    h.at,
+                    h.op.name()
+                )));
+            }
+            if h.head.is_some() {
+                return Err(ModelError::Invalid(format!("hook at '{}': it has no head axis", h.at)));
+            }
+        }
         if h.pos.is_some() && !allow_pos {
             return Err(ModelError::Invalid(format!(
-                "hook at '{}': 'pos' is not allowed here (generation applies hooks at every evaluated position)",
+                "hook at '{}': 'pos' is not allowed here (generate and score apply hooks at every evaluated position)",
                 h.at
             )));
         }
-        let _ = node;
         sorted.push((order.iter().position(|o| o == &h.at).unwrap_or(usize::MAX), h));
     }
     sorted.sort_by_key(|&(i, _)| i);
     let mut out: Vec<NodeHook> = Vec::new();
     for (_, h) in sorted {
-        let Source::Node(node) = hook_point(&h.at, hp)?.source else { unreachable!("checked above") };
-        let (shape, head_ax, pos_ax) = tl_shape(&h.at, hp, n, n_past);
+        // A LayerNorm scale hook (scale or zero, checked above) acts on the normalized node
+        // beside it, which comes later in TransformerLens's order: x/(s·v) = (x/s)·(1/v).
+        let (at, scale_hook) = match ln_normalized(&h.at) {
+            Some(n) => (n, true),
+            None => (h.at.clone(), false),
+        };
+        let Source::Node(node) = hook_point(&at, hp)?.source else { unreachable!("a LayerNorm's normalized node") };
+        let (shape, head_ax, pos_ax) = tl_shape(&at, hp, n, n_past);
         let last = shape.len() - 1;
         let scores = h.at.ends_with("attn.hook_attn_scores");
         let i = match out.iter().position(|o| o.node == node) {
@@ -405,7 +432,10 @@ pub fn plan(
             sel[ax] = resolve(&h.head, shape[ax], false, "head", &h.at)?;
         }
         sel[pos_ax] = resolve(&h.pos, shape[pos_ax], true, "pos", &h.at)?;
-        if h.index.is_some() {
+        if scale_hook {
+            // [pos, 1]: index 0 is the whole row of the normalized node.
+            resolve(&h.index, 1, false, "index", &h.at)?;
+        } else if h.index.is_some() {
             sel[last] = resolve(&h.index, shape[last], false, "index", &h.at)?;
         }
         let slice: usize = sel.iter().map(|s| s.len()).product();
@@ -439,6 +469,22 @@ pub fn plan(
             }
         }
         let nh = &mut out[i];
+        if scale_hook {
+            // The normalized values are divided by the hooked scale: ×1/v (zero: ×∞, the
+            // ±∞/NaN of TransformerLens's x/0). Nothing is composed on this node before it
+            // (its own hooks come later in the order), so b stays 0.
+            let f = match h.op {
+                HookOp::Zero if h.value.is_some() => {
+                    return Err(ModelError::Invalid(format!("hook at '{}': 'zero' takes no 'value'", h.at)))
+                }
+                HookOp::Zero => f32::INFINITY,
+                _ => 1.0 / number("scale")?,
+            };
+            for &(o, _, _) in &elems {
+                nh.a[o] *= f;
+            }
+            continue;
+        }
         match h.op {
             HookOp::Zero => {
                 if h.value.is_some() {
@@ -492,6 +538,27 @@ pub fn plan(
         }
     }
     Ok(out)
+}
+
+/// The `hook_normalized` beside a LayerNorm's `hook_scale` (None for any other name).
+fn ln_normalized(at: &str) -> Option<String> {
+    at.strip_suffix("hook_scale")
+        .filter(|p| p.ends_with("ln1.") || p.ends_with("ln2.") || *p == "ln_final.")
+        .map(|p| format!("{p}hook_normalized"))
+}
+
+/// A captured `hook_scale` (`[n]`, a run from position 0) as the run's hooks left it: every
+/// hook at that name (`scale` or `zero`; [`plan`] checked them) applied in order.
+pub fn hooked_scale(name: &str, data: &mut [f32], hooks: &[Hook]) {
+    for h in hooks.iter().filter(|h| h.at == name) {
+        let Ok(pos) = resolve(&h.pos, data.len(), true, "pos", &h.at) else { continue };
+        for p in pos {
+            data[p] = match (h.op, &h.value) {
+                (HookOp::Scale, Some(HookValue::Number(v))) => data[p] * v,
+                _ => 0.0,
+            };
+        }
+    }
 }
 
 /// Expands capture patterns into hook point names, in TransformerLens's forward order: `*`

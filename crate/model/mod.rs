@@ -4,6 +4,7 @@
 pub mod context;
 pub mod gpt2;
 pub mod hooks;
+pub mod inside;
 pub mod loader;
 pub mod logprobs;
 #[cfg(feature = "std")]

@@ -60,7 +60,7 @@ pub const GENERATE_KEYS: [&str; 17] = [
     "numBeams",
     "lengthPenalty",
 ];
-pub const SCORE_KEYS: [&str; 1] = ["topK"];
+pub const SCORE_KEYS: [&str; 2] = ["topK", "hooks"];
 pub const TRACE_KEYS: [&str; 1] = ["taps"];
 
 fn json_value(what: &str, json: &str) -> Result<Value, ModelError> {
@@ -427,10 +427,25 @@ mod de {
 pub const SCORE_WHAT: &str = "score options";
 pub const TRACE_WHAT: &str = "trace options";
 
-/// `score`'s options: the `topK` entries per row.
-pub fn score_options(v: Value) -> Result<usize, ModelError> {
-    let map = object(SCORE_WHAT, v, &SCORE_KEYS)?;
-    Ok(opt_uint(&map, SCORE_WHAT, "topK", 0, u32::MAX as u64)?.unwrap_or(0) as usize)
+/// `score`'s options (see [`score_options`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ScoreOptions {
+    /// The top entries per row.
+    pub top_k: usize,
+    /// Interventions at TransformerLens's hook points, at every position (no `pos`).
+    pub hooks: Vec<Hook>,
+}
+
+/// `score`'s options: the `topK` entries per row and `hooks` ([`Hook`], as `generate`'s).
+pub fn score_options(v: Value) -> Result<ScoreOptions, ModelError> {
+    let mut map = object(SCORE_WHAT, v, &SCORE_KEYS)?;
+    let top_k = opt_uint(&map, SCORE_WHAT, "topK", 0, u32::MAX as u64)?.unwrap_or(0) as usize;
+    let hooks = match map.remove("hooks") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(v) => Vec::<Hook>::deserialize(v)
+            .map_err(|e| invalid(format!("{SCORE_WHAT}: hooks: {}", unknown_option(&e.to_string()))))?,
+    };
+    Ok(ScoreOptions { top_k, hooks })
 }
 
 /// `trace`'s options: the taps (`attn`, `hidden`, or ggml node names); at least one.
@@ -446,7 +461,7 @@ pub fn trace_options(v: Value) -> Result<Vec<String>, ModelError> {
 }
 
 /// [`score_options`] from JSON text.
-pub fn parse_score(json: &str) -> Result<usize, ModelError> {
+pub fn parse_score(json: &str) -> Result<ScoreOptions, ModelError> {
     score_options(json_value(SCORE_WHAT, json)?)
 }
 

@@ -40,15 +40,23 @@ fn format_err(what: String) -> ModelError {
     ModelError::Format(format!("SAE: {what}"))
 }
 
-impl Sae {
-    /// From `cfg.json`'s text and the bytes of `sae_weights.safetensors`.
-    pub fn from_parts(cfg: &str, weights: &[u8]) -> Result<Sae, ModelError> {
+/// `cfg.json`'s fields an SAE needs, checked.
+#[derive(Clone, Debug)]
+struct SaeCfg {
+    d_in: usize,
+    d_sae: usize,
+    hook_name: String,
+    apply_b_dec_to_input: bool,
+}
+
+impl SaeCfg {
+    fn parse(cfg: &str) -> Result<SaeCfg, ModelError> {
         let cfg: serde_json::Value =
             serde_json::from_str(cfg).map_err(|e| format_err(format!("cfg.json is not JSON: {e}")))?;
         let field = |k: &str| cfg.get(k).ok_or_else(|| format_err(format!("cfg.json has no '{k}'")));
         let uint = |k: &str| -> Result<usize, ModelError> {
             match field(k)?.as_u64() {
-                Some(n) if n >= 1 && n <= 1 << 24 => Ok(n as usize),
+                Some(n) if (1..=1 << 24).contains(&n) => Ok(n as usize),
                 _ => {
                     Err(format_err(format!("cfg.json '{k}' must be a whole number from 1 to 2^24, got {}", field(k)?)))
                 }
@@ -76,17 +84,23 @@ impl Sae {
             .and_then(|v| v.as_str())
             .ok_or_else(|| format_err("cfg.json has no metadata.hook_name".into()))?
             .to_string();
-        let t = SafeTensors::parse(weights)?;
-        Ok(Sae {
-            d_in,
-            d_sae,
-            hook_name,
-            apply_b_dec_to_input,
-            w_enc: t.f32("W_enc", &[d_in, d_sae])?,
-            b_enc: t.f32("b_enc", &[d_sae])?,
-            w_dec: t.f32("W_dec", &[d_sae, d_in])?,
-            b_dec: t.f32("b_dec", &[d_in])?,
-        })
+        Ok(SaeCfg { d_in, d_sae, hook_name, apply_b_dec_to_input })
+    }
+
+    /// The four tensors in the order they are checked: name and shape.
+    fn tensors(&self) -> [(&'static str, [usize; 2]); 4] {
+        let (i, s) = (self.d_in, self.d_sae);
+        [("W_enc", [i, s]), ("b_enc", [s, 0]), ("W_dec", [s, i]), ("b_dec", [i, 0])]
+    }
+}
+
+impl Sae {
+    /// From `cfg.json`'s text and the bytes of `sae_weights.safetensors` ([`SaeStream`] in
+    /// one piece).
+    pub fn from_parts(cfg: &str, weights: &[u8]) -> Result<Sae, ModelError> {
+        let mut s = SaeStream::new(cfg)?;
+        s.push(weights)?;
+        s.finish()
     }
 
     /// Row `i` of `W_dec` (`d_in` values): feature `i`'s direction, e.g. to steer with.
@@ -132,66 +146,171 @@ impl Sae {
     }
 }
 
-/// A safetensors file: an 8-byte little-endian header length, a JSON header
-/// `{ name: { dtype, shape, data_offsets: [begin, end] } }`, then the data.
-struct SafeTensors<'a> {
-    header: serde_json::Map<String, serde_json::Value>,
-    data: &'a [u8],
+/// The most header bytes a safetensors file may claim.
+const MAX_HEADER: u64 = 100 << 20;
+
+/// One tensor's bytes in the data region.
+#[derive(Clone, Copy, Debug)]
+struct Span {
+    begin: u64,
+    end: u64,
 }
 
-impl<'a> SafeTensors<'a> {
-    fn parse(bytes: &'a [u8]) -> Result<SafeTensors<'a>, ModelError> {
-        let bad = |what: String| format_err(format!("sae_weights.safetensors: {what}"));
-        if bytes.len() < 8 {
-            return Err(bad(format!("{} bytes: too short for the header length", bytes.len())));
-        }
-        let n = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"));
-        if n > (bytes.len() - 8) as u64 || n > 100 << 20 {
-            return Err(bad(format!("the header claims {n} bytes, the file has {} after the length", bytes.len() - 8)));
-        }
-        let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n as usize])
-            .map_err(|e| bad(format!("the header is not JSON: {e}")))?;
-        let header = header.as_object().cloned().ok_or_else(|| bad("the header is not a JSON object".into()))?;
-        Ok(SafeTensors { header, data: &bytes[8 + n as usize..] })
+/// An SAE read from `sae_weights.safetensors` as it streams in (any chunk sizes): an 8-byte
+/// little-endian header length, a JSON header `{ name: { dtype, shape, data_offsets: [begin,
+/// end] } }` checked against `cfg.json` as soon as it is complete, then the data, each
+/// tensor's bytes kept as they pass. Memory grows with the bytes received, never with what
+/// a header claims; the whole file is never held.
+pub struct SaeStream {
+    cfg: SaeCfg,
+    /// The length and header bytes until the header is complete.
+    head: Vec<u8>,
+    /// W_enc, b_enc, W_dec, b_dec, once the header is read.
+    spans: Option<[Span; 4]>,
+    /// Data bytes received so far.
+    data_len: u64,
+    parts: [Vec<u8>; 4],
+    total: u64,
+}
+
+fn bad_file(what: String) -> ModelError {
+    format_err(format!("sae_weights.safetensors: {what}"))
+}
+
+impl SaeStream {
+    /// Checks `cfg.json`'s text.
+    pub fn new(cfg: &str) -> Result<SaeStream, ModelError> {
+        Ok(SaeStream {
+            cfg: SaeCfg::parse(cfg)?,
+            head: Vec::new(),
+            spans: None,
+            data_len: 0,
+            parts: Default::default(),
+            total: 0,
+        })
     }
 
-    /// Tensor `name` as f32, checked to be F32 of `shape` inside the data.
-    fn f32(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>, ModelError> {
-        let bad = |what: String| format_err(format!("sae_weights.safetensors: tensor '{name}': {what}"));
-        let t = self
-            .header
-            .get(name)
-            .ok_or_else(|| format_err(format!("sae_weights.safetensors has no tensor '{name}'")))?;
-        match t.get("dtype").and_then(|v| v.as_str()) {
-            Some("F32") => {}
-            Some(other) => return Err(format_err(format!("tensor '{name}' of dtype {other} (only F32)"))),
-            None => return Err(bad("no dtype".into())),
+    /// Bytes received so far.
+    pub fn received(&self) -> u64 {
+        self.total
+    }
+
+    /// The claimed header length, once 8 bytes are in.
+    fn header_len(&self) -> Option<u64> {
+        (self.head.len() >= 8).then(|| u64::from_le_bytes(self.head[..8].try_into().expect("8 bytes")))
+    }
+
+    /// The next bytes of the file.
+    pub fn push(&mut self, mut chunk: &[u8]) -> Result<(), ModelError> {
+        self.total += chunk.len() as u64;
+        if self.spans.is_none() {
+            if self.head.len() < 8 {
+                let take = (8 - self.head.len()).min(chunk.len());
+                self.head.extend_from_slice(&chunk[..take]);
+                chunk = &chunk[take..];
+            }
+            let Some(n) = self.header_len() else { return Ok(()) };
+            if n > MAX_HEADER {
+                return Err(bad_file(format!("the header claims {n} bytes (at most {MAX_HEADER})")));
+            }
+            let want = 8 + n as usize;
+            let take = (want - self.head.len()).min(chunk.len());
+            self.head.extend_from_slice(&chunk[..take]);
+            chunk = &chunk[take..];
+            if self.head.len() < want {
+                return Ok(());
+            }
+            self.spans = Some(self.read_header()?);
+            self.head = Vec::new();
         }
-        let got: Option<Vec<u64>> =
-            t.get("shape").and_then(|v| v.as_array()).map(|a| a.iter().filter_map(|x| x.as_u64()).collect());
-        let want: Vec<u64> = shape.iter().map(|&x| x as u64).collect();
-        if got.as_ref() != Some(&want) {
-            return Err(bad(format!(
-                "shape {} where cfg.json implies {want:?}",
-                t.get("shape").map_or("none".into(), |v| v.to_string())
-            )));
+        let spans = self.spans.expect("header read");
+        let (from, to) = (self.data_len, self.data_len + chunk.len() as u64);
+        for (span, part) in spans.iter().zip(&mut self.parts) {
+            // Bytes arrive in order, so a tensor's next byte is at begin + part.len().
+            let (b, e) = (span.begin.max(from), span.end.min(to));
+            if b < e {
+                debug_assert_eq!(b, span.begin + part.len() as u64);
+                part.extend_from_slice(&chunk[(b - from) as usize..(e - from) as usize]);
+            }
         }
-        let offs: Vec<u64> = t
-            .get("data_offsets")
-            .and_then(|v| v.as_array())
-            .map(|a| a.iter().filter_map(|x| x.as_u64()).collect())
-            .unwrap_or_default();
-        let [begin, end] = offs[..] else { return Err(bad("data_offsets is not [begin, end]".into())) };
-        let need = want.iter().product::<u64>() * 4;
-        if begin > end || end > self.data.len() as u64 || end - begin != need {
-            return Err(bad(format!(
-                "data_offsets [{begin}, {end}] for {need} bytes, in {} bytes of data",
-                self.data.len()
-            )));
+        self.data_len = to;
+        Ok(())
+    }
+
+    /// The header's four tensors, each checked: F32, cfg.json's shape, a span of its size.
+    fn read_header(&self) -> Result<[Span; 4], ModelError> {
+        let header: serde_json::Value =
+            serde_json::from_slice(&self.head[8..]).map_err(|e| bad_file(format!("the header is not JSON: {e}")))?;
+        let header = header.as_object().ok_or_else(|| bad_file("the header is not a JSON object".into()))?;
+        let mut spans = [Span { begin: 0, end: 0 }; 4];
+        for (k, (name, shape)) in self.cfg.tensors().into_iter().enumerate() {
+            let shape: Vec<usize> = shape.into_iter().filter(|&d| d > 0).collect();
+            let bad = |what: String| bad_file(format!("tensor '{name}': {what}"));
+            let t = header
+                .get(name)
+                .ok_or_else(|| format_err(format!("sae_weights.safetensors has no tensor '{name}'")))?;
+            match t.get("dtype").and_then(|v| v.as_str()) {
+                Some("F32") => {}
+                Some(other) => return Err(format_err(format!("tensor '{name}' of dtype {other} (only F32)"))),
+                None => return Err(bad("no dtype".into())),
+            }
+            let got: Option<Vec<u64>> =
+                t.get("shape").and_then(|v| v.as_array()).map(|a| a.iter().filter_map(|x| x.as_u64()).collect());
+            let want: Vec<u64> = shape.iter().map(|&x| x as u64).collect();
+            if got.as_ref() != Some(&want) {
+                return Err(bad(format!(
+                    "shape {} where cfg.json implies {want:?}",
+                    t.get("shape").map_or("none".into(), |v| v.to_string())
+                )));
+            }
+            let offs: Vec<u64> = t
+                .get("data_offsets")
+                .and_then(|v| v.as_array())
+                .map(|a| a.iter().filter_map(|x| x.as_u64()).collect())
+                .unwrap_or_default();
+            let [begin, end] = offs[..] else { return Err(bad("data_offsets is not [begin, end]".into())) };
+            let need = want.iter().product::<u64>() * 4;
+            if begin > end || end - begin != need {
+                return Err(bad(format!("data_offsets [{begin}, {end}] for {need} bytes")));
+            }
+            spans[k] = Span { begin, end };
         }
-        Ok(self.data[begin as usize..end as usize]
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")))
-            .collect())
+        Ok(spans)
+    }
+
+    /// The SAE, once every byte of its tensors came; typed `format` errors for a file that
+    /// ended early.
+    pub fn finish(self) -> Result<Sae, ModelError> {
+        let Some(spans) = self.spans else {
+            return Err(match self.header_len() {
+                None => bad_file(format!("{} bytes: too short for the header length", self.total)),
+                Some(n) => {
+                    bad_file(format!("the header claims {n} bytes, the file has {} after the length", self.total - 8))
+                }
+            });
+        };
+        let c = &self.cfg;
+        let mut out: [Vec<f32>; 4] = Default::default();
+        for (k, ((name, _), span)) in c.tensors().into_iter().zip(spans).enumerate() {
+            if span.end > self.data_len {
+                return Err(bad_file(format!(
+                    "tensor '{name}': data_offsets [{}, {}] past the end of the data ({} bytes): the file is truncated",
+                    span.begin, span.end, self.data_len
+                )));
+            }
+            out[k] =
+                self.parts[k].chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes"))).collect();
+        }
+        let [w_enc, b_enc, w_dec, b_dec] = out;
+        Ok(Sae {
+            d_in: c.d_in,
+            d_sae: c.d_sae,
+            hook_name: c.hook_name.clone(),
+            apply_b_dec_to_input: c.apply_b_dec_to_input,
+            w_enc,
+            b_enc,
+            w_dec,
+            b_dec,
+        })
     }
 }

@@ -23,8 +23,9 @@
 //! **Prompt cache.** The KV cache outlives each call. [`Session::cached`] lists the tokens
 //! whose K and V it holds (positions `0..len`): a new `start`, `score` or `logits` reuses
 //! the longest common prefix of its tokens with them, as llama.cpp's `cache_prompt` does, and
-//! evaluates only the rest. At least the last token of a prompt is always evaluated (its
-//! logits are needed). `score` also keeps the rows it computed, so a rescore of a text that
+//! evaluates only the rest, when the cache was computed under the same hooks (`start`'s and
+//! `score`'s interventions; none for `logits`). At least the last token of a prompt is always
+//! evaluated (its logits are needed). `score` also keeps the rows it computed, so a rescore of a text that
 //! shares a prefix evaluates only from where they differ. `trace` always starts at position 0
 //! (its attention covers every key) and leaves its tokens in the cache.
 //!
@@ -184,57 +185,6 @@ pub struct Trace {
     pub compute_bytes: usize,
 }
 
-/// What [`Session::logit_lens`] returns.
-#[derive(Clone, Debug)]
-pub struct Lens {
-    pub tokens: Vec<u32>,
-    /// n_layer + 1.
-    pub layers: usize,
-    /// `[layer][pos]`: the k most likely tokens and their logprobs, every position.
-    pub top: Vec<Vec<Vec<(u32, f32)>>>,
-    /// `[layer]`, length n − 1: ln p(tokens[i + 1]) at position i.
-    pub logprobs: Vec<Vec<f32>>,
-}
-
-/// What [`Session::patch`] returns.
-#[derive(Clone, Debug)]
-pub struct Patch {
-    /// `[n_layer, n_pos]`, or `[n_layer, n_head]` for `z`.
-    pub shape: Vec<usize>,
-    /// Row-major over `shape`: the logit difference with that activation patched.
-    pub cells: Vec<f32>,
-    pub clean_diff: f32,
-    pub corrupted_diff: f32,
-}
-
-/// What [`Session::attribute`] returns: each component's share of the logit difference.
-#[derive(Clone, Debug, Default)]
-pub struct Attribution {
-    pub embed: f32,
-    pub pos_embed: f32,
-    /// `[layer][head]`.
-    pub heads: Vec<f32>,
-    /// `[layer]`: the attention output bias `b_O`.
-    pub attn_bias: Vec<f32>,
-    /// `[layer]`.
-    pub mlps: Vec<f32>,
-    /// `ln_final.b · (W_U[:, answer] − W_U[:, against])`.
-    pub ln_bias: f32,
-    /// The sum of the parts.
-    pub total: f32,
-}
-
-/// What [`Session::run`] returns.
-#[derive(Clone, Debug)]
-pub struct Run {
-    pub tokens: Vec<u32>,
-    /// `[n][n_vocab]`, every position.
-    pub logits: Vec<f32>,
-    /// The captured hook points, by TransformerLens's names, in its forward order; `ne` is
-    /// TransformerLens's shape reversed.
-    pub cache: Vec<TapValue>,
-}
-
 /// Receives `(first position, [n][n_vocab] logits)` per evaluated chunk.
 type RowSink<'a> = dyn FnMut(usize, &[f32]) + 'a;
 
@@ -312,11 +262,11 @@ pub struct Session {
     pub model: Gpt2,
     pub tokenizer: Tokenizer,
     /// Tokens whose K/V are at positions `0..len` of the cache.
-    cache: Vec<u32>,
+    pub(super) cache: Vec<u32>,
     /// `rows[i]` predicts `cache[i + 1]`, from the last `score`.
     rows: Vec<Row>,
     /// The hooks the cache's K/V were computed under (empty: none).
-    cache_hooks: Vec<Hook>,
+    pub(super) cache_hooks: Vec<Hook>,
     gen: Option<Generation>,
     last_stats: GenerationStats,
     last_beams: Vec<Beam>,
@@ -370,7 +320,7 @@ impl Session {
 
     /// Keeps the cache's first `keep` positions and forgets the rest (and the score rows
     /// that depend on them).
-    fn truncate(&mut self, keep: usize) {
+    pub(super) fn truncate(&mut self, keep: usize) {
         self.cache.truncate(keep);
         self.rows.truncate(keep.saturating_sub(1));
     }
@@ -384,14 +334,15 @@ impl Session {
         &mut self,
         tokens: &[u32],
         keep: usize,
+        hooks: &[Hook],
         mut rows: Option<&mut RowSink<'_>>,
     ) -> Result<Vec<f32>, ModelError> {
         self.cache.truncate(keep);
         self.rows.truncate(keep);
-        self.cache_hooks.clear();
+        self.cache_hooks = hooks.to_vec();
         let n_vocab = self.model.hparams.n_vocab;
         let logits = if rows.is_some() { Logits::All } else { Logits::Last };
-        let batch = Batch { tokens: &tokens[keep..], n_past: keep, logits, taps: &[], ..Batch::default() };
+        let batch = Batch { tokens: &tokens[keep..], n_past: keep, logits, hooks, ..Batch::default() };
         let Session { model, cache, .. } = self;
         let mut last = Vec::new();
         let mut sink = |c: Chunk<'_>| {
@@ -412,18 +363,22 @@ impl Session {
         self.check_tokens(tokens)?;
         let keep = self.common_prefix(tokens, &[]).min(tokens.len() - 1);
         self.truncate(keep);
-        self.prefill(tokens, keep, None).await
+        self.prefill(tokens, keep, &[], None).await
     }
 
     /// Scores `tokens` in batched passes, no sampling: row `i` is how the model predicted
     /// `tokens[i + 1]` from `tokens[..=i]`. Rows of a shared prefix with the last scored
-    /// text come from the cache.
-    pub async fn score(&mut self, tokens: &[u32], top_k: usize) -> Result<Score, ModelError> {
+    /// text come from the cache, when it was computed under the same `hooks`
+    /// (interventions at every position, as [`GenerateOptions::hooks`]: no `pos`).
+    pub async fn score(&mut self, tokens: &[u32], top_k: usize, hooks: &[Hook]) -> Result<Score, ModelError> {
         self.end_generation();
         self.check_tokens(tokens)?;
+        // Checked now (names, ranges, values; no `pos`) for the whole text, as the one graph
+        // that evaluates it (any reused prefix included) has it: the key axis is every position.
+        super::hooks::plan(hooks, &self.model.hparams, tokens.len(), 0, false)?;
         let webgpu_start = self.model.webgpu_stats();
         let n = tokens.len();
-        let c = self.common_prefix(tokens, &[]);
+        let c = self.common_prefix(tokens, hooks);
         // Row i is reusable while tokens[..=i+1] are the cached ones and it kept enough top entries.
         let reusable = self.rows.iter().take_while(|r| r.top.len() >= top_k).count().min(c.saturating_sub(1));
         let (keep, cached) = if reusable >= n - 1 && c >= n { (n, n) } else { (reusable, reusable) };
@@ -440,7 +395,7 @@ impl Session {
             };
             // Rows below `keep` stay: row i predicts tokens[i + 1], and i + 1 < c.
             self.rows.truncate(keep);
-            self.prefill(tokens, keep, Some(&mut on_rows)).await?;
+            self.prefill(tokens, keep, hooks, Some(&mut on_rows)).await?;
         }
         self.rows.truncate(n - 1);
         self.rows.extend(new_rows);
@@ -501,270 +456,6 @@ impl Session {
         let nodes = out.taps.iter().filter(|v| taps.contains(&v.name)).cloned();
         let nodes = nodes.chain(tl.values(&out.taps, self.model.hparams.eps)).collect();
         Ok(Trace { tokens: tokens.to_vec(), attn, hidden, nodes, compute_bytes: out.compute_bytes })
-    }
-
-    /// One forward pass over `tokens` from position 0 with `hooks` applied and the hook
-    /// points named by `capture` kept (TransformerLens's names; `*` stands for any run of
-    /// characters within one dot-separated part): every position's logits and the captured
-    /// values, with TransformerLens's shapes. The prompt cache is not reused; afterwards the
-    /// cache holds `tokens` under these hooks.
-    pub async fn run(&mut self, tokens: &[u32], capture: &[String], hooks: &[Hook]) -> Result<Run, ModelError> {
-        self.end_generation();
-        self.check_tokens(tokens)?;
-        let hp = self.model.hparams.clone();
-        let names = super::hooks::expand_capture(capture, &hp)?;
-        let (_, tl) = super::hooks::split_taps(&names, &hp)?;
-        self.truncate(0);
-        self.cache_hooks = hooks.to_vec();
-        let batch = Batch { tokens, n_past: 0, logits: Logits::All, taps: &tl.nodes, hooks, seq: &[] };
-        let out = self.model.decode(batch).await?;
-        self.cache.extend_from_slice(tokens);
-        Ok(Run { tokens: tokens.to_vec(), logits: out.logits, cache: tl.values(&out.taps, hp.eps) })
-    }
-
-    /// The logit lens: the residual stream before each block and after the last
-    /// (`blocks.0.hook_resid_pre` .. the final residual), each through `ln_final` with its own
-    /// statistics and the unembedding (TransformerLens `apply_ln_to_stack(recompute_ln=True)`).
-    /// Layer `n_layer` equals the model's logits.
-    pub async fn logit_lens(&mut self, tokens: &[u32], top_k: usize) -> Result<Lens, ModelError> {
-        let n_layer = self.model.hparams.n_layer;
-        let mut capture: Vec<String> = (0..n_layer).map(|l| alloc::format!("blocks.{l}.hook_resid_pre")).collect();
-        capture.push(alloc::format!("blocks.{}.hook_resid_post", n_layer - 1));
-        let run = self.run(tokens, &capture, &[]).await?;
-        let (n, n_vocab) = (tokens.len(), self.model.hparams.n_vocab);
-        let mut lens = Lens { tokens: tokens.to_vec(), layers: n_layer + 1, top: Vec::new(), logprobs: Vec::new() };
-        for name in &capture {
-            let resid = &run.cache.iter().find(|v| &v.name == name).expect("captured").data;
-            let logits = self.model.head(resid, n).await?;
-            let (mut top, mut lp) = (Vec::with_capacity(n), Vec::with_capacity(n.saturating_sub(1)));
-            for (p, row) in logits.chunks(n_vocab).enumerate() {
-                let st = RowStats::new(row);
-                top.push(st.top(row, top_k));
-                if p + 1 < n {
-                    lp.push(st.logprob(row[tokens[p + 1] as usize]));
-                }
-            }
-            lens.top.push(top);
-            lens.logprobs.push(lp);
-        }
-        Ok(lens)
-    }
-
-    /// An activation patching sweep (TransformerLens `patching.get_act_patch_*`): each cell is
-    /// `logits[last, answer] − logits[last, against]` of the `corrupted` run with one
-    /// activation of the `clean` run patched in. `at`: `resid_pre`, `attn_out`, `mlp_out`
-    /// (cells `[layer][pos]`) or `z` (`[layer][head]`, every position of the head at once).
-    /// A position's cells re-use the corrupted run's K/V of the positions before it (a patch
-    /// at position p changes nothing before p): positions are swept from the last down.
-    pub async fn patch(
-        &mut self,
-        clean: &[u32],
-        corrupted: &[u32],
-        at: &str,
-        answer: u32,
-        against: u32,
-    ) -> Result<Patch, ModelError> {
-        let hp = self.model.hparams.clone();
-        if clean.len() != corrupted.len() {
-            return Err(ModelError::Invalid(alloc::format!(
-                "patch: clean has {} tokens and corrupted {}: they must have the same length",
-                clean.len(),
-                corrupted.len()
-            )));
-        }
-        for (what, id) in [("answer", answer), ("against", against)] {
-            if id as usize >= hp.n_vocab {
-                return Err(ModelError::Invalid(alloc::format!(
-                    "patch: {what} {id} is not a token id (n_vocab {})",
-                    hp.n_vocab
-                )));
-            }
-        }
-        let point = match at {
-            "resid_pre" => "hook_resid_pre",
-            "attn_out" => "hook_attn_out",
-            "mlp_out" => "hook_mlp_out",
-            "z" => "attn.hook_z",
-            _ => {
-                return Err(ModelError::Invalid(alloc::format!(
-                    "patch: at must be 'resid_pre', 'attn_out', 'mlp_out' or 'z', got '{at}'"
-                )))
-            }
-        };
-        self.check_tokens(corrupted)?;
-        let (n, n_vocab, d) = (clean.len(), hp.n_vocab, hp.n_embd);
-        let metric = |last: &[f32]| last[answer as usize] - last[against as usize];
-        let capture: Vec<String> = (0..hp.n_layer).map(|l| alloc::format!("blocks.{l}.{point}")).collect();
-        let clean_run = self.run(clean, &capture, &[]).await?;
-        let clean_diff = metric(&clean_run.logits[(n - 1) * n_vocab..]);
-        // The corrupted run fills the cache: its K/V at every position, unhooked.
-        let corr = self.run(corrupted, &[], &[]).await?;
-        let corrupted_diff = metric(&corr.logits[(n - 1) * n_vocab..]);
-        let value = |l: usize| &clean_run.cache[l].data;
-        let mut cells;
-        let shape;
-        if at == "z" {
-            let (h, hd) = (hp.n_head, hp.head_dim());
-            shape = alloc::vec![hp.n_layer, h];
-            cells = alloc::vec![0f32; hp.n_layer * h];
-            for l in 0..hp.n_layer {
-                for head in 0..h {
-                    // [pos, head, d_head]: the head's values at every position.
-                    let v: Vec<f32> =
-                        (0..n).flat_map(|p| value(l)[(p * h + head) * hd..][..hd].iter().copied()).collect();
-                    let hook = Hook {
-                        at: capture[l].clone(),
-                        op: super::hooks::HookOp::Set,
-                        head: Some(super::hooks::Sel::One(head as i64)),
-                        pos: None,
-                        index: None,
-                        value: Some(super::hooks::HookValue::Array(v)),
-                    };
-                    let batch = Batch { hooks: core::slice::from_ref(&hook), ..Batch::last(corrupted, 0) };
-                    cells[l * h + head] = metric(&self.model.decode(batch).await?.logits);
-                }
-            }
-        } else {
-            shape = alloc::vec![hp.n_layer, n];
-            cells = alloc::vec![0f32; hp.n_layer * n];
-            for p in (0..n).rev() {
-                for l in 0..hp.n_layer {
-                    let hook = Hook {
-                        at: capture[l].clone(),
-                        op: super::hooks::HookOp::Set,
-                        head: None,
-                        pos: Some(super::hooks::Sel::One(0)),
-                        index: None,
-                        value: Some(super::hooks::HookValue::Array(value(l)[p * d..(p + 1) * d].to_vec())),
-                    };
-                    let batch = Batch { hooks: core::slice::from_ref(&hook), ..Batch::last(&corrupted[p..], p) };
-                    cells[l * n + p] = metric(&self.model.decode(batch).await?.logits);
-                }
-            }
-        }
-        // The cache's last positions now hold patched K/V.
-        self.clear_cache();
-        Ok(Patch { shape, cells, clean_diff, corrupted_diff })
-    }
-
-    /// Direct logit attribution at `pos` (negative counts from the end): each component's
-    /// contribution to `logit[answer] − logit[against]` through the final LayerNorm's cached
-    /// scale at that position (centred, divided by `ln_final.hook_scale`, dotted with
-    /// `ln_final.w ⊙ (W_U[:, answer] − W_U[:, against])`), as TransformerLens's
-    /// `stack_head_results(apply_ln=True)` / `decompose_resid(apply_ln=True)`. The parts sum
-    /// to `total`, the logit difference.
-    pub async fn attribute(
-        &mut self,
-        tokens: &[u32],
-        answer: u32,
-        against: u32,
-        pos: i64,
-    ) -> Result<Attribution, ModelError> {
-        let hp = self.model.hparams.clone();
-        for (what, id) in [("answer", answer), ("against", against)] {
-            if id as usize >= hp.n_vocab {
-                return Err(ModelError::Invalid(alloc::format!(
-                    "attribute: {what} {id} is not a token id (n_vocab {})",
-                    hp.n_vocab
-                )));
-            }
-        }
-        self.check_tokens(tokens)?;
-        let n = tokens.len() as i64;
-        let p = if pos < 0 { pos + n } else { pos };
-        if p < 0 || p >= n {
-            return Err(ModelError::Invalid(alloc::format!("attribute: pos {pos} is out of range for {n} tokens")));
-        }
-        let p = p as usize;
-        let capture: Vec<String> =
-            ["hook_embed", "hook_pos_embed", "blocks.*.attn.hook_z", "blocks.*.hook_mlp_out", "ln_final.hook_scale"]
-                .iter()
-                .map(|s| String::from(*s))
-                .collect();
-        let run = self.run(tokens, &capture, &[]).await?;
-        let get = |name: &str| &run.cache.iter().find(|v| v.name == name).expect("captured").data;
-        let (e, h, hd, nl) = (hp.n_embd, hp.n_head, hp.head_dim(), hp.n_layer);
-        let at = |v: &Vec<f32>| v[p * e..(p + 1) * e].to_vec();
-        // Z: one column per (layer, head), the head's z at p and zeros elsewhere: W_O times it is
-        // the head's result (TransformerLens's hook_result, without b_O).
-        let mut z = alloc::vec![0f32; e * h * nl];
-        for l in 0..nl {
-            let zl = get(&alloc::format!("blocks.{l}.attn.hook_z"));
-            for head in 0..h {
-                let col = (l * h + head) * e;
-                z[col + head * hd..col + (head + 1) * hd].copy_from_slice(&zl[(p * h + head) * hd..][..hd]);
-            }
-        }
-        let ids: [i32; 2] = [answer as i32, against as i32];
-        let zb = bytemuck::cast_slice(&z).to_vec();
-        let idb = bytemuck::cast_slice(&ids).to_vec();
-        let out = self
-            .model
-            .run_graph(|ctx, w| {
-                let zt = ctx.new_tensor_2d(crate::types::GgmlType::F32, e as i64, (h * nl) as i64);
-                let it = ctx.new_tensor_1d(crate::types::GgmlType::I32, 2);
-                let mut outs = Vec::new();
-                for (l, ly) in w.layers.iter().enumerate() {
-                    let zl = ctx.view_2d(&zt, e as i64, h as i64, zt.nb[1], l * h * zt.nb[1]);
-                    outs.push(ctx.mul_mat(&ly.attn_out_w, &zl)); // [e, H]
-                    outs.push(ctx.cont(&ly.attn_out_b));
-                }
-                outs.push(ctx.get_rows(&w.output, &it)); // [e, 2]
-                outs.push(ctx.cont(&w.output_norm_w));
-                outs.push(ctx.cont(&w.output_norm_b));
-                (alloc::vec![(zt, zb), (it, idb)], outs)
-            })
-            .await?;
-        let u = &out[2 * nl];
-        let (lnw, lnb) = (&out[2 * nl + 1], &out[2 * nl + 2]);
-        let diff: Vec<f64> = (0..e).map(|i| u[i] as f64 - u[e + i] as f64).collect();
-        let dir: Vec<f64> = (0..e).map(|i| lnw[i] as f64 * diff[i]).collect();
-        let scale = get("ln_final.hook_scale")[p] as f64;
-        let contrib = |c: &[f32]| -> f32 {
-            let mean = c.iter().map(|&x| x as f64).sum::<f64>() / e as f64;
-            (c.iter().zip(&dir).map(|(&x, d)| (x as f64 - mean) * d).sum::<f64>() / scale) as f32
-        };
-        let mut r = Attribution {
-            embed: contrib(&at(get("hook_embed"))),
-            pos_embed: contrib(&at(get("hook_pos_embed"))),
-            heads: Vec::with_capacity(nl * h),
-            attn_bias: Vec::with_capacity(nl),
-            mlps: Vec::with_capacity(nl),
-            ln_bias: lnb.iter().zip(&diff).map(|(&b, d)| b as f64 * d).sum::<f64>() as f32,
-            total: 0.0,
-        };
-        for l in 0..nl {
-            let res = &out[2 * l];
-            for head in 0..h {
-                r.heads.push(contrib(&res[head * e..(head + 1) * e]));
-            }
-            r.attn_bias.push(contrib(&out[2 * l + 1]));
-            r.mlps.push(contrib(&at(get(&alloc::format!("blocks.{l}.hook_mlp_out")))));
-        }
-        r.total = r.embed + r.pos_embed + r.ln_bias + r.heads.iter().chain(&r.attn_bias).chain(&r.mlps).sum::<f32>();
-        Ok(r)
-    }
-
-    /// An SAE's features of `tokens`: the activations at its hook point (one pass from
-    /// position 0), encoded.
-    #[cfg(feature = "std")]
-    pub async fn sae_encode(
-        &mut self,
-        tokens: &[u32],
-        sae: &super::sae::Sae,
-        top_k: usize,
-    ) -> Result<super::sae::Encoded, ModelError> {
-        let run = self.run(tokens, core::slice::from_ref(&sae.hook_name), &[]).await?;
-        let x = &run.cache.first().expect("one capture").data;
-        let d = x.len() / tokens.len();
-        if d != sae.d_in {
-            return Err(ModelError::Invalid(alloc::format!(
-                "the SAE's d_in is {} but its hook '{}' has {d} values per position",
-                sae.d_in,
-                sae.hook_name
-            )));
-        }
-        sae.encode(x, top_k)
     }
 
     /// Begins a generation from `prompt`; evaluates nothing yet. Returns the prompt

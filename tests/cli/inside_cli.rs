@@ -93,3 +93,26 @@ fn run_with_hooks_patch_and_lens_equal_transformer_lens() {
         }
     }
 }
+
+#[test]
+fn score_with_hooks_equals_transformer_lens() {
+    let r: Value = serde_json::from_slice(&std::fs::read(fixture("tiny-f32.tl-score-ref.json")).unwrap()).unwrap();
+    let model = fixture("tiny-f32.gguf");
+    let prompt: Vec<u32> = serde_json::from_value(r["prompt"].clone()).unwrap();
+    // Case 2: two hooks (an MLP neuron scale and a key's attention score).
+    let case = &r["score"][2];
+    let hooks: Vec<String> = case["hooks"].as_array().unwrap().iter().map(|h| h.to_string()).collect();
+    let prompt = ids(&prompt);
+    let mut args = vec!["score", "--model", model.to_str().unwrap(), "--ids", &prompt, "--json"];
+    for h in &hooks {
+        args.extend(["--hook", h.as_str()]);
+    }
+    let out = ggweb(&args);
+    let (got, want) = (out["logprobs"].as_array().unwrap(), case["logprobs"].as_array().unwrap());
+    assert_eq!(got.len(), want.len());
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let (g, w) = (g.as_f64().unwrap(), w.as_f64().unwrap());
+        assert!((g - w).abs() <= 1e-4, "row {i}: {g} vs {w}");
+    }
+    assert_eq!(out["ranks"], case["ranks"]);
+}

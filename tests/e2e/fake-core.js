@@ -184,6 +184,15 @@ export class WasmSae {
   free() {}
 }
 
+/** The SAE stream reader: as WasmSae, the fake reads none. */
+export class WasmSaeLoader {
+  constructor() { throw Object.assign(new Error('loadSae: the fake core reads no SAE'), { code: 'unsupported' }); }
+  feed() {}
+  received() { return 0; }
+  finish() { return new WasmSae(); }
+  free() {}
+}
+
 /** Model.inspect's header reader: done once the GGUF magic and 24 more bytes are in; no plan. */
 export class WasmInspector {
   constructor(opts, fileSize) {

@@ -67,7 +67,7 @@ fn score_matches_hf() {
     let mut s = session(3);
     for p in r["prompts"].as_array().unwrap() {
         let ids = u32s(&p["ids"]);
-        let sc = block_on(s.score(&ids, 5)).unwrap();
+        let sc = block_on(s.score(&ids, 5, &[])).unwrap();
         assert_eq!(sc.tokens, ids);
         let key = p["key"].as_str().unwrap();
         let d = max_diff(&sc.logprobs, &f32s(&p["logprobs"]));
@@ -104,22 +104,22 @@ fn score_reuses_the_cache_and_equals_a_fresh_score() {
     let r = reference();
     let fox = u32s(&r["prompts"][1]["ids"]);
     let mut s = session(4);
-    let first = block_on(s.score(&fox, 3)).unwrap();
+    let first = block_on(s.score(&fox, 3, &[])).unwrap();
     assert_eq!(first.cached_tokens, 0);
     // The same text again: nothing to evaluate.
-    let again = block_on(s.score(&fox, 3)).unwrap();
+    let again = block_on(s.score(&fox, 3, &[])).unwrap();
     assert_eq!(again.cached_tokens, fox.len());
     assert_eq!(again, Score { cached_tokens: fox.len(), ..first.clone() });
     // A text sharing 6 tokens: rows 0..5 reused (row 5 predicts the first differing token).
     let mut other = fox[..6].to_vec();
     other.extend([198, 40, 13]); // "\nI." instead of " the lazy dog."
-    let cached = block_on(s.score(&other, 3)).unwrap();
+    let cached = block_on(s.score(&other, 3, &[])).unwrap();
     assert_eq!(cached.cached_tokens, 5);
-    let fresh = block_on(session(4).score(&other, 3)).unwrap();
+    let fresh = block_on(session(4).score(&other, 3, &[])).unwrap();
     assert!(max_diff(&cached.logprobs, &fresh.logprobs) <= 1e-5);
     assert_eq!(cached.ranks, fresh.ranks);
     // More top entries than were kept: rows are recomputed.
-    assert_eq!(block_on(s.score(&other, 4)).unwrap().cached_tokens, 0);
+    assert_eq!(block_on(s.score(&other, 4, &[])).unwrap().cached_tokens, 0);
 }
 
 #[test]
@@ -175,7 +175,7 @@ fn generation_logprobs_equal_score() {
     assert_eq!(items.len(), 8);
     let mut all = hello.clone();
     all.extend(items.iter().map(|i| i.token));
-    let sc = block_on(session(32).score(&all, 3)).unwrap();
+    let sc = block_on(session(32).score(&all, 3, &[])).unwrap();
     for (k, it) in items.iter().enumerate() {
         let row = hello.len() - 1 + k;
         // One token at a time against one batched pass: summation order only.
@@ -300,7 +300,7 @@ fn every_unknown_option_is_refused_by_name() {
     assert_eq!(e.to_string(), "generation options: reusePrompt must be true or false, got 0");
     assert_eq!(o.logit_bias, vec![(5, -1.5), (6, f32::NEG_INFINITY)]);
     assert_eq!((o.sampling.min_p, o.top_logprobs, o.ignore_eos), (0.1, 2, true));
-    assert_eq!(parse_score(r#"{"topK":7}"#).unwrap(), 7);
+    assert_eq!(parse_score(r#"{"topK":7}"#).unwrap().top_k, 7);
     assert_eq!(parse_trace(r#"{"taps":["attn","l0.ffn_gelu"]}"#).unwrap(), ["attn", "l0.ffn_gelu"]);
     assert!(parse_trace("{}").is_err());
     assert!(parse_generate(r#"{"logitBias":{"x":1}}"#).is_err());

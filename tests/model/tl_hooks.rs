@@ -188,7 +188,10 @@ fn bad_hooks_and_captures_are_invalid_by_name_and_leave_the_session_usable() {
             "a 'set' value has 1 numbers, the slice has 32",
         ),
         (serde_json::json!([{ "at": "blocks.0.hook_resid_pre", "op": "scale" }]), "'scale' needs a number 'value'"),
-        (serde_json::json!([{ "at": "blocks.0.ln1.hook_scale", "op": "zero" }]), "a LayerNorm scale is a capture only"),
+        (
+            serde_json::json!([{ "at": "blocks.0.ln1.hook_scale", "op": "add", "value": 1.0 }]),
+            "a LayerNorm scale can be captured, and changed only by 'scale' or 'zero'",
+        ),
     ];
     for (spec, msg) in bad {
         let e = block_on(s.run(&prompt, &[], &hooks_of(&spec))).unwrap_err();

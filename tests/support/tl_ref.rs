@@ -205,7 +205,7 @@ pub fn check_lens(s: &mut Session, r: &Ref) {
         assert!(d <= 1e-4, "layer {l}: logprobs max |Δ| {d:e}");
     }
     // The last layer is the model's own prediction.
-    let score = block_on(s.score(&prompt, 0)).unwrap();
+    let score = block_on(s.score(&prompt, 0, &[])).unwrap();
     let last = &lens.logprobs[lens.layers - 1];
     assert!(last.iter().zip(&score.logprobs).all(|(a, b)| (a - b).abs() <= 1e-5));
 }
@@ -299,4 +299,104 @@ pub fn check_sae(s: &mut Session, r: &Ref) {
     let e = block_on(s.sae_encode(&prompt, &wide, k)).unwrap_err();
     assert!(matches!(&e, ModelError::Invalid(m) if m.contains("has 128 values per position")), "{e}");
     assert!(block_on(s.sae_encode(&prompt, &sae, k)).is_ok());
+}
+
+/// tests/fixtures/tiny-f32.tl-score-ref.json (`make_tl_ref.py --only score`).
+pub fn score_reference() -> Value {
+    serde_json::from_slice(&std::fs::read(fixture("tiny-f32.tl-score-ref.json")).unwrap()).unwrap()
+}
+
+fn json_u32s(v: &Value) -> Vec<u32> {
+    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+}
+
+fn json_f32s(v: &Value) -> Vec<f32> {
+    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect()
+}
+
+fn max_delta(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max)
+}
+
+/// The check of tests/model/tl_score.rs `score_with_hooks_equals_transformer_lens`, on any session's backends.
+pub fn check_score_hooks(s: &mut Session) {
+    let r = score_reference();
+    assert_eq!(r["version"], 1);
+    let prompt = json_u32s(&r["prompt"]);
+    let k = r["top_k"].as_u64().unwrap() as usize;
+    let cases = r["score"].as_array().unwrap();
+    assert_eq!(cases.len(), 4);
+    let plain = block_on(s.score(&prompt, k, &[])).unwrap();
+    for case in cases {
+        let hooks: Vec<ggweb::model::hooks::Hook> = hooks_of(&case["hooks"]);
+        let sc = block_on(s.score(&prompt, k, &hooks)).unwrap();
+        // Different hooks than the cached run's: nothing is reused.
+        assert_eq!(sc.cached_tokens, 0, "{}", case["hooks"]);
+        let d = max_delta(&sc.logprobs, &json_f32s(&case["logprobs"]));
+        assert!(d <= 1e-4, "{}: logprobs max |Δ| {d:e}", case["hooks"]);
+        let d = max_delta(&sc.entropies, &json_f32s(&case["entropies"]));
+        assert!(d <= 1e-4, "{}: entropies max |Δ| {d:e}", case["hooks"]);
+        assert_eq!(sc.ranks, json_u32s(&case["ranks"]), "{}", case["hooks"]);
+        for (i, row) in sc.top.iter().enumerate() {
+            let ids: Vec<u32> = row.iter().map(|t| t.0).collect();
+            assert_eq!(ids, json_u32s(&case["top_ids"][i]), "{}: row {i}", case["hooks"]);
+            let lps: Vec<f32> = row.iter().map(|t| t.1).collect();
+            let d = max_delta(&lps, &json_f32s(&case["top_logprobs"][i]));
+            assert!(d <= 1e-4, "{}: row {i} top logprobs max |Δ| {d:e}", case["hooks"]);
+        }
+        assert!(max_delta(&sc.logprobs, &plain.logprobs) > 1e-3, "{}: the hooks change the scores", case["hooks"]);
+        // The same hooks again: every row from the cache, the same values.
+        let again = block_on(s.score(&prompt, k, &hooks)).unwrap();
+        assert_eq!(again.cached_tokens, prompt.len());
+        assert_eq!(again.logprobs, sc.logprobs);
+        // A longer text under the same hooks reuses the prompt's positions and equals a fresh run.
+        let longer: Vec<u32> = prompt.iter().copied().chain([262, 3290]).collect();
+        let grown = block_on(s.score(&longer, k, &hooks)).unwrap();
+        assert_eq!(grown.cached_tokens, prompt.len() - 1);
+        s.clear_cache();
+        let fresh = block_on(s.score(&longer, k, &hooks)).unwrap();
+        assert_eq!(fresh.cached_tokens, 0);
+        assert!(max_delta(&grown.logprobs, &fresh.logprobs) <= 1e-5, "{}", case["hooks"]);
+        assert_eq!(grown.ranks, fresh.ranks);
+    }
+    // Back to no hooks: nothing reused from the hooked cache; the unhooked values.
+    let back = block_on(s.score(&prompt, k, &[])).unwrap();
+    assert_eq!(back.cached_tokens, 0);
+    assert!(max_delta(&back.logprobs, &plain.logprobs) <= 1e-6);
+}
+
+/// The check of tests/model/tl_score.rs `layer_norm_scale_hooks_equal_transformer_lens`, on any session's backends.
+pub fn check_ln_scale_hooks(s: &mut Session) {
+    let r = score_reference();
+    let prompt = json_u32s(&r["prompt"]);
+    let n_vocab = s.model.hparams.n_vocab;
+    let cases = r["ln_scale"].as_array().unwrap();
+    assert_eq!(cases.len(), 4);
+    for case in cases {
+        let hooks: Vec<ggweb::model::hooks::Hook> = hooks_of(&case["hooks"]);
+        let capture: Vec<String> = case["capture"].as_object().unwrap().keys().cloned().collect();
+        let run = block_on(s.run(&prompt, &capture, &hooks)).unwrap();
+        let cols = json_u32s(&case["logit_ids"]);
+        let mut worst = 0f32;
+        for (p, row) in run.logits.chunks(n_vocab).enumerate() {
+            let got: Vec<f32> = cols.iter().map(|&c| row[c as usize]).collect();
+            worst = worst.max(max_delta(&got, &json_f32s(&case["logits"][p])));
+        }
+        assert!(worst <= 1e-4, "{}: logits max |Δ| {worst:e}", case["hooks"]);
+        // The captured scale is the hooked one; the normalized values were divided by it.
+        for name in &capture {
+            let v = run.cache.iter().find(|v| &v.name == name).unwrap();
+            let d = max_delta(&v.data, &json_f32s(&case["capture"][name]));
+            assert!(d <= 2e-5, "{}: capture {name} max |Δ| {d:e}", case["hooks"]);
+        }
+    }
+    // zero: TransformerLens divides by 0 and every row's logits become ±inf/NaN.
+    let z = &r["ln_scale_zero"];
+    let run = block_on(s.run(&prompt, &[], &hooks_of(&z["hooks"]))).unwrap();
+    let finite: Vec<bool> = run.logits.chunks(n_vocab).map(|row| row.iter().all(|x| x.is_finite())).collect();
+    let want: Vec<bool> = z["finite_rows"].as_array().unwrap().iter().map(|b| b.as_bool().unwrap()).collect();
+    assert_eq!(finite, want);
+    // Still usable: a clean run is finite.
+    assert!(block_on(s.run(&prompt, &[], &[])).unwrap().logits.iter().all(|x| x.is_finite()));
 }

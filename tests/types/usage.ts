@@ -60,7 +60,7 @@ async function useSae(sae: Sae): Promise<number> {
   await sae.dispose();
   return e.tokens[0] + e.top[0][0].index + e.top[0][0].value + e.l0[0] + e.mse[0] + row[0] + n;
 }
-const allScore: Required<ScoreOptions> = { topK: 5, special: true };
+const allScore: Required<ScoreOptions> = { topK: 5, special: true, hooks: [{ at: 'blocks.9.attn.hook_z', op: 'zero', head: 6 }, { at: 'blocks.0.ln1.hook_scale', op: 'scale', value: 2 }] };
 const allTrace: Required<TraceOptions> = { taps: ['attn', 'hidden', 'l0.ffn_gelu'], special: false };
 
 const sources: ModelSource[] = [

@@ -47,3 +47,13 @@ fn interventions_patching_lens_attribution_and_sae_on_webgpu_match_transformer_l
     tl_ref::check_attribution(&mut s, &r);
     tl_ref::check_sae(&mut s, &r);
 }
+
+/// `score` with hooks and hooks on the LayerNorm scales with the model on WebGPU: the CPU's
+/// checks against TransformerLens (tests/fixtures/tiny-f32.tl-score-ref.json), the same bounds.
+#[test]
+fn score_hooks_and_layer_norm_scale_hooks_on_webgpu_match_transformer_lens() {
+    let _shared = gpu::shared();
+    let Some(mut s) = gpu_session() else { return };
+    tl_ref::check_score_hooks(&mut s);
+    tl_ref::check_ln_scale_hooks(&mut s);
+}

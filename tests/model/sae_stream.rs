@@ -1,0 +1,84 @@
+//! `SaeStream`: an SAE read from `sae_weights.safetensors` in chunks of any size equals the
+//! one read in one piece; a bad file is a typed `format` error as soon as its bytes show it
+//! (a hostile header before any data arrives), a truncated one at `finish`.
+
+use ggweb::model::sae::{Sae, SaeStream};
+use ggweb::model::ModelError;
+
+use crate::support::tl_ref::fixture;
+
+fn files() -> (String, Vec<u8>) {
+    let dir = fixture("tiny-sae");
+    (
+        std::fs::read_to_string(dir.join("cfg.json")).unwrap(),
+        std::fs::read(dir.join("sae_weights.safetensors")).unwrap(),
+    )
+}
+
+fn streamed(cfg: &str, w: &[u8], chunk: usize) -> Result<Sae, ModelError> {
+    let mut s = SaeStream::new(cfg)?;
+    for c in w.chunks(chunk) {
+        s.push(c)?;
+    }
+    assert_eq!(s.received(), w.len() as u64);
+    s.finish()
+}
+
+#[test]
+fn chunks_of_any_size_give_the_same_sae() {
+    let (cfg, w) = files();
+    let whole = Sae::from_parts(&cfg, &w).unwrap();
+    let x: Vec<f32> = (0..32 * 3).map(|i| ((i * 7919) % 101) as f32 / 50.0 - 1.0).collect();
+    let want = whole.encode(&x, 5).unwrap();
+    for chunk in [1, 3, 7, 8, 9, 100, 4096, w.len()] {
+        let s = streamed(&cfg, &w, chunk).unwrap();
+        assert_eq!((s.d_in, s.d_sae, s.hook_name.as_str()), (32, 64, "blocks.1.hook_resid_pre"));
+        let got = s.encode(&x, 5).unwrap();
+        assert_eq!((got.top, got.l0, got.mse), (want.top.clone(), want.l0.clone(), want.mse.clone()), "chunk {chunk}");
+        assert_eq!(s.decoder_row(63).unwrap(), whole.decoder_row(63).unwrap());
+    }
+}
+
+#[test]
+fn a_hostile_header_fails_before_the_data_and_a_truncated_file_at_finish() {
+    let (cfg, w) = files();
+    let n = u64::from_le_bytes(w[..8].try_into().unwrap()) as usize;
+    let fails_at_push = |w: &[u8], msg: &str| {
+        let mut s = SaeStream::new(&cfg).unwrap();
+        // The header alone (no data byte) is enough to refuse it.
+        let e = s.push(&w[..(8 + n).min(w.len())]).unwrap_err();
+        assert!(matches!(&e, ModelError::Format(m) if m.contains(msg)), "{msg}: {e}");
+    };
+    let mut huge = w.clone();
+    huge[..8].copy_from_slice(&u64::MAX.to_le_bytes());
+    fails_at_push(&huge, "the header claims 18446744073709551615 bytes (at most 104857600)");
+    let header = std::str::from_utf8(&w[8..8 + n]).unwrap().to_string();
+    let with = |h: String| -> Vec<u8> {
+        assert_eq!(h.len(), n, "the edit keeps the header's length");
+        [&w[..8], h.as_bytes(), &w[8 + n..]].concat()
+    };
+    // A lying span (more bytes than the shape) and a dtype this does not read.
+    let lying = header.replacen("\"data_offsets\":[0,", "\"data_offsets\":[9,", 1);
+    if lying != header {
+        fails_at_push(&with(lying), "data_offsets [9,");
+    }
+    fails_at_push(&with(header.replacen("F32", "F16", 1)), "of dtype F16 (only F32)");
+    fails_at_push(&with(header.replacen("{", "[", 1)), "the header is not JSON");
+    // Truncated: the header is fine, the data ends early; byte by byte as over a network.
+    for cut in [0, 4, 8 + n, w.len() - 4] {
+        let e = match streamed(&cfg, &w[..cut], 1) {
+            Err(e) => e,
+            Ok(_) => panic!("cut {cut}: loaded"),
+        };
+        let msg = if cut < 8 {
+            "too short for the header length"
+        } else if cut < 8 + n {
+            "the header claims"
+        } else {
+            "the file is truncated"
+        };
+        assert!(matches!(&e, ModelError::Format(m) if m.contains(msg)), "cut {cut}: {e}");
+    }
+    // A bad cfg.json is refused before any byte.
+    assert!(matches!(SaeStream::new("{"), Err(ModelError::Format(m)) if m.contains("cfg.json is not JSON")));
+}
