@@ -706,11 +706,13 @@ enum DotKind {
 }
 
 /// From this many rows of `b` on, a block of F16 rows of `a` is converted to f32 once
-/// and goes through the f32 kernel; below, rows are converted as they are loaded. Below
-/// 16, converting the block (written out and read back) costs more than converting each
-/// row again for every 3-column tile: a 4-sequence decode step of the 124M F16 shape took
-/// 2.9× one sequence's time with the threshold at 4, 2.0× with it at 16.
-const F16_CONVERT_MIN_N: usize = 16;
+/// and goes through the f32 kernel; below, rows are converted as they are loaded. With
+/// F16C (x86) a conversion is one instruction, and below 16 rows converting the block
+/// (written out and read back) costs more than converting each row again per 3-column
+/// tile: a 4-sequence decode step of the 124M F16 shape took 2.9× one sequence's time with
+/// the threshold at 4, 2.0× at 16. SIMD128 converts f16 with integer steps, so there the
+/// block is converted once from 4 rows on (2.0× against 2.6× at 16, in Chromium).
+const F16_CONVERT_MIN_N: usize = if cfg!(target_arch = "wasm32") { 4 } else { 16 };
 
 /// Everything a worker needs, as plain addresses.
 struct MulMatPlan {
