@@ -30,6 +30,21 @@ const SEQ_N = Number(env.BENCH_SEQS ?? 4);
 const SEQ_TOKENS = Number(env.BENCH_SEQ_TOKENS ?? 32);
 const SEQ_REPS = Number(env.BENCH_SEQ_REPS ?? 5);
 
+/** One runner call (bench/runners.js) in a fresh page from bench.mjs's `open()`, within the
+ *  row time limit; a failure becomes { ok: false, error }. */
+async function inFreshPage(open, cfg, key, args) {
+  let ctx;
+  try {
+    const o = await open();
+    ctx = o.ctx;
+    return await withTimeout(o.page.evaluate((c) => window.bench.run(c), args), cfg.timeoutMs, key);
+  } catch (e) {
+    return { ok: false, error: e.message.split('\n')[0] };
+  } finally {
+    await ctx?.close().catch(() => {});
+  }
+}
+
 function withTimeout(p, ms, what) {
   let timer;
   return Promise.race([
@@ -52,19 +67,7 @@ export async function runDepthRows(open, cfg) {
       const row = { dtype, kvType, threads: 1, model: `/models/${file}`, depths: DEPTHS, tokens: DEPTH_TOKENS, nCtx: 1024 };
       const key = `ggweb-depth/${dtype}/kv-${kvType}`;
       const t0 = Date.now();
-      let r;
-      let ctx;
-      try {
-        const o = await open();
-        ctx = o.ctx;
-        r = await withTimeout(o.page.evaluate((c) => window.bench.run(c), {
-          runtime: 'ggwebDepths', ...row, reps: DEPTH_REPS, relaxedSimd: cfg.relaxedSimd,
-        }), cfg.timeoutMs, key);
-      } catch (e) {
-        r = { ok: false, error: e.message.split('\n')[0] };
-      } finally {
-        await ctx?.close().catch(() => {});
-      }
+      let r = await inFreshPage(open, cfg, key, { runtime: 'ggwebDepths', ...row, reps: DEPTH_REPS, relaxedSimd: cfg.relaxedSimd });
       r = { ...row, ...r, key };
       out.push(r);
       const s = r.ok
@@ -232,20 +235,10 @@ export async function runSeqRows(open, cfg) {
       continue;
     }
     const key = `ggweb-nseq/${dtype}/n${SEQ_N}`;
-    let r;
-    let ctx;
-    try {
-      const o = await open();
-      ctx = o.ctx;
-      r = await withTimeout(o.page.evaluate((c) => window.bench.run(c), {
-        runtime: 'ggwebSeqs', model: `/models/${file}`, threads: 1, n: SEQ_N, tokens: SEQ_TOKENS, reps: SEQ_REPS,
-        nCtx: 64 + SEQ_N * (SEQ_TOKENS + 8) + 16, relaxedSimd: cfg.relaxedSimd,
-      }), cfg.timeoutMs, key);
-    } catch (e) {
-      r = { ok: false, error: e.message.split('\n')[0] };
-    } finally {
-      await ctx?.close().catch(() => {});
-    }
+    let r = await inFreshPage(open, cfg, key, {
+      runtime: 'ggwebSeqs', model: `/models/${file}`, threads: 1, n: SEQ_N, tokens: SEQ_TOKENS, reps: SEQ_REPS,
+      nCtx: 64 + SEQ_N * (SEQ_TOKENS + 8) + 16, relaxedSimd: cfg.relaxedSimd,
+    });
     r = { dtype, key, ...r };
     out.push(r);
     console.log(`  ${key.padEnd(26)} ${r.ok ? `${SEQ_N} sequences cost ${fmt(r.cost, 2)}× one per step` : `error: ${r.error}`}`);
