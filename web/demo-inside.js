@@ -473,14 +473,8 @@ export function initInside(ctx) {
       if (old.owner === m) await old.sae.dispose();
     }
     el.saeStatus.textContent = 'loading…';
+    // loadSae refuses an SAE made for another model (its d_in against its hook's width).
     const s = await m.loadSae(url.endsWith('/') ? url : `${url}/`);
-    // loadSae does not compare the SAE's width with its hook's in this model: a one-token run does.
-    const probe = (await m.run([0], { capture: [s.hookName] })).cache[s.hookName];
-    if (probe?.shape.at(-1) !== s.dIn) {
-      await s.dispose();
-      throw new GgwebError('invalid', `This SAE reads ${s.dIn} numbers at ${s.hookName}; this model has ` +
-        `${probe?.shape.at(-1)} there. It was made for another model.`);
-    }
     sae = { sae: s, owner: m };
     el.saeFeature.max = String(s.dSae - 1);
     document.querySelector('input[name="steer-source"][value="sae"]').checked = true;

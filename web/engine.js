@@ -632,6 +632,13 @@ export class Engine {
   }
 
   _keepSae(sae) {
+    // An SAE made for another model size or hook is refused now, not at its first encode.
+    try {
+      this.model.checkSae(sae);
+    } catch (e) {
+      sae.free();
+      throw toGgwebError(e, 'invalid', 'loadSae');
+    }
     this.saes ??= new Map();
     const id = (this.saeIds = (this.saeIds ?? 0) + 1);
     this.saes.set(id, sae);

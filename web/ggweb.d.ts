@@ -722,7 +722,8 @@ export declare class Model {
    *  From a URL the weights stream chunk by chunk into the model's wasm side (never held
    *  whole in JS memory); a bad file fails as soon as its bytes show it.
    *  @throws GgwebError 'format' (a bad file, naming what), 'network', 'timeout' (no data for
-   *  stallTimeoutMs), 'aborted', 'invalid'. */
+   *  stallTimeoutMs), 'aborted', 'invalid' (also an SAE made for another model: its hook is
+   *  not a hook point of this one, or has another number of values than `d_in`). */
   loadSae(source: string | { cfg: object | string; weights: ArrayBuffer | Uint8Array }, options?: LoadSaeOptions | null): Promise<Sae>;
   /** Streams a continuation; the KV cache is reused for the longest prefix shared with the
    *  tokens it holds (stats.cachedTokens; `reusePrompt: false` turns that off). The model

@@ -151,6 +151,13 @@ impl WasmModel {
         }))
     }
 
+    /// `checkSae(sae)`: `invalid` unless the SAE's hook is a hook point of this model with
+    /// `dIn` values per position ([`Sae::check_fits`]); `loadSae` calls it before it keeps one.
+    #[wasm_bindgen(js_name = checkSae)]
+    pub fn check_sae(&self, sae: &WasmSae) -> Result<(), JsValue> {
+        sae.0.check_fits(&self.session.model.hparams).map_err(|e| model_error("loadSae", e))
+    }
+
     /// `sae_encode(sae, ids, { topK? })`: `{ tokens, top: [pos][k] { index, value }, l0, mse }`.
     #[wasm_bindgen(js_name = saeEncode)]
     pub async fn sae_encode(&mut self, sae: &WasmSae, ids: Vec<u32>, opts: JsValue) -> Result<JsValue, JsValue> {

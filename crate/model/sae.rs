@@ -103,6 +103,34 @@ impl Sae {
         s.finish()
     }
 
+    /// Whether this SAE can read model `hp`: its hook is one of the model's hook points and
+    /// holds `d_in` values per position (an SAE made for another GPT-2 size, or for a hook
+    /// whose width depends on the text, is refused when it is loaded, not at encode).
+    pub fn check_fits(&self, hp: &super::gpt2::Hparams) -> Result<(), ModelError> {
+        let name = self.hook_name.as_str();
+        super::hooks::hook_point(name, hp)
+            .map_err(|e| ModelError::Invalid(format!("the SAE's hook '{name}' is not in this model: {e}")))?;
+        let width = if name.ends_with("hook_scale") {
+            1
+        } else if name.ends_with("mlp.hook_pre") || name.ends_with("mlp.hook_post") {
+            hp.n_ff
+        } else if name.ends_with("hook_attn_scores") || name.ends_with("hook_pattern") {
+            return Err(ModelError::Invalid(format!(
+                "the SAE reads '{name}', whose values per position depend on the text's length"
+            )));
+        } else {
+            // The residual stream, attention and MLP outputs, and q/k/v/z (heads × d_head).
+            hp.n_embd
+        };
+        if width != self.d_in {
+            return Err(ModelError::Invalid(format!(
+                "the SAE's d_in is {} but '{name}' has {width} values per position in this model",
+                self.d_in
+            )));
+        }
+        Ok(())
+    }
+
     /// Row `i` of `W_dec` (`d_in` values): feature `i`'s direction, e.g. to steer with.
     pub fn decoder_row(&self, i: usize) -> Result<Vec<f32>, ModelError> {
         if i >= self.d_sae {

@@ -160,6 +160,7 @@ export class WasmModel {
   async logitLens() { this.#alive(); throw Object.assign(new Error('logitLens: the fake core has no graph'), { code: 'unsupported' }); }
   async attribute() { this.#alive(); throw Object.assign(new Error('attribute: the fake core has no graph'), { code: 'unsupported' }); }
   async saeEncode() { this.#alive(); throw Object.assign(new Error('sae.encode: the fake core has no graph'), { code: 'unsupported' }); }
+  checkSae() { this.#alive(); }
   n_ctx() { return this.opts.nCtx ?? 4096; }
   eos() { return -1; }
   _debugLoseDevice() {

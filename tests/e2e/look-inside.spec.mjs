@@ -81,6 +81,15 @@ async function lookInside(worker, backend) {
     } catch (e) {
       errors.push({ code: e.code, message: e.message });
     }
+    // A well-formed SAE for another hook width: refused when loaded.
+    try {
+      const cfg = await (await fetch('/tests/fixtures/tiny-sae/cfg.json')).json();
+      const weights = new Uint8Array(await (await fetch('/tests/fixtures/tiny-sae/sae_weights.safetensors')).arrayBuffer());
+      await m.loadSae({ cfg: { ...cfg, metadata: { ...cfg.metadata, hook_name: 'blocks.1.mlp.hook_post' } }, weights });
+      errors.push('loaded');
+    } catch (e) {
+      errors.push({ code: e.code, message: e.message });
+    }
     await sae.dispose();
     try {
       await sae.encode(REF.prompt);
@@ -134,7 +143,7 @@ for (const [worker, backend] of [[true, 'cpu'], [false, 'cpu'], [true, 'webgpu']
     assert.deepEqual(r.sae.l0, Array.from(block('sae/l0').data));
     close(r.sae.mse, block('sae/mse').data, 'sae mse');
     REF.steer.forEach((s, i) => assert.deepEqual(r.steered[i], s.tokens, `steered generation ${i}`));
-    const [noPoint, head, len, typo, notArray, genPos, badSae, disposed] = r.errors;
+    const [noPoint, head, len, typo, notArray, genPos, badSae, otherWidth, disposed] = r.errors;
     assert.deepEqual([noPoint.code, head.code, len.code, typo.code, notArray.code, genPos.code], Array(6).fill('invalid'), JSON.stringify(r.errors));
     assert.match(noPoint.message, /no hook point named 'blocks\.9\.hook_resid_pre'/);
     assert.match(head.message, /head 4 is out of range \(0\.\.4\)/);
@@ -144,6 +153,8 @@ for (const [worker, backend] of [[true, 'cpu'], [false, 'cpu'], [true, 'webgpu']
     assert.match(genPos.message, /'pos' is not allowed here/);
     assert.equal(badSae.code, 'format', badSae.message);
     assert.match(badSae.message, /safetensors/);
+    assert.equal(otherWidth.code, 'invalid', JSON.stringify(otherWidth));
+    assert.match(otherWidth.message, /d_in is 32 but 'blocks\.1\.mlp\.hook_post' has 128 values per position/);
     assert.equal(disposed.code, 'disposed');
     assert.equal(r.scored, REF.prompt.length - 1, 'the model is usable afterwards');
   });

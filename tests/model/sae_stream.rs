@@ -82,3 +82,32 @@ fn a_hostile_header_fails_before_the_data_and_a_truncated_file_at_finish() {
     // A bad cfg.json is refused before any byte.
     assert!(matches!(SaeStream::new("{"), Err(ModelError::Format(m)) if m.contains("cfg.json is not JSON")));
 }
+
+/// An SAE fits a model only at one of its hook points with `d_in` values per position: the
+/// tiny fixture (d_in 32 at blocks.1.hook_resid_pre) fits a 32-wide model, not a 64-wide one,
+/// not at an MLP hook (4·32 wide), a missing layer, or an attention pattern.
+#[test]
+fn an_sae_for_another_model_is_invalid() {
+    use ggweb::model::gpt2::Hparams;
+    let (cfg, w) = files();
+    let hp = |n_embd: usize, n_layer: usize| Hparams {
+        n_vocab: 50257,
+        n_ctx_train: 1024,
+        n_embd,
+        n_head: 4,
+        n_layer,
+        n_ff: 4 * n_embd,
+        eps: 1e-5,
+    };
+    let sae = Sae::from_parts(&cfg, &w).unwrap();
+    sae.check_fits(&hp(32, 3)).unwrap();
+    let invalid = |s: &Sae, h: &Hparams, msg: &str| {
+        let e = s.check_fits(h).unwrap_err();
+        assert!(matches!(&e, ModelError::Invalid(m) if m.contains(msg)), "{msg}: {e}");
+    };
+    invalid(&sae, &hp(64, 3), "the SAE's d_in is 32 but 'blocks.1.hook_resid_pre' has 64 values per position");
+    invalid(&sae, &hp(32, 1), "the SAE's hook 'blocks.1.hook_resid_pre' is not in this model");
+    let at = |hook: &str| Sae::from_parts(&cfg.replace("blocks.1.hook_resid_pre", hook), &w).unwrap();
+    invalid(&at("blocks.1.mlp.hook_post"), &hp(32, 3), "has 128 values per position");
+    invalid(&at("blocks.0.attn.hook_pattern"), &hp(32, 3), "depend on the text's length");
+}
