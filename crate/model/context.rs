@@ -261,6 +261,9 @@ pub enum Logits {
 /// at positions up to its own ([`KvLayout::Masked`](super::gpt2::KvLayout)); `n_past` is
 /// unused. Empty `seq` is the single-sequence path (cell = position). Hooks and taps take one
 /// sequence.
+///
+/// With `start` the pass begins at a block from a given residual stream instead of the
+/// embeddings (`tokens` then only count the positions): see [`Start`].
 #[derive(Clone, Copy, Debug)]
 pub struct Batch<'a> {
     pub tokens: &'a [u32],
@@ -269,22 +272,35 @@ pub struct Batch<'a> {
     pub taps: &'a [String],
     pub hooks: &'a [Hook],
     pub seq: &'a [SeqPos],
+    pub start: Option<Start<'a>>,
+}
+
+/// Where a [`Batch`] that skips the first blocks starts: block `layer`, with `resid`
+/// (`[n_tokens][n_embd]`, TransformerLens's `blocks.{layer}.hook_resid_pre` at the batch's
+/// positions) as the residual stream entering it. Blocks `layer..` run and write their K/V
+/// cells of the batch's positions; the cells of earlier blocks are untouched, and hooks or
+/// taps on earlier points are refused (`invalid`). Activation patching re-uses the corrupted
+/// run this way instead of recomputing the blocks a patch cannot change.
+#[derive(Clone, Copy, Debug)]
+pub struct Start<'a> {
+    pub layer: usize,
+    pub resid: &'a [f32],
 }
 
 impl Default for Batch<'_> {
     fn default() -> Self {
-        Batch { tokens: &[], n_past: 0, logits: Logits::Last, taps: &[], hooks: &[], seq: &[] }
+        Batch { tokens: &[], n_past: 0, logits: Logits::Last, taps: &[], hooks: &[], seq: &[], start: None }
     }
 }
 
 impl<'a> Batch<'a> {
     /// The last position's logits.
     pub fn last(tokens: &'a [u32], n_past: usize) -> Batch<'a> {
-        Batch { tokens, n_past, logits: Logits::Last, taps: &[], hooks: &[], seq: &[] }
+        Batch { tokens, logits: Logits::Last, n_past, ..Batch::default() }
     }
     /// Every position's logits.
     pub fn all(tokens: &'a [u32], n_past: usize) -> Batch<'a> {
-        Batch { tokens, n_past, logits: Logits::All, taps: &[], hooks: &[], seq: &[] }
+        Batch { tokens, logits: Logits::All, n_past, ..Batch::default() }
     }
 }
 
@@ -503,11 +519,27 @@ impl Gpt2 {
         Ok(())
     }
 
-    /// The one input check of every run: at least one token, all in the vocabulary, and
-    /// positions `n_past..n_past + len` within the context.
-    pub fn check_batch(&self, tokens: &[u32], n_past: usize) -> Result<(), ModelError> {
+    /// The one input check of every run: at least one token, all in the vocabulary,
+    /// positions `n_past..n_past + len` within the context, and a [`Start`]'s block within the
+    /// model and residual `[len][n_embd]`.
+    pub fn check_batch(&self, tokens: &[u32], n_past: usize, start: Option<&Start<'_>>) -> Result<(), ModelError> {
         if tokens.is_empty() {
             return Err(ModelError::Invalid("needs at least one token id".into()));
+        }
+        if let Some(s) = start {
+            let (nl, e) = (self.hparams.n_layer, self.hparams.n_embd);
+            if s.layer >= nl {
+                return Err(ModelError::Invalid(format!("start: layer {} of a model of {nl} layers", s.layer)));
+            }
+            if s.resid.len() != tokens.len() * e {
+                return Err(ModelError::Invalid(format!(
+                    "start: the residual at layer {} has {} values; {} tokens of n_embd {e} need {}",
+                    s.layer,
+                    s.resid.len(),
+                    tokens.len(),
+                    tokens.len() * e
+                )));
+            }
         }
         let n_vocab = self.hparams.n_vocab;
         if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= n_vocab) {
@@ -546,7 +578,10 @@ impl Gpt2 {
         if !batch.seq.is_empty() {
             return self.decode_seqs(batch, sink).await;
         }
-        self.check_batch(batch.tokens, batch.n_past)?;
+        self.check_batch(batch.tokens, batch.n_past, batch.start.as_ref())?;
+        if let Some(s) = &batch.start {
+            super::hooks::check_after(batch.hooks, s.layer)?;
+        }
         if !batch.taps.is_empty() || !batch.hooks.is_empty() {
             let out = self.decode_tapped(batch).await?;
             sink(Chunk { first: batch.n_past, tokens: batch.tokens, logits: &out.logits });
@@ -559,9 +594,13 @@ impl Gpt2 {
             let chunk = &tokens[done..(done + self.n_batch).min(tokens.len())];
             let last_chunk = done + chunk.len() == tokens.len();
             let n_out = if batch.logits == Logits::All { chunk.len() } else { 1 };
-            let io = build_graph(&self.hparams, &self.weights, &self.kv, batch.n_past + done, chunk.len(), n_out);
+            let layout = KvLayout::Causal { n_past: batch.n_past + done };
+            let start = batch.start.map(|s| s.layer);
+            let io = build_graph_with(&self.hparams, &self.weights, &self.kv, layout, chunk.len(), n_out, &[], start);
             self.sched.alloc_graph(&io.graph)?;
-            set_inputs(&io, chunk, batch.n_past + done);
+            let e = self.hparams.n_embd;
+            let resid = batch.start.map(|s| &s.resid[done * e..(done + chunk.len()) * e]);
+            set_inputs(&io, chunk, batch.n_past + done, resid);
             self.kv.set_causal(batch.n_past + done);
             self.sched.graph_compute(&io.graph)?;
             self.kv.set_causal(batch.n_past + done + chunk.len());
@@ -586,6 +625,11 @@ impl Gpt2 {
     /// into the first run of free cells, attention through the KQ mask.
     async fn decode_seqs(&mut self, batch: Batch<'_>, sink: &mut dyn FnMut(Chunk<'_>)) -> Result<Decoded, ModelError> {
         let (tokens, n_vocab, n_ctx) = (batch.tokens, self.hparams.n_vocab, self.n_ctx());
+        if batch.start.is_some() {
+            return Err(ModelError::Invalid(
+                "a batch that starts at a layer takes one sequence: it has sequence positions".into(),
+            ));
+        }
         if !batch.hooks.is_empty() {
             return Err(ModelError::Invalid(format!(
                 "hooks take one sequence: a batch with {} hooks has sequence positions",
@@ -624,7 +668,7 @@ impl Gpt2 {
             let n_kv = self.kv.n_kv();
             let n_out = if batch.logits == Logits::All { chunk.len() } else { 1 };
             let layout = KvLayout::Masked { slot, n_kv };
-            let io = build_graph_with(&self.hparams, &self.weights, &self.kv, layout, chunk.len(), n_out, &[]);
+            let io = build_graph_with(&self.hparams, &self.weights, &self.kv, layout, chunk.len(), n_out, &[], None);
             let run = (|| {
                 self.sched.alloc_graph(&io.graph)?;
                 let ids: Vec<i32> = chunk.iter().map(|&t| t as i32).collect();
@@ -681,9 +725,10 @@ impl Gpt2 {
         let n_out = if in_head || batch.logits == Logits::All { n } else { 1 };
         let hooked: Vec<String> = hooks.iter().map(|h| h.node.clone()).collect();
         let layout = KvLayout::Causal { n_past: batch.n_past };
-        let io = build_graph_with(&self.hparams, &self.weights, &self.kv, layout, n, n_out, &hooked);
+        let start = batch.start.map(|s| s.layer);
+        let io = build_graph_with(&self.hparams, &self.weights, &self.kv, layout, n, n_out, &hooked, start);
         let mut gf = Graph::with_size(graph_size(&self.hparams));
-        for il in 0..self.hparams.n_layer {
+        for il in start.unwrap_or(0)..self.hparams.n_layer {
             for step in ["k_cpy", "v_cpy"] {
                 let t = io.graph.get_tensor(&format!("l{il}.{step}")).expect("every layer stores K and V");
                 gf.build_forward_expand(&t);
@@ -711,7 +756,7 @@ impl Gpt2 {
         }
         let mut sched = Sched::new(self.sched.backends().to_vec())?;
         sched.alloc_graph(&gf)?;
-        set_inputs(&io, batch.tokens, batch.n_past);
+        set_inputs(&io, batch.tokens, batch.n_past, batch.start.map(|s| s.resid));
         self.kv.set_causal(batch.n_past);
         for h in &hooks {
             for (suffix, data) in [("hook_a", Some(&h.a)), ("hook_b", Some(&h.b)), ("hook_m", h.m.as_ref())] {
@@ -835,8 +880,13 @@ impl Gpt2 {
     }
 }
 
-/// Fills a built graph's inputs: token ids and their positions `n_past..`.
-fn set_inputs(io: &super::gpt2::GraphIo, tokens: &[u32], n_past: usize) {
+/// Fills a built graph's inputs: token ids and their positions `n_past..`, or the residual of
+/// a graph that starts at a block.
+fn set_inputs(io: &super::gpt2::GraphIo, tokens: &[u32], n_past: usize, resid: Option<&[f32]>) {
+    if let Some(r) = &io.resid {
+        r.set_bytes(bytemuck::cast_slice(resid.expect("a residual for a graph that starts at a block")), 0);
+        return;
+    }
     let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
     let pos: Vec<i32> = (n_past..n_past + tokens.len()).map(|p| p as i32).collect();
     io.tokens.set_bytes(bytemuck::cast_slice(&ids), 0);

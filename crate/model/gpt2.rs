@@ -184,6 +184,9 @@ pub struct GraphIo {
     /// [n_kv, N] f32, with [`KvLayout::Masked`] only.
     pub kq_mask: Option<Tensor>,
     pub logits: Tensor, // [n_vocab, n_out]
+    /// [n_embd, N] f32: the residual stream entering the first built layer, when the graph
+    /// starts at a layer (`tokens` and `positions` are then not in the graph).
+    pub resid: Option<Tensor>,
     /// The inputs of hooked nodes (`{node}.hook_a`, `.hook_b`, `kq_masked.hook_m`).
     pub hook_inputs: Vec<Tensor>,
 }
@@ -207,7 +210,7 @@ pub enum KvLayout {
 /// The graph of one run: `n_tokens` new tokens after `n_past` cached ones, logits for the
 /// last `n_out` of them. Pure: reads only headers, so it can be built for any sizes.
 pub fn build_graph(hp: &Hparams, w: &Weights, kv: &KvCache, n_past: usize, n_tokens: usize, n_out: usize) -> GraphIo {
-    build_graph_with(hp, w, kv, KvLayout::Causal { n_past }, n_tokens, n_out, &[])
+    build_graph_with(hp, w, kv, KvLayout::Causal { n_past }, n_tokens, n_out, &[], None)
 }
 
 /// [`build_graph`] with the cache layout of [`KvLayout`] and interventions: each node named
@@ -218,6 +221,11 @@ pub fn build_graph(hp: &Hparams, w: &Weights, kv: &KvCache, n_past: usize, n_tok
 /// adds its own mask input (`hook_m`) instead of `diag_mask_inf`. Hooks take one sequence:
 /// the masked layout has no `kq_scaled`/`kq_masked` nodes (its callers refuse hooks with
 /// several sequences).
+///
+/// With `start: Some(L)` the graph begins at block L from a residual input
+/// ([`GraphIo::resid`], named as `blocks.L.hook_resid_pre`'s node: `inpL` or `l{L-1}.l_out`)
+/// instead of the token and position embeddings, and builds blocks L.. only, with their usual
+/// node names: a subgraph of the full one. Only those blocks' K/V cells are written.
 #[allow(clippy::too_many_arguments)]
 pub fn build_graph_with(
     hp: &Hparams,
@@ -227,12 +235,14 @@ pub fn build_graph_with(
     n_tokens: usize,
     n_out: usize,
     hooked: &[String],
+    start: Option<usize>,
 ) -> GraphIo {
     let (n_past, n_kv, masked) = match layout {
         KvLayout::Causal { n_past } => (n_past, n_past + n_tokens, false),
         KvLayout::Masked { slot, n_kv } => (slot, n_kv, true),
     };
     assert!(n_tokens >= 1 && n_out >= 1 && n_out <= n_tokens, "build_graph: n_tokens {n_tokens}, n_out {n_out}");
+    assert!(start.is_none_or(|l| l < hp.n_layer), "build_graph: start {start:?} of {} layers", hp.n_layer);
     assert!(
         n_past + n_tokens <= n_kv && n_kv <= kv.n_ctx,
         "build_graph: {n_past} + {n_tokens} cells, {n_kv} read, n_ctx {}",
@@ -280,11 +290,21 @@ pub fn build_graph_with(
     });
 
     // [n_embd, N]. TransformerLens's hook points are named nodes of this graph: see hooks.rs.
-    let embd = hook(&ctx, ctx.get_rows(&w.token_embd, &tokens), "inp_embd");
-    let pos_embd = hook(&ctx, ctx.get_rows(&w.position_embd, &positions), "inp_pos_embd");
-    let mut inp_l = hook(&ctx, ctx.add(&embd, &pos_embd), "inpL");
+    let (mut inp_l, resid) = match start {
+        None => {
+            let embd = hook(&ctx, ctx.get_rows(&w.token_embd, &tokens), "inp_embd");
+            let pos_embd = hook(&ctx, ctx.get_rows(&w.position_embd, &positions), "inp_pos_embd");
+            (hook(&ctx, ctx.add(&embd, &pos_embd), "inpL"), None)
+        }
+        Some(l0) => {
+            let r = ctx.new_tensor_2d(GgmlType::F32, n_embd, n);
+            r.set_input();
+            let name = if l0 == 0 { String::from("inpL") } else { format!("l{}.l_out", l0 - 1) };
+            (hook(&ctx, r.clone(), &name), Some(r))
+        }
+    };
 
-    for (il, ly) in w.layers.iter().enumerate() {
+    for (il, ly) in w.layers.iter().enumerate().skip(start.unwrap_or(0)) {
         let name = |s: &str| format!("l{il}.{s}");
 
         // [n_embd, N]
@@ -408,7 +428,7 @@ pub fn build_graph_with(
     logits.set_output();
     gf.build_forward_expand(&logits);
 
-    GraphIo { graph: gf, ctx, tokens, positions, kq_mask, logits, hook_inputs: hook_inputs.into_inner() }
+    GraphIo { graph: gf, ctx, tokens, positions, kq_mask, logits, resid, hook_inputs: hook_inputs.into_inner() }
 }
 
 /// sqrt without std (Newton's method from the f32 bit-hack guess, exact to f32 rounding).

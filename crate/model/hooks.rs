@@ -116,6 +116,26 @@ fn resid(l: usize) -> String {
     }
 }
 
+/// Hooks of a pass that starts at block `layer` ([`super::context::Start`]): every one must be
+/// on that block or later (or on `ln_final`); one on an earlier point is `invalid`, naming it.
+pub fn check_after(hooks: &[Hook], layer: usize) -> Result<(), ModelError> {
+    for h in hooks {
+        let block = match h.at.strip_prefix("blocks.") {
+            Some(rest) => rest.split('.').next().and_then(|l| l.parse::<usize>().ok()),
+            None if h.at.starts_with("ln_final.") => continue,
+            None => None, // hook_embed, hook_pos_embed, or no hook point at all
+        };
+        if block.is_none_or(|l| l < layer) {
+            return Err(ModelError::Invalid(format!(
+                "hook at '{}': this pass starts at block {layer} from a given residual, so only hook points of \
+                 blocks {layer}.. and ln_final can be hooked",
+                h.at
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// A TransformerLens name's hook point, or `invalid` naming it.
 pub fn hook_point(name: &str, hp: &Hparams) -> Result<HookPoint, ModelError> {
     let bad = || {

@@ -307,7 +307,7 @@ impl Session {
 
     /// Checks ids that a call evaluates from position 0 ([`Gpt2::check_batch`]).
     pub fn check_tokens(&self, tokens: &[u32]) -> Result<(), ModelError> {
-        self.model.check_batch(tokens, 0)
+        self.model.check_batch(tokens, 0, None)
     }
 
     /// Positions of `tokens` the cache holds, computed under `hooks` (none under others).
@@ -553,7 +553,7 @@ impl Session {
         let chunk: Vec<u32> = g.prompt[from..to].to_vec();
         let logits = if to == len { Logits::Last } else { Logits::None };
         let hooks = &self.gen.as_ref().expect("generation present").opts.hooks;
-        match self.model.decode(Batch { tokens: &chunk, n_past: from, logits, taps: &[], hooks, seq: &[] }).await {
+        match self.model.decode(Batch { tokens: &chunk, n_past: from, logits, hooks, ..Batch::default() }).await {
             Ok(out) => {
                 self.cache.extend_from_slice(&chunk);
                 let g = self.gen.as_mut().expect("generation present");

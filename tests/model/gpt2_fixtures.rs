@@ -231,7 +231,7 @@ fn intermediates_match_hf_node_by_node() {
     let our_names: Vec<String> = names.iter().map(|n| ours(n)).collect();
     let refs: Vec<&str> = our_names.iter().map(|s| s.as_str()).collect();
     let taps: Vec<String> = refs.iter().map(|s| s.to_string()).collect();
-    let batch = Batch { tokens: &ids, n_past: 0, logits: Logits::None, taps: &taps, hooks: &[], seq: &[] };
+    let batch = Batch { tokens: &ids, n_past: 0, logits: Logits::None, taps: &taps, ..Batch::default() };
     let dumped: Vec<(String, Vec<f32>)> =
         block_on(m.model.decode(batch)).unwrap().taps.into_iter().map(|t| (t.name, t.data)).collect();
     assert_eq!(dumped.len(), names.len());

@@ -18,6 +18,7 @@ mod nseq;
 mod sae_stream;
 mod scale_medium;
 mod sched;
+mod start_layer;
 mod tl_hooks;
 mod tl_score;
 mod tokenizer;
