@@ -356,6 +356,17 @@ fn tl_shape(hook: &str, hp: &Hparams, n: usize, n_past: usize) -> (Vec<usize>, O
     }
 }
 
+/// How many values a hook point holds per position (its TransformerLens shape past the
+/// position axis), or None where that depends on the run's length (attention scores and
+/// pattern, whose position axis is not the first).
+pub fn per_position(hook: &str, hp: &Hparams) -> Option<usize> {
+    if hook.ends_with("hook_scale") {
+        return Some(1);
+    }
+    let (shape, _, pos) = tl_shape(hook, hp, 1, 0);
+    (pos == 0).then(|| shape[1..].iter().product())
+}
+
 /// Resolves a selection along an axis of `len`: indices in the order given.
 fn resolve(sel: &Option<Sel>, len: usize, negative_ok: bool, what: &str, at: &str) -> Result<Vec<usize>, ModelError> {
     let Some(sel) = sel else { return Ok((0..len).collect()) };

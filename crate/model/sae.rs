@@ -110,18 +110,11 @@ impl Sae {
         let name = self.hook_name.as_str();
         super::hooks::hook_point(name, hp)
             .map_err(|e| ModelError::Invalid(format!("the SAE's hook '{name}' is not in this model: {e}")))?;
-        let width = if name.ends_with("hook_scale") {
-            1
-        } else if name.ends_with("mlp.hook_pre") || name.ends_with("mlp.hook_post") {
-            hp.n_ff
-        } else if name.ends_with("hook_attn_scores") || name.ends_with("hook_pattern") {
-            return Err(ModelError::Invalid(format!(
+        let width = super::hooks::per_position(name, hp).ok_or_else(|| {
+            ModelError::Invalid(format!(
                 "the SAE reads '{name}', whose values per position depend on the text's length"
-            )));
-        } else {
-            // The residual stream, attention and MLP outputs, and q/k/v/z (heads × d_head).
-            hp.n_embd
-        };
+            ))
+        })?;
         if width != self.d_in {
             return Err(ModelError::Invalid(format!(
                 "the SAE's d_in is {} but '{name}' has {width} values per position in this model",

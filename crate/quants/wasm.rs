@@ -1080,10 +1080,9 @@ fn panel_gemm<F: PanelForm>(
     let mut pd = alloc::vec![f32x4_splat(0.0); TP * nb];
     let dyrow = |j: usize| &cols.dy[j * nbp..(j + 1) * nbp];
     let n_panels = m / PANEL;
-    let q = n_panels;
     let panel_rows = |k: usize| -> [usize; PANEL] {
         if n < SPREAD_MAX_N {
-            core::array::from_fn(|r| k + r * q)
+            core::array::from_fn(|r| k + r * n_panels)
         } else {
             core::array::from_fn(|r| PANEL * k + r)
         }
@@ -1091,6 +1090,7 @@ fn panel_gemm<F: PanelForm>(
     let mut k0 = 0;
     while k0 < n_panels {
         let np = (n_panels - k0).min(TP);
+        // Only the first np are packed and used (the rest repeat the last, to fill the array).
         let rows: [[usize; PANEL]; TP] = core::array::from_fn(|p| panel_rows(k0 + p.min(np - 1)));
         form.pack(nb, a, lda, &rows[..np], &mut pw, &mut pd);
         let panels: [&[v128]; TP] = core::array::from_fn(|p| &pw[p * nb * F::VECS..(p + 1) * nb * F::VECS]);
