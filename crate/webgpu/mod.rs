@@ -75,6 +75,14 @@ pub struct WebGpuOptions {
     /// (`Instant`, `performance.now()`); the CLI passes its thread-CPU clock, so that a
     /// loaded machine's waits are not counted as encoding.
     pub encode_clock: Option<fn() -> f64>,
+    /// Subgroup reductions in the `Workgroup` mat-vec kernel (wgpu's `SUBGROUP` feature,
+    /// native Vulkan only: wgpu does not expose it on the web yet). `None`: when the adapter
+    /// has it; `Some(false)`: never (the feature is not even requested, so the workgroup
+    /// tree runs); `Some(true)`: required (`Unavailable` without it). Tests force each.
+    pub subgroups: Option<bool>,
+    /// `shader-f16` kernels for F16 weights (f16 loads and f16 workgroup tiles, f32 sums),
+    /// with the same `None` / `Some(false)` / `Some(true)` rule as `subgroups`.
+    pub shader_f16: Option<bool>,
 }
 
 /// The two families of mul_mat kernels.
@@ -83,8 +91,9 @@ pub enum MatMulKernels {
     /// `PerRow` on CPU-based adapters (lavapipe, SwiftShader), `Workgroup` elsewhere.
     #[default]
     Auto,
-    /// For GPUs: a workgroup per weight row with a tree reduction when N <= 8, 32x32 output
-    /// tiles through workgroup memory above.
+    /// For GPUs: a workgroup per weight row (4 weights per invocation per step, a subgroup
+    /// or tree reduction) when N <= 8, 64x64 output tiles (4x4 per invocation) through
+    /// workgroup memory above.
     Workgroup,
     /// For CPU-based adapters: one invocation per weight row and 4 columns, no workgroup
     /// memory and no barriers (which cost them more than the arithmetic).
