@@ -62,15 +62,17 @@ fn xs4(k: u32, mm: Mm) -> vec4<f32> {
 
 const WG: u32 = 64u;
 
-// `Ids` and `wg_sum` come from reduce_subgroup.wgsl or reduce_workgroup.wgsl (device.rs
-// picks one per adapter). Each invocation takes 4 neighbouring weights per step (so a
+// `Ids` (the invocation's builtins) and `wg_sum` come from reduce_subgroup.wgsl or
+// reduce_workgroup.wgsl (device.rs picks one per adapter). The workgroup id stays a
+// parameter of its own: Tint's uniformity analysis takes a struct with any per-invocation
+// member as non-uniform, and the row test below must be uniform for wg_sum's barriers. Each invocation takes 4 neighbouring weights per step (so a
 // block's scale is read once for them and the 64 invocations read 256 contiguous weights).
 @compute @workgroup_size(64)
-fn mul_mat_vec(ids: Ids) {
+fn mul_mat_vec(@builtin(workgroup_id) wg: vec3<u32>, ids: Ids) {
     let li = ids.li;
-    let m = wg_linear(ids.wg);
+    let m = wg_linear(wg);
     if (m >= p.misc.z - p.misc.y) { return; }
-    let mm = mm_setup(ids.wg.z);
+    let mm = mm_setup(wg.z);
     let row0 = mm.base0 + m * p.a_nb.y;
     let k4 = p.a_ne.x & ~3u;
     var acc = vec4<f32>(0.0);

@@ -2,7 +2,6 @@
 // within each subgroup, then invocation 0 adds the subgroups' sums (64 / subgroup size of
 // them): one barrier instead of the tree's seven.
 struct Ids {
-    @builtin(workgroup_id) wg: vec3<u32>,
     @builtin(local_invocation_index) li: u32,
     @builtin(subgroup_invocation_id) sli: u32,
     @builtin(subgroup_id) sg: u32,

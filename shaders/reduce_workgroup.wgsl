@@ -1,6 +1,5 @@
 // The mat-vec kernel's reduction without subgroups: a tree in workgroup memory.
 struct Ids {
-    @builtin(workgroup_id) wg: vec3<u32>,
     @builtin(local_invocation_index) li: u32,
 }
 

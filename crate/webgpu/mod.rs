@@ -27,7 +27,7 @@
 //!   dispatch (or one per row range); views cost nothing (each binding carries its
 //!   tensor's offset and strides, in elements). Parameters of all nodes go into one
 //!   uniform buffer written once per graph, selected with dynamic offsets. Pipelines are
-//!   cached by (kernel file, weight type, entry point, binding layout).
+//!   cached by (kernel file, weight type, entry point, binding layout, WGSL extensions).
 //! - **Bindings**: every storage binding is read_write, since WebGPU forbids a read-only
 //!   and a writable binding of one buffer in a dispatch; operands whose ranges overlap (an
 //!   in-place node from the graph allocator, two views of one tensor) share one binding,
@@ -38,8 +38,11 @@
 //!   f32, f32/f16 to contiguous f16), mul_mat (f32, f16 and the four quantized types with
 //!   f32 activations; kernels chosen per adapter, see [`MatMulKernels`]). Anything else:
 //!   `supports_op` is false, so a scheduler keeps it on the CPU. No kernel needs
-//!   `shader-f16` (requested when present, unused): f16 data is read with
-//!   `unpack2x16float`, so SwiftShader (Chromium's fallback, no `shader-f16`) runs it all.
+//!   `shader-f16` or subgroups: f16 data is read with `unpack2x16float`, so SwiftShader
+//!   (Chromium's fallback, no `shader-f16`) runs it all. Where the adapter has them, the
+//!   tiled mul_mat keeps F16 weight tiles as f16 and the mat-vec kernel reduces with
+//!   `subgroupAdd` ([`WebGpuOptions::shader_f16`], [`WebGpuOptions::subgroups`]; the
+//!   features are requested only when used).
 //! - **Device loss**: wgpu's device-lost callback (or [`WebGpuBackend::destroy_device`],
 //!   for tests) records the reason; from then on every operation (allocation, compute,
 //!   read) returns [`BackendError::DeviceLost`] with it: the caller loads the model again
