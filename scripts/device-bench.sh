@@ -77,6 +77,8 @@ log "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576
 if command -v nvidia-smi >/dev/null; then
     nvidia-smi --query-gpu=name,memory.total,clocks.max.memory,driver_version --format=csv || true
 fi
+# wgpu needs a Vulkan loader and the GPU's ICD: say which are installed (for a failed adapter).
+log "Vulkan ICDs: $(ls /usr/share/vulkan/icd.d /etc/vulkan/icd.d 2>/dev/null | grep -i json | paste -sd' ' - || true)"
 
 REF=tests/fixtures/llamacpp/tiny-gpt2-f32.gguf
 files=()
