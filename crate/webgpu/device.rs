@@ -205,9 +205,7 @@ pub fn kernel_sources() -> Vec<(String, String)> {
             out.push((format!("{file}:{spec}"), specialisation(file, spec, Ext::default())));
         }
     }
-    for ext in
-        [Ext { f16: true, subgroups: false }, Ext { f16: false, subgroups: true }, Ext { f16: true, subgroups: true }]
-    {
+    for ext in [Ext { f16: true, subgroups: false }, Ext { f16: false, subgroups: true }] {
         for file in ["mul_mat", "mul_mat_q"] {
             for spec in specs {
                 let e = ext.for_kernel(file, spec);

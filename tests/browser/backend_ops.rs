@@ -75,6 +75,14 @@ async fn webgpu() {
         &format!("adapter '{}' ({}): subgroups {}, shader-f16 {}", a.name, a.backend, a.subgroups, a.shader_f16).into(),
     );
     assert!(!a.subgroups, "wgpu offers subgroups natively only: {a:?}");
+    // Asking for a missing extension is a typed error, not a silent fallback.
+    match WebGpuBackend::new_async(WebGpuOptions { subgroups: Some(true), ..Default::default() }).await {
+        Err(ggweb::backend::BackendError::Unavailable(why)) => {
+            assert!(why.contains("lacks the subgroups feature"), "{why}")
+        }
+        Err(e) => panic!("expected Unavailable, got {e}"),
+        Ok(_) => panic!("a device with subgroups forced on an adapter without them"),
+    }
     let mut runs = vec![(MatMulKernels::Workgroup, None), (MatMulKernels::PerRow, None)];
     if a.shader_f16 {
         runs.push((MatMulKernels::Workgroup, Some(false)));
