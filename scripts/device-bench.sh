@@ -5,15 +5,15 @@
 #
 #   bash scripts/device-bench.sh --bw-gbs 4800                  # H200: 4.8 TB/s nominal
 #   bash scripts/device-bench.sh --bw-gbs 4800 --no-build       # binaries built elsewhere
-#   bash scripts/device-bench.sh --shapes 124m --types q8_0 --model-ref tests/fixtures/llamacpp/tiny-gpt2-f32.gguf
+#   bash scripts/device-bench.sh --bw-gbs 50 --no-build --tiny  # the script's own check (lavapipe)
 #
 # Options: --bw-gbs N (the GPU's nominal bandwidth, GB/s; required), --shapes 124m,xl,
 # --types f16,q8_0 (make_bench_models types: f32, f16, q8_0, q4_0), --models DIR (.models),
 # --decode N (tokens, 64), --prompt N (tokens, 512; also the batch: one graph of N tokens),
 # --reps N (3), --no-build (use target/release/ggweb and target/release/examples/
-# make_bench_models as they are), --ab (also decode with subgroups off and shader-f16 off,
-# and prefill with shader-f16 off), --tiny (only tests/fixtures' tiny model: a check of the
-# script itself on any adapter, lavapipe included, with the workgroup kernels forced).
+# make_bench_models as they are), --ab (each model again with subgroups off, then with
+# shader-f16 off), --tiny (only tests/fixtures' tiny model, -p 16 -n 8 -r 1 unless given,
+# with the workgroup kernels forced: a check of the script itself on any adapter).
 #
 # The device machine has no network: cargo must find every crate offline (a warm
 # ~/.cargo), or build here and carry the two binaries (8.8 MB + 0.9 MB):
@@ -25,9 +25,10 @@
 #
 # What it prints per model: the adapter and kernels (GGWEB_WEBGPU_INFO), ggweb bench's
 # JSON, then two SUMMARY lines: decode tok/s, the bytes of the weight matrices (every
-# decode step reads each once, the LM head included; from `ggweb inspect`), the bandwidth that implies, its fraction of --bw-gbs, and the bandwidth-bound
-# ceiling (bw / bytes per token); prefill tok/s and the FLOP rate in the matrices it
-# implies (2 x their weights per token; attention's own products left out).
+# decode step reads each once, the LM head included; from `ggweb inspect`), the bandwidth
+# that implies, its fraction of --bw-gbs, and the bandwidth-bound ceiling (bw / bytes per
+# token); prefill tok/s and the FLOP rate in the matrices it implies (2 x their weights
+# per token; attention's own products left out).
 set -euo pipefail
 LOG_TAG=device-bench
 source "$(dirname "$0")/lib.sh"
