@@ -11,7 +11,7 @@
 //! `i32x4.dot_i16x8_s` by the scale: the same exact integers `vec_dot` adds in its own
 //! order (Q8_K rows from `quantize_row` hold their own sums in `bsums`). The float steps are
 //! the scalar `q4_k_block` / `qk_min_block` / `q3_k_block` / `q6_k_block`, block `t` into
-//! lane `t % 8`. One row of b (a decode step) goes through the `vec_dot` kernels instead.
+//! lane `t % 8`. One row of b (a decode step) unpacks each block as it meets it.
 
 use core::arch::wasm32::*;
 
@@ -68,7 +68,6 @@ trait KBlock: bytemuck::Pod {
     /// `d·isum - dmin·summ` (summ through `mn`); else `d·(isum - offsets)`.
     const MINS: bool;
     fn prep(&self) -> Prep;
-    fn vec_dot(xs: &[Self], ys: &[BlockQ8_K]) -> f32;
 }
 
 #[inline(always)]
@@ -98,10 +97,6 @@ impl KBlock for BlockQ4_K {
         }
         prep_from(u, per16(&sc), per16(&m), fp16_to_fp32(self.d()), fp16_to_fp32(self.dmin()))
     }
-    #[inline(always)]
-    fn vec_dot(xs: &[Self], ys: &[BlockQ8_K]) -> f32 {
-        super::q4_k_q8_k(xs, ys)
-    }
 }
 
 impl KBlock for BlockQ5_K {
@@ -123,10 +118,6 @@ impl KBlock for BlockQ5_K {
         }
         prep_from(u, per16(&sc), per16(&m), fp16_to_fp32(self.d()), fp16_to_fp32(self.dmin()))
     }
-    #[inline(always)]
-    fn vec_dot(xs: &[Self], ys: &[BlockQ8_K]) -> f32 {
-        super::q5_k_q8_k(xs, ys)
-    }
 }
 
 impl KBlock for BlockQ2_K {
@@ -146,10 +137,6 @@ impl KBlock for BlockQ2_K {
         let s16 = core::array::from_fn(|j| (self.scales[j] & 0xF) as i16);
         let m16 = core::array::from_fn(|j| (self.scales[j] >> 4) as i16);
         prep_from(u, s16, m16, fp16_to_fp32(self.d()), fp16_to_fp32(self.dmin()))
-    }
-    #[inline(always)]
-    fn vec_dot(xs: &[Self], ys: &[BlockQ8_K]) -> f32 {
-        super::q2_k_q8_k(xs, ys)
     }
 }
 
@@ -175,10 +162,6 @@ impl KBlock for BlockQ3_K {
         let s16: [i16; 16] = core::array::from_fn(|j| sc[j] as i16 - 32);
         prep_from(u, s16, s16.map(|s| 4 * s), fp16_to_fp32(self.d()), 0.0)
     }
-    #[inline(always)]
-    fn vec_dot(xs: &[Self], ys: &[BlockQ8_K]) -> f32 {
-        super::q3_k_q8_k(xs, ys)
-    }
 }
 
 impl KBlock for BlockQ6_K {
@@ -203,10 +186,6 @@ impl KBlock for BlockQ6_K {
         let s16: [i16; 16] = core::array::from_fn(|j| self.scales[j] as i16);
         prep_from(u, s16, s16.map(|s| 32 * s), fp16_to_fp32(self.d()), 0.0)
     }
-    #[inline(always)]
-    fn vec_dot(xs: &[Self], ys: &[BlockQ8_K]) -> f32 {
-        super::q6_k_q8_k(xs, ys)
-    }
 }
 
 /// `c[j·ldc + i]` for `m` rows of a (`nb` blocks of 256) and `n` rows of b (whole rows,
@@ -225,10 +204,12 @@ fn gemm_rows_k<X: KBlock>(
 ) {
     let xsize = core::mem::size_of::<X>();
     if n == 1 {
-        let ys: &[BlockQ8_K] = cast_slice(&b[..nb * Y_SIZE]);
+        // A decode step: each block is unpacked as it is used (nothing is reused), so the
+        // products take the same path as a prompt's, relaxed dots included.
         for step in 0..m {
             let i = super::super::decode_row(step, m);
-            c[i] = X::vec_dot(cast_slice(&a[i * lda..i * lda + nb * xsize]), ys);
+            let xs: &[X] = cast_slice(&a[i * lda..i * lda + nb * xsize]);
+            c[i] = row_dots::<X, 1>(nb, |t| xs[t].prep(), [&b[..nb * Y_SIZE]])[0];
         }
         return;
     }
@@ -242,14 +223,14 @@ fn gemm_rows_k<X: KBlock>(
         }
         let mut j = 0;
         while j + 4 <= n {
-            let out = row_dots::<X, 4>(&preps, core::array::from_fn(|q| row(j + q)));
+            let out = row_dots::<X, 4>(nb, |t| preps[t], core::array::from_fn(|q| row(j + q)));
             for (q, v) in out.iter().enumerate() {
                 c[(j + q) * ldc + i] = *v;
             }
             j += 4;
         }
         while j < n {
-            c[j * ldc + i] = row_dots::<X, 1>(&preps, [row(j)])[0];
+            c[j * ldc + i] = row_dots::<X, 1>(nb, |t| preps[t], [row(j)])[0];
             j += 1;
         }
     }
@@ -268,16 +249,17 @@ fn scaled(u: v128, y: v128, sc: v128) -> v128 {
     }
 }
 
-/// One unpacked row of a against `C` rows of b (each `nb` whole Q8_K blocks).
+/// One row of a (block t unpacked by `prep(t)`) against `C` rows of b (each `nb` whole
+/// Q8_K blocks).
 #[inline(always)]
-fn row_dots<X: KBlock, const C: usize>(preps: &[Prep], ys: [&[u8]; C]) -> [f32; C] {
-    let nb = preps.len();
+fn row_dots<X: KBlock, const C: usize>(nb: usize, prep: impl Fn(usize) -> Prep, ys: [&[u8]; C]) -> [f32; C] {
     for y in ys {
         assert!(y.len() >= nb * Y_SIZE);
     }
     let yp: [*const u8; C] = ys.map(|y| y.as_ptr());
     let mut lanes = [[0f32; LANES]; C];
-    for (t, p) in preps.iter().enumerate() {
+    for t in 0..nb {
+        let p = &prep(t);
         // SAFETY: block t < nb of each row of b, whose length is asserted above.
         let yb: [*const u8; C] = yp.map(|y| unsafe { y.add(t * Y_SIZE) });
         let mut acc = [i32x4_splat(0); C];
