@@ -10,7 +10,7 @@
 //! integers `vec_dot` adds in its own order (Q8_K rows from `quantize_row` hold their own
 //! sums in `bsums`, as ggml's AVX2 kernels also assume). The float steps are the scalar
 //! `q4_k_block` / `qk_min_block` / `q3_k_block` / `q6_k_block`, block `t` into lane `t % 8`.
-//! One row of b (a decode step) goes through the `vec_dot` kernels row by row instead.
+//! One row of b (a decode step) unpacks each block as it meets it.
 
 use core::arch::x86_64::*;
 
@@ -66,8 +66,6 @@ trait KBlock: bytemuck::Pod {
     /// `d·isum - dmin·summ` (summ through `mn`); else `d·(isum - offsets)`.
     const MINS: bool;
     unsafe fn prep(&self) -> Prep;
-    /// The `vec_dot` kernel, for one row of b.
-    unsafe fn vec_dot(xs: &[Self], ys: &[BlockQ8_K]) -> f32;
 }
 
 #[target_feature(enable = "avx2,f16c")]
@@ -108,10 +106,6 @@ impl KBlock for BlockQ4_K {
             dmin: fp16_to_fp32(self.dmin()),
         }
     }
-    #[inline(always)]
-    unsafe fn vec_dot(xs: &[Self], ys: &[BlockQ8_K]) -> f32 {
-        super::q4_k_q8_k(xs, ys)
-    }
 }
 
 impl KBlock for BlockQ5_K {
@@ -135,10 +129,6 @@ impl KBlock for BlockQ5_K {
             dmin: fp16_to_fp32(self.dmin()),
         }
     }
-    #[inline(always)]
-    unsafe fn vec_dot(xs: &[Self], ys: &[BlockQ8_K]) -> f32 {
-        super::q5_k_q8_k(xs, ys)
-    }
 }
 
 impl KBlock for BlockQ2_K {
@@ -156,10 +146,6 @@ impl KBlock for BlockQ2_K {
         let s16: [i16; 16] = core::array::from_fn(|j| (self.scales[j] & 0xF) as i16);
         let m16: [i16; 16] = core::array::from_fn(|j| (self.scales[j] >> 4) as i16);
         Prep { u, sc: pair_scales(&s16), mn: i16x16(&m16), d: fp16_to_fp32(self.d()), dmin: fp16_to_fp32(self.dmin()) }
-    }
-    #[inline(always)]
-    unsafe fn vec_dot(xs: &[Self], ys: &[BlockQ8_K]) -> f32 {
-        super::q2_k_q8_k(xs, ys)
     }
 }
 
@@ -183,10 +169,6 @@ impl KBlock for BlockQ3_K {
         let sc = self.scales6();
         let s16: [i16; 16] = core::array::from_fn(|j| sc[j] as i16 - 32);
         Prep { u, sc: pair_scales(&s16), mn: i16x16(&s16.map(|s| 4 * s)), d: fp16_to_fp32(self.d()), dmin: 0.0 }
-    }
-    #[inline(always)]
-    unsafe fn vec_dot(xs: &[Self], ys: &[BlockQ8_K]) -> f32 {
-        super::q3_k_q8_k(xs, ys)
     }
 }
 
@@ -215,10 +197,6 @@ impl KBlock for BlockQ6_K {
         let s16: [i16; 16] = core::array::from_fn(|j| self.scales[j] as i16);
         Prep { u, sc: pair_scales(&s16), mn: i16x16(&s16.map(|s| 32 * s)), d: fp16_to_fp32(self.d()), dmin: 0.0 }
     }
-    #[inline(always)]
-    unsafe fn vec_dot(xs: &[Self], ys: &[BlockQ8_K]) -> f32 {
-        super::q6_k_q8_k(xs, ys)
-    }
 }
 
 /// `c[j·ldc + i]` for `m` rows of a (`nb` blocks of 256) and `n` rows of b.
@@ -241,9 +219,11 @@ unsafe fn gemm_rows_k<X: KBlock>(
 ) {
     let xsize = core::mem::size_of::<X>();
     if n == 1 {
-        let ys: &[BlockQ8_K] = cast_slice(&b[..nb * Y_SIZE]);
+        // A decode step: each block is unpacked as it is used (nothing is reused); one
+        // `maddubs` per 32 products, offsets through `bsums`, fewer steps than `vec_dot`'s.
         for i in 0..m {
-            c[i] = X::vec_dot(cast_slice(&a[i * lda..i * lda + nb * xsize]), ys);
+            let xs: &[X] = cast_slice(&a[i * lda..i * lda + nb * xsize]);
+            c[i] = row_dots::<X, 1>(nb, |t| xs[t].prep(), [b.as_ptr()])[0];
         }
         return;
     }
@@ -255,25 +235,26 @@ unsafe fn gemm_rows_k<X: KBlock>(
         }
         let mut j = 0;
         while j + 4 <= n {
-            let out = row_dots::<X, 4>(&preps, core::array::from_fn(|q| b.as_ptr().add((j + q) * ldb)));
+            let out = row_dots::<X, 4>(nb, |t| preps[t], core::array::from_fn(|q| b.as_ptr().add((j + q) * ldb)));
             for (q, v) in out.iter().enumerate() {
                 c[(j + q) * ldc + i] = *v;
             }
             j += 4;
         }
         while j < n {
-            c[j * ldc + i] = row_dots::<X, 1>(&preps, [b.as_ptr().add(j * ldb)])[0];
+            c[j * ldc + i] = row_dots::<X, 1>(nb, |t| preps[t], [b.as_ptr().add(j * ldb)])[0];
             j += 1;
         }
     }
 }
 
-/// One unpacked row of a against `C` rows of b.
+/// One row of a (block t unpacked by `prep(t)`) against `C` rows of b.
 #[target_feature(enable = "avx2,f16c")]
 #[inline]
-unsafe fn row_dots<X: KBlock, const C: usize>(preps: &[Prep], ys: [*const u8; C]) -> [f32; C] {
+unsafe fn row_dots<X: KBlock, const C: usize>(nb: usize, prep: impl Fn(usize) -> Prep, ys: [*const u8; C]) -> [f32; C] {
     let mut lanes = [[0f32; LANES]; C];
-    for (t, p) in preps.iter().enumerate() {
+    for t in 0..nb {
+        let p = &prep(t);
         let yb: [*const u8; C] = ys.map(|y| y.add(t * Y_SIZE));
         let mut acc = [_mm256_setzero_si256(); C];
         for k in 0..8 {
