@@ -34,6 +34,7 @@
 //! [`scalar`]), so native and browser runs agree to the last bit.
 
 pub mod blocks;
+pub mod repack;
 pub mod scalar;
 pub mod traits;
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]

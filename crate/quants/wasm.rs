@@ -40,11 +40,14 @@ pub(super) const fn table() -> Table {
     t[Q4_K as usize].gemm = Some(&kquants::GEMMS[2]);
     t[Q5_K as usize].gemm = Some(&kquants::GEMMS[3]);
     t[Q6_K as usize].gemm = Some(&kquants::GEMMS[4]);
+    t[Q8_0 as usize].packed = Some(&packed::PACKED_Q8_0);
+    t[Q4_0 as usize].packed = Some(&packed::PACKED_Q4_0);
     t
 }
 
 mod affine;
 mod kquants;
+mod packed;
 
 static PANELS: PromptGemm =
     PromptGemm { name: "simd128 i16 panels", rows: gemm_rows, needs_plain: false, wants_sums: false };

@@ -1,0 +1,176 @@
+//! SIMD128 decode kernels for weights repacked at load ([`crate::quants::repack`]): one row
+//! of activations against groups of 4 rows whose blocks lie side by side. Each block's
+//! activation vectors are loaded once for the 4 rows, the 4 rows' partial sums meet in one
+//! transpose-add (lanes = rows), and the 4 scales are one 8-byte load. The float steps are
+//! the scalar's per row, one row per lane: `acc[t % 8] += Σ·(dx·dy)`, then `reduce8`, so
+//! every result has `vec_dot`'s bits.
+
+use core::arch::wasm32::*;
+
+use super::super::repack::{PackedKernel, GROUP};
+use super::super::ColPrep;
+use super::{f16x4_to_f32, load, transpose_sum};
+use crate::types::GgmlType;
+
+pub(in crate::quants) static PACKED_Q8_0: PackedKernel =
+    PackedKernel { name: "simd128 4-row groups", decode, wants_sums: false };
+#[cfg(not(target_feature = "relaxed-simd"))]
+pub(in crate::quants) static PACKED_Q4_0: PackedKernel =
+    PackedKernel { name: "simd128 4-row groups", decode, wants_sums: false };
+#[cfg(target_feature = "relaxed-simd")]
+pub(in crate::quants) static PACKED_Q4_0: PackedKernel =
+    PackedKernel { name: "simd128 4-row groups (relaxed dot)", decode, wants_sums: true };
+
+/// The 4 rows' scales of block t (8 bytes at `p`) as f32.
+#[inline(always)]
+unsafe fn scales(p: *const u8) -> v128 {
+    f16x4_to_f32(u32x4_extend_low_u16x8(v128_load64_zero(p as *const u64)))
+}
+
+/// `acc[t % 8]` per lane, reduced as `reduce8` does.
+#[inline(always)]
+fn reduce8x4(a: &[v128; 8]) -> v128 {
+    f32x4_add(
+        f32x4_add(f32x4_add(a[0], a[4]), f32x4_add(a[2], a[6])),
+        f32x4_add(f32x4_add(a[1], a[5]), f32x4_add(a[3], a[7])),
+    )
+}
+
+/// Runs `step(t, &mut acc[t % 8])` for every block, in order, then the 4 rows' results.
+#[inline(always)]
+fn blocks(nb: usize, mut step: impl FnMut(usize, &mut v128)) -> [f32; GROUP] {
+    let mut acc = [f32x4_splat(0.0); 8];
+    let mut t = 0;
+    while t + 8 <= nb {
+        for (j, a) in acc.iter_mut().enumerate() {
+            step(t + j, a);
+        }
+        t += 8;
+    }
+    while t < nb {
+        step(t, &mut acc[t % 8]);
+        t += 1;
+    }
+    let mut out = [0f32; GROUP];
+    // SAFETY: 4 f32 of room for one unaligned 16-byte store.
+    unsafe { v128_store(out.as_mut_ptr() as *mut v128, reduce8x4(&acc)) };
+    out
+}
+
+/// The [`PackedKernel::decode`] of Q8_0 and Q4_0: groups in [`super::super::decode_row`]'s
+/// order (four streams a quarter of the matrix apart).
+fn decode(ty: GgmlType, nb: usize, ng: usize, a: &[u8], b: &[u8], cols: &ColPrep, c: &mut [f32]) -> bool {
+    let bs = if ty == GgmlType::Q8_0 { 34 } else { 18 };
+    let gs = nb * GROUP * bs;
+    assert!(a.len() >= ng * gs && b.len() >= nb * 34 && c.len() >= GROUP * ng && cols.dy.len() >= nb);
+    let dy = &cols.dy[..nb];
+    #[cfg(target_feature = "relaxed-simd")]
+    if ty == GgmlType::Q4_0 {
+        let ysum = &cols.ysum[..nb];
+        for s in 0..ng {
+            let g = super::super::decode_row(s, ng);
+            // SAFETY: group g lies inside a, b holds nb blocks (asserted).
+            let out = unsafe { group_q4_0_relaxed(nb, a.as_ptr().add(g * gs), b.as_ptr(), ysum, dy) };
+            c[GROUP * g..GROUP * (g + 1)].copy_from_slice(&out);
+        }
+        return true;
+    }
+    // b's quants widened to i16, 4 vectors a block.
+    let mut yw = alloc::vec![i16x8_splat(0); 4 * nb];
+    for t in 0..nb {
+        let y = &b[t * 34 + 2..t * 34 + 34];
+        super::widen(load(&y[..16]), load(&y[16..]), &mut yw[4 * t..]);
+    }
+    for s in 0..ng {
+        let g = super::super::decode_row(s, ng);
+        // SAFETY: group g lies inside a; yw holds 4·nb vectors (asserted above).
+        let out = unsafe {
+            let p = a.as_ptr().add(g * gs);
+            if ty == GgmlType::Q8_0 {
+                group_q8_0(nb, p, &yw, dy)
+            } else {
+                group_q4_0(nb, p, &yw, dy)
+            }
+        };
+        c[GROUP * g..GROUP * (g + 1)].copy_from_slice(&out);
+    }
+    true
+}
+
+/// Σ of 32 i8 (two vectors) times 32 widened activations (4 i16x8 at `y`), in 4 i32 lanes.
+#[inline(always)]
+unsafe fn dot32(lo: v128, hi: v128, y: *const v128) -> v128 {
+    i32x4_add(
+        i32x4_add(
+            i32x4_dot_i16x8(i16x8_extend_low_i8x16(lo), *y),
+            i32x4_dot_i16x8(i16x8_extend_high_i8x16(lo), *y.add(1)),
+        ),
+        i32x4_add(
+            i32x4_dot_i16x8(i16x8_extend_low_i8x16(hi), *y.add(2)),
+            i32x4_dot_i16x8(i16x8_extend_high_i8x16(hi), *y.add(3)),
+        ),
+    )
+}
+
+/// # Safety
+/// `p` points at a group of `nb` blocks (136 bytes each); `yw` holds `4·nb` vectors.
+#[inline(always)]
+unsafe fn group_q8_0(nb: usize, p: *const u8, yw: &[v128], dy: &[f32]) -> [f32; GROUP] {
+    let yp = yw.as_ptr();
+    let dyp = dy.as_ptr();
+    blocks(nb, |t, acc| {
+        let blk = p.add(t * 136);
+        let y = yp.add(4 * t);
+        let v: [v128; GROUP] = core::array::from_fn(|r| {
+            let q = blk.add(8 + 32 * r);
+            dot32(v128_load(q as *const v128), v128_load(q.add(16) as *const v128), y)
+        });
+        let s = f32x4_convert_i32x4(transpose_sum(&v));
+        *acc = f32x4_add(*acc, f32x4_mul(s, f32x4_mul(scales(blk), f32x4_splat(*dyp.add(t)))));
+    })
+}
+
+/// # Safety
+/// `p` points at a group of `nb` blocks (72 bytes each); `yw` holds `4·nb` vectors.
+#[inline(always)]
+unsafe fn group_q4_0(nb: usize, p: *const u8, yw: &[v128], dy: &[f32]) -> [f32; GROUP] {
+    let yp = yw.as_ptr();
+    let dyp = dy.as_ptr();
+    let (mask, eight) = (u8x16_splat(0x0F), i8x16_splat(8));
+    blocks(nb, |t, acc| {
+        let blk = p.add(t * 72);
+        let y = yp.add(4 * t);
+        let v: [v128; GROUP] = core::array::from_fn(|r| {
+            let q = v128_load(blk.add(8 + 16 * r) as *const v128);
+            let (lo, hi) = (v128_and(q, mask), u8x16_shr(q, 4));
+            dot32(i8x16_sub(lo, eight), i8x16_sub(hi, eight), y)
+        });
+        let s = f32x4_convert_i32x4(transpose_sum(&v));
+        *acc = f32x4_add(*acc, f32x4_mul(s, f32x4_mul(scales(blk), f32x4_splat(*dyp.add(t)))));
+    })
+}
+
+/// Q4_0 with relaxed SIMD: the nibbles (0..15) straight into
+/// `relaxed_dot_i8x16_i7x16_add` against b's raw quants (exact on every implementation for
+/// that range), then `− 8·Σy` per block.
+///
+/// # Safety
+/// `p` points at a group of `nb` blocks (72 bytes each), `b` at `nb` Q8_0 blocks.
+#[cfg(target_feature = "relaxed-simd")]
+#[inline(always)]
+unsafe fn group_q4_0_relaxed(nb: usize, p: *const u8, b: *const u8, ysum: &[i32], dy: &[f32]) -> [f32; GROUP] {
+    let (dyp, ysp) = (dy.as_ptr(), ysum.as_ptr());
+    let mask = u8x16_splat(0x0F);
+    blocks(nb, |t, acc| {
+        let blk = p.add(t * 72);
+        let y = b.add(t * 34 + 2);
+        let (ylo, yhi) = (v128_load(y as *const v128), v128_load(y.add(16) as *const v128));
+        let v: [v128; GROUP] = core::array::from_fn(|r| {
+            let q = v128_load(blk.add(8 + 16 * r) as *const v128);
+            let (lo, hi) = (v128_and(q, mask), u8x16_shr(q, 4));
+            i32x4_relaxed_dot_i8x16_i7x16_add(yhi, hi, i32x4_relaxed_dot_i8x16_i7x16_add(ylo, lo, i32x4_splat(0)))
+        });
+        let s = i32x4_sub(transpose_sum(&v), i32x4_splat(8 * *ysp.add(t)));
+        *acc = f32x4_add(*acc, f32x4_mul(f32x4_convert_i32x4(s), f32x4_mul(scales(blk), f32x4_splat(*dyp.add(t)))));
+    })
+}
