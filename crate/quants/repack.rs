@@ -52,6 +52,10 @@ pub struct PackedKernel {
     pub(crate) decode: PackedDecode,
     /// Reads the block quant sums of b (`ColPrep::ysum`).
     pub(crate) wants_sums: bool,
+    /// The prompt kernel on whole groups (from [`PACKED_MAX_N`] rows of b), or None: the
+    /// groups are unpacked per call for the plain one. It never hands rows of b back
+    /// (`plain`).
+    pub(crate) prompt: Option<&'static super::PromptGemm>,
 }
 
 pub(crate) type PackedDecode =
@@ -203,6 +207,9 @@ pub fn gemm_packed(
     }
     if !left.contains(&true) {
         return;
+    }
+    if let (Some(g), false) = (cpu_traits(ty).packed.and_then(|p| p.prompt), left.contains(&false)) {
+        return super::gemm_with(Some(g), ty, k, GROUP * ng, n, &a[..ng * gs], rs, b, ldb, c, ldc);
     }
     // The groups in ggml's layout, then the plain kernels for the rows of b left.
     let mut plain = vec![0u8; ng * gs];

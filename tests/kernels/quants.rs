@@ -780,6 +780,8 @@ fn repacked_gemm_equals_plain_bit_for_bit() {
             (27, 70, 3),
             (24, 37, 4),
             (33, 13, 9),
+            (9, 24, 20),
+            (8, 8, 5),
         ] {
             let k = nblk * 32;
             let (ra, rb) = (ty.row_size(k as i64), vt.row_size(k as i64));

@@ -8,18 +8,28 @@
 use core::arch::wasm32::*;
 
 use super::super::repack::{PackedKernel, GROUP};
-use super::super::ColPrep;
+use super::super::{ColPrep, PromptGemm};
 use super::{f16x4_to_f32, load, transpose_sum};
 use crate::types::GgmlType;
 
 pub(in crate::quants) static PACKED_Q8_0: PackedKernel =
-    PackedKernel { name: "simd128 4-row groups", decode, wants_sums: false };
+    PackedKernel { name: "simd128 4-row groups", decode, wants_sums: false, prompt: Some(&PANELS) };
 #[cfg(not(target_feature = "relaxed-simd"))]
 pub(in crate::quants) static PACKED_Q4_0: PackedKernel =
-    PackedKernel { name: "simd128 4-row groups", decode, wants_sums: false };
+    PackedKernel { name: "simd128 4-row groups", decode, wants_sums: false, prompt: Some(&PANELS) };
 #[cfg(target_feature = "relaxed-simd")]
 pub(in crate::quants) static PACKED_Q4_0: PackedKernel =
-    PackedKernel { name: "simd128 4-row groups (relaxed dot)", decode, wants_sums: true };
+    PackedKernel { name: "simd128 4-row groups (relaxed dot)", decode, wants_sums: true, prompt: Some(&PANELS_Q4_0) };
+
+static PANELS: PromptGemm =
+    PromptGemm { name: "simd128 i16 panels (4-row groups)", rows: super::gemm_rows_packed, needs_plain: false, wants_sums: false };
+#[cfg(target_feature = "relaxed-simd")]
+static PANELS_Q4_0: PromptGemm = PromptGemm {
+    name: "simd128 nibble panels (4-row groups, relaxed dot)",
+    rows: super::gemm_rows_packed,
+    needs_plain: false,
+    wants_sums: true,
+};
 
 /// The 4 rows' scales of block t (8 bytes at `p`) as f32.
 #[inline(always)]
