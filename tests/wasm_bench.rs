@@ -194,11 +194,18 @@ fn bench_mul_mat_kernels() {
     let mut rng = Rng::xorshift32(7);
     console_log!("| op | type | K × M × N | GFLOP/s (wall) | GFLOP/s (CPU time) |");
     console_log!("|---|---|---|---|---|");
-    for ty in [GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_0] {
+    for ty in [GgmlType::Q8_0, GgmlType::Q4_0] {
         for (k, m) in [(768i64, 2304i64), (3072, 768)] {
             for n in [1i64, 32] {
+              for repack in [false, true] {
+                if repack && !matches!(ty, GgmlType::Q8_0 | GgmlType::Q4_0) {
+                    continue;
+                }
                 let a = ctx.new_tensor_2d(ty, k, m);
                 fill(&a, &mut rng, 0.3, 0.0);
+                if repack {
+                    assert!(a.repack(false), "{ty} repacked");
+                }
                 let b = ctx.new_tensor_2d(GgmlType::F32, k, n);
                 fill(&b, &mut rng, 0.3, 0.0);
                 let c = ctx.mul_mat(&a, &b);
@@ -218,10 +225,12 @@ fn bench_mul_mat_kernels() {
                 }
                 let flop = 2.0 * (k * m * n) as f64;
                 console_log!(
-                    "| mul_mat | {ty} | {k} × {m} × {n} | {:.2} | {:.2} |",
+                    "| mul_mat | {ty}{} | {k} × {m} × {n} | {:.2} | {:.2} |",
+                    if repack { " repacked" } else { "" },
                     flop / best_w * 1e-9,
                     flop / best_c * 1e-9
                 );
+              }
             }
         }
     }
