@@ -366,11 +366,12 @@ fn bench_gpt2_124m_decode_profile() {
 /// Repacked weights against ggml's layout (`quants::repack`), one build: the 124M shape in
 /// Q8_0 and Q4_0 (output Q8_0) loaded twice, repacking off and on, then rounds of a 64-token
 /// prompt and 32 decoded tokens alternating between the two (tokens per CPU second of the
-/// Node process, each round's; on a shared machine the pairs say more than one run).
+/// Node process, each round's; wall time in a browser: `WASM_BINDGEN_USE_BROWSER=1`; on a
+/// shared machine the pairs say more than one run).
 #[wasm_bindgen_test]
 #[ignore = "benchmark (minutes): run with --include-ignored"]
 fn bench_repack_ab() {
-    let (n_prompt, n_gen, rounds) = (64usize, 32usize, 3);
+    let (n_prompt, n_gen, rounds) = (64usize, 32usize, 5);
     console_log!("| weights | layout | pp{n_prompt} tok/CPU-s (rounds) | tg{n_gen} tok/CPU-s (rounds) |");
     console_log!("|---|---|---|---|");
     for (wty, out_ty) in [(GgmlType::Q8_0, GgmlType::Q8_0), (GgmlType::Q4_0, GgmlType::Q8_0)] {
@@ -381,21 +382,23 @@ fn bench_repack_ab() {
         assert!(plain.repacked_bytes == 0 && packed.repacked_bytes > 0);
         let mut ms = [plain, packed];
         let ids: Vec<u32> = (0..n_prompt as u64).map(|i| ((i * 2654435761 + 12345) % 50257) as u32).collect();
-        let mut res = [[(0f64, 0f64); 3]; 2];
+        let mut res = [[(0f64, 0f64); 5]; 2];
         for m in ms.iter_mut() {
             m.eval(&ids, 0, false).unwrap(); // grows the memory, warms the kernels
         }
         for r in 0..rounds {
             for (k, m) in ms.iter_mut().enumerate() {
-                let c = cpu_now();
+                // CPU time under Node; in a browser (no process CPU time) wall time.
+                let clock = || if cpu_now().is_nan() { perf_now() } else { cpu_now() };
+                let c = clock();
                 let logits = m.eval(&ids, 0, false).unwrap();
-                let pp = n_prompt as f64 / (cpu_now() - c);
+                let pp = n_prompt as f64 / (clock() - c);
                 let mut tok = ggweb::model::sampling::argmax(&logits);
-                let c = cpu_now();
+                let c = clock();
                 for i in 0..n_gen {
                     tok = ggweb::model::sampling::argmax(&m.eval(&[tok], n_prompt + i, false).unwrap());
                 }
-                res[k][r] = (pp, n_gen as f64 / (cpu_now() - c));
+                res[k][r] = (pp, n_gen as f64 / (clock() - c));
             }
         }
         for (k, name) in ["ggml", "repacked"].iter().enumerate() {

@@ -760,13 +760,13 @@ fn repacked_gemm_equals_plain_bit_for_bit() {
     use quants::repack;
     let mut rng = Rng::xorshift64_star(0x5eed_4e9a_c4ed_0001);
     if cfg!(all(target_arch = "wasm32", target_feature = "simd128")) {
-        assert_eq!(repack::kernel_name(GgmlType::Q8_0), Some("simd128 4-row groups"));
-        let q4 = if cfg!(target_feature = "relaxed-simd") {
+        let name = if cfg!(target_feature = "relaxed-simd") {
             "simd128 4-row groups (relaxed dot)"
         } else {
             "simd128 4-row groups"
         };
-        assert_eq!(repack::kernel_name(GgmlType::Q4_0), Some(q4));
+        assert_eq!(repack::kernel_name(GgmlType::Q8_0), Some(name));
+        assert_eq!(repack::kernel_name(GgmlType::Q4_0), Some(name));
     }
     let mut compared = 0;
     for ty in [GgmlType::Q8_0, GgmlType::Q4_0] {

@@ -12,8 +12,12 @@ use super::super::{ColPrep, PromptGemm};
 use super::{f16x4_to_f32, load, transpose_sum};
 use crate::types::GgmlType;
 
+#[cfg(not(target_feature = "relaxed-simd"))]
 pub(in crate::quants) static PACKED_Q8_0: PackedKernel =
     PackedKernel { name: "simd128 4-row groups", decode, wants_sums: false, prompt: Some(&PANELS) };
+#[cfg(target_feature = "relaxed-simd")]
+pub(in crate::quants) static PACKED_Q8_0: PackedKernel =
+    PackedKernel { name: "simd128 4-row groups (relaxed dot)", decode, wants_sums: false, prompt: Some(&PANELS) };
 #[cfg(not(target_feature = "relaxed-simd"))]
 pub(in crate::quants) static PACKED_Q4_0: PackedKernel =
     PackedKernel { name: "simd128 4-row groups", decode, wants_sums: false, prompt: Some(&PANELS) };
@@ -81,6 +85,29 @@ fn decode(ty: GgmlType, nb: usize, ng: usize, a: &[u8], b: &[u8], cols: &ColPrep
             let g = super::super::decode_row(s, ng);
             // SAFETY: group g lies inside a, b holds nb blocks (asserted).
             let out = unsafe { group_q4_0_relaxed(nb, a.as_ptr().add(g * gs), b.as_ptr(), ysum, dy) };
+            c[GROUP * g..GROUP * (g + 1)].copy_from_slice(&out);
+        }
+        return true;
+    }
+    #[cfg(target_feature = "relaxed-simd")]
+    if ty == GgmlType::Q8_0 {
+        // b as |y| and its signs (4 vectors a block); an activation of -128 has no |y| in
+        // i8: the caller unpacks instead (quantize_row never writes one).
+        let mut ys = alloc::vec![i8x16_splat(0); 4 * nb];
+        let (m128, mut bad) = (i8x16_splat(-128), i8x16_splat(0));
+        for t in 0..nb {
+            let y = &b[t * 34 + 2..t * 34 + 34];
+            let (lo, hi) = (load(&y[..16]), load(&y[16..]));
+            bad = v128_or(bad, v128_or(i8x16_eq(lo, m128), i8x16_eq(hi, m128)));
+            ys[4 * t..4 * t + 4].copy_from_slice(&[i8x16_abs(lo), i8x16_abs(hi), i8x16_shr(lo, 7), i8x16_shr(hi, 7)]);
+        }
+        if v128_any_true(bad) {
+            return false;
+        }
+        for s in 0..ng {
+            let g = super::super::decode_row(s, ng);
+            // SAFETY: group g lies inside a; ys holds 4·nb vectors.
+            let out = unsafe { group_q8_0_relaxed(nb, a.as_ptr().add(g * gs), &ys, dy) };
             c[GROUP * g..GROUP * (g + 1)].copy_from_slice(&out);
         }
         return true;
@@ -182,5 +209,32 @@ unsafe fn group_q4_0_relaxed(nb: usize, p: *const u8, b: *const u8, ysum: &[i32]
         });
         let s = i32x4_sub(transpose_sum(&v), i32x4_splat(8 * *ysp.add(t)));
         *acc = f32x4_add(*acc, f32x4_mul(f32x4_convert_i32x4(s), f32x4_mul(scales(blk), f32x4_splat(*dyp.add(t)))));
+    })
+}
+
+/// Q8_0 with relaxed SIMD: Σx·y = Σ(x·sign y)·|y|, with |y| ≤ 127 (b holds no -128, checked)
+/// as `relaxed_dot_i8x16_i7x16_add`'s second operand, where every implementation agrees, and
+/// x·sign y in i8 (repacked weights hold no -128: `repack::pack` leaves such weights alone):
+/// the exact block sums, 16 products an instruction instead of 8.
+///
+/// # Safety
+/// `p` points at a group of `nb` blocks (136 bytes each); `ys` holds `4·nb` vectors.
+#[cfg(target_feature = "relaxed-simd")]
+#[inline(always)]
+unsafe fn group_q8_0_relaxed(nb: usize, p: *const u8, ys: &[v128], dy: &[f32]) -> [f32; GROUP] {
+    let yp = ys.as_ptr();
+    let dyp = dy.as_ptr();
+    blocks(nb, |t, acc| {
+        let blk = p.add(t * 136);
+        let y = yp.add(4 * t);
+        let (alo, ahi, slo, shi) = (*y, *y.add(1), *y.add(2), *y.add(3));
+        let v: [v128; GROUP] = core::array::from_fn(|r| {
+            let q = blk.add(8 + 32 * r);
+            let (lo, hi) = (v128_load(q as *const v128), v128_load(q.add(16) as *const v128));
+            let (lo, hi) = (i8x16_sub(v128_xor(lo, slo), slo), i8x16_sub(v128_xor(hi, shi), shi));
+            i32x4_relaxed_dot_i8x16_i7x16_add(hi, ahi, i32x4_relaxed_dot_i8x16_i7x16_add(lo, alo, i32x4_splat(0)))
+        });
+        let s = f32x4_convert_i32x4(transpose_sum(&v));
+        *acc = f32x4_add(*acc, f32x4_mul(s, f32x4_mul(scales(blk), f32x4_splat(*dyp.add(t)))));
     })
 }
