@@ -197,40 +197,40 @@ fn bench_mul_mat_kernels() {
     for ty in [GgmlType::Q8_0, GgmlType::Q4_0] {
         for (k, m) in [(768i64, 2304i64), (3072, 768)] {
             for n in [1i64, 32] {
-              for repack in [false, true] {
-                if repack && !matches!(ty, GgmlType::Q8_0 | GgmlType::Q4_0) {
-                    continue;
-                }
-                let a = ctx.new_tensor_2d(ty, k, m);
-                fill(&a, &mut rng, 0.3, 0.0);
-                if repack {
-                    assert!(a.repack(false), "{ty} repacked");
-                }
-                let b = ctx.new_tensor_2d(GgmlType::F32, k, n);
-                fill(&b, &mut rng, 0.3, 0.0);
-                let c = ctx.mul_mat(&a, &b);
-                let mut gf = Graph::new();
-                gf.build_forward_expand(&c);
-                ggweb::cpu::compute_graph(&gf, 1).unwrap();
-                // Best of five trials of ≥ 0.1 s CPU each.
-                let (mut best_w, mut best_c) = (f64::MAX, f64::MAX);
-                for _ in 0..5 {
-                    let (t0, c0, mut runs) = (now(), cpu_now(), 0);
-                    while cpu_now() - c0 < 0.1 || now() - t0 < 0.1 || runs < 2 {
-                        ggweb::cpu::compute_graph(&gf, 1).unwrap();
-                        runs += 1;
+                for repack in [false, true] {
+                    if repack && !matches!(ty, GgmlType::Q8_0 | GgmlType::Q4_0) {
+                        continue;
                     }
-                    best_w = best_w.min((now() - t0) / runs as f64);
-                    best_c = best_c.min((cpu_now() - c0) / runs as f64);
+                    let a = ctx.new_tensor_2d(ty, k, m);
+                    fill(&a, &mut rng, 0.3, 0.0);
+                    if repack {
+                        assert!(a.repack(false), "{ty} repacked");
+                    }
+                    let b = ctx.new_tensor_2d(GgmlType::F32, k, n);
+                    fill(&b, &mut rng, 0.3, 0.0);
+                    let c = ctx.mul_mat(&a, &b);
+                    let mut gf = Graph::new();
+                    gf.build_forward_expand(&c);
+                    ggweb::cpu::compute_graph(&gf, 1).unwrap();
+                    // Best of five trials of ≥ 0.1 s CPU each.
+                    let (mut best_w, mut best_c) = (f64::MAX, f64::MAX);
+                    for _ in 0..5 {
+                        let (t0, c0, mut runs) = (now(), cpu_now(), 0);
+                        while cpu_now() - c0 < 0.1 || now() - t0 < 0.1 || runs < 2 {
+                            ggweb::cpu::compute_graph(&gf, 1).unwrap();
+                            runs += 1;
+                        }
+                        best_w = best_w.min((now() - t0) / runs as f64);
+                        best_c = best_c.min((cpu_now() - c0) / runs as f64);
+                    }
+                    let flop = 2.0 * (k * m * n) as f64;
+                    console_log!(
+                        "| mul_mat | {ty}{} | {k} × {m} × {n} | {:.2} | {:.2} |",
+                        if repack { " repacked" } else { "" },
+                        flop / best_w * 1e-9,
+                        flop / best_c * 1e-9
+                    );
                 }
-                let flop = 2.0 * (k * m * n) as f64;
-                console_log!(
-                    "| mul_mat | {ty}{} | {k} × {m} × {n} | {:.2} | {:.2} |",
-                    if repack { " repacked" } else { "" },
-                    flop / best_w * 1e-9,
-                    flop / best_c * 1e-9
-                );
-              }
             }
         }
     }
@@ -402,7 +402,9 @@ fn bench_repack_ab() {
             }
         }
         for (k, name) in ["ggml", "repacked"].iter().enumerate() {
-            let f = |sel: fn(&(f64, f64)) -> f64| res[k].iter().map(|x| format!("{:.1}", sel(x))).collect::<Vec<_>>().join(", ");
+            let f = |sel: fn(&(f64, f64)) -> f64| {
+                res[k].iter().map(|x| format!("{:.1}", sel(x))).collect::<Vec<_>>().join(", ")
+            };
             console_log!("| {wty} | {name} | {} | {} |", f(|x| x.0), f(|x| x.1));
         }
     }

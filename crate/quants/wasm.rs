@@ -41,7 +41,6 @@ pub(super) const fn table() -> Table {
     t[Q5_K as usize].gemm = Some(&kquants::GEMMS[3]);
     t[Q6_K as usize].gemm = Some(&kquants::GEMMS[4]);
     t[Q8_0 as usize].packed = Some(&packed::PACKED_Q8_0);
-    t[Q4_0 as usize].packed = Some(&packed::PACKED_Q4_0);
     t
 }
 
@@ -429,7 +428,7 @@ pub(super) fn gemm_rows_packed(
     c: &mut [f32],
     ldc: usize,
 ) {
-    assert!(m % PANEL == 0 && cols.plain.len() >= PANEL_MIN_N && !cols.plain.contains(&true));
+    assert!(ty == GgmlType::Q8_0 && m % PANEL == 0 && cols.plain.len() >= PANEL_MIN_N && !cols.plain.contains(&true));
     gemm_rows_form(true, ty, nb, m, a, lda, b, ldb, cols, c, ldc)
 }
 
@@ -452,7 +451,7 @@ fn gemm_rows_form(
     let n = cols.plain.len();
     #[cfg(target_feature = "relaxed-simd")]
     if ty == GgmlType::Q4_0 && n >= PANEL_MIN_N && !cols.plain.contains(&true) {
-        let mut form = NibblePanels { packed, b, ldb, ysum: &cols.ysum, nbp };
+        let mut form = NibblePanels { b, ldb, ysum: &cols.ysum, nbp };
         // Rows past the last whole panel: as vec_dot (the same bits).
         let rest = |i: usize, c: &mut [f32]| {
             for j in 0..n {
@@ -947,24 +946,15 @@ impl PanelForm for I16Panels<'_> {
         for (p, ii) in rows.iter().enumerate() {
             let (pw, pd) = (&mut pw[p * nb * 16..(p + 1) * nb * 16], &mut pd[p * nb..(p + 1) * nb]);
             if self.packed {
-                // A repacked group (rows 4g..4g+4): block t at 4·size·t, scales then quants.
+                // A repacked Q8_0 group (rows 4g..4g+4): block t at 136·t, 4 scales then 4×32 quants.
                 let g = &a[ii[0] * lda..(ii[0] + PANEL) * lda];
-                match self.ty {
-                    GgmlType::Q4_0 => pack_i16(
-                        nb,
-                        pw,
-                        pd,
-                        |t| group_scales(&g[72 * t..]),
-                        |r, t, h| q4(load(&g[72 * t + 8 + 16 * r..]), h),
-                    ),
-                    _ => pack_i16(
-                        nb,
-                        pw,
-                        pd,
-                        |t| group_scales(&g[136 * t..]),
-                        |r, t, h| load(&g[136 * t + 8 + 32 * r + 16 * h as usize..]),
-                    ),
-                }
+                pack_i16(
+                    nb,
+                    pw,
+                    pd,
+                    |t| group_scales(&g[136 * t..]),
+                    |r, t, h| load(&g[136 * t + 8 + 32 * r + 16 * h as usize..]),
+                );
                 continue;
             }
             let rows: [&[u8]; PANEL] = ii.map(|i| &a[i * lda..]);
@@ -977,23 +967,37 @@ impl PanelForm for I16Panels<'_> {
             match self.ty {
                 GgmlType::Q4_0 => {
                     let xs = blocks!(BlockQ4_0);
-                    pack_i16(nb, pw, pd, |t| f16x4(core::array::from_fn(|r| xs[r][t].d())), |r, t, h| {
-                        q4(load(&xs[r][t].qs), h)
-                    })
+                    pack_i16(
+                        nb,
+                        pw,
+                        pd,
+                        |t| f16x4(core::array::from_fn(|r| xs[r][t].d())),
+                        |r, t, h| q4(load(&xs[r][t].qs), h),
+                    )
                 }
                 GgmlType::Q5_0 => {
                     let xs = blocks!(BlockQ5_0);
                     let sixteen = i8x16_splat(16);
-                    pack_i16(nb, pw, pd, |t| f16x4(core::array::from_fn(|r| xs[r][t].d())), |r, t, h| {
-                        let (lo, hi) = q5(&xs[r][t].qs, xs[r][t].qh());
-                        i8x16_sub(if h { hi } else { lo }, sixteen)
-                    })
+                    pack_i16(
+                        nb,
+                        pw,
+                        pd,
+                        |t| f16x4(core::array::from_fn(|r| xs[r][t].d())),
+                        |r, t, h| {
+                            let (lo, hi) = q5(&xs[r][t].qs, xs[r][t].qh());
+                            i8x16_sub(if h { hi } else { lo }, sixteen)
+                        },
+                    )
                 }
                 _ => {
                     let xs = blocks!(BlockQ8_0);
-                    pack_i16(nb, pw, pd, |t| f16x4(core::array::from_fn(|r| xs[r][t].d())), |r, t, h| {
-                        load(if h { &xs[r][t].qs[16..] } else { &xs[r][t].qs[..16] })
-                    })
+                    pack_i16(
+                        nb,
+                        pw,
+                        pd,
+                        |t| f16x4(core::array::from_fn(|r| xs[r][t].d())),
+                        |r, t, h| load(if h { &xs[r][t].qs[16..] } else { &xs[r][t].qs[..16] }),
+                    )
                 }
             }
         }
@@ -1036,8 +1040,6 @@ impl PanelForm for I16Panels<'_> {
 /// (16 products per instruction instead of 8); Node 20's older V8 runs it slower.
 #[cfg(target_feature = "relaxed-simd")]
 struct NibblePanels<'a> {
-    /// Rows of a are repacked groups ([`super::repack`]), not ggml's layout.
-    packed: bool,
     b: &'a [u8],
     ldb: usize,
     /// Σy of block t of row j of b at j·nbp + t ([`super::ColPrep`]'s sums).
@@ -1052,18 +1054,6 @@ impl PanelForm for NibblePanels<'_> {
         let size = core::mem::size_of::<BlockQ4_0>();
         for (p, ii) in rows.iter().enumerate() {
             let (pw, pd) = (&mut pw[p * nb * 8..(p + 1) * nb * 8], &mut pd[p * nb..(p + 1) * nb]);
-            if self.packed {
-                // A repacked group (rows 4g..4g+4): block t at 72·t, 4 scales then 4×16 nibbles.
-                let g = &a[ii[0] * lda..(ii[0] + PANEL) * lda];
-                for t in 0..nb {
-                    let q: [(v128, v128); PANEL] =
-                        core::array::from_fn(|r| nibbles(g[72 * t + 8 + 16 * r..72 * t + 24 + 16 * r].try_into().unwrap()));
-                    pw[8 * t..8 * t + 4].copy_from_slice(&transpose4(q.map(|q| q.0)));
-                    pw[8 * t + 4..8 * t + 8].copy_from_slice(&transpose4(q.map(|q| q.1)));
-                    pd[t] = group_scales(&g[72 * t..]);
-                }
-                continue;
-            }
             let xs: [&[BlockQ4_0]; PANEL] = ii.map(|i| cast_slice(&a[i * lda..i * lda + nb * size]));
             for t in 0..nb {
                 // Nibbles of elements 0..16 and 16..32 of each row's block.
@@ -1078,7 +1068,7 @@ impl PanelForm for NibblePanels<'_> {
         jj.map(|j| self.b[j * self.ldb..j * self.ldb + nb * core::mem::size_of::<BlockQ8_0>()].as_ptr())
     }
     fn packed(&self) -> bool {
-        self.packed
+        false
     }
     #[inline(always)]
     unsafe fn sums<const P: usize, const C: usize>(

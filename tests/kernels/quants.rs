@@ -766,7 +766,8 @@ fn repacked_gemm_equals_plain_bit_for_bit() {
             "simd128 4-row groups"
         };
         assert_eq!(repack::kernel_name(GgmlType::Q8_0), Some(name));
-        assert_eq!(repack::kernel_name(GgmlType::Q4_0), Some(name));
+        // Q4_0 keeps ggml's layout on wasm (measured slower packed): the unpacking path here.
+        assert_eq!(repack::kernel_name(GgmlType::Q4_0), None);
     }
     let mut compared = 0;
     for ty in [GgmlType::Q8_0, GgmlType::Q4_0] {
