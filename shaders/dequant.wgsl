@@ -295,3 +295,55 @@ fn dot_chunk_q5_k(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> f32 {
     }
     return h0(o) * sm.x * sq - h0(o + 2u) * sm.y * sx;
 }
+
+// Four consecutive weights k..k+4 of a row (`deq4_*`; k a multiple of 4 and k + 3 inside
+// the row), for the tiled and mat-vec kernels: a block's scales are read once for the four
+// (the same f32 products as `deq_one_*`), f16 pairs come from one word each when aligned.
+fn deq4_each(base: u32, k: u32) -> vec4<f32> {
+    return vec4<f32>(deq_one(base, k), deq_one(base, k + 1u), deq_one(base, k + 2u), deq_one(base, k + 3u));
+}
+fn deq4_f32(base: u32, k: u32) -> vec4<f32> {
+    let o = base + k;
+    return vec4<f32>(ld0_f32(o), ld0_f32(o + 1u), ld0_f32(o + 2u), ld0_f32(o + 3u));
+}
+fn deq4_f16(base: u32, k: u32) -> vec4<f32> {
+    let o = base + k;
+    if ((o & 1u) == 0u) { return vec4<f32>(unpack2x16float(w0(o >> 1u)), unpack2x16float(w0((o >> 1u) + 1u))); }
+    return vec4<f32>(ld0_f16(o), ld0_f16(o + 1u), ld0_f16(o + 2u), ld0_f16(o + 3u));
+}
+fn deq4_bf16(base: u32, k: u32) -> vec4<f32> { return deq4_each(base, k); }
+fn deq4_q8_0(base: u32, k: u32) -> vec4<f32> {
+    let o = base + (k / 32u) * 34u;
+    let q = o + 2u + k % 32u;
+    return h0(o) * vec4<f32>(f32(i8_0(q)), f32(i8_0(q + 1u)), f32(i8_0(q + 2u)), f32(i8_0(q + 3u)));
+}
+// The 4 nibbles j..j+4 (j % 4 == 0) of a legacy block whose nibbles start at byte `qs`.
+fn nib4(qs: u32, j: u32) -> vec4<u32> {
+    let q = qs + j % 16u;
+    let sh = 4u * (j / 16u);
+    return (vec4<u32>(b0(q), b0(q + 1u), b0(q + 2u), b0(q + 3u)) >> vec4<u32>(sh)) & vec4<u32>(15u);
+}
+fn deq4_q4_0(base: u32, k: u32) -> vec4<f32> {
+    let o = base + (k / 32u) * 18u;
+    return h0(o) * vec4<f32>(vec4<i32>(nib4(o + 2u, k % 32u)) - vec4<i32>(8));
+}
+fn deq4_q4_1(base: u32, k: u32) -> vec4<f32> {
+    let o = base + (k / 32u) * 20u;
+    return h0(o) * vec4<f32>(nib4(o + 4u, k % 32u)) + vec4<f32>(h0(o + 2u));
+}
+fn deq4_q5_0(base: u32, k: u32) -> vec4<f32> { return deq4_each(base, k); }
+fn deq4_q5_1(base: u32, k: u32) -> vec4<f32> { return deq4_each(base, k); }
+fn deq4_q2_k(base: u32, k: u32) -> vec4<f32> { return deq4_each(base, k); }
+fn deq4_q3_k(base: u32, k: u32) -> vec4<f32> { return deq4_each(base, k); }
+fn deq4_q4_k(base: u32, k: u32) -> vec4<f32> {
+    let o = base + (k / 256u) * 144u;
+    let r = k % 256u;
+    let j = r / 32u; // sub-block
+    let sm = scale_min_k4(o + 4u, j);
+    let q = o + 16u + 32u * (j / 2u) + r % 32u;
+    let sh = 4u * (j & 1u);
+    let qv = (vec4<u32>(b0(q), b0(q + 1u), b0(q + 2u), b0(q + 3u)) >> vec4<u32>(sh)) & vec4<u32>(15u);
+    return h0(o) * sm.x * vec4<f32>(qv) - vec4<f32>(h0(o + 2u) * sm.y);
+}
+fn deq4_q5_k(base: u32, k: u32) -> vec4<f32> { return deq4_each(base, k); }
+fn deq4_q6_k(base: u32, k: u32) -> vec4<f32> { return deq4_each(base, k); }

@@ -3,8 +3,9 @@
 // dims 2 and 3. src0 rows [misc.y, misc.z) are bound in this part (large weights are
 // split); workgroup z = (group of 4 columns, batch).
 //
-// mul_mat_vec: one workgroup per row, its 64 invocations taking every 64th weight (so
-// neighbouring invocations read neighbouring memory), then a tree reduction: for GPUs.
+// mul_mat_vec: one workgroup per row, its 64 invocations taking 4 weights in every 256
+// (so neighbouring invocations read neighbouring memory), then a subgroup or tree
+// reduction: for GPUs.
 // mul_mat_rows: one invocation per row and no workgroup memory: for CPU-based adapters,
 // whose barriers cost more than the arithmetic.
 
@@ -60,23 +61,30 @@ fn xs4(k: u32, mm: Mm) -> vec4<f32> {
 }
 
 const WG: u32 = 64u;
-var<workgroup> red: array<vec4<f32>, WG>;
 
+// `Ids` (the invocation's builtins) and `wg_sum` come from reduce_subgroup.wgsl or
+// reduce_workgroup.wgsl (device.rs picks one per adapter). The workgroup id stays a
+// parameter of its own: Tint's uniformity analysis takes a struct with any per-invocation
+// member as non-uniform, and the row test below must be uniform for wg_sum's barriers. Each invocation takes 4 neighbouring weights per step (so a
+// block's scale is read once for them and the 64 invocations read 256 contiguous weights).
 @compute @workgroup_size(64)
-fn mul_mat_vec(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+fn mul_mat_vec(@builtin(workgroup_id) wg: vec3<u32>, ids: Ids) {
+    let li = ids.li;
     let m = wg_linear(wg);
     if (m >= p.misc.z - p.misc.y) { return; }
     let mm = mm_setup(wg.z);
     let row0 = mm.base0 + m * p.a_nb.y;
+    let k4 = p.a_ne.x & ~3u;
     var acc = vec4<f32>(0.0);
-    for (var k = li; k < p.a_ne.x; k += WG) { acc += deq_one(row0, k) * xs4(k, mm); }
-    red[li] = acc;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s = s / 2u) {
-        if (li < s) { red[li] += red[li + s]; }
-        workgroupBarrier();
+    for (var k = 4u * li; k < k4; k += 4u * WG) {
+        let w = deq4(row0, k);
+        acc += w.x * xs4(k, mm) + w.y * xs4(k + 1u, mm) + w.z * xs4(k + 2u, mm) + w.w * xs4(k + 3u, mm);
     }
-    if (li == 0u) { store4(m, mm, red[0]); }
+    // The last K % 4 weights (f32/f16/bf16 rows only: blocks hold multiples of 32).
+    let kt = k4 + li;
+    if (kt < p.a_ne.x) { acc += deq_one(row0, kt) * xs4(kt, mm); }
+    let total = wg_sum(acc, ids);
+    if (li == 0u) { store4(m, mm, total); }
 }
 
 @compute @workgroup_size(64)

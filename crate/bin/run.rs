@@ -34,7 +34,7 @@ fn load_with(
     opts: &LoadOptions,
     cpu: impl FnOnce() -> Rc<dyn Backend>,
 ) -> Result<LoadedModel, String> {
-    let b = block_on(open_backends(opts, webgpu_options(), cpu)).map_err(|e| format!("--backend webgpu: {e}"))?;
+    let b = block_on(open_backends(opts, webgpu_options()?, cpu)).map_err(|e| format!("--backend webgpu: {e}"))?;
     if let Some(note) = &b.note {
         eprintln!("ggweb: {note}");
     }
@@ -47,9 +47,33 @@ fn load_with(
 }
 
 /// The CLI's WebGPU backend: encode time in thread-CPU milliseconds (`stats.webgpu.encodeMs`
-/// counts the encoding, not the waits of a loaded machine).
-fn webgpu_options() -> WebGpuOptions {
-    WebGpuOptions { encode_clock: Some(|| thread_clock() * 1e3), ..WebGpuOptions::default() }
+/// counts the encoding, not the waits of a loaded machine). For kernel comparisons
+/// (scripts/device-bench.sh) the environment can force the kernel variants:
+/// `GGWEB_WEBGPU_KERNELS=workgroup|per-row`, `GGWEB_WEBGPU_SUBGROUPS=0|1`,
+/// `GGWEB_WEBGPU_F16=0|1` (unset: the adapter decides), and `GGWEB_WEBGPU_INFO=1` prints
+/// the adapter and the kernels in use.
+fn webgpu_options() -> Result<WebGpuOptions, String> {
+    use ggweb::webgpu::MatMulKernels;
+    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let flag = |k: &str| match env(k).as_deref() {
+        None => Ok(None),
+        Some("0") => Ok(Some(false)),
+        Some("1") => Ok(Some(true)),
+        Some(v) => Err(format!("{k}={v}: expected 0 or 1")),
+    };
+    let kernels = match env("GGWEB_WEBGPU_KERNELS").as_deref() {
+        None => MatMulKernels::Auto,
+        Some("workgroup") => MatMulKernels::Workgroup,
+        Some("per-row") => MatMulKernels::PerRow,
+        Some(v) => return Err(format!("GGWEB_WEBGPU_KERNELS={v}: expected workgroup or per-row")),
+    };
+    Ok(WebGpuOptions {
+        encode_clock: Some(|| thread_clock() * 1e3),
+        mat_mul_kernels: kernels,
+        subgroups: flag("GGWEB_WEBGPU_SUBGROUPS")?,
+        shader_f16: flag("GGWEB_WEBGPU_F16")?,
+        ..WebGpuOptions::default()
+    })
 }
 
 /// Seconds since the first call: the profiler's clock with several threads.

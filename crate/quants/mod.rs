@@ -289,14 +289,15 @@ pub(crate) fn gemm_with(
 }
 
 /// The row of `a` visited at step `s` of `m` when one row of b is multiplied (a decode
-/// step): steps 4i..4i+3 take rows i, i+q, i+2q, i+3q (q = m/4), so the memory system sees
-/// four streams in different pages instead of one stream of short rows, and prefetches
-/// them better (float weights get the same order from `run_decode` in cpu/ops.rs). Rows
-/// past 4q come last, in order. Each row's dot product is computed as before: only the
-/// order changes.
+/// step). Where the CPU prefers it ([`crate::cpu::features::decode_streams`]:
+/// Intel), steps 4i..4i+3 take rows i, i+q, i+2q, i+3q (q = m/4), so the memory system sees
+/// four streams in different pages instead of one stream of short rows (float weights get
+/// four such rows at once from `run_decode` in cpu/ops.rs, which helps on AMD too); rows
+/// past 4q come last, in order. Elsewhere rows go in order. Each row's dot product is
+/// computed as before: only the order changes.
 #[inline]
 pub(crate) fn decode_row(s: usize, m: usize) -> usize {
-    let q = if m >= 16 { m / 4 } else { 0 };
+    let q = if m >= 16 && crate::cpu::features::decode_streams() { m / 4 } else { 0 };
     if s < 4 * q {
         s / 4 + (s % 4) * q
     } else {

@@ -466,8 +466,9 @@ fn plan(gpu: &Gpu, node: &Tensor, out: &mut Vec<Dispatch>) -> Result<(), Backend
                 if gpu.per_row {
                     out.push(b.linear("mul_mat_q", spec, "mul_mat_rows", rows.div_ceil(64), z)?);
                 } else if x.ne[1] > MAT_VEC_MAX_N {
-                    let gx = to_u32(node, rows.div_ceil(32), "row tiles")?;
-                    let gy = to_u32(node, n_cols.div_ceil(32), "column tiles")?;
+                    // 64x64 output tiles (shaders/mul_mat.wgsl).
+                    let gx = to_u32(node, rows.div_ceil(64), "row tiles")?;
+                    let gy = to_u32(node, n_cols.div_ceil(64), "column tiles")?;
                     out.push(b.grid("mul_mat", spec, "mul_mat_tiled", [gx, gy, to_u32(node, batch, "batch")?])?);
                 } else {
                     out.push(b.linear("mul_mat_q", spec, "mul_mat_vec", rows, z)?);

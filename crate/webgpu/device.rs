@@ -22,6 +22,11 @@ pub struct AdapterSummary {
     /// "Cpu" for software rasterizers (lavapipe, SwiftShader).
     pub device_type: String,
     pub shader_f16: bool,
+    /// The adapter has wgpu's `SUBGROUP` feature.
+    pub subgroups: bool,
+    /// The kernels in use: subgroup reductions, `shader-f16` paths (see [`WebGpuOptions`]).
+    pub subgroup_kernels: bool,
+    pub f16_kernels: bool,
     /// The limits in use (after any override).
     pub max_binding_size: u64,
     pub max_buffer_size: u64,
@@ -92,6 +97,8 @@ pub(crate) struct Gpu {
     pub max_wg_dim: u32,
     /// mul_mat kernels without workgroup memory (CPU-based adapters).
     pub per_row: bool,
+    /// The WGSL extensions the kernels use.
+    pub ext: Ext,
     pub layout: wgpu::BindGroupLayout,
     pipeline_layout: wgpu::PipelineLayout,
     /// Bound where a kernel has no such source: slot i at bytes 256 i.. (ranges must not
@@ -114,10 +121,40 @@ pub(crate) struct Gpu {
     lost: Arc<Mutex<Option<String>>>,
 }
 
+/// Which optional WGSL extensions a kernel module is built with (see [`WebGpuOptions`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub(crate) struct Ext {
+    /// The mat-vec kernel reduces with `subgroupAdd` (wgpu's `SUBGROUP`).
+    pub subgroups: bool,
+    /// `enable f16;`: the tiled kernel keeps F16 weights as f16 in workgroup memory. (Loads
+    /// stay `unpack2x16float`: `bitcast<vec2<f16>>(u32)` reads wrong values on lavapipe,
+    /// Mesa 22.3 with LLVM 15, so a path built on it could not be tested here.)
+    pub f16: bool,
+}
+
+impl Ext {
+    /// The extensions `file` specialised for `spec` actually uses (others are left off, so
+    /// that one module serves both).
+    pub fn for_kernel(self, file: &str, spec: &str) -> Ext {
+        Ext { subgroups: self.subgroups && file == "mul_mat_q", f16: self.f16 && spec == "f16" && file == "mul_mat" }
+    }
+    fn label(self) -> String {
+        format!("{}{}", if self.f16 { "+f16" } else { "" }, if self.subgroups { "+subgroups" } else { "" })
+    }
+}
+
 /// The WGSL of kernel file `file`, specialised for weight type `spec` (get_rows, mul_mat;
-/// "" for the others): the prelude, the dequantizers, the type's names, the file.
-pub(crate) fn specialisation(file: &str, spec: &str) -> String {
-    let mut src = String::from(include_str!("../../shaders/common.wgsl"));
+/// "" for the others) and extensions `ext`: the enable directive, the prelude, the
+/// dequantizers, the type's names, the reduction, the file.
+pub(crate) fn specialisation(file: &str, spec: &str, ext: Ext) -> String {
+    let ext = ext.for_kernel(file, spec);
+    let mut src = String::new();
+    if ext.f16 {
+        src.push_str("enable f16;\n");
+    }
+    // No `enable subgroups;`: naga 30 rejects the directive ("not yet supported") and
+    // allows the builtins on a device with SUBGROUP (which wgpu offers natively only).
+    src.push_str(include_str!("../../shaders/common.wgsl"));
     let body = match file {
         "binary" => include_str!("../../shaders/binary.wgsl"),
         "unary" => include_str!("../../shaders/unary.wgsl"),
@@ -132,29 +169,50 @@ pub(crate) fn specialisation(file: &str, spec: &str) -> String {
     if !spec.is_empty() {
         src.push_str(include_str!("../../shaders/dequant.wgsl"));
         // WGSL has no generics: name the type's loaders under the names the kernels call.
+        // `deq4`: 4 consecutive weights (k a multiple of 4, all 4 within the row).
         src.push_str(&format!(
             "\nfn deq_one(base: u32, k: u32) -> f32 {{ return deq_one_{spec}(base, k); }}\n\
+             fn deq4(base: u32, k: u32) -> vec4<f32> {{ return deq4_{spec}(base, k); }}\n\
              fn dot_chunk(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> f32 {{ \
              return dot_chunk_{spec}(base, c, k_len, xb, xs); }}\n"
         ));
+        // The tiled kernel's weight tile: f16 when the weights are (exact), else f32.
+        src.push_str(if ext.f16 { "alias tile_t = f16;\n" } else { "alias tile_t = f32;\n" });
+    }
+    if file == "mul_mat_q" {
+        src.push_str(if ext.subgroups {
+            include_str!("../../shaders/reduce_subgroup.wgsl")
+        } else {
+            include_str!("../../shaders/reduce_workgroup.wgsl")
+        });
     }
     src.push_str(body);
     src
 }
 
 /// Every shader module the backend can build, as (label, WGSL source): the kernel files
-/// with the common prelude, the weight-type ones once per type. For checks without a
-/// device (a WGSL validator).
+/// with the common prelude, the weight-type ones once per type, then the variants with
+/// extensions (labels ending "+f16", "+subgroups"). For checks without a device (a WGSL
+/// validator).
 pub fn kernel_sources() -> Vec<(String, String)> {
     let mut out = Vec::new();
     for file in ["binary", "unary", "norm", "softmax", "cpy"] {
-        out.push((file.to_string(), specialisation(file, "")));
+        out.push((file.to_string(), specialisation(file, "", Ext::default())));
     }
+    let specs = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k"];
     for file in ["get_rows", "mul_mat", "mul_mat_q"] {
-        for spec in
-            ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k"]
-        {
-            out.push((format!("{file}:{spec}"), specialisation(file, spec)));
+        for spec in specs {
+            out.push((format!("{file}:{spec}"), specialisation(file, spec, Ext::default())));
+        }
+    }
+    for ext in [Ext { f16: true, subgroups: false }, Ext { f16: false, subgroups: true }] {
+        for file in ["mul_mat", "mul_mat_q"] {
+            for spec in specs {
+                let e = ext.for_kernel(file, spec);
+                if e == ext {
+                    out.push((format!("{file}:{spec}{}", e.label()), specialisation(file, spec, e)));
+                }
+            }
         }
     }
     out
@@ -177,6 +235,18 @@ impl Gpu {
         let info = adapter.get_info();
         let alimits = adapter.limits();
         let has_f16 = adapter.features().contains(wgpu::Features::SHADER_F16);
+        let has_subgroups = adapter.features().contains(wgpu::Features::SUBGROUP);
+        // An extension is used when asked for (an error without it) or, by default, when there.
+        let choose = |opt: Option<bool>, has: bool, what: &str| match opt {
+            None => Ok(has),
+            Some(false) => Ok(false),
+            Some(true) if has => Ok(true),
+            Some(true) => Err(BackendError::Unavailable(format!("adapter '{}' lacks {what}", info.name))),
+        };
+        let ext = Ext {
+            subgroups: choose(opts.subgroups, has_subgroups, "the subgroups feature")?,
+            f16: choose(opts.shader_f16, has_f16, "shader-f16")?,
+        };
         // Ask for what the adapter has: WebGPU's defaults (128 MiB bindings, 256 MiB
         // buffers) are below what GPT-2's embedding needs on most devices.
         let limits = alimits.clone();
@@ -186,7 +256,10 @@ impl Gpu {
                 info.name
             )));
         }
-        let features = if has_f16 { wgpu::Features::SHADER_F16 } else { wgpu::Features::empty() };
+        // Only what the kernels use: a device without SUBGROUP is how the fallback is tested.
+        let mut features = wgpu::Features::empty();
+        features.set(wgpu::Features::SHADER_F16, ext.f16);
+        features.set(wgpu::Features::SUBGROUP, ext.subgroups);
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
                 label: Some("ggweb"),
@@ -276,6 +349,9 @@ impl Gpu {
             backend: format!("{:?}", info.backend),
             device_type: format!("{:?}", info.device_type),
             shader_f16: has_f16,
+            subgroups: has_subgroups,
+            subgroup_kernels: ext.subgroups,
+            f16_kernels: ext.f16,
             max_binding_size: max_binding,
             max_buffer_size: max_buffer,
             mat_mul_kernels: if per_row { MatMulKernels::PerRow } else { MatMulKernels::Workgroup },
@@ -289,6 +365,7 @@ impl Gpu {
             max_buffer,
             max_wg_dim: limits.max_compute_workgroups_per_dimension,
             per_row,
+            ext,
             layout,
             pipeline_layout,
             dummy,
@@ -303,6 +380,11 @@ impl Gpu {
             lost,
         };
         gpu.check()?;
+        #[cfg(not(target_arch = "wasm32"))]
+        if std::env::var_os("GGWEB_WEBGPU_INFO").is_some() {
+            // For benchmark logs (scripts/device-bench.sh): which adapter and kernels ran.
+            eprintln!("ggweb webgpu: {:?} (driver {} {})", gpu.summary, info.driver, info.driver_info);
+        }
         Ok(gpu)
     }
 
@@ -357,7 +439,7 @@ impl Gpu {
     /// The pipeline for `entry` of kernel file `file` specialised for weight type `spec`
     /// ("" when the file has no type parameter) and for the bindings src0..src2 are read
     /// from (`homes`: the B0..B2 constants), plus the mat-vec kernels' column count
-    /// (NCOL), compiled on first use.
+    /// (NCOL), compiled on first use. The key names the extensions in use (`self.ext`).
     pub fn pipeline(
         &self,
         file: &str,
@@ -366,11 +448,12 @@ impl Gpu {
         homes: [u32; 3],
         ncol: Option<u32>,
     ) -> wgpu::ComputePipeline {
-        let key = format!("{file}:{spec}:{entry}:{homes:?}:{ncol:?}");
+        let ext = self.ext.for_kernel(file, spec);
+        let key = format!("{file}:{spec}{}:{entry}:{homes:?}:{ncol:?}", ext.label());
         if let Some(p) = self.pipelines.borrow().get(&key) {
             return p.clone();
         }
-        let mkey = format!("{file}:{spec}");
+        let mkey = format!("{file}:{spec}{}", ext.label());
         let module = {
             let mut modules = self.modules.borrow_mut();
             modules
@@ -378,7 +461,7 @@ impl Gpu {
                 .or_insert_with(|| {
                     self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
                         label: Some(&mkey),
-                        source: wgpu::ShaderSource::Wgsl(specialisation(file, spec).into()),
+                        source: wgpu::ShaderSource::Wgsl(specialisation(file, spec, ext).into()),
                     })
                 })
                 .clone()

@@ -27,7 +27,7 @@
 //!   dispatch (or one per row range); views cost nothing (each binding carries its
 //!   tensor's offset and strides, in elements). Parameters of all nodes go into one
 //!   uniform buffer written once per graph, selected with dynamic offsets. Pipelines are
-//!   cached by (kernel file, weight type, entry point, binding layout).
+//!   cached by (kernel file, weight type, entry point, binding layout, WGSL extensions).
 //! - **Bindings**: every storage binding is read_write, since WebGPU forbids a read-only
 //!   and a writable binding of one buffer in a dispatch; operands whose ranges overlap (an
 //!   in-place node from the graph allocator, two views of one tensor) share one binding,
@@ -38,8 +38,11 @@
 //!   f32, f32/f16 to contiguous f16), mul_mat (f32, f16 and the four quantized types with
 //!   f32 activations; kernels chosen per adapter, see [`MatMulKernels`]). Anything else:
 //!   `supports_op` is false, so a scheduler keeps it on the CPU. No kernel needs
-//!   `shader-f16` (requested when present, unused): f16 data is read with
-//!   `unpack2x16float`, so SwiftShader (Chromium's fallback, no `shader-f16`) runs it all.
+//!   `shader-f16` or subgroups: f16 data is read with `unpack2x16float`, so SwiftShader
+//!   (Chromium's fallback, no `shader-f16`) runs it all. Where the adapter has them, the
+//!   tiled mul_mat keeps F16 weight tiles as f16 and the mat-vec kernel reduces with
+//!   `subgroupAdd` ([`WebGpuOptions::shader_f16`], [`WebGpuOptions::subgroups`]; the
+//!   features are requested only when used).
 //! - **Device loss**: wgpu's device-lost callback (or [`WebGpuBackend::destroy_device`],
 //!   for tests) records the reason; from then on every operation (allocation, compute,
 //!   read) returns [`BackendError::DeviceLost`] with it: the caller loads the model again
@@ -75,6 +78,14 @@ pub struct WebGpuOptions {
     /// (`Instant`, `performance.now()`); the CLI passes its thread-CPU clock, so that a
     /// loaded machine's waits are not counted as encoding.
     pub encode_clock: Option<fn() -> f64>,
+    /// Subgroup reductions in the `Workgroup` mat-vec kernel (wgpu's `SUBGROUP` feature,
+    /// native Vulkan only: wgpu does not expose it on the web yet). `None`: when the adapter
+    /// has it; `Some(false)`: never (the feature is not even requested, so the workgroup
+    /// tree runs); `Some(true)`: required (`Unavailable` without it). Tests force each.
+    pub subgroups: Option<bool>,
+    /// `shader-f16` kernels for F16 weights (f16 loads and f16 workgroup tiles, f32 sums),
+    /// with the same `None` / `Some(false)` / `Some(true)` rule as `subgroups`.
+    pub shader_f16: Option<bool>,
 }
 
 /// The two families of mul_mat kernels.
@@ -83,8 +94,9 @@ pub enum MatMulKernels {
     /// `PerRow` on CPU-based adapters (lavapipe, SwiftShader), `Workgroup` elsewhere.
     #[default]
     Auto,
-    /// For GPUs: a workgroup per weight row with a tree reduction when N <= 8, 32x32 output
-    /// tiles through workgroup memory above.
+    /// For GPUs: a workgroup per weight row (4 weights per invocation per step, a subgroup
+    /// or tree reduction) when N <= 8, 64x64 output tiles (4x4 per invocation) through
+    /// workgroup memory above.
     Workgroup,
     /// For CPU-based adapters: one invocation per weight row and 4 columns, no workgroup
     /// memory and no barriers (which cost them more than the arithmetic).

@@ -3,9 +3,10 @@
 //! - the CPU backend on each instruction set this machine has: the portable scalar
 //!   kernels (forced with `ggweb::cpu::features::set_scalar_only`), x86 AVX2 (plain
 //!   `vpmaddubsw` prompt kernels) and AVX2 with `vpdpbusd` (AVX-VNNI or AVX512-VNNI);
-//! - WebGPU (wgpu on Vulkan; Mesa's lavapipe in CI) with the per-row mat-vec kernels, and
-//!   with the workgroup kernels and storage bindings lowered to 64 KiB (weights above it
-//!   go through the row-range split path). Without an adapter these fail, as in
+//! - WebGPU (wgpu on Vulkan; Mesa's lavapipe in CI) with the per-row mat-vec kernels; with
+//!   the workgroup kernels, every optional extension the adapter has (subgroups,
+//!   shader-f16) and storage bindings lowered to 64 KiB (weights above it go through the
+//!   row-range split path); and with the workgroup kernels and no extensions. Without an adapter these fail, as in
 //!   tests/webgpu/; `GGWEB_ALLOW_NO_GPU=1` makes that a printed `SKIPPED` (which
 //!   scripts/test.sh refuses).
 //!
@@ -103,10 +104,15 @@ fn cpu_avx2_vnni() {
 #[cfg(feature = "webgpu")]
 mod webgpu {
     use super::*;
-    use ggweb::webgpu::{MatMulKernels, WebGpuOptions};
+    use ggweb::webgpu::{AdapterSummary, MatMulKernels, WebGpuOptions};
 
+    /// Runs the suite on a device opened with `opts`, checking that it uses the subgroup
+    /// and shader-f16 kernels exactly when `opts` forces them on.
     fn check_webgpu(label: &str, opts: WebGpuOptions) {
-        let Some(gpu) = support::gpu::webgpu(opts) else { return };
+        let Some(gpu) = support::gpu::webgpu(opts.clone()) else { return };
+        let a = gpu.adapter();
+        assert_eq!(a.subgroup_kernels, opts.subgroups == Some(true), "{label}: {a:?}");
+        assert_eq!(a.f16_kernels, opts.shader_f16 == Some(true), "{label}: {a:?}");
         let t = Target {
             label: label.into(),
             backend: &gpu,
@@ -117,19 +123,52 @@ mod webgpu {
         run(&t, label);
     }
 
-    #[test]
-    fn webgpu_per_row() {
-        check_webgpu("webgpu(per-row)", WebGpuOptions { mat_mul_kernels: MatMulKernels::PerRow, ..Default::default() });
+    /// The adapter's optional features (from a default device), printed for the log.
+    fn adapter() -> Option<AdapterSummary> {
+        let a = support::gpu::webgpu(WebGpuOptions::default())?.adapter().clone();
+        eprintln!("NOTE adapter '{}' ({}): subgroups {}, shader-f16 {}", a.name, a.backend, a.subgroups, a.shader_f16);
+        Some(a)
     }
 
     #[test]
+    fn webgpu_per_row() {
+        let opts = WebGpuOptions {
+            mat_mul_kernels: MatMulKernels::PerRow,
+            subgroups: Some(false),
+            shader_f16: Some(false),
+            ..Default::default()
+        };
+        check_webgpu("webgpu(per-row)", opts);
+    }
+
+    /// The workgroup kernels with every extension the adapter has (subgroup reductions,
+    /// shader-f16 loads and tiles): forced on, so a missing one is not silently skipped.
+    #[test]
     fn webgpu_workgroup_64k_bindings() {
+        let Some(a) = adapter() else { return };
         let opts = WebGpuOptions {
             max_binding_size_override: Some(64 << 10),
             mat_mul_kernels: MatMulKernels::Workgroup,
+            subgroups: Some(a.subgroups),
+            shader_f16: Some(a.shader_f16),
             ..Default::default()
         };
-        check_webgpu("webgpu(workgroup, 64 KiB bindings)", opts);
+        check_webgpu(
+            &format!("webgpu(workgroup, 64 KiB bindings, subgroups {}, f16 {})", a.subgroups, a.shader_f16),
+            opts,
+        );
+    }
+
+    /// The workgroup kernels' fallbacks: the tree reduction and unpack2x16float loads.
+    #[test]
+    fn webgpu_workgroup_no_extensions() {
+        let opts = WebGpuOptions {
+            mat_mul_kernels: MatMulKernels::Workgroup,
+            subgroups: Some(false),
+            shader_f16: Some(false),
+            ..Default::default()
+        };
+        check_webgpu("webgpu(workgroup, no subgroups, no f16)", opts);
     }
 }
 

@@ -965,9 +965,20 @@ pub fn mm_tol(k: i64) -> Tol {
 fn mul_mat_cases() -> Vec<Case> {
     let mut v = Vec::new();
     // Float weights: K through every SIMD tail (1, 3, 17, 70, 255), N = 1 (the per-token
-    // mat-vec), odd N, and enough rows for the tiled kernels.
+    // mat-vec), odd N, and enough rows for the tiled kernels (K=42 M=70 N=130: three
+    // column tiles and two row tiles of 64, all ragged, and K % 4 = 2).
     for ty in [F32, F16, BF16] {
-        for (k, m, n) in [(1, 3, 2), (17, 9, 3), (64, 48, 1), (70, 33, 19), (255, 33, 5), (256, 96, 64), (1000, 4, 1)] {
+        let shapes = [
+            (1, 3, 2),
+            (17, 9, 3),
+            (64, 48, 1),
+            (70, 33, 19),
+            (255, 33, 5),
+            (256, 96, 64),
+            (42, 70, 130),
+            (1000, 4, 1),
+        ];
+        for (k, m, n) in shapes {
             v.push(case(&format!("mul_mat {ty} K={k} M={m} N={n}"), mm_tol(k), move |i| {
                 let a = i.t(ty, &[k, m]);
                 let b = i.t(F32, &[k, n]);

@@ -61,17 +61,36 @@ async fn cpu_scalar() {
     check_cpu("cpu(wasm scalar)").await;
 }
 
-/// Both mat-mul kernel families on the browser's adapter (~20 s each in SwiftShader). Not
-/// in the relaxed-SIMD build, which changes only the CPU's kernels.
+/// Both mat-mul kernel families on the browser's adapter (~20 s each in SwiftShader), the
+/// workgroup ones also without shader-f16 where the adapter has it (wgpu offers subgroups
+/// natively only: never here). Not in the relaxed-SIMD build, which changes only the CPU's
+/// kernels.
 #[cfg(all(feature = "webgpu", not(target_feature = "relaxed-simd")))]
 #[wasm_bindgen_test]
 async fn webgpu() {
     use ggweb::webgpu::{MatMulKernels, WebGpuBackend, WebGpuOptions};
-    for kernels in [MatMulKernels::Workgroup, MatMulKernels::PerRow] {
-        let label = format!("browser webgpu({kernels:?})");
-        let gpu = WebGpuBackend::new_async(WebGpuOptions { mat_mul_kernels: kernels, ..Default::default() })
-            .await
-            .expect("a WebGPU adapter in the headless browser (webdriver.json enables WebGPU)");
+    const NO_ADAPTER: &str = "a WebGPU adapter in the headless browser (webdriver.json enables WebGPU)";
+    let a = WebGpuBackend::new_async(WebGpuOptions::default()).await.expect(NO_ADAPTER).adapter().clone();
+    web_sys::console::log_1(
+        &format!("adapter '{}' ({}): subgroups {}, shader-f16 {}", a.name, a.backend, a.subgroups, a.shader_f16).into(),
+    );
+    assert!(!a.subgroups, "wgpu offers subgroups natively only: {a:?}");
+    // Asking for a missing extension is a typed error, not a silent fallback.
+    match WebGpuBackend::new_async(WebGpuOptions { subgroups: Some(true), ..Default::default() }).await {
+        Err(ggweb::backend::BackendError::Unavailable(why)) => {
+            assert!(why.contains("lacks the subgroups feature"), "{why}")
+        }
+        Err(e) => panic!("expected Unavailable, got {e}"),
+        Ok(_) => panic!("a device with subgroups forced on an adapter without them"),
+    }
+    let mut runs = vec![(MatMulKernels::Workgroup, None), (MatMulKernels::PerRow, None)];
+    if a.shader_f16 {
+        runs.push((MatMulKernels::Workgroup, Some(false)));
+    }
+    for (kernels, f16) in runs {
+        let opts = WebGpuOptions { mat_mul_kernels: kernels, shader_f16: f16, ..Default::default() };
+        let gpu = WebGpuBackend::new_async(opts).await.expect(NO_ADAPTER);
+        let label = format!("browser webgpu({kernels:?}, f16 {})", gpu.adapter().f16_kernels);
         let t = Target {
             label: label.clone(),
             backend: &gpu,

@@ -27,8 +27,13 @@ fn ids(v: &Value) -> Vec<u64> {
 }
 
 fn ggweb(args: &[&str], stdin: &str) -> (i32, String, String) {
+    ggweb_env(args, stdin, &[])
+}
+
+fn ggweb_env(args: &[&str], stdin: &str, env: &[(&str, &str)]) -> (i32, String, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_ggweb"))
         .args(args)
+        .envs(env.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -257,6 +262,57 @@ fn webgpu_backend_generates_logits_and_benches() {
     assert_eq!((tg["readbackBytes"].as_f64(), tg["dispatches"].as_f64()), (Some(50257.0 * 4.0), Some(dispatches)));
     assert_eq!((pp["submits"].as_f64(), pp["dispatches"].as_f64()), (Some(1.0 / 8.0), Some(dispatches / 8.0)), "{v}");
     assert!(tg["encodeMs"].as_f64().unwrap() > 0.0, "{v}");
+}
+
+/// The WebGPU kernel variants forced through the environment (scripts/device-bench.sh's
+/// comparisons): each gives HF's greedy tokens, `GGWEB_WEBGPU_INFO` names the one in use,
+/// and a bad value is a message naming the variable.
+#[test]
+fn webgpu_kernel_variants_from_the_environment() {
+    let p = reference_prompt("hello");
+    let want = ids(&p["greedy_ids"]);
+    let n = want.len().to_string();
+    let args = [
+        "generate",
+        "--model",
+        &model(),
+        "--prompt",
+        "Hello, my name is",
+        "--temp",
+        "0",
+        "-n",
+        &n,
+        "--json",
+        "--backend",
+        "webgpu",
+    ];
+    for (sg, f16) in [("1", "1"), ("0", "0")] {
+        let env = [
+            ("GGWEB_WEBGPU_KERNELS", "workgroup"),
+            ("GGWEB_WEBGPU_SUBGROUPS", sg),
+            ("GGWEB_WEBGPU_F16", f16),
+            ("GGWEB_WEBGPU_INFO", "1"),
+        ];
+        let (code, out, err) = ggweb_env(&args, "", &env);
+        if code != 0 && sg == "1" && err.contains("lacks") {
+            eprintln!("NOTE: this adapter lacks subgroups or shader-f16: {err}");
+            continue;
+        }
+        assert_eq!(code, 0, "{err}");
+        let v: Value = serde_json::from_str(out.trim()).unwrap();
+        assert_eq!(ids(&v["tokens"]), want, "subgroups {sg}, f16 {f16}");
+        let on = |b: &str| if b == "1" { "true" } else { "false" };
+        let info = format!("subgroup_kernels: {}, f16_kernels: {}", on(sg), on(f16));
+        assert!(err.contains(&info) && err.contains("mat_mul_kernels: Workgroup"), "{err}");
+    }
+    for (k, v, msg) in [
+        ("GGWEB_WEBGPU_SUBGROUPS", "yes", "GGWEB_WEBGPU_SUBGROUPS=yes: expected 0 or 1"),
+        ("GGWEB_WEBGPU_KERNELS", "tiled", "GGWEB_WEBGPU_KERNELS=tiled: expected workgroup or per-row"),
+    ] {
+        let (code, _, err) = ggweb_env(&args, "", &[(k, v)]);
+        assert_ne!(code, 0);
+        assert!(err.contains(msg), "{err}");
+    }
 }
 
 /// tests/fixtures/tiny-gpt2.inside-ref.json (made by tests/fixtures/make_inside_ref.py).

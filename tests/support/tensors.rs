@@ -61,6 +61,15 @@ pub fn ref_gelu(x: f64) -> f64 {
 /// of each row must still be, bit for bit, what a batch of three rows of b gives, for F32,
 /// F16, Q8_0 and Q4_0 weights; and the same again on each of `threads`.
 pub fn check_one_row_of_b_gives_the_batched_bits(threads: &[usize]) {
+    // Quantized rows in order and as four streams (Intel's order): the same bits either way.
+    for streams in [false, true] {
+        ggweb::cpu::features::set_decode_streams(Some(streams));
+        one_row_of_b_gives_the_batched_bits(threads);
+    }
+    ggweb::cpu::features::set_decode_streams(None);
+}
+
+fn one_row_of_b_gives_the_batched_bits(threads: &[usize]) {
     use ggweb::types::GgmlType::{F16, F32, Q4_0, Q8_0};
     let ctx = ctx(32);
     let mut rng = Rng::new(29);

@@ -638,13 +638,22 @@ fn every_kernel_module_validates() {
     let _shared = gpu::shared();
     use wgpu::naga;
     let modules = ggweb::webgpu::kernel_sources();
-    assert_eq!(modules.len(), 5 + 3 * 13);
+    // The plain modules, then mul_mat for F16 with shader-f16 and mul_mat_q for every type
+    // with subgroups.
+    assert_eq!(modules.len(), 5 + 3 * 13 + 1 + 13);
     for (name, src) in modules {
         let module =
             naga::front::wgsl::parse_str(&src).unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(&src)));
         // unpack2x16float is core WebGPU (naga files it under a capability); nothing else,
-        // in particular not SHADER_FLOAT16 (shader-f16), is needed.
-        let caps = naga::valid::Capabilities::SHADER_FLOAT16_IN_FLOAT32;
+        // in particular not SHADER_FLOAT16 (shader-f16), is needed but by the variants
+        // named for their extension.
+        let mut caps = naga::valid::Capabilities::SHADER_FLOAT16_IN_FLOAT32;
+        if name.contains("+f16") {
+            caps |= naga::valid::Capabilities::SHADER_FLOAT16;
+        }
+        if name.contains("+subgroups") {
+            caps |= naga::valid::Capabilities::SUBGROUP;
+        }
         naga::valid::Validator::new(naga::valid::ValidationFlags::all(), caps)
             .validate(&module)
             .unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(&src)));
