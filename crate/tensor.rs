@@ -24,6 +24,7 @@
 use alloc::format;
 use alloc::rc::Rc;
 use alloc::string::String;
+use alloc::vec;
 use alloc::vec::Vec;
 use core::cell::{Cell, RefCell};
 
@@ -132,6 +133,8 @@ pub struct TensorInner {
     name: RefCell<String>,
     flags: Cell<u32>,
     data: RefCell<Option<TensorData>>,
+    /// The bytes are in the CPU's repacked layout (`quants::repack`), not ggml's.
+    repacked: Cell<bool>,
     /// Unique per process; graphs and allocators key their tables by it.
     id: usize,
 }
@@ -224,6 +227,7 @@ impl Tensor {
             name: RefCell::new(name),
             flags: Cell::new(0),
             data: RefCell::new(None),
+            repacked: Cell::new(false),
             id: NEXT_ID.fetch_add(1, core::sync::atomic::Ordering::Relaxed),
         }))
     }
@@ -523,17 +527,28 @@ impl Tensor {
     }
 
     /// Copies raw bytes into the tensor's memory at `offset`, on whatever backend holds it
-    /// (ggml_backend_tensor_set). The tensor must be allocated.
+    /// (ggml_backend_tensor_set). The tensor must be allocated. A repacked weight goes back
+    /// to ggml's layout first.
     pub fn set_bytes(&self, bytes: &[u8], offset: usize) {
         let d = self.data().unwrap_or_else(|| panic!("set_bytes on unallocated tensor '{}'", self.name()));
         assert!(offset + bytes.len() <= self.nbytes(), "set_bytes past the end of '{}'", self.name());
+        if self.is_repacked() {
+            let mut plain = vec![0u8; self.nbytes()];
+            self.get_bytes(&mut plain, 0);
+            d.buffer.set_bytes(d.offset, &plain);
+            self.repacked.set(false);
+        }
         d.buffer.set_bytes(d.offset + offset, bytes);
     }
 
-    /// Reads raw bytes of the tensor's memory (ggml_backend_tensor_get).
+    /// Reads raw bytes of the tensor's memory (ggml_backend_tensor_get), in ggml's layout
+    /// (a repacked weight's rows are unpacked on the way).
     pub fn get_bytes(&self, out: &mut [u8], offset: usize) {
         let d = self.data().unwrap_or_else(|| panic!("get_bytes on unallocated tensor '{}'", self.name()));
         assert!(offset + out.len() <= self.nbytes(), "get_bytes past the end of '{}'", self.name());
+        if self.unpack_into(out, offset) {
+            return;
+        }
         d.buffer.get_bytes(d.offset + offset, out);
     }
 
@@ -541,7 +556,49 @@ impl Tensor {
     pub fn try_get_bytes(&self, out: &mut [u8], offset: usize) -> Result<(), crate::backend::BackendError> {
         let d = self.data().unwrap_or_else(|| panic!("get_bytes on unallocated tensor '{}'", self.name()));
         assert!(offset + out.len() <= self.nbytes(), "get_bytes past the end of '{}'", self.name());
+        if self.unpack_into(out, offset) {
+            return Ok(());
+        }
         d.buffer.try_get_bytes(d.offset + offset, out)
+    }
+
+    /// Whether the bytes are in the CPU's repacked layout ([`crate::quants::repack`]): only
+    /// the CPU's `mul_mat` (as its weights) and `get_rows` (as the table) read them so.
+    pub fn is_repacked(&self) -> bool {
+        self.repacked.get()
+    }
+
+    /// Repacks a 2-D Q8_0/Q4_0 weight in host memory in place, when this machine's kernels
+    /// read the packed layout, or `force` ([`crate::quants::repack::wants`]). Whether it did.
+    pub fn repack(&self, force: bool) -> bool {
+        let (k, m) = (self.ne[0] as usize, self.ne[1] as usize);
+        if self.is_repacked()
+            || self.view_src.is_some()
+            || self.ne[2] != 1
+            || self.ne[3] != 1
+            || !self.is_contiguous()
+            || !crate::quants::repack::wants(self.ty, k, m, force)
+        {
+            return false;
+        }
+        let Some(p) = self.host_ptr() else { return false };
+        // SAFETY: the tensor's bytes lie inside its host buffer; nothing else borrows them now.
+        let data = unsafe { core::slice::from_raw_parts_mut(p, self.nbytes()) };
+        let done = crate::quants::repack::pack(self.ty, k, m, data);
+        self.repacked.set(done);
+        done
+    }
+
+    /// A repacked tensor's bytes `offset..` in ggml's layout into `out`; false when not repacked.
+    fn unpack_into(&self, out: &mut [u8], offset: usize) -> bool {
+        if !self.is_repacked() {
+            return false;
+        }
+        let p = self.host_ptr().expect("a repacked tensor is in host memory");
+        // SAFETY: the tensor's bytes lie inside its host buffer.
+        let data = unsafe { core::slice::from_raw_parts(p as *const u8, self.nbytes()) };
+        crate::quants::repack::unpack_bytes(self.ty, self.ne[0] as usize, self.ne[1] as usize, data, offset, out);
+        true
     }
 }
 

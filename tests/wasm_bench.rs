@@ -194,34 +194,43 @@ fn bench_mul_mat_kernels() {
     let mut rng = Rng::xorshift32(7);
     console_log!("| op | type | K × M × N | GFLOP/s (wall) | GFLOP/s (CPU time) |");
     console_log!("|---|---|---|---|---|");
-    for ty in [GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_0] {
+    for ty in [GgmlType::Q8_0, GgmlType::Q4_0] {
         for (k, m) in [(768i64, 2304i64), (3072, 768)] {
             for n in [1i64, 32] {
-                let a = ctx.new_tensor_2d(ty, k, m);
-                fill(&a, &mut rng, 0.3, 0.0);
-                let b = ctx.new_tensor_2d(GgmlType::F32, k, n);
-                fill(&b, &mut rng, 0.3, 0.0);
-                let c = ctx.mul_mat(&a, &b);
-                let mut gf = Graph::new();
-                gf.build_forward_expand(&c);
-                ggweb::cpu::compute_graph(&gf, 1).unwrap();
-                // Best of five trials of ≥ 0.1 s CPU each.
-                let (mut best_w, mut best_c) = (f64::MAX, f64::MAX);
-                for _ in 0..5 {
-                    let (t0, c0, mut runs) = (now(), cpu_now(), 0);
-                    while cpu_now() - c0 < 0.1 || now() - t0 < 0.1 || runs < 2 {
-                        ggweb::cpu::compute_graph(&gf, 1).unwrap();
-                        runs += 1;
+                for repack in [false, true] {
+                    if repack && !matches!(ty, GgmlType::Q8_0 | GgmlType::Q4_0) {
+                        continue;
                     }
-                    best_w = best_w.min((now() - t0) / runs as f64);
-                    best_c = best_c.min((cpu_now() - c0) / runs as f64);
+                    let a = ctx.new_tensor_2d(ty, k, m);
+                    fill(&a, &mut rng, 0.3, 0.0);
+                    if repack {
+                        assert!(a.repack(false), "{ty} repacked");
+                    }
+                    let b = ctx.new_tensor_2d(GgmlType::F32, k, n);
+                    fill(&b, &mut rng, 0.3, 0.0);
+                    let c = ctx.mul_mat(&a, &b);
+                    let mut gf = Graph::new();
+                    gf.build_forward_expand(&c);
+                    ggweb::cpu::compute_graph(&gf, 1).unwrap();
+                    // Best of five trials of ≥ 0.1 s CPU each.
+                    let (mut best_w, mut best_c) = (f64::MAX, f64::MAX);
+                    for _ in 0..5 {
+                        let (t0, c0, mut runs) = (now(), cpu_now(), 0);
+                        while cpu_now() - c0 < 0.1 || now() - t0 < 0.1 || runs < 2 {
+                            ggweb::cpu::compute_graph(&gf, 1).unwrap();
+                            runs += 1;
+                        }
+                        best_w = best_w.min((now() - t0) / runs as f64);
+                        best_c = best_c.min((cpu_now() - c0) / runs as f64);
+                    }
+                    let flop = 2.0 * (k * m * n) as f64;
+                    console_log!(
+                        "| mul_mat | {ty}{} | {k} × {m} × {n} | {:.2} | {:.2} |",
+                        if repack { " repacked" } else { "" },
+                        flop / best_w * 1e-9,
+                        flop / best_c * 1e-9
+                    );
                 }
-                let flop = 2.0 * (k * m * n) as f64;
-                console_log!(
-                    "| mul_mat | {ty} | {k} × {m} × {n} | {:.2} | {:.2} |",
-                    flop / best_w * 1e-9,
-                    flop / best_c * 1e-9
-                );
             }
         }
     }
@@ -350,6 +359,53 @@ fn bench_gpt2_124m_decode_profile() {
                 e.secs * 1e3 / n_gen as f64,
                 100.0 * e.secs / total
             );
+        }
+    }
+}
+
+/// Repacked weights against ggml's layout (`quants::repack`), one build: the 124M shape in
+/// Q8_0 and Q4_0 (output Q8_0) loaded twice, repacking off and on, then rounds of a 64-token
+/// prompt and 32 decoded tokens alternating between the two (tokens per CPU second of the
+/// Node process, each round's; wall time in a browser: `WASM_BINDGEN_USE_BROWSER=1`; on a
+/// shared machine the pairs say more than one run).
+#[wasm_bindgen_test]
+#[ignore = "benchmark (minutes): run with --include-ignored"]
+fn bench_repack_ab() {
+    let (n_prompt, n_gen, rounds) = (64usize, 32usize, 5);
+    console_log!("| weights | layout | pp{n_prompt} tok/CPU-s (rounds) | tg{n_gen} tok/CPU-s (rounds) |");
+    console_log!("|---|---|---|---|");
+    for (wty, out_ty) in [(GgmlType::Q8_0, GgmlType::Q8_0), (GgmlType::Q4_0, GgmlType::Q8_0)] {
+        ggweb::quants::repack::set_disabled(true);
+        let plain = model(wty, out_ty, 64);
+        ggweb::quants::repack::set_disabled(false);
+        let packed = model(wty, out_ty, 64);
+        assert!(plain.repacked_bytes == 0 && packed.repacked_bytes > 0);
+        let mut ms = [plain, packed];
+        let ids: Vec<u32> = (0..n_prompt as u64).map(|i| ((i * 2654435761 + 12345) % 50257) as u32).collect();
+        let mut res = [[(0f64, 0f64); 5]; 2];
+        for m in ms.iter_mut() {
+            m.eval(&ids, 0, false).unwrap(); // grows the memory, warms the kernels
+        }
+        for r in 0..rounds {
+            for (k, m) in ms.iter_mut().enumerate() {
+                // CPU time under Node; in a browser (no process CPU time) wall time.
+                let clock = || if cpu_now().is_nan() { perf_now() } else { cpu_now() };
+                let c = clock();
+                let logits = m.eval(&ids, 0, false).unwrap();
+                let pp = n_prompt as f64 / (clock() - c);
+                let mut tok = ggweb::model::sampling::argmax(&logits);
+                let c = clock();
+                for i in 0..n_gen {
+                    tok = ggweb::model::sampling::argmax(&m.eval(&[tok], n_prompt + i, false).unwrap());
+                }
+                res[k][r] = (pp, n_gen as f64 / (clock() - c));
+            }
+        }
+        for (k, name) in ["ggml", "repacked"].iter().enumerate() {
+            let f = |sel: fn(&(f64, f64)) -> f64| {
+                res[k].iter().map(|x| format!("{:.1}", sel(x))).collect::<Vec<_>>().join(", ")
+            };
+            console_log!("| {wty} | {name} | {} | {} |", f(|x| x.0), f(|x| x.1));
         }
     }
 }

@@ -509,6 +509,9 @@ export interface ModelInfo {
     compute: number;
     /** The KV cache's element type (LoadOptions.kvType). */
     kvType: 'f16' | 'f32';
+    /** Bytes of `weights` the CPU reads repacked into 4-row groups (Q8_0/Q4_0 matrices on
+     * the wasm SIMD128 builds; in place, not extra memory); 0 where nothing is. */
+    repacked: number;
   };
   /** Where the model runs and what crosses between backends. */
   split: ModelSplit;

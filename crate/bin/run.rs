@@ -418,7 +418,7 @@ pub fn bench(args: BenchArgs) -> Result<(), String> {
             json!({
                 "model": path, "backend": model.backend.name(), "threads": threads, "n_batch": model.n_batch,
                 "n_prompt": n_prompt, "n_gen": n_gen, "reps": reps, "load_s": load_s,
-                "prompt_tok_s": pp_med, "gen_tok_s": tg_med,
+                "prompt_tok_s": pp_med, "gen_tok_s": tg_med, "repacked_bytes": model.repacked_bytes,
                 "prompt_tok_per_cpu_s": pp_cpu_med, "gen_tok_per_cpu_s": tg_cpu_med,
                 "prompt_tok_s_all": pp, "gen_tok_s_all": tg,
                 "prompt_tok_s_spread": [pp_sp.0, pp_sp.1], "gen_tok_s_spread": [tg_sp.0, tg_sp.1],

@@ -770,7 +770,7 @@ impl WasmModel {
         self.session.tokenizer.eos().map_or(-1, |t| t as i32)
     }
 
-    /// `{ arch, hparams, backend, memory: { weights, kv, compute, kvType }, split, tokenizer,
+    /// `{ arch, hparams, backend, memory: { weights, kv, compute, kvType, repacked }, split, tokenizer,
     /// wasmMemory: { heapBase, atLoaderStart, afterLoad, now }, backendNote }` (bytes; see
     /// `wasm_heap_base`, `wasm_memory_bytes`). `split`: `{ gpuLayers, embeddingsOnGpu,
     /// backends, splits, copiesPerToken, copyBytesPerToken, bytesPerBackend: { [name]:
@@ -798,6 +798,7 @@ impl WasmModel {
                 kv: plan.kv,
                 compute: plan.compute,
                 kv_type: model.kv.ty.name(),
+                repacked: model.repacked_bytes,
             },
             split: self.split_json(),
             tokenizer: TokenizerJson {
@@ -890,6 +891,8 @@ struct MemoryJson {
     kv: usize,
     compute: usize,
     kv_type: &'static str,
+    /// Bytes of `weights` the CPU reads in its repacked layout (in place: not extra).
+    repacked: usize,
 }
 
 /// `info().tokenizer`; `n_vocab` is the deprecated duplicate of `nVocab` (one release).

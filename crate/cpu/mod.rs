@@ -277,8 +277,16 @@ fn compute_forward(node: &Tensor, exec: &Exec) -> Result<(), KernelError> {
         return Ok(());
     }
     // Sources first: a missing input is the likelier mistake, and names that tensor.
-    for s in node.src.iter().flatten() {
-        TensorView::of(s)?;
+    for (i, s) in node.src.iter().enumerate() {
+        let Some(s) = s else { continue };
+        // Only mul_mat's weights and get_rows' tables are read in the repacked layout.
+        if TensorView::of(s)?.packed && !(i == 0 && matches!(node.op, Op::MulMat | Op::GetRows)) {
+            return Err(KernelError::Unsupported(format!(
+                "{} reads the repacked weight '{}' as src[{i}]",
+                node.op.name(),
+                s.name()
+            )));
+        }
     }
     let dst = TensorView::of(node)?;
     match node.op {

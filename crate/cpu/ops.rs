@@ -111,6 +111,8 @@ pub(crate) struct TensorView {
     pub ty: GgmlType,
     pub ne: [usize; MAX_DIMS],
     pub nb: [usize; MAX_DIMS],
+    /// A weight in the repacked layout (`quants::repack`): 2-D, contiguous.
+    pub packed: bool,
 }
 
 // SAFETY: a plain address plus shape; kernels that share one across threads write disjoint
@@ -129,7 +131,22 @@ impl TensorView {
         if t.ne.iter().any(|&n| n < 0) {
             return Err(KernelError::Invalid(format!("tensor '{}' has negative ne {:?}", t.name(), t.ne)));
         }
-        Ok(TensorView { ptr, ty: t.ty, ne: t.ne.map(|n| n as usize), nb: t.nb })
+        // A view of a repacked weight reads it as it is only when it is the whole weight.
+        let packed = t.is_repacked()
+            || match &t.view_src {
+                Some(v) if v.is_repacked() => {
+                    if t.view_offs != 0 || t.ne != v.ne || t.nb != v.nb || t.ty != v.ty {
+                        return unsupported(format!(
+                            "tensor '{}' is a partial view of the repacked weight '{}'",
+                            t.name(),
+                            v.name()
+                        ));
+                    }
+                    true
+                }
+                _ => false,
+            };
+        Ok(TensorView { ptr, ty: t.ty, ne: t.ne.map(|n| n as usize), nb: t.nb, packed })
     }
 
     fn nrows(&self) -> usize {
@@ -442,8 +459,13 @@ pub(crate) fn get_rows(a: &TensorView, b: &TensorView, dst: &TensorView, exec: &
             a.ne, b.ne, dst.ne
         )));
     }
+    if a.packed && (a.ne[2] != 1 || a.ne[3] != 1) {
+        return unsupported(format!("get_rows: a repacked table of ne {:?}", a.ne));
+    }
     // One result row per index; dst's rows are counted i10 fastest (dst.ne[1..] = b.ne[..3]).
     par_rows(exec, dst.nrows(), a.ne[0], &|rows| {
+        // A repacked table's row in ggml's layout.
+        let mut plain = if a.packed { vec![0u8; a.nb[1]] } else { Vec::new() };
         for r in rows {
             let (i10, i11, i12) = dst.row_index(r);
             // SAFETY: indices within b.ne.
@@ -455,8 +477,14 @@ pub(crate) fn get_rows(a: &TensorView, b: &TensorView, dst: &TensorView, exec: &
                     a.ne[1]
                 )));
             }
-            let src = a.row(idx as usize, i11 % a.ne[2], i12 % a.ne[3]);
-            // SAFETY: row idx is inside a; the destination row inside dst.
+            let mut src = a.row(idx as usize, i11 % a.ne[2], i12 % a.ne[3]);
+            if a.packed {
+                // SAFETY: a is one contiguous matrix of ne[1] rows (checked above).
+                let data = unsafe { core::slice::from_raw_parts(a.ptr as *const u8, a.ne[1] * a.nb[1]) };
+                crate::quants::repack::unpack_row(a.ty, a.ne[0], a.ne[1], data, idx as usize, &mut plain);
+                src = plain.as_mut_ptr();
+            }
+            // SAFETY: row idx is inside a (or its unpacked copy); the destination row inside dst.
             unsafe { convert_row(src, a.ty, a.nb[0], dst.row(i10, i11, i12), dst.ty, dst.nb[0], a.ne[0])? };
         }
         Ok(())
@@ -794,6 +822,22 @@ impl MulMatPlan {
                         c,
                         ldc,
                     ),
+                    DotKind::Quant(ty) if a.packed => {
+                        // Blocks start at a multiple of 4 rows and end at one or at a.ne[1]
+                        // (mul_mat's job split), so they hold whole groups then plain rows.
+                        let b_len = (nb - 1) * self.b_nb[1] + ty.vec_dot_type().row_size(k as i64);
+                        crate::quants::repack::gemm_packed(
+                            ty,
+                            k,
+                            mb,
+                            nb,
+                            core::slice::from_raw_parts(a_rows, mb * a.nb[1]),
+                            core::slice::from_raw_parts(b_rows, b_len),
+                            self.b_nb[1],
+                            core::slice::from_raw_parts_mut(c, (nb - 1) * ldc + mb),
+                            ldc,
+                        );
+                    }
                     DotKind::Quant(ty) => {
                         let a_len = (mb - 1) * a.nb[1] + ty.row_size(k as i64);
                         let b_len = (nb - 1) * self.b_nb[1] + ty.vec_dot_type().row_size(k as i64);
@@ -883,6 +927,9 @@ pub(crate) fn mul_mat(a: &TensorView, b: &TensorView, d: &TensorView, exec: &Exe
     }
     if d.ty != GgmlType::F32 || d.nb[0] != 4 || !aligned(d.ptr, 4) || (d.ne[1] > 1 && d.nb[1] % 4 != 0) {
         return unsupported(format!("mul_mat result must be packed, aligned f32 rows (type {}, nb {:?})", d.ty, d.nb));
+    }
+    if a.packed && (a.ne[2] != 1 || a.ne[3] != 1 || a.nb[1] != a.ty.row_size(k as i64)) {
+        return unsupported(format!("mul_mat: a repacked weight of ne {:?}, nb {:?}", a.ne, a.nb));
     }
     if a.nb[0] != a.ty.type_size() && a.ne[0] > 1 {
         return unsupported(format!(

@@ -407,6 +407,33 @@ pub struct Gpt2 {
     /// The first (highest-priority) backend.
     pub backend: Rc<dyn Backend>,
     pub n_batch: usize,
+    /// Bytes of weights the CPU reads repacked ([`repack_weights`]); in place, so the
+    /// memory plan is unchanged.
+    pub repacked_bytes: usize,
+}
+
+/// Repacks the matrix weights (and the tied `token_embd`, whose `get_rows` reads the packed
+/// layout too) into the layout this machine's kernels want (`quants::repack`), when the
+/// model runs on the CPU alone: a split model's scheduler copies raw bytes between backends,
+/// and WebGPU reads ggml's layout. Off with `quants::repack::set_disabled` (natively, with
+/// `GGWEB_NO_REPACK=1`). Returns the bytes repacked.
+fn repack_weights(w: &Weights, sched: &Sched) -> usize {
+    #[cfg(all(feature = "std", not(target_arch = "wasm32")))]
+    if std::env::var_os("GGWEB_NO_REPACK").is_some_and(|v| !v.is_empty() && v != "0") {
+        return 0;
+    }
+    if crate::quants::repack::disabled() {
+        return 0;
+    }
+    repack_all(w, sched, false)
+}
+
+fn repack_all(w: &Weights, sched: &Sched, force: bool) -> usize {
+    if sched.n_backends() != 1 {
+        return 0;
+    }
+    let mats = w.layers.iter().flat_map(|l| [&l.attn_qkv_w, &l.attn_out_w, &l.ffn_up_w, &l.ffn_down_w]);
+    mats.chain([&w.output]).filter(|t| t.repack(force)).map(|t| t.nbytes()).sum()
 }
 
 impl Gpt2 {
@@ -452,11 +479,22 @@ impl Gpt2 {
         check_runnable(&worst.graph, &sched)?;
         sched.reserve(&worst.graph)?;
         let backend = sched.backend(0).clone();
-        Ok(Gpt2 { hparams, weights, weight_ctx, weight_buffers, kv, sched, backend, n_batch })
+        let repacked_bytes = repack_weights(&weights, &sched);
+        Ok(Gpt2 { hparams, weights, weight_ctx, weight_buffers, kv, sched, backend, n_batch, repacked_bytes })
     }
 
     pub fn n_ctx(&self) -> usize {
         self.kv.n_ctx
+    }
+
+    /// Repacks the weights a load left in ggml's layout, even where this machine has no
+    /// kernel for the packed one (its products then unpack per call): for tests of the
+    /// repacked path on any machine. Returns the bytes repacked by this call.
+    #[doc(hidden)]
+    pub fn force_repack(&mut self) -> usize {
+        let n = repack_all(&self.weights, &self.sched, true);
+        self.repacked_bytes += n;
+        n
     }
 
     /// The scheduler's graph allocator (one buffer id per backend).

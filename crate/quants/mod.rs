@@ -34,6 +34,7 @@
 //! [`scalar`]), so native and browser runs agree to the last bit.
 
 pub mod blocks;
+pub mod repack;
 pub mod scalar;
 pub mod traits;
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
@@ -211,6 +212,24 @@ pub fn gemm(
     c: &mut [f32],
     ldc: usize,
 ) {
+    gemm_with(cpu_traits(ty).gemm, ty, k, m, n, a, lda, b, ldb, c, ldc)
+}
+
+/// [`gemm`] with the prompt kernel `g` (rows of a in the layout `g` reads).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gemm_with(
+    g: Option<&PromptGemm>,
+    ty: GgmlType,
+    k: usize,
+    m: usize,
+    n: usize,
+    a: &[u8],
+    lda: usize,
+    b: &[u8],
+    ldb: usize,
+    c: &mut [f32],
+    ldc: usize,
+) {
     let t = cpu_traits(ty);
     let dot = t.vec_dot.unwrap_or_else(|| panic!("quants gemm: no dot product for {ty}"));
     if m == 0 || n == 0 {
@@ -239,7 +258,7 @@ pub fn gemm(
             }
         }
     };
-    let Some(g) = t.gemm else {
+    let Some(g) = g else {
         return dots(0, n, b, c, None);
     };
     // Blocks of `ty` per row (32 elements, 256 for the K-quants).

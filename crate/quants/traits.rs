@@ -17,6 +17,7 @@ use core::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 
 use alloc::vec::Vec;
 
+use super::repack::PackedKernel;
 use super::{scalar, ColPrep};
 use crate::types::GgmlType;
 
@@ -65,14 +66,23 @@ pub struct TypeTraitsCpu {
     pub vec_dot_type: GgmlType,
     /// The prompt kernel, or None: [`super::gemm`] loops over `vec_dot`.
     pub gemm: Option<&'static PromptGemm>,
+    /// The kernel that reads weights repacked at load ([`super::repack`]), or None: weights
+    /// of this type stay in ggml's layout on this ISA.
+    pub packed: Option<&'static PackedKernel>,
 }
 
 /// Indexed by `GgmlType as usize` (ggml's type ids; the gaps hold empty entries).
 pub(crate) const N_TYPES: usize = GgmlType::BF16 as usize + 1;
 pub(crate) type Table = [TypeTraitsCpu; N_TYPES];
 
-const EMPTY: TypeTraitsCpu =
-    TypeTraitsCpu { to_float: None, from_float: None, vec_dot: None, vec_dot_type: GgmlType::F32, gemm: None };
+const EMPTY: TypeTraitsCpu = TypeTraitsCpu {
+    to_float: None,
+    from_float: None,
+    vec_dot: None,
+    vec_dot_type: GgmlType::F32,
+    gemm: None,
+    packed: None,
+};
 
 /// The portable kernels every table starts from.
 pub(crate) const fn scalar_table() -> Table {

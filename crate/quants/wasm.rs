@@ -40,11 +40,13 @@ pub(super) const fn table() -> Table {
     t[Q4_K as usize].gemm = Some(&kquants::GEMMS[2]);
     t[Q5_K as usize].gemm = Some(&kquants::GEMMS[3]);
     t[Q6_K as usize].gemm = Some(&kquants::GEMMS[4]);
+    t[Q8_0 as usize].packed = Some(&packed::PACKED_Q8_0);
     t
 }
 
 mod affine;
 mod kquants;
+mod packed;
 
 static PANELS: PromptGemm =
     PromptGemm { name: "simd128 i16 panels", rows: gemm_rows, needs_plain: false, wants_sums: false };
@@ -408,6 +410,43 @@ pub(super) fn gemm_rows(
     c: &mut [f32],
     ldc: usize,
 ) {
+    gemm_rows_form(false, ty, nb, m, a, lda, b, ldb, cols, c, ldc)
+}
+
+/// [`gemm_rows`] on weights repacked at load ([`super::repack`]): `m` rows of whole groups and
+/// at least [`PANEL_MIN_N`] rows of b, so the panel kernels, whose panels are the groups.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn gemm_rows_packed(
+    ty: GgmlType,
+    nb: usize,
+    m: usize,
+    a: &[u8],
+    lda: usize,
+    b: &[u8],
+    ldb: usize,
+    cols: &super::ColPrep,
+    c: &mut [f32],
+    ldc: usize,
+) {
+    assert!(ty == GgmlType::Q8_0 && m % PANEL == 0 && cols.plain.len() >= PANEL_MIN_N && !cols.plain.contains(&true));
+    gemm_rows_form(true, ty, nb, m, a, lda, b, ldb, cols, c, ldc)
+}
+
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn gemm_rows_form(
+    packed: bool,
+    ty: GgmlType,
+    nb: usize,
+    m: usize,
+    a: &[u8],
+    lda: usize,
+    b: &[u8],
+    ldb: usize,
+    cols: &super::ColPrep,
+    c: &mut [f32],
+    ldc: usize,
+) {
     let nbp = cols.nbp;
     let n = cols.plain.len();
     #[cfg(target_feature = "relaxed-simd")]
@@ -441,7 +480,7 @@ pub(super) fn gemm_rows(
     // Columns the products take (on wasm, every one: `plain` is never marked here).
     let js: alloc::vec::Vec<usize> = (0..n).filter(|&j| !cols.plain[j]).collect();
     if n >= PANEL_MIN_N && js.len() == n {
-        let mut form = I16Panels { ty, yw: &yw };
+        let mut form = I16Panels { ty, packed, yw: &yw };
         // Rows past the last whole panel: row_dot (the same bits).
         let (mut xw, mut dx) = (alloc::vec![i16x8_splat(0); nb * 4], alloc::vec![0f32; nbp]);
         let rest = |i: usize, c: &mut [f32]| {
@@ -817,21 +856,21 @@ fn transpose4(x: [v128; PANEL]) -> [v128; 4] {
 /// half the shuffles of widening first and transposing i32 lanes, and few live vectors
 /// (with whole blocks in flight V8 spilled, and packing cost twice what reading the rows
 /// from memory did).
+/// `half(r, t, h)` and `scales(t)` (the 4 rows' f32 scales of block t) read the rows,
+/// from ggml's layout or from a repacked group ([`super::repack`]).
 #[inline(always)]
-fn pack_i16<X: bytemuck::Pod>(
+fn pack_i16(
     nb: usize,
-    rows: [&[u8]; PANEL],
     pw: &mut [v128],
     pd: &mut [v128],
-    d: impl Fn(&X) -> u16,
-    half: impl Fn(&X, bool) -> v128,
+    scales: impl Fn(usize) -> v128,
+    half: impl Fn(usize, usize, bool) -> v128,
 ) {
-    let xs: [&[X]; PANEL] = rows.map(|r| cast_slice(&r[..nb * core::mem::size_of::<X>()]));
     let (pw, pd) = (&mut pw[..16 * nb], &mut pd[..nb]);
     let out = pw.as_mut_ptr();
     for t in 0..nb {
         for h in 0..2 {
-            let [r0, r1, r2, r3]: [v128; PANEL] = core::array::from_fn(|r| half(&xs[r][t], h == 1));
+            let [r0, r1, r2, r3]: [v128; PANEL] = core::array::from_fn(|r| half(r, t, h == 1));
             let t0 = i16x8_shuffle::<0, 8, 1, 9, 2, 10, 3, 11>(r0, r1);
             let t1 = i16x8_shuffle::<0, 8, 1, 9, 2, 10, 3, 11>(r2, r3);
             let t2 = i16x8_shuffle::<4, 12, 5, 13, 6, 14, 7, 15>(r0, r1);
@@ -850,8 +889,16 @@ fn pack_i16<X: bytemuck::Pod>(
                 }
             }
         }
-        pd[t] = f16x4(core::array::from_fn(|r| d(&xs[r][t])));
+        pd[t] = scales(t);
     }
+}
+
+/// The 4 rows' f32 scales of a repacked group's block at `p` (4 f16 side by side).
+#[inline(always)]
+fn group_scales(p: &[u8]) -> v128 {
+    assert!(p.len() >= 8);
+    // SAFETY: 8 readable bytes (asserted).
+    f16x4_to_f32(u32x4_extend_low_u16x8(unsafe { v128_load64_zero(p.as_ptr() as *const u64) }))
 }
 
 /// What a panel kernel's layout and integer product are: [`I16Panels`] everywhere,
@@ -865,6 +912,8 @@ trait PanelForm {
     fn pack(&mut self, nb: usize, a: &[u8], lda: usize, rows: &[[usize; PANEL]], pw: &mut [v128], pd: &mut [v128]);
     /// Where rows `jj` of b start, for [`PanelForm::sums`] (asserts they are whole).
     fn rows<const C: usize>(&self, nb: usize, jj: [usize; C]) -> [*const u8; C];
+    /// Rows of a are repacked groups: panel k is a group, not rows gathered by `pack`.
+    fn packed(&self) -> bool;
     /// Block t's exact i32 sums, lanes = the rows of each panel.
     ///
     /// # Safety
@@ -883,6 +932,8 @@ trait PanelForm {
 /// `i32x4.dot_i16x8_s` against a splat pair of a row of b gives the 4 rows' partial sums.
 struct I16Panels<'a> {
     ty: GgmlType,
+    /// Rows of a are repacked groups ([`super::repack`]), not ggml's layout.
+    packed: bool,
     /// Rows of b widened to i16 (4 vectors a block).
     yw: &'a [v128],
 }
@@ -890,30 +941,69 @@ struct I16Panels<'a> {
 impl PanelForm for I16Panels<'_> {
     const VECS: usize = 16;
     fn pack(&mut self, nb: usize, a: &[u8], lda: usize, rows: &[[usize; PANEL]], pw: &mut [v128], pd: &mut [v128]) {
+        let eight = i8x16_splat(8);
+        let q4 = |q: v128, h: bool| i8x16_sub(if h { u8x16_shr(q, 4) } else { v128_and(q, u8x16_splat(0x0F)) }, eight);
         for (p, ii) in rows.iter().enumerate() {
-            let rows: [&[u8]; PANEL] = ii.map(|i| &a[i * lda..]);
             let (pw, pd) = (&mut pw[p * nb * 16..(p + 1) * nb * 16], &mut pd[p * nb..(p + 1) * nb]);
+            if self.packed {
+                // A repacked Q8_0 group (rows 4g..4g+4): block t at 136·t, 4 scales then 4×32 quants.
+                let g = &a[ii[0] * lda..(ii[0] + PANEL) * lda];
+                pack_i16(
+                    nb,
+                    pw,
+                    pd,
+                    |t| group_scales(&g[136 * t..]),
+                    |r, t, h| load(&g[136 * t + 8 + 32 * r + 16 * h as usize..]),
+                );
+                continue;
+            }
+            let rows: [&[u8]; PANEL] = ii.map(|i| &a[i * lda..]);
+            macro_rules! blocks {
+                ($X:ty) => {{
+                    let xs: [&[$X]; PANEL] = rows.map(|r| cast_slice(&r[..nb * core::mem::size_of::<$X>()]));
+                    xs
+                }};
+            }
             match self.ty {
                 GgmlType::Q4_0 => {
-                    let eight = i8x16_splat(8);
-                    pack_i16::<BlockQ4_0>(nb, rows, pw, pd, BlockQ4_0::d, |x, h| {
-                        let q = load(&x.qs);
-                        let u = if h { u8x16_shr(q, 4) } else { v128_and(q, u8x16_splat(0x0F)) };
-                        i8x16_sub(u, eight)
-                    })
+                    let xs = blocks!(BlockQ4_0);
+                    pack_i16(
+                        nb,
+                        pw,
+                        pd,
+                        |t| f16x4(core::array::from_fn(|r| xs[r][t].d())),
+                        |r, t, h| q4(load(&xs[r][t].qs), h),
+                    )
                 }
                 GgmlType::Q5_0 => {
+                    let xs = blocks!(BlockQ5_0);
                     let sixteen = i8x16_splat(16);
-                    pack_i16::<BlockQ5_0>(nb, rows, pw, pd, BlockQ5_0::d, |x, h| {
-                        let (lo, hi) = q5(&x.qs, x.qh());
-                        i8x16_sub(if h { hi } else { lo }, sixteen)
-                    })
+                    pack_i16(
+                        nb,
+                        pw,
+                        pd,
+                        |t| f16x4(core::array::from_fn(|r| xs[r][t].d())),
+                        |r, t, h| {
+                            let (lo, hi) = q5(&xs[r][t].qs, xs[r][t].qh());
+                            i8x16_sub(if h { hi } else { lo }, sixteen)
+                        },
+                    )
                 }
-                _ => pack_i16::<BlockQ8_0>(nb, rows, pw, pd, BlockQ8_0::d, |x, h| {
-                    load(if h { &x.qs[16..] } else { &x.qs[..16] })
-                }),
+                _ => {
+                    let xs = blocks!(BlockQ8_0);
+                    pack_i16(
+                        nb,
+                        pw,
+                        pd,
+                        |t| f16x4(core::array::from_fn(|r| xs[r][t].d())),
+                        |r, t, h| load(if h { &xs[r][t].qs[16..] } else { &xs[r][t].qs[..16] }),
+                    )
+                }
             }
         }
+    }
+    fn packed(&self) -> bool {
+        self.packed
     }
     fn rows<const C: usize>(&self, nb: usize, jj: [usize; C]) -> [*const u8; C] {
         jj.map(|j| self.yw[j * nb * 4..(j + 1) * nb * 4].as_ptr() as *const u8)
@@ -963,8 +1053,8 @@ impl PanelForm for NibblePanels<'_> {
     fn pack(&mut self, nb: usize, a: &[u8], lda: usize, rows: &[[usize; PANEL]], pw: &mut [v128], pd: &mut [v128]) {
         let size = core::mem::size_of::<BlockQ4_0>();
         for (p, ii) in rows.iter().enumerate() {
-            let xs: [&[BlockQ4_0]; PANEL] = ii.map(|i| cast_slice(&a[i * lda..i * lda + nb * size]));
             let (pw, pd) = (&mut pw[p * nb * 8..(p + 1) * nb * 8], &mut pd[p * nb..(p + 1) * nb]);
+            let xs: [&[BlockQ4_0]; PANEL] = ii.map(|i| cast_slice(&a[i * lda..i * lda + nb * size]));
             for t in 0..nb {
                 // Nibbles of elements 0..16 and 16..32 of each row's block.
                 let q: [(v128, v128); PANEL] = core::array::from_fn(|r| nibbles(&xs[r][t].qs));
@@ -976,6 +1066,9 @@ impl PanelForm for NibblePanels<'_> {
     }
     fn rows<const C: usize>(&self, nb: usize, jj: [usize; C]) -> [*const u8; C] {
         jj.map(|j| self.b[j * self.ldb..j * self.ldb + nb * core::mem::size_of::<BlockQ8_0>()].as_ptr())
+    }
+    fn packed(&self) -> bool {
+        false
     }
     #[inline(always)]
     unsafe fn sums<const P: usize, const C: usize>(
@@ -1080,8 +1173,13 @@ fn panel_gemm<F: PanelForm>(
     let mut pd = alloc::vec![f32x4_splat(0.0); TP * nb];
     let dyrow = |j: usize| &cols.dy[j * nbp..(j + 1) * nbp];
     let n_panels = m / PANEL;
+    let packed = form.packed();
     let panel_rows = |k: usize| -> [usize; PANEL] {
-        if n < SPREAD_MAX_N {
+        if packed {
+            // Groups are panels already; under SPREAD_MAX_N rows of b in 4 streams.
+            let g = if n < SPREAD_MAX_N { super::decode_row(k, n_panels) } else { k };
+            core::array::from_fn(|r| PANEL * g + r)
+        } else if n < SPREAD_MAX_N {
             core::array::from_fn(|r| k + r * n_panels)
         } else {
             core::array::from_fn(|r| PANEL * k + r)

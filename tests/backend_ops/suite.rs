@@ -81,6 +81,8 @@ pub struct Built {
     pub inputs: Vec<(Tensor, Vec<u8>)>,
     /// Nodes to put in the graph before `out` (copies into a cache that `out` reads).
     pub roots: Vec<Tensor>,
+    /// Inputs the CPU repacks once their bytes are set (`quants::repack`).
+    pub repack: Vec<Tensor>,
 }
 
 /// Helper for builders: new leaf tensors with random contents.
@@ -89,9 +91,21 @@ pub struct In<'a> {
     rng: &'a mut Rng,
     inputs: Vec<(Tensor, Vec<u8>)>,
     roots: Vec<Tensor>,
+    repack: Vec<Tensor>,
 }
 
 impl In<'_> {
+    /// A random Q8_0/Q4_0 weight that the CPU repacks into 4-row groups after its bytes
+    /// are set (Q8_0 quants of -128, which keep a weight plain, made -127).
+    pub fn repacked(&mut self, ty: GgmlType, ne: &[i64]) -> Tensor {
+        let t = self.ctx.new_tensor(ty, ne);
+        let mut bytes = random_bytes(self.rng, ty, t.nelements() as usize, -1.0, 1.0);
+        if ty == Q8_0 {
+            bytes.iter_mut().enumerate().filter(|(i, b)| i % 34 >= 2 && **b == 0x80).for_each(|(_, b)| *b = 0x81);
+        }
+        self.repack.push(t.clone());
+        self.leaf(t, bytes)
+    }
     pub fn t(&mut self, ty: GgmlType, ne: &[i64]) -> Tensor {
         self.range(ty, ne, -1.0, 1.0)
     }
@@ -184,9 +198,9 @@ pub fn new_ctx() -> Context {
 pub fn build(case: &Case, ctx: &Context) -> Built {
     let seed = case.name.bytes().fold(0x5EEDu64, |h, b| h.wrapping_mul(31).wrapping_add(b as u64));
     let mut rng = Rng::new(seed);
-    let mut inp = In { ctx, rng: &mut rng, inputs: Vec::new(), roots: Vec::new() };
+    let mut inp = In { ctx, rng: &mut rng, inputs: Vec::new(), roots: Vec::new(), repack: Vec::new() };
     let out = (case.build)(&mut inp);
-    Built { out, inputs: inp.inputs, roots: inp.roots }
+    Built { out, inputs: inp.inputs, roots: inp.roots, repack: inp.repack }
 }
 
 pub fn graph(b: &Built) -> Graph {
@@ -527,6 +541,10 @@ async fn run_case(t: &Target<'_>, case: &Case) -> Result<Vec<f64>, BackendError>
     let _bufs = alloc_ctx_tensors(&ctx, &*t.backend.buffer_type())?;
     for (tensor, bytes) in &b.inputs {
         tensor.set_bytes(bytes, 0);
+    }
+    // Forced: where the ISA has no packed kernel (scalar, x86 today) the products unpack.
+    for w in &b.repack {
+        assert!(w.repack(true), "{}: {} was not repacked", case.name, w.name());
     }
     t.backend.graph_compute(&gf)?;
     let mut bytes = vec![0u8; b.out.nbytes()];
@@ -906,6 +924,16 @@ fn get_rows_cases() -> Vec<Case> {
             i.ctx.get_rows(&a, &idx)
         }));
     }
+    // The CPU's repacked layout (tied embeddings: get_rows reads the output matrix).
+    for ty in [Q8_0, Q4_0] {
+        let mut c = case(&format!("get_rows {ty} repacked"), Tol { abs: 1e-6, rel: 1e-6 }, move |i| {
+            let a = i.repacked(ty, &[96, 41]);
+            let idx = i.idx(&[11], 41);
+            i.ctx.get_rows(&a, &idx)
+        });
+        c.not_on.push((Kind::WebGpu, "the CPU's repacked layout"));
+        v.push(c);
+    }
     v.push(case("get_rows 3-D indices, batched src0", EXACT, |i| {
         let a = i.t(F32, &[32, 10, 2]);
         let idx = i.idx(&[4, 2], 10);
@@ -970,6 +998,19 @@ fn mul_mat_cases() -> Vec<Case> {
                 let b = i.t(F32, &[k, n]);
                 i.ctx.mul_mat(&a, &b)
             }));
+        }
+        // Repacked into 4-row groups (the packed decode kernel for N < 4, the groups as
+        // panels or unpacked above): a row past the last group, 8+ blocks, 4 streams.
+        if matches!(ty, Q8_0 | Q4_0) {
+            for (k, m, n) in [(96, 37, 1), (96, 37, 3), (96, 37, 4), (96, 37, 31), (288, 64, 1), (288, 66, 17)] {
+                let mut c = case(&format!("mul_mat {ty} repacked K={k} M={m} N={n}"), mm_tol(k * 4), move |i| {
+                    let a = i.repacked(ty, &[k, m]);
+                    let b = i.t(F32, &[k, n]);
+                    i.ctx.mul_mat(&a, &b)
+                });
+                c.not_on.push((Kind::WebGpu, "the CPU's repacked layout"));
+                v.push(c);
+            }
         }
         // A batch of 2 x 3 matrices of b against one matrix of a (broadcast).
         v.push(case(&format!("mul_mat {ty} batched b, broadcast a"), mm_tol(k * 4), move |i| {

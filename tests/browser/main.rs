@@ -36,6 +36,7 @@ mod kquant_mixes;
 mod model;
 #[path = "../kernels/quants.rs"]
 mod quants;
+mod repack;
 mod simd;
 mod smoke;
 #[cfg(feature = "webgpu")]

@@ -749,3 +749,89 @@ fn gemm_equals_vec_dot_bit_for_bit() {
         }
     }
 }
+
+/// Weights repacked into 4-row groups (`quants::repack`) give every product the bits of the
+/// plain layout: the ISA's packed decode kernel (one to three rows of b; on wasm SIMD128,
+/// plain and relaxed) and the unpacking path (more rows of b), rows past the last whole
+/// group, block counts around the groups of 8, and an activation row holding -128. Rows
+/// read back through `unpack_row`/`unpack_bytes` are the original bytes.
+#[test]
+fn repacked_gemm_equals_plain_bit_for_bit() {
+    use quants::repack;
+    let mut rng = Rng::xorshift64_star(0x5eed_4e9a_c4ed_0001);
+    if cfg!(all(target_arch = "wasm32", target_feature = "simd128")) {
+        let name = if cfg!(target_feature = "relaxed-simd") {
+            "simd128 4-row groups (relaxed dot)"
+        } else {
+            "simd128 4-row groups"
+        };
+        assert_eq!(repack::kernel_name(GgmlType::Q8_0), Some(name));
+        // Q4_0 keeps ggml's layout on wasm (measured slower packed): the unpacking path here.
+        assert_eq!(repack::kernel_name(GgmlType::Q4_0), None);
+    }
+    let mut compared = 0;
+    for ty in [GgmlType::Q8_0, GgmlType::Q4_0] {
+        let vt = ty.vec_dot_type();
+        for (nblk, m, n) in [
+            (1usize, 4usize, 1usize),
+            (7, 6, 1),
+            (8, 8, 2),
+            (9, 19, 1),
+            (24, 64, 1),
+            (27, 70, 3),
+            (24, 37, 4),
+            (33, 13, 9),
+            (9, 24, 20),
+            (8, 8, 5),
+        ] {
+            let k = nblk * 32;
+            let (ra, rb) = (ty.row_size(k as i64), vt.row_size(k as i64));
+            let a: Vec<u8> = (0..m).flat_map(|_| random_row(&mut rng, ty, k)).collect();
+            let a = if ty == GgmlType::Q8_0 {
+                // Weights of -128 are not repacked (checked below); these rows hold none.
+                a.into_iter().enumerate().map(|(i, v)| if i % 34 >= 2 && v == 0x80 { 0x81 } else { v }).collect()
+            } else {
+                a
+            };
+            let mut b = Vec::new();
+            for j in 0..n {
+                let mut row = quants::quantize(vt, &normal(&mut rng, k)).unwrap();
+                if j == 1 {
+                    row[rb - 1] = 0x80; // -128 in the last block
+                }
+                b.extend_from_slice(&row);
+            }
+            let mut packed = a.clone();
+            assert!(repack::pack(ty, k, m, &mut packed), "{ty} k {k} m {m}");
+            if m >= 4 {
+                assert_ne!(packed, a, "{ty}: the groups moved");
+            }
+            for i in 0..m {
+                let mut row = vec![0u8; ra];
+                repack::unpack_row(ty, k, m, &packed, i, &mut row);
+                assert_eq!(row, a[i * ra..(i + 1) * ra], "{ty} row {i}");
+            }
+            let mut some = vec![0u8; ra + 7];
+            repack::unpack_bytes(ty, k, m, &packed, ra - 3, &mut some);
+            assert_eq!(some, a[ra - 3..2 * ra + 4]);
+            let (mut want, mut got) = (vec![f32::NAN; n * (m + 1)], vec![f32::NAN; n * (m + 1)]);
+            quants::gemm(ty, k, m, n, &a, ra, &b, rb, &mut want, m + 1);
+            repack::gemm_packed(ty, k, m, n, &packed, &b, rb, &mut got, m + 1);
+            for j in 0..n {
+                for i in 0..m {
+                    let (w, g) = (want[j * (m + 1) + i], got[j * (m + 1) + i]);
+                    assert_eq!(g.to_bits(), w.to_bits(), "{ty} k {k} m {m} ({i}, {j}): {g} vs {w}");
+                    compared += 1;
+                }
+                assert!(got[j * (m + 1) + m].is_nan(), "gemm_packed wrote past row {j} of c");
+            }
+        }
+    }
+    assert!(compared > 1000);
+    // A Q8_0 weight holding -128 stays in ggml's layout.
+    let mut a = random_row(&mut rng, GgmlType::Q8_0, 4 * 64);
+    a[5] = 0x80;
+    let before = a.clone();
+    assert!(!repack::pack(GgmlType::Q8_0, 64, 4, &mut a));
+    assert_eq!(a, before);
+}

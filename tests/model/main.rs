@@ -15,6 +15,7 @@ mod inside;
 mod kquants_llamacpp;
 mod kv_type;
 mod nseq;
+mod repack;
 mod sae_stream;
 mod scale_medium;
 mod sched;

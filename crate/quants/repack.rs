@@ -1,0 +1,229 @@
+//! Weights repacked at load for the CPU's matrix products (llama.cpp's CPU "extra" buffer
+//! types): rows of a Q8_0 or Q4_0 weight in groups of [`GROUP`], each group's blocks side by
+//! side, so one pass over a row of activations serves four rows of weights and the four
+//! rows' block sums meet in one transpose-add instead of four horizontal sums.
+//!
+//! Layout of group g (rows 4g..4g+4, the same bytes rows 4g..4g+4 held before): for each
+//! block t, the 4 rows' f16 scales (8 bytes), then the 4 rows' quants (32 bytes each for
+//! Q8_0, 16 bytes of nibbles for Q4_0): 4·34 or 4·18 bytes, the size of 4 blocks, so the
+//! repack is in place and the memory plan is unchanged (0 extra bytes). Rows past the last
+//! whole group keep ggml's layout.
+//!
+//! Which types are repacked is the kernel table's call ([`super::TypeTraitsCpu::packed`]: the
+//! ISA has a kernel that reads the layout); results are bit for bit those of the plain
+//! layout (the same exact integer block sums, the same float steps in the scalar order).
+//! Anything that reads the bytes back ([`crate::tensor::Tensor::get_bytes`], `get_rows`) sees
+//! ggml's layout again through [`unpack_row`].
+//!
+//! ```
+//! use ggweb::quants::{gemm, quantize, repack};
+//! use ggweb::GgmlType::{Q8_0, Q4_0};
+//! let (k, m) = (64, 6);
+//! let w: Vec<f32> = (0..k * m).map(|i| ((i * 37 % 23) as f32 - 11.0) / 7.0).collect();
+//! let x: Vec<f32> = (0..k).map(|i| ((i * 13 % 17) as f32 - 8.0) / 5.0).collect();
+//! let (a, b) = (quantize(Q4_0, &w).unwrap(), quantize(Q8_0, &x).unwrap());
+//! let mut packed = a.clone();
+//! assert!(repack::pack(Q4_0, k, m, &mut packed));
+//! let (mut plain, mut got) = ([0f32; 6], [0f32; 6]);
+//! gemm(Q4_0, k, m, 1, &a, Q4_0.row_size(k as i64), &b, 0, &mut plain, m);
+//! repack::gemm_packed(Q4_0, k, m, 1, &packed, &b, 0, &mut got, m);
+//! assert_eq!(plain.map(f32::to_bits), got.map(f32::to_bits));
+//! let mut row = vec![0u8; Q4_0.row_size(k as i64)];
+//! repack::unpack_row(Q4_0, k, m, &packed, 5, &mut row);
+//! assert_eq!(row, a[5 * row.len()..]);
+//! ```
+
+use alloc::vec;
+use core::sync::atomic::{AtomicBool, Ordering};
+
+use super::{cpu_traits, ColPrep};
+use crate::types::GgmlType;
+
+/// Rows per group.
+pub const GROUP: usize = 4;
+
+/// A kernel that reads the packed layout: one row of b against `ng` groups of a.
+pub struct PackedKernel {
+    /// For tests and `ggweb bench` to show which kernel a build runs.
+    pub name: &'static str,
+    /// `c[4g + r]` = row 4g + r of `a` (`ng` groups of `nb` blocks) · the row `b` (of the
+    /// vec_dot_type). False (c untouched) where this kernel cannot take `b` exactly (a
+    /// relaxed product with an activation of -128): the caller unpacks instead.
+    pub(crate) decode: PackedDecode,
+    /// Reads the block quant sums of b (`ColPrep::ysum`).
+    pub(crate) wants_sums: bool,
+    /// The prompt kernel on whole groups (from [`PACKED_MAX_N`] rows of b), or None: the
+    /// groups are unpacked per call for the plain one. It never hands rows of b back
+    /// (`plain`).
+    pub(crate) prompt: Option<&'static super::PromptGemm>,
+}
+
+pub(crate) type PackedDecode =
+    fn(ty: GgmlType, nb: usize, ng: usize, a: &[u8], b: &[u8], cols: &ColPrep, c: &mut [f32]) -> bool;
+
+static DISABLED: AtomicBool = AtomicBool::new(false);
+
+/// Turns repacking at load off (or on again) for models loaded from now on, so one build can
+/// A/B it (`GGWEB_NO_REPACK=1` for the native CLI and tests). Loaded models keep their layout.
+pub fn set_disabled(off: bool) {
+    DISABLED.store(off, Ordering::Relaxed);
+}
+
+/// Whether [`set_disabled`] is in effect.
+pub fn disabled() -> bool {
+    DISABLED.load(Ordering::Relaxed)
+}
+
+/// The repacked layout's pieces: (block bytes, quant bytes per row and block).
+fn parts(ty: GgmlType) -> Option<(usize, usize)> {
+    match ty {
+        GgmlType::Q8_0 => Some((34, 32)),
+        GgmlType::Q4_0 => Some((18, 16)),
+        _ => None,
+    }
+}
+
+/// Whether weights of `ty` (`k` × `m`, 2-D) are worth repacking here: this machine's kernels
+/// read the packed layout for `ty` (or `force`: any type with the layout, whose products then
+/// unpack the groups per call, so tests can check the whole path on any machine) and there
+/// is a whole group.
+pub fn wants(ty: GgmlType, k: usize, m: usize, force: bool) -> bool {
+    let kernel = cpu_traits(ty).packed.is_some() || (force && parts(ty).is_some());
+    kernel && m >= GROUP && k % 32 == 0 && k > 0
+}
+
+/// The name of the packed decode kernel for `ty` on this machine, if any.
+#[doc(hidden)]
+pub fn kernel_name(ty: GgmlType) -> Option<&'static str> {
+    cpu_traits(ty).packed.map(|p| p.name)
+}
+
+/// Repacks `m` rows of `k` elements of `ty` in place (`data` holds at least the rows).
+/// False, `data` untouched, for a type without a packed layout, or Q8_0 weights holding a
+/// quant of -128 (the relaxed-SIMD kernel negates weights; ggml's quantizer never writes -128).
+pub fn pack(ty: GgmlType, k: usize, m: usize, data: &mut [u8]) -> bool {
+    let Some((bs, qb)) = parts(ty) else { return false };
+    if k % 32 != 0 {
+        return false;
+    }
+    let (nb, rs) = (k / 32, ty.row_size(k as i64));
+    assert!(data.len() >= m * rs, "repack::pack: {m} rows of {rs} bytes in {}", data.len());
+    if ty == GgmlType::Q8_0 && data[..m * rs].chunks_exact(bs).any(|b| b[2..].contains(&0x80)) {
+        return false;
+    }
+    let mut tmp = vec![0u8; GROUP * rs];
+    for grp in data[..m / GROUP * GROUP * rs].chunks_exact_mut(GROUP * rs) {
+        tmp.copy_from_slice(grp);
+        for t in 0..nb {
+            let o = t * GROUP * bs;
+            for r in 0..GROUP {
+                let src = r * rs + t * bs;
+                grp[o + 2 * r..o + 2 * r + 2].copy_from_slice(&tmp[src..src + 2]);
+                grp[o + 8 + qb * r..o + 8 + qb * (r + 1)].copy_from_slice(&tmp[src + 2..src + bs]);
+            }
+        }
+    }
+    true
+}
+
+/// Row `i` of `m` packed rows of `k` elements of `ty`, in ggml's layout, into `out`
+/// (`ty.row_size(k)` bytes).
+pub fn unpack_row(ty: GgmlType, k: usize, m: usize, data: &[u8], i: usize, out: &mut [u8]) {
+    let (bs, qb) = parts(ty).unwrap_or_else(|| panic!("repack::unpack_row: {ty} has no packed layout"));
+    let (nb, rs) = (k / 32, ty.row_size(k as i64));
+    assert!(i < m && out.len() >= rs && data.len() >= m * rs, "repack::unpack_row: row {i} of {m}");
+    if i >= m / GROUP * GROUP {
+        out[..rs].copy_from_slice(&data[i * rs..(i + 1) * rs]);
+        return;
+    }
+    let (g, r) = (i / GROUP, i % GROUP);
+    let grp = &data[g * GROUP * rs..(g + 1) * GROUP * rs];
+    for t in 0..nb {
+        let o = t * GROUP * bs;
+        out[t * bs..t * bs + 2].copy_from_slice(&grp[o + 2 * r..o + 2 * r + 2]);
+        out[t * bs + 2..(t + 1) * bs].copy_from_slice(&grp[o + 8 + qb * r..o + 8 + qb * (r + 1)]);
+    }
+}
+
+/// Bytes `offset..offset + out.len()` of `m` packed rows as ggml's layout would hold them.
+pub fn unpack_bytes(ty: GgmlType, k: usize, m: usize, data: &[u8], offset: usize, out: &mut [u8]) {
+    let rs = ty.row_size(k as i64);
+    let mut row = vec![0u8; rs];
+    let (mut pos, end) = (offset, offset + out.len());
+    while pos < end {
+        let i = pos / rs;
+        unpack_row(ty, k, m, data, i, &mut row);
+        let (from, to) = (pos - i * rs, (end - i * rs).min(rs));
+        out[pos - offset..pos - offset + to - from].copy_from_slice(&row[from..to]);
+        pos = i * rs + to;
+    }
+}
+
+/// [`super::gemm`] with `a` packed: `m` rows of `k` elements from a group boundary (whole
+/// groups, then at most 3 plain rows), `n` rows of b `ldb` bytes apart, `c[j·ldc + i]`.
+/// Every value has the bits [`super::vec_dot`] gives. A few rows of b (a decode step) go
+/// through the ISA's packed kernel, one row at a time; more (a prompt) through the plain
+/// kernels on the groups unpacked once per call.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_packed(
+    ty: GgmlType,
+    k: usize,
+    m: usize,
+    n: usize,
+    a: &[u8],
+    b: &[u8],
+    ldb: usize,
+    c: &mut [f32],
+    ldc: usize,
+) {
+    let rs = ty.row_size(k as i64);
+    let vt = ty.vec_dot_type();
+    let vrs = vt.row_size(k as i64);
+    let ng = m / GROUP;
+    let gs = GROUP * rs;
+    assert!(parts(ty).is_some() && k % 32 == 0, "repack::gemm_packed: {ty} K {k}");
+    assert!(a.len() >= m * rs, "repack::gemm_packed: {m} rows of {rs} bytes in {}", a.len());
+    if n == 0 || m == 0 {
+        return;
+    }
+    assert!(b.len() >= (n - 1) * ldb + vrs && c.len() >= (n - 1) * ldc + m, "repack::gemm_packed: b or c too short");
+    if m > GROUP * ng {
+        super::gemm(ty, k, m - GROUP * ng, n, &a[GROUP * ng * rs..m * rs], rs, b, ldb, &mut c[GROUP * ng..], ldc);
+    }
+    if ng == 0 {
+        return;
+    }
+    let nb = k / 32;
+    let mut left = vec![false; n];
+    match cpu_traits(ty).packed {
+        Some(kern) if n < PACKED_MAX_N => {
+            for j in 0..n {
+                let bj = &b[j * ldb..j * ldb + vrs];
+                let cols = ColPrep::new(vt, nb, 1, bj, vrs, false, kern.wants_sums);
+                left[j] = !(kern.decode)(ty, nb, ng, &a[..ng * gs], bj, &cols, &mut c[j * ldc..j * ldc + GROUP * ng]);
+            }
+        }
+        _ => left.fill(true),
+    }
+    if !left.contains(&true) {
+        return;
+    }
+    if let (Some(g), false) = (cpu_traits(ty).packed.and_then(|p| p.prompt), left.contains(&false)) {
+        return super::gemm_with(Some(g), ty, k, GROUP * ng, n, &a[..ng * gs], rs, b, ldb, c, ldc);
+    }
+    // The groups in ggml's layout, then the plain kernels for the rows of b left.
+    let mut plain = vec![0u8; ng * gs];
+    for (i, row) in plain.chunks_exact_mut(rs).enumerate() {
+        unpack_row(ty, k, m, a, i, row);
+    }
+    if !left.contains(&false) {
+        return super::gemm(ty, k, GROUP * ng, n, &plain, rs, b, ldb, c, ldc);
+    }
+    for j in (0..n).filter(|&j| left[j]) {
+        super::gemm(ty, k, GROUP * ng, 1, &plain, rs, &b[j * ldb..j * ldb + vrs], vrs, &mut c[j * ldc..], ldc);
+    }
+}
+
+/// Below this many rows of b the packed kernel runs once per row of b (a decode step of a
+/// few sequences: the block of weights stays in cache between them).
+const PACKED_MAX_N: usize = 4;

@@ -1,0 +1,57 @@
+//! Weights repacked at load (`quants::repack`) give the logits of ggml's layout bit for bit:
+//! a prompt (the prompt kernels on unpacked groups), decode steps (the packed decode kernel
+//! where the ISA has one, else the unpacking path, forced here on machines without), several
+//! threads (mul_mat's blocks of whole groups), and the tied `token_embd` read by `get_rows`.
+
+use crate::support::eval::Eval;
+use ggweb::model::context::Gpt2Options;
+use ggweb::model::loader::{load_from_bytes, LoadedModel};
+use ggweb::GgmlType;
+
+fn load(file: &str, n_threads: usize) -> LoadedModel {
+    let bytes =
+        std::fs::read(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/llamacpp").join(file))
+            .unwrap();
+    load_from_bytes(&bytes, Gpt2Options { n_batch: 16, n_threads, ..Default::default() }).unwrap()
+}
+
+#[test]
+fn repacked_weights_give_the_same_logits_bit_for_bit() {
+    for (file, ty) in [("tiny-gpt2-q8_0.gguf", GgmlType::Q8_0), ("tiny-gpt2-q4_0.gguf", GgmlType::Q4_0)] {
+        for n_threads in [1, 3] {
+            let mut plain = load(file, n_threads);
+            let mut packed = load(file, n_threads);
+            // Natively no ISA reads the packed layout yet (the load repacks nothing): force it on
+            // one copy, whose products then unpack the groups per call.
+            assert_eq!(plain.model.repacked_bytes, 0, "{file}: a native load repacked");
+            let w = &packed.model.weights;
+            let before: Vec<u8> = {
+                let t = &w.layers[0].ffn_down_w;
+                let mut b = vec![0u8; t.nbytes()];
+                t.get_bytes(&mut b, 0);
+                b
+            };
+            let n = packed.model.force_repack() + packed.model.repacked_bytes;
+            let w = &packed.model.weights;
+            assert!(n > 0 && w.layers[0].ffn_down_w.is_repacked(), "{file}: repacked");
+            assert_eq!(w.layers[0].ffn_down_w.ty, ty);
+            // get_bytes still reads ggml's layout.
+            let mut after = vec![0u8; before.len()];
+            w.layers[0].ffn_down_w.get_bytes(&mut after, 0);
+            assert_eq!(after, before, "{file}: get_bytes of a repacked weight");
+            let prompt: Vec<u32> = (0..21).map(|i| (i * 977 + 13) % 50257).collect();
+            let (a, b) = (plain.model.eval(&prompt, 0, true).unwrap(), packed.model.eval(&prompt, 0, true).unwrap());
+            assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "{file} prompt, {n_threads} threads");
+            let mut tok = 50256;
+            for step in 0..4 {
+                let n_past = prompt.len() + step;
+                let (a, b) = (
+                    plain.model.eval(&[tok], n_past, false).unwrap(),
+                    packed.model.eval(&[tok], n_past, false).unwrap(),
+                );
+                assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "{file} step {step}");
+                tok = ggweb::model::sampling::argmax(&a);
+            }
+        }
+    }
+}
