@@ -592,6 +592,24 @@ fn decode_rows(
     }
 }
 
+/// Σ of 32 i8 (two vectors) times 32 widened activations (4 i16x8 at `y`), in 4 i32 lanes.
+///
+/// # Safety
+/// `y..y+4` must be readable vectors.
+#[inline(always)]
+pub(super) unsafe fn dot32(lo: v128, hi: v128, y: *const v128) -> v128 {
+    i32x4_add(
+        i32x4_add(
+            i32x4_dot_i16x8(i16x8_extend_low_i8x16(lo), *y),
+            i32x4_dot_i16x8(i16x8_extend_high_i8x16(lo), *y.add(1)),
+        ),
+        i32x4_add(
+            i32x4_dot_i16x8(i16x8_extend_low_i8x16(hi), *y.add(2)),
+            i32x4_dot_i16x8(i16x8_extend_high_i8x16(hi), *y.add(3)),
+        ),
+    )
+}
+
 /// [`row_dot`] of one raw row of a (`quants` gives a block's 32 quants as two i8x16) with
 /// one widened row of b.
 #[inline(always)]
@@ -602,19 +620,7 @@ fn decode_dot<X>(xs: &[X], yw: &[v128], dy: &[f32], d: impl Fn(&X) -> u16, quant
     let isum = |t: usize, x: &X| {
         let (lo, hi) = quants(x);
         // SAFETY: t < nb: vectors 4t..4t+4 are inside yw (asserted).
-        unsafe {
-            let y = yp.add(4 * t);
-            i32x4_add(
-                i32x4_add(
-                    i32x4_dot_i16x8(i16x8_extend_low_i8x16(lo), *y),
-                    i32x4_dot_i16x8(i16x8_extend_high_i8x16(lo), *y.add(1)),
-                ),
-                i32x4_add(
-                    i32x4_dot_i16x8(i16x8_extend_low_i8x16(hi), *y.add(2)),
-                    i32x4_dot_i16x8(i16x8_extend_high_i8x16(hi), *y.add(3)),
-                ),
-            )
-        }
+        unsafe { dot32(lo, hi, yp.add(4 * t)) }
     };
     let (mut lo, mut hi) = (f32x4_splat(0.0), f32x4_splat(0.0));
     for (g, xg) in xs.chunks_exact(LANES).enumerate() {

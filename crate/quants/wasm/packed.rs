@@ -13,7 +13,7 @@ use core::arch::wasm32::*;
 
 use super::super::repack::{PackedKernel, GROUP};
 use super::super::{ColPrep, PromptGemm};
-use super::{f16x4_to_f32, load, transpose_sum};
+use super::{dot32, f16x4_to_f32, load, transpose_sum};
 use crate::types::GgmlType;
 
 #[cfg(not(target_feature = "relaxed-simd"))]
@@ -108,21 +108,6 @@ fn decode(ty: GgmlType, nb: usize, ng: usize, a: &[u8], b: &[u8], cols: &ColPrep
         c[GROUP * g..GROUP * (g + 1)].copy_from_slice(&out);
     }
     true
-}
-
-/// Σ of 32 i8 (two vectors) times 32 widened activations (4 i16x8 at `y`), in 4 i32 lanes.
-#[inline(always)]
-unsafe fn dot32(lo: v128, hi: v128, y: *const v128) -> v128 {
-    i32x4_add(
-        i32x4_add(
-            i32x4_dot_i16x8(i16x8_extend_low_i8x16(lo), *y),
-            i32x4_dot_i16x8(i16x8_extend_high_i8x16(lo), *y.add(1)),
-        ),
-        i32x4_add(
-            i32x4_dot_i16x8(i16x8_extend_low_i8x16(hi), *y.add(2)),
-            i32x4_dot_i16x8(i16x8_extend_high_i8x16(hi), *y.add(3)),
-        ),
-    )
 }
 
 /// # Safety
