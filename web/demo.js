@@ -373,9 +373,12 @@ function showInfo(info) {
     add('hyperparameters', Object.entries(info.hparams).filter(([k]) => !k.includes('_')).map(([k, v]) => `${k}=${v}`).join(' '));
   }
   if (info.memory && typeof info.memory === 'object') {
-    const parts = Object.entries(info.memory).filter(([, v]) => typeof v === 'number');
+    // `repacked` counts bytes of `weights` rearranged in place: shown beside them, not added.
+    const parts = Object.entries(info.memory).filter(([k, v]) => typeof v === 'number' && k !== 'repacked');
     const total = parts.reduce((a, [, v]) => a + v, 0);
-    add('memory plan', parts.map(([k, v]) => `${k} ${formatBytes(v)}`).join(' · ') + ` · total ${formatBytes(total)}`);
+    const repacked = info.memory.repacked > 0 ? ` (${formatBytes(info.memory.repacked)} repacked in place)` : '';
+    const text = parts.map(([k, v]) => `${k} ${formatBytes(v)}${k === 'weights' ? repacked : ''}`);
+    add('memory plan', text.join(' · ') + ` · total ${formatBytes(total)}`);
   }
   add('split', splitText(info));
   add('backend note', info.backendNote);

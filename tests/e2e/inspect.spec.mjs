@@ -128,9 +128,16 @@ test('a server without Range: the download is cancelled once the header is in', 
   assert.ok(r.ok, r.message);
   assert.deepEqual([r.value.source.ranged, r.value.source.requests], [false, 1]);
   assert.equal(r.value.hparams.n_layer, 2);
-  const t = await tally('nr');
   // The route sends ~12 MB/s (scripts/serve.mjs): the header is in after ~0.1 s, and the
-  // transfer stops then: the rest of the file is never sent.
+  // transfer stops then: the rest of the file is never sent. On a loaded machine the cancel
+  // can meet one more chunk in flight, so the count is read until it holds for 300 ms.
+  let t = await tally('nr');
+  for (let i = 0; i < 10; i++) {
+    await new Promise((r) => setTimeout(r, 300));
+    const now = await tally('nr');
+    if (now.bytes === t.bytes) break;
+    t = now;
+  }
   assert.ok(t.bytes < size(file), `${t.bytes} of ${size(file)} bytes read by the server`);
   await new Promise((r) => setTimeout(r, 300));
   assert.equal((await tally('nr')).bytes, t.bytes, 'the server kept sending after the cancel');
