@@ -17,8 +17,9 @@
 //!
 //! A [`Tensor`] is a cheap handle (`Rc`) to an immutable header: type, `ne` (elements per
 //! dimension, `ne[0]` innermost), `nb` (byte strides), the op that produces it and its
-//! sources. Only three things change after creation: the name, the flags, and where the
-//! data lives (a backend buffer and an offset), which allocators assign. A view stores no
+//! sources. Only four things change after creation: the name, the flags, where the data
+//! lives (a backend buffer and an offset), which allocators assign, and whether a CPU
+//! weight's bytes were repacked at load ([`Tensor::repack`]). A view stores no
 //! location of its own: its data is always its `view_src`'s plus `view_offs`.
 
 use alloc::format;
