@@ -823,8 +823,8 @@ impl MulMatPlan {
                         ldc,
                     ),
                     DotKind::Quant(ty) if a.packed => {
-                        // Blocks start at a multiple of 4 rows and end at one or at a.ne[1]
-                        // (mul_mat's job split), so they hold whole groups then plain rows.
+                        // Blocks start at a multiple of the group's rows and end at one or at
+                        // a.ne[1] (mul_mat's job split), so they hold whole groups then plain rows.
                         let b_len = (nb - 1) * self.b_nb[1] + ty.vec_dot_type().row_size(k as i64);
                         crate::quants::repack::gemm_packed(
                             ty,
@@ -1036,19 +1036,21 @@ pub(crate) fn mul_mat(a: &TensorView, b: &TensorView, d: &TensorView, exec: &Exe
     };
 
     // Jobs: blocks of a's rows about 128 KiB each (so they stay in L2 while b's rows
-    // pass), a multiple of the 4-row register tile, smaller when that leaves threads idle.
+    // pass), a multiple of the 4-row register tile (of a repacked weight's group, so a
+    // block holds whole groups), smaller when that leaves threads idle.
     let m = a.ne[1];
     let n_batches = d.ne[2] * d.ne[3];
     let row_bytes = a.ty.row_size(k as i64).max(1);
-    let mut block = ((128 * 1024 / row_bytes).clamp(4, 256) & !3).min(m.max(1));
+    let tile = if a.packed { crate::quants::repack::group(a.ty).max(4) } else { 4 };
+    let mut block = ((128 * 1024 / row_bytes).clamp(tile, 256) / tile * tile).min(m.max(1));
     let flops = m * d.ne[1] * k * n_batches;
     let n_threads = if flops < 1 << 16 { 1 } else { exec.n_threads() };
     // A prompt's blocks are long (each meets every row of b), so the thread that takes the
     // last one makes the others wait: more, smaller blocks keep that tail short.
     let jobs_per_thread = if d.ne[1] >= 4 { 8 } else { 4 };
     if n_threads > 1 {
-        while block > 4 && n_batches * m.div_ceil(block) < jobs_per_thread * n_threads {
-            block = (block / 2).max(4) & !3;
+        while block > tile && n_batches * m.div_ceil(block) < jobs_per_thread * n_threads {
+            block = (block / 2).max(tile) / tile * tile;
         }
     }
     // A decode step's K·q: a is the permuted K cache ([hd, L, n_head] over [hd, n_head, L]),

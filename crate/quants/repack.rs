@@ -1,13 +1,17 @@
 //! Weights repacked at load for the CPU's matrix products (llama.cpp's CPU "extra" buffer
-//! types): rows of a Q8_0 or Q4_0 weight in groups of [`GROUP`], each group's blocks side by
-//! side, so one pass over a row of activations serves four rows of weights and the four
-//! rows' block sums meet in one transpose-add instead of four horizontal sums.
+//! types): rows of a Q8_0 or Q4_0 weight in groups, each group's blocks side by side, so
+//! one pass over a row of activations serves every row of the group.
 //!
-//! Layout of group g (rows 4g..4g+4, the same bytes rows 4g..4g+4 held before): for each
-//! block t, the 4 rows' f16 scales (8 bytes), then the 4 rows' quants (32 bytes each for
-//! Q8_0, 16 bytes of nibbles for Q4_0): 4·34 or 4·18 bytes, the size of 4 blocks, so the
+//! Layout of group g (rows `R·g..R·g + R`, the same bytes those rows held before): for
+//! each block t, the R rows' f16 scales (2R bytes), then their quants, `il` bytes of row 0,
+//! `il` bytes of row 1, … then the next `il` bytes of each row: R blocks' bytes, so the
 //! repack is in place and the memory plan is unchanged (0 extra bytes). Rows past the last
-//! whole group keep ggml's layout.
+//! whole group keep ggml's layout. [`layout`] gives (R, il) per type and target:
+//! - wasm: R = 4, il = a block's quants (32 bytes of Q8_0, 16 of Q4_0 nibbles): each row's
+//!   quants a run that `i32x4.dot_i16x8_s` takes whole, the 4 rows' sums one transpose-add.
+//! - x86_64, Q8_0: R = 8, il = 4: one 32-byte load holds 4 quants of each of 8 rows, so one
+//!   `vpdpbusd` against 4 activations broadcast gives 8 rows' partial sums in 8 lanes, and
+//!   a block's 8 sums come out with no horizontal add.
 //!
 //! Which types are repacked is the kernel table's call ([`super::TypeTraitsCpu::packed`]: the
 //! ISA has a kernel that reads the layout); results are bit for bit those of the plain
@@ -39,15 +43,39 @@ use core::sync::atomic::{AtomicBool, Ordering};
 use super::{cpu_traits, ColPrep};
 use crate::types::GgmlType;
 
-/// Rows per group.
+/// Rows per group of wasm's layout (the smallest group of any [`layout`]).
 pub const GROUP: usize = 4;
+
+/// A type's group layout on this target: rows per group and the bytes of a row's quants
+/// that lie together (see the module doc).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    pub rows: usize,
+    pub il: usize,
+}
+
+/// The packed layout of `ty` on this target, or None: `ty` is never repacked. It depends
+/// on the target only (not on the CPU found at run time), so bytes packed under one kernel
+/// table read back the same under any other (tests switch tables).
+pub fn layout(ty: GgmlType) -> Option<Layout> {
+    let (_, qb) = parts(ty)?;
+    Some(match ty {
+        GgmlType::Q8_0 if cfg!(target_arch = "x86_64") => Layout { rows: 8, il: 4 },
+        _ => Layout { rows: GROUP, il: qb },
+    })
+}
+
+/// Rows per group of `ty`'s layout on this target ([`GROUP`] for a type without one).
+pub fn group(ty: GgmlType) -> usize {
+    layout(ty).map_or(GROUP, |l| l.rows)
+}
 
 /// A kernel that reads the packed layout: one row of b against `ng` groups of a.
 pub struct PackedKernel {
     /// For tests and `ggweb bench` to show which kernel a build runs.
     pub name: &'static str,
-    /// `c[4g + r]` = row 4g + r of `a` (`ng` groups of `nb` blocks) · the row `b` (of the
-    /// vec_dot_type). False (c untouched) where this kernel cannot take `b` exactly (a
+    /// `c[R·g + r]` = row R·g + r of `a` (`ng` groups of `nb` blocks, R = [`group`]) · the
+    /// row `b` (of the vec_dot_type). False (c untouched) where this kernel cannot take `b` exactly (a
     /// relaxed product with an activation of -128): the caller unpacks instead.
     pub(crate) decode: PackedDecode,
     /// Reads the block quant sums of b (`ColPrep::ysum`).
@@ -89,7 +117,7 @@ fn parts(ty: GgmlType) -> Option<(usize, usize)> {
 /// is a whole group.
 pub fn wants(ty: GgmlType, k: usize, m: usize, force: bool) -> bool {
     let kernel = cpu_traits(ty).packed.is_some() || (force && parts(ty).is_some());
-    kernel && m >= GROUP && k % 32 == 0 && k > 0
+    kernel && m >= group(ty) && k % 32 == 0 && k > 0
 }
 
 /// The name of the packed decode kernel for `ty` on this machine, if any.
@@ -102,7 +130,7 @@ pub fn kernel_name(ty: GgmlType) -> Option<&'static str> {
 /// False, `data` untouched, for a type without a packed layout, or Q8_0 weights holding a
 /// quant of -128 (the relaxed-SIMD kernel negates weights; ggml's quantizer never writes -128).
 pub fn pack(ty: GgmlType, k: usize, m: usize, data: &mut [u8]) -> bool {
-    let Some((bs, qb)) = parts(ty) else { return false };
+    let (Some((bs, qb)), Some(Layout { rows, il })) = (parts(ty), layout(ty)) else { return false };
     if k % 32 != 0 {
         return false;
     }
@@ -111,15 +139,18 @@ pub fn pack(ty: GgmlType, k: usize, m: usize, data: &mut [u8]) -> bool {
     if ty == GgmlType::Q8_0 && data[..m * rs].chunks_exact(bs).any(|b| b[2..].contains(&0x80)) {
         return false;
     }
-    let mut tmp = vec![0u8; GROUP * rs];
-    for grp in data[..m / GROUP * GROUP * rs].chunks_exact_mut(GROUP * rs) {
+    let mut tmp = vec![0u8; rows * rs];
+    for grp in data[..m / rows * rows * rs].chunks_exact_mut(rows * rs) {
         tmp.copy_from_slice(grp);
         for t in 0..nb {
-            let o = t * GROUP * bs;
-            for r in 0..GROUP {
+            let o = t * rows * bs;
+            for r in 0..rows {
                 let src = r * rs + t * bs;
                 grp[o + 2 * r..o + 2 * r + 2].copy_from_slice(&tmp[src..src + 2]);
-                grp[o + 8 + qb * r..o + 8 + qb * (r + 1)].copy_from_slice(&tmp[src + 2..src + bs]);
+                for c in 0..qb / il {
+                    let dst = o + 2 * rows + (c * rows + r) * il;
+                    grp[dst..dst + il].copy_from_slice(&tmp[src + 2 + c * il..src + 2 + (c + 1) * il]);
+                }
             }
         }
     }
@@ -129,19 +160,24 @@ pub fn pack(ty: GgmlType, k: usize, m: usize, data: &mut [u8]) -> bool {
 /// Row `i` of `m` packed rows of `k` elements of `ty`, in ggml's layout, into `out`
 /// (`ty.row_size(k)` bytes).
 pub fn unpack_row(ty: GgmlType, k: usize, m: usize, data: &[u8], i: usize, out: &mut [u8]) {
-    let (bs, qb) = parts(ty).unwrap_or_else(|| panic!("repack::unpack_row: {ty} has no packed layout"));
+    let (Some((bs, qb)), Some(Layout { rows, il })) = (parts(ty), layout(ty)) else {
+        panic!("repack::unpack_row: {ty} has no packed layout")
+    };
     let (nb, rs) = (k / 32, ty.row_size(k as i64));
     assert!(i < m && out.len() >= rs && data.len() >= m * rs, "repack::unpack_row: row {i} of {m}");
-    if i >= m / GROUP * GROUP {
+    if i >= m / rows * rows {
         out[..rs].copy_from_slice(&data[i * rs..(i + 1) * rs]);
         return;
     }
-    let (g, r) = (i / GROUP, i % GROUP);
-    let grp = &data[g * GROUP * rs..(g + 1) * GROUP * rs];
+    let (g, r) = (i / rows, i % rows);
+    let grp = &data[g * rows * rs..(g + 1) * rows * rs];
     for t in 0..nb {
-        let o = t * GROUP * bs;
+        let o = t * rows * bs;
         out[t * bs..t * bs + 2].copy_from_slice(&grp[o + 2 * r..o + 2 * r + 2]);
-        out[t * bs + 2..(t + 1) * bs].copy_from_slice(&grp[o + 8 + qb * r..o + 8 + qb * (r + 1)]);
+        for c in 0..qb / il {
+            let src = o + 2 * rows + (c * rows + r) * il;
+            out[t * bs + 2 + c * il..t * bs + 2 + (c + 1) * il].copy_from_slice(&grp[src..src + il]);
+        }
     }
 }
 
@@ -179,16 +215,17 @@ pub fn gemm_packed(
     let rs = ty.row_size(k as i64);
     let vt = ty.vec_dot_type();
     let vrs = vt.row_size(k as i64);
-    let ng = m / GROUP;
-    let gs = GROUP * rs;
+    let rows = group(ty);
+    let ng = m / rows;
+    let gs = rows * rs;
     assert!(parts(ty).is_some() && k % 32 == 0, "repack::gemm_packed: {ty} K {k}");
     assert!(a.len() >= m * rs, "repack::gemm_packed: {m} rows of {rs} bytes in {}", a.len());
     if n == 0 || m == 0 {
         return;
     }
     assert!(b.len() >= (n - 1) * ldb + vrs && c.len() >= (n - 1) * ldc + m, "repack::gemm_packed: b or c too short");
-    if m > GROUP * ng {
-        super::gemm(ty, k, m - GROUP * ng, n, &a[GROUP * ng * rs..m * rs], rs, b, ldb, &mut c[GROUP * ng..], ldc);
+    if m > rows * ng {
+        super::gemm(ty, k, m - rows * ng, n, &a[rows * ng * rs..m * rs], rs, b, ldb, &mut c[rows * ng..], ldc);
     }
     if ng == 0 {
         return;
@@ -200,7 +237,7 @@ pub fn gemm_packed(
             for j in 0..n {
                 let bj = &b[j * ldb..j * ldb + vrs];
                 let cols = ColPrep::new(vt, nb, 1, bj, vrs, false, kern.wants_sums);
-                left[j] = !(kern.decode)(ty, nb, ng, &a[..ng * gs], bj, &cols, &mut c[j * ldc..j * ldc + GROUP * ng]);
+                left[j] = !(kern.decode)(ty, nb, ng, &a[..ng * gs], bj, &cols, &mut c[j * ldc..j * ldc + rows * ng]);
             }
         }
         _ => left.fill(true),
@@ -209,7 +246,7 @@ pub fn gemm_packed(
         return;
     }
     if let (Some(g), false) = (cpu_traits(ty).packed.and_then(|p| p.prompt), left.contains(&false)) {
-        return super::gemm_with(Some(g), ty, k, GROUP * ng, n, &a[..ng * gs], rs, b, ldb, c, ldc);
+        return super::gemm_with(Some(g), ty, k, rows * ng, n, &a[..ng * gs], rs, b, ldb, c, ldc);
     }
     // The groups in ggml's layout, then the plain kernels for the rows of b left.
     let mut plain = vec![0u8; ng * gs];
@@ -217,10 +254,10 @@ pub fn gemm_packed(
         unpack_row(ty, k, m, a, i, row);
     }
     if !left.contains(&false) {
-        return super::gemm(ty, k, GROUP * ng, n, &plain, rs, b, ldb, c, ldc);
+        return super::gemm(ty, k, rows * ng, n, &plain, rs, b, ldb, c, ldc);
     }
     for j in (0..n).filter(|&j| left[j]) {
-        super::gemm(ty, k, GROUP * ng, 1, &plain, rs, &b[j * ldb..j * ldb + vrs], vrs, &mut c[j * ldc..], ldc);
+        super::gemm(ty, k, rows * ng, 1, &plain, rs, &b[j * ldb..j * ldb + vrs], vrs, &mut c[j * ldc..], ldc);
     }
 }
 

@@ -28,6 +28,7 @@ use super::traits::{PromptGemm, Table};
 use crate::types::GgmlType;
 
 mod kquants;
+mod packed;
 
 /// The AVX2 table: the scalar one with every `vec_dot` of its own, and the prompt kernel
 /// for Q8_0 and Q4_0 in the `vpdpbusd` form `vnni` names. The closures call `unsafe`
@@ -53,6 +54,11 @@ pub(super) const fn table(vnni: Vnni) -> Table {
         Vnni::Evex => (&EVEX, &EVEX),
     };
     t[Q8_0 as usize].gemm = Some(q8);
+    t[Q8_0 as usize].packed = match vnni {
+        Vnni::None => None,
+        Vnni::Vex => Some(&packed::PACKED_Q8_0[0]),
+        Vnni::Evex => Some(&packed::PACKED_Q8_0[1]),
+    };
     t[Q4_0 as usize].gemm = Some(q4);
     let v = vnni as usize;
     t[Q5_0 as usize].gemm = Some(&U_GEMMS[v][0]);

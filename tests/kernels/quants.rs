@@ -750,11 +750,12 @@ fn gemm_equals_vec_dot_bit_for_bit() {
     }
 }
 
-/// Weights repacked into 4-row groups (`quants::repack`) give every product the bits of the
-/// plain layout: the ISA's packed decode kernel (one to three rows of b; on wasm SIMD128,
-/// plain and relaxed) and the unpacking path (more rows of b), rows past the last whole
-/// group, block counts around the groups of 8, and an activation row holding -128. Rows
-/// read back through `unpack_row`/`unpack_bytes` are the original bytes.
+/// Weights repacked into groups (`quants::repack`: 4 rows on wasm, 8 rows of Q8_0 on
+/// x86_64) give every product the bits of the plain layout: the ISA's packed decode kernel
+/// (one to three rows of b; on wasm SIMD128, plain and relaxed; on x86 with VNNI), its
+/// prompt kernel or the unpacking path (more rows of b), rows past the last whole group,
+/// block counts around the groups of 8, and an activation row holding -128. Rows read back
+/// through `unpack_row`/`unpack_bytes` are the original bytes.
 #[test]
 fn repacked_gemm_equals_plain_bit_for_bit() {
     use quants::repack;
@@ -768,6 +769,22 @@ fn repacked_gemm_equals_plain_bit_for_bit() {
         assert_eq!(repack::kernel_name(GgmlType::Q8_0), Some(name));
         // Q4_0 keeps ggml's layout on wasm (measured slower packed): the unpacking path here.
         assert_eq!(repack::kernel_name(GgmlType::Q4_0), None);
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        let f = ggweb::cpu::features::detect();
+        let want = if !f.avx2_f16c() || ggweb::cpu::features::scalar_only() {
+            None
+        } else if f.avx_vnni {
+            Some("avx2 8-row groups (avx-vnni vpdpbusd)")
+        } else if f.avx512_vnni {
+            Some("avx2 8-row groups (avx512-vnni vpdpbusd)")
+        } else {
+            None
+        };
+        assert_eq!(repack::kernel_name(GgmlType::Q8_0), want);
+        assert_eq!(repack::group(GgmlType::Q8_0), 8);
+        assert_eq!(repack::group(GgmlType::Q4_0), 4);
     }
     let mut compared = 0;
     for ty in [GgmlType::Q8_0, GgmlType::Q4_0] {
@@ -783,6 +800,9 @@ fn repacked_gemm_equals_plain_bit_for_bit() {
             (33, 13, 9),
             (9, 24, 20),
             (8, 8, 5),
+            (24, 16, 32),
+            (3, 41, 7),
+            (96, 24, 5),
         ] {
             let k = nblk * 32;
             let (ra, rb) = (ty.row_size(k as i64), vt.row_size(k as i64));
@@ -803,7 +823,7 @@ fn repacked_gemm_equals_plain_bit_for_bit() {
             }
             let mut packed = a.clone();
             assert!(repack::pack(ty, k, m, &mut packed), "{ty} k {k} m {m}");
-            if m >= 4 {
+            if m >= repack::group(ty) {
                 assert_ne!(packed, a, "{ty}: the groups moved");
             }
             for i in 0..m {

@@ -1,6 +1,7 @@
 //! Weights repacked at load (`quants::repack`) give the logits of ggml's layout bit for bit:
-//! a prompt (the prompt kernels on unpacked groups), decode steps (the packed decode kernel
-//! where the ISA has one, else the unpacking path, forced here on machines without), several
+//! a prompt (the packed prompt kernel where the ISA has one, else the plain kernels on
+//! unpacked groups), decode steps (the packed decode kernel where the ISA has one, else the
+//! unpacking path, forced here on machines without), several
 //! threads (mul_mat's blocks of whole groups), and the tied `token_embd` read by `get_rows`.
 
 use crate::support::eval::Eval;
@@ -19,11 +20,17 @@ fn load(file: &str, n_threads: usize) -> LoadedModel {
 fn repacked_weights_give_the_same_logits_bit_for_bit() {
     for (file, ty) in [("tiny-gpt2-q8_0.gguf", GgmlType::Q8_0), ("tiny-gpt2-q4_0.gguf", GgmlType::Q4_0)] {
         for n_threads in [1, 3] {
+            // One copy in ggml's layout; the other repacked where the ISA reads the layout
+            // (x86 with VNNI: Q8_0), forced otherwise (its products then unpack the groups).
+            // Other tests loading meanwhile may repack or not: both give the same bits.
+            ggweb::quants::repack::set_disabled(true);
             let mut plain = load(file, n_threads);
+            ggweb::quants::repack::set_disabled(false);
             let mut packed = load(file, n_threads);
-            // Natively no ISA reads the packed layout yet (the load repacks nothing): force it on
-            // one copy, whose products then unpack the groups per call.
-            assert_eq!(plain.model.repacked_bytes, 0, "{file}: a native load repacked");
+            assert_eq!(plain.model.repacked_bytes, 0, "{file}: a load with repacking off repacked");
+            let native = ggweb::quants::repack::kernel_name(ty).is_some();
+            let down = &packed.model.weights.layers[0].ffn_down_w;
+            assert_eq!(down.is_repacked(), native, "{file}: {ty} repacked at load");
             let w = &packed.model.weights;
             let before: Vec<u8> = {
                 let t = &w.layers[0].ffn_down_w;

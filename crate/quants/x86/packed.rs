@@ -1,0 +1,188 @@
+//! AVX2 + VNNI kernels for Q8_0 weights repacked at load into 8-row groups
+//! ([`crate::quants::repack`], x86's layout: per block the 8 rows' f16 scales, then 4
+//! quants of each row in turn). One 32-byte load holds 4 quants of each of the 8 rows, so
+//! `vpdpbusd` against 4 activations broadcast to every lane adds 8 rows' partial sums in 8
+//! lanes: after 8 of them a block's 8 exact sums lie in one register, lanes = rows, with no
+//! horizontal add (the plain layout needs one transpose-add per 8 blocks per row).
+//!
+//! The products are unsigned × signed as in `gemm_rows_vnni`: weights made unsigned
+//! (`x ^ 0x80` = x + 128), the offset taken out through the block sums of b. The float
+//! steps are the scalar's per row, one row per lane: `acc[t % 8] += Σ·(dx·dy)`, then
+//! `reduce8`, so every result has `vec_dot`'s bits.
+
+use core::arch::x86_64::*;
+
+use super::super::repack::PackedKernel;
+use super::super::{ColPrep, PromptGemm};
+use super::{dpbusd, load256};
+use crate::types::GgmlType;
+
+/// Rows per group and bytes per block of a group (8 rows' 34-byte blocks).
+const R: usize = 8;
+const GROUP_BLOCK: usize = R * 34;
+
+/// Per [`super::Vnni`] form with `vpdpbusd` (VEX, EVEX); the plain AVX2 table has none, so
+/// on such CPUs Q8_0 weights keep ggml's layout.
+pub(super) static PACKED_Q8_0: [PackedKernel; 2] = [
+    PackedKernel {
+        name: "avx2 8-row groups (avx-vnni vpdpbusd)",
+        decode: |ty, nb, ng, a, b, cols, c| unsafe { decode::<false>(ty, nb, ng, a, b, cols, c) },
+        wants_sums: true,
+        prompt: Some(&PROMPT[0]),
+    },
+    PackedKernel {
+        name: "avx2 8-row groups (avx512-vnni vpdpbusd)",
+        decode: |ty, nb, ng, a, b, cols, c| unsafe { decode::<true>(ty, nb, ng, a, b, cols, c) },
+        wants_sums: true,
+        prompt: Some(&PROMPT[1]),
+    },
+];
+
+// SAFETY of the closures above and below: the tables holding them are handed out only where
+// AVX2, F16C and the `vpdpbusd` form were detected (`traits::Isa::table`); `gemm_packed`
+// and `gemm_with` checked the rows and sized `cols`.
+static PROMPT: [PromptGemm; 2] = [
+    PromptGemm {
+        name: "avx2 8-row groups (avx-vnni vpdpbusd)",
+        rows: |ty, nb, m, a, lda, b, ldb, cols, c, ldc| unsafe {
+            prompt::<false>(ty, nb, m, a, lda, b, ldb, cols, c, ldc)
+        },
+        needs_plain: false,
+        wants_sums: true,
+    },
+    PromptGemm {
+        name: "avx2 8-row groups (avx512-vnni vpdpbusd)",
+        rows: |ty, nb, m, a, lda, b, ldb, cols, c, ldc| unsafe {
+            prompt::<true>(ty, nb, m, a, lda, b, ldb, cols, c, ldc)
+        },
+        needs_plain: false,
+        wants_sums: true,
+    },
+];
+
+/// The 8 rows' quants of one block (256 bytes at `q`), made unsigned.
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn weights(q: *const u8) -> [__m256i; R] {
+    let flip = _mm256_set1_epi8(-128);
+    core::array::from_fn(|c| _mm256_xor_si256(load256(q.add(32 * c)), flip))
+}
+
+/// Lane r: Σ (x_r + 128)·y over the block (`y` its 32 quants), minus 128·Σy: row r's
+/// exact block sum. Two chains of `vpdpbusd` (one alone would wait on each one before).
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn block_sums<const EVEX: bool>(w: &[__m256i; R], y: *const u8, ysum: i32) -> __m256i {
+    let bc = |c: usize| _mm256_set1_epi32((y.add(4 * c) as *const i32).read_unaligned());
+    let (mut s0, mut s1) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+    for c in (0..R).step_by(2) {
+        s0 = dpbusd::<EVEX>(s0, w[c], bc(c));
+        s1 = dpbusd::<EVEX>(s1, w[c + 1], bc(c + 1));
+    }
+    _mm256_sub_epi32(_mm256_add_epi32(s0, s1), _mm256_set1_epi32(ysum << 7))
+}
+
+/// `acc + s·(dx·dy)`, dx the 8 rows' scales (16 bytes at `p`).
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+unsafe fn add_block(acc: __m256, s: __m256i, p: *const u8, dy: f32) -> __m256 {
+    let dx = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+    _mm256_add_ps(acc, _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dx, _mm256_set1_ps(dy))))
+}
+
+/// `reduce8` per lane over the 8 accumulators, stored at `out` (8 f32).
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn store_reduced(a: &[__m256], out: *mut f32) {
+    let r = _mm256_add_ps(
+        _mm256_add_ps(_mm256_add_ps(a[0], a[4]), _mm256_add_ps(a[2], a[6])),
+        _mm256_add_ps(_mm256_add_ps(a[1], a[5]), _mm256_add_ps(a[3], a[7])),
+    );
+    _mm256_storeu_ps(out, r)
+}
+
+/// The [`PackedKernel::decode`] of Q8_0: `ng` groups in address order against one row.
+///
+/// # Safety
+/// AVX2, F16C and the `vpdpbusd` form `EVEX` names must be available.
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn decode<const EVEX: bool>(
+    ty: GgmlType,
+    nb: usize,
+    ng: usize,
+    a: &[u8],
+    b: &[u8],
+    cols: &ColPrep,
+    c: &mut [f32],
+) -> bool {
+    assert_eq!(ty, GgmlType::Q8_0, "packed decode: Q8_0 only");
+    let gs = nb * GROUP_BLOCK;
+    assert!(a.len() >= ng * gs && b.len() >= nb * 34 && c.len() >= R * ng);
+    assert!(cols.dy.len() >= nb && cols.ysum.len() >= nb);
+    let (y, dy, ys) = (b.as_ptr(), cols.dy.as_ptr(), cols.ysum.as_ptr());
+    for g in 0..ng {
+        let p = a.as_ptr().add(g * gs);
+        let mut acc = [_mm256_setzero_ps(); 8];
+        let step = |t: usize, acc: &mut __m256| {
+            let blk = p.add(t * GROUP_BLOCK);
+            let s = block_sums::<EVEX>(&weights(blk.add(16)), y.add(t * 34 + 2), *ys.add(t));
+            *acc = add_block(*acc, s, blk, *dy.add(t));
+        };
+        let mut t = 0;
+        while t + 8 <= nb {
+            for (j, a) in acc.iter_mut().enumerate() {
+                step(t + j, a);
+            }
+            t += 8;
+        }
+        for t in t..nb {
+            step(t, &mut acc[t % 8]);
+        }
+        store_reduced(&acc, c.as_mut_ptr().add(R * g));
+    }
+    true
+}
+
+/// The prompt kernel on whole groups: per group and block, the 8 rows' quants are loaded
+/// once into registers for every row of b in the chunk; each row of b keeps its 8
+/// accumulators (lanes = rows of a) in a small buffer.
+///
+/// # Safety
+/// As for [`decode`]; `m` is a multiple of 8 rows of `lda` bytes, groups `8·lda` apart.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn prompt<const EVEX: bool>(
+    ty: GgmlType,
+    nb: usize,
+    m: usize,
+    a: &[u8],
+    lda: usize,
+    b: &[u8],
+    ldb: usize,
+    cols: &ColPrep,
+    c: &mut [f32],
+    ldc: usize,
+) {
+    let n = cols.plain.len();
+    let nbp = cols.nbp;
+    assert!(ty == GgmlType::Q8_0 && m % R == 0 && lda == nb * 34 && !cols.plain.contains(&true));
+    assert!(a.len() >= m * lda && c.len() >= (n - 1) * ldc + m);
+    let mut acc = alloc::vec![_mm256_setzero_ps(); 8 * n];
+    for g in 0..m / R {
+        let p = a.as_ptr().add(g * R * lda);
+        acc.fill(_mm256_setzero_ps());
+        for t in 0..nb {
+            let blk = p.add(t * GROUP_BLOCK);
+            let w = weights(blk.add(16));
+            for j in 0..n {
+                let y = b.as_ptr().add(j * ldb + t * 34 + 2);
+                let s = block_sums::<EVEX>(&w, y, cols.ysum[j * nbp + t]);
+                let a = &mut acc[8 * j + t % 8];
+                *a = add_block(*a, s, blk, cols.dy[j * nbp + t]);
+            }
+        }
+        for j in 0..n {
+            store_reduced(&acc[8 * j..8 * j + 8], c.as_mut_ptr().add(j * ldc + R * g));
+        }
+    }
+}
