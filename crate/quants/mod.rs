@@ -342,6 +342,16 @@ impl ColPrep {
             return p;
         }
         p.ysum = vec![0; n * nbp];
+        #[cfg(target_arch = "x86_64")]
+        if Isa::best() == Isa::Avx2 {
+            for j in 0..n {
+                let (dy, ys) = (&mut p.dy[j * nbp..j * nbp + nb], &mut p.ysum[j * nbp..j * nbp + nb]);
+                // SAFETY: AVX2 and F16C were detected (Isa::Avx2); row j holds nb blocks.
+                let bad = unsafe { x86::col_prep_q8_0(&b[j * ldb..], nb, dy, ys, want_sums) };
+                p.plain[j] = mark_plain && bad;
+            }
+            return p;
+        }
         for j in 0..n {
             let ys: &[BlockQ8_0] = bytemuck::cast_slice(&b[j * ldb..j * ldb + nb * core::mem::size_of::<BlockQ8_0>()]);
             for (t, y) in ys.iter().enumerate() {

@@ -27,8 +27,11 @@ use super::scalar::{self, reduce8, LANES};
 use super::traits::{PromptGemm, Table};
 use crate::types::GgmlType;
 
+mod activations;
 mod kquants;
 mod packed;
+
+pub(super) use activations::col_prep_q8_0;
 
 /// The AVX2 table: the scalar one with every `vec_dot` of its own, and the prompt kernel
 /// for Q8_0 and Q4_0 in the `vpdpbusd` form `vnni` names. The closures call `unsafe`
@@ -53,6 +56,7 @@ pub(super) const fn table(vnni: Vnni) -> Table {
         Vnni::Vex => (&VEX, &VEX),
         Vnni::Evex => (&EVEX, &EVEX),
     };
+    t[Q8_0 as usize].from_float = Some(|src, dst| unsafe { activations::quantize_q8_0(src, dst) });
     t[Q8_0 as usize].gemm = Some(q8);
     t[Q8_0 as usize].packed = match vnni {
         Vnni::None => None,
