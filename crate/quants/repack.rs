@@ -3,15 +3,17 @@
 //! one pass over a row of activations serves every row of the group.
 //!
 //! Layout of group g (rows `R·g..R·g + R`, the same bytes those rows held before): for
-//! each block t, the R rows' f16 scales (2R bytes), then their quants, `il` bytes of row 0,
-//! `il` bytes of row 1, … then the next `il` bytes of each row: R blocks' bytes, so the
-//! repack is in place and the memory plan is unchanged (0 extra bytes). Rows past the last
-//! whole group keep ggml's layout. [`layout`] gives (R, il) per type and target:
-//! - wasm: R = 4, il = a block's quants (32 bytes of Q8_0, 16 of Q4_0 nibbles): each row's
-//!   quants a run that `i32x4.dot_i16x8_s` takes whole, the 4 rows' sums one transpose-add.
-//! - x86_64, Q8_0: R = 8, il = 4: one 32-byte load holds 4 quants of each of 8 rows, so one
-//!   `vpdpbusd` against 4 activations broadcast gives 8 rows' partial sums in 8 lanes, and
-//!   a block's 8 sums come out with no horizontal add.
+//! each block t, each field of the block in turn (a scale, the quants, …), `il` bytes of it
+//! from row 0, `il` from row 1, … then the field's next `il` bytes of each row: R blocks'
+//! bytes, so the repack is in place and the memory plan is unchanged (0 extra bytes). Rows
+//! past the last whole group keep ggml's layout. [`layout`] gives R and the fields per type
+//! and target:
+//! - wasm: R = 4; Q8_0 and Q4_0 as (scale, quants whole): each row's quants a run that
+//!   `i32x4.dot_i16x8_s` takes whole, the 4 rows' sums one transpose-add.
+//! - x86_64: R = 8; Q8_0's quants and Q4_K's nibbles 4 bytes at a time, so one 32-byte load
+//!   holds 4 bytes of each of 8 rows and one `vpdpbusd` against 4 activations broadcast
+//!   adds 8 rows' partial sums in 8 lanes (no horizontal adds); Q4_K's 12 scale bytes one
+//!   at a time, so byte k of the 8 rows is one 8-byte load.
 //!
 //! Which types are repacked is the kernel table's call ([`super::TypeTraitsCpu::packed`]: the
 //! ISA has a kernel that reads the layout); results are bit for bit those of the plain
@@ -46,28 +48,68 @@ use crate::types::GgmlType;
 /// Rows per group of wasm's layout (the smallest group of any [`layout`]).
 pub const GROUP: usize = 4;
 
-/// A type's group layout on this target: rows per group and the bytes of a row's quants
-/// that lie together (see the module doc).
+/// One field of a block in a group: `size` bytes at `offset` in ggml's block, laid out `il`
+/// bytes of each row in turn.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Field {
+    pub offset: usize,
+    pub size: usize,
+    pub il: usize,
+}
+
+const fn f(offset: usize, size: usize, il: usize) -> Field {
+    Field { offset, size, il }
+}
+
+/// A type's group layout on this target (see the module doc).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
+    /// Rows per group.
     pub rows: usize,
-    pub il: usize,
+    /// The block's fields in their packed order; their sizes add up to the block's.
+    pub fields: &'static [Field],
 }
 
 /// The packed layout of `ty` on this target, or None: `ty` is never repacked. It depends
 /// on the target only (not on the CPU found at run time), so bytes packed under one kernel
 /// table read back the same under any other (tests switch tables).
 pub fn layout(ty: GgmlType) -> Option<Layout> {
-    let (_, qb) = parts(ty)?;
+    const X86: bool = cfg!(target_arch = "x86_64");
+    const Q8_0_X86: &[Field] = &[f(0, 2, 2), f(2, 32, 4)];
+    const Q8_0_WASM: &[Field] = &[f(0, 2, 2), f(2, 32, 32)];
+    const Q4_0_WASM: &[Field] = &[f(0, 2, 2), f(2, 16, 16)];
+    // d, dmin, the 12 bytes of 6-bit scales and mins, the nibbles.
+    const Q4_K_X86: &[Field] = &[f(0, 2, 2), f(2, 2, 2), f(4, 12, 1), f(16, 128, 4)];
     Some(match ty {
-        GgmlType::Q8_0 if cfg!(target_arch = "x86_64") => Layout { rows: 8, il: 4 },
-        _ => Layout { rows: GROUP, il: qb },
+        GgmlType::Q8_0 if X86 => Layout { rows: 8, fields: Q8_0_X86 },
+        GgmlType::Q8_0 => Layout { rows: GROUP, fields: Q8_0_WASM },
+        GgmlType::Q4_0 => Layout { rows: GROUP, fields: Q4_0_WASM },
+        GgmlType::Q4_K if X86 => Layout { rows: 8, fields: Q4_K_X86 },
+        _ => return None,
     })
 }
 
 /// Rows per group of `ty`'s layout on this target ([`GROUP`] for a type without one).
 pub fn group(ty: GgmlType) -> usize {
     layout(ty).map_or(GROUP, |l| l.rows)
+}
+
+/// Copies one row's block between ggml's layout (`plain`) and its place in a group's block
+/// (`packed`, R blocks), either way.
+fn move_block(l: &Layout, r: usize, plain: &mut [u8], packed: &mut [u8], to_packed: bool) {
+    let mut o = 0;
+    for fd in l.fields {
+        for c in 0..fd.size / fd.il {
+            let dst = o + (c * l.rows + r) * fd.il;
+            let src = fd.offset + c * fd.il;
+            if to_packed {
+                packed[dst..dst + fd.il].copy_from_slice(&plain[src..src + fd.il]);
+            } else {
+                plain[src..src + fd.il].copy_from_slice(&packed[dst..dst + fd.il]);
+            }
+        }
+        o += fd.size * l.rows;
+    }
 }
 
 /// A kernel that reads the packed layout: one row of b against `ng` groups of a.
@@ -102,22 +144,13 @@ pub fn disabled() -> bool {
     DISABLED.load(Ordering::Relaxed)
 }
 
-/// The repacked layout's pieces: (block bytes, quant bytes per row and block).
-fn parts(ty: GgmlType) -> Option<(usize, usize)> {
-    match ty {
-        GgmlType::Q8_0 => Some((34, 32)),
-        GgmlType::Q4_0 => Some((18, 16)),
-        _ => None,
-    }
-}
-
 /// Whether weights of `ty` (`k` × `m`, 2-D) are worth repacking here: this machine's kernels
 /// read the packed layout for `ty` (or `force`: any type with the layout, whose products then
 /// unpack the groups per call, so tests can check the whole path on any machine) and there
 /// is a whole group.
 pub fn wants(ty: GgmlType, k: usize, m: usize, force: bool) -> bool {
-    let kernel = cpu_traits(ty).packed.is_some() || (force && parts(ty).is_some());
-    kernel && m >= group(ty) && k % 32 == 0 && k > 0
+    let kernel = cpu_traits(ty).packed.is_some() || (force && layout(ty).is_some());
+    kernel && m >= group(ty) && k % ty.blck_size() == 0 && k > 0
 }
 
 /// The name of the packed decode kernel for `ty` on this machine, if any.
@@ -130,27 +163,23 @@ pub fn kernel_name(ty: GgmlType) -> Option<&'static str> {
 /// False, `data` untouched, for a type without a packed layout, or Q8_0 weights holding a
 /// quant of -128 (the relaxed-SIMD kernel negates weights; ggml's quantizer never writes -128).
 pub fn pack(ty: GgmlType, k: usize, m: usize, data: &mut [u8]) -> bool {
-    let (Some((bs, qb)), Some(Layout { rows, il })) = (parts(ty), layout(ty)) else { return false };
-    if k % 32 != 0 {
+    let Some(l) = layout(ty) else { return false };
+    let (bs, qk) = (ty.type_size(), ty.blck_size());
+    if k % qk != 0 {
         return false;
     }
-    let (nb, rs) = (k / 32, ty.row_size(k as i64));
+    let (nb, rs) = (k / qk, ty.row_size(k as i64));
     assert!(data.len() >= m * rs, "repack::pack: {m} rows of {rs} bytes in {}", data.len());
     if ty == GgmlType::Q8_0 && data[..m * rs].chunks_exact(bs).any(|b| b[2..].contains(&0x80)) {
         return false;
     }
-    let mut tmp = vec![0u8; rows * rs];
-    for grp in data[..m / rows * rows * rs].chunks_exact_mut(rows * rs) {
+    let mut tmp = vec![0u8; l.rows * rs];
+    for grp in data[..m / l.rows * l.rows * rs].chunks_exact_mut(l.rows * rs) {
         tmp.copy_from_slice(grp);
         for t in 0..nb {
-            let o = t * rows * bs;
-            for r in 0..rows {
-                let src = r * rs + t * bs;
-                grp[o + 2 * r..o + 2 * r + 2].copy_from_slice(&tmp[src..src + 2]);
-                for c in 0..qb / il {
-                    let dst = o + 2 * rows + (c * rows + r) * il;
-                    grp[dst..dst + il].copy_from_slice(&tmp[src + 2 + c * il..src + 2 + (c + 1) * il]);
-                }
+            let out = &mut grp[t * l.rows * bs..(t + 1) * l.rows * bs];
+            for r in 0..l.rows {
+                move_block(&l, r, &mut tmp[r * rs + t * bs..r * rs + (t + 1) * bs], out, true);
             }
         }
     }
@@ -160,24 +189,19 @@ pub fn pack(ty: GgmlType, k: usize, m: usize, data: &mut [u8]) -> bool {
 /// Row `i` of `m` packed rows of `k` elements of `ty`, in ggml's layout, into `out`
 /// (`ty.row_size(k)` bytes).
 pub fn unpack_row(ty: GgmlType, k: usize, m: usize, data: &[u8], i: usize, out: &mut [u8]) {
-    let (Some((bs, qb)), Some(Layout { rows, il })) = (parts(ty), layout(ty)) else {
-        panic!("repack::unpack_row: {ty} has no packed layout")
-    };
-    let (nb, rs) = (k / 32, ty.row_size(k as i64));
+    let l = layout(ty).unwrap_or_else(|| panic!("repack::unpack_row: {ty} has no packed layout"));
+    let (bs, nb, rs) = (ty.type_size(), k / ty.blck_size(), ty.row_size(k as i64));
     assert!(i < m && out.len() >= rs && data.len() >= m * rs, "repack::unpack_row: row {i} of {m}");
-    if i >= m / rows * rows {
+    if i >= m / l.rows * l.rows {
         out[..rs].copy_from_slice(&data[i * rs..(i + 1) * rs]);
         return;
     }
-    let (g, r) = (i / rows, i % rows);
-    let grp = &data[g * rows * rs..(g + 1) * rows * rs];
+    let (g, r) = (i / l.rows, i % l.rows);
+    let grp = &data[g * l.rows * rs..(g + 1) * l.rows * rs];
+    let mut blk = vec![0u8; l.rows * bs];
     for t in 0..nb {
-        let o = t * rows * bs;
-        out[t * bs..t * bs + 2].copy_from_slice(&grp[o + 2 * r..o + 2 * r + 2]);
-        for c in 0..qb / il {
-            let src = o + 2 * rows + (c * rows + r) * il;
-            out[t * bs + 2 + c * il..t * bs + 2 + (c + 1) * il].copy_from_slice(&grp[src..src + il]);
-        }
+        blk.copy_from_slice(&grp[t * l.rows * bs..(t + 1) * l.rows * bs]);
+        move_block(&l, r, &mut out[t * bs..(t + 1) * bs], &mut blk, false);
     }
 }
 
@@ -218,7 +242,7 @@ pub fn gemm_packed(
     let rows = group(ty);
     let ng = m / rows;
     let gs = rows * rs;
-    assert!(parts(ty).is_some() && k % 32 == 0, "repack::gemm_packed: {ty} K {k}");
+    assert!(layout(ty).is_some() && k % ty.blck_size() == 0, "repack::gemm_packed: {ty} K {k}");
     assert!(a.len() >= m * rs, "repack::gemm_packed: {m} rows of {rs} bytes in {}", a.len());
     if n == 0 || m == 0 {
         return;
@@ -230,7 +254,7 @@ pub fn gemm_packed(
     if ng == 0 {
         return;
     }
-    let nb = k / 32;
+    let nb = k / ty.blck_size();
     let mut left = vec![false; n];
     match cpu_traits(ty).packed {
         Some(kern) if n < PACKED_MAX_N => {

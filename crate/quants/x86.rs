@@ -63,6 +63,11 @@ pub(super) const fn table(vnni: Vnni) -> Table {
         Vnni::Vex => Some(&packed::PACKED_Q8_0[0]),
         Vnni::Evex => Some(&packed::PACKED_Q8_0[1]),
     };
+    t[Q4_K as usize].packed = match vnni {
+        Vnni::None => None,
+        Vnni::Vex => Some(&packed::PACKED_Q4_K[0]),
+        Vnni::Evex => Some(&packed::PACKED_Q4_K[1]),
+    };
     t[Q4_0 as usize].gemm = Some(q4);
     let v = vnni as usize;
     t[Q5_0 as usize].gemm = Some(&U_GEMMS[v][0]);

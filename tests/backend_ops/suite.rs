@@ -95,8 +95,8 @@ pub struct In<'a> {
 }
 
 impl In<'_> {
-    /// A random Q8_0/Q4_0 weight that the CPU repacks into 4-row groups after its bytes
-    /// are set (Q8_0 quants of -128, which keep a weight plain, made -127).
+    /// A random weight of a type with a packed layout that the CPU repacks into groups after
+    /// its bytes are set (Q8_0 quants of -128, which keep a weight plain, made -127).
     pub fn repacked(&mut self, ty: GgmlType, ne: &[i64]) -> Tensor {
         let t = self.ctx.new_tensor(ty, ne);
         let mut bytes = random_bytes(self.rng, ty, t.nelements() as usize, -1.0, 1.0);
@@ -925,9 +925,9 @@ fn get_rows_cases() -> Vec<Case> {
         }));
     }
     // The CPU's repacked layout (tied embeddings: get_rows reads the output matrix).
-    for ty in [Q8_0, Q4_0] {
+    for ty in [Q8_0, Q4_0, Q4_K].into_iter().filter(|&ty| ggweb::quants::repack::layout(ty).is_some()) {
         let mut c = case(&format!("get_rows {ty} repacked"), Tol { abs: 1e-6, rel: 1e-6 }, move |i| {
-            let a = i.repacked(ty, &[96, 41]);
+            let a = i.repacked(ty, &[if ty == Q4_K { 256 } else { 96 }, 41]);
             let idx = i.idx(&[11], 41);
             i.ctx.get_rows(&a, &idx)
         });
@@ -1001,8 +1001,14 @@ fn mul_mat_cases() -> Vec<Case> {
         }
         // Repacked into 4-row groups (the packed decode kernel for N < 4, the groups as
         // panels or unpacked above): a row past the last group, 8+ blocks, 4 streams.
-        if matches!(ty, Q8_0 | Q4_0) {
-            for (k, m, n) in [(96, 37, 1), (96, 37, 3), (96, 37, 4), (96, 37, 31), (288, 64, 1), (288, 66, 17)] {
+        // Q4_K: x86's 8-row groups only (no layout elsewhere).
+        let shapes: &[(i64, i64, i64)] = match ty {
+            Q8_0 | Q4_0 => &[(96, 37, 1), (96, 37, 3), (96, 37, 4), (96, 37, 31), (288, 64, 1), (288, 66, 17)],
+            Q4_K if ggweb::quants::repack::layout(Q4_K).is_some() => &[(256, 37, 1), (768, 37, 3), (512, 40, 4), (768, 66, 17)],
+            _ => &[],
+        };
+        {
+            for &(k, m, n) in shapes {
                 let mut c = case(&format!("mul_mat {ty} repacked K={k} M={m} N={n}"), mm_tol(k * 4), move |i| {
                     let a = i.repacked(ty, &[k, m]);
                     let b = i.t(F32, &[k, n]);

@@ -785,26 +785,33 @@ fn repacked_gemm_equals_plain_bit_for_bit() {
         assert_eq!(repack::kernel_name(GgmlType::Q8_0), want);
         assert_eq!(repack::group(GgmlType::Q8_0), 8);
         assert_eq!(repack::group(GgmlType::Q4_0), 4);
+        assert_eq!(repack::kernel_name(GgmlType::Q4_K), want);
     }
     let mut compared = 0;
-    for ty in [GgmlType::Q8_0, GgmlType::Q4_0] {
+    let legacy = [
+        (1usize, 4usize, 1usize),
+        (7, 6, 1),
+        (8, 8, 2),
+        (9, 19, 1),
+        (24, 64, 1),
+        (27, 70, 3),
+        (24, 37, 4),
+        (33, 13, 9),
+        (9, 24, 20),
+        (8, 8, 5),
+        (24, 16, 32),
+        (3, 41, 7),
+        (96, 24, 5),
+    ];
+    // K-quant blocks of 256: counts around the groups of 8 blocks, 8-row groups and rests.
+    let k_quants = [(1usize, 8usize, 1usize), (3, 16, 1), (3, 13, 2), (9, 24, 3), (12, 8, 1), (2, 40, 9), (3, 16, 32)];
+    for ty in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K] {
+        if repack::layout(ty).is_none() {
+            continue; // Q4_K: x86's layout only
+        }
         let vt = ty.vec_dot_type();
-        for (nblk, m, n) in [
-            (1usize, 4usize, 1usize),
-            (7, 6, 1),
-            (8, 8, 2),
-            (9, 19, 1),
-            (24, 64, 1),
-            (27, 70, 3),
-            (24, 37, 4),
-            (33, 13, 9),
-            (9, 24, 20),
-            (8, 8, 5),
-            (24, 16, 32),
-            (3, 41, 7),
-            (96, 24, 5),
-        ] {
-            let k = nblk * 32;
+        for &(nblk, m, n) in if ty.blck_size() == 256 { &k_quants[..] } else { &legacy[..] } {
+            let k = nblk * ty.blck_size();
             let (ra, rb) = (ty.row_size(k as i64), vt.row_size(k as i64));
             let a: Vec<u8> = (0..m).flat_map(|_| random_row(&mut rng, ty, k)).collect();
             let a = if ty == GgmlType::Q8_0 {
@@ -816,8 +823,8 @@ fn repacked_gemm_equals_plain_bit_for_bit() {
             let mut b = Vec::new();
             for j in 0..n {
                 let mut row = quants::quantize(vt, &normal(&mut rng, k)).unwrap();
-                if j == 1 {
-                    row[rb - 1] = 0x80; // -128 in the last block
+                if j == 1 && vt == GgmlType::Q8_0 {
+                    row[rb - 1] = 0x80; // -128 in the last block (Q8_K rows hold some anyway)
                 }
                 b.extend_from_slice(&row);
             }

@@ -186,3 +186,165 @@ unsafe fn prompt<const EVEX: bool>(
         }
     }
 }
+
+/// Q4_K in 8-row groups (`repack::layout`): per block the 8 rows' d and dmin (16 bytes
+/// each), byte k of their 12 scale bytes at 32 + 8k, then their nibbles 4 bytes of each row
+/// in turn. Lane r of a nibble vector's low halves holds 4 elements of sub-block 2c of row
+/// r, its high halves the same 4 of sub-block 2c + 1, so `vpdpbusd` against the activations
+/// broadcast gives each sub-block's exact sum per row in 8 lanes; the 6-bit scales and
+/// mins are decoded for the 8 rows at once. Per block the float steps are `q4_k_block`'s.
+pub(super) static PACKED_Q4_K: [PackedKernel; 2] = [
+    PackedKernel {
+        name: "avx2 8-row groups (avx-vnni vpdpbusd)",
+        decode: |ty, nb, ng, a, b, _, c| unsafe { decode_q4_k::<false>(ty, nb, ng, a, b, c) },
+        wants_sums: false,
+        prompt: Some(&PROMPT_Q4_K[0]),
+    },
+    PackedKernel {
+        name: "avx2 8-row groups (avx512-vnni vpdpbusd)",
+        decode: |ty, nb, ng, a, b, _, c| unsafe { decode_q4_k::<true>(ty, nb, ng, a, b, c) },
+        wants_sums: false,
+        prompt: Some(&PROMPT_Q4_K[1]),
+    },
+];
+
+static PROMPT_Q4_K: [PromptGemm; 2] = [
+    PromptGemm {
+        name: "avx2 8-row groups (avx-vnni vpdpbusd)",
+        rows: |ty, nb, m, a, lda, b, ldb, cols, c, ldc| unsafe {
+            prompt_q4_k::<false>(ty, nb, m, a, lda, b, ldb, cols.plain.len(), c, ldc)
+        },
+        needs_plain: false,
+        wants_sums: false,
+    },
+    PromptGemm {
+        name: "avx2 8-row groups (avx512-vnni vpdpbusd)",
+        rows: |ty, nb, m, a, lda, b, ldb, cols, c, ldc| unsafe {
+            prompt_q4_k::<true>(ty, nb, m, a, lda, b, ldb, cols.plain.len(), c, ldc)
+        },
+        needs_plain: false,
+        wants_sums: false,
+    },
+];
+
+/// A Q4_K group's block and Q8_K's: sizes and where the parts start.
+const K4_BLOCK: usize = R * 144;
+const K4_SCALES: usize = 32;
+const K4_QS: usize = 128;
+const Y_SIZE: usize = 292;
+const Y_QS: usize = 4;
+const Y_BSUMS: usize = 260;
+
+/// The 8 rows' sub-block scales and mins of one block (`scale_min_k4`), as i32 lanes.
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn k4_scales(p: *const u8) -> ([__m256i; 8], [__m256i; 8]) {
+    let q: [__m256i; 12] =
+        core::array::from_fn(|k| _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(K4_SCALES + 8 * k) as *const __m128i)));
+    let (m63, m15) = (_mm256_set1_epi32(63), _mm256_set1_epi32(15));
+    let top = |v: __m256i| _mm256_slli_epi32::<4>(_mm256_srli_epi32::<6>(v));
+    let sc = core::array::from_fn(|j| {
+        if j < 4 {
+            _mm256_and_si256(q[j], m63)
+        } else {
+            _mm256_or_si256(_mm256_and_si256(q[j + 4], m15), top(q[j - 4]))
+        }
+    });
+    let mn = core::array::from_fn(|j| {
+        if j < 4 {
+            _mm256_and_si256(q[j + 4], m63)
+        } else {
+            _mm256_or_si256(_mm256_srli_epi32::<4>(q[j + 4]), top(q[j]))
+        }
+    });
+    (sc, mn)
+}
+
+/// One Q4_K group block (at `p`) against one Q8_K block (at `y`): lane r is row r's
+/// `q4_k_block`, the exact `isum` and `summ` then the scalar's float steps.
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+unsafe fn k4_block<const EVEX: bool>(p: *const u8, sc: &[__m256i; 8], mn: &[__m256i; 8], y: *const u8) -> __m256 {
+    let m4 = _mm256_set1_epi8(0x0F);
+    let bc = |o: usize| _mm256_set1_epi32((y.add(Y_QS + o) as *const i32).read_unaligned());
+    let mut isum = _mm256_setzero_si256();
+    for c in 0..4 {
+        let (mut lo, mut hi) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+        for i in 0..8 {
+            let w = load256(p.add(K4_QS + (8 * c + i) * 32));
+            lo = dpbusd::<EVEX>(lo, _mm256_and_si256(w, m4), bc(64 * c + 4 * i));
+            hi = dpbusd::<EVEX>(hi, _mm256_and_si256(_mm256_srli_epi16::<4>(w), m4), bc(64 * c + 32 + 4 * i));
+        }
+        isum = _mm256_add_epi32(isum, _mm256_add_epi32(_mm256_mullo_epi32(sc[2 * c], lo), _mm256_mullo_epi32(sc[2 * c + 1], hi)));
+    }
+    let bs = |j: usize| (y.add(Y_BSUMS + 2 * j) as *const i16).read_unaligned() as i32;
+    let mut summ = _mm256_setzero_si256();
+    for (j, m) in mn.iter().enumerate() {
+        summ = _mm256_add_epi32(summ, _mm256_mullo_epi32(*m, _mm256_set1_epi32(bs(2 * j) + bs(2 * j + 1))));
+    }
+    let yd = _mm256_set1_ps((y as *const f32).read_unaligned());
+    let d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)), yd);
+    let dmin = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(p.add(16) as *const __m128i)), yd);
+    _mm256_sub_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(isum)), _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(summ)))
+}
+
+/// The [`PackedKernel::decode`] of Q4_K: `ng` groups in address order against one Q8_K row.
+///
+/// # Safety
+/// AVX2, F16C and the `vpdpbusd` form `EVEX` names must be available.
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn decode_q4_k<const EVEX: bool>(ty: GgmlType, nb: usize, ng: usize, a: &[u8], b: &[u8], c: &mut [f32]) -> bool {
+    assert_eq!(ty, GgmlType::Q4_K, "packed decode: Q4_K only");
+    let gs = nb * K4_BLOCK;
+    assert!(a.len() >= ng * gs && b.len() >= nb * Y_SIZE && c.len() >= R * ng);
+    for g in 0..ng {
+        let p = a.as_ptr().add(g * gs);
+        let mut acc = [_mm256_setzero_ps(); 8];
+        for t in 0..nb {
+            let blk = p.add(t * K4_BLOCK);
+            let (sc, mn) = k4_scales(blk);
+            acc[t % 8] = _mm256_add_ps(acc[t % 8], k4_block::<EVEX>(blk, &sc, &mn, b.as_ptr().add(t * Y_SIZE)));
+        }
+        store_reduced(&acc, c.as_mut_ptr().add(R * g));
+    }
+    true
+}
+
+/// The Q4_K prompt kernel on whole groups: each block's scales decoded once for every row
+/// of b; per row of b, 8 accumulators (lanes = rows of a) in a small buffer.
+///
+/// # Safety
+/// As for [`decode_q4_k`]; `m` is a multiple of 8 rows of `lda` bytes; `n` rows of b.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn prompt_q4_k<const EVEX: bool>(
+    ty: GgmlType,
+    nb: usize,
+    m: usize,
+    a: &[u8],
+    lda: usize,
+    b: &[u8],
+    ldb: usize,
+    n: usize,
+    c: &mut [f32],
+    ldc: usize,
+) {
+    assert!(ty == GgmlType::Q4_K && m % R == 0 && lda == nb * 144 && n > 0);
+    assert!(a.len() >= m * lda && b.len() >= (n - 1) * ldb + nb * Y_SIZE && c.len() >= (n - 1) * ldc + m);
+    let mut acc = alloc::vec![_mm256_setzero_ps(); 8 * n];
+    for g in 0..m / R {
+        let p = a.as_ptr().add(g * R * lda);
+        acc.fill(_mm256_setzero_ps());
+        for t in 0..nb {
+            let blk = p.add(t * K4_BLOCK);
+            let (sc, mn) = k4_scales(blk);
+            for j in 0..n {
+                let a = &mut acc[8 * j + t % 8];
+                *a = _mm256_add_ps(*a, k4_block::<EVEX>(blk, &sc, &mn, b.as_ptr().add(j * ldb + t * Y_SIZE)));
+            }
+        }
+        for j in 0..n {
+            store_reduced(&acc[8 * j..8 * j + 8], c.as_mut_ptr().add(j * ldc + R * g));
+        }
+    }
+}
