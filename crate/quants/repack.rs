@@ -12,8 +12,9 @@
 //!   `i32x4.dot_i16x8_s` takes whole, the 4 rows' sums one transpose-add.
 //! - x86_64: R = 8; Q8_0's quants and Q4_K's nibbles 4 bytes at a time, so one 32-byte load
 //!   holds 4 bytes of each of 8 rows and one `vpdpbusd` against 4 activations broadcast
-//!   adds 8 rows' partial sums in 8 lanes (no horizontal adds); Q4_K's 12 scale bytes one
-//!   at a time, so byte k of the 8 rows is one 8-byte load.
+//!   adds 8 rows' partial sums in 8 lanes (no horizontal adds); Q4_K's 12 scale bytes and
+//!   Q6_K's 16 one at a time, so byte k of the 8 rows is one 8-byte load; Q6_K's `ql` and
+//!   `qh` 4 bytes at a time, in the order its kernel reads them.
 //!
 //! Which types are repacked is the kernel table's call ([`super::TypeTraitsCpu::packed`]: the
 //! ISA has a kernel that reads the layout); results are bit for bit those of the plain
@@ -80,13 +81,33 @@ pub fn layout(ty: GgmlType) -> Option<Layout> {
     const Q4_0_WASM: &[Field] = &[f(0, 2, 2), f(2, 16, 16)];
     // d, dmin, the 12 bytes of 6-bit scales and mins, the nibbles.
     const Q4_K_X86: &[Field] = &[f(0, 2, 2), f(2, 2, 2), f(4, 12, 1), f(16, 128, 4)];
+    const Q6_K_X86: &[Field] = &q6_k_x86();
     Some(match ty {
         GgmlType::Q8_0 if X86 => Layout { rows: 8, fields: Q8_0_X86 },
         GgmlType::Q8_0 => Layout { rows: GROUP, fields: Q8_0_WASM },
         GgmlType::Q4_0 => Layout { rows: GROUP, fields: Q4_0_WASM },
         GgmlType::Q4_K if X86 => Layout { rows: 8, fields: Q4_K_X86 },
+        GgmlType::Q6_K if X86 => Layout { rows: 8, fields: Q6_K_X86 },
         _ => return None,
     })
+}
+
+/// Q6_K on x86: d, the 16 i8 scales, then per half h and i < 8 the 4 bytes of `ql` at
+/// 64h + 4i and 64h + 32 + 4i and of `qh` at 32h + 4i, the order the kernel reads them (4
+/// elements of 4 sub-blocks each), so a block streams through once, in address order.
+const fn q6_k_x86() -> [Field; 50] {
+    let mut out = [f(0, 0, 1); 50];
+    out[0] = f(208, 2, 2);
+    out[1] = f(192, 16, 1);
+    let mut n = 2;
+    while n < 50 {
+        let (h, i) = ((n - 2) / 24, (n - 2) / 3 % 8);
+        out[n] = f(64 * h + 4 * i, 4, 4);
+        out[n + 1] = f(64 * h + 32 + 4 * i, 4, 4);
+        out[n + 2] = f(128 + 32 * h + 4 * i, 4, 4);
+        n += 3;
+    }
+    out
 }
 
 /// Rows per group of `ty`'s layout on this target ([`GROUP`] for a type without one).

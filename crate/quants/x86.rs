@@ -68,6 +68,11 @@ pub(super) const fn table(vnni: Vnni) -> Table {
         Vnni::Vex => Some(&packed::PACKED_Q4_K[0]),
         Vnni::Evex => Some(&packed::PACKED_Q4_K[1]),
     };
+    t[Q6_K as usize].packed = match vnni {
+        Vnni::None => None,
+        Vnni::Vex => Some(&packed::PACKED_Q6_K[0]),
+        Vnni::Evex => Some(&packed::PACKED_Q6_K[1]),
+    };
     t[Q4_0 as usize].gemm = Some(q4);
     let v = vnni as usize;
     t[Q5_0 as usize].gemm = Some(&U_GEMMS[v][0]);

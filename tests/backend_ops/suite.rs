@@ -925,9 +925,9 @@ fn get_rows_cases() -> Vec<Case> {
         }));
     }
     // The CPU's repacked layout (tied embeddings: get_rows reads the output matrix).
-    for ty in [Q8_0, Q4_0, Q4_K].into_iter().filter(|&ty| ggweb::quants::repack::layout(ty).is_some()) {
+    for ty in [Q8_0, Q4_0, Q4_K, Q6_K].into_iter().filter(|&ty| ggweb::quants::repack::layout(ty).is_some()) {
         let mut c = case(&format!("get_rows {ty} repacked"), Tol { abs: 1e-6, rel: 1e-6 }, move |i| {
-            let a = i.repacked(ty, &[if ty == Q4_K { 256 } else { 96 }, 41]);
+            let a = i.repacked(ty, &[if ty.blck_size() == 256 { 256 } else { 96 }, 41]);
             let idx = i.idx(&[11], 41);
             i.ctx.get_rows(&a, &idx)
         });
@@ -1001,10 +1001,12 @@ fn mul_mat_cases() -> Vec<Case> {
         }
         // Repacked into 4-row groups (the packed decode kernel for N < 4, the groups as
         // panels or unpacked above): a row past the last group, 8+ blocks, 4 streams.
-        // Q4_K: x86's 8-row groups only (no layout elsewhere).
+        // Q4_K, Q6_K: x86's 8-row groups only (no layout elsewhere).
         let shapes: &[(i64, i64, i64)] = match ty {
             Q8_0 | Q4_0 => &[(96, 37, 1), (96, 37, 3), (96, 37, 4), (96, 37, 31), (288, 64, 1), (288, 66, 17)],
-            Q4_K if ggweb::quants::repack::layout(Q4_K).is_some() => &[(256, 37, 1), (768, 37, 3), (512, 40, 4), (768, 66, 17)],
+            Q4_K | Q6_K if ggweb::quants::repack::layout(ty).is_some() => {
+                &[(256, 37, 1), (768, 37, 3), (512, 40, 4), (768, 66, 17)]
+            }
             _ => &[],
         };
         {

@@ -786,6 +786,7 @@ fn repacked_gemm_equals_plain_bit_for_bit() {
         assert_eq!(repack::group(GgmlType::Q8_0), 8);
         assert_eq!(repack::group(GgmlType::Q4_0), 4);
         assert_eq!(repack::kernel_name(GgmlType::Q4_K), want);
+        assert_eq!(repack::kernel_name(GgmlType::Q6_K), want);
     }
     let mut compared = 0;
     let legacy = [
@@ -805,9 +806,9 @@ fn repacked_gemm_equals_plain_bit_for_bit() {
     ];
     // K-quant blocks of 256: counts around the groups of 8 blocks, 8-row groups and rests.
     let k_quants = [(1usize, 8usize, 1usize), (3, 16, 1), (3, 13, 2), (9, 24, 3), (12, 8, 1), (2, 40, 9), (3, 16, 32)];
-    for ty in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K] {
+    for ty in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q6_K] {
         if repack::layout(ty).is_none() {
-            continue; // Q4_K: x86's layout only
+            continue; // the K-quants: x86's layout only
         }
         let vt = ty.vec_dot_type();
         for &(nblk, m, n) in if ty.blck_size() == 256 { &k_quants[..] } else { &legacy[..] } {

@@ -348,3 +348,209 @@ unsafe fn prompt_q4_k<const EVEX: bool>(
         }
     }
 }
+
+/// Q6_K in 8-row groups (`repack::layout`): per block the 8 rows' d (16 bytes), byte k of
+/// their 16 i8 scales at 16 + 8k, then their `ql` and `qh` 4 bytes of each row in turn, in
+/// the order read here ([`k6_bytes`]).
+/// Four bytes of `ql` and `qh` give 4 elements in each of 4 sub-blocks of 16 (q + 32, in
+/// 0..64: unsigned for `vpdpbusd`, the 32 taken out through Q8_K's `bsums`). Per block the
+/// float steps are `q6_k_block`'s.
+pub(super) static PACKED_Q6_K: [PackedKernel; 2] = [
+    PackedKernel {
+        name: "avx2 8-row groups (avx-vnni vpdpbusd)",
+        decode: |ty, nb, ng, a, b, _, c| unsafe { decode_q6_k::<false>(ty, nb, ng, a, b, c) },
+        wants_sums: false,
+        prompt: Some(&PROMPT_Q6_K[0]),
+    },
+    PackedKernel {
+        name: "avx2 8-row groups (avx512-vnni vpdpbusd)",
+        decode: |ty, nb, ng, a, b, _, c| unsafe { decode_q6_k::<true>(ty, nb, ng, a, b, c) },
+        wants_sums: false,
+        prompt: Some(&PROMPT_Q6_K[1]),
+    },
+];
+
+static PROMPT_Q6_K: [PromptGemm; 2] = [
+    PromptGemm {
+        name: "avx2 8-row groups (avx-vnni vpdpbusd)",
+        rows: |ty, nb, m, a, lda, b, ldb, cols, c, ldc| unsafe {
+            prompt_q6_k::<false>(ty, nb, m, a, lda, b, ldb, cols.plain.len(), c, ldc)
+        },
+        needs_plain: false,
+        wants_sums: false,
+    },
+    PromptGemm {
+        name: "avx2 8-row groups (avx512-vnni vpdpbusd)",
+        rows: |ty, nb, m, a, lda, b, ldb, cols, c, ldc| unsafe {
+            prompt_q6_k::<true>(ty, nb, m, a, lda, b, ldb, cols.plain.len(), c, ldc)
+        },
+        needs_plain: false,
+        wants_sums: false,
+    },
+];
+
+/// A Q6_K group's block: its size and where the parts start.
+const K6_BLOCK: usize = R * 210;
+const K6_SCALES: usize = 16;
+const K6_QUANTS: usize = 144;
+
+/// The 8 rows' `ql` at 64h + 4i and 64h + 32 + 4i and `qh` at 32h + 4i (96 bytes in a row).
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn k6_bytes(p: *const u8, h: usize, i: usize) -> (__m256i, __m256i, __m256i) {
+    let q = p.add(K6_QUANTS + (8 * h + i) * 96);
+    (load256(q), load256(q.add(32)), load256(q.add(64)))
+}
+
+/// A Q6_K group block's quants + 32 (unsigned, < 64): vector `16·(2h + q) + 4k + j` holds,
+/// per row, elements `128h + 32k + 16q + 4j ..+4` (sub-block `8h + 2k + q`).
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn k6_unpack(p: *const u8) -> [__m256i; 64] {
+    let (m0f, m30) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x30));
+    let mut u = [_mm256_setzero_si256(); 64];
+    for h in 0..2 {
+        for i in 0..8 {
+            let (a, b, hb) = k6_bytes(p, h, i);
+            let at = 16 * (2 * h + i / 4) + i % 4;
+            u[at] = _mm256_or_si256(_mm256_and_si256(a, m0f), _mm256_and_si256(_mm256_slli_epi16::<4>(hb), m30));
+            u[at + 4] = _mm256_or_si256(_mm256_and_si256(b, m0f), _mm256_and_si256(_mm256_slli_epi16::<2>(hb), m30));
+            u[at + 8] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(a), m0f), _mm256_and_si256(hb, m30));
+            u[at + 12] = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16::<4>(b), m0f),
+                _mm256_and_si256(_mm256_srli_epi16::<2>(hb), m30),
+            );
+        }
+    }
+    u
+}
+
+/// One Q6_K group block (at `p`, quants unpacked in `u`) against one Q8_K block: lane r is
+/// row r's `q6_k_block`.
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+unsafe fn k6_block<const EVEX: bool>(p: *const u8, u: &[__m256i; 64], y: *const u8) -> __m256 {
+    let bc = |o: usize| _mm256_set1_epi32((y.add(Y_QS + o) as *const i32).read_unaligned());
+    let bsum = |j: usize| (y.add(Y_BSUMS + 2 * j) as *const i16).read_unaligned() as i32;
+    let mut isum = _mm256_setzero_si256();
+    for h in 0..2 {
+        for q in 0..2 {
+            for k in 0..4 {
+                let at = 16 * (2 * h + q) + 4 * k;
+                let e = 128 * h + 32 * k + 16 * q;
+                let s = dpbusd::<EVEX>(_mm256_setzero_si256(), u[at], bc(e));
+                let s = dpbusd::<EVEX>(s, u[at + 1], bc(e + 4));
+                let s = dpbusd::<EVEX>(s, u[at + 2], bc(e + 8));
+                let s = dpbusd::<EVEX>(s, u[at + 3], bc(e + 12));
+                let sb = 8 * h + 2 * k + q;
+                let s = _mm256_sub_epi32(s, _mm256_set1_epi32(32 * bsum(sb)));
+                let sc = _mm256_cvtepi8_epi32(_mm_loadl_epi64(p.add(K6_SCALES + 8 * sb) as *const __m128i));
+                isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(sc, s));
+            }
+        }
+    }
+    let yd = _mm256_set1_ps((y as *const f32).read_unaligned());
+    let d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)), yd);
+    _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum))
+}
+
+/// [`k6_block`] unpacking as it goes (a decode step meets each block once): per quarter
+/// (h, q), 4 bytes of `ql` twice and of `qh` once make 4 elements of 4 sub-blocks.
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+unsafe fn k6_block_once<const EVEX: bool>(p: *const u8, y: *const u8) -> __m256 {
+    let (m0f, m30) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x30));
+    let bc = |o: usize| _mm256_set1_epi32((y.add(Y_QS + o) as *const i32).read_unaligned());
+    let bsum = |j: usize| (y.add(Y_BSUMS + 2 * j) as *const i16).read_unaligned() as i32;
+    let mut isum = _mm256_setzero_si256();
+    for h in 0..2 {
+        for q in 0..2 {
+            let mut s = [_mm256_setzero_si256(); 4];
+            for j in 0..4 {
+                let i = 4 * q + j;
+                let (a, b, hb) = k6_bytes(p, h, i);
+                let u = [
+                    _mm256_or_si256(_mm256_and_si256(a, m0f), _mm256_and_si256(_mm256_slli_epi16::<4>(hb), m30)),
+                    _mm256_or_si256(_mm256_and_si256(b, m0f), _mm256_and_si256(_mm256_slli_epi16::<2>(hb), m30)),
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(a), m0f), _mm256_and_si256(hb, m30)),
+                    _mm256_or_si256(
+                        _mm256_and_si256(_mm256_srli_epi16::<4>(b), m0f),
+                        _mm256_and_si256(_mm256_srli_epi16::<2>(hb), m30),
+                    ),
+                ];
+                for k in 0..4 {
+                    s[k] = dpbusd::<EVEX>(s[k], u[k], bc(128 * h + 32 * k + 4 * i));
+                }
+            }
+            for (k, s) in s.into_iter().enumerate() {
+                let sb = 8 * h + 2 * k + q;
+                let s = _mm256_sub_epi32(s, _mm256_set1_epi32(32 * bsum(sb)));
+                let sc = _mm256_cvtepi8_epi32(_mm_loadl_epi64(p.add(K6_SCALES + 8 * sb) as *const __m128i));
+                isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(sc, s));
+            }
+        }
+    }
+    let yd = _mm256_set1_ps((y as *const f32).read_unaligned());
+    let d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)), yd);
+    _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum))
+}
+
+/// The [`PackedKernel::decode`] of Q6_K: `ng` groups in address order against one Q8_K row.
+///
+/// # Safety
+/// AVX2, F16C and the `vpdpbusd` form `EVEX` names must be available.
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn decode_q6_k<const EVEX: bool>(ty: GgmlType, nb: usize, ng: usize, a: &[u8], b: &[u8], c: &mut [f32]) -> bool {
+    assert_eq!(ty, GgmlType::Q6_K, "packed decode: Q6_K only");
+    let gs = nb * K6_BLOCK;
+    assert!(a.len() >= ng * gs && b.len() >= nb * Y_SIZE && c.len() >= R * ng);
+    for g in 0..ng {
+        let p = a.as_ptr().add(g * gs);
+        let mut acc = [_mm256_setzero_ps(); 8];
+        for t in 0..nb {
+            let blk = p.add(t * K6_BLOCK);
+            acc[t % 8] = _mm256_add_ps(acc[t % 8], k6_block_once::<EVEX>(blk, b.as_ptr().add(t * Y_SIZE)));
+        }
+        store_reduced(&acc, c.as_mut_ptr().add(R * g));
+    }
+    true
+}
+
+/// The Q6_K prompt kernel on whole groups: each block's quants unpacked once for every row
+/// of b; per row of b, 8 accumulators (lanes = rows of a) in a small buffer.
+///
+/// # Safety
+/// As for [`decode_q6_k`]; `m` is a multiple of 8 rows of `lda` bytes; `n` rows of b.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn prompt_q6_k<const EVEX: bool>(
+    ty: GgmlType,
+    nb: usize,
+    m: usize,
+    a: &[u8],
+    lda: usize,
+    b: &[u8],
+    ldb: usize,
+    n: usize,
+    c: &mut [f32],
+    ldc: usize,
+) {
+    assert!(ty == GgmlType::Q6_K && m % R == 0 && lda == nb * 210 && n > 0);
+    assert!(a.len() >= m * lda && b.len() >= (n - 1) * ldb + nb * Y_SIZE && c.len() >= (n - 1) * ldc + m);
+    let mut acc = alloc::vec![_mm256_setzero_ps(); 8 * n];
+    for g in 0..m / R {
+        let p = a.as_ptr().add(g * R * lda);
+        acc.fill(_mm256_setzero_ps());
+        for t in 0..nb {
+            let blk = p.add(t * K6_BLOCK);
+            let u = k6_unpack(blk);
+            for j in 0..n {
+                let a = &mut acc[8 * j + t % 8];
+                *a = _mm256_add_ps(*a, k6_block::<EVEX>(blk, &u, b.as_ptr().add(j * ldb + t * Y_SIZE)));
+            }
+        }
+        for j in 0..n {
+            store_reduced(&acc[8 * j..8 * j + 8], c.as_mut_ptr().add(j * ldc + R * g));
+        }
+    }
+}
