@@ -9,6 +9,18 @@ use ggweb::model::context::Gpt2Options;
 use ggweb::model::loader::{load_from_bytes, LoadedModel};
 use ggweb::GgmlType;
 
+/// `repack::set_disabled` is global: the tests here that turn it off take turns.
+static FLAG: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// A load with repacking off (ggml's layout), whatever other tests do meanwhile.
+fn load_plain(bytes: &[u8], opts: Gpt2Options) -> LoadedModel {
+    let _turn = FLAG.lock().unwrap_or_else(|e| e.into_inner());
+    ggweb::quants::repack::set_disabled(true);
+    let plain = load_from_bytes(bytes, opts);
+    ggweb::quants::repack::set_disabled(false);
+    plain.unwrap()
+}
+
 fn load(file: &str, n_threads: usize) -> LoadedModel {
     let bytes =
         std::fs::read(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/llamacpp").join(file))
@@ -23,10 +35,15 @@ fn repacked_weights_give_the_same_logits_bit_for_bit() {
             // One copy in ggml's layout; the other repacked where the ISA reads the layout
             // (x86 with VNNI: Q8_0), forced otherwise (its products then unpack the groups).
             // Other tests loading meanwhile may repack or not: both give the same bits.
-            ggweb::quants::repack::set_disabled(true);
-            let mut plain = load(file, n_threads);
-            ggweb::quants::repack::set_disabled(false);
-            let mut packed = load(file, n_threads);
+            let bytes = std::fs::read(
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/llamacpp").join(file),
+            )
+            .unwrap();
+            let mut plain = load_plain(&bytes, Gpt2Options { n_batch: 16, n_threads, ..Default::default() });
+            let mut packed = {
+                let _turn = FLAG.lock().unwrap_or_else(|e| e.into_inner());
+                load(file, n_threads)
+            };
             assert_eq!(plain.model.repacked_bytes, 0, "{file}: a load with repacking off repacked");
             let native = ggweb::quants::repack::kernel_name(ty).is_some();
             let down = &packed.model.weights.layers[0].ffn_down_w;
@@ -50,6 +67,49 @@ fn repacked_weights_give_the_same_logits_bit_for_bit() {
             let (a, b) = (plain.model.eval(&prompt, 0, true).unwrap(), packed.model.eval(&prompt, 0, true).unwrap());
             assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "{file} prompt, {n_threads} threads");
             let mut tok = 50256;
+            for step in 0..4 {
+                let n_past = prompt.len() + step;
+                let (a, b) = (
+                    plain.model.eval(&[tok], n_past, false).unwrap(),
+                    packed.model.eval(&[tok], n_past, false).unwrap(),
+                );
+                assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "{file} step {step}");
+                tok = ggweb::model::sampling::argmax(&a);
+            }
+        }
+    }
+}
+
+/// llama.cpp's own K-quant mixes (Q4_K_M: Q4_K and Q6_K matrices, a Q6_K output; Q6_K)
+/// repacked where the ISA reads those layouts (x86 with VNNI) give the logits of ggml's
+/// layout bit for bit: a prompt (the packed prompt kernels), decode steps, 1 and 3 threads.
+#[test]
+fn repacked_k_quant_mixes_give_the_same_logits_bit_for_bit() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mixes");
+    for file in ["gpt2-mini-q4_k_m.gguf", "gpt2-mini-q6_k.gguf"] {
+        let bytes = std::fs::read(dir.join(file)).unwrap();
+        for n_threads in [1, 3] {
+            let opts = Gpt2Options { n_batch: 16, n_threads, ..Default::default() };
+            let mut plain = load_plain(&bytes, opts.clone());
+            let mut packed = {
+                let _turn = FLAG.lock().unwrap_or_else(|e| e.into_inner());
+                load_from_bytes(&bytes, opts).unwrap()
+            };
+            assert_eq!(plain.model.repacked_bytes, 0);
+            for t in [&packed.model.weights.layers[0].ffn_up_w, &packed.model.weights.output] {
+                let native = ggweb::quants::repack::kernel_name(t.ty).is_some();
+                assert_eq!(t.is_repacked(), native, "{file}: {} ({}) repacked", t.name(), t.ty);
+            }
+            if packed.model.repacked_bytes == 0 {
+                packed.model.force_repack();
+            }
+            let w = &packed.model.weights;
+            assert!(w.layers[0].ffn_up_w.is_repacked() && w.output.is_repacked(), "{file}");
+            let n_vocab = packed.model.hparams.n_vocab as u32;
+            let prompt: Vec<u32> = (0..21).map(|i| (i * 977 + 13) % n_vocab).collect();
+            let (a, b) = (plain.model.eval(&prompt, 0, true).unwrap(), packed.model.eval(&prompt, 0, true).unwrap());
+            assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "{file} prompt, {n_threads} threads");
+            let mut tok = 7;
             for step in 0..4 {
                 let n_past = prompt.len() + step;
                 let (a, b) = (

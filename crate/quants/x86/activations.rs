@@ -62,7 +62,13 @@ pub(super) unsafe fn quantize_q8_0(src: &[f32], dst: &mut [u8]) {
 /// # Safety
 /// AVX2 and F16C must be available; `row` holds `nb` blocks, `dy` and `ysum` `nb` entries.
 #[target_feature(enable = "avx2,f16c")]
-pub(in crate::quants) unsafe fn col_prep_q8_0(row: &[u8], nb: usize, dy: &mut [f32], ysum: &mut [i32], sums: bool) -> bool {
+pub(in crate::quants) unsafe fn col_prep_q8_0(
+    row: &[u8],
+    nb: usize,
+    dy: &mut [f32],
+    ysum: &mut [i32],
+    sums: bool,
+) -> bool {
     let ys: &[BlockQ8_0] = bytemuck::cast_slice(&row[..nb * 34]);
     let (ones, ones16) = (_mm256_set1_epi8(1), _mm256_set1_epi16(1));
     let m128 = _mm256_set1_epi8(-128);

@@ -275,7 +275,10 @@ unsafe fn k4_block<const EVEX: bool>(p: *const u8, sc: &[__m256i; 8], mn: &[__m2
             lo = dpbusd::<EVEX>(lo, _mm256_and_si256(w, m4), bc(64 * c + 4 * i));
             hi = dpbusd::<EVEX>(hi, _mm256_and_si256(_mm256_srli_epi16::<4>(w), m4), bc(64 * c + 32 + 4 * i));
         }
-        isum = _mm256_add_epi32(isum, _mm256_add_epi32(_mm256_mullo_epi32(sc[2 * c], lo), _mm256_mullo_epi32(sc[2 * c + 1], hi)));
+        isum = _mm256_add_epi32(
+            isum,
+            _mm256_add_epi32(_mm256_mullo_epi32(sc[2 * c], lo), _mm256_mullo_epi32(sc[2 * c + 1], hi)),
+        );
     }
     let bs = |j: usize| (y.add(Y_BSUMS + 2 * j) as *const i16).read_unaligned() as i32;
     let mut summ = _mm256_setzero_si256();
