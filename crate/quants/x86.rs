@@ -57,6 +57,7 @@ pub(super) const fn table(vnni: Vnni) -> Table {
         Vnni::Evex => (&EVEX, &EVEX),
     };
     t[Q8_0 as usize].from_float = Some(|src, dst| unsafe { activations::quantize_q8_0(src, dst) });
+    t[Q8_K as usize].from_float = Some(|src, dst| unsafe { activations::quantize_q8_k(src, dst) });
     t[Q8_0 as usize].gemm = Some(q8);
     t[Q8_0 as usize].packed = match vnni {
         Vnni::None => None,

@@ -296,6 +296,35 @@ fn q8_k_quantizes_as_ggml_reference() {
     assert_eq!(bytemuck::bytes_of(&blocks[1]), &[0u8; 292][..]);
 }
 
+/// quantize_row to Q8_K (AVX2 natively) is the scalar reference bit for bit: random blocks,
+/// ties for the absmax (the first wins, sign included), halves after scaling, NaN (with a
+/// payload), ±inf, huge, subnormal and all-zero or all-NaN blocks.
+#[test]
+fn q8_k_quantize_equals_scalar_reference() {
+    let mut rng = Rng::xorshift64_star(0x5eed_0008_4b);
+    let mut x = normal(&mut rng, 256 * 12);
+    let specials = [f32::NAN, f32::from_bits(0x7fc1_2345), f32::INFINITY, f32::NEG_INFINITY, 3.0e38, 1.0e-40];
+    for (b, &v) in specials.iter().enumerate() {
+        x[256 * (b + 1) + 17] = v;
+    }
+    x[256 * 7..256 * 8].fill(0.0);
+    x[256 * 8..256 * 9].fill(f32::NAN);
+    for (i, v) in x[256 * 9..256 * 10].iter_mut().enumerate() {
+        *v = (i % 9) as f32 - 4.0; // |4| first at 0 (negative) and again: iscale 127/4
+    }
+    for (i, v) in x[256 * 10..256 * 11].iter_mut().enumerate() {
+        *v = (i as f32 - 127.0) * 0.5; // max 64.5 at the end: scaled values near halves
+    }
+    x[256 * 11..256 * 12].iter_mut().for_each(|v| *v *= 1e-39);
+    let n = x.len() / 256;
+    let (mut got, mut want) = (vec![0u8; 292 * n], vec![0u8; 292 * n]);
+    quants::quantize_row(GgmlType::Q8_K, &x, &mut got);
+    quants::scalar::quantize_q8_k(&x, &mut want);
+    for b in 0..n {
+        assert_eq!(got[292 * b..292 * b + 292], want[292 * b..292 * b + 292], "block {b}");
+    }
+}
+
 #[test]
 fn q4_k_scales_unpack_as_ggml() {
     let mut b: BlockQ4_K = bytemuck::Zeroable::zeroed();
