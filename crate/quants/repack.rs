@@ -123,10 +123,14 @@ fn move_block(l: &Layout, r: usize, plain: &mut [u8], packed: &mut [u8], to_pack
         for c in 0..fd.size / fd.il {
             let dst = o + (c * l.rows + r) * fd.il;
             let src = fd.offset + c * fd.il;
-            if to_packed {
-                packed[dst..dst + fd.il].copy_from_slice(&plain[src..src + fd.il]);
-            } else {
-                plain[src..src + fd.il].copy_from_slice(&packed[dst..dst + fd.il]);
+            // Pieces of 1 to 32 bytes: a byte loop beats a memcpy call per piece.
+            let (p, q) = (&mut packed[dst..dst + fd.il], &mut plain[src..src + fd.il]);
+            for (p, q) in p.iter_mut().zip(q) {
+                if to_packed {
+                    *p = *q;
+                } else {
+                    *q = *p;
+                }
             }
         }
         o += fd.size * l.rows;
