@@ -881,7 +881,9 @@ impl MulMatPlan {
                 _ => self.simd.gemm_f32(k, m, 1, a as *const f32, stride * nb1 / 4, b_row as *const f32, ldb, c, m),
             }
         };
-        let q = if mb >= 16 { mb / 4 } else { 0 };
+        // Short rows (a head of the K cache: 64 values) gain nothing from four streams and
+        // pay a call per 4 rows: one call takes them all.
+        let q = if mb >= 16 && k * self.a.ty.type_size() >= 1024 { mb / 4 } else { 0 };
         let mut out = [0f32; 4];
         for i in 0..q {
             gemm(4, i, q, out.as_mut_ptr());
