@@ -269,10 +269,9 @@ const PACKED_NAME: &str = "simd128 k-quant tiles (4-row groups, relaxed dot)";
 #[cfg(not(target_feature = "relaxed-simd"))]
 const PACKED_NAME: &str = "simd128 k-quant tiles (4-row groups)";
 
-/// The prompt kernels of Q4_K and Q6_K weights repacked at load (`packed_k`): each row's
-/// blocks are unpacked once per call, Q4_K's put back in ggml's layout first (vector
-/// shuffles), Q6_K's straight from the packed vectors ([`q6_k_packed_prep`]), then multiplied
-/// as above.
+/// The prompt kernels of Q4_K and Q6_K weights repacked at load (`packed_k`): the rows are
+/// put back in ggml's layout once per call (vector shuffles), then the plain kernel above
+/// (the same code: tile kernels specialised for the packed rows ran ~14% slower in Chromium).
 pub(super) static PACKED_GEMMS: [PromptGemm; 2] = {
     macro_rules! k_gemm {
         ($X:ty) => {
@@ -301,52 +300,27 @@ fn gemm_rows_packed<X: KBlock>(
     c: &mut [f32],
     ldc: usize,
 ) {
-    let gb = 4 * core::mem::size_of::<X>();
-    assert!(matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K) && core::mem::size_of::<X>() == ty.type_size());
+    let (xs, gb) = (core::mem::size_of::<X>(), 4 * core::mem::size_of::<X>());
+    assert!(matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K) && xs == ty.type_size());
     assert!(m % 4 == 0 && a.len() >= m / 4 * nb * gb);
-    let mut row = vec![X::zeroed(); nb];
-    let prep_row = |i: usize, preps: &mut [Prep]| {
+    // The rows back in ggml's layout (vector shuffles; a few hundred KiB at most, as mul_mat
+    // hands out blocks of rows), then the plain kernel: its code, its speed.
+    let mut plain = vec![X::zeroed(); m * nb];
+    for (i, row) in plain.chunks_exact_mut(nb).enumerate() {
         let (g, r) = (i / 4, i % 4);
-        for (t, (p, x)) in preps.iter_mut().zip(row.iter_mut()).enumerate() {
+        for (t, x) in row.iter_mut().enumerate() {
             // SAFETY: block t of group g lies inside a (asserted); x is one block.
             unsafe {
                 let blk = a.as_ptr().add((g * nb + t) * gb);
-                if ty == GgmlType::Q6_K {
-                    *p = q6_k_packed_prep(blk, r);
-                    continue;
+                let out = x as *mut X as *mut u8;
+                match ty {
+                    GgmlType::Q4_K => packed_k::unpack_q4_k(blk, r, out),
+                    _ => packed_k::unpack_q6_k(blk, r, out),
                 }
-                packed_k::unpack_q4_k(blk, r, x as *mut X as *mut u8);
             }
-            *p = x.prep();
-        }
-    };
-    tiles::<X>(nb, m, prep_row, b, ldb, n, c, ldc)
-}
-
-/// Row r of a packed Q6_K group block, as [`BlockQ6_K::prep`] gives it: the packed vectors of
-/// quarter K (`packed_k`) hold in their even i16 lanes ggml's elements `32K + 0..16` of the
-/// half, in their odd ones `32K + 16..32`.
-///
-/// # Safety
-/// `blk` points at a whole group block.
-#[inline(always)]
-unsafe fn q6_k_packed_prep(blk: *const u8, r: usize) -> Prep {
-    let q = blk.add(72 + 192 * r);
-    let ld = |o: usize| v128_load(q.add(o) as *const v128);
-    let mut u = [i8x16_splat(0); 16];
-    for half in 0..2 {
-        let quarters: [[v128; 4]; 2] = core::array::from_fn(|pp| {
-            packed_k::q6_k_quarters(ld(64 * half + 16 * pp), ld(64 * half + 32 + 16 * pp), ld(128 + 32 * half + 16 * pp))
-        });
-        for k in 0..4 {
-            let (a, b) = (quarters[0][k], quarters[1][k]);
-            u[8 * half + 2 * k] = i16x8_shuffle::<0, 2, 4, 6, 8, 10, 12, 14>(a, b);
-            u[8 * half + 2 * k + 1] = i16x8_shuffle::<1, 3, 5, 7, 9, 11, 13, 15>(a, b);
         }
     }
-    let sc = blk.add(8 + 16 * r) as *const i8;
-    let s16: [i16; 16] = core::array::from_fn(|j| *sc.add(j) as i16);
-    prep_from(u, s16, s16.map(|s| 32 * s), fp16_to_fp32(u16::from_le_bytes([*blk.add(2 * r), *blk.add(2 * r + 1)])), 0.0)
+    gemm_rows_k::<X>(nb, m, bytemuck::cast_slice(&plain), nb * xs, b, ldb, n, c, ldc)
 }
 
 /// Σ u·y of one sub-block of 16 times its scale, into 4 i32 lanes (exact).

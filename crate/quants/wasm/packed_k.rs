@@ -17,12 +17,12 @@
 //! the `bsums` as the scalar's do. The float steps are the scalar's per row, one row a lane:
 //! `acc[t % 8] += d·yd·isum (- dmin·yd·summ)`, then `reduce8`.
 //!
-//! Prompts (from 4 rows of b) go through `kquants`' tile kernel (`PACKED_GEMMS` there), each
-//! row unpacked from its group once per call ([`unpack_q4_k`], `q6_k_packed_prep`).
+//! Prompts (from 4 rows of b) put the rows back in ggml's layout once per call
+//! ([`unpack_q4_k`], [`unpack_q6_k`]: vector shuffles) for `kquants`' plain tile kernel.
 //!
-//! Measured (Node 20, relaxed build, GFLOP/s of one decode step, ggml's layout → packed):
-//! Q4_K 31-35 → 51-57, Q6_K 24-27 → 33-39 (768×2304, 3072×768, 768×50257); prompts of 32
-//! rows within a few % of ggml's layout.
+//! Measured: Node 20, relaxed build, GFLOP/s of one decode step, ggml's layout → packed: Q4_K
+//! 31-35 → 51-57, Q6_K 24-27 → 33-39 (768×2304, 3072×768, 768×50257). Chromium 156, 1
+//! thread, llama.cpp's 124M Q4_K_M: decode 77-82 → 100-103 tok/s, prefill unchanged.
 
 use core::arch::wasm32::*;
 
@@ -347,4 +347,39 @@ pub(super) unsafe fn unpack_q4_k(blk: *const u8, r: usize, out: *mut u8) {
             v128_store(out.add(16 + 32 * run + 16 * half) as *mut v128, v);
         }
     }
+}
+
+/// Row r of a packed Q6_K group block back in ggml's layout (210 bytes at `out`): the
+/// quants' bits as ggml's, then in each run of 32 bytes, ggml's first 16 are the packed run's
+/// even pairs, the next 16 its odd ones.
+///
+/// # Safety
+/// `blk` points at a whole group block, `out` at 210 writable bytes.
+#[inline(always)]
+pub(super) unsafe fn unpack_q6_k(blk: *const u8, r: usize, out: *mut u8) {
+    let q = blk.add(72 + 192 * r);
+    let (m0f, mf0, m03, m0c, m30, mc0) =
+        (u8x16_splat(0x0F), u8x16_splat(0xF0), u8x16_splat(3), u8x16_splat(0x0C), u8x16_splat(0x30), u8x16_splat(0xC0));
+    // Per (h, P), ggml's ql0, ql1, qh bytes back (still in the packed byte order).
+    let mut runs = [i8x16_splat(0); 12];
+    for h in 0..2 {
+        for pp in 0..2 {
+            let (o0, o1, o2) = (64 * h + 16 * pp, 64 * h + 32 + 16 * pp, 128 + 32 * h + 16 * pp);
+            let ld = |o: usize| v128_load(q.add(o) as *const v128);
+            let u = q6_k_quarters(ld(o0), ld(o1), ld(o2));
+            runs[o0 / 16] = v128_or(v128_and(u[0], m0f), v128_and(i16x8_shl(u[2], 4), mf0));
+            runs[o1 / 16] = v128_or(v128_and(u[1], m0f), v128_and(i16x8_shl(u[3], 4), mf0));
+            runs[o2 / 16] = v128_or(
+                v128_or(v128_and(u16x8_shr(u[0], 4), m03), v128_and(u16x8_shr(u[1], 2), m0c)),
+                v128_or(v128_and(u[2], m30), v128_and(i16x8_shl(u[3], 2), mc0)),
+            );
+        }
+    }
+    for run in 0..6 {
+        let (a, b) = (runs[2 * run], runs[2 * run + 1]);
+        v128_store(out.add(32 * run) as *mut v128, i16x8_shuffle::<0, 2, 4, 6, 8, 10, 12, 14>(a, b));
+        v128_store(out.add(32 * run + 16) as *mut v128, i16x8_shuffle::<1, 3, 5, 7, 9, 11, 13, 15>(a, b));
+    }
+    core::ptr::copy_nonoverlapping(blk.add(8 + 16 * r), out.add(192), 16);
+    core::ptr::copy_nonoverlapping(blk.add(2 * r), out.add(208), 2);
 }
