@@ -569,7 +569,7 @@ impl Tensor {
         self.repacked.get()
     }
 
-    /// Repacks a 2-D Q8_0/Q4_0 weight in host memory in place, when this machine's kernels
+    /// Repacks a 2-D Q8_0/Q4_0/Q4_K/Q6_K weight in host memory in place, when this machine's kernels
     /// read the packed layout, or `force` ([`crate::quants::repack::wants`]). Whether it did.
     pub fn repack(&self, force: bool) -> bool {
         let (k, m) = (self.ne[0] as usize, self.ne[1] as usize);

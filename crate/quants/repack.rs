@@ -9,7 +9,10 @@
 //! past the last whole group keep ggml's layout. [`layout`] gives R and the fields per type
 //! and target:
 //! - wasm: R = 4; Q8_0 and Q4_0 as (scale, quants whole): each row's quants a run that
-//!   `i32x4.dot_i16x8_s` takes whole, the 4 rows' sums one transpose-add.
+//!   `i32x4.dot_i16x8_s` takes whole, the 4 rows' sums one transpose-add. Q4_K and Q6_K by a
+//!   byte map instead of fields ([`byte_map`]): the 4 rows' d (and dmin, Q4_K's scale bytes
+//!   4 at a time), then each row's quants reordered so that each i16 lane of a vector holds
+//!   one sub-block (`quants/wasm/packed_k.rs`), Q6_K's bits regrouped ([`q6_k_fuse`]).
 //! - x86_64: R = 8; Q8_0's quants and Q4_K's nibbles 4 bytes at a time, so one 32-byte load
 //!   holds 4 bytes of each of 8 rows and one `vpdpbusd` against 4 activations broadcast
 //!   adds 8 rows' partial sums in 8 lanes (no horizontal adds); Q4_K's 12 scale bytes and
@@ -76,6 +79,7 @@ pub struct Layout {
 /// table read back the same under any other (tests switch tables).
 pub fn layout(ty: GgmlType) -> Option<Layout> {
     const X86: bool = cfg!(target_arch = "x86_64");
+    const WASM: bool = cfg!(target_arch = "wasm32");
     const Q8_0_X86: &[Field] = &[f(0, 2, 2), f(2, 32, 4)];
     const Q8_0_WASM: &[Field] = &[f(0, 2, 2), f(2, 32, 32)];
     const Q4_0_WASM: &[Field] = &[f(0, 2, 2), f(2, 16, 16)];
@@ -88,6 +92,8 @@ pub fn layout(ty: GgmlType) -> Option<Layout> {
         GgmlType::Q4_0 => Layout { rows: GROUP, fields: Q4_0_WASM },
         GgmlType::Q4_K if X86 => Layout { rows: 8, fields: Q4_K_X86 },
         GgmlType::Q6_K if X86 => Layout { rows: 8, fields: Q6_K_X86 },
+        // No fields: bytes placed by `byte_map` (and Q6_K's bits regrouped).
+        GgmlType::Q4_K | GgmlType::Q6_K if WASM => Layout { rows: GROUP, fields: &[] },
         _ => return None,
     })
 }
@@ -135,6 +141,107 @@ fn move_block(l: &Layout, r: usize, plain: &mut [u8], packed: &mut [u8], to_pack
         }
         o += fd.size * l.rows;
     }
+}
+
+/// wasm's Q4_K and Q6_K layouts (fields cannot say them): where byte `s` of row `r`'s block
+/// lands in its group's block (`4·bs` bytes), `map[r·bs + s]` (their kernels in
+/// `quants/wasm/packed_k.rs` say why): Q4_K the 4 `d`, the 4 `dmin`, the 12 scale bytes as 3
+/// vectors (bytes 0..4, 4..8, 8..12 of each row), then each row's 128 quant bytes reordered
+/// so that i16 lane L of every 16-byte vector holds sub-blocks `2(L % 4)` (low nibbles) and
+/// `2(L % 4) + 1` (high); Q6_K the 4 `d`, each row's 16 scales, then each row's `ql` and `qh`
+/// with bytes reordered in each run of 32 so that lane L holds sub-block `2K + L % 2` of its
+/// quarter K (and the bits of those bytes regrouped, [`q6_k_fuse`]).
+fn byte_map(ty: GgmlType) -> Option<&'static [u16]> {
+    match ty {
+        GgmlType::Q4_K if cfg!(target_arch = "wasm32") => Some(&MAP_Q4_K),
+        GgmlType::Q6_K if cfg!(target_arch = "wasm32") => Some(&MAP_Q6_K),
+        _ => None,
+    }
+}
+
+static MAP_Q4_K: [u16; 4 * 144] = q4_k_map();
+static MAP_Q6_K: [u16; 4 * 210] = q6_k_map();
+
+// pack and unpack_row move 2-byte pairs: every even byte lands on an even place, the odd
+// one next to it; and each map is a permutation of the group's block (so every place is in
+// bounds: their unchecked u16 moves rely on it).
+const _: () = assert!(pairs(&q4_k_map()) && pairs(&q6_k_map()));
+
+const fn pairs(m: &[u16]) -> bool {
+    let mut seen = [false; 4 * 210];
+    let mut i = 0;
+    while i < m.len() {
+        let p = m[i] as usize;
+        if p >= m.len() || seen[p] || (i % 2 == 0 && (p % 2 != 0 || m[i + 1] as usize != p + 1)) {
+            return false;
+        }
+        seen[p] = true;
+        i += 1;
+    }
+    true
+}
+
+/// Byte `s` of a run of 32 (quant bytes of Q4_K: `qs[32c + s]`) at position `q4_k_pos(s)` of
+/// its 128: vector v, byte i holds `qs[32·((i/2) % 4) + 4v + 2(i/8) + i % 2]`.
+pub(crate) const fn q4_k_qs_src(p: usize) -> usize {
+    let (v, i) = (p / 16, p % 16);
+    32 * ((i / 2) % 4) + 4 * v + 2 * (i / 8) + i % 2
+}
+
+/// Q6_K: position `16P + i` (i = 2L + b) of a run of 32 holds byte `16(L % 2) + 8P + 2(L/2) + b`.
+pub(crate) const fn q6_k_src(p: usize) -> usize {
+    let (pp, i) = (p / 16, p % 16);
+    let (l, b) = (i / 2, i % 2);
+    16 * (l % 2) + 8 * pp + 2 * (l / 2) + b
+}
+
+const fn q4_k_map() -> [u16; 4 * 144] {
+    let mut m = [0u16; 4 * 144];
+    let mut r = 0;
+    while r < 4 {
+        let o = 144 * r;
+        m[o] = (2 * r) as u16;
+        m[o + 1] = (2 * r + 1) as u16;
+        m[o + 2] = (8 + 2 * r) as u16;
+        m[o + 3] = (8 + 2 * r + 1) as u16;
+        let mut j = 0;
+        while j < 12 {
+            m[o + 4 + j] = (16 + 16 * (j / 4) + 4 * r + j % 4) as u16;
+            j += 1;
+        }
+        let mut p = 0;
+        while p < 128 {
+            m[o + 16 + q4_k_qs_src(p)] = (64 + 128 * r + p) as u16;
+            p += 1;
+        }
+        r += 1;
+    }
+    m
+}
+
+const fn q6_k_map() -> [u16; 4 * 210] {
+    let mut m = [0u16; 4 * 210];
+    let mut r = 0;
+    while r < 4 {
+        let o = 210 * r;
+        let base = 72 + 192 * r;
+        // ql (4 runs of 32), qh (2 runs of 32)
+        let mut p = 0;
+        while p < 192 {
+            let run = p / 32;
+            m[o + 32 * run + q6_k_src(p % 32)] = (base + p) as u16;
+            p += 1;
+        }
+        let mut j = 0;
+        while j < 16 {
+            m[o + 192 + j] = (8 + 16 * r + j) as u16;
+            j += 1;
+        }
+        m[o + 208] = (2 * r) as u16;
+        m[o + 209] = (2 * r + 1) as u16;
+        r += 1;
+    }
+    m
 }
 
 /// A kernel that reads the packed layout: one row of b against `ng` groups of a.
@@ -201,6 +308,26 @@ pub fn pack(ty: GgmlType, k: usize, m: usize, data: &mut [u8]) -> bool {
     let mut tmp = vec![0u8; l.rows * rs];
     for grp in data[..m / l.rows * l.rows * rs].chunks_exact_mut(l.rows * rs) {
         tmp.copy_from_slice(grp);
+        if let Some(map) = byte_map(ty) {
+            if ty == GgmlType::Q6_K {
+                tmp.chunks_exact_mut(bs).for_each(q6_k_fuse);
+            }
+            for t in 0..nb {
+                let dst = &mut grp[t * GROUP * bs..(t + 1) * GROUP * bs];
+                for r in 0..GROUP {
+                    let (src, map) = (&tmp[r * rs + t * bs..r * rs + (t + 1) * bs], &map[r * bs..(r + 1) * bs]);
+                    assert!(src.len() == bs && dst.len() == GROUP * bs && map.len() == bs);
+                    for (j, &p) in map.iter().enumerate().step_by(2) {
+                        // SAFETY: j + 1 < bs = src.len(); p + 1 < GROUP·bs = dst.len() (`pairs`).
+                        unsafe {
+                            let v = (src.as_ptr().add(j) as *const u16).read_unaligned();
+                            (dst.as_mut_ptr().add(p as usize) as *mut u16).write_unaligned(v);
+                        }
+                    }
+                }
+            }
+            continue;
+        }
         for t in 0..nb {
             let out = &mut grp[t * l.rows * bs..(t + 1) * l.rows * bs];
             for r in 0..l.rows {
@@ -223,10 +350,71 @@ pub fn unpack_row(ty: GgmlType, k: usize, m: usize, data: &[u8], i: usize, out: 
     }
     let (g, r) = (i / l.rows, i % l.rows);
     let grp = &data[g * l.rows * rs..(g + 1) * l.rows * rs];
+    if let Some(map) = byte_map(ty) {
+        let map = &map[r * bs..(r + 1) * bs];
+        for t in 0..nb {
+            let (src, dst) = (&grp[t * GROUP * bs..(t + 1) * GROUP * bs], &mut out[t * bs..(t + 1) * bs]);
+            assert!(map.len() == bs);
+            for (j, &p) in map.iter().enumerate().step_by(2) {
+                // SAFETY: p + 1 < GROUP·bs = src.len() (`pairs`); j + 1 < bs = dst.len().
+                unsafe {
+                    let v = (src.as_ptr().add(p as usize) as *const u16).read_unaligned();
+                    (dst.as_mut_ptr().add(j) as *mut u16).write_unaligned(v);
+                }
+            }
+            if ty == GgmlType::Q6_K {
+                q6_k_split(dst);
+            }
+        }
+        return;
+    }
     let mut blk = vec![0u8; l.rows * bs];
     for t in 0..nb {
         blk.copy_from_slice(&grp[t * l.rows * bs..(t + 1) * l.rows * bs]);
         move_block(&l, r, &mut out[t * bs..(t + 1) * bs], &mut blk, false);
+    }
+}
+
+/// The places of one Q6_K block that hold elements `128h + 32K + l` (K = 0..4): `ql[64h + l]`,
+/// `ql[64h + 32 + l]`, `qh[32h + l]`.
+fn q6_k_places(h: usize, l: usize) -> [usize; 3] {
+    [64 * h + l, 64 * h + 32 + l, 128 + 32 * h + l]
+}
+
+/// Q6_K's packed quant bytes: at each place the 4 six-bit quants u0..u3 as u0, u1, u2 in the
+/// low 6 bits of the three bytes and u3 in their top 2 bits (bits 4-5 in the first, 2-3 in
+/// the second, 0-1 in the third), so a kernel gets u0..u2 with one mask each (ggml's nibbles
+/// and 2-bit fields take a shift, two masks and an or per quant).
+fn q6_k_fuse(blk: &mut [u8]) {
+    let blk: &mut [u8; 210] = blk.try_into().expect("a Q6_K block");
+    for h in 0..2 {
+        for l in 0..32 {
+            let [a, b, c] = q6_k_places(h, l);
+            let (ql0, ql1, qh) = (blk[a], blk[b], blk[c]);
+            let u0 = (ql0 & 0xF) | ((qh & 3) << 4);
+            let u1 = (ql1 & 0xF) | (((qh >> 2) & 3) << 4);
+            let u2 = (ql0 >> 4) | (((qh >> 4) & 3) << 4);
+            let u3 = (ql1 >> 4) | ((qh >> 6) << 4);
+            blk[a] = u0 | ((u3 >> 4) << 6);
+            blk[b] = u1 | (((u3 >> 2) & 3) << 6);
+            blk[c] = u2 | ((u3 & 3) << 6);
+        }
+    }
+}
+
+/// The inverse of [`q6_k_fuse`].
+fn q6_k_split(blk: &mut [u8]) {
+    let blk: &mut [u8; 210] = blk.try_into().expect("a Q6_K block");
+    for h in 0..2 {
+        for l in 0..32 {
+            let [a, b, c] = q6_k_places(h, l);
+            let (x, y, z) = (blk[a], blk[b], blk[c]);
+            let (u0, u1, u2) = (x & 63, y & 63, z & 63);
+            let u3 = ((x >> 6) << 4) | ((y >> 6) << 2) | (z >> 6);
+            blk[a] = (u0 & 0xF) | ((u2 & 0xF) << 4);
+            blk[b] = (u1 & 0xF) | ((u3 & 0xF) << 4);
+            blk[c] = (u0 >> 4) | ((u1 >> 4) << 2) | ((u2 >> 4) << 4) | ((u3 >> 4) << 6);
+        }
     }
 }
 

@@ -15,7 +15,7 @@ use super::traits::{PromptGemm, Table};
 use crate::types::GgmlType;
 
 /// The SIMD128 table: the scalar one with every `vec_dot` of its own, Q8_0's quantization,
-/// and the prompt kernel for Q8_0 and Q4_0.
+/// the prompt kernels, and the packed (repacked at load) kernels of Q8_0, Q4_K and Q6_K.
 pub(super) const fn table() -> Table {
     use GgmlType::*;
     let mut t = super::traits::scalar_table();
@@ -41,12 +41,15 @@ pub(super) const fn table() -> Table {
     t[Q5_K as usize].gemm = Some(&kquants::GEMMS[3]);
     t[Q6_K as usize].gemm = Some(&kquants::GEMMS[4]);
     t[Q8_0 as usize].packed = Some(&packed::PACKED_Q8_0);
+    t[Q4_K as usize].packed = Some(&packed_k::PACKED_Q4_K);
+    t[Q6_K as usize].packed = Some(&packed_k::PACKED_Q6_K);
     t
 }
 
 mod affine;
 mod kquants;
 mod packed;
+mod packed_k;
 
 static PANELS: PromptGemm =
     PromptGemm { name: "simd128 i16 panels", rows: gemm_rows, needs_plain: false, wants_sums: false };

@@ -1001,11 +1001,11 @@ fn mul_mat_cases() -> Vec<Case> {
         }
         // Repacked into 4-row groups (the packed decode kernel for N < 4, the groups as
         // panels or unpacked above): a row past the last group, 8+ blocks, 4 streams.
-        // Q4_K, Q6_K: x86's 8-row groups only (no layout elsewhere).
+        // Q4_K, Q6_K: x86's 8-row groups, wasm's 4-row ones.
         let shapes: &[(i64, i64, i64)] = match ty {
             Q8_0 | Q4_0 => &[(96, 37, 1), (96, 37, 3), (96, 37, 4), (96, 37, 31), (288, 64, 1), (288, 66, 17)],
             Q4_K | Q6_K if ggweb::quants::repack::layout(ty).is_some() => {
-                &[(256, 37, 1), (768, 37, 3), (512, 40, 4), (768, 66, 17)]
+                &[(256, 37, 1), (768, 37, 3), (512, 40, 4), (256, 37, 31), (768, 64, 1), (768, 66, 17)]
             }
             _ => &[],
         };

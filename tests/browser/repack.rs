@@ -1,6 +1,7 @@
 //! Weights repacked at load (`quants::repack`) on wasm, with the SIMD128 packed kernels (and
-//! the relaxed one in the relaxed build): Q8_0 matrices repacked, Q4_0 ones not; logits of a prompt and of decode steps equal those
-//! of the same model loaded with repacking off, bit for bit.
+//! the relaxed ones in the relaxed build): Q8_0, Q4_K and Q6_K matrices repacked, Q4_0 ones
+//! not; logits of a prompt and of decode steps equal those of the same model loaded with
+//! repacking off, bit for bit.
 //!
 //! ```text
 //! WASM_BINDGEN_USE_BROWSER=1 cargo test --target wasm32-unknown-unknown --test browser -- repack::
@@ -15,6 +16,8 @@ use crate::support::eval::Eval;
 
 static Q8_0_GGUF: &[u8] = include_bytes!("../fixtures/llamacpp/tiny-gpt2-q8_0.gguf");
 static Q4_0_GGUF: &[u8] = include_bytes!("../fixtures/llamacpp/tiny-gpt2-q4_0.gguf");
+/// llama.cpp's Q4_K_M mix: Q4_K matrices, Q6_K ones in layer 1 and the Q6_K output.
+static Q4_K_M_GGUF: &[u8] = include_bytes!("../fixtures/mixes/gpt2-mini-q4_k_m.gguf");
 
 fn load(bytes: &[u8], off: bool) -> LoadedModel {
     repack::set_disabled(off);
@@ -25,23 +28,31 @@ fn load(bytes: &[u8], off: bool) -> LoadedModel {
 
 #[wasm_bindgen_test]
 fn repacked_logits_equal_plain_bit_for_bit() {
-    for (name, bytes) in [("q8_0", Q8_0_GGUF), ("q4_0", Q4_0_GGUF)] {
+    for (name, bytes) in [("q8_0", Q8_0_GGUF), ("q4_0", Q4_0_GGUF), ("q4_k_m", Q4_K_M_GGUF)] {
         let mut plain = load(bytes, true);
         let mut packed = load(bytes, false);
         assert_eq!(plain.model.repacked_bytes, 0, "{name}");
-        // Q8_0 matrices are repacked on wasm; Q4_0 ones keep ggml's layout (measured slower).
-        let q8 = name == "q8_0";
-        assert_eq!(packed.model.weights.layers[0].ffn_up_w.is_repacked(), q8, "{name}");
-        assert_eq!(
-            packed.model.repacked_bytes > 0,
-            q8 || packed.model.weights.output.ty == ggweb::GgmlType::Q8_0,
-            "{name}"
-        );
+        // Q8_0 and K-quant matrices are repacked on wasm; Q4_0 ones keep ggml's layout
+        // (measured slower).
+        let w = &packed.model.weights;
+        assert_eq!(w.layers[0].ffn_up_w.is_repacked(), name != "q4_0", "{name}");
+        assert_eq!(packed.model.repacked_bytes > 0, name != "q4_0" || w.output.ty == ggweb::GgmlType::Q8_0, "{name}");
+        if name == "q4_k_m" {
+            use ggweb::GgmlType::{Q4_K, Q6_K};
+            let l1 = &w.layers[1];
+            assert!(w.layers[0].attn_qkv_w.ty == Q4_K && l1.ffn_down_w.ty == Q6_K && w.output.ty == Q6_K);
+            let mats: Vec<_> =
+                w.layers.iter().flat_map(|l| [&l.attn_qkv_w, &l.attn_out_w, &l.ffn_up_w, &l.ffn_down_w]).collect();
+            assert!(mats.iter().all(|t| t.is_repacked()) && w.output.is_repacked(), "every matrix repacked");
+            let bytes: usize = mats.iter().map(|t| t.nbytes()).sum::<usize>() + w.output.nbytes();
+            assert_eq!(packed.model.repacked_bytes, bytes, "{name}: repacked bytes");
+        }
         // A prompt (the packed panels), then one-token steps (the packed decode kernel).
-        let prompt: Vec<u32> = (0..21).map(|i| (i * 977 + 13) % 50257).collect();
+        let n_vocab = packed.model.hparams.n_vocab as u32;
+        let prompt: Vec<u32> = (0..21).map(|i| (i * 977 + 13) % n_vocab).collect();
         let (a, b) = (plain.model.eval(&prompt, 0, true).unwrap(), packed.model.eval(&prompt, 0, true).unwrap());
         assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "{name}: prompt logits");
-        let mut tok = 50256;
+        let mut tok = n_vocab - 1;
         for step in 0..4 {
             let n_past = prompt.len() + step;
             let (a, b) =

@@ -783,21 +783,23 @@ fn gemm_equals_vec_dot_bit_for_bit() {
 /// x86_64) give every product the bits of the plain layout: the ISA's packed decode kernel
 /// (one to three rows of b; on wasm SIMD128, plain and relaxed; on x86 with VNNI), its
 /// prompt kernel or the unpacking path (more rows of b), rows past the last whole group,
-/// block counts around the groups of 8, and an activation row holding -128. Rows read back
+/// block counts around the groups of 8, an activation row holding -128, K-quant weights
+/// with extreme block scales, every product also against `vec_dot`. Rows read back
 /// through `unpack_row`/`unpack_bytes` are the original bytes.
 #[test]
 fn repacked_gemm_equals_plain_bit_for_bit() {
     use quants::repack;
     let mut rng = Rng::xorshift64_star(0x5eed_4e9a_c4ed_0001);
     if cfg!(all(target_arch = "wasm32", target_feature = "simd128")) {
-        let name = if cfg!(target_feature = "relaxed-simd") {
-            "simd128 4-row groups (relaxed dot)"
-        } else {
-            "simd128 4-row groups"
-        };
+        let relaxed = cfg!(target_feature = "relaxed-simd");
+        let name = if relaxed { "simd128 4-row groups (relaxed dot)" } else { "simd128 4-row groups" };
         assert_eq!(repack::kernel_name(GgmlType::Q8_0), Some(name));
         // Q4_0 keeps ggml's layout on wasm (measured slower packed): the unpacking path here.
         assert_eq!(repack::kernel_name(GgmlType::Q4_0), None);
+        let name = if relaxed { "simd128 4-row k-quant groups (relaxed dot)" } else { "simd128 4-row k-quant groups" };
+        assert_eq!(repack::kernel_name(GgmlType::Q4_K), Some(name));
+        assert_eq!(repack::kernel_name(GgmlType::Q6_K), Some(name));
+        assert_eq!(repack::kernel_name(GgmlType::Q5_K), None);
     }
     #[cfg(target_arch = "x86_64")]
     {
@@ -834,27 +836,68 @@ fn repacked_gemm_equals_plain_bit_for_bit() {
         (96, 24, 5),
     ];
     // K-quant blocks of 256: counts around the groups of 8 blocks, 8-row groups and rests.
-    let k_quants = [(1usize, 8usize, 1usize), (3, 16, 1), (3, 13, 2), (9, 24, 3), (12, 8, 1), (2, 40, 9), (3, 16, 32)];
+    let k_quants = [
+        (1usize, 8usize, 1usize),
+        (3, 16, 1),
+        (3, 13, 2),
+        (9, 24, 3),
+        (12, 8, 1),
+        (2, 40, 9),
+        (3, 16, 32),
+        (1, 4, 1),
+        (3, 6, 1),
+        (12, 64, 1),
+        (2, 37, 4),
+        (3, 24, 20),
+    ];
     for ty in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q6_K] {
         if repack::layout(ty).is_none() {
             continue; // the K-quants: x86's layout only
         }
         let vt = ty.vec_dot_type();
-        for &(nblk, m, n) in if ty.blck_size() == 256 { &k_quants[..] } else { &legacy[..] } {
+        let kquant = ty.blck_size() == 256;
+        for (case, &(nblk, m, n)) in if kquant { &k_quants[..] } else { &legacy[..] }.iter().enumerate() {
             let k = nblk * ty.blck_size();
             let (ra, rb) = (ty.row_size(k as i64), vt.row_size(k as i64));
-            let a: Vec<u8> = (0..m).flat_map(|_| random_row(&mut rng, ty, k)).collect();
-            let a = if ty == GgmlType::Q8_0 {
+            let mut a: Vec<u8> = (0..m).flat_map(|_| random_row(&mut rng, ty, k)).collect();
+            if ty == GgmlType::Q8_0 {
                 // Weights of -128 are not repacked (checked below); these rows hold none.
-                a.into_iter().enumerate().map(|(i, v)| if i % 34 >= 2 && v == 0x80 { 0x81 } else { v }).collect()
-            } else {
-                a
-            };
+                for (i, v) in a.iter_mut().enumerate() {
+                    if i % 34 >= 2 && *v == 0x80 {
+                        *v = 0x81;
+                    }
+                }
+            }
+            if kquant && case % 2 == 1 {
+                // Extreme block scales: the largest finite f16, subnormals, zero, negative.
+                let ts = ty.type_size();
+                let d_at = if ty == GgmlType::Q4_K { 0 } else { ts - 2 };
+                for (bi, blk) in a.chunks_exact_mut(ts).enumerate() {
+                    let d: u16 = [0x7bff, 0x0001, 0x03ff, 0x0000, 0xfbff, 0x8001, 0x3c00][bi % 7];
+                    blk[d_at..d_at + 2].copy_from_slice(&d.to_le_bytes());
+                    if ty == GgmlType::Q4_K {
+                        let dmin: u16 = [0x0002, 0x7a00, 0x8000, 0x03ff, 0x3555][bi % 5];
+                        blk[2..4].copy_from_slice(&dmin.to_le_bytes());
+                    }
+                }
+            }
             let mut b = Vec::new();
             for j in 0..n {
                 let mut row = quants::quantize(vt, &normal(&mut rng, k)).unwrap();
-                if j == 1 && vt == GgmlType::Q8_0 {
-                    row[rb - 1] = 0x80; // -128 in the last block (Q8_K rows hold some anyway)
+                if j == 1 && !kquant {
+                    row[rb - 1] = 0x80; // -128 in the last block
+                }
+                if j % 2 == 1 && kquant {
+                    // -128 in the first and the last block, their sub-block sums kept right.
+                    let bs = core::mem::size_of::<BlockQ8_K>();
+                    for (blk, e) in [(0, 17), (nblk - 1, 255)] {
+                        let o = blk * bs;
+                        let old = row[o + 4 + e] as i8 as i16;
+                        row[o + 4 + e] = 0x80;
+                        let s = o + 4 + 256 + 2 * (e / 16);
+                        let sum = i16::from_le_bytes([row[s], row[s + 1]]) - old - 128;
+                        row[s..s + 2].copy_from_slice(&sum.to_le_bytes());
+                    }
                 }
                 b.extend_from_slice(&row);
             }
@@ -877,7 +920,9 @@ fn repacked_gemm_equals_plain_bit_for_bit() {
             for j in 0..n {
                 for i in 0..m {
                     let (w, g) = (want[j * (m + 1) + i], got[j * (m + 1) + i]);
-                    assert_eq!(g.to_bits(), w.to_bits(), "{ty} k {k} m {m} ({i}, {j}): {g} vs {w}");
+                    let d = quants::vec_dot(ty, k, &a[i * ra..(i + 1) * ra], &b[j * rb..(j + 1) * rb]);
+                    assert_eq!(g.to_bits(), w.to_bits(), "{ty} k {k} m {m} n {n} ({i}, {j}): {g} vs {w}");
+                    assert_eq!(g.to_bits(), d.to_bits(), "{ty} k {k} m {m} n {n} ({i}, {j}): {g} vs vec_dot {d}");
                     compared += 1;
                 }
                 assert!(got[j * (m + 1) + m].is_nan(), "gemm_packed wrote past row {j} of c");

@@ -5,9 +5,10 @@
 //! the scalar's per row, one row per lane: `acc[t % 8] += Σ·(dx·dy)`, then `reduce8`, so
 //! every result has `vec_dot`'s bits.
 //!
-//! Q8_0 only: Q4_0 groups (the same layout, 18-byte blocks) measured ~7% slower than
-//! `decode_rows` on ggml's layout in Chromium 156 on both builds (its integer part is cheap,
-//! so the per-group transpose and scale steps weigh more), so Q4_0 weights stay as they are.
+//! Q8_0 only (the K-quants' groups: `packed_k.rs`): Q4_0 groups (the same layout, 18-byte
+//! blocks) measured ~7% slower than `decode_rows` on ggml's layout in Chromium 156 on both
+//! builds (its integer part is cheap, so the per-group transpose and scale steps weigh more),
+//! so Q4_0 weights stay as they are.
 
 use core::arch::wasm32::*;
 

@@ -1,0 +1,385 @@
+//! SIMD128 decode kernels for Q4_K and Q6_K weights repacked at load
+//! ([`crate::quants::repack`]): one Q8_K row of activations against groups of 4 rows whose
+//! blocks lie side by side, bit for bit `vec_dot`.
+//!
+//! The packed layouts put, in every 16-byte vector of quants, two elements of each of 8
+//! sub-blocks per i16 lane pair (Q4_K: lane L holds sub-block `2(L % 4)` in the low nibbles,
+//! `2(L % 4) + 1` in the high ones; Q6_K: lane L of quarter K holds sub-block `2K + L % 2`,
+//! each byte's bits regrouped so that 3 of 4 quants take one mask: `repack::q6_k_fuse`),
+//! and the activations are reordered the same way once per call. So a lane's pair sums
+//! (`i16x8.relaxed_dot_i8x16_i7x16_s`, or even/odd i16 products in the plain build: u ≤ 63
+//! is a valid i7 operand) add up in i16 over several vectors without overflow (Q4_K: 8
+//! vectors, ≤ 16·15·128; Q6_K: 2, ≤ 4·63·128), then one `i32x4.dot_i16x8_s` applies 8
+//! scales at once: no scale splats, no scalar 6-bit scale unpacking (Q4_K's 4 rows of scales
+//! and mins come out of 3 vectors together), no horizontal sum per row (the 4 rows meet in
+//! one transpose-add). Q6_K's `q - 32` is `Σ sc·Σ u·y - 32·Σ sc·Σ y` with the sub-block sums
+//! of y taken from its quants here (the scalar reads no `bsums` for Q6_K); Q4_K's mins meet
+//! the `bsums` as the scalar's do. The float steps are the scalar's per row, one row a lane:
+//! `acc[t % 8] += d·yd·isum (- dmin·yd·summ)`, then `reduce8`.
+//!
+//! Prompts (from 4 rows of b) put the rows back in ggml's layout once per call
+//! ([`unpack_q4_k`], [`unpack_q6_k`]: vector shuffles) for `kquants`' plain tile kernel.
+//!
+//! Measured: Node 20, relaxed build, GFLOP/s of one decode step, ggml's layout → packed: Q4_K
+//! 31-35 → 51-57, Q6_K 24-27 → 33-39 (768×2304, 3072×768, 768×50257). Chromium 156, 1
+//! thread, llama.cpp's 124M Q4_K_M: decode 77-82 → 100-103 tok/s, prefill unchanged.
+
+use core::arch::wasm32::*;
+
+use alloc::vec::Vec;
+
+use super::super::repack::{q4_k_qs_src, q6_k_src, PackedKernel, GROUP};
+use super::super::ColPrep;
+use super::{f16x4_to_f32, transpose_sum};
+use crate::types::GgmlType;
+
+/// Bytes of a Q8_K block: f32 d, 256 quants, 16 i16 sums.
+const Y_SIZE: usize = 292;
+/// A group's block: 4 rows of 144 (Q4_K) or 210 (Q6_K) bytes.
+const GB_Q4_K: usize = GROUP * 144;
+const GB_Q6_K: usize = GROUP * 210;
+
+#[cfg(target_feature = "relaxed-simd")]
+const NAME: &str = "simd128 4-row k-quant groups (relaxed dot)";
+#[cfg(not(target_feature = "relaxed-simd"))]
+const NAME: &str = "simd128 4-row k-quant groups";
+
+pub(in crate::quants) static PACKED_Q4_K: PackedKernel =
+    PackedKernel { name: NAME, decode, wants_sums: false, prompt: Some(&super::kquants::PACKED_GEMMS[0]) };
+pub(in crate::quants) static PACKED_Q6_K: PackedKernel =
+    PackedKernel { name: NAME, decode, wants_sums: false, prompt: Some(&super::kquants::PACKED_GEMMS[1]) };
+
+/// Byte j of the reordered quants of a Q8_K block (16 vectors) = element `PERM[j]`: the
+/// element the packed weights put at that place.
+static PERM_Q4_K: [u8; 256] = {
+    let mut p = [0u8; 256];
+    let mut j = 0;
+    while j < 256 {
+        // vector u = 2v + h (h: high nibbles), byte i
+        let (u, i) = (j / 16, j % 16);
+        let (v, h) = (u / 2, u % 2);
+        let src = q4_k_qs_src(16 * v + i);
+        p[j] = (64 * (src / 32) + 32 * h + src % 32) as u8;
+        j += 1;
+    }
+    p
+};
+/// Vector u = 8h + 4P + K (half h, vector P of the half's runs, quarter K), byte i.
+static PERM_Q6_K: [u8; 256] = {
+    let mut p = [0u8; 256];
+    let mut j = 0;
+    while j < 256 {
+        let (u, i) = (j / 16, j % 16);
+        let (h, pp, k) = (u / 8, (u / 4) % 2, u % 4);
+        p[j] = (128 * h + 32 * k + q6_k_src(16 * pp + i)) as u8;
+        j += 1;
+    }
+    p
+};
+
+/// Prepared vectors per block of b.
+#[cfg(target_feature = "relaxed-simd")]
+const YV: usize = 16;
+#[cfg(not(target_feature = "relaxed-simd"))]
+const YV: usize = 32;
+
+/// b's quants reordered by `perm`: per block YV vectors (relaxed: the i8 vectors; plain: each
+/// as its even and odd bytes widened to i16), and per block 2 vectors of i16 sums (Q6_K: of
+/// each sub-block of 16, from the quants).
+fn prep_y(nb: usize, b: &[u8], perm: &[u8; 256], sums: bool) -> (Vec<v128>, Vec<v128>) {
+    let mut q = alloc::vec![i8x16_splat(0); YV * nb];
+    let mut s = alloc::vec![i8x16_splat(0); if sums { 2 * nb } else { 0 }];
+    let mut buf = [0u8; 256];
+    for t in 0..nb {
+        let qs = &b[t * Y_SIZE + 4..t * Y_SIZE + 260];
+        for (o, &e) in buf.iter_mut().zip(perm) {
+            *o = qs[e as usize];
+        }
+        for u in 0..16 {
+            let v = super::load(&buf[16 * u..]);
+            #[cfg(target_feature = "relaxed-simd")]
+            {
+                q[YV * t + u] = v;
+            }
+            #[cfg(not(target_feature = "relaxed-simd"))]
+            {
+                q[YV * t + 2 * u] = i16x8_shr(i16x8_shl(v, 8), 8);
+                q[YV * t + 2 * u + 1] = i16x8_shr(v, 8);
+            }
+        }
+        if sums {
+            let sub: [i16; 16] =
+                core::array::from_fn(|j| qs[16 * j..16 * j + 16].iter().map(|&v| v as i8 as i16).sum::<i16>());
+            s[2 * t] = super::load(&sub[..8]);
+            s[2 * t + 1] = super::load(&sub[8..]);
+        }
+    }
+    (q, s)
+}
+
+/// i16 lane L = y·u over bytes 2L, 2L+1 of prepared vector `j` (u ≤ 63: exact).
+///
+/// # Safety
+/// `y` holds vector j (relaxed) or 2j, 2j+1 (plain).
+#[inline(always)]
+unsafe fn pd(y: *const v128, j: usize, u: v128) -> v128 {
+    #[cfg(target_feature = "relaxed-simd")]
+    {
+        i16x8_relaxed_dot_i8x16_i7x16(*y.add(j), u)
+    }
+    #[cfg(not(target_feature = "relaxed-simd"))]
+    {
+        let (ue, uo) = (v128_and(u, u16x8_splat(0xFF)), u16x8_shr(u, 8));
+        i16x8_add(i16x8_mul(ue, *y.add(2 * j)), i16x8_mul(uo, *y.add(2 * j + 1)))
+    }
+}
+
+/// The 4 rows' f16 pair at `p` (8 bytes) as f32.
+#[inline(always)]
+unsafe fn f16s(p: *const u8) -> v128 {
+    f16x4_to_f32(u32x4_extend_low_u16x8(v128_load64_zero(p as *const u64)))
+}
+
+/// Runs `step(t, &mut acc[t % 8])` for every block, in order, then the 4 rows' `reduce8`.
+#[inline(always)]
+fn blocks(nb: usize, mut step: impl FnMut(usize, &mut v128)) -> [f32; GROUP] {
+    let mut acc = [f32x4_splat(0.0); 8];
+    for t in 0..nb {
+        step(t, &mut acc[t % 8]);
+    }
+    let r = f32x4_add(
+        f32x4_add(f32x4_add(acc[0], acc[4]), f32x4_add(acc[2], acc[6])),
+        f32x4_add(f32x4_add(acc[1], acc[5]), f32x4_add(acc[3], acc[7])),
+    );
+    let mut out = [0f32; GROUP];
+    // SAFETY: 4 f32 of room for one unaligned 16-byte store.
+    unsafe { v128_store(out.as_mut_ptr() as *mut v128, r) };
+    out
+}
+
+/// Q4_K's 4 rows of (scales, mins) from the group block at `blk`: (sc_lo, sc_hi, mn_lo,
+/// mn_hi), byte 4r + j = row r's sub-block j (lo) or 4 + j (hi).
+#[inline(always)]
+unsafe fn q4_k_scales(blk: *const u8) -> [v128; 4] {
+    let (v0, v1, v2) =
+        (v128_load(blk.add(16) as *const v128), v128_load(blk.add(32) as *const v128), v128_load(blk.add(48) as *const v128));
+    let (m63, m0f, m30) = (u8x16_splat(63), u8x16_splat(0x0F), u8x16_splat(0x30));
+    [
+        v128_and(v0, m63),
+        v128_or(v128_and(v2, m0f), v128_and(u16x8_shr(v0, 2), m30)),
+        v128_and(v1, m63),
+        v128_or(v128_and(u16x8_shr(v2, 4), m0f), v128_and(u16x8_shr(v1, 2), m30)),
+    ]
+}
+
+/// Rows r's mins, each twice (one per sub-block of 16), as two i16x8.
+#[inline(always)]
+fn q4_k_mins(s: &[v128; 4], r: usize) -> [v128; 2] {
+    let m = match r {
+        0 => i8x16_shuffle::<0, 0, 1, 1, 2, 2, 3, 3, 16, 16, 17, 17, 18, 18, 19, 19>(s[2], s[3]),
+        1 => i8x16_shuffle::<4, 4, 5, 5, 6, 6, 7, 7, 20, 20, 21, 21, 22, 22, 23, 23>(s[2], s[3]),
+        2 => i8x16_shuffle::<8, 8, 9, 9, 10, 10, 11, 11, 24, 24, 25, 25, 26, 26, 27, 27>(s[2], s[3]),
+        _ => i8x16_shuffle::<12, 12, 13, 13, 14, 14, 15, 15, 28, 28, 29, 29, 30, 30, 31, 31>(s[2], s[3]),
+    };
+    [u16x8_extend_low_u8x16(m), u16x8_extend_high_u8x16(m)]
+}
+
+/// The decode kernels' scale vectors of Q4_K: per row (low nibbles, high nibbles), lane L =
+/// the scale of sub-block 2(L % 4) (+1).
+#[inline(always)]
+fn q4_k_lane_scales(s: &[v128; 4]) -> [[v128; 2]; GROUP] {
+    let l01 = i8x16_shuffle::<0, 2, 16, 18, 0, 2, 16, 18, 4, 6, 20, 22, 4, 6, 20, 22>(s[0], s[1]);
+    let l23 = i8x16_shuffle::<8, 10, 24, 26, 8, 10, 24, 26, 12, 14, 28, 30, 12, 14, 28, 30>(s[0], s[1]);
+    let h01 = i8x16_shuffle::<1, 3, 17, 19, 1, 3, 17, 19, 5, 7, 21, 23, 5, 7, 21, 23>(s[0], s[1]);
+    let h23 = i8x16_shuffle::<9, 11, 25, 27, 9, 11, 25, 27, 13, 15, 29, 31, 13, 15, 29, 31>(s[0], s[1]);
+    [
+        [u16x8_extend_low_u8x16(l01), u16x8_extend_low_u8x16(h01)],
+        [u16x8_extend_high_u8x16(l01), u16x8_extend_high_u8x16(h01)],
+        [u16x8_extend_low_u8x16(l23), u16x8_extend_low_u8x16(h23)],
+        [u16x8_extend_high_u8x16(l23), u16x8_extend_high_u8x16(h23)],
+    ]
+}
+
+/// Q6_K's 4 unsigned 6-bit vectors (quarters K = 0..4) from a run's 3 packed vectors
+/// (`repack`'s `q6_k_fuse`: u0..u2 in the low 6 bits, u3 in the top 2 bits of each).
+#[inline(always)]
+pub(super) fn q6_k_quarters(x: v128, y: v128, z: v128) -> [v128; 4] {
+    let (m3f, mc0) = (u8x16_splat(0x3F), u8x16_splat(0xC0));
+    let u3 = v128_or(
+        v128_or(u16x8_shr(v128_and(x, mc0), 2), u16x8_shr(v128_and(y, mc0), 4)),
+        u16x8_shr(v128_and(z, mc0), 6),
+    );
+    [v128_and(x, m3f), v128_and(y, m3f), v128_and(z, m3f), u3]
+}
+
+/// The [`PackedKernel::decode`] of Q4_K and Q6_K: groups in `decode_row`'s order.
+fn decode(ty: GgmlType, nb: usize, ng: usize, a: &[u8], b: &[u8], _cols: &ColPrep, c: &mut [f32]) -> bool {
+    let gb = if ty == GgmlType::Q4_K { GB_Q4_K } else { GB_Q6_K };
+    assert!(matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K), "packed k-quant decode: {ty}");
+    let gs = nb * gb;
+    assert!(a.len() >= ng * gs && b.len() >= nb * Y_SIZE && c.len() >= GROUP * ng);
+    let yd: Vec<f32> = (0..nb).map(|t| f32::from_le_bytes(b[t * Y_SIZE..t * Y_SIZE + 4].try_into().unwrap())).collect();
+    if ty == GgmlType::Q4_K {
+        let (yq, _) = prep_y(nb, b, &PERM_Q4_K, false);
+        for s in 0..ng {
+            let g = super::super::decode_row(s, ng);
+            // SAFETY: group g lies inside a; yq holds YV·nb vectors, b nb blocks (asserted).
+            let out = unsafe { group_q4_k(nb, a.as_ptr().add(g * gs), &yq, b.as_ptr(), &yd) };
+            c[GROUP * g..GROUP * (g + 1)].copy_from_slice(&out);
+        }
+    } else {
+        let (yq, ys) = prep_y(nb, b, &PERM_Q6_K, true);
+        for s in 0..ng {
+            let g = super::super::decode_row(s, ng);
+            // SAFETY: as above; ys holds 2·nb vectors.
+            let out = unsafe { group_q6_k(nb, a.as_ptr().add(g * gs), &yq, &ys, &yd) };
+            c[GROUP * g..GROUP * (g + 1)].copy_from_slice(&out);
+        }
+    }
+    true
+}
+
+/// # Safety
+/// `p` points at a group of `nb` Q4_K blocks; `yq` holds `YV·nb` vectors; `b` nb Q8_K blocks.
+#[inline(always)]
+unsafe fn group_q4_k(nb: usize, p: *const u8, yq: &[v128], b: *const u8, yd: &[f32]) -> [f32; GROUP] {
+    let yq = yq.as_ptr();
+    let m0f = u8x16_splat(0x0F);
+    blocks(nb, |t, acc| {
+        let blk = p.add(t * GB_Q4_K);
+        let y = yq.add(YV * t);
+        let yb = b.add(t * Y_SIZE);
+        let s = q4_k_scales(blk);
+        let sc = q4_k_lane_scales(&s);
+        let (bs0, bs1) = (v128_load(yb.add(260) as *const v128), v128_load(yb.add(276) as *const v128));
+        let mut isum = [i32x4_splat(0); GROUP];
+        let mut summ = [i32x4_splat(0); GROUP];
+        for r in 0..GROUP {
+            let q = blk.add(64 + 128 * r);
+            let (mut al, mut ah) = (i16x8_splat(0), i16x8_splat(0));
+            for v in 0..8 {
+                let x = v128_load(q.add(16 * v) as *const v128);
+                al = i16x8_add(al, pd(y, 2 * v, v128_and(x, m0f)));
+                ah = i16x8_add(ah, pd(y, 2 * v + 1, v128_and(u16x8_shr(x, 4), m0f)));
+            }
+            isum[r] = i32x4_add(i32x4_dot_i16x8(al, sc[r][0]), i32x4_dot_i16x8(ah, sc[r][1]));
+            let mn = q4_k_mins(&s, r);
+            summ[r] = i32x4_add(i32x4_dot_i16x8(mn[0], bs0), i32x4_dot_i16x8(mn[1], bs1));
+        }
+        let ydv = f32x4_splat(*yd.get_unchecked(t));
+        let d = f32x4_mul(f16s(blk), ydv);
+        let dmin = f32x4_mul(f16s(blk.add(8)), ydv);
+        let isum = f32x4_convert_i32x4(transpose_sum(&isum));
+        let summ = f32x4_convert_i32x4(transpose_sum(&summ));
+        *acc = f32x4_add(*acc, f32x4_sub(f32x4_mul(d, isum), f32x4_mul(dmin, summ)));
+    })
+}
+
+/// # Safety
+/// `p` points at a group of `nb` Q6_K blocks; `yq` holds `YV·nb` vectors, `ys` `2·nb`.
+#[inline(always)]
+unsafe fn group_q6_k(nb: usize, p: *const u8, yq: &[v128], ys: &[v128], yd: &[f32]) -> [f32; GROUP] {
+    let (yq, ys) = (yq.as_ptr(), ys.as_ptr());
+    blocks(nb, |t, acc| {
+        let blk = p.add(t * GB_Q6_K);
+        let y = yq.add(YV * t);
+        let (s0, s1) = (*ys.add(2 * t), *ys.add(2 * t + 1));
+        let mut isum = [i32x4_splat(0); GROUP];
+        for (r, isum) in isum.iter_mut().enumerate() {
+            let sc = v128_load(blk.add(8 + 16 * r) as *const v128);
+            let w = [i16x8_extend_low_i8x16(sc), i16x8_extend_high_i8x16(sc)];
+            let q = blk.add(72 + 192 * r);
+            let mut sum = i32x4_splat(0);
+            for (h, &w) in w.iter().enumerate() {
+                let mut a = [i16x8_splat(0); 4];
+                for pp in 0..2 {
+                    let ql0 = v128_load(q.add(64 * h + 16 * pp) as *const v128);
+                    let ql1 = v128_load(q.add(64 * h + 32 + 16 * pp) as *const v128);
+                    let qh = v128_load(q.add(128 + 32 * h + 16 * pp) as *const v128);
+                    let u = q6_k_quarters(ql0, ql1, qh);
+                    for k in 0..4 {
+                        a[k] = i16x8_add(a[k], pd(y, 8 * h + 4 * pp + k, u[k]));
+                    }
+                }
+                sum = i32x4_add(sum, i32x4_dot_i16x8(a[0], i32x4_shuffle::<0, 0, 0, 0>(w, w)));
+                sum = i32x4_add(sum, i32x4_dot_i16x8(a[1], i32x4_shuffle::<1, 1, 1, 1>(w, w)));
+                sum = i32x4_add(sum, i32x4_dot_i16x8(a[2], i32x4_shuffle::<2, 2, 2, 2>(w, w)));
+                sum = i32x4_add(sum, i32x4_dot_i16x8(a[3], i32x4_shuffle::<3, 3, 3, 3>(w, w)));
+            }
+            let corr = i32x4_add(i32x4_dot_i16x8(w[0], s0), i32x4_dot_i16x8(w[1], s1));
+            *isum = i32x4_sub(sum, i32x4_shl(corr, 5));
+        }
+        let d = f32x4_mul(f16s(blk), f32x4_splat(*yd.get_unchecked(t)));
+        *acc = f32x4_add(*acc, f32x4_mul(d, f32x4_convert_i32x4(transpose_sum(&isum))));
+    })
+}
+
+/// Row r of a packed Q4_K group block at `blk` back in ggml's layout (144 bytes at `out`):
+/// `repack::unpack_row` for the prompt kernel, in vector steps. Quant byte pairs (u16) lie
+/// as a 16 × 4 matrix (vector v's pair 4h + c is pair 2v + h of run c): per vector the pairs
+/// of each run side by side (u32 c), then 4 × 4 u32 transposes.
+///
+/// # Safety
+/// `blk` points at a whole group block, `out` at 144 writable bytes.
+#[inline(always)]
+pub(super) unsafe fn unpack_q4_k(blk: *const u8, r: usize, out: *mut u8) {
+    core::ptr::copy_nonoverlapping(blk.add(2 * r), out, 2);
+    core::ptr::copy_nonoverlapping(blk.add(8 + 2 * r), out.add(2), 2);
+    for c in 0..3 {
+        core::ptr::copy_nonoverlapping(blk.add(16 + 16 * c + 4 * r), out.add(4 + 4 * c), 4);
+    }
+    let q = blk.add(64 + 128 * r);
+    let w: [v128; 8] = core::array::from_fn(|v| {
+        let x = v128_load(q.add(16 * v) as *const v128);
+        i16x8_shuffle::<0, 4, 1, 5, 2, 6, 3, 7>(x, x)
+    });
+    for half in 0..2 {
+        let [a, b, c, d] = [w[4 * half], w[4 * half + 1], w[4 * half + 2], w[4 * half + 3]];
+        let (ab_lo, ab_hi) = (i32x4_shuffle::<0, 4, 1, 5>(a, b), i32x4_shuffle::<2, 6, 3, 7>(a, b));
+        let (cd_lo, cd_hi) = (i32x4_shuffle::<0, 4, 1, 5>(c, d), i32x4_shuffle::<2, 6, 3, 7>(c, d));
+        let runs = [
+            i64x2_shuffle::<0, 2>(ab_lo, cd_lo),
+            i64x2_shuffle::<1, 3>(ab_lo, cd_lo),
+            i64x2_shuffle::<0, 2>(ab_hi, cd_hi),
+            i64x2_shuffle::<1, 3>(ab_hi, cd_hi),
+        ];
+        for (run, v) in runs.into_iter().enumerate() {
+            v128_store(out.add(16 + 32 * run + 16 * half) as *mut v128, v);
+        }
+    }
+}
+
+/// Row r of a packed Q6_K group block back in ggml's layout (210 bytes at `out`): the
+/// quants' bits as ggml's, then in each run of 32 bytes, ggml's first 16 are the packed run's
+/// even pairs, the next 16 its odd ones.
+///
+/// # Safety
+/// `blk` points at a whole group block, `out` at 210 writable bytes.
+#[inline(always)]
+pub(super) unsafe fn unpack_q6_k(blk: *const u8, r: usize, out: *mut u8) {
+    let q = blk.add(72 + 192 * r);
+    let (m0f, mf0, m03, m0c, m30, mc0) =
+        (u8x16_splat(0x0F), u8x16_splat(0xF0), u8x16_splat(3), u8x16_splat(0x0C), u8x16_splat(0x30), u8x16_splat(0xC0));
+    // Per (h, P), ggml's ql0, ql1, qh bytes back (still in the packed byte order).
+    let mut runs = [i8x16_splat(0); 12];
+    for h in 0..2 {
+        for pp in 0..2 {
+            let (o0, o1, o2) = (64 * h + 16 * pp, 64 * h + 32 + 16 * pp, 128 + 32 * h + 16 * pp);
+            let ld = |o: usize| v128_load(q.add(o) as *const v128);
+            let u = q6_k_quarters(ld(o0), ld(o1), ld(o2));
+            runs[o0 / 16] = v128_or(v128_and(u[0], m0f), v128_and(i16x8_shl(u[2], 4), mf0));
+            runs[o1 / 16] = v128_or(v128_and(u[1], m0f), v128_and(i16x8_shl(u[3], 4), mf0));
+            runs[o2 / 16] = v128_or(
+                v128_or(v128_and(u16x8_shr(u[0], 4), m03), v128_and(u16x8_shr(u[1], 2), m0c)),
+                v128_or(v128_and(u[2], m30), v128_and(i16x8_shl(u[3], 2), mc0)),
+            );
+        }
+    }
+    for run in 0..6 {
+        let (a, b) = (runs[2 * run], runs[2 * run + 1]);
+        v128_store(out.add(32 * run) as *mut v128, i16x8_shuffle::<0, 2, 4, 6, 8, 10, 12, 14>(a, b));
+        v128_store(out.add(32 * run + 16) as *mut v128, i16x8_shuffle::<1, 3, 5, 7, 9, 11, 13, 15>(a, b));
+    }
+    core::ptr::copy_nonoverlapping(blk.add(8 + 16 * r), out.add(192), 16);
+    core::ptr::copy_nonoverlapping(blk.add(2 * r), out.add(208), 2);
+}
