@@ -187,48 +187,141 @@ unsafe fn prompt<const EVEX: bool>(
     }
 }
 
-/// Q4_K in 8-row groups (`repack::layout`): per block the 8 rows' d and dmin (16 bytes
-/// each), byte k of their 12 scale bytes at 32 + 8k, then their nibbles 4 bytes of each row
-/// in turn. Lane r of a nibble vector's low halves holds 4 elements of sub-block 2c of row
-/// r, its high halves the same 4 of sub-block 2c + 1, so `vpdpbusd` against the activations
-/// broadcast gives each sub-block's exact sum per row in 8 lanes; the 6-bit scales and
-/// mins are decoded for the 8 rows at once. Per block the float steps are `q4_k_block`'s.
-pub(super) static PACKED_Q4_K: [PackedKernel; 2] = [
-    PackedKernel {
-        name: "avx2 8-row groups (avx-vnni vpdpbusd)",
-        decode: |ty, nb, ng, a, b, _, c| unsafe { decode_q4_k::<false>(ty, nb, ng, a, b, c) },
-        wants_sums: false,
-        prompt: Some(&PROMPT_Q4_K[0]),
-    },
-    PackedKernel {
-        name: "avx2 8-row groups (avx512-vnni vpdpbusd)",
-        decode: |ty, nb, ng, a, b, _, c| unsafe { decode_q4_k::<true>(ty, nb, ng, a, b, c) },
-        wants_sums: false,
-        prompt: Some(&PROMPT_Q4_K[1]),
-    },
-];
+// Q4_K in 8-row groups (`repack::layout`): per block the 8 rows' d and dmin (16 bytes
+// each), byte k of their 12 scale bytes at 32 + 8k, then their nibbles 4 bytes of each row
+// in turn. Lane r of a nibble vector's low halves holds 4 elements of sub-block 2c of row
+// r, its high halves the same 4 of sub-block 2c + 1, so `vpdpbusd` against the activations
+// broadcast gives each sub-block's exact sum per row in 8 lanes; the 6-bit scales and
+// mins are decoded for the 8 rows at once. Per block the float steps are `q4_k_block`'s.
+k_kernels!(PACKED_Q4_K, PROMPT_Q4_K, Q4_K, 144, decode: (k4_scales, q4_k_block), prompt: (k4_scales, q4_k_block));
 
-static PROMPT_Q4_K: [PromptGemm; 2] = [
-    PromptGemm {
-        name: "avx2 8-row groups (avx-vnni vpdpbusd)",
-        rows: |ty, nb, m, a, lda, b, ldb, cols, c, ldc| unsafe {
-            prompt_q4_k::<false>(ty, nb, m, a, lda, b, ldb, cols.plain.len(), c, ldc)
-        },
-        needs_plain: false,
-        wants_sums: false,
-    },
-    PromptGemm {
-        name: "avx2 8-row groups (avx512-vnni vpdpbusd)",
-        rows: |ty, nb, m, a, lda, b, ldb, cols, c, ldc| unsafe {
-            prompt_q4_k::<true>(ty, nb, m, a, lda, b, ldb, cols.plain.len(), c, ldc)
-        },
-        needs_plain: false,
-        wants_sums: false,
-    },
-];
+/// The tables' entries for a K-quant (VEX and EVEX forms): the type, its block size, and for
+/// a decode step and a prompt each what `prep(blk)` takes from a group block once (for every
+/// row of b) and the per-block kernel `block::<EVEX>(blk, &prep, y)`.
+macro_rules! k_kernels {
+    ($packed:ident, $prompt:ident, $ty:ident, $bs:literal,
+     decode: ($dprep:ident, $dblock:ident), prompt: ($pprep:ident, $pblock:ident)) => {
+        pub(super) static $packed: [PackedKernel; 2] = [
+            PackedKernel {
+                name: "avx2 8-row groups (avx-vnni vpdpbusd)",
+                decode: |ty, nb, ng, a, b, _, c| unsafe {
+                    assert_eq!(ty, GgmlType::$ty, "packed decode");
+                    k_decode(nb, ng, R * $bs, a, b, c, |p| $dprep(p), |p, x, y| $dblock::<false>(p, x, y))
+                },
+                wants_sums: false,
+                prompt: Some(&$prompt[0]),
+            },
+            PackedKernel {
+                name: "avx2 8-row groups (avx512-vnni vpdpbusd)",
+                decode: |ty, nb, ng, a, b, _, c| unsafe {
+                    assert_eq!(ty, GgmlType::$ty, "packed decode");
+                    k_decode(nb, ng, R * $bs, a, b, c, |p| $dprep(p), |p, x, y| $dblock::<true>(p, x, y))
+                },
+                wants_sums: false,
+                prompt: Some(&$prompt[1]),
+            },
+        ];
+        static $prompt: [PromptGemm; 2] = [
+            PromptGemm {
+                name: "avx2 8-row groups (avx-vnni vpdpbusd)",
+                rows: |ty, nb, m, a, lda, b, ldb, cols, c, ldc| unsafe {
+                    assert!(ty == GgmlType::$ty && lda == nb * $bs, "packed prompt");
+                    let n = cols.plain.len();
+                    k_prompt(nb, m, lda, a, b, ldb, n, c, ldc, |p| $pprep(p), |p, x, y| $pblock::<false>(p, x, y))
+                },
+                needs_plain: false,
+                wants_sums: false,
+            },
+            PromptGemm {
+                name: "avx2 8-row groups (avx512-vnni vpdpbusd)",
+                rows: |ty, nb, m, a, lda, b, ldb, cols, c, ldc| unsafe {
+                    assert!(ty == GgmlType::$ty && lda == nb * $bs, "packed prompt");
+                    let n = cols.plain.len();
+                    k_prompt(nb, m, lda, a, b, ldb, n, c, ldc, |p| $pprep(p), |p, x, y| $pblock::<true>(p, x, y))
+                },
+                needs_plain: false,
+                wants_sums: false,
+            },
+        ];
+    };
+}
+use k_kernels;
 
-/// A Q4_K group's block and Q8_K's: sizes and where the parts start.
-const K4_BLOCK: usize = R * 144;
+/// A K-quant decode step: `ng` groups of `nb` blocks (`gb` bytes each) in address order
+/// against one Q8_K row; `block(p, &prep(p), y)` is a block's contribution, lane r = row r,
+/// added into `acc[t % 8]` as the scalar does, then `reduce8` per lane into `c[R·g..]`.
+///
+/// # Safety
+/// AVX2 and F16C (and what `block` needs) must be available.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+unsafe fn k_decode<P>(
+    nb: usize,
+    ng: usize,
+    gb: usize,
+    a: &[u8],
+    b: &[u8],
+    c: &mut [f32],
+    prep: impl Fn(*const u8) -> P,
+    block: impl Fn(*const u8, &P, *const u8) -> __m256,
+) -> bool {
+    assert!(a.len() >= ng * nb * gb && b.len() >= nb * Y_SIZE && c.len() >= R * ng);
+    for g in 0..ng {
+        let p = a.as_ptr().add(g * nb * gb);
+        let mut acc = [_mm256_setzero_ps(); 8];
+        for t in 0..nb {
+            let blk = p.add(t * gb);
+            acc[t % 8] = _mm256_add_ps(acc[t % 8], block(blk, &prep(blk), b.as_ptr().add(t * Y_SIZE)));
+        }
+        store_reduced(&acc, c.as_mut_ptr().add(R * g));
+    }
+    true
+}
+
+/// A K-quant prompt on whole groups (`m` rows of `lda` bytes): `prep` once per group block
+/// for every row of b; per row of b, 8 accumulators (lanes = rows of a) in a small buffer.
+///
+/// # Safety
+/// As for [`k_decode`]; `n` rows of b `ldb` bytes apart.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+unsafe fn k_prompt<P>(
+    nb: usize,
+    m: usize,
+    lda: usize,
+    a: &[u8],
+    b: &[u8],
+    ldb: usize,
+    n: usize,
+    c: &mut [f32],
+    ldc: usize,
+    prep: impl Fn(*const u8) -> P,
+    block: impl Fn(*const u8, &P, *const u8) -> __m256,
+) {
+    let gb = R * lda / nb.max(1);
+    assert!(m % R == 0 && n > 0 && a.len() >= m * lda);
+    assert!(b.len() >= (n - 1) * ldb + nb * Y_SIZE && c.len() >= (n - 1) * ldc + m);
+    let mut acc = alloc::vec![_mm256_setzero_ps(); 8 * n];
+    for g in 0..m / R {
+        let p = a.as_ptr().add(g * R * lda);
+        acc.fill(_mm256_setzero_ps());
+        for t in 0..nb {
+            let blk = p.add(t * gb);
+            let x = prep(blk);
+            for j in 0..n {
+                let a = &mut acc[8 * j + t % 8];
+                *a = _mm256_add_ps(*a, block(blk, &x, b.as_ptr().add(j * ldb + t * Y_SIZE)));
+            }
+        }
+        for j in 0..n {
+            store_reduced(&acc[8 * j..8 * j + 8], c.as_mut_ptr().add(j * ldc + R * g));
+        }
+    }
+}
+
+/// Where a Q4_K group block's parts start, and Q8_K's size and parts.
 const K4_SCALES: usize = 32;
 const K4_QS: usize = 128;
 const Y_SIZE: usize = 292;
@@ -264,7 +357,8 @@ unsafe fn k4_scales(p: *const u8) -> ([__m256i; 8], [__m256i; 8]) {
 /// `q4_k_block`, the exact `isum` and `summ` then the scalar's float steps.
 #[target_feature(enable = "avx2,f16c")]
 #[inline]
-unsafe fn k4_block<const EVEX: bool>(p: *const u8, sc: &[__m256i; 8], mn: &[__m256i; 8], y: *const u8) -> __m256 {
+unsafe fn q4_k_block<const EVEX: bool>(p: *const u8, scales: &([__m256i; 8], [__m256i; 8]), y: *const u8) -> __m256 {
+    let (sc, mn) = scales;
     let m4 = _mm256_set1_epi8(0x0F);
     let bc = |o: usize| _mm256_set1_epi32((y.add(Y_QS + o) as *const i32).read_unaligned());
     let mut isum = _mm256_setzero_si256();
@@ -291,109 +385,15 @@ unsafe fn k4_block<const EVEX: bool>(p: *const u8, sc: &[__m256i; 8], mn: &[__m2
     _mm256_sub_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(isum)), _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(summ)))
 }
 
-/// The [`PackedKernel::decode`] of Q4_K: `ng` groups in address order against one Q8_K row.
-///
-/// # Safety
-/// AVX2, F16C and the `vpdpbusd` form `EVEX` names must be available.
-#[target_feature(enable = "avx2,f16c")]
-unsafe fn decode_q4_k<const EVEX: bool>(ty: GgmlType, nb: usize, ng: usize, a: &[u8], b: &[u8], c: &mut [f32]) -> bool {
-    assert_eq!(ty, GgmlType::Q4_K, "packed decode: Q4_K only");
-    let gs = nb * K4_BLOCK;
-    assert!(a.len() >= ng * gs && b.len() >= nb * Y_SIZE && c.len() >= R * ng);
-    for g in 0..ng {
-        let p = a.as_ptr().add(g * gs);
-        let mut acc = [_mm256_setzero_ps(); 8];
-        for t in 0..nb {
-            let blk = p.add(t * K4_BLOCK);
-            let (sc, mn) = k4_scales(blk);
-            acc[t % 8] = _mm256_add_ps(acc[t % 8], k4_block::<EVEX>(blk, &sc, &mn, b.as_ptr().add(t * Y_SIZE)));
-        }
-        store_reduced(&acc, c.as_mut_ptr().add(R * g));
-    }
-    true
-}
+// Q6_K in 8-row groups (`repack::layout`): per block the 8 rows' d (16 bytes), byte k of
+// their 16 i8 scales at 16 + 8k, then their `ql` and `qh` 4 bytes of each row in turn, in
+// the order read here ([`k6_bytes`]).
+// Four bytes of `ql` and `qh` give 4 elements in each of 4 sub-blocks of 16 (q + 32, in
+// 0..64: unsigned for `vpdpbusd`, the 32 taken out through Q8_K's `bsums`). Per block the
+// float steps are `q6_k_block`'s.
+k_kernels!(PACKED_Q6_K, PROMPT_Q6_K, Q6_K, 210, decode: (no_prep, k6_block_once), prompt: (k6_unpack, k6_block));
 
-/// The Q4_K prompt kernel on whole groups: each block's scales decoded once for every row
-/// of b; per row of b, 8 accumulators (lanes = rows of a) in a small buffer.
-///
-/// # Safety
-/// As for [`decode_q4_k`]; `m` is a multiple of 8 rows of `lda` bytes; `n` rows of b.
-#[allow(clippy::too_many_arguments)]
-#[target_feature(enable = "avx2,f16c")]
-unsafe fn prompt_q4_k<const EVEX: bool>(
-    ty: GgmlType,
-    nb: usize,
-    m: usize,
-    a: &[u8],
-    lda: usize,
-    b: &[u8],
-    ldb: usize,
-    n: usize,
-    c: &mut [f32],
-    ldc: usize,
-) {
-    assert!(ty == GgmlType::Q4_K && m % R == 0 && lda == nb * 144 && n > 0);
-    assert!(a.len() >= m * lda && b.len() >= (n - 1) * ldb + nb * Y_SIZE && c.len() >= (n - 1) * ldc + m);
-    let mut acc = alloc::vec![_mm256_setzero_ps(); 8 * n];
-    for g in 0..m / R {
-        let p = a.as_ptr().add(g * R * lda);
-        acc.fill(_mm256_setzero_ps());
-        for t in 0..nb {
-            let blk = p.add(t * K4_BLOCK);
-            let (sc, mn) = k4_scales(blk);
-            for j in 0..n {
-                let a = &mut acc[8 * j + t % 8];
-                *a = _mm256_add_ps(*a, k4_block::<EVEX>(blk, &sc, &mn, b.as_ptr().add(j * ldb + t * Y_SIZE)));
-            }
-        }
-        for j in 0..n {
-            store_reduced(&acc[8 * j..8 * j + 8], c.as_mut_ptr().add(j * ldc + R * g));
-        }
-    }
-}
-
-/// Q6_K in 8-row groups (`repack::layout`): per block the 8 rows' d (16 bytes), byte k of
-/// their 16 i8 scales at 16 + 8k, then their `ql` and `qh` 4 bytes of each row in turn, in
-/// the order read here ([`k6_bytes`]).
-/// Four bytes of `ql` and `qh` give 4 elements in each of 4 sub-blocks of 16 (q + 32, in
-/// 0..64: unsigned for `vpdpbusd`, the 32 taken out through Q8_K's `bsums`). Per block the
-/// float steps are `q6_k_block`'s.
-pub(super) static PACKED_Q6_K: [PackedKernel; 2] = [
-    PackedKernel {
-        name: "avx2 8-row groups (avx-vnni vpdpbusd)",
-        decode: |ty, nb, ng, a, b, _, c| unsafe { decode_q6_k::<false>(ty, nb, ng, a, b, c) },
-        wants_sums: false,
-        prompt: Some(&PROMPT_Q6_K[0]),
-    },
-    PackedKernel {
-        name: "avx2 8-row groups (avx512-vnni vpdpbusd)",
-        decode: |ty, nb, ng, a, b, _, c| unsafe { decode_q6_k::<true>(ty, nb, ng, a, b, c) },
-        wants_sums: false,
-        prompt: Some(&PROMPT_Q6_K[1]),
-    },
-];
-
-static PROMPT_Q6_K: [PromptGemm; 2] = [
-    PromptGemm {
-        name: "avx2 8-row groups (avx-vnni vpdpbusd)",
-        rows: |ty, nb, m, a, lda, b, ldb, cols, c, ldc| unsafe {
-            prompt_q6_k::<false>(ty, nb, m, a, lda, b, ldb, cols.plain.len(), c, ldc)
-        },
-        needs_plain: false,
-        wants_sums: false,
-    },
-    PromptGemm {
-        name: "avx2 8-row groups (avx512-vnni vpdpbusd)",
-        rows: |ty, nb, m, a, lda, b, ldb, cols, c, ldc| unsafe {
-            prompt_q6_k::<true>(ty, nb, m, a, lda, b, ldb, cols.plain.len(), c, ldc)
-        },
-        needs_plain: false,
-        wants_sums: false,
-    },
-];
-
-/// A Q6_K group's block: its size and where the parts start.
-const K6_BLOCK: usize = R * 210;
+/// Where a Q6_K group block's parts start.
 const K6_SCALES: usize = 16;
 const K6_QUANTS: usize = 144;
 
@@ -461,7 +461,7 @@ unsafe fn k6_block<const EVEX: bool>(p: *const u8, u: &[__m256i; 64], y: *const 
 /// (h, q), 4 bytes of `ql` twice and of `qh` once make 4 elements of 4 sub-blocks.
 #[target_feature(enable = "avx2,f16c")]
 #[inline]
-unsafe fn k6_block_once<const EVEX: bool>(p: *const u8, y: *const u8) -> __m256 {
+unsafe fn k6_block_once<const EVEX: bool>(p: *const u8, _: &(), y: *const u8) -> __m256 {
     let (m0f, m30) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x30));
     let bc = |o: usize| _mm256_set1_epi32((y.add(Y_QS + o) as *const i32).read_unaligned());
     let bsum = |j: usize| (y.add(Y_BSUMS + 2 * j) as *const i16).read_unaligned() as i32;
@@ -498,62 +498,6 @@ unsafe fn k6_block_once<const EVEX: bool>(p: *const u8, y: *const u8) -> __m256 
     _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum))
 }
 
-/// The [`PackedKernel::decode`] of Q6_K: `ng` groups in address order against one Q8_K row.
-///
-/// # Safety
-/// AVX2, F16C and the `vpdpbusd` form `EVEX` names must be available.
-#[target_feature(enable = "avx2,f16c")]
-unsafe fn decode_q6_k<const EVEX: bool>(ty: GgmlType, nb: usize, ng: usize, a: &[u8], b: &[u8], c: &mut [f32]) -> bool {
-    assert_eq!(ty, GgmlType::Q6_K, "packed decode: Q6_K only");
-    let gs = nb * K6_BLOCK;
-    assert!(a.len() >= ng * gs && b.len() >= nb * Y_SIZE && c.len() >= R * ng);
-    for g in 0..ng {
-        let p = a.as_ptr().add(g * gs);
-        let mut acc = [_mm256_setzero_ps(); 8];
-        for t in 0..nb {
-            let blk = p.add(t * K6_BLOCK);
-            acc[t % 8] = _mm256_add_ps(acc[t % 8], k6_block_once::<EVEX>(blk, b.as_ptr().add(t * Y_SIZE)));
-        }
-        store_reduced(&acc, c.as_mut_ptr().add(R * g));
-    }
-    true
-}
-
-/// The Q6_K prompt kernel on whole groups: each block's quants unpacked once for every row
-/// of b; per row of b, 8 accumulators (lanes = rows of a) in a small buffer.
-///
-/// # Safety
-/// As for [`decode_q6_k`]; `m` is a multiple of 8 rows of `lda` bytes; `n` rows of b.
-#[allow(clippy::too_many_arguments)]
-#[target_feature(enable = "avx2,f16c")]
-unsafe fn prompt_q6_k<const EVEX: bool>(
-    ty: GgmlType,
-    nb: usize,
-    m: usize,
-    a: &[u8],
-    lda: usize,
-    b: &[u8],
-    ldb: usize,
-    n: usize,
-    c: &mut [f32],
-    ldc: usize,
-) {
-    assert!(ty == GgmlType::Q6_K && m % R == 0 && lda == nb * 210 && n > 0);
-    assert!(a.len() >= m * lda && b.len() >= (n - 1) * ldb + nb * Y_SIZE && c.len() >= (n - 1) * ldc + m);
-    let mut acc = alloc::vec![_mm256_setzero_ps(); 8 * n];
-    for g in 0..m / R {
-        let p = a.as_ptr().add(g * R * lda);
-        acc.fill(_mm256_setzero_ps());
-        for t in 0..nb {
-            let blk = p.add(t * K6_BLOCK);
-            let u = k6_unpack(blk);
-            for j in 0..n {
-                let a = &mut acc[8 * j + t % 8];
-                *a = _mm256_add_ps(*a, k6_block::<EVEX>(blk, &u, b.as_ptr().add(j * ldb + t * Y_SIZE)));
-            }
-        }
-        for j in 0..n {
-            store_reduced(&acc[8 * j..8 * j + 8], c.as_mut_ptr().add(j * ldc + R * g));
-        }
-    }
-}
+/// No per-block preparation (a Q6_K decode step unpacks as it goes).
+#[inline(always)]
+fn no_prep(_: *const u8) {}
