@@ -405,27 +405,59 @@ unsafe fn k6_bytes(p: *const u8, h: usize, i: usize) -> (__m256i, __m256i, __m25
     (load256(q), load256(q.add(32)), load256(q.add(64)))
 }
 
-/// A Q6_K group block's quants + 32 (unsigned, < 64): vector `16·(2h + q) + 4k + j` holds,
-/// per row, elements `128h + 32k + 16q + 4j ..+4` (sub-block `8h + 2k + q`).
+/// The quants + 32 (unsigned, < 64) of 4 elements in each of 4 sub-blocks from 4 bytes of
+/// `ql` at two places (`a`, `b`) and of `qh` (`hb`), per row: elements `l`, `l + 32`, `l + 64`,
+/// `l + 96` of their half, as `q6_k_signed` takes them.
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn k6_quants(a: __m256i, b: __m256i, hb: __m256i) -> [__m256i; 4] {
+    let (m0f, m30) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x30));
+    let lo = |v: __m256i| _mm256_and_si256(v, m0f);
+    let hi = |v: __m256i| _mm256_and_si256(_mm256_srli_epi16::<4>(v), m0f);
+    [
+        _mm256_or_si256(lo(a), _mm256_and_si256(_mm256_slli_epi16::<4>(hb), m30)),
+        _mm256_or_si256(lo(b), _mm256_and_si256(_mm256_slli_epi16::<2>(hb), m30)),
+        _mm256_or_si256(hi(a), _mm256_and_si256(hb, m30)),
+        _mm256_or_si256(hi(b), _mm256_and_si256(_mm256_srli_epi16::<2>(hb), m30)),
+    ]
+}
+
+/// A Q6_K group block's quants + 32: vector `16·(2h + q) + 4k + j` holds, per row, elements
+/// `128h + 32k + 16q + 4j ..+4` (sub-block `8h + 2k + q`).
 #[target_feature(enable = "avx2")]
 #[inline]
 unsafe fn k6_unpack(p: *const u8) -> [__m256i; 64] {
-    let (m0f, m30) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x30));
     let mut u = [_mm256_setzero_si256(); 64];
     for h in 0..2 {
         for i in 0..8 {
             let (a, b, hb) = k6_bytes(p, h, i);
             let at = 16 * (2 * h + i / 4) + i % 4;
-            u[at] = _mm256_or_si256(_mm256_and_si256(a, m0f), _mm256_and_si256(_mm256_slli_epi16::<4>(hb), m30));
-            u[at + 4] = _mm256_or_si256(_mm256_and_si256(b, m0f), _mm256_and_si256(_mm256_slli_epi16::<2>(hb), m30));
-            u[at + 8] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(a), m0f), _mm256_and_si256(hb, m30));
-            u[at + 12] = _mm256_or_si256(
-                _mm256_and_si256(_mm256_srli_epi16::<4>(b), m0f),
-                _mm256_and_si256(_mm256_srli_epi16::<2>(hb), m30),
-            );
+            for (k, v) in k6_quants(a, b, hb).into_iter().enumerate() {
+                u[at + 4 * k] = v;
+            }
         }
     }
     u
+}
+
+/// Q6_K's sums of Q8_K block `y`: `s` (lanes = rows) of sub-block `sb` with the 32 taken out,
+/// times the 8 rows' scales of that sub-block, into `isum`.
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn k6_add(isum: __m256i, s: __m256i, p: *const u8, sb: usize, y: *const u8) -> __m256i {
+    let bsum = (y.add(Y_BSUMS + 2 * sb) as *const i16).read_unaligned() as i32;
+    let s = _mm256_sub_epi32(s, _mm256_set1_epi32(32 * bsum));
+    let sc = _mm256_cvtepi8_epi32(_mm_loadl_epi64(p.add(K6_SCALES + 8 * sb) as *const __m128i));
+    _mm256_add_epi32(isum, _mm256_mullo_epi32(sc, s))
+}
+
+/// `q6_k_block`'s float step per lane: `(d·dy)·isum`.
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+unsafe fn k6_finish(p: *const u8, isum: __m256i, y: *const u8) -> __m256 {
+    let yd = _mm256_set1_ps((y as *const f32).read_unaligned());
+    let d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)), yd);
+    _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum))
 }
 
 /// One Q6_K group block (at `p`, quants unpacked in `u`) against one Q8_K block: lane r is
@@ -434,7 +466,6 @@ unsafe fn k6_unpack(p: *const u8) -> [__m256i; 64] {
 #[inline]
 unsafe fn k6_block<const EVEX: bool>(p: *const u8, u: &[__m256i; 64], y: *const u8) -> __m256 {
     let bc = |o: usize| _mm256_set1_epi32((y.add(Y_QS + o) as *const i32).read_unaligned());
-    let bsum = |j: usize| (y.add(Y_BSUMS + 2 * j) as *const i16).read_unaligned() as i32;
     let mut isum = _mm256_setzero_si256();
     for h in 0..2 {
         for q in 0..2 {
@@ -445,16 +476,11 @@ unsafe fn k6_block<const EVEX: bool>(p: *const u8, u: &[__m256i; 64], y: *const 
                 let s = dpbusd::<EVEX>(s, u[at + 1], bc(e + 4));
                 let s = dpbusd::<EVEX>(s, u[at + 2], bc(e + 8));
                 let s = dpbusd::<EVEX>(s, u[at + 3], bc(e + 12));
-                let sb = 8 * h + 2 * k + q;
-                let s = _mm256_sub_epi32(s, _mm256_set1_epi32(32 * bsum(sb)));
-                let sc = _mm256_cvtepi8_epi32(_mm_loadl_epi64(p.add(K6_SCALES + 8 * sb) as *const __m128i));
-                isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(sc, s));
+                isum = k6_add(isum, s, p, 8 * h + 2 * k + q, y);
             }
         }
     }
-    let yd = _mm256_set1_ps((y as *const f32).read_unaligned());
-    let d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)), yd);
-    _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum))
+    k6_finish(p, isum, y)
 }
 
 /// [`k6_block`] unpacking as it goes (a decode step meets each block once): per quarter
@@ -462,9 +488,7 @@ unsafe fn k6_block<const EVEX: bool>(p: *const u8, u: &[__m256i; 64], y: *const 
 #[target_feature(enable = "avx2,f16c")]
 #[inline]
 unsafe fn k6_block_once<const EVEX: bool>(p: *const u8, _: &(), y: *const u8) -> __m256 {
-    let (m0f, m30) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x30));
     let bc = |o: usize| _mm256_set1_epi32((y.add(Y_QS + o) as *const i32).read_unaligned());
-    let bsum = |j: usize| (y.add(Y_BSUMS + 2 * j) as *const i16).read_unaligned() as i32;
     let mut isum = _mm256_setzero_si256();
     for h in 0..2 {
         for q in 0..2 {
@@ -472,30 +496,16 @@ unsafe fn k6_block_once<const EVEX: bool>(p: *const u8, _: &(), y: *const u8) ->
             for j in 0..4 {
                 let i = 4 * q + j;
                 let (a, b, hb) = k6_bytes(p, h, i);
-                let u = [
-                    _mm256_or_si256(_mm256_and_si256(a, m0f), _mm256_and_si256(_mm256_slli_epi16::<4>(hb), m30)),
-                    _mm256_or_si256(_mm256_and_si256(b, m0f), _mm256_and_si256(_mm256_slli_epi16::<2>(hb), m30)),
-                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(a), m0f), _mm256_and_si256(hb, m30)),
-                    _mm256_or_si256(
-                        _mm256_and_si256(_mm256_srli_epi16::<4>(b), m0f),
-                        _mm256_and_si256(_mm256_srli_epi16::<2>(hb), m30),
-                    ),
-                ];
-                for k in 0..4 {
-                    s[k] = dpbusd::<EVEX>(s[k], u[k], bc(128 * h + 32 * k + 4 * i));
+                for (k, u) in k6_quants(a, b, hb).into_iter().enumerate() {
+                    s[k] = dpbusd::<EVEX>(s[k], u, bc(128 * h + 32 * k + 4 * i));
                 }
             }
             for (k, s) in s.into_iter().enumerate() {
-                let sb = 8 * h + 2 * k + q;
-                let s = _mm256_sub_epi32(s, _mm256_set1_epi32(32 * bsum(sb)));
-                let sc = _mm256_cvtepi8_epi32(_mm_loadl_epi64(p.add(K6_SCALES + 8 * sb) as *const __m128i));
-                isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(sc, s));
+                isum = k6_add(isum, s, p, 8 * h + 2 * k + q, y);
             }
         }
     }
-    let yd = _mm256_set1_ps((y as *const f32).read_unaligned());
-    let d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)), yd);
-    _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum))
+    k6_finish(p, isum, y)
 }
 
 /// No per-block preparation (a Q6_K decode step unpacks as it goes).
