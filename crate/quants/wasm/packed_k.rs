@@ -161,8 +161,11 @@ fn blocks(nb: usize, mut step: impl FnMut(usize, &mut v128)) -> [f32; GROUP] {
 /// mn_hi), byte 4r + j = row r's sub-block j (lo) or 4 + j (hi).
 #[inline(always)]
 unsafe fn q4_k_scales(blk: *const u8) -> [v128; 4] {
-    let (v0, v1, v2) =
-        (v128_load(blk.add(16) as *const v128), v128_load(blk.add(32) as *const v128), v128_load(blk.add(48) as *const v128));
+    let (v0, v1, v2) = (
+        v128_load(blk.add(16) as *const v128),
+        v128_load(blk.add(32) as *const v128),
+        v128_load(blk.add(48) as *const v128),
+    );
     let (m63, m0f, m30) = (u8x16_splat(63), u8x16_splat(0x0F), u8x16_splat(0x30));
     [
         v128_and(v0, m63),
