@@ -21,11 +21,23 @@ fn load_plain(bytes: &[u8], opts: Gpt2Options) -> LoadedModel {
     plain.unwrap()
 }
 
-fn load(file: &str, n_threads: usize) -> LoadedModel {
-    let bytes =
-        std::fs::read(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/llamacpp").join(file))
-            .unwrap();
-    load_from_bytes(&bytes, Gpt2Options { n_batch: 16, n_threads, ..Default::default() }).unwrap()
+/// A load as a user gets it (repacked where this machine's kernels read the layout).
+fn load_packed(bytes: &[u8], opts: Gpt2Options) -> LoadedModel {
+    let _turn = FLAG.lock().unwrap_or_else(|e| e.into_inner());
+    load_from_bytes(bytes, opts).unwrap()
+}
+
+/// Both copies' logits, bit for bit: the prompt, then 4 greedy decode steps from `tok`.
+fn same_logits(plain: &mut LoadedModel, packed: &mut LoadedModel, prompt: &[u32], mut tok: u32, what: &str) {
+    let (a, b) = (plain.model.eval(prompt, 0, true).unwrap(), packed.model.eval(prompt, 0, true).unwrap());
+    assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "{what} prompt");
+    for step in 0..4 {
+        let n_past = prompt.len() + step;
+        let (a, b) =
+            (plain.model.eval(&[tok], n_past, false).unwrap(), packed.model.eval(&[tok], n_past, false).unwrap());
+        assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "{what} step {step}");
+        tok = ggweb::model::sampling::argmax(&a);
+    }
 }
 
 #[test]
@@ -39,11 +51,9 @@ fn repacked_weights_give_the_same_logits_bit_for_bit() {
                 std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/llamacpp").join(file),
             )
             .unwrap();
-            let mut plain = load_plain(&bytes, Gpt2Options { n_batch: 16, n_threads, ..Default::default() });
-            let mut packed = {
-                let _turn = FLAG.lock().unwrap_or_else(|e| e.into_inner());
-                load(file, n_threads)
-            };
+            let opts = Gpt2Options { n_batch: 16, n_threads, ..Default::default() };
+            let mut plain = load_plain(&bytes, opts.clone());
+            let mut packed = load_packed(&bytes, opts);
             assert_eq!(plain.model.repacked_bytes, 0, "{file}: a load with repacking off repacked");
             let native = ggweb::quants::repack::kernel_name(ty).is_some();
             let down = &packed.model.weights.layers[0].ffn_down_w;
@@ -64,18 +74,7 @@ fn repacked_weights_give_the_same_logits_bit_for_bit() {
             w.layers[0].ffn_down_w.get_bytes(&mut after, 0);
             assert_eq!(after, before, "{file}: get_bytes of a repacked weight");
             let prompt: Vec<u32> = (0..21).map(|i| (i * 977 + 13) % 50257).collect();
-            let (a, b) = (plain.model.eval(&prompt, 0, true).unwrap(), packed.model.eval(&prompt, 0, true).unwrap());
-            assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "{file} prompt, {n_threads} threads");
-            let mut tok = 50256;
-            for step in 0..4 {
-                let n_past = prompt.len() + step;
-                let (a, b) = (
-                    plain.model.eval(&[tok], n_past, false).unwrap(),
-                    packed.model.eval(&[tok], n_past, false).unwrap(),
-                );
-                assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "{file} step {step}");
-                tok = ggweb::model::sampling::argmax(&a);
-            }
+            same_logits(&mut plain, &mut packed, &prompt, 50256, &format!("{file}, {n_threads} threads"));
         }
     }
 }
@@ -91,10 +90,7 @@ fn repacked_k_quant_mixes_give_the_same_logits_bit_for_bit() {
         for n_threads in [1, 3] {
             let opts = Gpt2Options { n_batch: 16, n_threads, ..Default::default() };
             let mut plain = load_plain(&bytes, opts.clone());
-            let mut packed = {
-                let _turn = FLAG.lock().unwrap_or_else(|e| e.into_inner());
-                load_from_bytes(&bytes, opts).unwrap()
-            };
+            let mut packed = load_packed(&bytes, opts);
             assert_eq!(plain.model.repacked_bytes, 0);
             for t in [&packed.model.weights.layers[0].ffn_up_w, &packed.model.weights.output] {
                 let native = ggweb::quants::repack::kernel_name(t.ty).is_some();
@@ -107,18 +103,7 @@ fn repacked_k_quant_mixes_give_the_same_logits_bit_for_bit() {
             assert!(w.layers[0].ffn_up_w.is_repacked() && w.output.is_repacked(), "{file}");
             let n_vocab = packed.model.hparams.n_vocab as u32;
             let prompt: Vec<u32> = (0..21).map(|i| (i * 977 + 13) % n_vocab).collect();
-            let (a, b) = (plain.model.eval(&prompt, 0, true).unwrap(), packed.model.eval(&prompt, 0, true).unwrap());
-            assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "{file} prompt, {n_threads} threads");
-            let mut tok = 7;
-            for step in 0..4 {
-                let n_past = prompt.len() + step;
-                let (a, b) = (
-                    plain.model.eval(&[tok], n_past, false).unwrap(),
-                    packed.model.eval(&[tok], n_past, false).unwrap(),
-                );
-                assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "{file} step {step}");
-                tok = ggweb::model::sampling::argmax(&a);
-            }
+            same_logits(&mut plain, &mut packed, &prompt, 7, &format!("{file}, {n_threads} threads"));
         }
     }
 }
