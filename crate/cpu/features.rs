@@ -29,6 +29,8 @@ pub struct CpuFeatures {
     pub avx_vnni: bool,
     /// AVX512-VNNI + AVX512-VL, state saved by the OS: the EVEX form on 256-bit registers.
     pub avx512_vnni: bool,
+    /// AVX-512 F, BW, VL and VNNI on 512-bit registers (the packed kernels' zmm form).
+    pub avx512: bool,
     pub simd128: bool,
     pub relaxed_simd: bool,
     /// A decode step visits quantized weight rows as four streams a quarter of the block
@@ -103,6 +105,7 @@ impl CpuFeatures {
             self.simd128,
             self.relaxed_simd,
             self.decode_streams,
+            self.avx512,
         ];
         on.iter().enumerate().fold(DONE, |b, (i, &x)| b | (x as u32) << i)
     }
@@ -117,6 +120,7 @@ impl CpuFeatures {
             simd128: on(5),
             relaxed_simd: on(6),
             decode_streams: on(7),
+            avx512: on(8),
         }
     }
     /// AVX2 with F16C: what the quantized AVX2 kernels need.
@@ -148,12 +152,17 @@ fn probe() -> CpuFeatures {
         f.fma |= cfg!(target_feature = "fma");
         f.f16c |= cfg!(target_feature = "f16c");
         if f.avx2_f16c() {
-            (f.avx_vnni, f.avx512_vnni) = x86_vnni();
+            (f.avx_vnni, f.avx512_vnni, f.avx512) = x86_vnni();
         }
         f.decode_streams = x86_vendor() == *b"GenuineIntel";
         #[cfg(feature = "std")]
         if let Ok(v) = std::env::var("GGWEB_DECODE_STREAMS") {
             f.decode_streams = v == "1";
+        }
+        // `GGWEB_NO_ZMM=1`: the 256-bit forms of the packed kernels, for A/B runs.
+        #[cfg(feature = "std")]
+        if std::env::var("GGWEB_NO_ZMM").is_ok_and(|v| v == "1") {
+            f.avx512 = false;
         }
     }
     f
@@ -172,16 +181,16 @@ fn x86_vendor() -> [u8; 12] {
     v
 }
 
-/// (AVX-VNNI, AVX512-VNNI usable on 256-bit registers).
+/// (AVX-VNNI, AVX512-VNNI usable on 256-bit registers, and with AVX512-BW on 512-bit ones).
 #[cfg(target_arch = "x86_64")]
 #[allow(unused_unsafe)] // __cpuid_count is a safe fn in newer Rust
-fn x86_vnni() -> (bool, bool) {
+fn x86_vnni() -> (bool, bool, bool) {
     use core::arch::x86_64::{__cpuid, __cpuid_count, __get_cpuid_max};
     // SAFETY: CPUID exists on every x86_64; leaves are checked before they are read, and
     // XGETBV only once CPUID says the OS enabled it (OSXSAVE).
     unsafe {
         if __get_cpuid_max(0).0 < 7 {
-            return (false, false);
+            return (false, false, false);
         }
         let l7 = __cpuid_count(7, 0);
         // Leaf 7 sub-leaf 1 EAX bit 4.
@@ -189,7 +198,9 @@ fn x86_vnni() -> (bool, bool) {
         // AVX512F (EBX 16), AVX512VL (EBX 31), AVX512-VNNI (ECX 11), and XCR0 bits 5–7.
         let avx512 = (l7.ebx >> 16) & 1 == 1 && (l7.ebx >> 31) & 1 == 1 && (l7.ecx >> 11) & 1 == 1;
         let osxsave = (__cpuid(1).ecx >> 27) & 1 == 1;
-        (vex, avx512 && osxsave && xcr0() & 0xE6 == 0xE6)
+        let evex = avx512 && osxsave && xcr0() & 0xE6 == 0xE6;
+        // AVX512-BW (EBX 30): the byte and word ops of the zmm kernels.
+        (vex, evex, evex && (l7.ebx >> 30) & 1 == 1)
     }
 }
 

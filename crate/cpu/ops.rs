@@ -1038,12 +1038,13 @@ pub(crate) fn mul_mat(a: &TensorView, b: &TensorView, d: &TensorView, exec: &Exe
     };
 
     // Jobs: blocks of a's rows about 128 KiB each (so they stay in L2 while b's rows
-    // pass), a multiple of the 4-row register tile (of a repacked weight's group, so a
-    // block holds whole groups), smaller when that leaves threads idle.
+    // pass), a multiple of the 4-row register tile (of two of a repacked weight's groups,
+    // so a block holds whole group pairs, which x86's 512-bit prompt kernels read at once),
+    // smaller when that leaves threads idle.
     let m = a.ne[1];
     let n_batches = d.ne[2] * d.ne[3];
     let row_bytes = a.ty.row_size(k as i64).max(1);
-    let tile = if a.packed { crate::quants::repack::group(a.ty).max(4) } else { 4 };
+    let tile = if a.packed { 2 * crate::quants::repack::group(a.ty) } else { 4 };
     let mut block = ((128 * 1024 / row_bytes).clamp(tile, 256) / tile * tile).min(m.max(1));
     let flops = m * d.ne[1] * k * n_batches;
     let n_threads = if flops < 1 << 16 { 1 } else { exec.n_threads() };

@@ -46,7 +46,9 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use crate::types::GgmlType;
-pub use traits::{cpu_traits, set_vnni_disabled, FromFloat, Isa, PromptGemm, ToFloat, TypeTraitsCpu, VecDot};
+pub use traits::{
+    cpu_traits, set_vnni_disabled, set_zmm_disabled, FromFloat, Isa, PromptGemm, ToFloat, TypeTraitsCpu, VecDot,
+};
 
 /// Why a conversion of a whole buffer was refused.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -151,6 +151,8 @@ static AVX2: Table = super::x86::table(super::x86::Vnni::None);
 static AVX_VNNI: Table = super::x86::table(super::x86::Vnni::Vex);
 #[cfg(target_arch = "x86_64")]
 static AVX512_VNNI: Table = super::x86::table(super::x86::Vnni::Evex);
+#[cfg(target_arch = "x86_64")]
+static AVX512: Table = super::x86::table_512();
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 static SIMD128: Table = super::wasm::table();
 
@@ -169,6 +171,8 @@ pub enum Isa {
 
 /// See [`set_vnni_disabled`].
 static VNNI_DISABLED: AtomicBool = AtomicBool::new(false);
+/// See [`set_zmm_disabled`].
+static ZMM_DISABLED: AtomicBool = AtomicBool::new(false);
 
 impl Isa {
     /// Whether this build on this machine can run the kernels of `self`.
@@ -201,12 +205,13 @@ impl Isa {
 
     /// The kernels of `self` for `ty`; None when `self` cannot run here.
     pub fn traits(self, ty: GgmlType) -> Option<&'static TypeTraitsCpu> {
-        Some(&self.table(VNNI_DISABLED.load(Ordering::Relaxed))?[ty as usize])
+        Some(&self.table(VNNI_DISABLED.load(Ordering::Relaxed), ZMM_DISABLED.load(Ordering::Relaxed))?[ty as usize])
     }
 
-    /// The table of `self`, with the plain AVX2 prompt kernels when `no_vnni`.
+    /// The table of `self`, with the plain AVX2 prompt kernels when `no_vnni`, without the
+    /// 512-bit ones when `no_zmm`.
     #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
-    fn table(self, no_vnni: bool) -> Option<&'static Table> {
+    fn table(self, no_vnni: bool, no_zmm: bool) -> Option<&'static Table> {
         if !self.is_available() {
             return None;
         }
@@ -217,6 +222,8 @@ impl Isa {
                 let f = crate::cpu::features::detect();
                 if no_vnni {
                     &AVX2
+                } else if f.avx512 && !no_zmm {
+                    &AVX512
                 } else if f.avx_vnni {
                     &AVX_VNNI
                 } else if f.avx512_vnni {
@@ -247,15 +254,16 @@ fn active() -> &'static Table {
     if crate::cpu::features::scalar_only() {
         return &SCALAR;
     }
-    if VNNI_DISABLED.load(Ordering::Relaxed) {
-        return Isa::best().table(true).expect("the best ISA is available");
+    let (no_vnni, no_zmm) = (VNNI_DISABLED.load(Ordering::Relaxed), ZMM_DISABLED.load(Ordering::Relaxed));
+    if no_vnni || no_zmm {
+        return Isa::best().table(no_vnni, no_zmm).expect("the best ISA is available");
     }
     let p = ACTIVE.load(Ordering::Acquire);
     if !p.is_null() {
         // SAFETY: only ever one of the immutable statics above (stored below).
         return unsafe { &*p };
     }
-    let t = Isa::best().table(false).expect("the best ISA is available");
+    let t = Isa::best().table(false, false).expect("the best ISA is available");
     ACTIVE.store(t as *const Table as *mut Table, Ordering::Release);
     t
 }
@@ -267,4 +275,12 @@ fn active() -> &'static Table {
 #[doc(hidden)]
 pub fn set_vnni_disabled(disabled: bool) {
     VNNI_DISABLED.store(disabled, Ordering::Relaxed);
+}
+
+/// Makes the x86 kernels leave 512-bit registers unused (the AVX2 `vpdpbusd` forms instead),
+/// or use them again, so tests check both forms on an AVX-512 machine. Same bits; only speed
+/// differs.
+#[doc(hidden)]
+pub fn set_zmm_disabled(disabled: bool) {
+    ZMM_DISABLED.store(disabled, Ordering::Relaxed);
 }

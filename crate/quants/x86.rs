@@ -30,6 +30,7 @@ use crate::types::GgmlType;
 mod activations;
 mod kquants;
 mod packed;
+mod packed512;
 
 pub(super) use activations::col_prep_q8_0;
 
@@ -84,6 +85,17 @@ pub(super) const fn table(vnni: Vnni) -> Table {
     t[Q4_K as usize].gemm = Some(&kquants::GEMMS[2]);
     t[Q5_K as usize].gemm = Some(&kquants::GEMMS[3]);
     t[Q6_K as usize].gemm = Some(&kquants::GEMMS[4]);
+    t
+}
+
+/// [`table`] with AVX512-VNNI, its packed Q8_0/Q4_K/Q6_K kernels on 512-bit registers
+/// ([`packed512`]); handed out only where AVX-512 F, BW, VL and VNNI were detected.
+pub(super) const fn table_512() -> Table {
+    use GgmlType::*;
+    let mut t = table(Vnni::Evex);
+    t[Q8_0 as usize].packed = Some(&packed512::PACKED_Q8_0);
+    t[Q4_K as usize].packed = Some(&packed512::PACKED_Q4_K);
+    t[Q6_K as usize].packed = Some(&packed512::PACKED_Q6_K);
     t
 }
 

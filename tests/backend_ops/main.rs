@@ -23,7 +23,7 @@ use std::sync::Mutex;
 
 use ggweb::cpu::features;
 use ggweb::cpu::CpuBackend;
-use ggweb::quants::{set_vnni_disabled, Isa};
+use ggweb::quants::{set_vnni_disabled, set_zmm_disabled, Isa};
 use suite::{block_on, check_all, Kind, Read, Target};
 
 /// The CPU's kernel choice is process-wide: one CPU configuration at a time.
@@ -98,7 +98,24 @@ fn cpu_avx2_vnni() {
         eprintln!("NOTE: no AVX-VNNI or AVX512-VNNI on this machine: cpu_avx2 covers its CPU");
         return;
     }
-    check_cpu("cpu(avx2+vnni)", || assert_eq!(Isa::best(), Isa::Avx2), || {});
+    check_cpu(
+        "cpu(avx2+vnni)",
+        || {
+            set_zmm_disabled(true);
+            assert_eq!(Isa::best(), Isa::Avx2);
+        },
+        || set_zmm_disabled(false),
+    );
+}
+
+/// The packed weights' 512-bit prompt kernels (`quants/x86/packed512.rs`).
+#[test]
+fn cpu_avx512() {
+    if !features::detect().avx512 {
+        eprintln!("NOTE: no AVX-512 F/BW/VL/VNNI on this machine: cpu_avx2_vnni covers its CPU");
+        return;
+    }
+    check_cpu("cpu(avx512)", || assert_eq!(Isa::best(), Isa::Avx2), || {});
 }
 
 #[cfg(feature = "webgpu")]

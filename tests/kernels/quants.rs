@@ -806,6 +806,8 @@ fn repacked_gemm_equals_plain_bit_for_bit() {
         let f = ggweb::cpu::features::detect();
         let want = if !f.avx2_f16c() || ggweb::cpu::features::scalar_only() {
             None
+        } else if f.avx512 {
+            Some("avx512 8-row group pairs (avx512-vnni vpdpbusd zmm)")
         } else if f.avx_vnni {
             Some("avx2 8-row groups (avx-vnni vpdpbusd)")
         } else if f.avx512_vnni {
@@ -814,6 +816,16 @@ fn repacked_gemm_equals_plain_bit_for_bit() {
             None
         };
         assert_eq!(repack::kernel_name(GgmlType::Q8_0), want);
+        if f.avx512 && want.is_some() {
+            quants::set_zmm_disabled(true);
+            let ymm = if f.avx_vnni {
+                "avx2 8-row groups (avx-vnni vpdpbusd)"
+            } else {
+                "avx2 8-row groups (avx512-vnni vpdpbusd)"
+            };
+            assert_eq!(repack::kernel_name(GgmlType::Q4_K), Some(ymm));
+            quants::set_zmm_disabled(false);
+        }
         assert_eq!(repack::group(GgmlType::Q8_0), 8);
         assert_eq!(repack::group(GgmlType::Q4_0), 4);
         assert_eq!(repack::kernel_name(GgmlType::Q4_K), want);
@@ -914,18 +926,25 @@ fn repacked_gemm_equals_plain_bit_for_bit() {
             let mut some = vec![0u8; ra + 7];
             repack::unpack_bytes(ty, k, m, &packed, ra - 3, &mut some);
             assert_eq!(some, a[ra - 3..2 * ra + 4]);
-            let (mut want, mut got) = (vec![f32::NAN; n * (m + 1)], vec![f32::NAN; n * (m + 1)]);
+            let mut want = vec![f32::NAN; n * (m + 1)];
             quants::gemm(ty, k, m, n, &a, ra, &b, rb, &mut want, m + 1);
-            repack::gemm_packed(ty, k, m, n, &packed, &b, rb, &mut got, m + 1);
-            for j in 0..n {
-                for i in 0..m {
-                    let (w, g) = (want[j * (m + 1) + i], got[j * (m + 1) + i]);
-                    let d = quants::vec_dot(ty, k, &a[i * ra..(i + 1) * ra], &b[j * rb..(j + 1) * rb]);
-                    assert_eq!(g.to_bits(), w.to_bits(), "{ty} k {k} m {m} n {n} ({i}, {j}): {g} vs {w}");
-                    assert_eq!(g.to_bits(), d.to_bits(), "{ty} k {k} m {m} n {n} ({i}, {j}): {g} vs vec_dot {d}");
-                    compared += 1;
+            // On x86 with AVX-512: the 512-bit kernels, then the 256-bit ones.
+            for no_zmm in [false, true] {
+                quants::set_zmm_disabled(no_zmm);
+                let mut got = vec![f32::NAN; n * (m + 1)];
+                repack::gemm_packed(ty, k, m, n, &packed, &b, rb, &mut got, m + 1);
+                quants::set_zmm_disabled(false);
+                for j in 0..n {
+                    for i in 0..m {
+                        let (w, g) = (want[j * (m + 1) + i], got[j * (m + 1) + i]);
+                        let d = quants::vec_dot(ty, k, &a[i * ra..(i + 1) * ra], &b[j * rb..(j + 1) * rb]);
+                        let at = format!("{ty} k {k} m {m} n {n} ({i}, {j}) no_zmm {no_zmm}");
+                        assert_eq!(g.to_bits(), w.to_bits(), "{at}: {g} vs {w}");
+                        assert_eq!(g.to_bits(), d.to_bits(), "{at}: {g} vs vec_dot {d}");
+                        compared += 1;
+                    }
+                    assert!(got[j * (m + 1) + m].is_nan(), "gemm_packed wrote past row {j} of c");
                 }
-                assert!(got[j * (m + 1) + m].is_nan(), "gemm_packed wrote past row {j} of c");
             }
         }
     }

@@ -1,0 +1,437 @@
+//! The kernels of [`super::packed`] on 512-bit registers: the same 8-row groups, two at a
+//! time. Lanes 0–7 of a `zmm` are the rows of group g and lanes 8–15 those of group g + 1,
+//! so each instruction does the work of two `ymm` ones (on Zen 5, 2026-12-02: ~2.9 G
+//! `vpdpbusd zmm` a second against ~3.6 G `ymm`, 1.6× the products). Every lane runs
+//! exactly the integer and float steps of its `ymm` twin, so the bits are those of
+//! `vec_dot`. A trailing odd group runs as a pair with itself and keeps its low half.
+//!
+//! These are the prompt kernels. They take four rows of b per pass over a group pair's
+//! block: the weights are loaded (and their nibbles split) once for the four, which 32
+//! registers can hold. A decode step keeps `packed.rs`'s 256-bit kernels: it streams the
+//! weights from memory, and reading two groups side by side (two streams a group apart) ran
+//! 2–2.5× slower there than one group after the other (Zen 5, 2026-12-02).
+
+use core::arch::x86_64::*;
+
+use super::super::repack::PackedKernel;
+use super::super::{ColPrep, PromptGemm};
+use crate::types::GgmlType;
+
+/// Rows per group ([`crate::quants::repack::group`]) and rows of b per prompt pass.
+const R: usize = 8;
+const N: usize = 4;
+
+/// Q8_K's size and parts, and where a group block's parts start (as in `packed.rs`).
+const Y_SIZE: usize = 292;
+const Y_QS: usize = 4;
+const Y_BSUMS: usize = 260;
+const Q8_BLOCK: usize = R * 34;
+const K4_SCALES: usize = 32;
+const K4_QS: usize = 128;
+const K6_SCALES: usize = 16;
+const K6_QUANTS: usize = 144;
+
+/// The decode kernels are `packed.rs`'s EVEX ones (see above).
+pub(super) static PACKED_Q8_0: PackedKernel = PackedKernel {
+    name: NAME,
+    decode: super::packed::PACKED_Q8_0[1].decode,
+    wants_sums: true,
+    prompt: Some(&PROMPT_Q8_0),
+};
+pub(super) static PACKED_Q4_K: PackedKernel = PackedKernel {
+    name: NAME,
+    decode: super::packed::PACKED_Q4_K[1].decode,
+    wants_sums: false,
+    prompt: Some(&PROMPT_Q4_K),
+};
+pub(super) static PACKED_Q6_K: PackedKernel = PackedKernel {
+    name: NAME,
+    decode: super::packed::PACKED_Q6_K[1].decode,
+    wants_sums: false,
+    prompt: Some(&PROMPT_Q6_K),
+};
+const NAME: &str = "avx512 8-row group pairs (avx512-vnni vpdpbusd zmm)";
+
+// SAFETY of the closures above and below: [`super::table_512`] is handed out only where
+// AVX-512 F/BW/VL/VNNI, AVX2 and F16C were detected; `gemm_packed` and `gemm_with` checked
+// the rows and sized `cols`.
+static PROMPT_Q8_0: PromptGemm = PromptGemm {
+    name: NAME,
+    rows: |ty, nb, m, a, lda, b, ldb, cols, c, ldc| unsafe {
+        assert!(ty == GgmlType::Q8_0 && lda == nb * 34 && !cols.plain.contains(&true), "packed prompt");
+        q8_0_prompt(nb, m, a, lda, b, ldb, cols, c, ldc)
+    },
+    needs_plain: false,
+    wants_sums: true,
+};
+static PROMPT_Q4_K: PromptGemm = PromptGemm {
+    name: NAME,
+    rows: |ty, nb, m, a, lda, b, ldb, cols, c, ldc| unsafe {
+        assert!(ty == GgmlType::Q4_K && lda == nb * 144, "packed prompt");
+        k_prompt(
+            nb,
+            m,
+            lda,
+            a,
+            b,
+            ldb,
+            cols.plain.len(),
+            c,
+            ldc,
+            |p0, p1| k4_scales(p0, p1),
+            |p0, p1, s, y| q4_k_block::<N>(p0, p1, s, y),
+            |p0, p1, s, y| q4_k_block::<1>(p0, p1, s, y),
+        )
+    },
+    needs_plain: false,
+    wants_sums: false,
+};
+static PROMPT_Q6_K: PromptGemm = PromptGemm {
+    name: NAME,
+    rows: |ty, nb, m, a, lda, b, ldb, cols, c, ldc| unsafe {
+        assert!(ty == GgmlType::Q6_K && lda == nb * 210, "packed prompt");
+        k_prompt(
+            nb,
+            m,
+            lda,
+            a,
+            b,
+            ldb,
+            cols.plain.len(),
+            c,
+            ldc,
+            |p0, p1| k6_unpack(p0, p1),
+            |p0, p1, u, y| k6_block::<N>(p0, p1, u, y),
+            |p0, p1, u, y| k6_block::<1>(p0, p1, u, y),
+        )
+    },
+    needs_plain: false,
+    wants_sums: false,
+};
+
+/// 32 bytes at `p0` in the low half, at `p1` in the high half.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,f16c")]
+#[inline]
+unsafe fn pair(p0: *const u8, p1: *const u8) -> __m512i {
+    let lo = _mm256_loadu_si256(p0 as *const __m256i);
+    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), _mm256_loadu_si256(p1 as *const __m256i))
+}
+
+/// 8 bytes at `p0` and 8 at `p1` (a byte per row of each group).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,f16c")]
+#[inline]
+unsafe fn pair_bytes(p0: *const u8, p1: *const u8) -> __m128i {
+    _mm_unpacklo_epi64(_mm_loadl_epi64(p0 as *const __m128i), _mm_loadl_epi64(p1 as *const __m128i))
+}
+
+/// The 16 rows' f16 values at `p0` (8) and `p1` (8), as f32.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,f16c")]
+#[inline]
+unsafe fn pair_f16(p0: *const u8, p1: *const u8) -> __m512 {
+    let lo = _mm_loadu_si128(p0 as *const __m128i);
+    _mm512_cvtph_ps(_mm256_inserti128_si256::<1>(_mm256_castsi128_si256(lo), _mm_loadu_si128(p1 as *const __m128i)))
+}
+
+/// 4 bytes at `y` in every lane.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,f16c")]
+#[inline]
+unsafe fn bc(y: *const u8) -> __m512i {
+    _mm512_set1_epi32((y as *const i32).read_unaligned())
+}
+
+/// `reduce8` per lane over the 8 accumulators: 16 sums for `out` (`both`) or the low 8.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,f16c")]
+#[inline]
+unsafe fn store_reduced(a: &[__m512], out: *mut f32, both: bool) {
+    let r = _mm512_add_ps(
+        _mm512_add_ps(_mm512_add_ps(a[0], a[4]), _mm512_add_ps(a[2], a[6])),
+        _mm512_add_ps(_mm512_add_ps(a[1], a[5]), _mm512_add_ps(a[3], a[7])),
+    );
+    _mm512_mask_storeu_ps(out, if both { 0xFFFF } else { 0x00FF }, r)
+}
+
+/// Group pairs over `ng` groups `gs` bytes apart: `(p0, p1, both)` per pass, an odd last
+/// group paired with itself.
+fn pairs(a: *const u8, ng: usize, gs: usize) -> impl Iterator<Item = (usize, *const u8, *const u8, bool)> {
+    (0..ng).step_by(2).map(move |g| {
+        let both = g + 1 < ng;
+        // SAFETY (of the offsets): both are groups inside `a`, which the callers checked.
+        let p0 = a.wrapping_add(g * gs);
+        (g, p0, if both { p0.wrapping_add(gs) } else { p0 }, both)
+    })
+}
+
+/// The 16 rows' quants of one block, made unsigned (`x ^ 0x80`).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,f16c")]
+#[inline]
+unsafe fn q8_weights(q0: *const u8, q1: *const u8) -> [__m512i; 8] {
+    let flip = _mm512_set1_epi8(-128);
+    core::array::from_fn(|c| _mm512_xor_si512(pair(q0.add(32 * c), q1.add(32 * c)), flip))
+}
+
+/// Lane r: row r's exact block sum against the 32 quants at `y` (`ysum` their sum).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,f16c")]
+#[inline]
+unsafe fn q8_sums(w: &[__m512i; 8], y: *const u8, ysum: i32) -> __m512i {
+    let (mut s0, mut s1) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+    for c in (0..8).step_by(2) {
+        s0 = _mm512_dpbusd_epi32(s0, w[c], bc(y.add(4 * c)));
+        s1 = _mm512_dpbusd_epi32(s1, w[c + 1], bc(y.add(4 * c + 4)));
+    }
+    _mm512_sub_epi32(_mm512_add_epi32(s0, s1), _mm512_set1_epi32(ysum << 7))
+}
+
+/// `acc + s·(dx·dy)`, dx the 16 rows' scales (at `p0` and `p1`).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,f16c")]
+#[inline]
+unsafe fn q8_add(acc: __m512, s: __m512i, p0: *const u8, p1: *const u8, dy: f32) -> __m512 {
+    let dx = pair_f16(p0, p1);
+    _mm512_add_ps(acc, _mm512_mul_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dx, _mm512_set1_ps(dy))))
+}
+
+/// Q8_0 prompt: per group pair and block the weights stay in 8 registers for every row of b.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,f16c")]
+unsafe fn q8_0_prompt(
+    nb: usize,
+    m: usize,
+    a: &[u8],
+    lda: usize,
+    b: &[u8],
+    ldb: usize,
+    cols: &ColPrep,
+    c: &mut [f32],
+    ldc: usize,
+) {
+    let (n, nbp) = (cols.plain.len(), cols.nbp);
+    assert!(m % R == 0 && a.len() >= m * lda && c.len() >= (n - 1) * ldc + m);
+    let mut acc = alloc::vec![_mm512_setzero_ps(); 8 * n];
+    for (g, p0, p1, both) in pairs(a.as_ptr(), m / R, R * lda) {
+        acc.fill(_mm512_setzero_ps());
+        for t in 0..nb {
+            let o = t * Q8_BLOCK;
+            let w = q8_weights(p0.add(o + 16), p1.add(o + 16));
+            for j in 0..n {
+                let s = q8_sums(&w, b.as_ptr().add(j * ldb + t * 34 + 2), cols.ysum[j * nbp + t]);
+                let a = &mut acc[8 * j + t % 8];
+                *a = q8_add(*a, s, p0.add(o), p1.add(o), cols.dy[j * nbp + t]);
+            }
+        }
+        for j in 0..n {
+            store_reduced(&acc[8 * j..8 * j + 8], c.as_mut_ptr().add(j * ldc + R * g), both);
+        }
+    }
+}
+
+/// A K-quant prompt on group pairs (`m` rows of `lda` bytes), as `packed::k_prompt` with
+/// [`N`] rows of b per call of `block` (`block1` for the rows left).
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,f16c")]
+#[inline]
+unsafe fn k_prompt<P>(
+    nb: usize,
+    m: usize,
+    lda: usize,
+    a: &[u8],
+    b: &[u8],
+    ldb: usize,
+    n: usize,
+    c: &mut [f32],
+    ldc: usize,
+    prep: impl Fn(*const u8, *const u8) -> P,
+    block: impl Fn(*const u8, *const u8, &P, [*const u8; N]) -> [__m512; N],
+    block1: impl Fn(*const u8, *const u8, &P, [*const u8; 1]) -> [__m512; 1],
+) {
+    let gb = R * lda / nb.max(1);
+    assert!(m % R == 0 && n > 0 && a.len() >= m * lda);
+    assert!(b.len() >= (n - 1) * ldb + nb * Y_SIZE && c.len() >= (n - 1) * ldc + m);
+    let mut acc = alloc::vec![_mm512_setzero_ps(); 8 * n];
+    let y = |j: usize, t: usize| b.as_ptr().add(j * ldb + t * Y_SIZE);
+    for (g, p0, p1, both) in pairs(a.as_ptr(), m / R, R * lda) {
+        acc.fill(_mm512_setzero_ps());
+        for t in 0..nb {
+            let (b0, b1) = (p0.add(t * gb), p1.add(t * gb));
+            let x = prep(b0, b1);
+            let mut j = 0;
+            while j + N <= n {
+                let r = block(b0, b1, &x, core::array::from_fn(|i| y(j + i, t)));
+                for (i, r) in r.into_iter().enumerate() {
+                    let a = &mut acc[8 * (j + i) + t % 8];
+                    *a = _mm512_add_ps(*a, r);
+                }
+                j += N;
+            }
+            for j in j..n {
+                let [r] = block1(b0, b1, &x, [y(j, t)]);
+                let a = &mut acc[8 * j + t % 8];
+                *a = _mm512_add_ps(*a, r);
+            }
+        }
+        for j in 0..n {
+            store_reduced(&acc[8 * j..8 * j + 8], c.as_mut_ptr().add(j * ldc + R * g), both);
+        }
+    }
+}
+
+/// The 16 rows' sub-block scales and mins of one block (`scale_min_k4`), as i32 lanes.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,f16c")]
+#[inline]
+unsafe fn k4_scales(p0: *const u8, p1: *const u8) -> ([__m512i; 8], [__m512i; 8]) {
+    let q: [__m512i; 12] = core::array::from_fn(|k| {
+        let o = K4_SCALES + 8 * k;
+        _mm512_cvtepu8_epi32(pair_bytes(p0.add(o), p1.add(o)))
+    });
+    let (m63, m15) = (_mm512_set1_epi32(63), _mm512_set1_epi32(15));
+    let top = |v: __m512i| _mm512_slli_epi32::<4>(_mm512_srli_epi32::<6>(v));
+    let sc = core::array::from_fn(|j| {
+        if j < 4 {
+            _mm512_and_si512(q[j], m63)
+        } else {
+            _mm512_or_si512(_mm512_and_si512(q[j + 4], m15), top(q[j - 4]))
+        }
+    });
+    let mn = core::array::from_fn(|j| {
+        if j < 4 {
+            _mm512_and_si512(q[j + 4], m63)
+        } else {
+            _mm512_or_si512(_mm512_srli_epi32::<4>(q[j + 4]), top(q[j]))
+        }
+    });
+    (sc, mn)
+}
+
+/// One Q4_K group-pair block against `M` Q8_K blocks: per row of b, lane r is row r's
+/// `q4_k_block` (exact `isum` and `summ`, then the scalar's float steps).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,f16c")]
+#[inline]
+unsafe fn q4_k_block<const M: usize>(
+    p0: *const u8,
+    p1: *const u8,
+    scales: &([__m512i; 8], [__m512i; 8]),
+    y: [*const u8; M],
+) -> [__m512; M] {
+    let (sc, mn) = scales;
+    let m4 = _mm512_set1_epi8(0x0F);
+    let mut isum = [_mm512_setzero_si512(); M];
+    for c in 0..4 {
+        let (mut lo, mut hi) = ([_mm512_setzero_si512(); M], [_mm512_setzero_si512(); M]);
+        for i in 0..8 {
+            let o = K4_QS + (8 * c + i) * 32;
+            let w = pair(p0.add(o), p1.add(o));
+            let (wl, wh) = (_mm512_and_si512(w, m4), _mm512_and_si512(_mm512_srli_epi16::<4>(w), m4));
+            for r in 0..M {
+                lo[r] = _mm512_dpbusd_epi32(lo[r], wl, bc(y[r].add(Y_QS + 64 * c + 4 * i)));
+                hi[r] = _mm512_dpbusd_epi32(hi[r], wh, bc(y[r].add(Y_QS + 64 * c + 32 + 4 * i)));
+            }
+        }
+        for r in 0..M {
+            let s = _mm512_add_epi32(_mm512_mullo_epi32(sc[2 * c], lo[r]), _mm512_mullo_epi32(sc[2 * c + 1], hi[r]));
+            isum[r] = _mm512_add_epi32(isum[r], s);
+        }
+    }
+    let d = pair_f16(p0, p1);
+    let dmin = pair_f16(p0.add(16), p1.add(16));
+    core::array::from_fn(|r| {
+        let bs = |j: usize| (y[r].add(Y_BSUMS + 2 * j) as *const i16).read_unaligned() as i32;
+        let mut summ = _mm512_setzero_si512();
+        for (j, m) in mn.iter().enumerate() {
+            summ = _mm512_add_epi32(summ, _mm512_mullo_epi32(*m, _mm512_set1_epi32(bs(2 * j) + bs(2 * j + 1))));
+        }
+        let yd = _mm512_set1_ps((y[r] as *const f32).read_unaligned());
+        let (d, dmin) = (_mm512_mul_ps(d, yd), _mm512_mul_ps(dmin, yd));
+        _mm512_sub_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(isum[r])), _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(summ)))
+    })
+}
+
+/// The 16 rows' `ql` at 64h + 4i and 64h + 32 + 4i and `qh` at 32h + 4i (`packed::k6_bytes`).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,f16c")]
+#[inline]
+unsafe fn k6_bytes(p0: *const u8, p1: *const u8, h: usize, i: usize) -> (__m512i, __m512i, __m512i) {
+    let o = K6_QUANTS + (8 * h + i) * 96;
+    (pair(p0.add(o), p1.add(o)), pair(p0.add(o + 32), p1.add(o + 32)), pair(p0.add(o + 64), p1.add(o + 64)))
+}
+
+/// `packed::k6_quants` on 16 rows.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,f16c")]
+#[inline]
+unsafe fn k6_quants(a: __m512i, b: __m512i, hb: __m512i) -> [__m512i; 4] {
+    let (m0f, m30) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x30));
+    let lo = |v: __m512i| _mm512_and_si512(v, m0f);
+    let hi = |v: __m512i| _mm512_and_si512(_mm512_srli_epi16::<4>(v), m0f);
+    [
+        _mm512_or_si512(lo(a), _mm512_and_si512(_mm512_slli_epi16::<4>(hb), m30)),
+        _mm512_or_si512(lo(b), _mm512_and_si512(_mm512_slli_epi16::<2>(hb), m30)),
+        _mm512_or_si512(hi(a), _mm512_and_si512(hb, m30)),
+        _mm512_or_si512(hi(b), _mm512_and_si512(_mm512_srli_epi16::<2>(hb), m30)),
+    ]
+}
+
+/// A Q6_K group-pair block's quants + 32, as `packed::k6_unpack` (vector `16·(2h + q) +
+/// 4k + j`: elements `128h + 32k + 16q + 4j ..+4` of each row, sub-block `8h + 2k + q`).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,f16c")]
+#[inline]
+unsafe fn k6_unpack(p0: *const u8, p1: *const u8) -> [__m512i; 64] {
+    let mut u = [_mm512_setzero_si512(); 64];
+    for h in 0..2 {
+        for i in 0..8 {
+            let (a, b, hb) = k6_bytes(p0, p1, h, i);
+            let at = 16 * (2 * h + i / 4) + i % 4;
+            for (k, v) in k6_quants(a, b, hb).into_iter().enumerate() {
+                u[at + 4 * k] = v;
+            }
+        }
+    }
+    u
+}
+
+/// Q6_K's sums: `s` of sub-block `sb` with the 32 taken out (Q8_K block `y`), times the
+/// 16 rows' scales `sc` of that sub-block, into `isum`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,f16c")]
+#[inline]
+unsafe fn k6_add(isum: __m512i, s: __m512i, sc: __m512i, sb: usize, y: *const u8) -> __m512i {
+    let bsum = (y.add(Y_BSUMS + 2 * sb) as *const i16).read_unaligned() as i32;
+    let s = _mm512_sub_epi32(s, _mm512_set1_epi32(32 * bsum));
+    _mm512_add_epi32(isum, _mm512_mullo_epi32(sc, s))
+}
+
+/// The 16 rows' i8 scales of sub-block `sb`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,f16c")]
+#[inline]
+unsafe fn k6_scale(p0: *const u8, p1: *const u8, sb: usize) -> __m512i {
+    let o = K6_SCALES + 8 * sb;
+    _mm512_cvtepi8_epi32(pair_bytes(p0.add(o), p1.add(o)))
+}
+
+/// `q6_k_block`'s float step per lane: `(d·dy)·isum`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,f16c")]
+#[inline]
+unsafe fn k6_finish(p0: *const u8, p1: *const u8, isum: __m512i, y: *const u8) -> __m512 {
+    let yd = _mm512_set1_ps((y as *const f32).read_unaligned());
+    _mm512_mul_ps(_mm512_mul_ps(pair_f16(p0, p1), yd), _mm512_cvtepi32_ps(isum))
+}
+
+/// One Q6_K group-pair block (quants unpacked in `u`) against `M` Q8_K blocks.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,f16c")]
+#[inline]
+unsafe fn k6_block<const M: usize>(p0: *const u8, p1: *const u8, u: &[__m512i; 64], y: [*const u8; M]) -> [__m512; M] {
+    let mut isum = [_mm512_setzero_si512(); M];
+    for h in 0..2 {
+        for q in 0..2 {
+            for k in 0..4 {
+                let at = 16 * (2 * h + q) + 4 * k;
+                let e = Y_QS + 128 * h + 32 * k + 16 * q;
+                let mut s = [_mm512_setzero_si512(); M];
+                for v in 0..4 {
+                    for r in 0..M {
+                        s[r] = _mm512_dpbusd_epi32(s[r], u[at + v], bc(y[r].add(e + 4 * v)));
+                    }
+                }
+                let (sb, sc) = (8 * h + 2 * k + q, k6_scale(p0, p1, 8 * h + 2 * k + q));
+                for r in 0..M {
+                    isum[r] = k6_add(isum[r], s[r], sc, sb, y[r]);
+                }
+            }
+        }
+    }
+    core::array::from_fn(|r| k6_finish(p0, p1, isum[r], y[r]))
+}
