@@ -12,9 +12,9 @@
 //!
 //! x86_64: AVX2, FMA and F16C at run time under `std` (else only what the build enables);
 //! `vpdpbusd` on 256-bit registers (AVX-VNNI, or AVX512-VNNI + VL with the OS saving the
-//! AVX-512 state) by CPUID by hand — `is_x86_feature_detected!("avxvnni")` and the
-//! intrinsics need Rust 1.89, the crate's rust-version is 1.85. wasm32: SIMD128 and relaxed
-//! SIMD are compile-time target features (no run-time detection exists in wasm).
+//! AVX-512 state) and AVX-512 on 512-bit ones (F, BW, VL, VNNI) by CPUID by hand, which
+//! also works without `std`. wasm32: SIMD128 and relaxed SIMD are compile-time target
+//! features (no run-time detection exists in wasm).
 
 use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
