@@ -63,12 +63,15 @@
 //! (`Buffer::get_bytes` / `set_bytes`, straight from or into the host side when one
 //! buffer is host memory).
 
-use alloc::collections::BTreeMap;
 use alloc::format;
 use alloc::rc::Rc;
 use alloc::string::String;
 use alloc::vec::Vec;
 use core::ops::Range;
+
+mod assign;
+
+use assign::Assignments;
 
 use crate::allocator::Gallocr;
 use crate::backend::{Backend, BackendError, Buffer, BufferType};
@@ -166,7 +169,7 @@ struct SplitState {
     /// Ids of the graph's nodes and leafs, to recognise the same graph later.
     node_ids: Vec<usize>,
     leaf_ids: Vec<usize>,
-    assign: BTreeMap<usize, Assignment>,
+    assign: Assignments,
     splits: Vec<Split>,
     copies: Vec<TensorCopy>,
     /// The nodes of each split, as graphs for the backends.
@@ -372,7 +375,7 @@ impl Sched {
 
     /// ggml_backend_sched_buffer_supported: whether backend `b` reads `t`'s memory, wherever
     /// it is (placed) or will be (its backend's buffer type).
-    fn buffer_supported(&self, assign: &BTreeMap<usize, Assignment>, t: &Tensor, b: usize) -> bool {
+    fn buffer_supported(&self, assign: &Assignments, t: &Tensor, b: usize) -> bool {
         let k = match self.fixed_buffer(t) {
             Some(buf) => self.buft_of(&buf),
             None => {
@@ -419,7 +422,7 @@ impl Sched {
     /// the backend lacks stays unassigned, and the spread goes on past it.
     fn spread<'a>(
         &self,
-        assign: &mut BTreeMap<usize, Assignment>,
+        assign: &mut Assignments,
         order: impl Iterator<Item = &'a Tensor>,
         gpu_only: bool,
         cause: Cause,
@@ -447,8 +450,8 @@ impl Sched {
         self.state = None;
         let n_backends = self.backends.len();
         let cpu = n_backends - 1;
-        let mut assign: BTreeMap<usize, Assignment> = BTreeMap::new();
-        let set = |assign: &mut BTreeMap<usize, Assignment>, t: &Tensor, backend: usize, cause: Cause| {
+        let mut assign: Assignments = Assignments::with_capacity(graph.leafs.len() + graph.nodes.len());
+        let set = |assign: &mut Assignments, t: &Tensor, backend: usize, cause: Cause| {
             assign.insert(t.id(), Assignment { backend, cause });
         };
         let nodes = &graph.nodes;
