@@ -64,50 +64,27 @@ static PROMPT_Q8_0: PromptGemm = PromptGemm {
     needs_plain: false,
     wants_sums: true,
 };
-static PROMPT_Q4_K: PromptGemm = PromptGemm {
-    name: NAME,
-    rows: |ty, nb, m, a, lda, b, ldb, cols, c, ldc| unsafe {
-        assert!(ty == GgmlType::Q4_K && lda == nb * 144, "packed prompt");
-        k_prompt(
-            nb,
-            m,
-            lda,
-            a,
-            b,
-            ldb,
-            cols.plain.len(),
-            c,
-            ldc,
-            |p0, p1| k4_scales(p0, p1),
-            |p0, p1, s, y| q4_k_block::<N>(p0, p1, s, y),
-            |p0, p1, s, y| q4_k_block::<1>(p0, p1, s, y),
-        )
-    },
-    needs_plain: false,
-    wants_sums: false,
-};
-static PROMPT_Q6_K: PromptGemm = PromptGemm {
-    name: NAME,
-    rows: |ty, nb, m, a, lda, b, ldb, cols, c, ldc| unsafe {
-        assert!(ty == GgmlType::Q6_K && lda == nb * 210, "packed prompt");
-        k_prompt(
-            nb,
-            m,
-            lda,
-            a,
-            b,
-            ldb,
-            cols.plain.len(),
-            c,
-            ldc,
-            |p0, p1| k6_unpack(p0, p1),
-            |p0, p1, u, y| k6_block::<N>(p0, p1, u, y),
-            |p0, p1, u, y| k6_block::<1>(p0, p1, u, y),
-        )
-    },
-    needs_plain: false,
-    wants_sums: false,
-};
+k_prompt_gemm!(PROMPT_Q4_K, Q4_K, 144, k4_scales, q4_k_block);
+k_prompt_gemm!(PROMPT_Q6_K, Q6_K, 210, k6_unpack, k6_block);
+
+/// A K-quant's prompt kernel: the type, its block size, `prep(p0, p1)` taken from a group
+/// pair's block once for every row of b, and `block::<M>(p0, p1, &prep, y)` for M rows of b.
+macro_rules! k_prompt_gemm {
+    ($name:ident, $ty:ident, $bs:literal, $prep:ident, $block:ident) => {
+        static $name: PromptGemm = PromptGemm {
+            name: NAME,
+            rows: |ty, nb, m, a, lda, b, ldb, cols, c, ldc| unsafe {
+                assert!(ty == GgmlType::$ty && lda == nb * $bs, "packed prompt");
+                let n = cols.plain.len();
+                let (prep, block) = (|p0, p1| $prep(p0, p1), |p0, p1, x: &_, y| $block::<N>(p0, p1, x, y));
+                k_prompt(nb, m, lda, a, b, ldb, n, c, ldc, prep, block, |p0, p1, x, y| $block::<1>(p0, p1, x, y))
+            },
+            needs_plain: false,
+            wants_sums: false,
+        };
+    };
+}
+use k_prompt_gemm;
 
 /// 32 bytes at `p0` in the low half, at `p1` in the high half.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,f16c")]
