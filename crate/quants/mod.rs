@@ -217,6 +217,15 @@ pub fn gemm(
     gemm_with(cpu_traits(ty).gemm, ty, k, m, n, a, lda, b, ldb, c, ldc)
 }
 
+/// Rows of b per prompt-kernel call, natively (`PromptGemm::chunk`): kept in L1 (48 KiB
+/// on Zen 5) while the rows of a pass...
+pub(crate) const L1_CHUNK: usize = 24 * 1024;
+/// ... or in L2 for the kernels that take four rows of b per pass: 96 KiB made a 124M
+/// Q4_K_M prompt ~5% faster with x86's 512-bit kernels (`x86/packed512.rs`, 2026-12-02),
+/// where a 7-row chunk (K = 3072) left three rows to the one-row pass.
+#[cfg_attr(target_arch = "wasm32", allow(dead_code))]
+pub(crate) const L2_CHUNK: usize = 96 * 1024;
+
 /// [`gemm`] with the prompt kernel `g` (rows of a in the layout `g` reads).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn gemm_with(
@@ -266,8 +275,8 @@ pub(crate) fn gemm_with(
     // Blocks of `ty` per row (32 elements, 256 for the K-quants).
     let nb = k / ty.blck_size();
     let nb32 = k / crate::types::QK;
-    // Rows of b in chunks that stay in cache while the rows of a pass: about 24 KiB (L1)
-    // natively; on wasm, where rows are widened to i16 (64 bytes a block) and each row
+    // Rows of b in chunks that stay in cache while the rows of a pass: `g.chunk` bytes
+    // natively (L1 or L2, see [`L1_CHUNK`]); on wasm, where rows are widened to i16 (64 bytes a block) and each row
     // of a is widened and packed again per chunk, up to 768 KiB of widened rows (L2;
     // one chunk for a 64-token prompt at K = 3072, ~9% faster there than two of 192
     // KiB), in equal chunks of whole 4-row tiles.
@@ -276,7 +285,7 @@ pub(crate) fn gemm_with(
         let parts = n.div_ceil(most);
         n.div_ceil(parts).next_multiple_of(4).min(n)
     } else {
-        (24 * 1024 / rb).clamp(1, n)
+        (g.chunk / rb).clamp(1, n)
     };
     for j0 in (0..n).step_by(chunk) {
         let nc = chunk.min(n - j0);

@@ -41,6 +41,10 @@ pub struct PromptGemm {
     pub(crate) needs_plain: bool,
     /// The kernel reads the block quant sums of b (the u8 × i8 offsets).
     pub(crate) wants_sums: bool,
+    /// Natively, about how many bytes of b's rows one call takes ([`super::L1_CHUNK`] for
+    /// kernels that walk one row of b at a time, [`super::L2_CHUNK`] for ones taking four
+    /// per pass). wasm sizes its chunks by the widened rows instead.
+    pub(crate) chunk: usize,
 }
 
 pub(crate) type GemmRows = fn(

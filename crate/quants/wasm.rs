@@ -51,16 +51,31 @@ mod kquants;
 mod packed;
 mod packed_k;
 
-static PANELS: PromptGemm =
-    PromptGemm { name: "simd128 i16 panels", rows: gemm_rows, needs_plain: false, wants_sums: false };
+static PANELS: PromptGemm = PromptGemm {
+    name: "simd128 i16 panels",
+    rows: gemm_rows,
+    needs_plain: false,
+    wants_sums: false,
+    chunk: crate::quants::L1_CHUNK,
+};
 /// With relaxed SIMD, Q4_0 takes the relaxed dot product on its nibbles, which needs the
 /// block sums of b for the -8 offset.
 #[cfg(target_feature = "relaxed-simd")]
-static PANELS_Q4_0: PromptGemm =
-    PromptGemm { name: "simd128 nibble panels (relaxed dot)", rows: gemm_rows, needs_plain: false, wants_sums: true };
+static PANELS_Q4_0: PromptGemm = PromptGemm {
+    name: "simd128 nibble panels (relaxed dot)",
+    rows: gemm_rows,
+    needs_plain: false,
+    wants_sums: true,
+    chunk: crate::quants::L1_CHUNK,
+};
 #[cfg(not(target_feature = "relaxed-simd"))]
-static PANELS_Q4_0: PromptGemm =
-    PromptGemm { name: "simd128 i16 panels", rows: gemm_rows, needs_plain: false, wants_sums: false };
+static PANELS_Q4_0: PromptGemm = PromptGemm {
+    name: "simd128 i16 panels",
+    rows: gemm_rows,
+    needs_plain: false,
+    wants_sums: false,
+    chunk: crate::quants::L1_CHUNK,
+};
 
 #[inline(always)]
 fn load<T>(s: &[T]) -> v128 {

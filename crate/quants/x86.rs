@@ -111,6 +111,7 @@ static U_GEMMS: [[PromptGemm; 3]; 3] = {
                 },
                 needs_plain: false,
                 wants_sums: true,
+                chunk: crate::quants::L1_CHUNK,
             }
         };
     }
@@ -140,6 +141,7 @@ const PLAIN: PromptGemm = PromptGemm {
     rows: |ty, nb, m, a, lda, b, ldb, cols, c, ldc| unsafe { gemm_rows(ty, nb, m, a, lda, b, ldb, cols, c, ldc) },
     needs_plain: false,
     wants_sums: true,
+    chunk: crate::quants::L1_CHUNK,
 };
 /// Q8_0's plain product (`|x|·sign(y, x)` through `maddubs`) is exact only while y ≠ -128.
 static PLAIN_Q8_0: PromptGemm = PromptGemm { needs_plain: true, ..PLAIN };
@@ -151,6 +153,7 @@ static VEX: PromptGemm = PromptGemm {
     },
     needs_plain: false,
     wants_sums: true,
+    chunk: crate::quants::L1_CHUNK,
 };
 static EVEX: PromptGemm = PromptGemm {
     name: "avx2 tiles (avx512-vnni vpdpbusd)",
@@ -159,6 +162,7 @@ static EVEX: PromptGemm = PromptGemm {
     },
     needs_plain: false,
     wants_sums: true,
+    chunk: crate::quants::L1_CHUNK,
 };
 
 #[target_feature(enable = "avx2,f16c")]

@@ -31,6 +31,7 @@ pub(super) static GEMMS: [PromptGemm; 2] = [
         },
         needs_plain: false,
         wants_sums: false,
+        chunk: crate::quants::L1_CHUNK,
     },
     PromptGemm {
         name: NAME,
@@ -39,6 +40,7 @@ pub(super) static GEMMS: [PromptGemm; 2] = [
         },
         needs_plain: false,
         wants_sums: false,
+        chunk: crate::quants::L1_CHUNK,
     },
 ];
 

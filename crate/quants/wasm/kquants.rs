@@ -45,6 +45,7 @@ pub(super) static GEMMS: [PromptGemm; 5] = {
                 },
                 needs_plain: false,
                 wants_sums: false,
+                chunk: crate::quants::L1_CHUNK,
             }
         };
     }
@@ -282,6 +283,7 @@ pub(super) static PACKED_GEMMS: [PromptGemm; 2] = {
                 },
                 needs_plain: false,
                 wants_sums: false,
+                chunk: crate::quants::L1_CHUNK,
             }
         };
     }

@@ -28,6 +28,7 @@ static PANELS: PromptGemm = PromptGemm {
     rows: super::gemm_rows_packed,
     needs_plain: false,
     wants_sums: false,
+    chunk: crate::quants::L1_CHUNK,
 };
 
 /// The 4 rows' scales of block t (8 bytes at `p`) as f32.

@@ -42,6 +42,7 @@ pub(super) static GEMMS: [PromptGemm; 5] = {
                 },
                 needs_plain: false,
                 wants_sums: false,
+                chunk: crate::quants::L1_CHUNK,
             }
         };
     }

@@ -49,6 +49,7 @@ static PROMPT: [PromptGemm; 2] = [
         },
         needs_plain: false,
         wants_sums: true,
+        chunk: crate::quants::L1_CHUNK,
     },
     PromptGemm {
         name: "avx2 8-row groups (avx512-vnni vpdpbusd)",
@@ -57,6 +58,7 @@ static PROMPT: [PromptGemm; 2] = [
         },
         needs_plain: false,
         wants_sums: true,
+        chunk: crate::quants::L1_CHUNK,
     },
 ];
 
@@ -247,6 +249,7 @@ macro_rules! k_kernels {
                 },
                 needs_plain: false,
                 wants_sums: false,
+                chunk: crate::quants::L1_CHUNK,
             },
             PromptGemm {
                 name: "avx2 8-row groups (avx512-vnni vpdpbusd)",
@@ -257,6 +260,7 @@ macro_rules! k_kernels {
                 },
                 needs_plain: false,
                 wants_sums: false,
+                chunk: crate::quants::L1_CHUNK,
             },
         ];
     };

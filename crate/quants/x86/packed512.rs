@@ -63,6 +63,7 @@ static PROMPT_Q8_0: PromptGemm = PromptGemm {
     },
     needs_plain: false,
     wants_sums: true,
+    chunk: crate::quants::L2_CHUNK,
 };
 k_prompt_gemm!(PROMPT_Q4_K, Q4_K, 144, k4_scales, q4_k_block);
 k_prompt_gemm!(PROMPT_Q6_K, Q6_K, 210, k6_unpack, k6_block);
@@ -81,6 +82,7 @@ macro_rules! k_prompt_gemm {
             },
             needs_plain: false,
             wants_sums: false,
+            chunk: crate::quants::L2_CHUNK,
         };
     };
 }
