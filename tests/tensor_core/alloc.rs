@@ -847,3 +847,26 @@ fn alloc_ctx_tensors_splits_at_max_size() {
         Some(BackendError::OutOfMemory { what: "tensor 'big' in one small buffer".into(), requested: 448, limit: 256 })
     );
 }
+
+/// A large host buffer (natively on Linux its own 2 MiB-aligned mapping, advised as huge
+/// pages) is zeroed, keeps the requested alignment, and holds what is written at both ends;
+/// a small one comes from the heap as before. Dropping them returns the memory.
+#[test]
+fn large_host_buffers_are_zeroed_aligned_and_writable() {
+    for size in [(16 << 20) + 3, 4096] {
+        let b = HostBuffer::new(size, 64, "test").expect("allocate");
+        let base = b.host_base().expect("host memory") as usize;
+        assert_eq!(base % 64, 0, "size {size}");
+        if cfg!(target_os = "linux") && size > (8 << 20) && std::env::var_os("GGWEB_NO_HUGEPAGES").is_none() {
+            assert_eq!(base % (2 << 20), 0, "a large buffer starts on a 2 MiB boundary");
+        }
+        let mut ends = [9u8; 8];
+        for at in [0, size / 2, size - 8] {
+            b.get_bytes(at, &mut ends);
+            assert_eq!(ends, [0; 8], "zeroed at {at} of {size}");
+            b.set_bytes(at, &[at as u8 | 1; 8]);
+            b.get_bytes(at, &mut ends);
+            assert_eq!(ends, [at as u8 | 1; 8]);
+        }
+    }
+}
