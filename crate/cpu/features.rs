@@ -40,6 +40,14 @@ pub struct CpuFeatures {
     /// sequential stream for its prefetcher. So: GenuineIntel only; wasm (no vendor to read)
     /// goes in order. `GGWEB_DECODE_STREAMS=0/1` overrides it natively, for A/B runs.
     pub decode_streams: bool,
+    /// A decode step's repacked kernels ask for the weights 16 KiB ahead of use
+    /// (`prefetcht0`, [`crate::quants`]' x86 `packed`). On AMD Zen 5 (family 1Ah, 2026-12-02)
+    /// that took 124M Q4_K_M decode from ~188 to ~215 tok/s at 1 thread; on Zen 4 (family 19h,
+    /// EPYC 2026-12-04) any distance into L1 made it slower (Q4_K_M 186 → 122 tok/s at 1
+    /// thread, 262 → 191 at 2; Q8_0 152 → 135), and into L2 did not beat no prefetch at 2
+    /// threads. So: off on AMD family 19h, on elsewhere (Intel unmeasured: as before).
+    /// `GGWEB_DECODE_PREFETCH=0/1` overrides it natively, for A/B runs.
+    pub decode_prefetch: bool,
 }
 
 /// See [`set_scalar_only`].
@@ -106,6 +114,7 @@ impl CpuFeatures {
             self.relaxed_simd,
             self.decode_streams,
             self.avx512,
+            self.decode_prefetch,
         ];
         on.iter().enumerate().fold(DONE, |b, (i, &x)| b | (x as u32) << i)
     }
@@ -121,6 +130,7 @@ impl CpuFeatures {
             relaxed_simd: on(6),
             decode_streams: on(7),
             avx512: on(8),
+            decode_prefetch: on(9),
         }
     }
     /// AVX2 with F16C: what the quantized AVX2 kernels need.
@@ -154,10 +164,16 @@ fn probe() -> CpuFeatures {
         if f.avx2_f16c() {
             (f.avx_vnni, f.avx512_vnni, f.avx512) = x86_vnni();
         }
-        f.decode_streams = x86_vendor() == *b"GenuineIntel";
+        let vendor = x86_vendor();
+        f.decode_streams = vendor == *b"GenuineIntel";
+        f.decode_prefetch = !(vendor == *b"AuthenticAMD" && x86_family() == 0x19);
         #[cfg(feature = "std")]
         if let Ok(v) = std::env::var("GGWEB_DECODE_STREAMS") {
             f.decode_streams = v == "1";
+        }
+        #[cfg(feature = "std")]
+        if let Ok(v) = std::env::var("GGWEB_DECODE_PREFETCH") {
+            f.decode_prefetch = v == "1";
         }
         // `GGWEB_NO_ZMM=1`: the 256-bit forms of the packed kernels, for A/B runs.
         #[cfg(feature = "std")]
@@ -179,6 +195,21 @@ fn x86_vendor() -> [u8; 12] {
         v[4 * i..4 * i + 4].copy_from_slice(&r.to_le_bytes());
     }
     v
+}
+
+/// CPUID leaf 1's display family: the base family, plus the extended family where the base
+/// is 0xF (AMD Zen 3/4: 0x19, Zen 5: 0x1A).
+#[cfg(target_arch = "x86_64")]
+#[allow(unused_unsafe)] // __cpuid is a safe fn in newer Rust
+fn x86_family() -> u32 {
+    // SAFETY: CPUID leaf 1 exists on every x86_64.
+    let eax = unsafe { core::arch::x86_64::__cpuid(1) }.eax;
+    let base = (eax >> 8) & 0xF;
+    if base == 0xF {
+        base + ((eax >> 20) & 0xFF)
+    } else {
+        base
+    }
 }
 
 /// (AVX-VNNI, AVX512-VNNI usable on 256-bit registers, and with AVX512-BW on 512-bit ones).

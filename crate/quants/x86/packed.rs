@@ -93,18 +93,30 @@ unsafe fn add_block(acc: __m256, s: __m256i, p: *const u8, dy: f32) -> __m256 {
 }
 
 /// How far ahead of the block it reads a decode step asks for the weights it streams
-/// from memory. The hardware prefetchers alone left one core at ~19 GB/s of its ~28 in a
-/// 124M Q4_K_M decode step; 16 KiB ahead took it from ~188 to ~215 tok/s (Zen 5,
-/// 2026-12-02, 1 thread; 4–32 KiB all helped). Prefetches past the end fault nowhere.
+/// from memory, where the CPU gains by it ([`crate::cpu::features::CpuFeatures::decode_prefetch`]).
+/// The hardware prefetchers alone left one core at ~19 GB/s of its ~28 in a 124M Q4_K_M
+/// decode step; 16 KiB ahead took it from ~188 to ~215 tok/s (Zen 5, 2026-12-02, 1 thread;
+/// 4–32 KiB all helped). On Zen 4 it halved the kernels' rate from memory (Q6_K ~24 → ~12
+/// GB/s, `examples/packed_bench`). Prefetches past the end fault nowhere.
 const PREFETCH: usize = 16 * 1024;
 
-/// Prefetches the `len` bytes [`PREFETCH`] past `blk`, a cache line at a time.
+/// Prefetches the `len` bytes [`PREFETCH`] past `blk`, a cache line at a time, if `on`
+/// (read once per call; the branch is the same for every block).
 #[target_feature(enable = "avx2")]
 #[inline]
-unsafe fn prefetch(blk: *const u8, len: usize) {
+unsafe fn prefetch(on: bool, blk: *const u8, len: usize) {
+    if !on {
+        return;
+    }
     for l in (0..len).step_by(64) {
         _mm_prefetch::<_MM_HINT_T0>(blk.wrapping_add(PREFETCH + l) as *const i8);
     }
+}
+
+/// Whether this machine's decode steps prefetch (see [`PREFETCH`]).
+#[inline]
+fn prefetching() -> bool {
+    crate::cpu::features::detect().decode_prefetch
 }
 
 /// `reduce8` per lane over the 8 accumulators, stored at `out` (8 f32).
@@ -137,12 +149,13 @@ unsafe fn decode<const EVEX: bool>(
     assert!(a.len() >= ng * gs && b.len() >= nb * 34 && c.len() >= R * ng);
     assert!(cols.dy.len() >= nb && cols.ysum.len() >= nb);
     let (y, dy, ys) = (b.as_ptr(), cols.dy.as_ptr(), cols.ysum.as_ptr());
+    let pf = prefetching();
     for g in 0..ng {
         let p = a.as_ptr().add(g * gs);
         let mut acc = [_mm256_setzero_ps(); 8];
         let step = |t: usize, acc: &mut __m256| {
             let blk = p.add(t * GROUP_BLOCK);
-            prefetch(blk, GROUP_BLOCK);
+            prefetch(pf, blk, GROUP_BLOCK);
             let s = block_sums::<EVEX>(&weights(blk.add(16)), y.add(t * 34 + 2), *ys.add(t));
             *acc = add_block(*acc, s, blk, *dy.add(t));
         };
@@ -287,12 +300,13 @@ unsafe fn k_decode<P>(
     block: impl Fn(*const u8, &P, *const u8) -> __m256,
 ) -> bool {
     assert!(a.len() >= ng * nb * gb && b.len() >= nb * Y_SIZE && c.len() >= R * ng);
+    let pf = prefetching();
     for g in 0..ng {
         let p = a.as_ptr().add(g * nb * gb);
         let mut acc = [_mm256_setzero_ps(); 8];
         for t in 0..nb {
             let blk = p.add(t * gb);
-            prefetch(blk, gb);
+            prefetch(pf, blk, gb);
             acc[t % 8] = _mm256_add_ps(acc[t % 8], block(blk, &prep(blk), b.as_ptr().add(t * Y_SIZE)));
         }
         store_reduced(&acc, c.as_mut_ptr().add(R * g));
