@@ -13,6 +13,15 @@ use wasm_bindgen_test::wasm_bindgen_test as test;
 
 use crate::support::rng::Rng;
 
+/// The tests that switch the process-wide kernel choices (`set_vnni_disabled`,
+/// `set_zmm_disabled`) and assert which kernel runs take turns on this lock: run side by
+/// side, one saw the other's switch ("left: None, right: Some(avx512 ...)", 2026-12-04).
+/// Every other test gets the same bits whichever kernel runs.
+fn kernel_choice_lock() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// FORMAT_VERSION of make_quant_vectors.py that this file understands.
 const FORMAT_VERSION: u32 = 2;
 const FIXTURE: &[u8] = include_bytes!("../fixtures/quant_vectors.bin");
@@ -646,6 +655,7 @@ fn vec_dot_small_exact_cases() {
 /// dot product, so the bit-identity test below covers that kernel too.
 #[test]
 fn prompt_kernels_follow_the_build() {
+    let _choice = kernel_choice_lock();
     let relaxed = option_env!("GGWEB_EXPECT_RELAXED").is_some();
     assert_eq!(cfg!(target_feature = "relaxed-simd"), relaxed, "relaxed SIMD in this build");
     let q4 = quants::prompt_gemm_kernel(GgmlType::Q4_0);
@@ -696,6 +706,7 @@ fn prompt_kernels_follow_the_build() {
 /// vec_dot).
 #[test]
 fn gemm_equals_vec_dot_bit_for_bit() {
+    let _choice = kernel_choice_lock();
     let mut rng = Rng::xorshift64_star(0x0bad_cafe_f00d_1234);
     for ty in [
         GgmlType::Q8_0,
@@ -788,6 +799,7 @@ fn gemm_equals_vec_dot_bit_for_bit() {
 /// through `unpack_row`/`unpack_bytes` are the original bytes.
 #[test]
 fn repacked_gemm_equals_plain_bit_for_bit() {
+    let _choice = kernel_choice_lock();
     use quants::repack;
     let mut rng = Rng::xorshift64_star(0x5eed_4e9a_c4ed_0001);
     if cfg!(all(target_arch = "wasm32", target_feature = "simd128")) {
