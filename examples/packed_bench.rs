@@ -98,7 +98,7 @@ fn main() {
     let only = std::env::args().nth(1).unwrap_or_else(|| "q8_0,q4_K,q6_K".into());
     let no_repack = std::env::var("GGWEB_NO_REPACK").is_ok_and(|v| v == "1");
     let mut rng = Xorshift(7);
-    println!("| type | K × M | layout | kernel | in cache GB/s | GMAC/s | from memory GB/s | GMAC/s |");
+    println!("| type | K × M | layout | kernel table (`repack::kernel_name`) | in cache GB/s | GMAC/s | from memory GB/s | GMAC/s |");
     println!("|---|---|---|---|--:|--:|--:|--:|");
     for ty in [GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K] {
         if !only.split(',').any(|n| n.eq_ignore_ascii_case(ty.name())) {
