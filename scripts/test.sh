@@ -3,7 +3,7 @@
 #   1. setup (idempotent installs); 1b. types: web/ggweb.d.ts under tsc --strict (tests/types/)
 #   2. cargo test (native: unit, integration, doc tests),
 #      then PyPI's gguf reading a file our writer made (tests/support/check_with_pypi_gguf.py)
-#   3. no_std core build for wasm32       4. wasm tests (wasm-pack test) in headless Chromium, Firefox
+#   3. no_std core build for wasm32 (and x86_64)   4. wasm tests (wasm-pack test) in headless Chromium, Firefox
 #   5. release wasm builds (web/pkg*)   6. browser tests (tests/e2e/*.spec.mjs, Playwright; then
 #      tests/engines/*.spec.mjs in Firefox and WebKit)
 #   7. npm pack: the package's files, and that the packed module loads
@@ -119,6 +119,10 @@ SUMMARY+=("GGUF writer read by PyPI gguf: ok ($STEP_SECS s)")
 # 3. the tensor core without std, as the browser's no_std build sees it
 run_step nostd cargo build --lib --no-default-features --target wasm32-unknown-unknown --color never
 SUMMARY+=("no_std wasm32 core build: ok ($STEP_SECS s)")
+# ... and natively, where the x86 kernels are compiled in (an rlib: a native no_std cdylib has no
+# allocator or panic handler to link)
+run_step nostd-x86 cargo rustc --lib --no-default-features --crate-type rlib --color never
+SUMMARY+=("no_std x86_64 core build (rlib): ok ($STEP_SECS s)")
 
 # 4. wasm tests: `wasm-pack test --headless --chrome`, then `--firefox`, as a Rust/wasm user
 # runs them (wasm-pack builds every test target for wasm32 and runs each through

@@ -19,6 +19,7 @@
 use core::arch::x86_64::*;
 
 use alloc::vec;
+use alloc::vec::Vec;
 
 use bytemuck::cast_slice;
 
