@@ -4,7 +4,13 @@
 //!
 //! ```text
 //! cargo run --release --example kernel_bench -- [N] [THREADS]     # GGWEB_NO_VNNI=1: AVX2 without VNNI
+//! GGWEB_BENCH_PACKED=1 cargo run --release --example kernel_bench  # the repacked decode kernels instead
 //! ```
+//!
+//! `GGWEB_BENCH_PACKED=1` times `quants::repack::gemm_packed` against one row of b (a decode
+//! step) for Q8_0, Q4_K and Q6_K, in cache (one matrix again and again) and streamed from
+//! memory (rotating through copies that add up to ~256 MiB), in GB/s of weights and GMAC/s,
+//! thread CPU time; with `GGWEB_NO_REPACK=1` ggml's layout through `quants::gemm`.
 // Native only: `wasm-pack test` (cargo test for wasm32) builds the examples too.
 #![cfg_attr(target_arch = "wasm32", no_main)]
 #![cfg(not(target_arch = "wasm32"))]
@@ -32,23 +38,32 @@ fn thread_cpu() -> f64 {
 }
 
 fn fill(t: &Tensor, seed: u32) {
-    let n = t.nelements() as usize;
-    let mut s = seed | 1;
-    let v: Vec<f32> = (0..n)
+    t.set_bytes(&random_weights(t.ty, t.nelements() as usize, seed), 0);
+}
+
+/// `n` floats uniform in [-0.5, 0.5] from the xorshift state `s`.
+fn uniform(s: &mut u32, n: usize) -> Vec<f32> {
+    (0..n)
         .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 17;
-            s ^= s << 5;
-            s as f32 / u32::MAX as f32 - 0.5
+            *s ^= *s << 13;
+            *s ^= *s >> 17;
+            *s ^= *s << 5;
+            *s as f32 / u32::MAX as f32 - 0.5
         })
-        .collect();
-    if ggweb::quants::can_quantize(t.ty) {
-        t.set_bytes(&ggweb::quants::quantize(t.ty, &v).expect("quantize"), 0);
-        return;
+        .collect()
+}
+
+/// `n` values of `ty` as bytes: quantized from uniform floats in [-0.5, 0.5] where ggweb can
+/// quantize `ty`, else random quant bytes with small normal f16 block scales.
+fn random_weights(ty: GgmlType, n: usize, seed: u32) -> Vec<u8> {
+    let mut s = seed | 1;
+    let v = uniform(&mut s, n);
+    if ggweb::quants::can_quantize(ty) {
+        return ggweb::quants::quantize(ty, &v).expect("quantize");
     }
     // Types read only from files (the K-quants): random quants and scale bytes, the f16
     // block scales set to a small normal value (no subnormal or NaN float steps).
-    let mut bytes: Vec<u8> = (0..t.nbytes())
+    let mut bytes: Vec<u8> = (0..ty.row_size(n as i64))
         .map(|_| {
             s ^= s << 13;
             s ^= s >> 17;
@@ -56,9 +71,9 @@ fn fill(t: &Tensor, seed: u32) {
             s as u8
         })
         .collect();
-    let ts = t.ty.type_size();
+    let ts = ty.type_size();
     let d = half::f16::from_f32(2e-4).to_le_bytes();
-    let at: &[usize] = match t.ty {
+    let at: &[usize] = match ty {
         GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
         GgmlType::Q2_K => &[ts - 4, ts - 2],
         _ => &[ts - 2], // Q3_K, Q6_K
@@ -68,7 +83,7 @@ fn fill(t: &Tensor, seed: u32) {
             blk[o..o + 2].copy_from_slice(&d);
         }
     }
-    t.set_bytes(&bytes, 0);
+    bytes
 }
 
 /// Five trials, each running `node` for at least 0.1 s of CPU time; returns the best
@@ -97,6 +112,9 @@ fn main() {
     let backend = CpuBackend::new(threads);
     // GGWEB_NO_VNNI=1: the plain AVX2 integer kernels, for comparison.
     ggweb::quants::set_vnni_disabled(std::env::var("GGWEB_NO_VNNI").is_ok_and(|v| v == "1"));
+    if std::env::var("GGWEB_BENCH_PACKED").is_ok_and(|v| v == "1") {
+        return packed_decode();
+    }
     let ctx = Context::new(ContextParams { mem_size: 512 << 20, no_alloc: false });
     println!("| op | type | K × M × N | GFLOP/s (wall) | GFLOP/s (thread CPU) |");
     println!("|---|---|---|---|---|");
@@ -174,5 +192,70 @@ fn main() {
         println!(
             "\nper parallel op, median of 2000 ({threads} threads): pool {pooled:.1} µs, scoped spawn {spawned:.1} µs"
         );
+    }
+}
+
+/// Best thread-CPU seconds of one decode-step product over five trials of at least 0.1 s,
+/// rotating through `copies` of the weights (packed, or in ggml's layout).
+fn time_packed(ty: GgmlType, k: usize, m: usize, copies: &[Vec<u8>], b: &[u8], packed: bool) -> f64 {
+    use ggweb::quants::{self, repack};
+    let mut c = vec![0f32; m];
+    let run = |i: usize, c: &mut [f32]| {
+        let a = &copies[i % copies.len()];
+        if packed {
+            repack::gemm_packed(ty, k, m, 1, a, b, b.len(), c, m);
+        } else {
+            quants::gemm(ty, k, m, 1, a, ty.row_size(k as i64), b, b.len(), c, m);
+        }
+    };
+    (0..copies.len()).for_each(|i| run(i, &mut c));
+    let (mut best, mut i) = (f64::MAX, 0);
+    for _ in 0..5 {
+        let (mut runs, c0) = (0, thread_cpu());
+        while thread_cpu() - c0 < 0.1 || runs < copies.len() {
+            run(i, &mut c);
+            (i, runs) = (i + 1, runs + 1);
+        }
+        best = best.min((thread_cpu() - c0) / runs as f64);
+    }
+    std::hint::black_box(&c);
+    best
+}
+
+/// `GGWEB_BENCH_PACKED=1`: the repacked decode kernels, in cache and from memory.
+fn packed_decode() {
+    use ggweb::quants::{self, repack};
+    let only = std::env::var("GGWEB_BENCH_TYPES").ok();
+    let no_repack = std::env::var("GGWEB_NO_REPACK").is_ok_and(|v| v == "1");
+    println!("| type | K × M | layout | kernel table (`repack::kernel_name`) | in cache GB/s | GMAC/s | from memory GB/s | GMAC/s |");
+    println!("|---|---|---|---|--:|--:|--:|--:|");
+    for ty in [GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K] {
+        if only.as_ref().is_some_and(|o| !o.split(',').any(|n| n == ty.name())) {
+            continue;
+        }
+        for (k, m) in [(768usize, 2304usize), (3072, 768), (768, 50257)] {
+            let one = random_weights(ty, k * m, 7);
+            let packed = !no_repack && repack::wants(ty, k, m, false);
+            let mut copies = vec![one.clone(); ((256 << 20) / one.len()).max(2)];
+            if packed {
+                for a in &mut copies {
+                    assert!(repack::pack(ty, k, m, a), "pack {ty}");
+                }
+            }
+            let x = uniform(&mut 11, k);
+            let b = quants::quantize(ty.vec_dot_type(), &x).expect("quantize b");
+            let hot = time_packed(ty, k, m, &copies[..1], &b, packed);
+            let cold = time_packed(ty, k, m, &copies, &b, packed);
+            let (bytes, macs) = (one.len() as f64, (k * m) as f64);
+            let name = if packed { repack::kernel_name(ty).unwrap_or("?") } else { "vec_dot rows" };
+            println!(
+                "| {ty} | {k} × {m} | {} | {name} | {:.1} | {:.1} | {:.1} | {:.1} |",
+                if packed { "packed" } else { "ggml" },
+                bytes / hot * 1e-9,
+                macs / hot * 1e-9,
+                bytes / cold * 1e-9,
+                macs / cold * 1e-9
+            );
+        }
     }
 }

@@ -97,7 +97,7 @@ unsafe fn add_block(acc: __m256, s: __m256i, p: *const u8, dy: f32) -> __m256 {
 /// The hardware prefetchers alone left one core at ~19 GB/s of its ~28 in a 124M Q4_K_M
 /// decode step; 16 KiB ahead took it from ~188 to ~215 tok/s (Zen 5, 2026-12-02, 1 thread;
 /// 4–32 KiB all helped). On Zen 4 it halved the kernels' rate from memory (Q6_K ~24 → ~12
-/// GB/s, `examples/packed_bench`). Prefetches past the end fault nowhere.
+/// GB/s, `GGWEB_BENCH_PACKED=1` in `examples/kernel_bench`). Prefetches past the end fault nowhere.
 const PREFETCH: usize = 16 * 1024;
 
 /// Prefetches the `len` bytes [`PREFETCH`] past `blk`, a cache line at a time, if `on`
