@@ -5,7 +5,7 @@
 // it was stored (X-Ggweb-Stored-At, ms since the epoch).
 import { GgwebError } from './errors.js';
 import { hubSource } from './hub.js';
-import { optionsObject, show } from './input.js';
+import { optionsObject, reading, show } from './input.js';
 
 export const DEFAULT_CACHE_NAME = 'ggweb-models';
 const STORED_AT = 'X-Ggweb-Stored-At';
@@ -71,11 +71,12 @@ function nameOption(o, what) {
 function keyOf(source, o, what) {
   const hub = hubSource(source, o, what, base());
   if (hub) return hub.url;
-  if (typeof source !== 'string' && !(source instanceof URL)) {
+  const isUrl = typeof source !== 'string' && reading(`${what}: the model`, () => source instanceof URL);
+  if (typeof source !== 'string' && !isUrl) {
     throw new GgwebError('invalid', `${what}: the model must be a URL (or a Hub id with { file }), got ${show(source)}`);
   }
   try {
-    return new URL(String(source), base()).href;
+    return new URL(isUrl ? source.href : source, base()).href;
   } catch {
     throw new GgwebError('invalid', `${what}: not a valid URL: ${show(String(source))}`);
   }

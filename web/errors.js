@@ -7,6 +7,12 @@ export const ERROR_CODES = Object.freeze([
   'device_lost',
 ]);
 
+/** Every GgwebError made here (never a caller's look-alike: a WeakSet asks no Proxy trap). */
+const OWN = new WeakSet();
+
+/** Whether `e` is a GgwebError ggweb made (a value a caller's getter threw may only pretend to be one). */
+export const isOwnError = (e) => OWN.has(e);
+
 export class GgwebError extends Error {
   /**
    * @param {string} code one of ERROR_CODES
@@ -18,6 +24,7 @@ export class GgwebError extends Error {
     this.name = 'GgwebError';
     this.code = code;
     if (details !== undefined) this.details = details;
+    OWN.add(this);
   }
 
   toJSON() {
@@ -31,8 +38,18 @@ export class GgwebError extends Error {
 
 /** Converts anything thrown (wasm-bindgen JsError, a trap, a DOMException) to a GgwebError. */
 export function toGgwebError(e, fallbackCode, context) {
-  if (e instanceof GgwebError) return e;
+  if (isOwnError(e)) return e;
   const prefix = context ? `${context}: ` : '';
+  try {
+    return convert(e, fallbackCode, prefix);
+  } catch {
+    // Something a caller threw whose reading throws too (a revoked Proxy): nothing to say about it.
+    return new GgwebError(fallbackCode, `${prefix}a value that cannot be read was thrown`);
+  }
+}
+
+function convert(e, fallbackCode, prefix) {
+  if (e instanceof GgwebError) return e;
   if (typeof WebAssembly !== 'undefined' && e instanceof WebAssembly.RuntimeError) {
     // A trap (a Rust panic, or an allocation the wasm memory could not grow for).
     return new GgwebError('internal', `${prefix}the wasm module trapped (${e.message}); it cannot be used further`);

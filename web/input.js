@@ -6,9 +6,34 @@
 // expected) is refused as 'invalid' naming the option, never as the structured clone's
 // DataCloneError, and a value JSON would silently drop or change (a function, undefined in
 // an array, NaN, a BigInt) never reaches the wasm side's strict parser as something else.
-import { GgwebError } from './errors.js';
+import { GgwebError, isOwnError } from './errors.js';
 
 const invalid = (msg) => new GgwebError('invalid', msg);
+
+/** What a caller's getter or Proxy trap threw, in words; never throws itself (a revoked Proxy thrown, say). */
+function thrownText(e) {
+  try {
+    if (e instanceof Error) return `${e.name}: ${e.message}`;
+  } catch { /* a revoked Proxy: instanceof asks its getPrototypeOf trap */ }
+  return show(e);
+}
+
+/**
+ * Runs `fn`, which reads a value the caller passed (`label` names it: "score: options",
+ * "hooks[0].pos"). Whatever that reading throws — a getter, a Proxy trap, a revoked Proxy
+ * (every operation on one throws a TypeError), an `instanceof` asking a trap — becomes
+ * 'invalid' naming the value; ggweb's own 'invalid' errors from the checks inside pass as
+ * they are. Every reading of a caller's value in this file goes through it, and the callers
+ * in ggweb.js, cache.js and hub.js use it for their own type tests (`instanceof`).
+ */
+export function reading(label, fn) {
+  try {
+    return fn();
+  } catch (e) {
+    if (isOwnError(e) && e.code === 'invalid') throw e;
+    throw invalid(`${label} could not be read: ${thrownText(e)}`);
+  }
+}
 
 /**
  * A value as an error message shows it. Never throws, whatever it is: a BigInt (`464n`), a
@@ -35,7 +60,11 @@ export function show(v) {
     const s = JSON.stringify(v, (_, x) => (typeof x === 'bigint' ? `${x}n` : typeof x === 'function' || typeof x === 'symbol' ? String(x) : x));
     return s.length > 80 ? `${s.slice(0, 77)}...` : s;
   } catch {
-    return Object.prototype.toString.call(v);
+    try {
+      return Object.prototype.toString.call(v);
+    } catch {
+      return 'an object that cannot be read (a revoked Proxy?)'; // toString asks IsArray, which throws on one
+    }
   }
 }
 
@@ -52,21 +81,25 @@ export function isPlainObject(v) {
  * mean "no options". Anything but an object literal is 'invalid'. With `known`, a key not in
  * it is 'invalid'; symbol keys always are.
  */
-export function optionsObject(options, what, known = null) {
+export function optionsObject(options, what, known = null, noun = 'option') {
   const out = Object.create(null);
   if (options === undefined || options === null) return out;
-  if (!isPlainObject(options)) throw invalid(`${what}: options must be an object, got ${show(options)}`);
-  if (Object.getOwnPropertySymbols(options).length) {
-    throw invalid(`${what}: unknown option ${show(Object.getOwnPropertySymbols(options)[0])}${known ? ` (known: ${known.join(', ')})` : ''}`);
-  }
-  for (const k of Object.keys(options)) {
-    // Never an option (and a copy made by assignment would set the prototype instead).
-    if (k === '__proto__' || (known && !known.includes(k))) throw invalid(`${what}: unknown option ${JSON.stringify(k)}${known ? ` (known: ${known.join(', ')})` : ''}`);
-    const v = options[k];
-    // Absent and undefined read the same, as with a destructuring default.
-    if (v !== undefined) Object.defineProperty(out, k, { value: v, enumerable: true, writable: true, configurable: true });
-  }
-  return out;
+  return reading(`${what}: options`, () => {
+    if (!isPlainObject(options)) throw invalid(`${what}: options must be an object, got ${show(options)}`);
+    const symbols = Object.getOwnPropertySymbols(options);
+    if (symbols.length) {
+      throw invalid(`${what}: unknown option ${show(symbols[0])}${known ? ` (known: ${known.join(', ')})` : ''}`);
+    }
+    for (const k of Object.keys(options)) {
+      // Never an option (and a copy made by assignment would set the prototype instead).
+      if (k === '__proto__' || (known && !known.includes(k))) throw invalid(`${what}: unknown option ${JSON.stringify(k)}${known ? ` (known: ${known.join(', ')})` : ''}`);
+      // Read once: what is checked is what is used (a getter is not asked again).
+      const v = reading(`${what}: ${noun} ${JSON.stringify(k)}`, () => options[k]);
+      // Absent and undefined read the same, as with a destructuring default.
+      if (v !== undefined) Object.defineProperty(out, k, { value: v, enumerable: true, writable: true, configurable: true });
+    }
+    return out;
+  });
 }
 
 /** Options without the keys in `omit`, as a null-prototype object (see optionsObject). */
@@ -79,32 +112,55 @@ export function without(opts, omit) {
 }
 
 /**
- * Checks that `v` is plain data that JSON carries unchanged: null, a boolean, a string, a
- * finite number, an array of such (no holes), or an object literal of such (undefined
- * members are absent). Throws 'invalid' naming `path` otherwise.
+ * `v` as plain data that JSON carries unchanged, copied: null, a boolean, a string, a finite
+ * number, an array of such (no holes), or an object literal of such (undefined members are
+ * left out), at most 16 levels deep and not cyclic. The copy is what crosses to the worker or
+ * into wasm, so a getter or Proxy is read exactly once, here (never again by the structured
+ * clone or the wasm side's parser), and a throwing one is 'invalid' naming `path`, as is any
+ * other value.
  */
-export function checkData(v, path, depth = 0) {
-  if (v === null || typeof v === 'string' || typeof v === 'boolean') return;
+export function plainData(v, path, depth = 0, parents = null) {
+  if (v === null || typeof v === 'string' || typeof v === 'boolean') return v;
   if (typeof v === 'number') {
     if (!Number.isFinite(v)) throw invalid(`${path} must be a finite number, got ${show(v)}`);
-    return;
+    return v;
   }
-  if (depth > 16) throw invalid(`${path} is nested more than 16 levels deep`);
-  if (Array.isArray(v)) {
-    for (let i = 0; i < v.length; i++) {
-      if (!(i in v)) throw invalid(`${path}[${i}] is a hole in the array`);
-      if (v[i] === undefined) throw invalid(`${path}[${i}] is undefined`);
-      checkData(v[i], `${path}[${i}]`, depth + 1);
+  if (typeof v !== 'object') throw invalid(`${path} must be a number, string, boolean, array or plain object, got ${show(v)}`);
+  return reading(path, () => {
+    if (parents?.has(v)) throw invalid(`${path} refers to an object that contains it (a cyclic object)`);
+    if (depth >= 16) throw invalid(`${path} is nested more than 16 levels deep`);
+    const inner = new Set(parents);
+    inner.add(v);
+    if (Array.isArray(v)) {
+      const n = v.length;
+      const out = new Array(n);
+      for (let i = 0; i < n; i++) {
+        if (!(i in v)) throw invalid(`${path}[${i}] is a hole in the array`);
+        const x = v[i];
+        if (x === undefined) throw invalid(`${path}[${i}] is undefined`);
+        out[i] = typeof x === 'number' && Number.isFinite(x) ? x : plainData(x, `${path}[${i}]`, depth + 1, inner);
+      }
+      return out;
     }
-    return;
-  }
-  if (isPlainObject(v)) {
-    const sym = Object.getOwnPropertySymbols(v);
-    if (sym.length) throw invalid(`${path} has a symbol key ${show(sym[0])}`);
-    for (const k of Object.keys(v)) if (v[k] !== undefined) checkData(v[k], `${path}.${k}`, depth + 1);
-    return;
-  }
-  throw invalid(`${path} must be a number, string, boolean, array or plain object, got ${show(v)}`);
+    if (isPlainObject(v)) {
+      const sym = Object.getOwnPropertySymbols(v);
+      if (sym.length) throw invalid(`${path} has a symbol key ${show(sym[0])}`);
+      const out = Object.create(null);
+      for (const k of Object.keys(v)) {
+        const x = v[k];
+        if (x !== undefined) {
+          Object.defineProperty(out, k, { value: plainData(x, `${path}.${k}`, depth + 1, inner), enumerable: true, writable: true, configurable: true });
+        }
+      }
+      return out;
+    }
+    throw invalid(`${path} must be a number, string, boolean, array or plain object, got ${show(v)}`);
+  });
+}
+
+/** Checks that `v` is plain data (plainData), throwing 'invalid' naming `path` otherwise. */
+export function checkData(v, path) {
+  plainData(v, path);
 }
 
 /** A boolean option (absent: `dflt`). */
@@ -116,10 +172,13 @@ export function boolOption(v, name, dflt) {
 
 /** Checks an AbortSignal option. */
 export function checkSignal(signal) {
-  if (signal !== undefined && signal !== null && !(typeof AbortSignal !== 'undefined' && signal instanceof AbortSignal)) {
-    throw invalid(`signal must be an AbortSignal, got ${show(signal)}`);
-  }
-  return signal ?? undefined;
+  if (signal === undefined || signal === null) return undefined;
+  reading('signal', () => {
+    if (!(typeof AbortSignal !== 'undefined' && signal instanceof AbortSignal)) {
+      throw invalid(`signal must be an AbortSignal, got ${show(signal)}`);
+    }
+  });
+  return signal;
 }
 
 /** The most ids one call takes: far beyond any context, small enough to copy at once. */
@@ -131,6 +190,10 @@ export const MAX_IDS = 1 << 24;
  * the index and the value otherwise (the vocabulary's range is checked by the wasm side).
  */
 export function tokenIds(ids, what) {
+  return reading(`${what}: the token ids`, () => readIds(ids, what));
+}
+
+function readIds(ids, what) {
   if (ids instanceof Uint32Array) return ids.slice();
   const arrayLike = ids !== null && typeof ids === 'object' && !(ids instanceof DataView) &&
     (Array.isArray(ids) || ArrayBuffer.isView(ids) || (typeof ids.length === 'number' && Number.isInteger(ids.length) && ids.length >= 0));
@@ -156,36 +219,45 @@ export function modelInput(input, what) {
   if (input === null || typeof input !== 'object') {
     throw invalid(`${what}: the input must be a string or token ids, got ${show(input)}`);
   }
-  return tokenIds(input, what);
+  return reading(`${what}: the input`, () => readIds(input, what));
 }
 
 /**
- * score / trace options: `special` (a boolean, default false) for the JS side, and the rest,
- * plain data checked here, for the wasm side's strict parser.
+ * score / trace / run / ... options: `special` (a boolean, default false) for the JS side,
+ * and the rest, a checked plain-data copy (plainData), for the wasm side's strict parser.
  */
 export function passOptions(options, what) {
   const o = optionsObject(options, what);
   const special = boolOption(o.special, 'special', false);
   const rest = without(o, ['special']);
-  if (rest.hooks !== undefined && rest.hooks !== null) rest.hooks = hookList(rest.hooks, what);
-  for (const k of Object.keys(rest)) checkData(rest[k], k);
+  for (const k of Object.keys(rest)) {
+    rest[k] = k === 'hooks' && rest.hooks !== null ? hookList(rest.hooks, what) : plainData(rest[k], k);
+  }
   return { special, rest };
 }
 
 /**
  * The `hooks` option: an array of plain objects `{ at, op, head?, pos?, index?, value? }`
- * (their keys and values are the wasm side's to check); a typed-array `value` (e.g. a
- * capture's `data`, a decoder row) crosses as a plain array of numbers.
+ * (their keys and values are the wasm side's to check), copied as plain data; a typed-array
+ * `value` (e.g. a capture's `data`, a decoder row) crosses as a plain array of numbers.
  */
 export function hookList(v, what) {
-  if (!Array.isArray(v)) throw invalid(`${what}: hooks must be an array of { at, op, ... }, got ${show(v)}`);
-  return v.map((h, i) => {
-    if (!isPlainObject(h)) throw invalid(`${what}: hooks[${i}] must be a plain object, got ${show(h)}`);
-    const o = without(h, []);
-    if (ArrayBuffer.isView(o.value) && !(o.value instanceof DataView) && !(o.value instanceof BigInt64Array) && !(o.value instanceof BigUint64Array)) {
-      o.value = Array.from(o.value);
+  return reading(`${what}: hooks`, () => {
+    if (!Array.isArray(v)) throw invalid(`${what}: hooks must be an array of { at, op, ... }, got ${show(v)}`);
+    const n = v.length;
+    const out = new Array(n);
+    for (let i = 0; i < n; i++) {
+      out[i] = reading(`${what}: hooks[${i}]`, () => {
+        const h = v[i];
+        if (!isPlainObject(h)) throw invalid(`${what}: hooks[${i}] must be a plain object, got ${show(h)}`);
+        const o = optionsObject(h, `${what}: hooks[${i}]`, null, 'key');
+        const x = o.value;
+        if (ArrayBuffer.isView(x) && !(x instanceof DataView) && !(x instanceof BigInt64Array) && !(x instanceof BigUint64Array)) {
+          o.value = Array.from(x);
+        }
+        return plainData(o, `hooks[${i}]`);
+      });
     }
-    checkData(o, `hooks[${i}]`);
-    return o;
+    return out;
   });
 }
