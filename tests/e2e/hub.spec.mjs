@@ -161,7 +161,7 @@ test('without file, "owner/name" stays a relative URL; Hub options are checked s
   assert.deepEqual(v.fileDotDot, badFile('"../b.gguf"'));
   assert.deepEqual(v.fileNumber, badFile('5'));
   assert.deepEqual(v.fileEmpty, badFile('""'));
-  assert.deepEqual(v.revisionEmpty, ['invalid', 'Model.load: revision must be a branch, tag or commit such as "main", got ""']);
+  assert.deepEqual(v.revisionEmpty, ['invalid', 'Model.load: revision must be a branch, tag or commit such as "main" (a valid git ref name), got ""']);
   assert.deepEqual(v.hubFtp, ['invalid', 'Model.load: hubUrl must be an http(s) URL without query or fragment, got "ftp://example.com"']);
   assert.deepEqual(v.hubBad, ['invalid', 'Model.inspect: hubUrl is not a valid URL: "http://["']);
 });
