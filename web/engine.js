@@ -12,7 +12,7 @@
 
 import { MAX_THREADS, hasRelaxedSimd, loadCore, planThreads, relaxedSimdOption, variantCoreUrl } from './builds.js';
 import { GgwebError, abortedError, toGgwebError } from './errors.js';
-import { boolOption, checkData, hookList, isPlainObject, modelInput, optionsObject, passOptions, show, tokenIds, without } from './input.js';
+import { boolOption, hookList, isPlainObject, modelInput, optionsObject, passOptions, plainData, reading, show, tokenIds, without } from './input.js';
 import { DEFAULT_STALL_TIMEOUT_MS, formatBytes, headerChunks, openSource, readWithin, stallTimeout } from './source.js';
 
 /**
@@ -38,6 +38,12 @@ function settleWithin(promise, ms, onLate, dispose) {
 }
 
 const now = () => (typeof performance !== 'undefined' ? performance.now() : Date.now());
+
+/** How long a long call runs between two yields to the event loop (Engine._checkpoint). */
+export const CHECKPOINT_YIELD_MS = 15;
+
+/** The methods' names as the public API spells them, for error messages. */
+const PUBLIC_NAME = { saeEncode: 'sae.encode' };
 
 // A macrotask boundary: lets the worker see 'cancel' messages (and the page repaint)
 // between tokens. One shared channel; setTimeout would be clamped to 4 ms when nested.
@@ -121,7 +127,7 @@ export function generateParams(opts = {}) {
   // A null-prototype object: an own "__proto__" key stays a key (and the wasm side's strict
   // parser refuses it by name) instead of becoming the object's prototype.
   const out = without(src, [...GENERATE_JS_KEYS, 'logitBias', 'hooks']);
-  for (const k of Object.keys(out)) checkData(out[k], k);
+  for (const k of Object.keys(out)) out[k] = plainData(out[k], k);
   if (src.hooks !== undefined && src.hooks !== null) out.hooks = hookList(src.hooks, 'generate');
   const set = (k, v) => Object.defineProperty(out, k, { value: v, enumerable: true, writable: true, configurable: true });
   // Checked here for messages that name the JS option; absent ones are left to the wasm
@@ -137,17 +143,19 @@ export function generateParams(opts = {}) {
   // Sent only when given (the wasm side's default is true, and it checks it again).
   if (src.reusePrompt !== undefined && src.reusePrompt !== null) set('reusePrompt', boolOption(src.reusePrompt, 'reusePrompt', true));
   if (src.logitBias !== undefined && src.logitBias !== null) {
-    if (!isPlainObject(src.logitBias)) {
-      throw new GgwebError('invalid', `logitBias must be an object { [tokenId]: bias }, got ${show(src.logitBias)}`);
-    }
-    const bias = Object.create(null);
-    for (const id of Object.keys(src.logitBias)) {
-      const b = src.logitBias[id];
-      if (b === -Infinity) bias[id] = '-Infinity';
-      else if (typeof b === 'number' && Number.isFinite(b)) bias[id] = b;
-      else throw new GgwebError('invalid', `logitBias[${id}] must be a finite number or -Infinity, got ${show(b)}`);
-    }
-    set('logitBias', bias);
+    set('logitBias', reading('logitBias', () => {
+      if (!isPlainObject(src.logitBias)) {
+        throw new GgwebError('invalid', `logitBias must be an object { [tokenId]: bias }, got ${show(src.logitBias)}`);
+      }
+      const bias = Object.create(null);
+      for (const id of Object.keys(src.logitBias)) {
+        const b = src.logitBias[id];
+        if (b === -Infinity) bias[id] = '-Infinity';
+        else if (typeof b === 'number' && Number.isFinite(b)) bias[id] = b;
+        else throw new GgwebError('invalid', `logitBias[${id}] must be a finite number or -Infinity, got ${show(b)}`);
+      }
+      return bias;
+    }));
   }
   return out;
 }
@@ -558,31 +566,65 @@ export class Engine {
   }
 
   /**
-   * score / trace / run / logitLens / attribute / patch / saeEncode: one call of the wasm
-   * model's method of that name with the token ids of `inputs` (after `lead` arguments).
+   * The `checkpoint` a long wasm call (score, trace, run, patch, logitLens, attribute,
+   * saeEncode) calls between its steps (patched cells, lens layers, score chunks, passes):
+   * true stops the call (it rejects with code 'aborted'). It answers at once, except every
+   * CHECKPOINT_YIELD_MS, when it first yields a macrotask (a MessageChannel round trip, not a
+   * clamped setTimeout), so that an abort event on the page thread or a 'cancel' or
+   * 'dispose' message in the worker can arrive. Stops: `stop()` true, or this engine disposed.
    */
-  _inspect(method, inputs, opts, lead = []) {
+  _checkpoint(stop) {
+    let last = now();
+    const stopped = () => this.disposed || !!stop();
+    return () => {
+      if (stopped()) return true;
+      if (now() - last < CHECKPOINT_YIELD_MS) return false;
+      return yieldNow().then(() => {
+        last = now();
+        return stopped();
+      });
+    };
+  }
+
+  /**
+   * score / trace / run / logitLens / attribute / patch / saeEncode: one call of the wasm
+   * model's method of that name with the token ids of `inputs` (after `sae`'s WasmSae, looked
+   * up when the call starts: one disposed meanwhile is 'disposed', never a freed handle),
+   * then the `checkpoint`. `ctl.cancelled()` true stops it at its next step (code 'aborted';
+   * 'disposed' when the model or the SAE was disposed meanwhile).
+   */
+  _inspect(method, inputs, opts, ctl, sae = null) {
+    const what = PUBLIC_NAME[method] ?? method;
     try {
-      this._check(method);
+      this._check(what);
     } catch (e) {
       return Promise.reject(e);
     }
     const model = this.model;
+    const cancelled = () => !!ctl?.cancelled?.();
     const p = (async () => {
-      const { special, rest } = passOptions(opts, method);
+      const { special, rest } = passOptions(opts, what);
+      if (cancelled()) throw new GgwebError('aborted', `${what}: aborted`);
       await this._idle();
-      this._check(method);
-      if (this.busy) throw new GgwebError('busy', `${method}: the model is busy (${this.busy})`);
-      const ids = inputs.map((input) => this._input(input, special, method));
-      if (typeof model[method] !== 'function') throw new GgwebError('unsupported', `${method}: this wasm module has no ${method}`);
-      if (this.busy) throw new GgwebError('busy', `${method}: the model is busy (${this.busy})`);
+      this._check(what);
+      if (this.busy) throw new GgwebError('busy', `${what}: the model is busy (${this.busy})`);
+      const ids = inputs.map((input) => this._input(input, special, what));
+      if (typeof model[method] !== 'function') throw new GgwebError('unsupported', `${what}: this wasm module has no ${method}`);
+      if (this.busy) throw new GgwebError('busy', `${what}: the model is busy (${this.busy})`);
+      const lead = sae === null ? [] : [this._sae(sae, what)];
+      if (cancelled()) throw new GgwebError('aborted', `${what}: aborted`);
       this.busy = method;
+      // An SAE disposed during the call is freed when it ends (saeDispose).
+      this.saeInUse = sae;
+      const gone = () => this.disposed || (sae !== null && !this.saes?.has(sae));
       try {
-        return await model[method](...lead, ...ids, rest);
+        return await model[method](...lead, ...ids, rest, this._checkpoint(() => cancelled() || gone()));
       } catch (e) {
-        throw this._noteLost(toGgwebError(e, 'invalid', method));
+        if (gone()) throw new GgwebError('disposed', `${what}: the ${this.disposed ? 'model' : 'SAE'} was disposed`);
+        throw this._noteLost(toGgwebError(e, 'invalid', what));
       } finally {
         this.busy = null;
+        this.saeInUse = null;
       }
     })();
     this.logitsDone = p.catch(() => {});
@@ -590,33 +632,33 @@ export class Engine {
   }
 
   /** Logprobs, ranks, entropies and top-k of every token of `input` (see ggweb.d.ts). */
-  score(input, opts = {}) {
-    return this._inspect('score', [input], opts);
+  score(input, opts = {}, ctl = null) {
+    return this._inspect('score', [input], opts, ctl);
   }
 
   /** Attentions, hidden states and named graph nodes of one pass over `input`. */
-  trace(input, opts = {}) {
-    return this._inspect('trace', [input], opts);
+  trace(input, opts = {}, ctl = null) {
+    return this._inspect('trace', [input], opts, ctl);
   }
 
   /** One forward pass with TransformerLens hooks and captures (see ggweb.d.ts `run`). */
-  run(input, opts = {}) {
-    return this._inspect('run', [input], opts);
+  run(input, opts = {}, ctl = null) {
+    return this._inspect('run', [input], opts, ctl);
   }
 
   /** An activation patching sweep of `corrupted` with `clean`'s activations. */
-  patch(clean, corrupted, opts = {}) {
-    return this._inspect('patch', [clean, corrupted], opts);
+  patch(clean, corrupted, opts = {}, ctl = null) {
+    return this._inspect('patch', [clean, corrupted], opts, ctl);
   }
 
   /** The residual stream of every layer through the final LayerNorm and the unembedding. */
-  logitLens(input, opts = {}) {
-    return this._inspect('logitLens', [input], opts);
+  logitLens(input, opts = {}, ctl = null) {
+    return this._inspect('logitLens', [input], opts, ctl);
   }
 
   /** Direct logit attribution of `logit[answer] − logit[against]`. */
-  attribute(input, opts = {}) {
-    return this._inspect('attribute', [input], opts);
+  attribute(input, opts = {}, ctl = null) {
+    return this._inspect('attribute', [input], opts, ctl);
   }
 
   /** Checks and keeps an SAE (SAELens's cfg.json text and safetensors bytes): `{ id, dIn, dSae, hookName, applyBDecToInput }`. */
@@ -705,14 +747,13 @@ export class Engine {
     return sae;
   }
 
-  saeEncode(id, input, opts = {}) {
-    let sae;
+  saeEncode(id, input, opts = {}, ctl = null) {
     try {
-      sae = this._sae(id, 'sae.encode');
+      this._sae(id, 'sae.encode');
     } catch (e) {
       return Promise.reject(e);
     }
-    return this._inspect('saeEncode', [input], opts, [sae]);
+    return this._inspect('saeEncode', [input], opts, ctl, id);
   }
 
   saeDecoderRow(id, i) {
@@ -723,10 +764,13 @@ export class Engine {
     }
   }
 
+  /** Forgets SAE `id`; frees it now, or when the call using it (an encode) has stopped. */
   saeDispose(id) {
     const sae = this.saes?.get(id);
     this.saes?.delete(id);
-    try { sae?.free(); } catch { /* already freed */ }
+    const free = () => { try { sae?.free(); } catch { /* already freed */ } };
+    if (sae && this.saeInUse === id) return this.logitsDone.then(free);
+    free();
   }
 
   /**
@@ -870,7 +914,8 @@ export class Engine {
     // Free now unless a generation is mid-step; then free when it ends.
     const free = () => { try { m?.free(); } catch { /* consumed */ } };
     if (this.current) this.freed = this.current.done.then(free);
-    else if (['logits', 'score', 'trace'].includes(this.busy)) this.freed = this.logitsDone.then(free);
+    // logits or a long call (score ... saeEncode) in wasm: it stops at its next checkpoint.
+    else if (this.busy && this.busy !== 'load') this.freed = this.logitsDone.then(free);
     else this.freed = Promise.resolve(free());
     return this.freed;
   }

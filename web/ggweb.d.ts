@@ -134,7 +134,10 @@ export interface LoadOptions {
    *  or 'q8/model.gguf': the model is read from {hubUrl}/{owner}/{name}/resolve/{revision}/{file}
    *  (the Hub redirects that to its CDN; fetch follows). Makes the source a Hub id. */
   file?: string;
-  /** With `file`: a branch, tag or commit (default 'main'; 'refs/pr/1' is sent encoded). */
+  /** With `file`: a branch, tag or commit (default 'main'; 'refs/pr/1' is sent encoded): a
+   *  valid git ref name (`git check-ref-format --allow-onelevel`: no '..', no part starting
+   *  with '.', no space, ~ ^ : ? * [ \\ or control characters, ...) or a commit hash;
+   *  anything else ('.', '..') is code 'invalid'. */
   revision?: string;
   /** With `file`: the Hub's address (default 'https://huggingface.co'; a mirror, or a path
    *  relative to the page). */
@@ -239,6 +242,9 @@ export interface ScoreOptions {
    *  same hooks. */
   hooks?: Hook[];
   /** With a string input: parse special tokens. */
+  /** Stops the call at its next step (between chunks of the pass): it then fails with code 'aborted' and
+   *  the model stays usable. An already aborted signal fails the call before any work. */
+  signal?: AbortSignal;
   special?: boolean;
 }
 
@@ -278,6 +284,9 @@ export interface TraceOptions {
   /** 'attn', 'hidden', graph node names by their ggml names ('l3.ffn_gelu', 'l0.kq_soft_max', ...) and/or
    *  TransformerLens hook names ('blocks.0.attn.hook_pattern', 'ln_final.hook_scale', ...; nodes keep that name). */
   taps: string[];
+  /** Stops the call at its next step (between chunks of the pass): it then fails with code 'aborted' and
+   *  the model stays usable. An already aborted signal fails the call before any work. */
+  signal?: AbortSignal;
   special?: boolean;
 }
 
@@ -318,6 +327,9 @@ export interface RunOptions {
   /** Hook names to keep; '*' stands for any run of characters within one dot-separated part. */
   capture?: HookName[];
   hooks?: Hook[];
+  /** Stops the call at its next step (between chunks of the pass): it then fails with code 'aborted' and
+   *  the model stays usable. An already aborted signal fails the call before any work. */
+  signal?: AbortSignal;
   special?: boolean;
 }
 
@@ -333,6 +345,9 @@ export interface PatchOptions {
   at: 'resid_pre' | 'attn_out' | 'mlp_out' | 'z';
   answer: number;
   against: number;
+  /** Stops the call at its next step (between patched cells): it then fails with code 'aborted' and
+   *  the model stays usable. An already aborted signal fails the call before any work. */
+  signal?: AbortSignal;
   special?: boolean;
 }
 
@@ -348,6 +363,9 @@ export interface PatchResult {
 export interface LogitLensOptions {
   /** Top entries per position and layer (default 5). */
   topK?: number;
+  /** Stops the call at its next step (between layers and chunks): it then fails with code 'aborted' and
+   *  the model stays usable. An already aborted signal fails the call before any work. */
+  signal?: AbortSignal;
   special?: boolean;
 }
 
@@ -366,6 +384,9 @@ export interface AttributeOptions {
   against: number;
   /** Default −1 (the last position). */
   pos?: number;
+  /** Stops the call at its next step (between chunks of the pass): it then fails with code 'aborted' and
+   *  the model stays usable. An already aborted signal fails the call before any work. */
+  signal?: AbortSignal;
   special?: boolean;
 }
 
@@ -391,6 +412,9 @@ export interface LoadSaeOptions {
 export interface SaeEncodeOptions {
   /** Default 5. */
   topK?: number;
+  /** Stops the call at its next step (between chunks of the pass): it then fails with code 'aborted' and
+   *  the model stays usable. An already aborted signal fails the call before any work. */
+  signal?: AbortSignal;
   special?: boolean;
 }
 
@@ -407,8 +431,13 @@ export declare class Sae {
   readonly dSae: number;
   readonly hookName: HookName;
   readonly applyBDecToInput: boolean;
+  /** @throws GgwebError 'invalid', 'busy', 'aborted' (options.signal), 'disposed' (this SAE
+   *  or its model, also when disposed during the call), 'device_lost'. */
   encode(input: ModelInput, options?: SaeEncodeOptions | null): Promise<SaeEncoded>;
+  /** Feature `i`'s decoder row (dIn values).
+   *  @throws GgwebError 'invalid' (not an integer in 0..dSae-1), 'disposed'. */
   decoderRow(i: number): Promise<Float32Array>;
+  /** Frees the SAE; again, or after the model's dispose(), it does nothing. */
   dispose(): Promise<void>;
 }
 
@@ -668,7 +697,12 @@ export interface InspectResult {
  * @throws. An options argument may be omitted, `undefined` or `null` (no options); any
  * other non-object, an unknown key (symbol keys and `__proto__` included) or a value of
  * the wrong type is 'invalid', named. Values are plain data: a function, symbol, BigInt,
- * class instance (an AbortSignal outside `signal`) or a non-finite number is 'invalid'.
+ * class instance (an AbortSignal outside `signal`), a cyclic object or a non-finite number
+ * is 'invalid'; so is any argument whose reading throws (a getter or Proxy trap that
+ * throws, a revoked Proxy), naming it. Each value is read once, when checked.
+ * The long calls (score, trace, run, patch, logitLens, attribute, sae.encode) take a
+ * `signal`: aborting it stops the call at its next step with 'aborted'; dispose() during
+ * one stops it the same way, with 'disposed'.
  * Calls made while a load, generation, logits, score or trace call is running on the
  * model fail with 'busy' (tokenize and detokenize too); after a generation is stopped
  * (`break`, `return()`, abort) the next call waits for its last step instead. Every method
@@ -706,27 +740,34 @@ export declare class Model {
    *  @throws GgwebError 'invalid' (bad or no ids, longer than the context), 'busy', 'disposed', 'device_lost'. */
   logits(ids: ArrayLike<number>): Promise<Float32Array>;
   /** One batched pass, no sampling: how likely the model found each token of `input`.
-   *  @throws GgwebError 'invalid', 'busy', 'disposed', 'device_lost'. */
+   *  @throws GgwebError 'invalid', 'busy', 'aborted' (options.signal), 'disposed', 'device_lost'. */
   score(input: ModelInput, options?: ScoreOptions | null): Promise<ScoreResult>;
   /** One pass from position 0 keeping the requested taps (and only those) alive.
-   *  @throws GgwebError 'invalid' (an unknown tap, no taps), 'busy', 'disposed', 'device_lost'. */
+   *  @throws GgwebError 'invalid' (an unknown tap, no taps), 'busy', 'aborted' (options.signal), 'disposed', 'device_lost'. */
   trace(input: ModelInput, options: TraceOptions): Promise<TraceResult>;
   /** One forward pass from position 0 with hooks and captures (TransformerLens's names and
    *  meanings). @throws GgwebError 'invalid' (a hook or capture that names nothing, out of
-   *  range, a value of the wrong length), 'busy', 'disposed', 'device_lost'. */
+   *  range, a value of the wrong length, a selection over the memory limits), 'busy', 'aborted'
+   *  (options.signal), 'disposed', 'device_lost'. */
   run(input: ModelInput, options?: RunOptions | null): Promise<RunResult>;
-  /** An activation patching sweep; clean and corrupted must have the same length. */
+  /** An activation patching sweep; clean and corrupted must have the same length.
+   *  @throws GgwebError 'invalid', 'busy', 'aborted' (options.signal), 'disposed', 'device_lost'. */
   patch(clean: ModelInput, corrupted: ModelInput, options: PatchOptions): Promise<PatchResult>;
-  /** The logit lens: every layer's residual through ln_final (its own statistics) and the unembedding. */
+  /** The logit lens: every layer's residual through ln_final (its own statistics) and the unembedding.
+   *  @throws GgwebError 'invalid', 'busy', 'aborted' (options.signal), 'disposed', 'device_lost'. */
   logitLens(input: ModelInput, options?: LogitLensOptions | null): Promise<LogitLensResult>;
-  /** Direct logit attribution through the final LayerNorm's cached scale. */
+  /** Direct logit attribution through the final LayerNorm's cached scale.
+   *  @throws GgwebError 'invalid', 'busy', 'aborted' (options.signal), 'disposed', 'device_lost'. */
   attribute(input: ModelInput, options: AttributeOptions): Promise<AttributeResult>;
   /** A folder URL ending in '/' (cfg.json, sae_weights.safetensors) or { cfg, weights }.
    *  From a URL the weights stream chunk by chunk into the model's wasm side (never held
    *  whole in JS memory); a bad file fails as soon as its bytes show it.
    *  @throws GgwebError 'format' (a bad file, naming what), 'network', 'timeout' (no data for
-   *  stallTimeoutMs), 'aborted', 'invalid' (also an SAE made for another model: its hook is
-   *  not a hook point of this one, or has another number of values than `d_in`). */
+   *  stallTimeoutMs), 'aborted', 'invalid' (a folder URL that is not http(s), a cfg object
+   *  that is not plain data, detached weights; also an SAE made for another model: its hook
+   *  is not a hook point of this one, or has another number of values than `d_in`),
+   *  'disposed' (also when the model is disposed during the load: at once, the requests
+   *  ended). */
   loadSae(source: string | { cfg: object | string; weights: ArrayBuffer | Uint8Array }, options?: LoadSaeOptions | null): Promise<Sae>;
   /** Streams a continuation; the KV cache is reused for the longest prefix shared with the
    *  tokens it holds (stats.cachedTokens; `reusePrompt: false` turns that off). The model

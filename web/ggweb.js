@@ -16,7 +16,7 @@ import { nodeFs, relaxedSimdOption } from './builds.js';
 import { fetchWithin, formatBytes, readWithin, stallTimeout } from './source.js';
 import { DEFAULT_CACHE_NAME, askPersist, modelCache } from './cache.js';
 import { hubSource } from './hub.js';
-import { boolOption, checkSignal, modelInput, optionsObject, passOptions, show, tokenIds, without } from './input.js';
+import { boolOption, checkSignal, modelInput, optionsObject, passOptions, plainData, reading, show, tokenIds, without } from './input.js';
 
 export { GgwebError, ERROR_CODES, formatBytes };
 
@@ -60,10 +60,27 @@ async function localFile(source) {
   }
 }
 
+/** What kind of model source `source` is: 'url', 'blob', 'stream', 'response', 'bytes' or null. */
+function sourceKind(source) {
+  if (typeof source === 'string') return 'url';
+  if (source === null || typeof source !== 'object') return null;
+  if (source instanceof URL) return 'url';
+  if (typeof Blob !== 'undefined' && source instanceof Blob) return 'blob';
+  if (typeof ReadableStream !== 'undefined' && source instanceof ReadableStream) return 'stream';
+  if (typeof Response !== 'undefined' && source instanceof Response) return 'response';
+  if (source instanceof ArrayBuffer || ArrayBuffer.isView(source)) return 'bytes';
+  return null;
+}
+
 /** Turns what the caller passed into a source descriptor a worker can receive; `hub`: hubSource's answer. */
 async function describeSource(source, hub = null) {
   if (hub) return { src: { kind: 'url', url: hub.url, hub: hub.hub } };
-  if (typeof source === 'string' || source instanceof URL) {
+  // The type tests (instanceof) ask a Proxy's traps: one that throws is 'invalid' (input.js reading).
+  const kind = reading('Model.load: the source', () => sourceKind(source));
+  if (kind === 'bytes' && (source.buffer ?? source).detached) {
+    throw new GgwebError('invalid', 'Model.load: the source\'s ArrayBuffer is detached (transferred elsewhere)');
+  }
+  if (kind === 'url') {
     const file = await localFile(source);
     if (file) return file;
     let url;
@@ -74,18 +91,16 @@ async function describeSource(source, hub = null) {
     }
     return { src: { kind: 'url', url } };
   }
-  if (typeof Blob !== 'undefined' && source instanceof Blob) return { src: { kind: 'blob', blob: source } };
-  if (typeof ReadableStream !== 'undefined' && source instanceof ReadableStream) {
-    return { src: { kind: 'stream', stream: source }, transfer: [source] };
-  }
-  if (typeof Response !== 'undefined' && source instanceof Response) {
+  if (kind === 'blob') return { src: { kind: 'blob', blob: source } };
+  if (kind === 'stream') return { src: { kind: 'stream', stream: source }, transfer: [source] };
+  if (kind === 'response') {
     if (!source.ok) throw new GgwebError('http', `HTTP ${source.status} for ${source.url || 'the given Response'}`, { status: source.status, url: source.url });
     if (!source.body) throw new GgwebError('invalid', 'the given Response has no body');
     const len = Number(source.headers.get('Content-Length'));
     const stream = source.body;
     return { src: { kind: 'stream', stream, total: len > 0 ? len : undefined }, transfer: [stream] };
   }
-  if (source instanceof ArrayBuffer || ArrayBuffer.isView(source)) {
+  if (kind === 'bytes') {
     const view = source instanceof ArrayBuffer ? new Uint8Array(source) : new Uint8Array(source.buffer, source.byteOffset, source.byteLength);
     return { src: { kind: 'bytes', bytes: view.slice() } };
   }
@@ -100,8 +115,11 @@ class LocalTransport {
   load(src, opts, ctl) {
     return this.engine.load(src, opts, ctl);
   }
-  async call(method, args) {
-    return this.engine[method](...args);
+  /** `signal` (a long call's, checked): aborting it stops the call at its next step ('aborted'). */
+  async call(method, args, transfer, { signal } = {}) {
+    if (!signal) return this.engine[method](...args);
+    if (signal.aborted) throw new GgwebError('aborted', `${PUBLIC_NAME[method] ?? method}: aborted`);
+    return this.engine[method](...args, { cancelled: () => signal.aborted });
   }
   generate(prompt, opts, push) {
     const run = driveGeneration(this.engine, prompt, opts, push);
@@ -213,8 +231,17 @@ class WorkerTransport {
     }).finally(unguard);
   }
 
-  call(method, args, transfer) {
-    return this._send({ type: 'call', method, args }, transfer);
+  /**
+   * `signal` (a long call's, checked): when it aborts, the worker is told ('cancel' for this
+   * call's id) and stops the call at its next step, which then fails with 'aborted'.
+   */
+  call(method, args, transfer, { signal } = {}) {
+    if (!signal) return this._send({ type: 'call', method, args }, transfer);
+    if (signal.aborted) return Promise.reject(new GgwebError('aborted', `${PUBLIC_NAME[method] ?? method}: aborted`));
+    const id = this.nextId; // the id _send gives this call
+    const onAbort = () => { if (!this.dead) this.worker.postMessage({ type: 'cancel', id }); };
+    signal.addEventListener('abort', onAbort, { once: true });
+    return this._send({ type: 'call', method, args }, transfer).finally(() => signal.removeEventListener('abort', onAbort));
   }
 
   generate(prompt, opts, push) {
@@ -397,10 +424,21 @@ function cacheOption(v) {
   throw new GgwebError('invalid', `cache must be true, false or a cache name, got ${show(v)}`);
 }
 
-/** score / trace options, checked here (passOptions) and sent as given: special and all. */
-function checkedOptions(options, what) {
-  const { special, rest } = passOptions(options, what);
-  return { ...rest, special };
+/** The public names of the methods whose wasm-side name differs, for error messages. */
+const PUBLIC_NAME = { saeEncode: 'sae.encode', saeDecoderRow: 'sae.decoderRow', saeDispose: 'sae.dispose' };
+
+/**
+ * A long call's options (score, trace, run, patch, logitLens, attribute, sae.encode): `signal`
+ * taken out and checked (it cannot cross to the worker, and the wasm side's parser refuses
+ * keys it does not know), the rest checked here (passOptions) and sent as given, special and
+ * all. An already aborted signal fails the call now, before anything is read or run.
+ */
+function callOptions(options, what) {
+  const o = optionsObject(options, what);
+  const signal = checkSignal(o.signal);
+  const { special, rest } = passOptions(without(o, ['signal']), what);
+  if (signal?.aborted) throw new GgwebError('aborted', `${what}: aborted`);
+  return { opts: { ...rest, special }, ctl: { signal } };
 }
 
 /**
@@ -437,15 +475,66 @@ async function readBody(r, { signal, stallMs }, onChunk) {
   }
 }
 
+/**
+ * loadSae's folder URL (a string ending in '/'), resolved against the page: http(s) only, the
+ * scheme its files can be fetched by name from (a `javascript:`, `data:` or `blob:` URL has no
+ * folder: `new URL('cfg.json', it)` fails). 'invalid' otherwise.
+ */
+function saeFolder(source) {
+  if (!source.endsWith('/')) throw new GgwebError('invalid', `loadSae: a folder URL must end in '/', got ${show(source)}`);
+  let url;
+  try {
+    url = new URL(source, baseUrl());
+  } catch {
+    throw new GgwebError('invalid', `loadSae: not a valid folder URL: ${show(source)}`);
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') {
+    throw new GgwebError('invalid', `loadSae: the folder URL must be http(s), got ${show(source)}`);
+  }
+  return url.href;
+}
+
+// Brand checks that ask no Proxy trap and that a changed prototype cannot fool.
+const arrayBufferLength = Object.getOwnPropertyDescriptor(ArrayBuffer.prototype, 'byteLength').get;
+const arrayBufferDetached = Object.getOwnPropertyDescriptor(ArrayBuffer.prototype, 'detached')?.get;
+const typedArrayTag = Object.getOwnPropertyDescriptor(Object.getPrototypeOf(Uint8Array.prototype), Symbol.toStringTag).get;
+const isArrayBuffer = (v) => { try { arrayBufferLength.call(v); return true; } catch { return false; } };
+const isDetached = (buf) => { try { return !!arrayBufferDetached?.call(buf); } catch { return false; } };
+
+/** loadSae's `weights`: an ArrayBuffer or a Uint8Array, not detached, as a Uint8Array. */
+function saeWeights(w) {
+  if (isArrayBuffer(w)) {
+    if (isDetached(w)) throw new GgwebError('invalid', 'loadSae: weights is a detached ArrayBuffer (transferred elsewhere)');
+    return new Uint8Array(w);
+  }
+  if (typedArrayTag.call(w) === 'Uint8Array') {
+    if (isDetached(w.buffer)) throw new GgwebError('invalid', 'loadSae: weights is a Uint8Array over a detached ArrayBuffer (transferred elsewhere)');
+    return w;
+  }
+  throw new GgwebError('invalid', `loadSae: weights must be an ArrayBuffer or Uint8Array, got ${show(w)}`);
+}
+
+/** A signal that aborts when `a` (may be absent) or `b` does; `done()` drops the listeners. */
+function eitherSignal(a, b) {
+  const c = new AbortController();
+  const abort = () => c.abort();
+  a?.addEventListener('abort', abort, { once: true });
+  b.addEventListener('abort', abort, { once: true });
+  if (a?.aborted || b.aborted) c.abort();
+  return { signal: c.signal, done: () => { a?.removeEventListener('abort', abort); b.removeEventListener('abort', abort); } };
+}
+
 /** A sparse autoencoder loaded by `Model.loadSae`. */
 export class Sae {
   #call;
   #id;
+  #dSae;
   #disposed = false;
 
   constructor(call, info) {
     this.#call = call;
     this.#id = info.id;
+    this.#dSae = info.dSae;
     this.dIn = info.dIn;
     this.dSae = info.dSae;
     this.hookName = info.hookName;
@@ -459,21 +548,31 @@ export class Sae {
   /** Features of `input` at the SAE's hook: `{ tokens, top: [pos][k] { index, value }, l0, mse }`. */
   async encode(input, options = undefined) {
     this.#live('sae.encode');
-    return this.#call('saeEncode', [this.#id, modelInput(input, 'sae.encode'), checkedOptions(options, 'sae.encode')]);
+    const ids = modelInput(input, 'sae.encode');
+    const { opts, ctl } = callOptions(options, 'sae.encode');
+    return this.#call('saeEncode', [this.#id, ids, opts], ctl);
   }
 
   /** Feature `i`'s decoder direction (`dIn` values), e.g. for a steering hook `{ op: 'add', value }`. */
   async decoderRow(i) {
     this.#live('sae.decoderRow');
+    // Checked in full here, before it crosses as a u32: 2^32 + 7 must not become row 7.
     if (!Number.isInteger(i) || i < 0) throw new GgwebError('invalid', `sae.decoderRow: i must be a whole number, got ${show(i)}`);
+    if (i >= this.#dSae || i > 0xffffffff) {
+      throw new GgwebError('invalid', `sae.decoderRow: feature ${show(i)} is out of range (the SAE has ${this.#dSae} features: 0..${this.#dSae - 1})`);
+    }
     return this.#call('saeDecoderRow', [this.#id, i]);
   }
 
-  /** Frees the SAE's weights. */
+  /** Frees the SAE's weights; again, or after the model's dispose(), it does nothing. */
   async dispose() {
     if (this.#disposed) return;
     this.#disposed = true;
-    await this.#call('saeDispose', [this.#id]).catch(() => {});
+    try {
+      await this.#call('saeDispose', [this.#id]);
+    } catch {
+      // The model (and every SAE with it) was disposed already: nothing left to free.
+    }
   }
 }
 
@@ -482,6 +581,7 @@ export class Model {
   #info;
   #disposed = false;
   #worker;
+  #saeLoads = new Set(); // AbortControllers of the loadSae(url) calls running: dispose() aborts them
 
   /** Use Model.load. */
   constructor(transport, info, worker) {
@@ -628,13 +728,17 @@ export class Model {
    */
   async score(input, options = undefined) {
     this.#live('score');
-    return this.#t.call('score', [modelInput(input, 'score'), checkedOptions(options, 'score')]);
+    const ids = modelInput(input, 'score');
+    const { opts, ctl } = callOptions(options, 'score');
+    return this.#t.call('score', [ids, opts], [], ctl);
   }
 
   /** Attention probabilities, hidden states and graph nodes of one pass over `input`. */
   async trace(input, options = undefined) {
     this.#live('trace');
-    return this.#t.call('trace', [modelInput(input, 'trace'), checkedOptions(options, 'trace')]);
+    const ids = modelInput(input, 'trace');
+    const { opts, ctl } = callOptions(options, 'trace');
+    return this.#t.call('trace', [ids, opts], [], ctl);
   }
 
   /**
@@ -644,7 +748,9 @@ export class Model {
    */
   async run(input, options = undefined) {
     this.#live('run');
-    return this.#t.call('run', [modelInput(input, 'run'), checkedOptions(options, 'run')]);
+    const ids = modelInput(input, 'run');
+    const { opts, ctl } = callOptions(options, 'run');
+    return this.#t.call('run', [ids, opts], [], ctl);
   }
 
   /**
@@ -654,19 +760,26 @@ export class Model {
    */
   async patch(clean, corrupted, options = undefined) {
     this.#live('patch');
-    return this.#t.call('patch', [modelInput(clean, 'patch'), modelInput(corrupted, 'patch'), checkedOptions(options, 'patch')]);
+    const a = modelInput(clean, 'patch');
+    const b = modelInput(corrupted, 'patch');
+    const { opts, ctl } = callOptions(options, 'patch');
+    return this.#t.call('patch', [a, b, opts], [], ctl);
   }
 
   /** The logit lens: every layer's residual through the final LayerNorm and the unembedding. */
   async logitLens(input, options = undefined) {
     this.#live('logitLens');
-    return this.#t.call('logitLens', [modelInput(input, 'logitLens'), checkedOptions(options, 'logitLens')]);
+    const ids = modelInput(input, 'logitLens');
+    const { opts, ctl } = callOptions(options, 'logitLens');
+    return this.#t.call('logitLens', [ids, opts], [], ctl);
   }
 
   /** Direct logit attribution of `logit[answer] − logit[against]` at `pos` (default −1). */
   async attribute(input, options = undefined) {
     this.#live('attribute');
-    return this.#t.call('attribute', [modelInput(input, 'attribute'), checkedOptions(options, 'attribute')]);
+    const ids = modelInput(input, 'attribute');
+    const { opts, ctl } = callOptions(options, 'attribute');
+    return this.#t.call('attribute', [ids, opts], [], ctl);
   }
 
   /**
@@ -677,41 +790,63 @@ export class Model {
   async loadSae(source, options = undefined) {
     this.#live('loadSae');
     const o = optionsObject(options, 'loadSae', ['signal', 'stallTimeoutMs']);
-    const signal = checkSignal(o.signal, 'loadSae');
+    const signal = checkSignal(o.signal);
     const stallMs = stallTimeout(o.stallTimeoutMs);
+    let folder = null;
     let cfg;
     let weights;
     if (typeof source === 'string') {
-      if (!source.endsWith('/')) throw new GgwebError('invalid', `loadSae: a folder URL must end in '/', got ${show(source)}`);
-      const get = async (name) => {
-        const url = new URL(name, new URL(source, globalThis.location?.href)).href;
-        const r = await fetchWithin(url, { signal, stallMs, what: 'loadSae' });
-        if (!r.ok) throw new GgwebError('network', `loadSae: ${url}: HTTP ${r.status}`);
-        return r;
-      };
-      const parts = [];
-      await readBody(await get('cfg.json'), { signal, stallMs }, (c) => { parts.push(c); });
-      cfg = await new Blob(parts).text();
-      const r = await get('sae_weights.safetensors');
-      const info = await this.#streamSae(cfg, r, { signal, stallMs });
-      return this.#sae(info);
+      folder = saeFolder(source);
     } else if (source !== null && typeof source === 'object' && !ArrayBuffer.isView(source)) {
-      const s = optionsObject(source, 'loadSae source', ['cfg', 'weights']);
-      cfg = typeof s.cfg === 'string' ? s.cfg : JSON.stringify(s.cfg ?? null);
-      const w = s.weights;
-      if (w instanceof ArrayBuffer) weights = new Uint8Array(w);
-      else if (w instanceof Uint8Array) weights = w;
-      else throw new GgwebError('invalid', `loadSae: weights must be an ArrayBuffer or Uint8Array, got ${show(w)}`);
+      const s = optionsObject(source, 'loadSae source', ['cfg', 'weights'], 'key');
+      // A cfg object crosses as JSON text: plain data only (a cyclic one, a BigInt, a getter
+      // that throws is 'invalid'), as every other value a call takes.
+      cfg = typeof s.cfg === 'string' ? s.cfg : JSON.stringify(plainData(s.cfg ?? null, 'loadSae: cfg'));
+      weights = saeWeights(s.weights);
     } else {
       throw new GgwebError('invalid', `loadSae: the source must be a folder URL or { cfg, weights }, got ${show(source)}`);
     }
-    return this.#sae(await this.#t.call('loadSae', [cfg, weights]));
+    if (signal?.aborted) throw abortedError('loadSae');
+    // dispose() settles this load at once ('disposed') and ends its requests.
+    const mine = new AbortController();
+    this.#saeLoads.add(mine);
+    const gone = new Promise((_, reject) => {
+      mine.signal.addEventListener('abort', () => reject(new GgwebError('disposed', 'loadSae: the model was disposed')), { once: true });
+    });
+    const sig = eitherSignal(signal, mine.signal);
+    const work = (async () => {
+      if (!folder) return this.#sae(await this.#t.call('loadSae', [cfg, weights]));
+      const get = async (name) => {
+        const url = new URL(name, folder).href;
+        const r = await fetchWithin(url, { signal: sig.signal, stallMs, what: 'loadSae' });
+        if (!r.ok) {
+          r.body?.cancel().catch(() => {});
+          throw new GgwebError('network', `loadSae: ${url}: HTTP ${r.status}`);
+        }
+        return r;
+      };
+      const parts = [];
+      await readBody(await get('cfg.json'), { signal: sig.signal, stallMs }, (c) => { parts.push(c); });
+      const text = await new Blob(parts).text();
+      const r = await get('sae_weights.safetensors');
+      return this.#sae(await this.#streamSae(text, r, { signal: sig.signal, stallMs }));
+    })();
+    work.catch(() => {}); // after a dispose, `gone` answers and this one ends unobserved
+    try {
+      return await Promise.race([work, gone]);
+    } catch (e) {
+      if (this.#disposed) throw new GgwebError('disposed', 'loadSae: the model was disposed');
+      throw e;
+    } finally {
+      sig.done();
+      this.#saeLoads.delete(mine);
+    }
   }
 
   #sae(info) {
-    return new Sae((method, args) => {
-      this.#live(method);
-      return this.#t.call(method, args);
+    return new Sae((method, args, ctl) => {
+      this.#live(PUBLIC_NAME[method] ?? method);
+      return this.#t.call(method, args, [], ctl);
     }, info);
   }
 
@@ -782,6 +917,7 @@ export class Model {
   async dispose() {
     if (this.#disposed) return;
     this.#disposed = true;
+    for (const c of this.#saeLoads) c.abort();
     await this.#t.dispose();
   }
 }

@@ -3,7 +3,8 @@
 // frees everything the model held.
 //
 // Messages in:  { id, type: 'load', src, opts, cache, stallTimeoutMs, coreUrl } | { id, type: 'call', method, args }
-//               { id, type: 'generate', prompt, opts } | { id, type: 'cancel' } | { id, type: 'dispose' }
+//               { id, type: 'generate', prompt, opts } | { id, type: 'dispose' }
+//               { id, type: 'cancel' } (stops generation id, or long call id at its next step: LONG_CALLS)
 //               { id, type: 'read', n } (generation id has handed n tokens to its reader: flow control)
 // Messages out: { id, type: 'result', value } | { id, type: 'error', error } |
 //               { id, type: 'progress', data } | { id, type: 'token', data } | { id, type: 'done', value } |
@@ -13,6 +14,10 @@ import { GgwebError, toGgwebError } from './errors.js';
 
 let engine = null;
 const running = new Map(); // generate id → driveGeneration's { cancel, read }
+const calls = new Map(); // long call id → { cancelled } (a 'cancel' message sets it)
+
+/** Calls that take a last argument `{ cancelled() }` and stop at their next step when it is true. */
+const LONG_CALLS = ['score', 'trace', 'run', 'patch', 'logitLens', 'attribute', 'saeEncode'];
 
 const post = (msg, transfer) => self.postMessage(msg, transfer ?? []);
 const fail = (id, e, code = 'internal') => post({ id, type: 'error', error: toGgwebError(e, code).toJSON() });
@@ -37,7 +42,20 @@ async function handle(m) {
         '_debugLoseDevice'].includes(m.method)) {
         throw new GgwebError('invalid', `unknown method ${JSON.stringify(m.method)}`);
       }
-      const value = await engine[m.method](...m.args);
+      let value;
+      if (LONG_CALLS.includes(m.method)) {
+        // The call's checkpoint yields to this worker's event loop every few ms, so the
+        // page's 'cancel' for it (its signal aborted) arrives while it runs.
+        const c = { cancelled: false };
+        calls.set(m.id, c);
+        try {
+          value = await engine[m.method](...m.args, { cancelled: () => c.cancelled });
+        } finally {
+          calls.delete(m.id);
+        }
+      } else {
+        value = await engine[m.method](...m.args);
+      }
       return post({ id: m.id, type: 'result', value }, ArrayBuffer.isView(value) ? [value.buffer] : []);
     }
     case 'generate': {
@@ -52,6 +70,8 @@ async function handle(m) {
     }
     case 'cancel': {
       running.get(m.id)?.cancel();
+      const c = calls.get(m.id);
+      if (c) c.cancelled = true;
       return;
     }
     case 'read': {

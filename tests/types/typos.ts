@@ -30,5 +30,7 @@ export async function typos(): Promise<unknown[]> {
   out.push(model.generate('x').toStream());
   // @ts-expect-error: 'topk' does not exist in type 'ScoreOptions'
   out.push(await model.score('x', { topk: 3 }));
+  // @ts-expect-error: Type 'AbortController' is missing the following properties from type 'AbortSignal'
+  out.push(await model.patch('a', 'b', { at: 'z', answer: 1, against: 2, signal: new AbortController() }));
   return out;
 }

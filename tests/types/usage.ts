@@ -33,12 +33,12 @@ const allGenerate: Required<GenerateOptions> = {
   hooks: [{ at: 'blocks.3.hook_resid_pre', op: 'add', value: new Float32Array(768) }],
 };
 const allHook: Required<Hook> = { at: 'blocks.0.attn.hook_z', op: 'set', head: [1, 2], pos: -1, index: 0, value: [1, 2] };
-const allRun: Required<RunOptions> = { capture: ['blocks.*.hook_resid_post'], hooks: [allHook, { at: 'hook_embed', op: 'zero' }], special: false };
-const allPatch: Required<PatchOptions> = { at: 'resid_pre', answer: 5335, against: 1757, special: false };
-const allLens: Required<LogitLensOptions> = { topK: 5, special: false };
-const allAttribute: Required<AttributeOptions> = { answer: 5335, against: 1757, pos: -1, special: false };
+const allRun: Required<RunOptions> = { capture: ['blocks.*.hook_resid_post'], hooks: [allHook, { at: 'hook_embed', op: 'zero' }], special: false, signal: ac.signal };
+const allPatch: Required<PatchOptions> = { at: 'resid_pre', answer: 5335, against: 1757, special: false, signal: ac.signal };
+const allLens: Required<LogitLensOptions> = { topK: 5, special: false, signal: ac.signal };
+const allAttribute: Required<AttributeOptions> = { answer: 5335, against: 1757, pos: -1, special: false, signal: ac.signal };
 const allLoadSae: Required<LoadSaeOptions> = { signal: ac.signal, stallTimeoutMs: 10_000 };
-const allSaeEncode: Required<SaeEncodeOptions> = { topK: 3, special: false };
+const allSaeEncode: Required<SaeEncodeOptions> = { topK: 3, special: false, signal: ac.signal };
 
 function readRun(r: RunResult): number {
   const c = r.cache['blocks.0.hook_resid_post'];
@@ -60,8 +60,8 @@ async function useSae(sae: Sae): Promise<number> {
   await sae.dispose();
   return e.tokens[0] + e.top[0][0].index + e.top[0][0].value + e.l0[0] + e.mse[0] + row[0] + n;
 }
-const allScore: Required<ScoreOptions> = { topK: 5, special: true, hooks: [{ at: 'blocks.9.attn.hook_z', op: 'zero', head: 6 }, { at: 'blocks.0.ln1.hook_scale', op: 'scale', value: 2 }] };
-const allTrace: Required<TraceOptions> = { taps: ['attn', 'hidden', 'l0.ffn_gelu'], special: false };
+const allScore: Required<ScoreOptions> = { topK: 5, special: true, hooks: [{ at: 'blocks.9.attn.hook_z', op: 'zero', head: 6 }, { at: 'blocks.0.ln1.hook_scale', op: 'scale', value: 2 }], signal: ac.signal };
+const allTrace: Required<TraceOptions> = { taps: ['attn', 'hidden', 'l0.ffn_gelu'], special: false, signal: ac.signal };
 
 const sources: ModelSource[] = [
   'https://example.com/gpt2.gguf', new URL('https://example.com/gpt2.gguf'), new Blob([]), new Uint8Array(4), new ArrayBuffer(4),
