@@ -26,8 +26,8 @@ use super::hooks::Hook;
 use super::ModelError;
 use crate::allocator::alloc_tensors;
 use crate::allocator::gallocr::Gallocr;
-use crate::backend::BackendStats;
 use crate::backend::{Backend, Buffer, BufferType};
+use crate::backend::{BackendError, BackendStats};
 use crate::graph::Graph;
 use crate::sched::Sched;
 use crate::tensor::{Context, ContextParams, Tensor, TENSOR_OVERHEAD};
@@ -792,8 +792,22 @@ impl Gpt2 {
         if batch.logits != Logits::None {
             gf.build_forward_expand(&io.logits);
         }
+        // Each tap is kept in the compute buffer and read back: sized against the memory left
+        // before either is allocated, as the compute buffer is by its allocation.
+        let taps_bytes: u64 = wanted.iter().map(|t| 8 * t.nelements() as u64).sum();
+        let too_large = |needed: u64, left: u64| ModelError::RunTooLarge {
+            what: format!("this run's {} captured nodes and compute buffer", wanted.len()),
+            needed,
+            left,
+        };
+        if let Some(left) = crate::backend::host::address_space_left().filter(|&l| taps_bytes > l) {
+            return Err(too_large(taps_bytes, left));
+        }
         let mut sched = Sched::new(self.sched.backends().to_vec())?;
-        sched.alloc_graph(&gf)?;
+        sched.alloc_graph(&gf).map_err(|e| match e {
+            BackendError::OutOfMemory { requested, limit, .. } => too_large(requested as u64, limit as u64),
+            e => e.into(),
+        })?;
         set_inputs(&io, batch.tokens, batch.n_past, batch.start.map(|s| s.resid));
         self.kv.set_causal(batch.n_past);
         for h in &hooks {

@@ -367,32 +367,190 @@ pub fn per_position(hook: &str, hp: &Hparams) -> Option<usize> {
     (pos == 0).then(|| shape[1..].iter().product())
 }
 
-/// Resolves a selection along an axis of `len`: indices in the order given.
+/// Resolves a selection along an axis of `len`: indices in the order given, each at most once
+/// (so a slice never holds more values than its node: a selection is sized by its axis, not
+/// by the caller's list, before anything is allocated).
 fn resolve(sel: &Option<Sel>, len: usize, negative_ok: bool, what: &str, at: &str) -> Result<Vec<usize>, ModelError> {
     let Some(sel) = sel else { return Ok((0..len).collect()) };
-    let raw: Vec<i64> = match sel {
-        Sel::One(i) => alloc::vec![*i],
-        Sel::Many(v) => v.clone(),
+    let raw: &[i64] = match sel {
+        Sel::One(i) => core::slice::from_ref(i),
+        Sel::Many(v) => v,
     };
     if raw.is_empty() {
         return Err(ModelError::Invalid(format!("hook at '{at}': {what} selects nothing (an empty list)")));
     }
+    if raw.len() > len {
+        return Err(ModelError::Invalid(format!(
+            "hook at '{at}': {what} lists {} indices, the axis has {len} (each index at most once)",
+            raw.len()
+        )));
+    }
+    let mut seen = alloc::vec![false; len];
     raw.iter()
         .map(|&i| {
-            let j = if negative_ok && i < 0 { i + len as i64 } else { i };
+            let j = if negative_ok && i < 0 { i.saturating_add(len as i64) } else { i };
             if j < 0 || j >= len as i64 {
-                Err(ModelError::Invalid(format!("hook at '{at}': {what} {i} is out of range (0..{len})")))
-            } else {
-                Ok(j as usize)
+                return Err(ModelError::Invalid(format!("hook at '{at}': {what} {i} is out of range (0..{len})")));
             }
+            if core::mem::replace(&mut seen[j as usize], true) {
+                return Err(ModelError::Invalid(format!("hook at '{at}': {what} {i} is selected twice")));
+            }
+            Ok(j as usize)
         })
         .collect()
+}
+
+/// The most values all the hooks of one run may select together (each hook's slice, summed):
+/// planning them is a pass over each slice, so this bounds a run's hook work at a fraction of
+/// a second whatever the caller sends (2^28: 22 hooks each over the whole attention pattern of
+/// GPT-2 small at 1024 positions).
+pub const MAX_HOOKED_VALUES: u64 = 1 << 28;
+
+/// One hook of [`plan`], checked: its node, the node's shape for the run, its selection per axis.
+struct Checked<'h> {
+    order: usize,
+    hook: &'h Hook,
+    /// A LayerNorm scale hook, acting on the normalized node beside it.
+    scale_hook: bool,
+    node: String,
+    shape: Vec<usize>,
+    sel: Vec<Vec<usize>>,
+    pos_ax: usize,
+}
+
+impl Checked<'_> {
+    /// Values in the slice.
+    fn slice(&self) -> usize {
+        self.sel.iter().map(|s| s.len()).product()
+    }
+
+    /// Calls `f(offset, rank, rank_at_one_position)` for every element of the slice, in
+    /// row-major order: its offset in the node, its rank within the slice, and its rank with
+    /// the position axis dropped.
+    fn for_each(&self, mut f: impl FnMut(usize, usize, usize)) {
+        let k = self.shape.len();
+        let strides: Vec<usize> = (0..k).map(|a| self.shape[a + 1..].iter().product()).collect();
+        let mut idx = alloc::vec![0usize; k];
+        for rank in 0..self.slice() {
+            let off: usize = (0..k).map(|a| self.sel[a][idx[a]] * strides[a]).sum();
+            let mut r = 0;
+            for a in (0..k).filter(|&a| a != self.pos_ax) {
+                r = r * self.sel[a].len() + idx[a];
+            }
+            f(off, rank, r);
+            for a in (0..k).rev() {
+                idx[a] += 1;
+                if idx[a] < self.sel[a].len() {
+                    break;
+                }
+                idx[a] = 0;
+            }
+        }
+    }
+}
+
+/// Checks one hook of [`plan`]: the name, the op for a LayerNorm scale, its axes and ranges,
+/// the value's kind and length (`invalid` naming it). Allocates only per axis.
+fn check_hook<'h>(
+    h: &'h Hook,
+    order: &[String],
+    hp: &Hparams,
+    n: usize,
+    n_past: usize,
+    allow_pos: bool,
+) -> Result<Checked<'h>, ModelError> {
+    let p = hook_point(&h.at, hp)?;
+    if let Source::LnScale(_) = p.source {
+        if !matches!(h.op, HookOp::Scale | HookOp::Zero) {
+            return Err(ModelError::Invalid(format!(
+                "hook at '{}': a LayerNorm scale can be captured, and changed only by 'scale' or 'zero' \
+                 (the normalized values are divided by it); '{}' would need the scale itself in the graph",
+                h.at,
+                h.op.name()
+            )));
+        }
+        if h.head.is_some() {
+            return Err(ModelError::Invalid(format!("hook at '{}': it has no head axis", h.at)));
+        }
+    }
+    if h.pos.is_some() && !allow_pos {
+        return Err(ModelError::Invalid(format!(
+            "hook at '{}': 'pos' is not allowed here (generate and score apply hooks at every evaluated position)",
+            h.at
+        )));
+    }
+    // A LayerNorm scale hook (scale or zero, checked above) acts on the normalized node
+    // beside it, which comes later in TransformerLens's order: x/(s·v) = (x/s)·(1/v).
+    let (at, scale_hook) = match ln_normalized(&h.at) {
+        Some(n) => (n, true),
+        None => (h.at.clone(), false),
+    };
+    let Source::Node(node) = hook_point(&at, hp)?.source else { unreachable!("a LayerNorm's normalized node") };
+    let (shape, head_ax, pos_ax) = tl_shape(&at, hp, n, n_past);
+    let last = shape.len() - 1;
+    let mut sel: Vec<Vec<usize>> = shape.iter().map(|&d| (0..d).collect()).collect();
+    if h.head.is_some() {
+        let ax = head_ax.ok_or_else(|| ModelError::Invalid(format!("hook at '{}': it has no head axis", h.at)))?;
+        sel[ax] = resolve(&h.head, shape[ax], false, "head", &h.at)?;
+    }
+    sel[pos_ax] = resolve(&h.pos, shape[pos_ax], true, "pos", &h.at)?;
+    if scale_hook {
+        // [pos, 1]: index 0 is the whole row of the normalized node.
+        resolve(&h.index, 1, false, "index", &h.at)?;
+    } else if h.index.is_some() {
+        sel[last] = resolve(&h.index, shape[last], false, "index", &h.at)?;
+    }
+    let c = Checked {
+        order: order.iter().position(|o| o == &h.at).unwrap_or(usize::MAX),
+        hook: h,
+        scale_hook,
+        node,
+        shape,
+        sel,
+        pos_ax,
+    };
+    let (slice, per_pos) = (c.slice(), c.slice() / c.sel[pos_ax].len());
+    let number = |what: &str| match &h.value {
+        Some(HookValue::Number(_)) => Ok(()),
+        _ => Err(ModelError::Invalid(format!("hook at '{}': '{what}' needs a number 'value'", h.at))),
+    };
+    match (h.op, &h.value) {
+        (HookOp::Zero, Some(_)) => {
+            return Err(ModelError::Invalid(format!("hook at '{}': 'zero' takes no 'value'", h.at)))
+        }
+        (HookOp::Zero, None) => {}
+        (HookOp::Scale, _) => number("scale")?,
+        (HookOp::Add, Some(HookValue::Number(_))) => {}
+        (HookOp::Add, Some(HookValue::Array(v))) if v.len() == per_pos => {}
+        (HookOp::Add, Some(HookValue::Array(v))) => {
+            return Err(ModelError::Invalid(format!(
+                "hook at '{}': an 'add' value has {} numbers, the slice at one position has {per_pos}",
+                h.at,
+                v.len()
+            )))
+        }
+        (HookOp::Add, None) => return Err(ModelError::Invalid(format!("hook at '{}': 'add' needs a 'value'", h.at))),
+        (HookOp::Set, Some(HookValue::Array(v))) if v.len() == slice => {}
+        (HookOp::Set, Some(HookValue::Array(v))) => {
+            return Err(ModelError::Invalid(format!(
+                "hook at '{}': a 'set' value has {} numbers, the slice has {slice}",
+                h.at,
+                v.len()
+            )))
+        }
+        (HookOp::Set, _) => {
+            return Err(ModelError::Invalid(format!("hook at '{}': 'set' needs an array 'value'", h.at)))
+        }
+    }
+    Ok(c)
 }
 
 /// Plans `hooks` for a run of `n` tokens after `n_past`: checks every hook (the name, its
 /// axes, ranges, the value's kind and length: `invalid` naming it) and composes each node's
 /// hooks, in TransformerLens's forward order and then the array's, into one [`NodeHook`].
-/// `allow_pos`: false where hooks apply at every evaluated position (generation).
+/// `allow_pos`: false where hooks apply at every evaluated position (generation). Every hook
+/// is checked, and the values they select counted against [`MAX_HOOKED_VALUES`], before any
+/// node's map is allocated.
 pub fn plan(
     hooks: &[Hook],
     hp: &Hparams,
@@ -401,55 +559,51 @@ pub fn plan(
     allow_pos: bool,
 ) -> Result<Vec<NodeHook>, ModelError> {
     let order = hook_names(hp);
-    let mut sorted: Vec<(usize, &Hook)> = Vec::new();
+    let mut checked: Vec<Checked> = Vec::new();
+    let mut total: u64 = 0;
     for h in hooks {
-        let p = hook_point(&h.at, hp)?;
-        if let Source::LnScale(_) = p.source {
-            if !matches!(h.op, HookOp::Scale | HookOp::Zero) {
-                return Err(ModelError::Invalid(format!(
-                    "hook at '{}': a LayerNorm scale can be captured, and changed only by 'scale' or 'zero' \
-                     (the normalized values are divided by it); '{}' would need the scale itself in the graph",
-                    h.at,
-                    h.op.name()
-                )));
-            }
-            if h.head.is_some() {
-                return Err(ModelError::Invalid(format!("hook at '{}': it has no head axis", h.at)));
-            }
-        }
-        if h.pos.is_some() && !allow_pos {
+        let c = check_hook(h, &order, hp, n, n_past, allow_pos)?;
+        total = total.saturating_add(c.slice() as u64);
+        if total > MAX_HOOKED_VALUES {
             return Err(ModelError::Invalid(format!(
-                "hook at '{}': 'pos' is not allowed here (generate and score apply hooks at every evaluated position)",
+                "hooks: the {} hooks select more than {MAX_HOOKED_VALUES} values together (at hook {}, '{}'): \
+                 select fewer positions, heads or indices",
+                hooks.len(),
+                checked.len(),
                 h.at
             )));
         }
-        sorted.push((order.iter().position(|o| o == &h.at).unwrap_or(usize::MAX), h));
+        checked.push(c);
     }
-    sorted.sort_by_key(|&(i, _)| i);
+    checked.sort_by_key(|c| c.order);
+    // Each hooked node's map (a, b and the scores' mask) is node-sized, here and again as the
+    // graph's inputs: sized against the memory left before any is allocated.
+    let mut maps: Vec<(&str, u64)> = Vec::new();
+    for c in &checked {
+        if !maps.iter().any(|(n, _)| *n == c.node) {
+            let per = if c.hook.at.ends_with("attn.hook_attn_scores") { 12 } else { 8 };
+            maps.push((&c.node, c.shape.iter().map(|&d| d as u64).product::<u64>() * per));
+        }
+    }
+    let needed = 2 * maps.iter().map(|(_, b)| b).sum::<u64>();
+    if let Some(left) = crate::backend::host::address_space_left().filter(|&l| needed > l) {
+        return Err(ModelError::RunTooLarge { what: format!("the maps of {} hooked nodes", maps.len()), needed, left });
+    }
     let mut out: Vec<NodeHook> = Vec::new();
-    for (_, h) in sorted {
-        // A LayerNorm scale hook (scale or zero, checked above) acts on the normalized node
-        // beside it, which comes later in TransformerLens's order: x/(s·v) = (x/s)·(1/v).
-        let (at, scale_hook) = match ln_normalized(&h.at) {
-            Some(n) => (n, true),
-            None => (h.at.clone(), false),
-        };
-        let Source::Node(node) = hook_point(&at, hp)?.source else { unreachable!("a LayerNorm's normalized node") };
-        let (shape, head_ax, pos_ax) = tl_shape(&at, hp, n, n_past);
-        let last = shape.len() - 1;
-        let scores = h.at.ends_with("attn.hook_attn_scores");
-        let i = match out.iter().position(|o| o.node == node) {
+    for c in &checked {
+        let h = c.hook;
+        let i = match out.iter().position(|o| o.node == c.node) {
             Some(i) => i,
             None => {
-                let len: usize = shape.iter().product();
-                let m = scores.then(|| {
+                let len: usize = c.shape.iter().product();
+                let m = h.at.ends_with("attn.hook_attn_scores").then(|| {
                     // [head, query, key]: key k of query q is in the future past n_past + q.
-                    let (nq, nk) = (shape[1], shape[2]);
+                    let (nq, nk) = (c.shape[1], c.shape[2]);
                     (0..len).map(|e| if (e % nk) > n_past + (e / nk) % nq { f32::NEG_INFINITY } else { 0.0 }).collect()
                 });
                 out.push(NodeHook {
-                    node,
-                    shape: shape.clone(),
+                    node: c.node.clone(),
+                    shape: c.shape.clone(),
                     a: alloc::vec![1.0; len],
                     b: alloc::vec![0.0; len],
                     m,
@@ -457,115 +611,38 @@ pub fn plan(
                 out.len() - 1
             }
         };
-        let mut sel: Vec<Vec<usize>> = shape.iter().map(|&d| (0..d).collect()).collect();
-        if h.head.is_some() {
-            let ax = head_ax.ok_or_else(|| ModelError::Invalid(format!("hook at '{}': it has no head axis", h.at)))?;
-            sel[ax] = resolve(&h.head, shape[ax], false, "head", &h.at)?;
-        }
-        sel[pos_ax] = resolve(&h.pos, shape[pos_ax], true, "pos", &h.at)?;
-        if scale_hook {
-            // [pos, 1]: index 0 is the whole row of the normalized node.
-            resolve(&h.index, 1, false, "index", &h.at)?;
-        } else if h.index.is_some() {
-            sel[last] = resolve(&h.index, shape[last], false, "index", &h.at)?;
-        }
-        let slice: usize = sel.iter().map(|s| s.len()).product();
-        let per_pos = slice / sel[pos_ax].len();
-        let number = |what: &str| -> Result<f32, ModelError> {
-            match &h.value {
-                Some(HookValue::Number(v)) => Ok(*v),
-                _ => Err(ModelError::Invalid(format!("hook at '{}': '{what}' needs a number 'value'", h.at))),
-            }
-        };
-        // (offset of every element of the slice, its row-major rank within the slice, its rank at one position)
-        let strides: Vec<usize> = (0..shape.len()).map(|k| shape[k + 1..].iter().product()).collect();
-        let mut elems: Vec<(usize, usize, usize)> = Vec::with_capacity(slice);
-        let mut idx = alloc::vec![0usize; shape.len()];
-        for rank in 0..slice {
-            let off: usize = (0..shape.len()).map(|k| sel[k][idx[k]] * strides[k]).sum();
-            // Rank with the pos axis dropped.
-            let mut r = 0;
-            for k in 0..shape.len() {
-                if k != pos_ax {
-                    r = r * sel[k].len() + idx[k];
-                }
-            }
-            elems.push((off, rank, r));
-            for k in (0..shape.len()).rev() {
-                idx[k] += 1;
-                if idx[k] < sel[k].len() {
-                    break;
-                }
-                idx[k] = 0;
-            }
-        }
         let nh = &mut out[i];
-        if scale_hook {
+        let number = || match &h.value {
+            Some(HookValue::Number(v)) => *v,
+            _ => unreachable!("check_hook: a number"),
+        };
+        if c.scale_hook {
             // The normalized values are divided by the hooked scale: ×1/v (zero: ×∞, the
             // ±∞/NaN of TransformerLens's x/0). Nothing is composed on this node before it
             // (its own hooks come later in the order), so b stays 0.
-            let f = match h.op {
-                HookOp::Zero if h.value.is_some() => {
-                    return Err(ModelError::Invalid(format!("hook at '{}': 'zero' takes no 'value'", h.at)))
-                }
-                HookOp::Zero => f32::INFINITY,
-                _ => 1.0 / number("scale")?,
-            };
-            for &(o, _, _) in &elems {
-                nh.a[o] *= f;
-            }
+            let f = if h.op == HookOp::Zero { f32::INFINITY } else { 1.0 / number() };
+            c.for_each(|o, _, _| nh.a[o] *= f);
             continue;
         }
-        match h.op {
-            HookOp::Zero => {
-                if h.value.is_some() {
-                    return Err(ModelError::Invalid(format!("hook at '{}': 'zero' takes no 'value'", h.at)));
-                }
-                for &(o, _, _) in &elems {
-                    (nh.a[o], nh.b[o]) = (0.0, 0.0);
-                }
+        match (h.op, &h.value) {
+            (HookOp::Zero, _) => c.for_each(|o, _, _| (nh.a[o], nh.b[o]) = (0.0, 0.0)),
+            (HookOp::Scale, _) => {
+                let v = number();
+                c.for_each(|o, _, _| (nh.a[o], nh.b[o]) = (nh.a[o] * v, nh.b[o] * v));
             }
-            HookOp::Scale => {
-                let v = number("scale")?;
-                for &(o, _, _) in &elems {
-                    (nh.a[o], nh.b[o]) = (nh.a[o] * v, nh.b[o] * v);
-                }
-            }
-            HookOp::Add => match &h.value {
-                Some(HookValue::Number(v)) => elems.iter().for_each(|&(o, _, _)| nh.b[o] += v),
-                Some(HookValue::Array(v)) if v.len() == per_pos => elems.iter().for_each(|&(o, _, r)| nh.b[o] += v[r]),
-                Some(HookValue::Array(v)) => {
-                    return Err(ModelError::Invalid(format!(
-                        "hook at '{}': an 'add' value has {} numbers, the slice at one position has {per_pos}",
-                        h.at,
-                        v.len()
-                    )))
-                }
-                None => return Err(ModelError::Invalid(format!("hook at '{}': 'add' needs a 'value'", h.at))),
-            },
-            HookOp::Set => match &h.value {
-                Some(HookValue::Array(v)) if v.len() == slice => {
-                    for &(o, rank, _) in &elems {
-                        (nh.a[o], nh.b[o]) = (0.0, v[rank]);
-                    }
-                }
-                Some(HookValue::Array(v)) => {
-                    return Err(ModelError::Invalid(format!(
-                        "hook at '{}': a 'set' value has {} numbers, the slice has {slice}",
-                        h.at,
-                        v.len()
-                    )))
-                }
-                _ => return Err(ModelError::Invalid(format!("hook at '{}': 'set' needs an array 'value'", h.at))),
-            },
+            (HookOp::Add, Some(HookValue::Number(v))) => c.for_each(|o, _, _| nh.b[o] += v),
+            (HookOp::Add, Some(HookValue::Array(v))) => c.for_each(|o, _, r| nh.b[o] += v[r]),
+            (HookOp::Set, Some(HookValue::Array(v))) => c.for_each(|o, rank, _| (nh.a[o], nh.b[o]) = (0.0, v[rank])),
+            _ => unreachable!("check_hook: the value's kind"),
         }
         // A masked score that a hook fixed (a = 0) holds that value, as TransformerLens's does.
         if let Some(m) = nh.m.as_mut() {
-            for &(o, _, _) in &elems {
-                if nh.a[o] == 0.0 {
+            let a = &nh.a;
+            c.for_each(|o, _, _| {
+                if a[o] == 0.0 {
                     m[o] = 0.0;
                 }
-            }
+            });
         }
     }
     Ok(out)
@@ -592,39 +669,84 @@ pub fn hooked_scale(name: &str, data: &mut [f32], hooks: &[Hook]) {
     }
 }
 
+/// The most capture patterns one call may list (several times the hook points of GPT-2 XL).
+pub const MAX_CAPTURE_PATTERNS: usize = 4096;
+
 /// Expands capture patterns into hook point names, in TransformerLens's forward order: `*`
 /// stands for any run of characters within one dot-separated part (`blocks.*.hook_resid_post`).
-/// A pattern that names no hook point is `invalid`.
+/// A pattern that names no hook point is `invalid`. Each pattern is matched against each name
+/// in time linear in their lengths' product (no backtracking), and a pattern longer than any
+/// hook point's name could match fails at once.
 pub fn expand_capture(patterns: &[String], hp: &Hparams) -> Result<Vec<String>, ModelError> {
+    if patterns.len() > MAX_CAPTURE_PATTERNS {
+        return Err(ModelError::Invalid(format!(
+            "capture lists {} patterns (at most {MAX_CAPTURE_PATTERNS}; 'blocks.*.hook_resid_post' names a hook point of every block)",
+            patterns.len()
+        )));
+    }
     let all = hook_names(hp);
+    let longest = all.iter().map(|n| n.len()).max().unwrap_or(0);
     let mut keep = alloc::vec![false; all.len()];
     for p in patterns {
+        let p = collapse_stars(p);
         let mut any = false;
-        for (i, name) in all.iter().enumerate() {
-            if matches(p, name) {
-                keep[i] = true;
-                any = true;
+        // Once runs of '*' are one, a pattern matching a name has at most one character of its
+        // own per character of the name and a '*' around each.
+        if p.len() <= 2 * longest + 1 {
+            for (i, name) in all.iter().enumerate() {
+                if matches(&p, name) {
+                    keep[i] = true;
+                    any = true;
+                }
             }
         }
         if !any {
+            let shown: String = p.chars().take(80).collect();
+            let more = if p.chars().count() > 80 { "…" } else { "" };
             return Err(ModelError::Invalid(format!(
-                "capture '{p}' names no hook point (TransformerLens names, e.g. 'blocks.*.hook_resid_post')"
+                "capture '{shown}{more}' names no hook point (TransformerLens names, e.g. 'blocks.*.hook_resid_post')"
             )));
         }
     }
     Ok(all.into_iter().zip(keep).filter(|(_, k)| *k).map(|(n, _)| n).collect())
 }
 
-/// Whether `name` matches `pattern` part by part (`*` within one part).
-fn matches(pattern: &str, name: &str) -> bool {
-    let (p, n): (Vec<&str>, Vec<&str>) = (pattern.split('.').collect(), name.split('.').collect());
-    p.len() == n.len() && p.iter().zip(&n).all(|(p, n)| glob(p.as_bytes(), n.as_bytes()))
+/// `p` with each run of '*' made one (`a**b` matches what `a*b` does).
+fn collapse_stars(p: &str) -> String {
+    let mut out = String::with_capacity(p.len());
+    for c in p.chars() {
+        if !(c == '*' && out.ends_with('*')) {
+            out.push(c);
+        }
+    }
+    out
 }
 
+/// Whether `name` matches `pattern` part by part (`*` within one part).
+fn matches(pattern: &str, name: &str) -> bool {
+    pattern.split('.').count() == name.split('.').count()
+        && pattern.split('.').zip(name.split('.')).all(|(p, n)| glob(p.as_bytes(), n.as_bytes()))
+}
+
+/// Wildcard match (`*`: any run of bytes) in O(|p|·|s|), no backtracking: on a mismatch
+/// only the last `*` seen takes one more byte; an earlier `*` never needs to, since whatever
+/// it would take the last one can take instead.
 fn glob(p: &[u8], s: &[u8]) -> bool {
-    match p.split_first() {
-        None => s.is_empty(),
-        Some((b'*', rest)) => (0..=s.len()).any(|i| glob(rest, &s[i..])),
-        Some((c, rest)) => s.first() == Some(c) && glob(rest, &s[1..]),
+    let (mut i, mut j) = (0, 0);
+    let mut star: Option<(usize, usize)> = None; // (pattern index after the last '*', s index it resumes from)
+    while j < s.len() {
+        if i < p.len() && p[i] == b'*' {
+            star = Some((i + 1, j));
+            i += 1;
+        } else if i < p.len() && p[i] == s[j] {
+            i += 1;
+            j += 1;
+        } else if let Some((pi, sj)) = star {
+            (i, j) = (pi, sj + 1);
+            star = Some((pi, sj + 1));
+        } else {
+            return false;
+        }
     }
+    p[i..].iter().all(|&c| c == b'*')
 }

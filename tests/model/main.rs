@@ -9,6 +9,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod abuse;
 mod gpt2_fixtures;
 mod gpt2_shared;
 mod inside;
