@@ -1,6 +1,8 @@
 //! "Look inside, round two" for JS: TransformerLens's workflow on the session core
 //! ([`Session::run`], `patch`, `logit_lens`, `attribute`, `sae_encode`: crate/model/inside.rs), values
-//! crossing as serde-wasm-bindgen data with typed arrays, as `score` and `trace` do.
+//! crossing as serde-wasm-bindgen data with typed arrays, as `score` and `trace` do. Each call
+//! takes a last, optional `checkpoint` function, asked between its steps whether the caller
+//! stopped it ([`interrupt`]: the JS `signal`). Errors carry no method name: engine.js adds it.
 
 use alloc::collections::BTreeMap;
 use alloc::string::String;
@@ -9,7 +11,7 @@ use alloc::vec::Vec;
 use serde::Serialize;
 use wasm_bindgen::prelude::*;
 
-use super::model::{f32s, from_js, model_error, to_js, u32s, NodeJson, TopJson, Typed, WasmModel};
+use super::model::{f32s, from_js, interrupt, model_error, to_js, u32s, NodeJson, TopJson, Typed, WasmModel};
 use crate::model::options::{
     AttributeParams, PatchParams, RunParams, TopKParams, ATTRIBUTE_WHAT, LENS_WHAT, PATCH_WHAT, RUN_WHAT,
     SAE_ENCODE_WHAT,
@@ -81,26 +83,38 @@ const DEFAULT_TOP_K: u32 = 5;
 impl WasmModel {
     /// `run(ids, { capture?, hooks? })`: `{ tokens, logits: Float32Array ([pos][n_vocab]),
     /// cache: { [hook]: { shape, data } } }`.
-    pub async fn run(&mut self, ids: Vec<u32>, opts: JsValue) -> Result<JsValue, JsValue> {
+    pub async fn run(
+        &mut self,
+        ids: Vec<u32>,
+        opts: JsValue,
+        checkpoint: Option<js_sys::Function>,
+    ) -> Result<JsValue, JsValue> {
         let p: RunParams = from_js(RUN_WHAT, opts)?;
-        self.check_input("run", &ids)?;
-        let r = self
-            .session
-            .run(&ids, &p.capture.unwrap_or_default(), &p.hooks.unwrap_or_default())
-            .await
-            .map_err(|e| model_error("run", e))?;
+        self.check_input("", &ids)?;
+        self.session.interrupt = interrupt(checkpoint);
+        let r = self.session.run(&ids, &p.capture.unwrap_or_default(), &p.hooks.unwrap_or_default()).await;
+        self.session.interrupt = None;
+        let r = r.map_err(|e| model_error("", e))?;
         let cache = r.cache.iter().map(|v| (v.name.clone(), node(v.ne, &v.data))).collect();
         Ok(to_js(&RunJson { tokens: u32s(&r.tokens), logits: f32s(&r.logits), cache }))
     }
 
     /// `patch(clean, corrupted, { at, answer, against })`: `{ shape, cells: Float32Array,
     /// cleanDiff, corruptedDiff }`.
-    pub async fn patch(&mut self, clean: Vec<u32>, corrupted: Vec<u32>, opts: JsValue) -> Result<JsValue, JsValue> {
+    pub async fn patch(
+        &mut self,
+        clean: Vec<u32>,
+        corrupted: Vec<u32>,
+        opts: JsValue,
+        checkpoint: Option<js_sys::Function>,
+    ) -> Result<JsValue, JsValue> {
         let p: PatchParams = from_js(PATCH_WHAT, opts)?;
-        self.check_input("patch", &clean)?;
-        self.check_input("patch", &corrupted)?;
-        let r =
-            self.session.patch(&clean, &corrupted, &p.at, p.answer, p.against).await.map_err(|e| model_error("", e))?;
+        self.check_input("clean", &clean)?;
+        self.check_input("corrupted", &corrupted)?;
+        self.session.interrupt = interrupt(checkpoint);
+        let r = self.session.patch(&clean, &corrupted, &p.at, p.answer, p.against).await;
+        self.session.interrupt = None;
+        let r = r.map_err(|e| model_error("", e))?;
         Ok(to_js(&PatchJson {
             shape: r.shape.iter().map(|&x| x as u32).collect(),
             cells: f32s(&r.cells),
@@ -112,11 +126,19 @@ impl WasmModel {
     /// `logit_lens(ids, { topK? })`: `{ tokens, layers, top: [layer][pos][k] { token,
     /// logprob }, logprobs: Float32Array[] }`.
     #[wasm_bindgen(js_name = logitLens)]
-    pub async fn logit_lens(&mut self, ids: Vec<u32>, opts: JsValue) -> Result<JsValue, JsValue> {
+    pub async fn logit_lens(
+        &mut self,
+        ids: Vec<u32>,
+        opts: JsValue,
+        checkpoint: Option<js_sys::Function>,
+    ) -> Result<JsValue, JsValue> {
         let p: TopKParams = from_js(LENS_WHAT, opts)?;
-        self.check_input("logitLens", &ids)?;
+        self.check_input("", &ids)?;
         let k = p.top_k.unwrap_or(DEFAULT_TOP_K) as usize;
-        let r = self.session.logit_lens(&ids, k).await.map_err(|e| model_error("logitLens", e))?;
+        self.session.interrupt = interrupt(checkpoint);
+        let r = self.session.logit_lens(&ids, k).await;
+        self.session.interrupt = None;
+        let r = r.map_err(|e| model_error("", e))?;
         let top = r
             .top
             .iter()
@@ -132,14 +154,18 @@ impl WasmModel {
 
     /// `attribute(ids, { answer, against, pos? })`: each component's share of
     /// `logit[answer] − logit[against]` (see `Session::attribute`).
-    pub async fn attribute(&mut self, ids: Vec<u32>, opts: JsValue) -> Result<JsValue, JsValue> {
+    pub async fn attribute(
+        &mut self,
+        ids: Vec<u32>,
+        opts: JsValue,
+        checkpoint: Option<js_sys::Function>,
+    ) -> Result<JsValue, JsValue> {
         let p: AttributeParams = from_js(ATTRIBUTE_WHAT, opts)?;
-        self.check_input("attribute", &ids)?;
-        let r = self
-            .session
-            .attribute(&ids, p.answer, p.against, p.pos.unwrap_or(-1))
-            .await
-            .map_err(|e| model_error("", e))?;
+        self.check_input("", &ids)?;
+        self.session.interrupt = interrupt(checkpoint);
+        let r = self.session.attribute(&ids, p.answer, p.against, p.pos.unwrap_or(-1)).await;
+        self.session.interrupt = None;
+        let r = r.map_err(|e| model_error("", e))?;
         Ok(to_js(&AttributionJson {
             embed: r.embed,
             pos_embed: r.pos_embed,
@@ -155,16 +181,25 @@ impl WasmModel {
     /// `dIn` values per position ([`Sae::check_fits`]); `loadSae` calls it before it keeps one.
     #[wasm_bindgen(js_name = checkSae)]
     pub fn check_sae(&self, sae: &WasmSae) -> Result<(), JsValue> {
-        sae.0.check_fits(&self.session.model.hparams).map_err(|e| model_error("loadSae", e))
+        sae.0.check_fits(&self.session.model.hparams).map_err(|e| model_error("", e))
     }
 
     /// `sae_encode(sae, ids, { topK? })`: `{ tokens, top: [pos][k] { index, value }, l0, mse }`.
     #[wasm_bindgen(js_name = saeEncode)]
-    pub async fn sae_encode(&mut self, sae: &WasmSae, ids: Vec<u32>, opts: JsValue) -> Result<JsValue, JsValue> {
+    pub async fn sae_encode(
+        &mut self,
+        sae: &WasmSae,
+        ids: Vec<u32>,
+        opts: JsValue,
+        checkpoint: Option<js_sys::Function>,
+    ) -> Result<JsValue, JsValue> {
         let p: TopKParams = from_js(SAE_ENCODE_WHAT, opts)?;
-        self.check_input("sae.encode", &ids)?;
+        self.check_input("", &ids)?;
         let k = p.top_k.unwrap_or(DEFAULT_TOP_K) as usize;
-        let r = self.session.sae_encode(&ids, &sae.0, k).await.map_err(|e| model_error("sae.encode", e))?;
+        self.session.interrupt = interrupt(checkpoint);
+        let r = self.session.sae_encode(&ids, &sae.0, k).await;
+        self.session.interrupt = None;
+        let r = r.map_err(|e| model_error("", e))?;
         let top = r.top.iter().map(|p| p.iter().map(|&(index, value)| SaeTopJson { index, value }).collect()).collect();
         Ok(to_js(&EncodedJson { tokens: u32s(&ids), top, l0: f32s(&r.l0), mse: f32s(&r.mse) }))
     }
@@ -179,7 +214,7 @@ impl WasmSae {
     /// From `cfg.json`'s text and `sae_weights.safetensors`'s bytes.
     #[wasm_bindgen(constructor)]
     pub fn new(cfg: &str, weights: &[u8]) -> Result<WasmSae, JsValue> {
-        Sae::from_parts(cfg, weights).map(WasmSae).map_err(|e| model_error("loadSae", e))
+        Sae::from_parts(cfg, weights).map(WasmSae).map_err(|e| model_error("", e))
     }
 
     /// `{ dIn, dSae, hookName, applyBDecToInput }`.
@@ -201,10 +236,16 @@ impl WasmSae {
         })
     }
 
-    /// Row `i` of `W_dec` (`d_in` values).
+    /// Row `i` of `W_dec` (`d_in` values). `i` crosses as the JS number it is (a `u32`
+    /// parameter would wrap 2^32 + 7 to 7): any number that is not a whole one in range is
+    /// `invalid`.
     #[wasm_bindgen(js_name = decoderRow)]
-    pub fn decoder_row(&self, i: u32) -> Result<Vec<f32>, JsValue> {
-        self.0.decoder_row(i as usize).map_err(|e| model_error("decoderRow", e))
+    pub fn decoder_row(&self, i: f64) -> Result<Vec<f32>, JsValue> {
+        let d_sae = self.0.d_sae;
+        if !(i.fract() == 0.0 && i >= 0.0 && i < d_sae as f64) {
+            return Err(super::js_error("invalid", format!("feature {i} is not a whole number in 0..{d_sae}")));
+        }
+        self.0.decoder_row(i as usize).map_err(|e| model_error("", e))
     }
 }
 
@@ -218,12 +259,12 @@ impl WasmSaeLoader {
     /// Checks `cfg.json`'s text.
     #[wasm_bindgen(constructor)]
     pub fn new(cfg: &str) -> Result<WasmSaeLoader, JsValue> {
-        SaeStream::new(cfg).map(WasmSaeLoader).map_err(|e| model_error("loadSae", e))
+        SaeStream::new(cfg).map(WasmSaeLoader).map_err(|e| model_error("", e))
     }
 
     /// The next bytes of the file.
     pub fn feed(&mut self, chunk: &[u8]) -> Result<(), JsValue> {
-        self.0.push(chunk).map_err(|e| model_error("loadSae", e))
+        self.0.push(chunk).map_err(|e| model_error("", e))
     }
 
     /// Bytes fed so far.
@@ -233,6 +274,6 @@ impl WasmSaeLoader {
 
     /// The SAE; consumes the loader.
     pub fn finish(self) -> Result<WasmSae, JsValue> {
-        self.0.finish().map(WasmSae).map_err(|e| model_error("loadSae", e))
+        self.0.finish().map(WasmSae).map_err(|e| model_error("", e))
     }
 }

@@ -38,7 +38,7 @@ use crate::gguf::Limits;
 use crate::model::context::{BackendMemory, Gpt2};
 use crate::model::loader::ModelLoader;
 use crate::model::options::{self, open_backends, GenerateParams, LoadOptions, GENERATE_WHAT, LOAD_WHAT};
-use crate::model::session::{Item, Session, TopToken};
+use crate::model::session::{Interrupt, Item, Session, TopToken};
 use crate::model::ModelError;
 use crate::webgpu::{WebGpuBackend, WebGpuOptions, WebGpuStats};
 
@@ -52,9 +52,10 @@ pub(super) fn model_error(context: &str, e: ModelError) -> JsValue {
         | ModelError::Invalid(_)
         | ModelError::ContextFull { .. }
         | ModelError::BadToken { .. } => "invalid",
-        ModelError::Backend(_) | ModelError::Cancelled => "internal",
+        ModelError::Backend(_) => "internal",
+        ModelError::Aborted => "aborted",
         // Too big for this device's memory: the page can pick a smaller model or context.
-        ModelError::OverBudget { .. } => "unsupported",
+        ModelError::OverBudget { .. } | ModelError::RunTooLarge { .. } => "unsupported",
         ModelError::MissingTensor(_)
         | ModelError::BadShape { .. }
         | ModelError::Metadata(_)
@@ -67,6 +68,22 @@ pub(super) fn model_error(context: &str, e: ModelError) -> JsValue {
     } else {
         js_error(code, format!("{context}: {e}"))
     }
+}
+
+/// A JS `checkpoint()` (returning a boolean, or a Promise of one: true when the caller
+/// stopped the call) as the session's [`Interrupt`]; one that throws or rejects stops it too.
+pub(super) fn interrupt(checkpoint: Option<js_sys::Function>) -> Option<Interrupt> {
+    let f = checkpoint?;
+    Some(alloc::boxed::Box::new(move || {
+        let r = f.call0(&JsValue::UNDEFINED);
+        alloc::boxed::Box::pin(async move {
+            match r.map(|v| v.dyn_into::<js_sys::Promise>()) {
+                Ok(Ok(p)) => wasm_bindgen_futures::JsFuture::from(p).await.map_or(true, |v| v.is_truthy()),
+                Ok(Err(v)) => v.is_truthy(),
+                Err(_) => true,
+            }
+        })
+    }))
 }
 
 /// "what: ", or nothing for an empty `what`. Messages of calls that engine.js already
@@ -628,10 +645,19 @@ impl WasmModel {
     /// (Float32Array / Uint32Array / Float32Array of n-1), top: [[{ token, logprob }]],
     /// cachedTokens, webgpu? }` (`webgpu`: this call's counters, on WebGPU only).
     /// `opts`: `{ topK?, hooks? }` (hooks at every position, as `generate`'s).
-    pub async fn score(&mut self, ids: Vec<u32>, opts: JsValue) -> Result<JsValue, JsValue> {
+    /// `checkpoint` (optional) is asked between chunks whether the caller stopped ([`interrupt`]).
+    pub async fn score(
+        &mut self,
+        ids: Vec<u32>,
+        opts: JsValue,
+        checkpoint: Option<js_sys::Function>,
+    ) -> Result<JsValue, JsValue> {
         let o = options::score_options(from_js(options::SCORE_WHAT, opts)?).map_err(|e| model_error("", e))?;
         self.check_input("", &ids)?;
-        let r = self.session.score(&ids, o.top_k, &o.hooks).await.map_err(|e| model_error("", e))?;
+        self.session.interrupt = interrupt(checkpoint);
+        let r = self.session.score(&ids, o.top_k, &o.hooks).await;
+        self.session.interrupt = None;
+        let r = r.map_err(|e| model_error("", e))?;
         let top = r.top.iter().map(|row| row.iter().map(|&(token, logprob)| TopJson { token, logprob }).collect());
         Ok(to_js(&ScoreJson {
             tokens: u32s(&r.tokens),
@@ -647,10 +673,19 @@ impl WasmModel {
     /// `trace(ids, opts)`: `{ tokens, attn?: Float32Array[] ([head][query][key] per
     /// layer), hidden?: Float32Array[] (n_layer + 1, [token][feature]), nodes: { [name]:
     /// { shape (outermost first), data } }, memory: { compute } }`. `opts`: `{ taps }`.
-    pub async fn trace(&mut self, ids: Vec<u32>, opts: JsValue) -> Result<JsValue, JsValue> {
+    /// `checkpoint` as `score`'s.
+    pub async fn trace(
+        &mut self,
+        ids: Vec<u32>,
+        opts: JsValue,
+        checkpoint: Option<js_sys::Function>,
+    ) -> Result<JsValue, JsValue> {
         let taps = options::trace_options(from_js(options::TRACE_WHAT, opts)?).map_err(|e| model_error("", e))?;
         self.check_input("", &ids)?;
-        let t = self.session.trace(&ids, &taps).await.map_err(|e| model_error("trace", e))?;
+        self.session.interrupt = interrupt(checkpoint);
+        let t = self.session.trace(&ids, &taps).await;
+        self.session.interrupt = None;
+        let t = t.map_err(|e| model_error("", e))?;
         let arrays = |v: &Vec<Vec<f32>>| v.iter().map(|x| f32s(x)).collect::<Vec<_>>();
         let nodes = t
             .nodes

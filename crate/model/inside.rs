@@ -74,6 +74,7 @@ impl Session {
         let hp = self.model.hparams.clone();
         let names = super::hooks::expand_capture(capture, &hp)?;
         let (_, tl) = super::hooks::split_taps(&names, &hp)?;
+        self.checkpoint().await?;
         self.truncate(0);
         self.cache_hooks = hooks.to_vec();
         let batch = Batch { tokens, n_past: 0, logits: Logits::All, taps: &tl.nodes, hooks, ..Batch::default() };
@@ -100,6 +101,7 @@ impl Session {
         let mut lens = Lens { tokens: tokens.to_vec(), layers: n_layer + 1, top: Vec::new(), logprobs: Vec::new() };
         for name in &capture {
             let resid = &run.cache.iter().find(|v| &v.name == name).expect("captured").data;
+            self.checkpoint().await?;
             let logits = self.model.head(resid, n).await?;
             let (mut top, mut lp) = (Vec::with_capacity(n), Vec::with_capacity(n.saturating_sub(1)));
             for (p, row) in logits.chunks(n_vocab).enumerate() {
@@ -135,7 +137,7 @@ impl Session {
         let hp = self.model.hparams.clone();
         if clean.len() != corrupted.len() {
             return Err(ModelError::Invalid(alloc::format!(
-                "patch: clean has {} tokens and corrupted {}: they must have the same length",
+                "clean has {} tokens and corrupted {}: they must have the same length",
                 clean.len(),
                 corrupted.len()
             )));
@@ -143,7 +145,7 @@ impl Session {
         for (what, id) in [("answer", answer), ("against", against)] {
             if id as usize >= hp.n_vocab {
                 return Err(ModelError::Invalid(alloc::format!(
-                    "patch: {what} {id} is not a token id (n_vocab {})",
+                    "{what} {id} is not a token id (n_vocab {})",
                     hp.n_vocab
                 )));
             }
@@ -155,7 +157,7 @@ impl Session {
             "z" => "attn.hook_z",
             _ => {
                 return Err(ModelError::Invalid(alloc::format!(
-                    "patch: at must be 'resid_pre', 'attn_out', 'mlp_out' or 'z', got '{at}'"
+                    "at must be 'resid_pre', 'attn_out', 'mlp_out' or 'z', got '{at}'"
                 )))
             }
         };
@@ -196,6 +198,7 @@ impl Session {
                         start: Some(Start { layer: l, resid: resid(l) }),
                         ..Batch::last(corrupted, 0)
                     };
+                    self.checkpoint().await?;
                     cells[l * h + head] = metric(&self.model.decode(batch).await?.logits);
                 }
             }
@@ -206,6 +209,7 @@ impl Session {
             for p in (0..n).rev() {
                 for l in 0..hp.n_layer {
                     let clean_row = &value(l)[p * d..(p + 1) * d];
+                    self.checkpoint().await?;
                     let out = if at == "resid_pre" {
                         // The patched residual is the start itself: no hook needed.
                         patched.clear();
@@ -255,7 +259,7 @@ impl Session {
         for (what, id) in [("answer", answer), ("against", against)] {
             if id as usize >= hp.n_vocab {
                 return Err(ModelError::Invalid(alloc::format!(
-                    "attribute: {what} {id} is not a token id (n_vocab {})",
+                    "{what} {id} is not a token id (n_vocab {})",
                     hp.n_vocab
                 )));
             }
@@ -264,7 +268,7 @@ impl Session {
         let n = tokens.len() as i64;
         let p = if pos < 0 { pos + n } else { pos };
         if p < 0 || p >= n {
-            return Err(ModelError::Invalid(alloc::format!("attribute: pos {pos} is out of range for {n} tokens")));
+            return Err(ModelError::Invalid(alloc::format!("pos {pos} is out of range for {n} tokens")));
         }
         let p = p as usize;
         let capture: Vec<String> =
@@ -286,6 +290,7 @@ impl Session {
                 z[col + head * hd..col + (head + 1) * hd].copy_from_slice(&zl[(p * h + head) * hd..][..hd]);
             }
         }
+        self.checkpoint().await?;
         let ids: [i32; 2] = [answer as i32, against as i32];
         let zb = bytemuck::cast_slice(&z).to_vec();
         let idb = bytemuck::cast_slice(&ids).to_vec();

@@ -52,6 +52,13 @@ pub enum ModelError {
         needed: u64,
         limit: u64,
     },
+    /// One call's own memory (a run's captures and hook maps, its compute buffer) is more
+    /// than is left, found before it was allocated; the model is untouched.
+    RunTooLarge {
+        what: String,
+        needed: u64,
+        left: u64,
+    },
     /// A token id outside the vocabulary.
     BadToken {
         id: u32,
@@ -61,7 +68,8 @@ pub enum ModelError {
     /// The file itself is malformed (GGUF parse error), with its message.
     Format(String),
     Tokenizer(String),
-    Cancelled,
+    /// The caller stopped a long call between two of its steps ([`session::Interrupt`]).
+    Aborted,
 }
 
 impl core::fmt::Display for ModelError {
@@ -81,6 +89,10 @@ impl core::fmt::Display for ModelError {
             ModelError::OverBudget { what, needed, limit } => {
                 write!(f, "model too large: needs {needed} bytes ({what}), the memory budget is {limit} bytes")
             }
+            ModelError::RunTooLarge { what, needed, left } => write!(
+                f,
+                "{what} need {needed} bytes, {left} bytes of memory are left: capture or hook fewer points, or a shorter input"
+            ),
             ModelError::BadToken { id, n_vocab } => {
                 write!(f, "token id {id} is outside the vocabulary (n_vocab {n_vocab})")
             }
@@ -88,7 +100,7 @@ impl core::fmt::Display for ModelError {
             ModelError::Format(s) => write!(f, "{s}"),
             // The tokenizer's messages name it already ("tokenizer: no token for byte ...").
             ModelError::Tokenizer(s) => f.write_str(s),
-            ModelError::Cancelled => write!(f, "cancelled"),
+            ModelError::Aborted => write!(f, "aborted"),
         }
     }
 }

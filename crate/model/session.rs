@@ -34,8 +34,11 @@
 //! (not yielded; banned instead with `ignore_eos`), after `max_tokens`, when the context is
 //! full, or at a stop string (the text before it is yielded, the stop string is not).
 
+use alloc::boxed::Box;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
+use core::future::Future;
+use core::pin::Pin;
 
 use super::context::{Batch, Chunk, Gpt2, Logits, SeqPos, TapValue};
 use super::hooks::Hook;
@@ -270,7 +273,14 @@ pub struct Session {
     gen: Option<Generation>,
     last_stats: GenerationStats,
     last_beams: Vec<Beam>,
+    /// Asked between the steps of a long call (patching cells, lens layers, score chunks,
+    /// passes) whether its caller stopped it; None: nobody can (the CLI, tests).
+    pub interrupt: Option<Interrupt>,
 }
+
+/// Whether the caller stopped the call: asked between two steps, it may first yield to the
+/// caller's event loop (the JS `signal` of a long call, whose abort can only arrive then).
+pub type Interrupt = Box<dyn FnMut() -> Pin<Box<dyn Future<Output = bool>>>>;
 
 impl Session {
     pub fn new(loaded: LoadedModel) -> Session {
@@ -283,7 +293,19 @@ impl Session {
             gen: None,
             last_stats: GenerationStats::default(),
             last_beams: Vec::new(),
+            interrupt: None,
         }
+    }
+
+    /// Between two steps of a long call: `Aborted` when the caller's [`Interrupt`] says it
+    /// stopped the call, with the prompt cache cleared (the call may have left it half-written).
+    pub(super) async fn checkpoint(&mut self) -> Result<(), ModelError> {
+        let Some(stopped) = self.interrupt.as_mut().map(|f| f()) else { return Ok(()) };
+        if stopped.await {
+            self.clear_cache();
+            return Err(ModelError::Aborted);
+        }
+        Ok(())
     }
 
     /// Tokens whose K/V the cache holds, from position 0.
@@ -395,7 +417,16 @@ impl Session {
             };
             // Rows below `keep` stay: row i predicts tokens[i + 1], and i + 1 < c.
             self.rows.truncate(keep);
-            self.prefill(tokens, keep, hooks, Some(&mut on_rows)).await?;
+            // Chunk by chunk as the one pass would (the same chunks, so the same bits), asking
+            // between them whether the caller stopped; with hooks the pass is one graph.
+            let step = if hooks.is_empty() { self.model.n_batch.max(1) } else { n };
+            let mut at = keep;
+            while at < n {
+                let end = (at + step).min(n);
+                self.checkpoint().await?;
+                self.prefill(&tokens[..end], at, hooks, Some(&mut on_rows)).await?;
+                at = end;
+            }
         }
         self.rows.truncate(n - 1);
         self.rows.extend(new_rows);
@@ -442,6 +473,7 @@ impl Session {
         }
         self.truncate(0);
         self.cache_hooks.clear();
+        self.checkpoint().await?;
         let out = self
             .model
             .decode(Batch { tokens, n_past: 0, logits: Logits::None, taps: &names, ..Batch::default() })

@@ -48,7 +48,7 @@ fuzz_target!(|data: &[u8]| {
     let Some(est) = loader.estimate() else {
         match fed {
             Err(ModelError::Backend(e)) => panic!("refused as a backend failure before any allocation: {e}"),
-            Err(ModelError::Cancelled) => panic!("cancelled"),
+            Err(ModelError::Aborted) => panic!("aborted"),
             _ => return,
         }
     };
@@ -72,6 +72,10 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!((plan.weights as u64, plan.kv as u64), (est.weights, est.kv), "estimate {est:?}");
     assert!(plan.compute as u64 <= est.compute, "real compute {} over the bound {est:?}", plan.compute);
     let n_vocab = loaded.model.hparams.n_vocab;
-    let logits = ggweb::model::context::block_on(loaded.model.decode(ggweb::model::context::Batch::last(&[(file.len() % n_vocab) as u32], 0))).map(|o| o.logits).expect("one token runs");
+    let logits = ggweb::model::context::block_on(
+        loaded.model.decode(ggweb::model::context::Batch::last(&[(file.len() % n_vocab) as u32], 0)),
+    )
+    .map(|o| o.logits)
+    .expect("one token runs");
     assert_eq!(logits.len(), n_vocab);
 });
