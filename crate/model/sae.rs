@@ -127,7 +127,7 @@ impl Sae {
     /// Row `i` of `W_dec` (`d_in` values): feature `i`'s direction, e.g. to steer with.
     pub fn decoder_row(&self, i: usize) -> Result<Vec<f32>, ModelError> {
         if i >= self.d_sae {
-            return Err(ModelError::Invalid(format!("decoderRow: feature {i} is out of range (0..{})", self.d_sae)));
+            return Err(ModelError::Invalid(format!("feature {i} is out of range (0..{})", self.d_sae)));
         }
         Ok(self.w_dec[i * self.d_in..(i + 1) * self.d_in].to_vec())
     }
@@ -136,7 +136,7 @@ impl Sae {
     pub fn encode(&self, x: &[f32], top_k: usize) -> Result<Encoded, ModelError> {
         let (di, ds) = (self.d_in, self.d_sae);
         if x.len() % di != 0 {
-            return Err(ModelError::Invalid(format!("SAE encode: {} values are not rows of d_in {di}", x.len())));
+            return Err(ModelError::Invalid(format!("{} values are not rows of d_in {di}", x.len())));
         }
         let mut out = Encoded { top: Vec::new(), l0: Vec::new(), mse: Vec::new() };
         let mut f = alloc::vec![0f32; ds];
@@ -188,6 +188,8 @@ pub struct SaeStream {
     head: Vec<u8>,
     /// W_enc, b_enc, W_dec, b_dec, once the header is read.
     spans: Option<[Span; 4]>,
+    /// The data region's length (where the last tensor ends), once the header is read.
+    data_end: u64,
     /// Data bytes received so far.
     data_len: u64,
     parts: [Vec<u8>; 4],
@@ -205,6 +207,7 @@ impl SaeStream {
             cfg: SaeCfg::parse(cfg)?,
             head: Vec::new(),
             spans: None,
+            data_end: 0,
             data_len: 0,
             parts: Default::default(),
             total: 0,
@@ -241,11 +244,18 @@ impl SaeStream {
             if self.head.len() < want {
                 return Ok(());
             }
-            self.spans = Some(self.read_header()?);
+            let (spans, end) = self.read_header()?;
+            (self.spans, self.data_end) = (Some(spans), end);
             self.head = Vec::new();
         }
         let spans = self.spans.expect("header read");
         let (from, to) = (self.data_len, self.data_len + chunk.len() as u64);
+        if to > self.data_end {
+            return Err(bad_file(format!(
+                "bytes past the end of the data ({} bytes after the header, the tensors end at {})",
+                to, self.data_end
+            )));
+        }
         for (span, part) in spans.iter().zip(&mut self.parts) {
             // Bytes arrive in order, so a tensor's next byte is at begin + part.len().
             let (b, e) = (span.begin.max(from), span.end.min(to));
@@ -258,11 +268,16 @@ impl SaeStream {
         Ok(())
     }
 
-    /// The header's four tensors, each checked: F32, cfg.json's shape, a span of its size.
-    fn read_header(&self) -> Result<[Span; 4], ModelError> {
+    /// The header's four tensors, each checked: F32, cfg.json's shape, a span of its size;
+    /// and every tensor's span together, as the format requires: they tile the data region
+    /// from byte 0, with no byte shared by two tensors and none left over.
+    fn read_header(&self) -> Result<([Span; 4], u64), ModelError> {
         let header: serde_json::Value =
             serde_json::from_slice(&self.head[8..]).map_err(|e| bad_file(format!("the header is not JSON: {e}")))?;
         let header = header.as_object().ok_or_else(|| bad_file("the header is not a JSON object".into()))?;
+        // A list of whole numbers, or None when it is not one (a fraction, a string, a negative).
+        let uints =
+            |v: Option<&serde_json::Value>| -> Option<Vec<u64>> { v?.as_array()?.iter().map(|x| x.as_u64()).collect() };
         let mut spans = [Span { begin: 0, end: 0 }; 4];
         for (k, (name, shape)) in self.cfg.tensors().into_iter().enumerate() {
             let shape: Vec<usize> = shape.into_iter().filter(|&d| d > 0).collect();
@@ -275,28 +290,46 @@ impl SaeStream {
                 Some(other) => return Err(format_err(format!("tensor '{name}' of dtype {other} (only F32)"))),
                 None => return Err(bad("no dtype".into())),
             }
-            let got: Option<Vec<u64>> =
-                t.get("shape").and_then(|v| v.as_array()).map(|a| a.iter().filter_map(|x| x.as_u64()).collect());
             let want: Vec<u64> = shape.iter().map(|&x| x as u64).collect();
-            if got.as_ref() != Some(&want) {
+            if uints(t.get("shape")).as_ref() != Some(&want) {
                 return Err(bad(format!(
                     "shape {} where cfg.json implies {want:?}",
                     t.get("shape").map_or("none".into(), |v| v.to_string())
                 )));
             }
-            let offs: Vec<u64> = t
-                .get("data_offsets")
-                .and_then(|v| v.as_array())
-                .map(|a| a.iter().filter_map(|x| x.as_u64()).collect())
-                .unwrap_or_default();
-            let [begin, end] = offs[..] else { return Err(bad("data_offsets is not [begin, end]".into())) };
+            let Some([begin, end]) = uints(t.get("data_offsets")).and_then(|o| <[u64; 2]>::try_from(o).ok()) else {
+                return Err(bad("data_offsets is not [begin, end]".into()));
+            };
             let need = want.iter().product::<u64>() * 4;
             if begin > end || end - begin != need {
                 return Err(bad(format!("data_offsets [{begin}, {end}] for {need} bytes")));
             }
             spans[k] = Span { begin, end };
         }
-        Ok(spans)
+        // Every tensor's span, the four above and any other the file holds.
+        let mut all: Vec<(u64, u64, &str)> = Vec::with_capacity(header.len());
+        for (name, t) in header.iter().filter(|(k, _)| k.as_str() != "__metadata__") {
+            let offs = uints(t.get("data_offsets")).and_then(|o| <[u64; 2]>::try_from(o).ok());
+            match offs {
+                Some([b, e]) if b <= e => all.push((b, e, name)),
+                _ => {
+                    return Err(bad_file(format!("tensor '{name}': data_offsets is not [begin, end] with begin ≤ end")))
+                }
+            }
+        }
+        all.sort_unstable();
+        let mut at = 0u64;
+        for &(b, e, name) in &all {
+            if b != at {
+                let what = if b > at { "a hole" } else { "an overlap" };
+                return Err(bad_file(format!(
+                    "tensor '{name}': data_offsets [{b}, {e}] leave {what} at byte {} of the data (the tensors must tile it)",
+                    b.min(at)
+                )));
+            }
+            at = e;
+        }
+        Ok((spans, at))
     }
 
     /// The SAE, once every byte of its tensors came; typed `format` errors for a file that

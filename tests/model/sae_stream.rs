@@ -111,3 +111,75 @@ fn an_sae_for_another_model_is_invalid() {
     invalid(&at("blocks.1.mlp.hook_post"), &hp(32, 3), "has 128 values per position");
     invalid(&at("blocks.0.attn.hook_pattern"), &hp(32, 3), "depend on the text's length");
 }
+
+/// The file's data region as the format requires it (issue 35 item 4): the tensors' spans tile
+/// it from byte 0, none overlapping another, no byte between two or after the last. A header
+/// that breaks this is refused as soon as it is in, before any data byte, naming the tensor.
+#[test]
+fn overlapping_gapped_or_trailing_tensor_bytes_are_format_errors() {
+    let (cfg, w) = files();
+    let n = u64::from_le_bytes(w[..8].try_into().unwrap()) as usize;
+    let data = &w[8 + n..];
+    let file = |header: serde_json::Value, data: &[u8]| -> Vec<u8> {
+        let h = header.to_string();
+        [&(h.len() as u64).to_le_bytes()[..], h.as_bytes(), data].concat()
+    };
+    let spans = |dec: [u64; 2], enc: [u64; 2], bdec: [u64; 2], benc: [u64; 2]| {
+        serde_json::json!({
+            "W_dec": { "dtype": "F32", "shape": [64, 32], "data_offsets": dec },
+            "W_enc": { "dtype": "F32", "shape": [32, 64], "data_offsets": enc },
+            "b_dec": { "dtype": "F32", "shape": [32], "data_offsets": bdec },
+            "b_enc": { "dtype": "F32", "shape": [64], "data_offsets": benc },
+        })
+    };
+    let fails = |bytes: Vec<u8>, msg: &str| {
+        // Whole, and one byte at a time (the error comes as soon as the header is in).
+        for chunk in [bytes.len(), 1] {
+            match streamed(&cfg, &bytes, chunk) {
+                Err(ModelError::Format(m)) => assert!(m.contains(msg), "want '{msg}', got: {m}"),
+                other => panic!("want format '{msg}', got {:?}", other.map(|s| s.d_sae)),
+            }
+        }
+    };
+    // The fixture's own layout loads.
+    assert!(streamed(&cfg, &file(spans([0, 8192], [8192, 16384], [16384, 16512], [16512, 16768]), data), 7).is_ok());
+    // W_dec on W_enc's bytes.
+    fails(
+        file(spans([8192, 16384], [8192, 16384], [16384, 16512], [16512, 16768]), data),
+        "leave a hole at byte 0 of the data",
+    );
+    fails(
+        file(spans([0, 8192], [0, 8192], [16384, 16512], [16512, 16768]), data),
+        "data_offsets [0, 8192] leave an overlap at byte 0",
+    );
+    // b_dec inside W_dec.
+    fails(
+        file(spans([0, 8192], [8192, 16384], [100, 228], [16512, 16768]), data),
+        "tensor 'b_dec': data_offsets [100, 228] leave an overlap at byte 100",
+    );
+    // A 4-byte hole before b_dec.
+    let holed = [&data[..16384], &[0u8; 4], &data[16384..]].concat();
+    fails(
+        file(spans([0, 8192], [8192, 16384], [16388, 16516], [16516, 16772]), &holed),
+        "tensor 'b_dec': data_offsets [16388, 16516] leave a hole at byte 16384",
+    );
+    // Another tensor in the file counts too: one on W_enc's bytes, or one with a bad span.
+    let mut extra = spans([0, 8192], [8192, 16384], [16384, 16512], [16512, 16768]);
+    extra["extra"] = serde_json::json!({ "dtype": "F32", "shape": [4], "data_offsets": [8192, 8208] });
+    fails(file(extra.clone(), data), "leave an overlap at byte 8192");
+    extra["extra"] = serde_json::json!({ "dtype": "F32", "shape": [4], "data_offsets": [5, 1] });
+    fails(file(extra, data), "tensor 'extra': data_offsets is not [begin, end] with begin ≤ end");
+    // Bytes after the last tensor.
+    let longer = [data, &[0u8; 4]].concat();
+    fails(
+        file(spans([0, 8192], [8192, 16384], [16384, 16512], [16512, 16768]), &longer),
+        "bytes past the end of the data",
+    );
+    // Shapes and offsets are lists of whole numbers: an entry that is not one is not dropped.
+    let mut odd = spans([0, 8192], [8192, 16384], [16384, 16512], [16512, 16768]);
+    odd["W_dec"]["shape"] = serde_json::json!([64, "x", 32]);
+    fails(file(odd.clone(), data), "tensor 'W_dec': shape [64,\"x\",32]");
+    odd["W_dec"]["shape"] = serde_json::json!([64, 32]);
+    odd["W_dec"]["data_offsets"] = serde_json::json!([0, -1, 8192]);
+    fails(file(odd, data), "tensor 'W_dec': data_offsets is not [begin, end]");
+}
