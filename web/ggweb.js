@@ -524,6 +524,13 @@ function eitherSignal(a, b) {
   return { signal: c.signal, done: () => { a?.removeEventListener('abort', abort); b.removeEventListener('abort', abort); } };
 }
 
+/** generateParams's logitBias back as numbers (its "-Infinity" strings are for the wasm side's JSON data model). */
+function biasValues(bias) {
+  const out = Object.create(null);
+  for (const k of Object.keys(bias)) out[k] = bias[k] === '-Infinity' ? -Infinity : bias[k];
+  return out;
+}
+
 /** A sparse autoencoder loaded by `Model.loadSae`. */
 export class Sae {
   #call;
@@ -898,9 +905,10 @@ export class Model {
       // and the errors read the same on both transports.
       const input = modelInput(prompt, 'generate');
       const opts = without(o, ['signal']);
-      generateParams(opts);
-      boolOption(opts.special, 'special', false);
-      return this.#t.generate(input, { ...opts }, push);
+      // What crosses is the checked copy (a Proxy or getter in the options is read once, here).
+      const params = generateParams(opts);
+      const special = boolOption(opts.special, 'special', false);
+      return this.#t.generate(input, { ...params, ...(params.logitBias ? { logitBias: biasValues(params.logitBias) } : {}), special }, push);
     }, signal);
   }
   /**
