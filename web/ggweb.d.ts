@@ -432,7 +432,7 @@ export declare class Sae {
   readonly hookName: HookName;
   readonly applyBDecToInput: boolean;
   /** @throws GgwebError 'invalid', 'busy', 'aborted' (options.signal), 'disposed' (this SAE
-   *  or its model, also when disposed during the call), 'device_lost'. */
+   *  or its model, also when disposed during the call), 'unsupported' (its hooks or captures need more memory than is left), 'device_lost'. */
   encode(input: ModelInput, options?: SaeEncodeOptions | null): Promise<SaeEncoded>;
   /** Feature `i`'s decoder row (dIn values).
    *  @throws GgwebError 'invalid' (not an integer in 0..dSae-1), 'disposed'. */
@@ -740,24 +740,30 @@ export declare class Model {
    *  @throws GgwebError 'invalid' (bad or no ids, longer than the context), 'busy', 'disposed', 'device_lost'. */
   logits(ids: ArrayLike<number>): Promise<Float32Array>;
   /** One batched pass, no sampling: how likely the model found each token of `input`.
-   *  @throws GgwebError 'invalid', 'busy', 'aborted' (options.signal), 'disposed', 'device_lost'. */
+   *  @throws GgwebError 'invalid', 'busy', 'aborted' (options.signal), 'disposed',
+   *  'unsupported' (its hooks or captures need more memory than is left), 'device_lost'. */
   score(input: ModelInput, options?: ScoreOptions | null): Promise<ScoreResult>;
   /** One pass from position 0 keeping the requested taps (and only those) alive.
-   *  @throws GgwebError 'invalid' (an unknown tap, no taps), 'busy', 'aborted' (options.signal), 'disposed', 'device_lost'. */
+   *  @throws GgwebError 'invalid' (an unknown tap, no taps), 'busy', 'aborted' (options.signal), 'disposed',
+   *  'unsupported' (the taps need more memory than is left), 'device_lost'. */
   trace(input: ModelInput, options: TraceOptions): Promise<TraceResult>;
   /** One forward pass from position 0 with hooks and captures (TransformerLens's names and
    *  meanings). @throws GgwebError 'invalid' (a hook or capture that names nothing, out of
-   *  range, a value of the wrong length, a selection over the memory limits), 'busy', 'aborted'
-   *  (options.signal), 'disposed', 'device_lost'. */
+   *  range or listed twice, a value of the wrong length, more than 2^28 hooked values),
+   *  'busy', 'aborted' (options.signal), 'disposed', 'unsupported' (its hooks or captures
+   *  need more memory than is left), 'device_lost'. */
   run(input: ModelInput, options?: RunOptions | null): Promise<RunResult>;
   /** An activation patching sweep; clean and corrupted must have the same length.
-   *  @throws GgwebError 'invalid', 'busy', 'aborted' (options.signal), 'disposed', 'device_lost'. */
+   *  @throws GgwebError 'invalid', 'busy', 'aborted' (options.signal), 'disposed',
+   *  'unsupported' (its hooks or captures need more memory than is left), 'device_lost'. */
   patch(clean: ModelInput, corrupted: ModelInput, options: PatchOptions): Promise<PatchResult>;
   /** The logit lens: every layer's residual through ln_final (its own statistics) and the unembedding.
-   *  @throws GgwebError 'invalid', 'busy', 'aborted' (options.signal), 'disposed', 'device_lost'. */
+   *  @throws GgwebError 'invalid', 'busy', 'aborted' (options.signal), 'disposed',
+   *  'unsupported' (its hooks or captures need more memory than is left), 'device_lost'. */
   logitLens(input: ModelInput, options?: LogitLensOptions | null): Promise<LogitLensResult>;
   /** Direct logit attribution through the final LayerNorm's cached scale.
-   *  @throws GgwebError 'invalid', 'busy', 'aborted' (options.signal), 'disposed', 'device_lost'. */
+   *  @throws GgwebError 'invalid', 'busy', 'aborted' (options.signal), 'disposed',
+   *  'unsupported' (its hooks or captures need more memory than is left), 'device_lost'. */
   attribute(input: ModelInput, options: AttributeOptions): Promise<AttributeResult>;
   /** A folder URL ending in '/' (cfg.json, sae_weights.safetensors) or { cfg, weights }.
    *  From a URL the weights stream chunk by chunk into the model's wasm side (never held
@@ -776,7 +782,7 @@ export declare class Model {
    *  A bad argument makes the first next() reject (a `signal` that is not an AbortSignal
    *  throws at once).
    *  @throws GgwebError 'invalid' (bad prompt or option, longer than the context), 'busy',
-   *    'aborted', 'disposed', 'device_lost'. */
+   *    'aborted', 'disposed', 'unsupported' (its hooks need more memory than is left), 'device_lost'. */
   generate(prompt: ModelInput, options?: GenerateOptions | null): Generation;
   /** For tests of the recovery path: destroys a WebGPU model's device as a driver reset
    *  would (a running generation fails at its next step). Code 'unsupported' on the CPU. */

@@ -43,19 +43,20 @@ const ALLOWED = {
   tokenize: ['invalid'],
   detokenize: ['invalid'],
   logits: ['invalid'],
-  score: ['invalid'],
-  trace: ['invalid'],
-  generate: ['invalid'],
+  // 'unsupported': hooks, captures or taps needing more memory than is left (none should here).
+  score: ['invalid', 'unsupported'],
+  trace: ['invalid', 'unsupported'],
+  generate: ['invalid', 'unsupported'],
   info: [],
   // A debugging hook: on the CPU backend there is no device to lose.
   _debugLoseDevice: ['unsupported'],
-  run: ['invalid'],
-  patch: ['invalid'],
-  logitLens: ['invalid'],
-  attribute: ['invalid'],
+  run: ['invalid', 'unsupported'],
+  patch: ['invalid', 'unsupported'],
+  logitLens: ['invalid', 'unsupported'],
+  attribute: ['invalid', 'unsupported'],
   // From a URL: the test server's answers (a 404 is 'network' for loadSae), a stall.
   loadSae: ['invalid', 'format', 'network', 'timeout'],
-  'sae.encode': ['invalid'],
+  'sae.encode': ['invalid', 'unsupported'],
   'sae.decoderRow': ['invalid'],
   // Loads an SAE of its own, disposes it (maybe twice), then expects 'disposed' from encode.
   'sae.dispose': ['invalid', 'format'],
