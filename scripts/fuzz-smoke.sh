@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Fuzz smoke: builds every cargo-fuzz target in fuzz/ once (gguf_chunks, tokenizer_roundtrip,
-# gallocr_plan, model_split, model_sizes32: whatever `cargo fuzz list` names), runs them side
-# by side for FUZZ_SECS seconds each (default 60: the five share the machine's cores, so the
-# step's wall time stays what three took), and fails on any crash, hang, oversized allocation
+# gallocr_plan, model_split, model_sizes32, sae_safetensors: whatever `cargo fuzz list` names),
+# runs them side by side for FUZZ_SECS seconds each (default 60: they share the machine's
+# cores, so the step's wall time stays what three took), and fails on any crash, hang, oversized allocation
 # or a target that ran no inputs. Prints one line per target:
 #   fuzz <target>: <runs> runs, <exec/s> exec/s, cov <edges>, corpus <n>, 0 crashes
 # (scripts/test.sh counts those lines.)

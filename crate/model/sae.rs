@@ -252,8 +252,8 @@ impl SaeStream {
         let (from, to) = (self.data_len, self.data_len + chunk.len() as u64);
         if to > self.data_end {
             return Err(bad_file(format!(
-                "bytes past the end of the data ({} bytes after the header, the tensors end at {})",
-                to, self.data_end
+                "bytes past the end of the data (its tensors end at byte {} of it)",
+                self.data_end
             )));
         }
         for (span, part) in spans.iter().zip(&mut self.parts) {

@@ -135,6 +135,21 @@ fn main() {
         write(&g, name, &bytes);
     }
 
+    // sae_safetensors: [cfg length u16][cfg.json][safetensors]: tests/fixtures/tiny-sae (d_in 32,
+    // d_sae 64), and a smaller one written here (d_in 2, d_sae 3) with an extra tensor and
+    // metadata, whose tensors tile its data region in another order.
+    let s = root.join("sae_safetensors");
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/tiny-sae");
+    let sae_seed = |cfg: &str, file: &[u8]| [&(cfg.len() as u16).to_le_bytes()[..], cfg.as_bytes(), file].concat();
+    let cfg = fs::read_to_string(fixture.join("cfg.json")).unwrap();
+    write(&s, "tiny-sae", &sae_seed(&cfg, &fs::read(fixture.join("sae_weights.safetensors")).unwrap()));
+    let small_cfg =
+        r#"{"d_in":2,"d_sae":3,"apply_b_dec_to_input":false,"metadata":{"hook_name":"blocks.0.hook_resid_pre"}}"#;
+    let header = r#"{"__metadata__":{"format":"pt"},"b_dec":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"extra":{"dtype":"F32","shape":[1],"data_offsets":[8,12]},"W_enc":{"dtype":"F32","shape":[2,3],"data_offsets":[12,36]},"b_enc":{"dtype":"F32","shape":[3],"data_offsets":[36,48]},"W_dec":{"dtype":"F32","shape":[3,2],"data_offsets":[48,72]}}"#;
+    let data: Vec<u8> = (0..18).flat_map(|i| (i as f32 * 0.25 - 2.0).to_le_bytes()).collect();
+    let small = [&(header.len() as u64).to_le_bytes()[..], header.as_bytes(), &data].concat();
+    write(&s, "small-sae-extra-tensor", &sae_seed(small_cfg, &small));
+
     let base = tiny_gpt2(TinySpec { n_layer: 2, ..tiny });
     for (name, bytes) in hparam_mutations(&base) {
         write(&g, &name, &bytes);
