@@ -523,6 +523,17 @@ impl Session {
                 return Err(ModelError::ContextFull { needed, n_ctx });
             }
         }
+        // Each sequence (or beam) keeps a row of logits per step and its own copy of the
+        // history: sized against the memory left before any is made.
+        let n_seq = opts.n.max(opts.num_beams) as u64;
+        let needed = n_seq * (n_vocab as u64 * 4 + (prompt.len() + max_new) as u64 * 4);
+        if let Some(left) = crate::backend::host::address_space_left().filter(|&l| needed > l) {
+            return Err(ModelError::RunTooLarge {
+                what: alloc::format!("{n_seq} sequences' logits and histories"),
+                needed,
+                left,
+            });
+        }
         // The hooks are checked now (names, ranges, values), as for a one-token step.
         super::hooks::plan(&opts.hooks, &self.model.hparams, 1, 0, false)?;
         let keep = if opts.reuse_prompt { self.common_prefix(&prompt, &opts.hooks).min(prompt.len() - 1) } else { 0 };
