@@ -149,7 +149,8 @@ function setupMake() {
     } else if (c?.kind === 'drop') {
       delete header[c.tensor];
     }
-    let text = JSON.stringify(header);
+    // A file's header is text: a BigInt among the corrupt values is written as its number.
+    let text = JSON.stringify(header, (_, v) => (typeof v === 'bigint' ? Number(v) : v));
     if (c?.kind === 'headerText') text = text.slice(0, c.cut) + c.insert + text.slice(c.cut);
     const h = new TextEncoder().encode(text);
     const file = new Uint8Array(8 + h.length + bytes.length);
