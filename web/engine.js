@@ -541,18 +541,33 @@ export class Engine {
       await this._idle();
       this._check('logits');
       if (this.busy) throw new GgwebError('busy', `logits: the model is busy (${this.busy})`);
-      this.busy = 'logits';
+      const release = this._take('logits');
       try {
         const out = await model.logits(a);
         return out instanceof Float32Array ? out : Float32Array.from(out);
       } catch (e) {
         throw this._noteLost(toGgwebError(e, 'invalid', 'logits'));
       } finally {
-        this.busy = null;
+        release();
       }
     })();
-    this.logitsDone = p.catch(() => {});
     return p;
+  }
+
+  /**
+   * Marks the model busy with `method` (logits, or a long call in wasm) until the returned
+   * release(); `callDone` resolves then: dispose() and saeDispose() free what that call
+   * uses only after it. (Set when the call takes the model, not when it is made: a call
+   * refused as 'busy' meanwhile must not stand for the one running.)
+   */
+  _take(method) {
+    this.busy = method;
+    let release;
+    this.callDone = new Promise((r) => { release = r; });
+    return () => {
+      this.busy = null;
+      release();
+    };
   }
 
   /** Token ids of a string or an id array (`what` names the call in errors). */
@@ -613,7 +628,7 @@ export class Engine {
       if (this.busy) throw new GgwebError('busy', `${what}: the model is busy (${this.busy})`);
       const lead = sae === null ? [] : [this._sae(sae, what)];
       if (cancelled()) throw new GgwebError('aborted', `${what}: aborted`);
-      this.busy = method;
+      const release = this._take(method);
       // An SAE disposed during the call is freed when it ends (saeDispose).
       this.saeInUse = sae;
       const gone = () => this.disposed || (sae !== null && !this.saes?.has(sae));
@@ -623,11 +638,10 @@ export class Engine {
         if (gone()) throw new GgwebError('disposed', `${what}: the ${this.disposed ? 'model' : 'SAE'} was disposed`);
         throw this._noteLost(toGgwebError(e, 'invalid', what));
       } finally {
-        this.busy = null;
         this.saeInUse = null;
+        release();
       }
     })();
-    this.logitsDone = p.catch(() => {});
     return p;
   }
 
@@ -769,7 +783,7 @@ export class Engine {
     const sae = this.saes?.get(id);
     this.saes?.delete(id);
     const free = () => { try { sae?.free(); } catch { /* already freed */ } };
-    if (sae && this.saeInUse === id) return this.logitsDone.then(free);
+    if (sae && this.saeInUse === id) return this.callDone.then(free);
     free();
   }
 
@@ -915,7 +929,7 @@ export class Engine {
     const free = () => { try { m?.free(); } catch { /* consumed */ } };
     if (this.current) this.freed = this.current.done.then(free);
     // logits or a long call (score ... saeEncode) in wasm: it stops at its next checkpoint.
-    else if (this.busy && this.busy !== 'load') this.freed = this.logitsDone.then(free);
+    else if (this.busy && this.busy !== 'load') this.freed = this.callDone.then(free);
     else this.freed = Promise.resolve(free());
     return this.freed;
   }

@@ -344,6 +344,9 @@ for (const worker of [true, false]) {
       t0 = performance.now();
       const q = code(m.patch(clean, corrupted, { at: 'resid_pre', answer: 1, against: 2 }));
       await new Promise((r) => setTimeout(r, out.fullMs / 10));
+      // A call refused as 'busy' meanwhile does not stand for the running one: dispose() still
+      // waits for the sweep to stop before it frees the model.
+      out.busyMeanwhile = await code(m.score(clean));
       await m.dispose();
       out.disposedMidway = await q;
       out.disposedAfterMs = performance.now() - t0;
@@ -357,6 +360,7 @@ for (const worker of [true, false]) {
     assert.ok(v.logitsSame, 'the model\'s logits changed after an aborted sweep');
     assert.equal(v.scoreAfter, 19);
     for (const [k, [r]] of Object.entries(v.others)) assert.match(r, new RegExp(`^(ok|aborted: ${k.replace('.', '\\.')}: aborted)$`), k);
+    assert.equal(v.busyMeanwhile, 'busy: score: the model is busy (patch)');
     assert.match(v.disposedMidway, /^disposed: /);
     assert.ok(v.disposedAfterMs < v.fullMs / 2 + 1000, `disposed after ${v.disposedAfterMs} ms of a ${v.fullMs} ms sweep`);
     if (!worker) assert.ok(v.maxGapMs < 100, `the page thread was blocked ${v.maxGapMs} ms during the sweep`);
