@@ -26,6 +26,7 @@ mod inspect;
 mod model;
 mod warmup;
 
+pub use inside::{WasmSae, WasmSaeLoader};
 pub use inspect::WasmInspector;
 pub use model::{load_options, WasmLoader, WasmModel};
 

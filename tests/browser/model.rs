@@ -484,3 +484,30 @@ fn info_without_memory(m: &WasmModel) -> Value {
     info.as_object_mut().unwrap().remove("wasmMemory").expect("info has wasmMemory");
     info
 }
+
+/// `WasmSae` in the browser (issue 35 items 4 and 5): `decoderRow`'s index is a JS number
+/// checked whole and in range in Rust too (as a `u32` parameter 2^32 + 7 wrapped to row 7,
+/// 2^53 and 1e300 to row 0), and a safetensors file whose tensors overlap is `format`.
+#[wasm_bindgen_test]
+fn sae_decoder_row_is_range_checked_in_rust_and_overlapping_tensors_are_format() {
+    use ggweb::bindings::WasmSae;
+    let cfg = include_str!("../fixtures/tiny-sae/cfg.json");
+    let w: &[u8] = include_bytes!("../fixtures/tiny-sae/sae_weights.safetensors");
+    let code = |e: JsValue| js_sys::Reflect::get(&e, &"code".into()).unwrap().as_string().unwrap();
+    let sae = WasmSae::new(cfg, w).unwrap();
+    let row7 = sae.decoder_row(7.0).unwrap();
+    assert_eq!(row7.len(), 32);
+    assert_ne!(sae.decoder_row(0.0).unwrap(), row7);
+    for bad in [4294967296.0 + 7.0, 4294967296.0, 2f64.powi(53), 1e300, 64.0, -1.0, 0.5, f64::NAN, f64::INFINITY] {
+        let e = sae.decoder_row(bad).unwrap_err();
+        assert_eq!(code(e), "invalid", "decoderRow({bad})");
+    }
+    // W_enc's span moved onto W_dec's bytes (the header keeps its length: JSON allows spaces).
+    let n = u64::from_le_bytes(w[..8].try_into().unwrap()) as usize;
+    let header = std::str::from_utf8(&w[8..8 + n]).unwrap();
+    let overlapping = header.replacen("\"data_offsets\":[8192,16384]", "\"data_offsets\":[0,8192]    ", 1);
+    assert_ne!(overlapping, header);
+    let bytes = [&w[..8], overlapping.as_bytes(), &w[8 + n..]].concat();
+    let e = WasmSae::new(cfg, &bytes).err().expect("refused");
+    assert_eq!(code(e), "format");
+}
