@@ -17,12 +17,23 @@ LOG_TAG=build-wasm
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 
-# bindgen_opt RAW_WASM OUT_DIR [extra wasm-opt flags]: glue, wasm-opt, load check.
+# bindgen_opt RAW_WASM OUT_DIR [extra wasm-opt flags]: glue, wasm-opt, load check. Skipped
+# when OUT_DIR was made from these very bytes with these flags (a stamp under target/, not in
+# OUT_DIR, which the package ships): `npm start` after `npm test` reuses the four builds
+# instead of running wasm-bindgen and wasm-opt again (cargo itself has nothing to redo).
 bindgen_opt() {
     local raw=$1 out=$2
     shift 2
     [ -f "$raw" ] || die "cargo produced no $raw"
-    rm -rf "$out"
+    local stamp_dir="$TARGET_DIR/wasm-stamps" stamp
+    stamp="$( (sha256sum "$raw" | cut -d' ' -f1; wasm-bindgen --version; echo "opt=${GGWEB_WASM_OPT:-1} $*"
+        cat scripts/check-wasm.mjs) | sha256sum | cut -d' ' -f1)"
+    if [ -f "$out/ggweb_core_bg.wasm" ] && [ -f "$out/ggweb_core.js" ] &&
+        [ "$(cat "$stamp_dir/$(basename "$out")" 2>/dev/null)" = "$stamp $(sha256sum "$out/ggweb_core_bg.wasm" | cut -d' ' -f1)" ]; then
+        log "$out is up to date with $raw (wasm-bindgen and wasm-opt skipped)"
+        return
+    fi
+    rm -rf "$out" "$stamp_dir/$(basename "$out")"
     wasm-bindgen --target web --out-dir "$out" --out-name ggweb_core "$raw"
     local wasm="$out/ggweb_core_bg.wasm"
     if [ "${GGWEB_WASM_OPT:-1}" != 0 ]; then
@@ -38,6 +49,8 @@ bindgen_opt() {
         log "wasm-opt -O3: $before -> $(stat -c %s "$wasm") bytes"
     fi
     node --experimental-wasm-relaxed-simd scripts/check-wasm.mjs "$out"
+    mkdir -p "$stamp_dir"
+    echo "$stamp $(sha256sum "$wasm" | cut -d' ' -f1)" >"$stamp_dir/$(basename "$out")"
 }
 
 # build_single OUT_DIR EXTRA_FEATURES: the single-thread module (own target dir per feature
