@@ -69,7 +69,7 @@ function tokenize(src) {
             // char literal ('a', '\n', '\u{..}', b'x') or a lifetime ('a, 'static)
             const k = c === "'" ? i : i + 1;
             if (src[k + 1] === '\\') {
-                let j = k + 2;
+                let j = k + 3; // past the escaped character ('\'' included)
                 while (j < n && src[j] !== "'") j++;
                 i = j + 1;
             } else {
