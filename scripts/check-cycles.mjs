@@ -13,8 +13,10 @@
 // module's name. A name is followed through `use`/`pub use` re-exports to the file that
 // defines it (`crate::backend::Buffer` is the file where `trait Buffer` stands, not
 // backend/mod.rs that re-exports it); a name that is a module is that module's file. `mod x;`
-// itself is no arrow (declaring a child is not taking a name from it). Comments, strings and
-// `#[cfg]` are not looked at: test modules count like the rest.
+// itself is no arrow (declaring a child is not taking a name from it), and neither is a name a
+// file takes from the files of the modules around it (its folder's mod.rs, lib.rs): Rust nests
+// a module inside its parent, which sees it whole (farm-studio draws no circle there either).
+// Comments, strings and `#[cfg]` are not looked at: test modules count like the rest.
 import { readFileSync, readdirSync, statSync, existsSync } from 'node:fs';
 import { join, dirname, basename, relative, resolve } from 'node:path';
 
@@ -137,7 +139,7 @@ function newModule(parent, name, file, dir, crate) {
     return m;
 }
 
-function parseFile(file, mod, modRs) {
+function parseFile(file, mod) {
     if (fileSeen.has(file)) {
         warnings.push(`${rel(file)} is a module twice`);
         return;
@@ -203,7 +205,7 @@ function parseFile(file, mod, modRs) {
                     const isModRs = basename(child) === 'mod.rs';
                     const cdir = isModRs ? dirname(child) : join(dirname(child), basename(child, '.rs'));
                     const cm = newModule(scope.mod, name, child, cdir, scope.mod.crate);
-                    parseFile(child, cm, isModRs);
+                    parseFile(child, cm);
                 }
                 pathAttr = null;
                 i += 2;
@@ -247,7 +249,6 @@ function parseFile(file, mod, modRs) {
             i = k - 1;
         }
     }
-    void modRs;
 }
 
 // `use` tree -> [{ segs, name (the alias bound), glob }]
@@ -313,7 +314,7 @@ const allFiles = listRs(ROOT);
 function addCrate(name, file) {
     const m = newModule(null, '', file, dirname(file), name);
     crates.set(name, m);
-    parseFile(file, m, true);
+    parseFile(file, m);
 }
 addCrate('lib', join(ROOT, 'lib.rs'));
 for (const f of allFiles) {
