@@ -201,7 +201,8 @@ for browser in chrome firefox; do
     [ "$browser" = firefox ] && driver=(--geckodriver "$(command -v geckodriver)")
     # wasm-pack builds with `cargo build --tests` (the dev profile), then runs `cargo test` (the
     # test profile: opt-level 2); with dev at opt-level 2 too the second reuses the first's
-    # artifacts instead of rebuilding the crate and every test file, twice per browser.
+    # artifacts instead of rebuilding the crate and every test file, twice per browser. The
+    # runner's 300 s per test is also .cargo/config.toml's [env], for a bare `wasm-pack test`.
     run_step "wasm-$browser" env CARGO_PROFILE_DEV_OPT_LEVEL=2 WASM_BINDGEN_TEST_TIMEOUT="${WASM_BINDGEN_TEST_TIMEOUT:-300}" TMPDIR="$BROWSER_TMP" \
         wasm-pack --log-level warn test --headless "--$browser" "${driver[@]}" -- "${browser_tests[@]}"
     name=$([ "$browser" = chrome ] && echo Chrome || echo Firefox)
