@@ -29,8 +29,8 @@ use alloc::vec;
 use alloc::vec::Vec;
 use core::cell::{Cell, RefCell};
 
+use crate::backend::buffer::{BackendError, Buffer};
 use crate::backend::host::HostBuffer;
-use crate::backend::Buffer;
 use crate::types::GgmlType;
 
 /// ggml's GGML_MAX_DIMS.
@@ -554,7 +554,7 @@ impl Tensor {
     }
 
     /// [`Tensor::get_bytes`] with a failed device read (a lost WebGPU device) as an error.
-    pub fn try_get_bytes(&self, out: &mut [u8], offset: usize) -> Result<(), crate::backend::BackendError> {
+    pub fn try_get_bytes(&self, out: &mut [u8], offset: usize) -> Result<(), BackendError> {
         let d = self.data().unwrap_or_else(|| panic!("get_bytes on unallocated tensor '{}'", self.name()));
         assert!(offset + out.len() <= self.nbytes(), "get_bytes past the end of '{}'", self.name());
         if self.unpack_into(out, offset) {

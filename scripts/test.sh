@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # npm test: everything, from a fresh Debian machine with Rust.
 #   1. setup (idempotent installs); 1b. types: web/ggweb.d.ts under tsc --strict (tests/types/)
+#   1c. no import cycles between the files of crate/ (scripts/check-cycles.mjs)
 #   2. cargo test (native: unit, integration, doc tests),
 #      then PyPI's gguf reading a file our writer made (tests/support/check_with_pypi_gguf.py)
 #   3. no_std core build for wasm32 (and x86_64)   4. wasm tests (wasm-pack test) in headless Chromium, Firefox
@@ -95,6 +96,13 @@ run_step types node --test --test-reporter=spec tests/types/*.test.mjs
 n=$(count_node_test "$LOGS/types.log" "type checks")
 PASSED=$((PASSED + n))
 SUMMARY+=("types (tsc --strict --noEmit, TypeScript $(node -p "require('typescript/package.json').version")): $n passed ($STEP_SECS s)")
+
+# 1c. no import cycles between the files of crate/ (scripts/check-cycles.mjs: `use` lines and
+# paths in code, resolved to the file that defines each name; a cycle fails, named file -> file)
+run_step cycles node scripts/check-cycles.mjs crate
+grep -qE '^import cycles: 0 .*: ok$' "$LOGS/cycles.log" || die "import cycles in crate/ (see $LOGS/cycles.log)"
+PASSED=$((PASSED + 1))
+SUMMARY+=("$(grep -E '^import cycles: ' "$LOGS/cycles.log") ($STEP_SECS s)")
 
 # 2. native tests
 run_step native cargo test --color never
@@ -193,7 +201,8 @@ for browser in chrome firefox; do
     [ "$browser" = firefox ] && driver=(--geckodriver "$(command -v geckodriver)")
     # wasm-pack builds with `cargo build --tests` (the dev profile), then runs `cargo test` (the
     # test profile: opt-level 2); with dev at opt-level 2 too the second reuses the first's
-    # artifacts instead of rebuilding the crate and every test file, twice per browser.
+    # artifacts instead of rebuilding the crate and every test file, twice per browser. The
+    # runner's 300 s per test is also .cargo/config.toml's [env], for a bare `wasm-pack test`.
     run_step "wasm-$browser" env CARGO_PROFILE_DEV_OPT_LEVEL=2 WASM_BINDGEN_TEST_TIMEOUT="${WASM_BINDGEN_TEST_TIMEOUT:-300}" TMPDIR="$BROWSER_TMP" \
         wasm-pack --log-level warn test --headless "--$browser" "${driver[@]}" -- "${browser_tests[@]}"
     name=$([ "$browser" = chrome ] && echo Chrome || echo Firefox)

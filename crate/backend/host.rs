@@ -6,7 +6,7 @@ use alloc::string::String;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicUsize, Ordering};
 
-use super::{BackendError, Buffer};
+use super::buffer::{BackendError, Buffer};
 
 /// Bytes of host memory a model may take. On wasm32, a linear memory grows to at most
 /// 4 GiB, and what it has grown to so far is taken (the allocator may hold some of it

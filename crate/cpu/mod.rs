@@ -50,8 +50,8 @@ use crate::backend::{Backend, BackendError, Buffer, BufferType};
 use crate::graph::Graph;
 use crate::tensor::{Op, Tensor};
 
-pub use ops::gelu_f32;
 use ops::{BinaryOp, Exec, KernelError, TensorView};
+pub use simd::gelu_f32;
 
 /// Tensor data in CPU buffers is aligned for the widest SIMD loads we use.
 pub const CPU_ALIGNMENT: usize = 64;

@@ -602,18 +602,6 @@ pub(crate) fn norm(a: &TensorView, dst: &TensorView, eps: f32, exec: &Exec) -> K
     )
 }
 
-/// GELU, tanh form (GPT-2's `gelu_new`), evaluated in f64 and rounded once: within half
-/// an f32 ulp of the exact value. Uses 0.5·(1 + tanh(u)) = 1 / (1 + e^(-2u)), which has no
-/// cancellation for large negative x.
-#[inline]
-pub fn gelu_f32(x: f32) -> f32 {
-    const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
-    const C: f64 = 0.044_715;
-    let x = x as f64;
-    let u = SQRT_2_OVER_PI * x * (1.0 + C * x * x);
-    (x / (1.0 + libm::exp(-2.0 * u))) as f32
-}
-
 pub(crate) fn gelu(a: &TensorView, dst: &TensorView, exec: &Exec) -> KResult {
     let s = simd::best();
     map_rows(

@@ -16,30 +16,12 @@ use alloc::string::{String, ToString};
 
 use alloc::vec::Vec;
 
-use super::context::KvCache;
+pub use super::hparams::Hparams;
+use super::kv_cache::KvCache;
 use super::ModelError;
 use crate::graph::Graph;
 use crate::tensor::{Context, ContextParams, Tensor, TENSOR_OVERHEAD};
 use crate::types::GgmlType;
-
-/// `gpt2.*` keys of a GGUF file.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Hparams {
-    pub n_vocab: usize,
-    /// Positions the model was trained for (rows of `position_embd`).
-    pub n_ctx_train: usize,
-    pub n_embd: usize,
-    pub n_head: usize,
-    pub n_layer: usize,
-    pub n_ff: usize,
-    pub eps: f32,
-}
-
-impl Hparams {
-    pub fn head_dim(&self) -> usize {
-        self.n_embd / self.n_head
-    }
-}
 
 /// One transformer block's weights.
 pub struct Layer {

@@ -48,9 +48,16 @@ use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
 
-use super::context::TapValue;
-use super::gpt2::Hparams;
+use super::hparams::Hparams;
 use super::ModelError;
+
+/// One tapped node: its name, ggml shape (`ne[0]` fastest) and values in memory order.
+#[derive(Clone, Debug)]
+pub struct TapValue {
+    pub name: String,
+    pub ne: [i64; 4],
+    pub data: Vec<f32>,
+}
 
 /// Where a hook point's values come from.
 #[derive(Clone, Debug, PartialEq)]

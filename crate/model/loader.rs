@@ -30,7 +30,7 @@ use core::cell::Cell;
 
 use super::context::{Gpt2, Gpt2Options};
 use super::gpt2::{block_index, global_weight_shapes, layer_weight_shapes, weight_on_gpu, Hparams};
-use super::plan::PlanBackend;
+use super::plan_backend::PlanBackend;
 use super::ModelError;
 use crate::backend::{Backend, BufferType};
 use crate::cpu::CpuBackend;

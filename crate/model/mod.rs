@@ -4,12 +4,15 @@
 pub mod context;
 pub mod gpt2;
 pub mod hooks;
+pub mod hparams;
 pub mod inside;
+pub mod kv_cache;
 pub mod loader;
 pub mod logprobs;
 #[cfg(feature = "std")]
 pub mod options;
 pub mod plan;
+mod plan_backend;
 #[cfg(feature = "std")]
 pub mod sae;
 pub mod sampling;

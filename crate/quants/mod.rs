@@ -34,6 +34,7 @@
 //! [`scalar`]), so native and browser runs agree to the last bit.
 
 pub mod blocks;
+mod kernel;
 pub mod repack;
 pub mod scalar;
 pub mod traits;

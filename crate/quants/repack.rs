@@ -46,11 +46,10 @@
 use alloc::vec;
 use core::sync::atomic::{AtomicBool, Ordering};
 
+use super::kernel::{q4_k_qs_src, q6_k_src};
+pub use super::kernel::{PackedKernel, GROUP};
 use super::{cpu_traits, ColPrep};
 use crate::types::GgmlType;
-
-/// Rows per group of wasm's layout (the smallest group of any [`layout`]).
-pub const GROUP: usize = 4;
 
 /// One field of a block in a group: `size` bytes at `offset` in ggml's block, laid out `il`
 /// bytes of each row in turn.
@@ -181,20 +180,6 @@ const fn pairs(m: &[u16]) -> bool {
     true
 }
 
-/// Byte `s` of a run of 32 (quant bytes of Q4_K: `qs[32c + s]`) at position `q4_k_pos(s)` of
-/// its 128: vector v, byte i holds `qs[32·((i/2) % 4) + 4v + 2(i/8) + i % 2]`.
-pub(crate) const fn q4_k_qs_src(p: usize) -> usize {
-    let (v, i) = (p / 16, p % 16);
-    32 * ((i / 2) % 4) + 4 * v + 2 * (i / 8) + i % 2
-}
-
-/// Q6_K: position `16P + i` (i = 2L + b) of a run of 32 holds byte `16(L % 2) + 8P + 2(L/2) + b`.
-pub(crate) const fn q6_k_src(p: usize) -> usize {
-    let (pp, i) = (p / 16, p % 16);
-    let (l, b) = (i / 2, i % 2);
-    16 * (l % 2) + 8 * pp + 2 * (l / 2) + b
-}
-
 const fn q4_k_map() -> [u16; 4 * 144] {
     let mut m = [0u16; 4 * 144];
     let mut r = 0;
@@ -243,25 +228,6 @@ const fn q6_k_map() -> [u16; 4 * 210] {
     }
     m
 }
-
-/// A kernel that reads the packed layout: one row of b against `ng` groups of a.
-pub struct PackedKernel {
-    /// For tests and `ggweb bench` to show which kernel a build runs.
-    pub name: &'static str,
-    /// `c[R·g + r]` = row R·g + r of `a` (`ng` groups of `nb` blocks, R = [`group`]) · the
-    /// row `b` (of the vec_dot_type). False (c untouched) where this kernel cannot take `b` exactly (a
-    /// relaxed product with an activation of -128): the caller unpacks instead.
-    pub(crate) decode: PackedDecode,
-    /// Reads the block quant sums of b (`ColPrep::ysum`).
-    pub(crate) wants_sums: bool,
-    /// The prompt kernel on whole groups (from [`PACKED_MAX_N`] rows of b), or None: the
-    /// groups are unpacked per call for the plain one. It never hands rows of b back
-    /// (`plain`).
-    pub(crate) prompt: Option<&'static super::PromptGemm>,
-}
-
-pub(crate) type PackedDecode =
-    fn(ty: GgmlType, nb: usize, ng: usize, a: &[u8], b: &[u8], cols: &ColPrep, c: &mut [f32]) -> bool;
 
 static DISABLED: AtomicBool = AtomicBool::new(false);
 

@@ -10,15 +10,15 @@ use core::arch::wasm32::*;
 use bytemuck::cast_slice;
 
 use super::blocks::*;
+use super::kernel::{PromptGemm, Table};
 use super::scalar::{self, reduce8, LANES};
-use super::traits::{PromptGemm, Table};
 use crate::types::GgmlType;
 
 /// The SIMD128 table: the scalar one with every `vec_dot` of its own, Q8_0's quantization,
 /// the prompt kernels, and the packed (repacked at load) kernels of Q8_0, Q4_K and Q6_K.
 pub(super) const fn table() -> Table {
     use GgmlType::*;
-    let mut t = super::traits::scalar_table();
+    let mut t = super::kernel::scalar_table();
     macro_rules! blocks {
         ($($ty:ident => $kernel:ident),*) => {
             $(t[$ty as usize].vec_dot = Some(|_, a, b| $kernel(cast_slice(a), cast_slice(b)));)*

@@ -24,8 +24,8 @@ use alloc::vec::Vec;
 use bytemuck::cast_slice;
 
 use super::blocks::*;
+use super::kernel::{PromptGemm, Table};
 use super::scalar::{self, reduce8, LANES};
-use super::traits::{PromptGemm, Table};
 use crate::types::GgmlType;
 
 mod activations;
@@ -42,7 +42,7 @@ pub(super) use activations::col_prep_q8_0;
 /// rows passed are checked by the callers in [`super`].
 pub(super) const fn table(vnni: Vnni) -> Table {
     use GgmlType::*;
-    let mut t = super::traits::scalar_table();
+    let mut t = super::kernel::scalar_table();
     macro_rules! blocks {
         ($($ty:ident => $kernel:ident),*) => {
             $(t[$ty as usize].vec_dot = Some(|_, a, b| unsafe { $kernel(cast_slice(a), cast_slice(b)) });)*

@@ -8,7 +8,6 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::readback::Prefetched;
 use super::{MatMulKernels, WebGpuOptions, WebGpuStats};
 use crate::backend::BackendError;
 use crate::tensor::Tensor;
@@ -83,6 +82,15 @@ impl Drop for GpuBuffer {
     fn drop(&mut self) {
         LIVE_BUFFERS.fetch_sub(1, Ordering::Relaxed);
     }
+}
+
+/// Bytes `[lo, hi)` of `src`, copied into `staging` (from its byte 0) by the last graph
+/// (`readback.rs` makes and takes them).
+pub(crate) struct Prefetched {
+    pub(super) src: wgpu::Buffer,
+    pub(super) lo: u64,
+    pub(super) hi: u64,
+    pub(super) staging: GpuBuffer,
 }
 
 /// State shared by the backend, its buffer type and its buffers.

@@ -13,17 +13,9 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context as TaskContext, Poll, Waker};
 
-use super::device::{Gpu, GpuBuffer};
+use super::device::{Gpu, GpuBuffer, Prefetched};
 use crate::allocator::align_up;
 use crate::backend::BackendError;
-
-/// Bytes `[lo, hi)` of `src`, copied into `staging` (from its byte 0) by the last graph.
-pub(crate) struct Prefetched {
-    src: wgpu::Buffer,
-    lo: u64,
-    hi: u64,
-    staging: GpuBuffer,
-}
 
 fn staging_buffer(gpu: &Gpu, size: u64) -> GpuBuffer {
     gpu.create_buffer(&wgpu::BufferDescriptor {

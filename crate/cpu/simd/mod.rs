@@ -95,11 +95,11 @@ pub trait Simd: Sync {
         dst.iter_mut().zip(src).for_each(|(d, &h)| *d = f16_bits_to_f32(h));
     }
 
-    /// GELU (tanh form) in place, as [`gelu_f32`](crate::cpu::gelu_f32) defines it: in f64,
+    /// GELU (tanh form) in place, as [`gelu_f32`] defines it: in f64,
     /// rounded once to f32. The SIMD versions evaluate the same f64 formula with a
     /// polynomial exp accurate to ~1e-11, so results are within one f32 rounding too.
     fn gelu(&self, x: &mut [f32]) {
-        x.iter_mut().for_each(|v| *v = crate::cpu::gelu_f32(*v));
+        x.iter_mut().for_each(|v| *v = gelu_f32(*v));
     }
 
     /// `x[i] = exp(x[i] - sub)` (f32, within 2 ulp; 0 below -87.3) and returns Σ x[i]
@@ -144,6 +144,18 @@ pub(crate) const LN2_LO_F32: f32 = 1.428_606_8e-6;
 /// Constants of the GELU tanh form: √(2/π) and 0.044715.
 pub(crate) const GELU_K: f64 = 0.797_884_560_802_865_4;
 pub(crate) const GELU_C: f64 = 0.044_715;
+
+/// GELU, tanh form (GPT-2's `gelu_new`), evaluated in f64 and rounded once: within half
+/// an f32 ulp of the exact value. Uses 0.5·(1 + tanh(u)) = 1 / (1 + e^(-2u)), which has no
+/// cancellation for large negative x.
+#[inline]
+pub fn gelu_f32(x: f32) -> f32 {
+    const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
+    const C: f64 = 0.044_715;
+    let x = x as f64;
+    let u = SQRT_2_OVER_PI * x * (1.0 + C * x * x);
+    (x / (1.0 + libm::exp(-2.0 * u))) as f32
+}
 
 /// The fastest implementation this machine and build can run.
 pub fn best() -> &'static dyn Simd {

@@ -13,8 +13,8 @@ use alloc::vec;
 use bytemuck::cast_slice;
 
 use super::super::blocks::*;
+use super::super::kernel::PromptGemm;
 use super::super::scalar::{reduce8, LANES};
-use super::super::traits::PromptGemm;
 use super::{hsum_i32, nibbles, q5};
 
 #[cfg(target_feature = "relaxed-simd")]

@@ -20,10 +20,10 @@ use alloc::vec;
 use bytemuck::cast_slice;
 
 use super::super::blocks::*;
+use super::super::kernel::PromptGemm;
 use super::super::scalar::{reduce8, LANES};
-use super::super::traits::PromptGemm;
-use super::{hsum_i32, load, packed_k};
-use crate::types::{GgmlType, QK_K};
+use super::{hsum_i32, load};
+use crate::types::QK_K;
 
 const Y_SIZE: usize = core::mem::size_of::<BlockQ8_K>();
 const Y_QS: usize = 4;
@@ -54,7 +54,7 @@ pub(super) static GEMMS: [PromptGemm; 5] = {
 
 /// One block of a row of a, unpacked.
 #[derive(Clone, Copy)]
-struct Prep {
+pub(super) struct Prep {
     /// Unsigned quants; vector j = elements 16j..16j+16 (sub-block j).
     u: [v128; 16],
     /// Sub-block j's scale in every i16 lane.
@@ -65,7 +65,7 @@ struct Prep {
     dmin: f32,
 }
 
-trait KBlock: bytemuck::Pod {
+pub(super) trait KBlock: bytemuck::Pod {
     /// `d·isum - dmin·summ` (summ through `mn`); else `d·(isum - offsets)`.
     const MINS: bool;
     fn prep(&self) -> Prep;
@@ -192,7 +192,7 @@ impl KBlock for BlockQ6_K {
 /// `c[j·ldc + i]` for `m` rows of a (`nb` blocks of 256) and `n` rows of b (whole rows,
 /// checked by `gemm`).
 #[allow(clippy::too_many_arguments)]
-fn gemm_rows_k<X: KBlock>(
+pub(super) fn gemm_rows_k<X: KBlock>(
     nb: usize,
     m: usize,
     a: &[u8],
@@ -263,66 +263,6 @@ fn tiles<X: KBlock>(
             j += 1;
         }
     }
-}
-
-#[cfg(target_feature = "relaxed-simd")]
-const PACKED_NAME: &str = "simd128 k-quant tiles (4-row groups, relaxed dot)";
-#[cfg(not(target_feature = "relaxed-simd"))]
-const PACKED_NAME: &str = "simd128 k-quant tiles (4-row groups)";
-
-/// The prompt kernels of Q4_K and Q6_K weights repacked at load (`packed_k`): the rows are
-/// put back in ggml's layout once per call (vector shuffles), then the plain kernel above
-/// (the same code: tile kernels specialised for the packed rows ran ~14% slower in Chromium).
-pub(super) static PACKED_GEMMS: [PromptGemm; 2] = {
-    macro_rules! k_gemm {
-        ($X:ty) => {
-            PromptGemm {
-                name: PACKED_NAME,
-                rows: |ty, nb, m, a, _, b, ldb, cols, c, ldc| {
-                    gemm_rows_packed::<$X>(ty, nb, m, a, b, ldb, cols.plain.len(), c, ldc)
-                },
-                needs_plain: false,
-                wants_sums: false,
-                chunk: crate::quants::L1_CHUNK,
-            }
-        };
-    }
-    [k_gemm!(BlockQ4_K), k_gemm!(BlockQ6_K)]
-};
-
-#[allow(clippy::too_many_arguments)]
-fn gemm_rows_packed<X: KBlock>(
-    ty: GgmlType,
-    nb: usize,
-    m: usize,
-    a: &[u8],
-    b: &[u8],
-    ldb: usize,
-    n: usize,
-    c: &mut [f32],
-    ldc: usize,
-) {
-    let (xs, gb) = (core::mem::size_of::<X>(), 4 * core::mem::size_of::<X>());
-    assert!(matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K) && xs == ty.type_size());
-    assert!(m % 4 == 0 && a.len() >= m / 4 * nb * gb);
-    // The rows back in ggml's layout (vector shuffles; a few hundred KiB at most, as mul_mat
-    // hands out blocks of rows), then the plain kernel: its code, its speed.
-    let mut plain = vec![X::zeroed(); m * nb];
-    for (i, row) in plain.chunks_exact_mut(nb).enumerate() {
-        let (g, r) = (i / 4, i % 4);
-        for (t, x) in row.iter_mut().enumerate() {
-            // SAFETY: block t of group g lies inside a (asserted); x is one block.
-            unsafe {
-                let blk = a.as_ptr().add((g * nb + t) * gb);
-                let out = x as *mut X as *mut u8;
-                match ty {
-                    GgmlType::Q4_K => packed_k::unpack_q4_k(blk, r, out),
-                    _ => packed_k::unpack_q6_k(blk, r, out),
-                }
-            }
-        }
-    }
-    gemm_rows_k::<X>(nb, m, bytemuck::cast_slice(&plain), nb * xs, b, ldb, n, c, ldc)
 }
 
 /// Σ u·y of one sub-block of 16 times its scale, into 4 i32 lanes (exact).

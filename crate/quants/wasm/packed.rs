@@ -12,8 +12,8 @@
 
 use core::arch::wasm32::*;
 
-use super::super::repack::{PackedKernel, GROUP};
-use super::super::{ColPrep, PromptGemm};
+use super::super::kernel::{PackedKernel, PromptGemm, GROUP};
+use super::super::ColPrep;
 use super::{dot32, f16x4_to_f32, load, transpose_sum};
 use crate::types::GgmlType;
 

@@ -26,10 +26,13 @@
 
 use core::arch::wasm32::*;
 
+use alloc::vec;
 use alloc::vec::Vec;
 
-use super::super::repack::{q4_k_qs_src, q6_k_src, PackedKernel, GROUP};
+use super::super::blocks::{BlockQ4_K, BlockQ6_K};
+use super::super::kernel::{q4_k_qs_src, q6_k_src, PackedKernel, PromptGemm, GROUP};
 use super::super::ColPrep;
+use super::kquants::{gemm_rows_k, KBlock};
 use super::{f16x4_to_f32, transpose_sum};
 use crate::types::GgmlType;
 
@@ -45,9 +48,69 @@ const NAME: &str = "simd128 4-row k-quant groups (relaxed dot)";
 const NAME: &str = "simd128 4-row k-quant groups";
 
 pub(in crate::quants) static PACKED_Q4_K: PackedKernel =
-    PackedKernel { name: NAME, decode, wants_sums: false, prompt: Some(&super::kquants::PACKED_GEMMS[0]) };
+    PackedKernel { name: NAME, decode, wants_sums: false, prompt: Some(&PACKED_GEMMS[0]) };
 pub(in crate::quants) static PACKED_Q6_K: PackedKernel =
-    PackedKernel { name: NAME, decode, wants_sums: false, prompt: Some(&super::kquants::PACKED_GEMMS[1]) };
+    PackedKernel { name: NAME, decode, wants_sums: false, prompt: Some(&PACKED_GEMMS[1]) };
+
+#[cfg(target_feature = "relaxed-simd")]
+const PACKED_NAME: &str = "simd128 k-quant tiles (4-row groups, relaxed dot)";
+#[cfg(not(target_feature = "relaxed-simd"))]
+const PACKED_NAME: &str = "simd128 k-quant tiles (4-row groups)";
+
+/// The prompt kernels of Q4_K and Q6_K weights repacked at load (this file's layout): the rows are
+/// put back in ggml's layout once per call (vector shuffles), then `kquants`' plain kernel
+/// (the same code: tile kernels specialised for the packed rows ran ~14% slower in Chromium).
+static PACKED_GEMMS: [PromptGemm; 2] = {
+    macro_rules! k_gemm {
+        ($X:ty) => {
+            PromptGemm {
+                name: PACKED_NAME,
+                rows: |ty, nb, m, a, _, b, ldb, cols, c, ldc| {
+                    gemm_rows_packed::<$X>(ty, nb, m, a, b, ldb, cols.plain.len(), c, ldc)
+                },
+                needs_plain: false,
+                wants_sums: false,
+                chunk: crate::quants::L1_CHUNK,
+            }
+        };
+    }
+    [k_gemm!(BlockQ4_K), k_gemm!(BlockQ6_K)]
+};
+
+#[allow(clippy::too_many_arguments)]
+fn gemm_rows_packed<X: KBlock>(
+    ty: GgmlType,
+    nb: usize,
+    m: usize,
+    a: &[u8],
+    b: &[u8],
+    ldb: usize,
+    n: usize,
+    c: &mut [f32],
+    ldc: usize,
+) {
+    let (xs, gb) = (core::mem::size_of::<X>(), 4 * core::mem::size_of::<X>());
+    assert!(matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K) && xs == ty.type_size());
+    assert!(m % 4 == 0 && a.len() >= m / 4 * nb * gb);
+    // The rows back in ggml's layout (vector shuffles; a few hundred KiB at most, as mul_mat
+    // hands out blocks of rows), then the plain kernel: its code, its speed.
+    let mut plain = vec![X::zeroed(); m * nb];
+    for (i, row) in plain.chunks_exact_mut(nb).enumerate() {
+        let (g, r) = (i / 4, i % 4);
+        for (t, x) in row.iter_mut().enumerate() {
+            // SAFETY: block t of group g lies inside a (asserted); x is one block.
+            unsafe {
+                let blk = a.as_ptr().add((g * nb + t) * gb);
+                let out = x as *mut X as *mut u8;
+                match ty {
+                    GgmlType::Q4_K => unpack_q4_k(blk, r, out),
+                    _ => unpack_q6_k(blk, r, out),
+                }
+            }
+        }
+    }
+    gemm_rows_k::<X>(nb, m, bytemuck::cast_slice(&plain), nb * xs, b, ldb, n, c, ldc)
+}
 
 /// Byte j of the reordered quants of a Q8_K block (16 vectors) = element `PERM[j]`: the
 /// element the packed weights put at that place.

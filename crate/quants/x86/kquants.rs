@@ -19,8 +19,8 @@ use alloc::vec;
 use bytemuck::cast_slice;
 
 use super::super::blocks::*;
+use super::super::kernel::PromptGemm;
 use super::super::scalar::{reduce8, LANES};
-use super::super::traits::PromptGemm;
 use super::{bits, hsum_i32, load256};
 use crate::types::QK_K;
 

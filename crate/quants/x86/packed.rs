@@ -12,8 +12,8 @@
 
 use core::arch::x86_64::*;
 
-use super::super::repack::PackedKernel;
-use super::super::{ColPrep, PromptGemm};
+use super::super::kernel::{PackedKernel, PromptGemm};
+use super::super::ColPrep;
 use super::{dpbusd, load256};
 use crate::types::GgmlType;
 

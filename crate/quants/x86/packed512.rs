@@ -13,8 +13,8 @@
 
 use core::arch::x86_64::*;
 
-use super::super::repack::PackedKernel;
-use super::super::{ColPrep, PromptGemm};
+use super::super::kernel::{PackedKernel, PromptGemm};
+use super::super::ColPrep;
 use crate::types::GgmlType;
 
 /// Rows per group ([`crate::quants::repack::group`]) and rows of b per prompt pass.

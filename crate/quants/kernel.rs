@@ -1,0 +1,173 @@
+//! What the CPU kernels share with the tables that hold them and the code that calls them
+//! (ggml-cpu's `ggml_type_traits_cpu` and kernel signatures): the per-type entry
+//! ([`TypeTraitsCpu`]), the prompt and packed kernels' types ([`PromptGemm`],
+//! [`PackedKernel`]), the portable table every ISA's table starts from ([`scalar_table`]),
+//! and the byte order of the packed groups that [`super::repack`] writes and the kernels
+//! read. Below both the ISA kernels (`x86.rs`, `wasm.rs`) and the dispatch over them
+//! ([`super::traits`]), so neither imports the other's types.
+
+use super::{scalar, ColPrep};
+use crate::types::GgmlType;
+
+/// A row of a type to f32 (`dst.len()` elements).
+pub type ToFloat = fn(src: &[u8], dst: &mut [f32]);
+/// f32 to a row of a type (`src.len()` elements).
+pub type FromFloat = fn(src: &[f32], dst: &mut [u8]);
+/// Σ a·b over `n` elements: `a` a checked row of the type, `b` of its `vec_dot_type`.
+pub type VecDot = fn(n: usize, a: &[u8], b: &[u8]) -> f32;
+
+/// The rows-of-a kernel of a prompt product ([`super::gemm`] does the chunking and the
+/// per-row-of-b preparation it asks for).
+pub struct PromptGemm {
+    /// For tests and `ggweb bench` to show which kernel a build runs.
+    pub name: &'static str,
+    /// c\[j·ldc + i\] for `m` rows of a (`nb` blocks each) and every row of b not `plain`.
+    /// SAFETY of the stored pointer: only in the table of an ISA this machine runs.
+    pub(crate) rows: GemmRows,
+    /// Rows of b holding -128 go to `vec_dot` (the AVX2 Q8_0 `maddubs` product is exact
+    /// only without them).
+    pub(crate) needs_plain: bool,
+    /// The kernel reads the block quant sums of b (the u8 × i8 offsets).
+    pub(crate) wants_sums: bool,
+    /// Natively, about how many bytes of b's rows one call takes ([`super::L1_CHUNK`] for
+    /// kernels that walk one row of b at a time, [`super::L2_CHUNK`] for ones taking four
+    /// per pass). wasm sizes its chunks by the widened rows instead.
+    pub(crate) chunk: usize,
+}
+
+pub(crate) type GemmRows = fn(
+    ty: GgmlType,
+    nb: usize,
+    m: usize,
+    a: &[u8],
+    lda: usize,
+    b: &[u8],
+    ldb: usize,
+    cols: &ColPrep,
+    c: &mut [f32],
+    ldc: usize,
+);
+
+/// One type's CPU kernels (None: the type has no such kernel).
+#[derive(Clone, Copy)]
+pub struct TypeTraitsCpu {
+    pub to_float: Option<ToFloat>,
+    pub from_float: Option<FromFloat>,
+    /// Against rows of `vec_dot_type`. Q8_1 and Q8_K (activation types) have none.
+    pub vec_dot: Option<VecDot>,
+    pub vec_dot_type: GgmlType,
+    /// The prompt kernel, or None: [`super::gemm`] loops over `vec_dot`.
+    pub gemm: Option<&'static PromptGemm>,
+    /// The kernel that reads weights repacked at load ([`super::repack`]), or None: weights
+    /// of this type stay in ggml's layout on this ISA.
+    pub packed: Option<&'static PackedKernel>,
+}
+
+/// Indexed by `GgmlType as usize` (ggml's type ids; the gaps hold empty entries).
+pub(crate) const N_TYPES: usize = GgmlType::BF16 as usize + 1;
+pub(crate) type Table = [TypeTraitsCpu; N_TYPES];
+
+const EMPTY: TypeTraitsCpu = TypeTraitsCpu {
+    to_float: None,
+    from_float: None,
+    vec_dot: None,
+    vec_dot_type: GgmlType::F32,
+    gemm: None,
+    packed: None,
+};
+
+/// The portable kernels every table starts from.
+pub(crate) const fn scalar_table() -> Table {
+    use GgmlType::*;
+    let mut t = [EMPTY; N_TYPES];
+    let mut i = 0;
+    while i < GgmlType::ALL.len() {
+        let ty = GgmlType::ALL[i];
+        t[ty as usize].vec_dot_type = ty.vec_dot_type();
+        i += 1;
+    }
+    macro_rules! set {
+        ($ty:ident, $to:expr, $from:expr, $dot:expr) => {
+            t[$ty as usize].to_float = $to;
+            t[$ty as usize].from_float = $from;
+            t[$ty as usize].vec_dot = $dot;
+        };
+    }
+    set!(F32, Some(scalar::dequantize_f32), Some(scalar::quantize_f32), Some(scalar::vec_dot_f32));
+    set!(F16, Some(scalar::dequantize_f16), Some(scalar::quantize_f16), Some(scalar::vec_dot_f16));
+    set!(BF16, Some(scalar::dequantize_bf16), Some(scalar::quantize_bf16), Some(scalar::vec_dot_bf16));
+    set!(
+        Q4_0,
+        Some(scalar::dequantize_q4_0),
+        Some(scalar::quantize_q4_0),
+        Some(|_, a, b| scalar::vec_dot_q4_0_q8_0(a, b))
+    );
+    set!(
+        Q4_1,
+        Some(scalar::dequantize_q4_1),
+        Some(scalar::quantize_q4_1),
+        Some(|_, a, b| scalar::vec_dot_q4_1_q8_1(a, b))
+    );
+    set!(
+        Q5_0,
+        Some(scalar::dequantize_q5_0),
+        Some(scalar::quantize_q5_0),
+        Some(|_, a, b| scalar::vec_dot_q5_0_q8_0(a, b))
+    );
+    set!(
+        Q5_1,
+        Some(scalar::dequantize_q5_1),
+        Some(scalar::quantize_q5_1),
+        Some(|_, a, b| scalar::vec_dot_q5_1_q8_1(a, b))
+    );
+    set!(
+        Q8_0,
+        Some(scalar::dequantize_q8_0),
+        Some(scalar::quantize_q8_0),
+        Some(|_, a, b| scalar::vec_dot_q8_0_q8_0(a, b))
+    );
+    set!(Q8_1, Some(scalar::dequantize_q8_1), Some(scalar::quantize_q8_1), None);
+    set!(Q2_K, Some(scalar::dequantize_q2_k), None, Some(|_, a, b| scalar::vec_dot_q2_k_q8_k(a, b)));
+    set!(Q3_K, Some(scalar::dequantize_q3_k), None, Some(|_, a, b| scalar::vec_dot_q3_k_q8_k(a, b)));
+    set!(Q4_K, Some(scalar::dequantize_q4_k), None, Some(|_, a, b| scalar::vec_dot_q4_k_q8_k(a, b)));
+    set!(Q5_K, Some(scalar::dequantize_q5_k), None, Some(|_, a, b| scalar::vec_dot_q5_k_q8_k(a, b)));
+    set!(Q6_K, Some(scalar::dequantize_q6_k), None, Some(|_, a, b| scalar::vec_dot_q6_k_q8_k(a, b)));
+    set!(Q8_K, Some(scalar::dequantize_q8_k), Some(scalar::quantize_q8_k), None);
+    t
+}
+
+/// A kernel that reads the packed layout: one row of b against `ng` groups of a.
+pub struct PackedKernel {
+    /// For tests and `ggweb bench` to show which kernel a build runs.
+    pub name: &'static str,
+    /// `c[R·g + r]` = row R·g + r of `a` (`ng` groups of `nb` blocks, R = [`super::repack::group`]) · the
+    /// row `b` (of the vec_dot_type). False (c untouched) where this kernel cannot take `b` exactly (a
+    /// relaxed product with an activation of -128): the caller unpacks instead.
+    pub(crate) decode: PackedDecode,
+    /// Reads the block quant sums of b (`ColPrep::ysum`).
+    pub(crate) wants_sums: bool,
+    /// The prompt kernel on whole groups (from `PACKED_MAX_N` rows of b), or None: the
+    /// groups are unpacked per call for the plain one. It never hands rows of b back
+    /// (`plain`).
+    pub(crate) prompt: Option<&'static PromptGemm>,
+}
+
+pub(crate) type PackedDecode =
+    fn(ty: GgmlType, nb: usize, ng: usize, a: &[u8], b: &[u8], cols: &ColPrep, c: &mut [f32]) -> bool;
+
+/// Rows per group of wasm's layout (the smallest group of any [`layout`](super::repack::layout)).
+pub const GROUP: usize = 4;
+
+/// Byte `s` of a run of 32 (quant bytes of Q4_K: `qs[32c + s]`) at position `q4_k_pos(s)` of
+/// its 128: vector v, byte i holds `qs[32·((i/2) % 4) + 4v + 2(i/8) + i % 2]`.
+pub(crate) const fn q4_k_qs_src(p: usize) -> usize {
+    let (v, i) = (p / 16, p % 16);
+    32 * ((i / 2) % 4) + 4 * v + 2 * (i / 8) + i % 2
+}
+
+/// Q6_K: position `16P + i` (i = 2L + b) of a run of 32 holds byte `16(L % 2) + 8P + 2(L/2) + b`.
+pub(crate) const fn q6_k_src(p: usize) -> usize {
+    let (pp, i) = (p / 16, p % 16);
+    let (l, b) = (i / 2, i % 2);
+    16 * (l % 2) + 8 * pp + 2 * (l / 2) + b
+}
