@@ -19,6 +19,8 @@ pub mod allocator;
 pub mod backend;
 #[cfg(all(target_arch = "wasm32", feature = "std"))]
 pub mod bindings;
+#[cfg(feature = "std")]
+pub mod common;
 pub mod cpu;
 pub mod gguf;
 pub mod graph;

@@ -8,7 +8,7 @@
 use clap::{Args, Parser, Subcommand};
 use serde_json::{json, Map, Value};
 
-use ggweb::model::options::{from_value, GenerateParams, LoadOptions};
+use ggweb::common::options::{from_value, GenerateParams, LoadOptions};
 use ggweb::model::session::GenerateOptions;
 
 #[derive(Parser)]

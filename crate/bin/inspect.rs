@@ -16,11 +16,12 @@ use std::io::{Read, Write};
 
 use std::rc::Rc;
 
+use ggweb::common::open_backends;
+use ggweb::common::options::LoadOptions;
 use ggweb::cpu::CpuBackend;
 use ggweb::gguf::{GgufArray, GgufHeader, GgufStreamReader, GgufValue, Limits, NullSink};
 use ggweb::model::context::{block_on, Gpt2Options};
 use ggweb::model::loader::{load_from_path_split, LoadedModel};
-use ggweb::model::options::{open_backends, LoadOptions};
 use ggweb::model::plan::HeaderPlan;
 use ggweb::webgpu::WebGpuOptions;
 use ggweb::GgmlType;

@@ -6,11 +6,12 @@ use std::rc::Rc;
 use std::time::Instant;
 
 use ggweb::backend::Backend;
+use ggweb::common::open_backends;
+use ggweb::common::options::LoadOptions;
 use ggweb::cpu::CpuBackend;
 use ggweb::gguf::{GgufStreamReader, Limits, NullSink};
 use ggweb::model::context::{block_on, Batch, Logits, SeqPos};
 use ggweb::model::loader::{load_from_path, load_from_path_split, tokenizer_from_gguf, LoadedModel};
-use ggweb::model::options::{open_backends, LoadOptions};
 use ggweb::model::session::Session;
 use ggweb::tokenizer::Tokenizer;
 use ggweb::webgpu::{WebGpuOptions, WebGpuStats};
@@ -327,7 +328,7 @@ pub fn bench(args: BenchArgs) -> Result<(), String> {
     // sequence ids); tg then counts steps per second.
     let seqs = args.seqs as usize;
     // The profiler lives in the CPU backend: with WebGPU in the run there is nothing to time per op.
-    let cpu_only = opts.backend() == ggweb::model::options::BackendChoice::Cpu;
+    let cpu_only = opts.backend() == ggweb::common::options::BackendChoice::Cpu;
     if profile && !cpu_only {
         return Err("--profile times the cpu backend's ops: leave out --backend webgpu and --gpu-layers".into());
     }

@@ -12,7 +12,7 @@ use serde::Serialize;
 use wasm_bindgen::prelude::*;
 
 use super::model::{f32s, from_js, interrupt, model_error, to_js, u32s, NodeJson, TopJson, Typed, WasmModel};
-use crate::model::options::{
+use crate::common::options::{
     AttributeParams, PatchParams, RunParams, TopKParams, ATTRIBUTE_WHAT, LENS_WHAT, PATCH_WHAT, RUN_WHAT,
     SAE_ENCODE_WHAT,
 };

@@ -21,8 +21,9 @@ use wasm_bindgen::prelude::*;
 
 use super::model::{backend_error, from_js, model_error, to_js, HparamsJson};
 use crate::backend::Backend;
+use crate::common::open_backends;
+use crate::common::options::{LoadOptions, LOAD_WHAT};
 use crate::cpu::CpuBackend;
-use crate::model::options::{open_backends, LoadOptions, LOAD_WHAT};
 use crate::model::plan::{HeaderPlan, HeaderReader};
 use crate::webgpu::WebGpuOptions;
 

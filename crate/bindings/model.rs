@@ -12,7 +12,7 @@
 //! ```
 //!
 //! `WasmModel` is a thin shell over [`Session`] (crate/model/session.rs), which the CLI
-//! drives too: options are `crate::model::options`' structs (strict: unknown keys fail),
+//! drives too: options are `crate::common::options`' structs (strict: unknown keys fail),
 //! everything crosses through serde-wasm-bindgen ([`from_js`], [`to_js`]), errors get their
 //! codes here. Generation, step by step:
 //! - `start(ids, params)` checks the ids and that the prompt fits the context (else an
@@ -33,11 +33,12 @@ use wasm_bindgen::prelude::*;
 
 use super::{js_error, wasm_memory_bytes};
 use crate::backend::{Backend, BackendError};
+use crate::common::open_backends;
+use crate::common::options::{self, GenerateParams, LoadOptions, GENERATE_WHAT, LOAD_WHAT};
 use crate::cpu::CpuBackend;
 use crate::gguf::Limits;
 use crate::model::context::{BackendMemory, Gpt2};
 use crate::model::loader::ModelLoader;
-use crate::model::options::{self, open_backends, GenerateParams, LoadOptions, GENERATE_WHAT, LOAD_WHAT};
 use crate::model::session::{Interrupt, Item, Session, TopToken};
 use crate::model::ModelError;
 use crate::webgpu::{WebGpuBackend, WebGpuOptions, WebGpuStats};
@@ -121,7 +122,7 @@ fn invalid(message: String) -> JsValue {
     js_error("invalid", message)
 }
 
-/// An options struct of `crate::model::options` from a JS value (`undefined` and `null`:
+/// An options struct of `crate::common::options` from a JS value (`undefined` and `null`:
 /// no options). Through a JSON value first: serde-wasm-bindgen reads only a struct's own
 /// fields, so an unknown key would pass unseen; this way it is refused by name.
 pub(super) fn from_js<T: DeserializeOwned>(what: &str, v: JsValue) -> Result<T, JsValue> {
@@ -194,7 +195,7 @@ impl WasmLoader {
     }
 
     /// A loader on `backends`: a CPU model is warmed up while it streams.
-    fn on(b: options::Backends, opts: &LoadOptions) -> WasmLoader {
+    fn on(b: crate::common::Backends, opts: &LoadOptions) -> WasmLoader {
         let placement = match (b.name, b.split) {
             ("cpu", _) => Placement::Cpu,
             (_, Some(n)) => Placement::Split(n),

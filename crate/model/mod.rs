@@ -9,8 +9,6 @@ pub mod inside;
 pub mod kv_cache;
 pub mod loader;
 pub mod logprobs;
-#[cfg(feature = "std")]
-pub mod options;
 pub mod plan;
 mod plan_backend;
 #[cfg(feature = "std")]

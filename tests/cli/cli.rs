@@ -458,7 +458,7 @@ fn score_and_trace_on_webgpu_match_hf() {
 
 /// One policy with the JS options: the flags are their names in kebab case with the older
 /// spellings as aliases, the defaults shown are `GenerateOptions::default()`'s (maxTokens
-/// 128 in both), and values go through the same checks (crate/model/options.rs).
+/// 128 in both), and values go through the same checks (crate/common/options.rs).
 #[test]
 fn flags_are_the_js_options_names_with_their_defaults_and_checks() {
     use ggweb::model::session::GenerateOptions;

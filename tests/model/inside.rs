@@ -7,10 +7,10 @@
 
 use std::rc::Rc;
 
+use ggweb::common::options::{parse_generate, parse_score, parse_trace, GENERATE_KEYS};
 use ggweb::cpu::CpuBackend;
 use ggweb::model::context::{block_on, Gpt2Options};
 use ggweb::model::loader::load_from_path;
-use ggweb::model::options::{parse_generate, parse_score, parse_trace, GENERATE_KEYS};
 use ggweb::model::sampling::SamplingParams;
 use ggweb::model::session::{GenerateOptions, Item, Score, Session, StopReason};
 use ggweb::model::ModelError;

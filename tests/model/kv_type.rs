@@ -4,11 +4,11 @@
 //! equal to one batch.
 
 use crate::support::eval::Eval;
+use ggweb::common::options::{from_json, parse_kv_type, LoadOptions};
 use ggweb::gguf::{read_header, Limits};
 use ggweb::model::context::Gpt2Options;
 use ggweb::model::gpt2::Hparams;
 use ggweb::model::loader::{load_from_bytes, LoadEstimate, LoadedModel};
-use ggweb::model::options::{from_json, parse_kv_type, LoadOptions};
 use ggweb::model::sampling::argmax;
 use ggweb::model::ModelError;
 use ggweb::GgmlType;

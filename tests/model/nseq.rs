@@ -187,7 +187,7 @@ fn beam_search_that_cannot_fit_the_context_is_refused() {
 
 #[test]
 fn options_n_num_beams_length_penalty_parse_strictly() {
-    use ggweb::model::options::parse_generate;
+    use ggweb::common::options::parse_generate;
     let o = parse_generate(r#"{"n":4,"seed":3}"#).unwrap();
     assert_eq!((o.n, o.num_beams, o.length_penalty), (4, 0, 1.0));
     let o = parse_generate(r#"{"numBeams":3,"lengthPenalty":-0.5,"maxTokens":5}"#).unwrap();
@@ -205,7 +205,7 @@ fn options_n_num_beams_length_penalty_parse_strictly() {
 
 #[test]
 fn hooks_take_one_sequence() {
-    use ggweb::model::options::parse_generate;
+    use ggweb::common::options::parse_generate;
     let path = fixtures::models_dir().join("tiny-gpt2-f32.gguf");
     let mut s = session_at(&path, 4);
     let ids = s.tokenizer.encode("Hello world", false);
