@@ -30,6 +30,8 @@ pub mod quants;
 pub mod sched;
 pub mod tensor;
 pub mod tokenizer;
+#[cfg(feature = "std")]
+pub mod typed;
 pub mod types;
 
 // The unit tests include test support written against the crate's public name

@@ -15,7 +15,7 @@ use ggweb::model::loader::{load_from_path, load_from_path_split, tokenizer_from_
 use ggweb::model::session::Session;
 use ggweb::tokenizer::Tokenizer;
 use ggweb::webgpu::{WebGpuOptions, WebGpuStats};
-use serde_json::{json, Value};
+use serde_json::json;
 
 use crate::args::{
     BenchArgs, GenerateArgs, InputArgs, LensArgs, LoadArgs, LogitsArgs, PatchArgs, RunArgs, ScoreArgs, TokenizeArgs,
@@ -692,10 +692,7 @@ pub fn patch(args: PatchArgs) -> Result<(), String> {
             ms(t1.elapsed())
         );
     }
-    println!(
-        "{}",
-        json!({ "shape": p.shape, "cells": p.cells, "cleanDiff": p.clean_diff, "corruptedDiff": p.corrupted_diff })
-    );
+    println!("{}", json!(p));
     Ok(())
 }
 
@@ -703,14 +700,7 @@ pub fn patch(args: PatchArgs) -> Result<(), String> {
 pub fn lens(args: LensArgs) -> Result<(), String> {
     let (mut s, ids) = session_and_prompt(&args.load, &args.input)?;
     let l = block_on(s.logit_lens(&ids, args.top_k)).map_err(|e| e.to_string())?;
-    let top: Vec<Vec<Vec<Value>>> = l
-        .top
-        .iter()
-        .map(|layer| {
-            layer.iter().map(|p| p.iter().map(|&(t, lp)| json!({ "token": t, "logprob": lp })).collect()).collect()
-        })
-        .collect();
-    println!("{}", json!({ "tokens": l.tokens, "layers": l.layers, "top": top, "logprobs": l.logprobs }));
+    println!("{}", json!(l));
     Ok(())
 }
 

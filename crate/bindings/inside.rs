@@ -11,7 +11,7 @@ use alloc::vec::Vec;
 use serde::Serialize;
 use wasm_bindgen::prelude::*;
 
-use super::model::{f32s, from_js, interrupt, model_error, to_js, u32s, NodeJson, TopJson, Typed, WasmModel};
+use super::model::{f32s, from_js, interrupt, model_error, to_js, u32s, NodeJson, Typed, WasmModel};
 use crate::common::options::{
     AttributeParams, PatchParams, RunParams, TopKParams, ATTRIBUTE_WHAT, LENS_WHAT, PATCH_WHAT, RUN_WHAT,
     SAE_ENCODE_WHAT,
@@ -32,35 +32,6 @@ struct RunJson {
     tokens: Typed,
     logits: Typed,
     cache: BTreeMap<String, NodeJson>,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct PatchJson {
-    shape: Vec<u32>,
-    cells: Typed,
-    clean_diff: f32,
-    corrupted_diff: f32,
-}
-
-#[derive(Serialize)]
-struct LensJson {
-    tokens: Typed,
-    layers: usize,
-    top: Vec<Vec<Vec<TopJson>>>,
-    logprobs: Vec<Typed>,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct AttributionJson {
-    embed: f32,
-    pos_embed: f32,
-    heads: Typed,
-    attn_bias: Typed,
-    mlps: Typed,
-    ln_bias: f32,
-    total: f32,
 }
 
 #[derive(Serialize)]
@@ -114,13 +85,7 @@ impl WasmModel {
         self.session.interrupt = interrupt(checkpoint);
         let r = self.session.patch(&clean, &corrupted, &p.at, p.answer, p.against).await;
         self.session.interrupt = None;
-        let r = r.map_err(|e| model_error("", e))?;
-        Ok(to_js(&PatchJson {
-            shape: r.shape.iter().map(|&x| x as u32).collect(),
-            cells: f32s(&r.cells),
-            clean_diff: r.clean_diff,
-            corrupted_diff: r.corrupted_diff,
-        }))
+        Ok(to_js(&r.map_err(|e| model_error("", e))?))
     }
 
     /// `logit_lens(ids, { topK? })`: `{ tokens, layers, top: [layer][pos][k] { token,
@@ -138,18 +103,7 @@ impl WasmModel {
         self.session.interrupt = interrupt(checkpoint);
         let r = self.session.logit_lens(&ids, k).await;
         self.session.interrupt = None;
-        let r = r.map_err(|e| model_error("", e))?;
-        let top = r
-            .top
-            .iter()
-            .map(|l| l.iter().map(|p| p.iter().map(|&(token, logprob)| TopJson { token, logprob }).collect()).collect())
-            .collect();
-        Ok(to_js(&LensJson {
-            tokens: u32s(&r.tokens),
-            layers: r.layers,
-            top,
-            logprobs: r.logprobs.iter().map(|l| f32s(l)).collect(),
-        }))
+        Ok(to_js(&r.map_err(|e| model_error("", e))?))
     }
 
     /// `attribute(ids, { answer, against, pos? })`: each component's share of
@@ -165,16 +119,7 @@ impl WasmModel {
         self.session.interrupt = interrupt(checkpoint);
         let r = self.session.attribute(&ids, p.answer, p.against, p.pos.unwrap_or(-1)).await;
         self.session.interrupt = None;
-        let r = r.map_err(|e| model_error("", e))?;
-        Ok(to_js(&AttributionJson {
-            embed: r.embed,
-            pos_embed: r.pos_embed,
-            heads: f32s(&r.heads),
-            attn_bias: f32s(&r.attn_bias),
-            mlps: f32s(&r.mlps),
-            ln_bias: r.ln_bias,
-            total: r.total,
-        }))
+        Ok(to_js(&r.map_err(|e| model_error("", e))?))
     }
 
     /// `checkSae(sae)`: `invalid` unless the SAE's hook is a hook point of this model with

@@ -11,39 +11,53 @@ use super::logprobs::RowStats;
 use super::session::Session;
 use super::ModelError;
 
-/// What [`Session::logit_lens`] returns.
+// The results below are what the JS calls and the CLI return, serialized as they are
+// (camelCase; number arrays as typed arrays in the browser: crate::typed).
+
+/// What [`Session::logit_lens`] returns (JS `model.logitLens`, `ggweb lens`).
 #[derive(Clone, Debug)]
+#[cfg_attr(feature = "std", derive(serde::Serialize))]
 pub struct Lens {
+    #[cfg_attr(feature = "std", serde(serialize_with = "crate::typed::u32s"))]
     pub tokens: Vec<u32>,
     /// n_layer + 1.
     pub layers: usize,
     /// `[layer][pos]`: the k most likely tokens and their logprobs, every position.
+    #[cfg_attr(feature = "std", serde(serialize_with = "crate::typed::token_logprobs"))]
     pub top: Vec<Vec<Vec<(u32, f32)>>>,
     /// `[layer]`, length n − 1: ln p(tokens[i + 1]) at position i.
+    #[cfg_attr(feature = "std", serde(serialize_with = "crate::typed::f32s_list"))]
     pub logprobs: Vec<Vec<f32>>,
 }
 
-/// What [`Session::patch`] returns.
+/// What [`Session::patch`] returns (JS `model.patch`, `ggweb patch`).
 #[derive(Clone, Debug)]
+#[cfg_attr(feature = "std", derive(serde::Serialize), serde(rename_all = "camelCase"))]
 pub struct Patch {
     /// `[n_layer, n_pos]`, or `[n_layer, n_head]` for `z`.
     pub shape: Vec<usize>,
     /// Row-major over `shape`: the logit difference with that activation patched.
+    #[cfg_attr(feature = "std", serde(serialize_with = "crate::typed::f32s"))]
     pub cells: Vec<f32>,
     pub clean_diff: f32,
     pub corrupted_diff: f32,
 }
 
-/// What [`Session::attribute`] returns: each component's share of the logit difference.
+/// What [`Session::attribute`] returns: each component's share of the logit difference
+/// (JS `model.attribute`).
 #[derive(Clone, Debug, Default)]
+#[cfg_attr(feature = "std", derive(serde::Serialize), serde(rename_all = "camelCase"))]
 pub struct Attribution {
     pub embed: f32,
     pub pos_embed: f32,
     /// `[layer][head]`.
+    #[cfg_attr(feature = "std", serde(serialize_with = "crate::typed::f32s"))]
     pub heads: Vec<f32>,
     /// `[layer]`: the attention output bias `b_O`.
+    #[cfg_attr(feature = "std", serde(serialize_with = "crate::typed::f32s"))]
     pub attn_bias: Vec<f32>,
     /// `[layer]`.
+    #[cfg_attr(feature = "std", serde(serialize_with = "crate::typed::f32s"))]
     pub mlps: Vec<f32>,
     /// `ln_final.b · (W_U[:, answer] − W_U[:, against])`.
     pub ln_bias: f32,
