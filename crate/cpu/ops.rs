@@ -305,7 +305,7 @@ pub(crate) unsafe fn convert_row(
     }
     if sty.is_quantized() {
         let mut tmp = vec![0.0f32; n];
-        crate::cpu::arch::dequantize_row(sty, core::slice::from_raw_parts(src, sty.row_size(n as i64)), &mut tmp);
+        crate::quants::dequantize_row(sty, core::slice::from_raw_parts(src, sty.row_size(n as i64)), &mut tmp);
         return convert_row(tmp.as_ptr() as *const u8, F32, 4, dst, dty, dnb, n);
     }
     let load: unsafe fn(*const u8) -> f32 = match sty {

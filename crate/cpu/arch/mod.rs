@@ -235,15 +235,6 @@ pub fn has_vec_dot(ty: GgmlType) -> bool {
     cpu_traits(ty).vec_dot.is_some()
 }
 
-/// [`crate::quants::dequantize_row`] with this machine's kernel (ggml-cpu's `to_float`): the same bits.
-pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) {
-    let n = dst.len();
-    check_row(ty, n, src.len(), "dequantize_row");
-    let to_float = cpu_traits(ty).to_float;
-    let to_float = to_float.unwrap_or_else(|| panic!("quants dequantize_row: no conversion from {ty} to f32"));
-    to_float(&src[..ty.type_size() * (n / ty.blck_size())], dst)
-}
-
 /// [`crate::quants::quantize_row`] with this machine's kernel (ggml-cpu's `from_float`, SIMD where
 /// the ISA has one): the same bits.
 pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) {
