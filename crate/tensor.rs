@@ -134,7 +134,7 @@ pub struct TensorInner {
     name: RefCell<String>,
     flags: Cell<u32>,
     data: RefCell<Option<TensorData>>,
-    /// The bytes are in the CPU's repacked layout (`quants::repack`), not ggml's.
+    /// The bytes are in the CPU's repacked layout (`cpu::arch::repack`), not ggml's.
     repacked: Cell<bool>,
     /// Unique per process; graphs and allocators key their tables by it.
     id: usize,
@@ -563,14 +563,14 @@ impl Tensor {
         d.buffer.try_get_bytes(d.offset + offset, out)
     }
 
-    /// Whether the bytes are in the CPU's repacked layout ([`crate::quants::repack`]): only
+    /// Whether the bytes are in the CPU's repacked layout ([`crate::cpu::arch::repack`]): only
     /// the CPU's `mul_mat` (as its weights) and `get_rows` (as the table) read them so.
     pub fn is_repacked(&self) -> bool {
         self.repacked.get()
     }
 
     /// Repacks a 2-D Q8_0/Q4_0/Q4_K/Q6_K weight in host memory in place, when this machine's kernels
-    /// read the packed layout, or `force` ([`crate::quants::repack::wants`]). Whether it did.
+    /// read the packed layout, or `force` ([`crate::cpu::arch::repack::wants`]). Whether it did.
     pub fn repack(&self, force: bool) -> bool {
         let (k, m) = (self.ne[0] as usize, self.ne[1] as usize);
         if self.is_repacked()
@@ -578,14 +578,14 @@ impl Tensor {
             || self.ne[2] != 1
             || self.ne[3] != 1
             || !self.is_contiguous()
-            || !crate::quants::repack::wants(self.ty, k, m, force)
+            || !crate::cpu::arch::repack::wants(self.ty, k, m, force)
         {
             return false;
         }
         let Some(p) = self.host_ptr() else { return false };
         // SAFETY: the tensor's bytes lie inside its host buffer; nothing else borrows them now.
         let data = unsafe { core::slice::from_raw_parts_mut(p, self.nbytes()) };
-        let done = crate::quants::repack::pack(self.ty, k, m, data);
+        let done = crate::cpu::arch::repack::pack(self.ty, k, m, data);
         self.repacked.set(done);
         done
     }
@@ -598,7 +598,7 @@ impl Tensor {
         let p = self.host_ptr().expect("a repacked tensor is in host memory");
         // SAFETY: the tensor's bytes lie inside its host buffer.
         let data = unsafe { core::slice::from_raw_parts(p as *const u8, self.nbytes()) };
-        crate::quants::repack::unpack_bytes(self.ty, self.ne[0] as usize, self.ne[1] as usize, data, offset, out);
+        crate::cpu::arch::repack::unpack_bytes(self.ty, self.ne[0] as usize, self.ne[1] as usize, data, offset, out);
         true
     }
 }

@@ -7,10 +7,10 @@
 //! GGWEB_BENCH_PACKED=1 cargo run --release --example kernel_bench  # the repacked decode kernels instead
 //! ```
 //!
-//! `GGWEB_BENCH_PACKED=1` times `quants::repack::gemm_packed` against one row of b (a decode
+//! `GGWEB_BENCH_PACKED=1` times `cpu::arch::repack::gemm_packed` against one row of b (a decode
 //! step) for Q8_0, Q4_K and Q6_K, in cache (one matrix again and again) and streamed from
 //! memory (rotating through copies that add up to ~256 MiB), in GB/s of weights and GMAC/s,
-//! thread CPU time; with `GGWEB_NO_REPACK=1` ggml's layout through `quants::gemm`.
+//! thread CPU time; with `GGWEB_NO_REPACK=1` ggml's layout through `cpu::arch::gemm`.
 // Native only: `wasm-pack test` (cargo test for wasm32) builds the examples too.
 #![cfg_attr(target_arch = "wasm32", no_main)]
 #![cfg(not(target_arch = "wasm32"))]
@@ -111,7 +111,7 @@ fn main() {
     let threads: usize = args.get(2).map(|s| s.parse().expect("THREADS")).unwrap_or(1);
     let backend = CpuBackend::new(threads);
     // GGWEB_NO_VNNI=1: the plain AVX2 integer kernels, for comparison.
-    ggweb::quants::set_vnni_disabled(std::env::var("GGWEB_NO_VNNI").is_ok_and(|v| v == "1"));
+    ggweb::cpu::arch::set_vnni_disabled(std::env::var("GGWEB_NO_VNNI").is_ok_and(|v| v == "1"));
     if std::env::var("GGWEB_BENCH_PACKED").is_ok_and(|v| v == "1") {
         return packed_decode();
     }
@@ -198,14 +198,14 @@ fn main() {
 /// Best thread-CPU seconds of one decode-step product over five trials of at least 0.1 s,
 /// rotating through `copies` of the weights (packed, or in ggml's layout).
 fn time_packed(ty: GgmlType, k: usize, m: usize, copies: &[Vec<u8>], b: &[u8], packed: bool) -> f64 {
-    use ggweb::quants::{self, repack};
+    use ggweb::cpu::arch::{self, repack};
     let mut c = vec![0f32; m];
     let run = |i: usize, c: &mut [f32]| {
         let a = &copies[i % copies.len()];
         if packed {
             repack::gemm_packed(ty, k, m, 1, a, b, b.len(), c, m);
         } else {
-            quants::gemm(ty, k, m, 1, a, ty.row_size(k as i64), b, b.len(), c, m);
+            arch::gemm(ty, k, m, 1, a, ty.row_size(k as i64), b, b.len(), c, m);
         }
     };
     (0..copies.len()).for_each(|i| run(i, &mut c));
@@ -224,7 +224,8 @@ fn time_packed(ty: GgmlType, k: usize, m: usize, copies: &[Vec<u8>], b: &[u8], p
 
 /// `GGWEB_BENCH_PACKED=1`: the repacked decode kernels, in cache and from memory.
 fn packed_decode() {
-    use ggweb::quants::{self, repack};
+    use ggweb::cpu::arch::repack;
+    use ggweb::quants;
     let only = std::env::var("GGWEB_BENCH_TYPES").ok();
     let no_repack = std::env::var("GGWEB_NO_REPACK").is_ok_and(|v| v == "1");
     println!("| type | K × M | layout | kernel table (`repack::kernel_name`) | in cache GB/s | GMAC/s | from memory GB/s | GMAC/s |");

@@ -159,7 +159,7 @@ fn random_weights(rng: &mut Rng, ty: GgmlType, k: usize, rows: usize) -> Vec<u8>
     b
 }
 
-/// `quants::gemm` (the prompt kernel of each type) against the loop of `vec_dot` it
+/// `cpu::arch::gemm` (the prompt kernel of each type) against the loop of `vec_dot` it
 /// replaced for Q4_1, Q5_0, Q5_1 and the K-quants: 768 × 2304 weights, 32 rows of b.
 #[wasm_bindgen_test]
 #[ignore = "benchmark (minutes): run with --include-ignored"]
@@ -188,17 +188,17 @@ fn bench_prompt_gemm_against_vec_dot_loop() {
             }
             2.0 * (k * m * n) as f64 / best * 1e-9
         };
-        let g = best(&mut || ggweb::quants::gemm(ty, k, m, n, &a, ra, &b, rb, &mut c, m));
+        let g = best(&mut || ggweb::cpu::arch::gemm(ty, k, m, n, &a, ra, &b, rb, &mut c, m));
         let want = c.clone();
         let l = best(&mut || {
             for j in 0..n {
                 for i in 0..m {
-                    c[j * m + i] = ggweb::quants::vec_dot(ty, k, &a[i * ra..(i + 1) * ra], &b[j * rb..(j + 1) * rb]);
+                    c[j * m + i] = ggweb::cpu::arch::vec_dot(ty, k, &a[i * ra..(i + 1) * ra], &b[j * rb..(j + 1) * rb]);
                 }
             }
         });
         assert!(want.iter().zip(&c).all(|(p, q)| p.to_bits() == q.to_bits()), "{ty}: gemm ≠ vec_dot");
-        let name = ggweb::quants::prompt_gemm_kernel(ty);
+        let name = ggweb::cpu::arch::prompt_gemm_kernel(ty);
         console_log!("| {ty} | {name} | {g:.2} | {l:.2} | {:.2} |", g / l);
     }
 }
@@ -383,7 +383,7 @@ fn bench_gpt2_124m_decode_profile() {
     }
 }
 
-/// Repacked weights against ggml's layout (`quants::repack`), one build: the 124M shape in
+/// Repacked weights against ggml's layout (`cpu::arch::repack`), one build: the 124M shape in
 /// Q8_0 and Q4_0 (output Q8_0) loaded twice, repacking off and on, then rounds of a 64-token
 /// prompt and 32 decoded tokens alternating between the two (tokens per CPU second of the
 /// Node process, each round's; wall time in a browser: `WASM_BINDGEN_USE_BROWSER=1`; on a
@@ -395,9 +395,9 @@ fn bench_repack_ab() {
     console_log!("| weights | layout | pp{n_prompt} tok/CPU-s (rounds) | tg{n_gen} tok/CPU-s (rounds) |");
     console_log!("|---|---|---|---|");
     for (wty, out_ty) in [(GgmlType::Q8_0, GgmlType::Q8_0), (GgmlType::Q4_0, GgmlType::Q8_0)] {
-        ggweb::quants::repack::set_disabled(true);
+        ggweb::cpu::arch::repack::set_disabled(true);
         let plain = model(wty, out_ty, 64);
-        ggweb::quants::repack::set_disabled(false);
+        ggweb::cpu::arch::repack::set_disabled(false);
         let packed = model(wty, out_ty, 64);
         assert!(plain.repacked_bytes == 0 && packed.repacked_bytes > 0);
         let mut ms = [plain, packed];

@@ -1,5 +1,5 @@
 //! The one CPU detection: what this machine and build can run, found once and read by both
-//! the f32 kernels ([`super::simd`]) and the quantized ones ([`crate::quants`]).
+//! the f32 kernels ([`super::arch`]) and the quantized ones ([`super::arch::traits`]).
 //!
 //! ```
 //! let f = ggweb::cpu::features::detect();
@@ -53,8 +53,8 @@ pub struct CpuFeatures {
 /// See [`set_scalar_only`].
 static SCALAR_ONLY: AtomicBool = AtomicBool::new(false);
 
-/// Makes every CPU kernel the portable scalar one ([`crate::cpu::simd::best`] and the
-/// [`crate::quants::Isa::best`] table) until called with `false`, whatever the machine
+/// Makes every CPU kernel the portable scalar one ([`crate::cpu::arch::best`] and the
+/// [`crate::cpu::arch::Isa::best`] table) until called with `false`, whatever the machine
 /// offers: tests/backend_ops runs its cases on the scalar kernels too. Process-wide; the
 /// caller keeps other computations out meanwhile.
 #[doc(hidden)]

@@ -19,14 +19,14 @@
 //!
 //! [`CpuBackend::graph_compute`] runs the nodes in order; view-like nodes (view, reshape,
 //! permute, transpose) compute nothing, their data being their source's. Kernels live in
-//! `ops` (crate-private) and the SIMD dot products in [`simd`].
+//! `ops` (crate-private) and the SIMD dot products in [`arch`].
 //!
 //! Numerics, chosen for fidelity to an f32 reference (PyTorch) rather than to ggml's CPU
 //! defaults: GELU is the exact tanh form (no f16 table); F16 weights are dotted with f32
 //! activations as they are (ggml rounds the activations to f16 first); row sums of norm
 //! and soft_max are f64. Quantized weights follow ggml: each activation row is quantized
-//! once to the weight type's `vec_dot_type`, then dotted as `quants::vec_dot` does (through
-//! `quants::gemm`, which gives the same bits for many pairs at once).
+//! once to the weight type's `vec_dot_type`, then dotted as `cpu::arch::vec_dot` does (through
+//! `cpu::arch::gemm`, which gives the same bits for many pairs at once).
 
 pub mod features;
 mod ops;
@@ -36,7 +36,7 @@ pub mod pool;
 mod pool_wasm;
 #[cfg(all(feature = "std", target_arch = "wasm32", target_feature = "atomics"))]
 pub use pool_wasm::workers_running;
-pub mod simd;
+pub mod arch;
 
 use alloc::collections::BTreeMap;
 use alloc::format;
@@ -50,8 +50,8 @@ use crate::backend::{Backend, BackendError, Buffer, BufferType};
 use crate::graph::Graph;
 use crate::tensor::{Op, Tensor};
 
+pub use arch::gelu_f32;
 use ops::{BinaryOp, Exec, KernelError, TensorView};
-pub use simd::gelu_f32;
 
 /// Tensor data in CPU buffers is aligned for the widest SIMD loads we use.
 pub const CPU_ALIGNMENT: usize = 64;
@@ -329,7 +329,7 @@ fn supports(node: &Tensor) -> bool {
             max_bias == 0.0 && src_is(0, &readable) && writable(node.ty) && ty(1).is_none_or(|m| matches!(m, F32 | F16))
         }
         Op::MulMat => {
-            src_is(0, &|a| crate::quants::cpu_traits(a).vec_dot.is_some())
+            src_is(0, &|a| crate::cpu::arch::cpu_traits(a).vec_dot.is_some())
                 && src_is(1, &|b| matches!(b, F32 | F16 | BF16))
                 && node.ty == F32
         }

@@ -32,7 +32,7 @@ use alloc::vec::Vec;
 
 use half::{bf16, f16};
 
-use super::simd::{self, f16_bits_to_f32, Simd};
+use super::arch::{self as simd, f16_bits_to_f32, Simd};
 use crate::tensor::{Tensor, MAX_DIMS};
 use crate::types::GgmlType;
 
@@ -111,7 +111,7 @@ pub(crate) struct TensorView {
     pub ty: GgmlType,
     pub ne: [usize; MAX_DIMS],
     pub nb: [usize; MAX_DIMS],
-    /// A weight in the repacked layout (`quants::repack`): 2-D, contiguous.
+    /// A weight in the repacked layout (`cpu::arch::repack`): 2-D, contiguous.
     pub packed: bool,
 }
 
@@ -300,7 +300,7 @@ pub(crate) unsafe fn convert_row(
         let mut tmp = vec![0.0f32; n];
         convert_row(src, sty, snb, tmp.as_mut_ptr() as *mut u8, F32, 4, n)?;
         let out = core::slice::from_raw_parts_mut(dst, dty.row_size(n as i64));
-        crate::quants::quantize_row(dty, &tmp, out);
+        crate::cpu::arch::quantize_row(dty, &tmp, out);
         return Ok(());
     }
     if sty.is_quantized() {
@@ -481,7 +481,7 @@ pub(crate) fn get_rows(a: &TensorView, b: &TensorView, dst: &TensorView, exec: &
             if a.packed {
                 // SAFETY: a is one contiguous matrix of ne[1] rows (checked above).
                 let data = unsafe { core::slice::from_raw_parts(a.ptr as *const u8, a.ne[1] * a.nb[1]) };
-                crate::quants::repack::unpack_row(a.ty, a.ne[0], a.ne[1], data, idx as usize, &mut plain);
+                crate::cpu::arch::repack::unpack_row(a.ty, a.ne[0], a.ne[1], data, idx as usize, &mut plain);
                 src = plain.as_mut_ptr();
             }
             // SAFETY: row idx is inside a (or its unpacked copy); the destination row inside dst.
@@ -717,7 +717,7 @@ impl Exec<'_> {
 enum DotKind {
     F32,
     F16,
-    /// `b` rows were quantized to `ty.vec_dot_type()`; dotted by crate::quants::gemm.
+    /// `b` rows were quantized to `ty.vec_dot_type()`; dotted by crate::cpu::arch::gemm.
     Quant(GgmlType),
 }
 
@@ -814,7 +814,7 @@ impl MulMatPlan {
                         // Blocks start at a multiple of the group's rows and end at one or at
                         // a.ne[1] (mul_mat's job split), so they hold whole groups then plain rows.
                         let b_len = (nb - 1) * self.b_nb[1] + ty.vec_dot_type().row_size(k as i64);
-                        crate::quants::repack::gemm_packed(
+                        crate::cpu::arch::repack::gemm_packed(
                             ty,
                             k,
                             mb,
@@ -829,7 +829,7 @@ impl MulMatPlan {
                     DotKind::Quant(ty) => {
                         let a_len = (mb - 1) * a.nb[1] + ty.row_size(k as i64);
                         let b_len = (nb - 1) * self.b_nb[1] + ty.vec_dot_type().row_size(k as i64);
-                        crate::quants::gemm(
+                        crate::cpu::arch::gemm(
                             ty,
                             k,
                             mb,
@@ -849,7 +849,7 @@ impl MulMatPlan {
     }
 
     /// A decode step's float product (one row of b, rows `a_rows..` of a block of `mb`):
-    /// gemm calls on 4 rows a quarter of the block apart, the order `quants::decode_row`
+    /// gemm calls on 4 rows a quarter of the block apart, the order `arch::decode_row`
     /// gives the quantized products, so the weights stream from four pages instead of as one
     /// stream of short rows (K = 768 f16 rows are 1.5 KiB, read ~35% slower that way). Each
     /// row's sum is the one a call on adjacent rows gives.
@@ -894,7 +894,7 @@ fn aligned(p: *const u8, align: usize) -> bool {
 /// `a` may be F32, F16 or a quantized type, rows packed (nb0 = element size; the other
 /// strides are free, as for a permuted K). `b` may be any float type and layout: unless it
 /// is already packed f32 rows, its rows are converted once into a scratch matrix — for a
-/// quantized `a`, quantized to `a.ty.vec_dot_type()` and dotted by `quants::gemm`. F16 `a`
+/// quantized `a`, quantized to `a.ty.vec_dot_type()` and dotted by `cpu::arch::gemm`. F16 `a`
 /// values meet f32 `b` rows as they are (see [`Simd::dot_f16_f32`]): a block of `a` rows is
 /// converted to f32 once when enough rows of `b` reuse it, else converted as it is loaded.
 ///
@@ -931,8 +931,8 @@ pub(crate) fn mul_mat(a: &TensorView, b: &TensorView, d: &TensorView, exec: &Exe
         GgmlType::F32 => DotKind::F32,
         GgmlType::F16 => DotKind::F16,
         // Quantized and BF16 weights: b is converted to the weight's vec_dot_type.
-        t if crate::quants::cpu_traits(t).vec_dot.is_some() => {
-            let vdt = crate::quants::cpu_traits(t).vec_dot_type;
+        t if crate::cpu::arch::cpu_traits(t).vec_dot.is_some() => {
+            let vdt = crate::cpu::arch::cpu_traits(t).vec_dot_type;
             if k % t.blck_size() != 0 || k % vdt.blck_size() != 0 {
                 return unsupported(format!("mul_mat: K = {k} is not whole {t}/{vdt} blocks"));
             }
@@ -986,8 +986,8 @@ pub(crate) fn mul_mat(a: &TensorView, b: &TensorView, d: &TensorView, exec: &Exe
             (wf32.as_ptr() as *const u8, [4, nb1, nb1 * b.ne[1], nb1 * b.ne[1] * b.ne[2]])
         }
         DotKind::Quant(t) => {
-            let vdt = crate::quants::cpu_traits(t).vec_dot_type;
-            let from_float = crate::quants::cpu_traits(vdt).from_float.expect("every vec_dot_type can be written");
+            let vdt = crate::cpu::arch::cpu_traits(t).vec_dot_type;
+            let from_float = crate::cpu::arch::cpu_traits(vdt).from_float.expect("every vec_dot_type can be written");
             let rs = vdt.row_size(k as i64);
             let mut words = vec![0u64; (rs * b.nrows()).div_ceil(8)];
             let out = SendPtr(words.as_mut_ptr() as *mut u8);
@@ -1032,7 +1032,7 @@ pub(crate) fn mul_mat(a: &TensorView, b: &TensorView, d: &TensorView, exec: &Exe
     let m = a.ne[1];
     let n_batches = d.ne[2] * d.ne[3];
     let row_bytes = a.ty.row_size(k as i64).max(1);
-    let tile = if a.packed { 2 * crate::quants::repack::group(a.ty) } else { 4 };
+    let tile = if a.packed { 2 * crate::cpu::arch::repack::group(a.ty) } else { 4 };
     let mut block = ((128 * 1024 / row_bytes).clamp(tile, 256) / tile * tile).min(m.max(1));
     let flops = m * d.ne[1] * k * n_batches;
     let n_threads = if flops < 1 << 16 { 1 } else { exec.n_threads() };

@@ -270,16 +270,16 @@ pub struct Gpt2 {
 }
 
 /// Repacks the matrix weights (and the tied `token_embd`, whose `get_rows` reads the packed
-/// layout too) into the layout this machine's kernels want (`quants::repack`), when the
+/// layout too) into the layout this machine's kernels want (`cpu::arch::repack`), when the
 /// model runs on the CPU alone: a split model's scheduler copies raw bytes between backends,
-/// and WebGPU reads ggml's layout. Off with `quants::repack::set_disabled` (natively, with
+/// and WebGPU reads ggml's layout. Off with `cpu::arch::repack::set_disabled` (natively, with
 /// `GGWEB_NO_REPACK=1`). Returns the bytes repacked.
 fn repack_weights(w: &Weights, sched: &Sched) -> usize {
     #[cfg(all(feature = "std", not(target_arch = "wasm32")))]
     if std::env::var_os("GGWEB_NO_REPACK").is_some_and(|v| !v.is_empty() && v != "0") {
         return 0;
     }
-    if crate::quants::repack::disabled() {
+    if crate::cpu::arch::repack::disabled() {
         return 0;
     }
     repack_all(w, sched, false)

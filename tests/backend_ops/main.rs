@@ -21,9 +21,9 @@ mod suite;
 
 use std::sync::Mutex;
 
+use ggweb::cpu::arch::{set_vnni_disabled, set_zmm_disabled, Isa};
 use ggweb::cpu::features;
 use ggweb::cpu::CpuBackend;
-use ggweb::quants::{set_vnni_disabled, set_zmm_disabled, Isa};
 use suite::{block_on, check_all, Kind, Read, Target};
 
 /// The CPU's kernel choice is process-wide: one CPU configuration at a time.
@@ -69,7 +69,7 @@ fn cpu_scalar() {
         || {
             features::set_scalar_only(true);
             assert_eq!(Isa::best(), Isa::Scalar);
-            assert_eq!(ggweb::cpu::simd::best().name(), "scalar");
+            assert_eq!(ggweb::cpu::arch::best().name(), "scalar");
         },
         || features::set_scalar_only(false),
     );

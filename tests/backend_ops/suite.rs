@@ -17,8 +17,8 @@
 
 use ggweb::allocator::alloc_ctx_tensors;
 use ggweb::backend::{Backend, BackendError};
+use ggweb::cpu::arch::Isa;
 use ggweb::cpu::CpuBufferType;
-use ggweb::quants::Isa;
 use ggweb::types::QK_K;
 use ggweb::{Context, ContextParams, GgmlType, Graph, Op, Tensor};
 use half::f16;
@@ -81,7 +81,7 @@ pub struct Built {
     pub inputs: Vec<(Tensor, Vec<u8>)>,
     /// Nodes to put in the graph before `out` (copies into a cache that `out` reads).
     pub roots: Vec<Tensor>,
-    /// Inputs the CPU repacks once their bytes are set (`quants::repack`).
+    /// Inputs the CPU repacks once their bytes are set (`cpu::arch::repack`).
     pub repack: Vec<Tensor>,
 }
 
@@ -925,7 +925,7 @@ fn get_rows_cases() -> Vec<Case> {
         }));
     }
     // The CPU's repacked layout (tied embeddings: get_rows reads the output matrix).
-    for ty in [Q8_0, Q4_0, Q4_K, Q6_K].into_iter().filter(|&ty| ggweb::quants::repack::layout(ty).is_some()) {
+    for ty in [Q8_0, Q4_0, Q4_K, Q6_K].into_iter().filter(|&ty| ggweb::cpu::arch::repack::layout(ty).is_some()) {
         let mut c = case(&format!("get_rows {ty} repacked"), Tol { abs: 1e-6, rel: 1e-6 }, move |i| {
             let a = i.repacked(ty, &[if ty.blck_size() == 256 { 256 } else { 96 }, 41]);
             let idx = i.idx(&[11], 41);
@@ -1004,7 +1004,7 @@ fn mul_mat_cases() -> Vec<Case> {
         // Q4_K, Q6_K: x86's 8-row groups, wasm's 4-row ones.
         let shapes: &[(i64, i64, i64)] = match ty {
             Q8_0 | Q4_0 => &[(96, 37, 1), (96, 37, 3), (96, 37, 4), (96, 37, 31), (288, 64, 1), (288, 66, 17)],
-            Q4_K | Q6_K if ggweb::quants::repack::layout(ty).is_some() => {
+            Q4_K | Q6_K if ggweb::cpu::arch::repack::layout(ty).is_some() => {
                 &[(256, 37, 1), (768, 37, 3), (512, 40, 4), (256, 37, 31), (768, 64, 1), (768, 66, 17)]
             }
             _ => &[],

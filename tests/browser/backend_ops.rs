@@ -14,8 +14,8 @@
 #[path = "../backend_ops/suite.rs"]
 mod suite;
 
+use ggweb::cpu::arch::Isa;
 use ggweb::cpu::{features, CpuBackend};
-use ggweb::quants::Isa;
 use suite::{check_all, Kind, Read, Target};
 use wasm_bindgen_test::wasm_bindgen_test;
 
@@ -57,7 +57,7 @@ async fn cpu_scalar() {
     }
     let _reset = Reset;
     features::set_scalar_only(true);
-    assert_eq!(ggweb::cpu::simd::best().name(), "scalar");
+    assert_eq!(ggweb::cpu::arch::best().name(), "scalar");
     check_cpu("cpu(wasm scalar)").await;
 }
 

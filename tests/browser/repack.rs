@@ -1,4 +1,4 @@
-//! Weights repacked at load (`quants::repack`) on wasm, with the SIMD128 packed kernels (and
+//! Weights repacked at load (`cpu::arch::repack`) on wasm, with the SIMD128 packed kernels (and
 //! the relaxed ones in the relaxed build): Q8_0, Q4_K and Q6_K matrices repacked, Q4_0 ones
 //! not; logits of a prompt and of decode steps equal those of the same model loaded with
 //! repacking off, bit for bit.
@@ -7,9 +7,9 @@
 //! WASM_BINDGEN_USE_BROWSER=1 cargo test --target wasm32-unknown-unknown --test browser -- repack::
 //! ```
 
+use ggweb::cpu::arch::repack;
 use ggweb::model::context::Gpt2Options;
 use ggweb::model::loader::{load_from_bytes, LoadedModel};
-use ggweb::quants::repack;
 use wasm_bindgen_test::*;
 
 use crate::support::eval::Eval;

@@ -6,13 +6,13 @@
 use crate::support::rng::Rng;
 use crate::support::simd_checks;
 use crate::support::tensors::*;
-use ggweb::cpu::simd;
+use ggweb::cpu::arch;
 use wasm_bindgen_test::wasm_bindgen_test;
 
 #[wasm_bindgen_test]
 fn simd128_kernels_are_the_ones_used() {
-    assert_eq!(simd::best().name(), "simd128");
-    let names: Vec<&str> = simd::available().iter().map(|s| s.name()).collect();
+    assert_eq!(arch::best().name(), "simd128");
+    let names: Vec<&str> = arch::available().iter().map(|s| s.name()).collect();
     assert_eq!(names, ["scalar", "simd128"]);
 }
 
@@ -26,7 +26,7 @@ fn dots_match_f64() {
         let h: Vec<half::f16> = a.iter().map(|&x| half::f16::from_f32(x)).collect();
         let want: f64 = a.iter().zip(&b).map(|(&x, &y)| x as f64 * y as f64).sum();
         let want_h: f64 = h.iter().zip(&b).map(|(&x, &y)| x.to_f64() * y as f64).sum();
-        for s in simd::available() {
+        for s in arch::available() {
             // f32 sums of n products ≤ 1: within n·2^-24.
             let tol = 1e-6 * (n as f64 + 1.0);
             assert!((s.dot_f32(&a, &b) as f64 - want).abs() <= tol, "{} n={n}", s.name());

@@ -1,6 +1,6 @@
 //! mul_mat on the CPU backend for every weight type of llama.cpp's GPT-2 mixes (and BF16):
 //! the graph path (activations converted once to the weight type's `vec_dot_type`, then
-//! `quants::gemm`), for a decode step (1 column) and a prompt (many), on 1 and 2 threads,
+//! `cpu::arch::gemm`), for a decode step (1 column) and a prompt (many), on 1 and 2 threads,
 //! against an f64 reference of the same rounding: dequantized weights · dequantized
 //! `quantize(vec_dot_type, activations)`.
 

@@ -4,8 +4,9 @@
 //! the browser (wasm-bindgen-test) the `quants` module of tests/browser/main.rs, where the SIMD128 kernels
 //! are checked against the scalar reference.
 
+use ggweb::cpu::arch::{self, Isa};
 use ggweb::quants::blocks::*;
-use ggweb::quants::{self, Isa, QuantError};
+use ggweb::quants::{self, QuantError};
 use ggweb::GgmlType;
 
 #[cfg(target_arch = "wasm32")]
@@ -355,7 +356,7 @@ fn q6_k_element_order() {
     b.ql[64] = 0x05; // second half, element 128
     b.qh[32] = 0b01; // element 128 high bits 1
     assert_eq!([b.q(0), b.q(32), b.q(64), b.q(96), b.q(128)], [1, 0x13, 0x22, 0x34, 0x15]);
-    let s = ggweb::quants::scalar::q6_k_signed(&b);
+    let s = ggweb::cpu::arch::scalar::q6_k_signed(&b);
     assert_eq!([s[0], s[32], s[64], s[96], s[128], s[1]], [1 - 32, 19 - 32, 34 - 32, 52 - 32, 21 - 32, -32]);
 }
 
@@ -520,11 +521,11 @@ fn vec_dot_matches_dequantized_dot() {
             if matches!(ty, GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q2_K | GgmlType::Q4_K | GgmlType::Q5_K) {
                 mag += offset_magnitude(ty, a, &db);
             }
-            let got = quants::vec_dot(ty, n, a, &b) as f64;
+            let got = arch::vec_dot(ty, n, a, &b) as f64;
             let err = (got - reference).abs() / mag;
             worst = worst.max(err);
             assert!(err <= 1e-6, "{ty} row {r} (n {n}): vec_dot {got} reference {reference} (rel err {err:e})");
-            assert_eq!(quants::vec_dot_isa(Isa::Scalar, ty, n, a, &b).unwrap().to_bits(), (got as f32).to_bits());
+            assert_eq!(arch::vec_dot_isa(Isa::Scalar, ty, n, a, &b).unwrap().to_bits(), (got as f32).to_bits());
         }
     }
     assert!(worst > 0.0 && worst < 1e-6, "worst {worst:e}");
@@ -614,9 +615,9 @@ fn simd_vec_dot_equals_scalar() {
             if vt == GgmlType::Q8_0 && nblk % 2 == 1 {
                 b[2] = 0x80; // -128: not made by quantize_row, but legal data
             }
-            let reference = quants::vec_dot_isa(Isa::Scalar, ty, n, &a, &b).unwrap();
+            let reference = arch::vec_dot_isa(Isa::Scalar, ty, n, &a, &b).unwrap();
             for &isa in &isas[1..] {
-                if let Some(got) = quants::vec_dot_isa(isa, ty, n, &a, &b) {
+                if let Some(got) = arch::vec_dot_isa(isa, ty, n, &a, &b) {
                     assert_eq!(got.to_bits(), reference.to_bits(), "{isa:?} {ty} n {n}: {got} vs scalar {reference}");
                     compared += 1;
                 }
@@ -642,12 +643,12 @@ fn vec_dot_small_exact_cases() {
     }
     // block 0: Σ(j-16)·1 = -16, ×0.5; block 1: Σ(j-16)·(-128) = 2048, ×0.5
     for isa in Isa::available() {
-        assert_eq!(quants::vec_dot_isa(isa, GgmlType::Q8_0, 64, &a, &b), Some(-8.0 + 1024.0), "{isa:?}");
+        assert_eq!(arch::vec_dot_isa(isa, GgmlType::Q8_0, 64, &a, &b), Some(-8.0 + 1024.0), "{isa:?}");
     }
     // F32 ends that are not a multiple of 8 go to lanes i % 8.
     let x: Vec<f32> = (1..=11).map(|i| i as f32).collect();
     let xb = quants::quantize(GgmlType::F32, &x).unwrap();
-    assert_eq!(quants::vec_dot(GgmlType::F32, 11, &xb, &xb), 506.0);
+    assert_eq!(arch::vec_dot(GgmlType::F32, 11, &xb, &xb), 506.0);
 }
 
 /// The build runs the prompt kernels it was made for: `npm test` compiles this file a second
@@ -658,8 +659,8 @@ fn prompt_kernels_follow_the_build() {
     let _choice = kernel_choice_lock();
     let relaxed = option_env!("GGWEB_EXPECT_RELAXED").is_some();
     assert_eq!(cfg!(target_feature = "relaxed-simd"), relaxed, "relaxed SIMD in this build");
-    let q4 = quants::prompt_gemm_kernel(GgmlType::Q4_0);
-    let q8 = quants::prompt_gemm_kernel(GgmlType::Q8_0);
+    let q4 = arch::prompt_gemm_kernel(GgmlType::Q4_0);
+    let q8 = arch::prompt_gemm_kernel(GgmlType::Q8_0);
     if cfg!(target_arch = "wasm32") {
         assert_eq!(q8, "simd128 i16 panels");
         assert_eq!(q4, if relaxed { "simd128 nibble panels (relaxed dot)" } else { "simd128 i16 panels" });
@@ -672,15 +673,15 @@ fn prompt_kernels_follow_the_build() {
             "{q4}"
         );
         println!("x86 prompt kernel here: {q4}");
-        quants::set_vnni_disabled(true);
-        let plain = quants::prompt_gemm_kernel(GgmlType::Q8_0);
-        quants::set_vnni_disabled(false);
+        arch::set_vnni_disabled(true);
+        let plain = arch::prompt_gemm_kernel(GgmlType::Q8_0);
+        arch::set_vnni_disabled(false);
         assert_eq!(plain, "avx2 tiles");
     }
     // The other weight types' prompt kernels.
     use GgmlType::*;
     for ty in [Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K] {
-        let name = quants::prompt_gemm_kernel(ty);
+        let name = arch::prompt_gemm_kernel(ty);
         let k = ty.blck_size() == 256;
         if cfg!(target_arch = "x86_64") && Isa::best() != Isa::Scalar {
             assert_eq!(name, if k { "avx2 k-quant tiles" } else { q4 }, "{ty}");
@@ -696,10 +697,10 @@ fn prompt_kernels_follow_the_build() {
             assert_eq!(name, want, "{ty}");
         }
     }
-    assert_eq!(quants::prompt_gemm_kernel(F32), "vec_dot");
+    assert_eq!(arch::prompt_gemm_kernel(F32), "vec_dot");
 }
 
-/// quants::gemm gives each pair exactly what vec_dot gives (its own kernels for every type
+/// arch::gemm gives each pair exactly what vec_dot gives (its own kernels for every type
 /// here, natively and on wasm): block
 /// counts around the groups of 8 (and the K-quants' 4-row tiles of b), strided rows, weights
 /// holding -128, and an activation row holding -128 (which the Q8_0 kernel hands back to
@@ -747,7 +748,7 @@ fn gemm_equals_vec_dot_bit_for_bit() {
             // one short.
             (24, 9, 1100),
         ] {
-            if n > 100 && !quants::has_gemm(ty) {
+            if n > 100 && !arch::has_gemm(ty) {
                 continue; // chunks of b are the own kernels' concern; the vec_dot loop has none
             }
             let k = nblk * ty.blck_size();
@@ -773,13 +774,13 @@ fn gemm_equals_vec_dot_bit_for_bit() {
             }
             // With and without AVX-VNNI where the machine has it (no effect elsewhere).
             for no_vnni in [false, true] {
-                quants::set_vnni_disabled(no_vnni);
+                arch::set_vnni_disabled(no_vnni);
                 let mut c = vec![f32::NAN; n * ldc];
-                quants::gemm(ty, k, m, n, &a, lda, &b, ldb, &mut c, ldc);
-                quants::set_vnni_disabled(false);
+                arch::gemm(ty, k, m, n, &a, lda, &b, ldb, &mut c, ldc);
+                arch::set_vnni_disabled(false);
                 for j in 0..n {
                     for i in 0..m {
-                        let want = quants::vec_dot(ty, k, &a[i * lda..i * lda + ra], &b[j * ldb..j * ldb + rb]);
+                        let want = arch::vec_dot(ty, k, &a[i * lda..i * lda + ra], &b[j * ldb..j * ldb + rb]);
                         let got = c[j * ldc + i];
                         assert_eq!(got.to_bits(), want.to_bits(), "{ty} k {k} ({i}, {j}) no_vnni {no_vnni}");
                     }
@@ -790,7 +791,7 @@ fn gemm_equals_vec_dot_bit_for_bit() {
     }
 }
 
-/// Weights repacked into groups (`quants::repack`: 4 rows on wasm, 8 rows of Q8_0 on
+/// Weights repacked into groups (`cpu::arch::repack`: 4 rows on wasm, 8 rows of Q8_0 on
 /// x86_64) give every product the bits of the plain layout: the ISA's packed decode kernel
 /// (one to three rows of b; on wasm SIMD128, plain and relaxed; on x86 with VNNI), its
 /// prompt kernel or the unpacking path (more rows of b), rows past the last whole group,
@@ -800,7 +801,7 @@ fn gemm_equals_vec_dot_bit_for_bit() {
 #[test]
 fn repacked_gemm_equals_plain_bit_for_bit() {
     let _choice = kernel_choice_lock();
-    use quants::repack;
+    use arch::repack;
     let mut rng = Rng::xorshift64_star(0x5eed_4e9a_c4ed_0001);
     if cfg!(all(target_arch = "wasm32", target_feature = "simd128")) {
         let relaxed = cfg!(target_feature = "relaxed-simd");
@@ -829,14 +830,14 @@ fn repacked_gemm_equals_plain_bit_for_bit() {
         };
         assert_eq!(repack::kernel_name(GgmlType::Q8_0), want);
         if f.avx512 && want.is_some() {
-            quants::set_zmm_disabled(true);
+            arch::set_zmm_disabled(true);
             let ymm = if f.avx_vnni {
                 "avx2 8-row groups (avx-vnni vpdpbusd)"
             } else {
                 "avx2 8-row groups (avx512-vnni vpdpbusd)"
             };
             assert_eq!(repack::kernel_name(GgmlType::Q4_K), Some(ymm));
-            quants::set_zmm_disabled(false);
+            arch::set_zmm_disabled(false);
         }
         assert_eq!(repack::group(GgmlType::Q8_0), 8);
         assert_eq!(repack::group(GgmlType::Q4_0), 4);
@@ -939,17 +940,17 @@ fn repacked_gemm_equals_plain_bit_for_bit() {
             repack::unpack_bytes(ty, k, m, &packed, ra - 3, &mut some);
             assert_eq!(some, a[ra - 3..2 * ra + 4]);
             let mut want = vec![f32::NAN; n * (m + 1)];
-            quants::gemm(ty, k, m, n, &a, ra, &b, rb, &mut want, m + 1);
+            arch::gemm(ty, k, m, n, &a, ra, &b, rb, &mut want, m + 1);
             // On x86 with AVX-512: the 512-bit kernels, then the 256-bit ones.
             for no_zmm in [false, true] {
-                quants::set_zmm_disabled(no_zmm);
+                arch::set_zmm_disabled(no_zmm);
                 let mut got = vec![f32::NAN; n * (m + 1)];
                 repack::gemm_packed(ty, k, m, n, &packed, &b, rb, &mut got, m + 1);
-                quants::set_zmm_disabled(false);
+                arch::set_zmm_disabled(false);
                 for j in 0..n {
                     for i in 0..m {
                         let (w, g) = (want[j * (m + 1) + i], got[j * (m + 1) + i]);
-                        let d = quants::vec_dot(ty, k, &a[i * ra..(i + 1) * ra], &b[j * rb..(j + 1) * rb]);
+                        let d = arch::vec_dot(ty, k, &a[i * ra..(i + 1) * ra], &b[j * rb..(j + 1) * rb]);
                         let at = format!("{ty} k {k} m {m} n {n} ({i}, {j}) no_zmm {no_zmm}");
                         assert_eq!(g.to_bits(), w.to_bits(), "{at}: {g} vs {w}");
                         assert_eq!(g.to_bits(), d.to_bits(), "{at}: {g} vs vec_dot {d}");

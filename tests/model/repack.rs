@@ -1,4 +1,4 @@
-//! Weights repacked at load (`quants::repack`) give the logits of ggml's layout bit for bit:
+//! Weights repacked at load (`cpu::arch::repack`) give the logits of ggml's layout bit for bit:
 //! a prompt (the packed prompt kernel where the ISA has one, else the plain kernels on
 //! unpacked groups), decode steps (the packed decode kernel where the ISA has one, else the
 //! unpacking path, forced here on machines without), several
@@ -15,9 +15,9 @@ static FLAG: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// A load with repacking off (ggml's layout), whatever other tests do meanwhile.
 fn load_plain(bytes: &[u8], opts: Gpt2Options) -> LoadedModel {
     let _turn = FLAG.lock().unwrap_or_else(|e| e.into_inner());
-    ggweb::quants::repack::set_disabled(true);
+    ggweb::cpu::arch::repack::set_disabled(true);
     let plain = load_from_bytes(bytes, opts);
-    ggweb::quants::repack::set_disabled(false);
+    ggweb::cpu::arch::repack::set_disabled(false);
     plain.unwrap()
 }
 
@@ -55,7 +55,7 @@ fn repacked_weights_give_the_same_logits_bit_for_bit() {
             let mut plain = load_plain(&bytes, opts.clone());
             let mut packed = load_packed(&bytes, opts);
             assert_eq!(plain.model.repacked_bytes, 0, "{file}: a load with repacking off repacked");
-            let native = ggweb::quants::repack::kernel_name(ty).is_some();
+            let native = ggweb::cpu::arch::repack::kernel_name(ty).is_some();
             let down = &packed.model.weights.layers[0].ffn_down_w;
             assert_eq!(down.is_repacked(), native, "{file}: {ty} repacked at load");
             let w = &packed.model.weights;
@@ -93,7 +93,7 @@ fn repacked_k_quant_mixes_give_the_same_logits_bit_for_bit() {
             let mut packed = load_packed(&bytes, opts);
             assert_eq!(plain.model.repacked_bytes, 0);
             for t in [&packed.model.weights.layers[0].ffn_up_w, &packed.model.weights.output] {
-                let native = ggweb::quants::repack::kernel_name(t.ty).is_some();
+                let native = ggweb::cpu::arch::repack::kernel_name(t.ty).is_some();
                 assert_eq!(t.is_repacked(), native, "{file}: {} ({}) repacked", t.name(), t.ty);
             }
             if packed.model.repacked_bytes == 0 {

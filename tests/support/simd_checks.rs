@@ -1,9 +1,9 @@
-//! Checks of every SIMD implementation of `ggweb::cpu::simd::Simd` this build can run,
+//! Checks of every SIMD implementation of `ggweb::cpu::arch::Simd` this build can run,
 //! shared by tests/kernels/ops.rs (native: scalar, SSE2, AVX2) and tests/browser/simd.rs
 //! (scalar, simd128).
 #![allow(dead_code)]
 
-use ggweb::cpu::simd::{available, f16_bits_to_f32};
+use ggweb::cpu::arch::{available, f16_bits_to_f32};
 use half::f16;
 
 use crate::support::rng::Rng;

@@ -1,5 +1,5 @@
 //! SIMD128 decode kernels for Q4_K and Q6_K weights repacked at load
-//! ([`crate::quants::repack`]): one Q8_K row of activations against groups of 4 rows whose
+//! ([`crate::cpu::arch::repack`]): one Q8_K row of activations against groups of 4 rows whose
 //! blocks lie side by side, bit for bit `vec_dot`.
 //!
 //! The packed layouts put, in every 16-byte vector of quants, two elements of each of 8
@@ -29,11 +29,11 @@ use core::arch::wasm32::*;
 use alloc::vec;
 use alloc::vec::Vec;
 
-use super::super::blocks::{BlockQ4_K, BlockQ6_K};
 use super::super::kernel::{q4_k_qs_src, q6_k_src, PackedKernel, PromptGemm, GROUP};
 use super::super::ColPrep;
 use super::kquants::{gemm_rows_k, KBlock};
 use super::{f16x4_to_f32, transpose_sum};
+use crate::quants::blocks::{BlockQ4_K, BlockQ6_K};
 use crate::types::GgmlType;
 
 /// Bytes of a Q8_K block: f32 d, 256 quants, 16 i16 sums.
@@ -47,9 +47,9 @@ const NAME: &str = "simd128 4-row k-quant groups (relaxed dot)";
 #[cfg(not(target_feature = "relaxed-simd"))]
 const NAME: &str = "simd128 4-row k-quant groups";
 
-pub(in crate::quants) static PACKED_Q4_K: PackedKernel =
+pub(in crate::cpu::arch) static PACKED_Q4_K: PackedKernel =
     PackedKernel { name: NAME, decode, wants_sums: false, prompt: Some(&PACKED_GEMMS[0]) };
-pub(in crate::quants) static PACKED_Q6_K: PackedKernel =
+pub(in crate::cpu::arch) static PACKED_Q6_K: PackedKernel =
     PackedKernel { name: NAME, decode, wants_sums: false, prompt: Some(&PACKED_GEMMS[1]) };
 
 #[cfg(target_feature = "relaxed-simd")]
@@ -70,7 +70,7 @@ static PACKED_GEMMS: [PromptGemm; 2] = {
                 },
                 needs_plain: false,
                 wants_sums: false,
-                chunk: crate::quants::L1_CHUNK,
+                chunk: crate::cpu::arch::L1_CHUNK,
             }
         };
     }

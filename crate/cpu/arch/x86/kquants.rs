@@ -18,10 +18,10 @@ use alloc::vec;
 
 use bytemuck::cast_slice;
 
-use super::super::blocks::*;
 use super::super::kernel::PromptGemm;
 use super::super::scalar::{reduce8, LANES};
 use super::{bits, hsum_i32, load256};
+use crate::quants::blocks::*;
 use crate::types::QK_K;
 
 /// Q8_K's layout: f32 d, 256 quants, 16 i16 sub-block sums.
@@ -42,7 +42,7 @@ pub(super) static GEMMS: [PromptGemm; 5] = {
                 },
                 needs_plain: false,
                 wants_sums: false,
-                chunk: crate::quants::L1_CHUNK,
+                chunk: crate::cpu::arch::L1_CHUNK,
             }
         };
     }

@@ -9,9 +9,9 @@ use core::arch::wasm32::*;
 
 use bytemuck::cast_slice;
 
-use super::blocks::*;
 use super::kernel::{PromptGemm, Table};
 use super::scalar::{self, reduce8, LANES};
+use crate::quants::blocks::*;
 use crate::types::GgmlType;
 
 /// The SIMD128 table: the scalar one with every `vec_dot` of its own, Q8_0's quantization,
@@ -50,13 +50,14 @@ mod affine;
 mod kquants;
 mod packed;
 mod packed_k;
+pub mod simd;
 
 static PANELS: PromptGemm = PromptGemm {
     name: "simd128 i16 panels",
     rows: gemm_rows,
     needs_plain: false,
     wants_sums: false,
-    chunk: crate::quants::L1_CHUNK,
+    chunk: crate::cpu::arch::L1_CHUNK,
 };
 /// With relaxed SIMD, Q4_0 takes the relaxed dot product on its nibbles, which needs the
 /// block sums of b for the -8 offset.
@@ -66,7 +67,7 @@ static PANELS_Q4_0: PromptGemm = PromptGemm {
     rows: gemm_rows,
     needs_plain: false,
     wants_sums: true,
-    chunk: crate::quants::L1_CHUNK,
+    chunk: crate::cpu::arch::L1_CHUNK,
 };
 #[cfg(not(target_feature = "relaxed-simd"))]
 static PANELS_Q4_0: PromptGemm = PromptGemm {
@@ -74,7 +75,7 @@ static PANELS_Q4_0: PromptGemm = PromptGemm {
     rows: gemm_rows,
     needs_plain: false,
     wants_sums: false,
-    chunk: crate::quants::L1_CHUNK,
+    chunk: crate::cpu::arch::L1_CHUNK,
 };
 
 #[inline(always)]

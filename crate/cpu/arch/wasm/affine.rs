@@ -12,10 +12,10 @@ use alloc::vec;
 
 use bytemuck::cast_slice;
 
-use super::super::blocks::*;
 use super::super::kernel::PromptGemm;
 use super::super::scalar::{reduce8, LANES};
 use super::{hsum_i32, nibbles, q5};
+use crate::quants::blocks::*;
 
 #[cfg(target_feature = "relaxed-simd")]
 const NAME: &str = "simd128 affine rows (relaxed dot)";
@@ -31,7 +31,7 @@ pub(super) static GEMMS: [PromptGemm; 2] = [
         },
         needs_plain: false,
         wants_sums: false,
-        chunk: crate::quants::L1_CHUNK,
+        chunk: crate::cpu::arch::L1_CHUNK,
     },
     PromptGemm {
         name: NAME,
@@ -40,7 +40,7 @@ pub(super) static GEMMS: [PromptGemm; 2] = [
         },
         needs_plain: false,
         wants_sums: false,
-        chunk: crate::quants::L1_CHUNK,
+        chunk: crate::cpu::arch::L1_CHUNK,
     },
 ];
 

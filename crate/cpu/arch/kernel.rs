@@ -7,12 +7,8 @@
 //! ([`super::traits`]), so neither imports the other's types.
 
 use super::{scalar, ColPrep};
+use crate::quants::{self, FromFloat, ToFloat};
 use crate::types::GgmlType;
-
-/// A row of a type to f32 (`dst.len()` elements).
-pub type ToFloat = fn(src: &[u8], dst: &mut [f32]);
-/// f32 to a row of a type (`src.len()` elements).
-pub type FromFloat = fn(src: &[f32], dst: &mut [u8]);
 /// Σ a·b over `n` elements: `a` a checked row of the type, `b` of its `vec_dot_type`.
 pub type VecDot = fn(n: usize, a: &[u8], b: &[u8]) -> f32;
 
@@ -84,55 +80,29 @@ pub(crate) const fn scalar_table() -> Table {
     while i < GgmlType::ALL.len() {
         let ty = GgmlType::ALL[i];
         t[ty as usize].vec_dot_type = ty.vec_dot_type();
+        // The conversions are the references (ggml-base's `to_float`, `from_float_ref`).
+        t[ty as usize].to_float = quants::to_float(ty);
+        t[ty as usize].from_float = quants::from_float_ref(ty);
         i += 1;
     }
     macro_rules! set {
-        ($ty:ident, $to:expr, $from:expr, $dot:expr) => {
-            t[$ty as usize].to_float = $to;
-            t[$ty as usize].from_float = $from;
+        ($ty:ident, $dot:expr) => {
             t[$ty as usize].vec_dot = $dot;
         };
     }
-    set!(F32, Some(scalar::dequantize_f32), Some(scalar::quantize_f32), Some(scalar::vec_dot_f32));
-    set!(F16, Some(scalar::dequantize_f16), Some(scalar::quantize_f16), Some(scalar::vec_dot_f16));
-    set!(BF16, Some(scalar::dequantize_bf16), Some(scalar::quantize_bf16), Some(scalar::vec_dot_bf16));
-    set!(
-        Q4_0,
-        Some(scalar::dequantize_q4_0),
-        Some(scalar::quantize_q4_0),
-        Some(|_, a, b| scalar::vec_dot_q4_0_q8_0(a, b))
-    );
-    set!(
-        Q4_1,
-        Some(scalar::dequantize_q4_1),
-        Some(scalar::quantize_q4_1),
-        Some(|_, a, b| scalar::vec_dot_q4_1_q8_1(a, b))
-    );
-    set!(
-        Q5_0,
-        Some(scalar::dequantize_q5_0),
-        Some(scalar::quantize_q5_0),
-        Some(|_, a, b| scalar::vec_dot_q5_0_q8_0(a, b))
-    );
-    set!(
-        Q5_1,
-        Some(scalar::dequantize_q5_1),
-        Some(scalar::quantize_q5_1),
-        Some(|_, a, b| scalar::vec_dot_q5_1_q8_1(a, b))
-    );
-    set!(
-        Q8_0,
-        Some(scalar::dequantize_q8_0),
-        Some(scalar::quantize_q8_0),
-        Some(|_, a, b| scalar::vec_dot_q8_0_q8_0(a, b))
-    );
-    set!(Q8_1, Some(scalar::dequantize_q8_1), Some(scalar::quantize_q8_1), None);
-    set!(Q2_K, Some(scalar::dequantize_q2_k), None, Some(|_, a, b| scalar::vec_dot_q2_k_q8_k(a, b)));
-    set!(Q3_K, Some(scalar::dequantize_q3_k), None, Some(|_, a, b| scalar::vec_dot_q3_k_q8_k(a, b)));
-    set!(Q4_K, Some(scalar::dequantize_q4_k), None, Some(|_, a, b| scalar::vec_dot_q4_k_q8_k(a, b)));
-    set!(Q5_K, Some(scalar::dequantize_q5_k), None, Some(|_, a, b| scalar::vec_dot_q5_k_q8_k(a, b)));
-    set!(Q6_K, Some(scalar::dequantize_q6_k), None, Some(|_, a, b| scalar::vec_dot_q6_k_q8_k(a, b)));
-    set!(Q8_K, Some(scalar::dequantize_q8_k), Some(scalar::quantize_q8_k), None);
+    set!(F32, Some(scalar::vec_dot_f32));
+    set!(F16, Some(scalar::vec_dot_f16));
+    set!(BF16, Some(scalar::vec_dot_bf16));
+    set!(Q4_0, Some(|_, a, b| scalar::vec_dot_q4_0_q8_0(a, b)));
+    set!(Q4_1, Some(|_, a, b| scalar::vec_dot_q4_1_q8_1(a, b)));
+    set!(Q5_0, Some(|_, a, b| scalar::vec_dot_q5_0_q8_0(a, b)));
+    set!(Q5_1, Some(|_, a, b| scalar::vec_dot_q5_1_q8_1(a, b)));
+    set!(Q8_0, Some(|_, a, b| scalar::vec_dot_q8_0_q8_0(a, b)));
+    set!(Q2_K, Some(|_, a, b| scalar::vec_dot_q2_k_q8_k(a, b)));
+    set!(Q3_K, Some(|_, a, b| scalar::vec_dot_q3_k_q8_k(a, b)));
+    set!(Q4_K, Some(|_, a, b| scalar::vec_dot_q4_k_q8_k(a, b)));
+    set!(Q5_K, Some(|_, a, b| scalar::vec_dot_q5_k_q8_k(a, b)));
+    set!(Q6_K, Some(|_, a, b| scalar::vec_dot_q6_k_q8_k(a, b)));
     t
 }
 

@@ -12,7 +12,7 @@
 //!   `i32x4.dot_i16x8_s` takes whole, the 4 rows' sums one transpose-add. Q4_K and Q6_K by a
 //!   byte map instead of fields ([`byte_map`]): the 4 rows' d (and dmin, Q4_K's scale bytes
 //!   4 at a time), then each row's quants reordered so that each i16 lane of a vector holds
-//!   one sub-block (`quants/wasm/packed_k.rs`), Q6_K's bits regrouped ([`q6_k_fuse`]).
+//!   one sub-block (`cpu/arch/wasm/packed_k.rs`), Q6_K's bits regrouped ([`q6_k_fuse`]).
 //! - x86_64: R = 8; Q8_0's quants and Q4_K's nibbles 4 bytes at a time, so one 32-byte load
 //!   holds 4 bytes of each of 8 rows and one `vpdpbusd` against 4 activations broadcast
 //!   adds 8 rows' partial sums in 8 lanes (no horizontal adds); Q4_K's 12 scale bytes and
@@ -26,7 +26,8 @@
 //! ggml's layout again through [`unpack_row`].
 //!
 //! ```
-//! use ggweb::quants::{gemm, quantize, repack};
+//! use ggweb::cpu::arch::{gemm, repack};
+//! use ggweb::quants::quantize;
 //! use ggweb::GgmlType::{Q8_0, Q4_0};
 //! let (k, m) = (64, 6);
 //! let w: Vec<f32> = (0..k * m).map(|i| ((i * 37 % 23) as f32 - 11.0) / 7.0).collect();
@@ -144,7 +145,7 @@ fn move_block(l: &Layout, r: usize, plain: &mut [u8], packed: &mut [u8], to_pack
 
 /// wasm's Q4_K and Q6_K layouts (fields cannot say them): where byte `s` of row `r`'s block
 /// lands in its group's block (`4·bs` bytes), `map[r·bs + s]` (their kernels in
-/// `quants/wasm/packed_k.rs` say why): Q4_K the 4 `d`, the 4 `dmin`, the 12 scale bytes as 3
+/// `cpu/arch/wasm/packed_k.rs` say why): Q4_K the 4 `d`, the 4 `dmin`, the 12 scale bytes as 3
 /// vectors (bytes 0..4, 4..8, 8..12 of each row), then each row's 128 quant bytes reordered
 /// so that i16 lane L of every 16-byte vector holds sub-blocks `2(L % 4)` (low nibbles) and
 /// `2(L % 4) + 1` (high); Q6_K the 4 `d`, each row's 16 scales, then each row's `ql` and `qh`

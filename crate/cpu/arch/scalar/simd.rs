@@ -3,7 +3,7 @@
 
 use half::f16;
 
-use super::{f16_bits_to_f32, Simd};
+use super::super::{f16_bits_to_f32, Simd};
 
 pub struct Scalar;
 

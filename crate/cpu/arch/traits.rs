@@ -4,7 +4,7 @@
 //! `vec_dot`, `gemm` and the CPU backend's `mul_mat` read their kernels here.
 //!
 //! ```
-//! use ggweb::quants::{cpu_traits, Isa};
+//! use ggweb::cpu::arch::{cpu_traits, Isa};
 //! use ggweb::GgmlType;
 //! let t = cpu_traits(GgmlType::Q4_K);
 //! assert_eq!(t.vec_dot_type, GgmlType::Q8_K);
@@ -18,7 +18,8 @@ use core::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use alloc::vec::Vec;
 
 use super::kernel::{scalar_table, Table};
-pub use super::kernel::{FromFloat, PromptGemm, ToFloat, TypeTraitsCpu, VecDot};
+pub use super::kernel::{PromptGemm, TypeTraitsCpu, VecDot};
+pub use crate::quants::{FromFloat, ToFloat};
 use crate::types::GgmlType;
 
 static SCALAR: Table = scalar_table();

@@ -19,10 +19,10 @@ use alloc::vec;
 
 use bytemuck::cast_slice;
 
-use super::super::blocks::*;
 use super::super::kernel::PromptGemm;
 use super::super::scalar::{reduce8, LANES};
 use super::{hsum_i32, load};
+use crate::quants::blocks::*;
 use crate::types::QK_K;
 
 const Y_SIZE: usize = core::mem::size_of::<BlockQ8_K>();
@@ -45,7 +45,7 @@ pub(super) static GEMMS: [PromptGemm; 5] = {
                 },
                 needs_plain: false,
                 wants_sums: false,
-                chunk: crate::quants::L1_CHUNK,
+                chunk: crate::cpu::arch::L1_CHUNK,
             }
         };
     }

@@ -1,5 +1,5 @@
 //! AVX2 + VNNI kernels for Q8_0 weights repacked at load into 8-row groups
-//! ([`crate::quants::repack`], x86's layout: per block the 8 rows' f16 scales, then 4
+//! ([`crate::cpu::arch::repack`], x86's layout: per block the 8 rows' f16 scales, then 4
 //! quants of each row in turn). One 32-byte load holds 4 quants of each of the 8 rows, so
 //! `vpdpbusd` against 4 activations broadcast to every lane adds 8 rows' partial sums in 8
 //! lanes: after 8 of them a block's 8 exact sums lie in one register, lanes = rows, with no
@@ -49,7 +49,7 @@ static PROMPT: [PromptGemm; 2] = [
         },
         needs_plain: false,
         wants_sums: true,
-        chunk: crate::quants::L1_CHUNK,
+        chunk: crate::cpu::arch::L1_CHUNK,
     },
     PromptGemm {
         name: "avx2 8-row groups (avx512-vnni vpdpbusd)",
@@ -58,7 +58,7 @@ static PROMPT: [PromptGemm; 2] = [
         },
         needs_plain: false,
         wants_sums: true,
-        chunk: crate::quants::L1_CHUNK,
+        chunk: crate::cpu::arch::L1_CHUNK,
     },
 ];
 
@@ -262,7 +262,7 @@ macro_rules! k_kernels {
                 },
                 needs_plain: false,
                 wants_sums: false,
-                chunk: crate::quants::L1_CHUNK,
+                chunk: crate::cpu::arch::L1_CHUNK,
             },
             PromptGemm {
                 name: "avx2 8-row groups (avx512-vnni vpdpbusd)",
@@ -273,7 +273,7 @@ macro_rules! k_kernels {
                 },
                 needs_plain: false,
                 wants_sums: false,
-                chunk: crate::quants::L1_CHUNK,
+                chunk: crate::cpu::arch::L1_CHUNK,
             },
         ];
     };

@@ -5,7 +5,9 @@ use core::arch::x86_64::*;
 
 use half::f16;
 
-use super::{f16_bits_to_f32, Simd, F16_EXP_ADJUST, GELU_C, GELU_K, INV_FACT, LN2_HI, LN2_HI_F32, LN2_LO, LN2_LO_F32};
+use super::super::{
+    f16_bits_to_f32, Simd, F16_EXP_ADJUST, GELU_C, GELU_K, INV_FACT, LN2_HI, LN2_HI_F32, LN2_LO, LN2_LO_F32,
+};
 
 /// The x86_64 baseline: 4 lanes, multiply then add.
 pub struct Sse2;

@@ -5,9 +5,9 @@
 
 use core::arch::x86_64::*;
 
-use super::super::blocks::{fp32_to_fp16, BlockQ8_0};
+use crate::quants::blocks::{fp32_to_fp16, BlockQ8_0};
 
-/// [`super::super::scalar::quantize_q8_0`] eight lanes at a time, bit for bit: the running
+/// [`crate::quants::scalar::quantize_q8_0`] eight lanes at a time, bit for bit: the running
 /// max skips NaN as the scalar fold does (`maxps` returns its second operand on NaN, and max
 /// is order-free otherwise); rounding is trunc, then ±1 where the exact remainder reaches
 /// ±0.5 (what `roundf` does, a no-op past 2^23, for ±inf and NaN); the clamp and the NaN
@@ -62,7 +62,7 @@ pub(super) unsafe fn quantize_q8_0(src: &[f32], dst: &mut [u8]) {
 /// # Safety
 /// AVX2 and F16C must be available; `row` holds `nb` blocks, `dy` and `ysum` `nb` entries.
 #[target_feature(enable = "avx2,f16c")]
-pub(in crate::quants) unsafe fn col_prep_q8_0(
+pub(in crate::cpu::arch) unsafe fn col_prep_q8_0(
     row: &[u8],
     nb: usize,
     dy: &mut [f32],
@@ -88,7 +88,7 @@ pub(in crate::quants) unsafe fn col_prep_q8_0(
     _mm256_testz_si256(bad, bad) == 0
 }
 
-/// [`super::super::scalar::quantize_q8_k`] eight lanes at a time, bit for bit: the signed
+/// [`crate::quants::scalar::quantize_q8_k`] eight lanes at a time, bit for bit: the signed
 /// absmax is the first value of the largest magnitude (NaN skipped as the scalar's strict
 /// `>` does); every quant is the scalar's `nearest_int(iscale·x)` (the same f32 multiply and
 /// add, then the same bits), capped at 127 and cut to its low byte (`as i8`).
@@ -97,7 +97,7 @@ pub(in crate::quants) unsafe fn col_prep_q8_0(
 /// AVX2 must be available; `dst` holds a block per 256 values of `src`.
 #[target_feature(enable = "avx2")]
 pub(super) unsafe fn quantize_q8_k(src: &[f32], dst: &mut [u8]) {
-    use super::super::blocks::BlockQ8_K;
+    use crate::quants::blocks::BlockQ8_K;
     let blocks: &mut [BlockQ8_K] = bytemuck::cast_slice_mut(dst);
     let abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
     let (magic, mant, bias) =

@@ -6,7 +6,8 @@
 //! part repeats the scalar operations lane by lane: same products, same lane sums.
 //!
 //! ```
-//! use ggweb::quants::{quantize, vec_dot_isa, Isa};
+//! use ggweb::cpu::arch::{vec_dot_isa, Isa};
+//! use ggweb::quants::quantize;
 //! use ggweb::GgmlType;
 //! let x: Vec<f32> = (0..320).map(|i| (i % 17) as f32 - 8.0).collect();
 //! let q = quantize(GgmlType::Q8_0, &x).unwrap();
@@ -23,15 +24,16 @@ use alloc::vec::Vec;
 
 use bytemuck::cast_slice;
 
-use super::blocks::*;
 use super::kernel::{PromptGemm, Table};
 use super::scalar::{self, reduce8, LANES};
+use crate::quants::blocks::*;
 use crate::types::GgmlType;
 
 mod activations;
 mod kquants;
 mod packed;
 mod packed512;
+pub mod simd;
 
 pub(super) use activations::col_prep_q8_0;
 
@@ -112,7 +114,7 @@ static U_GEMMS: [[PromptGemm; 3]; 3] = {
                 },
                 needs_plain: false,
                 wants_sums: true,
-                chunk: crate::quants::L1_CHUNK,
+                chunk: crate::cpu::arch::L1_CHUNK,
             }
         };
     }
@@ -142,7 +144,7 @@ const PLAIN: PromptGemm = PromptGemm {
     rows: |ty, nb, m, a, lda, b, ldb, cols, c, ldc| unsafe { gemm_rows(ty, nb, m, a, lda, b, ldb, cols, c, ldc) },
     needs_plain: false,
     wants_sums: true,
-    chunk: crate::quants::L1_CHUNK,
+    chunk: crate::cpu::arch::L1_CHUNK,
 };
 /// Q8_0's plain product (`|x|·sign(y, x)` through `maddubs`) is exact only while y ≠ -128.
 static PLAIN_Q8_0: PromptGemm = PromptGemm { needs_plain: true, ..PLAIN };
@@ -154,7 +156,7 @@ static VEX: PromptGemm = PromptGemm {
     },
     needs_plain: false,
     wants_sums: true,
-    chunk: crate::quants::L1_CHUNK,
+    chunk: crate::cpu::arch::L1_CHUNK,
 };
 static EVEX: PromptGemm = PromptGemm {
     name: "avx2 tiles (avx512-vnni vpdpbusd)",
@@ -163,7 +165,7 @@ static EVEX: PromptGemm = PromptGemm {
     },
     needs_plain: false,
     wants_sums: true,
-    chunk: crate::quants::L1_CHUNK,
+    chunk: crate::cpu::arch::L1_CHUNK,
 };
 
 #[target_feature(enable = "avx2,f16c")]

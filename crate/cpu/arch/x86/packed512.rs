@@ -17,7 +17,7 @@ use super::super::kernel::{PackedKernel, PromptGemm};
 use super::super::ColPrep;
 use crate::types::GgmlType;
 
-/// Rows per group ([`crate::quants::repack::group`]) and rows of b per prompt pass.
+/// Rows per group ([`crate::cpu::arch::repack::group`]) and rows of b per prompt pass.
 const R: usize = 8;
 const N: usize = 4;
 
@@ -63,7 +63,7 @@ static PROMPT_Q8_0: PromptGemm = PromptGemm {
     },
     needs_plain: false,
     wants_sums: true,
-    chunk: crate::quants::L2_CHUNK,
+    chunk: crate::cpu::arch::L2_CHUNK,
 };
 k_prompt_gemm!(PROMPT_Q4_K, Q4_K, 144, k4_scales, q4_k_block);
 k_prompt_gemm!(PROMPT_Q6_K, Q6_K, 210, k6_unpack, k6_block);
@@ -82,7 +82,7 @@ macro_rules! k_prompt_gemm {
             },
             needs_plain: false,
             wants_sums: false,
-            chunk: crate::quants::L2_CHUNK,
+            chunk: crate::cpu::arch::L2_CHUNK,
         };
     };
 }

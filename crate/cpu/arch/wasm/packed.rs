@@ -1,4 +1,4 @@
-//! SIMD128 decode kernels for weights repacked at load ([`crate::quants::repack`]): one row
+//! SIMD128 decode kernels for weights repacked at load ([`crate::cpu::arch::repack`]): one row
 //! of activations against groups of 4 rows whose blocks lie side by side. Each block's
 //! activation vectors are loaded once for the 4 rows, the 4 rows' partial sums meet in one
 //! transpose-add (lanes = rows), and the 4 scales are one 8-byte load. The float steps are
@@ -18,17 +18,17 @@ use super::{dot32, f16x4_to_f32, load, transpose_sum};
 use crate::types::GgmlType;
 
 #[cfg(not(target_feature = "relaxed-simd"))]
-pub(in crate::quants) static PACKED_Q8_0: PackedKernel =
+pub(in crate::cpu::arch) static PACKED_Q8_0: PackedKernel =
     PackedKernel { name: "simd128 4-row groups", decode, wants_sums: false, prompt: Some(&PANELS) };
 #[cfg(target_feature = "relaxed-simd")]
-pub(in crate::quants) static PACKED_Q8_0: PackedKernel =
+pub(in crate::cpu::arch) static PACKED_Q8_0: PackedKernel =
     PackedKernel { name: "simd128 4-row groups (relaxed dot)", decode, wants_sums: false, prompt: Some(&PANELS) };
 static PANELS: PromptGemm = PromptGemm {
     name: "simd128 i16 panels (4-row groups)",
     rows: super::gemm_rows_packed,
     needs_plain: false,
     wants_sums: false,
-    chunk: crate::quants::L1_CHUNK,
+    chunk: crate::cpu::arch::L1_CHUNK,
 };
 
 /// The 4 rows' scales of block t (8 bytes at `p`) as f32.
