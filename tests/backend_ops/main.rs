@@ -108,7 +108,7 @@ fn cpu_avx2_vnni() {
     );
 }
 
-/// The packed weights' 512-bit prompt kernels (`quants/x86/packed512.rs`).
+/// The packed weights' 512-bit prompt kernels (`cpu/arch/x86/packed512.rs`).
 #[test]
 fn cpu_avx512() {
     if !features::detect().avx512 {

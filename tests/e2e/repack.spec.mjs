@@ -1,6 +1,6 @@
 // Weights repacked at load (issue #25 item 2) through the JS API in headless Chromium: a Q8_0
 // model on the CPU reports its matrices in info().memory.repacked (the 4-row group layout of
-// crate/quants/repack.rs, in place: weights bytes unchanged), an F32 model none, and the
+// crate/cpu/arch/repack.rs, in place: weights bytes unchanged), an F32 model none, and the
 // repacked model's greedy continuation and logits stay those the Q8_0 fixture gives natively
 // against Hugging Face (tests/model/gpt2_fixtures.rs: within 0.4); a llama.cpp Q4_K_M mix
 // reports its Q4_K and Q6_K matrices, its logits within the native test's bound of llama.cpp's
