@@ -62,9 +62,12 @@ impl WasmModel {
     ) -> Result<JsValue, JsValue> {
         let p: RunParams = from_js(RUN_WHAT, opts)?;
         self.check_input("", &ids)?;
-        self.session.interrupt = interrupt(checkpoint);
-        let r = self.session.run(&ids, &p.capture.unwrap_or_default(), &p.hooks.unwrap_or_default()).await;
-        self.session.interrupt = None;
+        let r = self
+            .session
+            .interruptible(interrupt(checkpoint), async |s| {
+                s.run(&ids, &p.capture.unwrap_or_default(), &p.hooks.unwrap_or_default()).await
+            })
+            .await;
         let r = r.map_err(|e| model_error("", e))?;
         let cache = r.cache.iter().map(|v| (v.name.clone(), node(v.ne, &v.data))).collect();
         Ok(to_js(&RunJson { tokens: u32s(&r.tokens), logits: f32s(&r.logits), cache }))
@@ -82,9 +85,12 @@ impl WasmModel {
         let p: PatchParams = from_js(PATCH_WHAT, opts)?;
         self.check_input("clean", &clean)?;
         self.check_input("corrupted", &corrupted)?;
-        self.session.interrupt = interrupt(checkpoint);
-        let r = self.session.patch(&clean, &corrupted, &p.at, p.answer, p.against).await;
-        self.session.interrupt = None;
+        let r = self
+            .session
+            .interruptible(interrupt(checkpoint), async |s| {
+                s.patch(&clean, &corrupted, &p.at, p.answer, p.against).await
+            })
+            .await;
         Ok(to_js(&r.map_err(|e| model_error("", e))?))
     }
 
@@ -100,9 +106,7 @@ impl WasmModel {
         let p: TopKParams = from_js(LENS_WHAT, opts)?;
         self.check_input("", &ids)?;
         let k = p.top_k.unwrap_or(DEFAULT_TOP_K) as usize;
-        self.session.interrupt = interrupt(checkpoint);
-        let r = self.session.logit_lens(&ids, k).await;
-        self.session.interrupt = None;
+        let r = self.session.interruptible(interrupt(checkpoint), async |s| s.logit_lens(&ids, k).await).await;
         Ok(to_js(&r.map_err(|e| model_error("", e))?))
     }
 
@@ -116,9 +120,12 @@ impl WasmModel {
     ) -> Result<JsValue, JsValue> {
         let p: AttributeParams = from_js(ATTRIBUTE_WHAT, opts)?;
         self.check_input("", &ids)?;
-        self.session.interrupt = interrupt(checkpoint);
-        let r = self.session.attribute(&ids, p.answer, p.against, p.pos.unwrap_or(-1)).await;
-        self.session.interrupt = None;
+        let r = self
+            .session
+            .interruptible(interrupt(checkpoint), async |s| {
+                s.attribute(&ids, p.answer, p.against, p.pos.unwrap_or(-1)).await
+            })
+            .await;
         Ok(to_js(&r.map_err(|e| model_error("", e))?))
     }
 
@@ -141,9 +148,7 @@ impl WasmModel {
         let p: TopKParams = from_js(SAE_ENCODE_WHAT, opts)?;
         self.check_input("", &ids)?;
         let k = p.top_k.unwrap_or(DEFAULT_TOP_K) as usize;
-        self.session.interrupt = interrupt(checkpoint);
-        let r = self.session.sae_encode(&ids, &sae.0, k).await;
-        self.session.interrupt = None;
+        let r = self.session.interruptible(interrupt(checkpoint), async |s| s.sae_encode(&ids, &sae.0, k).await).await;
         let r = r.map_err(|e| model_error("", e))?;
         let top = r.top.iter().map(|p| p.iter().map(|&(index, value)| SaeTopJson { index, value }).collect()).collect();
         Ok(to_js(&EncodedJson { tokens: u32s(&ids), top, l0: f32s(&r.l0), mse: f32s(&r.mse) }))

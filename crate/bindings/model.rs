@@ -655,9 +655,8 @@ impl WasmModel {
     ) -> Result<JsValue, JsValue> {
         let o = options::score_options(from_js(options::SCORE_WHAT, opts)?).map_err(|e| model_error("", e))?;
         self.check_input("", &ids)?;
-        self.session.interrupt = interrupt(checkpoint);
-        let r = self.session.score(&ids, o.top_k, &o.hooks).await;
-        self.session.interrupt = None;
+        let r =
+            self.session.interruptible(interrupt(checkpoint), async |s| s.score(&ids, o.top_k, &o.hooks).await).await;
         let r = r.map_err(|e| model_error("", e))?;
         let top = r.top.iter().map(|row| row.iter().map(|&(token, logprob)| TopJson { token, logprob }).collect());
         Ok(to_js(&ScoreJson {
@@ -683,9 +682,7 @@ impl WasmModel {
     ) -> Result<JsValue, JsValue> {
         let taps = options::trace_options(from_js(options::TRACE_WHAT, opts)?).map_err(|e| model_error("", e))?;
         self.check_input("", &ids)?;
-        self.session.interrupt = interrupt(checkpoint);
-        let t = self.session.trace(&ids, &taps).await;
-        self.session.interrupt = None;
+        let t = self.session.interruptible(interrupt(checkpoint), async |s| s.trace(&ids, &taps).await).await;
         let t = t.map_err(|e| model_error("", e))?;
         let arrays = |v: &Vec<Vec<f32>>| v.iter().map(|x| f32s(x)).collect::<Vec<_>>();
         let nodes = t

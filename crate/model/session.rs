@@ -297,6 +297,19 @@ impl Session {
         }
     }
 
+    /// Runs `call` with `interrupt` asked between its steps ([`Session::checkpoint`]), and
+    /// without one after it, whatever the outcome.
+    pub async fn interruptible<T>(
+        &mut self,
+        interrupt: Option<Interrupt>,
+        call: impl AsyncFnOnce(&mut Session) -> T,
+    ) -> T {
+        self.interrupt = interrupt;
+        let r = call(self).await;
+        self.interrupt = None;
+        r
+    }
+
     /// Between two steps of a long call: `Aborted` when the caller's [`Interrupt`] says it
     /// stopped the call, with the prompt cache cleared (the call may have left it half-written).
     pub(super) async fn checkpoint(&mut self) -> Result<(), ModelError> {
