@@ -139,8 +139,9 @@ fn cli_gpu_layers() {
     let runs = v["runs"].as_array().unwrap();
     assert_eq!((runs[0]["n_tokens"].as_u64(), runs[1]["n_tokens"].as_u64()), (Some(1), Some(8)));
     for (r, n_tokens) in runs.iter().zip([1, 8]) {
-        assert_eq!((r["splits"].as_u64(), r["copies"].as_u64()), (Some(2), Some(2)));
-        assert_eq!(r["copy_bytes"].as_u64(), Some((2 * 4 * n_embd * n_tokens) as u64));
+        // The two boundary rows per token, and the KQ mask ([n_tokens, n_tokens] from position 0).
+        assert_eq!((r["splits"].as_u64(), r["copies"].as_u64()), (Some(2), Some(3)));
+        assert_eq!(r["copy_bytes"].as_u64(), Some((2 * 4 * n_embd * n_tokens + 4 * n_tokens * n_tokens) as u64));
     }
 
     let (code, out, err) = ggweb(&["inspect", "--model", &path, "--gpu-layers", "1"]);
