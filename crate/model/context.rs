@@ -560,7 +560,7 @@ impl Gpt2 {
                 Logits::Last if last => read_f32(sched, &io.logits).await?,
                 _ => Vec::new(),
             };
-            if batch.logits == Logits::Last && ub.n_out > 1 {
+            if batch.logits == Logits::Last && last && ub.n_out > 1 {
                 rows.drain(..rows.len() - self.hparams.n_vocab);
             }
             sink(Chunk { first: if one_seq { batch.n_past + done } else { done }, tokens: chunk, logits: &rows });
