@@ -147,9 +147,13 @@ fn cli_gpu_layers() {
     let (code, out, err) = ggweb(&["inspect", "--model", &path, "--gpu-layers", "1"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains(&format!("gpu layers: 1 of {n_layer} on WebGPU (blocks {0}..={0})", n_layer - 1)), "{out}");
-    assert!(out.contains(&format!("one token: 2 splits, 2 copies per run ({} B)", 2 * 4 * n_embd)), "{out}");
+    // The two boundary rows per token and the KQ mask ([n_tokens, n_tokens] f32 from position 0).
+    assert!(out.contains(&format!("one token: 2 splits, 3 copies per run ({} B)", 2 * 4 * n_embd + 4)), "{out}");
     assert!(
-        out.contains(&format!("a batch of 32 tokens: 2 splits, 2 copies per run ({} B)", 2 * 4 * n_embd * 32)),
+        out.contains(&format!(
+            "a batch of 32 tokens: 2 splits, 3 copies per run ({} B)",
+            2 * 4 * n_embd * 32 + 4 * 32 * 32
+        )),
         "{out}"
     );
 }
