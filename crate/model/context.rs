@@ -533,7 +533,9 @@ impl Gpt2 {
                     true => {
                         let wants_logits = batch.logits != Logits::None;
                         let (gf, bytes) = pruned(&io, batch.taps, wants_logits, ub.start, self.hparams.n_layer)?;
-                        (Some(gf), Some((batch.taps.len(), bytes)))
+                        // The taps, and the KQ mask's host copy (set_inputs) beside them.
+                        let mask_bytes = 4 * (ub.n_kv * ub.n_tokens) as u64;
+                        (Some(gf), Some((batch.taps.len(), bytes + mask_bytes)))
                     }
                 };
                 let gf = gf.as_ref().unwrap_or(&io.graph);
@@ -749,9 +751,9 @@ fn pruned(
 }
 
 /// Allocates a ubatch's graph on `sched`. A run with taps plans its own compute buffers:
-/// each tap is kept in them and read back, so the taps (`tap_bytes`, their bytes kept and
-/// read) are sized against the memory left before either is allocated, as the compute buffer
-/// is by its allocation (`RunTooLarge`).
+/// each tap is kept in them and read back, so the taps (`tap_bytes`: their bytes kept and
+/// read, and the host's KQ mask) are sized against the memory left before either is
+/// allocated, as the compute buffer is by its allocation (`RunTooLarge`).
 fn alloc(sched: &mut Sched, gf: &Graph, own_plan: Option<(usize, u64)>) -> Result<(), ModelError> {
     let Some((n_taps, tap_bytes)) = own_plan else { return Ok(sched.alloc_graph(gf)?) };
     let too_large = |needed: u64, left: u64| ModelError::RunTooLarge {
