@@ -195,7 +195,8 @@ pub struct Ubatch {
     /// Attention's scale, mask and softmax as three nodes (`kq_scaled`, `kq_masked`:
     /// TransformerLens's `hook_attn_scores`, `kq_soft_max`) for a run that taps or hooks them,
     /// instead of one `soft_max_ext(kq, kq_mask, scale)`: the same values bit for bit (the
-    /// mask adds 0 or −∞ to the scaled score either way), one kernel fewer per layer.
+    /// mask adds 0 or −∞ to the scaled score either way), which takes two kernels fewer per
+    /// layer.
     pub scores: bool,
 }
 
