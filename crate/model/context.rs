@@ -15,15 +15,16 @@
 //! # Ok(()) }
 //! ```
 
+use alloc::boxed::Box;
 use alloc::format;
 use alloc::rc::Rc;
 use alloc::string::{String, ToString};
 use alloc::vec;
 use alloc::vec::Vec;
 
-use super::gpt2::{build_graph, build_graph_with, graph_size, Hparams, KvLayout, Weights};
-use super::hooks::Hook;
+use super::gpt2::{build_graph, build_graph_with, graph_size, GraphIo, Hparams, Ubatch, Weights};
 pub use super::hooks::TapValue;
+use super::hooks::{Hook, NodeHook};
 pub use super::kv_cache::{Cell, KvCache};
 use super::ModelError;
 use crate::allocator::alloc_tensors;
@@ -115,8 +116,8 @@ pub enum Logits {
 ///
 /// With `seq` non-empty (one entry per token) the batch is multi-sequence: each token has its
 /// own position and sequences, goes to free cells, and attends to the cells of its sequences
-/// at positions up to its own ([`KvLayout::Masked`](super::gpt2::KvLayout)); `n_past` is
-/// unused. Empty `seq` is the single-sequence path (cell = position). Hooks and taps take one
+/// at positions up to its own (the KQ mask of [`Ubatch`]); `n_past` is unused. Empty `seq` is
+/// one sequence, sequence 0, cell = position (the same mask, causal). Hooks and taps take one
 /// sequence.
 ///
 /// With `start` the pass begins at a block from a given residual stream instead of the
@@ -173,8 +174,9 @@ pub struct Decoded {
     pub compute_bytes: usize,
 }
 
-/// What [`Gpt2::decode`] reports after each chunk it evaluated: the chunk's first position,
-/// its tokens (now in the KV cache), and its logits rows when they were read.
+/// What [`Gpt2::decode`] reports after each ubatch it evaluated: the ubatch's first position
+/// (in a multi-sequence batch: its first index in the batch), its tokens (now in the KV
+/// cache), and its logits rows when they were read.
 pub struct Chunk<'a> {
     pub first: usize,
     pub tokens: &'a [u32],
@@ -447,79 +449,147 @@ impl Gpt2 {
         Ok(())
     }
 
-    /// The forward pass: runs `batch.tokens` at positions `batch.n_past..`, writing their
-    /// K/V into the cache, and reads back the logits asked for.
+    /// The forward pass: runs `batch.tokens` at positions `batch.n_past..` (or, with
+    /// [`Batch::seq`], at their own positions and sequences), writing their K/V into the cache,
+    /// and reads back the logits and taps asked for.
     ///
-    /// Without taps the tokens go in chunks of `n_batch` through the reserved compute
-    /// buffers (no allocation); `sink` hears of each chunk once its K/V are in (with its
-    /// logits rows under `Logits::All`), so a caller's record of the cache stays true if a
-    /// later chunk fails. Only chunks whose logits are kept are read back.
+    /// One body for every batch (llama.cpp's `llama_context::decode`): the tokens go in ubatches
+    /// through one loop, each into cells of the KV cache (one sequence: cell = position, the
+    /// cells past `n_past` freed first; several: the first run of free cells), attending
+    /// through the KQ mask built from the cells ([`Ubatch`]). `sink` hears of each ubatch once
+    /// its K/V are in (with its logits rows under `Logits::All`), so a caller's record of the
+    /// cache stays true if a later one fails; only ubatches whose logits are kept are read
+    /// back. A failed ubatch leaves its cells free.
     ///
-    /// With taps it is one graph over all the tokens (any count up to the context), with the
-    /// tapped nodes marked as outputs so gallocr keeps exactly those alive: only requested
-    /// taps cost memory. That graph is pruned to what the taps, the K/V stores and the
-    /// logits asked for need, and gets a scheduler and compute buffers of its own, sized by
-    /// that plan ([`Decoded::compute_bytes`]); the reserved hot-path buffers are untouched.
+    /// Without taps or hooks the ubatches are `n_batch` tokens on the reserved compute buffers
+    /// (no allocation). Taps and hooks see the whole sequence: such a run is one ubatch of all
+    /// the tokens (any count up to the context), its graph pruned to what the taps, the K/V
+    /// stores and the logits asked for need, on compute buffers of its own sized by that plan
+    /// ([`Decoded::compute_bytes`]; the reserved hot-path buffers are untouched). The taps are
+    /// read through the scheduler's eval callback ([`Sched::set_eval_callback`]): the nodes it
+    /// asks for are kept alive to the end of the run, so only requested taps cost memory.
     pub async fn decode(&mut self, batch: Batch<'_>) -> Result<Decoded, ModelError> {
         self.decode_with(batch, &mut |_| ()).await
     }
 
-    /// [`decode`](Self::decode) reporting each chunk to `sink`.
+    /// [`decode`](Self::decode) reporting each ubatch to `sink`.
     pub async fn decode_with(
         &mut self,
         batch: Batch<'_>,
         sink: &mut dyn FnMut(Chunk<'_>),
     ) -> Result<Decoded, ModelError> {
-        if !batch.seq.is_empty() {
-            return self.decode_seqs(batch, sink).await;
+        let cells = self.check(&batch)?;
+        let (tokens, n, e, n_ctx) = (batch.tokens, batch.tokens.len(), self.hparams.n_embd, self.n_ctx());
+        let one_seq = batch.seq.is_empty();
+        let hooks = match batch.hooks {
+            [] => Vec::new(),
+            h => super::hooks::plan(h, &self.hparams, n, batch.n_past, true)?,
+        };
+        let hooked: Vec<String> = hooks.iter().map(|h| h.node.clone()).collect();
+        let inspect = !batch.taps.is_empty() || !hooks.is_empty();
+        // The head runs on every row when a tap or hook is in it (`result_norm`: HF's last
+        // hidden state) or every row's logits are asked for.
+        let in_head =
+            batch.taps.iter().any(|t| matches!(t.as_str(), "out_rows" | "out_norm" | "result_norm" | "result_output"))
+                || hooked.iter().any(|h| h == "out_norm");
+        let (ubatch, mut own) = match inspect {
+            false => (self.n_batch, None),
+            true => (n, Some(Sched::new(self.sched.backends().to_vec())?)),
+        };
+        if let Some(own) = &mut own {
+            let names = batch.taps.to_vec();
+            own.set_eval_callback(Some(Box::new(move |t| names.iter().any(|n| *n == t.name()))));
         }
-        self.check_batch(batch.tokens, batch.n_past, batch.start.as_ref())?;
-        if let Some(s) = &batch.start {
-            super::hooks::check_after(batch.hooks, s.layer)?;
+        if one_seq {
+            self.kv.set_causal(batch.n_past);
         }
-        if !batch.taps.is_empty() || !batch.hooks.is_empty() {
-            let out = self.decode_tapped(batch).await?;
-            sink(Chunk { first: batch.n_past, tokens: batch.tokens, logits: &out.logits });
-            return Ok(out);
-        }
-        let (tokens, n_vocab) = (batch.tokens, self.hparams.n_vocab);
         let mut out = Decoded::default();
         let mut done = 0;
-        while done < tokens.len() {
-            let chunk = &tokens[done..(done + self.n_batch).min(tokens.len())];
-            let last_chunk = done + chunk.len() == tokens.len();
-            let n_out = if batch.logits == Logits::All { chunk.len() } else { 1 };
-            let layout = KvLayout::Causal { n_past: batch.n_past + done };
-            let start = batch.start.map(|s| s.layer);
-            let io = build_graph_with(&self.hparams, &self.weights, &self.kv, layout, chunk.len(), n_out, &[], start);
-            self.sched.alloc_graph(&io.graph)?;
-            let e = self.hparams.n_embd;
-            let resid = batch.start.map(|s| &s.resid[done * e..(done + chunk.len()) * e]);
-            set_inputs(&io, chunk, batch.n_past + done, resid);
-            self.kv.set_causal(batch.n_past + done);
-            self.sched.graph_compute(&io.graph)?;
-            self.kv.set_causal(batch.n_past + done + chunk.len());
-            let rows = match batch.logits {
-                Logits::All => self.read_f32(&io.logits).await?,
-                Logits::Last if last_chunk => self.read_f32(&io.logits).await?,
+        while done < n {
+            let end = (done + ubatch).min(n);
+            let chunk = &tokens[done..end];
+            let slot = match one_seq {
+                true => batch.n_past + done,
+                false => self
+                    .kv
+                    .find_slot(chunk.len())
+                    .ok_or(ModelError::ContextFull { needed: self.kv.used() + n - done, n_ctx })?,
+            };
+            let ub_cells = slot..slot + chunk.len();
+            self.kv.cells[ub_cells.clone()].copy_from_slice(&cells[done..end]);
+            let ub = Ubatch {
+                slot,
+                n_kv: self.kv.n_kv(),
+                n_tokens: chunk.len(),
+                n_out: if in_head || batch.logits == Logits::All { chunk.len() } else { 1 },
+                start: batch.start.map(|s| s.layer),
+                scores: inspect,
+            };
+            let io = build_graph_with(&self.hparams, &self.weights, &self.kv, ub, &hooked);
+            let sched = own.as_mut().unwrap_or(&mut self.sched);
+            let ran = (|| {
+                let (gf, own_plan) = match inspect {
+                    false => (None, None),
+                    true => {
+                        let wants_logits = batch.logits != Logits::None;
+                        let (gf, bytes) = pruned(&io, batch.taps, wants_logits, ub.start, self.hparams.n_layer)?;
+                        // The taps, and the KQ mask's host copy (set_inputs) beside them.
+                        let mask_bytes = 4 * (ub.n_kv * ub.n_tokens) as u64;
+                        (Some(gf), Some((batch.taps.len(), bytes + mask_bytes)))
+                    }
+                };
+                let gf = gf.as_ref().unwrap_or(&io.graph);
+                alloc(sched, gf, own_plan)?;
+                let resid = batch.start.map(|s| &s.resid[done * e..end * e]);
+                set_inputs(&io, chunk, &self.kv.cells, &cells[done..end], resid, &hooks);
+                sched.graph_compute(gf)?;
+                Ok::<_, ModelError>(())
+            })();
+            if let Err(err) = ran {
+                self.kv.cells[ub_cells].fill(Cell::default());
+                return Err(err);
+            }
+            let sched = own.as_ref().unwrap_or(&self.sched);
+            for name in batch.taps {
+                let Some(t) = sched.observed().iter().find(|t| t.name() == *name) else {
+                    return Err(ModelError::Invalid(format!("tap '{name}': the scheduler observed no such node")));
+                };
+                out.taps.push(TapValue { name: t.name(), ne: t.ne, data: read_f32(sched, t).await? });
+            }
+            let last = end == n;
+            let mut rows = match batch.logits {
+                Logits::All => read_f32(sched, &io.logits).await?,
+                Logits::Last if last => read_f32(sched, &io.logits).await?,
                 _ => Vec::new(),
             };
-            sink(Chunk { first: batch.n_past + done, tokens: chunk, logits: &rows });
+            if batch.logits == Logits::Last && last && ub.n_out > 1 {
+                rows.drain(..rows.len() - self.hparams.n_vocab);
+            }
+            sink(Chunk { first: if one_seq { batch.n_past + done } else { done }, tokens: chunk, logits: &rows });
             match batch.logits {
                 Logits::All => out.logits.extend_from_slice(&rows),
-                Logits::Last if last_chunk => out.logits = rows,
+                Logits::Last if last => out.logits = rows,
                 _ => {}
             }
-            done += chunk.len();
+            done = end;
         }
-        debug_assert!(batch.logits != Logits::All || out.logits.len() == tokens.len() * n_vocab);
+        if let Some(own) = &own {
+            out.compute_bytes = (0..own.n_backends()).map(|i| own.compute_buffer_size(i)).sum();
+        }
         Ok(out)
     }
 
-    /// The multi-sequence path of [`decode_with`](Self::decode_with): chunk by chunk, each
-    /// into the first run of free cells, attention through the KQ mask.
-    async fn decode_seqs(&mut self, batch: Batch<'_>, sink: &mut dyn FnMut(Chunk<'_>)) -> Result<Decoded, ModelError> {
+    /// The input check of every [`Batch`], before anything changes: returns each token's cell
+    /// contents (position and sequences; one sequence is sequence 0, positions `n_past..`).
+    fn check(&self, batch: &Batch<'_>) -> Result<Vec<Cell>, ModelError> {
         let (tokens, n_vocab, n_ctx) = (batch.tokens, self.hparams.n_vocab, self.n_ctx());
+        if batch.seq.is_empty() {
+            self.check_batch(tokens, batch.n_past, batch.start.as_ref())?;
+            if let Some(s) = &batch.start {
+                super::hooks::check_after(batch.hooks, s.layer)?;
+            }
+            return Ok((batch.n_past..batch.n_past + tokens.len()).map(|p| Cell { pos: p as u32, seqs: 1 }).collect());
+        }
         if batch.start.is_some() {
             return Err(ModelError::Invalid(
                 "a batch that starts at a layer takes one sequence: it has sequence positions".into(),
@@ -548,160 +618,7 @@ impl Gpt2 {
             }
             return Err(ModelError::ContextFull { needed: p.pos as usize + 1, n_ctx });
         }
-        let mut out = Decoded::default();
-        let mut done = 0;
-        while done < tokens.len() {
-            let end = (done + self.n_batch).min(tokens.len());
-            let (chunk, seq) = (&tokens[done..end], &batch.seq[done..end]);
-            let last_chunk = end == tokens.len();
-            let Some(slot) = self.kv.find_slot(chunk.len()) else {
-                return Err(ModelError::ContextFull { needed: self.kv.used() + tokens.len() - done, n_ctx });
-            };
-            for (c, p) in self.kv.cells[slot..].iter_mut().zip(seq) {
-                *c = Cell { pos: p.pos, seqs: p.seqs };
-            }
-            let n_kv = self.kv.n_kv();
-            let n_out = if batch.logits == Logits::All { chunk.len() } else { 1 };
-            let layout = KvLayout::Masked { slot, n_kv };
-            let io = build_graph_with(&self.hparams, &self.weights, &self.kv, layout, chunk.len(), n_out, &[], None);
-            let run = (|| {
-                self.sched.alloc_graph(&io.graph)?;
-                let ids: Vec<i32> = chunk.iter().map(|&t| t as i32).collect();
-                let pos: Vec<i32> = seq.iter().map(|p| p.pos as i32).collect();
-                io.tokens.set_bytes(bytemuck::cast_slice(&ids), 0);
-                io.positions.set_bytes(bytemuck::cast_slice(&pos), 0);
-                let cells = &self.kv.cells[..n_kv];
-                let mask: Vec<f32> =
-                    seq.iter()
-                        .flat_map(|p| {
-                            cells.iter().map(move |c| {
-                                if c.seqs & p.seqs != 0 && c.pos <= p.pos {
-                                    0.0
-                                } else {
-                                    f32::NEG_INFINITY
-                                }
-                            })
-                        })
-                        .collect();
-                io.kq_mask.as_ref().expect("masked layout").set_bytes(bytemuck::cast_slice(&mask), 0);
-                self.sched.graph_compute(&io.graph)
-            })();
-            if let Err(e) = run {
-                for c in &mut self.kv.cells[slot..slot + chunk.len()] {
-                    *c = Cell::default();
-                }
-                return Err(e.into());
-            }
-            let rows = match batch.logits {
-                Logits::All => self.read_f32(&io.logits).await?,
-                Logits::Last if last_chunk => self.read_f32(&io.logits).await?,
-                _ => Vec::new(),
-            };
-            sink(Chunk { first: done, tokens: chunk, logits: &rows });
-            match batch.logits {
-                Logits::All => out.logits.extend_from_slice(&rows),
-                Logits::Last if last_chunk => out.logits = rows,
-                _ => {}
-            }
-            done = end;
-        }
-        Ok(out)
-    }
-
-    /// A run with taps or hooks: one graph over all the tokens, on compute buffers of its own.
-    async fn decode_tapped(&mut self, batch: Batch<'_>) -> Result<Decoded, ModelError> {
-        let (n, names) = (batch.tokens.len(), batch.taps);
-        let hooks = super::hooks::plan(batch.hooks, &self.hparams, n, batch.n_past, true)?;
-        // The head runs on every row when a tap or hook is in it (`result_norm`: HF's last
-        // hidden state) or every row's logits are asked for.
-        let in_head =
-            names.iter().any(|n| matches!(n.as_str(), "out_rows" | "out_norm" | "result_norm" | "result_output"))
-                || hooks.iter().any(|h| h.node == "out_norm");
-        let n_out = if in_head || batch.logits == Logits::All { n } else { 1 };
-        let hooked: Vec<String> = hooks.iter().map(|h| h.node.clone()).collect();
-        let layout = KvLayout::Causal { n_past: batch.n_past };
-        let start = batch.start.map(|s| s.layer);
-        let io = build_graph_with(&self.hparams, &self.weights, &self.kv, layout, n, n_out, &hooked, start);
-        let mut gf = Graph::with_size(graph_size(&self.hparams));
-        for il in start.unwrap_or(0)..self.hparams.n_layer {
-            for step in ["k_cpy", "v_cpy"] {
-                let t = io.graph.get_tensor(&format!("l{il}.{step}")).expect("every layer stores K and V");
-                gf.build_forward_expand(&t);
-            }
-        }
-        let mut wanted = Vec::new();
-        for name in names {
-            let t = io.graph.get_tensor(name).ok_or_else(|| {
-                ModelError::Invalid(format!(
-                    "no graph node named '{name}' (tap 'attn', 'hidden' or a node such as 'l0.ffn_gelu')"
-                ))
-            })?;
-            if !(t.ty == GgmlType::F32 && t.is_contiguous()) {
-                return Err(ModelError::Invalid(format!(
-                    "graph node '{name}' is a view or not f32 ({}): only contiguous f32 nodes can be tapped",
-                    t.ty
-                )));
-            }
-            t.set_output();
-            gf.build_forward_expand(&t);
-            wanted.push(t);
-        }
-        if batch.logits != Logits::None {
-            gf.build_forward_expand(&io.logits);
-        }
-        // Each tap is kept in the compute buffer and read back: sized against the memory left
-        // before either is allocated, as the compute buffer is by its allocation.
-        let taps_bytes: u64 = wanted.iter().map(|t| 8 * t.nelements() as u64).sum();
-        let too_large = |needed: u64, left: u64| ModelError::RunTooLarge {
-            what: format!("this run's {} captured nodes and compute buffer", wanted.len()),
-            needed,
-            left,
-        };
-        if let Some(left) = crate::backend::host::address_space_left().filter(|&l| taps_bytes > l) {
-            return Err(too_large(taps_bytes, left));
-        }
-        let mut sched = Sched::new(self.sched.backends().to_vec())?;
-        sched.alloc_graph(&gf).map_err(|e| match e {
-            BackendError::OutOfMemory { requested, limit, .. } => too_large(requested as u64, limit as u64),
-            e => e.into(),
-        })?;
-        set_inputs(&io, batch.tokens, batch.n_past, batch.start.map(|s| s.resid));
-        self.kv.set_causal(batch.n_past);
-        for h in &hooks {
-            for (suffix, data) in [("hook_a", Some(&h.a)), ("hook_b", Some(&h.b)), ("hook_m", h.m.as_ref())] {
-                let Some(data) = data else { continue };
-                let name = format!("{}.{suffix}", h.node);
-                let t =
-                    io.hook_inputs.iter().find(|t| t.name() == name).expect("build_graph_with makes every hook input");
-                if t.data().is_none() {
-                    continue; // pruned: nothing this run computes reads the hooked node
-                }
-                assert_eq!(
-                    t.nelements() as usize,
-                    data.len(),
-                    "hook input '{name}': {:?} for shape {:?}",
-                    t.ne,
-                    h.shape
-                );
-                t.set_bytes(bytemuck::cast_slice(data), 0);
-            }
-        }
-        sched.graph_compute(&gf)?;
-        self.kv.set_causal(batch.n_past + n);
-        let compute_bytes = (0..sched.n_backends()).map(|i| sched.compute_buffer_size(i)).sum();
-        let mut taps = Vec::new();
-        for t in wanted {
-            taps.push(TapValue { name: t.name(), ne: t.ne, data: self.read_f32(&t).await? });
-        }
-        let logits = match batch.logits {
-            Logits::None => Vec::new(),
-            Logits::All => self.read_f32(&io.logits).await?,
-            Logits::Last => {
-                let all = self.read_f32(&io.logits).await?;
-                all[all.len() - self.hparams.n_vocab..].to_vec()
-            }
-        };
-        Ok(Decoded { logits, taps, compute_bytes })
+        Ok(batch.seq.iter().map(|p| Cell { pos: p.pos, seqs: p.seqs }).collect())
     }
 
     /// Runs a small graph over the model's weights, outside the forward pass (the logit
@@ -762,12 +679,7 @@ impl Gpt2 {
     /// A computed contiguous f32 tensor's values, read by the backend whose buffer holds it
     /// ([`Backend::tensor_get_async`]: WebGPU memory reads back asynchronously).
     pub async fn read_f32(&self, t: &Tensor) -> Result<Vec<f32>, ModelError> {
-        let d = t.data().ok_or_else(|| ModelError::Invalid(format!("read of unallocated node '{}'", t.name())))?;
-        let n = self.sched.n_backends();
-        let b = self.sched.backend_for_buffer_type(d.buffer.buffer_type_name()).unwrap_or(n - 1);
-        let mut out = vec![0f32; t.nelements() as usize];
-        self.sched.backend(b).tensor_get_async(t, 0, bytemuck::cast_slice_mut(&mut out)).await?;
-        Ok(out)
+        read_f32(&self.sched, t).await
     }
 
     /// One line: shape, context, batch, backends.
@@ -789,15 +701,108 @@ impl Gpt2 {
     }
 }
 
-/// Fills a built graph's inputs: token ids and their positions `n_past..`, or the residual of
-/// a graph that starts at a block.
-fn set_inputs(io: &super::gpt2::GraphIo, tokens: &[u32], n_past: usize, resid: Option<&[f32]>) {
-    if let Some(r) = &io.resid {
-        r.set_bytes(bytemuck::cast_slice(resid.expect("a residual for a graph that starts at a block")), 0);
-        return;
+/// A computed contiguous f32 tensor's values, read through `sched` ([`Sched::tensor_get`]).
+async fn read_f32(sched: &Sched, t: &Tensor) -> Result<Vec<f32>, ModelError> {
+    if t.data().is_none() {
+        return Err(ModelError::Invalid(format!("read of unallocated node '{}'", t.name())));
     }
-    let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
-    let pos: Vec<i32> = (n_past..n_past + tokens.len()).map(|p| p as i32).collect();
-    io.tokens.set_bytes(bytemuck::cast_slice(&ids), 0);
-    io.positions.set_bytes(bytemuck::cast_slice(&pos), 0);
+    let mut out = vec![0f32; t.nelements() as usize];
+    sched.tensor_get(t, bytemuck::cast_slice_mut(&mut out)).await?;
+    Ok(out)
+}
+
+/// The graph of a run with taps or hooks: only what the K/V stores of the blocks it runs, the
+/// taps and (when `logits`) the logits need; with the bytes of the taps kept and read back.
+/// Each tap must be a contiguous f32 node of `io`'s graph (`invalid` naming it otherwise).
+fn pruned(
+    io: &GraphIo,
+    taps: &[String],
+    logits: bool,
+    start: Option<usize>,
+    n_layer: usize,
+) -> Result<(Graph, u64), ModelError> {
+    let mut gf = Graph::with_size(io.graph.size());
+    let mut tap_bytes = 0u64;
+    for il in start.unwrap_or(0)..n_layer {
+        for step in ["k_cpy", "v_cpy"] {
+            let t = io.graph.get_tensor(&format!("l{il}.{step}")).expect("every layer stores K and V");
+            gf.build_forward_expand(&t);
+        }
+    }
+    for name in taps {
+        let t = io.graph.get_tensor(name).ok_or_else(|| {
+            ModelError::Invalid(format!(
+                "no graph node named '{name}' (tap 'attn', 'hidden' or a node such as 'l0.ffn_gelu')"
+            ))
+        })?;
+        if !(t.ty == GgmlType::F32 && t.is_contiguous()) {
+            return Err(ModelError::Invalid(format!(
+                "graph node '{name}' is a view or not f32 ({}): only contiguous f32 nodes can be tapped",
+                t.ty
+            )));
+        }
+        tap_bytes += 8 * t.nelements() as u64;
+        gf.build_forward_expand(&t);
+    }
+    if logits {
+        gf.build_forward_expand(&io.logits);
+    }
+    Ok((gf, tap_bytes))
+}
+
+/// Allocates a ubatch's graph on `sched`. A run with taps plans its own compute buffers:
+/// each tap is kept in them and read back, so the taps (`tap_bytes`: their bytes kept and
+/// read, and the host's KQ mask) are sized against the memory left before either is
+/// allocated, as the compute buffer is by its allocation (`RunTooLarge`).
+fn alloc(sched: &mut Sched, gf: &Graph, own_plan: Option<(usize, u64)>) -> Result<(), ModelError> {
+    let Some((n_taps, tap_bytes)) = own_plan else { return Ok(sched.alloc_graph(gf)?) };
+    let too_large = |needed: u64, left: u64| ModelError::RunTooLarge {
+        what: format!("this run's {n_taps} captured nodes and compute buffer"),
+        needed,
+        left,
+    };
+    if let Some(left) = crate::backend::host::address_space_left().filter(|&l| tap_bytes > l) {
+        return Err(too_large(tap_bytes, left));
+    }
+    sched.alloc_graph(gf).map_err(|e| match e {
+        BackendError::OutOfMemory { requested, limit, .. } => too_large(requested as u64, limit as u64),
+        e => e.into(),
+    })
+}
+
+/// Fills a built ubatch graph's inputs: token ids and positions (or the residual of a graph
+/// that starts at a block), the KQ mask from the cache's cells (`ub` the ubatch's own), and
+/// the hooks' inputs (one not in the graph is skipped: pruned, as nothing this run computes
+/// reads its node).
+fn set_inputs(io: &GraphIo, tokens: &[u32], cells: &[Cell], ub: &[Cell], resid: Option<&[f32]>, hooks: &[NodeHook]) {
+    match &io.resid {
+        Some(r) => r.set_bytes(bytemuck::cast_slice(resid.expect("a residual for a graph that starts at a block")), 0),
+        None => {
+            let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
+            let pos: Vec<i32> = ub.iter().map(|c| c.pos as i32).collect();
+            io.tokens.set_bytes(bytemuck::cast_slice(&ids), 0);
+            io.positions.set_bytes(bytemuck::cast_slice(&pos), 0);
+        }
+    }
+    let n_kv = io.kq_mask.ne[0] as usize;
+    let mut mask = Vec::with_capacity(n_kv * ub.len());
+    for t in ub {
+        let sees = |c: &Cell| c.seqs & t.seqs != 0 && c.pos <= t.pos;
+        mask.extend(cells[..n_kv].iter().map(|c| if sees(c) { 0.0 } else { f32::NEG_INFINITY }));
+    }
+    if io.kq_mask.data().is_some() {
+        io.kq_mask.set_bytes(bytemuck::cast_slice(&mask), 0);
+    }
+    for h in hooks {
+        for (suffix, data) in [("hook_a", Some(&h.a)), ("hook_b", Some(&h.b)), ("hook_m", h.m.as_ref())] {
+            let Some(data) = data else { continue };
+            let name = format!("{}.{suffix}", h.node);
+            let t = io.hook_inputs.iter().find(|t| t.name() == name).expect("build_graph_with makes every hook input");
+            if t.data().is_none() {
+                continue; // pruned: nothing this run computes reads the hooked node
+            }
+            assert_eq!(t.nelements() as usize, data.len(), "hook input '{name}': {:?} for shape {:?}", t.ne, h.shape);
+            t.set_bytes(bytemuck::cast_slice(data), 0);
+        }
+    }
 }

@@ -163,8 +163,8 @@ pub struct GraphIo {
     pub ctx: Context,
     pub tokens: Tensor,    // [N] i32
     pub positions: Tensor, // [N] i32
-    /// [n_kv, N] f32, with [`KvLayout::Masked`] only.
-    pub kq_mask: Option<Tensor>,
+    /// [n_kv, N] f32: 0 where token i may attend to cell j, −∞ elsewhere (see [`Ubatch`]).
+    pub kq_mask: Tensor,
     pub logits: Tensor, // [n_vocab, n_out]
     /// [n_embd, N] f32: the residual stream entering the first built layer, when the graph
     /// starts at a layer (`tokens` and `positions` are then not in the graph).
@@ -178,57 +178,65 @@ pub(crate) fn graph_size(hp: &Hparams) -> usize {
     64 * hp.n_layer + 64
 }
 
-/// Where a run's K/V go and which cells its attention reads.
+/// The shape of one graph run (llama.cpp's ubatch): `n_tokens` tokens whose K/V go to cells
+/// `slot..slot + n_tokens`, attending to cells `0..n_kv` through the KQ mask ([`GraphIo::kq_mask`],
+/// `[n_kv, n_tokens]`: 0 where the cell belongs to one of the token's sequences at a position up
+/// to its own, −∞ elsewhere; for one sequence, cell = position, that is the causal mask), with
+/// logits for the last `n_out` tokens. One attention layout for one sequence and for several.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum KvLayout {
-    /// One sequence, cell = position: the tokens go to cells `n_past..`, attend to cells
-    /// `0..n_past + n_tokens` under a causal `diag_mask_inf` (fused on WebGPU).
-    Causal { n_past: usize },
-    /// Several sequences (llama.cpp's unified cache): the tokens go to cells `slot..`, attend
-    /// to cells `0..n_kv` through the `kq_mask` input ([n_kv, n_tokens]: 0 or -inf per cell).
-    Masked { slot: usize, n_kv: usize },
+pub struct Ubatch {
+    pub slot: usize,
+    pub n_kv: usize,
+    pub n_tokens: usize,
+    pub n_out: usize,
+    /// Begin at this block from a residual input instead of the embeddings (see
+    /// [`build_graph_with`]).
+    pub start: Option<usize>,
+    /// Attention's scale, mask and softmax as three nodes (`kq_scaled`, `kq_masked`:
+    /// TransformerLens's `hook_attn_scores`, `kq_soft_max`) for a run that taps or hooks them,
+    /// instead of one `soft_max_ext(kq, kq_mask, scale)`: the same values bit for bit (the
+    /// mask adds 0 or −∞ to the scaled score either way), which takes two kernels fewer per
+    /// layer.
+    pub scores: bool,
 }
 
-/// The graph of one run: `n_tokens` new tokens after `n_past` cached ones, logits for the
-/// last `n_out` of them. Pure: reads only headers, so it can be built for any sizes.
+impl Ubatch {
+    /// `n_tokens` tokens of one sequence at positions `n_past..` (cell = position).
+    pub fn at(n_past: usize, n_tokens: usize, n_out: usize) -> Ubatch {
+        Ubatch { slot: n_past, n_kv: n_past + n_tokens, n_tokens, n_out, start: None, scores: false }
+    }
+}
+
+/// The graph of one run: `n_tokens` new tokens after `n_past` cached ones of one sequence,
+/// logits for the last `n_out` of them. Pure: reads only headers, so it can be built for any
+/// sizes.
 pub fn build_graph(hp: &Hparams, w: &Weights, kv: &KvCache, n_past: usize, n_tokens: usize, n_out: usize) -> GraphIo {
-    build_graph_with(hp, w, kv, KvLayout::Causal { n_past }, n_tokens, n_out, &[], None)
+    build_graph_with(hp, w, kv, Ubatch::at(n_past, n_tokens, n_out), &[])
 }
 
-/// [`build_graph`] with the cache layout of [`KvLayout`] and interventions: each node named
-/// in `hooked` becomes `add(mul(x, hook_a), hook_b)` under its own name (the original is
-/// `{name}.pre_hook`), so every later node reads the hooked value; `hook_a`/`hook_b` are
-/// inputs of the node's shape ([`GraphIo::hook_inputs`], filled from
-/// [`super::hooks::NodeHook`]). A hooked `kq_masked` applies the map to `kq_scaled` and then
-/// adds its own mask input (`hook_m`) instead of `diag_mask_inf`. Hooks take one sequence:
-/// the masked layout has no `kq_scaled`/`kq_masked` nodes (its callers refuse hooks with
-/// several sequences).
+/// [`build_graph`] for any [`Ubatch`], with interventions: each node named in `hooked` becomes
+/// `add(mul(x, hook_a), hook_b)` under its own name (the original is `{name}.pre_hook`), so
+/// every later node reads the hooked value; `hook_a`/`hook_b` are inputs of the node's shape
+/// ([`GraphIo::hook_inputs`], filled from [`super::hooks::NodeHook`]). A hooked `kq_masked`
+/// applies the map to `kq_scaled` and then adds its own mask input (`hook_m`, which holds the
+/// causal −∞) instead of the KQ mask; hooks on the attention scores need `ub.scores`.
 ///
-/// With `start: Some(L)` the graph begins at block L from a residual input
+/// With `ub.start: Some(L)` the graph begins at block L from a residual input
 /// ([`GraphIo::resid`], named as `blocks.L.hook_resid_pre`'s node: `inpL` or `l{L-1}.l_out`)
 /// instead of the token and position embeddings, and builds blocks L.. only, with their usual
 /// node names: a subgraph of the full one. Only those blocks' K/V cells are written.
-#[allow(clippy::too_many_arguments)]
-pub fn build_graph_with(
-    hp: &Hparams,
-    w: &Weights,
-    kv: &KvCache,
-    layout: KvLayout,
-    n_tokens: usize,
-    n_out: usize,
-    hooked: &[String],
-    start: Option<usize>,
-) -> GraphIo {
-    let (n_past, n_kv, masked) = match layout {
-        KvLayout::Causal { n_past } => (n_past, n_past + n_tokens, false),
-        KvLayout::Masked { slot, n_kv } => (slot, n_kv, true),
-    };
+pub fn build_graph_with(hp: &Hparams, w: &Weights, kv: &KvCache, ub: Ubatch, hooked: &[String]) -> GraphIo {
+    let Ubatch { slot: n_past, n_kv, n_tokens, n_out, start, scores } = ub;
     assert!(n_tokens >= 1 && n_out >= 1 && n_out <= n_tokens, "build_graph: n_tokens {n_tokens}, n_out {n_out}");
     assert!(start.is_none_or(|l| l < hp.n_layer), "build_graph: start {start:?} of {} layers", hp.n_layer);
     assert!(
         n_past + n_tokens <= n_kv && n_kv <= kv.n_ctx,
         "build_graph: {n_past} + {n_tokens} cells, {n_kv} read, n_ctx {}",
         kv.n_ctx
+    );
+    assert!(
+        scores || !hooked.iter().any(|h| h.ends_with(".kq_masked") || h.ends_with(".kq_scaled")),
+        "build_graph: a hook on the attention scores needs their nodes (Ubatch::scores)"
     );
     let size = graph_size(hp);
     let ctx = Context::new(ContextParams { mem_size: 2 * size * TENSOR_OVERHEAD, no_alloc: true });
@@ -264,12 +272,9 @@ pub fn build_graph_with(
     let positions = ctx.new_tensor_1d(GgmlType::I32, n); // [N]
     positions.set_name("inp_pos");
     positions.set_input();
-    let kq_mask = masked.then(|| {
-        let m = ctx.new_tensor_2d(GgmlType::F32, l, n); // [n_kv, N]
-        m.set_name("kq_mask");
-        m.set_input();
-        m
-    });
+    let kq_mask = ctx.new_tensor_2d(GgmlType::F32, l, n); // [n_kv, N]
+    kq_mask.set_name("kq_mask");
+    kq_mask.set_input();
 
     // [n_embd, N]. TransformerLens's hook points are named nodes of this graph: see hooks.rs.
     let (mut inp_l, resid) = match start {
@@ -343,29 +348,28 @@ pub fn build_graph_with(
         // [L, N, n_head]
         let kq = ctx.mul_mat(&k, &q);
         kq.set_name(&name("kq"));
-        let kq_soft_max = match &kq_mask {
-            // softmax(kq * scale + mask): the same values as the causal path's where the mask is 0.
-            Some(m) => ctx.soft_max_ext(&kq, Some(m), 1.0 / libm_sqrt(hd as f32), 0.0),
-            None => {
-                let kq_scaled = ctx.scale(&kq, 1.0 / libm_sqrt(hd as f32));
-                kq_scaled.set_name(&name("kq_scaled"));
-                let kq_masked = if hooked.contains(&name("kq_masked")) {
-                    // TransformerLens hooks the masked scores: the map goes on the scaled ones and
-                    // the mask after it (−∞ stays −∞ under scale and add; a fixed value unmasks,
-                    // hook_m).
-                    let m = ctx.new_tensor(GgmlType::F32, &kq_scaled.ne[..3]);
-                    m.set_name(&name("kq_masked.hook_m"));
-                    m.set_input();
-                    hook_inputs.borrow_mut().push(m.clone());
-                    let h = hook(&ctx, kq_scaled.clone(), &name("kq_masked"));
-                    h.set_name(&name("kq_masked.hooked"));
-                    ctx.add(&h, &m)
-                } else {
-                    ctx.diag_mask_inf(&kq_scaled, past as i32)
-                };
-                kq_masked.set_name(&name("kq_masked"));
-                ctx.soft_max(&kq_masked)
-            }
+        let kq_soft_max = if !scores {
+            // softmax(kq * scale + mask) in one kernel.
+            ctx.soft_max_ext(&kq, Some(&kq_mask), 1.0 / libm_sqrt(hd as f32), 0.0)
+        } else {
+            let kq_scaled = ctx.scale(&kq, 1.0 / libm_sqrt(hd as f32));
+            kq_scaled.set_name(&name("kq_scaled"));
+            let kq_masked = if hooked.contains(&name("kq_masked")) {
+                // TransformerLens hooks the masked scores: the map goes on the scaled ones and
+                // the mask after it (−∞ stays −∞ under scale and add; a fixed value unmasks,
+                // hook_m).
+                let m = ctx.new_tensor(GgmlType::F32, &kq_scaled.ne[..3]);
+                m.set_name(&name("kq_masked.hook_m"));
+                m.set_input();
+                hook_inputs.borrow_mut().push(m.clone());
+                let h = hook(&ctx, kq_scaled.clone(), &name("kq_masked"));
+                h.set_name(&name("kq_masked.hooked"));
+                ctx.add(&h, &m)
+            } else {
+                ctx.add(&kq_scaled, &kq_mask) // the mask broadcast over the heads
+            };
+            kq_masked.set_name(&name("kq_masked"));
+            ctx.soft_max(&kq_masked)
         };
         let kq_soft_max = hook(&ctx, kq_soft_max, &name("kq_soft_max"));
 

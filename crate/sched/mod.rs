@@ -63,6 +63,7 @@
 //! (`Buffer::get_bytes` / `set_bytes`, straight from or into the host side when one
 //! buffer is host memory).
 
+use alloc::boxed::Box;
 use alloc::format;
 use alloc::rc::Rc;
 use alloc::string::String;
@@ -164,6 +165,11 @@ pub struct RunStats {
     pub copy_bytes: usize,
 }
 
+/// ggml_backend_sched_eval_callback's question: asked about every tensor of a graph as the
+/// scheduler splits it (ggml's `ask = true`), true for the ones the caller wants to see. See
+/// [`Sched::set_eval_callback`].
+pub type EvalCallback = Box<dyn FnMut(&Tensor) -> bool>;
+
 /// The result of splitting one graph, kept from `alloc_graph` to `graph_compute`.
 struct SplitState {
     /// Ids of the graph's nodes and leafs, to recognise the same graph later.
@@ -179,6 +185,8 @@ struct SplitState {
     node_buffer_ids: Vec<usize>,
     leaf_buffer_ids: Vec<usize>,
     allocated: bool,
+    /// The tensors the eval callback asked for, in graph order (leafs, then nodes).
+    observed: Vec<Tensor>,
     /// Owns the copies' headers.
     _ctx: Context,
 }
@@ -193,6 +201,7 @@ pub struct Sched {
     n_computes: usize,
     /// Staging for copies between two device buffers.
     scratch: Vec<u8>,
+    eval_cb: Option<EvalCallback>,
 }
 
 fn root(t: &Tensor) -> &Tensor {
@@ -230,6 +239,7 @@ impl Sched {
             last_run: RunStats::default(),
             n_computes: 0,
             scratch: Vec::new(),
+            eval_cb: None,
         })
     }
 
@@ -258,6 +268,32 @@ impl Sched {
     /// The index of the backend whose buffer type is named `name`, if any.
     pub fn backend_for_buffer_type(&self, name: &str) -> Option<usize> {
         self.bufts.iter().position(|b| b.name() == name)
+    }
+
+    /// ggml_backend_sched_set_eval_callback: from the next split on, `cb` is asked about every
+    /// tensor of each graph (its leafs, then its nodes); each one it wants is flagged OUTPUT before
+    /// the graph is allocated, so the allocator lends its bytes to no later node and it keeps its
+    /// values to the end of the run, and is listed in [`Sched::observed`] for the caller to read
+    /// ([`Sched::tensor_get`]) once [`Sched::graph_compute`] returns. ggml calls back between
+    /// nodes to read each one at once; a device's memory may read back only asynchronously
+    /// (WebGPU in the browser), so here the values are read after the run, and an observed node
+    /// costs its bytes in the compute buffer for the run (only the nodes asked for do).
+    pub fn set_eval_callback(&mut self, cb: Option<EvalCallback>) {
+        self.eval_cb = cb;
+    }
+
+    /// The tensors the eval callback asked for in the graph split last, in graph order.
+    pub fn observed(&self) -> &[Tensor] {
+        self.state.as_ref().map_or(&[], |s| &s.observed)
+    }
+
+    /// ggml_backend_tensor_get for any tensor of a graph this scheduler ran: `out.len()` bytes
+    /// of `t` from its start, read by the backend whose buffer holds it
+    /// ([`Backend::tensor_get_async`]: WebGPU memory reads back asynchronously).
+    pub async fn tensor_get(&self, t: &Tensor, out: &mut [u8]) -> Result<(), BackendError> {
+        let d = t.data().ok_or_else(|| BackendError::Other(format!("read of unallocated tensor {}", label(t))))?;
+        let b = self.backend_for_buffer_type(d.buffer.buffer_type_name()).unwrap_or(self.backends.len() - 1);
+        self.backends[b].tensor_get_async(t, 0, out).await
     }
 
     // --- results of the last split ---
@@ -611,6 +647,16 @@ impl Sched {
             splits.push(split);
         }
 
+        let mut observed = Vec::new();
+        if let Some(cb) = &mut self.eval_cb {
+            for t in graph.leafs.iter().chain(nodes) {
+                if cb(t) {
+                    t.set_output();
+                    observed.push(t.clone());
+                }
+            }
+        }
+
         let ctx = Context::new(ContextParams { mem_size: (wanted.len() + 1) * TENSOR_OVERHEAD, no_alloc: true });
         let copies: Vec<TensorCopy> = wanted
             .into_iter()
@@ -645,6 +691,7 @@ impl Sched {
             node_buffer_ids,
             leaf_buffer_ids,
             allocated: false,
+            observed,
             _ctx: ctx,
         });
         Ok(())

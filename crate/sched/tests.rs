@@ -322,3 +322,50 @@ fn host_backends_refuse_other_memory() {
         }
     );
 }
+
+/// The eval callback sees every tensor as the graph is split; the ones it asks for are kept
+/// alive to the end of the run (flag OUTPUT) and listed in graph order, on whichever backend
+/// computed them, with the values a graph that marked them outputs itself gives.
+#[test]
+fn the_eval_callback_keeps_and_lists_the_nodes_it_asks_for() {
+    let (g, c) = (gpu(), cpu());
+    let run = |observe: bool| {
+        let t = twelve(&c, &g);
+        let mut s = Sched::new(vec![g.clone(), c.clone()]).unwrap();
+        let asked = Rc::new(core::cell::Cell::new(0));
+        if observe {
+            let seen = asked.clone();
+            s.set_eval_callback(Some(Box::new(move |t| {
+                seen.set(seen.get() + 1);
+                ["n4", "n2", "x"].contains(&t.name().as_str())
+            })));
+        } else {
+            for i in [2, 4] {
+                t.nodes[i].set_output();
+            }
+            t.x.set_output();
+        }
+        s.alloc_graph(&t.gf).unwrap();
+        t.x.set_bytes(bytemuck::cast_slice(&X), 0);
+        s.graph_compute(&t.gf).unwrap();
+        let names: Vec<String> = s.observed().iter().map(|t| t.name()).collect();
+        let values: Vec<Vec<f32>> = [&t.x, &t.nodes[2], &t.nodes[4]]
+            .iter()
+            .map(|t| {
+                let mut v = vec![0f32; t.nelements() as usize];
+                crate::model::context::block_on(s.tensor_get(t, bytemuck::cast_slice_mut(&mut v))).unwrap();
+                v
+            })
+            .collect();
+        let flags = [t.x.is_output(), t.nodes[2].is_output(), t.nodes[4].is_output()];
+        (names, values, flags, asked.get(), t.gf.leafs.len() + t.gf.nodes.len())
+    };
+    let (names, values, flags, asked, n) = run(true);
+    assert_eq!(names, ["x", "n2", "n4"], "leafs first, then nodes in order");
+    assert_eq!(flags, [true; 3]);
+    assert_eq!(asked, n, "asked once about every leaf and node");
+    let (none, want, _, _, _) = run(false);
+    assert!(none.is_empty());
+    assert_eq!(values, want);
+    assert_eq!(values[0], X);
+}

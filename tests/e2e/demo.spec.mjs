@@ -162,13 +162,14 @@ test('the GPU-layers slider splits the model: the page shows the split from info
     return page.textContent('dd[data-key="split"]');
   };
   // n_embd 64, n_ctx 16: a layer's KV cache is 2 x 64 x 16 x 4 B = 8 KiB.
-  assert.match(await load(1), /^1 of 2 layers on WebGPU · 2 splits · 2 copies per token \(512 B\) · WebGPU: weights 12\.5 MiB, KV 8\.0 KiB, compute [\d.]+ MiB · CPU: weights 12\.5 MiB, KV 8\.0 KiB, compute [\d.]+ KiB$/);
+  assert.match(await load(1), /^1 of 2 layers on WebGPU · 2 splits · 3 copies per token \(516 B\) · WebGPU: weights 12\.5 MiB, KV 8\.0 KiB, compute [\d.]+ MiB · CPU: weights 12\.5 MiB, KV 8\.0 KiB, compute [\d.]+ KiB$/);
   assert.equal(await page.textContent('#gpu-layers-out'), '1');
   assert.match(await page.textContent('#load-status'), /, WEBGPU, in a Web Worker\.$/);
   assert.match(await load(0), /^0 of 2 layers on WebGPU · 1 split · 0 copies per token \(0 B\) · WebGPU: weights 0 B, KV 0 B, compute 0 B · CPU: weights 25\.0 MiB, KV 16\.0 KiB, compute [\d.]+ MiB$/);
-  // The slider's end is "all": everything on the GPU, the token ids and positions copied up.
+  // The slider's end is "all": everything on the GPU, the token ids, positions and KQ mask
+  // copied up (the CPU's compute buffer holds those inputs: 2 x 64 B and the mask's 16 x 16 x 4 B).
   const max = await page.getAttribute('#gpu-layers', 'max');
-  assert.match(await load(max), /^2 of 2 layers on WebGPU \(embeddings too\) · 1 split · 2 copies per token \(8 B\) · WebGPU: weights 25\.0 MiB, KV 16\.0 KiB, compute [\d.]+ MiB · CPU: weights 0 B, KV 0 B, compute 128 B$/);
+  assert.match(await load(max), /^2 of 2 layers on WebGPU \(embeddings too\) · 1 split · 3 copies per token \(12 B\) · WebGPU: weights 25\.0 MiB, KV 16\.0 KiB, compute [\d.]+ MiB · CPU: weights 0 B, KV 0 B, compute 1\.1 KiB$/);
   assert.equal(await page.textContent('#gpu-layers-out'), 'all');
   assert.deepEqual(real(problems), []);
   await page.close();

@@ -69,7 +69,9 @@ function expectedSplit(hp, nCtx, gpuLayers, align) {
     if (all === gpu) parts.push(...embd);
     return { weights: sum(parts, a), kv: blocks * 2 * alignUp(4 * e * nCtx, a) };
   };
-  const [splits, copies, copyBytes] = onGpu === 0 ? [1, 0, 0] : all ? [1, 2, 2 * 4] : [2, 2, 2 * 4 * e];
+  // One token at position 0: its id and position (all on the GPU) or the two boundary rows, and the
+  // KQ mask (an input, on the CPU: one f32 for one cell).
+  const [splits, copies, copyBytes] = onGpu === 0 ? [1, 0, 0] : all ? [1, 3, 2 * 4 + 4] : [2, 3, 2 * 4 * e + 4];
   return { gpuLayers: onGpu, embeddingsOnGpu: all, splits, copies, copyBytes, gpu: bytes(true, align.gpu), cpu: bytes(false, align.cpu) };
 }
 
@@ -146,7 +148,9 @@ describe('gpuLayers on WebGPU (SwiftShader)', () => {
       }
       // Everything on the GPU: the CPU holds only the inputs, token ids and positions
       // (n_batch i32 each, 64-byte aligned).
-      if (want.embeddingsOnGpu) assert.equal(c.compute, 2 * alignUp(4 * BASE.nBatch, 64), 'CPU: the inputs only');
+      // The token ids, positions and the KQ mask ([nCtx, nBatch] f32 in the worst case reserved).
+      const inputs = 2 * alignUp(4 * BASE.nBatch, 64) + alignUp(4 * BASE.nCtx * BASE.nBatch, 64);
+      if (want.embeddingsOnGpu) assert.equal(c.compute, inputs, 'CPU: the inputs only');
       else assert.ok(c.compute > 0);
     });
   }

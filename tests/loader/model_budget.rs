@@ -13,7 +13,8 @@
 //! KV cache: 2 tensors of n_embd · n_ctx · 4 = 128 bytes per layer → 256 (n_ctx 8), 128 (n_ctx 4).
 //! Compute: gallocr's plan of the worst-case graph (N = n_batch = min(32, n_ctx) tokens at
 //! the end of the context), measured by the loader before any allocation and allocated as
-//! planned: 8512 bytes for n_ctx 8, 4288 for n_ctx 4 (the logits alone are 261 · N · 4).
+//! planned: 8640 bytes for n_ctx 8, 4352 for n_ctx 4 (the logits alone are 261 · N · 4; the
+//! KQ mask, an input, N · N · 4).
 
 use std::cell::Cell;
 use std::rc::Rc;
@@ -30,9 +31,9 @@ use crate::support::tiny_gpt2::{tiny_gpt2, TinySpec};
 
 const WEIGHTS: u64 = 5504;
 const KV_8: u64 = 256;
-const COMPUTE_8: u64 = 8512;
-const TOTAL_8: u64 = WEIGHTS + KV_8 + COMPUTE_8; // 14272
-const TOTAL_4: u64 = WEIGHTS + 128 + 4288; // 9920
+const COMPUTE_8: u64 = 8640;
+const TOTAL_8: u64 = WEIGHTS + KV_8 + COMPUTE_8; // 14400
+const TOTAL_4: u64 = WEIGHTS + 128 + 4352; // 9984
 
 /// The CPU buffer type under its own name, counting allocations, with an optional budget
 /// (what wasm32's address space or a WebGPU device would report).
@@ -133,9 +134,9 @@ fn over_budget_model_is_refused_before_any_allocation() {
     let loader = ModelLoader::new(be, opts(0), Limits::default(), Some(file.len() as u64)).with_budget(TOTAL_8 - 1);
     let (e, fed) = feed_until_error(loader, &file).err().expect("over budget");
     let what = "weights 5504 bytes + KV cache 256 bytes for n_ctx 8 x 1 layers x n_embd 4 \
-                + compute buffer 8512 bytes for n_batch 8";
+                + compute buffer 8640 bytes for n_batch 8";
     assert_eq!(e, ModelError::OverBudget { what: what.into(), needed: TOTAL_8, limit: TOTAL_8 - 1 });
-    assert_eq!(e.to_string(), format!("model too large: needs 14272 bytes ({what}), the memory budget is 14271 bytes"));
+    assert_eq!(e.to_string(), format!("model too large: needs 14400 bytes ({what}), the memory budget is 14399 bytes"));
     assert_eq!(buft.allocs.get(), 0, "a buffer was allocated for a refused model");
     // Refused with the chunk that completed the header, not after the weights streamed in.
     assert!(fed < data_offset + 512 && fed < file.len(), "refused after {fed} of {} bytes", file.len());
@@ -144,7 +145,7 @@ fn over_budget_model_is_refused_before_any_allocation() {
 #[test]
 fn the_kv_cache_and_compute_count_with_the_chosen_context() {
     let file = tiny_gpt2(TinySpec::default());
-    // 12000 bytes: enough for n_ctx 4 (9920), not for n_ctx 8 (14272).
+    // 12000 bytes: enough for n_ctx 4 (9984), not for n_ctx 8 (14400).
     let (be, buft) = backend(None);
     let loader = ModelLoader::new(be, opts(0), Limits::default(), None).with_budget(12000);
     let (e, _) = feed_until_error(loader, &file).err().expect("n_ctx 8 is over budget");
@@ -317,7 +318,7 @@ fn the_cli_refuses_a_lying_file_and_an_over_budget_model_with_a_typed_error() {
     let (code, err) = run(&tiny_gpt2(TinySpec::default()), "tiny.gguf", Some("12K"));
     assert_eq!(code, Some(1), "{err}");
     assert!(
-        err.contains("model too large: needs 14272 bytes") && err.contains("the memory budget is 12288 bytes"),
+        err.contains("model too large: needs 14400 bytes") && err.contains("the memory budget is 12288 bytes"),
         "{err}"
     );
     let (code, err) = run(&tiny_gpt2(TinySpec::default()), "tiny.gguf", Some("1M"));

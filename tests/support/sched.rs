@@ -78,15 +78,17 @@ pub fn weight_home(model: &Gpt2, name: &str) -> String {
 }
 
 /// (splits, copies, bytes copied) of one generated token with `gpu_layers` on a GPU that
-/// runs every op: the CPU alone; CPU then GPU, the boundary crossing as two [n_embd]
-/// rows (the last CPU layer's ffn_out and ffn_inp: the spread up from the GPU takes the
-/// residual add); or the GPU alone, with the token id and position copied up.
-pub fn expected_token_split(gpu_layers: usize, n_layer: usize, n_embd: usize) -> (usize, usize, usize) {
+/// runs every op, attending to `n_kv` cells: the CPU alone; CPU then GPU, the boundary
+/// crossing as two [n_embd] rows (the last CPU layer's ffn_out and ffn_inp: the spread up
+/// from the GPU takes the residual add); or the GPU alone, with the token id and position
+/// copied up. Either way with a GPU layer the KQ mask ([n_kv] for one token, an input and
+/// so on the CPU) is copied up too.
+pub fn expected_token_split(gpu_layers: usize, n_layer: usize, n_embd: usize, n_kv: usize) -> (usize, usize, usize) {
     if gpu_layers == 0 {
         (1, 0, 0)
     } else if gpu_layers <= n_layer {
-        (2, 2, 2 * 4 * n_embd)
+        (2, 3, 2 * 4 * n_embd + 4 * n_kv)
     } else {
-        (1, 2, 2 * 4)
+        (1, 3, 2 * 4 + 4 * n_kv)
     }
 }

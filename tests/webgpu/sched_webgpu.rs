@@ -40,7 +40,12 @@ fn every_gpu_layer_count_matches_the_cpu() {
         assert!(d < 1e-3, "gpu_layers {n}: logits differ from the CPU by {d}");
         assert_eq!(got.greedy, want.greedy, "gpu_layers {n}: greedy tokens");
         let r = m.sched.last_run();
-        assert_eq!((r.splits, r.copies, r.copy_bytes), expected_token_split(n, n_layer, n_embd), "gpu_layers {n}");
+        let n_kv = PROMPT.len() + 20;
+        assert_eq!(
+            (r.splits, r.copies, r.copy_bytes),
+            expected_token_split(n, n_layer, n_embd, n_kv),
+            "gpu_layers {n}"
+        );
         let names: Vec<&str> = m.sched.splits().iter().map(|s| m.sched.backend(s.backend).name()).collect();
         let want_names: &[&str] = match n {
             0 => &["CPU"],
@@ -70,7 +75,7 @@ fn no_allocation_after_the_first_reserve_on_webgpu() {
     for n_past in PROMPT.len()..PROMPT.len() + 100 {
         let t = ggweb::model::sampling::argmax(&logits);
         logits = m.eval(&[t], n_past, false).unwrap();
-        assert_eq!(m.sched.last_run().copies, 2);
+        assert_eq!(m.sched.last_run().copies, 3); // the two boundary rows and the KQ mask
     }
     let g = m.galloc();
     assert_eq!((g.n_reserves(), g.n_buffer_allocs(), g.buffer_size(0), g.buffer_size(1)), before);
@@ -134,16 +139,21 @@ fn cli_gpu_layers() {
     let runs = v["runs"].as_array().unwrap();
     assert_eq!((runs[0]["n_tokens"].as_u64(), runs[1]["n_tokens"].as_u64()), (Some(1), Some(8)));
     for (r, n_tokens) in runs.iter().zip([1, 8]) {
-        assert_eq!((r["splits"].as_u64(), r["copies"].as_u64()), (Some(2), Some(2)));
-        assert_eq!(r["copy_bytes"].as_u64(), Some((2 * 4 * n_embd * n_tokens) as u64));
+        // The two boundary rows per token, and the KQ mask ([n_tokens, n_tokens] from position 0).
+        assert_eq!((r["splits"].as_u64(), r["copies"].as_u64()), (Some(2), Some(3)));
+        assert_eq!(r["copy_bytes"].as_u64(), Some((2 * 4 * n_embd * n_tokens + 4 * n_tokens * n_tokens) as u64));
     }
 
     let (code, out, err) = ggweb(&["inspect", "--model", &path, "--gpu-layers", "1"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains(&format!("gpu layers: 1 of {n_layer} on WebGPU (blocks {0}..={0})", n_layer - 1)), "{out}");
-    assert!(out.contains(&format!("one token: 2 splits, 2 copies per run ({} B)", 2 * 4 * n_embd)), "{out}");
+    // The two boundary rows per token and the KQ mask ([n_tokens, n_tokens] f32 from position 0).
+    assert!(out.contains(&format!("one token: 2 splits, 3 copies per run ({} B)", 2 * 4 * n_embd + 4)), "{out}");
     assert!(
-        out.contains(&format!("a batch of 32 tokens: 2 splits, 2 copies per run ({} B)", 2 * 4 * n_embd * 32)),
+        out.contains(&format!(
+            "a batch of 32 tokens: 2 splits, 3 copies per run ({} B)",
+            2 * 4 * n_embd * 32 + 4 * 32 * 32
+        )),
         "{out}"
     );
 }
@@ -223,8 +233,9 @@ fn a_lost_device_fails_every_later_eval_and_a_new_device_recovers() {
 
 /// Dispatches the WebGPU splits of the graph split last take, derived from their nodes: one
 /// per node that computes (views take none), less the chains that run fused: each layer
-/// norm's mul and add (2 per norm), attention's scale and diag_mask_inf (2 per soft_max)
-/// and the MLP's bias add (1 per gelu). No weight of the tiny model is above lavapipe's
+/// norm's mul and add (2 per norm), attention's scale and diag_mask_inf where a graph has
+/// them (2 per diag_mask_inf; the decode graph's attention is one soft_max_ext with the KQ
+/// mask) and the MLP's bias add (1 per gelu). No weight of the tiny model is above lavapipe's
 /// binding limit, so none is read in row ranges.
 fn expected_dispatches(m: &ggweb::model::context::Gpt2) -> u64 {
     use ggweb::Op;
@@ -236,7 +247,7 @@ fn expected_dispatches(m: &ggweb::model::context::Gpt2) -> u64 {
             let count = |f: &dyn Fn(&Op) -> bool| ns.iter().filter(|n| f(&n.op)).count() as u64;
             count(&|op| *op != Op::None && !op.is_view())
                 - 2 * count(&|op| matches!(op, Op::Norm { .. }))
-                - 2 * count(&|op| matches!(op, Op::SoftMax { .. }))
+                - 2 * count(&|op| matches!(op, Op::DiagMaskInf { .. }))
                 - count(&|op| *op == Op::Gelu)
         })
         .sum()
@@ -246,9 +257,9 @@ fn expected_dispatches(m: &ggweb::model::context::Gpt2) -> u64 {
 /// GPU layer, and everything): one submit per evaluated chunk, one read-back per chunk
 /// whose logits are read, of n_vocab floats (only the last row goes through the head), and
 /// the dispatches the graph's nodes give. All on WebGPU a token is 3 dispatches for the
-/// embeddings (two get_rows, add), 21 per layer (28 nodes, 7 of them fused away; 2 of them the
-/// per-head K and V copies that TransformerLens's hook_k / hook_v are) and 2 for the head (the
-/// fused norm, the logits' mul_mat).
+/// embeddings (two get_rows, add), 21 per layer (26 nodes, 5 of them fused away; 2 of them the
+/// per-head K and V copies that TransformerLens's hook_k / hook_v are; attention's softmax one
+/// soft_max_ext with the KQ mask) and 2 for the head (the fused norm, the logits' mul_mat).
 #[test]
 fn webgpu_counters_per_token() {
     let _shared = gpu::shared();
