@@ -203,6 +203,20 @@ fn case_list_covers_the_graph() {
     {
         assert!(names.iter().any(|c| c.starts_with(op)), "no case for {op}");
     }
+    // Every backward op alone.
+    for op in [
+        "out_prod",
+        "soft_max_ext_back",
+        "gelu_back",
+        "norm_back",
+        "repeat_back",
+        "get_rows_back",
+        "acc",
+        "diag_mask_zero",
+        "fill",
+    ] {
+        assert!(names.iter().any(|c| c.starts_with(op)), "no case for {op}");
+    }
     for ty in suite::WEIGHT_TYPES {
         for op in ["get_rows", "mul_mat"] {
             assert!(names.iter().any(|c| c.starts_with(&format!("{op} {ty}"))), "no {op} case for {ty}");

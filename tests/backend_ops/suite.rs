@@ -27,6 +27,9 @@ use GgmlType::{BF16, F16, F32, I32, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5
 
 use crate::support::rng::Rng;
 
+#[path = "grad.rs"]
+pub mod grad;
+
 /// Every weight type the loader accepts and the kernels run (get_rows and mul_mat).
 pub const WEIGHT_TYPES: [GgmlType; 13] = [F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K];
 
@@ -394,6 +397,15 @@ fn reference_node(node: &Tensor, round_act: bool) {
                 }
             }
         }
+        Op::OutProd
+        | Op::SoftMaxBack { .. }
+        | Op::GeluBack
+        | Op::NormBack { .. }
+        | Op::RepeatBack
+        | Op::GetRowsBack
+        | Op::Acc { .. }
+        | Op::DiagMaskZero { .. }
+        | Op::Fill(_) => grad::reference_node(node),
         Op::MulMat => {
             let (a, b) = (s0(), s1());
             let vdt = a.ty.vec_dot_type();
@@ -622,6 +634,7 @@ pub fn cases() -> Vec<Case> {
     v.extend(get_rows_cases());
     v.extend(mul_mat_cases());
     v.extend([F32, F16, Q8_0, Q4_0, Q4_K].map(gpt2_layer));
+    v.extend(grad::backward_op_cases());
     v
 }
 
