@@ -202,6 +202,28 @@ impl Backward<'_> {
         self.add(&x, g);
     }
 
+    /// `g` ([.., .., a.ne2·r2, a.ne3·r3], mul_mat's batches) summed over the batches that
+    /// share one matrix of `a`: mul_mat broadcasts batch i02 of `a` to batches
+    /// i02·r2 .. i02·r2 + r2 − 1 (consecutive, not modulo as repeat's broadcasting).
+    fn sum_broadcast(&self, g: Tensor, a: &Tensor) -> Tensor {
+        let ctx = self.ctx;
+        let mut g = g;
+        let rows = g.ne[0] * g.ne[1];
+        let r2 = g.ne[2] / a.ne[2];
+        if r2 > 1 {
+            let v = ctx.reshape_4d(&g, rows, r2, a.ne[2], g.ne[3]);
+            let like = ctx.new_tensor_4d(GgmlType::F32, rows, 1, a.ne[2], g.ne[3]);
+            g = ctx.reshape_4d(&ctx.repeat_back(&v, &like), g.ne[0], g.ne[1], a.ne[2], g.ne[3]);
+        }
+        let r3 = g.ne[3] / a.ne[3];
+        if r3 > 1 {
+            let v = ctx.reshape_4d(&g, rows * g.ne[2], r3, a.ne[3], 1);
+            let like = ctx.new_tensor_4d(GgmlType::F32, rows * g.ne[2], 1, a.ne[3], 1);
+            g = ctx.reshape_4d(&ctx.repeat_back(&v, &like), g.ne[0], g.ne[1], g.ne[2], a.ne[3]);
+        }
+        g
+    }
+
     /// ggml_compute_backward: the contributions of node `n` (gradient `g`) to its sources'.
     fn node(&mut self, n: &Tensor, g: &Tensor) {
         let ctx = self.ctx;
@@ -270,7 +292,7 @@ impl Backward<'_> {
                     // da[k, m] = Σ_n b[k, n] g[m, n], summed over the batches that shared a.
                     let bb = if b.nb[0] == b.ty.type_size() { b.clone() } else { ctx.cont(&b) };
                     let ga = ctx.out_prod(&bb, g);
-                    let ga = if ga.ne == a.ne { ga } else { ctx.repeat_back(&ga, &a) };
+                    let ga = self.sum_broadcast(ga, &a);
                     self.add(&a, ga);
                 }
                 if self.needs(&b) {

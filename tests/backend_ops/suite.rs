@@ -572,7 +572,14 @@ async fn run_case(t: &Target<'_>, case: &Case) -> Result<Vec<f64>, BackendError>
 /// reference; returns the report (the caller asserts on it). Logs one line per case.
 pub async fn check_all(t: &Target<'_>, filter: &str, log: &dyn Fn(&str)) -> Report {
     let all: Vec<Case> = cases().into_iter().filter(|c| c.name.contains(filter)).collect();
-    check_cases(t, &all, log).await
+    let mut r = check_cases(t, &all, log).await;
+    // The gradient cases once more, against central finite differences of their loss.
+    let fd = grad::check_finite_differences(t, filter, log).await;
+    r.total += fd.total;
+    r.passed += fd.passed;
+    r.not_supported.extend(fd.not_supported);
+    r.failed.extend(fd.failed);
+    r
 }
 
 /// [`check_all`] on a list of one's own (backend-specific configurations).
@@ -635,6 +642,7 @@ pub fn cases() -> Vec<Case> {
     v.extend(mul_mat_cases());
     v.extend([F32, F16, Q8_0, Q4_0, Q4_K].map(gpt2_layer));
     v.extend(grad::backward_op_cases());
+    v.extend(grad::grad_reference_cases());
     v
 }
 
