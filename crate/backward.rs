@@ -90,10 +90,14 @@ impl Graph {
                 g.set_output();
             }
         }
-        self.size = self.size.max(self.nodes.len() + b.made.len() + 1);
+        // The forward graph's size bounds the forward; the backward adds what it made (each
+        // gradient with the views and copies it reads, counted as they are expanded).
+        let size = self.size;
+        self.size = usize::MAX;
         for t in &b.made {
             self.build_forward_expand(t);
         }
+        self.size = size.max(self.nodes.len()).max(self.leafs.len());
         self.grads = b.grads;
     }
 }
