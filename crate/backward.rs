@@ -160,7 +160,7 @@ impl Backward<'_> {
         let offs = v.view_offs - if a.view_src.is_some() { a.view_offs } else { 0 };
         let ts = a.ty.type_size();
         assert!(
-            !a.ty.is_quantized() && a.is_contiguous() && v.nb[0] == ts && (offs % ts == 0),
+            !a.ty.is_quantized() && a.is_contiguous() && v.nb[0] == ts && offs.is_multiple_of(ts),
             "backward of view {} of {}: the viewed tensor must be a contiguous float tensor, the view's rows packed",
             shape_str(v),
             shape_str(a)

@@ -37,8 +37,8 @@ pub(crate) fn out_prod(a: &TensorView, b: &TensorView, dst: &TensorView, exec: &
         || dst.ne != [n0, b.ne[0], b.ne[2], b.ne[3]]
         || a.ne[2] == 0
         || a.ne[3] == 0
-        || b.ne[2] % a.ne[2] != 0
-        || b.ne[3] % a.ne[3] != 0
+        || !b.ne[2].is_multiple_of(a.ne[2])
+        || !b.ne[3].is_multiple_of(a.ne[3])
     {
         return invalid(format!("out_prod: a ne={:?}, b ne={:?}, result ne={:?}", a.ne, b.ne, dst.ne));
     }
@@ -92,15 +92,11 @@ pub(crate) fn out_prod(a: &TensorView, b: &TensorView, dst: &TensorView, exec: &
     })
 }
 
+/// A row function of [`pair_rows`]: (dy, x, out).
+type PairRow<'a> = &'a (dyn Fn(&[f32], &[f32], &mut [f32]) + Sync);
+
 /// Calls `f(dy, x, out)` per row of `dy` and `x` (same shapes as `dst`), as f32 rows.
-fn pair_rows(
-    exec: &Exec,
-    dy: &TensorView,
-    x: &TensorView,
-    dst: &TensorView,
-    what: &str,
-    f: &(dyn Fn(&[f32], &[f32], &mut [f32]) + Sync),
-) -> KResult {
+fn pair_rows(exec: &Exec, dy: &TensorView, x: &TensorView, dst: &TensorView, what: &str, f: PairRow<'_>) -> KResult {
     want_f32(dst, what)?;
     if dy.ne != dst.ne || x.ne != dst.ne {
         return invalid(format!("{what}: dy ne={:?}, x ne={:?}, result ne={:?}", dy.ne, x.ne, dst.ne));
@@ -171,7 +167,7 @@ pub(crate) fn norm_back(dy: &TensorView, x: &TensorView, dst: &TensorView, eps: 
 /// ggml_repeat_back: dst[j] = Σ a[i] over every i with i mod dst.ne = j (sums in f64).
 pub(crate) fn repeat_back(a: &TensorView, dst: &TensorView, exec: &Exec) -> KResult {
     want_f32(dst, "repeat_back result")?;
-    if (0..MAX_DIMS).any(|i| dst.ne[i] == 0 || a.ne[i] % dst.ne[i] != 0) {
+    if (0..MAX_DIMS).any(|i| dst.ne[i] == 0 || !a.ne[i].is_multiple_of(dst.ne[i])) {
         return invalid(format!("repeat_back: ne={:?} onto ne={:?}", a.ne, dst.ne));
     }
     let n0 = dst.ne[0];

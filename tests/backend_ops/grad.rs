@@ -229,9 +229,12 @@ pub fn backward_op_cases() -> Vec<Case> {
 
 /// A forward graph and the params whose gradients it checks, with the finite differences'
 /// step and tolerance.
+/// A gradient case's builder: the forward output and the params.
+type GradBuild = Box<dyn Fn(&mut In) -> (Tensor, Vec<Tensor>)>;
+
 pub struct GradCase {
     pub name: String,
-    build: Box<dyn Fn(&mut In) -> (Tensor, Vec<Tensor>)>,
+    build: GradBuild,
     /// The central difference's step (on the param's f32 values).
     pub eps: f32,
     /// Tolerance of the gradient against the central difference.
