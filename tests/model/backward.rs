@@ -189,3 +189,44 @@ fn gradients_of_a_logit_difference_match_finite_differences_of_the_whole_forward
         assert!((0..n_embd as i64).all(|d| g_table.get_f32_nd(d, 0, 0, 0) == 0.0), "row of token 0");
     }
 }
+
+/// The Q8_0 model's weights as the CPU repacks them (`out_prod` reads the repacked rows of
+/// the output head and every block's matrices for the activations' gradients): the same
+/// gradients, bit for bit, as from the weights in ggml's layout.
+#[test]
+fn gradients_through_repacked_weights_equal_those_through_plain_ones() {
+    let path = fixtures::models_dir().join("tiny-gpt2-q8_0.gguf");
+    let mut m =
+        load_from_path(path.to_str().unwrap(), Rc::new(CpuBackend::new(1)), Gpt2Options::default()).unwrap().model;
+    // Repacked on any machine (where its ISA has no packed kernel, the products unpack).
+    m.force_repack();
+    let grads = |m: &Gpt2| -> Vec<Vec<f32>> {
+        let mut r = build(m, None);
+        let params = ["inp_embd", "l0.l_out", "l1.ffn_up_b"].map(|n| r.gf.get_tensor(n).expect(n));
+        params.iter().for_each(|p| p.set_param());
+        r.gf.build_backward_expand(&r.ctx, &r.metric);
+        run(&r, None, m);
+        params.iter().map(|p| r.gf.grad(p).unwrap().to_f32_vec()).collect()
+    };
+    let packed = grads(&m);
+    let mats: Vec<Tensor> = m
+        .weights
+        .layers
+        .iter()
+        .flat_map(|l| [&l.attn_qkv_w, &l.attn_out_w, &l.ffn_up_w, &l.ffn_down_w])
+        .chain([&m.weights.output])
+        .filter(|t| t.is_repacked())
+        .cloned()
+        .collect();
+    assert_eq!(mats.len(), 4 * m.hparams.n_layer + 1, "{} repacked weights", mats.len());
+    for t in &mats {
+        // Tensor::set_bytes writes a repacked weight back in ggml's layout.
+        let mut b = vec![0u8; t.nbytes()];
+        t.get_bytes(&mut b, 0);
+        t.set_bytes(&b, 0);
+        assert!(!t.is_repacked());
+    }
+    let plain = grads(&m);
+    assert!(packed.iter().all(|g| g.iter().any(|&v| v != 0.0)), "a gradient is all zeros");
+    assert!(packed == plain, "gradients differ between the repacked and the plain weights");
+}
