@@ -384,7 +384,7 @@ impl Context {
     }
 
     /// ggml_get_rows_back: the gradient of the table `like` in get_rows(like, idx) from the
-    /// gradient `a` of its result: zeros of `like`'s shape, row a[:, i] added into row idx[i].
+    /// gradient `a` of its result: zeros of `like`'s shape, row `a[:, i]` added into row `idx[i]`.
     pub fn get_rows_back(&self, a: &Tensor, idx: &Tensor, like: &Tensor) -> Tensor {
         assert!(
             idx.ty == GgmlType::I32

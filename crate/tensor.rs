@@ -92,8 +92,8 @@ pub enum Op {
     /// ggml_repeat_back: src0 summed onto the (smaller) result, each element into
     /// dst[i mod dst.ne]: the gradient of a broadcast operand.
     RepeatBack,
-    /// ggml_get_rows_back: dst (zeros, the table's shape) with row src0[:, i] added into row
-    /// src1[i] for every index i (a scatter-add).
+    /// ggml_get_rows_back: dst (zeros, the table's shape) with row `src0[:, i]` added into row
+    /// `src1[i]` for every index i (a scatter-add).
     GetRowsBack,
     /// ggml_acc: src0 copied, then src1 added into the view of it at byte `offset` with
     /// byte strides `nb` (dims 1..3; elements packed): the gradient of a view.
