@@ -210,6 +210,14 @@ pub fn backward_op_cases() -> Vec<Case> {
             i.ctx.out_prod(&a, &i.ctx.transpose(&g))
         }));
     }
+    // Larger shapes: rows of several blocks (two K-quant super-blocks), 300 steps of j.
+    for (ty, k) in [(F32, 300), (Q8_0, 544), (Q4_K, 512)] {
+        v.push(case(&format!("out_prod {ty} K={k} J=300"), mm_tol(300), move |i| {
+            let a = i.range(ty, &[k, 300], -0.5, 0.5);
+            let g = i.t(F32, &[300, 5]);
+            i.ctx.out_prod(&a, &i.ctx.transpose(&g))
+        }));
+    }
     let mut repacked = case("out_prod Q8_0 repacked src0", mm_tol(8), |i| {
         let a = i.repacked(Q8_0, &[64, 8]);
         let g = i.t(F32, &[8, 3]);
@@ -217,6 +225,13 @@ pub fn backward_op_cases() -> Vec<Case> {
     });
     repacked.not_on.push((Kind::WebGpu, "repacking is the CPU's"));
     v.push(repacked);
+    let mut repacked_wide = case("out_prod Q8_0 repacked src0 K=512 J=264", mm_tol(264), |i| {
+        let a = i.repacked(Q8_0, &[512, 264]);
+        let g = i.t(F32, &[264, 3]);
+        i.ctx.out_prod(&a, &i.ctx.transpose(&g))
+    });
+    repacked_wide.not_on.push((Kind::WebGpu, "repacking is the CPU's"));
+    v.push(repacked_wide);
     v.push(case("out_prod f32 batched, src0 broadcast", mm_tol(9), |i| {
         let a = i.t(F32, &[16, 9, 2, 1]);
         let b = i.t(F32, &[5, 9, 4, 3]);
