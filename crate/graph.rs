@@ -30,9 +30,11 @@ pub struct Graph {
     pub nodes: Vec<Tensor>,
     /// Tensors with constant data (weights, inputs).
     pub leafs: Vec<Tensor>,
-    size: usize,
+    pub(crate) size: usize,
     /// Tensor id → number of nodes in the graph that read it.
     use_counts: BTreeMap<usize, u32>,
+    /// Tensor id → its gradient, once a backward pass is built (`crate::backward`).
+    pub(crate) grads: BTreeMap<usize, Tensor>,
 }
 
 impl Default for Graph {
@@ -48,7 +50,7 @@ impl Graph {
 
     /// ggml_new_graph_custom: at most `size` nodes and `size` leafs.
     pub fn with_size(size: usize) -> Graph {
-        Graph { nodes: Vec::new(), leafs: Vec::new(), size, use_counts: BTreeMap::new() }
+        Graph { nodes: Vec::new(), leafs: Vec::new(), size, use_counts: BTreeMap::new(), grads: BTreeMap::new() }
     }
 
     pub fn size(&self) -> usize {
@@ -68,6 +70,7 @@ impl Graph {
             leafs: Vec::new(),
             size: range.len().max(1),
             use_counts: self.use_counts.clone(),
+            grads: BTreeMap::new(),
         }
     }
 
@@ -97,6 +100,14 @@ impl Graph {
             assert!(self.nodes.len() < self.size, "graph: more than {} nodes", self.size);
             self.nodes.push(t.clone());
         }
+    }
+
+    /// ggml_graph_get_grad: the gradient of `t` after
+    /// [`build_backward_expand`](Graph::build_backward_expand), for `t` between a param and
+    /// the loss (None elsewhere). Mark it an output before allocating to read it afterwards:
+    /// only the params' gradients are outputs already.
+    pub fn grad(&self, t: &Tensor) -> Option<Tensor> {
+        self.grads.get(&t.id()).cloned()
     }
 
     /// ggml_graph_get_tensor: a node or leaf by name.

@@ -17,6 +17,7 @@ extern crate alloc;
 #[path = "alloc/mod.rs"]
 pub mod allocator;
 pub mod backend;
+mod backward;
 #[cfg(all(target_arch = "wasm32", feature = "std"))]
 pub mod bindings;
 #[cfg(feature = "std")]

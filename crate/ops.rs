@@ -322,4 +322,118 @@ impl Context {
             String::new(),
         )
     }
+
+    // --- ops of backward passes (crate::backward): f32 results ---
+
+    /// ggml_out_prod: dst[i0, i1, i2, i3] = Σ_j a[i0, j, i2', i3'] · b[i1, j, i2, i3], `a`
+    /// broadcast over dims 2 and 3 as in `mul_mat`. a: [n, J, ..] of any weight type (rows
+    /// packed), b: [m, J, ..] f32 → [n, m, ..]. For c = mul_mat(w, x) with upstream gradient
+    /// g: dw = out_prod(x, g), dx = out_prod(w, transpose(g)).
+    pub fn out_prod(&self, a: &Tensor, b: &Tensor) -> Tensor {
+        assert!(
+            a.ne[1] == b.ne[1] && b.ne[2] % a.ne[2] == 0 && b.ne[3] % a.ne[3] == 0,
+            "out_prod: a = {} and b = {} (need a.ne1 == b.ne1 and b.ne2, b.ne3 multiples of a's)",
+            shape_str(a),
+            shape_str(b)
+        );
+        assert!(
+            a.nb[0] == a.ty.type_size() && b.ty == GgmlType::F32,
+            "out_prod: a = {} needs packed rows and b = {} must be f32",
+            shape_str(a),
+            shape_str(b)
+        );
+        self.new_op_tensor(
+            GgmlType::F32,
+            [a.ne[0], b.ne[0], b.ne[2], b.ne[3]],
+            Op::OutProd,
+            [Some(a.clone()), Some(b.clone()), None],
+            String::new(),
+        )
+    }
+
+    fn backward_pair(&self, dy: &Tensor, x: &Tensor, op: Op) -> Tensor {
+        assert!(
+            dy.ne == x.ne && dy.ty == GgmlType::F32,
+            "{}: gradient {} does not match {}",
+            op.name(),
+            shape_str(dy),
+            shape_str(x)
+        );
+        self.new_op_tensor(GgmlType::F32, x.ne, op, [Some(dy.clone()), Some(x.clone()), None], String::new())
+    }
+
+    /// ggml_soft_max_ext_back: the gradient of `x` in y = soft_max_ext(x, mask, scale, 0),
+    /// from `dy` and the forward result `y`.
+    pub fn soft_max_ext_back(&self, dy: &Tensor, y: &Tensor, scale: f32) -> Tensor {
+        self.backward_pair(dy, y, Op::SoftMaxBack { scale })
+    }
+    /// The gradient of `x` in gelu(x), from `dy` and `x`.
+    pub fn gelu_back(&self, dy: &Tensor, x: &Tensor) -> Tensor {
+        self.backward_pair(dy, x, Op::GeluBack)
+    }
+    /// The gradient of `x` in norm(x, eps), from `dy` and `x` (ggml has rms_norm_back; this
+    /// is layer norm's, the mean taken out as well).
+    pub fn norm_back(&self, dy: &Tensor, x: &Tensor, eps: f32) -> Tensor {
+        self.backward_pair(dy, x, Op::NormBack { eps })
+    }
+
+    /// ggml_repeat_back: `a` summed into a tensor of `like`'s shape (which must repeat onto `a`).
+    pub fn repeat_back(&self, a: &Tensor, like: &Tensor) -> Tensor {
+        assert!(like.can_repeat(a), "repeat_back: {} does not repeat onto {}", shape_str(like), shape_str(a));
+        self.new_op_tensor(GgmlType::F32, like.ne, Op::RepeatBack, [Some(a.clone()), None, None], String::new())
+    }
+
+    /// ggml_get_rows_back: the gradient of the table `like` in get_rows(like, idx) from the
+    /// gradient `a` of its result: zeros of `like`'s shape, row `a[:, i]` added into row `idx[i]`.
+    pub fn get_rows_back(&self, a: &Tensor, idx: &Tensor, like: &Tensor) -> Tensor {
+        assert!(
+            idx.ty == GgmlType::I32
+                && a.ne[0] == like.ne[0]
+                && a.ne[1] == idx.ne[0]
+                && a.nrows() == a.ne[1]
+                && idx.nrows() == 1
+                && like.nrows() == like.ne[1],
+            "get_rows_back: gradient {} with indices {} onto table {} (one index per row, 2-D table)",
+            shape_str(a),
+            shape_str(idx),
+            shape_str(like)
+        );
+        self.new_op_tensor(
+            GgmlType::F32,
+            [like.ne[0], like.ne[1], 1, 1],
+            Op::GetRowsBack,
+            [Some(a.clone()), Some(idx.clone()), None],
+            String::new(),
+        )
+    }
+
+    /// ggml_acc: a copy of `a` (f32, contiguous) with `b` added into its view of shape
+    /// `b.ne`, byte strides `nb` (dims 1..3; dim 0 packed) at byte `offset`.
+    pub fn acc(&self, a: &Tensor, b: &Tensor, nb: [usize; 3], offset: usize) -> Tensor {
+        let f = GgmlType::F32.type_size();
+        let span = (0..3).map(|i| (b.ne[i + 1].max(1) as usize - 1) * nb[i]).sum::<usize>() + b.ne[0] as usize * f;
+        assert!(
+            a.ty == GgmlType::F32 && a.is_contiguous() && offset + span <= a.nbytes() && b.nelements() > 0,
+            "acc: {} into {} at offset {offset}, strides {nb:?}: out of bounds or not f32",
+            shape_str(b),
+            shape_str(a)
+        );
+        self.new_op_tensor(
+            GgmlType::F32,
+            a.ne,
+            Op::Acc { nb, offset },
+            [Some(a.clone()), Some(b.clone()), None],
+            String::new(),
+        )
+    }
+
+    /// diag_mask_inf's backward: entries above the causal diagonal (i0 > n_past + i1) become 0.
+    pub fn diag_mask_zero(&self, a: &Tensor, n_past: i32) -> Tensor {
+        self.unary(a, Op::DiagMaskZero { n_past })
+    }
+
+    /// An f32 tensor of shape `ne` with every element `v` (computed when the graph runs).
+    pub fn fill(&self, ne: [i64; MAX_DIMS], v: f32) -> Tensor {
+        self.new_op_tensor(GgmlType::F32, ne, Op::Fill(v), [None, None, None], String::new())
+    }
 }

@@ -72,6 +72,41 @@ pub enum Op {
         n_past: i32,
     },
     MulMat,
+
+    // --- ops that backward passes build (crate::backward); the forward graph never has them ---
+    /// ggml_out_prod: dst[i0, i1] = Σ_j src0[i0, j] · src1[i1, j], src0 broadcast over dims 2
+    /// and 3 (any weight type; its rows are read whole). mul_mat's gradients.
+    OutProd,
+    /// ggml_soft_max_ext_back: src0 = dy, src1 = y = softmax(x·scale + mask);
+    /// dx = scale · y ⊙ (dy − Σ dy ⊙ y) per row.
+    SoftMaxBack {
+        scale: f32,
+    },
+    /// GELU's derivative (its tanh form) times dy: src0 = dy, src1 = x.
+    GeluBack,
+    /// Layer norm's (`Norm`'s) backward: src0 = dy, src1 = x; per row, with
+    /// y = (x − μ)/σ: dx = (dy − mean(dy) − y · mean(dy ⊙ y)) / σ.
+    NormBack {
+        eps: f32,
+    },
+    /// ggml_repeat_back: src0 summed onto the (smaller) result, each element into
+    /// dst[i mod dst.ne]: the gradient of a broadcast operand.
+    RepeatBack,
+    /// ggml_get_rows_back: dst (zeros, the table's shape) with row `src0[:, i]` added into row
+    /// `src1[i]` for every index i (a scatter-add).
+    GetRowsBack,
+    /// ggml_acc: src0 copied, then src1 added into the view of it at byte `offset` with
+    /// byte strides `nb` (dims 1..3; elements packed): the gradient of a view.
+    Acc {
+        nb: [usize; 3],
+        offset: usize,
+    },
+    /// diag_mask_inf's backward: a[i0, i1] = 0 where i0 > n_past + i1.
+    DiagMaskZero {
+        n_past: i32,
+    },
+    /// Every element set to the value (no sources): the seed of a backward pass, zeros.
+    Fill(f32),
 }
 
 impl Op {
@@ -93,6 +128,15 @@ impl Op {
             Op::SoftMax { .. } => "SOFT_MAX",
             Op::DiagMaskInf { .. } => "DIAG_MASK_INF",
             Op::MulMat => "MUL_MAT",
+            Op::OutProd => "OUT_PROD",
+            Op::SoftMaxBack { .. } => "SOFT_MAX_BACK",
+            Op::GeluBack => "GELU_BACK",
+            Op::NormBack { .. } => "NORM_BACK",
+            Op::RepeatBack => "REPEAT_BACK",
+            Op::GetRowsBack => "GET_ROWS_BACK",
+            Op::Acc { .. } => "ACC",
+            Op::DiagMaskZero { .. } => "DIAG_MASK_ZERO",
+            Op::Fill(_) => "FILL",
         }
     }
 
@@ -106,7 +150,10 @@ impl Op {
 pub mod flags {
     pub const INPUT: u32 = 1;
     pub const OUTPUT: u32 = 2;
+    /// ggml_set_param: a backward pass computes this tensor's gradient (a leaf or a node).
     pub const PARAM: u32 = 4;
+    /// ggml_set_loss: the tensor a backward pass starts from.
+    pub const LOSS: u32 = 8;
 }
 
 /// Where a tensor's bytes live: a backend buffer and a byte offset into it.
@@ -261,6 +308,19 @@ impl Tensor {
     /// ggml_set_output: the allocator never frees or reuses an output's memory.
     pub fn set_output(&self) {
         self.set_flag(flags::OUTPUT)
+    }
+    /// ggml_set_param: [`crate::graph::Graph::build_backward_expand`] computes this tensor's
+    /// gradient (and so of everything between it and the loss). A node may be a param too:
+    /// its gradient is then the gradient with respect to its value.
+    pub fn set_param(&self) {
+        self.set_flag(flags::PARAM)
+    }
+    /// ggml_set_loss: marks the tensor a backward pass differentiates (one per graph).
+    pub fn set_loss(&self) {
+        self.set_flag(flags::LOSS)
+    }
+    pub fn is_param(&self) -> bool {
+        self.flags.get() & flags::PARAM != 0
     }
     pub fn is_input(&self) -> bool {
         self.flags.get() & flags::INPUT != 0

@@ -53,7 +53,21 @@ use crate::tensor::{flags, Op, Tensor, MAX_SRC};
 /// ggml_op_can_inplace, restricted to our ops: element-wise kernels whose result may
 /// overwrite `src[0]` (kernels must not assume dst and src[0] are distinct).
 pub fn op_can_inplace(op: &Op) -> bool {
-    matches!(op, Op::Add | Op::Mul | Op::Scale(_) | Op::Gelu | Op::SoftMax { .. } | Op::DiagMaskInf { .. })
+    matches!(
+        op,
+        Op::Add
+            | Op::Mul
+            | Op::Scale(_)
+            | Op::Gelu
+            | Op::SoftMax { .. }
+            | Op::DiagMaskInf { .. }
+            // Backward ops: rows read whole before they are written; acc adds into its copy.
+            | Op::SoftMaxBack { .. }
+            | Op::GeluBack
+            | Op::NormBack { .. }
+            | Op::DiagMaskZero { .. }
+            | Op::Acc { .. }
+    )
 }
 
 /// ggml_are_same_layout: same type, shape and strides.

@@ -30,6 +30,7 @@
 
 pub mod features;
 mod ops;
+mod ops_backward;
 #[cfg(all(feature = "std", any(not(target_arch = "wasm32"), target_feature = "atomics")))]
 pub mod pool;
 #[cfg(all(feature = "std", target_arch = "wasm32", target_feature = "atomics"))]
@@ -280,7 +281,7 @@ fn compute_forward(node: &Tensor, exec: &Exec) -> Result<(), KernelError> {
     for (i, s) in node.src.iter().enumerate() {
         let Some(s) = s else { continue };
         // Only mul_mat's weights and get_rows' tables are read in the repacked layout.
-        if TensorView::of(s)?.packed && !(i == 0 && matches!(node.op, Op::MulMat | Op::GetRows)) {
+        if TensorView::of(s)?.packed && !(i == 0 && matches!(node.op, Op::MulMat | Op::GetRows | Op::OutProd)) {
             return Err(KernelError::Unsupported(format!(
                 "{} reads the repacked weight '{}' as src[{i}]",
                 node.op.name(),
@@ -308,6 +309,15 @@ fn compute_forward(node: &Tensor, exec: &Exec) -> Result<(), KernelError> {
         }
         Op::DiagMaskInf { n_past } => ops::diag_mask_inf(&src(node, 0)?, &dst, n_past, exec),
         Op::MulMat => ops::mul_mat(&src(node, 0)?, &src(node, 1)?, &dst, exec),
+        Op::OutProd => ops_backward::out_prod(&src(node, 0)?, &src(node, 1)?, &dst, exec),
+        Op::SoftMaxBack { scale } => ops_backward::soft_max_back(&src(node, 0)?, &src(node, 1)?, &dst, scale, exec),
+        Op::GeluBack => ops_backward::gelu_back(&src(node, 0)?, &src(node, 1)?, &dst, exec),
+        Op::NormBack { eps } => ops_backward::norm_back(&src(node, 0)?, &src(node, 1)?, &dst, eps, exec),
+        Op::RepeatBack => ops_backward::repeat_back(&src(node, 0)?, &dst, exec),
+        Op::GetRowsBack => ops_backward::get_rows_back(&src(node, 0)?, &src(node, 1)?, &dst, exec),
+        Op::Acc { nb, offset } => ops_backward::acc(&src(node, 0)?, &src(node, 1)?, &dst, nb, offset),
+        Op::DiagMaskZero { n_past } => ops_backward::diag_mask_zero(&src(node, 0)?, &dst, n_past, exec),
+        Op::Fill(v) => ops_backward::fill(&dst, v, exec),
     }
 }
 
@@ -333,6 +343,18 @@ fn supports(node: &Tensor) -> bool {
                 && src_is(1, &|b| matches!(b, F32 | F16 | BF16))
                 && node.ty == F32
         }
+        Op::OutProd => {
+            src_is(0, &|a| matches!(a, F32 | F16 | BF16) || crate::quants::can_dequantize(a))
+                && src_is(1, &|b| b == F32)
+                && node.ty == F32
+        }
+        Op::SoftMaxBack { .. } | Op::GeluBack | Op::NormBack { .. } => {
+            src_is(0, &readable) && src_is(1, &readable) && node.ty == F32
+        }
+        Op::RepeatBack | Op::DiagMaskZero { .. } => src_is(0, &readable) && node.ty == F32,
+        Op::GetRowsBack => src_is(0, &readable) && src_is(1, &|b| b == I32) && node.ty == F32,
+        Op::Acc { .. } => src_is(0, &|a| a == F32) && src_is(1, &readable) && node.ty == F32,
+        Op::Fill(_) => node.ty == F32,
     }
 }
 

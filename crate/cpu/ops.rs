@@ -45,9 +45,9 @@ pub(crate) enum KernelError {
     Invalid(String),
 }
 
-type KResult = Result<(), KernelError>;
+pub(super) type KResult = Result<(), KernelError>;
 
-fn unsupported<T>(msg: String) -> Result<T, KernelError> {
+pub(super) fn unsupported<T>(msg: String) -> Result<T, KernelError> {
     Err(KernelError::Unsupported(msg))
 }
 
@@ -78,7 +78,7 @@ unsafe impl Sync for ErrSlot {}
 /// Calls `f(rows)` on ranges covering 0..n_rows (rows of `row_len` elements), spread over
 /// the threads when the op is big enough; the first range's error is returned. Rows are
 /// independent in every caller, so the result does not depend on the number of threads.
-fn par_rows(
+pub(super) fn par_rows(
     exec: &Exec,
     n_rows: usize,
     row_len: usize,
@@ -149,21 +149,21 @@ impl TensorView {
         Ok(TensorView { ptr, ty: t.ty, ne: t.ne.map(|n| n as usize), nb: t.nb, packed })
     }
 
-    fn nrows(&self) -> usize {
+    pub(super) fn nrows(&self) -> usize {
         self.ne[1] * self.ne[2] * self.ne[3]
     }
 
-    fn nelements(&self) -> usize {
+    pub(super) fn nelements(&self) -> usize {
         self.ne.iter().product()
     }
 
     #[inline]
-    fn row(&self, i1: usize, i2: usize, i3: usize) -> *mut u8 {
+    pub(super) fn row(&self, i1: usize, i2: usize, i3: usize) -> *mut u8 {
         // wrapping: the address is only dereferenced for in-range indices.
         self.ptr.wrapping_add(i1 * self.nb[1] + i2 * self.nb[2] + i3 * self.nb[3])
     }
 
-    fn is_contiguous(&self) -> bool {
+    pub(super) fn is_contiguous(&self) -> bool {
         let ts = self.ty.type_size();
         let blck = self.ty.blck_size();
         let mut next = ts;
@@ -185,13 +185,13 @@ impl TensorView {
     /// Indices (i1, i2, i3) of row `r` when rows are counted i1 fastest (the order of
     /// [`TensorView::for_each_row`]).
     #[inline]
-    fn row_index(&self, r: usize) -> (usize, usize, usize) {
+    pub(super) fn row_index(&self, r: usize) -> (usize, usize, usize) {
         let (n1, n2) = (self.ne[1].max(1), self.ne[2].max(1));
         (r % n1, (r / n1) % n2, r / (n1 * n2))
     }
 
     /// Calls `f(i1, i2, i3)` for every row, in memory order of a contiguous tensor.
-    fn for_each_row(&self, mut f: impl FnMut(usize, usize, usize) -> KResult) -> KResult {
+    pub(super) fn for_each_row(&self, mut f: impl FnMut(usize, usize, usize) -> KResult) -> KResult {
         for i3 in 0..self.ne[3] {
             for i2 in 0..self.ne[2] {
                 for i1 in 0..self.ne[1] {
@@ -331,14 +331,14 @@ pub(crate) unsafe fn convert_row(
 }
 
 /// Row (i1, i2, i3) of `t` as f32 into `out` (`t.ne[0]` elements).
-fn read_row(t: &TensorView, i1: usize, i2: usize, i3: usize, out: &mut [f32]) -> KResult {
+pub(super) fn read_row(t: &TensorView, i1: usize, i2: usize, i3: usize, out: &mut [f32]) -> KResult {
     debug_assert_eq!(out.len(), t.ne[0]);
     // SAFETY: the row is inside t's allocation; `out` is our own scratch.
     unsafe { convert_row(t.row(i1, i2, i3), t.ty, t.nb[0], out.as_mut_ptr() as *mut u8, GgmlType::F32, 4, t.ne[0]) }
 }
 
 /// `vals` into row (i1, i2, i3) of `t`, converting to its type.
-fn write_row(t: &TensorView, i1: usize, i2: usize, i3: usize, vals: &[f32]) -> KResult {
+pub(super) fn write_row(t: &TensorView, i1: usize, i2: usize, i3: usize, vals: &[f32]) -> KResult {
     debug_assert_eq!(vals.len(), t.ne[0]);
     // SAFETY: as in read_row.
     unsafe { convert_row(vals.as_ptr() as *const u8, GgmlType::F32, 4, t.row(i1, i2, i3), t.ty, t.nb[0], t.ne[0]) }
@@ -505,7 +505,7 @@ fn check_same_shape(a: &TensorView, dst: &TensorView) -> KResult {
 
 /// Applies `f` to each row of `a` (as f32, with its indices) and writes the result to
 /// `dst`, rows spread over the threads; `init` makes each range's scratch state.
-fn map_rows<S>(
+pub(super) fn map_rows<S>(
     exec: &Exec,
     a: &TensorView,
     dst: &TensorView,

@@ -125,6 +125,16 @@ pub(crate) fn check(node: &Tensor) -> Result<(), String> {
             }
             Ok(())
         }
+        // A backward pass's ops: the scheduler runs them on the CPU.
+        Op::OutProd
+        | Op::SoftMaxBack { .. }
+        | Op::GeluBack
+        | Op::NormBack { .. }
+        | Op::RepeatBack
+        | Op::GetRowsBack
+        | Op::Acc { .. }
+        | Op::DiagMaskZero { .. }
+        | Op::Fill(_) => Err(format!("no WebGPU kernel for {} (backward ops run on the CPU)", node.op.name())),
     }
 }
 
@@ -476,6 +486,16 @@ fn plan(gpu: &Gpu, node: &Tensor, out: &mut Vec<Dispatch>) -> Result<(), Backend
             }
         }
         Op::None | Op::View | Op::Reshape | Op::Permute(_) | Op::Transpose => unreachable!("handled above"),
+        // `check` refused these above.
+        Op::OutProd
+        | Op::SoftMaxBack { .. }
+        | Op::GeluBack
+        | Op::NormBack { .. }
+        | Op::RepeatBack
+        | Op::GetRowsBack
+        | Op::Acc { .. }
+        | Op::DiagMaskZero { .. }
+        | Op::Fill(_) => return Err(unsupported(node, "no WebGPU kernel")),
     }
     Ok(())
 }

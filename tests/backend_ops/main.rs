@@ -203,6 +203,25 @@ fn case_list_covers_the_graph() {
     {
         assert!(names.iter().any(|c| c.starts_with(op)), "no case for {op}");
     }
+    // Every backward op alone, and a gradient case (f64 reference and finite differences)
+    // for every op of the forward graph.
+    for op in [
+        "out_prod",
+        "soft_max_ext_back",
+        "gelu_back",
+        "norm_back",
+        "repeat_back",
+        "get_rows_back",
+        "acc",
+        "diag_mask_zero",
+        "fill",
+    ] {
+        assert!(names.iter().any(|c| c.starts_with(op)), "no case for {op}");
+    }
+    for op in ["add", "mul", "scale", "norm", "gelu", "soft_max", "diag_mask_inf", "cont", "cpy", "get_rows", "mul_mat"]
+    {
+        assert!(names.iter().any(|c| c.starts_with("grad ") && c.contains(op)), "no gradient case for {op}");
+    }
     for ty in suite::WEIGHT_TYPES {
         for op in ["get_rows", "mul_mat"] {
             assert!(names.iter().any(|c| c.starts_with(&format!("{op} {ty}"))), "no {op} case for {ty}");

@@ -27,6 +27,9 @@ use GgmlType::{BF16, F16, F32, I32, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5
 
 use crate::support::rng::Rng;
 
+#[path = "grad.rs"]
+pub mod grad;
+
 /// Every weight type the loader accepts and the kernels run (get_rows and mul_mat).
 pub const WEIGHT_TYPES: [GgmlType; 13] = [F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K];
 
@@ -394,6 +397,15 @@ fn reference_node(node: &Tensor, round_act: bool) {
                 }
             }
         }
+        Op::OutProd
+        | Op::SoftMaxBack { .. }
+        | Op::GeluBack
+        | Op::NormBack { .. }
+        | Op::RepeatBack
+        | Op::GetRowsBack
+        | Op::Acc { .. }
+        | Op::DiagMaskZero { .. }
+        | Op::Fill(_) => grad::reference_node(node),
         Op::MulMat => {
             let (a, b) = (s0(), s1());
             let vdt = a.ty.vec_dot_type();
@@ -560,7 +572,14 @@ async fn run_case(t: &Target<'_>, case: &Case) -> Result<Vec<f64>, BackendError>
 /// reference; returns the report (the caller asserts on it). Logs one line per case.
 pub async fn check_all(t: &Target<'_>, filter: &str, log: &dyn Fn(&str)) -> Report {
     let all: Vec<Case> = cases().into_iter().filter(|c| c.name.contains(filter)).collect();
-    check_cases(t, &all, log).await
+    let mut r = check_cases(t, &all, log).await;
+    // The gradient cases once more, against central finite differences of their loss.
+    let fd = grad::check_finite_differences(t, filter, log).await;
+    r.total += fd.total;
+    r.passed += fd.passed;
+    r.not_supported.extend(fd.not_supported);
+    r.failed.extend(fd.failed);
+    r
 }
 
 /// [`check_all`] on a list of one's own (backend-specific configurations).
@@ -622,6 +641,8 @@ pub fn cases() -> Vec<Case> {
     v.extend(get_rows_cases());
     v.extend(mul_mat_cases());
     v.extend([F32, F16, Q8_0, Q4_0, Q4_K].map(gpt2_layer));
+    v.extend(grad::backward_op_cases());
+    v.extend(grad::grad_reference_cases());
     v
 }
 

@@ -10,6 +10,7 @@
 mod support;
 
 mod abuse;
+mod backward;
 mod gpt2_fixtures;
 mod gpt2_shared;
 mod inside;

@@ -358,3 +358,67 @@ fn several_sequences_and_beams_match_the_cpu() {
         assert_eq!(got, want, "gpu_layers {n}");
     }
 }
+
+/// A backward pass over a graph whose weight lives on WebGPU: the forward product runs there,
+/// the backward ops (which WebGPU does not support) on the CPU, the scheduler copying what
+/// they read; the gradient is the f64 one.
+#[test]
+fn backward_ops_run_on_the_cpu_beside_a_webgpu_forward() {
+    use ggweb::allocator::alloc_ctx_tensors;
+    use ggweb::cpu::CpuBackend;
+    use ggweb::sched::Sched;
+    use ggweb::{Context, ContextParams, GgmlType::F32, Graph};
+
+    let _shared = gpu::shared();
+    let Some(gpu) = gpu() else { return };
+    let (k, m, n) = (16usize, 8usize, 3usize);
+    let wctx = Context::new(ContextParams { mem_size: 1 << 16, no_alloc: true });
+    let w = wctx.new_tensor_2d(F32, k as i64, m as i64);
+    let _wbuf = alloc_ctx_tensors(&wctx, &*gpu.buffer_type()).unwrap();
+    let wv: Vec<f32> = (0..k * m).map(|i| ((i * 7 % 13) as f32 - 6.0) / 10.0).collect();
+    w.set_bytes(&wv.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>(), 0);
+
+    let ctx = Context::new(ContextParams { mem_size: 1 << 20, no_alloc: true });
+    let x = ctx.new_tensor_2d(F32, k as i64, n as i64);
+    let c = ctx.new_tensor_2d(F32, m as i64, n as i64);
+    for t in [&x, &c] {
+        t.set_input();
+    }
+    x.set_param();
+    let z = ctx.mul_mat(&w, &x);
+    let y = ctx.gelu(&z);
+    let loss = ctx.mul(&y, &c);
+    let mut gf = Graph::new();
+    gf.build_forward_expand(&loss);
+    gf.build_backward_expand(&ctx, &loss);
+    let gx = gf.grad(&x).unwrap();
+
+    let mut sched = Sched::new(vec![gpu.clone(), Rc::new(CpuBackend::new(1))]).unwrap();
+    sched.alloc_graph(&gf).unwrap();
+    let xv: Vec<f32> = (0..k * n).map(|i| ((i * 5 % 11) as f32 - 5.0) / 6.0).collect();
+    let cv: Vec<f32> = (0..m * n).map(|i| ((i * 3 % 7) as f32 - 3.0) / 3.0).collect();
+    x.set_f32_slice(&xv);
+    c.set_f32_slice(&cv);
+    sched.graph_compute(&gf).unwrap();
+    assert_eq!(sched.assignment(&z).map(|a| a.backend), Some(0), "the product goes to WebGPU, with its weight");
+    for node in gf.nodes.iter().filter(|t| t.op.name().ends_with("_BACK") || t.op.name() == "OUT_PROD") {
+        assert_eq!(sched.assignment(node).map(|a| a.backend), Some(1), "{node:?} on the CPU");
+    }
+    let got = gx.to_f32_vec();
+    // dx[kk, j] = Σ_mm w[kk, mm] · gelu'(z[mm, j]) · c[mm, j], in f64.
+    let s = (2.0 / std::f64::consts::PI).sqrt();
+    for j in 0..n {
+        for kk in 0..k {
+            let mut want = 0f64;
+            for mm in 0..m {
+                let zz: f64 = (0..k).map(|q| wv[mm * k + q] as f64 * xv[j * k + q] as f64).sum();
+                let t = (s * (zz + 0.044715 * zz * zz * zz)).tanh();
+                let d = 0.5 * (1.0 + t) + 0.5 * zz * (1.0 - t * t) * s * (1.0 + 3.0 * 0.044715 * zz * zz);
+                want += wv[mm * k + kk] as f64 * d * cv[j * m + mm] as f64;
+            }
+            // The forward on WebGPU sums in another order (~1e-6), then f32 kernels.
+            let g = got[j * k + kk] as f64;
+            assert!((g - want).abs() <= 1e-5 + 1e-4 * want.abs(), "dx[{kk}, {j}] = {g}, want {want}");
+        }
+    }
+}

@@ -1,0 +1,299 @@
+//! Kernels of the ops that backward passes add to a graph (`crate::backward`): out_prod,
+//! soft_max_back, gelu_back, norm_back, repeat_back, get_rows_back, acc, diag_mask_zero,
+//! fill (ggml-cpu's ops.cpp has them beside the forward ones). Plain portable Rust: every
+//! result is f32, sums over a row are kept in f64 as the forward norm and soft_max keep
+//! theirs, and each result row is one thread's, so results do not depend on the thread count.
+
+use alloc::format;
+use alloc::vec;
+use alloc::vec::Vec;
+
+use super::ops::{map_rows, par_rows, read_row, unsupported, write_row, Exec, KResult, KernelError, TensorView};
+use crate::tensor::MAX_DIMS;
+use crate::types::GgmlType;
+
+fn invalid(msg: alloc::string::String) -> KResult {
+    Err(KernelError::Invalid(msg))
+}
+
+fn want_f32(t: &TensorView, role: &str) -> KResult {
+    if t.ty != GgmlType::F32 {
+        return unsupported(format!("{role} of type {} (backward ops are f32)", t.ty));
+    }
+    Ok(())
+}
+
+/// Rows of an out_prod result computed together: each pass over `a`'s rows serves them all.
+const OUT_PROD_ROWS: usize = 64;
+
+/// ggml_out_prod: dst[i0, i1, i2, i3] = Σ_j a[i0, j, i2 / r2, i3 / r3] · b[i1, j, i2, i3].
+/// `a` may be any weight type (a row dequantized at a time, a repacked weight's row unpacked
+/// first); `b` is f32 through its strides (mul_mat's gradients pass a transposed view).
+pub(crate) fn out_prod(a: &TensorView, b: &TensorView, dst: &TensorView, exec: &Exec) -> KResult {
+    want_f32(b, "out_prod src1")?;
+    want_f32(dst, "out_prod result")?;
+    let (n0, nj) = (a.ne[0], a.ne[1]);
+    if b.ne[1] != nj
+        || dst.ne != [n0, b.ne[0], b.ne[2], b.ne[3]]
+        || a.ne[2] == 0
+        || a.ne[3] == 0
+        || !b.ne[2].is_multiple_of(a.ne[2])
+        || !b.ne[3].is_multiple_of(a.ne[3])
+    {
+        return invalid(format!("out_prod: a ne={:?}, b ne={:?}, result ne={:?}", a.ne, b.ne, dst.ne));
+    }
+    if a.nb[0] != a.ty.type_size() {
+        return unsupported(format!("out_prod: src0 {} with strided rows (nb0 = {})", a.ty, a.nb[0]));
+    }
+    if a.packed && (a.ne[2] != 1 || a.ne[3] != 1) {
+        return unsupported(format!("out_prod: a repacked weight of ne {:?}", a.ne));
+    }
+    let (r2, r3) = (b.ne[2] / a.ne[2], b.ne[3] / a.ne[3]);
+    par_rows(exec, dst.nrows(), n0.saturating_mul(nj), &|rows| {
+        let mut arow = vec![0.0f32; n0];
+        let mut plain = if a.packed { vec![0u8; a.nb[1]] } else { Vec::new() };
+        let mut accs = vec![0.0f32; OUT_PROD_ROWS.min(rows.len()) * n0];
+        let mut r = rows.start;
+        while r < rows.end {
+            // A run of rows with the same (i2, i3), at most OUT_PROD_ROWS of them.
+            let (i1, i2, i3) = dst.row_index(r);
+            let len = (rows.end - r).min(dst.ne[1] - i1).min(OUT_PROD_ROWS);
+            let acc = &mut accs[..len * n0];
+            acc.iter_mut().for_each(|x| *x = 0.0);
+            for j in 0..nj {
+                let mut src = a.row(j, i2 / r2, i3 / r3);
+                if a.packed {
+                    // SAFETY: a is one contiguous matrix of ne[1] rows (checked above).
+                    let data = unsafe { core::slice::from_raw_parts(a.ptr as *const u8, a.ne[1] * a.nb[1]) };
+                    crate::cpu::arch::repack::unpack_row(a.ty, n0, a.ne[1], data, j, &mut plain);
+                    src = plain.as_mut_ptr();
+                }
+                // SAFETY: row j of a (or its unpacked copy) into our scratch.
+                unsafe {
+                    super::ops::convert_row(src, a.ty, a.nb[0], arow.as_mut_ptr() as *mut u8, GgmlType::F32, 4, n0)?
+                };
+                for (k, out) in acc.chunks_exact_mut(n0).enumerate() {
+                    // SAFETY: element (i1 + k, j, i2, i3) is inside b.
+                    let c = unsafe {
+                        (b.ptr.add((i1 + k) * b.nb[0] + j * b.nb[1] + i2 * b.nb[2] + i3 * b.nb[3]) as *const f32)
+                            .read_unaligned()
+                    };
+                    if c != 0.0 {
+                        out.iter_mut().zip(&arow).for_each(|(o, &x)| *o += c * x);
+                    }
+                }
+            }
+            for (k, out) in acc.chunks_exact(n0).enumerate() {
+                write_row(dst, i1 + k, i2, i3, out)?;
+            }
+            r += len;
+        }
+        Ok(())
+    })
+}
+
+/// A row function of [`pair_rows`]: (dy, x, out).
+type PairRow<'a> = &'a (dyn Fn(&[f32], &[f32], &mut [f32]) + Sync);
+
+/// Calls `f(dy, x, out)` per row of `dy` and `x` (same shapes as `dst`), as f32 rows.
+fn pair_rows(exec: &Exec, dy: &TensorView, x: &TensorView, dst: &TensorView, what: &str, f: PairRow<'_>) -> KResult {
+    want_f32(dst, what)?;
+    if dy.ne != dst.ne || x.ne != dst.ne {
+        return invalid(format!("{what}: dy ne={:?}, x ne={:?}, result ne={:?}", dy.ne, x.ne, dst.ne));
+    }
+    let n = dst.ne[0];
+    par_rows(exec, dst.nrows(), n, &|rows| {
+        let (mut g, mut v, mut out) = (vec![0.0f32; n], vec![0.0f32; n], vec![0.0f32; n]);
+        for r in rows {
+            let (i1, i2, i3) = dst.row_index(r);
+            read_row(dy, i1, i2, i3, &mut g)?;
+            read_row(x, i1, i2, i3, &mut v)?;
+            f(&g, &v, &mut out);
+            write_row(dst, i1, i2, i3, &out)?;
+        }
+        Ok(())
+    })
+}
+
+/// ggml_soft_max_ext_back: dx = scale · y ⊙ (dy − Σ dy ⊙ y), per row (the sum in f64).
+pub(crate) fn soft_max_back(dy: &TensorView, y: &TensorView, dst: &TensorView, scale: f32, exec: &Exec) -> KResult {
+    pair_rows(exec, dy, y, dst, "soft_max_back", &|g, y, out| {
+        let dot = g.iter().zip(y).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>() as f32;
+        for ((o, &gi), &yi) in out.iter_mut().zip(g).zip(y) {
+            *o = scale * yi * (gi - dot);
+        }
+    })
+}
+
+/// GELU's (tanh form, `x·σ(2u)` with u = √(2/π)(x + 0.044715x³)) derivative times dy, in f64.
+pub(crate) fn gelu_back(dy: &TensorView, x: &TensorView, dst: &TensorView, exec: &Exec) -> KResult {
+    const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
+    const C: f64 = 0.044_715;
+    pair_rows(exec, dy, x, dst, "gelu_back", &|g, x, out| {
+        for ((o, &gi), &xi) in out.iter_mut().zip(g).zip(x) {
+            let x = xi as f64;
+            let u = SQRT_2_OVER_PI * x * (1.0 + C * x * x);
+            let s = 1.0 / (1.0 + libm::exp(-2.0 * u));
+            let du = SQRT_2_OVER_PI * (1.0 + 3.0 * C * x * x);
+            *o = (gi as f64 * (s + x * s * (1.0 - s) * 2.0 * du)) as f32;
+        }
+    })
+}
+
+/// Layer norm's backward: with y = (x − μ)/σ, dx = (dy − mean(dy) − y · mean(dy ⊙ y)) / σ;
+/// the means and the variance in f64.
+pub(crate) fn norm_back(dy: &TensorView, x: &TensorView, dst: &TensorView, eps: f32, exec: &Exec) -> KResult {
+    pair_rows(exec, dy, x, dst, "norm_back", &|g, x, out| {
+        let n = x.len() as f64;
+        if x.is_empty() {
+            return;
+        }
+        let mean = x.iter().map(|&v| v as f64).sum::<f64>() / n;
+        let var = x.iter().map(|&v| (v as f64 - mean) * (v as f64 - mean)).sum::<f64>() / n;
+        let inv = 1.0 / libm::sqrt(var + eps as f64);
+        let (mut mg, mut mgy) = (0.0f64, 0.0f64);
+        for (&gi, &xi) in g.iter().zip(x) {
+            mg += gi as f64;
+            mgy += gi as f64 * (xi as f64 - mean) * inv;
+        }
+        let (mg, mgy) = (mg / n, mgy / n);
+        for ((o, &gi), &xi) in out.iter_mut().zip(g).zip(x) {
+            let y = (xi as f64 - mean) * inv;
+            *o = ((gi as f64 - mg - y * mgy) * inv) as f32;
+        }
+    })
+}
+
+/// ggml_repeat_back: dst[j] = Σ a[i] over every i with i mod dst.ne = j (sums in f64).
+pub(crate) fn repeat_back(a: &TensorView, dst: &TensorView, exec: &Exec) -> KResult {
+    want_f32(dst, "repeat_back result")?;
+    if (0..MAX_DIMS).any(|i| dst.ne[i] == 0 || !a.ne[i].is_multiple_of(dst.ne[i])) {
+        return invalid(format!("repeat_back: ne={:?} onto ne={:?}", a.ne, dst.ne));
+    }
+    let n0 = dst.ne[0];
+    let reps = [a.ne[1] / dst.ne[1], a.ne[2] / dst.ne[2], a.ne[3] / dst.ne[3]];
+    par_rows(exec, dst.nrows(), a.nelements() / dst.nrows().max(1), &|rows| {
+        let mut row = vec![0.0f32; a.ne[0]];
+        let mut sum = vec![0.0f64; n0];
+        let mut out = vec![0.0f32; n0];
+        for r in rows {
+            let (j1, j2, j3) = dst.row_index(r);
+            sum.iter_mut().for_each(|s| *s = 0.0);
+            for k3 in 0..reps[2] {
+                for k2 in 0..reps[1] {
+                    for k1 in 0..reps[0] {
+                        let (i1, i2, i3) = (j1 + k1 * dst.ne[1], j2 + k2 * dst.ne[2], j3 + k3 * dst.ne[3]);
+                        read_row(a, i1, i2, i3, &mut row)?;
+                        for chunk in row.chunks_exact(n0) {
+                            sum.iter_mut().zip(chunk).for_each(|(s, &v)| *s += v as f64);
+                        }
+                    }
+                }
+            }
+            out.iter_mut().zip(&sum).for_each(|(o, &s)| *o = s as f32);
+            write_row(dst, j1, j2, j3, &out)?;
+        }
+        Ok(())
+    })
+}
+
+/// ggml_get_rows_back: dst = zeros, then row a[:, i] added into row idx[i] for every i, in
+/// index order (each thread owns a range of dst's rows and scans every index).
+pub(crate) fn get_rows_back(a: &TensorView, idx: &TensorView, dst: &TensorView, exec: &Exec) -> KResult {
+    want_f32(dst, "get_rows_back result")?;
+    if idx.ty != GgmlType::I32 {
+        return unsupported(format!("get_rows_back indices must be i32, not {}", idx.ty));
+    }
+    let n = idx.ne[0];
+    if a.ne[0] != dst.ne[0] || a.ne[1] != n || a.nrows() != n || idx.nrows() != 1 || dst.nrows() != dst.ne[1] {
+        return invalid(format!("get_rows_back: a ne={:?}, indices ne={:?}, result ne={:?}", a.ne, idx.ne, dst.ne));
+    }
+    let n0 = dst.ne[0];
+    // SAFETY (both): indices below ne[0] of idx.
+    let index = |i: usize| unsafe { (idx.ptr.add(i * idx.nb[0]) as *const i32).read_unaligned() };
+    if let Some(i) = (0..n).find(|&i| index(i) < 0 || index(i) as usize >= dst.ne[1]) {
+        return invalid(format!("get_rows_back: index {} at [{i}] is outside 0..{}", index(i), dst.ne[1]));
+    }
+    par_rows(exec, dst.ne[1], n0, &|rows| {
+        let mut acc = vec![0.0f32; n0];
+        let mut row = vec![0.0f32; n0];
+        let zeros = vec![0.0f32; n0];
+        for r in rows.clone() {
+            write_row(dst, r, 0, 0, &zeros)?;
+        }
+        for i in 0..n {
+            let v = index(i) as usize;
+            if !rows.contains(&v) {
+                continue;
+            }
+            read_row(dst, v, 0, 0, &mut acc)?;
+            read_row(a, i, 0, 0, &mut row)?;
+            acc.iter_mut().zip(&row).for_each(|(o, &x)| *o += x);
+            write_row(dst, v, 0, 0, &acc)?;
+        }
+        Ok(())
+    })
+}
+
+/// ggml_acc: dst = a (skipped when the allocator gave dst a's memory), then b added into the
+/// view of dst at byte `offset` with strides (4, nb[0], nb[1], nb[2]). One thread: a view's
+/// rows need not be disjoint.
+pub(crate) fn acc(a: &TensorView, b: &TensorView, dst: &TensorView, nb: [usize; 3], offset: usize) -> KResult {
+    want_f32(a, "acc src0")?;
+    want_f32(dst, "acc result")?;
+    if a.ne != dst.ne || !a.is_contiguous() || !dst.is_contiguous() {
+        return invalid(format!("acc: src0 ne={:?} nb={:?}, result ne={:?} nb={:?}", a.ne, a.nb, dst.ne, dst.nb));
+    }
+    let bytes = dst.nelements() * 4;
+    let span = (0..3).map(|i| (b.ne[i + 1].max(1) - 1) * nb[i]).sum::<usize>() + b.ne[0] * 4;
+    if b.nelements() == 0 || offset + span > bytes {
+        return invalid(format!("acc: ne={:?} at offset {offset}, strides {nb:?} past {bytes} bytes", b.ne));
+    }
+    if a.ptr != dst.ptr {
+        // SAFETY: both are `bytes` long, distinct allocations or the same one.
+        unsafe { core::ptr::copy(a.ptr, dst.ptr, bytes) };
+    }
+    let mut row = vec![0.0f32; b.ne[0]];
+    b.for_each_row(|i1, i2, i3| {
+        read_row(b, i1, i2, i3, &mut row)?;
+        let base = dst.ptr.wrapping_add(offset + i1 * nb[0] + i2 * nb[1] + i3 * nb[2]);
+        for (i0, &v) in row.iter().enumerate() {
+            // SAFETY: inside dst (offset + span checked above).
+            unsafe {
+                let p = base.add(i0 * 4) as *mut f32;
+                p.write_unaligned(p.read_unaligned() + v);
+            }
+        }
+        Ok(())
+    })
+}
+
+/// diag_mask_inf's backward: a[i0, i1] = 0 where i0 > n_past + i1.
+pub(crate) fn diag_mask_zero(a: &TensorView, dst: &TensorView, n_past: i32, exec: &Exec) -> KResult {
+    map_rows(
+        exec,
+        a,
+        dst,
+        || (),
+        |_, row, [i1, _, _]| {
+            let first = (n_past as i64 + i1 as i64 + 1).max(0) as usize;
+            if first < row.len() {
+                row[first..].iter_mut().for_each(|x| *x = 0.0);
+            }
+            Ok(())
+        },
+    )
+}
+
+/// Every element of dst set to `v`.
+pub(crate) fn fill(dst: &TensorView, v: f32, exec: &Exec) -> KResult {
+    want_f32(dst, "fill result")?;
+    let row = vec![v; dst.ne[0]];
+    par_rows(exec, dst.nrows(), dst.ne[0], &|rows| {
+        for r in rows {
+            let (i1, i2, i3) = dst.row_index(r);
+            write_row(dst, i1, i2, i3, &row)?;
+        }
+        Ok(())
+    })
+}
