@@ -11,7 +11,7 @@ use ggweb::allocator::Gallocr;
 use ggweb::backend::Backend;
 use ggweb::cpu::{CpuBackend, CpuBufferType};
 use ggweb::model::context::{block_on, Batch, Gpt2, Gpt2Options};
-use ggweb::model::gpt2::{build_graph_with, GraphIo, KvLayout};
+use ggweb::model::gpt2::{build_graph_with, GraphIo, Ubatch};
 use ggweb::model::loader::load_from_path;
 use ggweb::{Context, ContextParams, GgmlType, Graph, Tensor};
 
@@ -41,7 +41,7 @@ struct Run {
 
 fn build(m: &Gpt2, start: Option<usize>) -> Run {
     let n = PROMPT.len();
-    let mut io = build_graph_with(&m.hparams, &m.weights, &m.kv, KvLayout::Causal { n_past: 0 }, n, 1, &[], start);
+    let mut io = build_graph_with(&m.hparams, &m.weights, &m.kv, Ubatch { start, ..Ubatch::at(0, n, 1) }, &[]);
     let ctx = Context::new(ContextParams { mem_size: 8 << 20, no_alloc: true });
     let w = ctx.new_tensor_2d(GgmlType::F32, m.hparams.n_vocab as i64, 1);
     w.set_name("metric_w");
@@ -69,6 +69,13 @@ fn run(r: &Run, resid: Option<&[f32]>, m: &Gpt2) -> Gallocr {
     }
     if let (Some(t), Some(v)) = (&r.io.resid, resid) {
         t.set_f32_slice(v);
+    }
+    if gf.contains(&r.io.kq_mask) {
+        // One sequence at positions 0..n: query q sees keys 0..=q.
+        let n = PROMPT.len();
+        let mask: Vec<f32> =
+            (0..n).flat_map(|q| (0..n).map(move |k| if k <= q { 0.0 } else { f32::NEG_INFINITY })).collect();
+        r.io.kq_mask.set_f32_slice(&mask);
     }
     CpuBackend::new(1).graph_compute(gf).unwrap();
     galloc
