@@ -4,49 +4,15 @@
 //! takes a last, optional `checkpoint` function, asked between its steps whether the caller
 //! stopped it ([`interrupt`]: the JS `signal`). Errors carry no method name: engine.js adds it.
 
-use alloc::collections::BTreeMap;
-use alloc::string::String;
-use alloc::vec::Vec;
-
 use serde::Serialize;
 use wasm_bindgen::prelude::*;
 
-use super::model::{f32s, from_js, interrupt, model_error, to_js, u32s, NodeJson, Typed, WasmModel};
+use super::model::{from_js, interrupt, model_error, to_js, WasmModel};
 use crate::common::options::{
     AttributeParams, PatchParams, RunParams, TopKParams, ATTRIBUTE_WHAT, LENS_WHAT, PATCH_WHAT, RUN_WHAT,
     SAE_ENCODE_WHAT,
 };
 use crate::model::sae::{Sae, SaeStream};
-
-/// TransformerLens's shape of a captured value (`ne` reversed, outer 1s dropped).
-fn node(ne: [i64; 4], data: &[f32]) -> NodeJson {
-    let mut shape: Vec<u32> = ne.iter().rev().map(|&x| x as u32).collect();
-    while shape.len() > 1 && shape[0] == 1 {
-        shape.remove(0);
-    }
-    NodeJson { shape, data: f32s(data) }
-}
-
-#[derive(Serialize)]
-struct RunJson {
-    tokens: Typed,
-    logits: Typed,
-    cache: BTreeMap<String, NodeJson>,
-}
-
-#[derive(Serialize)]
-struct SaeTopJson {
-    index: u32,
-    value: f32,
-}
-
-#[derive(Serialize)]
-struct EncodedJson {
-    tokens: Typed,
-    top: Vec<Vec<SaeTopJson>>,
-    l0: Typed,
-    mse: Typed,
-}
 
 const DEFAULT_TOP_K: u32 = 5;
 
@@ -68,9 +34,7 @@ impl WasmModel {
                 s.run(&ids, &p.capture.unwrap_or_default(), &p.hooks.unwrap_or_default()).await
             })
             .await;
-        let r = r.map_err(|e| model_error("", e))?;
-        let cache = r.cache.iter().map(|v| (v.name.clone(), node(v.ne, &v.data))).collect();
-        Ok(to_js(&RunJson { tokens: u32s(&r.tokens), logits: f32s(&r.logits), cache }))
+        Ok(to_js(&r.map_err(|e| model_error("", e))?))
     }
 
     /// `patch(clean, corrupted, { at, answer, against })`: `{ shape, cells: Float32Array,
@@ -149,9 +113,7 @@ impl WasmModel {
         self.check_input("", &ids)?;
         let k = p.top_k.unwrap_or(DEFAULT_TOP_K) as usize;
         let r = self.session.interruptible(interrupt(checkpoint), async |s| s.sae_encode(&ids, &sae.0, k).await).await;
-        let r = r.map_err(|e| model_error("", e))?;
-        let top = r.top.iter().map(|p| p.iter().map(|&(index, value)| SaeTopJson { index, value }).collect()).collect();
-        Ok(to_js(&EncodedJson { tokens: u32s(&ids), top, l0: f32s(&r.l0), mse: f32s(&r.mse) }))
+        Ok(to_js(&r.map_err(|e| model_error("", e))?))
     }
 }
 

@@ -65,14 +65,18 @@ pub struct Attribution {
     pub total: f32,
 }
 
-/// What [`Session::run`] returns.
+/// What [`Session::run`] returns (the API's `run` result: `cache` as `{ [hook]: { shape, data } }`).
 #[derive(Clone, Debug)]
+#[cfg_attr(feature = "std", derive(serde::Serialize))]
 pub struct Run {
+    #[cfg_attr(feature = "std", serde(serialize_with = "crate::typed::u32s"))]
     pub tokens: Vec<u32>,
     /// `[n][n_vocab]`, every position.
+    #[cfg_attr(feature = "std", serde(serialize_with = "crate::typed::f32s"))]
     pub logits: Vec<f32>,
     /// The captured hook points, by TransformerLens's names, in its forward order; `ne` is
     /// TransformerLens's shape reversed.
+    #[cfg_attr(feature = "std", serde(serialize_with = "super::hooks::by_name"))]
     pub cache: Vec<TapValue>,
 }
 
@@ -374,6 +378,8 @@ impl Session {
                 sae.hook_name
             )));
         }
-        sae.encode(x, top_k)
+        let mut r = sae.encode(x, top_k)?;
+        r.tokens = tokens.to_vec();
+        Ok(r)
     }
 }
