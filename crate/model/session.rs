@@ -179,19 +179,21 @@ pub struct GenerationStats {
 pub struct Score {
     #[cfg_attr(feature = "std", serde(serialize_with = "crate::typed::u32s"))]
     pub tokens: Vec<u32>,
+    /// Position i: ln p(tokens[i+1] | tokens[0..=i]); length n-1.
     #[cfg_attr(feature = "std", serde(serialize_with = "crate::typed::f32s"))]
     pub logprobs: Vec<f32>,
-    /// Vocabulary entries with a strictly higher logprob (0: the argmax).
+    /// Vocabulary entries with a strictly higher logprob (0 = the argmax); length n-1.
     #[cfg_attr(feature = "std", serde(serialize_with = "crate::typed::u32s"))]
     pub ranks: Vec<u32>,
-    /// Nats.
+    /// Entropy of each prediction, in nats; length n-1.
     #[cfg_attr(feature = "std", serde(serialize_with = "crate::typed::f32s"))]
     pub entropies: Vec<f32>,
-    /// `(id, logprob)`, descending, `top_k` per row: `{ token, logprob }`.
+    /// n-1 rows of `top_k` `(id, logprob)` (JS `{ token, logprob }`), descending.
     #[cfg_attr(feature = "std", serde(serialize_with = "crate::typed::token_logprobs"))]
     pub top: Vec<Vec<(u32, f32)>>,
+    /// Positions whose results came from the prompt cache.
     pub cached_tokens: usize,
-    /// The WebGPU work of this call (None when the model has no WebGPU backend).
+    /// This call's WebGPU work; only when the model runs on WebGPU (None without a WebGPU backend).
     #[cfg_attr(feature = "std", serde(skip_serializing_if = "Option::is_none"))]
     pub webgpu: Option<BackendStats>,
 }
@@ -203,24 +205,25 @@ pub struct Score {
 pub struct Trace {
     #[cfg_attr(feature = "std", serde(serialize_with = "crate::typed::u32s"))]
     pub tokens: Vec<u32>,
-    /// Per layer `[head][query][key]`, softmaxed, masked entries 0 (with tap `attn`).
+    /// With tap `attn`: per layer, n_head·n·n floats laid out `[head][query][key]`: the
+    /// softmaxed attention probabilities (masked entries 0), as Hugging Face's `output_attentions`.
     #[cfg_attr(
         feature = "std",
         serde(skip_serializing_if = "Option::is_none", serialize_with = "crate::typed::f32s_list_some")
     )]
     pub attn: Option<Vec<Vec<f32>>>,
-    /// `n_layer + 1` arrays `[token][feature]`: Hugging Face's `output_hidden_states`
-    /// (embeddings, each block's output, the last one after `ln_f`) (with tap `hidden`).
+    /// With tap `hidden`: `n_layer + 1` arrays of n·n_embd floats, `[token][feature]`: Hugging
+    /// Face's `output_hidden_states` (embeddings, each block's output, the last after `ln_f`).
     #[cfg_attr(
         feature = "std",
         serde(skip_serializing_if = "Option::is_none", serialize_with = "crate::typed::f32s_list_some")
     )]
     pub hidden: Option<Vec<Vec<f32>>>,
-    /// Other taps: graph nodes by their ggml names, and TransformerLens hook points by theirs
-    /// (see [`super::hooks`]).
+    /// Other taps by name (graph nodes by their ggml names, TransformerLens hook points by
+    /// theirs: [`super::hooks`]): `shape` outermost first (ggml's ne reversed, leading 1s dropped).
     #[cfg_attr(feature = "std", serde(serialize_with = "super::hooks::by_name"))]
     pub nodes: Vec<TapValue>,
-    /// Compute bytes of the traced graph's plan, with the taps kept alive.
+    /// Compute bytes of the traced graph's plan, with the requested taps kept alive (JS `memory.compute`).
     #[cfg_attr(feature = "std", serde(rename = "memory", serialize_with = "crate::typed::compute"))]
     pub compute_bytes: usize,
 }
