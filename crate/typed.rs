@@ -49,7 +49,10 @@ pub fn f32s_list<S: Serializer>(v: &[alloc::vec::Vec<f32>], s: S) -> Result<S::O
 }
 
 /// `Some(rows)` as [`f32s_list`] (with `skip_serializing_if = "Option::is_none"`).
-pub fn f32s_list_some<S: Serializer>(v: &Option<alloc::vec::Vec<alloc::vec::Vec<f32>>>, s: S) -> Result<S::Ok, S::Error> {
+pub fn f32s_list_some<S: Serializer>(
+    v: &Option<alloc::vec::Vec<alloc::vec::Vec<f32>>>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
     match v {
         Some(rows) => f32s_list(rows, s),
         None => s.serialize_none(),

@@ -7,34 +7,35 @@
 //   node scripts/gen-types.mjs          writes the file
 //   node scripts/gen-types.mjs --check  fails when the file is not what the structs give
 //                                       (tests/types/generated.test.mjs, npm test step 1b)
-// A field whose JSON form is not its Rust type's (a custom deserializer) says its TS type in a
+// A struct is exported by a plain comment line `// ts: export TsName` above its doc comment; a
+// field whose JSON form is not its Rust type's (a custom deserializer) says its TS type in a
 // `// ts: TYPE` comment line above it.
-import { readFileSync, writeFileSync } from 'node:fs';
+import { readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import path from 'node:path';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 export const OUT = path.join(ROOT, 'web/ggweb.types.d.ts');
 
-/** [Rust file, struct, TS name]: in the order they are written. */
-const TYPES = [
-  ['crate/common/options.rs', 'GenerateParams', 'GenerateParams'],
-  ['crate/common/options.rs', 'RunParams', 'RunParams'],
-  ['crate/common/options.rs', 'PatchParams', 'PatchParams'],
-  ['crate/common/options.rs', 'TopKParams', 'TopKParams'],
-  ['crate/common/options.rs', 'AttributeParams', 'AttributeParams'],
-  ['crate/model/session.rs', 'TopToken', 'TopToken'],
-  ['crate/model/session.rs', 'Item', 'Item'],
-  ['crate/model/session.rs', 'Beam', 'Beam'],
-  ['crate/backend/mod.rs', 'BackendStats', 'WebGpuStats'],
-  ['crate/model/session.rs', 'Score', 'ScoreResult'],
-  ['crate/model/session.rs', 'Trace', 'TraceResult'],
-  ['crate/model/inside.rs', 'Run', 'RunResult'],
-  ['crate/model/inside.rs', 'Patch', 'PatchResult'],
-  ['crate/model/inside.rs', 'Lens', 'LogitLensResult'],
-  ['crate/model/inside.rs', 'Attribution', 'AttributeResult'],
-  ['crate/model/sae.rs', 'Encoded', 'SaeEncoded'],
-];
+/** Where the exported structs are: every file under these folders of crate/. */
+const DIRS = ['crate/model', 'crate/common', 'crate/backend'];
+
+/**
+ * [Rust file, struct, TS name] of every struct marked `// ts: export TsName` (a plain comment
+ * line above its doc comment), in file order.
+ */
+function exported() {
+  const out = [];
+  for (const dir of DIRS) {
+    for (const f of readdirSync(path.join(ROOT, dir), { recursive: true }).filter((f) => f.endsWith('.rs')).sort()) {
+      const file = path.join(dir, f);
+      const src = readFileSync(path.join(ROOT, file), 'utf8');
+      for (const m of src.matchAll(/^\/\/ ts: export (\w+)\n(?:(?:\/\/\/|#\[|\s).*\n)*?pub struct (\w+)/gm)) out.push([file, m[2], m[1]]);
+    }
+  }
+  return out;
+}
+const TYPES = exported();
 
 /** Rust struct names → their TS names, for fields of those types. */
 const NAMED = Object.fromEntries(TYPES.map(([, rust, ts]) => [rust, ts]));

@@ -10,6 +10,151 @@ export interface TopLogprob {
   logprob: number;
 }
 
+/** What `Session::logit_lens` returns (JS `model.logitLens`, `ggweb lens`). */
+export interface LogitLensResult {
+  tokens: Uint32Array;
+  /** n_layer + 1. */
+  layers: number;
+  /** `[layer][pos]`: the k most likely tokens and their logprobs, every position. */
+  top: TopLogprob[][][];
+  /** `[layer]`, length n − 1: ln p(tokens[i + 1]) at position i. */
+  logprobs: Float32Array[];
+}
+
+/** What `Session::patch` returns (JS `model.patch`, `ggweb patch`). */
+export interface PatchResult {
+  /** `[n_layer, n_pos]`, or `[n_layer, n_head]` for `z`. */
+  shape: number[];
+  /** Row-major over `shape`: the logit difference with that activation patched. */
+  cells: Float32Array;
+  cleanDiff: number;
+  corruptedDiff: number;
+}
+
+/**
+ * What `Session::attribute` returns: each component's share of the logit difference
+ * (JS `model.attribute`).
+ */
+export interface AttributeResult {
+  embed: number;
+  posEmbed: number;
+  /** `[layer][head]`. */
+  heads: Float32Array;
+  /** `[layer]`: the attention output bias `b_O`. */
+  attnBias: Float32Array;
+  /** `[layer]`. */
+  mlps: Float32Array;
+  /** `ln_final.b · (W_U[:, answer] − W_U[:, against])`. */
+  lnBias: number;
+  /** The sum of the parts. */
+  total: number;
+}
+
+/** What `Session::run` returns (the API's `run` result: `cache` as `{ [hook]: { shape, data } }`). */
+export interface RunResult {
+  tokens: Uint32Array;
+  /** `[n][n_vocab]`, every position. */
+  logits: Float32Array;
+  /**
+   * The captured hook points, by TransformerLens's names, in its forward order; `ne` is
+   * TransformerLens's shape reversed.
+   */
+  cache: Record<string, { shape: number[]; data: Float32Array }>;
+}
+
+/**
+ * The features of one encode: per position, the `top_k` largest (index, value), how many are
+ * active (l0) and the reconstruction's mean squared error.
+ * Serializes as the API's `sae.encode` result.
+ */
+export interface SaeEncoded {
+  /** The encoded tokens (`Session::sae_encode` fills them in). */
+  tokens: Uint32Array;
+  /** `{ index, value }` per feature, per position. */
+  top: { index: number; value: number }[][];
+  l0: Float32Array;
+  mse: Float32Array;
+}
+
+/** One of the most likely tokens at a step. */
+export interface TopToken {
+  token: number;
+  /** The token's own bytes, lossy (a piece of a character shows as U+FFFD). */
+  text: string;
+  logprob: number;
+}
+
+/**
+ * One generated token; serializes as the API's item `{ token, text, logprob?, top? }`
+ * (`seq`, which only a run of several sequences reports, is left to the front end).
+ */
+export interface Item {
+  token: number;
+  /** Text released with this token: whole characters only; may be empty. */
+  text: string;
+  /**
+   * With `top_logprobs > 0`: ln softmax of the raw logits (before temperature,
+   * penalties or bias) at this token.
+   */
+  logprob?: number;
+  /** With `top_logprobs > 0` (and only then not empty). */
+  top?: TopToken[];
+}
+
+/**
+ * What `Session::score` returns: row `i` is the prediction of `tokens[i + 1]`. Serializes
+ * as the API's `score` result (typed arrays in the browser: `crate::typed`).
+ */
+export interface ScoreResult {
+  tokens: Uint32Array;
+  /** Position i: ln p(tokens[i+1] | tokens[0..=i]); length n-1. */
+  logprobs: Float32Array;
+  /** Vocabulary entries with a strictly higher logprob (0 = the argmax); length n-1. */
+  ranks: Uint32Array;
+  /** Entropy of each prediction, in nats; length n-1. */
+  entropies: Float32Array;
+  /** n-1 rows of `top_k` `(id, logprob)` (JS `{ token, logprob }`), descending. */
+  top: TopLogprob[][];
+  /** Positions whose results came from the prompt cache. */
+  cachedTokens: number;
+  /** This call's WebGPU work; only when the model runs on WebGPU (None without a WebGPU backend). */
+  webgpu?: WebGpuStats;
+}
+
+/**
+ * What `Session::trace` returns; serializes as the API's `trace` result (`nodes` as
+ * `{ [name]: { shape, data } }`, `compute_bytes` as `memory: { compute }`).
+ */
+export interface TraceResult {
+  tokens: Uint32Array;
+  /**
+   * With tap `attn`: per layer, n_head·n·n floats laid out `[head][query][key]`: the
+   * softmaxed attention probabilities (masked entries 0), as Hugging Face's `output_attentions`.
+   */
+  attn?: Float32Array[];
+  /**
+   * With tap `hidden`: `n_layer + 1` arrays of n·n_embd floats, `[token][feature]`: Hugging
+   * Face's `output_hidden_states` (embeddings, each block's output, the last after `ln_f`).
+   */
+  hidden?: Float32Array[];
+  /**
+   * Other taps by name (graph nodes by their ggml names, TransformerLens hook points by
+   * theirs: `super::hooks`): `shape` outermost first (ggml's ne reversed, leading 1s dropped).
+   */
+  nodes: Record<string, { shape: number[]; data: Float32Array }>;
+  /** Compute bytes of the traced graph's plan, with the requested taps kept alive (JS `memory.compute`). */
+  memory: { compute: number };
+}
+
+/**
+ * One beam-searched sequence: its generated tokens and score (summed logprob while
+ * running; divided by length^length_penalty once finished).
+ */
+export interface Beam {
+  tokens: Uint32Array;
+  score: number;
+}
+
 /**
  * `generate`'s options as they cross from JS (`rename_all = "camelCase"`, unknown keys
  * refused). Each field is checked as it is read, with a message naming the key; absent and
@@ -109,40 +254,6 @@ export interface AttributeParams {
   pos?: number;
 }
 
-/** One of the most likely tokens at a step. */
-export interface TopToken {
-  token: number;
-  /** The token's own bytes, lossy (a piece of a character shows as U+FFFD). */
-  text: string;
-  logprob: number;
-}
-
-/**
- * One generated token; serializes as the API's item `{ token, text, logprob?, top? }`
- * (`seq`, which only a run of several sequences reports, is left to the front end).
- */
-export interface Item {
-  token: number;
-  /** Text released with this token: whole characters only; may be empty. */
-  text: string;
-  /**
-   * With `top_logprobs > 0`: ln softmax of the raw logits (before temperature,
-   * penalties or bias) at this token.
-   */
-  logprob?: number;
-  /** With `top_logprobs > 0` (and only then not empty). */
-  top?: TopToken[];
-}
-
-/**
- * One beam-searched sequence: its generated tokens and score (summed logprob while
- * running; divided by length^length_penalty once finished).
- */
-export interface Beam {
-  tokens: Uint32Array;
-  score: number;
-}
-
 /**
  * Work one device backend has done since it was created (see `Backend::stats`); a
  * call's own share is `BackendStats::since` a snapshot taken before it. The WebGPU
@@ -170,115 +281,4 @@ export interface WebGpuStats {
    * device's own time is not in it).
    */
   encodeMs: number;
-}
-
-/**
- * What `Session::score` returns: row `i` is the prediction of `tokens[i + 1]`. Serializes
- * as the API's `score` result (typed arrays in the browser: `crate::typed`).
- */
-export interface ScoreResult {
-  tokens: Uint32Array;
-  /** Position i: ln p(tokens[i+1] | tokens[0..=i]); length n-1. */
-  logprobs: Float32Array;
-  /** Vocabulary entries with a strictly higher logprob (0 = the argmax); length n-1. */
-  ranks: Uint32Array;
-  /** Entropy of each prediction, in nats; length n-1. */
-  entropies: Float32Array;
-  /** n-1 rows of `top_k` `(id, logprob)` (JS `{ token, logprob }`), descending. */
-  top: TopLogprob[][];
-  /** Positions whose results came from the prompt cache. */
-  cachedTokens: number;
-  /** This call's WebGPU work; only when the model runs on WebGPU (None without a WebGPU backend). */
-  webgpu?: WebGpuStats;
-}
-
-/**
- * What `Session::trace` returns; serializes as the API's `trace` result (`nodes` as
- * `{ [name]: { shape, data } }`, `compute_bytes` as `memory: { compute }`).
- */
-export interface TraceResult {
-  tokens: Uint32Array;
-  /**
-   * With tap `attn`: per layer, n_head·n·n floats laid out `[head][query][key]`: the
-   * softmaxed attention probabilities (masked entries 0), as Hugging Face's `output_attentions`.
-   */
-  attn?: Float32Array[];
-  /**
-   * With tap `hidden`: `n_layer + 1` arrays of n·n_embd floats, `[token][feature]`: Hugging
-   * Face's `output_hidden_states` (embeddings, each block's output, the last after `ln_f`).
-   */
-  hidden?: Float32Array[];
-  /**
-   * Other taps by name (graph nodes by their ggml names, TransformerLens hook points by
-   * theirs: `super::hooks`): `shape` outermost first (ggml's ne reversed, leading 1s dropped).
-   */
-  nodes: Record<string, { shape: number[]; data: Float32Array }>;
-  /** Compute bytes of the traced graph's plan, with the requested taps kept alive (JS `memory.compute`). */
-  memory: { compute: number };
-}
-
-/** What `Session::run` returns (the API's `run` result: `cache` as `{ [hook]: { shape, data } }`). */
-export interface RunResult {
-  tokens: Uint32Array;
-  /** `[n][n_vocab]`, every position. */
-  logits: Float32Array;
-  /**
-   * The captured hook points, by TransformerLens's names, in its forward order; `ne` is
-   * TransformerLens's shape reversed.
-   */
-  cache: Record<string, { shape: number[]; data: Float32Array }>;
-}
-
-/** What `Session::patch` returns (JS `model.patch`, `ggweb patch`). */
-export interface PatchResult {
-  /** `[n_layer, n_pos]`, or `[n_layer, n_head]` for `z`. */
-  shape: number[];
-  /** Row-major over `shape`: the logit difference with that activation patched. */
-  cells: Float32Array;
-  cleanDiff: number;
-  corruptedDiff: number;
-}
-
-/** What `Session::logit_lens` returns (JS `model.logitLens`, `ggweb lens`). */
-export interface LogitLensResult {
-  tokens: Uint32Array;
-  /** n_layer + 1. */
-  layers: number;
-  /** `[layer][pos]`: the k most likely tokens and their logprobs, every position. */
-  top: TopLogprob[][][];
-  /** `[layer]`, length n − 1: ln p(tokens[i + 1]) at position i. */
-  logprobs: Float32Array[];
-}
-
-/**
- * What `Session::attribute` returns: each component's share of the logit difference
- * (JS `model.attribute`).
- */
-export interface AttributeResult {
-  embed: number;
-  posEmbed: number;
-  /** `[layer][head]`. */
-  heads: Float32Array;
-  /** `[layer]`: the attention output bias `b_O`. */
-  attnBias: Float32Array;
-  /** `[layer]`. */
-  mlps: Float32Array;
-  /** `ln_final.b · (W_U[:, answer] − W_U[:, against])`. */
-  lnBias: number;
-  /** The sum of the parts. */
-  total: number;
-}
-
-/**
- * The features of one encode: per position, the `top_k` largest (index, value), how many are
- * active (l0) and the reconstruction's mean squared error.
- * Serializes as the API's `sae.encode` result.
- */
-export interface SaeEncoded {
-  /** The encoded tokens (`Session::sae_encode` fills them in). */
-  tokens: Uint32Array;
-  /** `{ index, value }` per feature, per position. */
-  top: { index: number; value: number }[][];
-  l0: Float32Array;
-  mse: Float32Array;
 }

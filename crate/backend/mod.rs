@@ -93,6 +93,7 @@ pub trait Backend {
 /// The future of [`Backend::tensor_get_async`] (not `Send`: backends live on one thread).
 pub type TensorRead<'a> = core::pin::Pin<Box<dyn core::future::Future<Output = Result<(), BackendError>> + 'a>>;
 
+// ts: export WebGpuStats
 /// Work one device backend has done since it was created (see [`Backend::stats`]); a
 /// call's own share is [`BackendStats::since`] a snapshot taken before it. The WebGPU
 /// backend's meaning of each field is in brackets.

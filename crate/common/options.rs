@@ -108,6 +108,7 @@ pub fn parse_kv_type(what: &str, s: &str) -> Result<GgmlType, ModelError> {
     }
 }
 
+// ts: export GenerateParams
 /// `generate`'s options as they cross from JS (`rename_all = "camelCase"`, unknown keys
 /// refused). Each field is checked as it is read, with a message naming the key; absent and
 /// null keys take [`GenerateOptions::default()`]'s values (the one place defaults live, the
@@ -497,6 +498,7 @@ pub const LENS_WHAT: &str = "logitLens options";
 pub const ATTRIBUTE_WHAT: &str = "attribute options";
 pub const SAE_ENCODE_WHAT: &str = "sae.encode options";
 
+// ts: export RunParams
 /// `run`'s options: hook points to capture (TransformerLens names, `*` within a part) and
 /// interventions ([`Hook`]).
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
@@ -508,6 +510,7 @@ pub struct RunParams {
     pub hooks: Option<Vec<Hook>>,
 }
 
+// ts: export PatchParams
 /// `patch`'s options: the activation swept and the metric's two tokens.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -518,6 +521,7 @@ pub struct PatchParams {
     pub against: u32,
 }
 
+// ts: export TopKParams
 /// `logitLens`'s and `sae.encode`'s options: the top entries per position (default 5).
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -526,6 +530,7 @@ pub struct TopKParams {
     pub top_k: Option<u32>,
 }
 
+// ts: export AttributeParams
 /// `attribute`'s options: the logit difference `answer − against` at `pos` (default −1).
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]

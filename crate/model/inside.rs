@@ -14,6 +14,7 @@ use super::ModelError;
 // The results below are what the JS calls and the CLI return, serialized as they are
 // (camelCase; number arrays as typed arrays in the browser: crate::typed).
 
+// ts: export LogitLensResult
 /// What [`Session::logit_lens`] returns (JS `model.logitLens`, `ggweb lens`).
 #[derive(Clone, Debug)]
 #[cfg_attr(feature = "std", derive(serde::Serialize))]
@@ -30,6 +31,7 @@ pub struct Lens {
     pub logprobs: Vec<Vec<f32>>,
 }
 
+// ts: export PatchResult
 /// What [`Session::patch`] returns (JS `model.patch`, `ggweb patch`).
 #[derive(Clone, Debug)]
 #[cfg_attr(feature = "std", derive(serde::Serialize), serde(rename_all = "camelCase"))]
@@ -43,6 +45,7 @@ pub struct Patch {
     pub corrupted_diff: f32,
 }
 
+// ts: export AttributeResult
 /// What [`Session::attribute`] returns: each component's share of the logit difference
 /// (JS `model.attribute`).
 #[derive(Clone, Debug, Default)]
@@ -65,6 +68,7 @@ pub struct Attribution {
     pub total: f32,
 }
 
+// ts: export RunResult
 /// What [`Session::run`] returns (the API's `run` result: `cache` as `{ [hook]: { shape, data } }`).
 #[derive(Clone, Debug)]
 #[cfg_attr(feature = "std", derive(serde::Serialize))]

@@ -27,6 +27,7 @@ pub struct Sae {
     b_dec: Vec<f32>,
 }
 
+// ts: export SaeEncoded
 /// The features of one encode: per position, the `top_k` largest (index, value), how many are
 /// active (l0) and the reconstruction's mean squared error.
 /// Serializes as the API's `sae.encode` result.

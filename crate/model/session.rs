@@ -127,6 +127,7 @@ impl serde::Serialize for StopReason {
     }
 }
 
+// ts: export TopToken
 /// One of the most likely tokens at a step.
 #[derive(Clone, Debug, PartialEq)]
 #[cfg_attr(feature = "std", derive(serde::Serialize))]
@@ -137,6 +138,7 @@ pub struct TopToken {
     pub logprob: f32,
 }
 
+// ts: export Item
 /// One generated token; serializes as the API's item `{ token, text, logprob?, top? }`
 /// (`seq`, which only a run of several sequences reports, is left to the front end).
 #[derive(Clone, Debug, PartialEq)]
@@ -172,6 +174,7 @@ pub struct GenerationStats {
     pub webgpu: Option<BackendStats>,
 }
 
+// ts: export ScoreResult
 /// What [`Session::score`] returns: row `i` is the prediction of `tokens[i + 1]`. Serializes
 /// as the API's `score` result (typed arrays in the browser: `crate::typed`).
 #[derive(Clone, Debug, PartialEq)]
@@ -198,6 +201,7 @@ pub struct Score {
     pub webgpu: Option<BackendStats>,
 }
 
+// ts: export TraceResult
 /// What [`Session::trace`] returns; serializes as the API's `trace` result (`nodes` as
 /// `{ [name]: { shape, data } }`, `compute_bytes` as `memory: { compute }`).
 #[derive(Clone, Debug)]
@@ -240,6 +244,7 @@ struct Row {
     top: Vec<(u32, f32)>,
 }
 
+// ts: export Beam
 /// One beam-searched sequence: its generated tokens and score (summed logprob while
 /// running; divided by length^length_penalty once finished).
 #[derive(Clone, Debug, PartialEq)]
