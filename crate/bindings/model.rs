@@ -520,40 +520,6 @@ impl WasmModel {
         self.session.logits(&ids).await.map_err(|e| model_error("", e))
     }
 
-    /// `score(ids, opts)`: `{ tokens: Uint32Array(n), logprobs, ranks, entropies
-    /// (Float32Array / Uint32Array / Float32Array of n-1), top: [[{ token, logprob }]],
-    /// cachedTokens, webgpu? }` (`webgpu`: this call's counters, on WebGPU only).
-    /// `opts`: `{ topK?, hooks? }` (hooks at every position, as `generate`'s).
-    /// `checkpoint` (optional) is asked between chunks whether the caller stopped ([`interrupt`]).
-    pub async fn score(
-        &mut self,
-        ids: Vec<u32>,
-        opts: JsValue,
-        checkpoint: Option<js_sys::Function>,
-    ) -> Result<JsValue, JsValue> {
-        let o = options::score_options(from_js(options::SCORE_WHAT, opts)?).map_err(|e| model_error("", e))?;
-        self.check_input("", &ids)?;
-        let r =
-            self.session.interruptible(interrupt(checkpoint), async |s| s.score(&ids, o.top_k, &o.hooks).await).await;
-        Ok(to_js(&r.map_err(|e| model_error("", e))?))
-    }
-
-    /// `trace(ids, opts)`: `{ tokens, attn?: Float32Array[] ([head][query][key] per
-    /// layer), hidden?: Float32Array[] (n_layer + 1, [token][feature]), nodes: { [name]:
-    /// { shape (outermost first), data } }, memory: { compute } }`. `opts`: `{ taps }`.
-    /// `checkpoint` as `score`'s.
-    pub async fn trace(
-        &mut self,
-        ids: Vec<u32>,
-        opts: JsValue,
-        checkpoint: Option<js_sys::Function>,
-    ) -> Result<JsValue, JsValue> {
-        let taps = options::trace_options(from_js(options::TRACE_WHAT, opts)?).map_err(|e| model_error("", e))?;
-        self.check_input("", &ids)?;
-        let t = self.session.interruptible(interrupt(checkpoint), async |s| s.trace(&ids, &taps).await).await;
-        Ok(to_js(&t.map_err(|e| model_error("", e))?))
-    }
-
     /// Begins a generation from `prompt_ids` with `params` ([`GenerateParams`]: `{ maxTokens,
     /// temperature, topK, topP, minP, seed, repeatPenalty, repeatLastN, topLogprobs, stop,
     /// logitBias, ignoreEos, reusePrompt, hooks, n, numBeams, lengthPenalty }`, all optional, unknown keys refused; no `seed`: a
