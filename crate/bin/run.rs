@@ -184,14 +184,13 @@ pub fn score(args: ScoreArgs) -> Result<(), String> {
     let stdout = std::io::stdout();
     let mut w = stdout.lock();
     if json_out {
-        let top: Vec<Vec<serde_json::Value>> = r
-            .top
-            .iter()
-            .map(|row| row.iter().map(|&(token, logprob)| json!({ "token": token, "logprob": logprob })).collect())
-            .collect();
-        let v = json!({
-            "tokens": r.tokens, "logprobs": r.logprobs, "ranks": r.ranks, "entropies": r.entropies, "top": top,
-        });
+        // The JS score result (`Score`'s own serialization) without the per-call keys the CLI
+        // never printed (`cachedTokens`, `webgpu`).
+        let mut v = serde_json::to_value(&r).expect("plain data");
+        if let Some(o) = v.as_object_mut() {
+            o.remove("cachedTokens");
+            o.remove("webgpu");
+        }
         writeln!(w, "{v}").ok();
     } else {
         writeln!(w, "| i | token | logprob | rank | entropy |\n|---|---|---|---|---|").ok();
