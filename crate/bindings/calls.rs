@@ -44,7 +44,7 @@ fn token_inputs(inputs: &js_sys::Array) -> alloc::vec::Vec<alloc::vec::Vec<u32>>
 macro_rules! dispatch {
     (@sae $v:ident sae) => { $v.expect("checked above") };
     (@sae $v:ident) => { () };
-    ($( $(#[doc = $doc:literal])* $name:literal $([$sae:ident])? $(as $public:literal)? ($($input:ident),+): $what:ident, |$p:ident: $params:ty| $prep:expr
+    ($( $(#[doc = $doc:literal])* $name:literal $([$sae:ident])? $(as $public:literal)? ($($input:ident),+), |$p:ident: $params:ty| $prep:expr
         => |$s:ident, $o:pat_param, $sae_arg:pat_param| $call:expr; )*) => {
         impl WasmModel {
             async fn dispatch(
@@ -69,7 +69,7 @@ macro_rules! dispatch {
                 let ids = token_inputs(&inputs);
                 match name {
                     $($name => {
-                        let $p: $params = from_js(options::$what, opts)?;
+                        let $p: $params = from_js(m.what, opts)?;
                         let $o = $prep.map_err(|e| model_error("", e))?;
                         for (label, ids) in m.inputs.iter().zip(&ids) {
                             self.check_input(if n > 1 { label } else { "" }, ids)?;

@@ -2,15 +2,16 @@
 //! options, may run for seconds, and stops at its next step when the caller's `signal` aborts.
 //! Each entry names the call as JS spells it, its token inputs, its options (the struct of
 //! [`super::options`] they parse into, and what that gives the session) and the
-//! [`Session`](crate::model::session::Session) function it runs; its doc comment is the one
-//! the JS method carries.
+//! [`Session`](crate::model::session::Session) function it runs; its doc comment is copied into
+//! `web/methods.js` (the JS method's own docs and types are in `web/ggweb.d.ts`).
 //!
 //! Every layer reads this table: the wasm bindings dispatch `WasmModel.call(method, inputs,
 //! options, checkpoint)` through it (crate/bindings/calls.rs), and `web/methods.js`, generated
 //! from it ([`methods_js`], checked by this module's test), gives the page's `Model`, the
 //! worker's allow-list and the engine the same names, inputs and flags. Adding a call is its
 //! `Session` function, one entry here, and its types and doc in `web/ggweb.d.ts`; then
-//! `GGWEB_BLESS=1 cargo test --lib methods` writes `web/methods.js` again.
+//! `GGWEB_BLESS=1 cargo test --lib methods` writes `web/methods.js` again. (A call whose
+//! options are a new struct adds it to `options.rs`.)
 
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -19,33 +20,34 @@ use alloc::vec::Vec;
 pub const DEFAULT_TOP_K: u32 = 5;
 
 /// Calls `$then!` with every entry of the table:
-/// `/// doc` `"jsName" [[sae]] [as "public.name"] (input, ...): WHAT, |params: Type| prepare => |session, prepared, sae| call;`
-/// where `WHAT` names the options in errors, `prepare` turns the parsed options into what
-/// the call takes (a `Result<_, ModelError>`), and `call` is the session's future; `sae`
-/// marks a call on an SAE (`sae.encode`), whose handle comes before the inputs.
+/// `/// doc` `"jsName" [[sae]] [as "public.name"] (input, ...), |params: Type| prepare => |session, prepared, sae| call;`
+/// where `params` are the options as parsed (errors name them "<public name> options"),
+/// `prepare` turns them into what the call takes (a `Result<_, ModelError>`), and `call` is
+/// the session's future; `sae` marks a call on an SAE (`sae.encode`), whose handle comes
+/// before the inputs.
 macro_rules! api_calls {
     ($then:ident) => {
         $then! {
             /// Logprobs, ranks, entropies and the `topK` most likely tokens of every prediction.
-            "score" (input): SCORE_WHAT, |p: serde_json::Value| options::score_options(p)
+            "score" (input), |p: serde_json::Value| options::score_options(p)
                 => |s, o, _sae| s.score(&input, o.top_k, &o.hooks);
             /// Attention probabilities, hidden states and graph nodes of one pass.
-            "trace" (input): TRACE_WHAT, |p: serde_json::Value| options::trace_options(p)
+            "trace" (input), |p: serde_json::Value| options::trace_options(p)
                 => |s, taps, _sae| s.trace(&input, &taps);
             /// One forward pass with TransformerLens hooks and captures.
-            "run" (input): RUN_WHAT, |p: options::RunParams| Ok(p)
+            "run" (input), |p: options::RunParams| Ok(p)
                 => |s, p, _sae| s.run(&input, &p.capture.unwrap_or_default(), &p.hooks.unwrap_or_default());
             /// An activation patching sweep of `corrupted` with `clean`'s activations.
-            "patch" (clean, corrupted): PATCH_WHAT, |p: options::PatchParams| Ok(p)
+            "patch" (clean, corrupted), |p: options::PatchParams| Ok(p)
                 => |s, p, _sae| s.patch(&clean, &corrupted, &p.at, p.answer, p.against);
             /// The logit lens: every layer's residual through the final LayerNorm and the unembedding.
-            "logitLens" (input): LENS_WHAT, |p: options::TopKParams| Ok(p.top_k.unwrap_or(DEFAULT_TOP_K) as usize)
+            "logitLens" (input), |p: options::TopKParams| Ok(p.top_k.unwrap_or(DEFAULT_TOP_K) as usize)
                 => |s, k, _sae| s.logit_lens(&input, k);
             /// Direct logit attribution of `logit[answer] − logit[against]` at `pos` (default −1).
-            "attribute" (input): ATTRIBUTE_WHAT, |p: options::AttributeParams| Ok(p)
+            "attribute" (input), |p: options::AttributeParams| Ok(p)
                 => |s, p, _sae| s.attribute(&input, p.answer, p.against, p.pos.unwrap_or(-1));
             /// An SAE's features of `input`: the top `topK` per position, l0 and the reconstruction's MSE.
-            "saeEncode" [sae] as "sae.encode" (input): SAE_ENCODE_WHAT, |p: options::TopKParams| Ok(p.top_k.unwrap_or(DEFAULT_TOP_K) as usize)
+            "saeEncode" [sae] as "sae.encode" (input), |p: options::TopKParams| Ok(p.top_k.unwrap_or(DEFAULT_TOP_K) as usize)
                 => |s, k, sae| s.sae_encode(&input, sae, k);
         }
     };
@@ -59,6 +61,8 @@ pub struct Method {
     pub name: &'static str,
     /// The public name, for error messages (`sae.encode`).
     pub public: &'static str,
+    /// What errors in its options are prefixed with (`"sae.encode options"`).
+    pub what: &'static str,
     /// Its token inputs, in argument order (`["clean", "corrupted"]`).
     pub inputs: &'static [&'static str],
     /// A call on an SAE: the SAE's handle comes first.
@@ -68,12 +72,13 @@ pub struct Method {
 }
 
 macro_rules! table {
-    ($( $(#[doc = $doc:literal])* $name:literal $([$sae:ident])? $(as $public:literal)? ($($input:ident),+): $what:ident, |$p:ident: $params:ty| $prep:expr
+    ($( $(#[doc = $doc:literal])* $name:literal $([$sae:ident])? $(as $public:literal)? ($($input:ident),+), |$p:ident: $params:ty| $prep:expr
         => |$s:ident, $o:pat_param, $sae_arg:pat_param| $call:expr; )*) => {
         /// Every long call, in the order of the API's docs.
         pub const METHODS: &[Method] = &[$(Method {
             name: $name,
             public: table!(@public $name $(, $public)?),
+            what: concat!(table!(@public $name $(, $public)?), " options"),
             inputs: &[$(stringify!($input)),+],
             sae: table!(@sae $($sae)?),
             doc: concat!($($doc, "\n"),*),

@@ -492,12 +492,6 @@ pub fn parse_trace(json: &str) -> Result<Vec<String>, ModelError> {
     trace_options(json_value(TRACE_WHAT, json)?)
 }
 
-pub const RUN_WHAT: &str = "run options";
-pub const PATCH_WHAT: &str = "patch options";
-pub const LENS_WHAT: &str = "logitLens options";
-pub const ATTRIBUTE_WHAT: &str = "attribute options";
-pub const SAE_ENCODE_WHAT: &str = "sae.encode options";
-
 // ts: export RunParams
 /// `run`'s options: hook points to capture (TransformerLens names, `*` within a part) and
 /// interventions ([`Hook`]).
