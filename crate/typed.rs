@@ -48,6 +48,24 @@ pub fn f32s_list<S: Serializer>(v: &[alloc::vec::Vec<f32>], s: S) -> Result<S::O
     seq.end()
 }
 
+/// `Some(rows)` as [`f32s_list`] (with `skip_serializing_if = "Option::is_none"`).
+pub fn f32s_list_some<S: Serializer>(
+    v: &Option<alloc::vec::Vec<alloc::vec::Vec<f32>>>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    match v {
+        Some(rows) => f32s_list(rows, s),
+        None => s.serialize_none(),
+    }
+}
+
+/// A plan's compute bytes as `{ compute }` (a traced graph's `memory`).
+pub fn compute<S: Serializer>(bytes: &usize, s: S) -> Result<S::Ok, S::Error> {
+    let mut o = s.serialize_struct("Memory", 1)?;
+    o.serialize_field("compute", bytes)?;
+    o.end()
+}
+
 /// Nested lists of `(id, value)` pairs (any depth of `Vec`s around them) as objects
 /// `{ <id>: id, <value>: value }`: the `top` lists of the lens and of an SAE's features.
 pub trait Pairs {

@@ -14,6 +14,7 @@ import { MAX_THREADS, hasRelaxedSimd, loadCore, planThreads, relaxedSimdOption, 
 import { GgwebError, abortedError, toGgwebError } from './errors.js';
 import { boolOption, hookList, isPlainObject, modelInput, optionsObject, passOptions, plainData, reading, show, tokenIds, without } from './input.js';
 import { DEFAULT_STALL_TIMEOUT_MS, formatBytes, headerChunks, openSource, readWithin, stallTimeout } from './source.js';
+import { METHODS } from './methods.js';
 
 /**
  * `promise`, or `onLate`'s error when it has not settled within `ms`; a value that arrives
@@ -41,9 +42,6 @@ const now = () => (typeof performance !== 'undefined' ? performance.now() : Date
 
 /** How long a long call runs between two yields to the event loop (Engine._checkpoint). */
 export const CHECKPOINT_YIELD_MS = 15;
-
-/** The methods' names as the public API spells them, for error messages. */
-const PUBLIC_NAME = { saeEncode: 'sae.encode' };
 
 // A macrotask boundary: lets the worker see 'cancel' messages (and the page repaint)
 // between tokens. One shared channel; setTimeout would be clamped to 4 ms when nested.
@@ -602,14 +600,14 @@ export class Engine {
   }
 
   /**
-   * score / trace / run / logitLens / attribute / patch / saeEncode: one call of the wasm
-   * model's method of that name with the token ids of `inputs` (after `sae`'s WasmSae, looked
-   * up when the call starts: one disposed meanwhile is 'disposed', never a freed handle),
-   * then the `checkpoint`. `ctl.cancelled()` true stops it at its next step (code 'aborted';
-   * 'disposed' when the model or the SAE was disposed meanwhile).
+   * A long call of the method table (web/methods.js: score, trace, run, patch, logitLens,
+   * attribute, saeEncode): WasmModel.call(method, the token ids of `inputs`, opts, checkpoint),
+   * or callSae with `sae`'s WasmSae first (looked up when the call starts: one disposed
+   * meanwhile is 'disposed', never a freed handle). `ctl.cancelled()` true stops it at its
+   * next step (code 'aborted'; 'disposed' when the model or the SAE was disposed meanwhile).
    */
   _inspect(method, inputs, opts, ctl, sae = null) {
-    const what = PUBLIC_NAME[method] ?? method;
+    const what = METHODS[method]?.public ?? method;
     try {
       this._check(what);
     } catch (e) {
@@ -624,7 +622,9 @@ export class Engine {
       this._check(what);
       if (this.busy) throw new GgwebError('busy', `${what}: the model is busy (${this.busy})`);
       const ids = inputs.map((input) => this._input(input, special, what));
-      if (typeof model[method] !== 'function') throw new GgwebError('unsupported', `${what}: this wasm module has no ${method}`);
+      if (typeof model.call !== 'function' || !this.core.methods?.().some((m) => m.name === method)) {
+        throw new GgwebError('unsupported', `${what}: this wasm module has no ${method}`);
+      }
       if (this.busy) throw new GgwebError('busy', `${what}: the model is busy (${this.busy})`);
       const lead = sae === null ? [] : [this._sae(sae, what)];
       if (cancelled()) throw new GgwebError('aborted', `${what}: aborted`);
@@ -633,7 +633,8 @@ export class Engine {
       this.saeInUse = sae;
       const gone = () => this.disposed || (sae !== null && !this.saes?.has(sae));
       try {
-        return await model[method](...lead, ...ids, rest, this._checkpoint(() => cancelled() || gone()));
+        const checkpoint = this._checkpoint(() => cancelled() || gone());
+        return await (sae === null ? model.call(method, ids, rest, checkpoint) : model.callSae(method, ...lead, ids, rest, checkpoint));
       } catch (e) {
         if (gone()) throw new GgwebError('disposed', `${what}: the ${this.disposed ? 'model' : 'SAE'} was disposed`);
         throw this._noteLost(toGgwebError(e, 'invalid', what));
@@ -645,34 +646,27 @@ export class Engine {
     return p;
   }
 
-  /** Logprobs, ranks, entropies and top-k of every token of `input` (see ggweb.d.ts). */
-  score(input, opts = {}, ctl = null) {
-    return this._inspect('score', [input], opts, ctl);
-  }
-
-  /** Attentions, hidden states and named graph nodes of one pass over `input`. */
-  trace(input, opts = {}, ctl = null) {
-    return this._inspect('trace', [input], opts, ctl);
-  }
-
-  /** One forward pass with TransformerLens hooks and captures (see ggweb.d.ts `run`). */
-  run(input, opts = {}, ctl = null) {
-    return this._inspect('run', [input], opts, ctl);
-  }
-
-  /** An activation patching sweep of `corrupted` with `clean`'s activations. */
-  patch(clean, corrupted, opts = {}, ctl = null) {
-    return this._inspect('patch', [clean, corrupted], opts, ctl);
-  }
-
-  /** The residual stream of every layer through the final LayerNorm and the unembedding. */
-  logitLens(input, opts = {}, ctl = null) {
-    return this._inspect('logitLens', [input], opts, ctl);
-  }
-
-  /** Direct logit attribution of `logit[answer] − logit[against]`. */
-  attribute(input, opts = {}, ctl = null) {
-    return this._inspect('attribute', [input], opts, ctl);
+  /**
+   * The method table's long calls (web/methods.js), as the transports call them: `(...inputs,
+   * opts, ctl)`, or `(saeId, ...inputs, opts, ctl)` for a call on an SAE.
+   */
+  static {
+    for (const [name, m] of Object.entries(METHODS)) {
+      const n = m.inputs.length;
+      const f = m.sae
+        ? function (id, ...args) {
+          try {
+            this._sae(id, m.public);
+          } catch (e) {
+            return Promise.reject(e);
+          }
+          return this._inspect(name, args.slice(0, n), args[n] ?? {}, args[n + 1] ?? null, id);
+        }
+        : function (...args) {
+          return this._inspect(name, args.slice(0, n), args[n] ?? {}, args[n + 1] ?? null);
+        };
+      Object.defineProperty(Engine.prototype, name, { value: f, writable: true, configurable: true });
+    }
   }
 
   /** Checks and keeps an SAE (SAELens's cfg.json text and safetensors bytes): `{ id, dIn, dSae, hookName, applyBDecToInput }`. */
@@ -759,15 +753,6 @@ export class Engine {
     const sae = this.saes?.get(id);
     if (!sae) throw new GgwebError('disposed', `${what}: the SAE was disposed`);
     return sae;
-  }
-
-  saeEncode(id, input, opts = {}, ctl = null) {
-    try {
-      this._sae(id, 'sae.encode');
-    } catch (e) {
-      return Promise.reject(e);
-    }
-    return this._inspect('saeEncode', [input], opts, ctl, id);
   }
 
   saeDecoderRow(id, i) {

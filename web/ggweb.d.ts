@@ -1,4 +1,11 @@
-// Types for ggweb's JS API (web/ggweb.js).
+// Types for ggweb's JS API (web/ggweb.js): the classes, their docs, and the options only JS
+// has (signal, special). The options and results the wasm side parses and writes are
+// generated from their Rust structs into ggweb.types.d.ts (scripts/gen-types.mjs), re-exported here.
+import type {
+  AttributeParams, Beam, GenerateParams, Item, PatchParams, RunParams, TopKParams,
+  ScoreResult, TraceResult, RunResult, PatchResult, LogitLensResult, AttributeResult, SaeEncoded, WebGpuStats,
+} from './ggweb.types.js';
+export * from './ggweb.types.js';
 
 /** What a GgwebError's `code` says went wrong. */
 export type GgwebErrorCode =
@@ -153,75 +160,14 @@ export interface LoadOptions {
   coreUrl?: string | URL;
 }
 
-export interface GenerateOptions {
-  /** Tokens to generate at most (default 128). */
-  maxTokens?: number;
-  /** 0 is greedy (default 0.8). */
-  temperature?: number;
-  /** 0 disables (default 40). */
-  topK?: number;
-  /** 1 disables (default 0.95). */
-  topP?: number;
-  /** Sampling seed, 0..2^32-1 (default random). */
-  seed?: number;
-  /** 1 disables (default 1.0). */
-  repeatPenalty?: number;
-  /** How many of the most recent tokens (prompt and output) the repetition penalty looks at (default 64). */
-  repeatLastN?: number;
-  /** Drop tokens less likely than minP times the most likely one (0 disables; default 0). */
-  minP?: number;
-  /** Added to a token's logit before sampling; -Infinity bans the token. */
-  logitBias?: { [tokenId: number]: number };
-  /** Ban the end-of-text token, so only maxTokens or the context end the run (default false). */
-  ignoreEos?: boolean;
-  /** End when the text would contain one of these: the stop string is not yielded, and text
-   *  that might begin one is held back until resolved; stats.stop is then 'stop'. */
-  stop?: string[];
-  /** Each yielded token also carries `logprob` and the `top` k tokens, from the model's own
-   *  distribution (log-softmax of the logits before temperature, penalties or bias). */
-  topLogprobs?: number;
+export interface GenerateOptions extends GenerateParams {
   /** Parse special tokens such as <|endoftext|> in the prompt (default false). */
   special?: boolean;
-  /** Reuse the KV cache for the longest prefix the prompt shares with the tokens it holds
-   *  (the prompt cache; default true). false evaluates the whole prompt again
-   *  (stats.cachedTokens 0): for timing, or to rule the cache out. */
-  reusePrompt?: boolean;
-  /** Interventions at TransformerLens hook points, applied at every evaluated position
-   *  (prompt and each new token) before K and V enter the cache; no `pos` here. The prompt
-   *  cache is reused only under the same hooks. */
-  hooks?: Hook[];
-  /** Sample n sequences (1..64, default 1) from the one prompt (evaluated once), one batch
-   *  of the live sequences' tokens per step; items carry `seq` (0..n-1), interleaved.
-   *  Sequence i equals a one-sequence run with seed `seed + i` (mod 2^64); each stops on
-   *  its own (end-of-text, stop strings, maxTokens). */
-  n?: number;
-  /** Beam search with k beams (1..64; 1 = off), as Hugging Face's `generate(num_beams=k,
-   *  num_return_sequences=k, do_sample=False, early_stopping=False)`: sampling options are
-   *  not used; the best beam's tokens are yielded once the search is decided, and
-   *  `stats.beams` holds the k beams. Not with n > 1. */
-  numBeams?: number;
-  /** Beam search: a finished beam's score is its summed logprob / length^lengthPenalty
-   *  (-100..100, default 1). */
-  lengthPenalty?: number;
   /** Aborting makes the iteration throw GgwebError code 'aborted'. */
   signal?: AbortSignal;
 }
 
-export interface TopLogprob {
-  token: number;
-  logprob: number;
-}
-
-export interface GeneratedToken {
-  token: number;
-  /** Text released with this token: pieces of a multi-byte character come out once the
-   *  character is whole; with `stop`, text that might begin a stop string comes later, and
-   *  the token where a stop string begins carries only the text before it. */
-  text: string;
-  /** With topLogprobs: natural-log probability of this token under the raw logits. */
-  logprob?: number;
-  /** With topLogprobs: the k most likely tokens, descending (text: the token's own bytes, lossy). */
-  top?: Array<TopLogprob & { text: string }>;
+export interface GeneratedToken extends Item {
   /** With n > 1: the sequence (0..n-1) this token continues. */
   seq?: number;
 }
@@ -248,38 +194,6 @@ export interface ScoreOptions {
   special?: boolean;
 }
 
-export interface ScoreResult {
-  tokens: Uint32Array;
-  /** Position i: ln p(tokens[i+1] | tokens[0..=i]); length n-1. */
-  logprobs: Float32Array;
-  /** Vocabulary entries with a strictly higher logprob (0 = the argmax); length n-1. */
-  ranks: Uint32Array;
-  /** Entropy of each prediction, in nats; length n-1. */
-  entropies: Float32Array;
-  /** n-1 arrays of topK entries, descending. */
-  top: TopLogprob[][];
-  /** Positions whose results came from the prompt cache. */
-  cachedTokens: number;
-  /** This call's WebGPU work; only when the model runs on WebGPU. */
-  webgpu?: WebGpuStats;
-}
-
-/** Work a call made the WebGPU device do (totals for the call). */
-export interface WebGpuStats {
-  /** Compute dispatches (a graph node, a row range of a weight above the binding limit, or a
-   *  fused chain such as norm+mul+add counts once). */
-  dispatches: number;
-  /** queue.submit calls: one per evaluated chunk or token when the model is all on WebGPU. */
-  submits: number;
-  /** Device buffers mapped to read results back: one per chunk whose logits are read. */
-  readbacks: number;
-  /** Bytes read back (n_vocab × 4 per generated token). */
-  readbackBytes: number;
-  /** Milliseconds the calling thread spent planning and encoding command buffers (performance.now;
-   *  not the GPU's time). */
-  encodeMs: number;
-}
-
 export interface TraceOptions {
   /** 'attn', 'hidden', graph node names by their ggml names ('l3.ffn_gelu', 'l0.kq_soft_max', ...) and/or
    *  TransformerLens hook names ('blocks.0.attn.hook_pattern', 'ln_final.hook_scale', ...; nodes keep that name). */
@@ -288,20 +202,6 @@ export interface TraceOptions {
    *  the model stays usable. An already aborted signal fails the call before any work. */
   signal?: AbortSignal;
   special?: boolean;
-}
-
-export interface TraceResult {
-  tokens: Uint32Array;
-  /** With tap 'attn': per layer, n_head·n·n floats laid out [head][query][key]: the
-   *  softmaxed attention probabilities (masked entries 0), as Hugging Face's output_attentions. */
-  attn?: Float32Array[];
-  /** With tap 'hidden': n_layer + 1 arrays of n·n_embd floats, [token][feature]: Hugging
-   *  Face's output_hidden_states (embeddings, each block's output, the last after ln_f). */
-  hidden?: Float32Array[];
-  /** Other taps by name: `shape` outermost first (ggml's ne reversed, leading 1s dropped). */
-  nodes: Record<string, { shape: number[]; data: Float32Array }>;
-  /** Compute bytes of the traced graph's plan, with the requested taps kept alive. */
-  memory: { compute: number };
 }
 
 /** A TransformerLens hook point name: 'hook_embed', 'blocks.3.hook_resid_pre', 'blocks.0.attn.hook_pattern',
@@ -323,85 +223,33 @@ export interface Hook {
   value?: number | ArrayLike<number>;
 }
 
-export interface RunOptions {
-  /** Hook names to keep; '*' stands for any run of characters within one dot-separated part. */
-  capture?: HookName[];
-  hooks?: Hook[];
+export interface RunOptions extends RunParams {
   /** Stops the call at its next step (between chunks of the pass): it then fails with code 'aborted' and
    *  the model stays usable. An already aborted signal fails the call before any work. */
   signal?: AbortSignal;
   special?: boolean;
 }
 
-export interface RunResult {
-  tokens: Uint32Array;
-  /** [pos][n_vocab], every position. */
-  logits: Float32Array;
-  /** Captured hook points, TransformerLens's shape without the batch axis. */
-  cache: Record<HookName, { shape: number[]; data: Float32Array }>;
-}
-
-export interface PatchOptions {
-  at: 'resid_pre' | 'attn_out' | 'mlp_out' | 'z';
-  answer: number;
-  against: number;
+export interface PatchOptions extends PatchParams {
   /** Stops the call at its next step (between patched cells): it then fails with code 'aborted' and
    *  the model stays usable. An already aborted signal fails the call before any work. */
   signal?: AbortSignal;
   special?: boolean;
 }
 
-export interface PatchResult {
-  /** [n_layer, n_pos], or [n_layer, n_head] for 'z'. */
-  shape: number[];
-  /** Row-major: logits[last, answer] − logits[last, against] with that activation patched. */
-  cells: Float32Array;
-  cleanDiff: number;
-  corruptedDiff: number;
-}
-
-export interface LogitLensOptions {
-  /** Top entries per position and layer (default 5). */
-  topK?: number;
+/** `topK`: top entries per position and layer (default 5). */
+export interface LogitLensOptions extends TopKParams {
   /** Stops the call at its next step (between layers and chunks): it then fails with code 'aborted' and
    *  the model stays usable. An already aborted signal fails the call before any work. */
   signal?: AbortSignal;
   special?: boolean;
 }
 
-export interface LogitLensResult {
-  tokens: Uint32Array;
-  /** n_layer + 1: blocks.0.hook_resid_pre, ..., the final residual (= the model's logits). */
-  layers: number;
-  /** [layer][pos][k]. */
-  top: TopLogprob[][][];
-  /** Per layer, length n − 1: ln p(tokens[i + 1]) at position i. */
-  logprobs: Float32Array[];
-}
-
-export interface AttributeOptions {
-  answer: number;
-  against: number;
-  /** Default −1 (the last position). */
-  pos?: number;
+export interface AttributeOptions extends AttributeParams {
   /** Stops the call at its next step (between chunks of the pass): it then fails with code 'aborted' and
    *  the model stays usable. An already aborted signal fails the call before any work. */
   signal?: AbortSignal;
   special?: boolean;
-}
-
-export interface AttributeResult {
-  embed: number;
-  posEmbed: number;
-  /** [layer][head]. */
-  heads: Float32Array;
-  /** [layer]: the attention output bias b_O. */
-  attnBias: Float32Array;
-  /** [layer]. */
-  mlps: Float32Array;
-  lnBias: number;
-  /** The sum of the parts: logit[answer] − logit[against] at pos. */
-  total: number;
 }
 
 export interface LoadSaeOptions {
@@ -409,20 +257,12 @@ export interface LoadSaeOptions {
   stallTimeoutMs?: number;
 }
 
-export interface SaeEncodeOptions {
-  /** Default 5. */
-  topK?: number;
+/** `topK`: default 5. */
+export interface SaeEncodeOptions extends TopKParams {
   /** Stops the call at its next step (between chunks of the pass): it then fails with code 'aborted' and
    *  the model stays usable. An already aborted signal fails the call before any work. */
   signal?: AbortSignal;
   special?: boolean;
-}
-
-export interface SaeEncoded {
-  tokens: Uint32Array;
-  top: { index: number; value: number }[][];
-  l0: Float32Array;
-  mse: Float32Array;
 }
 
 /** A sparse autoencoder in SAELens's format (Model.loadSae). */
@@ -463,7 +303,7 @@ export interface GenerateStats {
   /** After a beam search (numBeams > 1): the k beams, best first, as Hugging Face's
    *  `sequences` (generated part, with a closing end-of-text token when a beam ended on it)
    *  and `sequences_scores`. */
-  beams?: Array<{ tokens: Uint32Array; score: number }>;
+  beams?: Beam[];
 }
 
 /**

@@ -16,6 +16,7 @@ import { nodeFs, relaxedSimdOption } from './builds.js';
 import { fetchWithin, formatBytes, readWithin, stallTimeout } from './source.js';
 import { DEFAULT_CACHE_NAME, askPersist, modelCache } from './cache.js';
 import { hubSource } from './hub.js';
+import { METHODS } from './methods.js';
 import { boolOption, checkSignal, modelInput, optionsObject, passOptions, plainData, reading, show, tokenIds, without } from './input.js';
 
 export { GgwebError, ERROR_CODES, formatBytes };
@@ -425,7 +426,10 @@ function cacheOption(v) {
 }
 
 /** The public names of the methods whose wasm-side name differs, for error messages. */
-const PUBLIC_NAME = { saeEncode: 'sae.encode', saeDecoderRow: 'sae.decoderRow', saeDispose: 'sae.dispose' };
+const PUBLIC_NAME = {
+  ...Object.fromEntries(Object.entries(METHODS).map(([name, m]) => [name, m.public])),
+  saeDecoderRow: 'sae.decoderRow', saeDispose: 'sae.dispose',
+};
 
 /**
  * A long call's options (score, trace, run, patch, logitLens, attribute, sae.encode): `signal`
@@ -730,63 +734,25 @@ export class Model {
   }
 
   /**
-   * One batched pass over `input` (a string or token ids), no sampling: logprobs, ranks,
-   * entropies and the `topK` most likely tokens of every prediction (see ggweb.d.ts).
+   * The method table's long calls (web/methods.js; their docs and types in ggweb.d.ts): score,
+   * trace, run, patch, logitLens, attribute. Each takes its token inputs (a string or token
+   * ids, checked here), then its options: `signal` taken out and checked (it cannot cross),
+   * the rest sent as given for the wasm side's strict parser, which names a bad key.
    */
-  async score(input, options = undefined) {
-    this.#live('score');
-    const ids = modelInput(input, 'score');
-    const { opts, ctl } = callOptions(options, 'score');
-    return this.#t.call('score', [ids, opts], [], ctl);
-  }
-
-  /** Attention probabilities, hidden states and graph nodes of one pass over `input`. */
-  async trace(input, options = undefined) {
-    this.#live('trace');
-    const ids = modelInput(input, 'trace');
-    const { opts, ctl } = callOptions(options, 'trace');
-    return this.#t.call('trace', [ids, opts], [], ctl);
-  }
-
-  /**
-   * One forward pass from position 0 with TransformerLens's hook points: `capture` (names,
-   * `*` within one dot-separated part) and `hooks` (`{ at, op, head?, pos?, index?, value? }`
-   * in order): `{ tokens, logits ([pos][n_vocab]), cache: { [hook]: { shape, data } } }`.
-   */
-  async run(input, options = undefined) {
-    this.#live('run');
-    const ids = modelInput(input, 'run');
-    const { opts, ctl } = callOptions(options, 'run');
-    return this.#t.call('run', [ids, opts], [], ctl);
-  }
-
-  /**
-   * An activation patching sweep: `{ at: 'resid_pre' | 'attn_out' | 'mlp_out' | 'z', answer,
-   * against }` → `{ shape, cells, cleanDiff, corruptedDiff }`, each cell the logit difference
-   * of `corrupted` with that one activation of `clean` patched in.
-   */
-  async patch(clean, corrupted, options = undefined) {
-    this.#live('patch');
-    const a = modelInput(clean, 'patch');
-    const b = modelInput(corrupted, 'patch');
-    const { opts, ctl } = callOptions(options, 'patch');
-    return this.#t.call('patch', [a, b, opts], [], ctl);
-  }
-
-  /** The logit lens: every layer's residual through the final LayerNorm and the unembedding. */
-  async logitLens(input, options = undefined) {
-    this.#live('logitLens');
-    const ids = modelInput(input, 'logitLens');
-    const { opts, ctl } = callOptions(options, 'logitLens');
-    return this.#t.call('logitLens', [ids, opts], [], ctl);
-  }
-
-  /** Direct logit attribution of `logit[answer] − logit[against]` at `pos` (default −1). */
-  async attribute(input, options = undefined) {
-    this.#live('attribute');
-    const ids = modelInput(input, 'attribute');
-    const { opts, ctl } = callOptions(options, 'attribute');
-    return this.#t.call('attribute', [ids, opts], [], ctl);
+  static {
+    for (const [name, m] of Object.entries(METHODS)) {
+      if (m.sae) continue; // sae.encode is the Sae's
+      const n = m.inputs.length;
+      const f = {
+        async [name](...args) {
+          this.#live(name);
+          const inputs = args.slice(0, n).map((input) => modelInput(input, name));
+          const { opts, ctl } = callOptions(args[n], name);
+          return this.#t.call(name, [...inputs, opts], [], ctl);
+        },
+      }[name];
+      Object.defineProperty(Model.prototype, name, { value: f, writable: true, configurable: true });
+    }
   }
 
   /**

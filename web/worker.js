@@ -4,20 +4,24 @@
 //
 // Messages in:  { id, type: 'load', src, opts, cache, stallTimeoutMs, coreUrl } | { id, type: 'call', method, args }
 //               { id, type: 'generate', prompt, opts } | { id, type: 'dispose' }
-//               { id, type: 'cancel' } (stops generation id, or long call id at its next step: LONG_CALLS)
+//               { id, type: 'cancel' } (stops generation id, or long call id at its next step: METHODS)
 //               { id, type: 'read', n } (generation id has handed n tokens to its reader: flow control)
 // Messages out: { id, type: 'result', value } | { id, type: 'error', error } |
 //               { id, type: 'progress', data } | { id, type: 'token', data } | { id, type: 'done', value } |
 //               { id, type: 'stage', data: { stage: 'opening', backend } | { stage: 'opened' } } (load)
 import { Engine, driveGeneration } from './engine.js';
 import { GgwebError, toGgwebError } from './errors.js';
+import { METHODS } from './methods.js';
 
 let engine = null;
 const running = new Map(); // generate id → driveGeneration's { cancel, read }
 const calls = new Map(); // long call id → { cancelled } (a 'cancel' message sets it)
 
-/** Calls that take a last argument `{ cancelled() }` and stop at their next step when it is true. */
-const LONG_CALLS = ['score', 'trace', 'run', 'patch', 'logitLens', 'attribute', 'saeEncode'];
+/** The engine's own short calls; the long ones (a last argument `{ cancelled() }`, stopped at
+ *  their next step when it is true) are the method table's (web/methods.js). */
+const SHORT_CALLS = ['tokenize', 'detokenize', 'logits', 'loadSae', 'saeOpen', 'saeFeed', 'saeFinish', 'saeAbort',
+  'saeDecoderRow', 'saeDispose', '_debugLoseDevice'];
+const isLong = (method) => Object.hasOwn(METHODS, method);
 
 const post = (msg, transfer) => self.postMessage(msg, transfer ?? []);
 const fail = (id, e, code = 'internal') => post({ id, type: 'error', error: toGgwebError(e, code).toJSON() });
@@ -37,13 +41,11 @@ async function handle(m) {
     }
     case 'call': {
       if (!engine) throw new GgwebError('invalid', `${m.method}: no model is loaded`);
-      if (!['tokenize', 'detokenize', 'logits', 'score', 'trace', 'run', 'patch', 'logitLens', 'attribute',
-        'loadSae', 'saeOpen', 'saeFeed', 'saeFinish', 'saeAbort', 'saeEncode', 'saeDecoderRow', 'saeDispose',
-        '_debugLoseDevice'].includes(m.method)) {
+      if (!SHORT_CALLS.includes(m.method) && !isLong(m.method)) {
         throw new GgwebError('invalid', `unknown method ${JSON.stringify(m.method)}`);
       }
       let value;
-      if (LONG_CALLS.includes(m.method)) {
+      if (isLong(m.method)) {
         // The call's checkpoint yields to this worker's event loop every few ms, so the
         // page's 'cancel' for it (its signal aborted) arrives while it runs.
         const c = { cancelled: false };

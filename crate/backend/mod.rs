@@ -93,10 +93,13 @@ pub trait Backend {
 /// The future of [`Backend::tensor_get_async`] (not `Send`: backends live on one thread).
 pub type TensorRead<'a> = core::pin::Pin<Box<dyn core::future::Future<Output = Result<(), BackendError>> + 'a>>;
 
+// ts: export WebGpuStats
 /// Work one device backend has done since it was created (see [`Backend::stats`]); a
 /// call's own share is [`BackendStats::since`] a snapshot taken before it. The WebGPU
 /// backend's meaning of each field is in brackets.
+/// Serializes as the API's `webgpu` counters (camelCase).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "std", derive(serde::Serialize), serde(rename_all = "camelCase"))]
 pub struct BackendStats {
     /// Kernel launches recorded (compute dispatches: graph nodes, row ranges of split
     /// weights, fused chains count once; byte patches of unaligned writes too).

@@ -158,12 +158,7 @@ pub fn generate(args: GenerateArgs) -> Result<(), String> {
         text.push_str(&item.text);
         if top_k > 0 {
             logprobs.push(item.logprob);
-            tops.push(
-                item.top
-                    .iter()
-                    .map(|t| json!({ "token": t.token, "text": t.text, "logprob": t.logprob }))
-                    .collect::<Vec<_>>(),
-            );
+            tops.push(item.top);
         }
     }
     let stats = s.stats();
@@ -189,14 +184,13 @@ pub fn score(args: ScoreArgs) -> Result<(), String> {
     let stdout = std::io::stdout();
     let mut w = stdout.lock();
     if json_out {
-        let top: Vec<Vec<serde_json::Value>> = r
-            .top
-            .iter()
-            .map(|row| row.iter().map(|&(token, logprob)| json!({ "token": token, "logprob": logprob })).collect())
-            .collect();
-        let v = json!({
-            "tokens": r.tokens, "logprobs": r.logprobs, "ranks": r.ranks, "entropies": r.entropies, "top": top,
-        });
+        // The JS score result (`Score`'s own serialization) without the per-call keys the CLI
+        // never printed (`cachedTokens`, `webgpu`).
+        let mut v = serde_json::to_value(&r).expect("plain data");
+        if let Some(o) = v.as_object_mut() {
+            o.remove("cachedTokens");
+            o.remove("webgpu");
+        }
         writeln!(w, "{v}").ok();
     } else {
         writeln!(w, "| i | token | logprob | rank | entropy |\n|---|---|---|---|---|").ok();
@@ -218,10 +212,9 @@ pub fn trace(args: TraceArgs) -> Result<(), String> {
     let json_out = args.json;
     let (mut s, ids) = session_and_prompt(&args.load, &args.input)?;
     let t = block_on(s.trace(&ids, &taps)).map_err(|e| e.to_string())?;
-    let mut nodes = serde_json::Map::new();
-    for n in &t.nodes {
-        nodes.insert(n.name.clone(), json!({ "shape": row_major_shape(n.ne), "data": n.data }));
-    }
+    // The nodes as the JS trace's `nodes` (TapValue's own serialization); the rest the CLI's own keys.
+    let nodes: serde_json::Map<String, serde_json::Value> =
+        t.nodes.iter().map(|n| (n.name.clone(), serde_json::to_value(n).expect("plain data"))).collect();
     let v = json!({ "tokens": t.tokens, "attn": t.attn, "hidden": t.hidden, "nodes": nodes, "compute_bytes": t.compute_bytes });
     let stdout = std::io::stdout();
     let mut w = stdout.lock();
@@ -237,20 +230,10 @@ pub fn trace(args: TraceArgs) -> Result<(), String> {
             writeln!(w, "hidden: {} arrays of [{}][{}]", h.len(), t.tokens.len(), hp.n_embd).ok();
         }
         for n in &t.nodes {
-            writeln!(w, "{}: shape {:?}", n.name, row_major_shape(n.ne)).ok();
+            writeln!(w, "{}: shape {:?}", n.name, n.shape()).ok();
         }
     }
     Ok(())
-}
-
-/// A ggml shape (`ne[0]` fastest) outermost first, as NumPy writes it, without the
-/// leading 1s of unused dimensions (at least one dimension stays).
-pub fn row_major_shape(ne: [i64; 4]) -> Vec<i64> {
-    let mut v: Vec<i64> = ne.iter().rev().copied().collect();
-    while v.len() > 1 && v[0] == 1 {
-        v.remove(0);
-    }
-    v
 }
 
 pub fn logits(args: LogitsArgs) -> Result<(), String> {
@@ -666,10 +649,8 @@ pub fn run(args: RunArgs) -> Result<(), String> {
     let n_vocab = s.model.hparams.n_vocab;
     let logits: Vec<&[f32]> = r.logits.chunks(n_vocab).collect();
     let logits = if args.all_logits { logits } else { logits[logits.len() - 1..].to_vec() };
-    let mut cache = serde_json::Map::new();
-    for v in &r.cache {
-        cache.insert(v.name.clone(), json!({ "shape": row_major_shape(v.ne), "data": v.data }));
-    }
+    let cache: serde_json::Map<String, serde_json::Value> =
+        r.cache.iter().map(|v| (v.name.clone(), serde_json::to_value(v).expect("plain data"))).collect();
     println!("{}", json!({ "tokens": r.tokens, "logits": logits, "cache": cache }));
     Ok(())
 }

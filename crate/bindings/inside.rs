@@ -1,163 +1,33 @@
-//! "Look inside, round two" for JS: TransformerLens's workflow on the session core
-//! ([`Session::run`], `patch`, `logit_lens`, `attribute`, `sae_encode`: crate/model/inside.rs), values
-//! crossing as serde-wasm-bindgen data with typed arrays, as `score` and `trace` do. Each call
-//! takes a last, optional `checkpoint` function, asked between its steps whether the caller
-//! stopped it ([`interrupt`]: the JS `signal`). Errors carry no method name: engine.js adds it.
-
-use alloc::collections::BTreeMap;
-use alloc::string::String;
-use alloc::vec::Vec;
+//! SAEs for JS (SAELens's format): `WasmSae`, `WasmSaeLoader` (streamed), and the model's
+//! check that one fits it. Encoding is a long call of the method table (`callSae`,
+//! crate/bindings/calls.rs). Errors carry no method name: engine.js adds it.
 
 use serde::Serialize;
 use wasm_bindgen::prelude::*;
 
-use super::model::{f32s, from_js, interrupt, model_error, to_js, u32s, NodeJson, Typed, WasmModel};
-use crate::common::options::{
-    AttributeParams, PatchParams, RunParams, TopKParams, ATTRIBUTE_WHAT, LENS_WHAT, PATCH_WHAT, RUN_WHAT,
-    SAE_ENCODE_WHAT,
-};
+use super::model::{model_error, to_js, WasmModel};
 use crate::model::sae::{Sae, SaeStream};
-
-/// TransformerLens's shape of a captured value (`ne` reversed, outer 1s dropped).
-fn node(ne: [i64; 4], data: &[f32]) -> NodeJson {
-    let mut shape: Vec<u32> = ne.iter().rev().map(|&x| x as u32).collect();
-    while shape.len() > 1 && shape[0] == 1 {
-        shape.remove(0);
-    }
-    NodeJson { shape, data: f32s(data) }
-}
-
-#[derive(Serialize)]
-struct RunJson {
-    tokens: Typed,
-    logits: Typed,
-    cache: BTreeMap<String, NodeJson>,
-}
-
-#[derive(Serialize)]
-struct SaeTopJson {
-    index: u32,
-    value: f32,
-}
-
-#[derive(Serialize)]
-struct EncodedJson {
-    tokens: Typed,
-    top: Vec<Vec<SaeTopJson>>,
-    l0: Typed,
-    mse: Typed,
-}
-
-const DEFAULT_TOP_K: u32 = 5;
 
 #[wasm_bindgen]
 impl WasmModel {
-    /// `run(ids, { capture?, hooks? })`: `{ tokens, logits: Float32Array ([pos][n_vocab]),
-    /// cache: { [hook]: { shape, data } } }`.
-    pub async fn run(
-        &mut self,
-        ids: Vec<u32>,
-        opts: JsValue,
-        checkpoint: Option<js_sys::Function>,
-    ) -> Result<JsValue, JsValue> {
-        let p: RunParams = from_js(RUN_WHAT, opts)?;
-        self.check_input("", &ids)?;
-        let r = self
-            .session
-            .interruptible(interrupt(checkpoint), async |s| {
-                s.run(&ids, &p.capture.unwrap_or_default(), &p.hooks.unwrap_or_default()).await
-            })
-            .await;
-        let r = r.map_err(|e| model_error("", e))?;
-        let cache = r.cache.iter().map(|v| (v.name.clone(), node(v.ne, &v.data))).collect();
-        Ok(to_js(&RunJson { tokens: u32s(&r.tokens), logits: f32s(&r.logits), cache }))
-    }
-
-    /// `patch(clean, corrupted, { at, answer, against })`: `{ shape, cells: Float32Array,
-    /// cleanDiff, corruptedDiff }`.
-    pub async fn patch(
-        &mut self,
-        clean: Vec<u32>,
-        corrupted: Vec<u32>,
-        opts: JsValue,
-        checkpoint: Option<js_sys::Function>,
-    ) -> Result<JsValue, JsValue> {
-        let p: PatchParams = from_js(PATCH_WHAT, opts)?;
-        self.check_input("clean", &clean)?;
-        self.check_input("corrupted", &corrupted)?;
-        let r = self
-            .session
-            .interruptible(interrupt(checkpoint), async |s| {
-                s.patch(&clean, &corrupted, &p.at, p.answer, p.against).await
-            })
-            .await;
-        Ok(to_js(&r.map_err(|e| model_error("", e))?))
-    }
-
-    /// `logit_lens(ids, { topK? })`: `{ tokens, layers, top: [layer][pos][k] { token,
-    /// logprob }, logprobs: Float32Array[] }`.
-    #[wasm_bindgen(js_name = logitLens)]
-    pub async fn logit_lens(
-        &mut self,
-        ids: Vec<u32>,
-        opts: JsValue,
-        checkpoint: Option<js_sys::Function>,
-    ) -> Result<JsValue, JsValue> {
-        let p: TopKParams = from_js(LENS_WHAT, opts)?;
-        self.check_input("", &ids)?;
-        let k = p.top_k.unwrap_or(DEFAULT_TOP_K) as usize;
-        let r = self.session.interruptible(interrupt(checkpoint), async |s| s.logit_lens(&ids, k).await).await;
-        Ok(to_js(&r.map_err(|e| model_error("", e))?))
-    }
-
-    /// `attribute(ids, { answer, against, pos? })`: each component's share of
-    /// `logit[answer] − logit[against]` (see `Session::attribute`).
-    pub async fn attribute(
-        &mut self,
-        ids: Vec<u32>,
-        opts: JsValue,
-        checkpoint: Option<js_sys::Function>,
-    ) -> Result<JsValue, JsValue> {
-        let p: AttributeParams = from_js(ATTRIBUTE_WHAT, opts)?;
-        self.check_input("", &ids)?;
-        let r = self
-            .session
-            .interruptible(interrupt(checkpoint), async |s| {
-                s.attribute(&ids, p.answer, p.against, p.pos.unwrap_or(-1)).await
-            })
-            .await;
-        Ok(to_js(&r.map_err(|e| model_error("", e))?))
-    }
-
     /// `checkSae(sae)`: `invalid` unless the SAE's hook is a hook point of this model with
     /// `dIn` values per position ([`Sae::check_fits`]); `loadSae` calls it before it keeps one.
     #[wasm_bindgen(js_name = checkSae)]
     pub fn check_sae(&self, sae: &WasmSae) -> Result<(), JsValue> {
         sae.0.check_fits(&self.session.model.hparams).map_err(|e| model_error("", e))
     }
-
-    /// `sae_encode(sae, ids, { topK? })`: `{ tokens, top: [pos][k] { index, value }, l0, mse }`.
-    #[wasm_bindgen(js_name = saeEncode)]
-    pub async fn sae_encode(
-        &mut self,
-        sae: &WasmSae,
-        ids: Vec<u32>,
-        opts: JsValue,
-        checkpoint: Option<js_sys::Function>,
-    ) -> Result<JsValue, JsValue> {
-        let p: TopKParams = from_js(SAE_ENCODE_WHAT, opts)?;
-        self.check_input("", &ids)?;
-        let k = p.top_k.unwrap_or(DEFAULT_TOP_K) as usize;
-        let r = self.session.interruptible(interrupt(checkpoint), async |s| s.sae_encode(&ids, &sae.0, k).await).await;
-        let r = r.map_err(|e| model_error("", e))?;
-        let top = r.top.iter().map(|p| p.iter().map(|&(index, value)| SaeTopJson { index, value }).collect()).collect();
-        Ok(to_js(&EncodedJson { tokens: u32s(&ids), top, l0: f32s(&r.l0), mse: f32s(&r.mse) }))
-    }
 }
 
 /// A sparse autoencoder in SAELens's format, checked ([`Sae::from_parts`]).
 #[wasm_bindgen]
 pub struct WasmSae(Sae);
+
+impl WasmSae {
+    /// The SAE itself, for `callSae` (crate/bindings/calls.rs).
+    pub(super) fn sae(&self) -> &Sae {
+        &self.0
+    }
+}
 
 #[wasm_bindgen]
 impl WasmSae {

@@ -21,11 +21,13 @@
 //! the `GgwebError` code; bad input never panics. Values cross as JS data through
 //! serde-wasm-bindgen (`model::from_js` / `model::to_js`), never as JSON text.
 
+mod calls;
 mod inside;
 mod inspect;
 mod model;
 mod warmup;
 
+pub use calls::methods;
 pub use inside::{WasmSae, WasmSaeLoader};
 pub use inspect::WasmInspector;
 pub use model::{load_options, WasmLoader, WasmModel};

@@ -39,9 +39,9 @@ use crate::cpu::CpuBackend;
 use crate::gguf::Limits;
 use crate::model::context::{BackendMemory, Gpt2};
 use crate::model::loader::ModelLoader;
-use crate::model::session::{Interrupt, Item, Session, TopToken};
+use crate::model::session::{Interrupt, Item, Session};
 use crate::model::ModelError;
-use crate::webgpu::{WebGpuBackend, WebGpuOptions, WebGpuStats};
+use crate::webgpu::{WebGpuBackend, WebGpuOptions};
 
 use super::warmup::{WarmTypes, Warmup};
 
@@ -499,128 +499,6 @@ impl WasmModel {
     }
 }
 
-/// The JS `stats.webgpu` object.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct WebGpuJson {
-    dispatches: u64,
-    submits: u64,
-    readbacks: u64,
-    readback_bytes: u64,
-    encode_ms: f64,
-}
-
-impl From<&WebGpuStats> for WebGpuJson {
-    fn from(s: &WebGpuStats) -> Self {
-        WebGpuJson {
-            dispatches: s.dispatches,
-            submits: s.submits,
-            readbacks: s.readbacks,
-            readback_bytes: s.readback_bytes,
-            encode_ms: s.encode_ms,
-        }
-    }
-}
-
-/// A typed array inside a serialized value (serde-wasm-bindgen keeps it as it is).
-#[derive(Serialize)]
-pub(super) struct Typed(#[serde(with = "serde_wasm_bindgen::preserve")] JsValue);
-
-pub(super) fn f32s(v: &[f32]) -> Typed {
-    Typed(js_sys::Float32Array::from(v).into())
-}
-
-pub(super) fn u32s(v: &[u32]) -> Typed {
-    Typed(js_sys::Uint32Array::from(v).into())
-}
-
-/// One generated token as `next()` returns it: `logprob` and `top` only with `topLogprobs`.
-#[derive(Serialize)]
-struct ItemJson<'a> {
-    token: u32,
-    text: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    logprob: Option<f32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    top: Option<&'a [TopToken]>,
-    /// With several sequences (`n`): which one this token continues.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    seq: Option<usize>,
-}
-
-#[derive(Serialize)]
-struct TopTokenJson<'a> {
-    token: u32,
-    text: &'a str,
-    logprob: f32,
-}
-
-impl Serialize for TopToken {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        TopTokenJson { token: self.token, text: &self.text, logprob: self.logprob }.serialize(s)
-    }
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct StatsJson {
-    prompt_tokens: usize,
-    cached_tokens: usize,
-    tokens: usize,
-    stop: Option<&'static str>,
-    webgpu: Option<WebGpuJson>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    beams: Option<Vec<BeamJson>>,
-}
-
-/// A finished beam of a beam search: its generated tokens and score.
-#[derive(Serialize)]
-struct BeamJson {
-    tokens: Typed,
-    score: f32,
-}
-
-#[derive(Serialize)]
-pub(super) struct TopJson {
-    pub(super) token: u32,
-    pub(super) logprob: f32,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct ScoreJson {
-    tokens: Typed,
-    logprobs: Typed,
-    ranks: Typed,
-    entropies: Typed,
-    top: Vec<Vec<TopJson>>,
-    cached_tokens: usize,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    webgpu: Option<WebGpuJson>,
-}
-
-#[derive(Serialize)]
-pub(super) struct NodeJson {
-    pub(super) shape: Vec<u32>,
-    pub(super) data: Typed,
-}
-
-#[derive(Serialize)]
-struct TraceJson {
-    tokens: Typed,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    attn: Option<Vec<Typed>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    hidden: Option<Vec<Typed>>,
-    nodes: alloc::collections::BTreeMap<String, NodeJson>,
-    memory: ComputeJson,
-}
-
-#[derive(Serialize)]
-struct ComputeJson {
-    compute: f64,
-}
-
 #[wasm_bindgen]
 impl WasmModel {
     /// Text → token ids (no BOS). `special`: parse special tokens such as `<|endoftext|>`.
@@ -640,69 +518,6 @@ impl WasmModel {
     pub async fn logits(&mut self, ids: Vec<u32>) -> Result<Vec<f32>, JsValue> {
         self.check_input("", &ids)?;
         self.session.logits(&ids).await.map_err(|e| model_error("", e))
-    }
-
-    /// `score(ids, opts)`: `{ tokens: Uint32Array(n), logprobs, ranks, entropies
-    /// (Float32Array / Uint32Array / Float32Array of n-1), top: [[{ token, logprob }]],
-    /// cachedTokens, webgpu? }` (`webgpu`: this call's counters, on WebGPU only).
-    /// `opts`: `{ topK?, hooks? }` (hooks at every position, as `generate`'s).
-    /// `checkpoint` (optional) is asked between chunks whether the caller stopped ([`interrupt`]).
-    pub async fn score(
-        &mut self,
-        ids: Vec<u32>,
-        opts: JsValue,
-        checkpoint: Option<js_sys::Function>,
-    ) -> Result<JsValue, JsValue> {
-        let o = options::score_options(from_js(options::SCORE_WHAT, opts)?).map_err(|e| model_error("", e))?;
-        self.check_input("", &ids)?;
-        let r =
-            self.session.interruptible(interrupt(checkpoint), async |s| s.score(&ids, o.top_k, &o.hooks).await).await;
-        let r = r.map_err(|e| model_error("", e))?;
-        let top = r.top.iter().map(|row| row.iter().map(|&(token, logprob)| TopJson { token, logprob }).collect());
-        Ok(to_js(&ScoreJson {
-            tokens: u32s(&r.tokens),
-            logprobs: f32s(&r.logprobs),
-            ranks: u32s(&r.ranks),
-            entropies: f32s(&r.entropies),
-            top: top.collect(),
-            cached_tokens: r.cached_tokens,
-            webgpu: r.webgpu.as_ref().map(WebGpuJson::from),
-        }))
-    }
-
-    /// `trace(ids, opts)`: `{ tokens, attn?: Float32Array[] ([head][query][key] per
-    /// layer), hidden?: Float32Array[] (n_layer + 1, [token][feature]), nodes: { [name]:
-    /// { shape (outermost first), data } }, memory: { compute } }`. `opts`: `{ taps }`.
-    /// `checkpoint` as `score`'s.
-    pub async fn trace(
-        &mut self,
-        ids: Vec<u32>,
-        opts: JsValue,
-        checkpoint: Option<js_sys::Function>,
-    ) -> Result<JsValue, JsValue> {
-        let taps = options::trace_options(from_js(options::TRACE_WHAT, opts)?).map_err(|e| model_error("", e))?;
-        self.check_input("", &ids)?;
-        let t = self.session.interruptible(interrupt(checkpoint), async |s| s.trace(&ids, &taps).await).await;
-        let t = t.map_err(|e| model_error("", e))?;
-        let arrays = |v: &Vec<Vec<f32>>| v.iter().map(|x| f32s(x)).collect::<Vec<_>>();
-        let nodes = t
-            .nodes
-            .iter()
-            .map(|n| {
-                let mut shape: Vec<u32> = n.ne.iter().rev().map(|&x| x as u32).collect();
-                while shape.len() > 1 && shape[0] == 1 {
-                    shape.remove(0);
-                }
-                (n.name.clone(), NodeJson { shape, data: f32s(&n.data) })
-            })
-            .collect();
-        Ok(to_js(&TraceJson {
-            tokens: u32s(&t.tokens),
-            attn: t.attn.as_ref().map(arrays),
-            hidden: t.hidden.as_ref().map(arrays),
-            nodes,
-            memory: ComputeJson { compute: t.compute_bytes as f64 },
-        }))
     }
 
     /// Begins a generation from `prompt_ids` with `params` ([`GenerateParams`]: `{ maxTokens,
@@ -747,10 +562,15 @@ impl WasmModel {
         let n = self.session.stats().tokens + 1;
         match self.session.next().await {
             Ok(Some(item)) => {
-                let Item { seq, token, text, logprob, top } = &item;
-                let top = logprob.map(|_| &top[..]);
-                let seq = (self.session.n_seqs() > 1).then_some(*seq);
-                Ok(to_js(&ItemJson { token: *token, text, logprob: *logprob, top, seq }))
+                /// The item, and with several sequences (`n`) which one it continues.
+                #[derive(Serialize)]
+                struct Next<'a> {
+                    #[serde(flatten)]
+                    item: &'a Item,
+                    #[serde(skip_serializing_if = "Option::is_none")]
+                    seq: Option<usize>,
+                }
+                Ok(to_js(&Next { item: &item, seq: (self.session.n_seqs() > 1).then_some(item.seq) }))
             }
             Ok(None) => Ok(JsValue::UNDEFINED),
             Err(e @ ModelError::Invalid(_)) => Err(model_error("", e)),
@@ -762,18 +582,15 @@ impl WasmModel {
     /// run (`stop`: null while it runs; `webgpu`: its counters, null without a WebGPU backend;
     /// after a beam search (`numBeams`) `beams: [{ tokens: Uint32Array, score }]`, best first).
     pub fn stats(&self) -> JsValue {
-        let s = self.session.stats();
-        let beams = !self.session.beams().is_empty();
-        to_js(&StatsJson {
-            prompt_tokens: s.prompt_tokens,
-            cached_tokens: s.cached_tokens,
-            tokens: s.tokens,
-            stop: s.stop.map(|r| r.as_str()),
-            webgpu: s.webgpu.as_ref().map(WebGpuJson::from),
-            beams: beams.then(|| {
-                self.session.beams().iter().map(|b| BeamJson { tokens: u32s(&b.tokens), score: b.score }).collect()
-            }),
-        })
+        /// The session's stats, and the beams after a beam search.
+        #[derive(Serialize)]
+        struct Stats<'a> {
+            #[serde(flatten)]
+            stats: crate::model::session::GenerationStats,
+            #[serde(skip_serializing_if = "<[_]>::is_empty")]
+            beams: &'a [crate::model::session::Beam],
+        }
+        to_js(&Stats { stats: self.session.stats(), beams: self.session.beams() })
     }
 
     /// For tests of device loss: destroys this model's WebGPU device as a driver reset or

@@ -108,6 +108,7 @@ pub fn parse_kv_type(what: &str, s: &str) -> Result<GgmlType, ModelError> {
     }
 }
 
+// ts: export GenerateParams
 /// `generate`'s options as they cross from JS (`rename_all = "camelCase"`, unknown keys
 /// refused). Each field is checked as it is read, with a message naming the key; absent and
 /// null keys take [`GenerateOptions::default()`]'s values (the one place defaults live, the
@@ -116,41 +117,69 @@ pub fn parse_kv_type(what: &str, s: &str) -> Result<GgmlType, ModelError> {
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct GenerateParams {
+    /// Tokens to generate at most (default 128).
     #[serde(default, deserialize_with = "de::max_tokens")]
     pub max_tokens: Option<usize>,
+    /// 0 is greedy (default 0.8).
     #[serde(default, deserialize_with = "de::temperature")]
     pub temperature: Option<f32>,
+    /// 0 disables (default 40).
     #[serde(default, deserialize_with = "de::top_k")]
     pub top_k: Option<usize>,
+    /// 1 disables (default 0.95).
     #[serde(default, deserialize_with = "de::top_p")]
     pub top_p: Option<f32>,
+    /// Drop tokens less likely than minP times the most likely one (0 disables; default 0).
     #[serde(default, deserialize_with = "de::min_p")]
     pub min_p: Option<f32>,
+    /// Sampling seed, 0..2^32-1 (default random in JS, 0 in the CLI).
     #[serde(default, deserialize_with = "de::seed")]
     pub seed: Option<u64>,
+    /// 1 disables (default 1.0).
     #[serde(default, deserialize_with = "de::repeat_penalty")]
     pub repeat_penalty: Option<f32>,
+    /// How many of the most recent tokens (prompt and output) the repetition penalty looks at (default 64).
     #[serde(default, deserialize_with = "de::repeat_last_n")]
     pub repeat_last_n: Option<usize>,
+    /// Each yielded token also carries `logprob` and the `top` k tokens, from the model's own
+    /// distribution (log-softmax of the logits before temperature, penalties or bias).
     #[serde(default, deserialize_with = "de::top_logprobs")]
     pub top_logprobs: Option<usize>,
+    /// End when the text would contain one of these: the stop string is not yielded, and text
+    /// that might begin one is held back until resolved; stats.stop is then 'stop'.
     #[serde(default, deserialize_with = "de::stop")]
     pub stop: Option<Vec<String>>,
+    /// Added to a token's logit before sampling; -Infinity bans the token.
+    // ts: { [tokenId: number]: number }
     #[serde(default, deserialize_with = "de::logit_bias")]
     pub logit_bias: Option<Vec<(u32, f32)>>,
+    /// Ban the end-of-text token, so only maxTokens or the context end the run (default false).
     #[serde(default, deserialize_with = "de::ignore_eos")]
     pub ignore_eos: Option<bool>,
+    /// Reuse the KV cache for the longest prefix the prompt shares with the tokens it holds
+    /// (the prompt cache; default true). false evaluates the whole prompt again
+    /// (stats.cachedTokens 0): for timing, or to rule the cache out.
     #[serde(default, deserialize_with = "de::reuse_prompt")]
     pub reuse_prompt: Option<bool>,
-    /// Interventions at TransformerLens's hook points ([`Hook`]), at every evaluated position.
+    /// Interventions at TransformerLens hook points ([`Hook`]), applied at every evaluated position
+    /// (prompt and each new token) before K and V enter the cache; no `pos` here. The prompt
+    /// cache is reused only under the same hooks.
     #[serde(default)]
     pub hooks: Option<Vec<Hook>>,
-    /// Sequences sampled from the one prompt (1..64; the KV cache's sequence ids are a u64 bitset).
+    /// Sample n sequences (1..64, default 1) from the one prompt (evaluated once), one batch
+    /// of the live sequences' tokens per step; items carry `seq` (0..n-1), interleaved.
+    /// Sequence i equals a one-sequence run with seed `seed + i` (mod 2^64); each stops on
+    /// its own (end-of-text, stop strings, maxTokens). (1..64: the KV cache's sequence ids are a u64 bitset.)
     #[serde(default, deserialize_with = "de::n")]
     pub n: Option<usize>,
-    /// Beam search with this many beams (1..64); not with `n` above 1.
+    /// Beam search with k beams (1..64; 1 = off), as Hugging Face's `generate(num_beams=k,
+    /// num_return_sequences=k, do_sample=False, early_stopping=False)`: sampling options are
+    /// not used; the best beam's tokens are yielded once the search is decided, and
+    /// `stats.beams` holds the k beams. Not with n > 1.
     #[serde(default, deserialize_with = "de::num_beams")]
     pub num_beams: Option<usize>,
+    /// Beam search: a finished beam's score is its summed logprob / length^lengthPenalty
+    /// (-100..100, default 1).
     #[serde(default, deserialize_with = "de::length_penalty")]
     pub length_penalty: Option<f32>,
 }
@@ -463,12 +492,7 @@ pub fn parse_trace(json: &str) -> Result<Vec<String>, ModelError> {
     trace_options(json_value(TRACE_WHAT, json)?)
 }
 
-pub const RUN_WHAT: &str = "run options";
-pub const PATCH_WHAT: &str = "patch options";
-pub const LENS_WHAT: &str = "logitLens options";
-pub const ATTRIBUTE_WHAT: &str = "attribute options";
-pub const SAE_ENCODE_WHAT: &str = "sae.encode options";
-
+// ts: export RunParams
 /// `run`'s options: hook points to capture (TransformerLens names, `*` within a part) and
 /// interventions ([`Hook`]).
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
@@ -480,15 +504,18 @@ pub struct RunParams {
     pub hooks: Option<Vec<Hook>>,
 }
 
+// ts: export PatchParams
 /// `patch`'s options: the activation swept and the metric's two tokens.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct PatchParams {
+    // ts: 'resid_pre' | 'attn_out' | 'mlp_out' | 'z'
     pub at: String,
     pub answer: u32,
     pub against: u32,
 }
 
+// ts: export TopKParams
 /// `logitLens`'s and `sae.encode`'s options: the top entries per position (default 5).
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -497,6 +524,7 @@ pub struct TopKParams {
     pub top_k: Option<u32>,
 }
 
+// ts: export AttributeParams
 /// `attribute`'s options: the logit difference `answer − against` at `pos` (default −1).
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]

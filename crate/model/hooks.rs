@@ -52,11 +52,50 @@ use super::hparams::Hparams;
 use super::ModelError;
 
 /// One tapped node: its name, ggml shape (`ne[0]` fastest) and values in memory order.
+/// Serializes as the API's `{ shape, data }` ([`TapValue::shape`], a `Float32Array` in the
+/// browser); a list of them as `{ [name]: { shape, data } }` through [`by_name`].
 #[derive(Clone, Debug)]
 pub struct TapValue {
     pub name: String,
     pub ne: [i64; 4],
     pub data: Vec<f32>,
+}
+
+impl TapValue {
+    /// TransformerLens's shape: `ne` reversed (outermost first), leading 1s dropped.
+    pub fn shape(&self) -> Vec<u32> {
+        let mut v: Vec<u32> = self.ne.iter().rev().map(|&x| x as u32).collect();
+        while v.len() > 1 && v[0] == 1 {
+            v.remove(0);
+        }
+        v
+    }
+}
+
+#[cfg(feature = "std")]
+impl serde::Serialize for TapValue {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        struct Data<'a>(&'a [f32]);
+        impl serde::Serialize for Data<'_> {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                crate::typed::f32s(self.0, s)
+            }
+        }
+        let mut o = s.serialize_struct("TapValue", 2)?;
+        o.serialize_field("shape", &self.shape())?;
+        o.serialize_field("data", &Data(&self.data))?;
+        o.end()
+    }
+}
+
+/// Tapped values as the API's `{ [name]: { shape, data } }` (in name order, as a JS object
+/// built from them lists its keys).
+#[cfg(feature = "std")]
+pub fn by_name<S: serde::Serializer>(v: &[TapValue], s: S) -> Result<S::Ok, S::Error> {
+    let mut sorted: Vec<&TapValue> = v.iter().collect();
+    sorted.sort_by(|a, b| a.name.cmp(&b.name));
+    s.collect_map(sorted.into_iter().map(|t| (t.name.as_str(), t)))
 }
 
 /// Where a hook point's values come from.

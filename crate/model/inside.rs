@@ -14,6 +14,7 @@ use super::ModelError;
 // The results below are what the JS calls and the CLI return, serialized as they are
 // (camelCase; number arrays as typed arrays in the browser: crate::typed).
 
+// ts: export LogitLensResult
 /// What [`Session::logit_lens`] returns (JS `model.logitLens`, `ggweb lens`).
 #[derive(Clone, Debug)]
 #[cfg_attr(feature = "std", derive(serde::Serialize))]
@@ -30,6 +31,7 @@ pub struct Lens {
     pub logprobs: Vec<Vec<f32>>,
 }
 
+// ts: export PatchResult
 /// What [`Session::patch`] returns (JS `model.patch`, `ggweb patch`).
 #[derive(Clone, Debug)]
 #[cfg_attr(feature = "std", derive(serde::Serialize), serde(rename_all = "camelCase"))]
@@ -43,6 +45,7 @@ pub struct Patch {
     pub corrupted_diff: f32,
 }
 
+// ts: export AttributeResult
 /// What [`Session::attribute`] returns: each component's share of the logit difference
 /// (JS `model.attribute`).
 #[derive(Clone, Debug, Default)]
@@ -65,14 +68,19 @@ pub struct Attribution {
     pub total: f32,
 }
 
-/// What [`Session::run`] returns.
+// ts: export RunResult
+/// What [`Session::run`] returns (the API's `run` result: `cache` as `{ [hook]: { shape, data } }`).
 #[derive(Clone, Debug)]
+#[cfg_attr(feature = "std", derive(serde::Serialize))]
 pub struct Run {
+    #[cfg_attr(feature = "std", serde(serialize_with = "crate::typed::u32s"))]
     pub tokens: Vec<u32>,
     /// `[n][n_vocab]`, every position.
+    #[cfg_attr(feature = "std", serde(serialize_with = "crate::typed::f32s"))]
     pub logits: Vec<f32>,
     /// The captured hook points, by TransformerLens's names, in its forward order; `ne` is
     /// TransformerLens's shape reversed.
+    #[cfg_attr(feature = "std", serde(serialize_with = "super::hooks::by_name"))]
     pub cache: Vec<TapValue>,
 }
 
@@ -374,6 +382,8 @@ impl Session {
                 sae.hook_name
             )));
         }
-        sae.encode(x, top_k)
+        let mut r = sae.encode(x, top_k)?;
+        r.tokens = tokens.to_vec();
+        Ok(r)
     }
 }

@@ -27,12 +27,22 @@ pub struct Sae {
     b_dec: Vec<f32>,
 }
 
+// ts: export SaeEncoded
 /// The features of one encode: per position, the `top_k` largest (index, value), how many are
 /// active (l0) and the reconstruction's mean squared error.
+/// Serializes as the API's `sae.encode` result.
 #[derive(Clone, Debug)]
+#[cfg_attr(feature = "std", derive(serde::Serialize))]
 pub struct Encoded {
+    /// The encoded tokens ([`Session::sae_encode`](super::session::Session) fills them in).
+    #[cfg_attr(feature = "std", serde(serialize_with = "crate::typed::u32s"))]
+    pub tokens: Vec<u32>,
+    /// `{ index, value }` per feature, per position.
+    #[cfg_attr(feature = "std", serde(serialize_with = "crate::typed::index_values"))]
     pub top: Vec<Vec<(u32, f32)>>,
+    #[cfg_attr(feature = "std", serde(serialize_with = "crate::typed::f32s"))]
     pub l0: Vec<f32>,
+    #[cfg_attr(feature = "std", serde(serialize_with = "crate::typed::f32s"))]
     pub mse: Vec<f32>,
 }
 
@@ -138,7 +148,7 @@ impl Sae {
         if x.len() % di != 0 {
             return Err(ModelError::Invalid(format!("{} values are not rows of d_in {di}", x.len())));
         }
-        let mut out = Encoded { top: Vec::new(), l0: Vec::new(), mse: Vec::new() };
+        let mut out = Encoded { tokens: Vec::new(), top: Vec::new(), l0: Vec::new(), mse: Vec::new() };
         let mut f = alloc::vec![0f32; ds];
         for row in x.chunks_exact(di) {
             let input: Vec<f32> =

@@ -99,7 +99,7 @@ impl Default for GenerateOptions {
     }
 }
 
-/// Why a generation ended.
+/// Why a generation ended (serialized as [`StopReason::as_str`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum StopReason {
     Eos,
@@ -120,8 +120,17 @@ impl StopReason {
     }
 }
 
+#[cfg(feature = "std")]
+impl serde::Serialize for StopReason {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+// ts: export TopToken
 /// One of the most likely tokens at a step.
 #[derive(Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "std", derive(serde::Serialize))]
 pub struct TopToken {
     pub token: u32,
     /// The token's own bytes, lossy (a piece of a character shows as U+FFFD).
@@ -129,22 +138,31 @@ pub struct TopToken {
     pub logprob: f32,
 }
 
-/// One generated token.
+// ts: export Item
+/// One generated token; serializes as the API's item `{ token, text, logprob?, top? }`
+/// (`seq`, which only a run of several sequences reports, is left to the front end).
 #[derive(Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "std", derive(serde::Serialize))]
 pub struct Item {
     /// The sequence (0..n) this token continues; 0 with one sequence and in beam search.
+    #[cfg_attr(feature = "std", serde(skip))]
     pub seq: usize,
     pub token: u32,
     /// Text released with this token: whole characters only; may be empty.
     pub text: String,
     /// With `top_logprobs > 0`: ln softmax of the raw logits (before temperature,
     /// penalties or bias) at this token.
+    #[cfg_attr(feature = "std", serde(skip_serializing_if = "Option::is_none"))]
     pub logprob: Option<f32>,
+    /// With `top_logprobs > 0` (and only then not empty).
+    #[cfg_attr(feature = "std", serde(skip_serializing_if = "Vec::is_empty"))]
     pub top: Vec<TopToken>,
 }
 
-/// Counters of the current (or last) generation.
+/// Counters of the current (or last) generation (the API's `stats()`: camelCase, `stop`
+/// null while it runs, `webgpu` null without a WebGPU backend).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "std", derive(serde::Serialize), serde(rename_all = "camelCase"))]
 pub struct GenerationStats {
     pub prompt_tokens: usize,
     /// Prompt positions taken from the KV cache instead of evaluated.
@@ -156,35 +174,61 @@ pub struct GenerationStats {
     pub webgpu: Option<BackendStats>,
 }
 
-/// What [`Session::score`] returns: row `i` is the prediction of `tokens[i + 1]`.
+// ts: export ScoreResult
+/// What [`Session::score`] returns: row `i` is the prediction of `tokens[i + 1]`. Serializes
+/// as the API's `score` result (typed arrays in the browser: `crate::typed`).
 #[derive(Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "std", derive(serde::Serialize), serde(rename_all = "camelCase"))]
 pub struct Score {
+    #[cfg_attr(feature = "std", serde(serialize_with = "crate::typed::u32s"))]
     pub tokens: Vec<u32>,
+    /// Position i: ln p(tokens[i+1] | tokens[0..=i]); length n-1.
+    #[cfg_attr(feature = "std", serde(serialize_with = "crate::typed::f32s"))]
     pub logprobs: Vec<f32>,
-    /// Vocabulary entries with a strictly higher logprob (0: the argmax).
+    /// Vocabulary entries with a strictly higher logprob (0 = the argmax); length n-1.
+    #[cfg_attr(feature = "std", serde(serialize_with = "crate::typed::u32s"))]
     pub ranks: Vec<u32>,
-    /// Nats.
+    /// Entropy of each prediction, in nats; length n-1.
+    #[cfg_attr(feature = "std", serde(serialize_with = "crate::typed::f32s"))]
     pub entropies: Vec<f32>,
-    /// `(id, logprob)`, descending, `top_k` per row.
+    /// n-1 rows of `top_k` `(id, logprob)` (JS `{ token, logprob }`), descending.
+    #[cfg_attr(feature = "std", serde(serialize_with = "crate::typed::token_logprobs"))]
     pub top: Vec<Vec<(u32, f32)>>,
+    /// Positions whose results came from the prompt cache.
     pub cached_tokens: usize,
-    /// The WebGPU work of this call (None when the model has no WebGPU backend).
+    /// This call's WebGPU work; only when the model runs on WebGPU (None without a WebGPU backend).
+    #[cfg_attr(feature = "std", serde(skip_serializing_if = "Option::is_none"))]
     pub webgpu: Option<BackendStats>,
 }
 
-/// What [`Session::trace`] returns.
+// ts: export TraceResult
+/// What [`Session::trace`] returns; serializes as the API's `trace` result (`nodes` as
+/// `{ [name]: { shape, data } }`, `compute_bytes` as `memory: { compute }`).
 #[derive(Clone, Debug)]
+#[cfg_attr(feature = "std", derive(serde::Serialize))]
 pub struct Trace {
+    #[cfg_attr(feature = "std", serde(serialize_with = "crate::typed::u32s"))]
     pub tokens: Vec<u32>,
-    /// Per layer `[head][query][key]`, softmaxed, masked entries 0 (with tap `attn`).
+    /// With tap `attn`: per layer, n_head·n·n floats laid out `[head][query][key]`: the
+    /// softmaxed attention probabilities (masked entries 0), as Hugging Face's `output_attentions`.
+    #[cfg_attr(
+        feature = "std",
+        serde(skip_serializing_if = "Option::is_none", serialize_with = "crate::typed::f32s_list_some")
+    )]
     pub attn: Option<Vec<Vec<f32>>>,
-    /// `n_layer + 1` arrays `[token][feature]`: Hugging Face's `output_hidden_states`
-    /// (embeddings, each block's output, the last one after `ln_f`) (with tap `hidden`).
+    /// With tap `hidden`: `n_layer + 1` arrays of n·n_embd floats, `[token][feature]`: Hugging
+    /// Face's `output_hidden_states` (embeddings, each block's output, the last after `ln_f`).
+    #[cfg_attr(
+        feature = "std",
+        serde(skip_serializing_if = "Option::is_none", serialize_with = "crate::typed::f32s_list_some")
+    )]
     pub hidden: Option<Vec<Vec<f32>>>,
-    /// Other taps: graph nodes by their ggml names, and TransformerLens hook points by theirs
-    /// (see [`super::hooks`]).
+    /// Other taps by name (graph nodes by their ggml names, TransformerLens hook points by
+    /// theirs: [`super::hooks`]): `shape` outermost first (ggml's ne reversed, leading 1s dropped).
+    #[cfg_attr(feature = "std", serde(serialize_with = "super::hooks::by_name"))]
     pub nodes: Vec<TapValue>,
-    /// Compute bytes of the traced graph's plan, with the taps kept alive.
+    /// Compute bytes of the traced graph's plan, with the requested taps kept alive (JS `memory.compute`).
+    #[cfg_attr(feature = "std", serde(rename = "memory", serialize_with = "crate::typed::compute"))]
     pub compute_bytes: usize,
 }
 
@@ -200,10 +244,13 @@ struct Row {
     top: Vec<(u32, f32)>,
 }
 
+// ts: export Beam
 /// One beam-searched sequence: its generated tokens and score (summed logprob while
 /// running; divided by length^length_penalty once finished).
 #[derive(Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "std", derive(serde::Serialize))]
 pub struct Beam {
+    #[cfg_attr(feature = "std", serde(serialize_with = "crate::typed::u32s"))]
     pub tokens: Vec<u32>,
     pub score: f32,
 }

@@ -1,8 +1,8 @@
 // A test double of the wasm-bindgen glue (web/pkg/ggweb_core.js), with the same surface as
 // crate/bindings: the module functions (version, init_panic_hook, available_backends,
-// cpu_threads, load_options, live_gpu_buffers, wasm_memory_bytes, wasm_heap_base), WasmLoader (its
+// cpu_threads, load_options, live_gpu_buffers, methods, wasm_memory_bytes, wasm_heap_base), WasmLoader (its
 // constructor, the async WasmLoader.create and warm_up), WasmModel (prompt_step, next, logits,
-// score and trace async as in the real glue, stats, _debugLoseDevice, n_ctx, eos) and WasmInspector (Model.inspect's header reader). It lets
+// call (the method table's score and trace; the rest unsupported) async as in the real glue, stats, _debugLoseDevice, n_ctx, eos) and WasmInspector (Model.inspect's header reader). It lets
 // tests/e2e/api.spec.mjs drive the real JS layer (streaming, progress, errors, abort,
 // worker messages, cache) in Chromium without a model, through the same calls it makes on
 // the real module (api.spec checks the two surfaces are the same). It checks what a loader
@@ -25,6 +25,10 @@ export function load_options(o) {
   return { nCtx: o?.nCtx ?? 0, nBatch: o?.nBatch ?? 32, backend: o?.backend ?? 'cpu', gpuLayers: o?.gpuLayers ?? null, nThreads: o?.nThreads ?? 1, kvType: o?.kvType ?? 'f32' };
 }
 export function live_gpu_buffers() { return 0; }
+export function methods() {
+  return ['score', 'trace', 'run', 'patch', 'logitLens', 'attribute', 'saeEncode']
+    .map((name) => ({ name, public: name === 'saeEncode' ? 'sae.encode' : name, inputs: name === 'patch' ? ['clean', 'corrupted'] : ['input'], sae: name === 'saeEncode' }));
+}
 export function wasm_memory_bytes() { return 16 * 65536; }
 export function wasm_heap_base() { return 65536; }
 
@@ -140,9 +144,21 @@ export class WasmModel {
   stats() {
     return { promptTokens: this.prompt?.length ?? 0, cachedTokens: 0, tokens: this.produced ?? 0, stop: this.stop ?? null, webgpu: null };
   }
-  /** Each position predicts the next id with logprob -1 at rank 0 (entropy 0, no top-k). */
-  async score(ids, opts) {
+  /** The method table's long calls (crate/common/methods.rs), as the real glue dispatches them. */
+  async call(method, inputs, opts, checkpoint) {
     this.#alive();
+    switch (method) {
+      case 'score': return this.#score(...inputs);
+      case 'trace': return this.#trace(...inputs);
+      case 'run': case 'patch': case 'logitLens': case 'attribute':
+        // No graph, no hook points: the looking-inside calls are not this fake's to answer.
+        throw Object.assign(new Error(`${method}: the fake core has no graph`), { code: 'unsupported' });
+      default: throw Object.assign(new Error(`unknown method ${JSON.stringify(method)}`), { code: 'invalid' });
+    }
+  }
+  async callSae() { this.#alive(); throw Object.assign(new Error('sae.encode: the fake core has no graph'), { code: 'unsupported' }); }
+  /** Each position predicts the next id with logprob -1 at rank 0 (entropy 0, no top-k). */
+  #score(ids) {
     const n = Math.max(ids.length - 1, 0);
     return {
       tokens: Uint32Array.from(ids), logprobs: new Float32Array(n).fill(-1), ranks: new Uint32Array(n),
@@ -150,16 +166,9 @@ export class WasmModel {
     };
   }
   /** No graph to tap: the tokens, no named nodes, no compute memory. */
-  async trace(ids, opts) {
-    this.#alive();
+  #trace(ids) {
     return { tokens: Uint32Array.from(ids), nodes: {}, memory: { compute: 0 } };
   }
-  /** No graph, no hook points: the looking-inside calls are not this fake's to answer. */
-  async run() { this.#alive(); throw Object.assign(new Error('run: the fake core has no graph'), { code: 'unsupported' }); }
-  async patch() { this.#alive(); throw Object.assign(new Error('patch: the fake core has no graph'), { code: 'unsupported' }); }
-  async logitLens() { this.#alive(); throw Object.assign(new Error('logitLens: the fake core has no graph'), { code: 'unsupported' }); }
-  async attribute() { this.#alive(); throw Object.assign(new Error('attribute: the fake core has no graph'), { code: 'unsupported' }); }
-  async saeEncode() { this.#alive(); throw Object.assign(new Error('sae.encode: the fake core has no graph'), { code: 'unsupported' }); }
   checkSae() { this.#alive(); }
   n_ctx() { return this.opts.nCtx ?? 4096; }
   eos() { return -1; }

@@ -342,7 +342,7 @@ test('the wasm seam: next() is the whole item or undefined, stats() says why it 
     out.plain = await run({ maxTokens: 3, temperature: 0 });
     out.top = await run({ maxTokens: 2, temperature: 0, topLogprobs: 2 });
     out.badStart = code(() => model.start(Uint32Array.from(ids), { maxTokens: 1, top_k: 3 }));
-    const sc = await model.score(Uint32Array.from(ids), { topK: 1 });
+    const sc = await model.call('score', [Uint32Array.from(ids)], { topK: 1 });
     out.score = { tokens: sc.tokens.constructor.name, logprobs: sc.logprobs.constructor.name, top: sc.top[0] };
     model.free();
     return out;
