@@ -52,6 +52,8 @@ macro_rules! api_calls {
         }
     };
 }
+// Read by the wasm bindings' dispatcher only (native builds expand it for METHODS alone).
+#[cfg_attr(not(target_arch = "wasm32"), allow(unused_imports))]
 pub(crate) use api_calls;
 
 /// One entry of the table, as the JS side reads it.
