@@ -57,11 +57,56 @@ pub struct TypeTraitsCpu {
     /// The kernel that reads weights repacked at load ([`super::repack`]), or None: weights
     /// of this type stay in ggml's layout on this ISA.
     pub packed: Option<&'static PackedKernel>,
+    /// F32 and F16 only: `mul_mat`'s product of these weights with f32 activations as they
+    /// are (not rounded to the `vec_dot_type` first, unlike ggml's F16 path: one rounding
+    /// less), in register tiles. Sums in its own order, so it agrees with `vec_dot` to
+    /// rounding, not bit for bit (the model's float logits have always come from it).
+    pub float_gemm: Option<FloatGemm>,
+}
+
+/// A block of float dot products, `mul_mat`'s inner kernel for F32 and F16 weights:
+/// `c[j·ldc + i] = Σ_l a[i·lda + l] · b[j·ldb + l]` for `i < m`, `j < n`, `l < k`, the rows
+/// of `a` f32 or f16 bits as the entry's type says. Strides are in elements. A result does
+/// not depend on the tile it fell in (a 1×1 call gives the same bits).
+///
+/// # Safety
+/// Every row named must be readable for `k` elements and every `c` element writable, and
+/// the pointer only called from the table of an ISA this machine runs.
+pub type FloatGemm = unsafe fn(
+    k: usize,
+    m: usize,
+    n: usize,
+    a: *const u8,
+    lda: usize,
+    b: *const f32,
+    ldb: usize,
+    c: *mut f32,
+    ldc: usize,
+);
+
+/// One instruction set's kernels: the per-type entries (ggml-cpu's `type_traits_cpu`) and
+/// the f32 row helpers of the elementwise ops, which have no type to hang on. One of these
+/// per ISA, picked in one place ([`super::traits`]).
+pub struct Kernels {
+    /// For tests and `ggweb bench`: "scalar", "avx2", "simd128".
+    pub name: &'static str,
+    /// Indexed by `GgmlType as usize`.
+    pub types: [TypeTraitsCpu; N_TYPES],
+    /// f16 bits → f32, exactly ([`super::f16_bits_to_f32`] per element).
+    pub f16_to_f32: fn(src: &[u16], dst: &mut [f32]),
+    /// GELU (tanh form) in place, as [`super::gelu_f32`] defines it (f64, rounded once);
+    /// the SIMD forms evaluate the same formula with a polynomial exp accurate to ~1e-11.
+    pub gelu: fn(x: &mut [f32]),
+    /// `x[i] = exp(x[i] - sub)` (f32, within 2 ulp; 0 below -87.3), returning Σ x[i] in
+    /// f64: a softmax row's exponentials.
+    pub exp_sum: fn(x: &mut [f32], sub: f32) -> f64,
+    /// The largest element (-inf for an empty row; NaNs are not looked for).
+    pub max: fn(x: &[f32]) -> f32,
 }
 
 /// Indexed by `GgmlType as usize` (ggml's type ids; the gaps hold empty entries).
 pub(crate) const N_TYPES: usize = GgmlType::BF16 as usize + 1;
-pub(crate) type Table = [TypeTraitsCpu; N_TYPES];
+pub(crate) type Table = Kernels;
 
 const EMPTY: TypeTraitsCpu = TypeTraitsCpu {
     to_float: None,
@@ -70,6 +115,7 @@ const EMPTY: TypeTraitsCpu = TypeTraitsCpu {
     vec_dot_type: GgmlType::F32,
     gemm: None,
     packed: None,
+    float_gemm: None,
 };
 
 /// The portable kernels every table starts from.
@@ -103,7 +149,16 @@ pub(crate) const fn scalar_table() -> Table {
     set!(Q4_K, Some(|_, a, b| scalar::vec_dot_q4_k_q8_k(a, b)));
     set!(Q5_K, Some(|_, a, b| scalar::vec_dot_q5_k_q8_k(a, b)));
     set!(Q6_K, Some(|_, a, b| scalar::vec_dot_q6_k_q8_k(a, b)));
-    t
+    t[F32 as usize].float_gemm = Some(scalar::simd::gemm_f32);
+    t[F16 as usize].float_gemm = Some(scalar::simd::gemm_f16);
+    Kernels {
+        name: "scalar",
+        types: t,
+        f16_to_f32: scalar::simd::f16_to_f32,
+        gelu: scalar::simd::gelu,
+        exp_sum: scalar::simd::exp_sum,
+        max: scalar::simd::max,
+    }
 }
 
 /// A kernel that reads the packed layout: one row of b against `ng` groups of a.

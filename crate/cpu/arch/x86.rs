@@ -33,7 +33,7 @@ mod activations;
 mod kquants;
 mod packed;
 mod packed512;
-pub mod simd;
+mod simd;
 
 pub(super) use activations::col_prep_q8_0;
 
@@ -47,47 +47,54 @@ pub(super) const fn table(vnni: Vnni) -> Table {
     let mut t = super::kernel::scalar_table();
     macro_rules! blocks {
         ($($ty:ident => $kernel:ident),*) => {
-            $(t[$ty as usize].vec_dot = Some(|_, a, b| unsafe { $kernel(cast_slice(a), cast_slice(b)) });)*
+            $(t.types[$ty as usize].vec_dot = Some(|_, a, b| unsafe { $kernel(cast_slice(a), cast_slice(b)) });)*
         };
     }
     blocks!(Q8_0 => q8_0_q8_0, Q4_0 => q4_0_q8_0, Q4_1 => q4_1_q8_1, Q5_0 => q5_0_q8_0, Q5_1 => q5_1_q8_1,
         Q2_K => q2_k_q8_k, Q3_K => q3_k_q8_k, Q4_K => q4_k_q8_k, Q5_K => q5_k_q8_k, Q6_K => q6_k_q8_k);
-    t[F32 as usize].vec_dot = Some(|n, a, b| unsafe { f32_dot(n, a, b) });
-    t[F16 as usize].vec_dot = Some(|n, a, b| unsafe { f16_dot(n, a, b) });
-    t[BF16 as usize].vec_dot = Some(|n, a, b| unsafe { bf16_dot(n, a, b) });
+    t.types[F32 as usize].vec_dot = Some(|n, a, b| unsafe { f32_dot(n, a, b) });
+    t.types[F32 as usize].float_gemm = Some(simd::gemm_f32);
+    t.types[F16 as usize].float_gemm = Some(simd::gemm_f16);
+    t.name = "avx2";
+    t.f16_to_f32 = simd::f16_to_f32;
+    t.gelu = simd::gelu;
+    t.exp_sum = simd::exp_sum;
+    t.max = simd::max;
+    t.types[F16 as usize].vec_dot = Some(|n, a, b| unsafe { f16_dot(n, a, b) });
+    t.types[BF16 as usize].vec_dot = Some(|n, a, b| unsafe { bf16_dot(n, a, b) });
     let (q8, q4) = match vnni {
         Vnni::None => (&PLAIN_Q8_0, &PLAIN_Q4_0),
         Vnni::Vex => (&VEX, &VEX),
         Vnni::Evex => (&EVEX, &EVEX),
     };
-    t[Q8_0 as usize].from_float = Some(|src, dst| unsafe { activations::quantize_q8_0(src, dst) });
-    t[Q8_K as usize].from_float = Some(|src, dst| unsafe { activations::quantize_q8_k(src, dst) });
-    t[Q8_0 as usize].gemm = Some(q8);
-    t[Q8_0 as usize].packed = match vnni {
+    t.types[Q8_0 as usize].from_float = Some(|src, dst| unsafe { activations::quantize_q8_0(src, dst) });
+    t.types[Q8_K as usize].from_float = Some(|src, dst| unsafe { activations::quantize_q8_k(src, dst) });
+    t.types[Q8_0 as usize].gemm = Some(q8);
+    t.types[Q8_0 as usize].packed = match vnni {
         Vnni::None => None,
         Vnni::Vex => Some(&packed::PACKED_Q8_0[0]),
         Vnni::Evex => Some(&packed::PACKED_Q8_0[1]),
     };
-    t[Q4_K as usize].packed = match vnni {
+    t.types[Q4_K as usize].packed = match vnni {
         Vnni::None => None,
         Vnni::Vex => Some(&packed::PACKED_Q4_K[0]),
         Vnni::Evex => Some(&packed::PACKED_Q4_K[1]),
     };
-    t[Q6_K as usize].packed = match vnni {
+    t.types[Q6_K as usize].packed = match vnni {
         Vnni::None => None,
         Vnni::Vex => Some(&packed::PACKED_Q6_K[0]),
         Vnni::Evex => Some(&packed::PACKED_Q6_K[1]),
     };
-    t[Q4_0 as usize].gemm = Some(q4);
+    t.types[Q4_0 as usize].gemm = Some(q4);
     let v = vnni as usize;
-    t[Q5_0 as usize].gemm = Some(&U_GEMMS[v][0]);
-    t[Q4_1 as usize].gemm = Some(&U_GEMMS[v][1]);
-    t[Q5_1 as usize].gemm = Some(&U_GEMMS[v][2]);
-    t[Q2_K as usize].gemm = Some(&kquants::GEMMS[0]);
-    t[Q3_K as usize].gemm = Some(&kquants::GEMMS[1]);
-    t[Q4_K as usize].gemm = Some(&kquants::GEMMS[2]);
-    t[Q5_K as usize].gemm = Some(&kquants::GEMMS[3]);
-    t[Q6_K as usize].gemm = Some(&kquants::GEMMS[4]);
+    t.types[Q5_0 as usize].gemm = Some(&U_GEMMS[v][0]);
+    t.types[Q4_1 as usize].gemm = Some(&U_GEMMS[v][1]);
+    t.types[Q5_1 as usize].gemm = Some(&U_GEMMS[v][2]);
+    t.types[Q2_K as usize].gemm = Some(&kquants::GEMMS[0]);
+    t.types[Q3_K as usize].gemm = Some(&kquants::GEMMS[1]);
+    t.types[Q4_K as usize].gemm = Some(&kquants::GEMMS[2]);
+    t.types[Q5_K as usize].gemm = Some(&kquants::GEMMS[3]);
+    t.types[Q6_K as usize].gemm = Some(&kquants::GEMMS[4]);
     t
 }
 
@@ -96,9 +103,9 @@ pub(super) const fn table(vnni: Vnni) -> Table {
 pub(super) const fn table_512() -> Table {
     use GgmlType::*;
     let mut t = table(Vnni::Evex);
-    t[Q8_0 as usize].packed = Some(&packed512::PACKED_Q8_0);
-    t[Q4_K as usize].packed = Some(&packed512::PACKED_Q4_K);
-    t[Q6_K as usize].packed = Some(&packed512::PACKED_Q6_K);
+    t.types[Q8_0 as usize].packed = Some(&packed512::PACKED_Q8_0);
+    t.types[Q4_K as usize].packed = Some(&packed512::PACKED_Q4_K);
+    t.types[Q6_K as usize].packed = Some(&packed512::PACKED_Q6_K);
     t
 }
 
