@@ -31,18 +31,27 @@ pub struct PromptGemm {
     pub(crate) chunk: usize,
 }
 
-pub(crate) type GemmRows = fn(
-    ty: GgmlType,
-    nb: usize,
-    m: usize,
-    a: &[u8],
-    lda: usize,
-    b: &[u8],
-    ldb: usize,
-    cols: &ColPrep,
-    c: &mut [f32],
-    ldc: usize,
-);
+/// The arguments of every quantized product kernel, by reference (ggml's `compute_params`
+/// plus the operands): `c[j·ldc + i]` = row i of `a` · row j of `b`, for `i < m` and every row
+/// j of b the kernel takes (`cols.plain.len()` of them; a prompt kernel skips those marked
+/// `plain`). Rows of `a` hold `nb` blocks of `ty`, `lda` bytes apart (a packed kernel: whole
+/// groups of rows, `m` a multiple of the group); rows of `b`, of the `vec_dot_type`, `ldb`
+/// bytes apart; `cols` what [`super::gemm`] took from b's rows once. A packed decode takes
+/// one row of b and writes `c[0..m]`.
+pub(crate) struct GemmArgs<'a> {
+    pub ty: GgmlType,
+    pub nb: usize,
+    pub m: usize,
+    pub a: &'a [u8],
+    pub lda: usize,
+    pub b: &'a [u8],
+    pub ldb: usize,
+    pub cols: &'a ColPrep,
+    pub c: &'a mut [f32],
+    pub ldc: usize,
+}
+
+pub(crate) type GemmRows = fn(&mut GemmArgs);
 
 /// One type's CPU kernels (None: the type has no such kernel).
 #[derive(Clone, Copy)]
@@ -165,8 +174,8 @@ pub(crate) const fn scalar_table() -> Table {
 pub struct PackedKernel {
     /// For tests and `ggweb bench` to show which kernel a build runs.
     pub name: &'static str,
-    /// `c[R·g + r]` = row R·g + r of `a` (`ng` groups of `nb` blocks, R = [`super::repack::group`]) · the
-    /// row `b` (of the vec_dot_type). False (c untouched) where this kernel cannot take `b` exactly (a
+    /// `c[i]` = row i of `a` (`m` rows in groups of R = [`super::repack::group`], `nb`
+    /// blocks each) · the one row `b` (of the vec_dot_type). False (c untouched) where this kernel cannot take `b` exactly (a
     /// relaxed product with an activation of -128): the caller unpacks instead.
     pub(crate) decode: PackedDecode,
     /// Reads the block quant sums of b (`ColPrep::ysum`).
@@ -177,8 +186,7 @@ pub struct PackedKernel {
     pub(crate) prompt: Option<&'static PromptGemm>,
 }
 
-pub(crate) type PackedDecode =
-    fn(ty: GgmlType, nb: usize, ng: usize, a: &[u8], b: &[u8], cols: &ColPrep, c: &mut [f32]) -> bool;
+pub(crate) type PackedDecode = fn(&mut GemmArgs) -> bool;
 
 /// Rows per group of wasm's layout (the smallest group of any [`layout`](super::repack::layout)).
 pub const GROUP: usize = 4;

@@ -24,6 +24,7 @@
 //! the row helpers sum in each ISA's own order, so they agree to rounding across ISAs.
 
 mod kernel;
+use kernel::GemmArgs;
 pub mod repack;
 pub mod scalar;
 pub mod traits;
@@ -256,7 +257,7 @@ pub(crate) fn gemm_with(
         let nc = chunk.min(n - j0);
         let c = &mut c[j0 * ldc..];
         let cols = ColPrep::new(vt, nb, nc, &b[j0 * ldb..], ldb, g.needs_plain, g.wants_sums);
-        (g.rows)(ty, nb, m, a, lda, &b[j0 * ldb..], ldb, &cols, c, ldc);
+        (g.rows)(&mut GemmArgs { ty, nb, m, a, lda, b: &b[j0 * ldb..], ldb, cols: &cols, c, ldc });
         // Rows of b the fast product cannot take.
         if cols.plain.contains(&true) {
             dots(j0, nc, b, c, Some(&cols.plain));

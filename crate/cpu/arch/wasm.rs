@@ -9,7 +9,7 @@ use core::arch::wasm32::*;
 
 use bytemuck::cast_slice;
 
-use super::kernel::{PromptGemm, Table};
+use super::kernel::{GemmArgs, PromptGemm, Table};
 use super::scalar::{self, reduce8, LANES};
 use crate::quants::blocks::*;
 use crate::types::GgmlType;
@@ -423,56 +423,24 @@ float_kernel!(
 /// b (a decode step), pairs go in register tiles of [`MR`] rows of a × [`NR`] rows of b
 /// ([`tile_dot`]), so each loaded vector serves several products; pairs outside whole
 /// tiles through [`row_dot`].
-#[allow(clippy::too_many_arguments)]
-pub(super) fn gemm_rows(
-    ty: GgmlType,
-    nb: usize,
-    m: usize,
-    a: &[u8],
-    lda: usize,
-    b: &[u8],
-    ldb: usize,
-    cols: &super::ColPrep,
-    c: &mut [f32],
-    ldc: usize,
-) {
-    gemm_rows_form(false, ty, nb, m, a, lda, b, ldb, cols, c, ldc)
+pub(super) fn gemm_rows(g: &mut GemmArgs) {
+    gemm_rows_form(false, g)
 }
 
 /// [`gemm_rows`] on weights repacked at load ([`super::repack`]): `m` rows of whole groups and
 /// at least [`PANEL_MIN_N`] rows of b, so the panel kernels, whose panels are the groups.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn gemm_rows_packed(
-    ty: GgmlType,
-    nb: usize,
-    m: usize,
-    a: &[u8],
-    lda: usize,
-    b: &[u8],
-    ldb: usize,
-    cols: &super::ColPrep,
-    c: &mut [f32],
-    ldc: usize,
-) {
-    assert!(ty == GgmlType::Q8_0 && m % PANEL == 0 && cols.plain.len() >= PANEL_MIN_N && !cols.plain.contains(&true));
-    gemm_rows_form(true, ty, nb, m, a, lda, b, ldb, cols, c, ldc)
+pub(super) fn gemm_rows_packed(g: &mut GemmArgs) {
+    let cols = g.cols;
+    assert!(
+        g.ty == GgmlType::Q8_0 && g.m % PANEL == 0 && cols.plain.len() >= PANEL_MIN_N && !cols.plain.contains(&true)
+    );
+    gemm_rows_form(true, g)
 }
 
-#[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn gemm_rows_form(
-    packed: bool,
-    ty: GgmlType,
-    nb: usize,
-    m: usize,
-    a: &[u8],
-    lda: usize,
-    b: &[u8],
-    ldb: usize,
-    cols: &super::ColPrep,
-    c: &mut [f32],
-    ldc: usize,
-) {
+fn gemm_rows_form(packed: bool, g: &mut GemmArgs) {
+    let GemmArgs { ty, nb, m, a, lda, b, ldb, cols, ldc, .. } = *g;
+    let c = &mut *g.c;
     let nbp = cols.nbp;
     let n = cols.plain.len();
     #[cfg(target_feature = "relaxed-simd")]

@@ -24,7 +24,7 @@ use alloc::vec::Vec;
 
 use bytemuck::cast_slice;
 
-use super::kernel::{PromptGemm, Table};
+use super::kernel::{GemmArgs, PromptGemm, Table};
 use super::scalar::{self, reduce8, LANES};
 use crate::quants::blocks::*;
 use crate::types::GgmlType;
@@ -116,9 +116,7 @@ static U_GEMMS: [[PromptGemm; 3]; 3] = {
             PromptGemm {
                 name: $name,
                 // SAFETY: as in [`table`]; `gemm` checked the rows and sized `cols`.
-                rows: |_, nb, m, a, lda, b, ldb, cols, c, ldc| unsafe {
-                    gemm_rows_u::<$X, $v>(nb, m, a, lda, b, ldb, cols, c, ldc)
-                },
+                rows: |g| unsafe { gemm_rows_u::<$X, $v>(g) },
                 needs_plain: false,
                 wants_sums: true,
                 chunk: crate::cpu::arch::L1_CHUNK,
@@ -148,7 +146,7 @@ pub(super) enum Vnni {
 // SAFETY of the closures: as in [`table`]; `gemm` checked the rows and sized `cols`.
 const PLAIN: PromptGemm = PromptGemm {
     name: "avx2 tiles",
-    rows: |ty, nb, m, a, lda, b, ldb, cols, c, ldc| unsafe { gemm_rows(ty, nb, m, a, lda, b, ldb, cols, c, ldc) },
+    rows: |g| unsafe { gemm_rows(g) },
     needs_plain: false,
     wants_sums: true,
     chunk: crate::cpu::arch::L1_CHUNK,
@@ -158,18 +156,14 @@ static PLAIN_Q8_0: PromptGemm = PromptGemm { needs_plain: true, ..PLAIN };
 static PLAIN_Q4_0: PromptGemm = PLAIN;
 static VEX: PromptGemm = PromptGemm {
     name: "avx2 tiles (avx-vnni vpdpbusd)",
-    rows: |ty, nb, m, a, lda, b, ldb, cols, c, ldc| unsafe {
-        gemm_rows_vnni::<false>(ty, nb, m, a, lda, b, ldb, cols, c, ldc)
-    },
+    rows: |g| unsafe { gemm_rows_vnni::<false>(g) },
     needs_plain: false,
     wants_sums: true,
     chunk: crate::cpu::arch::L1_CHUNK,
 };
 static EVEX: PromptGemm = PromptGemm {
     name: "avx2 tiles (avx512-vnni vpdpbusd)",
-    rows: |ty, nb, m, a, lda, b, ldb, cols, c, ldc| unsafe {
-        gemm_rows_vnni::<true>(ty, nb, m, a, lda, b, ldb, cols, c, ldc)
-    },
+    rows: |g| unsafe { gemm_rows_vnni::<true>(g) },
     needs_plain: false,
     wants_sums: true,
     chunk: crate::cpu::arch::L1_CHUNK,
@@ -534,20 +528,10 @@ float_kernel!(bf16_dot, 2, |p| _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm25
 /// # Safety
 /// AVX2 and F16C must be available; `m` rows of `a` (`lda` apart) and the rows of `b`
 /// (`ldb` apart) must be whole rows of `nb` blocks; `c` must hold `(n-1)·ldc + m`.
-#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,f16c")]
-pub(super) unsafe fn gemm_rows(
-    ty: GgmlType,
-    nb: usize,
-    m: usize,
-    a: &[u8],
-    lda: usize,
-    b: &[u8],
-    ldb: usize,
-    cols: &super::ColPrep,
-    c: &mut [f32],
-    ldc: usize,
-) {
+pub(super) unsafe fn gemm_rows(g: &mut GemmArgs) {
+    let GemmArgs { ty, nb, m, a, lda, b, ldb, cols, ldc, .. } = *g;
+    let c = &mut *g.c;
     let nbp = cols.nbp;
     let mut dx = vec![0f32; nbp];
     // Unpacking Q4_0 nibbles into a buffer pays off when several rows of b reuse them.
@@ -696,20 +680,10 @@ unsafe fn dpbusd<const EVEX: bool>(acc: __m256i, u: __m256i, y: __m256i) -> __m2
 /// # Safety
 /// As for [`gemm_rows`], and the `vpdpbusd` form asked for must be available ([`vnni`]:
 /// `EVEX` for [`Vnni::Evex`], else [`Vnni::Vex`]).
-#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,f16c")]
-pub(super) unsafe fn gemm_rows_vnni<const EVEX: bool>(
-    ty: GgmlType,
-    nb: usize,
-    m: usize,
-    a: &[u8],
-    lda: usize,
-    b: &[u8],
-    ldb: usize,
-    cols: &super::ColPrep,
-    c: &mut [f32],
-    ldc: usize,
-) {
+pub(super) unsafe fn gemm_rows_vnni<const EVEX: bool>(g: &mut GemmArgs) {
+    let GemmArgs { ty, nb, m, a, lda, b, ldb, cols, ldc, .. } = *g;
+    let c = &mut *g.c;
     let nbp = cols.nbp;
     let n = cols.plain.len();
     let mut dx = vec![0f32; nbp];
@@ -833,19 +807,10 @@ ublock!(BlockQ5_1, 0, true, BlockQ8_1, 4, |x| q5_bytes(&x.qs, x.qh()), |x| x.m()
 ///
 /// # Safety
 /// As for [`gemm_rows`]; `V` > 0 only where that `vpdpbusd` form was detected.
-#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,f16c")]
-unsafe fn gemm_rows_u<X: UBlock, const V: u8>(
-    nb: usize,
-    m: usize,
-    a: &[u8],
-    lda: usize,
-    b: &[u8],
-    ldb: usize,
-    cols: &super::ColPrep,
-    c: &mut [f32],
-    ldc: usize,
-) {
+unsafe fn gemm_rows_u<X: UBlock, const V: u8>(g: &mut GemmArgs) {
+    let GemmArgs { nb, m, a, lda, b, ldb, cols, ldc, .. } = *g;
+    let c = &mut *g.c;
     let nbp = cols.nbp;
     let n = cols.plain.len();
     let mut dx = vec![0f32; nbp];
