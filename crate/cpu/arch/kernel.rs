@@ -111,7 +111,13 @@ pub struct Kernels {
     pub exp_sum: fn(x: &mut [f32], sub: f32) -> f64,
     /// The largest element (-inf for an empty row; NaNs are not looked for).
     pub max: fn(x: &[f32]) -> f32,
+    /// What [`super::gemm`] takes once from a Q8_0 row of b (`ColPrep`): per block its scale
+    /// as f32 into `dy`, its quant sum into `ysum` when `sums`; whether the row holds a -128
+    /// (looked for at least when `look`).
+    pub(crate) prep_q8_0: PrepQ8_0,
 }
+
+pub(crate) type PrepQ8_0 = fn(row: &[u8], nb: usize, dy: &mut [f32], ysum: &mut [i32], sums: bool, look: bool) -> bool;
 
 /// Indexed by `GgmlType as usize` (ggml's type ids; the gaps hold empty entries).
 pub(crate) const N_TYPES: usize = GgmlType::BF16 as usize + 1;
@@ -167,6 +173,7 @@ pub(crate) const fn scalar_table() -> Table {
         gelu: scalar::simd::gelu,
         exp_sum: scalar::simd::exp_sum,
         max: scalar::simd::max,
+        prep_q8_0: scalar::prep_q8_0,
     }
 }
 

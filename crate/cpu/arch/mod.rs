@@ -299,7 +299,7 @@ pub(crate) struct ColPrep {
 
 impl ColPrep {
     fn new(vt: GgmlType, nb: usize, n: usize, b: &[u8], ldb: usize, mark_plain: bool, want_sums: bool) -> ColPrep {
-        use blocks::{fp16_to_fp32, BlockQ8_0, BlockQ8_1};
+        use blocks::{fp16_to_fp32, BlockQ8_1};
         let nbp = nb.div_ceil(scalar::LANES) * scalar::LANES;
         let mut p = ColPrep { nbp, dy: Vec::new(), ysum: Vec::new(), sy: Vec::new(), plain: vec![false; n] };
         if vt == GgmlType::Q8_K {
@@ -319,27 +319,12 @@ impl ColPrep {
             return p;
         }
         p.ysum = vec![0; n * nbp];
-        #[cfg(target_arch = "x86_64")]
-        if Isa::best() == Isa::Avx2 {
-            for j in 0..n {
-                let (dy, ys) = (&mut p.dy[j * nbp..j * nbp + nb], &mut p.ysum[j * nbp..j * nbp + nb]);
-                // SAFETY: AVX2 and F16C were detected (Isa::Avx2); row j holds nb blocks.
-                let bad = unsafe { x86::col_prep_q8_0(&b[j * ldb..], nb, dy, ys, want_sums) };
-                p.plain[j] = mark_plain && bad;
-            }
-            return p;
-        }
+        let prep = kernels().prep_q8_0;
         for j in 0..n {
-            let ys: &[BlockQ8_0] = bytemuck::cast_slice(&b[j * ldb..j * ldb + nb * core::mem::size_of::<BlockQ8_0>()]);
-            for (t, y) in ys.iter().enumerate() {
-                p.dy[j * nbp + t] = fp16_to_fp32(y.d());
-                if want_sums {
-                    p.ysum[j * nbp + t] = y.qs.iter().map(|&q| q as i32).sum::<i32>();
-                }
-                if mark_plain && y.qs.contains(&i8::MIN) {
-                    p.plain[j] = true;
-                }
-            }
+            let (dy, ys) = (&mut p.dy[j * nbp..j * nbp + nb], &mut p.ysum[j * nbp..j * nbp + nb]);
+            let row = &b[j * ldb..j * ldb + nb * core::mem::size_of::<blocks::BlockQ8_0>()];
+            let bad = prep(row, nb, dy, ys, want_sums, mark_plain);
+            p.plain[j] = mark_plain && bad;
         }
         p
     }

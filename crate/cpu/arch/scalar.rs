@@ -321,6 +321,21 @@ pub fn vec_dot_q6_k_q8_k(x: &[u8], y: &[u8]) -> f32 {
     dot_blocks::<BlockQ6_K, BlockQ8_K>(cast_slice(x), cast_slice(y), dot_q6_k_block)
 }
 
+/// [`super::kernel::Kernels::prep_q8_0`]: per Q8_0 block of `row` its scale and (when `sums`)
+/// its quant sum; whether a quant is -128 (only looked for when `look`).
+pub(crate) fn prep_q8_0(row: &[u8], nb: usize, dy: &mut [f32], ysum: &mut [i32], sums: bool, look: bool) -> bool {
+    let ys: &[BlockQ8_0] = cast_slice(&row[..nb * core::mem::size_of::<BlockQ8_0>()]);
+    let mut bad = false;
+    for (t, y) in ys.iter().enumerate() {
+        dy[t] = fp16_to_fp32(y.d());
+        if sums {
+            ysum[t] = y.qs.iter().map(|&q| q as i32).sum::<i32>();
+        }
+        bad |= look && y.qs.contains(&i8::MIN);
+    }
+    bad
+}
+
 /// Float dot products: element `i` into lane `i % 8` ([`simd::dot_lanes`], the one f32
 /// dot of the scalar table). `W` bytes per element, `get` reads one element.
 #[inline(always)]

@@ -35,8 +35,6 @@ mod packed;
 mod packed512;
 mod simd;
 
-pub(super) use activations::col_prep_q8_0;
-
 /// The AVX2 table: the scalar one with every `vec_dot` of its own, and the prompt kernel
 /// for Q8_0 and Q4_0 in the `vpdpbusd` form `vnni` names. The closures call `unsafe`
 /// kernels: SAFETY for all of them, [`super::traits`] hands this table out only where
@@ -60,6 +58,7 @@ pub(super) const fn table(vnni: Vnni) -> Table {
     t.gelu = simd::gelu;
     t.exp_sum = simd::exp_sum;
     t.max = simd::max;
+    t.prep_q8_0 = |row, nb, dy, ys, sums, _| unsafe { activations::col_prep_q8_0(row, nb, dy, ys, sums) };
     t.types[F16 as usize].vec_dot = Some(|n, a, b| unsafe { f16_dot(n, a, b) });
     t.types[BF16 as usize].vec_dot = Some(|n, a, b| unsafe { bf16_dot(n, a, b) });
     let (q8, q4) = match vnni {
