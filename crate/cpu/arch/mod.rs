@@ -257,7 +257,7 @@ pub(crate) fn gemm_with(
         let nc = chunk.min(n - j0);
         let c = &mut c[j0 * ldc..];
         let cols = ColPrep::new(vt, nb, nc, &b[j0 * ldb..], ldb, g.needs_plain, g.wants_sums);
-        (g.rows)(&mut GemmArgs { ty, nb, m, a, lda, b: &b[j0 * ldb..], ldb, cols: &cols, c, ldc });
+        (g.rows)(&GemmArgs { ty, nb, m, a, lda, b: &b[j0 * ldb..], ldb, cols: &cols, ldc }, c);
         // Rows of b the fast product cannot take.
         if cols.plain.contains(&true) {
             dots(j0, nc, b, c, Some(&cols.plain));

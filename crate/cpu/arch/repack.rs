@@ -442,7 +442,7 @@ pub fn gemm_packed(
                 let bj = &b[j * ldb..j * ldb + vrs];
                 let cols = ColPrep::new(vt, nb, 1, bj, vrs, false, kern.wants_sums);
                 let c = &mut c[j * ldc..j * ldc + rows * ng];
-                let mut g = GemmArgs {
+                let g = GemmArgs {
                     ty,
                     nb,
                     m: rows * ng,
@@ -451,10 +451,9 @@ pub fn gemm_packed(
                     b: bj,
                     ldb: vrs,
                     cols: &cols,
-                    c,
                     ldc: rows * ng,
                 };
-                left[j] = !(kern.decode)(&mut g);
+                left[j] = !(kern.decode)(&g, c);
             }
         }
         _ => left.fill(true),

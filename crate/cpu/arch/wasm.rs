@@ -423,24 +423,23 @@ float_kernel!(
 /// b (a decode step), pairs go in register tiles of [`MR`] rows of a × [`NR`] rows of b
 /// ([`tile_dot`]), so each loaded vector serves several products; pairs outside whole
 /// tiles through [`row_dot`].
-pub(super) fn gemm_rows(g: &mut GemmArgs) {
-    gemm_rows_form(false, g)
+pub(super) fn gemm_rows(g: &GemmArgs, c: &mut [f32]) {
+    gemm_rows_form(false, g, c)
 }
 
 /// [`gemm_rows`] on weights repacked at load ([`super::repack`]): `m` rows of whole groups and
 /// at least [`PANEL_MIN_N`] rows of b, so the panel kernels, whose panels are the groups.
-pub(super) fn gemm_rows_packed(g: &mut GemmArgs) {
+pub(super) fn gemm_rows_packed(g: &GemmArgs, c: &mut [f32]) {
     let cols = g.cols;
     assert!(
         g.ty == GgmlType::Q8_0 && g.m % PANEL == 0 && cols.plain.len() >= PANEL_MIN_N && !cols.plain.contains(&true)
     );
-    gemm_rows_form(true, g)
+    gemm_rows_form(true, g, c)
 }
 
 #[inline(always)]
-fn gemm_rows_form(packed: bool, g: &mut GemmArgs) {
+fn gemm_rows_form(packed: bool, g: &GemmArgs, c: &mut [f32]) {
     let GemmArgs { ty, nb, m, a, lda, b, ldb, cols, ldc, .. } = *g;
-    let c = &mut *g.c;
     let nbp = cols.nbp;
     let n = cols.plain.len();
     #[cfg(target_feature = "relaxed-simd")]

@@ -115,7 +115,7 @@ static U_GEMMS: [[PromptGemm; 3]; 3] = {
             PromptGemm {
                 name: $name,
                 // SAFETY: as in [`table`]; `gemm` checked the rows and sized `cols`.
-                rows: |g| unsafe { gemm_rows_u::<$X, $v>(g) },
+                rows: |g, c| unsafe { gemm_rows_u::<$X, $v>(g, c) },
                 needs_plain: false,
                 wants_sums: true,
                 chunk: crate::cpu::arch::L1_CHUNK,
@@ -145,7 +145,7 @@ pub(super) enum Vnni {
 // SAFETY of the closures: as in [`table`]; `gemm` checked the rows and sized `cols`.
 const PLAIN: PromptGemm = PromptGemm {
     name: "avx2 tiles",
-    rows: |g| unsafe { gemm_rows(g) },
+    rows: |g, c| unsafe { gemm_rows(g, c) },
     needs_plain: false,
     wants_sums: true,
     chunk: crate::cpu::arch::L1_CHUNK,
@@ -155,14 +155,14 @@ static PLAIN_Q8_0: PromptGemm = PromptGemm { needs_plain: true, ..PLAIN };
 static PLAIN_Q4_0: PromptGemm = PLAIN;
 static VEX: PromptGemm = PromptGemm {
     name: "avx2 tiles (avx-vnni vpdpbusd)",
-    rows: |g| unsafe { gemm_rows_vnni::<false>(g) },
+    rows: |g, c| unsafe { gemm_rows_vnni::<false>(g, c) },
     needs_plain: false,
     wants_sums: true,
     chunk: crate::cpu::arch::L1_CHUNK,
 };
 static EVEX: PromptGemm = PromptGemm {
     name: "avx2 tiles (avx512-vnni vpdpbusd)",
-    rows: |g| unsafe { gemm_rows_vnni::<true>(g) },
+    rows: |g, c| unsafe { gemm_rows_vnni::<true>(g, c) },
     needs_plain: false,
     wants_sums: true,
     chunk: crate::cpu::arch::L1_CHUNK,
@@ -528,9 +528,8 @@ float_kernel!(bf16_dot, 2, |p| _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm25
 /// AVX2 and F16C must be available; `m` rows of `a` (`lda` apart) and the rows of `b`
 /// (`ldb` apart) must be whole rows of `nb` blocks; `c` must hold `(n-1)·ldc + m`.
 #[target_feature(enable = "avx2,f16c")]
-pub(super) unsafe fn gemm_rows(g: &mut GemmArgs) {
+pub(super) unsafe fn gemm_rows(g: &GemmArgs, c: &mut [f32]) {
     let GemmArgs { ty, nb, m, a, lda, b, ldb, cols, ldc, .. } = *g;
-    let c = &mut *g.c;
     let nbp = cols.nbp;
     let mut dx = vec![0f32; nbp];
     // Unpacking Q4_0 nibbles into a buffer pays off when several rows of b reuse them.
@@ -680,9 +679,8 @@ unsafe fn dpbusd<const EVEX: bool>(acc: __m256i, u: __m256i, y: __m256i) -> __m2
 /// As for [`gemm_rows`], and the `vpdpbusd` form asked for must be available ([`vnni`]:
 /// `EVEX` for [`Vnni::Evex`], else [`Vnni::Vex`]).
 #[target_feature(enable = "avx2,f16c")]
-pub(super) unsafe fn gemm_rows_vnni<const EVEX: bool>(g: &mut GemmArgs) {
+pub(super) unsafe fn gemm_rows_vnni<const EVEX: bool>(g: &GemmArgs, c: &mut [f32]) {
     let GemmArgs { ty, nb, m, a, lda, b, ldb, cols, ldc, .. } = *g;
-    let c = &mut *g.c;
     let nbp = cols.nbp;
     let n = cols.plain.len();
     let mut dx = vec![0f32; nbp];
@@ -807,9 +805,8 @@ ublock!(BlockQ5_1, 0, true, BlockQ8_1, 4, |x| q5_bytes(&x.qs, x.qh()), |x| x.m()
 /// # Safety
 /// As for [`gemm_rows`]; `V` > 0 only where that `vpdpbusd` form was detected.
 #[target_feature(enable = "avx2,f16c")]
-unsafe fn gemm_rows_u<X: UBlock, const V: u8>(g: &mut GemmArgs) {
+unsafe fn gemm_rows_u<X: UBlock, const V: u8>(g: &GemmArgs, c: &mut [f32]) {
     let GemmArgs { nb, m, a, lda, b, ldb, cols, ldc, .. } = *g;
-    let c = &mut *g.c;
     let nbp = cols.nbp;
     let n = cols.plain.len();
     let mut dx = vec![0f32; nbp];

@@ -26,14 +26,14 @@ const NAME: &str = "simd128 affine rows";
 pub(super) static GEMMS: [PromptGemm; 2] = [
     PromptGemm {
         name: NAME,
-        rows: |g| gemm_rows_affine::<BlockQ4_1>(g),
+        rows: |g, c| gemm_rows_affine::<BlockQ4_1>(g, c),
         needs_plain: false,
         wants_sums: false,
         chunk: crate::cpu::arch::L1_CHUNK,
     },
     PromptGemm {
         name: NAME,
-        rows: |g| gemm_rows_affine::<BlockQ5_1>(g),
+        rows: |g, c| gemm_rows_affine::<BlockQ5_1>(g, c),
         needs_plain: false,
         wants_sums: false,
         chunk: crate::cpu::arch::L1_CHUNK,
@@ -104,9 +104,8 @@ fn isum(u: (v128, v128), y: *const u8) -> v128 {
     }
 }
 
-fn gemm_rows_affine<X: Affine>(g: &mut GemmArgs) {
+fn gemm_rows_affine<X: Affine>(g: &GemmArgs, c: &mut [f32]) {
     let GemmArgs { nb, m, a, lda, b, ldb, cols, ldc, .. } = *g;
-    let c = &mut *g.c;
     let (n, nbp) = (cols.plain.len(), cols.nbp);
     let xsize = core::mem::size_of::<X>();
     let row = |j: usize| &b[j * ldb..j * ldb + nb * Y_SIZE];

@@ -40,9 +40,8 @@ pub(super) static GEMMS: [PromptGemm; 5] = {
         ($X:ty) => {
             PromptGemm {
                 name: NAME,
-                rows: |g| {
+                rows: |g, c| {
                     let GemmArgs { nb, m, a, lda, b, ldb, cols, ldc, .. } = *g;
-                    let c = &mut *g.c;
                     gemm_rows_k::<$X>(nb, m, a, lda, b, ldb, cols.plain.len(), c, ldc)
                 },
                 needs_plain: false,

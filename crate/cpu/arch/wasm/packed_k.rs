@@ -64,9 +64,8 @@ static PACKED_GEMMS: [PromptGemm; 2] = {
         ($X:ty) => {
             PromptGemm {
                 name: PACKED_NAME,
-                rows: |g| {
+                rows: |g, c| {
                     let GemmArgs { ty, nb, m, a, b, ldb, cols, ldc, .. } = *g;
-                    let c = &mut *g.c;
                     gemm_rows_packed::<$X>(ty, nb, m, a, b, ldb, cols.plain.len(), c, ldc)
                 },
                 needs_plain: false,
@@ -280,9 +279,9 @@ pub(super) fn q6_k_quarters(x: v128, y: v128, z: v128) -> [v128; 4] {
 }
 
 /// The [`PackedKernel::decode`] of Q4_K and Q6_K: groups in `decode_row`'s order.
-fn decode(g: &mut GemmArgs) -> bool {
+fn decode(g: &GemmArgs, c: &mut [f32]) -> bool {
     let GemmArgs { ty, nb, m, a, b, .. } = *g;
-    let (ng, c) = (m / GROUP, &mut *g.c);
+    let ng = m / GROUP;
     let gb = if ty == GgmlType::Q4_K { GB_Q4_K } else { GB_Q6_K };
     assert!(matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K), "packed k-quant decode: {ty}");
     let gs = nb * gb;

@@ -37,9 +37,8 @@ pub(super) static GEMMS: [PromptGemm; 5] = {
             PromptGemm {
                 name: "avx2 k-quant tiles",
                 // SAFETY: as in [`super::table`]; `gemm` checked the rows.
-                rows: |g| unsafe {
+                rows: |g, c| unsafe {
                     let GemmArgs { nb, m, a, lda, b, ldb, cols, ldc, .. } = *g;
-                    let c = &mut *g.c;
                     gemm_rows_k::<$X>(nb, m, a, lda, b, ldb, cols.plain.len(), c, ldc)
                 },
                 needs_plain: false,

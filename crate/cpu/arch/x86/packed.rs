@@ -25,13 +25,13 @@ const GROUP_BLOCK: usize = R * 34;
 pub(super) static PACKED_Q8_0: [PackedKernel; 2] = [
     PackedKernel {
         name: "avx2 8-row groups (avx-vnni vpdpbusd)",
-        decode: |g| unsafe { decode::<false>(g) },
+        decode: |g, c| unsafe { decode::<false>(g, c) },
         wants_sums: true,
         prompt: Some(&PROMPT[0]),
     },
     PackedKernel {
         name: "avx2 8-row groups (avx512-vnni vpdpbusd)",
-        decode: |g| unsafe { decode::<true>(g) },
+        decode: |g, c| unsafe { decode::<true>(g, c) },
         wants_sums: true,
         prompt: Some(&PROMPT[1]),
     },
@@ -43,14 +43,14 @@ pub(super) static PACKED_Q8_0: [PackedKernel; 2] = [
 static PROMPT: [PromptGemm; 2] = [
     PromptGemm {
         name: "avx2 8-row groups (avx-vnni vpdpbusd)",
-        rows: |g| unsafe { prompt::<false>(g) },
+        rows: |g, c| unsafe { prompt::<false>(g, c) },
         needs_plain: false,
         wants_sums: true,
         chunk: crate::cpu::arch::L1_CHUNK,
     },
     PromptGemm {
         name: "avx2 8-row groups (avx512-vnni vpdpbusd)",
-        rows: |g| unsafe { prompt::<true>(g) },
+        rows: |g, c| unsafe { prompt::<true>(g, c) },
         needs_plain: false,
         wants_sums: true,
         chunk: crate::cpu::arch::L1_CHUNK,
@@ -130,9 +130,9 @@ unsafe fn store_reduced(a: &[__m256], out: *mut f32) {
 /// # Safety
 /// AVX2, F16C and the `vpdpbusd` form `EVEX` names must be available.
 #[target_feature(enable = "avx2,f16c")]
-unsafe fn decode<const EVEX: bool>(g: &mut GemmArgs) -> bool {
+unsafe fn decode<const EVEX: bool>(g: &GemmArgs, c: &mut [f32]) -> bool {
     let GemmArgs { ty, nb, m, a, b, cols, .. } = *g;
-    let (ng, c) = (m / R, &mut *g.c);
+    let ng = m / R;
     assert_eq!(ty, GgmlType::Q8_0, "packed decode: Q8_0 only");
     let gs = nb * GROUP_BLOCK;
     assert!(a.len() >= ng * gs && b.len() >= nb * 34 && c.len() >= R * ng);
@@ -170,9 +170,8 @@ unsafe fn decode<const EVEX: bool>(g: &mut GemmArgs) -> bool {
 /// # Safety
 /// As for [`decode`]; `m` is a multiple of 8 rows of `lda` bytes, groups `8·lda` apart.
 #[target_feature(enable = "avx2,f16c")]
-unsafe fn prompt<const EVEX: bool>(g: &mut GemmArgs) {
+unsafe fn prompt<const EVEX: bool>(g: &GemmArgs, c: &mut [f32]) {
     let GemmArgs { ty, nb, m, a, lda, b, ldb, cols, ldc, .. } = *g;
-    let c = &mut *g.c;
     let n = cols.plain.len();
     let nbp = cols.nbp;
     assert!(ty == GgmlType::Q8_0 && m % R == 0 && lda == nb * 34 && !cols.plain.contains(&true));
@@ -214,9 +213,9 @@ macro_rules! k_kernels {
         pub(super) static $packed: [PackedKernel; 2] = [
             PackedKernel {
                 name: "avx2 8-row groups (avx-vnni vpdpbusd)",
-                decode: |g| unsafe {
+                decode: |g, c| unsafe {
                     let GemmArgs { ty, nb, m, a, b, .. } = *g;
-                    let (ng, c) = (m / R, &mut *g.c);
+                    let ng = m / R;
                     assert_eq!(ty, GgmlType::$ty, "packed decode");
                     k_decode(nb, ng, R * $bs, a, b, c, |p| $dprep(p), |p, x, y| $dblock::<false>(p, x, y))
                 },
@@ -225,9 +224,9 @@ macro_rules! k_kernels {
             },
             PackedKernel {
                 name: "avx2 8-row groups (avx512-vnni vpdpbusd)",
-                decode: |g| unsafe {
+                decode: |g, c| unsafe {
                     let GemmArgs { ty, nb, m, a, b, .. } = *g;
-                    let (ng, c) = (m / R, &mut *g.c);
+                    let ng = m / R;
                     assert_eq!(ty, GgmlType::$ty, "packed decode");
                     k_decode(nb, ng, R * $bs, a, b, c, |p| $dprep(p), |p, x, y| $dblock::<true>(p, x, y))
                 },
@@ -238,9 +237,8 @@ macro_rules! k_kernels {
         static $prompt: [PromptGemm; 2] = [
             PromptGemm {
                 name: "avx2 8-row groups (avx-vnni vpdpbusd)",
-                rows: |g| unsafe {
+                rows: |g, c| unsafe {
                     let GemmArgs { ty, nb, m, a, lda, b, ldb, cols, ldc, .. } = *g;
-                    let c = &mut *g.c;
                     assert!(ty == GgmlType::$ty && lda == nb * $bs, "packed prompt");
                     let n = cols.plain.len();
                     k_prompt(nb, m, lda, a, b, ldb, n, c, ldc, |p| $pprep(p), |p, x, y| $pblock::<false>(p, x, y))
@@ -251,9 +249,8 @@ macro_rules! k_kernels {
             },
             PromptGemm {
                 name: "avx2 8-row groups (avx512-vnni vpdpbusd)",
-                rows: |g| unsafe {
+                rows: |g, c| unsafe {
                     let GemmArgs { ty, nb, m, a, lda, b, ldb, cols, ldc, .. } = *g;
-                    let c = &mut *g.c;
                     assert!(ty == GgmlType::$ty && lda == nb * $bs, "packed prompt");
                     let n = cols.plain.len();
                     k_prompt(nb, m, lda, a, b, ldb, n, c, ldc, |p| $pprep(p), |p, x, y| $pblock::<true>(p, x, y))

@@ -56,9 +56,9 @@ const NAME: &str = "avx512 8-row group pairs (avx512-vnni vpdpbusd zmm)";
 // the rows and sized `cols`.
 static PROMPT_Q8_0: PromptGemm = PromptGemm {
     name: NAME,
-    rows: |g| unsafe {
+    rows: |g, c| unsafe {
         assert!(g.ty == GgmlType::Q8_0 && g.lda == g.nb * 34 && !g.cols.plain.contains(&true), "packed prompt");
-        q8_0_prompt(g)
+        q8_0_prompt(g, c)
     },
     needs_plain: false,
     wants_sums: true,
@@ -73,9 +73,8 @@ macro_rules! k_prompt_gemm {
     ($name:ident, $ty:ident, $bs:literal, $prep:ident, $block:ident) => {
         static $name: PromptGemm = PromptGemm {
             name: NAME,
-            rows: |g| unsafe {
+            rows: |g, c| unsafe {
                 let GemmArgs { ty, nb, m, a, lda, b, ldb, cols, ldc, .. } = *g;
-                let c = &mut *g.c;
                 assert!(ty == GgmlType::$ty && lda == nb * $bs, "packed prompt");
                 let n = cols.plain.len();
                 let (prep, block) = (|p0, p1| $prep(p0, p1), |p0, p1, x: &_, y| $block::<N>(p0, p1, x, y));
@@ -171,9 +170,8 @@ unsafe fn q8_add(acc: __m512, s: __m512i, p0: *const u8, p1: *const u8, dy: f32)
 
 /// Q8_0 prompt: per group pair and block the weights stay in 8 registers for every row of b.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,f16c")]
-unsafe fn q8_0_prompt(g: &mut GemmArgs) {
+unsafe fn q8_0_prompt(g: &GemmArgs, c: &mut [f32]) {
     let GemmArgs { nb, m, a, lda, b, ldb, cols, ldc, .. } = *g;
-    let c = &mut *g.c;
     let (n, nbp) = (cols.plain.len(), cols.nbp);
     assert!(m % R == 0 && a.len() >= m * lda && c.len() >= (n - 1) * ldc + m);
     let mut acc = alloc::vec![_mm512_setzero_ps(); 8 * n];
