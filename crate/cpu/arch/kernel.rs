@@ -1,9 +1,10 @@
 //! What the CPU kernels share with the tables that hold them and the code that calls them
-//! (ggml-cpu's `ggml_type_traits_cpu` and kernel signatures): the per-type entry
-//! ([`TypeTraitsCpu`]), the prompt and packed kernels' types ([`PromptGemm`],
-//! [`PackedKernel`]), the portable table every ISA's table starts from ([`scalar_table`]),
+//! (ggml-cpu's `ggml_type_traits_cpu` and kernel signatures): one ISA's table ([`Kernels`]:
+//! the per-type entries [`TypeTraitsCpu`] and the elementwise row helpers), the kernels'
+//! types ([`PromptGemm`], [`PackedKernel`], [`FloatGemm`]) and their one argument struct
+//! ([`GemmArgs`]), the portable table every ISA's table starts from ([`scalar_table`]),
 //! and the byte order of the packed groups that [`super::repack`] writes and the kernels
-//! read. Below both the ISA kernels (`x86.rs`, `wasm.rs`) and the dispatch over them
+//! read. Below both the ISA kernels (`x86.rs`, `wasm.rs`) and the one dispatch over them
 //! ([`super::traits`]), so neither imports the other's types.
 
 use super::{scalar, ColPrep};
@@ -123,7 +124,6 @@ pub(crate) type PrepQ8_0 = fn(row: &[u8], nb: usize, dy: &mut [f32], ysum: &mut 
 
 /// Indexed by `GgmlType as usize` (ggml's type ids; the gaps hold empty entries).
 pub(crate) const N_TYPES: usize = GgmlType::BF16 as usize + 1;
-pub(crate) type Table = Kernels;
 
 const EMPTY: TypeTraitsCpu = TypeTraitsCpu {
     to_float: None,
@@ -136,7 +136,7 @@ const EMPTY: TypeTraitsCpu = TypeTraitsCpu {
 };
 
 /// The portable kernels every table starts from.
-pub(crate) const fn scalar_table() -> Table {
+pub(crate) const fn scalar_table() -> Kernels {
     use GgmlType::*;
     let mut t = [EMPTY; N_TYPES];
     let mut i = 0;

@@ -20,22 +20,22 @@ use core::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 
 use alloc::vec::Vec;
 
-use super::kernel::{scalar_table, Table};
+use super::kernel::scalar_table;
 pub use super::kernel::{FloatGemm, Kernels, PromptGemm, TypeTraitsCpu, VecDot};
 pub use crate::quants::{FromFloat, ToFloat};
 use crate::types::GgmlType;
 
-static SCALAR: Table = scalar_table();
+static SCALAR: Kernels = scalar_table();
 #[cfg(target_arch = "x86_64")]
-static AVX2: Table = super::x86::table(super::x86::Vnni::None);
+static AVX2: Kernels = super::x86::table(super::x86::Vnni::None);
 #[cfg(target_arch = "x86_64")]
-static AVX_VNNI: Table = super::x86::table(super::x86::Vnni::Vex);
+static AVX_VNNI: Kernels = super::x86::table(super::x86::Vnni::Vex);
 #[cfg(target_arch = "x86_64")]
-static AVX512_VNNI: Table = super::x86::table(super::x86::Vnni::Evex);
+static AVX512_VNNI: Kernels = super::x86::table(super::x86::Vnni::Evex);
 #[cfg(target_arch = "x86_64")]
-static AVX512: Table = super::x86::table_512();
+static AVX512: Kernels = super::x86::table_512();
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-static SIMD128: Table = super::wasm::table();
+static SIMD128: Kernels = super::wasm::table();
 
 /// An instruction set with its own kernels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -100,7 +100,7 @@ impl Isa {
     /// The table of `self`, with the plain AVX2 prompt kernels when `no_vnni`, without the
     /// 512-bit ones when `no_zmm`.
     #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
-    fn table(self, no_vnni: bool, no_zmm: bool) -> Option<&'static Table> {
+    fn table(self, no_vnni: bool, no_zmm: bool) -> Option<&'static Kernels> {
         if !self.is_available() {
             return None;
         }
@@ -143,10 +143,10 @@ pub fn kernels() -> &'static Kernels {
 }
 
 /// The table of [`Isa::best`], chosen on first use (null until then).
-static ACTIVE: AtomicPtr<Table> = AtomicPtr::new(core::ptr::null_mut());
+static ACTIVE: AtomicPtr<Kernels> = AtomicPtr::new(core::ptr::null_mut());
 
 #[inline]
-fn active() -> &'static Table {
+fn active() -> &'static Kernels {
     if crate::cpu::features::scalar_only() {
         return &SCALAR;
     }
@@ -160,7 +160,7 @@ fn active() -> &'static Table {
         return unsafe { &*p };
     }
     let t = Isa::best().table(false, false).expect("the best ISA is available");
-    ACTIVE.store(t as *const Table as *mut Table, Ordering::Release);
+    ACTIVE.store(t as *const Kernels as *mut Kernels, Ordering::Release);
     t
 }
 

@@ -9,14 +9,14 @@ use core::arch::wasm32::*;
 
 use bytemuck::cast_slice;
 
-use super::kernel::{GemmArgs, PromptGemm, Table};
+use super::kernel::{GemmArgs, Kernels, PromptGemm};
 use super::scalar::{self, reduce8, LANES};
 use crate::quants::blocks::*;
 use crate::types::GgmlType;
 
 /// The SIMD128 table: the scalar one with every `vec_dot` of its own, Q8_0's quantization,
 /// the prompt kernels, and the packed (repacked at load) kernels of Q8_0, Q4_K and Q6_K.
-pub(super) const fn table() -> Table {
+pub(super) const fn table() -> Kernels {
     use GgmlType::*;
     let mut t = super::kernel::scalar_table();
     macro_rules! blocks {

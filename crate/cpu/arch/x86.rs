@@ -24,7 +24,7 @@ use alloc::vec::Vec;
 
 use bytemuck::cast_slice;
 
-use super::kernel::{GemmArgs, PromptGemm, Table};
+use super::kernel::{GemmArgs, Kernels, PromptGemm};
 use super::scalar::{self, reduce8, LANES};
 use crate::quants::blocks::*;
 use crate::types::GgmlType;
@@ -40,7 +40,7 @@ mod simd;
 /// kernels: SAFETY for all of them, [`super::traits`] hands this table out only where
 /// AVX2 and F16C were detected (`Isa::Avx2`), a VNNI form only where that was, and the
 /// rows passed are checked by the callers in [`super`].
-pub(super) const fn table(vnni: Vnni) -> Table {
+pub(super) const fn table(vnni: Vnni) -> Kernels {
     use GgmlType::*;
     let mut t = super::kernel::scalar_table();
     macro_rules! blocks {
@@ -99,7 +99,7 @@ pub(super) const fn table(vnni: Vnni) -> Table {
 
 /// [`table`] with AVX512-VNNI, its packed Q8_0/Q4_K/Q6_K kernels on 512-bit registers
 /// ([`packed512`]); handed out only where AVX-512 F, BW, VL and VNNI were detected.
-pub(super) const fn table_512() -> Table {
+pub(super) const fn table_512() -> Kernels {
     use GgmlType::*;
     let mut t = table(Vnni::Evex);
     t.types[Q8_0 as usize].packed = Some(&packed512::PACKED_Q8_0);
