@@ -27,6 +27,7 @@ pub(crate) fn dot_lanes(k: usize, get_a: impl Fn(usize) -> f32, get_b: impl Fn(u
 ///
 /// # Safety
 /// As [`crate::cpu::arch::FloatGemm`] says.
+#[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn gemm_f32(
     k: usize,
     m: usize,
@@ -52,6 +53,7 @@ pub(crate) unsafe fn gemm_f32(
 ///
 /// # Safety
 /// As [`crate::cpu::arch::FloatGemm`] says.
+#[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn gemm_f16(
     k: usize,
     m: usize,

@@ -11,6 +11,7 @@ use super::super::{f16_bits_to_f32, F16_EXP_ADJUST, GELU_C, GELU_K, INV_FACT, LN
 ///
 /// # Safety
 /// As [`crate::cpu::arch::FloatGemm`] says.
+#[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn gemm_f32(
     k: usize,
     m: usize,
@@ -29,6 +30,7 @@ pub(crate) unsafe fn gemm_f32(
 ///
 /// # Safety
 /// As [`crate::cpu::arch::FloatGemm`] says.
+#[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn gemm_f16(
     k: usize,
     m: usize,

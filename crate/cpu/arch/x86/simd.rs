@@ -13,6 +13,7 @@ use super::super::{f16_bits_to_f32, GELU_C, GELU_K, INV_FACT, LN2_HI, LN2_HI_F32
 ///
 /// # Safety
 /// As [`crate::cpu::arch::FloatGemm`] says.
+#[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn gemm_f32(
     k: usize,
     m: usize,
@@ -31,6 +32,7 @@ pub(crate) unsafe fn gemm_f32(
 ///
 /// # Safety
 /// As [`crate::cpu::arch::FloatGemm`] says.
+#[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn gemm_f16(
     k: usize,
     m: usize,
