@@ -33,10 +33,12 @@ pub struct PromptGemm {
 }
 
 /// The arguments of every quantized product kernel, by reference, with the output `c` as a
-/// parameter of its own: a `&mut` parameter tells the compiler its stores touch nothing the
-/// kernel reads (in the struct, the prompt kernels reloaded `cols`' vectors after each store,
-/// 5-10% slower). `c[j·ldc + i]` = row i of `a` · row j of `b`, for `i < m` and every row
-/// j of b the kernel takes (`cols.plain.len()` of them; a prompt kernel skips those marked
+/// parameter of its own: as a `&mut` parameter (`noalias`) it tells the compiler that its
+/// stores touch nothing the kernel reads, so `cols`' vectors need no reload after each store
+/// (a `&mut` field of the struct carries no such promise).
+///
+/// `c[j·ldc + i]` = row i of `a` · row j of `b`, for `i < m` and every row j of b the kernel
+/// takes (`cols.plain.len()` of them; a prompt kernel skips those marked
 /// `plain`). Rows of `a` hold `nb` blocks of `ty`, `lda` bytes apart (a packed kernel: whole
 /// groups of rows, `m` a multiple of the group); rows of `b`, of the `vec_dot_type`, `ldb`
 /// bytes apart; `cols` what [`super::gemm`] took from b's rows once. A packed decode takes
