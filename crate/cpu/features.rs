@@ -1,5 +1,5 @@
-//! The one CPU detection: what this machine and build can run, found once and read by both
-//! the f32 kernels ([`super::arch`]) and the quantized ones ([`super::arch::traits`]).
+//! The one CPU detection: what this machine and build can run, found once and read by the
+//! one choice of kernel table ([`super::arch::traits`]) and the kernels' tuning knobs.
 //!
 //! ```
 //! let f = ggweb::cpu::features::detect();
@@ -53,7 +53,7 @@ pub struct CpuFeatures {
 /// See [`set_scalar_only`].
 static SCALAR_ONLY: AtomicBool = AtomicBool::new(false);
 
-/// Makes every CPU kernel the portable scalar one ([`crate::cpu::arch::best`] and the
+/// Makes every CPU kernel the portable scalar one (the
 /// [`crate::cpu::arch::Isa::best`] table) until called with `false`, whatever the machine
 /// offers: tests/backend_ops runs its cases on the scalar kernels too. Process-wide; the
 /// caller keeps other computations out meanwhile.

@@ -32,7 +32,7 @@ use alloc::vec::Vec;
 
 use half::{bf16, f16};
 
-use super::arch::{self as simd, f16_bits_to_f32, Simd};
+use super::arch::{f16_bits_to_f32, FloatGemm};
 use crate::tensor::{Tensor, MAX_DIMS};
 use crate::types::GgmlType;
 
@@ -603,14 +603,14 @@ pub(crate) fn norm(a: &TensorView, dst: &TensorView, eps: f32, exec: &Exec) -> K
 }
 
 pub(crate) fn gelu(a: &TensorView, dst: &TensorView, exec: &Exec) -> KResult {
-    let s = simd::best();
+    let gelu = super::arch::kernels().gelu;
     map_rows(
         exec,
         a,
         dst,
         || (),
         |_, row, _| {
-            s.gelu(row);
+            gelu(row);
             Ok(())
         },
     )
@@ -655,7 +655,7 @@ pub(crate) fn soft_max(
             return unsupported(format!("soft_max mask of type {}", m.ty));
         }
     }
-    let s = simd::best();
+    let k = super::arch::kernels();
     let n0 = a.ne[0];
     map_rows(
         exec,
@@ -669,12 +669,12 @@ pub(crate) fn soft_max(
             } else if scale != 1.0 {
                 row.iter_mut().for_each(|x| *x *= scale);
             }
-            let max = s.max(row);
+            let max = (k.max)(row);
             if max == f32::NEG_INFINITY {
                 row.iter_mut().for_each(|x| *x = 0.0);
                 return Ok(());
             }
-            let sum = s.exp_sum(row, max);
+            let sum = (k.exp_sum)(row, max);
             let inv = (1.0 / sum) as f32;
             row.iter_mut().for_each(|x| *x *= inv);
             Ok(())
@@ -744,7 +744,11 @@ struct MulMatPlan {
     r3: usize,
     /// Rows of `b` per pass over a block of `a`: keeps them in L2 with the block.
     n_block: usize,
-    simd: &'static dyn Simd,
+    /// The F32 and F16 entries' float products and the f16 row conversion, from the one
+    /// table, read once per mul_mat.
+    gemm_f32: FloatGemm,
+    gemm_f16: FloatGemm,
+    f16_to_f32: fn(&[u16], &mut [f32]),
 }
 
 // SAFETY: read-only inputs; each job writes its own block of dst.
@@ -768,7 +772,7 @@ impl MulMatPlan {
             for (i, row) in a_f32.chunks_exact_mut(k).enumerate() {
                 // SAFETY: row m0 + i of a is inside a, packed f16, 2-aligned (checked by the plan).
                 let src = unsafe { core::slice::from_raw_parts(a_rows.add(i * a.nb[1]) as *const u16, k) };
-                self.simd.f16_to_f32(src, row);
+                (self.f16_to_f32)(src, row);
             }
         }
         if d.ne[1] == 1 && matches!(self.kind, DotKind::F32 | DotKind::F16) {
@@ -785,31 +789,23 @@ impl MulMatPlan {
             // its element type, and that dst is packed f32 rows (c[j·ldc + i] for i < ne0 = a.ne1).
             unsafe {
                 match self.kind {
-                    DotKind::F32 => self.simd.gemm_f32(
-                        k,
-                        mb,
-                        nb,
-                        a_rows as *const f32,
-                        a.nb[1] / 4,
-                        b_rows as *const f32,
-                        self.b_nb[1] / 4,
-                        c,
-                        ldc,
-                    ),
-                    DotKind::F16 if !a_f32.is_empty() => {
-                        self.simd.gemm_f32(k, mb, nb, a_f32.as_ptr(), k, b_rows as *const f32, self.b_nb[1] / 4, c, ldc)
+                    DotKind::F32 => {
+                        (self.gemm_f32)(k, mb, nb, a_rows, a.nb[1] / 4, b_rows as *const f32, self.b_nb[1] / 4, c, ldc)
                     }
-                    DotKind::F16 => self.simd.gemm_f16(
+                    DotKind::F16 if !a_f32.is_empty() => (self.gemm_f32)(
                         k,
                         mb,
                         nb,
-                        a_rows as *const u16,
-                        a.nb[1] / 2,
+                        a_f32.as_ptr() as *const u8,
+                        k,
                         b_rows as *const f32,
                         self.b_nb[1] / 4,
                         c,
                         ldc,
                     ),
+                    DotKind::F16 => {
+                        (self.gemm_f16)(k, mb, nb, a_rows, a.nb[1] / 2, b_rows as *const f32, self.b_nb[1] / 4, c, ldc)
+                    }
                     DotKind::Quant(ty) if a.packed => {
                         // Blocks start at a multiple of the group's rows and end at one or at
                         // a.ne[1] (mul_mat's job split), so they hold whole groups then plain rows.
@@ -863,10 +859,8 @@ impl MulMatPlan {
         let gemm = |m: usize, first: usize, stride: usize, c: *mut f32| {
             let a = a_rows.add(first * nb1);
             match self.kind {
-                DotKind::F16 => {
-                    self.simd.gemm_f16(k, m, 1, a as *const u16, stride * nb1 / 2, b_row as *const f32, ldb, c, m)
-                }
-                _ => self.simd.gemm_f32(k, m, 1, a as *const f32, stride * nb1 / 4, b_row as *const f32, ldb, c, m),
+                DotKind::F16 => (self.gemm_f16)(k, m, 1, a, stride * nb1 / 2, b_row as *const f32, ldb, c, m),
+                _ => (self.gemm_f32)(k, m, 1, a, stride * nb1 / 4, b_row as *const f32, ldb, c, m),
             }
         };
         // Short rows (a head of the K cache: 64 values) gain nothing from four streams and
@@ -895,12 +889,12 @@ fn aligned(p: *const u8, align: usize) -> bool {
 /// strides are free, as for a permuted K). `b` may be any float type and layout: unless it
 /// is already packed f32 rows, its rows are converted once into a scratch matrix — for a
 /// quantized `a`, quantized to `a.ty.vec_dot_type()` and dotted by `cpu::arch::gemm`. F16 `a`
-/// values meet f32 `b` rows as they are (see [`Simd::dot_f16_f32`]): a block of `a` rows is
+/// values meet f32 `b` rows as they are (the F16 entry's `float_gemm`): a block of `a` rows is
 /// converted to f32 once when enough rows of `b` reuse it, else converted as it is loaded.
 ///
 /// Work is split into (batch, block of a's rows) jobs; a block of a's rows stays in cache
 /// while the rows of b pass by, in register tiles of several rows of each
-/// ([`Simd::gemm_f32`]). With several threads, they take jobs from a shared counter.
+/// (the F32 entry's `float_gemm`, `cpu::arch::kernels`). With several threads, they take jobs from a shared counter.
 pub(crate) fn mul_mat(a: &TensorView, b: &TensorView, d: &TensorView, exec: &Exec) -> KResult {
     let k = a.ne[0];
     if b.ne[0] != k
@@ -1008,6 +1002,7 @@ pub(crate) fn mul_mat(a: &TensorView, b: &TensorView, d: &TensorView, exec: &Exe
             (wq.as_ptr() as *const u8, [vdt.type_size(), rs, rs * b.ne[1], rs * b.ne[1] * b.ne[2]])
         }
     };
+    let kernels = super::arch::kernels();
     let b_row_bytes = b_nb[0] * k
         / match kind {
             DotKind::Quant(t) => t.vec_dot_type().blck_size(),
@@ -1022,7 +1017,9 @@ pub(crate) fn mul_mat(a: &TensorView, b: &TensorView, d: &TensorView, exec: &Exe
         r2: b.ne[2] / a.ne[2],
         r3: b.ne[3] / a.ne[3],
         n_block: (256 * 1024 / b_row_bytes.max(1)).max(4),
-        simd: simd::best(),
+        gemm_f32: kernels.types[GgmlType::F32 as usize].float_gemm.expect("every table has an F32 product"),
+        gemm_f16: kernels.types[GgmlType::F16 as usize].float_gemm.expect("every table has an F16 product"),
+        f16_to_f32: kernels.f16_to_f32,
     };
 
     // Jobs: blocks of a's rows about 128 KiB each (so they stay in L2 while b's rows

@@ -69,7 +69,7 @@ fn cpu_scalar() {
         || {
             features::set_scalar_only(true);
             assert_eq!(Isa::best(), Isa::Scalar);
-            assert_eq!(ggweb::cpu::arch::best().name(), "scalar");
+            assert_eq!(ggweb::cpu::arch::kernels().name, "scalar");
         },
         || features::set_scalar_only(false),
     );

@@ -57,7 +57,7 @@ async fn cpu_scalar() {
     }
     let _reset = Reset;
     features::set_scalar_only(true);
-    assert_eq!(ggweb::cpu::arch::best().name(), "scalar");
+    assert_eq!(ggweb::cpu::arch::kernels().name, "scalar");
     check_cpu("cpu(wasm scalar)").await;
 }
 

@@ -11,12 +11,13 @@ use wasm_bindgen_test::wasm_bindgen_test;
 
 #[wasm_bindgen_test]
 fn simd128_kernels_are_the_ones_used() {
-    assert_eq!(arch::best().name(), "simd128");
-    let names: Vec<&str> = arch::available().iter().map(|s| s.name()).collect();
+    assert_eq!(arch::kernels().name, "simd128");
+    let names: Vec<&str> = arch::Isa::available().iter().map(|i| i.kernels().unwrap().name).collect();
     assert_eq!(names, ["scalar", "simd128"]);
 }
 
-/// simd128 and scalar dots against f64, every tail length.
+/// simd128 and scalar F32 dots (`vec_dot`, the one f32 dot of each table) and F16 float
+/// products against f64, every tail length.
 #[wasm_bindgen_test]
 fn dots_match_f64() {
     let mut rng = Rng::new(1);
@@ -26,11 +27,18 @@ fn dots_match_f64() {
         let h: Vec<half::f16> = a.iter().map(|&x| half::f16::from_f32(x)).collect();
         let want: f64 = a.iter().zip(&b).map(|(&x, &y)| x as f64 * y as f64).sum();
         let want_h: f64 = h.iter().zip(&b).map(|(&x, &y)| x.to_f64() * y as f64).sum();
-        for s in arch::available() {
+        let bytes = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        let (ab, bb) = (bytes(&a), bytes(&b));
+        for isa in arch::Isa::available() {
             // f32 sums of n products ≤ 1: within n·2^-24.
             let tol = 1e-6 * (n as f64 + 1.0);
-            assert!((s.dot_f32(&a, &b) as f64 - want).abs() <= tol, "{} n={n}", s.name());
-            assert!((s.dot_f16_f32(&h, &b) as f64 - want_h).abs() <= tol, "{} f16 n={n}", s.name());
+            let got = arch::vec_dot_isa(isa, ggweb::GgmlType::F32, n, &ab, &bb).unwrap();
+            assert!((got as f64 - want).abs() <= tol, "{isa:?} n={n}");
+            let g = isa.kernels().unwrap().types[ggweb::GgmlType::F16 as usize].float_gemm.unwrap();
+            let mut c = [0f32];
+            // SAFETY: one row of n elements each; `isa` runs here.
+            unsafe { g(n, 1, 1, h.as_ptr() as *const u8, n, b.as_ptr(), n, c.as_mut_ptr(), 1) };
+            assert!((c[0] as f64 - want_h).abs() <= tol, "{isa:?} f16 n={n}");
         }
     }
 }

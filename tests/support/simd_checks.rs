@@ -1,10 +1,38 @@
-//! Checks of every SIMD implementation of `ggweb::cpu::arch::Simd` this build can run,
+//! Checks of the float kernels of every ISA table (`ggweb::cpu::arch::Kernels`) this build can run,
 //! shared by tests/kernels/ops.rs (native: scalar, SSE2, AVX2) and tests/browser/simd.rs
 //! (scalar, simd128).
 #![allow(dead_code)]
 
-use ggweb::cpu::arch::{available, f16_bits_to_f32};
+use ggweb::cpu::arch::{f16_bits_to_f32, Isa, Kernels};
+use ggweb::GgmlType;
 use half::f16;
+
+/// Every table this machine runs, scalar first.
+fn available() -> Vec<&'static Kernels> {
+    Isa::available().into_iter().map(|i| i.kernels().expect("available")).collect()
+}
+
+/// The F32 (or F16, `a` as bits) entry's float product of table `s`.
+///
+/// # Safety
+/// As `ggweb::cpu::arch::FloatGemm` says.
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm<T>(
+    s: &Kernels,
+    ty: GgmlType,
+    k: usize,
+    m: usize,
+    n: usize,
+    a: *const T,
+    lda: usize,
+    b: *const f32,
+    ldb: usize,
+    c: *mut f32,
+    ldc: usize,
+) {
+    let g = s.types[ty as usize].float_gemm.expect("F32 and F16 have a float product");
+    g(k, m, n, a as *const u8, lda, b, ldb, c, ldc)
+}
 
 use crate::support::rng::Rng;
 
@@ -13,13 +41,13 @@ pub fn f16_rows_convert_exactly() {
     let all: Vec<u16> = (0..=u16::MAX).chain([1, 2, 3]).collect();
     for s in available() {
         let mut out = vec![0f32; all.len()];
-        s.f16_to_f32(&all, &mut out);
+        (s.f16_to_f32)(&all, &mut out);
         for (&h, &got) in all.iter().zip(&out) {
             let want = f16::from_bits(h).to_f32();
             if want.is_nan() {
-                assert!(got.is_nan(), "{} {h:#06x}", s.name());
+                assert!(got.is_nan(), "{} {h:#06x}", s.name);
             } else {
-                assert_eq!(got.to_bits(), want.to_bits(), "{} {h:#06x}", s.name());
+                assert_eq!(got.to_bits(), want.to_bits(), "{} {h:#06x}", s.name);
             }
         }
     }
@@ -42,9 +70,9 @@ pub fn gemm_tiles_agree_with_f64_and_with_single_dots() {
                 // SAFETY: rows of k elements at the given strides lie in the vectors.
                 unsafe {
                     if f16_a {
-                        s.gemm_f16(k, m, n, h.as_ptr(), lda, b.as_ptr(), ldb, c.as_mut_ptr(), ldc);
+                        gemm(s, GgmlType::F16, k, m, n, h.as_ptr(), lda, b.as_ptr(), ldb, c.as_mut_ptr(), ldc);
                     } else {
-                        s.gemm_f32(k, m, n, a.as_ptr(), lda, b.as_ptr(), ldb, c.as_mut_ptr(), ldc);
+                        gemm(s, GgmlType::F32, k, m, n, a.as_ptr(), lda, b.as_ptr(), ldb, c.as_mut_ptr(), ldc);
                     }
                 }
                 for j in 0..n {
@@ -58,15 +86,39 @@ pub fn gemm_tiles_agree_with_f64_and_with_single_dots() {
                         };
                         let want: f64 = (0..k).map(|l| av(l) * b[j * ldb + l] as f64).sum();
                         let got = c[j * ldc + i];
-                        let what = format!("{} f16={f16_a} k={k} m={m} n={n} ({i}, {j})", s.name());
+                        let what = format!("{} f16={f16_a} k={k} m={m} n={n} ({i}, {j})", s.name);
                         assert!((got as f64 - want).abs() <= 1e-6 * (k as f64 + 1.0), "{what}: {got} vs {want}");
                         // SAFETY: one row of each.
                         unsafe {
                             let (ai, bj) = (i * lda, j * ldb);
                             if f16_a {
-                                s.gemm_f16(k, 1, 1, h[ai..].as_ptr(), lda, b[bj..].as_ptr(), ldb, one.as_mut_ptr(), 1);
+                                gemm(
+                                    s,
+                                    GgmlType::F16,
+                                    k,
+                                    1,
+                                    1,
+                                    h[ai..].as_ptr(),
+                                    lda,
+                                    b[bj..].as_ptr(),
+                                    ldb,
+                                    one.as_mut_ptr(),
+                                    1,
+                                );
                             } else {
-                                s.gemm_f32(k, 1, 1, a[ai..].as_ptr(), lda, b[bj..].as_ptr(), ldb, one.as_mut_ptr(), 1);
+                                gemm(
+                                    s,
+                                    GgmlType::F32,
+                                    k,
+                                    1,
+                                    1,
+                                    a[ai..].as_ptr(),
+                                    lda,
+                                    b[bj..].as_ptr(),
+                                    ldb,
+                                    one.as_mut_ptr(),
+                                    1,
+                                );
                             }
                         }
                         assert_eq!(got.to_bits(), one[0].to_bits(), "{what}: tile vs single");
@@ -76,8 +128,8 @@ pub fn gemm_tiles_agree_with_f64_and_with_single_dots() {
                 }
             }
             let mut conv = vec![0f32; h.len()];
-            s.f16_to_f32(&h, &mut conv);
-            assert!(conv.iter().zip(&h).all(|(&x, &y)| x.to_bits() == f16_bits_to_f32(y).to_bits()), "{}", s.name());
+            (s.f16_to_f32)(&h, &mut conv);
+            assert!(conv.iter().zip(&h).all(|(&x, &y)| x.to_bits() == f16_bits_to_f32(y).to_bits()), "{}", s.name);
         }
     }
 }
@@ -96,29 +148,29 @@ pub fn gelu_exp_sum_and_max_of_every_isa() {
     for s in available() {
         for len in [xs.len(), 17, 9, 8, 7, 1, 0] {
             let mut g = xs[..len].to_vec();
-            s.gelu(&mut g);
+            (s.gelu)(&mut g);
             for (&x, &y) in xs.iter().zip(&g) {
                 let want = gelu64(x as f64);
                 let tol = 1e-6 * want.abs() + 1e-45;
-                assert!((y as f64 - want).abs() <= tol, "{} gelu({x}) = {y}, want {want}", s.name());
+                assert!((y as f64 - want).abs() <= tol, "{} gelu({x}) = {y}, want {want}", s.name);
             }
         }
         for len in [0usize, 1, 5, 8, 11, 16, 100, 1023] {
             let row: Vec<f32> =
                 (0..len).map(|i| if i % 7 == 3 { f32::NEG_INFINITY } else { rng.unit_u32() * 40.0 - 30.0 }).collect();
-            let max = s.max(&row);
-            assert_eq!(max, row.iter().copied().fold(f32::NEG_INFINITY, f32::max), "{} max", s.name());
+            let max = (s.max)(&row);
+            assert_eq!(max, row.iter().copied().fold(f32::NEG_INFINITY, f32::max), "{} max", s.name);
             let mut e = row.clone();
-            let sum = s.exp_sum(&mut e, max);
+            let sum = (s.exp_sum)(&mut e, max);
             let mut want_sum = 0.0f64;
             for (&x, &y) in row.iter().zip(&e) {
                 let want = ((x - max) as f64).exp();
                 want_sum += want;
                 // 2 ulp of the exp; 0 (or a subnormal) where x - max < -87.3 (or -inf).
                 let tol = if (x - max) < -87.3 { 1.2e-38 } else { 2.5e-7 * want };
-                assert!((y as f64 - want).abs() <= tol, "{} exp({}) = {y}, want {want}", s.name(), x - max);
+                assert!((y as f64 - want).abs() <= tol, "{} exp({}) = {y}, want {want}", s.name, x - max);
             }
-            assert!((sum - want_sum).abs() <= 1e-6 * want_sum.max(1e-30), "{} sum {sum} vs {want_sum}", s.name());
+            assert!((sum - want_sum).abs() <= 1e-6 * want_sum.max(1e-30), "{} sum {sum} vs {want_sum}", s.name);
         }
     }
 }

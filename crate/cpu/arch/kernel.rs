@@ -1,9 +1,10 @@
 //! What the CPU kernels share with the tables that hold them and the code that calls them
-//! (ggml-cpu's `ggml_type_traits_cpu` and kernel signatures): the per-type entry
-//! ([`TypeTraitsCpu`]), the prompt and packed kernels' types ([`PromptGemm`],
-//! [`PackedKernel`]), the portable table every ISA's table starts from ([`scalar_table`]),
+//! (ggml-cpu's `ggml_type_traits_cpu` and kernel signatures): one ISA's table ([`Kernels`]:
+//! the per-type entries [`TypeTraitsCpu`] and the elementwise row helpers), the kernels'
+//! types ([`PromptGemm`], [`PackedKernel`], [`FloatGemm`]) and their one argument struct
+//! ([`GemmArgs`]), the portable table every ISA's table starts from ([`scalar_table`]),
 //! and the byte order of the packed groups that [`super::repack`] writes and the kernels
-//! read. Below both the ISA kernels (`x86.rs`, `wasm.rs`) and the dispatch over them
+//! read. Below both the ISA kernels (`x86.rs`, `wasm.rs`) and the one dispatch over them
 //! ([`super::traits`]), so neither imports the other's types.
 
 use super::{scalar, ColPrep};
@@ -31,18 +32,31 @@ pub struct PromptGemm {
     pub(crate) chunk: usize,
 }
 
-pub(crate) type GemmRows = fn(
-    ty: GgmlType,
-    nb: usize,
-    m: usize,
-    a: &[u8],
-    lda: usize,
-    b: &[u8],
-    ldb: usize,
-    cols: &ColPrep,
-    c: &mut [f32],
-    ldc: usize,
-);
+/// The arguments of every quantized product kernel, by reference, with the output `c` as a
+/// parameter of its own: as a `&mut` parameter (`noalias`) it tells the compiler that its
+/// stores touch nothing the kernel reads, so `cols`' vectors need no reload after each store
+/// (a `&mut` field of the struct carries no such promise).
+///
+/// `c[j·ldc + i]` = row i of `a` · row j of `b`, for `i < m` and every row j of b the kernel
+/// takes (`cols.plain.len()` of them; a prompt kernel skips those marked
+/// `plain`). Rows of `a` hold `nb` blocks of `ty`, `lda` bytes apart (a packed kernel: whole
+/// groups of rows, `m` a multiple of the group); rows of `b`, of the `vec_dot_type`, `ldb`
+/// bytes apart; `cols` what [`super::gemm`] took from b's rows once. A packed decode takes
+/// one row of b and writes `c[0..m]`.
+#[derive(Clone, Copy)]
+pub(crate) struct GemmArgs<'a> {
+    pub ty: GgmlType,
+    pub nb: usize,
+    pub m: usize,
+    pub a: &'a [u8],
+    pub lda: usize,
+    pub b: &'a [u8],
+    pub ldb: usize,
+    pub cols: &'a ColPrep,
+    pub ldc: usize,
+}
+
+pub(crate) type GemmRows = fn(&GemmArgs, c: &mut [f32]);
 
 /// One type's CPU kernels (None: the type has no such kernel).
 #[derive(Clone, Copy)]
@@ -57,11 +71,61 @@ pub struct TypeTraitsCpu {
     /// The kernel that reads weights repacked at load ([`super::repack`]), or None: weights
     /// of this type stay in ggml's layout on this ISA.
     pub packed: Option<&'static PackedKernel>,
+    /// F32 and F16 only: `mul_mat`'s product of these weights with f32 activations as they
+    /// are (not rounded to the `vec_dot_type` first, unlike ggml's F16 path: one rounding
+    /// less), in register tiles. Sums in its own order, so it agrees with `vec_dot` to
+    /// rounding, not bit for bit (the model's float logits have always come from it).
+    pub float_gemm: Option<FloatGemm>,
 }
+
+/// A block of float dot products, `mul_mat`'s inner kernel for F32 and F16 weights:
+/// `c[j·ldc + i] = Σ_l a[i·lda + l] · b[j·ldb + l]` for `i < m`, `j < n`, `l < k`, the rows
+/// of `a` f32 or f16 bits as the entry's type says. Strides are in elements. A result does
+/// not depend on the tile it fell in (a 1×1 call gives the same bits).
+///
+/// # Safety
+/// Every row named must be readable for `k` elements and every `c` element writable, and
+/// the pointer only called from the table of an ISA this machine runs.
+pub type FloatGemm = unsafe fn(
+    k: usize,
+    m: usize,
+    n: usize,
+    a: *const u8,
+    lda: usize,
+    b: *const f32,
+    ldb: usize,
+    c: *mut f32,
+    ldc: usize,
+);
+
+/// One instruction set's kernels: the per-type entries (ggml-cpu's `type_traits_cpu`) and
+/// the f32 row helpers of the elementwise ops, which have no type to hang on. One of these
+/// per ISA, picked in one place ([`super::traits`]).
+pub struct Kernels {
+    /// For tests and `ggweb bench`: "scalar", "avx2", "simd128".
+    pub name: &'static str,
+    /// Indexed by `GgmlType as usize`.
+    pub types: [TypeTraitsCpu; N_TYPES],
+    /// f16 bits → f32, exactly ([`super::f16_bits_to_f32`] per element).
+    pub f16_to_f32: fn(src: &[u16], dst: &mut [f32]),
+    /// GELU (tanh form) in place, as [`super::gelu_f32`] defines it (f64, rounded once);
+    /// the SIMD forms evaluate the same formula with a polynomial exp accurate to ~1e-11.
+    pub gelu: fn(x: &mut [f32]),
+    /// `x[i] = exp(x[i] - sub)` (f32, within 2 ulp; 0 below -87.3), returning Σ x[i] in
+    /// f64: a softmax row's exponentials.
+    pub exp_sum: fn(x: &mut [f32], sub: f32) -> f64,
+    /// The largest element (-inf for an empty row; NaNs are not looked for).
+    pub max: fn(x: &[f32]) -> f32,
+    /// What [`super::gemm`] takes once from a Q8_0 row of b (`ColPrep`): per block its scale
+    /// as f32 into `dy`, its quant sum into `ysum` when `sums`; whether the row holds a -128
+    /// (looked for at least when `look`).
+    pub(crate) prep_q8_0: PrepQ8_0,
+}
+
+pub(crate) type PrepQ8_0 = fn(row: &[u8], nb: usize, dy: &mut [f32], ysum: &mut [i32], sums: bool, look: bool) -> bool;
 
 /// Indexed by `GgmlType as usize` (ggml's type ids; the gaps hold empty entries).
 pub(crate) const N_TYPES: usize = GgmlType::BF16 as usize + 1;
-pub(crate) type Table = [TypeTraitsCpu; N_TYPES];
 
 const EMPTY: TypeTraitsCpu = TypeTraitsCpu {
     to_float: None,
@@ -70,10 +134,11 @@ const EMPTY: TypeTraitsCpu = TypeTraitsCpu {
     vec_dot_type: GgmlType::F32,
     gemm: None,
     packed: None,
+    float_gemm: None,
 };
 
 /// The portable kernels every table starts from.
-pub(crate) const fn scalar_table() -> Table {
+pub(crate) const fn scalar_table() -> Kernels {
     use GgmlType::*;
     let mut t = [EMPTY; N_TYPES];
     let mut i = 0;
@@ -103,15 +168,25 @@ pub(crate) const fn scalar_table() -> Table {
     set!(Q4_K, Some(|_, a, b| scalar::vec_dot_q4_k_q8_k(a, b)));
     set!(Q5_K, Some(|_, a, b| scalar::vec_dot_q5_k_q8_k(a, b)));
     set!(Q6_K, Some(|_, a, b| scalar::vec_dot_q6_k_q8_k(a, b)));
-    t
+    t[F32 as usize].float_gemm = Some(scalar::simd::gemm_f32);
+    t[F16 as usize].float_gemm = Some(scalar::simd::gemm_f16);
+    Kernels {
+        name: "scalar",
+        types: t,
+        f16_to_f32: scalar::simd::f16_to_f32,
+        gelu: scalar::simd::gelu,
+        exp_sum: scalar::simd::exp_sum,
+        max: scalar::simd::max,
+        prep_q8_0: scalar::prep_q8_0,
+    }
 }
 
 /// A kernel that reads the packed layout: one row of b against `ng` groups of a.
 pub struct PackedKernel {
     /// For tests and `ggweb bench` to show which kernel a build runs.
     pub name: &'static str,
-    /// `c[R·g + r]` = row R·g + r of `a` (`ng` groups of `nb` blocks, R = [`super::repack::group`]) · the
-    /// row `b` (of the vec_dot_type). False (c untouched) where this kernel cannot take `b` exactly (a
+    /// `c[i]` = row i of `a` (`m` rows in groups of R = [`super::repack::group`], `nb`
+    /// blocks each) · the one row `b` (of the vec_dot_type). False (c untouched) where this kernel cannot take `b` exactly (a
     /// relaxed product with an activation of -128): the caller unpacks instead.
     pub(crate) decode: PackedDecode,
     /// Reads the block quant sums of b (`ColPrep::ysum`).
@@ -122,8 +197,7 @@ pub struct PackedKernel {
     pub(crate) prompt: Option<&'static PromptGemm>,
 }
 
-pub(crate) type PackedDecode =
-    fn(ty: GgmlType, nb: usize, ng: usize, a: &[u8], b: &[u8], cols: &ColPrep, c: &mut [f32]) -> bool;
+pub(crate) type PackedDecode = fn(&GemmArgs, c: &mut [f32]) -> bool;
 
 /// Rows per group of wasm's layout (the smallest group of any [`layout`](super::repack::layout)).
 pub const GROUP: usize = 4;

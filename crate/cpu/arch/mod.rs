@@ -1,31 +1,30 @@
 //! Every CPU kernel, one folder per instruction set (ggml-cpu's `arch/`): `scalar` (the
 //! portable reference), `x86` (AVX2, VNNI, AVX-512) and `wasm` (SIMD128, relaxed SIMD). Each
-//! holds the quantized `vec_dot`/gemm kernels and packed forms (`x86.rs`, `x86/*.rs`) and the
-//! f32/f16 kernels behind the [`Simd`] trait (`x86/simd.rs`). The per-type table of the
-//! quantized kernels is [`traits`] ([`cpu_traits`], chosen once after the one CPU detection
-//! in [`crate::cpu::features`]); [`vec_dot`], [`gemm`] and [`repack`] are the entry points
-//! the ops call. The block formats and reference conversions they compute on are
+//! ISA fills one table ([`Kernels`]: per type the conversions, `vec_dot`, the prompt and
+//! packed kernels, F32/F16's float product, plus the elementwise row helpers), and
+//! [`traits`] picks one table after the one CPU detection ([`crate::cpu::features`]): the
+//! only ISA dispatch. [`vec_dot`], [`gemm`] and [`repack`] are the entry points the ops
+//! call. The block formats and reference conversions they compute on are
 //! [`crate::quants`], below everything here.
 //!
-//! The f32/f16 SIMD kernels, behind one small trait, one file per ISA:
-//!
 //! ```
-//! use ggweb::cpu::arch::{self as simd, Simd};
-//! let s = simd::best();                        // AVX2+FMA+F16C, SSE2, wasm simd128 or scalar
-//! let a = [1.0f32, 2.0, 3.0, 4.0, 5.0];
-//! let b = [1.0f32, 1.0, 1.0, 1.0, 2.0];
-//! assert_eq!(s.dot_f32(&a, &b), 20.0);
-//! let h: Vec<half::f16> = a.iter().map(|&x| half::f16::from_f32(x)).collect();
-//! assert_eq!(s.dot_f16_f32(&h, &b), 20.0);
+//! use ggweb::cpu::arch::{kernels, vec_dot, Isa};
+//! use ggweb::GgmlType::F32;
+//! let k = kernels(); // the table of Isa::best(): AVX2+FMA+F16C, wasm simd128 or scalar
+//! let mut row = [1.0f32, -3.0, 2.0];
+//! assert_eq!((k.max)(&row), 2.0);
+//! (k.gelu)(&mut row);
+//! let a: Vec<u8> = [1.0f32, 2.0, 3.0, 4.0, 5.0].iter().flat_map(|x| x.to_le_bytes()).collect();
+//! let b: Vec<u8> = [1.0f32, 1.0, 1.0, 1.0, 2.0].iter().flat_map(|x| x.to_le_bytes()).collect();
+//! assert_eq!(vec_dot(F32, 5, &a, &b), 20.0);
+//! assert_eq!(Isa::Scalar.kernels().unwrap().name, "scalar");
 //! ```
 //!
-//! Which implementation runs is decided once per call of [`best`]: on x86_64 by what
-//! [`crate::cpu::features`] detected (the detection the quantized kernels read too), on
-//! wasm32 by `cfg(target_feature = "simd128")` (set for wasm32 in `.cargo/config.toml`),
-//! elsewhere the portable [`scalar::simd::Scalar`]. Implementations sum in
-//! different orders, so results agree to rounding, not bit for bit.
+//! Every ISA's `vec_dot` gives the scalar one's bits. The float products (`float_gemm`) and
+//! the row helpers sum in each ISA's own order, so they agree to rounding across ISAs.
 
 mod kernel;
+use kernel::GemmArgs;
 pub mod repack;
 pub mod scalar;
 pub mod traits;
@@ -34,107 +33,14 @@ pub mod wasm;
 #[cfg(target_arch = "x86_64")]
 pub mod x86;
 
-use alloc::vec;
-use alloc::vec::Vec;
-use half::f16;
-
 use crate::quants::{blocks, check_row};
 use crate::types::GgmlType;
-pub use traits::{cpu_traits, set_vnni_disabled, set_zmm_disabled, Isa, PromptGemm, TypeTraitsCpu, VecDot};
-
-/// What the CPU kernels need from an instruction set. Lengths of the two operands must be
-/// equal (implementations use the shorter one).
-pub trait Simd: Sync {
-    fn name(&self) -> &'static str;
-    /// Σ a\[i\]·b\[i\], products and sums in f32 (several partial sums, added at the end).
-    fn dot_f32(&self, a: &[f32], b: &[f32]) -> f32;
-    /// Σ f32(a\[i\])·b\[i\]: an f16 weight row against f32 activations. The activations are
-    /// not rounded to f16 (ggml rounds them, its `vec_dot_type` for F16 being F16): one
-    /// rounding less, and the conversion of only one operand.
-    fn dot_f16_f32(&self, a: &[f16], b: &[f32]) -> f32;
-
-    /// A block of dot products, the inner kernel of `mul_mat`:
-    /// `c[j·ldc + i] = Σ_l a[i·lda + l] · b[j·ldb + l]` for `i < m`, `j < n`, `l < k`.
-    /// Several rows of `a` meet several rows of `b` per pass over `l` (register tiles), so
-    /// each load feeds several products. Strides are in elements.
-    ///
-    /// # Safety
-    /// Every row named must be readable for `k` elements and every `c` element writable.
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn gemm_f32(
-        &self,
-        k: usize,
-        m: usize,
-        n: usize,
-        a: *const f32,
-        lda: usize,
-        b: *const f32,
-        ldb: usize,
-        c: *mut f32,
-        ldc: usize,
-    ) {
-        for j in 0..n {
-            let bj = core::slice::from_raw_parts(b.add(j * ldb), k);
-            for i in 0..m {
-                *c.add(j * ldc + i) = self.dot_f32(core::slice::from_raw_parts(a.add(i * lda), k), bj);
-            }
-        }
-    }
-
-    /// [`Simd::gemm_f32`] with f16 rows of `a` (as bits), converted as they are loaded.
-    ///
-    /// # Safety
-    /// As for [`Simd::gemm_f32`].
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn gemm_f16(
-        &self,
-        k: usize,
-        m: usize,
-        n: usize,
-        a: *const u16,
-        lda: usize,
-        b: *const f32,
-        ldb: usize,
-        c: *mut f32,
-        ldc: usize,
-    ) {
-        for j in 0..n {
-            let bj = core::slice::from_raw_parts(b.add(j * ldb), k);
-            for i in 0..m {
-                let ai = core::slice::from_raw_parts(a.add(i * lda) as *const f16, k);
-                *c.add(j * ldc + i) = self.dot_f16_f32(ai, bj);
-            }
-        }
-    }
-
-    /// f16 bits → f32, exactly ([`f16_bits_to_f32`] per element).
-    fn f16_to_f32(&self, src: &[u16], dst: &mut [f32]) {
-        dst.iter_mut().zip(src).for_each(|(d, &h)| *d = f16_bits_to_f32(h));
-    }
-
-    /// GELU (tanh form) in place, as [`gelu_f32`] defines it: in f64,
-    /// rounded once to f32. The SIMD versions evaluate the same f64 formula with a
-    /// polynomial exp accurate to ~1e-11, so results are within one f32 rounding too.
-    fn gelu(&self, x: &mut [f32]) {
-        x.iter_mut().for_each(|v| *v = gelu_f32(*v));
-    }
-
-    /// `x[i] = exp(x[i] - sub)` (f32, within 2 ulp; 0 below -87.3) and returns Σ x[i]
-    /// summed in f64: the exponentials of a softmax row.
-    fn exp_sum(&self, x: &mut [f32], sub: f32) -> f64 {
-        let mut sum = 0.0f64;
-        for v in x.iter_mut() {
-            *v = libm::expf(*v - sub);
-            sum += *v as f64;
-        }
-        sum
-    }
-
-    /// The largest element (-inf for an empty row; NaNs are not looked for).
-    fn max(&self, x: &[f32]) -> f32 {
-        x.iter().copied().fold(f32::NEG_INFINITY, f32::max)
-    }
-}
+use alloc::vec;
+use alloc::vec::Vec;
+pub use traits::{
+    cpu_traits, kernels, set_vnni_disabled, set_zmm_disabled, FloatGemm, Isa, Kernels, PromptGemm, TypeTraitsCpu,
+    VecDot,
+};
 
 /// Taylor coefficients 1/k! of the polynomial exps below.
 pub(crate) const INV_FACT: [f64; 11] = [
@@ -172,43 +78,6 @@ pub fn gelu_f32(x: f32) -> f32 {
     let x = x as f64;
     let u = SQRT_2_OVER_PI * x * (1.0 + C * x * x);
     (x / (1.0 + libm::exp(-2.0 * u))) as f32
-}
-
-/// The fastest implementation this machine and build can run.
-pub fn best() -> &'static dyn Simd {
-    if crate::cpu::features::scalar_only() {
-        return &scalar::simd::Scalar;
-    }
-    #[cfg(target_arch = "x86_64")]
-    {
-        if let Some(s) = x86::simd::Avx2::detect() {
-            return s;
-        }
-        &x86::simd::Sse2
-    }
-    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    {
-        &wasm::simd::Simd128
-    }
-    #[cfg(not(any(target_arch = "x86_64", all(target_arch = "wasm32", target_feature = "simd128"))))]
-    {
-        &scalar::simd::Scalar
-    }
-}
-
-/// Every implementation this machine can run, scalar first (tests compare them).
-pub fn available() -> Vec<&'static dyn Simd> {
-    let mut v: Vec<&'static dyn Simd> = alloc::vec![&scalar::simd::Scalar];
-    #[cfg(target_arch = "x86_64")]
-    {
-        v.push(&x86::simd::Sse2);
-        if let Some(s) = x86::simd::Avx2::detect() {
-            v.push(s);
-        }
-    }
-    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    v.push(&wasm::simd::Simd128);
-    v
 }
 
 /// f16 bits → f32, exactly, without tables or branches on the common path: the exponent
@@ -388,7 +257,7 @@ pub(crate) fn gemm_with(
         let nc = chunk.min(n - j0);
         let c = &mut c[j0 * ldc..];
         let cols = ColPrep::new(vt, nb, nc, &b[j0 * ldb..], ldb, g.needs_plain, g.wants_sums);
-        (g.rows)(ty, nb, m, a, lda, &b[j0 * ldb..], ldb, &cols, c, ldc);
+        (g.rows)(&GemmArgs { ty, nb, m, a, lda, b: &b[j0 * ldb..], ldb, cols: &cols, ldc }, c);
         // Rows of b the fast product cannot take.
         if cols.plain.contains(&true) {
             dots(j0, nc, b, c, Some(&cols.plain));
@@ -430,7 +299,7 @@ pub(crate) struct ColPrep {
 
 impl ColPrep {
     fn new(vt: GgmlType, nb: usize, n: usize, b: &[u8], ldb: usize, mark_plain: bool, want_sums: bool) -> ColPrep {
-        use blocks::{fp16_to_fp32, BlockQ8_0, BlockQ8_1};
+        use blocks::{fp16_to_fp32, BlockQ8_1};
         let nbp = nb.div_ceil(scalar::LANES) * scalar::LANES;
         let mut p = ColPrep { nbp, dy: Vec::new(), ysum: Vec::new(), sy: Vec::new(), plain: vec![false; n] };
         if vt == GgmlType::Q8_K {
@@ -450,27 +319,12 @@ impl ColPrep {
             return p;
         }
         p.ysum = vec![0; n * nbp];
-        #[cfg(target_arch = "x86_64")]
-        if Isa::best() == Isa::Avx2 {
-            for j in 0..n {
-                let (dy, ys) = (&mut p.dy[j * nbp..j * nbp + nb], &mut p.ysum[j * nbp..j * nbp + nb]);
-                // SAFETY: AVX2 and F16C were detected (Isa::Avx2); row j holds nb blocks.
-                let bad = unsafe { x86::col_prep_q8_0(&b[j * ldb..], nb, dy, ys, want_sums) };
-                p.plain[j] = mark_plain && bad;
-            }
-            return p;
-        }
+        let prep = kernels().prep_q8_0;
         for j in 0..n {
-            let ys: &[BlockQ8_0] = bytemuck::cast_slice(&b[j * ldb..j * ldb + nb * core::mem::size_of::<BlockQ8_0>()]);
-            for (t, y) in ys.iter().enumerate() {
-                p.dy[j * nbp + t] = fp16_to_fp32(y.d());
-                if want_sums {
-                    p.ysum[j * nbp + t] = y.qs.iter().map(|&q| q as i32).sum::<i32>();
-                }
-                if mark_plain && y.qs.contains(&i8::MIN) {
-                    p.plain[j] = true;
-                }
-            }
+            let (dy, ys) = (&mut p.dy[j * nbp..j * nbp + nb], &mut p.ysum[j * nbp..j * nbp + nb]);
+            let row = &b[j * ldb..j * ldb + nb * core::mem::size_of::<blocks::BlockQ8_0>()];
+            let bad = prep(row, nb, dy, ys, want_sums, mark_plain);
+            p.plain[j] = mark_plain && bad;
         }
         p
     }
@@ -486,6 +340,7 @@ pub fn prompt_gemm_kernel(ty: GgmlType) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use half::f16;
 
     #[test]
     fn f16_to_f32_is_exact_for_every_bit_pattern() {
@@ -500,9 +355,9 @@ mod tests {
         }
     }
 
-    /// Every ISA against an f64 sum, on lengths that hit each tail path.
+    /// Every ISA's float product against an f64 sum, on lengths that hit each tail path.
     #[test]
-    fn implementations_agree_with_f64() {
+    fn float_gemms_agree_with_f64() {
         let mut seed = 0x1234_5678u32;
         let mut next = || {
             seed ^= seed << 13;
@@ -513,16 +368,41 @@ mod tests {
         for n in [0usize, 1, 3, 4, 7, 8, 15, 16, 31, 32, 33, 63, 64, 65, 100, 768, 1023] {
             let a: Vec<f32> = (0..n).map(|_| next()).collect();
             let b: Vec<f32> = (0..n).map(|_| next()).collect();
-            let h: Vec<f16> = a.iter().map(|&x| f16::from_f32(x)).collect();
+            let h: Vec<u16> = a.iter().map(|&x| f16::from_f32(x).to_bits()).collect();
             let want: f64 = a.iter().zip(&b).map(|(&x, &y)| x as f64 * y as f64).sum();
-            let want_h: f64 = h.iter().zip(&b).map(|(&x, &y)| x.to_f64() * y as f64).sum();
+            let want_h: f64 = h.iter().zip(&b).map(|(&x, &y)| f16::from_bits(x).to_f64() * y as f64).sum();
             // Σ|a·b| ≤ n; f32 partial sums of n terms err by ≤ ~n·2^-24 relative to that.
             let tol = 1e-6 * (n as f64 + 1.0);
-            for s in available() {
-                let got = s.dot_f32(&a, &b) as f64;
-                assert!((got - want).abs() <= tol, "{} dot_f32 n={n}: {got} vs {want}", s.name());
-                let got = s.dot_f16_f32(&h, &b) as f64;
-                assert!((got - want_h).abs() <= tol, "{} dot_f16_f32 n={n}: {got} vs {want_h}", s.name());
+            for isa in Isa::available() {
+                let t = isa.kernels().unwrap();
+                let (mut c, mut ch) = ([0f32], [0f32]);
+                // SAFETY: one row of n elements each; `isa` runs here.
+                unsafe {
+                    t.types[GgmlType::F32 as usize].float_gemm.unwrap()(
+                        n,
+                        1,
+                        1,
+                        a.as_ptr() as *const u8,
+                        n,
+                        b.as_ptr(),
+                        n,
+                        c.as_mut_ptr(),
+                        1,
+                    );
+                    t.types[GgmlType::F16 as usize].float_gemm.unwrap()(
+                        n,
+                        1,
+                        1,
+                        h.as_ptr() as *const u8,
+                        n,
+                        b.as_ptr(),
+                        n,
+                        ch.as_mut_ptr(),
+                        1,
+                    );
+                }
+                assert!((c[0] as f64 - want).abs() <= tol, "{} f32 n={n}: {} vs {want}", t.name, c[0]);
+                assert!((ch[0] as f64 - want_h).abs() <= tol, "{} f16 n={n}: {} vs {want_h}", t.name, ch[0]);
             }
         }
     }

@@ -47,7 +47,7 @@
 use alloc::vec;
 use core::sync::atomic::{AtomicBool, Ordering};
 
-use super::kernel::{q4_k_qs_src, q6_k_src};
+use super::kernel::{q4_k_qs_src, q6_k_src, GemmArgs};
 pub use super::kernel::{PackedKernel, GROUP};
 use super::{cpu_traits, ColPrep};
 use crate::types::GgmlType;
@@ -441,7 +441,19 @@ pub fn gemm_packed(
             for j in 0..n {
                 let bj = &b[j * ldb..j * ldb + vrs];
                 let cols = ColPrep::new(vt, nb, 1, bj, vrs, false, kern.wants_sums);
-                left[j] = !(kern.decode)(ty, nb, ng, &a[..ng * gs], bj, &cols, &mut c[j * ldc..j * ldc + rows * ng]);
+                let c = &mut c[j * ldc..j * ldc + rows * ng];
+                let g = GemmArgs {
+                    ty,
+                    nb,
+                    m: rows * ng,
+                    a: &a[..ng * gs],
+                    lda: rs,
+                    b: bj,
+                    ldb: vrs,
+                    cols: &cols,
+                    ldc: rows * ng,
+                };
+                left[j] = !(kern.decode)(&g, c);
             }
         }
         _ => left.fill(true),

@@ -1,5 +1,6 @@
 //! Portable CPU dot products (ggml-cpu's generic `vec_dot`s), the reference every SIMD path
-//! must reproduce bit for bit. The f32/f16 kernels behind [`super::Simd`] are in [`simd`].
+//! must reproduce bit for bit. The float kernels of the scalar table (`mul_mat`'s F32/F16
+//! product, the elementwise row helpers) are in [`simd`].
 //!
 //! Dot-product semantics, shared by all paths so results agree across machines:
 //! - quantized types: per block, an exact integer sum of quant products (times the
@@ -320,23 +321,27 @@ pub fn vec_dot_q6_k_q8_k(x: &[u8], y: &[u8]) -> f32 {
     dot_blocks::<BlockQ6_K, BlockQ8_K>(cast_slice(x), cast_slice(y), dot_q6_k_block)
 }
 
-/// Float dot products: element `i` into lane `i % 8`. `W` bytes per element, `get`
-/// reads one element.
+/// [`super::kernel::Kernels::prep_q8_0`]: per Q8_0 block of `row` its scale and (when `sums`)
+/// its quant sum; whether a quant is -128 (only looked for when `look`).
+pub(crate) fn prep_q8_0(row: &[u8], nb: usize, dy: &mut [f32], ysum: &mut [i32], sums: bool, look: bool) -> bool {
+    let ys: &[BlockQ8_0] = cast_slice(&row[..nb * core::mem::size_of::<BlockQ8_0>()]);
+    let mut bad = false;
+    for (t, y) in ys.iter().enumerate() {
+        dy[t] = fp16_to_fp32(y.d());
+        if sums {
+            ysum[t] = y.qs.iter().map(|&q| q as i32).sum::<i32>();
+        }
+        bad |= look && y.qs.contains(&i8::MIN);
+    }
+    bad
+}
+
+/// Float dot products: element `i` into lane `i % 8` ([`simd::dot_lanes`], the one f32
+/// dot of the scalar table). `W` bytes per element, `get` reads one element.
 #[inline(always)]
 fn dot_elems<const W: usize>(n: usize, x: &[u8], y: &[u8], get: impl Fn(&[u8]) -> f32) -> f32 {
     let (x, y) = (&x[..W * n], &y[..W * n]);
-    let mut acc = [0.0f32; LANES];
-    let (xc, yc) = (x.chunks_exact(W * LANES), y.chunks_exact(W * LANES));
-    let (xr, yr) = (xc.remainder(), yc.remainder());
-    for (xb, yb) in xc.zip(yc) {
-        for l in 0..LANES {
-            acc[l] += get(&xb[W * l..W * l + W]) * get(&yb[W * l..W * l + W]);
-        }
-    }
-    for (l, (xe, ye)) in xr.chunks_exact(W).zip(yr.chunks_exact(W)).enumerate() {
-        acc[l] += get(xe) * get(ye);
-    }
-    reduce8(&acc)
+    simd::dot_lanes(n, |i| get(&x[W * i..W * i + W]), |i| get(&y[W * i..W * i + W]))
 }
 
 pub fn vec_dot_f32(n: usize, x: &[u8], y: &[u8]) -> f32 {

@@ -1,7 +1,10 @@
-//! ggml's `type_traits_cpu`: per type, the CPU's conversions and dot product, one table per
-//! instruction set, each filled once at compile time; [`Isa::best`] picks the table after
-//! the one CPU detection ([`crate::cpu::features`]). `dequantize_row`, `quantize_row`,
-//! `vec_dot`, `gemm` and the CPU backend's `mul_mat` read their kernels here.
+//! The one ISA dispatch of the CPU backend. ggml's `type_traits_cpu`: per type, the CPU's
+//! conversions, dot product and products (F32 and F16 included), plus the elementwise row
+//! helpers ([`Kernels`]), one table per instruction set, each filled once at compile time;
+//! [`Isa::best`] picks the table after the one CPU detection ([`crate::cpu::features`]),
+//! and [`kernels`] / [`cpu_traits`] hand it out. `dequantize_row`, `quantize_row`,
+//! `vec_dot`, `gemm`, repacking and every op of the CPU backend read their kernels here:
+//! nothing else chooses an ISA.
 //!
 //! ```
 //! use ggweb::cpu::arch::{cpu_traits, Isa};
@@ -17,30 +20,31 @@ use core::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 
 use alloc::vec::Vec;
 
-use super::kernel::{scalar_table, Table};
-pub use super::kernel::{PromptGemm, TypeTraitsCpu, VecDot};
+use super::kernel::scalar_table;
+pub use super::kernel::{FloatGemm, Kernels, PromptGemm, TypeTraitsCpu, VecDot};
 pub use crate::quants::{FromFloat, ToFloat};
 use crate::types::GgmlType;
 
-static SCALAR: Table = scalar_table();
+static SCALAR: Kernels = scalar_table();
 #[cfg(target_arch = "x86_64")]
-static AVX2: Table = super::x86::table(super::x86::Vnni::None);
+static AVX2: Kernels = super::x86::table(super::x86::Vnni::None);
 #[cfg(target_arch = "x86_64")]
-static AVX_VNNI: Table = super::x86::table(super::x86::Vnni::Vex);
+static AVX_VNNI: Kernels = super::x86::table(super::x86::Vnni::Vex);
 #[cfg(target_arch = "x86_64")]
-static AVX512_VNNI: Table = super::x86::table(super::x86::Vnni::Evex);
+static AVX512_VNNI: Kernels = super::x86::table(super::x86::Vnni::Evex);
 #[cfg(target_arch = "x86_64")]
-static AVX512: Table = super::x86::table_512();
+static AVX512: Kernels = super::x86::table_512();
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-static SIMD128: Table = super::wasm::table();
+static SIMD128: Kernels = super::wasm::table();
 
 /// An instruction set with its own kernels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Isa {
     /// The portable reference (the compiler may still vectorize it).
     Scalar,
-    /// x86_64 with AVX2 and F16C; its prompt kernel uses `vpdpbusd` where the CPU has
-    /// AVX-VNNI or AVX512-VNNI (the same bits, see [`set_vnni_disabled`]).
+    /// x86_64 with AVX2, FMA and F16C; its prompt kernel uses `vpdpbusd` where the CPU has
+    /// AVX-VNNI or AVX512-VNNI (the same bits, see [`set_vnni_disabled`]). Without them
+    /// an x86_64 CPU gets the scalar table (the compiler's SSE2).
     Avx2,
     /// wasm32 built with `+simd128` (and its relaxed-SIMD kernels when built with
     /// `+relaxed-simd`).
@@ -58,7 +62,8 @@ impl Isa {
         let f = crate::cpu::features::detect();
         match self {
             Isa::Scalar => true,
-            Isa::Avx2 => cfg!(target_arch = "x86_64") && f.avx2_f16c(),
+            // FMA for the float tiles; every AVX2 CPU has it.
+            Isa::Avx2 => cfg!(target_arch = "x86_64") && f.avx2_fma_f16c(),
             Isa::Simd128 => f.simd128,
         }
     }
@@ -83,13 +88,19 @@ impl Isa {
 
     /// The kernels of `self` for `ty`; None when `self` cannot run here.
     pub fn traits(self, ty: GgmlType) -> Option<&'static TypeTraitsCpu> {
-        Some(&self.table(VNNI_DISABLED.load(Ordering::Relaxed), ZMM_DISABLED.load(Ordering::Relaxed))?[ty as usize])
+        Some(&self.kernels()?.types[ty as usize])
+    }
+
+    /// The whole table of `self` (tests compare ISAs through it); None when `self` cannot
+    /// run here.
+    pub fn kernels(self) -> Option<&'static Kernels> {
+        self.table(VNNI_DISABLED.load(Ordering::Relaxed), ZMM_DISABLED.load(Ordering::Relaxed))
     }
 
     /// The table of `self`, with the plain AVX2 prompt kernels when `no_vnni`, without the
     /// 512-bit ones when `no_zmm`.
     #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
-    fn table(self, no_vnni: bool, no_zmm: bool) -> Option<&'static Table> {
+    fn table(self, no_vnni: bool, no_zmm: bool) -> Option<&'static Kernels> {
         if !self.is_available() {
             return None;
         }
@@ -121,14 +132,21 @@ impl Isa {
 /// The kernels for `ty` on this machine (the table of [`Isa::best`]).
 #[inline]
 pub fn cpu_traits(ty: GgmlType) -> &'static TypeTraitsCpu {
-    &active()[ty as usize]
+    &active().types[ty as usize]
+}
+
+/// The table of [`Isa::best`]: what every CPU kernel call reads (once per call, never per
+/// element).
+#[inline]
+pub fn kernels() -> &'static Kernels {
+    active()
 }
 
 /// The table of [`Isa::best`], chosen on first use (null until then).
-static ACTIVE: AtomicPtr<Table> = AtomicPtr::new(core::ptr::null_mut());
+static ACTIVE: AtomicPtr<Kernels> = AtomicPtr::new(core::ptr::null_mut());
 
 #[inline]
-fn active() -> &'static Table {
+fn active() -> &'static Kernels {
     if crate::cpu::features::scalar_only() {
         return &SCALAR;
     }
@@ -142,7 +160,7 @@ fn active() -> &'static Table {
         return unsafe { &*p };
     }
     let t = Isa::best().table(false, false).expect("the best ISA is available");
-    ACTIVE.store(t as *const Table as *mut Table, Ordering::Release);
+    ACTIVE.store(t as *const Kernels as *mut Kernels, Ordering::Release);
     t
 }
 

@@ -9,40 +9,47 @@ use core::arch::wasm32::*;
 
 use bytemuck::cast_slice;
 
-use super::kernel::{PromptGemm, Table};
+use super::kernel::{GemmArgs, Kernels, PromptGemm};
 use super::scalar::{self, reduce8, LANES};
 use crate::quants::blocks::*;
 use crate::types::GgmlType;
 
 /// The SIMD128 table: the scalar one with every `vec_dot` of its own, Q8_0's quantization,
 /// the prompt kernels, and the packed (repacked at load) kernels of Q8_0, Q4_K and Q6_K.
-pub(super) const fn table() -> Table {
+pub(super) const fn table() -> Kernels {
     use GgmlType::*;
     let mut t = super::kernel::scalar_table();
     macro_rules! blocks {
         ($($ty:ident => $kernel:ident),*) => {
-            $(t[$ty as usize].vec_dot = Some(|_, a, b| $kernel(cast_slice(a), cast_slice(b)));)*
+            $(t.types[$ty as usize].vec_dot = Some(|_, a, b| $kernel(cast_slice(a), cast_slice(b)));)*
         };
     }
     blocks!(Q8_0 => q8_0_q8_0, Q4_0 => q4_0_q8_0, Q4_1 => q4_1_q8_1, Q5_0 => q5_0_q8_0, Q5_1 => q5_1_q8_1,
         Q2_K => q2_k_q8_k, Q3_K => q3_k_q8_k, Q4_K => q4_k_q8_k, Q5_K => q5_k_q8_k, Q6_K => q6_k_q8_k);
-    t[F32 as usize].vec_dot = Some(f32_dot);
-    t[F16 as usize].vec_dot = Some(f16_dot);
-    t[BF16 as usize].vec_dot = Some(bf16_dot);
-    t[Q8_0 as usize].from_float = Some(quantize_q8_0);
-    t[Q8_0 as usize].gemm = Some(&PANELS);
-    t[Q4_0 as usize].gemm = Some(&PANELS_Q4_0);
-    t[Q5_0 as usize].gemm = Some(&PANELS);
-    t[Q4_1 as usize].gemm = Some(&affine::GEMMS[0]);
-    t[Q5_1 as usize].gemm = Some(&affine::GEMMS[1]);
-    t[Q2_K as usize].gemm = Some(&kquants::GEMMS[0]);
-    t[Q3_K as usize].gemm = Some(&kquants::GEMMS[1]);
-    t[Q4_K as usize].gemm = Some(&kquants::GEMMS[2]);
-    t[Q5_K as usize].gemm = Some(&kquants::GEMMS[3]);
-    t[Q6_K as usize].gemm = Some(&kquants::GEMMS[4]);
-    t[Q8_0 as usize].packed = Some(&packed::PACKED_Q8_0);
-    t[Q4_K as usize].packed = Some(&packed_k::PACKED_Q4_K);
-    t[Q6_K as usize].packed = Some(&packed_k::PACKED_Q6_K);
+    t.types[F32 as usize].vec_dot = Some(f32_dot);
+    t.types[F32 as usize].float_gemm = Some(simd::gemm_f32);
+    t.types[F16 as usize].float_gemm = Some(simd::gemm_f16);
+    t.name = "simd128";
+    t.f16_to_f32 = simd::f16_to_f32;
+    t.gelu = simd::gelu;
+    t.exp_sum = simd::exp_sum;
+    t.max = simd::max;
+    t.types[F16 as usize].vec_dot = Some(f16_dot);
+    t.types[BF16 as usize].vec_dot = Some(bf16_dot);
+    t.types[Q8_0 as usize].from_float = Some(quantize_q8_0);
+    t.types[Q8_0 as usize].gemm = Some(&PANELS);
+    t.types[Q4_0 as usize].gemm = Some(&PANELS_Q4_0);
+    t.types[Q5_0 as usize].gemm = Some(&PANELS);
+    t.types[Q4_1 as usize].gemm = Some(&affine::GEMMS[0]);
+    t.types[Q5_1 as usize].gemm = Some(&affine::GEMMS[1]);
+    t.types[Q2_K as usize].gemm = Some(&kquants::GEMMS[0]);
+    t.types[Q3_K as usize].gemm = Some(&kquants::GEMMS[1]);
+    t.types[Q4_K as usize].gemm = Some(&kquants::GEMMS[2]);
+    t.types[Q5_K as usize].gemm = Some(&kquants::GEMMS[3]);
+    t.types[Q6_K as usize].gemm = Some(&kquants::GEMMS[4]);
+    t.types[Q8_0 as usize].packed = Some(&packed::PACKED_Q8_0);
+    t.types[Q4_K as usize].packed = Some(&packed_k::PACKED_Q4_K);
+    t.types[Q6_K as usize].packed = Some(&packed_k::PACKED_Q6_K);
     t
 }
 
@@ -50,7 +57,7 @@ mod affine;
 mod kquants;
 mod packed;
 mod packed_k;
-pub mod simd;
+mod simd;
 
 static PANELS: PromptGemm = PromptGemm {
     name: "simd128 i16 panels",
@@ -416,56 +423,23 @@ float_kernel!(
 /// b (a decode step), pairs go in register tiles of [`MR`] rows of a × [`NR`] rows of b
 /// ([`tile_dot`]), so each loaded vector serves several products; pairs outside whole
 /// tiles through [`row_dot`].
-#[allow(clippy::too_many_arguments)]
-pub(super) fn gemm_rows(
-    ty: GgmlType,
-    nb: usize,
-    m: usize,
-    a: &[u8],
-    lda: usize,
-    b: &[u8],
-    ldb: usize,
-    cols: &super::ColPrep,
-    c: &mut [f32],
-    ldc: usize,
-) {
-    gemm_rows_form(false, ty, nb, m, a, lda, b, ldb, cols, c, ldc)
+pub(super) fn gemm_rows(g: &GemmArgs, c: &mut [f32]) {
+    gemm_rows_form(false, g, c)
 }
 
 /// [`gemm_rows`] on weights repacked at load ([`super::repack`]): `m` rows of whole groups and
 /// at least [`PANEL_MIN_N`] rows of b, so the panel kernels, whose panels are the groups.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn gemm_rows_packed(
-    ty: GgmlType,
-    nb: usize,
-    m: usize,
-    a: &[u8],
-    lda: usize,
-    b: &[u8],
-    ldb: usize,
-    cols: &super::ColPrep,
-    c: &mut [f32],
-    ldc: usize,
-) {
-    assert!(ty == GgmlType::Q8_0 && m % PANEL == 0 && cols.plain.len() >= PANEL_MIN_N && !cols.plain.contains(&true));
-    gemm_rows_form(true, ty, nb, m, a, lda, b, ldb, cols, c, ldc)
+pub(super) fn gemm_rows_packed(g: &GemmArgs, c: &mut [f32]) {
+    let cols = g.cols;
+    assert!(
+        g.ty == GgmlType::Q8_0 && g.m % PANEL == 0 && cols.plain.len() >= PANEL_MIN_N && !cols.plain.contains(&true)
+    );
+    gemm_rows_form(true, g, c)
 }
 
-#[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn gemm_rows_form(
-    packed: bool,
-    ty: GgmlType,
-    nb: usize,
-    m: usize,
-    a: &[u8],
-    lda: usize,
-    b: &[u8],
-    ldb: usize,
-    cols: &super::ColPrep,
-    c: &mut [f32],
-    ldc: usize,
-) {
+fn gemm_rows_form(packed: bool, g: &GemmArgs, c: &mut [f32]) {
+    let GemmArgs { ty, nb, m, a, lda, b, ldb, cols, ldc, .. } = *g;
     let nbp = cols.nbp;
     let n = cols.plain.len();
     #[cfg(target_feature = "relaxed-simd")]

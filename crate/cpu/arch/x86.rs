@@ -24,7 +24,7 @@ use alloc::vec::Vec;
 
 use bytemuck::cast_slice;
 
-use super::kernel::{PromptGemm, Table};
+use super::kernel::{GemmArgs, Kernels, PromptGemm};
 use super::scalar::{self, reduce8, LANES};
 use crate::quants::blocks::*;
 use crate::types::GgmlType;
@@ -33,72 +33,78 @@ mod activations;
 mod kquants;
 mod packed;
 mod packed512;
-pub mod simd;
-
-pub(super) use activations::col_prep_q8_0;
+mod simd;
 
 /// The AVX2 table: the scalar one with every `vec_dot` of its own, and the prompt kernel
 /// for Q8_0 and Q4_0 in the `vpdpbusd` form `vnni` names. The closures call `unsafe`
 /// kernels: SAFETY for all of them, [`super::traits`] hands this table out only where
 /// AVX2 and F16C were detected (`Isa::Avx2`), a VNNI form only where that was, and the
 /// rows passed are checked by the callers in [`super`].
-pub(super) const fn table(vnni: Vnni) -> Table {
+pub(super) const fn table(vnni: Vnni) -> Kernels {
     use GgmlType::*;
     let mut t = super::kernel::scalar_table();
     macro_rules! blocks {
         ($($ty:ident => $kernel:ident),*) => {
-            $(t[$ty as usize].vec_dot = Some(|_, a, b| unsafe { $kernel(cast_slice(a), cast_slice(b)) });)*
+            $(t.types[$ty as usize].vec_dot = Some(|_, a, b| unsafe { $kernel(cast_slice(a), cast_slice(b)) });)*
         };
     }
     blocks!(Q8_0 => q8_0_q8_0, Q4_0 => q4_0_q8_0, Q4_1 => q4_1_q8_1, Q5_0 => q5_0_q8_0, Q5_1 => q5_1_q8_1,
         Q2_K => q2_k_q8_k, Q3_K => q3_k_q8_k, Q4_K => q4_k_q8_k, Q5_K => q5_k_q8_k, Q6_K => q6_k_q8_k);
-    t[F32 as usize].vec_dot = Some(|n, a, b| unsafe { f32_dot(n, a, b) });
-    t[F16 as usize].vec_dot = Some(|n, a, b| unsafe { f16_dot(n, a, b) });
-    t[BF16 as usize].vec_dot = Some(|n, a, b| unsafe { bf16_dot(n, a, b) });
+    t.types[F32 as usize].vec_dot = Some(|n, a, b| unsafe { f32_dot(n, a, b) });
+    t.types[F32 as usize].float_gemm = Some(simd::gemm_f32);
+    t.types[F16 as usize].float_gemm = Some(simd::gemm_f16);
+    t.name = "avx2";
+    t.f16_to_f32 = simd::f16_to_f32;
+    t.gelu = simd::gelu;
+    t.exp_sum = simd::exp_sum;
+    t.max = simd::max;
+    t.prep_q8_0 = |row, nb, dy, ys, sums, _| unsafe { activations::col_prep_q8_0(row, nb, dy, ys, sums) };
+    t.types[F16 as usize].vec_dot = Some(|n, a, b| unsafe { f16_dot(n, a, b) });
+    t.types[BF16 as usize].vec_dot = Some(|n, a, b| unsafe { bf16_dot(n, a, b) });
     let (q8, q4) = match vnni {
         Vnni::None => (&PLAIN_Q8_0, &PLAIN_Q4_0),
         Vnni::Vex => (&VEX, &VEX),
         Vnni::Evex => (&EVEX, &EVEX),
     };
-    t[Q8_0 as usize].from_float = Some(|src, dst| unsafe { activations::quantize_q8_0(src, dst) });
-    t[Q8_K as usize].from_float = Some(|src, dst| unsafe { activations::quantize_q8_k(src, dst) });
-    t[Q8_0 as usize].gemm = Some(q8);
-    t[Q8_0 as usize].packed = match vnni {
+    t.types[Q8_0 as usize].from_float = Some(|src, dst| unsafe { activations::quantize_q8_0(src, dst) });
+    t.types[Q8_K as usize].from_float = Some(|src, dst| unsafe { activations::quantize_q8_k(src, dst) });
+    t.types[Q8_0 as usize].gemm = Some(q8);
+    t.types[Q8_0 as usize].packed = match vnni {
         Vnni::None => None,
         Vnni::Vex => Some(&packed::PACKED_Q8_0[0]),
         Vnni::Evex => Some(&packed::PACKED_Q8_0[1]),
     };
-    t[Q4_K as usize].packed = match vnni {
+    t.types[Q4_K as usize].packed = match vnni {
         Vnni::None => None,
         Vnni::Vex => Some(&packed::PACKED_Q4_K[0]),
         Vnni::Evex => Some(&packed::PACKED_Q4_K[1]),
     };
-    t[Q6_K as usize].packed = match vnni {
+    t.types[Q6_K as usize].packed = match vnni {
         Vnni::None => None,
         Vnni::Vex => Some(&packed::PACKED_Q6_K[0]),
         Vnni::Evex => Some(&packed::PACKED_Q6_K[1]),
     };
-    t[Q4_0 as usize].gemm = Some(q4);
+    t.types[Q4_0 as usize].gemm = Some(q4);
     let v = vnni as usize;
-    t[Q5_0 as usize].gemm = Some(&U_GEMMS[v][0]);
-    t[Q4_1 as usize].gemm = Some(&U_GEMMS[v][1]);
-    t[Q5_1 as usize].gemm = Some(&U_GEMMS[v][2]);
-    t[Q2_K as usize].gemm = Some(&kquants::GEMMS[0]);
-    t[Q3_K as usize].gemm = Some(&kquants::GEMMS[1]);
-    t[Q4_K as usize].gemm = Some(&kquants::GEMMS[2]);
-    t[Q5_K as usize].gemm = Some(&kquants::GEMMS[3]);
-    t[Q6_K as usize].gemm = Some(&kquants::GEMMS[4]);
+    t.types[Q5_0 as usize].gemm = Some(&U_GEMMS[v][0]);
+    t.types[Q4_1 as usize].gemm = Some(&U_GEMMS[v][1]);
+    t.types[Q5_1 as usize].gemm = Some(&U_GEMMS[v][2]);
+    t.types[Q2_K as usize].gemm = Some(&kquants::GEMMS[0]);
+    t.types[Q3_K as usize].gemm = Some(&kquants::GEMMS[1]);
+    t.types[Q4_K as usize].gemm = Some(&kquants::GEMMS[2]);
+    t.types[Q5_K as usize].gemm = Some(&kquants::GEMMS[3]);
+    t.types[Q6_K as usize].gemm = Some(&kquants::GEMMS[4]);
     t
 }
 
 /// [`table`] with AVX512-VNNI, its packed Q8_0/Q4_K/Q6_K kernels on 512-bit registers
 /// ([`packed512`]); handed out only where AVX-512 F, BW, VL and VNNI were detected.
-pub(super) const fn table_512() -> Table {
+pub(super) const fn table_512() -> Kernels {
     use GgmlType::*;
     let mut t = table(Vnni::Evex);
-    t[Q8_0 as usize].packed = Some(&packed512::PACKED_Q8_0);
-    t[Q4_K as usize].packed = Some(&packed512::PACKED_Q4_K);
-    t[Q6_K as usize].packed = Some(&packed512::PACKED_Q6_K);
+    t.types[Q8_0 as usize].packed = Some(&packed512::PACKED_Q8_0);
+    t.types[Q4_K as usize].packed = Some(&packed512::PACKED_Q4_K);
+    t.types[Q6_K as usize].packed = Some(&packed512::PACKED_Q6_K);
     t
 }
 
@@ -109,9 +115,7 @@ static U_GEMMS: [[PromptGemm; 3]; 3] = {
             PromptGemm {
                 name: $name,
                 // SAFETY: as in [`table`]; `gemm` checked the rows and sized `cols`.
-                rows: |_, nb, m, a, lda, b, ldb, cols, c, ldc| unsafe {
-                    gemm_rows_u::<$X, $v>(nb, m, a, lda, b, ldb, cols, c, ldc)
-                },
+                rows: |g, c| unsafe { gemm_rows_u::<$X, $v>(g, c) },
                 needs_plain: false,
                 wants_sums: true,
                 chunk: crate::cpu::arch::L1_CHUNK,
@@ -141,7 +145,7 @@ pub(super) enum Vnni {
 // SAFETY of the closures: as in [`table`]; `gemm` checked the rows and sized `cols`.
 const PLAIN: PromptGemm = PromptGemm {
     name: "avx2 tiles",
-    rows: |ty, nb, m, a, lda, b, ldb, cols, c, ldc| unsafe { gemm_rows(ty, nb, m, a, lda, b, ldb, cols, c, ldc) },
+    rows: |g, c| unsafe { gemm_rows(g, c) },
     needs_plain: false,
     wants_sums: true,
     chunk: crate::cpu::arch::L1_CHUNK,
@@ -151,18 +155,14 @@ static PLAIN_Q8_0: PromptGemm = PromptGemm { needs_plain: true, ..PLAIN };
 static PLAIN_Q4_0: PromptGemm = PLAIN;
 static VEX: PromptGemm = PromptGemm {
     name: "avx2 tiles (avx-vnni vpdpbusd)",
-    rows: |ty, nb, m, a, lda, b, ldb, cols, c, ldc| unsafe {
-        gemm_rows_vnni::<false>(ty, nb, m, a, lda, b, ldb, cols, c, ldc)
-    },
+    rows: |g, c| unsafe { gemm_rows_vnni::<false>(g, c) },
     needs_plain: false,
     wants_sums: true,
     chunk: crate::cpu::arch::L1_CHUNK,
 };
 static EVEX: PromptGemm = PromptGemm {
     name: "avx2 tiles (avx512-vnni vpdpbusd)",
-    rows: |ty, nb, m, a, lda, b, ldb, cols, c, ldc| unsafe {
-        gemm_rows_vnni::<true>(ty, nb, m, a, lda, b, ldb, cols, c, ldc)
-    },
+    rows: |g, c| unsafe { gemm_rows_vnni::<true>(g, c) },
     needs_plain: false,
     wants_sums: true,
     chunk: crate::cpu::arch::L1_CHUNK,
@@ -527,20 +527,9 @@ float_kernel!(bf16_dot, 2, |p| _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm25
 /// # Safety
 /// AVX2 and F16C must be available; `m` rows of `a` (`lda` apart) and the rows of `b`
 /// (`ldb` apart) must be whole rows of `nb` blocks; `c` must hold `(n-1)·ldc + m`.
-#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,f16c")]
-pub(super) unsafe fn gemm_rows(
-    ty: GgmlType,
-    nb: usize,
-    m: usize,
-    a: &[u8],
-    lda: usize,
-    b: &[u8],
-    ldb: usize,
-    cols: &super::ColPrep,
-    c: &mut [f32],
-    ldc: usize,
-) {
+pub(super) unsafe fn gemm_rows(g: &GemmArgs, c: &mut [f32]) {
+    let GemmArgs { ty, nb, m, a, lda, b, ldb, cols, ldc, .. } = *g;
     let nbp = cols.nbp;
     let mut dx = vec![0f32; nbp];
     // Unpacking Q4_0 nibbles into a buffer pays off when several rows of b reuse them.
@@ -689,20 +678,9 @@ unsafe fn dpbusd<const EVEX: bool>(acc: __m256i, u: __m256i, y: __m256i) -> __m2
 /// # Safety
 /// As for [`gemm_rows`], and the `vpdpbusd` form asked for must be available ([`vnni`]:
 /// `EVEX` for [`Vnni::Evex`], else [`Vnni::Vex`]).
-#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,f16c")]
-pub(super) unsafe fn gemm_rows_vnni<const EVEX: bool>(
-    ty: GgmlType,
-    nb: usize,
-    m: usize,
-    a: &[u8],
-    lda: usize,
-    b: &[u8],
-    ldb: usize,
-    cols: &super::ColPrep,
-    c: &mut [f32],
-    ldc: usize,
-) {
+pub(super) unsafe fn gemm_rows_vnni<const EVEX: bool>(g: &GemmArgs, c: &mut [f32]) {
+    let GemmArgs { ty, nb, m, a, lda, b, ldb, cols, ldc, .. } = *g;
     let nbp = cols.nbp;
     let n = cols.plain.len();
     let mut dx = vec![0f32; nbp];
@@ -826,19 +804,9 @@ ublock!(BlockQ5_1, 0, true, BlockQ8_1, 4, |x| q5_bytes(&x.qs, x.qh()), |x| x.m()
 ///
 /// # Safety
 /// As for [`gemm_rows`]; `V` > 0 only where that `vpdpbusd` form was detected.
-#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,f16c")]
-unsafe fn gemm_rows_u<X: UBlock, const V: u8>(
-    nb: usize,
-    m: usize,
-    a: &[u8],
-    lda: usize,
-    b: &[u8],
-    ldb: usize,
-    cols: &super::ColPrep,
-    c: &mut [f32],
-    ldc: usize,
-) {
+unsafe fn gemm_rows_u<X: UBlock, const V: u8>(g: &GemmArgs, c: &mut [f32]) {
+    let GemmArgs { nb, m, a, lda, b, ldb, cols, ldc, .. } = *g;
     let nbp = cols.nbp;
     let n = cols.plain.len();
     let mut dx = vec![0f32; nbp];

@@ -12,7 +12,7 @@ use alloc::vec;
 
 use bytemuck::cast_slice;
 
-use super::super::kernel::PromptGemm;
+use super::super::kernel::{GemmArgs, PromptGemm};
 use super::super::scalar::{reduce8, LANES};
 use super::{hsum_i32, nibbles, q5};
 use crate::quants::blocks::*;
@@ -26,18 +26,14 @@ const NAME: &str = "simd128 affine rows";
 pub(super) static GEMMS: [PromptGemm; 2] = [
     PromptGemm {
         name: NAME,
-        rows: |_, nb, m, a, lda, b, ldb, cols, c, ldc| {
-            gemm_rows_affine::<BlockQ4_1>(nb, m, a, lda, b, ldb, cols, c, ldc)
-        },
+        rows: |g, c| gemm_rows_affine::<BlockQ4_1>(g, c),
         needs_plain: false,
         wants_sums: false,
         chunk: crate::cpu::arch::L1_CHUNK,
     },
     PromptGemm {
         name: NAME,
-        rows: |_, nb, m, a, lda, b, ldb, cols, c, ldc| {
-            gemm_rows_affine::<BlockQ5_1>(nb, m, a, lda, b, ldb, cols, c, ldc)
-        },
+        rows: |g, c| gemm_rows_affine::<BlockQ5_1>(g, c),
         needs_plain: false,
         wants_sums: false,
         chunk: crate::cpu::arch::L1_CHUNK,
@@ -108,18 +104,8 @@ fn isum(u: (v128, v128), y: *const u8) -> v128 {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn gemm_rows_affine<X: Affine>(
-    nb: usize,
-    m: usize,
-    a: &[u8],
-    lda: usize,
-    b: &[u8],
-    ldb: usize,
-    cols: &super::super::ColPrep,
-    c: &mut [f32],
-    ldc: usize,
-) {
+fn gemm_rows_affine<X: Affine>(g: &GemmArgs, c: &mut [f32]) {
+    let GemmArgs { nb, m, a, lda, b, ldb, cols, ldc, .. } = *g;
     let (n, nbp) = (cols.plain.len(), cols.nbp);
     let xsize = core::mem::size_of::<X>();
     let row = |j: usize| &b[j * ldb..j * ldb + nb * Y_SIZE];

@@ -19,7 +19,7 @@ use alloc::vec;
 
 use bytemuck::cast_slice;
 
-use super::super::kernel::PromptGemm;
+use super::super::kernel::{GemmArgs, PromptGemm};
 use super::super::scalar::{reduce8, LANES};
 use super::{hsum_i32, load};
 use crate::quants::blocks::*;
@@ -40,7 +40,8 @@ pub(super) static GEMMS: [PromptGemm; 5] = {
         ($X:ty) => {
             PromptGemm {
                 name: NAME,
-                rows: |_, nb, m, a, lda, b, ldb, cols, c, ldc| {
+                rows: |g, c| {
+                    let GemmArgs { nb, m, a, lda, b, ldb, cols, ldc, .. } = *g;
                     gemm_rows_k::<$X>(nb, m, a, lda, b, ldb, cols.plain.len(), c, ldc)
                 },
                 needs_plain: false,

@@ -12,8 +12,7 @@
 
 use core::arch::wasm32::*;
 
-use super::super::kernel::{PackedKernel, PromptGemm, GROUP};
-use super::super::ColPrep;
+use super::super::kernel::{GemmArgs, PackedKernel, PromptGemm, GROUP};
 use super::{dot32, f16x4_to_f32, load, transpose_sum};
 use crate::types::GgmlType;
 
@@ -69,7 +68,9 @@ fn blocks(nb: usize, mut step: impl FnMut(usize, &mut v128)) -> [f32; GROUP] {
 
 /// The [`PackedKernel::decode`] of Q8_0: groups in [`super::super::decode_row`]'s
 /// order (four streams a quarter of the matrix apart).
-fn decode(ty: GgmlType, nb: usize, ng: usize, a: &[u8], b: &[u8], cols: &ColPrep, c: &mut [f32]) -> bool {
+fn decode(g: &GemmArgs, c: &mut [f32]) -> bool {
+    let GemmArgs { ty, nb, m, a, b, cols, .. } = *g;
+    let ng = m / GROUP;
     assert_eq!(ty, GgmlType::Q8_0, "packed decode: Q8_0 only");
     let gs = nb * GROUP * 34;
     assert!(a.len() >= ng * gs && b.len() >= nb * 34 && c.len() >= GROUP * ng && cols.dy.len() >= nb);

@@ -29,8 +29,7 @@ use core::arch::wasm32::*;
 use alloc::vec;
 use alloc::vec::Vec;
 
-use super::super::kernel::{q4_k_qs_src, q6_k_src, PackedKernel, PromptGemm, GROUP};
-use super::super::ColPrep;
+use super::super::kernel::{q4_k_qs_src, q6_k_src, GemmArgs, PackedKernel, PromptGemm, GROUP};
 use super::kquants::{gemm_rows_k, KBlock};
 use super::{f16x4_to_f32, transpose_sum};
 use crate::quants::blocks::{BlockQ4_K, BlockQ6_K};
@@ -65,7 +64,8 @@ static PACKED_GEMMS: [PromptGemm; 2] = {
         ($X:ty) => {
             PromptGemm {
                 name: PACKED_NAME,
-                rows: |ty, nb, m, a, _, b, ldb, cols, c, ldc| {
+                rows: |g, c| {
+                    let GemmArgs { ty, nb, m, a, b, ldb, cols, ldc, .. } = *g;
                     gemm_rows_packed::<$X>(ty, nb, m, a, b, ldb, cols.plain.len(), c, ldc)
                 },
                 needs_plain: false,
@@ -279,7 +279,9 @@ pub(super) fn q6_k_quarters(x: v128, y: v128, z: v128) -> [v128; 4] {
 }
 
 /// The [`PackedKernel::decode`] of Q4_K and Q6_K: groups in `decode_row`'s order.
-fn decode(ty: GgmlType, nb: usize, ng: usize, a: &[u8], b: &[u8], _cols: &ColPrep, c: &mut [f32]) -> bool {
+fn decode(g: &GemmArgs, c: &mut [f32]) -> bool {
+    let GemmArgs { ty, nb, m, a, b, .. } = *g;
+    let ng = m / GROUP;
     let gb = if ty == GgmlType::Q4_K { GB_Q4_K } else { GB_Q6_K };
     assert!(matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K), "packed k-quant decode: {ty}");
     let gs = nb * gb;

@@ -5,152 +5,141 @@
 
 use core::arch::wasm32::*;
 
-use half::f16;
+use super::super::{f16_bits_to_f32, F16_EXP_ADJUST, GELU_C, GELU_K, INV_FACT, LN2_HI, LN2_HI_F32, LN2_LO, LN2_LO_F32};
 
-use super::super::{
-    f16_bits_to_f32, Simd, F16_EXP_ADJUST, GELU_C, GELU_K, INV_FACT, LN2_HI, LN2_HI_F32, LN2_LO, LN2_LO_F32,
-};
+/// [`crate::cpu::arch::FloatGemm`] for f32 rows: register tiles of 4 rows of a × 2 of b.
+///
+/// # Safety
+/// As [`crate::cpu::arch::FloatGemm`] says.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn gemm_f32(
+    k: usize,
+    m: usize,
+    n: usize,
+    a: *const u8,
+    lda: usize,
+    b: *const f32,
+    ldb: usize,
+    c: *mut f32,
+    ldc: usize,
+) {
+    gemm::<F32Rows>(k, m, n, a as *const f32, lda, b, ldb, c, ldc)
+}
 
-pub struct Simd128;
+/// [`gemm_f32`] for f16 rows (as bits), converted as they are loaded.
+///
+/// # Safety
+/// As [`crate::cpu::arch::FloatGemm`] says.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn gemm_f16(
+    k: usize,
+    m: usize,
+    n: usize,
+    a: *const u8,
+    lda: usize,
+    b: *const f32,
+    ldb: usize,
+    c: *mut f32,
+    ldc: usize,
+) {
+    gemm::<F16Rows>(k, m, n, a as *const u16, lda, b, ldb, c, ldc)
+}
 
-impl Simd for Simd128 {
-    fn name(&self) -> &'static str {
-        "simd128"
+pub(crate) fn f16_to_f32(src: &[u16], dst: &mut [f32]) {
+    let n = src.len().min(dst.len());
+    let (s, d) = (src.as_ptr(), dst.as_mut_ptr());
+    let mut i = 0;
+    // SAFETY: n elements of each.
+    unsafe {
+        while i + 8 <= n {
+            let (lo, hi) = f16x8_to_f32(v128_load(s.add(i) as *const v128));
+            v128_store(d.add(i) as *mut v128, lo);
+            v128_store(d.add(i + 4) as *mut v128, hi);
+            i += 8;
+        }
     }
-    fn dot_f32(&self, a: &[f32], b: &[f32]) -> f32 {
-        let n = a.len().min(b.len());
-        // SAFETY: reads n elements of each; wasm loads need no alignment.
-        unsafe { dot_f32(a.as_ptr(), b.as_ptr(), n) }
+    for j in i..n {
+        dst[j] = f16_bits_to_f32(src[j]);
     }
-    fn dot_f16_f32(&self, a: &[f16], b: &[f32]) -> f32 {
-        let n = a.len().min(b.len());
-        // SAFETY: as above.
-        unsafe { dot_f16_f32(a.as_ptr() as *const u16, b.as_ptr(), n) }
-    }
-    unsafe fn gemm_f32(
-        &self,
-        k: usize,
-        m: usize,
-        n: usize,
-        a: *const f32,
-        lda: usize,
-        b: *const f32,
-        ldb: usize,
-        c: *mut f32,
-        ldc: usize,
-    ) {
-        gemm_f32(k, m, n, a, lda, b, ldb, c, ldc)
-    }
-    unsafe fn gemm_f16(
-        &self,
-        k: usize,
-        m: usize,
-        n: usize,
-        a: *const u16,
-        lda: usize,
-        b: *const f32,
-        ldb: usize,
-        c: *mut f32,
-        ldc: usize,
-    ) {
-        gemm_f16(k, m, n, a, lda, b, ldb, c, ldc)
-    }
-    fn f16_to_f32(&self, src: &[u16], dst: &mut [f32]) {
-        let n = src.len().min(dst.len());
-        let (s, d) = (src.as_ptr(), dst.as_mut_ptr());
-        let mut i = 0;
-        // SAFETY: n elements of each.
-        unsafe {
-            while i + 8 <= n {
-                let (lo, hi) = f16x8_to_f32(v128_load(s.add(i) as *const v128));
-                v128_store(d.add(i) as *mut v128, lo);
-                v128_store(d.add(i + 4) as *mut v128, hi);
-                i += 8;
+}
+pub(crate) fn gelu(x: &mut [f32]) {
+    let n = x.len();
+    let p = x.as_mut_ptr();
+    let mut i = 0;
+    // Four lanes of f32 through two f64x2.
+    let gelu4 = |v: v128| {
+        let lo = gelu_f64x2(f64x2_promote_low_f32x4(v));
+        let hi = gelu_f64x2(f64x2_promote_low_f32x4(i64x2_shuffle::<1, 1>(v, v)));
+        i64x2_shuffle::<0, 2>(f32x4_demote_f64x2_zero(lo), f32x4_demote_f64x2_zero(hi))
+    };
+    // SAFETY: loads and stores of 4 lanes stay inside the slice.
+    unsafe {
+        // 8 at a time: four independent exp polynomials in flight (~10% faster than
+        // two; 16 at a time spills registers and is slower).
+        while i + 8 <= n {
+            let v: [v128; 2] = core::array::from_fn(|k| v128_load(p.add(i + 4 * k) as *const v128));
+            let r = v.map(gelu4);
+            for (k, r) in r.into_iter().enumerate() {
+                v128_store(p.add(i + 4 * k) as *mut v128, r);
             }
+            i += 8;
         }
-        for j in i..n {
-            dst[j] = f16_bits_to_f32(src[j]);
-        }
-    }
-    fn gelu(&self, x: &mut [f32]) {
-        let n = x.len();
-        let p = x.as_mut_ptr();
-        let mut i = 0;
-        // Four lanes of f32 through two f64x2.
-        let gelu4 = |v: v128| {
-            let lo = gelu_f64x2(f64x2_promote_low_f32x4(v));
-            let hi = gelu_f64x2(f64x2_promote_low_f32x4(i64x2_shuffle::<1, 1>(v, v)));
-            i64x2_shuffle::<0, 2>(f32x4_demote_f64x2_zero(lo), f32x4_demote_f64x2_zero(hi))
-        };
-        // SAFETY: loads and stores of 4 lanes stay inside the slice.
-        unsafe {
-            // 8 at a time: four independent exp polynomials in flight (~10% faster than
-            // two; 16 at a time spills registers and is slower).
-            while i + 8 <= n {
-                let v: [v128; 2] = core::array::from_fn(|k| v128_load(p.add(i + 4 * k) as *const v128));
-                let r = v.map(gelu4);
-                for (k, r) in r.into_iter().enumerate() {
-                    v128_store(p.add(i + 4 * k) as *mut v128, r);
-                }
-                i += 8;
-            }
-            while i + 4 <= n {
-                v128_store(p.add(i) as *mut v128, gelu4(v128_load(p.add(i) as *const v128)));
-                i += 4;
-            }
-        }
-        for v in &mut x[i..] {
-            *v = crate::cpu::gelu_f32(*v);
+        while i + 4 <= n {
+            v128_store(p.add(i) as *mut v128, gelu4(v128_load(p.add(i) as *const v128)));
+            i += 4;
         }
     }
-    fn exp_sum(&self, x: &mut [f32], sub: f32) -> f64 {
-        let n = x.len();
-        let p = x.as_mut_ptr();
-        let s = f32x4_splat(sub);
-        let mut acc = [f64x2_splat(0.0); 2];
-        let mut i = 0;
-        // SAFETY: as above.
-        unsafe {
-            while i + 4 <= n {
-                let e = exp_f32x4_nonpos(f32x4_sub(v128_load(p.add(i) as *const v128), s));
-                v128_store(p.add(i) as *mut v128, e);
-                acc[0] = f64x2_add(acc[0], f64x2_promote_low_f32x4(e));
-                acc[1] = f64x2_add(acc[1], f64x2_promote_low_f32x4(i64x2_shuffle::<1, 1>(e, e)));
-                i += 4;
-            }
-        }
-        let a = f64x2_add(acc[0], acc[1]);
-        let mut sum = f64x2_extract_lane::<0>(a) + f64x2_extract_lane::<1>(a);
-        if i < n {
-            let mut t = [f32::NEG_INFINITY; 4];
-            t[..n - i].copy_from_slice(&x[i..]);
-            // SAFETY: t is 4 lanes.
-            let e = unsafe { exp_f32x4_nonpos(f32x4_sub(v128_load(t.as_ptr() as *const v128), s)) };
-            unsafe { v128_store(t.as_mut_ptr() as *mut v128, e) };
-            x[i..].copy_from_slice(&t[..n - i]);
-            sum += t[..n - i].iter().map(|&v| v as f64).sum::<f64>();
-        }
-        sum
+    for v in &mut x[i..] {
+        *v = crate::cpu::gelu_f32(*v);
     }
-    fn max(&self, x: &[f32]) -> f32 {
-        let n = x.len();
-        let mut m = f32x4_splat(f32::NEG_INFINITY);
-        let mut i = 0;
-        // SAFETY: as above.
-        unsafe {
-            while i + 4 <= n {
-                m = f32x4_pmax(m, v128_load(x.as_ptr().add(i) as *const v128));
-                i += 4;
-            }
+}
+pub(crate) fn exp_sum(x: &mut [f32], sub: f32) -> f64 {
+    let n = x.len();
+    let p = x.as_mut_ptr();
+    let s = f32x4_splat(sub);
+    let mut acc = [f64x2_splat(0.0); 2];
+    let mut i = 0;
+    // SAFETY: as above.
+    unsafe {
+        while i + 4 <= n {
+            let e = exp_f32x4_nonpos(f32x4_sub(v128_load(p.add(i) as *const v128), s));
+            v128_store(p.add(i) as *mut v128, e);
+            acc[0] = f64x2_add(acc[0], f64x2_promote_low_f32x4(e));
+            acc[1] = f64x2_add(acc[1], f64x2_promote_low_f32x4(i64x2_shuffle::<1, 1>(e, e)));
+            i += 4;
         }
-        let lanes = [
-            f32x4_extract_lane::<0>(m),
-            f32x4_extract_lane::<1>(m),
-            f32x4_extract_lane::<2>(m),
-            f32x4_extract_lane::<3>(m),
-        ];
-        lanes.iter().chain(&x[i..]).copied().fold(f32::NEG_INFINITY, f32::max)
     }
+    let a = f64x2_add(acc[0], acc[1]);
+    let mut sum = f64x2_extract_lane::<0>(a) + f64x2_extract_lane::<1>(a);
+    if i < n {
+        let mut t = [f32::NEG_INFINITY; 4];
+        t[..n - i].copy_from_slice(&x[i..]);
+        // SAFETY: t is 4 lanes.
+        let e = unsafe { exp_f32x4_nonpos(f32x4_sub(v128_load(t.as_ptr() as *const v128), s)) };
+        unsafe { v128_store(t.as_mut_ptr() as *mut v128, e) };
+        x[i..].copy_from_slice(&t[..n - i]);
+        sum += t[..n - i].iter().map(|&v| v as f64).sum::<f64>();
+    }
+    sum
+}
+pub(crate) fn max(x: &[f32]) -> f32 {
+    let n = x.len();
+    let mut m = f32x4_splat(f32::NEG_INFINITY);
+    let mut i = 0;
+    // SAFETY: as above.
+    unsafe {
+        while i + 4 <= n {
+            m = f32x4_pmax(m, v128_load(x.as_ptr().add(i) as *const v128));
+            i += 4;
+        }
+    }
+    let lanes = [
+        f32x4_extract_lane::<0>(m),
+        f32x4_extract_lane::<1>(m),
+        f32x4_extract_lane::<2>(m),
+        f32x4_extract_lane::<3>(m),
+    ];
+    lanes.iter().chain(&x[i..]).copied().fold(f32::NEG_INFINITY, f32::max)
 }
 
 /// e^y for 2 f64 lanes, as the AVX2 `exp_pd`: y clamped to [-708, 709], y = n·ln2 + r,
@@ -195,82 +184,6 @@ fn exp_f32x4_nonpos(x: v128) -> v128 {
     }
     let pow2 = i32x4_shl(i32x4_add(i32x4_trunc_sat_f32x4(n), i32x4_splat(127)), 23);
     v128_and(f32x4_mul(p, pow2), keep)
-}
-
-#[inline(always)]
-fn hsum(v: v128) -> f32 {
-    (f32x4_extract_lane::<0>(v) + f32x4_extract_lane::<2>(v))
-        + (f32x4_extract_lane::<1>(v) + f32x4_extract_lane::<3>(v))
-}
-
-unsafe fn dot_f32(a: *const f32, b: *const f32, n: usize) -> f32 {
-    let mut acc = [f32x4_splat(0.0); 4];
-    let mut i = 0;
-    while i + 16 <= n {
-        for (k, acc) in acc.iter_mut().enumerate() {
-            let x = v128_load(a.add(i + 4 * k) as *const v128);
-            let y = v128_load(b.add(i + 4 * k) as *const v128);
-            *acc = f32x4_add(*acc, f32x4_mul(x, y));
-        }
-        i += 16;
-    }
-    while i + 4 <= n {
-        let x = v128_load(a.add(i) as *const v128);
-        let y = v128_load(b.add(i) as *const v128);
-        acc[0] = f32x4_add(acc[0], f32x4_mul(x, y));
-        i += 4;
-    }
-    let mut sum = hsum(f32x4_add(f32x4_add(acc[0], acc[1]), f32x4_add(acc[2], acc[3])));
-    while i < n {
-        sum += *a.add(i) * *b.add(i);
-        i += 1;
-    }
-    sum
-}
-
-/// Four f16 in u32 lanes → four f32, as `f16_bits_to_f32` does.
-#[inline(always)]
-fn f16x4_to_f32(h: v128) -> v128 {
-    let em = v128_and(h, u32x4_splat(0x7fff));
-    let sign = i32x4_shl(v128_and(h, u32x4_splat(0x8000)), 16);
-    let v = f32x4_mul(i32x4_shl(em, 13), f32x4_splat(F16_EXP_ADJUST));
-    let inf_nan = v128_and(u32x4_gt(em, u32x4_splat(0x7bff)), u32x4_splat(0x7f80_0000));
-    v128_or(v128_or(v, inf_nan), sign)
-}
-
-unsafe fn dot_f16_f32(a: *const u16, b: *const f32, n: usize) -> f32 {
-    let mut acc = [f32x4_splat(0.0); 4];
-    let mut i = 0;
-    while i + 16 <= n {
-        let h0 = v128_load(a.add(i) as *const v128);
-        let h1 = v128_load(a.add(i + 8) as *const v128);
-        let xs = [
-            f16x4_to_f32(u32x4_extend_low_u16x8(h0)),
-            f16x4_to_f32(u32x4_extend_high_u16x8(h0)),
-            f16x4_to_f32(u32x4_extend_low_u16x8(h1)),
-            f16x4_to_f32(u32x4_extend_high_u16x8(h1)),
-        ];
-        for k in 0..4 {
-            acc[k] = f32x4_add(acc[k], f32x4_mul(xs[k], v128_load(b.add(i + 4 * k) as *const v128)));
-        }
-        i += 16;
-    }
-    while i + 8 <= n {
-        let h = v128_load(a.add(i) as *const v128);
-        acc[0] =
-            f32x4_add(acc[0], f32x4_mul(f16x4_to_f32(u32x4_extend_low_u16x8(h)), v128_load(b.add(i) as *const v128)));
-        acc[1] = f32x4_add(
-            acc[1],
-            f32x4_mul(f16x4_to_f32(u32x4_extend_high_u16x8(h)), v128_load(b.add(i + 4) as *const v128)),
-        );
-        i += 8;
-    }
-    let mut sum = hsum(f32x4_add(f32x4_add(acc[0], acc[1]), f32x4_add(acc[2], acc[3])));
-    while i < n {
-        sum += f16_bits_to_f32(*a.add(i)) * *b.add(i);
-        i += 1;
-    }
-    sum
 }
 
 /// Eight f16 (as u16 lanes) → two f32x4, exactly as `f16_bits_to_f32`. The bit moves happen
@@ -441,34 +354,4 @@ unsafe fn gemm<R: Rows>(
     if n - j == 1 {
         rows!(1, j);
     }
-}
-
-#[allow(clippy::too_many_arguments)]
-unsafe fn gemm_f32(
-    k: usize,
-    m: usize,
-    n: usize,
-    a: *const f32,
-    lda: usize,
-    b: *const f32,
-    ldb: usize,
-    c: *mut f32,
-    ldc: usize,
-) {
-    gemm::<F32Rows>(k, m, n, a, lda, b, ldb, c, ldc)
-}
-
-#[allow(clippy::too_many_arguments)]
-unsafe fn gemm_f16(
-    k: usize,
-    m: usize,
-    n: usize,
-    a: *const u16,
-    lda: usize,
-    b: *const f32,
-    ldb: usize,
-    c: *mut f32,
-    ldc: usize,
-) {
-    gemm::<F16Rows>(k, m, n, a, lda, b, ldb, c, ldc)
 }

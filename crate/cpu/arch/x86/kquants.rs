@@ -18,7 +18,7 @@ use alloc::vec;
 
 use bytemuck::cast_slice;
 
-use super::super::kernel::PromptGemm;
+use super::super::kernel::{GemmArgs, PromptGemm};
 use super::super::scalar::{reduce8, LANES};
 use super::{bits, hsum_i32, load256};
 use crate::quants::blocks::*;
@@ -37,7 +37,8 @@ pub(super) static GEMMS: [PromptGemm; 5] = {
             PromptGemm {
                 name: "avx2 k-quant tiles",
                 // SAFETY: as in [`super::table`]; `gemm` checked the rows.
-                rows: |_, nb, m, a, lda, b, ldb, cols, c, ldc| unsafe {
+                rows: |g, c| unsafe {
+                    let GemmArgs { nb, m, a, lda, b, ldb, cols, ldc, .. } = *g;
                     gemm_rows_k::<$X>(nb, m, a, lda, b, ldb, cols.plain.len(), c, ldc)
                 },
                 needs_plain: false,

@@ -12,8 +12,7 @@
 
 use core::arch::x86_64::*;
 
-use super::super::kernel::{PackedKernel, PromptGemm};
-use super::super::ColPrep;
+use super::super::kernel::{GemmArgs, PackedKernel, PromptGemm};
 use super::{dpbusd, load256};
 use crate::types::GgmlType;
 
@@ -26,13 +25,13 @@ const GROUP_BLOCK: usize = R * 34;
 pub(super) static PACKED_Q8_0: [PackedKernel; 2] = [
     PackedKernel {
         name: "avx2 8-row groups (avx-vnni vpdpbusd)",
-        decode: |ty, nb, ng, a, b, cols, c| unsafe { decode::<false>(ty, nb, ng, a, b, cols, c) },
+        decode: |g, c| unsafe { decode::<false>(g, c) },
         wants_sums: true,
         prompt: Some(&PROMPT[0]),
     },
     PackedKernel {
         name: "avx2 8-row groups (avx512-vnni vpdpbusd)",
-        decode: |ty, nb, ng, a, b, cols, c| unsafe { decode::<true>(ty, nb, ng, a, b, cols, c) },
+        decode: |g, c| unsafe { decode::<true>(g, c) },
         wants_sums: true,
         prompt: Some(&PROMPT[1]),
     },
@@ -44,18 +43,14 @@ pub(super) static PACKED_Q8_0: [PackedKernel; 2] = [
 static PROMPT: [PromptGemm; 2] = [
     PromptGemm {
         name: "avx2 8-row groups (avx-vnni vpdpbusd)",
-        rows: |ty, nb, m, a, lda, b, ldb, cols, c, ldc| unsafe {
-            prompt::<false>(ty, nb, m, a, lda, b, ldb, cols, c, ldc)
-        },
+        rows: |g, c| unsafe { prompt::<false>(g, c) },
         needs_plain: false,
         wants_sums: true,
         chunk: crate::cpu::arch::L1_CHUNK,
     },
     PromptGemm {
         name: "avx2 8-row groups (avx512-vnni vpdpbusd)",
-        rows: |ty, nb, m, a, lda, b, ldb, cols, c, ldc| unsafe {
-            prompt::<true>(ty, nb, m, a, lda, b, ldb, cols, c, ldc)
-        },
+        rows: |g, c| unsafe { prompt::<true>(g, c) },
         needs_plain: false,
         wants_sums: true,
         chunk: crate::cpu::arch::L1_CHUNK,
@@ -135,15 +130,9 @@ unsafe fn store_reduced(a: &[__m256], out: *mut f32) {
 /// # Safety
 /// AVX2, F16C and the `vpdpbusd` form `EVEX` names must be available.
 #[target_feature(enable = "avx2,f16c")]
-unsafe fn decode<const EVEX: bool>(
-    ty: GgmlType,
-    nb: usize,
-    ng: usize,
-    a: &[u8],
-    b: &[u8],
-    cols: &ColPrep,
-    c: &mut [f32],
-) -> bool {
+unsafe fn decode<const EVEX: bool>(g: &GemmArgs, c: &mut [f32]) -> bool {
+    let GemmArgs { ty, nb, m, a, b, cols, .. } = *g;
+    let ng = m / R;
     assert_eq!(ty, GgmlType::Q8_0, "packed decode: Q8_0 only");
     let gs = nb * GROUP_BLOCK;
     assert!(a.len() >= ng * gs && b.len() >= nb * 34 && c.len() >= R * ng);
@@ -180,20 +169,9 @@ unsafe fn decode<const EVEX: bool>(
 ///
 /// # Safety
 /// As for [`decode`]; `m` is a multiple of 8 rows of `lda` bytes, groups `8·lda` apart.
-#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,f16c")]
-unsafe fn prompt<const EVEX: bool>(
-    ty: GgmlType,
-    nb: usize,
-    m: usize,
-    a: &[u8],
-    lda: usize,
-    b: &[u8],
-    ldb: usize,
-    cols: &ColPrep,
-    c: &mut [f32],
-    ldc: usize,
-) {
+unsafe fn prompt<const EVEX: bool>(g: &GemmArgs, c: &mut [f32]) {
+    let GemmArgs { ty, nb, m, a, lda, b, ldb, cols, ldc, .. } = *g;
     let n = cols.plain.len();
     let nbp = cols.nbp;
     assert!(ty == GgmlType::Q8_0 && m % R == 0 && lda == nb * 34 && !cols.plain.contains(&true));
@@ -235,7 +213,9 @@ macro_rules! k_kernels {
         pub(super) static $packed: [PackedKernel; 2] = [
             PackedKernel {
                 name: "avx2 8-row groups (avx-vnni vpdpbusd)",
-                decode: |ty, nb, ng, a, b, _, c| unsafe {
+                decode: |g, c| unsafe {
+                    let GemmArgs { ty, nb, m, a, b, .. } = *g;
+                    let ng = m / R;
                     assert_eq!(ty, GgmlType::$ty, "packed decode");
                     k_decode(nb, ng, R * $bs, a, b, c, |p| $dprep(p), |p, x, y| $dblock::<false>(p, x, y))
                 },
@@ -244,7 +224,9 @@ macro_rules! k_kernels {
             },
             PackedKernel {
                 name: "avx2 8-row groups (avx512-vnni vpdpbusd)",
-                decode: |ty, nb, ng, a, b, _, c| unsafe {
+                decode: |g, c| unsafe {
+                    let GemmArgs { ty, nb, m, a, b, .. } = *g;
+                    let ng = m / R;
                     assert_eq!(ty, GgmlType::$ty, "packed decode");
                     k_decode(nb, ng, R * $bs, a, b, c, |p| $dprep(p), |p, x, y| $dblock::<true>(p, x, y))
                 },
@@ -255,7 +237,8 @@ macro_rules! k_kernels {
         static $prompt: [PromptGemm; 2] = [
             PromptGemm {
                 name: "avx2 8-row groups (avx-vnni vpdpbusd)",
-                rows: |ty, nb, m, a, lda, b, ldb, cols, c, ldc| unsafe {
+                rows: |g, c| unsafe {
+                    let GemmArgs { ty, nb, m, a, lda, b, ldb, cols, ldc, .. } = *g;
                     assert!(ty == GgmlType::$ty && lda == nb * $bs, "packed prompt");
                     let n = cols.plain.len();
                     k_prompt(nb, m, lda, a, b, ldb, n, c, ldc, |p| $pprep(p), |p, x, y| $pblock::<false>(p, x, y))
@@ -266,7 +249,8 @@ macro_rules! k_kernels {
             },
             PromptGemm {
                 name: "avx2 8-row groups (avx512-vnni vpdpbusd)",
-                rows: |ty, nb, m, a, lda, b, ldb, cols, c, ldc| unsafe {
+                rows: |g, c| unsafe {
+                    let GemmArgs { ty, nb, m, a, lda, b, ldb, cols, ldc, .. } = *g;
                     assert!(ty == GgmlType::$ty && lda == nb * $bs, "packed prompt");
                     let n = cols.plain.len();
                     k_prompt(nb, m, lda, a, b, ldb, n, c, ldc, |p| $pprep(p), |p, x, y| $pblock::<true>(p, x, y))

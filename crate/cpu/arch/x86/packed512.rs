@@ -13,8 +13,7 @@
 
 use core::arch::x86_64::*;
 
-use super::super::kernel::{PackedKernel, PromptGemm};
-use super::super::ColPrep;
+use super::super::kernel::{GemmArgs, PackedKernel, PromptGemm};
 use crate::types::GgmlType;
 
 /// Rows per group ([`crate::cpu::arch::repack::group`]) and rows of b per prompt pass.
@@ -57,9 +56,9 @@ const NAME: &str = "avx512 8-row group pairs (avx512-vnni vpdpbusd zmm)";
 // the rows and sized `cols`.
 static PROMPT_Q8_0: PromptGemm = PromptGemm {
     name: NAME,
-    rows: |ty, nb, m, a, lda, b, ldb, cols, c, ldc| unsafe {
-        assert!(ty == GgmlType::Q8_0 && lda == nb * 34 && !cols.plain.contains(&true), "packed prompt");
-        q8_0_prompt(nb, m, a, lda, b, ldb, cols, c, ldc)
+    rows: |g, c| unsafe {
+        assert!(g.ty == GgmlType::Q8_0 && g.lda == g.nb * 34 && !g.cols.plain.contains(&true), "packed prompt");
+        q8_0_prompt(g, c)
     },
     needs_plain: false,
     wants_sums: true,
@@ -74,7 +73,8 @@ macro_rules! k_prompt_gemm {
     ($name:ident, $ty:ident, $bs:literal, $prep:ident, $block:ident) => {
         static $name: PromptGemm = PromptGemm {
             name: NAME,
-            rows: |ty, nb, m, a, lda, b, ldb, cols, c, ldc| unsafe {
+            rows: |g, c| unsafe {
+                let GemmArgs { ty, nb, m, a, lda, b, ldb, cols, ldc, .. } = *g;
                 assert!(ty == GgmlType::$ty && lda == nb * $bs, "packed prompt");
                 let n = cols.plain.len();
                 let (prep, block) = (|p0, p1| $prep(p0, p1), |p0, p1, x: &_, y| $block::<N>(p0, p1, x, y));
@@ -169,19 +169,9 @@ unsafe fn q8_add(acc: __m512, s: __m512i, p0: *const u8, p1: *const u8, dy: f32)
 }
 
 /// Q8_0 prompt: per group pair and block the weights stay in 8 registers for every row of b.
-#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,f16c")]
-unsafe fn q8_0_prompt(
-    nb: usize,
-    m: usize,
-    a: &[u8],
-    lda: usize,
-    b: &[u8],
-    ldb: usize,
-    cols: &ColPrep,
-    c: &mut [f32],
-    ldc: usize,
-) {
+unsafe fn q8_0_prompt(g: &GemmArgs, c: &mut [f32]) {
+    let GemmArgs { nb, m, a, lda, b, ldb, cols, ldc, .. } = *g;
     let (n, nbp) = (cols.plain.len(), cols.nbp);
     assert!(m % R == 0 && a.len() >= m * lda && c.len() >= (n - 1) * ldc + m);
     let mut acc = alloc::vec![_mm512_setzero_ps(); 8 * n];

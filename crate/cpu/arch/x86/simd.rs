@@ -1,219 +1,67 @@
-//! x86_64: SSE2 (always present on x86_64) and AVX2 + FMA + F16C (as
-//! [`crate::cpu::features`] found them).
+//! The AVX2 table's float kernels (AVX2 + FMA + F16C, as [`crate::cpu::features`] found
+//! them): `mul_mat`'s F32/F16 tiles and the elementwise row helpers.
 
 use core::arch::x86_64::*;
 
-use half::f16;
+use super::super::{f16_bits_to_f32, GELU_C, GELU_K, INV_FACT, LN2_HI, LN2_HI_F32, LN2_LO, LN2_LO_F32};
 
-use super::super::{
-    f16_bits_to_f32, Simd, F16_EXP_ADJUST, GELU_C, GELU_K, INV_FACT, LN2_HI, LN2_HI_F32, LN2_LO, LN2_LO_F32,
-};
+// The AVX2 table's float kernels, as the table's plain `fn`s. SAFETY for every `unsafe`
+// call below: [`super::table`] is handed out only where AVX2, FMA and F16C were detected
+// (`Isa::Avx2`); the row helpers stay inside their slices.
 
-/// The x86_64 baseline: 4 lanes, multiply then add.
-pub struct Sse2;
-
-/// 8 lanes with fused multiply-add and hardware f16 conversion. Only [`Avx2::detect`]
-/// hands one out, so holding it proves the CPU has the instructions.
-pub struct Avx2 {
-    _private: (),
+/// [`crate::cpu::arch::FloatGemm`] for f32 rows: 4×3 register tiles with FMA.
+///
+/// # Safety
+/// As [`crate::cpu::arch::FloatGemm`] says.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn gemm_f32(
+    k: usize,
+    m: usize,
+    n: usize,
+    a: *const u8,
+    lda: usize,
+    b: *const f32,
+    ldb: usize,
+    c: *mut f32,
+    ldc: usize,
+) {
+    avx2_gemm_f32(k, m, n, a as *const f32, lda, b, ldb, c, ldc)
 }
 
-static AVX2: Avx2 = Avx2 { _private: () };
-
-impl Avx2 {
-    /// The AVX2 kernels, when [`crate::cpu::features`] found AVX2, FMA and F16C.
-    pub fn detect() -> Option<&'static Avx2> {
-        crate::cpu::features::detect().avx2_fma_f16c().then_some(&AVX2)
-    }
+/// [`gemm_f32`] for f16 rows (as bits), converted by F16C as they are loaded.
+///
+/// # Safety
+/// As [`crate::cpu::arch::FloatGemm`] says.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn gemm_f16(
+    k: usize,
+    m: usize,
+    n: usize,
+    a: *const u8,
+    lda: usize,
+    b: *const f32,
+    ldb: usize,
+    c: *mut f32,
+    ldc: usize,
+) {
+    avx2_gemm_f16(k, m, n, a as *const u16, lda, b, ldb, c, ldc)
 }
 
-impl Simd for Sse2 {
-    fn name(&self) -> &'static str {
-        "sse2"
-    }
-    fn dot_f32(&self, a: &[f32], b: &[f32]) -> f32 {
-        let n = a.len().min(b.len());
-        // SAFETY: SSE2 is part of x86_64; the kernel reads n elements of each.
-        unsafe { sse2_dot_f32(a.as_ptr(), b.as_ptr(), n) }
-    }
-    fn dot_f16_f32(&self, a: &[f16], b: &[f32]) -> f32 {
-        let n = a.len().min(b.len());
-        // SAFETY: as above.
-        unsafe { sse2_dot_f16_f32(a.as_ptr() as *const u16, b.as_ptr(), n) }
-    }
+pub(crate) fn f16_to_f32(src: &[u16], dst: &mut [f32]) {
+    let n = src.len().min(dst.len());
+    unsafe { avx2_f16_to_f32(src.as_ptr(), dst.as_mut_ptr(), n) }
 }
 
-impl Simd for Avx2 {
-    fn name(&self) -> &'static str {
-        "avx2"
-    }
-    fn dot_f32(&self, a: &[f32], b: &[f32]) -> f32 {
-        let n = a.len().min(b.len());
-        // SAFETY: an Avx2 exists only after detection; n elements of each are read.
-        unsafe { avx2_dot_f32(a.as_ptr(), b.as_ptr(), n) }
-    }
-    fn dot_f16_f32(&self, a: &[f16], b: &[f32]) -> f32 {
-        let n = a.len().min(b.len());
-        // SAFETY: as above.
-        unsafe { avx2_dot_f16_f32(a.as_ptr() as *const u16, b.as_ptr(), n) }
-    }
-    unsafe fn gemm_f32(
-        &self,
-        k: usize,
-        m: usize,
-        n: usize,
-        a: *const f32,
-        lda: usize,
-        b: *const f32,
-        ldb: usize,
-        c: *mut f32,
-        ldc: usize,
-    ) {
-        avx2_gemm_f32(k, m, n, a, lda, b, ldb, c, ldc)
-    }
-    unsafe fn gemm_f16(
-        &self,
-        k: usize,
-        m: usize,
-        n: usize,
-        a: *const u16,
-        lda: usize,
-        b: *const f32,
-        ldb: usize,
-        c: *mut f32,
-        ldc: usize,
-    ) {
-        avx2_gemm_f16(k, m, n, a, lda, b, ldb, c, ldc)
-    }
-    fn f16_to_f32(&self, src: &[u16], dst: &mut [f32]) {
-        let n = src.len().min(dst.len());
-        // SAFETY: an Avx2 exists only after detection; n elements of each.
-        unsafe { avx2_f16_to_f32(src.as_ptr(), dst.as_mut_ptr(), n) }
-    }
-    fn gelu(&self, x: &mut [f32]) {
-        // SAFETY: as above; the kernel stays inside the slice.
-        unsafe { avx2_gelu(x) }
-    }
-    fn exp_sum(&self, x: &mut [f32], sub: f32) -> f64 {
-        // SAFETY: as above.
-        unsafe { avx2_exp_sum(x, sub) }
-    }
-    fn max(&self, x: &[f32]) -> f32 {
-        // SAFETY: as above.
-        unsafe { avx2_max(x) }
-    }
+pub(crate) fn gelu(x: &mut [f32]) {
+    unsafe { avx2_gelu(x) }
 }
 
-#[inline(always)]
-unsafe fn hsum128(v: __m128) -> f32 {
-    let hi = _mm_movehl_ps(v, v);
-    let s = _mm_add_ps(v, hi);
-    let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 0b01));
-    _mm_cvtss_f32(s)
+pub(crate) fn exp_sum(x: &mut [f32], sub: f32) -> f64 {
+    unsafe { avx2_exp_sum(x, sub) }
 }
 
-unsafe fn sse2_dot_f32(a: *const f32, b: *const f32, n: usize) -> f32 {
-    let mut acc = [_mm_setzero_ps(); 4];
-    let mut i = 0;
-    while i + 16 <= n {
-        for (k, acc) in acc.iter_mut().enumerate() {
-            let x = _mm_loadu_ps(a.add(i + 4 * k));
-            let y = _mm_loadu_ps(b.add(i + 4 * k));
-            *acc = _mm_add_ps(*acc, _mm_mul_ps(x, y));
-        }
-        i += 16;
-    }
-    while i + 4 <= n {
-        acc[0] = _mm_add_ps(acc[0], _mm_mul_ps(_mm_loadu_ps(a.add(i)), _mm_loadu_ps(b.add(i))));
-        i += 4;
-    }
-    let mut sum = hsum128(_mm_add_ps(_mm_add_ps(acc[0], acc[1]), _mm_add_ps(acc[2], acc[3])));
-    while i < n {
-        sum += *a.add(i) * *b.add(i);
-        i += 1;
-    }
-    sum
-}
-
-/// Four f16 (as u32 lanes, high halves zero) → four f32, as `f16_bits_to_f32` does.
-#[inline(always)]
-unsafe fn sse2_f16x4_to_f32(h: __m128i) -> __m128 {
-    let em = _mm_and_si128(h, _mm_set1_epi32(0x7fff));
-    let sign = _mm_slli_epi32(_mm_and_si128(h, _mm_set1_epi32(0x8000)), 16);
-    let v = _mm_castps_si128(_mm_mul_ps(_mm_castsi128_ps(_mm_slli_epi32(em, 13)), _mm_set1_ps(F16_EXP_ADJUST)));
-    let inf_nan = _mm_and_si128(_mm_cmpgt_epi32(em, _mm_set1_epi32(0x7bff)), _mm_set1_epi32(0x7f80_0000));
-    _mm_castsi128_ps(_mm_or_si128(_mm_or_si128(v, inf_nan), sign))
-}
-
-unsafe fn sse2_dot_f16_f32(a: *const u16, b: *const f32, n: usize) -> f32 {
-    let zero = _mm_setzero_si128();
-    let mut acc = [_mm_setzero_ps(); 2];
-    let mut i = 0;
-    while i + 8 <= n {
-        let h = _mm_loadu_si128(a.add(i) as *const __m128i);
-        let lo = sse2_f16x4_to_f32(_mm_unpacklo_epi16(h, zero));
-        let hi = sse2_f16x4_to_f32(_mm_unpackhi_epi16(h, zero));
-        acc[0] = _mm_add_ps(acc[0], _mm_mul_ps(lo, _mm_loadu_ps(b.add(i))));
-        acc[1] = _mm_add_ps(acc[1], _mm_mul_ps(hi, _mm_loadu_ps(b.add(i + 4))));
-        i += 8;
-    }
-    let mut sum = hsum128(_mm_add_ps(acc[0], acc[1]));
-    while i < n {
-        sum += f16_bits_to_f32(*a.add(i)) * *b.add(i);
-        i += 1;
-    }
-    sum
-}
-
-#[inline(always)]
-unsafe fn hsum256(v: __m256) -> f32 {
-    hsum128(_mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)))
-}
-
-#[target_feature(enable = "avx2,fma")]
-unsafe fn avx2_dot_f32(a: *const f32, b: *const f32, n: usize) -> f32 {
-    let mut acc = [_mm256_setzero_ps(); 4];
-    let mut i = 0;
-    while i + 32 <= n {
-        for (k, acc) in acc.iter_mut().enumerate() {
-            *acc = _mm256_fmadd_ps(_mm256_loadu_ps(a.add(i + 8 * k)), _mm256_loadu_ps(b.add(i + 8 * k)), *acc);
-        }
-        i += 32;
-    }
-    while i + 8 <= n {
-        acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(a.add(i)), _mm256_loadu_ps(b.add(i)), acc[0]);
-        i += 8;
-    }
-    let mut sum = hsum256(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
-    while i < n {
-        sum += *a.add(i) * *b.add(i);
-        i += 1;
-    }
-    sum
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn avx2_dot_f16_f32(a: *const u16, b: *const f32, n: usize) -> f32 {
-    let mut acc = [_mm256_setzero_ps(); 4];
-    let mut i = 0;
-    while i + 32 <= n {
-        for (k, acc) in acc.iter_mut().enumerate() {
-            let x = _mm256_cvtph_ps(_mm_loadu_si128(a.add(i + 8 * k) as *const __m128i));
-            *acc = _mm256_fmadd_ps(x, _mm256_loadu_ps(b.add(i + 8 * k)), *acc);
-        }
-        i += 32;
-    }
-    while i + 8 <= n {
-        let x = _mm256_cvtph_ps(_mm_loadu_si128(a.add(i) as *const __m128i));
-        acc[0] = _mm256_fmadd_ps(x, _mm256_loadu_ps(b.add(i)), acc[0]);
-        i += 8;
-    }
-    let mut sum = hsum256(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
-    while i < n {
-        sum += f16_bits_to_f32(*a.add(i)) * *b.add(i);
-        i += 1;
-    }
-    sum
+pub(crate) fn max(x: &[f32]) -> f32 {
+    unsafe { avx2_max(x) }
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
