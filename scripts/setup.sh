@@ -91,7 +91,7 @@ have_bindgen || in_background wasm-bindgen-cli cargo_install wasm-bindgen-cli --
 # `--firefox`), with the wasm-bindgen above and Debian's chromedriver; geckodriver is a crate
 # (Debian has no package). Debug builds, like cargo-fuzz's below: these tools only start
 # other programs, and build in ~3 minutes each instead of ~10.
-have_tool() { [ "$("$1" --version 2>/dev/null | head -n 1 | cut -d' ' -f1-2)" = "$1 $2" ]; }
+have_tool() { [ "$("$1" --version 2>/dev/null | sed -n 1p | cut -d' ' -f1-2)" = "$1 $2" ]; }
 if [ "$MODE" = test ]; then
     for tool in "wasm-pack $WASM_PACK_VERSION" "geckodriver $GECKODRIVER_VERSION"; do
         read -r name version <<< "$tool"
@@ -154,6 +154,6 @@ if [ "$MODE" = demo ]; then
 else
     log "ok: $(rustc --version | cut -d' ' -f1-2), $(wasm-bindgen --version), $(wasm-pack --version), $(cargo fuzz --version)," \
         "node $(node --version), $(/usr/bin/chromium --version 2>/dev/null | grep -o 'Chromium [0-9.]*'), $(firefox-esr --version 2>/dev/null)," \
-        "$(geckodriver --version | head -n 1), WebKitGTK $(dpkg-query -W -f='${Version}' webkit2gtk-driver)," \
+        "$(geckodriver --version 2>/dev/null | sed -n 1p), WebKitGTK $(dpkg-query -W -f='${Version}' webkit2gtk-driver)," \
         "wasm-opt $(node_modules/.bin/wasm-opt --version | cut -d' ' -f3)"
 fi
