@@ -17,6 +17,8 @@ mod suite;
 use ggweb::cpu::arch::Isa;
 use ggweb::cpu::{features, CpuBackend};
 use suite::{check_all, Kind, Read, Target};
+#[cfg(all(feature = "webgpu", not(target_feature = "relaxed-simd")))]
+use suite::{check_forward, check_gradients};
 use wasm_bindgen_test::wasm_bindgen_test;
 
 fn log(l: &str) {
@@ -61,15 +63,54 @@ async fn cpu_scalar() {
     check_cpu("cpu(wasm scalar)").await;
 }
 
-/// Both mat-mul kernel families on the browser's adapter (~20 s each in SwiftShader), the
-/// workgroup ones also without shader-f16 where the adapter has it (wgpu offers subgroups
-/// natively only: never here). Not in the relaxed-SIMD build, which changes only the CPU's
-/// kernels.
+/// The browser adapter's configurations: both mat-mul kernel families, the workgroup ones
+/// also without shader-f16 where the adapter has it (wgpu offers subgroups natively only:
+/// never here).
+#[cfg(all(feature = "webgpu", not(target_feature = "relaxed-simd")))]
+async fn webgpu_configs() -> Vec<ggweb::webgpu::WebGpuOptions> {
+    use ggweb::webgpu::{MatMulKernels, WebGpuBackend, WebGpuOptions};
+    let a = WebGpuBackend::new_async(WebGpuOptions::default()).await.expect(NO_ADAPTER).adapter().clone();
+    let mut runs = vec![(MatMulKernels::Workgroup, None), (MatMulKernels::PerRow, None)];
+    if a.shader_f16 {
+        runs.push((MatMulKernels::Workgroup, Some(false)));
+    }
+    runs.into_iter()
+        .map(|(kernels, f16)| WebGpuOptions { mat_mul_kernels: kernels, shader_f16: f16, ..Default::default() })
+        .collect()
+}
+
+#[cfg(all(feature = "webgpu", not(target_feature = "relaxed-simd")))]
+const NO_ADAPTER: &str = "a WebGPU adapter in the headless browser (webdriver.json enables WebGPU)";
+
+/// One part of the case list (the forward cases or the gradients) on each of [`webgpu_configs`].
+#[cfg(all(feature = "webgpu", not(target_feature = "relaxed-simd")))]
+async fn check_webgpu(part: &str, gradients: bool) {
+    use ggweb::webgpu::WebGpuBackend;
+    for opts in webgpu_configs().await {
+        let kernels = opts.mat_mul_kernels;
+        let gpu = WebGpuBackend::new_async(opts).await.expect(NO_ADAPTER);
+        let label = format!("browser webgpu({kernels:?}, f16 {}) {part}", gpu.adapter().f16_kernels);
+        let t = Target {
+            label: label.clone(),
+            backend: &gpu,
+            read: Read::WebGpu(&gpu),
+            rounds_activations: false,
+            kind: Kind::WebGpu,
+        };
+        let r = if gradients { check_gradients(&t, "", &log).await } else { check_forward(&t, "", &log).await };
+        web_sys::console::log_1(
+            &format!("{label}: {} cases passed, {} left out", r.passed, r.not_supported.len()).into(),
+        );
+        r.assert_ok(&label);
+    }
+}
+
+/// The forward ops' cases on each configuration of the browser's adapter (~20 s each in
+/// SwiftShader). Not in the relaxed-SIMD build, which changes only the CPU's kernels.
 #[cfg(all(feature = "webgpu", not(target_feature = "relaxed-simd")))]
 #[wasm_bindgen_test]
 async fn webgpu() {
-    use ggweb::webgpu::{MatMulKernels, WebGpuBackend, WebGpuOptions};
-    const NO_ADAPTER: &str = "a WebGPU adapter in the headless browser (webdriver.json enables WebGPU)";
+    use ggweb::webgpu::{WebGpuBackend, WebGpuOptions};
     let a = WebGpuBackend::new_async(WebGpuOptions::default()).await.expect(NO_ADAPTER).adapter().clone();
     web_sys::console::log_1(
         &format!("adapter '{}' ({}): subgroups {}, shader-f16 {}", a.name, a.backend, a.subgroups, a.shader_f16).into(),
@@ -83,25 +124,14 @@ async fn webgpu() {
         Err(e) => panic!("expected Unavailable, got {e}"),
         Ok(_) => panic!("a device with subgroups forced on an adapter without them"),
     }
-    let mut runs = vec![(MatMulKernels::Workgroup, None), (MatMulKernels::PerRow, None)];
-    if a.shader_f16 {
-        runs.push((MatMulKernels::Workgroup, Some(false)));
-    }
-    for (kernels, f16) in runs {
-        let opts = WebGpuOptions { mat_mul_kernels: kernels, shader_f16: f16, ..Default::default() };
-        let gpu = WebGpuBackend::new_async(opts).await.expect(NO_ADAPTER);
-        let label = format!("browser webgpu({kernels:?}, f16 {})", gpu.adapter().f16_kernels);
-        let t = Target {
-            label: label.clone(),
-            backend: &gpu,
-            read: Read::WebGpu(&gpu),
-            rounds_activations: false,
-            kind: Kind::WebGpu,
-        };
-        let r = check_all(&t, "", &log).await;
-        web_sys::console::log_1(
-            &format!("{label}: {} cases passed, {} left out", r.passed, r.not_supported.len()).into(),
-        );
-        r.assert_ok(&label);
-    }
+    check_webgpu("forward", false).await;
+}
+
+/// The backward pass's cases (the backward ops, the gradient cases' f64 references and
+/// finite differences) on each configuration: a test of their own, so that neither half
+/// nears wasm-bindgen-test's time limit.
+#[cfg(all(feature = "webgpu", not(target_feature = "relaxed-simd")))]
+#[wasm_bindgen_test]
+async fn webgpu_gradients() {
+    check_webgpu("gradients", true).await;
 }
