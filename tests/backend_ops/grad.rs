@@ -589,8 +589,19 @@ async fn finite_differences(t: &Target<'_>, gc: &GradCase) -> Result<String, Str
 /// differences on `t`.
 pub async fn check_finite_differences(t: &Target<'_>, filter: &str, log: &dyn Fn(&str)) -> Report {
     let cases: Vec<GradCase> = grad_cases().into_iter().filter(|c| c.name.contains(filter)).collect();
+    finite_difference_cases(t, &cases, log).await
+}
+
+/// Part `part` of `parts` of the gradient cases (every `parts`-th from the `part`-th) against
+/// central finite differences on `t`: a browser test's share where read-backs are slow.
+pub async fn check_finite_differences_part(t: &Target<'_>, part: usize, parts: usize, log: &dyn Fn(&str)) -> Report {
+    let cases: Vec<GradCase> = grad_cases().into_iter().skip(part).step_by(parts).collect();
+    finite_difference_cases(t, &cases, log).await
+}
+
+async fn finite_difference_cases(t: &Target<'_>, cases: &[GradCase], log: &dyn Fn(&str)) -> Report {
     let mut r = Report { total: cases.len(), ..Report::default() };
-    for gc in &cases {
+    for gc in cases {
         if let Some((_, why)) = gc.not_on.iter().find(|(k, _)| *k == t.kind) {
             r.not_supported.push((format!("{} (finite differences)", gc.name), why));
             continue;

@@ -587,17 +587,23 @@ pub async fn check_forward(t: &Target<'_>, filter: &str, log: &dyn Fn(&str)) -> 
     check_cases(t, &all, log).await
 }
 
-/// [`check_all`]'s second part: the cases of [`grad_cases`], then the gradient cases once
-/// more, against central finite differences of their loss.
+/// [`check_all`]'s second part: the cases of [`grad_cases`] ([`check_grad_cases`]), then the
+/// gradient cases once more, against central finite differences of their loss
+/// ([`grad::check_finite_differences`]).
 pub async fn check_gradients(t: &Target<'_>, filter: &str, log: &dyn Fn(&str)) -> Report {
-    let all: Vec<Case> = grad_cases().into_iter().filter(|c| c.name.contains(filter)).collect();
-    let mut r = check_cases(t, &all, log).await;
+    let mut r = check_grad_cases(t, filter, log).await;
     let fd = grad::check_finite_differences(t, filter, log).await;
     r.total += fd.total;
     r.passed += fd.passed;
     r.not_supported.extend(fd.not_supported);
     r.failed.extend(fd.failed);
     r
+}
+
+/// The cases of [`grad_cases`] whose name contains `filter`.
+pub async fn check_grad_cases(t: &Target<'_>, filter: &str, log: &dyn Fn(&str)) -> Report {
+    let all: Vec<Case> = grad_cases().into_iter().filter(|c| c.name.contains(filter)).collect();
+    check_cases(t, &all, log).await
 }
 
 /// [`check_all`] on a list of one's own (backend-specific configurations).

@@ -18,7 +18,7 @@ use ggweb::cpu::arch::Isa;
 use ggweb::cpu::{features, CpuBackend};
 use suite::{check_all, Kind, Read, Target};
 #[cfg(all(feature = "webgpu", not(target_feature = "relaxed-simd")))]
-use suite::{check_forward, check_gradients};
+use suite::{check_forward, check_grad_cases, grad::check_finite_differences_part};
 use wasm_bindgen_test::wasm_bindgen_test;
 
 fn log(l: &str) {
@@ -82,14 +82,34 @@ async fn webgpu_configs() -> Vec<ggweb::webgpu::WebGpuOptions> {
 #[cfg(all(feature = "webgpu", not(target_feature = "relaxed-simd")))]
 const NO_ADAPTER: &str = "a WebGPU adapter in the headless browser (webdriver.json enables WebGPU)";
 
-/// One part of the case list (the forward cases or the gradients) on each of [`webgpu_configs`].
+/// Which part of the case list a WebGPU test runs.
 #[cfg(all(feature = "webgpu", not(target_feature = "relaxed-simd")))]
-async fn check_webgpu(part: &str, gradients: bool) {
+#[derive(Clone, Copy, PartialEq)]
+enum Part {
+    Forward,
+    Gradients,
+    /// Share i of [`FD_PARTS`].
+    FiniteDifferences(usize),
+}
+
+/// The finite differences' tests: ~200 s in Firefox (lavapipe) in one, ~110 ms per read-back.
+#[cfg(all(feature = "webgpu", not(target_feature = "relaxed-simd")))]
+const FD_PARTS: usize = 3;
+
+/// One part of the case list on the first `n_configs` of [`webgpu_configs`], each run's time
+/// in its log line.
+#[cfg(all(feature = "webgpu", not(target_feature = "relaxed-simd")))]
+async fn check_webgpu(part: Part, n_configs: usize) {
     use ggweb::webgpu::WebGpuBackend;
-    for opts in webgpu_configs().await {
+    for opts in webgpu_configs().await.into_iter().take(n_configs) {
         let kernels = opts.mat_mul_kernels;
         let gpu = WebGpuBackend::new_async(opts).await.expect(NO_ADAPTER);
-        let label = format!("browser webgpu({kernels:?}, f16 {}) {part}", gpu.adapter().f16_kernels);
+        let name = match part {
+            Part::Forward => "forward",
+            Part::Gradients => "gradients",
+            Part::FiniteDifferences(_) => "finite differences",
+        };
+        let label = format!("browser webgpu({kernels:?}, f16 {}) {name}", gpu.adapter().f16_kernels);
         let t = Target {
             label: label.clone(),
             backend: &gpu,
@@ -97,9 +117,15 @@ async fn check_webgpu(part: &str, gradients: bool) {
             rounds_activations: false,
             kind: Kind::WebGpu,
         };
-        let r = if gradients { check_gradients(&t, "", &log).await } else { check_forward(&t, "", &log).await };
+        let t0 = js_sys::Date::now();
+        let r = match part {
+            Part::Forward => check_forward(&t, "", &log).await,
+            Part::Gradients => check_grad_cases(&t, "", &log).await,
+            Part::FiniteDifferences(i) => check_finite_differences_part(&t, i, FD_PARTS, &log).await,
+        };
+        let secs = (js_sys::Date::now() - t0) / 1000.0;
         web_sys::console::log_1(
-            &format!("{label}: {} cases passed, {} left out", r.passed, r.not_supported.len()).into(),
+            &format!("{label}: {} cases passed, {} left out ({secs:.1} s)", r.passed, r.not_supported.len()).into(),
         );
         r.assert_ok(&label);
     }
@@ -124,14 +150,36 @@ async fn webgpu() {
         Err(e) => panic!("expected Unavailable, got {e}"),
         Ok(_) => panic!("a device with subgroups forced on an adapter without them"),
     }
-    check_webgpu("forward", false).await;
+    check_webgpu(Part::Forward, usize::MAX).await;
 }
 
-/// The backward pass's cases (the backward ops, the gradient cases' f64 references and
-/// finite differences) on each configuration: a test of their own, so that neither half
-/// nears wasm-bindgen-test's time limit.
+/// The backward pass's cases (the backward ops alone, the gradient cases against the f64
+/// reference of their backward graph) on each configuration: a test of its own, so that
+/// neither half nears wasm-bindgen-test's time limit (Firefox's WebGPU reads back slowly).
 #[cfg(all(feature = "webgpu", not(target_feature = "relaxed-simd")))]
 #[wasm_bindgen_test]
 async fn webgpu_gradients() {
-    check_webgpu("gradients", true).await;
+    check_webgpu(Part::Gradients, usize::MAX).await;
+}
+
+/// The gradient cases against central finite differences of their forward, in [`FD_PARTS`]
+/// tests, on the first configuration only: two forward runs and read-backs per perturbed
+/// element (~1800), and the backward kernels they check are the same in every configuration
+/// (only mul_mat's differ, which `webgpu` and `webgpu_gradients` check in each).
+#[cfg(all(feature = "webgpu", not(target_feature = "relaxed-simd")))]
+#[wasm_bindgen_test]
+async fn webgpu_finite_differences_0() {
+    check_webgpu(Part::FiniteDifferences(0), 1).await;
+}
+
+#[cfg(all(feature = "webgpu", not(target_feature = "relaxed-simd")))]
+#[wasm_bindgen_test]
+async fn webgpu_finite_differences_1() {
+    check_webgpu(Part::FiniteDifferences(1), 1).await;
+}
+
+#[cfg(all(feature = "webgpu", not(target_feature = "relaxed-simd")))]
+#[wasm_bindgen_test]
+async fn webgpu_finite_differences_2() {
+    check_webgpu(Part::FiniteDifferences(2), 1).await;
 }
