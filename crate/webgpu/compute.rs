@@ -125,16 +125,71 @@ pub(crate) fn check(node: &Tensor) -> Result<(), String> {
             }
             Ok(())
         }
-        // A backward pass's ops: the scheduler runs them on the CPU.
-        Op::OutProd
-        | Op::SoftMaxBack { .. }
-        | Op::GeluBack
-        | Op::NormBack { .. }
-        | Op::RepeatBack
-        | Op::GetRowsBack
-        | Op::Acc { .. }
-        | Op::DiagMaskZero { .. }
-        | Op::Fill(_) => Err(format!("no WebGPU kernel for {} (backward ops run on the CPU)", node.op.name())),
+        // A backward pass's ops (shaders/backward.wgsl, out_prod.wgsl).
+        Op::OutProd => {
+            let (a, b) = (s(0)?, s(1)?);
+            want(a, WEIGHT_TYPES, "src0")?;
+            want(b, &[F32], "src1")?;
+            want(node, &[F32], "dst")?;
+            if !a.is_contiguous_rows() {
+                return Err("src0 rows must be contiguous".into());
+            }
+            let fits = node.ne == [a.ne[0], b.ne[0], b.ne[2], b.ne[3]]
+                && a.ne[1] == b.ne[1]
+                && (2..4).all(|d| a.ne[d] > 0 && b.ne[d] % a.ne[d] == 0);
+            if !fits {
+                return Err(format!("src0 ne {:?}, src1 ne {:?}, dst ne {:?} do not match", a.ne, b.ne, node.ne));
+            }
+            Ok(())
+        }
+        Op::SoftMaxBack { .. } | Op::GeluBack | Op::NormBack { .. } => {
+            want(s(0)?, &[F32], "dy")?;
+            want(s(1)?, &[F32], "src1")?;
+            want(node, &[F32], "dst")?;
+            if s(0)?.ne != node.ne || s(1)?.ne != node.ne {
+                return Err("dy, src1 and dst must have one shape".into());
+            }
+            Ok(())
+        }
+        Op::RepeatBack => {
+            let a = s(0)?;
+            want(a, &[F32], "src0")?;
+            want(node, &[F32], "dst")?;
+            if (0..4).any(|d| node.ne[d] == 0 || a.ne[d] % node.ne[d] != 0) {
+                return Err(format!("ne {:?} does not repeat ne {:?}", a.ne, node.ne));
+            }
+            Ok(())
+        }
+        Op::GetRowsBack => {
+            let (a, idx) = (s(0)?, s(1)?);
+            want(a, &[F32], "src0")?;
+            want(idx, &[I32], "indices")?;
+            want(node, &[F32], "dst")?;
+            if idx.nrows() != 1
+                || a.ne[0] != node.ne[0]
+                || a.ne[1] != idx.ne[0]
+                || a.nrows() != idx.ne[0]
+                || node.nrows() != node.ne[1]
+            {
+                return Err(format!("src0 ne {:?}, indices ne {:?}, dst ne {:?}", a.ne, idx.ne, node.ne));
+            }
+            Ok(())
+        }
+        Op::Acc { .. } => {
+            let a = s(0)?;
+            want(a, &[F32], "src0")?;
+            want(s(1)?, &[F32], "src1")?;
+            want(node, &[F32], "dst")?;
+            if a.ne != node.ne || !a.is_contiguous() || !node.is_contiguous() {
+                return Err("src0 and dst must be contiguous, of one shape".into());
+            }
+            Ok(())
+        }
+        Op::DiagMaskZero { .. } => {
+            want(s(0)?, &[F32], "src0")?;
+            want(node, &[F32], "dst")
+        }
+        Op::Fill(_) => want(node, &[F32], "dst"),
     }
 }
 
@@ -486,18 +541,100 @@ fn plan(gpu: &Gpu, node: &Tensor, out: &mut Vec<Dispatch>) -> Result<(), Backend
             }
         }
         Op::None | Op::View | Op::Reshape | Op::Permute(_) | Op::Transpose => unreachable!("handled above"),
-        // `check` refused these above.
-        Op::OutProd
-        | Op::SoftMaxBack { .. }
-        | Op::GeluBack
-        | Op::NormBack { .. }
-        | Op::RepeatBack
-        | Op::GetRowsBack
-        | Op::Acc { .. }
-        | Op::DiagMaskZero { .. }
-        | Op::Fill(_) => return Err(unsupported(node, "no WebGPU kernel")),
+        Op::OutProd => {
+            let (a, x) = (src(node, 0)?, src(node, 1)?);
+            let spec = weight_spec(a.ty).expect("checked");
+            // A src0 above the binding limit in row ranges, each continuing the sums.
+            for (r0, r1) in row_parts(gpu, node, a)? {
+                let mut b = Builder::new(gpu, node);
+                let whole = r0 == 0 && r1 == a.ne[1] as usize;
+                b.set(0, bind(gpu, node, a, if whole { None } else { Some((r0, r1)) })?);
+                b.operand(1, x)?;
+                b.operand(3, node)?;
+                b.misc(n, r0, r1)?;
+                b.params[U] = u32::from(r0 > 0);
+                out.push(b.linear("out_prod", spec, "out_prod", n.div_ceil(256), 1)?);
+            }
+        }
+        Op::SoftMaxBack { scale: f } | Op::NormBack { eps: f } => {
+            b.operand(0, src(node, 0)?)?;
+            b.operand(1, src(node, 1)?)?;
+            b.operand(3, node)?;
+            let rows = node.nrows() as u64;
+            b.misc(rows, 0, 0)?;
+            b.params[F] = f.to_bits();
+            let entry = if matches!(node.op, Op::NormBack { .. }) { "norm_back" } else { "soft_max_back" };
+            out.push(b.linear("backward", "", entry, rows, 1)?);
+        }
+        Op::GeluBack | Op::RepeatBack | Op::GetRowsBack | Op::DiagMaskZero { .. } | Op::Fill(_) => {
+            let entry = match node.op {
+                Op::GeluBack => "gelu_back",
+                Op::RepeatBack => "repeat_back",
+                Op::GetRowsBack => "get_rows_back",
+                Op::DiagMaskZero { .. } => "diag_mask_zero",
+                _ => "fill",
+            };
+            for (i, s) in node.src.iter().take(2).enumerate() {
+                if let Some(s) = s {
+                    b.operand(i, s)?;
+                }
+            }
+            b.operand(3, node)?;
+            b.misc(n, 0, 0)?;
+            match node.op {
+                Op::DiagMaskZero { n_past } => b.params[U] = n_past as u32,
+                Op::Fill(v) => b.params[F] = v.to_bits(),
+                _ => {}
+            }
+            out.push(b.linear("backward", "", entry, n.div_ceil(256), 1)?);
+        }
+        Op::Acc { nb, offset } => {
+            let (a, x) = (src(node, 0)?, src(node, 1)?);
+            let bytes = node.nbytes();
+            let span = (0..3).map(|i| (x.ne[i + 1].max(1) as usize - 1) * nb[i]).sum::<usize>() + x.ne[0] as usize * 4;
+            if offset % 4 != 0 || nb.iter().any(|s| s % 4 != 0) || offset + span > bytes {
+                return Err(unsupported(node, format!("a view of ne {:?} at {offset}, strides {nb:?}", x.ne)));
+            }
+            // dst = src0 (the same elements rewritten when the allocator put dst there).
+            b.operand(0, a)?;
+            b.operand(3, node)?;
+            b.misc(n, 0, 0)?;
+            out.push(b.linear("backward", "", "acc_copy", n.div_ceil(256), 1)?);
+            // Then src1 added into the view.
+            let mut b = Builder::new(gpu, node);
+            b.operand(1, x)?;
+            b.operand(3, node)?;
+            let m = x.nelements() as u64;
+            b.misc(m, 0, 0)?;
+            b.params[U] = to_u32(node, offset as u64 / 4, "offset")?;
+            for (i, &stride) in nb.iter().enumerate() {
+                b.params[U + 1 + i] = to_u32(node, stride as u64 / 4, "stride")?;
+            }
+            if view_is_injective(x.ne, nb) {
+                out.push(b.linear("backward", "", "acc_add", m.div_ceil(256), 1)?);
+            } else {
+                out.push(b.grid("backward", "", "acc_add_serial", [1, 1, 1])?);
+            }
+        }
     }
     Ok(())
+}
+
+/// Whether a view of shape `ne` with packed f32 elements and byte strides `nb` (dims 1..3)
+/// reaches each element once: sorted by stride, each dimension steps past the extent of the
+/// ones below it. Then acc's additions may run in parallel.
+fn view_is_injective(ne: [i64; 4], nb: [usize; 3]) -> bool {
+    let mut dims: Vec<(usize, usize)> =
+        (0..3).filter(|&i| ne[i + 1] > 1).map(|i| (nb[i], ne[i + 1] as usize)).collect();
+    dims.sort_unstable();
+    let mut extent = ne[0].max(1) as usize * 4;
+    for (stride, n) in dims {
+        if stride < extent {
+            return false;
+        }
+        extent += stride * (n - 1);
+    }
+    true
 }
 
 /// The one dispatch of a fused chain (see `fuse.rs`; the kernels' comments say which

@@ -151,7 +151,7 @@ impl Ext {
     }
 }
 
-/// The WGSL of kernel file `file`, specialised for weight type `spec` (get_rows, mul_mat;
+/// The WGSL of kernel file `file`, specialised for weight type `spec` (get_rows, mul_mat, out_prod;
 /// "" for the others) and extensions `ext`: the enable directive, the prelude, the
 /// dequantizers, the type's names, the reduction, the file.
 pub(crate) fn specialisation(file: &str, spec: &str, ext: Ext) -> String {
@@ -170,6 +170,8 @@ pub(crate) fn specialisation(file: &str, spec: &str, ext: Ext) -> String {
         "softmax" => include_str!("../../shaders/softmax.wgsl"),
         "cpy" => include_str!("../../shaders/cpy.wgsl"),
         "get_rows" => include_str!("../../shaders/get_rows.wgsl"),
+        "backward" => include_str!("../../shaders/backward.wgsl"),
+        "out_prod" => include_str!("../../shaders/out_prod.wgsl"),
         "mul_mat" => include_str!("../../shaders/mul_mat.wgsl"),
         "mul_mat_q" => include_str!("../../shaders/mul_mat_q.wgsl"),
         other => panic!("no shader file '{other}'"),
@@ -204,11 +206,11 @@ pub(crate) fn specialisation(file: &str, spec: &str, ext: Ext) -> String {
 /// validator).
 pub fn kernel_sources() -> Vec<(String, String)> {
     let mut out = Vec::new();
-    for file in ["binary", "unary", "norm", "softmax", "cpy"] {
+    for file in ["binary", "unary", "norm", "softmax", "cpy", "backward"] {
         out.push((file.to_string(), specialisation(file, "", Ext::default())));
     }
     let specs = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k"];
-    for file in ["get_rows", "mul_mat", "mul_mat_q"] {
+    for file in ["get_rows", "mul_mat", "mul_mat_q", "out_prod"] {
         for spec in specs {
             out.push((format!("{file}:{spec}"), specialisation(file, spec, Ext::default())));
         }

@@ -569,17 +569,41 @@ async fn run_case(t: &Target<'_>, case: &Case) -> Result<Vec<f64>, BackendError>
 }
 
 /// Runs every case of [`cases`] whose name contains `filter` on `t` against the
-/// reference; returns the report (the caller asserts on it). Logs one line per case.
+/// reference, and the gradient cases' finite differences; returns the report (the caller
+/// asserts on it). Logs one line per case.
 pub async fn check_all(t: &Target<'_>, filter: &str, log: &dyn Fn(&str)) -> Report {
-    let all: Vec<Case> = cases().into_iter().filter(|c| c.name.contains(filter)).collect();
-    let mut r = check_cases(t, &all, log).await;
-    // The gradient cases once more, against central finite differences of their loss.
+    let mut r = check_forward(t, filter, log).await;
+    let g = check_gradients(t, filter, log).await;
+    r.total += g.total;
+    r.passed += g.passed;
+    r.not_supported.extend(g.not_supported);
+    r.failed.extend(g.failed);
+    r
+}
+
+/// [`check_all`]'s first part: the cases of [`forward_cases`].
+pub async fn check_forward(t: &Target<'_>, filter: &str, log: &dyn Fn(&str)) -> Report {
+    let all: Vec<Case> = forward_cases().into_iter().filter(|c| c.name.contains(filter)).collect();
+    check_cases(t, &all, log).await
+}
+
+/// [`check_all`]'s second part: the cases of [`grad_cases`] ([`check_grad_cases`]), then the
+/// gradient cases once more, against central finite differences of their loss
+/// ([`grad::check_finite_differences`]).
+pub async fn check_gradients(t: &Target<'_>, filter: &str, log: &dyn Fn(&str)) -> Report {
+    let mut r = check_grad_cases(t, filter, log).await;
     let fd = grad::check_finite_differences(t, filter, log).await;
     r.total += fd.total;
     r.passed += fd.passed;
     r.not_supported.extend(fd.not_supported);
     r.failed.extend(fd.failed);
     r
+}
+
+/// The cases of [`grad_cases`] whose name contains `filter`.
+pub async fn check_grad_cases(t: &Target<'_>, filter: &str, log: &dyn Fn(&str)) -> Report {
+    let all: Vec<Case> = grad_cases().into_iter().filter(|c| c.name.contains(filter)).collect();
+    check_cases(t, &all, log).await
 }
 
 /// [`check_all`] on a list of one's own (backend-specific configurations).
@@ -630,8 +654,23 @@ impl Report {
 
 // ---------------------------------------------------------------- the cases
 
-/// Every case, in a fixed order.
+/// Every case, in a fixed order: [`forward_cases`], then the backward pass's
+/// ([`grad_cases`]).
 pub fn cases() -> Vec<Case> {
+    let mut v = forward_cases();
+    v.extend(grad_cases());
+    v
+}
+
+/// The backward ops alone and the gradient cases against their f64 references.
+pub fn grad_cases() -> Vec<Case> {
+    let mut v = grad::backward_op_cases();
+    v.extend(grad::grad_reference_cases());
+    v
+}
+
+/// Every case of the forward ops, in a fixed order.
+pub fn forward_cases() -> Vec<Case> {
     let mut v = Vec::new();
     v.extend(binary_cases());
     v.extend(unary_cases());
@@ -641,8 +680,6 @@ pub fn cases() -> Vec<Case> {
     v.extend(get_rows_cases());
     v.extend(mul_mat_cases());
     v.extend([F32, F16, Q8_0, Q4_0, Q4_K].map(gpt2_layer));
-    v.extend(grad::backward_op_cases());
-    v.extend(grad::grad_reference_cases());
     v
 }
 

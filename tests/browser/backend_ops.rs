@@ -17,6 +17,8 @@ mod suite;
 use ggweb::cpu::arch::Isa;
 use ggweb::cpu::{features, CpuBackend};
 use suite::{check_all, Kind, Read, Target};
+#[cfg(all(feature = "webgpu", not(target_feature = "relaxed-simd")))]
+use suite::{check_forward, check_grad_cases, grad::check_finite_differences_part};
 use wasm_bindgen_test::wasm_bindgen_test;
 
 fn log(l: &str) {
@@ -61,15 +63,80 @@ async fn cpu_scalar() {
     check_cpu("cpu(wasm scalar)").await;
 }
 
-/// Both mat-mul kernel families on the browser's adapter (~20 s each in SwiftShader), the
-/// workgroup ones also without shader-f16 where the adapter has it (wgpu offers subgroups
-/// natively only: never here). Not in the relaxed-SIMD build, which changes only the CPU's
-/// kernels.
+/// The browser adapter's configurations: both mat-mul kernel families, the workgroup ones
+/// also without shader-f16 where the adapter has it (wgpu offers subgroups natively only:
+/// never here).
+#[cfg(all(feature = "webgpu", not(target_feature = "relaxed-simd")))]
+async fn webgpu_configs() -> Vec<ggweb::webgpu::WebGpuOptions> {
+    use ggweb::webgpu::{MatMulKernels, WebGpuBackend, WebGpuOptions};
+    let a = WebGpuBackend::new_async(WebGpuOptions::default()).await.expect(NO_ADAPTER).adapter().clone();
+    let mut runs = vec![(MatMulKernels::Workgroup, None), (MatMulKernels::PerRow, None)];
+    if a.shader_f16 {
+        runs.push((MatMulKernels::Workgroup, Some(false)));
+    }
+    runs.into_iter()
+        .map(|(kernels, f16)| WebGpuOptions { mat_mul_kernels: kernels, shader_f16: f16, ..Default::default() })
+        .collect()
+}
+
+#[cfg(all(feature = "webgpu", not(target_feature = "relaxed-simd")))]
+const NO_ADAPTER: &str = "a WebGPU adapter in the headless browser (webdriver.json enables WebGPU)";
+
+/// Which part of the case list a WebGPU test runs.
+#[cfg(all(feature = "webgpu", not(target_feature = "relaxed-simd")))]
+#[derive(Clone, Copy, PartialEq)]
+enum Part {
+    Forward,
+    Gradients,
+    /// Share i of [`FD_PARTS`].
+    FiniteDifferences(usize),
+}
+
+/// The finite differences' tests: ~200 s in Firefox (lavapipe) in one, ~110 ms per read-back.
+#[cfg(all(feature = "webgpu", not(target_feature = "relaxed-simd")))]
+const FD_PARTS: usize = 3;
+
+/// One part of the case list on the first `n_configs` of [`webgpu_configs`], each run's time
+/// in its log line.
+#[cfg(all(feature = "webgpu", not(target_feature = "relaxed-simd")))]
+async fn check_webgpu(part: Part, n_configs: usize) {
+    use ggweb::webgpu::WebGpuBackend;
+    for opts in webgpu_configs().await.into_iter().take(n_configs) {
+        let kernels = opts.mat_mul_kernels;
+        let gpu = WebGpuBackend::new_async(opts).await.expect(NO_ADAPTER);
+        let name = match part {
+            Part::Forward => "forward",
+            Part::Gradients => "gradients",
+            Part::FiniteDifferences(_) => "finite differences",
+        };
+        let label = format!("browser webgpu({kernels:?}, f16 {}) {name}", gpu.adapter().f16_kernels);
+        let t = Target {
+            label: label.clone(),
+            backend: &gpu,
+            read: Read::WebGpu(&gpu),
+            rounds_activations: false,
+            kind: Kind::WebGpu,
+        };
+        let t0 = js_sys::Date::now();
+        let r = match part {
+            Part::Forward => check_forward(&t, "", &log).await,
+            Part::Gradients => check_grad_cases(&t, "", &log).await,
+            Part::FiniteDifferences(i) => check_finite_differences_part(&t, i, FD_PARTS, &log).await,
+        };
+        let secs = (js_sys::Date::now() - t0) / 1000.0;
+        web_sys::console::log_1(
+            &format!("{label}: {} cases passed, {} left out ({secs:.1} s)", r.passed, r.not_supported.len()).into(),
+        );
+        r.assert_ok(&label);
+    }
+}
+
+/// The forward ops' cases on each configuration of the browser's adapter (~20 s each in
+/// SwiftShader). Not in the relaxed-SIMD build, which changes only the CPU's kernels.
 #[cfg(all(feature = "webgpu", not(target_feature = "relaxed-simd")))]
 #[wasm_bindgen_test]
 async fn webgpu() {
-    use ggweb::webgpu::{MatMulKernels, WebGpuBackend, WebGpuOptions};
-    const NO_ADAPTER: &str = "a WebGPU adapter in the headless browser (webdriver.json enables WebGPU)";
+    use ggweb::webgpu::{WebGpuBackend, WebGpuOptions};
     let a = WebGpuBackend::new_async(WebGpuOptions::default()).await.expect(NO_ADAPTER).adapter().clone();
     web_sys::console::log_1(
         &format!("adapter '{}' ({}): subgroups {}, shader-f16 {}", a.name, a.backend, a.subgroups, a.shader_f16).into(),
@@ -83,25 +150,36 @@ async fn webgpu() {
         Err(e) => panic!("expected Unavailable, got {e}"),
         Ok(_) => panic!("a device with subgroups forced on an adapter without them"),
     }
-    let mut runs = vec![(MatMulKernels::Workgroup, None), (MatMulKernels::PerRow, None)];
-    if a.shader_f16 {
-        runs.push((MatMulKernels::Workgroup, Some(false)));
-    }
-    for (kernels, f16) in runs {
-        let opts = WebGpuOptions { mat_mul_kernels: kernels, shader_f16: f16, ..Default::default() };
-        let gpu = WebGpuBackend::new_async(opts).await.expect(NO_ADAPTER);
-        let label = format!("browser webgpu({kernels:?}, f16 {})", gpu.adapter().f16_kernels);
-        let t = Target {
-            label: label.clone(),
-            backend: &gpu,
-            read: Read::WebGpu(&gpu),
-            rounds_activations: false,
-            kind: Kind::WebGpu,
-        };
-        let r = check_all(&t, "", &log).await;
-        web_sys::console::log_1(
-            &format!("{label}: {} cases passed, {} left out", r.passed, r.not_supported.len()).into(),
-        );
-        r.assert_ok(&label);
-    }
+    check_webgpu(Part::Forward, usize::MAX).await;
+}
+
+/// The backward pass's cases (the backward ops alone, the gradient cases against the f64
+/// reference of their backward graph) on each configuration: a test of its own, so that
+/// neither half nears wasm-bindgen-test's time limit (Firefox's WebGPU reads back slowly).
+#[cfg(all(feature = "webgpu", not(target_feature = "relaxed-simd")))]
+#[wasm_bindgen_test]
+async fn webgpu_gradients() {
+    check_webgpu(Part::Gradients, usize::MAX).await;
+}
+
+/// The gradient cases against central finite differences of their forward, in [`FD_PARTS`]
+/// tests, on the first configuration only: two forward runs and read-backs per perturbed
+/// element (~1800), and the backward kernels they check are the same in every configuration
+/// (only mul_mat's differ, which `webgpu` and `webgpu_gradients` check in each).
+#[cfg(all(feature = "webgpu", not(target_feature = "relaxed-simd")))]
+#[wasm_bindgen_test]
+async fn webgpu_finite_differences_0() {
+    check_webgpu(Part::FiniteDifferences(0), 1).await;
+}
+
+#[cfg(all(feature = "webgpu", not(target_feature = "relaxed-simd")))]
+#[wasm_bindgen_test]
+async fn webgpu_finite_differences_1() {
+    check_webgpu(Part::FiniteDifferences(1), 1).await;
+}
+
+#[cfg(all(feature = "webgpu", not(target_feature = "relaxed-simd")))]
+#[wasm_bindgen_test]
+async fn webgpu_finite_differences_2() {
+    check_webgpu(Part::FiniteDifferences(2), 1).await;
 }

@@ -1,0 +1,22 @@
+// out_prod: dst[i0, i1, i2, i3] = sum over j of src0[i0, j, i2 / r2, i3 / r3] * src1[i1, j, i2, i3]
+// (ggml_out_prod, mul_mat's gradients), src0 of any weight type (deq_one, dequant.wgsl) with
+// packed rows, src1 f32 through its strides. One invocation per dst element (misc.x), summing
+// over j in order in f32, as the CPU does. A src0 larger than one binding comes in parts:
+// this dispatch sees src0 rows j in [misc.y, misc.z); u.x = 1 when an earlier part's sum is
+// already in dst (it continues it).
+
+@compute @workgroup_size(256)
+fn out_prod(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+    let gid = wg_linear(wg) * 256u + li;
+    if (gid >= p.misc.x) { return; }
+    let i = unravel(gid, p.d_ne);
+    let out = p.off.w + at(i, p.d_nb);
+    let a = p.off.x + (i.z / (p.b_ne.z / p.a_ne.z)) * p.a_nb.z + (i.w / (p.b_ne.w / p.a_ne.w)) * p.a_nb.w;
+    let b = p.off.y + i.y * p.b_nb.x + i.z * p.b_nb.z + i.w * p.b_nb.w;
+    var s = 0.0;
+    if (p.u.x == 1u) { s = bitcast<f32>(dst[out]); }
+    for (var j = p.misc.y; j < p.misc.z; j++) {
+        s += deq_one(a + (j - p.misc.y) * p.a_nb.y, i.x) * ld1_f32(b + j * p.b_nb.y);
+    }
+    st_f32(out, s);
+}
