@@ -325,8 +325,6 @@ fn compute_forward(node: &Tensor, exec: &Exec) -> Result<(), KernelError> {
     }
 }
 
-/// Whether the kernels implement `node`'s op for its types (what graph_compute would not
-/// reject as Unsupported before looking at shapes and data).
 /// Only mul_mat's weights, get_rows' tables and out_prod's `a` are read in the repacked
 /// layout ([`repack_buffer`]).
 fn may_read_packed(node: &Tensor, i: usize) -> bool {
@@ -344,6 +342,8 @@ fn reads_packed_as_it_may(node: &Tensor) -> bool {
     })
 }
 
+/// Whether the kernels implement `node`'s op for its types (what graph_compute would not
+/// reject as Unsupported before looking at shapes and data).
 fn supports(node: &Tensor) -> bool {
     use crate::types::GgmlType::{self, *};
     let readable = |t: GgmlType| matches!(t, F32 | F16 | BF16) || t.is_quantized();

@@ -242,3 +242,56 @@ pub fn place_repacked(t: &Tensor, force: bool) -> Result<bool, BackendError> {
     t.set_bytes(&bytes, 0);
     Ok(is_packed(t))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::Backend;
+    use crate::tensor::{Context, ContextParams};
+    use crate::types::GgmlType::{F32, Q8_0};
+
+    /// A Q8_0 weight of 9 rows (two 4-row groups on wasm, one 8-row group on x86, and plain
+    /// rows past them) streamed in 3 pieces, as the GGUF loader writes it.
+    #[test]
+    fn packs_on_the_last_byte_and_reads_back_ggml_layout() {
+        let (k, m) = (64usize, 9usize);
+        let w: Vec<f32> = (0..k * m).map(|i| ((i * 37 % 23) as f32 - 11.0) / 7.0).collect();
+        let plain = crate::quants::quantize(Q8_0, &w).unwrap();
+        let ctx = Context::new(ContextParams { mem_size: 1 << 16, no_alloc: true });
+        let t = ctx.new_tensor_2d(Q8_0, k as i64, m as i64);
+        t.set_data(RepackBufferType { force: true }.alloc_buffer(plain.len()).unwrap(), 0);
+        let n = plain.len();
+        t.set_bytes(&plain[..n / 3], 0);
+        t.set_bytes(&plain[n / 3..n - 5], n / 3);
+        assert!(!is_packed(&t), "packed before its last byte");
+        t.set_bytes(&plain[n - 5..], n - 5);
+        assert!(is_packed(&t) && packed_bytes(&*t.data().unwrap().buffer) == n);
+        let mut back = vec![0u8; n];
+        t.get_bytes(&mut back, 0);
+        assert_eq!(back, plain);
+        let mut part = vec![0u8; 50];
+        t.get_bytes(&mut part, 20);
+        assert_eq!(part, plain[20..70]);
+        // A write into the middle unpacks it; one that reaches the end packs it again.
+        t.set_bytes(&plain[40..80], 40);
+        assert!(!is_packed(&t));
+        t.set_bytes(&plain[n - 34..], n - 34);
+        assert!(is_packed(&t));
+        t.get_bytes(&mut back, 0);
+        assert_eq!(back, plain);
+    }
+
+    #[test]
+    fn only_the_ops_that_read_the_layout_are_supported_over_it() {
+        let ctx = Context::new(ContextParams { mem_size: 1 << 16, no_alloc: true });
+        let w = ctx.new_tensor_2d(Q8_0, 32, 8);
+        let x = ctx.new_tensor_2d(F32, 32, 2);
+        w.set_data(RepackBufferType { force: true }.alloc_buffer(w.nbytes()).unwrap(), 0);
+        w.set_bytes(&crate::quants::quantize(Q8_0, &[0.5; 256]).unwrap(), 0);
+        assert!(is_packed(&w));
+        let cpu = super::super::CpuBackend::new(1);
+        assert!(cpu.supports_op(&ctx.mul_mat(&w, &x)));
+        assert!(!cpu.supports_op(&ctx.cpy(&w, &ctx.new_tensor_2d(Q8_0, 32, 8))));
+        assert!(cpu.supports_buft(&RepackBufferType { force: false }));
+    }
+}
