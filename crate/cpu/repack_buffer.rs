@@ -108,6 +108,13 @@ impl Packing {
     }
 }
 
+/// The bytes of weight `p` in the buffer at `base`, mutable. SAFETY: `p` lies in that buffer
+/// and nothing else refers to its bytes meanwhile (the buffer is written only through
+/// `set_bytes`, on one thread, outside a graph's run).
+unsafe fn weight_bytes<'a>(base: *mut u8, p: &Packing) -> &'a mut [u8] {
+    core::slice::from_raw_parts_mut(base.add(p.offset), p.len)
+}
+
 /// A host buffer of [`RepackBufferType`], with the weights it repacks sorted by offset.
 pub struct RepackBuffer {
     host: HostBuffer,
@@ -116,17 +123,11 @@ pub struct RepackBuffer {
 }
 
 impl RepackBuffer {
-    /// The weight's bytes, mutable. SAFETY: the caller holds no other reference to them (the
-    /// buffer is written only through `set_bytes`, on one thread, outside a graph's run).
-    unsafe fn bytes_mut(&self, p: &Packing) -> &mut [u8] {
-        core::slice::from_raw_parts_mut(self.host.as_ptr().add(p.offset), p.len)
-    }
-
     /// Back to ggml's layout in place (a write into part of a packed weight).
     fn unpack(&self, p: &Packing) {
         let mut plain = vec![0u8; p.len];
-        // SAFETY: see `bytes_mut`.
-        let data = unsafe { self.bytes_mut(p) };
+        // SAFETY: see `weight_bytes`.
+        let data = unsafe { weight_bytes(self.host.as_ptr(), p) };
         repack::unpack_bytes(p.ty, p.k, p.m, data, 0, &mut plain);
         data.copy_from_slice(&plain);
         p.packed.set(false);
@@ -174,8 +175,8 @@ impl Buffer for RepackBuffer {
             p.packed.set(false);
             // The weight's last byte is in: pack it (the loader streams each tensor in order).
             if end >= p.offset + p.len {
-                // SAFETY: see `bytes_mut`.
-                p.packed.set(repack::pack(p.ty, p.k, p.m, unsafe { self.bytes_mut(p) }));
+                // SAFETY: see `weight_bytes`.
+                p.packed.set(repack::pack(p.ty, p.k, p.m, unsafe { weight_bytes(self.host.as_ptr(), p) }));
             }
         }
     }
