@@ -18,14 +18,14 @@
 //! A [`Tensor`] is a cheap handle (`Rc`) to an immutable header: type, `ne` (elements per
 //! dimension, `ne[0]` innermost), `nb` (byte strides), the op that produces it and its
 //! sources. Only four things change after creation: the name, the flags, where the data
-//! lives (a backend buffer and an offset), which allocators assign, and whether a CPU
-//! weight's bytes were repacked at load ([`Tensor::repack`]). A view stores no
+//! lives (a backend buffer and an offset), which allocators assign. The layout of the bytes
+//! is the buffer's business (the CPU's repacking buffer type keeps matrix weights in a
+//! layout of its own and hands ggml's back on `get_bytes`). A view stores no
 //! location of its own: its data is always its `view_src`'s plus `view_offs`.
 
 use alloc::format;
 use alloc::rc::Rc;
 use alloc::string::String;
-use alloc::vec;
 use alloc::vec::Vec;
 use core::cell::{Cell, RefCell};
 
@@ -181,8 +181,6 @@ pub struct TensorInner {
     name: RefCell<String>,
     flags: Cell<u32>,
     data: RefCell<Option<TensorData>>,
-    /// The bytes are in the CPU's repacked layout (`cpu::arch::repack`), not ggml's.
-    repacked: Cell<bool>,
     /// Unique per process; graphs and allocators key their tables by it.
     id: usize,
 }
@@ -275,7 +273,6 @@ impl Tensor {
             name: RefCell::new(name),
             flags: Cell::new(0),
             data: RefCell::new(None),
-            repacked: Cell::new(false),
             id: NEXT_ID.fetch_add(1, core::sync::atomic::Ordering::Relaxed),
         }))
     }
@@ -349,6 +346,7 @@ impl Tensor {
             offset,
             buffer.size()
         );
+        buffer.init_tensor(offset, self.ty, self.ne, self.nb);
         *self.data.borrow_mut() = Some(TensorData { buffer, offset });
     }
 
@@ -588,28 +586,18 @@ impl Tensor {
     }
 
     /// Copies raw bytes into the tensor's memory at `offset`, on whatever backend holds it
-    /// (ggml_backend_tensor_set). The tensor must be allocated. A repacked weight goes back
-    /// to ggml's layout first.
+    /// (ggml_backend_tensor_set). The tensor must be allocated.
     pub fn set_bytes(&self, bytes: &[u8], offset: usize) {
         let d = self.data().unwrap_or_else(|| panic!("set_bytes on unallocated tensor '{}'", self.name()));
         assert!(offset + bytes.len() <= self.nbytes(), "set_bytes past the end of '{}'", self.name());
-        if self.is_repacked() {
-            let mut plain = vec![0u8; self.nbytes()];
-            self.get_bytes(&mut plain, 0);
-            d.buffer.set_bytes(d.offset, &plain);
-            self.repacked.set(false);
-        }
         d.buffer.set_bytes(d.offset + offset, bytes);
     }
 
     /// Reads raw bytes of the tensor's memory (ggml_backend_tensor_get), in ggml's layout
-    /// (a repacked weight's rows are unpacked on the way).
+    /// whatever layout the buffer keeps.
     pub fn get_bytes(&self, out: &mut [u8], offset: usize) {
         let d = self.data().unwrap_or_else(|| panic!("get_bytes on unallocated tensor '{}'", self.name()));
         assert!(offset + out.len() <= self.nbytes(), "get_bytes past the end of '{}'", self.name());
-        if self.unpack_into(out, offset) {
-            return;
-        }
         d.buffer.get_bytes(d.offset + offset, out);
     }
 
@@ -617,49 +605,7 @@ impl Tensor {
     pub fn try_get_bytes(&self, out: &mut [u8], offset: usize) -> Result<(), BackendError> {
         let d = self.data().unwrap_or_else(|| panic!("get_bytes on unallocated tensor '{}'", self.name()));
         assert!(offset + out.len() <= self.nbytes(), "get_bytes past the end of '{}'", self.name());
-        if self.unpack_into(out, offset) {
-            return Ok(());
-        }
         d.buffer.try_get_bytes(d.offset + offset, out)
-    }
-
-    /// Whether the bytes are in the CPU's repacked layout ([`crate::cpu::arch::repack`]): only
-    /// the CPU's `mul_mat` (as its weights) and `get_rows` (as the table) read them so.
-    pub fn is_repacked(&self) -> bool {
-        self.repacked.get()
-    }
-
-    /// Repacks a 2-D Q8_0/Q4_0/Q4_K/Q6_K weight in host memory in place, when this machine's kernels
-    /// read the packed layout, or `force` ([`crate::cpu::arch::repack::wants`]). Whether it did.
-    pub fn repack(&self, force: bool) -> bool {
-        let (k, m) = (self.ne[0] as usize, self.ne[1] as usize);
-        if self.is_repacked()
-            || self.view_src.is_some()
-            || self.ne[2] != 1
-            || self.ne[3] != 1
-            || !self.is_contiguous()
-            || !crate::cpu::arch::repack::wants(self.ty, k, m, force)
-        {
-            return false;
-        }
-        let Some(p) = self.host_ptr() else { return false };
-        // SAFETY: the tensor's bytes lie inside its host buffer; nothing else borrows them now.
-        let data = unsafe { core::slice::from_raw_parts_mut(p, self.nbytes()) };
-        let done = crate::cpu::arch::repack::pack(self.ty, k, m, data);
-        self.repacked.set(done);
-        done
-    }
-
-    /// A repacked tensor's bytes `offset..` in ggml's layout into `out`; false when not repacked.
-    fn unpack_into(&self, out: &mut [u8], offset: usize) -> bool {
-        if !self.is_repacked() {
-            return false;
-        }
-        let p = self.host_ptr().expect("a repacked tensor is in host memory");
-        // SAFETY: the tensor's bytes lie inside its host buffer.
-        let data = unsafe { core::slice::from_raw_parts(p as *const u8, self.nbytes()) };
-        crate::cpu::arch::repack::unpack_bytes(self.ty, self.ne[0] as usize, self.ne[1] as usize, data, offset, out);
-        true
     }
 }
 

@@ -127,9 +127,14 @@ fn model_on(wty: GgmlType, out_ty: GgmlType, n_batch: usize, backend: Rc<dyn Bac
             (t, *std, *mean)
         })
         .collect();
-    let buffers = alloc_ctx_tensors(&ctx, &*backend.buffer_type()).unwrap();
+    let mut buffers = alloc_ctx_tensors(&ctx, &*backend.buffer_type()).unwrap();
     for (t, std, mean) in &tensors {
         fill(t, &mut rng, *std, *mean);
+        // As the loader places them: the matrices in the CPU's repacking buffers.
+        if ggweb::cpu::repack_buffer::enabled() && ggweb::model::gpt2::is_matrix_weight(&t.name(), false) {
+            ggweb::cpu::repack_buffer::place_repacked(t, false).unwrap();
+            buffers.push(t.data().unwrap().buffer);
+        }
     }
     let opts = Gpt2Options { n_ctx: 0, n_batch, n_threads: 1, ..Default::default() };
     Gpt2::new(hp, ctx, buffers, backend, &opts).unwrap()
@@ -223,7 +228,7 @@ fn bench_mul_mat_kernels() {
                     }
                     let a = ctx.new_tensor_2d(ty, k, m);
                     fill(&a, &mut rng, 0.3, 0.0);
-                    if repack && !a.repack(false) {
+                    if repack && !ggweb::cpu::repack_buffer::place_repacked(&a, false).unwrap() {
                         continue; // no packed kernel for ty here
                     }
                     let b = ctx.new_tensor_2d(GgmlType::F32, k, n);

@@ -5,6 +5,8 @@
 
 use alloc::string::String;
 
+use crate::types::GgmlType;
+
 /// What a backend operation can fail with. Each names what and where.
 #[derive(Clone, Debug, PartialEq)]
 pub enum BackendError {
@@ -68,6 +70,10 @@ pub trait Buffer {
         self.get_bytes(offset, out);
         Ok(())
     }
+    /// ggml_backend_buffer_init_tensor: a tensor of `ty`, `ne`, `nb` was placed at `offset`
+    /// (a buffer that keeps some of its tensors in a layout of its own, the CPU's repacking
+    /// one, records them). Default: nothing.
+    fn init_tensor(&self, _offset: usize, _ty: GgmlType, _ne: [i64; 4], _nb: [usize; 4]) {}
     /// Fills the whole buffer with `value`.
     fn clear(&self, value: u8);
     /// For downcasting to the concrete buffer inside its own backend.

@@ -151,7 +151,7 @@ impl Warmup {
         let bytes = w.to_bytes();
         // One thread: the warm-up must not start (or wait for) the real model's worker pool;
         // code compiled by the top tier serves every thread of the module alike.
-        let opts = Gpt2Options { n_ctx: N_CTX, n_batch: PROMPT, n_threads: 1, kv_type: t.kv };
+        let opts = Gpt2Options { n_ctx: N_CTX, n_batch: PROMPT, n_threads: 1, kv_type: t.kv, ..Default::default() };
         let model = load_from_bytes_on(&bytes, Rc::new(CpuBackend::new(1)), opts)?.model;
         Ok(Warmup { model, steps: 0 })
     }

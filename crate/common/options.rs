@@ -301,6 +301,7 @@ impl LoadOptions {
             n_batch: self.n_batch.unwrap_or(d.n_batch),
             n_threads: self.n_threads.unwrap_or(d.n_threads),
             kv_type: self.kv_type.unwrap_or(d.kv_type),
+            repack: Default::default(),
         }
     }
 }

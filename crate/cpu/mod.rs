@@ -38,6 +38,7 @@ mod pool_wasm;
 #[cfg(all(feature = "std", target_arch = "wasm32", target_feature = "atomics"))]
 pub use pool_wasm::workers_running;
 pub mod arch;
+pub mod repack_buffer;
 
 use alloc::collections::BTreeMap;
 use alloc::format;
@@ -192,7 +193,11 @@ impl Backend for CpuBackend {
         })
     }
     fn supports_op(&self, node: &Tensor) -> bool {
-        supports(node)
+        supports(node) && reads_packed_as_it_may(node)
+    }
+    /// Its own host buffers and the repacking ones ([`repack_buffer`], ggml's extra buffer type).
+    fn supports_buft(&self, buft: &dyn BufferType) -> bool {
+        buft.name() == CpuBufferType.name() || buft.name() == repack_buffer::NAME
     }
 }
 
@@ -280,8 +285,7 @@ fn compute_forward(node: &Tensor, exec: &Exec) -> Result<(), KernelError> {
     // Sources first: a missing input is the likelier mistake, and names that tensor.
     for (i, s) in node.src.iter().enumerate() {
         let Some(s) = s else { continue };
-        // Only mul_mat's weights and get_rows' tables are read in the repacked layout.
-        if TensorView::of(s)?.packed && !(i == 0 && matches!(node.op, Op::MulMat | Op::GetRows | Op::OutProd)) {
+        if TensorView::of(s)?.packed && !may_read_packed(node, i) {
             return Err(KernelError::Unsupported(format!(
                 "{} reads the repacked weight '{}' as src[{i}]",
                 node.op.name(),
@@ -319,6 +323,23 @@ fn compute_forward(node: &Tensor, exec: &Exec) -> Result<(), KernelError> {
         Op::DiagMaskZero { n_past } => ops_backward::diag_mask_zero(&src(node, 0)?, &dst, n_past, exec),
         Op::Fill(v) => ops_backward::fill(&dst, v, exec),
     }
+}
+
+/// Only mul_mat's weights, get_rows' tables and out_prod's `a` are read in the repacked
+/// layout ([`repack_buffer`]).
+fn may_read_packed(node: &Tensor, i: usize) -> bool {
+    i == 0 && matches!(node.op, Op::MulMat | Op::GetRows | Op::OutProd)
+}
+
+/// The repacking buffer's half of `supports_op`: no source in the packed layout (or a
+/// partial view of one) where the op cannot read it.
+fn reads_packed_as_it_may(node: &Tensor) -> bool {
+    node.src.iter().enumerate().all(|(i, s)| {
+        s.as_ref().is_none_or(|s| match repack_buffer::packed(s) {
+            Ok(p) => !p || may_read_packed(node, i),
+            Err(_) => false,
+        })
+    })
 }
 
 /// Whether the kernels implement `node`'s op for its types (what graph_compute would not

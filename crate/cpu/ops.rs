@@ -111,7 +111,7 @@ pub(crate) struct TensorView {
     pub ty: GgmlType,
     pub ne: [usize; MAX_DIMS],
     pub nb: [usize; MAX_DIMS],
-    /// A weight in the repacked layout (`cpu::arch::repack`): 2-D, contiguous.
+    /// A weight its buffer holds in the repacked layout (`cpu::repack_buffer`): 2-D, contiguous.
     pub packed: bool,
 }
 
@@ -131,21 +131,8 @@ impl TensorView {
         if t.ne.iter().any(|&n| n < 0) {
             return Err(KernelError::Invalid(format!("tensor '{}' has negative ne {:?}", t.name(), t.ne)));
         }
-        // A view of a repacked weight reads it as it is only when it is the whole weight.
-        let packed = t.is_repacked()
-            || match &t.view_src {
-                Some(v) if v.is_repacked() => {
-                    if t.view_offs != 0 || t.ne != v.ne || t.nb != v.nb || t.ty != v.ty {
-                        return unsupported(format!(
-                            "tensor '{}' is a partial view of the repacked weight '{}'",
-                            t.name(),
-                            v.name()
-                        ));
-                    }
-                    true
-                }
-                _ => false,
-            };
+        // The buffer knows whether it holds the weight packed; a partial view of one is refused.
+        let packed = super::repack_buffer::packed(t).map_err(KernelError::Unsupported)?;
         Ok(TensorView { ptr, ty: t.ty, ne: t.ne.map(|n| n as usize), nb: t.nb, packed })
     }
 

@@ -31,6 +31,7 @@ use crate::allocator::alloc_tensors;
 use crate::allocator::gallocr::Gallocr;
 use crate::backend::{Backend, Buffer, BufferType};
 use crate::backend::{BackendError, BackendStats};
+use crate::cpu::repack_buffer::Repack;
 use crate::graph::Graph;
 use crate::sched::Sched;
 use crate::tensor::{Context, ContextParams, Tensor, TENSOR_OVERHEAD};
@@ -56,6 +57,9 @@ pub struct Gpt2Options {
     /// or F16 (half the KV memory, llama.cpp's default; logits move by a measured bound,
     /// see tests/model/kv_type.rs).
     pub kv_type: GgmlType,
+    /// Whether a CPU load keeps its matrix weights repacked for this machine's kernels
+    /// (`cpu::repack_buffer`; `Auto` by default, `Off`/`Force` for tests).
+    pub repack: Repack,
 }
 
 impl Gpt2Options {
@@ -78,7 +82,7 @@ impl Gpt2Options {
 
 impl Default for Gpt2Options {
     fn default() -> Self {
-        Gpt2Options { n_ctx: 0, n_batch: 32, n_threads: 1, kv_type: GgmlType::F32 }
+        Gpt2Options { n_ctx: 0, n_batch: 32, n_threads: 1, kv_type: GgmlType::F32, repack: Repack::Auto }
     }
 }
 
@@ -202,12 +206,15 @@ pub fn block_on<F: core::future::Future>(f: F) -> F::Output {
 /// its own copy of `token_embd` there, as llama.cpp does (TENSOR_DUPLICATED): otherwise the
 /// largest mul_mat of every token would run where the embeddings are. Returns the new buffer.
 fn duplicate_tied_output(w: &mut Weights, sched: &Sched) -> Result<Option<Rc<dyn Buffer>>, ModelError> {
-    let home = |t: &Tensor| t.data().map(|d| d.buffer.buffer_type_name().to_string());
+    // By backend, not buffer type: on the CPU alone the head may be in its repacking buffers.
+    let last = sched.n_backends() - 1;
+    let home =
+        |t: &Tensor| t.data().map(|d| sched.backend_for_buffer_type(d.buffer.buffer_type_name()).unwrap_or(last));
     let (head, embd) = (home(&w.output_norm_w), home(&w.token_embd));
     if w.output != w.token_embd || head == embd {
         return Ok(None);
     }
-    let Some(b) = head.as_deref().and_then(|h| sched.backend_for_buffer_type(h)) else { return Ok(None) };
+    let Some(b) = head else { return Ok(None) };
     let ctx = Context::new(ContextParams { mem_size: TENSOR_OVERHEAD, no_alloc: true });
     let dup = ctx.dup_tensor(&w.token_embd);
     dup.set_name("output.weight");
@@ -266,33 +273,9 @@ pub struct Gpt2 {
     /// The first (highest-priority) backend.
     pub backend: Rc<dyn Backend>,
     pub n_batch: usize,
-    /// Bytes of weights the CPU reads repacked ([`repack_weights`]); in place, so the
-    /// memory plan is unchanged.
+    /// Bytes of weights the CPU's repacking buffers hold packed (`cpu::repack_buffer`,
+    /// chosen by the loader); in place, so the memory plan is unchanged.
     pub repacked_bytes: usize,
-}
-
-/// Repacks the matrix weights (and the tied `token_embd`, whose `get_rows` reads the packed
-/// layout too) into the layout this machine's kernels want (`cpu::arch::repack`), when the
-/// model runs on the CPU alone: a split model's scheduler copies raw bytes between backends,
-/// and WebGPU reads ggml's layout. Off with `cpu::arch::repack::set_disabled` (natively, with
-/// `GGWEB_NO_REPACK=1`). Returns the bytes repacked.
-fn repack_weights(w: &Weights, sched: &Sched) -> usize {
-    #[cfg(all(feature = "std", not(target_arch = "wasm32")))]
-    if std::env::var_os("GGWEB_NO_REPACK").is_some_and(|v| !v.is_empty() && v != "0") {
-        return 0;
-    }
-    if crate::cpu::arch::repack::disabled() {
-        return 0;
-    }
-    repack_all(w, sched, false)
-}
-
-fn repack_all(w: &Weights, sched: &Sched, force: bool) -> usize {
-    if sched.n_backends() != 1 {
-        return 0;
-    }
-    let mats = w.layers.iter().flat_map(|l| [&l.attn_qkv_w, &l.attn_out_w, &l.ffn_up_w, &l.ffn_down_w]);
-    mats.chain([&w.output]).filter(|t| t.repack(force)).map(|t| t.nbytes()).sum()
 }
 
 impl Gpt2 {
@@ -338,22 +321,12 @@ impl Gpt2 {
         check_runnable(&worst.graph, &sched)?;
         sched.reserve(&worst.graph)?;
         let backend = sched.backend(0).clone();
-        let repacked_bytes = repack_weights(&weights, &sched);
+        let repacked_bytes = weight_buffers.iter().map(|b| crate::cpu::repack_buffer::packed_bytes(&**b)).sum();
         Ok(Gpt2 { hparams, weights, weight_ctx, weight_buffers, kv, sched, backend, n_batch, repacked_bytes })
     }
 
     pub fn n_ctx(&self) -> usize {
         self.kv.n_ctx
-    }
-
-    /// Repacks the weights a load left in ggml's layout, even where this machine has no
-    /// kernel for the packed one (its products then unpack per call): for tests of the
-    /// repacked path on any machine. Returns the bytes repacked by this call.
-    #[doc(hidden)]
-    pub fn force_repack(&mut self) -> usize {
-        let n = repack_all(&self.weights, &self.sched, true);
-        self.repacked_bytes += n;
-        n
     }
 
     /// The scheduler's graph allocator (one buffer id per backend).

@@ -140,6 +140,18 @@ impl Weights {
     }
 }
 
+/// Whether the weight named `name` is read only as a matrix product's weight (`mul_mat`'s
+/// src0): a block's four matrices and the output projection, which is `token_embd` when the
+/// model is `tied` (no `output.weight`; its `get_rows` reads the same bytes). The CPU keeps
+/// these in its repacking buffer type.
+pub fn is_matrix_weight(name: &str, tied: bool) -> bool {
+    if block_index(name).is_some() {
+        let leaf = name.strip_suffix(".weight").and_then(|h| h.rsplit('.').next());
+        return matches!(leaf, Some("attn_qkv" | "attn_output" | "ffn_up" | "ffn_down"));
+    }
+    name == "output.weight" || (tied && name == "token_embd.weight")
+}
+
 /// main-sched's weight placement with `gpu_layers` layers on the GPU: blocks
 /// `n_layer - gpu_layers ..` there, the embeddings too only when `gpu_layers > n_layer`, and
 /// the head (output norm and projection) whenever any block is. Names are llama.cpp's.

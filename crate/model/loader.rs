@@ -29,10 +29,11 @@ use alloc::vec::Vec;
 use core::cell::Cell;
 
 use super::context::{Gpt2, Gpt2Options};
-use super::gpt2::{block_index, global_weight_shapes, layer_weight_shapes, weight_on_gpu, Hparams};
+use super::gpt2::{block_index, global_weight_shapes, is_matrix_weight, layer_weight_shapes, weight_on_gpu, Hparams};
 use super::plan_backend::PlanBackend;
 use super::ModelError;
 use crate::backend::{Backend, BufferType};
+use crate::cpu::repack_buffer::{Repack, RepackBufferType};
 use crate::cpu::CpuBackend;
 use crate::gguf::{BufferLoader, GgufError, GgufHeader, GgufStreamReader, Limits, TensorInfo, TensorSink};
 use crate::tensor::contiguous_nbytes;
@@ -278,6 +279,8 @@ struct CheckedSink {
     split_gpu_layers: Option<usize>,
     /// n_layer once the header is checked, for a placement that goes by layer.
     n_layer: Rc<Cell<usize>>,
+    /// Whether the header has no `output.weight` (the head is `token_embd`), likewise.
+    tied: Rc<Cell<bool>>,
     estimate: Option<LoadEstimate>,
     /// Why the header was refused, kept typed for the caller.
     rejected: Option<ModelError>,
@@ -314,8 +317,9 @@ impl CheckedSink {
                 est.weights = est.weights.saturating_add(t.div_ceil(a).saturating_mul(a));
             }
         }
-        // The placement goes by layer: it needs n_layer now.
+        // The placement goes by layer and role: it needs n_layer and the tie now.
         self.n_layer.set(hp.n_layer);
+        self.tied.set(header.tensor_info("output.weight").is_none());
         let place = |info: &TensorInfo| self.inner.placement(info);
         let host = HostShare {
             place: &place,
@@ -508,9 +512,27 @@ pub struct ModelLoader {
 impl ModelLoader {
     /// Weights in buffers of `backend`'s type; `file_size` (Content-Length) when known lets
     /// the reader refuse a file that claims more data than it has before allocating.
+    /// On the CPU, the matrix weights go to its repacking buffer type
+    /// ([`crate::cpu::repack_buffer`]) as `opts.repack` says.
     pub fn new(backend: Rc<dyn Backend>, opts: Gpt2Options, limits: Limits, file_size: Option<u64>) -> ModelLoader {
         let buft: Rc<dyn BufferType> = backend.buffer_type();
-        ModelLoader::with_sink(BufferLoader::new(buft), Rc::new(Cell::new(0)), vec![backend], opts, limits, file_size)
+        let tied = Rc::new(Cell::new(false));
+        let inner = match repack_buffer_type(&*backend, opts.repack) {
+            Some(repack) => {
+                let tie = tied.clone();
+                BufferLoader::with_placement(move |info| {
+                    if is_matrix_weight(&info.name, tie.get()) {
+                        repack.clone()
+                    } else {
+                        buft.clone()
+                    }
+                })
+            }
+            None => BufferLoader::new(buft),
+        };
+        let mut loader = ModelLoader::with_sink(inner, Rc::new(Cell::new(0)), vec![backend], opts, limits, file_size);
+        loader.sink.tied = tied;
+        loader
     }
 
     /// The model split layer by layer: the last `gpu_layers` blocks' weights (and their KV
@@ -571,6 +593,7 @@ impl ModelLoader {
             split_gpu_layers: None,
             checked: None,
             n_layer,
+            tied: Rc::new(Cell::new(false)),
             estimate: None,
             rejected: None,
         };
@@ -646,6 +669,20 @@ impl ModelLoader {
         let model = Gpt2::with_backends(hparams, loaded.ctx, loaded.buffers, self.backends, &self.opts)?;
         Ok(LoadedModel { model, tokenizer })
     }
+}
+
+/// The CPU's repacking buffer type for a model wholly on `backend`, when the backend reads it
+/// (the CPU's `supports_buft`) and repacking is on: ggml's extra buffer type, chosen per
+/// weight by [`is_matrix_weight`]. A split model keeps ggml's layout (the scheduler copies
+/// raw bytes between backends; WebGPU reads ggml's layout).
+fn repack_buffer_type(backend: &dyn Backend, choice: Repack) -> Option<Rc<dyn BufferType>> {
+    let on = match choice {
+        Repack::Auto => crate::cpu::repack_buffer::enabled(),
+        Repack::Off => false,
+        Repack::Force => true,
+    };
+    let buft = RepackBufferType { force: choice == Repack::Force };
+    (on && backend.buffer_type().is_host() && backend.supports_buft(&buft)).then(|| Rc::new(buft) as Rc<dyn BufferType>)
 }
 
 /// Loads a whole file held in memory (tests, the CLI).

@@ -556,7 +556,7 @@ async fn run_case(t: &Target<'_>, case: &Case) -> Result<Vec<f64>, BackendError>
     }
     // Forced: where the ISA has no packed kernel (scalar, x86 today) the products unpack.
     for w in &b.repack {
-        assert!(w.repack(true), "{}: {} was not repacked", case.name, w.name());
+        assert!(ggweb::cpu::repack_buffer::place_repacked(w, true)?, "{}: {} was not repacked", case.name, w.name());
     }
     t.backend.graph_compute(&gf)?;
     let mut bytes = vec![0u8; b.out.nbytes()];

@@ -8,6 +8,7 @@
 //! ```
 
 use ggweb::cpu::arch::repack;
+use ggweb::cpu::repack_buffer::is_packed;
 use ggweb::model::context::Gpt2Options;
 use ggweb::model::loader::{load_from_bytes, LoadedModel};
 use wasm_bindgen_test::*;
@@ -35,7 +36,7 @@ fn repacked_logits_equal_plain_bit_for_bit() {
         // Q8_0 and K-quant matrices are repacked on wasm; Q4_0 ones keep ggml's layout
         // (measured slower).
         let w = &packed.model.weights;
-        assert_eq!(w.layers[0].ffn_up_w.is_repacked(), name != "q4_0", "{name}");
+        assert_eq!(is_packed(&w.layers[0].ffn_up_w), name != "q4_0", "{name}");
         assert_eq!(packed.model.repacked_bytes > 0, name != "q4_0" || w.output.ty == ggweb::GgmlType::Q8_0, "{name}");
         if name == "q4_k_m" {
             use ggweb::GgmlType::{Q4_K, Q6_K};
@@ -43,7 +44,7 @@ fn repacked_logits_equal_plain_bit_for_bit() {
             assert!(w.layers[0].attn_qkv_w.ty == Q4_K && l1.ffn_down_w.ty == Q6_K && w.output.ty == Q6_K);
             let mats: Vec<_> =
                 w.layers.iter().flat_map(|l| [&l.attn_qkv_w, &l.attn_out_w, &l.ffn_up_w, &l.ffn_down_w]).collect();
-            assert!(mats.iter().all(|t| t.is_repacked()) && w.output.is_repacked(), "every matrix repacked");
+            assert!(mats.iter().all(|t| is_packed(t)) && is_packed(&w.output), "every matrix repacked");
             let bytes: usize = mats.iter().map(|t| t.nbytes()).sum::<usize>() + w.output.nbytes();
             assert_eq!(packed.model.repacked_bytes, bytes, "{name}: repacked bytes");
         }

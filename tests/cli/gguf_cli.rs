@@ -135,7 +135,7 @@ fn inspect_prints_the_memory_plan_a_load_allocates() {
         (&[], Gpt2Options::default(), 26164736, 2 * 2 * 64 * 128 * 4, 6449280),
         (
             &["--ctx", "64", "--batch", "8", "--kv-type", "f16", "--threads", "2"],
-            Gpt2Options { n_ctx: 64, n_batch: 8, n_threads: 2, kv_type: GgmlType::F16 },
+            Gpt2Options { n_ctx: 64, n_batch: 8, n_threads: 2, kv_type: GgmlType::F16, ..Default::default() },
             26164736,
             2 * 2 * 64 * 64 * 2,
             1612352,

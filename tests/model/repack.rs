@@ -5,6 +5,7 @@
 //! threads (mul_mat's blocks of whole groups), and the tied `token_embd` read by `get_rows`.
 
 use crate::support::eval::Eval;
+use ggweb::cpu::repack_buffer::{is_packed, Repack};
 use ggweb::model::context::Gpt2Options;
 use ggweb::model::loader::{load_from_bytes, LoadedModel};
 use ggweb::GgmlType;
@@ -53,24 +54,20 @@ fn repacked_weights_give_the_same_logits_bit_for_bit() {
             .unwrap();
             let opts = Gpt2Options { n_batch: 16, n_threads, ..Default::default() };
             let mut plain = load_plain(&bytes, opts.clone());
-            let mut packed = load_packed(&bytes, opts);
+            let packed = load_packed(&bytes, opts.clone());
             assert_eq!(plain.model.repacked_bytes, 0, "{file}: a load with repacking off repacked");
             let native = ggweb::cpu::arch::repack::kernel_name(ty).is_some();
             let down = &packed.model.weights.layers[0].ffn_down_w;
-            assert_eq!(down.is_repacked(), native, "{file}: {ty} repacked at load");
+            assert_eq!(is_packed(down), native, "{file}: {ty} repacked at load");
+            // Repacked on any machine: the load option.
+            let mut packed = load_from_bytes(&bytes, Gpt2Options { repack: Repack::Force, ..opts.clone() }).unwrap();
             let w = &packed.model.weights;
-            let before: Vec<u8> = {
-                let t = &w.layers[0].ffn_down_w;
-                let mut b = vec![0u8; t.nbytes()];
-                t.get_bytes(&mut b, 0);
-                b
-            };
-            let n = packed.model.force_repack() + packed.model.repacked_bytes;
-            let w = &packed.model.weights;
-            assert!(n > 0 && w.layers[0].ffn_down_w.is_repacked(), "{file}: repacked");
+            assert!(packed.model.repacked_bytes > 0 && is_packed(&w.layers[0].ffn_down_w), "{file}: repacked");
             assert_eq!(w.layers[0].ffn_down_w.ty, ty);
-            // get_bytes still reads ggml's layout.
-            let mut after = vec![0u8; before.len()];
+            // get_bytes still reads ggml's layout (the buffer unpacks).
+            let t = &plain.model.weights.layers[0].ffn_down_w;
+            let (mut before, mut after) = (vec![0u8; t.nbytes()], vec![0u8; t.nbytes()]);
+            t.get_bytes(&mut before, 0);
             w.layers[0].ffn_down_w.get_bytes(&mut after, 0);
             assert_eq!(after, before, "{file}: get_bytes of a repacked weight");
             let prompt: Vec<u32> = (0..21).map(|i| (i * 977 + 13) % 50257).collect();
@@ -90,17 +87,19 @@ fn repacked_k_quant_mixes_give_the_same_logits_bit_for_bit() {
         for n_threads in [1, 3] {
             let opts = Gpt2Options { n_batch: 16, n_threads, ..Default::default() };
             let mut plain = load_plain(&bytes, opts.clone());
-            let mut packed = load_packed(&bytes, opts);
+            let packed = load_packed(&bytes, opts.clone());
             assert_eq!(plain.model.repacked_bytes, 0);
             for t in [&packed.model.weights.layers[0].ffn_up_w, &packed.model.weights.output] {
                 let native = ggweb::cpu::arch::repack::kernel_name(t.ty).is_some();
-                assert_eq!(t.is_repacked(), native, "{file}: {} ({}) repacked", t.name(), t.ty);
+                assert_eq!(is_packed(t), native, "{file}: {} ({}) repacked", t.name(), t.ty);
             }
-            if packed.model.repacked_bytes == 0 {
-                packed.model.force_repack();
-            }
+            let mut packed = if packed.model.repacked_bytes == 0 {
+                load_from_bytes(&bytes, Gpt2Options { repack: Repack::Force, ..opts }).unwrap()
+            } else {
+                packed
+            };
             let w = &packed.model.weights;
-            assert!(w.layers[0].ffn_up_w.is_repacked() && w.output.is_repacked(), "{file}");
+            assert!(is_packed(&w.layers[0].ffn_up_w) && is_packed(&w.output), "{file}");
             let n_vocab = packed.model.hparams.n_vocab as u32;
             let prompt: Vec<u32> = (0..21).map(|i| (i * 977 + 13) % n_vocab).collect();
             same_logits(&mut plain, &mut packed, &prompt, 7, &format!("{file}, {n_threads} threads"));

@@ -520,7 +520,7 @@ fn run_tiny_gpt2_kv(
     use ggweb::model::context::Gpt2Options;
     use ggweb::model::loader::ModelLoader;
     let bytes = std::fs::read(models_dir().join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
-    let opts = Gpt2Options { n_ctx: 0, n_batch: 32, n_threads: 1, kv_type };
+    let opts = Gpt2Options { n_ctx: 0, n_batch: 32, n_threads: 1, kv_type, ..Default::default() };
     let mut loader = ModelLoader::new(backend, opts, ggweb::gguf::Limits::default(), Some(bytes.len() as u64));
     for chunk in bytes.chunks(65_537) {
         loader.feed(chunk).unwrap();

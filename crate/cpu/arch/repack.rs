@@ -22,8 +22,9 @@
 //! Which types are repacked is the kernel table's call ([`super::TypeTraitsCpu::packed`]: the
 //! ISA has a kernel that reads the layout); results are bit for bit those of the plain
 //! layout (the same exact integer block sums, the same float steps in the scalar order).
-//! Anything that reads the bytes back ([`crate::tensor::Tensor::get_bytes`], `get_rows`) sees
-//! ggml's layout again through [`unpack_row`].
+//! Which weights are packed, and when, is the CPU's repacking buffer type's business
+//! ([`crate::cpu::repack_buffer`]); anything that reads the bytes back (its `get_bytes`,
+//! `get_rows`, `out_prod`) sees ggml's layout again through [`unpack_row`].
 //!
 //! ```
 //! use ggweb::cpu::arch::{gemm, repack};
