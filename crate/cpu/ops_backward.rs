@@ -125,6 +125,28 @@ pub(crate) fn soft_max_back(dy: &TensorView, y: &TensorView, dst: &TensorView, s
     })
 }
 
+/// log(softmax(x)) per row: x − max − log Σ exp(x − max), the sum in f64.
+pub(crate) fn log_soft_max(a: &TensorView, dst: &TensorView, exec: &Exec) -> KResult {
+    pair_rows(exec, a, a, dst, "log_soft_max", &|_, x, out| {
+        let max = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v)) as f64;
+        let sum: f64 = x.iter().map(|&v| libm::exp(v as f64 - max)).sum();
+        let lse = max + libm::log(sum);
+        for (o, &v) in out.iter_mut().zip(x) {
+            *o = (v as f64 - lse) as f32;
+        }
+    })
+}
+
+/// `log_soft_max`'s backward: dx = dy − exp(y) · Σ dy per row (the sum in f64).
+pub(crate) fn log_soft_max_back(dy: &TensorView, y: &TensorView, dst: &TensorView, exec: &Exec) -> KResult {
+    pair_rows(exec, dy, y, dst, "log_soft_max_back", &|g, y, out| {
+        let sum: f64 = g.iter().map(|&v| v as f64).sum();
+        for ((o, &gi), &yi) in out.iter_mut().zip(g).zip(y) {
+            *o = (gi as f64 - libm::exp(yi as f64) * sum) as f32;
+        }
+    })
+}
+
 /// GELU's (tanh form, `x·σ(2u)` with u = √(2/π)(x + 0.044715x³)) derivative times dy, in f64.
 pub(crate) fn gelu_back(dy: &TensorView, x: &TensorView, dst: &TensorView, exec: &Exec) -> KResult {
     const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;

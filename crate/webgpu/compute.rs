@@ -127,6 +127,8 @@ pub(crate) fn check(node: &Tensor) -> Result<(), String> {
         }
         // A backward pass's ops: the scheduler runs them on the CPU.
         Op::OutProd
+        | Op::LogSoftMax
+        | Op::LogSoftMaxBack
         | Op::SoftMaxBack { .. }
         | Op::GeluBack
         | Op::NormBack { .. }
@@ -488,6 +490,8 @@ fn plan(gpu: &Gpu, node: &Tensor, out: &mut Vec<Dispatch>) -> Result<(), Backend
         Op::None | Op::View | Op::Reshape | Op::Permute(_) | Op::Transpose => unreachable!("handled above"),
         // `check` refused these above.
         Op::OutProd
+        | Op::LogSoftMax
+        | Op::LogSoftMaxBack
         | Op::SoftMaxBack { .. }
         | Op::GeluBack
         | Op::NormBack { .. }
