@@ -567,7 +567,16 @@ impl Gpt2 {
                         }
                         // The taps, and the KQ mask's host copy (set_inputs) beside them.
                         let mask_bytes = 4 * (ub.n_kv * ub.n_tokens) as u64;
-                        (Some(gf), Some((batch.taps.len(), bytes + mask_bytes)))
+                        let what = match &batch.grad {
+                            None => format!("this run's {} captured nodes and compute buffer", batch.taps.len()),
+                            Some(g) => format!(
+                                "this gradient run's {} captured nodes, {} gradients read back and compute buffer \
+                                 (activations, gradients)",
+                                batch.taps.len(),
+                                g.nodes.len()
+                            ),
+                        };
+                        (Some(gf), Some((what, bytes + mask_bytes)))
                     }
                 };
                 let gf = gf.as_ref().unwrap_or(&io.graph);
@@ -871,13 +880,9 @@ fn add_backward(
 /// each tap is kept in them and read back, so the taps (`tap_bytes`: their bytes kept and
 /// read, and the host's KQ mask) are sized against the memory left before either is
 /// allocated, as the compute buffer is by its allocation (`RunTooLarge`).
-fn alloc(sched: &mut Sched, gf: &Graph, own_plan: Option<(usize, u64)>) -> Result<(), ModelError> {
-    let Some((n_taps, tap_bytes)) = own_plan else { return Ok(sched.alloc_graph(gf)?) };
-    let too_large = |needed: u64, left: u64| ModelError::RunTooLarge {
-        what: format!("this run's {n_taps} captured nodes and compute buffer"),
-        needed,
-        left,
-    };
+fn alloc(sched: &mut Sched, gf: &Graph, own_plan: Option<(String, u64)>) -> Result<(), ModelError> {
+    let Some((what, tap_bytes)) = own_plan else { return Ok(sched.alloc_graph(gf)?) };
+    let too_large = |needed: u64, left: u64| ModelError::RunTooLarge { what: what.clone(), needed, left };
     if let Some(left) = crate::backend::host::address_space_left().filter(|&l| tap_bytes > l) {
         return Err(too_large(tap_bytes, left));
     }
