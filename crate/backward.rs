@@ -283,6 +283,12 @@ impl Backward<'_> {
                     self.add(&m, gm);
                 }
             }
+            Op::LogSoftMax => {
+                let a = s(0).expect("src0");
+                if self.needs(&a) {
+                    self.add(&a, ctx.log_soft_max_back(g, n));
+                }
+            }
             Op::DiagMaskInf { n_past } => {
                 let a = s(0).expect("src0");
                 if self.needs(&a) {
@@ -349,6 +355,7 @@ impl Backward<'_> {
             Op::OutProd
             | Op::SoftMaxBack { .. }
             | Op::GeluBack
+            | Op::LogSoftMaxBack
             | Op::NormBack { .. }
             | Op::RepeatBack
             | Op::GetRowsBack

@@ -367,6 +367,16 @@ impl Context {
     pub fn soft_max_ext_back(&self, dy: &Tensor, y: &Tensor, scale: f32) -> Tensor {
         self.backward_pair(dy, y, Op::SoftMaxBack { scale })
     }
+    /// log(softmax(a)) along dim 0 (f32; the row sums in f64): a gradient run's `logprob` and
+    /// `loss` metrics. Not ggml's (it has `cross_entropy_loss`, which sums the rows into one value).
+    pub fn log_soft_max(&self, a: &Tensor) -> Tensor {
+        assert!(a.ty == GgmlType::F32, "log_soft_max: {} must be f32", shape_str(a));
+        self.new_op_tensor(GgmlType::F32, a.ne, Op::LogSoftMax, [Some(a.clone()), None, None], String::new())
+    }
+    /// The gradient of `x` in y = log_soft_max(x), from `dy` and `y`.
+    pub fn log_soft_max_back(&self, dy: &Tensor, y: &Tensor) -> Tensor {
+        self.backward_pair(dy, y, Op::LogSoftMaxBack)
+    }
     /// The gradient of `x` in gelu(x), from `dy` and `x`.
     pub fn gelu_back(&self, dy: &Tensor, x: &Tensor) -> Tensor {
         self.backward_pair(dy, x, Op::GeluBack)

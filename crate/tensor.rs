@@ -72,6 +72,9 @@ pub enum Op {
         n_past: i32,
     },
     MulMat,
+    /// log(softmax(a)) over dim 0, per row: a − max − log Σ exp(a − max), the sum in f64.
+    /// Not in the forward pass: a gradient run's metric (`logprob`, `loss`) is built on it.
+    LogSoftMax,
 
     // --- ops that backward passes build (crate::backward); the forward graph never has them ---
     /// ggml_out_prod: dst[i0, i1] = Σ_j src0[i0, j] · src1[i1, j], src0 broadcast over dims 2
@@ -84,6 +87,9 @@ pub enum Op {
     },
     /// GELU's derivative (its tanh form) times dy: src0 = dy, src1 = x.
     GeluBack,
+    /// `LogSoftMax`'s backward: src0 = dy, src1 = y = log_soft_max(x); dx = dy − exp(y) · Σ dy
+    /// per row.
+    LogSoftMaxBack,
     /// Layer norm's (`Norm`'s) backward: src0 = dy, src1 = x; per row, with
     /// y = (x − μ)/σ: dx = (dy − mean(dy) − y · mean(dy ⊙ y)) / σ.
     NormBack {
@@ -128,6 +134,8 @@ impl Op {
             Op::SoftMax { .. } => "SOFT_MAX",
             Op::DiagMaskInf { .. } => "DIAG_MASK_INF",
             Op::MulMat => "MUL_MAT",
+            Op::LogSoftMax => "LOG_SOFT_MAX",
+            Op::LogSoftMaxBack => "LOG_SOFT_MAX_BACK",
             Op::OutProd => "OUT_PROD",
             Op::SoftMaxBack { .. } => "SOFT_MAX_BACK",
             Op::GeluBack => "GELU_BACK",

@@ -51,6 +51,7 @@ const WRITERS = {
   'crate::typed::index_values': (ty) => '{ index: number; value: number }' + '[]'.repeat(vecDepth(ty)),
   'crate::typed::compute': () => '{ compute: number }',
   'super::hooks::by_name': () => 'Record<string, { shape: number[]; data: Float32Array }>',
+  'super::hooks::by_name_some': () => 'Record<string, { shape: number[]; data: Float32Array }>',
 };
 
 function vecDepth(ty) {
@@ -152,7 +153,7 @@ export function generate() {
     '// (de)serialized from: do not edit; run `node scripts/gen-types.mjs`. npm test fails when it is',
     '// stale (tests/types/generated.test.mjs). web/ggweb.d.ts re-exports these and adds the classes.',
     '',
-    "import type { Hook } from './ggweb.js';",
+    "import type { Hook, HookName, Metric } from './ggweb.js';",
     '',
     '/** One of the most likely tokens and its natural-log probability. */',
     'export interface TopLogprob {',

@@ -1,5 +1,5 @@
 // The ops a backward pass adds to a graph (crate/backward.rs), but out_prod (out_prod.wgsl):
-// soft_max_back, gelu_back, norm_back, repeat_back, get_rows_back, acc, diag_mask_zero,
+// log_soft_max (a gradient run's metrics) and its backward, soft_max_back, gelu_back, norm_back, repeat_back, get_rows_back, acc, diag_mask_zero,
 // fill. All f32, any strides. Sums are f32 (WGSL has no f64; the CPU sums in f64): in a
 // fixed order, so a result does not depend on the adapter's scheduling.
 
@@ -20,9 +20,61 @@ fn reduce_sum(li: u32, v: f32) -> f32 {
     return r;
 }
 
+fn reduce_max(li: u32, v: f32) -> f32 {
+    red[li] = v;
+    workgroupBarrier();
+    var s = WG / 2u;
+    while (s > 0u) {
+        if (li < s) { red[li] = max(red[li], red[li + s]); }
+        workgroupBarrier();
+        s = s / 2u;
+    }
+    let r = red[0];
+    workgroupBarrier();
+    return r;
+}
+
 // First unit of row (i1, i2, i3) = r of a tensor with strides nb, from unit `off`.
 fn row_at(off: u32, r: vec4<u32>, nb: vec4<u32>) -> u32 {
     return off + r.x * nb.y + r.y * nb.z + r.z * nb.w;
+}
+
+// log_soft_max: src0 = x, per row y = x - (max + log(sum exp(x - max))). One workgroup per
+// row (misc.x rows).
+@compute @workgroup_size(256)
+fn log_soft_max(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+    let row = wg_linear(wg);
+    if (row >= p.misc.x) { return; }
+    let r = unravel(row, vec4<u32>(p.d_ne.y, p.d_ne.z, p.d_ne.w, 1u));
+    let x = row_at(p.off.x, r, p.a_nb);
+    let out = row_at(p.off.w, r, p.d_nb);
+    let n = p.d_ne.x;
+    var m = bitcast<f32>(0xff800000u); // -inf
+    for (var i = li; i < n; i += WG) { m = max(m, ld0_f32(x + i * p.a_nb.x)); }
+    let mx = reduce_max(li, m);
+    var s = 0.0;
+    for (var i = li; i < n; i += WG) { s += exp(ld0_f32(x + i * p.a_nb.x) - mx); }
+    let lse = mx + log(reduce_sum(li, s));
+    for (var i = li; i < n; i += WG) { st_f32(out + i * p.d_nb.x, ld0_f32(x + i * p.a_nb.x) - lse); }
+}
+
+// log_soft_max_back: src0 = dy, src1 = y (log_soft_max's output), per row
+// dx = dy - exp(y) * sum(dy). One workgroup per row.
+@compute @workgroup_size(256)
+fn log_soft_max_back(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+    let row = wg_linear(wg);
+    if (row >= p.misc.x) { return; }
+    let r = unravel(row, vec4<u32>(p.d_ne.y, p.d_ne.z, p.d_ne.w, 1u));
+    let g = row_at(p.off.x, r, p.a_nb);
+    let y = row_at(p.off.y, r, p.b_nb);
+    let out = row_at(p.off.w, r, p.d_nb);
+    let n = p.d_ne.x;
+    var s = 0.0;
+    for (var i = li; i < n; i += WG) { s += ld0_f32(g + i * p.a_nb.x); }
+    let sum = reduce_sum(li, s);
+    for (var i = li; i < n; i += WG) {
+        st_f32(out + i * p.d_nb.x, ld0_f32(g + i * p.a_nb.x) - exp(ld1_f32(y + i * p.b_nb.x)) * sum);
+    }
 }
 
 // soft_max_back: src0 = dy, src1 = y, per row dx = scale * y * (dy - sum(dy * y)), f.x =

@@ -2,8 +2,9 @@
 // has (signal, special). The options and results the wasm side parses and writes are
 // generated from their Rust structs into ggweb.types.d.ts (scripts/gen-types.mjs), re-exported here.
 import type {
-  AttributeParams, Beam, GenerateParams, Item, PatchParams, RunParams, TopKParams,
-  ScoreResult, TraceResult, RunResult, PatchResult, LogitLensResult, AttributeResult, SaeEncoded, WebGpuStats,
+  AttributeParams, Beam, GenerateParams, Item, PatchParams, RunParams, SaliencyParams, TopKParams,
+  ScoreResult, TraceResult, RunResult, PatchResult, LogitLensResult, AttributeResult, SaeEncoded, SaliencyResult,
+  WebGpuStats,
 } from './ggweb.types.js';
 export * from './ggweb.types.js';
 
@@ -223,8 +224,26 @@ export interface Hook {
   value?: number | ArrayLike<number>;
 }
 
+/** A scalar of the logits that gradients are taken of (`run`'s `grad.of`, `saliency`'s `of`);
+ *  `pos` defaults to -1 and counts from the end when negative.
+ *  - `logitDiff`: logits[pos, answer] − logits[pos, against];
+ *  - `logprob`: log_softmax(logits[pos])[token];
+ *  - `loss: 'mean'`: the mean over positions i = 0..n−2 of −log_softmax(logits[i])[tokens[i+1]]
+ *    (Hugging Face's `GPT2LMHeadModel(labels=input_ids).loss`). */
+export type Metric =
+  | { logitDiff: { answer: number; against: number; pos?: number } }
+  | { logprob: { token: number; pos?: number } }
+  | { loss: 'mean' };
+
 export interface RunOptions extends RunParams {
   /** Stops the call at its next step (between chunks of the pass): it then fails with code 'aborted' and
+   *  the model stays usable. An already aborted signal fails the call before any work. */
+  signal?: AbortSignal;
+  special?: boolean;
+}
+
+export interface SaliencyOptions extends SaliencyParams {
+  /** Stops the call at its next step (between the passes of integrated gradients): it then fails with code 'aborted' and
    *  the model stays usable. An already aborted signal fails the call before any work. */
   signal?: AbortSignal;
   special?: boolean;
@@ -591,9 +610,23 @@ export declare class Model {
    *  meanings). @throws GgwebError 'invalid' (a hook or capture that names nothing, out of
    *  range or listed twice, a value of the wrong length, more than 2^28 hooked values),
    *  'busy', 'aborted' (options.signal), 'disposed', 'unsupported' (its hooks or captures
-   *  need more memory than is left), 'device_lost'. */
+   *  need more memory than is left), 'device_lost'.
+   *  With `grad: { of, wrt }` the same pass runs backward too: the result gains `metric` and
+   *  `grads` (d metric / d each `wrt` hook point's output, after the `hooks` at that point, in
+   *  TransformerLens's shape; `'*'` is every hook point); a bad `of` or `wrt` (an unknown hook
+   *  point or metric, a token out of the vocabulary, `wrt` empty or missing) is 'invalid'
+   *  naming it, and a pass whose gradients do not fit in the memory left is 'unsupported'. */
   run(input: ModelInput, options?: RunOptions | null): Promise<RunResult>;
+  /** Input attribution on the token embeddings (`hook_embed`; position embeddings unchanged):
+   *  per token, 'gradient' (‖∂m/∂e‖₂), 'gradientXInput' (Σ e·∂m/∂e) or 'integratedGradients'
+   *  (`steps` passes, default 32, midpoint rule from the baseline 0; `delta` is the completeness gap).
+   *  @throws GgwebError 'invalid' (an unknown method or metric, a token out of the vocabulary),
+   *  'busy', 'aborted' (options.signal), 'disposed', 'unsupported' (the gradient pass needs more
+   *  memory than is left), 'device_lost'. */
+  saliency(input: ModelInput, options: SaliencyOptions): Promise<SaliencyResult>;
   /** An activation patching sweep; clean and corrupted must have the same length.
+   *  `method: 'attribution'` estimates every cell to first order (attribution patching: two
+   *  forward passes and one backward pass) instead of running it ('exact', the default).
    *  @throws GgwebError 'invalid', 'busy', 'aborted' (options.signal), 'disposed',
    *  'unsupported' (its hooks or captures need more memory than is left), 'device_lost'. */
   patch(clean: ModelInput, corrupted: ModelInput, options: PatchOptions): Promise<PatchResult>;

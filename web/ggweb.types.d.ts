@@ -2,12 +2,29 @@
 // (de)serialized from: do not edit; run `node scripts/gen-types.mjs`. npm test fails when it is
 // stale (tests/types/generated.test.mjs). web/ggweb.d.ts re-exports these and adds the classes.
 
-import type { Hook } from './ggweb.js';
+import type { Hook, HookName, Metric } from './ggweb.js';
 
 /** One of the most likely tokens and its natural-log probability. */
 export interface TopLogprob {
   token: number;
   logprob: number;
+}
+
+/** `run`'s `grad`: the metric and the hook points whose gradient is returned. */
+export interface GradSpec {
+  of: Metric;
+  wrt: HookName[] | '*';
+}
+
+/** What `Session::saliency` returns (JS `model.saliency`, `ggweb saliency`). */
+export interface SaliencyResult {
+  tokens: Uint32Array;
+  /** Per token. */
+  scores: Float32Array;
+  /** The metric at the input. */
+  metric: number;
+  /** integratedGradients: Σ scores − (m(e) − m(0)), the completeness gap. */
+  delta?: number;
 }
 
 /** What `Session::logit_lens` returns (JS `model.logitLens`, `ggweb lens`). */
@@ -60,6 +77,13 @@ export interface RunResult {
    * TransformerLens's shape reversed.
    */
   cache: Record<string, { shape: number[]; data: Float32Array }>;
+  /** With `grad`: the metric's value. */
+  metric?: number;
+  /**
+   * With `grad`: d metric / d each `wrt` hook point's output (after the hooks there), by
+   * TransformerLens's names and shapes.
+   */
+  grads?: Record<string, { shape: number[]; data: Float32Array }>;
 }
 
 /**
@@ -233,6 +257,8 @@ export interface GenerateParams {
 export interface RunParams {
   capture?: string[];
   hooks?: Hook[];
+  /** A backward pass: the metric `of` and the hook points (`wrt`) whose gradient is returned. */
+  grad?: GradSpec;
 }
 
 /** `patch`'s options: the activation swept and the metric's two tokens. */
@@ -240,6 +266,18 @@ export interface PatchParams {
   at: 'resid_pre' | 'attn_out' | 'mlp_out' | 'z';
   answer: number;
   against: number;
+  /**
+   * 'exact' (the default: every cell a patched pass) or 'attribution' (first-order
+   * estimates from one forward pass of each prompt and one backward pass).
+   */
+  method?: 'exact' | 'attribution';
+}
+
+/** `saliency`'s options: the metric, the method and integrated gradients' steps (default 32). */
+export interface SaliencyParams {
+  of: Metric;
+  method: 'gradient' | 'gradientXInput' | 'integratedGradients';
+  steps?: number;
 }
 
 /** `logitLens`'s and `sae.encode`'s options: the top entries per position (default 5). */

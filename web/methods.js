@@ -10,10 +10,12 @@ export const METHODS = Object.freeze({
   score: Object.freeze({ public: 'score', inputs: Object.freeze(['input']), sae: false }),
   /** Attention probabilities, hidden states and graph nodes of one pass. */
   trace: Object.freeze({ public: 'trace', inputs: Object.freeze(['input']), sae: false }),
-  /** One forward pass with TransformerLens hooks and captures. */
+  /** One forward pass with TransformerLens hooks and captures (and `grad`: a backward pass). */
   run: Object.freeze({ public: 'run', inputs: Object.freeze(['input']), sae: false }),
-  /** An activation patching sweep of `corrupted` with `clean`'s activations. */
+  /** An activation patching sweep of `corrupted` with `clean`'s activations (exact, or attribution patching). */
   patch: Object.freeze({ public: 'patch', inputs: Object.freeze(['clean', 'corrupted']), sae: false }),
+  /** Input attribution on the token embeddings: gradient, gradient × input or integrated gradients. */
+  saliency: Object.freeze({ public: 'saliency', inputs: Object.freeze(['input']), sae: false }),
   /** The logit lens: every layer's residual through the final LayerNorm and the unembedding. */
   logitLens: Object.freeze({ public: 'logitLens', inputs: Object.freeze(['input']), sae: false }),
   /** Direct logit attribution of `logit[answer] − logit[against]` at `pos` (default −1). */

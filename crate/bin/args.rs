@@ -58,6 +58,27 @@ pub enum Command {
     /// The logit lens: every layer's residual through the final LayerNorm and the unembedding (JSON).
     #[command(help_template = SUB_HELP)]
     Lens(LensArgs),
+    /// Input attribution on the token embeddings: gradient, gradientXInput or integratedGradients (JSON).
+    #[command(help_template = SUB_HELP)]
+    Saliency(SaliencyArgs),
+}
+
+/// `saliency`: the JS `model.saliency`'s options.
+#[derive(Args)]
+pub struct SaliencyArgs {
+    #[command(flatten)]
+    pub load: LoadArgs,
+    #[command(flatten)]
+    pub input: InputArgs,
+    /// The metric as JSON: `{"logitDiff":{"answer":1,"against":2}}`, `{"logprob":{"token":1,"pos":-1}}` or `{"loss":"mean"}`.
+    #[arg(long)]
+    pub of: String,
+    /// gradient, gradientXInput or integratedGradients.
+    #[arg(long, default_value = "gradientXInput")]
+    pub method: String,
+    /// integratedGradients' steps [default: 32].
+    #[arg(long)]
+    pub steps: Option<u32>,
 }
 
 /// `run`: the JS `model.run`'s options.
@@ -76,6 +97,9 @@ pub struct RunArgs {
     /// Every position's logits instead of the last one's.
     #[arg(long)]
     pub all_logits: bool,
+    /// A backward pass as JSON, `{"of":{"logitDiff":{"answer":1,"against":2}},"wrt":["hook_embed"]}`: adds `metric` and `grads`.
+    #[arg(long)]
+    pub grad: Option<String>,
 }
 
 /// `patch`: the JS `model.patch`'s arguments.
@@ -95,6 +119,9 @@ pub struct PatchArgs {
     pub answer: u32,
     #[arg(long)]
     pub against: u32,
+    /// exact (every cell a patched pass) or attribution (first-order estimates: two forward passes, one backward).
+    #[arg(long, default_value = "exact")]
+    pub method: String,
     /// Print the load and sweep times (ms) to stderr.
     #[arg(long)]
     pub timing: bool,

@@ -41,6 +41,7 @@ fn main() {
             Command::Inspect(a) => inspect::run(a),
             Command::Run(a) => run::run(a),
             Command::Patch(a) => run::patch(a),
+            Command::Saliency(a) => run::saliency(a),
             Command::Lens(a) => run::lens(a),
         },
         Err(e) => Err(e),

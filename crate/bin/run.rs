@@ -18,8 +18,8 @@ use ggweb::webgpu::{WebGpuOptions, WebGpuStats};
 use serde_json::json;
 
 use crate::args::{
-    BenchArgs, GenerateArgs, InputArgs, LensArgs, LoadArgs, LogitsArgs, PatchArgs, RunArgs, ScoreArgs, TokenizeArgs,
-    TraceArgs,
+    BenchArgs, GenerateArgs, InputArgs, LensArgs, LoadArgs, LogitsArgs, PatchArgs, RunArgs, SaliencyArgs, ScoreArgs,
+    TokenizeArgs, TraceArgs,
 };
 
 fn load(args: &LoadArgs) -> Result<LoadedModel, String> {
@@ -645,13 +645,22 @@ pub fn run(args: RunArgs) -> Result<(), String> {
     let (mut s, ids) = session_and_prompt(&args.load, &args.input)?;
     let hooks = parse_hooks(&args.hook)?;
     let capture: Vec<String> = args.capture.split(',').filter(|c| !c.is_empty()).map(String::from).collect();
-    let r = block_on(s.run(&ids, &capture, &hooks)).map_err(|e| e.to_string())?;
+    let grad: Option<ggweb::model::grad::GradSpec> =
+        args.grad.as_deref().map(|g| serde_json::from_str(g).map_err(|e| format!("--grad {g}: {e}"))).transpose()?;
+    let r = block_on(s.run_grad(&ids, &capture, &hooks, grad.as_ref())).map_err(|e| e.to_string())?;
     let n_vocab = s.model.hparams.n_vocab;
     let logits: Vec<&[f32]> = r.logits.chunks(n_vocab).collect();
     let logits = if args.all_logits { logits } else { logits[logits.len() - 1..].to_vec() };
     let cache: serde_json::Map<String, serde_json::Value> =
         r.cache.iter().map(|v| (v.name.clone(), serde_json::to_value(v).expect("plain data"))).collect();
-    println!("{}", json!({ "tokens": r.tokens, "logits": logits, "cache": cache }));
+    let mut out = json!({ "tokens": r.tokens, "logits": logits, "cache": cache });
+    if let (Some(m), Some(g)) = (r.metric, &r.grads) {
+        let grads: serde_json::Map<String, serde_json::Value> =
+            g.iter().map(|v| (v.name.clone(), serde_json::to_value(v).expect("plain data"))).collect();
+        out["metric"] = json!(m);
+        out["grads"] = serde_json::Value::Object(grads);
+    }
+    println!("{out}");
     Ok(())
 }
 
@@ -662,18 +671,30 @@ pub fn patch(args: PatchArgs) -> Result<(), String> {
     let clean = s.tokenizer.encode(&args.clean, false);
     let corrupted = s.tokenizer.encode(&args.corrupted, false);
     let t1 = Instant::now();
-    let p = block_on(s.patch(&clean, &corrupted, &args.at, args.answer, args.against)).map_err(|e| e.to_string())?;
+    let p = block_on(s.patch(&clean, &corrupted, &args.at, args.answer, args.against, Some(&args.method)))
+        .map_err(|e| e.to_string())?;
     if args.timing {
         let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
         eprintln!(
-            "patch {}: {} tokens, load {:.1} ms, sweep {:.1} ms",
+            "patch {} ({}): {} tokens, load {:.1} ms, sweep {:.1} ms",
             args.at,
+            args.method,
             clean.len(),
             ms(t1 - t0),
             ms(t1.elapsed())
         );
     }
     println!("{}", json!(p));
+    Ok(())
+}
+
+/// `ggweb saliency`: input attribution, as the JS `model.saliency` (JSON out).
+pub fn saliency(args: SaliencyArgs) -> Result<(), String> {
+    let (mut s, ids) = session_and_prompt(&args.load, &args.input)?;
+    let of: ggweb::model::grad::Metric =
+        serde_json::from_str(&args.of).map_err(|e| format!("--of {}: {e}", args.of))?;
+    let r = block_on(s.saliency(&ids, &of, &args.method, args.steps)).map_err(|e| e.to_string())?;
+    println!("{}", json!(r));
     Ok(())
 }
 

@@ -34,12 +34,15 @@ macro_rules! api_calls {
             /// Attention probabilities, hidden states and graph nodes of one pass.
             "trace" (input), |p: serde_json::Value| options::trace_options(p)
                 => |s, taps, _sae| s.trace(&input, &taps);
-            /// One forward pass with TransformerLens hooks and captures.
+            /// One forward pass with TransformerLens hooks and captures (and `grad`: a backward pass).
             "run" (input), |p: options::RunParams| Ok(p)
-                => |s, p, _sae| s.run(&input, &p.capture.unwrap_or_default(), &p.hooks.unwrap_or_default());
-            /// An activation patching sweep of `corrupted` with `clean`'s activations.
+                => |s, p, _sae| s.run_grad(&input, &p.capture.unwrap_or_default(), &p.hooks.unwrap_or_default(), p.grad.as_ref());
+            /// An activation patching sweep of `corrupted` with `clean`'s activations (exact, or attribution patching).
             "patch" (clean, corrupted), |p: options::PatchParams| Ok(p)
-                => |s, p, _sae| s.patch(&clean, &corrupted, &p.at, p.answer, p.against);
+                => |s, p, _sae| s.patch(&clean, &corrupted, &p.at, p.answer, p.against, p.method.as_deref());
+            /// Input attribution on the token embeddings: gradient, gradient × input or integrated gradients.
+            "saliency" (input), |p: options::SaliencyParams| Ok(p)
+                => |s, p, _sae| s.saliency(&input, &p.of, &p.method, p.steps);
             /// The logit lens: every layer's residual through the final LayerNorm and the unembedding.
             "logitLens" (input), |p: options::TopKParams| Ok(p.top_k.unwrap_or(DEFAULT_TOP_K) as usize)
                 => |s, k, _sae| s.logit_lens(&input, k);

@@ -23,6 +23,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use crate::model::context::Gpt2Options;
+use crate::model::grad::{GradSpec, Metric};
 use crate::model::hooks::Hook;
 use crate::model::sampling::SamplingParams;
 use crate::model::session::GenerateOptions;
@@ -503,6 +504,9 @@ pub struct RunParams {
     pub capture: Option<Vec<String>>,
     #[serde(default)]
     pub hooks: Option<Vec<Hook>>,
+    /// A backward pass: the metric `of` and the hook points (`wrt`) whose gradient is returned.
+    #[serde(default)]
+    pub grad: Option<GradSpec>,
 }
 
 // ts: export PatchParams
@@ -514,6 +518,24 @@ pub struct PatchParams {
     pub at: String,
     pub answer: u32,
     pub against: u32,
+    /// 'exact' (the default: every cell a patched pass) or 'attribution' (first-order
+    /// estimates from one forward pass of each prompt and one backward pass).
+    // ts: 'exact' | 'attribution'
+    #[serde(default)]
+    pub method: Option<String>,
+}
+
+// ts: export SaliencyParams
+/// `saliency`'s options: the metric, the method and integrated gradients' steps (default 32).
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct SaliencyParams {
+    // ts: Metric
+    pub of: Metric,
+    // ts: 'gradient' | 'gradientXInput' | 'integratedGradients'
+    pub method: String,
+    #[serde(default)]
+    pub steps: Option<u32>,
 }
 
 // ts: export TopKParams

@@ -316,6 +316,8 @@ fn compute_forward(node: &Tensor, exec: &Exec) -> Result<(), KernelError> {
         Op::OutProd => ops_backward::out_prod(&src(node, 0)?, &src(node, 1)?, &dst, exec),
         Op::SoftMaxBack { scale } => ops_backward::soft_max_back(&src(node, 0)?, &src(node, 1)?, &dst, scale, exec),
         Op::GeluBack => ops_backward::gelu_back(&src(node, 0)?, &src(node, 1)?, &dst, exec),
+        Op::LogSoftMax => ops_backward::log_soft_max(&src(node, 0)?, &dst, exec),
+        Op::LogSoftMaxBack => ops_backward::log_soft_max_back(&src(node, 0)?, &src(node, 1)?, &dst, exec),
         Op::NormBack { eps } => ops_backward::norm_back(&src(node, 0)?, &src(node, 1)?, &dst, eps, exec),
         Op::RepeatBack => ops_backward::repeat_back(&src(node, 0)?, &dst, exec),
         Op::GetRowsBack => ops_backward::get_rows_back(&src(node, 0)?, &src(node, 1)?, &dst, exec),
@@ -369,9 +371,10 @@ fn supports(node: &Tensor) -> bool {
                 && src_is(1, &|b| b == F32)
                 && node.ty == F32
         }
-        Op::SoftMaxBack { .. } | Op::GeluBack | Op::NormBack { .. } => {
+        Op::SoftMaxBack { .. } | Op::GeluBack | Op::NormBack { .. } | Op::LogSoftMaxBack => {
             src_is(0, &readable) && src_is(1, &readable) && node.ty == F32
         }
+        Op::LogSoftMax => src_is(0, &|a| a == F32) && node.ty == F32,
         Op::RepeatBack | Op::DiagMaskZero { .. } => src_is(0, &readable) && node.ty == F32,
         Op::GetRowsBack => src_is(0, &readable) && src_is(1, &|b| b == I32) && node.ty == F32,
         Op::Acc { .. } => src_is(0, &|a| a == F32) && src_is(1, &readable) && node.ty == F32,

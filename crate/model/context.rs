@@ -135,6 +135,22 @@ pub struct Batch<'a> {
     pub hooks: &'a [Hook],
     pub seq: &'a [SeqPos],
     pub start: Option<Start<'a>>,
+    /// A backward pass in the same run: see [`GradRun`].
+    pub grad: Option<GradRun<'a>>,
+}
+
+/// The backward pass of a [`Batch`] (one sequence, one ubatch of all its tokens, every
+/// position through the head): the metric is `Σ w ⊙ logits`, or `Σ w ⊙ log_softmax(logits)`
+/// per row with `log_softmax` (`w`: `[n_tokens][n_vocab]`, the metric's coefficients), built
+/// in the graph after the logits; its gradient with respect to each of `nodes` (graph names:
+/// the node's value, after any hook on it) is appended to the graph
+/// ([`Graph::build_backward_expand`]), planned with the forward nodes and read back into
+/// [`Decoded::grads`]. The logits and taps are those of the same run without it.
+#[derive(Clone, Copy, Debug)]
+pub struct GradRun<'a> {
+    pub nodes: &'a [String],
+    pub w: &'a [f32],
+    pub log_softmax: bool,
 }
 
 /// Where a [`Batch`] that skips the first blocks starts: block `layer`, with `resid`
@@ -151,7 +167,7 @@ pub struct Start<'a> {
 
 impl Default for Batch<'_> {
     fn default() -> Self {
-        Batch { tokens: &[], n_past: 0, logits: Logits::Last, taps: &[], hooks: &[], seq: &[], start: None }
+        Batch { tokens: &[], n_past: 0, logits: Logits::Last, taps: &[], hooks: &[], seq: &[], start: None, grad: None }
     }
 }
 
@@ -174,6 +190,9 @@ pub struct Decoded {
     pub logits: Vec<f32>,
     /// The requested taps, in request order.
     pub taps: Vec<TapValue>,
+    /// With [`Batch::grad`]: the gradient of each of its nodes, in request order (named and
+    /// shaped as the node; zeros where the metric does not depend on it).
+    pub grads: Vec<TapValue>,
     /// Bytes of the compute buffers a tapped run planned (0 on the reserved hot path).
     pub compute_bytes: usize,
 }
@@ -459,12 +478,13 @@ impl Gpt2 {
             h => super::hooks::plan(h, &self.hparams, n, batch.n_past, true)?,
         };
         let hooked: Vec<String> = hooks.iter().map(|h| h.node.clone()).collect();
-        let inspect = !batch.taps.is_empty() || !hooks.is_empty();
+        let inspect = !batch.taps.is_empty() || !hooks.is_empty() || batch.grad.is_some();
         // The head runs on every row when a tap or hook is in it (`result_norm`: HF's last
         // hidden state) or every row's logits are asked for.
         let in_head =
             batch.taps.iter().any(|t| matches!(t.as_str(), "out_rows" | "out_norm" | "result_norm" | "result_output"))
-                || hooked.iter().any(|h| h == "out_norm");
+                || hooked.iter().any(|h| h == "out_norm")
+                || batch.grad.is_some();
         let (ubatch, mut own) = match inspect {
             false => (self.n_batch, None),
             true => (n, Some(Sched::new(self.sched.backends().to_vec())?)),
@@ -500,21 +520,45 @@ impl Gpt2 {
             };
             let io = build_graph_with(&self.hparams, &self.weights, &self.kv, ub, &hooked);
             let sched = own.as_mut().unwrap_or(&mut self.sched);
+            // A gradient run's metric and backward nodes, in a context of their own.
+            let gctx = Context::new(ContextParams {
+                mem_size: if batch.grad.is_some() { (6 * io.graph.nodes.len() + 64) * TENSOR_OVERHEAD } else { 0 },
+                no_alloc: true,
+            });
+            let mut backward: Option<(Tensor, Vec<Option<Tensor>>)> = None;
             let ran = (|| {
                 let (gf, own_plan) = match inspect {
                     false => (None, None),
                     true => {
-                        let wants_logits = batch.logits != Logits::None;
-                        let (gf, bytes) = pruned(&io, batch.taps, wants_logits, ub.start, self.hparams.n_layer)?;
+                        let wants_logits = batch.logits != Logits::None || batch.grad.is_some();
+                        let (mut gf, mut bytes) =
+                            pruned(&io, batch.taps, wants_logits, ub.start, self.hparams.n_layer)?;
+                        if let Some(g) = &batch.grad {
+                            let (w, grads, grad_bytes) = add_backward(&mut gf, &gctx, &io, g)?;
+                            backward = Some((w, grads));
+                            bytes += grad_bytes;
+                        }
                         // The taps, and the KQ mask's host copy (set_inputs) beside them.
                         let mask_bytes = 4 * (ub.n_kv * ub.n_tokens) as u64;
-                        (Some(gf), Some((batch.taps.len(), bytes + mask_bytes)))
+                        let what = match &batch.grad {
+                            None => format!("this run's {} captured nodes and compute buffer", batch.taps.len()),
+                            Some(g) => format!(
+                                "this gradient run's {} captured nodes, {} gradients read back and compute buffer \
+                                 (activations, gradients)",
+                                batch.taps.len(),
+                                g.nodes.len()
+                            ),
+                        };
+                        (Some(gf), Some((what, bytes + mask_bytes)))
                     }
                 };
                 let gf = gf.as_ref().unwrap_or(&io.graph);
                 alloc(sched, gf, own_plan)?;
                 let resid = batch.start.map(|s| &s.resid[done * e..end * e]);
                 set_inputs(&io, chunk, &self.kv.cells, &cells[done..end], resid, &hooks);
+                if let (Some((w, _)), Some(g)) = (&backward, &batch.grad) {
+                    w.set_bytes(bytemuck::cast_slice(g.w), 0);
+                }
                 sched.graph_compute(gf)?;
                 Ok::<_, ModelError>(())
             })();
@@ -528,6 +572,16 @@ impl Gpt2 {
                     return Err(ModelError::Invalid(format!("tap '{name}': the scheduler observed no such node")));
                 };
                 out.taps.push(TapValue { name: t.name(), ne: t.ne, data: read_f32(sched, t).await? });
+            }
+            if let (Some((_, grads)), Some(g)) = (&backward, &batch.grad) {
+                for (name, gt) in g.nodes.iter().zip(grads) {
+                    let t = io.graph.get_tensor(name).expect("add_backward found it");
+                    let data = match gt {
+                        Some(gt) => read_f32(sched, gt).await?,
+                        None => vec![0f32; t.nelements() as usize],
+                    };
+                    out.grads.push(TapValue { name: name.clone(), ne: t.ne, data });
+                }
             }
             let last = end == n;
             let mut rows = match batch.logits {
@@ -573,6 +627,9 @@ impl Gpt2 {
                 "hooks take one sequence: a batch with {} hooks has sequence positions",
                 batch.hooks.len()
             )));
+        }
+        if batch.grad.is_some() {
+            return Err(ModelError::Invalid("a gradient run takes one sequence: it has sequence positions".into()));
         }
         if tokens.is_empty() || tokens.len() != batch.seq.len() || !batch.taps.is_empty() {
             return Err(ModelError::Invalid(format!(
@@ -723,17 +780,82 @@ fn pruned(
     Ok((gf, tap_bytes))
 }
 
+/// Appends a gradient run's metric ([`GradRun`]) after the logits of `gf` and the backward
+/// pass to each of its nodes (made params); returns the metric's weight input, each node's
+/// gradient (None where the metric does not depend on it) and the bytes of the gradients read
+/// back. A node that is not in the graph is `invalid`, naming it.
+fn add_backward(
+    gf: &mut Graph,
+    ctx: &Context,
+    io: &GraphIo,
+    g: &GradRun<'_>,
+) -> Result<(Tensor, Vec<Option<Tensor>>, u64), ModelError> {
+    let logits = &io.logits;
+    if g.w.len() as i64 != logits.ne[0] * logits.ne[1] {
+        return Err(ModelError::Invalid(format!(
+            "gradient run: {} metric weights for logits of {} x {}",
+            g.w.len(),
+            logits.ne[1],
+            logits.ne[0]
+        )));
+    }
+    let w = ctx.new_tensor_2d(GgmlType::F32, logits.ne[0], logits.ne[1]);
+    w.set_name("metric_w");
+    w.set_input();
+    let base = if g.log_softmax { ctx.log_soft_max(logits) } else { logits.clone() };
+    let metric = ctx.mul(&base, &w);
+    metric.set_name("metric");
+    gf.build_forward_expand(&metric);
+    let mut params = Vec::with_capacity(g.nodes.len());
+    let mut bytes = 0u64;
+    for name in g.nodes {
+        let t = io
+            .graph
+            .get_tensor(name)
+            .ok_or_else(|| ModelError::Invalid(format!("gradient run: no graph node named '{name}'")))?;
+        bytes += 8 * t.nelements() as u64;
+        if gf.contains(&t) {
+            t.set_param();
+        }
+        params.push(t);
+    }
+    gf.build_backward_expand(ctx, &metric);
+    // A gradient read back must be contiguous (a permute's is a strided view): copied then.
+    gf.size = gf.size.max(gf.nodes.len() + params.len() + 1);
+    let grads: Vec<Option<Tensor>> = params
+        .iter()
+        .map(|t| {
+            gf.grad(t).map(|g| {
+                if g.is_contiguous() {
+                    return g;
+                }
+                let c = ctx.cont(&g);
+                c.set_name(&format!("{}.cont", g.name()));
+                c.set_output();
+                gf.build_forward_expand(&c);
+                c
+            })
+        })
+        .collect();
+    // A gradient passed through unchanged is a view of another one: keep what it views alive
+    // to the end of the run too (the planner frees a view's source after its last reader).
+    for g in grads.iter().flatten() {
+        let mut t = g.clone();
+        while let Some(src) = t.view_src.clone() {
+            src.set_output();
+            t = src;
+        }
+    }
+    Ok((w, grads, bytes))
+}
+
 /// Allocates a ubatch's graph on `sched`. A run with taps plans its own compute buffers:
 /// each tap is kept in them and read back, so the taps (`tap_bytes`: their bytes kept and
 /// read, and the host's KQ mask) are sized against the memory left before either is
 /// allocated, as the compute buffer is by its allocation (`RunTooLarge`).
-fn alloc(sched: &mut Sched, gf: &Graph, own_plan: Option<(usize, u64)>) -> Result<(), ModelError> {
-    let Some((n_taps, tap_bytes)) = own_plan else { return Ok(sched.alloc_graph(gf)?) };
-    let too_large = |needed: u64, left: u64| ModelError::RunTooLarge {
-        what: format!("this run's {n_taps} captured nodes and compute buffer"),
-        needed,
-        left,
-    };
+fn alloc(sched: &mut Sched, gf: &Graph, own_plan: Option<(String, u64)>) -> Result<(), ModelError> {
+    let Some((what, tap_bytes)) = own_plan else { return Ok(sched.alloc_graph(gf)?) };
+    let too_large = |needed: u64, left: u64| ModelError::RunTooLarge { what: what.clone(), needed, left };
     if let Some(left) = crate::backend::host::address_space_left().filter(|&l| tap_bytes > l) {
         return Err(too_large(tap_bytes, left));
     }

@@ -98,6 +98,12 @@ pub fn by_name<S: serde::Serializer>(v: &[TapValue], s: S) -> Result<S::Ok, S::E
     s.collect_map(sorted.into_iter().map(|t| (t.name.as_str(), t)))
 }
 
+/// [`by_name`] of a list that is there (`skip_serializing_if` leaves out the None).
+#[cfg(feature = "std")]
+pub fn by_name_some<S: serde::Serializer>(v: &Option<Vec<TapValue>>, s: S) -> Result<S::Ok, S::Error> {
+    by_name(v.as_deref().unwrap_or(&[]), s)
+}
+
 /// Where a hook point's values come from.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Source {
@@ -389,7 +395,7 @@ pub struct NodeHook {
 
 /// TransformerLens's shape of a hook point for a run of `n` tokens after `n_past`, and its
 /// (head, pos) axes; the index axis is the last.
-fn tl_shape(hook: &str, hp: &Hparams, n: usize, n_past: usize) -> (Vec<usize>, Option<usize>, usize) {
+pub(crate) fn tl_shape(hook: &str, hp: &Hparams, n: usize, n_past: usize) -> (Vec<usize>, Option<usize>, usize) {
     let (d, h, hd) = (hp.n_embd, hp.n_head, hp.head_dim());
     if hook.ends_with("attn.hook_attn_scores") || hook.ends_with("attn.hook_pattern") {
         (alloc::vec![h, n, n_past + n], Some(0), 1)
@@ -695,7 +701,7 @@ pub fn plan(
 }
 
 /// The `hook_normalized` beside a LayerNorm's `hook_scale` (None for any other name).
-fn ln_normalized(at: &str) -> Option<String> {
+pub(crate) fn ln_normalized(at: &str) -> Option<String> {
     at.strip_suffix("hook_scale")
         .filter(|p| p.ends_with("ln1.") || p.ends_with("ln2.") || *p == "ln_final.")
         .map(|p| format!("{p}hook_normalized"))

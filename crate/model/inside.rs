@@ -82,6 +82,16 @@ pub struct Run {
     /// TransformerLens's shape reversed.
     #[cfg_attr(feature = "std", serde(serialize_with = "super::hooks::by_name"))]
     pub cache: Vec<TapValue>,
+    /// With `grad`: the metric's value.
+    #[cfg_attr(feature = "std", serde(skip_serializing_if = "Option::is_none"))]
+    pub metric: Option<f32>,
+    /// With `grad`: d metric / d each `wrt` hook point's output (after the hooks there), by
+    /// TransformerLens's names and shapes.
+    #[cfg_attr(
+        feature = "std",
+        serde(skip_serializing_if = "Option::is_none", serialize_with = "super::hooks::by_name_some")
+    )]
+    pub grads: Option<Vec<TapValue>>,
 }
 
 impl Session {
@@ -107,7 +117,7 @@ impl Session {
         for v in cache.iter_mut().filter(|v| v.name.ends_with("hook_scale")) {
             super::hooks::hooked_scale(&v.name, &mut v.data, hooks);
         }
-        Ok(Run { tokens: tokens.to_vec(), logits: out.logits, cache })
+        Ok(Run { tokens: tokens.to_vec(), logits: out.logits, cache, metric: None, grads: None })
     }
 
     /// The logit lens: the residual stream before each block and after the last
@@ -148,6 +158,10 @@ impl Session {
     /// of the positions before p (positions are swept from the last down, so those cells still
     /// hold the corrupted run's); a `z` cell runs blocks l.. over every position. A sweep costs
     /// about a quarter (`z`: a half) of its cells' full passes.
+    ///
+    /// `method`: `exact` (this sweep, the default) or `attribution`, the first-order estimate
+    /// of every cell from one forward pass of each prompt and one backward pass
+    /// ([`Session::patch_attribution`]).
     pub async fn patch(
         &mut self,
         clean: &[u32],
@@ -155,7 +169,13 @@ impl Session {
         at: &str,
         answer: u32,
         against: u32,
+        method: Option<&str>,
     ) -> Result<Patch, ModelError> {
+        let attribution = match method.unwrap_or("exact") {
+            "exact" => false,
+            "attribution" => true,
+            m => return Err(ModelError::Invalid(alloc::format!("method must be 'exact' or 'attribution', got '{m}'"))),
+        };
         let hp = self.model.hparams.clone();
         if clean.len() != corrupted.len() {
             return Err(ModelError::Invalid(alloc::format!(
@@ -184,6 +204,10 @@ impl Session {
             }
         };
         self.check_tokens(corrupted)?;
+        if attribution {
+            self.check_tokens(clean)?;
+            return self.patch_attribution(clean, corrupted, point, at, answer, against).await;
+        }
         let (n, n_vocab, d) = (clean.len(), hp.n_vocab, hp.n_embd);
         let metric = |last: &[f32]| last[answer as usize] - last[against as usize];
         let capture: Vec<String> = (0..hp.n_layer).map(|l| alloc::format!("blocks.{l}.{point}")).collect();

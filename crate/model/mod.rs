@@ -3,6 +3,7 @@
 
 pub mod context;
 pub mod gpt2;
+pub mod grad;
 pub mod hooks;
 pub mod hparams;
 pub mod inside;

@@ -190,6 +190,23 @@ pub(crate) fn check(node: &Tensor) -> Result<(), String> {
             want(node, &[F32], "dst")
         }
         Op::Fill(_) => want(node, &[F32], "dst"),
+        Op::LogSoftMax => {
+            want(s(0)?, &[F32], "src0")?;
+            want(node, &[F32], "dst")?;
+            if s(0)?.ne != node.ne {
+                return Err("src0 and dst must have one shape".into());
+            }
+            Ok(())
+        }
+        Op::LogSoftMaxBack => {
+            want(s(0)?, &[F32], "dy")?;
+            want(s(1)?, &[F32], "y")?;
+            want(node, &[F32], "dst")?;
+            if s(0)?.ne != node.ne || s(1)?.ne != node.ne {
+                return Err("dy, y and dst must have one shape".into());
+            }
+            Ok(())
+        }
     }
 }
 
@@ -615,6 +632,17 @@ fn plan(gpu: &Gpu, node: &Tensor, out: &mut Vec<Dispatch>) -> Result<(), Backend
             } else {
                 out.push(b.grid("backward", "", "acc_add_serial", [1, 1, 1])?);
             }
+        }
+        Op::LogSoftMax | Op::LogSoftMaxBack => {
+            b.operand(0, src(node, 0)?)?;
+            if node.op == Op::LogSoftMaxBack {
+                b.operand(1, src(node, 1)?)?;
+            }
+            b.operand(3, node)?;
+            let rows = node.nrows() as u64;
+            b.misc(rows, 0, 0)?;
+            let entry = if node.op == Op::LogSoftMax { "log_soft_max" } else { "log_soft_max_back" };
+            out.push(b.linear("backward", "", entry, rows, 1)?);
         }
     }
     Ok(())

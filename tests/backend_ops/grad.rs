@@ -51,6 +51,27 @@ pub fn reference_node(node: &Tensor) {
                 }
             }
         }
+        Op::LogSoftMax => {
+            for ri in rows(node) {
+                let ri = [ri[0], ri[1], ri[2]];
+                let x = row_vals(s0(), ri);
+                let mx = x.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let lse = mx + x.iter().map(|v| (v - mx).exp()).sum::<f64>().ln();
+                for (i0, v) in x.iter().enumerate() {
+                    set(node, [i0 as i64, ri[0], ri[1], ri[2]], v - lse);
+                }
+            }
+        }
+        Op::LogSoftMaxBack => {
+            for ri in rows(node) {
+                let ri = [ri[0], ri[1], ri[2]];
+                let (g, y) = (row_vals(s0(), ri), row_vals(s1(), ri));
+                let sum: f64 = g.iter().sum();
+                for i0 in 0..g.len() {
+                    set(node, [i0 as i64, ri[0], ri[1], ri[2]], g[i0] - y[i0].exp() * sum);
+                }
+            }
+        }
         Op::GeluBack => {
             let c = (2.0 / std::f64::consts::PI).sqrt();
             for k in 0..n {
@@ -350,6 +371,12 @@ pub fn grad_cases() -> Vec<GradCase> {
             let mask: Vec<f32> = (0..35).map(|k| if k % 7 > k / 7 + 2 { f32::NEG_INFINITY } else { 0.0 }).collect();
             let m = i.values(F32, &[7, 5], &mask);
             (i.ctx.soft_max_ext(&x, Some(&m), 0.6, 0.0), vec![x])
+        }),
+        grad_case("grad log_soft_max (a gradient run's logprob and loss metrics)", 1e-2, FD_SMOOTH, GRAD_TOL, |i| {
+            let x = i.range(F32, &[37, 3], -3.0, 3.0);
+            // Weighted: with the seed of ones alone every row's gradient would sum to 0.
+            let w = i.range(F32, &[37, 3], -1.0, 1.0);
+            (i.ctx.mul(&i.ctx.log_soft_max(&x), &w), vec![x])
         }),
         grad_case("grad soft_max(diag_mask_inf(scale))", 1e-2, FD_SMOOTH, GRAD_TOL, |i| {
             let x = i.range(F32, &[6, 4, 3], -2.0, 2.0);

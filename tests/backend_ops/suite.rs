@@ -398,6 +398,8 @@ fn reference_node(node: &Tensor, round_act: bool) {
             }
         }
         Op::OutProd
+        | Op::LogSoftMax
+        | Op::LogSoftMaxBack
         | Op::SoftMaxBack { .. }
         | Op::GeluBack
         | Op::NormBack { .. }

@@ -116,3 +116,59 @@ fn score_with_hooks_equals_transformer_lens() {
     }
     assert_eq!(out["ranks"], case["ranks"]);
 }
+
+/// `ggweb run --grad`, `ggweb saliency` and `ggweb patch --method attribution` against PyTorch
+/// autograd through TransformerLens (tests/fixtures/make_grad_ref.py): the same session calls
+/// as the JS API, JSON out; a bad spec fails naming it.
+#[test]
+fn run_grad_saliency_and_attribution_patching_equal_pytorch_autograd() {
+    let r = crate::support::grad_ref::load();
+    let model = fixture("tiny-f32.gguf");
+    let model = model.to_str().unwrap();
+    let ids_of = |v: &Value| v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect::<Vec<_>>();
+    // The logprob case, every hook point.
+    let case = &r.json["grad"][1];
+    let prompt = ids(&ids_of(&case["tokens"]));
+    let grad = case["grad"].to_string();
+    let out = ggweb(&["run", "--model", model, "--ids", &prompt, "--grad", &grad]);
+    let m = out["metric"].as_f64().unwrap();
+    assert!((m - case["metric"].as_f64().unwrap()).abs() <= 1e-4, "metric {m}");
+    let grads = out["grads"].as_object().unwrap();
+    assert_eq!(grads.len(), r.json["hook_names"].as_array().unwrap().len());
+    for (name, g) in grads {
+        let (shape, want) = r.block(&format!("grad/logprob/{name}"));
+        let got: Vec<f32> = g["data"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect();
+        assert_eq!(g["shape"].as_array().unwrap().iter().map(|x| x.as_i64().unwrap()).collect::<Vec<_>>(), shape);
+        let d: f64 = got.iter().zip(want).map(|(a, b)| ((a - b) as f64).powi(2)).sum::<f64>().sqrt();
+        let n: f64 = want.iter().map(|&b| (b as f64).powi(2)).sum::<f64>().sqrt();
+        let dmax = got.iter().zip(want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        assert!(d <= 1e-4 * n || dmax <= 1e-5, "{name}: {d} of {n}");
+    }
+    // Saliency: integrated gradients of the loss case.
+    let sal = &r.json["saliency"][2];
+    let steps = sal["steps"].to_string();
+    let out = ggweb(&[
+        "saliency",
+        "--model",
+        model,
+        "--ids",
+        &ids(&ids_of(&sal["tokens"])),
+        "--of",
+        &sal["of"].to_string(),
+        "--method",
+        "integratedGradients",
+        "--steps",
+        &steps,
+    ]);
+    let (_, want) = r.block("saliency/loss/integratedGradients");
+    for (i, (g, w)) in out["scores"].as_array().unwrap().iter().zip(want).enumerate() {
+        assert!((g.as_f64().unwrap() as f32 - w).abs() <= 1e-4, "score {i}");
+    }
+    assert!((out["delta"].as_f64().unwrap() - sal["delta"].as_f64().unwrap()).abs() <= 1e-4);
+    // A bad spec names what is wrong; the exit status says it failed.
+    let bad = Command::new(env!("CARGO_BIN_EXE_ggweb"))
+        .args(["run", "--model", model, "--ids", &prompt, "--grad", r#"{"of":{"loss":"sum"},"wrt":"*"}"#])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("sum"));
+}

@@ -54,6 +54,7 @@ const ALLOWED = {
   patch: ['invalid', 'unsupported'],
   logitLens: ['invalid', 'unsupported'],
   attribute: ['invalid', 'unsupported'],
+  saliency: ['invalid', 'unsupported'],
   // From a URL: the test server's answers (a 404 is 'network' for loadSae), a stall.
   loadSae: ['invalid', 'format', 'network', 'timeout'],
   'sae.encode': ['invalid', 'unsupported'],

@@ -124,12 +124,15 @@ fn a_long_call_stops_between_steps_when_interrupted_and_the_session_gives_the_sa
     let mut s = session();
     let (clean, corrupted) = (r.ids("clean"), r.ids("corrupted"));
     let (answer, against) = (r.json["answer"].as_u64().unwrap() as u32, r.json["against"].as_u64().unwrap() as u32);
-    let want = block_on(s.patch(&clean, &corrupted, "resid_pre", answer, against)).unwrap();
+    let want = block_on(s.patch(&clean, &corrupted, "resid_pre", answer, against, None)).unwrap();
     let lens = block_on(s.logit_lens(&clean, 3)).unwrap();
     // A patch sweep asks before each of its passes: stopped at the 5th, it asked exactly 5 times.
     let (f, asked) = stop_at(5);
     s.interrupt = Some(f);
-    assert!(matches!(block_on(s.patch(&clean, &corrupted, "resid_pre", answer, against)), Err(ModelError::Aborted)));
+    assert!(matches!(
+        block_on(s.patch(&clean, &corrupted, "resid_pre", answer, against, None)),
+        Err(ModelError::Aborted)
+    ));
     assert_eq!(asked.get(), 5);
     assert!(s.cached().is_empty(), "an aborted call leaves no half-written cache");
     for (at, call) in [(1, "run"), (2, "logitLens"), (2, "attribute"), (1, "trace")] {
@@ -146,7 +149,7 @@ fn a_long_call_stops_between_steps_when_interrupted_and_the_session_gives_the_sa
     // Never stopped: the same results as before, asked once per step.
     let (f, asked) = stop_at(usize::MAX);
     s.interrupt = Some(f);
-    let got = block_on(s.patch(&clean, &corrupted, "resid_pre", answer, against)).unwrap();
+    let got = block_on(s.patch(&clean, &corrupted, "resid_pre", answer, against, None)).unwrap();
     assert_eq!((got.cells, got.clean_diff, got.corrupted_diff), (want.cells, want.clean_diff, want.corrupted_diff));
     assert_eq!(asked.get(), 2 + s.model.hparams.n_layer * clean.len(), "two runs, then one per cell");
     assert_eq!(block_on(s.logit_lens(&clean, 3)).unwrap().top, lens.top);

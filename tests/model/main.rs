@@ -13,6 +13,7 @@ mod abuse;
 mod backward;
 mod gpt2_fixtures;
 mod gpt2_shared;
+mod grad;
 mod inside;
 mod kquants_llamacpp;
 mod kv_type;

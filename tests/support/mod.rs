@@ -20,6 +20,7 @@ pub mod eval;
 pub mod fixtures;
 #[cfg(feature = "webgpu")]
 pub mod gpu;
+pub mod grad_ref;
 pub mod host_backend;
 pub mod kquants;
 pub mod rng;

@@ -19,7 +19,12 @@ pub struct Ref {
 
 impl Ref {
     pub fn load() -> Ref {
-        let json: Value = serde_json::from_slice(&std::fs::read(fixture("tiny-f32.tl-ref.json")).unwrap()).unwrap();
+        Ref::load_from("tiny-f32.tl-ref.json")
+    }
+
+    /// A reference index of tests/fixtures (`.json`) with the float blocks of its `bin`.
+    pub fn load_from(name: &str) -> Ref {
+        let json: Value = serde_json::from_slice(&std::fs::read(fixture(name)).unwrap()).unwrap();
         let bytes = std::fs::read(fixture(json["bin"].as_str().unwrap())).unwrap();
         let bin = bytes.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
         Ref { json, bin }
@@ -162,7 +167,7 @@ pub fn check_patching(s: &mut Session, r: &Ref) {
     let (clean, corrupted) = (r.ids("clean"), r.ids("corrupted"));
     let (answer, against) = (r.json["answer"].as_u64().unwrap() as u32, r.json["against"].as_u64().unwrap() as u32);
     for at in ["resid_pre", "attn_out", "mlp_out", "z"] {
-        let p = block_on(s.patch(&clean, &corrupted, at, answer, against)).unwrap();
+        let p = block_on(s.patch(&clean, &corrupted, at, answer, against, None)).unwrap();
         let (shape, want) = r.block(&format!("patch/{at}"));
         assert_eq!(p.shape.iter().map(|&x| x as i64).collect::<Vec<_>>(), shape, "{at}");
         let d = p.cells.iter().zip(want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
@@ -171,9 +176,9 @@ pub fn check_patching(s: &mut Session, r: &Ref) {
         assert!((p.clean_diff - r.json["patch"]["clean_diff"].as_f64().unwrap() as f32).abs() <= 1e-4);
         assert!((p.corrupted_diff - r.json["patch"]["corrupted_diff"].as_f64().unwrap() as f32).abs() <= 1e-4);
     }
-    let e = block_on(s.patch(&clean, &corrupted[1..], "z", answer, against)).unwrap_err();
+    let e = block_on(s.patch(&clean, &corrupted[1..], "z", answer, against, None)).unwrap_err();
     assert!(matches!(&e, ModelError::Invalid(m) if m.contains("same length")), "{e}");
-    let e = block_on(s.patch(&clean, &corrupted, "resid_post", answer, against)).unwrap_err();
+    let e = block_on(s.patch(&clean, &corrupted, "resid_post", answer, against, None)).unwrap_err();
     assert!(matches!(&e, ModelError::Invalid(m) if m.contains("got 'resid_post'")), "{e}");
 }
 

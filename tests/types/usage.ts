@@ -11,7 +11,7 @@ import ggwebDefault, {
   type WebGpuStats, type CachedModel,
   type Hook, type RunOptions, type RunResult, type PatchOptions, type PatchResult, type LogitLensOptions,
   type LogitLensResult, type AttributeOptions, type AttributeResult, type LoadSaeOptions, type SaeEncodeOptions,
-  type SaeEncoded, Sae,
+  type SaeEncoded, Sae, type Metric, type GradSpec, type SaliencyOptions, type SaliencyResult,
 } from 'ggweb';
 
 const ac = new AbortController();
@@ -33,8 +33,15 @@ const allGenerate: Required<GenerateOptions> = {
   hooks: [{ at: 'blocks.3.hook_resid_pre', op: 'add', value: new Float32Array(768) }],
 };
 const allHook: Required<Hook> = { at: 'blocks.0.attn.hook_z', op: 'set', head: [1, 2], pos: -1, index: 0, value: [1, 2] };
-const allRun: Required<RunOptions> = { capture: ['blocks.*.hook_resid_post'], hooks: [allHook, { at: 'hook_embed', op: 'zero' }], special: false, signal: ac.signal };
-const allPatch: Required<PatchOptions> = { at: 'resid_pre', answer: 5335, against: 1757, special: false, signal: ac.signal };
+const metrics: Metric[] = [
+  { logitDiff: { answer: 5335, against: 1757, pos: -1 } }, { logitDiff: { answer: 5335, against: 1757 } },
+  { logprob: { token: 13, pos: 2 } }, { logprob: { token: 13 } }, { loss: 'mean' },
+];
+const allGrad: Required<GradSpec> = { of: metrics[0], wrt: ['hook_embed', 'blocks.*.attn.hook_z'] };
+const everyGrad: GradSpec = { of: metrics[4], wrt: '*' };
+const allRun: Required<RunOptions> = { capture: ['blocks.*.hook_resid_post'], hooks: [allHook, { at: 'hook_embed', op: 'zero' }], grad: allGrad, special: false, signal: ac.signal };
+const allPatch: Required<PatchOptions> = { at: 'resid_pre', answer: 5335, against: 1757, method: 'attribution', special: false, signal: ac.signal };
+const allSaliency: Required<SaliencyOptions> = { of: metrics[2], method: 'integratedGradients', steps: 16, special: false, signal: ac.signal };
 const allLens: Required<LogitLensOptions> = { topK: 5, special: false, signal: ac.signal };
 const allAttribute: Required<AttributeOptions> = { answer: 5335, against: 1757, pos: -1, special: false, signal: ac.signal };
 const allLoadSae: Required<LoadSaeOptions> = { signal: ac.signal, stallTimeoutMs: 10_000 };
@@ -42,7 +49,11 @@ const allSaeEncode: Required<SaeEncodeOptions> = { topK: 3, special: false, sign
 
 function readRun(r: RunResult): number {
   const c = r.cache['blocks.0.hook_resid_post'];
-  return r.tokens[0] + r.logits[0] + (c ? c.shape[0] + c.data[0] : 0);
+  const g = r.grads?.['hook_embed'];
+  return r.tokens[0] + r.logits[0] + (c ? c.shape[0] + c.data[0] : 0) + (r.metric ?? 0) + (g ? g.shape[0] + g.data[0] : 0);
+}
+function readSaliency(r: SaliencyResult): number {
+  return r.tokens[0] + r.scores[0] + r.metric + (r.delta ?? 0);
 }
 function readPatch(r: PatchResult): number {
   return r.shape[0] + r.cells[0] + r.cleanDiff + r.corruptedDiff;
@@ -163,7 +174,8 @@ const members: { [K in keyof Model]: (m: Model) => unknown } = {
   logits: async (m) => (await m.logits(new Uint32Array([15496]))) satisfies Float32Array,
   score: async (m) => readScore(await m.score(inputs[0], allScore)),
   trace: async (m) => readTrace(await m.trace(inputs[1], allTrace)),
-  run: async (m) => readRun(await m.run(inputs[1], allRun)),
+  run: async (m) => readRun(await m.run(inputs[1], allRun)) + readRun(await m.run(inputs[1], { grad: everyGrad })),
+  saliency: async (m) => readSaliency(await m.saliency(inputs[0], allSaliency)) + readSaliency(await m.saliency('Hi', { of: metrics[1], method: 'gradient' })),
   patch: async (m) => readPatch(await m.patch('When Mary and John', 'When John and Mary', allPatch)),
   logitLens: async (m) => readLens(await m.logitLens(inputs[0], allLens)),
   attribute: async (m) => readAttribution(await m.attribute(inputs[0], allAttribute)),

@@ -57,3 +57,19 @@ fn score_hooks_and_layer_norm_scale_hooks_on_webgpu_match_transformer_lens() {
     tl_ref::check_score_hooks(&mut s);
     tl_ref::check_ln_scale_hooks(&mut s);
 }
+
+/// The gradient calls with the model's forward pass on WebGPU (the backward ops run on the
+/// CPU, the scheduler copying the activations they read): `run`'s `grad`, saliency and
+/// attribution patching against PyTorch autograd, the CPU's bounds (tests/model/grad.rs).
+#[test]
+fn gradients_with_the_forward_on_webgpu_match_pytorch_autograd() {
+    let _shared = gpu::shared();
+    let Some(mut s) = gpu_session() else { return };
+    let r = crate::support::grad_ref::load();
+    let (cases, points, worst, at) = crate::support::grad_ref::check_grads(&mut s, &r);
+    eprintln!("WebGPU: {cases} cases, {points} gradients; worst relative error {worst:e} at {at}");
+    let worst = crate::support::grad_ref::check_saliency(&mut s, &r);
+    eprintln!("WebGPU: worst saliency score difference {worst:e}");
+    let worst = crate::support::grad_ref::check_atp(&mut s, &r);
+    eprintln!("WebGPU: worst attribution patching cell difference {worst:e}");
+}
