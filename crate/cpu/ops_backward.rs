@@ -8,8 +8,8 @@ use alloc::format;
 use alloc::vec;
 use alloc::vec::Vec;
 
-use super::features;
 use super::ops::{map_rows, par_rows, read_row, unsupported, write_row, Exec, KResult, KernelError, TensorView};
+use crate::cpu::arch::OUT_PROD_J;
 use crate::tensor::MAX_DIMS;
 use crate::types::GgmlType;
 
@@ -50,7 +50,8 @@ pub(crate) fn out_prod(a: &TensorView, b: &TensorView, dst: &TensorView, exec: &
         return unsupported(format!("out_prod: a repacked weight of ne {:?}", a.ne));
     }
     let (r2, r3) = (b.ne[2] / a.ne[2], b.ne[3] / a.ne[3]);
-    let avx2 = features::detect().avx2_fma_f16c();
+    // The panel product is the ISA table's (`Kernels::out_prod_panel`).
+    let panel_product = crate::cpu::arch::kernels().out_prod_panel;
     par_rows(exec, dst.nrows(), n0.saturating_mul(nj), &|rows| {
         let mut panel = vec![0.0f32; OUT_PROD_J * n0];
         let mut plain = if a.packed { vec![0u8; a.nb[1]] } else { Vec::new() };
@@ -105,7 +106,7 @@ pub(crate) fn out_prod(a: &TensorView, b: &TensorView, dst: &TensorView, exec: &
                 }
                 // Rows past jb have zero coefficients; a stale row there could hold ±∞ (0·∞ = NaN).
                 panel[jb * n0..].iter_mut().for_each(|x| *x = 0.0);
-                panel_product(avx2, acc, n0, &panel, &cs[..len * OUT_PROD_J]);
+                panel_product(acc, n0, &panel, &cs[..len * OUT_PROD_J]);
                 j += jb;
             }
             for (k, out) in acc.chunks_exact(n0).enumerate() {
@@ -115,123 +116,6 @@ pub(crate) fn out_prod(a: &TensorView, b: &TensorView, dst: &TensorView, exec: &
         }
         Ok(())
     })
-}
-
-/// Rows of `a` converted into one panel by [`out_prod`].
-const OUT_PROD_J: usize = 32;
-
-/// acc[k, i] += Σ_jj cs[k, jj] · panel[jj, i] (acc: rows of n0, cs: rows of OUT_PROD_J, panel:
-/// OUT_PROD_J rows of n0), with AVX2 and FMA where the CPU has them.
-fn panel_product(avx2: bool, acc: &mut [f32], n0: usize, panel: &[f32], cs: &[f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if avx2 {
-        // SAFETY: the CPU has AVX2 and FMA (features::detect).
-        unsafe { panel_product_avx2(acc, n0, panel, cs) };
-        return;
-    }
-    let _ = avx2;
-    panel_product_with::<8>(acc, n0, panel, cs);
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn panel_product_avx2(acc: &mut [f32], n0: usize, panel: &[f32], cs: &[f32]) {
-    use core::arch::x86_64::*;
-    let rows = acc.len() / n0;
-    assert!(acc.len() == rows * n0 && panel.len() >= OUT_PROD_J * n0 && cs.len() >= rows * OUT_PROD_J);
-    let mut k = 0;
-    while k + 4 <= rows {
-        let mut i = 0;
-        while i + 16 <= n0 {
-            // A tile of 4 result rows × 16 columns in eight registers over the whole panel.
-            let mut s = [_mm256_setzero_ps(); 8];
-            for jj in 0..OUT_PROD_J {
-                // SAFETY: row jj of the panel has n0 ≥ i + 16 values; cs has rows·OUT_PROD_J
-                // (asserted above); every access below is inside those.
-                unsafe {
-                    let p = panel.as_ptr().add(jj * n0 + i);
-                    let (p0, p1) = (_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8)));
-                    for t in 0..4 {
-                        let c = _mm256_broadcast_ss(&*cs.as_ptr().add((k + t) * OUT_PROD_J + jj));
-                        s[2 * t] = _mm256_fmadd_ps(c, p0, s[2 * t]);
-                        s[2 * t + 1] = _mm256_fmadd_ps(c, p1, s[2 * t + 1]);
-                    }
-                }
-            }
-            for t in 0..4 {
-                // SAFETY: columns i..i + 16 of result row k + t.
-                unsafe {
-                    let o = acc.as_mut_ptr().add((k + t) * n0 + i);
-                    _mm256_storeu_ps(o, _mm256_add_ps(_mm256_loadu_ps(o), s[2 * t]));
-                    _mm256_storeu_ps(o.add(8), _mm256_add_ps(_mm256_loadu_ps(o.add(8)), s[2 * t + 1]));
-                }
-            }
-            i += 16;
-        }
-        for t in 0..4 {
-            let c: [f32; OUT_PROD_J] = cs[(k + t) * OUT_PROD_J..(k + t + 1) * OUT_PROD_J].try_into().unwrap();
-            tail_row(&mut acc[(k + t) * n0..(k + t + 1) * n0], i, n0, panel, &c);
-        }
-        k += 4;
-    }
-    for k in k..rows {
-        let c: [f32; OUT_PROD_J] = cs[k * OUT_PROD_J..(k + 1) * OUT_PROD_J].try_into().unwrap();
-        tail_row(&mut acc[k * n0..(k + 1) * n0], 0, n0, panel, &c);
-    }
-}
-
-/// [`panel_product`] with a register tile of 4 result rows × W columns: the tile's sums stay
-/// in registers over the whole panel (W/8 or W/4 vectors per row), each panel row's W values
-/// loaded once for the four rows. The rest (rows past a multiple of 4, columns past one of W)
-/// one row at a time.
-#[inline(always)]
-fn panel_product_with<const W: usize>(acc: &mut [f32], n0: usize, panel: &[f32], cs: &[f32]) {
-    const T: usize = 4;
-    let rows = acc.len() / n0;
-    let mut k = 0;
-    while k + T <= rows {
-        let c: [[f32; OUT_PROD_J]; T] =
-            core::array::from_fn(|t| cs[(k + t) * OUT_PROD_J..(k + t + 1) * OUT_PROD_J].try_into().unwrap());
-        let mut i = 0;
-        while i + W <= n0 {
-            let mut sum = [[0f32; W]; T];
-            for (jj, cj) in (0..OUT_PROD_J).map(|jj| (jj, [c[0][jj], c[1][jj], c[2][jj], c[3][jj]])) {
-                let p: &[f32; W] = panel[jj * n0 + i..jj * n0 + i + W].try_into().unwrap();
-                for t in 0..T {
-                    for l in 0..W {
-                        sum[t][l] += cj[t] * p[l];
-                    }
-                }
-            }
-            for (t, s) in sum.iter().enumerate() {
-                let o: &mut [f32; W] = (&mut acc[(k + t) * n0 + i..(k + t) * n0 + i + W]).try_into().unwrap();
-                for l in 0..W {
-                    o[l] += s[l];
-                }
-            }
-            i += W;
-        }
-        for t in 0..T {
-            tail_row(&mut acc[(k + t) * n0..(k + t + 1) * n0], i, n0, panel, &c[t]);
-        }
-        k += T;
-    }
-    for k in k..rows {
-        let c: [f32; OUT_PROD_J] = cs[k * OUT_PROD_J..(k + 1) * OUT_PROD_J].try_into().unwrap();
-        tail_row(&mut acc[k * n0..(k + 1) * n0], 0, n0, panel, &c);
-    }
-}
-
-/// One result row's columns `from..n0` of [`panel_product`].
-#[inline(always)]
-fn tail_row(out: &mut [f32], from: usize, n0: usize, panel: &[f32], c: &[f32; OUT_PROD_J]) {
-    for (jj, &cj) in c.iter().enumerate() {
-        if cj == 0.0 {
-            continue;
-        }
-        let p = &panel[jj * n0 + from..(jj + 1) * n0];
-        out[from..].iter_mut().zip(p).for_each(|(o, &x)| *o += cj * x);
-    }
 }
 
 /// A row function of [`pair_rows`]: (dy, x, out).

@@ -120,7 +120,12 @@ pub struct Kernels {
     /// as f32 into `dy`, its quant sum into `ysum` when `sums`; whether the row holds a -128
     /// (looked for at least when `look`).
     pub(crate) prep_q8_0: PrepQ8_0,
+    /// The backward pass's `out_prod` inner product: `acc[k, i] += Σ_jj cs[k, jj] · panel[jj, i]`
+    /// (acc: rows of n0, cs: rows of [`OUT_PROD_J`], panel: `OUT_PROD_J` rows of n0).
+    pub out_prod_panel: fn(acc: &mut [f32], n0: usize, panel: &[f32], cs: &[f32]),
 }
+
+pub use super::scalar::simd::OUT_PROD_J;
 
 pub(crate) type PrepQ8_0 = fn(row: &[u8], nb: usize, dy: &mut [f32], ysum: &mut [i32], sums: bool, look: bool) -> bool;
 
@@ -178,6 +183,7 @@ pub(crate) const fn scalar_table() -> Kernels {
         exp_sum: scalar::simd::exp_sum,
         max: scalar::simd::max,
         prep_q8_0: scalar::prep_q8_0,
+        out_prod_panel: scalar::simd::out_prod_panel,
     }
 }
 

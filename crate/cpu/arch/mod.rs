@@ -37,6 +37,7 @@ use crate::quants::{blocks, check_row};
 use crate::types::GgmlType;
 use alloc::vec;
 use alloc::vec::Vec;
+pub use kernel::OUT_PROD_J;
 pub use traits::{
     cpu_traits, kernels, set_vnni_disabled, set_zmm_disabled, FloatGemm, Isa, Kernels, PromptGemm, TypeTraitsCpu,
     VecDot,

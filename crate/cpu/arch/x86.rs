@@ -58,6 +58,7 @@ pub(super) const fn table(vnni: Vnni) -> Kernels {
     t.gelu = simd::gelu;
     t.exp_sum = simd::exp_sum;
     t.max = simd::max;
+    t.out_prod_panel = simd::out_prod_panel;
     t.prep_q8_0 = |row, nb, dy, ys, sums, _| unsafe { activations::col_prep_q8_0(row, nb, dy, ys, sums) };
     t.types[F16 as usize].vec_dot = Some(|n, a, b| unsafe { f16_dot(n, a, b) });
     t.types[BF16 as usize].vec_dot = Some(|n, a, b| unsafe { bf16_dot(n, a, b) });

@@ -95,3 +95,65 @@ pub(crate) fn exp_sum(x: &mut [f32], sub: f32) -> f64 {
 pub(crate) fn max(x: &[f32]) -> f32 {
     x.iter().copied().fold(f32::NEG_INFINITY, f32::max)
 }
+
+/// Rows of a weight converted into one panel by the backward pass's `out_prod`.
+pub const OUT_PROD_J: usize = 32;
+
+/// `Kernels::out_prod_panel`, portable: 4 result rows × 8 columns per register tile.
+pub(crate) fn out_prod_panel(acc: &mut [f32], n0: usize, panel: &[f32], cs: &[f32]) {
+    panel_product_with::<8>(acc, n0, panel, cs);
+}
+
+/// [`super::super::kernel::Kernels::out_prod_panel`] with a register tile of 4 result rows × W columns: the tile's sums stay
+/// in registers over the whole panel (W/8 or W/4 vectors per row), each panel row's W values
+/// loaded once for the four rows. The rest (rows past a multiple of 4, columns past one of W)
+/// one row at a time.
+#[inline(always)]
+pub(crate) fn panel_product_with<const W: usize>(acc: &mut [f32], n0: usize, panel: &[f32], cs: &[f32]) {
+    const T: usize = 4;
+    let rows = acc.len() / n0;
+    let mut k = 0;
+    while k + T <= rows {
+        let c: [[f32; OUT_PROD_J]; T] =
+            core::array::from_fn(|t| cs[(k + t) * OUT_PROD_J..(k + t + 1) * OUT_PROD_J].try_into().unwrap());
+        let mut i = 0;
+        while i + W <= n0 {
+            let mut sum = [[0f32; W]; T];
+            for (jj, cj) in (0..OUT_PROD_J).map(|jj| (jj, [c[0][jj], c[1][jj], c[2][jj], c[3][jj]])) {
+                let p: &[f32; W] = panel[jj * n0 + i..jj * n0 + i + W].try_into().unwrap();
+                for t in 0..T {
+                    for l in 0..W {
+                        sum[t][l] += cj[t] * p[l];
+                    }
+                }
+            }
+            for (t, s) in sum.iter().enumerate() {
+                let o: &mut [f32; W] = (&mut acc[(k + t) * n0 + i..(k + t) * n0 + i + W]).try_into().unwrap();
+                for l in 0..W {
+                    o[l] += s[l];
+                }
+            }
+            i += W;
+        }
+        for t in 0..T {
+            tail_row(&mut acc[(k + t) * n0..(k + t + 1) * n0], i, n0, panel, &c[t]);
+        }
+        k += T;
+    }
+    for k in k..rows {
+        let c: [f32; OUT_PROD_J] = cs[k * OUT_PROD_J..(k + 1) * OUT_PROD_J].try_into().unwrap();
+        tail_row(&mut acc[k * n0..(k + 1) * n0], 0, n0, panel, &c);
+    }
+}
+
+/// One result row's columns `from..n0` of the panel product.
+#[inline(always)]
+pub(crate) fn tail_row(out: &mut [f32], from: usize, n0: usize, panel: &[f32], c: &[f32; OUT_PROD_J]) {
+    for (jj, &cj) in c.iter().enumerate() {
+        if cj == 0.0 {
+            continue;
+        }
+        let p = &panel[jj * n0 + from..(jj + 1) * n0];
+        out[from..].iter_mut().zip(p).for_each(|(o, &x)| *o += cj * x);
+    }
+}

@@ -3,6 +3,8 @@
 
 use core::arch::x86_64::*;
 
+use crate::cpu::arch::OUT_PROD_J;
+
 use super::super::{f16_bits_to_f32, GELU_C, GELU_K, INV_FACT, LN2_HI, LN2_HI_F32, LN2_LO, LN2_LO_F32};
 
 // The AVX2 table's float kernels, as the table's plain `fn`s. SAFETY for every `unsafe`
@@ -331,4 +333,55 @@ unsafe fn avx2_max(x: &[f32]) -> f32 {
     let mut lanes = [0f32; 8];
     _mm256_storeu_ps(lanes.as_mut_ptr(), m);
     lanes.iter().chain(&x[i..]).copied().fold(f32::NEG_INFINITY, f32::max)
+}
+
+/// `Kernels::out_prod_panel` with AVX2 and FMA: 4 result rows × 16 columns in eight registers.
+pub(crate) fn out_prod_panel(acc: &mut [f32], n0: usize, panel: &[f32], cs: &[f32]) {
+    // SAFETY: this table is handed out only where AVX2 and FMA were detected.
+    unsafe { panel_product_avx2(acc, n0, panel, cs) }
+}
+
+#[target_feature(enable = "avx2,fma")]
+unsafe fn panel_product_avx2(acc: &mut [f32], n0: usize, panel: &[f32], cs: &[f32]) {
+    let rows = acc.len() / n0;
+    assert!(acc.len() == rows * n0 && panel.len() >= OUT_PROD_J * n0 && cs.len() >= rows * OUT_PROD_J);
+    let mut k = 0;
+    while k + 4 <= rows {
+        let mut i = 0;
+        while i + 16 <= n0 {
+            // A tile of 4 result rows × 16 columns in eight registers over the whole panel.
+            let mut s = [_mm256_setzero_ps(); 8];
+            for jj in 0..OUT_PROD_J {
+                // SAFETY: row jj of the panel has n0 ≥ i + 16 values; cs has rows·OUT_PROD_J
+                // (asserted above); every access below is inside those.
+                unsafe {
+                    let p = panel.as_ptr().add(jj * n0 + i);
+                    let (p0, p1) = (_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8)));
+                    for t in 0..4 {
+                        let c = _mm256_broadcast_ss(&*cs.as_ptr().add((k + t) * OUT_PROD_J + jj));
+                        s[2 * t] = _mm256_fmadd_ps(c, p0, s[2 * t]);
+                        s[2 * t + 1] = _mm256_fmadd_ps(c, p1, s[2 * t + 1]);
+                    }
+                }
+            }
+            for t in 0..4 {
+                // SAFETY: columns i..i + 16 of result row k + t.
+                unsafe {
+                    let o = acc.as_mut_ptr().add((k + t) * n0 + i);
+                    _mm256_storeu_ps(o, _mm256_add_ps(_mm256_loadu_ps(o), s[2 * t]));
+                    _mm256_storeu_ps(o.add(8), _mm256_add_ps(_mm256_loadu_ps(o.add(8)), s[2 * t + 1]));
+                }
+            }
+            i += 16;
+        }
+        for t in 0..4 {
+            let c: [f32; OUT_PROD_J] = cs[(k + t) * OUT_PROD_J..(k + t + 1) * OUT_PROD_J].try_into().unwrap();
+            crate::cpu::arch::scalar::simd::tail_row(&mut acc[(k + t) * n0..(k + t + 1) * n0], i, n0, panel, &c);
+        }
+        k += 4;
+    }
+    for k in k..rows {
+        let c: [f32; OUT_PROD_J] = cs[k * OUT_PROD_J..(k + 1) * OUT_PROD_J].try_into().unwrap();
+        crate::cpu::arch::scalar::simd::tail_row(&mut acc[k * n0..(k + 1) * n0], 0, n0, panel, &c);
+    }
 }
