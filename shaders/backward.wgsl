@@ -49,7 +49,7 @@ fn log_soft_max(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_
     let x = row_at(p.off.x, r, p.a_nb);
     let out = row_at(p.off.w, r, p.d_nb);
     let n = p.d_ne.x;
-    var m = bitcast<f32>(0xff800000u); // -inf
+    var m = neg_inf(); // common.wgsl's: a constant -inf is rejected by Tint
     for (var i = li; i < n; i += WG) { m = max(m, ld0_f32(x + i * p.a_nb.x)); }
     let mx = reduce_max(li, m);
     var s = 0.0;
