@@ -641,7 +641,8 @@ export declare class Model {
   /** A folder URL ending in '/' (cfg.json, sae_weights.safetensors) or { cfg, weights }.
    *  From a URL the weights stream chunk by chunk into the model's wasm side (never held
    *  whole in JS memory); a bad file fails as soon as its bytes show it.
-   *  @throws GgwebError 'format' (a bad file, naming what), 'network', 'timeout' (no data for
+   *  @throws GgwebError 'format' (a bad file, naming what), 'http' (a file the server answered
+   *  with an error status: `status` and `url` in its details), 'network', 'timeout' (no data for
    *  stallTimeoutMs), 'aborted', 'invalid' (a folder URL that is not http(s), a cfg object
    *  that is not plain data, detached weights; also an SAE made for another model: its hook
    *  is not a hook point of this one, or has another number of values than `d_in`),

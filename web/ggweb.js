@@ -794,7 +794,7 @@ export class Model {
         const r = await fetchWithin(url, { signal: sig.signal, stallMs, what: 'loadSae' });
         if (!r.ok) {
           r.body?.cancel().catch(() => {});
-          throw new GgwebError('network', `loadSae: ${url}: HTTP ${r.status}`);
+          throw new GgwebError('http', `loadSae: HTTP ${r.status}${r.statusText ? ' ' + r.statusText : ''} fetching ${url}`, { status: r.status, url });
         }
         return r;
       };

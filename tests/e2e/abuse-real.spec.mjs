@@ -55,8 +55,8 @@ const ALLOWED = {
   logitLens: ['invalid', 'unsupported'],
   attribute: ['invalid', 'unsupported'],
   saliency: ['invalid', 'unsupported'],
-  // From a URL: the test server's answers (a 404 is 'network' for loadSae), a stall.
-  loadSae: ['invalid', 'format', 'network', 'timeout'],
+  // From a URL: the test server's answers (a 404 is 'http', as for a model), a stall.
+  loadSae: ['invalid', 'format', 'http', 'network', 'timeout'],
   'sae.encode': ['invalid', 'unsupported'],
   'sae.decoderRow': ['invalid'],
   // Loads an SAE of its own, disposes it (maybe twice), then expects 'disposed' from encode.
