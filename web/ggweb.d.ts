@@ -4,7 +4,7 @@
 import type {
   AttributeParams, Beam, GenerateParams, Item, PatchParams, RunParams, SaliencyParams, TopKParams,
   ScoreResult, TraceResult, RunResult, PatchResult, LogitLensResult, AttributeResult, SaeEncoded, SaliencyResult,
-  WebGpuStats,
+  WebGpuStats, WasmModelInfo, WasmInspectResult,
 } from './ggweb.types.js';
 export * from './ggweb.types.js';
 
@@ -347,75 +347,8 @@ export interface Generation extends AsyncIterableIterator<GeneratedToken> {
   toReadableStream(): ReadableStream<GeneratedToken>;
 }
 
-/**
- * Hyperparameters: `info().hparams` and `Model.inspect(...).hparams`. The snake_case names
- * of earlier releases are still there, with the same values, for one more release.
- */
-export interface Hparams {
-  nVocab: number;
-  /** The context length this model was loaded with (LoadOptions.nCtx, or the model's). */
-  nCtx: number;
-  /** The context length the model was trained with (gpt2.context_length). */
-  nCtxTrain: number;
-  nEmbd: number;
-  nHead: number;
-  nLayer: number;
-  /** The feed-forward width. */
-  nFf: number;
-  /** Prompt tokens per step (LoadOptions.nBatch, capped at nCtx). */
-  nBatch: number;
-  /** Layer-norm epsilon. */
-  eps: number;
-  /** @deprecated Use `nVocab`; removed in the next release. */
-  n_vocab: number;
-  /** @deprecated Use `nCtx`; removed in the next release. */
-  n_ctx: number;
-  /** @deprecated Use `nCtxTrain`; removed in the next release. */
-  n_ctx_train: number;
-  /** @deprecated Use `nEmbd`; removed in the next release. */
-  n_embd: number;
-  /** @deprecated Use `nHead`; removed in the next release. */
-  n_head: number;
-  /** @deprecated Use `nLayer`; removed in the next release. */
-  n_layer: number;
-  /** @deprecated Use `nFf`; removed in the next release. */
-  n_ff: number;
-  /** @deprecated Use `nBatch`; removed in the next release. */
-  n_batch: number;
-}
-
-/** What `model.info()` returns: exactly these fields. */
-export interface ModelInfo {
-  arch: 'gpt2';
-  hparams: Hparams;
-  /** The backend the model runs on ('auto' resolved). */
-  backend: 'cpu' | 'webgpu';
-  /** Bytes planned per use. */
-  memory: {
-    weights: number;
-    kv: number;
-    compute: number;
-    /** The KV cache's element type (LoadOptions.kvType). */
-    kvType: 'f16' | 'f32';
-    /** Bytes of `weights` the CPU reads repacked into 4-row groups (Q8_0/Q4_0 matrices on
-     * the wasm SIMD128 builds; in place, not extra memory); 0 where nothing is. */
-    repacked: number;
-  };
-  /** Where the model runs and what crosses between backends. */
-  split: ModelSplit;
-  /** Why `backend` is not the one asked for ('auto' without WebGPU), or null. */
-  backendNote: string | null;
-  /** Vocabulary size and special token ids (null when the model has none). */
-  tokenizer: {
-    nVocab: number;
-    /** @deprecated Use `nVocab`; removed in the next release. */
-    n_vocab: number;
-    bos: number | null;
-    eos: number | null;
-  };
-  /** The wasm instance's linear memory in bytes: below the heap (static data and stack),
-   *  when the loader was made, right after the load, and when info was read. */
-  wasmMemory: { heapBase: number; atLoaderStart: number; afterLoad: number; now: number };
+/** What `model.info()` returns: exactly these fields (the wasm side's, then `threads` and `load`). */
+export interface ModelInfo extends WasmModelInfo {
   /** CPU threads: how many the CPU backend uses (`n`), how many were running when the load
    *  ended (`running`: the rest join as they start), which build was loaded ('pkg',
    *  'pkg-threads', or their '-relaxed' twins: see LoadOptions.relaxedSimd), and why a
@@ -453,28 +386,6 @@ export interface ModelInfo {
       buildMs: number; threadsMs: number; warmMs: number;
     };
   };
-}
-
-export interface BackendBytes {
-  weights: number;
-  kv: number;
-  compute: number;
-}
-
-export interface ModelSplit {
-  /** Transformer blocks on the GPU (0 .. n_layer): the last ones. */
-  gpuLayers: number;
-  /** Token and position embeddings on the GPU (gpuLayers > n_layer, or -1). */
-  embeddingsOnGpu: boolean;
-  /** Backend names in priority order, e.g. ['WebGPU', 'CPU']. */
-  backends: string[];
-  /** Runs of consecutive nodes on one backend in the graph of one token. */
-  splits: number;
-  /** Tensors copied between backends per token, and their bytes. */
-  copiesPerToken: number;
-  copyBytesPerToken: number;
-  /** Bytes per backend name. */
-  bytesPerBackend: Record<string, BackendBytes>;
 }
 
 /** Model.inspect's options: the model options of LoadOptions (unknown keys: code 'invalid'). */
@@ -516,44 +427,17 @@ export interface ModelCache {
   estimate(): Promise<{ usage?: number; quota?: number; usageDetails?: Record<string, number>; persisted: boolean | null }>;
 }
 
-/** What Model.inspect read of a GGUF header, before any weight is downloaded. */
-export interface InspectResult {
-  arch: 'gpt2';
-  /** The same fields and values as a later load's `info().hparams` with the same options. */
-  hparams: Hparams;
-  /** The backend planned for ("auto" resolves to "webgpu" or, without an adapter, "cpu"). */
-  backend: 'cpu' | 'webgpu';
-  backendNote: string | null;
-  /** dataOffset: where the weights start (the header and its padding end). */
-  file: { dataOffset: number; size: number | null; alignment: number };
-  tensors: { name: string; type: string; ne: number[]; bytes: number }[];
-  /** Per ggml type name ("q8_0", "f32", …): how many tensors, how many bytes. */
-  types: Record<string, { count: number; bytes: number }>;
-  /**
-   * The memory plan, equal to a later load's `info().memory` (and `split.bytesPerBackend`).
-   * `compute` is null when weights + KV alone exceed the budget (then not measured).
-   */
-  memory: {
-    weights: number; kv: number; compute: number | null; total: number; kvType: 'f32' | 'f16';
-    byBackend: Record<string, BackendBytes>;
-  };
-  /**
-   * Whether it fits here: each backend's part within its budget (on the CPU, the free part
-   * of wasm32's 4 GiB address space) and each buffer within its largest size (WebGPU:
-   * the adapter's maxBufferSize). `reason` says what does not fit.
-   */
-  fits: {
-    ok: boolean; reason: string | null; wasmSpaceLeft: number | null;
-    limits: Record<string, { budget: number | null; maxBufferSize: number }>;
-  };
+/** What Model.inspect read of a GGUF header, before any weight is downloaded (the wasm side's report, then `source`). */
+export interface InspectResult extends WasmInspectResult {
   /** How it was read: bytes fetched or sliced, requests made, whether Range was honoured. */
   source: { via: 'download' | 'file' | 'bytes' | 'stream'; bytesRead: number; size: number | null; requests: number; ranged: boolean | null; complete: boolean };
 }
 
 /**
- * Every method checks its arguments on the calling thread before anything crosses to the
- * worker or into wasm, and fails with a GgwebError only, with the codes listed under
- * @throws. An options argument may be omitted, `undefined` or `null` (no options); any
+ * Every method checks on the calling thread that its arguments can cross to the worker and
+ * into wasm (below), and the wasm side's parser checks their values (ranges, names; a
+ * message naming the option and the value); it fails with a GgwebError only, with the codes
+ * listed under @throws. An options argument may be omitted, `undefined` or `null` (no options); any
  * other non-object, an unknown key (symbol keys and `__proto__` included) or a value of
  * the wrong type is 'invalid', named. Values are plain data: a function, symbol, BigInt,
  * class instance (an AbortSignal outside `signal`), a cyclic object or a non-finite number
