@@ -4,7 +4,7 @@
 import type {
   AttributeParams, Beam, GenerateParams, Item, PatchParams, RunParams, SaliencyParams, TopKParams,
   ScoreResult, TraceResult, RunResult, PatchResult, LogitLensResult, AttributeResult, SaeEncoded, SaliencyResult,
-  WebGpuStats, WasmModelInfo, WasmInspectResult,
+  WebGpuStats, WasmModelInfo, WasmInspectResult, LoadParams,
 } from './ggweb.types.js';
 export * from './ggweb.types.js';
 
@@ -88,32 +88,9 @@ export interface LoadProgress {
  */
 export type ModelSource = string | URL | Blob | File | ReadableStream<Uint8Array> | Response | ArrayBuffer | ArrayBufferView;
 
-/** Unknown keys fail with code 'invalid' naming the key. */
-export interface LoadOptions {
-  /** 'cpu' (default), 'webgpu' (fails with code 'unsupported' and the reason where there is
-   *  no adapter), or 'auto' (WebGPU when an adapter exists, else the CPU: see
-   *  ModelInfo.backendNote). */
-  backend?: 'cpu' | 'webgpu' | 'auto';
-  /** With 'webgpu' or 'auto': split the model by layer. Blocks n_layer-N .. n_layer-1 and the
-   *  output head on WebGPU, the rest on the CPU; the embeddings only when N > n_layer; -1:
-   *  everything. Omitted: the whole model on WebGPU alone. Ignored on the CPU. */
-  gpuLayers?: number;
-  /** Context length in tokens (default: the model's, capped by the runtime). */
-  nCtx?: number;
-  /** Prompt tokens evaluated per step (cancellation is checked between steps). */
-  nBatch?: number;
-  /** The KV cache's element type (default 'f32'). 'f16' halves its memory (GPT-2 XL at
-   *  nCtx 1024: 629 MB -> 315 MB; see info().memory) and moves logits by f16 rounding of the
-   *  stored K and V (measured up to 3.7e-3 on the test model, greedy tokens unchanged).
-   *  'f32' is the default, unlike llama.cpp's F16, so that logits match an F32 reference.
-   *  Any other value fails with code 'invalid'. */
-  kvType?: 'f16' | 'f32';
-  /** CPU threads, 1..64. More than 1 needs a cross-origin isolated page (served with
-   *  `Cross-Origin-Opener-Policy: same-origin` and `Cross-Origin-Embedder-Policy: require-corp`)
-   *  and the model in a Web Worker; it then loads the threaded build (pkg-threads/ beside
-   *  pkg/). Default: min(navigator.hardwareConcurrency, 4) where threads can run, else 1.
-   *  Where they cannot, the model runs on 1 thread and info().threads.reason says why. */
-  nThreads?: number;
+/** The model options (LoadParams: the wasm side parses them) and what JS does with a load.
+ *  Unknown keys fail with code 'invalid' naming the key. */
+export interface LoadOptions extends LoadParams {
   /** Use the builds with relaxed SIMD's fused multiply-add (pkg-relaxed/, pkg-threads-relaxed/)
    *  where the browser has it (default true): faster matrix products on F32/F16 weights.
    *  Fused and unfused results differ in the last bits, and relaxed SIMD lets each CPU pick,

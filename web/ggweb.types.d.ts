@@ -388,7 +388,7 @@ export interface GenerateParams {
   topP?: number;
   /** Drop tokens less likely than minP times the most likely one (0 disables; default 0). */
   minP?: number;
-  /** Sampling seed, 0..2^32-1 (default random in JS, 0 in the CLI). */
+  /** Sampling seed, an integer 0..2^64-1 (from JS exact up to 2^53; default random in JS, 0 in the CLI). */
   seed?: number;
   /** 1 disables (default 1.0). */
   repeatPenalty?: number;
@@ -439,6 +439,49 @@ export interface GenerateParams {
    * (-100..100, default 1).
    */
   lengthPenalty?: number;
+}
+
+/**
+ * A load's options, the same for every front end: `Model.load`'s model options (through
+ * `WasmLoader`), `Model.inspect`'s, and the CLI's `--ctx --batch --backend --gpu-layers
+ * --threads --kv-type`. Absent means the default, which lives here (`LoadOptions::model`
+ * and `LoadOptions::backend`), not in the front ends.
+ */
+export interface LoadParams {
+  /** Context length in tokens (default: the model's, capped by the runtime). */
+  nCtx?: number;
+  /** Prompt tokens evaluated per step (default 32; cancellation is checked between steps). */
+  nBatch?: number;
+  /**
+   * 'cpu' (default), 'webgpu' (fails with code 'unsupported' and the reason where there is
+   * no adapter), or 'auto' (WebGPU when an adapter exists, else the CPU: see
+   * ModelInfo.backendNote).
+   */
+  backend?: 'cpu' | 'webgpu' | 'auto';
+  /**
+   * With 'webgpu' or 'auto': split the model by layer. Blocks n_layer-N .. n_layer-1 and the
+   * output head on WebGPU, the rest on the CPU; the embeddings only when N > n_layer; -1:
+   * everything (parsed as `usize::MAX`). Omitted: the whole model on WebGPU alone. Ignored
+   * on the CPU.
+   */
+  gpuLayers?: number;
+  /**
+   * CPU threads, 1..64. More than 1 needs a cross-origin isolated page (served with
+   * `Cross-Origin-Opener-Policy: same-origin` and `Cross-Origin-Embedder-Policy: require-corp`)
+   * and the model in a Web Worker; it then loads the threaded build (pkg-threads/ beside
+   * pkg/). Default: min(navigator.hardwareConcurrency, 4) where threads can run, else 1
+   * (the CLI: 1). Where they cannot, the model runs on 1 thread and info().threads.reason
+   * says why.
+   */
+  nThreads?: number;
+  /**
+   * The KV cache's element type (default 'f32'). 'f16' halves its memory (GPT-2 XL at
+   * nCtx 1024: 629 MB -> 315 MB; see info().memory) and moves logits by f16 rounding of the
+   * stored K and V (measured up to 3.7e-3 on the test model, greedy tokens unchanged).
+   * 'f32' is the default, unlike llama.cpp's F16, so that logits match an F32 reference.
+   * Any other value fails with code 'invalid'.
+   */
+  kvType?: 'f16' | 'f32';
 }
 
 /**

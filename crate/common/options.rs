@@ -133,7 +133,7 @@ pub struct GenerateParams {
     /// Drop tokens less likely than minP times the most likely one (0 disables; default 0).
     #[serde(default, deserialize_with = "de::min_p")]
     pub min_p: Option<f32>,
-    /// Sampling seed, 0..2^32-1 (default random in JS, 0 in the CLI).
+    /// Sampling seed, an integer 0..2^64-1 (from JS exact up to 2^53; default random in JS, 0 in the CLI).
     #[serde(default, deserialize_with = "de::seed")]
     pub seed: Option<u64>,
     /// 1 disables (default 1.0).
@@ -260,6 +260,7 @@ impl BackendChoice {
 /// start-up time and memory.
 pub const MAX_THREADS: u64 = 64;
 
+// ts: export LoadParams
 /// A load's options, the same for every front end: `Model.load`'s model options (through
 /// `WasmLoader`), `Model.inspect`'s, and the CLI's `--ctx --batch --backend --gpu-layers
 /// --threads --kv-type`. Absent means the default, which lives here ([`LoadOptions::model`]
@@ -267,23 +268,38 @@ pub const MAX_THREADS: u64 = 64;
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct LoadOptions {
-    /// Context length; default the model's own.
+    /// Context length in tokens (default: the model's, capped by the runtime).
     #[serde(default, deserialize_with = "de::n_ctx")]
     pub n_ctx: Option<usize>,
-    /// Most tokens per graph run; default 32.
+    /// Prompt tokens evaluated per step (default 32; cancellation is checked between steps).
     #[serde(default, deserialize_with = "de::n_batch")]
     pub n_batch: Option<usize>,
-    /// Default "cpu".
+    /// 'cpu' (default), 'webgpu' (fails with code 'unsupported' and the reason where there is
+    /// no adapter), or 'auto' (WebGPU when an adapter exists, else the CPU: see
+    /// ModelInfo.backendNote).
+    // ts: 'cpu' | 'webgpu' | 'auto'
     #[serde(default, deserialize_with = "de::backend")]
     pub backend: Option<BackendChoice>,
-    /// The last N blocks on WebGPU, the rest on the CPU; -1 (`usize::MAX`): everything.
-    /// Without it a WebGPU model is on WebGPU alone.
+    /// With 'webgpu' or 'auto': split the model by layer. Blocks n_layer-N .. n_layer-1 and the
+    /// output head on WebGPU, the rest on the CPU; the embeddings only when N > n_layer; -1:
+    /// everything (parsed as `usize::MAX`). Omitted: the whole model on WebGPU alone. Ignored
+    /// on the CPU.
     #[serde(default, deserialize_with = "de::gpu_layers")]
     pub gpu_layers: Option<usize>,
-    /// CPU threads; default 1.
+    /// CPU threads, 1..64. More than 1 needs a cross-origin isolated page (served with
+    /// `Cross-Origin-Opener-Policy: same-origin` and `Cross-Origin-Embedder-Policy: require-corp`)
+    /// and the model in a Web Worker; it then loads the threaded build (pkg-threads/ beside
+    /// pkg/). Default: min(navigator.hardwareConcurrency, 4) where threads can run, else 1
+    /// (the CLI: 1). Where they cannot, the model runs on 1 thread and info().threads.reason
+    /// says why.
     #[serde(default, deserialize_with = "de::n_threads")]
     pub n_threads: Option<usize>,
-    /// The KV cache's type, f32 (default) or f16.
+    /// The KV cache's element type (default 'f32'). 'f16' halves its memory (GPT-2 XL at
+    /// nCtx 1024: 629 MB -> 315 MB; see info().memory) and moves logits by f16 rounding of the
+    /// stored K and V (measured up to 3.7e-3 on the test model, greedy tokens unchanged).
+    /// 'f32' is the default, unlike llama.cpp's F16, so that logits match an F32 reference.
+    /// Any other value fails with code 'invalid'.
+    // ts: 'f16' | 'f32'
     #[serde(default, deserialize_with = "de::kv_type")]
     pub kv_type: Option<GgmlType>,
 }
