@@ -246,7 +246,7 @@ for (const worker of [true, false]) {
       assert.equal(r.value.stats.promptTokens, 5);
       assert.equal(r.value.stats.tokens, 5);
       assert.equal(r.value.stats.stop, 'maxTokens');
-      assert.deepEqual(r.value.bad, ['invalid', 'generation options: topP must be a number from 0 to 1, got 2']);
+      assert.deepEqual(r.value.bad, ['invalid', 'generate: generation options: topP must be a number from 0 to 1, got 2']);
       assert.equal(r.value.empty, 'invalid');
     });
 
@@ -375,8 +375,8 @@ for (const worker of [true, false]) {
       assert.equal(v.stats, 'maxTokens');
       assert.deepEqual(v.piped, ['a', 'b']);
       assert.deepEqual(v.cancelled, ['cancelled', true]);
-      assert.deepEqual(v.bad, ['invalid', 'generation options: topP must be a number from 0 to 1, got 2']);
-      assert.deepEqual(v.reuse, ['invalid', 'generation options: reusePrompt must be true or false, got 1']);
+      assert.deepEqual(v.bad, ['invalid', 'generate: generation options: topP must be a number from 0 to 1, got 2']);
+      assert.deepEqual(v.reuse, ['invalid', 'generate: generation options: reusePrompt must be true or false, got 1']);
       assert.equal(v.noReuse, 0);
     });
 

@@ -320,8 +320,8 @@ test('kvType \'f16\': half the KV bytes in info(), logits within tests/model/kv_
   assert.equal(v.bad[0], 'invalid');
   assert.match(v.bad[1], /WasmLoader options: kvType must be "f16" or "f32", got "q8_0"$/);
   assert.deepEqual(v.badCtx, ['invalid', 'WasmLoader options: nCtx must be an integer from 1 to 4294967295, got -4']);
-  assert.deepEqual(v.badTopP, ['invalid', 'generation options: topP must be a number from 0 to 1, got 2']);
-  assert.deepEqual(v.badSeed, ['invalid', 'generation options: seed must be an integer from 0 to 18446744073709551615, got -1']);
+  assert.deepEqual(v.badTopP, ['invalid', 'generate: generation options: topP must be a number from 0 to 1, got 2']);
+  assert.deepEqual(v.badSeed, ['invalid', 'generate: generation options: seed must be an integer from 0 to 18446744073709551615, got -1']);
 });
 
 test('the wasm seam: next() is the whole item or undefined, stats() says why it ended, load_options() holds the defaults', async () => {
