@@ -4,7 +4,7 @@
 import type {
   AttributeParams, Beam, GenerateParams, Item, PatchParams, RunParams, SaliencyParams, TopKParams,
   ScoreResult, TraceResult, RunResult, PatchResult, LogitLensResult, AttributeResult, SaeEncoded, SaliencyResult,
-  WebGpuStats, WasmModelInfo, WasmInspectResult, LoadParams,
+  WebGpuStats, WasmModelInfo, WasmInspectResult, LoadParams, GenerationStats,
 } from './ggweb.types.js';
 export * from './ggweb.types.js';
 
@@ -277,19 +277,12 @@ export declare class Sae {
   dispose(): Promise<void>;
 }
 
-export interface GenerateStats {
-  promptTokens: number;
-  /** Prompt tokens reused from the KV cache (the previous call's prompt and output); 0
-   *  with `reusePrompt: false`. */
-  cachedTokens: number;
-  /** Tokens generated. The model runs at most 4 tokens ahead of the reader, so after a
-   *  `break` this is at most 4 more than the tokens read. */
-  tokens: number;
+/** A generation's stats: the wasm side's counts (`GenerationStats`), this run's timings, and why it ended. */
+export interface GenerateStats extends Pick<GenerationStats, 'promptTokens' | 'cachedTokens' | 'tokens'> {
   promptMs: number;
   genMs: number;
-  /** Why it ended: the end-of-text token, maxTokens reached, the context (nCtx) full (prompt
-   *  and output fill it), a stop string, or cancelled. */
-  stop: 'eos' | 'maxTokens' | 'contextFull' | 'stop' | 'cancelled';
+  /** `GenerationStats.stop` once ended, or cancelled (break, return(), abort). */
+  stop: NonNullable<GenerationStats['stop']> | 'cancelled';
   /** Diagnostics: jobs of the CPU's matrix products split over threads during this run, and
    *  how many of them the extra threads ran (both 0 on one thread). Absent when a run is
    *  cancelled before its prompt is in. */

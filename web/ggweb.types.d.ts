@@ -317,6 +317,33 @@ export interface Item {
 }
 
 /**
+ * Counters of the current (or last) generation (the wasm side's `stats()`: camelCase, `stop`
+ * null while it runs, `webgpu` null without a WebGPU backend); the API's `GenerateStats`
+ * takes the counts and adds the front end's timings.
+ */
+export interface GenerationStats {
+  /** Prompt tokens given. */
+  promptTokens: number;
+  /**
+   * Prompt tokens reused from the KV cache (the previous call's prompt and output)
+   * instead of evaluated; 0 with `reusePrompt: false`.
+   */
+  cachedTokens: number;
+  /**
+   * Tokens generated (items yielded so far). The model runs at most 4 tokens ahead of the
+   * reader, so after a `break` this is at most 4 more than the tokens read.
+   */
+  tokens: number;
+  /**
+   * Why it ended: the end-of-text token, maxTokens reached, the context (nCtx) full (prompt
+   * and output fill it), a stop string; null while it runs.
+   */
+  stop: 'eos' | 'maxTokens' | 'contextFull' | 'stop' | null;
+  /** The WebGPU work of this generation so far (null when the model has no WebGPU backend). */
+  webgpu: WebGpuStats | null;
+}
+
+/**
  * What `Session::score` returns: row `i` is the prediction of `tokens[i + 1]`. Serializes
  * as the API's `score` result (typed arrays in the browser: `crate::typed`).
  */
