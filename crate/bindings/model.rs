@@ -209,32 +209,13 @@ fn cpu_of(opts: &LoadOptions) -> impl FnOnce() -> Rc<dyn Backend> {
     move || Rc::new(CpuBackend::new(n))
 }
 
-/// `LoadOptions` with every default filled in, as `{ nCtx (0: the model's), nBatch, backend,
-/// gpuLayers (null: no split, -1: everything), nThreads, kvType }`: engine.js checks and plans
-/// with the values Rust will use instead of knowing the defaults itself. Unknown keys and bad
-/// values are `invalid`, as in `WasmLoader.create`.
+/// `LoadOptions` with every default filled in ([`LoadOptions::resolved`]): engine.js plans
+/// with the values Rust will use. Unknown keys and bad values are `invalid`, as in
+/// `WasmLoader.create`.
 #[wasm_bindgen]
 pub fn load_options(opts: JsValue) -> Result<JsValue, JsValue> {
     let o: LoadOptions = from_js(LOAD_WHAT, opts)?;
-    let m = o.model();
-    #[derive(Serialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Resolved {
-        n_ctx: usize,
-        n_batch: usize,
-        backend: &'static str,
-        gpu_layers: Option<f64>,
-        n_threads: usize,
-        kv_type: &'static str,
-    }
-    Ok(to_js(&Resolved {
-        n_ctx: m.n_ctx,
-        n_batch: m.n_batch,
-        backend: o.backend().name(),
-        gpu_layers: o.gpu_layers.map(|n| if n == usize::MAX { -1.0 } else { n as f64 }),
-        n_threads: m.n_threads,
-        kv_type: m.kv_type.name(),
-    }))
+    Ok(to_js(&o.resolved()))
 }
 
 #[wasm_bindgen]

@@ -12,6 +12,11 @@
 //! assert!(parse_generate(r#"{"ctx":512}"#).unwrap_err().to_string().contains("unknown option \"ctx\""));
 //! let l: LoadOptions = from_json("load options", r#"{"nCtx":64,"backend":"auto"}"#).unwrap();
 //! assert_eq!((l.model().n_ctx, l.model().n_batch, l.backend()), (64, 32, BackendChoice::Auto));
+//! let r: LoadOptions = from_json("load options", r#"{"gpuLayers":-1,"kvType":"f16"}"#).unwrap();
+//! assert_eq!(
+//!     serde_json::to_string(&r.resolved()).unwrap(),
+//!     r#"{"nCtx":0,"nBatch":32,"backend":"cpu","gpuLayers":-1,"nThreads":1,"kvType":"f16"}"#
+//! );
 //! ```
 
 use alloc::format;
@@ -321,6 +326,35 @@ impl LoadOptions {
             repack: Default::default(),
         }
     }
+
+    /// Every option with its default filled in (the bindings' `load_options`): engine.js
+    /// plans with the values Rust will use instead of knowing the defaults itself.
+    pub fn resolved(&self) -> ResolvedLoadOptions {
+        let m = self.model();
+        ResolvedLoadOptions {
+            n_ctx: m.n_ctx,
+            n_batch: m.n_batch,
+            backend: self.backend().name(),
+            gpu_layers: self
+                .gpu_layers
+                .map(|n| if n == usize::MAX { -1 } else { i64::try_from(n).unwrap_or(i64::MAX) }),
+            n_threads: m.n_threads,
+            kv_type: m.kv_type.name(),
+        }
+    }
+}
+
+/// [`LoadOptions`] resolved: `{ nCtx (0: the model's), nBatch, backend, gpuLayers (null: no
+/// split, -1: everything), nThreads, kvType }`.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResolvedLoadOptions {
+    pub n_ctx: usize,
+    pub n_batch: usize,
+    pub backend: &'static str,
+    pub gpu_layers: Option<i64>,
+    pub n_threads: usize,
+    pub kv_type: &'static str,
 }
 
 /// `T` (an options struct) from a value that crossed from JS or was parsed from JSON: an
