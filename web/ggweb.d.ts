@@ -4,7 +4,7 @@
 import type {
   AttributeParams, Beam, GenerateParams, Item, PatchParams, RunParams, SaliencyParams, TopKParams,
   ScoreResult, TraceResult, RunResult, PatchResult, LogitLensResult, AttributeResult, SaeEncoded, SaliencyResult,
-  WebGpuStats, WasmModelInfo, WasmInspectResult, LoadParams, GenerationStats,
+  WebGpuStats, WasmModelInfo, WasmInspectResult, LoadParams, GenerationStats, ScoreParams, TraceParams,
 } from './ggweb.types.js';
 export * from './ggweb.types.js';
 
@@ -158,24 +158,16 @@ export interface GeneratedToken extends Item {
  */
 export type ModelInput = string | ArrayLike<number>;
 
-export interface ScoreOptions {
-  /** The most likely tokens to list per position (default 0). */
-  topK?: number;
-  /** Interventions at TransformerLens hook points, applied at every position (no `pos`), as
-   *  generate's: the scores of the hooked model. The prompt cache is reused only under the
-   *  same hooks. */
-  hooks?: Hook[];
-  /** With a string input: parse special tokens. */
+export interface ScoreOptions extends ScoreParams {
   /** Stops the call at its next step (between chunks of the pass): it then fails with code 'aborted' and
    *  the model stays usable. An already aborted signal fails the call before any work. */
   signal?: AbortSignal;
+  /** With a string input: parse special tokens. */
   special?: boolean;
 }
 
-export interface TraceOptions {
-  /** 'attn', 'hidden', graph node names by their ggml names ('l3.ffn_gelu', 'l0.kq_soft_max', ...) and/or
-   *  TransformerLens hook names ('blocks.0.attn.hook_pattern', 'ln_final.hook_scale', ...; nodes keep that name). */
-  taps: string[];
+/** `taps` is required (at least one). */
+export interface TraceOptions extends Required<TraceParams> {
   /** Stops the call at its next step (between chunks of the pass): it then fails with code 'aborted' and
    *  the model stays usable. An already aborted signal fails the call before any work. */
   signal?: AbortSignal;

@@ -511,6 +511,28 @@ export interface LoadParams {
   kvType?: 'f16' | 'f32';
 }
 
+/** `score`'s options as they cross (unknown keys refused, as everywhere). */
+export interface ScoreParams {
+  /** The most likely tokens to list per position (default 0). */
+  topK?: number;
+  /**
+   * Interventions at TransformerLens hook points (`Hook`), applied at every position (no
+   * `pos`), as generate's: the scores of the hooked model. The prompt cache is reused only
+   * under the same hooks.
+   */
+  hooks?: Hook[];
+}
+
+/** `trace`'s options as they cross: the taps, at least one. */
+export interface TraceParams {
+  /**
+   * 'attn', 'hidden', graph node names by their ggml names ('l3.ffn_gelu', 'l0.kq_soft_max',
+   * ...) and/or TransformerLens hook names ('blocks.0.attn.hook_pattern',
+   * 'ln_final.hook_scale', ...; nodes keep that name).
+   */
+  taps?: string[];
+}
+
 /**
  * `run`'s options: hook points to capture (TransformerLens names, `*` within a part) and
  * interventions (`Hook`).

@@ -59,50 +59,9 @@ pub const GENERATE_KEYS: [&str; 17] = [
     "numBeams",
     "lengthPenalty",
 ];
-pub const SCORE_KEYS: [&str; 2] = ["topK", "hooks"];
-pub const TRACE_KEYS: [&str; 1] = ["taps"];
 
 fn json_value(what: &str, json: &str) -> Result<Value, ModelError> {
     serde_json::from_str(json).map_err(|e| invalid(format!("{what}: not valid JSON ({e})")))
-}
-
-/// A JSON object whose keys are all in `known`.
-pub fn parse_object(what: &str, json: &str, known: &[&str]) -> Result<Map<String, Value>, ModelError> {
-    object(what, json_value(what, json)?, known)
-}
-
-/// `v` as an object whose keys are all in `known` (null: no keys).
-pub fn object(what: &str, v: Value, known: &[&str]) -> Result<Map<String, Value>, ModelError> {
-    let map = match v {
-        Value::Null => Map::new(),
-        Value::Object(map) => map,
-        v => return Err(invalid(format!("{what}: expected a JSON object, got {v}"))),
-    };
-    if let Some(k) = map.keys().find(|k| !known.contains(&k.as_str())) {
-        return Err(invalid(format!("{what}: unknown option {k:?} (known: {})", known.join(", "))));
-    }
-    Ok(map)
-}
-
-/// An integer option in `min..=max`, or None when absent or null.
-pub fn opt_uint(
-    map: &Map<String, Value>,
-    what: &str,
-    key: &str,
-    min: u64,
-    max: u64,
-) -> Result<Option<u64>, ModelError> {
-    match map.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => match v.as_u64() {
-            Some(n) if (min..=max).contains(&n) => Ok(Some(n)),
-            _ => Err(invalid(format!("{what}: {key} must be an integer from {min} to {max}, got {v}"))),
-        },
-    }
-}
-
-fn opt_strings(map: &Map<String, Value>, what: &str, key: &str) -> Result<Vec<String>, ModelError> {
-    map.get(key).map_or(Ok(Vec::new()), |v| de::strings(v, key)).map_err(|e| invalid(format!("{what}: {e}")))
 }
 
 /// A KV cache type by name: `"f32"` or `"f16"` (`kvType` in JS, `--kv-type` in the CLI).
@@ -378,7 +337,12 @@ pub fn from_json<T: DeserializeOwned>(what: &str, json: &str) -> Result<T, Model
 fn unknown_option(msg: &str) -> String {
     let Some(rest) = msg.strip_prefix("unknown field `") else { return msg.into() };
     let Some((key, known)) = rest.split_once('`') else { return msg.into() };
-    let known = known.trim_start_matches(", expected one of ").trim_start_matches(", expected ").replace('`', "");
+    // serde lists two names as "`a` or `b`", more as "one of `a`, `b`, `c`".
+    let known = known
+        .trim_start_matches(", expected one of ")
+        .trim_start_matches(", expected ")
+        .replace("` or `", ", ")
+        .replace('`', "");
     format!("unknown option {key:?} (known: {known})")
 }
 
@@ -462,6 +426,7 @@ mod de {
     field!(num_beams -> usize = |v| uint(&v, "numBeams", 1, 64).map(|n| n as usize));
     field!(length_penalty -> f32 = |v| num(&v, "lengthPenalty", -100.0, 100.0));
     field!(stop -> Vec<String> = |v| strings(&v, "stop"));
+    field!(taps -> Vec<String> = |v| strings(&v, "taps"));
     field!(logit_bias -> Vec<(u32, f32)> = |v| {
         let Value::Object(m) = &v else {
             return Err(format!("logitBias must be an object {{ id: bias }}, got {v}"));
@@ -510,22 +475,43 @@ pub struct ScoreOptions {
     pub hooks: Vec<Hook>,
 }
 
-/// `score`'s options: the `topK` entries per row and `hooks` ([`Hook`], as `generate`'s).
-pub fn score_options(v: Value) -> Result<ScoreOptions, ModelError> {
-    let mut map = object(SCORE_WHAT, v, &SCORE_KEYS)?;
-    let top_k = opt_uint(&map, SCORE_WHAT, "topK", 0, u32::MAX as u64)?.unwrap_or(0) as usize;
-    let hooks = match map.remove("hooks") {
-        None | Some(Value::Null) => Vec::new(),
-        Some(v) => Vec::<Hook>::deserialize(v)
-            .map_err(|e| invalid(format!("{SCORE_WHAT}: hooks: {}", unknown_option(&e.to_string()))))?,
-    };
-    Ok(ScoreOptions { top_k, hooks })
+// ts: export ScoreParams
+/// `score`'s options as they cross (unknown keys refused, as everywhere).
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ScoreParams {
+    /// The most likely tokens to list per position (default 0).
+    #[serde(default, deserialize_with = "de::top_k")]
+    pub top_k: Option<usize>,
+    /// Interventions at TransformerLens hook points ([`Hook`]), applied at every position (no
+    /// `pos`), as generate's: the scores of the hooked model. The prompt cache is reused only
+    /// under the same hooks.
+    #[serde(default)]
+    pub hooks: Option<Vec<Hook>>,
 }
 
-/// `trace`'s options: the taps (`attn`, `hidden`, or ggml node names); at least one.
+/// `score`'s options ([`ScoreParams`]), defaults filled in.
+pub fn score_options(v: Value) -> Result<ScoreOptions, ModelError> {
+    let p: ScoreParams = from_value(SCORE_WHAT, v)?;
+    Ok(ScoreOptions { top_k: p.top_k.unwrap_or(0), hooks: p.hooks.unwrap_or_default() })
+}
+
+// ts: export TraceParams
+/// `trace`'s options as they cross: the taps, at least one.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct TraceParams {
+    /// 'attn', 'hidden', graph node names by their ggml names ('l3.ffn_gelu', 'l0.kq_soft_max',
+    /// ...) and/or TransformerLens hook names ('blocks.0.attn.hook_pattern',
+    /// 'ln_final.hook_scale', ...; nodes keep that name).
+    // ts: string[]
+    #[serde(default, deserialize_with = "de::taps")]
+    pub taps: Option<Vec<String>>,
+}
+
+/// `trace`'s taps ([`TraceParams`]); none is an error.
 pub fn trace_options(v: Value) -> Result<Vec<String>, ModelError> {
-    let map = object(TRACE_WHAT, v, &TRACE_KEYS)?;
-    let taps = opt_strings(&map, TRACE_WHAT, "taps")?;
+    let taps = from_value::<TraceParams>(TRACE_WHAT, v)?.taps.unwrap_or_default();
     if taps.is_empty() {
         return Err(invalid(
             "trace options: taps must name at least one tap ('attn', 'hidden' or a graph node)".into(),
