@@ -286,7 +286,7 @@ export class Engine {
       if (typeof this.core.WasmLoader !== 'function' || typeof this.core.load_options !== 'function') {
         throw new GgwebError('unsupported', `the wasm module at ${this.coreUrl ?? build} has no WasmLoader (built before the model bindings existed?)`);
       }
-      // The backend asked for, its default filled in by the Rust side (the one policy: crate/model/options.rs).
+      // The backend asked for, its default filled in by the Rust side (the one policy: crate/common/options.rs).
       let asked;
       try {
         asked = this.core.load_options(loaderOpts).backend;
