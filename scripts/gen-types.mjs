@@ -8,8 +8,9 @@
 //   node scripts/gen-types.mjs --check  fails when the file is not what the structs give
 //                                       (tests/types/generated.test.mjs, npm test step 1b)
 // A struct is exported by a plain comment line `// ts: export TsName` above its doc comment; a
-// field whose JSON form is not its Rust type's (a custom deserializer) says its TS type in a
-// `// ts: TYPE` comment line above it.
+// field whose JSON form is not its Rust type's (a custom deserializer, a string that is one of
+// a few names) says its TS type in a `// ts: TYPE` comment line above it. A
+// `#[serde(flatten)]` field makes the interface extend its type's.
 import { readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import path from 'node:path';
@@ -52,6 +53,9 @@ const WRITERS = {
   'crate::typed::compute': () => '{ compute: number }',
   'super::hooks::by_name': () => 'Record<string, { shape: number[]; data: Float32Array }>',
   'super::hooks::by_name_some': () => 'Record<string, { shape: number[]; data: Float32Array }>',
+  shortest_f32: () => 'number',
+  // `Vec<(String, V)>` as an object in the list's order.
+  ordered_map: (ty) => `Record<string, ${tsOf(/^Vec<\(String, (.*)\)>$/.exec(ty.trim())[1]).ts}>`,
 };
 
 function vecDepth(ty) {
@@ -70,6 +74,7 @@ function tsOf(ty) {
     return { ts: /[ |&]/.test(inner) ? `Array<${inner}>` : `${inner}[]`, option: false };
   }
   if (/^(u8|u16|u32|u64|usize|i8|i16|i32|i64|isize|f32|f64)$/.test(ty)) return { ts: 'number', option: false };
+  if ((m = /^BTreeMap<([^,]+), (.*)>$/.exec(ty))) return { ts: `Record<string, ${tsOf(m[2]).ts}>`, option: false };
   if (ty === 'bool') return { ts: 'boolean', option: false };
   if (ty === 'String' || ty === '&str' || ty === "&'static str") return { ts: 'string', option: false };
   if (NAMED[ty]) return { ts: NAMED[ty], option: false };
@@ -92,8 +97,8 @@ function struct(src, file, rust, ts) {
   const isOptions = /Deserialize/.test(attrs);
   const body = src.slice(src.indexOf('{', start) + 1, src.indexOf('\n}', start));
   const out = [];
-  if (doc.length) out.push(jsdoc(doc, ''));
-  out.push(`export interface ${ts} {`);
+  // `#[serde(flatten)]` fields: their interfaces are extended.
+  const bases = [];
   let fdoc = [];
   let fattrs = [];
   let override = null;
@@ -121,6 +126,10 @@ function struct(src, file, rust, ts) {
     const o = override;
     override = null;
     if (/serde\(skip\)/.test(a)) continue; // not in the JSON
+    if (/serde\(flatten\)/.test(a)) {
+      bases.push(tsOf(ty).ts);
+      continue;
+    }
     const rename = /rename = "([^"]+)"/.exec(a)?.[1];
     const key = rename ?? (renameAll ? camel(name) : name);
     const writer = /(?<!de)serialize_with = "([^"]+)"/.exec(a)?.[1];
@@ -137,7 +146,8 @@ function struct(src, file, rust, ts) {
     out.push(`  ${key}${optional ? '?' : ''}: ${t}${nullable ? ' | null' : ''};`);
   }
   out.push('}');
-  return out.join('\n');
+  const extend = bases.length ? ` extends ${bases.join(', ')}` : '';
+  return [...(doc.length ? [jsdoc(doc, '')] : []), `export interface ${ts}${extend} {`, ...out].join('\n');
 }
 
 function jsdoc(lines, indent) {

@@ -62,41 +62,24 @@ export function yieldNow() {
   });
 }
 
-function num(v, name, { min = -Infinity, max = Infinity, int = false } = {}) {
-  if (v === undefined || v === null) return undefined;
-  if (typeof v !== 'number' || !Number.isFinite(v) || (int && !Number.isInteger(v)) || v < min || v > max) {
-    const range = `${min === -Infinity ? '' : `>= ${min}`}${min !== -Infinity && max !== Infinity ? ' and ' : ''}${max === Infinity ? '' : `<= ${max}`}`;
-    throw new GgwebError('invalid', `${name} must be a${int ? 'n integer' : ' number'}${range ? ' ' + range : ''}, got ${show(v)}`);
-  }
-  return v;
-}
+/** Load options the wasm side reads (crate/common/options.rs LoadOptions). */
+const LOADER_KEYS = ['nCtx', 'nBatch', 'backend', 'gpuLayers', 'nThreads', 'kvType'];
 
 /**
- * Checked WasmLoader options (crate/model/options.rs LoadOptions), absent ones left out:
- * their defaults are the Rust side's (`load_options` says what they resolve to).
+ * WasmLoader's options as they cross, absent and null ones left out. Only what must be known
+ * before crossing is checked here: that each is plain data (plainData: a finite number, a
+ * string, ...), and nThreads, which picks the wasm build before the wasm side can read
+ * anything. Their ranges and defaults are the Rust parser's (`load_options` resolves them; a
+ * bad value is 'invalid', naming the option and the value).
  */
 export function loaderOptions(opts = {}) {
-  const backend = opts.backend ?? undefined;
-  if (backend !== undefined && !['cpu', 'webgpu', 'auto'].includes(backend)) {
-    throw new GgwebError('invalid', `backend must be "cpu", "webgpu" or "auto", got ${show(backend)}`);
+  const out = {};
+  for (const k of LOADER_KEYS) if (opts[k] !== undefined && opts[k] !== null) out[k] = plainData(opts[k], k);
+  const n = out.nThreads;
+  if (n !== undefined && !(Number.isInteger(n) && n >= 1 && n <= MAX_THREADS)) {
+    throw new GgwebError('invalid', `nThreads must be an integer >= 1 and <= ${MAX_THREADS}, got ${show(n)}`);
   }
-  const out = {
-    nCtx: num(opts.nCtx, 'nCtx', { min: 1, int: true }),
-    nBatch: num(opts.nBatch, 'nBatch', { min: 1, int: true }),
-    backend,
-    gpuLayers: num(opts.gpuLayers, 'gpuLayers', { min: -1, int: true }),
-    nThreads: num(opts.nThreads, 'nThreads', { min: 1, max: MAX_THREADS, int: true }),
-    // 'f32' | 'f16': the value is checked by the Rust side's strict option parser (code 'invalid').
-    kvType: kvTypeOption(opts.kvType),
-  };
-  for (const k of Object.keys(out)) if (out[k] === undefined) delete out[k];
   return out;
-}
-
-function kvTypeOption(v) {
-  if (v === undefined || v === null) return undefined;
-  if (typeof v !== 'string') throw new GgwebError('invalid', `kvType must be "f32" or "f16", got ${show(v)}`);
-  return v;
 }
 
 /** How long load() waits for the pool's Web Workers to come up before it reports. */
@@ -114,11 +97,11 @@ export const warmUp = { sliceMs: 6, tailMs: 60 };
 const GENERATE_JS_KEYS = ['special'];
 
 /**
- * Checked sampling parameters, as WasmModel.start reads them (crate/model/options.rs
- * GenerateParams). Keys beyond the ones checked here go through unchanged: the wasm side is
- * strict and refuses an unknown key naming it (code 'invalid'). logitBias's -Infinity is
- * written as the string "-Infinity" (the JSON data model the options pass through has no
- * infinities).
+ * Sampling parameters as they cross to WasmModel.start (crate/common/options.rs
+ * GenerateParams): plain data (plainData), hooks with typed arrays as arrays (hookList), and
+ * logitBias's -Infinity written as the string "-Infinity" (the JSON data model the options
+ * pass through has no infinities). Values, ranges, defaults and unknown keys are the wasm
+ * side's strict parser's (code 'invalid', naming the key and the value).
  */
 export function generateParams(opts = {}) {
   const src = optionsObject(opts, 'generate');
@@ -127,21 +110,8 @@ export function generateParams(opts = {}) {
   const out = without(src, [...GENERATE_JS_KEYS, 'logitBias', 'hooks']);
   for (const k of Object.keys(out)) out[k] = plainData(out[k], k);
   if (src.hooks !== undefined && src.hooks !== null) out.hooks = hookList(src.hooks, 'generate');
-  const set = (k, v) => Object.defineProperty(out, k, { value: v, enumerable: true, writable: true, configurable: true });
-  // Checked here for messages that name the JS option; absent ones are left to the wasm
-  // side, whose GenerateOptions::default() is the one place defaults live (the CLI's too;
-  // an absent seed is a fresh random one there, per call, for JS callers).
-  const check = (k, o) => { const v = num(src[k], k, o); if (v !== undefined) set(k, v); };
-  check('maxTokens', { min: 0, int: true });
-  check('temperature', { min: 0 });
-  check('topK', { min: 0, int: true });
-  check('topP', { min: 0, max: 1 });
-  check('repeatPenalty', { min: 0 });
-  check('seed', { min: 0, max: 0xffffffff, int: true });
-  // Sent only when given (the wasm side's default is true, and it checks it again).
-  if (src.reusePrompt !== undefined && src.reusePrompt !== null) set('reusePrompt', boolOption(src.reusePrompt, 'reusePrompt', true));
   if (src.logitBias !== undefined && src.logitBias !== null) {
-    set('logitBias', reading('logitBias', () => {
+    const bias = reading('logitBias', () => {
       if (!isPlainObject(src.logitBias)) {
         throw new GgwebError('invalid', `logitBias must be an object { [tokenId]: bias }, got ${show(src.logitBias)}`);
       }
@@ -153,7 +123,8 @@ export function generateParams(opts = {}) {
         else throw new GgwebError('invalid', `logitBias[${id}] must be a finite number or -Infinity, got ${show(b)}`);
       }
       return bias;
-    }));
+    });
+    Object.defineProperty(out, 'logitBias', { value: bias, enumerable: true, writable: true, configurable: true });
   }
   return out;
 }
@@ -315,12 +286,13 @@ export class Engine {
       if (typeof this.core.WasmLoader !== 'function' || typeof this.core.load_options !== 'function') {
         throw new GgwebError('unsupported', `the wasm module at ${this.coreUrl ?? build} has no WasmLoader (built before the model bindings existed?)`);
       }
-      // The backend asked for, its default filled in by the Rust side (the one policy: crate/model/options.rs).
+      // The backend asked for, its default filled in by the Rust side (the one policy: crate/common/options.rs).
       let asked;
       try {
         asked = this.core.load_options(loaderOpts).backend;
       } catch (e) {
-        throw toGgwebError(e, 'invalid', 'WasmLoader options');
+        // The Rust parser's message names the options ("WasmLoader options: nCtx ...").
+        throw toGgwebError(e, 'invalid');
       }
       source = await sourceP;
       if (signal?.aborted) throw abortedError('loading the model');

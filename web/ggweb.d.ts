@@ -4,7 +4,7 @@
 import type {
   AttributeParams, Beam, GenerateParams, Item, PatchParams, RunParams, SaliencyParams, TopKParams,
   ScoreResult, TraceResult, RunResult, PatchResult, LogitLensResult, AttributeResult, SaeEncoded, SaliencyResult,
-  WebGpuStats,
+  WebGpuStats, WasmModelInfo, WasmInspectResult, LoadParams, GenerationStats, ScoreParams, TraceParams,
 } from './ggweb.types.js';
 export * from './ggweb.types.js';
 
@@ -88,32 +88,9 @@ export interface LoadProgress {
  */
 export type ModelSource = string | URL | Blob | File | ReadableStream<Uint8Array> | Response | ArrayBuffer | ArrayBufferView;
 
-/** Unknown keys fail with code 'invalid' naming the key. */
-export interface LoadOptions {
-  /** 'cpu' (default), 'webgpu' (fails with code 'unsupported' and the reason where there is
-   *  no adapter), or 'auto' (WebGPU when an adapter exists, else the CPU: see
-   *  ModelInfo.backendNote). */
-  backend?: 'cpu' | 'webgpu' | 'auto';
-  /** With 'webgpu' or 'auto': split the model by layer. Blocks n_layer-N .. n_layer-1 and the
-   *  output head on WebGPU, the rest on the CPU; the embeddings only when N > n_layer; -1:
-   *  everything. Omitted: the whole model on WebGPU alone. Ignored on the CPU. */
-  gpuLayers?: number;
-  /** Context length in tokens (default: the model's, capped by the runtime). */
-  nCtx?: number;
-  /** Prompt tokens evaluated per step (cancellation is checked between steps). */
-  nBatch?: number;
-  /** The KV cache's element type (default 'f32'). 'f16' halves its memory (GPT-2 XL at
-   *  nCtx 1024: 629 MB -> 315 MB; see info().memory) and moves logits by f16 rounding of the
-   *  stored K and V (measured up to 3.7e-3 on the test model, greedy tokens unchanged).
-   *  'f32' is the default, unlike llama.cpp's F16, so that logits match an F32 reference.
-   *  Any other value fails with code 'invalid'. */
-  kvType?: 'f16' | 'f32';
-  /** CPU threads, 1..64. More than 1 needs a cross-origin isolated page (served with
-   *  `Cross-Origin-Opener-Policy: same-origin` and `Cross-Origin-Embedder-Policy: require-corp`)
-   *  and the model in a Web Worker; it then loads the threaded build (pkg-threads/ beside
-   *  pkg/). Default: min(navigator.hardwareConcurrency, 4) where threads can run, else 1.
-   *  Where they cannot, the model runs on 1 thread and info().threads.reason says why. */
-  nThreads?: number;
+/** The model options (LoadParams: the wasm side parses them) and what JS does with a load.
+ *  Unknown keys fail with code 'invalid' naming the key. */
+export interface LoadOptions extends LoadParams {
   /** Use the builds with relaxed SIMD's fused multiply-add (pkg-relaxed/, pkg-threads-relaxed/)
    *  where the browser has it (default true): faster matrix products on F32/F16 weights.
    *  Fused and unfused results differ in the last bits, and relaxed SIMD lets each CPU pick,
@@ -181,24 +158,16 @@ export interface GeneratedToken extends Item {
  */
 export type ModelInput = string | ArrayLike<number>;
 
-export interface ScoreOptions {
-  /** The most likely tokens to list per position (default 0). */
-  topK?: number;
-  /** Interventions at TransformerLens hook points, applied at every position (no `pos`), as
-   *  generate's: the scores of the hooked model. The prompt cache is reused only under the
-   *  same hooks. */
-  hooks?: Hook[];
-  /** With a string input: parse special tokens. */
+export interface ScoreOptions extends ScoreParams {
   /** Stops the call at its next step (between chunks of the pass): it then fails with code 'aborted' and
    *  the model stays usable. An already aborted signal fails the call before any work. */
   signal?: AbortSignal;
+  /** With a string input: parse special tokens. */
   special?: boolean;
 }
 
-export interface TraceOptions {
-  /** 'attn', 'hidden', graph node names by their ggml names ('l3.ffn_gelu', 'l0.kq_soft_max', ...) and/or
-   *  TransformerLens hook names ('blocks.0.attn.hook_pattern', 'ln_final.hook_scale', ...; nodes keep that name). */
-  taps: string[];
+/** `taps` is required (at least one). */
+export interface TraceOptions extends Required<TraceParams> {
   /** Stops the call at its next step (between chunks of the pass): it then fails with code 'aborted' and
    *  the model stays usable. An already aborted signal fails the call before any work. */
   signal?: AbortSignal;
@@ -300,19 +269,12 @@ export declare class Sae {
   dispose(): Promise<void>;
 }
 
-export interface GenerateStats {
-  promptTokens: number;
-  /** Prompt tokens reused from the KV cache (the previous call's prompt and output); 0
-   *  with `reusePrompt: false`. */
-  cachedTokens: number;
-  /** Tokens generated. The model runs at most 4 tokens ahead of the reader, so after a
-   *  `break` this is at most 4 more than the tokens read. */
-  tokens: number;
+/** A generation's stats: the wasm side's counts (`GenerationStats`), this run's timings, and why it ended. */
+export interface GenerateStats extends Pick<GenerationStats, 'promptTokens' | 'cachedTokens' | 'tokens'> {
   promptMs: number;
   genMs: number;
-  /** Why it ended: the end-of-text token, maxTokens reached, the context (nCtx) full (prompt
-   *  and output fill it), a stop string, or cancelled. */
-  stop: 'eos' | 'maxTokens' | 'contextFull' | 'stop' | 'cancelled';
+  /** `GenerationStats.stop` once ended, or cancelled (break, return(), abort). */
+  stop: NonNullable<GenerationStats['stop']> | 'cancelled';
   /** Diagnostics: jobs of the CPU's matrix products split over threads during this run, and
    *  how many of them the extra threads ran (both 0 on one thread). Absent when a run is
    *  cancelled before its prompt is in. */
@@ -347,75 +309,8 @@ export interface Generation extends AsyncIterableIterator<GeneratedToken> {
   toReadableStream(): ReadableStream<GeneratedToken>;
 }
 
-/**
- * Hyperparameters: `info().hparams` and `Model.inspect(...).hparams`. The snake_case names
- * of earlier releases are still there, with the same values, for one more release.
- */
-export interface Hparams {
-  nVocab: number;
-  /** The context length this model was loaded with (LoadOptions.nCtx, or the model's). */
-  nCtx: number;
-  /** The context length the model was trained with (gpt2.context_length). */
-  nCtxTrain: number;
-  nEmbd: number;
-  nHead: number;
-  nLayer: number;
-  /** The feed-forward width. */
-  nFf: number;
-  /** Prompt tokens per step (LoadOptions.nBatch, capped at nCtx). */
-  nBatch: number;
-  /** Layer-norm epsilon. */
-  eps: number;
-  /** @deprecated Use `nVocab`; removed in the next release. */
-  n_vocab: number;
-  /** @deprecated Use `nCtx`; removed in the next release. */
-  n_ctx: number;
-  /** @deprecated Use `nCtxTrain`; removed in the next release. */
-  n_ctx_train: number;
-  /** @deprecated Use `nEmbd`; removed in the next release. */
-  n_embd: number;
-  /** @deprecated Use `nHead`; removed in the next release. */
-  n_head: number;
-  /** @deprecated Use `nLayer`; removed in the next release. */
-  n_layer: number;
-  /** @deprecated Use `nFf`; removed in the next release. */
-  n_ff: number;
-  /** @deprecated Use `nBatch`; removed in the next release. */
-  n_batch: number;
-}
-
-/** What `model.info()` returns: exactly these fields. */
-export interface ModelInfo {
-  arch: 'gpt2';
-  hparams: Hparams;
-  /** The backend the model runs on ('auto' resolved). */
-  backend: 'cpu' | 'webgpu';
-  /** Bytes planned per use. */
-  memory: {
-    weights: number;
-    kv: number;
-    compute: number;
-    /** The KV cache's element type (LoadOptions.kvType). */
-    kvType: 'f16' | 'f32';
-    /** Bytes of `weights` the CPU reads repacked into 4-row groups (Q8_0/Q4_0 matrices on
-     * the wasm SIMD128 builds; in place, not extra memory); 0 where nothing is. */
-    repacked: number;
-  };
-  /** Where the model runs and what crosses between backends. */
-  split: ModelSplit;
-  /** Why `backend` is not the one asked for ('auto' without WebGPU), or null. */
-  backendNote: string | null;
-  /** Vocabulary size and special token ids (null when the model has none). */
-  tokenizer: {
-    nVocab: number;
-    /** @deprecated Use `nVocab`; removed in the next release. */
-    n_vocab: number;
-    bos: number | null;
-    eos: number | null;
-  };
-  /** The wasm instance's linear memory in bytes: below the heap (static data and stack),
-   *  when the loader was made, right after the load, and when info was read. */
-  wasmMemory: { heapBase: number; atLoaderStart: number; afterLoad: number; now: number };
+/** What `model.info()` returns: exactly these fields (the wasm side's, then `threads` and `load`). */
+export interface ModelInfo extends WasmModelInfo {
   /** CPU threads: how many the CPU backend uses (`n`), how many were running when the load
    *  ended (`running`: the rest join as they start), which build was loaded ('pkg',
    *  'pkg-threads', or their '-relaxed' twins: see LoadOptions.relaxedSimd), and why a
@@ -453,28 +348,6 @@ export interface ModelInfo {
       buildMs: number; threadsMs: number; warmMs: number;
     };
   };
-}
-
-export interface BackendBytes {
-  weights: number;
-  kv: number;
-  compute: number;
-}
-
-export interface ModelSplit {
-  /** Transformer blocks on the GPU (0 .. n_layer): the last ones. */
-  gpuLayers: number;
-  /** Token and position embeddings on the GPU (gpuLayers > n_layer, or -1). */
-  embeddingsOnGpu: boolean;
-  /** Backend names in priority order, e.g. ['WebGPU', 'CPU']. */
-  backends: string[];
-  /** Runs of consecutive nodes on one backend in the graph of one token. */
-  splits: number;
-  /** Tensors copied between backends per token, and their bytes. */
-  copiesPerToken: number;
-  copyBytesPerToken: number;
-  /** Bytes per backend name. */
-  bytesPerBackend: Record<string, BackendBytes>;
 }
 
 /** Model.inspect's options: the model options of LoadOptions (unknown keys: code 'invalid'). */
@@ -516,44 +389,17 @@ export interface ModelCache {
   estimate(): Promise<{ usage?: number; quota?: number; usageDetails?: Record<string, number>; persisted: boolean | null }>;
 }
 
-/** What Model.inspect read of a GGUF header, before any weight is downloaded. */
-export interface InspectResult {
-  arch: 'gpt2';
-  /** The same fields and values as a later load's `info().hparams` with the same options. */
-  hparams: Hparams;
-  /** The backend planned for ("auto" resolves to "webgpu" or, without an adapter, "cpu"). */
-  backend: 'cpu' | 'webgpu';
-  backendNote: string | null;
-  /** dataOffset: where the weights start (the header and its padding end). */
-  file: { dataOffset: number; size: number | null; alignment: number };
-  tensors: { name: string; type: string; ne: number[]; bytes: number }[];
-  /** Per ggml type name ("q8_0", "f32", …): how many tensors, how many bytes. */
-  types: Record<string, { count: number; bytes: number }>;
-  /**
-   * The memory plan, equal to a later load's `info().memory` (and `split.bytesPerBackend`).
-   * `compute` is null when weights + KV alone exceed the budget (then not measured).
-   */
-  memory: {
-    weights: number; kv: number; compute: number | null; total: number; kvType: 'f32' | 'f16';
-    byBackend: Record<string, BackendBytes>;
-  };
-  /**
-   * Whether it fits here: each backend's part within its budget (on the CPU, the free part
-   * of wasm32's 4 GiB address space) and each buffer within its largest size (WebGPU:
-   * the adapter's maxBufferSize). `reason` says what does not fit.
-   */
-  fits: {
-    ok: boolean; reason: string | null; wasmSpaceLeft: number | null;
-    limits: Record<string, { budget: number | null; maxBufferSize: number }>;
-  };
+/** What Model.inspect read of a GGUF header, before any weight is downloaded (the wasm side's report, then `source`). */
+export interface InspectResult extends WasmInspectResult {
   /** How it was read: bytes fetched or sliced, requests made, whether Range was honoured. */
   source: { via: 'download' | 'file' | 'bytes' | 'stream'; bytesRead: number; size: number | null; requests: number; ranged: boolean | null; complete: boolean };
 }
 
 /**
- * Every method checks its arguments on the calling thread before anything crosses to the
- * worker or into wasm, and fails with a GgwebError only, with the codes listed under
- * @throws. An options argument may be omitted, `undefined` or `null` (no options); any
+ * Every method checks on the calling thread that its arguments can cross to the worker and
+ * into wasm (below), and the wasm side's parser checks their values (ranges, names; a
+ * message naming the option and the value); it fails with a GgwebError only, with the codes
+ * listed under @throws. An options argument may be omitted, `undefined` or `null` (no options); any
  * other non-object, an unknown key (symbol keys and `__proto__` included) or a value of
  * the wrong type is 'invalid', named. Values are plain data: a function, symbol, BigInt,
  * class instance (an AbortSignal outside `signal`), a cyclic object or a non-finite number

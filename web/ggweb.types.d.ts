@@ -87,6 +87,197 @@ export interface RunResult {
 }
 
 /**
+ * Hyperparameters: `info().hparams` and `Model.inspect(...).hparams`. The snake_case names
+ * of earlier releases are still there, with the same values, for one more release.
+ */
+export interface Hparams extends HparamsSnakeCase {
+  nVocab: number;
+  /** The context length this model was loaded with (LoadOptions.nCtx, or the model's). */
+  nCtx: number;
+  /** The context length the model was trained with (gpt2.context_length). */
+  nCtxTrain: number;
+  nEmbd: number;
+  nHead: number;
+  nLayer: number;
+  /** The feed-forward width. */
+  nFf: number;
+  /** Prompt tokens per step (LoadOptions.nBatch, capped at nCtx). */
+  nBatch: number;
+  /** Layer-norm epsilon. */
+  eps: number;
+}
+
+/** The snake_case duplicates of `Hparams`' names (earlier releases), after the camelCase ones. */
+export interface HparamsSnakeCase {
+  /** @deprecated Use `nVocab`; removed in the next release. */
+  n_vocab: number;
+  /** @deprecated Use `nCtx`; removed in the next release. */
+  n_ctx: number;
+  /** @deprecated Use `nCtxTrain`; removed in the next release. */
+  n_ctx_train: number;
+  /** @deprecated Use `nEmbd`; removed in the next release. */
+  n_embd: number;
+  /** @deprecated Use `nHead`; removed in the next release. */
+  n_head: number;
+  /** @deprecated Use `nLayer`; removed in the next release. */
+  n_layer: number;
+  /** @deprecated Use `nFf`; removed in the next release. */
+  n_ff: number;
+  /** @deprecated Use `nBatch`; removed in the next release. */
+  n_batch: number;
+}
+
+/** Bytes one backend holds, per use. */
+export interface BackendBytes {
+  weights: number;
+  kv: number;
+  compute: number;
+}
+
+/** `info().memory`: bytes planned per use. */
+export interface ModelMemory {
+  weights: number;
+  kv: number;
+  compute: number;
+  /** The KV cache's element type (LoadOptions.kvType). */
+  kvType: 'f16' | 'f32';
+  /**
+   * Bytes of `weights` the CPU reads repacked into 4-row groups (Q8_0/Q4_0 matrices on
+   * the wasm SIMD128 builds; in place, not extra memory); 0 where nothing is.
+   */
+  repacked: number;
+}
+
+/**
+ * `info().split`: where the model runs and what crosses between backends, measured on the
+ * graph of one token.
+ */
+export interface ModelSplit {
+  /** Transformer blocks on the GPU (0 .. n_layer): the last ones. */
+  gpuLayers: number;
+  /** Token and position embeddings on the GPU (gpuLayers > n_layer, or -1). */
+  embeddingsOnGpu: boolean;
+  /** Backend names in priority order, e.g. ['WebGPU', 'CPU']. */
+  backends: string[];
+  /** Runs of consecutive nodes on one backend in the graph of one token. */
+  splits: number;
+  /** Tensors copied between backends per token, and their bytes. */
+  copiesPerToken: number;
+  copyBytesPerToken: number;
+  /** Bytes per backend name, in the scheduler's order. */
+  bytesPerBackend: Record<string, BackendBytes>;
+}
+
+/** `info().tokenizer`: vocabulary size and special token ids (null when the model has none). */
+export interface TokenizerInfo {
+  nVocab: number;
+  /** @deprecated Use `nVocab`; removed in the next release. */
+  n_vocab: number;
+  bos: number | null;
+  eos: number | null;
+}
+
+/**
+ * The wasm instance's linear memory in bytes: below the heap (static data and stack),
+ * when the loader was made, right after the load, and when info was read.
+ */
+export interface WasmMemory {
+  heapBase: number;
+  atLoaderStart: number;
+  afterLoad: number;
+  now: number;
+}
+
+/**
+ * What the wasm side's `info()` reports of a loaded model (JS `model.info()` adds `threads`
+ * and `load`).
+ */
+export interface WasmModelInfo {
+  arch: 'gpt2';
+  hparams: Hparams;
+  /** The backend the model runs on ('auto' resolved). */
+  backend: 'cpu' | 'webgpu';
+  memory: ModelMemory;
+  /** Where the model runs and what crosses between backends. */
+  split: ModelSplit;
+  tokenizer: TokenizerInfo;
+  wasmMemory: WasmMemory;
+  /** Why `backend` is not the one asked for ('auto' without WebGPU), or null. */
+  backendNote: string | null;
+}
+
+/**
+ * Where the weights start (`dataOffset`: the header and its padding end), the file's size
+ * when known, and its alignment.
+ */
+export interface InspectFile {
+  dataOffset: number;
+  size: number | null;
+  alignment: number;
+}
+
+/** One tensor of the header: its ggml type name and shape (ne, innermost first). */
+export interface InspectTensor {
+  name: string;
+  type: string;
+  ne: number[];
+  bytes: number;
+}
+
+/** How many tensors of one type, and their bytes. */
+export interface TypeCount {
+  count: number;
+  bytes: number;
+}
+
+/**
+ * The memory plan, equal to a later load's `info().memory` (and `split.bytesPerBackend`).
+ * `compute` is null when weights + KV alone exceed the budget (then not measured).
+ */
+export interface PlanMemory {
+  weights: number;
+  kv: number;
+  compute: number | null;
+  total: number;
+  kvType: 'f32' | 'f16';
+  byBackend: Record<string, BackendBytes>;
+}
+
+/** One backend's budget (null when unknown) and largest buffer. */
+export interface BufferLimit {
+  budget: number | null;
+  maxBufferSize: number;
+}
+
+/**
+ * Whether it fits here: each backend's part within its budget (on the CPU, the free part
+ * of wasm32's 4 GiB address space) and each buffer within its largest size (WebGPU:
+ * the adapter's maxBufferSize). `reason` says what does not fit.
+ */
+export interface PlanFits {
+  ok: boolean;
+  reason: string | null;
+  wasmSpaceLeft: number | null;
+  limits: Record<string, BufferLimit>;
+}
+
+/** What the wasm side's inspector reports of a GGUF header (JS `Model.inspect` adds `source`). */
+export interface WasmInspectResult {
+  arch: 'gpt2';
+  /** The same fields and values as a later load's `info().hparams` with the same options. */
+  hparams: Hparams;
+  /** The backend planned for ("auto" resolves to "webgpu" or, without an adapter, "cpu"). */
+  backend: 'cpu' | 'webgpu';
+  backendNote: string | null;
+  file: InspectFile;
+  tensors: InspectTensor[];
+  /** Per ggml type name ("q8_0", "f32", …): how many tensors, how many bytes. */
+  types: Record<string, TypeCount>;
+  memory: PlanMemory;
+  fits: PlanFits;
+}
+
+/**
  * The features of one encode: per position, the `top_k` largest (index, value), how many are
  * active (l0) and the reconstruction's mean squared error.
  * Serializes as the API's `sae.encode` result.
@@ -123,6 +314,33 @@ export interface Item {
   logprob?: number;
   /** With `top_logprobs > 0` (and only then not empty). */
   top?: TopToken[];
+}
+
+/**
+ * Counters of the current (or last) generation (the wasm side's `stats()`: camelCase, `stop`
+ * null while it runs, `webgpu` null without a WebGPU backend); the API's `GenerateStats`
+ * takes the counts and adds the front end's timings.
+ */
+export interface GenerationStats {
+  /** Prompt tokens given. */
+  promptTokens: number;
+  /**
+   * Prompt tokens reused from the KV cache (the previous call's prompt and output)
+   * instead of evaluated; 0 with `reusePrompt: false`.
+   */
+  cachedTokens: number;
+  /**
+   * Tokens generated (items yielded so far). The model runs at most 4 tokens ahead of the
+   * reader, so after a `break` this is at most 4 more than the tokens read.
+   */
+  tokens: number;
+  /**
+   * Why it ended: the end-of-text token, maxTokens reached, the context (nCtx) full (prompt
+   * and output fill it), a stop string; null while it runs.
+   */
+  stop: 'eos' | 'maxTokens' | 'contextFull' | 'stop' | null;
+  /** The WebGPU work of this generation so far (null when the model has no WebGPU backend). */
+  webgpu: WebGpuStats | null;
 }
 
 /**
@@ -197,7 +415,7 @@ export interface GenerateParams {
   topP?: number;
   /** Drop tokens less likely than minP times the most likely one (0 disables; default 0). */
   minP?: number;
-  /** Sampling seed, 0..2^32-1 (default random in JS, 0 in the CLI). */
+  /** Sampling seed, an integer 0..2^64-1 (from JS exact up to 2^53; default random in JS, 0 in the CLI). */
   seed?: number;
   /** 1 disables (default 1.0). */
   repeatPenalty?: number;
@@ -248,6 +466,71 @@ export interface GenerateParams {
    * (-100..100, default 1).
    */
   lengthPenalty?: number;
+}
+
+/**
+ * A load's options, the same for every front end: `Model.load`'s model options (through
+ * `WasmLoader`), `Model.inspect`'s, and the CLI's `--ctx --batch --backend --gpu-layers
+ * --threads --kv-type`. Absent means the default, which lives here (`LoadOptions::model`
+ * and `LoadOptions::backend`), not in the front ends.
+ */
+export interface LoadParams {
+  /** Context length in tokens (default: the model's, capped by the runtime). */
+  nCtx?: number;
+  /** Prompt tokens evaluated per step (default 32; cancellation is checked between steps). */
+  nBatch?: number;
+  /**
+   * 'cpu' (default), 'webgpu' (fails with code 'unsupported' and the reason where there is
+   * no adapter), or 'auto' (WebGPU when an adapter exists, else the CPU: see
+   * ModelInfo.backendNote).
+   */
+  backend?: 'cpu' | 'webgpu' | 'auto';
+  /**
+   * With 'webgpu' or 'auto': split the model by layer. Blocks n_layer-N .. n_layer-1 and the
+   * output head on WebGPU, the rest on the CPU; the embeddings only when N > n_layer; -1:
+   * everything (parsed as `usize::MAX`). Omitted: the whole model on WebGPU alone. Ignored
+   * on the CPU.
+   */
+  gpuLayers?: number;
+  /**
+   * CPU threads, 1..64. More than 1 needs a cross-origin isolated page (served with
+   * `Cross-Origin-Opener-Policy: same-origin` and `Cross-Origin-Embedder-Policy: require-corp`)
+   * and the model in a Web Worker; it then loads the threaded build (pkg-threads/ beside
+   * pkg/). Default: min(navigator.hardwareConcurrency, 4) where threads can run, else 1
+   * (the CLI: 1). Where they cannot, the model runs on 1 thread and info().threads.reason
+   * says why.
+   */
+  nThreads?: number;
+  /**
+   * The KV cache's element type (default 'f32'). 'f16' halves its memory (GPT-2 XL at
+   * nCtx 1024: 629 MB -> 315 MB; see info().memory) and moves logits by f16 rounding of the
+   * stored K and V (measured up to 3.7e-3 on the test model, greedy tokens unchanged).
+   * 'f32' is the default, unlike llama.cpp's F16, so that logits match an F32 reference.
+   * Any other value fails with code 'invalid'.
+   */
+  kvType?: 'f16' | 'f32';
+}
+
+/** `score`'s options as they cross (unknown keys refused, as everywhere). */
+export interface ScoreParams {
+  /** The most likely tokens to list per position (default 0). */
+  topK?: number;
+  /**
+   * Interventions at TransformerLens hook points (`Hook`), applied at every position (no
+   * `pos`), as generate's: the scores of the hooked model. The prompt cache is reused only
+   * under the same hooks.
+   */
+  hooks?: Hook[];
+}
+
+/** `trace`'s options as they cross: the taps, at least one. */
+export interface TraceParams {
+  /**
+   * 'attn', 'hidden', graph node names by their ggml names ('l3.ffn_gelu', 'l0.kq_soft_max',
+   * ...) and/or TransformerLens hook names ('blocks.0.attn.hook_pattern',
+   * 'ln_final.hook_scale', ...; nodes keep that name).
+   */
+  taps?: string[];
 }
 
 /**

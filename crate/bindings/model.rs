@@ -37,8 +37,9 @@ use crate::common::open_backends;
 use crate::common::options::{self, GenerateParams, LoadOptions, GENERATE_WHAT, LOAD_WHAT};
 use crate::cpu::CpuBackend;
 use crate::gguf::Limits;
-use crate::model::context::{BackendMemory, Gpt2};
+use crate::model::context::Gpt2;
 use crate::model::loader::ModelLoader;
+use crate::model::report::{ModelInfo, ModelSplit, WasmMemory};
 use crate::model::session::{Interrupt, Item, Session};
 use crate::model::ModelError;
 use crate::webgpu::{WebGpuBackend, WebGpuOptions};
@@ -176,18 +177,6 @@ enum Placement {
     Split(usize),
 }
 
-/// How the model is split, for `info().split`: measured on the graph of one token.
-struct SplitInfo {
-    /// Blocks on the GPU (0..=n_layer).
-    gpu_layers: usize,
-    embeddings_on_gpu: bool,
-    backends: Vec<String>,
-    splits: usize,
-    copies: usize,
-    copy_bytes: usize,
-    by_backend: Vec<BackendMemory>,
-}
-
 impl WasmLoader {
     /// `feed` for bytes already in wasm memory (Rust callers, tests).
     pub fn feed_bytes(&mut self, bytes: &[u8]) -> Result<(), JsValue> {
@@ -220,32 +209,13 @@ fn cpu_of(opts: &LoadOptions) -> impl FnOnce() -> Rc<dyn Backend> {
     move || Rc::new(CpuBackend::new(n))
 }
 
-/// `LoadOptions` with every default filled in, as `{ nCtx (0: the model's), nBatch, backend,
-/// gpuLayers (null: no split, -1: everything), nThreads, kvType }`: engine.js checks and plans
-/// with the values Rust will use instead of knowing the defaults itself. Unknown keys and bad
-/// values are `invalid`, as in `WasmLoader.create`.
+/// `LoadOptions` with every default filled in ([`LoadOptions::resolved`]): engine.js plans
+/// with the values Rust will use. Unknown keys and bad values are `invalid`, as in
+/// `WasmLoader.create`.
 #[wasm_bindgen]
 pub fn load_options(opts: JsValue) -> Result<JsValue, JsValue> {
     let o: LoadOptions = from_js(LOAD_WHAT, opts)?;
-    let m = o.model();
-    #[derive(Serialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Resolved {
-        n_ctx: usize,
-        n_batch: usize,
-        backend: &'static str,
-        gpu_layers: Option<f64>,
-        n_threads: usize,
-        kv_type: &'static str,
-    }
-    Ok(to_js(&Resolved {
-        n_ctx: m.n_ctx,
-        n_batch: m.n_batch,
-        backend: o.backend().name(),
-        gpu_layers: o.gpu_layers.map(|n| if n == usize::MAX { -1.0 } else { n as f64 }),
-        n_threads: m.n_threads,
-        kv_type: m.kv_type.name(),
-    }))
+    Ok(to_js(&o.resolved()))
 }
 
 #[wasm_bindgen]
@@ -382,7 +352,7 @@ impl WasmLoader {
 /// the split, and refuses one that copies from device memory to the host: in the browser
 /// a WebGPU buffer reads back only asynchronously, and the scheduler's copies are
 /// synchronous. (GPT-2's splits only copy towards the GPU: its CPU part comes first.)
-fn split_info(model: &mut Gpt2, placement: Placement) -> Result<SplitInfo, JsValue> {
+fn split_info(model: &mut Gpt2, placement: Placement) -> Result<ModelSplit, JsValue> {
     let n_layer = model.hparams.n_layer;
     let what = |n: usize| format!("planning the split of a {n}-token graph");
     let mut plans = Vec::new();
@@ -415,14 +385,14 @@ fn split_info(model: &mut Gpt2, placement: Placement) -> Result<SplitInfo, JsVal
         Placement::Split(n) => (n.min(n_layer), n > n_layer),
     };
     let (splits, copies, copy_bytes) = plans[0];
-    Ok(SplitInfo {
+    Ok(ModelSplit {
         gpu_layers,
         embeddings_on_gpu,
         backends: model.sched.backends().iter().map(|b| b.name().to_string()).collect(),
         splits,
-        copies,
-        copy_bytes,
-        by_backend: model.memory_by_backend(),
+        copies_per_token: copies,
+        copy_bytes_per_token: copy_bytes,
+        bytes_per_backend: model.memory_by_backend().iter().map(|m| (m.backend.clone(), m.into())).collect(),
     })
 }
 
@@ -435,25 +405,12 @@ pub struct WasmModel {
     backend: &'static str,
     gpu: Option<WebGpuBackend>,
     backend_note: Option<String>,
-    split: SplitInfo,
+    split: ModelSplit,
     memory_at_start: f64,
     memory_after_load: f64,
 }
 
 impl WasmModel {
-    fn split_json(&self) -> SplitJson<'_> {
-        let s = &self.split;
-        SplitJson {
-            gpu_layers: s.gpu_layers,
-            embeddings_on_gpu: s.embeddings_on_gpu,
-            backends: &s.backends,
-            splits: s.splits,
-            copies_per_token: s.copies,
-            copy_bytes_per_token: s.copy_bytes,
-            bytes_per_backend: ByBackend(&s.by_backend),
-        }
-    }
-
     /// `device_lost` once the model's WebGPU device is gone: every call that computes fails
     /// alike from then on (the weights and the KV cache went with the device).
     fn check_device(&mut self, what: &str) -> Result<(), JsValue> {
@@ -620,169 +577,17 @@ impl WasmModel {
         self.session.tokenizer.eos().map_or(-1, |t| t as i32)
     }
 
-    /// `{ arch, hparams, backend, memory: { weights, kv, compute, kvType, repacked }, split, tokenizer,
-    /// wasmMemory: { heapBase, atLoaderStart, afterLoad, now }, backendNote }` (bytes; see
-    /// `wasm_heap_base`, `wasm_memory_bytes`). `split`: `{ gpuLayers, embeddingsOnGpu,
-    /// backends, splits, copiesPerToken, copyBytesPerToken, bytesPerBackend: { [name]:
-    /// { weights, kv, compute } } }`, the splits and copies of the graph of one token.
+    /// [`ModelInfo`] (crate/model/report.rs): hyperparameters, backend, memory plan, split,
+    /// tokenizer, wasm memory (bytes; see `wasm_heap_base`, `wasm_memory_bytes`), backend note.
     pub fn info(&self) -> JsValue {
-        let (model, tokenizer) = (&self.session.model, &self.session.tokenizer);
-        let hp = &model.hparams;
-        let plan = model.memory_plan();
-        let info = Info {
-            arch: "gpt2",
-            hparams: HparamsJson {
-                n_vocab: hp.n_vocab,
-                n_ctx: model.n_ctx(),
-                n_ctx_train: hp.n_ctx_train,
-                n_embd: hp.n_embd,
-                n_head: hp.n_head,
-                n_layer: hp.n_layer,
-                n_ff: hp.n_ff,
-                n_batch: model.n_batch,
-                eps: hp.eps,
-            },
-            backend: self.backend,
-            memory: MemoryJson {
-                weights: plan.weights,
-                kv: plan.kv,
-                compute: plan.compute,
-                kv_type: model.kv.ty.name(),
-                repacked: model.repacked_bytes,
-            },
-            split: self.split_json(),
-            tokenizer: TokenizerJson {
-                n_vocab_camel: tokenizer.n_vocab(),
-                n_vocab: tokenizer.n_vocab(),
-                bos: tokenizer.bos(),
-                eos: tokenizer.eos(),
-            },
-            wasm_memory: WasmMemory {
-                heap_base: super::wasm_heap_base(),
-                at_loader_start: self.memory_at_start,
-                after_load: self.memory_after_load,
-                now: wasm_memory_bytes(),
-            },
-            backend_note: self.backend_note.as_deref(),
+        let wasm_memory = WasmMemory {
+            heap_base: super::wasm_heap_base(),
+            at_loader_start: self.memory_at_start,
+            after_load: self.memory_after_load,
+            now: wasm_memory_bytes(),
         };
-        to_js(&info)
-    }
-}
-
-/// `info()`, in the order the demo shows it (serde keeps struct field order).
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct Info<'a> {
-    arch: &'static str,
-    hparams: HparamsJson,
-    backend: &'static str,
-    memory: MemoryJson,
-    split: SplitJson<'a>,
-    tokenizer: TokenizerJson,
-    wasm_memory: WasmMemory,
-    backend_note: Option<&'a str>,
-}
-
-/// `info().hparams`, and `Model.inspect`'s (crate/bindings/inspect.rs): camelCase names
-/// (`nVocab`, ...), then the snake_case ones (`n_vocab`, ...) of earlier releases, kept one
-/// release as deprecated duplicates.
-pub(super) struct HparamsJson {
-    pub(super) n_vocab: usize,
-    pub(super) n_ctx: usize,
-    pub(super) n_ctx_train: usize,
-    pub(super) n_embd: usize,
-    pub(super) n_head: usize,
-    pub(super) n_layer: usize,
-    pub(super) n_ff: usize,
-    pub(super) n_batch: usize,
-    /// As f32's shortest form (1e-5, not 0.000009999999747).
-    pub(super) eps: f32,
-}
-
-impl Serialize for HparamsJson {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeStruct;
-        let ints = [
-            ("nVocab", "n_vocab", self.n_vocab),
-            ("nCtx", "n_ctx", self.n_ctx),
-            ("nCtxTrain", "n_ctx_train", self.n_ctx_train),
-            ("nEmbd", "n_embd", self.n_embd),
-            ("nHead", "n_head", self.n_head),
-            ("nLayer", "n_layer", self.n_layer),
-            ("nFf", "n_ff", self.n_ff),
-            ("nBatch", "n_batch", self.n_batch),
-        ];
-        let mut st = s.serialize_struct("Hparams", 2 * ints.len() + 1)?;
-        for (camel, _, v) in ints {
-            st.serialize_field(camel, &v)?;
-        }
-        // f32's shortest form read as f64 (1e-5, not 0.000009999999747 as `as f64` gives).
-        st.serialize_field("eps", &self.eps.to_string().parse::<f64>().unwrap_or(self.eps as f64))?;
-        for (_, snake, v) in ints {
-            st.serialize_field(snake, &v)?;
-        }
-        st.end()
-    }
-}
-
-#[derive(Serialize)]
-struct Bytes {
-    weights: usize,
-    kv: usize,
-    compute: usize,
-}
-
-/// `info().memory`: the plan's bytes and the KV cache's element type ("f32" or "f16",
-/// LoadOptions.kvType).
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct MemoryJson {
-    weights: usize,
-    kv: usize,
-    compute: usize,
-    kv_type: &'static str,
-    /// Bytes of `weights` the CPU reads in its repacked layout (in place: not extra).
-    repacked: usize,
-}
-
-/// `info().tokenizer`; `n_vocab` is the deprecated duplicate of `nVocab` (one release).
-#[derive(Serialize)]
-struct TokenizerJson {
-    #[serde(rename = "nVocab")]
-    n_vocab_camel: usize,
-    n_vocab: usize,
-    bos: Option<u32>,
-    eos: Option<u32>,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct WasmMemory {
-    heap_base: f64,
-    at_loader_start: f64,
-    after_load: f64,
-    now: f64,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct SplitJson<'a> {
-    gpu_layers: usize,
-    embeddings_on_gpu: bool,
-    backends: &'a [String],
-    splits: usize,
-    copies_per_token: usize,
-    copy_bytes_per_token: usize,
-    bytes_per_backend: ByBackend<'a>,
-}
-
-/// `{ [backend]: { weights, kv, compute } }` in the scheduler's order.
-struct ByBackend<'a>(&'a [BackendMemory]);
-
-impl Serialize for ByBackend<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_map(
-            self.0.iter().map(|m| (m.backend.as_str(), Bytes { weights: m.weights, kv: m.kv, compute: m.compute })),
-        )
+        let (model, tokenizer) = (&self.session.model, &self.session.tokenizer);
+        let (split, note) = (self.split.clone(), self.backend_note.clone());
+        to_js(&ModelInfo::new(model, tokenizer, self.backend, split, wasm_memory, note))
     }
 }

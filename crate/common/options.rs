@@ -12,6 +12,11 @@
 //! assert!(parse_generate(r#"{"ctx":512}"#).unwrap_err().to_string().contains("unknown option \"ctx\""));
 //! let l: LoadOptions = from_json("load options", r#"{"nCtx":64,"backend":"auto"}"#).unwrap();
 //! assert_eq!((l.model().n_ctx, l.model().n_batch, l.backend()), (64, 32, BackendChoice::Auto));
+//! let r: LoadOptions = from_json("load options", r#"{"gpuLayers":-1,"kvType":"f16"}"#).unwrap();
+//! assert_eq!(
+//!     serde_json::to_string(&r.resolved()).unwrap(),
+//!     r#"{"nCtx":0,"nBatch":32,"backend":"cpu","gpuLayers":-1,"nThreads":1,"kvType":"f16"}"#
+//! );
 //! ```
 
 use alloc::format;
@@ -54,50 +59,9 @@ pub const GENERATE_KEYS: [&str; 17] = [
     "numBeams",
     "lengthPenalty",
 ];
-pub const SCORE_KEYS: [&str; 2] = ["topK", "hooks"];
-pub const TRACE_KEYS: [&str; 1] = ["taps"];
 
 fn json_value(what: &str, json: &str) -> Result<Value, ModelError> {
     serde_json::from_str(json).map_err(|e| invalid(format!("{what}: not valid JSON ({e})")))
-}
-
-/// A JSON object whose keys are all in `known`.
-pub fn parse_object(what: &str, json: &str, known: &[&str]) -> Result<Map<String, Value>, ModelError> {
-    object(what, json_value(what, json)?, known)
-}
-
-/// `v` as an object whose keys are all in `known` (null: no keys).
-pub fn object(what: &str, v: Value, known: &[&str]) -> Result<Map<String, Value>, ModelError> {
-    let map = match v {
-        Value::Null => Map::new(),
-        Value::Object(map) => map,
-        v => return Err(invalid(format!("{what}: expected a JSON object, got {v}"))),
-    };
-    if let Some(k) = map.keys().find(|k| !known.contains(&k.as_str())) {
-        return Err(invalid(format!("{what}: unknown option {k:?} (known: {})", known.join(", "))));
-    }
-    Ok(map)
-}
-
-/// An integer option in `min..=max`, or None when absent or null.
-pub fn opt_uint(
-    map: &Map<String, Value>,
-    what: &str,
-    key: &str,
-    min: u64,
-    max: u64,
-) -> Result<Option<u64>, ModelError> {
-    match map.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => match v.as_u64() {
-            Some(n) if (min..=max).contains(&n) => Ok(Some(n)),
-            _ => Err(invalid(format!("{what}: {key} must be an integer from {min} to {max}, got {v}"))),
-        },
-    }
-}
-
-fn opt_strings(map: &Map<String, Value>, what: &str, key: &str) -> Result<Vec<String>, ModelError> {
-    map.get(key).map_or(Ok(Vec::new()), |v| de::strings(v, key)).map_err(|e| invalid(format!("{what}: {e}")))
 }
 
 /// A KV cache type by name: `"f32"` or `"f16"` (`kvType` in JS, `--kv-type` in the CLI).
@@ -133,7 +97,7 @@ pub struct GenerateParams {
     /// Drop tokens less likely than minP times the most likely one (0 disables; default 0).
     #[serde(default, deserialize_with = "de::min_p")]
     pub min_p: Option<f32>,
-    /// Sampling seed, 0..2^32-1 (default random in JS, 0 in the CLI).
+    /// Sampling seed, an integer 0..2^64-1 (from JS exact up to 2^53; default random in JS, 0 in the CLI).
     #[serde(default, deserialize_with = "de::seed")]
     pub seed: Option<u64>,
     /// 1 disables (default 1.0).
@@ -260,6 +224,7 @@ impl BackendChoice {
 /// start-up time and memory.
 pub const MAX_THREADS: u64 = 64;
 
+// ts: export LoadParams
 /// A load's options, the same for every front end: `Model.load`'s model options (through
 /// `WasmLoader`), `Model.inspect`'s, and the CLI's `--ctx --batch --backend --gpu-layers
 /// --threads --kv-type`. Absent means the default, which lives here ([`LoadOptions::model`]
@@ -267,23 +232,38 @@ pub const MAX_THREADS: u64 = 64;
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct LoadOptions {
-    /// Context length; default the model's own.
+    /// Context length in tokens (default: the model's, capped by the runtime).
     #[serde(default, deserialize_with = "de::n_ctx")]
     pub n_ctx: Option<usize>,
-    /// Most tokens per graph run; default 32.
+    /// Prompt tokens evaluated per step (default 32; cancellation is checked between steps).
     #[serde(default, deserialize_with = "de::n_batch")]
     pub n_batch: Option<usize>,
-    /// Default "cpu".
+    /// 'cpu' (default), 'webgpu' (fails with code 'unsupported' and the reason where there is
+    /// no adapter), or 'auto' (WebGPU when an adapter exists, else the CPU: see
+    /// ModelInfo.backendNote).
+    // ts: 'cpu' | 'webgpu' | 'auto'
     #[serde(default, deserialize_with = "de::backend")]
     pub backend: Option<BackendChoice>,
-    /// The last N blocks on WebGPU, the rest on the CPU; -1 (`usize::MAX`): everything.
-    /// Without it a WebGPU model is on WebGPU alone.
+    /// With 'webgpu' or 'auto': split the model by layer. Blocks n_layer-N .. n_layer-1 and the
+    /// output head on WebGPU, the rest on the CPU; the embeddings only when N > n_layer; -1:
+    /// everything (parsed as `usize::MAX`). Omitted: the whole model on WebGPU alone. Ignored
+    /// on the CPU.
     #[serde(default, deserialize_with = "de::gpu_layers")]
     pub gpu_layers: Option<usize>,
-    /// CPU threads; default 1.
+    /// CPU threads, 1..64. More than 1 needs a cross-origin isolated page (served with
+    /// `Cross-Origin-Opener-Policy: same-origin` and `Cross-Origin-Embedder-Policy: require-corp`)
+    /// and the model in a Web Worker; it then loads the threaded build (pkg-threads/ beside
+    /// pkg/). Default: min(navigator.hardwareConcurrency, 4) where threads can run, else 1
+    /// (the CLI: 1). Where they cannot, the model runs on 1 thread and info().threads.reason
+    /// says why.
     #[serde(default, deserialize_with = "de::n_threads")]
     pub n_threads: Option<usize>,
-    /// The KV cache's type, f32 (default) or f16.
+    /// The KV cache's element type (default 'f32'). 'f16' halves its memory (GPT-2 XL at
+    /// nCtx 1024: 629 MB -> 315 MB; see info().memory) and moves logits by f16 rounding of the
+    /// stored K and V (measured up to 3.7e-3 on the test model, greedy tokens unchanged).
+    /// 'f32' is the default, unlike llama.cpp's F16, so that logits match an F32 reference.
+    /// Any other value fails with code 'invalid'.
+    // ts: 'f16' | 'f32'
     #[serde(default, deserialize_with = "de::kv_type")]
     pub kv_type: Option<GgmlType>,
 }
@@ -305,6 +285,35 @@ impl LoadOptions {
             repack: Default::default(),
         }
     }
+
+    /// Every option with its default filled in (the bindings' `load_options`): engine.js
+    /// plans with the values Rust will use instead of knowing the defaults itself.
+    pub fn resolved(&self) -> ResolvedLoadOptions {
+        let m = self.model();
+        ResolvedLoadOptions {
+            n_ctx: m.n_ctx,
+            n_batch: m.n_batch,
+            backend: self.backend().name(),
+            gpu_layers: self
+                .gpu_layers
+                .map(|n| if n == usize::MAX { -1 } else { i64::try_from(n).unwrap_or(i64::MAX) }),
+            n_threads: m.n_threads,
+            kv_type: m.kv_type.name(),
+        }
+    }
+}
+
+/// [`LoadOptions`] resolved: `{ nCtx (0: the model's), nBatch, backend, gpuLayers (null: no
+/// split, -1: everything), nThreads, kvType }`.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResolvedLoadOptions {
+    pub n_ctx: usize,
+    pub n_batch: usize,
+    pub backend: &'static str,
+    pub gpu_layers: Option<i64>,
+    pub n_threads: usize,
+    pub kv_type: &'static str,
 }
 
 /// `T` (an options struct) from a value that crossed from JS or was parsed from JSON: an
@@ -328,7 +337,12 @@ pub fn from_json<T: DeserializeOwned>(what: &str, json: &str) -> Result<T, Model
 fn unknown_option(msg: &str) -> String {
     let Some(rest) = msg.strip_prefix("unknown field `") else { return msg.into() };
     let Some((key, known)) = rest.split_once('`') else { return msg.into() };
-    let known = known.trim_start_matches(", expected one of ").trim_start_matches(", expected ").replace('`', "");
+    // serde lists two names as "`a` or `b`", more as "one of `a`, `b`, `c`".
+    let known = known
+        .trim_start_matches(", expected one of ")
+        .trim_start_matches(", expected ")
+        .replace("` or `", ", ")
+        .replace('`', "");
     format!("unknown option {key:?} (known: {known})")
 }
 
@@ -412,6 +426,7 @@ mod de {
     field!(num_beams -> usize = |v| uint(&v, "numBeams", 1, 64).map(|n| n as usize));
     field!(length_penalty -> f32 = |v| num(&v, "lengthPenalty", -100.0, 100.0));
     field!(stop -> Vec<String> = |v| strings(&v, "stop"));
+    field!(taps -> Vec<String> = |v| strings(&v, "taps"));
     field!(logit_bias -> Vec<(u32, f32)> = |v| {
         let Value::Object(m) = &v else {
             return Err(format!("logitBias must be an object {{ id: bias }}, got {v}"));
@@ -460,22 +475,43 @@ pub struct ScoreOptions {
     pub hooks: Vec<Hook>,
 }
 
-/// `score`'s options: the `topK` entries per row and `hooks` ([`Hook`], as `generate`'s).
-pub fn score_options(v: Value) -> Result<ScoreOptions, ModelError> {
-    let mut map = object(SCORE_WHAT, v, &SCORE_KEYS)?;
-    let top_k = opt_uint(&map, SCORE_WHAT, "topK", 0, u32::MAX as u64)?.unwrap_or(0) as usize;
-    let hooks = match map.remove("hooks") {
-        None | Some(Value::Null) => Vec::new(),
-        Some(v) => Vec::<Hook>::deserialize(v)
-            .map_err(|e| invalid(format!("{SCORE_WHAT}: hooks: {}", unknown_option(&e.to_string()))))?,
-    };
-    Ok(ScoreOptions { top_k, hooks })
+// ts: export ScoreParams
+/// `score`'s options as they cross (unknown keys refused, as everywhere).
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ScoreParams {
+    /// The most likely tokens to list per position (default 0).
+    #[serde(default, deserialize_with = "de::top_k")]
+    pub top_k: Option<usize>,
+    /// Interventions at TransformerLens hook points ([`Hook`]), applied at every position (no
+    /// `pos`), as generate's: the scores of the hooked model. The prompt cache is reused only
+    /// under the same hooks.
+    #[serde(default)]
+    pub hooks: Option<Vec<Hook>>,
 }
 
-/// `trace`'s options: the taps (`attn`, `hidden`, or ggml node names); at least one.
+/// `score`'s options ([`ScoreParams`]), defaults filled in.
+pub fn score_options(v: Value) -> Result<ScoreOptions, ModelError> {
+    let p: ScoreParams = from_value(SCORE_WHAT, v)?;
+    Ok(ScoreOptions { top_k: p.top_k.unwrap_or(0), hooks: p.hooks.unwrap_or_default() })
+}
+
+// ts: export TraceParams
+/// `trace`'s options as they cross: the taps, at least one.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct TraceParams {
+    /// 'attn', 'hidden', graph node names by their ggml names ('l3.ffn_gelu', 'l0.kq_soft_max',
+    /// ...) and/or TransformerLens hook names ('blocks.0.attn.hook_pattern',
+    /// 'ln_final.hook_scale', ...; nodes keep that name).
+    // ts: string[]
+    #[serde(default, deserialize_with = "de::taps")]
+    pub taps: Option<Vec<String>>,
+}
+
+/// `trace`'s taps ([`TraceParams`]); none is an error.
 pub fn trace_options(v: Value) -> Result<Vec<String>, ModelError> {
-    let map = object(TRACE_WHAT, v, &TRACE_KEYS)?;
-    let taps = opt_strings(&map, TRACE_WHAT, "taps")?;
+    let taps = from_value::<TraceParams>(TRACE_WHAT, v)?.taps.unwrap_or_default();
     if taps.is_empty() {
         return Err(invalid(
             "trace options: taps must name at least one tap ('attn', 'hidden' or a graph node)".into(),

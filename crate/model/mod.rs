@@ -13,6 +13,8 @@ pub mod logprobs;
 pub mod plan;
 mod plan_backend;
 #[cfg(feature = "std")]
+pub mod report;
+#[cfg(feature = "std")]
 pub mod sae;
 pub mod sampling;
 pub mod session;

@@ -159,18 +159,26 @@ pub struct Item {
     pub top: Vec<TopToken>,
 }
 
-/// Counters of the current (or last) generation (the API's `stats()`: camelCase, `stop`
-/// null while it runs, `webgpu` null without a WebGPU backend).
+// ts: export GenerationStats
+/// Counters of the current (or last) generation (the wasm side's `stats()`: camelCase, `stop`
+/// null while it runs, `webgpu` null without a WebGPU backend); the API's `GenerateStats`
+/// takes the counts and adds the front end's timings.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 #[cfg_attr(feature = "std", derive(serde::Serialize), serde(rename_all = "camelCase"))]
 pub struct GenerationStats {
+    /// Prompt tokens given.
     pub prompt_tokens: usize,
-    /// Prompt positions taken from the KV cache instead of evaluated.
+    /// Prompt tokens reused from the KV cache (the previous call's prompt and output)
+    /// instead of evaluated; 0 with `reusePrompt: false`.
     pub cached_tokens: usize,
-    /// Items yielded so far.
+    /// Tokens generated (items yielded so far). The model runs at most 4 tokens ahead of the
+    /// reader, so after a `break` this is at most 4 more than the tokens read.
     pub tokens: usize,
+    /// Why it ended: the end-of-text token, maxTokens reached, the context (nCtx) full (prompt
+    /// and output fill it), a stop string; null while it runs.
+    // ts: 'eos' | 'maxTokens' | 'contextFull' | 'stop' | null
     pub stop: Option<StopReason>,
-    /// The WebGPU work of this generation so far (None when the model has no WebGPU backend).
+    /// The WebGPU work of this generation so far (null when the model has no WebGPU backend).
     pub webgpu: Option<BackendStats>,
 }
 

@@ -139,10 +139,10 @@ for (const worker of [true, false]) {
       assert.match(r2.message, /e2e\/harness\.html at byte 0: not a GGUF file: magic bytes "<!do" at offset 0/);
     });
 
-    test('invalid options reject with code "invalid" before any download', async () => {
+    test('invalid options reject with code "invalid", the wasm side\'s message naming the option and value', async () => {
       const r = await inPage(worker, `return await Model.load(arg, { ...opts, nCtx: -4 });`, MODEL);
       assert.equal(r.code, 'invalid');
-      assert.equal(r.message, 'nCtx must be an integer >= 1, got -4');
+      assert.equal(r.message, 'WasmLoader options: nCtx must be an integer from 1 to 4294967295, got -4');
       const r2 = await inPage(worker, `return await Model.load(arg, { ...opts, backend: 'tpu' });`, MODEL);
       assert.equal(r2.code, 'invalid');
       const r3 = await inPage(worker, `return await Model.load(arg, { ...opts, nCtx: 9999 });`, MODEL);
@@ -246,7 +246,7 @@ for (const worker of [true, false]) {
       assert.equal(r.value.stats.promptTokens, 5);
       assert.equal(r.value.stats.tokens, 5);
       assert.equal(r.value.stats.stop, 'maxTokens');
-      assert.deepEqual(r.value.bad, ['invalid', 'topP must be a number >= 0 and <= 1, got 2']);
+      assert.deepEqual(r.value.bad, ['invalid', 'generate: generation options: topP must be a number from 0 to 1, got 2']);
       assert.equal(r.value.empty, 'invalid');
     });
 
@@ -375,8 +375,8 @@ for (const worker of [true, false]) {
       assert.equal(v.stats, 'maxTokens');
       assert.deepEqual(v.piped, ['a', 'b']);
       assert.deepEqual(v.cancelled, ['cancelled', true]);
-      assert.deepEqual(v.bad, ['invalid', 'topP must be a number >= 0 and <= 1, got 2']);
-      assert.deepEqual(v.reuse, ['invalid', 'reusePrompt must be true or false, got 1']);
+      assert.deepEqual(v.bad, ['invalid', 'generate: generation options: topP must be a number from 0 to 1, got 2']);
+      assert.deepEqual(v.reuse, ['invalid', 'generate: generation options: reusePrompt must be true or false, got 1']);
       assert.equal(v.noReuse, 0);
     });
 

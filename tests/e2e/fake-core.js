@@ -20,8 +20,15 @@ export function version() { return 'fake'; }
 /** Like a build without the webgpu feature: "auto" runs on the CPU without asking for an adapter. */
 export function available_backends() { return ['cpu']; }
 export function cpu_threads() { return { supported: false, workersRunning: 0, jobs: [0, 0] }; }
-/** The real one's defaults (crate/model/options.rs LoadOptions); values were checked by engine.js. */
+/** A refusal as the wasm side's option parser words it (code 'invalid', naming the option and the value). */
+const refused = (message) => Object.assign(new Error(message), { code: 'invalid' });
+/**
+ * The real one's defaults (crate/common/options.rs LoadOptions), and its refusal of the values
+ * api.spec.mjs passes (engine.js leaves ranges to the wasm side): nCtx below 1, an unknown backend.
+ */
 export function load_options(o) {
+  if (o?.nCtx !== undefined && !(Number.isInteger(o.nCtx) && o.nCtx >= 1)) throw refused(`WasmLoader options: nCtx must be an integer from 1 to 4294967295, got ${o.nCtx}`);
+  if (o?.backend !== undefined && !['cpu', 'webgpu', 'auto'].includes(o.backend)) throw refused(`WasmLoader options: backend must be "cpu", "webgpu" or "auto", got ${JSON.stringify(o.backend)}`);
   return { nCtx: o?.nCtx ?? 0, nBatch: o?.nBatch ?? 32, backend: o?.backend ?? 'cpu', gpuLayers: o?.gpuLayers ?? null, nThreads: o?.nThreads ?? 1, kvType: o?.kvType ?? 'f32' };
 }
 export function live_gpu_buffers() { return 0; }
@@ -112,6 +119,9 @@ export class WasmModel {
   }
   start(ids, params) {
     this.#alive();
+    // The real parser's refusals of the values api.spec.mjs passes.
+    if (params.topP !== undefined && !(params.topP >= 0 && params.topP <= 1)) throw refused(`generation options: topP must be a number from 0 to 1, got ${params.topP}`);
+    if (params.reusePrompt !== undefined && typeof params.reusePrompt !== 'boolean') throw refused(`generation options: reusePrompt must be true or false, got ${params.reusePrompt}`);
     this.stop = undefined;
     // Absent options take the real parser's defaults (crate/model/session.rs GenerateOptions::default()).
     this.params = { maxTokens: 128, ...params };

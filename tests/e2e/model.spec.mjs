@@ -276,7 +276,7 @@ test('the release module\'s F32 logits are within 1e-4 of HF; F16\'s keep HF\'s 
   });
 });
 
-test('kvType \'f16\': half the KV bytes in info(), logits within tests/model/kv_type.rs\'s bound of HF; a bad kvType is "invalid"', async () => {
+test('kvType \'f16\': half the KV bytes in info(), logits within tests/model/kv_type.rs\'s bound of HF; a bad kvType, nCtx, topP or seed is "invalid" in the Rust parser\'s words', async () => {
   const r = await inPage(true, `
     const rows = new Float32Array(await (await fetch('/tests/fixtures/tiny-gpt2.hf-rows.bin')).arrayBuffer());
     const n = 50257;
@@ -295,6 +295,12 @@ test('kvType \'f16\': half the KV bytes in info(), logits within tests/model/kv_
       await m.dispose();
     }
     try { await Model.load(arg.f32, { ...opts, kvType: 'q8_0' }); out.bad = 'loaded'; } catch (e) { out.bad = [e.code, e.message]; }
+    // Ranges are the Rust parser's (engine.js checks only what crosses): its messages come through.
+    try { await Model.load(arg.f32, { ...opts, nCtx: -4 }); out.badCtx = 'loaded'; } catch (e) { out.badCtx = [e.code, e.message]; }
+    const m = await Model.load(arg.f32, opts);
+    try { for await (const t of m.generate('x', { topP: 2 })) {} out.badTopP = 'ran'; } catch (e) { out.badTopP = [e.code, e.message]; }
+    try { for await (const t of m.generate('x', { seed: -1 })) {} out.badSeed = 'ran'; } catch (e) { out.badSeed = [e.code, e.message]; }
+    await m.dispose();
     return out;
   `, { f32: F32, prompts: HF.prompts });
   assert.ok(r.ok, r.message);
@@ -313,6 +319,9 @@ test('kvType \'f16\': half the KV bytes in info(), logits within tests/model/kv_
   });
   assert.equal(v.bad[0], 'invalid');
   assert.match(v.bad[1], /WasmLoader options: kvType must be "f16" or "f32", got "q8_0"$/);
+  assert.deepEqual(v.badCtx, ['invalid', 'WasmLoader options: nCtx must be an integer from 1 to 4294967295, got -4']);
+  assert.deepEqual(v.badTopP, ['invalid', 'generate: generation options: topP must be a number from 0 to 1, got 2']);
+  assert.deepEqual(v.badSeed, ['invalid', 'generate: generation options: seed must be an integer from 0 to 18446744073709551615, got -1']);
 });
 
 test('the wasm seam: next() is the whole item or undefined, stats() says why it ended, load_options() holds the defaults', async () => {

@@ -7,12 +7,14 @@ import { fileURLToPath } from 'node:url';
 import ts from 'typescript';
 
 const D_TS = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../web/ggweb.d.ts');
+/** Where ggweb's own types are declared: the hand-written file and the one generated from Rust. */
+const OURS = [D_TS, D_TS.replace(/ggweb\.d\.ts$/, 'ggweb.types.d.ts')];
 let checker;
 let file;
 
 /**
  * `{ key: { optional, shape } }` of the exported interface `name`, nested where a field is
- * itself an object type declared in ggweb.d.ts; `true` (a leaf) for primitives, arrays,
+ * itself an object type declared in ggweb.d.ts or ggweb.types.d.ts; `true` (a leaf) for primitives, arrays,
  * typed arrays, records (index signatures) and library types.
  */
 export function declaredShape(name) {
@@ -35,7 +37,7 @@ function walk(type) {
   }
   if (!(t.flags & ts.TypeFlags.Object) || checker.isArrayType(t) || checker.getIndexInfosOfType(t).length) return true;
   const decl = t.symbol?.declarations?.[0];
-  if (!decl || path.resolve(decl.getSourceFile().fileName) !== D_TS) return true;
+  if (!decl || !OURS.includes(path.resolve(decl.getSourceFile().fileName))) return true;
   return Object.fromEntries(checker.getPropertiesOfType(t).map((p) => [p.name, {
     optional: (p.flags & ts.SymbolFlags.Optional) !== 0,
     shape: walk(checker.getTypeOfSymbol(p)),
