@@ -532,9 +532,16 @@ export interface InspectResult {
   /**
    * The memory plan, equal to a later load's `info().memory` (and `split.bytesPerBackend`).
    * `compute` is null when weights + KV alone exceed the budget (then not measured).
+   * `gradient`: the memory one gradient call (`run`'s `grad`, `saliency`, `patch`'s
+   * `method: 'attribution'`) over nCtx tokens plans on top of `total` — its compute buffers
+   * (activations kept for the backward pass, gradients) and the gradient read back, for the
+   * loss over every position (`of: { loss: 'mean' }`, the largest metric) and a backward pass
+   * to `hook_embed`; each further `wrt` point adds its own gradient. A call
+   * that does not fit what the budget leaves is refused with `unsupported` and the sizes.
+   * Null when not measured.
    */
   memory: {
-    weights: number; kv: number; compute: number | null; total: number; kvType: 'f32' | 'f16';
+    weights: number; kv: number; compute: number | null; gradient: number | null; total: number; kvType: 'f32' | 'f16';
     byBackend: Record<string, BackendBytes>;
   };
   /**

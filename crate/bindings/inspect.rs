@@ -112,6 +112,7 @@ impl WasmInspector {
                 weights: plan.weights() as f64,
                 kv: plan.kv() as f64,
                 compute: plan.compute_measured.then(|| plan.compute() as f64),
+                gradient: plan.gradient.map(|b| b as f64),
                 total: plan.total() as f64,
                 kv_type: opts.kv_type.name(),
                 by_backend: plan
@@ -189,6 +190,8 @@ struct MemoryJson {
     kv: f64,
     /// None when weights and KV alone are over the budget (not measured).
     compute: Option<f64>,
+    /// A gradient run over n_ctx tokens, on top of the model (None when not measured).
+    gradient: Option<f64>,
     total: f64,
     kv_type: &'static str,
     by_backend: BTreeMap<String, BytesJson>,
