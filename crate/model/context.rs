@@ -139,8 +139,9 @@ pub struct Batch<'a> {
     pub grad: Option<GradRun<'a>>,
 }
 
-/// The backward pass of a [`Batch`] (one sequence, one ubatch of all its tokens, every
-/// position through the head): the metric is `Σ w ⊙ logits`, or `Σ w ⊙ log_softmax(logits)`
+/// The backward pass of a [`Batch`] (one ubatch of all its tokens, every position through
+/// the head; one sequence, or several at their positions — their metrics add, and each
+/// row's gradient is its own sequence's): the metric is `Σ w ⊙ logits`, or `Σ w ⊙ log_softmax(logits)`
 /// per row with `log_softmax` (`w`: `[n_tokens][n_vocab]`, the metric's coefficients), built
 /// in the graph after the logits; its gradient with respect to each of `nodes` (graph names:
 /// the node's value, after any hook on it) is appended to the graph
@@ -388,7 +389,7 @@ impl Gpt2 {
         let ub = Ubatch { scores: true, ..Ubatch::at(0, n, n) };
         let io = build_graph_with(hp, &self.weights, &self.kv, ub, &[]);
         let gctx = grad_context(&io, true);
-        let (gf, bytes, _) = run_graph_of(&io, &gctx, &ub, &[], true, Some(&grad), hp.n_layer)?;
+        let (gf, bytes, _) = run_graph_of(&io, &gctx, &ub, &[], n, Some(&grad), hp.n_layer)?;
         let mut sched = Sched::new(self.sched.backends().to_vec())?;
         sched.alloc_graph(&gf)?;
         let compute: u64 = (0..sched.n_backends()).map(|i| sched.compute_buffer_size(i) as u64).sum();
@@ -579,16 +580,13 @@ impl Gpt2 {
                 let (gf, own_plan) = match inspect {
                     false => (None, None),
                     true => {
-                        let wants_logits = batch.logits != Logits::None || batch.grad.is_some();
-                        let (gf, bytes, bw) = run_graph_of(
-                            &io,
-                            &gctx,
-                            &ub,
-                            batch.taps,
-                            wants_logits,
-                            batch.grad.as_ref(),
-                            self.hparams.n_layer,
-                        )?;
+                        let rows = match batch.logits {
+                            Logits::All => ub.n_out,
+                            Logits::Last => 1,
+                            Logits::None => 0,
+                        };
+                        let (gf, bytes, bw) =
+                            run_graph_of(&io, &gctx, &ub, batch.taps, rows, batch.grad.as_ref(), self.hparams.n_layer)?;
                         backward = bw;
                         own_bytes = bytes;
                         let what = match &batch.grad {
@@ -646,6 +644,8 @@ impl Gpt2 {
             }
             sink(Chunk { first: if one_seq { batch.n_past + done } else { done }, tokens: chunk, logits: &rows });
             match batch.logits {
+                // Moved, not copied, when it is the only ubatch: a run's logits are held once.
+                Logits::All if out.logits.is_empty() => out.logits = rows,
                 Logits::All => out.logits.extend_from_slice(&rows),
                 Logits::Last if last => out.logits = rows,
                 _ => {}
@@ -675,14 +675,13 @@ impl Gpt2 {
                 "a batch that starts at a layer takes one sequence: it has sequence positions".into(),
             ));
         }
-        if !batch.hooks.is_empty() {
+        // A gradient run over several sequences (integrated gradients' steps) may hook them:
+        // its hooks see the batch's rows as positions, in batch order.
+        if !batch.hooks.is_empty() && batch.grad.is_none() {
             return Err(ModelError::Invalid(format!(
                 "hooks take one sequence: a batch with {} hooks has sequence positions",
                 batch.hooks.len()
             )));
-        }
-        if batch.grad.is_some() {
-            return Err(ModelError::Invalid("a gradient run takes one sequence: it has sequence positions".into()));
         }
         if tokens.is_empty() || tokens.len() != batch.seq.len() || !batch.taps.is_empty() {
             return Err(ModelError::Invalid(format!(
@@ -843,7 +842,8 @@ fn grad_context(io: &GraphIo, grad: bool) -> Context {
 
 /// The graph of a run with taps, hooks or a gradient ([`pruned`], then [`add_backward`] in
 /// `gctx`), and the bytes it keeps besides its compute buffers: the taps and gradients read
-/// back, and the KQ mask's host copy. One place for what [`Gpt2::decode`] runs and
+/// back, the `logit_rows` rows of logits read back (none: the logits are not computed), and
+/// the KQ mask's host copy. One place for what [`Gpt2::decode`] runs and
 /// [`Gpt2::gradient_bytes`] plans.
 #[allow(clippy::type_complexity)]
 fn run_graph_of(
@@ -851,11 +851,12 @@ fn run_graph_of(
     gctx: &Context,
     ub: &Ubatch,
     taps: &[String],
-    logits: bool,
+    logit_rows: usize,
     grad: Option<&GradRun<'_>>,
     n_layer: usize,
 ) -> Result<(Graph, u64, Option<(Tensor, Vec<Option<Tensor>>)>), ModelError> {
-    let (mut gf, mut bytes) = pruned(io, taps, logits, ub.start, n_layer)?;
+    let (mut gf, mut bytes) = pruned(io, taps, logit_rows > 0, ub.start, n_layer)?;
+    bytes += 4 * (logit_rows as u64) * io.logits.ne[0] as u64;
     let mut backward = None;
     if let Some(g) = grad {
         let (w, grads, grad_bytes) = add_backward(&mut gf, gctx, io, g)?;
@@ -868,8 +869,9 @@ fn run_graph_of(
 
 /// Appends a gradient run's metric ([`GradRun`]) after the logits of `gf` and the backward
 /// pass to each of its nodes (made params); returns the metric's weight input, each node's
-/// gradient (None where the metric does not depend on it) and the bytes of the gradients read
-/// back. A node that is not in the graph is `invalid`, naming it.
+/// gradient (None where the metric does not depend on it) and the host bytes besides the
+/// compute buffers: the gradients read back and the metric's weights. A node that is not in
+/// the graph is `invalid`, naming it.
 fn add_backward(
     gf: &mut Graph,
     ctx: &Context,
@@ -893,7 +895,8 @@ fn add_backward(
     metric.set_name("metric");
     gf.build_forward_expand(&metric);
     let mut params = Vec::with_capacity(g.nodes.len());
-    let mut bytes = 0u64;
+    // The metric's weights are held on the host too (the caller's `w`, copied in).
+    let mut bytes = 4 * g.w.len() as u64;
     for name in g.nodes {
         let t = io
             .graph
