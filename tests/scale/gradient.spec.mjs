@@ -1,6 +1,7 @@
 // A gradient pass at full size in wasm32 (issue 37's memory acceptance; npm run test:scale):
 // the 124M shape at Q8_0 (.models/124m-q8_0.gguf from bench/make_models.sh, or
-// GGWEB_SCALE_GRAD_MODEL), 256 tokens, in headless Chromium on web/pkg (1 thread, plain SIMD). Model.inspect with nCtx 256 states
+// GGWEB_SCALE_GRAD_MODEL), 256 tokens, in headless Chromium on web/pkg (1 thread, plain
+// SIMD). Model.inspect with nCtx 256 states
 // `memory.gradient`, the plan of a gradient run over 256 tokens (the loss over every position,
 // backward to hook_embed), and it equals `ggweb inspect --json`'s; model.run with that grad
 // fits and runs; its metric and gradient agree with the native CLI's on the same file; and
