@@ -209,3 +209,46 @@ fn inspect_states_a_gradient_runs_memory_and_the_budget_holds_it() {
     assert!(plain.logits == plain_ref.logits);
     embed_grad(&mut tight, &tokens[..n_ctx / 2]).unwrap();
 }
+
+/// Integrated gradients' steps run as batches of sequences; where a batch's plan does not
+/// fit what the budget leaves, it is halved (down to one sequence): with room for about
+/// three single-sequence gradient runs, the scores are still the reference's.
+#[test]
+fn integrated_gradients_batches_shrink_to_the_budget() {
+    use ggweb::model::loader::ModelLoader;
+    use ggweb::model::plan::{HeaderPlan, HeaderReader};
+    let bytes = std::fs::read(fixture("tiny-f32.gguf")).unwrap();
+    let mut r = HeaderReader::new(Some(bytes.len() as u64));
+    for c in bytes.chunks(4096) {
+        if r.feed(c).unwrap() {
+            break;
+        }
+    }
+    let header = r.into_header().unwrap();
+    let one = HeaderPlan::new(
+        &header,
+        vec![Rc::new(CpuBackend::new(1))],
+        None,
+        &Gpt2Options { n_ctx: 14, ..Default::default() },
+    )
+    .unwrap()
+    .gradient
+    .unwrap();
+    let full = HeaderPlan::new(&header, vec![Rc::new(CpuBackend::new(1))], None, &Gpt2Options::default()).unwrap();
+    let budget = full.total() + 3 * one;
+    let mut l = ModelLoader::new(
+        Rc::new(CpuBackend::new(1)),
+        Gpt2Options::default(),
+        Default::default(),
+        Some(bytes.len() as u64),
+    )
+    .with_budget(budget);
+    for c in bytes.chunks(1 << 16) {
+        l.feed(c).unwrap();
+    }
+    let mut s = Session::new(l.finish().unwrap());
+    // The whole batch of 32 steps would not fit.
+    assert!(full.gradient.unwrap() > 3 * one);
+    let worst = grad_ref::check_saliency(&mut s, &grad_ref::load());
+    eprintln!("budget {budget} B (a 14-token gradient run plans {one} B): worst saliency difference {worst:e}");
+}
