@@ -534,7 +534,8 @@ export interface InspectResult {
    * `compute` is null when weights + KV alone exceed the budget (then not measured).
    * `gradient`: the memory one gradient call (`run`'s `grad`, `saliency`, `patch`'s
    * `method: 'attribution'`) over nCtx tokens plans on top of `total` — its compute buffers
-   * (activations kept for the backward pass, gradients) and the gradient read back, for the
+   * (activations kept for the backward pass, gradients) and what it holds besides (the logits
+   * and the gradient read back, the metric's weights), for the
    * loss over every position (`of: { loss: 'mean' }`, the largest metric) and a backward pass
    * to `hook_embed`; each further `wrt` point adds its own gradient. A call
    * that does not fit what the budget leaves is refused with `unsupported` and the sizes.

@@ -141,8 +141,8 @@ pub struct Batch<'a> {
 
 /// The backward pass of a [`Batch`] (one ubatch of all its tokens, every position through
 /// the head; one sequence, or several at their positions — their metrics add, and each
-/// row's gradient is its own sequence's): the metric is `Σ w ⊙ logits`, or `Σ w ⊙ log_softmax(logits)`
-/// per row with `log_softmax` (`w`: `[n_tokens][n_vocab]`, the metric's coefficients), built
+/// row's gradient is its own sequence's): the metric is `Σ w ⊙ logits`, or
+/// `Σ w ⊙ log_softmax(logits)` per row with `log_softmax` (`w`: `[n_tokens][n_vocab]`, the metric's coefficients), built
 /// in the graph after the logits; its gradient with respect to each of `nodes` (graph names:
 /// the node's value, after any hook on it) is appended to the graph
 /// ([`Graph::build_backward_expand`]), planned with the forward nodes and read back into
@@ -196,9 +196,9 @@ pub struct Decoded {
     pub grads: Vec<TapValue>,
     /// Bytes of the compute buffers a tapped run planned (0 on the reserved hot path).
     pub compute_bytes: usize,
-    /// A tapped run's whole plan: its compute buffers and what it keeps besides them (the
-    /// taps and gradients read back, the KQ mask's host copy); what [`Gpt2::gradient_bytes`]
-    /// plans for a gradient run.
+    /// A tapped run's whole plan: its compute buffers and what it keeps besides them on the
+    /// host (the taps, gradients and logits read back, a gradient run's metric weights, the
+    /// KQ mask's copy); what [`Gpt2::gradient_bytes`] plans for a gradient run.
     pub planned_bytes: u64,
 }
 
@@ -371,8 +371,8 @@ impl Gpt2 {
     /// `memory.gradient`): the forward pass, the loss over every position and the backward
     /// pass to the token embeddings (`hook_embed`: through every block, the least any
     /// gradient run computes), its compute buffers planned as [`decode`](Self::decode)
-    /// plans them, plus the gradient read back and the mask's host copy
-    /// ([`Decoded::planned_bytes`] of that run). Each further `wrt` point adds its own
+    /// plans them, plus what it holds on the host besides (the logits and the gradient read
+    /// back, the metric's weights, the mask: [`Decoded::planned_bytes`] of that run). Each further `wrt` point adds its own
     /// gradient, kept to the end of the run. For the model a memory plan measures (its
     /// backends' buffers hold nothing: [`super::plan::HeaderPlan`]); a loaded model would
     /// allocate the plan's buffers, and free them on return.
