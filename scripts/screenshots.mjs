@@ -34,6 +34,10 @@ try {
   await idle('inside-btn');
   await page.click('#ablate-grid input[data-layer="0"][data-head="0"]');
   await idle('inside-btn');
+  await page.selectOption('#sal-method', 'integratedGradients');
+  await page.click('#sal-btn');
+  await page.waitForSelector('#sal-tokens span');
+  await idle('sal-btn');
   await page.click('#patch-btn');
   await page.waitForSelector('#patch-result:not([hidden])');
   await idle('patch-btn');
@@ -47,6 +51,7 @@ try {
   const shots = [
     ['demo-attention.png', ['#attn-controls', '#attn-map', '#attn-readout']],
     ['demo-logit-lens.png', ['#lens-grid']],
+    ['demo-saliency.png', ['#sal-method', '#sal-stats', '#sal-tokens']],
     ['demo-ablation.png', ['#ablate-grid', '#inside-result .two-col']],
     ['demo-patching.png', ['#patch-section']],
     ['demo-steering.png', ['#steer-section']],

@@ -5,6 +5,8 @@
 # CLI (release) and, if missing, the wasm packages, then runs tests/scale/*.spec.mjs:
 # XL at Q8_0 and Q4_K_M in headless Chromium on 1 and 2 threads against the native CLI, then
 # XL at F16 wholly on WebGPU (lavapipe) against the CPU backend (tests/webgpu/webgpu_load.rs).
+# tests/scale/gradient.spec.mjs: a gradient pass over 256 tokens of the 124M shape at Q8_0
+# (.models/124m-q8_0.gguf, from bench/make_models.sh) in wasm32, its peak wasm memory printed.
 #   GGWEB_SCALE_SHAPES=xl,large,medium npm run test:scale     # more shapes (default xl)
 # Logs: tests/artifacts/logs/scale.log.
 set -euo pipefail
@@ -27,6 +29,7 @@ bash tests/fixtures/make_scale_models.sh --shapes "$shapes" --types "$types" --o
 for p in pkg pkg-threads; do
     [ -f "web/$p/ggweb_core.js" ] || { log "web/$p is missing: building the wasm packages"; bash scripts/build-wasm.sh; break; }
 done
+[ -f .models/124m-q8_0.gguf ] || die ".models/124m-q8_0.gguf is missing (tests/scale/gradient.spec.mjs): bash bench/make_models.sh"
 mkdir -p tests/artifacts/logs
 BROWSER_TMP="$(mktemp -d -t ggweb-browser.XXXXXX)"
 trap 'rm -rf "$BROWSER_TMP"' EXIT

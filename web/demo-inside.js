@@ -1,7 +1,8 @@
 // The demo's interpretability panels (index.html sections 3-5), on the loaded model:
 // "Look inside" (GLTR colours from score(), attention heatmaps from trace() with token axes,
-// a logit-lens grid from logitLens(), head ablation through run() hooks), activation patching
-// (patch()) and steering a streamed generate() with a residual-difference or SAE vector.
+// a logit-lens grid from logitLens(), saliency() of the predicted token, head ablation through
+// run() hooks), activation patching (patch(): exact, attribution, or both side by side with
+// their Spearman rank correlation) and steering a streamed generate() with a residual-difference or SAE vector.
 // Every handler shows its errors in the page (ctx.showError), never on the console.
 import { GgwebError } from './ggweb.js';
 
@@ -44,6 +45,33 @@ export function topNext(logits, nVocab, k = 5) {
   return top.map((t) => ({ ...t, logprob: t.logit - lse }));
 }
 
+/** Ranks of `xs` (1-based; ties share their mean rank). */
+function ranks(xs) {
+  const order = Array.from(xs, (_, i) => i).sort((a, b) => xs[a] - xs[b]);
+  const r = new Float64Array(xs.length);
+  for (let i = 0; i < order.length;) {
+    let j = i;
+    while (j + 1 < order.length && xs[order[j + 1]] === xs[order[i]]) j++;
+    for (let k = i; k <= j; k++) r[order[k]] = (i + j) / 2 + 1;
+    i = j + 1;
+  }
+  return r;
+}
+
+/** Spearman's rank correlation of two equally long arrays: Pearson's r of their ranks (NaN if one is constant). */
+export function spearman(a, b) {
+  const [ra, rb] = [ranks(a), ranks(b)];
+  const mean = (ra.length + 1) / 2;
+  let sab = 0, saa = 0, sbb = 0;
+  for (let i = 0; i < ra.length; i++) {
+    const [x, y] = [ra[i] - mean, rb[i] - mean];
+    sab += x * y;
+    saa += x * x;
+    sbb += y * y;
+  }
+  return sab / Math.sqrt(saa * sbb);
+}
+
 /**
  * Wires the panels. `ctx`: { model() (the loaded Model or null), showError, clearError,
  * lock(on) (disables the page's other model buttons while a panel uses the model) }.
@@ -57,13 +85,15 @@ export function initInside(ctx) {
     lensGrid: $('lens-grid'), ablateGrid: $('ablate-grid'), ablateHooks: $('ablate-hooks'), predBase: $('pred-base'), predAblated: $('pred-ablated'),
     patchClean: $('patch-clean'), patchCorrupted: $('patch-corrupted'), patchAnswer: $('patch-answer'), patchAgainst: $('patch-against'),
     patchAt: $('patch-at'), patchBtn: $('patch-btn'), patchStats: $('patch-stats'), patchResult: $('patch-result'),
-    patchLegend: $('patch-legend'), patchGrid: $('patch-grid'),
+    patchLegend: $('patch-legend'), patchGrid: $('patch-grid'), patchMethod: $('patch-method'), patchCorr: $('patch-corr'),
+    patchExact: $('patch-exact'), patchAtp: $('patch-atp'), patchLegendAtp: $('patch-legend-atp'), patchGridAtp: $('patch-grid-atp'),
+    salMethod: $('sal-method'), salBtn: $('sal-btn'), salStats: $('sal-stats'), salTokens: $('sal-tokens'),
     steerPrompt: $('steer-prompt'), steerLayer: $('steer-layer'), steerA: $('steer-a'), steerB: $('steer-b'),
     saeFeature: $('sae-feature'), saeUrl: $('sae-url'), saeLoadBtn: $('sae-load-btn'), saeStatus: $('sae-status'),
     steerStrength: $('steer-strength'), steerStrengthOut: $('steer-strength-out'), steerMax: $('steer-max'),
     steerBtn: $('steer-btn'), steerStats: $('steer-stats'), steerHooks: $('steer-hooks'), steerPlain: $('steer-plain'), steerOut: $('steer-out'),
   };
-  const buttons = [el.insideBtn, el.patchBtn, el.steerBtn, el.saeLoadBtn];
+  const buttons = [el.insideBtn, el.salBtn, el.patchBtn, el.steerBtn, el.saeLoadBtn];
   let enabled = false;
   let busy = false;
   let inside = null; // { ids, text, score, attn, n, nHead, nLayer, nVocab, lens, base }
@@ -154,6 +184,31 @@ export function initInside(ctx) {
     el.insideStats.textContent = `${ids.length} tokens${cut ? ` (the first ${nCtx}: the context)` : ''} · ` +
       `top 10: ${counts.r10} · top 100: ${counts.r100} · top 1000: ${counts.r1000} · rest: ${counts.rest} · ` +
       `${Math.round(performance.now() - t0)} ms`;
+  });
+
+  // Saliency: each token of the text coloured by its score for the model's predicted next token.
+  const saliency = () => task(el.salStats, async (m) => {
+    el.salStats.textContent = 'computing…';
+    const t0 = performance.now();
+    const { ids } = await tokens(m, el.insideText.value, 'Saliency');
+    const base = await m.run(ids);
+    const nVocab = base.logits.length / ids.length;
+    const [pred] = topNext(base.logits, nVocab, 1);
+    const method = el.salMethod.value;
+    const r = await m.saliency(ids, { of: { logprob: { token: pred.token } }, method });
+    const names = await text(m, [...ids, pred.token], new Map());
+    let scale = 0;
+    for (const v of r.scores) scale = Math.max(scale, Math.abs(v));
+    el.salTokens.dataset.method = method;
+    el.salTokens.dataset.predicted = String(pred.token);
+    el.salTokens.replaceChildren(...ids.map((id, i) => {
+      const v = r.scores[i];
+      const span = cell('span', names.get(id), { i: String(i), score: String(v), style: `background: ${diverging(v, scale)};${Math.abs(v) > 0.6 * scale ? ' color: #fff;' : ''}` });
+      span.title = `${i}: ${quoted(names.get(id))} · score ${v.toPrecision(4)}`;
+      return span;
+    }));
+    el.salStats.textContent = `${ids.length} tokens · for the prediction ${quoted(names.get(pred.token))} (p = ${pct(pred.logprob)}) · ` +
+      `${method}${r.delta === undefined ? '' : `, completeness gap ${r.delta.toFixed(4)}`} · ${Math.round(performance.now() - t0)} ms`;
   });
 
   function fillSelect(select, n, keepDefault = 0) {
@@ -332,9 +387,31 @@ export function initInside(ctx) {
     const answer = await oneToken(m, el.patchAnswer.value, 'The answer');
     const against = await oneToken(m, el.patchAgainst.value, 'The "against" token');
     const at = el.patchAt.value;
-    const r = await m.patch(clean.ids, corrupted.ids, { at, answer, against });
+    const method = el.patchMethod.value;
     const names = await text(m, [...clean.ids, ...corrupted.ids], new Map());
-    renderPatch(r, at, clean.ids, corrupted.ids, names);
+    const ms = {};
+    const sweep = async (how) => {
+      const t = performance.now();
+      const r = await m.patch(clean.ids, corrupted.ids, { at, answer, against, method: how });
+      ms[how] = Math.round(performance.now() - t);
+      return r;
+    };
+    const exact = method === 'attribution' ? null : await sweep('exact');
+    const atp = method === 'exact' ? null : await sweep('attribution');
+    el.patchExact.hidden = !exact;
+    el.patchAtp.hidden = !atp;
+    if (exact) renderPatch(exact, at, clean.ids, corrupted.ids, names, el.patchGrid, el.patchLegend);
+    if (atp) renderPatch(atp, at, clean.ids, corrupted.ids, names, el.patchGridAtp, el.patchLegendAtp, true);
+    const r = exact ?? atp;
+    if (exact && atp) {
+      const rho = spearman(exact.cells, atp.cells);
+      el.patchCorr.dataset.rho = String(rho);
+      el.patchCorr.textContent = `Rank correlation (Spearman ρ) of the two sweeps' cells: ${rho.toFixed(3)} over ` +
+        `${exact.cells.length} cells · exact ${ms.exact} ms, attribution ${ms.attribution} ms`;
+    } else {
+      delete el.patchCorr.dataset.rho;
+      el.patchCorr.textContent = '';
+    }
     el.patchResult.hidden = false;
     el.patchStats.textContent = `${r.shape[0]} × ${r.shape[1]} cells · clean ${r.cleanDiff.toFixed(3)}, ` +
       `corrupted ${r.corruptedDiff.toFixed(3)} · ${Math.round(performance.now() - t0)} ms`;
@@ -350,7 +427,7 @@ export function initInside(ctx) {
    * Cells show the logit difference; the colour is its change from the corrupted run's (blue:
    * towards the answer, red: away from it), full at the largest change in the sweep.
    */
-  function renderPatch(r, at, clean, corrupted, names) {
+  function renderPatch(r, at, clean, corrupted, names, grid, legend, estimate = false) {
     const [rows, cols] = r.shape;
     const base = r.corruptedDiff;
     let scale = Math.abs(r.cleanDiff - base);
@@ -386,11 +463,11 @@ export function initInside(ctx) {
       }
       table.append(tr);
     }
-    el.patchGrid.replaceChildren(table);
+    grid.replaceChildren(table);
     const bar = cell('span', undefined, { class: 'bar', style: `background: linear-gradient(to right, ${diverging(-scale, scale)}, #fff, ${diverging(scale, scale)})` });
-    el.patchLegend.replaceChildren(
+    legend.replaceChildren(
       cell('span', (-scale).toFixed(3), { class: 'muted' }), bar, cell('span', `+${scale.toFixed(3)}`, { class: 'muted' }),
-      cell('span', ` Each cell: logit(answer) − logit(against) of the corrupted run with that ${at === 'z' ? 'head\'s output' : 'activation'} ` +
+      cell('span', ` Each cell${estimate ? ' (a first-order estimate from one backward pass)' : ''}: logit(answer) − logit(against) of the corrupted run with that ${at === 'z' ? 'head\'s output' : 'activation'} ` +
         `from the clean run; its colour, the change from the corrupted run's ${base.toFixed(3)} (clean run: ${r.cleanDiff.toFixed(3)}).`,
       { class: 'muted' }),
     );
@@ -494,6 +571,7 @@ export function initInside(ctx) {
   });
   el.ablateGrid.addEventListener('change', ablate);
   el.patchBtn.addEventListener('click', patch);
+  el.salBtn.addEventListener('click', saliency);
   el.steerBtn.addEventListener('click', steer);
   el.saeLoadBtn.addEventListener('click', loadSae);
   el.steerStrength.addEventListener('input', () => { el.steerStrengthOut.textContent = el.steerStrength.value; });

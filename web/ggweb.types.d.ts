@@ -238,6 +238,16 @@ export interface PlanMemory {
   weights: number;
   kv: number;
   compute: number | null;
+  /**
+   * The memory one gradient call (`run`'s `grad`, `saliency`, `patch`'s `method:
+   * 'attribution'`) over nCtx tokens plans on top of `total`: its compute buffers
+   * (activations kept for the backward pass, gradients) and what it holds besides (the
+   * logits and the gradient read back, the metric's weights), for the loss over every
+   * position (`of: { loss: 'mean' }`, the largest metric) and a backward pass to
+   * `hook_embed`; each further `wrt` point adds its own gradient. A call that does not fit
+   * what the budget leaves is refused with `unsupported` and the sizes. Null when not measured.
+   */
+  gradient: number | null;
   total: number;
   kvType: 'f32' | 'f16';
   byBackend: Record<string, BackendBytes>;

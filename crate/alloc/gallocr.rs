@@ -248,6 +248,8 @@ pub struct Gallocr {
     inplace: bool,
     n_reserves: usize,
     n_buffer_allocs: usize,
+    /// Bytes the host buffers' peaks may take together ([`Gallocr::set_host_limit`]).
+    host_limit: Option<usize>,
 }
 
 fn same_buffer(a: &Rc<dyn Buffer>, b: *const dyn Buffer) -> bool {
@@ -287,12 +289,20 @@ impl Gallocr {
             inplace: true,
             n_reserves: 0,
             n_buffer_allocs: 0,
+            host_limit: None,
         }
     }
 
     /// ggml_gallocr_new: one buffer type, buffer id 0.
     pub fn new_single(buft: Rc<dyn BufferType>) -> Gallocr {
         Gallocr::new(vec![buft])
+    }
+
+    /// Caps the bytes the host buffer types' compute buffers may take together: a plan whose
+    /// peaks pass it is refused (`OutOfMemory`, the planned bytes as `requested`) before any
+    /// buffer is allocated. A call's own plan inside a model's memory budget.
+    pub fn set_host_limit(&mut self, bytes: Option<usize>) {
+        self.host_limit = bytes;
     }
 
     /// Number of buffer ids.
@@ -569,6 +579,15 @@ impl Gallocr {
                     requested: peak,
                     limit: max,
                 });
+            }
+        }
+        if let Some(limit) = self.host_limit {
+            let host: usize = (0..n)
+                .filter(|&id| self.bufts[id].is_host() && !self.talloc_of[..id].contains(&self.talloc_of[id]))
+                .map(|id| self.tallocs[self.talloc_of[id]].max_size())
+                .fold(0, usize::saturating_add);
+            if host > limit {
+                return Err(BackendError::OutOfMemory { what: "host compute buffers".into(), requested: host, limit });
             }
         }
         for id in 0..n {

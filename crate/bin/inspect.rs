@@ -222,6 +222,14 @@ fn plan(args: &Args, header: &GgufHeader) -> Result<PlanReport, String> {
             format!("{} budget {b}, largest buffer {max} B", m.backend)
         })
         .collect();
+    if let Some(g) = p.gradient {
+        let _ = writeln!(
+            text,
+            "  gradient {g} B ({:.2} MiB) more per gradient run over {} tokens (backward to hook_embed)",
+            mib(g),
+            p.n_ctx
+        );
+    }
     let verdict = |misfit: &Option<String>| misfit.as_ref().map_or("yes".to_string(), |r| format!("no: {r}"));
     let _ = writeln!(text, "fits here: {} ({})", verdict(&p.misfit), budgets.join("; "));
     let _ = writeln!(
@@ -248,6 +256,7 @@ fn plan(args: &Args, header: &GgufHeader) -> Result<PlanReport, String> {
         "weights": p.weights(),
         "kv": p.kv(),
         "compute": p.compute_measured.then(|| p.compute()),
+        "gradient": p.gradient,
         "total": p.total(),
         "fits": { "ok": p.misfit.is_none(), "reason": p.misfit },
         "wasm32": {

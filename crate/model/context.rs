@@ -24,7 +24,7 @@ use alloc::vec::Vec;
 
 use super::gpt2::{build_graph, build_graph_with, graph_size, GraphIo, Hparams, Ubatch, Weights};
 pub use super::hooks::TapValue;
-use super::hooks::{Hook, NodeHook};
+use super::hooks::{Hook, NodeHook, Source};
 pub use super::kv_cache::{Cell, KvCache};
 use super::ModelError;
 use crate::allocator::alloc_tensors;
@@ -139,9 +139,10 @@ pub struct Batch<'a> {
     pub grad: Option<GradRun<'a>>,
 }
 
-/// The backward pass of a [`Batch`] (one sequence, one ubatch of all its tokens, every
-/// position through the head): the metric is `Σ w ⊙ logits`, or `Σ w ⊙ log_softmax(logits)`
-/// per row with `log_softmax` (`w`: `[n_tokens][n_vocab]`, the metric's coefficients), built
+/// The backward pass of a [`Batch`] (one ubatch of all its tokens, every position through
+/// the head; one sequence, or several at their positions — their metrics add, and each
+/// row's gradient is its own sequence's): the metric is `Σ w ⊙ logits`, or
+/// `Σ w ⊙ log_softmax(logits)` per row with `log_softmax` (`w`: `[n_tokens][n_vocab]`, the metric's coefficients), built
 /// in the graph after the logits; its gradient with respect to each of `nodes` (graph names:
 /// the node's value, after any hook on it) is appended to the graph
 /// ([`Graph::build_backward_expand`]), planned with the forward nodes and read back into
@@ -195,6 +196,10 @@ pub struct Decoded {
     pub grads: Vec<TapValue>,
     /// Bytes of the compute buffers a tapped run planned (0 on the reserved hot path).
     pub compute_bytes: usize,
+    /// A tapped run's whole plan: its compute buffers and what it keeps besides them on the
+    /// host (the taps, gradients and logits read back, a gradient run's metric weights, the
+    /// KQ mask's copy); what [`Gpt2::gradient_bytes`] plans for a gradient run.
+    pub planned_bytes: u64,
 }
 
 /// What [`Gpt2::decode`] reports after each ubatch it evaluated: the ubatch's first position
@@ -295,6 +300,10 @@ pub struct Gpt2 {
     /// Bytes of weights the CPU's repacking buffers hold packed (`cpu::repack_buffer`,
     /// chosen by the loader); in place, so the memory plan is unchanged.
     pub repacked_bytes: usize,
+    /// Bytes of host memory the model may take in all (the load's budget: the host buffer
+    /// type's, or the loader's lower one): a run planning buffers of its own (taps, hooks,
+    /// gradients) fits what the model's own buffers leave of it, or is refused.
+    pub budget: Option<u64>,
 }
 
 impl Gpt2 {
@@ -341,7 +350,50 @@ impl Gpt2 {
         sched.reserve(&worst.graph)?;
         let backend = sched.backend(0).clone();
         let repacked_bytes = weight_buffers.iter().map(|b| crate::cpu::repack_buffer::packed_bytes(&**b)).sum();
-        Ok(Gpt2 { hparams, weights, weight_ctx, weight_buffers, kv, sched, backend, n_batch, repacked_bytes })
+        let budget = sched.backend(sched.n_backends() - 1).buffer_type().budget();
+        Ok(Gpt2 { hparams, weights, weight_ctx, weight_buffers, kv, sched, backend, n_batch, repacked_bytes, budget })
+    }
+
+    /// Host bytes the budget leaves for one run's own plan: the budget less the model's
+    /// host buffers (weights, KV cache, reserved compute). None: no budget is known.
+    pub fn host_left(&self) -> Option<u64> {
+        let held: u64 = self
+            .memory_by_backend()
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| self.sched.backend(*i).buffer_type().is_host())
+            .map(|(_, m)| m.weights as u64 + m.kv as u64 + m.compute as u64)
+            .sum();
+        self.budget.map(|b| b.saturating_sub(held))
+    }
+
+    /// The memory a gradient run over `n` tokens plans (`Model.inspect`'s
+    /// `memory.gradient`): the forward pass, the loss over every position and the backward
+    /// pass to the token embeddings (`hook_embed`: through every block, the least any
+    /// gradient run computes), its compute buffers planned as [`decode`](Self::decode)
+    /// plans them, plus what it holds on the host besides (the logits and the gradient read
+    /// back, the metric's weights, the mask: [`Decoded::planned_bytes`] of that run). Each further `wrt` point adds its own
+    /// gradient, kept to the end of the run. For the model a memory plan measures (its
+    /// backends' buffers hold nothing: [`super::plan::HeaderPlan`]); a loaded model would
+    /// allocate the plan's buffers, and free them on return.
+    pub fn gradient_bytes(&self, n: usize) -> Result<u64, ModelError> {
+        let hp = &self.hparams;
+        if n == 0 || n > self.n_ctx() {
+            return Err(ModelError::ContextFull { needed: n, n_ctx: self.n_ctx() });
+        }
+        let Source::Node(embed) = super::hooks::hook_point("hook_embed", hp)?.source else {
+            unreachable!("hook_embed is a node")
+        };
+        let w = vec![0f32; n * hp.n_vocab];
+        let grad = GradRun { nodes: core::slice::from_ref(&embed), w: &w, log_softmax: true };
+        let ub = Ubatch { scores: true, ..Ubatch::at(0, n, n) };
+        let io = build_graph_with(hp, &self.weights, &self.kv, ub, &[]);
+        let gctx = grad_context(&io, true);
+        let (gf, bytes, _) = run_graph_of(&io, &gctx, &ub, &[], n, Some(&grad), hp.n_layer)?;
+        let mut sched = Sched::new(self.sched.backends().to_vec())?;
+        sched.alloc_graph(&gf)?;
+        let compute: u64 = (0..sched.n_backends()).map(|i| sched.compute_buffer_size(i) as u64).sum();
+        Ok(compute + bytes)
     }
 
     pub fn n_ctx(&self) -> usize {
@@ -497,6 +549,7 @@ impl Gpt2 {
             self.kv.set_causal(batch.n_past);
         }
         let mut out = Decoded::default();
+        let left = if inspect { self.host_left() } else { None };
         let mut done = 0;
         while done < n {
             let end = (done + ubatch).min(n);
@@ -520,26 +573,22 @@ impl Gpt2 {
             };
             let io = build_graph_with(&self.hparams, &self.weights, &self.kv, ub, &hooked);
             let sched = own.as_mut().unwrap_or(&mut self.sched);
-            // A gradient run's metric and backward nodes, in a context of their own.
-            let gctx = Context::new(ContextParams {
-                mem_size: if batch.grad.is_some() { (6 * io.graph.nodes.len() + 64) * TENSOR_OVERHEAD } else { 0 },
-                no_alloc: true,
-            });
+            let gctx = grad_context(&io, batch.grad.is_some());
             let mut backward: Option<(Tensor, Vec<Option<Tensor>>)> = None;
+            let mut own_bytes = 0u64;
             let ran = (|| {
                 let (gf, own_plan) = match inspect {
                     false => (None, None),
                     true => {
-                        let wants_logits = batch.logits != Logits::None || batch.grad.is_some();
-                        let (mut gf, mut bytes) =
-                            pruned(&io, batch.taps, wants_logits, ub.start, self.hparams.n_layer)?;
-                        if let Some(g) = &batch.grad {
-                            let (w, grads, grad_bytes) = add_backward(&mut gf, &gctx, &io, g)?;
-                            backward = Some((w, grads));
-                            bytes += grad_bytes;
-                        }
-                        // The taps, and the KQ mask's host copy (set_inputs) beside them.
-                        let mask_bytes = 4 * (ub.n_kv * ub.n_tokens) as u64;
+                        let rows = match batch.logits {
+                            Logits::All => ub.n_out,
+                            Logits::Last => 1,
+                            Logits::None => 0,
+                        };
+                        let (gf, bytes, bw) =
+                            run_graph_of(&io, &gctx, &ub, batch.taps, rows, batch.grad.as_ref(), self.hparams.n_layer)?;
+                        backward = bw;
+                        own_bytes = bytes;
                         let what = match &batch.grad {
                             None => format!("this run's {} captured nodes and compute buffer", batch.taps.len()),
                             Some(g) => format!(
@@ -549,7 +598,7 @@ impl Gpt2 {
                                 g.nodes.len()
                             ),
                         };
-                        (Some(gf), Some((what, bytes + mask_bytes)))
+                        (Some(gf), Some(OwnPlan { what, bytes, left }))
                     }
                 };
                 let gf = gf.as_ref().unwrap_or(&io.graph);
@@ -566,6 +615,7 @@ impl Gpt2 {
                 self.kv.cells[ub_cells].fill(Cell::default());
                 return Err(err);
             }
+            out.planned_bytes += own_bytes;
             let sched = own.as_ref().unwrap_or(&self.sched);
             for name in batch.taps {
                 let Some(t) = sched.observed().iter().find(|t| t.name() == *name) else {
@@ -594,6 +644,8 @@ impl Gpt2 {
             }
             sink(Chunk { first: if one_seq { batch.n_past + done } else { done }, tokens: chunk, logits: &rows });
             match batch.logits {
+                // Moved, not copied, when it is the only ubatch: a run's logits are held once.
+                Logits::All if out.logits.is_empty() => out.logits = rows,
                 Logits::All => out.logits.extend_from_slice(&rows),
                 Logits::Last if last => out.logits = rows,
                 _ => {}
@@ -602,6 +654,7 @@ impl Gpt2 {
         }
         if let Some(own) = &own {
             out.compute_bytes = (0..own.n_backends()).map(|i| own.compute_buffer_size(i)).sum();
+            out.planned_bytes += out.compute_bytes as u64;
         }
         Ok(out)
     }
@@ -622,14 +675,13 @@ impl Gpt2 {
                 "a batch that starts at a layer takes one sequence: it has sequence positions".into(),
             ));
         }
-        if !batch.hooks.is_empty() {
+        // A gradient run over several sequences (integrated gradients' steps) may hook them:
+        // its hooks see the batch's rows as positions, in batch order.
+        if !batch.hooks.is_empty() && batch.grad.is_none() {
             return Err(ModelError::Invalid(format!(
                 "hooks take one sequence: a batch with {} hooks has sequence positions",
                 batch.hooks.len()
             )));
-        }
-        if batch.grad.is_some() {
-            return Err(ModelError::Invalid("a gradient run takes one sequence: it has sequence positions".into()));
         }
         if tokens.is_empty() || tokens.len() != batch.seq.len() || !batch.taps.is_empty() {
             return Err(ModelError::Invalid(format!(
@@ -780,10 +832,46 @@ fn pruned(
     Ok((gf, tap_bytes))
 }
 
+/// The context a gradient run's metric and backward nodes are made in (empty otherwise).
+fn grad_context(io: &GraphIo, grad: bool) -> Context {
+    Context::new(ContextParams {
+        mem_size: if grad { (6 * io.graph.nodes.len() + 64) * TENSOR_OVERHEAD } else { 0 },
+        no_alloc: true,
+    })
+}
+
+/// The graph of a run with taps, hooks or a gradient ([`pruned`], then [`add_backward`] in
+/// `gctx`), and the bytes it keeps besides its compute buffers: the taps and gradients read
+/// back, the `logit_rows` rows of logits read back (none: the logits are not computed), and
+/// the KQ mask's host copy. One place for what [`Gpt2::decode`] runs and
+/// [`Gpt2::gradient_bytes`] plans.
+#[allow(clippy::type_complexity)]
+fn run_graph_of(
+    io: &GraphIo,
+    gctx: &Context,
+    ub: &Ubatch,
+    taps: &[String],
+    logit_rows: usize,
+    grad: Option<&GradRun<'_>>,
+    n_layer: usize,
+) -> Result<(Graph, u64, Option<(Tensor, Vec<Option<Tensor>>)>), ModelError> {
+    let (mut gf, mut bytes) = pruned(io, taps, logit_rows > 0, ub.start, n_layer)?;
+    bytes += 4 * (logit_rows as u64) * io.logits.ne[0] as u64;
+    let mut backward = None;
+    if let Some(g) = grad {
+        let (w, grads, grad_bytes) = add_backward(&mut gf, gctx, io, g)?;
+        backward = Some((w, grads));
+        bytes += grad_bytes;
+    }
+    bytes += 4 * (ub.n_kv * ub.n_tokens) as u64;
+    Ok((gf, bytes, backward))
+}
+
 /// Appends a gradient run's metric ([`GradRun`]) after the logits of `gf` and the backward
 /// pass to each of its nodes (made params); returns the metric's weight input, each node's
-/// gradient (None where the metric does not depend on it) and the bytes of the gradients read
-/// back. A node that is not in the graph is `invalid`, naming it.
+/// gradient (None where the metric does not depend on it) and the host bytes besides the
+/// compute buffers: the gradients read back and the metric's weights. A node that is not in
+/// the graph is `invalid`, naming it.
 fn add_backward(
     gf: &mut Graph,
     ctx: &Context,
@@ -807,7 +895,8 @@ fn add_backward(
     metric.set_name("metric");
     gf.build_forward_expand(&metric);
     let mut params = Vec::with_capacity(g.nodes.len());
-    let mut bytes = 0u64;
+    // The metric's weights are held on the host too (the caller's `w`, copied in).
+    let mut bytes = 4 * g.w.len() as u64;
     for name in g.nodes {
         let t = io
             .graph
@@ -849,18 +938,32 @@ fn add_backward(
     Ok((w, grads, bytes))
 }
 
-/// Allocates a ubatch's graph on `sched`. A run with taps plans its own compute buffers:
-/// each tap is kept in them and read back, so the taps (`tap_bytes`: their bytes kept and
-/// read, and the host's KQ mask) are sized against the memory left before either is
-/// allocated, as the compute buffer is by its allocation (`RunTooLarge`).
-fn alloc(sched: &mut Sched, gf: &Graph, own_plan: Option<(String, u64)>) -> Result<(), ModelError> {
-    let Some((what, tap_bytes)) = own_plan else { return Ok(sched.alloc_graph(gf)?) };
+/// A run's own plan ([`alloc`]): `what` it is (for the refusal), the `bytes` it keeps
+/// besides its compute buffers, and the host bytes the model's budget `left` for it.
+struct OwnPlan {
+    what: String,
+    bytes: u64,
+    left: Option<u64>,
+}
+
+/// Allocates a ubatch's graph on `sched`. A run with taps, hooks or a gradient plans its own
+/// compute buffers; its plan (those buffers' peaks and `bytes`: the taps and gradients kept
+/// and read back, the host's KQ mask) is sized against what the model's budget leaves
+/// ([`Gpt2::host_left`]) and, on wasm32, against the address space left, before anything is
+/// allocated: `RunTooLarge` with both sizes when it does not fit.
+fn alloc(sched: &mut Sched, gf: &Graph, own_plan: Option<OwnPlan>) -> Result<(), ModelError> {
+    let Some(OwnPlan { what, bytes, left }) = own_plan else { return Ok(sched.alloc_graph(gf)?) };
     let too_large = |needed: u64, left: u64| ModelError::RunTooLarge { what: what.clone(), needed, left };
-    if let Some(left) = crate::backend::host::address_space_left().filter(|&l| tap_bytes > l) {
-        return Err(too_large(tap_bytes, left));
+    let left = match (left, crate::backend::host::address_space_left()) {
+        (Some(b), Some(a)) if cfg!(target_arch = "wasm32") => Some(b.min(a)),
+        (l, _) => l,
+    };
+    if let Some(left) = left.filter(|&l| bytes > l) {
+        return Err(too_large(bytes, left));
     }
+    sched.set_host_limit(left.map(|l| (l - bytes).min(usize::MAX as u64) as usize));
     sched.alloc_graph(gf).map_err(|e| match e {
-        BackendError::OutOfMemory { requested, limit, .. } => too_large(requested as u64, limit as u64),
+        BackendError::OutOfMemory { requested, .. } => too_large(requested as u64 + bytes, left.unwrap_or(0)),
         e => e.into(),
     })
 }

@@ -326,8 +326,8 @@ impl Session {
     /// Input attribution on the token embeddings (`hook_embed`; the position embeddings
     /// unchanged): per token, `gradient` (the L2 norm of ∂m/∂e[i]), `gradientXInput`
     /// (Σ_d e·∂m/∂e) or `integratedGradients` (Σ_d e · mean_k ∂m/∂e at α_k·e, α_k =
-    /// (k + 0.5)/steps, baseline 0; `delta` = Σ scores − (m(e) − m(0))). Each evaluation is
-    /// one gradient run; the prompt cache afterwards holds `tokens` unhooked.
+    /// (k + 0.5)/steps, baseline 0; `delta` = Σ scores − (m(e) − m(0)); the steps batched:
+    /// [`Session::integrated_steps`]). The prompt cache afterwards holds `tokens` unhooked.
     pub async fn saliency(
         &mut self,
         tokens: &[u32],
@@ -362,24 +362,13 @@ impl Session {
         let mut delta = None;
         let metric;
         if method == "integratedGradients" {
-            let mut total = vec![0f64; n * d];
-            let mut e = Vec::new();
-            for k in 0..steps {
-                let alpha = (k as f32 + 0.5) / steps as f32;
-                let run = self.run_grad(tokens, &embed, &[scaled(alpha)], Some(&spec(of))).await?;
-                let g = &run.grads.as_ref().expect("a gradient run")[0].data;
-                total.iter_mut().zip(g).for_each(|(t, &g)| *t += g as f64);
-                if k == 0 {
-                    // The capture is after the hook (α·e): e is the capture over α.
-                    e = run.cache[0].data.iter().map(|&v| v / alpha).collect();
-                }
-            }
             // e itself, unscaled, and the metric there and at 0.
             let plain = self.run(tokens, &embed, &[]).await?;
-            e.clone_from(&plain.cache[0].data);
+            let e = plain.cache[0].data.clone();
             metric = of.value(&plain.logits, tokens, hp.n_vocab);
             let zero = Hook { op: HookOp::Zero, value: None, ..scaled(0.0) };
             let m0 = of.value(&self.run(tokens, &[], &[zero]).await?.logits, tokens, hp.n_vocab);
+            let total = self.integrated_steps(tokens, of, steps).await?;
             for i in 0..n {
                 let s: f64 = (0..d).map(|j| e[i * d + j] as f64 * total[i * d + j] / steps as f64).sum();
                 scores[i] = s as f32;
@@ -401,6 +390,75 @@ impl Session {
             metric = run.metric.expect("a gradient run");
         }
         Ok(Saliency { tokens: tokens.to_vec(), scores, metric, delta })
+    }
+
+    /// Σ_k ∂m/∂e at α_k·e (α_k = (k + 0.5)/steps), per element of `hook_embed` (`[n][d]`,
+    /// f64 sums), the steps evaluated as batches: each graph runs `k` copies of `tokens` as `k`
+    /// sequences (as decode's n sequences: cells of the KV cache, the KQ mask keeping each to
+    /// itself), copy j scaled by its own α at `hook_embed`, the metric summed over them, so
+    /// one backward pass gives every copy's gradient. `k` is at most 64 (the cells' sequence
+    /// bits), what the context holds (k·n cells) and 512 rows a graph (attention across the
+    /// batch grows as (k·n)²); a batch whose plan does not fit what the budget leaves is
+    /// halved, down to one sequence (whose refusal is the call's). The cache is empty after.
+    async fn integrated_steps(&mut self, tokens: &[u32], of: &Metric, steps: u32) -> Result<Vec<f64>, ModelError> {
+        use super::context::SeqPos;
+        use super::hooks::Sel;
+        let hp = self.model.hparams.clone();
+        let (n, d, steps) = (tokens.len(), hp.n_embd, steps as usize);
+        let Source::Node(embed) = super::hooks::hook_point("hook_embed", &hp)?.source else {
+            unreachable!("hook_embed is a node")
+        };
+        let nodes = [embed];
+        let (w1, log_softmax) = of.weights(tokens, hp.n_vocab, "of")?;
+        self.end_generation();
+        self.checkpoint().await?;
+        self.clear_cache();
+        self.model.kv.set_causal(0);
+        let mut total = vec![0f64; n * d];
+        let mut per = steps.min(64).min(self.model.n_ctx() / n).min((512 / n).max(1)).max(1);
+        let mut k0 = 0;
+        while k0 < steps {
+            let k = per.min(steps - k0);
+            let batch_tokens: Vec<u32> = tokens.iter().copied().cycle().take(k * n).collect();
+            let seq: Vec<SeqPos> =
+                (0..k).flat_map(|j| (0..n).map(move |i| SeqPos { pos: i as u32, seqs: 1 << j })).collect();
+            let hooks: Vec<Hook> = (0..k)
+                .map(|j| Hook {
+                    at: String::from("hook_embed"),
+                    op: HookOp::Scale,
+                    head: None,
+                    pos: Some(Sel::Many(((j * n) as i64..((j + 1) * n) as i64).collect())),
+                    index: None,
+                    value: Some(HookValue::Number(((k0 + j) as f32 + 0.5) / steps as f32)),
+                })
+                .collect();
+            let w: Vec<f32> = w1.iter().copied().cycle().take(k * w1.len()).collect();
+            let batch = Batch {
+                tokens: &batch_tokens,
+                seq: &seq,
+                logits: Logits::None,
+                hooks: &hooks,
+                grad: Some(GradRun { nodes: &nodes, w: &w, log_softmax }),
+                ..Batch::default()
+            };
+            let out = self.model.decode(batch).await;
+            self.model.kv.set_causal(0);
+            match out {
+                Err(ModelError::RunTooLarge { .. }) if k > 1 => {
+                    per = k / 2;
+                    continue;
+                }
+                Err(e) => return Err(e),
+                Ok(out) => {
+                    for g in out.grads[0].data.chunks(n * d) {
+                        total.iter_mut().zip(g).for_each(|(t, &g)| *t += g as f64);
+                    }
+                }
+            }
+            k0 += k;
+            self.checkpoint().await?;
+        }
+        Ok(total)
     }
 
     /// Attribution patching (Nanda's AtP): each cell of [`Session::patch`]'s sweep estimated

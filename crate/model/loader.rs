@@ -666,7 +666,8 @@ impl ModelLoader {
         let header = self.reader.finish()?;
         let (hparams, tokenizer) = self.sink.checked.ok_or_else(|| ModelError::Format("no GGUF header".into()))?;
         let loaded = self.sink.inner.into_loaded(header)?;
-        let model = Gpt2::with_backends(hparams, loaded.ctx, loaded.buffers, self.backends, &self.opts)?;
+        let mut model = Gpt2::with_backends(hparams, loaded.ctx, loaded.buffers, self.backends, &self.opts)?;
+        model.budget = self.sink.budget;
         Ok(LoadedModel { model, tokenizer })
     }
 }

@@ -97,6 +97,10 @@ pub struct HeaderPlan {
     pub limits: Vec<(Option<u64>, u64)>,
     /// Why the model does not fit, when it does not (first reason found).
     pub misfit: Option<String>,
+    /// The memory a gradient run over `n_ctx` tokens plans on top of the model
+    /// ([`Gpt2::gradient_bytes`]: its compute buffers, the gradient read back); None when
+    /// not measured.
+    pub gradient: Option<u64>,
 }
 
 impl HeaderPlan {
@@ -171,6 +175,7 @@ impl HeaderPlan {
                 estimate: est,
                 limits,
                 misfit,
+                gradient: None,
             });
         }
 
@@ -179,6 +184,7 @@ impl HeaderPlan {
         let misfit = misfit_of(&model, &by_backend, &limits);
         // As the loader's estimate once measured: the compute buffers as planned.
         let est = LoadEstimate { compute: by_backend.iter().map(|m| m.compute as u64).sum(), ..est };
+        let gradient = Some(model.gradient_bytes(model.n_ctx())?);
         Ok(HeaderPlan {
             hparams: hp,
             n_ctx: model.n_ctx(),
@@ -188,6 +194,7 @@ impl HeaderPlan {
             estimate: est,
             limits,
             misfit,
+            gradient,
         })
     }
 

@@ -268,6 +268,14 @@ pub struct PlanMemory {
     pub weights: u64,
     pub kv: u64,
     pub compute: Option<u64>,
+    /// The memory one gradient call (`run`'s `grad`, `saliency`, `patch`'s `method:
+    /// 'attribution'`) over nCtx tokens plans on top of `total`: its compute buffers
+    /// (activations kept for the backward pass, gradients) and what it holds besides (the
+    /// logits and the gradient read back, the metric's weights), for the loss over every
+    /// position (`of: { loss: 'mean' }`, the largest metric) and a backward pass to
+    /// `hook_embed`; each further `wrt` point adds its own gradient. A call that does not fit
+    /// what the budget leaves is refused with `unsupported` and the sizes. Null when not measured.
+    pub gradient: Option<u64>,
     pub total: u64,
     // ts: 'f32' | 'f16'
     pub kv_type: &'static str,
@@ -354,6 +362,7 @@ impl InspectReport {
                 weights: plan.weights(),
                 kv: plan.kv(),
                 compute: plan.compute_measured.then(|| plan.compute()),
+                gradient: plan.gradient,
                 total: plan.total(),
                 kv_type,
                 by_backend: plan.by_backend.iter().map(|m| (m.backend.clone(), m.into())).collect(),

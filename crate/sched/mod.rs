@@ -265,6 +265,11 @@ impl Sched {
         self.galloc.buffer_size(i)
     }
 
+    /// Caps this scheduler's host compute buffers ([`Gallocr::set_host_limit`]).
+    pub fn set_host_limit(&mut self, bytes: Option<usize>) {
+        self.galloc.set_host_limit(bytes);
+    }
+
     /// The index of the backend whose buffer type is named `name`, if any.
     pub fn backend_for_buffer_type(&self, name: &str) -> Option<usize> {
         self.bufts.iter().position(|b| b.name() == name)

@@ -184,9 +184,15 @@ fn inspect_prints_the_memory_plan_a_load_allocates() {
     assert_eq!(lines[0], "memory plan (cpu, n_ctx 128, n_batch 32, kv f32, threads 1):");
     assert_eq!(lines[1], "  CPU      weights     26164736 B, kv     131072 B, compute    6449280 B");
     assert_eq!(lines[2], "  total    32745088 B (31.23 MiB): weights 26164736 + kv 131072 + compute 6449280");
-    assert!(lines[3].starts_with("fits here: yes (CPU budget 104857600 B, largest buffer "), "{plan}");
-    assert!(lines[4].starts_with("fits wasm32 (cpu, 4 GiB): yes (the loader's estimate "), "{plan}");
-    assert_eq!(lines.len(), 5, "{plan}");
+    // What a gradient run over n_ctx tokens plans on top (tests/model/grad.rs checks it is
+    // what a real run plans).
+    assert_eq!(
+        lines[3],
+        "  gradient 181301760 B (172.90 MiB) more per gradient run over 128 tokens (backward to hook_embed)"
+    );
+    assert!(lines[4].starts_with("fits here: yes (CPU budget 104857600 B, largest buffer "), "{plan}");
+    assert!(lines[5].starts_with("fits wasm32 (cpu, 4 GiB): yes (the loader's estimate "), "{plan}");
+    assert_eq!(lines.len(), 6, "{plan}");
     let (code, out, err) = ggweb_env(&["inspect", "--model", &path], "20M");
     assert_eq!(code, 0, "{err}");
     assert!(

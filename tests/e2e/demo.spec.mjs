@@ -708,6 +708,111 @@ test('with the real wasm: the patching heatmap holds model.patch\'s cells for th
   await page.close();
 });
 
+/** Spearman's ρ by its definition: Pearson's r of the ranks, ties at their mean rank. */
+function spearmanRef(a, b) {
+  const rank = (xs) => xs.map((x) => xs.filter((y) => y < x).length + (xs.filter((y) => y === x).length + 1) / 2);
+  const [ra, rb] = [rank(a), rank(b)];
+  const mean = (xs) => xs.reduce((s, x) => s + x, 0) / xs.length;
+  const [ma, mb] = [mean(ra), mean(rb)];
+  let ab = 0, aa = 0, bb = 0;
+  ra.forEach((x, i) => { ab += (x - ma) * (rb[i] - mb); aa += (x - ma) ** 2; bb += (rb[i] - mb) ** 2; });
+  return ab / Math.sqrt(aa * bb);
+}
+
+test('with the real wasm: attribution patching beside the exact sweep with their rank correlation, and the saliency view', async () => {
+  assert.ok(MODELS_DIR, 'the shared models are needed: set GGWEB_MODELS_DIR');
+  const { page, problems } = await loadedDemo('/shared-models/tiny-gpt2-f32.gguf');
+  const clean = await page.inputValue('#patch-clean');
+  const corrupted = await page.inputValue('#patch-corrupted');
+  const text = 'When Mary and John went to the store, John gave a drink to';
+  const direct = await page.evaluate(async ({ clean, corrupted, text }) => {
+    const m = window.ggwebDemo.model;
+    const [mary, john] = await m.tokenize(' Mary John');
+    const out = {};
+    for (const at of ['resid_pre', 'z']) {
+      const x = await m.patch(clean, corrupted, { at, answer: mary, against: john });
+      const y = await m.patch(clean, corrupted, { at, answer: mary, against: john, method: 'attribution' });
+      out[at] = { exact: Array.from(x.cells), atp: Array.from(y.cells) };
+    }
+    const ids = Array.from(await m.tokenize(text));
+    const logits = (await m.run(ids)).logits.slice(-50257);
+    let pred = 0;
+    for (let i = 1; i < logits.length; i++) if (logits[i] > logits[pred]) pred = i;
+    out.sal = { ids, pred };
+    for (const method of ['gradient', 'gradientXInput', 'integratedGradients']) {
+      out.sal[method] = Array.from((await m.saliency(ids, { of: { logprob: { token: pred } }, method })).scores);
+    }
+    return out;
+  }, { clean, corrupted, text });
+  assert.equal(await page.inputValue('#patch-method'), 'both');
+  for (const at of ['resid_pre', 'z']) {
+    await page.evaluate(() => { document.getElementById('patch-grid-atp').replaceChildren(); });
+    await page.selectOption('#patch-at', at);
+    await page.click('#patch-btn');
+    await page.waitForSelector(`#patch-grid-atp table[data-at="${at}"]`);
+    await idle(page, 'patch-btn');
+    await noError(page);
+    const got = await page.evaluate(() => ({
+      exact: [...document.querySelectorAll('#patch-grid td')].map((td) => Number(td.dataset.value)),
+      atp: [...document.querySelectorAll('#patch-grid-atp td')].map((td) => Number(td.dataset.value)),
+      rho: Number(document.getElementById('patch-corr').dataset.rho),
+      corr: document.getElementById('patch-corr').textContent,
+      side: [document.getElementById('patch-exact').hidden, document.getElementById('patch-atp').hidden],
+      colours: new Set([...document.querySelectorAll('#patch-grid-atp td')].map((td) => td.style.background)).size,
+    }));
+    const want = direct[at];
+    assert.deepEqual(got.side, [false, false], `${at}: the two heatmaps side by side`);
+    assert.deepEqual(got.exact, want.exact, `${at}: the exact sweep's cells`);
+    assert.deepEqual(got.atp, want.atp, `${at}: model.patch's attribution cells`);
+    assert.notDeepEqual(got.atp, got.exact, 'a first-order estimate, not the sweep');
+    assert.ok(got.colours >= 3, `${at}: ${got.colours} colours`);
+    const rho = spearmanRef(want.exact, want.atp);
+    console.log(`demo ${at}: Spearman ρ exact vs attribution ${rho.toFixed(4)} over ${want.exact.length} cells`);
+    assert.ok(Math.abs(got.rho - rho) <= 1e-12, `${at}: ρ ${got.rho} vs ${rho}`);
+    assert.ok(rho > 0, `${at}: the estimate ranks the cells as the sweep does, roughly`);
+    assert.match(got.corr, new RegExp(`^Rank correlation \\(Spearman ρ\\) of the two sweeps' cells: ${rho.toFixed(3).replace('.', '\\.')} over ${want.exact.length} cells · exact \\d+ ms, attribution \\d+ ms$`));
+  }
+  // Attribution alone: one heatmap, no correlation.
+  await page.selectOption('#patch-method', 'attribution');
+  await page.evaluate(() => { document.getElementById('patch-grid-atp').replaceChildren(); });
+  await page.click('#patch-btn');
+  await page.waitForSelector('#patch-grid-atp table');
+  await idle(page, 'patch-btn');
+  assert.deepEqual(await page.evaluate(() => [document.getElementById('patch-exact').hidden, document.getElementById('patch-atp').hidden, document.getElementById('patch-corr').textContent]), [true, false, '']);
+  await page.selectOption('#patch-method', 'both');
+
+  // Saliency: every token of the text coloured by its score for the predicted token.
+  // (a part of "Look inside"'s results, shown once it has run).
+  await page.fill('#inside-text', text);
+  await page.click('#inside-btn');
+  await page.waitForSelector('#inside-result:not([hidden])');
+  await idle(page, 'inside-btn');
+  const n = direct.sal.ids.length;
+  for (const method of ['gradient', 'gradientXInput', 'integratedGradients']) {
+    await page.selectOption('#sal-method', method);
+    await page.click('#sal-btn');
+    await page.waitForSelector(`#sal-tokens[data-method="${method}"] span`);
+    await idle(page, 'sal-btn');
+    await noError(page);
+    const got = await page.evaluate(() => ({
+      scores: [...document.querySelectorAll('#sal-tokens span')].map((s) => Number(s.dataset.score)),
+      text: document.getElementById('sal-tokens').textContent,
+      pred: Number(document.getElementById('sal-tokens').dataset.predicted),
+      coloured: [...document.querySelectorAll('#sal-tokens span')].filter((s) => s.style.background).length,
+      colours: new Set([...document.querySelectorAll('#sal-tokens span')].map((s) => s.style.background)).size,
+      stats: document.getElementById('sal-stats').textContent,
+    }));
+    assert.equal(got.pred, direct.sal.pred);
+    assert.deepEqual(got.scores, direct.sal[method], `${method}: model.saliency's scores`);
+    assert.equal(got.text, text);
+    assert.equal(got.coloured, n, `${method}: ${n} coloured tokens`);
+    assert.ok(got.colours >= 3, `${method}: ${got.colours} colours`);
+    assert.match(got.stats, new RegExp(`^${n} tokens · for the prediction ".*" \\(p = [0-9.e-]+%\\) · ${method}${method === 'integratedGradients' ? ', completeness gap -?[0-9.]+' : ''} · \\d+ ms$`));
+  }
+  assert.deepEqual(real(problems), []);
+  await page.close();
+});
+
 /** Reads the two generation boxes once the steered one is done. */
 async function steered(page) {
   await page.click('#steer-btn');

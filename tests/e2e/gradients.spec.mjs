@@ -1,109 +1,31 @@
-// The gradient calls (issue 37) in headless Chromium (web/pkg, CPU, one thread) against
-// PyTorch autograd through TransformerLens 3.x (tests/fixtures/tiny-f32.grad-ref.json + .bin,
-// made by tests/fixtures/make_grad_ref.py): model.run's `grad` for the three metrics with and
-// without forward hooks, saliency's three methods, patch's method 'attribution'; bad specs are
+// The gradient calls (issue 37) in headless Chromium against PyTorch autograd through
+// TransformerLens 3.x (tests/fixtures/tiny-f32.grad-ref.json + .bin, made by
+// tests/fixtures/make_grad_ref.py; the checks in grad-checks.mjs, shared with Firefox's
+// tests/engines/firefox-gradients.spec.mjs): model.run's `grad` for the three metrics with
+// and without forward hooks, saliency's three methods, patch's method 'attribution' — on the
+// CPU (web/pkg, one thread) and with the model on WebGPU (SwiftShader here); bad specs are
 // 'invalid' naming what is wrong and leave the model usable. The same bounds as
 // tests/model/grad.rs.
 //   node --test tests/e2e/gradients.spec.mjs
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
-import { ROOT, useHarness } from './helpers.mjs';
-
-const REF = JSON.parse(readFileSync(`${ROOT}tests/fixtures/tiny-f32.grad-ref.json`, 'utf8'));
-const BIN = readFileSync(`${ROOT}tests/fixtures/${REF.bin}`);
-const BLOCKS = new Float32Array(BIN.buffer, BIN.byteOffset, BIN.byteLength / 4);
-const block = (name) => {
-  const b = REF.blocks[name];
-  assert.ok(b, `no block ${name}`);
-  return { shape: b.shape, data: BLOCKS.subarray(b.offset, b.offset + b.shape.reduce((a, c) => a * c, 1)) };
-};
+import { useHarness } from './helpers.mjs';
+import { BOUNDS, REF, assertGrads, gradArg, gradPage } from './grad-checks.mjs';
 
 const web = useHarness();
 
-/** The issue's bound per wrt point: ‖g − r‖₂ ≤ 1e-4·‖r‖₂, or every element within 1e-5. */
-function closeGrad(what, got, want) {
-  assert.equal(got.length, want.length, `${what}: length`);
-  let d2 = 0, r2 = 0, dmax = 0;
-  for (let i = 0; i < want.length; i++) {
-    const d = got[i] - want[i];
-    d2 += d * d;
-    r2 += want[i] * want[i];
-    dmax = Math.max(dmax, Math.abs(d));
-  }
-  const rel = r2 > 0 ? Math.sqrt(d2 / r2) : 0;
-  assert.ok(rel <= 1e-4 || dmax <= 1e-5, `${what}: relative ${rel}, largest ${dmax}`);
-  return rel;
-}
-
-test('model.run with grad equals PyTorch autograd for three metrics, with and without hooks', async () => {
-  const r = await web.page.evaluate(async (cases) => {
-    const { Model } = await import('/ggweb.js');
-    const m = await Model.load('/tests/fixtures/tiny-f32.gguf', { worker: true, relaxedSimd: false, nThreads: 1 });
-    const out = [];
-    for (const c of cases) {
-      const hooks = c.hooks.map((h) => (Array.isArray(h.value) ? { ...h, value: new Float32Array(h.value) } : h));
-      const run = await m.run(c.tokens, { hooks, grad: c.grad });
-      const grads = {};
-      for (const [k, v] of Object.entries(run.grads)) grads[k] = { shape: v.shape, data: Array.from(v.data), typed: v.data instanceof Float32Array };
-      out.push({ metric: run.metric, grads });
-    }
-    await m.dispose();
-    return out;
-  }, REF.grad);
-  let points = 0, worst = 0;
-  REF.grad.forEach((c, i) => {
-    const got = r[i];
-    assert.ok(Math.abs(got.metric - c.metric) <= 1e-4, `${c.name}: metric ${got.metric} vs ${c.metric}`);
-    const names = c.grad.wrt === '*' ? REF.hook_names : c.grad.wrt;
-    assert.deepEqual(Object.keys(got.grads).sort(), [...names].sort(), c.name);
-    for (const name of names) {
-      const want = block(`grad/${c.name}/${name}`);
-      assert.deepEqual(got.grads[name].shape, want.shape, `${c.name}/${name}: shape`);
-      assert.ok(got.grads[name].typed, `${c.name}/${name}: a Float32Array`);
-      worst = Math.max(worst, closeGrad(`${c.name}/${name}`, got.grads[name].data, want.data));
-      points++;
-    }
-  });
-  assert.equal(points, 3 * REF.hook_names.length + 3 * 21);
-  console.log(`${points} gradients, worst relative error ${worst.toExponential(2)}`);
+test('on the CPU: grad (three metrics, with and without hooks), saliency and attribution patching equal PyTorch autograd', async () => {
+  const r = await web.page.evaluate(gradPage, gradArg({ worker: true, relaxedSimd: false, nThreads: 1 }));
+  assert.equal(r.backend, 'cpu');
+  const w = assertGrads(r);
+  console.log(`CPU: ${w.points} gradients, worst relative error ${w.gradRel.toExponential(2)}; worst metric/cell/score/delta difference ${w.value.toExponential(2)}`);
 });
 
-test('saliency (three methods) and attribution patching equal PyTorch autograd', async () => {
-  const r = await web.page.evaluate(async ({ sal, atp }) => {
-    const { Model } = await import('/ggweb.js');
-    const m = await Model.load('/tests/fixtures/tiny-f32.gguf', { worker: true, relaxedSimd: false, nThreads: 1 });
-    const s = [];
-    for (const c of sal) {
-      for (const method of ['gradient', 'gradientXInput', 'integratedGradients']) {
-        const x = await m.saliency(c.tokens, { of: c.of, method, steps: c.steps });
-        s.push({ name: c.name, method, scores: Array.from(x.scores), metric: x.metric, delta: x.delta, tokens: Array.from(x.tokens) });
-      }
-    }
-    const p = {};
-    for (const at of ['resid_pre', 'attn_out', 'mlp_out', 'z']) {
-      const x = await m.patch(atp.clean, atp.corrupted, { at, answer: atp.answer, against: atp.against, method: 'attribution' });
-      p[at] = { shape: x.shape, cells: Array.from(x.cells), cleanDiff: x.cleanDiff, corruptedDiff: x.corruptedDiff };
-    }
-    await m.dispose();
-    return { s, p };
-  }, { sal: REF.saliency, atp: REF.atp });
-  for (const x of r.s) {
-    const c = REF.saliency.find((c) => c.name === x.name);
-    assert.deepEqual(x.tokens, c.tokens);
-    const want = block(`saliency/${x.name}/${x.method}`).data;
-    assert.equal(x.scores.length, want.length);
-    x.scores.forEach((v, i) => assert.ok(Math.abs(v - want[i]) <= 1e-4, `${x.name}/${x.method}[${i}]: ${v} vs ${want[i]}`));
-    assert.ok(Math.abs(x.metric - c.metric) <= 1e-4, `${x.name}: metric`);
-    if (x.method === 'integratedGradients') assert.ok(Math.abs(x.delta - c.delta) <= 1e-4, `${x.name}: delta ${x.delta} vs ${c.delta}`);
-    else assert.equal(x.delta, undefined);
-  }
-  for (const [at, x] of Object.entries(r.p)) {
-    const want = block(`atp/${at}`);
-    assert.deepEqual(x.shape, want.shape, at);
-    x.cells.forEach((v, i) => assert.ok(Math.abs(v - want.data[i]) <= 1e-4, `atp/${at}[${i}]: ${v} vs ${want.data[i]}`));
-    assert.ok(Math.abs(x.cleanDiff - REF.atp.clean_diff) <= 1e-4 && Math.abs(x.corruptedDiff - REF.atp.corrupted_diff) <= 1e-4, at);
-  }
+test('on WebGPU (SwiftShader): the same calls within the same bounds', async () => {
+  const r = await web.page.evaluate(gradPage, gradArg({ worker: true, relaxedSimd: false, nThreads: 1, backend: 'webgpu' }));
+  assert.equal(r.backend, 'webgpu');
+  const w = assertGrads(r, BOUNDS);
+  console.log(`WebGPU: ${w.points} gradients, worst relative error ${w.gradRel.toExponential(2)}; worst metric/cell/score/delta difference ${w.value.toExponential(2)}`);
 });
 
 test('bad grad specs, methods and metrics are invalid by name; the model is usable afterwards', async () => {

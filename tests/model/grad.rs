@@ -126,3 +126,129 @@ fn bad_grad_specs_are_invalid_by_name_and_leave_the_model_usable() {
     assert!(matches!(&e, ModelError::Invalid(m) if m.contains("'attributions'")), "{e}");
     assert!(block_on(s.run(&tokens, &[], &[])).unwrap().logits == want);
 }
+
+/// The model loaded from tiny-f32.gguf with `n_ctx` and, when given, a host budget.
+fn load_budget(n_ctx: usize, budget: Option<u64>) -> ggweb::model::context::Gpt2 {
+    use ggweb::model::loader::ModelLoader;
+    let bytes = std::fs::read(fixture("tiny-f32.gguf")).unwrap();
+    let opts = Gpt2Options { n_ctx, ..Gpt2Options::default() };
+    let mut l = ModelLoader::new(Rc::new(CpuBackend::new(1)), opts, Default::default(), Some(bytes.len() as u64));
+    if let Some(b) = budget {
+        l = l.with_budget(b);
+    }
+    for c in bytes.chunks(1 << 16) {
+        l.feed(c).unwrap();
+    }
+    l.finish().unwrap().model
+}
+
+/// A gradient run over `n` tokens' Batch: the loss over every position, the gradient to
+/// hook_embed (what `Model.inspect`'s `memory.gradient` plans).
+fn embed_grad(
+    m: &mut ggweb::model::context::Gpt2,
+    tokens: &[u32],
+) -> Result<ggweb::model::context::Decoded, ModelError> {
+    use ggweb::model::context::{Batch, GradRun, Logits};
+    use ggweb::model::hooks::{hook_point, Source};
+    let Source::Node(embed) = hook_point("hook_embed", &m.hparams).unwrap().source else { unreachable!() };
+    let nv = m.hparams.n_vocab;
+    let (w, log_softmax) = Metric::Loss(LossKind::Mean).weights(tokens, nv, "of").unwrap();
+    let nodes = [embed];
+    let batch = Batch {
+        tokens,
+        logits: Logits::All,
+        grad: Some(GradRun { nodes: &nodes, w: &w, log_softmax }),
+        ..Batch::default()
+    };
+    block_on(m.decode(batch))
+}
+
+/// `Model.inspect`'s `memory.gradient` (HeaderPlan::gradient, from the header alone) is what
+/// a real gradient run over n_ctx tokens plans, byte for byte; and a run's plan is held to
+/// the load's budget: with exactly that much left it runs, with one byte less it is refused
+/// (`RunTooLarge`, the `unsupported` of the API) with both sizes, and the model runs as
+/// before afterwards.
+#[test]
+fn inspect_states_a_gradient_runs_memory_and_the_budget_holds_it() {
+    use ggweb::model::plan::{HeaderPlan, HeaderReader};
+    let n_ctx = 48;
+    let bytes = std::fs::read(fixture("tiny-f32.gguf")).unwrap();
+    let mut r = HeaderReader::new(Some(bytes.len() as u64));
+    for c in bytes.chunks(4096) {
+        if r.feed(c).unwrap() {
+            break;
+        }
+    }
+    let opts = Gpt2Options { n_ctx, ..Gpt2Options::default() };
+    let plan = HeaderPlan::new(&r.into_header().unwrap(), vec![Rc::new(CpuBackend::new(1))], None, &opts).unwrap();
+    let planned = plan.gradient.expect("measured");
+    let tokens: Vec<u32> = (0..n_ctx as u32).map(|i| (i * 37 + 11) % 1000).collect();
+    let mut m = load_budget(n_ctx, None);
+    let d = embed_grad(&mut m, &tokens).unwrap();
+    eprintln!("a gradient run over {n_ctx} tokens plans {planned} bytes ({} of compute buffers)", d.compute_bytes);
+    assert_eq!(d.planned_bytes, planned, "the run's own plan");
+    assert!(d.compute_bytes as u64 > planned / 2 && d.grads[0].data.iter().any(|&v| v != 0.0));
+
+    // The budget: the model's own buffers plus exactly the run's plan.
+    let held = plan.total();
+    let mut fits = load_budget(n_ctx, Some(held + planned));
+    assert_eq!(fits.host_left(), Some(planned));
+    let g = embed_grad(&mut fits, &tokens).unwrap();
+    assert!(g.grads[0].data == d.grads[0].data);
+    let mut tight = load_budget(n_ctx, Some(held + planned - 1));
+    match embed_grad(&mut tight, &tokens) {
+        Err(e @ ModelError::RunTooLarge { needed, left, .. }) => {
+            assert_eq!((needed, left), (planned, planned - 1), "{e}");
+            assert!(e.to_string().contains("gradient run"), "{e}");
+        }
+        other => panic!("not refused: {:?}", other.map(|d| d.planned_bytes)),
+    }
+    // Fewer tokens fit; the model is usable.
+    let plain = block_on(tight.decode(ggweb::model::context::Batch::all(&tokens, 0))).unwrap();
+    let plain_ref = block_on(m.decode(ggweb::model::context::Batch::all(&tokens, 0))).unwrap();
+    assert!(plain.logits == plain_ref.logits);
+    embed_grad(&mut tight, &tokens[..n_ctx / 2]).unwrap();
+}
+
+/// Integrated gradients' steps run as batches of sequences; where a batch's plan does not
+/// fit what the budget leaves, it is halved (down to one sequence): with room for about
+/// three single-sequence gradient runs, the scores are still the reference's.
+#[test]
+fn integrated_gradients_batches_shrink_to_the_budget() {
+    use ggweb::model::loader::ModelLoader;
+    use ggweb::model::plan::{HeaderPlan, HeaderReader};
+    let bytes = std::fs::read(fixture("tiny-f32.gguf")).unwrap();
+    let mut r = HeaderReader::new(Some(bytes.len() as u64));
+    for c in bytes.chunks(4096) {
+        if r.feed(c).unwrap() {
+            break;
+        }
+    }
+    let header = r.into_header().unwrap();
+    let one = HeaderPlan::new(
+        &header,
+        vec![Rc::new(CpuBackend::new(1))],
+        None,
+        &Gpt2Options { n_ctx: 14, ..Default::default() },
+    )
+    .unwrap()
+    .gradient
+    .unwrap();
+    let full = HeaderPlan::new(&header, vec![Rc::new(CpuBackend::new(1))], None, &Gpt2Options::default()).unwrap();
+    let budget = full.total() + 3 * one;
+    let mut l = ModelLoader::new(
+        Rc::new(CpuBackend::new(1)),
+        Gpt2Options::default(),
+        Default::default(),
+        Some(bytes.len() as u64),
+    )
+    .with_budget(budget);
+    for c in bytes.chunks(1 << 16) {
+        l.feed(c).unwrap();
+    }
+    let mut s = Session::new(l.finish().unwrap());
+    // The whole batch of 32 steps would not fit.
+    assert!(full.gradient.unwrap() > 3 * one);
+    let worst = grad_ref::check_saliency(&mut s, &grad_ref::load());
+    eprintln!("budget {budget} B (a 14-token gradient run plans {one} B): worst saliency difference {worst:e}");
+}

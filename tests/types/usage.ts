@@ -152,7 +152,7 @@ function readInspect(r: InspectResult): unknown[] {
     file: r.file.dataOffset + (r.file.size ?? 0) + r.file.alignment,
     tensors: r.tensors.map((t) => `${t.name} ${t.type} ${t.ne.join('x')} ${t.bytes}`),
     types: Object.entries(r.types).map(([k, v]) => `${k} ${v.count} ${v.bytes}`),
-    memory: [r.memory.weights, r.memory.kv, r.memory.compute ?? 0, r.memory.total, r.memory.kvType,
+    memory: [r.memory.weights, r.memory.kv, r.memory.compute ?? 0, r.memory.gradient ?? 0, r.memory.total, r.memory.kvType,
       Object.values(r.memory.byBackend).map((b) => b.weights + b.kv + b.compute)],
     fits: [r.fits.ok, r.fits.reason, r.fits.wasmSpaceLeft, Object.values(r.fits.limits).map((l) => (l.budget ?? 0) + l.maxBufferSize)],
     source: [r.source.via, r.source.bytesRead, r.source.size, r.source.requests, r.source.ranged, r.source.complete],
