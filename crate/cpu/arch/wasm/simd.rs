@@ -201,8 +201,8 @@ pub(crate) fn gelu_back(dy: &[f32], x: &[f32], out: &mut [f32]) {
             i += 4;
         }
     }
-    for i in i..n {
-        out[i] = crate::cpu::arch::gelu_back_f32(dy[i], x[i]);
+    for ((o, &g), &v) in out[i..n].iter_mut().zip(&dy[i..n]).zip(&x[i..n]) {
+        *o = crate::cpu::arch::gelu_back_f32(g, v);
     }
 }
 

@@ -304,8 +304,8 @@ unsafe fn avx2_gelu_back(dy: &[f32], x: &[f32], out: &mut [f32]) {
         _mm256_storeu_ps(o.add(i), _mm256_set_m128(_mm256_cvtpd_ps(hi), _mm256_cvtpd_ps(lo)));
         i += 8;
     }
-    for i in i..n {
-        out[i] = crate::cpu::arch::gelu_back_f32(dy[i], x[i]);
+    for ((o, &g), &v) in out[i..n].iter_mut().zip(&dy[i..n]).zip(&x[i..n]) {
+        *o = crate::cpu::arch::gelu_back_f32(g, v);
     }
 }
 
