@@ -1,8 +1,9 @@
 //! Kernels of the ops that backward passes add to a graph (`crate::backward`): out_prod,
 //! soft_max_back, gelu_back, norm_back, repeat_back, get_rows_back, acc, diag_mask_zero,
 //! fill (ggml-cpu's ops.cpp has them beside the forward ones). Portable Rust but for
-//! out_prod's panel product and gelu_back, the ISA table's (`Kernels`): every result is f32, sums over a row are kept in f64 as the forward norm and soft_max keep
-//! theirs, and each result row is one thread's, so results do not depend on the thread count.
+//! out_prod's panel product and gelu_back, the ISA table's (`Kernels`): every result is f32,
+//! sums over a row are kept in f64 as the forward norm and soft_max keep theirs, and each
+//! result row is one thread's, so results do not depend on the thread count.
 
 use alloc::format;
 use alloc::vec;
