@@ -6,6 +6,10 @@
 //! cargo run --release --example grad_bench -- MODEL.gguf [N_TOKENS] [REPS] [PATCH_TOKENS]
 //! ```
 //!
+//! `PATCH_TOKENS` 0 leaves the patch sweeps out; `GGWEB_GRAD_PROFILE=1` prints where one
+//! gradient run's time goes instead (after `REPS` runs, so a sampling profiler such as
+//! `perf record` sees mostly gradient runs).
+//!
 //! Rows: `forward` = `run` without grad (one ubatch of all the tokens on a scheduler of its
 //! own, the path a gradient run takes, every position's logits), `decode` = the hot path
 //! (`Gpt2::decode`, n_batch 512, every position's logits), `fwd+bwd (wrt hook_embed)` and
@@ -59,13 +63,16 @@ fn main() {
         let tokens: Vec<u32> = (0..n as u32).map(|i| (i * 7919 + 13) % nv).collect();
         let of = Metric::LogitDiff { answer: 262, against: 13, pos: None };
         let spec = GradSpec { of, wrt: Wrt::List(vec!["hook_embed".into()]) };
-        block_on(s.run_grad(&tokens, &[], &[], Some(&spec))).unwrap();
+        // REPS runs before the profiled one (a sampling profiler then sees mostly gradient runs).
+        for _ in 0..reps.max(1) {
+            block_on(s.run_grad(&tokens, &[], &[], Some(&spec))).unwrap();
+        }
         cpu.reset_profile();
         block_on(s.run_grad(&tokens, &[], &[], Some(&spec))).unwrap();
         let p = cpu.profile();
         let total: f64 = p.iter().map(|e| e.secs).sum();
         println!("{path}: one fwd+bwd of {n} tokens (wrt hook_embed), {:.1} ms in kernels", total * 1e3);
-        for e in p.iter().take(16) {
+        for e in p.iter().take(24) {
             println!(
                 "  {:28} {:18} {:4} calls {:8.1} ms {:5.1}%",
                 e.class,
@@ -118,6 +125,9 @@ fn main() {
             median(wall.clone()) * 1e3,
             c / base
         );
+    }
+    if n_patch == 0 {
+        return;
     }
     let clean: Vec<u32> = (0..n_patch as u32).map(|i| (i * 104729 + 5) % nv).collect();
     let mut corrupted = clean.clone();

@@ -1,8 +1,9 @@
 //! Kernels of the ops that backward passes add to a graph (`crate::backward`): out_prod,
 //! soft_max_back, gelu_back, norm_back, repeat_back, get_rows_back, acc, diag_mask_zero,
-//! fill (ggml-cpu's ops.cpp has them beside the forward ones). Plain portable Rust: every
-//! result is f32, sums over a row are kept in f64 as the forward norm and soft_max keep
-//! theirs, and each result row is one thread's, so results do not depend on the thread count.
+//! fill (ggml-cpu's ops.cpp has them beside the forward ones). Portable Rust but for
+//! out_prod's panel product and gelu_back, the ISA table's (`Kernels`): every result is f32,
+//! sums over a row are kept in f64 as the forward norm and soft_max keep theirs, and each
+//! result row is one thread's, so results do not depend on the thread count.
 
 use alloc::format;
 use alloc::vec;
@@ -100,9 +101,18 @@ pub(crate) fn out_prod(a: &TensorView, b: &TensorView, dst: &TensorView, exec: &
                         crate::cpu::arch::repack::unpack_row(a.ty, n0, a.ne[1], data, j + jj, &mut plain);
                         src = plain.as_mut_ptr();
                     }
-                    let row = panel[jj * n0..].as_mut_ptr() as *mut u8;
-                    // SAFETY: row j + jj of a (or its unpacked copy) into the panel.
-                    unsafe { super::ops::convert_row(src, a.ty, a.nb[0], row, GgmlType::F32, 4, n0)? };
+                    let row = &mut panel[jj * n0..(jj + 1) * n0];
+                    if a.ty.is_quantized() && n0.is_multiple_of(a.ty.blck_size()) {
+                        // Straight into the panel (convert_row would go through a copy).
+                        // SAFETY: row j + jj of a (or its unpacked copy): whole blocks of n0.
+                        let q = unsafe { core::slice::from_raw_parts(src as *const u8, a.ty.row_size(n0 as i64)) };
+                        crate::quants::dequantize_row(a.ty, q, row);
+                    } else {
+                        // SAFETY: row j + jj of a (or its unpacked copy) into the panel.
+                        unsafe {
+                            super::ops::convert_row(src, a.ty, a.nb[0], row.as_mut_ptr() as *mut u8, GgmlType::F32, 4, n0)?
+                        };
+                    }
                 }
                 // Rows past jb have zero coefficients; a stale row there could hold ±∞ (0·∞ = NaN).
                 panel[jb * n0..].iter_mut().for_each(|x| *x = 0.0);
@@ -173,19 +183,11 @@ pub(crate) fn log_soft_max_back(dy: &TensorView, y: &TensorView, dst: &TensorVie
     })
 }
 
-/// GELU's (tanh form, `x·σ(2u)` with u = √(2/π)(x + 0.044715x³)) derivative times dy, in f64.
+/// GELU's (tanh form) derivative times dy, in f64 per element ([`crate::cpu::arch::gelu_back_f32`];
+/// the ISA table's `gelu_back`).
 pub(crate) fn gelu_back(dy: &TensorView, x: &TensorView, dst: &TensorView, exec: &Exec) -> KResult {
-    const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
-    const C: f64 = 0.044_715;
-    pair_rows(exec, dy, x, dst, "gelu_back", &|g, x, out| {
-        for ((o, &gi), &xi) in out.iter_mut().zip(g).zip(x) {
-            let x = xi as f64;
-            let u = SQRT_2_OVER_PI * x * (1.0 + C * x * x);
-            let s = 1.0 / (1.0 + libm::exp(-2.0 * u));
-            let du = SQRT_2_OVER_PI * (1.0 + 3.0 * C * x * x);
-            *o = (gi as f64 * (s + x * s * (1.0 - s) * 2.0 * du)) as f32;
-        }
-    })
+    let kernel = crate::cpu::arch::kernels().gelu_back;
+    pair_rows(exec, dy, x, dst, "gelu_back", &|g, x, out| kernel(g, x, out))
 }
 
 /// Layer norm's backward: with y = (x − μ)/σ, dx = (dy − mean(dy) − y · mean(dy ⊙ y)) / σ;

@@ -246,6 +246,16 @@ pub fn backward_op_cases() -> Vec<Case> {
             i.ctx.out_prod(&a, &i.ctx.transpose(&g))
         }));
     }
+    // The panel kernels' register tiles and their edges: 21 result rows (AVX-512's 8 + 8 + 4
+    // + 1, SIMD128's 4s + 1), 96 columns (whole 32- and 8-column tiles) and 100 (a masked or
+    // one-at-a-time tail of 4), 40 and 70 steps of j (a partial panel of 32).
+    for (ty, k, j, rows) in [(Q8_0, 96, 40, 21), (F32, 100, 70, 13), (F16, 100, 33, 9)] {
+        v.push(case(&format!("out_prod {ty} K={k} J={j}, {rows} rows"), mm_tol(j), move |i| {
+            let a = i.range(ty, &[k, j as i64], -0.5, 0.5);
+            let g = i.t(F32, &[j as i64, rows]);
+            i.ctx.out_prod(&a, &i.ctx.transpose(&g))
+        }));
+    }
     let mut repacked = case("out_prod Q8_0 repacked src0", mm_tol(8), |i| {
         let a = i.repacked(Q8_0, &[64, 8]);
         let g = i.t(F32, &[8, 3]);

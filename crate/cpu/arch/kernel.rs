@@ -123,6 +123,9 @@ pub struct Kernels {
     /// The backward pass's `out_prod` inner product: `acc[k, i] += Σ_jj cs[k, jj] · panel[jj, i]`
     /// (acc: rows of n0, cs: rows of [`OUT_PROD_J`], panel: `OUT_PROD_J` rows of n0).
     pub out_prod_panel: fn(acc: &mut [f32], n0: usize, panel: &[f32], cs: &[f32]),
+    /// `out[i] = dy[i] · GELU'(x[i])`, as [`super::gelu_back_f32`] defines it (f64, rounded
+    /// once); the SIMD forms use the polynomial exp of `gelu`.
+    pub gelu_back: fn(dy: &[f32], x: &[f32], out: &mut [f32]),
 }
 
 pub use super::scalar::simd::OUT_PROD_J;
@@ -184,6 +187,7 @@ pub(crate) const fn scalar_table() -> Kernels {
         max: scalar::simd::max,
         prep_q8_0: scalar::prep_q8_0,
         out_prod_panel: scalar::simd::out_prod_panel,
+        gelu_back: scalar::simd::gelu_back,
     }
 }
 

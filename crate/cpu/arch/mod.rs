@@ -81,6 +81,17 @@ pub fn gelu_f32(x: f32) -> f32 {
     (x / (1.0 + libm::exp(-2.0 * u))) as f32
 }
 
+/// dy · GELU'(x) (tanh form: with s = 1/(1 + e^(-2u)), u = √(2/π)(x + 0.044715x³), the
+/// derivative is s + 2x·s(1 − s)·u'), in f64 and rounded once, as [`gelu_f32`].
+#[inline]
+pub fn gelu_back_f32(dy: f32, x: f32) -> f32 {
+    let x = x as f64;
+    let u = GELU_K * x * (1.0 + GELU_C * x * x);
+    let s = 1.0 / (1.0 + libm::exp(-2.0 * u));
+    let du = GELU_K * (1.0 + 3.0 * GELU_C * x * x);
+    (dy as f64 * (s + x * s * (1.0 - s) * 2.0 * du)) as f32
+}
+
 /// f16 bits → f32, exactly, without tables or branches on the common path: the exponent
 /// and mantissa moved into f32 position are off by 2^112 (15 vs 127 bias), which one
 /// multiplication fixes, subnormals included; infinities and NaNs get the all-ones exponent.

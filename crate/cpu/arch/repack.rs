@@ -122,25 +122,42 @@ pub fn group(ty: GgmlType) -> usize {
     layout(ty).map_or(GROUP, |l| l.rows)
 }
 
-/// Copies one row's block between ggml's layout (`plain`) and its place in a group's block
-/// (`packed`, R blocks), either way.
-fn move_block(l: &Layout, r: usize, plain: &mut [u8], packed: &mut [u8], to_packed: bool) {
+/// Copies one row's block from ggml's layout (`plain`) to its place in a group's block
+/// (`packed`, R blocks).
+fn move_block(l: &Layout, r: usize, plain: &[u8], packed: &mut [u8]) {
     let mut o = 0;
     for fd in l.fields {
-        for c in 0..fd.size / fd.il {
-            let dst = o + (c * l.rows + r) * fd.il;
-            let src = fd.offset + c * fd.il;
-            // Pieces of 1 to 32 bytes: a byte loop beats a memcpy call per piece.
-            let (p, q) = (&mut packed[dst..dst + fd.il], &mut plain[src..src + fd.il]);
-            for (p, q) in p.iter_mut().zip(q) {
-                if to_packed {
-                    *p = *q;
-                } else {
-                    *q = *p;
-                }
+        let (il, n) = (fd.il, fd.size / fd.il);
+        // Piece c of the field: plain fd.offset + c·il ↔ packed o + (c·R + r)·il.
+        strided(&mut packed[o + r * il..], l.rows * il, &plain[fd.offset..], il, il, n);
+        o += fd.size * l.rows;
+    }
+}
+
+/// `n` pieces of `il` bytes: piece c from `src[c·ss..]` to `dst[c·sd..]`, in loops of a
+/// constant piece size (a byte loop per piece becomes a `memcpy` call each, which cost the
+/// backward pass's `out_prod` more than its products).
+#[inline(always)]
+fn strided(dst: &mut [u8], sd: usize, src: &[u8], ss: usize, il: usize, n: usize) {
+    #[inline(always)]
+    fn pieces<const IL: usize>(dst: &mut [u8], sd: usize, src: &[u8], ss: usize, n: usize) {
+        for c in 0..n {
+            let v: [u8; IL] = src[c * ss..c * ss + IL].try_into().unwrap();
+            dst[c * sd..c * sd + IL].copy_from_slice(&v);
+        }
+    }
+    match il {
+        1 => pieces::<1>(dst, sd, src, ss, n),
+        2 => pieces::<2>(dst, sd, src, ss, n),
+        4 => pieces::<4>(dst, sd, src, ss, n),
+        8 => pieces::<8>(dst, sd, src, ss, n),
+        16 => pieces::<16>(dst, sd, src, ss, n),
+        32 => pieces::<32>(dst, sd, src, ss, n),
+        _ => {
+            for c in 0..n {
+                dst[c * sd..c * sd + il].copy_from_slice(&src[c * ss..c * ss + il]);
             }
         }
-        o += fd.size * l.rows;
     }
 }
 
@@ -299,7 +316,7 @@ pub fn pack(ty: GgmlType, k: usize, m: usize, data: &mut [u8]) -> bool {
         for t in 0..nb {
             let out = &mut grp[t * l.rows * bs..(t + 1) * l.rows * bs];
             for r in 0..l.rows {
-                move_block(&l, r, &mut tmp[r * rs + t * bs..r * rs + (t + 1) * bs], out, true);
+                move_block(&l, r, &tmp[r * rs + t * bs..r * rs + (t + 1) * bs], out);
             }
         }
     }
@@ -336,10 +353,16 @@ pub fn unpack_row(ty: GgmlType, k: usize, m: usize, data: &[u8], i: usize, out: 
         }
         return;
     }
-    let mut blk = vec![0u8; l.rows * bs];
-    for t in 0..nb {
-        blk.copy_from_slice(&grp[t * l.rows * bs..(t + 1) * l.rows * bs]);
-        move_block(&l, r, &mut out[t * bs..(t + 1) * bs], &mut blk, false);
+    // Read in place (a copy of the group's block per row would move R times the row), a
+    // field at a time over every block (its piece count divided out once, not per block).
+    let mut o = 0;
+    for fd in l.fields {
+        let (il, n) = (fd.il, fd.size / fd.il);
+        for t in 0..nb {
+            let packed = &grp[t * l.rows * bs + o + r * il..(t + 1) * l.rows * bs];
+            strided(&mut out[t * bs + fd.offset..(t + 1) * bs], il, packed, l.rows * il, il, n);
+        }
+        o += fd.size * l.rows;
     }
 }
 

@@ -32,6 +32,8 @@ pub(super) const fn table() -> Kernels {
     t.name = "simd128";
     t.f16_to_f32 = simd::f16_to_f32;
     t.gelu = simd::gelu;
+    t.gelu_back = simd::gelu_back;
+    t.out_prod_panel = simd::out_prod_panel;
     t.exp_sum = simd::exp_sum;
     t.max = simd::max;
     t.types[F16 as usize].vec_dot = Some(f16_dot);

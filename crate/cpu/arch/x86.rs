@@ -59,6 +59,7 @@ pub(super) const fn table(vnni: Vnni) -> Kernels {
     t.exp_sum = simd::exp_sum;
     t.max = simd::max;
     t.out_prod_panel = simd::out_prod_panel;
+    t.gelu_back = simd::gelu_back;
     t.prep_q8_0 = |row, nb, dy, ys, sums, _| unsafe { activations::col_prep_q8_0(row, nb, dy, ys, sums) };
     t.types[F16 as usize].vec_dot = Some(|n, a, b| unsafe { f16_dot(n, a, b) });
     t.types[BF16 as usize].vec_dot = Some(|n, a, b| unsafe { bf16_dot(n, a, b) });
@@ -98,7 +99,7 @@ pub(super) const fn table(vnni: Vnni) -> Kernels {
     t
 }
 
-/// [`table`] with AVX512-VNNI, its packed Q8_0/Q4_K/Q6_K kernels on 512-bit registers
+/// [`table`] with AVX512-VNNI, its packed Q8_0/Q4_K/Q6_K kernels and out_prod's panel tile on 512-bit registers
 /// ([`packed512`]); handed out only where AVX-512 F, BW, VL and VNNI were detected.
 pub(super) const fn table_512() -> Kernels {
     use GgmlType::*;
@@ -106,6 +107,7 @@ pub(super) const fn table_512() -> Kernels {
     t.types[Q8_0 as usize].packed = Some(&packed512::PACKED_Q8_0);
     t.types[Q4_K as usize].packed = Some(&packed512::PACKED_Q4_K);
     t.types[Q6_K as usize].packed = Some(&packed512::PACKED_Q6_K);
+    t.out_prod_panel = simd::out_prod_panel_512;
     t
 }
 

@@ -83,6 +83,12 @@ pub(crate) fn gelu(x: &mut [f32]) {
     x.iter_mut().for_each(|v| *v = gelu_f32(*v));
 }
 
+pub(crate) fn gelu_back(dy: &[f32], x: &[f32], out: &mut [f32]) {
+    for ((o, &g), &v) in out.iter_mut().zip(dy).zip(x) {
+        *o = super::super::gelu_back_f32(g, v);
+    }
+}
+
 pub(crate) fn exp_sum(x: &mut [f32], sub: f32) -> f64 {
     let mut sum = 0.0f64;
     for v in x.iter_mut() {

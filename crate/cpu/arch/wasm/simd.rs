@@ -5,6 +5,8 @@
 
 use core::arch::wasm32::*;
 
+use crate::cpu::arch::OUT_PROD_J;
+
 use super::super::{f16_bits_to_f32, F16_EXP_ADJUST, GELU_C, GELU_K, INV_FACT, LN2_HI, LN2_HI_F32, LN2_LO, LN2_LO_F32};
 
 /// [`crate::cpu::arch::FloatGemm`] for f32 rows: register tiles of 4 rows of a × 2 of b.
@@ -167,6 +169,95 @@ fn gelu_f64x2(x: v128) -> v128 {
     let inner = f64x2_add(f64x2_mul(f64x2_mul(x, x), f64x2_splat(GELU_C)), f64x2_splat(1.0));
     let m2u = f64x2_mul(f64x2_mul(x, f64x2_splat(-2.0 * GELU_K)), inner);
     f64x2_div(x, f64x2_add(f64x2_splat(1.0), exp_f64x2(m2u)))
+}
+
+/// dy · GELU'(x) in f64, 2 lanes: s + 2x·s(1 − s)·u' with s = 1/(1 + e^(-2u)) (as the
+/// AVX2 `gelu_back_pd`).
+#[inline(always)]
+fn gelu_back_f64x2(g: v128, x: v128) -> v128 {
+    let one = f64x2_splat(1.0);
+    let x2 = f64x2_mul(x, x);
+    let inner = f64x2_add(f64x2_mul(x2, f64x2_splat(GELU_C)), one);
+    let m2u = f64x2_mul(f64x2_mul(x, f64x2_splat(-2.0 * GELU_K)), inner);
+    let s = f64x2_div(one, f64x2_add(one, exp_f64x2(m2u)));
+    let du2 = f64x2_mul(f64x2_add(f64x2_mul(x2, f64x2_splat(3.0 * GELU_C)), one), f64x2_splat(2.0 * GELU_K));
+    let t = f64x2_mul(f64x2_mul(x, f64x2_mul(s, f64x2_sub(one, s))), du2);
+    f64x2_mul(g, f64x2_add(s, t))
+}
+
+pub(crate) fn gelu_back(dy: &[f32], x: &[f32], out: &mut [f32]) {
+    let n = out.len().min(dy.len()).min(x.len());
+    let mut i = 0;
+    // SAFETY: loads and stores of 4 lanes stay inside the slices (i + 4 ≤ n).
+    unsafe {
+        while i + 4 <= n {
+            let g = v128_load(dy.as_ptr().add(i) as *const v128);
+            let v = v128_load(x.as_ptr().add(i) as *const v128);
+            let hi = |a: v128| f64x2_promote_low_f32x4(i64x2_shuffle::<1, 1>(a, a));
+            let lo = gelu_back_f64x2(f64x2_promote_low_f32x4(g), f64x2_promote_low_f32x4(v));
+            let hi = gelu_back_f64x2(hi(g), hi(v));
+            let r = i64x2_shuffle::<0, 2>(f32x4_demote_f64x2_zero(lo), f32x4_demote_f64x2_zero(hi));
+            v128_store(out.as_mut_ptr().add(i) as *mut v128, r);
+            i += 4;
+        }
+    }
+    for ((o, &g), &v) in out[i..n].iter_mut().zip(&dy[i..n]).zip(&x[i..n]) {
+        *o = crate::cpu::arch::gelu_back_f32(g, v);
+    }
+}
+
+/// `Kernels::out_prod_panel` on SIMD128 (fused with relaxed-simd): register tiles of 4
+/// result rows × 8 columns (eight f32x4 sums, well inside the 16 registers an x86 engine
+/// has), columns outermost so that a tile's 8 columns of the panel stay in L1 while every
+/// result row passes over them. Columns past a multiple of 8 one at a time.
+pub(crate) fn out_prod_panel(acc: &mut [f32], n0: usize, panel: &[f32], cs: &[f32]) {
+    let rows = acc.len() / n0;
+    assert!(acc.len() == rows * n0 && panel.len() >= OUT_PROD_J * n0 && cs.len() >= rows * OUT_PROD_J);
+    let (a, p, c) = (acc.as_mut_ptr(), panel.as_ptr(), cs.as_ptr());
+    let mut i = 0;
+    // SAFETY (the tiles): columns i..i + 8 < n0 of rows inside `rows` (asserted above).
+    unsafe {
+        while i + 8 <= n0 {
+            let mut k = 0;
+            while k + 4 <= rows {
+                out_prod_tile::<4>(a, n0, p, c, k, i);
+                k += 4;
+            }
+            while k < rows {
+                out_prod_tile::<1>(a, n0, p, c, k, i);
+                k += 1;
+            }
+            i += 8;
+        }
+    }
+    for k in 0..rows {
+        let ck: &[f32; OUT_PROD_J] = cs[k * OUT_PROD_J..(k + 1) * OUT_PROD_J].try_into().unwrap();
+        crate::cpu::arch::scalar::simd::tail_row(&mut acc[k * n0..(k + 1) * n0], i, n0, panel, ck);
+    }
+}
+
+/// Result rows k..k + T, columns i..i + 8, summed over the panel's rows in registers.
+///
+/// SAFETY: rows k..k + T of `acc` (n0 each) and `cs` (OUT_PROD_J each) exist, the panel has
+/// OUT_PROD_J rows of n0, and i + 8 ≤ n0.
+#[inline(always)]
+unsafe fn out_prod_tile<const T: usize>(acc: *mut f32, n0: usize, panel: *const f32, cs: *const f32, k: usize, i: usize) {
+    let mut lo = [f32x4_splat(0.0); T];
+    let mut hi = [f32x4_splat(0.0); T];
+    for jj in 0..OUT_PROD_J {
+        let p = panel.add(jj * n0 + i);
+        let (p0, p1) = (v128_load(p as *const v128), v128_load(p.add(4) as *const v128));
+        for t in 0..T {
+            let cj = v128_load32_splat(cs.add((k + t) * OUT_PROD_J + jj) as *const u32);
+            lo[t] = madd(cj, p0, lo[t]);
+            hi[t] = madd(cj, p1, hi[t]);
+        }
+    }
+    for t in 0..T {
+        let o = acc.add((k + t) * n0 + i);
+        v128_store(o as *mut v128, f32x4_add(v128_load(o as *const v128), lo[t]));
+        v128_store(o.add(4) as *mut v128, f32x4_add(v128_load(o.add(4) as *const v128), hi[t]));
+    }
 }
 
 /// e^x for 4 f32 lanes, x ≤ 0 (0 below -87.3), as the AVX2 version.

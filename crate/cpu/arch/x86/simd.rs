@@ -62,6 +62,10 @@ pub(crate) fn exp_sum(x: &mut [f32], sub: f32) -> f64 {
     unsafe { avx2_exp_sum(x, sub) }
 }
 
+pub(crate) fn gelu_back(dy: &[f32], x: &[f32], out: &mut [f32]) {
+    unsafe { avx2_gelu_back(dy, x, out) }
+}
+
 pub(crate) fn max(x: &[f32]) -> f32 {
     unsafe { avx2_max(x) }
 }
@@ -270,6 +274,41 @@ unsafe fn avx2_gelu(x: &mut [f32]) {
     }
 }
 
+/// dy · GELU'(x) in f64, 4 at a time: s + 2x·s(1 − s)·u' with s = 1/(1 + e^(-2u)).
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn gelu_back_pd(g: __m256d, x: __m256d) -> __m256d {
+    let one = _mm256_set1_pd(1.0);
+    let x2 = _mm256_mul_pd(x, x);
+    let inner = _mm256_fmadd_pd(x2, _mm256_set1_pd(GELU_C), one);
+    let m2u = _mm256_mul_pd(_mm256_mul_pd(x, _mm256_set1_pd(-2.0 * GELU_K)), inner);
+    let s = _mm256_div_pd(one, _mm256_add_pd(one, exp_pd(m2u)));
+    // 2u' = 2√(2/π)(1 + 3·0.044715·x²)
+    let du2 = _mm256_mul_pd(_mm256_fmadd_pd(x2, _mm256_set1_pd(3.0 * GELU_C), one), _mm256_set1_pd(2.0 * GELU_K));
+    let t = _mm256_mul_pd(_mm256_mul_pd(x, _mm256_mul_pd(s, _mm256_sub_pd(one, s))), du2);
+    _mm256_mul_pd(g, _mm256_add_pd(s, t))
+}
+
+#[target_feature(enable = "avx2,fma")]
+unsafe fn avx2_gelu_back(dy: &[f32], x: &[f32], out: &mut [f32]) {
+    let n = out.len().min(dy.len()).min(x.len());
+    let (g, v, o) = (dy.as_ptr(), x.as_ptr(), out.as_mut_ptr());
+    let mut i = 0;
+    while i + 8 <= n {
+        let (gv, xv) = (_mm256_loadu_ps(g.add(i)), _mm256_loadu_ps(v.add(i)));
+        let lo = gelu_back_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(gv)), _mm256_cvtps_pd(_mm256_castps256_ps128(xv)));
+        let hi = gelu_back_pd(
+            _mm256_cvtps_pd(_mm256_extractf128_ps(gv, 1)),
+            _mm256_cvtps_pd(_mm256_extractf128_ps(xv, 1)),
+        );
+        _mm256_storeu_ps(o.add(i), _mm256_set_m128(_mm256_cvtpd_ps(hi), _mm256_cvtpd_ps(lo)));
+        i += 8;
+    }
+    for ((o, &g), &v) in out[i..n].iter_mut().zip(&dy[i..n]).zip(&x[i..n]) {
+        *o = crate::cpu::arch::gelu_back_f32(g, v);
+    }
+}
+
 /// e^x for 8 f32 lanes, x ≤ 0 (0 below -87.3): Taylor series to r^7 on |r| ≤ ln2/2.
 #[target_feature(enable = "avx2,fma")]
 #[inline]
@@ -383,5 +422,78 @@ unsafe fn panel_product_avx2(acc: &mut [f32], n0: usize, panel: &[f32], cs: &[f3
     for k in k..rows {
         let c: [f32; OUT_PROD_J] = cs[k * OUT_PROD_J..(k + 1) * OUT_PROD_J].try_into().unwrap();
         crate::cpu::arch::scalar::simd::tail_row(&mut acc[k * n0..(k + 1) * n0], 0, n0, panel, &c);
+    }
+}
+
+/// `Kernels::out_prod_panel` with AVX-512F: register tiles of 8 result rows × 32 columns
+/// (sixteen zmm sums, the column tail masked). Columns outermost: a tile's 32 columns of
+/// the panel (4 KiB) stay in L1 while every row of the result passes over them.
+pub(crate) fn out_prod_panel_512(acc: &mut [f32], n0: usize, panel: &[f32], cs: &[f32]) {
+    // SAFETY: this table is handed out only where AVX-512 F (BW, VL, VNNI) was detected.
+    unsafe { panel_product_512(acc, n0, panel, cs) }
+}
+
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn panel_product_512(acc: &mut [f32], n0: usize, panel: &[f32], cs: &[f32]) {
+    let rows = acc.len() / n0;
+    assert!(acc.len() == rows * n0 && panel.len() >= OUT_PROD_J * n0 && cs.len() >= rows * OUT_PROD_J);
+    let (a, p, c) = (acc.as_mut_ptr(), panel.as_ptr(), cs.as_ptr());
+    let mut i = 0;
+    while i < n0 {
+        let w = (n0 - i).min(32);
+        let mask = |w: usize| if w >= 16 { 0xffff } else { ((1u32 << w) - 1) as __mmask16 };
+        let (m0, m1) = (mask(w), mask(w.saturating_sub(16)));
+        let mut k = 0;
+        while k + 8 <= rows {
+            tile_512::<8>(a, n0, p, c, k, i, m0, m1);
+            k += 8;
+        }
+        if k + 4 <= rows {
+            tile_512::<4>(a, n0, p, c, k, i, m0, m1);
+            k += 4;
+        }
+        while k < rows {
+            tile_512::<1>(a, n0, p, c, k, i, m0, m1);
+            k += 1;
+        }
+        i += 32;
+    }
+}
+
+/// Result rows k..k + T, columns i..i + 32 (lanes outside `m0`, `m1` neither read nor
+/// written), summed over the panel's OUT_PROD_J rows in registers.
+///
+/// SAFETY: rows k..k + T of `acc` (n0 each) and of `cs` (OUT_PROD_J each) exist, the
+/// panel has OUT_PROD_J rows of n0, and the masks cover only columns below n0.
+#[target_feature(enable = "avx512f,avx2,fma")]
+#[inline]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile_512<const T: usize>(
+    acc: *mut f32,
+    n0: usize,
+    panel: *const f32,
+    cs: *const f32,
+    k: usize,
+    i: usize,
+    m0: __mmask16,
+    m1: __mmask16,
+) {
+    let mut lo = [_mm512_setzero_ps(); T];
+    let mut hi = [_mm512_setzero_ps(); T];
+    for jj in 0..OUT_PROD_J {
+        let p = panel.wrapping_add(jj * n0 + i);
+        let p0 = _mm512_maskz_loadu_ps(m0, p);
+        let p1 = _mm512_maskz_loadu_ps(m1, p.wrapping_add(16));
+        for t in 0..T {
+            let cj = _mm512_set1_ps(*cs.add((k + t) * OUT_PROD_J + jj));
+            lo[t] = _mm512_fmadd_ps(cj, p0, lo[t]);
+            hi[t] = _mm512_fmadd_ps(cj, p1, hi[t]);
+        }
+    }
+    for t in 0..T {
+        let o = acc.wrapping_add((k + t) * n0 + i);
+        _mm512_mask_storeu_ps(o, m0, _mm512_add_ps(_mm512_maskz_loadu_ps(m0, o), lo[t]));
+        let o1 = o.wrapping_add(16);
+        _mm512_mask_storeu_ps(o1, m1, _mm512_add_ps(_mm512_maskz_loadu_ps(m1, o1), hi[t]));
     }
 }
