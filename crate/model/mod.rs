@@ -17,6 +17,7 @@ pub mod sae;
 pub mod sampling;
 pub mod session;
 pub mod stop;
+pub mod train;
 
 use alloc::string::String;
 
@@ -72,6 +73,9 @@ pub enum ModelError {
     Tokenizer(String),
     /// The caller stopped a long call between two of its steps ([`session::Interrupt`]).
     Aborted,
+    /// What this model or build cannot do yet (training a quantized weight in full, training
+    /// on WebGPU), naming what.
+    Unsupported(String),
 }
 
 impl core::fmt::Display for ModelError {
@@ -103,6 +107,7 @@ impl core::fmt::Display for ModelError {
             // The tokenizer's messages name it already ("tokenizer: no token for byte ...").
             ModelError::Tokenizer(s) => f.write_str(s),
             ModelError::Aborted => write!(f, "aborted"),
+            ModelError::Unsupported(s) => f.write_str(s),
         }
     }
 }
