@@ -558,8 +558,7 @@ pub struct AttributeParams {
     pub pos: Option<i64>,
 }
 
-// ts: export TrainOptimizer
-/// `train`'s `optimizer`: PyTorch's `AdamW` (decoupled decay, bias correction) or `SGD`
+/// `train`'s `optimizer` (its TS type is hand-written in web/ggweb.d.ts): PyTorch's `AdamW` (decoupled decay, bias correction) or `SGD`
 /// (coupled L2 decay, momentum), the defaults PyTorch's; decay on tensors of 2+ dimensions.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
@@ -602,19 +601,24 @@ pub struct LrScheduleParams {
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct TrainParams {
+    /// Tokens per training sequence (2..=nCtx; default min(nCtx, 128)).
     #[serde(default)]
     pub seq_len: Option<u32>,
+    /// Sequences per update (default 1); the loss is their mean.
     #[serde(default)]
     pub batch_size: Option<u32>,
+    /// Optimizer updates to run.
     pub steps: u32,
     // ts: TrainOptimizer
     #[serde(default)]
     pub optimizer: Option<TrainOptimizer>,
+    /// Clip the gradient to this global L2 norm (PyTorch's `clip_grad_norm_`).
     #[serde(default)]
     pub grad_clip: Option<f32>,
     // ts: LrSchedule
     #[serde(default)]
     pub lr_schedule: Option<LrScheduleParams>,
+    /// For what draws random numbers (full training draws none).
     #[serde(default)]
     pub seed: Option<u64>,
 }

@@ -16,6 +16,7 @@ mod plan_backend;
 pub mod sae;
 pub mod sampling;
 pub mod session;
+mod session_train;
 pub mod stop;
 pub mod train;
 

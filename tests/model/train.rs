@@ -128,3 +128,52 @@ fn bad_data_and_quantized_weights_are_refused_and_the_model_still_runs() {
     }
     assert_eq!(ggweb::model::context::block_on(q.logits(&[1, 2, 3])).unwrap().len(), 50257);
 }
+
+/// An F16 file trains as F32 copies of its weights, which the model keeps: the first loss is
+/// the F16 model's own (its forward pass reads f16-rounded activations, so within 1e-3), the
+/// loss falls, and later calls run the trained F32 weights.
+#[test]
+fn f16_weights_are_trained_as_f32_and_kept() {
+    use ggweb::model::context::{block_on, Batch};
+    use ggweb::types::GgmlType;
+    let r = load();
+    let seqs: Vec<Vec<u32>> = r.json["sequences"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| q.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect())
+        .collect();
+    let mut s = session("tiny-f16.gguf", false, 1);
+    assert_eq!(s.model.weights.layers[0].attn_qkv_w.ty, GgmlType::F16);
+    // The untrained F16 model's mean loss over sequences 0 and 1 (the first batch).
+    let n_vocab = s.model.hparams.n_vocab;
+    let mut want = 0f64;
+    for q in &seqs[..2] {
+        let logits = block_on(s.model.decode(Batch::all(q, 0))).unwrap().logits;
+        for p in 0..q.len() - 1 {
+            let row = &logits[p * n_vocab..(p + 1) * n_vocab];
+            let max = row.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v)) as f64;
+            let lse = max + row.iter().map(|&v| (v as f64 - max).exp()).sum::<f64>().ln();
+            want += (lse - row[q[p + 1] as usize] as f64) / (2 * (q.len() - 1)) as f64;
+        }
+    }
+    let before = block_on(s.logits(&seqs[2])).unwrap();
+    let cfg = params(r#"{"seqLen":16,"batchSize":2,"steps":5,"optimizer":{"type":"adamw","lr":3e-3}}"#)
+        .unwrap()
+        .config(256)
+        .unwrap();
+    let plan = s.train_start(seqs.clone(), cfg).unwrap();
+    assert!(plan.weights > 0 && plan.state > 0 && plan.compute > 0, "{plan:?}");
+    assert_eq!(s.model.weights.layers[0].attn_qkv_w.ty, GgmlType::F32);
+    let mut losses = Vec::new();
+    while let Some(step) = block_on(s.train_step()).unwrap() {
+        losses.push(step.loss);
+    }
+    s.train_end();
+    let rel = (losses[0] as f64 - want).abs() / want;
+    assert!(rel <= 1e-3, "first loss {} against the F16 model's {want} ({rel:e})", losses[0]);
+    assert!(losses[4] < losses[0] - 0.5, "losses {losses:?}");
+    let after = block_on(s.logits(&seqs[2])).unwrap();
+    let moved = before.iter().zip(&after).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    assert!(moved > 0.1, "the trained weights are not the ones later calls run (logits moved {moved})");
+}
