@@ -26,7 +26,7 @@ fn session(file: &str, untie: bool, threads: usize) -> Session {
 
 fn run_case(name: &str, threads: usize) {
     let r = load();
-    let case = r.json["cases"].as_array().unwrap().iter().find(|c| c["name"] == name).unwrap().clone();
+    let case = r.case(name);
     let mut s = session("tiny-f32.gguf", case["model"] == "untied", threads);
     let w = check_case(&mut s, &r, &case);
     eprintln!(

@@ -10,14 +10,48 @@ use ggweb::model::session::Session;
 use ggweb::types::GgmlType;
 use serde_json::Value;
 
-use super::tl_ref::{fixture, Ref};
-
 /// The index and its float blocks (`blocks`: name → offset, shape).
+pub struct Ref {
+    pub json: Value,
+    pub bin: Vec<f32>,
+}
+
+impl Ref {
+    /// From the two files' contents (the browser tests include them).
+    pub fn from_parts(json: &[u8], bin: &[u8]) -> Ref {
+        let json: Value = serde_json::from_slice(json).unwrap();
+        let bin = bin.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
+        Ref { json, bin }
+    }
+
+    /// A block's values.
+    pub fn block(&self, name: &str) -> (Vec<i64>, &[f32]) {
+        let b = &self.json["blocks"][name];
+        assert!(b.is_object(), "no block {name} in the reference");
+        let shape: Vec<i64> = b["shape"].as_array().unwrap().iter().map(|x| x.as_i64().unwrap()).collect();
+        let off = b["offset"].as_u64().unwrap() as usize;
+        let n = shape.iter().product::<i64>() as usize;
+        (shape, &self.bin[off..off + n])
+    }
+
+    pub fn ids(&self, key: &str) -> Vec<u32> {
+        self.json[key].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+    }
+
+    /// A case by name.
+    pub fn case(&self, name: &str) -> Value {
+        self.json["cases"].as_array().unwrap().iter().find(|c| c["name"] == name).unwrap().clone()
+    }
+}
+
+/// tests/fixtures/tiny-f32.train-ref.json and .bin.
+#[cfg(not(target_arch = "wasm32"))]
 pub fn load() -> Ref {
-    let json: Value = serde_json::from_slice(&std::fs::read(fixture("tiny-f32.train-ref.json")).unwrap()).unwrap();
-    let bytes = std::fs::read(fixture("tiny-f32.train-ref.bin")).unwrap();
-    let bin = bytes.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
-    Ref { json, bin }
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    Ref::from_parts(
+        &std::fs::read(dir.join("tiny-f32.train-ref.json")).unwrap(),
+        &std::fs::read(dir.join("tiny-f32.train-ref.bin")).unwrap(),
+    )
 }
 
 /// A tied file (no `output.weight`) with `output.weight` added as a copy of `token_embd.weight`:
