@@ -443,7 +443,7 @@ impl Context {
     }
 
     /// ggml_opt_step_adamw: `a` (an f32 param) updated in place by AdamW from `state`
-    /// (`[n, 3]`: its gradient, m, v; m and v updated too) and the hyper-parameters `params`
+    /// (`[n, 3]`: its gradient, zeroed by the step, m and v, updated) and the hyper-parameters `params`
     /// (see [`Op::OptStepAdamw`]); the result is a view of `a`.
     pub fn opt_step_adamw(&self, a: &Tensor, state: &Tensor, params: &Tensor) -> Tensor {
         self.opt_step(a, state, params, &[3], 8, Op::OptStepAdamw)

@@ -115,12 +115,13 @@ pub enum Op {
     Fill(f32),
 
     // --- optimizer steps (ggml-opt's): the result is a view of src0, updated in place ---
-    /// ggml_opt_step_adamw: src0 = the param, src1 = its state `[n, 3]` (gradient, m, v),
+    /// ggml_opt_step_adamw: src0 = the param, src1 = its state `[n, 3]` (gradient, zeroed by
+    /// the step; m, v),
     /// src2 = `[lr, beta1, beta2, eps, weight decay, 1 − beta1^t, sqrt(1 − beta2^t),
     /// gradient scale]` (f32): PyTorch's AdamW.
     OptStepAdamw,
-    /// ggml_opt_step_sgd: src0 = the param, src1 = its state `[n, 2]` (gradient, momentum
-    /// buffer), src2 = `[lr, momentum, weight decay, gradient scale, first step]`: PyTorch's SGD.
+    /// ggml_opt_step_sgd: src0 = the param, src1 = its state `[n, 2]` (gradient, zeroed by the
+    /// step; momentum buffer), src2 = `[lr, momentum, weight decay, gradient scale, first step]`: PyTorch's SGD.
     OptStepSgd,
 }
 

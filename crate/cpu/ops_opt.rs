@@ -2,7 +2,9 @@
 //! ops.cpp): each updates a parameter in place from its gradient and optimizer state, one
 //! element at a time in f32, in PyTorch's order of operations (`torch.optim.AdamW` and
 //! `torch.optim.SGD`, single-tensor path), so training matches PyTorch's to float rounding.
-//! Elements are independent: results do not depend on the thread count.
+//! Elements are independent: results do not depend on the thread count. Each step consumes
+//! the gradient row of the state: it is zero afterwards, ready for the next batch's
+//! accumulation (ggml-opt resets its gradients the same way between steps).
 
 use alloc::format;
 
@@ -71,6 +73,7 @@ pub(crate) fn adamw(a: &TensorView, state: &TensorView, params: &TensorView, dst
             // SAFETY: i < n; p has n elements, s 3n; this job's range only.
             unsafe {
                 let g = *s.add(i) * gscale;
+                *s.add(i) = 0.0;
                 let (m, v, w) = (s.add(n + i), s.add(2 * n + i), p.add(i));
                 *w *= decay;
                 *m += (g - *m) * (1.0 - b1);
@@ -100,6 +103,7 @@ pub(crate) fn sgd(a: &TensorView, state: &TensorView, params: &TensorView, dst: 
             unsafe {
                 let w = p.add(i);
                 let mut d = *s.add(i) * gscale;
+                *s.add(i) = 0.0;
                 if wd != 0.0 {
                     d += wd * *w;
                 }

@@ -9,7 +9,8 @@
 //!   are already plain F32 host tensors they are converted to F32 copies once, before the first
 //!   step, and the model keeps those (quantized: `unsupported`, naming the tensor).
 //! - State: per weight one tensor `[n, rows]` planned with the weights: row 0 the gradient
-//!   accumulated over the batch, then AdamW's m and v (SGD: the momentum buffer).
+//!   accumulated over the batch (zeroed by the optimizer step that consumes it), then AdamW's
+//!   m and v (SGD: the momentum buffer).
 //! - Batching: update k trains on sequences `(k·batchSize + i) mod n`, i = 0..batchSize−1;
 //!   each sequence's loss is weighted `−1/(batchSize·(seqLen−1))` at its targets, so the
 //!   accumulated gradient is that of the mean next-token cross-entropy over the batch.
@@ -496,13 +497,12 @@ impl Trainer {
     }
 
     /// One update: the batch's forward and backward passes (gradients accumulated), then the
-    /// optimizer step. Returns the batch's loss (before the update).
+    /// optimizer step. Returns the batch's loss (before the update). After an error the run
+    /// cannot go on (a gradient may be half accumulated): drop it; the weights are those of
+    /// the last finished update.
     pub async fn step(&mut self, n_vocab: usize) -> Result<TrainStep, ModelError> {
+        // The gradient rows are zero here: allocated so, and each optimizer step zeroes them.
         let (b, t, k) = (self.cfg.batch_size, self.cfg.seq_len, self.step as usize);
-        for p in &self.params {
-            let n = p.t.nelements() as usize;
-            p.state.set_bytes(&vec![0u8; 4 * n], 0);
-        }
         let mut loss = 0f64;
         let coef = -1.0 / (b * (t - 1)) as f32;
         let mut w = vec![0f32; n_vocab * t];
