@@ -177,3 +177,31 @@ fn f16_weights_are_trained_as_f32_and_kept() {
     let moved = before.iter().zip(&after).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
     assert!(moved > 0.1, "the trained weights are not the ones later calls run (logits moved {moved})");
 }
+
+/// The 124M shape (.models/124m-f16.gguf, `npm run models`): full AdamW training at seqLen 128,
+/// batch 4 plans (F32 weights, state, compute) and runs two updates, the loss falling on a
+/// repeated batch. Ignored by default (minutes, ~3 GB): `cargo test --test model train::
+/// -- --ignored`.
+#[test]
+#[ignore]
+fn the_124m_shape_trains_at_seq_128_batch_4() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".models/124m-f16.gguf");
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e} (npm run models)", path.display()));
+    let mut s = Session::new(load_from_bytes_on(&bytes, Rc::new(CpuBackend::new(1)), Gpt2Options::default()).unwrap());
+    let text = "The quick brown fox jumps over the lazy dog, and the dog sleeps on. ".repeat(40);
+    let seqs = s.train_windows(&[text], 128).unwrap();
+    assert!(seqs.len() >= 4);
+    let cfg = params(r#"{"seqLen":128,"batchSize":4,"steps":3,"optimizer":{"type":"adamw","lr":1e-4}}"#)
+        .unwrap()
+        .config(s.model.n_ctx())
+        .unwrap();
+    let plan = s.train_start(seqs[..4].to_vec(), cfg).unwrap();
+    eprintln!("124M plan: {plan:?}");
+    let mut losses = Vec::new();
+    while let Some(step) = ggweb::model::context::block_on(s.train_step()).unwrap() {
+        let t = std::time::Instant::now();
+        losses.push(step.loss);
+        eprintln!("step {}: loss {} ({} tokens; this print {:?})", step.step, step.loss, step.tokens, t.elapsed());
+    }
+    assert!(losses.iter().all(|l| l.is_finite()) && losses[2] < losses[0], "losses {losses:?}");
+}
