@@ -118,3 +118,75 @@ pub(crate) fn sgd(a: &TensorView, state: &TensorView, params: &TensorView, dst: 
         Ok(())
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::tensor::{Context, ContextParams};
+    use crate::types::GgmlType::F32;
+    use crate::Graph;
+
+    /// One AdamW and one SGD-with-momentum step over 50 000 elements (13 chunks, split over two
+    /// threads) against PyTorch's formulas in f64, the gradient rows zeroed after.
+    #[test]
+    fn steps_follow_pytorch_and_consume_the_gradient() {
+        let n = 50_000usize;
+        let ctx = Context::new(ContextParams { mem_size: 8 << 20, no_alloc: false });
+        let w0: Vec<f32> = (0..n).map(|i| ((i * 37 % 101) as f32 - 50.0) / 40.0).collect();
+        let g: Vec<f32> = (0..n).map(|i| ((i * 53 % 97) as f32 - 48.0) / 30.0).collect();
+        let m0: Vec<f32> = (0..n).map(|i| ((i % 13) as f32 - 6.0) / 50.0).collect();
+        let v0: Vec<f32> = (0..n).map(|i| (i % 7) as f32 / 100.0).collect();
+        let (lr, b1, b2, eps, wd, t, gs) = (1e-2f64, 0.8f64, 0.99f64, 1e-6f64, 0.1f64, 3, 0.5f64);
+        let (bc1, bc2) = (1.0 - b1.powi(t), 1.0 - b2.powi(t));
+        let w = ctx.new_tensor_1d(F32, n as i64);
+        w.set_f32_slice(&w0);
+        let s = ctx.new_tensor_2d(F32, n as i64, 3);
+        s.set_f32_slice(&[g.clone(), m0.clone(), v0.clone()].concat());
+        let h = ctx.new_tensor_1d(F32, 8);
+        h.set_f32_slice(&[
+            lr as f32,
+            b1 as f32,
+            b2 as f32,
+            eps as f32,
+            wd as f32,
+            bc1 as f32,
+            bc2.sqrt() as f32,
+            gs as f32,
+        ]);
+        let mut gf = Graph::new();
+        gf.build_forward_expand(&ctx.opt_step_adamw(&w, &s, &h));
+        crate::cpu::compute_graph(&gf, 2).unwrap();
+        let (wn, sn) = (w.to_f32_vec(), s.to_f32_vec());
+        for i in 0..n {
+            let gi = g[i] as f64 * gs;
+            let m = m0[i] as f64 + (gi - m0[i] as f64) * (1.0 - b1);
+            let v = b2 * v0[i] as f64 + (1.0 - b2) * gi * gi;
+            let want = w0[i] as f64 * (1.0 - lr * wd) - lr / bc1 * m / (v.sqrt() / bc2.sqrt() + eps);
+            assert!((wn[i] as f64 - want).abs() <= 1e-6 * (1.0 + want.abs()), "adamw {i}: {} vs {want}", wn[i]);
+            assert!(
+                (sn[n + i] as f64 - m).abs() <= 1e-6 && (sn[2 * n + i] as f64 - v).abs() <= 1e-6,
+                "adamw state {i}"
+            );
+            assert_eq!(sn[i], 0.0, "adamw: gradient {i} consumed");
+        }
+
+        let (lr, mu, wd) = (0.1f64, 0.9f64, 0.01f64);
+        let w = ctx.new_tensor_1d(F32, n as i64);
+        w.set_f32_slice(&w0);
+        let s = ctx.new_tensor_2d(F32, n as i64, 2);
+        s.set_f32_slice(&[g.clone(), m0.clone()].concat());
+        let h = ctx.new_tensor_1d(F32, 5);
+        h.set_f32_slice(&[lr as f32, mu as f32, wd as f32, 1.0, 0.0]); // not the first step
+        let mut gf = Graph::new();
+        gf.build_forward_expand(&ctx.opt_step_sgd(&w, &s, &h));
+        crate::cpu::compute_graph(&gf, 2).unwrap();
+        let (wn, sn) = (w.to_f32_vec(), s.to_f32_vec());
+        for i in 0..n {
+            let d = g[i] as f64 + wd * w0[i] as f64;
+            let b = mu * m0[i] as f64 + d;
+            let want = w0[i] as f64 - lr * b;
+            assert!((wn[i] as f64 - want).abs() <= 1e-6 * (1.0 + want.abs()), "sgd {i}: {} vs {want}", wn[i]);
+            assert!((sn[n + i] as f64 - b).abs() <= 1e-6 * (1.0 + b.abs()), "sgd buffer {i}");
+            assert_eq!(sn[i], 0.0, "sgd: gradient {i} consumed");
+        }
+    }
+}
