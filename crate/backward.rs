@@ -361,7 +361,9 @@ impl Backward<'_> {
             | Op::GetRowsBack
             | Op::Acc { .. }
             | Op::DiagMaskZero { .. }
-            | Op::Fill(_) => {
+            | Op::Fill(_)
+            | Op::OptStepAdamw
+            | Op::OptStepSgd => {
                 if needs(&s(0)) || needs(&s(1)) {
                     panic!("backward: {} is itself a backward op (no second derivatives)", shape_str(n));
                 }

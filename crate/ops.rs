@@ -442,6 +442,44 @@ impl Context {
         self.unary(a, Op::DiagMaskZero { n_past })
     }
 
+    /// ggml_opt_step_adamw: `a` (an f32 param) updated in place by AdamW from `state`
+    /// (`[n, 3]`: its gradient, zeroed by the step, m and v, updated) and the hyper-parameters `params`
+    /// (see [`Op::OptStepAdamw`]); the result is a view of `a`.
+    pub fn opt_step_adamw(&self, a: &Tensor, state: &Tensor, params: &Tensor) -> Tensor {
+        self.opt_step(a, state, params, &[3], 8, Op::OptStepAdamw)
+    }
+    /// ggml_opt_step_sgd: `a` updated in place by SGD from `state` (`[n, 2]`: its gradient and
+    /// momentum buffer; `[n, 1]` without momentum) and `params` (see [`Op::OptStepSgd`]); the
+    /// result is a view of `a`.
+    pub fn opt_step_sgd(&self, a: &Tensor, state: &Tensor, params: &Tensor) -> Tensor {
+        self.opt_step(a, state, params, &[1, 2], 5, Op::OptStepSgd)
+    }
+    fn opt_step(&self, a: &Tensor, state: &Tensor, params: &Tensor, rows: &[i64], n_params: i64, op: Op) -> Tensor {
+        assert!(
+            a.ty == GgmlType::F32
+                && state.ty == GgmlType::F32
+                && a.is_contiguous()
+                && rows.iter().any(|r| state.nelements() == r * a.nelements())
+                && params.ty == GgmlType::F32
+                && params.nelements() >= n_params,
+            "{}: param {}, state {}, parameters {} (f32; state of {rows:?} rows of the param's size; {n_params} parameters)",
+            op.name(),
+            shape_str(a),
+            shape_str(state),
+            shape_str(params)
+        );
+        self.new_view_tensor(
+            a,
+            a.ty,
+            a.ne,
+            a.nb,
+            0,
+            op,
+            [Some(a.clone()), Some(state.clone()), Some(params.clone())],
+            format!("{} (step)", a.name()),
+        )
+    }
+
     /// An f32 tensor of shape `ne` with every element `v` (computed when the graph runs).
     pub fn fill(&self, ne: [i64; MAX_DIMS], v: f32) -> Tensor {
         self.new_op_tensor(GgmlType::F32, ne, Op::Fill(v), [None, None, None], String::new())

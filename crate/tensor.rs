@@ -113,6 +113,16 @@ pub enum Op {
     },
     /// Every element set to the value (no sources): the seed of a backward pass, zeros.
     Fill(f32),
+
+    // --- optimizer steps (ggml-opt's): the result is a view of src0, updated in place ---
+    /// ggml_opt_step_adamw: src0 = the param, src1 = its state `[n, 3]` (gradient, zeroed by
+    /// the step; m, v),
+    /// src2 = `[lr, beta1, beta2, eps, weight decay, 1 − beta1^t, sqrt(1 − beta2^t),
+    /// gradient scale]` (f32): PyTorch's AdamW.
+    OptStepAdamw,
+    /// ggml_opt_step_sgd: src0 = the param, src1 = its state `[n, 2]` (gradient, zeroed by the
+    /// step; momentum buffer), src2 = `[lr, momentum, weight decay, gradient scale, first step]`: PyTorch's SGD.
+    OptStepSgd,
 }
 
 impl Op {
@@ -145,6 +155,8 @@ impl Op {
             Op::Acc { .. } => "ACC",
             Op::DiagMaskZero { .. } => "DIAG_MASK_ZERO",
             Op::Fill(_) => "FILL",
+            Op::OptStepAdamw => "OPT_STEP_ADAMW",
+            Op::OptStepSgd => "OPT_STEP_SGD",
         }
     }
 
@@ -319,6 +331,10 @@ impl Tensor {
     /// its gradient is then the gradient with respect to its value.
     pub fn set_param(&self) {
         self.set_flag(flags::PARAM)
+    }
+    /// Undoes [`Tensor::set_param`] (training flags its weights only while it builds its graph).
+    pub fn clear_param(&self) {
+        self.flags.set(self.flags.get() & !flags::PARAM)
     }
     /// ggml_set_loss: marks the tensor a backward pass differentiates (one per graph).
     pub fn set_loss(&self) {

@@ -163,7 +163,7 @@ export function generate() {
     '// (de)serialized from: do not edit; run `node scripts/gen-types.mjs`. npm test fails when it is',
     '// stale (tests/types/generated.test.mjs). web/ggweb.d.ts re-exports these and adds the classes.',
     '',
-    "import type { Hook, HookName, Metric } from './ggweb.js';",
+    "import type { Hook, HookName, Metric, TrainOptimizer } from './ggweb.js';",
     '',
     '/** One of the most likely tokens and its natural-log probability. */',
     'export interface TopLogprob {',

@@ -137,12 +137,62 @@ export function generateParams(opts = {}) {
 export const GENERATE_AHEAD = 4;
 
 /**
+ * Training's flow control: an update is computed only once the reader has taken the one
+ * before, so a `break` stops the run after the update in progress (driveGeneration's `ahead`).
+ */
+export const TRAIN_AHEAD = 1;
+
+/**
+ * train's data as it crosses to the wasm side: `{ texts }` (a string or an array of strings:
+ * tokenized there, joined with end-of-text, cut into windows of seqLen) or `{ ids, n }` (n
+ * token-id sequences of one length, concatenated). 'invalid' naming what is wrong.
+ */
+export function trainData(data) {
+  if (typeof data === 'string') return { texts: [data] };
+  // Already in this form (checked on the page, crossed to the worker).
+  if (data !== null && typeof data === 'object' && !Array.isArray(data) &&
+      ((Array.isArray(data.texts) && data.texts.every((t) => typeof t === 'string')) || (data.ids instanceof Uint32Array && Number.isInteger(data.n) && data.n > 0))) {
+    return data;
+  }
+  if (!Array.isArray(data)) {
+    throw new GgwebError('invalid', `train: data must be a string, an array of strings or an array of token-id arrays, got ${show(data)}`);
+  }
+  if (data.length === 0) throw new GgwebError('invalid', 'train: data is empty');
+  if (data.every((d) => typeof d === 'string')) return { texts: [...data] };
+  const seqs = data.map((d, i) => {
+    if (typeof d === 'string') throw new GgwebError('invalid', `train: data[${i}] is a string among token-id arrays`);
+    return tokenIds(d, `train: data[${i}]`);
+  });
+  const len = seqs[0].length;
+  const odd = seqs.findIndex((q) => q.length !== len);
+  if (odd >= 0) {
+    throw new GgwebError('invalid', `train: data[${odd}] has ${seqs[odd].length} tokens and data[0] ${len}: each sequence must have exactly seqLen tokens`);
+  }
+  if (len === 0) throw new GgwebError('invalid', 'train: data[0] is empty: each sequence must have exactly seqLen tokens');
+  const ids = new Uint32Array(len * seqs.length);
+  seqs.forEach((q, i) => ids.set(q, i * len));
+  return { ids, n: seqs.length };
+}
+
+/**
+ * train's options for the wasm side (which refuses unknown keys by name and checks each
+ * value): a plain-data copy without `signal`. `lora` is refused as not built yet.
+ */
+export function trainParams(opts = {}) {
+  const o = optionsObject(opts, 'train');
+  if (o.lora !== undefined) {
+    throw new GgwebError('unsupported', 'train: lora (low-rank adapters) is not built yet; leave it out for full training');
+  }
+  return plainData(without(o, ['signal']), 'train: options');
+}
+
+/**
  * Runs engine.generate for a transport (worker.js, or ggweb.js on the page thread): sends
  * { type: 'token', data } per item and then { type: 'done', value: stats }, or throws.
  * Returns { done, cancel(), read(n) }: `read(n)` says the reader has taken n tokens; the run
  * waits while GENERATE_AHEAD sent ones are unread, until read, cancelled or disposed.
  */
-export function driveGeneration(engine, prompt, opts, send) {
+export function driveGeneration(engine, prompt, opts, send, method = 'generate', ahead = GENERATE_AHEAD) {
   const s = { cancelled: false, read: 0, wake: null };
   const wake = () => {
     const w = s.wake;
@@ -150,14 +200,14 @@ export function driveGeneration(engine, prompt, opts, send) {
     if (w) { engine.wakers.delete(w); w(); }
   };
   const done = (async () => {
-    const it = engine.generate(prompt, opts, () => s.cancelled);
+    const it = engine[method](prompt, opts, () => s.cancelled);
     for (let sent = 0; ;) {
       const r = await it.next();
       if (r.done) return send({ type: 'done', value: r.value });
       send({ type: 'token', data: r.value });
       sent++;
       // engine.dispose() wakes this through engine.wakers; the generator then sees it and ends.
-      while (sent - s.read >= GENERATE_AHEAD && !s.cancelled && !engine.disposed) {
+      while (sent - s.read >= ahead && !s.cancelled && !engine.disposed) {
         await new Promise((r) => { s.wake = r; engine.wakers.add(r); });
       }
     }
@@ -831,6 +881,70 @@ export class Engine {
       if (jobs0 && jobs1) stats.cpuJobs = { split: jobs1[0] - jobs0[0], onWorkers: jobs1[1] - jobs0[1] };
       return withWebgpu();
     } finally {
+      this.busy = null;
+      run.cancelled = true; // a generator closed early (return()) counts as cancelled
+      if (this.current === run) this.current = null;
+      finish();
+    }
+  }
+
+  /**
+   * Trains the model's weights on `data` (trainData): yields `{ step, loss, tokens,
+   * tokensPerSecond }` per update and returns `{ stop: 'steps' | 'cancelled', steps, tokens }`.
+   * `isCancelled()` is polled between updates; a cancelled run ends after the update in
+   * progress, the model keeping the weights of the last finished one. Every other call is
+   * 'busy' meanwhile (this.busy = 'train', this.current = the run, as for generate).
+   */
+  async *train(data, opts = {}, isCancelled = () => false) {
+    const d = trainData(data);
+    const params = trainParams(opts);
+    while (this.current?.poll()) {
+      await this.current.done;
+      if (isCancelled()) return { stop: 'cancelled', steps: 0, tokens: 0 };
+    }
+    this._check('train');
+    const model = this.model; // dispose() frees it only after this run ends
+    if (this.busy) throw new GgwebError('busy', `train: the model is busy (${this.busy}); stop it first`);
+    if (typeof model.train_start !== 'function') {
+      throw new GgwebError('unsupported', 'train: this wasm module was built before model.train existed');
+    }
+    this.busy = 'train';
+    let finish;
+    const run = { cancelled: false, done: new Promise((r) => (finish = r)) };
+    const cancelled = () => run.cancelled || (run.cancelled = !!isCancelled() || this.disposed);
+    run.poll = cancelled;
+    this.current = run;
+    const stats = { stop: 'steps', steps: 0, tokens: 0 };
+    let started = false;
+    try {
+      try {
+        if (d.texts) model.train_start(new Uint32Array(0), 0, d.texts, params);
+        else model.train_start(d.ids, d.n, undefined, params);
+        started = true;
+      } catch (e) {
+        throw this._noteLost(toGgwebError(e, 'invalid', 'train'));
+      }
+      const t0 = now();
+      for (;;) {
+        await yieldNow();
+        if (cancelled()) { stats.stop = 'cancelled'; break; }
+        let item;
+        try {
+          item = await model.train_step();
+        } catch (e) {
+          throw this._noteLost(toGgwebError(e, 'internal', `train: update ${stats.steps + 1}`));
+        }
+        if (item === undefined) break;
+        stats.steps = item.step;
+        stats.tokens = item.tokens;
+        const secs = (now() - t0) / 1000;
+        yield { step: item.step, loss: item.loss, tokens: item.tokens, tokensPerSecond: secs > 0 ? item.tokens / secs : 0 };
+      }
+      return stats;
+    } finally {
+      if (started) {
+        try { model.train_end(); } catch { /* the run's state goes with the model */ }
+      }
       this.busy = null;
       run.cancelled = true; // a generator closed early (return()) counts as cancelled
       if (this.current === run) this.current = null;

@@ -4,7 +4,7 @@
 import type {
   AttributeParams, Beam, GenerateParams, Item, PatchParams, RunParams, SaliencyParams, TopKParams,
   ScoreResult, TraceResult, RunResult, PatchResult, LogitLensResult, AttributeResult, SaeEncoded, SaliencyResult,
-  WebGpuStats, WasmModelInfo, WasmInspectResult, LoadParams, GenerationStats, ScoreParams, TraceParams,
+  WebGpuStats, WasmModelInfo, WasmInspectResult, LoadParams, GenerationStats, ScoreParams, TraceParams, TrainParams,
 } from './ggweb.types.js';
 export * from './ggweb.types.js';
 
@@ -287,6 +287,62 @@ export interface GenerateStats extends Pick<GenerationStats, 'promptTokens' | 'c
   beams?: Beam[];
 }
 
+/** `train`'s `optimizer`: PyTorch's AdamW (decoupled weight decay, bias correction) or SGD
+ *  (coupled L2 decay, momentum); weight decay applies to tensors of two or more dimensions
+ *  (matrices and embeddings), not to biases or LayerNorm gains. */
+export type TrainOptimizer =
+  | { type: 'adamw'; lr: number; /** 0.9 */ beta1?: number; /** 0.999 */ beta2?: number; /** 1e-8 */ eps?: number; /** 0.01 */ weightDecay?: number }
+  | { type: 'sgd'; lr: number; /** 0 */ momentum?: number; /** 0 */ weightDecay?: number };
+
+/** `model.train`'s options: TrainParams (`steps` required) and a `signal` that stops the run
+ *  after the update in progress. `lora` is not built yet ('unsupported'). */
+export interface TrainOptions extends TrainParams {
+  signal?: AbortSignal;
+}
+
+/** Training data: token-id sequences of exactly `seqLen` tokens each (one training sequence
+ *  each), or text (a string or strings: tokenized, joined with the end-of-text token, cut into
+ *  consecutive windows of `seqLen`, the remainder dropped). Update k (from 0) trains on
+ *  sequences `(k·batchSize + i) mod n`, i = 0..batchSize−1. */
+export type TrainData = string | string[] | Array<Uint32Array | number[]>;
+
+/** One optimizer update of `model.train`. */
+export interface TrainStep {
+  /** Updates done, from 1. */
+  step: number;
+  /** The batch's mean next-token cross-entropy, computed before this update. */
+  loss: number;
+  /** Tokens trained on so far. */
+  tokens: number;
+  /** `tokens` over the seconds since the first update began. */
+  tokensPerSecond: number;
+}
+
+/** How a training run ended. */
+export interface TrainStats {
+  /** 'steps': every update was done; 'cancelled': stopped by break, return(), the signal or dispose(). */
+  stop: 'steps' | 'cancelled';
+  /** Updates done: the model holds the weights after the last of them. */
+  steps: number;
+  tokens: number;
+}
+
+/**
+ * A running training run: an async iterator of updates. An update is computed only after the
+ * previous one was read, and every other call on the model is 'busy' until the run ends.
+ */
+export interface Training extends AsyncIterableIterator<TrainStep> {
+  /** Resolves when the run has ended (also after break, return(), the signal, dispose()):
+   *  its stats; null if it failed (an error, a bad argument). */
+  readonly stats: Promise<TrainStats | null>;
+  /** Stops the run after the update in progress, as `break` does. */
+  return(value?: unknown): Promise<IteratorResult<TrainStep>>;
+  /** return(), then rejects with `e`. */
+  throw(e?: unknown): Promise<IteratorResult<TrainStep>>;
+  /** The same items as a ReadableStream, pulled one at a time. */
+  toReadableStream(): ReadableStream<TrainStep>;
+}
+
 /**
  * A running generation: an async iterator of tokens. The model computes at most 4 tokens
  * ahead of what was read (flow control): a reader that pauses pauses the model, and a
@@ -504,6 +560,18 @@ export declare class Model {
    *  @throws GgwebError 'invalid' (bad prompt or option, longer than the context), 'busy',
    *    'aborted', 'disposed', 'unsupported' (its hooks need more memory than is left), 'device_lost'. */
   generate(prompt: ModelInput, options?: GenerateOptions | null): Generation;
+  /** Full fine-tuning: trains every weight tensor of the model (as the file has them: a tied
+   *  head is `token_embd`, one tensor) on `data` with PyTorch's AdamW or SGD, gradient clipping
+   *  and Hugging Face's warmup schedules, one item per update; on the CPU backend. The weights
+   *  become F32 (F16/BF16 files are converted once) and stay trained for every later call.
+   *  Aborting `signal`, `break`, return() or dispose() stop it after the update in progress
+   *  (the loop ends without an error; `stats` says 'cancelled').
+   *  A bad argument makes the first next() reject.
+   *  @throws GgwebError 'invalid' (unknown option, steps missing, lr not a finite number,
+   *    seqLen > nCtx, empty data, sequences not seqLen long), 'unsupported' (a quantized
+   *    weight, named; a WebGPU model; `lora`; a plan over the memory budget, with the sizes),
+   *    'busy', 'disposed'. */
+  train(data: TrainData, options: TrainOptions): Training;
   /** For tests of the recovery path: destroys a WebGPU model's device as a driver reset
    *  would (a running generation fails at its next step). Code 'unsupported' on the CPU. */
   _debugLoseDevice(): Promise<boolean>;

@@ -10,7 +10,7 @@
 // By default the model lives in a Web Worker (worker.js), so the page stays responsive;
 // `{ worker: false }` runs the same code on the calling thread (tests, environments
 // without module workers). Both give the same API and the same errors (GgwebError).
-import { Engine, driveGeneration, generateParams, inspectSource, loaderOptions } from './engine.js';
+import { Engine, TRAIN_AHEAD, driveGeneration, generateParams, inspectSource, loaderOptions, trainData, trainParams } from './engine.js';
 import { ERROR_CODES, GgwebError, abortedError, toGgwebError } from './errors.js';
 import { nodeFs, relaxedSimdOption } from './builds.js';
 import { fetchWithin, formatBytes, readWithin, stallTimeout } from './source.js';
@@ -124,6 +124,11 @@ class LocalTransport {
   }
   generate(prompt, opts, push) {
     const run = driveGeneration(this.engine, prompt, opts, push);
+    run.done.catch((e) => push({ type: 'error', error: toGgwebError(e, 'internal') }));
+    return { cancel: () => run.cancel(), read: (n) => run.read(n) };
+  }
+  train(data, opts, push) {
+    const run = driveGeneration(this.engine, data, opts, push, 'train', TRAIN_AHEAD);
     run.done.catch((e) => push({ type: 'error', error: toGgwebError(e, 'internal') }));
     return { cancel: () => run.cancel(), read: (n) => run.read(n) };
   }
@@ -254,6 +259,15 @@ class WorkerTransport {
     };
   }
 
+  train(data, opts, push) {
+    const id = this.nextId;
+    this._send({ type: 'train', data, opts }, [], push).catch((e) => push({ type: 'error', error: e }));
+    return {
+      cancel: () => { if (!this.dead) this.worker.postMessage({ type: 'cancel', id }); },
+      read: (n) => { if (!this.dead) this.worker.postMessage({ type: 'read', id, n }); },
+    };
+  }
+
   async dispose() {
     if (this.dead) return;
     const bye = this._send({ type: 'dispose' }).catch(() => {});
@@ -270,7 +284,7 @@ class WorkerTransport {
  * unread). `stats` resolves with the run's own stats once it has ended, also after a
  * `break`, return() or abort (stop 'cancelled'); null when it failed or never started.
  */
-function tokenStream(start, signal) {
+function tokenStream(start, signal, { what = 'generate', abortEnds = false } = {}) {
   const queue = [];
   let waiter = null;
   let finished = false;
@@ -302,7 +316,7 @@ function tokenStream(start, signal) {
     if (m.type === 'token') queue.push(m.data);
     else if (m.type === 'done') {
       finished = true;
-      if (m.value?.stop === 'cancelled' && signal?.aborted) failure = abortedError('generation');
+      if (m.value?.stop === 'cancelled' && signal?.aborted && !abortEnds) failure = abortedError('generation');
     } else if (m.type === 'error') {
       failure = m.error;
     }
@@ -310,13 +324,17 @@ function tokenStream(start, signal) {
   };
   const onAbort = () => {
     ctl.cancel();
-    if (finished) return;
+    // A training run's loop ends after the update in progress (its stats say 'cancelled').
+    if (finished || abortEnds) return;
     failure = abortedError('generation');
     queue.length = 0;
     wake();
   };
 
-  if (signal?.aborted) {
+  if (signal?.aborted && abortEnds) {
+    finished = true;
+    resolveStats({ stop: 'cancelled', steps: 0, tokens: 0 });
+  } else if (signal?.aborted) {
     failure = abortedError('generation');
     resolveStats(null);
   } else {
@@ -324,7 +342,7 @@ function tokenStream(start, signal) {
       ctl = start(push);
       signal?.addEventListener('abort', onAbort, { once: true });
     } catch (e) {
-      failure = toGgwebError(e, 'invalid', 'generate');
+      failure = toGgwebError(e, 'invalid', what);
       resolveStats(null);
     }
   }
@@ -877,6 +895,29 @@ export class Model {
       return this.#t.generate(input, { ...params, ...(params.logitBias ? { logitBias: biasValues(params.logitBias) } : {}), special }, push);
     }, signal);
   }
+  /**
+   * Trains the model's weights (full fine-tuning, on the CPU): `for await (const { step, loss,
+   * tokens, tokensPerSecond } of model.train(data, { steps, ... }))`, one item per update.
+   * `break`, return(), aborting `signal` or dispose() stop it after the update in progress
+   * (the loop ends; `await run.stats` gives `{ stop: 'steps' | 'cancelled', steps, tokens }`);
+   * the model keeps the weights of the last finished update. Every other call is 'busy'
+   * while it runs. A bad argument makes the first next() reject ('invalid', or 'unsupported'
+   * for a quantized weight or a plan over the memory budget).
+   */
+  train(data, options = undefined) {
+    this.#live('train');
+    const how = { what: 'train', abortEnds: true };
+    let o;
+    try {
+      o = optionsObject(options, 'train');
+    } catch (e) {
+      return tokenStream(() => { throw e; }, undefined, how);
+    }
+    const signal = checkSignal(o.signal); // a bad signal throws at once: it could not be watched
+    // Checked here, on the calling thread, so that what crosses to a worker is plain data.
+    return tokenStream((push) => this.#t.train(trainData(data), trainParams(o), push), signal, how);
+  }
+
   /**
    * Debug, for tests of the recovery path: destroys the model's WebGPU device as a driver
    * reset would. A generation in progress then fails with code 'device_lost', and so does

@@ -2,7 +2,7 @@
 // (de)serialized from: do not edit; run `node scripts/gen-types.mjs`. npm test fails when it is
 // stale (tests/types/generated.test.mjs). web/ggweb.d.ts re-exports these and adds the classes.
 
-import type { Hook, HookName, Metric } from './ggweb.js';
+import type { Hook, HookName, Metric, TrainOptimizer } from './ggweb.js';
 
 /** One of the most likely tokens and its natural-log probability. */
 export interface TopLogprob {
@@ -583,6 +583,34 @@ export interface AttributeParams {
   answer: number;
   against: number;
   pos?: number;
+}
+
+/**
+ * `train`'s `lrSchedule`: a linear warmup over `warmup` updates (default 0), then the decay
+ * (Hugging Face's `get_{cosine,linear,constant}_schedule_with_warmup` over `steps`).
+ */
+export interface LrSchedule {
+  warmup?: number;
+  decay: 'cosine' | 'linear' | 'none';
+}
+
+/**
+ * `train`'s options (`signal` is the JS side's): `steps` required; `seqLen` default
+ * `min(nCtx, 128)`, `batchSize` 1, `optimizer` AdamW with lr 5e-5 (Hugging Face Trainer's).
+ */
+export interface TrainParams {
+  /** Tokens per training sequence (2..=nCtx; default min(nCtx, 128)). */
+  seqLen?: number;
+  /** Sequences per update (default 1); the loss is their mean. */
+  batchSize?: number;
+  /** Optimizer updates to run. */
+  steps: number;
+  optimizer?: TrainOptimizer;
+  /** Clip the gradient to this global L2 norm (PyTorch's `clip_grad_norm_`). */
+  gradClip?: number;
+  lrSchedule?: LrSchedule;
+  /** For what draws random numbers (full training draws none). */
+  seed?: number;
 }
 
 /**

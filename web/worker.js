@@ -3,13 +3,13 @@
 // frees everything the model held.
 //
 // Messages in:  { id, type: 'load', src, opts, cache, stallTimeoutMs, coreUrl } | { id, type: 'call', method, args }
-//               { id, type: 'generate', prompt, opts } | { id, type: 'dispose' }
+//               { id, type: 'generate', prompt, opts } | { id, type: 'train', data, opts } | { id, type: 'dispose' }
 //               { id, type: 'cancel' } (stops generation id, or long call id at its next step: METHODS)
 //               { id, type: 'read', n } (generation id has handed n tokens to its reader: flow control)
 // Messages out: { id, type: 'result', value } | { id, type: 'error', error } |
 //               { id, type: 'progress', data } | { id, type: 'token', data } | { id, type: 'done', value } |
 //               { id, type: 'stage', data: { stage: 'opening', backend } | { stage: 'opened' } } (load)
-import { Engine, driveGeneration } from './engine.js';
+import { Engine, TRAIN_AHEAD, driveGeneration } from './engine.js';
 import { GgwebError, toGgwebError } from './errors.js';
 import { METHODS } from './methods.js';
 
@@ -63,6 +63,17 @@ async function handle(m) {
     case 'generate': {
       if (!engine) throw new GgwebError('invalid', 'generate: no model is loaded');
       const run = driveGeneration(engine, m.prompt, m.opts, (msg) => post({ id: m.id, ...msg }));
+      running.set(m.id, run);
+      try {
+        return await run.done;
+      } finally {
+        running.delete(m.id);
+      }
+    }
+    case 'train': {
+      // A stream like a generation's: one 'token' message per update, then 'done' with the stats.
+      if (!engine) throw new GgwebError('invalid', 'train: no model is loaded');
+      const run = driveGeneration(engine, m.data, m.opts, (msg) => post({ id: m.id, ...msg }), 'train', TRAIN_AHEAD);
       running.set(m.id, run);
       try {
         return await run.done;

@@ -25,6 +25,7 @@ mod calls;
 mod inside;
 mod inspect;
 mod model;
+mod train;
 mod warmup;
 
 pub use calls::methods;

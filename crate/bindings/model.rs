@@ -57,7 +57,7 @@ pub(super) fn model_error(context: &str, e: ModelError) -> JsValue {
         ModelError::Backend(_) => "internal",
         ModelError::Aborted => "aborted",
         // Too big for this device's memory: the page can pick a smaller model or context.
-        ModelError::OverBudget { .. } | ModelError::RunTooLarge { .. } => "unsupported",
+        ModelError::OverBudget { .. } | ModelError::RunTooLarge { .. } | ModelError::Unsupported(_) => "unsupported",
         ModelError::MissingTensor(_)
         | ModelError::BadShape { .. }
         | ModelError::Metadata(_)

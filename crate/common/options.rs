@@ -593,3 +593,119 @@ pub struct AttributeParams {
     #[serde(default)]
     pub pos: Option<i64>,
 }
+
+/// `train`'s `optimizer` (its TS type is hand-written in web/ggweb.d.ts): PyTorch's `AdamW` (decoupled decay, bias correction) or `SGD`
+/// (coupled L2 decay, momentum), the defaults PyTorch's; decay on tensors of 2+ dimensions.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
+pub enum TrainOptimizer {
+    Adamw {
+        lr: f32,
+        #[serde(default)]
+        beta1: Option<f32>,
+        #[serde(default)]
+        beta2: Option<f32>,
+        #[serde(default)]
+        eps: Option<f32>,
+        #[serde(default, rename = "weightDecay")]
+        weight_decay: Option<f32>,
+    },
+    Sgd {
+        lr: f32,
+        #[serde(default)]
+        momentum: Option<f32>,
+        #[serde(default, rename = "weightDecay")]
+        weight_decay: Option<f32>,
+    },
+}
+
+// ts: export LrSchedule
+/// `train`'s `lrSchedule`: a linear warmup over `warmup` updates (default 0), then the decay
+/// (Hugging Face's `get_{cosine,linear,constant}_schedule_with_warmup` over `steps`).
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct LrScheduleParams {
+    #[serde(default)]
+    pub warmup: Option<u32>,
+    // ts: 'cosine' | 'linear' | 'none'
+    pub decay: String,
+}
+
+// ts: export TrainParams
+/// `train`'s options (`signal` is the JS side's): `steps` required; `seqLen` default
+/// `min(nCtx, 128)`, `batchSize` 1, `optimizer` AdamW with lr 5e-5 (Hugging Face Trainer's).
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct TrainParams {
+    /// Tokens per training sequence (2..=nCtx; default min(nCtx, 128)).
+    #[serde(default)]
+    pub seq_len: Option<u32>,
+    /// Sequences per update (default 1); the loss is their mean.
+    #[serde(default)]
+    pub batch_size: Option<u32>,
+    /// Optimizer updates to run.
+    pub steps: u32,
+    // ts: TrainOptimizer
+    #[serde(default)]
+    pub optimizer: Option<TrainOptimizer>,
+    /// Clip the gradient to this global L2 norm (PyTorch's `clip_grad_norm_`).
+    #[serde(default)]
+    pub grad_clip: Option<f32>,
+    // ts: LrSchedule
+    #[serde(default)]
+    pub lr_schedule: Option<LrScheduleParams>,
+    /// For what draws random numbers (full training draws none).
+    #[serde(default)]
+    pub seed: Option<u64>,
+}
+
+/// The learning rate of `train` without an `optimizer`.
+pub const DEFAULT_TRAIN_LR: f32 = 5e-5;
+
+impl TrainParams {
+    /// The run's settings with the defaults filled in and every value checked against a
+    /// context of `n_ctx` (`invalid` naming the option).
+    pub fn config(&self, n_ctx: usize) -> Result<crate::model::train::TrainConfig, ModelError> {
+        use crate::model::train::{Decay, LrSchedule, Optimizer, TrainConfig};
+        let optimizer = match self.optimizer.clone() {
+            None => Optimizer::AdamW { lr: DEFAULT_TRAIN_LR, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.01 },
+            Some(TrainOptimizer::Adamw { lr, beta1, beta2, eps, weight_decay }) => Optimizer::AdamW {
+                lr,
+                beta1: beta1.unwrap_or(0.9),
+                beta2: beta2.unwrap_or(0.999),
+                eps: eps.unwrap_or(1e-8),
+                weight_decay: weight_decay.unwrap_or(0.01),
+            },
+            Some(TrainOptimizer::Sgd { lr, momentum, weight_decay }) => {
+                Optimizer::Sgd { lr, momentum: momentum.unwrap_or(0.0), weight_decay: weight_decay.unwrap_or(0.0) }
+            }
+        };
+        let schedule = match &self.lr_schedule {
+            None => None,
+            Some(s) => Some(LrSchedule {
+                warmup: s.warmup.unwrap_or(0),
+                decay: match s.decay.as_str() {
+                    "cosine" => Decay::Cosine,
+                    "linear" => Decay::Linear,
+                    "none" => Decay::None,
+                    d => {
+                        return Err(invalid(format!(
+                            "lrSchedule.decay must be 'cosine', 'linear' or 'none', got {d:?}"
+                        )))
+                    }
+                },
+            }),
+        };
+        let cfg = TrainConfig {
+            seq_len: self.seq_len.map_or(n_ctx.min(128), |n| n as usize),
+            batch_size: self.batch_size.map_or(1, |n| n as usize),
+            steps: self.steps,
+            optimizer,
+            grad_clip: self.grad_clip,
+            schedule,
+            seed: self.seed.unwrap_or(0),
+        };
+        cfg.check(n_ctx)?;
+        Ok(cfg)
+    }
+}

@@ -31,6 +31,7 @@
 pub mod features;
 mod ops;
 mod ops_backward;
+mod ops_opt;
 #[cfg(all(feature = "std", any(not(target_arch = "wasm32"), target_feature = "atomics")))]
 pub mod pool;
 #[cfg(all(feature = "std", target_arch = "wasm32", target_feature = "atomics"))]
@@ -324,6 +325,8 @@ fn compute_forward(node: &Tensor, exec: &Exec) -> Result<(), KernelError> {
         Op::Acc { nb, offset } => ops_backward::acc(&src(node, 0)?, &src(node, 1)?, &dst, nb, offset),
         Op::DiagMaskZero { n_past } => ops_backward::diag_mask_zero(&src(node, 0)?, &dst, n_past, exec),
         Op::Fill(v) => ops_backward::fill(&dst, v, exec),
+        Op::OptStepAdamw => ops_opt::adamw(&src(node, 0)?, &src(node, 1)?, &src(node, 2)?, &dst, exec),
+        Op::OptStepSgd => ops_opt::sgd(&src(node, 0)?, &src(node, 1)?, &src(node, 2)?, &dst, exec),
     }
 }
 
@@ -379,6 +382,7 @@ fn supports(node: &Tensor) -> bool {
         Op::GetRowsBack => src_is(0, &readable) && src_is(1, &|b| b == I32) && node.ty == F32,
         Op::Acc { .. } => src_is(0, &|a| a == F32) && src_is(1, &readable) && node.ty == F32,
         Op::Fill(_) => node.ty == F32,
+        Op::OptStepAdamw | Op::OptStepSgd => (0..3).all(|i| src_is(i, &|t| t == F32)) && node.ty == F32,
     }
 }
 

@@ -18,7 +18,9 @@ pub mod report;
 pub mod sae;
 pub mod sampling;
 pub mod session;
+mod session_train;
 pub mod stop;
+pub mod train;
 
 use alloc::string::String;
 
@@ -74,6 +76,9 @@ pub enum ModelError {
     Tokenizer(String),
     /// The caller stopped a long call between two of its steps ([`session::Interrupt`]).
     Aborted,
+    /// What this model or build cannot do yet (training a quantized weight in full, training
+    /// on WebGPU), naming what.
+    Unsupported(String),
 }
 
 impl core::fmt::Display for ModelError {
@@ -105,6 +110,7 @@ impl core::fmt::Display for ModelError {
             // The tokenizer's messages name it already ("tokenizer: no token for byte ...").
             ModelError::Tokenizer(s) => f.write_str(s),
             ModelError::Aborted => write!(f, "aborted"),
+            ModelError::Unsupported(s) => f.write_str(s),
         }
     }
 }

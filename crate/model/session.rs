@@ -331,6 +331,8 @@ pub struct Session {
     /// Asked between the steps of a long call (patching cells, lens layers, score chunks,
     /// passes) whether its caller stopped it; None: nobody can (the CLI, tests).
     pub interrupt: Option<Interrupt>,
+    /// The training run in progress ([`super::train`]), if any.
+    pub(super) train: Option<super::train::Trainer>,
 }
 
 /// Whether the caller stopped the call: asked between two steps, it may first yield to the
@@ -349,6 +351,7 @@ impl Session {
             last_stats: GenerationStats::default(),
             last_beams: Vec::new(),
             interrupt: None,
+            train: None,
         }
     }
 

@@ -190,6 +190,8 @@ pub(crate) fn check(node: &Tensor) -> Result<(), String> {
             want(node, &[F32], "dst")
         }
         Op::Fill(_) => want(node, &[F32], "dst"),
+        // Training runs on the CPU for now (the optimizer steps have no WGSL kernel yet).
+        Op::OptStepAdamw | Op::OptStepSgd => Err("no WebGPU kernel for optimizer steps".into()),
         Op::LogSoftMax => {
             want(s(0)?, &[F32], "src0")?;
             want(node, &[F32], "dst")?;
@@ -417,6 +419,9 @@ fn plan(gpu: &Gpu, node: &Tensor, out: &mut Vec<Dispatch>) -> Result<(), Backend
     let n = node.nelements() as u64;
     let mut b = Builder::new(gpu, node);
     match node.op {
+        Op::OptStepAdamw | Op::OptStepSgd => {
+            return Err(unsupported(node, String::from("no WebGPU kernel for optimizer steps")));
+        }
         Op::Add | Op::Mul => {
             b.operand(0, src(node, 0)?)?;
             b.operand(1, src(node, 1)?)?;

@@ -408,6 +408,7 @@ fn reference_node(node: &Tensor, round_act: bool) {
         | Op::Acc { .. }
         | Op::DiagMaskZero { .. }
         | Op::Fill(_) => grad::reference_node(node),
+        Op::OptStepAdamw | Op::OptStepSgd => panic!("reference: optimizer steps are tested by tests/model/train.rs"),
         Op::MulMat => {
             let (a, b) = (s0(), s1());
             let vdt = a.ty.vec_dot_type();

@@ -8,6 +8,7 @@
 //! - `backend_ops`: tests/backend_ops/suite.rs's op cases on the wasm CPU and WebGPU
 //! - `model`: the model bindings against Hugging Face's outputs
 //! - `kquant_mixes`: the llama.cpp-made quantization mixes against llama.cpp's logits
+//! - `train`: `model.train`'s core against PyTorch (tests/support/train_ref.rs)
 //! - `webgpu`, `webgpu_sched`: the WebGPU backend, GPT-2 split between WebGPU and the CPU
 //!
 //! ```text
@@ -29,6 +30,7 @@ mod support {
     pub mod rng;
     pub mod simd_checks;
     pub mod tensors;
+    pub mod train_ref;
 }
 
 mod backend_ops;
@@ -39,6 +41,7 @@ mod quants;
 mod repack;
 mod simd;
 mod smoke;
+mod train;
 #[cfg(feature = "webgpu")]
 mod webgpu;
 #[cfg(feature = "webgpu")]

@@ -180,6 +180,10 @@ export class WasmModel {
     return { tokens: Uint32Array.from(ids), nodes: {}, memory: { compute: 0 } };
   }
   checkSae() { this.#alive(); }
+  // model.train: no graph to train.
+  train_start() { this.#alive(); throw Object.assign(new Error('train: the fake core has no graph'), { code: 'unsupported' }); }
+  async train_step() { this.#alive(); return undefined; }
+  train_end() { return null; }
   n_ctx() { return this.opts.nCtx ?? 4096; }
   eos() { return -1; }
   _debugLoseDevice() {

@@ -26,3 +26,4 @@ mod start_layer;
 mod tl_hooks;
 mod tl_score;
 mod tokenizer;
+mod train;

@@ -29,3 +29,4 @@ pub mod simd_checks;
 pub mod tensors;
 pub mod tiny_gpt2;
 pub mod tl_ref;
+pub mod train_ref;

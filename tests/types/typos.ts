@@ -32,5 +32,11 @@ export async function typos(): Promise<unknown[]> {
   out.push(await model.score('x', { topk: 3 }));
   // @ts-expect-error: Type 'AbortController' is missing the following properties from type 'AbortSignal'
   out.push(await model.patch('a', 'b', { at: 'z', answer: 1, against: 2, signal: new AbortController() }));
+  // @ts-expect-error: Property 'steps' is missing
+  out.push(model.train('text', { seqLen: 8 }));
+  // @ts-expect-error: Type '"adam"' is not assignable to type '"adamw" | "sgd"'
+  out.push(model.train('text', { steps: 1, optimizer: { type: 'adam', lr: 1 } }));
+  // @ts-expect-error: Type '"exp"' is not assignable to type '"none" | "linear" | "cosine"'
+  out.push(model.train('text', { steps: 1, lrSchedule: { decay: 'exp' } }));
   return out;
 }

@@ -12,6 +12,7 @@ import ggwebDefault, {
   type Hook, type RunOptions, type RunResult, type PatchOptions, type PatchResult, type LogitLensOptions,
   type LogitLensResult, type AttributeOptions, type AttributeResult, type LoadSaeOptions, type SaeEncodeOptions,
   type SaeEncoded, Sae, type Metric, type GradSpec, type SaliencyOptions, type SaliencyResult,
+  type TrainOptions, type Training, type TrainStep, type TrainStats, type TrainData,
 } from 'ggweb';
 
 const ac = new AbortController();
@@ -181,6 +182,7 @@ const members: { [K in keyof Model]: (m: Model) => unknown } = {
   attribute: async (m) => readAttribution(await m.attribute(inputs[0], allAttribute)),
   loadSae: async (m) => useSae(await m.loadSae('https://example.com/sae/', allLoadSae)),
   generate: (m) => m.generate(inputs[2], allGenerate),
+  train: (m) => training(m),
   _debugLoseDevice: async (m) => (await m._debugLoseDevice()) satisfies boolean,
   dispose: async (m) => (await m.dispose()) satisfies void,
 };
@@ -238,4 +240,24 @@ export async function app(): Promise<string> {
   }
   await model.dispose();
   return out;
+}
+
+// model.train (issue 39): full fine-tuning, its items and stats.
+export async function training(model: Model): Promise<number> {
+  const opts: TrainOptions = {
+    seqLen: 16, batchSize: 2, steps: 20, seed: 1, gradClip: 1,
+    optimizer: { type: 'adamw', lr: 3e-3, beta1: 0.9, beta2: 0.999, eps: 1e-8, weightDecay: 0.01 },
+    lrSchedule: { warmup: 3, decay: 'cosine' }, signal: new AbortController().signal,
+  };
+  const run: Training = model.train([new Uint32Array(16), [1, 2, 3]], opts);
+  let last = 0;
+  for await (const s of run) {
+    const item: TrainStep = s;
+    last = item.loss + item.step + item.tokens + item.tokensPerSecond;
+  }
+  const stats: TrainStats | null = await run.stats;
+  const sgd = model.train(['some text', 'more'], { steps: 1, optimizer: { type: 'sgd', lr: 0.1, momentum: 0.9 } });
+  const stream: ReadableStream<TrainStep> = sgd.toReadableStream();
+  const d: TrainData = 'text';
+  return last + (stats?.steps ?? 0) + (stats?.stop === 'cancelled' ? 1 : 0) + (stream ? 1 : 0) + d.length;
 }

@@ -1,0 +1,79 @@
+//! The session's side of training ([`super::train`]): `model.train`'s text data, and one run
+//! at a time held by the session, started, stepped and ended (the prompt cache forgotten,
+//! since the runs write the KV cache and change the weights).
+
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+
+use super::session::Session;
+use super::train::{TrainConfig, TrainMemory, TrainStats, TrainStep, Trainer};
+use super::ModelError;
+
+impl Session {
+    /// `train`'s text data: each text tokenized, the texts joined with the end-of-text token
+    /// between them, cut into consecutive windows of `seq_len` (the remainder dropped).
+    pub fn train_windows(&self, texts: &[String], seq_len: usize) -> Result<Vec<Vec<u32>>, ModelError> {
+        let eot = self.tokenizer.eos().ok_or_else(|| {
+            ModelError::Invalid("train: the model's tokenizer has no end-of-text token to join texts with".into())
+        })?;
+        let mut ids = Vec::new();
+        for (i, t) in texts.iter().enumerate() {
+            if i > 0 {
+                ids.push(eot);
+            }
+            ids.extend(self.tokenizer.encode(t, false));
+        }
+        if seq_len == 0 || ids.len() < seq_len {
+            return Err(ModelError::Invalid(format!(
+                "train: data is empty: the text is {} tokens, fewer than one window of seqLen ({seq_len})",
+                ids.len()
+            )));
+        }
+        Ok(ids.chunks_exact(seq_len).map(<[u32]>::to_vec).collect())
+    }
+
+    /// Starts a training run on `seqs` ([`Trainer::new`]): ends any generation and forgets the
+    /// prompt cache (the runs overwrite the KV cache and change the weights). Returns the plan.
+    pub fn train_start(&mut self, seqs: Vec<Vec<u32>>, cfg: TrainConfig) -> Result<TrainMemory, ModelError> {
+        self.end_generation();
+        self.train = None;
+        let t = Trainer::new(&mut self.model, seqs, cfg)?;
+        self.clear_cache();
+        self.cache_hooks.clear();
+        let memory = t.memory;
+        self.train = Some(t);
+        Ok(memory)
+    }
+
+    /// The next update of the run in progress; None when it has done every update (or none
+    /// runs). An error ends the run (the weights those of the last finished update).
+    pub async fn train_step(&mut self) -> Result<Option<TrainStep>, ModelError> {
+        let n_vocab = self.model.hparams.n_vocab;
+        let Some(t) = self.train.as_mut() else { return Ok(None) };
+        if t.done() {
+            return Ok(None);
+        }
+        let r = t.step(n_vocab).await;
+        // The step wrote the KV cache: whatever a call between two steps left there is gone.
+        self.clear_cache();
+        match r {
+            Ok(s) => Ok(Some(s)),
+            Err(e) => {
+                self.train = None;
+                Err(e)
+            }
+        }
+    }
+
+    /// The run in progress, for its gradient norms and plan.
+    pub fn trainer(&mut self) -> Option<&mut Trainer> {
+        self.train.as_mut()
+    }
+
+    /// Ends the run in progress (its state freed; the model keeps the trained weights).
+    pub fn train_end(&mut self) -> Option<TrainStats> {
+        let t = self.train.take()?;
+        Some(TrainStats { steps: t.step, tokens: t.tokens, finished: t.done() })
+    }
+}

@@ -1,0 +1,589 @@
+//! Full fine-tuning (issue 39's `model.train`), the way ggml-opt trains: the weights are the
+//! params, the forward pass of one training sequence with its loss and backward pass is one
+//! graph built once (its compute buffers planned once) and run for every sequence of every
+//! step, and the optimizer step is a second graph of `opt_step_adamw` / `opt_step_sgd` nodes,
+//! one per weight, that update the weights in place from their optimizer state.
+//!
+//! - Params: every weight tensor as the file has it (a tied head, `token_embd` read twice, is
+//!   one tensor whose gradient sums both uses). Weights must be F32, F16 or BF16; unless all
+//!   are already plain F32 host tensors they are converted to F32 copies once, before the first
+//!   step, and the model keeps those (quantized: `unsupported`, naming the tensor).
+//! - State: per weight one tensor `[n, rows]` planned with the weights: row 0 the gradient
+//!   accumulated over the batch (zeroed by the optimizer step that consumes it), then AdamW's
+//!   m and v (SGD: the momentum buffer).
+//! - Batching: update k trains on sequences `(k·batchSize + i) mod n`, i = 0..batchSize−1;
+//!   each sequence's loss is weighted `−1/(batchSize·(seqLen−1))` at its targets, so the
+//!   accumulated gradient is that of the mean next-token cross-entropy over the batch.
+//! - Clipping (global L2 norm, `clip_grad_norm_`) scales the gradient inside the optimizer
+//!   step; the norm is summed on the host from the accumulated gradients (f64).
+//! - Memory: the f32 weights (when converted) and the state are checked against the budget
+//!   before anything is allocated, the activations and gradients by planning the graph
+//!   (`OverBudget` with the sizes either way); the model is untouched when this fails.
+//!
+//! The graph writes K and V into the model's KV cache (cells 0..seqLen, as any run from
+//! position 0 does): callers forget the prompt cache (`Session::train_start`, session_train.rs).
+//! Training runs on the CPU backend (a model split onto WebGPU is `unsupported` for now).
+
+use alloc::format;
+use alloc::rc::Rc;
+use alloc::string::String;
+use alloc::vec;
+use alloc::vec::Vec;
+
+use super::context::Gpt2;
+use super::gpt2::{build_graph_with, GraphIo, Ubatch, Weights};
+use super::ModelError;
+use crate::allocator::alloc_tensors;
+use crate::backend::{Backend, BackendError, Buffer};
+use crate::graph::Graph;
+use crate::sched::Sched;
+use crate::tensor::{Context, ContextParams, Tensor, TENSOR_OVERHEAD};
+use crate::types::GgmlType;
+
+/// The optimizer of a run (PyTorch's, with the contract's defaults filled in).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Optimizer {
+    /// `torch.optim.AdamW`: decoupled weight decay, bias correction.
+    AdamW { lr: f32, beta1: f32, beta2: f32, eps: f32, weight_decay: f32 },
+    /// `torch.optim.SGD`: coupled L2 decay, momentum without dampening.
+    Sgd { lr: f32, momentum: f32, weight_decay: f32 },
+}
+
+impl Optimizer {
+    pub fn lr(&self) -> f32 {
+        match *self {
+            Optimizer::AdamW { lr, .. } | Optimizer::Sgd { lr, .. } => lr,
+        }
+    }
+    /// Rows of a weight's state: the gradient, then m and v (AdamW) or the momentum buffer.
+    fn state_rows(&self) -> i64 {
+        match *self {
+            Optimizer::AdamW { .. } => 3,
+            Optimizer::Sgd { momentum, .. } if momentum != 0.0 => 2,
+            Optimizer::Sgd { .. } => 1,
+        }
+    }
+}
+
+/// How the learning rate falls after the warmup.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decay {
+    Cosine,
+    Linear,
+    None,
+}
+
+/// `lrSchedule`: Hugging Face's `get_{cosine,linear,constant}_schedule_with_warmup` over the
+/// run's `steps` (the factor of update k, from 0: with a warmup the first update has lr 0).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LrSchedule {
+    pub warmup: u32,
+    pub decay: Decay,
+}
+
+impl LrSchedule {
+    /// The learning rate's factor at update `k` of `total`.
+    pub fn factor(&self, k: u32, total: u32) -> f64 {
+        let (k, w, t) = (k as f64, self.warmup as f64, total as f64);
+        if k < w {
+            return k / w.max(1.0);
+        }
+        let progress = (k - w) / (t - w).max(1.0);
+        match self.decay {
+            Decay::None => 1.0,
+            Decay::Linear => ((t - k) / (t - w).max(1.0)).max(0.0),
+            // num_cycles 0.5: half a cosine from 1 to 0.
+            Decay::Cosine => (0.5 * (1.0 + libm::cos(core::f64::consts::PI * progress))).max(0.0),
+        }
+    }
+}
+
+/// A training run's settings, checked ([`TrainConfig::check`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TrainConfig {
+    pub seq_len: usize,
+    pub batch_size: usize,
+    pub steps: u32,
+    pub optimizer: Optimizer,
+    pub grad_clip: Option<f32>,
+    pub schedule: Option<LrSchedule>,
+    /// For what draws random numbers (LoRA's initialization, not built yet); full training
+    /// draws none (no dropout, the data in order).
+    pub seed: u64,
+}
+
+/// The most updates one run may take.
+pub const MAX_STEPS: u32 = 1 << 24;
+
+impl TrainConfig {
+    /// `invalid` naming the option (in the API's spelling) that cannot work.
+    pub fn check(&self, n_ctx: usize) -> Result<(), ModelError> {
+        let bad = |m: String| Err(ModelError::Invalid(m));
+        if self.seq_len < 2 || self.seq_len > n_ctx {
+            return bad(format!("seqLen must be from 2 to nCtx ({n_ctx}), got {}", self.seq_len));
+        }
+        if self.batch_size == 0 {
+            return bad("batchSize must be at least 1, got 0".into());
+        }
+        if self.steps == 0 || self.steps > MAX_STEPS {
+            return bad(format!("steps must be from 1 to {MAX_STEPS}, got {}", self.steps));
+        }
+        let real = |k: &str, v: f32, lo: f32, hi: f32, lo_open: bool, hi_open: bool| {
+            let ok = v.is_finite() && if lo_open { v > lo } else { v >= lo } && if hi_open { v < hi } else { v <= hi };
+            if ok {
+                Ok(())
+            } else {
+                let (l, h) = (if lo_open { "(" } else { "[" }, if hi_open { ")" } else { "]" });
+                Err(ModelError::Invalid(format!("{k} must be a number in {l}{lo}, {hi}{h}, got {v}")))
+            }
+        };
+        match self.optimizer {
+            Optimizer::AdamW { lr, beta1, beta2, eps, weight_decay } => {
+                real("optimizer.lr", lr, 0.0, f32::MAX, false, false)?;
+                real("optimizer.beta1", beta1, 0.0, 1.0, false, true)?;
+                real("optimizer.beta2", beta2, 0.0, 1.0, false, true)?;
+                real("optimizer.eps", eps, 0.0, f32::MAX, false, false)?;
+                real("optimizer.weightDecay", weight_decay, 0.0, f32::MAX, false, false)?;
+            }
+            Optimizer::Sgd { lr, momentum, weight_decay } => {
+                real("optimizer.lr", lr, 0.0, f32::MAX, false, false)?;
+                real("optimizer.momentum", momentum, 0.0, 1.0, false, true)?;
+                real("optimizer.weightDecay", weight_decay, 0.0, f32::MAX, false, false)?;
+            }
+        }
+        if let Some(c) = self.grad_clip {
+            real("gradClip", c, 0.0, f32::MAX, true, false)?;
+        }
+        if let Some(s) = self.schedule {
+            if s.warmup > self.steps {
+                return bad(format!("lrSchedule.warmup must be at most steps ({}), got {}", self.steps, s.warmup));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Bytes of a training run's memory plan.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TrainMemory {
+    /// F32 copies of the weights (0 when the weights are trained where they are).
+    pub weights: u64,
+    /// Gradients accumulated over the batch and the optimizer's state.
+    pub state: u64,
+    /// The training graph's compute buffers: activations kept for the backward pass and
+    /// the gradients.
+    pub compute: u64,
+}
+
+/// What one update reports.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TrainStep {
+    /// Updates done (from 1).
+    pub step: u32,
+    /// The batch's mean loss, before this update.
+    pub loss: f32,
+    /// Tokens trained on so far (every token of every sequence of every update).
+    pub tokens: u64,
+}
+
+/// One trained weight: the tensor and its state (`[n, rows]`: gradient, then optimizer state).
+struct Param {
+    t: Tensor,
+    state: Tensor,
+    /// Weight decay applies (two or more dimensions: matrices and embeddings).
+    decay: bool,
+}
+
+/// A training run over a model's weights (see the module docs).
+pub struct Trainer {
+    pub cfg: TrainConfig,
+    pub memory: TrainMemory,
+    seqs: Vec<Vec<u32>>,
+    params: Vec<Param>,
+    /// Hyper-parameters of the optimizer step: `[0]` for decayed weights, `[1]` for the rest.
+    hyper: [Tensor; 2],
+    /// The forward graph's inputs (and its headers), the loss's weights and per-row losses.
+    io: GraphIo,
+    w_in: Tensor,
+    loss_rows: Tensor,
+    gf: Graph,
+    opt: Graph,
+    sched: Sched,
+    backend: Rc<dyn Backend>,
+    /// Headers of the backward and optimizer nodes, the states' headers and memory.
+    _ctx: Context,
+    _state_ctx: Context,
+    _state_buffers: Vec<Rc<dyn Buffer>>,
+    /// Updates done.
+    pub step: u32,
+    pub tokens: u64,
+    /// Each weight's gradient L2 norm (GGUF name, norm) at the last update, before clipping,
+    /// and their global norm: computed when clipping, or when asked ([`Trainer::norms`]).
+    pub grad_norms: Vec<(String, f64)>,
+    pub grad_norm: Option<f64>,
+    /// Compute the gradient norms at every update even without clipping (a debugging aid).
+    pub norms: bool,
+}
+
+/// The weights of `w`, each once (a tied head is `token_embd`), in the file's order.
+fn weight_list(w: &Weights) -> Vec<Tensor> {
+    let mut v = vec![w.token_embd.clone(), w.position_embd.clone()];
+    for ly in &w.layers {
+        v.extend(
+            [
+                &ly.attn_norm_w,
+                &ly.attn_norm_b,
+                &ly.attn_qkv_w,
+                &ly.attn_qkv_b,
+                &ly.attn_out_w,
+                &ly.attn_out_b,
+                &ly.ffn_norm_w,
+                &ly.ffn_norm_b,
+                &ly.ffn_up_w,
+                &ly.ffn_up_b,
+                &ly.ffn_down_w,
+                &ly.ffn_down_b,
+            ]
+            .map(Tensor::clone),
+        );
+    }
+    v.extend([w.output_norm_w.clone(), w.output_norm_b.clone()]);
+    if w.output != w.token_embd {
+        v.push(w.output.clone());
+    }
+    v
+}
+
+fn over_budget(what: String, needed: u64, limit: u64) -> ModelError {
+    ModelError::OverBudget { what, needed, limit }
+}
+
+fn oom(what: &str, e: BackendError) -> ModelError {
+    match e {
+        BackendError::OutOfMemory { requested, limit, .. } => {
+            over_budget(String::from(what), requested as u64, limit as u64)
+        }
+        e => e.into(),
+    }
+}
+
+/// F32 copies of `weights` in a CPU buffer of `backend`'s: their context (same names) and
+/// buffers. Each weight is read and converted one at a time.
+fn f32_copies(weights: &[Tensor], backend: &dyn Backend) -> Result<(Context, Vec<Rc<dyn Buffer>>), ModelError> {
+    let ctx = Context::new(ContextParams { mem_size: (weights.len() + 1) * TENSOR_OVERHEAD, no_alloc: true });
+    let copies: Vec<Tensor> = weights
+        .iter()
+        .map(|w| {
+            let t = ctx.new_tensor(GgmlType::F32, &w.ne);
+            t.set_name(&w.name());
+            t
+        })
+        .collect();
+    let buffers = alloc_tensors(&copies, &*backend.buffer_type()).map_err(|e| oom("training's f32 weights", e))?;
+    for (w, c) in weights.iter().zip(&copies) {
+        let mut bytes = vec![0u8; w.nbytes()];
+        w.try_get_bytes(&mut bytes, 0)?;
+        let vals = crate::quants::dequantize(w.ty, &bytes)
+            .map_err(|e| ModelError::Unsupported(format!("training: weight '{}': {e:?}", w.name())))?;
+        c.set_bytes(bytemuck::cast_slice(&vals), 0);
+    }
+    Ok((ctx, buffers))
+}
+
+impl Trainer {
+    /// Plans a run over `model`'s weights on `seqs` (token ids, each `cfg.seq_len` long):
+    /// converts the weights to F32 when needed (the model keeps them), allocates the state,
+    /// builds and plans the training and optimizer graphs. Nothing of the model changes when
+    /// this fails.
+    pub fn new(model: &mut Gpt2, seqs: Vec<Vec<u32>>, cfg: TrainConfig) -> Result<Trainer, ModelError> {
+        let hp = model.hparams.clone();
+        cfg.check(model.n_ctx())?;
+        if seqs.is_empty() {
+            return Err(ModelError::Invalid("train: data is empty: no training sequence".into()));
+        }
+        for (i, s) in seqs.iter().enumerate() {
+            if s.len() != cfg.seq_len {
+                return Err(ModelError::Invalid(format!(
+                    "train: data[{i}] has {} tokens; each sequence must have exactly seqLen ({})",
+                    s.len(),
+                    cfg.seq_len
+                )));
+            }
+            if let Some(&t) = s.iter().find(|&&t| t as usize >= hp.n_vocab) {
+                return Err(ModelError::Invalid(format!(
+                    "train: data[{i}] has token id {t}, outside the vocabulary (n_vocab {})",
+                    hp.n_vocab
+                )));
+            }
+        }
+        let backends = model.sched.backends().to_vec();
+        if backends.len() != 1 || !backends[0].buffer_type().is_host() {
+            return Err(ModelError::Unsupported(format!(
+                "train: training runs on the CPU for now; this model runs on {} (load it with backend 'cpu')",
+                backends.iter().map(|b| b.name()).collect::<Vec<_>>().join(" + ")
+            )));
+        }
+        let backend = backends[0].clone();
+        let weights = weight_list(&model.weights);
+        if let Some(q) = weights.iter().find(|w| !matches!(w.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)) {
+            return Err(ModelError::Unsupported(format!(
+                "train: full training needs F32, F16 or BF16 weights, and weight '{}' is {} (training \
+                 low-rank adapters on quantized files is not built yet)",
+                q.name(),
+                q.ty
+            )));
+        }
+        // Trained in place when every weight is already a plain f32 host tensor.
+        let in_place = weights.iter().all(|w| {
+            w.ty == GgmlType::F32
+                && w.data().is_some_and(|d| d.buffer.buffer_type_name() == backend.buffer_type().name())
+        });
+        let rows = cfg.optimizer.state_rows();
+        let n_elems: u64 = weights.iter().map(|w| w.nelements() as u64).sum();
+        let memory = TrainMemory {
+            weights: if in_place { 0 } else { 4 * n_elems },
+            state: 4 * n_elems * rows as u64 + 64,
+            compute: 0,
+        };
+        if let Some(limit) = backend.buffer_type().budget() {
+            let needed = memory.weights + memory.state;
+            if needed > limit {
+                return Err(over_budget(
+                    format!(
+                        "training: {} bytes of f32 weights, {} bytes of gradients and optimizer state, \
+                         before the activations",
+                        memory.weights, memory.state
+                    ),
+                    needed,
+                    limit,
+                ));
+            }
+        }
+        let converted = if in_place { None } else { Some(f32_copies(&weights, &*backend)?) };
+        let new_weights = match &converted {
+            Some((ctx, _)) => Some(Weights::from_context(ctx, &hp)?),
+            None => None,
+        };
+        let w = new_weights.as_ref().unwrap_or(&model.weights);
+        let params_t = weight_list(w);
+
+        // The state and the optimizer's hyper-parameters, planned with the weights.
+        let state_ctx =
+            Context::new(ContextParams { mem_size: (params_t.len() + 4) * TENSOR_OVERHEAD, no_alloc: true });
+        let mut states = Vec::with_capacity(params_t.len());
+        for p in &params_t {
+            let s = state_ctx.new_tensor_2d(GgmlType::F32, p.nelements(), rows);
+            s.set_name(&format!("{}.opt_state", p.name()));
+            states.push(s);
+        }
+        let n_hyper = 8;
+        let hyper = [state_ctx.new_tensor_1d(GgmlType::F32, n_hyper), state_ctx.new_tensor_1d(GgmlType::F32, n_hyper)];
+        hyper[0].set_name("opt_hyper");
+        hyper[1].set_name("opt_hyper.no_decay");
+        let mut all = states.clone();
+        all.extend(hyper.iter().cloned());
+        let state_buffers =
+            alloc_tensors(&all, &*backend.buffer_type()).map_err(|e| oom("training's optimizer state", e))?;
+        for b in &state_buffers {
+            b.clear(0);
+        }
+        let params: Vec<Param> = params_t
+            .iter()
+            .zip(states)
+            .map(|(t, state)| Param { t: t.clone(), state, decay: t.n_dims() >= 2 })
+            .collect();
+
+        // The training graph: one sequence forward, its weighted log-probabilities (the loss),
+        // the backward pass, each weight's gradient added into its state's row 0.
+        let t = cfg.seq_len;
+        let ub = Ubatch { slot: 0, n_kv: t, n_tokens: t, n_out: t, start: None, scores: false };
+        let mut io = build_graph_with(&hp, w, &model.kv, ub, &[]);
+        let ctx = Context::new(ContextParams {
+            mem_size: (8 * io.graph.nodes.len() + 8 * params.len() + 64) * TENSOR_OVERHEAD,
+            no_alloc: true,
+        });
+        let mut gf = core::mem::replace(&mut io.graph, Graph::with_size(1));
+        gf.size = usize::MAX;
+        let logits = &io.logits; // [n_vocab, T]
+        let w_in = ctx.new_tensor_2d(GgmlType::F32, logits.ne[0], logits.ne[1]);
+        w_in.set_name("loss_w");
+        w_in.set_input();
+        let lsm = ctx.log_soft_max(logits); // [n_vocab, T]
+        lsm.set_name("loss_log_softmax");
+        let loss = ctx.mul(&lsm, &w_in); // [n_vocab, T]: −log p(target)/(B(T−1)) at the targets
+        loss.set_name("loss");
+        gf.build_forward_expand(&loss);
+        let ones = ctx.fill([logits.ne[0], 1, 1, 1], 1.0);
+        ones.set_name("loss_ones");
+        let loss_rows = ctx.mul_mat(&ones, &loss); // [1, T]: each row's term
+        loss_rows.set_name("loss_rows");
+        loss_rows.set_output();
+        gf.build_forward_expand(&loss_rows);
+        for p in &params {
+            p.t.set_param();
+        }
+        gf.build_backward_expand(&ctx, &loss);
+        for p in &params {
+            p.t.clear_param();
+        }
+        for p in &params {
+            let Some(g) = gf.grad(&p.t) else { continue }; // a weight the loss does not read
+            let acc = ctx.reshape(&ctx.view_1d(&p.state, p.t.nelements(), 0), &p.t.ne);
+            acc.set_name(&format!("{}.grad_acc", p.t.name()));
+            let sum = ctx.add(&acc, &g);
+            sum.set_name(&format!("{}.grad_sum", p.t.name()));
+            let store = ctx.cpy(&sum, &acc);
+            store.set_name(&format!("{}.grad_store", p.t.name()));
+            gf.build_forward_expand(&store);
+        }
+        gf.size = gf.nodes.len().max(gf.leafs.len());
+
+        // The optimizer graph: one step node per weight, in place.
+        let mut opt = Graph::with_size(4 * params.len() + 8); // each step node; each param, state, hyper leaf
+        for p in &params {
+            let h = &hyper[if p.decay { 0 } else { 1 }];
+            let step = match cfg.optimizer {
+                Optimizer::AdamW { .. } => ctx.opt_step_adamw(&p.t, &p.state, h),
+                Optimizer::Sgd { .. } => ctx.opt_step_sgd(&p.t, &p.state, h),
+            };
+            opt.build_forward_expand(&step);
+        }
+
+        let mut sched = Sched::new(backends)?;
+        sched.reserve(&gf).map_err(|e| oom("training's compute buffer (activations and gradients)", e))?;
+        sched.alloc_graph(&gf).map_err(|e| oom("training's compute buffer (activations and gradients)", e))?;
+        let compute = (0..sched.n_backends()).map(|i| sched.compute_buffer_size(i) as u64).sum();
+
+        // Everything planned: the model trains (and keeps) the f32 weights from here on.
+        if let (Some((wctx, buffers)), Some(nw)) = (converted, new_weights) {
+            model.weights = nw;
+            model.weight_ctx = wctx;
+            model.weight_buffers = buffers;
+            model.repacked_bytes = 0;
+        }
+        Ok(Trainer {
+            memory: TrainMemory { compute, ..memory },
+            seqs,
+            params,
+            hyper,
+            io,
+            w_in,
+            loss_rows,
+            gf,
+            opt,
+            sched,
+            backend,
+            _ctx: ctx,
+            _state_ctx: state_ctx,
+            _state_buffers: state_buffers,
+            step: 0,
+            tokens: 0,
+            grad_norms: Vec::new(),
+            grad_norm: None,
+            norms: false,
+            cfg,
+        })
+    }
+
+    /// Whether every update has been done.
+    pub fn done(&self) -> bool {
+        self.step >= self.cfg.steps
+    }
+
+    /// The learning rate of the next update.
+    pub fn lr(&self) -> f32 {
+        let f = self.cfg.schedule.map_or(1.0, |s| s.factor(self.step, self.cfg.steps));
+        (self.cfg.optimizer.lr() as f64 * f) as f32
+    }
+
+    /// One update: the batch's forward and backward passes (gradients accumulated), then the
+    /// optimizer step. Returns the batch's loss (before the update). After an error the run
+    /// cannot go on (a gradient may be half accumulated): drop it; the weights are those of
+    /// the last finished update.
+    pub async fn step(&mut self, n_vocab: usize) -> Result<TrainStep, ModelError> {
+        // The gradient rows are zero here: allocated so, and each optimizer step zeroes them.
+        let (b, t, k) = (self.cfg.batch_size, self.cfg.seq_len, self.step as usize);
+        let mut loss = 0f64;
+        let coef = -1.0 / (b * (t - 1)) as f32;
+        let mut w = vec![0f32; n_vocab * t];
+        let mask: Vec<f32> =
+            (0..t).flat_map(|i| (0..t).map(move |j| if j <= i { 0.0 } else { f32::NEG_INFINITY })).collect();
+        let pos: Vec<i32> = (0..t as i32).collect();
+        for i in 0..b {
+            let seq = &self.seqs[(k * b + i) % self.seqs.len()];
+            w.iter_mut().for_each(|x| *x = 0.0);
+            for p in 0..t - 1 {
+                w[p * n_vocab + seq[p + 1] as usize] = coef;
+            }
+            self.sched.alloc_graph(&self.gf)?;
+            let ids: Vec<i32> = seq.iter().map(|&x| x as i32).collect();
+            self.io.tokens.set_bytes(bytemuck::cast_slice(&ids), 0);
+            self.io.positions.set_bytes(bytemuck::cast_slice(&pos), 0);
+            self.io.kq_mask.set_bytes(bytemuck::cast_slice(&mask), 0);
+            self.w_in.set_bytes(bytemuck::cast_slice(&w), 0);
+            self.sched.graph_compute(&self.gf)?;
+            let mut rows = vec![0f32; t];
+            self.sched.tensor_get(&self.loss_rows, bytemuck::cast_slice_mut(&mut rows)).await?;
+            loss += rows.iter().map(|&r| r as f64).sum::<f64>();
+        }
+        let gscale = self.clip_scale()?;
+        self.set_hyper(gscale);
+        self.backend.graph_compute(&self.opt)?;
+        self.step += 1;
+        self.tokens += (b * t) as u64;
+        Ok(TrainStep { step: self.step, loss: loss as f32, tokens: self.tokens })
+    }
+
+    /// The gradient's scale from clipping (1 without), computing the norms when needed.
+    fn clip_scale(&mut self) -> Result<f32, ModelError> {
+        if self.cfg.grad_clip.is_none() && !self.norms {
+            return Ok(1.0);
+        }
+        self.grad_norms.clear();
+        let mut total = 0f64;
+        for p in &self.params {
+            let n = p.t.nelements() as usize;
+            let mut g = vec![0f32; n];
+            p.state.try_get_bytes(bytemuck::cast_slice_mut(&mut g), 0)?;
+            let sq: f64 = g.iter().map(|&x| x as f64 * x as f64).sum();
+            total += sq;
+            self.grad_norms.push((p.t.name(), libm::sqrt(sq)));
+        }
+        let norm = libm::sqrt(total);
+        self.grad_norm = Some(norm);
+        // clip_grad_norm_: max_norm / (norm + 1e-6), at most 1.
+        Ok(self.cfg.grad_clip.map_or(1.0, |c| (c as f64 / (norm + 1e-6)).min(1.0) as f32))
+    }
+
+    /// The optimizer step's hyper-parameters for the next update.
+    fn set_hyper(&self, gscale: f32) {
+        let lr = self.lr();
+        let t = self.step as i32 + 1;
+        for (i, h) in self.hyper.iter().enumerate() {
+            let v: [f32; 8] = match self.cfg.optimizer {
+                Optimizer::AdamW { beta1, beta2, eps, weight_decay, .. } => {
+                    let bc1 = 1.0 - libm::pow(beta1 as f64, t as f64);
+                    let bc2 = 1.0 - libm::pow(beta2 as f64, t as f64);
+                    let wd = if i == 0 { weight_decay } else { 0.0 };
+                    [lr, beta1, beta2, eps, wd, bc1 as f32, libm::sqrt(bc2) as f32, gscale]
+                }
+                Optimizer::Sgd { momentum, weight_decay, .. } => {
+                    let wd = if i == 0 { weight_decay } else { 0.0 };
+                    [lr, momentum, wd, gscale, if t == 1 { 1.0 } else { 0.0 }, 0.0, 0.0, 0.0]
+                }
+            };
+            h.set_bytes(bytemuck::cast_slice(&v), 0);
+        }
+    }
+}
+
+/// What a finished or stopped run reports (`await run.stats`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TrainStats {
+    /// Updates done.
+    pub steps: u32,
+    /// Tokens trained on.
+    pub tokens: u64,
+    /// Whether every update asked for was done (`stop: 'steps'`), else it was stopped.
+    pub finished: bool,
+}
