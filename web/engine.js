@@ -859,7 +859,7 @@ export class Engine {
       stats.promptMs = t1 - t0;
       for (;;) {
         await yieldNow();
-        if (cancelled()) { stats.stop = 'cancelled'; break; }
+        if (cancelled()) break;
         let item;
         try {
           this._loseDeviceNow(run, model);
@@ -914,7 +914,6 @@ export class Engine {
     const cancelled = () => run.cancelled || (run.cancelled = !!isCancelled() || this.disposed);
     run.poll = cancelled;
     this.current = run;
-    const stats = { stop: 'steps', steps: 0, tokens: 0 };
     let started = false;
     try {
       try {
@@ -927,7 +926,7 @@ export class Engine {
       const t0 = now();
       for (;;) {
         await yieldNow();
-        if (cancelled()) { stats.stop = 'cancelled'; break; }
+        if (cancelled()) break;
         let item;
         try {
           item = await model.train_step();
@@ -935,12 +934,11 @@ export class Engine {
           throw this._noteLost(toGgwebError(e, 'internal', `train: update ${stats.steps + 1}`));
         }
         if (item === undefined) break;
-        stats.steps = item.step;
-        stats.tokens = item.tokens;
         const secs = (now() - t0) / 1000;
-        yield { step: item.step, loss: item.loss, tokens: item.tokens, tokensPerSecond: secs > 0 ? item.tokens / secs : 0 };
+        yield { ...item, tokensPerSecond: secs > 0 ? item.tokens / secs : 0 };
       }
-      return stats;
+      started = false;
+      return model.train_end(); // TrainStats: { stop, steps, tokens }
     } finally {
       if (started) {
         try { model.train_end(); } catch { /* the run's state goes with the model */ }

@@ -4,7 +4,7 @@
 import type {
   AttributeParams, Beam, GenerateParams, Item, PatchParams, RunParams, SaliencyParams, TopKParams,
   ScoreResult, TraceResult, RunResult, PatchResult, LogitLensResult, AttributeResult, SaeEncoded, SaliencyResult,
-  WebGpuStats, WasmModelInfo, WasmInspectResult, LoadParams, GenerationStats, ScoreParams, TraceParams, TrainParams,
+  WebGpuStats, WasmModelInfo, WasmInspectResult, LoadParams, GenerationStats, ScoreParams, TraceParams, TrainParams, TrainItem, TrainStats,
 } from './ggweb.types.js';
 export * from './ggweb.types.js';
 
@@ -306,25 +306,10 @@ export interface TrainOptions extends TrainParams {
  *  sequences `(k·batchSize + i) mod n`, i = 0..batchSize−1. */
 export type TrainData = string | string[] | Array<Uint32Array | number[]>;
 
-/** One optimizer update of `model.train`. */
-export interface TrainStep {
-  /** Updates done, from 1. */
-  step: number;
-  /** The batch's mean next-token cross-entropy, computed before this update. */
-  loss: number;
-  /** Tokens trained on so far. */
-  tokens: number;
+/** One optimizer update of `model.train`: the wasm side's item and its rate. */
+export interface TrainStep extends TrainItem {
   /** `tokens` over the seconds since the first update began. */
   tokensPerSecond: number;
-}
-
-/** How a training run ended. */
-export interface TrainStats {
-  /** 'steps': every update was done; 'cancelled': stopped by break, return(), the signal or dispose(). */
-  stop: 'steps' | 'cancelled';
-  /** Updates done: the model holds the weights after the last of them. */
-  steps: number;
-  tokens: number;
 }
 
 /**

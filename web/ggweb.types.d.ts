@@ -407,6 +407,42 @@ export interface Beam {
   score: number;
 }
 
+/** Bytes of a training run's memory plan. */
+export interface TrainMemory {
+  /** F32 copies of the weights (0 when the weights are trained where they are). */
+  weights: number;
+  /** Gradients accumulated over the batch and the optimizer's state. */
+  state: number;
+  /**
+   * The training graph's compute buffers: activations kept for the backward pass and
+   * the gradients.
+   */
+  compute: number;
+}
+
+/** What one update reports (JS `TrainStep` adds `tokensPerSecond`, which engine.js times). */
+export interface TrainItem {
+  /** Updates done (from 1). */
+  step: number;
+  /** The batch's mean loss, before this update. */
+  loss: number;
+  /** Tokens trained on so far (every token of every sequence of every update). */
+  tokens: number;
+}
+
+/** How a training run ended (`await run.stats`). */
+export interface TrainStats {
+  /**
+   * 'steps': every update asked for was done; 'cancelled': stopped before (break, return(),
+   * the signal or dispose()).
+   */
+  stop: 'steps' | 'cancelled';
+  /** Updates done: the model holds the weights after the last of them. */
+  steps: number;
+  /** Tokens trained on. */
+  tokens: number;
+}
+
 /**
  * `generate`'s options as they cross from JS (`rename_all = "camelCase"`, unknown keys
  * refused). Each field is checked as it is read, with a message naming the key; absent and

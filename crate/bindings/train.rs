@@ -5,7 +5,6 @@
 use alloc::string::String;
 use alloc::vec::Vec;
 
-use serde::Serialize;
 use wasm_bindgen::prelude::*;
 
 use super::js_error;
@@ -13,23 +12,6 @@ use super::model::{from_js, model_error, to_js, WasmModel};
 use crate::common::options::TrainParams;
 
 const TRAIN_WHAT: &str = "train options";
-
-/// The memory plan of a run, in bytes.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct Plan {
-    weights: f64,
-    state: f64,
-    compute: f64,
-}
-
-/// One update's item (without `tokensPerSecond`, which engine.js times).
-#[derive(Serialize)]
-struct Step {
-    step: u32,
-    loss: f32,
-    tokens: f64,
-}
 
 #[wasm_bindgen]
 impl WasmModel {
@@ -59,31 +41,22 @@ impl WasmModel {
             ids.chunks_exact(ids.len() / n).map(<[u32]>::to_vec).collect()
         };
         let m = self.session.train_start(seqs, cfg).map_err(|e| model_error("", e))?;
-        Ok(to_js(&Plan { weights: m.weights as f64, state: m.state as f64, compute: m.compute as f64 }))
+        Ok(to_js(&m))
     }
 
     /// The next update of the run: `{ step, loss, tokens }`, or `undefined` when it has done
     /// every update.
     pub async fn train_step(&mut self) -> Result<JsValue, JsValue> {
         match self.session.train_step().await {
-            Ok(Some(s)) => Ok(to_js(&Step { step: s.step, loss: s.loss, tokens: s.tokens as f64 })),
+            Ok(Some(s)) => Ok(to_js(&s)),
             Ok(None) => Ok(JsValue::UNDEFINED),
             Err(e) => Err(model_error("train", e)),
         }
     }
 
-    /// Ends the run: `{ steps, tokens, finished }` (null when none ran). The model keeps the
-    /// weights of the last finished update.
+    /// Ends the run: its `TrainStats` (null when none ran). The model keeps the weights of
+    /// the last finished update.
     pub fn train_end(&mut self) -> JsValue {
-        #[derive(Serialize)]
-        struct Stats {
-            steps: u32,
-            tokens: f64,
-            finished: bool,
-        }
-        match self.session.train_end() {
-            Some(s) => to_js(&Stats { steps: s.steps, tokens: s.tokens as f64, finished: s.finished }),
-            None => JsValue::NULL,
-        }
+        self.session.train_end().map_or(JsValue::NULL, |s| to_js(&s))
     }
 }

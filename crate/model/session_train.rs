@@ -74,6 +74,6 @@ impl Session {
     /// Ends the run in progress (its state freed; the model keeps the trained weights).
     pub fn train_end(&mut self) -> Option<TrainStats> {
         let t = self.train.take()?;
-        Some(TrainStats { steps: t.step, tokens: t.tokens, finished: t.done() })
+        Some(TrainStats { stop: if t.done() { "steps" } else { "cancelled" }, steps: t.step, tokens: t.tokens })
     }
 }

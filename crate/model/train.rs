@@ -29,6 +29,7 @@ use alloc::rc::Rc;
 use alloc::string::String;
 use alloc::vec;
 use alloc::vec::Vec;
+use serde::Serialize;
 
 use super::context::Gpt2;
 use super::gpt2::{build_graph_with, GraphIo, Ubatch, Weights};
@@ -163,8 +164,9 @@ impl TrainConfig {
     }
 }
 
+// ts: export TrainMemory
 /// Bytes of a training run's memory plan.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct TrainMemory {
     /// F32 copies of the weights (0 when the weights are trained where they are).
     pub weights: u64,
@@ -175,8 +177,9 @@ pub struct TrainMemory {
     pub compute: u64,
 }
 
-/// What one update reports.
-#[derive(Clone, Copy, Debug, PartialEq)]
+// ts: export TrainItem
+/// What one update reports (JS `TrainStep` adds `tokensPerSecond`, which engine.js times).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct TrainStep {
     /// Updates done (from 1).
     pub step: u32,
@@ -577,13 +580,16 @@ impl Trainer {
     }
 }
 
-/// What a finished or stopped run reports (`await run.stats`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+// ts: export TrainStats
+/// How a training run ended (`await run.stats`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct TrainStats {
-    /// Updates done.
+    /// 'steps': every update asked for was done; 'cancelled': stopped before (break, return(),
+    /// the signal or dispose()).
+    // ts: 'steps' | 'cancelled'
+    pub stop: &'static str,
+    /// Updates done: the model holds the weights after the last of them.
     pub steps: u32,
     /// Tokens trained on.
     pub tokens: u64,
-    /// Whether every update asked for was done (`stop: 'steps'`), else it was stopped.
-    pub finished: bool,
 }

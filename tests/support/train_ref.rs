@@ -143,7 +143,7 @@ pub fn check_case(s: &mut Session, r: &Ref, case: &Value) -> Worst {
     }
     assert_eq!(k, want.len(), "{name}: updates done");
     let stats = s.train_end().unwrap();
-    assert!(stats.finished && stats.steps as usize == want.len());
+    assert!(stats.stop == "steps" && stats.steps as usize == want.len());
     // The trained model (the session's weights now) on the held prompt.
     let held = r.ids("held");
     let cols = r.ids("logit_cols");
