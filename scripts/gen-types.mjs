@@ -2,12 +2,12 @@
 // structs they are (de)serialized from: each struct's fields in serde's spelling (rename_all,
 // rename, skip), optional where serde may leave a field out (skip_serializing_if; Option with
 // default on an options struct), number arrays as the typed arrays crate/typed.rs writes, doc
-// comments as JSDoc. web/ggweb.d.ts re-exports them and adds what only JS has (signal,
-// special) and the classes.
+// comments as JSDoc; enums as unions in serde's tagging (external, or `tag = "..."`).
+// web/ggweb.d.ts re-exports them and adds what only JS has (signal, special) and the classes.
 //   node scripts/gen-types.mjs          writes the file
 //   node scripts/gen-types.mjs --check  fails when the file is not what the structs give
 //                                       (tests/types/generated.test.mjs, npm test step 1b)
-// A struct is exported by a plain comment line `// ts: export TsName` above its doc comment; a
+// A struct or enum is exported by a plain comment line `// ts: export TsName` above its doc comment; a
 // field whose JSON form is not its Rust type's (a custom deserializer, a string that is one of
 // a few names) says its TS type in a `// ts: TYPE` comment line above it. A
 // `#[serde(flatten)]` field makes the interface extend its type's.
@@ -22,8 +22,8 @@ export const OUT = path.join(ROOT, 'web/ggweb.types.d.ts');
 const DIRS = ['crate/model', 'crate/common', 'crate/backend'];
 
 /**
- * [Rust file, struct, TS name] of every struct marked `// ts: export TsName` (a plain comment
- * line above its doc comment), in file order.
+ * [Rust file, type, TS name, 'struct' | 'enum'] of every struct or enum marked
+ * `// ts: export TsName` (a plain comment line above its doc comment), in file order.
  */
 function exported() {
   const out = [];
@@ -31,7 +31,7 @@ function exported() {
     for (const f of readdirSync(path.join(ROOT, dir), { recursive: true }).filter((f) => f.endsWith('.rs')).sort()) {
       const file = path.join(dir, f);
       const src = readFileSync(path.join(ROOT, file), 'utf8');
-      for (const m of src.matchAll(/^\/\/ ts: export (\w+)\n(?:(?:\/\/\/|#\[|\s).*\n)*?pub struct (\w+)/gm)) out.push([file, m[2], m[1]]);
+      for (const m of src.matchAll(/^\/\/ ts: export (\w+)\n(?:(?:\/\/\/|#\[|\s).*\n)*?pub (struct|enum) (\w+)/gm)) out.push([file, m[3], m[1], m[2]]);
     }
   }
   return out;
@@ -83,16 +83,20 @@ function tsOf(ty) {
 
 const camel = (s) => s.replace(/_([a-z0-9])/g, (_, c) => c.toUpperCase());
 
+/** Where `pub KIND NAME {` starts in `src`, its doc lines and its attributes (one string). */
+function head(src, file, kind, rust) {
+  const start = src.search(new RegExp(`\\npub ${kind} ${rust} \\{`));
+  if (start < 0) throw new Error(`gen-types: no \`pub ${kind} ${rust} {\` in ${file}`);
+  const before = src.slice(0, start).split('\n');
+  const lines = [];
+  for (let i = before.length - 1; i >= 0 && /^\s*(\/\/\/|#\[|\)\]|serde\(|feature)/.test(before[i]); i--) lines.unshift(before[i].trim());
+  const doc = lines.filter((l) => l.startsWith('///')).map((l) => l.replace(/^\/\/\/ ?/, ''));
+  return { start, doc, attrs: lines.filter((l) => !l.startsWith('///')).join(' ') };
+}
+
 /** One struct of `src` as a TS interface. */
 function struct(src, file, rust, ts) {
-  const start = src.search(new RegExp(`\\npub struct ${rust} \\{`));
-  if (start < 0) throw new Error(`gen-types: no \`pub struct ${rust} {\` in ${file}`);
-  // The doc and attributes above it.
-  const before = src.slice(0, start).split('\n');
-  const head = [];
-  for (let i = before.length - 1; i >= 0 && /^\s*(\/\/\/|#\[|\)\]|serde\(|feature)/.test(before[i]); i--) head.unshift(before[i].trim());
-  const doc = head.filter((l) => l.startsWith('///')).map((l) => l.replace(/^\/\/\/ ?/, ''));
-  const attrs = head.filter((l) => !l.startsWith('///')).join(' ');
+  const { start, doc, attrs } = head(src, file, 'struct', rust);
   const renameAll = /rename_all = "camelCase"/.test(attrs);
   const isOptions = /Deserialize/.test(attrs);
   const body = src.slice(src.indexOf('{', start) + 1, src.indexOf('\n}', start));
@@ -150,6 +154,80 @@ function struct(src, file, rust, ts) {
   return [...(doc.length ? [jsdoc(doc, '')] : []), `export interface ${ts}${extend} {`, ...out].join('\n');
 }
 
+/** A variant's name as serde writes it under the enum's `rename_all`. */
+function variantKey(name, renameAll) {
+  if (renameAll === 'camelCase') return name[0].toLowerCase() + name.slice(1);
+  if (renameAll === 'lowercase') return name.toLowerCase();
+  if (renameAll === 'snake_case') return name.replace(/[A-Z]/g, (c, i) => (i ? '_' : '') + c.toLowerCase());
+  if (renameAll) throw new Error(`gen-types: rename_all = "${renameAll}" on an enum is not handled`);
+  return name;
+}
+
+/**
+ * One enum of `src` as a TS union, as serde (de)serializes it: externally tagged (`{ key: ... }`
+ * per struct or newtype variant, `'key'` per unit variant) or, with `tag = "..."`, internally
+ * tagged (`{ tag: 'key'; ...fields }`). Variant fields keep their Rust names unless renamed;
+ * on an options enum (Deserialize) an Option with `default` is optional.
+ */
+function enumType(src, file, rust, ts) {
+  const { start, doc, attrs } = head(src, file, 'enum', rust);
+  const renameAll = /rename_all = "([^"]+)"/.exec(attrs)?.[1];
+  const tag = /tag = "([^"]+)"/.exec(attrs)?.[1];
+  const isOptions = /Deserialize/.test(attrs);
+  const body = src.slice(src.indexOf('{', start) + 1, src.indexOf('\n}', start)).split('\n').map((l) => l.trim());
+  const members = [];
+  let vdoc = [];
+  let vattrs = [];
+  const fieldsOf = (lines, where) => {
+    const out = [];
+    let fd = [];
+    let fa = [];
+    for (const l of lines) {
+      if (!l || l.startsWith('//') && !l.startsWith('///')) continue;
+      if (l.startsWith('///')) { fd.push(l.replace(/^\/\/\/ ?/, '')); continue; }
+      if (l.startsWith('#[')) { fa.push(l); continue; }
+      const m = /^(?:pub )?([a-z0-9_]+): (.+),$/.exec(l);
+      if (!m) throw new Error(`gen-types: ${file} ${where}: cannot read the field line ${JSON.stringify(l)}`);
+      const a = fa.join(' ');
+      const option = /^Option<.*>$/.test(m[2]);
+      const optional = /skip_serializing_if/.test(a) || (isOptions && option && /default/.test(a));
+      const key = /rename = "([^"]+)"/.exec(a)?.[1] ?? m[1];
+      out.push(`${fd.length ? `/** ${fd.join(' ')} */ ` : ''}${key}${optional ? '?' : ''}: ${tsOf(m[2]).ts}${option && !optional ? ' | null' : ''}`);
+      fd = [];
+      fa = [];
+    }
+    return out;
+  };
+  for (let i = 0; i < body.length; i++) {
+    const l = body[i];
+    if (!l || (l.startsWith('//') && !l.startsWith('///'))) continue;
+    if (l.startsWith('///')) { vdoc.push(l.replace(/^\/\/\/ ?/, '')); continue; }
+    if (l.startsWith('#[')) { vattrs.push(l); continue; }
+    let m;
+    let shape;
+    const a = vattrs.join(' ');
+    if ((m = /^([A-Z]\w*) \{$/.exec(l))) {
+      const inner = [];
+      while (!/^\},?$/.test(body[++i])) inner.push(body[i]);
+      shape = { fields: fieldsOf(inner, `${rust}::${m[1]}`) };
+    } else if ((m = /^([A-Z]\w*)\((.+)\),$/.exec(l))) shape = { newtype: tsOf(m[2]).ts };
+    else if ((m = /^([A-Z]\w*),$/.exec(l))) shape = {};
+    else throw new Error(`gen-types: ${file} ${rust}: cannot read the variant line ${JSON.stringify(l)}`);
+    const key = /rename = "([^"]+)"/.exec(a)?.[1] ?? variantKey(m[1], renameAll);
+    let t;
+    if (tag) {
+      if (shape.newtype) throw new Error(`gen-types: ${file} ${rust}::${m[1]}: a newtype variant of an internally tagged enum`);
+      t = `{ ${[`${tag}: '${key}'`, ...(shape.fields ?? [])].join('; ')} }`;
+    } else if (shape.fields) t = `{ ${key}: { ${shape.fields.join('; ')} } }`;
+    else if (shape.newtype) t = `{ ${key}: ${shape.newtype} }`;
+    else t = `'${key}'`;
+    members.push(vdoc.length ? `  /** ${vdoc.join(' ')} */\n  | ${t}` : `  | ${t}`);
+    vdoc = [];
+    vattrs = [];
+  }
+  return [...(doc.length ? [jsdoc(doc, '')] : []), `export type ${ts} =`, members.join('\n') + ';'].join('\n');
+}
+
 function jsdoc(lines, indent) {
   // Rust's intra-doc links ([`X`](path), [`X`]) read as code in TS.
   const text = lines.map((l) => l.replace(/\[`([^`]+)`\]\([^)]*\)/g, '`$1`').replace(/\[`([^`]+)`\]/g, '`$1`').replace(/\*\//g, '*\\/'));
@@ -163,7 +241,7 @@ export function generate() {
     '// (de)serialized from: do not edit; run `node scripts/gen-types.mjs`. npm test fails when it is',
     '// stale (tests/types/generated.test.mjs). web/ggweb.d.ts re-exports these and adds the classes.',
     '',
-    "import type { Hook, HookName, Metric, TrainOptimizer } from './ggweb.js';",
+    "import type { Hook, HookName } from './ggweb.js';",
     '',
     '/** One of the most likely tokens and its natural-log probability. */',
     'export interface TopLogprob {',
@@ -172,9 +250,9 @@ export function generate() {
     '}',
   ];
   const cache = {};
-  for (const [file, rust, ts] of TYPES) {
+  for (const [file, rust, ts, kind] of TYPES) {
     cache[file] ??= readFileSync(path.join(ROOT, file), 'utf8');
-    parts.push('', struct(cache[file], file, rust, ts));
+    parts.push('', (kind === 'enum' ? enumType : struct)(cache[file], file, rust, ts));
   }
   return parts.join('\n') + '\n';
 }

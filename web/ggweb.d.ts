@@ -193,16 +193,6 @@ export interface Hook {
   value?: number | ArrayLike<number>;
 }
 
-/** A scalar of the logits that gradients are taken of (`run`'s `grad.of`, `saliency`'s `of`);
- *  `pos` defaults to -1 and counts from the end when negative.
- *  - `logitDiff`: logits[pos, answer] − logits[pos, against];
- *  - `logprob`: log_softmax(logits[pos])[token];
- *  - `loss: 'mean'`: the mean over positions i = 0..n−2 of −log_softmax(logits[i])[tokens[i+1]]
- *    (Hugging Face's `GPT2LMHeadModel(labels=input_ids).loss`). */
-export type Metric =
-  | { logitDiff: { answer: number; against: number; pos?: number } }
-  | { logprob: { token: number; pos?: number } }
-  | { loss: 'mean' };
 
 export interface RunOptions extends RunParams {
   /** Stops the call at its next step (between chunks of the pass): it then fails with code 'aborted' and
@@ -287,12 +277,6 @@ export interface GenerateStats extends Pick<GenerationStats, 'promptTokens' | 'c
   beams?: Beam[];
 }
 
-/** `train`'s `optimizer`: PyTorch's AdamW (decoupled weight decay, bias correction) or SGD
- *  (coupled L2 decay, momentum); weight decay applies to tensors of two or more dimensions
- *  (matrices and embeddings), not to biases or LayerNorm gains. */
-export type TrainOptimizer =
-  | { type: 'adamw'; lr: number; /** 0.9 */ beta1?: number; /** 0.999 */ beta2?: number; /** 1e-8 */ eps?: number; /** 0.01 */ weightDecay?: number }
-  | { type: 'sgd'; lr: number; /** 0 */ momentum?: number; /** 0 */ weightDecay?: number };
 
 /** `model.train`'s options: TrainParams (`steps` required) and a `signal` that stops the run
  *  after the update in progress. `lora` is not built yet ('unsupported'). */

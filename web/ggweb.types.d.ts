@@ -2,13 +2,29 @@
 // (de)serialized from: do not edit; run `node scripts/gen-types.mjs`. npm test fails when it is
 // stale (tests/types/generated.test.mjs). web/ggweb.d.ts re-exports these and adds the classes.
 
-import type { Hook, HookName, Metric, TrainOptimizer } from './ggweb.js';
+import type { Hook, HookName } from './ggweb.js';
 
 /** One of the most likely tokens and its natural-log probability. */
 export interface TopLogprob {
   token: number;
   logprob: number;
 }
+
+/**
+ * A scalar of the logits that gradients are taken of (`run`'s `grad.of`, `saliency`'s `of`);
+ * `pos` defaults to -1 and counts from the end when negative.
+ */
+export type Metric =
+  /** `logits[pos, answer] − logits[pos, against]`. */
+  | { logitDiff: { answer: number; against: number; pos?: number } }
+  /** `log_softmax(logits[pos])[token]`. */
+  | { logprob: { token: number; pos?: number } }
+  /** The mean over positions i = 0..n−2 of `−log_softmax(logits[i])[tokens[i+1]]` (Hugging Face's `GPT2LMHeadModel(labels=input_ids).loss`). */
+  | { loss: LossKind };
+
+/** The one reduction of `Metric::Loss`. */
+export type LossKind =
+  | 'mean';
 
 /** `run`'s `grad`: the metric and the hook points whose gradient is returned. */
 export interface GradSpec {
@@ -620,6 +636,16 @@ export interface AttributeParams {
   against: number;
   pos?: number;
 }
+
+/**
+ * `train`'s `optimizer`: PyTorch's `AdamW` (decoupled decay, bias correction; defaults beta1
+ * 0.9, beta2 0.999, eps 1e-8, weightDecay 0.01) or `SGD` (coupled L2 decay; momentum and
+ * weightDecay 0); weight decay applies to tensors of two or more dimensions (matrices and
+ * embeddings), not to biases or LayerNorm gains.
+ */
+export type TrainOptimizer =
+  | { type: 'adamw'; lr: number; beta1?: number; beta2?: number; eps?: number; weightDecay?: number }
+  | { type: 'sgd'; lr: number; momentum?: number; weightDecay?: number };
 
 /**
  * `train`'s `lrSchedule`: a linear warmup over `warmup` updates (default 0), then the decay

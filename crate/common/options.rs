@@ -594,8 +594,11 @@ pub struct AttributeParams {
     pub pos: Option<i64>,
 }
 
-/// `train`'s `optimizer` (its TS type is hand-written in web/ggweb.d.ts): PyTorch's `AdamW` (decoupled decay, bias correction) or `SGD`
-/// (coupled L2 decay, momentum), the defaults PyTorch's; decay on tensors of 2+ dimensions.
+// ts: export TrainOptimizer
+/// `train`'s `optimizer`: PyTorch's `AdamW` (decoupled decay, bias correction; defaults beta1
+/// 0.9, beta2 0.999, eps 1e-8, weightDecay 0.01) or `SGD` (coupled L2 decay; momentum and
+/// weightDecay 0); weight decay applies to tensors of two or more dimensions (matrices and
+/// embeddings), not to biases or LayerNorm gains.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
 pub enum TrainOptimizer {

@@ -18,8 +18,9 @@ use super::inside::{Patch, Run};
 use super::session::Session;
 use super::ModelError;
 
-/// What a gradient is taken of: a scalar of the logits (`pos` negative counts from the end;
-/// default −1).
+// ts: export Metric
+/// A scalar of the logits that gradients are taken of (`run`'s `grad.of`, `saliency`'s `of`);
+/// `pos` defaults to -1 and counts from the end when negative.
 #[derive(Clone, Debug, PartialEq)]
 #[cfg_attr(feature = "std", derive(serde::Deserialize, serde::Serialize))]
 #[cfg_attr(feature = "std", serde(rename_all = "camelCase", deny_unknown_fields))]
@@ -42,6 +43,7 @@ pub enum Metric {
     Loss(LossKind),
 }
 
+// ts: export LossKind
 /// The one reduction of [`Metric::Loss`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "std", derive(serde::Deserialize, serde::Serialize))]
