@@ -18,7 +18,7 @@ use ggweb::cpu::arch::Isa;
 use ggweb::cpu::{features, CpuBackend};
 use suite::{check_all, Kind, Read, Target};
 #[cfg(all(feature = "webgpu", not(target_feature = "relaxed-simd")))]
-use suite::{check_forward, check_grad_cases, grad::check_finite_differences_part};
+use suite::{check_forward, check_fused, check_grad_cases, grad::check_finite_differences_part};
 use wasm_bindgen_test::wasm_bindgen_test;
 
 fn log(l: &str) {
@@ -87,6 +87,8 @@ const NO_ADAPTER: &str = "a WebGPU adapter in the headless browser (webdriver.js
 #[derive(Clone, Copy, PartialEq)]
 enum Part {
     Forward,
+    /// The fused chains' cases (suite::fused_cases).
+    Fused,
     Gradients,
     /// Share i of [`FD_PARTS`].
     FiniteDifferences(usize),
@@ -106,6 +108,7 @@ async fn check_webgpu(part: Part, n_configs: usize) {
         let gpu = WebGpuBackend::new_async(opts).await.expect(NO_ADAPTER);
         let name = match part {
             Part::Forward => "forward",
+            Part::Fused => "fused chains",
             Part::Gradients => "gradients",
             Part::FiniteDifferences(_) => "finite differences",
         };
@@ -120,6 +123,7 @@ async fn check_webgpu(part: Part, n_configs: usize) {
         let t0 = js_sys::Date::now();
         let r = match part {
             Part::Forward => check_forward(&t, "", &log).await,
+            Part::Fused => check_fused(&t, "", &log).await,
             Part::Gradients => check_grad_cases(&t, "", &log).await,
             Part::FiniteDifferences(i) => check_finite_differences_part(&t, i, FD_PARTS, &log).await,
         };
@@ -151,6 +155,14 @@ async fn webgpu() {
         Ok(_) => panic!("a device with subgroups forced on an adapter without them"),
     }
     check_webgpu(Part::Forward, usize::MAX).await;
+}
+
+/// The chains WebGPU fuses into one dispatch (crate/webgpu/fuse.rs), on each configuration:
+/// a test of its own, beside `webgpu`, so that each stays well inside the time limit.
+#[cfg(all(feature = "webgpu", not(target_feature = "relaxed-simd")))]
+#[wasm_bindgen_test]
+async fn webgpu_fused() {
+    check_webgpu(Part::Fused, usize::MAX).await;
 }
 
 /// The backward pass's cases (the backward ops alone, the gradient cases against the f64
