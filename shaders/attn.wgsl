@@ -9,7 +9,8 @@
 //
 // The keys go in tiles of WG: each invocation scores one key of the tile, then each one
 // accumulates its dims (li, li + WG, ...) over the tile's weights, with an online softmax:
-// the running sums are rescaled whenever the maximum grows.
+// the running sums are rescaled whenever the maximum grows. dst may be q's own memory,
+// element for element (fuse.rs checks): it is written after the last tile's barrier.
 
 const WG: u32 = 64u;
 var<workgroup> sc: array<f32, WG>;

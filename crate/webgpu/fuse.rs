@@ -455,7 +455,16 @@ fn attention<'g>(graph: &'g Graph, ix: &Index, i: usize) -> Option<Fused<'g>> {
         && mask.is_none_or(|m| {
             matches!(m.ty, GgmlType::F32 | GgmlType::F16) && m.ne[0] == l && m.ne[1] >= nq && m.ne[2] * m.ne[3] == 1
         });
-    let reads_ok = [Some(q), Some(k), Some(v), mask].into_iter().flatten().all(|t| disjoint(out, t));
+    // The queries may sit where the result goes, element for element (the allocator frees
+    // them after kq): each workgroup reads only its own (head, query)'s and writes after
+    // its last barrier, when every read is done.
+    let in_place = || {
+        let (Some(o), Some(d)) = (out.data(), q.data()) else { return false };
+        let unit = out.nb[0];
+        o.offset == d.offset && q.nb[0] == unit && q.nb[1] == unit * (hd * nh) as usize && q.nb[2] == unit * hd as usize
+    };
+    let reads_ok =
+        [Some(k), Some(v), mask].into_iter().flatten().all(|t| disjoint(out, t)) && (disjoint(out, q) || in_place());
     (fits && reads_ok)
         .then(|| Fused { kind: Kind::Attention { q, k, v, mask, scale, out }, nodes: vec![i, js, jv, jp, jc] })
 }
