@@ -306,8 +306,11 @@ impl Backward<'_> {
                     self.add(&a, ga);
                 }
                 if self.needs(&b) {
-                    // db[k, n] = Σ_m a[k, m] g[m, n]: a's rows read whole, any weight type.
-                    let gb = ctx.out_prod(&a, &ctx.transpose(g));
+                    // db[k, n] = Σ_m a[k, m] g[m, n]: a's rows read whole, any weight type. For
+                    // dot products (one row of f32 a against one column of b per batch, a
+                    // metric's) that is a scaled by g: a broadcast mul, not an out_prod.
+                    let dot = a.ty == GgmlType::F32 && a.ne[1] == 1 && b.ne[1] == 1 && a.ne[2..] == b.ne[2..];
+                    let gb = if dot { ctx.mul(&a, g) } else { ctx.out_prod(&a, &ctx.transpose(g)) };
                     self.add(&b, gb);
                 }
             }

@@ -386,7 +386,7 @@ impl Gpt2 {
         };
         let w = vec![0f32; n * hp.n_vocab];
         let grad = GradRun { nodes: core::slice::from_ref(&embed), w: &w, log_softmax: true };
-        let ub = Ubatch { scores: true, ..Ubatch::at(0, n, n) };
+        let ub = Ubatch { scores: true, own_kv: true, ..Ubatch::at(0, n, n) };
         let io = build_graph_with(hp, &self.weights, &self.kv, ub, &[]);
         let gctx = grad_context(&io, true);
         let (gf, bytes, _) = run_graph_of(&io, &gctx, &ub, &[], n, Some(&grad), hp.n_layer)?;
@@ -570,6 +570,8 @@ impl Gpt2 {
                 n_out: if in_head || batch.logits == Logits::All { chunk.len() } else { 1 },
                 start: batch.start.map(|s| s.layer),
                 scores: inspect,
+                // A gradient run over an empty cache reads its own K/V (no cache-sized gradient).
+                own_kv: batch.grad.is_some() && slot == 0 && self.kv.n_kv() == chunk.len(),
             };
             let io = build_graph_with(&self.hparams, &self.weights, &self.kv, ub, &hooked);
             let sched = own.as_mut().unwrap_or(&mut self.sched);
@@ -887,11 +889,16 @@ fn add_backward(
             logits.ne[0]
         )));
     }
-    let w = ctx.new_tensor_2d(GgmlType::F32, logits.ne[0], logits.ne[1]);
+    // Per position the dot of its row with its weights, [1, 1, n_out]: a batched mul_mat of
+    // [n_vocab, 1, n_out] rows, so neither the metric nor its seed is logits-sized (`mul`'s
+    // product and a seed of ones were, each written once per run); the logits' gradient is
+    // w times each position's seed, one out_prod.
+    let (nv, rows) = (logits.ne[0], logits.ne[1]);
+    let w = ctx.new_tensor_3d(GgmlType::F32, nv, 1, rows);
     w.set_name("metric_w");
     w.set_input();
     let base = if g.log_softmax { ctx.log_soft_max(logits) } else { logits.clone() };
-    let metric = ctx.mul(&base, &w);
+    let metric = ctx.mul_mat(&w, &ctx.reshape_3d(&base, nv, 1, rows));
     metric.set_name("metric");
     gf.build_forward_expand(&metric);
     let mut params = Vec::with_capacity(g.nodes.len());

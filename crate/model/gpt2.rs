@@ -210,12 +210,18 @@ pub struct Ubatch {
     /// mask adds 0 or −∞ to the scaled score either way), which takes two kernels fewer per
     /// layer.
     pub scores: bool,
+    /// Attention reads this ubatch's own K and V (`k_heads`, `v_heads`, in the cache's type)
+    /// instead of the cache's cells `0..n_kv`: for a ubatch that fills an empty cache
+    /// (`slot` 0, `n_kv` = `n_tokens`), the same values. A gradient run then differentiates
+    /// through those nodes, not through a gradient of the whole cache (n_ctx cells per layer,
+    /// zeroed and accumulated every run). The cache is still written.
+    pub own_kv: bool,
 }
 
 impl Ubatch {
     /// `n_tokens` tokens of one sequence at positions `n_past..` (cell = position).
     pub fn at(n_past: usize, n_tokens: usize, n_out: usize) -> Ubatch {
-        Ubatch { slot: n_past, n_kv: n_past + n_tokens, n_tokens, n_out, start: None, scores: false }
+        Ubatch { slot: n_past, n_kv: n_past + n_tokens, n_tokens, n_out, start: None, scores: false, own_kv: false }
     }
 }
 
@@ -238,7 +244,7 @@ pub fn build_graph(hp: &Hparams, w: &Weights, kv: &KvCache, n_past: usize, n_tok
 /// instead of the token and position embeddings, and builds blocks L.. only, with their usual
 /// node names: a subgraph of the full one. Only those blocks' K/V cells are written.
 pub fn build_graph_with(hp: &Hparams, w: &Weights, kv: &KvCache, ub: Ubatch, hooked: &[String]) -> GraphIo {
-    let Ubatch { slot: n_past, n_kv, n_tokens, n_out, start, scores } = ub;
+    let Ubatch { slot: n_past, n_kv, n_tokens, n_out, start, scores, own_kv } = ub;
     assert!(n_tokens >= 1 && n_out >= 1 && n_out <= n_tokens, "build_graph: n_tokens {n_tokens}, n_out {n_out}");
     assert!(start.is_none_or(|l| l < hp.n_layer), "build_graph: start {start:?} of {} layers", hp.n_layer);
     assert!(
@@ -246,6 +252,7 @@ pub fn build_graph_with(hp: &Hparams, w: &Weights, kv: &KvCache, ub: Ubatch, hoo
         "build_graph: {n_past} + {n_tokens} cells, {n_kv} read, n_ctx {}",
         kv.n_ctx
     );
+    assert!(!own_kv || (n_past == 0 && n_kv == n_tokens), "build_graph: own K/V at slot {n_past}, {n_kv} cells read");
     assert!(
         scores || !hooked.iter().any(|h| h.ends_with(".kq_masked") || h.ends_with(".kq_scaled")),
         "build_graph: a hook on the attention scores needs their nodes (Ubatch::scores)"
@@ -351,10 +358,21 @@ pub fn build_graph_with(hp: &Hparams, w: &Weights, kv: &KvCache, ub: Ubatch, hoo
         let q = ctx.permute(&q_heads, 0, 2, 1, 3);
         q.set_name(&name("q"));
 
+        // K and V as the cache's type holds them: what attention reads of this ubatch's own
+        // cells (Ubatch::own_kv), [hd, n_head, N].
+        let as_cache = |x: &Tensor| match kv.ty {
+            GgmlType::F32 => x.clone(),
+            ty => ctx.cpy(x, &ctx.new_tensor(ty, &x.ne[..3])),
+        };
         // K: [hd, L, n_head], straight from the cache (a contiguous prefix: reshape is enough)
-        let k_all = ctx.view_1d(&kv.k[il], l * n_embd, 0);
-        k_all.set_name(&name("k_all"));
-        let k = ctx.permute(&ctx.reshape_3d(&k_all, hd, n_head, l), 0, 2, 1, 3);
+        let k_all = match own_kv {
+            false => ctx.reshape_3d(&ctx.view_1d(&kv.k[il], l * n_embd, 0), hd, n_head, l),
+            true => as_cache(&k_heads),
+        };
+        if k_all.id() != k_heads.id() {
+            k_all.set_name(&name("k_all"));
+        }
+        let k = ctx.permute(&k_all, 0, 2, 1, 3);
         k.set_name(&name("k"));
 
         // [L, N, n_head]
@@ -386,7 +404,11 @@ pub fn build_graph_with(hp: &Hparams, w: &Weights, kv: &KvCache, ub: Ubatch, hoo
         let kq_soft_max = hook(&ctx, kq_soft_max, &name("kq_soft_max"));
 
         // V^T with L as dim 0 for mul_mat: [L, hd, n_head], a view of the transposed cache
-        let v_trans = ctx.view_3d(&kv.v[il], l, hd, n_head, n_ctx_bytes, hd as usize * n_ctx_bytes, 0);
+        let v_trans = match own_kv {
+            false => ctx.view_3d(&kv.v[il], l, hd, n_head, n_ctx_bytes, hd as usize * n_ctx_bytes, 0),
+            // [hd, n_head, N] → [N, hd, n_head], copied contiguous (mul_mat reads rows)
+            true => as_cache(&ctx.cont(&ctx.permute(&v_heads, 1, 2, 0, 3))),
+        };
         v_trans.set_name(&name("v_trans"));
 
         // [hd, N, n_head]

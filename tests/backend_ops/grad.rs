@@ -401,6 +401,11 @@ pub fn grad_cases() -> Vec<GradCase> {
             let (a, b) = (i.t(F32, &[16, 9, 2]), i.t(F32, &[16, 5, 4]));
             (i.ctx.mul_mat(&a, &b), vec![a, b])
         }),
+        // One dot product per batch (a gradient run's metric): b's gradient is a broadcast mul.
+        grad_case("grad mul_mat f32 per-batch dot products", 0.25, FD_LINEAR, mm_grad_tol(40), |i| {
+            let (a, b) = (i.t(F32, &[40, 1, 3]), i.t(F32, &[40, 1, 3]));
+            (i.ctx.mul_mat(&a, &b), vec![a, b])
+        }),
         grad_case("grad mul_mat of permuted views (attention kq)", 0.25, FD_LINEAR, mm_grad_tol(8), |i| {
             let ctx = i.ctx;
             let (k, q) = (i.t(F32, &[8, 3, 6]), i.t(F32, &[8, 3, 4]));

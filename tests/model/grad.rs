@@ -76,6 +76,35 @@ fn a_grad_run_is_the_plain_run_plus_gradients() {
     assert!(grads[1].data[(n - 2) * e..(n - 1) * e].iter().any(|&v| v != 0.0));
 }
 
+/// With an F16 KV cache a gradient run reads its K and V as the cache holds them (rounded to
+/// f16, `Ubatch::own_kv`): its logits are the plain run's bit for bit, and its gradients are
+/// the F32 cache's within f16's rounding (each K and V element to 11 significant bits).
+#[test]
+fn a_grad_run_over_an_f16_kv_cache_reads_what_the_cache_holds() {
+    let path = fixture("tiny-f32.gguf");
+    let load = |kv_type| {
+        let opts = Gpt2Options { kv_type, ..Gpt2Options::default() };
+        Session::new(load_from_path(path.to_str().unwrap(), Rc::new(CpuBackend::new(1)), opts).unwrap())
+    };
+    let (mut s16, mut s32) = (load(ggweb::GgmlType::F16), load(ggweb::GgmlType::F32));
+    let tokens = [3u32, 14, 15, 9, 2, 6, 5, 35];
+    let spec: GradSpec = serde_json::from_value(serde_json::json!({
+        "of": {"logprob": {"token": 5, "pos": -1}},
+        "wrt": ["hook_embed", "blocks.0.attn.hook_k", "blocks.1.attn.hook_v"]
+    }))
+    .unwrap();
+    let plain = block_on(s16.run(&tokens, &[], &[])).unwrap();
+    let g16 = block_on(s16.run_grad(&tokens, &[], &[], Some(&spec))).unwrap();
+    assert!(g16.logits == plain.logits, "an F16-cache gradient run's logits differ from a plain run's");
+    let g32 = block_on(s32.run_grad(&tokens, &[], &[], Some(&spec))).unwrap();
+    for (a, b) in g16.grads.unwrap().iter().zip(g32.grads.unwrap().iter()) {
+        let scale = b.data.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let worst = a.data.iter().zip(&b.data).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+        eprintln!("{}: max |f16 − f32| {worst:e} of max |g| {scale:e}", a.name);
+        assert!(scale > 0.0 && worst <= 2e-3 * scale, "{}: {worst} against {scale}", a.name);
+    }
+}
+
 /// Bad specs are `invalid`, naming the bad key, value, token or field, and the session runs
 /// as before afterwards.
 #[test]
