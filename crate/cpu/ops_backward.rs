@@ -110,7 +110,15 @@ pub(crate) fn out_prod(a: &TensorView, b: &TensorView, dst: &TensorView, exec: &
                     } else {
                         // SAFETY: row j + jj of a (or its unpacked copy) into the panel.
                         unsafe {
-                            super::ops::convert_row(src, a.ty, a.nb[0], row.as_mut_ptr() as *mut u8, GgmlType::F32, 4, n0)?
+                            super::ops::convert_row(
+                                src,
+                                a.ty,
+                                a.nb[0],
+                                row.as_mut_ptr() as *mut u8,
+                                GgmlType::F32,
+                                4,
+                                n0,
+                            )?
                         };
                     }
                 }

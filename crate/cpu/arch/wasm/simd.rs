@@ -241,7 +241,14 @@ pub(crate) fn out_prod_panel(acc: &mut [f32], n0: usize, panel: &[f32], cs: &[f3
 /// SAFETY: rows k..k + T of `acc` (n0 each) and `cs` (OUT_PROD_J each) exist, the panel has
 /// OUT_PROD_J rows of n0, and i + 8 ≤ n0.
 #[inline(always)]
-unsafe fn out_prod_tile<const T: usize>(acc: *mut f32, n0: usize, panel: *const f32, cs: *const f32, k: usize, i: usize) {
+unsafe fn out_prod_tile<const T: usize>(
+    acc: *mut f32,
+    n0: usize,
+    panel: *const f32,
+    cs: *const f32,
+    k: usize,
+    i: usize,
+) {
     let mut lo = [f32x4_splat(0.0); T];
     let mut hi = [f32x4_splat(0.0); T];
     for jj in 0..OUT_PROD_J {

@@ -297,10 +297,8 @@ unsafe fn avx2_gelu_back(dy: &[f32], x: &[f32], out: &mut [f32]) {
     while i + 8 <= n {
         let (gv, xv) = (_mm256_loadu_ps(g.add(i)), _mm256_loadu_ps(v.add(i)));
         let lo = gelu_back_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(gv)), _mm256_cvtps_pd(_mm256_castps256_ps128(xv)));
-        let hi = gelu_back_pd(
-            _mm256_cvtps_pd(_mm256_extractf128_ps(gv, 1)),
-            _mm256_cvtps_pd(_mm256_extractf128_ps(xv, 1)),
-        );
+        let hi =
+            gelu_back_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(gv, 1)), _mm256_cvtps_pd(_mm256_extractf128_ps(xv, 1)));
         _mm256_storeu_ps(o.add(i), _mm256_set_m128(_mm256_cvtpd_ps(hi), _mm256_cvtpd_ps(lo)));
         i += 8;
     }
