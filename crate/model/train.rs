@@ -399,7 +399,8 @@ impl Trainer {
         // The training graph: one sequence forward, its weighted log-probabilities (the loss),
         // the backward pass, each weight's gradient added into its state's row 0.
         let t = cfg.seq_len;
-        let ub = Ubatch { slot: 0, n_kv: t, n_tokens: t, n_out: t, start: None, scores: false };
+        // Attention reads the sequence's own K/V (Ubatch::own_kv): no gradient of the cache.
+        let ub = Ubatch { slot: 0, n_kv: t, n_tokens: t, n_out: t, start: None, scores: false, own_kv: true };
         let mut io = build_graph_with(&hp, w, &model.kv, ub, &[]);
         let ctx = Context::new(ContextParams {
             mem_size: (8 * io.graph.nodes.len() + 8 * params.len() + 64) * TENSOR_OVERHEAD,
