@@ -188,7 +188,7 @@ fn inspect_prints_the_memory_plan_a_load_allocates() {
     // what a real run plans).
     assert_eq!(
         lines[3],
-        "  gradient 181301760 B (172.90 MiB) more per gradient run over 128 tokens (backward to hook_embed)"
+        "  gradient 155766784 B (148.55 MiB) more per gradient run over 128 tokens (backward to hook_embed)"
     );
     assert!(lines[4].starts_with("fits here: yes (CPU budget 104857600 B, largest buffer "), "{plan}");
     assert!(lines[5].starts_with("fits wasm32 (cpu, 4 GiB): yes (the loader's estimate "), "{plan}");
