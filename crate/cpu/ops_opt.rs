@@ -78,7 +78,7 @@ pub(crate) fn adamw(a: &TensorView, state: &TensorView, params: &TensorView, dst
                 *w *= decay;
                 *m += (g - *m) * (1.0 - b1);
                 *v = *v * b2 + (1.0 - b2) * g * g;
-                let denom = (*v).sqrt() / bc2_sqrt + eps;
+                let denom = libm::sqrtf(*v) / bc2_sqrt + eps;
                 *w -= step_size * (*m / denom);
             }
         }

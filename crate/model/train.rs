@@ -29,7 +29,6 @@ use alloc::rc::Rc;
 use alloc::string::String;
 use alloc::vec;
 use alloc::vec::Vec;
-use serde::Serialize;
 
 use super::context::Gpt2;
 use super::gpt2::{build_graph_with, GraphIo, Ubatch, Weights};
@@ -166,7 +165,8 @@ impl TrainConfig {
 
 // ts: export TrainMemory
 /// Bytes of a training run's memory plan.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "std", derive(serde::Serialize))]
 pub struct TrainMemory {
     /// F32 copies of the weights (0 when the weights are trained where they are).
     pub weights: u64,
@@ -179,7 +179,8 @@ pub struct TrainMemory {
 
 // ts: export TrainItem
 /// What one update reports (JS `TrainStep` adds `tokensPerSecond`, which engine.js times).
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(feature = "std", derive(serde::Serialize))]
 pub struct TrainStep {
     /// Updates done (from 1).
     pub step: u32,
@@ -583,7 +584,8 @@ impl Trainer {
 
 // ts: export TrainStats
 /// How a training run ended (`await run.stats`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "std", derive(serde::Serialize))]
 pub struct TrainStats {
     /// 'steps': every update asked for was done; 'cancelled': stopped before (break, return(),
     /// the signal or dispose()).
