@@ -859,7 +859,7 @@ export class Engine {
       stats.promptMs = t1 - t0;
       for (;;) {
         await yieldNow();
-        if (cancelled()) break;
+        if (cancelled()) { stats.stop = 'cancelled'; break; }
         let item;
         try {
           this._loseDeviceNow(run, model);
