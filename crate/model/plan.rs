@@ -99,7 +99,8 @@ pub struct HeaderPlan {
     pub misfit: Option<String>,
     /// The memory a gradient run over `n_ctx` tokens plans on top of the model
     /// ([`Gpt2::gradient_bytes`]: its compute buffers, the gradient read back); None when
-    /// not measured.
+    /// not measured (the weights and KV alone are over the budget, or the gradient pass's
+    /// own buffers cannot be planned within it).
     pub gradient: Option<u64>,
 }
 
@@ -184,7 +185,9 @@ impl HeaderPlan {
         let misfit = misfit_of(&model, &by_backend, &limits);
         // As the loader's estimate once measured: the compute buffers as planned.
         let est = LoadEstimate { compute: by_backend.iter().map(|m| m.compute as u64).sum(), ..est };
-        let gradient = Some(model.gradient_bytes(model.n_ctx())?);
+        // A gradient pass the budget cannot plan (its buffers over what is left) is not
+        // measured: the load itself still fits, and a gradient call would be refused.
+        let gradient = model.gradient_bytes(model.n_ctx()).ok();
         Ok(HeaderPlan {
             hparams: hp,
             n_ctx: model.n_ctx(),
