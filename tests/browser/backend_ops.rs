@@ -127,6 +127,10 @@ async fn check_webgpu(part: Part, n_configs: usize) {
         web_sys::console::log_1(
             &format!("{label}: {} cases passed, {} left out ({secs:.1} s)", r.passed, r.not_supported.len()).into(),
         );
+        // Free the device now rather than at the page's garbage collection: one page runs
+        // every test, and Firefox's WebGPU (lavapipe) stalled late in the list with many
+        // devices alive.
+        gpu.destroy_device();
         r.assert_ok(&label);
     }
 }
