@@ -924,14 +924,14 @@ export class Engine {
         throw this._noteLost(toGgwebError(e, 'invalid', 'train'));
       }
       const t0 = now();
-      for (;;) {
+      for (let step = 1; ; step++) {
         await yieldNow();
         if (cancelled()) break;
         let item;
         try {
           item = await model.train_step();
         } catch (e) {
-          throw this._noteLost(toGgwebError(e, 'internal', `train: update ${stats.steps + 1}`));
+          throw this._noteLost(toGgwebError(e, 'internal', `train: update ${step}`));
         }
         if (item === undefined) break;
         const secs = (now() - t0) / 1000;
