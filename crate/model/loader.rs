@@ -665,9 +665,14 @@ impl ModelLoader {
     pub fn finish(self) -> Result<LoadedModel, ModelError> {
         let header = self.reader.finish()?;
         let (hparams, tokenizer) = self.sink.checked.ok_or_else(|| ModelError::Format("no GGUF header".into()))?;
-        let loaded = self.sink.inner.into_loaded(header)?;
+        let mut loaded = self.sink.inner.into_loaded(header)?;
+        let file_meta = core::mem::take(&mut loaded.header.metadata)
+            .into_iter()
+            .filter(|(k, _)| !super::export::TOKENIZER_ARRAYS.contains(&k.as_str()))
+            .collect();
         let mut model = Gpt2::with_backends(hparams, loaded.ctx, loaded.buffers, self.backends, &self.opts)?;
         model.budget = self.sink.budget;
+        model.file_meta = file_meta;
         Ok(LoadedModel { model, tokenizer })
     }
 }
