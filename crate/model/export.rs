@@ -25,6 +25,7 @@ use alloc::vec::Vec;
 
 use super::context::Gpt2;
 use super::gpt2::layer_weight_shapes;
+use super::loader::TOKENIZER_ARRAYS;
 use super::session::Session;
 use super::ModelError;
 use crate::gguf::{GgufArray, GgufValue, GgufWriter};
@@ -32,9 +33,6 @@ use crate::tensor::Tensor;
 use crate::tokenizer::Tokenizer;
 use crate::types::GgmlType;
 
-/// The tokenizer's arrays: the loader drops them from `Gpt2::file_meta` (the tokenizer holds
-/// them) and the export writes them from the tokenizer.
-pub const TOKENIZER_ARRAYS: [&str; 3] = ["tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.merges"];
 
 /// ggml's GGML_QNT_VERSION, which llama.cpp writes as `general.quantization_version`.
 const QNT_VERSION: u32 = 2;
