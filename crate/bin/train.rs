@@ -75,11 +75,14 @@ pub fn run(a: TrainArgs) -> Result<(), String> {
     let text = std::fs::read_to_string(&a.data).map_err(|e| format!("--data {}: {e}", a.data))?;
 
     let gpt2 = load.model();
-    let loaded = load_from_path(&a.model, Rc::new(CpuBackend::new(gpt2.n_threads)), gpt2).map_err(|e| format!("{}: {e}", a.model))?;
+    let loaded = load_from_path(&a.model, Rc::new(CpuBackend::new(gpt2.n_threads)), gpt2)
+        .map_err(|e| format!("{}: {e}", a.model))?;
     let mut s = Session::new(loaded);
     let cfg = params.config(s.model.n_ctx()).map_err(|e| flags(&e.to_string()))?;
-    let seqs = s.train_windows(&[text], cfg.seq_len).map_err(|e| format!("--data {}: {}", a.data, flags(&e.to_string())))?;
-    let (n_seqs, steps, seq_len, per_step) = (seqs.len(), cfg.steps, cfg.seq_len, (cfg.batch_size * cfg.seq_len) as f64);
+    let seqs =
+        s.train_windows(&[text], cfg.seq_len).map_err(|e| format!("--data {}: {}", a.data, flags(&e.to_string())))?;
+    let (n_seqs, steps, seq_len, per_step) =
+        (seqs.len(), cfg.steps, cfg.seq_len, (cfg.batch_size * cfg.seq_len) as f64);
     let plan = s.train_start(seqs, cfg).map_err(|e| flags(&e.to_string()))?;
     eprintln!(
         "ggweb train: {} sequences of {} tokens, {steps} updates, {threads} threads; memory: {} MiB weights, {} MiB state, {} MiB compute",
@@ -99,13 +102,7 @@ pub fn run(a: TrainArgs) -> Result<(), String> {
         let secs = t0.elapsed().as_secs_f64();
         let tps = step.step as f64 * per_step / secs.max(1e-9);
         let eta = secs / step.step as f64 * (steps - step.step) as f64;
-        let line = format!(
-            "step {}/{steps}  loss {:.4}  {:.0} tokens/s  ETA {}",
-            step.step,
-            step.loss,
-            tps,
-            hms(eta)
-        );
+        let line = format!("step {}/{steps}  loss {:.4}  {:.0} tokens/s  ETA {}", step.step, step.loss, tps, hms(eta));
         let mut err = std::io::stderr().lock();
         if tty {
             write!(err, "\r\x1b[K{line}").ok();

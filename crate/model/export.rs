@@ -33,7 +33,6 @@ use crate::tensor::Tensor;
 use crate::tokenizer::Tokenizer;
 use crate::types::GgmlType;
 
-
 /// ggml's GGML_QNT_VERSION, which llama.cpp writes as `general.quantization_version`.
 const QNT_VERSION: u32 = 2;
 
@@ -123,7 +122,8 @@ fn metadata(model: &Gpt2, tok: &Tokenizer, ty: SaveType) -> Vec<(String, GgufVal
     let u = |v: usize| GgufValue::U32(v as u32);
     let mut out: Vec<(String, GgufValue)> = vec![(String::from("general.architecture"), s("gpt2"))];
     // Keys this export writes itself, whatever the file had.
-    const OWN: [&str; 4] = ["general.architecture", "general.file_type", "general.quantization_version", "general.alignment"];
+    const OWN: [&str; 4] =
+        ["general.architecture", "general.file_type", "general.quantization_version", "general.alignment"];
     for (k, v) in file {
         if k.starts_with("general.") && !OWN.contains(&k.as_str()) {
             out.push((k.clone(), v.clone()));
@@ -142,7 +142,9 @@ fn metadata(model: &Gpt2, tok: &Tokenizer, ty: SaveType) -> Vec<(String, GgufVal
         (String::from(TOKENIZER_ARRAYS[0]), GgufValue::Array(GgufArray::String(tok.tokens().to_vec()))),
         (
             String::from(TOKENIZER_ARRAYS[1]),
-            GgufValue::Array(GgufArray::I32((0..tok.n_vocab() as u32).map(|id| tok.token_type(id).unwrap_or(1)).collect())),
+            GgufValue::Array(GgufArray::I32(
+                (0..tok.n_vocab() as u32).map(|id| tok.token_type(id).unwrap_or(1)).collect(),
+            )),
         ),
         (String::from(TOKENIZER_ARRAYS[2]), GgufValue::Array(GgufArray::String(tok.merges()))),
     ]);

@@ -368,7 +368,8 @@ impl Tokenizer {
     /// The merges as GGUF's `tokenizer.ggml.merges` stores them ("Ġ t"), by rank: the file's
     /// list, less a repeated pair's later copies (which never applied).
     pub fn merges(&self) -> Vec<String> {
-        let mut by_rank: Vec<(u32, u64)> = self.merge_vals.iter().zip(&self.merge_keys).map(|(v, &k)| (v.0, k)).collect();
+        let mut by_rank: Vec<(u32, u64)> =
+            self.merge_vals.iter().zip(&self.merge_keys).map(|(v, &k)| (v.0, k)).collect();
         by_rank.sort_unstable();
         by_rank
             .into_iter()

@@ -37,14 +37,33 @@ fn train_equals_the_library_and_saves_its_file() {
     std::fs::write(&data, TEXT.repeat(3)).unwrap();
     let model = fixture("tiny-f32.gguf");
     let args = [
-        "train", "--model", &model, "--data", data.to_str().unwrap(), "--seq-len", "16", "--batch", "2", "--steps", "4",
-        "--lr", "3e-3", "--threads", "1", "--json", "--out", out.to_str().unwrap(),
+        "train",
+        "--model",
+        &model,
+        "--data",
+        data.to_str().unwrap(),
+        "--seq-len",
+        "16",
+        "--batch",
+        "2",
+        "--steps",
+        "4",
+        "--lr",
+        "3e-3",
+        "--threads",
+        "1",
+        "--json",
+        "--out",
+        out.to_str().unwrap(),
     ];
     let (code, stdout, stderr) = ggweb(&args);
     assert_eq!(code, 0, "{stderr}");
     let v: Value = serde_json::from_str(stdout.trim()).unwrap();
     let losses: Vec<f32> = v["losses"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect();
-    assert_eq!((v["stop"].as_str(), v["steps"].as_u64(), v["tokens"].as_u64()), (Some("steps"), Some(4), Some(4 * 2 * 16)));
+    assert_eq!(
+        (v["stop"].as_str(), v["steps"].as_u64(), v["tokens"].as_u64()),
+        (Some("steps"), Some(4), Some(4 * 2 * 16))
+    );
     // A progress line per update: step, loss, tokens/s, ETA.
     for (k, l) in losses.iter().enumerate() {
         let line = format!("step {}/4  loss {l:.4}  ", k + 1);
@@ -87,7 +106,10 @@ fn bad_flags_are_refused_by_name_and_nothing_is_written() {
         (base(&f32m, &["--seq-len", "1000"]), "--seq-len must be from 2 to nCtx (256), got 1000"),
         (base(&f32m, &["--lr", "nan"]), "--lr must be a finite number"),
         (base(&f32m, &["--type", "q4_0"]), "--type must be 'f32', 'f16' or 'q8_0'"),
-        (base(&f32m, &["--lora-rank", "8"]), "--lora-rank 8: training low-rank adapters is not built yet (unsupported)"),
+        (
+            base(&f32m, &["--lora-rank", "8"]),
+            "--lora-rank 8: training low-rank adapters is not built yet (unsupported)",
+        ),
         (base(&f32m, &["--optimizer", "adam"]), "--optimizer must be adamw or sgd"),
         (base(&q8m, &["--seq-len", "16"]), "weight 'token_embd.weight' is q8_0"),
         (base(&f32m, &["--seq-len", "200"]), "data is empty"),

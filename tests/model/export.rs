@@ -68,7 +68,10 @@ fn a_trained_model_saved_as_f32_loads_back_with_its_logits() {
         let mut back = session(&saved);
         let got = logits(&mut back, &prompt);
         let worst = tuned.iter().zip(&got).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-        eprintln!("{what}: saved F32 ({} bytes) loaded back: logits within {worst:e} of the tuned model's", saved.len());
+        eprintln!(
+            "{what}: saved F32 ({} bytes) loaded back: logits within {worst:e} of the tuned model's",
+            saved.len()
+        );
         assert!(worst <= 1e-4, "{what}: {worst}");
         // The tokenizer came through: same ids for a text.
         assert_eq!(back.tokenizer.encode(" Hello, world!", false), s.tokenizer.encode(" Hello, world!", false));
@@ -81,7 +84,8 @@ fn a_trained_model_saved_as_f32_loads_back_with_its_logits() {
         for (k, v) in &h0.metadata {
             assert_eq!(h1.get(k), Some(v), "{what}: {k}");
         }
-        let names = |h: &GgufHeader| h.tensors.iter().map(|t| (t.name.clone(), t.n_dims, t.ne, t.ty)).collect::<Vec<_>>();
+        let names =
+            |h: &GgufHeader| h.tensors.iter().map(|t| (t.name.clone(), t.n_dims, t.ne, t.ty)).collect::<Vec<_>>();
         assert_eq!(names(&h1), names(&h0), "{what}");
     }
 }
@@ -131,7 +135,8 @@ fn a_q8_0_model_saves_as_f32_dequantized() {
         assert_eq!((a.ty, &a.name), (ggweb::types::GgmlType::F32, &b.name));
         let (x, y) = ((h2.data_offset + a.offset) as usize, (h0.data_offset + b.offset) as usize);
         let want = ggweb::quants::dequantize(b.ty, &want[y..y + b.nbytes]).unwrap();
-        let got: Vec<f32> = f32_file[x..x + a.nbytes].chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+        let got: Vec<f32> =
+            f32_file[x..x + a.nbytes].chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
         assert!(got == want, "tensor {}", a.name);
     }
     assert_eq!(block_on(session(&f32_file).logits(&[15496, 11])).unwrap().len(), 50257);
@@ -162,7 +167,9 @@ fn bad_save_options_are_invalid() {
 /// Q8_0 one (requantizing Q8_0 values is exact).
 #[test]
 fn an_untrained_fixture_saves_as_itself() {
-    for (name, ty) in [("tiny-f32.gguf", SaveType::F32), ("tiny-f16.gguf", SaveType::F16), ("tiny-q8_0.gguf", SaveType::Q8_0)] {
+    for (name, ty) in
+        [("tiny-f32.gguf", SaveType::F32), ("tiny-f16.gguf", SaveType::F16), ("tiny-q8_0.gguf", SaveType::Q8_0)]
+    {
         let file = std::fs::read(fixture(name)).unwrap();
         let saved = session(&file).save(ty).unwrap();
         assert!(saved == file, "{name}: {} bytes saved, {} in the fixture", saved.len(), file.len());

@@ -11,6 +11,7 @@ mod support;
 
 mod abuse;
 mod backward;
+mod export;
 mod gpt2_fixtures;
 mod gpt2_shared;
 mod grad;
@@ -26,5 +27,4 @@ mod start_layer;
 mod tl_hooks;
 mod tl_score;
 mod tokenizer;
-mod export;
 mod train;
