@@ -14,9 +14,10 @@
 //!   F32, as llama.cpp's converter and `llama-quantize` do (a matrix whose rows are not a
 //!   whole number of Q8_0 blocks falls back to F16, as the converter's does). Conversion uses
 //!   the crate's quantizers (ggml's reference rounding, bit-exact with llama.cpp's).
-//! - Memory: the file is the one full copy; each weight is read, converted and appended one
-//!   at a time (the file's size is reserved first: a refusal is `RunTooLarge` and leaves the
-//!   model as it was).
+//! - Memory: the file is the one full copy. A weight already of its type in the file is read
+//!   straight into it; another is read, dequantized and converted a few rows at a time (1 MiB
+//!   of f32). The file's size is checked against the memory budget and reserved first: a
+//!   refusal is `unsupported` with the sizes and leaves the model as it was.
 
 use alloc::format;
 use alloc::string::String;
@@ -32,6 +33,10 @@ use crate::gguf::{GgufArray, GgufValue, GgufWriter};
 use crate::tensor::Tensor;
 use crate::tokenizer::Tokenizer;
 use crate::types::GgmlType;
+
+/// Elements converted at a time (a weight of another type is read, dequantized and converted
+/// into the file in chunks of whole rows of about this many: 1 MiB of f32).
+const CHUNK_ELEMENTS: usize = 1 << 18;
 
 /// ggml's GGML_QNT_VERSION, which llama.cpp writes as `general.quantization_version`.
 const QNT_VERSION: u32 = 2;
@@ -191,25 +196,39 @@ pub fn save_gguf(model: &Gpt2, tok: &Tokenizer, ty: SaveType) -> Result<Vec<u8>,
     file.try_reserve_exact(size as usize).map_err(|_| too_large(String::from("the allocation failed")))?;
     w.write_into(&mut file, |i, out: &mut Vec<u8>| -> Result<(), ModelError> {
         let (name, t, _) = &tensors[i];
-        let read = |t: &Tensor, dst: &mut [u8]| {
-            t.try_get_bytes(dst, 0).map_err(|e| ModelError::Unsupported(format!("save: reading weight '{name}': {e}")))
+        let read = |dst: &mut [u8], offset: usize| {
+            t.try_get_bytes(dst, offset)
+                .map_err(|e| ModelError::Unsupported(format!("save: reading weight '{name}': {e}")))
         };
         let start = out.len();
         if t.ty == out_types[i] {
             out.resize(start + t.nbytes(), 0);
-            return read(t, &mut out[start..]);
+            return read(&mut out[start..], 0);
         }
-        let mut bytes = vec![0u8; t.nbytes()];
-        read(t, &mut bytes)?;
-        let vals = crate::quants::dequantize(t.ty, &bytes)
-            .map_err(|e| ModelError::Unsupported(format!("save: weight '{name}' ({}): {e:?}", t.ty)))?;
-        drop(bytes);
-        if out_types[i] == GgmlType::F32 {
-            out.extend_from_slice(bytemuck::cast_slice(&vals));
-        } else {
-            let n = t.nelements() as usize / out_types[i].blck_size() * out_types[i].type_size();
-            out.resize(start + n, 0);
-            crate::quants::quantize_row(out_types[i], &vals, &mut out[start..]);
+        // Converted a few rows at a time (whole blocks of both types), into the file.
+        let (from, to) = (t.ty, out_types[i]);
+        if !crate::quants::can_dequantize(from) {
+            return Err(ModelError::Unsupported(format!(
+                "save: weight '{name}' is {from}, which has no conversion to f32"
+            )));
+        }
+        let ne0 = t.ne[0] as usize;
+        let rows = t.nelements() as usize / ne0;
+        let (row_in, row_out) = (ne0 / from.blck_size() * from.type_size(), ne0 / to.blck_size() * to.type_size());
+        let per_chunk = (CHUNK_ELEMENTS / ne0).max(1);
+        out.resize(start + rows * row_out, 0);
+        let mut bytes = vec![0u8; per_chunk.min(rows) * row_in];
+        let mut vals = vec![0f32; per_chunk.min(rows) * ne0];
+        for r0 in (0..rows).step_by(per_chunk) {
+            let n = per_chunk.min(rows - r0);
+            read(&mut bytes[..n * row_in], r0 * row_in)?;
+            crate::quants::dequantize_row(from, &bytes[..n * row_in], &mut vals[..n * ne0]);
+            let dst = &mut out[start + r0 * row_out..start + (r0 + n) * row_out];
+            if to == GgmlType::F32 {
+                dst.copy_from_slice(bytemuck::cast_slice(&vals[..n * ne0]));
+            } else {
+                crate::quants::quantize_row(to, &vals[..n * ne0], dst);
+            }
         }
         Ok(())
     })?;
