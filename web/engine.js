@@ -575,6 +575,31 @@ export class Engine {
   }
 
   /**
+   * `model.save`: the GGUF file of the model's current weights (after training, the trained
+   * ones) as a Uint8Array. `opts` is SaveParams (`{ type: 'f32' | 'f16' | 'q8_0' }`), checked
+   * on the wasm side (an unknown key or type is 'invalid'); 'busy' while anything else runs,
+   * a training run included.
+   */
+  async save(opts = {}) {
+    this._check('save');
+    const o = plainData(optionsObject(opts, 'save'), 'save: options');
+    await this._idle();
+    this._check('save');
+    if (this.busy) throw new GgwebError('busy', `save: the model is busy (${this.busy})`);
+    if (typeof this.model.save !== 'function') {
+      throw new GgwebError('unsupported', 'save: this wasm module was built before model.save existed');
+    }
+    const release = this._take('save');
+    try {
+      return this.model.save(o);
+    } catch (e) {
+      throw this._noteLost(toGgwebError(e, 'internal', 'save'));
+    } finally {
+      release();
+    }
+  }
+
+  /**
    * Marks the model busy with `method` (logits, or a long call in wasm) until the returned
    * release(); `callDone` resolves then: dispose() and saeDispose() free what that call
    * uses only after it. (Set when the call takes the model, not when it is made: a call

@@ -4,7 +4,7 @@
 import type {
   AttributeParams, Beam, GenerateParams, Item, PatchParams, RunParams, SaliencyParams, TopKParams,
   ScoreResult, TraceResult, RunResult, PatchResult, LogitLensResult, AttributeResult, SaeEncoded, SaliencyResult,
-  WebGpuStats, WasmModelInfo, WasmInspectResult, LoadParams, GenerationStats, ScoreParams, TraceParams, TrainParams, TrainItem, TrainStats,
+  WebGpuStats, WasmModelInfo, WasmInspectResult, LoadParams, GenerationStats, ScoreParams, TraceParams, TrainParams, TrainItem, TrainStats, SaveParams,
 } from './ggweb.types.js';
 export * from './ggweb.types.js';
 
@@ -469,6 +469,12 @@ export declare class Model {
    *  within 1e-4) and leaves `ids` in it.
    *  @throws GgwebError 'invalid' (bad or no ids, longer than the context), 'busy', 'disposed', 'device_lost'. */
   logits(ids: ArrayLike<number>): Promise<Float32Array>;
+  /** The GGUF file of the current weights (after `train`, the trained ones) in llama.cpp's GPT-2
+   *  layout and metadata (tokenizer included), which llama.cpp and `Model.load` read. `type`
+   *  (default 'f32') is the matrices' type; norms, biases and `position_embd` stay F32.
+   *  @throws GgwebError 'invalid' (an unknown key, a bad type), 'busy' (a training run or
+   *  another call runs), 'disposed', 'unsupported' (the file does not fit in memory; weights on WebGPU). */
+  save(options?: SaveParams | null): Promise<Uint8Array>;
   /** One batched pass, no sampling: how likely the model found each token of `input`.
    *  @throws GgwebError 'invalid', 'busy', 'aborted' (options.signal), 'disposed',
    *  'unsupported' (its hooks or captures need more memory than is left), 'device_lost'. */

@@ -752,6 +752,18 @@ export class Model {
   }
 
   /**
+   * The GGUF file of the current weights (after `train`, the trained ones) in llama.cpp's
+   * GPT-2 layout, which llama.cpp and `Model.load` read: `{ type: 'f32' | 'f16' | 'q8_0' }`
+   * (default 'f32': norms, biases and `position_embd` stay F32 in every type). 'busy' while
+   * a training run or another call runs.
+   */
+  async save(options = undefined) {
+    this.#live('save');
+    const o = plainData(optionsObject(options, 'save'), 'save: options');
+    return this.#t.call('save', [o]);
+  }
+
+  /**
    * The method table's long calls (web/methods.js; their docs and types in ggweb.d.ts): score,
    * trace, run, patch, logitLens, attribute. Each takes its token inputs (a string or token
    * ids, checked here), then its options: `signal` taken out and checked (it cannot cross),

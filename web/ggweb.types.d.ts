@@ -676,6 +676,14 @@ export interface TrainParams {
 }
 
 /**
+ * `save`'s options: `type` the matrices' type in the file (default 'f32'; norms, biases and
+ * `position_embd` stay F32, as llama.cpp writes them).
+ */
+export interface SaveParams {
+  type?: 'f32' | 'f16' | 'q8_0';
+}
+
+/**
  * Work one device backend has done since it was created (see `Backend::stats`); a
  * call's own share is `BackendStats::since` a snapshot taken before it. The WebGPU
  * backend's meaning of each field is in brackets.

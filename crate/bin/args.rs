@@ -15,7 +15,7 @@ use ggweb::model::session::GenerateOptions;
 #[command(
     name = "ggweb",
     version,
-    about = "GPT-2 in GGUF files: generate, score, trace, logits, tokenize, bench, inspect",
+    about = "GPT-2 in GGUF files: generate, score, trace, logits, tokenize, bench, inspect, train",
     help_template = "usage: {usage}\n\n{about-with-newline}\n{all-args}{after-help}",
     arg_required_else_help = true
 )]
@@ -61,6 +61,53 @@ pub enum Command {
     /// Input attribution on the token embeddings: gradient, gradientXInput or integratedGradients (JSON).
     #[command(help_template = SUB_HELP)]
     Saliency(SaliencyArgs),
+    /// Fine-tunes the whole model on a text file (the JS `model.train`) and saves it as GGUF (`model.save`).
+    #[command(help_template = SUB_HELP)]
+    Train(TrainArgs),
+}
+
+/// `train`: the JS `model.train`'s options as flags, then `model.save`'s to `--out`.
+#[derive(Args)]
+pub struct TrainArgs {
+    /// The GGUF file (F32, F16 or BF16 weights).
+    #[arg(long, short = 'm')]
+    pub model: String,
+    /// A UTF-8 text file: tokenized and cut into consecutive windows of --seq-len tokens (the remainder dropped).
+    #[arg(long)]
+    pub data: String,
+    /// Tokens per training sequence (seqLen) [default: min(nCtx, 128)].
+    #[arg(long)]
+    pub seq_len: Option<u32>,
+    /// Sequences per update (batchSize) [default: 1].
+    #[arg(long = "batch", visible_alias = "batch-size")]
+    pub batch: Option<u32>,
+    /// Optimizer updates to run.
+    #[arg(long)]
+    pub steps: u32,
+    /// The learning rate [default: 5e-5].
+    #[arg(long)]
+    pub lr: Option<f32>,
+    /// adamw (PyTorch's AdamW, its defaults) or sgd [default: adamw].
+    #[arg(long)]
+    pub optimizer: Option<String>,
+    /// Clip the gradient to this global L2 norm (gradClip).
+    #[arg(long)]
+    pub grad_clip: Option<f32>,
+    /// Train low-rank adapters of this rank instead of the whole model (not built yet).
+    #[arg(long)]
+    pub lora_rank: Option<u32>,
+    /// Where the trained model's GGUF goes (written whole, then renamed into place).
+    #[arg(long)]
+    pub out: String,
+    /// The saved file's type: f32, f16 or q8_0 [default: f32].
+    #[arg(long = "type")]
+    pub out_type: Option<String>,
+    /// CPU threads [default: every core].
+    #[arg(long = "n-threads", visible_alias = "threads", short = 't')]
+    pub n_threads: Option<u64>,
+    /// One line of JSON on stdout at the end: { stop, steps, tokens, losses, out, bytes, type }.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `saliency`: the JS `model.saliency`'s options.

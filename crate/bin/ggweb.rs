@@ -1,4 +1,4 @@
-//! `ggweb`: the native CLI (generate, score, trace, logits, tokenize, bench, inspect).
+//! `ggweb`: the native CLI (generate, score, trace, logits, tokenize, bench, inspect, train).
 //!
 //! Errors go to stderr with exit status 1; machine-readable output (`--json`, `logits`,
 //! `tokenize`) is a contract other tools rely on. Arguments: crate/bin/args.rs (clap).
@@ -11,6 +11,8 @@ mod args;
 mod inspect;
 #[cfg(not(target_arch = "wasm32"))]
 mod run;
+#[cfg(not(target_arch = "wasm32"))]
+mod train;
 
 #[cfg(target_arch = "wasm32")]
 fn main() {}
@@ -43,6 +45,7 @@ fn main() {
             Command::Patch(a) => run::patch(a),
             Command::Saliency(a) => run::saliency(a),
             Command::Lens(a) => run::lens(a),
+            Command::Train(a) => train::run(a),
         },
         Err(e) => Err(e),
     };

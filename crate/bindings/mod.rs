@@ -22,6 +22,7 @@
 //! serde-wasm-bindgen (`model::from_js` / `model::to_js`), never as JSON text.
 
 mod calls;
+mod export;
 mod inside;
 mod inspect;
 mod model;

@@ -712,3 +712,21 @@ impl TrainParams {
         Ok(cfg)
     }
 }
+
+// ts: export SaveParams
+/// `save`'s options: `type` the matrices' type in the file (default 'f32'; norms, biases and
+/// `position_embd` stay F32, as llama.cpp writes them).
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SaveParams {
+    // ts: 'f32' | 'f16' | 'q8_0'
+    #[serde(default, rename = "type")]
+    pub ty: Option<String>,
+}
+
+impl SaveParams {
+    /// The checked type (`invalid` naming the value).
+    pub fn save_type(&self) -> Result<crate::model::export::SaveType, ModelError> {
+        crate::model::export::SaveType::parse(self.ty.as_deref().unwrap_or("f32"))
+    }
+}

@@ -15,7 +15,10 @@ struct WTensor {
     name: String,
     ty: GgmlType,
     ne: Vec<i64>,
-    data: Vec<u8>,
+    nbytes: u64,
+    /// None: declared only ([`GgufWriter::declare_tensor`]); its data comes when the file is
+    /// built ([`GgufWriter::to_bytes_with`]).
+    data: Option<Vec<u8>>,
 }
 
 /// Builds a GGUF file in memory.
@@ -86,6 +89,27 @@ impl GgufWriter {
 
     /// Adds a tensor with `ne.len()` dims (1..=4) and exactly ggml_nbytes of data.
     pub fn add_tensor(&mut self, name: &str, ty: GgmlType, ne: &[i64], data: Vec<u8>) -> Result<(), GgufError> {
+        let nbytes = self.check_tensor(name, ty, ne)?;
+        if data.len() as u64 != nbytes {
+            return Err(GgufError::new(K::DataSizeMismatch { expected: nbytes, got: data.len() as u64 }).tensor(name));
+        }
+        self.names.insert(String::from(name));
+        self.tensors.push(WTensor { name: String::from(name), ty, ne: ne.to_vec(), nbytes, data: Some(data) });
+        Ok(())
+    }
+
+    /// Declares a tensor whose data [`GgufWriter::to_bytes_with`] asks for when it builds the
+    /// file (so a caller converting weights one at a time holds only the file, not a second
+    /// copy of every tensor). Returns its ggml_nbytes.
+    pub fn declare_tensor(&mut self, name: &str, ty: GgmlType, ne: &[i64]) -> Result<u64, GgufError> {
+        let nbytes = self.check_tensor(name, ty, ne)?;
+        self.names.insert(String::from(name));
+        self.tensors.push(WTensor { name: String::from(name), ty, ne: ne.to_vec(), nbytes, data: None });
+        Ok(nbytes)
+    }
+
+    /// The checks of a new tensor info (name, dims, block size); its ggml_nbytes.
+    fn check_tensor(&self, name: &str, ty: GgmlType, ne: &[i64]) -> Result<u64, GgufError> {
         let e = |kind| Err(GgufError::new(kind).tensor(name));
         if name.len() as u64 > MAX_TENSOR_NAME {
             return e(K::NameTooLong { len: name.len() as u64, limit: MAX_TENSOR_NAME });
@@ -106,13 +130,10 @@ impl GgufWriter {
         }
         let nelements = full.iter().try_fold(1i64, |acc, &n| acc.checked_mul(n));
         let nbytes = nelements.and_then(|n| ((n as u64) / ty.blck_size() as u64).checked_mul(ty.type_size() as u64));
-        let Some(nbytes) = nbytes else { return e(K::DimsOverflow { ne: full }) };
-        if data.len() as u64 != nbytes {
-            return e(K::DataSizeMismatch { expected: nbytes, got: data.len() as u64 });
+        match nbytes {
+            Some(n) => Ok(n),
+            None => e(K::DimsOverflow { ne: full }),
         }
-        self.names.insert(String::from(name));
-        self.tensors.push(WTensor { name: String::from(name), ty, ne: ne.to_vec(), data });
-        Ok(())
     }
 
     /// Header bytes: magic through the last tensor info, padded to the alignment.
@@ -136,7 +157,7 @@ impl GgufWriter {
             }
             out.extend_from_slice(&t.ty.id().to_le_bytes());
             out.extend_from_slice(&offset.to_le_bytes());
-            offset += self.padded(t.data.len() as u64);
+            offset += self.padded(t.nbytes);
         }
         out.resize(self.padded(out.len() as u64) as usize, 0);
         out
@@ -148,17 +169,41 @@ impl GgufWriter {
 
     /// The size of the file `to_bytes` produces.
     pub fn file_size(&self) -> u64 {
-        self.header_bytes().len() as u64 + self.tensors.iter().map(|t| self.padded(t.data.len() as u64)).sum::<u64>()
+        self.header_bytes().len() as u64 + self.tensors.iter().map(|t| self.padded(t.nbytes)).sum::<u64>()
     }
 
-    /// The whole file.
+    /// The whole file. Every tensor must have its data ([`GgufWriter::add_tensor`]).
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut out = self.header_bytes();
-        for t in &self.tensors {
-            out.extend_from_slice(&t.data);
-            out.resize(self.padded(out.len() as u64) as usize, 0);
-        }
+        let mut out = Vec::with_capacity(self.file_size() as usize);
+        let r: Result<(), GgufError> = self.write_into(&mut out, |i, _| {
+            panic!("GgufWriter::to_bytes: tensor '{}' was declared without data", self.tensors[i].name)
+        });
+        r.unwrap_or_else(|e| panic!("GgufWriter::to_bytes: {e}"));
         out
+    }
+
+    /// Appends the whole file to `out` (which the caller sizes: [`GgufWriter::file_size`]); a
+    /// declared tensor's data is appended by `data(index, out)` when its turn comes, in
+    /// declaration order (exactly its ggml_nbytes, else `DataSizeMismatch`).
+    pub fn write_into<E: From<GgufError>>(
+        &self,
+        out: &mut Vec<u8>,
+        mut data: impl FnMut(usize, &mut Vec<u8>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        out.extend_from_slice(&self.header_bytes());
+        for (i, t) in self.tensors.iter().enumerate() {
+            let start = out.len();
+            match &t.data {
+                Some(d) => out.extend_from_slice(d),
+                None => data(i, out)?,
+            }
+            let got = (out.len() - start) as u64;
+            if got != t.nbytes {
+                return Err(GgufError::new(K::DataSizeMismatch { expected: t.nbytes, got }).tensor(&t.name).into());
+            }
+            out.resize(start + self.padded(t.nbytes) as usize, 0);
+        }
+        Ok(())
     }
 
     /// Writes the file to `w` without building it in memory first.
@@ -167,8 +212,11 @@ impl GgufWriter {
         w.write_all(&self.header_bytes())?;
         let zeros = alloc::vec![0u8; self.alignment as usize];
         for t in &self.tensors {
-            w.write_all(&t.data)?;
-            let pad = (self.padded(t.data.len() as u64) - t.data.len() as u64) as usize;
+            let Some(data) = &t.data else {
+                return Err(std::io::Error::other(alloc::format!("tensor '{}' was declared without data", t.name)));
+            };
+            w.write_all(data)?;
+            let pad = (self.padded(t.nbytes) - t.nbytes) as usize;
             w.write_all(&zeros[..pad])?;
         }
         w.flush()

@@ -304,6 +304,10 @@ pub struct Gpt2 {
     /// type's, or the loader's lower one): a run planning buffers of its own (taps, hooks,
     /// gradients) fits what the model's own buffers leave of it, or is refused.
     pub budget: Option<u64>,
+    /// The file's metadata less the tokenizer's vocabulary and merges (which the tokenizer
+    /// holds), in file order: what `model.save` copies (`general.name`, ...; see export.rs).
+    /// Empty for a model not loaded from a file.
+    pub file_meta: Vec<(String, crate::gguf::GgufValue)>,
 }
 
 impl Gpt2 {
@@ -351,7 +355,19 @@ impl Gpt2 {
         let backend = sched.backend(0).clone();
         let repacked_bytes = weight_buffers.iter().map(|b| crate::cpu::repack_buffer::packed_bytes(&**b)).sum();
         let budget = sched.backend(sched.n_backends() - 1).buffer_type().budget();
-        Ok(Gpt2 { hparams, weights, weight_ctx, weight_buffers, kv, sched, backend, n_batch, repacked_bytes, budget })
+        Ok(Gpt2 {
+            hparams,
+            weights,
+            weight_ctx,
+            weight_buffers,
+            kv,
+            sched,
+            backend,
+            n_batch,
+            repacked_bytes,
+            budget,
+            file_meta: Vec::new(),
+        })
     }
 
     /// Host bytes the budget leaves for one run's own plan: the budget less the model's

@@ -155,6 +155,10 @@ pub fn tokenizer_from_gguf(h: &GgufHeader) -> Result<Tokenizer, ModelError> {
     Tokenizer::new(tokens, merges, types, bos, eos).map_err(|e| ModelError::Tokenizer(format!("{e}")))
 }
 
+/// The tokenizer's arrays: the loader leaves them out of `Gpt2::file_meta` (the tokenizer
+/// holds them) and `model.save` writes them from the tokenizer (export.rs).
+pub const TOKENIZER_ARRAYS: [&str; 3] = ["tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.merges"];
+
 /// A model ready to generate: the network and its tokenizer.
 pub struct LoadedModel {
     pub model: Gpt2,
@@ -665,9 +669,14 @@ impl ModelLoader {
     pub fn finish(self) -> Result<LoadedModel, ModelError> {
         let header = self.reader.finish()?;
         let (hparams, tokenizer) = self.sink.checked.ok_or_else(|| ModelError::Format("no GGUF header".into()))?;
-        let loaded = self.sink.inner.into_loaded(header)?;
+        let mut loaded = self.sink.inner.into_loaded(header)?;
+        let file_meta = core::mem::take(&mut loaded.header.metadata)
+            .into_iter()
+            .filter(|(k, _)| !TOKENIZER_ARRAYS.contains(&k.as_str()))
+            .collect();
         let mut model = Gpt2::with_backends(hparams, loaded.ctx, loaded.buffers, self.backends, &self.opts)?;
         model.budget = self.sink.budget;
+        model.file_meta = file_meta;
         Ok(LoadedModel { model, tokenizer })
     }
 }

@@ -2,6 +2,7 @@
 //! [`logprobs`], [`stop`] strings, and the [`session`] core that every front end drives.
 
 pub mod context;
+pub mod export;
 pub mod gpt2;
 pub mod grad;
 pub mod hooks;

@@ -360,6 +360,30 @@ impl Tokenizer {
         })
     }
 
+    /// The vocabulary as GGUF's `tokenizer.ggml.tokens` stores it, by id.
+    pub fn tokens(&self) -> &[String] {
+        &self.tokens
+    }
+
+    /// The merges as GGUF's `tokenizer.ggml.merges` stores them ("Ġ t"), by rank: the file's
+    /// list, less a repeated pair's later copies (which never applied).
+    pub fn merges(&self) -> Vec<String> {
+        let mut by_rank: Vec<(u32, u64)> =
+            self.merge_vals.iter().zip(&self.merge_keys).map(|(v, &k)| (v.0, k)).collect();
+        by_rank.sort_unstable();
+        by_rank
+            .into_iter()
+            .map(|(_, k)| {
+                let (l, r) = (&self.tokens[(k >> 32) as usize], &self.tokens[(k & 0xffff_ffff) as usize]);
+                let mut m = String::with_capacity(l.len() + 1 + r.len());
+                m.push_str(l);
+                m.push(' ');
+                m.push_str(r);
+                m
+            })
+            .collect()
+    }
+
     /// Control and user-defined tokens: those that decode to their text, not to bytes.
     pub fn is_special(&self, id: u32) -> bool {
         self.specials.iter().any(|&(s, _)| s == id)

@@ -11,3 +11,4 @@ mod support;
 mod cli;
 mod gguf_cli;
 mod inside_cli;
+mod train_cli;

@@ -11,6 +11,7 @@ mod support;
 
 mod abuse;
 mod backward;
+mod export;
 mod gpt2_fixtures;
 mod gpt2_shared;
 mod grad;

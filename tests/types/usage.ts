@@ -183,6 +183,7 @@ const members: { [K in keyof Model]: (m: Model) => unknown } = {
   loadSae: async (m) => useSae(await m.loadSae('https://example.com/sae/', allLoadSae)),
   generate: (m) => m.generate(inputs[2], allGenerate),
   train: (m) => training(m),
+  save: async (m) => (await m.save({ type: 'q8_0' })) satisfies Uint8Array,
   _debugLoseDevice: async (m) => (await m._debugLoseDevice()) satisfies boolean,
   dispose: async (m) => (await m.dispose()) satisfies void,
 };

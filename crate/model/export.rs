@@ -1,0 +1,243 @@
+//! `model.save` (issue 39): the model's current weights (after training, the trained ones) as
+//! a GGUF file in llama.cpp's GPT-2 layout, which llama.cpp and ggweb load.
+//!
+//! - Metadata as `convert_hf_to_gguf.py` writes GPT-2's: `general.architecture`, the file's
+//!   other `general.*` keys, the `gpt2.*` hyper-parameters (from the model's own), the
+//!   `general.file_type` of the export, the tokenizer (`tokenizer.ggml.model`/`pre`, tokens,
+//!   token types and merges from the model's tokenizer, bos/eos), the file's remaining keys,
+//!   then `general.quantization_version`.
+//! - Tensors in the converter's order (each block's, then `output_norm`, `position_embd`,
+//!   `token_embd`, `output`), named as llama.cpp names them. A tied head (no `output.weight`
+//!   in the file; training trains it as one tensor) is written tied.
+//! - Types: `f32` writes every weight F32; `f16` and `q8_0` write the matrices (the blocks'
+//!   four, `token_embd`, `output`) in that type and keep norms, biases and `position_embd`
+//!   F32, as llama.cpp's converter and `llama-quantize` do (a matrix whose rows are not a
+//!   whole number of Q8_0 blocks falls back to F16, as the converter's does). Conversion uses
+//!   the crate's quantizers (ggml's reference rounding, bit-exact with llama.cpp's).
+//! - Memory: the file is the one full copy. A weight already of its type in the file is read
+//!   straight into it; another is read, dequantized and converted a few rows at a time (1 MiB
+//!   of f32). The file's size is checked against the memory budget and reserved first: a
+//!   refusal is `unsupported` with the sizes and leaves the model as it was.
+
+use alloc::format;
+use alloc::string::String;
+use alloc::vec;
+use alloc::vec::Vec;
+
+use super::context::Gpt2;
+use super::gpt2::layer_weight_shapes;
+use super::loader::TOKENIZER_ARRAYS;
+use super::session::Session;
+use super::ModelError;
+use crate::gguf::{GgufArray, GgufValue, GgufWriter};
+use crate::tensor::Tensor;
+use crate::tokenizer::Tokenizer;
+use crate::types::GgmlType;
+
+/// Elements converted at a time (a weight of another type is read, dequantized and converted
+/// into the file in chunks of whole rows of about this many: 1 MiB of f32).
+const CHUNK_ELEMENTS: usize = 1 << 18;
+
+/// ggml's GGML_QNT_VERSION, which llama.cpp writes as `general.quantization_version`.
+const QNT_VERSION: u32 = 2;
+
+/// The type `model.save` writes the matrices in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SaveType {
+    F32,
+    F16,
+    Q8_0,
+}
+
+impl SaveType {
+    /// `type`'s spelling in the API (`'f32' | 'f16' | 'q8_0'`).
+    pub fn parse(s: &str) -> Result<SaveType, ModelError> {
+        match s {
+            "f32" => Ok(SaveType::F32),
+            "f16" => Ok(SaveType::F16),
+            "q8_0" => Ok(SaveType::Q8_0),
+            _ => Err(ModelError::Invalid(format!("save: type must be 'f32', 'f16' or 'q8_0', got {s:?}"))),
+        }
+    }
+
+    /// llama.cpp's `llama_ftype`: ALL_F32, MOSTLY_F16, MOSTLY_Q8_0.
+    fn file_type(self) -> u32 {
+        match self {
+            SaveType::F32 => 0,
+            SaveType::F16 => 1,
+            SaveType::Q8_0 => 7,
+        }
+    }
+
+    /// The type a weight of `ne` is written as: matrices in this type, the rest F32.
+    fn weight_type(self, matrix: bool, ne0: i64) -> GgmlType {
+        match self {
+            _ if !matrix => GgmlType::F32,
+            SaveType::F32 => GgmlType::F32,
+            SaveType::F16 => GgmlType::F16,
+            SaveType::Q8_0 if ne0 % GgmlType::Q8_0.blck_size() as i64 == 0 => GgmlType::Q8_0,
+            SaveType::Q8_0 => GgmlType::F16,
+        }
+    }
+}
+
+/// The weights in the converter's order: (GGUF name, tensor, is a matrix).
+fn tensors_in_file_order(model: &Gpt2) -> Vec<(String, Tensor, bool)> {
+    let w = &model.weights;
+    let shapes = layer_weight_shapes(&model.hparams);
+    // The converter's order within a block, as indices into `layer_weight_shapes` (and `Layer`).
+    const BLOCK_ORDER: [usize; 12] = [3, 2, 5, 4, 1, 0, 7, 6, 9, 8, 11, 10];
+    let mut v = Vec::new();
+    for (il, ly) in w.layers.iter().enumerate() {
+        let fields = [
+            &ly.attn_norm_w,
+            &ly.attn_norm_b,
+            &ly.attn_qkv_w,
+            &ly.attn_qkv_b,
+            &ly.attn_out_w,
+            &ly.attn_out_b,
+            &ly.ffn_norm_w,
+            &ly.ffn_norm_b,
+            &ly.ffn_up_w,
+            &ly.ffn_up_b,
+            &ly.ffn_down_w,
+            &ly.ffn_down_b,
+        ];
+        for i in BLOCK_ORDER {
+            let (suffix, ne) = shapes[i];
+            v.push((format!("blk.{il}.{suffix}"), fields[i].clone(), ne[1] > 1 && suffix.ends_with(".weight")));
+        }
+    }
+    v.push((String::from("output_norm.bias"), w.output_norm_b.clone(), false));
+    v.push((String::from("output_norm.weight"), w.output_norm_w.clone(), false));
+    v.push((String::from("position_embd.weight"), w.position_embd.clone(), false));
+    v.push((String::from("token_embd.weight"), w.token_embd.clone(), true));
+    if w.output != w.token_embd {
+        v.push((String::from("output.weight"), w.output.clone(), true));
+    }
+    v
+}
+
+/// The metadata of the export (see the module docs), in the order it is written.
+fn metadata(model: &Gpt2, tok: &Tokenizer, ty: SaveType) -> Vec<(String, GgufValue)> {
+    let hp = &model.hparams;
+    let file = &model.file_meta;
+    let from_file = |k: &str| file.iter().find(|(fk, _)| fk == k).map(|(_, v)| v.clone());
+    let s = |v: &str| GgufValue::String(String::from(v));
+    let u = |v: usize| GgufValue::U32(v as u32);
+    let mut out: Vec<(String, GgufValue)> = vec![(String::from("general.architecture"), s("gpt2"))];
+    // Keys this export writes itself, whatever the file had.
+    const OWN: [&str; 4] =
+        ["general.architecture", "general.file_type", "general.quantization_version", "general.alignment"];
+    for (k, v) in file {
+        if k.starts_with("general.") && !OWN.contains(&k.as_str()) {
+            out.push((k.clone(), v.clone()));
+        }
+    }
+    out.extend([
+        (String::from("gpt2.block_count"), u(hp.n_layer)),
+        (String::from("gpt2.context_length"), u(hp.n_ctx_train)),
+        (String::from("gpt2.embedding_length"), u(hp.n_embd)),
+        (String::from("gpt2.feed_forward_length"), u(hp.n_ff)),
+        (String::from("gpt2.attention.head_count"), u(hp.n_head)),
+        (String::from("gpt2.attention.layer_norm_epsilon"), GgufValue::F32(hp.eps)),
+        (String::from("general.file_type"), GgufValue::U32(ty.file_type())),
+        (String::from("tokenizer.ggml.model"), from_file("tokenizer.ggml.model").unwrap_or_else(|| s("gpt2"))),
+        (String::from("tokenizer.ggml.pre"), from_file("tokenizer.ggml.pre").unwrap_or_else(|| s("gpt-2"))),
+        (String::from(TOKENIZER_ARRAYS[0]), GgufValue::Array(GgufArray::String(tok.tokens().to_vec()))),
+        (
+            String::from(TOKENIZER_ARRAYS[1]),
+            GgufValue::Array(GgufArray::I32(
+                (0..tok.n_vocab() as u32).map(|id| tok.token_type(id).unwrap_or(1)).collect(),
+            )),
+        ),
+        (String::from(TOKENIZER_ARRAYS[2]), GgufValue::Array(GgufArray::String(tok.merges()))),
+    ]);
+    if let Some(b) = tok.bos() {
+        out.push((String::from("tokenizer.ggml.bos_token_id"), GgufValue::U32(b)));
+    }
+    if let Some(e) = tok.eos() {
+        out.push((String::from("tokenizer.ggml.eos_token_id"), GgufValue::U32(e)));
+    }
+    // The file's other keys (unknown_token_id, ...), unless written above.
+    for (k, v) in file {
+        if !OWN.contains(&k.as_str()) && !out.iter().any(|(o, _)| o == k) {
+            out.push((k.clone(), v.clone()));
+        }
+    }
+    out.push((String::from("general.quantization_version"), GgufValue::U32(QNT_VERSION)));
+    out
+}
+
+/// The GGUF file of `model`'s current weights and `tok` (see the module docs).
+pub fn save_gguf(model: &Gpt2, tok: &Tokenizer, ty: SaveType) -> Result<Vec<u8>, ModelError> {
+    let mut w = GgufWriter::new();
+    for (k, v) in metadata(model, tok, ty) {
+        w.add_kv(&k, v)?;
+    }
+    let tensors = tensors_in_file_order(model);
+    let mut out_types = Vec::with_capacity(tensors.len());
+    for (name, t, matrix) in &tensors {
+        let n_dims = if t.ne[1] > 1 || *matrix { 2 } else { 1 };
+        let out_ty = ty.weight_type(*matrix, t.ne[0]);
+        w.declare_tensor(name, out_ty, &t.ne[..n_dims])?;
+        out_types.push(out_ty);
+    }
+    let size = w.file_size();
+    let too_large = |left: String| {
+        ModelError::Unsupported(format!(
+            "save: the {size}-byte file does not fit in memory ({left}); a smaller type ('f16', 'q8_0') takes less"
+        ))
+    };
+    if let Some(left) = model.host_left().filter(|&l| size > l) {
+        return Err(too_large(format!("{left} bytes of the budget are left")));
+    }
+    let mut file = Vec::new();
+    file.try_reserve_exact(size as usize).map_err(|_| too_large(String::from("the allocation failed")))?;
+    w.write_into(&mut file, |i, out: &mut Vec<u8>| -> Result<(), ModelError> {
+        let (name, t, _) = &tensors[i];
+        let read = |dst: &mut [u8], offset: usize| {
+            t.try_get_bytes(dst, offset)
+                .map_err(|e| ModelError::Unsupported(format!("save: reading weight '{name}': {e}")))
+        };
+        let start = out.len();
+        if t.ty == out_types[i] {
+            out.resize(start + t.nbytes(), 0);
+            return read(&mut out[start..], 0);
+        }
+        // Converted a few rows at a time (whole blocks of both types), into the file.
+        let (from, to) = (t.ty, out_types[i]);
+        if !crate::quants::can_dequantize(from) {
+            return Err(ModelError::Unsupported(format!(
+                "save: weight '{name}' is {from}, which has no conversion to f32"
+            )));
+        }
+        let ne0 = t.ne[0] as usize;
+        let rows = t.nelements() as usize / ne0;
+        let (row_in, row_out) = (ne0 / from.blck_size() * from.type_size(), ne0 / to.blck_size() * to.type_size());
+        let per_chunk = (CHUNK_ELEMENTS / ne0).max(1);
+        out.resize(start + rows * row_out, 0);
+        let mut bytes = vec![0u8; per_chunk.min(rows) * row_in];
+        let mut vals = vec![0f32; per_chunk.min(rows) * ne0];
+        for r0 in (0..rows).step_by(per_chunk) {
+            let n = per_chunk.min(rows - r0);
+            read(&mut bytes[..n * row_in], r0 * row_in)?;
+            crate::quants::dequantize_row(from, &bytes[..n * row_in], &mut vals[..n * ne0]);
+            let dst = &mut out[start + r0 * row_out..start + (r0 + n) * row_out];
+            if to == GgmlType::F32 {
+                dst.copy_from_slice(bytemuck::cast_slice(&vals[..n * ne0]));
+            } else {
+                crate::quants::quantize_row(to, &vals[..n * ne0], dst);
+            }
+        }
+        Ok(())
+    })?;
+    Ok(file)
+}
+
+impl Session {
+    /// `model.save({ type })`: the GGUF file of the current weights ([`save_gguf`]).
+    pub fn save(&self, ty: SaveType) -> Result<Vec<u8>, ModelError> {
+        save_gguf(&self.model, &self.tokenizer, ty)
+    }
+}

@@ -1,0 +1,124 @@
+//! `ggweb train` (issue 39 item 4): the command trains as the library does (the same losses,
+//! bit for bit, and the same saved file as `Session::save` after the same run in this
+//! process), prints a progress line per update on stderr, and refuses bad flags by name with
+//! nothing written.
+
+use std::process::Command;
+use std::rc::Rc;
+
+use ggweb::common::options::{from_json, TrainParams};
+use ggweb::cpu::CpuBackend;
+use ggweb::model::context::{block_on, Gpt2Options};
+use ggweb::model::export::SaveType;
+use ggweb::model::loader::load_from_path;
+use ggweb::model::session::Session;
+use serde_json::Value;
+
+const TEXT: &str = "It was the best of times, it was the worst of times, it was the age of wisdom, it was the \
+age of foolishness, it was the epoch of belief, it was the epoch of incredulity, it was the season of Light, \
+it was the season of Darkness, it was the spring of hope, it was the winter of despair.\n";
+
+fn fixture(name: &str) -> String {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name).display().to_string()
+}
+
+fn tmp(name: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("ggweb-train-cli-{}-{name}", std::process::id()))
+}
+
+fn ggweb(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_ggweb")).args(args).output().unwrap();
+    (out.status.code().unwrap_or(-1), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
+}
+
+#[test]
+fn train_equals_the_library_and_saves_its_file() {
+    let (data, out) = (tmp("data.txt"), tmp("out.gguf"));
+    std::fs::write(&data, TEXT.repeat(3)).unwrap();
+    let model = fixture("tiny-f32.gguf");
+    let args = [
+        "train",
+        "--model",
+        &model,
+        "--data",
+        data.to_str().unwrap(),
+        "--seq-len",
+        "16",
+        "--batch",
+        "2",
+        "--steps",
+        "4",
+        "--lr",
+        "3e-3",
+        "--threads",
+        "1",
+        "--json",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    let (code, stdout, stderr) = ggweb(&args);
+    assert_eq!(code, 0, "{stderr}");
+    let v: Value = serde_json::from_str(stdout.trim()).unwrap();
+    let losses: Vec<f32> = v["losses"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect();
+    assert_eq!(
+        (v["stop"].as_str(), v["steps"].as_u64(), v["tokens"].as_u64()),
+        (Some("steps"), Some(4), Some(4 * 2 * 16))
+    );
+    // A progress line per update: step, loss, tokens/s, ETA.
+    for (k, l) in losses.iter().enumerate() {
+        let line = format!("step {}/4  loss {l:.4}  ", k + 1);
+        assert!(stderr.contains(&line), "no {line:?} in:\n{stderr}");
+    }
+    assert_eq!(stderr.matches(" tokens/s  ETA 0:00:").count(), 4, "{stderr}");
+
+    // The same run in this process: the same losses, the same file.
+    let mut s = Session::new(load_from_path(&model, Rc::new(CpuBackend::new(1)), Gpt2Options::default()).unwrap());
+    let seqs = s.train_windows(&[TEXT.repeat(3)], 16).unwrap();
+    let p: TrainParams =
+        from_json("train options", r#"{"seqLen":16,"batchSize":2,"steps":4,"optimizer":{"type":"adamw","lr":3e-3}}"#)
+            .unwrap();
+    s.train_start(seqs, p.config(256).unwrap()).unwrap();
+    let mut want = Vec::new();
+    while let Some(step) = block_on(s.train_step()).unwrap() {
+        want.push(step.loss);
+    }
+    assert_eq!(losses, want);
+    assert!(want[3] < want[0], "{want:?}");
+    let file = std::fs::read(&out).unwrap();
+    assert!(file == s.save(SaveType::F32).unwrap(), "the saved file is not the library's");
+    assert_eq!(v["bytes"].as_u64(), Some(file.len() as u64));
+    std::fs::remove_file(&out).ok();
+    std::fs::remove_file(&data).ok();
+}
+
+#[test]
+fn bad_flags_are_refused_by_name_and_nothing_is_written() {
+    let (data, out) = (tmp("bad.txt"), tmp("bad.gguf"));
+    std::fs::write(&data, TEXT).unwrap();
+    let (f32m, q8m) = (fixture("tiny-f32.gguf"), fixture("tiny-q8_0.gguf"));
+    let (d, o) = (data.to_str().unwrap(), out.to_str().unwrap());
+    let base = |model: &str, extra: &[&str]| {
+        let mut a = vec!["train", "--model", model, "--data", d, "--steps", "1", "--out", o];
+        a.extend_from_slice(extra);
+        a.into_iter().map(String::from).collect::<Vec<_>>()
+    };
+    for (args, want) in [
+        (base(&f32m, &["--seq-len", "1000"]), "--seq-len must be from 2 to nCtx (256), got 1000"),
+        (base(&f32m, &["--lr", "nan"]), "--lr must be a finite number"),
+        (base(&f32m, &["--type", "q4_0"]), "--type must be 'f32', 'f16' or 'q8_0'"),
+        (
+            base(&f32m, &["--lora-rank", "8"]),
+            "--lora-rank 8: training low-rank adapters is not built yet (unsupported)",
+        ),
+        (base(&f32m, &["--optimizer", "adam"]), "--optimizer must be adamw or sgd"),
+        (base(&q8m, &["--seq-len", "16"]), "weight 'token_embd.weight' is q8_0"),
+        (base(&f32m, &["--seq-len", "200"]), "data is empty"),
+    ] {
+        let a: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (code, _, stderr) = ggweb(&a);
+        assert_eq!(code, 1, "{a:?}: {stderr}");
+        assert!(stderr.contains(want), "{a:?}: {stderr}");
+        assert!(!out.exists() && !tmp("bad.gguf.part").exists(), "{a:?} wrote {}", out.display());
+    }
+    std::fs::remove_file(&data).ok();
+}
