@@ -145,10 +145,8 @@ export interface GenerateOptions extends GenerateParams {
   signal?: AbortSignal;
 }
 
-export interface GeneratedToken extends Item {
-  /** With n > 1: the sequence (0..n-1) this token continues. */
-  seq?: number;
-}
+/** A generated token: `seq` is the sequence (0..n-1) it continues, 0 with one sequence. */
+export type GeneratedToken = Item;
 
 /** A string (tokenized without special tokens unless `special`) or token ids. */
 /**

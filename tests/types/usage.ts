@@ -162,7 +162,7 @@ function readInspect(r: InspectResult): unknown[] {
 }
 
 function readToken(t: GeneratedToken): string {
-  return `${t.seq ?? 0} ${t.token} ${t.text} ${t.logprob ?? ''} ${(t.top ?? []).map((e) => `${e.token}:${e.text}:${e.logprob}`).join()}`;
+  return `${t.seq satisfies number} ${t.token} ${t.text} ${t.logprob ?? ''} ${(t.top ?? []).map((e) => `${e.token}:${e.text}:${e.logprob}`).join()}`;
 }
 
 // Every instance member, called or read: a new method is a compile error until it is here.
