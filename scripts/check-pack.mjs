@@ -1,6 +1,7 @@
 // npm pack check: the tarball holds exactly the package's files (the JS API, worker, types,
 // and the built wasm), and, installed into an empty project, `import('ggweb')` resolves
-// through package.json "exports" and its wasm instantiates in Node; then, in headless
+// through package.json "exports" and its wasm instantiates in Node (and 'ggweb/tokenizer'
+// encodes with the shipped vocabulary); then, in headless
 // Chromium, a page of that project imports 'ggweb' (an import map, as a bundler-less site
 // would) and, with the installed wasm in the installed worker, loads the shared tiny GPT-2
 // and generates Hugging Face's first greedy tokens.
@@ -19,10 +20,14 @@ const fail = (msg) => { console.error(`check-pack: ${msg}`); process.exit(1); };
 const want = [
   'package.json', 'README.md',
   'web/ggweb.js', 'web/ggweb-sw.js', 'web/engine.js', 'web/errors.js', 'web/input.js', 'web/source.js', 'web/cache.js', 'web/hub.js', 'web/worker.js', 'web/builds.js', 'web/methods.js', 'web/ggweb.d.ts', 'web/ggweb.types.d.ts',
+  'web/node-fs.js', 'web/tokenizer.js', 'web/tokenizer.d.ts',
   'web/pkg/ggweb_core.js', 'web/pkg/ggweb_core.d.ts', 'web/pkg/ggweb_core_bg.wasm', 'web/pkg/ggweb_core_bg.wasm.d.ts',
   'web/pkg-threads/ggweb_core.js', 'web/pkg-threads/ggweb_core.d.ts', 'web/pkg-threads/ggweb_core_bg.wasm',
   'web/pkg-threads/ggweb_core_bg.wasm.d.ts',
-].flatMap((f) => (f.startsWith('web/pkg') ? [f, f.replace(/^web\/(pkg[^/]*)\//, 'web/$1-relaxed/')] : [f]));
+].flatMap((f) => (f.startsWith('web/pkg') ? [f, f.replace(/^web\/(pkg[^/]*)\//, 'web/$1-relaxed/')] : [f])).concat(
+  // The tokenizer entry's module (one build) and GPT-2's vocabulary.
+  ['ggweb_tokenizer.js', 'ggweb_tokenizer.d.ts', 'ggweb_tokenizer_bg.wasm', 'ggweb_tokenizer_bg.wasm.d.ts', 'gpt2-vocab.gguf'].map((f) => `web/pkg-tokenizer/${f}`),
+);
 // The threaded builds' worker script, where wasm-bindgen puts it (the hash varies).
 const SNIPPET = /^web\/pkg-threads(-relaxed)?\/snippets\/ggweb-[0-9a-f]+\/web\/cpu-thread\.js$/;
 const tmp = mkdtempSync(join(tmpdir(), 'ggweb-pack-'));
@@ -51,6 +56,11 @@ try {
     if (typeof Model.load !== 'function' || typeof GgwebError !== 'function') throw new Error('exports missing');
     const wasm = readFileSync(new URL('./node_modules/ggweb/web/pkg/ggweb_core_bg.wasm', import.meta.url));
     core.initSync({ module: wasm });
+    // The tokenizer entry through its own export, with the vocabulary shipped beside it.
+    const { Tokenizer } = await import('ggweb/tokenizer');
+    const tok = await Tokenizer.gpt2();
+    const ids = Array.from(tok.encode('Hello world<|endoftext|>', { special: true }));
+    if (ids.join() !== '15496,995,50256') throw new Error('ggweb/tokenizer encoded ' + ids.join());
     console.log(JSON.stringify({ version: core.version(), codes: ERROR_CODES.length }));
   `);
   const probe = execFileSync(process.execPath, ['--experimental-wasm-relaxed-simd', 'probe.mjs'], { cwd: proj, encoding: 'utf8' });

@@ -7,6 +7,7 @@ import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 
 const dir = resolve(process.argv[2] ?? 'web/pkg');
+if (dir.endsWith('pkg-tokenizer')) await checkTokenizer(dir);
 const glue = await import(pathToFileURL(`${dir}/ggweb_core.js`).href);
 glue.initSync({ module: readFileSync(`${dir}/ggweb_core_bg.wasm`) });
 glue.init_panic_hook();
@@ -36,4 +37,26 @@ if (dir.endsWith('-relaxed')) {
     process.exit(1);
   }
   console.log(`check-wasm: ${dir} uses relaxed SIMD (a plain engine refuses it)`);
+}
+
+/**
+ * The tokenizer entry's module (its own exports, no version()): it instantiates, and a
+ * header that is not GGUF is refused with code 'format', not a trap.
+ */
+async function checkTokenizer(dir) {
+  const glue = await import(pathToFileURL(`${dir}/ggweb_tokenizer.js`).href);
+  glue.initSync({ module: readFileSync(`${dir}/ggweb_tokenizer_bg.wasm`) });
+  const reader = new glue.WasmTokenizerReader(-1);
+  let code = null;
+  try {
+    reader.feed(new TextEncoder().encode('not a GGUF file'));
+  } catch (e) {
+    code = e.code;
+  }
+  if (code !== 'format' || typeof glue.WasmTokenizer !== 'function') {
+    console.error(`check-wasm: ${dir}/ggweb_tokenizer.js: a bad header gave code ${code}; WasmTokenizer is ${typeof glue.WasmTokenizer}`);
+    process.exit(1);
+  }
+  console.log(`check-wasm: ${dir}/ggweb_tokenizer_bg.wasm instantiates and refuses a bad header as 'format'`);
+  process.exit(0);
 }

@@ -234,7 +234,16 @@ SUMMARY+=("relaxed-SIMD wasm tests in headless Chromium: $n passed, $relaxed_cou
 
 # 5. the wasm module the browser tests and the package use
 run_step build-wasm bash scripts/build-wasm.sh
-SUMMARY+=("release wasm builds (pkg, pkg-threads, both -relaxed) + wasm-opt + load checks: ok ($STEP_SECS s)")
+SUMMARY+=("release wasm builds (pkg, pkg-threads, both -relaxed, pkg-tokenizer) + wasm-opt + load checks: ok ($STEP_SECS s)")
+# `npm start` after `npm test` runs build-wasm.sh again: with every build up to date it must
+# compile, bind and optimize nothing (cargo fresh, each output's stamp current).
+run_step build-wasm-again bash scripts/build-wasm.sh
+built=$(grep -c '^\[build-wasm\] built web/' "$LOGS/build-wasm-again.log" || true)
+reused=$(grep -c ' is up to date with ' "$LOGS/build-wasm-again.log" || true)
+if grep -q '^ *Compiling ' "$LOGS/build-wasm-again.log" || [ "${built:-0}" = 0 ] || [ "$built" != "$reused" ]; then
+    die "build-wasm.sh run again redid work: $reused of $built builds reused (see $LOGS/build-wasm-again.log)"
+fi
+SUMMARY+=("build-wasm.sh again (npm start after npm test): all $built builds reused ($STEP_SECS s)")
 
 # 6. browser tests (node's test runner, playwright-core, /usr/bin/chromium)
 run_step e2e env TMPDIR="$BROWSER_TMP" node --test --test-reporter=spec tests/e2e/*.spec.mjs

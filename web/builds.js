@@ -13,6 +13,9 @@
 // initializes one of them.
 import { GgwebError } from './errors.js';
 import { show } from './input.js';
+import { nodeFs, wasmSource } from './node-fs.js';
+
+export { nodeFs, wasmSource };
 
 /** Build folder → { glue(): the glue module, wasm(): URL of its .wasm }. */
 export const BUILDS = Object.freeze({
@@ -33,31 +36,6 @@ export const BUILDS = Object.freeze({
     wasm: () => new URL('./pkg-threads-relaxed/ggweb_core_bg.wasm', import.meta.url),
   },
 });
-
-/**
- * Node's `fs` module in Node (and Deno, Bun), else null. Read through process.getBuiltinModule
- * (Node 20.16+) or an import bundlers are told to leave alone, so that a browser bundle
- * neither pulls in nor warns about a Node built-in.
- */
-export async function nodeFs() {
-  const p = globalThis.process;
-  if (!p?.versions?.node) return null;
-  if (typeof p.getBuiltinModule === 'function') return p.getBuiltinModule('node:fs');
-  const name = 'node:fs';
-  return import(/* webpackIgnore: true */ /* @vite-ignore */ name);
-}
-
-/**
- * What the glue's init takes for the wasm at `url`: the URL itself (it fetches it), or, for a
- * file: URL (Node, where fetch cannot read files), the file's bytes.
- */
-export async function wasmSource(url) {
-  const u = new URL(url);
-  if (u.protocol !== 'file:') return u;
-  const fs = await nodeFs();
-  if (!fs) return u;
-  return fs.promises.readFile(u);
-}
 
 const coreCache = new Map();
 /** Build folder → its glue module, imported statically by the caller (provideCore). */

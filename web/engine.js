@@ -13,7 +13,7 @@
 import { MAX_THREADS, hasRelaxedSimd, loadCore, planThreads, relaxedSimdOption, variantCoreUrl } from './builds.js';
 import { GgwebError, abortedError, toGgwebError } from './errors.js';
 import { boolOption, hookList, isPlainObject, modelInput, optionsObject, passOptions, plainData, reading, show, tokenIds, without } from './input.js';
-import { DEFAULT_STALL_TIMEOUT_MS, formatBytes, headerChunks, openSource, readWithin, stallTimeout } from './source.js';
+import { DEFAULT_STALL_TIMEOUT_MS, formatBytes, openSource, readHeader, readWithin, stallTimeout } from './source.js';
 import { METHODS } from './methods.js';
 
 /**
@@ -1044,28 +1044,10 @@ export async function inspectSource(src, opts, { signal, coreUrl = null, stallMs
   if (typeof core.WasmInspector !== 'function') {
     throw new GgwebError('unsupported', `the wasm module at ${coreUrl ?? 'pkg'} has no WasmInspector (built before Model.inspect existed?)`);
   }
-  const stats = { via: null, total: null, bytesRead: 0, requests: 0, ranged: null };
   // Options are checked before anything is read (code 'invalid').
   new core.WasmInspector(lopts, -1).free();
-  let ins = null;
-  let complete = false;
-  try {
-    for await (const chunk of headerChunks(src, signal, stats, stallMs)) {
-      if (signal?.aborted) throw abortedError('Model.inspect');
-      ins ??= new core.WasmInspector(lopts, stats.total ?? -1);
-      stats.bytesRead += chunk.length;
-      if (ins.feed(chunk)) {
-        complete = true;
-        break;
-      }
-    }
-    ins ??= new core.WasmInspector(lopts, stats.total ?? -1);
-    const plan = ins.plan(); // consumes the inspector; an incomplete header is 'format'
-    ins = null;
-    const report = await plan;
-    report.source = { via: stats.via, bytesRead: stats.bytesRead, size: stats.total, requests: stats.requests, ranged: stats.ranged, complete };
-    return report;
-  } finally {
-    ins?.free();
-  }
+  const { sink: ins, stats, complete } = await readHeader(src, { signal, stallMs, what: 'Model.inspect' }, (total) => new core.WasmInspector(lopts, total));
+  const report = await ins.plan(); // consumes the inspector; an incomplete header is 'format'
+  report.source = { via: stats.via, bytesRead: stats.bytesRead, size: stats.total, requests: stats.requests, ranged: stats.ranged, complete };
+  return report;
 }

@@ -145,10 +145,8 @@ export interface GenerateOptions extends GenerateParams {
   signal?: AbortSignal;
 }
 
-export interface GeneratedToken extends Item {
-  /** With n > 1: the sequence (0..n-1) this token continues. */
-  seq?: number;
-}
+/** A generated token: `seq` is the sequence (0..n-1) it continues, 0 with one sequence. */
+export type GeneratedToken = Item;
 
 /** A string (tokenized without special tokens unless `special`) or token ids. */
 /**
@@ -461,7 +459,11 @@ export declare class Model {
   readonly inWorker: boolean;
   /** @throws GgwebError 'disposed'. */
   info(): ModelInfo;
-  /** @throws GgwebError 'invalid' (not a string, a bad option), 'busy', 'disposed'. */
+  /**
+   * 'busy' while a generation or another call runs on the model: a page that tokenizes
+   * meanwhile keeps a `Tokenizer` (`ggweb/tokenizer`, the same ids, no model).
+   * @throws GgwebError 'invalid' (not a string, a bad option), 'busy', 'disposed'.
+   */
   tokenize(text: string, options?: { special?: boolean } | null): Promise<Uint32Array>;
   /** @throws GgwebError 'invalid' (not token ids, an id outside the vocabulary), 'busy', 'disposed'. */
   detokenize(ids: ArrayLike<number>): Promise<string>;

@@ -12,12 +12,12 @@
 // without module workers). Both give the same API and the same errors (GgwebError).
 import { Engine, TRAIN_AHEAD, driveGeneration, generateParams, inspectSource, loaderOptions, trainData, trainParams } from './engine.js';
 import { ERROR_CODES, GgwebError, abortedError, toGgwebError } from './errors.js';
-import { nodeFs, relaxedSimdOption } from './builds.js';
-import { fetchWithin, formatBytes, readWithin, stallTimeout } from './source.js';
+import { relaxedSimdOption } from './builds.js';
+import { baseUrl, describeSource, fetchWithin, formatBytes, readWithin, stallTimeout } from './source.js';
 import { DEFAULT_CACHE_NAME, askPersist, modelCache } from './cache.js';
 import { hubSource } from './hub.js';
 import { METHODS } from './methods.js';
-import { boolOption, checkSignal, modelInput, optionsObject, passOptions, plainData, reading, show, tokenIds, without } from './input.js';
+import { boolOption, checkSignal, modelInput, optionsObject, passOptions, plainData, show, tokenIds, without } from './input.js';
 
 export { GgwebError, ERROR_CODES, formatBytes };
 
@@ -30,7 +30,6 @@ function startWorker() {
   return new Worker(new URL('./worker.js', import.meta.url), { type: 'module', name: 'ggweb' });
 }
 
-/** The page's base URL, for relative model and core URLs; undefined outside a page or worker (Node). */
 /**
  * How long the worker may take to open a CPU backend (WasmLoader.create: a few ms, the thread
  * pool's Web Workers started) before the page ends it. In Firefox a worker's `new Worker()`
@@ -39,74 +38,6 @@ function startWorker() {
  * only its parent can notice. Model.load then runs the load once more in a new worker.
  */
 const OPEN_GUARD_MS = 5000;
-
-const baseUrl = () => (typeof document !== 'undefined' ? document.baseURI : globalThis.location?.href);
-
-/**
- * In Node: a `file:` URL, or a string that is not an http(s)/blob/data URL, names a local file;
- * it is opened as a Blob backed by the file (fs.openAsBlob), so it streams like a File does.
- */
-async function localFile(source) {
-  if (baseUrl() !== undefined) return null;
-  const fs = await nodeFs();
-  if (!fs) return null;
-  const s = String(source);
-  if (/^(https?|blob|data):/i.test(s)) return null;
-  const path = /^file:/i.test(s) ? new URL(s) : s;
-  try {
-    if (typeof fs.openAsBlob === 'function') return { src: { kind: 'blob', blob: await fs.openAsBlob(path) } };
-    return { src: { kind: 'bytes', bytes: new Uint8Array(await fs.promises.readFile(path)) } };
-  } catch (e) {
-    throw new GgwebError('invalid', `could not open the model file ${JSON.stringify(s)}: ${e.message}`);
-  }
-}
-
-/** What kind of model source `source` is: 'url', 'blob', 'stream', 'response', 'bytes' or null. */
-function sourceKind(source) {
-  if (typeof source === 'string') return 'url';
-  if (source === null || typeof source !== 'object') return null;
-  if (source instanceof URL) return 'url';
-  if (typeof Blob !== 'undefined' && source instanceof Blob) return 'blob';
-  if (typeof ReadableStream !== 'undefined' && source instanceof ReadableStream) return 'stream';
-  if (typeof Response !== 'undefined' && source instanceof Response) return 'response';
-  if (source instanceof ArrayBuffer || ArrayBuffer.isView(source)) return 'bytes';
-  return null;
-}
-
-/** Turns what the caller passed into a source descriptor a worker can receive; `hub`: hubSource's answer. */
-async function describeSource(source, hub = null) {
-  if (hub) return { src: { kind: 'url', url: hub.url, hub: hub.hub } };
-  // The type tests (instanceof) ask a Proxy's traps: one that throws is 'invalid' (input.js reading).
-  const kind = reading('Model.load: the source', () => sourceKind(source));
-  if (kind === 'bytes' && (source.buffer ?? source).detached) {
-    throw new GgwebError('invalid', 'Model.load: the source\'s ArrayBuffer is detached (transferred elsewhere)');
-  }
-  if (kind === 'url') {
-    const file = await localFile(source);
-    if (file) return file;
-    let url;
-    try {
-      url = new URL(String(source), baseUrl()).href;
-    } catch {
-      throw new GgwebError('invalid', `not a valid model URL: ${JSON.stringify(String(source))}`);
-    }
-    return { src: { kind: 'url', url } };
-  }
-  if (kind === 'blob') return { src: { kind: 'blob', blob: source } };
-  if (kind === 'stream') return { src: { kind: 'stream', stream: source }, transfer: [source] };
-  if (kind === 'response') {
-    if (!source.ok) throw new GgwebError('http', `HTTP ${source.status} for ${source.url || 'the given Response'}`, { status: source.status, url: source.url });
-    if (!source.body) throw new GgwebError('invalid', 'the given Response has no body');
-    const len = Number(source.headers.get('Content-Length'));
-    const stream = source.body;
-    return { src: { kind: 'stream', stream, total: len > 0 ? len : undefined }, transfer: [stream] };
-  }
-  if (kind === 'bytes') {
-    const view = source instanceof ArrayBuffer ? new Uint8Array(source) : new Uint8Array(source.buffer, source.byteOffset, source.byteLength);
-    return { src: { kind: 'bytes', bytes: view.slice() } };
-  }
-  throw new GgwebError('invalid', `Model.load: the source must be a URL, a File/Blob, a ReadableStream, a Response or bytes, got ${show(source)}`);
-}
 
 /** Runs the Engine on this thread. */
 class LocalTransport {
@@ -701,7 +632,7 @@ export class Model {
     const hub = hubSource(source, o, 'Model.inspect', baseUrl());
     if (signal?.aborted) throw abortedError('Model.inspect');
     try {
-      const { src } = await describeSource(source, hub);
+      const { src } = await describeSource(source, hub, 'Model.inspect');
       return await inspectSource(src, { ...opts }, { signal, coreUrl: core, stallMs });
     } catch (e) {
       throw toGgwebError(e, 'internal', 'Model.inspect');

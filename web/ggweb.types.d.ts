@@ -325,11 +325,13 @@ export interface TopToken {
   logprob: number;
 }
 
-/**
- * One generated token; serializes as the API's item `{ token, text, logprob?, top? }`
- * (`seq`, which only a run of several sequences reports, is left to the front end).
- */
+/** One generated token; serializes as the API's item `{ seq, token, text, logprob?, top? }`. */
 export interface Item {
+  /**
+   * The sequence (0..n-1) this token continues: always there, 0 with one sequence and
+   * in beam search, so `texts[t.seq] += t.text` needs no check.
+   */
+  seq: number;
   token: number;
   /** Text released with this token: whole characters only; may be empty. */
   text: string;

@@ -3,7 +3,8 @@
 // GGUF header for Model.inspect (headerChunks: Range requests of growing size where the
 // server allows them). engine.js feeds what these yield to the wasm side.
 import { GgwebError, abortedError } from './errors.js';
-import { show } from './input.js';
+import { reading, show } from './input.js';
+import { nodeFs } from './node-fs.js';
 import { cacheSpec, conditionalHeaders, storedHeaders } from './cache.js';
 
 /** How long a URL download may go without a byte before it fails with code 'timeout' (ms). */
@@ -43,6 +44,77 @@ export function formatBytes(n) {
   if (n < 1024 * 1024) return `${(n / 1024).toFixed(1)} KiB`;
   if (n < 1024 ** 3) return `${(n / 1024 / 1024).toFixed(1)} MiB`;
   return `${(n / 1024 ** 3).toFixed(2)} GiB`;
+}
+
+// --- What the caller passed ------------------------------------------------------------------
+
+/** The page's base URL, for relative model and core URLs; undefined outside a page or worker (Node). */
+export const baseUrl = () => (typeof document !== 'undefined' ? document.baseURI : globalThis.location?.href);
+
+/**
+ * In Node: a `file:` URL, or a string that is not an http(s)/blob/data URL, names a local file;
+ * it is opened as a Blob backed by the file (fs.openAsBlob), so it streams like a File does.
+ */
+async function localFile(source) {
+  if (baseUrl() !== undefined) return null;
+  const fs = await nodeFs();
+  if (!fs) return null;
+  const s = String(source);
+  if (/^(https?|blob|data):/i.test(s)) return null;
+  const path = /^file:/i.test(s) ? new URL(s) : s;
+  try {
+    if (typeof fs.openAsBlob === 'function') return { src: { kind: 'blob', blob: await fs.openAsBlob(path) } };
+    return { src: { kind: 'bytes', bytes: new Uint8Array(await fs.promises.readFile(path)) } };
+  } catch (e) {
+    throw new GgwebError('invalid', `could not open the model file ${JSON.stringify(s)}: ${e.message}`);
+  }
+}
+
+/** What kind of model source `source` is: 'url', 'blob', 'stream', 'response', 'bytes' or null. */
+function sourceKind(source) {
+  if (typeof source === 'string') return 'url';
+  if (source === null || typeof source !== 'object') return null;
+  if (source instanceof URL) return 'url';
+  if (typeof Blob !== 'undefined' && source instanceof Blob) return 'blob';
+  if (typeof ReadableStream !== 'undefined' && source instanceof ReadableStream) return 'stream';
+  if (typeof Response !== 'undefined' && source instanceof Response) return 'response';
+  if (source instanceof ArrayBuffer || ArrayBuffer.isView(source)) return 'bytes';
+  return null;
+}
+
+/** Turns what the caller passed (`what`: the call, for errors) into a source descriptor a worker can receive; `hub`: hubSource's answer. */
+export async function describeSource(source, hub = null, what = 'Model.load') {
+  if (hub) return { src: { kind: 'url', url: hub.url, hub: hub.hub } };
+  // The type tests (instanceof) ask a Proxy's traps: one that throws is 'invalid' (input.js reading).
+  const kind = reading(`${what}: the source`, () => sourceKind(source));
+  if (kind === 'bytes' && (source.buffer ?? source).detached) {
+    throw new GgwebError('invalid', `${what}: the source's ArrayBuffer is detached (transferred elsewhere)`);
+  }
+  if (kind === 'url') {
+    const file = await localFile(source);
+    if (file) return file;
+    let url;
+    try {
+      url = new URL(String(source), baseUrl()).href;
+    } catch {
+      throw new GgwebError('invalid', `not a valid model URL: ${JSON.stringify(String(source))}`);
+    }
+    return { src: { kind: 'url', url } };
+  }
+  if (kind === 'blob') return { src: { kind: 'blob', blob: source } };
+  if (kind === 'stream') return { src: { kind: 'stream', stream: source }, transfer: [source] };
+  if (kind === 'response') {
+    if (!source.ok) throw new GgwebError('http', `HTTP ${source.status} for ${source.url || 'the given Response'}`, { status: source.status, url: source.url });
+    if (!source.body) throw new GgwebError('invalid', 'the given Response has no body');
+    const len = Number(source.headers.get('Content-Length'));
+    const stream = source.body;
+    return { src: { kind: 'stream', stream, total: len > 0 ? len : undefined }, transfer: [stream] };
+  }
+  if (kind === 'bytes') {
+    const view = source instanceof ArrayBuffer ? new Uint8Array(source) : new Uint8Array(source.buffer, source.byteOffset, source.byteLength);
+    return { src: { kind: 'bytes', bytes: view.slice() } };
+  }
+  throw new GgwebError('invalid', `${what}: the source must be a URL, a File/Blob, a ReadableStream, a Response or bytes, got ${show(source)}`);
 }
 
 /**
@@ -315,5 +387,35 @@ export async function* headerChunks(src, signal, stats, stallMs = Infinity) {
     }
     off += got;
     if (got === 0 || (stats.total !== null && off >= stats.total)) return;
+  }
+}
+
+/**
+ * Feeds the start of `src` to a header reader until it says the GGUF header is in (its
+ * `feed(chunk)` returns true), then stops reading: Model.inspect's WasmInspector, the
+ * tokenizer entry's WasmTokenizerReader. `open(total)` makes the reader (total: the file's
+ * length, or -1), once the length is known or the source proves empty. Returns the reader
+ * (the caller's to consume or free), `stats` (how the source was read) and whether the
+ * header completed; a failure frees the reader.
+ */
+export async function readHeader(src, { signal, stallMs = Infinity, what }, open) {
+  const stats = { via: null, total: null, bytesRead: 0, requests: 0, ranged: null };
+  let sink = null;
+  let complete = false;
+  try {
+    for await (const chunk of headerChunks(src, signal, stats, stallMs)) {
+      if (signal?.aborted) throw abortedError(what);
+      sink ??= open(stats.total ?? -1);
+      stats.bytesRead += chunk.length;
+      if (sink.feed(chunk)) {
+        complete = true;
+        break;
+      }
+    }
+    sink ??= open(stats.total ?? -1);
+    return { sink, stats, complete };
+  } catch (e) {
+    sink?.free();
+    throw e;
   }
 }

@@ -40,7 +40,7 @@ use crate::gguf::Limits;
 use crate::model::context::Gpt2;
 use crate::model::loader::ModelLoader;
 use crate::model::report::{ModelInfo, ModelSplit, WasmMemory};
-use crate::model::session::{Interrupt, Item, Session};
+use crate::model::session::{Interrupt, Session};
 use crate::model::ModelError;
 use crate::webgpu::{WebGpuBackend, WebGpuOptions};
 
@@ -509,8 +509,8 @@ impl WasmModel {
     /// `undefined` when the run is over (`stats().stop` says why). `text` is what the run
     /// releases with the token: whole characters (a character split across tokens comes out
     /// with the token that completes it), held back while it might begin a stop string, cut
-    /// before one. `logprob` and `top` come with `topLogprobs` > 0, `seq` (which sequence the
-    /// token continues, 0..n) with `n` > 1.
+    /// before one. `logprob` and `top` come with `topLogprobs` > 0; `seq` is the sequence the
+    /// token continues (0..n-1; 0 with one sequence).
     pub async fn next(&mut self) -> Result<JsValue, JsValue> {
         self.check_device("")?;
         if !self.session.generating() {
@@ -518,17 +518,7 @@ impl WasmModel {
         }
         let n = self.session.stats().tokens + 1;
         match self.session.next().await {
-            Ok(Some(item)) => {
-                /// The item, and with several sequences (`n`) which one it continues.
-                #[derive(Serialize)]
-                struct Next<'a> {
-                    #[serde(flatten)]
-                    item: &'a Item,
-                    #[serde(skip_serializing_if = "Option::is_none")]
-                    seq: Option<usize>,
-                }
-                Ok(to_js(&Next { item: &item, seq: (self.session.n_seqs() > 1).then_some(item.seq) }))
-            }
+            Ok(Some(item)) => Ok(to_js(&item)),
             Ok(None) => Ok(JsValue::UNDEFINED),
             Err(e @ ModelError::Invalid(_)) => Err(model_error("", e)),
             Err(e) => Err(model_error(&format!("generating token {n}"), e)),

@@ -139,13 +139,12 @@ pub struct TopToken {
 }
 
 // ts: export Item
-/// One generated token; serializes as the API's item `{ token, text, logprob?, top? }`
-/// (`seq`, which only a run of several sequences reports, is left to the front end).
+/// One generated token; serializes as the API's item `{ seq, token, text, logprob?, top? }`.
 #[derive(Clone, Debug, PartialEq)]
 #[cfg_attr(feature = "std", derive(serde::Serialize))]
 pub struct Item {
-    /// The sequence (0..n) this token continues; 0 with one sequence and in beam search.
-    #[cfg_attr(feature = "std", serde(skip))]
+    /// The sequence (0..n-1) this token continues: always there, 0 with one sequence and
+    /// in beam search, so `texts[t.seq] += t.text` needs no check.
     pub seq: usize,
     pub token: u32,
     /// Text released with this token: whole characters only; may be empty.

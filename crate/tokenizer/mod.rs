@@ -400,6 +400,25 @@ impl Tokenizer {
     /// (`<|endoftext|>`) becomes their id; without, it is ordinary characters.
     pub fn encode(&self, text: &str, parse_special: bool) -> Vec<u32> {
         let mut out = Vec::with_capacity(text.len() / 3 + 1);
+        self.encode_into(text, parse_special, &mut out, None);
+        out
+    }
+
+    /// [`Tokenizer::encode`] plus where each token came from: flat `[start, end)` pairs in
+    /// UTF-16 code units of `text` (JS string indices). A token's span runs from the start
+    /// of the character holding its first byte to the end of the one holding its last, so
+    /// the spans tile the text (a token's leading space is its own) except where a
+    /// character's bytes are split across tokens: those tokens all cover that character.
+    pub fn encode_offsets(&self, text: &str, parse_special: bool) -> (Vec<u32>, Vec<u32>) {
+        let mut ids = Vec::with_capacity(text.len() / 3 + 1);
+        let mut lens = Vec::with_capacity(ids.capacity());
+        self.encode_into(text, parse_special, &mut ids, Some(&mut lens));
+        (ids, utf16_spans(text, &lens))
+    }
+
+    /// The one encoding path; `lens`, when asked for, gets each token's length in bytes of
+    /// `text` (not of its vocabulary entry: a BPE token typed special decodes otherwise).
+    fn encode_into(&self, text: &str, parse_special: bool, out: &mut Vec<u32>, mut lens: Option<&mut Vec<u32>>) {
         // Next occurrence of each special token at or after `done` (None: no more), so the
         // text is searched once per token rather than once per token and occurrence.
         let mut next: Vec<(Option<usize>, u32)> = self
@@ -424,24 +443,34 @@ impl Tokenizer {
                 }
             }
             let Some((start, id)) = best else { break };
-            self.encode_plain(&text[done..start], &mut out);
+            self.encode_plain(&text[done..start], out, lens.as_deref_mut());
             out.push(id);
-            done = start + self.tokens[id as usize].len();
+            let len = self.tokens[id as usize].len();
+            if let Some(l) = lens.as_deref_mut() {
+                l.push(len as u32);
+            }
+            done = start + len;
         }
-        self.encode_plain(&text[done..], &mut out);
-        out
+        self.encode_plain(&text[done..], out, lens);
     }
 
-    fn encode_plain(&self, text: &str, out: &mut Vec<u32>) {
+    fn encode_plain(&self, text: &str, out: &mut Vec<u32>, mut lens: Option<&mut Vec<u32>>) {
         for piece in pretokenize(text) {
-            self.encode_piece(piece, out);
+            self.encode_piece(piece, out, lens.as_deref_mut());
         }
     }
 
-    fn encode_piece(&self, piece: &str, out: &mut Vec<u32>) {
+    fn encode_piece(&self, piece: &str, out: &mut Vec<u32>, lens: Option<&mut Vec<u32>>) {
         if let [b] = piece.as_bytes() {
             out.push(self.byte_ids[*b as usize]);
+            if let Some(l) = lens {
+                l.push(1);
+            }
             return;
+        }
+        // Offsets are asked for by the tokenizer entry, which has no cache (no `std`).
+        if lens.is_some() {
+            return self.bpe(piece.as_bytes(), out, lens);
         }
         #[cfg(feature = "std")]
         {
@@ -455,7 +484,7 @@ impl Tokenizer {
                 }
             }
             let start = out.len();
-            self.bpe(piece.as_bytes(), out);
+            self.bpe(piece.as_bytes(), out, None);
             if cacheable {
                 if let Ok(mut cache) = self.cache.lock() {
                     if cache.len() < CACHE_CAPACITY {
@@ -465,7 +494,7 @@ impl Tokenizer {
             }
         }
         #[cfg(not(feature = "std"))]
-        self.bpe(piece.as_bytes(), out);
+        self.bpe(piece.as_bytes(), out, None);
     }
 
     fn merge(&self, left: u32, right: u32) -> Option<(u32, u32)> {
@@ -473,11 +502,13 @@ impl Tokenizer {
     }
 
     /// Merges `bytes`' byte tokens: always the pair with the lowest (rank, position) next,
-    /// as HF's word.merge_all does, with a heap so long words stay O(n log n).
-    fn bpe(&self, bytes: &[u8], out: &mut Vec<u32>) {
+    /// as HF's word.merge_all does, with a heap so long words stay O(n log n). `lens` gets
+    /// each token's length in bytes.
+    fn bpe(&self, bytes: &[u8], out: &mut Vec<u32>, mut lens: Option<&mut Vec<u32>>) {
         const NONE: u32 = u32::MAX;
         struct Sym {
             id: u32,
+            len: u32,
             prev: u32,
             next: u32,
             alive: bool,
@@ -488,6 +519,7 @@ impl Tokenizer {
             .enumerate()
             .map(|(i, &b)| Sym {
                 id: self.byte_ids[b as usize],
+                len: 1,
                 prev: if i == 0 { NONE } else { i as u32 - 1 },
                 next: if i + 1 == n { NONE } else { i as u32 + 1 },
                 alive: true,
@@ -510,6 +542,7 @@ impl Tokenizer {
                 continue;
             }
             syms[p].id = new_id;
+            syms[p].len += syms[q].len;
             syms[q].alive = false;
             let after = syms[q].next;
             syms[p].next = after;
@@ -529,6 +562,9 @@ impl Tokenizer {
         let mut i = 0u32;
         while i != NONE {
             out.push(syms[i as usize].id);
+            if let Some(l) = lens.as_deref_mut() {
+                l.push(syms[i as usize].len);
+            }
             i = syms[i as usize].next;
         }
     }
@@ -561,6 +597,37 @@ impl Tokenizer {
     pub fn stream_decoder(&self) -> StreamDecoder {
         StreamDecoder::new()
     }
+}
+
+/// Flat `[start, end)` UTF-16 spans of consecutive pieces of `text`, `lens` bytes each
+/// (summing to `text.len()`), each widened to whole characters.
+fn utf16_spans(text: &str, lens: &[u32]) -> Vec<u32> {
+    // For every byte: the UTF-16 start and end of the character it belongs to.
+    let mut start16 = alloc::vec![0u32; text.len()];
+    let mut end16 = alloc::vec![0u32; text.len()];
+    let mut u = 0u32;
+    for (i, c) in text.char_indices() {
+        let next = u + c.len_utf16() as u32;
+        start16[i..i + c.len_utf8()].fill(u);
+        end16[i..i + c.len_utf8()].fill(next);
+        u = next;
+    }
+    let mut spans = Vec::with_capacity(lens.len() * 2);
+    let mut at = 0usize;
+    for &len in lens {
+        let end = at + len as usize;
+        // Empty pieces do not occur (an empty special token is never split out).
+        let (s, e) = match len {
+            0 => {
+                let p = start16.get(at).copied().unwrap_or(u);
+                (p, p)
+            }
+            _ => (start16[at], end16[end - 1]),
+        };
+        spans.extend_from_slice(&[s, e]);
+        at = end;
+    }
+    spans
 }
 
 fn pair_key(left: u32, right: u32) -> u64 {
@@ -689,6 +756,26 @@ mod tests {
         // Half a character decodes to U+FFFD (lossy), its bytes are still exact.
         assert_eq!(t.decode(&[0xE2, 0x82]).unwrap(), "\u{FFFD}");
         assert_eq!(t.decode_bytes(&[0xE2, 0x82, 0xAC]).unwrap(), "€".as_bytes());
+    }
+
+    #[test]
+    fn offsets_tile_the_text_in_utf16() {
+        let mut types = vec![token_type::NORMAL; 260];
+        types[259] = token_type::CONTROL;
+        let t = toy(&["he", "ll", "hell", "<s>"], &["h e", "l l", "he ll"], Some(types)).unwrap();
+        // "hell" + "o": the leading space is its own token in this vocabulary.
+        let (ids, spans) = t.encode_offsets("hello he", false);
+        assert_eq!(ids, [258, b'o' as u32, b' ' as u32, 256]);
+        assert_eq!(spans, [0, 4, 4, 5, 5, 6, 6, 8]);
+        // 😀 is 4 bytes, 4 byte tokens, 2 UTF-16 units: each of its tokens spans all of it.
+        let (ids, spans) = t.encode_offsets("a😀é", false);
+        assert_eq!(ids, [b'a' as u32, 0xF0, 0x9F, 0x98, 0x80, 0xC3, 0xA9]);
+        assert_eq!(spans, [0, 1, 1, 3, 1, 3, 1, 3, 1, 3, 3, 4, 3, 4]);
+        // A control token's span is its text, found only with `special`.
+        let (ids, spans) = t.encode_offsets("x<s>", true);
+        assert_eq!((ids, spans), (vec![b'x' as u32, 259], vec![0, 1, 1, 4]));
+        assert_eq!(t.encode_offsets("x<s>", false).0, t.encode("x<s>", false));
+        assert_eq!(t.encode_offsets("", false), (vec![], vec![]));
     }
 
     /// A vocabulary that types a token BPE produces (a byte token, a merge result) control

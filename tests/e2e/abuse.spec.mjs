@@ -41,7 +41,7 @@ for (const worker of [true, false]) {
       // It may have got the first token before return() ran; otherwise it ends with the iterator.
       assert.ok(v.pending.value.done === true || v.pending.value.value?.token === 97, JSON.stringify(v.pending));
       assert.deepEqual(v.both.value, [
-        { value: { token: 97, text: 'a' }, done: false }, { value: { token: 98, text: 'b' }, done: false }, { value: undefined, done: true },
+        { value: { seq: 0, token: 97, text: 'a' }, done: false }, { value: { seq: 0, token: 98, text: 'b' }, done: false }, { value: undefined, done: true },
       ]);
     });
 

@@ -240,8 +240,8 @@ for (const worker of [true, false]) {
       `, MODEL);
       assert.ok(r.ok, r.message);
       assert.deepEqual(r.value.got, [
-        { token: 97, text: 'a' }, { token: 98, text: 'b' }, { token: 99, text: 'c' },
-        { token: 100, text: 'd' }, { token: 101, text: 'e' },
+        { seq: 0, token: 97, text: 'a' }, { seq: 0, token: 98, text: 'b' }, { seq: 0, token: 99, text: 'c' },
+        { seq: 0, token: 100, text: 'd' }, { seq: 0, token: 101, text: 'e' },
       ]);
       assert.equal(r.value.stats.promptTokens, 5);
       assert.equal(r.value.stats.tokens, 5);
@@ -278,7 +278,7 @@ for (const worker of [true, false]) {
       assert.deepEqual(r.value.got, ['a', 'b', 'c']);
       assert.equal(r.value.aborted, 'aborted');
       assert.equal(r.value.n, 2);
-      assert.deepEqual(r.value.first, { token: 97, text: 'a' });
+      assert.deepEqual(r.value.first, { seq: 0, token: 97, text: 'a' });
       assert.equal(r.value.busy, 'busy');
       assert.equal(r.value.again, 'abc');
     });
@@ -371,7 +371,7 @@ for (const worker of [true, false]) {
       const v = r.value;
       assert.equal(v.isStream, true);
       assert.deepEqual(v.items.map((t) => t.text).join(''), 'abcde');
-      assert.deepEqual(v.items[0], { token: 97, text: 'a' });
+      assert.deepEqual(v.items[0], { seq: 0, token: 97, text: 'a' });
       assert.equal(v.stats, 'maxTokens');
       assert.deepEqual(v.piped, ['a', 'b']);
       assert.deepEqual(v.cancelled, ['cancelled', true]);

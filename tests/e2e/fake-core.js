@@ -148,7 +148,7 @@ export class WasmModel {
     }
     this.#spin();
     const token = 97 + (this.produced++ % 26);
-    return { token, text: String.fromCharCode(token) };
+    return { seq: 0, token, text: String.fromCharCode(token) };
   }
   /** The run's counters; `stop` (the real one also says 'eos', 'contextFull' and 'stop') once it ended. */
   stats() {

@@ -3,11 +3,12 @@
 // and memory plan as a later Model.load's info(), on the CPU and split with WebGPU
 // (SwiftShader); the server saw only the header's bytes; a header whose KV cache cannot fit
 // in wasm32's 4 GiB says fits: false with the reason; a truncated header is 'format'; an
-// unknown option 'invalid'; no worker and no threaded build is started for it.
+// unknown option 'invalid'; no worker and no threaded build is started for it. The
+// `ggweb/tokenizer` entry's Tokenizer.load over the same header path, on the page and in a worker.
 //   node --test tests/e2e/inspect.spec.mjs
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { statSync } from 'node:fs';
+import { readFileSync, statSync } from 'node:fs';
 import { MODELS_DIR, launch, openPage, serve } from './helpers.mjs';
 
 assert.ok(MODELS_DIR, 'the llama.cpp-made tiny models (tests/fixtures/llamacpp) are needed');
@@ -237,6 +238,60 @@ test('a truncated or malformed header rejects with code format, as a load does',
   }
   const bad = await inPage("return Model.inspect(new TextEncoder().encode('not a gguf file at all, no'));");
   assert.deepEqual([bad.ok, bad.code, bad.isGgweb], [false, 'format', true], bad.message);
+});
+
+// The `ggweb/tokenizer` entry (issue #40 item 4) reads a model's tokenizer through the same
+// header path: only the first range of the file, no worker, and on the page and in a module
+// worker the ids of Hugging Face's tokenizer (tokenizer_ref.json) and of the model's own
+// tokenize, with offsets equal in both.
+test('ggweb/tokenizer: the header\'s tokenizer from one range, the model\'s ids, on the page and in a worker', async () => {
+  const ref = JSON.parse(readFileSync(new URL('../fixtures/tokenizer_ref.json', import.meta.url), 'utf8')).cases;
+  const texts = ref.map((c) => c.text);
+  const file = 'tiny-gpt2-f32.gguf';
+  const r = await page.evaluate(async ({ texts, url, plain }) => window.run(async () => {
+    const { Tokenizer } = await import('/tokenizer.js');
+    const tok = await Tokenizer.load(url);
+    const page = texts.map((t) => ({ ids: Array.from(tok.encode(t)), special: Array.from(tok.encode(t, { special: true })), offsets: Array.from(tok.encode(t, { offsets: true }).offsets) }));
+    // A module worker that imports the entry itself and reads the shipped vocabulary.
+    const src = `import { Tokenizer } from '${location.origin}/tokenizer.js';
+      onmessage = async ({ data }) => {
+        try {
+          const tok = await Tokenizer.gpt2();
+          postMessage({ ok: true, out: data.map((t) => ({ ids: Array.from(tok.encode(t)), offsets: Array.from(tok.encode(t, { offsets: true }).offsets), count: tok.count(t) })) });
+        } catch (e) { postMessage({ ok: false, message: e.message }); }
+      };`;
+    const w = new Worker(URL.createObjectURL(new Blob([src], { type: 'text/javascript' })), { type: 'module' });
+    const inWorker = await new Promise((resolve, reject) => {
+      w.onmessage = ({ data }) => (data.ok ? resolve(data.out) : reject(new Error(data.message)));
+      w.onerror = (e) => reject(new Error(`worker: ${e.message}`));
+      w.postMessage(texts);
+    });
+    w.terminate();
+    // The model's own tokenizer (in its worker) on the same texts.
+    const m = await window.G.Model.load(plain);
+    const model = [];
+    for (const t of texts) model.push({ ids: Array.from(await m.tokenize(t)), special: Array.from(await m.tokenize(t, { special: true })) });
+    await m.dispose();
+    const bad = [];
+    for (const u of ['/tokenizer.js', '/no-such-file.gguf']) bad.push(await Tokenizer.load(u).then(() => null, (e) => [e.code, e.message]));
+    return { page, inWorker, model, bad };
+  }), { texts, url: `/__test/counted/tok-f32/shared-models/${file}`, plain: `/shared-models/${file}` });
+  assert.ok(r.ok, r.message);
+  const { page: onPage, inWorker, model, bad } = r.value;
+  const tally = await (await fetch(`${server.url}__test/tally/tok-f32`)).json();
+  assert.deepEqual(tally.ranges, [`bytes=0-${FIRST_RANGE - 1}`], 'one Range request');
+  assert.ok(tally.bytes <= FIRST_RANGE && tally.bytes < size(file), `${tally.bytes} bytes read`);
+  ref.forEach((c, i) => {
+    assert.deepEqual(onPage[i].ids, c.ids, `page: ${JSON.stringify(c.text)}`);
+    assert.deepEqual(onPage[i].special, c.special_ids ?? c.ids, `page, special: ${JSON.stringify(c.text)}`);
+    assert.deepEqual(model[i], { ids: onPage[i].ids, special: onPage[i].special }, `model.tokenize: ${JSON.stringify(c.text)}`);
+    assert.deepEqual(inWorker[i], { ids: c.ids, offsets: onPage[i].offsets, count: c.ids.length }, `worker: ${JSON.stringify(c.text)}`);
+    assert.equal(onPage[i].offsets.at(-1) ?? 0, c.text.length);
+  });
+  assert.equal(bad[0][0], 'format', bad[0][1]);
+  assert.equal(bad[1][0], 'http', bad[1][1]);
+  // The 404 asked for above is the page's only expected console error.
+  for (let i = problems.length - 1; i >= 0; i--) if (problems[i].includes('/no-such-file.gguf')) problems.splice(i, 1);
 });
 
 test('options are checked strictly: unknown key and bad values are invalid', async () => {

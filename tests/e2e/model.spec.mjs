@@ -363,14 +363,15 @@ test('the wasm seam: next() is the whole item or undefined, stats() says why it 
   assert.deepEqual(r.threads, { supported: false, workersRunning: 0, jobs: [0, 0] });
   assert.deepEqual(r.backends, ['cpu', 'webgpu']);
   assert.deepEqual(r.info, { backend: 'cpu', eps: 1e-5, note: null, kvType: 'f32' });
-  // Greedy: HF's tokens, each item whole ({ token, text } without topLogprobs).
+  // Greedy: HF's tokens, each item whole ({ seq, token, text } without topLogprobs; seq 0 with one sequence).
   assert.deepEqual(r.plain.items.map((t) => t.token), HELLO.greedy_ids.slice(0, 3));
-  assert.deepEqual(r.plain.items.map((t) => Object.keys(t)), [['token', 'text'], ['token', 'text'], ['token', 'text']]);
+  assert.deepEqual(r.plain.items.map((t) => Object.keys(t)), [['seq', 'token', 'text'], ['seq', 'token', 'text'], ['seq', 'token', 'text']]);
+  assert.deepEqual(r.plain.items.map((t) => t.seq), [0, 0, 0]);
   assert.equal(r.plain.items.map((t) => t.text).join(''), HELLO.greedy_text.slice(0, r.plain.items.map((t) => t.text).join('').length));
   assert.deepEqual(r.plain.stats, { promptTokens: HELLO.ids.length, cachedTokens: 0, tokens: 3, stop: 'maxTokens', webgpu: null });
   // With topLogprobs: logprob and the top 2 ({ token, text, logprob }), the greedy token first.
   const [first] = r.top.items;
-  assert.deepEqual(Object.keys(first), ['token', 'text', 'logprob', 'top']);
+  assert.deepEqual(Object.keys(first), ['seq', 'token', 'text', 'logprob', 'top']);
   assert.equal(first.top.length, 2);
   assert.equal(first.top[0].token, first.token);
   assert.ok(first.logprob < 0 && Math.abs(first.logprob - first.top[0].logprob) < 1e-6, JSON.stringify(first));

@@ -107,6 +107,62 @@ fn matches_hugging_face_ids() {
     assert!(n_special >= 10, "{n_special} cases with <|endoftext|> parsed");
 }
 
+/// `encode_offsets` (the `ggweb/tokenizer` entry's `encode(text, { offsets: true })`) over the
+/// reference corpus: the same ids as `encode`, and spans in UTF-16 units that tile the text
+/// (no gap, no overlap) except across a character split between tokens, where each of those
+/// tokens covers the whole character and the group decodes to it.
+#[test]
+fn offsets_tile_the_reference_corpus() {
+    let tok = gpt2();
+    let (mut n_split, mut n_tokens) = (0, 0);
+    for c in &ref_cases() {
+        for special in [false, true] {
+            let (ids, spans) = tok.encode_offsets(&c.text, special);
+            assert_eq!(ids, tok.encode(&c.text, special), "{}", short(&c.text));
+            assert_eq!(spans.len(), ids.len() * 2);
+            let units: Vec<u16> = c.text.encode_utf16().collect();
+            let mut end = 0usize;
+            let mut i = 0;
+            while i < ids.len() {
+                let (s, e) = (spans[2 * i] as usize, spans[2 * i + 1] as usize);
+                assert_eq!(s, end, "{}: token {i} starts at {s}, the last ended at {end}", short(&c.text));
+                assert!(e > s, "{}: token {i} is empty", short(&c.text));
+                // The tokens sharing this span (a character split across them) decode to it together.
+                let mut j = i + 1;
+                while j < ids.len() && spans[2 * j] as usize == s {
+                    assert_eq!(spans[2 * j + 1] as usize, e, "{}: token {j}", short(&c.text));
+                    j += 1;
+                }
+                // A character can also straddle two tokens that each hold other characters:
+                // then the next span starts inside this one; take the union.
+                let mut e_all = e;
+                while j < ids.len() && (spans[2 * j] as usize) < e_all {
+                    e_all = e_all.max(spans[2 * j + 1] as usize);
+                    j += 1;
+                }
+                if j - i > 1 {
+                    n_split += 1;
+                }
+                let want = String::from_utf16(&units[s..e_all]).unwrap();
+                assert_eq!(tok.decode(&ids[i..j]).unwrap(), want, "{}: tokens {i}..{j}", short(&c.text));
+                end = e_all;
+                i = j;
+            }
+            assert_eq!(end, units.len(), "{}: the spans end at {end}", short(&c.text));
+            n_tokens += ids.len();
+        }
+    }
+    // The corpus has emoji and rare CJK whose bytes BPE splits.
+    assert!(n_split >= 10 && n_tokens > 5000, "{n_split} split characters in {n_tokens} tokens");
+    // Examples: a leading space belongs to its word; 🤗's 4 bytes come as 3 tokens, each
+    // over its 2 UTF-16 units.
+    assert_eq!(tok.encode_offsets("Hello world", false), (vec![15496, 995], vec![0, 5, 5, 11]));
+    let (ids, spans) = tok.encode_offsets("a 🤗!", false);
+    assert_eq!(ids, tok.encode("a 🤗!", false));
+    assert_eq!(ids.len(), 5, "{ids:?}");
+    assert_eq!(spans, [0, 1, 1, 4, 2, 4, 2, 4, 4, 5]);
+}
+
 #[test]
 fn endoftext_literal_and_parsed() {
     let tok = gpt2();

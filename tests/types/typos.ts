@@ -2,10 +2,12 @@
 // must fail to compile (an unused directive is itself an error, TS2578), and
 // tests/types/types.test.mjs checks that it fails for that reason (its message contains TEXT).
 import { Model, type GenerateOptions, type ModelInfo, type InspectResult } from 'ggweb';
+import { Tokenizer } from 'ggweb/tokenizer';
 
 declare const model: Model;
 declare const info: ModelInfo;
 declare const inspected: InspectResult;
+declare const tokenizer: Tokenizer;
 
 export async function typos(): Promise<unknown[]> {
   const out: unknown[] = [];
@@ -40,5 +42,11 @@ export async function typos(): Promise<unknown[]> {
   out.push(model.train('text', { steps: 1, lrSchedule: { decay: 'exp' } }));
   // @ts-expect-error: Type '"q4_0"' is not assignable to type '"f32" | "f16" | "q8_0" | undefined'
   out.push(await model.save({ type: 'q4_0' }));
+  // @ts-expect-error: 'offset' does not exist in type
+  out.push(tokenizer.encode('x', { offset: true }));
+  // @ts-expect-error: Property 'offsets' does not exist on type 'Uint32Array
+  out.push(tokenizer.encode('x', { special: true }).offsets);
+  // @ts-expect-error: Constructor of class 'Tokenizer' is private
+  out.push(new Tokenizer());
   return out;
 }

@@ -14,6 +14,10 @@ import ggwebDefault, {
   type SaeEncoded, Sae, type Metric, type GradSpec, type SaliencyOptions, type SaliencyResult,
   type TrainOptions, type Training, type TrainStep, type TrainStats, type TrainData,
 } from 'ggweb';
+import {
+  Tokenizer, GgwebError as TokenizerGgwebError,
+  type EncodeOptions, type EncodeOffsetsOptions, type EncodedWithOffsets, type TokenizerLoadOptions,
+} from 'ggweb/tokenizer';
 
 const ac = new AbortController();
 
@@ -162,7 +166,7 @@ function readInspect(r: InspectResult): unknown[] {
 }
 
 function readToken(t: GeneratedToken): string {
-  return `${t.seq ?? 0} ${t.token} ${t.text} ${t.logprob ?? ''} ${(t.top ?? []).map((e) => `${e.token}:${e.text}:${e.logprob}`).join()}`;
+  return `${t.seq satisfies number} ${t.token} ${t.text} ${t.logprob ?? ''} ${(t.top ?? []).map((e) => `${e.token}:${e.text}:${e.logprob}`).join()}`;
 }
 
 // Every instance member, called or read: a new method is a compile error until it is here.
@@ -261,4 +265,34 @@ export async function training(model: Model): Promise<number> {
   const stream: ReadableStream<TrainStep> = sgd.toReadableStream();
   const d: TrainData = 'text';
   return last + (stats?.steps ?? 0) + (stats?.stop === 'cancelled' ? 1 : 0) + (stream ? 1 : 0) + d.length;
+}
+
+// ggweb/tokenizer (issue 40): every static, member and option of Tokenizer.
+const allTokenizerLoad: Required<TokenizerLoadOptions> = {
+  signal: ac.signal, stallTimeoutMs: 0, file: 'gpt2.Q8_0.gguf', revision: 'main', hubUrl: 'https://huggingface.co',
+};
+const tokenizerMembers: { [K in keyof Tokenizer]: (t: Tokenizer) => unknown } = {
+  nVocab: (t) => t.nVocab satisfies number,
+  eos: (t) => t.eos satisfies number | null,
+  encode: (t) => {
+    const ids: Uint32Array = t.encode('Hello world');
+    const opts: Required<EncodeOptions> = { special: true, offsets: false };
+    const withOffsets: EncodedWithOffsets = t.encode('Hello world', { offsets: true, special: false } satisfies EncodeOffsetsOptions);
+    return ids.length + t.encode('x', opts).length + t.encode('y', null).length + withOffsets.ids.length + withOffsets.offsets[1];
+  },
+  count: (t) => t.count('Hello') satisfies number,
+  decode: (t) => t.decode([15496, 995]) satisfies string,
+  dispose: (t) => t.dispose() satisfies void,
+};
+export async function tokenizerEntry(bytes: Uint8Array): Promise<number> {
+  const a = await Tokenizer.gpt2();
+  const b = await Tokenizer.load(bytes, allTokenizerLoad);
+  const c = await Tokenizer.load('gpt2/gpt2.gguf', { file: 'model.gguf' });
+  await Tokenizer.gpt2({ signal: ac.signal });
+  try {
+    await Tokenizer.load(new Blob([]));
+  } catch (e) {
+    if (e instanceof TokenizerGgwebError && e instanceof GgwebError) return e.code.length;
+  }
+  return Object.values(tokenizerMembers).map((f) => f(a)).length + b.nVocab + c.count('x');
 }
