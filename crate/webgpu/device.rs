@@ -79,7 +79,12 @@ impl core::ops::Deref for GpuBuffer {
 }
 
 impl Drop for GpuBuffer {
+    /// Destroyed now, not when the JS object is collected: in the browser a dropped wgpu
+    /// buffer otherwise lives until the garbage collector finds its wrapper, and a page that
+    /// makes thousands (a read-back staging buffer per read, prefetched outputs nobody read)
+    /// stalled Firefox's WebGPU. Work already submitted that uses it still completes.
     fn drop(&mut self) {
+        self.0.destroy();
         LIVE_BUFFERS.fetch_sub(1, Ordering::Relaxed);
     }
 }

@@ -98,10 +98,6 @@ pub(crate) async fn read(gpu: &Gpu, src: &wgpu::Buffer, offset: usize, out: &mut
         out.copy_from_slice(&view[at..at + out.len()]);
     }
     staging.unmap();
-    // Freed now, not when the JS object is collected: in Firefox every mappable buffer holds
-    // a shared-memory segment until then, and a page that reads back thousands of times (a
-    // long test run, a long generation on WebGPU) ran out and its next map never settled.
-    staging.destroy();
     gpu.count(|s| {
         s.readbacks += 1;
         s.readback_bytes += out.len() as u64;
