@@ -10,6 +10,7 @@ pub mod inside;
 pub mod kv_cache;
 pub mod loader;
 pub mod logprobs;
+pub mod lora;
 pub mod plan;
 mod plan_backend;
 #[cfg(feature = "std")]

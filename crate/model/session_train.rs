@@ -1,6 +1,6 @@
 //! The session's side of training ([`super::train`]): `model.train`'s text data, and one run
 //! at a time held by the session, started, stepped and ended (the prompt cache forgotten,
-//! since the runs write the KV cache and change the weights).
+//! since the runs write the KV cache and change the weights), and `dropLora`.
 
 use alloc::format;
 use alloc::string::String;
@@ -69,6 +69,21 @@ impl Session {
     /// The run in progress, for its gradient norms and plan.
     pub fn trainer(&mut self) -> Option<&mut Trainer> {
         self.train.as_mut()
+    }
+
+    /// `model.dropLora()`: removes the model's LoRA adapter (ending any run in progress, which
+    /// may be training it), so later calls run the base weights again; the prompt cache,
+    /// computed with the adapter, is forgotten. Whether there was one.
+    pub fn drop_lora(&mut self) -> bool {
+        if self.model.weights.lora.is_none() {
+            return false;
+        }
+        self.end_generation();
+        self.train = None;
+        self.model.weights.lora = None;
+        self.clear_cache();
+        self.cache_hooks.clear();
+        true
     }
 
     /// Ends the run in progress (its state freed; the model keeps the trained weights).
