@@ -176,13 +176,10 @@ export function trainData(data) {
 
 /**
  * train's options for the wasm side (which refuses unknown keys by name and checks each
- * value): a plain-data copy without `signal`. `lora` is refused as not built yet.
+ * value, `lora`'s included): a plain-data copy without `signal`.
  */
 export function trainParams(opts = {}) {
   const o = optionsObject(opts, 'train');
-  if (o.lora !== undefined) {
-    throw new GgwebError('unsupported', 'train: lora (low-rank adapters) is not built yet; leave it out for full training');
-  }
   return plainData(without(o, ['signal']), 'train: options');
 }
 
@@ -533,6 +530,19 @@ export class Engine {
     } catch (e) {
       throw toGgwebError(e, 'invalid', 'tokenize');
     }
+  }
+
+  /** Removes the model's LoRA adapter (a training run's, or Model.load's): later calls run
+   *  the base weights. Resolves to whether there was one. */
+  async dropLora() {
+    this._check('dropLora');
+    await this._idle();
+    this._check('dropLora');
+    if (this.busy) throw new GgwebError('busy', `dropLora: the model is busy (${this.busy})`);
+    if (typeof this.model.drop_lora !== 'function') {
+      throw new GgwebError('unsupported', 'dropLora: this wasm module was built before LoRA adapters existed');
+    }
+    return this.model.drop_lora();
   }
 
   async detokenize(ids) {

@@ -278,8 +278,8 @@ export interface GenerateStats extends Pick<GenerationStats, 'promptTokens' | 'c
 }
 
 
-/** `model.train`'s options: TrainParams (`steps` required) and a `signal` that stops the run
- *  after the update in progress. `lora` is not built yet ('unsupported'). */
+/** `model.train`'s options: TrainParams (`steps` required; `lora` trains an adapter instead of
+ *  the weights) and a `signal` that stops the run after the update in progress. */
 export interface TrainOptions extends TrainParams {
   signal?: AbortSignal;
 }
@@ -536,11 +536,23 @@ export declare class Model {
    *  Aborting `signal`, `break`, return() or dispose() stop it after the update in progress
    *  (the loop ends without an error; `stats` says 'cancelled').
    *  A bad argument makes the first next() reject.
+   *  With `lora: { rank, alpha = rank, targets = ['attn_qkv'] }` (targets from 'attn_qkv',
+   *  'attn_output', 'ffn_up', 'ffn_down') it trains a LoRA adapter instead, on any file,
+   *  quantized included: each targeted block matrix computes `W·x + (alpha/rank)·B·A·x`, A
+   *  Kaiming-uniform from `seed` as PEFT draws it, B zero (so the first loss is the base
+   *  model's); the weights are never written. The adapter stays on the model for every later
+   *  call until dropLora(); a later `lora` run of the same rank, alpha and targets trains it on.
    *  @throws GgwebError 'invalid' (unknown option, steps missing, lr not a finite number,
-   *    seqLen > nCtx, empty data, sequences not seqLen long), 'unsupported' (a quantized
-   *    weight, named; a WebGPU model; `lora`; a plan over the memory budget, with the sizes),
-   *    'busy', 'disposed'. */
+   *    seqLen > nCtx, empty data, sequences not seqLen long; lora: rank 0 or above n_embd,
+   *    alpha not a finite number above 0, an unknown or repeated target; a `lora` of another
+   *    shape than the model's adapter, or full training while it has one: dropLora() first),
+   *    'unsupported' (full training of a quantized weight, named; a WebGPU model; a plan over
+   *    the memory budget, with the sizes), 'busy', 'disposed'. */
   train(data: TrainData, options: TrainOptions): Training;
+  /** Removes the model's LoRA adapter: later calls run the base weights (the base model's
+   *  logits exactly). Resolves to whether there was one.
+   *  @throws GgwebError 'busy' (while a call or a training run holds the model), 'disposed'. */
+  dropLora(): Promise<boolean>;
   /** For tests of the recovery path: destroys a WebGPU model's device as a driver reset
    *  would (a running generation fails at its next step). Code 'unsupported' on the CPU. */
   _debugLoseDevice(): Promise<boolean>;

@@ -896,7 +896,9 @@ export class Model {
     }, signal);
   }
   /**
-   * Trains the model's weights (full fine-tuning, on the CPU): `for await (const { step, loss,
+   * Trains the model's weights (full fine-tuning, on the CPU), or with `lora: { rank, alpha,
+   * targets }` a low-rank adapter beside them on any file (quantized too) that stays on the
+   * model until dropLora(): `for await (const { step, loss,
    * tokens, tokensPerSecond } of model.train(data, { steps, ... }))`, one item per update.
    * `break`, return(), aborting `signal` or dispose() stop it after the update in progress
    * (the loop ends; `await run.stats` gives `{ stop: 'steps' | 'cancelled', steps, tokens }`);
@@ -916,6 +918,15 @@ export class Model {
     const signal = checkSignal(o.signal); // a bad signal throws at once: it could not be watched
     // Checked here, on the calling thread, so that what crosses to a worker is plain data.
     return tokenStream((push) => this.#t.train(trainData(data), trainParams(o), push), signal, how);
+  }
+
+  /**
+   * Removes the model's LoRA adapter (trained by `train(data, { lora })`): later calls run the
+   * base weights, with the base model's logits exactly. Resolves to whether there was one.
+   */
+  async dropLora() {
+    this.#live('dropLora');
+    return this.#t.call('dropLora', []);
   }
 
   /**

@@ -54,6 +54,12 @@ impl WasmModel {
         }
     }
 
+    /// `model.dropLora()`: removes the model's LoRA adapter (later calls run the base
+    /// weights); whether it had one.
+    pub fn drop_lora(&mut self) -> bool {
+        self.session.drop_lora()
+    }
+
     /// Ends the run: its `TrainStats` (null when none ran). The model keeps the weights of
     /// the last finished update.
     pub fn train_end(&mut self) -> JsValue {

@@ -393,7 +393,7 @@ for (const worker of [true, false]) {
           run: () => m.run('a'), patch: () => m.patch('a', 'b', { at: 'z', answer: 1, against: 2 }),
           logitLens: () => m.logitLens('a'), attribute: () => m.attribute('a', { answer: 1, against: 2 }),
           saliency: () => m.saliency('a', { of: { loss: 'mean' }, method: 'gradient' }), loadSae: () => m.loadSae('/sae/'),
-          train: () => m.train('a', { steps: 1 }),
+          train: () => m.train('a', { steps: 1 }), dropLora: () => m.dropLora(),
         };
         const methods = Object.getOwnPropertyNames(Model.prototype)
           .filter((k) => k !== 'constructor' && typeof Object.getOwnPropertyDescriptor(Model.prototype, k).value === 'function');
@@ -404,10 +404,10 @@ for (const worker of [true, false]) {
         return { codes, methods: methods.sort(), disposed: m.disposed, inWorker: m.inWorker };
       `, MODEL);
       assert.ok(r.ok, r.message);
-      assert.deepEqual(r.value.methods, ['_debugLoseDevice', 'attribute', 'detokenize', 'dispose', 'generate', 'info', 'loadSae',
+      assert.deepEqual(r.value.methods, ['_debugLoseDevice', 'attribute', 'detokenize', 'dispose', 'dropLora', 'generate', 'info', 'loadSae',
         'logitLens', 'logits', 'patch', 'run', 'saliency', 'score', 'tokenize', 'trace', 'train']);
       assert.deepEqual(r.value.codes, Object.fromEntries(['info', 'tokenize', 'detokenize', 'logits', 'generate', '_debugLoseDevice', 'score', 'trace',
-        'run', 'patch', 'logitLens', 'attribute', 'saliency', 'loadSae', 'train']
+        'run', 'patch', 'logitLens', 'attribute', 'saliency', 'loadSae', 'train', 'dropLora']
         .map((k) => [k, ['disposed', `${k}: the model was disposed`]])));
       assert.equal(r.value.disposed, true);
       assert.equal(r.value.inWorker, worker, 'the getters still answer');

@@ -183,6 +183,7 @@ const members: { [K in keyof Model]: (m: Model) => unknown } = {
   loadSae: async (m) => useSae(await m.loadSae('https://example.com/sae/', allLoadSae)),
   generate: (m) => m.generate(inputs[2], allGenerate),
   train: (m) => training(m),
+  dropLora: async (m) => (await m.dropLora()) satisfies boolean,
   _debugLoseDevice: async (m) => (await m._debugLoseDevice()) satisfies boolean,
   dispose: async (m) => (await m.dispose()) satisfies void,
 };
@@ -259,5 +260,9 @@ export async function training(model: Model): Promise<number> {
   const sgd = model.train(['some text', 'more'], { steps: 1, optimizer: { type: 'sgd', lr: 0.1, momentum: 0.9 } });
   const stream: ReadableStream<TrainStep> = sgd.toReadableStream();
   const d: TrainData = 'text';
+  const lora: TrainOptions = { steps: 2, lora: { rank: 4, alpha: 8, targets: ['attn_qkv', 'attn_output', 'ffn_up', 'ffn_down'] } };
+  for await (const s of model.train(d, lora)) last += s.loss;
+  const dropped: boolean = await model.dropLora();
+  if (dropped) last += 1;
   return last + (stats?.steps ?? 0) + (stats?.stop === 'cancelled' ? 1 : 0) + (stream ? 1 : 0) + d.length;
 }
