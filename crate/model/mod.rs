@@ -11,6 +11,7 @@ pub mod kv_cache;
 pub mod loader;
 pub mod logprobs;
 pub mod lora;
+mod lora_gguf;
 pub mod plan;
 mod plan_backend;
 #[cfg(feature = "std")]
