@@ -545,6 +545,37 @@ export class Engine {
     return this.model.drop_lora();
   }
 
+  /** The model's LoRA adapter as a llama.cpp LoRA GGUF: `opts` SaveLoraParams ({ type }). */
+  async saveLora(opts) {
+    this._check('saveLora');
+    await this._idle();
+    this._check('saveLora');
+    if (this.busy) throw new GgwebError('busy', `saveLora: the model is busy (${this.busy})`);
+    if (typeof this.model.save_lora !== 'function') {
+      throw new GgwebError('unsupported', 'saveLora: this wasm module was built before LoRA adapters existed');
+    }
+    try {
+      return this.model.save_lora(opts ?? undefined);
+    } catch (e) {
+      throw toGgwebError(e, 'invalid', '');
+    }
+  }
+
+  /** Puts the adapter of a llama.cpp LoRA GGUF (`bytes`) on the model (Model.load's `lora`). */
+  async loadLora(bytes) {
+    this._check('Model.load: lora');
+    await this._idle();
+    if (this.busy) throw new GgwebError('busy', `Model.load: lora: the model is busy (${this.busy})`);
+    if (typeof this.model.load_lora !== 'function') {
+      throw new GgwebError('unsupported', 'Model.load: lora: this wasm module was built before LoRA adapters existed');
+    }
+    try {
+      this.model.load_lora(bytes);
+    } catch (e) {
+      throw toGgwebError(e, 'format', '');
+    }
+  }
+
   async detokenize(ids) {
     this._check('detokenize');
     const a = tokenIds(ids, 'detokenize');

@@ -5,6 +5,7 @@ import type {
   AttributeParams, Beam, GenerateParams, Item, PatchParams, RunParams, SaliencyParams, TopKParams,
   ScoreResult, TraceResult, RunResult, PatchResult, LogitLensResult, AttributeResult, SaeEncoded, SaliencyResult,
   WebGpuStats, WasmModelInfo, WasmInspectResult, LoadParams, GenerationStats, ScoreParams, TraceParams, TrainParams, TrainItem, TrainStats,
+  SaveLoraParams,
 } from './ggweb.types.js';
 export * from './ggweb.types.js';
 
@@ -97,6 +98,12 @@ export interface LoadOptions extends LoadParams {
    *  so pass false for results identical on every machine. info().threads.build says which. */
   relaxedSimd?: boolean;
   onProgress?: (progress: LoadProgress) => void;
+  /** A llama.cpp LoRA adapter GGUF for this base (a URL, fetched after the model loads, or
+   *  its bytes, copied), put on the model as `train(data, { lora })` leaves one: every call
+   *  runs it until dropLora(). Its pairs must adapt block matrices (attn_qkv, attn_output,
+   *  ffn_up, ffn_down) with one rank; CPU backend only. A bad file is 'format' naming what
+   *  ('unsupported' for what ggweb does not apply), the load failing and the model freed. */
+  lora?: string | URL | ArrayBuffer | Uint8Array;
   /** Aborting rejects with GgwebError code 'aborted' and frees everything the load held. */
   signal?: AbortSignal;
   /** Store URL downloads in the Cache API and load from there next time: true (cache
@@ -549,6 +556,13 @@ export declare class Model {
    *    'unsupported' (full training of a quantized weight, named; a WebGPU model; a plan over
    *    the memory budget, with the sizes), 'busy', 'disposed'. */
   train(data: TrainData, options: TrainOptions): Training;
+  /** The model's LoRA adapter as a llama.cpp LoRA adapter GGUF (`general.type` 'adapter',
+   *  `adapter.type` 'lora', `adapter.lora.alpha`, `blk.N.<target>.weight.lora_a` [n_in, rank] /
+   *  `.lora_b` [rank, n_out]) that `llama-cli --lora`, llama-cpp-python's `lora_path` and
+   *  `Model.load(base, { lora })` apply to the base file; `type` 'f32' (default) or 'f16'.
+   *  @throws GgwebError 'invalid' (no adapter on the model, an unknown option or type),
+   *  'busy', 'disposed'. */
+  saveLora(options?: SaveLoraParams | null): Promise<Uint8Array>;
   /** Removes the model's LoRA adapter: later calls run the base weights (the base model's
    *  logits exactly). Resolves to whether there was one.
    *  @throws GgwebError 'busy' (while a call or a training run holds the model), 'disposed'. */

@@ -690,6 +690,11 @@ export interface LoraParams {
   targets?: ('attn_qkv' | 'attn_output' | 'ffn_up' | 'ffn_down')[];
 }
 
+/** `saveLora`'s options: the tensors' type, `'f32'` (the default) or `'f16'`. */
+export interface SaveLoraParams {
+  type?: 'f32' | 'f16';
+}
+
 /**
  * Work one device backend has done since it was created (see `Backend::stats`); a
  * call's own share is `BackendStats::since` a snapshot taken before it. The WebGPU

@@ -680,6 +680,26 @@ pub struct LoraParams {
     pub targets: Option<Vec<String>>,
 }
 
+// ts: export SaveLoraParams
+/// `saveLora`'s options: the tensors' type, `'f32'` (the default) or `'f16'`.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SaveLoraParams {
+    // ts: 'f32' | 'f16'
+    #[serde(default, rename = "type")]
+    pub ty: Option<String>,
+}
+
+impl SaveLoraParams {
+    pub fn ty(&self) -> Result<crate::types::GgmlType, ModelError> {
+        match self.ty.as_deref() {
+            None | Some("f32") => Ok(crate::types::GgmlType::F32),
+            Some("f16") => Ok(crate::types::GgmlType::F16),
+            Some(t) => Err(invalid(format!("saveLora: type must be 'f32' or 'f16', got {t:?}"))),
+        }
+    }
+}
+
 /// The learning rate of `train` without an `optimizer`.
 pub const DEFAULT_TRAIN_LR: f32 = 5e-5;
 

@@ -394,6 +394,7 @@ for (const worker of [true, false]) {
           logitLens: () => m.logitLens('a'), attribute: () => m.attribute('a', { answer: 1, against: 2 }),
           saliency: () => m.saliency('a', { of: { loss: 'mean' }, method: 'gradient' }), loadSae: () => m.loadSae('/sae/'),
           train: () => m.train('a', { steps: 1 }), dropLora: () => m.dropLora(),
+          saveLora: () => m.saveLora(),
         };
         const methods = Object.getOwnPropertyNames(Model.prototype)
           .filter((k) => k !== 'constructor' && typeof Object.getOwnPropertyDescriptor(Model.prototype, k).value === 'function');
@@ -405,9 +406,9 @@ for (const worker of [true, false]) {
       `, MODEL);
       assert.ok(r.ok, r.message);
       assert.deepEqual(r.value.methods, ['_debugLoseDevice', 'attribute', 'detokenize', 'dispose', 'dropLora', 'generate', 'info', 'loadSae',
-        'logitLens', 'logits', 'patch', 'run', 'saliency', 'score', 'tokenize', 'trace', 'train']);
+        'logitLens', 'logits', 'patch', 'run', 'saliency', 'saveLora', 'score', 'tokenize', 'trace', 'train']);
       assert.deepEqual(r.value.codes, Object.fromEntries(['info', 'tokenize', 'detokenize', 'logits', 'generate', '_debugLoseDevice', 'score', 'trace',
-        'run', 'patch', 'logitLens', 'attribute', 'saliency', 'loadSae', 'train', 'dropLora']
+        'run', 'patch', 'logitLens', 'attribute', 'saliency', 'loadSae', 'train', 'dropLora', 'saveLora']
         .map((k) => [k, ['disposed', `${k}: the model was disposed`]])));
       assert.equal(r.value.disposed, true);
       assert.equal(r.value.inWorker, worker, 'the getters still answer');
