@@ -202,6 +202,16 @@ fn save_lora_and_load_it_back_give_the_adapted_logits() {
         let f16_tol = if file.contains("q8_0") { 0.15 } else { 2e-3 };
         for (ty, tol) in [(GgmlType::F32, 0.0f32), (GgmlType::F16, f16_tol)] {
             let bytes = s.save_lora(ty).unwrap();
+            if let Ok(d) = std::env::var("GGWEB_LORA_DUMP") {
+                // For tests/fixtures/check_lora_llamacpp.py: the adapter, the trained and the
+                // base model's held-prompt logits, as llama.cpp's side of the comparison reads them.
+                let tag = format!("{d}/{}-{ty}", file.trim_end_matches(".gguf"));
+                let base = block_on(session(file, false).logits(&held)).unwrap();
+                std::fs::write(format!("{tag}.adapter.gguf"), &bytes).unwrap();
+                std::fs::write(format!("{tag}.tuned.bin"), bytemuck::cast_slice::<f32, u8>(&tuned)).unwrap();
+                std::fs::write(format!("{tag}.base.bin"), bytemuck::cast_slice::<f32, u8>(&base)).unwrap();
+                std::fs::write(format!("{d}/held.json"), format!("{held:?}")).unwrap();
+            }
             let h = read_header(&bytes, bytes.len() as u64, Limits::default()).unwrap();
             assert_eq!(h.get_str("general.type").unwrap(), "adapter");
             assert_eq!(h.get_str("adapter.type").unwrap(), "lora");
