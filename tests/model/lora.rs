@@ -253,3 +253,24 @@ fn save_lora_and_load_it_back_give_the_adapted_logits() {
     assert!(s.model.weights.lora.is_none());
     assert!(block_on(s.logits(&held)).unwrap() == before);
 }
+
+/// Calls that decompose the model read the adapter too: with an `attn_output` adapter,
+/// `attribute`'s parts (the heads through W_O plus B·A) still sum to the logit difference the
+/// adapted model gives.
+#[test]
+fn attribute_sums_to_the_adapted_logit_difference() {
+    let seqs = seqs();
+    let mut s = session("tiny-f32.gguf", false);
+    let opts = r#"{"seqLen":16,"steps":4,"seed":4,"optimizer":{"type":"adamw","lr":3e-2},"lora":{"rank":4,"targets":["attn_output","ffn_down"]}}"#;
+    train(&mut s, seqs.clone(), opts);
+    let prompt = &seqs[2][..10];
+    let (answer, against) = (seqs[2][10], seqs[1][3]);
+    let logits = block_on(s.logits(prompt)).unwrap();
+    let want = logits[answer as usize] - logits[against as usize];
+    let a = block_on(s.attribute(prompt, answer, against, -1)).unwrap();
+    let parts: f32 = a.embed + a.pos_embed + a.heads.iter().sum::<f32>() + a.attn_bias.iter().sum::<f32>()
+        + a.mlps.iter().sum::<f32>() + a.ln_bias;
+    eprintln!("attribute with an adapter: total {} parts {parts} logit difference {want}", a.total);
+    assert!((a.total - want).abs() <= 1e-3 * want.abs().max(1.0), "total {} against {want}", a.total);
+    assert!((parts - want).abs() <= 1e-3 * want.abs().max(1.0), "parts {parts} against {want}");
+}
