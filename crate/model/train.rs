@@ -262,15 +262,28 @@ fn weight_list(w: &Weights) -> Vec<Tensor> {
     v
 }
 
-/// `OverBudget` when `memory`'s params (`what`) and state cannot fit `backend`'s budget,
-/// before anything is allocated.
-fn check_budget(backend: &dyn Backend, memory: &TrainMemory, what: &str) -> Result<(), ModelError> {
-    let Some(limit) = backend.buffer_type().budget() else { return Ok(()) };
-    let needed = memory.weights + memory.state;
+/// What a run may take: the least of `backend`'s budget and what the model's budget leaves
+/// besides its own buffers ([`Gpt2::host_left`], taken before the run installs anything).
+fn run_limit(backend: &dyn Backend, left: Option<u64>) -> Option<u64> {
+    match (backend.buffer_type().budget(), left) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// `OverBudget` when `memory`'s params (`what`), state and compute cannot fit `limit`: before
+/// anything is allocated (compute 0: "before the activations"), then with the planned compute.
+fn check_budget(limit: Option<u64>, memory: &TrainMemory, what: &str) -> Result<(), ModelError> {
+    let Some(limit) = limit else { return Ok(()) };
+    let needed = memory.weights + memory.state + memory.compute;
     if needed > limit {
+        let compute = match memory.compute {
+            0 => String::from("before the activations"),
+            c => format!("{c} bytes of activations and gradients (the training graph's compute buffer)"),
+        };
         return Err(over_budget(
             format!(
-                "training: {} bytes of {what}, {} bytes of gradients and optimizer state, before the activations",
+                "training: {} bytes of {what}, {} bytes of gradients and optimizer state, {compute}",
                 memory.weights, memory.state
             ),
             needed,
@@ -381,7 +394,8 @@ impl Trainer {
             state: 4 * n_elems * rows as u64 + 64,
             compute: 0,
         };
-        check_budget(&*backend, &memory, "f32 weights")?;
+        let limit = run_limit(&*backend, model.host_left());
+        check_budget(limit, &memory, "f32 weights")?;
         let converted = if in_place { None } else { Some(f32_copies(&weights, &*backend)?) };
         let new_weights = match &converted {
             Some((ctx, _)) => Some(Weights::from_context(ctx, &hp)?),
@@ -389,7 +403,7 @@ impl Trainer {
         };
         let w = new_weights.as_ref().unwrap_or(&model.weights);
         let params: Vec<(Tensor, bool)> = weight_list(w).into_iter().map(|t| (t.clone(), t.n_dims() >= 2)).collect();
-        let t = Trainer::plan(model, w, seqs, cfg, params, memory, backends)?;
+        let t = Trainer::plan(model, w, seqs, cfg, params, (memory, limit, "f32 weights"), backends)?;
         // Everything planned: the model trains (and keeps) the f32 weights from here on.
         if let (Some((wctx, buffers)), Some(nw)) = (converted, new_weights) {
             model.weights = nw;
@@ -433,7 +447,8 @@ impl Trainer {
         };
         let bytes = lc.nbytes(&hp);
         let memory = TrainMemory { weights: if fresh { bytes } else { 0 }, state: bytes * rows + 64, compute: 0 };
-        check_budget(&*backends[0], &memory, "LoRA A and B")?;
+        let limit = run_limit(&*backends[0], model.host_left());
+        check_budget(limit, &memory, "LoRA A and B")?;
         if fresh {
             let l = Lora::alloc(&hp, lc, &*backends[0])?;
             l.init(cfg.seed);
@@ -441,7 +456,7 @@ impl Trainer {
         }
         let params: Vec<(Tensor, bool)> =
             model.weights.lora.as_ref().expect("installed").tensors().into_iter().map(|t| (t, true)).collect();
-        let r = Trainer::plan(model, &model.weights, seqs, cfg, params, memory, backends);
+        let r = Trainer::plan(model, &model.weights, seqs, cfg, params, (memory, limit, "LoRA A and B"), backends);
         if r.is_err() && fresh {
             model.weights.lora = None; // nothing of the model changes when planning fails
         }
@@ -450,14 +465,14 @@ impl Trainer {
 
     /// Allocates the params' state and builds and plans the training and optimizer graphs
     /// over the weights `w` (the model's, or their f32 copies); `params` with whether weight
-    /// decay applies to each.
+    /// decay applies to each; the plan is checked against `limit` with the compute included.
     fn plan(
         model: &Gpt2,
         w: &Weights,
         seqs: Vec<Vec<u32>>,
         cfg: TrainConfig,
         params: Vec<(Tensor, bool)>,
-        memory: TrainMemory,
+        (memory, limit, what): (TrainMemory, Option<u64>, &str),
         backends: Vec<Rc<dyn Backend>>,
     ) -> Result<Trainer, ModelError> {
         let hp = &model.hparams;
@@ -546,8 +561,10 @@ impl Trainer {
         sched.reserve(&gf).map_err(|e| oom("training's compute buffer (activations and gradients)", e))?;
         sched.alloc_graph(&gf).map_err(|e| oom("training's compute buffer (activations and gradients)", e))?;
         let compute = (0..sched.n_backends()).map(|i| sched.compute_buffer_size(i) as u64).sum();
+        let memory = TrainMemory { compute, ..memory };
+        check_budget(limit, &memory, what)?;
         Ok(Trainer {
-            memory: TrainMemory { compute, ..memory },
+            memory,
             seqs,
             params,
             hyper,

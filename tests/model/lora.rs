@@ -274,3 +274,44 @@ fn attribute_sums_to_the_adapted_logit_difference() {
     assert!((a.total - want).abs() <= 1e-3 * want.abs().max(1.0), "total {} against {want}", a.total);
     assert!((parts - want).abs() <= 1e-3 * want.abs().max(1.0), "parts {parts} against {want}");
 }
+
+/// The plan (the adapter, its gradients and optimizer state, the training graph's compute
+/// buffer) is checked against the model's budget before the first step: with exactly that much
+/// left besides the model's own buffers it runs; with one byte less it is `OverBudget` with the
+/// sizes, and the model is as it was (no adapter, still running).
+#[test]
+fn a_lora_plan_over_the_budget_is_refused_with_its_sizes() {
+    use ggweb::model::loader::ModelLoader;
+    let load = |budget: u64| {
+        let bytes = std::fs::read(fixture("tiny-q8_0.gguf")).unwrap();
+        let mut l = ModelLoader::new(Rc::new(CpuBackend::new(1)), Gpt2Options::default(), Default::default(), Some(bytes.len() as u64))
+            .with_budget(budget);
+        for c in bytes.chunks(1 << 16) {
+            l.feed(c).unwrap();
+        }
+        Session::new(l.finish().unwrap())
+    };
+    let cfg = config(r#"{"seqLen":16,"batchSize":2,"steps":1,"lora":{"rank":4,"targets":["attn_qkv","ffn_up"]}}"#);
+    let big = 1u64 << 40;
+    let mut s = load(big);
+    // The loader caps a budget at the memory there is: held from the model's own.
+    let held = s.model.budget.unwrap() - s.model.host_left().unwrap();
+    let plan = s.train_start(seqs(), cfg.clone()).unwrap();
+    let needed = plan.weights + plan.state + plan.compute;
+    assert_eq!(plan.weights, 4 * 3 * 4 * (32 + 96 + 32 + 128), "{plan:?}");
+    assert!(plan.state > plan.weights && plan.compute > 0, "{plan:?}");
+
+    let mut fits = load(held + needed);
+    assert_eq!(fits.train_start(seqs(), cfg.clone()).unwrap(), plan);
+    let mut tight = load(held + needed - 1);
+    let before = block_on(tight.logits(&[1, 2, 3])).unwrap();
+    match tight.train_start(seqs(), cfg) {
+        Err(e @ ModelError::OverBudget { needed: n, limit, .. }) => {
+            assert_eq!((n, limit), (needed, needed - 1), "{e}");
+            assert!(e.to_string().contains("LoRA A and B") && e.to_string().contains("compute buffer"), "{e}");
+        }
+        other => panic!("not refused: {:?}", other.map(|_| ())),
+    }
+    assert!(tight.model.weights.lora.is_none());
+    assert!(block_on(tight.logits(&[1, 2, 3])).unwrap() == before);
+}
