@@ -62,8 +62,11 @@ impl WasmModel {
 
     /// `model.saveLora(opts)` (`SaveLoraParams`): the adapter as a llama.cpp LoRA GGUF.
     pub fn save_lora(&self, opts: JsValue) -> Result<Vec<u8>, JsValue> {
-        let p: SaveLoraParams =
-            if opts.is_undefined() || opts.is_null() { SaveLoraParams::default() } else { from_js("saveLora options", opts)? };
+        let p: SaveLoraParams = if opts.is_undefined() || opts.is_null() {
+            SaveLoraParams::default()
+        } else {
+            from_js("saveLora options", opts)?
+        };
         let ty = p.ty().map_err(|e| model_error("", e))?;
         self.session.save_lora(ty).map_err(|e| model_error("", e))
     }

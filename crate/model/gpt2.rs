@@ -426,7 +426,11 @@ pub fn build_graph_with(hp: &Hparams, w: &Weights, kv: &KvCache, ub: Ubatch, hoo
         cur = hook(&ctx, ctx.cont_2d(&kqv_merged, n_embd, n), &name("kqv_merged_cont"));
 
         // [n_embd, N]
-        cur = hook(&ctx, ctx.add(&lora_mm(&ctx, &ly.attn_out_w, &cur, lora, il, Target::AttnOutput), &ly.attn_out_b), &name("kqv_out"));
+        cur = hook(
+            &ctx,
+            ctx.add(&lora_mm(&ctx, &ly.attn_out_w, &cur, lora, il, Target::AttnOutput), &ly.attn_out_b),
+            &name("kqv_out"),
+        );
 
         let ffn_inp = hook(&ctx, ctx.add(&cur, &inp_l), &name("ffn_inp")); // [n_embd, N]
 
@@ -435,10 +439,18 @@ pub fn build_graph_with(hp: &Hparams, w: &Weights, kv: &KvCache, ub: Ubatch, hoo
         cur.set_name(&name("ffn_norm"));
 
         // [n_ff, N]
-        cur = hook(&ctx, ctx.add(&lora_mm(&ctx, &ly.ffn_up_w, &cur, lora, il, Target::FfnUp), &ly.ffn_up_b), &name("ffn_up_b"));
+        cur = hook(
+            &ctx,
+            ctx.add(&lora_mm(&ctx, &ly.ffn_up_w, &cur, lora, il, Target::FfnUp), &ly.ffn_up_b),
+            &name("ffn_up_b"),
+        );
         cur = hook(&ctx, ctx.gelu(&cur), &name("ffn_gelu"));
         // [n_embd, N]
-        cur = hook(&ctx, ctx.add(&lora_mm(&ctx, &ly.ffn_down_w, &cur, lora, il, Target::FfnDown), &ly.ffn_down_b), &name("ffn_out"));
+        cur = hook(
+            &ctx,
+            ctx.add(&lora_mm(&ctx, &ly.ffn_down_w, &cur, lora, il, Target::FfnDown), &ly.ffn_down_b),
+            &name("ffn_out"),
+        );
 
         inp_l = hook(&ctx, ctx.add(&cur, &ffn_inp), &name("l_out")); // [n_embd, N]
     }

@@ -92,7 +92,9 @@ impl LoraConfig {
             ts.push(t);
         }
         if ts.is_empty() {
-            return bad("lora.targets is empty: name at least one of 'attn_qkv', 'attn_output', 'ffn_up', 'ffn_down'".into());
+            return bad(
+                "lora.targets is empty: name at least one of 'attn_qkv', 'attn_output', 'ffn_up', 'ffn_down'".into()
+            );
         }
         ts.sort();
         Ok(LoraConfig { rank: rank as usize, alpha, targets: ts })
@@ -178,8 +180,7 @@ impl Lora {
             for p in l.iter().flatten() {
                 let n_in = p.a.ne[0] as usize;
                 let bound = 1.0 / libm::sqrt(n_in as f64);
-                let a: Vec<f32> =
-                    (0..p.a.nelements()).map(|_| ((2.0 * rng.next_f64() - 1.0) * bound) as f32).collect();
+                let a: Vec<f32> = (0..p.a.nelements()).map(|_| ((2.0 * rng.next_f64() - 1.0) * bound) as f32).collect();
                 p.a.set_bytes(bytemuck::cast_slice(&a), 0);
                 p.b.set_bytes(&vec![0u8; p.b.nbytes()], 0);
             }

@@ -87,13 +87,19 @@ impl Lora {
                 )));
             };
             if il >= hp.n_layer {
-                return Err(format_err(format!("tensor '{}' is for block {il} of a {}-block model", t.name, hp.n_layer)));
+                return Err(format_err(format!(
+                    "tensor '{}' is for block {il} of a {}-block model",
+                    t.name, hp.n_layer
+                )));
             }
             let (n_in, n_out) = target.dims(hp);
             let r = if is_b { t.ne[0] } else { t.ne[1] };
             let want = if is_b { [r, n_out as i64, 1, 1] } else { [n_in as i64, r, 1, 1] };
             if t.ne != want || r < 1 {
-                return Err(format_err(format!("tensor '{}' has shape {:?}; this model's is {:?}", t.name, t.ne, want)));
+                return Err(format_err(format!(
+                    "tensor '{}' has shape {:?}; this model's is {:?}",
+                    t.name, t.ne, want
+                )));
             }
             if *rank.get_or_insert(r) != r {
                 return Err(ModelError::Unsupported(format!(
@@ -107,7 +113,11 @@ impl Lora {
         let Some(rank) = rank else { return Err(format_err("no .lora_a / .lora_b tensor".into())) };
         for &(il, target, is_b, i) in &found {
             if !found.iter().any(|&(l, t, b, _)| l == il && t == target && b != is_b) {
-                return Err(format_err(format!("tensor '{}' has no {} beside it", h.tensors[i].name, if is_b { "lora_a" } else { "lora_b" })));
+                return Err(format_err(format!(
+                    "tensor '{}' has no {} beside it",
+                    h.tensors[i].name,
+                    if is_b { "lora_a" } else { "lora_b" }
+                )));
             }
         }
         let mut targets: Vec<String> = Vec::new();
@@ -121,7 +131,8 @@ impl Lora {
             ModelError::Invalid(m) => format_err(m),
             e => e,
         })?;
-        cfg.check_model(hp).map_err(|_| format_err(format!("rank {rank} is above the model's n_embd ({})", hp.n_embd)))?;
+        cfg.check_model(hp)
+            .map_err(|_| format_err(format!("rank {rank} is above the model's n_embd ({})", hp.n_embd)))?;
         let lora = Lora::alloc(hp, cfg, backend)?; // zeros
         for (il, target, is_b, i) in found {
             let info = &h.tensors[i];

@@ -6,9 +6,9 @@ use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
 
+use super::lora::Lora;
 use super::session::Session;
 use super::train::{TrainConfig, TrainMemory, TrainStats, TrainStep, Trainer};
-use super::lora::Lora;
 use super::ModelError;
 use crate::types::GgmlType;
 

@@ -30,7 +30,10 @@ fn run_case(name: &str) {
     let case = r.case(name);
     let mut s = session("tiny-f32.gguf", case["model"] == "untied");
     let w = check_case(&mut s, &r, &case);
-    eprintln!("{name}: worst loss {:.2e} relative, step-1 gradient norm {:.2e} ({}), logit {:.2e}", w.loss, w.norm, w.norm_at, w.logit);
+    eprintln!(
+        "{name}: worst loss {:.2e} relative, step-1 gradient norm {:.2e} ({}), logit {:.2e}",
+        w.loss, w.norm, w.norm_at, w.logit
+    );
     assert!(s.model.weights.lora.is_some(), "{name}: the adapter stays on the model");
 }
 
@@ -76,13 +79,20 @@ fn first_loss_is_the_base_models_and_drop_lora_restores_it_exactly() {
     let seqs = seqs();
     let held = load().ids("held");
     let mut base = session("tiny-f32.gguf", false);
-    let full = train(&mut base, seqs.clone(), r#"{"seqLen":16,"batchSize":2,"steps":1,"optimizer":{"type":"sgd","lr":0}}"#);
+    let full =
+        train(&mut base, seqs.clone(), r#"{"seqLen":16,"batchSize":2,"steps":1,"optimizer":{"type":"sgd","lr":0}}"#);
 
     let mut s = session("tiny-f32.gguf", false);
     let before = block_on(s.logits(&held)).unwrap();
     let opts = r#"{"seqLen":16,"batchSize":2,"steps":4,"seed":3,"optimizer":{"type":"adamw","lr":1e-2},"lora":{"rank":4,"targets":["attn_qkv","ffn_up"]}}"#;
     let losses = train(&mut s, seqs.clone(), opts);
-    assert_eq!(losses[0].to_bits(), full[0].to_bits(), "first LoRA loss {} against the base model's {}", losses[0], full[0]);
+    assert_eq!(
+        losses[0].to_bits(),
+        full[0].to_bits(),
+        "first LoRA loss {} against the base model's {}",
+        losses[0],
+        full[0]
+    );
     let tuned = block_on(s.logits(&held)).unwrap();
     let moved = before.iter().zip(&tuned).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
     assert!(moved > 1e-3, "the adapter is not in later calls (logits moved {moved})");
@@ -92,9 +102,13 @@ fn first_loss_is_the_base_models_and_drop_lora_restores_it_exactly() {
 
     // Same shape: trained on from where it is (the first loss is no longer the base's).
     let more = train(&mut s, seqs.clone(), opts);
-    assert!(more[0] < losses[0] - 1e-3, "the second run did not start from the trained adapter: {more:?} after {losses:?}");
+    assert!(
+        more[0] < losses[0] - 1e-3,
+        "the second run did not start from the trained adapter: {more:?} after {losses:?}"
+    );
     // Another shape, or full training, while it is on: invalid, the adapter kept.
-    let err = s.train_start(seqs.clone(), config(r#"{"seqLen":16,"steps":1,"lora":{"rank":2}}"#)).map(|_| ()).unwrap_err();
+    let err =
+        s.train_start(seqs.clone(), config(r#"{"seqLen":16,"steps":1,"lora":{"rank":2}}"#)).map(|_| ()).unwrap_err();
     assert!(matches!(&err, ModelError::Invalid(m) if m.contains("dropLora")), "{err:?}");
     let err = s.train_start(seqs.clone(), config(r#"{"seqLen":16,"steps":1}"#)).map(|_| ()).unwrap_err();
     assert!(matches!(&err, ModelError::Invalid(m) if m.contains("dropLora")), "{err:?}");
@@ -103,7 +117,10 @@ fn first_loss_is_the_base_models_and_drop_lora_restores_it_exactly() {
     assert!(s.drop_lora());
     assert!(!s.drop_lora(), "a second drop has nothing to drop");
     let after = block_on(s.logits(&held)).unwrap();
-    assert!(before.iter().zip(&after).all(|(a, b)| a.to_bits() == b.to_bits()), "dropLora's logits are not the base model's");
+    assert!(
+        before.iter().zip(&after).all(|(a, b)| a.to_bits() == b.to_bits()),
+        "dropLora's logits are not the base model's"
+    );
 }
 
 /// LoRA on a quantized file (tiny-q8_0.gguf): the first loss is the Q8_0 model's own (its
@@ -114,8 +131,9 @@ fn first_loss_is_the_base_models_and_drop_lora_restores_it_exactly() {
 fn lora_trains_on_a_q8_0_file_and_leaves_its_weights_alone() {
     use ggweb::types::GgmlType;
     let path = fixture("tiny-q8_0.gguf");
-    let mut s =
-        Session::new(load_from_path(path.to_str().unwrap(), Rc::new(CpuBackend::new(1)), Gpt2Options::default()).unwrap());
+    let mut s = Session::new(
+        load_from_path(path.to_str().unwrap(), Rc::new(CpuBackend::new(1)), Gpt2Options::default()).unwrap(),
+    );
     let w = &s.model.weights.layers[1].attn_qkv_w;
     assert_eq!(w.ty, GgmlType::Q8_0);
     let mut w_before = vec![0u8; w.nbytes()];
@@ -249,7 +267,10 @@ fn save_lora_and_load_it_back_give_the_adapted_logits() {
     w.add_tensor("blk.0.attn_qkv.weight.lora_a", GgmlType::F32, &[31, 2], vec![0; 31 * 2 * 4]).unwrap();
     w.add_tensor("blk.0.attn_qkv.weight.lora_b", GgmlType::F32, &[2, 96], vec![0; 2 * 96 * 4]).unwrap();
     let err = s.load_lora(&w.to_bytes()).unwrap_err();
-    assert!(matches!(&err, ModelError::Format(m) if m.contains("blk.0.attn_qkv.weight.lora_a") && m.contains("shape")), "{err:?}");
+    assert!(
+        matches!(&err, ModelError::Format(m) if m.contains("blk.0.attn_qkv.weight.lora_a") && m.contains("shape")),
+        "{err:?}"
+    );
     assert!(s.model.weights.lora.is_none());
     assert!(block_on(s.logits(&held)).unwrap() == before);
 }
@@ -268,8 +289,12 @@ fn attribute_sums_to_the_adapted_logit_difference() {
     let logits = block_on(s.logits(prompt)).unwrap();
     let want = logits[answer as usize] - logits[against as usize];
     let a = block_on(s.attribute(prompt, answer, against, -1)).unwrap();
-    let parts: f32 = a.embed + a.pos_embed + a.heads.iter().sum::<f32>() + a.attn_bias.iter().sum::<f32>()
-        + a.mlps.iter().sum::<f32>() + a.ln_bias;
+    let parts: f32 = a.embed
+        + a.pos_embed
+        + a.heads.iter().sum::<f32>()
+        + a.attn_bias.iter().sum::<f32>()
+        + a.mlps.iter().sum::<f32>()
+        + a.ln_bias;
     eprintln!("attribute with an adapter: total {} parts {parts} logit difference {want}", a.total);
     assert!((a.total - want).abs() <= 1e-3 * want.abs().max(1.0), "total {} against {want}", a.total);
     assert!((parts - want).abs() <= 1e-3 * want.abs().max(1.0), "parts {parts} against {want}");
@@ -284,8 +309,13 @@ fn a_lora_plan_over_the_budget_is_refused_with_its_sizes() {
     use ggweb::model::loader::ModelLoader;
     let load = |budget: u64| {
         let bytes = std::fs::read(fixture("tiny-q8_0.gguf")).unwrap();
-        let mut l = ModelLoader::new(Rc::new(CpuBackend::new(1)), Gpt2Options::default(), Default::default(), Some(bytes.len() as u64))
-            .with_budget(budget);
+        let mut l = ModelLoader::new(
+            Rc::new(CpuBackend::new(1)),
+            Gpt2Options::default(),
+            Default::default(),
+            Some(bytes.len() as u64),
+        )
+        .with_budget(budget);
         for c in bytes.chunks(1 << 16) {
             l.feed(c).unwrap();
         }
