@@ -345,3 +345,33 @@ fn a_lora_plan_over_the_budget_is_refused_with_its_sizes() {
     assert!(tight.model.weights.lora.is_none());
     assert!(block_on(tight.logits(&[1, 2, 3])).unwrap() == before);
 }
+
+/// The 124M shape as Q8_0 (.models/124m-q8_0.gguf, `npm run models`): LoRA on all four targets
+/// at seqLen 128, batch 4 plans (the adapter, its state, the compute buffer) and runs three
+/// updates, the loss falling on a repeated batch. Ignored by default (a minute or more):
+/// `cargo test --test model lora:: -- --ignored`.
+#[test]
+#[ignore]
+fn the_124m_q8_0_shape_trains_a_lora_adapter_at_seq_128_batch_4() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".models/124m-q8_0.gguf");
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e} (npm run models)", path.display()));
+    let mut s = Session::new(load_from_bytes_on(&bytes, Rc::new(CpuBackend::new(1)), Gpt2Options::default()).unwrap());
+    let text = "The quick brown fox jumps over the lazy dog, and the dog sleeps on. ".repeat(40);
+    let seqs = s.train_windows(&[text], 128).unwrap();
+    let cfg = from_json::<TrainParams>(
+        "train options",
+        r#"{"seqLen":128,"batchSize":4,"steps":3,"optimizer":{"type":"adamw","lr":1e-3},"lora":{"rank":8,"alpha":16,"targets":["attn_qkv","attn_output","ffn_up","ffn_down"]}}"#,
+    )
+    .unwrap()
+    .config(s.model.n_ctx())
+    .unwrap();
+    let plan = s.train_start(seqs[..4].to_vec(), cfg).unwrap();
+    eprintln!("124M Q8_0 LoRA plan: {plan:?}");
+    let mut losses = Vec::new();
+    let t = std::time::Instant::now();
+    while let Some(step) = block_on(s.train_step()).unwrap() {
+        losses.push(step.loss);
+        eprintln!("step {}: loss {} ({} tokens, {:?} since the start)", step.step, step.loss, step.tokens, t.elapsed());
+    }
+    assert!(losses.iter().all(|l| l.is_finite()) && losses[2] < losses[0], "losses {losses:?}");
+}
