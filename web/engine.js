@@ -176,13 +176,10 @@ export function trainData(data) {
 
 /**
  * train's options for the wasm side (which refuses unknown keys by name and checks each
- * value): a plain-data copy without `signal`. `lora` is refused as not built yet.
+ * value, `lora`'s included): a plain-data copy without `signal`.
  */
 export function trainParams(opts = {}) {
   const o = optionsObject(opts, 'train');
-  if (o.lora !== undefined) {
-    throw new GgwebError('unsupported', 'train: lora (low-rank adapters) is not built yet; leave it out for full training');
-  }
   return plainData(without(o, ['signal']), 'train: options');
 }
 
@@ -532,6 +529,50 @@ export class Engine {
       return Uint32Array.from(this.model.tokenize(text, !!special));
     } catch (e) {
       throw toGgwebError(e, 'invalid', 'tokenize');
+    }
+  }
+
+  /** Removes the model's LoRA adapter (a training run's, or Model.load's): later calls run
+   *  the base weights. Resolves to whether there was one. */
+  async dropLora() {
+    this._check('dropLora');
+    await this._idle();
+    this._check('dropLora');
+    if (this.busy) throw new GgwebError('busy', `dropLora: the model is busy (${this.busy})`);
+    if (typeof this.model.drop_lora !== 'function') {
+      throw new GgwebError('unsupported', 'dropLora: this wasm module was built before LoRA adapters existed');
+    }
+    return this.model.drop_lora();
+  }
+
+  /** The model's LoRA adapter as a llama.cpp LoRA GGUF: `opts` SaveLoraParams ({ type }). */
+  async saveLora(opts) {
+    this._check('saveLora');
+    await this._idle();
+    this._check('saveLora');
+    if (this.busy) throw new GgwebError('busy', `saveLora: the model is busy (${this.busy})`);
+    if (typeof this.model.save_lora !== 'function') {
+      throw new GgwebError('unsupported', 'saveLora: this wasm module was built before LoRA adapters existed');
+    }
+    try {
+      return this.model.save_lora(opts ?? undefined);
+    } catch (e) {
+      throw toGgwebError(e, 'invalid', '');
+    }
+  }
+
+  /** Puts the adapter of a llama.cpp LoRA GGUF (`bytes`) on the model (Model.load's `lora`). */
+  async loadLora(bytes) {
+    this._check('Model.load: lora');
+    await this._idle();
+    if (this.busy) throw new GgwebError('busy', `Model.load: lora: the model is busy (${this.busy})`);
+    if (typeof this.model.load_lora !== 'function') {
+      throw new GgwebError('unsupported', 'Model.load: lora: this wasm module was built before LoRA adapters existed');
+    }
+    try {
+      this.model.load_lora(bytes);
+    } catch (e) {
+      throw toGgwebError(e, 'format', '');
     }
   }
 

@@ -5,6 +5,7 @@ import type {
   AttributeParams, Beam, GenerateParams, Item, PatchParams, RunParams, SaliencyParams, TopKParams,
   ScoreResult, TraceResult, RunResult, PatchResult, LogitLensResult, AttributeResult, SaeEncoded, SaliencyResult,
   WebGpuStats, WasmModelInfo, WasmInspectResult, LoadParams, GenerationStats, ScoreParams, TraceParams, TrainParams, TrainItem, TrainStats, SaveParams,
+  SaveLoraParams,
 } from './ggweb.types.js';
 export * from './ggweb.types.js';
 
@@ -97,6 +98,12 @@ export interface LoadOptions extends LoadParams {
    *  so pass false for results identical on every machine. info().threads.build says which. */
   relaxedSimd?: boolean;
   onProgress?: (progress: LoadProgress) => void;
+  /** A llama.cpp LoRA adapter GGUF for this base (a URL, fetched after the model loads, or
+   *  its bytes, copied), put on the model as `train(data, { lora })` leaves one: every call
+   *  runs it until dropLora(). Its pairs must adapt block matrices (attn_qkv, attn_output,
+   *  ffn_up, ffn_down) with one rank; CPU backend only. A bad file is 'format' naming what
+   *  ('unsupported' for what ggweb does not apply), the load failing and the model freed. */
+  lora?: string | URL | ArrayBuffer | Uint8Array;
   /** Aborting rejects with GgwebError code 'aborted' and frees everything the load held. */
   signal?: AbortSignal;
   /** Store URL downloads in the Cache API and load from there next time: true (cache
@@ -276,8 +283,8 @@ export interface GenerateStats extends Pick<GenerationStats, 'promptTokens' | 'c
 }
 
 
-/** `model.train`'s options: TrainParams (`steps` required) and a `signal` that stops the run
- *  after the update in progress. `lora` is not built yet ('unsupported'). */
+/** `model.train`'s options: TrainParams (`steps` required; `lora` trains an adapter instead of
+ *  the weights) and a `signal` that stops the run after the update in progress. */
 export interface TrainOptions extends TrainParams {
   signal?: AbortSignal;
 }
@@ -544,11 +551,30 @@ export declare class Model {
    *  Aborting `signal`, `break`, return() or dispose() stop it after the update in progress
    *  (the loop ends without an error; `stats` says 'cancelled').
    *  A bad argument makes the first next() reject.
+   *  With `lora: { rank, alpha = rank, targets = ['attn_qkv'] }` (targets from 'attn_qkv',
+   *  'attn_output', 'ffn_up', 'ffn_down') it trains a LoRA adapter instead, on any file,
+   *  quantized included: each targeted block matrix computes `W·x + (alpha/rank)·B·A·x`, A
+   *  Kaiming-uniform from `seed` as PEFT draws it, B zero (so the first loss is the base
+   *  model's); the weights are never written. The adapter stays on the model for every later
+   *  call until dropLora(); a later `lora` run of the same rank, alpha and targets trains it on.
    *  @throws GgwebError 'invalid' (unknown option, steps missing, lr not a finite number,
-   *    seqLen > nCtx, empty data, sequences not seqLen long), 'unsupported' (a quantized
-   *    weight, named; a WebGPU model; `lora`; a plan over the memory budget, with the sizes),
-   *    'busy', 'disposed'. */
+   *    seqLen > nCtx, empty data, sequences not seqLen long; lora: rank 0 or above n_embd,
+   *    alpha not a finite number above 0, an unknown or repeated target; a `lora` of another
+   *    shape than the model's adapter, or full training while it has one: dropLora() first),
+   *    'unsupported' (full training of a quantized weight, named; a WebGPU model; a plan over
+   *    the memory budget, with the sizes), 'busy', 'disposed'. */
   train(data: TrainData, options: TrainOptions): Training;
+  /** The model's LoRA adapter as a llama.cpp LoRA adapter GGUF (`general.type` 'adapter',
+   *  `adapter.type` 'lora', `adapter.lora.alpha`, `blk.N.<target>.weight.lora_a` [n_in, rank] /
+   *  `.lora_b` [rank, n_out]) that `llama-cli --lora`, llama-cpp-python's `lora_path` and
+   *  `Model.load(base, { lora })` apply to the base file; `type` 'f32' (default) or 'f16'.
+   *  @throws GgwebError 'invalid' (no adapter on the model, an unknown option or type),
+   *  'busy', 'disposed'. */
+  saveLora(options?: SaveLoraParams | null): Promise<Uint8Array>;
+  /** Removes the model's LoRA adapter: later calls run the base weights (the base model's
+   *  logits exactly). Resolves to whether there was one.
+   *  @throws GgwebError 'busy' (while a call or a training run holds the model), 'disposed'. */
+  dropLora(): Promise<boolean>;
   /** For tests of the recovery path: destroys a WebGPU model's device as a driver reset
    *  would (a running generation fails at its next step). Code 'unsupported' on the CPU. */
   _debugLoseDevice(): Promise<boolean>;

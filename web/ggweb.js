@@ -350,11 +350,28 @@ function tokenStream(start, signal, { what = 'generate', abortEnds = false } = {
 /** Every key Model.load reads; any other is refused (a misspelt option would be ignored silently). */
 const LOAD_KEYS = [
   'backend', 'gpuLayers', 'nCtx', 'nBatch', 'nThreads', 'kvType', 'relaxedSimd', 'onProgress', 'signal', 'cache',
-  'stallTimeoutMs', 'worker', 'coreUrl', 'offline', 'persist', 'file', 'revision', 'hubUrl',
+  'stallTimeoutMs', 'worker', 'coreUrl', 'offline', 'persist', 'file', 'revision', 'hubUrl', 'lora',
 ];
 
 /** Every key Model.inspect reads: the options that decide the memory plan, a signal, the stall limit, coreUrl. */
 const INSPECT_KEYS = ['backend', 'gpuLayers', 'nCtx', 'nBatch', 'nThreads', 'kvType', 'signal', 'stallTimeoutMs', 'coreUrl', 'file', 'revision', 'hubUrl'];
+
+/** Model.load's `lora`: `{ url }` (absolute) or `{ bytes }` (a copy), null when absent. */
+function loraSource(lora) {
+  if (lora === undefined || lora === null) return null;
+  if (typeof lora === 'string' || lora instanceof URL) {
+    try {
+      return { url: new URL(String(lora), baseUrl()).href };
+    } catch {
+      throw new GgwebError('invalid', `Model.load: lora: not a valid URL: ${JSON.stringify(String(lora))}`);
+    }
+  }
+  const view = lora instanceof ArrayBuffer ? new Uint8Array(lora)
+    : ArrayBuffer.isView(lora) ? new Uint8Array(lora.buffer, lora.byteOffset, lora.byteLength) : null;
+  if (!view) throw new GgwebError('invalid', `Model.load: lora must be a URL or the adapter's bytes (ArrayBuffer, Uint8Array), got ${show(lora)}`);
+  if ((view.buffer).detached) throw new GgwebError('invalid', 'Model.load: lora: the ArrayBuffer is detached (transferred elsewhere)');
+  return { bytes: view.slice() };
+}
 
 /** A custom build's glue URL (`coreUrl`), absolute; null for the package's own builds. */
 function coreUrlOption(coreUrl) {
@@ -575,6 +592,7 @@ export class Model {
     const { stallTimeoutMs } = o;
     stallTimeout(stallTimeoutMs);
     relaxedSimdOption(o.relaxedSimd);
+    const lora = loraSource(o.lora);
     const opts = {
       backend: o.backend, gpuLayers: o.gpuLayers, nCtx: o.nCtx, nBatch: o.nBatch, nThreads: o.nThreads, kvType: o.kvType,
       relaxedSimd: o.relaxedSimd,
@@ -603,7 +621,9 @@ export class Model {
           const note = persisted ? persisted.note : 'navigator.storage.persist() had not answered when the load finished (the browser may be asking the user)';
           if (note) info.load.cacheNote = info.load.cacheNote ? `${info.load.cacheNote}; ${note}` : note;
         }
-        return new Model(t, info, worker);
+        const model = new Model(t, info, worker);
+        if (lora) await model.#applyLora(lora, { signal, stallMs: stallTimeout(stallTimeoutMs) });
+        return model;
       } catch (e) {
         await t.dispose().catch(() => {});
         if (e?.restartable && restarts === 0 && src.kind !== 'stream' && !signal?.aborted) {
@@ -839,7 +859,9 @@ export class Model {
     }, signal);
   }
   /**
-   * Trains the model's weights (full fine-tuning, on the CPU): `for await (const { step, loss,
+   * Trains the model's weights (full fine-tuning, on the CPU), or with `lora: { rank, alpha,
+   * targets }` a low-rank adapter beside them on any file (quantized too) that stays on the
+   * model until dropLora(): `for await (const { step, loss,
    * tokens, tokensPerSecond } of model.train(data, { steps, ... }))`, one item per update.
    * `break`, return(), aborting `signal` or dispose() stop it after the update in progress
    * (the loop ends; `await run.stats` gives `{ stop: 'steps' | 'cancelled', steps, tokens }`);
@@ -859,6 +881,42 @@ export class Model {
     const signal = checkSignal(o.signal); // a bad signal throws at once: it could not be watched
     // Checked here, on the calling thread, so that what crosses to a worker is plain data.
     return tokenStream((push) => this.#t.train(trainData(data), trainParams(o), push), signal, how);
+  }
+
+  /**
+   * Removes the model's LoRA adapter (trained by `train(data, { lora })`): later calls run the
+   * base weights, with the base model's logits exactly. Resolves to whether there was one.
+   */
+  async dropLora() {
+    this.#live('dropLora');
+    return this.#t.call('dropLora', []);
+  }
+
+  /**
+   * The model's LoRA adapter (trained by `train(data, { lora })`, or Model.load's) as a
+   * llama.cpp LoRA adapter GGUF (`general.type` 'adapter', `adapter.type` 'lora',
+   * `adapter.lora.alpha`, `*.lora_a` / `*.lora_b`), which `llama-cli --lora` and
+   * `Model.load(base, { lora })` apply to the base file. `type`: 'f32' (default) or 'f16'.
+   */
+  async saveLora(options = undefined) {
+    this.#live('saveLora');
+    const o = optionsObject(options, 'saveLora', ['type']);
+    return this.#t.call('saveLora', [plainData(o, 'saveLora: options')]);
+  }
+
+  /** Model.load's `lora`: the adapter's bytes (fetched when a URL), put on the model. */
+  async #applyLora(lora, { signal, stallMs }) {
+    let bytes = lora.bytes;
+    if (lora.url) {
+      const r = await fetchWithin(lora.url, { signal, stallMs, what: 'Model.load: lora' });
+      if (!r.ok) {
+        r.body?.cancel().catch(() => {});
+        throw new GgwebError('http', `Model.load: lora: HTTP ${r.status}${r.statusText ? ' ' + r.statusText : ''} fetching ${lora.url}`, { status: r.status, url: lora.url });
+      }
+      bytes = new Uint8Array(await r.arrayBuffer());
+    }
+    if (signal?.aborted) throw abortedError('loading the LoRA adapter');
+    await this.#t.call('loadLora', [bytes], [bytes.buffer]);
   }
 
   /**

@@ -427,7 +427,10 @@ export interface Beam {
 
 /** Bytes of a training run's memory plan. */
 export interface TrainMemory {
-  /** F32 copies of the weights (0 when the weights are trained where they are). */
+  /**
+   * F32 copies of the weights (0 when the weights are trained where they are); for LoRA,
+   * a new adapter's A and B (0 when the model's adapter trains on).
+   */
   weights: number;
   /** Gradients accumulated over the batch and the optimizer's state. */
   state: number;
@@ -673,8 +676,25 @@ export interface TrainParams {
   /** Clip the gradient to this global L2 norm (PyTorch's `clip_grad_norm_`). */
   gradClip?: number;
   lrSchedule?: LrSchedule;
-  /** For what draws random numbers (full training draws none). */
+  /** For what draws random numbers: a new LoRA adapter's A (full training draws none). */
   seed?: number;
+  /** Train a low-rank adapter instead of the weights. */
+  lora?: LoraParams;
+}
+
+/**
+ * `train`'s `lora`: an adapter `W·x + (alpha/rank)·B·A·x` beside each `targets` weight of
+ * every block; `alpha` defaults to `rank`, `targets` to `['attn_qkv']`.
+ */
+export interface LoraParams {
+  rank: number;
+  alpha?: number;
+  targets?: ('attn_qkv' | 'attn_output' | 'ffn_up' | 'ffn_down')[];
+}
+
+/** `saveLora`'s options: the tensors' type, `'f32'` (the default) or `'f16'`. */
+export interface SaveLoraParams {
+  type?: 'f32' | 'f16';
 }
 
 /**

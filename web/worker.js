@@ -19,7 +19,7 @@ const calls = new Map(); // long call id → { cancelled } (a 'cancel' message s
 
 /** The engine's own short calls; the long ones (a last argument `{ cancelled() }`, stopped at
  *  their next step when it is true) are the method table's (web/methods.js). */
-const SHORT_CALLS = ['tokenize', 'detokenize', 'logits', 'save', 'loadSae', 'saeOpen', 'saeFeed', 'saeFinish', 'saeAbort',
+const SHORT_CALLS = ['tokenize', 'detokenize', 'logits', 'save', 'dropLora', 'saveLora', 'loadLora', 'loadSae', 'saeOpen', 'saeFeed', 'saeFinish', 'saeAbort',
   'saeDecoderRow', 'saeDispose', '_debugLoseDevice'];
 const isLong = (method) => Object.hasOwn(METHODS, method);
 

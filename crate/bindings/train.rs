@@ -9,7 +9,7 @@ use wasm_bindgen::prelude::*;
 
 use super::js_error;
 use super::model::{from_js, model_error, to_js, WasmModel};
-use crate::common::options::TrainParams;
+use crate::common::options::{SaveLoraParams, TrainParams};
 
 const TRAIN_WHAT: &str = "train options";
 
@@ -52,6 +52,28 @@ impl WasmModel {
             Ok(None) => Ok(JsValue::UNDEFINED),
             Err(e) => Err(model_error("train", e)),
         }
+    }
+
+    /// `model.dropLora()`: removes the model's LoRA adapter (later calls run the base
+    /// weights); whether it had one.
+    pub fn drop_lora(&mut self) -> bool {
+        self.session.drop_lora()
+    }
+
+    /// `model.saveLora(opts)` (`SaveLoraParams`): the adapter as a llama.cpp LoRA GGUF.
+    pub fn save_lora(&self, opts: JsValue) -> Result<Vec<u8>, JsValue> {
+        let p: SaveLoraParams = if opts.is_undefined() || opts.is_null() {
+            SaveLoraParams::default()
+        } else {
+            from_js("saveLora options", opts)?
+        };
+        let ty = p.ty().map_err(|e| model_error("", e))?;
+        self.session.save_lora(ty).map_err(|e| model_error("", e))
+    }
+
+    /// `Model.load(base, { lora })`: puts the adapter of a llama.cpp LoRA GGUF on the model.
+    pub fn load_lora(&mut self, bytes: &[u8]) -> Result<(), JsValue> {
+        self.session.load_lora(bytes).map_err(|e| model_error("Model.load: lora", e))
     }
 
     /// Ends the run: its `TrainStats` (null when none ran). The model keeps the weights of

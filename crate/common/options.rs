@@ -657,9 +657,47 @@ pub struct TrainParams {
     // ts: LrSchedule
     #[serde(default)]
     pub lr_schedule: Option<LrScheduleParams>,
-    /// For what draws random numbers (full training draws none).
+    /// For what draws random numbers: a new LoRA adapter's A (full training draws none).
     #[serde(default)]
     pub seed: Option<u64>,
+    // ts: LoraParams
+    /// Train a low-rank adapter instead of the weights.
+    #[serde(default)]
+    pub lora: Option<LoraParams>,
+}
+
+// ts: export LoraParams
+/// `train`'s `lora`: an adapter `W·x + (alpha/rank)·B·A·x` beside each `targets` weight of
+/// every block; `alpha` defaults to `rank`, `targets` to `['attn_qkv']`.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoraParams {
+    pub rank: u32,
+    #[serde(default)]
+    pub alpha: Option<f32>,
+    // ts: ('attn_qkv' | 'attn_output' | 'ffn_up' | 'ffn_down')[]
+    #[serde(default)]
+    pub targets: Option<Vec<String>>,
+}
+
+// ts: export SaveLoraParams
+/// `saveLora`'s options: the tensors' type, `'f32'` (the default) or `'f16'`.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SaveLoraParams {
+    // ts: 'f32' | 'f16'
+    #[serde(default, rename = "type")]
+    pub ty: Option<String>,
+}
+
+impl SaveLoraParams {
+    pub fn ty(&self) -> Result<crate::types::GgmlType, ModelError> {
+        match self.ty.as_deref() {
+            None | Some("f32") => Ok(crate::types::GgmlType::F32),
+            Some("f16") => Ok(crate::types::GgmlType::F16),
+            Some(t) => Err(invalid(format!("saveLora: type must be 'f32' or 'f16', got {t:?}"))),
+        }
+    }
 }
 
 /// The learning rate of `train` without an `optimizer`.
@@ -707,6 +745,10 @@ impl TrainParams {
             grad_clip: self.grad_clip,
             schedule,
             seed: self.seed.unwrap_or(0),
+            lora: match &self.lora {
+                None => None,
+                Some(l) => Some(crate::model::lora::LoraConfig::new(l.rank, l.alpha, l.targets.as_deref())?),
+            },
         };
         cfg.check(n_ctx)?;
         Ok(cfg)

@@ -443,7 +443,9 @@ impl Gpt2 {
         let of = |b: &Rc<dyn Buffer>| self.sched.backend_for_buffer_type(b.buffer_type_name()).unwrap_or(n - 1);
         // Saturating: a plan's buffers are only sizes, and on wasm32 a GPU's share can pass
         // usize (the plan then reports its u64 estimate instead).
-        for b in &self.weight_buffers {
+        // A LoRA adapter's A and B count as weights (host buffers: lora.rs).
+        let lora = self.weights.lora.iter().flat_map(|l| l.buffers.iter());
+        for b in self.weight_buffers.iter().chain(lora) {
             let w = &mut out[of(b)].weights;
             *w = w.saturating_add(b.size());
         }

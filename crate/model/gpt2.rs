@@ -18,6 +18,7 @@ use alloc::vec::Vec;
 
 pub use super::hparams::Hparams;
 use super::kv_cache::KvCache;
+use super::lora::{lora_mm, Lora, Target};
 use super::ModelError;
 use crate::graph::Graph;
 use crate::tensor::{Context, ContextParams, Tensor, TENSOR_OVERHEAD};
@@ -47,6 +48,8 @@ pub struct Weights {
     /// [n_embd, n_vocab]; `token_embd` itself when the file ties them (no `output.weight`).
     pub output: Tensor,
     pub layers: Vec<Layer>,
+    /// A LoRA adapter beside the block matrices ([`super::lora`]): every graph reads it.
+    pub lora: Option<Lora>,
 }
 
 /// The weights one block needs, by GGUF name suffix (`blk.{il}.` before it), with their
@@ -136,6 +139,7 @@ impl Weights {
             output_norm_b: get(output_norm_b.0, output_norm_b.1)?,
             output,
             layers,
+            lora: None,
         })
     }
 }
@@ -257,7 +261,8 @@ pub fn build_graph_with(hp: &Hparams, w: &Weights, kv: &KvCache, ub: Ubatch, hoo
         scores || !hooked.iter().any(|h| h.ends_with(".kq_masked") || h.ends_with(".kq_scaled")),
         "build_graph: a hook on the attention scores needs their nodes (Ubatch::scores)"
     );
-    let size = graph_size(hp);
+    // An adapter adds 5 nodes per adapted weight (lora::lora_mm).
+    let size = graph_size(hp) + w.lora.as_ref().map_or(0, |l| 5 * l.cfg.targets.len() * hp.n_layer);
     let ctx = Context::new(ContextParams { mem_size: 2 * size * TENSOR_OVERHEAD, no_alloc: true });
     let mut gf = Graph::with_size(size);
 
@@ -319,7 +324,8 @@ pub fn build_graph_with(hp: &Hparams, w: &Weights, kv: &KvCache, ub: Ubatch, hoo
         cur.set_name(&name("attn_norm"));
 
         // [3*n_embd, N]
-        cur = ctx.mul_mat(&ly.attn_qkv_w, &cur);
+        let lora = w.lora.as_ref();
+        cur = lora_mm(&ctx, &ly.attn_qkv_w, &cur, lora, il, Target::AttnQkv);
         cur.set_name(&name("qkv"));
         cur = ctx.add(&cur, &ly.attn_qkv_b);
         cur.set_name(&name("bqkv"));
@@ -420,7 +426,11 @@ pub fn build_graph_with(hp: &Hparams, w: &Weights, kv: &KvCache, ub: Ubatch, hoo
         cur = hook(&ctx, ctx.cont_2d(&kqv_merged, n_embd, n), &name("kqv_merged_cont"));
 
         // [n_embd, N]
-        cur = hook(&ctx, ctx.add(&ctx.mul_mat(&ly.attn_out_w, &cur), &ly.attn_out_b), &name("kqv_out"));
+        cur = hook(
+            &ctx,
+            ctx.add(&lora_mm(&ctx, &ly.attn_out_w, &cur, lora, il, Target::AttnOutput), &ly.attn_out_b),
+            &name("kqv_out"),
+        );
 
         let ffn_inp = hook(&ctx, ctx.add(&cur, &inp_l), &name("ffn_inp")); // [n_embd, N]
 
@@ -429,10 +439,18 @@ pub fn build_graph_with(hp: &Hparams, w: &Weights, kv: &KvCache, ub: Ubatch, hoo
         cur.set_name(&name("ffn_norm"));
 
         // [n_ff, N]
-        cur = hook(&ctx, ctx.add(&ctx.mul_mat(&ly.ffn_up_w, &cur), &ly.ffn_up_b), &name("ffn_up_b"));
+        cur = hook(
+            &ctx,
+            ctx.add(&lora_mm(&ctx, &ly.ffn_up_w, &cur, lora, il, Target::FfnUp), &ly.ffn_up_b),
+            &name("ffn_up_b"),
+        );
         cur = hook(&ctx, ctx.gelu(&cur), &name("ffn_gelu"));
         // [n_embd, N]
-        cur = hook(&ctx, ctx.add(&ctx.mul_mat(&ly.ffn_down_w, &cur), &ly.ffn_down_b), &name("ffn_out"));
+        cur = hook(
+            &ctx,
+            ctx.add(&lora_mm(&ctx, &ly.ffn_down_w, &cur, lora, il, Target::FfnDown), &ly.ffn_down_b),
+            &name("ffn_out"),
+        );
 
         inp_l = hook(&ctx, ctx.add(&cur, &ffn_inp), &name("l_out")); // [n_embd, N]
     }

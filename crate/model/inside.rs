@@ -348,7 +348,9 @@ impl Session {
                 let mut outs = Vec::new();
                 for (l, ly) in w.layers.iter().enumerate() {
                     let zl = ctx.view_2d(&zt, e as i64, h as i64, zt.nb[1], l * h * zt.nb[1]);
-                    outs.push(ctx.mul_mat(&ly.attn_out_w, &zl)); // [e, H]
+                    // W_O·z per head, plus a LoRA adapter's (linear too: the heads still sum to the output).
+                    let lora = w.lora.as_ref();
+                    outs.push(super::lora::lora_mm(ctx, &ly.attn_out_w, &zl, lora, l, super::lora::Target::AttnOutput)); // [e, H]
                     outs.push(ctx.cont(&ly.attn_out_b));
                 }
                 outs.push(ctx.get_rows(&w.output, &it)); // [e, 2]

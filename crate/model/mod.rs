@@ -11,6 +11,8 @@ pub mod inside;
 pub mod kv_cache;
 pub mod loader;
 pub mod logprobs;
+pub mod lora;
+mod lora_gguf;
 pub mod plan;
 mod plan_backend;
 #[cfg(feature = "std")]

@@ -1,14 +1,16 @@
 //! The session's side of training ([`super::train`]): `model.train`'s text data, and one run
 //! at a time held by the session, started, stepped and ended (the prompt cache forgotten,
-//! since the runs write the KV cache and change the weights).
+//! since the runs write the KV cache and change the weights), and `dropLora`.
 
 use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
 
+use super::lora::Lora;
 use super::session::Session;
 use super::train::{TrainConfig, TrainMemory, TrainStats, TrainStep, Trainer};
 use super::ModelError;
+use crate::types::GgmlType;
 
 impl Session {
     /// `train`'s text data: each text tokenized, the texts joined with the end-of-text token
@@ -69,6 +71,48 @@ impl Session {
     /// The run in progress, for its gradient norms and plan.
     pub fn trainer(&mut self) -> Option<&mut Trainer> {
         self.train.as_mut()
+    }
+
+    /// `model.dropLora()`: removes the model's LoRA adapter (ending any run in progress, which
+    /// may be training it), so later calls run the base weights again; the prompt cache,
+    /// computed with the adapter, is forgotten. Whether there was one.
+    pub fn drop_lora(&mut self) -> bool {
+        if self.model.weights.lora.is_none() {
+            return false;
+        }
+        self.end_generation();
+        self.train = None;
+        self.model.weights.lora = None;
+        self.clear_cache();
+        self.cache_hooks.clear();
+        true
+    }
+
+    /// `model.saveLora({ type })`: the model's adapter as a llama.cpp LoRA GGUF (F32 or F16);
+    /// `invalid` when it has none.
+    pub fn save_lora(&self, ty: GgmlType) -> Result<Vec<u8>, ModelError> {
+        let l = self.model.weights.lora.as_ref().ok_or_else(|| {
+            ModelError::Invalid("saveLora: the model has no LoRA adapter (train one: train(data, { lora }))".into())
+        })?;
+        l.to_gguf(ty)
+    }
+
+    /// `Model.load(base, { lora })`: puts the adapter of a llama.cpp LoRA GGUF on the model
+    /// (replacing any; a model on the CPU only). Nothing changes when the file is refused.
+    pub fn load_lora(&mut self, bytes: &[u8]) -> Result<(), ModelError> {
+        let backends = self.model.sched.backends();
+        if backends.len() != 1 || !backends[0].buffer_type().is_host() {
+            return Err(ModelError::Unsupported(
+                "LoRA adapters run on the CPU for now: load the model with backend 'cpu'".into(),
+            ));
+        }
+        let l = Lora::from_gguf(bytes, &self.model.hparams, &*backends[0])?;
+        self.end_generation();
+        self.train = None;
+        self.model.weights.lora = Some(l);
+        self.clear_cache();
+        self.cache_hooks.clear();
+        Ok(())
     }
 
     /// Ends the run in progress (its state freed; the model keeps the trained weights).

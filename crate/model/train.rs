@@ -32,6 +32,7 @@ use alloc::vec::Vec;
 
 use super::context::Gpt2;
 use super::gpt2::{build_graph_with, GraphIo, Ubatch, Weights};
+use super::lora::{Lora, LoraConfig};
 use super::ModelError;
 use crate::allocator::alloc_tensors;
 use crate::backend::{Backend, BackendError, Buffer};
@@ -107,9 +108,11 @@ pub struct TrainConfig {
     pub optimizer: Optimizer,
     pub grad_clip: Option<f32>,
     pub schedule: Option<LrSchedule>,
-    /// For what draws random numbers (LoRA's initialization, not built yet); full training
-    /// draws none (no dropout, the data in order).
+    /// For what draws random numbers (a new LoRA adapter's A); full training draws none
+    /// (no dropout, the data in order).
     pub seed: u64,
+    /// Train a low-rank adapter ([`super::lora`]) instead of the weights.
+    pub lora: Option<LoraConfig>,
 }
 
 /// The most updates one run may take.
@@ -168,7 +171,8 @@ impl TrainConfig {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "std", derive(serde::Serialize))]
 pub struct TrainMemory {
-    /// F32 copies of the weights (0 when the weights are trained where they are).
+    /// F32 copies of the weights (0 when the weights are trained where they are); for LoRA,
+    /// a new adapter's A and B (0 when the model's adapter trains on).
     pub weights: u64,
     /// Gradients accumulated over the batch and the optimizer's state.
     pub state: u64,
@@ -258,6 +262,37 @@ fn weight_list(w: &Weights) -> Vec<Tensor> {
     v
 }
 
+/// What a run may take: the least of `backend`'s budget and what the model's budget leaves
+/// besides its own buffers ([`Gpt2::host_left`], taken before the run installs anything).
+fn run_limit(backend: &dyn Backend, left: Option<u64>) -> Option<u64> {
+    match (backend.buffer_type().budget(), left) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// `OverBudget` when `memory`'s params (`what`), state and compute cannot fit `limit`: before
+/// anything is allocated (compute 0: "before the activations"), then with the planned compute.
+fn check_budget(limit: Option<u64>, memory: &TrainMemory, what: &str) -> Result<(), ModelError> {
+    let Some(limit) = limit else { return Ok(()) };
+    let needed = memory.weights + memory.state + memory.compute;
+    if needed > limit {
+        let compute = match memory.compute {
+            0 => String::from("before the activations"),
+            c => format!("{c} bytes of activations and gradients (the training graph's compute buffer)"),
+        };
+        return Err(over_budget(
+            format!(
+                "training: {} bytes of {what}, {} bytes of gradients and optimizer state, {compute}",
+                memory.weights, memory.state
+            ),
+            needed,
+            limit,
+        ));
+    }
+    Ok(())
+}
+
 fn over_budget(what: String, needed: u64, limit: u64) -> ModelError {
     ModelError::OverBudget { what, needed, limit }
 }
@@ -327,12 +362,22 @@ impl Trainer {
                 backends.iter().map(|b| b.name()).collect::<Vec<_>>().join(" + ")
             )));
         }
+        if let Some(lc) = &cfg.lora {
+            return Trainer::new_lora(model, seqs, cfg.clone(), lc.clone(), backends);
+        }
+        if let Some(l) = &model.weights.lora {
+            return Err(ModelError::Invalid(format!(
+                "train: the model has a LoRA adapter (rank {}); full training would leave it beside the \
+                 trained weights: call dropLora() first, or pass lora to train the adapter",
+                l.cfg.rank
+            )));
+        }
         let backend = backends[0].clone();
         let weights = weight_list(&model.weights);
         if let Some(q) = weights.iter().find(|w| !matches!(w.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)) {
             return Err(ModelError::Unsupported(format!(
-                "train: full training needs F32, F16 or BF16 weights, and weight '{}' is {} (training \
-                 low-rank adapters on quantized files is not built yet)",
+                "train: full training needs F32, F16 or BF16 weights, and weight '{}' is {} (train a \
+                 low-rank adapter on a quantized file: lora: {{ rank }})",
                 q.name(),
                 q.ty
             )));
@@ -349,33 +394,94 @@ impl Trainer {
             state: 4 * n_elems * rows as u64 + 64,
             compute: 0,
         };
-        if let Some(limit) = backend.buffer_type().budget() {
-            let needed = memory.weights + memory.state;
-            if needed > limit {
-                return Err(over_budget(
-                    format!(
-                        "training: {} bytes of f32 weights, {} bytes of gradients and optimizer state, \
-                         before the activations",
-                        memory.weights, memory.state
-                    ),
-                    needed,
-                    limit,
-                ));
-            }
-        }
+        let limit = run_limit(&*backend, model.host_left());
+        check_budget(limit, &memory, "f32 weights")?;
         let converted = if in_place { None } else { Some(f32_copies(&weights, &*backend)?) };
         let new_weights = match &converted {
             Some((ctx, _)) => Some(Weights::from_context(ctx, &hp)?),
             None => None,
         };
         let w = new_weights.as_ref().unwrap_or(&model.weights);
-        let params_t = weight_list(w);
+        let params: Vec<(Tensor, bool)> = weight_list(w).into_iter().map(|t| (t.clone(), t.n_dims() >= 2)).collect();
+        let t = Trainer::plan(model, w, seqs, cfg, params, (memory, limit, "f32 weights"), backends)?;
+        // Everything planned: the model trains (and keeps) the f32 weights from here on.
+        if let (Some((wctx, buffers)), Some(nw)) = (converted, new_weights) {
+            model.weights = nw;
+            model.weight_ctx = wctx;
+            model.weight_buffers = buffers;
+            model.repacked_bytes = 0;
+        }
+        Ok(t)
+    }
 
+    /// [`Trainer::new`] of a LoRA run: the params are the adapter's A and B (all decayed: they
+    /// are matrices), the weights frozen whatever their type. A model that has an adapter of
+    /// this shape trains it on (A is not drawn again); one of another shape is `invalid`. A
+    /// new adapter is drawn from `cfg.seed` and stays on the model once the run is planned.
+    fn new_lora(
+        model: &mut Gpt2,
+        seqs: Vec<Vec<u32>>,
+        cfg: TrainConfig,
+        lc: LoraConfig,
+        backends: Vec<Rc<dyn Backend>>,
+    ) -> Result<Trainer, ModelError> {
+        let hp = model.hparams.clone();
+        lc.check_model(&hp)?;
+        let rows = cfg.optimizer.state_rows() as u64;
+        let fresh = match &model.weights.lora {
+            Some(l) if l.cfg == lc => false,
+            Some(l) => {
+                let names = |c: &LoraConfig| c.targets.iter().map(|t| t.name()).collect::<Vec<_>>().join(", ");
+                return Err(ModelError::Invalid(format!(
+                    "train: the model has a LoRA adapter of rank {}, alpha {} on {}, not the asked rank {}, \
+                     alpha {} on {}: call dropLora() first",
+                    l.cfg.rank,
+                    l.cfg.alpha,
+                    names(&l.cfg),
+                    lc.rank,
+                    lc.alpha,
+                    names(&lc)
+                )));
+            }
+            None => true,
+        };
+        let bytes = lc.nbytes(&hp);
+        let memory = TrainMemory { weights: if fresh { bytes } else { 0 }, state: bytes * rows + 64, compute: 0 };
+        let limit = run_limit(&*backends[0], model.host_left());
+        check_budget(limit, &memory, "LoRA A and B")?;
+        if fresh {
+            let l = Lora::alloc(&hp, lc, &*backends[0])?;
+            l.init(cfg.seed);
+            model.weights.lora = Some(l);
+        }
+        let params: Vec<(Tensor, bool)> =
+            model.weights.lora.as_ref().expect("installed").tensors().into_iter().map(|t| (t, true)).collect();
+        let r = Trainer::plan(model, &model.weights, seqs, cfg, params, (memory, limit, "LoRA A and B"), backends);
+        if r.is_err() && fresh {
+            model.weights.lora = None; // nothing of the model changes when planning fails
+        }
+        r
+    }
+
+    /// Allocates the params' state and builds and plans the training and optimizer graphs
+    /// over the weights `w` (the model's, or their f32 copies); `params` with whether weight
+    /// decay applies to each; the plan is checked against `limit` with the compute included.
+    fn plan(
+        model: &Gpt2,
+        w: &Weights,
+        seqs: Vec<Vec<u32>>,
+        cfg: TrainConfig,
+        params: Vec<(Tensor, bool)>,
+        (memory, limit, what): (TrainMemory, Option<u64>, &str),
+        backends: Vec<Rc<dyn Backend>>,
+    ) -> Result<Trainer, ModelError> {
+        let hp = &model.hparams;
+        let backend = backends[0].clone();
+        let rows = cfg.optimizer.state_rows();
         // The state and the optimizer's hyper-parameters, planned with the weights.
-        let state_ctx =
-            Context::new(ContextParams { mem_size: (params_t.len() + 4) * TENSOR_OVERHEAD, no_alloc: true });
-        let mut states = Vec::with_capacity(params_t.len());
-        for p in &params_t {
+        let state_ctx = Context::new(ContextParams { mem_size: (params.len() + 4) * TENSOR_OVERHEAD, no_alloc: true });
+        let mut states = Vec::with_capacity(params.len());
+        for (p, _) in &params {
             let s = state_ctx.new_tensor_2d(GgmlType::F32, p.nelements(), rows);
             s.set_name(&format!("{}.opt_state", p.name()));
             states.push(s);
@@ -391,18 +497,15 @@ impl Trainer {
         for b in &state_buffers {
             b.clear(0);
         }
-        let params: Vec<Param> = params_t
-            .iter()
-            .zip(states)
-            .map(|(t, state)| Param { t: t.clone(), state, decay: t.n_dims() >= 2 })
-            .collect();
+        let params: Vec<Param> =
+            params.into_iter().zip(states).map(|((t, decay), state)| Param { t, state, decay }).collect();
 
         // The training graph: one sequence forward, its weighted log-probabilities (the loss),
-        // the backward pass, each weight's gradient added into its state's row 0.
+        // the backward pass, each param's gradient added into its state's row 0.
         let t = cfg.seq_len;
         // Attention reads the sequence's own K/V (Ubatch::own_kv): no gradient of the cache.
         let ub = Ubatch { slot: 0, n_kv: t, n_tokens: t, n_out: t, start: None, scores: false, own_kv: true };
-        let mut io = build_graph_with(&hp, w, &model.kv, ub, &[]);
+        let mut io = build_graph_with(hp, w, &model.kv, ub, &[]);
         let ctx = Context::new(ContextParams {
             mem_size: (8 * io.graph.nodes.len() + 8 * params.len() + 64) * TENSOR_OVERHEAD,
             no_alloc: true,
@@ -443,7 +546,7 @@ impl Trainer {
         }
         gf.size = gf.nodes.len().max(gf.leafs.len());
 
-        // The optimizer graph: one step node per weight, in place.
+        // The optimizer graph: one step node per param, in place.
         let mut opt = Graph::with_size(4 * params.len() + 8); // each step node; each param, state, hyper leaf
         for p in &params {
             let h = &hyper[if p.decay { 0 } else { 1 }];
@@ -458,16 +561,10 @@ impl Trainer {
         sched.reserve(&gf).map_err(|e| oom("training's compute buffer (activations and gradients)", e))?;
         sched.alloc_graph(&gf).map_err(|e| oom("training's compute buffer (activations and gradients)", e))?;
         let compute = (0..sched.n_backends()).map(|i| sched.compute_buffer_size(i) as u64).sum();
-
-        // Everything planned: the model trains (and keeps) the f32 weights from here on.
-        if let (Some((wctx, buffers)), Some(nw)) = (converted, new_weights) {
-            model.weights = nw;
-            model.weight_ctx = wctx;
-            model.weight_buffers = buffers;
-            model.repacked_bytes = 0;
-        }
+        let memory = TrainMemory { compute, ..memory };
+        check_budget(limit, &memory, what)?;
         Ok(Trainer {
-            memory: TrainMemory { compute, ..memory },
+            memory,
             seqs,
             params,
             hyper,

@@ -393,7 +393,8 @@ for (const worker of [true, false]) {
           run: () => m.run('a'), patch: () => m.patch('a', 'b', { at: 'z', answer: 1, against: 2 }),
           logitLens: () => m.logitLens('a'), attribute: () => m.attribute('a', { answer: 1, against: 2 }),
           saliency: () => m.saliency('a', { of: { loss: 'mean' }, method: 'gradient' }), loadSae: () => m.loadSae('/sae/'),
-          train: () => m.train('a', { steps: 1 }), save: () => m.save(),
+          train: () => m.train('a', { steps: 1 }), save: () => m.save(), dropLora: () => m.dropLora(),
+          saveLora: () => m.saveLora(),
         };
         const methods = Object.getOwnPropertyNames(Model.prototype)
           .filter((k) => k !== 'constructor' && typeof Object.getOwnPropertyDescriptor(Model.prototype, k).value === 'function');
@@ -404,10 +405,10 @@ for (const worker of [true, false]) {
         return { codes, methods: methods.sort(), disposed: m.disposed, inWorker: m.inWorker };
       `, MODEL);
       assert.ok(r.ok, r.message);
-      assert.deepEqual(r.value.methods, ['_debugLoseDevice', 'attribute', 'detokenize', 'dispose', 'generate', 'info', 'loadSae',
-        'logitLens', 'logits', 'patch', 'run', 'saliency', 'save', 'score', 'tokenize', 'trace', 'train']);
+      assert.deepEqual(r.value.methods, ['_debugLoseDevice', 'attribute', 'detokenize', 'dispose', 'dropLora', 'generate', 'info', 'loadSae',
+        'logitLens', 'logits', 'patch', 'run', 'saliency', 'save', 'saveLora', 'score', 'tokenize', 'trace', 'train']);
       assert.deepEqual(r.value.codes, Object.fromEntries(['info', 'tokenize', 'detokenize', 'logits', 'generate', '_debugLoseDevice', 'score', 'trace',
-        'run', 'patch', 'logitLens', 'attribute', 'saliency', 'loadSae', 'train', 'save']
+        'run', 'patch', 'logitLens', 'attribute', 'saliency', 'loadSae', 'train', 'save', 'dropLora', 'saveLora']
         .map((k) => [k, ['disposed', `${k}: the model was disposed`]])));
       assert.equal(r.value.disposed, true);
       assert.equal(r.value.inWorker, worker, 'the getters still answer');

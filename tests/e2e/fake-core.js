@@ -184,6 +184,10 @@ export class WasmModel {
   train_start() { this.#alive(); throw Object.assign(new Error('train: the fake core has no graph'), { code: 'unsupported' }); }
   async train_step() { this.#alive(); return undefined; }
   train_end() { return null; }
+  // LoRA: no adapter to drop, save or load.
+  drop_lora() { this.#alive(); return false; }
+  save_lora() { this.#alive(); throw Object.assign(new Error('saveLora: the model has no LoRA adapter'), { code: 'invalid' }); }
+  load_lora() { this.#alive(); throw Object.assign(new Error('Model.load: lora: the fake core has no graph'), { code: 'unsupported' }); }
   n_ctx() { return this.opts.nCtx ?? 4096; }
   eos() { return -1; }
   _debugLoseDevice() {

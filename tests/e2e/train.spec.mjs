@@ -4,7 +4,9 @@
 // step's loss within 1e-4 relative and the trained model's held-prompt logits within 1e-3 (the
 // issue's bounds, as tests/model/train.rs); then stopping (break, signal), 'busy' while it
 // runs, text data on the page thread, and the refusals ('invalid' naming the key,
-// 'unsupported' naming a quantized weight), the model usable after each.
+// 'unsupported' naming a quantized weight), the model usable after each. LoRA: the lora_sgd
+// case against PyTorch, saveLora, dropLora (the base logits exactly) and Model.load(base,
+// { lora }) giving the trained adapter's logits; LoRA on the Q8_0 file.
 //   node --test tests/e2e/train.spec.mjs
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -93,7 +95,10 @@ test('break, signal and busy; text data; bad options and quantized weights refus
         seqLen: await first(m.train(data, { steps: 1, seqLen: 100000 })),
         empty: await first(m.train([], { steps: 1 })),
         short: await first(m.train(data, { steps: 1, seqLen: 8 })),
-        lora: await first(m.train(data, { steps: 1, lora: { rank: 4 } })),
+        loraRank: await first(m.train(data, { steps: 1, seqLen: 16, lora: { rank: 0 } })),
+        loraAlpha: await first(m.train(data, { steps: 1, seqLen: 16, lora: { rank: 2, alpha: NaN } })),
+        loraTarget: await first(m.train(data, { steps: 1, seqLen: 16, lora: { rank: 2, targets: ['attn_q'] } })),
+        noAdapter: await code(() => m.saveLora()),
       };
       o.after = (await m.logits([1, 2, 3])).length;
       await m.dispose();
@@ -122,9 +127,62 @@ test('break, signal and busy; text data; bad options and quantized weights refus
     assert.match(o.bad.seqLen, /^invalid: .*seqLen/, where);
     assert.match(o.bad.empty, /^invalid: .*empty/, where);
     assert.match(o.bad.short, /^invalid: .*seqLen/, where);
-    assert.match(o.bad.lora, /^unsupported: .*lora/, where);
+    assert.match(o.bad.loraRank, /^invalid: .*lora\.rank/, where);
+    assert.match(o.bad.loraAlpha, /^invalid: .*lora\.alpha/, where);
+    assert.match(o.bad.loraTarget, /^invalid: .*"attn_q"/, where);
+    assert.match(o.bad.noAdapter, /^invalid: saveLora: the model has no LoRA adapter/, where);
     assert.equal(o.after, 50257, `${where}: the model runs after the refusals`);
   }
   assert.match(r.quantized, /^unsupported: .*weight '.*' is q8_0/i);
   assert.equal(r.quantizedAfter, 50257);
+});
+
+test('train with lora matches PyTorch; saveLora, dropLora and Model.load(base, { lora }) round-trip it', async () => {
+  const c = REF.cases.find((x) => x.name === 'lora_sgd');
+  const r = await web.page.evaluate(async ({ options, sequences, held }) => {
+    const { Model } = await import('/ggweb.js');
+    const opts = { worker: true, relaxedSimd: false, nThreads: 1 };
+    const m = await Model.load('/tests/fixtures/tiny-f32.gguf', opts);
+    const base = Array.from(await m.logits(held));
+    const run = m.train(sequences.map((s) => new Uint32Array(s)), options);
+    const losses = [];
+    for await (const s of run) losses.push(s.loss);
+    const tuned = Array.from(await m.logits(held));
+    const adapter = await m.saveLora();
+    const adapterF16 = await m.saveLora({ type: 'f16' });
+    const badType = await m.saveLora({ type: 'q8_0' }).then(() => 'ok', (e) => `${e.code}: ${e.message}`);
+    const dropped = await m.dropLora();
+    const afterDrop = Array.from(await m.logits(held));
+    await m.dispose();
+    const again = await Model.load('/tests/fixtures/tiny-f32.gguf', { ...opts, lora: adapter });
+    const loaded = Array.from(await again.logits(held));
+    await again.dispose();
+    const notAdapter = await Model.load('/tests/fixtures/tiny-f32.gguf', { ...opts, lora: '/tests/fixtures/tiny-f32.gguf' })
+      .then(() => 'ok', (e) => `${e.code}: ${e.message}`);
+    // LoRA on a quantized file: the loss falls on a repeated batch.
+    const q = await Model.load('/tests/fixtures/tiny-q8_0.gguf', { ...opts, worker: false });
+    const qLosses = [];
+    for await (const s of q.train([sequences[0]], { seqLen: 16, steps: 8, seed: 2, optimizer: { type: 'adamw', lr: 2e-2 }, lora: { rank: 4, targets: ['attn_qkv', 'ffn_up'] } })) qLosses.push(s.loss);
+    await q.dispose();
+    return { base, losses, tuned, size: adapter.length, f16size: adapterF16.length, isBytes: adapter instanceof Uint8Array, badType, dropped, afterDrop, loaded, notAdapter, qLosses };
+  }, { options: c.options, sequences: REF.sequences, held: REF.held });
+  let worst = 0;
+  r.losses.forEach((l, k) => {
+    const rel = Math.abs(l - c.losses[k]) / Math.abs(c.losses[k]);
+    worst = Math.max(worst, rel);
+    assert.ok(rel <= 1e-4, `lora_sgd step ${k + 1}: loss ${l} against PyTorch's ${c.losses[k]}`);
+  });
+  assert.equal(r.losses.length, c.options.steps);
+  const want = block('lora_sgd/final_last_logits');
+  let dmax = 0;
+  for (let i = 0; i < want.length; i++) dmax = Math.max(dmax, Math.abs(r.tuned[i] - want[i]));
+  assert.ok(dmax <= 1e-3, `LoRA-trained logits differ from PyTorch's by ${dmax}`);
+  assert.ok(r.isBytes && r.size > r.f16size && r.f16size > 0, `adapter sizes ${r.size}, ${r.f16size}`);
+  assert.match(r.badType, /^invalid: saveLora: type must be 'f32' or 'f16'/);
+  assert.equal(r.dropped, true);
+  assert.deepEqual(r.afterDrop, r.base, 'dropLora gives the base logits back exactly');
+  assert.deepEqual(r.loaded, r.tuned, 'the saved adapter loaded on the base gives the trained logits');
+  assert.match(r.notAdapter, /^format: .*general\.type/);
+  assert.ok(r.qLosses.length === 8 && r.qLosses[7] < r.qLosses[0] - 1, `Q8_0 LoRA losses ${r.qLosses}`);
+  console.log(`lora_sgd: worst loss ${worst.toExponential(2)} relative, logits within ${dmax.toExponential(2)}; Q8_0 LoRA ${r.qLosses[0].toFixed(3)} -> ${r.qLosses[7].toFixed(3)}`);
 });

@@ -27,4 +27,5 @@ mod start_layer;
 mod tl_hooks;
 mod tl_score;
 mod tokenizer;
+mod lora;
 mod train;

@@ -26,6 +26,7 @@ const allLoad: Required<LoadOptions> = {
   onProgress: (p: LoadProgress) => console.log(p.phase, p.loaded, p.total ?? 'unknown'),
   signal: ac.signal, cache: 'my-models', offline: false, persist: true, stallTimeoutMs: 30_000, worker: true,
   coreUrl: new URL('https://example.com/pkg/ggweb_core.js'), file: 'gpt2.Q8_0.gguf', revision: 'main', hubUrl: 'https://huggingface.co',
+  lora: 'https://example.com/adapter.gguf',
 };
 const allInspect: Required<InspectOptions> = {
   backend: 'cpu', gpuLayers: 0, nCtx: 128, nBatch: 8, nThreads: 1, kvType: 'f32', signal: ac.signal, stallTimeoutMs: 0, coreUrl: 'pkg.js',
@@ -188,6 +189,8 @@ const members: { [K in keyof Model]: (m: Model) => unknown } = {
   generate: (m) => m.generate(inputs[2], allGenerate),
   train: (m) => training(m),
   save: async (m) => (await m.save({ type: 'q8_0' })) satisfies Uint8Array,
+  dropLora: async (m) => (await m.dropLora()) satisfies boolean,
+  saveLora: async (m) => (await m.saveLora({ type: 'f16' })) satisfies Uint8Array,
   _debugLoseDevice: async (m) => (await m._debugLoseDevice()) satisfies boolean,
   dispose: async (m) => (await m.dispose()) satisfies void,
 };
@@ -264,6 +267,13 @@ export async function training(model: Model): Promise<number> {
   const sgd = model.train(['some text', 'more'], { steps: 1, optimizer: { type: 'sgd', lr: 0.1, momentum: 0.9 } });
   const stream: ReadableStream<TrainStep> = sgd.toReadableStream();
   const d: TrainData = 'text';
+  const lora: TrainOptions = { steps: 2, lora: { rank: 4, alpha: 8, targets: ['attn_qkv', 'attn_output', 'ffn_up', 'ffn_down'] } };
+  for await (const s of model.train(d, lora)) last += s.loss;
+  const adapter: Uint8Array = await model.saveLora();
+  const again = await Model.load('https://example.com/gpt2.gguf', { lora: adapter, backend: 'cpu' });
+  await Model.load('https://example.com/gpt2.gguf', { lora: 'https://example.com/adapter.gguf' });
+  const dropped: boolean = await again.dropLora();
+  if (dropped) last += 1;
   return last + (stats?.steps ?? 0) + (stats?.stop === 'cancelled' ? 1 : 0) + (stream ? 1 : 0) + d.length;
 }
 
