@@ -14,6 +14,9 @@
 //!   F32, as llama.cpp's converter and `llama-quantize` do (a matrix whose rows are not a
 //!   whole number of Q8_0 blocks falls back to F16, as the converter's does). Conversion uses
 //!   the crate's quantizers (ggml's reference rounding, bit-exact with llama.cpp's).
+//! - An adapter on the model (`train`'s `lora`, `Model.load`'s `lora`) is merged into the
+//!   weights it sits beside, `W + (alpha/rank)·B·A`, as PEFT's `merge_and_unload`: the file is
+//!   the adapted model, with no adapter of its own.
 //! - Memory: the file is the one full copy. A weight already of its type in the file is read
 //!   straight into it; another is read, dequantized and converted a few rows at a time (1 MiB
 //!   of f32). The file's size is checked against the memory budget and reserved first: a
@@ -27,6 +30,7 @@ use alloc::vec::Vec;
 use super::context::Gpt2;
 use super::gpt2::layer_weight_shapes;
 use super::loader::TOKENIZER_ARRAYS;
+use super::lora::TARGETS;
 use super::session::Session;
 use super::ModelError;
 use crate::gguf::{GgufArray, GgufValue, GgufWriter};
@@ -81,8 +85,17 @@ impl SaveType {
     }
 }
 
-/// The weights in the converter's order: (GGUF name, tensor, is a matrix).
-fn tensors_in_file_order(model: &Gpt2) -> Vec<(String, Tensor, bool)> {
+/// A weight of the file: its GGUF name, tensor, whether it is a matrix, and the adapter beside
+/// it (`(A, B, alpha/rank)`), merged into it on the way out.
+struct FileTensor {
+    name: String,
+    t: Tensor,
+    matrix: bool,
+    lora: Option<(Tensor, Tensor, f32)>,
+}
+
+/// The weights in the converter's order.
+fn tensors_in_file_order(model: &Gpt2) -> Vec<FileTensor> {
     let w = &model.weights;
     let shapes = layer_weight_shapes(&model.hparams);
     // The converter's order within a block, as indices into `layer_weight_shapes` (and `Layer`).
@@ -105,15 +118,29 @@ fn tensors_in_file_order(model: &Gpt2) -> Vec<(String, Tensor, bool)> {
         ];
         for i in BLOCK_ORDER {
             let (suffix, ne) = shapes[i];
-            v.push((format!("blk.{il}.{suffix}"), fields[i].clone(), ne[1] > 1 && suffix.ends_with(".weight")));
+            // The four adaptable matrices, as `fields` indices: attn_qkv, attn_output, ffn_up, ffn_down.
+            let target = [2, 4, 8, 10].iter().position(|&f| f == i).map(|k| TARGETS[k]);
+            let lora = target.and_then(|tg| {
+                let l = w.lora.as_ref()?;
+                let pair = l.layers[il][tg as usize].as_ref()?;
+                Some((pair.a.clone(), pair.b.clone(), l.scale()))
+            });
+            let matrix = ne[1] > 1 && suffix.ends_with(".weight");
+            v.push(FileTensor { name: format!("blk.{il}.{suffix}"), t: fields[i].clone(), matrix, lora });
         }
     }
-    v.push((String::from("output_norm.bias"), w.output_norm_b.clone(), false));
-    v.push((String::from("output_norm.weight"), w.output_norm_w.clone(), false));
-    v.push((String::from("position_embd.weight"), w.position_embd.clone(), false));
-    v.push((String::from("token_embd.weight"), w.token_embd.clone(), true));
+    let plain = |name: &str, t: &Tensor, matrix: bool| FileTensor {
+        name: String::from(name),
+        t: t.clone(),
+        matrix,
+        lora: None,
+    };
+    v.push(plain("output_norm.bias", &w.output_norm_b, false));
+    v.push(plain("output_norm.weight", &w.output_norm_w, false));
+    v.push(plain("position_embd.weight", &w.position_embd, false));
+    v.push(plain("token_embd.weight", &w.token_embd, true));
     if w.output != w.token_embd {
-        v.push((String::from("output.weight"), w.output.clone(), true));
+        v.push(plain("output.weight", &w.output, true));
     }
     v
 }
@@ -177,7 +204,7 @@ pub fn save_gguf(model: &Gpt2, tok: &Tokenizer, ty: SaveType) -> Result<Vec<u8>,
     }
     let tensors = tensors_in_file_order(model);
     let mut out_types = Vec::with_capacity(tensors.len());
-    for (name, t, matrix) in &tensors {
+    for FileTensor { name, t, matrix, .. } in &tensors {
         let n_dims = if t.ne[1] > 1 || *matrix { 2 } else { 1 };
         let out_ty = ty.weight_type(*matrix, t.ne[0]);
         w.declare_tensor(name, out_ty, &t.ne[..n_dims])?;
@@ -195,13 +222,13 @@ pub fn save_gguf(model: &Gpt2, tok: &Tokenizer, ty: SaveType) -> Result<Vec<u8>,
     let mut file = Vec::new();
     file.try_reserve_exact(size as usize).map_err(|_| too_large(String::from("the allocation failed")))?;
     w.write_into(&mut file, |i, out: &mut Vec<u8>| -> Result<(), ModelError> {
-        let (name, t, _) = &tensors[i];
+        let FileTensor { name, t, lora, .. } = &tensors[i];
         let read = |dst: &mut [u8], offset: usize| {
             t.try_get_bytes(dst, offset)
                 .map_err(|e| ModelError::Unsupported(format!("save: reading weight '{name}': {e}")))
         };
         let start = out.len();
-        if t.ty == out_types[i] {
+        if t.ty == out_types[i] && lora.is_none() {
             out.resize(start + t.nbytes(), 0);
             return read(&mut out[start..], 0);
         }
@@ -219,10 +246,24 @@ pub fn save_gguf(model: &Gpt2, tok: &Tokenizer, ty: SaveType) -> Result<Vec<u8>,
         out.resize(start + rows * row_out, 0);
         let mut bytes = vec![0u8; per_chunk.min(rows) * row_in];
         let mut vals = vec![0f32; per_chunk.min(rows) * ne0];
+        // An adapter's A `[ne0, rank]` and B `[rank, rows]` (f32, small), merged as PEFT's
+        // merge_and_unload does: row r of W gains scale·Σ_k B[r, k]·A[k, :].
+        let adapter = match lora {
+            Some((a, b, scale)) => Some((f32s(a, name)?, f32s(b, name)?, *scale, a.ne[1] as usize)),
+            None => None,
+        };
         for r0 in (0..rows).step_by(per_chunk) {
             let n = per_chunk.min(rows - r0);
             read(&mut bytes[..n * row_in], r0 * row_in)?;
             crate::quants::dequantize_row(from, &bytes[..n * row_in], &mut vals[..n * ne0]);
+            if let Some((a, b, scale, rank)) = &adapter {
+                for (r, row) in vals[..n * ne0].chunks_exact_mut(ne0).enumerate() {
+                    for (k, &bk) in b[(r0 + r) * rank..(r0 + r + 1) * rank].iter().enumerate() {
+                        let s = scale * bk;
+                        row.iter_mut().zip(&a[k * ne0..(k + 1) * ne0]).for_each(|(x, &ak)| *x += s * ak);
+                    }
+                }
+            }
             let dst = &mut out[start + r0 * row_out..start + (r0 + n) * row_out];
             if to == GgmlType::F32 {
                 dst.copy_from_slice(bytemuck::cast_slice(&vals[..n * ne0]));
@@ -233,6 +274,14 @@ pub fn save_gguf(model: &Gpt2, tok: &Tokenizer, ty: SaveType) -> Result<Vec<u8>,
         Ok(())
     })?;
     Ok(file)
+}
+
+/// An adapter tensor's f32 values (adapters live in f32 host memory: lora.rs).
+fn f32s(t: &Tensor, weight: &str) -> Result<Vec<f32>, ModelError> {
+    let mut bytes = vec![0u8; t.nbytes()];
+    t.try_get_bytes(&mut bytes, 0)
+        .map_err(|e| ModelError::Unsupported(format!("save: reading the adapter of '{weight}': {e}")))?;
+    Ok(bytemuck::pod_collect_to_vec(&bytes))
 }
 
 impl Session {
