@@ -10,6 +10,9 @@
 // bindings whose ranges overlap, so operands whose windows overlap (an in-place op, two
 // views of one tensor) share one binding: the pipeline constants B0..B2 say which binding
 // holds src0..src2 (0..2: their own, 3: dst's), and every load goes through them.
+// Fused kernels (crate/webgpu/fuse.rs) have up to four more operands, slots 4..7
+// (bindings 5..8), which may be read or written; B4..B7 say which binding holds them.
+// Slots 4 and 5 have strides (e_nb, f_nb), 6 and 7 one element stride each (g.z, g.w).
 
 struct P {
     a_ne: vec4<u32>, a_nb: vec4<u32>,  // src0: ne, nb (units)
@@ -20,6 +23,10 @@ struct P {
     misc: vec4<u32>,                   // x: work items, y/z: src0 rows [row0, row1) of this part, w: workgroups along x
     u: vec4<u32>,                      // op parameters
     f: vec4<f32>,
+    e_nb: vec4<u32>,                   // slot 4: nb (units)
+    f_nb: vec4<u32>,                   // slot 5: nb
+    off2: vec4<u32>,                   // first unit of slots 4, 5, 6, 7 in their windows
+    g: vec4<u32>,                      // x, y: more op parameters; z, w: slot 6 and 7's stride
 }
 
 @group(0) @binding(0) var<storage, read_write> s0: array<u32>;
@@ -27,6 +34,10 @@ struct P {
 @group(0) @binding(2) var<storage, read_write> s2: array<u32>;
 @group(0) @binding(3) var<storage, read_write> dst: array<u32>;
 @group(0) @binding(4) var<uniform> p: P;
+@group(0) @binding(5) var<storage, read_write> s4: array<u32>;
+@group(0) @binding(6) var<storage, read_write> s5: array<u32>;
+@group(0) @binding(7) var<storage, read_write> s6: array<u32>;
+@group(0) @binding(8) var<storage, read_write> s7: array<u32>;
 
 // Linear workgroup index: large dispatches are folded into x * y (x <= 65535).
 fn wg_linear(wg: vec3<u32>) -> u32 {
@@ -50,27 +61,57 @@ fn at(idx: vec4<u32>, nb: vec4<u32>) -> u32 {
 override B0: u32 = 0u;
 override B1: u32 = 1u;
 override B2: u32 = 2u;
+override B4: u32 = 4u;
+override B5: u32 = 5u;
+override B6: u32 = 6u;
+override B7: u32 = 7u;
 
 fn word(b: u32, i: u32) -> u32 {
     switch b {
         case 0u: { return s0[i]; }
         case 1u: { return s1[i]; }
         case 2u: { return s2[i]; }
+        case 4u: { return s4[i]; }
+        case 5u: { return s5[i]; }
+        case 6u: { return s6[i]; }
+        case 7u: { return s7[i]; }
         default: { return dst[i]; }
+    }
+}
+// Stores word i of the operand whose binding is `b` (a slot's home).
+fn put(b: u32, i: u32, v: u32) {
+    switch b {
+        case 0u: { s0[i] = v; }
+        case 1u: { s1[i] = v; }
+        case 2u: { s2[i] = v; }
+        case 4u: { s4[i] = v; }
+        case 5u: { s5[i] = v; }
+        case 6u: { s6[i] = v; }
+        case 7u: { s7[i] = v; }
+        default: { dst[i] = v; }
     }
 }
 // Word i of src0, src1, src2.
 fn w0(i: u32) -> u32 { return word(B0, i); }
 fn w1(i: u32) -> u32 { return word(B1, i); }
 fn w2(i: u32) -> u32 { return word(B2, i); }
+fn w4(i: u32) -> u32 { return word(B4, i); }
+fn w5(i: u32) -> u32 { return word(B5, i); }
+fn w6(i: u32) -> u32 { return word(B6, i); }
+fn w7(i: u32) -> u32 { return word(B7, i); }
 
 fn ld0_f32(i: u32) -> f32 { return bitcast<f32>(w0(i)); }
 fn ld1_f32(i: u32) -> f32 { return bitcast<f32>(w1(i)); }
 fn ld2_f32(i: u32) -> f32 { return bitcast<f32>(w2(i)); }
+fn ld4_f32(i: u32) -> f32 { return bitcast<f32>(w4(i)); }
+fn ld5_f32(i: u32) -> f32 { return bitcast<f32>(w5(i)); }
+fn ld6_f32(i: u32) -> f32 { return bitcast<f32>(w6(i)); }
+fn ld7_f32(i: u32) -> f32 { return bitcast<f32>(w7(i)); }
 // f16 element i (in halves); no shader-f16 needed.
 fn ld0_f16(i: u32) -> f32 { return unpack2x16float(w0(i >> 1u))[i & 1u]; }
 fn ld1_f16(i: u32) -> f32 { return unpack2x16float(w1(i >> 1u))[i & 1u]; }
 fn ld2_f16(i: u32) -> f32 { return unpack2x16float(w2(i >> 1u))[i & 1u]; }
+fn ld4_f16(i: u32) -> f32 { return unpack2x16float(w4(i >> 1u))[i & 1u]; }
 fn st_f32(i: u32, v: f32) { dst[i] = bitcast<u32>(v); }
 
 // Bytes of src0 (quantized blocks).

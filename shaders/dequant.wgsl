@@ -32,21 +32,21 @@ fn deq_one_bf16(base: u32, k: u32) -> f32 { return ld0_bf16(base + k); }
 fn dot_chunk_f32(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> f32 {
     let o = base + 32u * c;
     var s = 0.0;
-    for (var j = 0u; j < chunk_len(c, k_len); j++) { s += ld0_f32(o + j) * ld1_f32(xb + j * xs); }
+    for (var j = 0u; j < chunk_len(c, k_len); j++) { s += ld0_f32(o + j) * ldx(xb + j * xs); }
     return s;
 }
 
 fn dot_chunk_f16(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> f32 {
     let o = base + 32u * c;
     var s = 0.0;
-    for (var j = 0u; j < chunk_len(c, k_len); j++) { s += ld0_f16(o + j) * ld1_f32(xb + j * xs); }
+    for (var j = 0u; j < chunk_len(c, k_len); j++) { s += ld0_f16(o + j) * ldx(xb + j * xs); }
     return s;
 }
 
 fn dot_chunk_bf16(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> f32 {
     let o = base + 32u * c;
     var s = 0.0;
-    for (var j = 0u; j < chunk_len(c, k_len); j++) { s += ld0_bf16(o + j) * ld1_f32(xb + j * xs); }
+    for (var j = 0u; j < chunk_len(c, k_len); j++) { s += ld0_bf16(o + j) * ldx(xb + j * xs); }
     return s;
 }
 
@@ -58,7 +58,7 @@ fn deq_one_q8_0(base: u32, k: u32) -> f32 {
 fn dot_chunk_q8_0(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> f32 {
     let o = base + c * 34u;
     var s = 0.0;
-    for (var j = 0u; j < 32u; j++) { s += f32(i8_0(o + 2u + j)) * ld1_f32(xb + j * xs); }
+    for (var j = 0u; j < 32u; j++) { s += f32(i8_0(o + 2u + j)) * ldx(xb + j * xs); }
     return h0(o) * s;
 }
 
@@ -74,7 +74,7 @@ fn dot_chunk_q4_0(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> f32 {
     var s = 0.0;
     for (var j = 0u; j < 16u; j++) {
         let q = b0(o + 2u + j);
-        s += f32(i32(q & 15u) - 8) * ld1_f32(xb + j * xs) + f32(i32(q >> 4u) - 8) * ld1_f32(xb + (j + 16u) * xs);
+        s += f32(i32(q & 15u) - 8) * ldx(xb + j * xs) + f32(i32(q >> 4u) - 8) * ldx(xb + (j + 16u) * xs);
     }
     return h0(o) * s;
 }
@@ -107,7 +107,7 @@ fn dot_chunk_q4_k(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> f32 {
     var sq = 0.0; // sum q * x
     var sx = 0.0; // sum x
     for (var l = 0u; l < 32u; l++) {
-        let x = ld1_f32(xb + l * xs);
+        let x = ldx(xb + l * xs);
         sq += f32((b0(q + l) >> sh) & 15u) * x;
         sx += x;
     }
@@ -139,8 +139,8 @@ fn dot_chunk_q6_k(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> f32 {
     var s0 = 0.0; // l < 16: scale 2g
     var s1 = 0.0; // l >= 16: scale 2g + 1
     for (var l = 0u; l < 16u; l++) {
-        s0 += q6_k_q(o, n, g, l) * ld1_f32(xb + l * xs);
-        s1 += q6_k_q(o, n, g, l + 16u) * ld1_f32(xb + (l + 16u) * xs);
+        s0 += q6_k_q(o, n, g, l) * ldx(xb + l * xs);
+        s1 += q6_k_q(o, n, g, l + 16u) * ldx(xb + (l + 16u) * xs);
     }
     let sc = o + 192u + 8u * n + 2u * g;
     return h0(o + 208u) * (f32(i8_0(sc)) * s0 + f32(i8_0(sc + 1u)) * s1);
@@ -163,7 +163,7 @@ fn dot_chunk_q4_1(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> f32 {
     var sq = 0.0;
     var sx = 0.0;
     for (var j = 0u; j < 32u; j++) {
-        let x = ld1_f32(xb + j * xs);
+        let x = ldx(xb + j * xs);
         sq += f32(q_legacy(o + 4u, j)) * x;
         sx += x;
     }
@@ -180,7 +180,7 @@ fn dot_chunk_q5_0(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> f32 {
     let o = base + c * 22u;
     var s = 0.0;
     for (var j = 0u; j < 32u; j++) {
-        s += f32(i32(q_legacy(o + 6u, j) | (bit_at(o + 2u, j) << 4u)) - 16) * ld1_f32(xb + j * xs);
+        s += f32(i32(q_legacy(o + 6u, j) | (bit_at(o + 2u, j) << 4u)) - 16) * ldx(xb + j * xs);
     }
     return h0(o) * s;
 }
@@ -196,7 +196,7 @@ fn dot_chunk_q5_1(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> f32 {
     var sq = 0.0;
     var sx = 0.0;
     for (var j = 0u; j < 32u; j++) {
-        let x = ld1_f32(xb + j * xs);
+        let x = ldx(xb + j * xs);
         sq += f32(q_legacy(o + 8u, j) | (bit_at(o + 4u, j) << 4u)) * x;
         sx += x;
     }
@@ -223,8 +223,8 @@ fn dot_chunk_q2_k(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> f32 {
     var sx0 = 0.0;
     var sx1 = 0.0;
     for (var l = 0u; l < 16u; l++) {
-        let x0 = ld1_f32(xb + l * xs);
-        let x1 = ld1_f32(xb + (l + 16u) * xs);
+        let x0 = ldx(xb + l * xs);
+        let x1 = ldx(xb + (l + 16u) * xs);
         sq0 += f32(q2_low(o + 16u, cc / 4u, cc % 4u, l)) * x0;
         sq1 += f32(q2_low(o + 16u, cc / 4u, cc % 4u, l + 16u)) * x1;
         sx0 += x0;
@@ -262,8 +262,8 @@ fn dot_chunk_q3_k(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> f32 {
     var s0 = 0.0;
     var s1 = 0.0;
     for (var l = 0u; l < 16u; l++) {
-        s0 += q3_k_q(o, cc / 4u, cc % 4u, l) * ld1_f32(xb + l * xs);
-        s1 += q3_k_q(o, cc / 4u, cc % 4u, l + 16u) * ld1_f32(xb + (l + 16u) * xs);
+        s0 += q3_k_q(o, cc / 4u, cc % 4u, l) * ldx(xb + l * xs);
+        s1 += q3_k_q(o, cc / 4u, cc % 4u, l + 16u) * ldx(xb + (l + 16u) * xs);
     }
     return h0(o + 108u) * (q3_k_scale(o + 96u, 2u * cc) * s0 + q3_k_scale(o + 96u, 2u * cc + 1u) * s1);
 }
@@ -289,7 +289,7 @@ fn dot_chunk_q5_k(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> f32 {
     var sq = 0.0;
     var sx = 0.0;
     for (var l = 0u; l < 32u; l++) {
-        let x = ld1_f32(xb + l * xs);
+        let x = ldx(xb + l * xs);
         sq += q5_k_q(o, j, l) * x;
         sx += x;
     }

@@ -8,6 +8,13 @@
 // reduction: for GPUs.
 // mul_mat_rows: one invocation per row and no workgroup memory: for CPU-based adapters,
 // whose barriers cost more than the arithmetic.
+//
+// Fused chains (crate/webgpu/fuse.rs) run here too. src1 is read through `ldx`, after
+// `x_prologue`: as it is, or (the mul_mat_ln module, shaders/ln_input.wgsl) its layer norm.
+// The epilogue, by bits of u.x: 1: + src2 (a bias row: row m at c_nb.x * m); 2: gelu;
+// 4: + slot 4 at (row, column) (a residual, strides e_nb.x, e_nb.y); 8: the rows in three
+// blocks of u.y (Q, K, V) stored to slots 3, 4, 5 at row * nb.x + column * nb.y of d_nb,
+// e_nb, f_nb (the row within its block), instead of dst's own layout.
 
 struct Mm {
     base0: u32, // src0 batch base (add row * a_nb.y)
@@ -43,19 +50,41 @@ fn chunks4(row0: u32, ch: u32, mm: Mm) -> vec4<f32> {
 }
 
 fn store4(m: u32, mm: Mm, v: vec4<f32>) {
-    let o = p.off.w + (p.misc.y + m) * p.d_nb.x + mm.i12 * p.d_nb.z + mm.i13 * p.d_nb.w;
+    let row = p.misc.y + m;
+    var r = v;
+    let ep = p.u.x;
+    if ((ep & 1u) != 0u) { r += vec4<f32>(ld2_f32(p.off.z + row * p.c_nb.x)); }
+    if ((ep & 2u) != 0u) { r = vec4<f32>(gelu_f32(r.x), gelu_f32(r.y), gelu_f32(r.z), gelu_f32(r.w)); }
+    if ((ep & 8u) != 0u) {
+        let part = row / p.u.y;
+        let rr = row % p.u.y;
+        var home = 3u;
+        var o = p.off.w + rr * p.d_nb.x;
+        var cs = p.d_nb.y;
+        if (part == 1u) { home = B4; o = p.off2.x + rr * p.e_nb.x; cs = p.e_nb.y; }
+        if (part == 2u) { home = B5; o = p.off2.y + rr * p.f_nb.x; cs = p.f_nb.y; }
+        for (var c = 0u; c < 4u; c++) {
+            if (mm.n0 + c < p.b_ne.y) { put(home, o + (mm.n0 + c) * cs, bitcast<u32>(r[c])); }
+        }
+        return;
+    }
+    let o = p.off.w + row * p.d_nb.x + mm.i12 * p.d_nb.z + mm.i13 * p.d_nb.w;
     for (var c = 0u; c < 4u; c++) {
-        if (mm.n0 + c < p.b_ne.y) { st_f32(o + (mm.n0 + c) * p.d_nb.y, v[c]); }
+        if (mm.n0 + c < p.b_ne.y) {
+            var y = r[c];
+            if ((ep & 4u) != 0u) { y += ld4_f32(p.off2.x + row * p.e_nb.x + (mm.n0 + c) * p.e_nb.y); }
+            st_f32(o + (mm.n0 + c) * p.d_nb.y, y);
+        }
     }
 }
 
 // src1 at element k of the 4 columns (0 past the last column).
 fn xs4(k: u32, mm: Mm) -> vec4<f32> {
     let b = mm.base1 + k * p.b_nb.x + mm.n0 * p.b_nb.y;
-    if (NCOL == 1u) { return vec4<f32>(ld1_f32(b), 0.0, 0.0, 0.0); }
+    if (NCOL == 1u) { return vec4<f32>(ldx(b), 0.0, 0.0, 0.0); }
     var v = vec4<f32>(0.0);
     for (var c = 0u; c < 4u; c++) {
-        if (mm.n0 + c < p.b_ne.y) { v[c] = ld1_f32(b + c * p.b_nb.y); }
+        if (mm.n0 + c < p.b_ne.y) { v[c] = ldx(b + c * p.b_nb.y); }
     }
     return v;
 }
@@ -71,8 +100,9 @@ const WG: u32 = 64u;
 fn mul_mat_vec(@builtin(workgroup_id) wg: vec3<u32>, ids: Ids) {
     let li = ids.li;
     let m = wg_linear(wg);
-    if (m >= p.misc.z - p.misc.y) { return; }
     let mm = mm_setup(wg.z);
+    x_prologue(li, mm.n0);
+    if (m >= p.misc.z - p.misc.y) { return; }
     let row0 = mm.base0 + m * p.a_nb.y;
     let k4 = p.a_ne.x & ~3u;
     var acc = vec4<f32>(0.0);
@@ -90,8 +120,9 @@ fn mul_mat_vec(@builtin(workgroup_id) wg: vec3<u32>, ids: Ids) {
 @compute @workgroup_size(64)
 fn mul_mat_rows(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
     let m = wg_linear(wg) * 64u + li;
-    if (m >= p.misc.z - p.misc.y) { return; }
     let mm = mm_setup(wg.z);
+    x_prologue(li, mm.n0);
+    if (m >= p.misc.z - p.misc.y) { return; }
     let row0 = mm.base0 + m * p.a_nb.y;
     var acc = vec4<f32>(0.0);
     for (var ch = 0u; ch * 32u < p.a_ne.x; ch++) { acc += chunks4(row0, ch, mm); }

@@ -157,7 +157,7 @@ impl WebGpuBuffer {
 
     fn patch(&self, patches: &[[u32; 3]]) {
         let gpu = &self.gpu;
-        let pipeline = gpu.pipeline("cpy", "", "patch_words", [0, 1, 2], None);
+        let pipeline = gpu.pipeline("cpy", "", "patch_words", [0, 1, 2, 4, 5, 6, 7], None);
         // One patch (at most two: the partial words at either end) per dispatch, each with
         // its triple in its own aligned slot and its own small window of the buffer.
         let slot = gpu.storage_align.max(16);
@@ -203,6 +203,10 @@ impl WebGpuBuffer {
                         entry(2, &gpu.dummy, 512, 256),
                         entry(3, &self.buf, *start, *size),
                         entry(4, &params, 0, PARAMS_STRIDE),
+                        entry(5, &gpu.dummy, 1024, 256),
+                        entry(6, &gpu.dummy, 1280, 256),
+                        entry(7, &gpu.dummy, 1536, 256),
+                        entry(8, &gpu.dummy, 1792, 256),
                     ],
                 });
                 pass.set_bind_group(0, &bg, &[(PARAMS_STRIDE * i) as u32]);

@@ -5,9 +5,10 @@
 use super::buffer::{entry, WebGpuBuffer};
 // The parameter block's fields by their initials (see `device.rs`).
 use super::device::{
-    Gpu, PARAMS_STRIDE, P_A as A, P_B as B, P_C as C, P_D as D, P_F as F, P_MISC as MISC, P_OFF as OFF, P_U as U,
+    Gpu, PARAMS_STRIDE, P_A as A, P_B as B, P_C as C, P_D as D, P_E as E, P_F as F, P_FF as FF, P_G as G,
+    P_MISC as MISC, P_OFF as OFF, P_OFF2 as OFF2, P_U as U,
 };
-use super::fuse::{self, Fused};
+use super::fuse::{self, Fused, Kind as FusedKind};
 use super::unsupported;
 use crate::allocator::align_up;
 use crate::backend::BackendError;
@@ -304,9 +305,12 @@ fn row_parts(gpu: &Gpu, node: &Tensor, a: &Tensor) -> Result<Vec<(usize, usize)>
     Ok((0..rows).step_by(per).map(|r0| (r0, (r0 + per).min(rows))).collect())
 }
 
+/// Operand slots: src0..src2, dst, and the fused kernels' slots 4..7.
+const SLOTS: usize = 8;
+
 struct Dispatch {
     pipeline: wgpu::ComputePipeline,
-    wins: [Option<Window>; 4],
+    wins: [Option<Window>; SLOTS],
     params: [u32; WORDS],
     groups: [u32; 3],
 }
@@ -315,18 +319,29 @@ struct Builder<'a> {
     gpu: &'a Gpu,
     node: &'a Tensor,
     params: [u32; WORDS],
-    slots: [Option<Bound>; 4],
+    slots: [Option<Bound>; SLOTS],
 }
 
 impl<'a> Builder<'a> {
     fn new(gpu: &'a Gpu, node: &'a Tensor) -> Builder<'a> {
-        Builder { gpu, node, params: [0; WORDS], slots: [None, None, None, None] }
+        Builder { gpu, node, params: [0; WORDS], slots: Default::default() }
     }
-    /// Puts operand `b` in slot `slot` (0..3 sources, 3 dst).
+    /// Puts operand `b` in slot `slot` (0..3 sources, 3 dst, 4..7 the fused kernels', whose
+    /// shapes the kernels know from the others: only their strides, and for 6 and 7, whose
+    /// operands are rows, only the first).
     fn set(&mut self, slot: usize, b: Bound) {
-        let base = [A, B, C, D][slot];
-        self.params[base..base + 4].copy_from_slice(&b.ne);
-        self.params[base + 4..base + 8].copy_from_slice(&b.nb);
+        match slot {
+            0..4 => {
+                let base = [A, B, C, D][slot];
+                self.params[base..base + 4].copy_from_slice(&b.ne);
+                self.params[base + 4..base + 8].copy_from_slice(&b.nb);
+            }
+            4 | 5 => {
+                let base = [E, FF][slot - 4];
+                self.params[base..base + 4].copy_from_slice(&b.nb);
+            }
+            _ => self.params[G + slot - 4] = b.nb[0],
+        }
         self.slots[slot] = Some(b);
     }
     fn operand(&mut self, slot: usize, t: &Tensor) -> Result<(), BackendError> {
@@ -354,14 +369,14 @@ impl<'a> Builder<'a> {
         if groups.iter().any(|&g| g > max) {
             return Err(unsupported(self.node, format!("dispatch {groups:?} exceeds {max} workgroups per dimension")));
         }
-        let mut home = [0usize, 1, 2, 3];
-        let mut span: [Option<(u64, u64)>; 4] =
+        let mut home: [usize; SLOTS] = core::array::from_fn(|i| i);
+        let mut span: [Option<(u64, u64)>; SLOTS] =
             core::array::from_fn(|i| self.slots[i].as_ref().map(|b| (b.win.start, b.win.start + b.win.size)));
         let mut merged = true;
         while merged {
             merged = false;
-            for i in 0..4 {
-                for j in i + 1..4 {
+            for i in 0..SLOTS {
+                for j in i + 1..SLOTS {
                     let (hi, hj) = (home[i], home[j]);
                     if hi == hj {
                         continue;
@@ -383,8 +398,8 @@ impl<'a> Builder<'a> {
                 }
             }
         }
-        let mut wins: [Option<Window>; 4] = [None, None, None, None];
-        for slot in 0..4 {
+        let mut wins: [Option<Window>; SLOTS] = Default::default();
+        for slot in 0..SLOTS {
             let Some(b) = &self.slots[slot] else { continue };
             let (start, end) = span[home[slot]].expect("a home keeps its span");
             if home[slot] == slot {
@@ -400,11 +415,12 @@ impl<'a> Builder<'a> {
                 }
                 wins[slot] = Some(Window { buf: b.win.buf.clone(), start, size: end - start });
             }
-            self.params[OFF + slot] = to_u32(self.node, (b.lo - start) / b.unit, "offset")?;
+            let off = if slot < 4 { OFF + slot } else { OFF2 + slot - 4 };
+            self.params[off] = to_u32(self.node, (b.lo - start) / b.unit, "offset")?;
         }
-        let homes = [home[0] as u32, home[1] as u32, home[2] as u32];
+        let homes = [0, 1, 2, 4, 5, 6, 7].map(|s| home[s] as u32);
         // The mat-vec kernels compute 4 columns, or 1 when there is only one (generation).
-        let ncol = (file == "mul_mat_q").then(|| if self.params[B + 1] == 1 { 1 } else { 4 });
+        let ncol = (file == "mul_mat_q" || file == "mul_mat_ln").then(|| if self.params[B + 1] == 1 { 1 } else { 4 });
         let pipeline = self.gpu.pipeline(file, spec, entry, homes, ncol);
         Ok(Dispatch { pipeline, wins, params: self.params, groups })
     }
@@ -670,11 +686,60 @@ fn view_is_injective(ne: [i64; 4], nb: [usize; 3]) -> bool {
     true
 }
 
+/// Whether the mat-vec kernels run `mm` in one dispatch, which the fused mul_mat chains
+/// need: a 2-D product (the per-row kernel, or at most MAT_VEC_MAX_N columns on GPUs) whose
+/// weight fits one binding.
+fn mm_fusable(gpu: &Gpu, mm: &Tensor) -> bool {
+    let (Some(a), Some(x)) = (mm.src[0].as_ref(), mm.src[1].as_ref()) else { return false };
+    check(mm).is_ok()
+        && a.ne[2] * a.ne[3] == 1
+        && x.ne[2] * x.ne[3] == 1
+        && (gpu.per_row || x.ne[1] <= MAT_VEC_MAX_N)
+        && row_parts(gpu, mm, a).is_ok_and(|p| p.len() == 1)
+}
+
+/// The mat-vec dispatch of a fused mul_mat chain, its epilogue's flags and operands already
+/// in `b` (see shaders/mul_mat_q.wgsl).
+fn mat_vec(
+    gpu: &Gpu,
+    mut b: Builder,
+    w: &Tensor,
+    x: &Tensor,
+    ln: bool,
+    out: &mut Vec<Dispatch>,
+) -> Result<(), BackendError> {
+    let node = b.node;
+    let spec = weight_spec(w.ty).expect("checked");
+    b.operand(0, w)?;
+    b.operand(1, x)?;
+    let rows = w.ne[1] as u64;
+    b.misc(0, 0, rows as usize)?;
+    let z = to_u32(node, (x.ne[1] as u64).div_ceil(4), "columns")?;
+    let file = if ln { "mul_mat_ln" } else { "mul_mat_q" };
+    out.push(if gpu.per_row {
+        b.linear(file, spec, "mul_mat_rows", rows.div_ceil(64), z)?
+    } else {
+        b.linear(file, spec, "mul_mat_vec", rows, z)?
+    });
+    Ok(())
+}
+
+/// The layer norm a fused mul_mat chain reads src1 through: its rows in slots 6 and 7, eps
+/// in f.x (shaders/ln_input.wgsl).
+fn layer_norm(b: &mut Builder, ln: Option<(f32, &Tensor, &Tensor)>) -> Result<(), BackendError> {
+    if let Some((eps, g, beta)) = ln {
+        b.operand(6, g)?;
+        b.operand(7, beta)?;
+        b.params[F] = eps.to_bits();
+    }
+    Ok(())
+}
+
 /// The one dispatch of a fused chain (see `fuse.rs`; the kernels' comments say which
 /// parameters mean what).
 fn plan_fused(gpu: &Gpu, f: &Fused, out: &mut Vec<Dispatch>) -> Result<(), BackendError> {
-    match *f {
-        Fused::NormAffine { norm, w, b: bias, out: dst } => {
+    match f.kind {
+        FusedKind::NormAffine { norm, w, b: bias, out: dst } => {
             let Op::Norm { eps } = norm.op else { unreachable!("a norm chain starts at a norm") };
             let a = src(norm, 0)?;
             let mut b = Builder::new(gpu, dst);
@@ -686,7 +751,7 @@ fn plan_fused(gpu: &Gpu, f: &Fused, out: &mut Vec<Dispatch>) -> Result<(), Backe
             b.params[F] = eps.to_bits();
             out.push(b.linear("norm", "", "norm_affine", a.nrows() as u64, 1)?);
         }
-        Fused::SoftMaxCausal { x, scale, n_past, out: dst } => {
+        FusedKind::SoftMaxCausal { x, scale, n_past, out: dst } => {
             let mut b = Builder::new(gpu, dst);
             b.operand(0, x)?;
             b.operand(3, dst)?;
@@ -696,7 +761,7 @@ fn plan_fused(gpu: &Gpu, f: &Fused, out: &mut Vec<Dispatch>) -> Result<(), Backe
             b.params[U + 3] = n_past as u32;
             out.push(b.linear("softmax", "", "soft_max", x.nrows() as u64, 1)?);
         }
-        Fused::AddGelu { add, out: dst } => {
+        FusedKind::AddGelu { add, out: dst } => {
             let n = dst.nelements() as u64;
             let mut b = Builder::new(gpu, dst);
             b.operand(0, src(add, 0)?)?;
@@ -704,6 +769,66 @@ fn plan_fused(gpu: &Gpu, f: &Fused, out: &mut Vec<Dispatch>) -> Result<(), Backe
             b.operand(3, dst)?;
             b.misc(n, 0, 0)?;
             out.push(b.linear("binary", "", "add_gelu", n.div_ceil(256), 1)?);
+        }
+        FusedKind::MatMul { w, x, ln, bias, gelu, res, out: dst } => {
+            let mut b = Builder::new(gpu, dst);
+            b.operand(3, dst)?;
+            let mut flags = 0;
+            if let Some(bias) = bias {
+                b.operand(2, bias)?;
+                flags |= 1;
+            }
+            if gelu {
+                flags |= 2;
+            }
+            if let Some(r) = res {
+                b.operand(4, r)?;
+                flags |= 4;
+            }
+            layer_norm(&mut b, ln)?;
+            b.params[U] = flags;
+            mat_vec(gpu, b, w, x, ln.is_some(), out)?;
+        }
+        FusedKind::Qkv { w, x, ln, bias, n, ref parts } => {
+            let mut b = Builder::new(gpu, parts[0].dst);
+            layer_norm(&mut b, ln)?;
+            b.operand(2, bias)?;
+            for (i, p) in parts.iter().enumerate() {
+                let slot = [3, 4, 5][i];
+                b.operand(slot, p.dst)?;
+                let nb = [D + 4, E, FF][i];
+                b.params[nb] = to_u32(p.dst, p.rs as u64, "row stride")?;
+                b.params[nb + 1] = to_u32(p.dst, p.cs as u64, "column stride")?;
+            }
+            b.params[U] = 1 | 8;
+            b.params[U + 1] = to_u32(w, n as u64, "rows per part")?;
+            mat_vec(gpu, b, w, x, ln.is_some(), out)?;
+        }
+        FusedKind::Attention { q, k, v, mask, scale, out: dst } => {
+            let [hd, nq, nh, _] = q.ne;
+            let mut b = Builder::new(gpu, dst);
+            b.operand(0, q)?;
+            b.operand(1, k)?;
+            b.operand(2, v)?;
+            b.operand(3, dst)?;
+            // dst is the contiguous [hd, heads, queries]: strides of (dim, query, head).
+            let unit = (dst.nb[0] / 4) as u64;
+            b.params[D + 4] = to_u32(dst, unit, "stride")?;
+            b.params[D + 5] = to_u32(dst, unit * (hd * nh) as u64, "stride")?;
+            b.params[D + 6] = to_u32(dst, unit * hd as u64, "stride")?;
+            if let Some(m) = mask {
+                b.operand(4, m)?;
+                b.params[U] = if m.ty == GgmlType::F16 { 2 } else { 1 };
+            }
+            let items = (nq * nh) as u64;
+            b.misc(items, 0, 0)?;
+            b.params[U + 1] = to_u32(dst, k.ne[1] as u64, "keys")?;
+            b.params[U + 2] = hd as u32;
+            b.params[U + 3] = nh as u32;
+            b.params[G] = u32::from(k.ty == GgmlType::F16);
+            b.params[G + 1] = u32::from(v.ty == GgmlType::F16);
+            b.params[F] = scale.to_bits();
+            out.push(b.linear("attn", "", "attn", items, 1)?);
         }
     }
     Ok(())
@@ -715,21 +840,27 @@ pub(crate) fn graph_compute(gpu: &Gpu, graph: &Graph) -> Result<(), BackendError
     gpu.drop_prefetched();
     let t0 = (gpu.clock)();
     let mut ds = Vec::new();
-    let mut i = 0;
-    while i < graph.nodes.len() {
-        let fused = fuse::at(graph, i).filter(|f| {
+    let ix = fuse::Index::new(graph);
+    let mm_ok = |mm: &Tensor| mm_fusable(gpu, mm);
+    let caps = fuse::Caps { mm_ok: &mm_ok };
+    // Nodes a fused chain ran already (a chain's nodes need not be neighbours).
+    let mut done = vec![false; graph.nodes.len()];
+    for i in 0..graph.nodes.len() {
+        if done[i] {
+            continue;
+        }
+        let fused = fuse::at(&caps, graph, &ix, i).filter(|f| {
             // Only chains whose every node has a kernel here (else the error names the node).
-            graph.nodes[i..i + f.n_nodes()].iter().all(|n| check(n).is_ok())
+            f.nodes.iter().all(|&j| !done[j] && check(&graph.nodes[j]).is_ok())
         });
         match fused {
             Some(f) => {
                 plan_fused(gpu, &f, &mut ds)?;
-                i += f.n_nodes();
+                for j in f.nodes {
+                    done[j] = true;
+                }
             }
-            None => {
-                plan(gpu, &graph.nodes[i], &mut ds)?;
-                i += 1;
-            }
+            None => plan(gpu, &graph.nodes[i], &mut ds)?,
         }
     }
     if ds.is_empty() {
@@ -759,15 +890,29 @@ pub(crate) fn graph_compute(gpu: &Gpu, graph: &Graph) -> Result<(), BackendError
         let mut pass =
             enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("ggweb graph"), timestamp_writes: None });
         for (i, d) in ds.iter().enumerate() {
-            let win = |slot: usize| match &d.wins[slot] {
-                Some(w) => entry(slot as u32, &w.buf, w.start, w.size),
-                // Distinct ranges: overlapping writable bindings are invalid even unused.
-                None => entry(slot as u32, &gpu.dummy, 256 * slot as u64, 256),
+            // Slots 4..7 are bindings 5..8 (4 is the parameters).
+            let win = |slot: usize| {
+                let binding = if slot < 4 { slot as u32 } else { slot as u32 + 1 };
+                match &d.wins[slot] {
+                    Some(w) => entry(binding, &w.buf, w.start, w.size),
+                    // Distinct ranges: overlapping writable bindings are invalid even unused.
+                    None => entry(binding, &gpu.dummy, 256 * slot as u64, 256),
+                }
             };
             let bg = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
                 label: None,
                 layout: &gpu.layout,
-                entries: &[win(0), win(1), win(2), win(3), entry(4, &params, 0, PARAMS_STRIDE)],
+                entries: &[
+                    win(0),
+                    win(1),
+                    win(2),
+                    win(3),
+                    entry(4, &params, 0, PARAMS_STRIDE),
+                    win(4),
+                    win(5),
+                    win(6),
+                    win(7),
+                ],
             });
             pass.set_pipeline(&d.pipeline);
             pass.set_bind_group(0, &bg, &[(PARAMS_STRIDE * i as u64) as u32]);

@@ -38,7 +38,9 @@ pub struct AdapterSummary {
 pub(crate) const PARAMS_STRIDE: u64 = 256;
 
 // Word offsets of the fields of `struct P` (shaders/common.wgsl): a_ne, a_nb, b_ne, b_nb,
-// c_ne, c_nb, d_ne, d_nb (4 words each), then off, misc, u, f.
+// c_ne, c_nb, d_ne, d_nb (4 words each), then off, misc, u, f, then the fused kernels'
+// e_nb, f_nb (slots 4 and 5), off2 (the offsets of slots 4..7) and g (its z and w: the
+// strides of slots 6 and 7).
 pub(crate) const P_A: usize = 0;
 pub(crate) const P_B: usize = 8;
 pub(crate) const P_C: usize = 16;
@@ -47,6 +49,10 @@ pub(crate) const P_OFF: usize = 32;
 pub(crate) const P_MISC: usize = 36;
 pub(crate) const P_U: usize = 40;
 pub(crate) const P_F: usize = 44;
+pub(crate) const P_E: usize = 48;
+pub(crate) const P_FF: usize = 52;
+pub(crate) const P_OFF2: usize = 56;
+pub(crate) const P_G: usize = 60;
 
 /// wgpu buffers this backend holds now, on every device (see [`live_buffers`]).
 static LIVE_BUFFERS: AtomicUsize = AtomicUsize::new(0);
@@ -149,7 +155,10 @@ impl Ext {
     /// The extensions `file` specialised for `spec` actually uses (others are left off, so
     /// that one module serves both).
     pub fn for_kernel(self, file: &str, spec: &str) -> Ext {
-        Ext { subgroups: self.subgroups && file == "mul_mat_q", f16: self.f16 && spec == "f16" && file == "mul_mat" }
+        Ext {
+            subgroups: self.subgroups && (file == "mul_mat_q" || file == "mul_mat_ln"),
+            f16: self.f16 && spec == "f16" && file == "mul_mat",
+        }
     }
     fn label(self) -> String {
         format!("{}{}", if self.f16 { "+f16" } else { "" }, if self.subgroups { "+subgroups" } else { "" })
@@ -178,7 +187,8 @@ pub(crate) fn specialisation(file: &str, spec: &str, ext: Ext) -> String {
         "backward" => include_str!("../../shaders/backward.wgsl"),
         "out_prod" => include_str!("../../shaders/out_prod.wgsl"),
         "mul_mat" => include_str!("../../shaders/mul_mat.wgsl"),
-        "mul_mat_q" => include_str!("../../shaders/mul_mat_q.wgsl"),
+        "mul_mat_q" | "mul_mat_ln" => include_str!("../../shaders/mul_mat_q.wgsl"),
+        "attn" => include_str!("../../shaders/attn.wgsl"),
         other => panic!("no shader file '{other}'"),
     };
     if !spec.is_empty() {
@@ -191,10 +201,17 @@ pub(crate) fn specialisation(file: &str, spec: &str, ext: Ext) -> String {
              fn dot_chunk(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> f32 {{ \
              return dot_chunk_{spec}(base, c, k_len, xb, xs); }}\n"
         ));
+        // The activations' loader: src1 as it is, or (mul_mat_ln) its layer norm, staged in
+        // workgroup memory by the kernel's prologue.
+        src.push_str(if file == "mul_mat_ln" {
+            include_str!("../../shaders/ln_input.wgsl")
+        } else {
+            "fn ldx(i: u32) -> f32 { return ld1_f32(i); }\nfn x_prologue(li: u32, n0: u32) {}\n"
+        });
         // The tiled kernel's weight tile: f16 when the weights are (exact), else f32.
         src.push_str(if ext.f16 { "alias tile_t = f16;\n" } else { "alias tile_t = f32;\n" });
     }
-    if file == "mul_mat_q" {
+    if file == "mul_mat_q" || file == "mul_mat_ln" {
         src.push_str(if ext.subgroups {
             include_str!("../../shaders/reduce_subgroup.wgsl")
         } else {
@@ -211,17 +228,17 @@ pub(crate) fn specialisation(file: &str, spec: &str, ext: Ext) -> String {
 /// validator).
 pub fn kernel_sources() -> Vec<(String, String)> {
     let mut out = Vec::new();
-    for file in ["binary", "unary", "norm", "softmax", "cpy", "backward"] {
+    for file in ["binary", "unary", "norm", "softmax", "cpy", "backward", "attn"] {
         out.push((file.to_string(), specialisation(file, "", Ext::default())));
     }
     let specs = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k"];
-    for file in ["get_rows", "mul_mat", "mul_mat_q", "out_prod"] {
+    for file in ["get_rows", "mul_mat", "mul_mat_q", "mul_mat_ln", "out_prod"] {
         for spec in specs {
             out.push((format!("{file}:{spec}"), specialisation(file, spec, Ext::default())));
         }
     }
     for ext in [Ext { f16: true, subgroups: false }, Ext { f16: false, subgroups: true }] {
-        for file in ["mul_mat", "mul_mat_q"] {
+        for file in ["mul_mat", "mul_mat_q", "mul_mat_ln"] {
             for spec in specs {
                 let e = ext.for_kernel(file, spec);
                 if e == ext {
@@ -265,9 +282,9 @@ impl Gpu {
         // Ask for what the adapter has: WebGPU's defaults (128 MiB bindings, 256 MiB
         // buffers) are below what GPT-2's embedding needs on most devices.
         let limits = alimits.clone();
-        if limits.max_storage_buffers_per_shader_stage < 4 || limits.max_compute_invocations_per_workgroup < 256 {
+        if limits.max_storage_buffers_per_shader_stage < 8 || limits.max_compute_invocations_per_workgroup < 256 {
             return Err(BackendError::Unavailable(format!(
-                "adapter '{}' lacks compute limits ggweb needs (4 storage buffers, 256 invocations)",
+                "adapter '{}' lacks compute limits ggweb needs (8 storage buffers, 256 invocations)",
                 info.name
             )));
         }
@@ -329,6 +346,10 @@ impl Gpu {
                 storage(1),
                 storage(2),
                 storage(3),
+                storage(5),
+                storage(6),
+                storage(7),
+                storage(8),
                 wgpu::BindGroupLayoutEntry {
                     binding: 4,
                     visibility: wgpu::ShaderStages::COMPUTE,
@@ -350,7 +371,7 @@ impl Gpu {
             &device,
             &wgpu::BufferDescriptor {
                 label: Some("ggweb unused bindings"),
-                size: 1024,
+                size: 256 * 8,
                 usage: wgpu::BufferUsages::STORAGE,
                 mapped_at_creation: false,
             },
@@ -452,15 +473,15 @@ impl Gpu {
     }
 
     /// The pipeline for `entry` of kernel file `file` specialised for weight type `spec`
-    /// ("" when the file has no type parameter) and for the bindings src0..src2 are read
-    /// from (`homes`: the B0..B2 constants), plus the mat-vec kernels' column count
+    /// ("" when the file has no type parameter) and for the bindings src0..src2 and slots
+    /// 4..7 are read from (`homes`: the B0, B1, B2, B4..B7 constants), plus the mat-vec kernels' column count
     /// (NCOL), compiled on first use. The key names the extensions in use (`self.ext`).
     pub fn pipeline(
         &self,
         file: &str,
         spec: &str,
         entry: &str,
-        homes: [u32; 3],
+        homes: [u32; 7],
         ncol: Option<u32>,
     ) -> wgpu::ComputePipeline {
         let ext = self.ext.for_kernel(file, spec);
@@ -481,7 +502,15 @@ impl Gpu {
                 })
                 .clone()
         };
-        let mut constants = vec![("B0", f64::from(homes[0])), ("B1", f64::from(homes[1])), ("B2", f64::from(homes[2]))];
+        let mut constants = vec![
+            ("B0", f64::from(homes[0])),
+            ("B1", f64::from(homes[1])),
+            ("B2", f64::from(homes[2])),
+            ("B4", f64::from(homes[3])),
+            ("B5", f64::from(homes[4])),
+            ("B6", f64::from(homes[5])),
+            ("B7", f64::from(homes[6])),
+        ];
         if let Some(n) = ncol {
             constants.push(("NCOL", f64::from(n)));
         }

@@ -24,7 +24,8 @@
 //!   browser the synchronous `get_bytes` cannot wait and panics with a message pointing to
 //!   [`WebGpuBackend::read_tensor_async`], which works on both.
 //! - **Compute**: one command encoder and one compute pass per graph; each node is one
-//!   dispatch (or one per row range); views cost nothing (each binding carries its
+//!   dispatch (or one per row range), or a chain of nodes one fused dispatch (`fuse.rs`: a
+//!   GPT-2 layer is five); views cost nothing (each binding carries its
 //!   tensor's offset and strides, in elements). Parameters of all nodes go into one
 //!   uniform buffer written once per graph, selected with dynamic offsets. Pipelines are
 //!   cached by (kernel file, weight type, entry point, binding layout, WGSL extensions).
@@ -32,7 +33,8 @@
 //!   and a writable binding of one buffer in a dispatch; operands whose ranges overlap (an
 //!   in-place node from the graph allocator, two views of one tensor) share one binding,
 //!   since overlapping writable bindings are forbidden too (Dawn enforces it; wgpu native
-//!   does not, so the browser test covers it).
+//!   does not, so the browser test covers it). Eight storage bindings (WebGPU's guaranteed
+//!   minimum per stage): src0..src2, dst, and four more for the fused chains' operands.
 //! - **Ops**: get_rows (f32, f16, q8_0, q4_0, q4_K, q6_K), add, mul (broadcast), scale,
 //!   norm, gelu, soft_max_ext (f32/f16 mask, ALiBi), diag_mask_inf, cpy/cont (f32/f16 to
 //!   f32, f32/f16 to contiguous f16), mul_mat (f32, f16 and the four quantized types with

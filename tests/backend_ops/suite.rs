@@ -576,6 +576,11 @@ async fn run_case(t: &Target<'_>, case: &Case) -> Result<Vec<f64>, BackendError>
 /// asserts on it). Logs one line per case.
 pub async fn check_all(t: &Target<'_>, filter: &str, log: &dyn Fn(&str)) -> Report {
     let mut r = check_forward(t, filter, log).await;
+    let f = check_fused(t, filter, log).await;
+    r.total += f.total;
+    r.passed += f.passed;
+    r.not_supported.extend(f.not_supported);
+    r.failed.extend(f.failed);
     let g = check_gradients(t, filter, log).await;
     r.total += g.total;
     r.passed += g.passed;
@@ -587,6 +592,12 @@ pub async fn check_all(t: &Target<'_>, filter: &str, log: &dyn Fn(&str)) -> Repo
 /// [`check_all`]'s first part: the cases of [`forward_cases`].
 pub async fn check_forward(t: &Target<'_>, filter: &str, log: &dyn Fn(&str)) -> Report {
     let all: Vec<Case> = forward_cases().into_iter().filter(|c| c.name.contains(filter)).collect();
+    check_cases(t, &all, log).await
+}
+
+/// The cases of [`fused_cases`] whose name contains `filter`.
+pub async fn check_fused(t: &Target<'_>, filter: &str, log: &dyn Fn(&str)) -> Report {
+    let all: Vec<Case> = fused_cases().into_iter().filter(|c| c.name.contains(filter)).collect();
     check_cases(t, &all, log).await
 }
 
@@ -661,6 +672,7 @@ impl Report {
 /// ([`grad_cases`]).
 pub fn cases() -> Vec<Case> {
     let mut v = forward_cases();
+    v.extend(fused_cases());
     v.extend(grad_cases());
     v
 }
@@ -1207,6 +1219,164 @@ fn gpt2_layer(wty: GgmlType) -> Case {
         // so move a value across a rounding step (~1e-3 on one product of the next layer,
         // NMSE ~1e-8 on the logits): a looser element bound and an NMSE bound
         // (test-backend-ops allows 5e-4). Measured natively: NMSE ~1e-14, no step moved.
+        c.rounded = Some((Tol { abs: 1e-2, rel: 1e-3 }, 1e-6));
+    }
+    c
+}
+
+/// The chains WebGPU runs as one dispatch each (crate/webgpu/fuse.rs), as GPT-2's graph
+/// builds them, on small shapes: each against the f64 reference of its unfused nodes (the
+/// CPU runs them unfused). Both N = 1 (decode) and N = 5 (a prompt chunk: two groups of
+/// four columns, one ragged).
+pub fn fused_cases() -> Vec<Case> {
+    let mut v = Vec::new();
+    for ty in [F32, Q8_0, Q4_K] {
+        let k = 256i64;
+        // The epilogue adds in f32 exactly as the unfused add does: mul_mat's bound (4x
+        // for quantized weights, as in mul_mat_cases), plus one rounding of the sum.
+        let kk = if ty == F32 { k } else { 4 * k };
+        let tol = Tol { abs: mm_tol(kk).abs, rel: 2e-5 };
+        for n in [1i64, 5] {
+            v.push(case(&format!("fused mul_mat + bias {ty} N={n}"), tol, move |i| {
+                let (w, x, b) = (i.t(ty, &[k, 40]), i.t(F32, &[k, n]), i.t(F32, &[40]));
+                i.ctx.add(&i.ctx.mul_mat(&w, &x), &b)
+            }));
+            // GELU's slope is at most 1.13: the product's error passes through, plus GELU's own.
+            v.push(case(&format!("fused mul_mat + bias + gelu {ty} N={n}"), tol, move |i| {
+                let (w, x, b) = (i.t(ty, &[k, 72]), i.t(F32, &[k, n]), i.t(F32, &[72]));
+                i.ctx.gelu(&i.ctx.add(&i.ctx.mul_mat(&w, &x), &b))
+            }));
+            v.push(case(&format!("fused mul_mat + bias + residual {ty} N={n}"), tol, move |i| {
+                let (w, x, b) = (i.t(ty, &[k, 40]), i.t(F32, &[k, n]), i.t(F32, &[40]));
+                let r = i.range(F32, &[40, n], -4.0, 4.0);
+                i.ctx.add(&r, &i.ctx.add(&i.ctx.mul_mat(&w, &x), &b))
+            }));
+            // The layer norm's outputs (magnitude <= ~4) within norm's 1e-5, then K products
+            // of weights <= 1 in magnitude: 1e-5 * sqrt(K) for errors of either sign, plus
+            // the product's own bound.
+            let ln_tol = Tol { abs: mm_tol(kk).abs + 1e-5 * (k as f64).sqrt(), rel: 2e-5 };
+            v.push(case(&format!("fused layer norm -> mul_mat + bias + gelu {ty} N={n}"), ln_tol, move |i| {
+                let x = i.range(F32, &[k, n], -2.0, 3.0);
+                let (g, b) = (i.range(F32, &[k], 0.5, 1.5), i.range(F32, &[k], -0.2, 0.2));
+                let (w, bias) = (i.t(ty, &[k, 72]), i.t(F32, &[72]));
+                let ln = i.ctx.add(&i.ctx.mul(&i.ctx.norm(&x, 1e-5), &g), &b);
+                i.ctx.gelu(&i.ctx.add(&i.ctx.mul_mat(&w, &ln), &bias))
+            }));
+            v.push(case(&format!("fused layer norm -> mul_mat (the head) {ty} N={n}"), ln_tol, move |i| {
+                let x = i.range(F32, &[k, n], -2.0, 3.0);
+                let (g, b) = (i.range(F32, &[k], 0.5, 1.5), i.range(F32, &[k], -0.2, 0.2));
+                let w = i.t(ty, &[k, 50]);
+                let ln = i.ctx.add(&i.ctx.mul(&i.ctx.norm(&x, 1e-5), &g), &b);
+                i.ctx.mul_mat(&w, &ln)
+            }));
+        }
+    }
+    // Attention for the queries over a cache that already holds n_past positions, keys
+    // across two tiles of 64: the scores' sums over hd = 64 products, the softmax's exp and
+    // sums (as soft_max's tolerance), then a weighted mean of values <= 1.
+    for kv in [F32, F16] {
+        for (n_past, n) in [(69i64, 1i64), (60, 5)] {
+            let tol = Tol { abs: 2e-6, rel: 2e-5 };
+            v.push(case(&format!("fused attention over a {kv} cache n_past={n_past} N={n}"), tol, move |i| {
+                let (hd, nh) = (64i64, 3i64);
+                let l = n_past + n;
+                let ctx = i.ctx;
+                let q = ctx.permute(&i.t(F32, &[hd, nh, n]), 0, 2, 1, 3); // [hd, N, nh]
+                let k = ctx.permute(&i.t(kv, &[hd, nh, l]), 0, 2, 1, 3); // [hd, L, nh]
+                let vt = i.t(kv, &[l, hd, nh]);
+                let mask: Vec<f32> = (0..n)
+                    .flat_map(|r| (0..l).map(move |c| if c > n_past + r { f32::NEG_INFINITY } else { 0.0 }))
+                    .collect();
+                let m = i.values(F32, &[l, n], &mask);
+                let kq = ctx.soft_max_ext(&ctx.mul_mat(&k, &q), Some(&m), 0.125, 0.0);
+                let kqv = ctx.mul_mat(&vt, &kq); // [hd, N, nh]
+                ctx.cont_2d(&ctx.permute(&kqv, 0, 2, 1, 3), hd * nh, n)
+            }));
+        }
+    }
+    for wty in [F32, Q8_0] {
+        for kv in [F32, F16] {
+            for n in [1i64, 5] {
+                v.push(gpt2_decode_layer(wty, kv, n));
+            }
+        }
+    }
+    v
+}
+
+/// One GPT-2 layer exactly as crate/model/gpt2.rs builds it for a run of `n` tokens after
+/// `n_past` cached ones (per-head `cont_3d` of Q, K and V, K and V^T copied into caches of
+/// type `kv`, attention as one `soft_max_ext` with the KQ mask), then the head: what
+/// WebGPU runs as six dispatches (crate/webgpu/fuse.rs) and one for the head.
+fn gpt2_decode_layer(wty: GgmlType, kv: GgmlType, n: i64) -> Case {
+    // As gpt2_layer, but the random residual stream and caches give logits up to ~60 in
+    // magnitude: f32 sums of that scale leave ~1e-5 of it on every element (WebGPU, fused or
+    // not: measured 4e-4 with every fusion off, on q8_0 weights): 1e-3 absolute and an NMSE
+    // bound. The CPU sums in f64 and keeps gpt2_layer's bound.
+    let tol = Tol { abs: 1e-3, rel: 1e-4 };
+    let mut c = case(&format!("fused gpt2 layer {wty} weights, {kv} cache, N={n}"), tol, move |i| {
+        let (n_embd, n_head, n_vocab, n_ctx, n_past) = (256i64, 4i64, 50i64, 16i64, 3i64);
+        let hd = n_embd / n_head;
+        let ctx = i.ctx;
+        let kvs = kv.type_size();
+        let inp = i.range(F32, &[n_embd, n], -1.0, 1.0);
+        let ln = |i: &mut In, x: &Tensor| {
+            let w = i.range(F32, &[n_embd], 0.5, 1.5);
+            let b = i.range(F32, &[n_embd], -0.2, 0.2);
+            i.ctx.add(&i.ctx.mul(&i.ctx.norm(x, 1e-5), &w), &b)
+        };
+        let lin = |i: &mut In, x: &Tensor, n_in: i64, n_out: i64| {
+            let w = i.range(wty, &[n_in, n_out], -0.3, 0.3);
+            let b = i.range(F32, &[n_out], -0.1, 0.1);
+            i.ctx.add(&i.ctx.mul_mat(&w, x), &b)
+        };
+        let cur = ln(i, &inp);
+        let cur = lin(i, &cur, n_embd, 3 * n_embd);
+        let q_cur = ctx.view_2d(&cur, n_embd, n, cur.nb[1], 0);
+        let k_cur = ctx.view_2d(&cur, n_embd, n, cur.nb[1], n_embd as usize * 4);
+        let v_cur = ctx.view_2d(&cur, n_embd, n, cur.nb[1], 2 * n_embd as usize * 4);
+        let kc = i.range(kv, &[n_embd * n_ctx], -1.0, 1.0);
+        let vc = i.range(kv, &[n_ctx, n_embd], -1.0, 1.0);
+        let row = n_embd as usize * kvs;
+        let n_ctx_bytes = n_ctx as usize * kvs;
+        let k_dst = ctx.view_1d(&kc, n * n_embd, n_past as usize * row);
+        let v_dst = ctx.view_2d(&vc, n, n_embd, n_ctx_bytes, n_past as usize * kvs);
+        let k_heads = ctx.cont_3d(&k_cur, hd, n_head, n);
+        let v_heads = ctx.cont_3d(&v_cur, hd, n_head, n);
+        i.expand(&ctx.cpy(&k_heads, &k_dst));
+        i.expand(&ctx.cpy(&ctx.transpose(&ctx.reshape_2d(&v_heads, n_embd, n)), &v_dst));
+        let q = ctx.permute(&ctx.cont_3d(&q_cur, hd, n_head, n), 0, 2, 1, 3);
+        let l = n_past + n;
+        let k = ctx.permute(&ctx.reshape_3d(&ctx.view_1d(&kc, l * n_embd, 0), hd, n_head, l), 0, 2, 1, 3);
+        let mask: Vec<f32> =
+            (0..n).flat_map(|r| (0..l).map(move |c| if c > n_past + r { f32::NEG_INFINITY } else { 0.0 })).collect();
+        let m = i.values(F32, &[l, n], &mask);
+        let kq = ctx.soft_max_ext(&ctx.mul_mat(&k, &q), Some(&m), 1.0 / (hd as f32).sqrt(), 0.0);
+        let v_trans = ctx.view_3d(&vc, l, hd, n_head, n_ctx_bytes, hd as usize * n_ctx_bytes, 0);
+        let kqv = ctx.mul_mat(&v_trans, &kq);
+        let cur = ctx.cont_2d(&ctx.permute(&kqv, 0, 2, 1, 3), n_embd, n);
+        let cur = lin(i, &cur, n_embd, n_embd);
+        let ffn_inp = ctx.add(&cur, &inp);
+        let cur = ln(i, &ffn_inp);
+        let cur = lin(i, &cur, n_embd, 4 * n_embd);
+        let cur = ctx.gelu(&cur);
+        let cur = lin(i, &cur, 4 * n_embd, n_embd);
+        let out = ctx.add(&cur, &ffn_inp);
+        let cur = ln(i, &out);
+        let wte = i.range(wty, &[n_embd, n_vocab], -0.5, 0.5);
+        ctx.mul_mat(&wte, &cur)
+    });
+    c.max_nmse = 1e-9;
+    c.cpu_tol = Some(Tol { abs: 2e-4, rel: 1e-4 });
+    if kv == F16 {
+        // K and V rounded to f16 from f32 values a few ulp off the reference's may round to
+        // the neighbouring half (2^-11 relative) and move logits by up to ~1e-3 (WebGPU,
+        // fused or not; measured 8e-4, NMSE 2e-10).
+        c.tol = Tol { abs: 2e-3, rel: 1e-3 };
+        c.max_nmse = 1e-8;
+    }
+    if wty.is_quantized() {
+        // As gpt2_layer: the CPU's rounded activations may cross a rounding step.
         c.rounded = Some((Tol { abs: 1e-2, rel: 1e-3 }, 1e-6));
     }
     c

@@ -18,7 +18,7 @@ use ggweb::cpu::arch::Isa;
 use ggweb::cpu::{features, CpuBackend};
 use suite::{check_all, Kind, Read, Target};
 #[cfg(all(feature = "webgpu", not(target_feature = "relaxed-simd")))]
-use suite::{check_forward, check_grad_cases, grad::check_finite_differences_part};
+use suite::{check_cases, check_forward, check_grad_cases, grad::check_finite_differences_part};
 use wasm_bindgen_test::wasm_bindgen_test;
 
 fn log(l: &str) {
@@ -87,6 +87,8 @@ const NO_ADAPTER: &str = "a WebGPU adapter in the headless browser (webdriver.js
 #[derive(Clone, Copy, PartialEq)]
 enum Part {
     Forward,
+    /// Share i of [`FUSED_PARTS`] of the fused chains' cases (suite::fused_cases).
+    Fused(usize),
     Gradients,
     /// Share i of [`FD_PARTS`].
     FiniteDifferences(usize),
@@ -106,6 +108,7 @@ async fn check_webgpu(part: Part, n_configs: usize) {
         let gpu = WebGpuBackend::new_async(opts).await.expect(NO_ADAPTER);
         let name = match part {
             Part::Forward => "forward",
+            Part::Fused(_) => "fused chains",
             Part::Gradients => "gradients",
             Part::FiniteDifferences(_) => "finite differences",
         };
@@ -120,6 +123,12 @@ async fn check_webgpu(part: Part, n_configs: usize) {
         let t0 = js_sys::Date::now();
         let r = match part {
             Part::Forward => check_forward(&t, "", &log).await,
+            Part::Fused(i) => {
+                let all = suite::fused_cases();
+                let per = all.len().div_ceil(FUSED_PARTS);
+                let part: Vec<_> = all.into_iter().skip(i * per).take(per).collect();
+                check_cases(&t, &part, &log).await
+            }
             Part::Gradients => check_grad_cases(&t, "", &log).await,
             Part::FiniteDifferences(i) => check_finite_differences_part(&t, i, FD_PARTS, &log).await,
         };
@@ -155,6 +164,48 @@ async fn webgpu() {
         Ok(_) => panic!("a device with subgroups forced on an adapter without them"),
     }
     check_webgpu(Part::Forward, usize::MAX).await;
+}
+
+/// The fused chains' tests: ~70 s in SwiftShader on a loaded 2-vCPU machine in one.
+#[cfg(all(feature = "webgpu", not(target_feature = "relaxed-simd")))]
+const FUSED_PARTS: usize = 6;
+
+/// The chains WebGPU fuses into one dispatch (crate/webgpu/fuse.rs), on each configuration,
+/// in [`FUSED_PARTS`] tests beside `webgpu`, so that each stays well inside the time limit.
+#[cfg(all(feature = "webgpu", not(target_feature = "relaxed-simd")))]
+#[wasm_bindgen_test]
+async fn webgpu_fused_0() {
+    check_webgpu(Part::Fused(0), usize::MAX).await;
+}
+
+#[cfg(all(feature = "webgpu", not(target_feature = "relaxed-simd")))]
+#[wasm_bindgen_test]
+async fn webgpu_fused_1() {
+    check_webgpu(Part::Fused(1), usize::MAX).await;
+}
+
+#[cfg(all(feature = "webgpu", not(target_feature = "relaxed-simd")))]
+#[wasm_bindgen_test]
+async fn webgpu_fused_2() {
+    check_webgpu(Part::Fused(2), usize::MAX).await;
+}
+
+#[cfg(all(feature = "webgpu", not(target_feature = "relaxed-simd")))]
+#[wasm_bindgen_test]
+async fn webgpu_fused_3() {
+    check_webgpu(Part::Fused(3), usize::MAX).await;
+}
+
+#[cfg(all(feature = "webgpu", not(target_feature = "relaxed-simd")))]
+#[wasm_bindgen_test]
+async fn webgpu_fused_4() {
+    check_webgpu(Part::Fused(4), usize::MAX).await;
+}
+
+#[cfg(all(feature = "webgpu", not(target_feature = "relaxed-simd")))]
+#[wasm_bindgen_test]
+async fn webgpu_fused_5() {
+    check_webgpu(Part::Fused(5), usize::MAX).await;
 }
 
 /// The backward pass's cases (the backward ops alone, the gradient cases against the f64

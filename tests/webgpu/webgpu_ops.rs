@@ -246,6 +246,98 @@ fn fused_chains_are_one_dispatch_and_match_the_unfused_nodes() {
     }
 }
 
+/// The mul_mat chains (crate/webgpu/fuse.rs) run as one dispatch and give what their
+/// unfused nodes give: bit for bit for the epilogues (the same f32 operations: the rounded
+/// product, + bias, then GELU or + residual), within 1e-5 for a layer norm read through the
+/// prologue (its mean and variance summed in another order than the norm kernel's). When an
+/// intermediate is an output (what the eval callback does for a tap or hook read) nothing of
+/// the chain fuses around it; when the first one has a second reader, only the rest fuses.
+#[test]
+fn mul_mat_chains_are_one_dispatch_and_match_the_unfused_nodes() {
+    let _shared = gpu::shared();
+    let Some(b) = gpu(WebGpuOptions::default()) else { return };
+    type Chain = fn(&Context, &[Tensor]) -> (Tensor, Vec<Tensor>);
+    // (name, chain, dispatches fused / intermediates outputs / first one read twice, tolerance)
+    let chains: [(&str, Chain, [u64; 3], f32); 3] = [
+        (
+            "mul_mat add gelu",
+            |ctx, x| {
+                let m = ctx.mul_mat(&x[1], &x[0]);
+                let a = ctx.add(&m, &x[2]);
+                (ctx.gelu(&a), vec![m, a])
+            },
+            // read twice: mul_mat alone, then add+gelu fused; plus the extra reader
+            [1, 3, 3],
+            0.0,
+        ),
+        (
+            "mul_mat add add (residual)",
+            |ctx, x| {
+                let m = ctx.mul_mat(&x[1], &x[0]);
+                let a = ctx.add(&m, &x[2]);
+                (ctx.add(&a, &x[3]), vec![m, a])
+            },
+            [1, 3, 4],
+            0.0,
+        ),
+        (
+            "norm mul add mul_mat add",
+            |ctx, x| {
+                let n = ctx.norm(&x[0], 1e-5);
+                let m = ctx.mul(&n, &x[4]);
+                let a = ctx.add(&m, &x[5]);
+                let mm = ctx.mul_mat(&x[1], &a);
+                (ctx.add(&mm, &x[2]), vec![n, m, a, mm])
+            },
+            // read twice: norm, mul, add, then mul_mat+add fused; plus the extra reader
+            [1, 5, 5],
+            1e-5,
+        ),
+    ];
+    for (name, chain, want, tol) in chains {
+        let run = |unfused: u8| -> (Vec<f32>, u64) {
+            let ctx = new_ctx();
+            let x = [
+                ctx.new_tensor_2d(F32, 40, 3),  // activations
+                ctx.new_tensor_2d(F32, 40, 24), // weight
+                ctx.new_tensor_1d(F32, 24),     // bias
+                ctx.new_tensor_2d(F32, 24, 3),  // residual
+                ctx.new_tensor_1d(F32, 40),     // layer norm weight
+                ctx.new_tensor_1d(F32, 40),     // layer norm bias
+            ];
+            let (out, mids) = chain(&ctx, &x);
+            let mut gf = Graph::new();
+            gf.build_forward_expand(&out);
+            match unfused {
+                1 => mids.iter().for_each(|t| t.set_output()),
+                2 => gf.build_forward_expand(&ctx.scale(&mids[0], 2.0)),
+                _ => {}
+            }
+            let _bufs = alloc_ctx_tensors(&ctx, &*b.buffer_type()).unwrap();
+            let mut rng = Rng::new(12);
+            for t in &x {
+                let v: Vec<f32> = (0..t.nelements()).map(|_| rng.uniform(-2.0, 2.0)).collect();
+                t.set_bytes(bytemuck::cast_slice(&v), 0);
+            }
+            let before = b.stats().unwrap();
+            b.graph_compute(&gf).unwrap();
+            let d = b.stats().unwrap().since(&before);
+            (read_f32(&out), d.dispatches)
+        };
+        let (fused, n_fused) = run(0);
+        let (plain, n_plain) = run(1);
+        let (_, n_shared) = run(2);
+        assert_eq!([n_fused, n_plain, n_shared], want, "{name}: dispatches");
+        for (i, (f, p)) in fused.iter().zip(&plain).enumerate() {
+            if tol == 0.0 {
+                assert_eq!(f.to_bits(), p.to_bits(), "{name}: element {i}: fused {f} vs unfused {p}");
+            } else {
+                assert!((f - p).abs() <= tol * p.abs().max(1.0), "{name}: element {i}: fused {f} vs unfused {p}");
+            }
+        }
+    }
+}
+
 /// Reads of a graph's outputs come from the copy recorded in the graph's own submit: one
 /// read-back and no second submit; a write to the device in between makes the read take a
 /// fresh copy (one more submit) and see the new bytes.
@@ -638,9 +730,10 @@ fn every_kernel_module_validates() {
     let _shared = gpu::shared();
     use wgpu::naga;
     let modules = ggweb::webgpu::kernel_sources();
-    // The plain modules (backward.wgsl among them), the per-type ones (out_prod.wgsl among
-    // them), then mul_mat for F16 with shader-f16 and mul_mat_q for every type with subgroups.
-    assert_eq!(modules.len(), 6 + 4 * 13 + 1 + 13);
+    // The plain modules (backward.wgsl and attn.wgsl among them), the per-type ones
+    // (out_prod.wgsl and the layer-norm-reading mul_mat_ln among them), then mul_mat for F16
+    // with shader-f16 and mul_mat_q and mul_mat_ln for every type with subgroups.
+    assert_eq!(modules.len(), 7 + 5 * 13 + 1 + 2 * 13);
     for (name, src) in modules {
         let module =
             naga::front::wgsl::parse_str(&src).unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(&src)));
