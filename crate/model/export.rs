@@ -281,7 +281,7 @@ fn f32s(t: &Tensor, weight: &str) -> Result<Vec<f32>, ModelError> {
     let mut bytes = vec![0u8; t.nbytes()];
     t.try_get_bytes(&mut bytes, 0)
         .map_err(|e| ModelError::Unsupported(format!("save: reading the adapter of '{weight}': {e}")))?;
-    Ok(bytemuck::pod_collect_to_vec(&bytes))
+    Ok(bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
 }
 
 impl Session {
