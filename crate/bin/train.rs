@@ -30,6 +30,7 @@ fn flags(msg: &str) -> String {
         ("lora.rank", "--lora-rank"),
         ("lora.alpha", "--lora-alpha"),
         ("lora.targets", "--lora-targets"),
+        ("lora: { rank }", "--lora-rank R"),
     ] {
         m = m.replace(key, flag);
     }

@@ -121,7 +121,10 @@ fn bad_flags_are_refused_by_name_and_nothing_is_written() {
         (base(&f32m, &["--lora-alpha", "4"]), "--lora-alpha needs --lora-rank"),
         (base(&f32m, &["--merge"]), "--merge needs --lora-rank"),
         (base(&f32m, &["--optimizer", "adam"]), "--optimizer must be adamw or sgd"),
-        (base(&q8m, &["--seq-len", "16"]), "weight 'token_embd.weight' is q8_0"),
+        (
+            base(&q8m, &["--seq-len", "16"]),
+            "weight 'token_embd.weight' is q8_0 (train a low-rank adapter on a quantized file: --lora-rank R)",
+        ),
         (base(&f32m, &["--seq-len", "200"]), "data is empty"),
     ] {
         let a: Vec<&str> = args.iter().map(String::as_str).collect();
