@@ -1,4 +1,4 @@
-// The README's pictures of the demo's interpretability panels (docs/img/demo-*.png), taken in
+// The README's pictures of the demo's interpretability and fine-tune panels (docs/img/demo-*.png), taken in
 // headless Chromium on the project's tiny random-weight GPT-2 (tests/fixtures/llamacpp; its
 // outputs are gibberish, the panels are what is shown). Run by hand, not by npm test:
 //   GGWEB_MODELS_DIR=$PWD/tests/fixtures/llamacpp node scripts/screenshots.mjs
@@ -44,8 +44,20 @@ try {
   await page.click('#steer-btn');
   await page.waitForSelector('#steer-out[data-done="1"]');
   await idle('steer-btn');
-  if (problems.length || !(await page.isHidden('#error'))) {
-    throw new Error(`the page failed: ${problems.join('; ')} ${await page.textContent('#error')}`);
+  // Fine-tune: a LoRA adapter on a few lines of Dickens, then greedy text beside the original's.
+  await page.fill('#tune-text', 'It was the best of times, it was the worst of times, it was the age of wisdom, it was the age of foolishness.\n'.repeat(8));
+  await page.fill('#tune-steps', '24');
+  await page.fill('#tune-lr', '0.02');
+  await page.fill('#tune-seq-len', '32');
+  await page.click('#tune-btn');
+  await page.waitForFunction(() => !!document.getElementById('tune-stats').dataset.stop);
+  await idle('tune-btn');
+  await page.fill('#tune-prompt', 'It was the');
+  await page.click('#tune-gen-btn');
+  await page.waitForFunction(() => !!document.getElementById('tune-tuned').dataset.tokens);
+  await idle('tune-gen-btn');
+  if (problems.length || !(await page.isHidden('#error')) || !(await page.isHidden('#tune-error'))) {
+    throw new Error(`the page failed: ${problems.join('; ')} ${await page.textContent('#error')} ${await page.textContent('#tune-error')}`);
   }
 
   const shots = [
@@ -55,6 +67,7 @@ try {
     ['demo-ablation.png', ['#ablate-grid', '#inside-result .two-col']],
     ['demo-patching.png', ['#patch-section']],
     ['demo-steering.png', ['#steer-section']],
+    ['demo-fine-tune.png', ['#tune-section']],
   ];
   for (const [name, sels] of shots) {
     // The union of the elements' boxes, with a margin.

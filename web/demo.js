@@ -1,9 +1,11 @@
 // The demo page (index.html): pick a model, load it with progress, generate with streaming;
-// the interpretability panels (look inside, patching, steering) are in demo-inside.js.
+// the interpretability panels (look inside, patching, steering) are in demo-inside.js, the
+// fine-tune panel in demo-tune.js.
 // URL parameters: ?model=<url> presets the URL field; ?core=<url> swaps the wasm glue
 // module (the browser tests use a stand-in to exercise the page without a model).
 import { Model, GgwebError, formatBytes } from './ggweb.js';
 import { initInside } from './demo-inside.js';
+import { initTune } from './demo-tune.js';
 
 // A public GGUF of OpenAI's GPT-2 124M (Q8_0, ~170 MB), converted by llama.cpp.
 const DEFAULT_URL = 'https://huggingface.co/QuantFactory/gpt2-GGUF/resolve/main/gpt2.Q8_0.gguf';
@@ -30,6 +32,8 @@ let model = null;
 let droppedFile = null;
 let loadAbort = null;
 let genAbort = null;
+/** What loaded `model` ({ source, options }): the fine-tune panel loads the original again from it. */
+let loadedFrom = null;
 
 // The interpretability panels; while one uses the model, loading and generating wait.
 const inside = initInside({
@@ -39,6 +43,17 @@ const inside = initInside({
   lock(on) {
     el.loadBtn.disabled = on;
     el.genBtn.disabled = on || !model;
+    tune.setEnabled(!on && !!model);
+  },
+});
+// The fine-tune panel; while it trains or compares, the other panels wait.
+const tune = initTune({
+  model: () => model,
+  loaded: () => loadedFrom,
+  lock(on) {
+    el.loadBtn.disabled = on;
+    el.genBtn.disabled = on || !model;
+    inside.setEnabled(!on && !!model);
   },
 });
 // The loaded Model, for the browser console (and the browser tests, which compare the
@@ -282,6 +297,7 @@ function setLoading(on) {
   el.cancelLoadBtn.disabled = !on;
   el.genBtn.disabled = on || !model;
   inside.setEnabled(!on && !!model);
+  tune.setEnabled(!on && !!model);
 }
 
 function progressText(p, t0) {
@@ -306,6 +322,7 @@ async function load() {
     const old = model;
     model = null;
     el.info.hidden = true;
+    tune.modelChanged();
     await old.dispose();
   }
   loadAbort = new AbortController();
@@ -314,11 +331,9 @@ async function load() {
   el.loadStatus.textContent = `Starting ${src.name}…`;
   const t0 = performance.now();
   try {
+    const options = { ...modelOptions(), cache: el.cache.checked, worker: el.worker.checked, coreUrl };
     model = await Model.load(src.source, {
-      ...modelOptions(),
-      cache: el.cache.checked,
-      worker: el.worker.checked,
-      coreUrl,
+      ...options,
       signal: loadAbort.signal,
       onProgress: (p) => {
         if (p.total) el.progress.value = p.loaded / p.total;
@@ -331,7 +346,9 @@ async function load() {
       `${info.load.via === 'cache' ? ' from the browser cache' : ''}, ${info.load.backend.toUpperCase()}` +
       `${info.load.worker ? ', in a Web Worker' : ''}.`;
     showInfo(info);
+    loadedFrom = { source: src.source, options };
     inside.modelChanged();
+    tune.modelChanged();
   } catch (e) {
     model = null;
     el.progress.value = 0;
@@ -408,6 +425,7 @@ async function generate() {
   el.genBtn.disabled = true;
   el.loadBtn.disabled = true;
   inside.setEnabled(false);
+  tune.setEnabled(false);
   el.stopBtn.disabled = false;
   el.outPrompt.textContent = el.prompt.value;
   el.outText.textContent = '';
@@ -448,6 +466,7 @@ async function generate() {
     el.stopBtn.disabled = true;
     el.genBtn.disabled = !model;
     inside.setEnabled(!!model);
+    tune.setEnabled(!!model);
     el.loadBtn.disabled = false;
   }
 }

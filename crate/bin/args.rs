@@ -61,15 +61,15 @@ pub enum Command {
     /// Input attribution on the token embeddings: gradient, gradientXInput or integratedGradients (JSON).
     #[command(help_template = SUB_HELP)]
     Saliency(SaliencyArgs),
-    /// Fine-tunes the whole model on a text file (the JS `model.train`) and saves it as GGUF (`model.save`).
+    /// Fine-tunes on a text file (the JS `model.train`): the whole model, saved as GGUF (`model.save`), or a LoRA adapter (`--lora-rank`), saved as a llama.cpp adapter (`model.saveLora`) or merged (`--merge`).
     #[command(help_template = SUB_HELP)]
     Train(TrainArgs),
 }
 
-/// `train`: the JS `model.train`'s options as flags, then `model.save`'s to `--out`.
+/// `train`: the JS `model.train`'s options as flags, then `model.save`'s (or `saveLora`'s) to `--out`.
 #[derive(Args)]
 pub struct TrainArgs {
-    /// The GGUF file (F32, F16 or BF16 weights).
+    /// The GGUF file (F32, F16 or BF16 weights; any type with --lora-rank).
     #[arg(long, short = 'm')]
     pub model: String,
     /// A UTF-8 text file: tokenized and cut into consecutive windows of --seq-len tokens (the remainder dropped).
@@ -93,19 +93,31 @@ pub struct TrainArgs {
     /// Clip the gradient to this global L2 norm (gradClip).
     #[arg(long)]
     pub grad_clip: Option<f32>,
-    /// Train low-rank adapters of this rank instead of the whole model (not built yet).
+    /// Train a LoRA adapter of this rank (lora.rank) instead of the whole model; --out gets the adapter.
     #[arg(long)]
     pub lora_rank: Option<u32>,
+    /// The adapter's alpha (lora.alpha) [default: the rank].
+    #[arg(long)]
+    pub lora_alpha: Option<f32>,
+    /// The adapted weights, comma-separated, of attn_qkv, attn_output, ffn_up, ffn_down (lora.targets) [default: attn_qkv].
+    #[arg(long)]
+    pub lora_targets: Option<String>,
+    /// With --lora-rank: save the model with the adapter merged into its weights (model.save) instead of the adapter.
+    #[arg(long)]
+    pub merge: bool,
+    /// Seed of a new adapter's A (seed) [default: 0].
+    #[arg(long)]
+    pub seed: Option<u64>,
     /// Where the trained model's GGUF goes (written whole, then renamed into place).
     #[arg(long)]
     pub out: String,
-    /// The saved file's type: f32, f16 or q8_0 [default: f32].
+    /// The saved file's type: f32, f16 or q8_0; an adapter's f32 or f16 [default: f32].
     #[arg(long = "type")]
     pub out_type: Option<String>,
     /// CPU threads [default: every core].
     #[arg(long = "n-threads", visible_alias = "threads", short = 't')]
     pub n_threads: Option<u64>,
-    /// One line of JSON on stdout at the end: { stop, steps, tokens, losses, out, bytes, type }.
+    /// One line of JSON on stdout at the end: { stop, steps, tokens, losses, out, bytes, type, adapter }.
     #[arg(long)]
     pub json: bool,
 }

@@ -1,13 +1,14 @@
 //! `ggweb train`: the JS `model.train` on a text file, natively on every core by default, with
-//! a progress line on stderr (step, loss, tokens/s, ETA), then `model.save` to `--out`. The
-//! flags go through the same checked option structs as the JS API's ([`TrainParams`],
-//! [`SaveParams`]); errors name the flags.
+//! a progress line on stderr (step, loss, tokens/s, ETA), then `model.save` to `--out` — or,
+//! with `--lora-rank`, `model.saveLora` (the llama.cpp adapter; `--merge`: `model.save`, the
+//! adapter merged). The flags go through the same checked option structs as the JS API's
+//! ([`TrainParams`], [`SaveParams`], [`SaveLoraParams`]); errors name the flags.
 
 use std::io::{IsTerminal, Write};
 use std::rc::Rc;
 use std::time::Instant;
 
-use ggweb::common::options::{from_value, LoadOptions, SaveParams, TrainParams};
+use ggweb::common::options::{from_value, LoadOptions, SaveLoraParams, SaveParams, TrainParams};
 use ggweb::cpu::CpuBackend;
 use ggweb::model::context::block_on;
 use ggweb::model::loader::load_from_path;
@@ -26,6 +27,10 @@ fn flags(msg: &str) -> String {
         ("steps", "--steps"),
         ("gradClip", "--grad-clip"),
         ("nThreads", "--n-threads"),
+        ("lora.rank", "--lora-rank"),
+        ("lora.alpha", "--lora-alpha"),
+        ("lora.targets", "--lora-targets"),
+        ("lora: { rank }", "--lora-rank R"),
     ] {
         m = m.replace(key, flag);
     }
@@ -39,11 +44,20 @@ fn hms(s: f64) -> String {
 }
 
 pub fn run(a: TrainArgs) -> Result<(), String> {
-    if let Some(r) = a.lora_rank {
-        return Err(format!("--lora-rank {r}: training low-rank adapters is not built yet (unsupported); leave it out to train the whole model"));
+    let lora = a.lora_rank.is_some();
+    if !lora {
+        for (flag, given) in [
+            ("--lora-alpha", a.lora_alpha.is_some()),
+            ("--lora-targets", a.lora_targets.is_some()),
+            ("--merge", a.merge),
+        ] {
+            if given {
+                return Err(format!("{flag} needs --lora-rank (it sets up the LoRA adapter)"));
+            }
+        }
     }
     // The options, checked before the model is read (JSON has no NaN or infinity: named here).
-    for (flag, v) in [("--lr", a.lr), ("--grad-clip", a.grad_clip)] {
+    for (flag, v) in [("--lr", a.lr), ("--grad-clip", a.grad_clip), ("--lora-alpha", a.lora_alpha)] {
         if let Some(v) = v.filter(|v| !v.is_finite()) {
             return Err(format!("{flag} must be a finite number, got {v}"));
         }
@@ -58,14 +72,36 @@ pub fn run(a: TrainArgs) -> Result<(), String> {
     put("batchSize", a.batch.map(Value::from));
     put("steps", Some(Value::from(a.steps)));
     put("gradClip", a.grad_clip.map(Value::from));
+    put("seed", a.seed.map(Value::from));
+    if let Some(rank) = a.lora_rank {
+        let mut l = Map::new();
+        l.insert("rank".into(), Value::from(rank));
+        if let Some(alpha) = a.lora_alpha {
+            l.insert("alpha".into(), Value::from(alpha));
+        }
+        if let Some(t) = &a.lora_targets {
+            l.insert("targets".into(), t.split(',').map(|t| Value::from(t.trim())).collect());
+        }
+        put("lora", Some(Value::Object(l)));
+    }
     let opt = a.optimizer.clone().unwrap_or_else(|| "adamw".into());
     if opt != "adamw" && opt != "sgd" {
         return Err(format!("--optimizer must be adamw or sgd, got {opt:?}"));
     }
     put("optimizer", Some(json!({ "type": opt, "lr": a.lr.unwrap_or(ggweb::common::options::DEFAULT_TRAIN_LR) })));
     let params: TrainParams = from_value("train options", Value::Object(o)).map_err(|e| flags(&e.to_string()))?;
-    let save = SaveParams { ty: a.out_type.clone() };
-    let ty = save.save_type().map_err(|e| e.to_string().replace("save: type", "--type"))?;
+    // What --out gets: the adapter (saveLora's types) or the model (save's).
+    enum Out {
+        Model(ggweb::model::export::SaveType),
+        Adapter(ggweb::types::GgmlType),
+    }
+    let out = if lora && !a.merge {
+        let p = SaveLoraParams { ty: a.out_type.clone() };
+        Out::Adapter(p.ty().map_err(|e| e.to_string().replace("saveLora: type", "--type (of an adapter)"))?)
+    } else {
+        let p = SaveParams { ty: a.out_type.clone() };
+        Out::Model(p.save_type().map_err(|e| e.to_string().replace("save: type", "--type"))?)
+    };
     let threads = match a.n_threads {
         Some(n) => n,
         None => std::thread::available_parallelism().map_or(1, |n| n.get() as u64),
@@ -118,7 +154,11 @@ pub fn run(a: TrainArgs) -> Result<(), String> {
     }
     let stats = s.train_end().expect("the run was started");
 
-    let bytes = s.save(ty).map_err(|e| e.to_string())?;
+    let bytes = match out {
+        Out::Model(ty) => s.save(ty),
+        Out::Adapter(ty) => s.save_lora(ty),
+    }
+    .map_err(|e| e.to_string())?;
     // Written whole under a temporary name, then renamed: no half-written --out.
     let tmp = format!("{}.part", a.out);
     std::fs::write(&tmp, &bytes).and_then(|_| std::fs::rename(&tmp, &a.out)).map_err(|e| {
@@ -126,10 +166,18 @@ pub fn run(a: TrainArgs) -> Result<(), String> {
         format!("--out {}: {e}", a.out)
     })?;
     let type_name = a.out_type.as_deref().unwrap_or("f32");
+    let adapter = lora && !a.merge;
     eprintln!(
-        "ggweb train: {} updates, {tokens} tokens in {}; saved {} ({} bytes, {type_name})",
+        "ggweb train: {} updates, {tokens} tokens in {}; saved {} {} ({} bytes, {type_name})",
         stats.steps,
         hms(t0.elapsed().as_secs_f64()),
+        if adapter {
+            "the LoRA adapter to"
+        } else if lora {
+            "the merged model to"
+        } else {
+            "the model to"
+        },
         a.out,
         bytes.len()
     );
@@ -137,7 +185,7 @@ pub fn run(a: TrainArgs) -> Result<(), String> {
         println!(
             "{}",
             json!({ "stop": stats.stop, "steps": stats.steps, "tokens": stats.tokens, "losses": losses,
-                    "out": a.out, "bytes": bytes.len(), "type": type_name })
+                    "out": a.out, "bytes": bytes.len(), "type": type_name, "adapter": adapter })
         );
     }
     Ok(())

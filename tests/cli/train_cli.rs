@@ -1,7 +1,10 @@
 //! `ggweb train` (issue 39 item 4): the command trains as the library does (the same losses,
 //! bit for bit, and the same saved file as `Session::save` after the same run in this
 //! process), prints a progress line per update on stderr, and refuses bad flags by name with
-//! nothing written.
+//! nothing written. With `--lora-rank` it trains an adapter, on a Q8_0 file too: the same
+//! losses as the library's `lora` run, and the adapter file it writes, applied to the base
+//! with the library (`load_lora`), gives the trained model's logits exactly; `--merge` writes
+//! `Session::save`'s merged file.
 
 use std::process::Command;
 use std::rc::Rc;
@@ -106,12 +109,22 @@ fn bad_flags_are_refused_by_name_and_nothing_is_written() {
         (base(&f32m, &["--seq-len", "1000"]), "--seq-len must be from 2 to nCtx (256), got 1000"),
         (base(&f32m, &["--lr", "nan"]), "--lr must be a finite number"),
         (base(&f32m, &["--type", "q4_0"]), "--type must be 'f32', 'f16' or 'q8_0'"),
+        (base(&f32m, &["--lora-rank", "0"]), "--lora-rank must be at least 1, got 0"),
         (
-            base(&f32m, &["--lora-rank", "8"]),
-            "--lora-rank 8: training low-rank adapters is not built yet (unsupported)",
+            base(&f32m, &["--lora-rank", "33", "--seq-len", "16"]),
+            "--lora-rank must be from 1 to the model's n_embd (32), got 33",
         ),
+        (base(&f32m, &["--lora-rank", "2", "--lora-alpha", "inf"]), "--lora-alpha must be a finite number"),
+        (base(&f32m, &["--lora-rank", "2", "--lora-alpha=-1"]), "--lora-alpha must be a finite number above 0"),
+        (base(&f32m, &["--lora-rank", "2", "--lora-targets", "attn_q"]), "--lora-targets: unknown target \"attn_q\""),
+        (base(&f32m, &["--lora-rank", "2", "--type", "q8_0"]), "--type (of an adapter) must be 'f32' or 'f16'"),
+        (base(&f32m, &["--lora-alpha", "4"]), "--lora-alpha needs --lora-rank"),
+        (base(&f32m, &["--merge"]), "--merge needs --lora-rank"),
         (base(&f32m, &["--optimizer", "adam"]), "--optimizer must be adamw or sgd"),
-        (base(&q8m, &["--seq-len", "16"]), "weight 'token_embd.weight' is q8_0"),
+        (
+            base(&q8m, &["--seq-len", "16"]),
+            "weight 'token_embd.weight' is q8_0 (train a low-rank adapter on a quantized file: --lora-rank R)",
+        ),
         (base(&f32m, &["--seq-len", "200"]), "data is empty"),
     ] {
         let a: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -120,5 +133,115 @@ fn bad_flags_are_refused_by_name_and_nothing_is_written() {
         assert!(stderr.contains(want), "{a:?}: {stderr}");
         assert!(!out.exists() && !tmp("bad.gguf.part").exists(), "{a:?} wrote {}", out.display());
     }
+    std::fs::remove_file(&data).ok();
+}
+
+fn train_args<'a>(model: &'a str, data: &'a str, out: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut a = vec![
+        "train",
+        "--model",
+        model,
+        "--data",
+        data,
+        "--seq-len",
+        "16",
+        "--batch",
+        "2",
+        "--steps",
+        "5",
+        "--lr",
+        "2e-2",
+        "--threads",
+        "1",
+        "--json",
+        "--out",
+        out,
+    ];
+    a.extend_from_slice(extra);
+    a
+}
+
+const LORA_FLAGS: [&str; 8] =
+    ["--lora-rank", "3", "--lora-alpha", "6", "--lora-targets", "attn_qkv,ffn_up", "--seed", "9"];
+const LORA_OPTS: &str = r#"{"seqLen":16,"batchSize":2,"steps":5,"seed":9,"optimizer":{"type":"adamw","lr":2e-2},
+    "lora":{"rank":3,"alpha":6,"targets":["attn_qkv","ffn_up"]}}"#;
+
+fn losses(v: &Value) -> Vec<f32> {
+    v["losses"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect()
+}
+
+/// The library's run of `LORA_OPTS` on `model`: the session and its losses.
+fn library_lora_run(model: &str) -> (Session, Vec<f32>) {
+    let mut s = Session::new(load_from_path(model, Rc::new(CpuBackend::new(1)), Gpt2Options::default()).unwrap());
+    let seqs = s.train_windows(&[TEXT.repeat(3)], 16).unwrap();
+    let p: TrainParams = from_json("train options", LORA_OPTS).unwrap();
+    s.train_start(seqs, p.config(256).unwrap()).unwrap();
+    let mut want = Vec::new();
+    while let Some(step) = block_on(s.train_step()).unwrap() {
+        want.push(step.loss);
+    }
+    (s, want)
+}
+
+/// `--lora-rank` on the F32 and the Q8_0 fixture: the library's losses bit for bit, and the
+/// adapter file applied to a fresh base by the library gives the trained model's logits exactly.
+#[test]
+fn lora_equals_the_library_and_its_adapter_applies() {
+    let data = tmp("lora.txt");
+    std::fs::write(&data, TEXT.repeat(3)).unwrap();
+    let held = [464u32, 1266, 286, 1661, 11, 340, 373]; // a held prompt (GPT-2 ids)
+    for file in ["tiny-f32.gguf", "tiny-q8_0.gguf"] {
+        let (model, out) = (fixture(file), tmp(&format!("{file}.adapter.gguf")));
+        let (code, stdout, stderr) =
+            ggweb(&train_args(&model, data.to_str().unwrap(), out.to_str().unwrap(), &LORA_FLAGS));
+        assert_eq!(code, 0, "{file}: {stderr}");
+        let v: Value = serde_json::from_str(stdout.trim()).unwrap();
+        assert_eq!((v["adapter"].as_bool(), v["steps"].as_u64()), (Some(true), Some(5)), "{file}: {v}");
+        assert!(stderr.contains("saved the LoRA adapter to"), "{stderr}");
+
+        let (mut s, want) = library_lora_run(&model);
+        let got = losses(&v);
+        assert_eq!(got, want, "{file}");
+        // The first update's loss is the base model's (B starts at 0); the loss falls.
+        assert!(want[4] < want[0], "{file}: {want:?}");
+        let file_bytes = std::fs::read(&out).unwrap();
+        assert!(file_bytes == s.save_lora(ggweb::types::GgmlType::F32).unwrap(), "{file}: not saveLora's bytes");
+
+        let tuned = block_on(s.logits(&held)).unwrap();
+        let mut fresh =
+            Session::new(load_from_path(&model, Rc::new(CpuBackend::new(1)), Gpt2Options::default()).unwrap());
+        let base = block_on(fresh.logits(&held)).unwrap();
+        fresh.load_lora(&file_bytes).unwrap();
+        let applied = block_on(fresh.logits(&held)).unwrap();
+        assert!(applied == tuned, "{file}: the applied adapter's logits differ from the trained model's");
+        let moved = tuned.iter().zip(&base).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        assert!(moved > 0.1, "{file}: the adapter moved the logits only {moved}");
+        std::fs::remove_file(&out).ok();
+    }
+    std::fs::remove_file(&data).ok();
+}
+
+/// `--lora-rank --merge`: `Session::save` of the adapted model (the adapter merged), which
+/// loads as a plain model.
+#[test]
+fn lora_merge_saves_the_merged_model() {
+    let (data, out) = (tmp("merge.txt"), tmp("merged.gguf"));
+    std::fs::write(&data, TEXT.repeat(3)).unwrap();
+    let model = fixture("tiny-f32.gguf");
+    let mut flags = LORA_FLAGS.to_vec();
+    flags.push("--merge");
+    let (code, stdout, stderr) = ggweb(&train_args(&model, data.to_str().unwrap(), out.to_str().unwrap(), &flags));
+    assert_eq!(code, 0, "{stderr}");
+    let v: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(v["adapter"].as_bool(), Some(false));
+    let (s, want) = library_lora_run(&model);
+    assert_eq!(losses(&v), want);
+    let file_bytes = std::fs::read(&out).unwrap();
+    assert!(file_bytes == s.save(SaveType::F32).unwrap(), "not save's merged file");
+    let merged = Session::new(
+        load_from_path(out.to_str().unwrap(), Rc::new(CpuBackend::new(1)), Gpt2Options::default()).unwrap(),
+    );
+    assert!(merged.model.weights.lora.is_none());
+    std::fs::remove_file(&out).ok();
     std::fs::remove_file(&data).ok();
 }
