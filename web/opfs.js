@@ -37,7 +37,8 @@ export async function opfsDir(name, what, create = true) {
     return await root.getDirectoryHandle(name, { create });
   } catch (e) {
     if (!create && e?.name === 'NotFoundError') return null;
-    throw new GgwebError('unsupported', `${what}: could not open the OPFS folder ${name} (${e?.name ?? 'Error'}: ${e?.message ?? e})`);
+    const quota = e?.name === 'QuotaExceededError' ? ': the storage quota is full' : '';
+    throw new GgwebError('unsupported', `${what}: could not open the OPFS folder ${name}${quota} (${e?.name ?? 'Error'}: ${e?.message ?? e})`);
   }
 }
 
