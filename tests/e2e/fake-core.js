@@ -186,6 +186,7 @@ export class WasmModel {
   train_end() { return null; }
   // LoRA: no adapter to drop, save or load.
   drop_lora() { this.#alive(); return false; }
+  save() { this.#alive(); throw Object.assign(new Error('save: the fake core has no weights'), { code: 'unsupported' }); }
   save_lora() { this.#alive(); throw Object.assign(new Error('saveLora: the model has no LoRA adapter'), { code: 'invalid' }); }
   load_lora() { this.#alive(); throw Object.assign(new Error('Model.load: lora: the fake core has no graph'), { code: 'unsupported' }); }
   n_ctx() { return this.opts.nCtx ?? 4096; }
