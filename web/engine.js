@@ -570,13 +570,13 @@ export class Engine {
       throw new GgwebError('unsupported', 'saveLora: this wasm module was built before LoRA adapters existed');
     }
     const { to, name, rest } = saveTarget(opts ?? {}, 'saveLora');
-    let bytes;
+    let out;
     try {
-      bytes = this.model.save_lora(rest);
+      out = to && typeof this.model.save_lora_file === 'function' ? this.model.save_lora_file(rest) : this.model.save_lora(rest);
     } catch (e) {
       throw toGgwebError(e, 'invalid', '');
     }
-    return to ? { to, name, bytes: await writeCheckpoint(name, bytes, 'saveLora') } : bytes;
+    return to ? { to, name, bytes: await writeCheckpoint(name, out, 'saveLora') } : out;
   }
 
   /** Puts the adapter of a llama.cpp LoRA GGUF (`bytes`) on the model (Model.load's `lora`). */
@@ -650,15 +650,16 @@ export class Engine {
     }
     const { to, name, rest } = saveTarget(o, 'save');
     const release = this._take('save');
-    let bytes;
+    let out;
     try {
-      bytes = this.model.save(rest);
+      // To OPFS: the file stays in wasm memory and is read out a piece at a time.
+      out = to && typeof this.model.save_file === 'function' ? this.model.save_file(rest) : this.model.save(rest);
     } catch (e) {
       throw this._noteLost(toGgwebError(e, 'internal', 'save'));
     } finally {
       release();
     }
-    return to ? { to, name, bytes: await writeCheckpoint(name, bytes, 'save') } : bytes;
+    return to ? { to, name, bytes: await writeCheckpoint(name, out, 'save') } : out;
   }
 
   /**

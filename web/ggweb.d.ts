@@ -527,8 +527,8 @@ export declare class Model {
    *  another call runs), 'disposed', 'unsupported' (the file does not fit in memory; weights on WebGPU;
    *  with `to: 'opfs'`: no OPFS, or a write over the quota, nothing left behind).
    *  With `{ to: 'opfs', name }` the file goes into the Origin Private File System instead (see
-   *  SaveToOpfs), in pieces from the engine's side (it never crosses to the page); the wasm
-   *  module still hands the whole file to JS once in the engine. */
+   *  SaveToOpfs), copied out of wasm memory and written 4 MiB at a time on the engine's side
+   *  (never whole in JS memory; in a worker it never crosses to the page). */
   save(options: SaveParams & SaveToOpfs): Promise<SavedCheckpoint>;
   save(options?: SaveParams | null): Promise<Uint8Array>;
   /** One batched pass, no sampling: how likely the model found each token of `input`.

@@ -159,9 +159,20 @@ export async function writeWhole(dir, name, pieces) {
   }
 }
 
-/** `bytes` as pieces of at most `size` bytes (views, no copies). */
-export function* piecesOf(bytes, size = 4 << 20) {
-  for (let off = 0; off < bytes.byteLength; off += size) yield bytes.subarray(off, Math.min(off + size, bytes.byteLength));
+/** How much of a file save / saveLora copy out of wasm memory at a time for `to: 'opfs'`. */
+export const PIECE_BYTES = 4 << 20;
+
+/**
+ * The pieces of a saved file: a Uint8Array (views, no copies), or the wasm side's
+ * WasmSavedFile (`size()`, `piece(offset, n)`: each piece copied out only when its turn comes).
+ */
+export function* piecesOf(file, size = PIECE_BYTES) {
+  if (file instanceof Uint8Array) {
+    for (let off = 0; off < file.byteLength; off += size) yield file.subarray(off, Math.min(off + size, file.byteLength));
+    return;
+  }
+  const n = file.size();
+  for (let off = 0; off < n; off += size) yield file.piece(off, size);
 }
 
 // --- Models stored by loads with cache: 'opfs' ----------------------------------------------
@@ -285,14 +296,19 @@ export async function checkpointFile(name, what) {
   return fh.getFile();
 }
 
-/** Writes `bytes` as checkpoint `name` in pieces (temporary name, renamed when whole); its length. */
-export async function writeCheckpoint(name, bytes, what) {
-  const dir = await opfsDir(OPFS_CHECKPOINTS, what);
+/**
+ * Writes `file` (a Uint8Array or a WasmSavedFile, freed here) as checkpoint `name` in pieces
+ * (temporary name, renamed when whole); its length.
+ */
+export async function writeCheckpoint(name, file, what) {
   try {
-    return await writeWhole(dir, name, piecesOf(bytes));
+    const dir = await opfsDir(OPFS_CHECKPOINTS, what);
+    return await writeWhole(dir, name, piecesOf(file));
   } catch (e) {
     if (e instanceof GgwebError) throw e;
     const quota = e?.name === 'QuotaExceededError' ? ' (the storage quota is full)' : '';
     throw new GgwebError('unsupported', `${what}: could not write ${JSON.stringify(name)} to the Origin Private File System${quota}: ${e?.name ?? 'Error'}: ${e?.message ?? e}; nothing was written`);
+  } finally {
+    if (!(file instanceof Uint8Array)) file.free();
   }
 }
