@@ -2,7 +2,8 @@
 // the real core (web/pkg, CPU, one thread), in a Web Worker and on the page thread:
 // - `cache: 'opfs'`: the first load downloads and stores tiny-f32.gguf, the second says
 //   via 'opfs' (after a 304 from the server) and gives the same logits exactly; offline
-//   reads it without the server; Model.cache.list/has/delete/estimate with { store };
+//   reads it without the server; a new version on the server (200) replaces it;
+//   Model.cache.list/has/delete/estimate with { store };
 // - a download aborted halfway (or cut by the server) is never taken for the model;
 // - a quota too small for the file (CDP Storage.overrideQuotaForOrigin): the load works and
 //   cacheNote says why nothing was stored;
@@ -12,8 +13,8 @@
 //   node --test tests/e2e/opfs.spec.mjs
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync, statSync } from 'node:fs';
-import { ROOT, useHarness } from './helpers.mjs';
+import { copyFileSync, readFileSync, statSync, utimesSync } from 'node:fs';
+import { ARTIFACTS, ROOT, useHarness } from './helpers.mjs';
 
 const REF = JSON.parse(readFileSync(`${ROOT}tests/fixtures/tiny-f32.train-ref.json`, 'utf8'));
 const SIZE = statSync(`${ROOT}tests/fixtures/tiny-f32.gguf`).size;
@@ -80,6 +81,32 @@ for (const worker of [true, false]) {
       assert.equal(r.hasAfter, false);
       assert.equal(r.third, 'download', 'after delete the next load downloads again');
       assert.deepEqual(r.cleared, [true, 0]);
+    });
+
+    test('a new version on the server (200 to the revalidation) replaces the stored copy', async () => {
+      const file = `opfs-spec-${tag}.gguf`;
+      copyFileSync(`${ROOT}tests/fixtures/tiny-f32.gguf`, `${ARTIFACTS}${file}`);
+      const path = `/__test/validated/opfs-new-${tag}/artifacts/${file}`;
+      const load = () => ok(worker, `
+        const m = await Model.load(arg, { ...opts, cache: 'opfs' });
+        const i = m.info().load;
+        await m.dispose();
+        return { via: i.via, cached: i.cached, list: (await Model.cache.list({ store: 'opfs' })).map((e) => e.etag) };
+      `, path);
+      await ok(worker, "await Model.cache.clear({ store: 'opfs' });");
+      const first = await load();
+      const kept = await load();
+      // A later modification time: the server's ETag and Last-Modified change, so it answers 200.
+      const later = new Date(Date.now() + 60000);
+      utimesSync(`${ARTIFACTS}${file}`, later, later);
+      const replaced = await load();
+      const after = await load();
+      assert.deepEqual([first.via, first.cached, first.list.length], ['download', true, 1]);
+      assert.deepEqual([kept.via, kept.list], ['opfs', first.list], '304: the stored copy');
+      assert.deepEqual([replaced.via, replaced.cached, replaced.list.length], ['download', true, 1], '200: downloaded and stored again');
+      assert.notEqual(replaced.list[0], first.list[0], 'the record holds the new ETag');
+      assert.equal(after.via, 'opfs');
+      await ok(worker, "await Model.cache.clear({ store: 'opfs' });");
     });
 
     test('a download aborted halfway or cut by the server is never taken for the model', async () => {
