@@ -6,15 +6,20 @@
 import { GgwebError } from './errors.js';
 import { hubSource } from './hub.js';
 import { optionsObject, reading, show } from './input.js';
+import { OPFS_MODELS, opfsClear, opfsMissingWhy, opfsDelete, opfsDir, opfsList, opfsStored } from './opfs.js';
 
 export const DEFAULT_CACHE_NAME = 'ggweb-models';
 const STORED_AT = 'X-Ggweb-Stored-At';
 
-/** The `cache` value (true, a name, or { name, offline } as ggweb.js sends it) → { name, offline }, or null. */
+/**
+ * The `cache` value (true, a name, 'opfs', or { name, offline } as ggweb.js sends it) →
+ * { name, store: 'cache' | 'opfs', offline }, or null. 'opfs' is OPFS, never a Cache API name.
+ */
 export function cacheSpec(cache) {
-  if (cache === true) return { name: DEFAULT_CACHE_NAME, offline: false };
-  if (typeof cache === 'string' && cache) return { name: cache, offline: false };
-  if (cache && typeof cache === 'object' && cache.name) return { name: cache.name, offline: !!cache.offline };
+  const store = (name) => (name === 'opfs' ? 'opfs' : 'cache');
+  if (cache === true) return { name: DEFAULT_CACHE_NAME, store: 'cache', offline: false };
+  if (typeof cache === 'string' && cache) return { name: cache, store: store(cache), offline: false };
+  if (cache && typeof cache === 'object' && cache.name) return { name: cache.name, store: store(cache.name), offline: !!cache.offline };
   return null;
 }
 
@@ -82,70 +87,123 @@ function keyOf(source, o, what) {
   }
 }
 
-const KEY_OPTIONS = ['cache', 'file', 'revision', 'hubUrl'];
+const KEY_OPTIONS = ['cache', 'store', 'file', 'revision', 'hubUrl'];
+
+/**
+ * The stores a Model.cache call looks in: `store` 'cache' (the Cache API, the cache `cache`
+ * names) or 'opfs'; absent, both (an explicit `cache` name means the Cache API alone).
+ * Returns { cache: name | null, opfs: 'required' | 'if-present' | null }.
+ */
+function stores(o, what) {
+  const { store } = o;
+  if (store !== undefined && store !== 'cache' && store !== 'opfs') {
+    throw new GgwebError('invalid', `${what}: store must be 'cache' or 'opfs', got ${show(store)}`);
+  }
+  if (store === 'opfs' && o.cache !== undefined) throw new GgwebError('invalid', `${what}: cache names a Cache API cache; it does not go with store: 'opfs'`);
+  const name = store === 'opfs' ? null : nameOption(o, what);
+  const opfs = store === 'opfs' ? 'required' : store === undefined && o.cache === undefined ? 'if-present' : null;
+  // Over both stores, a missing one is skipped; with neither here, the Cache API's refusal says why.
+  if (opfs === 'if-present' && !hasCacheApi() && opfsMissingWhy()) cacheStorage(what);
+  return { cache: name, opfs };
+}
+
+/** The OPFS model folder (null when none exists yet); where OPFS is missing, 'unsupported' when `need` is 'required', else null. */
+async function opfsModels(need, what) {
+  if (!need) return null;
+  try {
+    return await opfsDir(OPFS_MODELS, what, false);
+  } catch (e) {
+    if (need === 'required') throw e;
+    return null;
+  }
+}
+
+/** Whether the Cache API can be asked here (a call over both stores skips it where it is missing). */
+const hasCacheApi = () => typeof caches !== 'undefined';
 
 /** Model.cache: the models stored by loads with `cache` (see ggweb.d.ts ModelCache). */
 export const modelCache = Object.freeze({
-  /** Every stored model: [{ url, bytes, storedAt, etag }], in the order they were stored. */
+  /** Every stored model: [{ url, bytes, storedAt, etag, store }], the Cache API's first, each store in the order stored. */
   async list(options = undefined) {
     const what = 'Model.cache.list';
-    const name = nameOption(optionsObject(options, what, ['cache']), what);
-    return guarded(what, async (cs) => {
-      if (!(await cs.has(name))) return []; // open() would create an empty cache
-      const c = await cs.open(name);
-      const out = [];
-      for (const req of await c.keys()) {
-        const res = await c.match(req);
-        if (!res) continue; // deleted meanwhile
-        const len = Number(res.headers.get('Content-Length'));
-        // A download without Content-Length was stored without it: measure the stored body.
-        const bytes = len > 0 ? len : (await res.blob()).size;
-        const at = Number(res.headers.get(STORED_AT));
-        out.push({ url: req.url, bytes, storedAt: at > 0 ? at : null, etag: res.headers.get('ETag') });
-      }
-      return out;
-    });
+    const s = stores(optionsObject(options, what, ['cache', 'store']), what);
+    const out = [];
+    if (s.cache && (s.opfs !== 'if-present' || hasCacheApi())) {
+      out.push(...await guarded(what, async (cs) => {
+        if (!(await cs.has(s.cache))) return []; // open() would create an empty cache
+        const c = await cs.open(s.cache);
+        const found = [];
+        for (const req of await c.keys()) {
+          const res = await c.match(req);
+          if (!res) continue; // deleted meanwhile
+          const len = Number(res.headers.get('Content-Length'));
+          // A download without Content-Length was stored without it: measure the stored body.
+          const bytes = len > 0 ? len : (await res.blob()).size;
+          const at = Number(res.headers.get(STORED_AT));
+          found.push({ url: req.url, bytes, storedAt: at > 0 ? at : null, etag: res.headers.get('ETag'), store: 'cache' });
+        }
+        return found;
+      }));
+    }
+    const dir = await opfsModels(s.opfs, what);
+    if (dir) out.push(...await opfsList(dir));
+    return out;
   },
 
-  /** Whether `source` (a URL, or a Hub id with { file }) is stored. */
+  /** Whether `source` (a URL, or a Hub id with { file }) is stored (in either store when `store` is absent). */
   async has(source, options = undefined) {
     const what = 'Model.cache.has';
     const o = optionsObject(options, what, KEY_OPTIONS);
-    const name = nameOption(o, what);
+    const s = stores(o, what);
     const key = keyOf(source, o, what);
-    return guarded(what, async (cs) => (await cs.has(name)) && !!(await (await cs.open(name)).match(key)));
+    if (s.cache && (s.opfs !== 'if-present' || hasCacheApi())
+      && await guarded(what, async (cs) => (await cs.has(s.cache)) && !!(await (await cs.open(s.cache)).match(key)))) return true;
+    const dir = await opfsModels(s.opfs, what);
+    return dir ? !!(await opfsStored(dir, key)) : false;
   },
 
-  /** Removes `source`'s stored copy; true when there was one. */
+  /** Removes `source`'s stored copy (from both stores when `store` is absent); true when there was one. */
   async delete(source, options = undefined) {
     const what = 'Model.cache.delete';
     const o = optionsObject(options, what, KEY_OPTIONS);
-    const name = nameOption(o, what);
+    const s = stores(o, what);
     const key = keyOf(source, o, what);
-    return guarded(what, async (cs) => (await cs.has(name)) && (await cs.open(name)).delete(key));
+    let had = false;
+    if (s.cache && (s.opfs !== 'if-present' || hasCacheApi())) {
+      had = await guarded(what, async (cs) => (await cs.has(s.cache)) && (await cs.open(s.cache)).delete(key));
+    }
+    const dir = await opfsModels(s.opfs, what);
+    if (dir) had = (await opfsDelete(dir, key)) || had;
+    return had;
   },
 
-  /** Deletes the whole cache; true when it existed. */
+  /** Deletes the whole cache and/or OPFS's model folder; true when one existed. */
   async clear(options = undefined) {
     const what = 'Model.cache.clear';
-    const name = nameOption(optionsObject(options, what, ['cache']), what);
-    return guarded(what, (cs) => cs.delete(name));
+    const s = stores(optionsObject(options, what, ['cache', 'store']), what);
+    let had = false;
+    if (s.cache && (s.opfs !== 'if-present' || hasCacheApi())) had = await guarded(what, (cs) => cs.delete(s.cache));
+    if (s.opfs && (await opfsModels(s.opfs, what))) had = (await opfsClear(what)) || had;
+    return had;
   },
 
   /**
    * navigator.storage.estimate() for this origin ({ usage, quota } in bytes, Chromium adds
-   * usageDetails), and navigator.storage.persisted() as `persisted` (null where absent).
+   * usageDetails), and navigator.storage.persisted() as `persisted` (null where absent). With
+   * `store`, also `store` and `bytes`: what the models stored there take.
    */
   async estimate(options = undefined) {
     const what = 'Model.cache.estimate';
-    if (Object.keys(optionsObject(options, what)).length) throw new GgwebError('invalid', `${what} takes no options, got ${show(options)}`);
+    const o = optionsObject(options, what, ['store']);
     const s = typeof navigator !== 'undefined' ? navigator.storage : undefined;
     if (typeof s?.estimate !== 'function') {
       throw new GgwebError('unsupported', `${what}: navigator.storage.estimate() is not available here (Node, or not a secure context)`);
     }
     const e = await s.estimate();
     const persisted = typeof s.persisted === 'function' ? await s.persisted().catch(() => null) : null;
-    return { ...e, persisted };
+    if (o.store === undefined) return { ...e, persisted };
+    const listed = await modelCache.list({ store: o.store });
+    return { ...e, persisted, store: o.store, bytes: listed.reduce((n, m) => n + m.bytes, 0) };
   },
 });
 

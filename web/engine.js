@@ -13,6 +13,7 @@
 import { MAX_THREADS, hasRelaxedSimd, loadCore, planThreads, relaxedSimdOption, variantCoreUrl } from './builds.js';
 import { GgwebError, abortedError, toGgwebError } from './errors.js';
 import { boolOption, hookList, isPlainObject, modelInput, optionsObject, passOptions, plainData, reading, show, tokenIds, without } from './input.js';
+import { checkpointName, writeCheckpoint } from './opfs.js';
 import { DEFAULT_STALL_TIMEOUT_MS, formatBytes, openSource, readHeader, readWithin, stallTimeout } from './source.js';
 import { METHODS } from './methods.js';
 
@@ -214,6 +215,20 @@ export function driveGeneration(engine, prompt, opts, send, method = 'generate',
     cancel() { s.cancelled = true; wake(); },
     read(n) { s.read = Math.max(s.read, n); wake(); },
   };
+}
+
+/**
+ * save / saveLora's `to` and `name` (`to: 'opfs'` writes a checkpoint into OPFS, which
+ * `Model.load('opfs:name')` reads back), and the options the wasm side checks.
+ */
+function saveTarget(o, what) {
+  const { to, name, ...rest } = o;
+  if (to === undefined) {
+    if (name !== undefined) throw new GgwebError('invalid', `${what}: name goes with to: 'opfs'`);
+    return { to: null, name: null, rest };
+  }
+  if (to !== 'opfs') throw new GgwebError('invalid', `${what}: to must be 'opfs' (or absent: the bytes), got ${show(to)}`);
+  return { to, name: checkpointName(name, `${what}: to: 'opfs'`), rest };
 }
 
 export class Engine {
@@ -554,11 +569,14 @@ export class Engine {
     if (typeof this.model.save_lora !== 'function') {
       throw new GgwebError('unsupported', 'saveLora: this wasm module was built before LoRA adapters existed');
     }
+    const { to, name, rest } = saveTarget(opts ?? {}, 'saveLora');
+    let out;
     try {
-      return this.model.save_lora(opts ?? undefined);
+      out = to && typeof this.model.save_lora_file === 'function' ? this.model.save_lora_file(rest) : this.model.save_lora(rest);
     } catch (e) {
       throw toGgwebError(e, 'invalid', '');
     }
+    return to ? { to, name, bytes: await writeCheckpoint(name, out, 'saveLora') } : out;
   }
 
   /** Puts the adapter of a llama.cpp LoRA GGUF (`bytes`) on the model (Model.load's `lora`). */
@@ -630,14 +648,18 @@ export class Engine {
     if (typeof this.model.save !== 'function') {
       throw new GgwebError('unsupported', 'save: this wasm module was built before model.save existed');
     }
+    const { to, name, rest } = saveTarget(o, 'save');
     const release = this._take('save');
+    let out;
     try {
-      return this.model.save(o);
+      // To OPFS: the file stays in wasm memory and is read out a piece at a time.
+      out = to && typeof this.model.save_file === 'function' ? this.model.save_file(rest) : this.model.save(rest);
     } catch (e) {
       throw this._noteLost(toGgwebError(e, 'internal', 'save'));
     } finally {
       release();
     }
+    return to ? { to, name, bytes: await writeCheckpoint(name, out, 'save') } : out;
   }
 
   /**

@@ -87,6 +87,8 @@ export interface LoadProgress {
  * as before. In Node.js a string that is not an http(s)/blob/data URL, or a file: URL, is a
  * file path.
  */
+/** A string is a URL (relative to the page), or `'opfs:name'`: a checkpoint written by
+ *  save / saveLora({ to: 'opfs', name }) ('invalid' when there is none, 'unsupported' without OPFS). */
 export type ModelSource = string | URL | Blob | File | ReadableStream<Uint8Array> | Response | ArrayBuffer | ArrayBufferView;
 
 /** The model options (LoadParams: the wasm side parses them) and what JS does with a load.
@@ -98,8 +100,9 @@ export interface LoadOptions extends LoadParams {
    *  so pass false for results identical on every machine. info().threads.build says which. */
   relaxedSimd?: boolean;
   onProgress?: (progress: LoadProgress) => void;
-  /** A llama.cpp LoRA adapter GGUF for this base (a URL, fetched after the model loads, or
-   *  its bytes, copied), put on the model as `train(data, { lora })` leaves one: every call
+  /** A llama.cpp LoRA adapter GGUF for this base (a URL, fetched after the model loads, a
+   *  checkpoint `'opfs:name'` written by saveLora({ to: 'opfs', name }), or its bytes,
+   *  copied), put on the model as `train(data, { lora })` leaves one: every call
    *  runs it until dropLora(). Its pairs must adapt block matrices (attn_qkv, attn_output,
    *  ffn_up, ffn_down) with one rank; CPU backend only. A bad file is 'format' naming what
    *  ('unsupported' for what ggweb does not apply), the load failing and the model freed. */
@@ -114,8 +117,13 @@ export interface LoadOptions extends LoadParams {
    *  it. If the server cannot be asked (offline, an error status, no validator stored, or a
    *  cross-origin server whose CORS refuses those headers), the stored copy is loaded and
    *  info().load.cacheNote says why. A write that fails (the storage quota) leaves the load
-   *  successful, warns on the console and in cacheNote. See Model.cache. */
-  cache?: boolean | string;
+   *  successful, warns on the console and in cacheNote. See Model.cache.
+   *  'opfs' stores it in the Origin Private File System instead (not a Cache API name): the
+   *  download is written into a file as it arrives, under a temporary name renamed only when
+   *  its length and the load (the GGUF parse) are complete, so a partial file is never taken
+   *  for the model; later loads stream from the file (info().load.via 'opfs'), revalidated
+   *  as above. Where OPFS is missing the load goes on without it, cacheNote saying why. */
+  cache?: boolean | 'opfs' | string;
   /** With `cache`: load a stored copy without asking the server (downloading only when none
    *  is stored). Without `cache`, code 'invalid'. */
   offline?: boolean;
@@ -350,7 +358,8 @@ export interface ModelInfo extends WasmModelInfo {
   load: {
     bytes: number;
     ms: number;
-    via: 'download' | 'cache' | 'file' | 'stream';
+    /** 'opfs': a model stored by `cache: 'opfs'`, or a checkpoint (`Model.load('opfs:name')`). */
+    via: 'download' | 'cache' | 'opfs' | 'file' | 'stream';
     cached: boolean;
     /** Why the Cache API did not do what `cache` asks (a failed write: the quota; a stored
      *  copy used without revalidation, and why), or why `persist` got no answer; else null. */
@@ -393,30 +402,63 @@ export interface CachedModel {
   storedAt: number | null;
   /** The server's ETag (revalidation sends it as If-None-Match); null when it sent none. */
   etag: string | null;
+  /** Where it is stored: the Cache API (`cache: true` or a name) or OPFS (`cache: 'opfs'`). */
+  store: 'cache' | 'opfs';
 }
 
-/** Which cache a Model.cache call looks in: true or absent for 'ggweb-models', or a name. */
+/** Which store a Model.cache call looks in: `store` 'cache' (the Cache API cache `cache`:
+ *  true or absent for 'ggweb-models', or a name) or 'opfs'. Without `store` and `cache`,
+ *  both (a store missing here is skipped); `cache` with `store: 'opfs'` is 'invalid'. */
 export interface CacheNameOption {
   cache?: true | string;
+  store?: 'cache' | 'opfs';
+}
+
+/** Model.cache.estimate's answer. */
+export interface StorageEstimateResult {
+  usage?: number;
+  quota?: number;
+  usageDetails?: Record<string, number>;
+  persisted: boolean | null;
+}
+
+/** Where save / saveLora put the file: `to: 'opfs'` writes it into the Origin Private File
+ *  System as `name` (a file name: no '/', '\\', '.' or '..'), replacing one of that name, in
+ *  pieces under a temporary name renamed when whole; `Model.load('opfs:' + name)` and
+ *  Model.load's `{ lora: 'opfs:' + name }` read it back. */
+export interface SaveToOpfs {
+  to: 'opfs';
+  name: string;
+}
+
+/** What save / saveLora with `to: 'opfs'` resolve to: the checkpoint's name and size. */
+export interface SavedCheckpoint {
+  to: 'opfs';
+  name: string;
+  bytes: number;
 }
 
 /** The key of a URL or Hub id, as Model.load computes it. */
 export type CacheKeyOptions = CacheNameOption & Pick<LoadOptions, 'file' | 'revision' | 'hubUrl'>;
 
-/** Model.cache: the models loads with `cache` stored (the Cache API). Code 'unsupported' where
- *  there is no Cache API (Node, a page that is not https or localhost). */
+/** Model.cache: the models loads with `cache` stored (the Cache API, and OPFS for `cache:
+ *  'opfs'`). Code 'unsupported' where the store asked for is missing (no Cache API: Node, a
+ *  page that is not https or localhost; no OPFS: the same, or a browser without
+ *  navigator.storage.getDirectory), naming why. */
 export interface ModelCache {
-  /** Every stored model, in the order stored. */
+  /** Every stored model, each store's in the order stored (the Cache API's first). */
   list(options?: CacheNameOption | null): Promise<CachedModel[]>;
   /** Whether a copy of `source` (a URL, relative to the page, or a Hub id with { file }) is stored. */
   has(source: string | URL, options?: CacheKeyOptions | null): Promise<boolean>;
   /** Removes the stored copy of `source`; true when there was one. */
   delete(source: string | URL, options?: CacheKeyOptions | null): Promise<boolean>;
-  /** Deletes the whole cache; true when it existed. */
+  /** Deletes the whole cache (and/or OPFS's stored models); true when one existed. */
   clear(options?: CacheNameOption | null): Promise<boolean>;
   /** navigator.storage.estimate() for this origin (bytes used and allowed, for all its storage),
-   *  with navigator.storage.persisted() (null where absent). */
-  estimate(): Promise<{ usage?: number; quota?: number; usageDetails?: Record<string, number>; persisted: boolean | null }>;
+   *  with navigator.storage.persisted() (null where absent); with `store`, also the bytes the
+   *  models stored there take. */
+  estimate(): Promise<StorageEstimateResult>;
+  estimate(options: { store: 'cache' | 'opfs' }): Promise<StorageEstimateResult & { store: 'cache' | 'opfs'; bytes: number }>;
 }
 
 /** What Model.inspect read of a GGUF header, before any weight is downloaded (the wasm side's report, then `source`). */
@@ -482,7 +524,12 @@ export declare class Model {
    *  layout and metadata (tokenizer included), which llama.cpp and `Model.load` read. `type`
    *  (default 'f32') is the matrices' type; norms, biases and `position_embd` stay F32.
    *  @throws GgwebError 'invalid' (an unknown key, a bad type), 'busy' (a training run or
-   *  another call runs), 'disposed', 'unsupported' (the file does not fit in memory; weights on WebGPU). */
+   *  another call runs), 'disposed', 'unsupported' (the file does not fit in memory; weights on WebGPU;
+   *  with `to: 'opfs'`: no OPFS, or a write over the quota, nothing left behind).
+   *  With `{ to: 'opfs', name }` the file goes into the Origin Private File System instead (see
+   *  SaveToOpfs), copied out of wasm memory and written 4 MiB at a time on the engine's side
+   *  (never whole in JS memory; in a worker it never crosses to the page). */
+  save(options: SaveParams & SaveToOpfs): Promise<SavedCheckpoint>;
   save(options?: SaveParams | null): Promise<Uint8Array>;
   /** One batched pass, no sampling: how likely the model found each token of `input`.
    *  @throws GgwebError 'invalid', 'busy', 'aborted' (options.signal), 'disposed',
@@ -569,7 +616,8 @@ export declare class Model {
    *  `.lora_b` [rank, n_out]) that `llama-cli --lora`, llama-cpp-python's `lora_path` and
    *  `Model.load(base, { lora })` apply to the base file; `type` 'f32' (default) or 'f16'.
    *  @throws GgwebError 'invalid' (no adapter on the model, an unknown option or type),
-   *  'busy', 'disposed'. */
+   *  'busy', 'disposed'. With `{ to: 'opfs', name }`: into OPFS, as save. */
+  saveLora(options: SaveLoraParams & SaveToOpfs): Promise<SavedCheckpoint>;
   saveLora(options?: SaveLoraParams | null): Promise<Uint8Array>;
   /** Removes the model's LoRA adapter: later calls run the base weights (the base model's
    *  logits exactly). Resolves to whether there was one.

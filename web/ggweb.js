@@ -15,6 +15,7 @@ import { ERROR_CODES, GgwebError, abortedError, toGgwebError } from './errors.js
 import { relaxedSimdOption } from './builds.js';
 import { baseUrl, describeSource, fetchWithin, formatBytes, readWithin, stallTimeout } from './source.js';
 import { DEFAULT_CACHE_NAME, askPersist, modelCache } from './cache.js';
+import { OPFS_PREFIX, checkpointFile, checkpointName } from './opfs.js';
 import { hubSource } from './hub.js';
 import { METHODS } from './methods.js';
 import { boolOption, checkSignal, modelInput, optionsObject, passOptions, plainData, show, tokenIds, without } from './input.js';
@@ -356,9 +357,12 @@ const LOAD_KEYS = [
 /** Every key Model.inspect reads: the options that decide the memory plan, a signal, the stall limit, coreUrl. */
 const INSPECT_KEYS = ['backend', 'gpuLayers', 'nCtx', 'nBatch', 'nThreads', 'kvType', 'signal', 'stallTimeoutMs', 'coreUrl', 'file', 'revision', 'hubUrl'];
 
-/** Model.load's `lora`: `{ url }` (absolute) or `{ bytes }` (a copy), null when absent. */
+/** Model.load's `lora`: `{ url }` (absolute), `{ opfs: name }` (a checkpoint) or `{ bytes }` (a copy), null when absent. */
 function loraSource(lora) {
   if (lora === undefined || lora === null) return null;
+  if (typeof lora === 'string' && lora.startsWith(OPFS_PREFIX)) {
+    return { opfs: checkpointName(lora.slice(OPFS_PREFIX.length), `Model.load: lora ${show(lora)}`) };
+  }
   if (typeof lora === 'string' || lora instanceof URL) {
     try {
       return { url: new URL(String(lora), baseUrl()).href };
@@ -384,11 +388,11 @@ function coreUrlOption(coreUrl) {
   }
 }
 
-/** The `cache` option: false, true (the cache 'ggweb-models') or a cache name. */
+/** The `cache` option: false, true (the cache 'ggweb-models'), 'opfs' (the Origin Private File System) or a Cache API name. */
 function cacheOption(v) {
   if (v === undefined || v === null) return false;
   if (typeof v === 'boolean' || (typeof v === 'string' && v.length > 0)) return v;
-  throw new GgwebError('invalid', `cache must be true, false or a cache name, got ${show(v)}`);
+  throw new GgwebError('invalid', `cache must be true, false, 'opfs' or a cache name, got ${show(v)}`);
 }
 
 /** The public names of the methods whose wasm-side name differs, for error messages. */
@@ -900,13 +904,14 @@ export class Model {
    */
   async saveLora(options = undefined) {
     this.#live('saveLora');
-    const o = optionsObject(options, 'saveLora', ['type']);
+    const o = optionsObject(options, 'saveLora', ['type', 'to', 'name']);
     return this.#t.call('saveLora', [plainData(o, 'saveLora: options')]);
   }
 
   /** Model.load's `lora`: the adapter's bytes (fetched when a URL), put on the model. */
   async #applyLora(lora, { signal, stallMs }) {
     let bytes = lora.bytes;
+    if (lora.opfs) bytes = new Uint8Array(await (await checkpointFile(lora.opfs, 'Model.load: lora')).arrayBuffer());
     if (lora.url) {
       const r = await fetchWithin(lora.url, { signal, stallMs, what: 'Model.load: lora' });
       if (!r.ok) {

@@ -6,6 +6,7 @@ import { GgwebError, abortedError } from './errors.js';
 import { reading, show } from './input.js';
 import { nodeFs } from './node-fs.js';
 import { cacheSpec, conditionalHeaders, storedHeaders } from './cache.js';
+import { OPFS_MODELS, OPFS_PREFIX, checkpointFile, checkpointName, opfsBeginStore, opfsDir, opfsStored } from './opfs.js';
 
 /** How long a URL download may go without a byte before it fails with code 'timeout' (ms). */
 export const DEFAULT_STALL_TIMEOUT_MS = 30000;
@@ -89,6 +90,9 @@ export async function describeSource(source, hub = null, what = 'Model.load') {
   const kind = reading(`${what}: the source`, () => sourceKind(source));
   if (kind === 'bytes' && (source.buffer ?? source).detached) {
     throw new GgwebError('invalid', `${what}: the source's ArrayBuffer is detached (transferred elsewhere)`);
+  }
+  if (kind === 'url' && String(source).startsWith(OPFS_PREFIX)) {
+    return { src: { kind: 'opfs', name: checkpointName(String(source).slice(OPFS_PREFIX.length), `${what}: ${show(String(source))}`) } };
   }
   if (kind === 'url') {
     const file = await localFile(source);
@@ -175,21 +179,43 @@ export async function openSource(src, { signal, cache, stallMs = Infinity }) {
   if (src.kind === 'stream') {
     return { reader: src.stream.getReader(), total: src.total ?? null, via: 'stream' };
   }
+  if (src.kind === 'opfs') {
+    const file = await checkpointFile(src.name, `Model.load('${OPFS_PREFIX}${src.name}')`);
+    return { reader: file.stream().getReader(), total: file.size, via: 'opfs', name: `${OPFS_PREFIX}${src.name}` };
+  }
   if (src.kind !== 'url') throw new GgwebError('invalid', `unknown model source kind ${show(src.kind)}`);
 
   const url = src.url;
   const spec = cacheSpec(cache);
   const notes = []; // what info().load.cacheNote says
-  let store = null;
-  let stored = null; // the stored copy's Response
-  if (spec && /^https?:/.test(url)) {
+  let store = null; // the Cache API's cache, or with spec.store 'opfs' the OPFS folder
+  let stored = null; // the stored copy: { headers, open() → { reader, total } }
+  if (spec && /^https?:/.test(url) && spec.store === 'opfs') {
+    try {
+      store = await opfsDir(OPFS_MODELS, 'cache: \'opfs\'');
+      const hit = await opfsStored(store, url);
+      if (hit) stored = { headers: hit.headers, open: () => ({ reader: hit.file.stream().getReader(), total: hit.total }), drop() {} };
+    } catch (e) {
+      notes.push(`${e instanceof GgwebError ? e.message : `the Origin Private File System is unavailable (${e?.name}: ${e?.message})`}; loaded without it`);
+      store = null;
+    }
+  } else if (spec && /^https?:/.test(url)) {
     if (typeof caches === 'undefined') {
       notes.push('the Cache API is not available here (Node, or a page that is not https or localhost); loaded without it');
     } else {
       try {
         store = await caches.open(spec.name);
         const hit = await store.match(url);
-        if (hit?.body) stored = hit;
+        if (hit?.body) {
+          stored = {
+            headers: hit.headers,
+            open() {
+              const len = Number(hit.headers.get('Content-Length'));
+              return { reader: hit.body.getReader(), total: len > 0 ? len : null };
+            },
+            drop() { hit.body.cancel().catch(() => {}); },
+          };
+        }
       } catch (e) {
         notes.push(`the Cache API is unavailable (${e.message}); loaded without it`);
         store = null;
@@ -197,10 +223,7 @@ export async function openSource(src, { signal, cache, stallMs = Infinity }) {
     }
   }
   const note = () => (notes.length ? notes.join('; ') : null);
-  const fromStore = () => {
-    const len = Number(stored.headers.get('Content-Length'));
-    return { reader: stored.body.getReader(), total: len > 0 ? len : null, via: 'cache', url, cacheNote: note() };
-  };
+  const fromStore = () => ({ ...stored.open(), via: spec.store, url, cacheNote: note() });
   let res;
   if (stored) {
     // Revalidated with the server unless `offline`: a 304 keeps the stored copy, a 200 replaces it.
@@ -222,7 +245,7 @@ export async function openSource(src, { signal, cache, stallMs = Infinity }) {
       if (res.status !== 304) notes.push(`the server answered HTTP ${res.status} when revalidating ${url}; used the stored copy`);
       return fromStore();
     }
-    stored.body.cancel().catch(() => {}); // a new version: the download below replaces it
+    stored.drop(); // a new version: the download below replaces it
   } else {
     res = await fetchWithin(url, { signal, stallMs, what: `loading ${url}` });
   }
@@ -234,6 +257,7 @@ export async function openSource(src, { signal, cache, stallMs = Infinity }) {
   const total = len > 0 && (!enc || enc === 'identity') ? len : null;
 
   if (!store) return { reader: res.body.getReader(), total, via: 'download', url, cacheNote: note() };
+  if (spec.store === 'opfs') return opfsDownload(res, store, { url, total, notes, note });
 
   // Tee: one branch feeds the loader, the other goes into the cache. If loading stops early,
   // the cache branch is errored, so a partial file is never stored.
@@ -278,6 +302,56 @@ export async function openSource(src, { signal, cache, stallMs = Infinity }) {
         out.cacheNote = note();
       }
       return done && ok;
+    },
+  };
+  return out;
+}
+
+/**
+ * A download that is written into OPFS as the loader reads it (a temporary file, renamed by
+ * cacheDone(true) once its length and the load, i.e. the GGUF parse, are complete). A failed
+ * write (the quota) stops the writing only: the load goes on, and cacheNote says why.
+ */
+async function opfsDownload(res, dir, { url, total, notes, note }) {
+  const body = res.body.getReader();
+  let w = null;
+  try {
+    w = await opfsBeginStore(dir, url, res);
+  } catch (e) {
+    notes.push(`could not start storing ${url} in the Origin Private File System (${e?.name}: ${e?.message}); loaded without it`);
+  }
+  let seen = 0;
+  const out = {
+    reader: {
+      async read() {
+        const r = await body.read();
+        if (!r.done) {
+          seen += r.value.byteLength;
+          w?.write(r.value);
+        }
+        return r;
+      },
+      cancel: (why) => body.cancel(why),
+    },
+    total,
+    via: 'download',
+    url,
+    cacheNote: note(),
+    /** Settles the OPFS write (`ok`: the load succeeded); true when stored, else says why in cacheNote. */
+    async cacheDone(ok) {
+      if (!w) return false;
+      const whole = ok && (total == null || seen === total);
+      try {
+        return await w.finish(whole, seen);
+      } catch (e) {
+        if (!ok) return false;
+        const why = `could not store ${url} in the Origin Private File System (${e?.name ?? 'Error'}: ${e?.message ?? e}); ` +
+          `${e?.name === 'QuotaExceededError' ? 'the storage quota is full, ' : ''}the next load downloads it again`;
+        console.warn(`ggweb: ${why}`);
+        notes.push(why);
+        out.cacheNote = note();
+        return false;
+      }
     },
   };
   return out;

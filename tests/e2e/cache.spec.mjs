@@ -238,18 +238,18 @@ test('the options of Model.cache and of offline/persist are checked strictly', a
   `);
   assert.ok(r.ok, r.message);
   const v = r.value;
-  assert.deepEqual(v.listKey, ['invalid', 'Model.cache.list: unknown option "cach" (known: cache)']);
+  assert.deepEqual(v.listKey, ['invalid', 'Model.cache.list: unknown option "cach" (known: cache, store)']);
   assert.deepEqual(v.listName, ['invalid', 'Model.cache.list: cache must be a cache name (a non-empty string) or true, got 5']);
   assert.equal(v.listFalse[0], 'invalid');
   assert.deepEqual(v.hasNumber, ['invalid', 'Model.cache.has: the model must be a URL (or a Hub id with { file }), got 42']);
   assert.deepEqual(v.hasBadUrl, ['invalid', 'Model.cache.has: not a valid URL: "http://["']);
   assert.deepEqual(v.hasRevision, ['invalid', 'Model.cache.has: revision is for a Hub id with `file` ("owner/name" plus { file }); no file was given']);
-  assert.deepEqual(v.deleteKey, ['invalid', 'Model.cache.delete: unknown option "signal" (known: cache, file, revision, hubUrl)']);
-  assert.deepEqual(v.estimateArg, ['invalid', 'Model.cache.estimate takes no options, got {"cache":"x"}']);
+  assert.deepEqual(v.deleteKey, ['invalid', 'Model.cache.delete: unknown option "signal" (known: cache, store, file, revision, hubUrl)']);
+  assert.deepEqual(v.estimateArg, ['invalid', 'Model.cache.estimate: unknown option "cache" (known: store)']);
   assert.deepEqual(v.offlineNoCache, ['invalid', 'Model.load: offline: true reads the stored copy, so it needs cache (true or a cache name)']);
   assert.deepEqual(v.offlineType, ['invalid', 'offline must be true or false, got "yes"']);
   assert.deepEqual(v.persistType, ['invalid', 'persist must be true or false, got 1']);
-  assert.deepEqual(v.cacheEmpty, ['invalid', 'cache must be true, false or a cache name, got ""']);
+  assert.deepEqual(v.cacheEmpty, ['invalid', 'cache must be true, false, \'opfs\' or a cache name, got ""']);
 });
 
 test('cache: true stores in "ggweb-models", the cache Model.cache reads without a name', async () => {

@@ -186,7 +186,10 @@ export class WasmModel {
   train_end() { return null; }
   // LoRA: no adapter to drop, save or load.
   drop_lora() { this.#alive(); return false; }
+  save() { this.#alive(); throw Object.assign(new Error('save: the fake core has no weights'), { code: 'unsupported' }); }
   save_lora() { this.#alive(); throw Object.assign(new Error('saveLora: the model has no LoRA adapter'), { code: 'invalid' }); }
+  save_file() { this.#alive(); throw Object.assign(new Error('save: the fake core has no weights'), { code: 'unsupported' }); }
+  save_lora_file() { this.#alive(); throw Object.assign(new Error('saveLora: the model has no LoRA adapter'), { code: 'invalid' }); }
   load_lora() { this.#alive(); throw Object.assign(new Error('Model.load: lora: the fake core has no graph'), { code: 'unsupported' }); }
   n_ctx() { return this.opts.nCtx ?? 4096; }
   eos() { return -1; }
@@ -241,5 +244,12 @@ export class WasmInspector {
   async plan() {
     throw Object.assign(new Error('the fake core cannot plan a model'), { code: 'unsupported' });
   }
+  free() {}
+}
+
+/** save_file / save_lora_file's answer in the real glue; the fake core never makes one. */
+export class WasmSavedFile {
+  size() { return 0; }
+  piece() { return new Uint8Array(0); }
   free() {}
 }

@@ -42,7 +42,7 @@ test('a trained model saved as F32 loads back with its logits; fixtures save as 
       await back.dispose();
       o.bad = {
         type: await code(() => m.save({ type: 'q4_0' })),
-        key: await code(() => m.save({ type: 'f32', to: 'opfs' })),
+        key: await code(() => m.save({ type: 'f32', dest: 'opfs' })),
         notObject: await code(() => m.save('f16')),
       };
       // Smaller types of the trained model load back too.
@@ -78,7 +78,7 @@ test('a trained model saved as F32 loads back with its logits; fixtures save as 
     assert.equal(o.size, 8387552, `${where}: the tied tiny model's F32 file`);
     assert.ok(o.worst <= 1e-4, `${where}: the saved file's logits differ from the tuned model's by ${o.worst}`);
     assert.match(o.bad.type, /^invalid: .*'f32', 'f16' or 'q8_0'.*q4_0/, where);
-    assert.match(o.bad.key, /^invalid: .*unknown option "to"/, where);
+    assert.match(o.bad.key, /^invalid: .*unknown option "dest"/, where);
     assert.match(o.bad.notObject, /^invalid: save: options must be an object/, where);
     assert.ok(o.f16.size < o.size && o.q8_0.size < o.f16.size, `${where}: sizes f32 ${o.size}, f16 ${o.f16.size}, q8_0 ${o.q8_0.size}`);
     assert.equal(o.f16.n, 50257, where);

@@ -40,6 +40,10 @@ export async function typos(): Promise<unknown[]> {
   out.push(model.train('text', { steps: 1, optimizer: { type: 'adam', lr: 1 } }));
   // @ts-expect-error: Type '"exp"' is not assignable to type '"none" | "linear" | "cosine"'
   out.push(model.train('text', { steps: 1, lrSchedule: { decay: 'exp' } }));
+  // @ts-expect-error: Type '"disk"' is not assignable to type '"opfs"'
+  out.push(await model.save({ type: 'f32', to: 'disk', name: 'x' }));
+  // @ts-expect-error: Type '"opf"' is not assignable to type '"cache" | "opfs" | undefined'
+  out.push(await Model.cache.list({ store: 'opf' }));
   // @ts-expect-error: Type '"q4_0"' is not assignable to type '"f32" | "f16" | "q8_0" | undefined'
   out.push(await model.save({ type: 'q4_0' }));
   // @ts-expect-error: 'offset' does not exist in type

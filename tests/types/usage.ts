@@ -8,7 +8,7 @@ import ggwebDefault, {
   type GenerateOptions, type GenerateStats, type GeneratedToken, type Generation, type GgwebErrorCode,
   type Hparams, type InspectOptions, type InspectResult, type LoadOptions, type LoadProgress, type ModelInfo,
   type ModelInput, type ModelSource, type ScoreOptions, type ScoreResult, type TraceOptions, type TraceResult,
-  type WebGpuStats, type CachedModel,
+  type WebGpuStats, type CachedModel, type SavedCheckpoint, type SaveToOpfs, type StorageEstimateResult,
   type Hook, type RunOptions, type RunResult, type PatchOptions, type PatchResult, type LogitLensOptions,
   type LogitLensResult, type AttributeOptions, type AttributeResult, type LoadSaeOptions, type SaeEncodeOptions,
   type SaeEncoded, Sae, type Metric, type GradSpec, type SaliencyOptions, type SaliencyResult,
@@ -200,12 +200,22 @@ const statics: { [K in Exclude<keyof typeof Model, 'prototype'>]: () => Promise<
   inspect: async () => readInspect(await Model.inspect(sources[1], allInspect)),
   cache: async () => {
     const stored: CachedModel[] = await Model.cache.list({ cache: 'my-models' });
-    const rows = stored.map((m) => [m.url, m.bytes, m.storedAt ?? 0, m.etag ?? ''] satisfies [string, number, number, string]);
+    const rows = stored.map((m) => [m.url, m.bytes, m.storedAt ?? 0, m.etag ?? '', m.store] satisfies [string, number, number, string, 'cache' | 'opfs']);
+    const inOpfs: CachedModel[] = await Model.cache.list({ store: 'opfs' });
+    const hasOpfs: boolean = await Model.cache.has('https://example.com/gpt2.gguf', { store: 'opfs' });
+    const gone: boolean = await Model.cache.delete('https://example.com/gpt2.gguf', { store: 'cache', cache: 'my-models' });
+    const wiped: boolean = await Model.cache.clear({ store: 'opfs' });
+    const byStore = await Model.cache.estimate({ store: 'opfs' });
+    const opfsBytes: [number, 'cache' | 'opfs'] = [byStore.bytes, byStore.store];
+    const plain: StorageEstimateResult = byStore;
+    const opfsLoad = await Model.load('https://example.com/gpt2.gguf', { cache: 'opfs', offline: true });
+    const via: 'download' | 'cache' | 'opfs' | 'file' | 'stream' = opfsLoad.info().load.via;
     const has: boolean = await Model.cache.has('QuantFactory/gpt2-GGUF', { file: 'gpt2.Q8_0.gguf', revision: 'main', hubUrl: 'https://huggingface.co' });
     const deleted: boolean = await Model.cache.delete(new URL('https://example.com/gpt2.gguf'), null);
     const cleared: boolean = await Model.cache.clear({ cache: true });
     const e = await Model.cache.estimate();
-    return [rows, has, deleted, cleared, e.usage ?? 0, e.quota ?? 0, e.persisted ?? false, await Model.cache.list()];
+    return [rows, has, deleted, cleared, e.usage ?? 0, e.quota ?? 0, e.persisted ?? false, await Model.cache.list(),
+      inOpfs, hasOpfs, gone, wiped, opfsBytes, plain.persisted, via];
   },
 };
 
@@ -273,6 +283,12 @@ export async function training(model: Model): Promise<number> {
   const again = await Model.load('https://example.com/gpt2.gguf', { lora: adapter, backend: 'cpu' });
   await Model.load('https://example.com/gpt2.gguf', { lora: 'https://example.com/adapter.gguf' });
   const dropped: boolean = await again.dropLora();
+  // Checkpoints in OPFS (issue 39 item 3).
+  const to: SaveToOpfs = { to: 'opfs', name: 'tuned' };
+  const ck: SavedCheckpoint = await model.save({ type: 'f16', ...to });
+  const ckLora: SavedCheckpoint = await model.saveLora({ to: 'opfs', name: 'adapter' });
+  const fromOpfs = await Model.load(`opfs:${ck.name}`, { lora: `opfs:${ckLora.name}` });
+  last += ck.bytes + ckLora.bytes + (ck.to === 'opfs' ? 1 : 0) + (fromOpfs ? 1 : 0);
   if (dropped) last += 1;
   return last + (stats?.steps ?? 0) + (stats?.stop === 'cancelled' ? 1 : 0) + (stream ? 1 : 0) + d.length;
 }

@@ -1,0 +1,246 @@
+// The Origin Private File System (issue 40 item 2, issue 39 item 3) in headless Chromium, with
+// the real core (web/pkg, CPU, one thread), in a Web Worker and on the page thread:
+// - `cache: 'opfs'`: the first load downloads and stores tiny-f32.gguf, the second says
+//   via 'opfs' (after a 304 from the server) and gives the same logits exactly; offline
+//   reads it without the server; a new version on the server (200) replaces it;
+//   Model.cache.list/has/delete/estimate with { store };
+// - a download aborted halfway (or cut by the server) is never taken for the model;
+// - a quota too small for the file (CDP Storage.overrideQuotaForOrigin): the load works and
+//   cacheNote says why nothing was stored;
+// - checkpoints: model.save / saveLora({ to: 'opfs', name }) after 3 training steps load back
+//   with Model.load('opfs:name') / { lora: 'opfs:name' } giving the tuned logits;
+// - typed errors: unknown store, a missing checkpoint, a bad name, OPFS missing ('unsupported').
+//   node --test tests/e2e/opfs.spec.mjs
+import { describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { copyFileSync, readFileSync, statSync, utimesSync } from 'node:fs';
+import { ARTIFACTS, ROOT, useHarness } from './helpers.mjs';
+
+const REF = JSON.parse(readFileSync(`${ROOT}tests/fixtures/tiny-f32.train-ref.json`, 'utf8'));
+const SIZE = statSync(`${ROOT}tests/fixtures/tiny-f32.gguf`).size;
+
+const web = useHarness({ relaxedSimd: false, nThreads: 1 });
+const { inPage } = web;
+const origin = () => new URL(web.server.url).origin;
+
+/** Runs `body` and fails the test with the page's error when it threw. */
+async function ok(worker, body, arg) {
+  const r = await inPage(worker, body, arg);
+  assert.ok(r.ok, `${r.code}: ${r.message}`);
+  return r.value;
+}
+
+for (const worker of [true, false]) {
+  describe(worker ? 'in a worker' : 'on the page thread', () => {
+    const tag = worker ? 'w' : 'p';
+
+    test("cache: 'opfs' stores the download; the next load streams from OPFS with the same logits; list/has/delete/estimate by store", async () => {
+      const path = `/__test/validated/opfs-${tag}/tests/fixtures/tiny-f32.gguf`;
+      const url = `${origin()}${path}`;
+      const r = await ok(worker, `
+        await Model.cache.clear({ store: 'opfs' });
+        const load = async (extra = {}) => {
+          const m = await Model.load(arg.path, { ...opts, cache: 'opfs', ...extra });
+          const i = m.info().load;
+          const logits = Array.from(await m.logits(arg.held));
+          await m.dispose();
+          return { via: i.via, cached: i.cached, cacheNote: i.cacheNote, bytes: i.bytes, logits };
+        };
+        const first = await load();
+        const second = await load();
+        const offline = await load({ offline: true });
+        const listOpfs = await Model.cache.list({ store: 'opfs' });
+        const listAll = await Model.cache.list();
+        const listCache = await Model.cache.list({ store: 'cache' });
+        const has = [await Model.cache.has(arg.path, { store: 'opfs' }), await Model.cache.has(arg.url), await Model.cache.has(arg.path, { store: 'cache' })];
+        const est = await Model.cache.estimate({ store: 'opfs' });
+        const deleted = [await Model.cache.delete(arg.path, { store: 'opfs' }), await Model.cache.delete(arg.path, { store: 'opfs' })];
+        const hasAfter = await Model.cache.has(arg.path, { store: 'opfs' });
+        const third = await load();
+        const cleared = [await Model.cache.clear({ store: 'opfs' }), (await Model.cache.list({ store: 'opfs' })).length];
+        return { first, second, offline, listOpfs, listAll, listCache, has, est: { store: est.store, bytes: est.bytes, quota: est.quota }, deleted, hasAfter, third: third.via, cleared };
+      `, { path, url, held: REF.held });
+      assert.deepEqual({ ...r.first, logits: undefined }, { via: 'download', cached: true, cacheNote: null, bytes: SIZE, logits: undefined });
+      assert.deepEqual({ ...r.second, logits: undefined }, { via: 'opfs', cached: false, cacheNote: null, bytes: SIZE, logits: undefined });
+      assert.equal(r.first.logits.length, 50257);
+      assert.deepEqual(r.second.logits, r.first.logits, 'the model read from OPFS gives the downloaded one\'s logits exactly');
+      assert.equal(r.offline.via, 'opfs');
+      assert.deepEqual(r.offline.logits, r.first.logits);
+      assert.equal(r.listOpfs.length, 1);
+      const [e] = r.listOpfs;
+      assert.deepEqual({ url: e.url, bytes: e.bytes, store: e.store }, { url, bytes: SIZE, store: 'opfs' });
+      assert.match(e.etag, /^"[0-9a-f]+-[0-9a-f]+"$/);
+      assert.ok(e.storedAt > Date.now() - 600000 && e.storedAt <= Date.now() + 1000, `storedAt ${e.storedAt}`);
+      assert.deepEqual(r.listAll.filter((x) => x.store === 'opfs'), r.listOpfs, 'list() without store lists OPFS too, each entry with its store');
+      assert.ok(r.listAll.every((x) => x.store === 'opfs' || x.store === 'cache'));
+      assert.ok(!r.listCache.some((x) => x.url === url), 'the Cache API holds no copy');
+      assert.deepEqual(r.has, [true, true, false]);
+      assert.deepEqual({ store: r.est.store, bytes: r.est.bytes }, { store: 'opfs', bytes: SIZE });
+      assert.ok(r.est.quota > 0);
+      assert.deepEqual(r.deleted, [true, false]);
+      assert.equal(r.hasAfter, false);
+      assert.equal(r.third, 'download', 'after delete the next load downloads again');
+      assert.deepEqual(r.cleared, [true, 0]);
+    });
+
+    test('a new version on the server (200 to the revalidation) replaces the stored copy', async () => {
+      const file = `opfs-spec-${tag}.gguf`;
+      copyFileSync(`${ROOT}tests/fixtures/tiny-f32.gguf`, `${ARTIFACTS}${file}`);
+      const path = `/__test/validated/opfs-new-${tag}/artifacts/${file}`;
+      const load = () => ok(worker, `
+        const m = await Model.load(arg, { ...opts, cache: 'opfs' });
+        const i = m.info().load;
+        await m.dispose();
+        return { via: i.via, cached: i.cached, list: (await Model.cache.list({ store: 'opfs' })).map((e) => e.etag) };
+      `, path);
+      await ok(worker, "await Model.cache.clear({ store: 'opfs' });");
+      const first = await load();
+      const kept = await load();
+      // A later modification time: the server's ETag and Last-Modified change, so it answers 200.
+      const later = new Date(Date.now() + 60000);
+      utimesSync(`${ARTIFACTS}${file}`, later, later);
+      const replaced = await load();
+      const after = await load();
+      assert.deepEqual([first.via, first.cached, first.list.length], ['download', true, 1]);
+      assert.deepEqual([kept.via, kept.list], ['opfs', first.list], '304: the stored copy');
+      assert.deepEqual([replaced.via, replaced.cached, replaced.list.length], ['download', true, 1], '200: downloaded and stored again');
+      assert.notEqual(replaced.list[0], first.list[0], 'the record holds the new ETag');
+      assert.equal(after.via, 'opfs');
+      await ok(worker, "await Model.cache.clear({ store: 'opfs' });");
+    });
+
+    test('a download aborted halfway or cut by the server is never taken for the model', async () => {
+      const slow = `/__test/slow/5/tests/fixtures/tiny-f32.gguf?${tag}`;
+      const cut = `/__test/drop/3000000/tests/fixtures/tiny-f32.gguf?${tag}`;
+      const r = await ok(worker, `
+        await Model.cache.clear({ store: 'opfs' });
+        const ctl = new AbortController();
+        let seen = 0;
+        const aborted = await Model.load(arg.slow, { ...opts, cache: 'opfs', signal: ctl.signal,
+          onProgress: (p) => { seen = p.loaded; if (p.loaded > 1 << 20) ctl.abort(); } }).then(() => 'loaded', (e) => e.code);
+        const dropped = await Model.load(arg.cut, { ...opts, cache: 'opfs' }).then(() => 'loaded', (e) => e.code);
+        const stored = [await Model.cache.has(arg.slow, { store: 'opfs' }), await Model.cache.has(arg.cut, { store: 'opfs' }), (await Model.cache.list({ store: 'opfs' })).length];
+        const m = await Model.load(arg.slow, { ...opts, cache: 'opfs' });
+        const via = m.info().load.via;
+        const n = (await m.logits([1, 2, 3])).length;
+        await m.dispose();
+        const after = await Model.cache.has(arg.slow, { store: 'opfs' });
+        await Model.cache.clear({ store: 'opfs' });
+        return { aborted, seen, dropped, stored, via, n, after };
+      `, { slow, cut });
+      assert.equal(r.aborted, 'aborted');
+      assert.ok(r.seen > 1 << 20 && r.seen < SIZE, `aborted after ${r.seen} bytes`);
+      assert.equal(r.dropped, 'network');
+      assert.deepEqual(r.stored, [false, false, 0], 'neither partial download is stored');
+      assert.equal(r.via, 'download', 'the load after the aborted one downloads the whole file');
+      assert.equal(r.n, 50257);
+      assert.equal(r.after, true, 'the whole download is stored');
+    });
+
+    test('a quota too small for the file: the load works, cacheNote says why, nothing is stored', async () => {
+      const cdp = await web.page.context().newCDPSession(web.page);
+      await cdp.send('Storage.overrideQuotaForOrigin', { origin: origin(), quotaSize: 256 * 1024 });
+      try {
+        const r = await ok(worker, `
+          await Model.cache.clear({ store: 'opfs' });
+          const m = await Model.load(arg, { ...opts, cache: 'opfs' });
+          const i = m.info().load;
+          const n = (await m.logits([1, 2, 3])).length;
+          await m.dispose();
+          return { via: i.via, cached: i.cached, note: i.cacheNote, n, has: await Model.cache.has(arg, { store: 'opfs' }) };
+        `, `/tests/fixtures/tiny-f32.gguf?quota-${tag}`);
+        assert.deepEqual({ via: r.via, cached: r.cached, n: r.n, has: r.has }, { via: 'download', cached: false, n: 50257, has: false });
+        assert.match(r.note, /^could not store http:\/\/localhost:\d+\/tests\/fixtures\/tiny-f32\.gguf\?quota-\w in the Origin Private File System \(QuotaExceededError: .*\); the storage quota is full, the next load downloads it again$/);
+      } finally {
+        await cdp.send('Storage.overrideQuotaForOrigin', { origin: origin() });
+        await cdp.detach();
+      }
+    });
+
+    test("checkpoints: save / saveLora({ to: 'opfs', name }) load back with 'opfs:name' and give the tuned logits", async () => {
+      const r = await ok(worker, `
+        const seqs = arg.sequences.map((s) => new Uint32Array(s));
+        const m = await Model.load('/tests/fixtures/tiny-f32.gguf', opts);
+        const before = Array.from(await m.logits(arg.held));
+        for await (const s of m.train(seqs, { seqLen: 16, batchSize: 2, steps: 3, optimizer: { type: 'adamw', lr: 3e-3 } })) void s;
+        const tuned = Array.from(await m.logits(arg.held));
+        const saved = await m.save({ type: 'f32', to: 'opfs', name: 'ck-${tag}' });
+        const size = (await m.save({ type: 'f32' })).length;
+        await m.dispose();
+        const back = await Model.load('opfs:ck-${tag}', opts);
+        const backVia = back.info().load.via;
+        const got = Array.from(await back.logits(arg.held));
+        await back.dispose();
+
+        const b = await Model.load('/tests/fixtures/tiny-f32.gguf', opts);
+        for await (const s of b.train(seqs, { seqLen: 16, steps: 3, seed: 1, optimizer: { type: 'adamw', lr: 2e-2 }, lora: { rank: 4, targets: ['attn_qkv', 'ffn_up'] } })) void s;
+        const loraTuned = Array.from(await b.logits(arg.held));
+        const loraSaved = await b.saveLora({ to: 'opfs', name: 'lora-${tag}' });
+        const loraSize = (await b.saveLora()).length;
+        await b.dispose();
+        const withLora = await Model.load('/tests/fixtures/tiny-f32.gguf', { ...opts, lora: 'opfs:lora-${tag}' });
+        const loraGot = Array.from(await withLora.logits(arg.held));
+        await withLora.dispose();
+        // There is no API to delete checkpoints: drop them here, so later tests' quota is theirs.
+        await (await navigator.storage.getDirectory()).removeEntry('ggweb-checkpoints', { recursive: true });
+        const worst = (a, c) => Math.max(...a.map((x, i) => Math.abs(x - c[i])));
+        return { saved, size, backVia, moved: worst(tuned, before), worst: worst(got, tuned), loraSaved, loraSize, loraMoved: worst(loraTuned, before), loraWorst: worst(loraGot, loraTuned) };
+      `, { sequences: REF.sequences, held: REF.held });
+      assert.deepEqual(r.saved, { to: 'opfs', name: `ck-${tag}`, bytes: r.size });
+      assert.equal(r.size, SIZE);
+      assert.equal(r.backVia, 'opfs');
+      assert.ok(r.moved > 0.05, `training moved the logits by ${r.moved}`);
+      assert.ok(r.worst <= 1e-4, `the checkpoint's logits differ from the tuned model's by ${r.worst}`);
+      assert.deepEqual(r.loraSaved, { to: 'opfs', name: `lora-${tag}`, bytes: r.loraSize });
+      assert.ok(r.loraMoved > 0.05, `LoRA training moved the logits by ${r.loraMoved}`);
+      assert.ok(r.loraWorst <= 1e-4, `the OPFS adapter's logits differ from the tuned model's by ${r.loraWorst}`);
+      console.log(`${tag}: checkpoint ${r.size} bytes within ${r.worst.toExponential(2)}, adapter ${r.loraSize} bytes within ${r.loraWorst.toExponential(2)}`);
+    });
+
+    test('typed errors: a bad store, a missing checkpoint, a bad name, OPFS missing', async () => {
+      const r = await ok(worker, `
+        const code = (p) => p.then(() => 'ok', (e) => \`\${e.code}: \${e.message}\`);
+        const out = {
+          store: await code(Model.cache.list({ store: 'disk' })),
+          storeAndCache: await code(Model.cache.has('/x.gguf', { store: 'opfs', cache: 'c' })),
+          missing: await code(Model.load('opfs:no-such-checkpoint', opts)),
+          missingLora: await code(Model.load('/tests/fixtures/tiny-f32.gguf', { ...opts, lora: 'opfs:no-such-adapter' })),
+          badName: await code(Model.load('opfs:a/b', opts)),
+        };
+        const m = await Model.load('/tests/fixtures/tiny-f32.gguf', opts);
+        out.saveNoName = await code(m.save({ type: 'f32', to: 'opfs' }));
+        out.saveTo = await code(m.save({ type: 'f32', to: 'disk', name: 'x' }));
+        out.nameAlone = await code(m.save({ name: 'x' }));
+        out.loraTo = await code(m.saveLora({ to: 'opfs', name: '..' }));
+        out.usable = (await m.logits([1, 2, 3])).length;
+        await m.dispose();
+        // OPFS missing (as in a browser without it): hidden on the page's navigator.storage.
+        Object.defineProperty(navigator.storage, 'getDirectory', { value: undefined, configurable: true });
+        try {
+          out.noOpfsList = await code(Model.cache.list({ store: 'opfs' }));
+          out.noOpfsLoad = await code(Model.load('opfs:x', { ...opts, worker: false }));
+          const p = await Model.load('/tests/fixtures/tiny-f32.gguf', { ...opts, worker: false, cache: 'opfs' });
+          out.noOpfsCache = [p.info().load.via, p.info().load.cacheNote];
+          await p.dispose();
+        } finally {
+          delete navigator.storage.getDirectory;
+        }
+        return out;
+      `);
+      assert.match(r.store, /^invalid: Model\.cache\.list: store must be 'cache' or 'opfs', got "disk"/);
+      assert.match(r.storeAndCache, /^invalid: Model\.cache\.has: cache names a Cache API cache; it does not go with store: 'opfs'/);
+      assert.match(r.missing, /^invalid: Model\.load\('opfs:no-such-checkpoint'\): no checkpoint named "no-such-checkpoint" in the Origin Private File System/);
+      assert.match(r.missingLora, /^invalid: Model\.load: lora: no checkpoint named "no-such-adapter"/);
+      assert.match(r.badName, /^invalid: Model\.load: "opfs:a\/b": name must be a file name/);
+      assert.match(r.saveNoName, /^invalid: save: to: 'opfs': name must be a file name .*got undefined/);
+      assert.match(r.saveTo, /^invalid: save: to must be 'opfs'/);
+      assert.match(r.nameAlone, /^invalid: save: name goes with to: 'opfs'/);
+      assert.match(r.loraTo, /^invalid: saveLora: to: 'opfs': name must be a file name/);
+      assert.equal(r.usable, 50257, 'the model runs after the refusals');
+      assert.match(r.noOpfsList, /^unsupported: Model\.cache\.list: the Origin Private File System \(navigator\.storage\.getDirectory\) is not available here/);
+      assert.match(r.noOpfsLoad, /^unsupported: Model\.load\('opfs:x'\): the Origin Private File System/);
+      assert.equal(r.noOpfsCache[0], 'download');
+      assert.match(r.noOpfsCache[1], /^cache: 'opfs': the Origin Private File System \(navigator\.storage\.getDirectory\) is not available here .*; loaded without it$/);
+    });
+  });
+}
