@@ -94,7 +94,8 @@ enum Part {
     FiniteDifferences(usize),
 }
 
-/// The finite differences' tests: ~200 s in Firefox (lavapipe) in one, ~110 ms per read-back.
+/// The finite differences' tests: ~60 s in Firefox (lavapipe) in one, ~110 ms per read-back
+/// (10 elements per param in the browser: suite/grad.rs FD_MAX_ELEMS_BROWSER_GPU).
 #[cfg(all(feature = "webgpu", not(target_feature = "relaxed-simd")))]
 const FD_PARTS: usize = 3;
 
