@@ -176,7 +176,7 @@ test('typed errors: no GPT-2 tokenizer is format, bad arguments invalid, a dispo
 
 test('the entry is small: its wasm and JS are at most 400 KB before compression', () => {
   // What `import { Tokenizer } from 'ggweb/tokenizer'` loads (its static imports), and the wasm.
-  const files = ['tokenizer.js', 'errors.js', 'hub.js', 'input.js', 'node-fs.js', 'source.js', 'cache.js',
+  const files = ['tokenizer.js', 'errors.js', 'hub.js', 'input.js', 'node-fs.js', 'source.js', 'cache.js', 'opfs.js',
     'pkg-tokenizer/ggweb_tokenizer.js', 'pkg-tokenizer/ggweb_tokenizer_bg.wasm'];
   const sizes = Object.fromEntries(files.map((f) => [f, statSync(`${ROOT}web/${f}`).size]));
   const total = Object.values(sizes).reduce((a, b) => a + b, 0);
