@@ -604,7 +604,11 @@ async fn finite_differences(t: &Target<'_>, gc: &GradCase) -> Result<String, Str
         let g = read(&full.grad(p).ok_or("no gradient")?, &t.read).await.map_err(e)?;
         let bytes = &inputs.iter().find(|(x, _)| x == p).ok_or("a param is not an input")?.1;
         let n = p.nelements() as usize;
-        let max = if cfg!(target_arch = "wasm32") && t.kind == Kind::WebGpu { FD_MAX_ELEMS_BROWSER_GPU } else { FD_MAX_ELEMS };
+        let max = if cfg!(target_arch = "wasm32") && t.kind == Kind::WebGpu {
+            FD_MAX_ELEMS_BROWSER_GPU
+        } else {
+            FD_MAX_ELEMS
+        };
         let step = n.div_ceil(max);
         for k in (0..n).step_by(step).map(|k| if gc.fixed_every > 0 && k % gc.fixed_every == 0 { k + 1 } else { k }) {
             let x0 = f32::from_le_bytes(bytes[4 * k..4 * k + 4].try_into().unwrap());
