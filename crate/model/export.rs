@@ -102,20 +102,7 @@ fn tensors_in_file_order(model: &Gpt2) -> Vec<FileTensor> {
     const BLOCK_ORDER: [usize; 12] = [3, 2, 5, 4, 1, 0, 7, 6, 9, 8, 11, 10];
     let mut v = Vec::new();
     for (il, ly) in w.layers.iter().enumerate() {
-        let fields = [
-            &ly.attn_norm_w,
-            &ly.attn_norm_b,
-            &ly.attn_qkv_w,
-            &ly.attn_qkv_b,
-            &ly.attn_out_w,
-            &ly.attn_out_b,
-            &ly.ffn_norm_w,
-            &ly.ffn_norm_b,
-            &ly.ffn_up_w,
-            &ly.ffn_up_b,
-            &ly.ffn_down_w,
-            &ly.ffn_down_b,
-        ];
+        let fields = ly.tensors();
         for i in BLOCK_ORDER {
             let (suffix, ne) = shapes[i];
             // The four adaptable matrices, as `fields` indices: attn_qkv, attn_output, ffn_up, ffn_down.

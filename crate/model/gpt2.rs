@@ -40,6 +40,26 @@ pub struct Layer {
     pub ffn_down_b: Tensor,  // [n_embd]
 }
 
+impl Layer {
+    /// The block's twelve weights in `layer_weight_shapes`' order (the struct's).
+    pub fn tensors(&self) -> [&Tensor; 12] {
+        [
+            &self.attn_norm_w,
+            &self.attn_norm_b,
+            &self.attn_qkv_w,
+            &self.attn_qkv_b,
+            &self.attn_out_w,
+            &self.attn_out_b,
+            &self.ffn_norm_w,
+            &self.ffn_norm_b,
+            &self.ffn_up_w,
+            &self.ffn_up_b,
+            &self.ffn_down_w,
+            &self.ffn_down_b,
+        ]
+    }
+}
+
 pub struct Weights {
     pub token_embd: Tensor,    // [n_embd, n_vocab]
     pub position_embd: Tensor, // [n_embd, n_ctx_train]

@@ -237,23 +237,7 @@ pub struct Trainer {
 fn weight_list(w: &Weights) -> Vec<Tensor> {
     let mut v = vec![w.token_embd.clone(), w.position_embd.clone()];
     for ly in &w.layers {
-        v.extend(
-            [
-                &ly.attn_norm_w,
-                &ly.attn_norm_b,
-                &ly.attn_qkv_w,
-                &ly.attn_qkv_b,
-                &ly.attn_out_w,
-                &ly.attn_out_b,
-                &ly.ffn_norm_w,
-                &ly.ffn_norm_b,
-                &ly.ffn_up_w,
-                &ly.ffn_up_b,
-                &ly.ffn_down_w,
-                &ly.ffn_down_b,
-            ]
-            .map(Tensor::clone),
-        );
+        v.extend(ly.tensors().map(Tensor::clone));
     }
     v.extend([w.output_norm_w.clone(), w.output_norm_b.clone()]);
     if w.output != w.token_embd {
