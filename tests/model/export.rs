@@ -35,12 +35,7 @@ fn logits(s: &mut Session, ids: &[u32]) -> Vec<f32> {
 /// Trains `s` 3 AdamW updates (batch 2 of the reference's sequences).
 fn train(s: &mut Session) {
     let r = load();
-    let seqs: Vec<Vec<u32>> = r.json["sequences"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|q| q.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect())
-        .collect();
+    let seqs: Vec<Vec<u32>> = r.sequences();
     let p: TrainParams =
         from_json("train options", r#"{"seqLen":16,"batchSize":2,"steps":3,"optimizer":{"type":"adamw","lr":3e-3}}"#)
             .unwrap();
@@ -186,12 +181,7 @@ fn an_untrained_fixture_saves_as_itself() {
 #[test]
 fn a_model_with_a_lora_adapter_saves_merged() {
     let r = load();
-    let seqs: Vec<Vec<u32>> = r.json["sequences"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|q| q.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect())
-        .collect();
+    let seqs: Vec<Vec<u32>> = r.sequences();
     let prompt = r.ids("held");
     let worst = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
     for file in ["tiny-f32.gguf", "tiny-q8_0.gguf"] {

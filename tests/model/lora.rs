@@ -53,12 +53,7 @@ fn config(json: &str) -> ggweb::model::train::TrainConfig {
 
 fn seqs() -> Vec<Vec<u32>> {
     let r = load();
-    r.json["sequences"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|q| q.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect())
-        .collect()
+    r.sequences()
 }
 
 fn train(s: &mut Session, seqs: Vec<Vec<u32>>, json: &str) -> Vec<f32> {

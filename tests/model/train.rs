@@ -137,12 +137,7 @@ fn f16_weights_are_trained_as_f32_and_kept() {
     use ggweb::model::context::{block_on, Batch};
     use ggweb::types::GgmlType;
     let r = load();
-    let seqs: Vec<Vec<u32>> = r.json["sequences"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|q| q.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect())
-        .collect();
+    let seqs: Vec<Vec<u32>> = r.sequences();
     let mut s = session("tiny-f16.gguf", false, 1);
     assert_eq!(s.model.weights.layers[0].attn_qkv_w.ty, GgmlType::F16);
     // The untrained F16 model's mean loss over sequences 0 and 1 (the first batch).

@@ -39,6 +39,16 @@ impl Ref {
     }
 
     /// A case by name.
+    /// The training sequences every case draws its batches from.
+    pub fn sequences(&self) -> Vec<Vec<u32>> {
+        self.json["sequences"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|q| q.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect())
+            .collect()
+    }
+
     pub fn case(&self, name: &str) -> Value {
         self.json["cases"].as_array().unwrap().iter().find(|c| c["name"] == name).unwrap().clone()
     }
@@ -97,12 +107,7 @@ pub fn check_case(s: &mut Session, r: &Ref, case: &Value) -> Worst {
     let name = case["name"].as_str().unwrap();
     let params: TrainParams = from_value("train options", case["options"].clone()).unwrap();
     let cfg = params.config(s.model.n_ctx()).unwrap();
-    let seqs: Vec<Vec<u32>> = r.json["sequences"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|q| q.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect())
-        .collect();
+    let seqs: Vec<Vec<u32>> = r.sequences();
     s.train_start(seqs, cfg).unwrap();
     s.trainer().unwrap().norms = true;
     let want: Vec<f64> = case["losses"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
