@@ -93,7 +93,27 @@ pub(crate) fn out_prod(a: &TensorView, b: &TensorView, dst: &TensorView, exec: &
                     j += jb;
                     continue;
                 }
-                for jj in 0..jb {
+                let mut jj = 0;
+                if a.packed {
+                    // SAFETY: a is one contiguous matrix of ne[1] rows (checked above).
+                    let data = unsafe { core::slice::from_raw_parts(a.ptr as *const u8, a.ne[1] * a.nb[1]) };
+                    // Whole groups of a repacked Q8_0 weight straight into the panel.
+                    let g = crate::cpu::arch::repack::group(a.ty);
+                    while jj + g <= jb
+                        && crate::cpu::arch::repack::dequantize_group(
+                            a.ty,
+                            n0,
+                            nj,
+                            data,
+                            j + jj,
+                            &mut panel[jj * n0..],
+                            n0,
+                        )
+                    {
+                        jj += g;
+                    }
+                }
+                for jj in jj..jb {
                     let mut src = a.row(j + jj, i2 / r2, i3 / r3);
                     if a.packed {
                         // SAFETY: a is one contiguous matrix of ne[1] rows (checked above).

@@ -270,6 +270,15 @@ pub fn backward_op_cases() -> Vec<Case> {
     });
     repacked_wide.not_on.push((Kind::WebGpu, "repacking is the CPU's"));
     v.push(repacked_wide);
+    // Panels of whole groups read in place, then a partial panel: one group and 5 plain
+    // rows (45 = 5 groups of 8 + 5, or 11 of 4 + 1), 21 result rows.
+    let mut repacked_rest = case("out_prod Q8_0 repacked src0 K=96 J=45, 21 rows", mm_tol(45), |i| {
+        let a = i.repacked(Q8_0, &[96, 45]);
+        let g = i.t(F32, &[45, 21]);
+        i.ctx.out_prod(&a, &i.ctx.transpose(&g))
+    });
+    repacked_rest.not_on.push((Kind::WebGpu, "repacking is the CPU's"));
+    v.push(repacked_rest);
     v.push(case("out_prod f32 batched, src0 broadcast", mm_tol(9), |i| {
         let a = i.t(F32, &[16, 9, 2, 1]);
         let b = i.t(F32, &[5, 9, 4, 3]);

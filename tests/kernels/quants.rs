@@ -791,6 +791,46 @@ fn gemm_equals_vec_dot_bit_for_bit() {
     }
 }
 
+/// `out_prod`'s panels of a repacked Q8_0 weight: every whole group dequantized in place
+/// (`Kernels::q8_0_group` of each table this machine runs, and `repack::dequantize_group`)
+/// has the bits of `dequantize_row` on the plain rows, block scales of every kind included
+/// (the largest f16, subnormals, zero, negative); rows past the last group are refused.
+fn q8_0_groups_dequantize_as_rows(rng: &mut Rng, a: &[u8], k: usize, m: usize) {
+    use arch::repack;
+    let ty = GgmlType::Q8_0;
+    let (ra, g, ld) = (ty.row_size(k as i64), repack::group(ty), k + 3);
+    let mut a = a.to_vec();
+    for blk in a.chunks_exact_mut(34) {
+        let d: u16 = [0x7bff, 0x0001, 0x03ff, 0x0000, 0xfbff, 0x8001, 0x3c00, 0x2e66][(rng.next_u64() % 8) as usize];
+        blk[..2].copy_from_slice(&d.to_le_bytes());
+    }
+    let mut packed = a.clone();
+    assert!(repack::pack(ty, k, m, &mut packed));
+    let mut want = vec![0f32; k];
+    for isa in Isa::available() {
+        let kernel = isa.kernels().unwrap().q8_0_group;
+        for i in (0..m / g * g).step_by(g) {
+            let mut got = vec![f32::NAN; g * ld];
+            kernel(k / 32, &packed[i * ra..(i + g) * ra], &mut got, ld);
+            let mut via = vec![f32::NAN; g * ld];
+            assert!(repack::dequantize_group(ty, k, m, &packed, i, &mut via, ld));
+            for r in 0..g {
+                quants::dequantize_row(ty, &a[(i + r) * ra..(i + r + 1) * ra], &mut want);
+                for (x, (&w, (&y, &v))) in want.iter().zip(got[r * ld..].iter().zip(&via[r * ld..])).enumerate() {
+                    let at = format!("{isa:?} k {k} m {m} row {} element {x}", i + r);
+                    assert_eq!(y.to_bits(), w.to_bits(), "{at}: {y} vs {w}");
+                    assert_eq!(v.to_bits(), w.to_bits(), "{at} (dequantize_group): {v} vs {w}");
+                }
+                assert!(got[r * ld + k..(r + 1) * ld].iter().all(|v| v.is_nan()), "{isa:?}: past column {k}");
+            }
+        }
+    }
+    let mut out = vec![0f32; g * ld];
+    assert!(!repack::dequantize_group(ty, k, m, &packed, m / g * g, &mut out, ld), "rows past the last group");
+    assert!(m < 2 * g || !repack::dequantize_group(ty, k, m, &packed, 1, &mut out, ld), "a row inside a group");
+    assert!(!repack::dequantize_group(GgmlType::Q4_0, 32, 8, &[0; 8 * 18], 0, &mut out, ld), "Q4_0");
+}
+
 /// Weights repacked into groups (`cpu::arch::repack`: 4 rows on wasm, 8 rows of Q8_0 on
 /// x86_64) give every product the bits of the plain layout: the ISA's packed decode kernel
 /// (one to three rows of b; on wasm SIMD128, plain and relaxed; on x86 with VNNI), its
@@ -935,6 +975,9 @@ fn repacked_gemm_equals_plain_bit_for_bit() {
                 let mut row = vec![0u8; ra];
                 repack::unpack_row(ty, k, m, &packed, i, &mut row);
                 assert_eq!(row, a[i * ra..(i + 1) * ra], "{ty} row {i}");
+            }
+            if ty == GgmlType::Q8_0 {
+                q8_0_groups_dequantize_as_rows(&mut rng, &a, k, m);
             }
             let mut some = vec![0u8; ra + 7];
             repack::unpack_bytes(ty, k, m, &packed, ra - 3, &mut some);

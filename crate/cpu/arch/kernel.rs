@@ -123,6 +123,10 @@ pub struct Kernels {
     /// The backward pass's `out_prod` inner product: `acc[k, i] += Σ_jj cs[k, jj] · panel[jj, i]`
     /// (acc: rows of n0, cs: rows of [`OUT_PROD_J`], panel: `OUT_PROD_J` rows of n0).
     pub out_prod_panel: fn(acc: &mut [f32], n0: usize, panel: &[f32], cs: &[f32]),
+    /// One whole group of a repacked Q8_0 weight ([`Q8_0_GROUP`]'s layout, `nb` blocks per
+    /// row) dequantized: row r into `out[r·ld..r·ld + 32·nb]`, each value `q · d` with the
+    /// bits `dequantize_row` gives. `out_prod`'s panels read the groups in place with it.
+    pub q8_0_group: fn(nb: usize, grp: &[u8], out: &mut [f32], ld: usize),
     /// `out[i] = dy[i] · GELU'(x[i])`, as [`super::gelu_back_f32`] defines it (f64, rounded
     /// once); the SIMD forms use the polynomial exp of `gelu`.
     pub gelu_back: fn(dy: &[f32], x: &[f32], out: &mut [f32]),
@@ -187,6 +191,7 @@ pub(crate) const fn scalar_table() -> Kernels {
         max: scalar::simd::max,
         prep_q8_0: scalar::prep_q8_0,
         out_prod_panel: scalar::simd::out_prod_panel,
+        q8_0_group: scalar::simd::q8_0_group,
         gelu_back: scalar::simd::gelu_back,
     }
 }
@@ -211,6 +216,11 @@ pub(crate) type PackedDecode = fn(&GemmArgs, c: &mut [f32]) -> bool;
 
 /// Rows per group of wasm's layout (the smallest group of any [`layout`](super::repack::layout)).
 pub const GROUP: usize = 4;
+
+/// Q8_0's group on this target ([`layout`](super::repack::layout)): rows per group and the
+/// piece of each row's 32 quants laid out at a time (x86_64: 4 bytes of each of 8 rows in
+/// turn, for `vpdpbusd`; wasm: each of 4 rows' quants whole).
+pub(crate) const Q8_0_GROUP: (usize, usize) = if cfg!(target_arch = "x86_64") { (8, 4) } else { (GROUP, 32) };
 
 /// Byte `s` of a run of 32 (quant bytes of Q4_K: `qs[32c + s]`) at position `q4_k_pos(s)` of
 /// its 128: vector v, byte i holds `qs[32·((i/2) % 4) + 4v + 2(i/8) + i % 2]`.

@@ -48,7 +48,7 @@
 use alloc::vec;
 use core::sync::atomic::{AtomicBool, Ordering};
 
-use super::kernel::{q4_k_qs_src, q6_k_src, GemmArgs};
+use super::kernel::{q4_k_qs_src, q6_k_src, GemmArgs, Q8_0_GROUP};
 pub use super::kernel::{PackedKernel, GROUP};
 use super::{cpu_traits, ColPrep};
 use crate::types::GgmlType;
@@ -81,15 +81,13 @@ pub struct Layout {
 pub fn layout(ty: GgmlType) -> Option<Layout> {
     const X86: bool = cfg!(target_arch = "x86_64");
     const WASM: bool = cfg!(target_arch = "wasm32");
-    const Q8_0_X86: &[Field] = &[f(0, 2, 2), f(2, 32, 4)];
-    const Q8_0_WASM: &[Field] = &[f(0, 2, 2), f(2, 32, 32)];
+    const Q8_0: &[Field] = &[f(0, 2, 2), f(2, 32, Q8_0_GROUP.1)];
     const Q4_0_WASM: &[Field] = &[f(0, 2, 2), f(2, 16, 16)];
     // d, dmin, the 12 bytes of 6-bit scales and mins, the nibbles.
     const Q4_K_X86: &[Field] = &[f(0, 2, 2), f(2, 2, 2), f(4, 12, 1), f(16, 128, 4)];
     const Q6_K_X86: &[Field] = &q6_k_x86();
     Some(match ty {
-        GgmlType::Q8_0 if X86 => Layout { rows: 8, fields: Q8_0_X86 },
-        GgmlType::Q8_0 => Layout { rows: GROUP, fields: Q8_0_WASM },
+        GgmlType::Q8_0 => Layout { rows: Q8_0_GROUP.0, fields: Q8_0 },
         GgmlType::Q4_0 => Layout { rows: GROUP, fields: Q4_0_WASM },
         GgmlType::Q4_K if X86 => Layout { rows: 8, fields: Q4_K_X86 },
         GgmlType::Q6_K if X86 => Layout { rows: 8, fields: Q6_K_X86 },
@@ -364,6 +362,26 @@ pub fn unpack_row(ty: GgmlType, k: usize, m: usize, data: &[u8], i: usize, out: 
         }
         o += fd.size * l.rows;
     }
+}
+
+/// Rows `i..i + R` (one whole group: `i` a multiple of R = [`group`]) of `m` packed Q8_0 rows
+/// of `k` elements dequantized straight into `out` (R rows `ld` f32 apart), with the bits
+/// `dequantize_row` gives (the ISA table's `q8_0_group`); false (out untouched) for any other
+/// type or rows past the last whole group. The backward pass's `out_prod` reads every weight
+/// row once per run: unpacking each row to ggml's layout first cost it more than its products.
+pub fn dequantize_group(ty: GgmlType, k: usize, m: usize, data: &[u8], i: usize, out: &mut [f32], ld: usize) -> bool {
+    let r = Q8_0_GROUP.0;
+    if ty != GgmlType::Q8_0 || k % ty.blck_size() != 0 || i % r != 0 || i + r > m / r * r {
+        return false;
+    }
+    let rs = ty.row_size(k as i64);
+    assert!(
+        data.len() >= m * rs && ld >= k && out.len() >= (r - 1) * ld + k,
+        "repack::dequantize_group: rows {i}.. of {m}, {} values out",
+        out.len()
+    );
+    (super::kernels().q8_0_group)(k / ty.blck_size(), &data[i * rs..(i + r) * rs], out, ld);
+    true
 }
 
 /// The places of one Q6_K block that hold elements `128h + 32K + l` (K = 0..4): `ql[64h + l]`,

@@ -34,6 +34,7 @@ pub(super) const fn table() -> Kernels {
     t.gelu = simd::gelu;
     t.gelu_back = simd::gelu_back;
     t.out_prod_panel = simd::out_prod_panel;
+    t.q8_0_group = simd::q8_0_group;
     t.exp_sum = simd::exp_sum;
     t.max = simd::max;
     t.types[F16 as usize].vec_dot = Some(f16_dot);

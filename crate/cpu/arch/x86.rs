@@ -59,6 +59,7 @@ pub(super) const fn table(vnni: Vnni) -> Kernels {
     t.exp_sum = simd::exp_sum;
     t.max = simd::max;
     t.out_prod_panel = simd::out_prod_panel;
+    t.q8_0_group = simd::q8_0_group;
     t.gelu_back = simd::gelu_back;
     t.prep_q8_0 = |row, nb, dy, ys, sums, _| unsafe { activations::col_prep_q8_0(row, nb, dy, ys, sums) };
     t.types[F16 as usize].vec_dot = Some(|n, a, b| unsafe { f16_dot(n, a, b) });

@@ -4,6 +4,7 @@
 
 use super::super::{f16_bits_to_f32, gelu_f32};
 use super::{reduce8, LANES};
+use crate::quants::blocks::fp16_to_fp32;
 
 /// Σ get_a(l)·get_b(l) for l < k in the scalar order: lane `l % 8`, then [`reduce8`].
 #[inline(always)]
@@ -149,6 +150,34 @@ pub(crate) fn panel_product_with<const W: usize>(acc: &mut [f32], n0: usize, pan
     for k in k..rows {
         let c: [f32; OUT_PROD_J] = cs[k * OUT_PROD_J..(k + 1) * OUT_PROD_J].try_into().unwrap();
         tail_row(&mut acc[k * n0..(k + 1) * n0], 0, n0, panel, &c);
+    }
+}
+
+/// `Kernels::q8_0_group`, portable.
+pub(crate) fn q8_0_group(nb: usize, grp: &[u8], out: &mut [f32], ld: usize) {
+    use crate::cpu::arch::kernel::Q8_0_GROUP;
+    q8_0_group_with::<{ Q8_0_GROUP.0 }, { Q8_0_GROUP.1 }>(nb, grp, out, ld);
+}
+
+/// [`q8_0_group`] for groups of R rows whose quants lie in pieces of IL bytes: block t holds
+/// the R scales, then piece c of row r at `(c·R + r)·IL`.
+#[inline(always)]
+fn q8_0_group_with<const R: usize, const IL: usize>(nb: usize, grp: &[u8], out: &mut [f32], ld: usize) {
+    const QK: usize = 32;
+    let bs = R * (2 + QK);
+    assert!(grp.len() >= nb * bs && out.len() >= (R - 1) * ld + nb * QK && ld >= nb * QK);
+    for (t, blk) in grp.chunks_exact(bs).take(nb).enumerate() {
+        let d: [f32; R] = core::array::from_fn(|r| fp16_to_fp32(u16::from_le_bytes([blk[2 * r], blk[2 * r + 1]])));
+        let qs = &blk[2 * R..];
+        for c in 0..QK / IL {
+            for (r, &dr) in d.iter().enumerate() {
+                let q: &[u8; IL] = qs[(c * R + r) * IL..][..IL].try_into().unwrap();
+                let y: &mut [f32; IL] = (&mut out[r * ld + t * QK + c * IL..][..IL]).try_into().unwrap();
+                for (y, &q) in y.iter_mut().zip(q) {
+                    *y = q as i8 as f32 * dr;
+                }
+            }
+        }
     }
 }
 

@@ -206,6 +206,41 @@ pub(crate) fn gelu_back(dy: &[f32], x: &[f32], out: &mut [f32]) {
     }
 }
 
+/// `Kernels::q8_0_group` on SIMD128 (wasm's layout: 4 rows, each row's 32 quants whole): per
+/// row and block two loads, widened to i32 four at a time, converted and scaled.
+pub(crate) fn q8_0_group(nb: usize, grp: &[u8], out: &mut [f32], ld: usize) {
+    const _: () = assert!(crate::cpu::arch::kernel::Q8_0_GROUP.0 == 4 && crate::cpu::arch::kernel::Q8_0_GROUP.1 == 32);
+    const BS: usize = 4 * 34;
+    assert!(grp.len() >= nb * BS && ld >= nb * 32 && out.len() >= 3 * ld + nb * 32);
+    let (g, o) = (grp.as_ptr(), out.as_mut_ptr());
+    for t in 0..nb {
+        // SAFETY: block t of the group and columns t·32.. of its 4 rows (asserted above).
+        unsafe {
+            let blk = g.add(t * BS);
+            for r in 0..4 {
+                let d = f32x4_splat(crate::quants::blocks::fp16_to_fp32(u16::from_le_bytes([
+                    *blk.add(2 * r),
+                    *blk.add(2 * r + 1),
+                ])));
+                let y = o.add(r * ld + t * 32);
+                for h in 0..2 {
+                    let q = v128_load(blk.add(8 + r * 32 + h * 16) as *const v128);
+                    let (lo, hi) = (i16x8_extend_low_i8x16(q), i16x8_extend_high_i8x16(q));
+                    let parts = [
+                        i32x4_extend_low_i16x8(lo),
+                        i32x4_extend_high_i16x8(lo),
+                        i32x4_extend_low_i16x8(hi),
+                        i32x4_extend_high_i16x8(hi),
+                    ];
+                    for (e, v) in parts.into_iter().enumerate() {
+                        v128_store(y.add(h * 16 + e * 4) as *mut v128, f32x4_mul(f32x4_convert_i32x4(v), d));
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// `Kernels::out_prod_panel` on SIMD128 (fused with relaxed-simd): register tiles of 4
 /// result rows × 8 columns (eight f32x4 sums, well inside the 16 registers an x86 engine
 /// has), columns outermost so that a tile's 8 columns of the panel stay in L1 while every
