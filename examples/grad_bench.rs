@@ -6,7 +6,8 @@
 //! cargo run --release --example grad_bench -- MODEL.gguf [N_TOKENS] [REPS] [PATCH_TOKENS]
 //! ```
 //!
-//! `PATCH_TOKENS` 0 leaves the patch sweeps out; `GGWEB_GRAD_PROFILE=1` prints where one
+//! `PATCH_TOKENS` 0 leaves the patch sweeps out (an exact sweep is timed once, attribution
+//! `REPS` times: a run of it is short enough for the load to swing it); `GGWEB_GRAD_PROFILE=1` prints where one
 //! gradient run's time goes instead (after `REPS` runs, so a sampling profiler such as
 //! `perf record` sees mostly gradient runs).
 //!
@@ -132,13 +133,18 @@ fn main() {
     let clean: Vec<u32> = (0..n_patch as u32).map(|i| (i * 104729 + 5) % nv).collect();
     let mut corrupted = clean.clone();
     corrupted[n_patch / 2] = (corrupted[n_patch / 2] + 1) % nv;
-    println!("patch sweeps, {n_patch} tokens (one run each)");
+    println!("patch sweeps, {n_patch} tokens (exact: one run; attribution: the median of {reps})");
     for at in ["resid_pre", "z"] {
         let mut row = Vec::new();
-        for method in ["exact", "attribution"] {
-            let (c0, w0) = (thread_cpu(), Instant::now());
-            block_on(s.patch(&clean, &corrupted, at, 262, 13, Some(method))).unwrap();
-            row.push((thread_cpu() - c0, w0.elapsed().as_secs_f64()));
+        for (method, runs) in [("exact", 1), ("attribution", reps.max(1))] {
+            let (mut cpu, mut wall) = (Vec::new(), Vec::new());
+            for _ in 0..runs {
+                let (c0, w0) = (thread_cpu(), Instant::now());
+                block_on(s.patch(&clean, &corrupted, at, 262, 13, Some(method))).unwrap();
+                cpu.push(thread_cpu() - c0);
+                wall.push(w0.elapsed().as_secs_f64());
+            }
+            row.push((median(cpu), median(wall)));
         }
         println!(
             "  {at:10} exact {:8.1} ms CPU ({:8.1} wall), attribution {:7.1} ms CPU ({:7.1} wall): {:.1}x faster",

@@ -481,8 +481,9 @@ impl Session {
         let (n, nl) = (clean.len(), hp.n_layer);
         let capture: Vec<String> = (0..nl).map(|l| format!("blocks.{l}.{point}")).collect();
         let of = Metric::LogitDiff { answer, against, pos: Some(-1) };
-        let clean_run = self.run(clean, &capture, &[]).await?;
-        let clean_diff = of.value(&clean_run.logits, clean, hp.n_vocab);
+        // The clean run's diff reads the last position's logits only: the head over one row.
+        let clean_run = self.run_logits(clean, &capture, &[], Logits::Last).await?;
+        let clean_diff = of.value(&clean_run.logits, &clean[n - 1..], hp.n_vocab);
         let spec = GradSpec { of, wrt: Wrt::List(capture.clone()) };
         let corr = self.run_grad(corrupted, &capture, &[], Some(&spec)).await?;
         let corrupted_diff = corr.metric.expect("a gradient run");

@@ -101,6 +101,18 @@ impl Session {
     /// values, with TransformerLens's shapes. The prompt cache is not reused; afterwards the
     /// cache holds `tokens` under these hooks.
     pub async fn run(&mut self, tokens: &[u32], capture: &[String], hooks: &[Hook]) -> Result<Run, ModelError> {
+        self.run_logits(tokens, capture, hooks, Logits::All).await
+    }
+
+    /// [`Session::run`] with the logits `logits` asks for (`Last`: the head over one position,
+    /// for a caller that reads no other).
+    pub(crate) async fn run_logits(
+        &mut self,
+        tokens: &[u32],
+        capture: &[String],
+        hooks: &[Hook],
+        logits: Logits,
+    ) -> Result<Run, ModelError> {
         self.end_generation();
         self.check_tokens(tokens)?;
         let hp = self.model.hparams.clone();
@@ -109,7 +121,7 @@ impl Session {
         self.checkpoint().await?;
         self.truncate(0);
         self.cache_hooks = hooks.to_vec();
-        let batch = Batch { tokens, n_past: 0, logits: Logits::All, taps: &tl.nodes, hooks, ..Batch::default() };
+        let batch = Batch { tokens, n_past: 0, logits, taps: &tl.nodes, hooks, ..Batch::default() };
         let out = self.model.decode(batch).await?;
         self.cache.extend_from_slice(tokens);
         let mut cache = tl.values(&out.taps, hp.eps);
