@@ -76,6 +76,40 @@ fn repacked_weights_give_the_same_logits_bit_for_bit() {
     }
 }
 
+/// A gradient run's `out_prod` reads a repacked Q8_0 weight's groups in place
+/// (`Kernels::q8_0_group`): the metric and every hook point's gradient have the bits of the
+/// plain layout's, whose rows are dequantized one at a time.
+#[test]
+fn repacked_weights_give_the_same_gradients_bit_for_bit() {
+    use ggweb::model::context::block_on;
+    use ggweb::model::grad::{GradSpec, Metric, Wrt};
+    use ggweb::model::session::Session;
+    let bytes = std::fs::read(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/llamacpp/tiny-gpt2-q8_0.gguf"),
+    )
+    .unwrap();
+    let opts = Gpt2Options { n_batch: 16, n_threads: 1, ..Default::default() };
+    let mut plain = Session::new(load_plain(&bytes, opts.clone()));
+    let mut packed = Session::new(load_from_bytes(&bytes, Gpt2Options { repack: Repack::Force, ..opts }).unwrap());
+    assert!(
+        is_packed(&packed.model.weights.layers[0].ffn_down_w) && is_packed(&packed.model.weights.layers[0].attn_qkv_w)
+    );
+    let tokens: Vec<u32> = (0..13).map(|i| (i * 977 + 13) % 50257).collect();
+    let of = Metric::LogitDiff { answer: 262, against: 13, pos: None };
+    let spec = GradSpec { of, wrt: Wrt::All("*".into()) };
+    let a = block_on(plain.run_grad(&tokens, &[], &[], Some(&spec))).unwrap();
+    let b = block_on(packed.run_grad(&tokens, &[], &[], Some(&spec))).unwrap();
+    assert_eq!(a.metric.unwrap().to_bits(), b.metric.unwrap().to_bits());
+    let (ga, gb) = (a.grads.unwrap(), b.grads.unwrap());
+    assert!(ga.len() > 20 && ga.len() == gb.len());
+    let embed = ga.iter().find(|g| g.name == "hook_embed").expect("hook_embed's gradient");
+    assert!(embed.data.iter().any(|&v| v != 0.0), "hook_embed's gradient is all zero");
+    for (x, y) in ga.iter().zip(&gb) {
+        assert_eq!(x.name, y.name);
+        assert!(x.data.iter().zip(&y.data).all(|(p, q)| p.to_bits() == q.to_bits()), "{}", x.name);
+    }
+}
+
 /// llama.cpp's own K-quant mixes (Q4_K_M: Q4_K and Q6_K matrices, a Q6_K output; Q6_K)
 /// repacked where the ISA reads those layouts (x86 with VNNI) give the logits of ggml's
 /// layout bit for bit: a prompt (the packed prompt kernels), decode steps, 1 and 3 threads.
