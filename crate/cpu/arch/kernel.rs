@@ -133,6 +133,7 @@ pub struct Kernels {
 }
 
 pub use super::scalar::simd::OUT_PROD_J;
+pub(crate) use super::scalar::simd::Q8_0_GROUP;
 
 pub(crate) type PrepQ8_0 = fn(row: &[u8], nb: usize, dy: &mut [f32], ysum: &mut [i32], sums: bool, look: bool) -> bool;
 
@@ -216,11 +217,8 @@ pub(crate) type PackedDecode = fn(&GemmArgs, c: &mut [f32]) -> bool;
 
 /// Rows per group of wasm's layout (the smallest group of any [`layout`](super::repack::layout)).
 pub const GROUP: usize = 4;
-
-/// Q8_0's group on this target ([`layout`](super::repack::layout)): rows per group and the
-/// piece of each row's 32 quants laid out at a time (x86_64: 4 bytes of each of 8 rows in
-/// turn, for `vpdpbusd`; wasm: each of 4 rows' quants whole).
-pub(crate) const Q8_0_GROUP: (usize, usize) = if cfg!(target_arch = "x86_64") { (8, 4) } else { (GROUP, 32) };
+// wasm's Q8_0 group is its 4-row group.
+const _: () = assert!(cfg!(target_arch = "x86_64") || Q8_0_GROUP.0 == GROUP);
 
 /// Byte `s` of a run of 32 (quant bytes of Q4_K: `qs[32c + s]`) at position `q4_k_pos(s)` of
 /// its 128: vector v, byte i holds `qs[32·((i/2) % 4) + 4v + 2(i/8) + i % 2]`.

@@ -153,9 +153,13 @@ pub(crate) fn panel_product_with<const W: usize>(acc: &mut [f32], n0: usize, pan
     }
 }
 
+/// Q8_0's group on this target ([`layout`](crate::cpu::arch::repack::layout)): rows per group
+/// and the piece of each row's 32 quants laid out at a time (x86_64: 4 bytes of each of 8 rows
+/// in turn, for `vpdpbusd`; wasm: each of 4 rows' quants whole).
+pub(crate) const Q8_0_GROUP: (usize, usize) = if cfg!(target_arch = "x86_64") { (8, 4) } else { (4, 32) };
+
 /// `Kernels::q8_0_group`, portable.
 pub(crate) fn q8_0_group(nb: usize, grp: &[u8], out: &mut [f32], ld: usize) {
-    use crate::cpu::arch::kernel::Q8_0_GROUP;
     q8_0_group_with::<{ Q8_0_GROUP.0 }, { Q8_0_GROUP.1 }>(nb, grp, out, ld);
 }
 
