@@ -24,7 +24,8 @@
 //! layout (the same exact integer block sums, the same float steps in the scalar order).
 //! Which weights are packed, and when, is the CPU's repacking buffer type's business
 //! ([`crate::cpu::repack_buffer`]); anything that reads the bytes back (its `get_bytes`,
-//! `get_rows`, `out_prod`) sees ggml's layout again through [`unpack_row`].
+//! `get_rows`, `out_prod`) sees ggml's layout again through [`unpack_row`], or for Q8_0's
+//! whole groups in `out_prod`, their values through [`dequantize_group`].
 //!
 //! ```
 //! use ggweb::cpu::arch::{gemm, repack};
