@@ -372,7 +372,7 @@ pub fn unpack_row(ty: GgmlType, k: usize, m: usize, data: &[u8], i: usize, out: 
 /// row once per run: unpacking each row to ggml's layout first cost it more than its products.
 pub fn dequantize_group(ty: GgmlType, k: usize, m: usize, data: &[u8], i: usize, out: &mut [f32], ld: usize) -> bool {
     let r = Q8_0_GROUP.0;
-    if ty != GgmlType::Q8_0 || k % ty.blck_size() != 0 || i % r != 0 || i + r > m / r * r {
+    if ty != GgmlType::Q8_0 || !k.is_multiple_of(ty.blck_size()) || !i.is_multiple_of(r) || i + r > m / r * r {
         return false;
     }
     let rs = ty.row_size(k as i64);
