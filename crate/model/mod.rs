@@ -1,6 +1,7 @@
 //! Models built on the tensor core. One file per model ([`gpt2`]), plus [`sampling`],
 //! [`logprobs`], [`stop`] strings, and the [`session`] core that every front end drives.
 
+pub mod checkpoint;
 pub mod context;
 pub mod export;
 pub mod gpt2;
