@@ -31,7 +31,7 @@ use alloc::string::String;
 use alloc::vec::Vec;
 
 use super::lora::LoraConfig;
-use super::train::Optimizer;
+use super::optimizer::{Optimizer, MAX_STEPS};
 use super::ModelError;
 use crate::allocator::alloc_tensors;
 use crate::backend::{Buffer, BufferType};
@@ -221,8 +221,8 @@ pub fn read_meta(h: &GgufHeader) -> Result<Option<OptMeta>, ModelError> {
         _ => return Err(bad(format!("ggweb.optimizer.type must be 'adamw' or 'sgd', got {ty:?}"))),
     };
     let step = u32_of("ggweb.optimizer.step")?;
-    if step > super::train::MAX_STEPS {
-        return Err(bad(format!("ggweb.optimizer.step {step} is above {}", super::train::MAX_STEPS)));
+    if step > MAX_STEPS {
+        return Err(bad(format!("ggweb.optimizer.step {step} is above {}", MAX_STEPS)));
     }
     Ok(Some(OptMeta {
         optimizer,

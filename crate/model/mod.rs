@@ -14,6 +14,7 @@ pub mod loader;
 pub mod logprobs;
 pub mod lora;
 mod lora_gguf;
+pub mod optimizer;
 pub mod plan;
 mod plan_backend;
 #[cfg(feature = "std")]

@@ -31,6 +31,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use super::checkpoint::{describe, OptMeta, OptState};
+pub use super::optimizer::{Optimizer, MAX_STEPS};
 use super::context::Gpt2;
 use super::gpt2::{build_graph_with, GraphIo, Ubatch, Weights};
 use super::lora::{Lora, LoraConfig};
@@ -41,31 +42,6 @@ use crate::graph::Graph;
 use crate::sched::Sched;
 use crate::tensor::{Context, ContextParams, Tensor, TENSOR_OVERHEAD};
 use crate::types::GgmlType;
-
-/// The optimizer of a run (PyTorch's, with the contract's defaults filled in).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Optimizer {
-    /// `torch.optim.AdamW`: decoupled weight decay, bias correction.
-    AdamW { lr: f32, beta1: f32, beta2: f32, eps: f32, weight_decay: f32 },
-    /// `torch.optim.SGD`: coupled L2 decay, momentum without dampening.
-    Sgd { lr: f32, momentum: f32, weight_decay: f32 },
-}
-
-impl Optimizer {
-    pub fn lr(&self) -> f32 {
-        match *self {
-            Optimizer::AdamW { lr, .. } | Optimizer::Sgd { lr, .. } => lr,
-        }
-    }
-    /// Rows of a weight's state: the gradient, then m and v (AdamW) or the momentum buffer.
-    pub(crate) fn state_rows(&self) -> i64 {
-        match *self {
-            Optimizer::AdamW { .. } => 3,
-            Optimizer::Sgd { momentum, .. } if momentum != 0.0 => 2,
-            Optimizer::Sgd { .. } => 1,
-        }
-    }
-}
 
 /// How the learning rate falls after the warmup.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -116,8 +92,6 @@ pub struct TrainConfig {
     pub lora: Option<LoraConfig>,
 }
 
-/// The most updates one run may take.
-pub const MAX_STEPS: u32 = 1 << 24;
 
 impl TrainConfig {
     /// `invalid` naming the option (in the API's spelling) that cannot work.
