@@ -31,10 +31,10 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use super::checkpoint::{describe, OptMeta, OptState};
-pub use super::optimizer::{Optimizer, MAX_STEPS};
 use super::context::Gpt2;
 use super::gpt2::{build_graph_with, GraphIo, Ubatch, Weights};
 use super::lora::{Lora, LoraConfig};
+pub use super::optimizer::{Optimizer, MAX_STEPS};
 use super::ModelError;
 use crate::allocator::alloc_tensors;
 use crate::backend::{Backend, BackendError, Buffer};
@@ -91,7 +91,6 @@ pub struct TrainConfig {
     /// Train a low-rank adapter ([`super::lora`]) instead of the weights.
     pub lora: Option<LoraConfig>,
 }
-
 
 impl TrainConfig {
     /// `invalid` naming the option (in the API's spelling) that cannot work.
