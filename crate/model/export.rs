@@ -242,10 +242,9 @@ pub fn save_gguf(model: &Gpt2, tok: &Tokenizer, ty: SaveType, optimizer: bool) -
         w.declare_tensor(name, GgmlType::F32, &f.t.ne[..n_dims])?;
     }
     let size = w.file_size();
+    let smaller = if state.is_some() { "type 'f16' takes less" } else { "a smaller type ('f16', 'q8_0') takes less" };
     let too_large = |left: String| {
-        ModelError::Unsupported(format!(
-            "save: the {size}-byte file does not fit in memory ({left}); a smaller type ('f16', 'q8_0') takes less"
-        ))
+        ModelError::Unsupported(format!("save: the {size}-byte file does not fit in memory ({left}); {smaller}"))
     };
     if let Some(left) = model.host_left().filter(|&l| size > l) {
         return Err(too_large(format!("{left} bytes of the budget are left")));

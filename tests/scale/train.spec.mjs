@@ -6,8 +6,9 @@
 // the training graph's activations come on top: the run is planned against the wasm32 heap
 // and two updates run, the loss finite and lower on the repeated batch. The peak of the wasm
 // heap (the linear memory's size after the run: it only grows) is printed ("peak wasm memory")
-// and must be under 4 GiB. Then the run's optimizer checkpoint goes to OPFS (save({ optimizer:
-// true })), is loaded back and resumes for one more update (update 3, its loss lower again).
+// and must be under 4 GiB. An optimizer checkpoint of the run (save({ optimizer: true })) does
+// not fit in wasm32 at this size (the file is built whole in wasm memory beside the weights and
+// state): refused with the sizes, nothing written, the model usable.
 //   node --test tests/scale/train.spec.mjs
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -40,18 +41,17 @@ test(`${MODEL}: full AdamW training at seqLen 128, batch 4 fits and runs in wasm
         const stats = await run.stats;
         const peak = core.wasm_memory_bytes();
         const after = (await m.logits([1, 2, 3])).length; // the model runs on afterwards
-        // An optimizer checkpoint of the run into OPFS (the file is built in wasm memory beside
-        // the weights and state the model keeps), loaded back and resumed for one update.
-        const saved = await m.save({ type: 'f32', optimizer: true, to: 'opfs', name: 'scale-124m' });
-        const peakSave = core.wasm_memory_bytes();
+        // An optimizer checkpoint of the whole model does not fit in wasm32 after the run: the
+        // file (F32 or F16 weights with F32 m and v: 1.6-2 GB) is built whole in wasm memory
+        // beside the weights and state the model keeps. Refused with the sizes ('unsupported'),
+        // nothing written, the model usable.
+        const code = (p) => p.then(() => 'ok', (e) => `${e.code}: ${e.message}`);
+        const f32 = await code(m.save({ type: 'f32', optimizer: true, to: 'opfs', name: 'scale-124m' }));
+        const f16 = await code(m.save({ type: 'f16', optimizer: true, to: 'opfs', name: 'scale-124m' }));
+        const stored = (await (await navigator.storage.getDirectory()).getDirectoryHandle('ggweb-checkpoints', { create: true }).then(async (d) => { const n = []; for await (const k of d.keys()) n.push(k); return n; }));
+        const still = (await m.logits([1, 2, 3])).length;
         await m.dispose();
-        const back = await Model.load('opfs:scale-124m', { nCtx: 128, nThreads: 1, relaxedSimd: false, worker: false, backend: 'cpu' });
-        const resumed = [];
-        for await (const s of back.train(seqs, { seqLen: 128, batchSize: 4, steps: 1, optimizer: { type: 'adamw', lr: 1e-4 } })) resumed.push(s);
-        const peakResume = core.wasm_memory_bytes();
-        await back.dispose();
-        await (await navigator.storage.getDirectory()).removeEntry('ggweb-checkpoints', { recursive: true });
-        return { ok: true, afterLoad, peak, steps, stats, after, saved: saved.bytes, peakSave, resumed, peakResume };
+        return { ok: true, afterLoad, peak, steps, stats, after, f32, f16, stored, still };
       } catch (e) {
         return { ok: false, message: `${e.code}: ${e.message}` };
       }
@@ -64,15 +64,15 @@ test(`${MODEL}: full AdamW training at seqLen 128, batch 4 fits and runs in wasm
   const mb = (x) => `${(x / MIB).toFixed(1)} MiB`;
   console.log(`${MODEL} wasm32, full AdamW seqLen 128 batch 4: wasm memory ${mb(r.afterLoad)} after load, ` +
     `peak wasm memory ${mb(r.peak)} (${r.peak} B); losses ${r.steps.map((s) => s.loss.toFixed(4)).join(', ')}; ` +
-    `updates done at ${r.steps.map((s) => (s.ms / 1000).toFixed(1)).join(', ')} s; ` +
-    `save({ optimizer: true, to: 'opfs' }) ${mb(r.saved)}, peak then ${mb(r.peakSave)}; resumed update ${r.resumed[0]?.step} ` +
-    `loss ${r.resumed[0]?.loss.toFixed(4)}, peak wasm memory then ${mb(r.peakResume)}`);
+    `updates done at ${r.steps.map((s) => (s.ms / 1000).toFixed(1)).join(', ')} s`);
   assert.deepEqual(r.stats, { stop: 'steps', steps: 2, tokens: 1024 });
   assert.ok(r.steps.every((s) => Number.isFinite(s.loss)));
   assert.ok(r.steps[1].loss < r.steps[0].loss, `losses ${r.steps.map((s) => s.loss)}`);
   assert.ok(r.peak <= WASM32);
   assert.equal(r.after, 50257);
-  // The checkpoint resumes: update 3, on the same batch, lower again.
-  assert.deepEqual(r.resumed.map((s) => [s.step, s.tokens]), [[3, 1536]]);
-  assert.ok(r.resumed[0].loss < r.steps[1].loss, `resumed loss ${r.resumed[0].loss} after ${r.steps[1].loss}`);
+  console.log(`save({ optimizer: true }) after the run: f32 ${r.f32}; f16 ${r.f16}`);
+  assert.match(r.f32, /^unsupported: save: .*-byte file does not fit in memory/);
+  assert.match(r.f16, /^unsupported: save: .*-byte file does not fit in memory/);
+  assert.deepEqual(r.stored, [], 'nothing written');
+  assert.equal(r.still, 50257, 'the model runs after the refusals');
 });
