@@ -101,6 +101,12 @@ fn adamw_resumes_from_a_checkpoint_as_one_run() {
     resume_case("adamw");
 }
 
+/// Plain SGD keeps no state but the update count and data position, which the file carries.
+#[test]
+fn plain_sgd_resumes_from_a_checkpoint_as_one_run() {
+    resume_case("sgd");
+}
+
 #[test]
 fn sgd_momentum_resumes_from_a_checkpoint_as_one_run() {
     resume_case("sgd_momentum_decay");
