@@ -7,6 +7,9 @@
 # XL at F16 wholly on WebGPU (lavapipe) against the CPU backend (tests/webgpu/webgpu_load.rs).
 # tests/scale/gradient.spec.mjs: a gradient pass over 256 tokens of the 124M shape at Q8_0
 # (.models/124m-q8_0.gguf, from bench/make_models.sh) in wasm32, its peak wasm memory printed.
+# tests/scale/train.spec.mjs: full AdamW training of the 124M shape (.models/124m-f16.gguf) at
+# seqLen 128, batch 4 in wasm32, its peak wasm memory printed; then natively, LoRA on the XL
+# shape at Q8_0 (tests/model/train.rs lora_on_the_xl_shape_at_q8_0_plans_and_runs), its peak RSS.
 #   GGWEB_SCALE_SHAPES=xl,large,medium npm run test:scale     # more shapes (default xl)
 # Logs: tests/artifacts/logs/scale.log.
 set -euo pipefail
@@ -30,6 +33,7 @@ for p in pkg pkg-threads; do
     [ -f "web/$p/ggweb_core.js" ] || { log "web/$p is missing: building the wasm packages"; bash scripts/build-wasm.sh; break; }
 done
 [ -f .models/124m-q8_0.gguf ] || die ".models/124m-q8_0.gguf is missing (tests/scale/gradient.spec.mjs): bash bench/make_models.sh"
+[ -f .models/124m-f16.gguf ] || die ".models/124m-f16.gguf is missing (tests/scale/train.spec.mjs): bash bench/make_models.sh"
 mkdir -p tests/artifacts/logs
 BROWSER_TMP="$(mktemp -d -t ggweb-browser.XXXXXX)"
 trap 'rm -rf "$BROWSER_TMP"' EXIT
@@ -48,5 +52,13 @@ if [[ ",$shapes," == *",xl,"* ]]; then
     n=$(grep -Eo 'test result: ok\. [0-9]+ passed' tests/artifacts/logs/scale-webgpu.log | grep -Eo '[0-9]+' | head -1 || true)
     [ "${n:-0}" -gt 0 ] || die "the XL F16 WebGPU scale test did not pass"
     passed=$((passed + n))
+fi
+# LoRA on the XL shape at Q8_0, natively (issue 39's memory acceptance; its peak RSS printed).
+if [[ ",$shapes," == *",xl,"* ]]; then
+    GGWEB_SCALE_XL_Q8_0="$ROOT/.models/bench-xl-q8_0.gguf" cargo test --color never --test model -- --ignored --nocapture \
+        train::lora_on_the_xl_shape 2>&1 | tee tests/artifacts/logs/scale-xl-lora.log
+    k=$(grep -Eo 'test result: ok\. [0-9]+ passed' tests/artifacts/logs/scale-xl-lora.log | grep -Eo '[0-9]+' | head -1 || true)
+    [ "${k:-0}" -gt 0 ] || die "the XL Q8_0 LoRA training test did not pass"
+    passed=$((passed + k))
 fi
 echo "summary: $passed passed, 0 failed (models: ${models[*]}${n:+ + bench-xl-f16.gguf on WebGPU})"

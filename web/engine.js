@@ -1023,7 +1023,9 @@ export class Engine {
         }
         if (item === undefined) break;
         const secs = (now() - t0) / 1000;
-        yield { ...item, tokensPerSecond: secs > 0 ? item.tokens / secs : 0 };
+        // This run's tokens (a run resumed from a checkpoint counts the checkpoint's in item.tokens).
+        const ran = typeof model.train_run_tokens === 'function' ? model.train_run_tokens() : item.tokens;
+        yield { ...item, tokensPerSecond: secs > 0 ? ran / secs : 0 };
       }
       started = false;
       return model.train_end(); // TrainStats: { stop, steps, tokens }

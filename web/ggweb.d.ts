@@ -528,7 +528,11 @@ export declare class Model {
    *  with `to: 'opfs'`: no OPFS, or a write over the quota, nothing left behind).
    *  With `{ to: 'opfs', name }` the file goes into the Origin Private File System instead (see
    *  SaveToOpfs), copied out of wasm memory and written 4 MiB at a time on the engine's side
-   *  (never whole in JS memory; in a worker it never crosses to the page). */
+   *  (never whole in JS memory; in a worker it never crosses to the page).
+   *  `optimizer: true` (type 'f32' or 'f16') adds the optimizer state of the model's last
+   *  `train` (a ggweb checkpoint: llama.cpp refuses it; save without it for llama.cpp);
+   *  `Model.load` of that file resumes it on the next `train` ('invalid' when the model has
+   *  no optimizer state, or only its adapter's: saveLora({ optimizer: true })). */
   save(options: SaveParams & SaveToOpfs): Promise<SavedCheckpoint>;
   save(options?: SaveParams | null): Promise<Uint8Array>;
   /** One batched pass, no sampling: how likely the model found each token of `input`.
@@ -607,7 +611,8 @@ export declare class Model {
    *  @throws GgwebError 'invalid' (unknown option, steps missing, lr not a finite number,
    *    seqLen > nCtx, empty data, sequences not seqLen long; lora: rank 0 or above n_embd,
    *    alpha not a finite number above 0, an unknown or repeated target; a `lora` of another
-   *    shape than the model's adapter, or full training while it has one: dropLora() first),
+   *    shape than the model's adapter, or full training while it has one: dropLora() first;
+   *    resuming a checkpoint's optimizer state with another optimizer, adapter or tensor set),
    *    'unsupported' (full training of a quantized weight, named; a WebGPU model; a plan over
    *    the memory budget, with the sizes), 'busy', 'disposed'. */
   train(data: TrainData, options: TrainOptions): Training;
@@ -616,7 +621,9 @@ export declare class Model {
    *  `.lora_b` [rank, n_out]) that `llama-cli --lora`, llama-cpp-python's `lora_path` and
    *  `Model.load(base, { lora })` apply to the base file; `type` 'f32' (default) or 'f16'.
    *  @throws GgwebError 'invalid' (no adapter on the model, an unknown option or type),
-   *  'busy', 'disposed'. With `{ to: 'opfs', name }`: into OPFS, as save. */
+   *  'busy', 'disposed'. With `{ to: 'opfs', name }`: into OPFS, as save. `optimizer: true`
+   *  adds the adapter's optimizer state (a ggweb checkpoint, which llama.cpp refuses), resumed
+   *  by the next `train` of a model that `Model.load(base, { lora })` puts it on. */
   saveLora(options: SaveLoraParams & SaveToOpfs): Promise<SavedCheckpoint>;
   saveLora(options?: SaveLoraParams | null): Promise<Uint8Array>;
   /** Removes the model's LoRA adapter: later calls run the base weights (the base model's

@@ -901,10 +901,12 @@ export class Model {
    * llama.cpp LoRA adapter GGUF (`general.type` 'adapter', `adapter.type` 'lora',
    * `adapter.lora.alpha`, `*.lora_a` / `*.lora_b`), which `llama-cli --lora` and
    * `Model.load(base, { lora })` apply to the base file. `type`: 'f32' (default) or 'f16'.
+   * `optimizer: true`: a ggweb checkpoint, the adapter's optimizer state beside it (which
+   * llama.cpp refuses), resumed by the next `train` of a model it is loaded onto.
    */
   async saveLora(options = undefined) {
     this.#live('saveLora');
-    const o = optionsObject(options, 'saveLora', ['type', 'to', 'name']);
+    const o = optionsObject(options, 'saveLora', ['type', 'optimizer', 'to', 'name']);
     return this.#t.call('saveLora', [plainData(o, 'saveLora: options')]);
   }
 

@@ -443,11 +443,14 @@ export interface TrainMemory {
 
 /** What one update reports (JS `TrainStep` adds `tokensPerSecond`, which engine.js times). */
 export interface TrainItem {
-  /** Updates done (from 1). */
+  /** Updates done (from 1; a run resumed from a checkpoint goes on from its count). */
   step: number;
   /** The batch's mean loss, before this update. */
   loss: number;
-  /** Tokens trained on so far (every token of every sequence of every update). */
+  /**
+   * Tokens trained on so far (every token of every sequence of every update; a resumed
+   * run's include the checkpoint's).
+   */
   tokens: number;
 }
 
@@ -458,9 +461,12 @@ export interface TrainStats {
    * the signal or dispose()).
    */
   stop: 'steps' | 'cancelled';
-  /** Updates done: the model holds the weights after the last of them. */
+  /**
+   * Updates done: the model holds the weights after the last of them (a run resumed from a
+   * checkpoint counts the checkpoint's, as its items' `step` does).
+   */
   steps: number;
-  /** Tokens trained on. */
+  /** Tokens trained on (a resumed run: the checkpoint's included). */
   tokens: number;
 }
 
@@ -692,17 +698,31 @@ export interface LoraParams {
   targets?: ('attn_qkv' | 'attn_output' | 'ffn_up' | 'ffn_down')[];
 }
 
-/** `saveLora`'s options: the tensors' type, `'f32'` (the default) or `'f16'`. */
+/**
+ * `saveLora`'s options: the tensors' type, `'f32'` (the default) or `'f16'`; `optimizer:
+ * true` makes the file a ggweb checkpoint: the adapter's optimizer state (AdamW's m and v or
+ * SGD's momentum per tensor, the update count, the hyper-parameters and the data position)
+ * beside it, which `Model.load(base, { lora })` reads back and the next `train` of that
+ * adapter resumes. llama.cpp refuses such a file (a tensor that is not `.lora_a`/`.lora_b`):
+ * save without `optimizer` for llama.cpp.
+ */
 export interface SaveLoraParams {
   type?: 'f32' | 'f16';
+  optimizer?: boolean;
 }
 
 /**
  * `save`'s options: `type` the matrices' type in the file (default 'f32'; norms, biases and
- * `position_embd` stay F32, as llama.cpp writes them).
+ * `position_embd` stay F32, as llama.cpp writes them); `optimizer: true` makes the file a
+ * ggweb checkpoint: the model's optimizer state from its last `train` (AdamW's m and v or
+ * SGD's momentum per weight, the update count, the hyper-parameters and the data position;
+ * type 'f32' or 'f16'), which `Model.load` reads back and the next `train` resumes: 10
+ * updates, save, load, 10 more give the 20-update run's losses and weights. llama.cpp refuses
+ * such a file (it checks the tensor count): save without `optimizer` for llama.cpp.
  */
 export interface SaveParams {
   type?: 'f32' | 'f16' | 'q8_0';
+  optimizer?: boolean;
 }
 
 /**

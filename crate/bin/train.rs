@@ -96,10 +96,10 @@ pub fn run(a: TrainArgs) -> Result<(), String> {
         Adapter(ggweb::types::GgmlType),
     }
     let out = if lora && !a.merge {
-        let p = SaveLoraParams { ty: a.out_type.clone() };
+        let p = SaveLoraParams { ty: a.out_type.clone(), optimizer: None };
         Out::Adapter(p.ty().map_err(|e| e.to_string().replace("saveLora: type", "--type (of an adapter)"))?)
     } else {
-        let p = SaveParams { ty: a.out_type.clone() };
+        let p = SaveParams { ty: a.out_type.clone(), optimizer: None };
         Out::Model(p.save_type().map_err(|e| e.to_string().replace("save: type", "--type"))?)
     };
     let threads = match a.n_threads {
@@ -156,7 +156,7 @@ pub fn run(a: TrainArgs) -> Result<(), String> {
 
     let bytes = match out {
         Out::Model(ty) => s.save(ty),
-        Out::Adapter(ty) => s.save_lora(ty),
+        Out::Adapter(ty) => s.save_lora(ty, false),
     }
     .map_err(|e| e.to_string())?;
     // Written whole under a temporary name, then renamed: no half-written --out.

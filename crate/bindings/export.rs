@@ -12,12 +12,13 @@ use crate::common::options::SaveParams;
 
 #[wasm_bindgen]
 impl WasmModel {
-    /// `opts`: `SaveParams` (`{ type: 'f32' | 'f16' | 'q8_0' }`, default 'f32'; unknown keys
-    /// refused). Returns the file's bytes.
+    /// `opts`: `SaveParams` (`{ type: 'f32' | 'f16' | 'q8_0', optimizer }`, default 'f32';
+    /// unknown keys refused). Returns the file's bytes.
     pub fn save(&mut self, opts: JsValue) -> Result<Vec<u8>, JsValue> {
         let p: SaveParams = from_js("save options", opts)?;
         let ty = p.save_type().map_err(|e| model_error("", e))?;
-        self.session.save(ty).map_err(|e| model_error("", e))
+        let r = if p.optimizer == Some(true) { self.session.save_checkpoint(ty) } else { self.session.save(ty) };
+        r.map_err(|e| model_error("", e))
     }
 }
 

@@ -54,6 +54,12 @@ impl WasmModel {
         }
     }
 
+    /// Tokens the run in progress has trained on itself (a resumed run's items count the
+    /// checkpoint's too): what engine.js times `tokensPerSecond` by.
+    pub fn train_run_tokens(&mut self) -> f64 {
+        self.session.trainer().map_or(0.0, |t| (t.run_steps() as usize * t.cfg.batch_size * t.cfg.seq_len) as f64)
+    }
+
     /// `model.dropLora()`: removes the model's LoRA adapter (later calls run the base
     /// weights); whether it had one.
     pub fn drop_lora(&mut self) -> bool {
@@ -68,7 +74,7 @@ impl WasmModel {
             from_js("saveLora options", opts)?
         };
         let ty = p.ty().map_err(|e| model_error("", e))?;
-        self.session.save_lora(ty).map_err(|e| model_error("", e))
+        self.session.save_lora(ty, p.optimizer == Some(true)).map_err(|e| model_error("", e))
     }
 
     /// `Model.load(base, { lora })`: puts the adapter of a llama.cpp LoRA GGUF on the model.

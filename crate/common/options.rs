@@ -681,13 +681,20 @@ pub struct LoraParams {
 }
 
 // ts: export SaveLoraParams
-/// `saveLora`'s options: the tensors' type, `'f32'` (the default) or `'f16'`.
+/// `saveLora`'s options: the tensors' type, `'f32'` (the default) or `'f16'`; `optimizer:
+/// true` makes the file a ggweb checkpoint: the adapter's optimizer state (AdamW's m and v or
+/// SGD's momentum per tensor, the update count, the hyper-parameters and the data position)
+/// beside it, which `Model.load(base, { lora })` reads back and the next `train` of that
+/// adapter resumes. llama.cpp refuses such a file (a tensor that is not `.lora_a`/`.lora_b`):
+/// save without `optimizer` for llama.cpp.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SaveLoraParams {
     // ts: 'f32' | 'f16'
     #[serde(default, rename = "type")]
     pub ty: Option<String>,
+    #[serde(default)]
+    pub optimizer: Option<bool>,
 }
 
 impl SaveLoraParams {
@@ -757,13 +764,20 @@ impl TrainParams {
 
 // ts: export SaveParams
 /// `save`'s options: `type` the matrices' type in the file (default 'f32'; norms, biases and
-/// `position_embd` stay F32, as llama.cpp writes them).
+/// `position_embd` stay F32, as llama.cpp writes them); `optimizer: true` makes the file a
+/// ggweb checkpoint: the model's optimizer state from its last `train` (AdamW's m and v or
+/// SGD's momentum per weight, the update count, the hyper-parameters and the data position;
+/// type 'f32' or 'f16'), which `Model.load` reads back and the next `train` resumes: 10
+/// updates, save, load, 10 more give the 20-update run's losses and weights. llama.cpp refuses
+/// such a file (it checks the tensor count): save without `optimizer` for llama.cpp.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SaveParams {
     // ts: 'f32' | 'f16' | 'q8_0'
     #[serde(default, rename = "type")]
     pub ty: Option<String>,
+    #[serde(default)]
+    pub optimizer: Option<bool>,
 }
 
 impl SaveParams {

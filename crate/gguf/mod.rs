@@ -232,6 +232,14 @@ impl GgufHeader {
         self.tensor_index.get(name).map(|&i| &self.tensors[i])
     }
 
+    /// The header less the tensors `keep` refuses (a checkpoint's optimizer state, which the
+    /// model loader reads apart): their infos and index; data offsets unchanged.
+    pub fn retain_tensors(&self, keep: impl Fn(&TensorInfo) -> bool) -> GgufHeader {
+        let tensors: Vec<TensorInfo> = self.tensors.iter().filter(|t| keep(t)).cloned().collect();
+        let tensor_index = tensors.iter().enumerate().map(|(i, t)| (t.name.clone(), i)).collect();
+        GgufHeader { tensors, tensor_index, ..self.clone() }
+    }
+
     /// Index of the tensor info named `name` (the `tensor_index` sinks receive).
     pub fn tensor_index(&self, name: &str) -> Option<usize> {
         self.tensor_index.get(name).copied()

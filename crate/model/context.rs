@@ -308,6 +308,9 @@ pub struct Gpt2 {
     /// holds), in file order: what `model.save` copies (`general.name`, ...; see export.rs).
     /// Empty for a model not loaded from a file.
     pub file_meta: Vec<(String, crate::gguf::GgufValue)>,
+    /// The optimizer state of the last training run, or of the checkpoint the model was
+    /// loaded from (which the next `train` resumes): see checkpoint.rs.
+    pub opt_state: Option<super::checkpoint::OptState>,
 }
 
 impl Gpt2 {
@@ -367,6 +370,7 @@ impl Gpt2 {
             repacked_bytes,
             budget,
             file_meta: Vec::new(),
+            opt_state: None,
         })
     }
 
@@ -379,7 +383,8 @@ impl Gpt2 {
             .enumerate()
             .filter(|(i, _)| self.sched.backend(*i).buffer_type().is_host())
             .map(|(_, m)| m.weights as u64 + m.kv as u64 + m.compute as u64)
-            .sum();
+            .sum::<u64>()
+            + self.opt_state.as_ref().map_or(0, |o| o.nbytes());
         self.budget.map(|b| b.saturating_sub(held))
     }
 

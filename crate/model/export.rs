@@ -27,6 +27,7 @@ use alloc::string::String;
 use alloc::vec;
 use alloc::vec::Vec;
 
+use super::checkpoint::{split_state_name, OptState};
 use super::context::Gpt2;
 use super::gpt2::layer_weight_shapes;
 use super::loader::TOKENIZER_ARRAYS;
@@ -173,9 +174,11 @@ fn metadata(model: &Gpt2, tok: &Tokenizer, ty: SaveType) -> Vec<(String, GgufVal
     if let Some(e) = tok.eos() {
         out.push((String::from("tokenizer.ggml.eos_token_id"), GgufValue::U32(e)));
     }
-    // The file's other keys (unknown_token_id, ...), unless written above.
+    // The file's other keys (unknown_token_id, ...), unless written above; a checkpoint's
+    // optimizer keys only with its state (save_gguf).
     for (k, v) in file {
-        if !OWN.contains(&k.as_str()) && !out.iter().any(|(o, _)| o == k) {
+        let state_key = k.starts_with("ggweb.optimizer.") || k.starts_with("ggweb.train.");
+        if !OWN.contains(&k.as_str()) && !state_key && !out.iter().any(|(o, _)| o == k) {
             out.push((k.clone(), v.clone()));
         }
     }
@@ -183,11 +186,42 @@ fn metadata(model: &Gpt2, tok: &Tokenizer, ty: SaveType) -> Vec<(String, GgufVal
     out
 }
 
-/// The GGUF file of `model`'s current weights and `tok` (see the module docs).
-pub fn save_gguf(model: &Gpt2, tok: &Tokenizer, ty: SaveType) -> Result<Vec<u8>, ModelError> {
+/// The optimizer state `save({ optimizer: true })` writes: the model's, of its weights
+/// (`invalid` when it has none, or an adapter's, or the type cannot be trained on).
+fn weights_state(model: &Gpt2, ty: SaveType) -> Result<&OptState, ModelError> {
+    let st = model.opt_state.as_ref().ok_or_else(|| {
+        ModelError::Invalid("save: optimizer: the model has no optimizer state (train it first)".into())
+    })?;
+    if st.lora.is_some() {
+        return Err(ModelError::Invalid(
+            "save: optimizer: the model's optimizer state is its LoRA adapter's: saveLora({ optimizer: true }) \
+             writes it"
+                .into(),
+        ));
+    }
+    if ty == SaveType::Q8_0 {
+        return Err(ModelError::Invalid(
+            "save: optimizer: a checkpoint's weights must be trainable: type 'f32' (resumes exactly) or 'f16', \
+             not 'q8_0'"
+                .into(),
+        ));
+    }
+    Ok(st)
+}
+
+/// The GGUF file of `model`'s current weights and `tok` (see the module docs); with
+/// `optimizer`, a ggweb checkpoint: the model's optimizer state after the weights
+/// (checkpoint.rs; llama.cpp refuses such a file).
+pub fn save_gguf(model: &Gpt2, tok: &Tokenizer, ty: SaveType, optimizer: bool) -> Result<Vec<u8>, ModelError> {
+    let state = if optimizer { Some(weights_state(model, ty)?) } else { None };
     let mut w = GgufWriter::new();
     for (k, v) in metadata(model, tok, ty) {
         w.add_kv(&k, v)?;
+    }
+    if let Some(st) = state {
+        for (k, v) in st.kvs() {
+            w.add_kv(k, v)?;
+        }
     }
     let tensors = tensors_in_file_order(model);
     let mut out_types = Vec::with_capacity(tensors.len());
@@ -197,11 +231,20 @@ pub fn save_gguf(model: &Gpt2, tok: &Tokenizer, ty: SaveType) -> Result<Vec<u8>,
         w.declare_tensor(name, out_ty, &t.ne[..n_dims])?;
         out_types.push(out_ty);
     }
+    // The state tensors, each of its weight's shape.
+    let state_tensors = state.map_or_else(Vec::new, OptState::file_tensors);
+    for (name, _, _) in &state_tensors {
+        let weight = split_state_name(name).map_or("", |(w, _)| w);
+        let f = tensors.iter().find(|f| f.name == weight).ok_or_else(|| {
+            ModelError::Invalid(format!("save: optimizer: the state of '{weight}', which is no weight of the file"))
+        })?;
+        let n_dims = if f.t.ne[1] > 1 || f.matrix { 2 } else { 1 };
+        w.declare_tensor(name, GgmlType::F32, &f.t.ne[..n_dims])?;
+    }
     let size = w.file_size();
+    let smaller = if state.is_some() { "type 'f16' takes less" } else { "a smaller type ('f16', 'q8_0') takes less" };
     let too_large = |left: String| {
-        ModelError::Unsupported(format!(
-            "save: the {size}-byte file does not fit in memory ({left}); a smaller type ('f16', 'q8_0') takes less"
-        ))
+        ModelError::Unsupported(format!("save: the {size}-byte file does not fit in memory ({left}); {smaller}"))
     };
     if let Some(left) = model.host_left().filter(|&l| size > l) {
         return Err(too_large(format!("{left} bytes of the budget are left")));
@@ -209,6 +252,13 @@ pub fn save_gguf(model: &Gpt2, tok: &Tokenizer, ty: SaveType) -> Result<Vec<u8>,
     let mut file = Vec::new();
     file.try_reserve_exact(size as usize).map_err(|_| too_large(String::from("the allocation failed")))?;
     w.write_into(&mut file, |i, out: &mut Vec<u8>| -> Result<(), ModelError> {
+        if let Some((name, t, offset)) = i.checked_sub(tensors.len()).map(|k| &state_tensors[k]) {
+            let start = out.len();
+            out.resize(start + t.ne[0] as usize * 4, 0);
+            return t
+                .try_get_bytes(&mut out[start..], *offset)
+                .map_err(|e| ModelError::Unsupported(format!("save: reading the optimizer state '{name}': {e}")));
+        }
         let FileTensor { name, t, lora, .. } = &tensors[i];
         let read = |dst: &mut [u8], offset: usize| {
             t.try_get_bytes(dst, offset)
@@ -274,6 +324,11 @@ fn f32s(t: &Tensor, weight: &str) -> Result<Vec<f32>, ModelError> {
 impl Session {
     /// `model.save({ type })`: the GGUF file of the current weights ([`save_gguf`]).
     pub fn save(&self, ty: SaveType) -> Result<Vec<u8>, ModelError> {
-        save_gguf(&self.model, &self.tokenizer, ty)
+        save_gguf(&self.model, &self.tokenizer, ty, false)
+    }
+
+    /// `model.save({ type, optimizer: true })`: the weights with the model's optimizer state.
+    pub fn save_checkpoint(&self, ty: SaveType) -> Result<Vec<u8>, ModelError> {
+        save_gguf(&self.model, &self.tokenizer, ty, true)
     }
 }

@@ -28,6 +28,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 use core::cell::Cell;
 
+use super::checkpoint::{plan_state, read_meta, split_state_name, OptState};
 use super::context::{Gpt2, Gpt2Options};
 use super::gpt2::{block_index, global_weight_shapes, is_matrix_weight, layer_weight_shapes, weight_on_gpu, Hparams};
 use super::plan_backend::PlanBackend;
@@ -288,6 +289,58 @@ struct CheckedSink {
     estimate: Option<LoadEstimate>,
     /// Why the header was refused, kept typed for the caller.
     rejected: Option<ModelError>,
+    /// A checkpoint's optimizer state, read apart from the weights ([`StateSink`]).
+    state: Option<StateSink>,
+}
+
+/// Where a checkpoint's optimizer state tensors go as the file streams in: straight into the
+/// rows of the state's `[n, rows]` tensors (checkpoint.rs), never into the weight buffers.
+struct StateSink {
+    state: OptState,
+    /// Per file tensor: `(state index, byte offset of its row)` for a state tensor.
+    slots: Vec<Option<(usize, usize)>>,
+    /// Per file tensor: its index among the weights (what the buffer loader sees).
+    weight_index: Vec<usize>,
+}
+
+impl StateSink {
+    /// The state a checkpoint's header declares (None: no `ggweb.optimizer.type`), zeroed,
+    /// in buffers of `buft` (the host's).
+    fn new(header: &GgufHeader, buft: &dyn BufferType) -> Result<Option<StateSink>, ModelError> {
+        let Some(meta) = read_meta(header)? else { return Ok(None) };
+        let (slots, params) =
+            plan_state(header, &meta, |w| header.tensor_info(w).is_some() && split_state_name(w).is_none())?;
+        let mut state = OptState::alloc(meta, None, &params, buft)?;
+        state.resume = true;
+        let mut n = 0;
+        let weight_index = slots
+            .iter()
+            .map(|s| {
+                n += s.is_none() as usize;
+                n.saturating_sub(1)
+            })
+            .collect();
+        Ok(Some(StateSink { state, slots, weight_index }))
+    }
+
+    /// The header without the state tensors.
+    fn weights_header(&self, header: &GgufHeader) -> GgufHeader {
+        header.retain_tensors(|t| split_state_name(&t.name).is_none())
+    }
+}
+
+/// Host bytes a checkpoint's state takes besides its tensors in the file: each trained
+/// tensor's gradient row (the first state tensor of each: `.adam_m`, `.momentum`).
+fn state_extra_bytes(header: &GgufHeader) -> u64 {
+    if header.get("ggweb.optimizer.type").is_none() {
+        return 0;
+    }
+    header
+        .tensors
+        .iter()
+        .filter(|t| t.name.ends_with(".adam_m") || t.name.ends_with(".momentum"))
+        .map(|t| t.nbytes as u64)
+        .sum()
 }
 
 /// The header's model, checked in the order that makes a lying file a format error: the
@@ -311,6 +364,7 @@ impl CheckedSink {
     fn check(&self, header: &GgufHeader) -> Result<(Hparams, Tokenizer, LoadEstimate), ModelError> {
         let (hp, tok) = check_header(header)?;
         let mut est = LoadEstimate::new(header, &hp, &self.opts, self.alignment)?;
+        est.weights = est.weights.saturating_add(state_extra_bytes(header));
         // A split whose head is on the GPU and embeddings are not copies a tied output
         // projection there (duplicate_tied_output): token_embd once more.
         if let Some(gpu_layers) = self.split_gpu_layers {
@@ -496,11 +550,33 @@ impl TensorSink for CheckedSink {
                 return Err(GgufError::new(crate::gguf::GgufErrorKind::Rejected(msg)));
             }
         }
-        self.inner.on_header(header)
+        let host = self.backends.last().expect("at least one backend").buffer_type();
+        match StateSink::new(header, &*host) {
+            Ok(Some(s)) => {
+                let weights = s.weights_header(header);
+                self.state = Some(s);
+                self.inner.on_header(&weights)
+            }
+            Ok(None) => self.inner.on_header(header),
+            Err(e) => {
+                let msg = e.to_string();
+                self.rejected = Some(e);
+                Err(GgufError::new(crate::gguf::GgufErrorKind::Rejected(msg)))
+            }
+        }
     }
 
     fn write(&mut self, tensor_index: usize, offset: usize, bytes: &[u8]) -> Result<(), GgufError> {
-        self.inner.write(tensor_index, offset, bytes)
+        match &self.state {
+            Some(s) => match s.slots[tensor_index] {
+                Some((k, row)) => {
+                    s.state.tensors[k].1.set_bytes(bytes, row + offset);
+                    Ok(())
+                }
+                None => self.inner.write(s.weight_index[tensor_index], offset, bytes),
+            },
+            None => self.inner.write(tensor_index, offset, bytes),
+        }
     }
 }
 
@@ -600,6 +676,7 @@ impl ModelLoader {
             tied: Rc::new(Cell::new(false)),
             estimate: None,
             rejected: None,
+            state: None,
         };
         ModelLoader { reader, sink, backends, opts }
     }
@@ -669,6 +746,10 @@ impl ModelLoader {
     pub fn finish(self) -> Result<LoadedModel, ModelError> {
         let header = self.reader.finish()?;
         let (hparams, tokenizer) = self.sink.checked.ok_or_else(|| ModelError::Format("no GGUF header".into()))?;
+        let header = match &self.sink.state {
+            Some(s) => s.weights_header(&header),
+            None => header,
+        };
         let mut loaded = self.sink.inner.into_loaded(header)?;
         let file_meta = core::mem::take(&mut loaded.header.metadata)
             .into_iter()
@@ -677,6 +758,7 @@ impl ModelLoader {
         let mut model = Gpt2::with_backends(hparams, loaded.ctx, loaded.buffers, self.backends, &self.opts)?;
         model.budget = self.sink.budget;
         model.file_meta = file_meta;
+        model.opt_state = self.sink.state.map(|s| s.state);
         Ok(LoadedModel { model, tokenizer })
     }
 }

@@ -9,6 +9,7 @@ use alloc::string::String;
 use alloc::vec;
 use alloc::vec::Vec;
 
+use super::checkpoint::{plan_state, read_meta, split_state_name, OptState};
 use super::gpt2::{block_index, Hparams};
 use super::lora::{Lora, LoraConfig, Target};
 use super::ModelError;
@@ -21,8 +22,10 @@ fn format_err(m: String) -> ModelError {
 }
 
 impl Lora {
-    /// The adapter as a llama.cpp LoRA GGUF with F32 or F16 tensors.
-    pub fn to_gguf(&self, ty: GgmlType) -> Result<Vec<u8>, ModelError> {
+    /// The adapter as a llama.cpp LoRA GGUF with F32 or F16 tensors; with `state`, a ggweb
+    /// checkpoint: the adapter's optimizer state after its tensors (checkpoint.rs), which
+    /// llama.cpp refuses.
+    pub fn to_gguf(&self, ty: GgmlType, state: Option<&OptState>) -> Result<Vec<u8>, ModelError> {
         if !matches!(ty, GgmlType::F32 | GgmlType::F16) {
             return Err(ModelError::Invalid(format!("saveLora: type must be 'f32' or 'f16', got {ty}")));
         }
@@ -42,6 +45,22 @@ impl Lora {
             };
             w.add_tensor(&t.name(), ty, &t.ne[..2], data).map_err(gguf)?;
         }
+        if let Some(st) = state {
+            for (k, v) in st.kvs() {
+                w.add_kv(k, v).map_err(gguf)?;
+            }
+            for (name, t, offset) in st.file_tensors() {
+                let mut data = vec![0u8; t.ne[0] as usize * 4];
+                t.try_get_bytes(&mut data, offset)?;
+                let weight = split_state_name(&name).map_or("", |(w, _)| w);
+                let ne = self
+                    .tensors()
+                    .into_iter()
+                    .find(|x| x.name() == weight)
+                    .map_or([t.ne[0], 1], |x| [x.ne[0], x.ne[1]]);
+                w.add_tensor(&name, GgmlType::F32, &ne, data).map_err(gguf)?;
+            }
+        }
         Ok(w.to_bytes())
     }
 
@@ -50,8 +69,15 @@ impl Lora {
     /// ffn_down) with one rank; LayerNorm tensors are skipped as llama.cpp skips them; a
     /// target adapted in some blocks only is zero in the others (B = 0: no change there). An
     /// alpha of 0 (llama.cpp: no scaling) reads as alpha = rank. `format` naming what is wrong.
-    pub fn from_gguf(bytes: &[u8], hp: &Hparams, backend: &dyn Backend) -> Result<Lora, ModelError> {
+    /// A ggweb checkpoint's optimizer state (`saveLora({ optimizer: true })`) comes back
+    /// beside it, to be resumed.
+    pub fn from_gguf(
+        bytes: &[u8],
+        hp: &Hparams,
+        backend: &dyn Backend,
+    ) -> Result<(Lora, Option<OptState>), ModelError> {
         let h = read_header(bytes, bytes.len() as u64, Limits::default())?;
+        let meta = read_meta(&h)?;
         let s = |k: &str| h.get(k).and_then(GgufValue::as_str);
         if s("general.type") != Some("adapter") || s("adapter.type") != Some("lora") {
             return Err(format_err(format!(
@@ -72,6 +98,9 @@ impl Lora {
         let mut found: Vec<(usize, Target, bool, usize)> = Vec::new();
         let mut rank = None;
         for (i, t) in h.tensors.iter().enumerate() {
+            if meta.is_some() && split_state_name(&t.name).is_some() {
+                continue; // optimizer state, read below
+            }
             let (weight, is_b) = match (t.name.strip_suffix(".lora_a"), t.name.strip_suffix(".lora_b")) {
                 (Some(w), _) => (w, false),
                 (_, Some(w)) => (w, true),
@@ -146,6 +175,20 @@ impl Lora {
             let dst = if is_b { &p.b } else { &p.a };
             dst.set_bytes(bytemuck::cast_slice(&vals), 0);
         }
-        Ok(lora)
+        let Some(meta) = meta else { return Ok((lora, None)) };
+        let names: Vec<String> = lora.tensors().iter().map(|t| t.name()).collect();
+        let (slots, params) = plan_state(&h, &meta, |w| names.iter().any(|n| n == w))?;
+        let mut state = OptState::alloc(meta, Some(lora.cfg.clone()), &params, &*backend.buffer_type())?;
+        for (i, slot) in slots.iter().enumerate() {
+            let Some((k, offset)) = *slot else { continue };
+            let info = &h.tensors[i];
+            let start = (h.data_offset + info.offset) as usize;
+            let data = bytes
+                .get(start..start + info.nbytes)
+                .ok_or_else(|| format_err(format!("tensor '{}' runs past the end of the file", info.name)))?;
+            state.tensors[k].1.set_bytes(data, offset);
+        }
+        state.resume = true;
+        Ok((lora, Some(state)))
     }
 }

@@ -1,6 +1,7 @@
 //! Models built on the tensor core. One file per model ([`gpt2`]), plus [`sampling`],
 //! [`logprobs`], [`stop`] strings, and the [`session`] core that every front end drives.
 
+pub mod checkpoint;
 pub mod context;
 pub mod export;
 pub mod gpt2;
@@ -13,6 +14,7 @@ pub mod loader;
 pub mod logprobs;
 pub mod lora;
 mod lora_gguf;
+pub mod optimizer;
 pub mod plan;
 mod plan_backend;
 #[cfg(feature = "std")]

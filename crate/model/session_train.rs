@@ -83,22 +83,42 @@ impl Session {
         self.end_generation();
         self.train = None;
         self.model.weights.lora = None;
+        if self.model.opt_state.as_ref().is_some_and(|o| o.lora.is_some()) {
+            self.model.opt_state = None; // the adapter's
+        }
         self.clear_cache();
         self.cache_hooks.clear();
         true
     }
 
-    /// `model.saveLora({ type })`: the model's adapter as a llama.cpp LoRA GGUF (F32 or F16);
-    /// `invalid` when it has none.
-    pub fn save_lora(&self, ty: GgmlType) -> Result<Vec<u8>, ModelError> {
+    /// `model.saveLora({ type, optimizer })`: the model's adapter as a llama.cpp LoRA GGUF
+    /// (F32 or F16); with `optimizer`, a ggweb checkpoint: the adapter's optimizer state
+    /// beside it (checkpoint.rs). `invalid` when it has no adapter, or no state of it.
+    pub fn save_lora(&self, ty: GgmlType, optimizer: bool) -> Result<Vec<u8>, ModelError> {
         let l = self.model.weights.lora.as_ref().ok_or_else(|| {
             ModelError::Invalid("saveLora: the model has no LoRA adapter (train one: train(data, { lora }))".into())
         })?;
-        l.to_gguf(ty)
+        let state = match (optimizer, &self.model.opt_state) {
+            (false, _) => None,
+            (true, Some(o)) if o.lora.is_some() => Some(o),
+            (true, Some(_)) => return Err(ModelError::Invalid(
+                "saveLora: optimizer: the model's optimizer state is of its full weights (save({ optimizer: true }) \
+                     writes it), not of the adapter"
+                    .into(),
+            )),
+            (true, None) => {
+                return Err(ModelError::Invalid(
+                    "saveLora: optimizer: the model has no optimizer state of its adapter (train it first)".into(),
+                ))
+            }
+        };
+        l.to_gguf(ty, state)
     }
 
     /// `Model.load(base, { lora })`: puts the adapter of a llama.cpp LoRA GGUF on the model
-    /// (replacing any; a model on the CPU only). Nothing changes when the file is refused.
+    /// (replacing any; a model on the CPU only), with its optimizer state when the file is a
+    /// checkpoint (`saveLora({ optimizer: true })`): the next `train` of that adapter resumes
+    /// it. Nothing changes when the file is refused.
     pub fn load_lora(&mut self, bytes: &[u8]) -> Result<(), ModelError> {
         let backends = self.model.sched.backends();
         if backends.len() != 1 || !backends[0].buffer_type().is_host() {
@@ -106,18 +126,23 @@ impl Session {
                 "LoRA adapters run on the CPU for now: load the model with backend 'cpu'".into(),
             ));
         }
-        let l = Lora::from_gguf(bytes, &self.model.hparams, &*backends[0])?;
+        let (l, state) = Lora::from_gguf(bytes, &self.model.hparams, &*backends[0])?;
         self.end_generation();
         self.train = None;
         self.model.weights.lora = Some(l);
+        self.model.opt_state = state;
         self.clear_cache();
         self.cache_hooks.clear();
         Ok(())
     }
 
-    /// Ends the run in progress (its state freed; the model keeps the trained weights).
+    /// Ends the run in progress (its compute buffers freed): the model keeps the trained
+    /// weights and the run's optimizer state, which `save` / `saveLora({ optimizer: true })`
+    /// write, until the next run or `dropLora` (for an adapter's).
     pub fn train_end(&mut self) -> Option<TrainStats> {
         let t = self.train.take()?;
-        Some(TrainStats { stop: if t.done() { "steps" } else { "cancelled" }, steps: t.step, tokens: t.tokens })
+        let stats = TrainStats { stop: if t.done() { "steps" } else { "cancelled" }, steps: t.step, tokens: t.tokens };
+        self.model.opt_state = Some(t.into_state());
+        Some(stats)
     }
 }

@@ -30,9 +30,11 @@ use alloc::string::String;
 use alloc::vec;
 use alloc::vec::Vec;
 
+use super::checkpoint::{describe, OptMeta, OptState};
 use super::context::Gpt2;
 use super::gpt2::{build_graph_with, GraphIo, Ubatch, Weights};
 use super::lora::{Lora, LoraConfig};
+pub use super::optimizer::{Optimizer, MAX_STEPS};
 use super::ModelError;
 use crate::allocator::alloc_tensors;
 use crate::backend::{Backend, BackendError, Buffer};
@@ -40,31 +42,6 @@ use crate::graph::Graph;
 use crate::sched::Sched;
 use crate::tensor::{Context, ContextParams, Tensor, TENSOR_OVERHEAD};
 use crate::types::GgmlType;
-
-/// The optimizer of a run (PyTorch's, with the contract's defaults filled in).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Optimizer {
-    /// `torch.optim.AdamW`: decoupled weight decay, bias correction.
-    AdamW { lr: f32, beta1: f32, beta2: f32, eps: f32, weight_decay: f32 },
-    /// `torch.optim.SGD`: coupled L2 decay, momentum without dampening.
-    Sgd { lr: f32, momentum: f32, weight_decay: f32 },
-}
-
-impl Optimizer {
-    pub fn lr(&self) -> f32 {
-        match *self {
-            Optimizer::AdamW { lr, .. } | Optimizer::Sgd { lr, .. } => lr,
-        }
-    }
-    /// Rows of a weight's state: the gradient, then m and v (AdamW) or the momentum buffer.
-    fn state_rows(&self) -> i64 {
-        match *self {
-            Optimizer::AdamW { .. } => 3,
-            Optimizer::Sgd { momentum, .. } if momentum != 0.0 => 2,
-            Optimizer::Sgd { .. } => 1,
-        }
-    }
-}
 
 /// How the learning rate falls after the warmup.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,9 +91,6 @@ pub struct TrainConfig {
     /// Train a low-rank adapter ([`super::lora`]) instead of the weights.
     pub lora: Option<LoraConfig>,
 }
-
-/// The most updates one run may take.
-pub const MAX_STEPS: u32 = 1 << 24;
 
 impl TrainConfig {
     /// `invalid` naming the option (in the API's spelling) that cannot work.
@@ -186,11 +160,12 @@ pub struct TrainMemory {
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[cfg_attr(feature = "std", derive(serde::Serialize))]
 pub struct TrainStep {
-    /// Updates done (from 1).
+    /// Updates done (from 1; a run resumed from a checkpoint goes on from its count).
     pub step: u32,
     /// The batch's mean loss, before this update.
     pub loss: f32,
-    /// Tokens trained on so far (every token of every sequence of every update).
+    /// Tokens trained on so far (every token of every sequence of every update; a resumed
+    /// run's include the checkpoint's).
     pub tokens: u64,
 }
 
@@ -218,13 +193,18 @@ pub struct Trainer {
     opt: Graph,
     sched: Sched,
     backend: Rc<dyn Backend>,
-    /// Headers of the backward and optimizer nodes, the states' headers and memory.
+    /// Headers of the backward and optimizer nodes; the hyper-parameters' header and memory.
     _ctx: Context,
-    _state_ctx: Context,
-    _state_buffers: Vec<Rc<dyn Buffer>>,
-    /// Updates done.
+    _hyper_ctx: Context,
+    _hyper_buffers: Vec<Rc<dyn Buffer>>,
+    /// The params' state (a resumed checkpoint's, or new), kept by the model after the run.
+    state: OptState,
+    /// Updates done, counting a resumed checkpoint's (`step − start` by this run).
     pub step: u32,
+    start: u32,
     pub tokens: u64,
+    /// Sequences trained on, counting a resumed checkpoint's: the next batch starts here.
+    sequences: u64,
     /// Each weight's gradient L2 norm (GGUF name, norm) at the last update, before clipping,
     /// and their global norm: computed when clipping, or when asked ([`Trainer::norms`]).
     pub grad_norms: Vec<(String, f64)>,
@@ -316,9 +296,26 @@ fn f32_copies(weights: &[Tensor], backend: &dyn Backend) -> Result<(Context, Vec
 impl Trainer {
     /// Plans a run over `model`'s weights on `seqs` (token ids, each `cfg.seq_len` long):
     /// converts the weights to F32 when needed (the model keeps them), allocates the state,
-    /// builds and plans the training and optimizer graphs. Nothing of the model changes when
-    /// this fails.
+    /// builds and plans the training and optimizer graphs. A model loaded from a checkpoint
+    /// with optimizer state (checkpoint.rs) resumes it, when it is of this optimizer, adapter
+    /// shape and trained tensors (`invalid` naming what differs); any other state the model
+    /// holds (its last run's) is freed first, and the run starts a new one. Nothing else of
+    /// the model changes when this fails.
     pub fn new(model: &mut Gpt2, seqs: Vec<Vec<u32>>, cfg: TrainConfig) -> Result<Trainer, ModelError> {
+        let mut resume = model.opt_state.take().filter(|o| o.resume);
+        let r = Trainer::new_with(model, seqs, cfg, &mut resume);
+        if r.is_err() {
+            model.opt_state = resume; // still the checkpoint's, to resume later
+        }
+        r
+    }
+
+    fn new_with(
+        model: &mut Gpt2,
+        seqs: Vec<Vec<u32>>,
+        cfg: TrainConfig,
+        resume: &mut Option<OptState>,
+    ) -> Result<Trainer, ModelError> {
         let hp = model.hparams.clone();
         cfg.check(model.n_ctx())?;
         if seqs.is_empty() {
@@ -346,8 +343,11 @@ impl Trainer {
                 backends.iter().map(|b| b.name()).collect::<Vec<_>>().join(" + ")
             )));
         }
+        if let Some(r) = resume.as_ref() {
+            check_resume(r, &cfg)?;
+        }
         if let Some(lc) = &cfg.lora {
-            return Trainer::new_lora(model, seqs, cfg.clone(), lc.clone(), backends);
+            return Trainer::new_lora(model, seqs, cfg.clone(), lc.clone(), backends, resume);
         }
         if let Some(l) = &model.weights.lora {
             return Err(ModelError::Invalid(format!(
@@ -387,7 +387,7 @@ impl Trainer {
         };
         let w = new_weights.as_ref().unwrap_or(&model.weights);
         let params: Vec<(Tensor, bool)> = weight_list(w).into_iter().map(|t| (t.clone(), t.n_dims() >= 2)).collect();
-        let t = Trainer::plan(model, w, seqs, cfg, params, (memory, limit, "f32 weights"), backends)?;
+        let t = Trainer::plan(model, w, seqs, cfg, params, (memory, limit, "f32 weights"), backends, resume)?;
         // Everything planned: the model trains (and keeps) the f32 weights from here on.
         if let (Some((wctx, buffers)), Some(nw)) = (converted, new_weights) {
             model.weights = nw;
@@ -408,6 +408,7 @@ impl Trainer {
         cfg: TrainConfig,
         lc: LoraConfig,
         backends: Vec<Rc<dyn Backend>>,
+        resume: &mut Option<OptState>,
     ) -> Result<Trainer, ModelError> {
         let hp = model.hparams.clone();
         lc.check_model(&hp)?;
@@ -440,7 +441,8 @@ impl Trainer {
         }
         let params: Vec<(Tensor, bool)> =
             model.weights.lora.as_ref().expect("installed").tensors().into_iter().map(|t| (t, true)).collect();
-        let r = Trainer::plan(model, &model.weights, seqs, cfg, params, (memory, limit, "LoRA A and B"), backends);
+        let r =
+            Trainer::plan(model, &model.weights, seqs, cfg, params, (memory, limit, "LoRA A and B"), backends, resume);
         if r.is_err() && fresh {
             model.weights.lora = None; // nothing of the model changes when planning fails
         }
@@ -458,31 +460,51 @@ impl Trainer {
         params: Vec<(Tensor, bool)>,
         (memory, limit, what): (TrainMemory, Option<u64>, &str),
         backends: Vec<Rc<dyn Backend>>,
+        resume: &mut Option<OptState>,
     ) -> Result<Trainer, ModelError> {
         let hp = &model.hparams;
         let backend = backends[0].clone();
-        let rows = cfg.optimizer.state_rows();
-        // The state and the optimizer's hyper-parameters, planned with the weights.
-        let state_ctx = Context::new(ContextParams { mem_size: (params.len() + 4) * TENSOR_OVERHEAD, no_alloc: true });
-        let mut states = Vec::with_capacity(params.len());
-        for (p, _) in &params {
-            let s = state_ctx.new_tensor_2d(GgmlType::F32, p.nelements(), rows);
-            s.set_name(&format!("{}.opt_state", p.name()));
-            states.push(s);
-        }
+        let names: Vec<(String, i64)> = params.iter().map(|(t, _)| (t.name(), t.nelements())).collect();
+        // The state: the checkpoint's (of these tensors), or new, planned with the weights.
+        // Plain SGD's is the gradient alone: nothing of a checkpoint to resume but the counts.
+        let keeps = cfg.optimizer.state_rows() > 1;
+        let fresh = match resume.as_ref() {
+            Some(r) if keeps => {
+                check_resume_tensors(r, &names)?;
+                None
+            }
+            Some(r) => Some(OptState::alloc(r.meta, cfg.lora.clone(), &names, &*backend.buffer_type())?),
+            None => {
+                let meta = OptMeta {
+                    optimizer: cfg.optimizer,
+                    step: 0,
+                    tokens: 0,
+                    sequences: 0,
+                    seq_len: cfg.seq_len as u32,
+                    batch_size: cfg.batch_size as u32,
+                };
+                Some(OptState::alloc(meta, cfg.lora.clone(), &names, &*backend.buffer_type()).map_err(|e| match e {
+                    ModelError::OverBudget { needed, limit, .. } => {
+                        over_budget("training's optimizer state".into(), needed, limit)
+                    }
+                    e => e,
+                })?)
+            }
+        };
+        let state_of = |name: &str| -> Tensor {
+            let s = fresh.as_ref().or(resume.as_ref()).expect("one of them");
+            s.get(name).expect("a state per param").clone()
+        };
+        // The optimizer's hyper-parameters: `[0]` for decayed weights, `[1]` for the rest.
+        let hyper_ctx = Context::new(ContextParams { mem_size: 3 * TENSOR_OVERHEAD, no_alloc: true });
         let n_hyper = 8;
-        let hyper = [state_ctx.new_tensor_1d(GgmlType::F32, n_hyper), state_ctx.new_tensor_1d(GgmlType::F32, n_hyper)];
+        let hyper = [hyper_ctx.new_tensor_1d(GgmlType::F32, n_hyper), hyper_ctx.new_tensor_1d(GgmlType::F32, n_hyper)];
         hyper[0].set_name("opt_hyper");
         hyper[1].set_name("opt_hyper.no_decay");
-        let mut all = states.clone();
-        all.extend(hyper.iter().cloned());
-        let state_buffers =
-            alloc_tensors(&all, &*backend.buffer_type()).map_err(|e| oom("training's optimizer state", e))?;
-        for b in &state_buffers {
-            b.clear(0);
-        }
+        let hyper_buffers =
+            alloc_tensors(&hyper, &*backend.buffer_type()).map_err(|e| oom("training's optimizer state", e))?;
         let params: Vec<Param> =
-            params.into_iter().zip(states).map(|((t, decay), state)| Param { t, state, decay }).collect();
+            params.into_iter().map(|(t, decay)| Param { state: state_of(&t.name()), t, decay }).collect();
 
         // The training graph: one sequence forward, its weighted log-probabilities (the loss),
         // the backward pass, each param's gradient added into its state's row 0.
@@ -547,6 +569,21 @@ impl Trainer {
         let compute = (0..sched.n_backends()).map(|i| sched.compute_buffer_size(i) as u64).sum();
         let memory = TrainMemory { compute, ..memory };
         check_budget(limit, &memory, what)?;
+        // Planned: a resumed checkpoint's state is the run's from here on.
+        let mut state = match fresh {
+            Some(mut f) => {
+                if let Some(r) = resume.take() {
+                    f.meta = r.meta;
+                }
+                f
+            }
+            None => resume.take().expect("resumed"),
+        };
+        state.resume = false;
+        let (start, tokens, sequences) = (state.meta.step, state.meta.tokens, state.meta.sequences);
+        state.meta.optimizer = cfg.optimizer;
+        state.meta.seq_len = cfg.seq_len as u32;
+        state.meta.batch_size = cfg.batch_size as u32;
         Ok(Trainer {
             memory,
             seqs,
@@ -560,10 +597,13 @@ impl Trainer {
             sched,
             backend,
             _ctx: ctx,
-            _state_ctx: state_ctx,
-            _state_buffers: state_buffers,
-            step: 0,
-            tokens: 0,
+            _hyper_ctx: hyper_ctx,
+            _hyper_buffers: hyper_buffers,
+            state,
+            step: start,
+            start,
+            tokens,
+            sequences,
             grad_norms: Vec::new(),
             grad_norm: None,
             norms: false,
@@ -573,12 +613,13 @@ impl Trainer {
 
     /// Whether every update has been done.
     pub fn done(&self) -> bool {
-        self.step >= self.cfg.steps
+        self.step - self.start >= self.cfg.steps
     }
 
     /// The learning rate of the next update.
     pub fn lr(&self) -> f32 {
-        let f = self.cfg.schedule.map_or(1.0, |s| s.factor(self.step, self.cfg.steps));
+        // A resumed run's schedule spans the checkpoint's updates and its own.
+        let f = self.cfg.schedule.map_or(1.0, |s| s.factor(self.step, self.start + self.cfg.steps));
         (self.cfg.optimizer.lr() as f64 * f) as f32
     }
 
@@ -588,7 +629,7 @@ impl Trainer {
     /// the last finished update.
     pub async fn step(&mut self, n_vocab: usize) -> Result<TrainStep, ModelError> {
         // The gradient rows are zero here: allocated so, and each optimizer step zeroes them.
-        let (b, t, k) = (self.cfg.batch_size, self.cfg.seq_len, self.step as usize);
+        let (b, t) = (self.cfg.batch_size, self.cfg.seq_len);
         let mut loss = 0f64;
         let coef = -1.0 / (b * (t - 1)) as f32;
         let mut w = vec![0f32; n_vocab * t];
@@ -596,7 +637,7 @@ impl Trainer {
             (0..t).flat_map(|i| (0..t).map(move |j| if j <= i { 0.0 } else { f32::NEG_INFINITY })).collect();
         let pos: Vec<i32> = (0..t as i32).collect();
         for i in 0..b {
-            let seq = &self.seqs[(k * b + i) % self.seqs.len()];
+            let seq = &self.seqs[((self.sequences + i as u64) % self.seqs.len() as u64) as usize];
             w.iter_mut().for_each(|x| *x = 0.0);
             for p in 0..t - 1 {
                 w[p * n_vocab + seq[p + 1] as usize] = coef;
@@ -617,6 +658,7 @@ impl Trainer {
         self.backend.graph_compute(&self.opt)?;
         self.step += 1;
         self.tokens += (b * t) as u64;
+        self.sequences += b as u64;
         Ok(TrainStep { step: self.step, loss: loss as f32, tokens: self.tokens })
     }
 
@@ -663,6 +705,82 @@ impl Trainer {
     }
 }
 
+impl Trainer {
+    /// Updates done by this run (not a resumed checkpoint's).
+    pub fn run_steps(&self) -> u32 {
+        self.step - self.start
+    }
+
+    /// The run's optimizer state, for the model to keep once the run ends (its gradient
+    /// rows are zero: each update's optimizer step zeroes them).
+    pub fn into_state(self) -> OptState {
+        let mut s = self.state;
+        s.meta.step = self.step;
+        s.meta.tokens = self.tokens;
+        s.meta.sequences = self.sequences;
+        s
+    }
+}
+
+/// `invalid` when a checkpoint's state cannot go on under `cfg`: another optimizer (or SGD's
+/// momentum buffer present on one side only), or an adapter where it has the weights' state
+/// or the other way round, or an adapter of another shape.
+fn check_resume(r: &OptState, cfg: &TrainConfig) -> Result<(), ModelError> {
+    let (had, asked) = (r.meta.optimizer, cfg.optimizer);
+    if core::mem::discriminant(&had) != core::mem::discriminant(&asked) || had.state_rows() != asked.state_rows() {
+        return Err(ModelError::Invalid(format!(
+            "train: the model's checkpoint has the optimizer state of {}, and optimizer asks for {}: resume \
+             with the same optimizer (or load the weights without optimizer state)",
+            describe(&had),
+            describe(&asked)
+        )));
+    }
+    let shape = |l: &Option<LoraConfig>| match l {
+        None => String::from("the full weights"),
+        Some(c) => format!(
+            "a LoRA adapter of rank {}, alpha {} on {}",
+            c.rank,
+            c.alpha,
+            c.targets.iter().map(|t| t.name()).collect::<Vec<_>>().join(", ")
+        ),
+    };
+    if r.lora != cfg.lora {
+        return Err(ModelError::Invalid(format!(
+            "train: the model's checkpoint has the optimizer state of {}, and this run trains {}",
+            shape(&r.lora),
+            shape(&cfg.lora)
+        )));
+    }
+    Ok(())
+}
+
+/// `invalid` naming the first trained tensor whose state the checkpoint lacks (or has of
+/// another size), or the first it has state of that the run does not train.
+fn check_resume_tensors(r: &OptState, params: &[(String, i64)]) -> Result<(), ModelError> {
+    for (name, n) in params {
+        match r.get(name) {
+            Some(t) if t.ne[0] == *n => {}
+            Some(t) => {
+                return Err(ModelError::Invalid(format!(
+                    "train: the checkpoint's optimizer state of '{name}' has {} elements, the tensor {n}",
+                    t.ne[0]
+                )))
+            }
+            None => {
+                return Err(ModelError::Invalid(format!(
+                    "train: the checkpoint has no optimizer state of '{name}', which this run trains"
+                )))
+            }
+        }
+    }
+    if let Some((extra, _)) = r.tensors.iter().find(|(n, _)| !params.iter().any(|(p, _)| p == n)) {
+        return Err(ModelError::Invalid(format!(
+            "train: the checkpoint has optimizer state of '{extra}', which this run does not train"
+        )));
+    }
+    Ok(())
+}
+
 // ts: export TrainStats
 /// How a training run ended (`await run.stats`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -672,8 +790,9 @@ pub struct TrainStats {
     /// the signal or dispose()).
     // ts: 'steps' | 'cancelled'
     pub stop: &'static str,
-    /// Updates done: the model holds the weights after the last of them.
+    /// Updates done: the model holds the weights after the last of them (a run resumed from a
+    /// checkpoint counts the checkpoint's, as its items' `step` does).
     pub steps: u32,
-    /// Tokens trained on.
+    /// Tokens trained on (a resumed run: the checkpoint's included).
     pub tokens: u64,
 }

@@ -2,7 +2,8 @@
 //! tests/fixtures/tiny-f32.train-ref (AdamW, the untied head, a linear schedule, batch 1) on
 //! the session core, every step's loss within 1e-4 relative and the trained logits within 1e-3
 //! of PyTorch's (tests/support/train_ref.rs, as natively in tests/model/train.rs).
-//! And the `lora_adamw` case with `drop_lora` (as natively in tests/model/lora.rs).
+//! And the `lora_adamw` case with `drop_lora` (as natively in tests/model/lora.rs), and an
+//! optimizer checkpoint resumed as one run (tests/model/checkpoint.rs).
 
 use std::rc::Rc;
 
@@ -47,4 +48,50 @@ fn lora_adamw_matches_pytorch_and_drop_lora_restores_the_base() {
     assert!(s.drop_lora());
     let after = ggweb::model::context::block_on(s.logits(&held)).unwrap();
     assert!(before.iter().zip(&after).all(|(a, b)| a.to_bits() == b.to_bits()), "dropLora's logits are not the base's");
+}
+
+/// An optimizer checkpoint in wasm (as natively in tests/model/checkpoint.rs, shorter: the
+/// page blocks while a test runs, and the runner gives up on a renderer silent for 30 s): the
+/// `adamw` case's 3 updates, `save({ optimizer: true })`'s bytes loaded back, 3 more give the
+/// 6-update run's losses and trained logits bit for bit, and PyTorch's losses within 1e-4.
+#[wasm_bindgen_test]
+fn adamw_resumes_from_an_optimizer_checkpoint_as_one_run() {
+    use ggweb::common::options::{from_value, TrainParams};
+    use ggweb::model::context::block_on;
+    use ggweb::model::export::SaveType;
+    let r = Ref::from_parts(REF_JSON, REF_BIN);
+    let case = r.case("adamw");
+    let cfg = |steps: u32| {
+        let mut o = case["options"].clone();
+        o["steps"] = steps.into();
+        let p: TrainParams = from_value("train options", o).unwrap();
+        p.config(256).unwrap()
+    };
+    let session = |bytes: &[u8]| {
+        Session::new(load_from_bytes_on(bytes, Rc::new(CpuBackend::new(1)), Gpt2Options::default()).unwrap())
+    };
+    let run = |s: &mut Session, steps: u32| {
+        s.train_start(r.sequences(), cfg(steps)).unwrap();
+        let mut out = Vec::new();
+        while let Some(step) = block_on(s.train_step()).unwrap() {
+            out.push((step.step, step.loss));
+        }
+        s.train_end().unwrap();
+        out
+    };
+    let held = r.ids("held");
+    let mut whole = session(TINY_F32);
+    let all = run(&mut whole, 6);
+    let want = block_on(whole.logits(&held)).unwrap();
+    let mut first = session(TINY_F32);
+    run(&mut first, 3);
+    let mut resumed = session(&first.save_checkpoint(SaveType::F32).unwrap());
+    let tail = run(&mut resumed, 3);
+    assert_eq!(tail[..], all[3..]);
+    assert!(block_on(resumed.logits(&held)).unwrap() == want, "the resumed logits are not the 6-update run's");
+    let losses = case["losses"].as_array().unwrap();
+    for &(step, loss) in &tail {
+        let w = losses[step as usize - 1].as_f64().unwrap();
+        assert!((loss as f64 - w).abs() <= 1e-4 * w, "step {step}: {loss} against PyTorch's {w}");
+    }
 }

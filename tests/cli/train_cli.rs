@@ -205,7 +205,7 @@ fn lora_equals_the_library_and_its_adapter_applies() {
         // The first update's loss is the base model's (B starts at 0); the loss falls.
         assert!(want[4] < want[0], "{file}: {want:?}");
         let file_bytes = std::fs::read(&out).unwrap();
-        assert!(file_bytes == s.save_lora(ggweb::types::GgmlType::F32).unwrap(), "{file}: not saveLora's bytes");
+        assert!(file_bytes == s.save_lora(ggweb::types::GgmlType::F32, false).unwrap(), "{file}: not saveLora's bytes");
 
         let tuned = block_on(s.logits(&held)).unwrap();
         let mut fresh =

@@ -184,6 +184,7 @@ export class WasmModel {
   train_start() { this.#alive(); throw Object.assign(new Error('train: the fake core has no graph'), { code: 'unsupported' }); }
   async train_step() { this.#alive(); return undefined; }
   train_end() { return null; }
+  train_run_tokens() { return 0; }
   // LoRA: no adapter to drop, save or load.
   drop_lora() { this.#alive(); return false; }
   save() { this.#alive(); throw Object.assign(new Error('save: the fake core has no weights'), { code: 'unsupported' }); }

@@ -8,7 +8,9 @@
 // - a quota too small for the file (CDP Storage.overrideQuotaForOrigin): the load works and
 //   cacheNote says why nothing was stored;
 // - checkpoints: model.save / saveLora({ to: 'opfs', name }) after 3 training steps load back
-//   with Model.load('opfs:name') / { lora: 'opfs:name' } giving the tuned logits;
+//   with Model.load('opfs:name') / { lora: 'opfs:name' } giving the tuned logits; with
+//   optimizer: true, 3 updates, the checkpoint, 3 more == 6 updates (AdamW full, SGD-momentum
+//   LoRA), losses and logits exactly, and another optimizer refused;
 // - typed errors: unknown store, a missing checkpoint, a bad name, OPFS missing ('unsupported').
 //   node --test tests/e2e/opfs.spec.mjs
 import { describe, test } from 'node:test';
@@ -195,6 +197,59 @@ for (const worker of [true, false]) {
       assert.ok(r.loraMoved > 0.05, `LoRA training moved the logits by ${r.loraMoved}`);
       assert.ok(r.loraWorst <= 1e-4, `the OPFS adapter's logits differ from the tuned model's by ${r.loraWorst}`);
       console.log(`${tag}: checkpoint ${r.size} bytes within ${r.worst.toExponential(2)}, adapter ${r.loraSize} bytes within ${r.loraWorst.toExponential(2)}`);
+    });
+
+    test("optimizer checkpoints: save / saveLora({ optimizer: true, to: 'opfs' }) resume as one run", async () => {
+      const r = await ok(worker, `
+        const seqs = arg.sequences.map((s) => new Uint32Array(s));
+        const run = async (m, o) => { const out = []; for await (const s of m.train(seqs, o)) out.push([s.step, s.loss, s.tokens]); return out; };
+        const full = (steps) => ({ seqLen: 16, batchSize: 2, steps, optimizer: { type: 'adamw', lr: 3e-3 } });
+        const lora = (steps) => ({ seqLen: 16, batchSize: 2, steps, seed: 3, optimizer: { type: 'sgd', lr: 0.1, momentum: 0.9 }, lora: { rank: 2, targets: ['attn_qkv', 'ffn_down'] } });
+        const code = (p) => p.then(() => 'ok', (e) => \`\${e.code}: \${e.message}\`);
+        const base = '/tests/fixtures/tiny-f32.gguf';
+
+        const whole = await Model.load(base, opts);
+        const all = await run(whole, full(6));
+        const want = Array.from(await whole.logits(arg.held));
+        await whole.dispose();
+        const a = await Model.load(base, opts);
+        await run(a, full(3));
+        const saved = await a.save({ type: 'f32', optimizer: true, to: 'opfs', name: 'opt-${tag}' });
+        const plainSize = (await a.save({ type: 'f32' })).length;
+        await a.dispose();
+        const back = await Model.load('opfs:opt-${tag}', opts);
+        const wrong = await code(run(back, { ...full(1), optimizer: { type: 'sgd', lr: 0.1 } }));
+        const tail = await run(back, full(3));
+        const got = Array.from(await back.logits(arg.held));
+        await back.dispose();
+
+        const lw = await Model.load(base, opts);
+        const lall = await run(lw, lora(6));
+        const lwant = Array.from(await lw.logits(arg.held));
+        await lw.dispose();
+        const la = await Model.load(base, opts);
+        await run(la, lora(3));
+        await la.saveLora({ optimizer: true, to: 'opfs', name: 'opt-lora-${tag}' });
+        await la.dispose();
+        const lb = await Model.load(base, { ...opts, lora: 'opfs:opt-lora-${tag}' });
+        const ltail = await run(lb, lora(3));
+        const lgot = Array.from(await lb.logits(arg.held));
+        await lb.dispose();
+        await (await navigator.storage.getDirectory()).removeEntry('ggweb-checkpoints', { recursive: true });
+        const same = (x, y) => x.length === y.length && x.every((v, i) => v === y[i]);
+        return { all, tail, saved, plainSize, wrong, logitsSame: same(got, want), lall, ltail, loraSame: same(lgot, lwant) };
+      `, { sequences: REF.sequences, held: REF.held });
+      // The checkpoint holds m and v beside the weights.
+      assert.ok(r.saved.bytes > r.plainSize, `checkpoint ${r.saved.bytes} bytes, plain ${r.plainSize}`);
+      assert.match(r.wrong, /^invalid: .*optimizer state of AdamW, and optimizer asks for SGD/);
+      assert.deepEqual(r.tail, r.all.slice(3), 'updates 4..6 after the OPFS checkpoint against the run of 6');
+      assert.ok(r.logitsSame, 'the resumed model\'s logits are not the uninterrupted run\'s');
+      assert.deepEqual(r.ltail, r.lall.slice(3), 'LoRA updates 4..6 after the adapter checkpoint');
+      assert.ok(r.loraSame, 'the resumed adapter\'s logits are not the uninterrupted run\'s');
+      // AdamW's losses are PyTorch's (the reference's first 6 updates), within 1e-4.
+      const want = REF.cases.find((c) => c.name === 'adamw').losses;
+      r.tail.forEach(([step, loss]) => assert.ok(Math.abs(loss - want[step - 1]) <= 1e-4 * want[step - 1], `step ${step}: ${loss} against ${want[step - 1]}`));
+      console.log(`${tag}: resumed from OPFS (checkpoint ${r.saved.bytes} bytes) as one run, losses and logits exactly`);
     });
 
     test('typed errors: a bad store, a missing checkpoint, a bad name, OPFS missing', async () => {

@@ -214,7 +214,7 @@ fn save_lora_and_load_it_back_give_the_adapted_logits() {
         // step: measured 5.7e-4 (F32 base) and 8.8e-2 (Q8_0 base) of logits the adapter moved ~6.
         let f16_tol = if file.contains("q8_0") { 0.15 } else { 2e-3 };
         for (ty, tol) in [(GgmlType::F32, 0.0f32), (GgmlType::F16, f16_tol)] {
-            let bytes = s.save_lora(ty).unwrap();
+            let bytes = s.save_lora(ty, false).unwrap();
             if let Ok(d) = std::env::var("GGWEB_LORA_DUMP") {
                 // For tests/fixtures/check_lora_llamacpp.py: the adapter, the trained and the
                 // base model's held-prompt logits, as llama.cpp's side of the comparison reads them.
@@ -254,7 +254,7 @@ fn save_lora_and_load_it_back_give_the_adapted_logits() {
     let before = block_on(s.logits(&held)).unwrap();
     let model_file = std::fs::read(fixture("tiny-f32.gguf")).unwrap();
     assert!(matches!(s.load_lora(&model_file), Err(ModelError::Format(m)) if m.contains("general.type")));
-    assert!(matches!(s.save_lora(GgmlType::F32), Err(ModelError::Invalid(m)) if m.contains("no LoRA adapter")));
+    assert!(matches!(s.save_lora(GgmlType::F32, false), Err(ModelError::Invalid(m)) if m.contains("no LoRA adapter")));
     let mut w = ggweb::gguf::GgufWriter::new();
     w.add_kv("general.architecture", GgufValue::String("gpt2".into())).unwrap();
     w.add_kv("general.type", GgufValue::String("adapter".into())).unwrap();

@@ -11,6 +11,7 @@ mod support;
 
 mod abuse;
 mod backward;
+mod checkpoint;
 mod export;
 mod gpt2_fixtures;
 mod gpt2_shared;

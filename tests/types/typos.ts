@@ -44,6 +44,8 @@ export async function typos(): Promise<unknown[]> {
   out.push(await model.save({ type: 'f32', to: 'disk', name: 'x' }));
   // @ts-expect-error: Type '"opf"' is not assignable to type '"cache" | "opfs" | undefined'
   out.push(await Model.cache.list({ store: 'opf' }));
+  // @ts-expect-error: Type 'string' is not assignable to type 'boolean | undefined'
+  out.push(await model.save({ type: 'f32', optimizer: 'yes' }));
   // @ts-expect-error: Type '"q4_0"' is not assignable to type '"f32" | "f16" | "q8_0" | undefined'
   out.push(await model.save({ type: 'q4_0' }));
   // @ts-expect-error: 'offset' does not exist in type

@@ -287,8 +287,11 @@ export async function training(model: Model): Promise<number> {
   const to: SaveToOpfs = { to: 'opfs', name: 'tuned' };
   const ck: SavedCheckpoint = await model.save({ type: 'f16', ...to });
   const ckLora: SavedCheckpoint = await model.saveLora({ to: 'opfs', name: 'adapter' });
+  // Optimizer checkpoints: the optimizer state beside the weights / adapter, resumed by train.
+  const ckOpt: SavedCheckpoint = await model.save({ type: 'f32', optimizer: true, ...to });
+  const loraOpt: Uint8Array = await model.saveLora({ type: 'f32', optimizer: true });
   const fromOpfs = await Model.load(`opfs:${ck.name}`, { lora: `opfs:${ckLora.name}` });
-  last += ck.bytes + ckLora.bytes + (ck.to === 'opfs' ? 1 : 0) + (fromOpfs ? 1 : 0);
+  last += ck.bytes + ckLora.bytes + ckOpt.bytes + loraOpt.length + (ck.to === 'opfs' ? 1 : 0) + (fromOpfs ? 1 : 0);
   if (dropped) last += 1;
   return last + (stats?.steps ?? 0) + (stats?.stop === 'cancelled' ? 1 : 0) + (stream ? 1 : 0) + d.length;
 }
