@@ -149,6 +149,18 @@ export interface LoadOptions extends LoadParams {
   stallTimeoutMs?: number;
   /** Run the model in a Web Worker (default true where Worker exists). */
   worker?: boolean;
+  /** One model for every tab of this origin (default false): the model lives in a
+   *  SharedWorker named by the source's absolute URL, the model options above and `coreUrl`;
+   *  a tab that loads the same with `shared: true` joins it (it downloads nothing and starts
+   *  no worker of its own; info().load.shared). Calls from different tabs run one at a time
+   *  in arrival order ('busy' within a tab as on a private model); a generation nobody reads
+   *  for `stallTimeoutMs` fails with 'timeout' so other tabs go on; a tab that closes cancels
+   *  its calls; dispose() drops this tab's handle and the last one ends the worker. train()
+   *  and dropLora() change the weights every tab uses. One CPU thread where the browser gives
+   *  a shared worker no Web Workers or shared memory (info().threads.reason). A URL source
+   *  only, not with `worker: false` or `lora` ('invalid'); no SharedWorker or Web Locks here,
+   *  or a shared worker that fails to start: code 'worker'. */
+  shared?: boolean;
   /** Advanced: URL of a custom build's wasm-bindgen glue module (default: the package's own builds, web/builds.js, wherever a bundler put them). */
   coreUrl?: string | URL;
 }
@@ -374,6 +386,9 @@ export interface ModelInfo extends WasmModelInfo {
      *  now and then blocks a worker starting the thread pool's Web Workers; not for stream
      *  sources, which the first worker consumed). */
     workerRestarts: number;
+    /** With `shared: true`: whether this tab joined a model another tab had loaded (its
+     *  `bytes`, `ms`, `via` are that load's), and how many tabs held it then (this one included). */
+    shared?: { joined: boolean; tabs: number };
     /** The kernel warm-up run while the file streamed (CPU models; results are the same
      *  without it): main-thread ms it took, gaps between chunks it ran in, whether it finished. */
     warmUp: { ms: number; slices: number; done: boolean };
