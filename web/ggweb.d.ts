@@ -24,7 +24,8 @@ export type GgwebErrorCode =
   | 'format'
   /** The model was disposed. */
   | 'disposed'
-  /** Another call (a generation, logits, score, trace, tokenize or detokenize) is running on this model. */
+  /** Another call (a generation, logits, score, trace, tokenize or detokenize) is running on
+   *  this model (on a shared model, another call of this tab: other tabs' calls wait their turn). */
   | 'busy'
   /** A bad argument or option (the message names it and the value): token ids outside the
    *  vocabulary, negative, not integers, or not in an array; a prompt longer than the context. */
@@ -39,7 +40,8 @@ export type GgwebErrorCode =
   /** A bug or a wasm trap; the model cannot be used further. (A model too big for memory is
    *  'unsupported', refused before any allocation.) */
   | 'internal'
-  /** The Web Worker failed to start or crashed. */
+  /** The Web Worker failed to start or crashed; with `shared: true`, the shared worker (or no
+   *  SharedWorker or Web Locks in this browser). */
   | 'worker'
   /** The model's WebGPU device was lost (a driver reset, the browser reclaimed it, or
    *  `_debugLoseDevice()`): the generation in progress and every later call on this model
