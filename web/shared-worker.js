@@ -68,8 +68,13 @@ function submit(tab, m) {
   }
 }
 
-/** `tab` leaves (dispose, or closed): its queued work dropped, its running work stopped; the last one ends the worker. */
-async function leave(tab) {
+/**
+ * `tab` leaves (dispose, or closed): its queued work dropped, its running work stopped. The
+ * last one ends the worker at once (synchronously, so no tab can join a worker that is
+ * closing: a later `new SharedWorker` with this name starts a new one); closing frees the
+ * wasm memory with the worker.
+ */
+function leave(tab) {
   if (tab.gone) return;
   tab.gone = true;
   tabs.delete(tab);
@@ -77,7 +82,7 @@ async function leave(tab) {
   tab.session.close();
   if (tabs.size > 0) return;
   ended.abort();
-  await engine?.dispose();
+  engine?.dispose();
   self.close();
 }
 
@@ -122,7 +127,7 @@ async function handle(tab, m) {
       return tab.port.postMessage({ id: m.id, type: 'result', value: info });
     }
     case 'dispose':
-      await leave(tab);
+      leave(tab);
       return tab.port.postMessage({ id: m.id, type: 'result', value: true });
     case 'call':
     case 'generate':
