@@ -241,7 +241,7 @@ class SharedTransport extends WorkerTransport {
   }
 
   _open() {
-    // Connecting waits for the key, which the subclass's constructor sets: load() connects.
+    // The port opens in load(): WorkerTransport's constructor calls this before `key` is set.
   }
 
   _connect() {
