@@ -8,18 +8,66 @@
 //   what stayed after the load (a transient second copy of the weights would show there);
 // - the page's JS heap at its highest (CDP Performance.getMetrics JSHeapTotalSize, sampled every
 //   20 ms through the load): the page never holds the file;
-// - the worker's memory after the load (performance.measureUserAgentSpecificMemory, attributed
-//   to worker.js: its wasm memory and JS heap; Chromium answers at once with the blink feature
-//   ForceEagerMeasureMemory) and info().wasmMemory.
+// - the worker's: its wasm memory after the load (info().wasmMemory; linear memory only grows,
+//   so that is its peak) plus its JS heap and ArrayBuffer backing stores after the load (CDP
+//   Runtime.getHeapUsage on the worker's target). Not sampled during the load: with a CDP
+//   session on the worker, Chromium 156 keeps the fetched chunks' buffers until a later GC
+//   (measured: 70 MB of them, an 85 MB transient in the renderer, both ~0 without the
+//   session), so the worker's peak is read from the renderer's instead (it holds the worker):
+//   no transient there means the worker never held more than it keeps.
+//   (performance.measureUserAgentSpecificMemory gives the worker's total too, but headless
+//   Chromium 156 answers it only after 60 s.)
 import { readFileSync, writeFileSync } from 'node:fs';
-import { chromium } from 'playwright-core';
-import { CHROMIUM, CHROMIUM_ARGS } from './helpers.mjs';
+import { launch } from './helpers.mjs';
 
 export const MIB = 1024 * 1024;
 
-/** Chromium as the other specs launch it, with measureUserAgentSpecificMemory answering at once. */
-export function launchForMemory() {
-  return chromium.launch({ executablePath: CHROMIUM, headless: true, args: [...CHROMIUM_ARGS, '--enable-blink-features=ForceEagerMeasureMemory'] });
+/**
+ * What a load must hold to, besides the page's heap: the wasm memory (the model's own: weights,
+ * KV cache, compute buffer, tokenizer) within goal(m); the worker's JS side (the fetched chunks
+ * awaiting V8's GC, which collects them when its external memory grows, not per chunk) under
+ * half the file; the renderer's rise beyond the wasm memory (the runtime's own ~20 MB, those
+ * chunks) under 0.9 × the file: no second copy of the weights, not even a transient one.
+ * Returns the failures, in words (empty when it holds).
+ */
+export function checkLoad(m) {
+  const bad = [];
+  const g = goal(m);
+  if (m.wasmMemory.now > g) bad.push(`wasm memory ${m.wasmMemory.now} > goal ${g}`);
+  if (m.pageJsPeak > 8 * MIB) bad.push(`the page's JS heap reached ${m.pageJsPeak}`);
+  if (!(m.worker.js > 0 && m.worker.js <= 0.5 * m.file)) bad.push(`the worker's JS heap and buffers ${m.worker.js}, file ${m.file}`);
+  if (m.renderer.peakRise - m.wasmMemory.now > 0.9 * m.file) bad.push(`the renderer rose ${m.renderer.peakRise}, wasm memory ${m.wasmMemory.now}, file ${m.file}`);
+  return bad;
+}
+
+/** Chromium as the other specs launch it. */
+export const launchForMemory = launch;
+
+/**
+ * The JS heap (totalSize) plus ArrayBuffer backing stores of the dedicated worker whose URL
+ * ends in /worker.js, through the browser's CDP session (Target.sendMessageToTarget: Playwright
+ * opens sessions on pages only).
+ */
+async function workerHeap(browser) {
+  const cdp = await browser.newBrowserCDPSession();
+  try {
+    const { targetInfos } = await cdp.send('Target.getTargets');
+    const target = targetInfos.find((t) => t.type === 'worker' && /\/worker\.js$/.test(t.url));
+    if (!target) throw new Error('no worker.js target');
+    const { sessionId } = await cdp.send('Target.attachToTarget', { targetId: target.targetId, flatten: false });
+    const reply = new Promise((resolve) => {
+      cdp.on('Target.receivedMessageFromTarget', (e) => {
+        const m = JSON.parse(e.message);
+        if (m.id === 1) resolve(m);
+      });
+    });
+    await cdp.send('Target.sendMessageToTarget', { sessionId, message: JSON.stringify({ id: 1, method: 'Runtime.getHeapUsage' }) });
+    const { result } = await reply;
+    await cdp.send('Target.detachFromTarget', { sessionId });
+    return result.totalSize + result.backingStorageSize;
+  } finally {
+    await cdp.detach().catch(() => {});
+  }
 }
 
 /** VmRSS and VmHWM of process `pid`, in bytes. */
@@ -45,7 +93,7 @@ async function rendererPids(browser) {
 /**
  * Loads `url` (served by `server`) with `opts` in a new context of `browser` (launchForMemory)
  * and returns { file, loadMs, memory (info().memory), wasmMemory, threads, renderer: { before, peak,
- * after, peakRise, transient }, pageJsPeak, worker: { bytes, js } } (bytes; `peakRise` the
+ * after, peakRise, transient }, pageJsPeak, worker: { bytes: wasm memory + js, js } } (bytes; `peakRise` the
  * renderer's peak minus its resident memory before the load, `transient` the peak minus what
  * stayed). The model is disposed and the context closed before it returns.
  */
@@ -79,10 +127,7 @@ export async function measureLoad(browser, server, url, opts = {}) {
       r = await page.evaluate(async ({ url, opts }) => {
         const m = await window.G.Model.load(url, opts);
         const info = m.info();
-        const mem = await performance.measureUserAgentSpecificMemory();
-        const of = (scope) => mem.breakdown.filter((b) => b.attribution.some((a) => a.scope === scope && /\/worker\.js$/.test(a.url)))
-          .reduce((s, b) => s + b.bytes, 0);
-        const out = { file: info.load.bytes, loadMs: info.load.ms, memory: info.memory, wasmMemory: info.wasmMemory, threads: info.threads, worker: of('DedicatedWorkerGlobalScope') };
+        const out = { file: info.load.bytes, loadMs: info.load.ms, memory: info.memory, wasmMemory: info.wasmMemory, threads: info.threads };
         window.M = m;
         return out;
       }, { url, opts });
@@ -90,12 +135,14 @@ export async function measureLoad(browser, server, url, opts = {}) {
       sampling = false;
       await sampler;
     }
+
     const rise = (pid) => vm(pid).VmHWM - before.get(pid);
     const pid = pids.reduce((a, b) => (rise(b) > rise(a) ? b : a));
     const after = vm(pid);
+    const workerJs = await workerHeap(browser);
     await page.evaluate(() => window.M.dispose());
     const renderer = { before: before.get(pid), peak: after.VmHWM, after: after.VmRSS, peakRise: after.VmHWM - before.get(pid), transient: after.VmHWM - after.VmRSS };
-    return { ...r, renderer, pageJsPeak, worker: { bytes: r.worker, js: r.worker - r.wasmMemory.now } };
+    return { ...r, renderer, pageJsPeak, worker: { bytes: r.wasmMemory.now + workerJs, js: workerJs } };
   } finally {
     await ctx.close();
   }
@@ -109,6 +156,6 @@ export function describe(name, m) {
   const mb = (b) => (b / 1e6).toFixed(1);
   return `${name}: file ${mb(m.file)} MB, plan weights ${mb(m.memory.weights)} + KV ${mb(m.memory.kv)} + compute ${mb(m.memory.compute)}; ` +
     `goal (1.1 × file + KV + compute) ${mb(goal(m))}; renderer peak rise ${mb(m.renderer.peakRise)} (transient above the end ${mb(m.renderer.transient)}), ` +
-    `worker ${mb(m.worker.bytes)} (wasm ${mb(m.wasmMemory.now)}, JS ${mb(m.worker.js)}), page JS heap peak ${mb(m.pageJsPeak)}; ` +
+    `worker ${mb(m.worker.bytes)} (wasm ${mb(m.wasmMemory.now)}, JS heap + buffers ${mb(m.worker.js)}), page JS heap peak ${mb(m.pageJsPeak)}; ` +
     `${m.threads.n} thread(s), ${m.threads.build}, load ${Math.round(m.loadMs)} ms`;
 }
