@@ -2,8 +2,9 @@
 // model of GGWEB_SCALE_MODELS, default .models/bench-xl-q8_0.gguf), measured as
 // tests/e2e/load-memory.spec.mjs does the 124M shape's (tests/e2e/load-memory.mjs) and held to
 // the same checks (checkLoad: the wasm memory within 1.1 × the file plus the KV cache and the
-// compute buffer, no second copy). Measured three times on 2026-12-06: the whole renderer rose 2510-2548
-// MB against a goal of 2561, within it (the 10 % of 1.75 GB covers the runtime and the chunks).
+// compute buffer, no second copy). Measured three times on 2026-12-06: the whole renderer rose
+// 2510-2548 MB against a goal of 2561, within it (the 10 % of 1.75 GB covers the runtime and the
+// fetched chunks awaiting the GC).
 //   node --test tests/scale/load-memory.spec.mjs
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
