@@ -111,6 +111,13 @@ export function planThreads(nThreads) {
     return single('in Node.js the CPU thread pool (Web Workers on shared memory) is not available');
   }
   if (!inWorker) return single("the model runs on the page's main thread ({ worker: false }), which must not block");
+  // A shared worker (`shared: true`) gets a pool only where the browser lets it start workers
+  // and gives it shared memory (Chromium 156 does neither; Firefox has no isolated shared workers).
+  const inShared = typeof g.SharedWorkerGlobalScope !== 'undefined' && g instanceof g.SharedWorkerGlobalScope;
+  if (inShared && (typeof g.Worker === 'undefined' || !g.crossOriginIsolated || typeof SharedArrayBuffer === 'undefined')) {
+    const lacks = typeof g.Worker === 'undefined' ? 'cannot start Web Workers' : 'has no shared memory (it is not cross-origin isolated)';
+    return single(`the model runs in a shared worker (shared: true), which in this browser ${lacks}: the CPU thread pool needs both`);
+  }
   // Service workers have no Worker constructor, so no pool (and no `import()` of its build).
   if (typeof g.Worker === 'undefined') return single('no Worker constructor here (a service worker): the CPU thread pool needs Web Workers');
   if (!g.crossOriginIsolated) {

@@ -185,13 +185,15 @@ export function trainParams(opts = {}) {
 }
 
 /**
- * Runs engine.generate for a transport (worker.js, or ggweb.js on the page thread): sends
+ * Runs engine.generate for a transport (worker-session.js, or ggweb.js on the page thread): sends
  * { type: 'token', data } per item and then { type: 'done', value: stats }, or throws.
  * Returns { done, cancel(), read(n) }: `read(n)` says the reader has taken n tokens; the run
- * waits while GENERATE_AHEAD sent ones are unread, until read, cancelled or disposed.
+ * waits while `ahead` sent ones are unread, until read, cancelled or disposed. With
+ * `readerStallMs` (a shared worker's tabs), a reader that takes nothing for that long stops
+ * the run: `done` then rejects with 'timeout', after the tokens already sent.
  */
-export function driveGeneration(engine, prompt, opts, send, method = 'generate', ahead = GENERATE_AHEAD) {
-  const s = { cancelled: false, read: 0, wake: null };
+export function driveGeneration(engine, prompt, opts, send, method = 'generate', ahead = GENERATE_AHEAD, readerStallMs = null) {
+  const s = { cancelled: false, stalled: false, read: 0, wake: null };
   const wake = () => {
     const w = s.wake;
     s.wake = null;
@@ -201,12 +203,24 @@ export function driveGeneration(engine, prompt, opts, send, method = 'generate',
     const it = engine[method](prompt, opts, () => s.cancelled);
     for (let sent = 0; ;) {
       const r = await it.next();
-      if (r.done) return send({ type: 'done', value: r.value });
+      if (r.done) {
+        if (s.stalled) {
+          throw new GgwebError('timeout', `${method}: stopped after ${sent} tokens: nobody read one for ${readerStallMs} ms ` +
+            '(stallTimeoutMs), and other tabs share this model');
+        }
+        return send({ type: 'done', value: r.value });
+      }
       send({ type: 'token', data: r.value });
       sent++;
       // engine.dispose() wakes this through engine.wakers; the generator then sees it and ends.
       while (sent - s.read >= ahead && !s.cancelled && !engine.disposed) {
-        await new Promise((r) => { s.wake = r; engine.wakers.add(r); });
+        let timer = null;
+        await new Promise((r) => {
+          s.wake = r;
+          engine.wakers.add(r);
+          if (Number.isFinite(readerStallMs)) timer = setTimeout(() => { s.stalled = s.cancelled = true; wake(); }, readerStallMs);
+        });
+        clearTimeout(timer);
       }
     }
   })();

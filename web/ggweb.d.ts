@@ -24,7 +24,8 @@ export type GgwebErrorCode =
   | 'format'
   /** The model was disposed. */
   | 'disposed'
-  /** Another call (a generation, logits, score, trace, tokenize or detokenize) is running on this model. */
+  /** Another call (a generation, logits, score, trace, tokenize or detokenize) is running on
+   *  this model (on a shared model, another call of this tab: other tabs' calls wait their turn). */
   | 'busy'
   /** A bad argument or option (the message names it and the value): token ids outside the
    *  vocabulary, negative, not integers, or not in an array; a prompt longer than the context. */
@@ -39,7 +40,8 @@ export type GgwebErrorCode =
   /** A bug or a wasm trap; the model cannot be used further. (A model too big for memory is
    *  'unsupported', refused before any allocation.) */
   | 'internal'
-  /** The Web Worker failed to start or crashed. */
+  /** The Web Worker failed to start or crashed; with `shared: true`, the shared worker (or no
+   *  SharedWorker or Web Locks in this browser). */
   | 'worker'
   /** The model's WebGPU device was lost (a driver reset, the browser reclaimed it, or
    *  `_debugLoseDevice()`): the generation in progress and every later call on this model
@@ -149,6 +151,18 @@ export interface LoadOptions extends LoadParams {
   stallTimeoutMs?: number;
   /** Run the model in a Web Worker (default true where Worker exists). */
   worker?: boolean;
+  /** One model for every tab of this origin (default false): the model lives in a
+   *  SharedWorker named by the source's absolute URL, the model options above and `coreUrl`;
+   *  a tab that loads the same with `shared: true` joins it (it downloads nothing and starts
+   *  no worker of its own; info().load.shared). Calls from different tabs run one at a time
+   *  in arrival order ('busy' within a tab as on a private model); a generation nobody reads
+   *  for `stallTimeoutMs` fails with 'timeout' so other tabs go on; a tab that closes cancels
+   *  its calls; dispose() drops this tab's handle and the last one ends the worker. train()
+   *  and dropLora() change the weights every tab uses. One CPU thread where the browser gives
+   *  a shared worker no Web Workers or shared memory (info().threads.reason). A URL source
+   *  only, not with `worker: false` or `lora` ('invalid'); no SharedWorker or Web Locks here,
+   *  or a shared worker that fails to start: code 'worker'. */
+  shared?: boolean;
   /** Advanced: URL of a custom build's wasm-bindgen glue module (default: the package's own builds, web/builds.js, wherever a bundler put them). */
   coreUrl?: string | URL;
 }
@@ -374,6 +388,9 @@ export interface ModelInfo extends WasmModelInfo {
      *  now and then blocks a worker starting the thread pool's Web Workers; not for stream
      *  sources, which the first worker consumed). */
     workerRestarts: number;
+    /** With `shared: true`: whether this tab joined a model another tab had loaded (its
+     *  `bytes`, `ms`, `via` are that load's), and how many tabs held it then (this one included). */
+    shared?: { joined: boolean; tabs: number };
     /** The kernel warm-up run while the file streamed (CPU models; results are the same
      *  without it): main-thread ms it took, gaps between chunks it ran in, whether it finished. */
     warmUp: { ms: number; slices: number; done: boolean };

@@ -31,6 +31,11 @@ function startWorker() {
   return new Worker(new URL('./worker.js', import.meta.url), { type: 'module', name: 'ggweb' });
 }
 
+/** Connects to the shared worker named `name` (started by the first tab to ask), literally as startWorker. */
+function startSharedWorker(name) {
+  return new SharedWorker(new URL('./shared-worker.js', import.meta.url), { type: 'module', name });
+}
+
 /**
  * How long the worker may take to open a CPU backend (WasmLoader.create: a few ms, the thread
  * pool's Web Workers started) before the page ends it. In Firefox a worker's `new Worker()`
@@ -76,6 +81,10 @@ class WorkerTransport {
     this.pending = new Map(); // id → { resolve, reject, onEvent }
     this.nextId = 1;
     this.dead = null; // the GgwebError every later call fails with
+    this._open();
+  }
+
+  _open() {
     try {
       this.worker = startWorker();
     } catch (e) {
@@ -88,6 +97,14 @@ class WorkerTransport {
       this._kill(new GgwebError('worker', `the ggweb worker failed${what}`));
     };
     this.worker.onmessageerror = () => this._kill(new GgwebError('worker', 'a message from the ggweb worker could not be read'));
+  }
+
+  _post(msg, transfer) {
+    this.worker.postMessage(msg, transfer ?? []);
+  }
+
+  _end() {
+    this.worker.terminate();
   }
 
   _onMessage(m) {
@@ -110,7 +127,7 @@ class WorkerTransport {
   _kill(err) {
     if (this.dead) return;
     this.dead = err;
-    this.worker.terminate();
+    this._end();
     for (const [, p] of this.pending) {
       if (p.onEvent) p.onEvent({ type: 'error', error: err });
       else p.reject(err);
@@ -124,7 +141,7 @@ class WorkerTransport {
     return new Promise((resolve, reject) => {
       this.pending.set(id, { resolve, reject, onEvent });
       try {
-        this.worker.postMessage({ ...msg, id }, transfer ?? []);
+        this._post({ ...msg, id }, transfer);
       } catch (e) {
         this.pending.delete(id);
         reject(e.name === 'DataCloneError'
@@ -163,7 +180,7 @@ class WorkerTransport {
         }
       };
       // The result resolves _send's promise; errors and progress arrive through onEvent.
-      this._send({ type: 'load', src, opts, cache, stallTimeoutMs, coreUrl: this.coreUrl }, transfer, onEvent)
+      this._send({ type: 'load', src, opts, cache, stallTimeoutMs, coreUrl: this.coreUrl, lock: this.lock }, transfer, onEvent)
         .then(resolve, reject)
         .finally(() => signal?.removeEventListener('abort', onAbort));
     }).finally(unguard);
@@ -177,7 +194,7 @@ class WorkerTransport {
     if (!signal) return this._send({ type: 'call', method, args }, transfer);
     if (signal.aborted) return Promise.reject(new GgwebError('aborted', `${PUBLIC_NAME[method] ?? method}: aborted`));
     const id = this.nextId; // the id _send gives this call
-    const onAbort = () => { if (!this.dead) this.worker.postMessage({ type: 'cancel', id }); };
+    const onAbort = () => { if (!this.dead) this._post({ type: 'cancel', id }); };
     signal.addEventListener('abort', onAbort, { once: true });
     return this._send({ type: 'call', method, args }, transfer).finally(() => signal.removeEventListener('abort', onAbort));
   }
@@ -186,8 +203,8 @@ class WorkerTransport {
     const id = this.nextId;
     this._send({ type: 'generate', prompt, opts }, [], push).catch((e) => push({ type: 'error', error: e }));
     return {
-      cancel: () => { if (!this.dead) this.worker.postMessage({ type: 'cancel', id }); },
-      read: (n) => { if (!this.dead) this.worker.postMessage({ type: 'read', id, n }); },
+      cancel: () => { if (!this.dead) this._post({ type: 'cancel', id }); },
+      read: (n) => { if (!this.dead) this._post({ type: 'read', id, n }); },
     };
   }
 
@@ -195,8 +212,8 @@ class WorkerTransport {
     const id = this.nextId;
     this._send({ type: 'train', data, opts }, [], push).catch((e) => push({ type: 'error', error: e }));
     return {
-      cancel: () => { if (!this.dead) this.worker.postMessage({ type: 'cancel', id }); },
-      read: (n) => { if (!this.dead) this.worker.postMessage({ type: 'read', id, n }); },
+      cancel: () => { if (!this.dead) this._post({ type: 'cancel', id }); },
+      read: (n) => { if (!this.dead) this._post({ type: 'read', id, n }); },
     };
   }
 
@@ -205,6 +222,76 @@ class WorkerTransport {
     const bye = this._send({ type: 'dispose' }).catch(() => {});
     await Promise.race([bye, new Promise((r) => setTimeout(r, 1000))]);
     this._kill(new GgwebError('disposed', 'the model was disposed'));
+  }
+}
+
+/**
+ * A model shared by this origin's tabs (`shared: true`): the Engine lives in shared-worker.js,
+ * named by `key` (the source URL and the model options), and this tab talks to it over its
+ * port, as WorkerTransport does to a dedicated worker. The tab holds a Web Lock while it
+ * lives; the shared worker waits for that lock, so it learns when the tab is gone (closed,
+ * crashed or disposed: the browser releases the lock in every case).
+ */
+class SharedTransport extends WorkerTransport {
+  constructor(coreUrl, key) {
+    super(coreUrl);
+    this.key = key;
+    this.lock = null; // the lock's name, sent with 'load'
+    this.unlock = null;
+  }
+
+  _open() {
+    // The port opens in load(): WorkerTransport's constructor calls this before `key` is set.
+  }
+
+  _connect() {
+    if (typeof SharedWorker === 'undefined') {
+      throw new GgwebError('worker', 'shared: true needs SharedWorker, which this browser does not have here; load without shared');
+    }
+    if (!globalThis.navigator?.locks) {
+      throw new GgwebError('worker', 'shared: true needs Web Locks (navigator.locks) to tell the shared worker when this tab closes; load without shared');
+    }
+    try {
+      this.worker = startSharedWorker(`ggweb ${this.key}`);
+    } catch (e) {
+      throw new GgwebError('worker', `could not start the ggweb shared worker (shared-worker.js): ${e.message}; load without shared`);
+    }
+    this.port = this.worker.port;
+    this.port.onmessage = (ev) => this._onMessage(ev.data);
+    this.port.onmessageerror = () => this._kill(new GgwebError('worker', 'a message from the ggweb shared worker could not be read'));
+    this.worker.onerror = (ev) => {
+      ev.preventDefault?.();
+      const what = ev.message ? `: ${ev.message}` : ' (could not run shared-worker.js: is it served, as text/javascript?)';
+      this._kill(new GgwebError('worker', `the ggweb shared worker failed${what}`));
+    };
+  }
+
+  async load(src, opts, ctl) {
+    this._connect();
+    const id = typeof crypto !== 'undefined' && crypto.randomUUID ? crypto.randomUUID() : `${Date.now()}-${Math.random()}`;
+    this.lock = `ggweb-tab-${id}`;
+    await new Promise((held, failed) => {
+      navigator.locks.request(this.lock, () => {
+        held();
+        return new Promise((r) => { this.unlock = r; });
+      }).catch(failed);
+    });
+    return super.load(src, opts, ctl);
+  }
+
+  _post(msg, transfer) {
+    this.port.postMessage(msg, transfer ?? []);
+  }
+
+  /** Leaves the shared worker: this tab's handle only (the worker ends with the last one). */
+  _end() {
+    this.port?.close();
+    this.unlock?.();
+  }
+
+  async dispose() {
+    if (!this.port) return this._kill(new GgwebError('disposed', 'the model was disposed'));
+    return super.dispose();
   }
 }
 
@@ -351,7 +438,7 @@ function tokenStream(start, signal, { what = 'generate', abortEnds = false } = {
 /** Every key Model.load reads; any other is refused (a misspelt option would be ignored silently). */
 const LOAD_KEYS = [
   'backend', 'gpuLayers', 'nCtx', 'nBatch', 'nThreads', 'kvType', 'relaxedSimd', 'onProgress', 'signal', 'cache',
-  'stallTimeoutMs', 'worker', 'coreUrl', 'offline', 'persist', 'file', 'revision', 'hubUrl', 'lora',
+  'stallTimeoutMs', 'worker', 'coreUrl', 'offline', 'persist', 'file', 'revision', 'hubUrl', 'lora', 'shared',
 ];
 
 /** Every key Model.inspect reads: the options that decide the memory plan, a signal, the stall limit, coreUrl. */
@@ -590,7 +677,12 @@ export class Model {
     const cache = cacheName ? { name: cacheName === true ? DEFAULT_CACHE_NAME : cacheName, offline } : false;
     const persist = boolOption(o.persist, 'persist', false);
     const hub = hubSource(source, o, 'Model.load', baseUrl());
-    const worker = boolOption(o.worker, 'worker', typeof Worker !== 'undefined');
+    const shared = boolOption(o.shared, 'shared', false);
+    const worker = boolOption(o.worker, 'worker', shared || typeof Worker !== 'undefined');
+    if (shared && !worker) throw new GgwebError('invalid', 'Model.load: shared: true runs the model in a shared worker, so it cannot go with worker: false');
+    if (shared && o.lora !== undefined && o.lora !== null) {
+      throw new GgwebError('invalid', 'Model.load: lora changes the weights every tab of a shared model uses: load it without shared');
+    }
     // Checked here, on the calling thread, so a bad value fails before a worker starts and
     // reads the same in a worker and on the page thread.
     const { stallTimeoutMs } = o;
@@ -609,13 +701,18 @@ export class Model {
     const core = coreUrlOption(o.coreUrl);
     if (signal?.aborted) throw abortedError('loading the model');
     const { src, transfer } = await describeSource(source, hub);
+    if (shared && src.kind !== 'url') {
+      throw new GgwebError('invalid', `Model.load: shared: true needs a URL source (the tabs find the model by its URL), got a ${src.kind} source`);
+    }
+    // The shared worker's name: every tab asking for this file with these options reaches the same one.
+    const key = shared ? JSON.stringify([src.url, opts, core]) : null;
     // Asked alongside the load (Window only); a browser that asks the user may answer later.
     let persisted = null;
     const persistP = persist ? askPersist().then((r) => { persisted = r; }) : null;
     // A worker found blocked while opening the CPU backend (OPEN_GUARD_MS) is replaced once,
     // for every source that can be sent again (a stream was handed to the first worker).
     for (let restarts = 0; ; restarts++) {
-      const t = worker ? new WorkerTransport(core) : new LocalTransport(core);
+      const t = shared ? new SharedTransport(core, key) : worker ? new WorkerTransport(core) : new LocalTransport(core);
       try {
         const info = await t.load(src, opts, { signal, onProgress, cache, stallTimeoutMs, transfer });
         info.load = { ...info.load, worker, workerRestarts: restarts };

@@ -30,6 +30,8 @@ export async function launchFirefox({ prefs } = {}) {
   });
   return {
     version: await browser.version(),
+    /** The puppeteer Browser, for a spec that drives several pages at once (firefox-shared.spec.mjs). */
+    browser,
     async run(url, script, arg) {
       const page = await browser.newPage();
       const problems = [];

@@ -128,3 +128,23 @@ fn medium_q8_0_plan_32_bit_load_and_native_reference() {
     });
     std::fs::write(dir.join("bench-medium-q8_0.native.json"), reference.to_string()).unwrap();
 }
+
+/// GPT-2 124M's shape at Q8_0 (12 × 768, ~178 MB) beside the medium one, for
+/// tests/e2e/load-memory.spec.mjs: the browser's peak memory during a load against the file's
+/// size. Checked here only for what that test divides by: the file is its weights plus the
+/// header, and the plan is the CLI's.
+#[test]
+fn small_q8_0_for_the_load_memory_test() {
+    let (sh, ty) = (shape("124m").unwrap(), file_type("q8_0").unwrap());
+    let reference = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/llamacpp/tiny-gpt2-f32.gguf");
+    let bytes = std::fs::read(&reference).unwrap();
+    let tok_header = read_header(&bytes, bytes.len() as u64, Limits::default()).unwrap();
+    let dir = scale_dir();
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(file_name(&sh, &ty));
+    let size = write_bench_gpt2(&tok_header, &sh, &ty, &path).unwrap();
+    let inspect = ggweb(&["inspect", "--model", path.to_str().unwrap(), "--json"]);
+    assert_eq!(inspect["file_size"].as_u64().unwrap(), size);
+    let weights = inspect["plan"]["weights"].as_u64().unwrap();
+    assert!(size > weights && size - weights < 4 << 20, "file {size}, weights {weights}");
+}

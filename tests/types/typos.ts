@@ -18,6 +18,10 @@ export async function typos(): Promise<unknown[]> {
   out.push(o);
   // @ts-expect-error: 'nctx' does not exist in type 'LoadOptions'
   out.push(await Model.load('m.gguf', { nctx: 512 }));
+  // @ts-expect-error: Type 'string' is not assignable to type 'boolean | undefined'
+  out.push(await Model.load('m.gguf', { shared: 'yes' }));
+  // @ts-expect-error: Property 'joined' does not exist on type
+  out.push(info.load.joined);
   // @ts-expect-error: Property 'nVocabs' does not exist on type 'Hparams'
   out.push(info.hparams.nVocabs);
   // @ts-expect-error: Property 'n_embed' does not exist on type 'Hparams'

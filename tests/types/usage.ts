@@ -26,7 +26,7 @@ const allLoad: Required<LoadOptions> = {
   onProgress: (p: LoadProgress) => console.log(p.phase, p.loaded, p.total ?? 'unknown'),
   signal: ac.signal, cache: 'my-models', offline: false, persist: true, stallTimeoutMs: 30_000, worker: true,
   coreUrl: new URL('https://example.com/pkg/ggweb_core.js'), file: 'gpt2.Q8_0.gguf', revision: 'main', hubUrl: 'https://huggingface.co',
-  lora: 'https://example.com/adapter.gguf',
+  lora: 'https://example.com/adapter.gguf', shared: false,
 };
 const allInspect: Required<InspectOptions> = {
   backend: 'cpu', gpuLayers: 0, nCtx: 128, nBatch: 8, nThreads: 1, kvType: 'f32', signal: ac.signal, stallTimeoutMs: 0, coreUrl: 'pkg.js',
@@ -116,7 +116,8 @@ function readInfo(info: ModelInfo): unknown[] {
     load: [info.load.bytes, info.load.ms, info.load.via, info.load.cached, info.load.backend, info.load.worker,
       info.load.workerRestarts, info.load.cacheNote ?? '', info.load.persisted ?? null, info.load.warmUp.ms, info.load.warmUp.slices, info.load.warmUp.done,
       info.load.phases.wasmMs, info.load.phases.openMs, info.load.phases.readWaitMs, info.load.phases.feedMs,
-      info.load.phases.chunks, info.load.phases.buildMs, info.load.phases.threadsMs, info.load.phases.warmMs],
+      info.load.phases.chunks, info.load.phases.buildMs, info.load.phases.threadsMs, info.load.phases.warmMs,
+      info.load.shared?.joined ?? false, info.load.shared?.tabs ?? 0],
   };
   return Object.values(all);
 }

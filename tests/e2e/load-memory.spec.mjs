@@ -1,0 +1,41 @@
+// The memory a load takes in headless Chromium (tests/e2e/load-memory.mjs measures), for GPT-2
+// 124M's shape at Q8_0 (~178 MB; written by `cargo test --test model scale_medium`, npm test's
+// native step, into target/tmp/scale-models/), against the goal of issue 40: 1.1 × the file
+// plus the KV cache and the compute buffer. The weights stream from fetch into the worker's wasm
+// memory chunk by chunk. What holds, and is asserted (checkLoad): the wasm memory within the
+// goal, the page's JS heap small (it never sees the file), no second copy of the weights in the
+// worker or the renderer, not even a transient one. What does not hold for this file: the whole
+// renderer within the goal (1.04-1.38 × it over six runs: the runtime's own ~20 MB plus 0-90 MB
+// of fetched chunks awaiting the GC, which varies from run to run; BENCHMARKS.md). For GPT-2
+// XL's shape it does (tests/scale/load-memory.spec.mjs, npm run test:scale).
+//   cargo test --test model scale_medium && node --test tests/e2e/load-memory.spec.mjs
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
+import { ROOT, serve } from './helpers.mjs';
+import { checkLoad, describe, launchForMemory, measureLoad } from './load-memory.mjs';
+
+const DIR = `${process.env.CARGO_TARGET_DIR ?? `${ROOT}target`}/tmp/scale-models`;
+const FILE = 'bench-124m-q8_0.gguf';
+assert.ok(existsSync(`${DIR}/${FILE}`), `${DIR}/${FILE} is missing: run \`cargo test --test model scale_medium\` first (it writes the model)`);
+
+let server;
+let browser;
+before(async () => {
+  server = await serve([['/scale-models/', DIR]]);
+  browser = await launchForMemory();
+});
+after(async () => {
+  await browser?.close();
+  await server?.close();
+});
+
+test("124M Q8_0's load (default: a worker, 2 threads): wasm memory within 1.1 × the file + KV + compute, no second copy, the page's heap small", async () => {
+  const tiny = await measureLoad(browser, server, '/shared-models/tiny-gpt2-f32.gguf');
+  const m = await measureLoad(browser, server, `/scale-models/${FILE}`);
+  console.log(describe('tiny-gpt2-f32', tiny));
+  console.log(describe(FILE, m));
+  console.log(`the runtime's own cost and the chunks awaiting the GC (tiny's renderer rise minus its wasm memory): ${((tiny.renderer.peakRise - tiny.wasmMemory.now) / 1e6).toFixed(1)} MB`);
+  assert.equal(m.threads.n, 2, JSON.stringify(m.threads));
+  assert.deepEqual(checkLoad(m), []);
+});
