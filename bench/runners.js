@@ -251,6 +251,45 @@ async function ggwebDepths(cfg) {
   return out;
 }
 
+/** The browser half of the `native` section (scripts/bench-ggweb.mjs): `ggweb bench`'s
+ *  measure in a page, on the same file and the same fixed ids (`-p 64 -n 64`): per rep, the
+ *  prefill of `prompt` bench ids, then `tokens` greedy tokens; decode = (tokens - 1) ÷ the time
+ *  from the first token to the last (one decode step per token, as the native tg counts). */
+async function ggwebNative(cfg) {
+  const { Model } = await import('/ggweb/ggweb.js');
+  const m = await Model.load(cfg.model, {
+    backend: 'cpu', worker: true, nCtx: cfg.nCtx, nBatch: cfg.nBatch, nThreads: cfg.threads ?? 1, relaxedSimd: cfg.relaxedSimd,
+  });
+  const info = m.info();
+  const nVocab = info.hparams?.nVocab ?? info.hparams?.n_vocab;
+  const ids = benchIds(cfg.prompt, nVocab);
+  const gen = async (maxTokens) => {
+    // One untimed other token first: the prompt cache then holds nothing of ids, and every
+    // rep evaluates the whole prompt, as `ggweb bench` does.
+    await m.logits([(ids[0] + 1) % nVocab]);
+    const r = { n: 0 };
+    r.t0 = now();
+    const it = m.generate(ids, { maxTokens, temperature: 0, seed: 1, ignoreEos: true });
+    for await (const _ of it) {
+      if (r.n++ === 0) r.t1 = now();
+    }
+    r.t2 = now();
+    return r;
+  };
+  await gen(8); // warm-up: V8's tiers, the graphs' first allocation
+  const reps = [];
+  for (let i = 0; i < cfg.reps; i++) {
+    const r = await gen(cfg.tokens);
+    reps.push({ prefillTps: cfg.prompt / ((r.t1 - r.t0) / 1000), decodeTps: (r.n - 1) / ((r.t2 - r.t1) / 1000), tokens: r.n });
+  }
+  const mid = (xs) => [...xs].sort((a, b) => a - b)[Math.floor((xs.length - 1) / 2)];
+  await m.dispose();
+  return {
+    ok: true, threadInfo: info.threads, reps,
+    prefillTps: mid(reps.map((r) => r.prefillTps)), decodeTps: mid(reps.map((r) => r.decodeTps)),
+  };
+}
+
 /** Several sequences per decode step (`generate(ids, { n })`, issue #26): per rep, a
  *  generation of 1 sequence and one of `n`, alternately (so both see the same machine), each
  *  after the same fixed ids and sampled with the same settings (`n` needs sampling; greedy
@@ -287,7 +326,7 @@ async function ggwebSeqs(cfg) {
   return { ok: true, threadInfo: info.threads, n: cfg.n, cost: mid(reps.map((r) => r.cost)), reps };
 }
 
-export const RUNNERS = { ggweb, wllama, transformers, ggwebDepths, ggwebSeqs };
+export const RUNNERS = { ggweb, wllama, transformers, ggwebDepths, ggwebSeqs, ggwebNative };
 
 /** Load against transfer, one step per call so scripts/bench.mjs can count the bytes the
  *  server sent for each: `fetch` + reading the whole body of `url` (the page's raw transfer

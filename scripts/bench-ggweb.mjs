@@ -5,7 +5,12 @@
 //          from the HTTP cache and from the Cache API (issue #17; bench/runners.js loadStep)
 //   nseq:  a decode step of 4 sequences (`generate(ids, { n: 4 })`) against one of a single
 //          sequence, 1 thread (issue #26; bench/runners.js ggwebSeqs)
+//   native: the browser's decode against native's on the same file and the same fixed ids
+//          (issue #38 item 1): per round, `ggweb bench` (target/release) then the Chromium row
+//          of each build (relaxed, plain), rounds interleaved; the ratio is Chromium ÷ native
+//          per round (bench/runners.js ggwebNative)
 import { chromium } from 'playwright-core';
+import { execFileSync } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -29,6 +34,13 @@ const LOAD_RATES = list(env.BENCH_LOAD_RATES, '0,100').map(Number);
 const SEQ_N = Number(env.BENCH_SEQS ?? 4);
 const SEQ_TOKENS = Number(env.BENCH_SEQ_TOKENS ?? 32);
 const SEQ_REPS = Number(env.BENCH_SEQ_REPS ?? 5);
+
+const NATIVE_MODELS = list(env.BENCH_NATIVE_MODELS, 'llama-124m-q8_0.gguf,llama-124m-q4_k_m.gguf');
+const NATIVE_ROUNDS = Number(env.BENCH_NATIVE_ROUNDS ?? 3);
+const NATIVE_BUILDS = list(env.BENCH_NATIVE_BUILDS, 'relaxed,plain');
+const NATIVE_THREADS = list(env.BENCH_NATIVE_THREADS, '1').map(Number);
+// `ggweb bench`'s shape: 64 fixed ids, 64 decode steps, 3 reps per call, n_ctx 256.
+const NATIVE_ARGS = { prompt: 64, tokens: 64, reps: Number(env.BENCH_REPS ?? 3), nCtx: 256, nBatch: 64 };
 
 /** One runner call (bench/runners.js) in a fresh page from bench.mjs's `open()`, within the
  *  row time limit; a failure becomes { ok: false, error }. */
@@ -229,7 +241,9 @@ export function loadTable(results) {
 export async function runSeqRows(open, cfg) {
   const out = [];
   for (const dtype of DEPTH_DTYPES) {
-    const file = [`124m-${dtype}.gguf`, `bench-124m-${dtype}.gguf`].find((f) => existsSync(join(cfg.models, f)));
+    // The seeded bench models first, then llama.cpp's own quantizations (bench/make_llamacpp_quants.py:
+    // Q4_K_M exists only there).
+    const file = [`124m-${dtype}.gguf`, `bench-124m-${dtype}.gguf`, `llama-124m-${dtype}.gguf`].find((f) => existsSync(join(cfg.models, f)));
     if (!file) {
       console.log(`  nseq ${dtype}: skipped, no .models/124m-${dtype}.gguf`);
       continue;
@@ -258,6 +272,64 @@ export function seqTable(results) {
   return [
     `Several sequences per decode step (ggweb, CPU, 1 thread): ${SEQ_TOKENS} sampled tokens per sequence after 64 fixed ids,`,
     `a 1-sequence and a ${SEQ_N}-sequence generation alternately, ${SEQ_REPS} pairs (\`generate(ids, { n: ${SEQ_N} })\`).`,
+    '',
+    ...lines.map((l) => `| ${l} |`),
+    '',
+  ].join('\n');
+}
+
+/** Per model × thread count × round: the native `ggweb bench` (BENCH_NATIVE_BIN, default
+ *  target/release/ggweb) and then, each in a fresh page, the Chromium row of every build in
+ *  BENCH_NATIVE_BUILDS, so each round's ratio compares runs a minute apart on the same load. */
+export async function runNativeRows(open, cfg) {
+  const bin = env.BENCH_NATIVE_BIN ?? join(cfg.root, 'target', 'release', 'ggweb');
+  if (!existsSync(bin)) throw new Error(`native section: no ${bin} (cargo build --release, or BENCH_NATIVE_BIN)`);
+  const out = [];
+  for (const file of NATIVE_MODELS) {
+    if (!existsSync(join(cfg.models, file))) {
+      console.log(`  native ${file}: skipped, no .models/${file} (bench/make_llamacpp_quants.py makes llama.cpp's)`);
+      continue;
+    }
+    for (const threads of NATIVE_THREADS) {
+      const row = { file, threads, rounds: [] };
+      for (let round = 0; round < NATIVE_ROUNDS; round++) {
+        const a = NATIVE_ARGS;
+        const nat = JSON.parse(execFileSync(bin, ['bench', '--json', '-m', join(cfg.models, file), '-p', `${a.prompt}`, '-n', `${a.tokens}`,
+          '-r', `${a.reps}`, '-c', `${a.nCtx}`, '-b', `${a.nBatch}`, '-t', `${threads}`], { encoding: 'utf8', maxBuffer: 1 << 26 }).trim().split('\n').at(-1));
+        const r = { native: { prefillTps: nat.prompt_tok_s, decodeTps: nat.gen_tok_s, decodeAll: nat.gen_tok_s_all } };
+        for (const build of NATIVE_BUILDS) {
+          const key = `ggweb-native/${file}/t${threads}/${build}`;
+          const b = await inFreshPage(open, cfg, key, { runtime: 'ggwebNative', model: `/models/${file}`, threads, ...a, relaxedSimd: build !== 'plain' });
+          r[build] = b.ok ? { ...b, ratio: b.decodeTps / nat.gen_tok_s } : b;
+        }
+        console.log(`  native ${file} t${threads} round ${round + 1}: native decode ${fmt(nat.gen_tok_s)} tok/s; ` +
+          NATIVE_BUILDS.map((b) => (r[b].ok ? `${b} ${fmt(r[b].decodeTps)} (${fmt(r[b].ratio, 2)}×)` : `${b} error: ${r[b].error}`)).join(', '));
+        row.rounds.push(r);
+      }
+      out.push(row);
+    }
+  }
+  return out;
+}
+
+export function nativeTable(results) {
+  if (!results.length) return '';
+  const mid = (xs) => [...xs].sort((a, b) => a - b)[Math.floor((xs.length - 1) / 2)];
+  const range = (xs, d = 1) => (xs.length ? `${fmt(mid(xs), d)} (${fmt(Math.min(...xs), d)}–${fmt(Math.max(...xs), d)})` : '—');
+  const head = ['file', 'threads', 'native prefill', 'native decode', ...NATIVE_BUILDS.flatMap((b) => [`${b} prefill`, `${b} decode`, `${b} ÷ native`])];
+  const lines = [head.join(' | '), head.map((_, i) => (i >= 1 ? '--:' : '---')).join('|')];
+  for (const r of results) {
+    const nat = r.rounds.map((x) => x.native);
+    const cells = [r.file, r.threads, range(nat.map((x) => x.prefillTps), 0), range(nat.map((x) => x.decodeTps))];
+    for (const b of NATIVE_BUILDS) {
+      const ok = r.rounds.map((x) => x[b]).filter((x) => x?.ok);
+      cells.push(range(ok.map((x) => x.prefillTps), 0), range(ok.map((x) => x.decodeTps)), `**${range(ok.map((x) => x.ratio), 2)}**`);
+    }
+    lines.push(cells.join(' | '));
+  }
+  return [
+    `Browser against native on the same file (\`ggweb bench -p ${NATIVE_ARGS.prompt} -n ${NATIVE_ARGS.tokens} -r ${NATIVE_ARGS.reps}\`'s fixed ids; Chromium: the same ids,`,
+    `${NATIVE_ARGS.tokens} greedy tokens, median of ${NATIVE_ARGS.reps} per row), ${NATIVE_ROUNDS} interleaved rounds; tok/s as median (min–max) over the rounds, the ratio per round.`,
     '',
     ...lines.map((l) => `| ${l} |`),
     '',

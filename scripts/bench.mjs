@@ -33,6 +33,11 @@
 //   BENCH_DEPTHS=64,512,1000  BENCH_DEPTH_TOKENS=16  BENCH_DEPTH_DTYPES=q8_0  BENCH_DEPTH_KV=f32,f16
 //   BENCH_LOAD_MODELS=/models/124m-q8_0.gguf,...   model URLs (paths on this server) for the load rows
 //   BENCH_LOAD_RATES=0,100   the load rows over loopback (0) and a server pacing the file to N MB/s
+//   BENCH_SECTIONS=native    (not in the default set) Chromium against `ggweb bench` (target/release)
+//                          on the same file and ids, interleaved rounds (issue #38): BENCH_NATIVE_MODELS
+//                          (files in .models/, default llama-124m-q8_0.gguf,llama-124m-q4_k_m.gguf),
+//                          BENCH_NATIVE_ROUNDS=3, BENCH_NATIVE_BUILDS=relaxed,plain, BENCH_NATIVE_THREADS=1,
+//                          BENCH_NATIVE_BIN=target/release/ggweb
 import { chromium } from 'playwright-core';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
@@ -41,7 +46,7 @@ import { cpus, loadavg } from 'node:os';
 import { createRequire } from 'node:module';
 import { findModelsDir, startServer } from './serve.mjs';
 import { pairedSection, pairedText, pickPair, runPairs } from './bench-paired.mjs';
-import { depthTable, loadTable, runDepthRows, runLoadRows, runSeqRows, seqTable } from './bench-ggweb.mjs';
+import { depthTable, loadTable, nativeTable, runDepthRows, runLoadRows, runNativeRows, runSeqRows, seqTable } from './bench-ggweb.mjs';
 
 const gpt2Decode = createRequire(import.meta.url)('gpt-3-encoder').decode;
 
@@ -240,6 +245,7 @@ async function main() {
   const depthResults = [];
   const seqResults = [];
   const loadResults = [];
+  const nativeResults = [];
   let probeInfo;
   try {
     const open = async () => {
@@ -263,7 +269,7 @@ async function main() {
     }
     if (!probeInfo.crossOriginIsolated) throw new Error('the bench page is not cross-origin isolated: wasm threads would not run');
     const list = SECTIONS.has('rows') || env.BENCH_MODEL ? rows(probeInfo.webgpu) : [];
-    if (!list.length && (env.BENCH_MODEL || !(SECTIONS.has('depth') || SECTIONS.has('nseq') || SECTIONS.has('load')))) {
+    if (!list.length && (env.BENCH_MODEL || !['depth', 'nseq', 'load', 'native'].some((x) => SECTIONS.has(x)))) {
       throw new Error('no rows to run (models missing, or BENCH_ONLY matches none)');
     }
     console.log(`bench: ${list.length} rows, ${REPS} reps x ${TOKENS} tokens; Chromium ${browserVersion}; ` +
@@ -320,6 +326,7 @@ async function main() {
     if (!env.BENCH_MODEL && SECTIONS.has('depth')) depthResults.push(...(await runDepthRows(open, extraCfg)));
     if (!env.BENCH_MODEL && SECTIONS.has('nseq')) seqResults.push(...(await runSeqRows(open, extraCfg)));
     if (!env.BENCH_MODEL && SECTIONS.has('load')) loadResults.push(...(await runLoadRows(extraCfg)));
+    if (!env.BENCH_MODEL && SECTIONS.has('native')) nativeResults.push(...(await runNativeRows(open, extraCfg)));
   } finally {
     await browser.close().catch(() => {});
     await server.close();
@@ -343,11 +350,11 @@ async function main() {
     promptTokens: hfInfo?.prompt_ids?.length ?? '?',
     probe: probeInfo,
   };
-  const extraMd = [depthTable(depthResults), seqTable(seqResults), loadTable(loadResults)].filter(Boolean).join('\n');
+  const extraMd = [depthTable(depthResults), seqTable(seqResults), loadTable(loadResults), nativeTable(nativeResults)].filter(Boolean).join('\n');
   const rowsMd = results.length ? mdSection(meta, results) : '';
   const md = rowsMd + (extraMd ? `\n${extraMd}` : '');
   const pairedMd = paired.length ? pairedSection({ ...meta, reps: REPS }, paired) : null;
-  writeFileSync(join(OUT, 'results.json'), JSON.stringify({ meta, results, paired, depthResults, seqResults, loadResults }, null, 1) + '\n');
+  writeFileSync(join(OUT, 'results.json'), JSON.stringify({ meta, results, paired, depthResults, seqResults, loadResults, nativeResults }, null, 1) + '\n');
   writeFileSync(join(OUT, 'results.md'), md + (pairedMd ? `\n${pairedMd}` : ''));
   if (results.length) console.log('\n' + table(results) + '\n');
   if (extraMd) console.log('\n' + extraMd);
@@ -358,7 +365,8 @@ async function main() {
     if (results.length) updateMd(md);
     if (pairedMd) updateMd(pairedMd, PAIRED_MARKS);
   }
-  if (![...results, ...depthResults, ...seqResults, ...loadResults].some((r) => r.ok)) process.exit(1);
+  const nativeOk = nativeResults.some((r) => r.rounds.some((x) => Object.values(x).some((b) => b?.ok)));
+  if (![...results, ...depthResults, ...seqResults, ...loadResults].some((r) => r.ok) && !nativeOk) process.exit(1);
 }
 
 const BROWSER_MARKS = {

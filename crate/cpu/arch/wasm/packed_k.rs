@@ -146,20 +146,41 @@ const YV: usize = 16;
 #[cfg(not(target_feature = "relaxed-simd"))]
 const YV: usize = 32;
 
-/// b's quants reordered by `perm`: per block YV vectors (relaxed: the i8 vectors; plain: each
-/// as its even and odd bytes widened to i16), and per block 2 vectors of i16 sums (Q6_K: of
-/// each sub-block of 16, from the quants).
-fn prep_y(nb: usize, b: &[u8], perm: &[u8; 256], sums: bool) -> (Vec<v128>, Vec<v128>) {
+/// b's quants reordered as the packed weights' lanes ([`PERM_Q4_K`] or [`PERM_Q6_K`]: byte j of
+/// the 16 vectors is element `perm[j]`): per block YV vectors (relaxed: the i8 vectors; plain:
+/// each as its even and odd bytes widened to i16), and per block 2 vectors of i16 sums (Q6_K: of
+/// each sub-block of 16, from the quants). Both permutations move whole byte pairs, so they
+/// are u16 shuffles of the block's 16 vectors ([`reorder_q4_k`], [`reorder_q6_k`]): a byte at
+/// a time, the permutation took 4.0–4.6% of a Q4_K_M generation's profile in Chromium 156
+/// (2.0–2.3% now, the Q6_K sums included; BENCHMARKS.md, 2026-12-06).
+fn prep_y(nb: usize, b: &[u8], ty: GgmlType) -> (Vec<v128>, Vec<v128>) {
+    let sums = ty == GgmlType::Q6_K;
+    let perm = if sums { &PERM_Q6_K } else { &PERM_Q4_K };
+    assert!(b.len() >= nb * Y_SIZE);
     let mut q = alloc::vec![i8x16_splat(0); YV * nb];
     let mut s = alloc::vec![i8x16_splat(0); if sums { 2 * nb } else { 0 }];
-    let mut buf = [0u8; 256];
     for t in 0..nb {
         let qs = &b[t * Y_SIZE + 4..t * Y_SIZE + 260];
-        for (o, &e) in buf.iter_mut().zip(perm) {
-            *o = qs[e as usize];
+        // SAFETY: qs holds 256 bytes.
+        let r = unsafe {
+            if sums {
+                reorder_q6_k(qs.as_ptr())
+            } else {
+                reorder_q4_k(qs.as_ptr())
+            }
+        };
+        if cfg!(debug_assertions) {
+            let mut got = [0u8; 256];
+            for (u, &v) in r.iter().enumerate() {
+                // SAFETY: bytes 16u..16u + 16 of got.
+                unsafe { v128_store(got.as_mut_ptr().add(16 * u) as *mut v128, v) };
+            }
+            assert!(
+                got.iter().zip(perm).all(|(&g, &e)| g == qs[e as usize]),
+                "prep_y: the shuffles are not {ty}'s permutation"
+            );
         }
-        for u in 0..16 {
-            let v = super::load(&buf[16 * u..]);
+        for (u, &v) in r.iter().enumerate() {
             #[cfg(target_feature = "relaxed-simd")]
             {
                 q[YV * t + u] = v;
@@ -178,6 +199,49 @@ fn prep_y(nb: usize, b: &[u8], perm: &[u8; 256], sums: bool) -> (Vec<v128>, Vec<
         }
     }
     (q, s)
+}
+
+/// [`PERM_Q4_K`] on one block's quants (256 bytes at `qs`): vectors u0, u0 + 2, u0 + 4, u0 + 6
+/// hold u16 lanes (0, 1), (2, 3), (4, 5), (6, 7) of input vectors g, g + 4, g + 8, g + 12 side by
+/// side, for (g, u0) = (0, 0), (2, 1), (1, 8), (3, 9).
+///
+/// # Safety
+/// `qs` points at 256 readable bytes.
+#[inline(always)]
+unsafe fn reorder_q4_k(qs: *const u8) -> [v128; 16] {
+    let c = |i: usize| v128_load(qs.add(16 * i) as *const v128);
+    let mut out = [i8x16_splat(0); 16];
+    for (g, u0) in [(0, 0), (2, 1), (1, 8), (3, 9)] {
+        let (a, b, c2, d) = (c(g), c(g + 4), c(g + 8), c(g + 12));
+        let (ab, cd) =
+            (i16x8_shuffle::<0, 8, 1, 9, 2, 10, 3, 11>(a, b), i16x8_shuffle::<0, 8, 1, 9, 2, 10, 3, 11>(c2, d));
+        out[u0] = i32x4_shuffle::<0, 4, 1, 5>(ab, cd);
+        out[u0 + 2] = i32x4_shuffle::<2, 6, 3, 7>(ab, cd);
+        let (ab, cd) =
+            (i16x8_shuffle::<4, 12, 5, 13, 6, 14, 7, 15>(a, b), i16x8_shuffle::<4, 12, 5, 13, 6, 14, 7, 15>(c2, d));
+        out[u0 + 4] = i32x4_shuffle::<0, 4, 1, 5>(ab, cd);
+        out[u0 + 6] = i32x4_shuffle::<2, 6, 3, 7>(ab, cd);
+    }
+    out
+}
+
+/// [`PERM_Q6_K`] on one block's quants: vector u = 8h + 4P + K interleaves the u16 lanes
+/// 4P..4P + 4 of input vectors 2m and 2m + 1, m = 4h + K.
+///
+/// # Safety
+/// `qs` points at 256 readable bytes.
+#[inline(always)]
+unsafe fn reorder_q6_k(qs: *const u8) -> [v128; 16] {
+    let c = |i: usize| v128_load(qs.add(16 * i) as *const v128);
+    core::array::from_fn(|u| {
+        let m = 4 * (u / 8) + u % 4;
+        let (a, b) = (c(2 * m), c(2 * m + 1));
+        if (u / 4) % 2 == 0 {
+            i16x8_shuffle::<0, 8, 1, 9, 2, 10, 3, 11>(a, b)
+        } else {
+            i16x8_shuffle::<4, 12, 5, 13, 6, 14, 7, 15>(a, b)
+        }
+    })
 }
 
 /// i16 lane L = y·u over bytes 2L, 2L+1 of prepared vector `j` (u ≤ 63: exact).
@@ -288,7 +352,7 @@ fn decode(g: &GemmArgs, c: &mut [f32]) -> bool {
     assert!(a.len() >= ng * gs && b.len() >= nb * Y_SIZE && c.len() >= GROUP * ng);
     let yd: Vec<f32> = (0..nb).map(|t| f32::from_le_bytes(b[t * Y_SIZE..t * Y_SIZE + 4].try_into().unwrap())).collect();
     if ty == GgmlType::Q4_K {
-        let (yq, _) = prep_y(nb, b, &PERM_Q4_K, false);
+        let (yq, _) = prep_y(nb, b, ty);
         for s in 0..ng {
             let g = super::super::decode_row(s, ng);
             // SAFETY: group g lies inside a; yq holds YV·nb vectors, b nb blocks (asserted).
@@ -296,7 +360,7 @@ fn decode(g: &GemmArgs, c: &mut [f32]) -> bool {
             c[GROUP * g..GROUP * (g + 1)].copy_from_slice(&out);
         }
     } else {
-        let (yq, ys) = prep_y(nb, b, &PERM_Q6_K, true);
+        let (yq, ys) = prep_y(nb, b, ty);
         for s in 0..ng {
             let g = super::super::decode_row(s, ng);
             // SAFETY: as above; ys holds 2·nb vectors.
