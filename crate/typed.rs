@@ -9,12 +9,12 @@ use serde::{Serialize, Serializer};
 
 /// `&[f32]` as a `Float32Array`.
 pub fn f32s<S: Serializer>(v: &[f32], s: S) -> Result<S::Ok, S::Error> {
-    #[cfg(target_arch = "wasm32")]
+    #[cfg(target_family = "wasm")]
     {
         let a: wasm_bindgen::JsValue = js_sys::Float32Array::from(v).into();
         serde_wasm_bindgen::preserve::serialize(&a, s)
     }
-    #[cfg(not(target_arch = "wasm32"))]
+    #[cfg(not(target_family = "wasm"))]
     {
         v.serialize(s)
     }
@@ -22,12 +22,12 @@ pub fn f32s<S: Serializer>(v: &[f32], s: S) -> Result<S::Ok, S::Error> {
 
 /// `&[u32]` as a `Uint32Array`.
 pub fn u32s<S: Serializer>(v: &[u32], s: S) -> Result<S::Ok, S::Error> {
-    #[cfg(target_arch = "wasm32")]
+    #[cfg(target_family = "wasm")]
     {
         let a: wasm_bindgen::JsValue = js_sys::Uint32Array::from(v).into();
         serde_wasm_bindgen::preserve::serialize(&a, s)
     }
-    #[cfg(not(target_arch = "wasm32"))]
+    #[cfg(not(target_family = "wasm"))]
     {
         v.serialize(s)
     }

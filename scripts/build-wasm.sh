@@ -9,6 +9,10 @@
 #   web/pkg-relaxed/, web/pkg-threads-relaxed/: the same two with relaxed SIMD, whose fused
 #                     multiply-add the matrix-product tiles use; loaded where the browser
 #                     validates a relaxed-SIMD module (engine.js hasRelaxedSimd)
+#   web/pkg-m64/      the Memory64 build (wasm64, nightly + -Z build-std, one thread, plain
+#                     SIMD128): models past wasm32's 4 GiB (engine.js planMemory64). wasm-bindgen
+#                     cannot thread a 64-bit memory yet ("threading does not currently support
+#                     memory64"), so there is no threaded twin.
 #   web/pkg-tokenizer/ the `ggweb/tokenizer` entry (web/tokenizer.js): the BPE and the GGUF
 #                     header reader alone (`--no-default-features --features tokenizer-wasm`,
 #                     crate/tokenizer_wasm.rs), and gpt2-vocab.gguf, the vocabulary
@@ -16,6 +20,7 @@
 #   GGWEB_WASM_OPT=0 skips wasm-opt (faster local iterations).
 #   GGWEB_THREADS=0 skips the threaded builds (engine.js then falls back to web/pkg/).
 #   GGWEB_RELAXED=0 skips the relaxed-SIMD builds (engine.js then uses the plain ones).
+#   GGWEB_M64=0 skips the Memory64 build (engine.js then keeps to wasm32's 4 GiB).
 set -euo pipefail
 LOG_TAG=build-wasm
 source "$(dirname "$0")/lib.sh"
@@ -91,6 +96,22 @@ build_tokenizer() {
     log "built $out in $(($(date +%s) - t2)) s: $(cd "$out" && ls | tr '\n' ' ')"
 }
 build_tokenizer
+# The Memory64 build: wasm64 is a tier-3 target, so std is built from source (nightly +
+# rust-src, as for the threads); .cargo/config.toml gives it simd128 and a 16 GiB maximum.
+build_m64() {
+    local out=web/pkg-m64 dir="$TARGET_DIR/wasm-m64" t3
+    t3=$(date +%s)
+    CARGO_TARGET_DIR="$dir" cargo +nightly build --lib --release --target wasm64-unknown-unknown -Z build-std=panic_abort,std
+    bindgen_opt "$dir/wasm64-unknown-unknown/release/ggweb.wasm" "$out" --enable-memory64
+    log "built $out in $(($(date +%s) - t3)) s: $(cd "$out" && ls | tr '\n' ' ')"
+}
+if [ "${GGWEB_M64:-1}" = 0 ]; then
+    rm -rf web/pkg-m64
+    log "GGWEB_M64=0: no Memory64 build (models stay within wasm32's 4 GiB)"
+else
+    build_m64
+fi
+
 if [ "${GGWEB_RELAXED:-1}" = 0 ]; then
     rm -rf web/pkg-relaxed web/pkg-threads-relaxed
     log "GGWEB_RELAXED=0: no relaxed-SIMD builds (pages use the plain ones)"

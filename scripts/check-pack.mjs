@@ -27,6 +27,8 @@ const want = [
 ].flatMap((f) => (f.startsWith('web/pkg') ? [f, f.replace(/^web\/(pkg[^/]*)\//, 'web/$1-relaxed/')] : [f])).concat(
   // The tokenizer entry's module (one build) and GPT-2's vocabulary.
   ['ggweb_tokenizer.js', 'ggweb_tokenizer.d.ts', 'ggweb_tokenizer_bg.wasm', 'ggweb_tokenizer_bg.wasm.d.ts', 'gpt2-vocab.gguf'].map((f) => `web/pkg-tokenizer/${f}`),
+  // The Memory64 build (one, single-thread).
+  ['ggweb_core.js', 'ggweb_core.d.ts', 'ggweb_core_bg.wasm', 'ggweb_core_bg.wasm.d.ts'].map((f) => `web/pkg-m64/${f}`),
 );
 // The threaded builds' worker script, where wasm-bindgen puts it (the hash varies).
 const SNIPPET = /^web\/pkg-threads(-relaxed)?\/snippets\/ggweb-[0-9a-f]+\/web\/cpu-thread\.js$/;

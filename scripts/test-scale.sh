@@ -5,6 +5,8 @@
 # CLI (release) and, if missing, the wasm packages, then runs tests/scale/*.spec.mjs:
 # XL at Q8_0 and Q4_K_M in headless Chromium on 1 and 2 threads against the native CLI, then
 # XL at F16 wholly on WebGPU (lavapipe) against the CPU backend (tests/webgpu/webgpu_load.rs).
+# tests/scale/memory64.spec.mjs (with the xl shape): XL at F32 (6.2 GB, past wasm32's 4 GiB)
+# on the CPU in Chromium through the Memory64 build (web/pkg-m64/) against the native CLI.
 # tests/scale/gradient.spec.mjs: a gradient pass over 256 tokens of the 124M shape at Q8_0
 # (.models/124m-q8_0.gguf, from bench/make_models.sh) in wasm32, its peak wasm memory printed.
 # tests/scale/train.spec.mjs: full AdamW training of the 124M shape (.models/124m-f16.gguf) at
@@ -29,7 +31,12 @@ profile_dir=$([ "$GGWEB_PROFILE" = release ] && echo release || echo debug)
 log "building the native CLI (profile $GGWEB_PROFILE)"
 cargo build --profile "$GGWEB_PROFILE" --bin ggweb --color never
 bash tests/fixtures/make_scale_models.sh --shapes "$shapes" --types "$types" --out .models
-for p in pkg pkg-threads; do
+specs=(tests/scale/scale.spec.mjs tests/scale/gradient.spec.mjs)
+if [[ ",$shapes," == *",xl,"* ]]; then
+    bash tests/fixtures/make_scale_models.sh --shapes xl --types f32 --out .models
+    specs+=(tests/scale/memory64.spec.mjs)
+fi
+for p in pkg pkg-threads pkg-m64; do
     [ -f "web/$p/ggweb_core.js" ] || { log "web/$p is missing: building the wasm packages"; bash scripts/build-wasm.sh; break; }
 done
 [ -f .models/124m-q8_0.gguf ] || die ".models/124m-q8_0.gguf is missing (tests/scale/gradient.spec.mjs): bash bench/make_models.sh"
@@ -38,7 +45,7 @@ mkdir -p tests/artifacts/logs
 BROWSER_TMP="$(mktemp -d -t ggweb-browser.XXXXXX)"
 trap 'rm -rf "$BROWSER_TMP"' EXIT
 env TMPDIR="$BROWSER_TMP" GGWEB_GGWEB="$TARGET_DIR/$profile_dir/ggweb" GGWEB_SCALE_MODELS="$(IFS=,; echo "${models[*]}")" \
-    node --test --test-reporter=spec --test-concurrency=1 tests/scale/*.spec.mjs 2>&1 | tee tests/artifacts/logs/scale.log
+    node --test --test-reporter=spec --test-concurrency=1 "${specs[@]}" 2>&1 | tee tests/artifacts/logs/scale.log
 passed=$(grep -Eo '^ℹ pass [0-9]+' tests/artifacts/logs/scale.log | grep -Eo '[0-9]+' || true)
 failed=$(grep -Eo '^ℹ fail [0-9]+' tests/artifacts/logs/scale.log | grep -Eo '[0-9]+' || true)
 [ "${failed:-1}" = 0 ] && [ "${passed:-0}" -gt 0 ] || die "scale tests: ${failed:-?} failed, ${passed:-0} passed"

@@ -1,4 +1,4 @@
-// Where ggweb's four wasm builds are, written so that bundlers can see them.
+// Where ggweb's five wasm builds are, written so that bundlers can see them.
 //
 // Vite and webpack follow only literal references: an `import('./pkg/…')` of a string and a
 // `new URL('./pkg/…', import.meta.url)`. Each such reference below makes the bundler emit the
@@ -34,6 +34,11 @@ export const BUILDS = Object.freeze({
   'pkg-threads-relaxed': {
     glue: () => import('./pkg-threads-relaxed/ggweb_core.js'),
     wasm: () => new URL('./pkg-threads-relaxed/ggweb_core_bg.wasm', import.meta.url),
+  },
+  // The Memory64 build (wasm64, one thread, plain SIMD128): up to 16 GiB of CPU memory.
+  'pkg-m64': {
+    glue: () => import('./pkg-m64/ggweb_core.js'),
+    wasm: () => new URL('./pkg-m64/ggweb_core_bg.wasm', import.meta.url),
   },
 });
 
@@ -174,4 +179,56 @@ export function relaxedSimdOption(v) {
   if (v === undefined || v === null) return true;
   if (typeof v !== 'boolean') throw new GgwebError('invalid', `relaxedSimd must be true or false, got ${show(v)}`);
   return v;
+}
+
+/**
+ * A module whose only content is a 64-bit linear memory (limits flag 0x04, minimum 0 pages):
+ * it validates only where the browser has Memory64 (Chrome 133+, Firefox 134+).
+ */
+const MEMORY64_PROBE = new Uint8Array([
+  0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, // \0asm, version 1
+  0x05, 0x03, 0x01, 0x04, 0x00, // memory section: one memory, i64 limits, min 0
+]);
+
+/** Whether this engine's WebAssembly validates a Memory64 module. */
+export function hasMemory64() {
+  try {
+    return WebAssembly.validate(MEMORY64_PROBE);
+  } catch {
+    return false;
+  }
+}
+
+/** The `memory64` load option: 'auto' (the default), true (required) or false (never). */
+export function memory64Option(v) {
+  if (v === undefined || v === null) return 'auto';
+  if (v !== 'auto' && typeof v !== 'boolean') throw new GgwebError('invalid', `memory64 must be 'auto', true or false, got ${show(v)}`);
+  return v;
+}
+
+/**
+ * Files from this size up load on the Memory64 build under `memory64: 'auto'`: wasm32's
+ * 4 GiB would leave them under 1 GiB for the KV cache, the compute buffers and the heap
+ * (GPT-2 XL at F16, 3.28 GB, is the first of the family past it; large at F32, 3.1 GB,
+ * still fits wasm32 with its threads). Below it the wasm32 builds are faster: threads and
+ * relaxed SIMD, which wasm-bindgen cannot give a 64-bit memory yet, and no bounds checks.
+ */
+export const MEMORY64_AUTO_BYTES = 3 * 1024 ** 3;
+
+/**
+ * Whether a load uses the Memory64 build: `memory64` (its option, checked), the file's size
+ * when known. Returns { use, reason } — reason says why not, for info().memory64Reason.
+ */
+export function planMemory64(memory64, total) {
+  const has = hasMemory64();
+  if (memory64 === false) return { use: false, reason: 'memory64: false was asked for' };
+  if (memory64 === true) {
+    if (!has) throw new GgwebError('unsupported', 'memory64: true, but this browser does not validate a Memory64 module (Chrome 133+, Firefox 134+; not Safari)');
+    return { use: true, reason: null };
+  }
+  if (!has) return { use: false, reason: 'this browser has no Memory64 (the wasm32 builds hold up to 4 GiB)' };
+  if (!(total >= MEMORY64_AUTO_BYTES)) {
+    return { use: false, reason: total ? `the file (${total} bytes) is under ${MEMORY64_AUTO_BYTES} bytes: the wasm32 builds are faster` : 'the file\'s size is not known before loading' };
+  }
+  return { use: true, reason: null };
 }

@@ -10,7 +10,7 @@
 // WasmLoader.feed, so the whole file is never held in JS memory. Every wasm call is
 // awaited, so the Rust side may later turn any of them async (WebGPU readbacks) freely.
 
-import { MAX_THREADS, hasRelaxedSimd, loadCore, planThreads, relaxedSimdOption, variantCoreUrl } from './builds.js';
+import { MAX_THREADS, hasMemory64, hasRelaxedSimd, loadCore, memory64Option, planMemory64, planThreads, relaxedSimdOption, variantCoreUrl } from './builds.js';
 import { GgwebError, abortedError, toGgwebError } from './errors.js';
 import { boolOption, hookList, isPlainObject, modelInput, optionsObject, passOptions, plainData, reading, show, tokenIds, without } from './input.js';
 import { checkpointName, writeCheckpoint } from './opfs.js';
@@ -341,7 +341,30 @@ export class Engine {
         }
       };
       let core = null;
-      if (threads.threaded) {
+      // The Memory64 build: decided by the file's size (the response's length), so the
+      // request is awaited first where the browser has Memory64 and it is not refused.
+      const m64Opt = memory64Option(opts.memory64);
+      if (m64Opt !== false && hasMemory64()) source = await sourceP;
+      const m64 = planMemory64(m64Opt, source?.total ?? null);
+      const m64Url = m64.use ? sibling('pkg-m64') : null;
+      if (m64.use && !m64Url) {
+        if (m64Opt === true) throw new GgwebError('unsupported', `memory64: true, but no Memory64 build is known beside ${this.coreUrl} (it is not in a folder named pkg)`);
+        Object.assign(m64, { use: false, reason: `no Memory64 build is known beside ${this.coreUrl}` });
+      }
+      if (m64.use) {
+        try {
+          core = await loadCore(m64Url);
+          build = 'pkg-m64';
+          if (threads.threaded) {
+            Object.assign(threads, { n: 1, threaded: false, reason: 'the Memory64 build runs one thread (wasm-bindgen cannot yet share a 64-bit memory between threads)' });
+          }
+        } catch (e) {
+          if (m64Opt === true) throw e;
+          Object.assign(m64, { use: false, reason: `the Memory64 build could not be loaded (${e.message})` });
+          console.warn(`ggweb: ${m64.reason}; using the wasm32 builds`);
+        }
+      }
+      if (!core && threads.threaded) {
         core = await tryRelaxed('pkg-threads');
         if (!core) {
           try {
@@ -508,6 +531,8 @@ export class Engine {
         ...info,
         backendNote: info.backendNote ?? null,
         threads: { n: threads.n, running: threads.running ?? 1, build, reason: threads.reason },
+        memory64: m64.use,
+        memory64Reason: m64.reason,
         load: {
           bytes: loaded, ms: Math.round(now() - t0), via: source.via, cached, cacheNote: source.cacheNote ?? null, backend,
           warmUp: { ms: Math.round(warm.ms), slices: warm.slices, done: warm.done },
@@ -1119,14 +1144,29 @@ export class Engine {
  */
 export async function inspectSource(src, opts, { signal, coreUrl = null, stallMs = DEFAULT_STALL_TIMEOUT_MS } = {}) {
   const lopts = loaderOptions(opts);
-  const core = await loadCore(coreUrl ?? 'pkg');
-  if (typeof core.WasmInspector !== 'function') {
-    throw new GgwebError('unsupported', `the wasm module at ${coreUrl ?? 'pkg'} has no WasmInspector (built before Model.inspect existed?)`);
+  const m64Opt = memory64Option(opts.memory64);
+  const inspect = async (build) => {
+    const core = await loadCore(build);
+    if (typeof core.WasmInspector !== 'function') {
+      throw new GgwebError('unsupported', `the wasm module at ${build} has no WasmInspector (built before Model.inspect existed?)`);
+    }
+    // Options are checked before anything is read (code 'invalid').
+    new core.WasmInspector(lopts, -1).free();
+    const { sink: ins, stats, complete } = await readHeader(src, { signal, stallMs, what: 'Model.inspect' }, (total) => new core.WasmInspector(lopts, total));
+    const report = await ins.plan(); // consumes the inspector; an incomplete header is 'format'
+    report.source = { via: stats.via, bytesRead: stats.bytesRead, size: stats.total, requests: stats.requests, ranged: stats.ranged, complete };
+    return report;
+  };
+  const report = await inspect(coreUrl ?? 'pkg');
+  // A file a load would put on the Memory64 build is planned against that build's limit
+  // (its `fits`): the header is read once more, by that build's inspector.
+  const m64 = planMemory64(m64Opt, report.source.size);
+  const m64Url = m64.use ? (coreUrl ? variantCoreUrl(coreUrl, 'pkg-m64') : 'pkg-m64') : null;
+  if (m64Url && src.kind !== 'stream') {
+    const r = await inspect(m64Url);
+    r.source.requests += report.source.requests;
+    r.source.bytesRead += report.source.bytesRead;
+    return { ...r, memory64: true };
   }
-  // Options are checked before anything is read (code 'invalid').
-  new core.WasmInspector(lopts, -1).free();
-  const { sink: ins, stats, complete } = await readHeader(src, { signal, stallMs, what: 'Model.inspect' }, (total) => new core.WasmInspector(lopts, total));
-  const report = await ins.plan(); // consumes the inspector; an incomplete header is 'format'
-  report.source = { via: stats.via, bytesRead: stats.bytesRead, size: stats.total, requests: stats.requests, ranged: stats.ranged, complete };
-  return report;
+  return { ...report, memory64: false };
 }

@@ -101,6 +101,12 @@ export interface LoadOptions extends LoadParams {
    *  Fused and unfused results differ in the last bits, and relaxed SIMD lets each CPU pick,
    *  so pass false for results identical on every machine. info().threads.build says which. */
   relaxedSimd?: boolean;
+  /** The Memory64 build (pkg-m64/: wasm64, up to 16 GiB of CPU memory, one thread): 'auto'
+   *  (the default) uses it where the browser validates a Memory64 module (Chrome 133+,
+   *  Firefox 134+) and the file is 3 GiB or more, where wasm32's 4 GiB would not leave room
+   *  for the KV cache; true requires it ('unsupported' without Memory64); false never (for
+   *  comparisons). info().memory64 says which ran, info().memory64Reason why not. */
+  memory64?: 'auto' | boolean;
   onProgress?: (progress: LoadProgress) => void;
   /** A llama.cpp LoRA adapter GGUF for this base (a URL, fetched after the model loads, a
    *  checkpoint `'opfs:name'` written by saveLora({ to: 'opfs', name }), or its bytes,
@@ -365,9 +371,13 @@ export interface Generation extends AsyncIterableIterator<GeneratedToken> {
 export interface ModelInfo extends WasmModelInfo {
   /** CPU threads: how many the CPU backend uses (`n`), how many were running when the load
    *  ended (`running`: the rest join as they start), which build was loaded ('pkg',
-   *  'pkg-threads', or their '-relaxed' twins: see LoadOptions.relaxedSimd), and why a
-   *  single thread (null when threads were granted). */
-  threads: { n: number; running: number; build: 'pkg' | 'pkg-threads' | 'pkg-relaxed' | 'pkg-threads-relaxed'; reason: string | null };
+   *  'pkg-threads', or their '-relaxed' twins: see LoadOptions.relaxedSimd; 'pkg-m64': the
+   *  Memory64 build), and why a single thread (null when threads were granted). */
+  threads: { n: number; running: number; build: 'pkg' | 'pkg-threads' | 'pkg-relaxed' | 'pkg-threads-relaxed' | 'pkg-m64'; reason: string | null };
+  /** Whether the Memory64 build (wasm64, up to 16 GiB) runs the model: LoadOptions.memory64. */
+  memory64: boolean;
+  /** Why not (the option, the browser, the file's size), null when it runs. */
+  memory64Reason: string | null;
   /** How this load went. */
   load: {
     bytes: number;
@@ -482,6 +492,9 @@ export interface ModelCache {
 export interface InspectResult extends WasmInspectResult {
   /** How it was read: bytes fetched or sliced, requests made, whether Range was honoured. */
   source: { via: 'download' | 'file' | 'bytes' | 'stream'; bytesRead: number; size: number | null; requests: number; ranged: boolean | null; complete: boolean };
+  /** Whether `fits` was planned against the Memory64 build (as a load with the same
+   *  `memory64` option would run it: LoadOptions.memory64), else against wasm32's 4 GiB. */
+  memory64: boolean;
 }
 
 /**

@@ -12,7 +12,7 @@
 // without module workers). Both give the same API and the same errors (GgwebError).
 import { Engine, TRAIN_AHEAD, driveGeneration, generateParams, inspectSource, loaderOptions, trainData, trainParams } from './engine.js';
 import { ERROR_CODES, GgwebError, abortedError, toGgwebError } from './errors.js';
-import { relaxedSimdOption } from './builds.js';
+import { memory64Option, relaxedSimdOption } from './builds.js';
 import { baseUrl, describeSource, fetchWithin, formatBytes, readWithin, stallTimeout } from './source.js';
 import { DEFAULT_CACHE_NAME, askPersist, modelCache } from './cache.js';
 import { OPFS_PREFIX, checkpointFile, checkpointName } from './opfs.js';
@@ -437,12 +437,12 @@ function tokenStream(start, signal, { what = 'generate', abortEnds = false } = {
 
 /** Every key Model.load reads; any other is refused (a misspelt option would be ignored silently). */
 const LOAD_KEYS = [
-  'backend', 'gpuLayers', 'nCtx', 'nBatch', 'nThreads', 'kvType', 'relaxedSimd', 'onProgress', 'signal', 'cache',
+  'backend', 'gpuLayers', 'nCtx', 'nBatch', 'nThreads', 'kvType', 'relaxedSimd', 'memory64', 'onProgress', 'signal', 'cache',
   'stallTimeoutMs', 'worker', 'coreUrl', 'offline', 'persist', 'file', 'revision', 'hubUrl', 'lora', 'shared',
 ];
 
 /** Every key Model.inspect reads: the options that decide the memory plan, a signal, the stall limit, coreUrl. */
-const INSPECT_KEYS = ['backend', 'gpuLayers', 'nCtx', 'nBatch', 'nThreads', 'kvType', 'signal', 'stallTimeoutMs', 'coreUrl', 'file', 'revision', 'hubUrl'];
+const INSPECT_KEYS = ['backend', 'gpuLayers', 'nCtx', 'nBatch', 'nThreads', 'kvType', 'memory64', 'signal', 'stallTimeoutMs', 'coreUrl', 'file', 'revision', 'hubUrl'];
 
 /** Model.load's `lora`: `{ url }` (absolute), `{ opfs: name }` (a checkpoint) or `{ bytes }` (a copy), null when absent. */
 function loraSource(lora) {
@@ -688,10 +688,11 @@ export class Model {
     const { stallTimeoutMs } = o;
     stallTimeout(stallTimeoutMs);
     relaxedSimdOption(o.relaxedSimd);
+    memory64Option(o.memory64);
     const lora = loraSource(o.lora);
     const opts = {
       backend: o.backend, gpuLayers: o.gpuLayers, nCtx: o.nCtx, nBatch: o.nBatch, nThreads: o.nThreads, kvType: o.kvType,
-      relaxedSimd: o.relaxedSimd,
+      relaxedSimd: o.relaxedSimd, memory64: o.memory64,
     };
     loaderOptions(opts);
     if (onProgress !== undefined && typeof onProgress !== 'function') {

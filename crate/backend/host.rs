@@ -8,6 +8,12 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 
 use super::buffer::{BackendError, Buffer};
 
+/// The largest linear memory of this build: wasm32's 4 GiB, or for the Memory64 build the
+/// 16 GiB that browsers allow a 64-bit memory (V8's and SpiderMonkey's limit; the linker's
+/// `--max-memory` in scripts/build-wasm.sh says the same).
+#[cfg(target_family = "wasm")]
+pub const WASM_MEMORY_MAX: u64 = if cfg!(target_arch = "wasm64") { 16 << 30 } else { 4 << 30 };
+
 /// Bytes of host memory a model may take. On wasm32, a linear memory grows to at most
 /// 4 GiB, and what it has grown to so far is taken (the allocator may hold some of it
 /// free, so this errs low). Natively (with `std`): `GGWEB_MAX_MEMORY` when set (bytes, or
@@ -15,12 +21,12 @@ use super::buffer::{BackendError, Buffer};
 /// `MemTotal`): a 64-bit process would otherwise learn its limit only from the OOM killer
 /// or an aborting allocation. None where neither is known (no_std, other systems).
 pub fn address_space_left() -> Option<u64> {
-    #[cfg(target_arch = "wasm32")]
+    #[cfg(target_family = "wasm")]
     {
-        let used = core::arch::wasm32::memory_size(0) as u64 * 65536;
-        Some((4u64 << 30).saturating_sub(used))
+        let used = crate::wasm_arch::memory_size(0) as u64 * 65536;
+        Some(WASM_MEMORY_MAX.saturating_sub(used))
     }
-    #[cfg(all(feature = "std", not(target_arch = "wasm32")))]
+    #[cfg(all(feature = "std", not(target_family = "wasm")))]
     {
         if let Ok(v) = std::env::var("GGWEB_MAX_MEMORY") {
             match parse_bytes(&v) {
@@ -32,7 +38,7 @@ pub fn address_space_left() -> Option<u64> {
         let kb = info.lines().find_map(|l| l.strip_prefix("MemTotal:"))?.trim().strip_suffix("kB")?;
         kb.trim().parse::<u64>().ok().map(|k| k.saturating_mul(1024))
     }
-    #[cfg(all(not(feature = "std"), not(target_arch = "wasm32")))]
+    #[cfg(all(not(feature = "std"), not(target_family = "wasm")))]
     {
         None
     }

@@ -93,7 +93,7 @@ pub fn cpu_threads() -> JsValue {
 /// the high-water mark of everything the module ever held at once.
 #[wasm_bindgen]
 pub fn wasm_memory_bytes() -> f64 {
-    (core::arch::wasm32::memory_size(0) * 65536) as f64
+    (crate::wasm_arch::memory_size(0) * 65536) as f64
 }
 
 extern "C" {

@@ -85,7 +85,7 @@ fn webgpu_missing() -> Option<String> {
     if cfg!(not(feature = "webgpu")) {
         return Some("this build of the wasm module has no WebGPU backend".into());
     }
-    #[cfg(target_arch = "wasm32")]
+    #[cfg(target_family = "wasm")]
     {
         let get =
             |o: &wasm_bindgen::JsValue, k: &str| js_sys::Reflect::get(o, &k.into()).ok().filter(|v| !v.is_undefined());

@@ -56,7 +56,7 @@ macro_rules! api_calls {
     };
 }
 // Read by the wasm bindings' dispatcher only (native builds expand it for METHODS alone).
-#[cfg_attr(not(target_arch = "wasm32"), allow(unused_imports))]
+#[cfg_attr(not(target_family = "wasm"), allow(unused_imports))]
 pub(crate) use api_calls;
 
 /// One entry of the table, as the JS side reads it.

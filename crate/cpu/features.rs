@@ -4,7 +4,7 @@
 //! ```
 //! let f = ggweb::cpu::features::detect();
 //! // wasm32 knows at compile time; x86_64 asks CPUID (under `std` through std's macros).
-//! assert_eq!(f.simd128, cfg!(all(target_arch = "wasm32", target_feature = "simd128")));
+//! assert_eq!(f.simd128, cfg!(all(target_family = "wasm", target_feature = "simd128")));
 //! if f.avx_vnni || f.avx512_vnni {
 //!     assert!(f.avx2);
 //! }
@@ -146,8 +146,8 @@ impl CpuFeatures {
 #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
 fn probe() -> CpuFeatures {
     let mut f = CpuFeatures {
-        simd128: cfg!(all(target_arch = "wasm32", target_feature = "simd128")),
-        relaxed_simd: cfg!(all(target_arch = "wasm32", target_feature = "relaxed-simd")),
+        simd128: cfg!(all(target_family = "wasm", target_feature = "simd128")),
+        relaxed_simd: cfg!(all(target_family = "wasm", target_feature = "relaxed-simd")),
         ..CpuFeatures::default()
     };
     #[cfg(target_arch = "x86_64")]

@@ -32,11 +32,11 @@ pub mod features;
 mod ops;
 mod ops_backward;
 mod ops_opt;
-#[cfg(all(feature = "std", any(not(target_arch = "wasm32"), target_feature = "atomics")))]
+#[cfg(all(feature = "std", any(not(target_family = "wasm"), target_feature = "atomics")))]
 pub mod pool;
-#[cfg(all(feature = "std", target_arch = "wasm32", target_feature = "atomics"))]
+#[cfg(all(feature = "std", target_family = "wasm", target_feature = "atomics"))]
 mod pool_wasm;
-#[cfg(all(feature = "std", target_arch = "wasm32", target_feature = "atomics"))]
+#[cfg(all(feature = "std", target_family = "wasm", target_feature = "atomics"))]
 pub use pool_wasm::workers_running;
 pub mod arch;
 pub mod repack_buffer;
@@ -93,7 +93,7 @@ impl BufferType for CpuBufferType {
 pub struct CpuBackend {
     pub n_threads: usize,
     profiler: Option<Profiler>,
-    #[cfg(all(feature = "std", any(not(target_arch = "wasm32"), target_feature = "atomics")))]
+    #[cfg(all(feature = "std", any(not(target_family = "wasm"), target_feature = "atomics")))]
     pool: RefCell<Option<pool::ThreadPool>>,
 }
 
@@ -102,10 +102,10 @@ impl CpuBackend {
         let b = CpuBackend {
             n_threads: n_threads.max(1),
             profiler: None,
-            #[cfg(all(feature = "std", any(not(target_arch = "wasm32"), target_feature = "atomics")))]
+            #[cfg(all(feature = "std", any(not(target_family = "wasm"), target_feature = "atomics")))]
             pool: RefCell::new(None),
         };
-        #[cfg(all(feature = "std", target_arch = "wasm32", target_feature = "atomics"))]
+        #[cfg(all(feature = "std", target_family = "wasm", target_feature = "atomics"))]
         if b.n_threads > 1 {
             *b.pool.borrow_mut() = Some(pool::ThreadPool::new(b.n_threads));
         }
@@ -114,12 +114,12 @@ impl CpuBackend {
 
     /// Whether this build can run more than one thread (`n_threads` > 1 does anything).
     pub const fn threads_supported() -> bool {
-        cfg!(all(feature = "std", any(not(target_arch = "wasm32"), target_feature = "atomics")))
+        cfg!(all(feature = "std", any(not(target_family = "wasm"), target_feature = "atomics")))
     }
 
     /// Calls `f` with the executor for this backend's thread count.
     fn with_exec<R>(&self, f: impl FnOnce(&Exec) -> R) -> R {
-        #[cfg(all(feature = "std", any(not(target_arch = "wasm32"), target_feature = "atomics")))]
+        #[cfg(all(feature = "std", any(not(target_family = "wasm"), target_feature = "atomics")))]
         if self.n_threads > 1 {
             let mut pool = self.pool.borrow_mut();
             if pool.as_ref().is_none_or(|p| p.requested() != self.n_threads) {

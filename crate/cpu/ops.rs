@@ -675,14 +675,14 @@ pub(crate) fn soft_max(
 /// calling thread.
 #[derive(Clone, Copy, Default)]
 pub(crate) struct Exec<'a> {
-    #[cfg(all(feature = "std", any(not(target_arch = "wasm32"), target_feature = "atomics")))]
+    #[cfg(all(feature = "std", any(not(target_family = "wasm"), target_feature = "atomics")))]
     pub pool: Option<&'a super::pool::ThreadPool>,
     pub _life: core::marker::PhantomData<&'a ()>,
 }
 
 impl Exec<'_> {
     pub fn n_threads(&self) -> usize {
-        #[cfg(all(feature = "std", any(not(target_arch = "wasm32"), target_feature = "atomics")))]
+        #[cfg(all(feature = "std", any(not(target_family = "wasm"), target_feature = "atomics")))]
         if let Some(p) = self.pool {
             return p.n_threads();
         }
@@ -691,7 +691,7 @@ impl Exec<'_> {
 
     /// Runs `job(0..n_jobs)`, spread over the threads when there are several.
     pub fn run(&self, n_jobs: usize, job: &(dyn Fn(usize) + Sync)) {
-        #[cfg(all(feature = "std", any(not(target_arch = "wasm32"), target_feature = "atomics")))]
+        #[cfg(all(feature = "std", any(not(target_family = "wasm"), target_feature = "atomics")))]
         if let Some(p) = self.pool {
             return p.run(n_jobs, job);
         }
@@ -715,7 +715,7 @@ enum DotKind {
 /// tile: a 4-sequence decode step of the 124M F16 shape took 2.9× one sequence's time with
 /// the threshold at 4, 2.0× at 16. SIMD128 converts f16 with integer steps, so there the
 /// block is converted once from 4 rows on (2.0× against 2.6× at 16, in Chromium).
-const F16_CONVERT_MIN_N: usize = if cfg!(target_arch = "wasm32") { 4 } else { 16 };
+const F16_CONVERT_MIN_N: usize = if cfg!(target_family = "wasm") { 4 } else { 16 };
 
 /// Everything a worker needs, as plain addresses.
 struct MulMatPlan {

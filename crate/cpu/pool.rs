@@ -28,13 +28,13 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
-#[cfg(target_arch = "wasm32")]
+#[cfg(target_family = "wasm")]
 use super::pool_wasm::{spawn, Handle};
-#[cfg(not(target_arch = "wasm32"))]
+#[cfg(not(target_family = "wasm"))]
 type Handle = std::thread::JoinHandle<()>;
 
 /// Starts a named OS thread running `f`.
-#[cfg(not(target_arch = "wasm32"))]
+#[cfg(not(target_family = "wasm"))]
 fn spawn(i: usize, f: Box<dyn FnOnce() + Send>) -> Result<Handle, String> {
     std::thread::Builder::new().name(format!("ggweb-cpu-{i}")).spawn(f).map_err(|e| e.to_string())
 }
@@ -109,13 +109,13 @@ pub fn jobs_counts() -> (usize, usize) {
 /// How long an idle worker polls for new work before it sleeps (iterations of a spin
 /// hint, some tens of µs natively, where x86's `pause` takes ~40 ns): long enough to bridge
 /// the gap between two ops of a graph.
-#[cfg(not(target_arch = "wasm32"))]
+#[cfg(not(target_family = "wasm"))]
 const SPIN: usize = 2_000;
 /// wasm has no pause instruction (`spin_loop` compiles to nothing), so an iteration is an
 /// atomic load and a branch, ~1 ns: 2 000 of them slept a Web Worker after ~2 µs, and every
 /// op then paid a browser wake-up (`Atomics.notify` to a parked worker: tens of µs or more).
 /// 100 000 is ~100 µs, longer than the serial steps between two ops of a graph.
-#[cfg(target_arch = "wasm32")]
+#[cfg(target_family = "wasm")]
 const SPIN: usize = 100_000;
 
 impl ThreadPool {
@@ -207,9 +207,9 @@ impl ThreadPool {
 }
 
 fn warn(msg: &str) {
-    #[cfg(target_arch = "wasm32")]
+    #[cfg(target_family = "wasm")]
     web_sys::console::warn_1(&msg.into());
-    #[cfg(not(target_arch = "wasm32"))]
+    #[cfg(not(target_family = "wasm"))]
     std::eprintln!("{msg}");
 }
 
@@ -218,7 +218,7 @@ fn wait_until(done: impl Fn() -> bool) {
     let mut spins = 0;
     while !done() {
         // A Web Worker that trapped in a job never finishes it: fail rather than wait forever.
-        #[cfg(target_arch = "wasm32")]
+        #[cfg(target_family = "wasm")]
         if super::pool_wasm::a_worker_trapped() {
             panic!("a CPU worker thread trapped (see the console); this module cannot be used further");
         }
@@ -299,7 +299,7 @@ impl Drop for ThreadPool {
         }
         // Web Workers are not joined: each holds its own reference to `Shared`, and one
         // that has not started yet finds the shutdown flag when it does.
-        #[cfg(not(target_arch = "wasm32"))]
+        #[cfg(not(target_family = "wasm"))]
         for w in self.workers.drain(..) {
             let _ = w.join();
         }

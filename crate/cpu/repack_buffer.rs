@@ -52,7 +52,7 @@ pub enum Repack {
 /// Whether loads repack (the loader's question): not after
 /// [`repack::set_disabled`], nor natively with `GGWEB_NO_REPACK=1` (for A/B runs).
 pub fn enabled() -> bool {
-    #[cfg(all(feature = "std", not(target_arch = "wasm32")))]
+    #[cfg(all(feature = "std", not(target_family = "wasm")))]
     if std::env::var_os("GGWEB_NO_REPACK").is_some_and(|v| !v.is_empty() && v != "0") {
         return false;
     }

@@ -985,7 +985,7 @@ fn alloc(sched: &mut Sched, gf: &Graph, own_plan: Option<OwnPlan>) -> Result<(),
     let Some(OwnPlan { what, bytes, left }) = own_plan else { return Ok(sched.alloc_graph(gf)?) };
     let too_large = |needed: u64, left: u64| ModelError::RunTooLarge { what: what.clone(), needed, left };
     let left = match (left, crate::backend::host::address_space_left()) {
-        (Some(b), Some(a)) if cfg!(target_arch = "wasm32") => Some(b.min(a)),
+        (Some(b), Some(a)) if cfg!(target_family = "wasm") => Some(b.min(a)),
         (l, _) => l,
     };
     if let Some(left) = left.filter(|&l| bytes > l) {

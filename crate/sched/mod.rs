@@ -798,7 +798,7 @@ fn copy_bytes(src: &Tensor, dst: &Tensor, scratch: &mut Vec<u8>) -> Result<usize
     };
     // In the browser device memory (WebGPU) reads back only asynchronously, and a graph run
     // cannot wait: `get_bytes` there would panic. A typed error instead.
-    if cfg!(target_arch = "wasm32") && s.buffer.host_base().is_none() {
+    if cfg!(target_family = "wasm") && s.buffer.host_base().is_none() {
         return Err(BackendError::Unsupported {
             node: src.name(),
             reason: format!(

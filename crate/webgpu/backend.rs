@@ -19,12 +19,12 @@ impl WebGpuBackend {
     /// Natively: finds an adapter (Vulkan) and opens a device, blocking. In the browser
     /// this returns `Unavailable`: use [`WebGpuBackend::new_async`].
     pub fn new(opts: WebGpuOptions) -> Result<WebGpuBackend, BackendError> {
-        #[cfg(target_arch = "wasm32")]
+        #[cfg(target_family = "wasm")]
         {
             let _ = opts;
             Err(BackendError::Unavailable("in the browser use WebGpuBackend::new_async (no blocking)".into()))
         }
-        #[cfg(not(target_arch = "wasm32"))]
+        #[cfg(not(target_family = "wasm"))]
         {
             pollster::block_on(Self::new_async(opts))
         }

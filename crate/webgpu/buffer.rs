@@ -150,7 +150,7 @@ impl WebGpuBuffer {
         }
         gpu.unsubmitted.set(0);
         gpu.queue.submit([]);
-        #[cfg(not(target_arch = "wasm32"))]
+        #[cfg(not(target_family = "wasm"))]
         // A failed wait (a lost device) shows at the next check; nothing to do about it here.
         let _ = gpu.device.poll(wgpu::PollType::wait_indefinitely());
     }
@@ -263,7 +263,7 @@ impl Buffer for WebGpuBuffer {
     /// Natively as `get_bytes`, with a lost device as `DeviceLost`; in the browser an
     /// `Unsupported` error (a read there must be awaited: `read_async`).
     fn try_get_bytes(&self, offset: usize, out: &mut [u8]) -> Result<(), BackendError> {
-        #[cfg(target_arch = "wasm32")]
+        #[cfg(target_family = "wasm")]
         {
             let _ = (offset, out);
             Err(BackendError::Unsupported {
@@ -271,7 +271,7 @@ impl Buffer for WebGpuBuffer {
                 reason: String::from("WebGPU memory cannot be read synchronously in the browser: use read_async"),
             })
         }
-        #[cfg(not(target_arch = "wasm32"))]
+        #[cfg(not(target_family = "wasm"))]
         pollster::block_on(self.read_async(offset, out))
     }
     fn clear(&self, value: u8) {

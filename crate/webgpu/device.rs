@@ -254,7 +254,7 @@ impl Gpu {
     pub async fn create(opts: &WebGpuOptions) -> Result<Gpu, BackendError> {
         let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
         desc.backends =
-            if cfg!(target_arch = "wasm32") { wgpu::Backends::BROWSER_WEBGPU } else { wgpu::Backends::VULKAN };
+            if cfg!(target_family = "wasm") { wgpu::Backends::BROWSER_WEBGPU } else { wgpu::Backends::VULKAN };
         let instance = wgpu::Instance::new(desc);
         let adapter = instance
             .request_adapter(&wgpu::RequestAdapterOptions {
@@ -416,7 +416,7 @@ impl Gpu {
             lost,
         };
         gpu.check()?;
-        #[cfg(not(target_arch = "wasm32"))]
+        #[cfg(not(target_family = "wasm"))]
         if std::env::var_os("GGWEB_WEBGPU_INFO").is_some() {
             // For benchmark logs (scripts/device-bench.sh): which adapter and kernels ran.
             eprintln!("ggweb webgpu: {:?} (driver {} {})", gpu.summary, info.driver, info.driver_info);
@@ -543,13 +543,13 @@ impl Gpu {
 
 /// A monotonic clock in milliseconds, for the encode-time counter: `Instant` natively,
 /// `performance.now()` in a browser (window or worker; 0 where there is none).
-#[cfg(not(target_arch = "wasm32"))]
+#[cfg(not(target_family = "wasm"))]
 pub(crate) fn now_ms() -> f64 {
     static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
     START.get_or_init(std::time::Instant::now).elapsed().as_secs_f64() * 1e3
 }
 
-#[cfg(target_arch = "wasm32")]
+#[cfg(target_family = "wasm")]
 pub(crate) fn now_ms() -> f64 {
     use wasm_bindgen::JsCast;
     let perf = js_sys::Reflect::get(&js_sys::global(), &"performance".into()).ok().filter(|p| p.is_object());

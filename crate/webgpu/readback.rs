@@ -79,7 +79,7 @@ pub(crate) async fn read(gpu: &Gpu, src: &wgpu::Buffer, offset: usize, out: &mut
             w.wake();
         }
     });
-    #[cfg(not(target_arch = "wasm32"))]
+    #[cfg(not(target_family = "wasm"))]
     if let Err(e) = gpu.device.poll(wgpu::PollType::wait_indefinitely()) {
         gpu.check()?;
         return Err(BackendError::Other(format!("WebGPU poll while reading: {e}")));

@@ -28,7 +28,7 @@ use kernel::GemmArgs;
 pub mod repack;
 pub mod scalar;
 pub mod traits;
-#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+#[cfg(all(target_family = "wasm", target_feature = "simd128"))]
 pub mod wasm;
 #[cfg(target_arch = "x86_64")]
 pub mod x86;
@@ -201,7 +201,7 @@ pub(crate) const L1_CHUNK: usize = 24 * 1024;
 /// ... or in L2 for the kernels that take four rows of b per pass: 96 KiB made a 124M
 /// Q4_K_M prompt ~5% faster with x86's 512-bit kernels (`x86/packed512.rs`, 2026-12-02),
 /// where a 7-row chunk (K = 3072) left three rows to the one-row pass.
-#[cfg_attr(target_arch = "wasm32", allow(dead_code))]
+#[cfg_attr(target_family = "wasm", allow(dead_code))]
 pub(crate) const L2_CHUNK: usize = 96 * 1024;
 
 /// [`gemm`] with the prompt kernel `g` (rows of a in the layout `g` reads).
@@ -258,7 +258,7 @@ pub(crate) fn gemm_with(
     // of a is widened and packed again per chunk, up to 768 KiB of widened rows (L2;
     // one chunk for a 64-token prompt at K = 3072, ~9% faster there than two of 192
     // KiB), in equal chunks of whole 4-row tiles.
-    let chunk = if cfg!(target_arch = "wasm32") {
+    let chunk = if cfg!(target_family = "wasm") {
         let most = (768 * 1024 / (64 * nb32).max(1)).max(4);
         let parts = n.div_ceil(most);
         n.div_ceil(parts).next_multiple_of(4).min(n)

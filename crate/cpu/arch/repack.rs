@@ -81,7 +81,7 @@ pub struct Layout {
 /// table read back the same under any other (tests switch tables).
 pub fn layout(ty: GgmlType) -> Option<Layout> {
     const X86: bool = cfg!(target_arch = "x86_64");
-    const WASM: bool = cfg!(target_arch = "wasm32");
+    const WASM: bool = cfg!(target_family = "wasm");
     const Q8_0: &[Field] = &[f(0, 2, 2), f(2, 32, Q8_0_GROUP.1)];
     const Q4_0_WASM: &[Field] = &[f(0, 2, 2), f(2, 16, 16)];
     // d, dmin, the 12 bytes of 6-bit scales and mins, the nibbles.
@@ -170,8 +170,8 @@ fn strided(dst: &mut [u8], sd: usize, src: &[u8], ss: usize, il: usize, n: usize
 /// quarter K (and the bits of those bytes regrouped, [`q6_k_fuse`]).
 fn byte_map(ty: GgmlType) -> Option<&'static [u16]> {
     match ty {
-        GgmlType::Q4_K if cfg!(target_arch = "wasm32") => Some(&MAP_Q4_K),
-        GgmlType::Q6_K if cfg!(target_arch = "wasm32") => Some(&MAP_Q6_K),
+        GgmlType::Q4_K if cfg!(target_family = "wasm") => Some(&MAP_Q4_K),
+        GgmlType::Q6_K if cfg!(target_family = "wasm") => Some(&MAP_Q6_K),
         _ => None,
     }
 }

@@ -34,7 +34,7 @@ static AVX_VNNI: Kernels = super::x86::table(super::x86::Vnni::Vex);
 static AVX512_VNNI: Kernels = super::x86::table(super::x86::Vnni::Evex);
 #[cfg(target_arch = "x86_64")]
 static AVX512: Kernels = super::x86::table_512();
-#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+#[cfg(all(target_family = "wasm", target_feature = "simd128"))]
 static SIMD128: Kernels = super::wasm::table();
 
 /// An instruction set with its own kernels.
@@ -121,7 +121,7 @@ impl Isa {
                     &AVX2
                 }
             }
-            #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+            #[cfg(all(target_family = "wasm", target_feature = "simd128"))]
             Isa::Simd128 => &SIMD128,
             #[allow(unreachable_patterns)]
             _ => return None,

@@ -5,7 +5,7 @@
 //! widen to i32 before any further sum, and eight blocks' sums are gathered into two
 //! i32x4 so the float part runs four blocks per instruction, in the scalar's order.
 
-use core::arch::wasm32::*;
+use crate::wasm_arch::*;
 
 use bytemuck::cast_slice;
 

@@ -6,7 +6,7 @@
 //! ±8128, so every engine gives the exact sums), then the scalar `qx_1_block` float steps,
 //! block `t` into lane `t % 8`. One row of b goes through the `vec_dot` kernels instead.
 
-use core::arch::wasm32::*;
+use crate::wasm_arch::*;
 
 use alloc::vec;
 

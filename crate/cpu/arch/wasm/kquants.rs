@@ -13,7 +13,7 @@
 //! the scalar `q4_k_block` / `qk_min_block` / `q3_k_block` / `q6_k_block`, block `t` into
 //! lane `t % 8`. One row of b (a decode step) unpacks each block as it meets it.
 
-use core::arch::wasm32::*;
+use crate::wasm_arch::*;
 
 use alloc::vec;
 

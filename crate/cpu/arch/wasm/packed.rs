@@ -10,7 +10,7 @@
 //! builds (its integer part is cheap, so the per-group transpose and scale steps weigh more),
 //! so Q4_0 weights stay as they are.
 
-use core::arch::wasm32::*;
+use crate::wasm_arch::*;
 
 use super::super::kernel::{GemmArgs, PackedKernel, PromptGemm, GROUP};
 use super::{dot32, f16x4_to_f32, load, transpose_sum};

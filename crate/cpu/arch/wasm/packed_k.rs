@@ -24,7 +24,7 @@
 //! 31-35 → 51-57, Q6_K 24-27 → 33-39 (768×2304, 3072×768, 768×50257). Chromium 156, 1
 //! thread, llama.cpp's 124M Q4_K_M: decode 77-82 → 100-103 tok/s, prefill unchanged.
 
-use core::arch::wasm32::*;
+use crate::wasm_arch::*;
 
 use alloc::vec;
 use alloc::vec::Vec;

@@ -3,7 +3,7 @@
 //! `-C target-feature=+simd128,+relaxed-simd` uses `f32x4_relaxed_madd` in the gemm tiles,
 //! the default build never does).
 
-use core::arch::wasm32::*;
+use crate::wasm_arch::*;
 
 use crate::cpu::arch::OUT_PROD_J;
 

@@ -1,0 +1,102 @@
+// The Memory64 build (web/pkg-m64/: wasm64, one thread, plain SIMD128; scripts/build-wasm.sh)
+// in headless Chromium (Memory64 since Chrome 133). It runs the same Rust as web/pkg/ with
+// 64-bit pointers, so its tokens and logits must be web/pkg/'s bit for bit (`relaxedSimd:
+// false` on both: the plain kernels). 'auto' picks it only for files of 3 GiB and more
+// (engine.js planMemory64: below that the wasm32 builds are faster), so a small file takes
+// `memory64: true`. Past 4 GiB — GPT-2 XL at F32, 6.2 GB — is npm run test:scale's
+// tests/scale/memory64.spec.mjs (minutes of loading).
+//   node --test tests/e2e/memory64.spec.mjs
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
+import { HF, MODELS_DIR, ROOT, openPage, useServerAndBrowser } from './helpers.mjs';
+
+assert.ok(MODELS_DIR, 'the shared models (tiny-gpt2-f32.gguf) are needed: set GGWEB_MODELS_DIR');
+assert.ok(existsSync(`${ROOT}web/pkg-m64/ggweb_core.js`), 'web/pkg-m64 is missing: run scripts/build-wasm.sh');
+const F32 = '/shared-models/tiny-gpt2-f32.gguf';
+const Q8 = '/shared-models/tiny-gpt2-q8_0.gguf';
+const GREEDY = { maxTokens: 20, temperature: 0, seed: 1 };
+
+const web = useServerAndBrowser();
+
+/** Opens the harness (in a worker by default) and runs `body` with `Model` and `arg` in scope. */
+async function inPage(body, arg) {
+  const { page, problems } = await openPage(web.browser, `${web.server.url}e2e/harness.html`);
+  try {
+    const r = await page.evaluate(async ({ body, arg }) => {
+      const G = await import('/ggweb.js');
+      const fn = new Function('Model', 'arg', `return (async () => { ${body} })()`);
+      try {
+        return { ok: true, value: await fn(G.Model, arg) };
+      } catch (e) {
+        return { ok: false, code: e.code, message: e.message };
+      }
+    }, { body, arg });
+    return { ...r, problems: problems.filter((m) => !m.includes('/favicon.ico')) };
+  } finally {
+    await page.close();
+  }
+}
+
+const RUN = `
+  const out = {};
+  for (const url of arg.urls) {
+    for (const memory64 of [true, false]) {
+      const m = await Model.load(url, { nThreads: 1, nBatch: 32, relaxedSimd: false, memory64 });
+      const info = m.info();
+      const r = { threads: info.threads, memory64: info.memory64, memory64Reason: info.memory64Reason, greedy: [], logits: [] };
+      for (const p of arg.prompts) {
+        const ids = [];
+        for await (const t of m.generate(p.text, arg.greedy)) ids.push(t.token);
+        r.greedy.push(ids);
+        r.logits.push(Array.from(await m.logits(p.ids)));
+      }
+      await m.dispose();
+      out[url + '@' + memory64] = r;
+    }
+  }
+  return out;
+`;
+
+test('memory64: true runs pkg-m64 and gives web/pkg\'s tokens and logits bit for bit', async () => {
+  const r = await inPage(RUN, { urls: [F32, Q8], prompts: HF.prompts, greedy: GREEDY });
+  assert.ok(r.ok, r.message);
+  assert.deepEqual(r.problems, []);
+  for (const url of [F32, Q8]) {
+    const m64 = r.value[`${url}@true`];
+    const w32 = r.value[`${url}@false`];
+    assert.equal(m64.memory64, true);
+    assert.equal(m64.memory64Reason, null);
+    assert.deepEqual(m64.threads, { n: 1, running: 1, build: 'pkg-m64', reason: 'nThreads: 1 was asked for' });
+    assert.equal(w32.memory64, false);
+    assert.equal(w32.memory64Reason, 'memory64: false was asked for');
+    assert.equal(w32.threads.build, 'pkg');
+    assert.deepEqual(m64.greedy, w32.greedy, `${url}: greedy tokens`);
+    // The F32 model's greedy ids are Hugging Face's (tests/fixtures/tiny-gpt2.hf-rows.json).
+    if (url === F32) assert.deepEqual(m64.greedy, HF.prompts.map((p) => p.greedy_ids.slice(0, GREEDY.maxTokens)));
+    for (let i = 0; i < m64.logits.length; i++) {
+      const at = m64.logits[i].findIndex((x, j) => !Object.is(x, w32.logits[i][j]));
+      assert.equal(at, -1, `${url} prompt ${i}: logit ${at} differs (${m64.logits[i][at]} vs ${w32.logits[i][at]})`);
+    }
+  }
+});
+
+test("memory64: 'auto' keeps a small file on wasm32 and says why; a bad value is 'invalid'", async () => {
+  const r = await inPage(`
+    const m = await Model.load(arg.url, { nThreads: 1 });
+    const info = m.info();
+    await m.dispose();
+    let bad = null;
+    try { await Model.load(arg.url, { memory64: 'yes' }); } catch (e) { bad = { code: e.code, message: e.message }; }
+    const again = await Model.load(arg.url, { memory64: 'auto', nThreads: 1 });
+    const ok = (await again.logits([1, 2, 3])).length;
+    await again.dispose();
+    return { memory64: info.memory64, reason: info.memory64Reason, build: info.threads.build, bad, ok };
+  `, { url: F32 });
+  assert.ok(r.ok, r.message);
+  assert.equal(r.value.memory64, false);
+  assert.match(r.value.reason, /^the file \(\d+ bytes\) is under 3221225472 bytes: the wasm32 builds are faster$/);
+  assert.equal(r.value.build, 'pkg-relaxed');
+  assert.deepEqual(r.value.bad, { code: 'invalid', message: "memory64 must be 'auto', true or false, got \"yes\"" });
+  assert.ok(r.value.ok > 0, 'a load after the refused one works');
+});
