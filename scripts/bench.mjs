@@ -26,13 +26,15 @@
 //   BENCH_TJS_WASMPATHS=json  transformers.js's env.backends.onnx.wasm.wasmPaths instead of the dist folder
 //                          (another ORT build: '{"mjs":"/node_modules/onnxruntime-web/dist/ort-wasm-simd-threaded.jsep.mjs","wasm":...}')
 //   CHROMIUM=path          browser binary (default /usr/bin/chromium)
-//   BENCH_SECTIONS=rows,depth,nseq,load   which parts run: the side-by-side rows, ggweb's decode at
+//   BENCH_SECTIONS=rows,depth,nseq,load,train   which parts run: the side-by-side rows, ggweb's decode at
 //                          context depths, 4 sequences per step against 1, ggweb's load against the
-//                          page's raw fetch (bench/README.md)
+//                          page's raw fetch, training tokens/s in Chromium against native (bench/README.md)
 //   BENCH_SEQS=4  BENCH_SEQ_TOKENS=32  BENCH_SEQ_REPS=5   the nseq section (dtypes: BENCH_DEPTH_DTYPES)
 //   BENCH_DEPTHS=64,512,1000  BENCH_DEPTH_TOKENS=16  BENCH_DEPTH_DTYPES=q8_0  BENCH_DEPTH_KV=f32,f16
 //   BENCH_LOAD_MODELS=/models/124m-q8_0.gguf,...   model URLs (paths on this server) for the load rows
 //   BENCH_LOAD_RATES=0,100   the load rows over loopback (0) and a server pacing the file to N MB/s
+//   BENCH_TRAIN_SEQ_LEN=128  BENCH_TRAIN_BATCH=4  BENCH_TRAIN_STEPS=3  BENCH_TRAIN_PAIRS=2  BENCH_TRAIN_LORA=8
+//                          the train section; BENCH_GGWEB_BIN: the native binary (default target/release/ggweb)
 import { chromium } from 'playwright-core';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
@@ -41,7 +43,7 @@ import { cpus, loadavg } from 'node:os';
 import { createRequire } from 'node:module';
 import { findModelsDir, startServer } from './serve.mjs';
 import { pairedSection, pairedText, pickPair, runPairs } from './bench-paired.mjs';
-import { depthTable, loadTable, runDepthRows, runLoadRows, runSeqRows, seqTable } from './bench-ggweb.mjs';
+import { depthTable, loadTable, runDepthRows, runLoadRows, runSeqRows, runTrainRows, seqTable, trainTable } from './bench-ggweb.mjs';
 
 const gpt2Decode = createRequire(import.meta.url)('gpt-3-encoder').decode;
 
@@ -59,7 +61,7 @@ const PAIRS = Number(env.BENCH_PAIRS ?? 3);
 const ROW_TIMEOUT_MS = Number(env.BENCH_ROW_TIMEOUT_S ?? 600) * 1000;
 const GGWEB_WEB = resolve(env.BENCH_GGWEB_WEB ?? join(ROOT, 'web'));
 const TJS_MODEL = env.BENCH_TJS_MODEL ?? 'gpt2-124m-onnx';
-const SECTIONS = new Set((env.BENCH_SECTIONS ?? 'rows,depth,nseq,load').split(','));
+const SECTIONS = new Set((env.BENCH_SECTIONS ?? 'rows,depth,nseq,load,train').split(','));
 
 // dtype classes line rows up for the ratio columns: each peer row is compared with ggweb's row
 // of the same class. transformers.js's quantizations are not ggml's block formats (see BENCHMARKS.md).
@@ -240,6 +242,7 @@ async function main() {
   const depthResults = [];
   const seqResults = [];
   const loadResults = [];
+  const trainResults = [];
   let probeInfo;
   try {
     const open = async () => {
@@ -263,7 +266,7 @@ async function main() {
     }
     if (!probeInfo.crossOriginIsolated) throw new Error('the bench page is not cross-origin isolated: wasm threads would not run');
     const list = SECTIONS.has('rows') || env.BENCH_MODEL ? rows(probeInfo.webgpu) : [];
-    if (!list.length && (env.BENCH_MODEL || !(SECTIONS.has('depth') || SECTIONS.has('nseq') || SECTIONS.has('load')))) {
+    if (!list.length && (env.BENCH_MODEL || !(SECTIONS.has('depth') || SECTIONS.has('nseq') || SECTIONS.has('load') || SECTIONS.has('train')))) {
       throw new Error('no rows to run (models missing, or BENCH_ONLY matches none)');
     }
     console.log(`bench: ${list.length} rows, ${REPS} reps x ${TOKENS} tokens; Chromium ${browserVersion}; ` +
@@ -320,6 +323,7 @@ async function main() {
     if (!env.BENCH_MODEL && SECTIONS.has('depth')) depthResults.push(...(await runDepthRows(open, extraCfg)));
     if (!env.BENCH_MODEL && SECTIONS.has('nseq')) seqResults.push(...(await runSeqRows(open, extraCfg)));
     if (!env.BENCH_MODEL && SECTIONS.has('load')) loadResults.push(...(await runLoadRows(extraCfg)));
+    if (!env.BENCH_MODEL && SECTIONS.has('train')) trainResults.push(...(await runTrainRows(open, extraCfg)));
   } finally {
     await browser.close().catch(() => {});
     await server.close();
@@ -343,11 +347,11 @@ async function main() {
     promptTokens: hfInfo?.prompt_ids?.length ?? '?',
     probe: probeInfo,
   };
-  const extraMd = [depthTable(depthResults), seqTable(seqResults), loadTable(loadResults)].filter(Boolean).join('\n');
+  const extraMd = [depthTable(depthResults), seqTable(seqResults), loadTable(loadResults), trainTable(trainResults)].filter(Boolean).join('\n');
   const rowsMd = results.length ? mdSection(meta, results) : '';
   const md = rowsMd + (extraMd ? `\n${extraMd}` : '');
   const pairedMd = paired.length ? pairedSection({ ...meta, reps: REPS }, paired) : null;
-  writeFileSync(join(OUT, 'results.json'), JSON.stringify({ meta, results, paired, depthResults, seqResults, loadResults }, null, 1) + '\n');
+  writeFileSync(join(OUT, 'results.json'), JSON.stringify({ meta, results, paired, depthResults, seqResults, loadResults, trainResults }, null, 1) + '\n');
   writeFileSync(join(OUT, 'results.md'), md + (pairedMd ? `\n${pairedMd}` : ''));
   if (results.length) console.log('\n' + table(results) + '\n');
   if (extraMd) console.log('\n' + extraMd);
@@ -358,7 +362,7 @@ async function main() {
     if (results.length) updateMd(md);
     if (pairedMd) updateMd(pairedMd, PAIRED_MARKS);
   }
-  if (![...results, ...depthResults, ...seqResults, ...loadResults].some((r) => r.ok)) process.exit(1);
+  if (![...results, ...depthResults, ...seqResults, ...loadResults, ...trainResults].some((r) => r.ok)) process.exit(1);
 }
 
 const BROWSER_MARKS = {
