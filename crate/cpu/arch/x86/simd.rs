@@ -495,3 +495,105 @@ unsafe fn tile_512<const T: usize>(
         _mm512_mask_storeu_ps(o1, m1, _mm512_add_ps(_mm512_maskz_loadu_ps(m1, o1), hi[t]));
     }
 }
+
+/// [`crate::cpu::arch::FloatGemm`] for f32 rows on 512-bit registers: the AVX2 form's
+/// dot-product tiles (each sum one register over `k`, reduced once at the end) with 16
+/// lanes and 4 × 4 tiles (sixteen sums, four b-vectors, an a-vector of the 32 zmm).
+///
+/// # Safety
+/// As [`crate::cpu::arch::FloatGemm`] says; only from the AVX-512 table.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn gemm_f32_512(
+    k: usize,
+    m: usize,
+    n: usize,
+    a: *const u8,
+    lda: usize,
+    b: *const f32,
+    ldb: usize,
+    c: *mut f32,
+    ldc: usize,
+) {
+    avx512_gemm_f32(k, m, n, a as *const f32, lda, b, ldb, c, ldc)
+}
+
+/// One register tile of [`gemm_f32_512`]: `MR` rows of a × `NR` rows of b, 16 lanes of `l`
+/// per step, the last ones masked. Each sum is reduced alone, so a result does not depend
+/// on the tile it fell in.
+#[target_feature(enable = "avx512f,avx2,fma")]
+#[inline]
+unsafe fn avx512_tile_f32<const MR: usize, const NR: usize>(
+    k: usize,
+    a: *const f32,
+    lda: usize,
+    b: *const f32,
+    ldb: usize,
+    c: *mut f32,
+    ldc: usize,
+) {
+    let mut acc = [[_mm512_setzero_ps(); MR]; NR];
+    let mut l = 0;
+    while l < k {
+        let mask: __mmask16 = if k - l >= 16 { 0xffff } else { ((1u32 << (k - l)) - 1) as __mmask16 };
+        let mut bv = [_mm512_setzero_ps(); NR];
+        for j in 0..NR {
+            bv[j] = _mm512_maskz_loadu_ps(mask, b.add(j * ldb + l));
+        }
+        for i in 0..MR {
+            let av = _mm512_maskz_loadu_ps(mask, a.add(i * lda + l));
+            for j in 0..NR {
+                acc[j][i] = _mm512_fmadd_ps(av, bv[j], acc[j][i]);
+            }
+        }
+        l += 16;
+    }
+    for j in 0..NR {
+        for i in 0..MR {
+            *c.add(j * ldc + i) = _mm512_reduce_add_ps(acc[j][i]);
+        }
+    }
+}
+
+/// Tiles of 4 rows of a × 4 rows of b, smaller ones at the edges.
+#[target_feature(enable = "avx512f,avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn avx512_gemm_f32(
+    k: usize,
+    m: usize,
+    n: usize,
+    a: *const f32,
+    lda: usize,
+    b: *const f32,
+    ldb: usize,
+    c: *mut f32,
+    ldc: usize,
+) {
+    macro_rules! rows {
+        ($nr:literal, $j:expr) => {{
+            let (bj, cj) = (b.add($j * ldb), c.add($j * ldc));
+            let mut i = 0;
+            while i + 4 <= m {
+                avx512_tile_f32::<4, $nr>(k, a.add(i * lda), lda, bj, ldb, cj.add(i), ldc);
+                i += 4;
+            }
+            let (ai, ci) = (a.add(i * lda), cj.add(i));
+            match m - i {
+                3 => avx512_tile_f32::<3, $nr>(k, ai, lda, bj, ldb, ci, ldc),
+                2 => avx512_tile_f32::<2, $nr>(k, ai, lda, bj, ldb, ci, ldc),
+                1 => avx512_tile_f32::<1, $nr>(k, ai, lda, bj, ldb, ci, ldc),
+                _ => {}
+            }
+        }};
+    }
+    let mut j = 0;
+    while j + 4 <= n {
+        rows!(4, j);
+        j += 4;
+    }
+    match n - j {
+        3 => rows!(3, j),
+        2 => rows!(2, j),
+        1 => rows!(1, j),
+        _ => {}
+    }
+}
