@@ -302,9 +302,6 @@ fn per_token(s: &WebGpuStats, n: usize) -> serde_json::Value {
 }
 
 pub fn bench(args: BenchArgs) -> Result<(), String> {
-    if args.train.train {
-        return crate::train::bench(&args);
-    }
     let (n_prompt, n_gen, reps, json_out, profile) =
         (args.n_prompt, args.n_gen, args.reps.max(1), args.json, args.profile);
     let opts = args.load.options()?;

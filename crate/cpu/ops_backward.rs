@@ -52,9 +52,6 @@ pub(crate) fn out_prod(a: &TensorView, b: &TensorView, dst: &TensorView, exec: &
         return unsupported(format!("out_prod: a repacked weight of ne {:?}", a.ne));
     }
     let (r2, r3) = (b.ne[2] / a.ne[2], b.ne[3] / a.ne[3]);
-    if a.ty == GgmlType::F32 && !a.packed && nj <= OUT_PROD_GEMM_J {
-        return out_prod_gemm(a, b, dst, exec, (r2, r3));
-    }
     // The panel product is the ISA table's (`Kernels::out_prod_panel`).
     let panel_product = crate::cpu::arch::kernels().out_prod_panel;
     par_rows(exec, dst.nrows(), n0.saturating_mul(nj), &|rows| {
@@ -133,67 +130,6 @@ pub(crate) fn out_prod(a: &TensorView, b: &TensorView, dst: &TensorView, exec: &
             }
             for (k, out) in acc.chunks_exact(n0).enumerate() {
                 write_row(dst, i1 + k, i2, i3, out)?;
-            }
-            r += len;
-        }
-        Ok(())
-    })
-}
-
-/// The longest sum (a's rows) [`out_prod_gemm`] takes: a weight's gradient, summed over a
-/// sequence's tokens. Longer ones (an activation's gradient, summed over a weight's rows)
-/// keep the panel product, which reads the weight as it lies instead of transposing it.
-const OUT_PROD_GEMM_J: usize = 1024;
-
-/// out_prod of an f32 `a` with a short sum (`nj` ≤ [`OUT_PROD_GEMM_J`]) as the F32 `mul_mat`'s
-/// dot-product gemm (the ISA table's `float_gemm`): a's slice transposed once (n0 rows of
-/// nj), b's rows gathered OUT_PROD_ROWS at a time (nj each), then
-/// dst[i0, i1] = Σ_j aᵀ[i0, j] · bᵀ[i1, j]. Each result is one dot product, whichever rows a
-/// thread took, so results do not depend on the thread count.
-fn out_prod_gemm(a: &TensorView, b: &TensorView, dst: &TensorView, exec: &Exec, (r2, r3): (usize, usize)) -> KResult {
-    let (n0, nj) = (a.ne[0], a.ne[1]);
-    if n0 == 0 {
-        return Ok(()); // no result elements
-    }
-    let gemm =
-        crate::cpu::arch::kernels().types[GgmlType::F32 as usize].float_gemm.expect("every table has an F32 product");
-    par_rows(exec, dst.nrows(), n0.saturating_mul(nj), &|rows| {
-        let mut at = vec![0.0f32; n0 * nj];
-        let mut bt = vec![0.0f32; OUT_PROD_ROWS * nj];
-        let mut out = vec![0.0f32; OUT_PROD_ROWS * n0];
-        let mut have = None;
-        let mut r = rows.start;
-        while r < rows.end {
-            let (i1, i2, i3) = dst.row_index(r);
-            let len = (rows.end - r).min(dst.ne[1] - i1).min(OUT_PROD_ROWS);
-            let (a2, a3) = (i2 / r2, i3 / r3);
-            if have != Some((a2, a3)) {
-                // aᵀ: row i0 holds a[i0, 0..nj].
-                for j in 0..nj {
-                    // SAFETY: row j of a's slice (a2, a3): n0 contiguous f32 (nb0 checked).
-                    let row = unsafe { core::slice::from_raw_parts(a.row(j, a2, a3) as *const f32, n0) };
-                    for (i0, &v) in row.iter().enumerate() {
-                        at[i0 * nj + j] = v;
-                    }
-                }
-                have = Some((a2, a3));
-            }
-            // bᵀ: row k holds b[i1 + k, 0..nj], read along b's first axis (contiguous in a
-            // weight gradient's b, the activation's gradient).
-            for j in 0..nj {
-                for k in 0..len {
-                    // SAFETY: element (i1 + k, j, i2, i3) is inside b.
-                    bt[k * nj + j] = unsafe {
-                        (b.ptr.add((i1 + k) * b.nb[0] + j * b.nb[1] + i2 * b.nb[2] + i3 * b.nb[3]) as *const f32)
-                            .read_unaligned()
-                    };
-                }
-            }
-            // SAFETY: at holds n0 rows of nj, bt len rows of nj, out len rows of n0; the
-            // table is this machine's.
-            unsafe { gemm(nj, n0, len, at.as_ptr() as *const u8, nj, bt.as_ptr(), nj, out.as_mut_ptr(), n0) };
-            for (k, o) in out[..len * n0].chunks_exact(n0).enumerate() {
-                write_row(dst, i1 + k, i2, i3, o)?;
             }
             r += len;
         }

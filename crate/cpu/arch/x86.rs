@@ -99,7 +99,7 @@ pub(super) const fn table(vnni: Vnni) -> Kernels {
     t
 }
 
-/// [`table`] with AVX512-VNNI, its packed Q8_0/Q4_K/Q6_K kernels, the F32 product and out_prod's panel tile on 512-bit registers
+/// [`table`] with AVX512-VNNI, its packed Q8_0/Q4_K/Q6_K kernels and out_prod's panel tile on 512-bit registers
 /// ([`packed512`]); handed out only where AVX-512 F, BW, VL and VNNI were detected.
 pub(super) const fn table_512() -> Kernels {
     use GgmlType::*;
@@ -108,7 +108,6 @@ pub(super) const fn table_512() -> Kernels {
     t.types[Q4_K as usize].packed = Some(&packed512::PACKED_Q4_K);
     t.types[Q6_K as usize].packed = Some(&packed512::PACKED_Q6_K);
     t.out_prod_panel = simd::out_prod_panel_512;
-    t.types[F32 as usize].float_gemm = Some(simd::gemm_f32_512);
     t
 }
 
