@@ -326,7 +326,42 @@ async function ggwebSeqs(cfg) {
   return { ok: true, threadInfo: info.threads, n: cfg.n, cost: mid(reps.map((r) => r.cost)), reps };
 }
 
-export const RUNNERS = { ggweb, wllama, transformers, ggwebDepths, ggwebSeqs, ggwebNative };
+/** Training speed (`model.train`, issue #38 item 5; `ggweb bench --train` natively): AdamW
+ *  updates of `batchSize` sequences of `seqLen` fixed ids (benchIds, as natively), full or
+ *  with `lora: { rank }`; one warm-up update (V8's tiers, the compute buffers' first touch),
+ *  then `steps` timed ones, each timed from the previous item to its own (one update). */
+async function ggwebTrain(cfg) {
+  const { Model } = await import('/ggweb/ggweb.js');
+  const t0 = now();
+  const m = await Model.load(cfg.model, {
+    backend: 'cpu', worker: true, nCtx: cfg.seqLen, nBatch: cfg.seqLen, nThreads: cfg.threads ?? 1, relaxedSimd: cfg.relaxedSimd,
+  });
+  const loadMs = now() - t0;
+  const info = m.info();
+  const ids = benchIds(cfg.seqLen * cfg.batchSize, info.hparams?.nVocab ?? info.hparams?.n_vocab);
+  const data = Array.from({ length: cfg.batchSize }, (_, i) => ids.slice(i * cfg.seqLen, (i + 1) * cfg.seqLen));
+  const opts = { seqLen: cfg.seqLen, batchSize: cfg.batchSize, steps: cfg.steps + 1, ...(cfg.lora ? { lora: { rank: cfg.lora } } : {}) };
+  const perStep = cfg.seqLen * cfg.batchSize;
+  const tokS = [];
+  const losses = [];
+  let t = now();
+  let warmupMs = 0;
+  for await (const s of m.train(data, opts)) {
+    const t1 = now();
+    if (s.step === 1) warmupMs = t1 - t;
+    else tokS.push(perStep / ((t1 - t) / 1000));
+    losses.push(s.loss);
+    t = t1;
+  }
+  await m.dispose();
+  const sorted = [...tokS].sort((a, b) => a - b);
+  return {
+    ok: true, threadInfo: info.threads, loadMs, warmupMs, losses, tokS,
+    trainTokS: sorted[Math.floor((sorted.length - 1) / 2)], spread: [sorted[0], sorted.at(-1)],
+  };
+}
+
+export const RUNNERS = { ggweb, wllama, transformers, ggwebDepths, ggwebSeqs, ggwebNative, ggwebTrain };
 
 /** Load against transfer, one step per call so scripts/bench.mjs can count the bytes the
  *  server sent for each: `fetch` + reading the whole body of `url` (the page's raw transfer

@@ -9,8 +9,12 @@
 //          (issue #38 item 1): per round, `ggweb bench` (target/release) then the Chromium row
 //          of each build (relaxed, plain), rounds interleaved; the ratio is Chromium ÷ native
 //          per round (bench/runners.js ggwebNative)
+//   train: AdamW training tokens/s of the 124M shape (seqLen 128, batch 4, 1 thread), full on
+//          the F32 file and LoRA on Q8_0, in Chromium (`model.train`) alternating with native
+//          `ggweb bench --train` on the same file when a release binary is there (issue #38 item 5;
+//          bench/runners.js ggwebTrain; PyTorch's side: bench/train_compare.py)
 import { chromium } from 'playwright-core';
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -30,6 +34,12 @@ const LOAD_MODELS = list(env.BENCH_LOAD_MODELS, '/models/124m-q8_0.gguf');
 // the browser's network service then take the CPU the loader needs), N a server sending at
 // N MB/s, as a download over a real network is paced.
 const LOAD_RATES = list(env.BENCH_LOAD_RATES, '0,100').map(Number);
+
+const TRAIN_SEQ_LEN = Number(env.BENCH_TRAIN_SEQ_LEN ?? 128);
+const TRAIN_BATCH = Number(env.BENCH_TRAIN_BATCH ?? 4);
+const TRAIN_STEPS = Number(env.BENCH_TRAIN_STEPS ?? 3);
+const TRAIN_PAIRS = Number(env.BENCH_TRAIN_PAIRS ?? 2);
+const TRAIN_LORA = Number(env.BENCH_TRAIN_LORA ?? 8);
 
 const SEQ_N = Number(env.BENCH_SEQS ?? 4);
 const SEQ_TOKENS = Number(env.BENCH_SEQ_TOKENS ?? 32);
@@ -312,6 +322,50 @@ export async function runNativeRows(open, cfg) {
   return out;
 }
 
+/** `ggweb bench --train --json` natively on the same file and shape, or null without a binary. */
+function nativeTrain(cfg, file, lora) {
+  const bin = env.BENCH_GGWEB_BIN ?? join(cfg.root, 'target', 'release', 'ggweb');
+  if (!existsSync(bin)) return null;
+  const a = ['bench', '--train', '--json', '-t', '1', '-m', join(cfg.models, file), '--seq-len', String(TRAIN_SEQ_LEN),
+    '--batch-size', String(TRAIN_BATCH), '--steps', String(TRAIN_STEPS), ...(lora ? ['--lora-rank', String(lora)] : [])];
+  const p = spawnSync(bin, a, { encoding: 'utf8', timeout: cfg.timeoutMs });
+  if (p.status !== 0) return { ok: false, error: (p.stderr || p.error?.message || `exit ${p.status}`).trim().split('\n').at(-1) };
+  const j = JSON.parse(p.stdout.trim().split('\n').at(-1));
+  return { ok: true, trainTokS: j.train_tok_s, spread: j.train_tok_s_spread, perCpu: j.train_tok_per_cpu_s, losses: j.losses };
+}
+
+/** Per mode (full on F32, LoRA on Q8_0): TRAIN_PAIRS pairs of Chromium (a fresh page) and native,
+ *  alternating which goes first, so both see the same machine load. */
+export async function runTrainRows(open, cfg) {
+  const out = [];
+  const modes = [
+    { mode: 'full', files: ['124m-f32.gguf', '124m-f16.gguf'], lora: 0 },
+    { mode: `lora r${TRAIN_LORA}`, files: ['124m-q8_0.gguf'], lora: TRAIN_LORA },
+  ];
+  for (const m of modes) {
+    const file = m.files.find((f) => existsSync(join(cfg.models, f)));
+    if (!file) {
+      console.log(`  train ${m.mode}: skipped, none of .models/{${m.files.join(',')}}`);
+      continue;
+    }
+    const key = `ggweb-train/${m.mode}/${file}`;
+    const pairs = [];
+    for (let i = 0; i < TRAIN_PAIRS; i++) {
+      const web = () => inFreshPage(open, cfg, key, {
+        runtime: 'ggwebTrain', model: `/models/${file}`, threads: 1, seqLen: TRAIN_SEQ_LEN, batchSize: TRAIN_BATCH,
+        steps: TRAIN_STEPS, lora: m.lora, relaxedSimd: cfg.relaxedSimd,
+      });
+      let w, n;
+      if (i % 2 === 0) { w = await web(); n = nativeTrain(cfg, file, m.lora); } else { n = nativeTrain(cfg, file, m.lora); w = await web(); }
+      pairs.push({ web: w, native: n, ratio: w.ok && n?.ok ? w.trainTokS / n.trainTokS : null });
+      console.log(`  ${key.padEnd(34)} Chromium ${w.ok ? `${fmt(w.trainTokS)} tok/s` : `error: ${w.error}`}` +
+        (n ? `, native ${n.ok ? `${fmt(n.trainTokS)} tok/s` : `error: ${n.error}`}` : ', native: no target/release/ggweb'));
+    }
+    out.push({ mode: m.mode, file, key, pairs, ok: pairs.some((p) => p.web.ok) });
+  }
+  return out;
+}
+
 export function nativeTable(results) {
   if (!results.length) return '';
   const mid = (xs) => [...xs].sort((a, b) => a - b)[Math.floor((xs.length - 1) / 2)];
@@ -333,5 +387,31 @@ export function nativeTable(results) {
     '',
     ...lines.map((l) => `| ${l} |`),
     '',
+  ].join('\n');
+}
+
+export function trainTable(results) {
+  if (!results.length) return '';
+  const lines = ['mode | file | pair | Chromium tok/s | native tok/s | Chromium ÷ native', '---|---|--:|--:|--:|--:'];
+  const mid = (xs) => [...xs].sort((a, b) => a - b)[Math.floor((xs.length - 1) / 2)];
+  const full = results.find((r) => r.mode === 'full');
+  for (const r of results) {
+    r.pairs.forEach((p, i) => lines.push(`${r.mode} | ${r.file} | ${i + 1} | ${p.web.ok ? fmt(p.web.trainTokS) : `error: ${String(p.web.error).slice(0, 80)}`} | ` +
+      `${p.native?.ok ? fmt(p.native.trainTokS) : p.native ? 'error' : '—'} | ${p.ratio == null ? '—' : `${fmt(p.ratio, 2)}×`}`));
+    const rs = r.pairs.map((p) => p.ratio).filter((x) => x != null);
+    if (rs.length) lines.push(`${r.mode} | | median | | | **${fmt(mid(rs), 2)}×** (${fmt(Math.min(...rs), 2)}–${fmt(Math.max(...rs), 2)})`);
+  }
+  const lora = results.find((r) => r.mode !== 'full');
+  const web = (r) => r?.pairs.filter((p) => p.web.ok).map((p) => p.web.trainTokS) ?? [];
+  const tail = full && lora && web(full).length && web(lora).length
+    ? [`LoRA ÷ full in Chromium: ${fmt(mid(web(lora)) / mid(web(full)), 2)}× (medians).`, '']
+    : [];
+  return [
+    `Training (ggweb, CPU, 1 thread): AdamW updates of ${TRAIN_BATCH} × ${TRAIN_SEQ_LEN} fixed ids (\`model.train\` in Chromium,`,
+    `\`ggweb bench --train\` natively, alternately), one warm-up update then the median of ${TRAIN_STEPS} timed ones per run.`,
+    '',
+    ...lines.map((l) => `| ${l} |`),
+    '',
+    ...tail,
   ].join('\n');
 }

@@ -26,9 +26,9 @@
 //   BENCH_TJS_WASMPATHS=json  transformers.js's env.backends.onnx.wasm.wasmPaths instead of the dist folder
 //                          (another ORT build: '{"mjs":"/node_modules/onnxruntime-web/dist/ort-wasm-simd-threaded.jsep.mjs","wasm":...}')
 //   CHROMIUM=path          browser binary (default /usr/bin/chromium)
-//   BENCH_SECTIONS=rows,depth,nseq,load   which parts run: the side-by-side rows, ggweb's decode at
+//   BENCH_SECTIONS=rows,depth,nseq,load,train   which parts run: the side-by-side rows, ggweb's decode at
 //                          context depths, 4 sequences per step against 1, ggweb's load against the
-//                          page's raw fetch (bench/README.md)
+//                          page's raw fetch, training tokens/s in Chromium against native (bench/README.md)
 //   BENCH_SEQS=4  BENCH_SEQ_TOKENS=32  BENCH_SEQ_REPS=5   the nseq section (dtypes: BENCH_DEPTH_DTYPES)
 //   BENCH_DEPTHS=64,512,1000  BENCH_DEPTH_TOKENS=16  BENCH_DEPTH_DTYPES=q8_0  BENCH_DEPTH_KV=f32,f16
 //   BENCH_LOAD_MODELS=/models/124m-q8_0.gguf,...   model URLs (paths on this server) for the load rows
@@ -38,6 +38,8 @@
 //                          (files in .models/, default llama-124m-q8_0.gguf,llama-124m-q4_k_m.gguf),
 //                          BENCH_NATIVE_ROUNDS=3, BENCH_NATIVE_BUILDS=relaxed,plain, BENCH_NATIVE_THREADS=1,
 //                          BENCH_NATIVE_BIN=target/release/ggweb
+//   BENCH_TRAIN_SEQ_LEN=128  BENCH_TRAIN_BATCH=4  BENCH_TRAIN_STEPS=3  BENCH_TRAIN_PAIRS=2  BENCH_TRAIN_LORA=8
+//                          the train section; BENCH_GGWEB_BIN: the native binary (default target/release/ggweb)
 import { chromium } from 'playwright-core';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
@@ -46,7 +48,7 @@ import { cpus, loadavg } from 'node:os';
 import { createRequire } from 'node:module';
 import { findModelsDir, startServer } from './serve.mjs';
 import { pairedSection, pairedText, pickPair, runPairs } from './bench-paired.mjs';
-import { depthTable, loadTable, nativeTable, runDepthRows, runLoadRows, runNativeRows, runSeqRows, seqTable } from './bench-ggweb.mjs';
+import { depthTable, loadTable, nativeTable, runDepthRows, runLoadRows, runNativeRows, runSeqRows, runTrainRows, seqTable, trainTable } from './bench-ggweb.mjs';
 
 const gpt2Decode = createRequire(import.meta.url)('gpt-3-encoder').decode;
 
@@ -64,7 +66,7 @@ const PAIRS = Number(env.BENCH_PAIRS ?? 3);
 const ROW_TIMEOUT_MS = Number(env.BENCH_ROW_TIMEOUT_S ?? 600) * 1000;
 const GGWEB_WEB = resolve(env.BENCH_GGWEB_WEB ?? join(ROOT, 'web'));
 const TJS_MODEL = env.BENCH_TJS_MODEL ?? 'gpt2-124m-onnx';
-const SECTIONS = new Set((env.BENCH_SECTIONS ?? 'rows,depth,nseq,load').split(','));
+const SECTIONS = new Set((env.BENCH_SECTIONS ?? 'rows,depth,nseq,load,train').split(','));
 
 // dtype classes line rows up for the ratio columns: each peer row is compared with ggweb's row
 // of the same class. transformers.js's quantizations are not ggml's block formats (see BENCHMARKS.md).
@@ -246,6 +248,7 @@ async function main() {
   const seqResults = [];
   const loadResults = [];
   const nativeResults = [];
+  const trainResults = [];
   let probeInfo;
   try {
     const open = async () => {
@@ -269,7 +272,7 @@ async function main() {
     }
     if (!probeInfo.crossOriginIsolated) throw new Error('the bench page is not cross-origin isolated: wasm threads would not run');
     const list = SECTIONS.has('rows') || env.BENCH_MODEL ? rows(probeInfo.webgpu) : [];
-    if (!list.length && (env.BENCH_MODEL || !['depth', 'nseq', 'load', 'native'].some((x) => SECTIONS.has(x)))) {
+    if (!list.length && (env.BENCH_MODEL || !['depth', 'nseq', 'load', 'native', 'train'].some((x) => SECTIONS.has(x)))) {
       throw new Error('no rows to run (models missing, or BENCH_ONLY matches none)');
     }
     console.log(`bench: ${list.length} rows, ${REPS} reps x ${TOKENS} tokens; Chromium ${browserVersion}; ` +
@@ -327,6 +330,7 @@ async function main() {
     if (!env.BENCH_MODEL && SECTIONS.has('nseq')) seqResults.push(...(await runSeqRows(open, extraCfg)));
     if (!env.BENCH_MODEL && SECTIONS.has('load')) loadResults.push(...(await runLoadRows(extraCfg)));
     if (!env.BENCH_MODEL && SECTIONS.has('native')) nativeResults.push(...(await runNativeRows(open, extraCfg)));
+    if (!env.BENCH_MODEL && SECTIONS.has('train')) trainResults.push(...(await runTrainRows(open, extraCfg)));
   } finally {
     await browser.close().catch(() => {});
     await server.close();
@@ -350,11 +354,11 @@ async function main() {
     promptTokens: hfInfo?.prompt_ids?.length ?? '?',
     probe: probeInfo,
   };
-  const extraMd = [depthTable(depthResults), seqTable(seqResults), loadTable(loadResults), nativeTable(nativeResults)].filter(Boolean).join('\n');
+  const extraMd = [depthTable(depthResults), seqTable(seqResults), loadTable(loadResults), nativeTable(nativeResults), trainTable(trainResults)].filter(Boolean).join('\n');
   const rowsMd = results.length ? mdSection(meta, results) : '';
   const md = rowsMd + (extraMd ? `\n${extraMd}` : '');
   const pairedMd = paired.length ? pairedSection({ ...meta, reps: REPS }, paired) : null;
-  writeFileSync(join(OUT, 'results.json'), JSON.stringify({ meta, results, paired, depthResults, seqResults, loadResults, nativeResults }, null, 1) + '\n');
+  writeFileSync(join(OUT, 'results.json'), JSON.stringify({ meta, results, paired, depthResults, seqResults, loadResults, nativeResults, trainResults }, null, 1) + '\n');
   writeFileSync(join(OUT, 'results.md'), md + (pairedMd ? `\n${pairedMd}` : ''));
   if (results.length) console.log('\n' + table(results) + '\n');
   if (extraMd) console.log('\n' + extraMd);
@@ -366,7 +370,7 @@ async function main() {
     if (pairedMd) updateMd(pairedMd, PAIRED_MARKS);
   }
   const nativeOk = nativeResults.some((r) => r.rounds.some((x) => Object.values(x).some((b) => b?.ok)));
-  if (![...results, ...depthResults, ...seqResults, ...loadResults].some((r) => r.ok) && !nativeOk) process.exit(1);
+  if (![...results, ...depthResults, ...seqResults, ...loadResults, ...trainResults].some((r) => r.ok) && !nativeOk) process.exit(1);
 }
 
 const BROWSER_MARKS = {

@@ -452,6 +452,31 @@ pub struct BenchArgs {
     pub profile: bool,
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub train: BenchTrainArgs,
+}
+
+/// `bench --train`: training tokens/s (`model.train` updates on fixed pseudo-random ids).
+#[derive(Args)]
+pub struct BenchTrainArgs {
+    /// Time training updates (AdamW) instead of pp/tg: one warm-up update, then --steps timed ones.
+    #[arg(long)]
+    pub train: bool,
+    /// With --train: tokens per training sequence (seqLen).
+    #[arg(long, default_value_t = 128)]
+    pub seq_len: u32,
+    /// With --train: sequences per update (batchSize; `--batch` is the load option n_batch here).
+    #[arg(long, default_value_t = 4)]
+    pub batch_size: u32,
+    /// With --train: timed updates after the warm-up one.
+    #[arg(long, default_value_t = 3)]
+    pub steps: u32,
+    /// With --train: train a LoRA adapter of this rank (any weight type) instead of the whole model.
+    #[arg(long)]
+    pub lora_rank: Option<u32>,
+    /// With --train and --lora-rank: the adapted weights, comma-separated (lora.targets) [default: attn_qkv].
+    #[arg(long)]
+    pub lora_targets: Option<String>,
 }
 
 #[derive(Args)]

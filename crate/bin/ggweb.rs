@@ -39,6 +39,8 @@ fn main() {
             Command::Trace(a) => run::trace(a),
             Command::Logits(a) => run::logits(a),
             Command::Tokenize(a) => run::tokenize(a),
+            // `bench --train` times training (train.rs); otherwise prompt and decode (run.rs).
+            Command::Bench(a) if a.train.train => train::bench(&a),
             Command::Bench(a) => run::bench(a),
             Command::Inspect(a) => inspect::run(a),
             Command::Run(a) => run::run(a),

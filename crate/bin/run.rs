@@ -78,19 +78,19 @@ fn webgpu_options() -> Result<WebGpuOptions, String> {
 }
 
 /// Seconds since the first call: the profiler's clock with several threads.
-fn clock() -> f64 {
+pub(crate) fn clock() -> f64 {
     static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
     START.get_or_init(Instant::now).elapsed().as_secs_f64()
 }
 
 /// CPU seconds of the calling thread (Linux), else wall seconds: with one thread, the
 /// profile then counts the time we ran, not the time other processes had the core.
-fn thread_clock() -> f64 {
+pub(crate) fn thread_clock() -> f64 {
     cpu_seconds(CLOCK_THREAD_CPUTIME_ID).unwrap_or_else(clock)
 }
 
 /// CPU seconds of the whole process, every thread (Linux).
-fn process_cpu() -> Option<f64> {
+pub(crate) fn process_cpu() -> Option<f64> {
     cpu_seconds(CLOCK_PROCESS_CPUTIME_ID)
 }
 
@@ -470,7 +470,7 @@ pub fn bench(args: BenchArgs) -> Result<(), String> {
 
 /// Fixed pseudo-random ids: bench numbers must not depend on a tokenizer or a prompt
 /// (bench/llama_cpp_native.py uses the same formula).
-fn bench_ids(n: usize, n_vocab: usize) -> Vec<u32> {
+pub(crate) fn bench_ids(n: usize, n_vocab: usize) -> Vec<u32> {
     (0..n as u64).map(|i| ((i * 2654435761 + 12345) % n_vocab as u64) as u32).collect()
 }
 
@@ -587,13 +587,13 @@ fn bench_depths(
 }
 
 /// Profile rows merged by class and by op, in ms per token.
-struct ProfileTable {
+pub(crate) struct ProfileTable {
     by_class: Vec<(String, &'static str, f64, u64)>,
     by_op: Vec<(&'static str, f64, u64)>,
     total_ms: f64,
 }
 
-fn profile_table(entries: &[ggweb::cpu::ProfileEntry], n_tokens: f64) -> ProfileTable {
+pub(crate) fn profile_table(entries: &[ggweb::cpu::ProfileEntry], n_tokens: f64) -> ProfileTable {
     use std::collections::BTreeMap;
     let mut by_class: BTreeMap<(String, &'static str), (f64, u64)> = BTreeMap::new();
     let mut by_op: BTreeMap<&'static str, (f64, u64)> = BTreeMap::new();
@@ -615,7 +615,7 @@ fn profile_table(entries: &[ggweb::cpu::ProfileEntry], n_tokens: f64) -> Profile
 }
 
 impl ProfileTable {
-    fn to_text(&self) -> String {
+    pub(crate) fn to_text(&self) -> String {
         let pct = |ms: f64| if self.total_ms > 0.0 { 100.0 * ms / self.total_ms } else { 0.0 };
         let mut s = String::from("| class | op | ms/token | % | calls |\n|---|---|---|---|---|\n");
         for (c, op, ms, n) in &self.by_class {
@@ -631,7 +631,7 @@ impl ProfileTable {
         s
     }
 
-    fn to_json(&self) -> serde_json::Value {
+    pub(crate) fn to_json(&self) -> serde_json::Value {
         json!({
             "total_ms_per_token": self.total_ms,
             "by_class": self.by_class.iter().map(|(c, op, ms, n)| json!({"class": c, "op": op, "ms_per_token": ms, "calls": n})).collect::<Vec<_>>(),

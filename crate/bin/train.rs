@@ -190,3 +190,127 @@ pub fn run(a: TrainArgs) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// `ggweb bench --train`: tokens/s of full (or, with `--lora-rank`, LoRA) AdamW training on
+/// fixed pseudo-random ids (`bench_ids`, as pp/tg use; bench/train_torch.py trains PyTorch on
+/// the same ones): one untimed warm-up update (it touches the compute buffers first), then
+/// `--steps` timed ones, each reported in wall time and per CPU second of the process.
+pub fn bench(a: &crate::args::BenchArgs) -> Result<(), String> {
+    use crate::run::{bench_ids, clock, process_cpu, profile_table, thread_clock};
+    let t = &a.train;
+    if a.load.backend.as_deref().is_some_and(|b| b != "cpu") || a.load.gpu_layers.is_some() {
+        return Err("bench --train: training runs on the cpu backend: leave out --backend and --gpu-layers".into());
+    }
+    let opts = a.load.options()?;
+    let threads = opts.model().n_threads;
+    let mut o = Map::new();
+    o.insert("seqLen".into(), Value::from(t.seq_len));
+    o.insert("batchSize".into(), Value::from(t.batch_size));
+    o.insert("steps".into(), Value::from(t.steps.saturating_add(1)));
+    if let Some(rank) = t.lora_rank {
+        let mut l = Map::new();
+        l.insert("rank".into(), Value::from(rank));
+        if let Some(ts) = &t.lora_targets {
+            l.insert("targets".into(), ts.split(',').map(|t| Value::from(t.trim())).collect());
+        }
+        o.insert("lora".into(), Value::Object(l));
+    } else if t.lora_targets.is_some() {
+        return Err("--lora-targets needs --lora-rank (it sets up the LoRA adapter)".into());
+    }
+    let params: TrainParams = from_value("train options", Value::Object(o)).map_err(|e| {
+        flags(&e.to_string()).replace("--batch", "--batch-size").replace("--steps", "--steps (+ 1 warm-up)")
+    })?;
+    let cpu = Rc::new(match (a.profile, threads) {
+        (false, _) => CpuBackend::new(threads),
+        (true, 1) => CpuBackend::with_profiler(threads, thread_clock),
+        (true, _) => CpuBackend::with_profiler(threads, clock),
+    });
+    let t_load = Instant::now();
+    let loaded =
+        load_from_path(&a.load.model, cpu.clone(), opts.model()).map_err(|e| format!("{}: {e}", a.load.model))?;
+    let mut s = Session::new(loaded);
+    let cfg = params.config(s.model.n_ctx()).map_err(|e| flags(&e.to_string()).replace("--batch", "--batch-size"))?;
+    let (seq_len, batch) = (cfg.seq_len, cfg.batch_size);
+    // One batch of distinct sequences, the same every update.
+    let ids = bench_ids(seq_len * batch, s.model.hparams.n_vocab);
+    let seqs: Vec<Vec<u32>> = ids.chunks_exact(seq_len).map(<[u32]>::to_vec).collect();
+    let weight_type = s.model.weights.layers.first().map_or("none", |l| l.attn_qkv_w.ty.name());
+    let plan = s.train_start(seqs, cfg).map_err(|e| flags(&e.to_string()))?;
+    let load_s = t_load.elapsed().as_secs_f64();
+    let per_step = (seq_len * batch) as f64;
+    let (mut wall, mut per_cpu, mut losses) = (Vec::new(), Vec::new(), Vec::new());
+    let mut warmup_s = 0.0;
+    for i in 0..=t.steps {
+        if i == 1 {
+            cpu.reset_profile(); // the warm-up update is not profiled either
+        }
+        let (t0, c0) = (Instant::now(), process_cpu());
+        let step = block_on(s.train_step()).map_err(|e| e.to_string())?.ok_or("bench --train: the run ended early")?;
+        let secs = t0.elapsed().as_secs_f64();
+        losses.push(step.loss);
+        if i == 0 {
+            warmup_s = secs;
+            continue;
+        }
+        wall.push(per_step / secs);
+        if let (Some(c0), Some(c1)) = (c0, process_cpu()) {
+            per_cpu.push(per_step / (c1 - c0));
+        }
+    }
+    s.train_end();
+    let prof = profile_table(&cpu.profile(), per_step * t.steps as f64);
+    let sorted = |v: &[f64]| {
+        let mut v = v.to_vec();
+        v.sort_by(|a, b| a.total_cmp(b));
+        v
+    };
+    let (w, c) = (sorted(&wall), sorted(&per_cpu));
+    let med = |v: &[f64]| v.get(v.len() / 2).copied().unwrap_or(f64::NAN);
+    let ends = |v: &[f64]| [v.first().copied().unwrap_or(f64::NAN), v.last().copied().unwrap_or(f64::NAN)];
+    let mode = match t.lora_rank {
+        Some(r) => format!("lora rank {r}"),
+        None => "full".into(),
+    };
+    if a.json {
+        println!(
+            "{}",
+            json!({
+                "model": a.load.model, "weight_type": weight_type, "mode": mode, "threads": threads,
+                "seq_len": seq_len, "batch_size": batch, "steps": t.steps, "optimizer": "adamw",
+                "train_tok_s": med(&w), "train_tok_s_spread": ends(&w), "train_tok_s_all": wall,
+                "train_tok_per_cpu_s": med(&c), "train_tok_per_cpu_s_spread": ends(&c),
+                "warmup_s": warmup_s, "load_s": load_s, "losses": losses,
+                "memory": { "weights": plan.weights, "state": plan.state, "compute": plan.compute },
+                "profile": if a.profile { prof.to_json() } else { json!(null) },
+            })
+        );
+    } else {
+        println!(
+            "{} ({weight_type}), {mode} AdamW training, seqLen {seq_len}, batch {batch}, {threads} threads",
+            a.load.model
+        );
+        println!("| test | tokens/s (median of {}) | min–max | tokens per CPU second | min–max |", t.steps);
+        println!("|---|---|---|---|---|");
+        let (ws, cs) = (ends(&w), ends(&c));
+        println!(
+            "| train b{batch}×{seq_len} | {:.1} | {:.1}–{:.1} | {:.1} | {:.1}–{:.1} |",
+            med(&w),
+            ws[0],
+            ws[1],
+            med(&c),
+            cs[0],
+            cs[1]
+        );
+        println!(
+            "warm-up update {warmup_s:.2} s; losses {losses:?}; memory: {} MiB weights, {} MiB state, {} MiB compute",
+            plan.weights >> 20,
+            plan.state >> 20,
+            plan.compute >> 20
+        );
+        if a.profile {
+            let clock = if threads == 1 { "thread CPU" } else { "wall" };
+            println!("\nprofile: {clock} ms per token by node class\n{}", prof.to_text());
+        }
+    }
+    Ok(())
+}

@@ -1,7 +1,8 @@
 //! Kernels of the ops that backward passes add to a graph (`crate::backward`): out_prod,
 //! soft_max_back, gelu_back, norm_back, repeat_back, get_rows_back, acc, diag_mask_zero,
 //! fill (ggml-cpu's ops.cpp has them beside the forward ones). Portable Rust but for
-//! out_prod's panel product and gelu_back, the ISA table's (`Kernels`): every result is f32,
+//! out_prod's panel product, gelu_back and the log-softmaxes' exponentials, the ISA table's
+//! (`Kernels`): every result is f32,
 //! sums over a row are kept in f64 as the forward norm and soft_max keep theirs, and each
 //! result row is one thread's, so results do not depend on the thread count.
 
@@ -189,24 +190,32 @@ pub(crate) fn soft_max_back(dy: &TensorView, y: &TensorView, dst: &TensorView, s
     })
 }
 
-/// log(softmax(x)) per row: x − max − log Σ exp(x − max), the sum in f64.
+/// log(softmax(x)) per row: x − max − log Σ exp(x − max); the exponentials are the ISA
+/// table's (`exp_sum`, f32 within 2 ulp, as the forward soft_max's), the sum and the
+/// subtraction in f64. The model's loss runs this over n_vocab × seqLen logits: f64 exps
+/// per element cost more than the head's forward product.
 pub(crate) fn log_soft_max(a: &TensorView, dst: &TensorView, exec: &Exec) -> KResult {
+    let k = crate::cpu::arch::kernels();
     pair_rows(exec, a, a, dst, "log_soft_max", &|_, x, out| {
-        let max = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v)) as f64;
-        let sum: f64 = x.iter().map(|&v| libm::exp(v as f64 - max)).sum();
-        let lse = max + libm::log(sum);
+        let max = (k.max)(x);
+        out.copy_from_slice(x);
+        let lse = max as f64 + libm::log((k.exp_sum)(out, max));
         for (o, &v) in out.iter_mut().zip(x) {
             *o = (v as f64 - lse) as f32;
         }
     })
 }
 
-/// `log_soft_max`'s backward: dx = dy − exp(y) · Σ dy per row (the sum in f64).
+/// `log_soft_max`'s backward: dx = dy − exp(y) · Σ dy per row (the sum and the products in
+/// f64, the exponentials the ISA table's, as in `log_soft_max`).
 pub(crate) fn log_soft_max_back(dy: &TensorView, y: &TensorView, dst: &TensorView, exec: &Exec) -> KResult {
+    let k = crate::cpu::arch::kernels();
     pair_rows(exec, dy, y, dst, "log_soft_max_back", &|g, y, out| {
         let sum: f64 = g.iter().map(|&v| v as f64).sum();
-        for ((o, &gi), &yi) in out.iter_mut().zip(g).zip(y) {
-            *o = (gi as f64 - libm::exp(yi as f64) * sum) as f32;
+        out.copy_from_slice(y);
+        (k.exp_sum)(out, 0.0);
+        for (o, &gi) in out.iter_mut().zip(g) {
+            *o = (gi as f64 - *o as f64 * sum) as f32;
         }
     })
 }

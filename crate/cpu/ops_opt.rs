@@ -14,6 +14,16 @@ use crate::types::GgmlType;
 /// Elements per job.
 const CHUNK: usize = 4096;
 
+/// f32 square root, correctly rounded either way: with std it is LLVM's `sqrt`, which
+/// vectorizes (SSE2's sqrtps, SIMD128's f32x4.sqrt); libm's is inline assembly on x86.
+#[inline(always)]
+fn sqrt(x: f32) -> f32 {
+    #[cfg(feature = "std")]
+    return x.sqrt();
+    #[cfg(not(feature = "std"))]
+    return libm::sqrtf(x);
+}
+
 /// The optimizer's hyper-parameters (src2, f32) as a slice.
 fn hyper(p: &TensorView, n: usize) -> Result<&[f32], KernelError> {
     if p.ty != GgmlType::F32 || p.nelements() < n || !p.is_contiguous() {
@@ -69,18 +79,27 @@ pub(crate) fn adamw(a: &TensorView, state: &TensorView, params: &TensorView, dst
     par_rows(exec, n.div_ceil(CHUNK), CHUNK, &|jobs| {
         let (p, s) = ptrs.get();
         let (i0, i1) = (jobs.start * CHUNK, (jobs.end * CHUNK).min(n));
-        for i in i0..i1 {
-            // SAFETY: i < n; p has n elements, s 3n; this job's range only.
-            unsafe {
-                let g = *s.add(i) * gscale;
-                *s.add(i) = 0.0;
-                let (m, v, w) = (s.add(n + i), s.add(2 * n + i), p.add(i));
-                *w *= decay;
-                *m += (g - *m) * (1.0 - b1);
-                *v = *v * b2 + (1.0 - b2) * g * g;
-                let denom = libm::sqrtf(*v) / bc2_sqrt + eps;
-                *w -= step_size * (*m / denom);
-            }
+        let len = i1 - i0;
+        // SAFETY: i0..i1 lies below n; p has n elements, s 3n; this job's range only, and the
+        // four slices are disjoint (p is not s's memory: `operands` checked dst is a, not state).
+        let (w, g, m, v) = unsafe {
+            (
+                core::slice::from_raw_parts_mut(p.add(i0), len),
+                core::slice::from_raw_parts_mut(s.add(i0), len),
+                core::slice::from_raw_parts_mut(s.add(n + i0), len),
+                core::slice::from_raw_parts_mut(s.add(2 * n + i0), len),
+            )
+        };
+        // Slices, not pointers, and a sqrt LLVM knows: the loop vectorizes (sqrt and division
+        // are correctly rounded in every lane, so the results are the scalar loop's bits).
+        for (((w, g), m), v) in w.iter_mut().zip(g.iter_mut()).zip(m.iter_mut()).zip(v.iter_mut()) {
+            let gi = *g * gscale;
+            *g = 0.0;
+            *w *= decay;
+            *m += (gi - *m) * (1.0 - b1);
+            *v = *v * b2 + (1.0 - b2) * gi * gi;
+            let denom = sqrt(*v) / bc2_sqrt + eps;
+            *w -= step_size * (*m / denom);
         }
         Ok(())
     })

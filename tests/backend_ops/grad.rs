@@ -284,6 +284,13 @@ pub fn backward_op_cases() -> Vec<Case> {
         let b = i.t(F32, &[5, 9, 4, 3]);
         i.ctx.out_prod(&a, &b)
     }));
+    // A weight's gradient (activations × the output's gradient, summed over 37 tokens, b
+    // not transposed): 70 result rows (a group of 64 and a ragged 6).
+    v.push(case("out_prod f32 weight gradient K=48 T=37, 70 rows", mm_tol(37), |i| {
+        let x = i.t(F32, &[48, 37]);
+        let g = i.t(F32, &[70, 37]);
+        i.ctx.out_prod(&x, &g)
+    }));
     v
 }
 
