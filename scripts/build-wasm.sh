@@ -10,9 +10,10 @@
 #                     multiply-add the matrix-product tiles use; loaded where the browser
 #                     validates a relaxed-SIMD module (engine.js hasRelaxedSimd)
 #   web/pkg-m64/      the Memory64 build (wasm64, nightly + -Z build-std, one thread, plain
-#                     SIMD128): models past wasm32's 4 GiB (engine.js planMemory64). wasm-bindgen
-#                     cannot thread a 64-bit memory yet ("threading does not currently support
-#                     memory64"), so there is no threaded twin.
+#                     SIMD128): models past wasm32's 4 GiB (engine.js planMemory64). No threaded
+#                     twin yet: wasm-bindgen 0.2.130 binds a threaded wasm64 module (tried on a
+#                     small crate), but the CPU pool has not been run on one, and each nightly
+#                     build costs CI minutes.
 #   web/pkg-tokenizer/ the `ggweb/tokenizer` entry (web/tokenizer.js): the BPE and the GGUF
 #                     header reader alone (`--no-default-features --features tokenizer-wasm`,
 #                     crate/tokenizer_wasm.rs), and gpt2-vocab.gguf, the vocabulary

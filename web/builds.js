@@ -211,7 +211,7 @@ export function memory64Option(v) {
  * 4 GiB would leave them under 1 GiB for the KV cache, the compute buffers and the heap
  * (GPT-2 XL at F16, 3.28 GB, is the first of the family past it; large at F32, 3.1 GB,
  * still fits wasm32 with its threads). Below it the wasm32 builds are faster: threads and
- * relaxed SIMD, which wasm-bindgen cannot give a 64-bit memory yet, and no bounds checks.
+ * relaxed SIMD, which the Memory64 build does not have (yet), and no 64-bit bounds checks.
  */
 export const MEMORY64_AUTO_BYTES = 3 * 1024 ** 3;
 

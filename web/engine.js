@@ -356,7 +356,7 @@ export class Engine {
           core = await loadCore(m64Url);
           build = 'pkg-m64';
           if (threads.threaded) {
-            Object.assign(threads, { n: 1, threaded: false, reason: 'the Memory64 build runs one thread (wasm-bindgen cannot yet share a 64-bit memory between threads)' });
+            Object.assign(threads, { n: 1, threaded: false, reason: 'the Memory64 build runs one thread (it has no threaded twin yet)' });
           }
         } catch (e) {
           if (m64Opt === true) throw e;

@@ -76,7 +76,14 @@ impl BufferType for CpuBufferType {
     /// One allocation is at most isize::MAX bytes (Rust's Layout rule: 2 GiB on wasm32);
     /// larger weights are split over several buffers rather than refused.
     fn max_size(&self) -> usize {
-        isize::MAX as usize - CPU_ALIGNMENT
+        // In wasm a buffer lies in the linear memory: wasm32's isize::MAX (2 GiB) is the
+        // tighter bound there, the memory's own 16 GiB on the Memory64 build (whose isize::MAX
+        // would also pass 2^53, which a JS number cannot hold exactly: Model.inspect's limits).
+        #[cfg(target_family = "wasm")]
+        let max = (isize::MAX as u64).min(crate::backend::host::WASM_MEMORY_MAX) as usize;
+        #[cfg(not(target_family = "wasm"))]
+        let max = isize::MAX as usize;
+        max - CPU_ALIGNMENT
     }
     fn budget(&self) -> Option<u64> {
         crate::backend::host::address_space_left()

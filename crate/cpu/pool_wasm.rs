@@ -30,14 +30,16 @@ extern "C" {
     /// Starts a Web Worker that runs `ggweb_thread_entry(ptr)`; throws when the browser
     /// cannot start one.
     #[wasm_bindgen(catch, js_name = spawnThread)]
-    fn spawn_thread(module: JsValue, memory: JsValue, ptr: u32) -> Result<(), JsValue>;
+    fn spawn_thread(module: JsValue, memory: JsValue, ptr: usize) -> Result<(), JsValue>;
 }
 
 type Entry = Box<dyn FnOnce() + Send>;
 
 /// Addresses of closures handed to JS and not yet claimed by their worker: the exported
 /// entry takes only these, so a stray call with any other number does nothing.
-static PENDING: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+// `usize`: a 32-bit address on wasm32, a 64-bit one on a Memory64 build (a JS number
+// either way: wasm-bindgen passes a wasm64 `usize` as one, exact below 2^53).
+static PENDING: Mutex<Vec<usize>> = Mutex::new(Vec::new());
 static TRAPPED: AtomicBool = AtomicBool::new(false);
 static RUNNING: AtomicUsize = AtomicUsize::new(0);
 
@@ -45,7 +47,7 @@ static RUNNING: AtomicUsize = AtomicUsize::new(0);
 pub(super) struct Handle;
 
 pub(super) fn spawn(_i: usize, f: Entry) -> Result<Handle, String> {
-    let ptr = Box::into_raw(Box::new(f)) as u32;
+    let ptr = Box::into_raw(Box::new(f)) as usize;
     PENDING.lock().unwrap_or_else(|e| e.into_inner()).push(ptr);
     match spawn_thread(wasm_bindgen::module(), wasm_bindgen::memory(), ptr) {
         Ok(()) => Ok(Handle),
@@ -59,7 +61,7 @@ pub(super) fn spawn(_i: usize, f: Entry) -> Result<Handle, String> {
     }
 }
 
-fn take_pending(ptr: u32) -> bool {
+fn take_pending(ptr: usize) -> bool {
     let mut pending = PENDING.lock().unwrap_or_else(|e| e.into_inner());
     match pending.iter().position(|&p| p == ptr) {
         Some(i) => {
@@ -73,7 +75,7 @@ fn take_pending(ptr: u32) -> bool {
 /// Internal (web/cpu-thread.js): runs the closure `spawn` registered at `ptr` on the
 /// calling Web Worker, returning when the pool shuts down. Any other `ptr` is refused.
 #[wasm_bindgen]
-pub fn ggweb_thread_entry(ptr: u32) -> Result<(), JsValue> {
+pub fn ggweb_thread_entry(ptr: usize) -> Result<(), JsValue> {
     if !take_pending(ptr) {
         return Err(JsValue::from_str("ggweb_thread_entry: not a pending thread"));
     }
