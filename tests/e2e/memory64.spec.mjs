@@ -100,3 +100,22 @@ test("memory64: 'auto' keeps a small file on wasm32 and says why; a bad value is
   assert.deepEqual(r.value.bad, { code: 'invalid', message: "memory64 must be 'auto', true or false, got \"yes\"" });
   assert.ok(r.value.ok > 0, 'a load after the refused one works');
 });
+
+test('Model.inspect with memory64: true plans against the Memory64 build (on the page thread)', async () => {
+  const r = await inPage(`
+    const a = await Model.inspect(arg.url, { memory64: true });
+    const b = await Model.inspect(arg.url, { memory64: false });
+    return { a: { m64: a.memory64, fits: a.fits, weights: a.memory.weights }, b: { m64: b.memory64, fits: b.fits, weights: b.memory.weights } };
+  `, { url: Q8 });
+  assert.ok(r.ok, r.message);
+  const { a, b } = r.value;
+  assert.equal(a.m64, true);
+  assert.equal(b.m64, false);
+  assert.equal(a.fits.ok, true, a.fits.reason);
+  assert.equal(a.weights, b.weights, 'the same plan on either build');
+  // The Memory64 build's budget is what is left of 16 GiB; wasm32's of 4 GiB.
+  assert.ok(a.fits.wasmSpaceLeft > 4 * 2 ** 30 && a.fits.wasmSpaceLeft <= 16 * 2 ** 30, `${a.fits.wasmSpaceLeft}`);
+  assert.ok(b.fits.wasmSpaceLeft < 4 * 2 ** 30, `${b.fits.wasmSpaceLeft}`);
+  assert.equal(a.fits.limits.CPU.maxBufferSize, 16 * 2 ** 30 - 64);
+  assert.equal(b.fits.limits.CPU.maxBufferSize, 2 ** 31 - 1 - 64);
+});
