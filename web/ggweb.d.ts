@@ -417,7 +417,7 @@ export interface ModelInfo extends WasmModelInfo {
 }
 
 /** Model.inspect's options: the model options of LoadOptions (unknown keys: code 'invalid'). */
-export type InspectOptions = Pick<LoadOptions, 'backend' | 'gpuLayers' | 'nCtx' | 'nBatch' | 'nThreads' | 'kvType' | 'signal' | 'stallTimeoutMs' | 'coreUrl' | 'file' | 'revision' | 'hubUrl'>;
+export type InspectOptions = Pick<LoadOptions, 'backend' | 'gpuLayers' | 'nCtx' | 'nBatch' | 'nThreads' | 'kvType' | 'memory64' | 'signal' | 'stallTimeoutMs' | 'coreUrl' | 'file' | 'revision' | 'hubUrl'>;
 
 /** One model stored by a load with `cache`. */
 export interface CachedModel {

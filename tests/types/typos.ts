@@ -20,6 +20,8 @@ export async function typos(): Promise<unknown[]> {
   out.push(await Model.load('m.gguf', { nctx: 512 }));
   // @ts-expect-error: Type 'string' is not assignable to type 'boolean | undefined'
   out.push(await Model.load('m.gguf', { shared: 'yes' }));
+  // @ts-expect-error: Type '"yes"' is not assignable to type 'boolean | "auto" | undefined'
+  out.push(await Model.load('m.gguf', { memory64: 'yes' }));
   // @ts-expect-error: Property 'joined' does not exist on type
   out.push(info.load.joined);
   // @ts-expect-error: Property 'nVocabs' does not exist on type 'Hparams'

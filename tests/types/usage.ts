@@ -22,14 +22,14 @@ import {
 const ac = new AbortController();
 
 const allLoad: Required<LoadOptions> = {
-  backend: 'auto', gpuLayers: -1, nCtx: 256, nBatch: 32, nThreads: 2, kvType: 'f16', relaxedSimd: false,
+  backend: 'auto', gpuLayers: -1, nCtx: 256, nBatch: 32, nThreads: 2, kvType: 'f16', relaxedSimd: false, memory64: 'auto',
   onProgress: (p: LoadProgress) => console.log(p.phase, p.loaded, p.total ?? 'unknown'),
   signal: ac.signal, cache: 'my-models', offline: false, persist: true, stallTimeoutMs: 30_000, worker: true,
   coreUrl: new URL('https://example.com/pkg/ggweb_core.js'), file: 'gpt2.Q8_0.gguf', revision: 'main', hubUrl: 'https://huggingface.co',
   lora: 'https://example.com/adapter.gguf', shared: false,
 };
 const allInspect: Required<InspectOptions> = {
-  backend: 'cpu', gpuLayers: 0, nCtx: 128, nBatch: 8, nThreads: 1, kvType: 'f32', signal: ac.signal, stallTimeoutMs: 0, coreUrl: 'pkg.js',
+  backend: 'cpu', gpuLayers: 0, nCtx: 128, nBatch: 8, nThreads: 1, kvType: 'f32', memory64: true, signal: ac.signal, stallTimeoutMs: 0, coreUrl: 'pkg.js',
   file: 'gpt2.Q8_0.gguf', revision: 'v1.0', hubUrl: new URL('https://hub.example.com'),
 };
 const allGenerate: Required<GenerateOptions> = {
@@ -113,6 +113,8 @@ function readInfo(info: ModelInfo): unknown[] {
     tokenizer: [info.tokenizer.nVocab, info.tokenizer.n_vocab, info.tokenizer.bos ?? -1, info.tokenizer.eos ?? -1],
     wasmMemory: info.wasmMemory.heapBase + info.wasmMemory.atLoaderStart + info.wasmMemory.afterLoad + info.wasmMemory.now,
     threads: [info.threads.n, info.threads.running, info.threads.build satisfies string, info.threads.reason ?? ''],
+    memory64: info.memory64 satisfies boolean,
+    memory64Reason: info.memory64Reason ?? '',
     load: [info.load.bytes, info.load.ms, info.load.via, info.load.cached, info.load.backend, info.load.worker,
       info.load.workerRestarts, info.load.cacheNote ?? '', info.load.persisted ?? null, info.load.warmUp.ms, info.load.warmUp.slices, info.load.warmUp.done,
       info.load.phases.wasmMs, info.load.phases.openMs, info.load.phases.readWaitMs, info.load.phases.feedMs,
@@ -163,6 +165,7 @@ function readInspect(r: InspectResult): unknown[] {
       Object.values(r.memory.byBackend).map((b) => b.weights + b.kv + b.compute)],
     fits: [r.fits.ok, r.fits.reason, r.fits.wasmSpaceLeft, Object.values(r.fits.limits).map((l) => (l.budget ?? 0) + l.maxBufferSize)],
     source: [r.source.via, r.source.bytesRead, r.source.size, r.source.requests, r.source.ranged, r.source.complete],
+    memory64: r.memory64 satisfies boolean,
   };
   return Object.values(all);
 }
