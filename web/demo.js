@@ -206,6 +206,8 @@ function modelOptions() {
     backend: el.backend.value,
     gpuLayers: el.backend.value === 'cpu' ? undefined : gpuAll ? -1 : Number(el.gpuLayers.value),
     nCtx: Number(el.nCtx.value) || undefined,
+    // `?memory64=0`: the wasm32 builds only, for comparisons (and the demo's tests of wasm32's budget).
+    ...(params.get('memory64') === '0' ? { memory64: false } : {}),
   };
 }
 

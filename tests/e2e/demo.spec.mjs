@@ -433,7 +433,9 @@ function writeHugeCtx() {
 test('with the real wasm: a chosen URL shows its header at once; one that cannot fit is warned about before the download', async () => {
   assert.ok(MODELS_DIR, 'the shared models are needed');
   const bytes = writeHugeCtx();
-  const { page, problems } = await openPage(web.browser, web.server.url);
+  // The demo on the wasm32 builds (?memory64=0): where the browser has Memory64, 'auto' plans a
+  // file this size (4.3 GB) on pkg-m64, whose 16 GiB hold it (checked at the end).
+  const { page, problems } = await openPage(web.browser, `${web.server.url}?memory64=0`);
   await page.waitForSelector('body[data-ready="1"]');
   await page.fill('#model-url', `${web.server.url}shared-models/tiny-gpt2-q8_0.gguf`);
   await page.waitForSelector('#inspect-result[data-fits="true"]');
@@ -452,6 +454,12 @@ test('with the real wasm: a chosen URL shows its header at once; one that cannot
   assert.equal(t.requests, 1);
   assert.match(t.ranges[0], /^bytes=0-\d+$/);
   assert.ok(t.bytes < bytes.length / 3, `${t.bytes} of ${bytes.length}`);
+  const m64 = await page.evaluate(async (url) => {
+    const { Model } = await import('/ggweb.js');
+    const r = await Model.inspect(url);
+    return { memory64: r.memory64, fits: r.fits.ok };
+  }, `${web.server.url}artifacts/huge-ctx.gguf`);
+  assert.deepEqual(m64, { memory64: true, fits: true }, "memory64 'auto': the Memory64 build holds it");
   assert.deepEqual(real(problems).filter((p) => !/favicon\.ico/.test(p)), []);
   await page.close();
 });
@@ -459,7 +467,8 @@ test('with the real wasm: a chosen URL shows its header at once; one that cannot
 test('with the real wasm: a model over the memory budget fails as unsupported, and the demo says what does not fit and by how much', async () => {
   assert.ok(MODELS_DIR, 'the shared models are needed');
   writeHugeCtx();
-  const { page, problems } = await openPage(web.browser, web.server.url);
+  // The wasm32 builds (memory64: false, ?memory64=0): their 4 GiB is the budget under test.
+  const { page, problems } = await openPage(web.browser, `${web.server.url}?memory64=0`);
   await page.waitForSelector('body[data-ready="1"]');
   // n_ctx 3 x 2^20: each KV tensor under 2 GiB, weights and KV cache together over wasm32's
   // 4 GiB: refused by the first, cheap check, before any compute buffer is planned.
@@ -469,7 +478,7 @@ test('with the real wasm: a model over the memory budget fails as unsupported, a
     const e = await page.evaluate(async ({ url, nCtx, worker }) => {
       const { Model } = await import('/ggweb.js');
       try {
-        await Model.load(url, { nCtx, worker });
+        await Model.load(url, { nCtx, worker, memory64: false });
         return 'loaded';
       } catch (err) {
         return { code: err.code, message: err.message, details: err.details };
