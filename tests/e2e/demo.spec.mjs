@@ -433,8 +433,8 @@ function writeHugeCtx() {
 test('with the real wasm: a chosen URL shows its header at once; one that cannot fit is warned about before the download', async () => {
   assert.ok(MODELS_DIR, 'the shared models are needed');
   const bytes = writeHugeCtx();
-  // The demo on the wasm32 builds (?memory64=0): where the browser has Memory64, 'auto' plans a
-  // file this size (4.3 GB) on pkg-m64, whose 16 GiB hold it (checked at the end).
+  // The demo on the wasm32 builds (?memory64=0): where the browser has Memory64, 'auto' would
+  // plan a file this size (4.3 GB) on pkg-m64 instead.
   const { page, problems } = await openPage(web.browser, `${web.server.url}?memory64=0`);
   await page.waitForSelector('body[data-ready="1"]');
   await page.fill('#model-url', `${web.server.url}shared-models/tiny-gpt2-q8_0.gguf`);
@@ -454,12 +454,6 @@ test('with the real wasm: a chosen URL shows its header at once; one that cannot
   assert.equal(t.requests, 1);
   assert.match(t.ranges[0], /^bytes=0-\d+$/);
   assert.ok(t.bytes < bytes.length / 3, `${t.bytes} of ${bytes.length}`);
-  const m64 = await page.evaluate(async (url) => {
-    const { Model } = await import('/ggweb.js');
-    const r = await Model.inspect(url);
-    return { memory64: r.memory64, fits: r.fits.ok };
-  }, `${web.server.url}artifacts/huge-ctx.gguf`);
-  assert.deepEqual(m64, { memory64: true, fits: true }, "memory64 'auto': the Memory64 build holds it");
   assert.deepEqual(real(problems).filter((p) => !/favicon\.ico/.test(p)), []);
   await page.close();
 });
