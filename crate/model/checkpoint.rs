@@ -110,14 +110,7 @@ impl OptState {
             })
             .collect();
         let all: Vec<Tensor> = tensors.iter().map(|(_, t)| t.clone()).collect();
-        let buffers = alloc_tensors(&all, buft).map_err(|e| match e {
-            crate::backend::BackendError::OutOfMemory { requested, limit, .. } => ModelError::OverBudget {
-                what: "the optimizer state".into(),
-                needed: requested as u64,
-                limit: limit as u64,
-            },
-            e => e.into(),
-        })?;
+        let buffers = alloc_tensors(&all, buft).map_err(|e| ModelError::oom("the optimizer state", e))?;
         for b in &buffers {
             b.clear(0);
         }

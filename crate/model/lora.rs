@@ -156,14 +156,8 @@ impl Lora {
             })
             .collect();
         let lora = Lora { cfg, layers, _ctx: ctx, buffers: Vec::new() };
-        let buffers = alloc_tensors(&lora.tensors(), &*backend.buffer_type()).map_err(|e| match e {
-            crate::backend::BackendError::OutOfMemory { requested, limit, .. } => ModelError::OverBudget {
-                what: String::from("the LoRA adapter's A and B"),
-                needed: requested as u64,
-                limit: limit as u64,
-            },
-            e => e.into(),
-        })?;
+        let buffers = alloc_tensors(&lora.tensors(), &*backend.buffer_type())
+            .map_err(|e| ModelError::oom("the LoRA adapter's A and B", e))?;
         for b in &buffers {
             b.clear(0);
         }

@@ -128,3 +128,16 @@ impl From<BackendError> for ModelError {
         ModelError::Backend(e)
     }
 }
+
+impl ModelError {
+    /// An allocation's `OutOfMemory` as `OverBudget` naming `what` was being allocated (the
+    /// sizes an app shows); any other backend error as it is.
+    pub(crate) fn oom(what: &str, e: BackendError) -> Self {
+        match e {
+            BackendError::OutOfMemory { requested, limit, .. } => {
+                ModelError::OverBudget { what: what.into(), needed: requested as u64, limit: limit as u64 }
+            }
+            e => e.into(),
+        }
+    }
+}

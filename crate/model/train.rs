@@ -37,7 +37,7 @@ use super::lora::{Lora, LoraConfig};
 pub use super::optimizer::{Optimizer, MAX_STEPS};
 use super::ModelError;
 use crate::allocator::alloc_tensors;
-use crate::backend::{Backend, BackendError, Buffer};
+use crate::backend::{Backend, Buffer};
 use crate::graph::Graph;
 use crate::sched::Sched;
 use crate::tensor::{Context, ContextParams, Tensor, TENSOR_OVERHEAD};
@@ -261,15 +261,6 @@ fn over_budget(what: String, needed: u64, limit: u64) -> ModelError {
     ModelError::OverBudget { what, needed, limit }
 }
 
-fn oom(what: &str, e: BackendError) -> ModelError {
-    match e {
-        BackendError::OutOfMemory { requested, limit, .. } => {
-            over_budget(String::from(what), requested as u64, limit as u64)
-        }
-        e => e.into(),
-    }
-}
-
 /// F32 copies of `weights` in a CPU buffer of `backend`'s: their context (same names) and
 /// buffers. Each weight is read and converted one at a time.
 fn f32_copies(weights: &[Tensor], backend: &dyn Backend) -> Result<(Context, Vec<Rc<dyn Buffer>>), ModelError> {
@@ -282,7 +273,8 @@ fn f32_copies(weights: &[Tensor], backend: &dyn Backend) -> Result<(Context, Vec
             t
         })
         .collect();
-    let buffers = alloc_tensors(&copies, &*backend.buffer_type()).map_err(|e| oom("training's f32 weights", e))?;
+    let buffers =
+        alloc_tensors(&copies, &*backend.buffer_type()).map_err(|e| ModelError::oom("training's f32 weights", e))?;
     for (w, c) in weights.iter().zip(&copies) {
         let mut bytes = vec![0u8; w.nbytes()];
         w.try_get_bytes(&mut bytes, 0)?;
@@ -501,8 +493,8 @@ impl Trainer {
         let hyper = [hyper_ctx.new_tensor_1d(GgmlType::F32, n_hyper), hyper_ctx.new_tensor_1d(GgmlType::F32, n_hyper)];
         hyper[0].set_name("opt_hyper");
         hyper[1].set_name("opt_hyper.no_decay");
-        let hyper_buffers =
-            alloc_tensors(&hyper, &*backend.buffer_type()).map_err(|e| oom("training's optimizer state", e))?;
+        let hyper_buffers = alloc_tensors(&hyper, &*backend.buffer_type())
+            .map_err(|e| ModelError::oom("training's optimizer state", e))?;
         let params: Vec<Param> =
             params.into_iter().map(|(t, decay)| Param { state: state_of(&t.name()), t, decay }).collect();
 
@@ -564,8 +556,10 @@ impl Trainer {
         }
 
         let mut sched = Sched::new(backends)?;
-        sched.reserve(&gf).map_err(|e| oom("training's compute buffer (activations and gradients)", e))?;
-        sched.alloc_graph(&gf).map_err(|e| oom("training's compute buffer (activations and gradients)", e))?;
+        sched.reserve(&gf).map_err(|e| ModelError::oom("training's compute buffer (activations and gradients)", e))?;
+        sched
+            .alloc_graph(&gf)
+            .map_err(|e| ModelError::oom("training's compute buffer (activations and gradients)", e))?;
         let compute = (0..sched.n_backends()).map(|i| sched.compute_buffer_size(i) as u64).sum();
         let memory = TrainMemory { compute, ..memory };
         check_budget(limit, &memory, what)?;
