@@ -31,21 +31,29 @@ fn ggweb(args: &[&str]) -> Value {
 }
 
 /// Where the model and its reference go (git-ignored, under the target dir).
-pub fn scale_dir() -> PathBuf {
-    Path::new(env!("CARGO_TARGET_TMPDIR")).join("scale-models")
-}
-
-#[test]
-fn medium_q8_0_plan_32_bit_load_and_native_reference() {
-    let (sh, ty) = (shape("medium").unwrap(), file_type("q8_0").unwrap());
+/// Writes the bench GPT-2 of `shape` and `ty` (seeded weights, the real tokenizer from the
+/// tiny reference) into scale_dir(): its path and size.
+fn write_shape(shape_name: &str, ty: &str) -> (PathBuf, u64) {
+    let (sh, ty) = (shape(shape_name).unwrap(), file_type(ty).unwrap());
     let reference = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/llamacpp/tiny-gpt2-f32.gguf");
     let bytes = std::fs::read(&reference).unwrap();
     let tok_header = read_header(&bytes, bytes.len() as u64, Limits::default()).unwrap();
     let dir = scale_dir();
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(file_name(&sh, &ty));
-    // Always rewritten (a few seconds): a file left by an older generator must not pass.
     let size = write_bench_gpt2(&tok_header, &sh, &ty, &path).unwrap();
+    (path, size)
+}
+
+pub fn scale_dir() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("scale-models")
+}
+
+#[test]
+fn medium_q8_0_plan_32_bit_load_and_native_reference() {
+    // Always rewritten (a few seconds): a file left by an older generator must not pass.
+    let (path, size) = write_shape("medium", "q8_0");
+    let (sh, ty) = (shape("medium").unwrap(), file_type("q8_0").unwrap());
     let p = path.to_str().unwrap();
 
     // Exact sizes: every tensor's Q8_0/F32 bytes are multiples of the 32-byte alignment, so
@@ -126,7 +134,7 @@ fn medium_q8_0_plan_32_bit_load_and_native_reference() {
         "logits": last,
         "memory": { "weights": weights, "kv": kv, "compute": compute },
     });
-    std::fs::write(dir.join("bench-medium-q8_0.native.json"), reference.to_string()).unwrap();
+    std::fs::write(scale_dir().join("bench-medium-q8_0.native.json"), reference.to_string()).unwrap();
 }
 
 /// GPT-2 124M's shape at Q8_0 (12 × 768, ~178 MB) beside the medium one, for
@@ -135,14 +143,7 @@ fn medium_q8_0_plan_32_bit_load_and_native_reference() {
 /// header, and the plan is the CLI's.
 #[test]
 fn small_q8_0_for_the_load_memory_test() {
-    let (sh, ty) = (shape("124m").unwrap(), file_type("q8_0").unwrap());
-    let reference = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/llamacpp/tiny-gpt2-f32.gguf");
-    let bytes = std::fs::read(&reference).unwrap();
-    let tok_header = read_header(&bytes, bytes.len() as u64, Limits::default()).unwrap();
-    let dir = scale_dir();
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(file_name(&sh, &ty));
-    let size = write_bench_gpt2(&tok_header, &sh, &ty, &path).unwrap();
+    let (path, size) = write_shape("124m", "q8_0");
     let inspect = ggweb(&["inspect", "--model", path.to_str().unwrap(), "--json"]);
     assert_eq!(inspect["file_size"].as_u64().unwrap(), size);
     let weights = inspect["plan"]["weights"].as_u64().unwrap();
