@@ -207,6 +207,19 @@ function benchIds(n, nVocab) {
   return Array.from({ length: n }, (_, i) => (i * 2654435761 + 12345) % nVocab);
 }
 
+/** `maxTokens` greedy tokens after `ids`, timed: t0 (start), t1 (first token), t2 (end), n, stats. */
+async function timedGreedy(m, ids, maxTokens) {
+  const r = { n: 0 };
+  r.t0 = now();
+  const it = m.generate(ids, { maxTokens, temperature: 0, seed: 1, ignoreEos: true });
+  for await (const _ of it) {
+    if (r.n++ === 0) r.t1 = now();
+  }
+  r.t2 = now();
+  r.stats = await it.stats;
+  return r;
+}
+
 /** Decode cost against context depth (`ggweb bench --n-past` in the browser). Per depth D
  *  (increasing): generate after D fixed ids, `tokens` greedy tokens; decode = (tokens - 1) ÷
  *  the time from the first to the last, so it covers positions D+1 .. D+tokens-1. The prompt
@@ -220,17 +233,7 @@ async function ggwebDepths(cfg) {
   });
   const info = m.info();
   const nVocab = info.tokenizer?.n_vocab ?? info.hparams?.n_vocab;
-  const gen = async (ids, maxTokens) => {
-    const r = { n: 0 };
-    r.t0 = now();
-    const it = m.generate(ids, { maxTokens, temperature: 0, seed: 1, ignoreEos: true });
-    for await (const _ of it) {
-      if (r.n++ === 0) r.t1 = now();
-    }
-    r.t2 = now();
-    r.stats = await it.stats;
-    return r;
-  };
+  const gen = (ids, maxTokens) => timedGreedy(m, ids, maxTokens);
   await gen(benchIds(cfg.depths[0], nVocab), 8); // warm-up: V8's tiers, first touch of the cache
   const mid = (xs) => [...xs].sort((a, b) => a - b)[Math.floor((xs.length - 1) / 2)];
   const depths = [];
@@ -267,14 +270,7 @@ async function ggwebNative(cfg) {
     // One untimed other token first: the prompt cache then holds nothing of ids, and every
     // rep evaluates the whole prompt, as `ggweb bench` does.
     await m.logits([(ids[0] + 1) % nVocab]);
-    const r = { n: 0 };
-    r.t0 = now();
-    const it = m.generate(ids, { maxTokens, temperature: 0, seed: 1, ignoreEos: true });
-    for await (const _ of it) {
-      if (r.n++ === 0) r.t1 = now();
-    }
-    r.t2 = now();
-    return r;
+    return timedGreedy(m, ids, maxTokens);
   };
   await gen(8); // warm-up: V8's tiers, the graphs' first allocation
   const reps = [];
