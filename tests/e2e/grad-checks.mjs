@@ -21,8 +21,8 @@ export const block = (name) => {
 export const BOUNDS = { gradRel: 1e-4, gradAbs: 1e-5, value: 1e-4 };
 
 /** What the page needs: the model's URL, its load options and the reference's cases. */
-export const gradArg = (loadOpts) => ({
-  url: '/tests/fixtures/tiny-f32.gguf', loadOpts, grad: REF.grad, sal: REF.saliency, atp: REF.atp,
+export const gradArg = (loadOpts, { igMaxSteps = Infinity } = {}) => ({
+  url: '/tests/fixtures/tiny-f32.gguf', loadOpts, grad: REF.grad, sal: REF.saliency, atp: REF.atp, igMaxSteps,
 });
 
 /**
@@ -44,6 +44,7 @@ export async function gradPage(arg) {
   const sal = [];
   for (const c of arg.sal) {
     for (const method of ['gradient', 'gradientXInput', 'integratedGradients']) {
+      if (method === 'integratedGradients' && c.steps > arg.igMaxSteps) continue;
       const x = await m.saliency(c.tokens, { of: c.of, method, steps: c.steps });
       sal.push({ name: c.name, method, scores: Array.from(x.scores), metric: x.metric, delta: x.delta, tokens: Array.from(x.tokens) });
     }
@@ -94,6 +95,9 @@ export function assertGrads(r, bounds = BOUNDS) {
     }
   });
   assert.equal(points, 3 * REF.hook_names.length + 3 * 21);
+  // Every saliency case ran, integrated gradients for at least one of them.
+  assert.equal(r.sal.filter((x) => x.method !== 'integratedGradients').length, 2 * REF.saliency.length);
+  assert.ok(r.sal.some((x) => x.method === 'integratedGradients'), 'integrated gradients ran');
   for (const x of r.sal) {
     const c = REF.saliency.find((c) => c.name === x.name);
     assert.deepEqual(x.tokens, c.tokens);
