@@ -60,7 +60,9 @@ function convert(e, fallbackCode, prefix) {
   const code = e && typeof e.code === 'string' && ERROR_CODES.includes(e.code) ? e.code : fallbackCode;
   // A model over the memory budget (crate/model ModelError::OverBudget): the sizes as numbers too.
   const over = code === 'unsupported' && /model too large: needs (\d+) bytes .*the memory budget is (\d+) bytes/.exec(msg);
-  return new GgwebError(code, prefix + msg, over ? { needed: Number(over[1]), budget: Number(over[2]) } : undefined);
+  // The crate names the call itself in some messages ("save: the … file does not fit"): once.
+  const text = prefix && msg.startsWith(prefix) ? msg : prefix + msg;
+  return new GgwebError(code, text, over ? { needed: Number(over[1]), budget: Number(over[2]) } : undefined);
 }
 
 export const abortedError = (what) => new GgwebError('aborted', `${what} was aborted`);
