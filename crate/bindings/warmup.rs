@@ -23,9 +23,9 @@ use crate::model::ModelError;
 use crate::quants;
 use crate::GgmlType;
 
-/// Head size as GPT-2's (the attention loops run over it); two heads; one block.
-const N_EMBD: usize = 128;
-const N_HEAD: usize = 2;
+/// Head size as GPT-2's (the attention loops run over it); two heads, or four where a K-quant's
+/// 256-element blocks need rows of 256; one block.
+const HEAD_DIM: usize = 64;
 const N_VOCAB: usize = 256;
 const N_CTX: usize = 64;
 /// A prompt-sized run (mul_mat's row tiles) and decode-sized runs (one row) per step.
@@ -76,6 +76,21 @@ fn values(n: usize, seed: u32) -> Vec<f32> {
         .collect()
 }
 
+/// `n` weights of a type this crate cannot quantize (the K-quants, which no activation needs):
+/// any bytes make valid blocks as long as the f16 scales are finite, and with every byte at
+/// most 0x3B each f16 in them is positive and below 1 (sign 0, exponent at most 14).
+fn blocks_without_quantizer(ty: GgmlType, n: usize, seed: u32) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(2_246_822_519) | 1;
+    (0..ty.type_size() * n / ty.blck_size())
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            (x >> 24) as u8 & 0x3B
+        })
+        .collect()
+}
+
 /// The 256 byte tokens of GPT-2's byte-level BPE (a byte printable in Latin-1 is itself, the
 /// others map to U+0100 on, in byte order), the least vocabulary its tokenizer accepts.
 fn byte_tokens() -> Vec<String> {
@@ -97,15 +112,16 @@ fn byte_tokens() -> Vec<String> {
 impl Warmup {
     pub fn new(t: WarmTypes) -> Result<Warmup, ModelError> {
         let fail = |e: String| ModelError::Format(format!("warm-up model: {e}"));
+        let n_embd = [t.weight, t.embd, t.output].iter().map(|ty| ty.blck_size()).fold(2 * HEAD_DIM, usize::max);
         let mut w = GgufWriter::new();
         let u = |v: usize| GgufValue::U32(v as u32);
         let kvs = [
             ("general.architecture", GgufValue::String("gpt2".into())),
             ("gpt2.block_count", u(1)),
             ("gpt2.context_length", u(N_CTX)),
-            ("gpt2.embedding_length", u(N_EMBD)),
-            ("gpt2.feed_forward_length", u(4 * N_EMBD)),
-            ("gpt2.attention.head_count", u(N_HEAD)),
+            ("gpt2.embedding_length", u(n_embd)),
+            ("gpt2.feed_forward_length", u(4 * n_embd)),
+            ("gpt2.attention.head_count", u(n_embd / HEAD_DIM)),
             ("gpt2.attention.layer_norm_epsilon", GgufValue::F32(1e-5)),
             ("tokenizer.ggml.model", GgufValue::String("gpt2".into())),
             ("tokenizer.ggml.tokens", GgufValue::Array(GgufArray::String(byte_tokens()))),
@@ -119,7 +135,11 @@ impl Warmup {
             seed += 1;
             let n: usize = ne.iter().product();
             let vals: Vec<f32> = values(n, seed).into_iter().map(|v| v + mean).collect();
-            let data = quants::quantize(ty, &vals).map_err(|e| fail(format!("{name}: {e}")))?;
+            let data = if quants::can_quantize(ty) {
+                quants::quantize(ty, &vals).map_err(|e| fail(format!("{name}: {e}")))?
+            } else {
+                blocks_without_quantizer(ty, n, seed)
+            };
             let ne: Vec<i64> = ne.iter().map(|&x| x as i64).collect();
             w.add_tensor(name, ty, &ne, data).map_err(|e| fail(format!("{name}: {e}")))
         };
@@ -128,10 +148,10 @@ impl Warmup {
         let hp = Hparams {
             n_vocab: N_VOCAB,
             n_ctx_train: N_CTX,
-            n_embd: N_EMBD,
-            n_head: N_HEAD,
+            n_embd,
+            n_head: n_embd / HEAD_DIM,
             n_layer: 1,
-            n_ff: 4 * N_EMBD,
+            n_ff: 4 * n_embd,
             eps: 1e-5,
         };
         let shape = |ne: [i64; 4]| ne.iter().take_while(|&&d| d > 1).map(|&d| d as usize).collect::<Vec<_>>();

@@ -1,7 +1,8 @@
 // The kernel warm-up during loading (WasmLoader.warm_up, crate/bindings/warmup.rs; engine.js
 // runs it between chunks) changes no result: a model loaded with it gives bit-identical
 // logits, the same greedy tokens and the same prompt-cache stats as one loaded without it
-// (engine.js's `warmUp` knobs at 0), on the relaxed-SIMD and the plain single-thread builds.
+// (engine.js's `warmUp` knobs at 0), on the relaxed-SIMD and the plain single-thread builds,
+// for Q8_0, F16 and a llama.cpp Q4_K_M mix.
 //   node --test tests/e2e/warmup.spec.mjs
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -62,17 +63,24 @@ function loadAndRun(url, warm, relaxedSimd, prompt) {
   }, { url, warm, relaxedSimd, prompt });
 }
 
-for (const file of ['tiny-gpt2-q8_0.gguf', 'tiny-gpt2-f16.gguf']) {
+// The Q4_K_M mix: K-quant matrices (Q4_K, Q6_K), which the crate cannot quantize, so the
+// warm-up model's weights of those types are made from bytes (crate/bindings/warmup.rs).
+for (const url of ['/shared-models/tiny-gpt2-q8_0.gguf', '/shared-models/tiny-gpt2-f16.gguf', '/tests/fixtures/mixes/gpt2-mini-q4_k_m.gguf']) {
+  const file = url.split('/').pop();
   for (const relaxedSimd of [true, false]) {
     test(`${file}, ${relaxedSimd ? 'relaxed-SIMD' : 'plain'} build: the load-time warm-up changes no logit, token or cache stat`, async () => {
-      const url = `/shared-models/${file}`;
       const on = await loadAndRun(url, true, relaxedSimd, HELLO.text);
       const off = await loadAndRun(url, false, relaxedSimd, HELLO.text);
-      assert.deepEqual(on.ids, HELLO.ids);
+      // The mix has a small vocabulary of its own; the tiny models have GPT-2's.
+      if (!url.includes('mixes')) assert.deepEqual(on.ids, HELLO.ids);
+      assert.deepEqual(off.ids, on.ids);
       assert.equal(on.build, relaxedSimd ? 'pkg-relaxed' : 'pkg');
       assert.equal(off.build, on.build);
       // It ran: the warm-up model was built and stepped (slices > 0) and finished.
-      assert.ok(on.warmUp && on.warmUp.slices > 0 && on.warmUp.done, `warm-up did not run: ${JSON.stringify(on.warmUp)}`);
+      // (The mix's file is small beside its warm-up model, whose K-quant rows need 256 columns:
+      // its download ends before the warm-up's last step, so there "ran" is built and stepped,
+      // and the last test below sees no "warm-up skipped" warning.)
+      assert.ok(on.warmUp && on.warmUp.slices > 0 && (on.warmUp.done || url.includes('mixes')), `warm-up did not run: ${JSON.stringify(on.warmUp)}`);
       assert.equal(off.warmUp.slices, 0);
       assert.equal(on.cachedTokens, 0, 'the first generation after load reuses nothing');
       assert.equal(off.cachedTokens, 0);
