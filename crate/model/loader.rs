@@ -210,7 +210,13 @@ impl LoadEstimate {
         let (n_ctx, n_batch) = opts.resolve(hp)?;
         let a = alignment.max(1) as u64;
         let aligned = |n: u64| n.div_ceil(a).saturating_mul(a);
-        let weights = header.tensors.iter().fold(0u64, |s, t| s.saturating_add(aligned(t.nbytes as u64)));
+        // A checkpoint's optimizer state counts here too (its tensors and the gradient rows
+        // beside them), so that Model.inspect plans what the load will hold.
+        let weights = header
+            .tensors
+            .iter()
+            .fold(0u64, |s, t| s.saturating_add(aligned(t.nbytes as u64)))
+            .saturating_add(state_extra_bytes(header));
         let largest_weight = header.tensors.iter().map(|t| t.nbytes as u64).max().unwrap_or(0);
         // Two tensors of n_embd * n_ctx per layer, of opts.kv_type (KvCache::new).
         let per_tensor = contiguous_nbytes(opts.kv_type, &[hp.n_embd as i64, n_ctx as i64, 1, 1]).unwrap_or(u64::MAX);
@@ -325,7 +331,7 @@ impl StateSink {
 
     /// The header without the state tensors.
     fn weights_header(&self, header: &GgufHeader) -> GgufHeader {
-        header.retain_tensors(|t| split_state_name(&t.name).is_none())
+        weights_only(header)
     }
 }
 
@@ -341,6 +347,24 @@ fn state_extra_bytes(header: &GgufHeader) -> u64 {
         .filter(|t| t.name.ends_with(".adam_m") || t.name.ends_with(".momentum"))
         .map(|t| t.nbytes as u64)
         .sum()
+}
+
+/// Host bytes a checkpoint's optimizer state takes once loaded ([`OptState`]: its tensors in
+/// the file and the gradient rows beside them); 0 for a plain file.
+pub(crate) fn state_bytes(header: &GgufHeader) -> u64 {
+    let extra = state_extra_bytes(header);
+    if extra == 0 {
+        return 0;
+    }
+    let in_file: u64 =
+        header.tensors.iter().filter(|t| split_state_name(&t.name).is_some()).map(|t| t.nbytes as u64).sum();
+    in_file.saturating_add(extra)
+}
+
+/// The header without a checkpoint's optimizer state tensors (which never go into the
+/// weight buffers).
+pub(crate) fn weights_only(header: &GgufHeader) -> GgufHeader {
+    header.retain_tensors(|t| split_state_name(&t.name).is_none())
 }
 
 /// The header's model, checked in the order that makes a lying file a format error: the
@@ -364,7 +388,6 @@ impl CheckedSink {
     fn check(&self, header: &GgufHeader) -> Result<(Hparams, Tokenizer, LoadEstimate), ModelError> {
         let (hp, tok) = check_header(header)?;
         let mut est = LoadEstimate::new(header, &hp, &self.opts, self.alignment)?;
-        est.weights = est.weights.saturating_add(state_extra_bytes(header));
         // A split whose head is on the GPU and embeddings are not copies a tied output
         // projection there (duplicate_tied_output): token_embd once more.
         if let Some(gpu_layers) = self.split_gpu_layers {

@@ -31,7 +31,7 @@ use alloc::vec::Vec;
 
 use super::context::{BackendMemory, Gpt2, Gpt2Options};
 use super::gpt2::{weight_on_gpu, Hparams};
-use super::loader::{check_header, measure, HostShare, LoadEstimate};
+use super::loader::{check_header, measure, state_bytes, weights_only, HostShare, LoadEstimate};
 pub use super::plan_backend::PlanBufferType;
 use super::ModelError;
 use crate::backend::{Backend, Buffer, BufferType};
@@ -180,8 +180,14 @@ impl HeaderPlan {
             });
         }
 
-        let model = measure(header, &hp, &backends, gpu_layers, opts)?;
-        let by_backend = model.memory_by_backend();
+        // A checkpoint: the weights as the load places them, and its optimizer state in host
+        // memory beside them (Gpt2::opt_state, counted with the host's weights).
+        let model = measure(&weights_only(header), &hp, &backends, gpu_layers, opts)?;
+        let mut by_backend = model.memory_by_backend();
+        if let Some(host_weights) = by_backend.last_mut() {
+            host_weights.weights =
+                host_weights.weights.saturating_add(usize::try_from(state_bytes(header)).unwrap_or(usize::MAX));
+        }
         let misfit = misfit_of(&model, &by_backend, &limits);
         // As the loader's estimate once measured: the compute buffers as planned.
         let est = LoadEstimate { compute: by_backend.iter().map(|m| m.compute as u64).sum(), ..est };

@@ -195,3 +195,44 @@ fn resuming_under_another_optimizer_adapter_or_tensor_set_is_invalid() {
     e.drop_lora();
     assert!(e.model.opt_state.is_none());
 }
+
+/// `Model.inspect` of a checkpoint plans what its load holds: the weights, the optimizer
+/// state's tensors and the gradient row beside each (the plan's total is the loaded model's
+/// host bytes to the byte: a budget of exactly that leaves nothing over).
+#[test]
+fn inspect_of_a_checkpoint_plans_its_optimizer_state() {
+    use ggweb::model::loader::ModelLoader;
+    use ggweb::model::plan::{HeaderPlan, HeaderReader};
+    let r = load();
+    let case = r.case("adamw");
+    let mut s = session(&base(true));
+    run(&mut s, &r, config(&case, 1, |_| {}));
+    let file = s.save_checkpoint(SaveType::F32).unwrap();
+    let plain = s.save(SaveType::F32).unwrap();
+    let plan_of = |bytes: &[u8]| {
+        let mut h = HeaderReader::new(Some(bytes.len() as u64));
+        for c in bytes.chunks(4096) {
+            if h.feed(c).unwrap() {
+                break;
+            }
+        }
+        HeaderPlan::new(&h.into_header().unwrap(), vec![Rc::new(CpuBackend::new(1))], None, &Gpt2Options::default())
+            .unwrap()
+    };
+    let (ckpt, base_plan) = (plan_of(&file), plan_of(&plain));
+    // AdamW: m and v of every trained tensor, and its gradient: three times the weights more.
+    let w = |p: &HeaderPlan| p.by_backend.iter().map(|b| b.weights as u64).sum::<u64>();
+    assert_eq!(w(&ckpt), 4 * w(&base_plan), "weights + m + v + gradient");
+    let mut l = ModelLoader::new(
+        Rc::new(CpuBackend::new(1)),
+        Gpt2Options::default(),
+        Default::default(),
+        Some(file.len() as u64),
+    )
+    .with_budget(ckpt.total());
+    for c in file.chunks(1 << 16) {
+        l.feed(c).unwrap();
+    }
+    let m = l.finish().unwrap().model;
+    assert_eq!(m.host_left(), Some(0), "the plan is what the load holds");
+}
