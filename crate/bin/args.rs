@@ -85,19 +85,19 @@ pub struct TrainArgs {
     #[arg(long)]
     pub steps: u32,
     /// The learning rate [default: 5e-5].
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub lr: Option<f32>,
     /// adamw (PyTorch's AdamW, its defaults) or sgd [default: adamw].
     #[arg(long)]
     pub optimizer: Option<String>,
     /// Clip the gradient to this global L2 norm (gradClip).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub grad_clip: Option<f32>,
     /// Train a LoRA adapter of this rank (lora.rank) instead of the whole model; --out gets the adapter.
     #[arg(long)]
     pub lora_rank: Option<u32>,
     /// The adapter's alpha (lora.alpha) [default: the rank].
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub lora_alpha: Option<f32>,
     /// The adapted weights, comma-separated, of attn_qkv, attn_output, ffn_up, ffn_down (lora.targets) [default: attn_qkv].
     #[arg(long)]

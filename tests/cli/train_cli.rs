@@ -116,6 +116,9 @@ fn bad_flags_are_refused_by_name_and_nothing_is_written() {
         ),
         (base(&f32m, &["--lora-rank", "2", "--lora-alpha", "inf"]), "--lora-alpha must be a finite number"),
         (base(&f32m, &["--lora-rank", "2", "--lora-alpha=-1"]), "--lora-alpha must be a finite number above 0"),
+        // A negative number after a space is the flag's value, not a flag of its own.
+        (base(&f32m, &["--lora-rank", "2", "--lora-alpha", "-1"]), "--lora-alpha must be a finite number above 0"),
+        (base(&f32m, &["--lr", "-0.1"]), "--lr must be a number in [0, "),
         (base(&f32m, &["--lora-rank", "2", "--lora-targets", "attn_q"]), "--lora-targets: unknown target \"attn_q\""),
         (base(&f32m, &["--lora-rank", "2", "--type", "q8_0"]), "--type (of an adapter) must be 'f32' or 'f16'"),
         (base(&f32m, &["--lora-alpha", "4"]), "--lora-alpha needs --lora-rank"),
