@@ -275,6 +275,10 @@ export async function opfsDelete(dir, url) {
   const had = !!(await storedModelByKey(dir, key));
   await removeIn(dir, `${key}.json`);
   await removeIn(dir, `${key}.gguf`);
+  // Partial downloads of it (a tab closed mid-download leaves its `.part` behind).
+  const partial = [];
+  for await (const name of dir.keys()) if (name.startsWith(`${key}.gguf.`) && name.endsWith('.part')) partial.push(name);
+  for (const name of partial) await removeIn(dir, name).catch(() => {});
   return had;
 }
 

@@ -56,11 +56,18 @@ for (const worker of [true, false]) {
         const listCache = await Model.cache.list({ store: 'cache' });
         const has = [await Model.cache.has(arg.path, { store: 'opfs' }), await Model.cache.has(arg.url), await Model.cache.has(arg.path, { store: 'cache' })];
         const est = await Model.cache.estimate({ store: 'opfs' });
+        // What a tab closed mid-download leaves: a partial file under the model's key.
+        const dir = await (await navigator.storage.getDirectory()).getDirectoryHandle('ggweb-models');
+        const digest = new Uint8Array(await crypto.subtle.digest('SHA-256', new TextEncoder().encode(arg.url)));
+        const key = Array.from(digest, (b) => b.toString(16).padStart(2, '0')).join('');
+        await dir.getFileHandle(key + '.gguf.abandoned.part', { create: true });
         const deleted = [await Model.cache.delete(arg.path, { store: 'opfs' }), await Model.cache.delete(arg.path, { store: 'opfs' })];
+        const left = [];
+        for await (const name of dir.keys()) if (name.startsWith(key)) left.push(name);
         const hasAfter = await Model.cache.has(arg.path, { store: 'opfs' });
         const third = await load();
         const cleared = [await Model.cache.clear({ store: 'opfs' }), (await Model.cache.list({ store: 'opfs' })).length];
-        return { first, second, offline, listOpfs, listAll, listCache, has, est: { store: est.store, bytes: est.bytes, quota: est.quota }, deleted, hasAfter, third: third.via, cleared };
+        return { first, second, offline, listOpfs, listAll, listCache, has, est: { store: est.store, bytes: est.bytes, quota: est.quota }, deleted, left, hasAfter, third: third.via, cleared };
       `, { path, url, held: REF.held });
       assert.deepEqual({ ...r.first, logits: undefined }, { via: 'download', cached: true, cacheNote: null, bytes: SIZE, logits: undefined });
       assert.deepEqual({ ...r.second, logits: undefined }, { via: 'opfs', cached: false, cacheNote: null, bytes: SIZE, logits: undefined });
@@ -80,6 +87,7 @@ for (const worker of [true, false]) {
       assert.deepEqual({ store: r.est.store, bytes: r.est.bytes }, { store: 'opfs', bytes: SIZE });
       assert.ok(r.est.quota > 0);
       assert.deepEqual(r.deleted, [true, false]);
+      assert.deepEqual(r.left, [], 'delete removes the record, the file and partial downloads');
       assert.equal(r.hasAfter, false);
       assert.equal(r.third, 'download', 'after delete the next load downloads again');
       assert.deepEqual(r.cleared, [true, 0]);
