@@ -84,7 +84,9 @@ fn main() {
         let p = cpu.profile();
         let total: f64 = p.iter().map(|e| e.secs).sum();
         match &at {
-            Some(at) => println!("{path}: attribution patching at {at}, {n_patch} tokens, {:.1} ms in kernels", total * 1e3),
+            Some(at) => {
+                println!("{path}: attribution patching at {at}, {n_patch} tokens, {:.1} ms in kernels", total * 1e3)
+            }
             None => println!("{path}: one fwd+bwd of {n} tokens (wrt hook_embed), {:.1} ms in kernels", total * 1e3),
         }
         for e in p.iter().take(24) {

@@ -676,7 +676,9 @@ impl Gpt2 {
             let rows = match (batch.logits, ub_row) {
                 (Logits::All, _) => read_f32(sched, &io.logits).await?,
                 (Logits::Last, _) if last => read_row(sched, &io.logits, ub.n_out - 1).await?,
-                (Logits::Row(_), Some(r)) => read_row(sched, &io.logits, if ub.out_row.is_some() { 0 } else { r }).await?,
+                (Logits::Row(_), Some(r)) => {
+                    read_row(sched, &io.logits, if ub.out_row.is_some() { 0 } else { r }).await?
+                }
                 _ => Vec::new(),
             };
             sink(Chunk { first: if one_seq { batch.n_past + done } else { done }, tokens: chunk, logits: &rows });

@@ -113,7 +113,8 @@ fn a_metric_of_one_position_runs_the_head_on_that_row_alone() {
         close(&a.data, &b.data, &a.name);
     }
     assert_eq!(one.grads.len(), 3);
-    let e = block_on(s.model.decode(Batch { tokens: &tokens, logits: Logits::Row(n), ..Batch::default() })).unwrap_err();
+    let e =
+        block_on(s.model.decode(Batch { tokens: &tokens, logits: Logits::Row(n), ..Batch::default() })).unwrap_err();
     assert!(matches!(&e, ModelError::Invalid(m) if m.contains("row 8")), "{e}");
 }
 
