@@ -143,11 +143,11 @@ pub struct Batch<'a> {
 }
 
 /// The backward pass of a [`Batch`] (one ubatch of all its tokens, every position through
-/// the head, or only position p's under [`Logits::Row`]; one sequence, or several at their positions — their metrics add, and each
-/// row's gradient is its own sequence's): the metric is `Σ w ⊙ logits`, or
-/// `Σ w ⊙ log_softmax(logits)` per row with `log_softmax` (`w`: `[rows][n_vocab]` over the
-/// head's rows, the metric's coefficients), built
-/// in the graph after the logits; its gradient with respect to each of `nodes` (graph names:
+/// the head, or only position p's under [`Logits::Row`]; one sequence, or several at their
+/// positions — their metrics add, and each row's gradient is its own sequence's): the metric
+/// is `Σ w ⊙ logits`, or `Σ w ⊙ log_softmax(logits)` per row with `log_softmax` (`w`:
+/// `[rows][n_vocab]` over the head's rows, the metric's coefficients), built in the graph
+/// after the logits; its gradient with respect to each of `nodes` (graph names:
 /// the node's value, after any hook on it) is appended to the graph
 /// ([`Graph::build_backward_expand`]), planned with the forward nodes and read back into
 /// [`Decoded::grads`]. The logits and taps are those of the same run without it.

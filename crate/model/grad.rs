@@ -162,7 +162,8 @@ impl Metric {
         let row = |p: usize| &logits[p * n_vocab..(p + 1) * n_vocab];
         match *self {
             Metric::LogitDiff { pos, .. } | Metric::Logprob { pos, .. } => {
-                self.value_of_row(row(position(pos, n, "pos").expect("checked by weights")))
+                let r = row(position(pos, n, "pos").expect("checked by weights"));
+                self.value_of_row(r).expect("a metric of one row")
             }
             Metric::Loss(LossKind::Mean) => {
                 ((0..n - 1).map(|i| -logprob(row(i), tokens[i + 1])).sum::<f64>() / (n - 1) as f64) as f32
@@ -170,12 +171,13 @@ impl Metric {
         }
     }
 
-    /// A `logitDiff`'s or `logprob`'s value from the logits of its one position ([`Metric::row`]).
-    pub fn value_of_row(&self, r: &[f32]) -> f32 {
+    /// A `logitDiff`'s or `logprob`'s value from the logits of its one position
+    /// ([`Metric::row`]); None for the loss, which reads every position's.
+    pub fn value_of_row(&self, r: &[f32]) -> Option<f32> {
         match *self {
-            Metric::LogitDiff { answer, against, .. } => r[answer as usize] - r[against as usize],
-            Metric::Logprob { token, .. } => logprob(r, token) as f32,
-            Metric::Loss(_) => unreachable!("the loss reads every position"),
+            Metric::LogitDiff { answer, against, .. } => Some(r[answer as usize] - r[against as usize]),
+            Metric::Logprob { token, .. } => Some(logprob(r, token) as f32),
+            Metric::Loss(_) => None,
         }
     }
 }
@@ -361,7 +363,7 @@ impl Session {
         let asked = super::hooks::expand_capture(capture, &hp)?;
         values.retain(|v| asked.contains(&v.name));
         let metric = match logits {
-            Logits::Row(_) => grad.of.value_of_row(&out.logits),
+            Logits::Row(_) => grad.of.value_of_row(&out.logits).expect("a metric of one row"),
             _ => grad.of.value(&out.logits, tokens, n_vocab),
         };
         Ok(Run { tokens: tokens.to_vec(), logits: out.logits, cache: values, metric: Some(metric), grads: Some(grads) })
@@ -525,7 +527,7 @@ impl Session {
         let of = Metric::LogitDiff { answer, against, pos: Some(-1) };
         // The clean run's diff reads the last position's logits only: the head over one row.
         let clean_run = self.run_logits(clean, &capture, &[], Logits::Last).await?;
-        let clean_diff = of.value_of_row(&clean_run.logits);
+        let clean_diff = of.value_of_row(&clean_run.logits).expect("a logit difference");
         let spec = GradSpec { of, wrt: Wrt::List(capture.clone()) };
         // The gradient run's metric reads the last position: its head over that row alone.
         let corr = self.grad_run(corrupted, &capture, &[], &spec, false).await?;
