@@ -9,7 +9,8 @@
 //! `PATCH_TOKENS` 0 leaves the patch sweeps out (an exact sweep is timed once, attribution
 //! `REPS` times: a run of it is short enough for the load to swing it); `GGWEB_GRAD_PROFILE=1` prints where one
 //! gradient run's time goes instead (after `REPS` runs, so a sampling profiler such as
-//! `perf record` sees mostly gradient runs).
+//! `perf record` sees mostly gradient runs); `GGWEB_GRAD_PROFILE=z` or `=resid_pre`: where one
+//! attribution patching call over `PATCH_TOKENS` tokens goes.
 //!
 //! Rows: `forward` = `run` without grad (one ubatch of all the tokens on a scheduler of its
 //! own, the path a gradient run takes, every position's logits), `decode` = the hot path
@@ -64,15 +65,30 @@ fn main() {
         let tokens: Vec<u32> = (0..n as u32).map(|i| (i * 7919 + 13) % nv).collect();
         let of = Metric::LogitDiff { answer: 262, against: 13, pos: None };
         let spec = GradSpec { of, wrt: Wrt::List(vec!["hook_embed".into()]) };
+        // `GGWEB_GRAD_PROFILE=z` (or `resid_pre`): one attribution patching call over the
+        // `PATCH_TOKENS` prompt instead (its clean run and its gradient run).
+        let at = std::env::var("GGWEB_GRAD_PROFILE").ok().filter(|a| a == "z" || a == "resid_pre");
+        let clean: Vec<u32> = (0..n_patch as u32).map(|i| (i * 104729 + 5) % nv).collect();
+        let mut corrupted = clean.clone();
+        corrupted[n_patch / 2] = (corrupted[n_patch / 2] + 1) % nv;
+        let one = |s: &mut Session| match &at {
+            Some(at) => drop(block_on(s.patch(&clean, &corrupted, at, 262, 13, Some("attribution"))).unwrap()),
+            None => drop(block_on(s.run_grad(&tokens, &[], &[], Some(&spec))).unwrap()),
+        };
         // REPS runs before the profiled one (a sampling profiler then sees mostly gradient runs).
         for _ in 0..reps.max(1) {
-            block_on(s.run_grad(&tokens, &[], &[], Some(&spec))).unwrap();
+            one(&mut s);
         }
         cpu.reset_profile();
-        block_on(s.run_grad(&tokens, &[], &[], Some(&spec))).unwrap();
+        one(&mut s);
         let p = cpu.profile();
         let total: f64 = p.iter().map(|e| e.secs).sum();
-        println!("{path}: one fwd+bwd of {n} tokens (wrt hook_embed), {:.1} ms in kernels", total * 1e3);
+        match &at {
+            Some(at) => {
+                println!("{path}: attribution patching at {at}, {n_patch} tokens, {:.1} ms in kernels", total * 1e3)
+            }
+            None => println!("{path}: one fwd+bwd of {n} tokens (wrt hook_embed), {:.1} ms in kernels", total * 1e3),
+        }
         for e in p.iter().take(24) {
             println!(
                 "  {:28} {:18} {:4} calls {:8.1} ms {:5.1}%",

@@ -4,12 +4,15 @@
 // Timed by the CPU time (user + system, /proc) of this Chromium's processes around each call,
 // which a loaded machine inflates far less than the wall time (also printed). Linux only.
 //
-//   node scripts/grad-bench-browser.mjs [MODEL=/dot-models/124m-q8_0.gguf] [N=64] [REPS=5]
+//   node scripts/grad-bench-browser.mjs [MODEL=/dot-models/124m-q8_0.gguf] [N=64] [REPS=5] [PATCH_N=0]
+//
+// PATCH_N > 0 also times `model.patch` over a prompt of PATCH_N tokens at `resid_pre` and `z`:
+// the exact sweep once, attribution REPS times (the median), as grad_bench does natively.
 import { readdirSync, readFileSync } from 'node:fs';
 import { chromium } from 'playwright-core';
 import { serve, CHROMIUM, CHROMIUM_ARGS } from '../tests/e2e/helpers.mjs';
 
-const [model = '/dot-models/124m-q8_0.gguf', n = '64', reps = '5'] = process.argv.slice(2);
+const [model = '/dot-models/124m-q8_0.gguf', n = '64', reps = '5', patchN = '0'] = process.argv.slice(2);
 const MARK = `GGWEB_GRAD_BENCH=${process.pid}`;
 const TICK = 100; // USER_HZ
 
@@ -91,6 +94,33 @@ try {
   console.log(`  forward  ${med(cpu(fwd)).toFixed(0)} (${span(cpu(fwd))}); wall ${med(wall(fwd)).toFixed(0)} (${span(wall(fwd))})`);
   console.log(`  fwd+bwd  ${med(cpu(bwd)).toFixed(0)} (${span(cpu(bwd))}); wall ${med(wall(bwd)).toFixed(0)} (${span(wall(bwd))})`);
   console.log(`  fwd+bwd / forward per pair (CPU): median ${med(ratios).toFixed(2)} (${Math.min(...ratios).toFixed(2)}–${Math.max(...ratios).toFixed(2)})`);
+  if (Number(patchN) > 0) {
+    // grad_bench's prompts: clean, and corrupted in its middle token.
+    await page.evaluate((p) => {
+      window.clean = Array.from({ length: p }, (_, i) => (i * 104729 + 5) % 50257);
+      window.corrupted = window.clean.slice();
+      window.corrupted[p >> 1] = (window.corrupted[p >> 1] + 1) % 50257;
+    }, Number(patchN));
+    const patch = async (at, method) => {
+      const [c0, w0] = [chromiumCpuMs(), performance.now()];
+      await page.evaluate(async ({ at, method }) => {
+        await window.m.patch(window.clean, window.corrupted, { at, answer: 262, against: 13, method });
+        return 0;
+      }, { at, method });
+      return [chromiumCpuMs() - c0, performance.now() - w0];
+    };
+    console.log(`patch sweeps, ${patchN} tokens (exact: one run; attribution: the median of ${reps})`);
+    for (const at of ['resid_pre', 'z']) {
+      await patch(at, 'attribution'); // warm-up: its gradient run's first plan
+      const exact = await patch(at, 'exact');
+      const atp = [];
+      for (let i = 0; i < Number(reps); i++) atp.push(await patch(at, 'attribution'));
+      const a = med(cpu(atp));
+      console.log(
+        `  ${at.padEnd(10)} exact ${exact[0].toFixed(0)} CPU ms (wall ${exact[1].toFixed(0)}), attribution ${a.toFixed(0)} (${span(cpu(atp))}; wall ${med(wall(atp)).toFixed(0)}): ${(exact[0] / a).toFixed(1)}x faster`,
+      );
+    }
+  }
 } finally {
   await browser.close();
   await server.close();

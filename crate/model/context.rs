@@ -112,6 +112,9 @@ pub enum Logits {
     Last,
     /// Every position's (`[n_tokens][n_vocab]`), chunk by chunk through the sink.
     All,
+    /// Position `p`'s of the batch (`[n_vocab]`): the head over that one row only, also in a
+    /// gradient run, whose metric then reads that row alone ([`GradRun::w`] is `[n_vocab]`).
+    Row(usize),
 }
 
 /// One call of [`Gpt2::decode`]: `tokens` at positions `n_past..`, the logits wanted,
@@ -140,10 +143,11 @@ pub struct Batch<'a> {
 }
 
 /// The backward pass of a [`Batch`] (one ubatch of all its tokens, every position through
-/// the head; one sequence, or several at their positions — their metrics add, and each
-/// row's gradient is its own sequence's): the metric is `Σ w ⊙ logits`, or
-/// `Σ w ⊙ log_softmax(logits)` per row with `log_softmax` (`w`: `[n_tokens][n_vocab]`, the metric's coefficients), built
-/// in the graph after the logits; its gradient with respect to each of `nodes` (graph names:
+/// the head, or only position p's under [`Logits::Row`]; one sequence, or several at their
+/// positions — their metrics add, and each row's gradient is its own sequence's): the metric
+/// is `Σ w ⊙ logits`, or `Σ w ⊙ log_softmax(logits)` per row with `log_softmax` (`w`:
+/// `[rows][n_vocab]` over the head's rows, the metric's coefficients), built in the graph
+/// after the logits; its gradient with respect to each of `nodes` (graph names:
 /// the node's value, after any hook on it) is appended to the graph
 /// ([`Graph::build_backward_expand`]), planned with the forward nodes and read back into
 /// [`Decoded::grads`]. The logits and taps are those of the same run without it.
@@ -186,8 +190,8 @@ impl<'a> Batch<'a> {
 /// What [`Gpt2::decode`] returns.
 #[derive(Clone, Debug, Default)]
 pub struct Decoded {
-    /// `Logits::Last`: `[n_vocab]`; `Logits::All`: `[n_tokens][n_vocab]` (what the sink saw);
-    /// `Logits::None`: empty.
+    /// `Logits::Last`, `Logits::Row`: `[n_vocab]`; `Logits::All`: `[n_tokens][n_vocab]` (what
+    /// the sink saw); `Logits::None`: empty.
     pub logits: Vec<f32>,
     /// The requested taps, in request order.
     pub taps: Vec<TapValue>,
@@ -555,11 +559,16 @@ impl Gpt2 {
         let hooked: Vec<String> = hooks.iter().map(|h| h.node.clone()).collect();
         let inspect = !batch.taps.is_empty() || !hooks.is_empty() || batch.grad.is_some();
         // The head runs on every row when a tap or hook is in it (`result_norm`: HF's last
-        // hidden state) or every row's logits are asked for.
+        // hidden state), every row's logits are asked for, or a gradient run's metric reads
+        // every row (under `Logits::Row` it reads that one).
+        let row = match batch.logits {
+            Logits::Row(p) => Some(p),
+            _ => None,
+        };
         let in_head =
             batch.taps.iter().any(|t| matches!(t.as_str(), "out_rows" | "out_norm" | "result_norm" | "result_output"))
                 || hooked.iter().any(|h| h == "out_norm")
-                || batch.grad.is_some();
+                || (batch.grad.is_some() && row.is_none());
         let (ubatch, mut own) = match inspect {
             false => (self.n_batch, None),
             true => (n, Some(Sched::new(self.sched.backends().to_vec())?)),
@@ -585,12 +594,15 @@ impl Gpt2 {
                     .ok_or(ModelError::ContextFull { needed: self.kv.used() + n - done, n_ctx })?,
             };
             let ub_cells = slot..slot + chunk.len();
+            // `Logits::Row`'s position in this ubatch, if it is in it.
+            let ub_row = row.filter(|p| (done..end).contains(p)).map(|p| p - done);
             self.kv.cells[ub_cells.clone()].copy_from_slice(&cells[done..end]);
             let ub = Ubatch {
                 slot,
                 n_kv: self.kv.n_kv(),
                 n_tokens: chunk.len(),
                 n_out: if in_head || batch.logits == Logits::All { chunk.len() } else { 1 },
+                out_row: if in_head { None } else { ub_row },
                 start: batch.start.map(|s| s.layer),
                 scores: inspect,
                 // A gradient run over an empty cache reads its own K/V (no cache-sized gradient).
@@ -607,7 +619,7 @@ impl Gpt2 {
                     true => {
                         let rows = match batch.logits {
                             Logits::All => ub.n_out,
-                            Logits::Last => 1,
+                            Logits::Last | Logits::Row(_) => 1,
                             Logits::None => 0,
                         };
                         let (gf, bytes, bw) =
@@ -659,20 +671,23 @@ impl Gpt2 {
                 }
             }
             let last = end == n;
-            let mut rows = match batch.logits {
-                Logits::All => read_f32(sched, &io.logits).await?,
-                Logits::Last if last => read_f32(sched, &io.logits).await?,
+            // Of this ubatch's head rows: all, or the one `Last` or `Row` reads (the head's only
+            // row, or one of every row's when the head ran on all).
+            let rows = match (batch.logits, ub_row) {
+                (Logits::All, _) => read_f32(sched, &io.logits).await?,
+                (Logits::Last, _) if last => read_row(sched, &io.logits, ub.n_out - 1).await?,
+                (Logits::Row(_), Some(r)) => {
+                    read_row(sched, &io.logits, if ub.out_row.is_some() { 0 } else { r }).await?
+                }
                 _ => Vec::new(),
             };
-            if batch.logits == Logits::Last && last && ub.n_out > 1 {
-                rows.drain(..rows.len() - self.hparams.n_vocab);
-            }
             sink(Chunk { first: if one_seq { batch.n_past + done } else { done }, tokens: chunk, logits: &rows });
             match batch.logits {
                 // Moved, not copied, when it is the only ubatch: a run's logits are held once.
                 Logits::All if out.logits.is_empty() => out.logits = rows,
                 Logits::All => out.logits.extend_from_slice(&rows),
                 Logits::Last if last => out.logits = rows,
+                Logits::Row(_) if ub_row.is_some() => out.logits = rows,
                 _ => {}
             }
             done = end;
@@ -688,6 +703,11 @@ impl Gpt2 {
     /// contents (position and sequences; one sequence is sequence 0, positions `n_past..`).
     fn check(&self, batch: &Batch<'_>) -> Result<Vec<Cell>, ModelError> {
         let (tokens, n_vocab, n_ctx) = (batch.tokens, self.hparams.n_vocab, self.n_ctx());
+        if let Logits::Row(p) = batch.logits {
+            if p >= tokens.len() {
+                return Err(ModelError::Invalid(format!("logits of row {p}: the batch has {} tokens", tokens.len())));
+            }
+        }
         if batch.seq.is_empty() {
             self.check_batch(tokens, batch.n_past, batch.start.as_ref())?;
             if let Some(s) = &batch.start {
@@ -816,6 +836,15 @@ async fn read_f32(sched: &Sched, t: &Tensor) -> Result<Vec<f32>, ModelError> {
     let mut out = vec![0f32; t.nelements() as usize];
     sched.tensor_get(t, bytemuck::cast_slice_mut(&mut out)).await?;
     Ok(out)
+}
+
+/// Row `r` of a `[ne0, rows]` f32 node (one position's logits of the head's rows).
+async fn read_row(sched: &Sched, t: &Tensor, r: usize) -> Result<Vec<f32>, ModelError> {
+    let ne0 = t.ne[0] as usize;
+    Ok(match t.ne[1] {
+        1 => read_f32(sched, t).await?,
+        _ => read_f32(sched, t).await?[r * ne0..(r + 1) * ne0].to_vec(),
+    })
 }
 
 /// The graph of a run with taps or hooks: only what the K/V stores of the blocks it runs, the

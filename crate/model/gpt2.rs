@@ -240,12 +240,24 @@ pub struct Ubatch {
     /// through those nodes, not through a gradient of the whole cache (n_ctx cells per layer,
     /// zeroed and accumulated every run). The cache is still written.
     pub own_kv: bool,
+    /// The head over this one row (`n_out` 1) instead of the last `n_out`: a run that reads
+    /// one position's logits (`Logits::Row`, a gradient run whose metric reads one row).
+    pub out_row: Option<usize>,
 }
 
 impl Ubatch {
     /// `n_tokens` tokens of one sequence at positions `n_past..` (cell = position).
     pub fn at(n_past: usize, n_tokens: usize, n_out: usize) -> Ubatch {
-        Ubatch { slot: n_past, n_kv: n_past + n_tokens, n_tokens, n_out, start: None, scores: false, own_kv: false }
+        Ubatch {
+            slot: n_past,
+            n_kv: n_past + n_tokens,
+            n_tokens,
+            n_out,
+            start: None,
+            scores: false,
+            own_kv: false,
+            out_row: None,
+        }
     }
 }
 
@@ -268,8 +280,9 @@ pub fn build_graph(hp: &Hparams, w: &Weights, kv: &KvCache, n_past: usize, n_tok
 /// instead of the token and position embeddings, and builds blocks L.. only, with their usual
 /// node names: a subgraph of the full one. Only those blocks' K/V cells are written.
 pub fn build_graph_with(hp: &Hparams, w: &Weights, kv: &KvCache, ub: Ubatch, hooked: &[String]) -> GraphIo {
-    let Ubatch { slot: n_past, n_kv, n_tokens, n_out, start, scores, own_kv } = ub;
+    let Ubatch { slot: n_past, n_kv, n_tokens, n_out, start, scores, own_kv, out_row } = ub;
     assert!(n_tokens >= 1 && n_out >= 1 && n_out <= n_tokens, "build_graph: n_tokens {n_tokens}, n_out {n_out}");
+    assert!(out_row.is_none_or(|r| n_out == 1 && r < n_tokens), "build_graph: out_row {out_row:?}, n_out {n_out}");
     assert!(start.is_none_or(|l| l < hp.n_layer), "build_graph: start {start:?} of {} layers", hp.n_layer);
     assert!(
         n_past + n_tokens <= n_kv && n_kv <= kv.n_ctx,
@@ -475,8 +488,10 @@ pub fn build_graph_with(hp: &Hparams, w: &Weights, kv: &KvCache, ub: Ubatch, hoo
         inp_l = hook(&ctx, ctx.add(&cur, &ffn_inp), &name("l_out")); // [n_embd, N]
     }
 
-    // Only the rows whose logits are wanted go through the head: [n_embd, n_out]
-    let last = ctx.view_2d(&inp_l, n_embd, n_out as i64, inp_l.nb[1], (n_tokens - n_out) * inp_l.nb[1]);
+    // Only the rows whose logits are wanted go through the head (the last n_out, or the one
+    // out_row: a metric of one position differentiates one row of the head): [n_embd, n_out]
+    let first = out_row.unwrap_or(n_tokens - n_out);
+    let last = ctx.view_2d(&inp_l, n_embd, n_out as i64, inp_l.nb[1], first * inp_l.nb[1]);
     last.set_name("out_rows");
     let mut cur = hook(&ctx, ctx.norm(&last, hp.eps), "out_norm");
     cur = ctx.add(&ctx.mul(&cur, &w.output_norm_w), &w.output_norm_b);

@@ -147,28 +147,46 @@ impl Metric {
         }
     }
 
+    /// The one position whose logits the metric reads (`logitDiff`, `logprob`), of `n` tokens;
+    /// None for the loss, which reads every position's. After [`Metric::weights`] checked it.
+    pub fn row(&self, n: usize) -> Option<usize> {
+        match *self {
+            Metric::LogitDiff { pos, .. } | Metric::Logprob { pos, .. } => position(pos, n, "pos").ok(),
+            Metric::Loss(_) => None,
+        }
+    }
+
     /// The metric's value from every position's logits (`[n][n_vocab]`), the sums in f64.
     pub fn value(&self, logits: &[f32], tokens: &[u32], n_vocab: usize) -> f32 {
         let n = tokens.len();
-        let at = |p: Option<i64>| position(p, n, "pos").expect("checked by weights");
         let row = |p: usize| &logits[p * n_vocab..(p + 1) * n_vocab];
-        let logprob = |p: usize, t: u32| -> f64 {
-            let r = row(p);
-            let max = r.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v)) as f64;
-            let sum: f64 = r.iter().map(|&v| libm::exp(v as f64 - max)).sum();
-            r[t as usize] as f64 - max - libm::log(sum)
-        };
         match *self {
-            Metric::LogitDiff { answer, against, pos } => {
-                let r = row(at(pos));
-                r[answer as usize] - r[against as usize]
+            Metric::LogitDiff { pos, .. } | Metric::Logprob { pos, .. } => {
+                let r = row(position(pos, n, "pos").expect("checked by weights"));
+                self.value_of_row(r).expect("a metric of one row")
             }
-            Metric::Logprob { token, pos } => logprob(at(pos), token) as f32,
             Metric::Loss(LossKind::Mean) => {
-                ((0..n - 1).map(|i| -logprob(i, tokens[i + 1])).sum::<f64>() / (n - 1) as f64) as f32
+                ((0..n - 1).map(|i| -logprob(row(i), tokens[i + 1])).sum::<f64>() / (n - 1) as f64) as f32
             }
         }
     }
+
+    /// A `logitDiff`'s or `logprob`'s value from the logits of its one position
+    /// ([`Metric::row`]); None for the loss, which reads every position's.
+    pub fn value_of_row(&self, r: &[f32]) -> Option<f32> {
+        match *self {
+            Metric::LogitDiff { answer, against, .. } => Some(r[answer as usize] - r[against as usize]),
+            Metric::Logprob { token, .. } => Some(logprob(r, token) as f32),
+            Metric::Loss(_) => None,
+        }
+    }
+}
+
+/// `log_softmax(r)[t]` in f64.
+fn logprob(r: &[f32], t: u32) -> f64 {
+    let max = r.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v)) as f64;
+    let sum: f64 = r.iter().map(|&v| libm::exp(v as f64 - max)).sum();
+    r[t as usize] as f64 - max - libm::log(sum)
 }
 
 /// How one `wrt` hook point's gradient is read from the graph.
@@ -212,11 +230,34 @@ impl Session {
         grad: Option<&GradSpec>,
     ) -> Result<Run, ModelError> {
         let Some(grad) = grad else { return self.run(tokens, capture, hooks).await };
+        self.grad_run(tokens, capture, hooks, grad, true).await
+    }
+
+    /// [`Session::run_grad`]; without `all_logits` (a caller that reads the metric and the
+    /// gradients, not the logits: attribution patching, saliency) a metric of one position
+    /// runs the head on that row alone (`Logits::Row`: its forward and backward over 1 row,
+    /// not n) and the run's `logits` are that row's.
+    async fn grad_run(
+        &mut self,
+        tokens: &[u32],
+        capture: &[String],
+        hooks: &[Hook],
+        grad: &GradSpec,
+        all_logits: bool,
+    ) -> Result<Run, ModelError> {
         self.end_generation();
         self.check_tokens(tokens)?;
         let hp = self.model.hparams.clone();
         let (n, n_vocab) = (tokens.len(), hp.n_vocab);
-        let (w, log_softmax) = grad.of.weights(tokens, n_vocab, "grad.of")?;
+        let (mut w, log_softmax) = grad.of.weights(tokens, n_vocab, "grad.of")?;
+        let logits = match grad.of.row(n).filter(|_| !all_logits) {
+            Some(p) => {
+                // The metric's weights of that one row.
+                w = w[p * n_vocab..(p + 1) * n_vocab].to_vec();
+                Logits::Row(p)
+            }
+            None => Logits::All,
+        };
         let wrt = wrt_names(&grad.wrt, &hp)?;
         let planned = super::hooks::plan(hooks, &hp, n, 0, true)?;
         let hooked = |node: &str| planned.iter().find(|h| h.node == node);
@@ -274,7 +315,7 @@ impl Session {
         let batch = Batch {
             tokens,
             n_past: 0,
-            logits: Logits::All,
+            logits,
             taps: &taps,
             hooks,
             grad: Some(GradRun { nodes: &nodes, w: &w, log_softmax }),
@@ -321,7 +362,10 @@ impl Session {
         // The captures asked for (not those the scales needed).
         let asked = super::hooks::expand_capture(capture, &hp)?;
         values.retain(|v| asked.contains(&v.name));
-        let metric = grad.of.value(&out.logits, tokens, n_vocab);
+        let metric = match logits {
+            Logits::Row(_) => grad.of.value_of_row(&out.logits).expect("a metric of one row"),
+            _ => grad.of.value(&out.logits, tokens, n_vocab),
+        };
         Ok(Run { tokens: tokens.to_vec(), logits: out.logits, cache: values, metric: Some(metric), grads: Some(grads) })
     }
 
@@ -380,7 +424,7 @@ impl Session {
             // The cache holds the unhooked tokens, as after a plain run.
             self.run(tokens, &[], &[]).await?;
         } else {
-            let run = self.run_grad(tokens, &embed, &[], Some(&spec(of))).await?;
+            let run = self.grad_run(tokens, &embed, &[], &spec(of), false).await?;
             let (e, g) = (&run.cache[0].data, &run.grads.as_ref().expect("a gradient run")[0].data);
             for i in 0..n {
                 let (e, g) = (&e[i * d..(i + 1) * d], &g[i * d..(i + 1) * d]);
@@ -483,9 +527,10 @@ impl Session {
         let of = Metric::LogitDiff { answer, against, pos: Some(-1) };
         // The clean run's diff reads the last position's logits only: the head over one row.
         let clean_run = self.run_logits(clean, &capture, &[], Logits::Last).await?;
-        let clean_diff = of.value(&clean_run.logits, &clean[n - 1..], hp.n_vocab);
+        let clean_diff = of.value_of_row(&clean_run.logits).expect("a logit difference");
         let spec = GradSpec { of, wrt: Wrt::List(capture.clone()) };
-        let corr = self.run_grad(corrupted, &capture, &[], Some(&spec)).await?;
+        // The gradient run's metric reads the last position: its head over that row alone.
+        let corr = self.grad_run(corrupted, &capture, &[], &spec, false).await?;
         let corrupted_diff = corr.metric.expect("a gradient run");
         let grads = corr.grads.as_ref().expect("a gradient run");
         let (shape, mut cells) = if at == "z" {

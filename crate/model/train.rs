@@ -502,7 +502,7 @@ impl Trainer {
         // the backward pass, each param's gradient added into its state's row 0.
         let t = cfg.seq_len;
         // Attention reads the sequence's own K/V (Ubatch::own_kv): no gradient of the cache.
-        let ub = Ubatch { slot: 0, n_kv: t, n_tokens: t, n_out: t, start: None, scores: false, own_kv: true };
+        let ub = Ubatch { own_kv: true, ..Ubatch::at(0, t, t) };
         let mut io = build_graph_with(hp, w, &model.kv, ub, &[]);
         let ctx = Context::new(ContextParams {
             mem_size: (8 * io.graph.nodes.len() + 8 * params.len() + 64) * TENSOR_OVERHEAD,

@@ -76,6 +76,48 @@ fn a_grad_run_is_the_plain_run_plus_gradients() {
     assert!(grads[1].data[(n - 2) * e..(n - 1) * e].iter().any(|&v| v != 0.0));
 }
 
+/// A metric of one position differentiates one row of the head (`Logits::Row`, what
+/// attribution patching and saliency run): the same gradients and that row's logits as the
+/// run over every row, within the products' rounding (one column against several); a row past
+/// the batch is `invalid`.
+#[test]
+fn a_metric_of_one_position_runs_the_head_on_that_row_alone() {
+    use ggweb::model::context::{Batch, GradRun, Logits};
+    use ggweb::model::hooks::{hook_point, Source};
+    let mut s = session();
+    let hp = s.model.hparams.clone();
+    let tokens = [3u32, 14, 15, 9, 2, 6, 5, 35];
+    let (n, nv, p) = (tokens.len(), hp.n_vocab, 3);
+    let node = |name: &str| match hook_point(name, &hp).unwrap().source {
+        Source::Node(t) => t,
+        _ => unreachable!(),
+    };
+    let nodes = [node("hook_embed"), node("blocks.1.attn.hook_z"), node("blocks.1.hook_resid_post")];
+    let of = Metric::Logprob { token: 5, pos: Some(p as i64) };
+    let (w, log_softmax) = of.weights(&tokens, nv, "of").unwrap();
+    let mut run = |logits, w: &[f32]| {
+        let grad = Some(GradRun { nodes: &nodes, w, log_softmax });
+        block_on(s.model.decode(Batch { tokens: &tokens, logits, grad, ..Batch::default() })).unwrap()
+    };
+    let all = run(Logits::All, &w);
+    let one = run(Logits::Row(p), &w[p * nv..(p + 1) * nv]);
+    let close = |a: &[f32], b: &[f32], what: &str| {
+        let scale = b.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let worst = a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+        assert!(a.len() == b.len() && scale > 0.0 && worst <= 1e-5 * scale, "{what}: {worst:e} of {scale:e}");
+    };
+    close(&one.logits, &all.logits[p * nv..(p + 1) * nv], "row p's logits");
+    let (m1, m) = (of.value_of_row(&one.logits).unwrap(), of.value(&all.logits, &tokens, nv));
+    assert!((m1 - m).abs() <= 1e-5 * m.abs().max(1.0), "the metric {m1} against {m}");
+    for (a, b) in one.grads.iter().zip(&all.grads) {
+        close(&a.data, &b.data, &a.name);
+    }
+    assert_eq!(one.grads.len(), 3);
+    let e =
+        block_on(s.model.decode(Batch { tokens: &tokens, logits: Logits::Row(n), ..Batch::default() })).unwrap_err();
+    assert!(matches!(&e, ModelError::Invalid(m) if m.contains("row 8")), "{e}");
+}
+
 /// With an F16 KV cache a gradient run reads its K and V as the cache holds them (rounded to
 /// f16, `Ubatch::own_kv`): its logits are the plain run's bit for bit, and its gradients are
 /// the F32 cache's within f16's rounding (each K and V element to 11 significant bits).
