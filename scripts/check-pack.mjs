@@ -20,7 +20,7 @@ const fail = (msg) => { console.error(`check-pack: ${msg}`); process.exit(1); };
 const want = [
   'package.json', 'README.md',
   'web/ggweb.js', 'web/ggweb-sw.js', 'web/engine.js', 'web/errors.js', 'web/input.js', 'web/source.js', 'web/cache.js', 'web/hub.js', 'web/worker.js', 'web/worker-session.js', 'web/shared-worker.js', 'web/builds.js', 'web/methods.js', 'web/ggweb.d.ts', 'web/ggweb.types.d.ts',
-  'web/node-fs.js', 'web/opfs.js', 'web/tokenizer.js', 'web/tokenizer.d.ts',
+  'web/node-fs.js', 'web/opfs.js', 'web/wasm-trap.js', 'web/tokenizer.js', 'web/tokenizer.d.ts',
   'web/pkg/ggweb_core.js', 'web/pkg/ggweb_core.d.ts', 'web/pkg/ggweb_core_bg.wasm', 'web/pkg/ggweb_core_bg.wasm.d.ts',
   'web/pkg-threads/ggweb_core.js', 'web/pkg-threads/ggweb_core.d.ts', 'web/pkg-threads/ggweb_core_bg.wasm',
   'web/pkg-threads/ggweb_core_bg.wasm.d.ts',

@@ -16,6 +16,7 @@ import { boolOption, hookList, isPlainObject, modelInput, optionsObject, passOpt
 import { checkpointName, writeCheckpoint } from './opfs.js';
 import { DEFAULT_STALL_TIMEOUT_MS, formatBytes, openSource, readHeader, readWithin, stallTimeout } from './source.js';
 import { METHODS } from './methods.js';
+import { guardWasm } from './wasm-trap.js';
 
 /**
  * `promise`, or `onLate`'s error when it has not settled within `ms`; a value that arrives
@@ -405,7 +406,7 @@ export class Engine {
         // Web Workers. It gets the stall timeout too: a device request or a thread start the
         // browser never answers (seen in Firefox under load, docs/engines.md) then
         // fails the load with code 'timeout' instead of leaving it pending.
-        loader = await settleWithin(this.core.WasmLoader.create(loaderOpts), stallMs,
+        loader = await settleWithin(guardWasm(this.core.WasmLoader.create(loaderOpts), `opening the ${asked} backend`), stallMs,
           () => new GgwebError('timeout', `opening the ${asked} backend: no answer from the browser within ${stallMs} ms`),
           (late) => late.free());
       } catch (e) {
@@ -504,7 +505,7 @@ export class Engine {
       loader = null; // finish() consumes it, whatever the outcome
       const tBuild = now();
       try {
-        this.model = await l.finish();
+        this.model = await guardWasm(l.finish(), `${what}: building the model`);
       } catch (e) {
         throw toGgwebError(e, 'format', what);
       }
@@ -661,7 +662,7 @@ export class Engine {
       if (this.busy) throw new GgwebError('busy', `logits: the model is busy (${this.busy})`);
       const release = this._take('logits');
       try {
-        const out = await model.logits(a);
+        const out = await guardWasm(model.logits(a), 'logits');
         return out instanceof Float32Array ? out : Float32Array.from(out);
       } catch (e) {
         throw this._noteLost(toGgwebError(e, 'invalid', 'logits'));
@@ -783,7 +784,7 @@ export class Engine {
       const gone = () => this.disposed || (sae !== null && !this.saes?.has(sae));
       try {
         const checkpoint = this._checkpoint(() => cancelled() || gone());
-        return await (sae === null ? model.call(method, ids, rest, checkpoint) : model.callSae(method, ...lead, ids, rest, checkpoint));
+        return await guardWasm(sae === null ? model.call(method, ids, rest, checkpoint) : model.callSae(method, ...lead, ids, rest, checkpoint), what);
       } catch (e) {
         if (gone()) throw new GgwebError('disposed', `${what}: the ${this.disposed ? 'model' : 'SAE'} was disposed`);
         throw this._noteLost(toGgwebError(e, 'invalid', what));
@@ -975,7 +976,7 @@ export class Engine {
         let promptDone;
         try {
           this._loseDeviceNow(run, model);
-          promptDone = await model.prompt_step();
+          promptDone = await guardWasm(model.prompt_step(), 'evaluating the prompt');
         } catch (e) {
           throw this._noteLost(toGgwebError(e, 'internal', 'evaluating the prompt'));
         }
@@ -991,7 +992,7 @@ export class Engine {
         try {
           this._loseDeviceNow(run, model);
           // { token, text } (logprob and top under topLogprobs, seq with n > 1), or undefined at the end.
-          item = await model.next();
+          item = await guardWasm(model.next(), `generating token ${stats.tokens + 1}`);
         } catch (e) {
           throw this._noteLost(toGgwebError(e, 'internal', `generating token ${stats.tokens + 1}`));
         }
@@ -1056,7 +1057,7 @@ export class Engine {
         if (cancelled()) break;
         let item;
         try {
-          item = await model.train_step();
+          item = await guardWasm(model.train_step(), `train: update ${step}`);
         } catch (e) {
           throw this._noteLost(toGgwebError(e, 'internal', `train: update ${step}`));
         }
@@ -1153,7 +1154,7 @@ export async function inspectSource(src, opts, { signal, coreUrl = null, stallMs
     // Options are checked before anything is read (code 'invalid').
     new core.WasmInspector(lopts, -1).free();
     const { sink: ins, stats, complete } = await readHeader(src, { signal, stallMs, what: 'Model.inspect' }, (total) => new core.WasmInspector(lopts, total));
-    const report = await ins.plan(); // consumes the inspector; an incomplete header is 'format'
+    const report = await guardWasm(ins.plan(), 'Model.inspect'); // consumes the inspector; an incomplete header is 'format'
     report.source = { via: stats.via, bytesRead: stats.bytesRead, size: stats.total, requests: stats.requests, ranged: stats.ranged, complete };
     return report;
   };
