@@ -9,7 +9,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
-import { HF, MODELS_DIR, ROOT, openPage, useServerAndBrowser } from './helpers.mjs';
+import { HF, MODELS_DIR, ROOT, openPage, useServerAndBrowser, writeHugeCtx } from './helpers.mjs';
 
 assert.ok(MODELS_DIR, 'the shared models (tiny-gpt2-f32.gguf) are needed: set GGWEB_MODELS_DIR');
 assert.ok(existsSync(`${ROOT}web/pkg-m64/ggweb_core.js`), 'web/pkg-m64 is missing: run scripts/build-wasm.sh');
@@ -118,4 +118,50 @@ test('Model.inspect with memory64: true plans against the Memory64 build (on the
   assert.ok(b.fits.wasmSpaceLeft < 4 * 2 ** 30, `${b.fits.wasmSpaceLeft}`);
   assert.equal(a.fits.limits.CPU.maxBufferSize, 16 * 2 ** 30 - 64);
   assert.equal(b.fits.limits.CPU.maxBufferSize, 2 ** 31 - 1 - 64);
+});
+
+test("the demo's hostile 4.3 GB file (n_ctx 2^22): inspect and load settle with memory64 true and 'auto' (issue #40)", async () => {
+  // Its plan once trapped in pkg-m64 (the gradient pass over all 2^22 positions allocated
+  // 843 GB of metric weights) and left the promise pending: now a plan that fits 16 GiB,
+  // whose gradient over the whole context is refused (null), and on wasm32 a typed misfit.
+  writeHugeCtx();
+  const r = await inPage(`
+    const url = '/artifacts/huge-ctx.gguf';
+    const bound = (p, what) => Promise.race([p, new Promise((_, no) => setTimeout(() => no(new Error(what + ' did not settle in 60 s')), 60000))]);
+    const plans = {};
+    for (const memory64 of [true, 'auto', false]) {
+      const p = await bound(Model.inspect(url, { memory64 }), 'Model.inspect');
+      plans[memory64] = { m64: p.memory64, fits: p.fits.ok, reason: p.fits.reason, memory: p.memory };
+    }
+    // nCtx 1024: the weights (1 GiB of them the 2^22 positions' embeddings) on pkg-m64, which
+    // 'auto' picks for a file this size; the whole 4.3 GB is read.
+    const m = await bound(Model.load(url, { memory64: 'auto', nCtx: 1024, nThreads: 1 }), 'Model.load');
+    const ids = [];
+    for await (const t of m.generate('Hello', { maxTokens: 8, temperature: 0 })) ids.push(t.token);
+    const info = m.info();
+    await m.dispose();
+    return { plans, ids, m64: info.memory64, build: info.threads.build };
+  `);
+  assert.ok(r.ok, r.message);
+  assert.deepEqual(r.problems, []);
+  const { plans } = r.value;
+  for (const m64 of ['true', 'auto']) {
+    assert.deepEqual(plans[m64], {
+      m64: true, fits: true, reason: null,
+      // As native `ggweb inspect` plans it (tests/loader/model_plan.rs): weights, the f32 KV
+      // cache for 2^22 positions, the compute buffers for n_batch 32.
+      memory: {
+        weights: 1080688512, kv: 4294967296, compute: 2684371200, gradient: null, total: 8060027008, kvType: 'f32',
+        byBackend: { CPU: { weights: 1080688512, kv: 4294967296, compute: 2684371200 } },
+      },
+    }, `memory64: ${m64}`);
+  }
+  assert.equal(plans.false.m64, false);
+  assert.equal(plans.false.fits, false);
+  assert.match(plans.false.reason, /^model too large: needs 2147483648 bytes \(its largest tensor/);
+  assert.equal(r.value.m64, true);
+  assert.equal(r.value.build, 'pkg-m64');
+  // Native `ggweb generate -m huge-ctx.gguf -c 1024 -p Hello -n 8 --temperature 0`'s ids
+  // (the tiny Q8_0 model with zero position embeddings).
+  assert.deepEqual(r.value.ids, [20870, 20870, 25544, 46407, 46407, 46407, 46407, 46407]);
 });
