@@ -353,12 +353,23 @@ export class Engine {
         Object.assign(m64, { use: false, reason: `no Memory64 build is known beside ${this.coreUrl}` });
       }
       if (m64.use) {
-        try {
-          core = await loadCore(m64Url);
-          build = 'pkg-m64';
-          if (threads.threaded) {
-            Object.assign(threads, { n: 1, threaded: false, reason: 'the Memory64 build runs one thread (it has no threaded twin yet)' });
+        // Its threaded twin where threads can run (as pkg-threads: a worker of a cross-origin
+        // isolated page); a missing twin (GGWEB_THREADS=0, a custom deployment) costs threads.
+        const m64ThreadsUrl = threads.threaded ? sibling('pkg-m64-threads') : null;
+        if (m64ThreadsUrl) {
+          try {
+            core = await loadCore(m64ThreadsUrl);
+            build = 'pkg-m64-threads';
+          } catch (e) {
+            Object.assign(threads, { n: 1, threaded: false, reason: `the threaded Memory64 build could not be loaded (${e.message})` });
+            console.warn(`ggweb: ${threads.reason}; using one thread`);
           }
+        } else if (threads.threaded) {
+          Object.assign(threads, { n: 1, threaded: false, reason: `no threaded Memory64 build is known beside ${this.coreUrl} (it is not in a folder named pkg)` });
+        }
+        try {
+          core ??= await loadCore(m64Url);
+          if (build !== 'pkg-m64-threads') build = 'pkg-m64';
         } catch (e) {
           if (m64Opt === true) throw e;
           Object.assign(m64, { use: false, reason: `the Memory64 build could not be loaded (${e.message})` });

@@ -142,14 +142,14 @@ async function serveDist(app, isolate) {
 }
 
 for (const app of Object.keys(APPS)) {
-  test(`${app}: the production build emits the five wasm builds, without warnings about ggweb`, () => {
+  test(`${app}: the production build emits the six wasm builds, without warnings about ggweb`, () => {
     const { files, log } = built[app];
     const all = files.filter(([f]) => f.endsWith('.wasm'));
     // esbuild's recipe copies every web/pkg* folder, ggweb/tokenizer's wasm (pkg-tokenizer)
     // with them; Vite and webpack emit only what the app imports, which is not the tokenizer.
     const wasm = all.filter(([f]) => app !== 'esbuild' || !f.startsWith('pkg-tokenizer/'));
-    // One per build (pkg, pkg-relaxed, pkg-threads, pkg-threads-relaxed, pkg-m64): five different files.
-    assert.equal(wasm.length, 5, `${app}: .wasm files ${JSON.stringify(all)}`);
+    // One per build (pkg, pkg-relaxed, pkg-threads, pkg-threads-relaxed, pkg-m64, pkg-m64-threads): six different files.
+    assert.equal(wasm.length, 6, `${app}: .wasm files ${JSON.stringify(all)}`);
     assert.doesNotMatch(log, /Critical dependency|Module not found|externalized for browser|could not be resolved|doesn't exist at build time/i, `${app} build log:\n${log}`);
   });
 
