@@ -354,26 +354,29 @@ export class Engine {
       }
       if (m64.use) {
         // Its threaded twin where threads can run (as pkg-threads: a worker of a cross-origin
-        // isolated page); a missing twin (GGWEB_THREADS=0, a custom deployment) costs threads.
-        const m64ThreadsUrl = threads.threaded ? sibling('pkg-m64-threads') : null;
-        if (m64ThreadsUrl) {
+        // isolated page); without it (GGWEB_THREADS=0, a failed load) pkg-m64 runs one thread.
+        let noTwin = null;
+        if (threads.threaded) {
           try {
-            core = await loadCore(m64ThreadsUrl);
+            core = await loadCore(sibling('pkg-m64-threads'));
             build = 'pkg-m64-threads';
           } catch (e) {
-            Object.assign(threads, { n: 1, threaded: false, reason: `the threaded Memory64 build could not be loaded (${e.message})` });
-            console.warn(`ggweb: ${threads.reason}; using one thread`);
+            noTwin = `the threaded Memory64 build could not be loaded (${e.message})`;
           }
-        } else if (threads.threaded) {
-          Object.assign(threads, { n: 1, threaded: false, reason: `no threaded Memory64 build is known beside ${this.coreUrl} (it is not in a folder named pkg)` });
         }
-        try {
-          core ??= await loadCore(m64Url);
-          if (build !== 'pkg-m64-threads') build = 'pkg-m64';
-        } catch (e) {
-          if (m64Opt === true) throw e;
-          Object.assign(m64, { use: false, reason: `the Memory64 build could not be loaded (${e.message})` });
-          console.warn(`ggweb: ${m64.reason}; using the wasm32 builds`);
+        if (!core) {
+          try {
+            core = await loadCore(m64Url);
+            build = 'pkg-m64';
+            if (noTwin) {
+              Object.assign(threads, { n: 1, threaded: false, reason: noTwin });
+              console.warn(`ggweb: ${noTwin}; using one thread`);
+            }
+          } catch (e) {
+            if (m64Opt === true) throw e;
+            Object.assign(m64, { use: false, reason: `the Memory64 build could not be loaded (${e.message})` });
+            console.warn(`ggweb: ${m64.reason}; using the wasm32 builds`);
+          }
         }
       }
       if (!core && threads.threaded) {
