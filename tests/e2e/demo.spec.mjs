@@ -9,6 +9,7 @@
 //   node --test tests/e2e/demo.spec.mjs
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
 import { ARTIFACTS, HF, MODELS_DIR, ROOT, makeFakeModel, openPage, useServerAndBrowser, writeHugeCtx } from './helpers.mjs';
 
 const fake = makeFakeModel();
