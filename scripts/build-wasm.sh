@@ -10,10 +10,10 @@
 #                     multiply-add the matrix-product tiles use; loaded where the browser
 #                     validates a relaxed-SIMD module (engine.js hasRelaxedSimd)
 #   web/pkg-m64/      the Memory64 build (wasm64, nightly + -Z build-std, one thread, plain
-#                     SIMD128): models past wasm32's 4 GiB (engine.js planMemory64). No threaded
-#                     twin yet: wasm-bindgen 0.2.130 binds a threaded wasm64 module (tried on a
-#                     small crate), but the CPU pool has not been run on one, and each nightly
-#                     build costs CI minutes.
+#                     SIMD128): models past wasm32's 4 GiB (engine.js planMemory64)
+#   web/pkg-m64-threads/ its threaded twin (wasm64 + atomics + shared memory, the pool as
+#                     pkg-threads'), built with the threaded builds (GGWEB_THREADS) when
+#                     GGWEB_M64 is not 0
 #   web/pkg-tokenizer/ the `ggweb/tokenizer` entry (web/tokenizer.js): the BPE and the GGUF
 #                     header reader alone (`--no-default-features --features tokenizer-wasm`,
 #                     crate/tokenizer_wasm.rs), and gpt2-vocab.gguf, the vocabulary
@@ -21,7 +21,8 @@
 #   GGWEB_WASM_OPT=0 skips wasm-opt (faster local iterations).
 #   GGWEB_THREADS=0 skips the threaded builds (engine.js then falls back to web/pkg/).
 #   GGWEB_RELAXED=0 skips the relaxed-SIMD builds (engine.js then uses the plain ones).
-#   GGWEB_M64=0 skips the Memory64 build (engine.js then keeps to wasm32's 4 GiB).
+#   GGWEB_M64=0 skips the Memory64 builds (engine.js then keeps to wasm32's 4 GiB).
+#   GGWEB_ONLY=m64 (or m64-threads) builds that one alone: the others are left as they are.
 set -euo pipefail
 LOG_TAG=build-wasm
 source "$(dirname "$0")/lib.sh"
@@ -80,8 +81,6 @@ build_single() {
     log "built $out in $(($(date +%s) - t0)) s: $(cd "$out" && ls | tr '\n' ' ')"
 }
 
-build_single web/pkg ""
-
 # The tokenizer entry: its own small module (no kernels, threads or WebGPU), optimized for
 # size, and GPT-2's vocabulary beside it, remade when its generator or sources change.
 build_tokenizer() {
@@ -96,7 +95,7 @@ build_tokenizer() {
     cp "$vocab" "$out/gpt2-vocab.gguf"
     log "built $out in $(($(date +%s) - t2)) s: $(cd "$out" && ls | tr '\n' ' ')"
 }
-build_tokenizer
+
 # The Memory64 build: wasm64 is a tier-3 target, so std is built from source (nightly +
 # rust-src, as for the threads); .cargo/config.toml gives it simd128 and a 16 GiB maximum.
 build_m64() {
@@ -106,9 +105,45 @@ build_m64() {
     bindgen_opt "$dir/wasm64-unknown-unknown/release/ggweb.wasm" "$out" --enable-memory64
     log "built $out in $(($(date +%s) - t3)) s: $(cd "$out" && ls | tr '\n' ' ')"
 }
+
+# Threads need std rebuilt with atomics (-Z build-std, nightly + rust-src) and a shared,
+# imported memory with the TLS symbols wasm-bindgen's thread transform uses. The maximum
+# is the target's own: wasm32's 4 GiB, as for the single-thread build
+# (host::address_space_left assumes it), and for wasm64 the 16 GiB pkg-m64 has (RUSTFLAGS
+# replaces .cargo/config.toml's, so it is given here again); browsers reserve it as address
+# space, not memory. Own target dir per build: other RUSTFLAGS would otherwise rebuild the
+# other builds' artifacts every time (and a std with atomics is not one without).
+build_threads() {
+    local out=$1 features=$2 dir=$3 target=${4:-wasm32-unknown-unknown} t1
+    local max=4294967296 extra=()
+    [ "$target" = wasm64-unknown-unknown ] && max=17179869184 && extra+=(--enable-memory64)
+    [ -n "$features" ] && extra+=(--enable-relaxed-simd)
+    t1=$(date +%s)
+    RUSTFLAGS="-C target-feature=+atomics,+bulk-memory,+mutable-globals,+simd128$features \
+-C link-arg=--shared-memory -C link-arg=--import-memory -C link-arg=--max-memory=$max \
+-C link-arg=--export=__wasm_init_tls -C link-arg=--export=__tls_size -C link-arg=--export=__tls_align \
+-C link-arg=--export=__tls_base -C link-arg=--export=__heap_base" \
+    CARGO_TARGET_DIR="$dir" \
+        cargo +nightly build --lib --release --target "$target" -Z build-std=panic_abort,std
+    bindgen_opt "$dir/$target/release/ggweb.wasm" "$out" --enable-threads "${extra[@]}"
+    log "built $out in $(($(date +%s) - t1)) s: $(cd "$out" && ls | tr '\n' ' ')"
+}
+build_m64_threads() {
+    build_threads web/pkg-m64-threads "" "$TARGET_DIR/wasm-m64-threads" wasm64-unknown-unknown
+}
+
+case "${GGWEB_ONLY:-}" in
+    "") ;;
+    m64) build_m64; exit 0 ;;
+    m64-threads) build_m64_threads; exit 0 ;;
+    *) die "GGWEB_ONLY=${GGWEB_ONLY}: one of m64, m64-threads" ;;
+esac
+
+build_single web/pkg ""
+build_tokenizer
 if [ "${GGWEB_M64:-1}" = 0 ]; then
-    rm -rf web/pkg-m64
-    log "GGWEB_M64=0: no Memory64 build (models stay within wasm32's 4 GiB)"
+    rm -rf web/pkg-m64 web/pkg-m64-threads
+    log "GGWEB_M64=0: no Memory64 builds (models stay within wasm32's 4 GiB)"
 else
     build_m64
 fi
@@ -121,32 +156,15 @@ else
 fi
 
 if [ "${GGWEB_THREADS:-1}" = 0 ]; then
-    rm -rf web/pkg-threads web/pkg-threads-relaxed
+    rm -rf web/pkg-threads web/pkg-threads-relaxed web/pkg-m64-threads
     log "GGWEB_THREADS=0: no threaded build (web/pkg-threads removed; pages use web/pkg)"
     exit 0
 fi
 
-# Threads need std rebuilt with atomics (-Z build-std, nightly + rust-src) and a shared,
-# imported memory with the TLS symbols wasm-bindgen's thread transform uses. The maximum
-# is wasm32's 4 GiB, as for the single-thread build (host::address_space_left assumes it);
-# browsers reserve it as address space, not memory. Own target dir per feature set: other
-# RUSTFLAGS would otherwise rebuild the other builds' artifacts every time.
-build_threads() {
-    local out=$1 features=$2 dir=$3 t1
-    t1=$(date +%s)
-    RUSTFLAGS="-C target-feature=+atomics,+bulk-memory,+mutable-globals,+simd128$features \
--C link-arg=--shared-memory -C link-arg=--import-memory -C link-arg=--max-memory=4294967296 \
--C link-arg=--export=__wasm_init_tls -C link-arg=--export=__tls_size -C link-arg=--export=__tls_align \
--C link-arg=--export=__tls_base -C link-arg=--export=__heap_base" \
-    CARGO_TARGET_DIR="$dir" \
-        cargo +nightly build --lib --release --target wasm32-unknown-unknown -Z build-std=panic_abort,std
-    local extra=()
-    [ -n "$features" ] && extra=(--enable-relaxed-simd)
-    bindgen_opt "$dir/wasm32-unknown-unknown/release/ggweb.wasm" "$out" --enable-threads "${extra[@]}"
-    log "built $out in $(($(date +%s) - t1)) s: $(cd "$out" && ls | tr '\n' ' ')"
-}
-
 build_threads web/pkg-threads "" "$TARGET_DIR/wasm-threads"
 if [ "${GGWEB_RELAXED:-1}" != 0 ]; then
     build_threads web/pkg-threads-relaxed ",+relaxed-simd" "$TARGET_DIR/wasm-threads-relaxed"
+fi
+if [ "${GGWEB_M64:-1}" != 0 ]; then
+    build_m64_threads
 fi

@@ -20,25 +20,25 @@ const fail = (msg) => { console.error(`check-pack: ${msg}`); process.exit(1); };
 const want = [
   'package.json', 'README.md',
   'web/ggweb.js', 'web/ggweb-sw.js', 'web/engine.js', 'web/errors.js', 'web/input.js', 'web/source.js', 'web/cache.js', 'web/hub.js', 'web/worker.js', 'web/worker-session.js', 'web/shared-worker.js', 'web/builds.js', 'web/methods.js', 'web/ggweb.d.ts', 'web/ggweb.types.d.ts',
-  'web/node-fs.js', 'web/opfs.js', 'web/tokenizer.js', 'web/tokenizer.d.ts',
+  'web/node-fs.js', 'web/opfs.js', 'web/wasm-trap.js', 'web/tokenizer.js', 'web/tokenizer.d.ts',
   'web/pkg/ggweb_core.js', 'web/pkg/ggweb_core.d.ts', 'web/pkg/ggweb_core_bg.wasm', 'web/pkg/ggweb_core_bg.wasm.d.ts',
   'web/pkg-threads/ggweb_core.js', 'web/pkg-threads/ggweb_core.d.ts', 'web/pkg-threads/ggweb_core_bg.wasm',
   'web/pkg-threads/ggweb_core_bg.wasm.d.ts',
 ].flatMap((f) => (f.startsWith('web/pkg') ? [f, f.replace(/^web\/(pkg[^/]*)\//, 'web/$1-relaxed/')] : [f])).concat(
   // The tokenizer entry's module (one build) and GPT-2's vocabulary.
   ['ggweb_tokenizer.js', 'ggweb_tokenizer.d.ts', 'ggweb_tokenizer_bg.wasm', 'ggweb_tokenizer_bg.wasm.d.ts', 'gpt2-vocab.gguf'].map((f) => `web/pkg-tokenizer/${f}`),
-  // The Memory64 build (one, single-thread).
-  ['ggweb_core.js', 'ggweb_core.d.ts', 'ggweb_core_bg.wasm', 'ggweb_core_bg.wasm.d.ts'].map((f) => `web/pkg-m64/${f}`),
+  // The Memory64 builds (single-thread and threaded).
+  ['pkg-m64', 'pkg-m64-threads'].flatMap((d) => ['ggweb_core.js', 'ggweb_core.d.ts', 'ggweb_core_bg.wasm', 'ggweb_core_bg.wasm.d.ts'].map((f) => `web/${d}/${f}`)),
 );
 // The threaded builds' worker script, where wasm-bindgen puts it (the hash varies).
-const SNIPPET = /^web\/pkg-threads(-relaxed)?\/snippets\/ggweb-[0-9a-f]+\/web\/cpu-thread\.js$/;
+const SNIPPET = /^web\/pkg(-m64)?-threads(-relaxed)?\/snippets\/ggweb-[0-9a-f]+\/web\/cpu-thread\.js$/;
 const tmp = mkdtempSync(join(tmpdir(), 'ggweb-pack-'));
 try {
   const out = execFileSync('npm', ['pack', '--json', '--pack-destination', tmp], { cwd: root, encoding: 'utf8' });
   const [info] = JSON.parse(out);
   const files = info.files.map((f) => f.path).sort();
   const missing = want.filter((f) => !files.includes(f));
-  for (const dir of ['pkg-threads', 'pkg-threads-relaxed']) {
+  for (const dir of ['pkg-threads', 'pkg-threads-relaxed', 'pkg-m64-threads']) {
     if (files.filter((f) => SNIPPET.test(f) && f.startsWith(`web/${dir}/`)).length !== 1) missing.push(`web/${dir}/snippets/ggweb-*/web/cpu-thread.js`);
   }
   const extra = files.filter((f) => !want.includes(f) && f !== 'LICENSE' && !SNIPPET.test(f));

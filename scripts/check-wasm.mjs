@@ -8,7 +8,7 @@ import { pathToFileURL } from 'node:url';
 
 const dir = resolve(process.argv[2] ?? 'web/pkg');
 if (dir.endsWith('pkg-tokenizer')) await checkTokenizer(dir);
-if (dir.endsWith('pkg-m64')) await checkMemory64(dir);
+if (/pkg-m64(-threads)?$/.test(dir)) await checkMemory64(dir);
 const glue = await import(pathToFileURL(`${dir}/ggweb_core.js`).href);
 glue.initSync({ module: readFileSync(`${dir}/ggweb_core_bg.wasm`) });
 glue.init_panic_hook();

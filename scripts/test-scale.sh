@@ -36,7 +36,7 @@ if [[ ",$shapes," == *",xl,"* ]]; then
     bash tests/fixtures/make_scale_models.sh --shapes xl --types f32 --out .models
     specs+=(tests/scale/memory64.spec.mjs)
 fi
-for p in pkg pkg-threads pkg-m64; do
+for p in pkg pkg-threads pkg-m64 pkg-m64-threads; do
     [ -f "web/$p/ggweb_core.js" ] || { log "web/$p is missing: building the wasm packages"; bash scripts/build-wasm.sh; break; }
 done
 [ -f .models/124m-q8_0.gguf ] || die ".models/124m-q8_0.gguf is missing (tests/scale/gradient.spec.mjs): bash bench/make_models.sh"

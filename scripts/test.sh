@@ -234,7 +234,7 @@ SUMMARY+=("relaxed-SIMD wasm tests in headless Chromium: $n passed, $relaxed_cou
 
 # 5. the wasm module the browser tests and the package use
 run_step build-wasm bash scripts/build-wasm.sh
-SUMMARY+=("release wasm builds (pkg, pkg-threads, both -relaxed, pkg-tokenizer, pkg-m64) + wasm-opt + load checks: ok ($STEP_SECS s)")
+SUMMARY+=("release wasm builds (pkg, pkg-threads, both -relaxed, pkg-tokenizer, pkg-m64, pkg-m64-threads) + wasm-opt + load checks: ok ($STEP_SECS s)")
 # `npm start` after `npm test` runs build-wasm.sh again: with every build up to date it must
 # compile, bind and optimize nothing (cargo fresh, each output's stamp current).
 run_step build-wasm-again bash scripts/build-wasm.sh

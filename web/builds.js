@@ -1,4 +1,4 @@
-// Where ggweb's five wasm builds are, written so that bundlers can see them.
+// Where ggweb's six wasm builds are, written so that bundlers can see them.
 //
 // Vite and webpack follow only literal references: an `import('./pkg/…')` of a string and a
 // `new URL('./pkg/…', import.meta.url)`. Each such reference below makes the bundler emit the
@@ -39,6 +39,11 @@ export const BUILDS = Object.freeze({
   'pkg-m64': {
     glue: () => import('./pkg-m64/ggweb_core.js'),
     wasm: () => new URL('./pkg-m64/ggweb_core_bg.wasm', import.meta.url),
+  },
+  // Its threaded twin (wasm64 + atomics + shared memory; the pool as pkg-threads').
+  'pkg-m64-threads': {
+    glue: () => import('./pkg-m64-threads/ggweb_core.js'),
+    wasm: () => new URL('./pkg-m64-threads/ggweb_core_bg.wasm', import.meta.url),
   },
 });
 

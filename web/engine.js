@@ -16,6 +16,7 @@ import { boolOption, hookList, isPlainObject, modelInput, optionsObject, passOpt
 import { checkpointName, writeCheckpoint } from './opfs.js';
 import { DEFAULT_STALL_TIMEOUT_MS, formatBytes, openSource, readHeader, readWithin, stallTimeout } from './source.js';
 import { METHODS } from './methods.js';
+import { guardWasm } from './wasm-trap.js';
 
 /**
  * `promise`, or `onLate`'s error when it has not settled within `ms`; a value that arrives
@@ -352,16 +353,30 @@ export class Engine {
         Object.assign(m64, { use: false, reason: `no Memory64 build is known beside ${this.coreUrl}` });
       }
       if (m64.use) {
-        try {
-          core = await loadCore(m64Url);
-          build = 'pkg-m64';
-          if (threads.threaded) {
-            Object.assign(threads, { n: 1, threaded: false, reason: 'the Memory64 build runs one thread (it has no threaded twin yet)' });
+        // Its threaded twin where threads can run (as pkg-threads: a worker of a cross-origin
+        // isolated page); without it (GGWEB_THREADS=0, a failed load) pkg-m64 runs one thread.
+        let noTwin = null;
+        if (threads.threaded) {
+          try {
+            core = await loadCore(sibling('pkg-m64-threads'));
+            build = 'pkg-m64-threads';
+          } catch (e) {
+            noTwin = `the threaded Memory64 build could not be loaded (${e.message})`;
           }
-        } catch (e) {
-          if (m64Opt === true) throw e;
-          Object.assign(m64, { use: false, reason: `the Memory64 build could not be loaded (${e.message})` });
-          console.warn(`ggweb: ${m64.reason}; using the wasm32 builds`);
+        }
+        if (!core) {
+          try {
+            core = await loadCore(m64Url);
+            build = 'pkg-m64';
+            if (noTwin) {
+              Object.assign(threads, { n: 1, threaded: false, reason: noTwin });
+              console.warn(`ggweb: ${noTwin}; using one thread`);
+            }
+          } catch (e) {
+            if (m64Opt === true) throw e;
+            Object.assign(m64, { use: false, reason: `the Memory64 build could not be loaded (${e.message})` });
+            console.warn(`ggweb: ${m64.reason}; using the wasm32 builds`);
+          }
         }
       }
       if (!core && threads.threaded) {
@@ -405,7 +420,7 @@ export class Engine {
         // Web Workers. It gets the stall timeout too: a device request or a thread start the
         // browser never answers (seen in Firefox under load, docs/engines.md) then
         // fails the load with code 'timeout' instead of leaving it pending.
-        loader = await settleWithin(this.core.WasmLoader.create(loaderOpts), stallMs,
+        loader = await settleWithin(guardWasm(this.core.WasmLoader.create(loaderOpts), `opening the ${asked} backend`), stallMs,
           () => new GgwebError('timeout', `opening the ${asked} backend: no answer from the browser within ${stallMs} ms`),
           (late) => late.free());
       } catch (e) {
@@ -504,7 +519,7 @@ export class Engine {
       loader = null; // finish() consumes it, whatever the outcome
       const tBuild = now();
       try {
-        this.model = await l.finish();
+        this.model = await guardWasm(l.finish(), `${what}: building the model`);
       } catch (e) {
         throw toGgwebError(e, 'format', what);
       }
@@ -661,7 +676,7 @@ export class Engine {
       if (this.busy) throw new GgwebError('busy', `logits: the model is busy (${this.busy})`);
       const release = this._take('logits');
       try {
-        const out = await model.logits(a);
+        const out = await guardWasm(model.logits(a), 'logits');
         return out instanceof Float32Array ? out : Float32Array.from(out);
       } catch (e) {
         throw this._noteLost(toGgwebError(e, 'invalid', 'logits'));
@@ -783,7 +798,7 @@ export class Engine {
       const gone = () => this.disposed || (sae !== null && !this.saes?.has(sae));
       try {
         const checkpoint = this._checkpoint(() => cancelled() || gone());
-        return await (sae === null ? model.call(method, ids, rest, checkpoint) : model.callSae(method, ...lead, ids, rest, checkpoint));
+        return await guardWasm(sae === null ? model.call(method, ids, rest, checkpoint) : model.callSae(method, ...lead, ids, rest, checkpoint), what);
       } catch (e) {
         if (gone()) throw new GgwebError('disposed', `${what}: the ${this.disposed ? 'model' : 'SAE'} was disposed`);
         throw this._noteLost(toGgwebError(e, 'invalid', what));
@@ -975,7 +990,7 @@ export class Engine {
         let promptDone;
         try {
           this._loseDeviceNow(run, model);
-          promptDone = await model.prompt_step();
+          promptDone = await guardWasm(model.prompt_step(), 'evaluating the prompt');
         } catch (e) {
           throw this._noteLost(toGgwebError(e, 'internal', 'evaluating the prompt'));
         }
@@ -991,7 +1006,7 @@ export class Engine {
         try {
           this._loseDeviceNow(run, model);
           // { token, text } (logprob and top under topLogprobs, seq with n > 1), or undefined at the end.
-          item = await model.next();
+          item = await guardWasm(model.next(), `generating token ${stats.tokens + 1}`);
         } catch (e) {
           throw this._noteLost(toGgwebError(e, 'internal', `generating token ${stats.tokens + 1}`));
         }
@@ -1056,7 +1071,7 @@ export class Engine {
         if (cancelled()) break;
         let item;
         try {
-          item = await model.train_step();
+          item = await guardWasm(model.train_step(), `train: update ${step}`);
         } catch (e) {
           throw this._noteLost(toGgwebError(e, 'internal', `train: update ${step}`));
         }
@@ -1153,7 +1168,7 @@ export async function inspectSource(src, opts, { signal, coreUrl = null, stallMs
     // Options are checked before anything is read (code 'invalid').
     new core.WasmInspector(lopts, -1).free();
     const { sink: ins, stats, complete } = await readHeader(src, { signal, stallMs, what: 'Model.inspect' }, (total) => new core.WasmInspector(lopts, total));
-    const report = await ins.plan(); // consumes the inspector; an incomplete header is 'format'
+    const report = await guardWasm(ins.plan(), 'Model.inspect'); // consumes the inspector; an incomplete header is 'format'
     report.source = { via: stats.via, bytesRead: stats.bytesRead, size: stats.total, requests: stats.requests, ranged: stats.ranged, complete };
     return report;
   };

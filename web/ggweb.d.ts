@@ -101,7 +101,8 @@ export interface LoadOptions extends LoadParams {
    *  Fused and unfused results differ in the last bits, and relaxed SIMD lets each CPU pick,
    *  so pass false for results identical on every machine. info().threads.build says which. */
   relaxedSimd?: boolean;
-  /** The Memory64 build (pkg-m64/: wasm64, up to 16 GiB of CPU memory, one thread): 'auto'
+  /** The Memory64 builds (pkg-m64/: wasm64, up to 16 GiB of CPU memory; pkg-m64-threads/, its
+   *  threaded twin, where threads can run as for pkg-threads/): 'auto'
    *  (the default) uses it where the browser validates a Memory64 module (Chrome 133+,
    *  Firefox 134+) and the file is 3 GiB or more, where wasm32's 4 GiB would not leave room
    *  for the KV cache; true requires it ('unsupported' without Memory64); false never (for
@@ -372,8 +373,8 @@ export interface ModelInfo extends WasmModelInfo {
   /** CPU threads: how many the CPU backend uses (`n`), how many were running when the load
    *  ended (`running`: the rest join as they start), which build was loaded ('pkg',
    *  'pkg-threads', or their '-relaxed' twins: see LoadOptions.relaxedSimd; 'pkg-m64': the
-   *  Memory64 build), and why a single thread (null when threads were granted). */
-  threads: { n: number; running: number; build: 'pkg' | 'pkg-threads' | 'pkg-relaxed' | 'pkg-threads-relaxed' | 'pkg-m64'; reason: string | null };
+   *  Memory64 build, 'pkg-m64-threads' its threaded twin), and why a single thread (null when threads were granted). */
+  threads: { n: number; running: number; build: 'pkg' | 'pkg-threads' | 'pkg-relaxed' | 'pkg-threads-relaxed' | 'pkg-m64' | 'pkg-m64-threads'; reason: string | null };
   /** Whether the Memory64 build (wasm64, up to 16 GiB) runs the model: LoadOptions.memory64. */
   memory64: boolean;
   /** Why not (the option, the browser, the file's size), null when it runs. */

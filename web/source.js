@@ -256,7 +256,7 @@ export async function openSource(src, { signal, cache, stallMs = Infinity }) {
   const len = Number(res.headers.get('Content-Length'));
   const total = len > 0 && (!enc || enc === 'identity') ? len : null;
 
-  if (!store) return { reader: res.body.getReader(), total, via: 'download', url, cacheNote: note() };
+  if (!store) return { reader: reusedBufferReader(res.body), total, via: 'download', url, cacheNote: note() };
   if (spec.store === 'opfs') return opfsDownload(res, store, { url, total, notes, note });
 
   // Tee: one branch feeds the loader, the other goes into the cache. If loading stops early,
@@ -305,6 +305,45 @@ export async function openSource(src, { signal, cache, stallMs = Infinity }) {
     },
   };
   return out;
+}
+
+/** The size of each of a download's two read buffers (reusedBufferReader). */
+export const READ_BUFFER_BYTES = 1 << 20;
+
+/**
+ * A reader of `body` (fetch's byte stream) that reads into two buffers in turn (a BYOB
+ * reader) instead of a new chunk per read: a default reader's chunks, once the loader has
+ * copied them into wasm memory, wait for V8's GC, which collects them when external memory
+ * grows, not per chunk (0-90 MB of them at the peak of a 124M load: BENCHMARKS.md "Load
+ * memory in Chromium"). A chunk is valid until the read after next: engine.js asks for one
+ * chunk ahead and feeds each before asking for the next. A stream without BYOB reads gets its
+ * default reader. Only a plain download uses it: the Cache API's tee and the OPFS writer keep
+ * chunks after the loader is done with them.
+ */
+export function reusedBufferReader(body) {
+  let byob;
+  try {
+    byob = body.getReader({ mode: 'byob' });
+  } catch {
+    return body.getReader();
+  }
+  const buffers = [null, null];
+  let turn = 0;
+  return {
+    async read() {
+      const i = turn;
+      turn ^= 1;
+      // A read moves (transfers) the buffer it is given; its answer's view holds it again.
+      const buf = buffers[i] ?? new ArrayBuffer(READ_BUFFER_BYTES);
+      buffers[i] = null;
+      const r = await byob.read(new Uint8Array(buf));
+      if (r.done) return { done: true, value: undefined };
+      buffers[i] = r.value.buffer;
+      return r;
+    },
+    cancel: (reason) => byob.cancel(reason),
+    releaseLock: () => byob.releaseLock(),
+  };
 }
 
 /**

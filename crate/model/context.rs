@@ -409,14 +409,29 @@ impl Gpt2 {
         let Source::Node(embed) = super::hooks::hook_point("hook_embed", hp)?.source else {
             unreachable!("hook_embed is a node")
         };
-        let w = vec![0f32; n * hp.n_vocab];
+        // The metric's weights (n x n_vocab floats) are the one host allocation of the plan:
+        // sized against the budget first, and allocated fallibly, so a context of millions
+        // (843 GB of weights at n_ctx 2^22) is a refusal, not an allocation abort (a trap in
+        // wasm). The compute buffers are then planned against what is left, as a run's.
+        let what = format!("a gradient run over {n} tokens (metric weights, compute buffers, gradients)");
+        let left = self.host_left();
+        let w_len = n.checked_mul(hp.n_vocab).unwrap_or(usize::MAX);
+        let w_bytes = (w_len as u64).saturating_mul(4);
+        if let Some(l) = left.filter(|&l| w_bytes > l) {
+            return Err(ModelError::RunTooLarge { what, needed: w_bytes, left: l });
+        }
+        let mut w: Vec<f32> = Vec::new();
+        w.try_reserve_exact(w_len)
+            .map_err(|_| ModelError::RunTooLarge { what: what.clone(), needed: w_bytes, left: left.unwrap_or(0) })?;
+        w.resize(w_len, 0.0);
         let grad = GradRun { nodes: core::slice::from_ref(&embed), w: &w, log_softmax: true };
         let ub = Ubatch { scores: true, own_kv: true, ..Ubatch::at(0, n, n) };
         let io = build_graph_with(hp, &self.weights, &self.kv, ub, &[]);
         let gctx = grad_context(&io, true);
         let (gf, bytes, _) = run_graph_of(&io, &gctx, &ub, &[], n, Some(&grad), hp.n_layer)?;
+        drop(w);
         let mut sched = Sched::new(self.sched.backends().to_vec())?;
-        sched.alloc_graph(&gf)?;
+        alloc(&mut sched, &gf, Some(OwnPlan { what, bytes, left }))?;
         let compute: u64 = (0..sched.n_backends()).map(|i| sched.compute_buffer_size(i) as u64).sum();
         Ok(compute + bytes)
     }

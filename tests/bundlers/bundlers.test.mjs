@@ -119,6 +119,18 @@ async function checkApp(label, base, { isolated }) {
       console.log(`${what}: greedy = HF for ${HF.prompts.length} prompts, max |logit - HF| ` +
         `${Math.max(...r.maxDiff).toExponential(2)}, threads ${JSON.stringify(t)}`);
     }
+    {
+      // The Memory64 builds from the bundle: on the isolated host the threaded twin (with its
+      // own copy of the thread worker), on the plain one pkg-m64 on one thread.
+      const r = await page.evaluate(RUN, { model: `/models/${MODEL}`, prompts: HF.prompts.slice(0, 1), rowsUrl: '/fixtures/tiny-gpt2.hf-rows.bin',
+        opts: { memory64: true, relaxedSimd: false, ...(isolated ? { nThreads: 2 } : {}) } });
+      assert.equal(r.error, undefined, `${label}, memory64: ${r.error}`);
+      assert.deepEqual(r.greedy[0], HF.prompts[0].greedy_ids, `${label}, memory64: HF's greedy ids`);
+      assert.ok(r.maxDiff[0] <= 1e-4, `${label}, memory64: max |logit - HF| ${r.maxDiff[0]}`);
+      assert.equal(r.info.memory64, true, `${label}, memory64`);
+      if (isolated) assert.deepEqual(r.info.threads, { n: 2, running: 2, build: 'pkg-m64-threads', reason: null }, `${label}, memory64: threads`);
+      else assert.equal(r.info.threads.build, 'pkg-m64', `${label}, memory64: build`);
+    }
     if (isolated) {
       // A custom deployment: `coreUrl` names a glue the bundler never saw (here the installed
       // package's own files, served at /custom/); its threaded and relaxed siblings are found
@@ -142,14 +154,14 @@ async function serveDist(app, isolate) {
 }
 
 for (const app of Object.keys(APPS)) {
-  test(`${app}: the production build emits the five wasm builds, without warnings about ggweb`, () => {
+  test(`${app}: the production build emits the six wasm builds, without warnings about ggweb`, () => {
     const { files, log } = built[app];
     const all = files.filter(([f]) => f.endsWith('.wasm'));
     // esbuild's recipe copies every web/pkg* folder, ggweb/tokenizer's wasm (pkg-tokenizer)
     // with them; Vite and webpack emit only what the app imports, which is not the tokenizer.
     const wasm = all.filter(([f]) => app !== 'esbuild' || !f.startsWith('pkg-tokenizer/'));
-    // One per build (pkg, pkg-relaxed, pkg-threads, pkg-threads-relaxed, pkg-m64): five different files.
-    assert.equal(wasm.length, 5, `${app}: .wasm files ${JSON.stringify(all)}`);
+    // One per build (pkg, pkg-relaxed, pkg-threads, pkg-threads-relaxed, pkg-m64, pkg-m64-threads): six different files.
+    assert.equal(wasm.length, 6, `${app}: .wasm files ${JSON.stringify(all)}`);
     assert.doesNotMatch(log, /Critical dependency|Module not found|externalized for browser|could not be resolved|doesn't exist at build time/i, `${app} build log:\n${log}`);
   });
 

@@ -263,6 +263,29 @@ for (const worker of [true, false]) {
         assert.equal(v.ok, 3 * 1024 * 1024 + 4);
       });
     }
+
+    test('a trap inside an async wasm call rejects it with "internal" naming the call, never leaves it pending (issue #40)', async () => {
+      // The fake's traps are the real glue's: thrown in a microtask, the export's promise
+      // never settling (fake-core.js trapLater); Model.inspect always runs on the calling thread.
+      const seen = web.problems.length;
+      const v = await value(worker, `
+        const m = await Model.load(arg, opts);
+        const trapped = await settle(m.logits([4244, 1]), 3000);
+        const after = await settle(m.logits([1, 2]), 3000);
+        await m.dispose();
+        const inspect = await settle(Model.inspect(arg, { coreUrl: opts.coreUrl, nBatch: 4244 }), 3000);
+        const inspectAfter = await settle(Model.inspect(arg, { coreUrl: opts.coreUrl }), 3000);
+        return { trapped, after: after.ok ? Array.from(after.value) : after, inspect, inspectAfter: inspectAfter.code };
+      `, MODEL);
+      assert.equal(v.trapped.hang, undefined, 'the trapped logits call never settled');
+      assert.deepEqual([v.trapped.code, v.trapped.message], ['internal', 'logits: the wasm module trapped (unreachable); it cannot be used further']);
+      // The engine is not left busy: the next call runs (the fake's module is intact).
+      assert.deepEqual(v.after, [0.3, 1.3, 2.3, 3.3, 4.3, 5.3, 6.3, 7.3].map(Math.fround));
+      assert.equal(v.inspect.hang, undefined, 'the trapped Model.inspect never settled');
+      assert.deepEqual([v.inspect.code, v.inspect.message], ['internal', 'Model.inspect: the wasm module trapped (unreachable); it cannot be used further']);
+      assert.equal(v.inspectAfter, 'unsupported', 'the fake core refuses a plan, as before');
+      assert.deepEqual(web.problems.slice(seen), [], 'the traps reached the page as uncaught errors');
+    });
   });
 }
 

@@ -9,8 +9,8 @@
 //   node --test tests/e2e/demo.spec.mjs
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync, truncateSync, writeFileSync } from 'node:fs';
-import { ARTIFACTS, HF, MODELS_DIR, ROOT, makeFakeModel, openPage, useServerAndBrowser } from './helpers.mjs';
+import { readFileSync } from 'node:fs';
+import { ARTIFACTS, HF, MODELS_DIR, ROOT, makeFakeModel, openPage, useServerAndBrowser, writeHugeCtx } from './helpers.mjs';
 
 const fake = makeFakeModel();
 const web = useServerAndBrowser();
@@ -396,39 +396,6 @@ test('with the real wasm: "Look inside" colours tokens by rank as HF ranks them 
   assert.deepEqual(real(problems), []);
   await page.close();
 });
-
-/**
- * Writes tests/artifacts/huge-ctx.gguf and returns the bytes it starts with: the Q8_0 file
- * made to describe a context of 2^22 consistently (a lying header is a format error):
- * gpt2.context_length raised, position_embd.weight given 2^22 rows and moved to 4 GiB into
- * the data, past every other tensor, and the file extended (sparse) to the size that implies.
- * Its KV cache alone is over wasm32's 4 GiB, so only the plan refuses it.
- */
-function writeHugeCtx() {
-  const HUGE_CTX = 1 << 22;
-  const bytes = readFileSync(`${MODELS_DIR}/tiny-gpt2-q8_0.gguf`);
-  const after = (text, from = 0) => {
-    const i = bytes.indexOf(Buffer.from(text), from);
-    assert.ok(i > 0, text);
-    return i + Buffer.byteLength(text);
-  };
-  const ctx = after('gpt2.context_length');
-  assert.equal(bytes.readUInt32LE(ctx), 4, 'a u32 gpt2.context_length');
-  bytes.writeUInt32LE(HUGE_CTX, ctx + 4);
-  // A tensor info: name, n_dims (u32), ne (u64 each), type (u32), offset (u64).
-  const pos = after('position_embd.weight');
-  assert.equal(bytes.readUInt32LE(pos), 2);
-  bytes.writeBigUInt64LE(BigInt(HUGE_CTX), pos + 12);
-  bytes.writeBigUInt64LE(1n << 32n, pos + 24);
-  // The last tensor info is output.weight's (the name's u64 length, 13, tells it from
-  // attn_output.weight); the data start at the next multiple of general.alignment (32).
-  const out = after('\x0d\x00\x00\x00\x00\x00\x00\x00output.weight', pos);
-  const headerEnd = out + 4 + 8 * bytes.readUInt32LE(out) + 4 + 8;
-  const dataOffset = Math.ceil(headerEnd / 32) * 32;
-  writeFileSync(`${ARTIFACTS}huge-ctx.gguf`, bytes);
-  truncateSync(`${ARTIFACTS}huge-ctx.gguf`, dataOffset + 2 ** 32 + 64 * HUGE_CTX * 4);
-  return bytes;
-}
 
 test('with the real wasm: a chosen URL shows its header at once; one that cannot fit is warned about before the download', async () => {
   assert.ok(MODELS_DIR, 'the shared models are needed');

@@ -13,6 +13,16 @@
 // ('a', 'b', ...) up to maxTokens. logits(ids)[i] = (sum(ids) % 1000) / 10 + i for i < 8.
 export const stats = { loaders: 0, freed: 0, models: 0, modelsFreed: 0 };
 
+/**
+ * What a trap inside an async export does in the real glue (wasm-bindgen-futures polls the
+ * Rust future in a microtask): the RuntimeError is thrown in a microtask of its own, uncaught,
+ * and the promise the export returned never settles (web/wasm-trap.js turns it into a rejection).
+ */
+function trapLater() {
+  queueMicrotask(() => { throw new WebAssembly.RuntimeError('unreachable'); });
+  return new Promise(() => {});
+}
+
 export default async function init() {}
 export function initSync() {}
 export function init_panic_hook() {}
@@ -112,8 +122,13 @@ export class WasmModel {
     for (const id of ids) if (id > 0xffff) throw new Error(`token id ${id} is out of range (vocab 65536)`);
     return String.fromCharCode(...ids);
   }
-  async logits(ids) {
+  logits(ids) {
     this.#alive();
+    // Token 4244 first: a trap in the async export (trapLater).
+    if (ids[0] === 4244) return trapLater();
+    return this.#logits(ids);
+  }
+  async #logits(ids) {
     const s = ids.reduce((a, b) => a + b, 0) % 1000;
     return Float32Array.from({ length: 8 }, (_, i) => s / 10 + i);
   }
@@ -242,8 +257,13 @@ export class WasmInspector {
   }
   bytes_consumed() { return this.bytes; }
   /** The fake has no model to plan: refused as a build without the planner would be. */
-  async plan() {
-    throw Object.assign(new Error('the fake core cannot plan a model'), { code: 'unsupported' });
+  plan() {
+    // nBatch 4244: a trap in the async export (trapLater).
+    if (this.opts?.nBatch === 4244) return trapLater();
+    return Promise.reject(this.#refusal());
+  }
+  #refusal() {
+    return Object.assign(new Error('the fake core cannot plan a model'), { code: 'unsupported' });
   }
   free() {}
 }

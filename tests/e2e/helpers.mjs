@@ -1,6 +1,6 @@
 // Shared setup for the browser tests: the static server and Debian's headless Chromium
 // driven by playwright-core (never a downloaded browser).
-import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, renameSync, truncateSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { after, before } from 'node:test';
 import { chromium } from 'playwright-core';
@@ -153,4 +153,37 @@ export function useHarness(baseOpts = {}, setup = null) {
     { body, arg, opts: { worker, ...baseOpts, ...opts } },
   );
   return h;
+}
+
+/**
+ * Writes tests/artifacts/huge-ctx.gguf and returns the bytes it starts with: the Q8_0 file
+ * made to describe a context of 2^22 consistently (a lying header is a format error):
+ * gpt2.context_length raised, position_embd.weight given 2^22 rows and moved to 4 GiB into
+ * the data, past every other tensor, and the file extended (sparse) to the size that implies.
+ * Its KV cache alone is over wasm32's 4 GiB, so only the plan refuses it.
+ */
+export function writeHugeCtx() {
+  const HUGE_CTX = 1 << 22;
+  const bytes = readFileSync(`${MODELS_DIR}/tiny-gpt2-q8_0.gguf`);
+  const after = (text, from = 0) => {
+    const i = bytes.indexOf(Buffer.from(text), from);
+    if (!(i > 0)) throw new Error(`huge-ctx.gguf: ${text} not found in the tiny model`);
+    return i + Buffer.byteLength(text);
+  };
+  const ctx = after('gpt2.context_length');
+  if (bytes.readUInt32LE(ctx) !== 4) throw new Error('huge-ctx.gguf: gpt2.context_length is not a u32');
+  bytes.writeUInt32LE(HUGE_CTX, ctx + 4);
+  // A tensor info: name, n_dims (u32), ne (u64 each), type (u32), offset (u64).
+  const pos = after('position_embd.weight');
+  if (bytes.readUInt32LE(pos) !== 2) throw new Error('huge-ctx.gguf: position_embd.weight is not 2-D');
+  bytes.writeBigUInt64LE(BigInt(HUGE_CTX), pos + 12);
+  bytes.writeBigUInt64LE(1n << 32n, pos + 24);
+  // The last tensor info is output.weight's (the name's u64 length, 13, tells it from
+  // attn_output.weight); the data start at the next multiple of general.alignment (32).
+  const out = after('\x0d\x00\x00\x00\x00\x00\x00\x00output.weight', pos);
+  const headerEnd = out + 4 + 8 * bytes.readUInt32LE(out) + 4 + 8;
+  const dataOffset = Math.ceil(headerEnd / 32) * 32;
+  writeFileSync(`${ARTIFACTS}huge-ctx.gguf`, bytes);
+  truncateSync(`${ARTIFACTS}huge-ctx.gguf`, dataOffset + 2 ** 32 + 64 * HUGE_CTX * 4);
+  return bytes;
 }

@@ -171,3 +171,49 @@ fn fits_against_the_budget() {
     assert!(matches!(err, ModelError::OverBudget { .. }));
     assert_eq!(p.misfit.unwrap(), err.to_string());
 }
+
+/// tiny-gpt2-q8_0.gguf's header made to describe a context of 2^22 consistently, as
+/// tests/e2e/helpers.mjs writeHugeCtx does: gpt2.context_length raised and
+/// position_embd.weight given 2^22 rows, moved past every other tensor (4 GiB into the data).
+fn huge_ctx_header(bytes: &[u8]) -> Vec<u8> {
+    const HUGE_CTX: u64 = 1 << 22;
+    let mut b = bytes.to_vec();
+    let after = |b: &[u8], text: &[u8]| b.windows(text.len()).position(|w| w == text).expect("in the header") + text.len();
+    let ctx = after(&b, b"gpt2.context_length");
+    assert_eq!(u32::from_le_bytes(b[ctx..ctx + 4].try_into().unwrap()), 4, "a u32 context length");
+    b[ctx + 4..ctx + 8].copy_from_slice(&(HUGE_CTX as u32).to_le_bytes());
+    // A tensor info: name, n_dims (u32), ne (u64 each), type (u32), offset (u64).
+    let pos = after(&b, b"position_embd.weight");
+    b[pos + 12..pos + 20].copy_from_slice(&HUGE_CTX.to_le_bytes());
+    b[pos + 24..pos + 32].copy_from_slice(&(1u64 << 32).to_le_bytes());
+    b
+}
+
+/// Issue #40: under a 16 GiB budget (the Memory64 build's) a context of 2^22 is planned,
+/// not aborted: the gradient pass over all of it would hold 843 GB of metric weights, which
+/// the plan refuses before allocating them (it aborted the process, and trapped in wasm64).
+#[test]
+fn a_context_of_millions_is_planned_and_its_gradient_refused() {
+    let header = read_header_unsized(&huge_ctx_header(&fixtures::model_bytes(FILES[2])));
+    let budget = 16u64 << 30;
+    let p = HeaderPlan::new(&header, vec![Rc::new(BudgetCpu(CpuBackend::new(1), budget))], None, &Gpt2Options::default())
+        .unwrap();
+    assert_eq!(p.n_ctx, 1 << 22);
+    assert!(p.compute_measured);
+    assert_eq!(p.misfit, None);
+    // Weights (position_embd alone is 2^22 x 64 f32: 1 GiB), the f32 KV cache (2 layers x
+    // K and V x 2^22 x 64 x 4 bytes: 4 GiB) and the compute buffers for n_batch 32.
+    assert_eq!((p.weights(), p.kv(), p.compute()), (1080688512, 4294967296, 2684371200));
+    assert_eq!(p.gradient, None, "a gradient over 2^22 tokens cannot fit what is left of 16 GiB");
+}
+
+/// The header of `bytes` read without a file size (the bytes are the header's only).
+fn read_header_unsized(bytes: &[u8]) -> ggweb::gguf::GgufHeader {
+    let mut r = HeaderReader::new(None);
+    for chunk in bytes.chunks(4096) {
+        if r.feed(chunk).unwrap() {
+            break;
+        }
+    }
+    r.into_header().unwrap()
+}

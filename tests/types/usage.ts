@@ -112,7 +112,9 @@ function readInfo(info: ModelInfo): unknown[] {
     backendNote: info.backendNote?.toUpperCase() ?? null,
     tokenizer: [info.tokenizer.nVocab, info.tokenizer.n_vocab, info.tokenizer.bos ?? -1, info.tokenizer.eos ?? -1],
     wasmMemory: info.wasmMemory.heapBase + info.wasmMemory.atLoaderStart + info.wasmMemory.afterLoad + info.wasmMemory.now,
-    threads: [info.threads.n, info.threads.running, info.threads.build satisfies string, info.threads.reason ?? ''],
+    // Every build a load can run on, the Memory64 twins included (a narrowing switch over them).
+    threads: [info.threads.n, info.threads.running, info.threads.build satisfies string, info.threads.reason ?? '',
+      info.threads.build === 'pkg-m64-threads' || info.threads.build === 'pkg-m64' ? 64 : 32],
     memory64: info.memory64 satisfies boolean,
     memory64Reason: info.memory64Reason ?? '',
     load: [info.load.bytes, info.load.ms, info.load.via, info.load.cached, info.load.backend, info.load.worker,
