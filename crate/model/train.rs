@@ -775,6 +775,17 @@ impl Trainer {
 }
 
 impl Trainer {
+    /// The training graph's splits by backend (the scheduler's description, one line each),
+    /// once the graph is planned: where the forward and backward passes run.
+    pub fn splits(&self) -> Vec<String> {
+        self.sched.describe_splits()
+    }
+
+    /// The backends the optimizer steps run on, in order.
+    pub fn optimizer_backends(&self) -> Vec<String> {
+        self.opt.iter().map(|(b, _)| String::from(b.name())).collect()
+    }
+
     /// Updates done by this run (not a resumed checkpoint's).
     pub fn run_steps(&self) -> u32 {
         self.step - self.start
