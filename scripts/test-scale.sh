@@ -11,7 +11,8 @@
 # (.models/124m-q8_0.gguf, from bench/make_models.sh) in wasm32, its peak wasm memory printed.
 # tests/scale/train.spec.mjs: full AdamW training of the 124M shape (.models/124m-f16.gguf) at
 # seqLen 128, batch 4 in wasm32, its peak wasm memory printed; then natively, LoRA on the XL
-# shape at Q8_0 (tests/model/train.rs lora_on_the_xl_shape_at_q8_0_plans_and_runs), its peak RSS.
+# shape at Q8_0 (tests/model/train.rs lora_on_the_xl_shape_at_q8_0_plans_and_runs), its peak RSS,
+# and the same wholly on WebGPU on lavapipe (tests/webgpu/train_webgpu.rs).
 #   GGWEB_SCALE_SHAPES=xl,large,medium npm run test:scale     # more shapes (default xl)
 # Logs: tests/artifacts/logs/scale.log.
 set -euo pipefail
@@ -66,6 +67,12 @@ if [[ ",$shapes," == *",xl,"* ]]; then
         train::lora_on_the_xl_shape 2>&1 | tee tests/artifacts/logs/scale-xl-lora.log
     k=$(grep -Eo 'test result: ok\. [0-9]+ passed' tests/artifacts/logs/scale-xl-lora.log | grep -Eo '[0-9]+' | head -1 || true)
     [ "${k:-0}" -gt 0 ] || die "the XL Q8_0 LoRA training test did not pass"
+    passed=$((passed + k))
+    # The same on WebGPU (lavapipe): the frozen XL weights, the adapter and its state in device memory.
+    GGWEB_SCALE_XL_Q8_0="$ROOT/.models/bench-xl-q8_0.gguf" cargo test --color never --test webgpu -- --ignored --nocapture \
+        train_webgpu::lora_on_the_xl_shape 2>&1 | tee tests/artifacts/logs/scale-xl-lora-webgpu.log
+    k=$(grep -Eo 'test result: ok\. [0-9]+ passed' tests/artifacts/logs/scale-xl-lora-webgpu.log | grep -Eo '[0-9]+' | head -1 || true)
+    [ "${k:-0}" -gt 0 ] || die "the XL Q8_0 LoRA training test on WebGPU did not pass"
     passed=$((passed + k))
 fi
 echo "summary: $passed passed, 0 failed (models: ${models[*]}${n:+ + bench-xl-f16.gguf on WebGPU})"

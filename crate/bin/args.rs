@@ -111,6 +111,15 @@ pub struct TrainArgs {
     /// Where the trained model's GGUF goes (written whole, then renamed into place).
     #[arg(long)]
     pub out: String,
+    /// Also write an optimizer checkpoint here: the F32 weights (with --lora-rank: the adapter)
+    /// with the optimizer state and data position (save / saveLora with optimizer: true), for --resume.
+    #[arg(long)]
+    pub checkpoint: Option<String>,
+    /// Go on from a --checkpoint file: full training reads the model from it instead of --model;
+    /// with --lora-rank it is the adapter's, applied to --model. The run resumes its optimizer
+    /// state, update count and data position.
+    #[arg(long)]
+    pub resume: Option<String>,
     /// The saved file's type: f32, f16 or q8_0; an adapter's f32 or f16 [default: f32].
     #[arg(long = "type")]
     pub out_type: Option<String>,

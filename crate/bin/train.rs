@@ -111,15 +111,33 @@ pub fn run(a: TrainArgs) -> Result<(), String> {
     let text = std::fs::read_to_string(&a.data).map_err(|e| format!("--data {}: {e}", a.data))?;
 
     let gpt2 = load.model();
-    let loaded = load_from_path(&a.model, Rc::new(CpuBackend::new(gpt2.n_threads)), gpt2)
-        .map_err(|e| format!("{}: {e}", a.model))?;
+    // Full training resumes the checkpoint's weights: the model is read from it.
+    let model_path = match (&a.resume, lora) {
+        (Some(r), false) => r.as_str(),
+        _ => a.model.as_str(),
+    };
+    let loaded = load_from_path(model_path, Rc::new(CpuBackend::new(gpt2.n_threads)), gpt2)
+        .map_err(|e| format!("{model_path}: {e}"))?;
     let mut s = Session::new(loaded);
+    if let (Some(r), true) = (&a.resume, lora) {
+        let bytes = std::fs::read(r).map_err(|e| format!("--resume {r}: {e}"))?;
+        s.load_lora(&bytes).map_err(|e| format!("--resume {r}: {e}"))?;
+    }
+    if let Some(r) = &a.resume {
+        if !s.model.opt_state.as_ref().is_some_and(|o| o.resume) {
+            return Err(format!(
+                "--resume {r}: the file has no optimizer state to resume (write one with --checkpoint)"
+            ));
+        }
+    }
     let cfg = params.config(s.model.n_ctx()).map_err(|e| flags(&e.to_string()))?;
     let seqs =
         s.train_windows(&[text], cfg.seq_len).map_err(|e| format!("--data {}: {}", a.data, flags(&e.to_string())))?;
     let (n_seqs, steps, seq_len, per_step) =
         (seqs.len(), cfg.steps, cfg.seq_len, (cfg.batch_size * cfg.seq_len) as f64);
     let plan = s.train_start(seqs, cfg).map_err(|e| flags(&e.to_string()))?;
+    // A resumed run counts its updates on from the checkpoint's.
+    let start = s.trainer().map_or(0, |t| t.step);
     eprintln!(
         "ggweb train: {} sequences of {} tokens, {steps} updates, {threads} threads; memory: {} MiB weights, {} MiB state, {} MiB compute",
         n_seqs,
@@ -136,9 +154,17 @@ pub fn run(a: TrainArgs) -> Result<(), String> {
     let mut tokens = 0;
     while let Some(step) = block_on(s.train_step()).map_err(|e| e.to_string())? {
         let secs = t0.elapsed().as_secs_f64();
-        let tps = step.step as f64 * per_step / secs.max(1e-9);
-        let eta = secs / step.step as f64 * (steps - step.step) as f64;
-        let line = format!("step {}/{steps}  loss {:.4}  {:.0} tokens/s  ETA {}", step.step, step.loss, tps, hms(eta));
+        let done = step.step - start;
+        let tps = done as f64 * per_step / secs.max(1e-9);
+        let eta = secs / done as f64 * (steps - done) as f64;
+        let line = format!(
+            "step {}/{}  loss {:.4}  {:.0} tokens/s  ETA {}",
+            step.step,
+            start + steps,
+            step.loss,
+            tps,
+            hms(eta)
+        );
         let mut err = std::io::stderr().lock();
         if tty {
             write!(err, "\r\x1b[K{line}").ok();
@@ -165,6 +191,20 @@ pub fn run(a: TrainArgs) -> Result<(), String> {
         std::fs::remove_file(&tmp).ok();
         format!("--out {}: {e}", a.out)
     })?;
+    if let Some(c) = &a.checkpoint {
+        let bytes = if lora {
+            s.save_lora(ggweb::types::GgmlType::F32, true)
+        } else {
+            s.save_checkpoint(ggweb::model::export::SaveType::F32)
+        }
+        .map_err(|e| format!("--checkpoint {c}: {e}"))?;
+        let tmp = format!("{c}.part");
+        std::fs::write(&tmp, &bytes).and_then(|_| std::fs::rename(&tmp, c)).map_err(|e| {
+            std::fs::remove_file(&tmp).ok();
+            format!("--checkpoint {c}: {e}")
+        })?;
+        eprintln!("ggweb train: optimizer checkpoint (update {}) saved to {c} ({} bytes)", stats.steps, bytes.len());
+    }
     let type_name = a.out_type.as_deref().unwrap_or("f32");
     let adapter = lora && !a.merge;
     eprintln!(

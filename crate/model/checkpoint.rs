@@ -99,6 +99,18 @@ impl OptState {
         params: &[(String, i64)],
         buft: &dyn BufferType,
     ) -> Result<OptState, ModelError> {
+        OptState::alloc_on(meta, lora, params, &|_| buft)
+    }
+
+    /// [`OptState::alloc`] with each param's state in the buffer type `buft_of(i)` gives
+    /// (a model split between WebGPU and the CPU: the state where its param is, since the
+    /// optimizer step updates both in place on one backend).
+    pub fn alloc_on<'b>(
+        meta: OptMeta,
+        lora: Option<LoraConfig>,
+        params: &[(String, i64)],
+        buft_of: &dyn Fn(usize) -> &'b dyn BufferType,
+    ) -> Result<OptState, ModelError> {
         let rows = meta.optimizer.state_rows();
         let ctx = Context::new(ContextParams { mem_size: (params.len() + 1) * TENSOR_OVERHEAD, no_alloc: true });
         let tensors: Vec<(String, Tensor)> = params
@@ -109,10 +121,23 @@ impl OptState {
                 (name.clone(), s)
             })
             .collect();
-        let all: Vec<Tensor> = tensors.iter().map(|(_, t)| t.clone()).collect();
-        let buffers = alloc_tensors(&all, buft).map_err(|e| ModelError::oom("the optimizer state", e))?;
-        for b in &buffers {
-            b.clear(0);
+        // One allocation per buffer type, in the params' order within each.
+        let mut buffers: Vec<Rc<dyn Buffer>> = Vec::new();
+        let mut done = alloc::vec![false; tensors.len()];
+        for i in 0..tensors.len() {
+            if done[i] {
+                continue;
+            }
+            let buft = buft_of(i);
+            let group: Vec<usize> =
+                (i..tensors.len()).filter(|&j| !done[j] && buft_of(j).name() == buft.name()).collect();
+            let all: Vec<Tensor> = group.iter().map(|&j| tensors[j].1.clone()).collect();
+            let bufs = alloc_tensors(&all, buft).map_err(|e| ModelError::oom("the optimizer state", e))?;
+            for b in &bufs {
+                b.clear(0);
+            }
+            buffers.extend(bufs);
+            group.iter().for_each(|&j| done[j] = true);
         }
         Ok(OptState { meta, lora, tensors, resume: false, _ctx: ctx, _buffers: buffers })
     }

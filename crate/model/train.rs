@@ -22,7 +22,11 @@
 //!
 //! The graph writes K and V into the model's KV cache (cells 0..seqLen, as any run from
 //! position 0 does): callers forget the prompt cache (`Session::train_start`, session_train.rs).
-//! Training runs on the CPU backend (a model split onto WebGPU is `unsupported` for now).
+//! Backends: training runs where inference does, on the model's scheduler (a model split by
+//! layer between WebGPU and the CPU trains split the same way): each param's state is allocated
+//! on the backend whose memory holds the param, the gradients accumulate there, and its
+//! optimizer step runs there (shaders/opt.wgsl on WebGPU, cpu/ops_opt.rs on the CPU), one
+//! optimizer graph per backend; weights, gradients and m/v stay in that memory between steps.
 
 use alloc::format;
 use alloc::rc::Rc;
@@ -175,6 +179,8 @@ struct Param {
     state: Tensor,
     /// Weight decay applies (two or more dimensions: matrices and embeddings).
     decay: bool,
+    /// The backend (index in the run's) whose memory holds the param and its state.
+    home: usize,
 }
 
 /// A training run over a model's weights (see the module docs).
@@ -183,16 +189,19 @@ pub struct Trainer {
     pub memory: TrainMemory,
     seqs: Vec<Vec<u32>>,
     params: Vec<Param>,
-    /// Hyper-parameters of the optimizer step: `[0]` for decayed weights, `[1]` for the rest.
-    hyper: [Tensor; 2],
+    /// Hyper-parameters of the optimizer step, per backend: `[0]` for decayed weights, `[1]`
+    /// for the rest.
+    hyper: Vec<[Tensor; 2]>,
     /// The forward graph's inputs (and its headers), the loss's weights and per-row losses.
     io: GraphIo,
     w_in: Tensor,
+    /// [T−1] i32: where each position's target is in the flattened loss.
+    loss_at: Tensor,
     loss_rows: Tensor,
     gf: Graph,
-    opt: Graph,
+    /// The optimizer graphs: per backend that holds params, its step nodes.
+    opt: Vec<(Rc<dyn Backend>, Graph)>,
     sched: Sched,
-    backend: Rc<dyn Backend>,
     /// Headers of the backward and optimizer nodes; the hyper-parameters' header and memory.
     _ctx: Context,
     _hyper_ctx: Context,
@@ -224,6 +233,15 @@ fn weight_list(w: &Weights) -> Vec<Tensor> {
         v.push(w.output.clone());
     }
     v
+}
+
+/// The backend of `backends` whose memory holds `t` (the scheduler's rule for weights: the
+/// backend of its buffer's type), else the host's, the last.
+fn backend_index(backends: &[Rc<dyn Backend>], t: &Tensor) -> usize {
+    let host = backends.len() - 1;
+    let Some(d) = t.data() else { return host };
+    let name = d.buffer.buffer_type_name();
+    backends.iter().position(|b| b.buffer_type().name() == name).unwrap_or(host)
 }
 
 /// What a run may take: the least of `backend`'s budget and what the model's budget leaves
@@ -261,9 +279,9 @@ fn over_budget(what: String, needed: u64, limit: u64) -> ModelError {
     ModelError::OverBudget { what, needed, limit }
 }
 
-/// F32 copies of `weights` in a CPU buffer of `backend`'s: their context (same names) and
-/// buffers. Each weight is read and converted one at a time.
-fn f32_copies(weights: &[Tensor], backend: &dyn Backend) -> Result<(Context, Vec<Rc<dyn Buffer>>), ModelError> {
+/// F32 copies of `weights`, each in a buffer of the backend that holds it (`backends`): their
+/// context (same names) and buffers. Each weight is read and converted one at a time.
+fn f32_copies(weights: &[Tensor], backends: &[Rc<dyn Backend>]) -> Result<(Context, Vec<Rc<dyn Buffer>>), ModelError> {
     let ctx = Context::new(ContextParams { mem_size: (weights.len() + 1) * TENSOR_OVERHEAD, no_alloc: true });
     let copies: Vec<Tensor> = weights
         .iter()
@@ -273,8 +291,21 @@ fn f32_copies(weights: &[Tensor], backend: &dyn Backend) -> Result<(Context, Vec
             t
         })
         .collect();
-    let buffers =
-        alloc_tensors(&copies, &*backend.buffer_type()).map_err(|e| ModelError::oom("training's f32 weights", e))?;
+    let mut buffers = Vec::new();
+    for (b, backend) in backends.iter().enumerate() {
+        let group: Vec<Tensor> = weights
+            .iter()
+            .zip(&copies)
+            .filter(|(w, _)| backend_index(backends, w) == b)
+            .map(|(_, c)| c.clone())
+            .collect();
+        if !group.is_empty() {
+            buffers.extend(
+                alloc_tensors(&group, &*backend.buffer_type())
+                    .map_err(|e| ModelError::oom("training's f32 weights", e))?,
+            );
+        }
+    }
     for (w, c) in weights.iter().zip(&copies) {
         let mut bytes = vec![0u8; w.nbytes()];
         w.try_get_bytes(&mut bytes, 0)?;
@@ -329,12 +360,6 @@ impl Trainer {
             }
         }
         let backends = model.sched.backends().to_vec();
-        if backends.len() != 1 || !backends[0].buffer_type().is_host() {
-            return Err(ModelError::Unsupported(format!(
-                "train: training runs on the CPU for now; this model runs on {} (load it with backend 'cpu')",
-                backends.iter().map(|b| b.name()).collect::<Vec<_>>().join(" + ")
-            )));
-        }
         if let Some(r) = resume.as_ref() {
             check_resume(r, &cfg)?;
         }
@@ -348,7 +373,16 @@ impl Trainer {
                 l.cfg.rank
             )));
         }
-        let backend = backends[0].clone();
+        // A tied head split from its embeddings (the loader's copy of token_embd beside the
+        // head, on the other backend) would train as two tensors, not the file's one.
+        if model.weights.output != model.weights.token_embd && model.weight_ctx.get_tensor("output.weight").is_none() {
+            return Err(ModelError::Unsupported(format!(
+                "train: full training of a tied head split across {}: token_embd.weight is on one backend and \
+                 its copy for the head on the other; load the model with every layer on one backend (gpu_layers \
+                 0, or above n_layer), or train a LoRA adapter",
+                backends.iter().map(|b| b.name()).collect::<Vec<_>>().join(" and ")
+            )));
+        }
         let weights = weight_list(&model.weights);
         if let Some(q) = weights.iter().find(|w| !matches!(w.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)) {
             return Err(ModelError::Unsupported(format!(
@@ -358,10 +392,12 @@ impl Trainer {
                 q.ty
             )));
         }
-        // Trained in place when every weight is already a plain f32 host tensor.
+        // Trained in place when every weight is already a plain f32 tensor of one of the
+        // backends (not a repacked or planned buffer's).
         let in_place = weights.iter().all(|w| {
             w.ty == GgmlType::F32
-                && w.data().is_some_and(|d| d.buffer.buffer_type_name() == backend.buffer_type().name())
+                && w.data()
+                    .is_some_and(|d| backends.iter().any(|b| b.buffer_type().name() == d.buffer.buffer_type_name()))
         });
         let rows = cfg.optimizer.state_rows();
         let n_elems: u64 = weights.iter().map(|w| w.nelements() as u64).sum();
@@ -370,9 +406,9 @@ impl Trainer {
             state: 4 * n_elems * rows as u64 + 64,
             compute: 0,
         };
-        let limit = run_limit(&*backend, model.host_left());
+        let limit = run_limit(&*backends[0], model.host_left());
         check_budget(limit, &memory, "f32 weights")?;
-        let converted = if in_place { None } else { Some(f32_copies(&weights, &*backend)?) };
+        let converted = if in_place { None } else { Some(f32_copies(&weights, &backends)?) };
         let new_weights = match &converted {
             Some((ctx, _)) => Some(Weights::from_context(ctx, &hp)?),
             None => None,
@@ -455,17 +491,21 @@ impl Trainer {
         resume: &mut Option<OptState>,
     ) -> Result<Trainer, ModelError> {
         let hp = &model.hparams;
-        let backend = backends[0].clone();
         let names: Vec<(String, i64)> = params.iter().map(|(t, _)| (t.name(), t.nelements())).collect();
+        // Each param's state lives with it: on the backend whose memory holds the param.
+        let homes: Vec<usize> = params.iter().map(|(t, _)| backend_index(&backends, t)).collect();
+        let bufts: Vec<Rc<dyn crate::backend::BufferType>> = backends.iter().map(|b| b.buffer_type()).collect();
+        let buft_of = |i: usize| -> &dyn crate::backend::BufferType { &*bufts[homes[i]] };
         // The state: the checkpoint's (of these tensors), or new, planned with the weights.
         // Plain SGD's is the gradient alone: nothing of a checkpoint to resume but the counts.
         let keeps = cfg.optimizer.state_rows() > 1;
         let fresh = match resume.as_ref() {
             Some(r) if keeps => {
                 check_resume_tensors(r, &names)?;
+                check_resume_homes(r, &params, &backends)?;
                 None
             }
-            Some(r) => Some(OptState::alloc(r.meta, cfg.lora.clone(), &names, &*backend.buffer_type())?),
+            Some(r) => Some(OptState::alloc_on(r.meta, cfg.lora.clone(), &names, &buft_of)?),
             None => {
                 let meta = OptMeta {
                     optimizer: cfg.optimizer,
@@ -475,7 +515,7 @@ impl Trainer {
                     seq_len: cfg.seq_len as u32,
                     batch_size: cfg.batch_size as u32,
                 };
-                Some(OptState::alloc(meta, cfg.lora.clone(), &names, &*backend.buffer_type()).map_err(|e| match e {
+                Some(OptState::alloc_on(meta, cfg.lora.clone(), &names, &buft_of).map_err(|e| match e {
                     ModelError::OverBudget { needed, limit, .. } => {
                         over_budget("training's optimizer state".into(), needed, limit)
                     }
@@ -487,16 +527,27 @@ impl Trainer {
             let s = fresh.as_ref().or(resume.as_ref()).expect("one of them");
             s.get(name).expect("a state per param").clone()
         };
-        // The optimizer's hyper-parameters: `[0]` for decayed weights, `[1]` for the rest.
-        let hyper_ctx = Context::new(ContextParams { mem_size: 3 * TENSOR_OVERHEAD, no_alloc: true });
+        // The optimizer's hyper-parameters, per backend: `[0]` for decayed weights, `[1]` for
+        // the rest.
+        let hyper_ctx =
+            Context::new(ContextParams { mem_size: (2 * backends.len() + 1) * TENSOR_OVERHEAD, no_alloc: true });
         let n_hyper = 8;
-        let hyper = [hyper_ctx.new_tensor_1d(GgmlType::F32, n_hyper), hyper_ctx.new_tensor_1d(GgmlType::F32, n_hyper)];
-        hyper[0].set_name("opt_hyper");
-        hyper[1].set_name("opt_hyper.no_decay");
-        let hyper_buffers = alloc_tensors(&hyper, &*backend.buffer_type())
-            .map_err(|e| ModelError::oom("training's optimizer state", e))?;
-        let params: Vec<Param> =
-            params.into_iter().map(|(t, decay)| Param { state: state_of(&t.name()), t, decay }).collect();
+        let mut hyper = Vec::new();
+        let mut hyper_buffers = Vec::new();
+        for b in &backends {
+            let h = [hyper_ctx.new_tensor_1d(GgmlType::F32, n_hyper), hyper_ctx.new_tensor_1d(GgmlType::F32, n_hyper)];
+            h[0].set_name("opt_hyper");
+            h[1].set_name("opt_hyper.no_decay");
+            hyper_buffers.extend(
+                alloc_tensors(&h, &*b.buffer_type()).map_err(|e| ModelError::oom("training's optimizer state", e))?,
+            );
+            hyper.push(h);
+        }
+        let params: Vec<Param> = params
+            .into_iter()
+            .zip(&homes)
+            .map(|((t, decay), &home)| Param { state: state_of(&t.name()), t, decay, home })
+            .collect();
 
         // The training graph: one sequence forward, its weighted log-probabilities (the loss),
         // the backward pass, each param's gradient added into its state's row 0.
@@ -519,9 +570,13 @@ impl Trainer {
         let loss = ctx.mul(&lsm, &w_in); // [n_vocab, T]: −log p(target)/(B(T−1)) at the targets
         loss.set_name("loss");
         gf.build_forward_expand(&loss);
-        let ones = ctx.fill([logits.ne[0], 1, 1, 1], 1.0);
-        ones.set_name("loss_ones");
-        let loss_rows = ctx.mul_mat(&ones, &loss); // [1, T]: each row's term
+        // Each position's term, picked at its target (an element per row: a gather, not a
+        // sum over the vocabulary, so it is exactly the CPU's and WebGPU's product).
+        let loss_at = ctx.new_tensor_1d(GgmlType::I32, logits.ne[1] - 1);
+        loss_at.set_name("loss_at");
+        loss_at.set_input();
+        let flat = ctx.reshape_2d(&loss, 1, logits.ne[0] * logits.ne[1]); // [1, n_vocab·T]
+        let loss_rows = ctx.get_rows(&flat, &loss_at); // [1, T−1]
         loss_rows.set_name("loss_rows");
         loss_rows.set_output();
         gf.build_forward_expand(&loss_rows);
@@ -544,15 +599,29 @@ impl Trainer {
         }
         gf.size = gf.nodes.len().max(gf.leafs.len());
 
-        // The optimizer graph: one step node per param, in place.
-        let mut opt = Graph::with_size(4 * params.len() + 8); // each step node; each param, state, hyper leaf
-        for p in &params {
-            let h = &hyper[if p.decay { 0 } else { 1 }];
-            let step = match cfg.optimizer {
-                Optimizer::AdamW { .. } => ctx.opt_step_adamw(&p.t, &p.state, h),
-                Optimizer::Sgd { .. } => ctx.opt_step_sgd(&p.t, &p.state, h),
-            };
-            opt.build_forward_expand(&step);
+        // The optimizer graphs: one step node per param, in place, on the param's backend.
+        let mut opt = Vec::new();
+        for (b, backend) in backends.iter().enumerate() {
+            let mut g = Graph::with_size(4 * params.len() + 8); // each step node; each param, state, hyper leaf
+            for p in params.iter().filter(|p| p.home == b) {
+                let h = &hyper[b][if p.decay { 0 } else { 1 }];
+                let step = match cfg.optimizer {
+                    Optimizer::AdamW { .. } => ctx.opt_step_adamw(&p.t, &p.state, h),
+                    Optimizer::Sgd { .. } => ctx.opt_step_sgd(&p.t, &p.state, h),
+                };
+                if !backend.supports_op(&step) {
+                    return Err(ModelError::Unsupported(format!(
+                        "train: {} cannot run the optimizer step of '{}' (ne {:?})",
+                        backend.name(),
+                        p.t.name(),
+                        p.t.ne
+                    )));
+                }
+                g.build_forward_expand(&step);
+            }
+            if !g.nodes.is_empty() {
+                opt.push((backend.clone(), g));
+            }
         }
 
         let mut sched = Sched::new(backends)?;
@@ -585,11 +654,11 @@ impl Trainer {
             hyper,
             io,
             w_in,
+            loss_at,
             loss_rows,
             gf,
             opt,
             sched,
-            backend,
             _ctx: ctx,
             _hyper_ctx: hyper_ctx,
             _hyper_buffers: hyper_buffers,
@@ -633,8 +702,10 @@ impl Trainer {
         for i in 0..b {
             let seq = &self.seqs[((self.sequences + i as u64) % self.seqs.len() as u64) as usize];
             w.iter_mut().for_each(|x| *x = 0.0);
+            let mut at = vec![0i32; t - 1];
             for p in 0..t - 1 {
                 w[p * n_vocab + seq[p + 1] as usize] = coef;
+                at[p] = (p * n_vocab + seq[p + 1] as usize) as i32;
             }
             self.sched.alloc_graph(&self.gf)?;
             let ids: Vec<i32> = seq.iter().map(|&x| x as i32).collect();
@@ -642,14 +713,17 @@ impl Trainer {
             self.io.positions.set_bytes(bytemuck::cast_slice(&pos), 0);
             self.io.kq_mask.set_bytes(bytemuck::cast_slice(&mask), 0);
             self.w_in.set_bytes(bytemuck::cast_slice(&w), 0);
+            self.loss_at.set_bytes(bytemuck::cast_slice(&at), 0);
             self.sched.graph_compute(&self.gf)?;
-            let mut rows = vec![0f32; t];
+            let mut rows = vec![0f32; t - 1];
             self.sched.tensor_get(&self.loss_rows, bytemuck::cast_slice_mut(&mut rows)).await?;
             loss += rows.iter().map(|&r| r as f64).sum::<f64>();
         }
-        let gscale = self.clip_scale()?;
+        let gscale = self.clip_scale().await?;
         self.set_hyper(gscale);
-        self.backend.graph_compute(&self.opt)?;
+        for (backend, g) in &self.opt {
+            backend.graph_compute(g)?;
+        }
         self.step += 1;
         self.tokens += (b * t) as u64;
         self.sequences += b as u64;
@@ -657,7 +731,7 @@ impl Trainer {
     }
 
     /// The gradient's scale from clipping (1 without), computing the norms when needed.
-    fn clip_scale(&mut self) -> Result<f32, ModelError> {
+    async fn clip_scale(&mut self) -> Result<f32, ModelError> {
         if self.cfg.grad_clip.is_none() && !self.norms {
             return Ok(1.0);
         }
@@ -666,7 +740,8 @@ impl Trainer {
         for p in &self.params {
             let n = p.t.nelements() as usize;
             let mut g = vec![0f32; n];
-            p.state.try_get_bytes(bytemuck::cast_slice_mut(&mut g), 0)?;
+            // Row 0 of the state (read asynchronously: it may be WebGPU memory).
+            self.sched.tensor_get(&p.state, bytemuck::cast_slice_mut(&mut g)).await?;
             let sq: f64 = g.iter().map(|&x| x as f64 * x as f64).sum();
             total += sq;
             self.grad_norms.push((p.t.name(), libm::sqrt(sq)));
@@ -681,7 +756,7 @@ impl Trainer {
     fn set_hyper(&self, gscale: f32) {
         let lr = self.lr();
         let t = self.step as i32 + 1;
-        for (i, h) in self.hyper.iter().enumerate() {
+        for (i, h) in self.hyper.iter().flat_map(|h| h.iter().enumerate()) {
             let v: [f32; 8] = match self.cfg.optimizer {
                 Optimizer::AdamW { beta1, beta2, eps, weight_decay, .. } => {
                     let bc1 = 1.0 - libm::pow(beta1 as f64, t as f64);
@@ -700,6 +775,17 @@ impl Trainer {
 }
 
 impl Trainer {
+    /// The training graph's splits by backend (the scheduler's description, one line each),
+    /// once the graph is planned: where the forward and backward passes run.
+    pub fn splits(&self) -> Vec<String> {
+        self.sched.describe_splits()
+    }
+
+    /// The backends the optimizer steps run on, in order.
+    pub fn optimizer_backends(&self) -> Vec<String> {
+        self.opt.iter().map(|(b, _)| String::from(b.name())).collect()
+    }
+
     /// Updates done by this run (not a resumed checkpoint's).
     pub fn run_steps(&self) -> u32 {
         self.step - self.start
@@ -744,6 +830,24 @@ fn check_resume(r: &OptState, cfg: &TrainConfig) -> Result<(), ModelError> {
             shape(&r.lora),
             shape(&cfg.lora)
         )));
+    }
+    Ok(())
+}
+
+/// `unsupported` when a checkpoint's state of a param is in another backend's memory than the
+/// param (a checkpoint is read into host memory: resuming it on a model split onto WebGPU
+/// would update the param on one backend and its state on another).
+fn check_resume_homes(r: &OptState, params: &[(Tensor, bool)], backends: &[Rc<dyn Backend>]) -> Result<(), ModelError> {
+    for (t, _) in params {
+        let Some(s) = r.get(&t.name()) else { continue };
+        if backend_index(backends, s) != backend_index(backends, t) {
+            return Err(ModelError::Unsupported(format!(
+                "train: resuming a checkpoint's optimizer state on {}: '{}' is there and its state in host \
+                 memory (resume on a model loaded with backend 'cpu')",
+                backends[backend_index(backends, t)].name(),
+                t.name()
+            )));
+        }
     }
     Ok(())
 }

@@ -191,8 +191,22 @@ pub(crate) fn check(node: &Tensor) -> Result<(), String> {
             want(node, &[F32], "dst")
         }
         Op::Fill(_) => want(node, &[F32], "dst"),
-        // Training runs on the CPU for now (the optimizer steps have no WGSL kernel yet).
-        Op::OptStepAdamw | Op::OptStepSgd => Err("no WebGPU kernel for optimizer steps".into()),
+        // opt.wgsl: a contiguous f32 param updated in place from its contiguous f32 state
+        // (`[n, rows]`) and the f32 hyper-parameters.
+        Op::OptStepAdamw | Op::OptStepSgd => {
+            let (a, st, h) = (s(0)?, s(1)?, s(2)?);
+            for (t, role) in [(a, "param"), (st, "state"), (h, "hyper-parameters"), (node, "dst")] {
+                want(t, &[F32], role)?;
+                if !t.is_contiguous() {
+                    return Err(format!("{role} must be contiguous"));
+                }
+            }
+            let n_hyper = if node.op == Op::OptStepAdamw { 8 } else { 5 };
+            if h.nelements() < n_hyper || st.nelements() % a.nelements().max(1) != 0 {
+                return Err(format!("state ne {:?} of param ne {:?}, {} hyper-parameters", st.ne, a.ne, h.nelements()));
+            }
+            Ok(())
+        }
         Op::LogSoftMax => {
             want(s(0)?, &[F32], "src0")?;
             want(node, &[F32], "dst")?;
@@ -436,7 +450,14 @@ fn plan(gpu: &Gpu, node: &Tensor, out: &mut Vec<Dispatch>) -> Result<(), Backend
     let mut b = Builder::new(gpu, node);
     match node.op {
         Op::OptStepAdamw | Op::OptStepSgd => {
-            return Err(unsupported(node, String::from("no WebGPU kernel for optimizer steps")));
+            // dst is src0's memory: the two share dst's binding (the param read and written).
+            b.operand(0, src(node, 0)?)?;
+            b.operand(1, src(node, 1)?)?;
+            b.operand(2, src(node, 2)?)?;
+            b.operand(3, node)?;
+            b.misc(n, 0, 0)?;
+            let entry = if node.op == Op::OptStepAdamw { "adamw" } else { "sgd" };
+            out.push(b.linear("opt", "", entry, n.div_ceil(256), 1)?);
         }
         Op::Add | Op::Mul => {
             b.operand(0, src(node, 0)?)?;

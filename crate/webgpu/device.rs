@@ -186,6 +186,7 @@ pub(crate) fn specialisation(file: &str, spec: &str, ext: Ext) -> String {
         "get_rows" => include_str!("../../shaders/get_rows.wgsl"),
         "backward" => include_str!("../../shaders/backward.wgsl"),
         "out_prod" => include_str!("../../shaders/out_prod.wgsl"),
+        "opt" => include_str!("../../shaders/opt.wgsl"),
         "mul_mat" => include_str!("../../shaders/mul_mat.wgsl"),
         "mul_mat_q" | "mul_mat_ln" => include_str!("../../shaders/mul_mat_q.wgsl"),
         "attn" => include_str!("../../shaders/attn.wgsl"),
@@ -228,7 +229,7 @@ pub(crate) fn specialisation(file: &str, spec: &str, ext: Ext) -> String {
 /// validator).
 pub fn kernel_sources() -> Vec<(String, String)> {
     let mut out = Vec::new();
-    for file in ["binary", "unary", "norm", "softmax", "cpy", "backward", "attn"] {
+    for file in ["binary", "unary", "norm", "softmax", "cpy", "backward", "opt", "attn"] {
         out.push((file.to_string(), specialisation(file, "", Ext::default())));
     }
     let specs = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k"];

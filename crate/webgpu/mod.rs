@@ -38,7 +38,9 @@
 //! - **Ops**: get_rows (f32, f16, q8_0, q4_0, q4_K, q6_K), add, mul (broadcast), scale,
 //!   norm, gelu, soft_max_ext (f32/f16 mask, ALiBi), diag_mask_inf, cpy/cont (f32/f16 to
 //!   f32, f32/f16 to contiguous f16), mul_mat (f32, f16 and the four quantized types with
-//!   f32 activations; kernels chosen per adapter, see [`MatMulKernels`]). Anything else:
+//!   f32 activations; kernels chosen per adapter, see [`MatMulKernels`]), the backward
+//!   ops (backward.wgsl, out_prod.wgsl) and the optimizer steps opt_step_adamw /
+//!   opt_step_sgd (opt.wgsl: training's updates, in place). Anything else:
 //!   `supports_op` is false, so a scheduler keeps it on the CPU. No kernel needs
 //!   `shader-f16` or subgroups: f16 data is read with `unpack2x16float`, so SwiftShader
 //!   (Chromium's fallback, no `shader-f16`) runs it all. Where the adapter has them, the

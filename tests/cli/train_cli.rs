@@ -248,3 +248,61 @@ fn lora_merge_saves_the_merged_model() {
     std::fs::remove_file(&out).ok();
     std::fs::remove_file(&data).ok();
 }
+
+/// `--checkpoint` then `--resume` go on as one run: 2 updates written to a checkpoint, then 3
+/// resumed from it, give the last 3 losses of a 5-update run bit for bit and the same saved
+/// file; full training (the model read from the checkpoint) and `--lora-rank` (the adapter's
+/// checkpoint applied to --model). A `--resume` file without optimizer state is refused by
+/// name, nothing written.
+#[test]
+fn checkpoint_and_resume_go_on_as_one_run() {
+    let data = tmp("ck.txt");
+    std::fs::write(&data, TEXT.repeat(3)).unwrap();
+    let model = fixture("tiny-f32.gguf");
+    let d = data.to_str().unwrap();
+    let with_steps = |mut a: Vec<&'static str>, steps: &'static str| {
+        let i = a.iter().position(|&x| x == "--steps").unwrap();
+        a[i + 1] = steps;
+        a
+    };
+    for lora in [false, true] {
+        let tag = if lora { "lora" } else { "full" };
+        let (whole, first, rest, ck) = (
+            tmp(&format!("{tag}-whole.gguf")),
+            tmp(&format!("{tag}-first.gguf")),
+            tmp(&format!("{tag}-rest.gguf")),
+            tmp(&format!("{tag}-ck.gguf")),
+        );
+        let leak = |p: &std::path::Path| -> &'static str { Box::leak(p.to_str().unwrap().to_owned().into_boxed_str()) };
+        let (m, dd) = (leak(std::path::Path::new(&model)), leak(std::path::Path::new(d)));
+        let extra: Vec<&'static str> = if lora { LORA_FLAGS.to_vec() } else { Vec::new() };
+        let (code, out, err) = ggweb(&train_args(m, dd, leak(&whole), &extra));
+        assert_eq!(code, 0, "{tag}: {err}");
+        let want = losses(&serde_json::from_str(out.trim()).unwrap());
+        let mut a = with_steps(train_args(m, dd, leak(&first), &extra), "2");
+        a.extend(["--checkpoint", leak(&ck)]);
+        let (code, out, err) = ggweb(&a);
+        assert_eq!(code, 0, "{tag}: {err}");
+        assert_eq!(losses(&serde_json::from_str(out.trim()).unwrap()), want[..2], "{tag}: the first 2 updates");
+        let mut a = with_steps(train_args(m, dd, leak(&rest), &extra), "3");
+        a.extend(["--resume", leak(&ck)]);
+        let (code, out, err) = ggweb(&a);
+        assert_eq!(code, 0, "{tag}: {err}");
+        let v: Value = serde_json::from_str(out.trim()).unwrap();
+        assert_eq!(losses(&v), want[2..], "{tag}: the resumed updates");
+        assert_eq!(v["steps"].as_u64(), Some(5), "{tag}: updates counted from the checkpoint's");
+        assert!(std::fs::read(&rest).unwrap() == std::fs::read(&whole).unwrap(), "{tag}: the resumed run's file");
+        for p in [&whole, &first, &rest, &ck] {
+            std::fs::remove_file(p).ok();
+        }
+    }
+    // A file without optimizer state: refused by name, nothing written.
+    let out = tmp("noresume.gguf");
+    let mut a = train_args(&model, d, out.to_str().unwrap(), &[]);
+    a.extend(["--resume", &model]);
+    let (code, _, err) = ggweb(&a);
+    assert_ne!(code, 0);
+    assert!(err.contains("--resume") && err.contains("no optimizer state"), "{err}");
+    assert!(!out.exists(), "--out written");
+    std::fs::remove_file(&data).ok();
+}

@@ -18,5 +18,6 @@ mod suite;
 
 mod sched_webgpu;
 mod tl_hooks_webgpu;
+mod train_webgpu;
 mod webgpu_load;
 mod webgpu_ops;

@@ -730,10 +730,10 @@ fn every_kernel_module_validates() {
     let _shared = gpu::shared();
     use wgpu::naga;
     let modules = ggweb::webgpu::kernel_sources();
-    // The plain modules (backward.wgsl and attn.wgsl among them), the per-type ones
+    // The plain modules (backward.wgsl, opt.wgsl and attn.wgsl among them), the per-type ones
     // (out_prod.wgsl and the layer-norm-reading mul_mat_ln among them), then mul_mat for F16
     // with shader-f16 and mul_mat_q and mul_mat_ln for every type with subgroups.
-    assert_eq!(modules.len(), 7 + 5 * 13 + 1 + 2 * 13);
+    assert_eq!(modules.len(), 8 + 5 * 13 + 1 + 2 * 13);
     for (name, src) in modules {
         let module =
             naga::front::wgsl::parse_str(&src).unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(&src)));
