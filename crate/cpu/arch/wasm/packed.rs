@@ -1,7 +1,8 @@
-//! SIMD128 decode kernels for weights repacked at load ([`crate::cpu::arch::repack`]): one row
-//! of activations against groups of 4 rows whose blocks lie side by side. Each block's
-//! activation vectors are loaded once for the 4 rows, the 4 rows' partial sums meet in one
-//! transpose-add (lanes = rows), and the 4 scales are one 8-byte load. The float steps are
+//! SIMD128 decode kernels for weights repacked at load ([`crate::cpu::arch::repack`]): 1 to 4
+//! rows of activations (a decode step of as many sequences) against groups of 4 rows whose
+//! blocks lie side by side. Each block's activation vectors are loaded once for the 4 rows, the
+//! group's block once for the rows of activations, the 4 rows' partial sums meet in one
+//! transpose-add per row of activations (lanes = rows), and the 4 scales are one 8-byte load. The float steps are
 //! the scalar's per row, one row per lane: `acc[t % 8] += Σ·(dx·dy)`, then `reduce8`, so
 //! every result has `vec_dot`'s bits.
 //!

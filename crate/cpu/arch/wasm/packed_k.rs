@@ -1,6 +1,7 @@
 //! SIMD128 decode kernels for Q4_K and Q6_K weights repacked at load
-//! ([`crate::cpu::arch::repack`]): one Q8_K row of activations against groups of 4 rows whose
-//! blocks lie side by side, bit for bit `vec_dot`.
+//! ([`crate::cpu::arch::repack`]): 1 to 4 Q8_K rows of activations (sequences of a decode step)
+//! against groups of 4 rows whose blocks lie side by side, each group block's quants unpacked once
+//! for all of them, bit for bit `vec_dot`.
 //!
 //! The packed layouts put, in every 16-byte vector of quants, two elements of each of 8
 //! sub-blocks per i16 lane pair (Q4_K: lane L holds sub-block `2(L % 4)` in the low nibbles,
