@@ -500,7 +500,11 @@ pub fn gemm_packed(
     if !left.contains(&true) {
         return;
     }
-    if let (Some(g), false) = (cpu_traits(ty).packed.and_then(|p| p.prompt), left.contains(&false)) {
+    // The packed prompt kernel takes a prompt's rows of b (from PACKED_MAX_N: wasm's panels need
+    // 4), never a decode step's that its kernel handed back (a relaxed product's -128).
+    if let (Some(g), false, true) =
+        (cpu_traits(ty).packed.and_then(|p| p.prompt), left.contains(&false), n >= PACKED_MAX_N)
+    {
         return super::gemm_with(Some(g), ty, k, rows * ng, n, &a[..ng * gs], rs, b, ldb, c, ldc);
     }
     // The groups in ggml's layout, then the plain kernels for the rows of b left.
