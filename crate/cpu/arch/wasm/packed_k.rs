@@ -457,6 +457,7 @@ unsafe fn group_q4_k<const N: usize>(
 /// `p` points at a group of `nb` Q6_K blocks; each `yq[j]` holds `YV·nb` vectors, each `ys[j]`
 /// `2·nb`; `yd` `N·nb` scales.
 #[inline(always)]
+#[allow(clippy::needless_range_loop)] // row r indexes the scales, the quants and each column's sums
 unsafe fn group_q6_k<const N: usize>(
     nb: usize,
     p: *const u8,
