@@ -270,7 +270,8 @@ export async function runSeqRows(open, cfg) {
   return out;
 }
 
-export function seqTable(results) {
+/** `meta`: bench.mjs's run description; its machine line (the CPU model) and browser head the table. */
+export function seqTable(results, meta) {
   if (!results.length) return '';
   const lines = ['dtype | pair | 1 sequence, steps/s | ' + SEQ_N + ' sequences, steps/s | cost per step', '---|--:|--:|--:|--:'];
   for (const r of results) {
@@ -282,6 +283,7 @@ export function seqTable(results) {
   return [
     `Several sequences per decode step (ggweb, CPU, 1 thread): ${SEQ_TOKENS} sampled tokens per sequence after 64 fixed ids,`,
     `a 1-sequence and a ${SEQ_N}-sequence generation alternately, ${SEQ_REPS} pairs (\`generate(ids, { n: ${SEQ_N} })\`).`,
+    ...(meta ? [`${meta.browser}, ${meta.machine}, ${meta.date}.`] : []),
     '',
     ...lines.map((l) => `| ${l} |`),
     '',

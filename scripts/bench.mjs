@@ -354,7 +354,7 @@ async function main() {
     promptTokens: hfInfo?.prompt_ids?.length ?? '?',
     probe: probeInfo,
   };
-  const extraMd = [depthTable(depthResults), seqTable(seqResults), loadTable(loadResults), nativeTable(nativeResults), trainTable(trainResults)].filter(Boolean).join('\n');
+  const extraMd = [depthTable(depthResults), seqTable(seqResults, meta), loadTable(loadResults), nativeTable(nativeResults), trainTable(trainResults)].filter(Boolean).join('\n');
   const rowsMd = results.length ? mdSection(meta, results) : '';
   const md = rowsMd + (extraMd ? `\n${extraMd}` : '');
   const pairedMd = paired.length ? pairedSection({ ...meta, reps: REPS }, paired) : null;

@@ -1072,14 +1072,31 @@ fn mul_mat_cases() -> Vec<Case> {
                 i.ctx.mul_mat(&a, &b)
             }));
         }
-        // Repacked into 4-row groups (the packed decode kernel for N < 4, the groups as
-        // panels or unpacked above): a row past the last group, 8+ blocks, 4 streams.
-        // Q4_K, Q6_K: x86's 8-row groups, wasm's 4-row ones.
+        // Repacked into 4-row groups (the packed decode kernel: up to 4 rows of b a call on
+        // wasm, one a call below 4 on x86; the groups as panels or unpacked above): a row
+        // past the last group, 8+ blocks, 4 streams. Q4_K, Q6_K: x86's 8-row groups, wasm's
+        // 4-row ones.
         let shapes: &[(i64, i64, i64)] = match ty {
-            Q8_0 | Q4_0 => &[(96, 37, 1), (96, 37, 3), (96, 37, 4), (96, 37, 31), (288, 64, 1), (288, 66, 17)],
-            Q4_K | Q6_K if ggweb::cpu::arch::repack::layout(ty).is_some() => {
-                &[(256, 37, 1), (768, 37, 3), (512, 40, 4), (256, 37, 31), (768, 64, 1), (768, 66, 17)]
-            }
+            Q8_0 | Q4_0 => &[
+                (96, 37, 1),
+                (96, 37, 2),
+                (96, 37, 3),
+                (96, 37, 4),
+                (288, 64, 4),
+                (96, 37, 31),
+                (288, 64, 1),
+                (288, 66, 17),
+            ],
+            Q4_K | Q6_K if ggweb::cpu::arch::repack::layout(ty).is_some() => &[
+                (256, 37, 1),
+                (512, 40, 2),
+                (768, 37, 3),
+                (512, 40, 4),
+                (2304, 40, 4),
+                (256, 37, 31),
+                (768, 64, 1),
+                (768, 66, 17),
+            ],
             _ => &[],
         };
         {

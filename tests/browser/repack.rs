@@ -1,7 +1,7 @@
 //! Weights repacked at load (`cpu::arch::repack`) on wasm, with the SIMD128 packed kernels (and
 //! the relaxed ones in the relaxed build): Q8_0, Q4_K and Q6_K matrices repacked, Q4_0 ones
-//! not; logits of a prompt and of decode steps equal those of the same model loaded with
-//! repacking off, bit for bit.
+//! not; logits of a prompt and of decode steps (one sequence, then 2 to 4 a step) equal those
+//! of the same model loaded with repacking off, bit for bit.
 //!
 //! ```text
 //! WASM_BINDGEN_USE_BROWSER=1 cargo test --target wasm32-unknown-unknown --test browser -- repack::
@@ -13,7 +13,7 @@ use ggweb::model::context::Gpt2Options;
 use ggweb::model::loader::{load_from_bytes, LoadedModel};
 use wasm_bindgen_test::*;
 
-use crate::support::eval::Eval;
+use crate::support::eval::{seq_steps, Eval};
 
 static Q8_0_GGUF: &[u8] = include_bytes!("../fixtures/llamacpp/tiny-gpt2-q8_0.gguf");
 static Q4_0_GGUF: &[u8] = include_bytes!("../fixtures/llamacpp/tiny-gpt2-q4_0.gguf");
@@ -60,6 +60,15 @@ fn repacked_logits_equal_plain_bit_for_bit() {
                 (plain.model.eval(&[tok], n_past, false).unwrap(), packed.model.eval(&[tok], n_past, false).unwrap());
             assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "{name}: step {step}");
             tok = ggweb::model::sampling::argmax(&a);
+        }
+        // 2 to 4 sequences a step: the packed decode kernels' several-column forms.
+        for n in 2..=4 {
+            let a = seq_steps(&mut plain.model, &prompt, n, 3).unwrap();
+            let b = seq_steps(&mut packed.model, &prompt, n, 3).unwrap();
+            for (step, (a, b)) in a.iter().zip(&b).enumerate() {
+                assert_eq!(a.len(), n * n_vocab as usize);
+                assert!(a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()), "{name}: {n} sequences, step {step}");
+            }
         }
     }
 }

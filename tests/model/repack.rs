@@ -1,10 +1,10 @@
 //! Weights repacked at load (`cpu::arch::repack`) give the logits of ggml's layout bit for bit:
 //! a prompt (the packed prompt kernel where the ISA has one, else the plain kernels on
 //! unpacked groups), decode steps (the packed decode kernel where the ISA has one, else the
-//! unpacking path, forced here on machines without), several
+//! unpacking path, forced here on machines without), 2 to 4 sequences a step, several
 //! threads (mul_mat's blocks of whole groups), and the tied `token_embd` read by `get_rows`.
 
-use crate::support::eval::Eval;
+use crate::support::eval::{seq_steps, Eval};
 use ggweb::cpu::repack_buffer::{is_packed, Repack};
 use ggweb::model::context::Gpt2Options;
 use ggweb::model::loader::{load_from_bytes, LoadedModel};
@@ -38,6 +38,17 @@ fn same_logits(plain: &mut LoadedModel, packed: &mut LoadedModel, prompt: &[u32]
             (plain.model.eval(&[tok], n_past, false).unwrap(), packed.model.eval(&[tok], n_past, false).unwrap());
         assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "{what} step {step}");
         tok = ggweb::model::sampling::argmax(&a);
+    }
+    // 2 to 4 sequences a step: the packed kernels' several-column path (or, where a kernel
+    // takes one column, one call per column, then the packed prompt kernel from 4).
+    for n in 2..=4 {
+        let (a, b) =
+            (seq_steps(&mut plain.model, prompt, n, 3).unwrap(), seq_steps(&mut packed.model, prompt, n, 3).unwrap());
+        assert_eq!(a.len(), 3);
+        for (step, (a, b)) in a.iter().zip(&b).enumerate() {
+            assert_eq!(a.len(), n * plain.model.hparams.n_vocab as usize);
+            assert!(a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()), "{what}: {n} sequences, step {step}");
+        }
     }
 }
 

@@ -16,3 +16,25 @@ impl Eval for Gpt2 {
         block_on(self.decode(batch)).map(|o| o.logits)
     }
 }
+
+/// Logits of `n` sequences decoded side by side (each step's products take `n` rows of
+/// activations: the kernels' several-sequence path): `prompt` into sequence 0, shared with
+/// sequences `1..n`, then `steps` batches of one token per sequence, sequence j's own
+/// token at its next position. Every batch's logits (`[n][n_vocab]` each).
+pub fn seq_steps(m: &mut Gpt2, prompt: &[u32], n: usize, steps: usize) -> Result<Vec<Vec<f32>>, ModelError> {
+    use ggweb::model::context::{Logits, SeqPos};
+    m.kv.seq_rm(!0);
+    block_on(m.decode(Batch::last(prompt, 0)))?;
+    m.kv.seq_cp(0, ((1u64 << n) - 1) & !1);
+    let n_vocab = m.hparams.n_vocab as u32;
+    let mut out = Vec::new();
+    for s in 0..steps {
+        let pos = (prompt.len() + s) as u32;
+        let tokens: Vec<u32> = (0..n as u32).map(|j| (pos * 7 + 131 * j + 17 * s as u32 + 5) % n_vocab).collect();
+        let seq: Vec<SeqPos> = (0..n).map(|j| SeqPos { pos, seqs: 1 << j }).collect();
+        out.push(
+            block_on(m.decode(Batch { tokens: &tokens, logits: Logits::All, seq: &seq, ..Batch::default() }))?.logits,
+        );
+    }
+    Ok(out)
+}

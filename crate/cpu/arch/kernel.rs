@@ -197,17 +197,23 @@ pub(crate) const fn scalar_table() -> Kernels {
     }
 }
 
-/// A kernel that reads the packed layout: one row of b against `ng` groups of a.
+/// A kernel that reads the packed layout: a few rows of b (a decode step of one or several
+/// sequences) against `ng` groups of a.
 pub struct PackedKernel {
     /// For tests and `ggweb bench` to show which kernel a build runs.
     pub name: &'static str,
-    /// `c[i]` = row i of `a` (`m` rows in groups of R = [`super::repack::group`], `nb`
-    /// blocks each) · the one row `b` (of the vec_dot_type). False (c untouched) where this kernel cannot take `b` exactly (a
-    /// relaxed product with an activation of -128): the caller unpacks instead.
+    /// `c[j·ldc + i]` = row i of `a` (`m` rows in groups of R = [`super::repack::group`], `nb`
+    /// blocks each) · row j of `b` (of the vec_dot_type, `ldb` bytes apart), for the
+    /// `cols.plain.len()` ≤ [`Self::cols`] rows of b given. False (c untouched) where this
+    /// kernel cannot take b exactly (a relaxed product with an activation of -128): the
+    /// caller unpacks instead.
     pub(crate) decode: PackedDecode,
+    /// The most rows of b one `decode` call takes: with more than one, each group's weights
+    /// are loaded and unpacked once for all of them (several sequences per step).
+    pub(crate) cols: usize,
     /// Reads the block quant sums of b (`ColPrep::ysum`).
     pub(crate) wants_sums: bool,
-    /// The prompt kernel on whole groups (from `PACKED_MAX_N` rows of b), or None: the
+    /// The prompt kernel on whole groups (for more rows of b than `decode` takes), or None: the
     /// groups are unpacked per call for the plain one. It never hands rows of b back
     /// (`plain`).
     pub(crate) prompt: Option<&'static PromptGemm>,

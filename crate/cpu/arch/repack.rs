@@ -444,8 +444,9 @@ pub fn unpack_bytes(ty: GgmlType, k: usize, m: usize, data: &[u8], offset: usize
 
 /// [`super::gemm`] with `a` packed: `m` rows of `k` elements from a group boundary (whole
 /// groups, then at most 3 plain rows), `n` rows of b `ldb` bytes apart, `c[j·ldc + i]`.
-/// Every value has the bits [`super::vec_dot`] gives. A few rows of b (a decode step) go
-/// through the ISA's packed kernel, one row at a time; more (a prompt) through the plain
+/// Every value has the bits [`super::vec_dot`] gives. A few rows of b (a decode step of one or
+/// several sequences) go through the ISA's packed kernel, as many rows a call as it takes
+/// ([`PackedKernel::cols`]); more (a prompt) through its packed prompt kernel, or the plain
 /// kernels on the groups unpacked once per call.
 #[allow(clippy::too_many_arguments)]
 pub fn gemm_packed(
@@ -480,23 +481,18 @@ pub fn gemm_packed(
     let nb = k / ty.blck_size();
     let mut left = vec![false; n];
     match cpu_traits(ty).packed {
-        Some(kern) if n < PACKED_MAX_N => {
-            for j in 0..n {
-                let bj = &b[j * ldb..j * ldb + vrs];
-                let cols = ColPrep::new(vt, nb, 1, bj, vrs, false, kern.wants_sums);
-                let c = &mut c[j * ldc..j * ldc + rows * ng];
-                let g = GemmArgs {
-                    ty,
-                    nb,
-                    m: rows * ng,
-                    a: &a[..ng * gs],
-                    lda: rs,
-                    b: bj,
-                    ldb: vrs,
-                    cols: &cols,
-                    ldc: rows * ng,
-                };
-                left[j] = !(kern.decode)(&g, c);
+        // A decode step: `kern.cols` rows of b a call, each group's weights unpacked once for
+        // all of them.
+        Some(kern) if n < PACKED_MAX_N || n <= kern.cols => {
+            for j0 in (0..n).step_by(kern.cols) {
+                let nc = kern.cols.min(n - j0);
+                let bj = &b[j0 * ldb..(j0 + nc - 1) * ldb + vrs];
+                let cols = ColPrep::new(vt, nb, nc, bj, ldb, false, kern.wants_sums);
+                let g = GemmArgs { ty, nb, m: rows * ng, a: &a[..ng * gs], lda: rs, b: bj, ldb, cols: &cols, ldc };
+                let cj = &mut c[j0 * ldc..(j0 + nc - 1) * ldc + rows * ng];
+                if !(kern.decode)(&g, cj) {
+                    left[j0..j0 + nc].fill(true);
+                }
             }
         }
         _ => left.fill(true),
@@ -504,7 +500,11 @@ pub fn gemm_packed(
     if !left.contains(&true) {
         return;
     }
-    if let (Some(g), false) = (cpu_traits(ty).packed.and_then(|p| p.prompt), left.contains(&false)) {
+    // The packed prompt kernel takes a prompt's rows of b (from PACKED_MAX_N: wasm's panels need
+    // 4), never a decode step's that its kernel handed back (a relaxed product's -128).
+    if let (Some(g), false, true) =
+        (cpu_traits(ty).packed.and_then(|p| p.prompt), left.contains(&false), n >= PACKED_MAX_N)
+    {
         return super::gemm_with(Some(g), ty, k, rows * ng, n, &a[..ng * gs], rs, b, ldb, c, ldc);
     }
     // The groups in ggml's layout, then the plain kernels for the rows of b left.
@@ -520,6 +520,7 @@ pub fn gemm_packed(
     }
 }
 
-/// Below this many rows of b the packed kernel runs once per row of b (a decode step of a
-/// few sequences: the block of weights stays in cache between them).
+/// Below this many rows of b a kernel that takes one row of b per call ([`PackedKernel::cols`])
+/// runs once per row (a decode step of a few sequences: the block of weights stays in cache
+/// between them); kernels taking several run on up to `cols` rows of b per call.
 const PACKED_MAX_N: usize = 4;

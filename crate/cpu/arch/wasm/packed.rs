@@ -1,7 +1,8 @@
-//! SIMD128 decode kernels for weights repacked at load ([`crate::cpu::arch::repack`]): one row
-//! of activations against groups of 4 rows whose blocks lie side by side. Each block's
-//! activation vectors are loaded once for the 4 rows, the 4 rows' partial sums meet in one
-//! transpose-add (lanes = rows), and the 4 scales are one 8-byte load. The float steps are
+//! SIMD128 decode kernels for weights repacked at load ([`crate::cpu::arch::repack`]): 1 to 4
+//! rows of activations (a decode step of as many sequences) against groups of 4 rows whose
+//! blocks lie side by side. Each block's activation vectors are loaded once for the 4 rows, the
+//! group's block once for the rows of activations, the 4 rows' partial sums meet in one
+//! transpose-add per row of activations (lanes = rows), and the 4 scales are one 8-byte load. The float steps are
 //! the scalar's per row, one row per lane: `acc[t % 8] += Σ·(dx·dy)`, then `reduce8`, so
 //! every result has `vec_dot`'s bits.
 //!
@@ -13,15 +14,20 @@
 use crate::wasm_arch::*;
 
 use super::super::kernel::{GemmArgs, PackedKernel, PromptGemm, GROUP};
-use super::{dot32, f16x4_to_f32, load, transpose_sum};
+use super::{f16x4_to_f32, load, transpose_sum};
 use crate::types::GgmlType;
 
 #[cfg(not(target_feature = "relaxed-simd"))]
 pub(in crate::cpu::arch) static PACKED_Q8_0: PackedKernel =
-    PackedKernel { name: "simd128 4-row groups", decode, wants_sums: false, prompt: Some(&PANELS) };
+    PackedKernel { name: "simd128 4-row groups", decode, wants_sums: false, cols: 4, prompt: Some(&PANELS) };
 #[cfg(target_feature = "relaxed-simd")]
-pub(in crate::cpu::arch) static PACKED_Q8_0: PackedKernel =
-    PackedKernel { name: "simd128 4-row groups (relaxed dot)", decode, wants_sums: false, prompt: Some(&PANELS) };
+pub(in crate::cpu::arch) static PACKED_Q8_0: PackedKernel = PackedKernel {
+    name: "simd128 4-row groups (relaxed dot)",
+    decode,
+    wants_sums: false,
+    cols: 4,
+    prompt: Some(&PANELS),
+};
 static PANELS: PromptGemm = PromptGemm {
     name: "simd128 i16 panels (4-row groups)",
     rows: super::gemm_rows_packed,
@@ -45,10 +51,11 @@ fn reduce8x4(a: &[v128; 8]) -> v128 {
     )
 }
 
-/// Runs `step(t, &mut acc[t % 8])` for every block, in order, then the 4 rows' results.
+/// Runs `step(t, &mut acc[t % 8])` for every block, in order (`acc[t % 8][j]`: column j's 4
+/// rows), then each column's 4 rows' results.
 #[inline(always)]
-fn blocks(nb: usize, mut step: impl FnMut(usize, &mut v128)) -> [f32; GROUP] {
-    let mut acc = [f32x4_splat(0.0); 8];
+fn blocks<const N: usize>(nb: usize, mut step: impl FnMut(usize, &mut [v128; N])) -> [[f32; GROUP]; N] {
+    let mut acc = [[f32x4_splat(0.0); N]; 8];
     let mut t = 0;
     while t + 8 <= nb {
         for (j, a) in acc.iter_mut().enumerate() {
@@ -60,74 +67,112 @@ fn blocks(nb: usize, mut step: impl FnMut(usize, &mut v128)) -> [f32; GROUP] {
         step(t, &mut acc[t % 8]);
         t += 1;
     }
-    let mut out = [0f32; GROUP];
-    // SAFETY: 4 f32 of room for one unaligned 16-byte store.
-    unsafe { v128_store(out.as_mut_ptr() as *mut v128, reduce8x4(&acc)) };
-    out
+    core::array::from_fn(|j| {
+        let mut out = [0f32; GROUP];
+        // SAFETY: 4 f32 of room for one unaligned 16-byte store.
+        unsafe { v128_store(out.as_mut_ptr() as *mut v128, reduce8x4(&core::array::from_fn(|i| acc[i][j]))) };
+        out
+    })
 }
 
-/// The [`PackedKernel::decode`] of Q8_0: groups in [`super::super::decode_row`]'s
-/// order (four streams a quarter of the matrix apart).
+/// The [`PackedKernel::decode`] of Q8_0: the 1 to 4 rows of b given against the groups, in
+/// [`super::super::decode_row`]'s order (four streams a quarter of the matrix apart).
 fn decode(g: &GemmArgs, c: &mut [f32]) -> bool {
-    let GemmArgs { ty, nb, m, a, b, cols, .. } = *g;
+    match g.cols.plain.len() {
+        1 => decode_n::<1>(g, c),
+        2 => decode_n::<2>(g, c),
+        3 => decode_n::<3>(g, c),
+        4 => decode_n::<4>(g, c),
+        n => panic!("packed decode: {n} rows of b"),
+    }
+}
+
+/// [`decode`] of N rows of b: per block, each row of b's vectors and scale side by side (`4N`
+/// vectors, `N` scales), so one pass over a group's blocks serves the N columns.
+fn decode_n<const N: usize>(g: &GemmArgs, c: &mut [f32]) -> bool {
+    let GemmArgs { ty, nb, m, a, b, ldb, cols, ldc, .. } = *g;
     let ng = m / GROUP;
     assert_eq!(ty, GgmlType::Q8_0, "packed decode: Q8_0 only");
     let gs = nb * GROUP * 34;
-    assert!(a.len() >= ng * gs && b.len() >= nb * 34 && c.len() >= GROUP * ng && cols.dy.len() >= nb);
-    let dy = &cols.dy[..nb];
+    assert!(a.len() >= ng * gs && b.len() >= (N - 1) * ldb + nb * 34 && c.len() >= (N - 1) * ldc + GROUP * ng);
+    assert!(cols.dy.len() >= (N - 1) * cols.nbp + nb);
+    let mut dy = alloc::vec![0f32; N * nb];
+    for t in 0..nb {
+        for j in 0..N {
+            dy[t * N + j] = cols.dy[j * cols.nbp + t];
+        }
+    }
+    let row = |j: usize, t: usize| &b[j * ldb + t * 34 + 2..j * ldb + t * 34 + 34];
     #[cfg(target_feature = "relaxed-simd")]
-    if ty == GgmlType::Q8_0 {
-        // b as |y| and its signs (4 vectors a block); an activation of -128 has no |y| in
-        // i8: the caller unpacks instead (quantize_row never writes one).
-        let mut ys = alloc::vec![i8x16_splat(0); 4 * nb];
+    {
+        // b as |y| and its signs (4 vectors a block and row); an activation of -128 has no
+        // |y| in i8: the caller unpacks instead (quantize_row never writes one).
+        let mut ys = alloc::vec![i8x16_splat(0); 4 * N * nb];
         let (m128, mut bad) = (i8x16_splat(-128), i8x16_splat(0));
         for t in 0..nb {
-            let y = &b[t * 34 + 2..t * 34 + 34];
-            let (lo, hi) = (load(&y[..16]), load(&y[16..]));
-            bad = v128_or(bad, v128_or(i8x16_eq(lo, m128), i8x16_eq(hi, m128)));
-            ys[4 * t..4 * t + 4].copy_from_slice(&[i8x16_abs(lo), i8x16_abs(hi), i8x16_shr(lo, 7), i8x16_shr(hi, 7)]);
+            for j in 0..N {
+                let y = row(j, t);
+                let (lo, hi) = (load(&y[..16]), load(&y[16..]));
+                bad = v128_or(bad, v128_or(i8x16_eq(lo, m128), i8x16_eq(hi, m128)));
+                let v = [i8x16_abs(lo), i8x16_abs(hi), i8x16_shr(lo, 7), i8x16_shr(hi, 7)];
+                ys[4 * (t * N + j)..4 * (t * N + j) + 4].copy_from_slice(&v);
+            }
         }
         if v128_any_true(bad) {
             return false;
         }
         for s in 0..ng {
             let g = super::super::decode_row(s, ng);
-            // SAFETY: group g lies inside a; ys holds 4·nb vectors.
-            let out = unsafe { group_q8_0_relaxed(nb, a.as_ptr().add(g * gs), &ys, dy) };
-            c[GROUP * g..GROUP * (g + 1)].copy_from_slice(&out);
+            // SAFETY: group g lies inside a; ys holds 4·N·nb vectors, dy N·nb scales.
+            let out = unsafe { group_q8_0_relaxed::<N>(nb, a.as_ptr().add(g * gs), &ys, &dy) };
+            for (j, out) in out.iter().enumerate() {
+                c[j * ldc + GROUP * g..j * ldc + GROUP * (g + 1)].copy_from_slice(out);
+            }
         }
-        return true;
+        true
     }
-    // b's quants widened to i16, 4 vectors a block.
-    let mut yw = alloc::vec![i16x8_splat(0); 4 * nb];
-    for t in 0..nb {
-        let y = &b[t * 34 + 2..t * 34 + 34];
-        super::widen(load(&y[..16]), load(&y[16..]), &mut yw[4 * t..]);
+    #[cfg(not(target_feature = "relaxed-simd"))]
+    {
+        // b's quants widened to i16, 4 vectors a block and row.
+        let mut yw = alloc::vec![i16x8_splat(0); 4 * N * nb];
+        for t in 0..nb {
+            for j in 0..N {
+                let y = row(j, t);
+                super::widen(load(&y[..16]), load(&y[16..]), &mut yw[4 * (t * N + j)..]);
+            }
+        }
+        for s in 0..ng {
+            let g = super::super::decode_row(s, ng);
+            // SAFETY: group g lies inside a; yw holds 4·N·nb vectors, dy N·nb scales.
+            let out = unsafe { group_q8_0::<N>(nb, a.as_ptr().add(g * gs), &yw, &dy) };
+            for (j, out) in out.iter().enumerate() {
+                c[j * ldc + GROUP * g..j * ldc + GROUP * (g + 1)].copy_from_slice(out);
+            }
+        }
+        true
     }
-    for s in 0..ng {
-        let g = super::super::decode_row(s, ng);
-        // SAFETY: group g lies inside a; yw holds 4·nb vectors (asserted above).
-        let out = unsafe { group_q8_0(nb, a.as_ptr().add(g * gs), &yw, dy) };
-        c[GROUP * g..GROUP * (g + 1)].copy_from_slice(&out);
-    }
-    true
 }
 
 /// # Safety
-/// `p` points at a group of `nb` blocks (136 bytes each); `yw` holds `4·nb` vectors.
+/// `p` points at a group of `nb` blocks (136 bytes each); `yw` holds `4·N·nb` vectors, `dy`
+/// `N·nb` scales.
+#[cfg(not(target_feature = "relaxed-simd"))]
 #[inline(always)]
-unsafe fn group_q8_0(nb: usize, p: *const u8, yw: &[v128], dy: &[f32]) -> [f32; GROUP] {
+unsafe fn group_q8_0<const N: usize>(nb: usize, p: *const u8, yw: &[v128], dy: &[f32]) -> [[f32; GROUP]; N] {
     let yp = yw.as_ptr();
     let dyp = dy.as_ptr();
-    blocks(nb, |t, acc| {
+    blocks::<N>(nb, |t, acc| {
         let blk = p.add(t * 136);
-        let y = yp.add(4 * t);
-        let v: [v128; GROUP] = core::array::from_fn(|r| {
-            let q = blk.add(8 + 32 * r);
-            dot32(v128_load(q as *const v128), v128_load(q.add(16) as *const v128), y)
-        });
-        let s = f32x4_convert_i32x4(transpose_sum(&v));
-        *acc = f32x4_add(*acc, f32x4_mul(s, f32x4_mul(scales(blk), f32x4_splat(*dyp.add(t)))));
+        let sc = scales(blk);
+        for (j, acc) in acc.iter_mut().enumerate() {
+            let y = yp.add(4 * (t * N + j));
+            let v: [v128; GROUP] = core::array::from_fn(|r| {
+                let q = blk.add(8 + 32 * r);
+                super::dot32(v128_load(q as *const v128), v128_load(q.add(16) as *const v128), y)
+            });
+            let s = f32x4_convert_i32x4(transpose_sum(&v));
+            *acc = f32x4_add(*acc, f32x4_mul(s, f32x4_mul(sc, f32x4_splat(*dyp.add(t * N + j)))));
+        }
     })
 }
 
@@ -137,23 +182,27 @@ unsafe fn group_q8_0(nb: usize, p: *const u8, yw: &[v128], dy: &[f32]) -> [f32; 
 /// the exact block sums, 16 products an instruction instead of 8.
 ///
 /// # Safety
-/// `p` points at a group of `nb` blocks (136 bytes each); `ys` holds `4·nb` vectors.
+/// `p` points at a group of `nb` blocks (136 bytes each); `ys` holds `4·N·nb` vectors, `dy`
+/// `N·nb` scales.
 #[cfg(target_feature = "relaxed-simd")]
 #[inline(always)]
-unsafe fn group_q8_0_relaxed(nb: usize, p: *const u8, ys: &[v128], dy: &[f32]) -> [f32; GROUP] {
+unsafe fn group_q8_0_relaxed<const N: usize>(nb: usize, p: *const u8, ys: &[v128], dy: &[f32]) -> [[f32; GROUP]; N] {
     let yp = ys.as_ptr();
     let dyp = dy.as_ptr();
-    blocks(nb, |t, acc| {
+    blocks::<N>(nb, |t, acc| {
         let blk = p.add(t * 136);
-        let y = yp.add(4 * t);
-        let (alo, ahi, slo, shi) = (*y, *y.add(1), *y.add(2), *y.add(3));
-        let v: [v128; GROUP] = core::array::from_fn(|r| {
-            let q = blk.add(8 + 32 * r);
-            let (lo, hi) = (v128_load(q as *const v128), v128_load(q.add(16) as *const v128));
-            let (lo, hi) = (i8x16_sub(v128_xor(lo, slo), slo), i8x16_sub(v128_xor(hi, shi), shi));
-            i32x4_relaxed_dot_i8x16_i7x16_add(hi, ahi, i32x4_relaxed_dot_i8x16_i7x16_add(lo, alo, i32x4_splat(0)))
-        });
-        let s = f32x4_convert_i32x4(transpose_sum(&v));
-        *acc = f32x4_add(*acc, f32x4_mul(s, f32x4_mul(scales(blk), f32x4_splat(*dyp.add(t)))));
+        let sc = scales(blk);
+        for (j, acc) in acc.iter_mut().enumerate() {
+            let y = yp.add(4 * (t * N + j));
+            let (alo, ahi, slo, shi) = (*y, *y.add(1), *y.add(2), *y.add(3));
+            let v: [v128; GROUP] = core::array::from_fn(|r| {
+                let q = blk.add(8 + 32 * r);
+                let (lo, hi) = (v128_load(q as *const v128), v128_load(q.add(16) as *const v128));
+                let (lo, hi) = (i8x16_sub(v128_xor(lo, slo), slo), i8x16_sub(v128_xor(hi, shi), shi));
+                i32x4_relaxed_dot_i8x16_i7x16_add(hi, ahi, i32x4_relaxed_dot_i8x16_i7x16_add(lo, alo, i32x4_splat(0)))
+            });
+            let s = f32x4_convert_i32x4(transpose_sum(&v));
+            *acc = f32x4_add(*acc, f32x4_mul(s, f32x4_mul(sc, f32x4_splat(*dyp.add(t * N + j)))));
+        }
     })
 }

@@ -1,6 +1,7 @@
 //! SIMD128 decode kernels for Q4_K and Q6_K weights repacked at load
-//! ([`crate::cpu::arch::repack`]): one Q8_K row of activations against groups of 4 rows whose
-//! blocks lie side by side, bit for bit `vec_dot`.
+//! ([`crate::cpu::arch::repack`]): 1 to 4 Q8_K rows of activations (sequences of a decode step)
+//! against groups of 4 rows whose blocks lie side by side, each group block's quants unpacked once
+//! for all of them, bit for bit `vec_dot`.
 //!
 //! The packed layouts put, in every 16-byte vector of quants, two elements of each of 8
 //! sub-blocks per i16 lane pair (Q4_K: lane L holds sub-block `2(L % 4)` in the low nibbles,
@@ -47,9 +48,9 @@ const NAME: &str = "simd128 4-row k-quant groups (relaxed dot)";
 const NAME: &str = "simd128 4-row k-quant groups";
 
 pub(in crate::cpu::arch) static PACKED_Q4_K: PackedKernel =
-    PackedKernel { name: NAME, decode, wants_sums: false, prompt: Some(&PACKED_GEMMS[0]) };
+    PackedKernel { name: NAME, decode, wants_sums: false, cols: 4, prompt: Some(&PACKED_GEMMS[0]) };
 pub(in crate::cpu::arch) static PACKED_Q6_K: PackedKernel =
-    PackedKernel { name: NAME, decode, wants_sums: false, prompt: Some(&PACKED_GEMMS[1]) };
+    PackedKernel { name: NAME, decode, wants_sums: false, cols: 4, prompt: Some(&PACKED_GEMMS[1]) };
 
 #[cfg(target_feature = "relaxed-simd")]
 const PACKED_NAME: &str = "simd128 k-quant tiles (4-row groups, relaxed dot)";
@@ -267,21 +268,25 @@ unsafe fn f16s(p: *const u8) -> v128 {
     f16x4_to_f32(u32x4_extend_low_u16x8(v128_load64_zero(p as *const u64)))
 }
 
-/// Runs `step(t, &mut acc[t % 8])` for every block, in order, then the 4 rows' `reduce8`.
+/// Runs `step(t, &mut acc[t % 8])` for every block, in order (`acc[t % 8][j]`: column j's 4
+/// rows), then each column's 4 rows' `reduce8`.
 #[inline(always)]
-fn blocks(nb: usize, mut step: impl FnMut(usize, &mut v128)) -> [f32; GROUP] {
-    let mut acc = [f32x4_splat(0.0); 8];
+fn blocks<const N: usize>(nb: usize, mut step: impl FnMut(usize, &mut [v128; N])) -> [[f32; GROUP]; N] {
+    let mut acc = [[f32x4_splat(0.0); N]; 8];
     for t in 0..nb {
         step(t, &mut acc[t % 8]);
     }
-    let r = f32x4_add(
-        f32x4_add(f32x4_add(acc[0], acc[4]), f32x4_add(acc[2], acc[6])),
-        f32x4_add(f32x4_add(acc[1], acc[5]), f32x4_add(acc[3], acc[7])),
-    );
-    let mut out = [0f32; GROUP];
-    // SAFETY: 4 f32 of room for one unaligned 16-byte store.
-    unsafe { v128_store(out.as_mut_ptr() as *mut v128, r) };
-    out
+    core::array::from_fn(|j| {
+        let a = |i: usize| acc[i][j];
+        let r = f32x4_add(
+            f32x4_add(f32x4_add(a(0), a(4)), f32x4_add(a(2), a(6))),
+            f32x4_add(f32x4_add(a(1), a(5)), f32x4_add(a(3), a(7))),
+        );
+        let mut out = [0f32; GROUP];
+        // SAFETY: 4 f32 of room for one unaligned 16-byte store.
+        unsafe { v128_store(out.as_mut_ptr() as *mut v128, r) };
+        out
+    })
 }
 
 /// Q4_K's 4 rows of (scales, mins) from the group block at `blk`: (sc_lo, sc_hi, mn_lo,
@@ -342,107 +347,165 @@ pub(super) fn q6_k_quarters(x: v128, y: v128, z: v128) -> [v128; 4] {
     [v128_and(x, m3f), v128_and(y, m3f), v128_and(z, m3f), u3]
 }
 
-/// The [`PackedKernel::decode`] of Q4_K and Q6_K: groups in `decode_row`'s order.
+/// The [`PackedKernel::decode`] of Q4_K and Q6_K: the 1 to 4 rows of b given against the
+/// groups, in `decode_row`'s order.
 fn decode(g: &GemmArgs, c: &mut [f32]) -> bool {
-    let GemmArgs { ty, nb, m, a, b, .. } = *g;
+    match g.cols.plain.len() {
+        1 => decode_n::<1>(g, c),
+        2 => decode_n::<2>(g, c),
+        3 => decode_n::<3>(g, c),
+        4 => decode_n::<4>(g, c),
+        n => panic!("packed k-quant decode: {n} rows of b"),
+    }
+}
+
+/// [`decode`] of N rows of b: each group block's quants loaded and unpacked once, then the N
+/// columns' dots.
+fn decode_n<const N: usize>(g: &GemmArgs, c: &mut [f32]) -> bool {
+    let GemmArgs { ty, nb, m, a, b, ldb, ldc, .. } = *g;
     let ng = m / GROUP;
     let gb = if ty == GgmlType::Q4_K { GB_Q4_K } else { GB_Q6_K };
     assert!(matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K), "packed k-quant decode: {ty}");
     let gs = nb * gb;
-    assert!(a.len() >= ng * gs && b.len() >= nb * Y_SIZE && c.len() >= GROUP * ng);
-    let yd: Vec<f32> = (0..nb).map(|t| f32::from_le_bytes(b[t * Y_SIZE..t * Y_SIZE + 4].try_into().unwrap())).collect();
+    assert!(a.len() >= ng * gs && b.len() >= (N - 1) * ldb + nb * Y_SIZE && c.len() >= (N - 1) * ldc + GROUP * ng);
+    let bj = |j: usize| &b[j * ldb..j * ldb + nb * Y_SIZE];
+    // Per block t, column j's scale at N·t + j.
+    let yd: Vec<f32> = (0..nb * N)
+        .map(|i| {
+            let (t, j) = (i / N, i % N);
+            f32::from_le_bytes(bj(j)[t * Y_SIZE..t * Y_SIZE + 4].try_into().unwrap())
+        })
+        .collect();
+    let ys: [(Vec<v128>, Vec<v128>); N] = core::array::from_fn(|j| prep_y(nb, bj(j), ty));
+    let yq: [*const v128; N] = core::array::from_fn(|j| ys[j].0.as_ptr());
+    let store = |c: &mut [f32], g: usize, out: [[f32; GROUP]; N]| {
+        for (j, out) in out.iter().enumerate() {
+            c[j * ldc + GROUP * g..j * ldc + GROUP * (g + 1)].copy_from_slice(out);
+        }
+    };
     if ty == GgmlType::Q4_K {
-        let (yq, _) = prep_y(nb, b, ty);
+        let yb: [*const u8; N] = core::array::from_fn(|j| bj(j).as_ptr());
         for s in 0..ng {
             let g = super::super::decode_row(s, ng);
-            // SAFETY: group g lies inside a; yq holds YV·nb vectors, b nb blocks (asserted).
-            let out = unsafe { group_q4_k(nb, a.as_ptr().add(g * gs), &yq, b.as_ptr(), &yd) };
-            c[GROUP * g..GROUP * (g + 1)].copy_from_slice(&out);
+            // SAFETY: group g lies inside a; each yq holds YV·nb vectors, each yb nb blocks,
+            // yd N·nb scales (asserted or built above).
+            let out = unsafe { group_q4_k::<N>(nb, a.as_ptr().add(g * gs), yq, yb, &yd) };
+            store(c, g, out);
         }
     } else {
-        let (yq, ys) = prep_y(nb, b, ty);
+        let yss: [*const v128; N] = core::array::from_fn(|j| ys[j].1.as_ptr());
         for s in 0..ng {
             let g = super::super::decode_row(s, ng);
-            // SAFETY: as above; ys holds 2·nb vectors.
-            let out = unsafe { group_q6_k(nb, a.as_ptr().add(g * gs), &yq, &ys, &yd) };
-            c[GROUP * g..GROUP * (g + 1)].copy_from_slice(&out);
+            // SAFETY: as above; each yss holds 2·nb vectors.
+            let out = unsafe { group_q6_k::<N>(nb, a.as_ptr().add(g * gs), yq, yss, &yd) };
+            store(c, g, out);
         }
     }
     true
 }
 
 /// # Safety
-/// `p` points at a group of `nb` Q4_K blocks; `yq` holds `YV·nb` vectors; `b` nb Q8_K blocks.
+/// `p` points at a group of `nb` Q4_K blocks; each `yq[j]` holds `YV·nb` vectors, each `b[j]`
+/// nb Q8_K blocks; `yd` `N·nb` scales.
 #[inline(always)]
-unsafe fn group_q4_k(nb: usize, p: *const u8, yq: &[v128], b: *const u8, yd: &[f32]) -> [f32; GROUP] {
-    let yq = yq.as_ptr();
+unsafe fn group_q4_k<const N: usize>(
+    nb: usize,
+    p: *const u8,
+    yq: [*const v128; N],
+    b: [*const u8; N],
+    yd: &[f32],
+) -> [[f32; GROUP]; N] {
     let m0f = u8x16_splat(0x0F);
-    blocks(nb, |t, acc| {
+    blocks::<N>(nb, |t, acc| {
         let blk = p.add(t * GB_Q4_K);
-        let y = yq.add(YV * t);
-        let yb = b.add(t * Y_SIZE);
+        let y: [*const v128; N] = core::array::from_fn(|j| yq[j].add(YV * t));
         let s = q4_k_scales(blk);
         let sc = q4_k_lane_scales(&s);
-        let (bs0, bs1) = (v128_load(yb.add(260) as *const v128), v128_load(yb.add(276) as *const v128));
-        let mut isum = [i32x4_splat(0); GROUP];
-        let mut summ = [i32x4_splat(0); GROUP];
+        let mut isum = [[i32x4_splat(0); GROUP]; N];
+        let mut summ = [[i32x4_splat(0); GROUP]; N];
         for r in 0..GROUP {
             let q = blk.add(64 + 128 * r);
-            let (mut al, mut ah) = (i16x8_splat(0), i16x8_splat(0));
+            let (mut al, mut ah) = ([i16x8_splat(0); N], [i16x8_splat(0); N]);
             for v in 0..8 {
                 let x = v128_load(q.add(16 * v) as *const v128);
-                al = i16x8_add(al, pd(y, 2 * v, v128_and(x, m0f)));
-                ah = i16x8_add(ah, pd(y, 2 * v + 1, v128_and(u16x8_shr(x, 4), m0f)));
+                let (lo, hi) = (v128_and(x, m0f), v128_and(u16x8_shr(x, 4), m0f));
+                for j in 0..N {
+                    al[j] = i16x8_add(al[j], pd(y[j], 2 * v, lo));
+                    ah[j] = i16x8_add(ah[j], pd(y[j], 2 * v + 1, hi));
+                }
             }
-            isum[r] = i32x4_add(i32x4_dot_i16x8(al, sc[r][0]), i32x4_dot_i16x8(ah, sc[r][1]));
             let mn = q4_k_mins(&s, r);
-            summ[r] = i32x4_add(i32x4_dot_i16x8(mn[0], bs0), i32x4_dot_i16x8(mn[1], bs1));
+            for j in 0..N {
+                let yb = b[j].add(t * Y_SIZE);
+                let (bs0, bs1) = (v128_load(yb.add(260) as *const v128), v128_load(yb.add(276) as *const v128));
+                isum[j][r] = i32x4_add(i32x4_dot_i16x8(al[j], sc[r][0]), i32x4_dot_i16x8(ah[j], sc[r][1]));
+                summ[j][r] = i32x4_add(i32x4_dot_i16x8(mn[0], bs0), i32x4_dot_i16x8(mn[1], bs1));
+            }
         }
-        let ydv = f32x4_splat(*yd.get_unchecked(t));
-        let d = f32x4_mul(f16s(blk), ydv);
-        let dmin = f32x4_mul(f16s(blk.add(8)), ydv);
-        let isum = f32x4_convert_i32x4(transpose_sum(&isum));
-        let summ = f32x4_convert_i32x4(transpose_sum(&summ));
-        *acc = f32x4_add(*acc, f32x4_sub(f32x4_mul(d, isum), f32x4_mul(dmin, summ)));
+        let (d16, dmin16) = (f16s(blk), f16s(blk.add(8)));
+        for (j, acc) in acc.iter_mut().enumerate() {
+            let ydv = f32x4_splat(*yd.get_unchecked(t * N + j));
+            let (d, dmin) = (f32x4_mul(d16, ydv), f32x4_mul(dmin16, ydv));
+            let isum = f32x4_convert_i32x4(transpose_sum(&isum[j]));
+            let summ = f32x4_convert_i32x4(transpose_sum(&summ[j]));
+            *acc = f32x4_add(*acc, f32x4_sub(f32x4_mul(d, isum), f32x4_mul(dmin, summ)));
+        }
     })
 }
 
 /// # Safety
-/// `p` points at a group of `nb` Q6_K blocks; `yq` holds `YV·nb` vectors, `ys` `2·nb`.
+/// `p` points at a group of `nb` Q6_K blocks; each `yq[j]` holds `YV·nb` vectors, each `ys[j]`
+/// `2·nb`; `yd` `N·nb` scales.
 #[inline(always)]
-unsafe fn group_q6_k(nb: usize, p: *const u8, yq: &[v128], ys: &[v128], yd: &[f32]) -> [f32; GROUP] {
-    let (yq, ys) = (yq.as_ptr(), ys.as_ptr());
-    blocks(nb, |t, acc| {
+#[allow(clippy::needless_range_loop)] // row r indexes the scales, the quants and each column's sums
+unsafe fn group_q6_k<const N: usize>(
+    nb: usize,
+    p: *const u8,
+    yq: [*const v128; N],
+    ys: [*const v128; N],
+    yd: &[f32],
+) -> [[f32; GROUP]; N] {
+    blocks::<N>(nb, |t, acc| {
         let blk = p.add(t * GB_Q6_K);
-        let y = yq.add(YV * t);
-        let (s0, s1) = (*ys.add(2 * t), *ys.add(2 * t + 1));
-        let mut isum = [i32x4_splat(0); GROUP];
-        for (r, isum) in isum.iter_mut().enumerate() {
+        let y: [*const v128; N] = core::array::from_fn(|j| yq[j].add(YV * t));
+        let mut isum = [[i32x4_splat(0); GROUP]; N];
+        for r in 0..GROUP {
             let sc = v128_load(blk.add(8 + 16 * r) as *const v128);
             let w = [i16x8_extend_low_i8x16(sc), i16x8_extend_high_i8x16(sc)];
             let q = blk.add(72 + 192 * r);
-            let mut sum = i32x4_splat(0);
+            let mut sum = [i32x4_splat(0); N];
             for (h, &w) in w.iter().enumerate() {
-                let mut a = [i16x8_splat(0); 4];
+                let mut a = [[i16x8_splat(0); 4]; N];
                 for pp in 0..2 {
                     let ql0 = v128_load(q.add(64 * h + 16 * pp) as *const v128);
                     let ql1 = v128_load(q.add(64 * h + 32 + 16 * pp) as *const v128);
                     let qh = v128_load(q.add(128 + 32 * h + 16 * pp) as *const v128);
                     let u = q6_k_quarters(ql0, ql1, qh);
-                    for k in 0..4 {
-                        a[k] = i16x8_add(a[k], pd(y, 8 * h + 4 * pp + k, u[k]));
+                    for j in 0..N {
+                        for k in 0..4 {
+                            a[j][k] = i16x8_add(a[j][k], pd(y[j], 8 * h + 4 * pp + k, u[k]));
+                        }
                     }
                 }
-                sum = i32x4_add(sum, i32x4_dot_i16x8(a[0], i32x4_shuffle::<0, 0, 0, 0>(w, w)));
-                sum = i32x4_add(sum, i32x4_dot_i16x8(a[1], i32x4_shuffle::<1, 1, 1, 1>(w, w)));
-                sum = i32x4_add(sum, i32x4_dot_i16x8(a[2], i32x4_shuffle::<2, 2, 2, 2>(w, w)));
-                sum = i32x4_add(sum, i32x4_dot_i16x8(a[3], i32x4_shuffle::<3, 3, 3, 3>(w, w)));
+                for j in 0..N {
+                    let a = &a[j];
+                    sum[j] = i32x4_add(sum[j], i32x4_dot_i16x8(a[0], i32x4_shuffle::<0, 0, 0, 0>(w, w)));
+                    sum[j] = i32x4_add(sum[j], i32x4_dot_i16x8(a[1], i32x4_shuffle::<1, 1, 1, 1>(w, w)));
+                    sum[j] = i32x4_add(sum[j], i32x4_dot_i16x8(a[2], i32x4_shuffle::<2, 2, 2, 2>(w, w)));
+                    sum[j] = i32x4_add(sum[j], i32x4_dot_i16x8(a[3], i32x4_shuffle::<3, 3, 3, 3>(w, w)));
+                }
             }
-            let corr = i32x4_add(i32x4_dot_i16x8(w[0], s0), i32x4_dot_i16x8(w[1], s1));
-            *isum = i32x4_sub(sum, i32x4_shl(corr, 5));
+            for j in 0..N {
+                let (s0, s1) = (*ys[j].add(2 * t), *ys[j].add(2 * t + 1));
+                let corr = i32x4_add(i32x4_dot_i16x8(w[0], s0), i32x4_dot_i16x8(w[1], s1));
+                isum[j][r] = i32x4_sub(sum[j], i32x4_shl(corr, 5));
+            }
         }
-        let d = f32x4_mul(f16s(blk), f32x4_splat(*yd.get_unchecked(t)));
-        *acc = f32x4_add(*acc, f32x4_mul(d, f32x4_convert_i32x4(transpose_sum(&isum))));
+        let d16 = f16s(blk);
+        for (j, acc) in acc.iter_mut().enumerate() {
+            let d = f32x4_mul(d16, f32x4_splat(*yd.get_unchecked(t * N + j)));
+            *acc = f32x4_add(*acc, f32x4_mul(d, f32x4_convert_i32x4(transpose_sum(&isum[j]))));
+        }
     })
 }
 

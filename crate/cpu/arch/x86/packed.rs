@@ -27,12 +27,14 @@ pub(super) static PACKED_Q8_0: [PackedKernel; 2] = [
         name: "avx2 8-row groups (avx-vnni vpdpbusd)",
         decode: |g, c| unsafe { decode::<false>(g, c) },
         wants_sums: true,
+        cols: 1,
         prompt: Some(&PROMPT[0]),
     },
     PackedKernel {
         name: "avx2 8-row groups (avx512-vnni vpdpbusd)",
         decode: |g, c| unsafe { decode::<true>(g, c) },
         wants_sums: true,
+        cols: 1,
         prompt: Some(&PROMPT[1]),
     },
 ];
@@ -220,6 +222,7 @@ macro_rules! k_kernels {
                     k_decode(nb, ng, R * $bs, a, b, c, |p| $dprep(p), |p, x, y| $dblock::<false>(p, x, y))
                 },
                 wants_sums: false,
+                cols: 1,
                 prompt: Some(&$prompt[0]),
             },
             PackedKernel {
@@ -231,6 +234,7 @@ macro_rules! k_kernels {
                     k_decode(nb, ng, R * $bs, a, b, c, |p| $dprep(p), |p, x, y| $dblock::<true>(p, x, y))
                 },
                 wants_sums: false,
+                cols: 1,
                 prompt: Some(&$prompt[1]),
             },
         ];

@@ -35,18 +35,21 @@ pub(super) static PACKED_Q8_0: PackedKernel = PackedKernel {
     name: NAME,
     decode: super::packed::PACKED_Q8_0[1].decode,
     wants_sums: true,
+    cols: 1,
     prompt: Some(&PROMPT_Q8_0),
 };
 pub(super) static PACKED_Q4_K: PackedKernel = PackedKernel {
     name: NAME,
     decode: super::packed::PACKED_Q4_K[1].decode,
     wants_sums: false,
+    cols: 1,
     prompt: Some(&PROMPT_Q4_K),
 };
 pub(super) static PACKED_Q6_K: PackedKernel = PackedKernel {
     name: NAME,
     decode: super::packed::PACKED_Q6_K[1].decode,
     wants_sums: false,
+    cols: 1,
     prompt: Some(&PROMPT_Q6_K),
 };
 const NAME: &str = "avx512 8-row group pairs (avx512-vnni vpdpbusd zmm)";
