@@ -1,7 +1,6 @@
 //! Full fine-tuning (issue 39's `model.train`), the way ggml-opt trains: the weights are the
-//! params, the forward pass of one training sequence with its loss and backward pass is one
-//! graph built once (its compute buffers planned once) and run for every sequence of every
-//! step, and the optimizer step is a second graph of `opt_step_adamw` / `opt_step_sgd` nodes,
+//! params, the forward pass of a batch's sequences with its loss and backward pass is one
+//! graph built once (its compute buffers planned once) and run for every batch of every step, and the optimizer step is a second graph of `opt_step_adamw` / `opt_step_sgd` nodes,
 //! one per weight, that update the weights in place from their optimizer state.
 //!
 //! - Params: every weight tensor as the file has it (a tied head, `token_embd` read twice, is
@@ -13,7 +12,11 @@
 //!   m and v (SGD: the momentum buffer).
 //! - Batching: update k trains on sequences `(k·batchSize + i) mod n`, i = 0..batchSize−1;
 //!   each sequence's loss is weighted `−1/(batchSize·(seqLen−1))` at its targets, so the
-//!   accumulated gradient is that of the mean next-token cross-entropy over the batch.
+//!   accumulated gradient is that of the mean next-token cross-entropy over the batch. The
+//!   batch's sequences are one graph run of `batchSize·seqLen` tokens (positions from 0 in
+//!   each, a block-diagonal causal KQ mask), so every weight product is one wide gemm, when
+//!   they fit the cache and [`MAX_RUN_TOKENS`] and the plan fits the budget; else a divisor
+//!   of the batch per run, the runs' gradients added up.
 //! - Clipping (global L2 norm, `clip_grad_norm_`) scales the gradient inside the optimizer
 //!   step; the norm is summed on the host from the accumulated gradients (f64).
 //! - Memory: the f32 weights (when converted) and the state are checked against the budget
@@ -185,15 +188,11 @@ pub struct Trainer {
     params: Vec<Param>,
     /// Hyper-parameters of the optimizer step: `[0]` for decayed weights, `[1]` for the rest.
     hyper: [Tensor; 2],
-    /// The forward graph's inputs (and its headers), the loss's weights and per-row losses.
-    io: GraphIo,
-    w_in: Tensor,
-    loss_rows: Tensor,
-    gf: Graph,
+    /// The training graph (forward, loss, backward, accumulation) and its scheduler.
+    tg: TrainGraph,
     opt: Graph,
-    sched: Sched,
     backend: Rc<dyn Backend>,
-    /// Headers of the backward and optimizer nodes; the hyper-parameters' header and memory.
+    /// Headers of the optimizer nodes; the hyper-parameters' header and memory.
     _ctx: Context,
     _hyper_ctx: Context,
     _hyper_buffers: Vec<Rc<dyn Buffer>>,
@@ -283,6 +282,109 @@ fn f32_copies(weights: &[Tensor], backend: &dyn Backend) -> Result<(Context, Vec
         c.set_bytes(bytemuck::cast_slice(&vals), 0);
     }
     Ok((ctx, buffers))
+}
+
+/// Tokens one training graph run may hold: several of a batch's sequences per run make every
+/// weight product one wide gemm, but the activations (and attention's block-diagonal scores,
+/// quadratic in it) grow with it.
+const MAX_RUN_TOKENS: usize = 512;
+
+/// How many sequences one graph run may take, most first: the divisors of `batch` whose
+/// tokens fit the cache (`n_ctx`) and [`MAX_RUN_TOKENS`]; 1 always.
+fn seqs_per_run(batch: usize, seq_len: usize, n_ctx: usize) -> Vec<usize> {
+    let cap = n_ctx.min(MAX_RUN_TOKENS.max(seq_len));
+    let mut v: Vec<usize> = (2..=batch).rev().filter(|g| batch % g == 0 && g * seq_len <= cap).collect();
+    v.push(1);
+    v
+}
+
+/// The training graph of `seqs` sequences per run: their forward pass (one ubatch of
+/// `seqs·seqLen` tokens, each attending only to its own sequence through the KQ mask), the
+/// weighted log-probabilities (the loss), the backward pass, and each param's gradient added
+/// into its state's row 0; planned by its own scheduler.
+struct TrainGraph {
+    seqs: usize,
+    /// The forward graph's inputs (and its headers), the loss's weights and per-row losses.
+    io: GraphIo,
+    w_in: Tensor,
+    loss_rows: Tensor,
+    gf: Graph,
+    sched: Sched,
+    /// Bytes of the compute buffers.
+    compute: u64,
+    /// Headers of the loss, backward and accumulation nodes.
+    _ctx: Context,
+}
+
+impl TrainGraph {
+    fn build(
+        model: &Gpt2,
+        w: &Weights,
+        params: &[Param],
+        cfg: &TrainConfig,
+        seqs: usize,
+        backends: Vec<Rc<dyn Backend>>,
+    ) -> Result<TrainGraph, ModelError> {
+        let t = seqs * cfg.seq_len;
+        // Attention reads the run's own K/V (Ubatch::own_kv): no gradient of the cache.
+        let ub = Ubatch { slot: 0, n_kv: t, n_tokens: t, n_out: t, start: None, scores: false, own_kv: true };
+        let mut io = build_graph_with(&model.hparams, w, &model.kv, ub, &[]);
+        let ctx = Context::new(ContextParams {
+            mem_size: (8 * io.graph.nodes.len() + 8 * params.len() + 64) * TENSOR_OVERHEAD,
+            no_alloc: true,
+        });
+        let mut gf = core::mem::replace(&mut io.graph, Graph::with_size(1));
+        gf.size = usize::MAX;
+        let logits = &io.logits; // [n_vocab, T]
+        let w_in = ctx.new_tensor_2d(GgmlType::F32, logits.ne[0], logits.ne[1]);
+        w_in.set_name("loss_w");
+        w_in.set_input();
+        let lsm = ctx.log_soft_max(logits); // [n_vocab, T]
+        lsm.set_name("loss_log_softmax");
+        let loss = ctx.mul(&lsm, &w_in); // [n_vocab, T]: −log p(target)/(B(T−1)) at the targets
+        loss.set_name("loss");
+        gf.build_forward_expand(&loss);
+        let ones = ctx.fill([logits.ne[0], 1, 1, 1], 1.0);
+        ones.set_name("loss_ones");
+        let loss_rows = ctx.mul_mat(&ones, &loss); // [1, T]: each row's term
+        loss_rows.set_name("loss_rows");
+        loss_rows.set_output();
+        gf.build_forward_expand(&loss_rows);
+        for p in params {
+            p.t.set_param();
+        }
+        gf.build_backward_expand(&ctx, &loss);
+        for p in params {
+            p.t.clear_param();
+        }
+        // One run per update: the gradient row is zero before it (the optimizer step zeroes
+        // it), so the run's gradient is stored, not added (0 + g is g).
+        let one_run = seqs == cfg.batch_size;
+        for p in params {
+            let Some(g) = gf.grad(&p.t) else { continue }; // a weight the loss does not read
+            let acc = ctx.reshape(&ctx.view_1d(&p.state, p.t.nelements(), 0), &p.t.ne);
+            acc.set_name(&format!("{}.grad_acc", p.t.name()));
+            let sum = if one_run {
+                g.clone()
+            } else {
+                let sum = ctx.add(&acc, &g);
+                sum.set_name(&format!("{}.grad_sum", p.t.name()));
+                sum
+            };
+            let store = ctx.cpy(&sum, &acc);
+            store.set_name(&format!("{}.grad_store", p.t.name()));
+            gf.build_forward_expand(&store);
+        }
+        gf.size = gf.nodes.len().max(gf.leafs.len());
+
+        let mut sched = Sched::new(backends)?;
+        sched.reserve(&gf).map_err(|e| ModelError::oom("training's compute buffer (activations and gradients)", e))?;
+        sched
+            .alloc_graph(&gf)
+            .map_err(|e| ModelError::oom("training's compute buffer (activations and gradients)", e))?;
+        let compute = (0..sched.n_backends()).map(|i| sched.compute_buffer_size(i) as u64).sum();
+        Ok(TrainGraph { seqs, io, w_in, loss_rows, gf, sched, compute, _ctx: ctx })
+    }
 }
 
 impl Trainer {
@@ -454,7 +556,6 @@ impl Trainer {
         backends: Vec<Rc<dyn Backend>>,
         resume: &mut Option<OptState>,
     ) -> Result<Trainer, ModelError> {
-        let hp = &model.hparams;
         let backend = backends[0].clone();
         let names: Vec<(String, i64)> = params.iter().map(|(t, _)| (t.name(), t.nelements())).collect();
         // The state: the checkpoint's (of these tensors), or new, planned with the weights.
@@ -498,53 +599,8 @@ impl Trainer {
         let params: Vec<Param> =
             params.into_iter().map(|(t, decay)| Param { state: state_of(&t.name()), t, decay }).collect();
 
-        // The training graph: one sequence forward, its weighted log-probabilities (the loss),
-        // the backward pass, each param's gradient added into its state's row 0.
-        let t = cfg.seq_len;
-        // Attention reads the sequence's own K/V (Ubatch::own_kv): no gradient of the cache.
-        let ub = Ubatch { slot: 0, n_kv: t, n_tokens: t, n_out: t, start: None, scores: false, own_kv: true };
-        let mut io = build_graph_with(hp, w, &model.kv, ub, &[]);
-        let ctx = Context::new(ContextParams {
-            mem_size: (8 * io.graph.nodes.len() + 8 * params.len() + 64) * TENSOR_OVERHEAD,
-            no_alloc: true,
-        });
-        let mut gf = core::mem::replace(&mut io.graph, Graph::with_size(1));
-        gf.size = usize::MAX;
-        let logits = &io.logits; // [n_vocab, T]
-        let w_in = ctx.new_tensor_2d(GgmlType::F32, logits.ne[0], logits.ne[1]);
-        w_in.set_name("loss_w");
-        w_in.set_input();
-        let lsm = ctx.log_soft_max(logits); // [n_vocab, T]
-        lsm.set_name("loss_log_softmax");
-        let loss = ctx.mul(&lsm, &w_in); // [n_vocab, T]: −log p(target)/(B(T−1)) at the targets
-        loss.set_name("loss");
-        gf.build_forward_expand(&loss);
-        let ones = ctx.fill([logits.ne[0], 1, 1, 1], 1.0);
-        ones.set_name("loss_ones");
-        let loss_rows = ctx.mul_mat(&ones, &loss); // [1, T]: each row's term
-        loss_rows.set_name("loss_rows");
-        loss_rows.set_output();
-        gf.build_forward_expand(&loss_rows);
-        for p in &params {
-            p.t.set_param();
-        }
-        gf.build_backward_expand(&ctx, &loss);
-        for p in &params {
-            p.t.clear_param();
-        }
-        for p in &params {
-            let Some(g) = gf.grad(&p.t) else { continue }; // a weight the loss does not read
-            let acc = ctx.reshape(&ctx.view_1d(&p.state, p.t.nelements(), 0), &p.t.ne);
-            acc.set_name(&format!("{}.grad_acc", p.t.name()));
-            let sum = ctx.add(&acc, &g);
-            sum.set_name(&format!("{}.grad_sum", p.t.name()));
-            let store = ctx.cpy(&sum, &acc);
-            store.set_name(&format!("{}.grad_store", p.t.name()));
-            gf.build_forward_expand(&store);
-        }
-        gf.size = gf.nodes.len().max(gf.leafs.len());
-
         // The optimizer graph: one step node per param, in place.
+        let ctx = Context::new(ContextParams { mem_size: (params.len() + 8) * TENSOR_OVERHEAD, no_alloc: true });
         let mut opt = Graph::with_size(4 * params.len() + 8); // each step node; each param, state, hyper leaf
         for p in &params {
             let h = &hyper[if p.decay { 0 } else { 1 }];
@@ -555,14 +611,20 @@ impl Trainer {
             opt.build_forward_expand(&step);
         }
 
-        let mut sched = Sched::new(backends)?;
-        sched.reserve(&gf).map_err(|e| ModelError::oom("training's compute buffer (activations and gradients)", e))?;
-        sched
-            .alloc_graph(&gf)
-            .map_err(|e| ModelError::oom("training's compute buffer (activations and gradients)", e))?;
-        let compute = (0..sched.n_backends()).map(|i| sched.compute_buffer_size(i) as u64).sum();
-        let memory = TrainMemory { compute, ..memory };
-        check_budget(limit, &memory, what)?;
+        // The largest run that fits the budget: all of a batch's sequences in one graph run
+        // when they fit the cache (and MAX_RUN_TOKENS), else fewer per run.
+        let mut runs = seqs_per_run(cfg.batch_size, cfg.seq_len, model.n_ctx());
+        let (tg, memory) = loop {
+            let g = runs.remove(0);
+            let r = TrainGraph::build(model, w, &params, &cfg, g, backends.clone()).and_then(|tg| {
+                let memory = TrainMemory { compute: tg.compute, ..memory };
+                check_budget(limit, &memory, what).map(|()| (tg, memory))
+            });
+            match r {
+                Err(ModelError::OverBudget { .. }) if !runs.is_empty() => continue,
+                r => break r?,
+            }
+        };
         // Planned: a resumed checkpoint's state is the run's from here on.
         let mut state = match fresh {
             Some(mut f) => {
@@ -583,12 +645,8 @@ impl Trainer {
             seqs,
             params,
             hyper,
-            io,
-            w_in,
-            loss_rows,
-            gf,
+            tg,
             opt,
-            sched,
             backend,
             _ctx: ctx,
             _hyper_ctx: hyper_ctx,
@@ -623,29 +681,41 @@ impl Trainer {
     /// the last finished update.
     pub async fn step(&mut self, n_vocab: usize) -> Result<TrainStep, ModelError> {
         // The gradient rows are zero here: allocated so, and each optimizer step zeroes them.
-        let (b, t) = (self.cfg.batch_size, self.cfg.seq_len);
+        let (b, t, g) = (self.cfg.batch_size, self.cfg.seq_len, self.tg.seqs);
+        let n = g * t; // tokens per graph run
         let mut loss = 0f64;
         let coef = -1.0 / (b * (t - 1)) as f32;
-        let mut w = vec![0f32; n_vocab * t];
-        let mask: Vec<f32> =
-            (0..t).flat_map(|i| (0..t).map(move |j| if j <= i { 0.0 } else { f32::NEG_INFINITY })).collect();
-        let pos: Vec<i32> = (0..t as i32).collect();
-        for i in 0..b {
-            let seq = &self.seqs[((self.sequences + i as u64) % self.seqs.len() as u64) as usize];
+        let mut w = vec![0f32; n_vocab * n];
+        // Block-diagonal causal mask ([n_kv, N], n_kv = N): each token attends to its own
+        // sequence's tokens up to itself.
+        let mask: Vec<f32> = (0..n)
+            .flat_map(|i| (0..n).map(move |j| if j / t == i / t && j <= i { 0.0 } else { f32::NEG_INFINITY }))
+            .collect();
+        let pos: Vec<i32> = (0..n as i32).map(|i| i % t as i32).collect();
+        let tg = &mut self.tg;
+        for r in 0..b / g {
             w.iter_mut().for_each(|x| *x = 0.0);
-            for p in 0..t - 1 {
-                w[p * n_vocab + seq[p + 1] as usize] = coef;
+            let mut ids = Vec::with_capacity(n);
+            for s in 0..g {
+                let k = (self.sequences + (r * g + s) as u64) % self.seqs.len() as u64;
+                let seq = &self.seqs[k as usize];
+                for p in 0..t - 1 {
+                    w[(s * t + p) * n_vocab + seq[p + 1] as usize] = coef;
+                }
+                ids.extend(seq.iter().map(|&x| x as i32));
             }
-            self.sched.alloc_graph(&self.gf)?;
-            let ids: Vec<i32> = seq.iter().map(|&x| x as i32).collect();
-            self.io.tokens.set_bytes(bytemuck::cast_slice(&ids), 0);
-            self.io.positions.set_bytes(bytemuck::cast_slice(&pos), 0);
-            self.io.kq_mask.set_bytes(bytemuck::cast_slice(&mask), 0);
-            self.w_in.set_bytes(bytemuck::cast_slice(&w), 0);
-            self.sched.graph_compute(&self.gf)?;
-            let mut rows = vec![0f32; t];
-            self.sched.tensor_get(&self.loss_rows, bytemuck::cast_slice_mut(&mut rows)).await?;
-            loss += rows.iter().map(|&r| r as f64).sum::<f64>();
+            tg.sched.alloc_graph(&tg.gf)?;
+            tg.io.tokens.set_bytes(bytemuck::cast_slice(&ids), 0);
+            tg.io.positions.set_bytes(bytemuck::cast_slice(&pos), 0);
+            tg.io.kq_mask.set_bytes(bytemuck::cast_slice(&mask), 0);
+            tg.w_in.set_bytes(bytemuck::cast_slice(&w), 0);
+            tg.sched.graph_compute(&tg.gf)?;
+            let mut rows = vec![0f32; n];
+            tg.sched.tensor_get(&tg.loss_rows, bytemuck::cast_slice_mut(&mut rows)).await?;
+            // Summed per sequence, then over the batch: the order a run of one sequence gives.
+            for s in 0..g {
+                loss += rows[s * t..(s + 1) * t].iter().map(|&r| r as f64).sum::<f64>();
+            }
         }
         let gscale = self.clip_scale()?;
         self.set_hyper(gscale);
