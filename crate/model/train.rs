@@ -1,7 +1,8 @@
 //! Full fine-tuning (issue 39's `model.train`), the way ggml-opt trains: the weights are the
 //! params, the forward pass of a batch's sequences with its loss and backward pass is one
-//! graph built once (its compute buffers planned once) and run for every batch of every step, and the optimizer step is a second graph of `opt_step_adamw` / `opt_step_sgd` nodes,
-//! one per weight, that update the weights in place from their optimizer state.
+//! graph built once (its compute buffers planned once) and run for every batch of every
+//! step, and the optimizer step is a second graph of `opt_step_adamw` / `opt_step_sgd`
+//! nodes, one per weight, that update the weights in place from their optimizer state.
 //!
 //! - Params: every weight tensor as the file has it (a tied head, `token_embd` read twice, is
 //!   one tensor whose gradient sums both uses). Weights must be F32, F16 or BF16; unless all
