@@ -17,7 +17,7 @@
 //!   batch's sequences are one graph run of `batchSize·seqLen` tokens (positions from 0 in
 //!   each, a block-diagonal causal KQ mask), so every weight product is one wide gemm, when
 //!   they fit the cache and [`MAX_RUN_TOKENS`] and the plan fits the budget; else a divisor
-//!   of the batch per run, the runs' gradients added up.
+//!   of the batch per run, the runs' gradients added up (LoRA: one sequence per run).
 //! - Clipping (global L2 norm, `clip_grad_norm_`) scales the gradient inside the optimizer
 //!   step; the norm is summed on the host from the accumulated gradients (f64).
 //! - Memory: the f32 weights (when converted) and the state are checked against the budget
@@ -613,8 +613,14 @@ impl Trainer {
         }
 
         // The largest run that fits the budget: all of a batch's sequences in one graph run
-        // when they fit the cache (and MAX_RUN_TOKENS), else fewer per run.
-        let mut runs = seqs_per_run(cfg.batch_size, cfg.seq_len, model.n_ctx());
+        // when they fit the cache (and MAX_RUN_TOKENS), else fewer per run. LoRA keeps one
+        // sequence per run: its wide products are the frozen weights' input gradients, which
+        // gain little from the width, while the block-diagonal scores and the compute buffer
+        // grow (124M, batch 4: 160 → 756 MB, 191 → 158 tokens per CPU second).
+        let mut runs = match cfg.lora {
+            Some(_) => vec![1],
+            None => seqs_per_run(cfg.batch_size, cfg.seq_len, model.n_ctx()),
+        };
         let (tg, memory) = loop {
             let g = runs.remove(0);
             let r = TrainGraph::build(model, w, &params, &cfg, g, backends.clone()).and_then(|tg| {
