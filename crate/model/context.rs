@@ -595,6 +595,7 @@ impl Gpt2 {
                 scores: inspect,
                 // A gradient run over an empty cache reads its own K/V (no cache-sized gradient).
                 own_kv: batch.grad.is_some() && slot == 0 && self.kv.n_kv() == chunk.len(),
+                store_kv: true,
             };
             let io = build_graph_with(&self.hparams, &self.weights, &self.kv, ub, &hooked);
             let sched = own.as_mut().unwrap_or(&mut self.sched);

@@ -16,7 +16,7 @@
 //!   accumulated gradient is that of the mean next-token cross-entropy over the batch. The
 //!   batch's sequences are one graph run of `batchSize·seqLen` tokens (positions from 0 in
 //!   each, a block-diagonal causal KQ mask), so every weight product is one wide gemm, when
-//!   they fit the cache and [`MAX_RUN_TOKENS`] and the plan fits the budget; else a divisor
+//!   they fit [`MAX_RUN_TOKENS`] and the plan fits the budget; else a divisor
 //!   of the batch per run, the runs' gradients added up (LoRA: one sequence per run).
 //! - Clipping (global L2 norm, `clip_grad_norm_`) scales the gradient inside the optimizer
 //!   step; the norm is summed on the host from the accumulated gradients (f64).
@@ -24,8 +24,9 @@
 //!   before anything is allocated, the activations and gradients by planning the graph
 //!   (`OverBudget` with the sizes either way); the model is untouched when this fails.
 //!
-//! The graph writes K and V into the model's KV cache (cells 0..seqLen, as any run from
-//! position 0 does): callers forget the prompt cache (`Session::train_start`, session_train.rs).
+//! The graph reads each run's own K and V and writes nothing into the model's KV cache
+//! (`Ubatch::store_kv` off); callers still forget the prompt cache (`Session::train_start`,
+//! session_train.rs), as a run that changes the weights makes it stale.
 //! Training runs on the CPU backend (a model split onto WebGPU is `unsupported` for now).
 
 use alloc::format;
@@ -291,9 +292,9 @@ fn f32_copies(weights: &[Tensor], backend: &dyn Backend) -> Result<(Context, Vec
 const MAX_RUN_TOKENS: usize = 512;
 
 /// How many sequences one graph run may take, most first: the divisors of `batch` whose
-/// tokens fit the cache (`n_ctx`) and [`MAX_RUN_TOKENS`]; 1 always.
-fn seqs_per_run(batch: usize, seq_len: usize, n_ctx: usize) -> Vec<usize> {
-    let cap = n_ctx.min(MAX_RUN_TOKENS.max(seq_len));
+/// tokens fit [`MAX_RUN_TOKENS`]; 1 always.
+fn seqs_per_run(batch: usize, seq_len: usize) -> Vec<usize> {
+    let cap = MAX_RUN_TOKENS.max(seq_len);
     let mut v: Vec<usize> = (2..=batch).rev().filter(|g| batch % g == 0 && g * seq_len <= cap).collect();
     v.push(1);
     v
@@ -327,8 +328,9 @@ impl TrainGraph {
         backends: Vec<Rc<dyn Backend>>,
     ) -> Result<TrainGraph, ModelError> {
         let t = seqs * cfg.seq_len;
-        // Attention reads the run's own K/V (Ubatch::own_kv): no gradient of the cache.
-        let ub = Ubatch { slot: 0, n_kv: t, n_tokens: t, n_out: t, start: None, scores: false, own_kv: true };
+        // Attention reads the run's own K/V (Ubatch::own_kv): no gradient of the cache, and
+        // nothing written to it (the run may hold more tokens than the cache has cells).
+        let ub = Ubatch { own_kv: true, store_kv: false, ..Ubatch::at(0, t, t) };
         let mut io = build_graph_with(&model.hparams, w, &model.kv, ub, &[]);
         let ctx = Context::new(ContextParams {
             mem_size: (8 * io.graph.nodes.len() + 8 * params.len() + 64) * TENSOR_OVERHEAD,
@@ -613,13 +615,13 @@ impl Trainer {
         }
 
         // The largest run that fits the budget: all of a batch's sequences in one graph run
-        // when they fit the cache (and MAX_RUN_TOKENS), else fewer per run. LoRA keeps one
+        // when they fit MAX_RUN_TOKENS, else fewer per run. LoRA keeps one
         // sequence per run: its wide products are the frozen weights' input gradients, which
         // gain little from the width, while the block-diagonal scores and the compute buffer
         // grow (124M, batch 4: 160 → 756 MB, 191 → 158 tokens per CPU second).
         let mut runs = match cfg.lora {
             Some(_) => vec![1],
-            None => seqs_per_run(cfg.batch_size, cfg.seq_len, model.n_ctx()),
+            None => seqs_per_run(cfg.batch_size, cfg.seq_len),
         };
         let (tg, memory) = loop {
             let g = runs.remove(0);

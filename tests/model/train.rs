@@ -273,18 +273,20 @@ fn lora_on_the_xl_shape_at_q8_0_plans_and_runs() {
 }
 
 /// A batch's sequences run as one graph (positions from 0 in each, a block-diagonal causal
-/// mask) when the plan fits the budget; with one byte less they run one per graph run (less
+/// mask; more tokens than the cache has cells: the run writes nothing there) when the plan
+/// fits the budget; with one byte less they run one per graph run (less
 /// compute, gradients added up) with the same losses up to the float summation order; below
 /// that plan the run is `OverBudget` with its sizes, and the model still runs.
 #[test]
 fn a_batch_is_one_graph_run_or_one_sequence_per_run_by_the_budget() {
     use ggweb::model::context::block_on;
     use ggweb::model::loader::ModelLoader;
+    let seqs = load().sequences();
     let with_budget = |budget: u64| {
         let bytes = std::fs::read(fixture("tiny-f32.gguf")).unwrap();
         let mut l = ModelLoader::new(
             Rc::new(CpuBackend::new(1)),
-            Gpt2Options::default(),
+            Gpt2Options { n_ctx: seqs[0].len(), ..Default::default() },
             Default::default(),
             Some(bytes.len() as u64),
         )
@@ -294,13 +296,12 @@ fn a_batch_is_one_graph_run_or_one_sequence_per_run_by_the_budget() {
         }
         Session::new(l.finish().unwrap())
     };
-    let seqs = load().sequences();
     let cfg = params(&format!(
         r#"{{"seqLen":{},"batchSize":2,"steps":3,"optimizer":{{"type":"adamw","lr":1e-2}}}}"#,
         seqs[0].len()
     ))
     .unwrap()
-    .config(256)
+    .config(seqs[0].len())
     .unwrap();
     let run = |s: &mut Session| {
         let plan = s.train_start(seqs.clone(), cfg.clone()).unwrap();
