@@ -295,7 +295,7 @@ const MAX_RUN_TOKENS: usize = 512;
 /// tokens fit [`MAX_RUN_TOKENS`]; 1 always.
 fn seqs_per_run(batch: usize, seq_len: usize) -> Vec<usize> {
     let cap = MAX_RUN_TOKENS.max(seq_len);
-    let mut v: Vec<usize> = (2..=batch).rev().filter(|g| batch % g == 0 && g * seq_len <= cap).collect();
+    let mut v: Vec<usize> = (2..=batch).rev().filter(|g| batch.is_multiple_of(*g) && g * seq_len <= cap).collect();
     v.push(1);
     v
 }
