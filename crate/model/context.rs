@@ -421,8 +421,11 @@ impl Gpt2 {
             return Err(ModelError::RunTooLarge { what, needed: w_bytes, left: l });
         }
         let mut w: Vec<f32> = Vec::new();
-        w.try_reserve_exact(w_len)
-            .map_err(|_| ModelError::RunTooLarge { what: what.clone(), needed: w_bytes, left: left.unwrap_or(0) })?;
+        w.try_reserve_exact(w_len).map_err(|_| ModelError::RunTooLarge {
+            what: what.clone(),
+            needed: w_bytes,
+            left: left.unwrap_or(0),
+        })?;
         w.resize(w_len, 0.0);
         let grad = GradRun { nodes: core::slice::from_ref(&embed), w: &w, log_softmax: true };
         let ub = Ubatch { scores: true, own_kv: true, ..Ubatch::at(0, n, n) };
@@ -622,6 +625,7 @@ impl Gpt2 {
                 scores: inspect,
                 // A gradient run over an empty cache reads its own K/V (no cache-sized gradient).
                 own_kv: batch.grad.is_some() && slot == 0 && self.kv.n_kv() == chunk.len(),
+                store_kv: true,
             };
             let io = build_graph_with(&self.hparams, &self.weights, &self.kv, ub, &hooked);
             let sched = own.as_mut().unwrap_or(&mut self.sched);

@@ -238,11 +238,14 @@ pub struct Ubatch {
     /// instead of the cache's cells `0..n_kv`: for a ubatch that fills an empty cache
     /// (`slot` 0, `n_kv` = `n_tokens`), the same values. A gradient run then differentiates
     /// through those nodes, not through a gradient of the whole cache (n_ctx cells per layer,
-    /// zeroed and accumulated every run). The cache is still written.
+    /// zeroed and accumulated every run). The cache is still written unless `store_kv` is off.
     pub own_kv: bool,
     /// The head over this one row (`n_out` 1) instead of the last `n_out`: a run that reads
     /// one position's logits (`Logits::Row`, a gradient run whose metric reads one row).
     pub out_row: Option<usize>,
+    /// Write this ubatch's K and V into the cache (`k_cpy`, `v_cpy`). Off only with `own_kv`
+    /// (a training run, whose K/V nothing reads later): then `n_tokens` may exceed the cache.
+    pub store_kv: bool,
 }
 
 impl Ubatch {
@@ -257,6 +260,7 @@ impl Ubatch {
             scores: false,
             own_kv: false,
             out_row: None,
+            store_kv: true,
         }
     }
 }
@@ -280,16 +284,17 @@ pub fn build_graph(hp: &Hparams, w: &Weights, kv: &KvCache, n_past: usize, n_tok
 /// instead of the token and position embeddings, and builds blocks L.. only, with their usual
 /// node names: a subgraph of the full one. Only those blocks' K/V cells are written.
 pub fn build_graph_with(hp: &Hparams, w: &Weights, kv: &KvCache, ub: Ubatch, hooked: &[String]) -> GraphIo {
-    let Ubatch { slot: n_past, n_kv, n_tokens, n_out, start, scores, own_kv, out_row } = ub;
+    let Ubatch { slot: n_past, n_kv, n_tokens, n_out, start, scores, own_kv, out_row, store_kv } = ub;
     assert!(n_tokens >= 1 && n_out >= 1 && n_out <= n_tokens, "build_graph: n_tokens {n_tokens}, n_out {n_out}");
     assert!(out_row.is_none_or(|r| n_out == 1 && r < n_tokens), "build_graph: out_row {out_row:?}, n_out {n_out}");
     assert!(start.is_none_or(|l| l < hp.n_layer), "build_graph: start {start:?} of {} layers", hp.n_layer);
     assert!(
-        n_past + n_tokens <= n_kv && n_kv <= kv.n_ctx,
+        n_past + n_tokens <= n_kv && (n_kv <= kv.n_ctx || !store_kv),
         "build_graph: {n_past} + {n_tokens} cells, {n_kv} read, n_ctx {}",
         kv.n_ctx
     );
     assert!(!own_kv || (n_past == 0 && n_kv == n_tokens), "build_graph: own K/V at slot {n_past}, {n_kv} cells read");
+    assert!(store_kv || own_kv, "build_graph: K/V not stored, yet read from the cache");
     assert!(
         scores || !hooked.iter().any(|h| h.ends_with(".kq_masked") || h.ends_with(".kq_scaled")),
         "build_graph: a hook on the attention scores needs their nodes (Ubatch::scores)"
@@ -377,20 +382,22 @@ pub fn build_graph_with(hp: &Hparams, w: &Weights, kv: &KvCache, ub: Ubatch, hoo
         let kv_size = kv.ty.type_size();
         let row = n_embd as usize * kv_size;
         let n_ctx_bytes = kv.n_ctx * kv_size;
-        let k_dst = ctx.view_1d(&kv.k[il], n * n_embd, past * row); // [N*n_embd]
-        k_dst.set_name(&name("k_store"));
-        let v_dst = ctx.view_2d(&kv.v[il], n, n_embd, n_ctx_bytes, past * kv_size); // [N, n_embd]
-        v_dst.set_name(&name("v_store"));
         // Per-head K and V ([hd, n_head, N]: TransformerLens's hook_k / hook_v) are nodes of
         // their own, so what enters the cache is what a hook on them would leave.
         let k_heads = hook(&ctx, ctx.cont_3d(&k_cur, hd, n_head, n), &name("k_heads"));
         let v_heads = hook(&ctx, ctx.cont_3d(&v_cur, hd, n_head, n), &name("v_heads"));
-        let k_cpy = ctx.cpy(&k_heads, &k_dst);
-        k_cpy.set_name(&name("k_cpy"));
-        let v_cpy = ctx.cpy(&ctx.transpose(&ctx.reshape_2d(&v_heads, n_embd, n)), &v_dst);
-        v_cpy.set_name(&name("v_cpy"));
-        gf.build_forward_expand(&k_cpy);
-        gf.build_forward_expand(&v_cpy);
+        if store_kv {
+            let k_dst = ctx.view_1d(&kv.k[il], n * n_embd, past * row); // [N*n_embd]
+            k_dst.set_name(&name("k_store"));
+            let v_dst = ctx.view_2d(&kv.v[il], n, n_embd, n_ctx_bytes, past * kv_size); // [N, n_embd]
+            v_dst.set_name(&name("v_store"));
+            let k_cpy = ctx.cpy(&k_heads, &k_dst);
+            k_cpy.set_name(&name("k_cpy"));
+            let v_cpy = ctx.cpy(&ctx.transpose(&ctx.reshape_2d(&v_heads, n_embd, n)), &v_dst);
+            v_cpy.set_name(&name("v_cpy"));
+            gf.build_forward_expand(&k_cpy);
+            gf.build_forward_expand(&v_cpy);
+        }
 
         // Q: [hd, n_head, N] (hook_q; a strided view cannot be reshaped, so cont_3d), then [hd, N, n_head]
         let q_heads = hook(&ctx, ctx.cont_3d(&q_cur, hd, n_head, n), &name("q_heads"));

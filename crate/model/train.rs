@@ -1,8 +1,8 @@
 //! Full fine-tuning (issue 39's `model.train`), the way ggml-opt trains: the weights are the
-//! params, the forward pass of one training sequence with its loss and backward pass is one
-//! graph built once (its compute buffers planned once) and run for every sequence of every
-//! step, and the optimizer step is a second graph of `opt_step_adamw` / `opt_step_sgd` nodes,
-//! one per weight, that update the weights in place from their optimizer state.
+//! params, the forward pass of a batch's sequences with its loss and backward pass is one
+//! graph built once (its compute buffers planned once) and run for every batch of every
+//! step, and the optimizer step is a second graph of `opt_step_adamw` / `opt_step_sgd`
+//! nodes, one per weight, that update the weights in place from their optimizer state.
 //!
 //! - Params: every weight tensor as the file has it (a tied head, `token_embd` read twice, is
 //!   one tensor whose gradient sums both uses). Weights must be F32, F16 or BF16; unless all
@@ -13,15 +13,20 @@
 //!   m and v (SGD: the momentum buffer).
 //! - Batching: update k trains on sequences `(k·batchSize + i) mod n`, i = 0..batchSize−1;
 //!   each sequence's loss is weighted `−1/(batchSize·(seqLen−1))` at its targets, so the
-//!   accumulated gradient is that of the mean next-token cross-entropy over the batch.
+//!   accumulated gradient is that of the mean next-token cross-entropy over the batch. The
+//!   batch's sequences are one graph run of `batchSize·seqLen` tokens (positions from 0 in
+//!   each, a block-diagonal causal KQ mask), so every weight product is one wide gemm, when
+//!   they fit [`MAX_RUN_TOKENS`] and the plan fits the budget; else a divisor
+//!   of the batch per run, the runs' gradients added up (LoRA: one sequence per run).
 //! - Clipping (global L2 norm, `clip_grad_norm_`) scales the gradient inside the optimizer
 //!   step; the norm is summed on the host from the accumulated gradients (f64).
 //! - Memory: the f32 weights (when converted) and the state are checked against the budget
 //!   before anything is allocated, the activations and gradients by planning the graph
 //!   (`OverBudget` with the sizes either way); the model is untouched when this fails.
 //!
-//! The graph writes K and V into the model's KV cache (cells 0..seqLen, as any run from
-//! position 0 does): callers forget the prompt cache (`Session::train_start`, session_train.rs).
+//! The graph reads each run's own K and V and writes nothing into the model's KV cache
+//! (`Ubatch::store_kv` off); callers still forget the prompt cache (`Session::train_start`,
+//! session_train.rs), as a run that changes the weights makes it stale.
 //! Backends: training runs where inference does, on the model's scheduler (a model split by
 //! layer between WebGPU and the CPU trains split the same way): each param's state is allocated
 //! on the backend whose memory holds the param, the gradients accumulate there, and its
@@ -192,17 +197,11 @@ pub struct Trainer {
     /// Hyper-parameters of the optimizer step, per backend: `[0]` for decayed weights, `[1]`
     /// for the rest.
     hyper: Vec<[Tensor; 2]>,
-    /// The forward graph's inputs (and its headers), the loss's weights and per-row losses.
-    io: GraphIo,
-    w_in: Tensor,
-    /// [T−1] i32: where each position's target is in the flattened loss.
-    loss_at: Tensor,
-    loss_rows: Tensor,
-    gf: Graph,
+    /// The training graph (forward, loss, backward, accumulation) and its scheduler.
+    tg: TrainGraph,
     /// The optimizer graphs: per backend that holds params, its step nodes.
     opt: Vec<(Rc<dyn Backend>, Graph)>,
-    sched: Sched,
-    /// Headers of the backward and optimizer nodes; the hyper-parameters' header and memory.
+    /// Headers of the optimizer nodes; the hyper-parameters' header and memory.
     _ctx: Context,
     _hyper_ctx: Context,
     _hyper_buffers: Vec<Rc<dyn Buffer>>,
@@ -314,6 +313,116 @@ fn f32_copies(weights: &[Tensor], backends: &[Rc<dyn Backend>]) -> Result<(Conte
         c.set_bytes(bytemuck::cast_slice(&vals), 0);
     }
     Ok((ctx, buffers))
+}
+
+/// Tokens one training graph run may hold: several of a batch's sequences per run make every
+/// weight product one wide gemm, but the activations (and attention's block-diagonal scores,
+/// quadratic in it) grow with it.
+const MAX_RUN_TOKENS: usize = 512;
+
+/// How many sequences one graph run may take, most first: the divisors of `batch` whose
+/// tokens fit [`MAX_RUN_TOKENS`]; 1 always.
+fn seqs_per_run(batch: usize, seq_len: usize) -> Vec<usize> {
+    let cap = MAX_RUN_TOKENS.max(seq_len);
+    let mut v: Vec<usize> = (2..=batch).rev().filter(|g| batch.is_multiple_of(*g) && g * seq_len <= cap).collect();
+    v.push(1);
+    v
+}
+
+/// The training graph of `seqs` sequences per run: their forward pass (one ubatch of
+/// `seqs·seqLen` tokens, each attending only to its own sequence through the KQ mask), the
+/// weighted log-probabilities (the loss), the backward pass, and each param's gradient added
+/// into its state's row 0; planned by its own scheduler.
+struct TrainGraph {
+    seqs: usize,
+    /// The forward graph's inputs (and its headers), the loss's weights and per-row losses.
+    io: GraphIo,
+    w_in: Tensor,
+    /// [seqs·(seqLen−1)] i32: where each predicted position's target is in the flattened loss.
+    loss_at: Tensor,
+    loss_rows: Tensor,
+    gf: Graph,
+    sched: Sched,
+    /// Bytes of the compute buffers.
+    compute: u64,
+    /// Headers of the loss, backward and accumulation nodes.
+    _ctx: Context,
+}
+
+impl TrainGraph {
+    fn build(
+        model: &Gpt2,
+        w: &Weights,
+        params: &[Param],
+        cfg: &TrainConfig,
+        seqs: usize,
+        backends: Vec<Rc<dyn Backend>>,
+    ) -> Result<TrainGraph, ModelError> {
+        let t = seqs * cfg.seq_len;
+        // Attention reads the run's own K/V (Ubatch::own_kv): no gradient of the cache, and
+        // nothing written to it (the run may hold more tokens than the cache has cells).
+        let ub = Ubatch { own_kv: true, store_kv: false, ..Ubatch::at(0, t, t) };
+        let mut io = build_graph_with(&model.hparams, w, &model.kv, ub, &[]);
+        let ctx = Context::new(ContextParams {
+            mem_size: (8 * io.graph.nodes.len() + 8 * params.len() + 64) * TENSOR_OVERHEAD,
+            no_alloc: true,
+        });
+        let mut gf = core::mem::replace(&mut io.graph, Graph::with_size(1));
+        gf.size = usize::MAX;
+        let logits = &io.logits; // [n_vocab, T]
+        let w_in = ctx.new_tensor_2d(GgmlType::F32, logits.ne[0], logits.ne[1]);
+        w_in.set_name("loss_w");
+        w_in.set_input();
+        let lsm = ctx.log_soft_max(logits); // [n_vocab, T]
+        lsm.set_name("loss_log_softmax");
+        let loss = ctx.mul(&lsm, &w_in); // [n_vocab, T]: −log p(target)/(B(T−1)) at the targets
+        loss.set_name("loss");
+        gf.build_forward_expand(&loss);
+        // Each predicted position's term, picked at its target (an element per row: a gather,
+        // not a sum over the vocabulary, so it is exactly the CPU's and WebGPU's product).
+        let loss_at = ctx.new_tensor_1d(GgmlType::I32, (seqs * (cfg.seq_len - 1)) as i64);
+        loss_at.set_name("loss_at");
+        loss_at.set_input();
+        let flat = ctx.reshape_2d(&loss, 1, logits.ne[0] * logits.ne[1]); // [1, n_vocab·T]
+        let loss_rows = ctx.get_rows(&flat, &loss_at); // [1, seqs·(seqLen−1)]
+        loss_rows.set_name("loss_rows");
+        loss_rows.set_output();
+        gf.build_forward_expand(&loss_rows);
+        for p in params {
+            p.t.set_param();
+        }
+        gf.build_backward_expand(&ctx, &loss);
+        for p in params {
+            p.t.clear_param();
+        }
+        // One run per update: the gradient row is zero before it (the optimizer step zeroes
+        // it), so the run's gradient is stored, not added (0 + g is g).
+        let one_run = seqs == cfg.batch_size;
+        for p in params {
+            let Some(g) = gf.grad(&p.t) else { continue }; // a weight the loss does not read
+            let acc = ctx.reshape(&ctx.view_1d(&p.state, p.t.nelements(), 0), &p.t.ne);
+            acc.set_name(&format!("{}.grad_acc", p.t.name()));
+            let sum = if one_run {
+                g.clone()
+            } else {
+                let sum = ctx.add(&acc, &g);
+                sum.set_name(&format!("{}.grad_sum", p.t.name()));
+                sum
+            };
+            let store = ctx.cpy(&sum, &acc);
+            store.set_name(&format!("{}.grad_store", p.t.name()));
+            gf.build_forward_expand(&store);
+        }
+        gf.size = gf.nodes.len().max(gf.leafs.len());
+
+        let mut sched = Sched::new(backends)?;
+        sched.reserve(&gf).map_err(|e| ModelError::oom("training's compute buffer (activations and gradients)", e))?;
+        sched
+            .alloc_graph(&gf)
+            .map_err(|e| ModelError::oom("training's compute buffer (activations and gradients)", e))?;
+        let compute = (0..sched.n_backends()).map(|i| sched.compute_buffer_size(i) as u64).sum();
+        Ok(TrainGraph { seqs, io, w_in, loss_at, loss_rows, gf, sched, compute, _ctx: ctx })
+    }
 }
 
 impl Trainer {
@@ -490,7 +599,6 @@ impl Trainer {
         backends: Vec<Rc<dyn Backend>>,
         resume: &mut Option<OptState>,
     ) -> Result<Trainer, ModelError> {
-        let hp = &model.hparams;
         let names: Vec<(String, i64)> = params.iter().map(|(t, _)| (t.name(), t.nelements())).collect();
         // Each param's state lives with it: on the backend whose memory holds the param.
         let homes: Vec<usize> = params.iter().map(|(t, _)| backend_index(&backends, t)).collect();
@@ -549,57 +657,8 @@ impl Trainer {
             .map(|((t, decay), &home)| Param { state: state_of(&t.name()), t, decay, home })
             .collect();
 
-        // The training graph: one sequence forward, its weighted log-probabilities (the loss),
-        // the backward pass, each param's gradient added into its state's row 0.
-        let t = cfg.seq_len;
-        // Attention reads the sequence's own K/V (Ubatch::own_kv): no gradient of the cache.
-        let ub = Ubatch { own_kv: true, ..Ubatch::at(0, t, t) };
-        let mut io = build_graph_with(hp, w, &model.kv, ub, &[]);
-        let ctx = Context::new(ContextParams {
-            mem_size: (8 * io.graph.nodes.len() + 8 * params.len() + 64) * TENSOR_OVERHEAD,
-            no_alloc: true,
-        });
-        let mut gf = core::mem::replace(&mut io.graph, Graph::with_size(1));
-        gf.size = usize::MAX;
-        let logits = &io.logits; // [n_vocab, T]
-        let w_in = ctx.new_tensor_2d(GgmlType::F32, logits.ne[0], logits.ne[1]);
-        w_in.set_name("loss_w");
-        w_in.set_input();
-        let lsm = ctx.log_soft_max(logits); // [n_vocab, T]
-        lsm.set_name("loss_log_softmax");
-        let loss = ctx.mul(&lsm, &w_in); // [n_vocab, T]: −log p(target)/(B(T−1)) at the targets
-        loss.set_name("loss");
-        gf.build_forward_expand(&loss);
-        // Each position's term, picked at its target (an element per row: a gather, not a
-        // sum over the vocabulary, so it is exactly the CPU's and WebGPU's product).
-        let loss_at = ctx.new_tensor_1d(GgmlType::I32, logits.ne[1] - 1);
-        loss_at.set_name("loss_at");
-        loss_at.set_input();
-        let flat = ctx.reshape_2d(&loss, 1, logits.ne[0] * logits.ne[1]); // [1, n_vocab·T]
-        let loss_rows = ctx.get_rows(&flat, &loss_at); // [1, T−1]
-        loss_rows.set_name("loss_rows");
-        loss_rows.set_output();
-        gf.build_forward_expand(&loss_rows);
-        for p in &params {
-            p.t.set_param();
-        }
-        gf.build_backward_expand(&ctx, &loss);
-        for p in &params {
-            p.t.clear_param();
-        }
-        for p in &params {
-            let Some(g) = gf.grad(&p.t) else { continue }; // a weight the loss does not read
-            let acc = ctx.reshape(&ctx.view_1d(&p.state, p.t.nelements(), 0), &p.t.ne);
-            acc.set_name(&format!("{}.grad_acc", p.t.name()));
-            let sum = ctx.add(&acc, &g);
-            sum.set_name(&format!("{}.grad_sum", p.t.name()));
-            let store = ctx.cpy(&sum, &acc);
-            store.set_name(&format!("{}.grad_store", p.t.name()));
-            gf.build_forward_expand(&store);
-        }
-        gf.size = gf.nodes.len().max(gf.leafs.len());
-
         // The optimizer graphs: one step node per param, in place, on the param's backend.
+        let ctx = Context::new(ContextParams { mem_size: (params.len() + 8) * TENSOR_OVERHEAD, no_alloc: true });
         let mut opt = Vec::new();
         for (b, backend) in backends.iter().enumerate() {
             let mut g = Graph::with_size(4 * params.len() + 8); // each step node; each param, state, hyper leaf
@@ -624,14 +683,26 @@ impl Trainer {
             }
         }
 
-        let mut sched = Sched::new(backends)?;
-        sched.reserve(&gf).map_err(|e| ModelError::oom("training's compute buffer (activations and gradients)", e))?;
-        sched
-            .alloc_graph(&gf)
-            .map_err(|e| ModelError::oom("training's compute buffer (activations and gradients)", e))?;
-        let compute = (0..sched.n_backends()).map(|i| sched.compute_buffer_size(i) as u64).sum();
-        let memory = TrainMemory { compute, ..memory };
-        check_budget(limit, &memory, what)?;
+        // The largest run that fits the budget: all of a batch's sequences in one graph run
+        // when they fit MAX_RUN_TOKENS, else fewer per run. LoRA keeps one
+        // sequence per run: its wide products are the frozen weights' input gradients, which
+        // gain little from the width, while the block-diagonal scores and the compute buffer
+        // grow (124M, batch 4: 160 → 756 MB, 191 → 158 tokens per CPU second).
+        let mut runs = match cfg.lora {
+            Some(_) => vec![1],
+            None => seqs_per_run(cfg.batch_size, cfg.seq_len),
+        };
+        let (tg, memory) = loop {
+            let g = runs.remove(0);
+            let r = TrainGraph::build(model, w, &params, &cfg, g, backends.clone()).and_then(|tg| {
+                let memory = TrainMemory { compute: tg.compute, ..memory };
+                check_budget(limit, &memory, what).map(|()| (tg, memory))
+            });
+            match r {
+                Err(ModelError::OverBudget { .. }) if !runs.is_empty() => continue,
+                r => break r?,
+            }
+        };
         // Planned: a resumed checkpoint's state is the run's from here on.
         let mut state = match fresh {
             Some(mut f) => {
@@ -652,13 +723,8 @@ impl Trainer {
             seqs,
             params,
             hyper,
-            io,
-            w_in,
-            loss_at,
-            loss_rows,
-            gf,
+            tg,
             opt,
-            sched,
             _ctx: ctx,
             _hyper_ctx: hyper_ctx,
             _hyper_buffers: hyper_buffers,
@@ -692,32 +758,45 @@ impl Trainer {
     /// the last finished update.
     pub async fn step(&mut self, n_vocab: usize) -> Result<TrainStep, ModelError> {
         // The gradient rows are zero here: allocated so, and each optimizer step zeroes them.
-        let (b, t) = (self.cfg.batch_size, self.cfg.seq_len);
+        let (b, t, g) = (self.cfg.batch_size, self.cfg.seq_len, self.tg.seqs);
+        let n = g * t; // tokens per graph run
         let mut loss = 0f64;
         let coef = -1.0 / (b * (t - 1)) as f32;
-        let mut w = vec![0f32; n_vocab * t];
-        let mask: Vec<f32> =
-            (0..t).flat_map(|i| (0..t).map(move |j| if j <= i { 0.0 } else { f32::NEG_INFINITY })).collect();
-        let pos: Vec<i32> = (0..t as i32).collect();
-        for i in 0..b {
-            let seq = &self.seqs[((self.sequences + i as u64) % self.seqs.len() as u64) as usize];
+        let mut w = vec![0f32; n_vocab * n];
+        // Block-diagonal causal mask ([n_kv, N], n_kv = N): each token attends to its own
+        // sequence's tokens up to itself.
+        let mask: Vec<f32> = (0..n)
+            .flat_map(|i| (0..n).map(move |j| if j / t == i / t && j <= i { 0.0 } else { f32::NEG_INFINITY }))
+            .collect();
+        let pos: Vec<i32> = (0..n as i32).map(|i| i % t as i32).collect();
+        let tg = &mut self.tg;
+        for r in 0..b / g {
             w.iter_mut().for_each(|x| *x = 0.0);
-            let mut at = vec![0i32; t - 1];
-            for p in 0..t - 1 {
-                w[p * n_vocab + seq[p + 1] as usize] = coef;
-                at[p] = (p * n_vocab + seq[p + 1] as usize) as i32;
+            let mut ids = Vec::with_capacity(n);
+            // Where each predicted position's term is in the flattened [n_vocab, N] loss.
+            let mut at = Vec::with_capacity(g * (t - 1));
+            for s in 0..g {
+                let k = (self.sequences + (r * g + s) as u64) % self.seqs.len() as u64;
+                let seq = &self.seqs[k as usize];
+                for p in 0..t - 1 {
+                    w[(s * t + p) * n_vocab + seq[p + 1] as usize] = coef;
+                    at.push(((s * t + p) * n_vocab + seq[p + 1] as usize) as i32);
+                }
+                ids.extend(seq.iter().map(|&x| x as i32));
             }
-            self.sched.alloc_graph(&self.gf)?;
-            let ids: Vec<i32> = seq.iter().map(|&x| x as i32).collect();
-            self.io.tokens.set_bytes(bytemuck::cast_slice(&ids), 0);
-            self.io.positions.set_bytes(bytemuck::cast_slice(&pos), 0);
-            self.io.kq_mask.set_bytes(bytemuck::cast_slice(&mask), 0);
-            self.w_in.set_bytes(bytemuck::cast_slice(&w), 0);
-            self.loss_at.set_bytes(bytemuck::cast_slice(&at), 0);
-            self.sched.graph_compute(&self.gf)?;
-            let mut rows = vec![0f32; t - 1];
-            self.sched.tensor_get(&self.loss_rows, bytemuck::cast_slice_mut(&mut rows)).await?;
-            loss += rows.iter().map(|&r| r as f64).sum::<f64>();
+            tg.sched.alloc_graph(&tg.gf)?;
+            tg.io.tokens.set_bytes(bytemuck::cast_slice(&ids), 0);
+            tg.io.positions.set_bytes(bytemuck::cast_slice(&pos), 0);
+            tg.io.kq_mask.set_bytes(bytemuck::cast_slice(&mask), 0);
+            tg.w_in.set_bytes(bytemuck::cast_slice(&w), 0);
+            tg.loss_at.set_bytes(bytemuck::cast_slice(&at), 0);
+            tg.sched.graph_compute(&tg.gf)?;
+            let mut rows = vec![0f32; g * (t - 1)];
+            tg.sched.tensor_get(&tg.loss_rows, bytemuck::cast_slice_mut(&mut rows)).await?;
+            // Summed per sequence, then over the batch: the order a run of one sequence gives.
+            for s in 0..g {
+                loss += rows[s * (t - 1)..(s + 1) * (t - 1)].iter().map(|&r| r as f64).sum::<f64>();
+            }
         }
         let gscale = self.clip_scale().await?;
         self.set_hyper(gscale);
@@ -741,7 +820,7 @@ impl Trainer {
             let n = p.t.nelements() as usize;
             let mut g = vec![0f32; n];
             // Row 0 of the state (read asynchronously: it may be WebGPU memory).
-            self.sched.tensor_get(&p.state, bytemuck::cast_slice_mut(&mut g)).await?;
+            self.tg.sched.tensor_get(&p.state, bytemuck::cast_slice_mut(&mut g)).await?;
             let sq: f64 = g.iter().map(|&x| x as f64 * x as f64).sum();
             total += sq;
             self.grad_norms.push((p.t.name(), libm::sqrt(sq)));
@@ -778,7 +857,7 @@ impl Trainer {
     /// The training graph's splits by backend (the scheduler's description, one line each),
     /// once the graph is planned: where the forward and backward passes run.
     pub fn splits(&self) -> Vec<String> {
-        self.sched.describe_splits()
+        self.tg.sched.describe_splits()
     }
 
     /// The backends the optimizer steps run on, in order.

@@ -178,7 +178,8 @@ fn fits_against_the_budget() {
 fn huge_ctx_header(bytes: &[u8]) -> Vec<u8> {
     const HUGE_CTX: u64 = 1 << 22;
     let mut b = bytes.to_vec();
-    let after = |b: &[u8], text: &[u8]| b.windows(text.len()).position(|w| w == text).expect("in the header") + text.len();
+    let after =
+        |b: &[u8], text: &[u8]| b.windows(text.len()).position(|w| w == text).expect("in the header") + text.len();
     let ctx = after(&b, b"gpt2.context_length");
     assert_eq!(u32::from_le_bytes(b[ctx..ctx + 4].try_into().unwrap()), 4, "a u32 context length");
     b[ctx + 4..ctx + 8].copy_from_slice(&(HUGE_CTX as u32).to_le_bytes());
@@ -196,8 +197,9 @@ fn huge_ctx_header(bytes: &[u8]) -> Vec<u8> {
 fn a_context_of_millions_is_planned_and_its_gradient_refused() {
     let header = read_header_unsized(&huge_ctx_header(&fixtures::model_bytes(FILES[2])));
     let budget = 16u64 << 30;
-    let p = HeaderPlan::new(&header, vec![Rc::new(BudgetCpu(CpuBackend::new(1), budget))], None, &Gpt2Options::default())
-        .unwrap();
+    let p =
+        HeaderPlan::new(&header, vec![Rc::new(BudgetCpu(CpuBackend::new(1), budget))], None, &Gpt2Options::default())
+            .unwrap();
     assert_eq!(p.n_ctx, 1 << 22);
     assert!(p.compute_measured);
     assert_eq!(p.misfit, None);

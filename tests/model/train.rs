@@ -271,3 +271,65 @@ fn lora_on_the_xl_shape_at_q8_0_plans_and_runs() {
     assert!(rel <= 1e-4, "the first loss {} is not the base model's {base}", losses[0]);
     assert!(losses[1] < losses[0], "losses {losses:?}");
 }
+
+/// A batch's sequences run as one graph (positions from 0 in each, a block-diagonal causal
+/// mask; more tokens than the cache has cells: the run writes nothing there) when the plan
+/// fits the budget; with one byte less they run one per graph run (less
+/// compute, gradients added up) with the same losses up to the float summation order; below
+/// that plan the run is `OverBudget` with its sizes, and the model still runs.
+#[test]
+fn a_batch_is_one_graph_run_or_one_sequence_per_run_by_the_budget() {
+    use ggweb::model::context::block_on;
+    use ggweb::model::loader::ModelLoader;
+    let seqs = load().sequences();
+    let with_budget = |budget: u64| {
+        let bytes = std::fs::read(fixture("tiny-f32.gguf")).unwrap();
+        let mut l = ModelLoader::new(
+            Rc::new(CpuBackend::new(1)),
+            Gpt2Options { n_ctx: seqs[0].len(), ..Default::default() },
+            Default::default(),
+            Some(bytes.len() as u64),
+        )
+        .with_budget(budget);
+        for c in bytes.chunks(1 << 16) {
+            l.feed(c).unwrap();
+        }
+        Session::new(l.finish().unwrap())
+    };
+    let cfg = params(&format!(
+        r#"{{"seqLen":{},"batchSize":2,"steps":3,"optimizer":{{"type":"adamw","lr":1e-2}}}}"#,
+        seqs[0].len()
+    ))
+    .unwrap()
+    .config(seqs[0].len())
+    .unwrap();
+    let run = |s: &mut Session| {
+        let plan = s.train_start(seqs.clone(), cfg.clone()).unwrap();
+        let mut losses = Vec::new();
+        while let Some(step) = block_on(s.train_step()).unwrap() {
+            losses.push(step.loss);
+        }
+        (plan, losses)
+    };
+    let mut big = with_budget(1 << 40);
+    let held = big.model.budget.unwrap() - big.model.host_left().unwrap();
+    let (plan, losses) = run(&mut big);
+    let needed = plan.weights + plan.state + plan.compute;
+    let (small, small_losses) = run(&mut with_budget(held + needed - 1));
+    assert!(small.compute < plan.compute && (small.weights, small.state) == (plan.weights, plan.state), "{small:?}");
+    assert_eq!(losses.len(), 3);
+    for (a, b) in losses.iter().zip(&small_losses) {
+        assert!((a - b).abs() <= 1e-5 * a.abs(), "one run {losses:?}, one sequence per run {small_losses:?}");
+    }
+    let needed = small.weights + small.state + small.compute;
+    let mut tight = with_budget(held + needed - 1);
+    let before = block_on(tight.logits(&[1, 2, 3])).unwrap();
+    match tight.train_start(seqs.clone(), cfg.clone()) {
+        Err(e @ ModelError::OverBudget { needed: n, limit, .. }) => {
+            assert_eq!((n, limit), (needed, needed - 1), "{e}");
+            assert!(e.to_string().contains("compute buffer"), "{e}");
+        }
+        other => panic!("not refused: {:?}", other.map(|_| ())),
+    }
+    assert!(block_on(tight.logits(&[1, 2, 3])).unwrap() == before);
+}
