@@ -21,7 +21,8 @@ export const block = (name) => {
 export const BOUNDS = { gradRel: 1e-4, gradAbs: 1e-5, value: 1e-4 };
 
 /** What the page needs: the model's URL, its load options and the reference's cases. */
-export const gradArg = (loadOpts, { igMaxSteps = Infinity } = {}) => ({
+// igMaxSteps: null runs every case (Infinity would not survive JSON to Firefox's page).
+export const gradArg = (loadOpts, { igMaxSteps = null } = {}) => ({
   url: '/tests/fixtures/tiny-f32.gguf', loadOpts, grad: REF.grad, sal: REF.saliency, atp: REF.atp, igMaxSteps,
 });
 
@@ -44,7 +45,7 @@ export async function gradPage(arg) {
   const sal = [];
   for (const c of arg.sal) {
     for (const method of ['gradient', 'gradientXInput', 'integratedGradients']) {
-      if (method === 'integratedGradients' && c.steps > arg.igMaxSteps) continue;
+      if (method === 'integratedGradients' && arg.igMaxSteps != null && c.steps > arg.igMaxSteps) continue;
       const x = await m.saliency(c.tokens, { of: c.of, method, steps: c.steps });
       sal.push({ name: c.name, method, scores: Array.from(x.scores), metric: x.metric, delta: x.delta, tokens: Array.from(x.tokens) });
     }
