@@ -201,7 +201,6 @@ fn resuming_under_another_optimizer_adapter_or_tensor_set_is_invalid() {
 /// host bytes to the byte: a budget of exactly that leaves nothing over).
 #[test]
 fn inspect_of_a_checkpoint_plans_its_optimizer_state() {
-    use ggweb::model::loader::ModelLoader;
     use ggweb::model::plan::{HeaderPlan, HeaderReader};
     let r = load();
     let case = r.case("adamw");
@@ -223,16 +222,6 @@ fn inspect_of_a_checkpoint_plans_its_optimizer_state() {
     // AdamW: m and v of every trained tensor, and its gradient: three times the weights more.
     let w = |p: &HeaderPlan| p.by_backend.iter().map(|b| b.weights as u64).sum::<u64>();
     assert_eq!(w(&ckpt), 4 * w(&base_plan), "weights + m + v + gradient");
-    let mut l = ModelLoader::new(
-        Rc::new(CpuBackend::new(1)),
-        Gpt2Options::default(),
-        Default::default(),
-        Some(file.len() as u64),
-    )
-    .with_budget(ckpt.total());
-    for c in file.chunks(1 << 16) {
-        l.feed(c).unwrap();
-    }
-    let m = l.finish().unwrap().model;
+    let m = crate::support::memory::load_with_budget(&file, Gpt2Options::default(), ckpt.total()).model;
     assert_eq!(m.host_left(), Some(0), "the plan is what the load holds");
 }

@@ -301,20 +301,9 @@ fn attribute_sums_to_the_adapted_logit_difference() {
 /// sizes, and the model is as it was (no adapter, still running).
 #[test]
 fn a_lora_plan_over_the_budget_is_refused_with_its_sizes() {
-    use ggweb::model::loader::ModelLoader;
     let load = |budget: u64| {
         let bytes = std::fs::read(fixture("tiny-q8_0.gguf")).unwrap();
-        let mut l = ModelLoader::new(
-            Rc::new(CpuBackend::new(1)),
-            Gpt2Options::default(),
-            Default::default(),
-            Some(bytes.len() as u64),
-        )
-        .with_budget(budget);
-        for c in bytes.chunks(1 << 16) {
-            l.feed(c).unwrap();
-        }
-        Session::new(l.finish().unwrap())
+        Session::new(crate::support::memory::load_with_budget(&bytes, Gpt2Options::default(), budget))
     };
     let cfg = config(r#"{"seqLen":16,"batchSize":2,"steps":1,"lora":{"rank":4,"targets":["attn_qkv","ffn_up"]}}"#);
     let big = 1u64 << 40;

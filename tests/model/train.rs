@@ -201,16 +201,7 @@ fn the_124m_shape_trains_at_seq_128_batch_4() {
     assert!(losses.iter().all(|l| l.is_finite()) && losses[2] < losses[0], "losses {losses:?}");
 }
 
-/// The process's peak resident memory (VmHWM), in bytes (Linux; 0 elsewhere).
-fn peak_rss() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines().find(|l| l.starts_with("VmHWM:")).map(|l| l.split_whitespace().nth(1).unwrap().to_owned())
-        })
-        .and_then(|kb| kb.parse::<u64>().ok())
-        .map_or(0, |kb| kb * 1024)
-}
+use crate::support::memory::peak_rss;
 
 /// Issue 39's memory acceptance natively: LoRA (rank 8 on every target) on GPT-2 XL's shape at
 /// Q8_0 (a generated file: `bash tests/fixtures/make_scale_models.sh --shapes xl --types q8_0`,
@@ -280,21 +271,11 @@ fn lora_on_the_xl_shape_at_q8_0_plans_and_runs() {
 #[test]
 fn a_batch_is_one_graph_run_or_one_sequence_per_run_by_the_budget() {
     use ggweb::model::context::block_on;
-    use ggweb::model::loader::ModelLoader;
     let seqs = load().sequences();
     let with_budget = |budget: u64| {
         let bytes = std::fs::read(fixture("tiny-f32.gguf")).unwrap();
-        let mut l = ModelLoader::new(
-            Rc::new(CpuBackend::new(1)),
-            Gpt2Options { n_ctx: seqs[0].len(), ..Default::default() },
-            Default::default(),
-            Some(bytes.len() as u64),
-        )
-        .with_budget(budget);
-        for c in bytes.chunks(1 << 16) {
-            l.feed(c).unwrap();
-        }
-        Session::new(l.finish().unwrap())
+        let opts = Gpt2Options { n_ctx: seqs[0].len(), ..Default::default() };
+        Session::new(crate::support::memory::load_with_budget(&bytes, opts, budget))
     };
     let cfg = params(&format!(
         r#"{{"seqLen":{},"batchSize":2,"steps":3,"optimizer":{{"type":"adamw","lr":1e-2}}}}"#,

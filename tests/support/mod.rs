@@ -12,7 +12,8 @@
 //!   in memory; `bench_gpt2`: GPT-2-shaped models of any size with seeded random weights;
 //! - `sched`: the tiny model loaded whole or split, and one reference run; `host_backend`: a
 //!   stand-in "GPU" backend in host memory (also used by the crate's sched unit tests and the
-//!   model_split fuzz target, by path); `gpu`: the native WebGPU backend.
+//!   model_split fuzz target, by path); `gpu`: the native WebGPU backend; `memory`: peak RSS
+//!   and a model loaded under a budget.
 #![allow(dead_code)]
 
 pub mod bench_gpt2;
@@ -23,6 +24,7 @@ pub mod gpu;
 pub mod grad_ref;
 pub mod host_backend;
 pub mod kquants;
+pub mod memory;
 pub mod rng;
 pub mod sched;
 pub mod simd_checks;

@@ -206,15 +206,7 @@ fn lora_on_the_xl_shape_at_q8_0_on_webgpu_plans_and_runs() {
     let path = std::env::var("GGWEB_SCALE_XL_Q8_0").unwrap_or_else(|_| {
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".models/bench-xl-q8_0.gguf").display().to_string()
     });
-    let peak_rss = || {
-        std::fs::read_to_string("/proc/self/status")
-            .ok()
-            .and_then(|s| {
-                s.lines().find(|l| l.starts_with("VmHWM:")).map(|l| l.split_whitespace().nth(1).unwrap().to_owned())
-            })
-            .and_then(|kb| kb.parse::<u64>().ok())
-            .map_or(0, |kb| kb * 1024)
-    };
+    use crate::support::memory::peak_rss;
     let before = peak_rss();
     let opts = Gpt2Options { n_ctx: 128, ..Default::default() };
     let mut s = Session::new(
