@@ -57,7 +57,6 @@ pub(super) const fn table() -> Kernels {
 }
 
 mod affine;
-mod cols_q4_0;
 mod kquants;
 mod packed;
 mod packed_k;
@@ -426,8 +425,7 @@ float_kernel!(
 /// fit V8's registers (~1.45× the row tiles below on a 64-token prompt). For fewer rows of
 /// b (a decode step), pairs go in register tiles of [`MR`] rows of a × [`NR`] rows of b
 /// ([`tile_dot`]), so each loaded vector serves several products; pairs outside whole
-/// tiles through [`row_dot`]. Q4_0 takes 2 to 4 rows of b (a step of several sequences) in
-/// `cols_q4_0`'s kernel instead, one row in [`decode_rows`].
+/// tiles through [`row_dot`].
 pub(super) fn gemm_rows(g: &GemmArgs, c: &mut [f32]) {
     gemm_rows_form(false, g, c)
 }
@@ -447,12 +445,6 @@ fn gemm_rows_form(packed: bool, g: &GemmArgs, c: &mut [f32]) {
     let GemmArgs { ty, nb, m, a, lda, b, ldb, cols, ldc, .. } = *g;
     let nbp = cols.nbp;
     let n = cols.plain.len();
-    // A decode step of 2 to 4 sequences on Q4_0: each block unpacked once for all of them.
-    let q4_0_cols = ty == GgmlType::Q4_0 && !packed && (2..=COLS_MAX_N).contains(&n) && !cols.plain.contains(&true);
-    #[cfg(target_feature = "relaxed-simd")]
-    if q4_0_cols {
-        return cols_q4_0::decode(g, &[], c);
-    }
     #[cfg(target_feature = "relaxed-simd")]
     if ty == GgmlType::Q4_0 && n >= PANEL_MIN_N && !cols.plain.contains(&true) {
         let mut form = NibblePanels { b, ldb, ysum: &cols.ysum, nbp };
@@ -480,10 +472,6 @@ fn gemm_rows_form(packed: bool, g: &GemmArgs, c: &mut [f32]) {
         for (t, y) in ys.iter().enumerate() {
             widen(load(&y.qs[..16]), load(&y.qs[16..]), &mut yw[(j * nb + t) * 4..]);
         }
-    }
-    #[cfg(not(target_feature = "relaxed-simd"))]
-    if q4_0_cols {
-        return cols_q4_0::decode(g, &yw, c);
     }
     // Columns the products take (on wasm, every one: `plain` is never marked here).
     let js: alloc::vec::Vec<usize> = (0..n).filter(|&j| !cols.plain[j]).collect();
@@ -844,8 +832,6 @@ const TP: usize = 2;
 const TN: usize = 4;
 /// From this many rows of b on, [`gemm_rows`] packs rows of a into panels ([`panel_gemm`]).
 const PANEL_MIN_N: usize = 4;
-/// Up to this many rows of b (from 2), Q4_0 takes `cols_q4_0`'s decode kernel (one row: [`decode_rows`]).
-const COLS_MAX_N: usize = 4;
 /// Below this many rows of b, [`panel_gemm`]'s panels take rows a quarter of a apart.
 const SPREAD_MAX_N: usize = 16;
 

@@ -9,7 +9,7 @@
 //! Q8_0 only (the K-quants' groups: `packed_k.rs`): Q4_0 groups (the same layout, 18-byte
 //! blocks) measured ~7% slower than `decode_rows` on ggml's layout in Chromium 156 on both
 //! builds (its integer part is cheap, so the per-group transpose and scale steps weigh more),
-//! so Q4_0 weights stay as they are (several rows of b: `cols_q4_0.rs`, on ggml's layout).
+//! so Q4_0 weights stay as they are.
 
 use crate::wasm_arch::*;
 
@@ -54,7 +54,7 @@ fn reduce8x4(a: &[v128; 8]) -> v128 {
 /// Runs `step(t, &mut acc[t % 8])` for every block, in order (`acc[t % 8][j]`: column j's 4
 /// rows), then each column's 4 rows' results.
 #[inline(always)]
-pub(super) fn blocks<const N: usize>(nb: usize, mut step: impl FnMut(usize, &mut [v128; N])) -> [[f32; GROUP]; N] {
+fn blocks<const N: usize>(nb: usize, mut step: impl FnMut(usize, &mut [v128; N])) -> [[f32; GROUP]; N] {
     let mut acc = [[f32x4_splat(0.0); N]; 8];
     let mut t = 0;
     while t + 8 <= nb {
