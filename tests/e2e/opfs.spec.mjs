@@ -311,7 +311,7 @@ for (const worker of [true, false]) {
 // A checkpoint larger than the memory left (issue 39 item 3: "streamed, never whole in JS
 // memory"), on the page thread, where the test reaches the engine's wasm module: with the
 // model's headroom capped at 8 MiB (debug_set_host_headroom) after 3 AdamW updates, the whole
-// optimizer checkpoint (weights, m and v: 25 MB) is refused with its sizes, while to: 'opfs'
+// optimizer checkpoint (weights, m and v: 21.6 MB) is refused with its sizes, while to: 'opfs'
 // writes it a chunk at a time (the header, then about 1 MiB of one tensor at a time) and the
 // wasm memory does not grow by the file; it loads back with 'opfs:name' and 3 more updates
 // give the uninterrupted 6-update run's losses and logits exactly. With a storage quota below
@@ -385,7 +385,7 @@ test("a checkpoint larger than the memory left is written to OPFS in pieces and 
   assert.equal(q.usable, 50257, 'the model runs after the failed write');
   assert.match(r.refused, /^unsupported: save: the \d+-byte file does not fit in memory \(8388608 bytes of the budget are left\); type 'f16' takes less; \{ to: 'opfs', name \} writes it in pieces$/);
   const size = Number(/the (\d+)-byte file/.exec(r.refused)[1]);
-  assert.ok(size > 3 * HEADROOM, `the checkpoint is ${size} bytes`);
+  assert.ok(size > 2 * HEADROOM, `the checkpoint is ${size} bytes`);
   assert.deepEqual(r.saved, { to: 'opfs', name: 'big', bytes: size });
   assert.equal(r.fileSize, size);
   assert.deepEqual(r.names, ['big'], 'no .part left beside the checkpoint');
