@@ -624,13 +624,7 @@ export class Engine {
       throw new GgwebError('unsupported', 'saveLora: this wasm module was built before LoRA adapters existed');
     }
     const { to, name, rest } = saveTarget(opts ?? {}, 'saveLora');
-    let out;
-    try {
-      out = to && typeof this.model.save_lora_file === 'function' ? this.model.save_lora_file(rest) : this.model.save_lora(rest);
-    } catch (e) {
-      throw toGgwebError(e, 'invalid', '');
-    }
-    return to ? { to, name, bytes: await writeCheckpoint(name, out, 'saveLora') } : out;
+    return this._save('saveLora', to, name, rest);
   }
 
   /** Puts the adapter of a llama.cpp LoRA GGUF (`bytes`) on the model (Model.load's `lora`). */
@@ -703,17 +697,31 @@ export class Engine {
       throw new GgwebError('unsupported', 'save: this wasm module was built before model.save existed');
     }
     const { to, name, rest } = saveTarget(o, 'save');
-    const release = this._take('save');
-    let out;
+    return this._save('save', to, name, rest);
+  }
+
+  /**
+   * save / saveLora after their checks: the bytes (gathered in wasm, WebGPU memory read back
+   * awaited), or with `to: 'opfs'` the file written to OPFS a chunk at a time as wasm makes
+   * it (WasmSaveStream: never whole in wasm or JS memory), the model busy until it is written.
+   */
+  async _save(what, to, name, rest) {
+    const release = this._take(what);
+    const fn = what === 'save' ? 'save' : 'save_lora';
     try {
-      // To OPFS: the file stays in wasm memory and is read out a piece at a time.
-      out = to && typeof this.model.save_file === 'function' ? this.model.save_file(rest) : this.model.save(rest);
+      if (!to) return await guardWasm(this.model[fn](rest), what);
+      let stream;
+      if (typeof this.model[`${fn}_stream`] === 'function') {
+        stream = this.model[`${fn}_stream`](rest);
+      } else {
+        stream = await guardWasm(this.model[fn](rest), what); // an older core: the bytes
+      }
+      return { to, name, bytes: await writeCheckpoint(name, stream, what, guardWasm) };
     } catch (e) {
-      throw this._noteLost(toGgwebError(e, 'internal', 'save'));
+      throw this._noteLost(toGgwebError(e, what === 'save' ? 'internal' : 'invalid', what));
     } finally {
       release();
     }
-    return to ? { to, name, bytes: await writeCheckpoint(name, out, 'save') } : out;
   }
 
   /**

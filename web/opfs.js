@@ -140,15 +140,15 @@ async function rename(dir, from, to) {
 const tempName = (name) => `${name}.${Math.random().toString(36).slice(2, 10)}.part`;
 
 /**
- * Writes `dir`/`name` from `pieces` (an iterable of Uint8Array) under a temporary name,
- * renamed to `name` when every piece is written; nothing is left behind on failure.
- * Resolves to the bytes written.
+ * Writes `dir`/`name` from `pieces` (an iterable or async iterable of Uint8Array) under a
+ * temporary name, renamed to `name` when every piece is written; nothing is left behind on
+ * failure (a piece that fails to come, too). Resolves to the bytes written.
  */
 export async function writeWhole(dir, name, pieces) {
   const tmp = tempName(name);
   const w = await fileWriter(dir, tmp);
   try {
-    for (const p of pieces) await w.write(p);
+    for await (const p of pieces) await w.write(p);
     await w.close();
     await rename(dir, tmp, name);
     return w.written;
@@ -159,20 +159,26 @@ export async function writeWhole(dir, name, pieces) {
   }
 }
 
-/** How much of a file save / saveLora copy out of wasm memory at a time for `to: 'opfs'`. */
+/** How much of a Uint8Array save / saveLora write to OPFS at a time. */
 export const PIECE_BYTES = 4 << 20;
 
 /**
  * The pieces of a saved file: a Uint8Array (views, no copies), or the wasm side's
- * WasmSavedFile (`size()`, `piece(offset, n)`: each piece copied out only when its turn comes).
+ * WasmSaveStream (`next_chunk()`: each chunk made only when its turn comes, awaited through
+ * `guard`, the wasm trap guard; `size()` the file's length, checked at the end).
  */
-export function* piecesOf(file, size = PIECE_BYTES) {
+export async function* piecesOf(file, guard = (p) => p, what = 'save', size = PIECE_BYTES) {
   if (file instanceof Uint8Array) {
     for (let off = 0; off < file.byteLength; off += size) yield file.subarray(off, Math.min(off + size, file.byteLength));
     return;
   }
-  const n = file.size();
-  for (let off = 0; off < n; off += size) yield file.piece(off, size);
+  const total = file.size();
+  let n = 0;
+  for (let c = await guard(file.next_chunk(), what); c !== undefined; c = await guard(file.next_chunk(), what)) {
+    n += c.byteLength;
+    yield c;
+  }
+  if (n !== total) throw new GgwebError('internal', `${what}: the file came to ${n} bytes, not the ${total} its header promised; nothing was written`);
 }
 
 // --- Models stored by loads with cache: 'opfs' ----------------------------------------------
@@ -301,15 +307,17 @@ export async function checkpointFile(name, what) {
 }
 
 /**
- * Writes `file` (a Uint8Array or a WasmSavedFile, freed here) as checkpoint `name` in pieces
- * (temporary name, renamed when whole); its length.
+ * Writes `file` (a Uint8Array, or a WasmSaveStream, freed here) as checkpoint `name` a piece
+ * at a time (temporary name, renamed when whole); its length. `guard` awaits a wasm call
+ * (engine.js's trap guard). A failure writes nothing: OPFS's errors are 'unsupported' (the
+ * quota named), the wasm side's keep their code.
  */
-export async function writeCheckpoint(name, file, what) {
+export async function writeCheckpoint(name, file, what, guard) {
   try {
     const dir = await opfsDir(OPFS_CHECKPOINTS, what);
-    return await writeWhole(dir, name, piecesOf(file));
+    return await writeWhole(dir, name, piecesOf(file, guard, what));
   } catch (e) {
-    if (e instanceof GgwebError) throw e;
+    if (e instanceof GgwebError || typeof e?.code === 'string') throw e;
     const quota = e?.name === 'QuotaExceededError' ? ' (the storage quota is full)' : '';
     throw new GgwebError('unsupported', `${what}: could not write ${JSON.stringify(name)} to the Origin Private File System${quota}: ${e?.name ?? 'Error'}: ${e?.message ?? e}; nothing was written`);
   } finally {

@@ -14,6 +14,23 @@ use super::buffer::{BackendError, Buffer};
 #[cfg(target_family = "wasm")]
 pub const WASM_MEMORY_MAX: u64 = if cfg!(target_arch = "wasm64") { 16 << 30 } else { 4 << 30 };
 
+/// A cap on the host memory a model's later runs and saves may take beyond its own buffers
+/// (`usize::MAX`: none). For tests of what must fit a small budget (a checkpoint written in
+/// pieces where the whole file would be refused): `set_headroom_for_tests`.
+static HEADROOM: AtomicUsize = AtomicUsize::new(usize::MAX);
+
+/// Caps what [`headroom`] lets a model's runs and saves take beyond its own buffers (None:
+/// no cap). For tests only (the wasm build exports it as `debug_set_host_headroom`).
+pub fn set_headroom_for_tests(bytes: Option<usize>) {
+    HEADROOM.store(bytes.unwrap_or(usize::MAX), Ordering::Relaxed);
+}
+
+/// The cap [`set_headroom_for_tests`] set, if any.
+pub fn headroom() -> Option<u64> {
+    let h = HEADROOM.load(Ordering::Relaxed);
+    (h != usize::MAX).then_some(h as u64)
+}
+
 /// Bytes of host memory a model may take. On wasm32, a linear memory grows to at most
 /// 4 GiB, and what it has grown to so far is taken (the allocator may hold some of it
 /// free, so this errs low). Natively (with `std`): `GGWEB_MAX_MEMORY` when set (bytes, or

@@ -180,30 +180,33 @@ pub fn run(a: TrainArgs) -> Result<(), String> {
     }
     let stats = s.train_end().expect("the run was started");
 
-    let bytes = match out {
-        Out::Model(ty) => s.save(ty),
-        Out::Adapter(ty) => s.save_lora(ty, false),
+    // Written a chunk at a time under a temporary name, then renamed: no half-written file,
+    // and never whole in memory.
+    let write = |stream: ggweb::model::save_stream::SaveStream, path: &str| -> Result<u64, String> {
+        let tmp = format!("{path}.part");
+        std::fs::File::create(&tmp)
+            .map_err(|e| e.to_string())
+            .and_then(|f| stream.write_to(std::io::BufWriter::new(f)))
+            .and_then(|n| std::fs::rename(&tmp, path).map(|_| n).map_err(|e| e.to_string()))
+            .inspect_err(|_| {
+                std::fs::remove_file(&tmp).ok();
+            })
+    };
+    let stream = match out {
+        Out::Model(ty) => s.save_stream(ty, false),
+        Out::Adapter(ty) => s.save_lora_stream(ty, false),
     }
     .map_err(|e| e.to_string())?;
-    // Written whole under a temporary name, then renamed: no half-written --out.
-    let tmp = format!("{}.part", a.out);
-    std::fs::write(&tmp, &bytes).and_then(|_| std::fs::rename(&tmp, &a.out)).map_err(|e| {
-        std::fs::remove_file(&tmp).ok();
-        format!("--out {}: {e}", a.out)
-    })?;
+    let bytes = write(stream, &a.out).map_err(|e| format!("--out {}: {e}", a.out))?;
     if let Some(c) = &a.checkpoint {
-        let bytes = if lora {
-            s.save_lora(ggweb::types::GgmlType::F32, true)
+        let stream = if lora {
+            s.save_lora_stream(ggweb::types::GgmlType::F32, true)
         } else {
-            s.save_checkpoint(ggweb::model::export::SaveType::F32)
+            s.save_stream(ggweb::model::export::SaveType::F32, true)
         }
         .map_err(|e| format!("--checkpoint {c}: {e}"))?;
-        let tmp = format!("{c}.part");
-        std::fs::write(&tmp, &bytes).and_then(|_| std::fs::rename(&tmp, c)).map_err(|e| {
-            std::fs::remove_file(&tmp).ok();
-            format!("--checkpoint {c}: {e}")
-        })?;
-        eprintln!("ggweb train: optimizer checkpoint (update {}) saved to {c} ({} bytes)", stats.steps, bytes.len());
+        let n = write(stream, c).map_err(|e| format!("--checkpoint {c}: {e}"))?;
+        eprintln!("ggweb train: optimizer checkpoint (update {}) saved to {c} ({n} bytes)", stats.steps);
     }
     let type_name = a.out_type.as_deref().unwrap_or("f32");
     let adapter = lora && !a.merge;
@@ -219,13 +222,13 @@ pub fn run(a: TrainArgs) -> Result<(), String> {
             "the model to"
         },
         a.out,
-        bytes.len()
+        bytes
     );
     if a.json {
         println!(
             "{}",
             json!({ "stop": stats.stop, "steps": stats.steps, "tokens": stats.tokens, "losses": losses,
-                    "out": a.out, "bytes": bytes.len(), "type": type_name, "adapter": adapter })
+                    "out": a.out, "bytes": bytes, "type": type_name, "adapter": adapter })
         );
     }
     Ok(())

@@ -96,6 +96,14 @@ pub fn wasm_memory_bytes() -> f64 {
     (crate::wasm_arch::memory_size(0) * 65536) as f64
 }
 
+/// For tests only: caps the host memory a model's later runs and saves may take beyond its
+/// own buffers (`undefined`: no cap), so that a test can show what fits a small budget (a
+/// checkpoint written to OPFS in pieces where the whole file is refused).
+#[wasm_bindgen]
+pub fn debug_set_host_headroom(bytes: Option<f64>) {
+    crate::backend::host::set_headroom_for_tests(bytes.map(|b| b.max(0.0) as usize));
+}
+
 extern "C" {
     /// Placed by the linker (wasm-ld) after the static data and the stack: where the heap starts.
     static __heap_base: u8;

@@ -9,7 +9,7 @@ use wasm_bindgen::prelude::*;
 
 use super::js_error;
 use super::model::{from_js, model_error, to_js, WasmModel};
-use crate::common::options::{SaveLoraParams, TrainParams};
+use crate::common::options::TrainParams;
 
 const TRAIN_WHAT: &str = "train options";
 
@@ -64,17 +64,6 @@ impl WasmModel {
     /// weights); whether it had one.
     pub fn drop_lora(&mut self) -> bool {
         self.session.drop_lora()
-    }
-
-    /// `model.saveLora(opts)` (`SaveLoraParams`): the adapter as a llama.cpp LoRA GGUF.
-    pub fn save_lora(&self, opts: JsValue) -> Result<Vec<u8>, JsValue> {
-        let p: SaveLoraParams = if opts.is_undefined() || opts.is_null() {
-            SaveLoraParams::default()
-        } else {
-            from_js("saveLora options", opts)?
-        };
-        let ty = p.ty().map_err(|e| model_error("", e))?;
-        self.session.save_lora(ty, p.optimizer == Some(true)).map_err(|e| model_error("", e))
     }
 
     /// `Model.load(base, { lora })`: puts the adapter of a llama.cpp LoRA GGUF on the model.

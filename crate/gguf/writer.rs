@@ -137,7 +137,7 @@ impl GgufWriter {
     }
 
     /// Header bytes: magic through the last tensor info, padded to the alignment.
-    fn header_bytes(&self) -> Vec<u8> {
+    pub fn header_bytes(&self) -> Vec<u8> {
         let mut out = Vec::new();
         out.extend_from_slice(&GGUF_MAGIC);
         out.extend_from_slice(&GGUF_VERSION.to_le_bytes());
@@ -161,6 +161,12 @@ impl GgufWriter {
         }
         out.resize(self.padded(out.len() as u64) as usize, 0);
         out
+    }
+
+    /// Each tensor's ggml_nbytes, in declaration order (its data follows the header in this
+    /// order, each padded to the alignment).
+    pub fn tensor_sizes(&self) -> Vec<u64> {
+        self.tensors.iter().map(|t| t.nbytes).collect()
     }
 
     fn padded(&self, n: u64) -> u64 {

@@ -379,7 +379,8 @@ impl Gpt2 {
     }
 
     /// Host bytes the budget leaves for one run's own plan: the budget less the model's
-    /// host buffers (weights, KV cache, reserved compute). None: no budget is known.
+    /// host buffers (weights, KV cache, reserved compute), at most a test's cap
+    /// ([`crate::backend::host::set_headroom_for_tests`]). None: no budget is known.
     pub fn host_left(&self) -> Option<u64> {
         let held: u64 = self
             .memory_by_backend()
@@ -389,7 +390,11 @@ impl Gpt2 {
             .map(|(_, m)| m.weights as u64 + m.kv as u64 + m.compute as u64)
             .sum::<u64>()
             + self.opt_state.as_ref().map_or(0, |o| o.nbytes());
-        self.budget.map(|b| b.saturating_sub(held))
+        let left = self.budget.map(|b| b.saturating_sub(held));
+        match crate::backend::host::headroom() {
+            Some(h) => Some(left.map_or(h, |l| l.min(h))),
+            None => left,
+        }
     }
 
     /// The memory a gradient run over `n` tokens plans (`Model.inspect`'s

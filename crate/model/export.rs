@@ -17,10 +17,11 @@
 //! - An adapter on the model (`train`'s `lora`, `Model.load`'s `lora`) is merged into the
 //!   weights it sits beside, `W + (alpha/rank)·B·A`, as PEFT's `merge_and_unload`: the file is
 //!   the adapted model, with no adapter of its own.
-//! - Memory: the file is the one full copy. A weight already of its type in the file is read
-//!   straight into it; another is read, dequantized and converted a few rows at a time (1 MiB
-//!   of f32). The file's size is checked against the memory budget and reserved first: a
-//!   refusal is `unsupported` with the sizes and leaves the model as it was.
+//! - Memory: the file is made a chunk at a time (save_stream.rs): a weight already of its type
+//!   is copied out as it is held, another is read, dequantized and converted a few rows at a
+//!   time (1 MiB of f32). `{ to: 'opfs' }` writes each chunk before the next is made; a whole
+//!   file in memory is the one full copy, its size checked against the memory budget and
+//!   reserved first: a refusal is `unsupported` with the sizes and leaves the model as it was.
 
 use alloc::format;
 use alloc::string::String;
@@ -32,16 +33,13 @@ use super::context::Gpt2;
 use super::gpt2::layer_weight_shapes;
 use super::loader::TOKENIZER_ARRAYS;
 use super::lora::TARGETS;
+use super::save_stream::{SaveStream, Source};
 use super::session::Session;
 use super::ModelError;
 use crate::gguf::{GgufArray, GgufValue, GgufWriter};
 use crate::tensor::Tensor;
 use crate::tokenizer::Tokenizer;
 use crate::types::GgmlType;
-
-/// Elements converted at a time (a weight of another type is read, dequantized and converted
-/// into the file in chunks of whole rows of about this many: 1 MiB of f32).
-const CHUNK_ELEMENTS: usize = 1 << 18;
 
 /// ggml's GGML_QNT_VERSION, which llama.cpp writes as `general.quantization_version`.
 const QNT_VERSION: u32 = 2;
@@ -209,10 +207,11 @@ fn weights_state(model: &Gpt2, ty: SaveType) -> Result<&OptState, ModelError> {
     Ok(st)
 }
 
-/// The GGUF file of `model`'s current weights and `tok` (see the module docs); with
-/// `optimizer`, a ggweb checkpoint: the model's optimizer state after the weights
-/// (checkpoint.rs; llama.cpp refuses such a file).
-pub fn save_gguf(model: &Gpt2, tok: &Tokenizer, ty: SaveType, optimizer: bool) -> Result<Vec<u8>, ModelError> {
+/// The GGUF file of `model`'s current weights and `tok` (see the module docs) as a
+/// [`SaveStream`]: the header, then each tensor a few rows at a time; with `optimizer`, a
+/// ggweb checkpoint: the model's optimizer state after the weights (checkpoint.rs; llama.cpp
+/// refuses such a file).
+pub fn save_stream(model: &Gpt2, tok: &Tokenizer, ty: SaveType, optimizer: bool) -> Result<SaveStream, ModelError> {
     let state = if optimizer { Some(weights_state(model, ty)?) } else { None };
     let mut w = GgufWriter::new();
     for (k, v) in metadata(model, tok, ty) {
@@ -224,101 +223,36 @@ pub fn save_gguf(model: &Gpt2, tok: &Tokenizer, ty: SaveType, optimizer: bool) -
         }
     }
     let tensors = tensors_in_file_order(model);
-    let mut out_types = Vec::with_capacity(tensors.len());
-    for FileTensor { name, t, matrix, .. } in &tensors {
+    let mut sources = Vec::with_capacity(tensors.len());
+    for FileTensor { name, t, matrix, lora } in &tensors {
         let n_dims = if t.ne[1] > 1 || *matrix { 2 } else { 1 };
-        let out_ty = ty.weight_type(*matrix, t.ne[0]);
-        w.declare_tensor(name, out_ty, &t.ne[..n_dims])?;
-        out_types.push(out_ty);
+        let to = ty.weight_type(*matrix, t.ne[0]);
+        w.declare_tensor(name, to, &t.ne[..n_dims])?;
+        // A weight already of its type is copied as it is held; another is converted.
+        sources.push(match lora {
+            None if t.ty == to => Source::Bytes { t: t.clone(), offset: 0, len: t.nbytes() },
+            _ => Source::Convert { t: t.clone(), to, lora: lora.clone(), what: format!("weight '{name}'") },
+        });
     }
-    // The state tensors, each of its weight's shape.
-    let state_tensors = state.map_or_else(Vec::new, OptState::file_tensors);
-    for (name, _, _) in &state_tensors {
-        let weight = split_state_name(name).map_or("", |(w, _)| w);
+    // The state tensors, each of its weight's shape: one row of the state tensor.
+    for (name, t, offset) in state.map_or_else(Vec::new, OptState::file_tensors) {
+        let weight = split_state_name(&name).map_or("", |(w, _)| w);
         let f = tensors.iter().find(|f| f.name == weight).ok_or_else(|| {
             ModelError::Invalid(format!("save: optimizer: the state of '{weight}', which is no weight of the file"))
         })?;
         let n_dims = if f.t.ne[1] > 1 || f.matrix { 2 } else { 1 };
-        w.declare_tensor(name, GgmlType::F32, &f.t.ne[..n_dims])?;
+        w.declare_tensor(&name, GgmlType::F32, &f.t.ne[..n_dims])?;
+        sources.push(Source::Bytes { len: t.ne[0] as usize * 4, t, offset });
     }
-    let size = w.file_size();
-    let smaller = if state.is_some() { "type 'f16' takes less" } else { "a smaller type ('f16', 'q8_0') takes less" };
-    let too_large = |left: String| {
-        ModelError::Unsupported(format!("save: the {size}-byte file does not fit in memory ({left}); {smaller}"))
-    };
-    if let Some(left) = model.host_left().filter(|&l| size > l) {
-        return Err(too_large(format!("{left} bytes of the budget are left")));
-    }
-    let mut file = Vec::new();
-    file.try_reserve_exact(size as usize).map_err(|_| too_large(String::from("the allocation failed")))?;
-    w.write_into(&mut file, |i, out: &mut Vec<u8>| -> Result<(), ModelError> {
-        if let Some((name, t, offset)) = i.checked_sub(tensors.len()).map(|k| &state_tensors[k]) {
-            let start = out.len();
-            out.resize(start + t.ne[0] as usize * 4, 0);
-            return t
-                .try_get_bytes(&mut out[start..], *offset)
-                .map_err(|e| ModelError::Unsupported(format!("save: reading the optimizer state '{name}': {e}")));
-        }
-        let FileTensor { name, t, lora, .. } = &tensors[i];
-        let read = |dst: &mut [u8], offset: usize| {
-            t.try_get_bytes(dst, offset)
-                .map_err(|e| ModelError::Unsupported(format!("save: reading weight '{name}': {e}")))
-        };
-        let start = out.len();
-        if t.ty == out_types[i] && lora.is_none() {
-            out.resize(start + t.nbytes(), 0);
-            return read(&mut out[start..], 0);
-        }
-        // Converted a few rows at a time (whole blocks of both types), into the file.
-        let (from, to) = (t.ty, out_types[i]);
-        if !crate::quants::can_dequantize(from) {
-            return Err(ModelError::Unsupported(format!(
-                "save: weight '{name}' is {from}, which has no conversion to f32"
-            )));
-        }
-        let ne0 = t.ne[0] as usize;
-        let rows = t.nelements() as usize / ne0;
-        let (row_in, row_out) = (ne0 / from.blck_size() * from.type_size(), ne0 / to.blck_size() * to.type_size());
-        let per_chunk = (CHUNK_ELEMENTS / ne0).max(1);
-        out.resize(start + rows * row_out, 0);
-        let mut bytes = vec![0u8; per_chunk.min(rows) * row_in];
-        let mut vals = vec![0f32; per_chunk.min(rows) * ne0];
-        // An adapter's A `[ne0, rank]` and B `[rank, rows]` (f32, small), merged as PEFT's
-        // merge_and_unload does: row r of W gains scale·Σ_k B[r, k]·A[k, :].
-        let adapter = match lora {
-            Some((a, b, scale)) => Some((f32s(a, name)?, f32s(b, name)?, *scale, a.ne[1] as usize)),
-            None => None,
-        };
-        for r0 in (0..rows).step_by(per_chunk) {
-            let n = per_chunk.min(rows - r0);
-            read(&mut bytes[..n * row_in], r0 * row_in)?;
-            crate::quants::dequantize_row(from, &bytes[..n * row_in], &mut vals[..n * ne0]);
-            if let Some((a, b, scale, rank)) = &adapter {
-                for (r, row) in vals[..n * ne0].chunks_exact_mut(ne0).enumerate() {
-                    for (k, &bk) in b[(r0 + r) * rank..(r0 + r + 1) * rank].iter().enumerate() {
-                        let s = scale * bk;
-                        row.iter_mut().zip(&a[k * ne0..(k + 1) * ne0]).for_each(|(x, &ak)| *x += s * ak);
-                    }
-                }
-            }
-            let dst = &mut out[start + r0 * row_out..start + (r0 + n) * row_out];
-            if to == GgmlType::F32 {
-                dst.copy_from_slice(bytemuck::cast_slice(&vals[..n * ne0]));
-            } else {
-                crate::quants::quantize_row(to, &vals[..n * ne0], dst);
-            }
-        }
-        Ok(())
-    })?;
-    Ok(file)
+    let smaller =
+        if state.is_some() { "; type 'f16' takes less" } else { "; a smaller type ('f16', 'q8_0') takes less" };
+    SaveStream::new(&w, sources, model.sched.backends().to_vec(), "save", smaller)
 }
 
-/// An adapter tensor's f32 values (adapters live in f32 host memory: lora.rs).
-fn f32s(t: &Tensor, weight: &str) -> Result<Vec<f32>, ModelError> {
-    let mut bytes = vec![0u8; t.nbytes()];
-    t.try_get_bytes(&mut bytes, 0)
-        .map_err(|e| ModelError::Unsupported(format!("save: reading the adapter of '{weight}': {e}")))?;
-    Ok(bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
+/// [`save_stream`]'s file whole in memory: its size is checked against the memory budget and
+/// reserved first (a refusal is `unsupported` with the sizes and leaves the model as it was).
+pub fn save_gguf(model: &Gpt2, tok: &Tokenizer, ty: SaveType, optimizer: bool) -> Result<Vec<u8>, ModelError> {
+    save_stream(model, tok, ty, optimizer)?.into_vec(model.host_left())
 }
 
 impl Session {
@@ -330,5 +264,11 @@ impl Session {
     /// `model.save({ type, optimizer: true })`: the weights with the model's optimizer state.
     pub fn save_checkpoint(&self, ty: SaveType) -> Result<Vec<u8>, ModelError> {
         save_gguf(&self.model, &self.tokenizer, ty, true)
+    }
+
+    /// `model.save({ type, optimizer })` a chunk at a time ([`save_stream`]): `{ to: 'opfs' }`,
+    /// and the whole file where reads must be awaited (WebGPU in the browser).
+    pub fn save_stream(&self, ty: SaveType, optimizer: bool) -> Result<SaveStream, ModelError> {
+        save_stream(&self.model, &self.tokenizer, ty, optimizer)
     }
 }

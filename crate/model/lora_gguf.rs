@@ -5,13 +5,14 @@
 //! (ggml order). `model.saveLora` writes one, `Model.load(base, { lora })` reads one.
 
 use alloc::format;
+use alloc::rc::Rc;
 use alloc::string::String;
-use alloc::vec;
 use alloc::vec::Vec;
 
 use super::checkpoint::{plan_state, read_meta, split_state_name, OptState};
 use super::gpt2::{block_index, Hparams};
 use super::lora::{Lora, LoraConfig, Target};
+use super::save_stream::{SaveStream, Source};
 use super::ModelError;
 use crate::backend::Backend;
 use crate::gguf::{read_header, GgufValue, GgufWriter, Limits};
@@ -24,8 +25,19 @@ fn format_err(m: String) -> ModelError {
 impl Lora {
     /// The adapter as a llama.cpp LoRA GGUF with F32 or F16 tensors; with `state`, a ggweb
     /// checkpoint: the adapter's optimizer state after its tensors (checkpoint.rs), which
-    /// llama.cpp refuses.
+    /// llama.cpp refuses. Whole in memory (the adapter is small); [`Lora::gguf_stream`]
+    /// makes it a chunk at a time.
     pub fn to_gguf(&self, ty: GgmlType, state: Option<&OptState>) -> Result<Vec<u8>, ModelError> {
+        self.gguf_stream(ty, state, Vec::new())?.into_vec(None)
+    }
+
+    /// [`Lora::to_gguf`]'s file as a [`SaveStream`], read through `backends` (the model's).
+    pub fn gguf_stream(
+        &self,
+        ty: GgmlType,
+        state: Option<&OptState>,
+        backends: Vec<Rc<dyn Backend>>,
+    ) -> Result<SaveStream, ModelError> {
         if !matches!(ty, GgmlType::F32 | GgmlType::F16) {
             return Err(ModelError::Invalid(format!("saveLora: type must be 'f32' or 'f16', got {ty}")));
         }
@@ -36,32 +48,30 @@ impl Lora {
         w.add_kv("general.name", GgufValue::String("ggweb LoRA adapter".into())).map_err(gguf)?;
         w.add_kv("adapter.type", GgufValue::String("lora".into())).map_err(gguf)?;
         w.add_kv("adapter.lora.alpha", GgufValue::F32(self.cfg.alpha)).map_err(gguf)?;
+        let mut sources = Vec::new();
         for t in self.tensors() {
-            let mut vals = vec![0f32; t.nelements() as usize];
-            t.try_get_bytes(bytemuck::cast_slice_mut(&mut vals), 0)?;
-            let data: Vec<u8> = match ty {
-                GgmlType::F16 => vals.iter().flat_map(|&v| half::f16::from_f32(v).to_bits().to_le_bytes()).collect(),
-                _ => bytemuck::cast_slice(&vals).to_vec(),
-            };
-            w.add_tensor(&t.name(), ty, &t.ne[..2], data).map_err(gguf)?;
+            w.declare_tensor(&t.name(), ty, &t.ne[..2]).map_err(gguf)?;
+            sources.push(match ty {
+                GgmlType::F32 => Source::Bytes { t: t.clone(), offset: 0, len: t.nbytes() },
+                _ => Source::Convert { what: format!("adapter tensor '{}'", t.name()), t, to: ty, lora: None },
+            });
         }
         if let Some(st) = state {
             for (k, v) in st.kvs() {
                 w.add_kv(k, v).map_err(gguf)?;
             }
             for (name, t, offset) in st.file_tensors() {
-                let mut data = vec![0u8; t.ne[0] as usize * 4];
-                t.try_get_bytes(&mut data, offset)?;
                 let weight = split_state_name(&name).map_or("", |(w, _)| w);
                 let ne = self
                     .tensors()
                     .into_iter()
                     .find(|x| x.name() == weight)
                     .map_or([t.ne[0], 1], |x| [x.ne[0], x.ne[1]]);
-                w.add_tensor(&name, GgmlType::F32, &ne, data).map_err(gguf)?;
+                w.declare_tensor(&name, GgmlType::F32, &ne).map_err(gguf)?;
+                sources.push(Source::Bytes { len: t.ne[0] as usize * 4, t, offset });
             }
         }
-        Ok(w.to_bytes())
+        SaveStream::new(&w, sources, backends, "saveLora", "")
     }
 
     /// Reads a llama.cpp LoRA GGUF for a GPT-2 of `hp` into an f32 adapter in `backend`'s

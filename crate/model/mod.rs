@@ -22,6 +22,7 @@ pub mod report;
 #[cfg(feature = "std")]
 pub mod sae;
 pub mod sampling;
+pub mod save_stream;
 pub mod session;
 mod session_train;
 pub mod stop;

@@ -7,6 +7,7 @@ use alloc::string::String;
 use alloc::vec::Vec;
 
 use super::lora::Lora;
+use super::save_stream::SaveStream;
 use super::session::Session;
 use super::train::{TrainConfig, TrainMemory, TrainStats, TrainStep, Trainer};
 use super::ModelError;
@@ -95,6 +96,12 @@ impl Session {
     /// (F32 or F16); with `optimizer`, a ggweb checkpoint: the adapter's optimizer state
     /// beside it (checkpoint.rs). `invalid` when it has no adapter, or no state of it.
     pub fn save_lora(&self, ty: GgmlType, optimizer: bool) -> Result<Vec<u8>, ModelError> {
+        self.save_lora_stream(ty, optimizer)?.into_vec(self.model.host_left())
+    }
+
+    /// [`Session::save_lora`]'s file a chunk at a time ([`SaveStream`]): `{ to: 'opfs' }`, and
+    /// the whole file where reads must be awaited (an adapter on WebGPU in the browser).
+    pub fn save_lora_stream(&self, ty: GgmlType, optimizer: bool) -> Result<SaveStream, ModelError> {
         let l = self.model.weights.lora.as_ref().ok_or_else(|| {
             ModelError::Invalid("saveLora: the model has no LoRA adapter (train one: train(data, { lora }))".into())
         })?;
@@ -112,21 +119,18 @@ impl Session {
                 ))
             }
         };
-        l.to_gguf(ty, state)
+        l.gguf_stream(ty, state, self.model.sched.backends().to_vec())
     }
 
     /// `Model.load(base, { lora })`: puts the adapter of a llama.cpp LoRA GGUF on the model
-    /// (replacing any; a model on the CPU only), with its optimizer state when the file is a
-    /// checkpoint (`saveLora({ optimizer: true })`): the next `train` of that adapter resumes
-    /// it. Nothing changes when the file is refused.
+    /// (replacing any), with its optimizer state when the file is a checkpoint
+    /// (`saveLora({ optimizer: true })`): the next `train` of that adapter resumes it. The
+    /// adapter and its state live where a trained one does: on the model's first backend (its
+    /// device, WebGPU included, for a model on one, whole or split by layer; written there,
+    /// nothing read back). Nothing changes when the file is refused.
     pub fn load_lora(&mut self, bytes: &[u8]) -> Result<(), ModelError> {
-        let backends = self.model.sched.backends();
-        if backends.len() != 1 || !backends[0].buffer_type().is_host() {
-            return Err(ModelError::Unsupported(
-                "LoRA adapters run on the CPU for now: load the model with backend 'cpu'".into(),
-            ));
-        }
-        let (l, state) = Lora::from_gguf(bytes, &self.model.hparams, &*backends[0])?;
+        let backend = self.model.sched.backend(0).clone();
+        let (l, state) = Lora::from_gguf(bytes, &self.model.hparams, &*backend)?;
         self.end_generation();
         self.train = None;
         self.model.weights.lora = Some(l);

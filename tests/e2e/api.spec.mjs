@@ -524,7 +524,7 @@ test('the fake core has the real glue\'s surface (web/pkg/ggweb_core.js), so no 
   assert.deepEqual(exported(fake), exported(real));
   const surface = (C) => [...Object.getOwnPropertyNames(C.prototype), ...Object.getOwnPropertyNames(C).map((n) => `static ${n}`)]
     .filter((n) => !/(^|\s)__/.test(n)).sort();
-  for (const cls of ['WasmLoader', 'WasmModel', 'WasmInspector', 'WasmSae', 'WasmSaeLoader', 'WasmSavedFile']) assert.deepEqual(surface(fake[cls]), surface(real[cls]), cls);
+  for (const cls of ['WasmLoader', 'WasmModel', 'WasmInspector', 'WasmSae', 'WasmSaeLoader', 'WasmSaveStream']) assert.deepEqual(surface(fake[cls]), surface(real[cls]), cls);
   assert.equal(typeof fake.WasmLoader.create, 'function');
 });
 

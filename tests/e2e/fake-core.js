@@ -1,6 +1,6 @@
 // A test double of the wasm-bindgen glue (web/pkg/ggweb_core.js), with the same surface as
 // crate/bindings: the module functions (version, init_panic_hook, available_backends,
-// cpu_threads, load_options, live_gpu_buffers, methods, wasm_memory_bytes, wasm_heap_base), WasmLoader (its
+// cpu_threads, load_options, live_gpu_buffers, methods, wasm_memory_bytes, wasm_heap_base, debug_set_host_headroom), WasmLoader (its
 // constructor, the async WasmLoader.create and warm_up), WasmModel (prompt_step, next, logits,
 // call (the method table's score and trace; the rest unsupported) async as in the real glue, stats, _debugLoseDevice, n_ctx, eos) and WasmInspector (Model.inspect's header reader). It lets
 // tests/e2e/api.spec.mjs drive the real JS layer (streaming, progress, errors, abort,
@@ -48,6 +48,7 @@ export function methods() {
 }
 export function wasm_memory_bytes() { return 16 * 65536; }
 export function wasm_heap_base() { return 65536; }
+export function debug_set_host_headroom() {}
 
 export class WasmLoader {
   /** The real factory opens the WebGPU device; this build has none, so it is the constructor. */
@@ -202,10 +203,10 @@ export class WasmModel {
   train_run_tokens() { return 0; }
   // LoRA: no adapter to drop, save or load.
   drop_lora() { this.#alive(); return false; }
-  save() { this.#alive(); throw Object.assign(new Error('save: the fake core has no weights'), { code: 'unsupported' }); }
-  save_lora() { this.#alive(); throw Object.assign(new Error('saveLora: the model has no LoRA adapter'), { code: 'invalid' }); }
-  save_file() { this.#alive(); throw Object.assign(new Error('save: the fake core has no weights'), { code: 'unsupported' }); }
-  save_lora_file() { this.#alive(); throw Object.assign(new Error('saveLora: the model has no LoRA adapter'), { code: 'invalid' }); }
+  async save() { this.#alive(); throw Object.assign(new Error('save: the fake core has no weights'), { code: 'unsupported' }); }
+  async save_lora() { this.#alive(); throw Object.assign(new Error('saveLora: the model has no LoRA adapter'), { code: 'invalid' }); }
+  save_stream() { this.#alive(); throw Object.assign(new Error('save: the fake core has no weights'), { code: 'unsupported' }); }
+  save_lora_stream() { this.#alive(); throw Object.assign(new Error('saveLora: the model has no LoRA adapter'), { code: 'invalid' }); }
   load_lora() { this.#alive(); throw Object.assign(new Error('Model.load: lora: the fake core has no graph'), { code: 'unsupported' }); }
   n_ctx() { return this.opts.nCtx ?? 4096; }
   eos() { return -1; }
@@ -268,9 +269,9 @@ export class WasmInspector {
   free() {}
 }
 
-/** save_file / save_lora_file's answer in the real glue; the fake core never makes one. */
-export class WasmSavedFile {
+/** save_stream / save_lora_stream's answer in the real glue; the fake core never makes one. */
+export class WasmSaveStream {
   size() { return 0; }
-  piece() { return new Uint8Array(0); }
+  async next_chunk() { return undefined; }
   free() {}
 }

@@ -307,3 +307,91 @@ for (const worker of [true, false]) {
     });
   });
 }
+
+// A checkpoint larger than the memory left (issue 39 item 3: "streamed, never whole in JS
+// memory"), on the page thread, where the test reaches the engine's wasm module: with the
+// model's headroom capped at 8 MiB (debug_set_host_headroom) after 3 AdamW updates, the whole
+// optimizer checkpoint (weights, m and v: 21.6 MB) is refused with its sizes, while to: 'opfs'
+// writes it a chunk at a time (the header, then about 1 MiB of one tensor at a time) and the
+// wasm memory does not grow by the file; it loads back with 'opfs:name' and 3 more updates
+// give the uninterrupted 6-update run's losses and logits exactly. With a storage quota below
+// the file, the write fails with 'unsupported' naming the quota, and neither the checkpoint nor
+// a '.part' of it is left.
+test("a checkpoint larger than the memory left is written to OPFS in pieces and resumes as one run; a full quota leaves nothing", async () => {
+  const HEADROOM = 8 << 20;
+  const r = await ok(false, `
+    const core = await import('/pkg/ggweb_core.js');
+    const seqs = arg.sequences.map((s) => new Uint32Array(s));
+    const run = async (m, o) => { const out = []; for await (const s of m.train(seqs, o)) out.push([s.step, s.loss, s.tokens]); return out; };
+    const full = (steps) => ({ seqLen: 16, batchSize: 2, steps, optimizer: { type: 'adamw', lr: 3e-3 } });
+    const code = (p) => p.then(() => 'ok', (e) => \`\${e.code}: \${e.message}\`);
+    const base = '/tests/fixtures/tiny-f32.gguf';
+    const dirNames = async () => { const d = await (await navigator.storage.getDirectory()).getDirectoryHandle('ggweb-checkpoints', { create: true }); const n = []; for await (const k of d.keys()) n.push(k); return n.sort(); };
+
+    const whole = await Model.load(base, opts);
+    const all = await run(whole, full(6));
+    const want = Array.from(await whole.logits(arg.held));
+    await whole.dispose();
+    const a = await Model.load(base, opts);
+    await run(a, full(3));
+    const out = {};
+    core.debug_set_host_headroom(arg.headroom);
+    try {
+      out.refused = await code(a.save({ type: 'f32', optimizer: true }));
+      out.memBefore = core.wasm_memory_bytes();
+      out.saved = await a.save({ type: 'f32', optimizer: true, to: 'opfs', name: 'big' });
+      out.memAfter = core.wasm_memory_bytes();
+    } finally {
+      core.debug_set_host_headroom(undefined);
+    }
+    out.names = await dirNames();
+    out.fileSize = (await (await (await (await navigator.storage.getDirectory()).getDirectoryHandle('ggweb-checkpoints')).getFileHandle('big')).getFile()).size;
+    await a.dispose();
+    const back = await Model.load('opfs:big', opts);
+    out.tail = await run(back, full(3));
+    const got = Array.from(await back.logits(arg.held));
+    out.logitsSame = got.length === want.length && got.every((v, i) => v === want[i]);
+    out.all = all;
+    out.usable = (await back.logits([1, 2, 3])).length;
+    await back.dispose();
+    await (await navigator.storage.getDirectory()).removeEntry('ggweb-checkpoints', { recursive: true });
+    return out;
+  `, { sequences: REF.sequences, held: REF.held, headroom: HEADROOM });
+  // A quota of 4 MiB: the header and the first chunks are written, then a write fails.
+  const cdp = await web.page.context().newCDPSession(web.page);
+  await cdp.send('Storage.overrideQuotaForOrigin', { origin: origin(), quotaSize: 4 << 20 });
+  let q;
+  try {
+    q = await ok(false, `
+      const code = (p) => p.then(() => 'ok', (e) => \`\${e.code}: \${e.message}\`);
+      const names = async () => { const d = await (await navigator.storage.getDirectory()).getDirectoryHandle('ggweb-checkpoints', { create: true }); const n = []; for await (const k of d.keys()) n.push(k); return n.sort(); };
+      const m = await Model.load('/tests/fixtures/tiny-f32.gguf', opts);
+      for await (const s of m.train([new Uint32Array(arg)], { seqLen: 16, steps: 1, optimizer: { type: 'adamw', lr: 3e-3 } })) void s;
+      const before = await names();
+      const write = await code(m.save({ type: 'f32', optimizer: true, to: 'opfs', name: 'over-quota' }));
+      const after = await names();
+      const usable = (await m.logits([1, 2, 3])).length;
+      await m.dispose();
+      await (await navigator.storage.getDirectory()).removeEntry('ggweb-checkpoints', { recursive: true });
+      return { before, write, after, usable };
+    `, REF.sequences[0]);
+  } finally {
+    await cdp.send('Storage.overrideQuotaForOrigin', { origin: origin() });
+    await cdp.detach();
+  }
+  assert.deepEqual(q.before, []);
+  assert.match(q.write, /^unsupported: save: could not write "over-quota" to the Origin Private File System \(the storage quota is full\): QuotaExceededError: .*; nothing was written$/);
+  assert.deepEqual(q.after, [], 'nothing (no .part) left after the failed write');
+  assert.equal(q.usable, 50257, 'the model runs after the failed write');
+  assert.match(r.refused, /^unsupported: save: the \d+-byte file does not fit in memory \(8388608 bytes of the budget are left\); type 'f16' takes less; \{ to: 'opfs', name \} writes it in pieces$/);
+  const size = Number(/the (\d+)-byte file/.exec(r.refused)[1]);
+  assert.ok(size > 2 * HEADROOM, `the checkpoint is ${size} bytes`);
+  assert.deepEqual(r.saved, { to: 'opfs', name: 'big', bytes: size });
+  assert.equal(r.fileSize, size);
+  assert.deepEqual(r.names, ['big'], 'no .part left beside the checkpoint');
+  assert.ok(r.memAfter - r.memBefore <= HEADROOM, `the wasm memory grew by ${r.memAfter - r.memBefore} bytes writing a ${size}-byte file`);
+  assert.deepEqual(r.tail, r.all.slice(3), 'updates 4..6 after the streamed checkpoint against the run of 6');
+  assert.ok(r.logitsSame, 'the resumed model\'s logits are not the uninterrupted run\'s');
+  assert.equal(r.usable, 50257);
+  console.log(`page: a ${size}-byte checkpoint written in pieces under an 8 MiB headroom (wasm memory +${r.memAfter - r.memBefore} bytes), resumed as one run`);
+});

@@ -225,3 +225,46 @@ fn inspect_of_a_checkpoint_plans_its_optimizer_state() {
     let m = crate::support::memory::load_with_budget(&file, Gpt2Options::default(), ckpt.total()).model;
     assert_eq!(m.host_left(), Some(0), "the plan is what the load holds");
 }
+
+/// The chunks of a [`SaveStream`](ggweb::model::save_stream::SaveStream) (`{ to: 'opfs' }`'s
+/// path), each at most the header or about 1 MiB of one tensor, checked to sum to its size.
+fn chunks(mut s: ggweb::model::save_stream::SaveStream) -> Vec<Vec<u8>> {
+    let (size, bound) = (s.size() as usize, s.chunk_bytes());
+    let mut out = Vec::new();
+    while let Some(c) = s.next_chunk_sync().unwrap() {
+        assert!(c.len() <= bound, "a chunk of {} bytes, over the stream's {bound}", c.len());
+        out.push(c);
+    }
+    assert_eq!(out.iter().map(Vec::len).sum::<usize>(), size);
+    out
+}
+
+/// A checkpoint made a chunk at a time (the header, then at most 1 MiB of one tensor at a time
+/// past it) is the whole file byte for byte: the full AdamW checkpoint, an F16 save with a
+/// LoRA adapter merged (converted rows), and the adapter's own checkpoint (saveLora).
+#[test]
+fn a_checkpoint_made_a_chunk_at_a_time_is_the_whole_file() {
+    let r = load();
+    let case = r.case("adamw");
+    let mut s = session(&base(false));
+    run(&mut s, &r, config(&case, 2, |_| {}));
+    let whole = s.save_checkpoint(SaveType::F32).unwrap();
+    let c = chunks(s.save_stream(SaveType::F32, true).unwrap());
+    assert!(c.len() > 20, "{} chunks", c.len());
+    let header = read_header(&whole, whole.len() as u64, Limits::default()).unwrap().data_offset as usize;
+    assert_eq!(c[0].len(), header, "the first chunk is the header");
+    assert!(c[1..].iter().all(|x| x.len() <= (1 << 20) + 32), "a data chunk over 1 MiB");
+    assert!(c.concat() == whole, "the chunks of the AdamW checkpoint are not the whole file");
+
+    let lcase = r.case("lora_adamw");
+    let mut l = session(&base(true));
+    run(&mut l, &r, config(&lcase, 2, |_| {}));
+    let merged = l.save(SaveType::F16).unwrap();
+    assert!(chunks(l.save_stream(SaveType::F16, false).unwrap()).concat() == merged, "the merged F16 save");
+    let adapter = l.save_lora(GgmlType::F32, true).unwrap();
+    assert!(chunks(l.save_lora_stream(GgmlType::F32, true).unwrap()).concat() == adapter, "the adapter checkpoint");
+    assert!(
+        chunks(l.save_lora_stream(GgmlType::F16, false).unwrap()).concat()
+            == l.save_lora(GgmlType::F16, false).unwrap()
+    );
+}
