@@ -307,8 +307,12 @@ export async function openSource(src, { signal, cache, stallMs = Infinity }) {
   return out;
 }
 
-/** The size of each of a download's two read buffers (reusedBufferReader). */
-export const READ_BUFFER_BYTES = 1 << 20;
+/**
+ * The size of each of a download's two read buffers (reusedBufferReader): 256 KiB, which
+ * the loader copies into wasm memory in four of its 64 KiB pieces. 1 MiB buffers held 1.5 MB
+ * more of the worker's memory for no faster load (BENCHMARKS.md "Load memory in Chromium").
+ */
+export const READ_BUFFER_BYTES = 256 * 1024;
 
 /**
  * A reader of `body` (fetch's byte stream) that reads into two buffers in turn (a BYOB

@@ -228,6 +228,31 @@ impl GgufHeader {
     array_getter!(get_arr_u32, U32, u32, "arr[u32]");
     array_getter!(get_arr_f32, F32, f32, "arr[f32]");
 
+    /// Moves a string array's elements out of the header, leaving the key with an empty array:
+    /// for a reader that keeps them in another form (the tokenizer), so they are not held
+    /// twice. Errors as [`GgufHeader::get_arr_str`].
+    pub fn take_arr_str(&mut self, key: &str) -> Result<Vec<String>, GgufError> {
+        match self.require_mut(key)? {
+            GgufValue::Array(GgufArray::String(v)) => Ok(core::mem::take(v)),
+            other => Err(wrong_type(key, "arr[str]", other)),
+        }
+    }
+
+    /// [`GgufHeader::take_arr_str`] for an i32 array (`tokenizer.ggml.token_type`).
+    pub fn take_arr_i32(&mut self, key: &str) -> Result<Vec<i32>, GgufError> {
+        match self.require_mut(key)? {
+            GgufValue::Array(GgufArray::I32(v)) => Ok(core::mem::take(v)),
+            other => Err(wrong_type(key, "arr[i32]", other)),
+        }
+    }
+
+    fn require_mut(&mut self, key: &str) -> Result<&mut GgufValue, GgufError> {
+        match self.kv_index.get(key) {
+            Some(&i) => Ok(&mut self.metadata[i].1),
+            None => Err(GgufError::new(GgufErrorKind::MissingKey { key: String::from(key) }).key(key)),
+        }
+    }
+
     pub fn tensor_info(&self, name: &str) -> Option<&TensorInfo> {
         self.tensor_index.get(name).map(|&i| &self.tensors[i])
     }

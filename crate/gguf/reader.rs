@@ -16,6 +16,14 @@ pub trait TensorSink {
     /// Called once, after every tensor info has been checked and before any weight byte:
     /// the place to declare and allocate tensors.
     fn on_header(&mut self, header: &GgufHeader) -> Result<(), GgufError>;
+    /// Called just before `on_header`, with the header still open to change: a sink may
+    /// move out metadata it keeps in another form (the model loader takes the tokenizer's
+    /// arrays), so that it is not held twice while the weights load. The header the reader
+    /// keeps (and `finish` returns) is the changed one. By default it changes nothing.
+    fn take_metadata(&mut self, header: &mut GgufHeader) -> Result<(), GgufError> {
+        let _ = header;
+        Ok(())
+    }
     /// `bytes` of tensor `tensor_index` (into `header.tensors`) starting at byte `offset`
     /// of its data. Each tensor's bytes arrive once, in order; tensors arrive in file order.
     fn write(&mut self, tensor_index: usize, offset: usize, bytes: &[u8]) -> Result<(), GgufError>;
@@ -710,7 +718,7 @@ impl GgufStreamReader {
                 return Err(err(K::TrailingData { allowed_end: max_end }, max_end));
             }
         }
-        let header = GgufHeader::new(
+        let mut header = GgufHeader::new(
             self.version,
             core::mem::take(&mut self.metadata),
             core::mem::take(&mut self.kv_index),
@@ -719,12 +727,14 @@ impl GgufStreamReader {
             self.alignment,
             data_offset,
         );
+        // The parse buffers are done with; released before the sink allocates the weights,
+        // so that they are not left as holes below them.
+        self.str_buf = Vec::new();
+        self.vstack = Vec::new();
+        sink.take_metadata(&mut header)?;
         sink.on_header(&header)?;
         self.header = Some(header);
         self.plan = Some(DataPlan { order, cursor: 0, min_end, max_end });
-        // The parse buffers are done with; release them before the weights stream in.
-        self.str_buf = Vec::new();
-        self.vstack = Vec::new();
         self.phase = Phase::Pad;
         Ok(())
     }

@@ -136,21 +136,47 @@ pub fn check_tensors(h: &GgufHeader, hp: &Hparams) -> Result<(), ModelError> {
     Ok(())
 }
 
-fn meta(e: GgufError) -> ModelError {
-    ModelError::Metadata(format!("{e}"))
-}
-
-/// GPT-2's tokenizer from `tokenizer.ggml.*`.
-pub fn tokenizer_from_gguf(h: &GgufHeader) -> Result<Tokenizer, ModelError> {
+/// `tokenizer.ggml.model` must be GPT-2's byte-level BPE.
+fn tokenizer_model(h: &GgufHeader) -> Result<(), ModelError> {
     let model = h.get_str("tokenizer.ggml.model").map_err(meta)?;
     if model != "gpt2" {
         return Err(ModelError::Metadata(format!(
             "tokenizer.ggml.model is '{model}', ggweb reads 'gpt2' (byte-level BPE)"
         )));
     }
+    Ok(())
+}
+
+fn meta(e: GgufError) -> ModelError {
+    ModelError::Metadata(format!("{e}"))
+}
+
+/// GPT-2's tokenizer from `tokenizer.ggml.*`.
+pub fn tokenizer_from_gguf(h: &GgufHeader) -> Result<Tokenizer, ModelError> {
+    tokenizer_model(h)?;
     let tokens = h.get_arr_str("tokenizer.ggml.tokens").map_err(meta)?.to_vec();
     let merges = h.get_arr_str("tokenizer.ggml.merges").map_err(meta)?.to_vec();
     let types = h.get_arr_i32("tokenizer.ggml.token_type").ok().map(|t| t.to_vec());
+    tokenizer_of(h, tokens, merges, types)
+}
+
+/// [`tokenizer_from_gguf`], moving the arrays out of `h` (left empty) instead of copying
+/// them: a load holds the vocabulary and merges once, not twice (GPT-2's are ~4 MB of wasm
+/// heap, below the weights for good, since they arrive before them). Same errors.
+pub fn take_tokenizer(h: &mut GgufHeader) -> Result<Tokenizer, ModelError> {
+    tokenizer_model(h)?;
+    let tokens = h.take_arr_str("tokenizer.ggml.tokens").map_err(meta)?;
+    let merges = h.take_arr_str("tokenizer.ggml.merges").map_err(meta)?;
+    let types = h.take_arr_i32("tokenizer.ggml.token_type").ok();
+    tokenizer_of(h, tokens, merges, types)
+}
+
+fn tokenizer_of(
+    h: &GgufHeader,
+    tokens: Vec<String>,
+    merges: Vec<String>,
+    types: Option<Vec<i32>>,
+) -> Result<Tokenizer, ModelError> {
     let bos = h.get_u32("tokenizer.ggml.bos_token_id").ok();
     let eos = h.get_u32("tokenizer.ggml.eos_token_id").ok();
     Tokenizer::new(tokens, merges, types, bos, eos).map_err(|e| ModelError::Tokenizer(format!("{e}")))
@@ -373,7 +399,19 @@ pub(crate) fn weights_only(header: &GgufHeader) -> GgufHeader {
 pub(crate) fn check_header(header: &GgufHeader) -> Result<(Hparams, Tokenizer), ModelError> {
     let hp = Hparams::from_gguf(header)?;
     check_tensors(header, &hp)?;
-    let tok = tokenizer_from_gguf(header)?;
+    with_vocab(hp, tokenizer_from_gguf(header)?)
+}
+
+/// [`check_header`], the tokenizer's arrays moved out of `header` ([`take_tokenizer`]): a
+/// load's ([`CheckedSink`]), which keeps them only in the tokenizer.
+fn check_header_taking(header: &mut GgufHeader) -> Result<(Hparams, Tokenizer), ModelError> {
+    let hp = Hparams::from_gguf(header)?;
+    check_tensors(header, &hp)?;
+    with_vocab(hp, take_tokenizer(header)?)
+}
+
+/// The tokenizer's size must be the embeddings' row count.
+fn with_vocab(hp: Hparams, tok: Tokenizer) -> Result<(Hparams, Tokenizer), ModelError> {
     if tok.n_vocab() != hp.n_vocab {
         return Err(ModelError::Metadata(format!(
             "tokenizer has {} tokens but token_embd.weight has {} rows",
@@ -385,8 +423,13 @@ pub(crate) fn check_header(header: &GgufHeader) -> Result<(Hparams, Tokenizer), 
 }
 
 impl CheckedSink {
-    fn check(&self, header: &GgufHeader) -> Result<(Hparams, Tokenizer, LoadEstimate), ModelError> {
-        let (hp, tok) = check_header(header)?;
+    /// The header's checks and plan. Its model and tokenizer are `take_metadata`'s when that
+    /// ran (the reader calls it first), else checked here.
+    fn check(&mut self, header: &GgufHeader) -> Result<(Hparams, Tokenizer, LoadEstimate), ModelError> {
+        let (hp, tok) = match self.checked.take() {
+            Some(checked) => checked,
+            None => check_header(header)?,
+        };
         let mut est = LoadEstimate::new(header, &hp, &self.opts, self.alignment)?;
         // A split whose head is on the GPU and embeddings are not copies a tied output
         // projection there (duplicate_tied_output): token_embd once more.
@@ -559,7 +602,29 @@ pub(crate) fn check_device_tensor(t: &TensorInfo, buft: &dyn BufferType) -> Resu
     Ok(())
 }
 
+impl CheckedSink {
+    /// Keeps `e` (typed, for the caller) and gives the reader its error.
+    fn reject(&mut self, e: ModelError) -> GgufError {
+        let msg = e.to_string();
+        self.rejected = Some(e);
+        GgufError::new(crate::gguf::GgufErrorKind::Rejected(msg))
+    }
+}
+
 impl TensorSink for CheckedSink {
+    /// The model and tokenizer checked first, the tokenizer's arrays moved out of the header
+    /// (not copied): everything made before the weights' buffers stays below them in the
+    /// wasm heap, so a copy there, even one freed soon, would cost the load's memory for good.
+    fn take_metadata(&mut self, header: &mut GgufHeader) -> Result<(), GgufError> {
+        match check_header_taking(header) {
+            Ok(checked) => {
+                self.checked = Some(checked);
+                Ok(())
+            }
+            Err(e) => Err(self.reject(e)),
+        }
+    }
+
     fn on_header(&mut self, header: &GgufHeader) -> Result<(), GgufError> {
         match self.check(header) {
             Ok((hp, tok, est)) => {
@@ -567,11 +632,7 @@ impl TensorSink for CheckedSink {
                 self.checked = Some((hp, tok));
                 self.estimate = Some(est);
             }
-            Err(e) => {
-                let msg = e.to_string();
-                self.rejected = Some(e);
-                return Err(GgufError::new(crate::gguf::GgufErrorKind::Rejected(msg)));
-            }
+            Err(e) => return Err(self.reject(e)),
         }
         let host = self.backends.last().expect("at least one backend").buffer_type();
         match StateSink::new(header, &*host) {
@@ -581,11 +642,7 @@ impl TensorSink for CheckedSink {
                 self.inner.on_header(&weights)
             }
             Ok(None) => self.inner.on_header(header),
-            Err(e) => {
-                let msg = e.to_string();
-                self.rejected = Some(e);
-                Err(GgufError::new(crate::gguf::GgufErrorKind::Rejected(msg)))
-            }
+            Err(e) => Err(self.reject(e)),
         }
     }
 

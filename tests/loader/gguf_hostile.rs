@@ -67,7 +67,7 @@ unsafe impl GlobalAlloc for Counting {
 static ALLOC: Counting = Counting;
 
 /// Runs `f` and returns its result with the peak heap growth (bytes) while it ran.
-fn peak_during<T>(f: impl FnOnce() -> T) -> (T, usize) {
+pub(crate) fn peak_during<T>(f: impl FnOnce() -> T) -> (T, usize) {
     let base = LIVE.with(|l| l.get());
     PEAK.with(|p| p.set(base));
     let out = f();

@@ -14,4 +14,5 @@ mod support;
 mod gguf;
 mod gguf_hostile;
 mod model_budget;
+mod model_memory;
 mod model_plan;
