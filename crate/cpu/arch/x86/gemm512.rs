@@ -235,3 +235,188 @@ unsafe fn tile(
         }
     }
 }
+
+/// [`crate::cpu::arch::FloatGemm`] for f32 rows on 512-bit registers: 4×6 register tiles of
+/// dot products, 16 lanes of l per step, each row's 16 sums reduced by one tree ([`sums4`]).
+///
+/// # Safety
+/// As [`crate::cpu::arch::FloatGemm`] says; handed out only where AVX-512 F, BW and VL were
+/// detected.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn dot_gemm_f32(
+    k: usize,
+    m: usize,
+    n: usize,
+    a: *const u8,
+    lda: usize,
+    b: *const f32,
+    ldb: usize,
+    c: *mut f32,
+    ldc: usize,
+) {
+    zmm_gemm_f32(k, m, n, a as *const f32, lda, b, ldb, c, ldc)
+}
+
+/// [`dot_gemm_f32`] for f16 rows (as bits), converted as they are loaded: the bits of
+/// [`dot_gemm_f32`] on the rows widened first (`mul_mat`'s prompt path), as a decode step
+/// and a prompt must agree.
+///
+/// # Safety
+/// As [`dot_gemm_f32`].
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn dot_gemm_f16(
+    k: usize,
+    m: usize,
+    n: usize,
+    a: *const u8,
+    lda: usize,
+    b: *const f32,
+    ldb: usize,
+    c: *mut f32,
+    ldc: usize,
+) {
+    zmm_gemm_f16(k, m, n, a as *const u16, lda, b, ldb, c, ldc)
+}
+
+/// The sums of four accumulators' 16 lanes in lanes 0..4, each by the same tree: the
+/// 256-bit halves added, then the 128-bit halves, then lanes (0 + 2) + (1 + 3). Missing
+/// rows are zeros, so a row's sum does not depend on which tile it fell in.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn sums4(a: [__m512; 4]) -> __m128 {
+    let s01 = _mm512_add_ps(
+        _mm512_shuffle_f32x4::<0b01_00_01_00>(a[0], a[1]),
+        _mm512_shuffle_f32x4::<0b11_10_11_10>(a[0], a[1]),
+    );
+    let s23 = _mm512_add_ps(
+        _mm512_shuffle_f32x4::<0b01_00_01_00>(a[2], a[3]),
+        _mm512_shuffle_f32x4::<0b11_10_11_10>(a[2], a[3]),
+    );
+    let q =
+        _mm512_add_ps(_mm512_shuffle_f32x4::<0b10_00_10_00>(s01, s23), _mm512_shuffle_f32x4::<0b11_01_11_01>(s01, s23));
+    let t = _mm512_add_ps(q, _mm512_permute_ps::<0b01_00_11_10>(q));
+    let u = _mm512_add_ps(t, _mm512_permute_ps::<0b10_11_00_01>(t));
+    _mm512_castps512_ps128(_mm512_maskz_compress_ps(0x1111, u))
+}
+
+/// One register tile of the 512-bit dot-product gemm: `MR` rows of a × `NR` rows of b, 16
+/// lanes of `l` per step, each a-load feeding `NR` FMAs and each b-load `MR`. `$load(p, l)`
+/// gives 16 a-values as f32, `$load_tail(p, l, mask)` the masked last ones (zeros past k).
+macro_rules! zmm_gemm {
+    ($gemm:ident, $tile:ident, $T:ty, $load:expr, $load_tail:expr) => {
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
+        #[inline]
+        unsafe fn $tile<const MR: usize, const NR: usize>(
+            k: usize,
+            a: *const $T,
+            lda: usize,
+            b: *const f32,
+            ldb: usize,
+            c: *mut f32,
+            ldc: usize,
+        ) {
+            let mut acc = [[_mm512_setzero_ps(); MR]; NR];
+            let mut l = 0;
+            while l + 16 <= k {
+                let mut av = [_mm512_setzero_ps(); MR];
+                for i in 0..MR {
+                    av[i] = $load(a.add(i * lda), l);
+                }
+                for j in 0..NR {
+                    let bv = _mm512_loadu_ps(b.add(j * ldb + l));
+                    for i in 0..MR {
+                        acc[j][i] = _mm512_fmadd_ps(av[i], bv, acc[j][i]);
+                    }
+                }
+                l += 16;
+            }
+            if l < k {
+                let mask = ((1u32 << (k - l)) - 1) as __mmask16;
+                let mut av = [_mm512_setzero_ps(); MR];
+                for i in 0..MR {
+                    av[i] = $load_tail(a.add(i * lda), l, mask);
+                }
+                for j in 0..NR {
+                    let bv = _mm512_maskz_loadu_ps(mask, b.add(j * ldb + l));
+                    for i in 0..MR {
+                        acc[j][i] = _mm512_fmadd_ps(av[i], bv, acc[j][i]);
+                    }
+                }
+            }
+            let z = _mm512_setzero_ps();
+            for j in 0..NR {
+                let v = |i: usize| if i < MR { acc[j][i] } else { z };
+                let s = sums4([v(0), v(1), v(2), v(3)]);
+                let o = c.add(j * ldc);
+                if MR == 4 {
+                    _mm_storeu_ps(o, s);
+                } else {
+                    _mm_mask_storeu_ps(o, ((1u32 << MR) - 1) as __mmask8, s);
+                }
+            }
+        }
+
+        /// Tiles of 4 rows of a × 6 rows of b (24 accumulators, 4 a-vectors and a b-vector
+        /// of the 32 zmm registers), smaller ones at the edges.
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
+        #[allow(clippy::too_many_arguments)]
+        unsafe fn $gemm(
+            k: usize,
+            m: usize,
+            n: usize,
+            a: *const $T,
+            lda: usize,
+            b: *const f32,
+            ldb: usize,
+            c: *mut f32,
+            ldc: usize,
+        ) {
+            macro_rules! rows {
+                ($nr:literal, $j:expr) => {{
+                    let (bj, cj) = (b.add($j * ldb), c.add($j * ldc));
+                    let mut i = 0;
+                    while i + 4 <= m {
+                        $tile::<4, $nr>(k, a.add(i * lda), lda, bj, ldb, cj.add(i), ldc);
+                        i += 4;
+                    }
+                    let (ai, ci) = (a.add(i * lda), cj.add(i));
+                    match m - i {
+                        3 => $tile::<3, $nr>(k, ai, lda, bj, ldb, ci, ldc),
+                        2 => $tile::<2, $nr>(k, ai, lda, bj, ldb, ci, ldc),
+                        1 => $tile::<1, $nr>(k, ai, lda, bj, ldb, ci, ldc),
+                        _ => {}
+                    }
+                }};
+            }
+            let mut j = 0;
+            while j + 6 <= n {
+                rows!(6, j);
+                j += 6;
+            }
+            match n - j {
+                5 => rows!(5, j),
+                4 => rows!(4, j),
+                3 => rows!(3, j),
+                2 => rows!(2, j),
+                1 => rows!(1, j),
+                _ => {}
+            }
+        }
+    };
+}
+
+zmm_gemm!(
+    zmm_gemm_f32,
+    zmm_tile_f32,
+    f32,
+    |p: *const f32, l: usize| _mm512_loadu_ps(p.add(l)),
+    |p: *const f32, l: usize, m: __mmask16| _mm512_maskz_loadu_ps(m, p.add(l))
+);
+
+zmm_gemm!(
+    zmm_gemm_f16,
+    zmm_tile_f16,
+    u16,
+    |p: *const u16, l: usize| _mm512_cvtph_ps(_mm256_loadu_si256(p.add(l) as *const __m256i)),
+    |p: *const u16, l: usize, m: __mmask16| _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p.add(l) as *const i16))
+);
