@@ -53,7 +53,7 @@ pub(crate) fn out_prod(a: &TensorView, b: &TensorView, dst: &TensorView, exec: &
     }
     let (r2, r3) = (b.ne[2] / a.ne[2], b.ne[3] / a.ne[3]);
     let kernels = crate::cpu::arch::kernels();
-    let f32_strides = |t: &TensorView| t.ptr as usize % 4 == 0 && t.nb.iter().all(|s| s % 4 == 0);
+    let f32_strides = |t: &TensorView| (t.ptr as usize).is_multiple_of(4) && t.nb.iter().all(|s| s.is_multiple_of(4));
     if let Some(gemm) = kernels.f32_gemm.filter(|_| {
         a.ty == GgmlType::F32 && !a.packed && f32_strides(a) && f32_strides(b) && f32_strides(dst) && dst.nb[0] == 4
     }) {

@@ -20,7 +20,7 @@ const MR: usize = 12;
 const NR: usize = 32;
 /// Rows of X per block (MC × KC floats, 384 KiB, stay in L2), a multiple of MR.
 const MC: usize = 384;
-const _: () = assert!(MC % MR == 0);
+const _: () = assert!(MC.is_multiple_of(MR));
 
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]
