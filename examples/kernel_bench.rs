@@ -160,6 +160,26 @@ fn main() {
             flop / cpu * 1e-9
         );
     }
+    // Training's backward products at N tokens (`-- 512` for a batch of 4 × 128): a weight's
+    // gradient out_prod(x [K, N], dy [M, N]) → [K, M], and the input's out_prod(W [K, M],
+    // dyᵀ [N, M]) → [K, N] (W F32 in full training, Q8_0 under LoRA).
+    for (k, m) in [(768i64, 2304i64), (768, 3072), (3072, 768)] {
+        let dy = ctx.new_tensor_2d(GgmlType::F32, m, n);
+        fill(&dy, 17);
+        let x = ctx.new_tensor_2d(GgmlType::F32, k, n);
+        fill(&x, 19);
+        let flop = 2.0 * (k * m * n) as f64;
+        let dw = ctx.out_prod(&x, &dy);
+        let (w, cpu) = time(&backend, &dw);
+        println!("| out_prod dW | F32 | {k} × {m} × {n} | {:.2} | {:.2} |", flop / w * 1e-9, flop / cpu * 1e-9);
+        for ty in [GgmlType::F32, GgmlType::Q8_0] {
+            let wt = ctx.new_tensor_2d(ty, k, m);
+            fill(&wt, 23);
+            let dx = ctx.out_prod(&wt, &ctx.transpose(&dy));
+            let (w, cpu) = time(&backend, &dx);
+            println!("| out_prod dx | {ty} | {k} × {m} × {n} | {:.2} | {:.2} |", flop / w * 1e-9, flop / cpu * 1e-9);
+        }
+    }
 
     // What handing one op to two threads costs: the pool (wake a parked or spinning
     // worker, wait for both jobs) against spawning a scoped thread per op.

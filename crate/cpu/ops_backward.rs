@@ -52,8 +52,34 @@ pub(crate) fn out_prod(a: &TensorView, b: &TensorView, dst: &TensorView, exec: &
         return unsupported(format!("out_prod: a repacked weight of ne {:?}", a.ne));
     }
     let (r2, r3) = (b.ne[2] / a.ne[2], b.ne[3] / a.ne[3]);
+    let kernels = crate::cpu::arch::kernels();
+    let f32_strides = |t: &TensorView| (t.ptr as usize).is_multiple_of(4) && t.nb.iter().all(|s| s.is_multiple_of(4));
+    if let Some(gemm) = kernels.f32_gemm.filter(|_| {
+        a.ty == GgmlType::F32 && !a.packed && f32_strides(a) && f32_strides(b) && f32_strides(dst) && dst.nb[0] == 4
+    }) {
+        // f32 operands: per run of result rows with the same (i2, i3), one blocked product
+        // C = X·Y (`Kernels::f32_gemm`) with X[i1, j] = b[i1, j] and Y[j, i0] = a[i0, j]:
+        // [len, n0] = [len, nj] · [nj, n0].
+        return par_rows(exec, dst.nrows(), n0.saturating_mul(nj), &|rows| {
+            let mut r = rows.start;
+            while r < rows.end {
+                let (i1, i2, i3) = dst.row_index(r);
+                let len = (rows.end - r).min(dst.ne[1] - i1);
+                let x = b.ptr.wrapping_add(i1 * b.nb[0] + i2 * b.nb[2] + i3 * b.nb[3]) as *const f32;
+                let y = a.row(0, i2 / r2, i3 / r3) as *const f32;
+                let c = dst.row(i1, i2, i3) as *mut f32;
+                // SAFETY: rows i1..i1 + len of b and dst and every row of a's matrix (i2/r2,
+                // i3/r3) are inside their tensors (shapes checked above); strides in f32s.
+                unsafe {
+                    gemm(len, n0, nj, x, b.nb[0] / 4, b.nb[1] / 4, y, a.nb[1] / 4, 1, c, dst.nb[1] / 4, false);
+                }
+                r += len;
+            }
+            Ok(())
+        });
+    }
     // The panel product is the ISA table's (`Kernels::out_prod_panel`).
-    let panel_product = crate::cpu::arch::kernels().out_prod_panel;
+    let panel_product = kernels.out_prod_panel;
     par_rows(exec, dst.nrows(), n0.saturating_mul(nj), &|rows| {
         let mut panel = vec![0.0f32; OUT_PROD_J * n0];
         let mut plain = if a.packed { vec![0u8; a.nb[1]] } else { Vec::new() };

@@ -98,6 +98,31 @@ pub type FloatGemm = unsafe fn(
     ldc: usize,
 );
 
+/// A blocked f32 product: `C[i·ldc + j]` = (or `+=` when `accumulate`)
+/// `Σ_l X[i·rsx + l·csx] · Y[l·rsy + j·csy]` for `i < m`, `j < n`, `l < k`, strides in
+/// elements (either operand may be transposed). Each sum is taken in blocks of l from 0
+/// (a chain of FMAs per block, each block added to C), so a result does not depend on m, n
+/// or where its row and column fall. Blocks of l where X is all zero are skipped (Y's rows
+/// there are not read: 0 · ∞ does not make a NaN, as `out_prod`'s panels never did).
+///
+/// # Safety
+/// Every element named must be readable (X, Y) or writable (C), and the pointer only called
+/// from the table of an ISA this machine runs.
+pub type F32Gemm = unsafe fn(
+    m: usize,
+    n: usize,
+    k: usize,
+    x: *const f32,
+    rsx: usize,
+    csx: usize,
+    y: *const f32,
+    rsy: usize,
+    csy: usize,
+    c: *mut f32,
+    ldc: usize,
+    accumulate: bool,
+);
+
 /// One instruction set's kernels: the per-type entries (ggml-cpu's `type_traits_cpu`) and
 /// the f32 row helpers of the elementwise ops, which have no type to hang on. One of these
 /// per ISA, picked in one place ([`super::traits`]).
@@ -123,6 +148,9 @@ pub struct Kernels {
     /// The backward pass's `out_prod` inner product: `acc[k, i] += Σ_jj cs[k, jj] · panel[jj, i]`
     /// (acc: rows of n0, cs: rows of [`OUT_PROD_J`], panel: `OUT_PROD_J` rows of n0).
     pub out_prod_panel: fn(acc: &mut [f32], n0: usize, panel: &[f32], cs: &[f32]),
+    /// The backward pass's `out_prod` of f32 operands as one blocked product (packed panels,
+    /// register tiles, cache blocks), or None: `out_prod_panel` takes those too.
+    pub f32_gemm: Option<F32Gemm>,
     /// One whole group of a repacked Q8_0 weight ([`Q8_0_GROUP`]'s layout, `nb` blocks per
     /// row) dequantized: row r into `out[r·ld..r·ld + 32·nb]`, each value `q · d` with the
     /// bits `dequantize_row` gives. `out_prod`'s panels read the groups in place with it.
@@ -192,6 +220,7 @@ pub(crate) const fn scalar_table() -> Kernels {
         max: scalar::simd::max,
         prep_q8_0: scalar::prep_q8_0,
         out_prod_panel: scalar::simd::out_prod_panel,
+        f32_gemm: None,
         q8_0_group: scalar::simd::q8_0_group,
         gelu_back: scalar::simd::gelu_back,
     }

@@ -39,8 +39,8 @@ use alloc::vec;
 use alloc::vec::Vec;
 pub use kernel::OUT_PROD_J;
 pub use traits::{
-    cpu_traits, kernels, set_vnni_disabled, set_zmm_disabled, FloatGemm, Isa, Kernels, PromptGemm, TypeTraitsCpu,
-    VecDot,
+    cpu_traits, kernels, set_vnni_disabled, set_zmm_disabled, F32Gemm, FloatGemm, Isa, Kernels, PromptGemm,
+    TypeTraitsCpu, VecDot,
 };
 
 /// Taylor coefficients 1/k! of the polynomial exps below.
@@ -417,5 +417,95 @@ mod tests {
                 assert!((ch[0] as f64 - want_h).abs() <= tol, "{} f16 n={n}: {} vs {want_h}", t.name, ch[0]);
             }
         }
+    }
+
+    /// The blocked f32 product (`Kernels::f32_gemm`, where a table has one) against f64 sums,
+    /// on shapes past every block and tile edge, with X and Y plain and transposed, stored and
+    /// accumulated; each result the bits of the same element computed alone (1 × 1), and a
+    /// block of zeros in X skipped even where Y holds ∞ there.
+    #[test]
+    fn f32_gemm_agrees_with_f64() {
+        let mut seed = 0x9e37_79b9u32;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 17;
+            seed ^= seed << 5;
+            (seed as f32 / u32::MAX as f32) * 2.0 - 1.0
+        };
+        let tables: Vec<&Kernels> = Isa::available().into_iter().filter_map(|i| i.kernels()).collect();
+        let mut tested = 0;
+        for t in tables.into_iter().filter(|t| t.f32_gemm.is_some()) {
+            let gemm = t.f32_gemm.unwrap();
+            for (m, n, k) in [(1usize, 1usize, 1usize), (13, 33, 257), (25, 17, 600), (400, 40, 70), (12, 32, 0)] {
+                for (x_t, y_t, acc) in
+                    [(false, false, false), (true, true, true), (false, true, false), (true, false, true)]
+                {
+                    let mut x: Vec<f32> = (0..m * k).map(|_| next()).collect();
+                    let mut y: Vec<f32> = (0..k * n).map(|_| next()).collect();
+                    // X[i, l] at i·rsx + l·csx; Y[l, j] at l·rsy + j·csy.
+                    let (rsx, csx) = if x_t { (1, m) } else { (k, 1) };
+                    let (rsy, csy) = if y_t { (1, k) } else { (n, 1) };
+                    if k >= 600 {
+                        // l in 256..512 (the second block): X zero there, Y infinite.
+                        for i in 0..m {
+                            for l in 256..512 {
+                                x[i * rsx + l * csx] = 0.0;
+                            }
+                        }
+                        for l in 256..512 {
+                            for j in 0..n {
+                                y[l * rsy + j * csy] = f32::INFINITY;
+                            }
+                        }
+                    }
+                    let c0: Vec<f32> = (0..m * n).map(|_| next()).collect();
+                    let mut c = c0.clone();
+                    // SAFETY: every element named is inside x, y, c; this table runs here.
+                    unsafe { gemm(m, n, k, x.as_ptr(), rsx, csx, y.as_ptr(), rsy, csy, c.as_mut_ptr(), n, acc) };
+                    for i in 0..m {
+                        for j in 0..n {
+                            let mut want = if acc { c0[i * n + j] as f64 } else { 0.0 };
+                            for l in 0..k {
+                                let xv = x[i * rsx + l * csx];
+                                if xv != 0.0 {
+                                    want += xv as f64 * y[l * rsy + j * csy] as f64;
+                                }
+                            }
+                            let got = c[i * n + j];
+                            let tol = 1e-6 * (k as f64 + 2.0);
+                            assert!(
+                                (got as f64 - want).abs() <= tol,
+                                "{} {m}×{n}×{k} ({i}, {j}): {got} vs {want}",
+                                t.name
+                            );
+                            if (i * 7 + j) % 37 == 0 {
+                                let mut one = c0[i * n + j];
+                                // SAFETY: row i of X, column j of Y, one element of C.
+                                unsafe {
+                                    gemm(
+                                        1,
+                                        1,
+                                        k,
+                                        x.as_ptr().add(i * rsx),
+                                        rsx,
+                                        csx,
+                                        y.as_ptr().add(j * csy),
+                                        rsy,
+                                        csy,
+                                        &mut one,
+                                        1,
+                                        acc,
+                                    )
+                                };
+                                assert_eq!(one.to_bits(), got.to_bits(), "{} {m}×{n}×{k} ({i}, {j}) alone", t.name);
+                            }
+                        }
+                    }
+                    tested += 1;
+                }
+            }
+        }
+        let avx512 = cfg!(target_arch = "x86_64") && crate::cpu::features::detect().avx512;
+        assert!(tested > 0 || !avx512, "an AVX-512 machine's table has a blocked f32 product");
     }
 }

@@ -30,6 +30,7 @@ use crate::quants::blocks::*;
 use crate::types::GgmlType;
 
 mod activations;
+mod gemm512;
 mod kquants;
 mod packed;
 mod packed512;
@@ -100,7 +101,8 @@ pub(super) const fn table(vnni: Vnni) -> Kernels {
     t
 }
 
-/// [`table`] with AVX512-VNNI, its packed Q8_0/Q4_K/Q6_K kernels and out_prod's panel tile on 512-bit registers
+/// [`table`] with AVX512-VNNI, its packed Q8_0/Q4_K/Q6_K kernels, out_prod's panel tile and f32
+/// product ([`gemm512`]) on 512-bit registers
 /// ([`packed512`]); handed out only where AVX-512 F, BW, VL and VNNI were detected.
 pub(super) const fn table_512() -> Kernels {
     use GgmlType::*;
@@ -109,6 +111,9 @@ pub(super) const fn table_512() -> Kernels {
     t.types[Q4_K as usize].packed = Some(&packed512::PACKED_Q4_K);
     t.types[Q6_K as usize].packed = Some(&packed512::PACKED_Q6_K);
     t.out_prod_panel = simd::out_prod_panel_512;
+    t.f32_gemm = Some(gemm512::gemm_f32);
+    t.types[F32 as usize].float_gemm = Some(gemm512::dot_gemm_f32);
+    t.types[F16 as usize].float_gemm = Some(gemm512::dot_gemm_f16);
     t
 }
 

@@ -1,0 +1,422 @@
+//! The AVX-512 table's blocked f32 product ([`crate::cpu::arch::F32Gemm`]), the backward
+//! pass's `out_prod` on f32 operands (the weight gradients, and the input gradients through
+//! F32 weights): BLIS's loops. Per block of [`KC`] values of l (from l = 0), Y's rows are
+//! packed into panels [`NR`] columns wide, contiguous in l; per block of [`MC`] rows of X,
+//! its rows are packed [`MR`] at a time, contiguous in l; then a register tile of MR rows ×
+//! NR columns (24 zmm sums: X broadcast, the panel's two vectors loaded) over every pair,
+//! the panel outermost: it (KC·NR·4 = 32 KiB) stays in L1 while X's micro-panels (12 KiB)
+//! stream from L2. Each sum is a chain of FMAs in l order within a block, added to C once
+//! per block: a result does not depend on m, n, or where its row and column fall.
+
+use alloc::vec;
+use alloc::vec::Vec;
+use core::arch::x86_64::*;
+
+/// Values of l per block (a panel of Y: KC × NR floats, 32 KiB of a 48 KiB L1).
+pub(crate) const KC: usize = 256;
+/// Rows of X per register tile.
+const MR: usize = 12;
+/// Columns of Y per register tile (two zmm).
+const NR: usize = 32;
+/// Rows of X per block (MC × KC floats, 384 KiB, stay in L2), a multiple of MR.
+const MC: usize = 384;
+const _: () = assert!(MC.is_multiple_of(MR));
+
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Line([f32; 16]);
+
+/// `n` floats (or more), 64-byte aligned.
+fn lines(n: usize) -> Vec<Line> {
+    vec![Line([0.0; 16]); n.div_ceil(16).max(1)]
+}
+
+/// [`crate::cpu::arch::F32Gemm`] with AVX-512 F.
+///
+/// # Safety
+/// As [`crate::cpu::arch::F32Gemm`] says; handed out only where AVX-512 F was detected.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn gemm_f32(
+    m: usize,
+    n: usize,
+    k: usize,
+    x: *const f32,
+    rsx: usize,
+    csx: usize,
+    y: *const f32,
+    rsy: usize,
+    csy: usize,
+    c: *mut f32,
+    ldc: usize,
+    accumulate: bool,
+) {
+    blocked(m, n, k, x, rsx, csx, y, rsy, csy, c, ldc, accumulate)
+}
+
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn blocked(
+    m: usize,
+    n: usize,
+    k: usize,
+    x: *const f32,
+    rsx: usize,
+    csx: usize,
+    y: *const f32,
+    rsy: usize,
+    csy: usize,
+    c: *mut f32,
+    ldc: usize,
+    accumulate: bool,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    let n_panels = n.div_ceil(NR);
+    let kc_max = KC.min(k).max(1);
+    let mut ybuf = lines(kc_max * n_panels * NR);
+    let mut xbuf = lines(kc_max * MC.min(m.div_ceil(MR) * MR));
+    let (yp, xp) = (ybuf.as_mut_ptr() as *mut f32, xbuf.as_mut_ptr() as *mut f32);
+    // C is stored (not added to) by the first block computed.
+    let mut first = !accumulate;
+    let mut pc = 0;
+    while pc < k {
+        let kc = KC.min(k - pc);
+        // A block of zeros in X (a logit difference's gradient of the head): Y's rows are not
+        // even packed.
+        if all_zero(m, kc, x.add(pc * csx), rsx, csx) {
+            pc += kc;
+            continue;
+        }
+        pack_y(kc, n, y.add(pc * rsy), rsy, csy, yp);
+        let mut ic = 0;
+        while ic < m {
+            let mc = MC.min(m - ic);
+            pack_x(mc, kc, x.add(ic * rsx + pc * csx), rsx, csx, xp);
+            for jr in 0..n_panels {
+                let j0 = jr * NR;
+                let w = NR.min(n - j0);
+                let mask = |w: usize| if w >= 16 { 0xffff } else { ((1u32 << w) - 1) as __mmask16 };
+                let (m0, m1) = (mask(w), mask(w.saturating_sub(16)));
+                let panel = yp.add(jr * kc * NR);
+                let mut ir = 0;
+                while ir < mc {
+                    let rows = MR.min(mc - ir);
+                    tile(kc, xp.add(ir * kc), panel, c.add((ic + ir) * ldc + j0), ldc, rows, m0, m1, first);
+                    ir += MR;
+                }
+            }
+            ic += mc;
+        }
+        first = false;
+        pc += kc;
+    }
+    if first {
+        // Every block of X was zero.
+        for i in 0..m {
+            core::ptr::write_bytes(c.add(i * ldc), 0, n);
+        }
+    }
+}
+
+/// Whether X's `m` rows × `kc` values are all zero (read in address order; stops at the
+/// first value that is not).
+#[target_feature(enable = "avx512f")]
+unsafe fn all_zero(m: usize, kc: usize, x: *const f32, rsx: usize, csx: usize) -> bool {
+    let (outer, inner, so, si) = if csx == 1 { (m, kc, rsx, 1) } else { (kc, m, csx, rsx) };
+    for o in 0..outer {
+        let p = x.add(o * so);
+        if (0..inner).any(|i| *p.add(i * si) != 0.0) {
+            return false;
+        }
+    }
+    true
+}
+
+/// Y's `kc` rows × `n` columns (`Y[l·rsy + j·csy]`) into panels of NR columns, each `kc`
+/// rows of NR floats (columns past n zero).
+#[target_feature(enable = "avx512f")]
+unsafe fn pack_y(kc: usize, n: usize, y: *const f32, rsy: usize, csy: usize, out: *mut f32) {
+    for jr in 0..n.div_ceil(NR) {
+        let j0 = jr * NR;
+        let w = NR.min(n - j0);
+        let panel = out.add(jr * kc * NR);
+        if csy == 1 {
+            let mask = |w: usize| if w >= 16 { 0xffff } else { ((1u32 << w) - 1) as __mmask16 };
+            let (m0, m1) = (mask(w), mask(w.saturating_sub(16)));
+            for l in 0..kc {
+                let src = y.add(l * rsy + j0);
+                _mm512_store_ps(panel.add(l * NR), _mm512_maskz_loadu_ps(m0, src));
+                _mm512_store_ps(panel.add(l * NR + 16), _mm512_maskz_loadu_ps(m1, src.wrapping_add(16)));
+            }
+        } else {
+            // Columns contiguous in l (a transposed Y): each column read in address order.
+            for jj in 0..NR {
+                if jj < w {
+                    let src = y.add((j0 + jj) * csy);
+                    for l in 0..kc {
+                        *panel.add(l * NR + jj) = *src.add(l * rsy);
+                    }
+                } else {
+                    for l in 0..kc {
+                        *panel.add(l * NR + jj) = 0.0;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// X's `mc` rows × `kc` values (`X[i·rsx + l·csx]`) into micro-panels of MR rows, each `kc`
+/// groups of MR floats (rows past mc zero).
+#[target_feature(enable = "avx512f")]
+unsafe fn pack_x(mc: usize, kc: usize, x: *const f32, rsx: usize, csx: usize, out: *mut f32) {
+    let mut i0 = 0;
+    while i0 < mc {
+        let rows = MR.min(mc - i0);
+        let dst = out.add(i0 * kc);
+        if rsx == 1 {
+            // Rows contiguous in i (a transposed X): MR values of one l at a time.
+            for l in 0..kc {
+                let src = x.add(i0 + l * csx);
+                for r in 0..MR {
+                    *dst.add(l * MR + r) = if r < rows { *src.add(r) } else { 0.0 };
+                }
+            }
+        } else {
+            for r in 0..MR {
+                let src = x.wrapping_add((i0 + r) * rsx);
+                for l in 0..kc {
+                    *dst.add(l * MR + r) = if r < rows { *src.add(l * csx) } else { 0.0 };
+                }
+            }
+        }
+        i0 += MR;
+    }
+}
+
+/// C rows 0..rows (of MR), columns under the masks `m0` (0..16) and `m1` (16..32): stored
+/// (`first`) or added to, the sums over `kc` values of l of `xp[l·MR + r] · yp[l·NR + j]`.
+#[target_feature(enable = "avx512f")]
+#[inline]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile(
+    kc: usize,
+    xp: *const f32,
+    yp: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    rows: usize,
+    m0: __mmask16,
+    m1: __mmask16,
+    first: bool,
+) {
+    let mut s = [_mm512_setzero_ps(); 2 * MR];
+    for l in 0..kc {
+        let y0 = _mm512_load_ps(yp.add(l * NR));
+        let y1 = _mm512_load_ps(yp.add(l * NR + 16));
+        for r in 0..MR {
+            let xv = _mm512_set1_ps(*xp.add(l * MR + r));
+            s[2 * r] = _mm512_fmadd_ps(xv, y0, s[2 * r]);
+            s[2 * r + 1] = _mm512_fmadd_ps(xv, y1, s[2 * r + 1]);
+        }
+    }
+    for r in 0..MR {
+        // A constant index per row (the sums stay in registers); rows past `rows` unwritten.
+        if r < rows {
+            let (o0, o1) = (c.add(r * ldc), c.add(r * ldc).wrapping_add(16));
+            if first {
+                _mm512_mask_storeu_ps(o0, m0, s[2 * r]);
+                _mm512_mask_storeu_ps(o1, m1, s[2 * r + 1]);
+            } else {
+                _mm512_mask_storeu_ps(o0, m0, _mm512_add_ps(_mm512_maskz_loadu_ps(m0, o0), s[2 * r]));
+                _mm512_mask_storeu_ps(o1, m1, _mm512_add_ps(_mm512_maskz_loadu_ps(m1, o1), s[2 * r + 1]));
+            }
+        }
+    }
+}
+
+/// [`crate::cpu::arch::FloatGemm`] for f32 rows on 512-bit registers: 4×6 register tiles of
+/// dot products, 16 lanes of l per step, each row's 16 sums reduced by one tree ([`sums4`]).
+///
+/// # Safety
+/// As [`crate::cpu::arch::FloatGemm`] says; handed out only where AVX-512 F, BW and VL were
+/// detected.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn dot_gemm_f32(
+    k: usize,
+    m: usize,
+    n: usize,
+    a: *const u8,
+    lda: usize,
+    b: *const f32,
+    ldb: usize,
+    c: *mut f32,
+    ldc: usize,
+) {
+    zmm_gemm_f32(k, m, n, a as *const f32, lda, b, ldb, c, ldc)
+}
+
+/// [`dot_gemm_f32`] for f16 rows (as bits), converted as they are loaded: the bits of
+/// [`dot_gemm_f32`] on the rows widened first (`mul_mat`'s prompt path), as a decode step
+/// and a prompt must agree.
+///
+/// # Safety
+/// As [`dot_gemm_f32`].
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn dot_gemm_f16(
+    k: usize,
+    m: usize,
+    n: usize,
+    a: *const u8,
+    lda: usize,
+    b: *const f32,
+    ldb: usize,
+    c: *mut f32,
+    ldc: usize,
+) {
+    zmm_gemm_f16(k, m, n, a as *const u16, lda, b, ldb, c, ldc)
+}
+
+/// The sums of four accumulators' 16 lanes in lanes 0..4, each by the same tree: the
+/// 256-bit halves added, then the 128-bit halves, then lanes (0 + 2) + (1 + 3). Missing
+/// rows are zeros, so a row's sum does not depend on which tile it fell in.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn sums4(a: [__m512; 4]) -> __m128 {
+    let s01 = _mm512_add_ps(
+        _mm512_shuffle_f32x4::<0b01_00_01_00>(a[0], a[1]),
+        _mm512_shuffle_f32x4::<0b11_10_11_10>(a[0], a[1]),
+    );
+    let s23 = _mm512_add_ps(
+        _mm512_shuffle_f32x4::<0b01_00_01_00>(a[2], a[3]),
+        _mm512_shuffle_f32x4::<0b11_10_11_10>(a[2], a[3]),
+    );
+    let q =
+        _mm512_add_ps(_mm512_shuffle_f32x4::<0b10_00_10_00>(s01, s23), _mm512_shuffle_f32x4::<0b11_01_11_01>(s01, s23));
+    let t = _mm512_add_ps(q, _mm512_permute_ps::<0b01_00_11_10>(q));
+    let u = _mm512_add_ps(t, _mm512_permute_ps::<0b10_11_00_01>(t));
+    _mm512_castps512_ps128(_mm512_maskz_compress_ps(0x1111, u))
+}
+
+/// One register tile of the 512-bit dot-product gemm: `MR` rows of a × `NR` rows of b, 16
+/// lanes of `l` per step, each a-load feeding `NR` FMAs and each b-load `MR`. `$load(p, l)`
+/// gives 16 a-values as f32, `$load_tail(p, l, mask)` the masked last ones (zeros past k).
+macro_rules! zmm_gemm {
+    ($gemm:ident, $tile:ident, $T:ty, $load:expr, $load_tail:expr) => {
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
+        #[inline]
+        unsafe fn $tile<const MR: usize, const NR: usize>(
+            k: usize,
+            a: *const $T,
+            lda: usize,
+            b: *const f32,
+            ldb: usize,
+            c: *mut f32,
+            ldc: usize,
+        ) {
+            let mut acc = [[_mm512_setzero_ps(); MR]; NR];
+            let mut l = 0;
+            while l + 16 <= k {
+                let mut av = [_mm512_setzero_ps(); MR];
+                for i in 0..MR {
+                    av[i] = $load(a.add(i * lda), l);
+                }
+                for j in 0..NR {
+                    let bv = _mm512_loadu_ps(b.add(j * ldb + l));
+                    for i in 0..MR {
+                        acc[j][i] = _mm512_fmadd_ps(av[i], bv, acc[j][i]);
+                    }
+                }
+                l += 16;
+            }
+            if l < k {
+                let mask = ((1u32 << (k - l)) - 1) as __mmask16;
+                let mut av = [_mm512_setzero_ps(); MR];
+                for i in 0..MR {
+                    av[i] = $load_tail(a.add(i * lda), l, mask);
+                }
+                for j in 0..NR {
+                    let bv = _mm512_maskz_loadu_ps(mask, b.add(j * ldb + l));
+                    for i in 0..MR {
+                        acc[j][i] = _mm512_fmadd_ps(av[i], bv, acc[j][i]);
+                    }
+                }
+            }
+            let z = _mm512_setzero_ps();
+            for j in 0..NR {
+                let v = |i: usize| if i < MR { acc[j][i] } else { z };
+                let s = sums4([v(0), v(1), v(2), v(3)]);
+                let o = c.add(j * ldc);
+                if MR == 4 {
+                    _mm_storeu_ps(o, s);
+                } else {
+                    _mm_mask_storeu_ps(o, ((1u32 << MR) - 1) as __mmask8, s);
+                }
+            }
+        }
+
+        /// Tiles of 4 rows of a × 6 rows of b (24 accumulators, 4 a-vectors and a b-vector
+        /// of the 32 zmm registers), smaller ones at the edges.
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
+        #[allow(clippy::too_many_arguments)]
+        unsafe fn $gemm(
+            k: usize,
+            m: usize,
+            n: usize,
+            a: *const $T,
+            lda: usize,
+            b: *const f32,
+            ldb: usize,
+            c: *mut f32,
+            ldc: usize,
+        ) {
+            macro_rules! rows {
+                ($nr:literal, $j:expr) => {{
+                    let (bj, cj) = (b.add($j * ldb), c.add($j * ldc));
+                    let mut i = 0;
+                    while i + 4 <= m {
+                        $tile::<4, $nr>(k, a.add(i * lda), lda, bj, ldb, cj.add(i), ldc);
+                        i += 4;
+                    }
+                    let (ai, ci) = (a.add(i * lda), cj.add(i));
+                    match m - i {
+                        3 => $tile::<3, $nr>(k, ai, lda, bj, ldb, ci, ldc),
+                        2 => $tile::<2, $nr>(k, ai, lda, bj, ldb, ci, ldc),
+                        1 => $tile::<1, $nr>(k, ai, lda, bj, ldb, ci, ldc),
+                        _ => {}
+                    }
+                }};
+            }
+            let mut j = 0;
+            while j + 6 <= n {
+                rows!(6, j);
+                j += 6;
+            }
+            match n - j {
+                5 => rows!(5, j),
+                4 => rows!(4, j),
+                3 => rows!(3, j),
+                2 => rows!(2, j),
+                1 => rows!(1, j),
+                _ => {}
+            }
+        }
+    };
+}
+
+zmm_gemm!(
+    zmm_gemm_f32,
+    zmm_tile_f32,
+    f32,
+    |p: *const f32, l: usize| _mm512_loadu_ps(p.add(l)),
+    |p: *const f32, l: usize, m: __mmask16| _mm512_maskz_loadu_ps(m, p.add(l))
+);
+
+zmm_gemm!(
+    zmm_gemm_f16,
+    zmm_tile_f16,
+    u16,
+    |p: *const u16, l: usize| _mm512_cvtph_ps(_mm256_loadu_si256(p.add(l) as *const __m256i)),
+    |p: *const u16, l: usize, m: __mmask16| _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p.add(l) as *const i16))
+);
