@@ -36,6 +36,12 @@ cd "$ROOT"
 bindgen_opt() {
     local raw=$1 out=$2 name=${NAME:-ggweb_core} opt=${OPT:--O3}
     shift 2
+    # --low-memory-unused: rustc links wasm32/wasm64 stack first (the stack's 1 MiB grows
+    # down to address 0, data and heap above it), so no valid address lies under 1 KiB and
+    # wasm-opt may fold `(load (i32.add p C))` into `(load offset=C p)`, which V8 folds into
+    # the x86 address: LLVM leaves the add wherever loop strength reduction rewrote a
+    # pointer (13 `leal` per block step of the Q8_0 decode kernel; BENCHMARKS.md 2026-12-06).
+    set -- --low-memory-unused "$@"
     [ -f "$raw" ] || die "cargo produced no $raw"
     local stamp_dir="$TARGET_DIR/wasm-stamps" stamp
     stamp="$( (sha256sum "$raw" | cut -d' ' -f1; wasm-bindgen --version; echo "opt=${GGWEB_WASM_OPT:-1} $opt $*"

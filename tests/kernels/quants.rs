@@ -937,10 +937,11 @@ fn repacked_gemm_equals_plain_bit_for_bit() {
                     }
                 }
             }
-            if kquant && case % 2 == 1 {
-                // Extreme block scales: the largest finite f16, subnormals, zero, negative.
+            if (kquant || ty == GgmlType::Q8_0) && case % 2 == 1 {
+                // Extreme block scales: the largest finite f16, subnormals, zero, negative (the
+                // wasm kernels convert them without the inf/NaN case: every finite f16 exact).
                 let ts = ty.type_size();
-                let d_at = if ty == GgmlType::Q4_K { 0 } else { ts - 2 };
+                let d_at = if matches!(ty, GgmlType::Q4_K | GgmlType::Q8_0) { 0 } else { ts - 2 };
                 for (bi, blk) in a.chunks_exact_mut(ts).enumerate() {
                     let d: u16 = [0x7bff, 0x0001, 0x03ff, 0x0000, 0xfbff, 0x8001, 0x3c00][bi % 7];
                     blk[d_at..d_at + 2].copy_from_slice(&d.to_le_bytes());
@@ -1015,4 +1016,24 @@ fn repacked_gemm_equals_plain_bit_for_bit() {
     let before = a.clone();
     assert!(!repack::pack(GgmlType::Q8_0, 64, 4, &mut a));
     assert_eq!(a, before);
+    // So does a matrix with an inf or NaN scale (d, Q4_K's dmin), in any block.
+    for (ty, at) in [(GgmlType::Q8_0, 0), (GgmlType::Q4_K, 0), (GgmlType::Q4_K, 2), (GgmlType::Q6_K, 208)] {
+        if repack::layout(ty).is_none() {
+            continue;
+        }
+        let k = 2 * ty.blck_size();
+        for (blk, bits) in [(0usize, 0x7c00u16), (3, 0xfc00), (5, 0x7e01), (7, 0xffff)] {
+            let mut a: Vec<u8> = (0..8).flat_map(|_| random_row(&mut rng, ty, k)).collect();
+            if ty == GgmlType::Q8_0 {
+                a.chunks_exact_mut(34).for_each(|b| b[2..].iter_mut().filter(|v| **v == 0x80).for_each(|v| *v = 0x81));
+            }
+            let mut fine = a.clone();
+            assert!(repack::pack(ty, k, 8, &mut fine), "{ty}: finite scales are packed");
+            let o = blk * ty.type_size() + at;
+            a[o..o + 2].copy_from_slice(&bits.to_le_bytes());
+            let before = a.clone();
+            assert!(!repack::pack(ty, k, 8, &mut a), "{ty}: scale {bits:#06x} at byte {at} of block {blk}");
+            assert_eq!(a, before);
+        }
+    }
 }

@@ -276,8 +276,10 @@ pub fn kernel_name(ty: GgmlType) -> Option<&'static str> {
 }
 
 /// Repacks `m` rows of `k` elements of `ty` in place (`data` holds at least the rows).
-/// False, `data` untouched, for a type without a packed layout, or Q8_0 weights holding a
-/// quant of -128 (the relaxed-SIMD kernel negates weights; ggml's quantizer never writes -128).
+/// False, `data` untouched, for a type without a packed layout, Q8_0 weights holding a
+/// quant of -128 (the relaxed-SIMD kernel negates weights; ggml's quantizer never writes -128),
+/// or Q8_0, Q4_K and Q6_K weights with an inf or NaN scale (`d`, Q4_K's `dmin`: the wasm
+/// kernels convert them without the special case; a quantizer writes none).
 pub fn pack(ty: GgmlType, k: usize, m: usize, data: &mut [u8]) -> bool {
     let Some(l) = layout(ty) else { return false };
     let (bs, qk) = (ty.type_size(), ty.blck_size());
@@ -287,6 +289,9 @@ pub fn pack(ty: GgmlType, k: usize, m: usize, data: &mut [u8]) -> bool {
     let (nb, rs) = (k / qk, ty.row_size(k as i64));
     assert!(data.len() >= m * rs, "repack::pack: {m} rows of {rs} bytes in {}", data.len());
     if ty == GgmlType::Q8_0 && data[..m * rs].chunks_exact(bs).any(|b| b[2..].contains(&0x80)) {
+        return false;
+    }
+    if data[..m * rs].chunks_exact(bs).any(|b| scale_offsets(ty).iter().any(|&o| b[o + 1] & 0x7c == 0x7c)) {
         return false;
     }
     let mut tmp = vec![0u8; l.rows * rs];
@@ -320,6 +325,17 @@ pub fn pack(ty: GgmlType, k: usize, m: usize, data: &mut [u8]) -> bool {
         }
     }
     true
+}
+
+/// Where a block of `ty` keeps the f16 scales the packed kernels convert as finite values
+/// ([`pack`] leaves a matrix with an inf or NaN one, exponent bits all set, in ggml's layout).
+fn scale_offsets(ty: GgmlType) -> &'static [usize] {
+    match ty {
+        GgmlType::Q8_0 => &[0],
+        GgmlType::Q4_K => &[0, 2],
+        GgmlType::Q6_K => &[208],
+        _ => &[],
+    }
 }
 
 /// Row `i` of `m` packed rows of `k` elements of `ty`, in ggml's layout, into `out`

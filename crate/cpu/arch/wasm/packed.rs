@@ -14,7 +14,7 @@
 use crate::wasm_arch::*;
 
 use super::super::kernel::{GemmArgs, PackedKernel, PromptGemm, GROUP};
-use super::{f16x4_to_f32, load, transpose_sum};
+use super::{f16x4_finite, load, transpose_sum};
 use crate::types::GgmlType;
 
 #[cfg(not(target_feature = "relaxed-simd"))]
@@ -36,10 +36,10 @@ static PANELS: PromptGemm = PromptGemm {
     chunk: crate::cpu::arch::L1_CHUNK,
 };
 
-/// The 4 rows' scales of block t (8 bytes at `p`) as f32.
+/// The 4 rows' scales of block t (8 bytes at `p`) as f32 (finite: `repack::pack` checked).
 #[inline(always)]
 unsafe fn scales(p: *const u8) -> v128 {
-    f16x4_to_f32(u32x4_extend_low_u16x8(v128_load64_zero(p as *const u64)))
+    f16x4_finite(p)
 }
 
 /// `acc[t % 8]` per lane, reduced as `reduce8` does.

@@ -32,7 +32,7 @@ use alloc::vec::Vec;
 
 use super::super::kernel::{q4_k_qs_src, q6_k_src, GemmArgs, PackedKernel, PromptGemm, GROUP};
 use super::kquants::{gemm_rows_k, KBlock};
-use super::{f16x4_to_f32, transpose_sum};
+use super::{f16x4_finite, transpose_sum};
 use crate::quants::blocks::{BlockQ4_K, BlockQ6_K};
 use crate::types::GgmlType;
 
@@ -262,10 +262,10 @@ unsafe fn pd(y: *const v128, j: usize, u: v128) -> v128 {
     }
 }
 
-/// The 4 rows' f16 pair at `p` (8 bytes) as f32.
+/// The 4 rows' f16 scales at `p` (8 bytes) as f32 (finite: `repack::pack` checked).
 #[inline(always)]
 unsafe fn f16s(p: *const u8) -> v128 {
-    f16x4_to_f32(u32x4_extend_low_u16x8(v128_load64_zero(p as *const u64)))
+    f16x4_finite(p)
 }
 
 /// Runs `step(t, &mut acc[t % 8])` for every block, in order (`acc[t % 8][j]`: column j's 4
@@ -307,16 +307,28 @@ unsafe fn q4_k_scales(blk: *const u8) -> [v128; 4] {
     ]
 }
 
-/// Rows r's mins, each twice (one per sub-block of 16), as two i16x8.
+/// The 4 rows' mins as i16x8, one vector a row (lane j: sub-block j's min): from `s[2]` (byte
+/// 4r + j: sub-blocks 0..4) and `s[3]` (4..8), each row's 4 bytes of both side by side.
 #[inline(always)]
-fn q4_k_mins(s: &[v128; 4], r: usize) -> [v128; 2] {
-    let m = match r {
-        0 => i8x16_shuffle::<0, 0, 1, 1, 2, 2, 3, 3, 16, 16, 17, 17, 18, 18, 19, 19>(s[2], s[3]),
-        1 => i8x16_shuffle::<4, 4, 5, 5, 6, 6, 7, 7, 20, 20, 21, 21, 22, 22, 23, 23>(s[2], s[3]),
-        2 => i8x16_shuffle::<8, 8, 9, 9, 10, 10, 11, 11, 24, 24, 25, 25, 26, 26, 27, 27>(s[2], s[3]),
-        _ => i8x16_shuffle::<12, 12, 13, 13, 14, 14, 15, 15, 28, 28, 29, 29, 30, 30, 31, 31>(s[2], s[3]),
-    };
-    [u16x8_extend_low_u8x16(m), u16x8_extend_high_u8x16(m)]
+fn q4_k_row_mins(s: &[v128; 4]) -> [v128; GROUP] {
+    let (m01, m23) = (i32x4_shuffle::<0, 4, 1, 5>(s[2], s[3]), i32x4_shuffle::<2, 6, 3, 7>(s[2], s[3]));
+    [
+        u16x8_extend_low_u8x16(m01),
+        u16x8_extend_high_u8x16(m01),
+        u16x8_extend_low_u8x16(m23),
+        u16x8_extend_high_u8x16(m23),
+    ]
+}
+
+/// The sums of a Q8_K block's 8 sub-blocks of 32 (lane j: `bsums[2j] + bsums[2j + 1]`, |·| ≤
+/// 4096: i16) from its 16 `bsums` at `yb + 260`.
+///
+/// # Safety
+/// `yb` points at a whole Q8_K block.
+#[inline(always)]
+unsafe fn q8_k_sums32(yb: *const u8) -> v128 {
+    let (b0, b1) = (v128_load(yb.add(260) as *const v128), v128_load(yb.add(276) as *const v128));
+    i16x8_add(i16x8_shuffle::<0, 2, 4, 6, 8, 10, 12, 14>(b0, b1), i16x8_shuffle::<1, 3, 5, 7, 9, 11, 13, 15>(b0, b1))
 }
 
 /// The decode kernels' scale vectors of Q4_K: per row (low nibbles, high nibbles), lane L =
@@ -422,7 +434,6 @@ unsafe fn group_q4_k<const N: usize>(
         let s = q4_k_scales(blk);
         let sc = q4_k_lane_scales(&s);
         let mut isum = [[i32x4_splat(0); GROUP]; N];
-        let mut summ = [[i32x4_splat(0); GROUP]; N];
         for r in 0..GROUP {
             let q = blk.add(64 + 128 * r);
             let (mut al, mut ah) = ([i16x8_splat(0); N], [i16x8_splat(0); N]);
@@ -434,14 +445,17 @@ unsafe fn group_q4_k<const N: usize>(
                     ah[j] = i16x8_add(ah[j], pd(y[j], 2 * v + 1, hi));
                 }
             }
-            let mn = q4_k_mins(&s, r);
             for j in 0..N {
-                let yb = b[j].add(t * Y_SIZE);
-                let (bs0, bs1) = (v128_load(yb.add(260) as *const v128), v128_load(yb.add(276) as *const v128));
                 isum[j][r] = i32x4_add(i32x4_dot_i16x8(al[j], sc[r][0]), i32x4_dot_i16x8(ah[j], sc[r][1]));
-                summ[j][r] = i32x4_add(i32x4_dot_i16x8(mn[0], bs0), i32x4_dot_i16x8(mn[1], bs1));
             }
         }
+        // Σ min·Σy per row: each row's 8 mins against the 8 sub-block sums of b, one dot a row
+        // and column (the same integers as per sub-block of 16; no per-row shuffle).
+        let mins = q4_k_row_mins(&s);
+        let summ: [[v128; GROUP]; N] = core::array::from_fn(|j| {
+            let bp = q8_k_sums32(b[j].add(t * Y_SIZE));
+            core::array::from_fn(|r| i32x4_dot_i16x8(mins[r], bp))
+        });
         let (d16, dmin16) = (f16s(blk), f16s(blk.add(8)));
         for (j, acc) in acc.iter_mut().enumerate() {
             let ydv = f32x4_splat(*yd.get_unchecked(t * N + j));
