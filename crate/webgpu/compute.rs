@@ -21,6 +21,25 @@ const WORDS: usize = (PARAMS_STRIDE / 4) as usize;
 /// mul_mat columns at or below this take the matrix-vector kernel (`Workgroup` kernels).
 const MAT_VEC_MAX_N: i64 = 8;
 
+/// Chunks of 32 elements of a row that one invocation of `mul_mat_rows` or `mul_mat_tiled`
+/// takes at most; a longer row (K above 16384: a vocabulary-long product of training) is
+/// dispatched in parts, each after the first adding to dst. Mesa's llvmpipe (lavapipe) ends
+/// a shader's loops after 65535 iterations counted over all of them (LP_MAX_TGSI_LOOP_ITERATIONS)
+/// and returns what it has: a per-row product with K = 50257 and 3 columns summed 20768
+/// terms. A chunk costs `mul_mat_rows` about 34 (its 32 elements and the chunk loop), 16 of
+/// `mul_mat_tiled`'s k about 30: 512 chunks stay under half the limit.
+const PART_CHUNKS: u64 = 512;
+
+/// The chunk ranges `[c0, c1)` in which a row of `k` elements is dispatched (shaders
+/// mul_mat_q.wgsl, mul_mat.wgsl: `g.x`, `g.y`).
+fn k_parts(k: u64) -> Vec<(u32, u32)> {
+    let chunks = k.div_ceil(32);
+    (0..chunks.max(1))
+        .step_by(PART_CHUNKS as usize)
+        .map(|c0| (c0 as u32, (c0 + PART_CHUNKS).min(chunks) as u32))
+        .collect()
+}
+
 /// The unit in which kernels address a type: offsets and strides are multiples of it.
 fn unit(ty: GgmlType) -> Option<usize> {
     match ty {
@@ -577,25 +596,33 @@ fn plan(gpu: &Gpu, node: &Tensor, out: &mut Vec<Dispatch>) -> Result<(), Backend
             let spec = weight_spec(a.ty).expect("checked");
             let batch = (x.ne[2] * x.ne[3]) as u64;
             let n_cols = x.ne[1] as u64;
+            let tiled = !gpu.per_row && x.ne[1] > MAT_VEC_MAX_N;
+            // The per-row and tiled kernels take long rows in parts (PART_CHUNKS).
+            let k_parts = if gpu.per_row || tiled { k_parts(a.ne[0] as u64) } else { vec![(0, 0)] };
             for (r0, r1) in row_parts(gpu, node, a)? {
-                let mut b = Builder::new(gpu, node);
-                let whole = r0 == 0 && r1 == a.ne[1] as usize;
-                b.set(0, bind(gpu, node, a, if whole { None } else { Some((r0, r1)) })?);
-                b.operand(1, x)?;
-                b.operand(3, node)?;
-                let rows = (r1 - r0) as u64;
-                b.misc(0, r0, r1)?;
-                // z: groups of 4 columns times the batch.
-                let z = to_u32(node, n_cols.div_ceil(4) * batch, "columns x batch")?;
-                if gpu.per_row {
-                    out.push(b.linear("mul_mat_q", spec, "mul_mat_rows", rows.div_ceil(64), z)?);
-                } else if x.ne[1] > MAT_VEC_MAX_N {
-                    // 64x64 output tiles (shaders/mul_mat.wgsl).
-                    let gx = to_u32(node, rows.div_ceil(64), "row tiles")?;
-                    let gy = to_u32(node, n_cols.div_ceil(64), "column tiles")?;
-                    out.push(b.grid("mul_mat", spec, "mul_mat_tiled", [gx, gy, to_u32(node, batch, "batch")?])?);
-                } else {
-                    out.push(b.linear("mul_mat_q", spec, "mul_mat_vec", rows, z)?);
+                for &(c0, c1) in &k_parts {
+                    let mut b = Builder::new(gpu, node);
+                    let whole = r0 == 0 && r1 == a.ne[1] as usize;
+                    b.set(0, bind(gpu, node, a, if whole { None } else { Some((r0, r1)) })?);
+                    b.operand(1, x)?;
+                    b.operand(3, node)?;
+                    let rows = (r1 - r0) as u64;
+                    b.misc(0, r0, r1)?;
+                    b.params[G] = c0;
+                    b.params[G + 1] = c1;
+                    // z: groups of 4 columns times the batch.
+                    let z = to_u32(node, n_cols.div_ceil(4) * batch, "columns x batch")?;
+                    if gpu.per_row {
+                        out.push(b.linear("mul_mat_q", spec, "mul_mat_rows", rows.div_ceil(64), z)?);
+                    } else if tiled {
+                        // 64x64 output tiles (shaders/mul_mat.wgsl).
+                        let gx = to_u32(node, rows.div_ceil(64), "row tiles")?;
+                        let gy = to_u32(node, n_cols.div_ceil(64), "column tiles")?;
+                        let grid = [gx, gy, to_u32(node, batch, "batch")?];
+                        out.push(b.grid("mul_mat", spec, "mul_mat_tiled", grid)?);
+                    } else {
+                        out.push(b.linear("mul_mat_q", spec, "mul_mat_vec", rows, z)?);
+                    }
                 }
             }
         }
@@ -709,13 +736,14 @@ fn view_is_injective(ne: [i64; 4], nb: [usize; 3]) -> bool {
 
 /// Whether the mat-vec kernels run `mm` in one dispatch, which the fused mul_mat chains
 /// need: a 2-D product (the per-row kernel, or at most MAT_VEC_MAX_N columns on GPUs) whose
-/// weight fits one binding.
+/// rows are one part (PART_CHUNKS) and whose weight fits one binding.
 fn mm_fusable(gpu: &Gpu, mm: &Tensor) -> bool {
     let (Some(a), Some(x)) = (mm.src[0].as_ref(), mm.src[1].as_ref()) else { return false };
     check(mm).is_ok()
         && a.ne[2] * a.ne[3] == 1
         && x.ne[2] * x.ne[3] == 1
         && (gpu.per_row || x.ne[1] <= MAT_VEC_MAX_N)
+        && k_parts(a.ne[0] as u64).len() == 1
         && row_parts(gpu, mm, a).is_ok_and(|p| p.len() == 1)
 }
 
@@ -735,6 +763,10 @@ fn mat_vec(
     b.operand(1, x)?;
     let rows = w.ne[1] as u64;
     b.misc(0, 0, rows as usize)?;
+    // The whole row in one part (mm_fusable).
+    let (c0, c1) = k_parts(w.ne[0] as u64)[0];
+    b.params[G] = c0;
+    b.params[G + 1] = c1;
     let z = to_u32(node, (x.ne[1] as u64).div_ceil(4), "columns")?;
     let file = if ln { "mul_mat_ln" } else { "mul_mat_q" };
     out.push(if gpu.per_row {
