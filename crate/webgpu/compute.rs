@@ -313,7 +313,7 @@ fn bind_bytes(gpu: &Gpu, node: &Tensor, t: &Tensor, lo: usize, hi: usize) -> Res
             format!("operand '{}' needs a {size}-byte binding, above the limit {}", t.name(), gpu.max_binding),
         ));
     }
-    let misaligned = (lo - start) % unit != 0 || t.nb.iter().any(|&nb| nb % unit != 0);
+    let misaligned = !(lo - start).is_multiple_of(unit) || t.nb.iter().any(|&nb| !nb.is_multiple_of(unit));
     if misaligned {
         return Err(unsupported(
             node,
@@ -358,15 +358,18 @@ fn row_parts(gpu: &Gpu, node: &Tensor, a: &Tensor) -> Result<Vec<(usize, usize)>
     Ok((0..rows).step_by(per).map(|r0| (r0, (r0 + per).min(rows))).collect())
 }
 
+/// An operand of a [`flat_operands`] node: (slot, tensor, first element).
+type FlatOperand = (usize, Tensor, usize);
+
 /// An element-wise node over contiguous f32 tensors of one length `n` (add and mul without
 /// broadcast, scale, an f32 cpy/cont, the optimizer steps): its operands read and written at
 /// the same element, as (slot, tensor, first element), and n. The optimizer's state `[n,
 /// rows]` is one operand per row (slots 1, 4, 5: shaders/opt.wgsl).
-fn flat_operands(node: &Tensor) -> Option<(Vec<(usize, Tensor, usize)>, usize)> {
+fn flat_operands(node: &Tensor) -> Option<(Vec<FlatOperand>, usize)> {
     let n = node.nelements() as usize;
     let plain = |t: &Tensor| t.ty == GgmlType::F32 && t.is_contiguous() && t.nelements() as usize == n;
     let s = |i: usize| node.src[i].clone();
-    let ops: Vec<(usize, Tensor, usize)> = match node.op {
+    let ops: Vec<FlatOperand> = match node.op {
         Op::Add | Op::Mul => vec![(0, s(0)?, 0), (1, s(1)?, 0), (3, node.clone(), 0)],
         Op::Scale(_) | Op::Cpy | Op::Cont => vec![(0, s(0)?, 0), (3, node.clone(), 0)],
         Op::OptStepAdamw | Op::OptStepSgd => {
@@ -389,7 +392,7 @@ fn flat_operands(node: &Tensor) -> Option<(Vec<(usize, Tensor, usize)>, usize)> 
 /// elements, so that the windows of two tensors (or state rows) side by side in one buffer
 /// never overlap once aligned down to the storage-offset alignment (256 bytes), which would
 /// make them one binding.
-fn flat_parts(gpu: &Gpu, ops: &[(usize, Tensor, usize)], n: usize) -> Vec<(usize, usize)> {
+fn flat_parts(gpu: &Gpu, ops: &[FlatOperand], n: usize) -> Vec<(usize, usize)> {
     let fits = |t: &Tensor| t.nbytes() as u64 + gpu.storage_align + 4 <= gpu.max_binding;
     if ops.iter().all(|(_, t, _)| fits(t)) || n <= 64 {
         return vec![(0, n)];
@@ -403,7 +406,7 @@ fn flat_parts(gpu: &Gpu, ops: &[(usize, Tensor, usize)], n: usize) -> Vec<(usize
 fn plan_flat(
     gpu: &Gpu,
     node: &Tensor,
-    ops: &[(usize, Tensor, usize)],
+    ops: &[FlatOperand],
     n: usize,
     out: &mut Vec<Dispatch>,
 ) -> Result<(), BackendError> {
