@@ -173,20 +173,22 @@ fn repeat_back(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_i
 
 // get_rows_back: dst[:, r] = sum of src0[:, i] over the indices i with src1[i] = r, in index
 // order (a scatter-add without atomics: each invocation owns one dst element and scans every
-// index). One invocation per dst element (misc.x); dst is 2-D, src1 1-D.
+// index). One invocation per dst element (misc.x) of dst's rows from misc.y on (a dst larger
+// than one binding comes in ranges of rows, bound from row misc.y); dst is 2-D, src1 1-D.
 @compute @workgroup_size(256)
 fn get_rows_back(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
     let gid = wg_linear(wg) * 256u + li;
     if (gid >= p.misc.x) { return; }
     let i0 = gid % p.d_ne.x;
-    let r = i32(gid / p.d_ne.x);
+    let rr = gid / p.d_ne.x; // the row within this range
+    let r = i32(p.misc.y + rr);
     var s = 0.0;
     for (var i = 0u; i < p.b_ne.x; i++) {
         if (bitcast<i32>(w1(p.off.y + i * p.b_nb.x)) == r) {
             s += ld0_f32(p.off.x + i0 * p.a_nb.x + i * p.a_nb.y);
         }
     }
-    st_f32(p.off.w + i0 * p.d_nb.x + u32(r) * p.d_nb.y, s);
+    st_f32(p.off.w + i0 * p.d_nb.x + rr * p.d_nb.y, s);
 }
 
 // acc, first dispatch: dst = src0 (both contiguous, misc.x elements; a no-op rewrite when

@@ -1,11 +1,13 @@
-// Weights of a src0 row as f32, one element (`deq_one_*`) or as the dot product of a
-// 32-element chunk with f32 activations in src1 (`dot_chunk_*`: the chunk's scales are
-// read once and factored out of the sum). No private arrays: CPU-based adapters
-// (lavapipe, SwiftShader) run array-indexing kernels an order of magnitude slower.
+// Weights of a src0 row as f32, one element (`deq_one_*`) or as the dot products of a
+// 32-element chunk with up to 4 columns of f32 activations in src1 (`dot_chunk_*`, read
+// through `ldx4`: one lane per column; the chunk's weights are dequantized once for the
+// four, its scales read once and factored out of the sums). No private arrays: CPU-based
+// adapters (lavapipe, SwiftShader) run array-indexing kernels an order of magnitude slower.
 //
 // `base`: first unit of the row (element for f32/f16, byte for quantized types); `k`: the
 // element; `c`: the chunk (elements 32c..32c+32); `k_len`: row length (f32/f16 rows need
-// not be a multiple of 32); `xb`, `xs`: src1 index of element 32c and its stride.
+// not be a multiple of 32); `xb`, `xs`: src1 index of element 32c of the first column and
+// its stride.
 // Block layouts are ggml's (crate/types.rs):
 //   Q8_0 (34 B per 32): d f16, qs[32] i8                          w = d * q
 //   Q4_0 (18 B per 32): d f16, qs[16] nibbles (lo: 0..16, hi: 16..32)  w = d * (q - 8)
@@ -29,24 +31,24 @@ fn deq_one_f16(base: u32, k: u32) -> f32 { return ld0_f16(base + k); }
 fn ld0_bf16(i: u32) -> f32 { return bitcast<f32>(((w0(i >> 1u) >> ((i & 1u) * 16u)) & 0xffffu) << 16u); }
 fn deq_one_bf16(base: u32, k: u32) -> f32 { return ld0_bf16(base + k); }
 
-fn dot_chunk_f32(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> f32 {
+fn dot_chunk_f32(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> vec4<f32> {
     let o = base + 32u * c;
-    var s = 0.0;
-    for (var j = 0u; j < chunk_len(c, k_len); j++) { s += ld0_f32(o + j) * ldx(xb + j * xs); }
+    var s = vec4<f32>(0.0);
+    for (var j = 0u; j < chunk_len(c, k_len); j++) { s += ld0_f32(o + j) * ldx4(xb + j * xs); }
     return s;
 }
 
-fn dot_chunk_f16(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> f32 {
+fn dot_chunk_f16(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> vec4<f32> {
     let o = base + 32u * c;
-    var s = 0.0;
-    for (var j = 0u; j < chunk_len(c, k_len); j++) { s += ld0_f16(o + j) * ldx(xb + j * xs); }
+    var s = vec4<f32>(0.0);
+    for (var j = 0u; j < chunk_len(c, k_len); j++) { s += ld0_f16(o + j) * ldx4(xb + j * xs); }
     return s;
 }
 
-fn dot_chunk_bf16(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> f32 {
+fn dot_chunk_bf16(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> vec4<f32> {
     let o = base + 32u * c;
-    var s = 0.0;
-    for (var j = 0u; j < chunk_len(c, k_len); j++) { s += ld0_bf16(o + j) * ldx(xb + j * xs); }
+    var s = vec4<f32>(0.0);
+    for (var j = 0u; j < chunk_len(c, k_len); j++) { s += ld0_bf16(o + j) * ldx4(xb + j * xs); }
     return s;
 }
 
@@ -55,10 +57,10 @@ fn deq_one_q8_0(base: u32, k: u32) -> f32 {
     return h0(o) * f32(i8_0(o + 2u + k % 32u));
 }
 
-fn dot_chunk_q8_0(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> f32 {
+fn dot_chunk_q8_0(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> vec4<f32> {
     let o = base + c * 34u;
-    var s = 0.0;
-    for (var j = 0u; j < 32u; j++) { s += f32(i8_0(o + 2u + j)) * ldx(xb + j * xs); }
+    var s = vec4<f32>(0.0);
+    for (var j = 0u; j < 32u; j++) { s += f32(i8_0(o + 2u + j)) * ldx4(xb + j * xs); }
     return h0(o) * s;
 }
 
@@ -69,12 +71,12 @@ fn deq_one_q4_0(base: u32, k: u32) -> f32 {
     return h0(o) * f32(i32(q & 15u) - 8);
 }
 
-fn dot_chunk_q4_0(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> f32 {
+fn dot_chunk_q4_0(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> vec4<f32> {
     let o = base + c * 18u;
-    var s = 0.0;
+    var s = vec4<f32>(0.0);
     for (var j = 0u; j < 16u; j++) {
         let q = b0(o + 2u + j);
-        s += f32(i32(q & 15u) - 8) * ldx(xb + j * xs) + f32(i32(q >> 4u) - 8) * ldx(xb + (j + 16u) * xs);
+        s += f32(i32(q & 15u) - 8) * ldx4(xb + j * xs) + f32(i32(q >> 4u) - 8) * ldx4(xb + (j + 16u) * xs);
     }
     return h0(o) * s;
 }
@@ -98,16 +100,16 @@ fn deq_one_q4_k(base: u32, k: u32) -> f32 {
     return h0(o) * sm.x * f32(q) - h0(o + 2u) * sm.y;
 }
 
-fn dot_chunk_q4_k(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> f32 {
+fn dot_chunk_q4_k(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> vec4<f32> {
     let j = c % 8u; // sub-block
     let o = base + (c / 8u) * 144u;
     let sm = scale_min_k4(o + 4u, j);
     let q = o + 16u + 32u * (j / 2u);
     let sh = 4u * (j & 1u);
-    var sq = 0.0; // sum q * x
-    var sx = 0.0; // sum x
+    var sq = vec4<f32>(0.0); // sum q * x
+    var sx = vec4<f32>(0.0); // sum x
     for (var l = 0u; l < 32u; l++) {
-        let x = ldx(xb + l * xs);
+        let x = ldx4(xb + l * xs);
         sq += f32((b0(q + l) >> sh) & 15u) * x;
         sx += x;
     }
@@ -131,16 +133,16 @@ fn deq_one_q6_k(base: u32, k: u32) -> f32 {
     return h0(o + 208u) * f32(i8_0(o + 192u + 8u * n + 2u * g + l / 16u)) * q6_k_q(o, n, g, l);
 }
 
-fn dot_chunk_q6_k(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> f32 {
+fn dot_chunk_q6_k(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> vec4<f32> {
     let cc = c % 8u;
     let n = cc / 4u;
     let g = cc % 4u;
     let o = base + (c / 8u) * 210u;
-    var s0 = 0.0; // l < 16: scale 2g
-    var s1 = 0.0; // l >= 16: scale 2g + 1
+    var s0 = vec4<f32>(0.0); // l < 16: scale 2g
+    var s1 = vec4<f32>(0.0); // l >= 16: scale 2g + 1
     for (var l = 0u; l < 16u; l++) {
-        s0 += q6_k_q(o, n, g, l) * ldx(xb + l * xs);
-        s1 += q6_k_q(o, n, g, l + 16u) * ldx(xb + (l + 16u) * xs);
+        s0 += q6_k_q(o, n, g, l) * ldx4(xb + l * xs);
+        s1 += q6_k_q(o, n, g, l + 16u) * ldx4(xb + (l + 16u) * xs);
     }
     let sc = o + 192u + 8u * n + 2u * g;
     return h0(o + 208u) * (f32(i8_0(sc)) * s0 + f32(i8_0(sc + 1u)) * s1);
@@ -158,12 +160,12 @@ fn deq_one_q4_1(base: u32, k: u32) -> f32 {
     return h0(o) * f32(q_legacy(o + 4u, k % 32u)) + h0(o + 2u);
 }
 
-fn dot_chunk_q4_1(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> f32 {
+fn dot_chunk_q4_1(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> vec4<f32> {
     let o = base + c * 20u;
-    var sq = 0.0;
-    var sx = 0.0;
+    var sq = vec4<f32>(0.0);
+    var sx = vec4<f32>(0.0);
     for (var j = 0u; j < 32u; j++) {
-        let x = ldx(xb + j * xs);
+        let x = ldx4(xb + j * xs);
         sq += f32(q_legacy(o + 4u, j)) * x;
         sx += x;
     }
@@ -176,11 +178,11 @@ fn deq_one_q5_0(base: u32, k: u32) -> f32 {
     return h0(o) * f32(i32(q_legacy(o + 6u, j) | (bit_at(o + 2u, j) << 4u)) - 16);
 }
 
-fn dot_chunk_q5_0(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> f32 {
+fn dot_chunk_q5_0(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> vec4<f32> {
     let o = base + c * 22u;
-    var s = 0.0;
+    var s = vec4<f32>(0.0);
     for (var j = 0u; j < 32u; j++) {
-        s += f32(i32(q_legacy(o + 6u, j) | (bit_at(o + 2u, j) << 4u)) - 16) * ldx(xb + j * xs);
+        s += f32(i32(q_legacy(o + 6u, j) | (bit_at(o + 2u, j) << 4u)) - 16) * ldx4(xb + j * xs);
     }
     return h0(o) * s;
 }
@@ -191,12 +193,12 @@ fn deq_one_q5_1(base: u32, k: u32) -> f32 {
     return h0(o) * f32(q_legacy(o + 8u, j) | (bit_at(o + 4u, j) << 4u)) + h0(o + 2u);
 }
 
-fn dot_chunk_q5_1(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> f32 {
+fn dot_chunk_q5_1(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> vec4<f32> {
     let o = base + c * 24u;
-    var sq = 0.0;
-    var sx = 0.0;
+    var sq = vec4<f32>(0.0);
+    var sx = vec4<f32>(0.0);
     for (var j = 0u; j < 32u; j++) {
-        let x = ldx(xb + j * xs);
+        let x = ldx4(xb + j * xs);
         sq += f32(q_legacy(o + 8u, j) | (bit_at(o + 4u, j) << 4u)) * x;
         sx += x;
     }
@@ -215,16 +217,16 @@ fn deq_one_q2_k(base: u32, k: u32) -> f32 {
     return h0(o + 80u) * f32(sc & 15u) * f32(q) - h0(o + 82u) * f32(sc >> 4u);
 }
 
-fn dot_chunk_q2_k(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> f32 {
+fn dot_chunk_q2_k(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> vec4<f32> {
     let cc = c % 8u;
     let o = base + (c / 8u) * 84u;
-    var sq0 = 0.0; // l < 16: sub-block 2cc
-    var sq1 = 0.0; // l >= 16: sub-block 2cc + 1
-    var sx0 = 0.0;
-    var sx1 = 0.0;
+    var sq0 = vec4<f32>(0.0); // l < 16: sub-block 2cc
+    var sq1 = vec4<f32>(0.0); // l >= 16: sub-block 2cc + 1
+    var sx0 = vec4<f32>(0.0);
+    var sx1 = vec4<f32>(0.0);
     for (var l = 0u; l < 16u; l++) {
-        let x0 = ldx(xb + l * xs);
-        let x1 = ldx(xb + (l + 16u) * xs);
+        let x0 = ldx4(xb + l * xs);
+        let x1 = ldx4(xb + (l + 16u) * xs);
         sq0 += f32(q2_low(o + 16u, cc / 4u, cc % 4u, l)) * x0;
         sq1 += f32(q2_low(o + 16u, cc / 4u, cc % 4u, l + 16u)) * x1;
         sx0 += x0;
@@ -256,14 +258,14 @@ fn deq_one_q3_k(base: u32, k: u32) -> f32 {
     return h0(o + 108u) * q3_k_scale(o + 96u, r / 16u) * q3_k_q(o, r / 128u, (r % 128u) / 32u, r % 32u);
 }
 
-fn dot_chunk_q3_k(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> f32 {
+fn dot_chunk_q3_k(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> vec4<f32> {
     let cc = c % 8u;
     let o = base + (c / 8u) * 110u;
-    var s0 = 0.0;
-    var s1 = 0.0;
+    var s0 = vec4<f32>(0.0);
+    var s1 = vec4<f32>(0.0);
     for (var l = 0u; l < 16u; l++) {
-        s0 += q3_k_q(o, cc / 4u, cc % 4u, l) * ldx(xb + l * xs);
-        s1 += q3_k_q(o, cc / 4u, cc % 4u, l + 16u) * ldx(xb + (l + 16u) * xs);
+        s0 += q3_k_q(o, cc / 4u, cc % 4u, l) * ldx4(xb + l * xs);
+        s1 += q3_k_q(o, cc / 4u, cc % 4u, l + 16u) * ldx4(xb + (l + 16u) * xs);
     }
     return h0(o + 108u) * (q3_k_scale(o + 96u, 2u * cc) * s0 + q3_k_scale(o + 96u, 2u * cc + 1u) * s1);
 }
@@ -282,14 +284,14 @@ fn deq_one_q5_k(base: u32, k: u32) -> f32 {
     return h0(o) * sm.x * q5_k_q(o, j, r % 32u) - h0(o + 2u) * sm.y;
 }
 
-fn dot_chunk_q5_k(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> f32 {
+fn dot_chunk_q5_k(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> vec4<f32> {
     let j = c % 8u;
     let o = base + (c / 8u) * 176u;
     let sm = scale_min_k4(o + 4u, j);
-    var sq = 0.0;
-    var sx = 0.0;
+    var sq = vec4<f32>(0.0);
+    var sx = vec4<f32>(0.0);
     for (var l = 0u; l < 32u; l++) {
-        let x = ldx(xb + l * xs);
+        let x = ldx4(xb + l * xs);
         sq += q5_k_q(o, j, l) * x;
         sx += x;
     }

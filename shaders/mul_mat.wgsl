@@ -5,7 +5,9 @@
 // (`deq4`: a block's scales once for the four). `tile_t` is f16 for F16 weights with
 // shader-f16 (exact, half the workgroup memory), else f32; sums are f32.
 // dst[m, n] = row m of src0 . row n of src1; src0 broadcast over dims 2 and 3.
-// src0 rows [misc.y, misc.z) are bound in this part (large weights are split).
+// src0 rows [misc.y, misc.z) are bound in this part (large weights are split), and k runs
+// over chunks [g.x, g.y) of 32 (a long row is dispatched in parts, each after the first
+// adding to dst: Mesa's llvmpipe ends a shader's loops after 65535 iterations in all).
 
 const TM: u32 = 64u;
 const TN: u32 = 64u;
@@ -26,7 +28,11 @@ fn store_row(t: Tile, m: u32, lx: u32, v: vec4<f32>) {
     let o = p.off.w + (p.misc.y + m) * p.d_nb.x + t.i12 * p.d_nb.z + t.i13 * p.d_nb.w;
     for (var j = 0u; j < 4u; j++) {
         let n = t.n0 + lx + 16u * j;
-        if (n < p.b_ne.y) { st_f32(o + n * p.d_nb.y, v[j]); }
+        if (n < p.b_ne.y) {
+            var y = v[j];
+            if (p.g.x > 0u) { y += bitcast<f32>(dst[o + n * p.d_nb.y]); }
+            st_f32(o + n * p.d_nb.y, y);
+        }
     }
 }
 
@@ -54,7 +60,8 @@ fn mul_mat_tiled(
     var c1 = vec4<f32>(0.0);
     var c2 = vec4<f32>(0.0);
     var c3 = vec4<f32>(0.0);
-    for (var k0 = 0u; k0 < k_len; k0 += TK) {
+    let k_end = min(p.g.y * 32u, k_len);
+    for (var k0 = p.g.x * 32u; k0 < k_end; k0 += TK) {
         let k = k0 + lk;
         var av = vec4<f32>(0.0);
         if (am < rows && k < k_len) {

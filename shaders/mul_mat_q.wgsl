@@ -6,8 +6,8 @@
 // mul_mat_vec: one workgroup per row, its 64 invocations taking 4 weights in every 256
 // (so neighbouring invocations read neighbouring memory), then a subgroup or tree
 // reduction: for GPUs.
-// mul_mat_rows: one invocation per row and no workgroup memory: for CPU-based adapters,
-// whose barriers cost more than the arithmetic.
+// mul_mat_rows: one invocation per row (and 4 columns) and no workgroup memory: for
+// CPU-based adapters, whose barriers cost more than the arithmetic.
 //
 // Fused chains (crate/webgpu/fuse.rs) run here too. src1 is read through `ldx`, after
 // `x_prologue`: as it is, or (the mul_mat_ln module, shaders/ln_input.wgsl) its layer norm.
@@ -34,20 +34,8 @@ fn mm_setup(z: u32) -> Mm {
     return Mm(p.off.x + i02 * p.a_nb.z + i03 * p.a_nb.w, p.off.y + i12 * p.b_nb.z + i13 * p.b_nb.w, (z % ncg) * 4u, i12, i13);
 }
 
-// Chunk `ch` of row `row0` (its first unit) against column n; 0 past the last column.
-fn col_dot(row0: u32, ch: u32, mm: Mm, n: u32) -> f32 {
-    if (n >= p.b_ne.y) { return 0.0; }
-    return dot_chunk(row0, ch, p.a_ne.x, mm.base1 + n * p.b_nb.y + 32u * ch * p.b_nb.x, p.b_nb.x);
-}
-
-// 1 when src1 has one column (generation): the other three dots are skipped outright.
+// 1 when src1 has one column (generation): the other three columns are skipped outright.
 override NCOL: u32 = 4u;
-
-fn chunks4(row0: u32, ch: u32, mm: Mm) -> vec4<f32> {
-    if (NCOL == 1u) { return vec4<f32>(col_dot(row0, ch, mm, mm.n0), 0.0, 0.0, 0.0); }
-    return vec4<f32>(col_dot(row0, ch, mm, mm.n0), col_dot(row0, ch, mm, mm.n0 + 1u),
-                     col_dot(row0, ch, mm, mm.n0 + 2u), col_dot(row0, ch, mm, mm.n0 + 3u));
-}
 
 fn store4(m: u32, mm: Mm, v: vec4<f32>) {
     let row = p.misc.y + m;
@@ -72,6 +60,8 @@ fn store4(m: u32, mm: Mm, v: vec4<f32>) {
     for (var c = 0u; c < 4u; c++) {
         if (mm.n0 + c < p.b_ne.y) {
             var y = r[c];
+            // A part of a long row after the first (mul_mat_rows): the sums go on in dst.
+            if (p.g.x > 0u) { y += bitcast<f32>(dst[o + (mm.n0 + c) * p.d_nb.y]); }
             if ((ep & 4u) != 0u) { y += ld4_f32(p.off2.x + row * p.e_nb.x + (mm.n0 + c) * p.e_nb.y); }
             st_f32(o + (mm.n0 + c) * p.d_nb.y, y);
         }
@@ -117,14 +107,22 @@ fn mul_mat_vec(@builtin(workgroup_id) wg: vec3<u32>, ids: Ids) {
     if (li == 0u) { store4(m, mm, total); }
 }
 
+// Chunks [g.x, g.y) of each row, against the 4 columns at once (one loop per chunk: Mesa's
+// llvmpipe, under lavapipe, ends a shader's loops after 65535 iterations in all, so a row
+// in one invocation is at most compute.rs's PART_CHUNKS chunks; a longer one is dispatched
+// in parts, each after the first adding to dst).
 @compute @workgroup_size(64)
 fn mul_mat_rows(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
     let m = wg_linear(wg) * 64u + li;
     let mm = mm_setup(wg.z);
     x_prologue(li, mm.n0);
     if (m >= p.misc.z - p.misc.y) { return; }
+    x_cols = min(NCOL, p.b_ne.y - mm.n0);
     let row0 = mm.base0 + m * p.a_nb.y;
+    let xb = mm.base1 + mm.n0 * p.b_nb.y;
     var acc = vec4<f32>(0.0);
-    for (var ch = 0u; ch * 32u < p.a_ne.x; ch++) { acc += chunks4(row0, ch, mm); }
+    for (var ch = p.g.x; ch < p.g.y; ch++) {
+        acc += dot_chunk(row0, ch, p.a_ne.x, xb + 32u * ch * p.b_nb.x, p.b_nb.x);
+    }
     store4(m, mm, acc);
 }

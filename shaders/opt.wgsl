@@ -1,16 +1,31 @@
 // The optimizer steps of a training run (crate/model/train.rs's optimizer graph): ggml's
 // opt_step_adamw and opt_step_sgd, the math of crate/cpu/ops_opt.rs in the same order of
 // operations (PyTorch's torch.optim.AdamW and SGD, single-tensor path). One invocation per
-// element: dst (src0's memory: the param, contiguous f32, misc.x = n elements) is updated in
-// place from src1, the state [n, rows] (row 0 the gradient accumulated over the batch, zeroed
-// here for the next one; then AdamW's m and v, or SGD's momentum buffer), and src2, the
-// hyper-parameters the host writes before each step. Elements are independent, so results
-// do not depend on the adapter's scheduling; WGSL's sqrt and division are within a few ULP
-// of the CPU's correctly rounded ones.
+// element: dst (src0's memory: the param, contiguous f32) is updated in place from the
+// state [n, rows] (row 0 the gradient accumulated over the batch, zeroed here for the next
+// one; then AdamW's m and v, or SGD's momentum buffer) and src2, the hyper-parameters the
+// host writes before each step. The dispatch covers misc.x elements: all n, or a window of
+// them when the param or its state is larger than one binding (compute.rs `flat_parts`);
+// the param's window is in src0/dst, the same window of each state row in slot 1 (row 0),
+// 4 (row 1) and 5 (row 2). Elements are independent, so results do not depend on the
+// adapter's scheduling or the windows; WGSL's sqrt and division are within a few ULP of the
+// CPU's correctly rounded ones.
 
 fn hyper(k: u32) -> f32 { return ld2_f32(p.off.z + k); }
-fn state_ld(row: u32, i: u32) -> f32 { return ld1_f32(p.off.y + row * p.misc.x + i); }
-fn state_st(row: u32, i: u32, v: f32) { put(B1, p.off.y + row * p.misc.x + i, bitcast<u32>(v)); }
+fn state_ld(row: u32, i: u32) -> f32 {
+    switch row {
+        case 0u: { return ld1_f32(p.off.y + i); }
+        case 1u: { return ld4_f32(p.off2.x + i); }
+        default: { return ld5_f32(p.off2.y + i); }
+    }
+}
+fn state_st(row: u32, i: u32, v: f32) {
+    switch row {
+        case 0u: { put(B1, p.off.y + i, bitcast<u32>(v)); }
+        case 1u: { put(B4, p.off2.x + i, bitcast<u32>(v)); }
+        default: { put(B5, p.off2.y + i, bitcast<u32>(v)); }
+    }
+}
 
 // src2 = [lr, beta1, beta2, eps, weight decay, 1 - beta1^t, sqrt(1 - beta2^t), gradient scale].
 // p <- p(1 - lr wd); m <- m + (g - m)(1 - b1); v <- b2 v + (1 - b2) g^2;

@@ -3,7 +3,8 @@
 // packed rows, src1 f32 through its strides. One invocation per dst element (misc.x), summing
 // over j in order in f32, as the CPU does. A src0 larger than one binding comes in parts:
 // this dispatch sees src0 rows j in [misc.y, misc.z); u.x = 1 when an earlier part's sum is
-// already in dst (it continues it).
+// already in dst (it continues it). A dst larger than one binding comes in ranges of its
+// rows (dim 1): d_ne.y of them from row u.y on, bound from there.
 
 @compute @workgroup_size(256)
 fn out_prod(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
@@ -12,7 +13,7 @@ fn out_prod(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_inde
     let i = unravel(gid, p.d_ne);
     let out = p.off.w + at(i, p.d_nb);
     let a = p.off.x + (i.z / (p.b_ne.z / p.a_ne.z)) * p.a_nb.z + (i.w / (p.b_ne.w / p.a_ne.w)) * p.a_nb.w;
-    let b = p.off.y + i.y * p.b_nb.x + i.z * p.b_nb.z + i.w * p.b_nb.w;
+    let b = p.off.y + (p.u.y + i.y) * p.b_nb.x + i.z * p.b_nb.z + i.w * p.b_nb.w;
     var s = 0.0;
     if (p.u.x == 1u) { s = bitcast<f32>(dst[out]); }
     for (var j = p.misc.y; j < p.misc.z; j++) {

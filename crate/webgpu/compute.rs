@@ -21,6 +21,25 @@ const WORDS: usize = (PARAMS_STRIDE / 4) as usize;
 /// mul_mat columns at or below this take the matrix-vector kernel (`Workgroup` kernels).
 const MAT_VEC_MAX_N: i64 = 8;
 
+/// Chunks of 32 elements of a row that one invocation of `mul_mat_rows` or `mul_mat_tiled`
+/// takes at most; a longer row (K above 16384: a vocabulary-long product of training) is
+/// dispatched in parts, each after the first adding to dst. Mesa's llvmpipe (lavapipe) ends
+/// a shader's loops after 65535 iterations counted over all of them (LP_MAX_TGSI_LOOP_ITERATIONS)
+/// and returns what it has: a per-row product with K = 50257 and 3 columns summed 20768
+/// terms. A chunk costs `mul_mat_rows` about 34 (its 32 elements and the chunk loop), 16 of
+/// `mul_mat_tiled`'s k about 30: 512 chunks stay under half the limit.
+const PART_CHUNKS: u64 = 512;
+
+/// The chunk ranges `[c0, c1)` in which a row of `k` elements is dispatched (shaders
+/// mul_mat_q.wgsl, mul_mat.wgsl: `g.x`, `g.y`).
+fn k_parts(k: u64) -> Vec<(u32, u32)> {
+    let chunks = k.div_ceil(32);
+    (0..chunks.max(1))
+        .step_by(PART_CHUNKS as usize)
+        .map(|c0| (c0 as u32, (c0 + PART_CHUNKS).min(chunks) as u32))
+        .collect()
+}
+
 /// The unit in which kernels address a type: offsets and strides are multiples of it.
 fn unit(ty: GgmlType) -> Option<usize> {
     match ty {
@@ -192,7 +211,8 @@ pub(crate) fn check(node: &Tensor) -> Result<(), String> {
         }
         Op::Fill(_) => want(node, &[F32], "dst"),
         // opt.wgsl: a contiguous f32 param updated in place from its contiguous f32 state
-        // (`[n, rows]`) and the f32 hyper-parameters.
+        // (`[n, rows]`, rows 1 to 3: the gradient, then m and v or the momentum) and the f32
+        // hyper-parameters.
         Op::OptStepAdamw | Op::OptStepSgd => {
             let (a, st, h) = (s(0)?, s(1)?, s(2)?);
             for (t, role) in [(a, "param"), (st, "state"), (h, "hyper-parameters"), (node, "dst")] {
@@ -202,7 +222,8 @@ pub(crate) fn check(node: &Tensor) -> Result<(), String> {
                 }
             }
             let n_hyper = if node.op == Op::OptStepAdamw { 8 } else { 5 };
-            if h.nelements() < n_hyper || st.nelements() % a.nelements().max(1) != 0 {
+            let rows = st.nelements() / a.nelements().max(1);
+            if h.nelements() < n_hyper || st.nelements() % a.nelements().max(1) != 0 || !(1..=3).contains(&rows) {
                 return Err(format!("state ne {:?} of param ne {:?}, {} hyper-parameters", st.ne, a.ne, h.nelements()));
             }
             Ok(())
@@ -252,18 +273,36 @@ fn to_u32(node: &Tensor, v: u64, what: &str) -> Result<u32, BackendError> {
     u32::try_from(v).map_err(|_| unsupported(node, format!("{what} = {v} does not fit in 32 bits")))
 }
 
-/// Binds `t`, or only its rows `[r0, r1)` (a 2-D weight too large for one binding), as
+/// Binds `t`, or only its rows `[r0, r1)` (a 2-D tensor too large for one binding), as
 /// `node`'s operand. Offsets in the result are relative to row r0.
 fn bind(gpu: &Gpu, node: &Tensor, t: &Tensor, rows: Option<(usize, usize)>) -> Result<Bound, BackendError> {
+    let (lo, hi) = match rows {
+        None => (0, t.nbytes()),
+        Some((r0, r1)) => (r0 * t.nb[1], (r1 - 1) * t.nb[1] + t.row_size()),
+    };
+    bind_bytes(gpu, node, t, lo, hi)
+}
+
+/// Binds elements `[e0, e1)` of a contiguous f32 tensor (flattened) as a 1-D operand of
+/// `e1 - e0` elements: a window of an element-wise node over a tensor larger than one
+/// binding (`flat_parts`).
+fn bind_flat(gpu: &Gpu, node: &Tensor, t: &Tensor, e0: usize, e1: usize) -> Result<Bound, BackendError> {
+    let mut b = bind_bytes(gpu, node, t, 4 * e0, 4 * e1)?;
+    let len = to_u32(node, (e1 - e0) as u64, "elements")?;
+    b.ne = [len, 1, 1, 1];
+    b.nb = [1, len, len, len];
+    Ok(b)
+}
+
+/// Binds bytes `[lo, hi)` of `t` (from its first byte): offsets in the result are relative
+/// to byte `lo`.
+fn bind_bytes(gpu: &Gpu, node: &Tensor, t: &Tensor, lo: usize, hi: usize) -> Result<Bound, BackendError> {
     let unit = unit(t.ty).ok_or_else(|| unsupported(node, format!("type {} has no kernels", t.ty)))?;
     let d = t.data().ok_or_else(|| unsupported(node, format!("operand '{}' is not allocated", t.name())))?;
     let wb = d.buffer.as_any().downcast_ref::<WebGpuBuffer>().ok_or_else(|| {
         unsupported(node, format!("operand '{}' is in a {} buffer, not WebGPU", t.name(), d.buffer.buffer_type_name()))
     })?;
-    let (lo, hi) = match rows {
-        None => (d.offset, d.offset + t.nbytes()),
-        Some((r0, r1)) => (d.offset + r0 * t.nb[1], d.offset + (r1 - 1) * t.nb[1] + t.row_size()),
-    };
+    let (lo, hi) = (d.offset + lo, d.offset + hi);
     let align = gpu.storage_align as usize;
     let start = lo / align * align;
     let end = (align_up(hi.max(lo + 1), 4) as u64).min(wb.buf.size());
@@ -274,7 +313,7 @@ fn bind(gpu: &Gpu, node: &Tensor, t: &Tensor, rows: Option<(usize, usize)>) -> R
             format!("operand '{}' needs a {size}-byte binding, above the limit {}", t.name(), gpu.max_binding),
         ));
     }
-    let misaligned = (lo - start) % unit != 0 || t.nb.iter().any(|&nb| nb % unit != 0);
+    let misaligned = !(lo - start).is_multiple_of(unit) || t.nb.iter().any(|&nb| !nb.is_multiple_of(unit));
     if misaligned {
         return Err(unsupported(
             node,
@@ -317,6 +356,84 @@ fn row_parts(gpu: &Gpu, node: &Tensor, a: &Tensor) -> Result<Vec<(usize, usize)>
         return Err(unsupported(node, format!("one row of '{}' exceeds the binding limit", a.name())));
     }
     Ok((0..rows).step_by(per).map(|r0| (r0, (r0 + per).min(rows))).collect())
+}
+
+/// An operand of a [`flat_operands`] node: (slot, tensor, first element).
+type FlatOperand = (usize, Tensor, usize);
+
+/// An element-wise node over contiguous f32 tensors of one length `n` (add and mul without
+/// broadcast, scale, an f32 cpy/cont, the optimizer steps): its operands read and written at
+/// the same element, as (slot, tensor, first element), and n. The optimizer's state `[n,
+/// rows]` is one operand per row (slots 1, 4, 5: shaders/opt.wgsl).
+fn flat_operands(node: &Tensor) -> Option<(Vec<FlatOperand>, usize)> {
+    let n = node.nelements() as usize;
+    let plain = |t: &Tensor| t.ty == GgmlType::F32 && t.is_contiguous() && t.nelements() as usize == n;
+    let s = |i: usize| node.src[i].clone();
+    let ops: Vec<FlatOperand> = match node.op {
+        Op::Add | Op::Mul => vec![(0, s(0)?, 0), (1, s(1)?, 0), (3, node.clone(), 0)],
+        Op::Scale(_) | Op::Cpy | Op::Cont => vec![(0, s(0)?, 0), (3, node.clone(), 0)],
+        Op::OptStepAdamw | Op::OptStepSgd => {
+            let st = s(1)?;
+            let rows = st.nelements() as usize / n.max(1);
+            if !st.is_contiguous() || !(1..=3).contains(&rows) {
+                return None;
+            }
+            let mut v = vec![(0, s(0)?, 0), (3, node.clone(), 0)];
+            v.extend((0..rows).map(|r| ([1, 4, 5][r], st.clone(), r * n)));
+            return v.iter().all(|(_, t, _)| t.ty == GgmlType::F32).then_some((v, n));
+        }
+        _ => return None,
+    };
+    ops.iter().all(|(_, t, _)| plain(t)).then_some((ops, n))
+}
+
+/// Element ranges of `n` in which a [`flat_operands`] node is dispatched: all of it when every
+/// operand tensor fits one binding, else windows that each fit, shorter than n by 64
+/// elements, so that the windows of two tensors (or state rows) side by side in one buffer
+/// never overlap once aligned down to the storage-offset alignment (256 bytes), which would
+/// make them one binding.
+fn flat_parts(gpu: &Gpu, ops: &[FlatOperand], n: usize) -> Vec<(usize, usize)> {
+    let fits = |t: &Tensor| t.nbytes() as u64 + gpu.storage_align + 4 <= gpu.max_binding;
+    if ops.iter().all(|(_, t, _)| fits(t)) || n <= 64 {
+        return vec![(0, n)];
+    }
+    let per = (((gpu.max_binding - gpu.storage_align - 4) / 4) as usize).min(n - 64).max(1);
+    (0..n).step_by(per).map(|e0| (e0, (e0 + per).min(n))).collect()
+}
+
+/// The dispatches of a [`flat_operands`] node in its [`flat_parts`]: each binds the same
+/// window of every operand (as a 1-D tensor), the optimizer steps' hyper-parameters whole.
+fn plan_flat(
+    gpu: &Gpu,
+    node: &Tensor,
+    ops: &[FlatOperand],
+    n: usize,
+    out: &mut Vec<Dispatch>,
+) -> Result<(), BackendError> {
+    for (e0, e1) in flat_parts(gpu, ops, n) {
+        let mut b = Builder::new(gpu, node);
+        for (slot, t, first) in ops {
+            b.set(*slot, bind_flat(gpu, node, t, first + e0, first + e1)?);
+        }
+        let len = (e1 - e0) as u64;
+        b.misc(len, 0, 0)?;
+        let groups = len.div_ceil(256);
+        out.push(match node.op {
+            Op::OptStepAdamw | Op::OptStepSgd => {
+                b.operand(2, src(node, 2)?)?;
+                let entry = if node.op == Op::OptStepAdamw { "adamw" } else { "sgd" };
+                b.linear("opt", "", entry, groups, 1)?
+            }
+            Op::Add => b.linear("binary", "", "add", groups, 1)?,
+            Op::Mul => b.linear("binary", "", "mul", groups, 1)?,
+            Op::Scale(s) => {
+                b.params[F] = s.to_bits();
+                b.linear("unary", "", "scale", groups, 1)?
+            }
+            _ => b.linear("cpy", "", "cpy_f32", groups, 1)?, // cpy/cont, f32 to f32 (u.x = 0)
+        });
+    }
+    Ok(())
 }
 
 /// Operand slots: src0..src2, dst, and the fused kernels' slots 4..7.
@@ -447,18 +564,18 @@ fn plan(gpu: &Gpu, node: &Tensor, out: &mut Vec<Dispatch>) -> Result<(), Backend
         return Ok(());
     }
     let n = node.nelements() as u64;
+    // Element-wise nodes over a tensor larger than one binding (a vocabulary-sized gradient
+    // added, copied, or stepped with its optimizer state): in windows that each fit. The
+    // optimizer steps always go this way (the param and dst, its memory, share dst's
+    // binding; each state row has its own).
+    if let Some((ops, len)) = flat_operands(node) {
+        if matches!(node.op, Op::OptStepAdamw | Op::OptStepSgd) || flat_parts(gpu, &ops, len).len() > 1 {
+            return plan_flat(gpu, node, &ops, len, out);
+        }
+    }
     let mut b = Builder::new(gpu, node);
     match node.op {
-        Op::OptStepAdamw | Op::OptStepSgd => {
-            // dst is src0's memory: the two share dst's binding (the param read and written).
-            b.operand(0, src(node, 0)?)?;
-            b.operand(1, src(node, 1)?)?;
-            b.operand(2, src(node, 2)?)?;
-            b.operand(3, node)?;
-            b.misc(n, 0, 0)?;
-            let entry = if node.op == Op::OptStepAdamw { "adamw" } else { "sgd" };
-            out.push(b.linear("opt", "", entry, n.div_ceil(256), 1)?);
-        }
+        Op::OptStepAdamw | Op::OptStepSgd => unreachable!("flat_operands takes every checked optimizer step"),
         Op::Add | Op::Mul => {
             b.operand(0, src(node, 0)?)?;
             b.operand(1, src(node, 1)?)?;
@@ -577,25 +694,33 @@ fn plan(gpu: &Gpu, node: &Tensor, out: &mut Vec<Dispatch>) -> Result<(), Backend
             let spec = weight_spec(a.ty).expect("checked");
             let batch = (x.ne[2] * x.ne[3]) as u64;
             let n_cols = x.ne[1] as u64;
+            let tiled = !gpu.per_row && x.ne[1] > MAT_VEC_MAX_N;
+            // The per-row and tiled kernels take long rows in parts (PART_CHUNKS).
+            let k_parts = if gpu.per_row || tiled { k_parts(a.ne[0] as u64) } else { vec![(0, 0)] };
             for (r0, r1) in row_parts(gpu, node, a)? {
-                let mut b = Builder::new(gpu, node);
-                let whole = r0 == 0 && r1 == a.ne[1] as usize;
-                b.set(0, bind(gpu, node, a, if whole { None } else { Some((r0, r1)) })?);
-                b.operand(1, x)?;
-                b.operand(3, node)?;
-                let rows = (r1 - r0) as u64;
-                b.misc(0, r0, r1)?;
-                // z: groups of 4 columns times the batch.
-                let z = to_u32(node, n_cols.div_ceil(4) * batch, "columns x batch")?;
-                if gpu.per_row {
-                    out.push(b.linear("mul_mat_q", spec, "mul_mat_rows", rows.div_ceil(64), z)?);
-                } else if x.ne[1] > MAT_VEC_MAX_N {
-                    // 64x64 output tiles (shaders/mul_mat.wgsl).
-                    let gx = to_u32(node, rows.div_ceil(64), "row tiles")?;
-                    let gy = to_u32(node, n_cols.div_ceil(64), "column tiles")?;
-                    out.push(b.grid("mul_mat", spec, "mul_mat_tiled", [gx, gy, to_u32(node, batch, "batch")?])?);
-                } else {
-                    out.push(b.linear("mul_mat_q", spec, "mul_mat_vec", rows, z)?);
+                for &(c0, c1) in &k_parts {
+                    let mut b = Builder::new(gpu, node);
+                    let whole = r0 == 0 && r1 == a.ne[1] as usize;
+                    b.set(0, bind(gpu, node, a, if whole { None } else { Some((r0, r1)) })?);
+                    b.operand(1, x)?;
+                    b.operand(3, node)?;
+                    let rows = (r1 - r0) as u64;
+                    b.misc(0, r0, r1)?;
+                    b.params[G] = c0;
+                    b.params[G + 1] = c1;
+                    // z: groups of 4 columns times the batch.
+                    let z = to_u32(node, n_cols.div_ceil(4) * batch, "columns x batch")?;
+                    if gpu.per_row {
+                        out.push(b.linear("mul_mat_q", spec, "mul_mat_rows", rows.div_ceil(64), z)?);
+                    } else if tiled {
+                        // 64x64 output tiles (shaders/mul_mat.wgsl).
+                        let gx = to_u32(node, rows.div_ceil(64), "row tiles")?;
+                        let gy = to_u32(node, n_cols.div_ceil(64), "column tiles")?;
+                        let grid = [gx, gy, to_u32(node, batch, "batch")?];
+                        out.push(b.grid("mul_mat", spec, "mul_mat_tiled", grid)?);
+                    } else {
+                        out.push(b.linear("mul_mat_q", spec, "mul_mat_vec", rows, z)?);
+                    }
                 }
             }
         }
@@ -603,16 +728,39 @@ fn plan(gpu: &Gpu, node: &Tensor, out: &mut Vec<Dispatch>) -> Result<(), Backend
         Op::OutProd => {
             let (a, x) = (src(node, 0)?, src(node, 1)?);
             let spec = weight_spec(a.ty).expect("checked");
-            // A src0 above the binding limit in row ranges, each continuing the sums.
-            for (r0, r1) in row_parts(gpu, node, a)? {
+            // A src0 above the binding limit in row ranges, each continuing the sums; a dst
+            // above it (a vocabulary-sized weight's gradient) in ranges of its rows, u.y the
+            // first.
+            for (d0, d1) in row_parts(gpu, node, node)? {
+                let dst_whole = d0 == 0 && d1 == node.ne[1] as usize;
+                let items = (d1 - d0) as u64 * (node.nelements() / node.ne[1].max(1)) as u64;
+                for (r0, r1) in row_parts(gpu, node, a)? {
+                    let mut b = Builder::new(gpu, node);
+                    let whole = r0 == 0 && r1 == a.ne[1] as usize;
+                    b.set(0, bind(gpu, node, a, if whole { None } else { Some((r0, r1)) })?);
+                    b.operand(1, x)?;
+                    b.set(3, bind(gpu, node, node, if dst_whole { None } else { Some((d0, d1)) })?);
+                    b.params[D + 1] = to_u32(node, (d1 - d0) as u64, "rows")?;
+                    b.misc(items, r0, r1)?;
+                    b.params[U] = u32::from(r0 > 0);
+                    b.params[U + 1] = d0 as u32;
+                    out.push(b.linear("out_prod", spec, "out_prod", items.div_ceil(256), 1)?);
+                }
+            }
+        }
+        Op::GetRowsBack => {
+            // dst [n, rows] (a vocabulary-sized gradient) in ranges of rows that each fit one
+            // binding, misc.y the first.
+            let (g, idx) = (src(node, 0)?, src(node, 1)?);
+            for (d0, d1) in row_parts(gpu, node, node)? {
                 let mut b = Builder::new(gpu, node);
-                let whole = r0 == 0 && r1 == a.ne[1] as usize;
-                b.set(0, bind(gpu, node, a, if whole { None } else { Some((r0, r1)) })?);
-                b.operand(1, x)?;
-                b.operand(3, node)?;
-                b.misc(n, r0, r1)?;
-                b.params[U] = u32::from(r0 > 0);
-                out.push(b.linear("out_prod", spec, "out_prod", n.div_ceil(256), 1)?);
+                let whole = d0 == 0 && d1 == node.ne[1] as usize;
+                b.operand(0, g)?;
+                b.operand(1, idx)?;
+                b.set(3, bind(gpu, node, node, if whole { None } else { Some((d0, d1)) })?);
+                let items = (d1 - d0) as u64 * node.ne[0] as u64;
+                b.misc(items, d0, d1)?;
+                out.push(b.linear("backward", "", "get_rows_back", items.div_ceil(256), 1)?);
             }
         }
         Op::SoftMaxBack { scale: f } | Op::NormBack { eps: f } => {
@@ -625,11 +773,10 @@ fn plan(gpu: &Gpu, node: &Tensor, out: &mut Vec<Dispatch>) -> Result<(), Backend
             let entry = if matches!(node.op, Op::NormBack { .. }) { "norm_back" } else { "soft_max_back" };
             out.push(b.linear("backward", "", entry, rows, 1)?);
         }
-        Op::GeluBack | Op::RepeatBack | Op::GetRowsBack | Op::DiagMaskZero { .. } | Op::Fill(_) => {
+        Op::GeluBack | Op::RepeatBack | Op::DiagMaskZero { .. } | Op::Fill(_) => {
             let entry = match node.op {
                 Op::GeluBack => "gelu_back",
                 Op::RepeatBack => "repeat_back",
-                Op::GetRowsBack => "get_rows_back",
                 Op::DiagMaskZero { .. } => "diag_mask_zero",
                 _ => "fill",
             };
@@ -709,13 +856,14 @@ fn view_is_injective(ne: [i64; 4], nb: [usize; 3]) -> bool {
 
 /// Whether the mat-vec kernels run `mm` in one dispatch, which the fused mul_mat chains
 /// need: a 2-D product (the per-row kernel, or at most MAT_VEC_MAX_N columns on GPUs) whose
-/// weight fits one binding.
+/// rows are one part (PART_CHUNKS) and whose weight fits one binding.
 fn mm_fusable(gpu: &Gpu, mm: &Tensor) -> bool {
     let (Some(a), Some(x)) = (mm.src[0].as_ref(), mm.src[1].as_ref()) else { return false };
     check(mm).is_ok()
         && a.ne[2] * a.ne[3] == 1
         && x.ne[2] * x.ne[3] == 1
         && (gpu.per_row || x.ne[1] <= MAT_VEC_MAX_N)
+        && k_parts(a.ne[0] as u64).len() == 1
         && row_parts(gpu, mm, a).is_ok_and(|p| p.len() == 1)
 }
 
@@ -735,6 +883,10 @@ fn mat_vec(
     b.operand(1, x)?;
     let rows = w.ne[1] as u64;
     b.misc(0, 0, rows as usize)?;
+    // The whole row in one part (mm_fusable).
+    let (c0, c1) = k_parts(w.ne[0] as u64)[0];
+    b.params[G] = c0;
+    b.params[G + 1] = c1;
     let z = to_u32(node, (x.ne[1] as u64).div_ceil(4), "columns")?;
     let file = if ln { "mul_mat_ln" } else { "mul_mat_q" };
     out.push(if gpu.per_row {

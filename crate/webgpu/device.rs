@@ -199,7 +199,7 @@ pub(crate) fn specialisation(file: &str, spec: &str, ext: Ext) -> String {
         src.push_str(&format!(
             "\nfn deq_one(base: u32, k: u32) -> f32 {{ return deq_one_{spec}(base, k); }}\n\
              fn deq4(base: u32, k: u32) -> vec4<f32> {{ return deq4_{spec}(base, k); }}\n\
-             fn dot_chunk(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> f32 {{ \
+             fn dot_chunk(base: u32, c: u32, k_len: u32, xb: u32, xs: u32) -> vec4<f32> {{ \
              return dot_chunk_{spec}(base, c, k_len, xb, xs); }}\n"
         ));
         // The activations' loader: src1 as it is, or (mul_mat_ln) its layer norm, staged in
@@ -209,6 +209,17 @@ pub(crate) fn specialisation(file: &str, spec: &str, ext: Ext) -> String {
         } else {
             "fn ldx(i: u32) -> f32 { return ld1_f32(i); }\nfn x_prologue(li: u32, n0: u32) {}\n"
         });
+        // `ldx4`: element i of the first column and the same element of the next ones (src1's
+        // columns b_nb.y apart; `x_cols` of them, set by the kernel, the other lanes 0).
+        src.push_str(
+            "var<private> x_cols: u32 = 1u;\n\
+             fn ldx4(i: u32) -> vec4<f32> {\n\
+             var v = vec4<f32>(ldx(i), 0.0, 0.0, 0.0);\n\
+             if (x_cols > 1u) { v.y = ldx(i + p.b_nb.y); }\n\
+             if (x_cols > 2u) { v.z = ldx(i + 2u * p.b_nb.y); }\n\
+             if (x_cols > 3u) { v.w = ldx(i + 3u * p.b_nb.y); }\n\
+             return v;\n}\n",
+        );
         // The tiled kernel's weight tile: f16 when the weights are (exact), else f32.
         src.push_str(if ext.f16 { "alias tile_t = f16;\n" } else { "alias tile_t = f32;\n" });
     }

@@ -18,8 +18,10 @@
 //!   limits (maxBufferSize, maxStorageBufferBindingSize), not WebGPU's defaults.
 //! - **Buffers** ([`WebGpuBufferType`]): tensors start on the storage-offset alignment;
 //!   sizes are padded to 4 bytes. A tensor larger than one storage binding (GPT-2's 154 MB
-//!   token_embd under a browser's 128 MiB) works for `get_rows` and `mul_mat` (its src0),
-//!   which run in row ranges, each binding only the rows it reads.
+//!   token_embd under a browser's 128 MiB) works for `get_rows`, `mul_mat` and `out_prod`
+//!   (their src0) and `out_prod`'s and `get_rows_back`'s dst, which run in row ranges, each
+//!   binding only the rows it reads or writes, and for training's element-wise nodes (add,
+//!   mul, scale, an f32 copy, the optimizer steps), which run in windows of elements.
 //! - **Reads**: natively `Buffer::get_bytes` maps a staging buffer and waits. In the
 //!   browser the synchronous `get_bytes` cannot wait and panics with a message pointing to
 //!   [`WebGpuBackend::read_tensor_async`], which works on both.

@@ -176,6 +176,32 @@ mod webgpu {
         );
     }
 
+    /// suite::long_row_cases (rows past one part of the per-row and tiled kernels) on both
+    /// kernel families, with the default bindings (their rows do not fit 64 KiB ones).
+    #[test]
+    fn webgpu_long_rows() {
+        for kernels in [MatMulKernels::PerRow, MatMulKernels::Workgroup] {
+            let opts = WebGpuOptions {
+                mat_mul_kernels: kernels,
+                subgroups: Some(false),
+                shader_f16: Some(false),
+                ..Default::default()
+            };
+            let Some(gpu) = support::gpu::webgpu(opts) else { return };
+            let label = format!("webgpu({kernels:?}) long rows");
+            let t = Target {
+                label: label.clone(),
+                backend: &gpu,
+                read: Read::Blocking,
+                rounds_activations: false,
+                kind: Kind::WebGpu,
+            };
+            let r = block_on(suite::check_cases(&t, &suite::long_row_cases(), &|l| eprintln!("{l}")));
+            eprintln!("{label}: {} cases passed", r.passed);
+            r.assert_ok(&label);
+        }
+    }
+
     /// The workgroup kernels' fallbacks: the tree reduction and unpack2x16float loads.
     #[test]
     fn webgpu_workgroup_no_extensions() {

@@ -1175,6 +1175,32 @@ fn mul_mat_cases() -> Vec<Case> {
     v
 }
 
+/// mul_mat over rows as long as GPT-2's vocabulary (a training product: the loss summed over
+/// the vocabulary, the head's gradients), past one part of WebGPU's per-row and tiled
+/// kernels (crate/webgpu/compute.rs PART_CHUNKS: Mesa's llvmpipe stops a shader's loops after
+/// 65535 iterations in all, and the per-row kernel once summed 20768 of 50257 terms with 3
+/// columns). N = 1 (one column's pipeline), 3 (4 columns' pipeline, one lane idle) and 11
+/// (three column groups; the tiled kernel on GPUs); F32 rows (a ragged last chunk: 50257 =
+/// 1570·32 + 17) and Q8_0 ones (whole blocks), whose chunk loops differ. M = 70: two
+/// workgroups of 64 rows. Not in [`cases`]: their 201 KB rows of b cannot run under the
+/// 64 KiB bindings of tests/backend_ops's split-path run. Tolerance: mm_tol, as every
+/// mul_mat case (f32 sums in another order than f64's, 2e-7 per term: 0.01 here, where a
+/// lost part of the row is off by tens).
+pub fn long_row_cases() -> Vec<Case> {
+    let mut v = Vec::new();
+    for (ty, k, ns) in [(F32, 50257, &[1, 3, 11][..]), (Q8_0, 50272, &[1, 3][..])] {
+        for &n in ns {
+            let tol = if ty == F32 { mm_tol(k) } else { mm_tol(k * 4) };
+            v.push(case(&format!("mul_mat {ty} K={k} M=70 N={n}"), tol, move |i| {
+                let a = i.t(ty, &[k, 70]);
+                let b = i.t(F32, &[k, n]);
+                i.ctx.mul_mat(&a, &b) // [70, n]
+            }));
+        }
+    }
+    v
+}
+
 /// One GPT-2 layer and the head, as crate/model/gpt2.rs builds them (fused QKV, K/V
 /// written into a cache that already holds `n_past` positions, permuted K, transposed V,
 /// causal mask, GELU MLP), then logits through the tied embedding.

@@ -92,6 +92,8 @@ enum Part {
     Gradients,
     /// Share i of [`FD_PARTS`].
     FiniteDifferences(usize),
+    /// suite::long_row_cases.
+    LongRows,
 }
 
 /// The finite differences' tests: ~60 s in Firefox (lavapipe) in one, ~110 ms per read-back
@@ -112,6 +114,7 @@ async fn check_webgpu(part: Part, n_configs: usize) {
             Part::Fused(_) => "fused chains",
             Part::Gradients => "gradients",
             Part::FiniteDifferences(_) => "finite differences",
+            Part::LongRows => "long rows",
         };
         let label = format!("browser webgpu({kernels:?}, f16 {}) {name}", gpu.adapter().f16_kernels);
         let t = Target {
@@ -132,6 +135,7 @@ async fn check_webgpu(part: Part, n_configs: usize) {
             }
             Part::Gradients => check_grad_cases(&t, "", &log).await,
             Part::FiniteDifferences(i) => check_finite_differences_part(&t, i, FD_PARTS, &log).await,
+            Part::LongRows => check_cases(&t, &suite::long_row_cases(), &log).await,
         };
         let secs = (js_sys::Date::now() - t0) / 1000.0;
         web_sys::console::log_1(
@@ -238,4 +242,12 @@ async fn webgpu_finite_differences_1() {
 #[wasm_bindgen_test]
 async fn webgpu_finite_differences_2() {
     check_webgpu(Part::FiniteDifferences(2), 1).await;
+}
+
+/// mul_mat over vocabulary-long rows (suite::long_row_cases: past one part of the per-row and
+/// tiled kernels) on each configuration.
+#[cfg(all(feature = "webgpu", not(target_feature = "relaxed-simd")))]
+#[wasm_bindgen_test]
+async fn webgpu_long_rows() {
+    check_webgpu(Part::LongRows, usize::MAX).await;
 }
