@@ -1185,7 +1185,8 @@ fn mul_mat_cases() -> Vec<Case> {
 /// workgroups of 64 rows. Not in [`cases`]: their 201 KB rows of b cannot run under the
 /// 64 KiB bindings of tests/backend_ops's split-path run. Tolerance: mm_tol, as every
 /// mul_mat case (f32 sums in another order than f64's, 2e-7 per term: 0.01 here, where a
-/// lost part of the row is off by tens).
+/// lost part of the row is off by tens). And out_prod over as long a sum (the head's input
+/// gradient), at a tolerance that WebGPU's blocked sums meet and one sum in order does not.
 pub fn long_row_cases() -> Vec<Case> {
     let mut v = Vec::new();
     for (ty, k, ns) in [(F32, 50257, &[1, 3, 11][..]), (Q8_0, 50272, &[1, 3][..])] {
@@ -1198,6 +1199,16 @@ pub fn long_row_cases() -> Vec<Case> {
             }));
         }
     }
+    // out_prod over a vocabulary-long j (the head's backward: the hidden states' gradient,
+    // summed over n_vocab logits), its 201 KB rows of a bound whole. Sums of ~100 (±1 terms)
+    // in order in f32 land 7.3e-4 from f64's (shaders/out_prod.wgsl before its blocked sums,
+    // which made lora_sgd's step-1 LoRA gradients 7x further from f64's than the CPU's,
+    // tests/webgpu/train_webgpu.rs); in its blocks of 64 terms, 1.1e-4.
+    v.push(case("out_prod f32 K=8 J=50257, 4 rows (the head's backward)", Tol { abs: 3e-4, rel: 0.0 }, |i| {
+        let a = i.t(F32, &[8, 50257]);
+        let g = i.t(F32, &[4, 50257]);
+        i.ctx.out_prod(&a, &g) // [8, 4]
+    }));
     v
 }
 
