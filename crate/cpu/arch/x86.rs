@@ -29,6 +29,42 @@ use super::scalar::{self, reduce8, LANES};
 use crate::quants::blocks::*;
 use crate::types::GgmlType;
 
+/// The tile loop of the dot-product gemms (simd.rs on ymm, gemm512.rs on zmm): tiles of 4
+/// rows of a × `$w` rows of b through `$tile::<MR, NR>`, smaller ones at the edges (`$edge`,
+/// the widths below `$w`). A macro, not a function: each tile must inline into its caller's
+/// `target_feature`.
+macro_rules! tile_grid {
+    ($tile:ident, $w:literal, [$($edge:literal),+], $k:expr, $m:expr, $n:expr, $a:expr, $lda:expr, $b:expr, $ldb:expr, $c:expr, $ldc:expr) => {{
+        let (k, m, n, a, lda, b, ldb, c, ldc) = ($k, $m, $n, $a, $lda, $b, $ldb, $c, $ldc);
+        macro_rules! rows {
+            ($nr:literal, $j:expr) => {{
+                let (bj, cj) = (b.add($j * ldb), c.add($j * ldc));
+                let mut i = 0;
+                while i + 4 <= m {
+                    $tile::<4, $nr>(k, a.add(i * lda), lda, bj, ldb, cj.add(i), ldc);
+                    i += 4;
+                }
+                let (ai, ci) = (a.add(i * lda), cj.add(i));
+                match m - i {
+                    3 => $tile::<3, $nr>(k, ai, lda, bj, ldb, ci, ldc),
+                    2 => $tile::<2, $nr>(k, ai, lda, bj, ldb, ci, ldc),
+                    1 => $tile::<1, $nr>(k, ai, lda, bj, ldb, ci, ldc),
+                    _ => {}
+                }
+            }};
+        }
+        let mut j = 0;
+        while j + $w <= n {
+            rows!($w, j);
+            j += $w;
+        }
+        match n - j {
+            $($edge => rows!($edge, j),)+
+            _ => {}
+        }
+    }};
+}
+
 mod activations;
 mod gemm512;
 mod kquants;

@@ -371,36 +371,7 @@ macro_rules! zmm_gemm {
             c: *mut f32,
             ldc: usize,
         ) {
-            macro_rules! rows {
-                ($nr:literal, $j:expr) => {{
-                    let (bj, cj) = (b.add($j * ldb), c.add($j * ldc));
-                    let mut i = 0;
-                    while i + 4 <= m {
-                        $tile::<4, $nr>(k, a.add(i * lda), lda, bj, ldb, cj.add(i), ldc);
-                        i += 4;
-                    }
-                    let (ai, ci) = (a.add(i * lda), cj.add(i));
-                    match m - i {
-                        3 => $tile::<3, $nr>(k, ai, lda, bj, ldb, ci, ldc),
-                        2 => $tile::<2, $nr>(k, ai, lda, bj, ldb, ci, ldc),
-                        1 => $tile::<1, $nr>(k, ai, lda, bj, ldb, ci, ldc),
-                        _ => {}
-                    }
-                }};
-            }
-            let mut j = 0;
-            while j + 6 <= n {
-                rows!(6, j);
-                j += 6;
-            }
-            match n - j {
-                5 => rows!(5, j),
-                4 => rows!(4, j),
-                3 => rows!(3, j),
-                2 => rows!(2, j),
-                1 => rows!(1, j),
-                _ => {}
-            }
+            tile_grid!($tile, 6, [5, 4, 3, 2, 1], k, m, n, a, lda, b, ldb, c, ldc)
         }
     };
 }
