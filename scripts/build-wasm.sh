@@ -102,12 +102,18 @@ build_tokenizer() {
     log "built $out in $(($(date +%s) - t2)) s: $(cd "$out" && ls | tr '\n' ' ')"
 }
 
+# The Memory64 builds run on the CPU only: wgpu's browser backend is wasm32-only (on wasm64
+# it compiles wgpu-core and naga with no backend at all, ~2 MB of dead code and a minute of
+# build each), so they are built without the `webgpu` feature and say so
+# (common/backends.rs webgpu_missing); engine.js keeps `backend: 'webgpu'` on wasm32.
+M64_FEATURES=(--no-default-features --features std)
+
 # The Memory64 build: wasm64 is a tier-3 target, so std is built from source (nightly +
 # rust-src, as for the threads); .cargo/config.toml gives it simd128 and a 16 GiB maximum.
 build_m64() {
     local out=web/pkg-m64 dir="$TARGET_DIR/wasm-m64" t3
     t3=$(date +%s)
-    CARGO_TARGET_DIR="$dir" cargo +nightly build --lib --release --target wasm64-unknown-unknown -Z build-std=panic_abort,std
+    CARGO_TARGET_DIR="$dir" cargo +nightly build --lib --release --target wasm64-unknown-unknown "${M64_FEATURES[@]}" -Z build-std=panic_abort,std
     bindgen_opt "$dir/wasm64-unknown-unknown/release/ggweb.wasm" "$out" --enable-memory64
     log "built $out in $(($(date +%s) - t3)) s: $(cd "$out" && ls | tr '\n' ' ')"
 }
@@ -121,8 +127,8 @@ build_m64() {
 # other builds' artifacts every time (and a std with atomics is not one without).
 build_threads() {
     local out=$1 features=$2 dir=$3 target=${4:-wasm32-unknown-unknown} t1
-    local max=4294967296 extra=()
-    [ "$target" = wasm64-unknown-unknown ] && max=17179869184 && extra+=(--enable-memory64)
+    local max=4294967296 extra=() features_arg=()
+    [ "$target" = wasm64-unknown-unknown ] && max=17179869184 && extra+=(--enable-memory64) && features_arg=("${M64_FEATURES[@]}")
     [ -n "$features" ] && extra+=(--enable-relaxed-simd)
     t1=$(date +%s)
     RUSTFLAGS="-C target-feature=+atomics,+bulk-memory,+mutable-globals,+simd128$features \
@@ -130,7 +136,7 @@ build_threads() {
 -C link-arg=--export=__wasm_init_tls -C link-arg=--export=__tls_size -C link-arg=--export=__tls_align \
 -C link-arg=--export=__tls_base -C link-arg=--export=__heap_base" \
     CARGO_TARGET_DIR="$dir" \
-        cargo +nightly build --lib --release --target "$target" -Z build-std=panic_abort,std
+        cargo +nightly build --lib --release --target "$target" "${features_arg[@]}" -Z build-std=panic_abort,std
     bindgen_opt "$dir/$target/release/ggweb.wasm" "$out" --enable-threads "${extra[@]}"
     log "built $out in $(($(date +%s) - t1)) s: $(cd "$out" && ls | tr '\n' ' ')"
 }

@@ -222,11 +222,19 @@ export const MEMORY64_AUTO_BYTES = 3 * 1024 ** 3;
 
 /**
  * Whether a load uses the Memory64 build: `memory64` (its option, checked), the file's size
- * when known. Returns { use, reason } — reason says why not, for info().memory64Reason.
+ * when known, and the `backend` option. The Memory64 builds run on the CPU only (wgpu's
+ * browser backend is wasm32-only), so `backend: 'webgpu'` keeps to the wasm32 builds, which
+ * stream the weights into GPU buffers rather than into wasm memory. Returns { use, reason }
+ * — reason says why not, for info().memory64Reason.
  */
-export function planMemory64(memory64, total) {
+export function planMemory64(memory64, total, backend) {
   const has = hasMemory64();
   if (memory64 === false) return { use: false, reason: 'memory64: false was asked for' };
+  if (backend === 'webgpu') {
+    const why = 'the Memory64 builds have no WebGPU backend (the wasm32 builds put the weights in GPU buffers)';
+    if (memory64 === true) throw new GgwebError('unsupported', `memory64: true with backend 'webgpu': ${why}`);
+    return { use: false, reason: `backend 'webgpu': ${why}` };
+  }
   if (memory64 === true) {
     if (!has) throw new GgwebError('unsupported', 'memory64: true, but this browser does not validate a Memory64 module (Chrome 133+, Firefox 134+; not Safari)');
     return { use: true, reason: null };

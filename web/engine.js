@@ -346,7 +346,7 @@ export class Engine {
       // request is awaited first where the browser has Memory64 and it is not refused.
       const m64Opt = memory64Option(opts.memory64);
       if (m64Opt !== false && hasMemory64()) source = await sourceP;
-      const m64 = planMemory64(m64Opt, source?.total ?? null);
+      const m64 = planMemory64(m64Opt, source?.total ?? null, loaderOpts.backend);
       const m64Url = m64.use ? sibling('pkg-m64') : null;
       if (m64.use && !m64Url) {
         if (m64Opt === true) throw new GgwebError('unsupported', `memory64: true, but no Memory64 build is known beside ${this.coreUrl} (it is not in a folder named pkg)`);
@@ -1183,7 +1183,7 @@ export async function inspectSource(src, opts, { signal, coreUrl = null, stallMs
   const report = await inspect(coreUrl ?? 'pkg');
   // A file a load would put on the Memory64 build is planned against that build's limit
   // (its `fits`): the header is read once more, by that build's inspector.
-  const m64 = planMemory64(m64Opt, report.source.size);
+  const m64 = planMemory64(m64Opt, report.source.size, lopts.backend);
   const m64Url = m64.use ? (coreUrl ? variantCoreUrl(coreUrl, 'pkg-m64') : 'pkg-m64') : null;
   if (m64Url && src.kind !== 'stream') {
     const r = await inspect(m64Url);

@@ -160,6 +160,14 @@ mod disabled {
         pub async fn new_async(_opts: WebGpuOptions) -> Result<WebGpuBackend, BackendError> {
             Err(BackendError::Unavailable(WHY.into()))
         }
+        /// Never called: no value of this type exists (the bindings' device-loss checks).
+        pub fn lost_reason(&self) -> Option<alloc::string::String> {
+            match self.never {}
+        }
+        /// Never called: no value of this type exists.
+        pub fn destroy_device(&self) {
+            match self.never {}
+        }
     }
 
     impl Backend for WebGpuBackend {

@@ -118,7 +118,15 @@ test("memory64: 'auto' keeps a small file on wasm32 and says why; a bad value is
     const again = await Model.load(arg.url, { memory64: 'auto', nThreads: 1 });
     const ok = (await again.logits([1, 2, 3])).length;
     await again.dispose();
-    return { memory64: info.memory64, reason: info.memory64Reason, build: info.threads.build, bad, ok };
+    // The Memory64 builds run on the CPU only: WebGPU asked for with memory64: true is refused
+    // before anything loads, and backend 'auto' on pkg-m64 runs on the CPU and says why.
+    let gpu = null;
+    try { await Model.load(arg.url, { memory64: true, backend: 'webgpu' }); } catch (e) { gpu = { code: e.code, message: e.message }; }
+    const cpu = await Model.load(arg.url, { memory64: true, backend: 'auto', nThreads: 1 });
+    const ci = cpu.info();
+    await cpu.dispose();
+    return { memory64: info.memory64, reason: info.memory64Reason, build: info.threads.build, bad, ok, gpu,
+             auto: { memory64: ci.memory64, backend: ci.backend, note: ci.backendNote } };
   `, { url: F32 });
   assert.ok(r.ok, r.message);
   assert.equal(r.value.memory64, false);
@@ -126,6 +134,10 @@ test("memory64: 'auto' keeps a small file on wasm32 and says why; a bad value is
   assert.equal(r.value.build, 'pkg-relaxed');
   assert.deepEqual(r.value.bad, { code: 'invalid', message: "memory64 must be 'auto', true or false, got \"yes\"" });
   assert.ok(r.value.ok > 0, 'a load after the refused one works');
+  assert.deepEqual(r.value.gpu, { code: 'unsupported', message: "memory64: true with backend 'webgpu': the Memory64 builds have no WebGPU backend (the wasm32 builds put the weights in GPU buffers)" });
+  assert.equal(r.value.auto.memory64, true);
+  assert.equal(r.value.auto.backend, 'cpu');
+  assert.match(r.value.auto.note, /this build of the wasm module has no WebGPU backend; running on the CPU/);
 });
 
 test('Model.inspect with memory64: true plans against the Memory64 build (on the page thread)', async () => {
