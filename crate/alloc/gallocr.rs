@@ -88,11 +88,22 @@ struct FreeBlock {
 /// blocks sorted by offset whose last entry is the unbounded tail; allocation takes the
 /// best-fitting block before the tail (the tail only when none fits), and freeing merges
 /// a block with its neighbours. `max_size` is the high-water mark: the buffer to allocate.
+///
+/// With a chunk size ([`DynTallocr::with_max`]: a buffer type's `max_size` below half the
+/// address space, WebGPU's maxBufferSize) the plan is ggml's chunked one: the virtual space is
+/// chunks of that size, each a buffer of its own; no block crosses a chunk's end (the tail
+/// starts at a chunk and hands out one chunk at a time, the rest of it a block), so a plan
+/// larger than one buffer becomes several, none over the limit, and a single tensor larger
+/// than a chunk is refused.
 #[derive(Clone, Debug)]
 pub struct DynTallocr {
     alignment: usize,
     free: Vec<FreeBlock>,
     max_size: usize,
+    /// Bytes of a chunk ([`TAIL`]: one unbounded chunk, ggml's plain dyn tallocr).
+    chunk: usize,
+    /// Per chunk, its high-water mark.
+    peaks: Vec<usize>,
 }
 
 /// The tail's size: half the address space, so that offset + size never overflows.
@@ -100,24 +111,73 @@ const TAIL: usize = usize::MAX / 2;
 
 impl DynTallocr {
     pub fn new(alignment: usize) -> DynTallocr {
+        DynTallocr::with_max(alignment, usize::MAX)
+    }
+
+    /// A plan in chunks of at most `max` bytes each (see the type's docs); `max` from half
+    /// the address space up: one unbounded chunk, as [`DynTallocr::new`].
+    pub fn with_max(alignment: usize, max: usize) -> DynTallocr {
         assert!(alignment > 0, "DynTallocr: alignment must be positive");
-        DynTallocr { alignment, free: vec![FreeBlock { offset: 0, size: TAIL }], max_size: 0 }
+        let chunk = if max >= TAIL { TAIL } else { (max / alignment * alignment).max(alignment) };
+        let mut t = DynTallocr { alignment, free: Vec::new(), max_size: 0, chunk, peaks: Vec::new() };
+        t.reset();
+        t
     }
 
     pub fn alignment(&self) -> usize {
         self.alignment
     }
 
+    /// Bytes of a chunk (one buffer): `usize::MAX / 2` when unchunked.
+    pub fn chunk_size(&self) -> usize {
+        self.chunk
+    }
+
+    fn chunked(&self) -> bool {
+        self.chunk < TAIL
+    }
+
     /// Forgets every allocation and the peak.
     pub fn reset(&mut self) {
         self.free.clear();
-        self.free.push(FreeBlock { offset: 0, size: TAIL });
+        if self.chunked() {
+            self.free.push(FreeBlock { offset: 0, size: self.chunk });
+            self.free.push(FreeBlock { offset: self.chunk, size: TAIL - self.chunk });
+        } else {
+            self.free.push(FreeBlock { offset: 0, size: TAIL });
+        }
         self.max_size = 0;
+        self.peaks.clear();
     }
 
-    /// The highest end offset handed out since the last reset.
+    /// The highest end offset handed out since the last reset (chunked: in the virtual space
+    /// of chunk after chunk; [`DynTallocr::chunk_peaks`] gives each chunk's).
     pub fn max_size(&self) -> usize {
         self.max_size
+    }
+
+    /// Each chunk's high-water mark since the last reset: the buffers to allocate (unchunked:
+    /// one, `max_size`).
+    pub fn chunk_peaks(&self) -> Vec<usize> {
+        if self.chunked() {
+            if self.peaks.is_empty() {
+                vec![0]
+            } else {
+                self.peaks.clone()
+            }
+        } else {
+            vec![self.max_size]
+        }
+    }
+
+    /// The bytes of every chunk's buffer together.
+    pub fn total_peak(&self) -> usize {
+        self.chunk_peaks().iter().fold(0, |a, &b| a.saturating_add(b))
+    }
+
+    /// `(chunk, offset in it)` of a virtual offset.
+    pub fn split(&self, offset: usize) -> (usize, usize) {
+        (offset / self.chunk, offset % self.chunk)
     }
 
     /// Free blocks as (offset, size), the tail last (for tests and debugging).
@@ -130,6 +190,13 @@ impl DynTallocr {
         // Past the tail (half the address space) is refused below; saturating keeps a size
         // near usize::MAX from rounding up to a small one.
         let size = size.checked_next_multiple_of(self.alignment).unwrap_or(usize::MAX);
+        if self.chunked() && size > self.chunk {
+            return Err(BackendError::OutOfMemory {
+                what: String::from("a tensor in one buffer of a compute buffer plan (dyn tallocr)"),
+                requested: size,
+                limit: self.chunk,
+            });
+        }
         let last = self.free.len() - 1;
         // Best fit before the tail; on equal sizes the later block wins, as in ggml.
         let mut best: Option<usize> = None;
@@ -138,9 +205,10 @@ impl DynTallocr {
                 best = Some(i);
             }
         }
+        let need = if self.chunked() { self.chunk } else { size };
         let i = match best {
             Some(i) => i,
-            None if self.free[last].size >= size => last,
+            None if self.free[last].size >= need => last,
             None => {
                 return Err(BackendError::OutOfMemory {
                     what: String::from("a tensor in a compute buffer plan (dyn tallocr)"),
@@ -150,12 +218,29 @@ impl DynTallocr {
             }
         };
         let offset = self.free[i].offset;
-        self.free[i].offset += size;
-        self.free[i].size -= size;
-        if self.free[i].size == 0 {
-            self.free.remove(i);
+        if self.chunked() && i == last {
+            // A new chunk: its rest a block of its own, the tail from the next chunk.
+            let rest = FreeBlock { offset: offset + size, size: self.chunk - size };
+            self.free[last].offset += self.chunk;
+            self.free[last].size -= self.chunk;
+            if rest.size > 0 {
+                self.free.insert(last, rest);
+            }
+        } else {
+            self.free[i].offset += size;
+            self.free[i].size -= size;
+            if self.free[i].size == 0 {
+                self.free.remove(i);
+            }
         }
         self.max_size = self.max_size.max(offset + size);
+        if self.chunked() {
+            let (k, off) = self.split(offset);
+            if self.peaks.len() <= k {
+                self.peaks.resize(k + 1, 0);
+            }
+            self.peaks[k] = self.peaks[k].max(off + size);
+        }
         Ok(offset)
     }
 
@@ -165,8 +250,14 @@ impl DynTallocr {
         // First block after the freed range; the tail guarantees there is one.
         let next = self.free.partition_point(|b| b.offset < offset);
         debug_assert!(next < self.free.len() && offset + size <= self.free[next].offset, "double free at {offset}");
-        let joins_prev = next > 0 && self.free[next - 1].offset + self.free[next - 1].size == offset;
-        let joins_next = next < self.free.len() && offset + size == self.free[next].offset;
+        // Blocks of two chunks never merge (each chunk is a buffer of its own).
+        let k = offset / self.chunk;
+        let joins_prev = next > 0
+            && self.free[next - 1].offset + self.free[next - 1].size == offset
+            && self.free[next - 1].offset / self.chunk == k;
+        let joins_next = next < self.free.len()
+            && offset + size == self.free[next].offset
+            && self.free[next].offset / self.chunk == k;
         match (joins_prev, joins_next) {
             (true, true) => {
                 self.free[next - 1].size += size + self.free[next].size;
@@ -239,7 +330,9 @@ pub struct Gallocr {
     /// Buffer id → index into `tallocs` / `buffers`.
     talloc_of: Vec<usize>,
     tallocs: Vec<DynTallocr>,
-    buffers: Vec<Option<Rc<dyn Buffer>>>,
+    /// Per virtual buffer, its backend buffers: one per chunk (one unless the buffer type's
+    /// `max_size` splits the plan, [`DynTallocr::with_max`]).
+    buffers: Vec<Vec<Rc<dyn Buffer>>>,
     /// Every buffer this allocator created that a tensor may still point into: tensors
     /// placed in one of these are ours to re-place, not external data.
     created: Vec<Weak<dyn Buffer>>,
@@ -272,7 +365,7 @@ impl Gallocr {
                 Some(k) => talloc_of.push(k),
                 None => {
                     talloc_of.push(tallocs.len());
-                    tallocs.push(DynTallocr::new(b.alignment()));
+                    tallocs.push(DynTallocr::with_max(b.alignment(), b.max_size()));
                     owner.push(i);
                 }
             }
@@ -282,7 +375,7 @@ impl Gallocr {
             bufts,
             talloc_of,
             tallocs,
-            buffers: vec![None; n],
+            buffers: vec![Vec::new(); n],
             created: Vec::new(),
             hash: BTreeMap::new(),
             plan: None,
@@ -337,9 +430,15 @@ impl Gallocr {
         self.n_buffer_allocs
     }
 
-    /// The backend buffer behind buffer id `id` (shared by ids of the same buffer type).
+    /// The (first) backend buffer behind buffer id `id` (shared by ids of the same buffer
+    /// type); [`Gallocr::get_buffers`] gives every chunk's.
     pub fn get_buffer(&self, id: usize) -> Option<Rc<dyn Buffer>> {
-        self.buffers[self.talloc_of[id]].clone()
+        self.buffers[self.talloc_of[id]].first().cloned()
+    }
+
+    /// The backend buffers behind buffer id `id`: one per chunk of its plan.
+    pub fn get_buffers(&self, id: usize) -> &[Rc<dyn Buffer>] {
+        &self.buffers[self.talloc_of[id]]
     }
 
     /// ggml_gallocr_get_buffer_size: the size of id's backend buffer, 0 if none, and 0 for
@@ -349,13 +448,13 @@ impl Gallocr {
         if self.talloc_of[..id].contains(&k) {
             return 0;
         }
-        self.buffers[k].as_ref().map_or(0, |b| b.size())
+        self.buffers[k].iter().map(|b| b.size()).sum()
     }
 
     /// The peak of the last plan for id's buffer (what it needed; the buffer kept from an
     /// earlier, larger plan may be bigger).
     pub fn peak_size(&self, id: usize) -> usize {
-        self.tallocs[self.talloc_of[id]].max_size()
+        self.tallocs[self.talloc_of[id]].total_peak()
     }
 
     /// The planned place of node `i` of the reserved graph; None for views, tensors with
@@ -571,7 +670,7 @@ impl Gallocr {
         self.hash.clear();
 
         for id in 0..n {
-            let peak = self.peak_size(id);
+            let peak = self.tallocs[self.talloc_of[id]].chunk_peaks().into_iter().max().unwrap_or(0);
             let max = self.bufts[id].max_size();
             if peak > max {
                 return Err(BackendError::OutOfMemory {
@@ -584,7 +683,7 @@ impl Gallocr {
         if let Some(limit) = self.host_limit {
             let host: usize = (0..n)
                 .filter(|&id| self.bufts[id].is_host() && !self.talloc_of[..id].contains(&self.talloc_of[id]))
-                .map(|id| self.tallocs[self.talloc_of[id]].max_size())
+                .map(|id| self.tallocs[self.talloc_of[id]].total_peak())
                 .fold(0, usize::saturating_add);
             if host > limit {
                 return Err(BackendError::OutOfMemory { what: "host compute buffers".into(), requested: host, limit });
@@ -595,15 +694,18 @@ impl Gallocr {
             if self.talloc_of[..id].contains(&k) {
                 continue;
             }
-            let peak = self.tallocs[k].max_size();
-            // Even an empty plan gets a buffer, so that every id has one.
-            if self.buffers[k].as_ref().is_none_or(|b| b.size() < peak) {
-                self.buffers[k] = None;
-                let buffer = self.bufts[id].alloc_buffer(peak)?;
-                self.n_buffer_allocs += 1;
-                self.created.retain(|w| w.strong_count() > 0);
-                self.created.push(Rc::downgrade(&buffer));
-                self.buffers[k] = Some(buffer);
+            // Even an empty plan gets a buffer, so that every id has one (chunk 0's).
+            for (c, peak) in self.tallocs[k].chunk_peaks().into_iter().enumerate() {
+                if self.buffers[k].get(c).is_none_or(|b| b.size() < peak) {
+                    if c < self.buffers[k].len() {
+                        self.buffers[k].remove(c); // freed before its larger replacement
+                    }
+                    let buffer = self.bufts[id].alloc_buffer(peak)?;
+                    self.n_buffer_allocs += 1;
+                    self.created.retain(|w| w.strong_count() > 0);
+                    self.created.push(Rc::downgrade(&buffer));
+                    self.buffers[k].insert(c, buffer);
+                }
             }
         }
         self.plan = Some(Plan {
@@ -695,8 +797,10 @@ impl Gallocr {
         for (t, p) in graph.leafs.iter().zip(&plan.leafs).chain(graph.nodes.iter().zip(&plan.nodes)) {
             if let Some(a) = p.alloc {
                 if !Self::is_view(t) && !self.is_external(t) {
-                    let buffer = self.buffers[self.talloc_of[a.buffer_id]].clone().expect("reserve allocated it");
-                    t.set_data(buffer, a.offset);
+                    let k = self.talloc_of[a.buffer_id];
+                    let (c, offset) = self.tallocs[k].split(a.offset);
+                    let buffer = self.buffers[k][c].clone();
+                    t.set_data(buffer, offset);
                 }
             }
         }
@@ -712,10 +816,9 @@ impl Gallocr {
             }
             let Some(d) = t.data() else { continue };
             for (id, buft) in self.bufts.iter().enumerate() {
-                let Some(b) = &self.buffers[self.talloc_of[id]] else { continue };
-                if !Rc::ptr_eq(b, &d.buffer) {
+                let Some(b) = self.buffers[self.talloc_of[id]].iter().find(|b| Rc::ptr_eq(b, &d.buffer)) else {
                     continue;
-                }
+                };
                 if d.offset % buft.alignment() != 0 {
                     return Err(PlacementError::Misaligned {
                         tensor: describe(graph, t),

@@ -23,7 +23,11 @@
 //!
 //! In memory the state of a tensor of n elements is one F32 tensor `[n, rows]` (train.rs): row
 //! 0 the gradient accumulated over a batch (zero between updates: not written), then the rows
-//! above. A checkpoint's are read straight into that layout as the file streams in.
+//! above. Where that is larger than one buffer of its buffer type (WebGPU's maxBufferSize:
+//! the 124M model's token_embd has 463 MB of AdamW state against browsers' 256 MiB) it is
+//! several: chunks `[len_c, rows]` of consecutive elements, each within one buffer
+//! ([`state_chunks`]); the optimizer steps one chunk at a time. A checkpoint's are read
+//! straight into that layout as the file streams in ([`OptState::write`]).
 
 use alloc::format;
 use alloc::rc::Rc;
@@ -83,8 +87,9 @@ pub struct OptState {
     pub meta: OptMeta,
     /// The adapter's shape when the state is a LoRA adapter's (None: the model's weights).
     pub lora: Option<LoraConfig>,
-    /// Per trained tensor: its name and state `[n, rows]`.
-    pub tensors: Vec<(String, Tensor)>,
+    /// Per trained tensor: its name and state, chunks `[len_c, rows]` of consecutive
+    /// elements (one `[n, rows]` unless its buffer type's `max_size` splits it).
+    pub tensors: Vec<(String, Vec<Tensor>)>,
     /// Read from a checkpoint, not yet continued: the next `train` resumes it.
     pub resume: bool,
     _ctx: Context,
@@ -112,13 +117,27 @@ impl OptState {
         buft_of: &dyn Fn(usize) -> &'b dyn BufferType,
     ) -> Result<OptState, ModelError> {
         let rows = meta.optimizer.state_rows();
-        let ctx = Context::new(ContextParams { mem_size: (params.len() + 1) * TENSOR_OVERHEAD, no_alloc: true });
-        let tensors: Vec<(String, Tensor)> = params
+        let lens: Vec<Vec<i64>> = params
             .iter()
-            .map(|(name, n)| {
-                let s = ctx.new_tensor_2d(GgmlType::F32, *n, rows);
-                s.set_name(&format!("{name}.opt_state"));
-                (name.clone(), s)
+            .enumerate()
+            .map(|(i, (name, n))| state_chunks(name, *n, rows, buft_of(i)))
+            .collect::<Result<_, _>>()?;
+        let n_chunks: usize = lens.iter().map(Vec::len).sum();
+        let ctx = Context::new(ContextParams { mem_size: (n_chunks + 1) * TENSOR_OVERHEAD, no_alloc: true });
+        let tensors: Vec<(String, Vec<Tensor>)> = params
+            .iter()
+            .zip(&lens)
+            .map(|((name, _), lens)| {
+                let chunks = lens
+                    .iter()
+                    .enumerate()
+                    .map(|(c, &len)| {
+                        let s = ctx.new_tensor_2d(GgmlType::F32, len, rows);
+                        s.set_name(&if c == 0 { format!("{name}.opt_state") } else { format!("{name}.opt_state.{c}") });
+                        s
+                    })
+                    .collect();
+                (name.clone(), chunks)
             })
             .collect();
         // One allocation per buffer type, in the params' order within each.
@@ -131,7 +150,7 @@ impl OptState {
             let buft = buft_of(i);
             let group: Vec<usize> =
                 (i..tensors.len()).filter(|&j| !done[j] && buft_of(j).name() == buft.name()).collect();
-            let all: Vec<Tensor> = group.iter().map(|&j| tensors[j].1.clone()).collect();
+            let all: Vec<Tensor> = group.iter().flat_map(|&j| tensors[j].1.iter().cloned()).collect();
             let bufs = alloc_tensors(&all, buft).map_err(|e| ModelError::oom("the optimizer state", e))?;
             for b in &bufs {
                 b.clear(0);
@@ -144,12 +163,67 @@ impl OptState {
 
     /// Bytes of the state.
     pub fn nbytes(&self) -> u64 {
-        self.tensors.iter().map(|(_, t)| t.nbytes() as u64).sum()
+        self.tensors.iter().flat_map(|(_, c)| c).map(|t| t.nbytes() as u64).sum()
     }
 
-    /// The state of `name`.
-    pub fn get(&self, name: &str) -> Option<&Tensor> {
-        self.tensors.iter().find(|(n, _)| n == name).map(|(_, t)| t)
+    /// The state of `name`: its chunks.
+    pub fn get(&self, name: &str) -> Option<&[Tensor]> {
+        self.tensors.iter().find(|(n, _)| n == name).map(|(_, c)| c.as_slice())
+    }
+
+    /// Writes `bytes` at byte `offset` of trained tensor `k`'s state as if it were one
+    /// `[n, rows]` tensor (a checkpoint's row r from byte `r·4n`), into the chunks holding them.
+    pub fn write(&self, k: usize, offset: usize, bytes: &[u8]) {
+        let chunks = &self.tensors[k].1;
+        let row_bytes = 4 * chunks.iter().map(|c| c.ne[0] as usize).sum::<usize>();
+        let (mut at, mut done) = (offset, 0);
+        while done < bytes.len() {
+            let (row, mut b) = (at / row_bytes, at % row_bytes);
+            for c in chunks {
+                let len = 4 * c.ne[0] as usize;
+                if b < len {
+                    let n = (len - b).min(bytes.len() - done);
+                    c.set_bytes(&bytes[done..done + n], row * len + b);
+                    (at, done) = (at + n, done + n);
+                    break;
+                }
+                b -= len;
+            }
+        }
+    }
+
+    /// Copies rows 1.. (the optimizer's: the gradient row stays zero) of every trained
+    /// tensor's state from `from` (the same tensors, any chunks; read synchronously: host
+    /// memory, such as a checkpoint's as the loader reads it) in pieces of about 1 MiB: a
+    /// checkpoint's state resumed where the params are (WebGPU).
+    pub fn copy_rows_from(&self, from: &OptState) -> Result<(), ModelError> {
+        for (k, (name, _)) in self.tensors.iter().enumerate() {
+            let j = from.tensors.iter().position(|(n, _)| n == name).ok_or_else(|| {
+                ModelError::Invalid(format!("train: the checkpoint has no optimizer state of '{name}'"))
+            })?;
+            let rows = self.tensors[k].1[0].ne[1] as usize;
+            let n: usize = self.tensors[k].1.iter().map(|c| c.ne[0] as usize).sum();
+            for row in 1..rows {
+                let mut at = row * 4 * n;
+                for (t, offset, len) in from.row_pieces(j, row) {
+                    let mut done = 0;
+                    while done < len {
+                        let m = (len - done).min(1 << 20);
+                        let mut buf = alloc::vec![0u8; m];
+                        t.try_get_bytes(&mut buf, offset + done)?;
+                        self.write(k, at, &buf);
+                        (at, done) = (at + m, done + m);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Where row `row` of trained tensor `k`'s state is: `(chunk, byte offset, bytes)` per
+    /// chunk, in element order.
+    pub fn row_pieces(&self, k: usize, row: usize) -> Vec<(Tensor, usize, usize)> {
+        self.tensors[k].1.iter().map(|c| (c.clone(), row * c.ne[0] as usize * 4, c.ne[0] as usize * 4)).collect()
     }
 
     /// The checkpoint's metadata keys, in the order they are written.
@@ -183,19 +257,45 @@ impl OptState {
         v
     }
 
-    /// The state tensors of the file: `(file name, state tensor, byte offset of the row)`, in
-    /// the order written (each trained tensor's rows 1.. in turn).
-    pub fn file_tensors(&self) -> Vec<(String, Tensor, usize)> {
+    /// The state tensors of the file: `(file name, elements, where its bytes are: (state
+    /// chunk, byte offset, bytes) in order)`, in the order written (each trained tensor's rows
+    /// 1.. in turn).
+    #[allow(clippy::type_complexity)]
+    pub fn file_tensors(&self) -> Vec<(String, i64, Vec<(Tensor, usize, usize)>)> {
         let suffixes = state_suffixes(&self.meta.optimizer);
         let mut v = Vec::new();
-        for (name, t) in &self.tensors {
-            let row = t.ne[0] as usize * 4;
+        for (k, (name, chunks)) in self.tensors.iter().enumerate() {
+            let n = chunks.iter().map(|c| c.ne[0]).sum();
             for (i, s) in suffixes.iter().enumerate() {
-                v.push((format!("{name}{s}"), t.clone(), (i + 1) * row));
+                v.push((format!("{name}{s}"), n, self.row_pieces(k, i + 1)));
             }
         }
         v
     }
+}
+
+/// The element counts of the chunks of a state `[n, rows]` of `name` in buffers of `buft`:
+/// `[n]` when it fits one buffer (`max_size`), else as few near-equal chunks as fit one each;
+/// `unsupported` with the sizes when not even a chunk of one element fits (a buffer type whose
+/// buffers are smaller than `rows` floats).
+pub fn state_chunks(name: &str, n: i64, rows: i64, buft: &dyn BufferType) -> Result<Vec<i64>, ModelError> {
+    let max = buft.max_size() as u64;
+    let row_bytes = 4 * rows.max(1) as u64;
+    // What alloc_size and the alignment of the next tensor in a buffer may add.
+    let slack = 2 * buft.alignment() as u64 + 4;
+    if n as u64 * row_bytes <= max.saturating_sub(slack) || n <= 1 {
+        return Ok(alloc::vec![n]);
+    }
+    let per = max.saturating_sub(slack) / row_bytes;
+    if per == 0 {
+        return Err(ModelError::Unsupported(format!(
+            "train: the optimizer state of '{name}' ({n} elements × {rows} rows of f32): a {} buffer holds at most              {max} bytes, not one element's {row_bytes}",
+            buft.name()
+        )));
+    }
+    let count = (n as u64).div_ceil(per);
+    let len = (n as u64).div_ceil(count) as i64;
+    Ok((0..count as i64).map(|c| len.min(n - c * len)).filter(|&l| l > 0).collect())
 }
 
 fn bad(m: String) -> ModelError {

@@ -235,14 +235,14 @@ pub fn save_stream(model: &Gpt2, tok: &Tokenizer, ty: SaveType, optimizer: bool)
         });
     }
     // The state tensors, each of its weight's shape: one row of the state tensor.
-    for (name, t, offset) in state.map_or_else(Vec::new, OptState::file_tensors) {
+    for (name, _, pieces) in state.map_or_else(Vec::new, OptState::file_tensors) {
         let weight = split_state_name(&name).map_or("", |(w, _)| w);
         let f = tensors.iter().find(|f| f.name == weight).ok_or_else(|| {
             ModelError::Invalid(format!("save: optimizer: the state of '{weight}', which is no weight of the file"))
         })?;
         let n_dims = if f.t.ne[1] > 1 || f.matrix { 2 } else { 1 };
         w.declare_tensor(&name, GgmlType::F32, &f.t.ne[..n_dims])?;
-        sources.push(Source::Bytes { len: t.ne[0] as usize * 4, t, offset });
+        sources.push(Source::Pieces(pieces));
     }
     let smaller =
         if state.is_some() { "; type 'f16' takes less" } else { "; a smaller type ('f16', 'q8_0') takes less" };

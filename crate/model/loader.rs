@@ -650,7 +650,7 @@ impl TensorSink for CheckedSink {
         match &self.state {
             Some(s) => match s.slots[tensor_index] {
                 Some((k, row)) => {
-                    s.state.tensors[k].1.set_bytes(bytes, row + offset);
+                    s.state.write(k, row + offset, bytes);
                     Ok(())
                 }
                 None => self.inner.write(s.weight_index[tensor_index], offset, bytes),

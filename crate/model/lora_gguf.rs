@@ -60,15 +60,11 @@ impl Lora {
             for (k, v) in st.kvs() {
                 w.add_kv(k, v).map_err(gguf)?;
             }
-            for (name, t, offset) in st.file_tensors() {
+            for (name, n, pieces) in st.file_tensors() {
                 let weight = split_state_name(&name).map_or("", |(w, _)| w);
-                let ne = self
-                    .tensors()
-                    .into_iter()
-                    .find(|x| x.name() == weight)
-                    .map_or([t.ne[0], 1], |x| [x.ne[0], x.ne[1]]);
+                let ne = self.tensors().into_iter().find(|x| x.name() == weight).map_or([n, 1], |x| [x.ne[0], x.ne[1]]);
                 w.declare_tensor(&name, GgmlType::F32, &ne).map_err(gguf)?;
-                sources.push(Source::Bytes { len: t.ne[0] as usize * 4, t, offset });
+                sources.push(Source::Pieces(pieces));
             }
         }
         SaveStream::new(&w, sources, backends, "saveLora", "")
@@ -196,7 +192,7 @@ impl Lora {
             let data = bytes
                 .get(start..start + info.nbytes)
                 .ok_or_else(|| format_err(format!("tensor '{}' runs past the end of the file", info.name)))?;
-            state.tensors[k].1.set_bytes(data, offset);
+            state.write(k, offset, data);
         }
         state.resume = true;
         Ok((lora, Some(state)))

@@ -31,6 +31,9 @@ pub(crate) enum Source {
     /// `len` bytes of `t` from byte `offset`, as they are held (a weight already of the
     /// file's type, one row of an optimizer state tensor).
     Bytes { t: Tensor, offset: usize, len: usize },
+    /// `(t, offset, len)` pieces one after the other, as they are held: a row of an optimizer
+    /// state held in chunks (checkpoint.rs `state_chunks`).
+    Pieces(Vec<(Tensor, usize, usize)>),
     /// All of `t`, converted to `to` a few rows at a time, with the adapter `(A, B,
     /// alpha/rank)` beside it merged in (PEFT's merge_and_unload: row r of W gains
     /// scale·Σ_k B[r, k]·A[k, :]). `what` names it in errors ("weight 'blk.0.attn_qkv.weight'").
@@ -118,7 +121,7 @@ impl SaveStream {
     /// beyond the model.
     pub fn chunk_bytes(&self) -> usize {
         let most = |p: &Part| match &p.src {
-            Source::Bytes { .. } => p.nbytes.min(CHUNK_ELEMENTS * 4),
+            Source::Bytes { .. } | Source::Pieces(_) => p.nbytes.min(CHUNK_ELEMENTS * 4),
             Source::Convert { t, to, .. } => {
                 let (_, row_out, _, per_chunk) = convert_rows(t, *to);
                 p.nbytes.min(per_chunk * row_out)
@@ -155,6 +158,19 @@ impl SaveStream {
                 let n = (CHUNK_ELEMENTS * 4).min(len - self.done);
                 vec![Read { t: t.clone(), offset: offset + self.done, len: n }]
             }
+            Source::Pieces(pieces) => {
+                // The piece holding byte `done`, up to its end or a chunk's worth.
+                let mut at = self.done;
+                let mut read = Vec::new();
+                for (t, offset, len) in pieces {
+                    if at < *len {
+                        read.push(Read { t: t.clone(), offset: offset + at, len: (CHUNK_ELEMENTS * 4).min(len - at) });
+                        break;
+                    }
+                    at -= len;
+                }
+                read
+            }
             Source::Convert { t, to, lora, .. } => {
                 let (row_in, row_out, rows, per_chunk) = convert_rows(t, *to);
                 let (r0, n) = (self.done / row_out, per_chunk.min(rows - self.done / row_out));
@@ -178,7 +194,7 @@ impl SaveStream {
         let mut data = data.into_iter();
         let raw = data.next().unwrap_or_default();
         let mut out = match &p.src {
-            Source::Bytes { .. } => raw,
+            Source::Bytes { .. } | Source::Pieces(_) => raw,
             Source::Convert { t, to, lora, what } => {
                 let (from, to) = (t.ty, *to);
                 if !crate::quants::can_dequantize(from) {

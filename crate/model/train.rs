@@ -10,7 +10,9 @@
 //!   step, and the model keeps those (quantized: `unsupported`, naming the tensor).
 //! - State: per weight one tensor `[n, rows]` planned with the weights: row 0 the gradient
 //!   accumulated over the batch (zeroed by the optimizer step that consumes it), then AdamW's
-//!   m and v (SGD: the momentum buffer).
+//!   m and v (SGD: the momentum buffer); in chunks of elements `[len_c, rows]` where that is
+//!   over one buffer (WebGPU's maxBufferSize; checkpoint.rs `state_chunks`), each chunk with
+//!   its own gradient store and optimizer step over its elements.
 //! - Batching: update k trains on sequences `(k·batchSize + i) mod n`, i = 0..batchSize−1;
 //!   each sequence's loss is weighted `−1/(batchSize·(seqLen−1))` at its targets, so the
 //!   accumulated gradient is that of the mean next-token cross-entropy over the batch. The
@@ -178,10 +180,12 @@ pub struct TrainStep {
     pub tokens: u64,
 }
 
-/// One trained weight: the tensor and its state (`[n, rows]`: gradient, then optimizer state).
+/// One trained weight: the tensor and its state (`[n, rows]`: gradient, then optimizer state;
+/// in chunks of consecutive elements `[len_c, rows]` where that is over one buffer's
+/// `max_size`: checkpoint.rs `state_chunks`).
 struct Param {
     t: Tensor,
-    state: Tensor,
+    state: Vec<Tensor>,
     /// Weight decay applies (two or more dimensions: matrices and embeddings).
     decay: bool,
     /// The backend (index in the run's) whose memory holds the param and its state.
@@ -364,7 +368,8 @@ impl TrainGraph {
         let ub = Ubatch { own_kv: true, store_kv: false, ..Ubatch::at(0, t, t) };
         let mut io = build_graph_with(&model.hparams, w, &model.kv, ub, &[]);
         let ctx = Context::new(ContextParams {
-            mem_size: (8 * io.graph.nodes.len() + 8 * params.len() + 64) * TENSOR_OVERHEAD,
+            mem_size: (8 * io.graph.nodes.len() + 8 * params.iter().map(|p| p.state.len()).sum::<usize>() + 64)
+                * TENSOR_OVERHEAD,
             no_alloc: true,
         });
         let mut gf = core::mem::replace(&mut io.graph, Graph::with_size(1));
@@ -400,18 +405,35 @@ impl TrainGraph {
         let one_run = seqs == cfg.batch_size;
         for p in params {
             let Some(g) = gf.grad(&p.t) else { continue }; // a weight the loss does not read
-            let acc = ctx.reshape(&ctx.view_1d(&p.state, p.t.nelements(), 0), &p.t.ne);
-            acc.set_name(&format!("{}.grad_acc", p.t.name()));
-            let sum = if one_run {
-                g.clone()
-            } else {
-                let sum = ctx.add(&acc, &g);
-                sum.set_name(&format!("{}.grad_sum", p.t.name()));
-                sum
-            };
-            let store = ctx.cpy(&sum, &acc);
-            store.set_name(&format!("{}.grad_store", p.t.name()));
-            gf.build_forward_expand(&store);
+                                                           // Row 0 of each state chunk takes its elements of the gradient: all of it
+                                                           // (p.t's shape) when the state is one tensor, else [len_c] from element start_c.
+            let whole = p.state.len() == 1;
+            let g = if whole || g.is_contiguous() { g } else { ctx.cont(&g) };
+            let mut start = 0usize;
+            for (c, chunk) in p.state.iter().enumerate() {
+                let len = chunk.ne[0];
+                let tag = if whole { String::new() } else { format!(".{c}") };
+                let (acc, gc) = if whole {
+                    (ctx.reshape(&ctx.view_1d(chunk, p.t.nelements(), 0), &p.t.ne), g.clone())
+                // p.t.ne
+                } else {
+                    let gc = ctx.view_1d(&g, len, 4 * start); // [len_c]
+                    gc.set_name(&format!("{}.grad{tag}", p.t.name()));
+                    (ctx.view_1d(chunk, len, 0), gc) // [len_c]
+                };
+                acc.set_name(&format!("{}.grad_acc{tag}", p.t.name()));
+                let sum = if one_run {
+                    gc
+                } else {
+                    let sum = ctx.add(&acc, &gc); // as acc
+                    sum.set_name(&format!("{}.grad_sum{tag}", p.t.name()));
+                    sum
+                };
+                let store = ctx.cpy(&sum, &acc); // as acc
+                store.set_name(&format!("{}.grad_store{tag}", p.t.name()));
+                gf.build_forward_expand(&store);
+                start += len as usize;
+            }
         }
         gf.size = gf.nodes.len().max(gf.leafs.len());
 
@@ -610,8 +632,15 @@ impl Trainer {
         let fresh = match resume.as_ref() {
             Some(r) if keeps => {
                 check_resume_tensors(r, &names)?;
-                check_resume_homes(r, &params, &backends)?;
-                None
+                if state_is_home(r, &params, &backends) {
+                    None
+                } else {
+                    // A checkpoint is read into host memory: its rows go where the params are
+                    // (WebGPU), into new state there, as the optimizer steps both in place.
+                    let f = OptState::alloc_on(r.meta, cfg.lora.clone(), &names, &buft_of)?;
+                    f.copy_rows_from(r)?;
+                    Some(f)
+                }
             }
             Some(r) => Some(OptState::alloc_on(r.meta, cfg.lora.clone(), &names, &buft_of)?),
             None => {
@@ -631,9 +660,9 @@ impl Trainer {
                 })?)
             }
         };
-        let state_of = |name: &str| -> Tensor {
+        let state_of = |name: &str| -> Vec<Tensor> {
             let s = fresh.as_ref().or(resume.as_ref()).expect("one of them");
-            s.get(name).expect("a state per param").clone()
+            s.get(name).expect("a state per param").to_vec()
         };
         // The optimizer's hyper-parameters, per backend: `[0]` for decayed weights, `[1]` for
         // the rest.
@@ -657,26 +686,40 @@ impl Trainer {
             .map(|((t, decay), &home)| Param { state: state_of(&t.name()), t, decay, home })
             .collect();
 
-        // The optimizer graphs: one step node per param, in place, on the param's backend.
-        let ctx = Context::new(ContextParams { mem_size: (params.len() + 8) * TENSOR_OVERHEAD, no_alloc: true });
+        // The optimizer graphs: one step node per param (per state chunk: over the param's
+        // elements that chunk holds, a view), in place, on the param's backend.
+        let n_chunks: usize = params.iter().map(|p| p.state.len()).sum();
+        let ctx = Context::new(ContextParams { mem_size: (2 * n_chunks + 8) * TENSOR_OVERHEAD, no_alloc: true });
         let mut opt = Vec::new();
         for (b, backend) in backends.iter().enumerate() {
-            let mut g = Graph::with_size(4 * params.len() + 8); // each step node; each param, state, hyper leaf
+            let mut g = Graph::with_size(8 * n_chunks + 8); // each step node and view; each param, state, hyper leaf
             for p in params.iter().filter(|p| p.home == b) {
                 let h = &hyper[b][if p.decay { 0 } else { 1 }];
-                let step = match cfg.optimizer {
-                    Optimizer::AdamW { .. } => ctx.opt_step_adamw(&p.t, &p.state, h),
-                    Optimizer::Sgd { .. } => ctx.opt_step_sgd(&p.t, &p.state, h),
-                };
-                if !backend.supports_op(&step) {
-                    return Err(ModelError::Unsupported(format!(
-                        "train: {} cannot run the optimizer step of '{}' (ne {:?})",
-                        backend.name(),
-                        p.t.name(),
-                        p.t.ne
-                    )));
+                let mut start = 0usize;
+                for (c, chunk) in p.state.iter().enumerate() {
+                    let len = chunk.ne[0];
+                    let t = if p.state.len() == 1 {
+                        p.t.clone()
+                    } else {
+                        let v = ctx.view_1d(&p.t, len, 4 * start); // [len_c]: the chunk's elements
+                        v.set_name(&format!("{}.{c}", p.t.name()));
+                        v
+                    };
+                    start += len as usize;
+                    let step = match cfg.optimizer {
+                        Optimizer::AdamW { .. } => ctx.opt_step_adamw(&t, chunk, h),
+                        Optimizer::Sgd { .. } => ctx.opt_step_sgd(&t, chunk, h),
+                    };
+                    if !backend.supports_op(&step) {
+                        return Err(ModelError::Unsupported(format!(
+                            "train: {} cannot run the optimizer step of '{}' (ne {:?})",
+                            backend.name(),
+                            t.name(),
+                            t.ne
+                        )));
+                    }
+                    g.build_forward_expand(&step);
                 }
-                g.build_forward_expand(&step);
             }
             if !g.nodes.is_empty() {
                 opt.push((backend.clone(), g));
@@ -817,11 +860,13 @@ impl Trainer {
         self.grad_norms.clear();
         let mut total = 0f64;
         for p in &self.params {
-            let n = p.t.nelements() as usize;
-            let mut g = vec![0f32; n];
-            // Row 0 of the state (read asynchronously: it may be WebGPU memory).
-            self.tg.sched.tensor_get(&p.state, bytemuck::cast_slice_mut(&mut g)).await?;
-            let sq: f64 = g.iter().map(|&x| x as f64 * x as f64).sum();
+            let mut sq = 0f64;
+            for chunk in &p.state {
+                let mut g = vec![0f32; chunk.ne[0] as usize];
+                // Row 0 of the chunk (read asynchronously: it may be WebGPU memory).
+                self.tg.sched.tensor_get(chunk, bytemuck::cast_slice_mut(&mut g)).await?;
+                sq += g.iter().map(|&x| x as f64 * x as f64).sum::<f64>();
+            }
             total += sq;
             self.grad_norms.push((p.t.name(), libm::sqrt(sq)));
         }
@@ -913,34 +958,23 @@ fn check_resume(r: &OptState, cfg: &TrainConfig) -> Result<(), ModelError> {
     Ok(())
 }
 
-/// `unsupported` when a checkpoint's state of a param is in another backend's memory than the
-/// param (a checkpoint is read into host memory: resuming it on a model split onto WebGPU
-/// would update the param on one backend and its state on another).
-fn check_resume_homes(r: &OptState, params: &[(Tensor, bool)], backends: &[Rc<dyn Backend>]) -> Result<(), ModelError> {
-    for (t, _) in params {
-        let Some(s) = r.get(&t.name()) else { continue };
-        if backend_index(backends, s) != backend_index(backends, t) {
-            return Err(ModelError::Unsupported(format!(
-                "train: resuming a checkpoint's optimizer state on {}: '{}' is there and its state in host \
-                 memory (resume on a model loaded with backend 'cpu')",
-                backends[backend_index(backends, t)].name(),
-                t.name()
-            )));
-        }
-    }
-    Ok(())
+/// Whether a checkpoint's state of every param is in the memory of the param's backend (a
+/// checkpoint is read into host memory; a model on WebGPU holds its params there).
+fn state_is_home(r: &OptState, params: &[(Tensor, bool)], backends: &[Rc<dyn Backend>]) -> bool {
+    params.iter().all(|(t, _)| {
+        r.get(&t.name()).is_none_or(|s| s.iter().all(|s| backend_index(backends, s) == backend_index(backends, t)))
+    })
 }
 
 /// `invalid` naming the first trained tensor whose state the checkpoint lacks (or has of
 /// another size), or the first it has state of that the run does not train.
 fn check_resume_tensors(r: &OptState, params: &[(String, i64)]) -> Result<(), ModelError> {
     for (name, n) in params {
-        match r.get(name) {
-            Some(t) if t.ne[0] == *n => {}
-            Some(t) => {
+        match r.get(name).map(|c| c.iter().map(|t| t.ne[0]).sum::<i64>()) {
+            Some(m) if m == *n => {}
+            Some(m) => {
                 return Err(ModelError::Invalid(format!(
-                    "train: the checkpoint's optimizer state of '{name}' has {} elements, the tensor {n}",
-                    t.ne[0]
+                    "train: the checkpoint's optimizer state of '{name}' has {m} elements, the tensor {n}"
                 )))
             }
             None => {

@@ -388,7 +388,7 @@ impl Sched {
     fn fixed_buffer(&self, t: &Tensor) -> Option<Rc<dyn Buffer>> {
         let d = t.data()?;
         let ours =
-            (0..self.galloc.n_buffers()).any(|i| self.galloc.get_buffer(i).is_some_and(|b| same_buffer(&b, &d.buffer)));
+            (0..self.galloc.n_buffers()).any(|i| self.galloc.get_buffers(i).iter().any(|b| same_buffer(b, &d.buffer)));
         (!ours).then_some(d.buffer)
     }
 

@@ -54,6 +54,13 @@ impl WebGpuBackend {
         self.gpu.destroy();
     }
 
+    /// The largest buffer this backend's device has made so far (tensor, compute,
+    /// parameter and read-back buffers alike), in bytes: never above maxBufferSize
+    /// ([`super::AdapterSummary::max_buffer_size`], a test's override included).
+    pub fn largest_buffer(&self) -> u64 {
+        self.gpu.largest_buffer.get()
+    }
+
     /// Concrete buffer type (the trait's `buffer_type()` returns it as `dyn`).
     pub fn webgpu_buffer_type(&self) -> WebGpuBufferType {
         WebGpuBufferType { gpu: self.gpu.clone() }

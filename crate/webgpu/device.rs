@@ -129,6 +129,9 @@ pub(crate) struct Gpu {
     pub params: RefCell<Option<GpuBuffer>>,
     /// Bytes handed to `queue.write_buffer` since the last submit (buffer.rs flushes them).
     pub unsubmitted: Cell<u64>,
+    /// The largest buffer made through [`Gpu::create_buffer`] since the device was opened
+    /// (bytes): what tests hold to maxBufferSize.
+    pub largest_buffer: Cell<u64>,
     /// Copies of the last graph's outputs, made in its submit (see `readback.rs`).
     pub prefetched: RefCell<Vec<Prefetched>>,
     /// Counters since the device was opened ([`WebGpuBackend`](super::WebGpuBackend)'s `stats`).
@@ -421,6 +424,7 @@ impl Gpu {
             pipelines: RefCell::default(),
             params: RefCell::new(None),
             unsubmitted: Cell::new(0),
+            largest_buffer: Cell::new(0),
             prefetched: RefCell::default(),
             stats: Cell::default(),
             clock: opts.encode_clock.unwrap_or(now_ms),
@@ -451,6 +455,7 @@ impl Gpu {
 
     /// A counted buffer on this device.
     pub fn create_buffer(&self, desc: &wgpu::BufferDescriptor<'_>) -> GpuBuffer {
+        self.largest_buffer.set(self.largest_buffer.get().max(desc.size));
         GpuBuffer::new(&self.device, desc)
     }
 

@@ -115,6 +115,34 @@ fn dyn_tallocr_aligns_frees_and_merges() {
     assert_eq!((a.max_size(), a.free_blocks()), (0, vec![(0, TAIL)]));
 }
 
+/// A buffer type's `max_size` below half the address space chunks the plan (ggml's chunked
+/// dyn tallocr): no block crosses a chunk's end, a new chunk starts when nothing fits, blocks
+/// of two chunks never merge, each chunk has its own peak, and a request over a chunk fails.
+#[test]
+fn dyn_tallocr_in_chunks_never_crosses_one() {
+    let mut a = DynTallocr::with_max(64, 1000);
+    assert_eq!(a.chunk_size(), 960, "the limit aligned down");
+    assert_eq!(a.alloc(512).unwrap(), 0);
+    assert_eq!(a.alloc(512).unwrap(), 960, "448 bytes left in chunk 0: chunk 1");
+    // Two 448-byte rests fit 256 equally well: the later (chunk 1's) wins, as before.
+    assert_eq!(a.alloc(256).unwrap(), 1472);
+    assert_eq!(a.chunk_peaks(), vec![512, 768]);
+    assert_eq!(a.free_blocks(), vec![(512, 448), (1728, 192), (1920, TAIL - 1920)]);
+    a.free(0, 512); // joins the rest of chunk 0
+    a.free(960, 512); // next to chunk 0's block, but in chunk 1: no merge
+    assert_eq!(a.free_blocks(), vec![(0, 960), (960, 512), (1728, 192), (1920, TAIL - 1920)]);
+    assert!(matches!(a.alloc(961), Err(BackendError::OutOfMemory { requested: 1024, limit: 960, .. })));
+    assert_eq!(a.alloc(960).unwrap(), 0);
+    assert_eq!(a.alloc(600).unwrap(), 1920, "nothing fits 640: a new chunk");
+    assert_eq!(a.split(1920), (2, 0));
+    assert_eq!(a.chunk_peaks(), vec![960, 768, 640]);
+    assert_eq!(a.total_peak(), 960 + 768 + 640);
+    a.reset();
+    assert_eq!((a.chunk_peaks(), a.free_blocks()), (vec![0], vec![(0, 960), (960, TAIL - 960)]));
+    // From half the address space up: the plain allocator.
+    assert_eq!(DynTallocr::with_max(64, usize::MAX).chunk_size(), TAIL);
+}
+
 #[test]
 fn dyn_tallocr_best_fit_prefers_smallest_then_latest() {
     let mut a = DynTallocr::new(64);
@@ -613,13 +641,48 @@ fn reserve_errors_are_typed() {
         galloc.reserve_n(&gf, &[0, 0, 2, 0, 0], &[0; 5]),
         Err(BackendError::Other("gallocr reserve_n: node 2 has buffer id 2, but there are only 2 buffer types".into()))
     );
-    // Everything on B: a 1600-byte peak over B's 1000-byte limit.
-    assert_eq!(
-        galloc.reserve_n(&gf, &[1; 5], &[1; 5]),
-        Err(BackendError::OutOfMemory { what: "compute buffer 1 (B)".into(), requested: 1600, limit: 1000 })
-    );
+    // Everything on B: the plan would go over B's 1000-byte buffers in chunks (of 960), but
+    // mm1 alone (1280 bytes) fits none: refused naming it.
+    match galloc.reserve_n(&gf, &[1; 5], &[1; 5]) {
+        Err(BackendError::OutOfMemory { what, requested: 1280, limit: 960 }) => {
+            assert!(what.contains("MUL_MAT") && what.contains("in a B compute buffer"), "{what}")
+        }
+        r => panic!("expected mm1 refused, got {r:?}"),
+    }
     assert!(!galloc.has_plan());
     assert_eq!(galloc.n_buffer_allocs(), 0);
+}
+
+/// A plan over a buffer type's `max_size` is several buffers (one per chunk), none over it,
+/// every tensor within one; the graph computes the same bits as in one unlimited buffer.
+#[test]
+fn a_plan_over_max_size_takes_several_buffers() {
+    let m = mlp_weights();
+    let backend = CpuBackend::new(1);
+    let run = |max: usize| -> (Vec<f32>, Vec<usize>) {
+        let (_c, gf, x, [.., y]) = mlp_input_graph(&m, 5);
+        let buft = TestBuft::new("B", 64, max);
+        let mut galloc = Gallocr::new_single(buft.clone());
+        galloc.reserve(&gf).unwrap();
+        galloc.alloc_graph(&gf).unwrap();
+        galloc.check_graph(&gf).unwrap();
+        fill(&x, 3.0);
+        backend.graph_compute(&gf).expect("CPU compute");
+        let sizes: Vec<usize> = galloc.get_buffers(0).iter().map(|b| b.size()).collect();
+        assert_eq!(buft.allocs.get(), sizes.len());
+        assert_eq!(galloc.buffer_size(0), sizes.iter().sum::<usize>());
+        (y.to_f32_vec(), sizes)
+    };
+    let (want, one) = run(usize::MAX);
+    assert_eq!(one, vec![1600]);
+    // x (320 bytes) in chunk 0; mm1 (1280, and h and gelu in place) does not fit its rest:
+    // chunk 1; mm2 and y (192) back in chunk 0, where x was (mm1 read it last).
+    let (got, sizes) = run(1300);
+    assert_eq!(sizes, vec![320, 1280]);
+    assert_eq!(
+        got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+        want.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+    );
 }
 
 // --- random graphs ------------------------------------------------------------------------

@@ -131,6 +131,118 @@ fn adamw_over_the_binding_limit_matches_pytorch() {
     );
 }
 
+/// Full training where one buffer is smaller than the optimizer state and the training
+/// graph's compute buffer (a browser's 256 MiB maxBufferSize against the 124M model's 463 MB
+/// of token_embd AdamW state and its compute buffer with two 154 MB gradients):
+/// maxBufferSize lowered to 8 MiB, above the untied fixture's largest tensors (token_embd and
+/// the head, 6.4 MB each) and under their AdamW state (19.3 MB each) and the compute buffer.
+/// So the weights take several buffers (as in inference), each large param's state is in
+/// chunks of elements stepped one at a time (checkpoint.rs `state_chunks`), the compute
+/// buffer is several buffers (gallocr's chunked plan), and the gradient norms for clipping are
+/// summed over the chunks (bindings are as large as a buffer here; with them lowered too:
+/// `adamw_over_the_binding_limit_matches_pytorch`). The PyTorch fixture holds as in the
+/// unsplit runs (losses 1e-4 relative, logits 1e-3), and no buffer the device made is over
+/// the limit.
+#[test]
+fn adamw_over_the_buffer_limit_matches_pytorch() {
+    let _shared = gpu::shared();
+    let limit = 8u64 << 20;
+    let opts = WebGpuOptions { max_buffer_size_override: Some(limit), ..Default::default() };
+    let Some(backend) = gpu::webgpu(opts).map(Rc::new) else { return };
+    let gpu: Rc<dyn Backend> = backend.clone();
+    let r = load();
+    let case = r.case("adamw_untied_clip_cosine");
+    assert_eq!(case["model"], "untied");
+    let mut s = session(&gpu, true, usize::MAX);
+    for name in ["token_embd.weight", "output.weight"] {
+        let t = s.model.weight_ctx.get_tensor(name).unwrap();
+        let n = t.nbytes() as u64;
+        assert!(n <= limit && 3 * n > limit, "{name}: {n} bytes, within {limit}-byte buffers, its AdamW state not");
+        assert!(weight_home(&s.model, name).contains("WebGPU"), "{name} on WebGPU");
+    }
+    assert!(s.model.weight_buffers.len() > 1, "the weights in several buffers");
+    let params: ggweb::common::options::TrainParams =
+        ggweb::common::options::from_value("train options", case["options"].clone()).unwrap();
+    let memory = s.train_start(r.sequences(), params.config(s.model.n_ctx()).unwrap()).unwrap();
+    assert!(memory.state > limit && memory.compute > limit, "state and compute over one buffer: {memory:?}");
+    let w = check_case_with(&mut s, &r, &case, 1e-3);
+    eprintln!(
+        "adamw_untied_clip_cosine in {} MiB buffers: worst loss {:.2e} relative, step-1 gradient norm {:.2e} ({}), \
+         logit {:.2e}; largest buffer {} bytes; compute {} bytes, state {} bytes",
+        limit >> 20,
+        w.loss,
+        w.norm,
+        w.norm_at,
+        w.logit,
+        backend.largest_buffer(),
+        memory.compute,
+        memory.state
+    );
+    let state = s.model.opt_state.as_ref().expect("the run's state");
+    for name in ["token_embd.weight", "output.weight"] {
+        let chunks = state.get(name).unwrap();
+        assert!(chunks.len() > 1, "{name}: state in {} chunks", chunks.len());
+        assert!(chunks.iter().all(|c| c.nbytes() as u64 <= limit), "{name}: a chunk over the limit");
+    }
+    assert!(
+        backend.largest_buffer() <= limit && backend.largest_buffer() > limit / 2,
+        "largest WebGPU buffer {} bytes against the {limit}-byte limit",
+        backend.largest_buffer()
+    );
+}
+
+/// A checkpoint's optimizer state (read into host memory by the loader) resumes onto a
+/// model wholly on WebGPU: its rows are copied into state on the device (`OptState::
+/// copy_rows_from`). 3 AdamW updates on WebGPU, `save` with the optimizer, the file loaded
+/// onto WebGPU, 3 more: the same losses and trained logits, bit for bit, as 6 updates in one
+/// run on WebGPU (few updates: the CPU's checkpoint tests run the fixture's 20 against PyTorch). maxBufferSize is lowered to 8 MiB, so the state is in chunks on the
+/// device both times and the checkpoint is written from the chunks.
+#[test]
+fn adamw_resumes_a_checkpoint_onto_webgpu_as_one_run() {
+    use ggweb::model::export::SaveType;
+    let _shared = gpu::shared();
+    let opts = WebGpuOptions { max_buffer_size_override: Some(8 << 20), ..Default::default() };
+    let Some(gpu) = gpu::webgpu(opts).map(|b| Rc::new(b) as Rc<dyn Backend>) else { return };
+    let r = load();
+    let case = r.case("adamw"); // no schedule: 3 + 3 updates are the 6 of one run
+    let config = |s: &Session, steps: u32| {
+        let mut o = case["options"].clone();
+        o["steps"] = steps.into();
+        let p: ggweb::common::options::TrainParams = ggweb::common::options::from_value("train options", o).unwrap();
+        p.config(s.model.n_ctx()).unwrap()
+    };
+    let run = |s: &mut Session, steps: u32| -> Vec<(u32, f32)> {
+        let cfg = config(s, steps);
+        s.train_start(r.sequences(), cfg).unwrap();
+        let mut out = Vec::new();
+        while let Some(step) = block_on(s.train_step()).unwrap() {
+            out.push((step.step, step.loss));
+        }
+        s.train_end().unwrap();
+        out
+    };
+    let held = |s: &mut Session| {
+        block_on(s.model.decode(ggweb::model::context::Batch::all(&r.ids("held"), 0))).unwrap().logits
+    };
+    let mut whole = session(&gpu, false, usize::MAX);
+    let all = run(&mut whole, 6);
+    let want = held(&mut whole);
+    drop(whole);
+    let mut first = session(&gpu, false, usize::MAX);
+    let head = run(&mut first, 3);
+    assert_eq!(head[..], all[..3], "the first 3 updates");
+    let file = first.save_checkpoint(SaveType::F32).unwrap();
+    drop(first);
+    let mut resumed = Session::new(load_split(&file, gpu.clone(), usize::MAX));
+    assert!(resumed.model.opt_state.as_ref().is_some_and(|o| o.resume), "the checkpoint's state, to resume");
+    let tail = run(&mut resumed, 3);
+    assert_eq!(tail[..], all[3..], "updates 4..6 after the checkpoint against the run of 6");
+    assert!(weight_home(&resumed.model, "token_embd.weight").contains("WebGPU"));
+    let state = resumed.model.opt_state.as_ref().unwrap();
+    assert!(state.get("token_embd.weight").unwrap().len() > 1, "the resumed state in chunks on WebGPU");
+    assert!(held(&mut resumed) == want, "the resumed model's logits are not the uninterrupted run's");
+}
+
 /// With every layer on WebGPU the whole training graph (forward, loss, backward, gradient
 /// accumulation) is one WebGPU split and the optimizer steps run there: nothing is copied
 /// back to the CPU, which the browser could not do (a graph run cannot wait for a read).
