@@ -1012,10 +1012,15 @@ pub(crate) fn mul_mat(a: &TensorView, b: &TensorView, d: &TensorView, exec: &Exe
     // Jobs: blocks of a's rows about 128 KiB each (so they stay in L2 while b's rows
     // pass), a multiple of the 4-row register tile (of two of a repacked weight's groups,
     // so a block holds whole group pairs, which x86's 512-bit prompt kernels read at once),
-    // smaller when that leaves threads idle.
+    // smaller when that leaves threads idle. A float product that sums over its depth in
+    // slices (`Kernels::float_gemm_depth`) keeps one slice of each row at a time: 128 KiB of those.
     let m = a.ne[1];
     let n_batches = d.ne[2] * d.ne[3];
-    let row_bytes = a.ty.row_size(k as i64).max(1);
+    let depth = match kind {
+        DotKind::F32 | DotKind::F16 => k.min(kernels.float_gemm_depth),
+        DotKind::Quant(_) => k,
+    };
+    let row_bytes = a.ty.row_size(depth as i64).max(1);
     let tile = if a.packed { 2 * crate::cpu::arch::repack::group(a.ty) } else { 4 };
     let mut block = ((128 * 1024 / row_bytes).clamp(tile, 256) / tile * tile).min(m.max(1));
     let flops = m * d.ne[1] * k * n_batches;

@@ -58,8 +58,8 @@ pub fn ref_gelu(x: f64) -> f64 {
 
 /// A decode step (one row of b) visits the rows of a in another order than a batch does
 /// (tiles of rows a quarter of the block apart, so they stream from four places): the value
-/// of each row must still be, bit for bit, what a batch of three rows of b gives, for F32,
-/// F16, Q8_0 and Q4_0 weights; and the same again on each of `threads`.
+/// of each row must still be, bit for bit, what a batch of eight rows of b gives, for F32,
+/// F16, Q8_0 and Q4_0 weights (F32 and F16 also 3100 deep); and the same again on each of `threads`.
 pub fn check_one_row_of_b_gives_the_batched_bits(threads: &[usize]) {
     // Quantized rows in order and as four streams (Intel's order): the same bits either way.
     for streams in [false, true] {
@@ -71,29 +71,34 @@ pub fn check_one_row_of_b_gives_the_batched_bits(threads: &[usize]) {
 
 fn one_row_of_b_gives_the_batched_bits(threads: &[usize]) {
     use ggweb::types::GgmlType::{F16, F32, Q4_0, Q8_0};
-    let ctx = ctx(32);
+    let ctx = ctx(64);
     let mut rng = Rng::new(29);
-    for ty in [F32, F16, Q8_0, Q4_0] {
+    // K = 3100 (float only): deep enough that the batched product sums in slices of l
+    // (`Kernels::float_gemm_depth`), with 8 rows of b (enough to be sliced) and a tail past the last 16.
+    for (ty, k) in [(F32, 768), (F16, 768), (Q8_0, 768), (Q4_0, 768), (F32, 3100), (F16, 3100)] {
         // 300 rows: several jobs of whole tiles, and a last block of another size.
         let a = if ty.is_quantized() {
-            let (_, v) = random_tensor(&ctx, &mut rng, F32, [768, 300, 1, 1], -1.0, 1.0);
-            let a = ctx.new_tensor_2d(ty, 768, 300);
+            let (_, v) = random_tensor(&ctx, &mut rng, F32, [k, 300, 1, 1], -1.0, 1.0);
+            let a = ctx.new_tensor_2d(ty, k, 300);
             a.set_bytes(&ggweb::quants::quantize(ty, &v).unwrap(), 0);
             a
         } else {
-            random_tensor(&ctx, &mut rng, ty, [768, 300, 1, 1], -1.0, 1.0).0
+            random_tensor(&ctx, &mut rng, ty, [k, 300, 1, 1], -1.0, 1.0).0
         };
-        let (b3, bv) = random_tensor(&ctx, &mut rng, F32, [768, 3, 1, 1], -1.0, 1.0);
-        let b1 = ctx.new_tensor_2d(F32, 768, 1);
-        b1.set_f32_slice(&bv[768..1536]);
-        let (c3, c1) = (ctx.mul_mat(&a, &b3), ctx.mul_mat(&a, &b1));
-        compute(&c3, 1);
+        let (b8, bv) = random_tensor(&ctx, &mut rng, F32, [k, 8, 1, 1], -1.0, 1.0);
+        let b1 = ctx.new_tensor_2d(F32, k, 1);
+        b1.set_f32_slice(&bv[k as usize..2 * k as usize]);
+        let (c8, c1) = (ctx.mul_mat(&a, &b8), ctx.mul_mat(&a, &b1));
+        compute(&c8, 1);
         compute(&c1, 1);
-        assert_eq!(c1.to_f32_vec(), c3.to_f32_vec()[300..600], "{ty}: one row of b");
+        assert_eq!(c1.to_f32_vec(), c8.to_f32_vec()[300..600], "{ty} K = {k}: one row of b");
         for &n in threads {
             let c1t = ctx.mul_mat(&a, &b1);
             compute(&c1t, n);
-            assert_eq!(c1t.to_f32_vec(), c1.to_f32_vec(), "{ty}: one row of b on {n} threads");
+            assert_eq!(c1t.to_f32_vec(), c1.to_f32_vec(), "{ty} K = {k}: one row of b on {n} threads");
+            let c8t = ctx.mul_mat(&a, &b8);
+            compute(&c8t, n);
+            assert_eq!(c8t.to_f32_vec(), c8.to_f32_vec(), "{ty} K = {k}: 8 rows of b on {n} threads");
         }
     }
 }

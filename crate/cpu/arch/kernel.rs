@@ -148,6 +148,10 @@ pub struct Kernels {
     /// The backward pass's `out_prod` inner product: `acc[k, i] += Σ_jj cs[k, jj] · panel[jj, i]`
     /// (acc: rows of n0, cs: rows of [`OUT_PROD_J`], panel: `OUT_PROD_J` rows of n0).
     pub out_prod_panel: fn(acc: &mut [f32], n0: usize, panel: &[f32], cs: &[f32]),
+    /// How many values of l the F32/F16 `float_gemm` sums over per pass of its tiles
+    /// (`usize::MAX`: whole rows, one pass): `mul_mat` sizes its blocks of a's rows by that
+    /// much of a row, the part each pass keeps in cache.
+    pub float_gemm_depth: usize,
     /// The backward pass's `out_prod` of f32 operands as one blocked product (packed panels,
     /// register tiles, cache blocks), or None: `out_prod_panel` takes those too.
     pub f32_gemm: Option<F32Gemm>,
@@ -220,6 +224,7 @@ pub(crate) const fn scalar_table() -> Kernels {
         max: scalar::simd::max,
         prep_q8_0: scalar::prep_q8_0,
         out_prod_panel: scalar::simd::out_prod_panel,
+        float_gemm_depth: usize::MAX,
         f32_gemm: None,
         q8_0_group: scalar::simd::q8_0_group,
         gelu_back: scalar::simd::gelu_back,

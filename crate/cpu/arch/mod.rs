@@ -419,6 +419,65 @@ mod tests {
         }
     }
 
+    /// Every ISA's float product on tiles of many rows, deep enough to be summed in slices
+    /// of l (`Kernels::float_gemm_depth`) and with a tail past the last 16: each result the
+    /// bits of the same element computed alone (a decode step's 1 × 1), and near its f64 sum.
+    #[test]
+    fn float_gemm_tiles_give_the_bits_of_one_element() {
+        let mut seed = 0x9e37_79b9u32;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 17;
+            seed ^= seed << 5;
+            (seed as f32 / u32::MAX as f32) * 2.0 - 1.0
+        };
+        for (k, m, n) in [(3100usize, 9usize, 13usize), (1536, 4, 6), (769, 5, 7)] {
+            let a: Vec<f32> = (0..m * k).map(|_| next()).collect();
+            let b: Vec<f32> = (0..n * k).map(|_| next()).collect();
+            let h: Vec<u16> = a.iter().map(|&x| f16::from_f32(x).to_bits()).collect();
+            let tol = 1e-6 * (k as f64 + 1.0);
+            for isa in Isa::available() {
+                let t = isa.kernels().unwrap();
+                for ty in [GgmlType::F32, GgmlType::F16] {
+                    let g = t.types[ty as usize].float_gemm.unwrap();
+                    let (ap, size) = match ty {
+                        GgmlType::F32 => (a.as_ptr() as *const u8, 4),
+                        _ => (h.as_ptr() as *const u8, 2),
+                    };
+                    let mut c = vec![0f32; m * n];
+                    // SAFETY: m rows of a, n of b, k elements each; c is n rows of m; `isa` runs here.
+                    unsafe { g(k, m, n, ap, k, b.as_ptr(), k, c.as_mut_ptr(), m) };
+                    for j in 0..n {
+                        for i in 0..m {
+                            let mut one = [0f32];
+                            // SAFETY: row i of a, row j of b.
+                            unsafe {
+                                g(k, 1, 1, ap.add(i * k * size), k, b.as_ptr().add(j * k), k, one.as_mut_ptr(), 1)
+                            };
+                            let got = c[j * m + i];
+                            assert_eq!(got.to_bits(), one[0].to_bits(), "{} {ty} k={k} ({i}, {j})", t.name);
+                            let want: f64 = (0..k)
+                                .map(|l| {
+                                    let x = if ty == GgmlType::F32 {
+                                        a[i * k + l]
+                                    } else {
+                                        f16::from_bits(h[i * k + l]).to_f32()
+                                    };
+                                    x as f64 * b[j * k + l] as f64
+                                })
+                                .sum();
+                            assert!(
+                                (got as f64 - want).abs() <= tol,
+                                "{} {ty} k={k} ({i}, {j}): {got} vs {want}",
+                                t.name
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     /// The blocked f32 product (`Kernels::f32_gemm`, where a table has one) against f64 sums,
     /// on shapes past every block and tile edge, with X and Y plain and transposed, stored and
     /// accumulated; each result the bits of the same element computed alone (1 × 1), and a

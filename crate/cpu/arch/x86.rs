@@ -32,25 +32,27 @@ use crate::types::GgmlType;
 /// The tile loop of the dot-product gemms (simd.rs on ymm, gemm512.rs on zmm): tiles of 4
 /// rows of a × `$w` rows of b through `$tile::<MR, NR>`, smaller ones at the edges (`$edge`,
 /// the widths below `$w`). A macro, not a function: each tile must inline into its caller's
-/// `target_feature`.
+/// `target_feature`. With `; $ctx` after the arguments, each tile also gets `$ctx`, its first
+/// row of a and its first row of b (`$tile::<MR, NR>(k, a, lda, b, ldb, c, ldc, $ctx, i, j)`).
 macro_rules! tile_grid {
-    ($tile:ident, $w:literal, [$($edge:literal),+], $k:expr, $m:expr, $n:expr, $a:expr, $lda:expr, $b:expr, $ldb:expr, $c:expr, $ldc:expr) => {{
+    ($tile:ident, $w:literal, [$($edge:literal),+], $k:expr, $m:expr, $n:expr, $a:expr, $lda:expr, $b:expr, $ldb:expr, $c:expr, $ldc:expr $(; $ctx:expr)?) => {{
         let (k, m, n, a, lda, b, ldb, c, ldc) = ($k, $m, $n, $a, $lda, $b, $ldb, $c, $ldc);
         macro_rules! rows {
             ($nr:literal, $j:expr) => {{
-                let (bj, cj) = (b.add($j * ldb), c.add($j * ldc));
+                let (j0, bj, cj) = ($j, b.add($j * ldb), c.add($j * ldc));
                 let mut i = 0;
                 while i + 4 <= m {
-                    $tile::<4, $nr>(k, a.add(i * lda), lda, bj, ldb, cj.add(i), ldc);
+                    $tile::<4, $nr>(k, a.add(i * lda), lda, bj, ldb, cj.add(i), ldc $(, $ctx, i, j0)?);
                     i += 4;
                 }
                 let (ai, ci) = (a.add(i * lda), cj.add(i));
                 match m - i {
-                    3 => $tile::<3, $nr>(k, ai, lda, bj, ldb, ci, ldc),
-                    2 => $tile::<2, $nr>(k, ai, lda, bj, ldb, ci, ldc),
-                    1 => $tile::<1, $nr>(k, ai, lda, bj, ldb, ci, ldc),
+                    3 => $tile::<3, $nr>(k, ai, lda, bj, ldb, ci, ldc $(, $ctx, i, j0)?),
+                    2 => $tile::<2, $nr>(k, ai, lda, bj, ldb, ci, ldc $(, $ctx, i, j0)?),
+                    1 => $tile::<1, $nr>(k, ai, lda, bj, ldb, ci, ldc $(, $ctx, i, j0)?),
                     _ => {}
                 }
+                let _ = j0;
             }};
         }
         let mut j = 0;
@@ -150,6 +152,7 @@ pub(super) const fn table_512() -> Kernels {
     t.f32_gemm = Some(gemm512::gemm_f32);
     t.types[F32 as usize].float_gemm = Some(gemm512::dot_gemm_f32);
     t.types[F16 as usize].float_gemm = Some(gemm512::dot_gemm_f16);
+    t.float_gemm_depth = gemm512::DOT_KC;
     t
 }
 

@@ -299,13 +299,36 @@ unsafe fn sums4(a: [__m512; 4]) -> __m128 {
     _mm512_castps512_ps128(_mm512_maskz_compress_ps(0x1111, u))
 }
 
+/// Values of l per slice of a deep product's sums in [`dot_gemm_f32`] / [`dot_gemm_f16`]
+/// (a multiple of 16): a tile's 4 + 6 rows are 30 KiB per slice, in L1, where a whole row
+/// of K = 3072 f32 (12 KiB) would not be. mul_mat sizes its blocks of a's rows by this many
+/// values ([`crate::cpu::arch::Kernels::float_gemm_depth`]).
+pub(crate) const DOT_KC: usize = 768;
+const _: () = assert!(DOT_KC.is_multiple_of(16));
+/// Rows of b from which a call deeper than [`DOT_KC`] is sliced (a decode step's 1 row is not).
+const DOT_SLICE_MIN_N: usize = 6;
+
+/// The slice of l a tile of the dot-product gemm sums over: `l0..l1` (`l1 == k` for the last
+/// slice, which ends the sums), its 16-lane partial sums kept between slices in `part`
+/// (the sums of row i of a and row j of b at `part[j·ldp + i]`; unused for a whole-k slice).
+struct Slice {
+    l0: usize,
+    l1: usize,
+    part: *mut __m512,
+    ldp: usize,
+}
+
 /// One register tile of the 512-bit dot-product gemm: `MR` rows of a × `NR` rows of b, 16
-/// lanes of `l` per step, each a-load feeding `NR` FMAs and each b-load `MR`. `$load(p, l)`
-/// gives 16 a-values as f32, `$load_tail(p, l, mask)` the masked last ones (zeros past k).
+/// lanes of `l` per step, each a-load feeding `NR` FMAs and each b-load `MR`, over the
+/// slice `s` of l (the tile's rows are a's `i0..` and b's `j0..`: its partial sums in
+/// `s.part`). Each lane's sum is one chain of FMAs in l order whatever the slices, so the
+/// result does not depend on them. `$load(p, l)` gives 16 a-values as f32,
+/// `$load_tail(p, l, mask)` the masked last ones (zeros past k).
 macro_rules! zmm_gemm {
     ($gemm:ident, $tile:ident, $T:ty, $load:expr, $load_tail:expr) => {
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
         #[inline]
+        #[allow(clippy::too_many_arguments)]
         unsafe fn $tile<const MR: usize, const NR: usize>(
             k: usize,
             a: *const $T,
@@ -314,10 +337,21 @@ macro_rules! zmm_gemm {
             ldb: usize,
             c: *mut f32,
             ldc: usize,
+            s: &Slice,
+            i0: usize,
+            j0: usize,
         ) {
             let mut acc = [[_mm512_setzero_ps(); MR]; NR];
-            let mut l = 0;
-            while l + 16 <= k {
+            let part = s.part.wrapping_add(j0 * s.ldp + i0);
+            if s.l0 > 0 {
+                for j in 0..NR {
+                    for i in 0..MR {
+                        acc[j][i] = *part.add(j * s.ldp + i);
+                    }
+                }
+            }
+            let mut l = s.l0;
+            while l + 16 <= s.l1 {
                 let mut av = [_mm512_setzero_ps(); MR];
                 for i in 0..MR {
                     av[i] = $load(a.add(i * lda), l);
@@ -329,6 +363,15 @@ macro_rules! zmm_gemm {
                     }
                 }
                 l += 16;
+            }
+            if s.l1 < k {
+                // Not the last slice: the sums wait in `part` for the next.
+                for j in 0..NR {
+                    for i in 0..MR {
+                        *part.add(j * s.ldp + i) = acc[j][i];
+                    }
+                }
+                return;
             }
             if l < k {
                 let mask = ((1u32 << (k - l)) - 1) as __mmask16;
@@ -346,18 +389,20 @@ macro_rules! zmm_gemm {
             let z = _mm512_setzero_ps();
             for j in 0..NR {
                 let v = |i: usize| if i < MR { acc[j][i] } else { z };
-                let s = sums4([v(0), v(1), v(2), v(3)]);
+                let sum = sums4([v(0), v(1), v(2), v(3)]);
                 let o = c.add(j * ldc);
                 if MR == 4 {
-                    _mm_storeu_ps(o, s);
+                    _mm_storeu_ps(o, sum);
                 } else {
-                    _mm_mask_storeu_ps(o, ((1u32 << MR) - 1) as __mmask8, s);
+                    _mm_mask_storeu_ps(o, ((1u32 << MR) - 1) as __mmask8, sum);
                 }
             }
         }
 
         /// Tiles of 4 rows of a × 6 rows of b (24 accumulators, 4 a-vectors and a b-vector
-        /// of the 32 zmm registers), smaller ones at the edges.
+        /// of the 32 zmm registers), smaller ones at the edges; deeper than [`DOT_KC`] (and
+        /// [`DOT_SLICE_MIN_N`] rows of b or more), every tile over one slice of l, then
+        /// every tile over the next, the partial sums in memory between slices.
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
         #[allow(clippy::too_many_arguments)]
         unsafe fn $gemm(
@@ -371,7 +416,20 @@ macro_rules! zmm_gemm {
             c: *mut f32,
             ldc: usize,
         ) {
-            tile_grid!($tile, 6, [5, 4, 3, 2, 1], k, m, n, a, lda, b, ldb, c, ldc)
+            if k <= DOT_KC || n < DOT_SLICE_MIN_N {
+                let s = Slice { l0: 0, l1: k, part: core::ptr::null_mut(), ldp: 0 };
+                tile_grid!($tile, 6, [5, 4, 3, 2, 1], k, m, n, a, lda, b, ldb, c, ldc; &s);
+                return;
+            }
+            // Written by the first slice before any is read.
+            let mut part: Vec<__m512> = Vec::with_capacity(m * n);
+            let mut l0 = 0;
+            while l0 < k {
+                let l1 = if k - l0 <= DOT_KC { k } else { l0 + DOT_KC };
+                let s = Slice { l0, l1, part: part.as_mut_ptr(), ldp: m };
+                tile_grid!($tile, 6, [5, 4, 3, 2, 1], k, m, n, a, lda, b, ldb, c, ldc; &s);
+                l0 = l1;
+            }
         }
     };
 }
