@@ -267,7 +267,8 @@ unsafe fn pd(y: *const v128, j: usize, u: v128) -> v128 {
 /// Turboshaft (Node 26's V8 14.6, as Chromium's) builds such a constant anew at each use inside
 /// a loop (`movq`, `vmovq`, `vpunpcklqdq`: 3 instructions, 24 per row of a Q4_K group block),
 /// where a value loaded once stays in a register. Per group block, one row of b, counted under
-/// Node 26: 1212 → 922 instructions (BENCHMARKS.md, 2026-12-06, "Several sequences ... plain").
+/// Node 26: 1212 → 922 instructions (BENCHMARKS.md, "Several sequences in Chromium: the plain
+/// build's Q4_K decode without rebuilt constants", 2026-12-06).
 #[cfg(not(target_feature = "relaxed-simd"))]
 #[inline(always)]
 fn nibble_mask() -> v128 {
