@@ -262,6 +262,23 @@ unsafe fn pd(y: *const v128, j: usize, u: v128) -> v128 {
     }
 }
 
+/// The plain build's nibble mask (0x000F in each u16 lane), read from memory once per call
+/// rather than written as a constant: LLVM puts a `v128.const` at every use, and V8's
+/// Turboshaft (Node 26's V8 14.6, as Chromium's) builds such a constant anew at each use inside
+/// a loop (`movq`, `vmovq`, `vpunpcklqdq`: 3 instructions, 24 per row of a Q4_K group block),
+/// where a value loaded once stays in a register. Per group block, one row of b, counted under
+/// Node 26: 1212 → 922 instructions (BENCHMARKS.md, "Several sequences in Chromium: the plain
+/// build's Q4_K decode without rebuilt constants", 2026-12-06).
+#[cfg(not(target_feature = "relaxed-simd"))]
+#[inline(always)]
+fn nibble_mask() -> v128 {
+    #[repr(align(16))]
+    struct Mask([u16; 8]);
+    static MASK: Mask = Mask([0x000F; 8]);
+    // SAFETY: 16 readable bytes, 16-byte aligned.
+    unsafe { core::ptr::read_volatile(MASK.0.as_ptr() as *const v128) }
+}
+
 /// The 4 rows' f16 scales at `p` (8 bytes) as f32 (finite: `repack::pack` checked).
 #[inline(always)]
 unsafe fn f16s(p: *const u8) -> v128 {
@@ -427,7 +444,10 @@ unsafe fn group_q4_k<const N: usize>(
     b: [*const u8; N],
     yd: &[f32],
 ) -> [[f32; GROUP]; N] {
+    #[cfg(target_feature = "relaxed-simd")]
     let m0f = u8x16_splat(0x0F);
+    #[cfg(not(target_feature = "relaxed-simd"))]
+    let m0f = nibble_mask();
     blocks::<N>(nb, |t, acc| {
         let blk = p.add(t * GB_Q4_K);
         let y: [*const v128; N] = core::array::from_fn(|j| yq[j].add(YV * t));
@@ -439,10 +459,26 @@ unsafe fn group_q4_k<const N: usize>(
             let (mut al, mut ah) = ([i16x8_splat(0); N], [i16x8_splat(0); N]);
             for v in 0..8 {
                 let x = v128_load(q.add(16 * v) as *const v128);
-                let (lo, hi) = (v128_and(x, m0f), v128_and(u16x8_shr(x, 4), m0f));
-                for j in 0..N {
-                    al[j] = i16x8_add(al[j], pd(y[j], 2 * v, lo));
-                    ah[j] = i16x8_add(ah[j], pd(y[j], 2 * v + 1, hi));
+                #[cfg(target_feature = "relaxed-simd")]
+                {
+                    let (lo, hi) = (v128_and(x, m0f), v128_and(u16x8_shr(x, 4), m0f));
+                    for j in 0..N {
+                        al[j] = i16x8_add(al[j], pd(y[j], 2 * v, lo));
+                        ah[j] = i16x8_add(ah[j], pd(y[j], 2 * v + 1, hi));
+                    }
+                }
+                #[cfg(not(target_feature = "relaxed-simd"))]
+                {
+                    // u16 lane L = b0 + 256·b1 (bytes 2L, 2L + 1): the 4 nibbles as i16, what `pd`
+                    // takes apart for (lo, hi), once for the N columns: low nibbles against
+                    // prepared vectors 4v (even bytes), 4v + 1 (odd), high ones 4v + 2, 4v + 3.
+                    let (le, lo) = (v128_and(x, m0f), v128_and(u16x8_shr(x, 8), m0f));
+                    let (he, ho) = (v128_and(u16x8_shr(x, 4), m0f), u16x8_shr(x, 12));
+                    for j in 0..N {
+                        let yy = y[j].add(4 * v);
+                        al[j] = i16x8_add(al[j], i16x8_add(i16x8_mul(le, *yy), i16x8_mul(lo, *yy.add(1))));
+                        ah[j] = i16x8_add(ah[j], i16x8_add(i16x8_mul(he, *yy.add(2)), i16x8_mul(ho, *yy.add(3))));
+                    }
                 }
             }
             for j in 0..N {
