@@ -17,8 +17,10 @@ use crate::support::rng::Rng;
 /// The tests that switch the process-wide kernel choices (`set_vnni_disabled`,
 /// `set_zmm_disabled`) and assert which kernel runs take turns on this lock: run side by
 /// side, one saw the other's switch ("left: None, right: Some(avx512 ...)", 2026-12-04).
-/// Every other test gets the same bits whichever kernel runs.
-fn kernel_choice_lock() -> std::sync::MutexGuard<'static, ()> {
+/// So do the tests that compare two runs of a float product bit for bit (ops::mul_mat_*_gives_
+/// the_batched_bits): the f32/f16 gemms' bits depend on the table's lane count. Every other
+/// test gets the same bits whichever kernel runs.
+pub(crate) fn kernel_choice_lock() -> std::sync::MutexGuard<'static, ()> {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
