@@ -127,10 +127,11 @@ SUMMARY+=("GGUF writer read by PyPI gguf: ok ($STEP_SECS s)")
 # 3. the tensor core without std, as the browser's no_std build sees it
 run_step nostd cargo build --lib --no-default-features --target wasm32-unknown-unknown --color never
 SUMMARY+=("no_std wasm32 core build: ok ($STEP_SECS s)")
-# ... and natively, where the x86 kernels are compiled in. A type check is all an rlib build
-# proved (nothing links; a native no_std cdylib has no allocator or panic handler), and step 2
-# already generated code for the same kernels: `cargo check` skips that second codegen.
-run_step nostd-x86 cargo check --lib --no-default-features --color never
+# ... and natively, where the x86 kernels are compiled in, as an rlib (a native no_std cdylib
+# has no allocator or panic handler to link). A type check is all an rlib build proved (it
+# links nothing), and step 2 already generated code for the same kernels: `--profile check`
+# skips that second codegen.
+run_step nostd-x86 cargo rustc --lib --no-default-features --crate-type rlib --profile check --color never
 SUMMARY+=("no_std x86_64 core type check: ok ($STEP_SECS s)")
 
 # 4. wasm tests: `wasm-pack test --headless --chrome`, then `--firefox`, as a Rust/wasm user
