@@ -76,8 +76,9 @@ fn one_row_of_b_gives_the_batched_bits(threads: &[usize]) {
     // K = 3100 (float only): deep enough that the batched product sums in slices of l
     // (`Kernels::float_gemm_depth`), with 8 rows of b (enough to be sliced) and a tail past the last 16.
     // wasm has no slices, and there F16 weights at K = 3100 give one row of b other bits than 8
-    // (8 rows convert the block to f32 first, one row runs the f16 gemm; the two differ in the
-    // 12 values past the last 16: found 2026-12-06, left): it runs GPT-2's own depth, 3072.
+    // (8 rows convert the block to f32 for the 4-wide f32 gemm; one row runs the f16 gemm, 8 at
+    // a time, whose last k % 8 values go through its scalar loop: found 2026-12-06, left; GPT-2's
+    // depths are multiples of 8): it runs GPT-2's own depth, 3072.
     let deep = if cfg!(target_family = "wasm") { 3072 } else { 3100 };
     for (ty, k) in [(F32, 768), (F16, 768), (Q8_0, 768), (Q4_0, 768), (F32, deep), (F16, deep)] {
         // 300 rows: several jobs of whole tiles, and a last block of another size.
