@@ -12,17 +12,33 @@
 // memory's growth printed: "checkpoint"), the wasm memory growing by less than 64 MiB, and a
 // fresh page loads it back with 'opfs:name' and resumes at update 3 with a finite loss.
 //   node --test tests/scale/train.spec.mjs
-import { test } from 'node:test';
+import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
-import { DOT_MODELS, openPage, useServerAndBrowser } from '../e2e/helpers.mjs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { chromium } from 'playwright-core';
+import { CHROMIUM, CHROMIUM_ARGS, DOT_MODELS, openPage, serve } from '../e2e/helpers.mjs';
 import { MIB } from '../e2e/native-vs-wasm.mjs';
 
 const MODEL = process.env.GGWEB_SCALE_TRAIN_MODEL ?? '124m-f16.gguf';
 const WASM32 = 4 * 1024 * MIB;
 assert.ok(existsSync(`${DOT_MODELS}/${MODEL}`), `.models/${MODEL} is missing (bench/make_models.sh)`);
 
-const web = useServerAndBrowser();
+// A profile on disk, not the off-the-record context `browser.newPage()` makes: there OPFS lives
+// in memory and a 1.5 GB checkpoint fails with QuotaExceededError whatever
+// navigator.storage.estimate() says (seen 2026-12-06), which no user's normal profile does.
+const web = { server: null, browser: null, dir: null };
+before(async () => {
+  web.server = await serve();
+  web.dir = mkdtempSync(join(tmpdir(), 'ggweb-scale-train-'));
+  web.browser = await chromium.launchPersistentContext(web.dir, { executablePath: CHROMIUM, headless: true, args: CHROMIUM_ARGS });
+});
+after(async () => {
+  await web.browser?.close();
+  await web.server?.close();
+  if (web.dir) rmSync(web.dir, { recursive: true, force: true });
+});
 
 test(`${MODEL}: full AdamW training at seqLen 128, batch 4 fits and runs in wasm32 in Chromium`, { timeout: 30 * 60_000 }, async () => {
   const { page, problems } = await openPage(web.browser, `${web.server.url}e2e/harness.html`);
