@@ -9,7 +9,7 @@ use std::rc::Rc;
 use ggweb::common::options::{from_value, TrainParams};
 use ggweb::cpu::CpuBackend;
 use ggweb::gguf::{read_header, GgufWriter, Limits};
-use ggweb::model::context::{block_on, Batch, Gpt2Options};
+use ggweb::model::context::Gpt2Options;
 use ggweb::model::export::SaveType;
 use ggweb::model::loader::load_from_bytes_on;
 use ggweb::model::session::Session;
@@ -19,7 +19,7 @@ use ggweb::types::GgmlType;
 use serde_json::Value;
 
 use crate::support::tl_ref::fixture;
-use crate::support::train_ref::{load, untied, Ref};
+use crate::support::train_ref::{held_logits, load, run, untied};
 
 fn base(untie: bool) -> Vec<u8> {
     let bytes = std::fs::read(fixture("tiny-f32.gguf")).unwrap();
@@ -41,21 +41,6 @@ fn config(case: &Value, steps: u32, edit: impl Fn(&mut Value)) -> TrainConfig {
     edit(&mut o);
     let p: TrainParams = from_value("train options", o).unwrap();
     p.config(256).unwrap()
-}
-
-/// Runs `cfg` on `s`: each update's (step, loss).
-fn run(s: &mut Session, r: &Ref, cfg: TrainConfig) -> Vec<(u32, f32)> {
-    s.train_start(r.sequences(), cfg).unwrap();
-    let mut out = Vec::new();
-    while let Some(step) = block_on(s.train_step()).unwrap() {
-        out.push((step.step, step.loss));
-    }
-    s.train_end().unwrap();
-    out
-}
-
-fn held_logits(s: &mut Session, r: &Ref) -> Vec<f32> {
-    block_on(s.model.decode(Batch::all(&r.ids("held"), 0))).unwrap().logits
 }
 
 /// 10 updates, a checkpoint, 10 more on the model loaded from it, against 20 in one run and

@@ -17,7 +17,7 @@ use ggweb::webgpu::WebGpuOptions;
 use crate::support::gpu;
 use crate::support::sched::{load_split, weight_home};
 use crate::support::tl_ref::fixture;
-use crate::support::train_ref::{check_case_with, load, untied};
+use crate::support::train_ref::{self, check_case_with, load, untied};
 
 fn gpu() -> Option<Rc<dyn Backend>> {
     gpu::webgpu(WebGpuOptions::default()).map(|b| Rc::new(b) as Rc<dyn Backend>)
@@ -213,19 +213,11 @@ fn adamw_resumes_a_checkpoint_onto_webgpu_as_one_run() {
         let p: ggweb::common::options::TrainParams = ggweb::common::options::from_value("train options", o).unwrap();
         p.config(s.model.n_ctx()).unwrap()
     };
-    let run = |s: &mut Session, steps: u32| -> Vec<(u32, f32)> {
+    let run = |s: &mut Session, steps: u32| {
         let cfg = config(s, steps);
-        s.train_start(r.sequences(), cfg).unwrap();
-        let mut out = Vec::new();
-        while let Some(step) = block_on(s.train_step()).unwrap() {
-            out.push((step.step, step.loss));
-        }
-        s.train_end().unwrap();
-        out
+        train_ref::run(s, &r, cfg)
     };
-    let held = |s: &mut Session| {
-        block_on(s.model.decode(ggweb::model::context::Batch::all(&r.ids("held"), 0))).unwrap().logits
-    };
+    let held = |s: &mut Session| train_ref::held_logits(s, &r);
     let mut whole = session(&gpu, false, usize::MAX);
     let all = run(&mut whole, 6);
     let want = held(&mut whole);
