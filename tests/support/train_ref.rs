@@ -7,7 +7,7 @@ use ggweb::common::options::{from_value, TrainParams};
 use ggweb::gguf::{read_header, GgufWriter, Limits};
 use ggweb::model::context::{block_on, Batch};
 use ggweb::model::session::Session;
-use ggweb::model::train::TrainConfig;
+
 use ggweb::types::GgmlType;
 use serde_json::Value;
 
@@ -56,7 +56,8 @@ impl Ref {
 }
 
 /// Trains `s` through `cfg` on the reference's sequences: each update's (step, loss).
-pub fn run(s: &mut Session, r: &Ref, cfg: TrainConfig) -> Vec<(u32, f32)> {
+#[cfg(not(target_arch = "wasm32"))]
+pub fn run(s: &mut Session, r: &Ref, cfg: ggweb::model::train::TrainConfig) -> Vec<(u32, f32)> {
     s.train_start(r.sequences(), cfg).unwrap();
     let mut out = Vec::new();
     while let Some(step) = block_on(s.train_step()).unwrap() {
@@ -67,6 +68,7 @@ pub fn run(s: &mut Session, r: &Ref, cfg: TrainConfig) -> Vec<(u32, f32)> {
 }
 
 /// The model's logits on the reference's held prompt.
+#[cfg(not(target_arch = "wasm32"))]
 pub fn held_logits(s: &mut Session, r: &Ref) -> Vec<f32> {
     block_on(s.model.decode(Batch::all(&r.ids("held"), 0))).unwrap().logits
 }
