@@ -367,16 +367,20 @@ mod tests {
         }
     }
 
-    /// Every ISA's float product against an f64 sum, on lengths that hit each tail path.
-    #[test]
-    fn float_gemms_agree_with_f64() {
-        let mut seed = 0x1234_5678u32;
-        let mut next = || {
+    /// Values in [-1, 1) from a xorshift32 stream (the float gemm tests' inputs).
+    fn uniform(mut seed: u32) -> impl FnMut() -> f32 {
+        move || {
             seed ^= seed << 13;
             seed ^= seed >> 17;
             seed ^= seed << 5;
             (seed as f32 / u32::MAX as f32) * 2.0 - 1.0
-        };
+        }
+    }
+
+    /// Every ISA's float product against an f64 sum, on lengths that hit each tail path.
+    #[test]
+    fn float_gemms_agree_with_f64() {
+        let mut next = uniform(0x1234_5678);
         for n in [0usize, 1, 3, 4, 7, 8, 15, 16, 31, 32, 33, 63, 64, 65, 100, 768, 1023] {
             let a: Vec<f32> = (0..n).map(|_| next()).collect();
             let b: Vec<f32> = (0..n).map(|_| next()).collect();
@@ -424,13 +428,7 @@ mod tests {
     /// bits of the same element computed alone (a decode step's 1 × 1), and near its f64 sum.
     #[test]
     fn float_gemm_tiles_give_the_bits_of_one_element() {
-        let mut seed = 0x9e37_79b9u32;
-        let mut next = || {
-            seed ^= seed << 13;
-            seed ^= seed >> 17;
-            seed ^= seed << 5;
-            (seed as f32 / u32::MAX as f32) * 2.0 - 1.0
-        };
+        let mut next = uniform(0x9e37_79b9);
         for (k, m, n) in [(3100usize, 9usize, 13usize), (1536, 4, 6), (769, 5, 7)] {
             let a: Vec<f32> = (0..m * k).map(|_| next()).collect();
             let b: Vec<f32> = (0..n * k).map(|_| next()).collect();
