@@ -249,8 +249,13 @@ fn backend_index(backends: &[Rc<dyn Backend>], t: &Tensor) -> usize {
 
 /// What a run may take: the least of `backend`'s budget and what the model's budget leaves
 /// besides its own buffers ([`Gpt2::host_left`], taken before the run installs anything).
-fn run_limit(backend: &dyn Backend, left: Option<u64>) -> Option<u64> {
-    match (backend.buffer_type().budget(), left) {
+/// A resumed checkpoint's state (`resume`) is counted in the plan's state, and on a host
+/// backend it already sits in the memory whose budget is read (on wasm, the address space
+/// left now): its bytes are given back to that budget, so they are not counted twice.
+fn run_limit(backend: &dyn Backend, left: Option<u64>, resume: Option<&OptState>) -> Option<u64> {
+    let buft = backend.buffer_type();
+    let held = if buft.is_host() { resume.map_or(0, |r| r.nbytes()) } else { 0 };
+    match (buft.budget().map(|b| b.saturating_add(held)), left) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     }
@@ -523,12 +528,17 @@ impl Trainer {
                 q.ty
             )));
         }
-        // Trained in place when every weight is already a plain f32 tensor of one of the
-        // backends (not a repacked or planned buffer's).
+        // Trained in place when every weight is already a plain f32 tensor in memory one of
+        // the backends computes in: its own buffer type's, or the CPU's repacking one (which
+        // holds F32 in ggml's layout: F32 has no packed one), not a planned buffer's.
         let in_place = weights.iter().all(|w| {
             w.ty == GgmlType::F32
-                && w.data()
-                    .is_some_and(|d| backends.iter().any(|b| b.buffer_type().name() == d.buffer.buffer_type_name()))
+                && w.data().is_some_and(|d| {
+                    let name = d.buffer.buffer_type_name();
+                    backends.iter().any(|b| b.buffer_type().name() == name)
+                        || (name == crate::cpu::repack_buffer::NAME
+                            && crate::cpu::repack_buffer::packed(w) == Ok(false))
+                })
         });
         let rows = cfg.optimizer.state_rows();
         let n_elems: u64 = weights.iter().map(|w| w.nelements() as u64).sum();
@@ -537,7 +547,7 @@ impl Trainer {
             state: 4 * n_elems * rows as u64 + 64,
             compute: 0,
         };
-        let limit = run_limit(&*backends[0], model.host_left());
+        let limit = run_limit(&*backends[0], model.host_left(), resume.as_ref());
         check_budget(limit, &memory, "f32 weights")?;
         let converted = if in_place { None } else { Some(f32_copies(&weights, &backends)?) };
         let new_weights = match &converted {
@@ -591,7 +601,7 @@ impl Trainer {
         };
         let bytes = lc.nbytes(&hp);
         let memory = TrainMemory { weights: if fresh { bytes } else { 0 }, state: bytes * rows + 64, compute: 0 };
-        let limit = run_limit(&*backends[0], model.host_left());
+        let limit = run_limit(&*backends[0], model.host_left(), resume.as_ref());
         check_budget(limit, &memory, "LoRA A and B")?;
         if fresh {
             let l = Lora::alloc(&hp, lc, &*backends[0])?;

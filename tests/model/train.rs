@@ -8,6 +8,7 @@
 use std::rc::Rc;
 
 use ggweb::common::options::{from_json, TrainParams};
+use ggweb::cpu::repack_buffer::Repack;
 use ggweb::cpu::CpuBackend;
 use ggweb::model::context::Gpt2Options;
 use ggweb::model::loader::{load_from_bytes_on, load_from_path};
@@ -177,6 +178,35 @@ fn f16_weights_are_trained_as_f32_and_kept() {
 /// batch 4 plans (F32 weights, state, compute) and runs two updates, the loss falling on a
 /// repeated batch. Ignored by default (minutes, ~3 GB): `cargo test --test model train::
 /// -- --ignored`.
+/// F32 weights are trained where the load put them, whichever CPU buffer type holds them: the
+/// repacking one (a CPU load's matrix weights; F32 has no packed layout) as the plain one. No
+/// F32 copies are planned or made (the 124M shape's would be 652 MB, which wasm32 lacks).
+#[test]
+fn f32_weights_are_trained_in_place_in_any_cpu_buffer_type() {
+    use ggweb::model::context::block_on;
+    let r = load();
+    let seqs: Vec<Vec<u32>> = r.sequences();
+    let cfg = params(r#"{"seqLen":16,"batchSize":2,"steps":1,"optimizer":{"type":"adamw","lr":3e-3}}"#)
+        .unwrap()
+        .config(256)
+        .unwrap();
+    for repack in [Repack::Auto, Repack::Off] {
+        let bytes = std::fs::read(fixture("tiny-f32.gguf")).unwrap();
+        let opts = Gpt2Options { repack, ..Default::default() };
+        let mut s = Session::new(load_from_bytes_on(&bytes, Rc::new(CpuBackend::new(1)), opts).unwrap());
+        let at = |s: &Session| {
+            let d = s.model.weights.layers[0].attn_qkv_w.data().expect("allocated");
+            (d.buffer.host_base().expect("host memory") as usize + d.offset, d.buffer.buffer_type_name().to_string())
+        };
+        let (before, buft) = at(&s);
+        let plan = s.train_start(seqs.clone(), cfg.clone()).unwrap();
+        assert_eq!(plan.weights, 0, "{repack:?} ({buft}): {plan:?}");
+        block_on(s.train_step()).unwrap().expect("one update");
+        s.train_end();
+        assert_eq!(at(&s).0, before, "{repack:?} ({buft}): the trained weights moved");
+    }
+}
+
 #[test]
 #[ignore]
 fn the_124m_shape_trains_at_seq_128_batch_4() {
