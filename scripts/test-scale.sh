@@ -9,8 +9,10 @@
 # on the CPU in Chromium through the Memory64 build (web/pkg-m64/) against the native CLI.
 # tests/scale/gradient.spec.mjs: a gradient pass over 256 tokens of the 124M shape at Q8_0
 # (.models/124m-q8_0.gguf, from bench/make_models.sh) in wasm32, its peak wasm memory printed.
-# tests/scale/train.spec.mjs: full AdamW training of the 124M shape (.models/124m-f16.gguf) at
-# seqLen 128, batch 4 in wasm32, its peak wasm memory printed; then natively, LoRA on the XL
+# tests/scale/train.spec.mjs: full AdamW training of the 124M shape (.models/124m-f16.gguf and
+# 124m-f32.gguf) at seqLen 128, batch 4 in wasm32, its peak wasm memory printed, a checkpoint to
+# OPFS and the resume from it; tests/scale/load-memory.spec.mjs: the renderer's memory while the
+# first of the XL models loads; then natively, LoRA on the XL
 # shape at Q8_0 (tests/model/train.rs lora_on_the_xl_shape_at_q8_0_plans_and_runs), its peak RSS,
 # and the same wholly on WebGPU on lavapipe (tests/webgpu/train_webgpu.rs).
 #   GGWEB_SCALE_SHAPES=xl,large,medium npm run test:scale     # more shapes (default xl)
@@ -32,7 +34,7 @@ profile_dir=$([ "$GGWEB_PROFILE" = release ] && echo release || echo debug)
 log "building the native CLI (profile $GGWEB_PROFILE)"
 cargo build --profile "$GGWEB_PROFILE" --bin ggweb --color never
 bash tests/fixtures/make_scale_models.sh --shapes "$shapes" --types "$types" --out .models
-specs=(tests/scale/scale.spec.mjs tests/scale/gradient.spec.mjs)
+specs=(tests/scale/scale.spec.mjs tests/scale/gradient.spec.mjs tests/scale/train.spec.mjs tests/scale/load-memory.spec.mjs)
 if [[ ",$shapes," == *",xl,"* ]]; then
     bash tests/fixtures/make_scale_models.sh --shapes xl --types f32 --out .models
     specs+=(tests/scale/memory64.spec.mjs)
@@ -41,7 +43,9 @@ for p in pkg pkg-threads pkg-m64 pkg-m64-threads; do
     [ -f "web/$p/ggweb_core.js" ] || { log "web/$p is missing: building the wasm packages"; bash scripts/build-wasm.sh; break; }
 done
 [ -f .models/124m-q8_0.gguf ] || die ".models/124m-q8_0.gguf is missing (tests/scale/gradient.spec.mjs): bash bench/make_models.sh"
-[ -f .models/124m-f16.gguf ] || die ".models/124m-f16.gguf is missing (tests/scale/train.spec.mjs): bash bench/make_models.sh"
+for f in 124m-f16.gguf 124m-f32.gguf; do
+    [ -f ".models/$f" ] || die ".models/$f is missing (tests/scale/train.spec.mjs): bash bench/make_models.sh"
+done
 mkdir -p tests/artifacts/logs
 BROWSER_TMP="$(mktemp -d -t ggweb-browser.XXXXXX)"
 trap 'rm -rf "$BROWSER_TMP"' EXIT
