@@ -410,7 +410,7 @@ export interface ModelInfo extends WasmModelInfo {
      *  the WebGPU device, the thread pool), waiting for the next chunk of the stream, copying
      *  chunks into the loader (`chunks` of them), the warm-up between chunks, waiting after
      *  the stream for the JS engine to free the stream's chunks before the model's buffers are
-     *  written (`gcWaitMs`, at most 150; ~25 in Chromium), building the model
+     *  written (`gcWaitMs`, at most 50, or 70 when the collection came; ~25 in Chromium), building the model
      *  (WasmLoader.finish) and waiting for the pool's threads to start. */
     phases: {
       wasmMs: number; openMs: number; readWaitMs: number; feedMs: number; chunks: number;

@@ -352,8 +352,12 @@ export function reusedBufferReader(body) {
 
 /** How much collectChunks claims (never touches) to make V8 collect: its external-memory step. */
 export const GC_NUDGE_BYTES = 64 * 1024 * 1024;
-/** The longest collectChunks waits for that collection before the model is built anyway. */
-export const GC_WAIT_MS = 150;
+/**
+ * The longest collectChunks waits for that collection before the model is built anyway. In
+ * Chromium 156 it came within 2-14 ms; Firefox 153 made none within 150 ms after a 124M load
+ * (its small loads' markers within ~3 ms), so this is what a load there pays for nothing.
+ */
+export const GC_WAIT_MS = 50;
 /**
  * How long collectChunks waits after the collection, for its freed pages to leave the process:
  * the marker's callback comes right after the GC's pause, before V8's tasks have swept and
@@ -369,14 +373,15 @@ export const GC_SETTLE_MS = 20;
  * GC, which its external-memory accounting starts about every 64 MB, so when a stream ends
  * 0-64 MB of them are still resident, and building the model (the KV cache and the compute
  * buffer written into fresh wasm memory) then raised the tab's peak by as much: transients
- * of 0-68 MB on the 124M load (BENCHMARKS.md "Load memory: the transient was the stream's
+ * of 0-88 MB on the 124M load (BENCHMARKS.md "Load memory: the transient was the stream's
  * chunks"). Call it when the stream opens and `await settle()` when the stream has ended:
  * settle makes and drops an ArrayBuffer of GC_NUDGE_BYTES (fresh zero pages, never written,
  * so never resident: Chromium's and Firefox's renderers grew < 1 MB for it), which takes V8
- * past that accounting's step, then waits until an object made here is collected (by then
- * it has outlived the young generation, so only a full GC collects it) and GC_SETTLE_MS more,
- * or GC_WAIT_MS without a collection: ~25 ms in Chromium. It resolves to the ms waited, or
- * null where there is no FinalizationRegistry.
+ * past that accounting's step, then waits until an object made here is collected and
+ * GC_SETTLE_MS more, or GC_WAIT_MS without a collection: ~25 ms in Chromium, 50 in Firefox.
+ * (After a long stream that object has outlived the young generation, so only a full GC
+ * collects it; after a short one a young collection may, which ends the wait early.) It
+ * resolves to the ms waited, or null where there is no FinalizationRegistry.
  */
 export function collectChunks() {
   if (typeof FinalizationRegistry !== 'function') return { settle: async () => null };
