@@ -210,7 +210,7 @@ async function loadRowsAt(cfg, rate) {
 /** info().load.phases of a load step, in one cell: where the engine's time went. */
 const phasesCell = (p) => (p
   ? `wasm ${fmt(p.wasmMs, 0)}, open ${fmt(p.openMs, 0)}, read wait ${fmt(p.readWaitMs, 0)}, feed ${fmt(p.feedMs, 0)} (${p.chunks} chunks), ` +
-    `warm-up ${fmt(p.warmMs, 0)}, build ${fmt(p.buildMs, 0)}, threads ${fmt(p.threadsMs, 0)}`
+    `warm-up ${fmt(p.warmMs, 0)}, gc wait ${fmt(p.gcWaitMs ?? 0, 0)}, build ${fmt(p.buildMs, 0)}, threads ${fmt(p.threadsMs, 0)}`
   : '—');
 
 export function loadTable(results) {

@@ -14,7 +14,7 @@ import { MAX_THREADS, hasMemory64, hasRelaxedSimd, loadCore, memory64Option, pla
 import { GgwebError, abortedError, toGgwebError } from './errors.js';
 import { boolOption, hookList, isPlainObject, modelInput, optionsObject, passOptions, plainData, reading, show, tokenIds, without } from './input.js';
 import { checkpointName, writeCheckpoint } from './opfs.js';
-import { DEFAULT_STALL_TIMEOUT_MS, formatBytes, openSource, readHeader, readWithin, stallTimeout } from './source.js';
+import { DEFAULT_STALL_TIMEOUT_MS, collectChunks, formatBytes, openSource, readHeader, readWithin, stallTimeout } from './source.js';
 import { METHODS } from './methods.js';
 import { guardWasm } from './wasm-trap.js';
 
@@ -303,7 +303,7 @@ export class Engine {
     const stallMs = stallTimeout(stallTimeoutMs);
     const t0 = now();
     // Where the load's time went (info().load.phases), for the bench and for users who ask.
-    const phases = { wasmMs: 0, openMs: 0, readWaitMs: 0, feedMs: 0, chunks: 0, buildMs: 0, threadsMs: 0 };
+    const phases = { wasmMs: 0, openMs: 0, readWaitMs: 0, feedMs: 0, chunks: 0, gcWaitMs: 0, buildMs: 0, threadsMs: 0 };
     this.busy = 'load';
     let source = null;
     let sourceP = null;
@@ -464,6 +464,8 @@ export class Engine {
         p.catch(() => {}); // awaited below; this only keeps an early rejection from being reported as unhandled
         return p;
       };
+      // The stream's own chunks, let go before the model is built (source.js collectChunks).
+      const chunks = collectChunks();
       let ahead = null;
       for (;;) {
         let r;
@@ -514,6 +516,8 @@ export class Engine {
       }
       emit({ loaded, total: loaded, phase: source.via });
       if (!warm.done && warm.ms < warmUp.tailMs) warmFor(warmUp.tailMs - warm.ms);
+      phases.gcWaitMs = (await chunks.settle()) ?? 0;
+      if (signal?.aborted) throw abortedError('loading the model');
       emit({ loaded, total: loaded, phase: 'build' });
       const l = loader;
       loader = null; // finish() consumes it, whatever the outcome

@@ -408,11 +408,13 @@ export interface ModelInfo extends WasmModelInfo {
     /** Where the engine's part of `ms` went, in ms (the worker's start is outside it):
      *  importing and instantiating the wasm build, opening the backend (WasmLoader.create:
      *  the WebGPU device, the thread pool), waiting for the next chunk of the stream, copying
-     *  chunks into the loader (`chunks` of them), the warm-up between chunks, building the
-     *  model (WasmLoader.finish) and waiting for the pool's threads to start. */
+     *  chunks into the loader (`chunks` of them), the warm-up between chunks, waiting after
+     *  the stream for the JS engine to free the stream's chunks before the model's buffers are
+     *  written (`gcWaitMs`, at most 50, or 70 when the collection came; ~25 in Chromium), building the model
+     *  (WasmLoader.finish) and waiting for the pool's threads to start. */
     phases: {
       wasmMs: number; openMs: number; readWaitMs: number; feedMs: number; chunks: number;
-      buildMs: number; threadsMs: number; warmMs: number;
+      gcWaitMs: number; buildMs: number; threadsMs: number; warmMs: number;
     };
   };
 }

@@ -350,6 +350,66 @@ export function reusedBufferReader(body) {
   };
 }
 
+/** How much collectChunks claims (never touches) to make V8 collect: its external-memory step. */
+export const GC_NUDGE_BYTES = 64 * 1024 * 1024;
+/**
+ * The longest collectChunks waits for that collection before the model is built anyway. In
+ * Chromium 156 it came within 2-14 ms; Firefox 153 made none within 150 ms after a 124M load
+ * (its small loads' markers within ~3 ms), so this is what a load there pays for nothing.
+ */
+export const GC_WAIT_MS = 50;
+/**
+ * How long collectChunks waits after the collection, for its freed pages to leave the process:
+ * the marker's callback comes right after the GC's pause, before V8's tasks have swept and
+ * released them (one thread, 124M: transients of 3-23 MB without this wait, ≤ 3.7 MB with it).
+ */
+export const GC_SETTLE_MS = 20;
+
+/**
+ * What a stream leaves in the JS heap, let go before the model's buffers are built. Chromium
+ * hands a fetch body's bytes to JS in ArrayBuffers of its own, one per piece that arrives,
+ * even to a BYOB reader (which then copies them into the reader's buffer): reading the 177.7 MB
+ * 124M file on a page that way left 32-48 MB in the renderer. V8 frees them at its next full
+ * GC, which its external-memory accounting starts about every 64 MB, so when a stream ends
+ * 0-64 MB of them are still resident, and building the model (the KV cache and the compute
+ * buffer written into fresh wasm memory) then raised the tab's peak by as much: transients
+ * of 0-88 MB on the 124M load (BENCHMARKS.md "Load memory: the transient was the stream's
+ * chunks"). Call it when the stream opens and `await settle()` when the stream has ended:
+ * settle makes and drops an ArrayBuffer of GC_NUDGE_BYTES (fresh zero pages, never written,
+ * so never resident: Chromium's and Firefox's renderers grew < 1 MB for it), which takes V8
+ * past that accounting's step, then waits until an object made here is collected and
+ * GC_SETTLE_MS more, or GC_WAIT_MS without a collection: ~25 ms in Chromium, 50 in Firefox.
+ * (After a long stream that object has outlived the young generation, so only a full GC
+ * collects it; after a short one a young collection may, which ends the wait early.) It
+ * resolves to the ms waited, or null where there is no FinalizationRegistry.
+ */
+export function collectChunks() {
+  if (typeof FinalizationRegistry !== 'function') return { settle: async () => null };
+  let collected;
+  const seen = new Promise((r) => { collected = r; });
+  let registry = new FinalizationRegistry(() => collected());
+  let marker = {};
+  registry.register(marker, 0);
+  return {
+    async settle() {
+      const t = Date.now();
+      marker = null;
+      try {
+        // Dropped as soon as made: only its size, counted by the engine, matters.
+        void new ArrayBuffer(GC_NUDGE_BYTES);
+      } catch {
+        // Refused (a small address space): the wait below still lets a running GC finish.
+      }
+      let timer;
+      const ran = await Promise.race([seen.then(() => true), new Promise((r) => { timer = setTimeout(r, GC_WAIT_MS, false); })]);
+      clearTimeout(timer);
+      if (ran) await new Promise((r) => setTimeout(r, GC_SETTLE_MS));
+      registry = null;
+      return Date.now() - t;
+    },
+  };
+}
+
 /**
  * A download that is written into OPFS as the loader reads it (a temporary file, renamed by
  * cacheDone(true) once its length and the load, i.e. the GGUF parse, are complete). A failed

@@ -77,11 +77,11 @@ for (const worker of [true, false]) {
       // Where the load went: every phase a number of ms, chunks were fed, a single-thread load
       // waits for no pool, and the phases fit inside the engine's own total.
       const ph = info.load.phases;
-      assert.deepEqual(Object.keys(ph).sort(), ['buildMs', 'chunks', 'feedMs', 'openMs', 'readWaitMs', 'threadsMs', 'warmMs', 'wasmMs'].sort());
+      assert.deepEqual(Object.keys(ph).sort(), ['buildMs', 'chunks', 'feedMs', 'gcWaitMs', 'openMs', 'readWaitMs', 'threadsMs', 'warmMs', 'wasmMs'].sort());
       assert.ok(Object.values(ph).every((v) => Number.isFinite(v) && v >= 0), JSON.stringify(ph));
       assert.ok(ph.chunks > 0, JSON.stringify(ph));
       assert.equal(ph.threadsMs, 0);
-      const sum = ph.wasmMs + ph.openMs + ph.readWaitMs + ph.feedMs + ph.warmMs + ph.buildMs;
+      const sum = ph.wasmMs + ph.openMs + ph.readWaitMs + ph.feedMs + ph.warmMs + ph.gcWaitMs + ph.buildMs;
       assert.ok(sum <= info.load.ms + 1, `phases ${sum} ms > load ${info.load.ms} ms`);
       const dl = events.filter((e) => e.phase === 'download');
       assert.ok(dl.length >= 2, `download progress events: ${dl.length}`);

@@ -92,7 +92,7 @@ async function rendererPids(browser) {
 
 /**
  * Loads `url` (served by `server`) with `opts` in a new context of `browser` (launchForMemory)
- * and returns { file, loadMs, memory (info().memory), wasmMemory, threads, renderer: { before, peak,
+ * and returns { file, loadMs, phases (info().load.phases), memory (info().memory), wasmMemory, threads, renderer: { before, peak,
  * after, peakRise, transient }, pageJsPeak, worker: { bytes: wasm memory + js, js } } (bytes; `peakRise` the
  * renderer's peak minus its resident memory before the load, `transient` the peak minus what
  * stayed). The model is disposed and the context closed before it returns.
@@ -127,7 +127,7 @@ export async function measureLoad(browser, server, url, opts = {}) {
       r = await page.evaluate(async ({ url, opts }) => {
         const m = await window.G.Model.load(url, opts);
         const info = m.info();
-        const out = { file: info.load.bytes, loadMs: info.load.ms, memory: info.memory, wasmMemory: info.wasmMemory, threads: info.threads };
+        const out = { file: info.load.bytes, loadMs: info.load.ms, phases: info.load.phases, memory: info.memory, wasmMemory: info.wasmMemory, threads: info.threads };
         window.M = m;
         return out;
       }, { url, opts });
@@ -157,5 +157,5 @@ export function describe(name, m) {
   return `${name}: file ${mb(m.file)} MB, plan weights ${mb(m.memory.weights)} + KV ${mb(m.memory.kv)} + compute ${mb(m.memory.compute)}; ` +
     `goal (1.1 × file + KV + compute) ${mb(goal(m))}; renderer peak rise ${mb(m.renderer.peakRise)} (transient above the end ${mb(m.renderer.transient)}), ` +
     `worker ${mb(m.worker.bytes)} (wasm ${mb(m.wasmMemory.now)}, JS heap + buffers ${mb(m.worker.js)}), page JS heap peak ${mb(m.pageJsPeak)}; ` +
-    `${m.threads.n} thread(s), ${m.threads.build}, load ${Math.round(m.loadMs)} ms`;
+    `${m.threads.n} thread(s), ${m.threads.build}, load ${Math.round(m.loadMs)} ms (of it waiting for the chunks' GC ${Math.round(m.phases.gcWaitMs)} ms)`;
 }

@@ -7,13 +7,15 @@
 // worker or the renderer, not even a transient one; the wasm memory over the model's plan
 // (tokenizer, static data, stacks, the allocator's holes) under 12 MiB: 11.0 MB since the
 // tokenizer's arrays are moved out of the GGUF header instead of copied (14.4 MB before).
-// What does not hold for this file: the whole renderer within the goal: 1.10-1.14 × it on
-// 2026-12-06 at load average 15-18, the runtime's fixed ~40 MB (Chromium's code pages, the two
-// new V8 isolates, compiled wasm) and a 0-20 MB transient being a large share of a 178 MB file.
-// The fetched chunks no longer wait for the GC (1.29-1.38 × before: source.js
-// reusedBufferReader reads into two reused buffers), which the renderer's bound below holds
-// (BENCHMARKS.md). For GPT-2 XL's shape the whole renderer is within the goal
-// (tests/scale/load-memory.spec.mjs, npm run test:scale).
+// The whole renderer within 1.1 × the goal too (the issue's goal, asked of the tab): 1.063-1.085
+// × in 42 runs on 2026-12-06 at load average 6-14 (2 threads, 1 thread, the plain build),
+// since the stream's chunks are collected before the model is built (source.js collectChunks;
+// 1.083-1.392 × before it, interleaved: Chromium's fetch body leaves an ArrayBuffer per piece
+// for V8's next full GC, 0-88 MB of them still resident when finish() wrote the KV cache and
+// the compute buffer). What is left above the wasm memory is the runtime's fixed ~28 MB
+// (Chromium's code pages, the two new V8 isolates, compiled wasm): BENCHMARKS.md "Load
+// memory: the transient was the stream's chunks". For GPT-2 XL's shape the whole renderer is
+// within the goal (tests/scale/load-memory.spec.mjs, npm run test:scale).
 //   cargo test --test model scale_medium && node --test tests/e2e/load-memory.spec.mjs
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -45,9 +47,12 @@ test("124M Q8_0's load (default: a worker, 2 threads): wasm memory within 1.1 ×
   assert.equal(m.threads.n, 2, JSON.stringify(m.threads));
   assert.deepEqual(checkLoad(m), []);
   // No chunks held for the GC: the worker's JS side is a few MB (53-85 MB when each read made
-  // a new chunk), and the renderer within 1.2 × the goal (1.29-1.38 × then).
+  // a new chunk), and the whole renderer within 1.1 × the goal: 1.070-1.080 × in this spec's
+  // runs (load average 9-14), 1.083-1.392 × while the stream's last chunks were still resident
+  // during the build (1.29-1.38 × when each read made a new chunk). The margin, ~6 MB, is
+  // about the spread of the resident memory after the load seen under load (293-301 MB).
   assert.ok(m.worker.js < 0.1 * m.file, `the worker's JS heap and buffers ${m.worker.js}, file ${m.file}`);
-  assert.ok(m.renderer.peakRise <= 1.2 * goal(m), `the renderer rose ${m.renderer.peakRise}, goal ${goal(m)}`);
+  assert.ok(m.renderer.peakRise <= 1.1 * goal(m), `the renderer rose ${m.renderer.peakRise} (${(m.renderer.peakRise / goal(m)).toFixed(3)} × the goal ${goal(m)}; transient above the end ${m.renderer.transient})`);
   // The wasm memory is deterministic: what it holds beyond the plan is 11.0 MB (14.4 MB when
   // the load copied the tokenizer's arrays, below the weights for good).
   const plan = m.memory.weights + m.memory.kv + m.memory.compute;

@@ -120,7 +120,7 @@ function readInfo(info: ModelInfo): unknown[] {
     load: [info.load.bytes, info.load.ms, info.load.via, info.load.cached, info.load.backend, info.load.worker,
       info.load.workerRestarts, info.load.cacheNote ?? '', info.load.persisted ?? null, info.load.warmUp.ms, info.load.warmUp.slices, info.load.warmUp.done,
       info.load.phases.wasmMs, info.load.phases.openMs, info.load.phases.readWaitMs, info.load.phases.feedMs,
-      info.load.phases.chunks, info.load.phases.buildMs, info.load.phases.threadsMs, info.load.phases.warmMs,
+      info.load.phases.chunks, info.load.phases.gcWaitMs, info.load.phases.buildMs, info.load.phases.threadsMs, info.load.phases.warmMs,
       info.load.shared?.joined ?? false, info.load.shared?.tabs ?? 0],
   };
   return Object.values(all);
