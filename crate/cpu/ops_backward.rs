@@ -99,20 +99,21 @@ pub(crate) fn out_prod(a: &TensorView, b: &TensorView, dst: &TensorView, exec: &
                 let jb = OUT_PROD_J.min(nj - j);
                 let mut any = false;
                 for k in 0..len {
-                    for jj in 0..OUT_PROD_J {
-                        let c = if jj < jb {
+                    let row = &mut cs[k * OUT_PROD_J..(k + 1) * OUT_PROD_J];
+                    let src = b.ptr.wrapping_add((i1 + k) * b.nb[0] + j * b.nb[1] + i2 * b.nb[2] + i3 * b.nb[3]);
+                    if b.nb[1] == 4 {
+                        // Consecutive in b (the transposed gradient every weight product passes):
+                        // one copy of jb floats.
+                        // SAFETY: elements (i1 + k, j..j + jb, i2, i3) are inside b, 4 bytes apart.
+                        unsafe { core::ptr::copy_nonoverlapping(src, row.as_mut_ptr() as *mut u8, jb * 4) };
+                    } else {
+                        for (jj, c) in row[..jb].iter_mut().enumerate() {
                             // SAFETY: element (i1 + k, j + jj, i2, i3) is inside b.
-                            unsafe {
-                                (b.ptr.add((i1 + k) * b.nb[0] + (j + jj) * b.nb[1] + i2 * b.nb[2] + i3 * b.nb[3])
-                                    as *const f32)
-                                    .read_unaligned()
-                            }
-                        } else {
-                            0.0
-                        };
-                        cs[k * OUT_PROD_J + jj] = c;
-                        any |= c != 0.0;
+                            *c = unsafe { (src.add(jj * b.nb[1]) as *const f32).read_unaligned() };
+                        }
                     }
+                    row[jb..].iter_mut().for_each(|c| *c = 0.0);
+                    any |= row.iter().any(|&c| c != 0.0);
                 }
                 if !any {
                     // A block of zeros in b (a logit difference's gradient of the head): the

@@ -243,23 +243,35 @@ pub(crate) fn q8_0_group(nb: usize, grp: &[u8], out: &mut [f32], ld: usize) {
 
 /// `Kernels::out_prod_panel` on SIMD128 (fused with relaxed-simd): register tiles of 4
 /// result rows × 8 columns (eight f32x4 sums, well inside the 16 registers an x86 engine
-/// has), columns outermost so that a tile's 8 columns of the panel stay in L1 while every
-/// result row passes over them. Columns past a multiple of 8 one at a time.
+/// has), columns outermost: a tile's 8 columns of the panel's 32 rows are first copied into
+/// one contiguous kilobyte (`blk`), which every result row then reads from L1. Read in place,
+/// those 32 rows lie n0 floats apart: at n0 = 3072 (12 KiB, a multiple of 4 KiB) all 32 fall
+/// in one L1 set, at n0 = 768 in four, so the tiles kept missing L1. Columns past a multiple
+/// of 8 one at a time. The sums are the same as in place, in the same order.
 pub(crate) fn out_prod_panel(acc: &mut [f32], n0: usize, panel: &[f32], cs: &[f32]) {
     let rows = acc.len() / n0;
     assert!(acc.len() == rows * n0 && panel.len() >= OUT_PROD_J * n0 && cs.len() >= rows * OUT_PROD_J);
     let (a, p, c) = (acc.as_mut_ptr(), panel.as_ptr(), cs.as_ptr());
+    // [jj][8]: columns i..i + 8 of panel row jj.
+    let mut blk = [f32x4_splat(0.0); 2 * OUT_PROD_J];
     let mut i = 0;
-    // SAFETY (the tiles): columns i..i + 8 < n0 of rows inside `rows` (asserted above).
+    // SAFETY (the copies and tiles): columns i..i + 8 < n0 of the panel's OUT_PROD_J rows and
+    // of rows inside `rows` (asserted above).
     unsafe {
         while i + 8 <= n0 {
+            for (jj, pair) in blk.chunks_exact_mut(2).enumerate() {
+                let s = p.add(jj * n0 + i);
+                pair[0] = v128_load(s as *const v128);
+                pair[1] = v128_load(s.add(4) as *const v128);
+            }
+            let b = blk.as_ptr();
             let mut k = 0;
             while k + 4 <= rows {
-                out_prod_tile::<4>(a, n0, p, c, k, i);
+                out_prod_tile::<4>(a, n0, b, c, k, i);
                 k += 4;
             }
             while k < rows {
-                out_prod_tile::<1>(a, n0, p, c, k, i);
+                out_prod_tile::<1>(a, n0, b, c, k, i);
                 k += 1;
             }
             i += 8;
@@ -273,13 +285,13 @@ pub(crate) fn out_prod_panel(acc: &mut [f32], n0: usize, panel: &[f32], cs: &[f3
 
 /// Result rows k..k + T, columns i..i + 8, summed over the panel's rows in registers.
 ///
-/// SAFETY: rows k..k + T of `acc` (n0 each) and `cs` (OUT_PROD_J each) exist, the panel has
-/// OUT_PROD_J rows of n0, and i + 8 ≤ n0.
+/// SAFETY: rows k..k + T of `acc` (n0 each) and `cs` (OUT_PROD_J each) exist, `blk` holds
+/// 2·OUT_PROD_J vectors (columns i..i + 8 of each panel row), and i + 8 ≤ n0.
 #[inline(always)]
 unsafe fn out_prod_tile<const T: usize>(
     acc: *mut f32,
     n0: usize,
-    panel: *const f32,
+    blk: *const v128,
     cs: *const f32,
     k: usize,
     i: usize,
@@ -287,8 +299,7 @@ unsafe fn out_prod_tile<const T: usize>(
     let mut lo = [f32x4_splat(0.0); T];
     let mut hi = [f32x4_splat(0.0); T];
     for jj in 0..OUT_PROD_J {
-        let p = panel.add(jj * n0 + i);
-        let (p0, p1) = (v128_load(p as *const v128), v128_load(p.add(4) as *const v128));
+        let (p0, p1) = (*blk.add(2 * jj), *blk.add(2 * jj + 1));
         for t in 0..T {
             let cj = v128_load32_splat(cs.add((k + t) * OUT_PROD_J + jj) as *const u32);
             lo[t] = madd(cj, p0, lo[t]);
