@@ -12,7 +12,7 @@
 //! apart) ran 2–2.5× slower there than one group after the other (Zen 5, 2026-12-02). A
 //! decode step of 2 to 4 sequences takes the Q4_K/Q6_K prompt kernel with the weights
 //! prefetched ahead ([`DECODE_COLS`]): on an Intel Xeon with AVX-512 (2026-12-06) it streamed
-//! Q4_K at 7.3–8.8 GB/s against 6.1–6.7 without the prefetch and ~7–8 for one sequence.
+//! Q4_K at 7.2–8.8 GB/s against 5.9–6.7 without the prefetch and ~7–8 for one sequence.
 
 use core::arch::x86_64::*;
 
