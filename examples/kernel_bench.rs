@@ -10,7 +10,8 @@
 //! `GGWEB_BENCH_PACKED=1` times `cpu::arch::repack::gemm_packed` against one row of b (a decode
 //! step) for Q8_0, Q4_K and Q6_K, in cache (one matrix again and again) and streamed from
 //! memory (rotating through copies that add up to ~256 MiB), in GB/s of weights and GMAC/s,
-//! thread CPU time; with `GGWEB_NO_REPACK=1` ggml's layout through `cpu::arch::gemm`.
+//! thread CPU time; with `GGWEB_NO_REPACK=1` ggml's layout through `cpu::arch::gemm`;
+//! `GGWEB_BENCH_N=4` against 4 rows of b a call (a decode step of 4 sequences).
 // Native only: `wasm-pack test` (cargo test for wasm32) builds the examples too.
 #![cfg_attr(target_arch = "wasm32", no_main)]
 #![cfg(not(target_arch = "wasm32"))]
@@ -217,15 +218,16 @@ fn main() {
 
 /// Best thread-CPU seconds of one decode-step product over five trials of at least 0.1 s,
 /// rotating through `copies` of the weights (packed, or in ggml's layout).
-fn time_packed(ty: GgmlType, k: usize, m: usize, copies: &[Vec<u8>], b: &[u8], packed: bool) -> f64 {
+fn time_packed(ty: GgmlType, k: usize, m: usize, copies: &[Vec<u8>], b: &[u8], n: usize, packed: bool) -> f64 {
     use ggweb::cpu::arch::{self, repack};
-    let mut c = vec![0f32; m];
+    let mut c = vec![0f32; m * n];
+    let ldb = b.len() / n;
     let run = |i: usize, c: &mut [f32]| {
         let a = &copies[i % copies.len()];
         if packed {
-            repack::gemm_packed(ty, k, m, 1, a, b, b.len(), c, m);
+            repack::gemm_packed(ty, k, m, n, a, b, ldb, c, m);
         } else {
-            arch::gemm(ty, k, m, 1, a, ty.row_size(k as i64), b, b.len(), c, m);
+            arch::gemm(ty, k, m, n, a, ty.row_size(k as i64), b, ldb, c, m);
         }
     };
     (0..copies.len()).for_each(|i| run(i, &mut c));
@@ -248,6 +250,8 @@ fn packed_decode() {
     use ggweb::quants;
     let only = std::env::var("GGWEB_BENCH_TYPES").ok();
     let no_repack = std::env::var("GGWEB_NO_REPACK").is_ok_and(|v| v == "1");
+    let n: usize = std::env::var("GGWEB_BENCH_N").ok().and_then(|v| v.parse().ok()).unwrap_or(1).max(1);
+    println!("{n} row(s) of b a call (`GGWEB_BENCH_N`): GB/s of weights per call, GMAC/s of all rows");
     println!("| type | K × M | layout | kernel table (`repack::kernel_name`) | in cache GB/s | GMAC/s | from memory GB/s | GMAC/s |");
     println!("|---|---|---|---|--:|--:|--:|--:|");
     for ty in [GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K] {
@@ -263,11 +267,11 @@ fn packed_decode() {
                     assert!(repack::pack(ty, k, m, a), "pack {ty}");
                 }
             }
-            let x = uniform(&mut 11, k);
+            let x = uniform(&mut 11, k * n);
             let b = quants::quantize(ty.vec_dot_type(), &x).expect("quantize b");
-            let hot = time_packed(ty, k, m, &copies[..1], &b, packed);
-            let cold = time_packed(ty, k, m, &copies, &b, packed);
-            let (bytes, macs) = (one.len() as f64, (k * m) as f64);
+            let hot = time_packed(ty, k, m, &copies[..1], &b, n, packed);
+            let cold = time_packed(ty, k, m, &copies, &b, n, packed);
+            let (bytes, macs) = (one.len() as f64, (k * m * n) as f64);
             let name = if packed { repack::kernel_name(ty).unwrap_or("?") } else { "vec_dot rows" };
             println!(
                 "| {ty} | {k} × {m} | {} | {name} | {:.1} | {:.1} | {:.1} | {:.1} |",

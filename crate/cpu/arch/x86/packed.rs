@@ -95,13 +95,13 @@ unsafe fn add_block(acc: __m256, s: __m256i, p: *const u8, dy: f32) -> __m256 {
 /// decode step; 16 KiB ahead took it from ~188 to ~215 tok/s (Zen 5, 2026-12-02, 1 thread;
 /// 4–32 KiB all helped). On Zen 4 it halved the kernels' rate from memory (Q6_K ~24 → ~12
 /// GB/s, `GGWEB_BENCH_PACKED=1` in `examples/kernel_bench`). Prefetches past the end fault nowhere.
-const PREFETCH: usize = 16 * 1024;
+pub(super) const PREFETCH: usize = 16 * 1024;
 
 /// Prefetches the `len` bytes [`PREFETCH`] past `blk`, a cache line at a time, if `on`
 /// (read once per call; the branch is the same for every block).
 #[target_feature(enable = "avx2")]
 #[inline]
-unsafe fn prefetch(on: bool, blk: *const u8, len: usize) {
+pub(super) unsafe fn prefetch(on: bool, blk: *const u8, len: usize) {
     if !on {
         return;
     }
@@ -112,7 +112,7 @@ unsafe fn prefetch(on: bool, blk: *const u8, len: usize) {
 
 /// Whether this machine's decode steps prefetch (see [`PREFETCH`]).
 #[inline]
-fn prefetching() -> bool {
+pub(super) fn prefetching() -> bool {
     crate::cpu::features::detect().decode_prefetch
 }
 
@@ -204,37 +204,28 @@ unsafe fn prompt<const EVEX: bool>(g: &GemmArgs, c: &mut [f32]) {
 // r, its high halves the same 4 of sub-block 2c + 1, so `vpdpbusd` against the activations
 // broadcast gives each sub-block's exact sum per row in 8 lanes; the 6-bit scales and
 // mins are decoded for the 8 rows at once. Per block the float steps are `q4_k_block`'s.
-k_kernels!(PACKED_Q4_K, PROMPT_Q4_K, Q4_K, 144, decode: (k4_scales, q4_k_block), prompt: (k4_scales, q4_k_block));
+k_kernels!(PACKED_Q4_K, PROMPT_Q4_K, Q4_K, 144, cols: DECODE_COLS, decode: (k4_scales, q4_k_blocks), prompt: (k4_scales, q4_k_block));
 
-/// The tables' entries for a K-quant (VEX and EVEX forms): the type, its block size, and for
+/// The tables' entries for a K-quant (VEX and EVEX forms): the type, its block size, the most
+/// rows of b a decode call takes (`cols`, at most [`DECODE_COLS`]), and for
 /// a decode step and a prompt each what `prep(blk)` takes from a group block once (for every
 /// row of b) and the per-block kernel `block::<EVEX>(blk, &prep, y)`.
 macro_rules! k_kernels {
-    ($packed:ident, $prompt:ident, $ty:ident, $bs:literal,
+    ($packed:ident, $prompt:ident, $ty:ident, $bs:literal, cols: $cols:expr,
      decode: ($dprep:ident, $dblock:ident), prompt: ($pprep:ident, $pblock:ident)) => {
         pub(super) static $packed: [PackedKernel; 2] = [
             PackedKernel {
                 name: "avx2 8-row groups (avx-vnni vpdpbusd)",
-                decode: |g, c| unsafe {
-                    let GemmArgs { ty, nb, m, a, b, .. } = *g;
-                    let ng = m / R;
-                    assert_eq!(ty, GgmlType::$ty, "packed decode");
-                    k_decode(nb, ng, R * $bs, a, b, c, |p| $dprep(p), |p, x, y| $dblock::<false>(p, x, y))
-                },
+                decode: |g, c| unsafe { k_decode_cols!(g, c, $ty, $bs, $dprep, $dblock, false) },
                 wants_sums: false,
-                cols: 1,
+                cols: $cols,
                 prompt: Some(&$prompt[0]),
             },
             PackedKernel {
                 name: "avx2 8-row groups (avx512-vnni vpdpbusd)",
-                decode: |g, c| unsafe {
-                    let GemmArgs { ty, nb, m, a, b, .. } = *g;
-                    let ng = m / R;
-                    assert_eq!(ty, GgmlType::$ty, "packed decode");
-                    k_decode(nb, ng, R * $bs, a, b, c, |p| $dprep(p), |p, x, y| $dblock::<true>(p, x, y))
-                },
+                decode: |g, c| unsafe { k_decode_cols!(g, c, $ty, $bs, $dprep, $dblock, true) },
                 wants_sums: false,
-                cols: 1,
+                cols: $cols,
                 prompt: Some(&$prompt[1]),
             },
         ];
@@ -268,36 +259,70 @@ macro_rules! k_kernels {
 }
 use k_kernels;
 
+/// The most rows of b one K-quant decode call takes ([`PackedKernel::cols`]): a decode step of
+/// up to 4 sequences streams each group block from memory once and unpacks it once for all
+/// (Q4_K: ~6% more GB/s from memory than the prompt kernel for 4 rows of b, `GGWEB_NO_ZMM=1`,
+/// Intel Xeon with AVX-512, 2026-12-06).
+pub(super) const DECODE_COLS: usize = 4;
+
+/// A K-quant [`PackedKernel::decode`] on `cols.plain.len()` (1..=[`DECODE_COLS`]) rows of b:
+/// [`k_decode`] with `block::<EVEX, M>` for that many.
+macro_rules! k_decode_cols {
+    ($g:ident, $c:ident, $ty:ident, $bs:literal, $prep:ident, $block:ident, $evex:literal) => {{
+        let GemmArgs { ty, nb, m, a, b, ldb, cols, ldc, .. } = *$g;
+        assert_eq!(ty, GgmlType::$ty, "packed decode");
+        let (ng, gb) = (m / R, R * $bs);
+        match cols.plain.len() {
+            1 => k_decode::<_, 1>(nb, ng, gb, a, b, ldb, $c, ldc, |p| $prep(p), |p, x, y| $block::<$evex, 1>(p, x, y)),
+            2 => k_decode::<_, 2>(nb, ng, gb, a, b, ldb, $c, ldc, |p| $prep(p), |p, x, y| $block::<$evex, 2>(p, x, y)),
+            3 => k_decode::<_, 3>(nb, ng, gb, a, b, ldb, $c, ldc, |p| $prep(p), |p, x, y| $block::<$evex, 3>(p, x, y)),
+            4 => k_decode::<_, 4>(nb, ng, gb, a, b, ldb, $c, ldc, |p| $prep(p), |p, x, y| $block::<$evex, 4>(p, x, y)),
+            n => panic!("packed decode: {n} rows of b (at most {DECODE_COLS})"),
+        }
+    }};
+}
+use k_decode_cols;
+
 /// A K-quant decode step: `ng` groups of `nb` blocks (`gb` bytes each) in address order
-/// against one Q8_K row; `block(p, &prep(p), y)` is a block's contribution, lane r = row r,
-/// added into `acc[t % 8]` as the scalar does, then `reduce8` per lane into `c[R·g..]`.
+/// against `M` Q8_K rows `ldb` bytes apart; `block(p, &prep(p), y)` is a block's contribution
+/// to each of them, lane r = row r, added into that row of b's `acc[t % 8]` as the scalar
+/// does, then `reduce8` per lane into `c[j·ldc + R·g..]`. Each group block is read from
+/// memory (and unpacked) once for the M rows of b.
 ///
 /// # Safety
 /// AVX2 and F16C (and what `block` needs) must be available.
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,f16c")]
 #[inline]
-unsafe fn k_decode<P>(
+unsafe fn k_decode<P, const M: usize>(
     nb: usize,
     ng: usize,
     gb: usize,
     a: &[u8],
     b: &[u8],
+    ldb: usize,
     c: &mut [f32],
+    ldc: usize,
     prep: impl Fn(*const u8) -> P,
-    block: impl Fn(*const u8, &P, *const u8) -> __m256,
+    block: impl Fn(*const u8, &P, [*const u8; M]) -> [__m256; M],
 ) -> bool {
-    assert!(a.len() >= ng * nb * gb && b.len() >= nb * Y_SIZE && c.len() >= R * ng);
+    assert!(M > 0 && a.len() >= ng * nb * gb && b.len() >= (M - 1) * ldb + nb * Y_SIZE);
+    assert!(c.len() >= (M - 1) * ldc + R * ng);
     let pf = prefetching();
     for g in 0..ng {
         let p = a.as_ptr().add(g * nb * gb);
-        let mut acc = [_mm256_setzero_ps(); 8];
+        let mut acc = [[_mm256_setzero_ps(); 8]; M];
         for t in 0..nb {
             let blk = p.add(t * gb);
             prefetch(pf, blk, gb);
-            acc[t % 8] = _mm256_add_ps(acc[t % 8], block(blk, &prep(blk), b.as_ptr().add(t * Y_SIZE)));
+            let r = block(blk, &prep(blk), core::array::from_fn(|j| b.as_ptr().add(j * ldb + t * Y_SIZE)));
+            for (acc, r) in acc.iter_mut().zip(r) {
+                acc[t % 8] = _mm256_add_ps(acc[t % 8], r);
+            }
         }
-        store_reduced(&acc, c.as_mut_ptr().add(R * g));
+        for (j, acc) in acc.iter().enumerate() {
+            store_reduced(acc, c.as_mut_ptr().add(j * ldc + R * g));
+        }
     }
     true
 }
@@ -381,31 +406,51 @@ unsafe fn k4_scales(p: *const u8) -> ([__m256i; 8], [__m256i; 8]) {
 #[target_feature(enable = "avx2,f16c")]
 #[inline]
 unsafe fn q4_k_block<const EVEX: bool>(p: *const u8, scales: &([__m256i; 8], [__m256i; 8]), y: *const u8) -> __m256 {
+    let [r] = q4_k_blocks::<EVEX, 1>(p, scales, [y]);
+    r
+}
+
+/// [`q4_k_block`] against `M` Q8_K blocks: the nibbles are loaded and split once for all M.
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+unsafe fn q4_k_blocks<const EVEX: bool, const M: usize>(
+    p: *const u8,
+    scales: &([__m256i; 8], [__m256i; 8]),
+    y: [*const u8; M],
+) -> [__m256; M] {
     let (sc, mn) = scales;
     let m4 = _mm256_set1_epi8(0x0F);
-    let bc = |o: usize| _mm256_set1_epi32((y.add(Y_QS + o) as *const i32).read_unaligned());
-    let mut isum = _mm256_setzero_si256();
+    let bc = |r: usize, o: usize| _mm256_set1_epi32((y[r].add(Y_QS + o) as *const i32).read_unaligned());
+    let mut isum = [_mm256_setzero_si256(); M];
     for c in 0..4 {
-        let (mut lo, mut hi) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+        let (mut lo, mut hi) = ([_mm256_setzero_si256(); M], [_mm256_setzero_si256(); M]);
         for i in 0..8 {
             let w = load256(p.add(K4_QS + (8 * c + i) * 32));
-            lo = dpbusd::<EVEX>(lo, _mm256_and_si256(w, m4), bc(64 * c + 4 * i));
-            hi = dpbusd::<EVEX>(hi, _mm256_and_si256(_mm256_srli_epi16::<4>(w), m4), bc(64 * c + 32 + 4 * i));
+            let (wl, wh) = (_mm256_and_si256(w, m4), _mm256_and_si256(_mm256_srli_epi16::<4>(w), m4));
+            for r in 0..M {
+                lo[r] = dpbusd::<EVEX>(lo[r], wl, bc(r, 64 * c + 4 * i));
+                hi[r] = dpbusd::<EVEX>(hi[r], wh, bc(r, 64 * c + 32 + 4 * i));
+            }
         }
-        isum = _mm256_add_epi32(
-            isum,
-            _mm256_add_epi32(_mm256_mullo_epi32(sc[2 * c], lo), _mm256_mullo_epi32(sc[2 * c + 1], hi)),
-        );
+        for r in 0..M {
+            isum[r] = _mm256_add_epi32(
+                isum[r],
+                _mm256_add_epi32(_mm256_mullo_epi32(sc[2 * c], lo[r]), _mm256_mullo_epi32(sc[2 * c + 1], hi[r])),
+            );
+        }
     }
-    let bs = |j: usize| (y.add(Y_BSUMS + 2 * j) as *const i16).read_unaligned() as i32;
-    let mut summ = _mm256_setzero_si256();
-    for (j, m) in mn.iter().enumerate() {
-        summ = _mm256_add_epi32(summ, _mm256_mullo_epi32(*m, _mm256_set1_epi32(bs(2 * j) + bs(2 * j + 1))));
-    }
-    let yd = _mm256_set1_ps((y as *const f32).read_unaligned());
-    let d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)), yd);
-    let dmin = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(p.add(16) as *const __m128i)), yd);
-    _mm256_sub_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(isum)), _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(summ)))
+    let d = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+    let dmin = _mm256_cvtph_ps(_mm_loadu_si128(p.add(16) as *const __m128i));
+    core::array::from_fn(|r| {
+        let bs = |j: usize| (y[r].add(Y_BSUMS + 2 * j) as *const i16).read_unaligned() as i32;
+        let mut summ = _mm256_setzero_si256();
+        for (j, m) in mn.iter().enumerate() {
+            summ = _mm256_add_epi32(summ, _mm256_mullo_epi32(*m, _mm256_set1_epi32(bs(2 * j) + bs(2 * j + 1))));
+        }
+        let yd = _mm256_set1_ps((y[r] as *const f32).read_unaligned());
+        let (d, dmin) = (_mm256_mul_ps(d, yd), _mm256_mul_ps(dmin, yd));
+        _mm256_sub_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(isum[r])), _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(summ)))
+    })
 }
 
 // Q6_K in 8-row groups (`repack::layout`): per block the 8 rows' d (16 bytes), byte k of
@@ -414,7 +459,7 @@ unsafe fn q4_k_block<const EVEX: bool>(p: *const u8, scales: &([__m256i; 8], [__
 // Four bytes of `ql` and `qh` give 4 elements in each of 4 sub-blocks of 16 (q + 32, in
 // 0..64: unsigned for `vpdpbusd`, the 32 taken out through Q8_K's `bsums`). Per block the
 // float steps are `q6_k_block`'s.
-k_kernels!(PACKED_Q6_K, PROMPT_Q6_K, Q6_K, 210, decode: (no_prep, k6_block_once), prompt: (k6_unpack, k6_block));
+k_kernels!(PACKED_Q6_K, PROMPT_Q6_K, Q6_K, 210, cols: 1, decode: (no_prep, k6_block_once), prompt: (k6_unpack, k6_block));
 
 /// Where a Q6_K group block's parts start.
 const K6_SCALES: usize = 16;
@@ -464,14 +509,20 @@ unsafe fn k6_unpack(p: *const u8) -> [__m256i; 64] {
 }
 
 /// Q6_K's sums of Q8_K block `y`: `s` (lanes = rows) of sub-block `sb` with the 32 taken out,
-/// times the 8 rows' scales of that sub-block, into `isum`.
+/// times the 8 rows' scales `sc` of that sub-block ([`k6_scale`]), into `isum`.
 #[target_feature(enable = "avx2")]
 #[inline]
-unsafe fn k6_add(isum: __m256i, s: __m256i, p: *const u8, sb: usize, y: *const u8) -> __m256i {
+unsafe fn k6_add(isum: __m256i, s: __m256i, sc: __m256i, sb: usize, y: *const u8) -> __m256i {
     let bsum = (y.add(Y_BSUMS + 2 * sb) as *const i16).read_unaligned() as i32;
     let s = _mm256_sub_epi32(s, _mm256_set1_epi32(32 * bsum));
-    let sc = _mm256_cvtepi8_epi32(_mm_loadl_epi64(p.add(K6_SCALES + 8 * sb) as *const __m128i));
     _mm256_add_epi32(isum, _mm256_mullo_epi32(sc, s))
+}
+
+/// The 8 rows' i8 scales of sub-block `sb` of the group block at `p`.
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn k6_scale(p: *const u8, sb: usize) -> __m256i {
+    _mm256_cvtepi8_epi32(_mm_loadl_epi64(p.add(K6_SCALES + 8 * sb) as *const __m128i))
 }
 
 /// `q6_k_block`'s float step per lane: `(d·dy)·isum`.
@@ -499,7 +550,8 @@ unsafe fn k6_block<const EVEX: bool>(p: *const u8, u: &[__m256i; 64], y: *const 
                 let s = dpbusd::<EVEX>(s, u[at + 1], bc(e + 4));
                 let s = dpbusd::<EVEX>(s, u[at + 2], bc(e + 8));
                 let s = dpbusd::<EVEX>(s, u[at + 3], bc(e + 12));
-                isum = k6_add(isum, s, p, 8 * h + 2 * k + q, y);
+                let sb = 8 * h + 2 * k + q;
+                isum = k6_add(isum, s, k6_scale(p, sb), sb, y);
             }
         }
     }
@@ -507,10 +559,21 @@ unsafe fn k6_block<const EVEX: bool>(p: *const u8, u: &[__m256i; 64], y: *const 
 }
 
 /// [`k6_block`] unpacking as it goes (a decode step meets each block once): per quarter
-/// (h, q), 4 bytes of `ql` twice and of `qh` once make 4 elements of 4 sub-blocks.
+/// (h, q), 4 bytes of `ql` twice and of `qh` once make 4 elements of 4 sub-blocks. `M` rows
+/// of b one after the other (the 4 × M sums would not fit in 16 registers); Q6_K's `cols` is
+/// 1: a form sharing each sub-block's vector among 4 rows of b (a quarter a sub-block at a
+/// time) ran ~7% slower from memory than the prompt kernel for 4 (`GGWEB_NO_ZMM=1`, Intel
+/// Xeon with AVX-512, 2026-12-06).
 #[target_feature(enable = "avx2,f16c")]
 #[inline]
-unsafe fn k6_block_once<const EVEX: bool>(p: *const u8, _: &(), y: *const u8) -> __m256 {
+unsafe fn k6_block_once<const EVEX: bool, const M: usize>(p: *const u8, _: &(), y: [*const u8; M]) -> [__m256; M] {
+    y.map(|y| k6_block_once1::<EVEX>(p, y))
+}
+
+/// [`k6_block_once`] against one Q8_K block.
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+unsafe fn k6_block_once1<const EVEX: bool>(p: *const u8, y: *const u8) -> __m256 {
     let bc = |o: usize| _mm256_set1_epi32((y.add(Y_QS + o) as *const i32).read_unaligned());
     let mut isum = _mm256_setzero_si256();
     for h in 0..2 {
@@ -524,7 +587,8 @@ unsafe fn k6_block_once<const EVEX: bool>(p: *const u8, _: &(), y: *const u8) ->
                 }
             }
             for (k, s) in s.into_iter().enumerate() {
-                isum = k6_add(isum, s, p, 8 * h + 2 * k + q, y);
+                let sb = 8 * h + 2 * k + q;
+                isum = k6_add(isum, s, k6_scale(p, sb), sb, y);
             }
         }
     }
