@@ -323,7 +323,7 @@ fn exp_f32x4_nonpos(x: v128) -> v128 {
 /// The constants of the f16 steps below, read from memory once per call rather than written
 /// as constants: LLVM puts a `v128.const` at every use, and V8's Turboshaft (Node 26's V8 14.6,
 /// as Chromium's) builds such a constant anew at each use inside a loop (`movq`, `vmovq`,
-/// `vpunpcklqdq`: 3 instructions; 24 per 4-row step of an F16 decode tile, 72 of its 166),
+/// `vpunpcklqdq`: 3 instructions; 24 per 4-row step of an F16 decode tile, 72 of its 167),
 /// where a value loaded once stays in a register (as `packed_k`'s nibble mask).
 #[derive(Clone, Copy)]
 struct F16Consts {
@@ -546,8 +546,9 @@ unsafe fn tile<R: Rows, const MR: usize, const NR: usize>(
 /// running maximum) and no |b| ≥ 2^16 (b · 2^112 would overflow; the sums then come out
 /// infinite or NaN). Returns false, having written nothing, where either may have happened
 /// (any non-finite sum, real ones included); the caller then runs [`tile`], which converts
-/// each value exactly. Per 4-row step of a decode (64 weight bytes), V8 14.6: 166 → 66
-/// instructions (plain build), 158 → 58 (relaxed).
+/// each value exactly. Per 4-row step of a decode (4 rows × 8 weights, 64 bytes), the loop
+/// V8 14.6 emits: 167 → 67 instructions (plain build), 159 → 59 (relaxed) with the constants
+/// above (BENCHMARKS.md, "The browser's F16 decode without rebuilt constants", 2026-12-06).
 #[inline(always)]
 #[allow(clippy::needless_range_loop)] // as in `tile`
 unsafe fn tile_f16_scaled<const MR: usize, const NR: usize>(
