@@ -50,11 +50,12 @@ pub(crate) unsafe fn gemm_f16(
 pub(crate) fn f16_to_f32(src: &[u16], dst: &mut [f32]) {
     let n = src.len().min(dst.len());
     let (s, d) = (src.as_ptr(), dst.as_mut_ptr());
+    let c = F16Consts::load();
     let mut i = 0;
     // SAFETY: n elements of each.
     unsafe {
         while i + 8 <= n {
-            let (lo, hi) = f16x8_to_f32(v128_load(s.add(i) as *const v128));
+            let (lo, hi) = f16x8_to_f32(v128_load(s.add(i) as *const v128), &c);
             v128_store(d.add(i) as *mut v128, lo);
             v128_store(d.add(i + 4) as *mut v128, hi);
             i += 8;
@@ -330,21 +331,82 @@ fn exp_f32x4_nonpos(x: v128) -> v128 {
     v128_and(f32x4_mul(p, pow2), keep)
 }
 
-/// Eight f16 (as u16 lanes) → two f32x4, exactly as `f16_bits_to_f32`. The bit moves happen
-/// on 16-bit lanes, eight at a time: the high half of each f32 is sign | exponent-and-
-/// mantissa >> 3 (with the exponent forced to all ones for infinities and NaNs), the low
-/// half the last 3 mantissa bits << 13; a shuffle pairs the halves and one multiply by
-/// 2^112 rebiases the exponent (subnormals included).
+/// The constants of the f16 steps below, read from memory once per call rather than written
+/// as constants: LLVM puts a `v128.const` at every use, and V8's Turboshaft (Node 26's V8 14.6,
+/// as Chromium's) builds such a constant anew at each use inside a loop (`movq`, `vmovq`,
+/// `vpunpcklqdq`: 3 instructions; 24 per 4-row step of an F16 decode tile, 72 of its 167),
+/// where a value loaded once stays in a register (as `packed_k`'s nibble mask).
+#[derive(Clone, Copy)]
+struct F16Consts {
+    /// 0x7fff: exponent and mantissa.
+    em: v128,
+    /// 0x7bff: the largest finite f16's magnitude (signed compare: `em` is never negative).
+    finite_max: v128,
+    /// 0x7f80: the high half of an f32's all-ones exponent.
+    inf_nan: v128,
+    /// 0x8fff: sign | exponent-and-mantissa >> 3, after an arithmetic shift by 3.
+    sign_em: v128,
+    /// 2^112 in each f32 lane (`F16_EXP_ADJUST`).
+    adjust: v128,
+}
+
+impl F16Consts {
+    #[inline(always)]
+    fn load() -> Self {
+        #[repr(align(16))]
+        struct Table([u32; 20]);
+        const fn u16s(v: u32) -> [u32; 4] {
+            [v << 16 | v; 4]
+        }
+        const A: u32 = F16_EXP_ADJUST.to_bits();
+        static TABLE: Table = {
+            let (em, fm, inf, se) = (u16s(0x7fff), u16s(0x7bff), u16s(0x7f80), u16s(0x8fff));
+            Table([
+                em[0], em[1], em[2], em[3], fm[0], fm[1], fm[2], fm[3], inf[0], inf[1], inf[2], inf[3], se[0], se[1],
+                se[2], se[3], A, A, A, A,
+            ])
+        };
+        let p = TABLE.0.as_ptr() as *const v128;
+        // SAFETY: 5 readable vectors, 16-byte aligned.
+        unsafe {
+            Self {
+                em: core::ptr::read_volatile(p),
+                finite_max: core::ptr::read_volatile(p.add(1)),
+                inf_nan: core::ptr::read_volatile(p.add(2)),
+                sign_em: core::ptr::read_volatile(p.add(3)),
+                adjust: core::ptr::read_volatile(p.add(4)),
+            }
+        }
+    }
+}
+
+/// Eight f16 (as u16 lanes) → two f32x4 holding each value · 2^-112 (exact for every finite
+/// f16; an infinity or NaN comes out as a finite value, so [`f16x8_to_f32`] adds their
+/// exponent and the scaled tile checks for them): the high half of each f32 is sign |
+/// exponent-and-mantissa >> 3 (one arithmetic shift and a mask), the low half the last 3
+/// mantissa bits << 13, paired by a shuffle.
 #[inline(always)]
-fn f16x8_to_f32(h: v128) -> (v128, v128) {
-    let em = v128_and(h, u16x8_splat(0x7fff));
-    let inf_nan = v128_and(u16x8_gt(em, u16x8_splat(0x7bff)), u16x8_splat(0x7f80));
-    let hi = v128_or(v128_or(v128_and(h, u16x8_splat(0x8000)), u16x8_shr(em, 3)), inf_nan);
+fn f16x8_scaled(h: v128, c: &F16Consts) -> [v128; 2] {
+    let hi = v128_and(i16x8_shr(h, 3), c.sign_em);
+    f16x8_pair(h, hi)
+}
+
+/// The shuffles of [`f16x8_scaled`]: low halves `h << 13`, high halves `hi`.
+#[inline(always)]
+fn f16x8_pair(h: v128, hi: v128) -> [v128; 2] {
     let lo = i16x8_shl(h, 13);
-    let adjust = f32x4_splat(F16_EXP_ADJUST);
-    let a = i16x8_shuffle::<0, 8, 1, 9, 2, 10, 3, 11>(lo, hi);
-    let b = i16x8_shuffle::<4, 12, 5, 13, 6, 14, 7, 15>(lo, hi);
-    (f32x4_mul(a, adjust), f32x4_mul(b, adjust))
+    [i16x8_shuffle::<0, 8, 1, 9, 2, 10, 3, 11>(lo, hi), i16x8_shuffle::<4, 12, 5, 13, 6, 14, 7, 15>(lo, hi)]
+}
+
+/// Eight f16 (as u16 lanes) → two f32x4, exactly as `f16_bits_to_f32`: [`f16x8_scaled`]'s
+/// halves with the exponent forced to all ones for infinities and NaNs, then one multiply
+/// by 2^112 that rebiases the exponent (subnormals included).
+#[inline(always)]
+fn f16x8_to_f32(h: v128, c: &F16Consts) -> (v128, v128) {
+    let inf_nan = v128_and(i16x8_gt(v128_and(h, c.em), c.finite_max), c.inf_nan);
+    let hi = v128_or(v128_and(i16x8_shr(h, 3), c.sign_em), inf_nan);
+    let [a, b] = f16x8_pair(h, hi);
+    (f32x4_mul(a, c.adjust), f32x4_mul(b, c.adjust))
 }
 
 /// acc + x·y: fused with relaxed-simd, else a multiply and an add.
@@ -375,19 +437,38 @@ fn sums4(v: &[v128; 4]) -> v128 {
 }
 
 /// A row of `a` as f32 lanes: 4 at a time for f32, 8 (two vectors) for f16.
-trait Rows {
-    type T;
+trait Rows: Sized {
+    type T: Copy;
+    /// What `load` needs besides the address, read once per tile.
+    type Consts: Copy;
     /// Elements per step.
     const STEP: usize;
-    unsafe fn load(p: *const Self::T) -> [v128; 2];
+    fn consts() -> Self::Consts;
+    unsafe fn load(p: *const Self::T, c: &Self::Consts) -> [v128; 2];
+    /// One register tile ([`tile`]'s arguments).
+    #[inline(always)]
+    unsafe fn tile<const MR: usize, const NR: usize>(
+        k: usize,
+        a: *const Self::T,
+        lda: usize,
+        b: *const f32,
+        ldb: usize,
+        c: *mut f32,
+        ldc: usize,
+    ) {
+        tile::<Self, MR, NR>(k, a, lda, b, ldb, c, ldc)
+    }
 }
 
 struct F32Rows;
 impl Rows for F32Rows {
     type T = f32;
+    type Consts = ();
     const STEP: usize = 4;
     #[inline(always)]
-    unsafe fn load(p: *const f32) -> [v128; 2] {
+    fn consts() {}
+    #[inline(always)]
+    unsafe fn load(p: *const f32, _: &()) -> [v128; 2] {
         [v128_load(p as *const v128), f32x4_splat(0.0)]
     }
 }
@@ -395,11 +476,31 @@ impl Rows for F32Rows {
 struct F16Rows;
 impl Rows for F16Rows {
     type T = u16;
+    type Consts = F16Consts;
     const STEP: usize = 8;
     #[inline(always)]
-    unsafe fn load(p: *const u16) -> [v128; 2] {
-        let (lo, hi) = f16x8_to_f32(v128_load(p as *const v128));
+    fn consts() -> F16Consts {
+        F16Consts::load()
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const u16, c: &F16Consts) -> [v128; 2] {
+        let (lo, hi) = f16x8_to_f32(v128_load(p as *const v128), c);
         [lo, hi]
+    }
+    /// [`tile_f16_scaled`], or where it cannot give the exact products, the converting tile.
+    #[inline(always)]
+    unsafe fn tile<const MR: usize, const NR: usize>(
+        k: usize,
+        a: *const u16,
+        lda: usize,
+        b: *const f32,
+        ldb: usize,
+        c: *mut f32,
+        ldc: usize,
+    ) {
+        if !tile_f16_scaled::<MR, NR>(k, a, lda, b, ldb, c, ldc) {
+            tile::<Self, MR, NR>(k, a, lda, b, ldb, c, ldc)
+        }
     }
 }
 
@@ -416,9 +517,8 @@ unsafe fn tile<R: Rows, const MR: usize, const NR: usize>(
     ldb: usize,
     c: *mut f32,
     ldc: usize,
-) where
-    R::T: Copy,
-{
+) {
+    let consts = R::consts();
     let mut acc = [[f32x4_splat(0.0); 4]; NR];
     let mut l = 0;
     while l + R::STEP <= k {
@@ -429,7 +529,7 @@ unsafe fn tile<R: Rows, const MR: usize, const NR: usize>(
             }
         }
         for i in 0..MR {
-            let av = R::load(a.add(i * lda + l));
+            let av = R::load(a.add(i * lda + l), &consts);
             for h in 0..R::STEP / 4 {
                 for j in 0..NR {
                     acc[j][i] = madd(av[h], bv[j][h], acc[j][i]);
@@ -448,6 +548,68 @@ unsafe fn tile<R: Rows, const MR: usize, const NR: usize>(
             *c.add(j * ldc + i) = *o;
         }
     }
+}
+
+/// [`tile`] for f16 rows with one f32 multiply fewer per 4 weights and no special cases: `a`
+/// as value · 2^-112 ([`f16x8_scaled`]) against `b` · 2^112, the same real products, so the
+/// same sums bit for bit (fused or not) — wherever both scalings are exact and nothing else
+/// differs: no f16 infinity or NaN in the tile's rows (watched as `h << 1 ≥ 0xf800` in a
+/// running maximum) and no |b| ≥ 2^16 (b · 2^112 would overflow; the sums then come out
+/// infinite or NaN). Returns false, having written nothing, where either may have happened
+/// (any non-finite sum, real ones included); the caller then runs [`tile`], which converts
+/// each value exactly. Per 4-row step of a decode (4 rows × 8 weights, 64 bytes), the loop
+/// V8 14.6 emits: 167 → 67 instructions (plain build), 159 → 59 (relaxed) with the constants
+/// above (BENCHMARKS.md, "The browser's F16 decode without rebuilt constants", 2026-12-06).
+#[inline(always)]
+#[allow(clippy::needless_range_loop)] // as in `tile`
+unsafe fn tile_f16_scaled<const MR: usize, const NR: usize>(
+    k: usize,
+    a: *const u16,
+    lda: usize,
+    b: *const f32,
+    ldb: usize,
+    c: *mut f32,
+    ldc: usize,
+) -> bool {
+    let consts = F16Consts::load();
+    let mut acc = [[f32x4_splat(0.0); 4]; NR];
+    let mut seen = u16x8_splat(0);
+    let mut l = 0;
+    while l + 8 <= k {
+        let mut bv = [[f32x4_splat(0.0); 2]; NR];
+        for j in 0..NR {
+            for h in 0..2 {
+                bv[j][h] = f32x4_mul(v128_load(b.add(j * ldb + l + 4 * h) as *const v128), consts.adjust);
+            }
+        }
+        for i in 0..MR {
+            let h = v128_load(a.add(i * lda + l) as *const v128);
+            seen = u16x8_max(seen, i16x8_shl(h, 1));
+            let av = f16x8_scaled(h, &consts);
+            for h in 0..2 {
+                for j in 0..NR {
+                    acc[j][i] = madd(av[h], bv[j][h], acc[j][i]);
+                }
+            }
+        }
+        l += 8;
+    }
+    let sums = acc.map(|a| sums4(&a));
+    let finite = |s: v128| i32x4_all_true(f32x4_lt(f32x4_abs(s), f32x4_splat(f32::INFINITY)));
+    if v128_any_true(u16x8_ge(seen, u16x8_splat(0xf800))) || !sums.iter().all(|&s| finite(s)) {
+        return false;
+    }
+    for j in 0..NR {
+        let mut out = [0f32; 4];
+        v128_store(out.as_mut_ptr() as *mut v128, sums[j]);
+        for (i, o) in out.iter_mut().enumerate().take(MR) {
+            for t in l..k {
+                *o += f16_bits_to_f32(*a.add(i * lda + t)) * *b.add(j * ldb + t);
+            }
+            *c.add(j * ldc + i) = *o;
+        }
+    }
+    true
 }
 
 #[inline(always)]
@@ -470,22 +632,20 @@ unsafe fn gemm<R: Rows>(
     ldb: usize,
     c: *mut f32,
     ldc: usize,
-) where
-    R::T: Copy,
-{
+) {
     macro_rules! rows {
         ($nr:literal, $j:expr) => {{
             let (bj, cj) = (b.add($j * ldb), c.add($j * ldc));
             let mut i = 0;
             while i + 4 <= m {
-                tile::<R, 4, $nr>(k, a.add(i * lda), lda, bj, ldb, cj.add(i), ldc);
+                R::tile::<4, $nr>(k, a.add(i * lda), lda, bj, ldb, cj.add(i), ldc);
                 i += 4;
             }
             let (ai, ci) = (a.add(i * lda), cj.add(i));
             match m - i {
-                3 => tile::<R, 3, $nr>(k, ai, lda, bj, ldb, ci, ldc),
-                2 => tile::<R, 2, $nr>(k, ai, lda, bj, ldb, ci, ldc),
-                1 => tile::<R, 1, $nr>(k, ai, lda, bj, ldb, ci, ldc),
+                3 => R::tile::<3, $nr>(k, ai, lda, bj, ldb, ci, ldc),
+                2 => R::tile::<2, $nr>(k, ai, lda, bj, ldb, ci, ldc),
+                1 => R::tile::<1, $nr>(k, ai, lda, bj, ldb, ci, ldc),
                 _ => {}
             }
         }};
