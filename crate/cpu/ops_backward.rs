@@ -28,6 +28,9 @@ fn want_f32(t: &TensorView, role: &str) -> KResult {
 
 /// Rows of an out_prod result computed together: each pass over `a`'s rows serves them all.
 const OUT_PROD_ROWS: usize = 64;
+/// Rows of a non-f32 `a` converted to f32 at a time for the blocked product (the f32 gemm's
+/// own depth block: 256 rows of 768 are 768 KiB, inside L2).
+const OUT_PROD_KB: usize = 256;
 
 /// ggml_out_prod: dst[i0, i1, i2, i3] = Σ_j a[i0, j, i2 / r2, i3 / r3] · b[i1, j, i2, i3].
 /// `a` may be any weight type (a row dequantized at a time, a repacked weight's row unpacked
@@ -54,9 +57,65 @@ pub(crate) fn out_prod(a: &TensorView, b: &TensorView, dst: &TensorView, exec: &
     let (r2, r3) = (b.ne[2] / a.ne[2], b.ne[3] / a.ne[3]);
     let kernels = crate::cpu::arch::kernels();
     let f32_strides = |t: &TensorView| (t.ptr as usize).is_multiple_of(4) && t.nb.iter().all(|s| s.is_multiple_of(4));
-    if let Some(gemm) = kernels.f32_gemm.filter(|_| {
-        a.ty == GgmlType::F32 && !a.packed && f32_strides(a) && f32_strides(b) && f32_strides(dst) && dst.nb[0] == 4
-    }) {
+    let gemm = kernels.f32_gemm.filter(|_| f32_strides(b) && f32_strides(dst) && dst.nb[0] == 4);
+    if let Some(gemm) = gemm.filter(|_| a.ty != GgmlType::F32 && a.ne[0] > 0) {
+        // a of another type (LoRA's frozen quantized weights, F16): OUT_PROD_KB of its rows at
+        // a time as f32 (each converted once per call and thread, as the panels below would),
+        // each block's product added to C by the same blocked product:
+        // [len, n0] += [len, jb] · [jb, n0].
+        return par_rows(exec, dst.nrows(), n0.saturating_mul(nj), &|rows| {
+            let mut block = vec![0.0f32; OUT_PROD_KB.min(nj) * n0];
+            let mut plain = if a.packed { vec![0u8; a.nb[1]] } else { Vec::new() };
+            let zeros = vec![0.0f32; n0];
+            let mut r = rows.start;
+            while r < rows.end {
+                let (i1, i2, i3) = dst.row_index(r);
+                let len = (rows.end - r).min(dst.ne[1] - i1);
+                for k in 0..len {
+                    write_row(dst, i1 + k, i2, i3, &zeros)?;
+                }
+                let c = dst.row(i1, i2, i3) as *mut f32;
+                let mut j = 0;
+                while j < nj {
+                    let jb = OUT_PROD_KB.min(nj - j);
+                    let x = b.ptr.wrapping_add(i1 * b.nb[0] + j * b.nb[1] + i2 * b.nb[2] + i3 * b.nb[3]);
+                    // SAFETY: elements (i1..i1 + len, j..j + jb, i2, i3) are inside b.
+                    let zero = (0..len).all(|k| {
+                        (0..jb).all(
+                            |jj| unsafe { (x.add(k * b.nb[0] + jj * b.nb[1]) as *const f32).read_unaligned() } == 0.0,
+                        )
+                    });
+                    if !zero {
+                        // A block of zeros in b (a logit difference's gradient of the head) is
+                        // skipped: its rows of a are not even converted.
+                        a_rows_f32(a, j, jb, (i2 / r2, i3 / r3), &mut block, &mut plain)?;
+                        // SAFETY: rows i1..i1 + len of b and dst, and the jb converted rows of a
+                        // in `block`, are inside their buffers; strides in f32s.
+                        unsafe {
+                            gemm(
+                                len,
+                                n0,
+                                jb,
+                                x as *const f32,
+                                b.nb[0] / 4,
+                                b.nb[1] / 4,
+                                block.as_ptr(),
+                                n0,
+                                1,
+                                c,
+                                dst.nb[1] / 4,
+                                true,
+                            );
+                        }
+                    }
+                    j += jb;
+                }
+                r += len;
+            }
+            Ok(())
+        });
+    }
+    if let Some(gemm) = gemm.filter(|_| a.ty == GgmlType::F32 && !a.packed && f32_strides(a)) {
         // f32 operands: per run of result rows with the same (i2, i3), one blocked product
         // C = X·Y (`Kernels::f32_gemm`) with X[i1, j] = b[i1, j] and Y[j, i0] = a[i0, j]:
         // [len, n0] = [len, nj] · [nj, n0].
@@ -121,55 +180,7 @@ pub(crate) fn out_prod(a: &TensorView, b: &TensorView, dst: &TensorView, exec: &
                     j += jb;
                     continue;
                 }
-                let mut jj = 0;
-                if a.packed {
-                    // SAFETY: a is one contiguous matrix of ne[1] rows (checked above).
-                    let data = unsafe { core::slice::from_raw_parts(a.ptr as *const u8, a.ne[1] * a.nb[1]) };
-                    // Whole groups of a repacked Q8_0 weight straight into the panel.
-                    let g = crate::cpu::arch::repack::group(a.ty);
-                    while jj + g <= jb
-                        && crate::cpu::arch::repack::dequantize_group(
-                            a.ty,
-                            n0,
-                            nj,
-                            data,
-                            j + jj,
-                            &mut panel[jj * n0..],
-                            n0,
-                        )
-                    {
-                        jj += g;
-                    }
-                }
-                for jj in jj..jb {
-                    let mut src = a.row(j + jj, i2 / r2, i3 / r3);
-                    if a.packed {
-                        // SAFETY: a is one contiguous matrix of ne[1] rows (checked above).
-                        let data = unsafe { core::slice::from_raw_parts(a.ptr as *const u8, a.ne[1] * a.nb[1]) };
-                        crate::cpu::arch::repack::unpack_row(a.ty, n0, a.ne[1], data, j + jj, &mut plain);
-                        src = plain.as_mut_ptr();
-                    }
-                    let row = &mut panel[jj * n0..(jj + 1) * n0];
-                    if a.ty.is_quantized() && n0.is_multiple_of(a.ty.blck_size()) {
-                        // Straight into the panel (convert_row would go through a copy).
-                        // SAFETY: row j + jj of a (or its unpacked copy): whole blocks of n0.
-                        let q = unsafe { core::slice::from_raw_parts(src as *const u8, a.ty.row_size(n0 as i64)) };
-                        crate::quants::dequantize_row(a.ty, q, row);
-                    } else {
-                        // SAFETY: row j + jj of a (or its unpacked copy) into the panel.
-                        unsafe {
-                            super::ops::convert_row(
-                                src,
-                                a.ty,
-                                a.nb[0],
-                                row.as_mut_ptr() as *mut u8,
-                                GgmlType::F32,
-                                4,
-                                n0,
-                            )?
-                        };
-                    }
-                }
+                a_rows_f32(a, j, jb, (i2 / r2, i3 / r3), &mut panel, &mut plain)?;
                 // Rows past jb have zero coefficients; a stale row there could hold ±∞ (0·∞ = NaN).
                 panel[jb * n0..].iter_mut().for_each(|x| *x = 0.0);
                 panel_product(acc, n0, &panel, &cs[..len * OUT_PROD_J]);
@@ -182,6 +193,52 @@ pub(crate) fn out_prod(a: &TensorView, b: &TensorView, dst: &TensorView, exec: &
         }
         Ok(())
     })
+}
+
+/// Rows `j..j + jb` of `a`'s matrix `(i2, i3)` as f32 into `panel` (rows of `a.ne[0]`): a
+/// repacked weight's whole groups straight from the packed layout, other rows dequantized or
+/// converted one at a time (`plain`: a row's unpacked bytes, for a packed weight).
+fn a_rows_f32(
+    a: &TensorView,
+    j: usize,
+    jb: usize,
+    (i2, i3): (usize, usize),
+    panel: &mut [f32],
+    plain: &mut [u8],
+) -> KResult {
+    let n0 = a.ne[0];
+    let mut jj = 0;
+    if a.packed {
+        // SAFETY: a is one contiguous matrix of ne[1] rows (checked by the caller).
+        let data = unsafe { core::slice::from_raw_parts(a.ptr as *const u8, a.ne[1] * a.nb[1]) };
+        // Whole groups of a repacked Q8_0 weight straight into the panel.
+        let g = crate::cpu::arch::repack::group(a.ty);
+        while jj + g <= jb
+            && crate::cpu::arch::repack::dequantize_group(a.ty, n0, a.ne[1], data, j + jj, &mut panel[jj * n0..], n0)
+        {
+            jj += g;
+        }
+    }
+    for jj in jj..jb {
+        let mut src = a.row(j + jj, i2, i3);
+        if a.packed {
+            // SAFETY: a is one contiguous matrix of ne[1] rows (checked by the caller).
+            let data = unsafe { core::slice::from_raw_parts(a.ptr as *const u8, a.ne[1] * a.nb[1]) };
+            crate::cpu::arch::repack::unpack_row(a.ty, n0, a.ne[1], data, j + jj, plain);
+            src = plain.as_mut_ptr();
+        }
+        let row = &mut panel[jj * n0..(jj + 1) * n0];
+        if a.ty.is_quantized() && n0.is_multiple_of(a.ty.blck_size()) {
+            // Straight into the panel (convert_row would go through a copy).
+            // SAFETY: row j + jj of a (or its unpacked copy): whole blocks of n0.
+            let q = unsafe { core::slice::from_raw_parts(src as *const u8, a.ty.row_size(n0 as i64)) };
+            crate::quants::dequantize_row(a.ty, q, row);
+        } else {
+            // SAFETY: row j + jj of a (or its unpacked copy) into the panel.
+            unsafe { super::ops::convert_row(src, a.ty, a.nb[0], row.as_mut_ptr() as *mut u8, GgmlType::F32, 4, n0)? };
+        }
+    }
+    Ok(())
 }
 
 /// A row function of [`pair_rows`]: (dy, x, out).
