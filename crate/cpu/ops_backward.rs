@@ -57,80 +57,64 @@ pub(crate) fn out_prod(a: &TensorView, b: &TensorView, dst: &TensorView, exec: &
     let (r2, r3) = (b.ne[2] / a.ne[2], b.ne[3] / a.ne[3]);
     let kernels = crate::cpu::arch::kernels();
     let f32_strides = |t: &TensorView| (t.ptr as usize).is_multiple_of(4) && t.nb.iter().all(|s| s.is_multiple_of(4));
-    let gemm = kernels.f32_gemm.filter(|_| f32_strides(b) && f32_strides(dst) && dst.nb[0] == 4);
-    if let Some(gemm) = gemm.filter(|_| a.ty != GgmlType::F32 && a.ne[0] > 0) {
-        // a of another type (LoRA's frozen quantized weights, F16): OUT_PROD_KB of its rows at
-        // a time as f32 (each converted once per call and thread, as the panels below would),
-        // each block's product added to C by the same blocked product:
-        // [len, n0] += [len, jb] · [jb, n0].
+    // The blocked product (`Kernels::f32_gemm`), per run of result rows with the same (i2, i3):
+    // C = X·Y with X[i1, j] = b[i1, j] and Y[j, i0] = a[i0, j]: [len, n0] = [len, nj] · [nj, n0].
+    // An f32 a is read in place, in one call; another type's rows (LoRA's frozen quantized
+    // weights, F16) OUT_PROD_KB at a time as f32, each block's product added to C.
+    let direct = a.ty == GgmlType::F32 && !a.packed && f32_strides(a);
+    if let Some(gemm) = kernels.f32_gemm.filter(|_| {
+        (direct || (a.ty != GgmlType::F32 && n0 > 0)) && f32_strides(b) && f32_strides(dst) && dst.nb[0] == 4
+    }) {
+        let kb = if direct { nj } else { OUT_PROD_KB };
         return par_rows(exec, dst.nrows(), n0.saturating_mul(nj), &|rows| {
-            let mut block = vec![0.0f32; OUT_PROD_KB.min(nj) * n0];
+            let mut block = if direct { Vec::new() } else { vec![0.0f32; kb.min(nj) * n0] };
             let mut plain = if a.packed { vec![0u8; a.nb[1]] } else { Vec::new() };
-            let zeros = vec![0.0f32; n0];
             let mut r = rows.start;
             while r < rows.end {
                 let (i1, i2, i3) = dst.row_index(r);
                 let len = (rows.end - r).min(dst.ne[1] - i1);
-                for k in 0..len {
-                    write_row(dst, i1 + k, i2, i3, &zeros)?;
-                }
                 let c = dst.row(i1, i2, i3) as *mut f32;
+                // At least one call, which stores C (zeros when nj is 0), then added to.
                 let mut j = 0;
-                while j < nj {
-                    let jb = OUT_PROD_KB.min(nj - j);
+                loop {
+                    let jb = kb.min(nj - j);
                     let x = b.ptr.wrapping_add(i1 * b.nb[0] + j * b.nb[1] + i2 * b.nb[2] + i3 * b.nb[3]);
-                    // SAFETY: elements (i1..i1 + len, j..j + jb, i2, i3) are inside b.
-                    let zero = (0..len).all(|k| {
-                        (0..jb).all(
-                            |jj| unsafe { (x.add(k * b.nb[0] + jj * b.nb[1]) as *const f32).read_unaligned() } == 0.0,
-                        )
-                    });
-                    if !zero {
-                        // A block of zeros in b (a logit difference's gradient of the head) is
-                        // skipped: its rows of a are not even converted.
-                        a_rows_f32(a, j, jb, (i2 / r2, i3 / r3), &mut block, &mut plain)?;
-                        // SAFETY: rows i1..i1 + len of b and dst, and the jb converted rows of a
-                        // in `block`, are inside their buffers; strides in f32s.
-                        unsafe {
-                            gemm(
-                                len,
-                                n0,
-                                jb,
-                                x as *const f32,
-                                b.nb[0] / 4,
-                                b.nb[1] / 4,
-                                block.as_ptr(),
-                                n0,
-                                1,
-                                c,
-                                dst.nb[1] / 4,
-                                true,
-                            );
+                    let (y, rsy) = if direct {
+                        (a.row(j, i2 / r2, i3 / r3) as *const f32, a.nb[1] / 4)
+                    } else {
+                        // SAFETY: elements (i1..i1 + len, j..j + jb, i2, i3) are inside b.
+                        let zero = (0..len).all(|k| {
+                            (0..jb).all(|jj| unsafe { (x.add(k * b.nb[0] + jj * b.nb[1]) as *const f32).read_unaligned() } == 0.0)
+                        });
+                        // A block of zeros in b (a logit difference's gradient of the head): the
+                        // gemm skips it without reading Y, so its rows of a are not converted.
+                        if !zero {
+                            a_rows_f32(a, j, jb, (i2 / r2, i3 / r3), &mut block, &mut plain)?;
                         }
+                        (block.as_ptr(), n0)
+                    };
+                    // SAFETY: rows i1..i1 + len of b and dst, and a's rows j..j + jb (in place,
+                    // or converted into `block`), are inside their buffers; strides in f32s.
+                    unsafe {
+                        gemm(
+                            len,
+                            n0,
+                            jb,
+                            x as *const f32,
+                            b.nb[0] / 4,
+                            b.nb[1] / 4,
+                            y,
+                            rsy,
+                            1,
+                            c,
+                            dst.nb[1] / 4,
+                            j > 0,
+                        );
                     }
                     j += jb;
-                }
-                r += len;
-            }
-            Ok(())
-        });
-    }
-    if let Some(gemm) = gemm.filter(|_| a.ty == GgmlType::F32 && !a.packed && f32_strides(a)) {
-        // f32 operands: per run of result rows with the same (i2, i3), one blocked product
-        // C = X·Y (`Kernels::f32_gemm`) with X[i1, j] = b[i1, j] and Y[j, i0] = a[i0, j]:
-        // [len, n0] = [len, nj] · [nj, n0].
-        return par_rows(exec, dst.nrows(), n0.saturating_mul(nj), &|rows| {
-            let mut r = rows.start;
-            while r < rows.end {
-                let (i1, i2, i3) = dst.row_index(r);
-                let len = (rows.end - r).min(dst.ne[1] - i1);
-                let x = b.ptr.wrapping_add(i1 * b.nb[0] + i2 * b.nb[2] + i3 * b.nb[3]) as *const f32;
-                let y = a.row(0, i2 / r2, i3 / r3) as *const f32;
-                let c = dst.row(i1, i2, i3) as *mut f32;
-                // SAFETY: rows i1..i1 + len of b and dst and every row of a's matrix (i2/r2,
-                // i3/r3) are inside their tensors (shapes checked above); strides in f32s.
-                unsafe {
-                    gemm(len, n0, nj, x, b.nb[0] / 4, b.nb[1] / 4, y, a.nb[1] / 4, 1, c, dst.nb[1] / 4, false);
+                    if j >= nj {
+                        break;
+                    }
                 }
                 r += len;
             }
