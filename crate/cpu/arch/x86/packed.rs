@@ -131,26 +131,39 @@ unsafe fn weights<const Q4: bool>(q: *const u8) -> [__m256i; R] {
     }
 }
 
-/// Lane r: Σ u_r·y over the block (`y` its 32 quants, u_r row r's unsigned quants), minus
-/// `off` (Σy shifted by the weights' offset): row r's exact block sum. Two chains of
-/// `vpdpbusd` (one alone would wait on each one before).
+/// Lane r: `off` + Σ u_r·y over the block (`y` its 32 quants, u_r row r's unsigned quants;
+/// `off` -Σy shifted by the weights' offset, [`offsets`]): row r's exact block sum. One
+/// chain of `vpdpbusd` from the offset (a decode step has a block's chains of every row of
+/// b and the blocks after it to overlap; two chains cost an add and a subtract a block
+/// more for each row of b).
 #[target_feature(enable = "avx2")]
 #[inline]
-unsafe fn block_sums<const EVEX: bool>(w: &[__m256i; R], y: *const u8, off: i32) -> __m256i {
+unsafe fn block_sums<const EVEX: bool>(w: &[__m256i; R], y: *const u8, off: *const i32) -> __m256i {
     let bc = |c: usize| _mm256_set1_epi32((y.add(4 * c) as *const i32).read_unaligned());
-    let (mut s0, mut s1) = (_mm256_setzero_si256(), _mm256_setzero_si256());
-    for c in (0..R).step_by(2) {
-        s0 = dpbusd::<EVEX>(s0, w[c], bc(c));
-        s1 = dpbusd::<EVEX>(s1, w[c + 1], bc(c + 1));
+    let mut s = _mm256_set1_epi32(*off);
+    for (c, w) in w.iter().enumerate() {
+        s = dpbusd::<EVEX>(s, *w, bc(c));
     }
-    _mm256_sub_epi32(_mm256_add_epi32(s0, s1), _mm256_set1_epi32(off))
+    s
 }
 
-/// `acc + s·(dx·dy)`, dx the 8 rows' scales (16 bytes at `p`).
+/// `-(Σy << shift)` per block of each row of b (`cols.ysum`, `nbp` apart): what
+/// [`block_sums`] starts from, one broadcast load per block and row of b.
+pub(super) fn offsets(ysum: &[i32], shift: i32) -> alloc::vec::Vec<i32> {
+    ysum.iter().map(|&s| -(s << shift)).collect()
+}
+
+/// The 8 rows' scales of a block (16 bytes at `p`) as f32.
 #[target_feature(enable = "avx2,f16c")]
 #[inline]
-unsafe fn add_block(acc: __m256, s: __m256i, p: *const u8, dy: f32) -> __m256 {
-    let dx = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+unsafe fn scales(p: *const u8) -> __m256 {
+    _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i))
+}
+
+/// `acc + s·(dx·dy)`, dx the 8 rows' scales ([`scales`]).
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+unsafe fn add_block(acc: __m256, s: __m256i, dx: __m256, dy: f32) -> __m256 {
     _mm256_add_ps(acc, _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dx, _mm256_set1_ps(dy))))
 }
 
@@ -230,7 +243,8 @@ unsafe fn decode<const EVEX: bool, const Q4: bool, const M: usize>(g: &GemmArgs,
     assert!(
         c.len() >= (M - 1) * ldc + R * ng && cols.dy.len() >= (M - 1) * nbp + nb && cols.ysum.len() >= cols.dy.len()
     );
-    let (y, dy, ys) = (b.as_ptr(), cols.dy.as_ptr(), cols.ysum.as_ptr());
+    let off = offsets(&cols.ysum[..(M - 1) * nbp + nb], shift);
+    let (y, dy, ys) = (b.as_ptr(), cols.dy.as_ptr(), off.as_ptr());
     let pf = prefetching();
     for g in 0..ng {
         let p = a.as_ptr().add(g * gs);
@@ -239,11 +253,11 @@ unsafe fn decode<const EVEX: bool, const Q4: bool, const M: usize>(g: &GemmArgs,
         let step = |t: usize, u: usize, acc: &mut [[__m256; 8]; M]| {
             let blk = p.add(t * gb);
             prefetch(pf, blk, gb);
-            let w = weights::<Q4>(blk.add(LEGACY_QS));
+            let (w, dx) = (weights::<Q4>(blk.add(LEGACY_QS)), scales(blk));
             for (j, acc) in acc.iter_mut().enumerate() {
                 let o = j * nbp + t;
-                let s = block_sums::<EVEX>(&w, y.add(j * ldb + t * 34 + 2), *ys.add(o) << shift);
-                acc[u] = add_block(acc[u], s, blk, *dy.add(o));
+                let s = block_sums::<EVEX>(&w, y.add(j * ldb + t * 34 + 2), ys.add(o));
+                acc[u] = add_block(acc[u], s, dx, *dy.add(o));
             }
         };
         let mut t = 0;
@@ -275,20 +289,21 @@ unsafe fn prompt<const EVEX: bool, const Q4: bool>(g: &GemmArgs, c: &mut [f32]) 
     let n = cols.plain.len();
     let (nbp, gb, shift) = (cols.nbp, legacy_block(Q4), legacy_shift(Q4));
     let want = if Q4 { GgmlType::Q4_0 } else { GgmlType::Q8_0 };
-    assert!(ty == want && m % R == 0 && lda == nb * gb / R && !cols.plain.contains(&true));
+    assert!(ty == want && m.is_multiple_of(R) && lda == nb * gb / R && !cols.plain.contains(&true));
     assert!(a.len() >= m * lda && c.len() >= (n - 1) * ldc + m);
+    let off = offsets(&cols.ysum[..(n - 1) * nbp + nb], shift);
     let mut acc = alloc::vec![_mm256_setzero_ps(); 8 * n];
     for g in 0..m / R {
         let p = a.as_ptr().add(g * R * lda);
         acc.fill(_mm256_setzero_ps());
         for t in 0..nb {
             let blk = p.add(t * gb);
-            let w = weights::<Q4>(blk.add(LEGACY_QS));
+            let (w, dx) = (weights::<Q4>(blk.add(LEGACY_QS)), scales(blk));
             for j in 0..n {
                 let y = b.as_ptr().add(j * ldb + t * 34 + 2);
-                let s = block_sums::<EVEX>(&w, y, cols.ysum[j * nbp + t] << shift);
+                let s = block_sums::<EVEX>(&w, y, off.as_ptr().add(j * nbp + t));
                 let a = &mut acc[8 * j + t % 8];
-                *a = add_block(*a, s, blk, cols.dy[j * nbp + t]);
+                *a = add_block(*a, s, dx, cols.dy[j * nbp + t]);
             }
         }
         for j in 0..n {

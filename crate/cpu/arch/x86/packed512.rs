@@ -211,24 +211,22 @@ unsafe fn legacy_weights<const Q4: bool>(q0: *const u8, q1: *const u8) -> [__m51
     }
 }
 
-/// Lane r: row r's exact block sum against the 32 quants at `y` (`off`: their sum shifted
-/// by the weights' offset).
+/// Lane r: `off` + row r's Σ u·y against the 32 quants at `y` (`off`: `packed.rs`'s
+/// `offsets`), its exact block sum: one chain of `vpdpbusd`, as `packed.rs`'s `block_sums`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,f16c")]
 #[inline]
-unsafe fn legacy_sums(w: &[__m512i; 8], y: *const u8, off: i32) -> __m512i {
-    let (mut s0, mut s1) = (_mm512_setzero_si512(), _mm512_setzero_si512());
-    for c in (0..8).step_by(2) {
-        s0 = _mm512_dpbusd_epi32(s0, w[c], bc(y.add(4 * c)));
-        s1 = _mm512_dpbusd_epi32(s1, w[c + 1], bc(y.add(4 * c + 4)));
+unsafe fn legacy_sums(w: &[__m512i; 8], y: *const u8, off: *const i32) -> __m512i {
+    let mut s = _mm512_set1_epi32(*off);
+    for (c, w) in w.iter().enumerate() {
+        s = _mm512_dpbusd_epi32(s, *w, bc(y.add(4 * c)));
     }
-    _mm512_sub_epi32(_mm512_add_epi32(s0, s1), _mm512_set1_epi32(off))
+    s
 }
 
-/// `acc + s·(dx·dy)`, dx the 16 rows' scales (at `p0` and `p1`).
+/// `acc + s·(dx·dy)`, dx the 16 rows' scales ([`pair_f16`]).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,f16c")]
 #[inline]
-unsafe fn legacy_add(acc: __m512, s: __m512i, p0: *const u8, p1: *const u8, dy: f32) -> __m512 {
-    let dx = pair_f16(p0, p1);
+unsafe fn legacy_add(acc: __m512, s: __m512i, dx: __m512, dy: f32) -> __m512 {
     _mm512_add_ps(acc, _mm512_mul_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dx, _mm512_set1_ps(dy))))
 }
 
@@ -242,8 +240,9 @@ unsafe fn legacy_prompt<const Q4: bool>(g: &GemmArgs, c: &mut [f32], pf: bool) {
     let (n, nbp, gb, shift) = (cols.plain.len(), cols.nbp, legacy_block(Q4), legacy_shift(Q4));
     let want = if Q4 { GgmlType::Q4_0 } else { GgmlType::Q8_0 };
     assert!(ty == want && lda == nb * gb / R && !cols.plain.contains(&true), "packed prompt");
-    assert!(m % R == 0 && a.len() >= m * lda && c.len() >= (n - 1) * ldc + m);
+    assert!(m.is_multiple_of(R) && a.len() >= m * lda && c.len() >= (n - 1) * ldc + m);
     assert!(b.len() >= (n - 1) * ldb + nb * 34 && cols.dy.len() >= (n - 1) * nbp + nb);
+    let off = super::packed::offsets(&cols.ysum[..(n - 1) * nbp + nb], shift);
     let mut acc = alloc::vec![_mm512_setzero_ps(); 8 * n];
     for (g, p0, p1, both) in pairs(a.as_ptr(), m / R, R * lda) {
         acc.fill(_mm512_setzero_ps());
@@ -252,10 +251,11 @@ unsafe fn legacy_prompt<const Q4: bool>(g: &GemmArgs, c: &mut [f32], pf: bool) {
             super::packed::prefetch(pf, p0.add(o), gb);
             super::packed::prefetch(pf && both, p1.add(o), gb);
             let w = legacy_weights::<Q4>(p0.add(o + LEGACY_QS), p1.add(o + LEGACY_QS));
+            let dx = pair_f16(p0.add(o), p1.add(o));
             for j in 0..n {
-                let s = legacy_sums(&w, b.as_ptr().add(j * ldb + t * 34 + 2), cols.ysum[j * nbp + t] << shift);
+                let s = legacy_sums(&w, b.as_ptr().add(j * ldb + t * 34 + 2), off.as_ptr().add(j * nbp + t));
                 let a = &mut acc[8 * j + t % 8];
-                *a = legacy_add(*a, s, p0.add(o), p1.add(o), cols.dy[j * nbp + t]);
+                *a = legacy_add(*a, s, dx, cols.dy[j * nbp + t]);
             }
         }
         for j in 0..n {
