@@ -840,7 +840,7 @@ fn q8_0_groups_dequantize_as_rows(rng: &mut Rng, a: &[u8], k: usize, m: usize) {
 /// Weights repacked into groups (`cpu::arch::repack`: 4 rows on wasm, 8 rows of Q8_0, Q4_0,
 /// Q4_K and Q6_K on x86_64) give every product the bits of the plain layout: the ISA's
 /// packed decode kernel (one to three rows of b; on wasm SIMD128, plain and relaxed; on x86
-/// with VNNI, up to four for Q4_0 and the K-quants), its prompt kernel or the unpacking
+/// with VNNI, up to four), its prompt kernel or the unpacking
 /// path (more rows of b), rows past the last whole group, block counts around the groups
 /// of 8, an activation row holding -128, Q8_0, Q4_0 and K-quant weights with extreme block
 /// scales, every product also against `vec_dot`. Rows read back

@@ -36,26 +36,26 @@ pub(super) const fn legacy_shift(q4: bool) -> i32 {
 }
 
 /// Per [`super::Vnni`] form with `vpdpbusd` (VEX, EVEX); the plain AVX2 table has none, so
-/// on such CPUs Q8_0 and Q4_0 weights keep ggml's layout.
+/// on such CPUs Q8_0 and Q4_0 weights keep ggml's layout. A decode call takes up to
+/// [`DECODE_COLS`] rows of b (several sequences a step), each group block loaded (and Q4_0's
+/// nibbles split) once for all of them.
 pub(super) static PACKED_Q8_0: [PackedKernel; 2] = [
     PackedKernel {
         name: "avx2 8-row groups (avx-vnni vpdpbusd)",
-        decode: |g, c| unsafe { decode::<false, false, 1>(g, c) },
+        decode: |g, c| unsafe { decode_cols::<false, false>(g, c) },
         wants_sums: true,
-        cols: 1,
+        cols: DECODE_COLS,
         prompt: Some(&PROMPT[0]),
     },
     PackedKernel {
         name: "avx2 8-row groups (avx512-vnni vpdpbusd)",
-        decode: |g, c| unsafe { decode::<true, false, 1>(g, c) },
+        decode: |g, c| unsafe { decode_cols::<true, false>(g, c) },
         wants_sums: true,
-        cols: 1,
+        cols: DECODE_COLS,
         prompt: Some(&PROMPT[1]),
     },
 ];
 
-/// Q4_0's: a decode call takes up to [`DECODE_COLS`] rows of b (several sequences a step),
-/// each group block's nibbles loaded and split once for all of them.
 pub(super) static PACKED_Q4_0: [PackedKernel; 2] = [
     PackedKernel {
         name: "avx2 8-row groups (avx-vnni vpdpbusd)",
@@ -205,7 +205,7 @@ unsafe fn store_reduced(a: &[__m256], out: *mut f32) {
     _mm256_storeu_ps(out, r)
 }
 
-/// The most rows of b one Q4_0 or K-quant decode call takes ([`PackedKernel::cols`]): a
+/// The most rows of b one packed decode call takes ([`PackedKernel::cols`]): a
 /// decode step of up to 4 sequences streams each group block from memory once and unpacks
 /// it once for all (Q4_K: ~6% more GB/s from memory than the prompt kernel for 4 rows of b,
 /// `GGWEB_NO_ZMM=1`, Intel Xeon with AVX-512, 2026-12-06).

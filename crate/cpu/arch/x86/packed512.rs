@@ -10,7 +10,7 @@
 //! registers can hold. A decode step of one sequence keeps `packed.rs`'s 256-bit kernels: it
 //! streams the weights from memory, and reading two groups side by side (two streams a group
 //! apart) ran 2–2.5× slower there than one group after the other (Zen 5, 2026-12-02). A
-//! decode step of 2 to 4 sequences takes the Q4_0/Q4_K/Q6_K prompt kernel with the weights
+//! decode step of 2 to 4 sequences takes the prompt kernel with the weights
 //! prefetched ahead ([`DECODE_COLS`]): on an Intel Xeon with AVX-512 (2026-12-06) it streamed
 //! Q4_K at 7.2–8.8 GB/s against 5.9–6.7 without the prefetch and ~7–8 for one sequence.
 
@@ -33,12 +33,19 @@ const K4_QS: usize = 128;
 const K6_SCALES: usize = 16;
 const K6_QUANTS: usize = 144;
 
-/// The decode kernels are `packed.rs`'s EVEX ones (see above).
+/// One row of b takes `packed.rs`'s EVEX decode kernel (see above), 2 to 4 [`DECODE_COLS`].
 pub(super) static PACKED_Q8_0: PackedKernel = PackedKernel {
     name: NAME,
-    decode: super::packed::PACKED_Q8_0[1].decode,
+    decode: |g, c| match g.cols.plain.len() {
+        1 => (super::packed::PACKED_Q8_0[1].decode)(g, c),
+        // SAFETY: as for the prompt kernels below.
+        _ => unsafe {
+            legacy_prompt::<false>(g, c, super::packed::prefetching());
+            true
+        },
+    },
     wants_sums: true,
-    cols: 1,
+    cols: DECODE_COLS,
     prompt: Some(&PROMPT_Q8_0),
 };
 pub(super) static PACKED_Q4_0: PackedKernel = PackedKernel {
@@ -83,7 +90,7 @@ pub(super) static PACKED_Q6_K: PackedKernel = PackedKernel {
     cols: DECODE_COLS,
     prompt: Some(&PROMPT_Q6_K),
 };
-/// Rows of b one Q4_0 or K-quant decode call takes: one goes to `packed.rs`'s 256-bit kernel
+/// Rows of b one decode call takes: one goes to `packed.rs`'s 256-bit kernel
 /// (one stream), 2 to 4 (a step of several sequences) to the group-pair prompt kernel with
 /// [`super::packed::prefetch`] on, so each group pair's block is read from memory once for
 /// all of them and the weights stream ahead of the products.
