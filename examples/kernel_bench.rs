@@ -254,7 +254,7 @@ fn packed_decode() {
     println!("{n} row(s) of b a call (`GGWEB_BENCH_N`): GB/s of weights per call, GMAC/s of all rows");
     println!("| type | K × M | layout | kernel table (`repack::kernel_name`) | in cache GB/s | GMAC/s | from memory GB/s | GMAC/s |");
     println!("|---|---|---|---|--:|--:|--:|--:|");
-    for ty in [GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K] {
+    for ty in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q6_K] {
         if only.as_ref().is_some_and(|o| !o.split(',').any(|n| n == ty.name())) {
             continue;
         }

@@ -837,12 +837,13 @@ fn q8_0_groups_dequantize_as_rows(rng: &mut Rng, a: &[u8], k: usize, m: usize) {
     assert!(!repack::dequantize_group(GgmlType::Q4_0, 32, 8, &[0; 8 * 18], 0, &mut out, ld), "Q4_0");
 }
 
-/// Weights repacked into groups (`cpu::arch::repack`: 4 rows on wasm, 8 rows of Q8_0 on
-/// x86_64) give every product the bits of the plain layout: the ISA's packed decode kernel
-/// (one to three rows of b; on wasm SIMD128, plain and relaxed; on x86 with VNNI), its
-/// prompt kernel or the unpacking path (more rows of b), rows past the last whole group,
-/// block counts around the groups of 8, an activation row holding -128, K-quant weights
-/// with extreme block scales, every product also against `vec_dot`. Rows read back
+/// Weights repacked into groups (`cpu::arch::repack`: 4 rows on wasm, 8 rows of Q8_0, Q4_0,
+/// Q4_K and Q6_K on x86_64) give every product the bits of the plain layout: the ISA's
+/// packed decode kernel (one to three rows of b; on wasm SIMD128, plain and relaxed; on x86
+/// with VNNI, up to four), its prompt kernel or the unpacking
+/// path (more rows of b), rows past the last whole group, block counts around the groups
+/// of 8, an activation row holding -128, Q8_0, Q4_0 and K-quant weights with extreme block
+/// scales, every product also against `vec_dot`. Rows read back
 /// through `unpack_row`/`unpack_bytes` are the original bytes.
 #[test]
 fn repacked_gemm_equals_plain_bit_for_bit() {
@@ -886,7 +887,8 @@ fn repacked_gemm_equals_plain_bit_for_bit() {
             arch::set_zmm_disabled(false);
         }
         assert_eq!(repack::group(GgmlType::Q8_0), 8);
-        assert_eq!(repack::group(GgmlType::Q4_0), 4);
+        assert_eq!(repack::group(GgmlType::Q4_0), 8);
+        assert_eq!(repack::kernel_name(GgmlType::Q4_0), want);
         assert_eq!(repack::kernel_name(GgmlType::Q4_K), want);
         assert_eq!(repack::kernel_name(GgmlType::Q6_K), want);
     }
@@ -939,11 +941,11 @@ fn repacked_gemm_equals_plain_bit_for_bit() {
                     }
                 }
             }
-            if (kquant || ty == GgmlType::Q8_0) && case % 2 == 1 {
+            if (kquant || ty == GgmlType::Q8_0 || ty == GgmlType::Q4_0) && case % 2 == 1 {
                 // Extreme block scales: the largest finite f16, subnormals, zero, negative (the
                 // wasm kernels convert them without the inf/NaN case: every finite f16 exact).
                 let ts = ty.type_size();
-                let d_at = if matches!(ty, GgmlType::Q4_K | GgmlType::Q8_0) { 0 } else { ts - 2 };
+                let d_at = if matches!(ty, GgmlType::Q4_K | GgmlType::Q8_0 | GgmlType::Q4_0) { 0 } else { ts - 2 };
                 for (bi, blk) in a.chunks_exact_mut(ts).enumerate() {
                     let d: u16 = [0x7bff, 0x0001, 0x03ff, 0x0000, 0xfbff, 0x8001, 0x3c00][bi % 7];
                     blk[d_at..d_at + 2].copy_from_slice(&d.to_le_bytes());

@@ -13,9 +13,10 @@
 //!   byte map instead of fields ([`byte_map`]): the 4 rows' d (and dmin, Q4_K's scale bytes
 //!   4 at a time), then each row's quants reordered so that each i16 lane of a vector holds
 //!   one sub-block (`cpu/arch/wasm/packed_k.rs`), Q6_K's bits regrouped ([`q6_k_fuse`]).
-//! - x86_64: R = 8; Q8_0's quants and Q4_K's nibbles 4 bytes at a time, so one 32-byte load
-//!   holds 4 bytes of each of 8 rows and one `vpdpbusd` against 4 activations broadcast
-//!   adds 8 rows' partial sums in 8 lanes (no horizontal adds); Q4_K's 12 scale bytes and
+//! - x86_64: R = 8; Q8_0's quants and Q4_0's and Q4_K's nibbles 4 bytes at a time, so one
+//!   32-byte load holds 4 bytes of each of 8 rows and one `vpdpbusd` against 4 activations
+//!   broadcast adds 8 rows' partial sums in 8 lanes (no horizontal adds; Q4_0's low and high
+//!   nibbles against elements 4c.. and 16 + 4c..); Q4_K's 12 scale bytes and
 //!   Q6_K's 16 one at a time, so byte k of the 8 rows is one 8-byte load; Q6_K's `ql` and
 //!   `qh` 4 bytes at a time, in the order its kernel reads them.
 //!
@@ -31,19 +32,19 @@
 //! use ggweb::cpu::arch::{gemm, repack};
 //! use ggweb::quants::quantize;
 //! use ggweb::GgmlType::{Q8_0, Q4_0};
-//! let (k, m) = (64, 6);
+//! let (k, m) = (64, 10);
 //! let w: Vec<f32> = (0..k * m).map(|i| ((i * 37 % 23) as f32 - 11.0) / 7.0).collect();
 //! let x: Vec<f32> = (0..k).map(|i| ((i * 13 % 17) as f32 - 8.0) / 5.0).collect();
 //! let (a, b) = (quantize(Q4_0, &w).unwrap(), quantize(Q8_0, &x).unwrap());
 //! let mut packed = a.clone();
 //! assert!(repack::pack(Q4_0, k, m, &mut packed));
-//! let (mut plain, mut got) = ([0f32; 6], [0f32; 6]);
+//! let (mut plain, mut got) = ([0f32; 10], [0f32; 10]);
 //! gemm(Q4_0, k, m, 1, &a, Q4_0.row_size(k as i64), &b, 0, &mut plain, m);
 //! repack::gemm_packed(Q4_0, k, m, 1, &packed, &b, 0, &mut got, m);
 //! assert_eq!(plain.map(f32::to_bits), got.map(f32::to_bits));
 //! let mut row = vec![0u8; Q4_0.row_size(k as i64)];
 //! repack::unpack_row(Q4_0, k, m, &packed, 5, &mut row);
-//! assert_eq!(row, a[5 * row.len()..]);
+//! assert_eq!(row, a[5 * row.len()..6 * row.len()]);
 //! ```
 
 use alloc::vec;
@@ -84,11 +85,15 @@ pub fn layout(ty: GgmlType) -> Option<Layout> {
     const WASM: bool = cfg!(target_family = "wasm");
     const Q8_0: &[Field] = &[f(0, 2, 2), f(2, 32, Q8_0_GROUP.1)];
     const Q4_0_WASM: &[Field] = &[f(0, 2, 2), f(2, 16, 16)];
+    // d, the nibbles 4 bytes of each row in turn (as Q8_0's quants: one 32-byte load holds
+    // elements 4c..4c+4 of each row in its low nibbles, 16 + 4c.. in its high ones).
+    const Q4_0_X86: &[Field] = &[f(0, 2, 2), f(2, 16, 4)];
     // d, dmin, the 12 bytes of 6-bit scales and mins, the nibbles.
     const Q4_K_X86: &[Field] = &[f(0, 2, 2), f(2, 2, 2), f(4, 12, 1), f(16, 128, 4)];
     const Q6_K_X86: &[Field] = &q6_k_x86();
     Some(match ty {
         GgmlType::Q8_0 => Layout { rows: Q8_0_GROUP.0, fields: Q8_0 },
+        GgmlType::Q4_0 if X86 => Layout { rows: 8, fields: Q4_0_X86 },
         GgmlType::Q4_0 => Layout { rows: GROUP, fields: Q4_0_WASM },
         GgmlType::Q4_K if X86 => Layout { rows: 8, fields: Q4_K_X86 },
         GgmlType::Q6_K if X86 => Layout { rows: 8, fields: Q6_K_X86 },

@@ -116,6 +116,11 @@ pub(super) const fn table(vnni: Vnni) -> Kernels {
         Vnni::Vex => Some(&packed::PACKED_Q8_0[0]),
         Vnni::Evex => Some(&packed::PACKED_Q8_0[1]),
     };
+    t.types[Q4_0 as usize].packed = match vnni {
+        Vnni::None => None,
+        Vnni::Vex => Some(&packed::PACKED_Q4_0[0]),
+        Vnni::Evex => Some(&packed::PACKED_Q4_0[1]),
+    };
     t.types[Q4_K as usize].packed = match vnni {
         Vnni::None => None,
         Vnni::Vex => Some(&packed::PACKED_Q4_K[0]),
@@ -139,13 +144,14 @@ pub(super) const fn table(vnni: Vnni) -> Kernels {
     t
 }
 
-/// [`table`] with AVX512-VNNI, its packed Q8_0/Q4_K/Q6_K kernels, out_prod's panel tile and f32
+/// [`table`] with AVX512-VNNI, its packed Q8_0/Q4_0/Q4_K/Q6_K kernels, out_prod's panel tile and f32
 /// product ([`gemm512`]) on 512-bit registers
 /// ([`packed512`]); handed out only where AVX-512 F, BW, VL and VNNI were detected.
 pub(super) const fn table_512() -> Kernels {
     use GgmlType::*;
     let mut t = table(Vnni::Evex);
     t.types[Q8_0 as usize].packed = Some(&packed512::PACKED_Q8_0);
+    t.types[Q4_0 as usize].packed = Some(&packed512::PACKED_Q4_0);
     t.types[Q4_K as usize].packed = Some(&packed512::PACKED_Q4_K);
     t.types[Q6_K as usize].packed = Some(&packed512::PACKED_Q6_K);
     t.out_prod_panel = simd::out_prod_panel_512;

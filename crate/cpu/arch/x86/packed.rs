@@ -1,14 +1,15 @@
-//! AVX2 + VNNI kernels for Q8_0 weights repacked at load into 8-row groups
+//! AVX2 + VNNI kernels for Q8_0 and Q4_0 weights repacked at load into 8-row groups
 //! ([`crate::cpu::arch::repack`], x86's layout: per block the 8 rows' f16 scales, then 4
-//! quants of each row in turn). One 32-byte load holds 4 quants of each of the 8 rows, so
+//! quant bytes of each row in turn). One 32-byte load holds 4 quants of each of the 8 rows
+//! (Q4_0: 4 bytes, the low nibbles elements 4c..4c+4, the high ones 16 + 4c..), so
 //! `vpdpbusd` against 4 activations broadcast to every lane adds 8 rows' partial sums in 8
 //! lanes: after 8 of them a block's 8 exact sums lie in one register, lanes = rows, with no
 //! horizontal add (the plain layout needs one transpose-add per 8 blocks per row).
 //!
-//! The products are unsigned × signed as in `gemm_rows_vnni`: weights made unsigned
-//! (`x ^ 0x80` = x + 128), the offset taken out through the block sums of b. The float
-//! steps are the scalar's per row, one row per lane: `acc[t % 8] += Σ·(dx·dy)`, then
-//! `reduce8`, so every result has `vec_dot`'s bits.
+//! The products are unsigned × signed as in `gemm_rows_vnni`: Q8_0 weights made unsigned
+//! (`x ^ 0x80` = x + 128), Q4_0's nibbles unsigned already (q + 8), the offset taken out
+//! through the block sums of b. The float steps are the scalar's per row, one row per lane:
+//! `acc[t % 8] += Σ·(dx·dy)`, then `reduce8`, so every result has `vec_dot`'s bits.
 
 use core::arch::x86_64::*;
 
@@ -16,26 +17,59 @@ use super::super::kernel::{GemmArgs, PackedKernel, PromptGemm};
 use super::{dpbusd, load256};
 use crate::types::GgmlType;
 
-/// Rows per group and bytes per block of a group (8 rows' 34-byte blocks).
+/// Rows per group.
 const R: usize = 8;
-const GROUP_BLOCK: usize = R * 34;
+
+/// Bytes per block of a group (8 rows' blocks: Q4_0's 18 bytes, Q8_0's 34), and where its
+/// quants start (after the 8 rows' f16 scales).
+pub(super) const fn legacy_block(q4: bool) -> usize {
+    R * if q4 { 18 } else { 34 }
+}
+pub(super) const LEGACY_QS: usize = 2 * R;
+/// The offset `vpdpbusd`'s unsigned weights carry, as a shift: Σ (u - 2^s)·y = Σ u·y - (Σy << s).
+pub(super) const fn legacy_shift(q4: bool) -> i32 {
+    if q4 {
+        3
+    } else {
+        7
+    }
+}
 
 /// Per [`super::Vnni`] form with `vpdpbusd` (VEX, EVEX); the plain AVX2 table has none, so
-/// on such CPUs Q8_0 weights keep ggml's layout.
+/// on such CPUs Q8_0 and Q4_0 weights keep ggml's layout. A decode call takes up to
+/// [`DECODE_COLS`] rows of b (several sequences a step), each group block loaded (and Q4_0's
+/// nibbles split) once for all of them.
 pub(super) static PACKED_Q8_0: [PackedKernel; 2] = [
     PackedKernel {
         name: "avx2 8-row groups (avx-vnni vpdpbusd)",
-        decode: |g, c| unsafe { decode::<false>(g, c) },
+        decode: |g, c| unsafe { decode_cols::<false, false>(g, c) },
         wants_sums: true,
-        cols: 1,
+        cols: DECODE_COLS,
         prompt: Some(&PROMPT[0]),
     },
     PackedKernel {
         name: "avx2 8-row groups (avx512-vnni vpdpbusd)",
-        decode: |g, c| unsafe { decode::<true>(g, c) },
+        decode: |g, c| unsafe { decode_cols::<true, false>(g, c) },
         wants_sums: true,
-        cols: 1,
+        cols: DECODE_COLS,
         prompt: Some(&PROMPT[1]),
+    },
+];
+
+pub(super) static PACKED_Q4_0: [PackedKernel; 2] = [
+    PackedKernel {
+        name: "avx2 8-row groups (avx-vnni vpdpbusd)",
+        decode: |g, c| unsafe { decode_cols::<false, true>(g, c) },
+        wants_sums: true,
+        cols: DECODE_COLS,
+        prompt: Some(&PROMPT_Q4_0[0]),
+    },
+    PackedKernel {
+        name: "avx2 8-row groups (avx512-vnni vpdpbusd)",
+        decode: |g, c| unsafe { decode_cols::<true, true>(g, c) },
+        wants_sums: true,
+        cols: DECODE_COLS,
+        prompt: Some(&PROMPT_Q4_0[1]),
     },
 ];
 
@@ -45,47 +79,91 @@ pub(super) static PACKED_Q8_0: [PackedKernel; 2] = [
 static PROMPT: [PromptGemm; 2] = [
     PromptGemm {
         name: "avx2 8-row groups (avx-vnni vpdpbusd)",
-        rows: |g, c| unsafe { prompt::<false>(g, c) },
+        rows: |g, c| unsafe { prompt::<false, false>(g, c) },
         needs_plain: false,
         wants_sums: true,
         chunk: crate::cpu::arch::L1_CHUNK,
     },
     PromptGemm {
         name: "avx2 8-row groups (avx512-vnni vpdpbusd)",
-        rows: |g, c| unsafe { prompt::<true>(g, c) },
+        rows: |g, c| unsafe { prompt::<true, false>(g, c) },
+        needs_plain: false,
+        wants_sums: true,
+        chunk: crate::cpu::arch::L1_CHUNK,
+    },
+];
+static PROMPT_Q4_0: [PromptGemm; 2] = [
+    PromptGemm {
+        name: "avx2 8-row groups (avx-vnni vpdpbusd)",
+        rows: |g, c| unsafe { prompt::<false, true>(g, c) },
+        needs_plain: false,
+        wants_sums: true,
+        chunk: crate::cpu::arch::L1_CHUNK,
+    },
+    PromptGemm {
+        name: "avx2 8-row groups (avx512-vnni vpdpbusd)",
+        rows: |g, c| unsafe { prompt::<true, true>(g, c) },
         needs_plain: false,
         wants_sums: true,
         chunk: crate::cpu::arch::L1_CHUNK,
     },
 ];
 
-/// The 8 rows' quants of one block (256 bytes at `q`), made unsigned.
+/// The 8 rows' quants of one block (at `q`), unsigned, as 8 vectors: vector c holds each
+/// row's elements 4c..4c+4 (Q8_0: 256 bytes made unsigned; Q4_0: 128 bytes of nibbles,
+/// vector c < 4 the low nibbles of load c, c ≥ 4 the high nibbles of load c - 4).
 #[target_feature(enable = "avx2")]
 #[inline]
-unsafe fn weights(q: *const u8) -> [__m256i; R] {
-    let flip = _mm256_set1_epi8(-128);
-    core::array::from_fn(|c| _mm256_xor_si256(load256(q.add(32 * c)), flip))
-}
-
-/// Lane r: Σ (x_r + 128)·y over the block (`y` its 32 quants), minus 128·Σy: row r's
-/// exact block sum. Two chains of `vpdpbusd` (one alone would wait on each one before).
-#[target_feature(enable = "avx2")]
-#[inline]
-unsafe fn block_sums<const EVEX: bool>(w: &[__m256i; R], y: *const u8, ysum: i32) -> __m256i {
-    let bc = |c: usize| _mm256_set1_epi32((y.add(4 * c) as *const i32).read_unaligned());
-    let (mut s0, mut s1) = (_mm256_setzero_si256(), _mm256_setzero_si256());
-    for c in (0..R).step_by(2) {
-        s0 = dpbusd::<EVEX>(s0, w[c], bc(c));
-        s1 = dpbusd::<EVEX>(s1, w[c + 1], bc(c + 1));
+unsafe fn weights<const Q4: bool>(q: *const u8) -> [__m256i; R] {
+    if Q4 {
+        let m4 = _mm256_set1_epi8(0x0F);
+        let w: [__m256i; 4] = core::array::from_fn(|c| load256(q.add(32 * c)));
+        core::array::from_fn(|c| {
+            if c < 4 {
+                _mm256_and_si256(w[c], m4)
+            } else {
+                _mm256_and_si256(_mm256_srli_epi16::<4>(w[c - 4]), m4)
+            }
+        })
+    } else {
+        let flip = _mm256_set1_epi8(-128);
+        core::array::from_fn(|c| _mm256_xor_si256(load256(q.add(32 * c)), flip))
     }
-    _mm256_sub_epi32(_mm256_add_epi32(s0, s1), _mm256_set1_epi32(ysum << 7))
 }
 
-/// `acc + s·(dx·dy)`, dx the 8 rows' scales (16 bytes at `p`).
+/// Lane r: `off` + Σ u_r·y over the block (`y` its 32 quants, u_r row r's unsigned quants;
+/// `off` -Σy shifted by the weights' offset, [`offsets`]): row r's exact block sum. One
+/// chain of `vpdpbusd` from the offset (a decode step has a block's chains of every row of
+/// b and the blocks after it to overlap; two chains cost an add and a subtract a block
+/// more for each row of b).
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn block_sums<const EVEX: bool>(w: &[__m256i; R], y: *const u8, off: *const i32) -> __m256i {
+    let bc = |c: usize| _mm256_set1_epi32((y.add(4 * c) as *const i32).read_unaligned());
+    let mut s = _mm256_set1_epi32(*off);
+    for (c, w) in w.iter().enumerate() {
+        s = dpbusd::<EVEX>(s, *w, bc(c));
+    }
+    s
+}
+
+/// `-(Σy << shift)` per block of each row of b (`cols.ysum`, `nbp` apart): what
+/// [`block_sums`] starts from, one broadcast load per block and row of b.
+pub(super) fn offsets(ysum: &[i32], shift: i32) -> alloc::vec::Vec<i32> {
+    ysum.iter().map(|&s| -(s << shift)).collect()
+}
+
+/// The 8 rows' scales of a block (16 bytes at `p`) as f32.
 #[target_feature(enable = "avx2,f16c")]
 #[inline]
-unsafe fn add_block(acc: __m256, s: __m256i, p: *const u8, dy: f32) -> __m256 {
-    let dx = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+unsafe fn scales(p: *const u8) -> __m256 {
+    _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i))
+}
+
+/// `acc + s·(dx·dy)`, dx the 8 rows' scales ([`scales`]).
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+unsafe fn add_block(acc: __m256, s: __m256i, dx: __m256, dy: f32) -> __m256 {
     _mm256_add_ps(acc, _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dx, _mm256_set1_ps(dy))))
 }
 
@@ -127,69 +205,105 @@ unsafe fn store_reduced(a: &[__m256], out: *mut f32) {
     _mm256_storeu_ps(out, r)
 }
 
-/// The [`PackedKernel::decode`] of Q8_0: `ng` groups in address order against one row.
+/// The most rows of b one packed decode call takes ([`PackedKernel::cols`]): a
+/// decode step of up to 4 sequences streams each group block from memory once and unpacks
+/// it once for all (Q4_K: ~6% more GB/s from memory than the prompt kernel for 4 rows of b,
+/// `GGWEB_NO_ZMM=1`, Intel Xeon with AVX-512, 2026-12-06).
+pub(super) const DECODE_COLS: usize = 4;
+
+/// [`decode`] on `cols.plain.len()` (1..=[`DECODE_COLS`]) rows of b.
+///
+/// # Safety
+/// As for [`decode`].
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn decode_cols<const EVEX: bool, const Q4: bool>(g: &GemmArgs, c: &mut [f32]) -> bool {
+    match g.cols.plain.len() {
+        1 => decode::<EVEX, Q4, 1>(g, c),
+        2 => decode::<EVEX, Q4, 2>(g, c),
+        3 => decode::<EVEX, Q4, 3>(g, c),
+        4 => decode::<EVEX, Q4, 4>(g, c),
+        n => panic!("packed decode: {n} rows of b (at most {DECODE_COLS})"),
+    }
+}
+
+/// The [`PackedKernel::decode`] of Q8_0 (`Q4` false) and Q4_0: `ng` groups in address order
+/// against `M` rows of b `ldb` bytes apart, each group block loaded (and Q4_0's nibbles
+/// split) once for the M; row j of b's 8 accumulators per lane, `c[j·ldc + R·g..]`.
 ///
 /// # Safety
 /// AVX2, F16C and the `vpdpbusd` form `EVEX` names must be available.
 #[target_feature(enable = "avx2,f16c")]
-unsafe fn decode<const EVEX: bool>(g: &GemmArgs, c: &mut [f32]) -> bool {
-    let GemmArgs { ty, nb, m, a, b, cols, .. } = *g;
+unsafe fn decode<const EVEX: bool, const Q4: bool, const M: usize>(g: &GemmArgs, c: &mut [f32]) -> bool {
+    let GemmArgs { ty, nb, m, a, b, ldb, cols, ldc, .. } = *g;
     let ng = m / R;
-    assert_eq!(ty, GgmlType::Q8_0, "packed decode: Q8_0 only");
-    let gs = nb * GROUP_BLOCK;
-    assert!(a.len() >= ng * gs && b.len() >= nb * 34 && c.len() >= R * ng);
-    assert!(cols.dy.len() >= nb && cols.ysum.len() >= nb);
-    let (y, dy, ys) = (b.as_ptr(), cols.dy.as_ptr(), cols.ysum.as_ptr());
+    assert_eq!(ty, if Q4 { GgmlType::Q4_0 } else { GgmlType::Q8_0 }, "packed decode");
+    let (gb, shift, nbp) = (legacy_block(Q4), legacy_shift(Q4), cols.nbp);
+    let gs = nb * gb;
+    assert!(M > 0 && cols.plain.len() == M && a.len() >= ng * gs && b.len() >= (M - 1) * ldb + nb * 34);
+    assert!(
+        c.len() >= (M - 1) * ldc + R * ng && cols.dy.len() >= (M - 1) * nbp + nb && cols.ysum.len() >= cols.dy.len()
+    );
+    let off = offsets(&cols.ysum[..(M - 1) * nbp + nb], shift);
+    let (y, dy, ys) = (b.as_ptr(), cols.dy.as_ptr(), off.as_ptr());
     let pf = prefetching();
     for g in 0..ng {
         let p = a.as_ptr().add(g * gs);
-        let mut acc = [_mm256_setzero_ps(); 8];
-        let step = |t: usize, acc: &mut __m256| {
-            let blk = p.add(t * GROUP_BLOCK);
-            prefetch(pf, blk, GROUP_BLOCK);
-            let s = block_sums::<EVEX>(&weights(blk.add(16)), y.add(t * 34 + 2), *ys.add(t));
-            *acc = add_block(*acc, s, blk, *dy.add(t));
+        let mut acc = [[_mm256_setzero_ps(); 8]; M];
+        // Block t into accumulator u (= t % 8) of each row of b.
+        let step = |t: usize, u: usize, acc: &mut [[__m256; 8]; M]| {
+            let blk = p.add(t * gb);
+            prefetch(pf, blk, gb);
+            let (w, dx) = (weights::<Q4>(blk.add(LEGACY_QS)), scales(blk));
+            for (j, acc) in acc.iter_mut().enumerate() {
+                let o = j * nbp + t;
+                let s = block_sums::<EVEX>(&w, y.add(j * ldb + t * 34 + 2), ys.add(o));
+                acc[u] = add_block(acc[u], s, dx, *dy.add(o));
+            }
         };
         let mut t = 0;
         while t + 8 <= nb {
-            for (j, a) in acc.iter_mut().enumerate() {
-                step(t + j, a);
+            for u in 0..8 {
+                step(t + u, u, &mut acc);
             }
             t += 8;
         }
         for t in t..nb {
-            step(t, &mut acc[t % 8]);
+            step(t, t % 8, &mut acc);
         }
-        store_reduced(&acc, c.as_mut_ptr().add(R * g));
+        for (j, acc) in acc.iter().enumerate() {
+            store_reduced(acc, c.as_mut_ptr().add(j * ldc + R * g));
+        }
     }
     true
 }
 
 /// The prompt kernel on whole groups: per group and block, the 8 rows' quants are loaded
-/// once into registers for every row of b in the chunk; each row of b keeps its 8
-/// accumulators (lanes = rows of a) in a small buffer.
+/// (and Q4_0's nibbles split) once into registers for every row of b in the chunk; each row
+/// of b keeps its 8 accumulators (lanes = rows of a) in a small buffer.
 ///
 /// # Safety
 /// As for [`decode`]; `m` is a multiple of 8 rows of `lda` bytes, groups `8·lda` apart.
 #[target_feature(enable = "avx2,f16c")]
-unsafe fn prompt<const EVEX: bool>(g: &GemmArgs, c: &mut [f32]) {
+unsafe fn prompt<const EVEX: bool, const Q4: bool>(g: &GemmArgs, c: &mut [f32]) {
     let GemmArgs { ty, nb, m, a, lda, b, ldb, cols, ldc, .. } = *g;
     let n = cols.plain.len();
-    let nbp = cols.nbp;
-    assert!(ty == GgmlType::Q8_0 && m % R == 0 && lda == nb * 34 && !cols.plain.contains(&true));
+    let (nbp, gb, shift) = (cols.nbp, legacy_block(Q4), legacy_shift(Q4));
+    let want = if Q4 { GgmlType::Q4_0 } else { GgmlType::Q8_0 };
+    assert!(ty == want && m.is_multiple_of(R) && lda == nb * gb / R && !cols.plain.contains(&true));
     assert!(a.len() >= m * lda && c.len() >= (n - 1) * ldc + m);
+    let off = offsets(&cols.ysum[..(n - 1) * nbp + nb], shift);
     let mut acc = alloc::vec![_mm256_setzero_ps(); 8 * n];
     for g in 0..m / R {
         let p = a.as_ptr().add(g * R * lda);
         acc.fill(_mm256_setzero_ps());
         for t in 0..nb {
-            let blk = p.add(t * GROUP_BLOCK);
-            let w = weights(blk.add(16));
+            let blk = p.add(t * gb);
+            let (w, dx) = (weights::<Q4>(blk.add(LEGACY_QS)), scales(blk));
             for j in 0..n {
                 let y = b.as_ptr().add(j * ldb + t * 34 + 2);
-                let s = block_sums::<EVEX>(&w, y, cols.ysum[j * nbp + t]);
+                let s = block_sums::<EVEX>(&w, y, off.as_ptr().add(j * nbp + t));
                 let a = &mut acc[8 * j + t % 8];
-                *a = add_block(*a, s, blk, cols.dy[j * nbp + t]);
+                *a = add_block(*a, s, dx, cols.dy[j * nbp + t]);
             }
         }
         for j in 0..n {
@@ -258,12 +372,6 @@ macro_rules! k_kernels {
     };
 }
 use k_kernels;
-
-/// The most rows of b one K-quant decode call takes ([`PackedKernel::cols`]): a decode step of
-/// up to 4 sequences streams each group block from memory once and unpacks it once for all
-/// (Q4_K: ~6% more GB/s from memory than the prompt kernel for 4 rows of b, `GGWEB_NO_ZMM=1`,
-/// Intel Xeon with AVX-512, 2026-12-06).
-pub(super) const DECODE_COLS: usize = 4;
 
 /// A K-quant [`PackedKernel::decode`] on `cols.plain.len()` (1..=[`DECODE_COLS`]) rows of b:
 /// [`k_decode`] with `block::<EVEX, M>` for that many.

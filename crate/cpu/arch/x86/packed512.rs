@@ -10,13 +10,14 @@
 //! registers can hold. A decode step of one sequence keeps `packed.rs`'s 256-bit kernels: it
 //! streams the weights from memory, and reading two groups side by side (two streams a group
 //! apart) ran 2–2.5× slower there than one group after the other (Zen 5, 2026-12-02). A
-//! decode step of 2 to 4 sequences takes the Q4_K/Q6_K prompt kernel with the weights
+//! decode step of 2 to 4 sequences takes the prompt kernel with the weights
 //! prefetched ahead ([`DECODE_COLS`]): on an Intel Xeon with AVX-512 (2026-12-06) it streamed
 //! Q4_K at 7.2–8.8 GB/s against 5.9–6.7 without the prefetch and ~7–8 for one sequence.
 
 use core::arch::x86_64::*;
 
 use super::super::kernel::{GemmArgs, PackedKernel, PromptGemm};
+use super::packed::{legacy_block, legacy_shift, LEGACY_QS};
 use crate::types::GgmlType;
 
 /// Rows per group ([`crate::cpu::arch::repack::group`]) and rows of b per prompt pass.
@@ -27,19 +28,39 @@ const N: usize = 4;
 const Y_SIZE: usize = 292;
 const Y_QS: usize = 4;
 const Y_BSUMS: usize = 260;
-const Q8_BLOCK: usize = R * 34;
 const K4_SCALES: usize = 32;
 const K4_QS: usize = 128;
 const K6_SCALES: usize = 16;
 const K6_QUANTS: usize = 144;
 
-/// The decode kernels are `packed.rs`'s EVEX ones (see above).
+/// One row of b takes `packed.rs`'s EVEX decode kernel (see above), 2 to 4 [`DECODE_COLS`].
 pub(super) static PACKED_Q8_0: PackedKernel = PackedKernel {
     name: NAME,
-    decode: super::packed::PACKED_Q8_0[1].decode,
+    decode: |g, c| match g.cols.plain.len() {
+        1 => (super::packed::PACKED_Q8_0[1].decode)(g, c),
+        // SAFETY: as for the prompt kernels below.
+        _ => unsafe {
+            legacy_prompt::<false>(g, c, super::packed::prefetching());
+            true
+        },
+    },
     wants_sums: true,
-    cols: 1,
+    cols: DECODE_COLS,
     prompt: Some(&PROMPT_Q8_0),
+};
+pub(super) static PACKED_Q4_0: PackedKernel = PackedKernel {
+    name: NAME,
+    decode: |g, c| match g.cols.plain.len() {
+        1 => (super::packed::PACKED_Q4_0[1].decode)(g, c),
+        // SAFETY: as for the prompt kernels below.
+        _ => unsafe {
+            legacy_prompt::<true>(g, c, super::packed::prefetching());
+            true
+        },
+    },
+    wants_sums: true,
+    cols: DECODE_COLS,
+    prompt: Some(&PROMPT_Q4_0),
 };
 pub(super) static PACKED_Q4_K: PackedKernel = PackedKernel {
     name: NAME,
@@ -69,8 +90,8 @@ pub(super) static PACKED_Q6_K: PackedKernel = PackedKernel {
     cols: DECODE_COLS,
     prompt: Some(&PROMPT_Q6_K),
 };
-/// Rows of b one K-quant decode call takes: one goes to `packed.rs`'s 256-bit kernel (one
-/// stream), 2 to 4 (a step of several sequences) to the group-pair prompt kernel with
+/// Rows of b one decode call takes: one goes to `packed.rs`'s 256-bit kernel
+/// (one stream), 2 to 4 (a step of several sequences) to the group-pair prompt kernel with
 /// [`super::packed::prefetch`] on, so each group pair's block is read from memory once for
 /// all of them and the weights stream ahead of the products.
 const DECODE_COLS: usize = N;
@@ -81,10 +102,14 @@ const NAME: &str = "avx512 8-row group pairs (avx512-vnni vpdpbusd zmm)";
 // the rows and sized `cols`.
 static PROMPT_Q8_0: PromptGemm = PromptGemm {
     name: NAME,
-    rows: |g, c| unsafe {
-        assert!(g.ty == GgmlType::Q8_0 && g.lda == g.nb * 34 && !g.cols.plain.contains(&true), "packed prompt");
-        q8_0_prompt(g, c)
-    },
+    rows: |g, c| unsafe { legacy_prompt::<false>(g, c, false) },
+    needs_plain: false,
+    wants_sums: true,
+    chunk: crate::cpu::arch::L2_CHUNK,
+};
+static PROMPT_Q4_0: PromptGemm = PromptGemm {
+    name: NAME,
+    rows: |g, c| unsafe { legacy_prompt::<true>(g, c, false) },
     needs_plain: false,
     wants_sums: true,
     chunk: crate::cpu::arch::L2_CHUNK,
@@ -172,50 +197,72 @@ fn pairs(a: *const u8, ng: usize, gs: usize) -> impl Iterator<Item = (usize, *co
     })
 }
 
-/// The 16 rows' quants of one block, made unsigned (`x ^ 0x80`).
+/// The 16 rows' quants of one block (at `q0` and `q1`), unsigned, as 8 vectors: vector c
+/// holds each row's elements 4c..4c+4 (`packed.rs`'s `weights` on both groups).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,f16c")]
 #[inline]
-unsafe fn q8_weights(q0: *const u8, q1: *const u8) -> [__m512i; 8] {
-    let flip = _mm512_set1_epi8(-128);
-    core::array::from_fn(|c| _mm512_xor_si512(pair(q0.add(32 * c), q1.add(32 * c)), flip))
-}
-
-/// Lane r: row r's exact block sum against the 32 quants at `y` (`ysum` their sum).
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,f16c")]
-#[inline]
-unsafe fn q8_sums(w: &[__m512i; 8], y: *const u8, ysum: i32) -> __m512i {
-    let (mut s0, mut s1) = (_mm512_setzero_si512(), _mm512_setzero_si512());
-    for c in (0..8).step_by(2) {
-        s0 = _mm512_dpbusd_epi32(s0, w[c], bc(y.add(4 * c)));
-        s1 = _mm512_dpbusd_epi32(s1, w[c + 1], bc(y.add(4 * c + 4)));
+unsafe fn legacy_weights<const Q4: bool>(q0: *const u8, q1: *const u8) -> [__m512i; 8] {
+    if Q4 {
+        let m4 = _mm512_set1_epi8(0x0F);
+        let w: [__m512i; 4] = core::array::from_fn(|c| pair(q0.add(32 * c), q1.add(32 * c)));
+        core::array::from_fn(|c| {
+            if c < 4 {
+                _mm512_and_si512(w[c], m4)
+            } else {
+                _mm512_and_si512(_mm512_srli_epi16::<4>(w[c - 4]), m4)
+            }
+        })
+    } else {
+        let flip = _mm512_set1_epi8(-128);
+        core::array::from_fn(|c| _mm512_xor_si512(pair(q0.add(32 * c), q1.add(32 * c)), flip))
     }
-    _mm512_sub_epi32(_mm512_add_epi32(s0, s1), _mm512_set1_epi32(ysum << 7))
 }
 
-/// `acc + s·(dx·dy)`, dx the 16 rows' scales (at `p0` and `p1`).
+/// Lane r: `off` + row r's Σ u·y against the 32 quants at `y` (`off`: `packed.rs`'s
+/// `offsets`), its exact block sum: one chain of `vpdpbusd`, as `packed.rs`'s `block_sums`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,f16c")]
 #[inline]
-unsafe fn q8_add(acc: __m512, s: __m512i, p0: *const u8, p1: *const u8, dy: f32) -> __m512 {
-    let dx = pair_f16(p0, p1);
+unsafe fn legacy_sums(w: &[__m512i; 8], y: *const u8, off: *const i32) -> __m512i {
+    let mut s = _mm512_set1_epi32(*off);
+    for (c, w) in w.iter().enumerate() {
+        s = _mm512_dpbusd_epi32(s, *w, bc(y.add(4 * c)));
+    }
+    s
+}
+
+/// `acc + s·(dx·dy)`, dx the 16 rows' scales ([`pair_f16`]).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,f16c")]
+#[inline]
+unsafe fn legacy_add(acc: __m512, s: __m512i, dx: __m512, dy: f32) -> __m512 {
     _mm512_add_ps(acc, _mm512_mul_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dx, _mm512_set1_ps(dy))))
 }
 
-/// Q8_0 prompt: per group pair and block the weights stay in 8 registers for every row of b.
+/// Q8_0 (`Q4` false) and Q4_0 on group pairs: per group pair and block the weights stay in
+/// 8 registers for every row of b; `pf`: each group pair's block asks for the weights
+/// [`super::packed::PREFETCH`] bytes past it in both groups (a decode step of several
+/// sequences; a prompt's chunks meet each block many times).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,f16c")]
-unsafe fn q8_0_prompt(g: &GemmArgs, c: &mut [f32]) {
-    let GemmArgs { nb, m, a, lda, b, ldb, cols, ldc, .. } = *g;
-    let (n, nbp) = (cols.plain.len(), cols.nbp);
-    assert!(m % R == 0 && a.len() >= m * lda && c.len() >= (n - 1) * ldc + m);
+unsafe fn legacy_prompt<const Q4: bool>(g: &GemmArgs, c: &mut [f32], pf: bool) {
+    let GemmArgs { ty, nb, m, a, lda, b, ldb, cols, ldc, .. } = *g;
+    let (n, nbp, gb, shift) = (cols.plain.len(), cols.nbp, legacy_block(Q4), legacy_shift(Q4));
+    let want = if Q4 { GgmlType::Q4_0 } else { GgmlType::Q8_0 };
+    assert!(ty == want && lda == nb * gb / R && !cols.plain.contains(&true), "packed prompt");
+    assert!(m.is_multiple_of(R) && a.len() >= m * lda && c.len() >= (n - 1) * ldc + m);
+    assert!(b.len() >= (n - 1) * ldb + nb * 34 && cols.dy.len() >= (n - 1) * nbp + nb);
+    let off = super::packed::offsets(&cols.ysum[..(n - 1) * nbp + nb], shift);
     let mut acc = alloc::vec![_mm512_setzero_ps(); 8 * n];
     for (g, p0, p1, both) in pairs(a.as_ptr(), m / R, R * lda) {
         acc.fill(_mm512_setzero_ps());
         for t in 0..nb {
-            let o = t * Q8_BLOCK;
-            let w = q8_weights(p0.add(o + 16), p1.add(o + 16));
+            let o = t * gb;
+            super::packed::prefetch(pf, p0.add(o), gb);
+            super::packed::prefetch(pf && both, p1.add(o), gb);
+            let w = legacy_weights::<Q4>(p0.add(o + LEGACY_QS), p1.add(o + LEGACY_QS));
+            let dx = pair_f16(p0.add(o), p1.add(o));
             for j in 0..n {
-                let s = q8_sums(&w, b.as_ptr().add(j * ldb + t * 34 + 2), cols.ysum[j * nbp + t]);
+                let s = legacy_sums(&w, b.as_ptr().add(j * ldb + t * 34 + 2), off.as_ptr().add(j * nbp + t));
                 let a = &mut acc[8 * j + t % 8];
-                *a = q8_add(*a, s, p0.add(o), p1.add(o), cols.dy[j * nbp + t]);
+                *a = legacy_add(*a, s, dx, cols.dy[j * nbp + t]);
             }
         }
         for j in 0..n {
