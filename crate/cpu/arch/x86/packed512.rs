@@ -180,42 +180,48 @@ unsafe fn q8_weights(q0: *const u8, q1: *const u8) -> [__m512i; 8] {
     core::array::from_fn(|c| _mm512_xor_si512(pair(q0.add(32 * c), q1.add(32 * c)), flip))
 }
 
-/// Lane r: row r's exact block sum against the 32 quants at `y` (`ysum` their sum).
+/// Lane r: row r's exact block sum against the 32 quants at `y`, from `off` (-128·Σy: the
+/// offset the unsigned weights add, broadcast from memory into the first chain, so no
+/// instruction of its own takes it out). Integer sums: exact in any order.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,f16c")]
 #[inline]
-unsafe fn q8_sums(w: &[__m512i; 8], y: *const u8, ysum: i32) -> __m512i {
-    let (mut s0, mut s1) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+unsafe fn q8_sums(w: &[__m512i; 8], y: *const u8, off: *const i32) -> __m512i {
+    let (mut s0, mut s1) = (_mm512_set1_epi32(off.read()), _mm512_setzero_si512());
     for c in (0..8).step_by(2) {
         s0 = _mm512_dpbusd_epi32(s0, w[c], bc(y.add(4 * c)));
         s1 = _mm512_dpbusd_epi32(s1, w[c + 1], bc(y.add(4 * c + 4)));
     }
-    _mm512_sub_epi32(_mm512_add_epi32(s0, s1), _mm512_set1_epi32(ysum << 7))
+    _mm512_add_epi32(s0, s1)
 }
 
-/// `acc + s·(dx·dy)`, dx the 16 rows' scales (at `p0` and `p1`).
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,f16c")]
-#[inline]
-unsafe fn q8_add(acc: __m512, s: __m512i, p0: *const u8, p1: *const u8, dy: f32) -> __m512 {
-    let dx = pair_f16(p0, p1);
-    _mm512_add_ps(acc, _mm512_mul_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dx, _mm512_set1_ps(dy))))
-}
-
-/// Q8_0 prompt: per group pair and block the weights stay in 8 registers for every row of b.
+/// Q8_0 prompt: per group pair and block the weights stay in 8 registers, and the 16 rows'
+/// scales in one, for every row of b; per row of b and block, 8 `vpdpbusd` and 5 other
+/// vector instructions (the sums added, converted, `dx·dy`, scaled, accumulated), the
+/// block's scale and offset broadcast from memory (before: 10 others, the scales converted
+/// again per row of b). Each lane runs `vec_dot`'s steps: exact integer sums, then
+/// `acc[t % 8] += s·(dx·dy)` in f32.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,f16c")]
 unsafe fn q8_0_prompt(g: &GemmArgs, c: &mut [f32]) {
     let GemmArgs { nb, m, a, lda, b, ldb, cols, ldc, .. } = *g;
     let (n, nbp) = (cols.plain.len(), cols.nbp);
     assert!(m % R == 0 && a.len() >= m * lda && c.len() >= (n - 1) * ldc + m);
+    assert!(n > 0 && b.len() >= (n - 1) * ldb + nb * 34 && cols.dy.len() >= n * nbp && cols.ysum.len() >= n * nbp);
+    // -128·Σy per row of b and block: the first chain's start.
+    let off: alloc::vec::Vec<i32> = cols.ysum[..n * nbp].iter().map(|&s| (s << 7).wrapping_neg()).collect();
     let mut acc = alloc::vec![_mm512_setzero_ps(); 8 * n];
+    let (yp, dyp, offp) = (b.as_ptr().add(2), cols.dy.as_ptr(), off.as_ptr());
     for (g, p0, p1, both) in pairs(a.as_ptr(), m / R, R * lda) {
         acc.fill(_mm512_setzero_ps());
+        let accp = acc.as_mut_ptr();
         for t in 0..nb {
             let o = t * Q8_BLOCK;
             let w = q8_weights(p0.add(o + 16), p1.add(o + 16));
+            let dx = pair_f16(p0.add(o), p1.add(o));
             for j in 0..n {
-                let s = q8_sums(&w, b.as_ptr().add(j * ldb + t * 34 + 2), cols.ysum[j * nbp + t]);
-                let a = &mut acc[8 * j + t % 8];
-                *a = q8_add(*a, s, p0.add(o), p1.add(o), cols.dy[j * nbp + t]);
+                let s = q8_sums(&w, yp.add(j * ldb + t * 34), offp.add(j * nbp + t));
+                let d = _mm512_mul_ps(dx, _mm512_set1_ps(*dyp.add(j * nbp + t)));
+                let a = accp.add(8 * j + t % 8);
+                *a = _mm512_add_ps(*a, _mm512_mul_ps(_mm512_cvtepi32_ps(s), d));
             }
         }
         for j in 0..n {
