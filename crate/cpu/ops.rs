@@ -1023,6 +1023,17 @@ pub(crate) fn mul_mat(a: &TensorView, b: &TensorView, d: &TensorView, exec: &Exe
     let row_bytes = a.ty.row_size(depth as i64).max(1);
     let tile = if a.packed { 2 * crate::cpu::arch::repack::group(a.ty) } else { 4 };
     let mut block = ((128 * 1024 / row_bytes).clamp(tile, 256) / tile * tile).min(m.max(1));
+    // A decode step of 1 to 4 sequences on wasm's packed Q4_K/Q6_K weights (their decode
+    // kernel takes up to 4 rows of b in one call): each row of a is read once whatever the
+    // block, while each call prepares b again (reorders and widens its blocks: `prep_y`, 6.5%
+    // of a 4-sequence Q4_K_M step in Node 26's profile in blocks of 128 KiB, 3.6% of a
+    // 1-sequence one): one block of the whole matrix, split only for threads below. Not for
+    // ggml's layout: Q4_0's one-sequence step ran ~9% slower in whole-matrix blocks (its four
+    // row streams a quarter of the matrix apart instead of a quarter of 128 KiB).
+    let k_quant = matches!(a.ty, GgmlType::Q4_K | GgmlType::Q6_K);
+    if cfg!(target_family = "wasm") && a.packed && k_quant && d.ne[1] <= 4 {
+        block = m.max(1);
+    }
     let flops = m * d.ne[1] * k * n_batches;
     let n_threads = if flops < 1 << 16 { 1 } else { exec.n_threads() };
     // A prompt's blocks are long (each meets every row of b), so the thread that takes the

@@ -137,6 +137,52 @@ fn f16x4_to_f32(h: v128) -> v128 {
     v128_or(r, i32x4_shl(v128_and(h, u32x4_splat(0x8000)), 16))
 }
 
+/// [`f16x4_to_f32`]'s constants in each u32 lane: exponent and mantissa, 2^112 (as f32 bits),
+/// the exponent, an f32's all-ones exponent, the sign.
+const F16X4_SPLATS: [u32; 5] = [0x7fff, 0x7780_0000, 0x7c00, 0x7f80_0000, 0x8000];
+/// [`F16X4_SPLATS`] for [`Kept::read`].
+static F16X4_KEPT: Kept<5> = Kept([
+    [F16X4_SPLATS[0]; 4],
+    [F16X4_SPLATS[1]; 4],
+    [F16X4_SPLATS[2]; 4],
+    [F16X4_SPLATS[3]; 4],
+    [F16X4_SPLATS[4]; 4],
+]);
+
+/// [`f16x4_to_f32`] with its constants `k` ([`F16X4_SPLATS`] as vectors) given: the same steps.
+/// Kept apart from it: `f16x4_to_f32` written through this one (constant `k`) ran the
+/// one-sequence Q4_0 decode step ~10% slower under Node 26's V8 (steps per CPU second).
+#[inline(always)]
+fn f16x4_to_f32_in(h: v128, k: &[v128; 5]) -> v128 {
+    let em = i32x4_shl(v128_and(h, k[0]), 13);
+    let scaled = f32x4_mul(em, k[1]);
+    let special = i32x4_eq(v128_and(h, k[2]), k[2]);
+    let r = v128_bitselect(v128_or(em, k[3]), scaled, special);
+    v128_or(r, i32x4_shl(v128_and(h, k[4]), 16))
+}
+
+/// Vectors a loop uses, read from memory once per call ([`Kept::read`], before the loop)
+/// rather than written as constants: LLVM puts a `v128.const` at every use, and V8's
+/// Turboshaft (Node 26's V8 14.6, as Chromium's) builds each anew there, inside the loop
+/// (`movq` imm64, `vmovq`, `vpunpcklqdq`, or `movl`, `vmovd`, `vpshufd`: 3 to 4 instructions a
+/// use), where a value read once stays in a register or one memory operand away (as
+/// `simd::F16Consts` and `packed_k`'s nibble mask). 16-byte aligned u32 lanes.
+#[repr(align(16))]
+struct Kept<const N: usize>([[u32; 4]; N]);
+
+impl<const N: usize> Kept<N> {
+    #[inline(always)]
+    fn read(&'static self) -> [v128; N] {
+        // SAFETY: N readable vectors, 16-byte aligned (repr); a volatile read, so LLVM cannot
+        // turn it back into a constant.
+        core::array::from_fn(|i| unsafe { core::ptr::read_volatile(self.0[i].as_ptr() as *const v128) })
+    }
+}
+
+/// A legacy block's nibble mask (0x0F in each byte) and Q4_0's offset (8 in each byte), for
+/// [`Kept::read`].
+static NIBBLE_KEPT: Kept<2> = Kept([[0x0F0F_0F0F; 4], [0x0808_0808; 4]]);
+
 /// The four f16 at `p` (8 bytes) as f32, for scales that hold no inf or NaN ([`crate::cpu::arch::repack::pack`]
 /// leaves matrices with such a scale in ggml's layout): [`f16x4_to_f32`]'s bits for every
 /// finite f16 in 4 instructions (its 14 with the special case). The sign-extending load puts
@@ -154,6 +200,12 @@ unsafe fn f16x4_finite(p: *const u8) -> v128 {
 #[inline(always)]
 fn f16x4(h: [u16; 4]) -> v128 {
     f16x4_to_f32(u32x4(h[0] as u32, h[1] as u32, h[2] as u32, h[3] as u32))
+}
+
+/// [`f16x4`] with [`f16x4_to_f32_in`]'s constants given.
+#[inline(always)]
+fn f16x4_in(h: [u16; 4], k: &[v128; 5]) -> v128 {
+    f16x4_to_f32_in(u32x4(h[0] as u32, h[1] as u32, h[2] as u32, h[3] as u32), k)
 }
 
 /// Scalar contributions of the blocks past the last whole group of 8, then the lanes'
@@ -178,6 +230,13 @@ fn finish<X, Y>(lo: v128, hi: v128, x: &[X], y: &[Y], block: impl Fn(&X, &Y) -> 
 fn nibbles(qs: &[u8; 16]) -> (v128, v128) {
     let q = load(qs);
     (v128_and(q, u8x16_splat(0x0F)), u8x16_shr(q, 4))
+}
+
+/// [`nibbles`] of the 16 bytes `q` with the mask 0x0F in each byte given (`m0f`, read once
+/// per call: [`NIBBLE_KEPT`]): the same values (a u16 shift by 4 then the mask is a u8 shift).
+#[inline(always)]
+fn nibbles_in(q: v128, m0f: v128) -> (v128, v128) {
+    (v128_and(q, m0f), v128_and(u16x8_shr(q, 4), m0f))
 }
 
 /// 5-bit quants of a Q5 block: nibbles plus bit j of `qh` as 0x10 in byte j.
@@ -957,8 +1016,13 @@ struct I16Panels<'a> {
 impl PanelForm for I16Panels<'_> {
     const VECS: usize = 16;
     fn pack(&mut self, nb: usize, a: &[u8], lda: usize, rows: &[[usize; PANEL]], pw: &mut [v128], pd: &mut [v128]) {
-        let eight = i8x16_splat(8);
-        let q4 = |q: v128, h: bool| i8x16_sub(if h { u8x16_shr(q, 4) } else { v128_and(q, u8x16_splat(0x0F)) }, eight);
+        // Constants read once ([`Kept`]), not rebuilt per block (Q4_0's rows).
+        let [m0f, eight] = NIBBLE_KEPT.read();
+        let f16k = F16X4_KEPT.read();
+        let q4 = |q: v128, h: bool| {
+            let (lo, hi) = nibbles_in(q, m0f);
+            i8x16_sub(if h { hi } else { lo }, eight)
+        };
         for (p, ii) in rows.iter().enumerate() {
             let (pw, pd) = (&mut pw[p * nb * 16..(p + 1) * nb * 16], &mut pd[p * nb..(p + 1) * nb]);
             if self.packed {
@@ -987,7 +1051,7 @@ impl PanelForm for I16Panels<'_> {
                         nb,
                         pw,
                         pd,
-                        |t| f16x4(core::array::from_fn(|r| xs[r][t].d())),
+                        |t| f16x4_in(core::array::from_fn(|r| xs[r][t].d()), &f16k),
                         |r, t, h| q4(load(&xs[r][t].qs), h),
                     )
                 }
@@ -1068,15 +1132,20 @@ impl PanelForm for NibblePanels<'_> {
     const VECS: usize = 8;
     fn pack(&mut self, nb: usize, a: &[u8], lda: usize, rows: &[[usize; PANEL]], pw: &mut [v128], pd: &mut [v128]) {
         let size = core::mem::size_of::<BlockQ4_0>();
+        // Packing costs a decode step of 4 sequences about what their products do (Node 26
+        // profile: 25% of the step each): its constants read once ([`Kept`]), not rebuilt
+        // per block (46 of its ~120 instructions a block under V8 14.6).
+        let [m0f, _] = NIBBLE_KEPT.read();
+        let f16k = F16X4_KEPT.read();
         for (p, ii) in rows.iter().enumerate() {
             let (pw, pd) = (&mut pw[p * nb * 8..(p + 1) * nb * 8], &mut pd[p * nb..(p + 1) * nb]);
             let xs: [&[BlockQ4_0]; PANEL] = ii.map(|i| cast_slice(&a[i * lda..i * lda + nb * size]));
             for t in 0..nb {
                 // Nibbles of elements 0..16 and 16..32 of each row's block.
-                let q: [(v128, v128); PANEL] = core::array::from_fn(|r| nibbles(&xs[r][t].qs));
+                let q: [(v128, v128); PANEL] = core::array::from_fn(|r| nibbles_in(load(&xs[r][t].qs), m0f));
                 pw[8 * t..8 * t + 4].copy_from_slice(&transpose4(q.map(|q| q.0)));
                 pw[8 * t + 4..8 * t + 8].copy_from_slice(&transpose4(q.map(|q| q.1)));
-                pd[t] = f16x4(core::array::from_fn(|r| xs[r][t].d()));
+                pd[t] = f16x4_in(core::array::from_fn(|r| xs[r][t].d()), &f16k);
             }
         }
     }
