@@ -1293,7 +1293,11 @@ impl PanelForm for U8Panels {
         _jj: [usize; C],
     ) -> [[v128; C]; P] {
         let mut s: [[v128; C]; P] = core::array::from_fn(|p| [*pp[p].add(9 * t + 8); C]);
-        for q in 0..8 {
+        // A loop V8 sees as one: unrolled, LLVM emits each sum's 8 products as one expression
+        // (all 16 panel vectors and 32 splats live at once), which V8 spilled to the stack
+        // (124 moves beside the 64 dot products of a 2 × 4 tile). An opaque trip count keeps
+        // 8 sums, 2 panel vectors and a splat live.
+        for q in 0..core::hint::black_box(8) {
             let x: [v128; P] = core::array::from_fn(|p| *pp[p].add(9 * t + q));
             for c in 0..C {
                 let y = v128_load32_splat(yr[c].add(32 * t + 4 * q) as *const u32);
