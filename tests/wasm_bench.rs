@@ -208,6 +208,51 @@ fn bench_prompt_gemm_against_vec_dot_loop() {
     }
 }
 
+/// Q8_0's prompt product on training's shapes (a batch of 4 × 128 tokens: 512 rows of b) with
+/// the relaxed build's u8 panels and with the i16 panels (`set_vnni_disabled`), alternating
+/// per round, CPU time: on a CPU with AVX-VNNI, where V8 emits `vpdpbusd` for the relaxed dot.
+#[wasm_bindgen_test]
+#[ignore = "benchmark (minutes): run with --include-ignored"]
+fn bench_q8_0_prompt_u8_against_i16_panels() {
+    use GgmlType::*;
+    let mut rng = Rng::xorshift32(12);
+    let n = 512usize;
+    console_log!("| k × m (n = {n}) | u8 panels GOP/s (rounds) | i16 panels GOP/s (rounds) | kernel |");
+    console_log!("|---|---|---|---|");
+    for (k, m) in [(768usize, 2304usize), (768, 768), (768, 3072), (3072, 768)] {
+        let a = random_weights(&mut rng, Q8_0, k, m);
+        let x: Vec<f32> = (0..k * n).map(|_| rng.unit_u32() - 0.5).collect();
+        let b = ggweb::quants::quantize(Q8_0, &x).unwrap();
+        let (ra, rb) = (Q8_0.row_size(k as i64), Q8_0.row_size(k as i64));
+        let mut c = vec![0f32; m * n];
+        let mut run = |no_u8: bool| {
+            ggweb::cpu::arch::set_vnni_disabled(no_u8);
+            let (c0, mut runs) = (cpu_now(), 0);
+            while cpu_now() - c0 < 0.3 || runs < 2 {
+                ggweb::cpu::arch::gemm(Q8_0, k, m, n, &a, ra, &b, rb, &mut c, m);
+                runs += 1;
+            }
+            let t = (cpu_now() - c0) / runs as f64;
+            ggweb::cpu::arch::set_vnni_disabled(false);
+            (2.0 * (k * m * n) as f64 / t * 1e-9, c.clone())
+        };
+        let (mut u8s, mut i16s) = (Vec::new(), Vec::new());
+        for r in 0..4 {
+            for no_u8 in if r % 2 == 0 { [false, true] } else { [true, false] } {
+                let (g, out) = run(no_u8);
+                if no_u8 {
+                    i16s.push((g, out))
+                } else {
+                    u8s.push((g, out))
+                }
+            }
+        }
+        assert!(u8s[0].1.iter().zip(&i16s[0].1).all(|(p, q)| p.to_bits() == q.to_bits()), "u8 ≠ i16 panels");
+        let f = |v: &[(f64, Vec<f32>)]| v.iter().map(|x| format!("{:.1}", x.0)).collect::<Vec<_>>().join(", ");
+        console_log!("| {k} × {m} | {} | {} | {} |", f(&u8s), f(&i16s), ggweb::cpu::arch::prompt_gemm_kernel(Q8_0));
+    }
+}
+
 #[wasm_bindgen_test]
 #[ignore = "benchmark (minutes): run with --include-ignored"]
 fn bench_mul_mat_kernels() {

@@ -664,7 +664,21 @@ fn prompt_kernels_follow_the_build() {
     let q4 = arch::prompt_gemm_kernel(GgmlType::Q4_0);
     let q8 = arch::prompt_gemm_kernel(GgmlType::Q8_0);
     if cfg!(target_arch = "wasm32") {
-        assert_eq!(q8, "simd128 i16 panels");
+        // With relaxed SIMD, the u8 panels where the relaxed dot multiplies u8 by i8 exactly
+        // (V8 on a CPU with AVX-VNNI), the i16 panels elsewhere.
+        if relaxed && q8 != "simd128 i16 panels" {
+            assert_eq!(q8, "simd128 u8 panels (relaxed dot as vpdpbusd)");
+            arch::set_vnni_disabled(true);
+            assert_eq!(arch::prompt_gemm_kernel(GgmlType::Q8_0), "simd128 i16 panels");
+            arch::set_vnni_disabled(false);
+        }
+        assert!(relaxed || q8 == "simd128 i16 panels", "{q8}");
+        // Set where the browser is known to emit vpdpbusd (Chromium on an AVX-VNNI CPU), so a
+        // run there proves the u8 panels were the ones tested.
+        if option_env!("GGWEB_EXPECT_U8_DOT").is_some() {
+            assert_eq!(q8, "simd128 u8 panels (relaxed dot as vpdpbusd)");
+        }
+        println!("wasm Q8_0 prompt kernel here: {q8}");
         assert_eq!(q4, if relaxed { "simd128 nibble panels (relaxed dot)" } else { "simd128 i16 panels" });
     }
     if cfg!(target_arch = "x86_64") && Isa::best() != Isa::Scalar {
@@ -778,7 +792,8 @@ fn gemm_equals_vec_dot_bit_for_bit() {
                 b.extend_from_slice(&row);
                 b.extend_from_slice(&[0xCD; 2]);
             }
-            // With and without AVX-VNNI where the machine has it (no effect elsewhere).
+            // With and without AVX-VNNI where the machine has it (no effect elsewhere; on
+            // wasm with relaxed SIMD, the u8 panels and the i16 panels).
             for no_vnni in [false, true] {
                 arch::set_vnni_disabled(no_vnni);
                 let mut c = vec![f32::NAN; n * ldc];

@@ -346,6 +346,10 @@ impl ColPrep {
 /// for tests that check which one a build runs.
 #[doc(hidden)]
 pub fn prompt_gemm_kernel(ty: GgmlType) -> &'static str {
+    #[cfg(all(target_family = "wasm", target_feature = "relaxed-simd"))]
+    if ty == GgmlType::Q8_0 && wasm::u8_dot_exact() {
+        return wasm::U8_PANELS_NAME;
+    }
     cpu_traits(ty).gemm.map_or("vec_dot", |g| g.name)
 }
 

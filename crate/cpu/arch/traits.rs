@@ -165,7 +165,8 @@ fn active() -> &'static Kernels {
 }
 
 /// Makes [`super::gemm`] leave `vpdpbusd` (AVX-VNNI or AVX512-VNNI) unused (or use it again)
-/// on x86_64, so tests can check the plain AVX2 kernels on a machine that has VNNI. Both
+/// on x86_64, and on wasm with relaxed SIMD the u8 panels that rely on V8 emitting it, so
+/// tests can check the plain kernels on a machine that has VNNI. Both
 /// give the same bits; only speed differs, so flipping this while other threads compute is
 /// harmless.
 #[doc(hidden)]
@@ -179,4 +180,10 @@ pub fn set_vnni_disabled(disabled: bool) {
 #[doc(hidden)]
 pub fn set_zmm_disabled(disabled: bool) {
     ZMM_DISABLED.store(disabled, Ordering::Relaxed);
+}
+
+/// Whether [`set_vnni_disabled`] turned the VNNI kernels off.
+#[allow(dead_code)] // read by the relaxed-SIMD wasm kernels only
+pub(crate) fn vnni_disabled() -> bool {
+    VNNI_DISABLED.load(Ordering::Relaxed)
 }

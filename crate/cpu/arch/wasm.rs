@@ -538,6 +538,23 @@ fn gemm_rows_form(packed: bool, g: &GemmArgs, c: &mut [f32]) {
     if ty == GgmlType::Q4_0 && n == 1 && !cols.plain[0] {
         return decode_rows(ty, nb, m, a, lda, b, &[], cols, c);
     }
+    // Q8_0 where the relaxed dot multiplies u8 by i8 exactly (AVX-VNNI's `vpdpbusd` under
+    // V8): one instruction per 16 products instead of two per 8.
+    #[cfg(target_feature = "relaxed-simd")]
+    if ty == GgmlType::Q8_0 && n >= PANEL_MIN_N && !cols.plain.contains(&true) && u8_dot_exact() {
+        let mut form = U8Panels::new(nb, n, b, ldb, packed);
+        // Rows past the last whole panel: as vec_dot (the same bits).
+        let rest = |i: usize, c: &mut [f32]| {
+            let size = core::mem::size_of::<BlockQ8_0>();
+            for j in 0..n {
+                c[j * ldc + i] = q8_0_q8_0(
+                    cast_slice(&a[i * lda..i * lda + nb * size]),
+                    cast_slice(&b[j * ldb..j * ldb + nb * size]),
+                );
+            }
+        };
+        return panel_gemm(&mut form, nb, m, a, lda, cols, c, ldc, rest);
+    }
     // Rows of b as i16: 4 vectors of 8 per block.
     let mut yw = alloc::vec![i16x8_splat(0); n * nb * 4];
     for j in 0..n {
@@ -909,7 +926,7 @@ const PANEL_MIN_N: usize = 4;
 const SPREAD_MAX_N: usize = 16;
 
 /// 4×4 transpose of i32 lanes: lane r of result q = lane q of `x[r]`.
-#[cfg(target_feature = "relaxed-simd")] // NibblePanels' layout
+#[cfg(target_feature = "relaxed-simd")] // NibblePanels' and U8Panels' layouts
 #[inline(always)]
 fn transpose4(x: [v128; PANEL]) -> [v128; 4] {
     let t0 = i32x4_shuffle::<0, 4, 1, 5>(x[0], x[1]);
@@ -1178,6 +1195,184 @@ impl PanelForm for NibblePanels<'_> {
             let z = i32x4_splat(8 * self.ysum[j * self.nbp + t]);
             for row in s.iter_mut() {
                 row[c] = i32x4_sub(row[c], z);
+            }
+        }
+        s
+    }
+}
+
+/// Whether `i32x4.relaxed_dot_i8x16_i7x16_add_s` multiplies its second operand as u8 (0..=255)
+/// by the first's i8 exactly, with no saturation of pair sums: what V8 emits on x86 with
+/// AVX-VNNI (`vpdpbusd`). Elsewhere (`pmaddubsw`'s saturating pairs, Arm's signed `sdot`)
+/// only operands in 0..=127 agree, so [`U8Panels`] is used only where this probe, run once
+/// on extreme and mixed operands through the same instruction, finds the exact products.
+/// What [`super::prompt_gemm_kernel`] names Q8_0's prompt kernel where [`u8_dot_exact`].
+#[cfg(target_feature = "relaxed-simd")]
+pub(super) const U8_PANELS_NAME: &str = "simd128 u8 panels (relaxed dot as vpdpbusd)";
+
+#[cfg(target_feature = "relaxed-simd")]
+pub(super) fn u8_dot_exact() -> bool {
+    use core::sync::atomic::{AtomicU8, Ordering};
+    if super::traits::vnni_disabled() {
+        return false;
+    }
+    // 0: not probed yet, 1: exact, 2: not.
+    static EXACT: AtomicU8 = AtomicU8::new(0);
+    match EXACT.load(Ordering::Relaxed) {
+        1 => return true,
+        2 => return false,
+        _ => {}
+    }
+    // (i8 operand, u8 operand) byte patterns: the extremes, where pmaddubsw saturates and a
+    // signed reading of the u8 differs, then a mixed stream.
+    let mut cases: alloc::vec::Vec<([i8; 16], [u8; 16])> =
+        alloc::vec![([-128; 16], [255; 16]), ([127; 16], [255; 16]), ([-128; 16], [128; 16]), ([-1; 16], [129; 16])];
+    let mut seed = 0x9e37_79b9u32;
+    for _ in 0..8 {
+        let mut x = [0i8; 16];
+        let mut y = [0u8; 16];
+        for k in 0..16 {
+            seed ^= seed << 13;
+            seed ^= seed >> 17;
+            seed ^= seed << 5;
+            x[k] = (seed >> 8) as u8 as i8;
+            y[k] = (seed >> 20) as u8;
+        }
+        cases.push((x, y));
+    }
+    let exact = cases.iter().all(|(x, y)| {
+        // Through black_box, so the compiler cannot fold the instruction away.
+        let (xv, yv) = core::hint::black_box((load(&x[..]), load(&y[..])));
+        let acc = core::hint::black_box(i32x4(1, -2, 3, -4));
+        let got = i32x4_relaxed_dot_i8x16_i7x16_add(xv, yv, acc);
+        (0..4).all(|l| {
+            let want = [1, -2, 3, -4][l] + (0..4).map(|k| x[4 * l + k] as i32 * y[4 * l + k] as i32).sum::<i32>();
+            let lane = match l {
+                0 => i32x4_extract_lane::<0>(got),
+                1 => i32x4_extract_lane::<1>(got),
+                2 => i32x4_extract_lane::<2>(got),
+                _ => i32x4_extract_lane::<3>(got),
+            };
+            lane == want
+        })
+    });
+    EXACT.store(if exact { 1 } else { 2 }, Ordering::Relaxed);
+    exact
+}
+
+/// Q8_0 × Q8_0 with the relaxed dot where it is exact on u8 × i8 ([`u8_dot_exact`]): a panel
+/// vector holds 4 rows × 4 consecutive k of the weights as they are (i8), 8 a block, and a
+/// 9th holds the 4 rows' `−128·Σw` of the block; rows of b are copied once per call with
+/// their quants made unsigned (`y + 128`, 2 vectors a block), 4 bytes splat at a time. Each
+/// block's sum starts at `−128·Σw` and adds `Σ w·(y + 128)`: exactly `Σ w·y`, so the float
+/// steps ([`panel_tile`]) give every result `vec_dot`'s bits.
+#[cfg(target_feature = "relaxed-simd")]
+struct U8Panels {
+    packed: bool,
+    /// Rows of b, quants + 128 as u8: 2 vectors a block, `nb` blocks a row.
+    yu: alloc::vec::Vec<v128>,
+}
+
+#[cfg(target_feature = "relaxed-simd")]
+impl U8Panels {
+    fn new(nb: usize, n: usize, b: &[u8], ldb: usize, packed: bool) -> Self {
+        let mut yu = alloc::vec![i8x16_splat(0); n * nb * 2];
+        let top = u8x16_splat(0x80);
+        for j in 0..n {
+            let ys: &[BlockQ8_0] = cast_slice(&b[j * ldb..j * ldb + nb * core::mem::size_of::<BlockQ8_0>()]);
+            for (t, y) in ys.iter().enumerate() {
+                yu[(j * nb + t) * 2] = v128_xor(load(&y.qs[..16]), top);
+                yu[(j * nb + t) * 2 + 1] = v128_xor(load(&y.qs[16..]), top);
+            }
+        }
+        U8Panels { packed, yu }
+    }
+}
+
+/// One panel of [`U8Panels`]: block t's 8 vectors (4 rows × 4 k each) at 9t.., the rows'
+/// `−128·Σw` at 9t + 8, their scales at `pd[t]`. `half(r, t, h)` gives quants 16h..16h+16
+/// of row r's block t.
+#[cfg(target_feature = "relaxed-simd")]
+#[inline(always)]
+fn pack_u8(
+    nb: usize,
+    pw: &mut [v128],
+    pd: &mut [v128],
+    scales: impl Fn(usize) -> v128,
+    half: impl Fn(usize, usize, usize) -> v128,
+) {
+    let (pw, pd) = (&mut pw[..9 * nb], &mut pd[..nb]);
+    let (one, minus128) = (i8x16_splat(1), i32x4_splat(-128));
+    for t in 0..nb {
+        let lo = transpose4(core::array::from_fn(|r| half(r, t, 0)));
+        let hi = transpose4(core::array::from_fn(|r| half(r, t, 1)));
+        let mut sum = i32x4_splat(0);
+        for v in lo.iter().chain(&hi) {
+            // Σ of each row's 4 quants (an operand of 1: exact everywhere).
+            sum = i32x4_relaxed_dot_i8x16_i7x16_add(*v, one, sum);
+        }
+        pw[9 * t..9 * t + 4].copy_from_slice(&lo);
+        pw[9 * t + 4..9 * t + 8].copy_from_slice(&hi);
+        pw[9 * t + 8] = i32x4_mul(sum, minus128);
+        pd[t] = scales(t);
+    }
+}
+
+#[cfg(target_feature = "relaxed-simd")]
+impl PanelForm for U8Panels {
+    const VECS: usize = 9;
+    fn pack(&mut self, nb: usize, a: &[u8], lda: usize, rows: &[[usize; PANEL]], pw: &mut [v128], pd: &mut [v128]) {
+        for (p, ii) in rows.iter().enumerate() {
+            let (pw, pd) = (&mut pw[p * nb * 9..(p + 1) * nb * 9], &mut pd[p * nb..(p + 1) * nb]);
+            if self.packed {
+                // A repacked Q8_0 group (rows 4g..4g+4): block t at 136·t, 4 scales then 4×32 quants.
+                let g = &a[ii[0] * lda..(ii[0] + PANEL) * lda];
+                pack_u8(
+                    nb,
+                    pw,
+                    pd,
+                    |t| group_scales(&g[136 * t..]),
+                    |r, t, h| load(&g[136 * t + 8 + 32 * r + 16 * h..]),
+                );
+            } else {
+                let size = core::mem::size_of::<BlockQ8_0>();
+                let xs: [&[BlockQ8_0]; PANEL] = ii.map(|i| cast_slice(&a[i * lda..i * lda + nb * size]));
+                pack_u8(
+                    nb,
+                    pw,
+                    pd,
+                    |t| f16x4(core::array::from_fn(|r| xs[r][t].d())),
+                    |r, t, h| load(&xs[r][t].qs[16 * h..]),
+                );
+            }
+        }
+    }
+    fn rows<const C: usize>(&self, nb: usize, jj: [usize; C]) -> [*const u8; C] {
+        jj.map(|j| self.yu[j * nb * 2..(j + 1) * nb * 2].as_ptr() as *const u8)
+    }
+    fn packed(&self) -> bool {
+        self.packed
+    }
+    #[inline(always)]
+    unsafe fn sums<const P: usize, const C: usize>(
+        &self,
+        t: usize,
+        pp: [*const v128; P],
+        yr: [*const u8; C],
+        _jj: [usize; C],
+    ) -> [[v128; C]; P] {
+        let mut s: [[v128; C]; P] = core::array::from_fn(|p| [*pp[p].add(9 * t + 8); C]);
+        // A loop V8 sees as one: unrolled, LLVM emits each sum's 8 products as one expression
+        // (all 16 panel vectors and 32 splats live at once), which V8 spilled to the stack
+        // (124 moves beside the 64 dot products of a 2 × 4 tile). An opaque trip count keeps
+        // 8 sums, 2 panel vectors and a splat live.
+        for q in 0..core::hint::black_box(8) {
+            let x: [v128; P] = core::array::from_fn(|p| *pp[p].add(9 * t + q));
+            for c in 0..C {
+                let y = v128_load32_splat(yr[c].add(32 * t + 4 * q) as *const u32);
+                for p in 0..P {
+                    s[p][c] = i32x4_relaxed_dot_i8x16_i7x16_add(x[p], y, s[p][c]);
+                }
             }
         }
         s
