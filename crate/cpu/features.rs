@@ -50,6 +50,21 @@ pub struct CpuFeatures {
     pub decode_prefetch: bool,
 }
 
+/// See [`crate::cpu::arch::set_vnni_disabled`]; kept here, beside the other switches, so
+/// that the tables (`arch/traits.rs`) and the wasm kernels that probe V8's `vpdpbusd`
+/// (`arch/wasm.rs`) both read it without importing each other.
+static VNNI_DISABLED: AtomicBool = AtomicBool::new(false);
+
+pub(crate) fn set_vnni_disabled(disabled: bool) {
+    VNNI_DISABLED.store(disabled, Ordering::Relaxed);
+}
+
+/// Whether [`crate::cpu::arch::set_vnni_disabled`] turned the VNNI kernels off.
+#[inline]
+pub(crate) fn vnni_disabled() -> bool {
+    VNNI_DISABLED.load(Ordering::Relaxed)
+}
+
 /// See [`set_scalar_only`].
 static SCALAR_ONLY: AtomicBool = AtomicBool::new(false);
 

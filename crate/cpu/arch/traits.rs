@@ -51,8 +51,6 @@ pub enum Isa {
     Simd128,
 }
 
-/// See [`set_vnni_disabled`].
-static VNNI_DISABLED: AtomicBool = AtomicBool::new(false);
 /// See [`set_zmm_disabled`].
 static ZMM_DISABLED: AtomicBool = AtomicBool::new(false);
 
@@ -94,7 +92,7 @@ impl Isa {
     /// The whole table of `self` (tests compare ISAs through it); None when `self` cannot
     /// run here.
     pub fn kernels(self) -> Option<&'static Kernels> {
-        self.table(VNNI_DISABLED.load(Ordering::Relaxed), ZMM_DISABLED.load(Ordering::Relaxed))
+        self.table(crate::cpu::features::vnni_disabled(), ZMM_DISABLED.load(Ordering::Relaxed))
     }
 
     /// The table of `self`, with the plain AVX2 prompt kernels when `no_vnni`, without the
@@ -150,7 +148,7 @@ fn active() -> &'static Kernels {
     if crate::cpu::features::scalar_only() {
         return &SCALAR;
     }
-    let (no_vnni, no_zmm) = (VNNI_DISABLED.load(Ordering::Relaxed), ZMM_DISABLED.load(Ordering::Relaxed));
+    let (no_vnni, no_zmm) = (crate::cpu::features::vnni_disabled(), ZMM_DISABLED.load(Ordering::Relaxed));
     if no_vnni || no_zmm {
         return Isa::best().table(no_vnni, no_zmm).expect("the best ISA is available");
     }
@@ -171,7 +169,7 @@ fn active() -> &'static Kernels {
 /// harmless.
 #[doc(hidden)]
 pub fn set_vnni_disabled(disabled: bool) {
-    VNNI_DISABLED.store(disabled, Ordering::Relaxed);
+    crate::cpu::features::set_vnni_disabled(disabled);
 }
 
 /// Makes the x86 kernels leave 512-bit registers unused (the AVX2 `vpdpbusd` forms instead),
@@ -180,10 +178,4 @@ pub fn set_vnni_disabled(disabled: bool) {
 #[doc(hidden)]
 pub fn set_zmm_disabled(disabled: bool) {
     ZMM_DISABLED.store(disabled, Ordering::Relaxed);
-}
-
-/// Whether [`set_vnni_disabled`] turned the VNNI kernels off.
-#[allow(dead_code)] // read by the relaxed-SIMD wasm kernels only
-pub(crate) fn vnni_disabled() -> bool {
-    VNNI_DISABLED.load(Ordering::Relaxed)
 }

@@ -1213,7 +1213,7 @@ pub(super) const U8_PANELS_NAME: &str = "simd128 u8 panels (relaxed dot as vpdpb
 #[cfg(target_feature = "relaxed-simd")]
 pub(super) fn u8_dot_exact() -> bool {
     use core::sync::atomic::{AtomicU8, Ordering};
-    if super::traits::vnni_disabled() {
+    if crate::cpu::features::vnni_disabled() {
         return false;
     }
     // 0: not probed yet, 1: exact, 2: not.
