@@ -39,75 +39,47 @@ pub(super) const fn legacy_shift(q4: bool) -> i32 {
 /// on such CPUs Q8_0 and Q4_0 weights keep ggml's layout. A decode call takes up to
 /// [`DECODE_COLS`] rows of b (several sequences a step), each group block loaded (and Q4_0's
 /// nibbles split) once for all of them.
-pub(super) static PACKED_Q8_0: [PackedKernel; 2] = [
-    PackedKernel {
-        name: "avx2 8-row groups (avx-vnni vpdpbusd)",
-        decode: |g, c| unsafe { decode_cols::<false, false>(g, c) },
-        wants_sums: true,
-        cols: DECODE_COLS,
-        prompt: Some(&PROMPT[0]),
-    },
-    PackedKernel {
-        name: "avx2 8-row groups (avx512-vnni vpdpbusd)",
-        decode: |g, c| unsafe { decode_cols::<true, false>(g, c) },
-        wants_sums: true,
-        cols: DECODE_COLS,
-        prompt: Some(&PROMPT[1]),
-    },
-];
+pub(super) static PACKED_Q8_0: [PackedKernel; 2] =
+    [packed::<false, false>(&PROMPT[0]), packed::<true, false>(&PROMPT[1])];
+pub(super) static PACKED_Q4_0: [PackedKernel; 2] =
+    [packed::<false, true>(&PROMPT_Q4_0[0]), packed::<true, true>(&PROMPT_Q4_0[1])];
+static PROMPT: [PromptGemm; 2] = [prompt_entry::<false, false>(), prompt_entry::<true, false>()];
+static PROMPT_Q4_0: [PromptGemm; 2] = [prompt_entry::<false, true>(), prompt_entry::<true, true>()];
 
-pub(super) static PACKED_Q4_0: [PackedKernel; 2] = [
-    PackedKernel {
-        name: "avx2 8-row groups (avx-vnni vpdpbusd)",
-        decode: |g, c| unsafe { decode_cols::<false, true>(g, c) },
-        wants_sums: true,
-        cols: DECODE_COLS,
-        prompt: Some(&PROMPT_Q4_0[0]),
-    },
-    PackedKernel {
-        name: "avx2 8-row groups (avx512-vnni vpdpbusd)",
-        decode: |g, c| unsafe { decode_cols::<true, true>(g, c) },
-        wants_sums: true,
-        cols: DECODE_COLS,
-        prompt: Some(&PROMPT_Q4_0[1]),
-    },
-];
+/// The kernels' name for the `vpdpbusd` form (`EVEX`: AVX512-VNNI's, else AVX-VNNI's).
+const fn name(evex: bool) -> &'static str {
+    if evex {
+        "avx2 8-row groups (avx512-vnni vpdpbusd)"
+    } else {
+        "avx2 8-row groups (avx-vnni vpdpbusd)"
+    }
+}
 
-// SAFETY of the closures above and below: the tables holding them are handed out only where
-// AVX2, F16C and the `vpdpbusd` form were detected (`traits::Isa::table`); `gemm_packed`
-// and `gemm_with` checked the rows and sized `cols`.
-static PROMPT: [PromptGemm; 2] = [
+// SAFETY of the closures below: the tables holding them are handed out only where AVX2, F16C
+// and the `vpdpbusd` form were detected (`traits::Isa::table`); `gemm_packed` and
+// `gemm_with` checked the rows and sized `cols`.
+
+/// The entry of Q8_0 (`Q4` false) or Q4_0 for one `vpdpbusd` form.
+const fn packed<const EVEX: bool, const Q4: bool>(prompt: &'static PromptGemm) -> PackedKernel {
+    PackedKernel {
+        name: name(EVEX),
+        decode: |g, c| unsafe { decode_cols::<EVEX, Q4>(g, c) },
+        wants_sums: true,
+        cols: DECODE_COLS,
+        prompt: Some(prompt),
+    }
+}
+
+/// [`packed`]'s prompt kernel.
+const fn prompt_entry<const EVEX: bool, const Q4: bool>() -> PromptGemm {
     PromptGemm {
-        name: "avx2 8-row groups (avx-vnni vpdpbusd)",
-        rows: |g, c| unsafe { prompt::<false, false>(g, c) },
+        name: name(EVEX),
+        rows: |g, c| unsafe { prompt::<EVEX, Q4>(g, c) },
         needs_plain: false,
         wants_sums: true,
         chunk: crate::cpu::arch::L1_CHUNK,
-    },
-    PromptGemm {
-        name: "avx2 8-row groups (avx512-vnni vpdpbusd)",
-        rows: |g, c| unsafe { prompt::<true, false>(g, c) },
-        needs_plain: false,
-        wants_sums: true,
-        chunk: crate::cpu::arch::L1_CHUNK,
-    },
-];
-static PROMPT_Q4_0: [PromptGemm; 2] = [
-    PromptGemm {
-        name: "avx2 8-row groups (avx-vnni vpdpbusd)",
-        rows: |g, c| unsafe { prompt::<false, true>(g, c) },
-        needs_plain: false,
-        wants_sums: true,
-        chunk: crate::cpu::arch::L1_CHUNK,
-    },
-    PromptGemm {
-        name: "avx2 8-row groups (avx512-vnni vpdpbusd)",
-        rows: |g, c| unsafe { prompt::<true, true>(g, c) },
-        needs_plain: false,
-        wants_sums: true,
-        chunk: crate::cpu::arch::L1_CHUNK,
-    },
-];
+    }
+}
 
 /// The 8 rows' quants of one block (at `q`), unsigned, as 8 vectors: vector c holds each
 /// row's elements 4c..4c+4 (Q8_0: 256 bytes made unsigned; Q4_0: 128 bytes of nibbles,
