@@ -33,35 +33,28 @@ const K4_QS: usize = 128;
 const K6_SCALES: usize = 16;
 const K6_QUANTS: usize = 144;
 
-/// One row of b takes `packed.rs`'s EVEX decode kernel (see above), 2 to 4 [`DECODE_COLS`].
-pub(super) static PACKED_Q8_0: PackedKernel = PackedKernel {
-    name: NAME,
-    decode: |g, c| match g.cols.plain.len() {
-        1 => (super::packed::PACKED_Q8_0[1].decode)(g, c),
-        // SAFETY: as for the prompt kernels below.
-        _ => unsafe {
-            legacy_prompt::<false>(g, c, super::packed::prefetching());
-            true
+pub(super) static PACKED_Q8_0: PackedKernel = legacy::<false>(&PROMPT_Q8_0);
+pub(super) static PACKED_Q4_0: PackedKernel = legacy::<true>(&PROMPT_Q4_0);
+
+/// Q8_0's (`Q4` false) or Q4_0's entry: one row of b takes `packed.rs`'s EVEX decode kernel
+/// (see above), 2 to 4 [`DECODE_COLS`] the group-pair kernel with the weights prefetched.
+const fn legacy<const Q4: bool>(prompt: &'static PromptGemm) -> PackedKernel {
+    PackedKernel {
+        name: NAME,
+        decode: |g, c| match g.cols.plain.len() {
+            1 => (if Q4 { &super::packed::PACKED_Q4_0 } else { &super::packed::PACKED_Q8_0 }[1].decode)(g, c),
+            // SAFETY: as for the prompt kernels below.
+            _ => unsafe {
+                legacy_prompt::<Q4>(g, c, super::packed::prefetching());
+                true
+            },
         },
-    },
-    wants_sums: true,
-    cols: DECODE_COLS,
-    prompt: Some(&PROMPT_Q8_0),
-};
-pub(super) static PACKED_Q4_0: PackedKernel = PackedKernel {
-    name: NAME,
-    decode: |g, c| match g.cols.plain.len() {
-        1 => (super::packed::PACKED_Q4_0[1].decode)(g, c),
-        // SAFETY: as for the prompt kernels below.
-        _ => unsafe {
-            legacy_prompt::<true>(g, c, super::packed::prefetching());
-            true
-        },
-    },
-    wants_sums: true,
-    cols: DECODE_COLS,
-    prompt: Some(&PROMPT_Q4_0),
-};
+        wants_sums: true,
+        cols: DECODE_COLS,
+        prompt: Some(prompt),
+    }
+}
+
 pub(super) static PACKED_Q4_K: PackedKernel = PackedKernel {
     name: NAME,
     decode: |g, c| match g.cols.plain.len() {
