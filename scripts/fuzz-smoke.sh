@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Fuzz smoke: builds every cargo-fuzz target in fuzz/ once (gguf_chunks, tokenizer_roundtrip,
 # gallocr_plan, model_split, model_sizes32, sae_safetensors: whatever `cargo fuzz list` names),
-# runs them side by side for FUZZ_SECS seconds each (default 60: they share the machine's
-# cores, so the step's wall time stays what three took), and fails on any crash, hang, oversized allocation
+# runs them side by side for FUZZ_SECS seconds each (default 30: they share the machine's
+# cores; a smoke run, which the committed seeds' coverage makes worth it: longer runs with
+# FUZZ_SECS, or with `cargo +nightly fuzz run` directly), and fails on any crash, hang, oversized allocation
 # or a target that ran no inputs. Prints one line per target:
 #   fuzz <target>: <runs> runs, <exec/s> exec/s, cov <edges>, corpus <n>, 0 crashes
 # (scripts/test.sh counts those lines.)
 #
 # Environment:
-#   FUZZ_SECS=60            seconds per target (libFuzzer -max_total_time)
+#   FUZZ_SECS=30            seconds per target (libFuzzer -max_total_time)
 #   FUZZ_SANITIZER=none     or address: ASAN + LeakSanitizer, which check the unsafe code
 #                           (host buffers, SIMD kernels) too, but compile the crate ~7x
 #                           slower (~170 s of CPU instead of ~25 s) and run 2-3x slower:
@@ -27,7 +28,7 @@ LOG_TAG=fuzz
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 
-SECS=${FUZZ_SECS:-60}
+SECS=${FUZZ_SECS:-30}
 SANITIZER=${FUZZ_SANITIZER:-none}
 OUT=tests/artifacts/fuzz
 FUZZ_DIR="$TARGET_DIR/fuzz-$SANITIZER"

@@ -11,7 +11,7 @@
 #   7b. the packed package in a Vite 8 and a webpack 5 app (tests/bundlers/), built and run in
 #       headless Chromium; 7c. in Node.js (tests/node/); 7d. the examples (examples/react,
 #       service-worker, node-vitest) built and run (tests/examples/)
-#   8. fuzz smoke: every cargo-fuzz target for 60 s (scripts/fuzz-smoke.sh)
+#   8. fuzz smoke: every cargo-fuzz target for 30 s (scripts/fuzz-smoke.sh)
 # Each runner's output is checked for a count of tests that actually ran: a runner that
 # skips everything and exits 0 fails here. Logs go to tests/artifacts/logs/.
 set -euo pipefail
