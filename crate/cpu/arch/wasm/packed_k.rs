@@ -32,7 +32,7 @@ use alloc::vec::Vec;
 
 use super::super::kernel::{q4_k_qs_src, q6_k_src, GemmArgs, PackedKernel, PromptGemm, GROUP};
 use super::kquants::{gemm_rows_k, KBlock};
-use super::{f16x4_finite, transpose_sum};
+use super::{f16x4_finite, transpose_sum, Kept};
 use crate::quants::blocks::{BlockQ4_K, BlockQ6_K};
 use crate::types::GgmlType;
 
@@ -245,22 +245,34 @@ unsafe fn reorder_q6_k(qs: *const u8) -> [v128; 16] {
     })
 }
 
-/// i16 lane L = y·u over bytes 2L, 2L+1 of prepared vector `j` (u ≤ 63: exact).
+/// i16 lane L = y·u over bytes 2L, 2L+1 of prepared vector `j` (u ≤ 63: exact). `even`:
+/// 0x00FF in each u16 lane (the plain build's even bytes; [`Q6_K_KEPT`]`[2]`, read once per
+/// call), unused by the relaxed build.
 ///
 /// # Safety
 /// `y` holds vector j (relaxed) or 2j, 2j+1 (plain).
 #[inline(always)]
-unsafe fn pd(y: *const v128, j: usize, u: v128) -> v128 {
+unsafe fn pd(y: *const v128, j: usize, u: v128, even: v128) -> v128 {
     #[cfg(target_feature = "relaxed-simd")]
     {
+        let _ = even;
         i16x8_relaxed_dot_i8x16_i7x16(*y.add(j), u)
     }
     #[cfg(not(target_feature = "relaxed-simd"))]
     {
-        let (ue, uo) = (v128_and(u, u16x8_splat(0xFF)), u16x8_shr(u, 8));
+        let (ue, uo) = (v128_and(u, even), u16x8_shr(u, 8));
         i16x8_add(i16x8_mul(ue, *y.add(2 * j)), i16x8_mul(uo, *y.add(2 * j + 1)))
     }
 }
+
+/// Q6_K's masks for [`Kept::read`], once per call: 0x3F and 0xC0 in each byte
+/// ([`q6_k_quarters`]), 0x00FF in each u16 lane ([`pd`]'s even bytes). As constants V8 14.6
+/// (Node 26, Chromium 156) built each anew at every use inside the group loop (`movq` imm64,
+/// `vmovq`, `vpunpcklqdq`; LLVM also turned `(x & 0xC0) >> s` into three more masks): read
+/// once, a Q6_K group block took ~33% fewer CPU ns for one row of b (both builds), ~12%
+/// (relaxed) and ~4% (plain) fewer for four, in a standalone copy of this kernel under Node 26
+/// (BENCHMARKS.md, "Several sequences in Chromium: Q6_K's masks read once", 2026-12-07).
+static Q6_K_KEPT: Kept<3> = Kept([[0x3F3F_3F3F; 4], [0xC0C0_C0C0; 4], [0x00FF_00FF; 4]]);
 
 /// The plain build's nibble mask (0x000F in each u16 lane), read from memory once per call
 /// rather than written as a constant: LLVM puts a `v128.const` at every use, and V8's
@@ -365,10 +377,11 @@ fn q4_k_lane_scales(s: &[v128; 4]) -> [[v128; 2]; GROUP] {
 }
 
 /// Q6_K's 4 unsigned 6-bit vectors (quarters K = 0..4) from a run's 3 packed vectors
-/// (`repack`'s `q6_k_fuse`: u0..u2 in the low 6 bits, u3 in the top 2 bits of each).
+/// (`repack`'s `q6_k_fuse`: u0..u2 in the low 6 bits, u3 in the top 2 bits of each); `k`:
+/// [`Q6_K_KEPT`] as read.
 #[inline(always)]
-pub(super) fn q6_k_quarters(x: v128, y: v128, z: v128) -> [v128; 4] {
-    let (m3f, mc0) = (u8x16_splat(0x3F), u8x16_splat(0xC0));
+fn q6_k_quarters(x: v128, y: v128, z: v128, k: &[v128; 3]) -> [v128; 4] {
+    let (m3f, mc0) = (k[0], k[1]);
     let u3 = v128_or(
         v128_or(u16x8_shr(v128_and(x, mc0), 2), u16x8_shr(v128_and(y, mc0), 4)),
         u16x8_shr(v128_and(z, mc0), 6),
@@ -444,8 +457,9 @@ unsafe fn group_q4_k<const N: usize>(
     b: [*const u8; N],
     yd: &[f32],
 ) -> [[f32; GROUP]; N] {
+    // The nibble mask read once per call, as Q6_K's masks (a constant is rebuilt at each use).
     #[cfg(target_feature = "relaxed-simd")]
-    let m0f = u8x16_splat(0x0F);
+    let m0f = super::NIBBLE_KEPT.read()[0];
     #[cfg(not(target_feature = "relaxed-simd"))]
     let m0f = nibble_mask();
     blocks::<N>(nb, |t, acc| {
@@ -463,8 +477,8 @@ unsafe fn group_q4_k<const N: usize>(
                 {
                     let (lo, hi) = (v128_and(x, m0f), v128_and(u16x8_shr(x, 4), m0f));
                     for j in 0..N {
-                        al[j] = i16x8_add(al[j], pd(y[j], 2 * v, lo));
-                        ah[j] = i16x8_add(ah[j], pd(y[j], 2 * v + 1, hi));
+                        al[j] = i16x8_add(al[j], pd(y[j], 2 * v, lo, m0f));
+                        ah[j] = i16x8_add(ah[j], pd(y[j], 2 * v + 1, hi, m0f));
                     }
                 }
                 #[cfg(not(target_feature = "relaxed-simd"))]
@@ -515,6 +529,7 @@ unsafe fn group_q6_k<const N: usize>(
     ys: [*const v128; N],
     yd: &[f32],
 ) -> [[f32; GROUP]; N] {
+    let km = Q6_K_KEPT.read();
     blocks::<N>(nb, |t, acc| {
         let blk = p.add(t * GB_Q6_K);
         let y: [*const v128; N] = core::array::from_fn(|j| yq[j].add(YV * t));
@@ -530,10 +545,10 @@ unsafe fn group_q6_k<const N: usize>(
                     let ql0 = v128_load(q.add(64 * h + 16 * pp) as *const v128);
                     let ql1 = v128_load(q.add(64 * h + 32 + 16 * pp) as *const v128);
                     let qh = v128_load(q.add(128 + 32 * h + 16 * pp) as *const v128);
-                    let u = q6_k_quarters(ql0, ql1, qh);
+                    let u = q6_k_quarters(ql0, ql1, qh, &km);
                     for j in 0..N {
                         for k in 0..4 {
-                            a[j][k] = i16x8_add(a[j][k], pd(y[j], 8 * h + 4 * pp + k, u[k]));
+                            a[j][k] = i16x8_add(a[j][k], pd(y[j], 8 * h + 4 * pp + k, u[k], km[2]));
                         }
                     }
                 }
@@ -603,6 +618,7 @@ pub(super) unsafe fn unpack_q4_k(blk: *const u8, r: usize, out: *mut u8) {
 #[inline(always)]
 pub(super) unsafe fn unpack_q6_k(blk: *const u8, r: usize, out: *mut u8) {
     let q = blk.add(72 + 192 * r);
+    let km = Q6_K_KEPT.read();
     let (m0f, mf0, m03, m0c, m30, mc0) =
         (u8x16_splat(0x0F), u8x16_splat(0xF0), u8x16_splat(3), u8x16_splat(0x0C), u8x16_splat(0x30), u8x16_splat(0xC0));
     // Per (h, P), ggml's ql0, ql1, qh bytes back (still in the packed byte order).
@@ -611,7 +627,7 @@ pub(super) unsafe fn unpack_q6_k(blk: *const u8, r: usize, out: *mut u8) {
         for pp in 0..2 {
             let (o0, o1, o2) = (64 * h + 16 * pp, 64 * h + 32 + 16 * pp, 128 + 32 * h + 16 * pp);
             let ld = |o: usize| v128_load(q.add(o) as *const v128);
-            let u = q6_k_quarters(ld(o0), ld(o1), ld(o2));
+            let u = q6_k_quarters(ld(o0), ld(o1), ld(o2), &km);
             runs[o0 / 16] = v128_or(v128_and(u[0], m0f), v128_and(i16x8_shl(u[2], 4), mf0));
             runs[o1 / 16] = v128_or(v128_and(u[1], m0f), v128_and(i16x8_shl(u[3], 4), mf0));
             runs[o2 / 16] = v128_or(
