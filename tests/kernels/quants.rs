@@ -821,7 +821,7 @@ fn gemm_equals_vec_dot_bit_for_bit() {
 fn q8_0_groups_dequantize_as_rows(rng: &mut Rng, a: &[u8], k: usize, m: usize) {
     use arch::repack;
     let ty = GgmlType::Q8_0;
-    let (ra, g) = (ty.row_size(k as i64), repack::group(ty));
+    let g = repack::group(ty);
     // Rows k + 3 apart; a panel of 3 more rows than the group, the group from its row 2.
     for (ld, bs, at0) in [(k + 3, 32, 0), (32, (g + 3) * 32, 2 * 32)] {
         q8_0_groups_placed(rng, a, k, m, ld, bs, at0);
