@@ -28,9 +28,12 @@ fn want_f32(t: &TensorView, role: &str) -> KResult {
 
 /// Rows of an out_prod result computed together: each pass over `a`'s rows serves them all.
 const OUT_PROD_ROWS: usize = 64;
-/// Rows of a non-f32 `a` converted to f32 at a time for the blocked product (the f32 gemm's
-/// own depth block: 256 rows of 768 are 768 KiB, inside L2).
-const OUT_PROD_KB: usize = 256;
+/// Rows of a non-f32 `a` converted to f32 at a time for the blocked product, straight into
+/// its panels (`Kernels::f32_gemm_panels`: one block of its depth, 256 rows of 768 are
+/// 768 KiB, inside L2).
+const OUT_PROD_KB: usize = crate::cpu::arch::F32_PANEL_DEPTH;
+/// Values per run of a row that [`a_rows_f32`] places: a Q8_0 block, a panel's width.
+const RUN: usize = crate::cpu::arch::F32_PANEL_WIDTH;
 
 /// ggml_out_prod: dst[i0, i1, i2, i3] = Σ_j a[i0, j, i2 / r2, i3 / r3] · b[i1, j, i2, i3].
 /// `a` may be any weight type (a row dequantized at a time, a repacked weight's row unpacked
@@ -60,15 +63,27 @@ pub(crate) fn out_prod(a: &TensorView, b: &TensorView, dst: &TensorView, exec: &
     // The blocked product (`Kernels::f32_gemm`), per run of result rows with the same (i2, i3):
     // C = X·Y with X[i1, j] = b[i1, j] and Y[j, i0] = a[i0, j]: [len, n0] = [len, nj] · [nj, n0].
     // An f32 a is read in place, in one call; another type's rows (LoRA's frozen quantized
-    // weights, F16) OUT_PROD_KB at a time as f32, each block's product added to C.
+    // weights, F16) OUT_PROD_KB at a time as f32 straight into the product's panels
+    // (`f32_gemm_panels`, the same sums as `f32_gemm` on those rows), each block's product
+    // added to C.
     let direct = a.ty == GgmlType::F32 && !a.packed && f32_strides(a);
-    if let Some(gemm) = kernels.f32_gemm.filter(|_| {
-        (direct || (a.ty != GgmlType::F32 && n0 > 0)) && f32_strides(b) && f32_strides(dst) && dst.nb[0] == 4
-    }) {
+    let to_panels = kernels.f32_gemm_panels.filter(|_| !direct && a.ty != GgmlType::F32 && n0 > 0);
+    if let Some(gemm) = kernels
+        .f32_gemm
+        .filter(|_| (direct || to_panels.is_some()) && f32_strides(b) && f32_strides(dst) && dst.nb[0] == 4)
+    {
         let kb = if direct { nj } else { OUT_PROD_KB };
         return par_rows(exec, dst.nrows(), n0.saturating_mul(nj), &|rows| {
-            let mut block = if direct { Vec::new() } else { vec![0.0f32; kb.min(nj) * n0] };
+            // 64-byte aligned panels (`F32GemmPanels`): [n0 / RUN panels][kb rows][RUN].
+            #[derive(Clone, Copy)]
+            #[repr(C, align(64))]
+            struct Line([f32; 16]);
+            let panel_floats = kb.min(nj) * n0.div_ceil(RUN) * RUN;
+            let mut lines = if direct { Vec::new() } else { vec![Line([0.0; 16]); panel_floats.div_ceil(16)] };
+            // SAFETY: `lines` holds panel_floats f32s (Line is 16 of them, no padding).
+            let block = unsafe { core::slice::from_raw_parts_mut(lines.as_mut_ptr() as *mut f32, panel_floats) };
             let mut plain = if a.packed { vec![0u8; a.nb[1]] } else { Vec::new() };
+            let mut one = if direct { Vec::new() } else { vec![0.0f32; n0] };
             let mut r = rows.start;
             while r < rows.end {
                 let (i1, i2, i3) = dst.row_index(r);
@@ -79,8 +94,25 @@ pub(crate) fn out_prod(a: &TensorView, b: &TensorView, dst: &TensorView, exec: &
                 loop {
                     let jb = kb.min(nj - j);
                     let x = b.ptr.wrapping_add(i1 * b.nb[0] + j * b.nb[1] + i2 * b.nb[2] + i3 * b.nb[3]);
-                    let (y, rsy) = if direct {
-                        (a.row(j, i2 / r2, i3 / r3) as *const f32, a.nb[1] / 4)
+                    if direct {
+                        // SAFETY: rows i1..i1 + len of b and dst, and a's rows j..j + jb, are
+                        // inside their buffers; strides in f32s.
+                        unsafe {
+                            gemm(
+                                len,
+                                n0,
+                                jb,
+                                x as *const f32,
+                                b.nb[0] / 4,
+                                b.nb[1] / 4,
+                                a.row(j, i2 / r2, i3 / r3) as *const f32,
+                                a.nb[1] / 4,
+                                1,
+                                c,
+                                dst.nb[1] / 4,
+                                j > 0,
+                            );
+                        }
                     } else {
                         // SAFETY: elements (i1..i1 + len, j..j + jb, i2, i3) are inside b.
                         let zero = (0..len).all(|k| {
@@ -89,27 +121,27 @@ pub(crate) fn out_prod(a: &TensorView, b: &TensorView, dst: &TensorView, exec: &
                         // A block of zeros in b (a logit difference's gradient of the head): the
                         // gemm skips it without reading Y, so its rows of a are not converted.
                         if !zero {
-                            a_rows_f32(a, j, jb, (i2 / r2, i3 / r3), &mut block, &mut plain)?;
+                            let at = (i2 / r2, i3 / r3);
+                            a_rows_f32(a, j, jb, at, (&mut block[..], RUN, jb * RUN), &mut plain, &mut one)?;
                         }
-                        (block.as_ptr(), n0)
-                    };
-                    // SAFETY: rows i1..i1 + len of b and dst, and a's rows j..j + jb (in place,
-                    // or converted into `block`), are inside their buffers; strides in f32s.
-                    unsafe {
-                        gemm(
-                            len,
-                            n0,
-                            jb,
-                            x as *const f32,
-                            b.nb[0] / 4,
-                            b.nb[1] / 4,
-                            y,
-                            rsy,
-                            1,
-                            c,
-                            dst.nb[1] / 4,
-                            j > 0,
-                        );
+                        let gemm_panels = to_panels.expect("checked above");
+                        // SAFETY: rows i1..i1 + len of b and dst are inside their buffers
+                        // (strides in f32s); `block` holds a's rows j..j + jb as the panels
+                        // of n0 columns, jb deep, 64-byte aligned; jb ≤ F32_PANEL_DEPTH.
+                        unsafe {
+                            gemm_panels(
+                                len,
+                                n0,
+                                jb,
+                                x as *const f32,
+                                b.nb[0] / 4,
+                                b.nb[1] / 4,
+                                block.as_ptr(),
+                                c,
+                                dst.nb[1] / 4,
+                                j > 0,
+                            );
+                        }
                     }
                     j += jb;
                     if j >= nj {
@@ -164,7 +196,7 @@ pub(crate) fn out_prod(a: &TensorView, b: &TensorView, dst: &TensorView, exec: &
                     j += jb;
                     continue;
                 }
-                a_rows_f32(a, j, jb, (i2 / r2, i3 / r3), &mut panel, &mut plain)?;
+                a_rows_f32(a, j, jb, (i2 / r2, i3 / r3), (&mut panel[..], n0, RUN), &mut plain, &mut [])?;
                 // Rows past jb have zero coefficients; a stale row there could hold ±∞ (0·∞ = NaN).
                 panel[jb * n0..].iter_mut().for_each(|x| *x = 0.0);
                 panel_product(acc, n0, &panel, &cs[..len * OUT_PROD_J]);
@@ -179,18 +211,23 @@ pub(crate) fn out_prod(a: &TensorView, b: &TensorView, dst: &TensorView, exec: &
     })
 }
 
-/// Rows `j..j + jb` of `a`'s matrix `(i2, i3)` as f32 into `panel` (rows of `a.ne[0]`): a
-/// repacked weight's whole groups straight from the packed layout, other rows dequantized or
-/// converted one at a time (`plain`: a row's unpacked bytes, for a packed weight).
+/// Rows `j..j + jb` of `a`'s matrix `(i2, i3)` as f32 into `out`, row jj's values
+/// `RUN·t..` at `jj·ld + t·bs`: rows of `a.ne[0]` for `(ld, bs) = (n0, RUN)`, the blocked
+/// product's panels for `(RUN, jb·RUN)` (a last run past n0 filled with zeros there). A
+/// repacked weight's whole groups go straight from the packed layout, other rows are
+/// dequantized or converted one at a time (`plain`: a row's unpacked bytes, for a packed
+/// weight; `one`: a row of n0 f32, for rows placed other than whole).
 fn a_rows_f32(
     a: &TensorView,
     j: usize,
     jb: usize,
     (i2, i3): (usize, usize),
-    panel: &mut [f32],
+    (out, ld, bs): (&mut [f32], usize, usize),
     plain: &mut [u8],
+    one: &mut [f32],
 ) -> KResult {
     let n0 = a.ne[0];
+    let whole = ld == n0 && bs == RUN;
     let mut jj = 0;
     if a.packed {
         // SAFETY: a is one contiguous matrix of ne[1] rows (checked by the caller).
@@ -198,7 +235,7 @@ fn a_rows_f32(
         // Whole groups of a repacked Q8_0 weight straight into the panel.
         let g = crate::cpu::arch::repack::group(a.ty);
         while jj + g <= jb
-            && crate::cpu::arch::repack::dequantize_group(a.ty, n0, a.ne[1], data, j + jj, &mut panel[jj * n0..], n0)
+            && crate::cpu::arch::repack::dequantize_group(a.ty, n0, a.ne[1], data, j + jj, &mut out[jj * ld..], ld, bs)
         {
             jj += g;
         }
@@ -211,7 +248,7 @@ fn a_rows_f32(
             crate::cpu::arch::repack::unpack_row(a.ty, n0, a.ne[1], data, j + jj, plain);
             src = plain.as_mut_ptr();
         }
-        let row = &mut panel[jj * n0..(jj + 1) * n0];
+        let row = if whole { &mut out[jj * n0..(jj + 1) * n0] } else { &mut one[..n0] };
         if a.ty.is_quantized() && n0.is_multiple_of(a.ty.blck_size()) {
             // Straight into the panel (convert_row would go through a copy).
             // SAFETY: row j + jj of a (or its unpacked copy): whole blocks of n0.
@@ -220,6 +257,13 @@ fn a_rows_f32(
         } else {
             // SAFETY: row j + jj of a (or its unpacked copy) into the panel.
             unsafe { super::ops::convert_row(src, a.ty, a.nb[0], row.as_mut_ptr() as *mut u8, GgmlType::F32, 4, n0)? };
+        }
+        if !whole {
+            for (t, run) in one[..n0].chunks(RUN).enumerate() {
+                let dst = &mut out[jj * ld + t * bs..][..RUN];
+                dst[..run.len()].copy_from_slice(run);
+                dst[run.len()..].iter_mut().for_each(|x| *x = 0.0);
+            }
         }
     }
     Ok(())

@@ -815,11 +815,33 @@ fn gemm_equals_vec_dot_bit_for_bit() {
 /// `out_prod`'s panels of a repacked Q8_0 weight: every whole group dequantized in place
 /// (`Kernels::q8_0_group` of each table this machine runs, and `repack::dequantize_group`)
 /// has the bits of `dequantize_row` on the plain rows, block scales of every kind included
-/// (the largest f16, subnormals, zero, negative); rows past the last group are refused.
+/// (the largest f16, subnormals, zero, negative), placed as rows (`ld` apart, blocks 32
+/// apart) and as `f32_gemm_panels`' panels (rows 32 apart, blocks a panel apart) with
+/// nothing written between; rows past the last group are refused.
 fn q8_0_groups_dequantize_as_rows(rng: &mut Rng, a: &[u8], k: usize, m: usize) {
     use arch::repack;
     let ty = GgmlType::Q8_0;
-    let (ra, g, ld) = (ty.row_size(k as i64), repack::group(ty), k + 3);
+    let g = repack::group(ty);
+    // Rows k + 3 apart; a panel of 3 more rows than the group, the group from its row 2.
+    for (ld, bs, at0) in [(k + 3, 32, 0), (32, (g + 3) * 32, 2 * 32)] {
+        q8_0_groups_placed(rng, a, k, m, ld, bs, at0);
+    }
+    let ld = k + 3;
+    let mut packed = a.to_vec();
+    assert!(repack::pack(ty, k, m, &mut packed));
+    let mut out = vec![0f32; g * ld];
+    assert!(!repack::dequantize_group(ty, k, m, &packed, m / g * g, &mut out, ld, 32), "rows past the last group");
+    assert!(m < 2 * g || !repack::dequantize_group(ty, k, m, &packed, 1, &mut out, ld, 32), "a row inside a group");
+    assert!(!repack::dequantize_group(GgmlType::Q4_0, 32, 8, &[0; 8 * 18], 0, &mut out, ld, 32), "Q4_0");
+}
+
+/// [`q8_0_groups_dequantize_as_rows`] with row r's block t at `at0 + r·ld + t·bs`.
+fn q8_0_groups_placed(rng: &mut Rng, a: &[u8], k: usize, m: usize, ld: usize, bs: usize, at0: usize) {
+    use arch::repack;
+    let ty = GgmlType::Q8_0;
+    let (ra, g) = (ty.row_size(k as i64), repack::group(ty));
+    let place = |r: usize, x: usize| at0 + r * ld + x / 32 * bs + x % 32;
+    let len = place(g - 1, k - 1) + 1 + 64;
     let mut a = a.to_vec();
     for blk in a.chunks_exact_mut(34) {
         let d: u16 = [0x7bff, 0x0001, 0x03ff, 0x0000, 0xfbff, 0x8001, 0x3c00, 0x2e66][(rng.next_u64() % 8) as usize];
@@ -831,25 +853,26 @@ fn q8_0_groups_dequantize_as_rows(rng: &mut Rng, a: &[u8], k: usize, m: usize) {
     for isa in Isa::available() {
         let kernel = isa.kernels().unwrap().q8_0_group;
         for i in (0..m / g * g).step_by(g) {
-            let mut got = vec![f32::NAN; g * ld];
-            kernel(k / 32, &packed[i * ra..(i + g) * ra], &mut got, ld);
-            let mut via = vec![f32::NAN; g * ld];
-            assert!(repack::dequantize_group(ty, k, m, &packed, i, &mut via, ld));
+            let mut got = vec![f32::NAN; len];
+            kernel(k / 32, &packed[i * ra..(i + g) * ra], &mut got[at0..], ld, bs);
+            let mut via = vec![f32::NAN; len];
+            assert!(repack::dequantize_group(ty, k, m, &packed, i, &mut via[at0..], ld, bs));
+            let mut written = vec![false; len];
             for r in 0..g {
                 quants::dequantize_row(ty, &a[(i + r) * ra..(i + r + 1) * ra], &mut want);
-                for (x, (&w, (&y, &v))) in want.iter().zip(got[r * ld..].iter().zip(&via[r * ld..])).enumerate() {
-                    let at = format!("{isa:?} k {k} m {m} row {} element {x}", i + r);
+                for (x, &w) in want.iter().enumerate() {
+                    let (y, v) = (got[place(r, x)], via[place(r, x)]);
+                    written[place(r, x)] = true;
+                    let at = format!("{isa:?} k {k} m {m} ld {ld} bs {bs} row {} element {x}", i + r);
                     assert_eq!(y.to_bits(), w.to_bits(), "{at}: {y} vs {w}");
                     assert_eq!(v.to_bits(), w.to_bits(), "{at} (dequantize_group): {v} vs {w}");
                 }
-                assert!(got[r * ld + k..(r + 1) * ld].iter().all(|v| v.is_nan()), "{isa:?}: past column {k}");
+            }
+            for (p, (&y, &v)) in got.iter().zip(&via).enumerate().filter(|(p, _)| !written[*p]) {
+                assert!(y.is_nan() && v.is_nan(), "{isa:?} k {k} ld {ld} bs {bs}: wrote at {p}, no value's place");
             }
         }
     }
-    let mut out = vec![0f32; g * ld];
-    assert!(!repack::dequantize_group(ty, k, m, &packed, m / g * g, &mut out, ld), "rows past the last group");
-    assert!(m < 2 * g || !repack::dequantize_group(ty, k, m, &packed, 1, &mut out, ld), "a row inside a group");
-    assert!(!repack::dequantize_group(GgmlType::Q4_0, 32, 8, &[0; 8 * 18], 0, &mut out, ld), "Q4_0");
 }
 
 /// Weights repacked into groups (`cpu::arch::repack`: 4 rows on wasm, 8 rows of Q8_0, Q4_0,

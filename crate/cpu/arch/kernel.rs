@@ -123,6 +123,34 @@ pub type F32Gemm = unsafe fn(
     accumulate: bool,
 );
 
+/// Columns per panel of [`F32GemmPanels`]'s Y: one Q8_0 block, so a row's block dequantizes
+/// straight into its place in a panel.
+pub const F32_PANEL_WIDTH: usize = 32;
+/// The most values of l [`F32GemmPanels`] takes: [`F32Gemm`]'s block of l, so one call sums
+/// as one of that product's blocks does.
+pub const F32_PANEL_DEPTH: usize = 256;
+
+/// [`F32Gemm`] over one block of `k ≤ F32_PANEL_DEPTH` values of l with Y already packed
+/// (`out_prod`'s frozen quantized weights, dequantized into that layout): Y's `n` columns in
+/// panels of [`F32_PANEL_WIDTH`], panel p at `yp[p·k·W..]` holding `Y[l, p·W + jj]` at
+/// `l·W + jj` (columns past n zero). The bits of [`F32Gemm`] on the same X and Y; an X of
+/// zeros skips Y as there.
+///
+/// # Safety
+/// As [`F32Gemm`]; `yp` holds `n.div_ceil(W)·k·W` floats, 64-byte aligned.
+pub type F32GemmPanels = unsafe fn(
+    m: usize,
+    n: usize,
+    k: usize,
+    x: *const f32,
+    rsx: usize,
+    csx: usize,
+    yp: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    accumulate: bool,
+);
+
 /// One instruction set's kernels: the per-type entries (ggml-cpu's `type_traits_cpu`) and
 /// the f32 row helpers of the elementwise ops, which have no type to hang on. One of these
 /// per ISA, picked in one place ([`super::traits`]).
@@ -155,10 +183,13 @@ pub struct Kernels {
     /// The backward pass's `out_prod` of f32 operands as one blocked product (packed panels,
     /// register tiles, cache blocks), or None: `out_prod_panel` takes those too.
     pub f32_gemm: Option<F32Gemm>,
+    /// `f32_gemm` with Y packed by the caller, where a table has `f32_gemm`.
+    pub f32_gemm_panels: Option<F32GemmPanels>,
     /// One whole group of a repacked Q8_0 weight ([`Q8_0_GROUP`]'s layout, `nb` blocks per
-    /// row) dequantized: row r into `out[r·ld..r·ld + 32·nb]`, each value `q · d` with the
+    /// row) dequantized: row r's block t into `out[r·ld + t·bs..][..32]` (rows of f32 for
+    /// `bs` = 32, [`F32GemmPanels`]' panels for `ld` = 32), each value `q · d` with the
     /// bits `dequantize_row` gives. `out_prod`'s panels read the groups in place with it.
-    pub q8_0_group: fn(nb: usize, grp: &[u8], out: &mut [f32], ld: usize),
+    pub q8_0_group: fn(nb: usize, grp: &[u8], out: &mut [f32], ld: usize, bs: usize),
     /// `out[i] = dy[i] · GELU'(x[i])`, as [`super::gelu_back_f32`] defines it (f64, rounded
     /// once); the SIMD forms use the polynomial exp of `gelu`.
     pub gelu_back: fn(dy: &[f32], x: &[f32], out: &mut [f32]),
@@ -226,6 +257,7 @@ pub(crate) const fn scalar_table() -> Kernels {
         out_prod_panel: scalar::simd::out_prod_panel,
         float_gemm_depth: usize::MAX,
         f32_gemm: None,
+        f32_gemm_panels: None,
         q8_0_group: scalar::simd::q8_0_group,
         gelu_back: scalar::simd::gelu_back,
     }

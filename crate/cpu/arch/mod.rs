@@ -37,10 +37,10 @@ use crate::quants::{blocks, check_row};
 use crate::types::GgmlType;
 use alloc::vec;
 use alloc::vec::Vec;
-pub use kernel::OUT_PROD_J;
+pub use kernel::{F32_PANEL_DEPTH, F32_PANEL_WIDTH, OUT_PROD_J};
 pub use traits::{
-    cpu_traits, kernels, set_vnni_disabled, set_zmm_disabled, F32Gemm, FloatGemm, Isa, Kernels, PromptGemm,
-    TypeTraitsCpu, VecDot,
+    cpu_traits, kernels, set_vnni_disabled, set_zmm_disabled, F32Gemm, F32GemmPanels, FloatGemm, Isa, Kernels,
+    PromptGemm, TypeTraitsCpu, VecDot,
 };
 
 /// Taylor coefficients 1/k! of the polynomial exps below.
@@ -568,5 +568,65 @@ mod tests {
         }
         let avx512 = cfg!(target_arch = "x86_64") && crate::cpu::features::detect().avx512;
         assert!(tested > 0 || !avx512, "an AVX-512 machine's table has a blocked f32 product");
+    }
+
+    /// `Kernels::f32_gemm_panels` on Y packed by hand (panels of F32_PANEL_WIDTH columns, the
+    /// last one's columns past n zero) gives the bits of `f32_gemm` on the same X and Y, stored
+    /// and accumulated, at depths up to F32_PANEL_DEPTH, X plain and transposed; an all-zero X
+    /// skips an infinite Y.
+    #[test]
+    fn f32_gemm_panels_equal_f32_gemm() {
+        let mut seed = 0x2545_f491u32;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 17;
+            seed ^= seed << 5;
+            (seed as f32 / u32::MAX as f32) * 2.0 - 1.0
+        };
+        let (w, depth) = (F32_PANEL_WIDTH, F32_PANEL_DEPTH);
+        let mut tested = 0;
+        let tables: Vec<&Kernels> = Isa::available().into_iter().filter_map(|i| i.kernels()).collect();
+        for t in tables {
+            let (Some(gemm), Some(panels)) = (t.f32_gemm, t.f32_gemm_panels) else { continue };
+            for (m, n, k) in [(1usize, 1usize, 1usize), (13, 33, depth), (130, 768, 200), (25, 64, 0), (7, 40, 5)] {
+                for (x_t, acc, zero) in
+                    [(false, false, false), (true, true, false), (false, true, true), (true, false, true)]
+                {
+                    let x: Vec<f32> = (0..m * k).map(|_| if zero { 0.0 } else { next() }).collect();
+                    let y: Vec<f32> = (0..k * n).map(|_| if zero { f32::INFINITY } else { next() }).collect();
+                    let (rsx, csx) = if x_t { (1, m) } else { (k, 1) };
+                    // Panel p: k rows of w floats, Y[l, p·w + jj] at (p·k + l)·w + jj; 64-byte aligned.
+                    let np = n.div_ceil(w);
+                    let mut lines = vec![[0f32; 16]; (np * k * w).div_ceil(16) + 1];
+                    let base = lines.as_mut_ptr() as *mut f32;
+                    let off = base.align_offset(64);
+                    assert!(off < 16);
+                    // SAFETY: under one line past the start of `lines`.
+                    let yp = unsafe { base.add(off) };
+                    for p in 0..np {
+                        for l in 0..k {
+                            for jj in 0..w {
+                                let j = p * w + jj;
+                                // SAFETY: inside `lines` (one line of slack for the alignment).
+                                unsafe { *yp.add((p * k + l) * w + jj) = if j < n { y[l * n + j] } else { 0.0 } };
+                            }
+                        }
+                    }
+                    let c0: Vec<f32> = (0..m * n).map(|_| next()).collect();
+                    let (mut c1, mut c2) = (c0.clone(), c0.clone());
+                    // SAFETY: every element named is inside x, y (or its panels), c; this table runs here.
+                    unsafe {
+                        gemm(m, n, k, x.as_ptr(), rsx, csx, y.as_ptr(), n, 1, c1.as_mut_ptr(), n, acc);
+                        panels(m, n, k, x.as_ptr(), rsx, csx, yp, c2.as_mut_ptr(), n, acc);
+                    }
+                    for (i, (a, b)) in c1.iter().zip(&c2).enumerate() {
+                        assert_eq!(a.to_bits(), b.to_bits(), "{} {m}×{n}×{k} element {i}: {a} vs {b}", t.name);
+                    }
+                    tested += 1;
+                }
+            }
+        }
+        let avx512 = cfg!(target_arch = "x86_64") && crate::cpu::features::detect().avx512;
+        assert!(tested > 0 || !avx512, "an AVX-512 machine's table has the panels' product");
     }
 }

@@ -387,22 +387,33 @@ pub fn unpack_row(ty: GgmlType, k: usize, m: usize, data: &[u8], i: usize, out: 
 }
 
 /// Rows `i..i + R` (one whole group: `i` a multiple of R = [`group`]) of `m` packed Q8_0 rows
-/// of `k` elements dequantized straight into `out` (R rows `ld` f32 apart), with the bits
+/// of `k` elements dequantized straight into `out` (row r's values 32t.. at `r·ld + t·bs`:
+/// rows of f32 for `bs` = 32, `f32_gemm_panels`' panels for `ld` = 32), with the bits
 /// `dequantize_row` gives (the ISA table's `q8_0_group`); false (out untouched) for any other
 /// type or rows past the last whole group. The backward pass's `out_prod` reads every weight
 /// row once per run: unpacking each row to ggml's layout first cost it more than its products.
-pub fn dequantize_group(ty: GgmlType, k: usize, m: usize, data: &[u8], i: usize, out: &mut [f32], ld: usize) -> bool {
+#[allow(clippy::too_many_arguments)]
+pub fn dequantize_group(
+    ty: GgmlType,
+    k: usize,
+    m: usize,
+    data: &[u8],
+    i: usize,
+    out: &mut [f32],
+    ld: usize,
+    bs: usize,
+) -> bool {
     let r = Q8_0_GROUP.0;
     if ty != GgmlType::Q8_0 || !k.is_multiple_of(ty.blck_size()) || !i.is_multiple_of(r) || i + r > m / r * r {
         return false;
     }
     let rs = ty.row_size(k as i64);
     assert!(
-        data.len() >= m * rs && ld >= k && out.len() >= (r - 1) * ld + k,
+        data.len() >= m * rs && (k == 0 || out.len() >= (r - 1) * ld + (k / 32 - 1) * bs + 32),
         "repack::dequantize_group: rows {i}.. of {m}, {} values out",
         out.len()
     );
-    (super::kernels().q8_0_group)(k / ty.blck_size(), &data[i * rs..(i + r) * rs], out, ld);
+    (super::kernels().q8_0_group)(k / ty.blck_size(), &data[i * rs..(i + r) * rs], out, ld, bs);
     true
 }
 

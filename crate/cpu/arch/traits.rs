@@ -21,7 +21,7 @@ use core::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use alloc::vec::Vec;
 
 use super::kernel::scalar_table;
-pub use super::kernel::{F32Gemm, FloatGemm, Kernels, PromptGemm, TypeTraitsCpu, VecDot};
+pub use super::kernel::{F32Gemm, F32GemmPanels, FloatGemm, Kernels, PromptGemm, TypeTraitsCpu, VecDot};
 pub use crate::quants::{FromFloat, ToFloat};
 use crate::types::GgmlType;
 

@@ -156,6 +156,7 @@ pub(super) const fn table_512() -> Kernels {
     t.types[Q6_K as usize].packed = Some(&packed512::PACKED_Q6_K);
     t.out_prod_panel = simd::out_prod_panel_512;
     t.f32_gemm = Some(gemm512::gemm_f32);
+    t.f32_gemm_panels = Some(gemm512::gemm_f32_panels);
     t.types[F32 as usize].float_gemm = Some(gemm512::dot_gemm_f32);
     t.types[F16 as usize].float_gemm = Some(gemm512::dot_gemm_f16);
     t.float_gemm_depth = gemm512::DOT_KC;

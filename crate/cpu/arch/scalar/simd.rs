@@ -159,24 +159,24 @@ pub(crate) fn panel_product_with<const W: usize>(acc: &mut [f32], n0: usize, pan
 pub(crate) const Q8_0_GROUP: (usize, usize) = if cfg!(target_arch = "x86_64") { (8, 4) } else { (4, 32) };
 
 /// `Kernels::q8_0_group`, portable.
-pub(crate) fn q8_0_group(nb: usize, grp: &[u8], out: &mut [f32], ld: usize) {
-    q8_0_group_with::<{ Q8_0_GROUP.0 }, { Q8_0_GROUP.1 }>(nb, grp, out, ld);
+pub(crate) fn q8_0_group(nb: usize, grp: &[u8], out: &mut [f32], ld: usize, bs: usize) {
+    q8_0_group_with::<{ Q8_0_GROUP.0 }, { Q8_0_GROUP.1 }>(nb, grp, out, ld, bs);
 }
 
 /// [`q8_0_group`] for groups of R rows whose quants lie in pieces of IL bytes: block t holds
 /// the R scales, then piece c of row r at `(c·R + r)·IL`.
 #[inline(always)]
-fn q8_0_group_with<const R: usize, const IL: usize>(nb: usize, grp: &[u8], out: &mut [f32], ld: usize) {
+fn q8_0_group_with<const R: usize, const IL: usize>(nb: usize, grp: &[u8], out: &mut [f32], ld: usize, bs: usize) {
     const QK: usize = 32;
-    let bs = R * (2 + QK);
-    assert!(grp.len() >= nb * bs && out.len() >= (R - 1) * ld + nb * QK && ld >= nb * QK);
-    for (t, blk) in grp.chunks_exact(bs).take(nb).enumerate() {
+    let gs = R * (2 + QK);
+    assert!(grp.len() >= nb * gs && (nb == 0 || out.len() >= (R - 1) * ld + (nb - 1) * bs + QK));
+    for (t, blk) in grp.chunks_exact(gs).take(nb).enumerate() {
         let d: [f32; R] = core::array::from_fn(|r| fp16_to_fp32(u16::from_le_bytes([blk[2 * r], blk[2 * r + 1]])));
         let qs = &blk[2 * R..];
         for c in 0..QK / IL {
             for (r, &dr) in d.iter().enumerate() {
                 let q: &[u8; IL] = qs[(c * R + r) * IL..][..IL].try_into().unwrap();
-                let y: &mut [f32; IL] = (&mut out[r * ld + t * QK + c * IL..][..IL]).try_into().unwrap();
+                let y: &mut [f32; IL] = (&mut out[r * ld + t * bs + c * IL..][..IL]).try_into().unwrap();
                 for (y, &q) in y.iter_mut().zip(q) {
                     *y = q as i8 as f32 * dr;
                 }

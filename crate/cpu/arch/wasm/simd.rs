@@ -209,13 +209,13 @@ pub(crate) fn gelu_back(dy: &[f32], x: &[f32], out: &mut [f32]) {
 
 /// `Kernels::q8_0_group` on SIMD128 (wasm's layout: 4 rows, each row's 32 quants whole): per
 /// row and block two loads, widened to i32 four at a time, converted and scaled.
-pub(crate) fn q8_0_group(nb: usize, grp: &[u8], out: &mut [f32], ld: usize) {
+pub(crate) fn q8_0_group(nb: usize, grp: &[u8], out: &mut [f32], ld: usize, bs: usize) {
     const _: () = assert!(crate::cpu::arch::kernel::Q8_0_GROUP.0 == 4 && crate::cpu::arch::kernel::Q8_0_GROUP.1 == 32);
     const BS: usize = 4 * 34;
-    assert!(grp.len() >= nb * BS && ld >= nb * 32 && out.len() >= 3 * ld + nb * 32);
+    assert!(grp.len() >= nb * BS && (nb == 0 || out.len() >= 3 * ld + (nb - 1) * bs + 32));
     let (g, o) = (grp.as_ptr(), out.as_mut_ptr());
     for t in 0..nb {
-        // SAFETY: block t of the group and columns t·32.. of its 4 rows (asserted above).
+        // SAFETY: block t of the group and its 4 rows' 32 values at r·ld + t·bs (asserted above).
         unsafe {
             let blk = g.add(t * BS);
             for r in 0..4 {
@@ -223,7 +223,7 @@ pub(crate) fn q8_0_group(nb: usize, grp: &[u8], out: &mut [f32], ld: usize) {
                     *blk.add(2 * r),
                     *blk.add(2 * r + 1),
                 ])));
-                let y = o.add(r * ld + t * 32);
+                let y = o.add(r * ld + t * bs);
                 for h in 0..2 {
                     let q = v128_load(blk.add(8 + r * 32 + h * 16) as *const v128);
                     let (lo, hi) = (i16x8_extend_low_i8x16(q), i16x8_extend_high_i8x16(q));

@@ -8,9 +8,9 @@
 //! stream from L2. Each sum is a chain of FMAs in l order within a block, added to C once
 //! per block: a result does not depend on m, n, or where its row and column fall.
 
-use alloc::vec;
 use alloc::vec::Vec;
 use core::arch::x86_64::*;
+use core::mem::MaybeUninit;
 
 /// Values of l per block (a panel of Y: KC × NR floats, 32 KiB of a 48 KiB L1).
 pub(crate) const KC: usize = 256;
@@ -22,13 +22,20 @@ const NR: usize = 32;
 const MC: usize = 384;
 const _: () = assert!(MC.is_multiple_of(MR));
 
+const _: () = assert!(NR == crate::cpu::arch::F32_PANEL_WIDTH && KC == crate::cpu::arch::F32_PANEL_DEPTH);
+
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]
 struct Line([f32; 16]);
 
-/// `n` floats (or more), 64-byte aligned.
-fn lines(n: usize) -> Vec<Line> {
-    vec![Line([0.0; 16]); n.div_ceil(16).max(1)]
+/// Room for `n` floats (or more), 64-byte aligned, not zeroed: the packing writes every
+/// float a tile reads (padding included) before the tile reads it.
+fn lines(n: usize) -> Vec<MaybeUninit<Line>> {
+    let n = n.div_ceil(16).max(1);
+    let mut v = Vec::with_capacity(n);
+    // SAFETY: MaybeUninit needs no initialization; capacity is n.
+    unsafe { v.set_len(n) };
+    v
 }
 
 /// [`crate::cpu::arch::F32Gemm`] with AVX-512 F.
@@ -51,6 +58,58 @@ pub(crate) unsafe fn gemm_f32(
     accumulate: bool,
 ) {
     blocked(m, n, k, x, rsx, csx, y, rsy, csy, c, ldc, accumulate)
+}
+
+/// [`crate::cpu::arch::F32GemmPanels`] with AVX-512 F: [`gemm_f32`]'s one block of l, Y
+/// already in its panels (NR = [`crate::cpu::arch::F32_PANEL_WIDTH`] columns).
+///
+/// # Safety
+/// As [`crate::cpu::arch::F32GemmPanels`] says; handed out only where AVX-512 F was detected.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn gemm_f32_panels(
+    m: usize,
+    n: usize,
+    k: usize,
+    x: *const f32,
+    rsx: usize,
+    csx: usize,
+    yp: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    accumulate: bool,
+) {
+    panels(m, n, k, x, rsx, csx, yp, c, ldc, accumulate)
+}
+
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn panels(
+    m: usize,
+    n: usize,
+    k: usize,
+    x: *const f32,
+    rsx: usize,
+    csx: usize,
+    yp: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    accumulate: bool,
+) {
+    assert!(k <= KC, "gemm_f32_panels: {k} values of l, one block holds {KC}");
+    if m == 0 || n == 0 {
+        return;
+    }
+    // As `blocked` on one block: a block of zeros in X (or none) leaves C, or stores zeros.
+    if k == 0 || all_zero(m, k, x, rsx, csx) {
+        if !accumulate {
+            for i in 0..m {
+                core::ptr::write_bytes(c.add(i * ldc), 0, n);
+            }
+        }
+        return;
+    }
+    let mut xbuf = lines(k * MC.min(m.div_ceil(MR) * MR));
+    block(m, n, k, x, rsx, csx, yp, xbuf.as_mut_ptr() as *mut f32, c, ldc, !accumulate);
 }
 
 #[target_feature(enable = "avx512f")]
@@ -89,25 +148,7 @@ unsafe fn blocked(
             continue;
         }
         pack_y(kc, n, y.add(pc * rsy), rsy, csy, yp);
-        let mut ic = 0;
-        while ic < m {
-            let mc = MC.min(m - ic);
-            pack_x(mc, kc, x.add(ic * rsx + pc * csx), rsx, csx, xp);
-            for jr in 0..n_panels {
-                let j0 = jr * NR;
-                let w = NR.min(n - j0);
-                let mask = |w: usize| if w >= 16 { 0xffff } else { ((1u32 << w) - 1) as __mmask16 };
-                let (m0, m1) = (mask(w), mask(w.saturating_sub(16)));
-                let panel = yp.add(jr * kc * NR);
-                let mut ir = 0;
-                while ir < mc {
-                    let rows = MR.min(mc - ir);
-                    tile(kc, xp.add(ir * kc), panel, c.add((ic + ir) * ldc + j0), ldc, rows, m0, m1, first);
-                    ir += MR;
-                }
-            }
-            ic += mc;
-        }
+        block(m, n, kc, x.add(pc * csx), rsx, csx, yp, xp, c, ldc, first);
         first = false;
         pc += kc;
     }
@@ -116,6 +157,45 @@ unsafe fn blocked(
         for i in 0..m {
             core::ptr::write_bytes(c.add(i * ldc), 0, n);
         }
+    }
+}
+
+/// C's `m` rows × `n` columns stored (`first`) or added to, the sums over one block of `kc`
+/// values of l of X (`X[i·rsx + l·csx]`, packed into `xp` MC rows at a time) and Y's panels
+/// `yp` (NR columns each, `kc` rows of NR floats).
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn block(
+    m: usize,
+    n: usize,
+    kc: usize,
+    x: *const f32,
+    rsx: usize,
+    csx: usize,
+    yp: *const f32,
+    xp: *mut f32,
+    c: *mut f32,
+    ldc: usize,
+    first: bool,
+) {
+    let mut ic = 0;
+    while ic < m {
+        let mc = MC.min(m - ic);
+        pack_x(mc, kc, x.add(ic * rsx), rsx, csx, xp);
+        for jr in 0..n.div_ceil(NR) {
+            let j0 = jr * NR;
+            let w = NR.min(n - j0);
+            let mask = |w: usize| if w >= 16 { 0xffff } else { ((1u32 << w) - 1) as __mmask16 };
+            let (m0, m1) = (mask(w), mask(w.saturating_sub(16)));
+            let panel = yp.add(jr * kc * NR);
+            let mut ir = 0;
+            while ir < mc {
+                let rows = MR.min(mc - ir);
+                tile(kc, xp.add(ir * kc), panel, c.add((ic + ir) * ldc + j0), ldc, rows, m0, m1, first);
+                ir += MR;
+            }
+        }
+        ic += mc;
     }
 }
 

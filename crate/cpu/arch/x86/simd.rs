@@ -400,17 +400,17 @@ unsafe fn panel_product_avx2(acc: &mut [f32], n0: usize, panel: &[f32], cs: &[f3
 /// `Kernels::q8_0_group` with AVX2 (x86's layout: 8 rows, quants in 4-byte pieces): per
 /// block the 8 scales at once (F16C, exact), then per piece two rows' 4 quants widened to
 /// i32, converted and scaled in one register, each half stored to its row.
-pub(crate) fn q8_0_group(nb: usize, grp: &[u8], out: &mut [f32], ld: usize) {
+pub(crate) fn q8_0_group(nb: usize, grp: &[u8], out: &mut [f32], ld: usize, bs: usize) {
     const _: () = assert!(crate::cpu::arch::kernel::Q8_0_GROUP.0 == 8 && crate::cpu::arch::kernel::Q8_0_GROUP.1 == 4);
     const BS: usize = 8 * 34;
-    assert!(grp.len() >= nb * BS && ld >= nb * 32 && out.len() >= 7 * ld + nb * 32);
+    assert!(grp.len() >= nb * BS && (nb == 0 || out.len() >= 7 * ld + (nb - 1) * bs + 32));
     // SAFETY: this table is handed out only where AVX2 and F16C were detected; the reads and
     // writes below stay inside `grp` and `out` (asserted above).
-    unsafe { q8_0_group_avx2(nb, grp.as_ptr(), out.as_mut_ptr(), ld) }
+    unsafe { q8_0_group_avx2(nb, grp.as_ptr(), out.as_mut_ptr(), ld, bs) }
 }
 
 #[target_feature(enable = "avx2,f16c")]
-unsafe fn q8_0_group_avx2(nb: usize, grp: *const u8, out: *mut f32, ld: usize) {
+unsafe fn q8_0_group_avx2(nb: usize, grp: *const u8, out: *mut f32, ld: usize, bs: usize) {
     for t in 0..nb {
         let blk = grp.add(t * 8 * 34);
         let d = _mm256_cvtph_ps(_mm_loadu_si128(blk as *const __m128i));
@@ -424,7 +424,7 @@ unsafe fn q8_0_group_avx2(nb: usize, grp: *const u8, out: *mut f32, ld: usize) {
             for (p, &dp) in ds.iter().enumerate() {
                 let q = _mm_loadl_epi64(qs.add(c * 32 + p * 8) as *const __m128i);
                 let y = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), dp);
-                let o = out.add(2 * p * ld + t * 32 + c * 4);
+                let o = out.add(2 * p * ld + t * bs + c * 4);
                 _mm_storeu_ps(o, _mm256_castps256_ps128(y));
                 _mm_storeu_ps(o.add(ld), _mm256_extractf128_ps::<1>(y));
             }
