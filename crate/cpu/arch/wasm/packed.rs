@@ -4,7 +4,10 @@
 //! group's block once for the rows of activations, the 4 rows' partial sums meet in one
 //! transpose-add per row of activations (lanes = rows), and the 4 scales are one 8-byte load. The float steps are
 //! the scalar's per row, one row per lane: `acc[t % 8] += Σ·(dx·dy)`, then `reduce8`, so
-//! every result has `vec_dot`'s bits.
+//! every result has `vec_dot`'s bits. The integer sums take one of three forms: the plain
+//! build's i16 products (`group_q8_0`); with relaxed SIMD, u8 weights against b's i8 quants
+//! where the relaxed dot is `vpdpbusd` (`group_q8_0_u8`, chosen at run time by
+//! `u8_dot_exact`), else the sign trick (`group_q8_0_relaxed`).
 //!
 //! Q8_0 only (the K-quants' groups: `packed_k.rs`): Q4_0 groups (the same layout, 18-byte
 //! blocks) measured ~7% slower than `decode_rows` on ggml's layout in Chromium 156 on both
