@@ -642,6 +642,10 @@ fn decode_rows(
     let dy = &cols.dy[..cols.nbp];
     #[cfg(not(target_feature = "relaxed-simd"))]
     let _ = b;
+    // The nibble mask, Q4_0's offset and the f16 constants read once ([`Kept`]): as constants
+    // V8 rebuilt them at every use inside the block loop (~60 instructions per 8 Q4_0 blocks).
+    let [m0f, eight] = NIBBLE_KEPT.read();
+    let f16k = F16X4_KEPT.read();
     for s in 0..m {
         let i = super::decode_row(s, m);
         let row = &a[i * lda..];
@@ -651,13 +655,13 @@ fn decode_rows(
                 #[cfg(target_feature = "relaxed-simd")]
                 {
                     let ys: &[BlockQ8_0] = cast_slice(&b[..nb * core::mem::size_of::<BlockQ8_0>()]);
-                    decode_dot_nibbles(xs, ys, &cols.ysum[..cols.nbp], dy)
+                    let _ = eight;
+                    decode_dot_nibbles(xs, ys, &cols.ysum[..cols.nbp], dy, m0f, &f16k)
                 }
                 #[cfg(not(target_feature = "relaxed-simd"))]
                 {
-                    let eight = i8x16_splat(8);
-                    decode_dot(xs, yw, dy, BlockQ4_0::d, |x| {
-                        let (lo, hi) = nibbles(&x.qs);
+                    decode_dot(xs, yw, dy, &f16k, BlockQ4_0::d, |x| {
+                        let (lo, hi) = nibbles_in(load(&x.qs), m0f);
                         (i8x16_sub(lo, eight), i8x16_sub(hi, eight))
                     })
                 }
@@ -665,14 +669,14 @@ fn decode_rows(
             GgmlType::Q5_0 => {
                 let xs: &[BlockQ5_0] = cast_slice(&row[..nb * core::mem::size_of::<BlockQ5_0>()]);
                 let sixteen = i8x16_splat(16);
-                decode_dot(xs, yw, dy, BlockQ5_0::d, |x| {
+                decode_dot(xs, yw, dy, &f16k, BlockQ5_0::d, |x| {
                     let (lo, hi) = q5(&x.qs, x.qh());
                     (i8x16_sub(lo, sixteen), i8x16_sub(hi, sixteen))
                 })
             }
             _ => {
                 let xs: &[BlockQ8_0] = cast_slice(&row[..nb * core::mem::size_of::<BlockQ8_0>()]);
-                decode_dot(xs, yw, dy, BlockQ8_0::d, |x| (load(&x.qs[..16]), load(&x.qs[16..])))
+                decode_dot(xs, yw, dy, &f16k, BlockQ8_0::d, |x| (load(&x.qs[..16]), load(&x.qs[16..])))
             }
         };
     }
@@ -697,9 +701,16 @@ pub(super) unsafe fn dot32(lo: v128, hi: v128, y: *const v128) -> v128 {
 }
 
 /// [`row_dot`] of one raw row of a (`quants` gives a block's 32 quants as two i8x16) with
-/// one widened row of b.
+/// one widened row of b; `f16k`: [`F16X4_KEPT`] read.
 #[inline(always)]
-fn decode_dot<X>(xs: &[X], yw: &[v128], dy: &[f32], d: impl Fn(&X) -> u16, quants: impl Fn(&X) -> (v128, v128)) -> f32 {
+fn decode_dot<X>(
+    xs: &[X],
+    yw: &[v128],
+    dy: &[f32],
+    f16k: &[v128; 5],
+    d: impl Fn(&X) -> u16,
+    quants: impl Fn(&X) -> (v128, v128),
+) -> f32 {
     let nb = xs.len();
     assert!(yw.len() >= 4 * nb && dy.len() >= nb.div_ceil(LANES) * LANES);
     let (yp, dyp) = (yw.as_ptr(), dy.as_ptr());
@@ -714,7 +725,7 @@ fn decode_dot<X>(xs: &[X], yw: &[v128], dy: &[f32], d: impl Fn(&X) -> u16, quant
             let o = LANES * g + 4 * h;
             let v: [v128; 4] = core::array::from_fn(|k| isum(o + k, &xg[4 * h + k]));
             let s = f32x4_convert_i32x4(transpose_sum(&v));
-            let dx = f16x4(core::array::from_fn(|k| d(&xg[4 * h + k])));
+            let dx = f16x4_in(core::array::from_fn(|k| d(&xg[4 * h + k])), f16k);
             // SAFETY: o + 4 ≤ the padded length of dy (asserted).
             let dyv = unsafe { v128_load(dyp.add(o) as *const v128) };
             *acc = f32x4_add(*acc, f32x4_mul(s, f32x4_mul(dx, dyv)));
@@ -735,15 +746,23 @@ fn decode_dot<X>(xs: &[X], yw: &[v128], dy: &[f32], d: impl Fn(&X) -> u16, quant
 /// [`decode_dot`] for Q4_0 with relaxed SIMD: each block is two
 /// `relaxed_dot_i8x16_i7x16_add` of the raw Q8_0 bytes of b with the nibbles (0..15, so
 /// every implementation gives the exact sums), then `− 8·Σy` per block (`ysum`): the same
-/// exact i32 block sums, and the same float steps.
+/// exact i32 block sums, and the same float steps. `m0f` and `f16k`: [`NIBBLE_KEPT`]'s mask and
+/// [`F16X4_KEPT`], read.
 #[cfg(target_feature = "relaxed-simd")]
 #[inline(always)]
-fn decode_dot_nibbles(xs: &[BlockQ4_0], ys: &[BlockQ8_0], ysum: &[i32], dy: &[f32]) -> f32 {
+fn decode_dot_nibbles(
+    xs: &[BlockQ4_0],
+    ys: &[BlockQ8_0],
+    ysum: &[i32],
+    dy: &[f32],
+    m0f: v128,
+    f16k: &[v128; 5],
+) -> f32 {
     let nb = xs.len();
     let nbp = nb.div_ceil(LANES) * LANES;
     assert!(ys.len() == nb && ysum.len() >= nbp && dy.len() >= nbp);
     let isum = |x: &BlockQ4_0, y: &BlockQ8_0| {
-        let (lo, hi) = nibbles(&x.qs);
+        let (lo, hi) = nibbles_in(load(&x.qs), m0f);
         i32x4_relaxed_dot_i8x16_i7x16_add(
             load(&y.qs[16..]),
             hi,
@@ -756,7 +775,7 @@ fn decode_dot_nibbles(xs: &[BlockQ4_0], ys: &[BlockQ8_0], ysum: &[i32], dy: &[f3
             let o = LANES * g + 4 * h;
             let v: [v128; 4] = core::array::from_fn(|k| isum(&xg[4 * h + k], &yg[4 * h + k]));
             let s = i32x4_sub(transpose_sum(&v), i32x4_shl(load(&ysum[o..o + 4]), 3));
-            let dx = f16x4(core::array::from_fn(|k| xg[4 * h + k].d()));
+            let dx = f16x4_in(core::array::from_fn(|k| xg[4 * h + k].d()), f16k);
             let dyv = load(&dy[o..o + 4]);
             *acc = f32x4_add(*acc, f32x4_mul(f32x4_convert_i32x4(s), f32x4_mul(dx, dyv)));
         }

@@ -4,7 +4,10 @@
 //! group's block once for the rows of activations, the 4 rows' partial sums meet in one
 //! transpose-add per row of activations (lanes = rows), and the 4 scales are one 8-byte load. The float steps are
 //! the scalar's per row, one row per lane: `acc[t % 8] += Σ·(dx·dy)`, then `reduce8`, so
-//! every result has `vec_dot`'s bits.
+//! every result has `vec_dot`'s bits. The integer sums take one of three forms: the plain
+//! build's i16 products (`group_q8_0`); with relaxed SIMD, u8 weights against b's i8 quants
+//! where the relaxed dot is `vpdpbusd` (`group_q8_0_u8`, chosen at run time by
+//! `u8_dot_exact`), else the sign trick (`group_q8_0_relaxed`).
 //!
 //! Q8_0 only (the K-quants' groups: `packed_k.rs`): Q4_0 groups (the same layout, 18-byte
 //! blocks) measured ~7% slower than `decode_rows` on ggml's layout in Chromium 156 on both
@@ -14,7 +17,7 @@
 use crate::wasm_arch::*;
 
 use super::super::kernel::{GemmArgs, PackedKernel, PromptGemm, GROUP};
-use super::{f16x4_finite, load, transpose_sum};
+use super::{load, transpose_sum};
 use crate::types::GgmlType;
 
 #[cfg(not(target_feature = "relaxed-simd"))]
@@ -36,10 +39,20 @@ static PANELS: PromptGemm = PromptGemm {
     chunk: crate::cpu::arch::L1_CHUNK,
 };
 
-/// The 4 rows' scales of block t (8 bytes at `p`) as f32 (finite: `repack::pack` checked).
+/// [`super::f16x4_finite`]'s mask and 2^112, and the byte that makes an i8 unsigned (`x ^ 0x80 =
+/// x + 128`), read once per group ([`super::Kept`]): written as constants, V8 rebuilt the
+/// first two in every block step (6 instructions).
+static SCALE_KEPT: super::Kept<3> = super::Kept([[0x8fff_e000; 4], [0x7780_0000; 4], [0x8080_8080; 4]]);
+
+/// The 4 rows' scales of block t (8 bytes at `p`) as f32 (finite: `repack::pack` checked):
+/// [`super::f16x4_finite`] with [`SCALE_KEPT`]'s mask and 2^112 given, the same steps and bits.
+///
+/// # Safety
+/// `p` points at 8 readable bytes.
 #[inline(always)]
-unsafe fn scales(p: *const u8) -> v128 {
-    f16x4_finite(p)
+unsafe fn scales_in(p: *const u8, mask: v128, scale: v128) -> v128 {
+    let h = i32x4_load_extend_i16x4(p as *const i16);
+    f32x4_mul(v128_and(i32x4_shl(h, 13), mask), scale)
 }
 
 /// `acc[t % 8]` per lane, reduced as `reduce8` does.
@@ -104,6 +117,29 @@ fn decode_n<const N: usize>(g: &GemmArgs, c: &mut [f32]) -> bool {
     }
     let row = |j: usize, t: usize| &b[j * ldb + t * 34 + 2..j * ldb + t * 34 + 34];
     #[cfg(target_feature = "relaxed-simd")]
+    if super::u8_dot_exact() {
+        // b's quants as they are (the dot's i8 operand), then the block's −128·Σy in lane 0
+        // (3 vectors a block and row): the weights made unsigned (w + 128) are the u8 operand.
+        let mut yc = alloc::vec![i8x16_splat(0); 3 * N * nb];
+        for t in 0..nb {
+            for j in 0..N {
+                let y = row(j, t);
+                let sum: i32 = y.iter().map(|&q| q as i8 as i32).sum();
+                let v = [load(&y[..16]), load(&y[16..]), i32x4(-128 * sum, 0, 0, 0)];
+                yc[3 * (t * N + j)..3 * (t * N + j) + 3].copy_from_slice(&v);
+            }
+        }
+        for s in 0..ng {
+            let g = super::super::decode_row(s, ng);
+            // SAFETY: group g lies inside a; yc holds 3·N·nb vectors, dy N·nb scales.
+            let out = unsafe { group_q8_0_u8::<N>(nb, a.as_ptr().add(g * gs), &yc, &dy) };
+            for (j, out) in out.iter().enumerate() {
+                c[j * ldc + GROUP * g..j * ldc + GROUP * (g + 1)].copy_from_slice(out);
+            }
+        }
+        return true;
+    }
+    #[cfg(target_feature = "relaxed-simd")]
     {
         // b as |y| and its signs (4 vectors a block and row); an activation of -128 has no
         // |y| in i8: the caller unpacks instead (quantize_row never writes one).
@@ -153,6 +189,22 @@ fn decode_n<const N: usize>(g: &GemmArgs, c: &mut [f32]) -> bool {
     }
 }
 
+/// [`super::dot32`] of the 32 quants at `q`, each 8 of them loaded already widened to i16
+/// (`i16x8.load8x8_s`: `vpmovsxbw` from memory, one instruction, against a load and a widen
+/// for the low half and a load, `vpunpckhbw` and `vpsraw` for the high one): the same exact sum.
+///
+/// # Safety
+/// `q` points at 32 readable bytes, `y` at 4 vectors.
+#[cfg(not(target_feature = "relaxed-simd"))]
+#[inline(always)]
+unsafe fn dot32_at(q: *const u8, y: *const v128) -> v128 {
+    let w = |o: usize| i16x8_load_extend_i8x8(q.add(o) as *const i8);
+    i32x4_add(
+        i32x4_add(i32x4_dot_i16x8(w(0), *y), i32x4_dot_i16x8(w(8), *y.add(1))),
+        i32x4_add(i32x4_dot_i16x8(w(16), *y.add(2)), i32x4_dot_i16x8(w(24), *y.add(3))),
+    )
+}
+
 /// # Safety
 /// `p` points at a group of `nb` blocks (136 bytes each); `yw` holds `4·N·nb` vectors, `dy`
 /// `N·nb` scales.
@@ -161,15 +213,16 @@ fn decode_n<const N: usize>(g: &GemmArgs, c: &mut [f32]) -> bool {
 unsafe fn group_q8_0<const N: usize>(nb: usize, p: *const u8, yw: &[v128], dy: &[f32]) -> [[f32; GROUP]; N] {
     let yp = yw.as_ptr();
     let dyp = dy.as_ptr();
+    let [mask, scale, _] = SCALE_KEPT.read();
     blocks::<N>(nb, |t, acc| {
         let blk = p.add(t * 136);
-        let sc = scales(blk);
+        let sc = scales_in(blk, mask, scale);
         for (j, acc) in acc.iter_mut().enumerate() {
             let y = yp.add(4 * (t * N + j));
-            let v: [v128; GROUP] = core::array::from_fn(|r| {
-                let q = blk.add(8 + 32 * r);
-                super::dot32(v128_load(q as *const v128), v128_load(q.add(16) as *const v128), y)
-            });
+            // The 4 rows written out: as `from_fn` LLVM kept a loop over them, which stored
+            // each row's sum to memory and read it back for the transpose.
+            let q = blk.add(8);
+            let v = [dot32_at(q, y), dot32_at(q.add(32), y), dot32_at(q.add(64), y), dot32_at(q.add(96), y)];
             let s = f32x4_convert_i32x4(transpose_sum(&v));
             *acc = f32x4_add(*acc, f32x4_mul(s, f32x4_mul(sc, f32x4_splat(*dyp.add(t * N + j)))));
         }
@@ -189,9 +242,10 @@ unsafe fn group_q8_0<const N: usize>(nb: usize, p: *const u8, yw: &[v128], dy: &
 unsafe fn group_q8_0_relaxed<const N: usize>(nb: usize, p: *const u8, ys: &[v128], dy: &[f32]) -> [[f32; GROUP]; N] {
     let yp = ys.as_ptr();
     let dyp = dy.as_ptr();
+    let [mask, scale, _] = SCALE_KEPT.read();
     blocks::<N>(nb, |t, acc| {
         let blk = p.add(t * 136);
-        let sc = scales(blk);
+        let sc = scales_in(blk, mask, scale);
         for (j, acc) in acc.iter_mut().enumerate() {
             let y = yp.add(4 * (t * N + j));
             let (alo, ahi, slo, shi) = (*y, *y.add(1), *y.add(2), *y.add(3));
@@ -200,6 +254,41 @@ unsafe fn group_q8_0_relaxed<const N: usize>(nb: usize, p: *const u8, ys: &[v128
                 let (lo, hi) = (v128_load(q as *const v128), v128_load(q.add(16) as *const v128));
                 let (lo, hi) = (i8x16_sub(v128_xor(lo, slo), slo), i8x16_sub(v128_xor(hi, shi), shi));
                 i32x4_relaxed_dot_i8x16_i7x16_add(hi, ahi, i32x4_relaxed_dot_i8x16_i7x16_add(lo, alo, i32x4_splat(0)))
+            });
+            let s = f32x4_convert_i32x4(transpose_sum(&v));
+            *acc = f32x4_add(*acc, f32x4_mul(s, f32x4_mul(sc, f32x4_splat(*dyp.add(t * N + j)))));
+        }
+    })
+}
+
+/// Q8_0 where the relaxed dot multiplies u8 by i8 exactly ([`super::u8_dot_exact`]: AVX-VNNI's
+/// `vpdpbusd` under V8): Σx·y = Σ(x + 128)·y − 128·Σy, the weights made unsigned by one xor
+/// (the dot's u8 operand), b's quants as they are (its i8 operand; -128 included), and each
+/// row's first dot starting from `−128·Σy` in lane 0 (the lanes' sum, which `transpose_sum`
+/// takes, is then exact). Per 16 weights a load, a xor and a dot, against the sign trick's
+/// load, xor, sub and dot and b's signs loaded besides; the same exact block sums, so the same
+/// float steps and bits as [`group_q8_0_relaxed`].
+///
+/// # Safety
+/// `p` points at a group of `nb` blocks (136 bytes each); `yc` holds `3·N·nb` vectors, `dy`
+/// `N·nb` scales.
+#[cfg(target_feature = "relaxed-simd")]
+#[inline(always)]
+unsafe fn group_q8_0_u8<const N: usize>(nb: usize, p: *const u8, yc: &[v128], dy: &[f32]) -> [[f32; GROUP]; N] {
+    let yp = yc.as_ptr();
+    let dyp = dy.as_ptr();
+    let [mask, scale, top] = SCALE_KEPT.read();
+    blocks::<N>(nb, |t, acc| {
+        let blk = p.add(t * 136);
+        let sc = scales_in(blk, mask, scale);
+        for (j, acc) in acc.iter_mut().enumerate() {
+            let y = yp.add(3 * (t * N + j));
+            let (ylo, yhi, corr) = (*y, *y.add(1), *y.add(2));
+            let v: [v128; GROUP] = core::array::from_fn(|r| {
+                let q = blk.add(8 + 32 * r);
+                let lo = v128_xor(v128_load(q as *const v128), top);
+                let hi = v128_xor(v128_load(q.add(16) as *const v128), top);
+                i32x4_relaxed_dot_i8x16_i7x16_add(yhi, hi, i32x4_relaxed_dot_i8x16_i7x16_add(ylo, lo, corr))
             });
             let s = f32x4_convert_i32x4(transpose_sum(&v));
             *acc = f32x4_add(*acc, f32x4_mul(s, f32x4_mul(sc, f32x4_splat(*dyp.add(t * N + j)))));
