@@ -218,7 +218,8 @@ done
 # cases on its CPU kernels, and the float kernels' checks (simd: the fused f16 and f32 tiles,
 # the f16 tile's scaled and exact paths bit for bit): tests/browser's quants, backend_ops and
 # simd modules (the runner takes one name filter, so the other modules are left out with
-# --skip), in Chromium.
+# --skip), in Chromium. Built without the `webgpu` feature: these modules' WebGPU cases are
+# compiled out under relaxed SIMD anyway, and wgpu's crates were ~40 s of the step's build.
 relaxed_modules=(quants backend_ops simd)
 relaxed_skip=()
 for m in "${browser_modules[@]}"; do
@@ -227,7 +228,7 @@ done
 run_step wasm-relaxed env WASM_BINDGEN_USE_BROWSER=1 CHROMEDRIVER=/usr/bin/chromedriver \
     WASM_BINDGEN_TEST_TIMEOUT="${WASM_BINDGEN_TEST_TIMEOUT:-300}" TMPDIR="$BROWSER_TMP" \
     RUSTFLAGS="-C target-feature=+simd128,+relaxed-simd" CARGO_TARGET_DIR="$TARGET_DIR/wasm-relaxed-tests" GGWEB_EXPECT_RELAXED=1 \
-    cargo test --color never --target wasm32-unknown-unknown --test browser -- "${relaxed_skip[@]}"
+    cargo test --color never --target wasm32-unknown-unknown --no-default-features --features std --test browser -- "${relaxed_skip[@]}"
 grep -q 'Running headless tests in Chrome' "$LOGS/wasm-relaxed.log" || die "relaxed-SIMD wasm tests did not run in headless Chrome"
 relaxed_counts=$(check_modules "$LOGS/wasm-relaxed.log" "relaxed-SIMD wasm tests" "${relaxed_modules[@]}")
 n=$(count_libtest "$LOGS/wasm-relaxed.log" "relaxed-SIMD wasm tests in Chromium")
