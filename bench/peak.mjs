@@ -1,6 +1,6 @@
 // One core's ceilings, natively and in wasm, on this CPU: FMA issue rate (GFLOP/s) at 512, 256
 // and 128 bits natively and with SIMD128 in Node and Chromium (relaxed `f32x4.relaxed_madd`
-// and the plain build's multiply then add), and one thread's read rate (GB/s). A wasm kernel
+// and the plain build's multiply then add), and one thread's read rate (GB/s, one stream and four side by side). A wasm kernel
 // cannot beat these; BENCHMARKS.md compares the training and decode ratios of issue #38 to them.
 //
 //   node bench/peak.mjs [ROUNDS]        (best of ROUNDS, default 5; CHROMIUM=path as bench.mjs)
@@ -38,7 +38,8 @@ async function wasmCeilings(bytes, rounds) {
   return [
     { what: 'fma 128-bit (relaxed_madd)', gflops: best(() => n * 12 * 8 / time(() => x.madd_relaxed(n)) / 1e9) },
     { what: 'mul+add 128-bit (plain)', gflops: best(() => n * 12 * 8 / time(() => x.madd_plain(n)) / 1e9) },
-    { what: 'stream 128-bit loads', gbs: best(() => len / time(() => x.stream(p, len)) / 1e9) },
+    { what: 'read, 1 stream(s)', gbs: best(() => len / time(() => x.stream(p, len, 1)) / 1e9) },
+    { what: 'read, 4 stream(s)', gbs: best(() => len / time(() => x.stream(p, len, 4)) / 1e9) },
   ];
 }
 

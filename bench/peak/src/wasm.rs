@@ -38,17 +38,24 @@ fn chains(n: u32, f: impl Fn(v128, v128, v128) -> v128) -> f32 {
     f32x4_extract_lane::<0>(s)
 }
 
-/// Reads `len` bytes at `p` with 4 independent 16-byte load chains: one thread's streaming rate.
+/// Reads `len` bytes at `p` as `parts` sequential streams side by side (part k starts at
+/// k·len/parts), 64 bytes of each per step in 4 independent 16-byte load chains: one
+/// thread's streaming rate. wasm memory has 4 KiB pages, where one stream stalls at each
+/// page the prefetcher has not reached; several streams keep more misses in flight.
 ///
 /// # Safety
 /// `p..p + len` is in linear memory.
 #[no_mangle]
-pub unsafe extern "C" fn stream(p: *const u8, len: usize) -> i32 {
+pub unsafe extern "C" fn stream(p: *const u8, len: usize, parts: usize) -> i32 {
     let mut a = [i32x4_splat(0); 4];
+    let part = len / parts;
     let mut i = 0;
-    while i + 64 <= len {
-        for (k, v) in a.iter_mut().enumerate() {
-            *v = i32x4_add(*v, v128_load(p.add(i + 16 * k) as *const v128));
+    while i + 64 <= part {
+        for s in 0..parts {
+            let q = p.add(s * part + i);
+            for (k, v) in a.iter_mut().enumerate() {
+                *v = i32x4_add(*v, v128_load(q.add(16 * k) as *const v128));
+            }
         }
         i += 64;
     }
