@@ -733,7 +733,9 @@ fn plan(gpu: &Gpu, node: &Tensor, out: &mut Vec<Dispatch>) -> Result<(), Backend
             // first.
             for (d0, d1) in row_parts(gpu, node, node)? {
                 let dst_whole = d0 == 0 && d1 == node.ne[1] as usize;
-                let items = (d1 - d0) as u64 * (node.nelements() / node.ne[1].max(1)) as u64;
+                // One invocation per 4 x 4 block of dst (shaders/out_prod.wgsl).
+                let items =
+                    (d1 - d0).div_ceil(4) as u64 * (node.ne[0] as u64).div_ceil(4) * (node.ne[2] * node.ne[3]) as u64;
                 for (r0, r1) in row_parts(gpu, node, a)? {
                     let mut b = Builder::new(gpu, node);
                     let whole = r0 == 0 && r1 == a.ne[1] as usize;

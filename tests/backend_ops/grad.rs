@@ -256,6 +256,15 @@ pub fn backward_op_cases() -> Vec<Case> {
             i.ctx.out_prod(&a, &i.ctx.transpose(&g))
         }));
     }
+    // WebGPU's 4 x 4 blocks of dst and their ragged edges: 37 = 9 blocks + 1 along i0 (the
+    // one-weight-at-a-time loads), 6 = 4 + 2 along i1, src1 as it is (not a transposed view).
+    for ty in [F32, F16] {
+        v.push(case(&format!("out_prod {ty} K=37 J=20, 6 rows, plain src1"), mm_tol(20), move |i| {
+            let a = i.range(ty, &[37, 20], -0.5, 0.5);
+            let g = i.t(F32, &[6, 20]);
+            i.ctx.out_prod(&a, &g)
+        }));
+    }
     let mut repacked = case("out_prod Q8_0 repacked src0", mm_tol(8), |i| {
         let a = i.repacked(Q8_0, &[64, 8]);
         let g = i.t(F32, &[8, 3]);
