@@ -298,10 +298,3 @@ pub(crate) const fn q4_k_qs_src(p: usize) -> usize {
     let (v, i) = (p / 16, p % 16);
     32 * ((i / 2) % 4) + 4 * v + 2 * (i / 8) + i % 2
 }
-
-/// Q6_K: position `16P + i` (i = 2L + b) of a run of 32 holds byte `16(L % 2) + 8P + 2(L/2) + b`.
-pub(crate) const fn q6_k_src(p: usize) -> usize {
-    let (pp, i) = (p / 16, p % 16);
-    let (l, b) = (i / 2, i % 2);
-    16 * (l % 2) + 8 * pp + 2 * (l / 2) + b
-}

@@ -12,7 +12,9 @@
 //!   `i32x4.dot_i16x8_s` takes whole, the 4 rows' sums one transpose-add. Q4_K and Q6_K by a
 //!   byte map instead of fields ([`byte_map`]): the 4 rows' d (and dmin, Q4_K's scale bytes
 //!   4 at a time), then each row's quants reordered so that each i16 lane of a vector holds
-//!   one sub-block (`cpu/arch/wasm/packed_k.rs`), Q6_K's bits regrouped ([`q6_k_fuse`]).
+//!   one sub-block (`cpu/arch/wasm/packed_k.rs`); Q6_K's quants 4 bytes of each row in turn,
+//!   each 4-byte group one sub-block's (an i32 lane of a relaxed dot), bits regrouped
+//!   ([`q6_k_fuse`]).
 //! - x86_64: R = 8; Q8_0's quants and Q4_0's and Q4_K's nibbles 4 bytes at a time, so one
 //!   32-byte load holds 4 bytes of each of 8 rows and one `vpdpbusd` against 4 activations
 //!   broadcast adds 8 rows' partial sums in 8 lanes (no horizontal adds; Q4_0's low and high
@@ -50,7 +52,7 @@
 use alloc::vec;
 use core::sync::atomic::{AtomicBool, Ordering};
 
-use super::kernel::{q4_k_qs_src, q6_k_src, GemmArgs, Q8_0_GROUP};
+use super::kernel::{q4_k_qs_src, GemmArgs, Q8_0_GROUP};
 pub use super::kernel::{PackedKernel, GROUP};
 use super::{cpu_traits, ColPrep};
 use crate::types::GgmlType;
@@ -170,9 +172,9 @@ fn strided(dst: &mut [u8], sd: usize, src: &[u8], ss: usize, il: usize, n: usize
 /// `cpu/arch/wasm/packed_k.rs` say why): Q4_K the 4 `d`, the 4 `dmin`, the 12 scale bytes as 3
 /// vectors (bytes 0..4, 4..8, 8..12 of each row), then each row's 128 quant bytes reordered
 /// so that i16 lane L of every 16-byte vector holds sub-blocks `2(L % 4)` (low nibbles) and
-/// `2(L % 4) + 1` (high); Q6_K the 4 `d`, each row's 16 scales, then each row's `ql` and `qh`
-/// with bytes reordered in each run of 32 so that lane L holds sub-block `2K + L % 2` of its
-/// quarter K (and the bits of those bytes regrouped, [`q6_k_fuse`]).
+/// `2(L % 4) + 1` (high); Q6_K the 4 `d`, the scales by pairs of sub-blocks, then the quants 4
+/// bytes of each row in turn, so that every 4-byte group holds 4 elements of one sub-block of
+/// one row (their bits regrouped, [`q6_k_fuse`]; [`q6_k_map`]).
 fn byte_map(ty: GgmlType) -> Option<&'static [u16]> {
     match ty {
         GgmlType::Q4_K if cfg!(target_family = "wasm") => Some(&MAP_Q4_K),
@@ -227,23 +229,32 @@ const fn q4_k_map() -> [u16; 4 * 144] {
     m
 }
 
+/// wasm's Q6_K group block (840 bytes): the 4 `d` (bytes 0..8); the 4 rows' 16 scales by pairs
+/// of sub-blocks, `8 + 8(s/2) + 2r + s % 2` (sub-block s of row r), so that one 8-byte load
+/// holds sub-blocks s, s + 1 of every row; then 16 units of 48 bytes, unit `8h + i` (half h,
+/// i = 0..8) at `72 + 48(8h + i)`: 3 vectors (the bytes at `ql[64h + l]`, `ql[64h + 32 + l]`,
+/// `qh[32h + l]`, [`q6_k_fuse`]d) of 4 bytes a row, row r's `l = 4i..4i + 4` at `4r`. So
+/// each 4-byte group of a quarter's unsigned quants (`packed_k`'s `q6_k_quarters`) holds 4
+/// consecutive elements `128h + 32K + 4i..` of one sub-block (`8h + 2K + i/4`) of one row,
+/// which `i32x4.relaxed_dot_i8x16_i7x16_add_s` sums into that row's i32 lane against b's 4
+/// quants at the same elements.
 const fn q6_k_map() -> [u16; 4 * 210] {
     let mut m = [0u16; 4 * 210];
     let mut r = 0;
     while r < 4 {
         let o = 210 * r;
-        let base = 72 + 192 * r;
-        // ql (4 runs of 32), qh (2 runs of 32)
+        // ql's two runs of 64 (2 per half h: l and 32 + l), qh's runs of 32 (one per h).
         let mut p = 0;
         while p < 192 {
-            let run = p / 32;
-            m[o + 32 * run + q6_k_src(p % 32)] = (base + p) as u16;
+            let (h, kind, l) =
+                if p < 128 { (p / 64, (p % 64) / 32, p % 32) } else { ((p - 128) / 32, 2, (p - 128) % 32) };
+            m[o + p] = (72 + 48 * (8 * h + l / 4) + 16 * kind + 4 * r + l % 4) as u16;
             p += 1;
         }
-        let mut j = 0;
-        while j < 16 {
-            m[o + 192 + j] = (8 + 16 * r + j) as u16;
-            j += 1;
+        let mut s = 0;
+        while s < 16 {
+            m[o + 192 + s] = (8 + 8 * (s / 2) + 2 * r + s % 2) as u16;
+            s += 1;
         }
         m[o + 208] = (2 * r) as u16;
         m[o + 209] = (2 * r + 1) as u16;

@@ -3,19 +3,30 @@
 //! against groups of 4 rows whose blocks lie side by side, each group block's quants unpacked once
 //! for all of them, bit for bit `vec_dot`.
 //!
-//! The packed layouts put, in every 16-byte vector of quants, two elements of each of 8
-//! sub-blocks per i16 lane pair (Q4_K: lane L holds sub-block `2(L % 4)` in the low nibbles,
-//! `2(L % 4) + 1` in the high ones; Q6_K: lane L of quarter K holds sub-block `2K + L % 2`,
-//! each byte's bits regrouped so that 3 of 4 quants take one mask: `repack::q6_k_fuse`),
-//! and the activations are reordered the same way once per call. So a lane's pair sums
-//! (`i16x8.relaxed_dot_i8x16_i7x16_s`, or even/odd i16 products in the plain build: u ≤ 63
-//! is a valid i7 operand) add up in i16 over several vectors without overflow (Q4_K: 8
-//! vectors, ≤ 16·15·128; Q6_K: 2, ≤ 4·63·128), then one `i32x4.dot_i16x8_s` applies 8
-//! scales at once: no scale splats, no scalar 6-bit scale unpacking (Q4_K's 4 rows of scales
-//! and mins come out of 3 vectors together), no horizontal sum per row (the 4 rows meet in
-//! one transpose-add). Q6_K's `q - 32` is `Σ sc·Σ u·y - 32·Σ sc·Σ y` with the sub-block sums
-//! of y taken from its quants here (the scalar reads no `bsums` for Q6_K); Q4_K's mins meet
-//! the `bsums` as the scalar's do. The float steps are the scalar's per row, one row a lane:
+//! Q4_K's packed layout puts, in every 16-byte vector of quants, two elements of each of 8
+//! sub-blocks per i16 lane pair (lane L holds sub-block `2(L % 4)` in the low nibbles,
+//! `2(L % 4) + 1` in the high ones), and the activations are reordered the same way once per
+//! call. So a lane's pair sums (`i16x8.relaxed_dot_i8x16_i7x16_s`, or even/odd i16 products in
+//! the plain build) add up in i16 over 8 vectors without overflow (≤ 16·15·128), then one
+//! `i32x4.dot_i16x8_s` applies 8 scales at once: no scale splats, no scalar 6-bit scale
+//! unpacking (the 4 rows' scales and mins come out of 3 vectors together), no horizontal sum
+//! per row (the 4 rows meet in one transpose-add). Q4_K's mins meet the `bsums` as the
+//! scalar's do.
+//!
+//! Q6_K's packed layout (`repack::q6_k_map`) puts 4 bytes of each of the 4 rows side by side,
+//! each 4-byte group 4 consecutive elements of one sub-block (their bits regrouped so that 3
+//! of 4 quants take one mask: `repack::q6_k_fuse`), one row per i32 lane: so with relaxed SIMD
+//! `i32x4.relaxed_dot_i8x16_i7x16_add_s` (b's 4 quants splat as the i8 operand, the 6-bit
+//! quants 0..63 as the i7 one: exact in every lowering; `vpdpbusd` where V8 has AVX-VNNI)
+//! sums a sub-block of each row straight into its lane, started at `-32·Σy` of the sub-block,
+//! then one i32 multiply by the 4 rows' scales: per 16 weights and row of b one dot, no
+//! reordering of b, no horizontal sums. Where that dot is not one instruction (the plain
+//! build; relaxed SIMD without AVX-VNNI), the same layout gives i16 pair sums of a row in lanes
+//! 2r, 2r + 1 (`i16x8.relaxed_dot_i8x16_i7x16_s`, or the even and odd bytes' i16 products),
+//! 2 units added in i16, then `i32x4.dot_i16x8_s` by the rows' scales, and `32·Σ sc·Σy` taken
+//! off by pairs of sub-blocks (`q6_k_sub`). Both give `Σ sc·Σ (q - 32)·y`, the scalar's exact
+//! integer.
+//! The float steps are the scalar's per row, one row a lane:
 //! `acc[t % 8] += d·yd·isum (- dmin·yd·summ)`, then `reduce8`.
 //!
 //! Prompts (from 4 rows of b) put the rows back in ggml's layout once per call
@@ -30,7 +41,7 @@ use crate::wasm_arch::*;
 use alloc::vec;
 use alloc::vec::Vec;
 
-use super::super::kernel::{q4_k_qs_src, q6_k_src, GemmArgs, PackedKernel, PromptGemm, GROUP};
+use super::super::kernel::{q4_k_qs_src, GemmArgs, PackedKernel, PromptGemm, GROUP};
 use super::kquants::{gemm_rows_k, KBlock};
 use super::{f16x4_finite, transpose_sum, Kept};
 use crate::quants::blocks::{BlockQ4_K, BlockQ6_K};
@@ -96,16 +107,17 @@ fn gemm_rows_packed<X: KBlock>(
     // The rows back in ggml's layout (vector shuffles; a few hundred KiB at most, as mul_mat
     // hands out blocks of rows), then the plain kernel: its code, its speed.
     let mut plain = vec![X::zeroed(); m * nb];
-    for (i, row) in plain.chunks_exact_mut(nb).enumerate() {
-        let (g, r) = (i / 4, i % 4);
-        for (t, x) in row.iter_mut().enumerate() {
-            // SAFETY: block t of group g lies inside a (asserted); x is one block.
+    let out = plain.as_mut_ptr() as *mut u8;
+    for g in 0..m / 4 {
+        for t in 0..nb {
+            // SAFETY: block t of group g lies inside a (asserted); rows 4g..4g + 4 of plain
+            // hold nb blocks each, block t of each one X.
             unsafe {
                 let blk = a.as_ptr().add((g * nb + t) * gb);
-                let out = x as *mut X as *mut u8;
+                let row = |r: usize| out.add(((4 * g + r) * nb + t) * xs);
                 match ty {
-                    GgmlType::Q4_K => unpack_q4_k(blk, r, out),
-                    _ => unpack_q6_k(blk, r, out),
+                    GgmlType::Q4_K => (0..4).for_each(|r| unpack_q4_k(blk, r, row(r))),
+                    _ => unpack_q6_k(blk, [row(0), row(1), row(2), row(3)]),
                 }
             }
         }
@@ -128,48 +140,24 @@ static PERM_Q4_K: [u8; 256] = {
     }
     p
 };
-/// Vector u = 8h + 4P + K (half h, vector P of the half's runs, quarter K), byte i.
-static PERM_Q6_K: [u8; 256] = {
-    let mut p = [0u8; 256];
-    let mut j = 0;
-    while j < 256 {
-        let (u, i) = (j / 16, j % 16);
-        let (h, pp, k) = (u / 8, (u / 4) % 2, u % 4);
-        p[j] = (128 * h + 32 * k + q6_k_src(16 * pp + i)) as u8;
-        j += 1;
-    }
-    p
-};
-
 /// Prepared vectors per block of b.
 #[cfg(target_feature = "relaxed-simd")]
 const YV: usize = 16;
 #[cfg(not(target_feature = "relaxed-simd"))]
 const YV: usize = 32;
 
-/// b's quants reordered as the packed weights' lanes ([`PERM_Q4_K`] or [`PERM_Q6_K`]: byte j of
-/// the 16 vectors is element `perm[j]`): per block YV vectors (relaxed: the i8 vectors; plain:
-/// each as its even and odd bytes widened to i16), and per block 2 vectors of i16 sums (Q6_K: of
-/// each sub-block of 16, from the quants). Both permutations move whole byte pairs, so they
-/// are u16 shuffles of the block's 16 vectors ([`reorder_q4_k`], [`reorder_q6_k`]): a byte at
-/// a time, the permutation took 4.0–4.6% of a Q4_K_M generation's profile in Chromium 156
-/// (2.0–2.3% now, the Q6_K sums included; BENCHMARKS.md, 2026-12-06).
-fn prep_y(nb: usize, b: &[u8], ty: GgmlType) -> (Vec<v128>, Vec<v128>) {
-    let sums = ty == GgmlType::Q6_K;
-    let perm = if sums { &PERM_Q6_K } else { &PERM_Q4_K };
+/// b's quants reordered as the packed Q4_K weights' lanes ([`PERM_Q4_K`]: byte j of the 16
+/// vectors is element `perm[j]`): per block YV vectors (relaxed: the i8 vectors; plain: each as
+/// its even and odd bytes widened to i16). The permutation moves whole byte pairs, so it is
+/// u16 shuffles of the block's 16 vectors ([`reorder_q4_k`]): a byte at a time, it took
+/// 4.0–4.6% of a Q4_K_M generation's profile in Chromium 156 (BENCHMARKS.md, 2026-12-06).
+fn prep_y(nb: usize, b: &[u8]) -> Vec<v128> {
     assert!(b.len() >= nb * Y_SIZE);
     let mut q = alloc::vec![i8x16_splat(0); YV * nb];
-    let mut s = alloc::vec![i8x16_splat(0); if sums { 2 * nb } else { 0 }];
     for t in 0..nb {
         let qs = &b[t * Y_SIZE + 4..t * Y_SIZE + 260];
         // SAFETY: qs holds 256 bytes.
-        let r = unsafe {
-            if sums {
-                reorder_q6_k(qs.as_ptr())
-            } else {
-                reorder_q4_k(qs.as_ptr())
-            }
-        };
+        let r = unsafe { reorder_q4_k(qs.as_ptr()) };
         if cfg!(debug_assertions) {
             let mut got = [0u8; 256];
             for (u, &v) in r.iter().enumerate() {
@@ -177,8 +165,8 @@ fn prep_y(nb: usize, b: &[u8], ty: GgmlType) -> (Vec<v128>, Vec<v128>) {
                 unsafe { v128_store(got.as_mut_ptr().add(16 * u) as *mut v128, v) };
             }
             assert!(
-                got.iter().zip(perm).all(|(&g, &e)| g == qs[e as usize]),
-                "prep_y: the shuffles are not {ty}'s permutation"
+                got.iter().zip(&PERM_Q4_K).all(|(&g, &e)| g == qs[e as usize]),
+                "prep_y: the shuffles are not Q4_K's permutation"
             );
         }
         for (u, &v) in r.iter().enumerate() {
@@ -192,14 +180,49 @@ fn prep_y(nb: usize, b: &[u8], ty: GgmlType) -> (Vec<v128>, Vec<v128>) {
                 q[YV * t + 2 * u + 1] = i16x8_shr(v, 8);
             }
         }
-        if sums {
-            let sub: [i16; 16] =
-                core::array::from_fn(|j| qs[16 * j..16 * j + 16].iter().map(|&v| v as i8 as i16).sum::<i16>());
-            s[2 * t] = super::load(&sub[..8]);
-            s[2 * t + 1] = super::load(&sub[8..]);
+    }
+    q
+}
+
+/// Vectors per block of b the Q6_K kernel reads besides b itself ([`prep_q6_k`]).
+#[cfg(target_feature = "relaxed-simd")]
+const YK: usize = 6;
+#[cfg(not(target_feature = "relaxed-simd"))]
+const YK: usize = 130;
+/// Where b's sub-block sums by pairs lie in its YK vectors of a block ([`prep_q6_k`]).
+const SUMS: usize = YK - 2;
+
+/// What [`group_q6_k`] reads of one row of b besides its quants, per block. Relaxed: the 16
+/// sub-blocks' `-32·Σy` as i32 (4 vectors; [`q6_k_sub`]'s dot path). Plain: each 4 quants `(y0,
+/// y1, y2, y3)` as i16 `(y0, y2)` 4 times, then `(y1, y3)` 4 times (128 vectors: the pair path's
+/// operands, one load each). Both: then the 16 `Σy` as i16, by pairs of sub-blocks (2 vectors,
+/// at [`SUMS`]; the pair path's correction). From the quants: the scalar reads no `bsums` for
+/// Q6_K.
+fn prep_q6_k(nb: usize, b: &[u8]) -> Vec<v128> {
+    assert!(b.len() >= nb * Y_SIZE);
+    let mut out = alloc::vec![i8x16_splat(0); YK * nb];
+    for t in 0..nb {
+        let qs = &b[t * Y_SIZE + 4..t * Y_SIZE + 260];
+        let sum: [i16; 16] = core::array::from_fn(|s| qs[16 * s..16 * s + 16].iter().map(|&v| v as i8 as i16).sum());
+        out[YK * t + SUMS] = super::load(&sum[..8]);
+        out[YK * t + SUMS + 1] = super::load(&sum[8..]);
+        #[cfg(target_feature = "relaxed-simd")]
+        {
+            let c: [i32; 16] = core::array::from_fn(|s| -32 * sum[s] as i32);
+            for q in 0..4 {
+                out[YK * t + q] = super::load(&c[4 * q..4 * q + 4]);
+            }
+        }
+        #[cfg(not(target_feature = "relaxed-simd"))]
+        for (c, q) in qs.chunks_exact(4).enumerate() {
+            let pair = |a: u8, b: u8| {
+                i32x4_splat((a as i8 as i16 as u16 as u32 | (b as i8 as i16 as u16 as u32) << 16) as i32)
+            };
+            out[YK * t + 2 * c] = pair(q[0], q[2]);
+            out[YK * t + 2 * c + 1] = pair(q[1], q[3]);
         }
     }
-    (q, s)
+    out
 }
 
 /// [`PERM_Q4_K`] on one block's quants (256 bytes at `qs`): vectors u0, u0 + 2, u0 + 4, u0 + 6
@@ -226,52 +249,21 @@ unsafe fn reorder_q4_k(qs: *const u8) -> [v128; 16] {
     out
 }
 
-/// [`PERM_Q6_K`] on one block's quants: vector u = 8h + 4P + K interleaves the u16 lanes
-/// 4P..4P + 4 of input vectors 2m and 2m + 1, m = 4h + K.
+/// i16 lane L = y·u over bytes 2L, 2L+1 of prepared vector `j` (u ≤ 15: exact).
 ///
 /// # Safety
-/// `qs` points at 256 readable bytes.
+/// `y` holds vector j.
+#[cfg(target_feature = "relaxed-simd")]
 #[inline(always)]
-unsafe fn reorder_q6_k(qs: *const u8) -> [v128; 16] {
-    let c = |i: usize| v128_load(qs.add(16 * i) as *const v128);
-    core::array::from_fn(|u| {
-        let m = 4 * (u / 8) + u % 4;
-        let (a, b) = (c(2 * m), c(2 * m + 1));
-        if (u / 4) % 2 == 0 {
-            i16x8_shuffle::<0, 8, 1, 9, 2, 10, 3, 11>(a, b)
-        } else {
-            i16x8_shuffle::<4, 12, 5, 13, 6, 14, 7, 15>(a, b)
-        }
-    })
+unsafe fn pd(y: *const v128, j: usize, u: v128) -> v128 {
+    i16x8_relaxed_dot_i8x16_i7x16(*y.add(j), u)
 }
 
-/// i16 lane L = y·u over bytes 2L, 2L+1 of prepared vector `j` (u ≤ 63: exact). `even`:
-/// 0x00FF in each u16 lane (the plain build's even bytes; [`Q6_K_KEPT`]`[2]`, read once per
-/// call), unused by the relaxed build.
-///
-/// # Safety
-/// `y` holds vector j (relaxed) or 2j, 2j+1 (plain).
-#[inline(always)]
-unsafe fn pd(y: *const v128, j: usize, u: v128, even: v128) -> v128 {
-    #[cfg(target_feature = "relaxed-simd")]
-    {
-        let _ = even;
-        i16x8_relaxed_dot_i8x16_i7x16(*y.add(j), u)
-    }
-    #[cfg(not(target_feature = "relaxed-simd"))]
-    {
-        let (ue, uo) = (v128_and(u, even), u16x8_shr(u, 8));
-        i16x8_add(i16x8_mul(ue, *y.add(2 * j)), i16x8_mul(uo, *y.add(2 * j + 1)))
-    }
-}
-
-/// Q6_K's masks for [`Kept::read`], once per call: 0x3F and 0xC0 in each byte
-/// ([`q6_k_quarters`]), 0x00FF in each u16 lane ([`pd`]'s even bytes). As constants V8 14.6
-/// (Node 26, Chromium 156) built each anew at every use inside the group loop (`movq` imm64,
-/// `vmovq`, `vpunpcklqdq`; LLVM also turned `(x & 0xC0) >> s` into three more masks): read
-/// once, a Q6_K group block took ~33% fewer CPU ns for one row of b (both builds), ~12%
-/// (relaxed) and ~4% (plain) fewer for four, in a standalone copy of this kernel under Node 26
-/// (BENCHMARKS.md, "Several sequences in Chromium: Q6_K's masks read once", 2026-12-07).
+/// Q6_K's constants for [`Kept::read`], once per call: 0x3F and 0xC0 in each byte
+/// ([`q6_k_quarter`]), 0x00FF in each u16 lane (the plain build's even bytes). As constants V8 14.6 (Node 26, Chromium 156) built each anew at every use inside
+/// the group loop (`movq` imm64, `vmovq`, `vpunpcklqdq`): read once, a Q6_K group block of the
+/// layout before this one took ~33% fewer CPU ns for one row of b (BENCHMARKS.md, "Several
+/// sequences in Chromium: Q6_K's masks read once", 2026-12-07).
 static Q6_K_KEPT: Kept<3> = Kept([[0x3F3F_3F3F; 4], [0xC0C0_C0C0; 4], [0x00FF_00FF; 4]]);
 
 /// The plain build's nibble mask (0x000F in each u16 lane), read from memory once per call
@@ -376,6 +368,30 @@ fn q4_k_lane_scales(s: &[v128; 4]) -> [[v128; 2]; GROUP] {
     ]
 }
 
+/// Quarter `k` of the Q6_K unit at `q` (3 vectors, [`q6_k_quarters`]' x, y, z): the 6-bit
+/// quants of elements `128h + 32k + 4i..` of the 4 rows, 4 bytes a row; `k` a constant once the
+/// loops unroll, so quarters 0..3 load one vector and take one mask. Quarter 3 reads the three
+/// vectors again (volatile reads: LLVM otherwise keeps the 12 vectors of a sub-block's 4 units
+/// from quarters 0..2 for it, more than V8 has registers for, and V8 spills them).
+///
+/// # Safety
+/// `q` points at 48 readable bytes.
+#[inline(always)]
+unsafe fn q6_k_quarter(q: *const u8, k: usize, km: &[v128; 3]) -> v128 {
+    if k < 3 {
+        return v128_and(v128_load(q.add(16 * k) as *const v128), km[0]);
+    }
+    // A v128 at alignment 1 (`read_volatile` needs its type's alignment; units lie 8 bytes off).
+    #[repr(C, packed)]
+    struct Unaligned(v128);
+    let ld = |o: usize| core::ptr::read_volatile(q.add(o) as *const Unaligned).0;
+    let mc0 = km[1];
+    v128_or(
+        v128_or(u16x8_shr(v128_and(ld(0), mc0), 2), u16x8_shr(v128_and(ld(16), mc0), 4)),
+        u16x8_shr(v128_and(ld(32), mc0), 6),
+    )
+}
+
 /// Q6_K's 4 unsigned 6-bit vectors (quarters K = 0..4) from a run's 3 packed vectors
 /// (`repack`'s `q6_k_fuse`: u0..u2 in the low 6 bits, u3 in the top 2 bits of each); `k`:
 /// [`Q6_K_KEPT`] as read.
@@ -418,15 +434,15 @@ fn decode_n<const N: usize>(g: &GemmArgs, c: &mut [f32]) -> bool {
             f32::from_le_bytes(bj(j)[t * Y_SIZE..t * Y_SIZE + 4].try_into().unwrap())
         })
         .collect();
-    let ys: [(Vec<v128>, Vec<v128>); N] = core::array::from_fn(|j| prep_y(nb, bj(j), ty));
-    let yq: [*const v128; N] = core::array::from_fn(|j| ys[j].0.as_ptr());
+    let yb: [*const u8; N] = core::array::from_fn(|j| bj(j).as_ptr());
     let store = |c: &mut [f32], g: usize, out: [[f32; GROUP]; N]| {
         for (j, out) in out.iter().enumerate() {
             c[j * ldc + GROUP * g..j * ldc + GROUP * (g + 1)].copy_from_slice(out);
         }
     };
     if ty == GgmlType::Q4_K {
-        let yb: [*const u8; N] = core::array::from_fn(|j| bj(j).as_ptr());
+        let ys: [Vec<v128>; N] = core::array::from_fn(|j| prep_y(nb, bj(j)));
+        let yq: [*const v128; N] = core::array::from_fn(|j| ys[j].as_ptr());
         for s in 0..ng {
             let g = super::super::decode_row(s, ng);
             // SAFETY: group g lies inside a; each yq holds YV·nb vectors, each yb nb blocks,
@@ -435,11 +451,24 @@ fn decode_n<const N: usize>(g: &GemmArgs, c: &mut [f32]) -> bool {
             store(c, g, out);
         }
     } else {
-        let yss: [*const v128; N] = core::array::from_fn(|j| ys[j].1.as_ptr());
+        let ys: [Vec<v128>; N] = core::array::from_fn(|j| prep_q6_k(nb, bj(j)));
+        let yk: [*const v128; N] = core::array::from_fn(|j| ys[j].as_ptr());
+        // The dot path where the relaxed dot is one instruction; the pair path elsewhere.
+        #[cfg(target_feature = "relaxed-simd")]
+        let dot = super::u8_dot_exact();
+        #[cfg(not(target_feature = "relaxed-simd"))]
+        let dot = false;
         for s in 0..ng {
             let g = super::super::decode_row(s, ng);
-            // SAFETY: as above; each yss holds 2·nb vectors.
-            let out = unsafe { group_q6_k::<N>(nb, a.as_ptr().add(g * gs), yq, yss, &yd) };
+            // SAFETY: group g lies inside a; each yb holds nb blocks, each yk YK·nb vectors,
+            // yd N·nb scales (asserted or built above).
+            let out = unsafe {
+                if dot {
+                    group_q6_k::<N, true>(nb, a.as_ptr().add(g * gs), yb, yk, &yd)
+                } else {
+                    group_q6_k::<N, false>(nb, a.as_ptr().add(g * gs), yb, yk, &yd)
+                }
+            };
             store(c, g, out);
         }
     }
@@ -477,8 +506,8 @@ unsafe fn group_q4_k<const N: usize>(
                 {
                     let (lo, hi) = (v128_and(x, m0f), v128_and(u16x8_shr(x, 4), m0f));
                     for j in 0..N {
-                        al[j] = i16x8_add(al[j], pd(y[j], 2 * v, lo, m0f));
-                        ah[j] = i16x8_add(ah[j], pd(y[j], 2 * v + 1, hi, m0f));
+                        al[j] = i16x8_add(al[j], pd(y[j], 2 * v, lo));
+                        ah[j] = i16x8_add(ah[j], pd(y[j], 2 * v + 1, hi));
                     }
                 }
                 #[cfg(not(target_feature = "relaxed-simd"))]
@@ -518,60 +547,137 @@ unsafe fn group_q4_k<const N: usize>(
 }
 
 /// # Safety
-/// `p` points at a group of `nb` Q6_K blocks; each `yq[j]` holds `YV·nb` vectors, each `ys[j]`
-/// `2·nb`; `yd` `N·nb` scales.
+/// `p` points at a group of `nb` Q6_K blocks; each `b[j]` holds nb Q8_K blocks, each `yk[j]`
+/// `YK·nb` vectors ([`prep_q6_k`]); `yd` `N·nb` scales. DOT: [`q6_k_sub`]'s dot path (relaxed
+/// build only).
 #[inline(always)]
-#[allow(clippy::needless_range_loop)] // row r indexes the scales, the quants and each column's sums
-unsafe fn group_q6_k<const N: usize>(
+#[cfg_attr(not(target_feature = "relaxed-simd"), allow(unused_variables))] // b: read as pairs from yk
+unsafe fn group_q6_k<const N: usize, const DOT: bool>(
     nb: usize,
     p: *const u8,
-    yq: [*const v128; N],
-    ys: [*const v128; N],
+    b: [*const u8; N],
+    yk: [*const v128; N],
     yd: &[f32],
 ) -> [[f32; GROUP]; N] {
     let km = Q6_K_KEPT.read();
     blocks::<N>(nb, |t, acc| {
         let blk = p.add(t * GB_Q6_K);
-        let y: [*const v128; N] = core::array::from_fn(|j| yq[j].add(YV * t));
-        let mut isum = [[i32x4_splat(0); GROUP]; N];
-        for r in 0..GROUP {
-            let sc = v128_load(blk.add(8 + 16 * r) as *const v128);
-            let w = [i16x8_extend_low_i8x16(sc), i16x8_extend_high_i8x16(sc)];
-            let q = blk.add(72 + 192 * r);
-            let mut sum = [i32x4_splat(0); N];
-            for (h, &w) in w.iter().enumerate() {
-                let mut a = [[i16x8_splat(0); 4]; N];
-                for pp in 0..2 {
-                    let ql0 = v128_load(q.add(64 * h + 16 * pp) as *const v128);
-                    let ql1 = v128_load(q.add(64 * h + 32 + 16 * pp) as *const v128);
-                    let qh = v128_load(q.add(128 + 32 * h + 16 * pp) as *const v128);
-                    let u = q6_k_quarters(ql0, ql1, qh, &km);
+        // Lane r: row r's Σ sc·Σ (q - 32)·y over the block.
+        let mut is = [i32x4_splat(0); N];
+        // b's quants (relaxed) or their pairs (plain), and what `prep_q6_k` made of the block.
+        #[cfg(target_feature = "relaxed-simd")]
+        let y = core::array::from_fn(|j| b[j].add(t * Y_SIZE + 4));
+        #[cfg(not(target_feature = "relaxed-simd"))]
+        let y = core::array::from_fn(|j| yk[j].add(YK * t) as *const u8);
+        let c: [*const u8; N] = core::array::from_fn(|j| yk[j].add(YK * t) as *const u8);
+        for h in 0..2 {
+            q6_k_sub::<N, 0, DOT>(blk, h, y, c, &km, &mut is);
+            q6_k_sub::<N, 1, DOT>(blk, h, y, c, &km, &mut is);
+            q6_k_sub::<N, 2, DOT>(blk, h, y, c, &km, &mut is);
+            q6_k_sub::<N, 3, DOT>(blk, h, y, c, &km, &mut is);
+            if !DOT {
+                // The pair path's -32·Σ sc·Σy: per pair of sub-blocks (8h + 2K, + 1), the 4 rows'
+                // scale pairs by b's sum pair.
+                for k in 0..4 {
+                    let sp = i16x8_load_extend_i8x8(blk.add(8 + 8 * (4 * h + k)) as *const i8);
                     for j in 0..N {
-                        for k in 0..4 {
-                            a[j][k] = i16x8_add(a[j][k], pd(y[j], 8 * h + 4 * pp + k, u[k], km[2]));
-                        }
+                        let sy = v128_load32_splat(c[j].add(16 * SUMS + 4 * (4 * h + k)) as *const u32);
+                        is[j] = i32x4_sub(is[j], i32x4_shl(i32x4_dot_i16x8(sp, sy), 5));
                     }
                 }
-                for j in 0..N {
-                    let a = &a[j];
-                    sum[j] = i32x4_add(sum[j], i32x4_dot_i16x8(a[0], i32x4_shuffle::<0, 0, 0, 0>(w, w)));
-                    sum[j] = i32x4_add(sum[j], i32x4_dot_i16x8(a[1], i32x4_shuffle::<1, 1, 1, 1>(w, w)));
-                    sum[j] = i32x4_add(sum[j], i32x4_dot_i16x8(a[2], i32x4_shuffle::<2, 2, 2, 2>(w, w)));
-                    sum[j] = i32x4_add(sum[j], i32x4_dot_i16x8(a[3], i32x4_shuffle::<3, 3, 3, 3>(w, w)));
-                }
-            }
-            for j in 0..N {
-                let (s0, s1) = (*ys[j].add(2 * t), *ys[j].add(2 * t + 1));
-                let corr = i32x4_add(i32x4_dot_i16x8(w[0], s0), i32x4_dot_i16x8(w[1], s1));
-                isum[j][r] = i32x4_sub(sum[j], i32x4_shl(corr, 5));
             }
         }
         let d16 = f16s(blk);
         for (j, acc) in acc.iter_mut().enumerate() {
             let d = f32x4_mul(d16, f32x4_splat(*yd.get_unchecked(t * N + j)));
-            *acc = f32x4_add(*acc, f32x4_mul(d, f32x4_convert_i32x4(transpose_sum(&isum[j]))));
+            *acc = f32x4_add(*acc, f32x4_mul(d, f32x4_convert_i32x4(is[j])));
         }
     })
+}
+
+/// Sub-blocks `8h + 2K` and `8h + 2K + 1` (quarter K of half h: units `8h..8h + 4` and `8h +
+/// 4..8h + 8`) of a Q6_K group block at `blk`, added to `is` (lane r: row r), for each row of
+/// b (`y[j]`, `c[j]`: [`group_q6_k`]'s). K is a constant so that quarters 0..3 take one mask
+/// each and every offset folds into its load.
+/// - DOT (relaxed, where the relaxed dot is `vpdpbusd`: [`super::u8_dot_exact`]): per unit and
+///   row of b one `i32x4.relaxed_dot_i8x16_i7x16_add_s` (b's 4 quants splat, the unsigned
+///   quants), a sub-block's 4 started at its `-32·Σy`; then one i32 multiply by the 4 rows'
+///   scales.
+/// - pairs (the plain build; relaxed elsewhere, where the i32 dot is 3 to 5 instructions):
+///   i16 lanes 2r, 2r + 1 = row r's 2 pairs of 4 elements, ≤ 2·63·128 a unit (relaxed:
+///   `i16x8.relaxed_dot` of b's 4 quants splat and the unsigned quants; plain: the quants'
+///   even and odd bytes times b's pairs), 2 units added in i16, then `i32x4.dot_i16x8_s` by the
+///   rows' scales; [`group_q6_k`] then takes 32·Σ sc·Σy off per pair of sub-blocks, one
+///   `i32x4.dot_i16x8_s` of the 4 rows' scale pairs by b's sum pair.
+///
+/// # Safety
+/// As [`group_q6_k`].
+#[inline(always)]
+#[cfg_attr(not(target_feature = "relaxed-simd"), allow(unused_variables))] // c: relaxed only
+unsafe fn q6_k_sub<const N: usize, const K: usize, const DOT: bool>(
+    blk: *const u8,
+    h: usize,
+    y: [*const u8; N],
+    c: [*const u8; N],
+    km: &[v128; 3],
+    is: &mut [v128; N],
+) {
+    // The scales of sub-blocks 8h + 2K and 8h + 2K + 1 of the 4 rows: i16 lanes (r, s % 2).
+    let sp = i16x8_load_extend_i8x8(blk.add(8 + 8 * (4 * h + K)) as *const i8);
+    for lh in 0..2 {
+        let unit = |i: usize| blk.add(72 + 48 * (8 * h + 4 * lh + i));
+        // Element 128h + 32K + 4(4lh + i) of b, unit i's first.
+        let e = |i: usize| 128 * h + 32 * K + 16 * lh + 4 * i;
+        #[cfg(target_feature = "relaxed-simd")]
+        if DOT {
+            // The 4 rows' scales of the sub-block as i32; its -32·Σy to start from.
+            let sc = if lh == 0 { i32x4_shr(i32x4_shl(sp, 16), 16) } else { i32x4_shr(sp, 16) };
+            let mut a: [v128; N] =
+                core::array::from_fn(|j| v128_load32_splat(c[j].add(4 * (8 * h + 2 * K + lh)) as *const u32));
+            for i in 0..4 {
+                let u = q6_k_quarter(unit(i), K, km);
+                for j in 0..N {
+                    let yv = v128_load32_splat(y[j].add(e(i)) as *const u32);
+                    a[j] = i32x4_relaxed_dot_i8x16_i7x16_add(yv, u, a[j]);
+                }
+            }
+            for j in 0..N {
+                is[j] = i32x4_add(is[j], i32x4_mul(a[j], sc));
+            }
+            continue;
+        }
+        // The scales of the sub-block as i16, each row's twice (lanes 2r, 2r + 1).
+        let sc = if lh == 0 {
+            i16x8_shuffle::<0, 0, 2, 2, 4, 4, 6, 6>(sp, sp)
+        } else {
+            i16x8_shuffle::<1, 1, 3, 3, 5, 5, 7, 7>(sp, sp)
+        };
+        for i0 in [0, 2] {
+            let mut a = [i16x8_splat(0); N];
+            for i in i0..i0 + 2 {
+                let u = q6_k_quarter(unit(i), K, km);
+                #[cfg(target_feature = "relaxed-simd")]
+                for j in 0..N {
+                    let yv = v128_load32_splat(y[j].add(e(i)) as *const u32);
+                    a[j] = i16x8_add(a[j], i16x8_relaxed_dot_i8x16_i7x16(yv, u));
+                }
+                #[cfg(not(target_feature = "relaxed-simd"))]
+                {
+                    // The even and odd bytes (row r's elements 0, 2 and 1, 3 in lanes 2r, 2r + 1),
+                    // against b's (y0, y2) and (y1, y3).
+                    let (we, wo) = (v128_and(u, km[2]), u16x8_shr(u, 8));
+                    for j in 0..N {
+                        let p = y[j].add(8 * e(i));
+                        let (ye, yo) = (v128_load(p as *const v128), v128_load(p.add(16) as *const v128));
+                        a[j] = i16x8_add(a[j], i16x8_add(i16x8_mul(we, ye), i16x8_mul(wo, yo)));
+                    }
+                }
+            }
+            for j in 0..N {
+                is[j] = i32x4_add(is[j], i32x4_dot_i16x8(a[j], sc));
+            }
+        }
+    }
 }
 
 /// Row r of a packed Q4_K group block at `blk` back in ggml's layout (144 bytes at `out`):
@@ -609,38 +715,60 @@ pub(super) unsafe fn unpack_q4_k(blk: *const u8, r: usize, out: *mut u8) {
     }
 }
 
-/// Row r of a packed Q6_K group block back in ggml's layout (210 bytes at `out`): the
-/// quants' bits as ggml's, then in each run of 32 bytes, ggml's first 16 are the packed run's
-/// even pairs, the next 16 its odd ones.
+/// The 4 rows of a packed Q6_K group block back in ggml's layout (210 bytes at each `out[r]`):
+/// per half and 16 places of a run, the 4 units' vectors of each kind transposed (row r's 16
+/// bytes of that run side by side), then the quants' bits as ggml's.
 ///
 /// # Safety
-/// `blk` points at a whole group block, `out` at 210 writable bytes.
+/// `blk` points at a whole group block, each `out[r]` at 210 writable bytes.
 #[inline(always)]
-pub(super) unsafe fn unpack_q6_k(blk: *const u8, r: usize, out: *mut u8) {
-    let q = blk.add(72 + 192 * r);
+pub(super) unsafe fn unpack_q6_k(blk: *const u8, out: [*mut u8; GROUP]) {
     let km = Q6_K_KEPT.read();
     let (m0f, mf0, m03, m0c, m30, mc0) =
         (u8x16_splat(0x0F), u8x16_splat(0xF0), u8x16_splat(3), u8x16_splat(0x0C), u8x16_splat(0x30), u8x16_splat(0xC0));
-    // Per (h, P), ggml's ql0, ql1, qh bytes back (still in the packed byte order).
-    let mut runs = [i8x16_splat(0); 12];
     for h in 0..2 {
         for pp in 0..2 {
-            let (o0, o1, o2) = (64 * h + 16 * pp, 64 * h + 32 + 16 * pp, 128 + 32 * h + 16 * pp);
-            let ld = |o: usize| v128_load(q.add(o) as *const v128);
-            let u = q6_k_quarters(ld(o0), ld(o1), ld(o2), &km);
-            runs[o0 / 16] = v128_or(v128_and(u[0], m0f), v128_and(i16x8_shl(u[2], 4), mf0));
-            runs[o1 / 16] = v128_or(v128_and(u[1], m0f), v128_and(i16x8_shl(u[3], 4), mf0));
-            runs[o2 / 16] = v128_or(
-                v128_or(v128_and(u16x8_shr(u[0], 4), m03), v128_and(u16x8_shr(u[1], 2), m0c)),
-                v128_or(v128_and(u[2], m30), v128_and(i16x8_shl(u[3], 2), mc0)),
-            );
+            // Kind c (ql at 64h + l, ql at 64h + 32 + l, qh at 32h + l) of units 4pp..4pp + 4:
+            // row r's bytes for l = 16pp..16pp + 16.
+            let rows = |c: usize| -> [v128; GROUP] {
+                let v: [v128; 4] =
+                    core::array::from_fn(
+                        |i| v128_load(blk.add(72 + 48 * (8 * h + 4 * pp + i) + 16 * c) as *const v128),
+                    );
+                let (t0, t1) = (i32x4_shuffle::<0, 4, 1, 5>(v[0], v[1]), i32x4_shuffle::<2, 6, 3, 7>(v[0], v[1]));
+                let (t2, t3) = (i32x4_shuffle::<0, 4, 1, 5>(v[2], v[3]), i32x4_shuffle::<2, 6, 3, 7>(v[2], v[3]));
+                [
+                    i64x2_shuffle::<0, 2>(t0, t2),
+                    i64x2_shuffle::<1, 3>(t0, t2),
+                    i64x2_shuffle::<0, 2>(t1, t3),
+                    i64x2_shuffle::<1, 3>(t1, t3),
+                ]
+            };
+            let (x, y, z) = (rows(0), rows(1), rows(2));
+            for (r, &o) in out.iter().enumerate() {
+                let u = q6_k_quarters(x[r], y[r], z[r], &km);
+                v128_store(
+                    o.add(64 * h + 16 * pp) as *mut v128,
+                    v128_or(v128_and(u[0], m0f), v128_and(i16x8_shl(u[2], 4), mf0)),
+                );
+                v128_store(
+                    o.add(64 * h + 32 + 16 * pp) as *mut v128,
+                    v128_or(v128_and(u[1], m0f), v128_and(i16x8_shl(u[3], 4), mf0)),
+                );
+                v128_store(
+                    o.add(128 + 32 * h + 16 * pp) as *mut v128,
+                    v128_or(
+                        v128_or(v128_and(u16x8_shr(u[0], 4), m03), v128_and(u16x8_shr(u[1], 2), m0c)),
+                        v128_or(v128_and(u[2], m30), v128_and(i16x8_shl(u[3], 2), mc0)),
+                    ),
+                );
+            }
         }
     }
-    for run in 0..6 {
-        let (a, b) = (runs[2 * run], runs[2 * run + 1]);
-        v128_store(out.add(32 * run) as *mut v128, i16x8_shuffle::<0, 2, 4, 6, 8, 10, 12, 14>(a, b));
-        v128_store(out.add(32 * run + 16) as *mut v128, i16x8_shuffle::<1, 3, 5, 7, 9, 11, 13, 15>(a, b));
+    for (r, &o) in out.iter().enumerate() {
+        for q in 0..8 {
+            core::ptr::copy_nonoverlapping(blk.add(8 + 8 * q + 2 * r), o.add(192 + 2 * q), 2);
+        }
+        core::ptr::copy_nonoverlapping(blk.add(2 * r), o.add(208), 2);
     }
-    core::ptr::copy_nonoverlapping(blk.add(8 + 16 * r), out.add(192), 16);
-    core::ptr::copy_nonoverlapping(blk.add(2 * r), out.add(208), 2);
 }
