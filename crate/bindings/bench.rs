@@ -12,8 +12,9 @@ use core::cell::RefCell;
 
 use wasm_bindgen::prelude::*;
 
+use serde::Serialize;
+
 use super::js_error;
-use super::model::to_js;
 use crate::cpu::arch::{quantize_row, repack};
 use crate::cpu::CpuBackend;
 use crate::GgmlType;
@@ -58,7 +59,7 @@ pub fn debug_profile_next(on: bool) {
 /// load was profiled.
 #[wasm_bindgen(js_name = _debugProfile)]
 pub fn debug_profile() -> JsValue {
-    #[derive(serde::Serialize)]
+    #[derive(Serialize)]
     struct Row {
         class: String,
         op: &'static str,
@@ -76,7 +77,7 @@ pub fn debug_profile() -> JsValue {
         b.reset_profile();
         rows
     });
-    to_js(&rows)
+    rows.serialize(&serde_wasm_bindgen::Serializer::json_compatible()).expect("plain data serializes")
 }
 
 /// Times the packed decode product (one row of activations, as a decode step's `mul_mat`

@@ -284,7 +284,7 @@ pub(crate) fn gemm_with(
 /// four such rows at once from `run_decode` in cpu/ops.rs, which helps on AMD too); rows
 /// past 4q come last, in order. On wasm otherwise (the vendor is unknown there), from 16
 /// rows on, steps alternate between the two halves (2i: row i, 2i + 1: row ⌈m/2⌉ + i): two
-/// streams, which in Node 26 on an Intel Xeon made Q4_0's decode ~1.15–1.24× and Q4_K_M's
+/// streams, which in Node 26 on an Intel Xeon made Q4_0's decode ~1.14–1.24× and Q4_K_M's
 /// 1.01–1.09× faster per CPU-second (BENCHMARKS.md 2026-12-07, "Where a wasm decode step's
 /// time goes"); the packed Q8_0 kernel pairs its groups itself, block by block. Natively
 /// elsewhere rows go in order. Each row's dot product is computed as before: only the order
@@ -294,7 +294,7 @@ pub(crate) fn decode_row(s: usize, m: usize) -> usize {
     let streams = crate::cpu::features::decode_streams();
     if cfg!(target_family = "wasm") && m >= 16 && !streams {
         let h = m.div_ceil(2);
-        return if s % 2 == 0 { s / 2 } else { h + s / 2 };
+        return if s.is_multiple_of(2) { s / 2 } else { h + s / 2 };
     }
     let q = if m >= 16 && streams { m / 4 } else { 0 };
     if s < 4 * q {

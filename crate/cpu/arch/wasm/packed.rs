@@ -2,8 +2,10 @@
 //! rows of activations (a decode step of as many sequences) against groups of 4 rows whose
 //! blocks lie side by side. Each block's activation vectors are loaded once for the 4 rows, the
 //! group's block once for the rows of activations, the 4 rows' partial sums meet in one
-//! transpose-add per row of activations (lanes = rows), and the 4 scales are one 8-byte load. The float steps are
-//! the scalar's per row, one row per lane: `acc[t % 8] += Σ·(dx·dy)`, then `reduce8`, so
+//! transpose-add per row of activations (lanes = rows), and the 4 scales are one 8-byte load.
+//! A step reads two groups half the matrix apart block by block ([`in_pairs`]: two memory
+//! streams, where one held wasm's reads to the single-stream rate). The float steps are the
+//! scalar's per row, one row per lane: `acc[t % 8] += Σ·(dx·dy)`, then `reduce8`, so
 //! every result has `vec_dot`'s bits. The integer sums take one of three forms: the plain
 //! build's i16 products (`group_q8_0`); with relaxed SIMD, u8 weights against b's i8 quants
 //! where the relaxed dot is `vpdpbusd` (`group_q8_0_u8`, chosen at run time by
@@ -117,7 +119,7 @@ fn in_pairs<const N: usize>(
         put(s, &out[0]);
         put(s + far, &out[1]);
     }
-    if ng % 2 == 1 {
+    if !ng.is_multiple_of(2) {
         put(half, &one(half)[0]);
     }
 }
