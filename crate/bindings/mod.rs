@@ -21,6 +21,7 @@
 //! the `GgwebError` code; bad input never panics. Values cross as JS data through
 //! serde-wasm-bindgen (`model::from_js` / `model::to_js`), never as JSON text.
 
+mod bench;
 mod calls;
 mod export;
 mod inside;

@@ -35,7 +35,6 @@ use super::{js_error, wasm_memory_bytes};
 use crate::backend::{Backend, BackendError};
 use crate::common::open_backends;
 use crate::common::options::{self, GenerateParams, LoadOptions, GENERATE_WHAT, LOAD_WHAT};
-use crate::cpu::CpuBackend;
 use crate::gguf::Limits;
 use crate::model::context::Gpt2;
 use crate::model::loader::ModelLoader;
@@ -206,7 +205,7 @@ impl WasmLoader {
 /// The CPU backend of a load, with its `nThreads`.
 fn cpu_of(opts: &LoadOptions) -> impl FnOnce() -> Rc<dyn Backend> {
     let n = opts.model().n_threads;
-    move || Rc::new(CpuBackend::new(n))
+    move || super::bench::cpu_backend(n)
 }
 
 /// `LoadOptions` with every default filled in ([`LoadOptions::resolved`]): engine.js plans

@@ -1029,9 +1029,12 @@ pub(crate) fn mul_mat(a: &TensorView, b: &TensorView, d: &TensorView, exec: &Exe
     // of a 4-sequence Q4_K_M step in Node 26's profile in blocks of 128 KiB, 3.6% of a
     // 1-sequence one): one block of the whole matrix, split only for threads below. Not for
     // ggml's layout: Q4_0's one-sequence step ran ~9% slower in whole-matrix blocks (its four
-    // row streams a quarter of the matrix apart instead of a quarter of 128 KiB).
-    let k_quant = matches!(a.ty, GgmlType::Q4_K | GgmlType::Q6_K);
-    if cfg!(target_family = "wasm") && a.packed && k_quant && d.ne[1] <= 4 {
+    // row streams a quarter of the matrix apart instead of a quarter of 128 KiB). Packed Q8_0
+    // likewise (its kernel reorders b per call too): in blocks of 128 KiB a 124M-shape step
+    // made ~1000 calls, and a block of 160 rows ran at half the whole matrix's rate in cache
+    // in Node 26 (BENCHMARKS.md 2026-12-07, "Where a wasm decode step's time goes").
+    let one_block = matches!(a.ty, GgmlType::Q4_K | GgmlType::Q6_K | GgmlType::Q8_0);
+    if cfg!(target_family = "wasm") && a.packed && one_block && d.ne[1] <= 4 {
         block = m.max(1);
     }
     let flops = m * d.ne[1] * k * n_batches;

@@ -282,11 +282,21 @@ pub(crate) fn gemm_with(
 /// Intel), steps 4i..4i+3 take rows i, i+q, i+2q, i+3q (q = m/4), so the memory system sees
 /// four streams in different pages instead of one stream of short rows (float weights get
 /// four such rows at once from `run_decode` in cpu/ops.rs, which helps on AMD too); rows
-/// past 4q come last, in order. Elsewhere rows go in order. Each row's dot product is
-/// computed as before: only the order changes.
+/// past 4q come last, in order. On wasm otherwise (the vendor is unknown there), from 16
+/// rows on, steps alternate between the two halves (2i: row i, 2i + 1: row ⌈m/2⌉ + i): two
+/// streams, which in Node 26 on an Intel Xeon made Q4_0's decode ~1.14–1.24× and Q4_K_M's
+/// 1.01–1.09× faster per CPU-second (BENCHMARKS.md 2026-12-07, "Where a wasm decode step's
+/// time goes"); the packed Q8_0 kernel pairs its groups itself, block by block. Natively
+/// elsewhere rows go in order. Each row's dot product is computed as before: only the order
+/// changes.
 #[inline]
 pub(crate) fn decode_row(s: usize, m: usize) -> usize {
-    let q = if m >= 16 && crate::cpu::features::decode_streams() { m / 4 } else { 0 };
+    let streams = crate::cpu::features::decode_streams();
+    if cfg!(target_family = "wasm") && m >= 16 && !streams {
+        let h = m.div_ceil(2);
+        return if s.is_multiple_of(2) { s / 2 } else { h + s / 2 };
+    }
+    let q = if m >= 16 && streams { m / 4 } else { 0 };
     if s < 4 * q {
         s / 4 + (s % 4) * q
     } else {

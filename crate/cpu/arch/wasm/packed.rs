@@ -2,8 +2,10 @@
 //! rows of activations (a decode step of as many sequences) against groups of 4 rows whose
 //! blocks lie side by side. Each block's activation vectors are loaded once for the 4 rows, the
 //! group's block once for the rows of activations, the 4 rows' partial sums meet in one
-//! transpose-add per row of activations (lanes = rows), and the 4 scales are one 8-byte load. The float steps are
-//! the scalar's per row, one row per lane: `acc[t % 8] += Σ·(dx·dy)`, then `reduce8`, so
+//! transpose-add per row of activations (lanes = rows), and the 4 scales are one 8-byte load.
+//! A step reads two groups half the matrix apart block by block ([`in_pairs`]: two memory
+//! streams, where one held wasm's reads to the single-stream rate). The float steps are the
+//! scalar's per row, one row per lane: `acc[t % 8] += Σ·(dx·dy)`, then `reduce8`, so
 //! every result has `vec_dot`'s bits. The integer sums take one of three forms: the plain
 //! build's i16 products (`group_q8_0`); with relaxed SIMD, u8 weights against b's i8 quants
 //! where the relaxed dot is `vpdpbusd` (`group_q8_0_u8`, chosen at run time by
@@ -64,11 +66,14 @@ fn reduce8x4(a: &[v128; 8]) -> v128 {
     )
 }
 
-/// Runs `step(t, &mut acc[t % 8])` for every block, in order (`acc[t % 8][j]`: column j's 4
-/// rows), then each column's 4 rows' results.
+/// Runs `step(t, &mut acc[t % 8])` for every block, in order (`acc[t % 8][g][j]`: group g's
+/// 4 rows against column j), then each group's and column's 4 rows' results.
 #[inline(always)]
-fn blocks<const N: usize>(nb: usize, mut step: impl FnMut(usize, &mut [v128; N])) -> [[f32; GROUP]; N] {
-    let mut acc = [[f32x4_splat(0.0); N]; 8];
+fn blocks<const G: usize, const N: usize>(
+    nb: usize,
+    mut step: impl FnMut(usize, &mut [[v128; N]; G]),
+) -> [[[f32; GROUP]; N]; G] {
+    let mut acc = [[[f32x4_splat(0.0); N]; G]; 8];
     let mut t = 0;
     while t + 8 <= nb {
         for (j, a) in acc.iter_mut().enumerate() {
@@ -80,16 +85,47 @@ fn blocks<const N: usize>(nb: usize, mut step: impl FnMut(usize, &mut [v128; N])
         step(t, &mut acc[t % 8]);
         t += 1;
     }
-    core::array::from_fn(|j| {
-        let mut out = [0f32; GROUP];
-        // SAFETY: 4 f32 of room for one unaligned 16-byte store.
-        unsafe { v128_store(out.as_mut_ptr() as *mut v128, reduce8x4(&core::array::from_fn(|i| acc[i][j]))) };
-        out
+    core::array::from_fn(|g| {
+        core::array::from_fn(|j| {
+            let mut out = [0f32; GROUP];
+            // SAFETY: 4 f32 of room for one unaligned 16-byte store.
+            unsafe { v128_store(out.as_mut_ptr() as *mut v128, reduce8x4(&core::array::from_fn(|i| acc[i][g][j]))) };
+            out
+        })
     })
 }
 
-/// The [`PackedKernel::decode`] of Q8_0: the 1 to 4 rows of b given against the groups, in
-/// [`super::super::decode_row`]'s order (four streams a quarter of the matrix apart).
+/// Runs `group` on the `ng` groups two at a time, s and s + ⌈ng/2⌉ for s < ⌊ng/2⌋ (then the
+/// middle one alone when ng is odd), block by block side by side: two memory streams half the
+/// matrix apart, where one stream in address order left the memory bus idle (a bare wasm read
+/// loop: 1 stream ~10.5 GB/s, 2 streams 12.6–13.4 on this Intel Xeon; BENCHMARKS.md
+/// 2026-12-07, "Where a wasm decode step's time goes"). The order changes no value.
+#[inline(always)]
+fn in_pairs<const N: usize>(
+    ng: usize,
+    c: &mut [f32],
+    ldc: usize,
+    mut two: impl FnMut([usize; 2]) -> [[[f32; GROUP]; N]; 2],
+    mut one: impl FnMut(usize) -> [[[f32; GROUP]; N]; 1],
+) {
+    let mut put = |g: usize, out: &[[f32; GROUP]; N]| {
+        for (j, out) in out.iter().enumerate() {
+            c[j * ldc + GROUP * g..j * ldc + GROUP * (g + 1)].copy_from_slice(out);
+        }
+    };
+    let (half, far) = (ng / 2, ng.div_ceil(2));
+    for s in 0..half {
+        let out = two([s, s + far]);
+        put(s, &out[0]);
+        put(s + far, &out[1]);
+    }
+    if !ng.is_multiple_of(2) {
+        put(half, &one(half)[0]);
+    }
+}
+
+/// The [`PackedKernel::decode`] of Q8_0: the 1 to 4 rows of b given against the groups, two
+/// groups half the matrix apart at a time ([`in_pairs`]).
 fn decode(g: &GemmArgs, c: &mut [f32]) -> bool {
     match g.cols.plain.len() {
         1 => decode_n::<1>(g, c),
@@ -129,14 +165,15 @@ fn decode_n<const N: usize>(g: &GemmArgs, c: &mut [f32]) -> bool {
                 yc[3 * (t * N + j)..3 * (t * N + j) + 3].copy_from_slice(&v);
             }
         }
-        for s in 0..ng {
-            let g = super::super::decode_row(s, ng);
-            // SAFETY: group g lies inside a; yc holds 3·N·nb vectors, dy N·nb scales.
-            let out = unsafe { group_q8_0_u8::<N>(nb, a.as_ptr().add(g * gs), &yc, &dy) };
-            for (j, out) in out.iter().enumerate() {
-                c[j * ldc + GROUP * g..j * ldc + GROUP * (g + 1)].copy_from_slice(out);
-            }
-        }
+        let at = |g: usize| a[g * gs..].as_ptr();
+        // SAFETY: groups g < ng lie inside a; yc holds 3·N·nb vectors, dy N·nb scales.
+        in_pairs::<N>(
+            ng,
+            c,
+            ldc,
+            |[g0, g1]| unsafe { group_q8_0_u8::<2, N>(nb, [at(g0), at(g1)], &yc, &dy) },
+            |g| unsafe { group_q8_0_u8::<1, N>(nb, [at(g)], &yc, &dy) },
+        );
         return true;
     }
     #[cfg(target_feature = "relaxed-simd")]
@@ -157,14 +194,15 @@ fn decode_n<const N: usize>(g: &GemmArgs, c: &mut [f32]) -> bool {
         if v128_any_true(bad) {
             return false;
         }
-        for s in 0..ng {
-            let g = super::super::decode_row(s, ng);
-            // SAFETY: group g lies inside a; ys holds 4·N·nb vectors, dy N·nb scales.
-            let out = unsafe { group_q8_0_relaxed::<N>(nb, a.as_ptr().add(g * gs), &ys, &dy) };
-            for (j, out) in out.iter().enumerate() {
-                c[j * ldc + GROUP * g..j * ldc + GROUP * (g + 1)].copy_from_slice(out);
-            }
-        }
+        let at = |g: usize| a[g * gs..].as_ptr();
+        // SAFETY: groups g < ng lie inside a; ys holds 4·N·nb vectors, dy N·nb scales.
+        in_pairs::<N>(
+            ng,
+            c,
+            ldc,
+            |[g0, g1]| unsafe { group_q8_0_relaxed::<2, N>(nb, [at(g0), at(g1)], &ys, &dy) },
+            |g| unsafe { group_q8_0_relaxed::<1, N>(nb, [at(g)], &ys, &dy) },
+        );
         true
     }
     #[cfg(not(target_feature = "relaxed-simd"))]
@@ -177,14 +215,15 @@ fn decode_n<const N: usize>(g: &GemmArgs, c: &mut [f32]) -> bool {
                 super::widen(load(&y[..16]), load(&y[16..]), &mut yw[4 * (t * N + j)..]);
             }
         }
-        for s in 0..ng {
-            let g = super::super::decode_row(s, ng);
-            // SAFETY: group g lies inside a; yw holds 4·N·nb vectors, dy N·nb scales.
-            let out = unsafe { group_q8_0::<N>(nb, a.as_ptr().add(g * gs), &yw, &dy) };
-            for (j, out) in out.iter().enumerate() {
-                c[j * ldc + GROUP * g..j * ldc + GROUP * (g + 1)].copy_from_slice(out);
-            }
-        }
+        let at = |g: usize| a[g * gs..].as_ptr();
+        // SAFETY: groups g < ng lie inside a; yw holds 4·N·nb vectors, dy N·nb scales.
+        in_pairs::<N>(
+            ng,
+            c,
+            ldc,
+            |[g0, g1]| unsafe { group_q8_0::<2, N>(nb, [at(g0), at(g1)], &yw, &dy) },
+            |g| unsafe { group_q8_0::<1, N>(nb, [at(g)], &yw, &dy) },
+        );
         true
     }
 }
@@ -206,25 +245,32 @@ unsafe fn dot32_at(q: *const u8, y: *const v128) -> v128 {
 }
 
 /// # Safety
-/// `p` points at a group of `nb` blocks (136 bytes each); `yw` holds `4·N·nb` vectors, `dy`
+/// each `p` points at a group of `nb` blocks (136 bytes each); `yw` holds `4·N·nb` vectors, `dy`
 /// `N·nb` scales.
 #[cfg(not(target_feature = "relaxed-simd"))]
 #[inline(always)]
-unsafe fn group_q8_0<const N: usize>(nb: usize, p: *const u8, yw: &[v128], dy: &[f32]) -> [[f32; GROUP]; N] {
+unsafe fn group_q8_0<const G: usize, const N: usize>(
+    nb: usize,
+    p: [*const u8; G],
+    yw: &[v128],
+    dy: &[f32],
+) -> [[[f32; GROUP]; N]; G] {
     let yp = yw.as_ptr();
     let dyp = dy.as_ptr();
     let [mask, scale, _] = SCALE_KEPT.read();
-    blocks::<N>(nb, |t, acc| {
-        let blk = p.add(t * 136);
-        let sc = scales_in(blk, mask, scale);
-        for (j, acc) in acc.iter_mut().enumerate() {
-            let y = yp.add(4 * (t * N + j));
-            // The 4 rows written out: as `from_fn` LLVM kept a loop over them, which stored
-            // each row's sum to memory and read it back for the transpose.
-            let q = blk.add(8);
-            let v = [dot32_at(q, y), dot32_at(q.add(32), y), dot32_at(q.add(64), y), dot32_at(q.add(96), y)];
-            let s = f32x4_convert_i32x4(transpose_sum(&v));
-            *acc = f32x4_add(*acc, f32x4_mul(s, f32x4_mul(sc, f32x4_splat(*dyp.add(t * N + j)))));
+    blocks::<G, N>(nb, |t, acc| {
+        for (p, acc) in p.iter().zip(acc.iter_mut()) {
+            let blk = p.add(t * 136);
+            let sc = scales_in(blk, mask, scale);
+            for (j, acc) in acc.iter_mut().enumerate() {
+                let y = yp.add(4 * (t * N + j));
+                // The 4 rows written out: as `from_fn` LLVM kept a loop over them, which stored
+                // each row's sum to memory and read it back for the transpose.
+                let q = blk.add(8);
+                let v = [dot32_at(q, y), dot32_at(q.add(32), y), dot32_at(q.add(64), y), dot32_at(q.add(96), y)];
+                let s = f32x4_convert_i32x4(transpose_sum(&v));
+                *acc = f32x4_add(*acc, f32x4_mul(s, f32x4_mul(sc, f32x4_splat(*dyp.add(t * N + j)))));
+            }
         }
     })
 }
@@ -235,28 +281,39 @@ unsafe fn group_q8_0<const N: usize>(nb: usize, p: *const u8, yw: &[v128], dy: &
 /// the exact block sums, 16 products an instruction instead of 8.
 ///
 /// # Safety
-/// `p` points at a group of `nb` blocks (136 bytes each); `ys` holds `4·N·nb` vectors, `dy`
+/// each `p` points at a group of `nb` blocks (136 bytes each); `ys` holds `4·N·nb` vectors, `dy`
 /// `N·nb` scales.
 #[cfg(target_feature = "relaxed-simd")]
 #[inline(always)]
-unsafe fn group_q8_0_relaxed<const N: usize>(nb: usize, p: *const u8, ys: &[v128], dy: &[f32]) -> [[f32; GROUP]; N] {
+unsafe fn group_q8_0_relaxed<const G: usize, const N: usize>(
+    nb: usize,
+    p: [*const u8; G],
+    ys: &[v128],
+    dy: &[f32],
+) -> [[[f32; GROUP]; N]; G] {
     let yp = ys.as_ptr();
     let dyp = dy.as_ptr();
     let [mask, scale, _] = SCALE_KEPT.read();
-    blocks::<N>(nb, |t, acc| {
-        let blk = p.add(t * 136);
-        let sc = scales_in(blk, mask, scale);
-        for (j, acc) in acc.iter_mut().enumerate() {
-            let y = yp.add(4 * (t * N + j));
-            let (alo, ahi, slo, shi) = (*y, *y.add(1), *y.add(2), *y.add(3));
-            let v: [v128; GROUP] = core::array::from_fn(|r| {
-                let q = blk.add(8 + 32 * r);
-                let (lo, hi) = (v128_load(q as *const v128), v128_load(q.add(16) as *const v128));
-                let (lo, hi) = (i8x16_sub(v128_xor(lo, slo), slo), i8x16_sub(v128_xor(hi, shi), shi));
-                i32x4_relaxed_dot_i8x16_i7x16_add(hi, ahi, i32x4_relaxed_dot_i8x16_i7x16_add(lo, alo, i32x4_splat(0)))
-            });
-            let s = f32x4_convert_i32x4(transpose_sum(&v));
-            *acc = f32x4_add(*acc, f32x4_mul(s, f32x4_mul(sc, f32x4_splat(*dyp.add(t * N + j)))));
+    blocks::<G, N>(nb, |t, acc| {
+        for (p, acc) in p.iter().zip(acc.iter_mut()) {
+            let blk = p.add(t * 136);
+            let sc = scales_in(blk, mask, scale);
+            for (j, acc) in acc.iter_mut().enumerate() {
+                let y = yp.add(4 * (t * N + j));
+                let (alo, ahi, slo, shi) = (*y, *y.add(1), *y.add(2), *y.add(3));
+                let v: [v128; GROUP] = core::array::from_fn(|r| {
+                    let q = blk.add(8 + 32 * r);
+                    let (lo, hi) = (v128_load(q as *const v128), v128_load(q.add(16) as *const v128));
+                    let (lo, hi) = (i8x16_sub(v128_xor(lo, slo), slo), i8x16_sub(v128_xor(hi, shi), shi));
+                    i32x4_relaxed_dot_i8x16_i7x16_add(
+                        hi,
+                        ahi,
+                        i32x4_relaxed_dot_i8x16_i7x16_add(lo, alo, i32x4_splat(0)),
+                    )
+                });
+                let s = f32x4_convert_i32x4(transpose_sum(&v));
+                *acc = f32x4_add(*acc, f32x4_mul(s, f32x4_mul(sc, f32x4_splat(*dyp.add(t * N + j)))));
+            }
         }
     })
 }
@@ -270,28 +327,35 @@ unsafe fn group_q8_0_relaxed<const N: usize>(nb: usize, p: *const u8, ys: &[v128
 /// float steps and bits as [`group_q8_0_relaxed`].
 ///
 /// # Safety
-/// `p` points at a group of `nb` blocks (136 bytes each); `yc` holds `3·N·nb` vectors, `dy`
+/// each `p` points at a group of `nb` blocks (136 bytes each); `yc` holds `3·N·nb` vectors, `dy`
 /// `N·nb` scales.
 #[cfg(target_feature = "relaxed-simd")]
 #[inline(always)]
-unsafe fn group_q8_0_u8<const N: usize>(nb: usize, p: *const u8, yc: &[v128], dy: &[f32]) -> [[f32; GROUP]; N] {
+unsafe fn group_q8_0_u8<const G: usize, const N: usize>(
+    nb: usize,
+    p: [*const u8; G],
+    yc: &[v128],
+    dy: &[f32],
+) -> [[[f32; GROUP]; N]; G] {
     let yp = yc.as_ptr();
     let dyp = dy.as_ptr();
     let [mask, scale, top] = SCALE_KEPT.read();
-    blocks::<N>(nb, |t, acc| {
-        let blk = p.add(t * 136);
-        let sc = scales_in(blk, mask, scale);
-        for (j, acc) in acc.iter_mut().enumerate() {
-            let y = yp.add(3 * (t * N + j));
-            let (ylo, yhi, corr) = (*y, *y.add(1), *y.add(2));
-            let v: [v128; GROUP] = core::array::from_fn(|r| {
-                let q = blk.add(8 + 32 * r);
-                let lo = v128_xor(v128_load(q as *const v128), top);
-                let hi = v128_xor(v128_load(q.add(16) as *const v128), top);
-                i32x4_relaxed_dot_i8x16_i7x16_add(yhi, hi, i32x4_relaxed_dot_i8x16_i7x16_add(ylo, lo, corr))
-            });
-            let s = f32x4_convert_i32x4(transpose_sum(&v));
-            *acc = f32x4_add(*acc, f32x4_mul(s, f32x4_mul(sc, f32x4_splat(*dyp.add(t * N + j)))));
+    blocks::<G, N>(nb, |t, acc| {
+        for (p, acc) in p.iter().zip(acc.iter_mut()) {
+            let blk = p.add(t * 136);
+            let sc = scales_in(blk, mask, scale);
+            for (j, acc) in acc.iter_mut().enumerate() {
+                let y = yp.add(3 * (t * N + j));
+                let (ylo, yhi, corr) = (*y, *y.add(1), *y.add(2));
+                let v: [v128; GROUP] = core::array::from_fn(|r| {
+                    let q = blk.add(8 + 32 * r);
+                    let lo = v128_xor(v128_load(q as *const v128), top);
+                    let hi = v128_xor(v128_load(q.add(16) as *const v128), top);
+                    i32x4_relaxed_dot_i8x16_i7x16_add(yhi, hi, i32x4_relaxed_dot_i8x16_i7x16_add(ylo, lo, corr))
+                });
+                let s = f32x4_convert_i32x4(transpose_sum(&v));
+                *acc = f32x4_add(*acc, f32x4_mul(s, f32x4_mul(sc, f32x4_splat(*dyp.add(t * N + j)))));
+            }
         }
     })
 }
