@@ -945,6 +945,10 @@ fn repacked_gemm_equals_plain_bit_for_bit() {
         (24, 16, 32),
         (3, 41, 7),
         (96, 24, 5),
+        // x86's AVX-512 prompt kernel takes two group pairs per pass (32 rows) where it can:
+        // pairs of pairs, then a pair or a lone group left.
+        (24, 72, 9),
+        (3, 48, 6),
     ];
     // K-quant blocks of 256: counts around the groups of 8 blocks, 8-row groups and rests.
     let k_quants = [
