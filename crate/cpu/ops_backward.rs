@@ -34,6 +34,12 @@ const OUT_PROD_ROWS: usize = 64;
 const OUT_PROD_KB: usize = crate::cpu::arch::F32_PANEL_DEPTH;
 /// Values per run of a row that [`a_rows_f32`] places: a Q8_0 block, a panel's width.
 const RUN: usize = crate::cpu::arch::F32_PANEL_WIDTH;
+/// Columns of a non-f32 `a` (of its ne[0]) converted into the blocked product's panels per
+/// call: 256 rows of 768 are 768 KiB, inside L2 with the call's X and C; at `ffn_down`'s 3072
+/// the whole block's panels (3 MiB) were written to L3 and read back. A multiple of RUN and of
+/// every block size (256).
+const OUT_PROD_NC: usize = 768;
+const _: () = assert!(OUT_PROD_NC.is_multiple_of(RUN) && OUT_PROD_NC.is_multiple_of(256));
 
 /// ggml_out_prod: dst[i0, i1, i2, i3] = Σ_j a[i0, j, i2 / r2, i3 / r3] · b[i1, j, i2, i3].
 /// `a` may be any weight type (a row dequantized at a time, a repacked weight's row unpacked
@@ -73,17 +79,20 @@ pub(crate) fn out_prod(a: &TensorView, b: &TensorView, dst: &TensorView, exec: &
         .filter(|_| (direct || to_panels.is_some()) && f32_strides(b) && f32_strides(dst) && dst.nb[0] == 4)
     {
         let kb = if direct { nj } else { OUT_PROD_KB };
+        // Columns per panel conversion: OUT_PROD_NC where a's blocks allow slices (the same
+        // tiles, so the same sums, whatever the slices), else all n0.
+        let nc_max = if n0 > OUT_PROD_NC && n0.is_multiple_of(a.ty.blck_size()) { OUT_PROD_NC } else { n0 };
         return par_rows(exec, dst.nrows(), n0.saturating_mul(nj), &|rows| {
-            // 64-byte aligned panels (`F32GemmPanels`): [n0 / RUN panels][kb rows][RUN].
+            // 64-byte aligned panels (`F32GemmPanels`): [nc_max / RUN panels][kb rows][RUN].
             #[derive(Clone, Copy)]
             #[repr(C, align(64))]
             struct Line([f32; 16]);
-            let panel_floats = kb.min(nj) * n0.div_ceil(RUN) * RUN;
+            let panel_floats = kb.min(nj) * nc_max.div_ceil(RUN) * RUN;
             let mut lines = if direct { Vec::new() } else { vec![Line([0.0; 16]); panel_floats.div_ceil(16)] };
             // SAFETY: `lines` holds panel_floats f32s (Line is 16 of them, no padding).
             let block = unsafe { core::slice::from_raw_parts_mut(lines.as_mut_ptr() as *mut f32, panel_floats) };
             let mut plain = if a.packed { vec![0u8; a.nb[1]] } else { Vec::new() };
-            let mut one = if direct { Vec::new() } else { vec![0.0f32; n0] };
+            let mut one = if direct { Vec::new() } else { vec![0.0f32; nc_max] };
             let mut r = rows.start;
             while r < rows.end {
                 let (i1, i2, i3) = dst.row_index(r);
@@ -118,29 +127,37 @@ pub(crate) fn out_prod(a: &TensorView, b: &TensorView, dst: &TensorView, exec: &
                         let zero = (0..len).all(|k| {
                             (0..jb).all(|jj| unsafe { (x.add(k * b.nb[0] + jj * b.nb[1]) as *const f32).read_unaligned() } == 0.0)
                         });
-                        // A block of zeros in b (a logit difference's gradient of the head): the
-                        // gemm skips it without reading Y, so its rows of a are not converted.
-                        if !zero {
-                            let at = (i2 / r2, i3 / r3);
-                            a_rows_f32(a, j, jb, at, (&mut block[..], RUN, jb * RUN), &mut plain, &mut one)?;
-                        }
                         let gemm_panels = to_panels.expect("checked above");
-                        // SAFETY: rows i1..i1 + len of b and dst are inside their buffers
-                        // (strides in f32s); `block` holds a's rows j..j + jb as the panels
-                        // of n0 columns, jb deep, 64-byte aligned; jb ≤ F32_PANEL_DEPTH.
-                        unsafe {
-                            gemm_panels(
-                                len,
-                                n0,
-                                jb,
-                                x as *const f32,
-                                b.nb[0] / 4,
-                                b.nb[1] / 4,
-                                block.as_ptr(),
-                                c,
-                                dst.nb[1] / 4,
-                                j > 0,
-                            );
+                        // Columns c0.. of C from a's columns c0.. (nc_max at a time: C's
+                        // [len, nc] = X [len, jb] · Y [jb, nc]).
+                        for c0 in (0..n0).step_by(nc_max) {
+                            let nc = nc_max.min(n0 - c0);
+                            // A block of zeros in b (a logit difference's gradient of the head):
+                            // the gemm skips it without reading Y, so its rows of a are not
+                            // converted.
+                            if !zero {
+                                let at = (i2 / r2, i3 / r3);
+                                let out = (&mut block[..], RUN, jb * RUN);
+                                a_rows_f32(a, j, jb, at, c0..c0 + nc, out, &mut plain, &mut one)?;
+                            }
+                            // SAFETY: rows i1..i1 + len of b and dst are inside their buffers
+                            // (strides in f32s), columns c0..c0 + nc of dst's rows too; `block`
+                            // holds a's rows j..j + jb, columns c0..c0 + nc, as the panels of nc
+                            // columns, jb deep, 64-byte aligned; jb ≤ F32_PANEL_DEPTH.
+                            unsafe {
+                                gemm_panels(
+                                    len,
+                                    nc,
+                                    jb,
+                                    x as *const f32,
+                                    b.nb[0] / 4,
+                                    b.nb[1] / 4,
+                                    block.as_ptr(),
+                                    c.add(c0),
+                                    dst.nb[1] / 4,
+                                    j > 0,
+                                );
+                            }
                         }
                     }
                     j += jb;
@@ -196,7 +213,7 @@ pub(crate) fn out_prod(a: &TensorView, b: &TensorView, dst: &TensorView, exec: &
                     j += jb;
                     continue;
                 }
-                a_rows_f32(a, j, jb, (i2 / r2, i3 / r3), (&mut panel[..], n0, RUN), &mut plain, &mut [])?;
+                a_rows_f32(a, j, jb, (i2 / r2, i3 / r3), 0..n0, (&mut panel[..], n0, RUN), &mut plain, &mut [])?;
                 // Rows past jb have zero coefficients; a stale row there could hold ±∞ (0·∞ = NaN).
                 panel[jb * n0..].iter_mut().for_each(|x| *x = 0.0);
                 panel_product(acc, n0, &panel, &cs[..len * OUT_PROD_J]);
@@ -211,23 +228,31 @@ pub(crate) fn out_prod(a: &TensorView, b: &TensorView, dst: &TensorView, exec: &
     })
 }
 
-/// Rows `j..j + jb` of `a`'s matrix `(i2, i3)` as f32 into `out`, row jj's values
-/// `RUN·t..` at `jj·ld + t·bs`: rows of `a.ne[0]` for `(ld, bs) = (n0, RUN)`, the blocked
-/// product's panels for `(RUN, jb·RUN)` (a last run past n0 filled with zeros there). A
-/// repacked weight's whole groups go straight from the packed layout, other rows are
-/// dequantized or converted one at a time (`plain`: a row's unpacked bytes, for a packed
-/// weight; `one`: a row of n0 f32, for rows placed other than whole).
+/// Rows `j..j + jb` of `a`'s matrix `(i2, i3)`, columns `cols` (all of `a.ne[0]`, or whole
+/// blocks of it), as f32 into `out`, row jj's values `c0 + RUN·t..` at `jj·ld + t·bs`: rows
+/// of the columns for `(ld, bs) = (cols.len(), RUN)`, the blocked product's panels for
+/// `(RUN, jb·RUN)` (a last run past the columns filled with zeros there). A repacked
+/// weight's whole groups go straight from the packed layout, other rows are dequantized or
+/// converted one at a time (`plain`: a row's unpacked bytes, for a packed weight; `one`: a
+/// row of the columns as f32, for rows placed other than whole).
+#[allow(clippy::too_many_arguments)]
 fn a_rows_f32(
     a: &TensorView,
     j: usize,
     jb: usize,
     (i2, i3): (usize, usize),
+    cols: core::ops::Range<usize>,
     (out, ld, bs): (&mut [f32], usize, usize),
     plain: &mut [u8],
     one: &mut [f32],
 ) -> KResult {
-    let n0 = a.ne[0];
-    let whole = ld == n0 && bs == RUN;
+    let (n0, c0, nc) = (a.ne[0], cols.start, cols.len());
+    let blck = a.ty.blck_size();
+    assert!(
+        cols.end <= n0 && (nc == n0 || (c0.is_multiple_of(blck) && nc.is_multiple_of(blck))),
+        "a_rows_f32: {cols:?}"
+    );
+    let whole = ld == nc && bs == RUN;
     let mut jj = 0;
     if a.packed {
         // SAFETY: a is one contiguous matrix of ne[1] rows (checked by the caller).
@@ -235,7 +260,17 @@ fn a_rows_f32(
         // Whole groups of a repacked Q8_0 weight straight into the panel.
         let g = crate::cpu::arch::repack::group(a.ty);
         while jj + g <= jb
-            && crate::cpu::arch::repack::dequantize_group(a.ty, n0, a.ne[1], data, j + jj, &mut out[jj * ld..], ld, bs)
+            && crate::cpu::arch::repack::dequantize_group(
+                a.ty,
+                n0,
+                a.ne[1],
+                data,
+                j + jj,
+                cols.clone(),
+                &mut out[jj * ld..],
+                ld,
+                bs,
+            )
         {
             jj += g;
         }
@@ -248,18 +283,26 @@ fn a_rows_f32(
             crate::cpu::arch::repack::unpack_row(a.ty, n0, a.ne[1], data, j + jj, plain);
             src = plain.as_mut_ptr();
         }
-        let row = if whole { &mut out[jj * n0..(jj + 1) * n0] } else { &mut one[..n0] };
-        if a.ty.is_quantized() && n0.is_multiple_of(a.ty.blck_size()) {
+        let row = if whole { &mut out[jj * nc..(jj + 1) * nc] } else { &mut one[..nc] };
+        if a.ty.is_quantized() && n0.is_multiple_of(blck) {
             // Straight into the panel (convert_row would go through a copy).
-            // SAFETY: row j + jj of a (or its unpacked copy): whole blocks of n0.
-            let q = unsafe { core::slice::from_raw_parts(src as *const u8, a.ty.row_size(n0 as i64)) };
+            // SAFETY: row j + jj of a (or its unpacked copy): whole blocks of n0, of which
+            // the columns are whole blocks (asserted above).
+            let q = unsafe {
+                let at = src.add(c0 / blck * a.ty.type_size());
+                core::slice::from_raw_parts(at as *const u8, a.ty.row_size(nc as i64))
+            };
             crate::quants::dequantize_row(a.ty, q, row);
         } else {
-            // SAFETY: row j + jj of a (or its unpacked copy) into the panel.
-            unsafe { super::ops::convert_row(src, a.ty, a.nb[0], row.as_mut_ptr() as *mut u8, GgmlType::F32, 4, n0)? };
+            // SAFETY: row j + jj of a (or its unpacked copy), its columns (all of them for
+            // a quantized type here), into the panel.
+            unsafe {
+                let at = src.add(c0 / blck * a.nb[0]);
+                super::ops::convert_row(at, a.ty, a.nb[0], row.as_mut_ptr() as *mut u8, GgmlType::F32, 4, nc)?
+            };
         }
         if !whole {
-            for (t, run) in one[..n0].chunks(RUN).enumerate() {
+            for (t, run) in one[..nc].chunks(RUN).enumerate() {
                 let dst = &mut out[jj * ld + t * bs..][..RUN];
                 dst[..run.len()].copy_from_slice(run);
                 dst[run.len()..].iter_mut().for_each(|x| *x = 0.0);

@@ -288,6 +288,23 @@ pub fn backward_op_cases() -> Vec<Case> {
     });
     repacked_rest.not_on.push((Kind::WebGpu, "repacking is the CPU's"));
     v.push(repacked_rest);
+    // Rows wider than the 768 columns AVX-512's out_prod converts per call: whole slices and
+    // a last one of 64 (repacked Q8_0, 1600), of one super-block (Q4_K, 1792), of 232 with a
+    // partial panel (F16, 1000).
+    let mut repacked_slices = case("out_prod Q8_0 repacked src0 K=1600 J=40, 13 rows", mm_tol(40), |i| {
+        let a = i.repacked(Q8_0, &[1600, 40]);
+        let g = i.t(F32, &[40, 13]);
+        i.ctx.out_prod(&a, &i.ctx.transpose(&g))
+    });
+    repacked_slices.not_on.push((Kind::WebGpu, "repacking is the CPU's"));
+    v.push(repacked_slices);
+    for (ty, k) in [(Q4_K, 1792), (F16, 1000)] {
+        v.push(case(&format!("out_prod {ty} K={k} J=24, 5 rows"), mm_tol(24), move |i| {
+            let a = i.range(ty, &[k, 24], -0.5, 0.5);
+            let g = i.t(F32, &[24, 5]);
+            i.ctx.out_prod(&a, &i.ctx.transpose(&g))
+        }));
+    }
     v.push(case("out_prod f32 batched, src0 broadcast", mm_tol(9), |i| {
         let a = i.t(F32, &[16, 9, 2, 1]);
         let b = i.t(F32, &[5, 9, 4, 3]);

@@ -830,9 +830,15 @@ fn q8_0_groups_dequantize_as_rows(rng: &mut Rng, a: &[u8], k: usize, m: usize) {
     let mut packed = a.to_vec();
     assert!(repack::pack(ty, k, m, &mut packed));
     let mut out = vec![0f32; g * ld];
-    assert!(!repack::dequantize_group(ty, k, m, &packed, m / g * g, &mut out, ld, 32), "rows past the last group");
-    assert!(m < 2 * g || !repack::dequantize_group(ty, k, m, &packed, 1, &mut out, ld, 32), "a row inside a group");
-    assert!(!repack::dequantize_group(GgmlType::Q4_0, 32, 8, &[0; 8 * 18], 0, &mut out, ld, 32), "Q4_0");
+    assert!(
+        !repack::dequantize_group(ty, k, m, &packed, m / g * g, 0..k, &mut out, ld, 32),
+        "rows past the last group"
+    );
+    assert!(
+        m < 2 * g || !repack::dequantize_group(ty, k, m, &packed, 1, 0..k, &mut out, ld, 32),
+        "a row inside a group"
+    );
+    assert!(!repack::dequantize_group(GgmlType::Q4_0, 32, 8, &[0; 8 * 18], 0, 0..32, &mut out, ld, 32), "Q4_0");
 }
 
 /// [`q8_0_groups_dequantize_as_rows`] with row r's block t at `at0 + r·ld + t·bs`.
@@ -856,7 +862,20 @@ fn q8_0_groups_placed(rng: &mut Rng, a: &[u8], k: usize, m: usize, ld: usize, bs
             let mut got = vec![f32::NAN; len];
             kernel(k / 32, &packed[i * ra..(i + g) * ra], &mut got[at0..], ld, bs);
             let mut via = vec![f32::NAN; len];
-            assert!(repack::dequantize_group(ty, k, m, &packed, i, &mut via[at0..], ld, bs));
+            assert!(repack::dequantize_group(ty, k, m, &packed, i, 0..k, &mut via[at0..], ld, bs));
+            // Columns from the middle block on (`out_prod`'s slices of a wide weight): the same
+            // values, each at its place less the skipped blocks', nothing else written.
+            let c0 = k / 64 * 32;
+            let mut part = vec![f32::NAN; len];
+            assert!(repack::dequantize_group(ty, k, m, &packed, i, c0..k, &mut part[at0..], ld, bs));
+            for r in 0..g {
+                for x in c0..k {
+                    let (p, q) = (place(r, x), place(r, x) - c0 / 32 * bs);
+                    assert_eq!(part[q].to_bits(), via[p].to_bits(), "columns {c0}..: row {} element {x}", i + r);
+                    part[q] = f32::NAN;
+                }
+            }
+            assert!(part.iter().all(|v| v.is_nan()), "columns {c0}..{k}: wrote outside their places");
             let mut written = vec![false; len];
             for r in 0..g {
                 quants::dequantize_row(ty, &a[(i + r) * ra..(i + r + 1) * ra], &mut want);
@@ -945,6 +964,10 @@ fn repacked_gemm_equals_plain_bit_for_bit() {
         (24, 16, 32),
         (3, 41, 7),
         (96, 24, 5),
+        // x86's AVX-512 prompt kernel takes two group pairs per pass (32 rows) where it can:
+        // pairs of pairs, then a pair or a lone group left.
+        (24, 72, 9),
+        (3, 48, 6),
     ];
     // K-quant blocks of 256: counts around the groups of 8 blocks, 8-row groups and rests.
     let k_quants = [

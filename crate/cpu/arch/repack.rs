@@ -398,11 +398,12 @@ pub fn unpack_row(ty: GgmlType, k: usize, m: usize, data: &[u8], i: usize, out: 
 }
 
 /// Rows `i..i + R` (one whole group: `i` a multiple of R = [`group`]) of `m` packed Q8_0 rows
-/// of `k` elements dequantized straight into `out` (row r's values 32t.. at `r·ld + t·bs`:
-/// rows of f32 for `bs` = 32, `f32_gemm_panels`' panels for `ld` = 32), with the bits
-/// `dequantize_row` gives (the ISA table's `q8_0_group`); false (out untouched) for any other
-/// type or rows past the last whole group. The backward pass's `out_prod` reads every weight
-/// row once per run: unpacking each row to ggml's layout first cost it more than its products.
+/// of `k` elements, their columns `cols` (whole blocks), dequantized straight into `out` (row
+/// r's values `cols.start + 32t..` at `r·ld + t·bs`: rows of f32 for `bs` = 32,
+/// `f32_gemm_panels`' panels for `ld` = 32), with the bits `dequantize_row` gives (the ISA
+/// table's `q8_0_group`); false (out untouched) for any other type or rows past the last
+/// whole group. The backward pass's `out_prod` reads every weight row once per run:
+/// unpacking each row to ggml's layout first cost it more than its products.
 #[allow(clippy::too_many_arguments)]
 pub fn dequantize_group(
     ty: GgmlType,
@@ -410,6 +411,7 @@ pub fn dequantize_group(
     m: usize,
     data: &[u8],
     i: usize,
+    cols: core::ops::Range<usize>,
     out: &mut [f32],
     ld: usize,
     bs: usize,
@@ -418,13 +420,19 @@ pub fn dequantize_group(
     if ty != GgmlType::Q8_0 || !k.is_multiple_of(ty.blck_size()) || !i.is_multiple_of(r) || i + r > m / r * r {
         return false;
     }
-    let rs = ty.row_size(k as i64);
+    let (rs, qk, nb) = (ty.row_size(k as i64), ty.blck_size(), cols.len() / ty.blck_size());
     assert!(
-        data.len() >= m * rs && (k == 0 || out.len() >= (r - 1) * ld + (k / 32 - 1) * bs + 32),
+        cols.end <= k && cols.start.is_multiple_of(qk) && cols.end.is_multiple_of(qk),
+        "repack::dequantize_group: columns {cols:?} of {k}"
+    );
+    assert!(
+        data.len() >= m * rs && (nb == 0 || out.len() >= (r - 1) * ld + (nb - 1) * bs + 32),
         "repack::dequantize_group: rows {i}.. of {m}, {} values out",
         out.len()
     );
-    (super::kernels().q8_0_group)(k / ty.blck_size(), &data[i * rs..(i + r) * rs], out, ld, bs);
+    // A group's block t (its R rows' block t) lies at t·R·type_size from the group's start.
+    let at = i * rs + cols.start / qk * r * ty.type_size();
+    (super::kernels().q8_0_group)(nb, &data[at..(i + r) * rs], out, ld, bs);
     true
 }
 

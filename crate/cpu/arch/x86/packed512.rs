@@ -211,14 +211,20 @@ unsafe fn legacy_weights<const Q4: bool>(q0: *const u8, q1: *const u8) -> [__m51
     }
 }
 
-/// Lane r: `off` + row r's Σ u·y against the 32 quants at `y` (`off`: `packed.rs`'s
-/// `offsets`), its exact block sum: one chain of `vpdpbusd`, as `packed.rs`'s `block_sums`.
+/// Lane r of entry p: `off` + row r's Σ u·y over group pair p's weights `w[p]` against the 32
+/// quants at `y` (`off`: `packed.rs`'s `offsets`), its exact block sum: one chain of
+/// `vpdpbusd` per pair, as `packed.rs`'s `block_sums`. Each 4 quants of `y` are broadcast
+/// into a register once for all P pairs: as a broadcast memory operand `vpdpbusd` ran ~1 a
+/// cycle here (Intel Xeon with AVX-512, 2026-12-07), ~1.6 from registers.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,f16c")]
 #[inline]
-unsafe fn legacy_sums(w: &[__m512i; 8], y: *const u8, off: *const i32) -> __m512i {
-    let mut s = _mm512_set1_epi32(*off);
-    for (c, w) in w.iter().enumerate() {
-        s = _mm512_dpbusd_epi32(s, *w, bc(y.add(4 * c)));
+unsafe fn legacy_sums<const P: usize>(w: &[[__m512i; 8]; P], y: *const u8, off: *const i32) -> [__m512i; P] {
+    let mut s = [_mm512_set1_epi32(*off); P];
+    for c in 0..8 {
+        let yc = bc(y.add(4 * c));
+        for (s, w) in s.iter_mut().zip(w) {
+            *s = _mm512_dpbusd_epi32(*s, w[c], yc);
+        }
     }
     s
 }
@@ -226,14 +232,15 @@ unsafe fn legacy_sums(w: &[__m512i; 8], y: *const u8, off: *const i32) -> __m512
 /// `acc + s·(dx·dy)`, dx the 16 rows' scales ([`pair_f16`]).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,f16c")]
 #[inline]
-unsafe fn legacy_add(acc: __m512, s: __m512i, dx: __m512, dy: f32) -> __m512 {
-    _mm512_add_ps(acc, _mm512_mul_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dx, _mm512_set1_ps(dy))))
+unsafe fn legacy_add(acc: __m512, s: __m512i, dx: __m512, dy: __m512) -> __m512 {
+    _mm512_add_ps(acc, _mm512_mul_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dx, dy)))
 }
 
-/// Q8_0 (`Q4` false) and Q4_0 on group pairs: per group pair and block the weights stay in
-/// 8 registers for every row of b; `pf`: each group pair's block asks for the weights
-/// [`super::packed::PREFETCH`] bytes past it in both groups (a decode step of several
-/// sequences; a prompt's chunks meet each block many times).
+/// Q8_0 (`Q4` false) and Q4_0 on group pairs ([`LegacyPass::run`]), a prompt's two pairs
+/// (32 rows) per pass where there are two: ~1.15–1.2× a pair at a time for 128 rows of b
+/// (`examples/kernel_bench.rs`, 2026-12-07); `pf`, a decode step of several sequences: a pair
+/// per pass, each pair's block asking for the weights [`super::packed::PREFETCH`] bytes past
+/// it in both groups (a prompt's chunks meet each block many times).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,f16c")]
 unsafe fn legacy_prompt<const Q4: bool>(g: &GemmArgs, c: &mut [f32], pf: bool) {
     let GemmArgs { ty, nb, m, a, lda, b, ldb, cols, ldc, .. } = *g;
@@ -243,23 +250,75 @@ unsafe fn legacy_prompt<const Q4: bool>(g: &GemmArgs, c: &mut [f32], pf: bool) {
     assert!(m.is_multiple_of(R) && a.len() >= m * lda && c.len() >= (n - 1) * ldc + m);
     assert!(b.len() >= (n - 1) * ldb + nb * 34 && cols.dy.len() >= (n - 1) * nbp + nb);
     let off = super::packed::offsets(&cols.ysum[..(n - 1) * nbp + nb], shift);
-    let mut acc = alloc::vec![_mm512_setzero_ps(); 8 * n];
-    for (g, p0, p1, both) in pairs(a.as_ptr(), m / R, R * lda) {
-        acc.fill(_mm512_setzero_ps());
+    let mut acc = alloc::vec![_mm512_setzero_ps(); 2 * 8 * n];
+    let args = LegacyPass { nb, n, gb, b: b.as_ptr(), ldb, off: off.as_ptr(), dy: cols.dy.as_ptr(), nbp, pf };
+    let mut pairs = pairs(a.as_ptr(), m / R, R * lda).peekable();
+    while let Some((g, p0, p1, both)) = pairs.next() {
+        let out = c.as_mut_ptr().add(R * g);
+        match pairs.peek() {
+            Some(&(_, q0, q1, true)) if both && !pf => {
+                pairs.next();
+                args.run::<Q4, 2>([(p0, p1, true), (q0, q1, true)], &mut acc, out, ldc);
+            }
+            _ => args.run::<Q4, 1>([(p0, p1, both)], &mut acc[..8 * n], out, ldc),
+        }
+    }
+}
+
+/// What every pass of [`legacy_prompt`] reads besides its group pairs: `nb` blocks of `gb`
+/// bytes per group, `n` rows of b (`ldb` bytes apart) and per row and block (`nbp` apart) the
+/// offset and the scale.
+struct LegacyPass {
+    nb: usize,
+    n: usize,
+    gb: usize,
+    b: *const u8,
+    ldb: usize,
+    off: *const i32,
+    dy: *const f32,
+    nbp: usize,
+    pf: bool,
+}
+
+impl LegacyPass {
+    /// P group pairs (`(p0, p1, both)`, consecutive: pair p's results go to `out + 16p`)
+    /// against every row of b: per block the pairs' weights stay in registers for every row
+    /// of b; a row's sums `acc[8P·j + 8p + t % 8]`.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,f16c")]
+    #[inline]
+    unsafe fn run<const Q4: bool, const P: usize>(
+        &self,
+        gp: [(*const u8, *const u8, bool); P],
+        acc: &mut [__m512],
+        out: *mut f32,
+        ldc: usize,
+    ) {
+        let LegacyPass { nb, n, gb, b, ldb, off, dy, nbp, pf } = *self;
+        assert!(acc.len() >= 8 * P * n);
+        acc[..8 * P * n].fill(_mm512_setzero_ps());
         for t in 0..nb {
             let o = t * gb;
-            super::packed::prefetch(pf, p0.add(o), gb);
-            super::packed::prefetch(pf && both, p1.add(o), gb);
-            let w = legacy_weights::<Q4>(p0.add(o + LEGACY_QS), p1.add(o + LEGACY_QS));
-            let dx = pair_f16(p0.add(o), p1.add(o));
+            for &(p0, p1, both) in &gp {
+                super::packed::prefetch(pf, p0.add(o), gb);
+                super::packed::prefetch(pf && both, p1.add(o), gb);
+            }
+            let w: [[__m512i; 8]; P] =
+                core::array::from_fn(|p| legacy_weights::<Q4>(gp[p].0.add(o + LEGACY_QS), gp[p].1.add(o + LEGACY_QS)));
+            let dx: [__m512; P] = core::array::from_fn(|p| pair_f16(gp[p].0.add(o), gp[p].1.add(o)));
             for j in 0..n {
-                let s = legacy_sums(&w, b.as_ptr().add(j * ldb + t * 34 + 2), off.as_ptr().add(j * nbp + t));
-                let a = &mut acc[8 * j + t % 8];
-                *a = legacy_add(*a, s, dx, cols.dy[j * nbp + t]);
+                let s = legacy_sums::<P>(&w, b.add(j * ldb + t * 34 + 2), off.add(j * nbp + t));
+                let dyj = _mm512_set1_ps(*dy.add(j * nbp + t));
+                for p in 0..P {
+                    let a = &mut acc[8 * (P * j + p) + t % 8];
+                    *a = legacy_add(*a, s[p], dx[p], dyj);
+                }
             }
         }
         for j in 0..n {
-            store_reduced(&acc[8 * j..8 * j + 8], c.as_mut_ptr().add(j * ldc + R * g), both);
+            for (p, &(_, _, both)) in gp.iter().enumerate() {
+                let k = 8 * (P * j + p);
+                store_reduced(&acc[k..k + 8], out.add(j * ldc + 2 * R * p), both);
+            }
         }
     }
 }
