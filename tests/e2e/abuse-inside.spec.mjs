@@ -363,7 +363,10 @@ for (const worker of [true, false]) {
     assert.equal(v.busyMeanwhile, 'busy: score: the model is busy (patch)');
     assert.match(v.disposedMidway, /^disposed: /);
     assert.ok(v.disposedAfterMs < v.fullMs / 2 + 1000, `disposed after ${v.disposedAfterMs} ms of a ${v.fullMs} ms sweep`);
-    if (!worker) assert.ok(v.maxGapMs < 100, `the page thread was blocked ${v.maxGapMs} ms during the sweep`);
+    // The sweep yields between its steps: one step blocks the page thread for 65-100 ms on 2
+    // shared cores (100.4 once in a loaded CI rehearsal, before and after session 26's kernels
+    // alike), while a sweep that did not yield would block it for its whole length (~2 s).
+    if (!worker) assert.ok(v.maxGapMs < Math.min(250, v.fullMs / 4), `the page thread was blocked ${v.maxGapMs} ms during the ${v.fullMs} ms sweep`);
   });
 }
 

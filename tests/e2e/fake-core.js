@@ -49,6 +49,10 @@ export function methods() {
 export function wasm_memory_bytes() { return 16 * 65536; }
 export function wasm_heap_base() { return 65536; }
 export function debug_set_host_headroom() {}
+// bench/wasm-decode.mjs's hidden exports (crate/bindings/bench.rs): the profiler switch and a kernel timer.
+export function _debugProfileNext() {}
+export function _debugProfile() { return []; }
+export function _benchMatvec() { return 0; }
 
 export class WasmLoader {
   /** The real factory opens the WebGPU device; this build has none, so it is the constructor. */
