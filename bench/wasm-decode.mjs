@@ -1,7 +1,9 @@
 // Where a wasm decode step's time goes, in Node (V8, as Chromium), one thread, no worker:
-//   node bench/wasm-decode.mjs profile PKG MODEL [TOKENS]   the CPU backend's per-node profile
-//       (ms per token by node class and op, `ggweb bench --profile`'s table), the step's wall
-//       time token to token, and what is outside the graph (wall minus the nodes' sum)
+//   node bench/wasm-decode.mjs profile PKG MODEL [TOKENS] [NSEQ]   the CPU backend's per-node
+//       profile (ms per decode step by node class and op, `ggweb bench --profile`'s table), the
+//       step's wall time step to step, and what is outside the graph (wall minus the nodes'
+//       sum); NSEQ > 1: `n` sequences a step (`npm run bench`'s nseq section: sampled at
+//       temperature 0.8, as there, for every NSEQ given; without it greedy)
 //   node bench/wasm-decode.mjs kernels PKG [REPS]   the packed decode kernels alone on the
 //       124M shape's matrices, in cache (one copy) and from memory (copies past 256 MiB): GB/s
 //       of weights
@@ -15,7 +17,7 @@ import { pathToFileURL } from 'node:url';
 
 const [mode, pkgDir, ...rest] = process.argv.slice(2);
 if (!['profile', 'kernels'].includes(mode) || !pkgDir) {
-  console.error('usage: node bench/wasm-decode.mjs profile PKG MODEL [TOKENS] | kernels PKG [REPS]');
+  console.error('usage: node bench/wasm-decode.mjs profile PKG MODEL [TOKENS] [NSEQ] | kernels PKG [REPS]');
   process.exit(2);
 }
 const pkg = resolve(pkgDir);
@@ -49,8 +51,11 @@ if (mode === 'kernels') {
   process.exit(0);
 }
 
-const [modelPath, tokArg] = rest;
+const [modelPath, tokArg, seqArg] = rest;
 const nTok = Number(tokArg ?? 64);
+// Sequences a step; with NSEQ given (even 1) sampled as the nseq section samples.
+const nSeq = Number(seqArg ?? 1);
+const sampling = seqArg === undefined ? { temperature: 0 } : { temperature: 0.8, ...(nSeq > 1 ? { n: nSeq } : {}) };
 m._debugProfileNext(true);
 const loader = new m.WasmLoader({ backend: 'cpu', nCtx: 256, nThreads: 1 });
 const fd = openSync(modelPath, 'r');
@@ -67,18 +72,19 @@ const nVocab = 50257;
 const ids = Uint32Array.from({ length: 64 }, (_, i) => (i * 2654435761 + 12345) % nVocab);
 
 async function gen(n, profile) {
-  model.start(ids, { maxTokens: n, temperature: 0, seed: 1, ignoreEos: true });
+  model.start(ids, { maxTokens: n, seed: 1, ignoreEos: true, ...sampling });
   while (!(await model.prompt_step())) {}
-  const first = await model.next(); // the first token comes from the prompt's logits
+  // The first step's items come from the prompt's logits.
+  let first;
+  for (let j = 0; j < nSeq; j++) first = await model.next();
   m._debugProfile(); // drop the prompt's nodes
   const steps = [];
   let c0 = cpu(), t = performance.now();
-  for (let k = 1; k < n; k++) {
-    const item = await model.next();
+  for (let k = 1, item = first; k < n && item; k++) {
+    for (let j = 0; j < nSeq && item; j++) item = await model.next();
     const t2 = performance.now();
     steps.push(t2 - t);
     t = t2;
-    if (!item) break;
   }
   const cpuS = cpu() - c0;
   const prof = m._debugProfile();
@@ -100,10 +106,10 @@ for (const e of prof) {
   byOp.set(e.op, (byOp.get(e.op) ?? 0) + ms);
 }
 const nodes = [...byOp.values()].reduce((x, y) => x + y, 0);
-console.log(`${pkgDir} ${modelPath}: ${n} decode steps (median of 3 rounds): ${(1e3 / wall).toFixed(1)} tok/s wall, ${(n / cpuS).toFixed(1)} tok/CPU-s`);
-console.log(`ms per token: step (token to token) ${wall.toFixed(3)}, nodes ${nodes.toFixed(3)}, outside the nodes ${(wall - nodes).toFixed(3)}`);
-console.log('| class | op | ms/token | % of step |\n|---|---|--:|--:|');
+console.log(`${pkgDir} ${modelPath}: ${n} decode steps of ${nSeq} sequence(s) (median of 3 rounds): ${(1e3 / wall).toFixed(1)} steps/s wall, ${(n / cpuS).toFixed(1)} steps/CPU-s`);
+console.log(`ms per step: step to step ${wall.toFixed(3)}, nodes ${nodes.toFixed(3)}, outside the nodes ${(wall - nodes).toFixed(3)}`);
+console.log('| class | op | ms/step | % of step |\n|---|---|--:|--:|');
 for (const [k, ms] of [...byClass].sort((a, b) => b[1] - a[1])) console.log(`| ${k} | ${ms.toFixed(3)} | ${((100 * ms) / wall).toFixed(1)} |`);
-console.log('| op | ms/token | % of step |\n|---|--:|--:|');
+console.log('| op | ms/step | % of step |\n|---|--:|--:|');
 for (const [k, ms] of [...byOp].sort((a, b) => b[1] - a[1])) console.log(`| ${k} | ${ms.toFixed(3)} | ${((100 * ms) / wall).toFixed(1)} |`);
 model.free();
