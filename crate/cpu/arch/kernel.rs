@@ -291,10 +291,3 @@ pub(crate) type PackedDecode = fn(&GemmArgs, c: &mut [f32]) -> bool;
 pub const GROUP: usize = 4;
 // wasm's Q8_0 group is its 4-row group.
 const _: () = assert!(cfg!(target_arch = "x86_64") || Q8_0_GROUP.0 == GROUP);
-
-/// Byte `s` of a run of 32 (quant bytes of Q4_K: `qs[32c + s]`) at position `q4_k_pos(s)` of
-/// its 128: vector v, byte i holds `qs[32·((i/2) % 4) + 4v + 2(i/8) + i % 2]`.
-pub(crate) const fn q4_k_qs_src(p: usize) -> usize {
-    let (v, i) = (p / 16, p % 16);
-    32 * ((i / 2) % 4) + 4 * v + 2 * (i / 8) + i % 2
-}

@@ -9,12 +9,13 @@
 //! past the last whole group keep ggml's layout. [`layout`] gives R and the fields per type
 //! and target:
 //! - wasm: R = 4; Q8_0 and Q4_0 as (scale, quants whole): each row's quants a run that
-//!   `i32x4.dot_i16x8_s` takes whole, the 4 rows' sums one transpose-add. Q4_K and Q6_K by a
-//!   byte map instead of fields ([`byte_map`]): the 4 rows' d (and dmin, Q4_K's scale bytes
-//!   4 at a time), then each row's quants reordered so that each i16 lane of a vector holds
-//!   one sub-block (`cpu/arch/wasm/packed_k.rs`); Q6_K's quants 4 bytes of each row in turn,
-//!   each 4-byte group one sub-block's (an i32 lane of a relaxed dot), bits regrouped
-//!   ([`q6_k_fuse`]).
+//!   `i32x4.dot_i16x8_s` takes whole, the 4 rows' sums one transpose-add. Q4_K as (d, dmin,
+//!   its 12 scale bytes 4 at a time, its nibbles 4 bytes at a time): every 16-byte vector of
+//!   quants holds 4 bytes of each row, 4 consecutive elements of one sub-block of a row in its
+//!   low nibbles and 4 of the next sub-block in its high ones, one row per i32 lane of a relaxed
+//!   dot (`cpu/arch/wasm/packed_k.rs`). Q6_K by a byte map instead of fields ([`byte_map`]):
+//!   the 4 rows' d, then its quants 4 bytes of each row in turn, each 4-byte group one
+//!   sub-block's (an i32 lane of a relaxed dot), bits regrouped ([`q6_k_fuse`]).
 //! - x86_64: R = 8; Q8_0's quants and Q4_0's and Q4_K's nibbles 4 bytes at a time, so one
 //!   32-byte load holds 4 bytes of each of 8 rows and one `vpdpbusd` against 4 activations
 //!   broadcast adds 8 rows' partial sums in 8 lanes (no horizontal adds; Q4_0's low and high
@@ -52,7 +53,7 @@
 use alloc::vec;
 use core::sync::atomic::{AtomicBool, Ordering};
 
-use super::kernel::{q4_k_qs_src, GemmArgs, Q8_0_GROUP};
+use super::kernel::{GemmArgs, Q8_0_GROUP};
 pub use super::kernel::{PackedKernel, GROUP};
 use super::{cpu_traits, ColPrep};
 use crate::types::GgmlType;
@@ -92,6 +93,9 @@ pub fn layout(ty: GgmlType) -> Option<Layout> {
     const Q4_0_X86: &[Field] = &[f(0, 2, 2), f(2, 16, 4)];
     // d, dmin, the 12 bytes of 6-bit scales and mins, the nibbles.
     const Q4_K_X86: &[Field] = &[f(0, 2, 2), f(2, 2, 2), f(4, 12, 1), f(16, 128, 4)];
+    // d, dmin, the scale bytes as 3 vectors (bytes 0..4, 4..8, 8..12 of each row), the
+    // nibbles 4 bytes of each row in turn (vector 8j + c: row r's `qs[32j + 4c..]` at 4r).
+    const Q4_K_WASM: &[Field] = &[f(0, 2, 2), f(2, 2, 2), f(4, 12, 4), f(16, 128, 4)];
     const Q6_K_X86: &[Field] = &q6_k_x86();
     Some(match ty {
         GgmlType::Q8_0 => Layout { rows: Q8_0_GROUP.0, fields: Q8_0 },
@@ -99,8 +103,9 @@ pub fn layout(ty: GgmlType) -> Option<Layout> {
         GgmlType::Q4_0 => Layout { rows: GROUP, fields: Q4_0_WASM },
         GgmlType::Q4_K if X86 => Layout { rows: 8, fields: Q4_K_X86 },
         GgmlType::Q6_K if X86 => Layout { rows: 8, fields: Q6_K_X86 },
-        // No fields: bytes placed by `byte_map` (and Q6_K's bits regrouped).
-        GgmlType::Q4_K | GgmlType::Q6_K if WASM => Layout { rows: GROUP, fields: &[] },
+        GgmlType::Q4_K if WASM => Layout { rows: GROUP, fields: Q4_K_WASM },
+        // No fields: bytes placed by `byte_map` (and its bits regrouped).
+        GgmlType::Q6_K if WASM => Layout { rows: GROUP, fields: &[] },
         _ => return None,
     })
 }
@@ -167,29 +172,24 @@ fn strided(dst: &mut [u8], sd: usize, src: &[u8], ss: usize, il: usize, n: usize
     }
 }
 
-/// wasm's Q4_K and Q6_K layouts (fields cannot say them): where byte `s` of row `r`'s block
-/// lands in its group's block (`4·bs` bytes), `map[r·bs + s]` (their kernels in
-/// `cpu/arch/wasm/packed_k.rs` say why): Q4_K the 4 `d`, the 4 `dmin`, the 12 scale bytes as 3
-/// vectors (bytes 0..4, 4..8, 8..12 of each row), then each row's 128 quant bytes reordered
-/// so that i16 lane L of every 16-byte vector holds sub-blocks `2(L % 4)` (low nibbles) and
-/// `2(L % 4) + 1` (high); Q6_K the 4 `d`, the scales by pairs of sub-blocks, then the quants 4
-/// bytes of each row in turn, so that every 4-byte group holds 4 elements of one sub-block of
-/// one row (their bits regrouped, [`q6_k_fuse`]; [`q6_k_map`]).
+/// wasm's Q6_K layout (fields cannot say it): where byte `s` of row `r`'s block lands in its
+/// group's block (`4·bs` bytes), `map[r·bs + s]` (its kernel in `cpu/arch/wasm/packed_k.rs`
+/// says why): the 4 `d`, the scales by pairs of sub-blocks, then the quants 4 bytes of each
+/// row in turn, so that every 4-byte group holds 4 elements of one sub-block of one row (their
+/// bits regrouped, [`q6_k_fuse`]; [`q6_k_map`]).
 fn byte_map(ty: GgmlType) -> Option<&'static [u16]> {
     match ty {
-        GgmlType::Q4_K if cfg!(target_family = "wasm") => Some(&MAP_Q4_K),
         GgmlType::Q6_K if cfg!(target_family = "wasm") => Some(&MAP_Q6_K),
         _ => None,
     }
 }
 
-static MAP_Q4_K: [u16; 4 * 144] = q4_k_map();
 static MAP_Q6_K: [u16; 4 * 210] = q6_k_map();
 
 // pack and unpack_row move 2-byte pairs: every even byte lands on an even place, the odd
-// one next to it; and each map is a permutation of the group's block (so every place is in
+// one next to it; and the map is a permutation of the group's block (so every place is in
 // bounds: their unchecked u16 moves rely on it).
-const _: () = assert!(pairs(&q4_k_map()) && pairs(&q6_k_map()));
+const _: () = assert!(pairs(&q6_k_map()));
 
 const fn pairs(m: &[u16]) -> bool {
     let mut seen = [false; 4 * 210];
@@ -203,30 +203,6 @@ const fn pairs(m: &[u16]) -> bool {
         i += 1;
     }
     true
-}
-
-const fn q4_k_map() -> [u16; 4 * 144] {
-    let mut m = [0u16; 4 * 144];
-    let mut r = 0;
-    while r < 4 {
-        let o = 144 * r;
-        m[o] = (2 * r) as u16;
-        m[o + 1] = (2 * r + 1) as u16;
-        m[o + 2] = (8 + 2 * r) as u16;
-        m[o + 3] = (8 + 2 * r + 1) as u16;
-        let mut j = 0;
-        while j < 12 {
-            m[o + 4 + j] = (16 + 16 * (j / 4) + 4 * r + j % 4) as u16;
-            j += 1;
-        }
-        let mut p = 0;
-        while p < 128 {
-            m[o + 16 + q4_k_qs_src(p)] = (64 + 128 * r + p) as u16;
-            p += 1;
-        }
-        r += 1;
-    }
-    m
 }
 
 /// wasm's Q6_K group block (840 bytes): the 4 `d` (bytes 0..8); the 4 rows' 16 scales by pairs

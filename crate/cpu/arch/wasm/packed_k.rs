@@ -3,15 +3,19 @@
 //! against groups of 4 rows whose blocks lie side by side, each group block's quants unpacked once
 //! for all of them, bit for bit `vec_dot`.
 //!
-//! Q4_K's packed layout puts, in every 16-byte vector of quants, two elements of each of 8
-//! sub-blocks per i16 lane pair (lane L holds sub-block `2(L % 4)` in the low nibbles,
-//! `2(L % 4) + 1` in the high ones), and the activations are reordered the same way once per
-//! call. So a lane's pair sums (`i16x8.relaxed_dot_i8x16_i7x16_s`, or even/odd i16 products in
-//! the plain build) add up in i16 over 8 vectors without overflow (≤ 16·15·128), then one
-//! `i32x4.dot_i16x8_s` applies 8 scales at once: no scale splats, no scalar 6-bit scale
-//! unpacking (the 4 rows' scales and mins come out of 3 vectors together), no horizontal sum
-//! per row (the 4 rows meet in one transpose-add). Q4_K's mins meet the `bsums` as the
-//! scalar's do.
+//! Q4_K's packed layout (`repack::layout`) puts 4 bytes of each of the 4 rows side by side in
+//! every 16-byte vector of quants (vector 8j + c: row r's `qs[32j + 4c..]` at 4r), so each
+//! 4-byte group holds 4 consecutive elements of sub-block 2j of one row in its low nibbles
+//! and 4 of sub-block 2j + 1 in its high ones, one row per i32 lane, as Q6_K's below: with
+//! relaxed SIMD where the relaxed dot is `vpdpbusd` (`u8_dot_exact`), per vector and row of b
+//! two `i32x4.relaxed_dot_i8x16_i7x16_add_s` (b's 4 quants at those elements splat as the i8
+//! operand, the nibbles 0..15 as the i7 one) sum a sub-block of each row straight into its
+//! lane, then one i32 multiply a sub-block by the 4 rows' scales; b is read as it is (no
+//! reordering) and the 4 rows need no transpose. Elsewhere (the plain build; relaxed SIMD
+//! without AVX-VNNI) the same layout gives i16 pair sums of a row in lanes 2r, 2r + 1 (the
+//! relaxed i16 dot, or the nibbles' even and odd bytes times b's pairs), 8 vectors added in
+//! i16 (≤ 8·2·15·128), then `i32x4.dot_i16x8_s` by the rows' scales. Both give the scalar's
+//! exact `Σ sc·Σ q·y` per row; the mins meet the `bsums` as the scalar's do.
 //!
 //! Q6_K's packed layout (`repack::q6_k_map`) puts 4 bytes of each of the 4 rows side by side,
 //! each 4-byte group 4 consecutive elements of one sub-block (their bits regrouped so that 3
@@ -41,7 +45,7 @@ use crate::wasm_arch::*;
 use alloc::vec;
 use alloc::vec::Vec;
 
-use super::super::kernel::{q4_k_qs_src, GemmArgs, PackedKernel, PromptGemm, GROUP};
+use super::super::kernel::{GemmArgs, PackedKernel, PromptGemm, GROUP};
 use super::kquants::{gemm_rows_k, KBlock};
 use super::{f16x4_finite, transpose_sum, Kept};
 use crate::quants::blocks::{BlockQ4_K, BlockQ6_K};
@@ -116,7 +120,7 @@ fn gemm_rows_packed<X: KBlock>(
                 let blk = a.as_ptr().add((g * nb + t) * gb);
                 let row = |r: usize| out.add(((4 * g + r) * nb + t) * xs);
                 match ty {
-                    GgmlType::Q4_K => (0..4).for_each(|r| unpack_q4_k(blk, r, row(r))),
+                    GgmlType::Q4_K => unpack_q4_k(blk, [row(0), row(1), row(2), row(3)]),
                     _ => unpack_q6_k(blk, [row(0), row(1), row(2), row(3)]),
                 }
             }
@@ -125,66 +129,8 @@ fn gemm_rows_packed<X: KBlock>(
     gemm_rows_k::<X>(nb, m, bytemuck::cast_slice(&plain), nb * xs, b, ldb, n, c, ldc)
 }
 
-/// Byte j of the reordered quants of a Q8_K block (16 vectors) = element `PERM[j]`: the
-/// element the packed weights put at that place.
-static PERM_Q4_K: [u8; 256] = {
-    let mut p = [0u8; 256];
-    let mut j = 0;
-    while j < 256 {
-        // vector u = 2v + h (h: high nibbles), byte i
-        let (u, i) = (j / 16, j % 16);
-        let (v, h) = (u / 2, u % 2);
-        let src = q4_k_qs_src(16 * v + i);
-        p[j] = (64 * (src / 32) + 32 * h + src % 32) as u8;
-        j += 1;
-    }
-    p
-};
-/// Prepared vectors per block of b.
-#[cfg(target_feature = "relaxed-simd")]
-const YV: usize = 16;
-#[cfg(not(target_feature = "relaxed-simd"))]
-const YV: usize = 32;
-
-/// b's quants reordered as the packed Q4_K weights' lanes ([`PERM_Q4_K`]: byte j of the 16
-/// vectors is element `perm[j]`): per block YV vectors (relaxed: the i8 vectors; plain: each as
-/// its even and odd bytes widened to i16). The permutation moves whole byte pairs, so it is
-/// u16 shuffles of the block's 16 vectors ([`reorder_q4_k`]): a byte at a time, it took
-/// 4.0–4.6% of a Q4_K_M generation's profile in Chromium 156 (BENCHMARKS.md, 2026-12-06).
-fn prep_y(nb: usize, b: &[u8]) -> Vec<v128> {
-    assert!(b.len() >= nb * Y_SIZE);
-    let mut q = alloc::vec![i8x16_splat(0); YV * nb];
-    for t in 0..nb {
-        let qs = &b[t * Y_SIZE + 4..t * Y_SIZE + 260];
-        // SAFETY: qs holds 256 bytes.
-        let r = unsafe { reorder_q4_k(qs.as_ptr()) };
-        if cfg!(debug_assertions) {
-            let mut got = [0u8; 256];
-            for (u, &v) in r.iter().enumerate() {
-                // SAFETY: bytes 16u..16u + 16 of got.
-                unsafe { v128_store(got.as_mut_ptr().add(16 * u) as *mut v128, v) };
-            }
-            assert!(
-                got.iter().zip(&PERM_Q4_K).all(|(&g, &e)| g == qs[e as usize]),
-                "prep_y: the shuffles are not Q4_K's permutation"
-            );
-        }
-        for (u, &v) in r.iter().enumerate() {
-            #[cfg(target_feature = "relaxed-simd")]
-            {
-                q[YV * t + u] = v;
-            }
-            #[cfg(not(target_feature = "relaxed-simd"))]
-            {
-                q[YV * t + 2 * u] = i16x8_shr(i16x8_shl(v, 8), 8);
-                q[YV * t + 2 * u + 1] = i16x8_shr(v, 8);
-            }
-        }
-    }
-    q
-}
-
-/// Vectors per block of b the Q6_K kernel reads besides b itself ([`prep_q6_k`]).
+/// Vectors per block of b the Q6_K kernel (and the plain Q4_K one) reads besides b itself
+/// ([`prep_q6_k`]).
 #[cfg(target_feature = "relaxed-simd")]
 const YK: usize = 6;
 #[cfg(not(target_feature = "relaxed-simd"))]
@@ -192,7 +138,8 @@ const YK: usize = 130;
 /// Where b's sub-block sums by pairs lie in its YK vectors of a block ([`prep_q6_k`]).
 const SUMS: usize = YK - 2;
 
-/// What [`group_q6_k`] reads of one row of b besides its quants, per block. Relaxed: the 16
+/// What [`group_q6_k`] (and the plain build's [`group_q4_k`]: its pairs) reads of one row of b
+/// besides its quants, per block. Relaxed: the 16
 /// sub-blocks' `-32·Σy` as i32 (4 vectors; [`q6_k_sub`]'s dot path). Plain: each 4 quants `(y0,
 /// y1, y2, y3)` as i16 `(y0, y2)` 4 times, then `(y1, y3)` 4 times (128 vectors: the pair path's
 /// operands, one load each). Both: then the 16 `Σy` as i16, by pairs of sub-blocks (2 vectors,
@@ -223,40 +170,6 @@ fn prep_q6_k(nb: usize, b: &[u8]) -> Vec<v128> {
         }
     }
     out
-}
-
-/// [`PERM_Q4_K`] on one block's quants (256 bytes at `qs`): vectors u0, u0 + 2, u0 + 4, u0 + 6
-/// hold u16 lanes (0, 1), (2, 3), (4, 5), (6, 7) of input vectors g, g + 4, g + 8, g + 12 side by
-/// side, for (g, u0) = (0, 0), (2, 1), (1, 8), (3, 9).
-///
-/// # Safety
-/// `qs` points at 256 readable bytes.
-#[inline(always)]
-unsafe fn reorder_q4_k(qs: *const u8) -> [v128; 16] {
-    let c = |i: usize| v128_load(qs.add(16 * i) as *const v128);
-    let mut out = [i8x16_splat(0); 16];
-    for (g, u0) in [(0, 0), (2, 1), (1, 8), (3, 9)] {
-        let (a, b, c2, d) = (c(g), c(g + 4), c(g + 8), c(g + 12));
-        let (ab, cd) =
-            (i16x8_shuffle::<0, 8, 1, 9, 2, 10, 3, 11>(a, b), i16x8_shuffle::<0, 8, 1, 9, 2, 10, 3, 11>(c2, d));
-        out[u0] = i32x4_shuffle::<0, 4, 1, 5>(ab, cd);
-        out[u0 + 2] = i32x4_shuffle::<2, 6, 3, 7>(ab, cd);
-        let (ab, cd) =
-            (i16x8_shuffle::<4, 12, 5, 13, 6, 14, 7, 15>(a, b), i16x8_shuffle::<4, 12, 5, 13, 6, 14, 7, 15>(c2, d));
-        out[u0 + 4] = i32x4_shuffle::<0, 4, 1, 5>(ab, cd);
-        out[u0 + 6] = i32x4_shuffle::<2, 6, 3, 7>(ab, cd);
-    }
-    out
-}
-
-/// i16 lane L = y·u over bytes 2L, 2L+1 of prepared vector `j` (u ≤ 15: exact).
-///
-/// # Safety
-/// `y` holds vector j.
-#[cfg(target_feature = "relaxed-simd")]
-#[inline(always)]
-unsafe fn pd(y: *const v128, j: usize, u: v128) -> v128 {
-    i16x8_relaxed_dot_i8x16_i7x16(*y.add(j), u)
 }
 
 /// Q6_K's constants for [`Kept::read`], once per call: 0x3F and 0xC0 in each byte
@@ -352,22 +265,6 @@ unsafe fn q8_k_sums32(yb: *const u8) -> v128 {
     i16x8_add(i16x8_shuffle::<0, 2, 4, 6, 8, 10, 12, 14>(b0, b1), i16x8_shuffle::<1, 3, 5, 7, 9, 11, 13, 15>(b0, b1))
 }
 
-/// The decode kernels' scale vectors of Q4_K: per row (low nibbles, high nibbles), lane L =
-/// the scale of sub-block 2(L % 4) (+1).
-#[inline(always)]
-fn q4_k_lane_scales(s: &[v128; 4]) -> [[v128; 2]; GROUP] {
-    let l01 = i8x16_shuffle::<0, 2, 16, 18, 0, 2, 16, 18, 4, 6, 20, 22, 4, 6, 20, 22>(s[0], s[1]);
-    let l23 = i8x16_shuffle::<8, 10, 24, 26, 8, 10, 24, 26, 12, 14, 28, 30, 12, 14, 28, 30>(s[0], s[1]);
-    let h01 = i8x16_shuffle::<1, 3, 17, 19, 1, 3, 17, 19, 5, 7, 21, 23, 5, 7, 21, 23>(s[0], s[1]);
-    let h23 = i8x16_shuffle::<9, 11, 25, 27, 9, 11, 25, 27, 13, 15, 29, 31, 13, 15, 29, 31>(s[0], s[1]);
-    [
-        [u16x8_extend_low_u8x16(l01), u16x8_extend_low_u8x16(h01)],
-        [u16x8_extend_high_u8x16(l01), u16x8_extend_high_u8x16(h01)],
-        [u16x8_extend_low_u8x16(l23), u16x8_extend_low_u8x16(h23)],
-        [u16x8_extend_high_u8x16(l23), u16x8_extend_high_u8x16(h23)],
-    ]
-}
-
 /// Quarter `k` of the Q6_K unit at `q` (3 vectors, [`q6_k_quarters`]' x, y, z): the 6-bit
 /// quants of elements `128h + 32k + 4i..` of the 4 rows, 4 bytes a row; `k` a constant once the
 /// loops unroll, so quarters 0..3 load one vector and take one mask. Quarter 3 reads the three
@@ -440,24 +337,36 @@ fn decode_n<const N: usize>(g: &GemmArgs, c: &mut [f32]) -> bool {
             c[j * ldc + GROUP * g..j * ldc + GROUP * (g + 1)].copy_from_slice(out);
         }
     };
+    // b's pairs (the plain build) and Q6_K's `-32·Σy` (relaxed): relaxed Q4_K reads b alone.
+    let prep = |j: usize| {
+        if ty == GgmlType::Q4_K && cfg!(target_feature = "relaxed-simd") {
+            Vec::new()
+        } else {
+            prep_q6_k(nb, bj(j))
+        }
+    };
+    let ys: [Vec<v128>; N] = core::array::from_fn(prep);
+    let yk: [*const v128; N] = core::array::from_fn(|j| ys[j].as_ptr());
+    // The dot path where the relaxed dot is one instruction; the pair path elsewhere.
+    #[cfg(target_feature = "relaxed-simd")]
+    let dot = super::u8_dot_exact();
+    #[cfg(not(target_feature = "relaxed-simd"))]
+    let dot = false;
     if ty == GgmlType::Q4_K {
-        let ys: [Vec<v128>; N] = core::array::from_fn(|j| prep_y(nb, bj(j)));
-        let yq: [*const v128; N] = core::array::from_fn(|j| ys[j].as_ptr());
         for s in 0..ng {
             let g = super::super::decode_row(s, ng);
-            // SAFETY: group g lies inside a; each yq holds YV·nb vectors, each yb nb blocks,
-            // yd N·nb scales (asserted or built above).
-            let out = unsafe { group_q4_k::<N>(nb, a.as_ptr().add(g * gs), yq, yb, &yd) };
+            // SAFETY: group g lies inside a; each yb holds nb blocks, each yk YK·nb vectors
+            // (plain build), yd N·nb scales (asserted or built above).
+            let out = unsafe {
+                if dot {
+                    group_q4_k::<N, true>(nb, a.as_ptr().add(g * gs), yb, yk, &yd)
+                } else {
+                    group_q4_k::<N, false>(nb, a.as_ptr().add(g * gs), yb, yk, &yd)
+                }
+            };
             store(c, g, out);
         }
     } else {
-        let ys: [Vec<v128>; N] = core::array::from_fn(|j| prep_q6_k(nb, bj(j)));
-        let yk: [*const v128; N] = core::array::from_fn(|j| ys[j].as_ptr());
-        // The dot path where the relaxed dot is one instruction; the pair path elsewhere.
-        #[cfg(target_feature = "relaxed-simd")]
-        let dot = super::u8_dot_exact();
-        #[cfg(not(target_feature = "relaxed-simd"))]
-        let dot = false;
         for s in 0..ng {
             let g = super::super::decode_row(s, ng);
             // SAFETY: group g lies inside a; each yb holds nb blocks, each yk YK·nb vectors,
@@ -476,14 +385,16 @@ fn decode_n<const N: usize>(g: &GemmArgs, c: &mut [f32]) -> bool {
 }
 
 /// # Safety
-/// `p` points at a group of `nb` Q4_K blocks; each `yq[j]` holds `YV·nb` vectors, each `b[j]`
-/// nb Q8_K blocks; `yd` `N·nb` scales.
+/// `p` points at a group of `nb` Q4_K blocks; each `b[j]` holds nb Q8_K blocks, each `yk[j]`
+/// `YK·nb` vectors ([`prep_q6_k`], plain build); `yd` `N·nb` scales. DOT: [`q4_k_sub`]'s dot
+/// path (relaxed build only).
 #[inline(always)]
-unsafe fn group_q4_k<const N: usize>(
+#[cfg_attr(target_feature = "relaxed-simd", allow(unused_variables))] // yk: the plain build's
+unsafe fn group_q4_k<const N: usize, const DOT: bool>(
     nb: usize,
     p: *const u8,
-    yq: [*const v128; N],
     b: [*const u8; N],
+    yk: [*const v128; N],
     yd: &[f32],
 ) -> [[f32; GROUP]; N] {
     // The nibble mask read once per call, as Q6_K's masks (a constant is rebuilt at each use).
@@ -493,41 +404,18 @@ unsafe fn group_q4_k<const N: usize>(
     let m0f = nibble_mask();
     blocks::<N>(nb, |t, acc| {
         let blk = p.add(t * GB_Q4_K);
-        let y: [*const v128; N] = core::array::from_fn(|j| yq[j].add(YV * t));
         let s = q4_k_scales(blk);
-        let sc = q4_k_lane_scales(&s);
-        let mut isum = [[i32x4_splat(0); GROUP]; N];
-        for r in 0..GROUP {
-            let q = blk.add(64 + 128 * r);
-            let (mut al, mut ah) = ([i16x8_splat(0); N], [i16x8_splat(0); N]);
-            for v in 0..8 {
-                let x = v128_load(q.add(16 * v) as *const v128);
-                #[cfg(target_feature = "relaxed-simd")]
-                {
-                    let (lo, hi) = (v128_and(x, m0f), v128_and(u16x8_shr(x, 4), m0f));
-                    for j in 0..N {
-                        al[j] = i16x8_add(al[j], pd(y[j], 2 * v, lo));
-                        ah[j] = i16x8_add(ah[j], pd(y[j], 2 * v + 1, hi));
-                    }
-                }
-                #[cfg(not(target_feature = "relaxed-simd"))]
-                {
-                    // u16 lane L = b0 + 256·b1 (bytes 2L, 2L + 1): the 4 nibbles as i16, what `pd`
-                    // takes apart for (lo, hi), once for the N columns: low nibbles against
-                    // prepared vectors 4v (even bytes), 4v + 1 (odd), high ones 4v + 2, 4v + 3.
-                    let (le, lo) = (v128_and(x, m0f), v128_and(u16x8_shr(x, 8), m0f));
-                    let (he, ho) = (v128_and(u16x8_shr(x, 4), m0f), u16x8_shr(x, 12));
-                    for j in 0..N {
-                        let yy = y[j].add(4 * v);
-                        al[j] = i16x8_add(al[j], i16x8_add(i16x8_mul(le, *yy), i16x8_mul(lo, *yy.add(1))));
-                        ah[j] = i16x8_add(ah[j], i16x8_add(i16x8_mul(he, *yy.add(2)), i16x8_mul(ho, *yy.add(3))));
-                    }
-                }
-            }
-            for j in 0..N {
-                isum[j][r] = i32x4_add(i32x4_dot_i16x8(al[j], sc[r][0]), i32x4_dot_i16x8(ah[j], sc[r][1]));
-            }
-        }
+        // b's quants (relaxed) or their pairs (plain).
+        #[cfg(target_feature = "relaxed-simd")]
+        let y: [*const u8; N] = core::array::from_fn(|j| b[j].add(t * Y_SIZE + 4));
+        #[cfg(not(target_feature = "relaxed-simd"))]
+        let y: [*const u8; N] = core::array::from_fn(|j| yk[j].add(YK * t) as *const u8);
+        // Lane r: row r's Σ sc·Σ q·y over the block.
+        let mut is = [i32x4_splat(0); N];
+        q4_k_sub::<N, 0, DOT>(blk, &s, y, m0f, &mut is);
+        q4_k_sub::<N, 1, DOT>(blk, &s, y, m0f, &mut is);
+        q4_k_sub::<N, 2, DOT>(blk, &s, y, m0f, &mut is);
+        q4_k_sub::<N, 3, DOT>(blk, &s, y, m0f, &mut is);
         // Σ min·Σy per row: each row's 8 mins against the 8 sub-block sums of b, one dot a row
         // and column (the same integers as per sub-block of 16; no per-row shuffle).
         let mins = q4_k_row_mins(&s);
@@ -539,11 +427,102 @@ unsafe fn group_q4_k<const N: usize>(
         for (j, acc) in acc.iter_mut().enumerate() {
             let ydv = f32x4_splat(*yd.get_unchecked(t * N + j));
             let (d, dmin) = (f32x4_mul(d16, ydv), f32x4_mul(dmin16, ydv));
-            let isum = f32x4_convert_i32x4(transpose_sum(&isum[j]));
+            let isum = f32x4_convert_i32x4(is[j]);
             let summ = f32x4_convert_i32x4(transpose_sum(&summ[j]));
             *acc = f32x4_add(*acc, f32x4_sub(f32x4_mul(d, isum), f32x4_mul(dmin, summ)));
         }
     })
+}
+
+/// Sub-blocks 2K (low nibbles) and 2K + 1 (high nibbles) of a Q4_K group block at `blk`
+/// (vectors 8K..8K + 8 of its quants), added to `is` (lane r: row r's `Σ sc·Σ q·y`) for each
+/// row of b (`y[j]`: [`group_q4_k`]'s); `s`: [`q4_k_scales`]. K is a constant so that every
+/// offset folds into its load.
+/// - DOT (relaxed, where the relaxed dot is `vpdpbusd`: [`super::u8_dot_exact`]): per vector
+///   and row of b two `i32x4.relaxed_dot_i8x16_i7x16_add_s` (b's 4 quants splat, the
+///   nibbles), then one i32 multiply per sub-block by the 4 rows' scales.
+/// - pairs (the plain build; relaxed elsewhere): i16 lanes 2r, 2r + 1 = row r's 2 pairs of
+///   elements (relaxed: `i16x8.relaxed_dot` of b's 4 quants splat and the nibbles; plain: the
+///   nibbles of the even and odd bytes times b's pairs), 8 vectors added in i16 (≤
+///   8·2·15·128), then `i32x4.dot_i16x8_s` by the rows' scales.
+///
+/// # Safety
+/// As [`group_q4_k`].
+#[inline(always)]
+unsafe fn q4_k_sub<const N: usize, const K: usize, const DOT: bool>(
+    blk: *const u8,
+    s: &[v128; 4],
+    y: [*const u8; N],
+    m0f: v128,
+    is: &mut [v128; N],
+) {
+    // The scales of sub-blocks 2K and 2K + 1 of the 4 rows as i32 (bytes 2(K % 2), + 1 of
+    // row r's 4 in `s[K / 2]`), no mask: shifts left then right.
+    let v = s[K / 2];
+    let (sl, sh) = if K % 2 == 0 {
+        (u32x4_shr(i32x4_shl(v, 24), 24), u32x4_shr(i32x4_shl(v, 16), 24))
+    } else {
+        (u32x4_shr(i32x4_shl(v, 8), 24), u32x4_shr(v, 24))
+    };
+    let q = blk.add(64 + 128 * K);
+    #[cfg(target_feature = "relaxed-simd")]
+    if DOT {
+        // Each dot adds into its accumulator (`vpdpbusd`: ~5 cycles of latency): with 1 or 2
+        // rows of b, even and odd vectors into two, so that 4 chains (2 for N = 2 on each of
+        // 2 accumulators) overlap; with more, the N columns' 2N chains do.
+        let (mut al, mut ah) = ([[i32x4_splat(0); N]; 2], [[i32x4_splat(0); N]; 2]);
+        for c in 0..8 {
+            let x = v128_load(q.add(16 * c) as *const v128);
+            let (lo, hi) = (v128_and(x, m0f), v128_and(u16x8_shr(x, 4), m0f));
+            let a = if N <= 2 { c % 2 } else { 0 };
+            for j in 0..N {
+                let yl = v128_load32_splat(y[j].add(64 * K + 4 * c) as *const u32);
+                let yh = v128_load32_splat(y[j].add(64 * K + 32 + 4 * c) as *const u32);
+                al[a][j] = i32x4_relaxed_dot_i8x16_i7x16_add(yl, lo, al[a][j]);
+                ah[a][j] = i32x4_relaxed_dot_i8x16_i7x16_add(yh, hi, ah[a][j]);
+            }
+        }
+        for j in 0..N {
+            let (l, h) = (i32x4_add(al[0][j], al[1][j]), i32x4_add(ah[0][j], ah[1][j]));
+            is[j] = i32x4_add(is[j], i32x4_add(i32x4_mul(l, sl), i32x4_mul(h, sh)));
+        }
+        return;
+    }
+    // Each row's scale in both of its i16 lanes.
+    let (sl, sh) = (v128_or(sl, i32x4_shl(sl, 16)), v128_or(sh, i32x4_shl(sh, 16)));
+    let (mut al, mut ah) = ([i16x8_splat(0); N], [i16x8_splat(0); N]);
+    for c in 0..8 {
+        let x = v128_load(q.add(16 * c) as *const v128);
+        #[cfg(target_feature = "relaxed-simd")]
+        {
+            let (lo, hi) = (v128_and(x, m0f), v128_and(u16x8_shr(x, 4), m0f));
+            for j in 0..N {
+                let yl = v128_load32_splat(y[j].add(64 * K + 4 * c) as *const u32);
+                let yh = v128_load32_splat(y[j].add(64 * K + 32 + 4 * c) as *const u32);
+                al[j] = i16x8_add(al[j], i16x8_relaxed_dot_i8x16_i7x16(yl, lo));
+                ah[j] = i16x8_add(ah[j], i16x8_relaxed_dot_i8x16_i7x16(yh, hi));
+            }
+        }
+        #[cfg(not(target_feature = "relaxed-simd"))]
+        {
+            // u16 lane L = b0 + 256·b1 (bytes 2L, 2L + 1: row L/2's elements 2(L % 2), + 1): the 4
+            // nibbles as i16, once for the N columns: low nibbles (elements 4(16K + c)..) of the
+            // even and odd bytes against b's pairs (y0, y2), (y1, y3) of that quad, high ones
+            // against the quad 8 further (`prep_q6_k`: quad e's pairs at vectors 2e, 2e + 1).
+            let (le, lo) = (v128_and(x, m0f), v128_and(u16x8_shr(x, 8), m0f));
+            let (he, ho) = (v128_and(u16x8_shr(x, 4), m0f), u16x8_shr(x, 12));
+            for j in 0..N {
+                let (pl, ph) = (y[j].add(32 * (16 * K + c)), y[j].add(32 * (16 * K + 8 + c)));
+                let (yle, ylo) = (v128_load(pl as *const v128), v128_load(pl.add(16) as *const v128));
+                let (yhe, yho) = (v128_load(ph as *const v128), v128_load(ph.add(16) as *const v128));
+                al[j] = i16x8_add(al[j], i16x8_add(i16x8_mul(le, yle), i16x8_mul(lo, ylo)));
+                ah[j] = i16x8_add(ah[j], i16x8_add(i16x8_mul(he, yhe), i16x8_mul(ho, yho)));
+            }
+        }
+    }
+    for j in 0..N {
+        is[j] = i32x4_add(is[j], i32x4_add(i32x4_dot_i16x8(al[j], sl), i32x4_dot_i16x8(ah[j], sh)));
+    }
 }
 
 /// # Safety
@@ -680,37 +659,33 @@ unsafe fn q6_k_sub<const N: usize, const K: usize, const DOT: bool>(
     }
 }
 
-/// Row r of a packed Q4_K group block at `blk` back in ggml's layout (144 bytes at `out`):
-/// `repack::unpack_row` for the prompt kernel, in vector steps. Quant byte pairs (u16) lie
-/// as a 16 × 4 matrix (vector v's pair 4h + c is pair 2v + h of run c): per vector the pairs
-/// of each run side by side (u32 c), then 4 × 4 u32 transposes.
+/// The 4 rows of a packed Q4_K group block at `blk` back in ggml's layout (144 bytes at each
+/// `out[r]`): `repack::unpack_row` for the prompt kernel, in vector steps: the quants' vectors
+/// 4 at a time transposed as 4 × 4 u32 (row r's `qs[16g..16g + 16]`).
 ///
 /// # Safety
-/// `blk` points at a whole group block, `out` at 144 writable bytes.
+/// `blk` points at a whole group block, each `out[r]` at 144 writable bytes.
 #[inline(always)]
-pub(super) unsafe fn unpack_q4_k(blk: *const u8, r: usize, out: *mut u8) {
-    core::ptr::copy_nonoverlapping(blk.add(2 * r), out, 2);
-    core::ptr::copy_nonoverlapping(blk.add(8 + 2 * r), out.add(2), 2);
-    for c in 0..3 {
-        core::ptr::copy_nonoverlapping(blk.add(16 + 16 * c + 4 * r), out.add(4 + 4 * c), 4);
+pub(super) unsafe fn unpack_q4_k(blk: *const u8, out: [*mut u8; GROUP]) {
+    for (r, &o) in out.iter().enumerate() {
+        core::ptr::copy_nonoverlapping(blk.add(2 * r), o, 2);
+        core::ptr::copy_nonoverlapping(blk.add(8 + 2 * r), o.add(2), 2);
+        for c in 0..3 {
+            core::ptr::copy_nonoverlapping(blk.add(16 + 16 * c + 4 * r), o.add(4 + 4 * c), 4);
+        }
     }
-    let q = blk.add(64 + 128 * r);
-    let w: [v128; 8] = core::array::from_fn(|v| {
-        let x = v128_load(q.add(16 * v) as *const v128);
-        i16x8_shuffle::<0, 4, 1, 5, 2, 6, 3, 7>(x, x)
-    });
-    for half in 0..2 {
-        let [a, b, c, d] = [w[4 * half], w[4 * half + 1], w[4 * half + 2], w[4 * half + 3]];
-        let (ab_lo, ab_hi) = (i32x4_shuffle::<0, 4, 1, 5>(a, b), i32x4_shuffle::<2, 6, 3, 7>(a, b));
-        let (cd_lo, cd_hi) = (i32x4_shuffle::<0, 4, 1, 5>(c, d), i32x4_shuffle::<2, 6, 3, 7>(c, d));
-        let runs = [
-            i64x2_shuffle::<0, 2>(ab_lo, cd_lo),
-            i64x2_shuffle::<1, 3>(ab_lo, cd_lo),
-            i64x2_shuffle::<0, 2>(ab_hi, cd_hi),
-            i64x2_shuffle::<1, 3>(ab_hi, cd_hi),
+    for g in 0..8 {
+        let v: [v128; 4] = core::array::from_fn(|i| v128_load(blk.add(64 + 16 * (4 * g + i)) as *const v128));
+        let (t0, t1) = (i32x4_shuffle::<0, 4, 1, 5>(v[0], v[1]), i32x4_shuffle::<2, 6, 3, 7>(v[0], v[1]));
+        let (t2, t3) = (i32x4_shuffle::<0, 4, 1, 5>(v[2], v[3]), i32x4_shuffle::<2, 6, 3, 7>(v[2], v[3]));
+        let rows = [
+            i64x2_shuffle::<0, 2>(t0, t2),
+            i64x2_shuffle::<1, 3>(t0, t2),
+            i64x2_shuffle::<0, 2>(t1, t3),
+            i64x2_shuffle::<1, 3>(t1, t3),
         ];
-        for (run, v) in runs.into_iter().enumerate() {
-            v128_store(out.add(16 + 32 * run + 16 * half) as *mut v128, v);
+        for (r, &o) in out.iter().enumerate() {
+            v128_store(o.add(16 + 16 * g) as *mut v128, rows[r]);
         }
     }
 }
