@@ -4,9 +4,10 @@
 //       step's wall time step to step, and what is outside the graph (wall minus the nodes'
 //       sum); NSEQ > 1: `n` sequences a step (`npm run bench`'s nseq section: sampled at
 //       temperature 0.8, as there, for every NSEQ given; without it greedy)
-//   node bench/wasm-decode.mjs kernels PKG [REPS]   the packed decode kernels alone on the
-//       124M shape's matrices, in cache (one copy) and from memory (copies past 256 MiB): GB/s
-//       of weights
+//   node bench/wasm-decode.mjs kernels PKG [REPS] [COLS]   the packed decode kernels alone on
+//       the 124M shape's matrices, in cache (one copy) and from memory (copies past 256 MiB):
+//       GB/s of weights; COLS (1 to 4, default 1) rows of activations a product (a decode step
+//       of that many sequences)
 // PKG: a wasm-bindgen build folder (web/pkg, web/pkg-relaxed); MODEL: a GGUF path. The hidden
 // exports it calls are in crate/bindings/bench.rs. 64 greedy tokens after 64 fixed ids, as
 // `npm run bench`'s native section; Node 20 needs --experimental-wasm-relaxed-simd for the
@@ -17,7 +18,7 @@ import { pathToFileURL } from 'node:url';
 
 const [mode, pkgDir, ...rest] = process.argv.slice(2);
 if (!['profile', 'kernels'].includes(mode) || !pkgDir) {
-  console.error('usage: node bench/wasm-decode.mjs profile PKG MODEL [TOKENS] [NSEQ] | kernels PKG [REPS]');
+  console.error('usage: node bench/wasm-decode.mjs profile PKG MODEL [TOKENS] [NSEQ] | kernels PKG [REPS] [COLS]');
   process.exit(2);
 }
 const pkg = resolve(pkgDir);
@@ -27,25 +28,26 @@ const cpu = () => { const u = process.cpuUsage(); return (u.user + u.system) / 1
 
 if (mode === 'kernels') {
   const reps = Number(rest[0] ?? 10);
+  const cols = Number(rest[1] ?? 1);
   // [name, type, k, m]: a Q8_0 model's matrices, and Q4_K_M's (Q4_K; Q6_K for ffn_down half
   // the layers and the output).
   const shapes = [['attn_qkv', 768, 2304], ['attn_output', 768, 768], ['ffn_up', 768, 3072], ['ffn_down', 3072, 768], ['output', 768, 50257 - (50257 % 4)]];
   const rows = [];
   for (const ty of ['q8_0', 'q4_K', 'q6_K']) {
     for (const [name, k, mm] of shapes) {
-      const bytes1 = m._benchMatvec(ty, k, mm, 1, 1, 0)[1];
+      const bytes1 = m._benchMatvec(ty, k, mm, 1, 1, 0, cols)[1];
       const out = { ty, name, k, m: mm, mb: bytes1 / 2 ** 20 };
       for (const [where, copies] of [['cache', 1], ['memory', Math.max(2, Math.ceil(256 * 2 ** 20 / bytes1))]]) {
         const r = Math.max(1, Math.round((reps * (where === 'cache' ? 20 : 1) * 64 * 2 ** 20) / (bytes1 * copies)));
         let best = 0;
         for (let i = 0; i < 3; i++) {
-          const [secs, bytes] = m._benchMatvec(ty, k, mm, copies, r, 0);
+          const [secs, bytes] = m._benchMatvec(ty, k, mm, copies, r, 0, cols);
           best = Math.max(best, bytes / secs / 1e9);
         }
         out[where] = best;
       }
       rows.push(out);
-      console.log(`${ty} ${name} ${k}x${mm} (${out.mb.toFixed(2)} MiB): in cache ${out.cache.toFixed(1)} GB/s, from memory ${out.memory.toFixed(1)} GB/s`);
+      console.log(`${ty} ${name} ${k}x${mm} (${out.mb.toFixed(2)} MiB), ${cols} row(s) of b: in cache ${out.cache.toFixed(1)} GB/s, from memory ${out.memory.toFixed(1)} GB/s`);
     }
   }
   process.exit(0);

@@ -86,8 +86,9 @@ pub fn debug_profile() -> JsValue {
 /// copies in turn `reps` times after one untimed pass. One copy stays in cache as far as it
 /// fits; copies adding up to more than the caches stream from memory as a model's weights
 /// do. `block` > 0 hands the kernel that many rows a call, as `mul_mat` splits a product into
-/// jobs (0: the whole matrix in one call). Returns `[seconds of all timed products, bytes of
-/// weights they read]`.
+/// jobs (0: the whole matrix in one call). `cols` (default 1; at most 4, a decode step of that
+/// many sequences) rows of activations a product. Returns `[seconds of all timed products, bytes
+/// of weights they read]`.
 #[wasm_bindgen(js_name = _benchMatvec)]
 pub fn bench_matvec(
     ty: &str,
@@ -96,7 +97,9 @@ pub fn bench_matvec(
     copies: usize,
     reps: usize,
     block: usize,
+    cols: Option<usize>,
 ) -> Result<Vec<f64>, JsValue> {
+    let cols = cols.unwrap_or(1);
     let ty = match ty {
         "q8_0" => GgmlType::Q8_0,
         "q4_K" => GgmlType::Q4_K,
@@ -109,11 +112,12 @@ pub fn bench_matvec(
         || !m.is_multiple_of(repack::group(ty))
         || copies == 0
         || reps == 0
+        || !(1..=4).contains(&cols)
     {
         return Err(js_error(
             "invalid",
             format!(
-                "_benchMatvec: k {k} (a multiple of {}), m {m} (of {}), copies {copies} and reps {reps} (> 0)",
+                "_benchMatvec: k {k} (a multiple of {}), m {m} (of {}), copies {copies} and reps {reps} (> 0), cols {cols} (1 to 4)",
                 ty.blck_size(),
                 repack::group(ty)
             ),
@@ -150,16 +154,17 @@ pub fn bench_matvec(
     drop(one);
     let src: Vec<f32> = (0..k).map(|i| ((i * 7919 % 997) as f32 / 997.0) - 0.5).collect();
     let vt = ty.vec_dot_type();
-    let mut b = vec![0u8; vt.row_size(k as i64)];
-    quantize_row(vt, &src, &mut b);
-    let mut c = vec![0f32; m];
-    let ldb = b.len();
+    let ldb = vt.row_size(k as i64);
+    let mut b = vec![0u8; ldb * cols];
+    b.chunks_exact_mut(ldb).for_each(|r| quantize_row(vt, &src, r));
+    let mut c = vec![0f32; m * cols];
     let block = if block == 0 { m } else { block.div_ceil(repack::group(ty)) * repack::group(ty) };
     let mut run = |i: usize| {
         let a = &all[i * bytes..(i + 1) * bytes];
         for m0 in (0..m).step_by(block) {
             let m1 = (m0 + block).min(m);
-            repack::gemm_packed(ty, k, m1 - m0, 1, &a[m0 * rs..m1 * rs], &b, ldb, &mut c[m0..m1], m1 - m0);
+            // Column j of c at j·m (ldc = m): the block's rows of each.
+            repack::gemm_packed(ty, k, m1 - m0, cols, &a[m0 * rs..m1 * rs], &b, ldb, &mut c[m0..], m);
         }
     };
     (0..copies).for_each(&mut run);
