@@ -467,24 +467,32 @@ unsafe fn q4_k_sub<const N: usize, const K: usize, const DOT: bool>(
     let q = blk.add(64 + 128 * K);
     #[cfg(target_feature = "relaxed-simd")]
     if DOT {
-        // Each dot adds into its accumulator (`vpdpbusd`: ~5 cycles of latency): with 1 or 2
-        // rows of b, even and odd vectors into two, so that 4 chains (2 for N = 2 on each of
-        // 2 accumulators) overlap; with more, the N columns' 2N chains do.
-        let (mut al, mut ah) = ([[i32x4_splat(0); N]; 2], [[i32x4_splat(0); N]; 2]);
+        // Each dot adds into its accumulator (`vpdpbusd`: ~5 cycles of latency): with one row
+        // of b, even and odd vectors into two, so that 4 chains overlap; with more, the N
+        // columns' 2N chains do (a second set for N = 2 made it slower: spills).
+        let (mut al, mut ah) = ([i32x4_splat(0); N], [i32x4_splat(0); N]);
+        let (mut bl, mut bh) = (i32x4_splat(0), i32x4_splat(0));
         for c in 0..8 {
             let x = v128_load(q.add(16 * c) as *const v128);
             let (lo, hi) = (v128_and(x, m0f), v128_and(u16x8_shr(x, 4), m0f));
-            let a = if N <= 2 { c % 2 } else { 0 };
             for j in 0..N {
                 let yl = v128_load32_splat(y[j].add(64 * K + 4 * c) as *const u32);
                 let yh = v128_load32_splat(y[j].add(64 * K + 32 + 4 * c) as *const u32);
-                al[a][j] = i32x4_relaxed_dot_i8x16_i7x16_add(yl, lo, al[a][j]);
-                ah[a][j] = i32x4_relaxed_dot_i8x16_i7x16_add(yh, hi, ah[a][j]);
+                if N == 1 && c % 2 == 1 {
+                    bl = i32x4_relaxed_dot_i8x16_i7x16_add(yl, lo, bl);
+                    bh = i32x4_relaxed_dot_i8x16_i7x16_add(yh, hi, bh);
+                } else {
+                    al[j] = i32x4_relaxed_dot_i8x16_i7x16_add(yl, lo, al[j]);
+                    ah[j] = i32x4_relaxed_dot_i8x16_i7x16_add(yh, hi, ah[j]);
+                }
             }
         }
+        if N == 1 {
+            al[0] = i32x4_add(al[0], bl);
+            ah[0] = i32x4_add(ah[0], bh);
+        }
         for j in 0..N {
-            let (l, h) = (i32x4_add(al[0][j], al[1][j]), i32x4_add(ah[0][j], ah[1][j]));
-            is[j] = i32x4_add(is[j], i32x4_add(i32x4_mul(l, sl), i32x4_mul(h, sh)));
+            is[j] = i32x4_add(is[j], i32x4_add(i32x4_mul(al[j], sl), i32x4_mul(ah[j], sh)));
         }
         return;
     }
