@@ -459,7 +459,7 @@ unsafe fn q4_k_sub<const N: usize, const K: usize, const DOT: bool>(
     // The scales of sub-blocks 2K and 2K + 1 of the 4 rows as i32 (bytes 2(K % 2), + 1 of
     // row r's 4 in `s[K / 2]`), no mask: shifts left then right.
     let v = s[K / 2];
-    let (sl, sh) = if K % 2 == 0 {
+    let (sl, sh) = if K.is_multiple_of(2) {
         (u32x4_shr(i32x4_shl(v, 24), 24), u32x4_shr(i32x4_shl(v, 16), 24))
     } else {
         (u32x4_shr(i32x4_shl(v, 8), 24), u32x4_shr(v, 24))
