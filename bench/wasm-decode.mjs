@@ -1,7 +1,8 @@
 // Where a wasm decode step's time goes, in Node (V8, as Chromium), one thread, no worker:
 //   node bench/wasm-decode.mjs profile PKG MODEL [TOKENS]   the CPU backend's per-node profile
 //       (ms per token by node class and op, `ggweb bench --profile`'s table), the step's wall
-//       time token to token, and what is outside the graph (wall minus the nodes' sum)
+//       time token to token, what is outside the graph (wall minus the nodes' sum), and the
+//       greedy ids (to compare builds: the same file gives the same ids on every build)
 //   node bench/wasm-decode.mjs kernels PKG [REPS]   the packed decode kernels alone on the
 //       124M shape's matrices, in cache (one copy) and from memory (copies past 256 MiB): GB/s
 //       of weights
@@ -72,6 +73,7 @@ async function gen(n, profile) {
   const first = await model.next(); // the first token comes from the prompt's logits
   m._debugProfile(); // drop the prompt's nodes
   const steps = [];
+  const tokens = [first.token];
   let c0 = cpu(), t = performance.now();
   for (let k = 1; k < n; k++) {
     const item = await model.next();
@@ -79,17 +81,20 @@ async function gen(n, profile) {
     steps.push(t2 - t);
     t = t2;
     if (!item) break;
+    tokens.push(item.token);
   }
   const cpuS = cpu() - c0;
   const prof = m._debugProfile();
-  return { first, steps, cpuS, prof };
+  return { first, steps, cpuS, prof, tokens };
 }
 await gen(8);
 const rounds = [];
 for (let r = 0; r < 3; r++) rounds.push(await gen(nTok + 1));
 // The median round by wall time per token.
 rounds.sort((a, b) => a.steps.reduce((x, y) => x + y) - b.steps.reduce((x, y) => x + y));
-const { steps, cpuS, prof } = rounds[1];
+const { steps, cpuS, prof, tokens } = rounds[1];
+// The greedy ids, to compare builds (every round must give the same).
+if (rounds.some((r) => r.tokens.join() !== tokens.join())) console.log('tokens differ between rounds!');
 const n = steps.length;
 const wall = steps.reduce((x, y) => x + y) / n;
 const byClass = new Map();
@@ -101,6 +106,7 @@ for (const e of prof) {
 }
 const nodes = [...byOp.values()].reduce((x, y) => x + y, 0);
 console.log(`${pkgDir} ${modelPath}: ${n} decode steps (median of 3 rounds): ${(1e3 / wall).toFixed(1)} tok/s wall, ${(n / cpuS).toFixed(1)} tok/CPU-s`);
+console.log(`tokens (${tokens.length}): ${tokens.join(' ')}`);
 console.log(`ms per token: step (token to token) ${wall.toFixed(3)}, nodes ${nodes.toFixed(3)}, outside the nodes ${(wall - nodes).toFixed(3)}`);
 console.log('| class | op | ms/token | % of step |\n|---|---|--:|--:|');
 for (const [k, ms] of [...byClass].sort((a, b) => b[1] - a[1])) console.log(`| ${k} | ${ms.toFixed(3)} | ${((100 * ms) / wall).toFixed(1)} |`);
