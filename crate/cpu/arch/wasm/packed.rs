@@ -57,9 +57,9 @@ type ScaleK = [v128; 4];
 /// subnormal f16 (exponent 0) are a subnormal f32, and an x86 core without DAZ (wasm keeps
 /// IEEE subnormals) takes a microcode assist of ~100+ cycles on such a product: 16% of the
 /// Q8_0 scales of GPT-2's `attn_output` and `ffn_down` are subnormal f16 (their weights are
-/// ~4× smaller than the other matrices'), half their 4-row blocks hold one, and those two
+/// ~5× smaller than the other matrices'), half their 4-row blocks hold one, and those two
 /// products ran at less than half the others' rate per byte (BENCHMARKS.md 2026-12-07,
-/// "Subnormal scales"). Here the exponent is rebiased as an integer (`n`: the value itself
+/// "Subnormal block scales"). Here the exponent is rebiased as an integer (`n`: the value itself
 /// for exponents ≥ 1, 2^-15·(1 + m/1024) for exponent 0), and `2n − 2^-14` is `m·2^-24`, the
 /// subnormal's value, exactly, and below `n` only for exponent 0: the smaller of the two is
 /// the magnitude (zero for ±0), then the sign. Every operand is normal (≥ 2^-15) and every
