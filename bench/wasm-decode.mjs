@@ -3,7 +3,8 @@
 //       profile (ms per decode step by node class and op, `ggweb bench --profile`'s table), the
 //       step's wall time step to step, and what is outside the graph (wall minus the nodes'
 //       sum); NSEQ > 1: `n` sequences a step (`npm run bench`'s nseq section: sampled at
-//       temperature 0.8, as there, for every NSEQ given; without it greedy)
+//       temperature 0.8, as there, for every NSEQ given; without it greedy); and the
+//       median round's sampled ids (to compare builds: the same file gives the same ids)
 //   node bench/wasm-decode.mjs kernels PKG [REPS] [COLS]   the packed decode kernels alone on
 //       the 124M shape's matrices, in cache (one copy) and from memory (copies past 256 MiB):
 //       GB/s of weights; COLS (1 to 4, default 1) rows of activations a product (a decode step
@@ -81,23 +82,29 @@ async function gen(n, profile) {
   for (let j = 0; j < nSeq; j++) first = await model.next();
   m._debugProfile(); // drop the prompt's nodes
   const steps = [];
+  const tokens = [first.token];
   let c0 = cpu(), t = performance.now();
   for (let k = 1, item = first; k < n && item; k++) {
-    for (let j = 0; j < nSeq && item; j++) item = await model.next();
+    for (let j = 0; j < nSeq && item; j++) {
+      item = await model.next();
+      if (item) tokens.push(item.token);
+    }
     const t2 = performance.now();
     steps.push(t2 - t);
     t = t2;
   }
   const cpuS = cpu() - c0;
   const prof = m._debugProfile();
-  return { first, steps, cpuS, prof };
+  return { first, steps, cpuS, prof, tokens };
 }
 await gen(8);
 const rounds = [];
 for (let r = 0; r < 3; r++) rounds.push(await gen(nTok + 1));
 // The median round by wall time per token.
 rounds.sort((a, b) => a.steps.reduce((x, y) => x + y) - b.steps.reduce((x, y) => x + y));
-const { steps, cpuS, prof } = rounds[1];
+const { steps, cpuS, prof, tokens } = rounds[1];
+// The greedy ids, to compare builds (every round must give the same).
+if (rounds.some((r) => r.tokens.join() !== tokens.join())) console.log('tokens differ between rounds!');
 const n = steps.length;
 const wall = steps.reduce((x, y) => x + y) / n;
 const byClass = new Map();
@@ -109,6 +116,7 @@ for (const e of prof) {
 }
 const nodes = [...byOp.values()].reduce((x, y) => x + y, 0);
 console.log(`${pkgDir} ${modelPath}: ${n} decode steps of ${nSeq} sequence(s) (median of 3 rounds): ${(1e3 / wall).toFixed(1)} steps/s wall, ${(n / cpuS).toFixed(1)} steps/CPU-s`);
+console.log(`tokens (${tokens.length}): ${tokens.join(' ')}`);
 console.log(`ms per step: step to step ${wall.toFixed(3)}, nodes ${nodes.toFixed(3)}, outside the nodes ${(wall - nodes).toFixed(3)}`);
 console.log('| class | op | ms/step | % of step |\n|---|---|--:|--:|');
 for (const [k, ms] of [...byClass].sort((a, b) => b[1] - a[1])) console.log(`| ${k} | ${ms.toFixed(3)} | ${((100 * ms) / wall).toFixed(1)} |`);

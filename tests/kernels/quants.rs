@@ -1004,11 +1004,14 @@ fn repacked_gemm_equals_plain_bit_for_bit() {
             }
             if (kquant || ty == GgmlType::Q8_0 || ty == GgmlType::Q4_0) && case % 2 == 1 {
                 // Extreme block scales: the largest finite f16, subnormals, zero, negative (the
-                // wasm kernels convert them without the inf/NaN case: every finite f16 exact).
+                // wasm kernels convert them without the inf/NaN case: every finite f16 exact;
+                // wasm's packed Q8_0 without a subnormal operand, so the smallest normal and
+                // ±0 as well).
                 let ts = ty.type_size();
                 let d_at = if matches!(ty, GgmlType::Q4_K | GgmlType::Q8_0 | GgmlType::Q4_0) { 0 } else { ts - 2 };
                 for (bi, blk) in a.chunks_exact_mut(ts).enumerate() {
-                    let d: u16 = [0x7bff, 0x0001, 0x03ff, 0x0000, 0xfbff, 0x8001, 0x3c00][bi % 7];
+                    let d: u16 =
+                        [0x7bff, 0x0001, 0x03ff, 0x0000, 0xfbff, 0x8001, 0x3c00, 0x0400, 0x8000, 0x02a9][bi % 10];
                     blk[d_at..d_at + 2].copy_from_slice(&d.to_le_bytes());
                     if ty == GgmlType::Q4_K {
                         let dmin: u16 = [0x0002, 0x7a00, 0x8000, 0x03ff, 0x3555][bi % 5];

@@ -41,20 +41,39 @@ static PANELS: PromptGemm = PromptGemm {
     chunk: crate::cpu::arch::L1_CHUNK,
 };
 
-/// [`super::f16x4_finite`]'s mask and 2^112, and the byte that makes an i8 unsigned (`x ^ 0x80 =
-/// x + 128`), read once per group ([`super::Kept`]): written as constants, V8 rebuilt the
-/// first two in every block step (6 instructions).
-static SCALE_KEPT: super::Kept<3> = super::Kept([[0x8fff_e000; 4], [0x7780_0000; 4], [0x8080_8080; 4]]);
+/// [`scales_in`]'s constants (the f16's exponent and mantissa after the shift, the exponent's
+/// rebias 112 << 23, 2^-14, the sign) and the byte that makes an i8 unsigned (`x ^ 0x80 = x +
+/// 128`), read once per group ([`super::Kept`]): written as constants, V8 rebuilt them in every
+/// block step (3 to 4 instructions a use).
+static SCALE_KEPT: super::Kept<5> =
+    super::Kept([[0x0fff_e000; 4], [112 << 23; 4], [0x3880_0000; 4], [0x8000_0000; 4], [0x8080_8080; 4]]);
 
-/// The 4 rows' scales of block t (8 bytes at `p`) as f32 (finite: `repack::pack` checked):
-/// [`super::f16x4_finite`] with [`SCALE_KEPT`]'s mask and 2^112 given, the same steps and bits.
+/// [`SCALE_KEPT`]'s first four vectors.
+type ScaleK = [v128; 4];
+
+/// The 4 rows' scales of block t (8 bytes at `p`) as f32, for finite f16 (`repack::pack`
+/// checked): the bits of [`super::f16x4_finite`] (ggml's `fp16_to_fp32`) without a subnormal
+/// f32 as an operand. `f16x4_finite` multiplies the shifted bits by 2^112, which for a
+/// subnormal f16 (exponent 0) are a subnormal f32, and an x86 core without DAZ (wasm keeps
+/// IEEE subnormals) takes a microcode assist of ~100+ cycles on such a product: 16% of the
+/// Q8_0 scales of GPT-2's `attn_output` and `ffn_down` are subnormal f16 (their weights are
+/// ~5× smaller than the other matrices'), half their 4-row blocks hold one, and those two
+/// products ran at less than half the others' rate per byte (BENCHMARKS.md 2026-12-07,
+/// "Subnormal block scales"). Here the exponent is rebiased as an integer (`n`: the value itself
+/// for exponents ≥ 1, 2^-15·(1 + m/1024) for exponent 0), and `2n − 2^-14` is `m·2^-24`, the
+/// subnormal's value, exactly, and below `n` only for exponent 0: the smaller of the two is
+/// the magnitude (zero for ±0), then the sign. Every operand is normal (≥ 2^-15) and every
+/// result 0 or ≥ 2^-24.
 ///
 /// # Safety
 /// `p` points at 8 readable bytes.
 #[inline(always)]
-unsafe fn scales_in(p: *const u8, mask: v128, scale: v128) -> v128 {
+unsafe fn scales_in(p: *const u8, k: &ScaleK) -> v128 {
+    let [mag, bias, m14, sign] = *k;
     let h = i32x4_load_extend_i16x4(p as *const i16);
-    f32x4_mul(v128_and(i32x4_shl(h, 13), mask), scale)
+    let n = i32x4_add(v128_and(i32x4_shl(h, 13), mag), bias);
+    let t = f32x4_sub(f32x4_add(n, n), m14);
+    v128_or(f32x4_pmin(n, t), v128_and(h, sign))
 }
 
 /// `acc[t % 8]` per lane, reduced as `reduce8` does.
@@ -257,11 +276,12 @@ unsafe fn group_q8_0<const G: usize, const N: usize>(
 ) -> [[[f32; GROUP]; N]; G] {
     let yp = yw.as_ptr();
     let dyp = dy.as_ptr();
-    let [mask, scale, _] = SCALE_KEPT.read();
+    let [mag, bias, m14, sign, _] = SCALE_KEPT.read();
+    let k = [mag, bias, m14, sign];
     blocks::<G, N>(nb, |t, acc| {
         for (p, acc) in p.iter().zip(acc.iter_mut()) {
             let blk = p.add(t * 136);
-            let sc = scales_in(blk, mask, scale);
+            let sc = scales_in(blk, &k);
             for (j, acc) in acc.iter_mut().enumerate() {
                 let y = yp.add(4 * (t * N + j));
                 // The 4 rows written out: as `from_fn` LLVM kept a loop over them, which stored
@@ -293,11 +313,12 @@ unsafe fn group_q8_0_relaxed<const G: usize, const N: usize>(
 ) -> [[[f32; GROUP]; N]; G] {
     let yp = ys.as_ptr();
     let dyp = dy.as_ptr();
-    let [mask, scale, _] = SCALE_KEPT.read();
+    let [mag, bias, m14, sign, _] = SCALE_KEPT.read();
+    let k = [mag, bias, m14, sign];
     blocks::<G, N>(nb, |t, acc| {
         for (p, acc) in p.iter().zip(acc.iter_mut()) {
             let blk = p.add(t * 136);
-            let sc = scales_in(blk, mask, scale);
+            let sc = scales_in(blk, &k);
             for (j, acc) in acc.iter_mut().enumerate() {
                 let y = yp.add(4 * (t * N + j));
                 let (alo, ahi, slo, shi) = (*y, *y.add(1), *y.add(2), *y.add(3));
@@ -339,11 +360,12 @@ unsafe fn group_q8_0_u8<const G: usize, const N: usize>(
 ) -> [[[f32; GROUP]; N]; G] {
     let yp = yc.as_ptr();
     let dyp = dy.as_ptr();
-    let [mask, scale, top] = SCALE_KEPT.read();
+    let [mag, bias, m14, sign, top] = SCALE_KEPT.read();
+    let k = [mag, bias, m14, sign];
     blocks::<G, N>(nb, |t, acc| {
         for (p, acc) in p.iter().zip(acc.iter_mut()) {
             let blk = p.add(t * 136);
-            let sc = scales_in(blk, mask, scale);
+            let sc = scales_in(blk, &k);
             for (j, acc) in acc.iter_mut().enumerate() {
                 let y = yp.add(3 * (t * N + j));
                 let (ylo, yhi, corr) = (*y, *y.add(1), *y.add(2));
