@@ -50,6 +50,15 @@ impl Graph {
     /// softmax, a view of a non-contiguous or quantized tensor that needs a gradient,
     /// get_rows with indices of more than one dimension, or a backward op itself.
     pub fn build_backward_expand(&mut self, ctx: &Context, loss: &Tensor) {
+        self.build_backward_expand_seeded(ctx, loss, None)
+    }
+
+    /// [`Graph::build_backward_expand`] with `seed` (a tensor of `loss`'s shape, made in
+    /// `ctx`) as the gradient of `loss` instead of ones: the gradient of Σ seed ⊙ loss, seed
+    /// held constant. Training's loss is Σ w ⊙ log_softmax(logits) with w a constant input:
+    /// seeding log_softmax with w leaves out the product and its backward (a `fill` and a
+    /// `mul`, each a pass over `n_vocab` × tokens), with the same values (w · 1 is w).
+    pub fn build_backward_expand_seeded(&mut self, ctx: &Context, loss: &Tensor, seed: Option<&Tensor>) {
         assert!(self.contains(loss), "build_backward_expand: the loss {} is not in the graph", shape_str(loss));
         loss.set_loss();
         let fwd: Vec<Tensor> = self.nodes.clone();
@@ -74,7 +83,14 @@ impl Graph {
         if !b.needs(loss) {
             return; // no param on any path to the loss: nothing to differentiate
         }
-        let seed = ctx.fill(loss.ne, 1.0);
+        let seed = match seed {
+            Some(s) => {
+                assert!(s.ne == loss.ne, "build_backward_expand: seed {} for loss {}", shape_str(s), shape_str(loss));
+                // A view carries the gradient's name; the seed keeps its own.
+                ctx.view_tensor(s)
+            }
+            None => ctx.fill(loss.ne, 1.0),
+        };
         b.set(loss, seed);
         for n in fwd.iter().rev() {
             if n.op == Op::Cpy {

@@ -383,17 +383,19 @@ impl TrainGraph {
         let w_in = ctx.new_tensor_2d(GgmlType::F32, logits.ne[0], logits.ne[1]);
         w_in.set_name("loss_w");
         w_in.set_input();
+        // The loss is Σ w ⊙ log_softmax(logits), w = −1/(B(T−1)) at each predicted position's
+        // target and 0 elsewhere (`loss_w`, an input): the backward pass is seeded with w as
+        // log_softmax's gradient (no [n_vocab, T] product nor its backward), and each term is
+        // log p(target), picked here and scaled by w on the host (the same f32 product).
         let lsm = ctx.log_soft_max(logits); // [n_vocab, T]
         lsm.set_name("loss_log_softmax");
-        let loss = ctx.mul(&lsm, &w_in); // [n_vocab, T]: −log p(target)/(B(T−1)) at the targets
-        loss.set_name("loss");
-        gf.build_forward_expand(&loss);
-        // Each predicted position's term, picked at its target (an element per row: a gather,
-        // not a sum over the vocabulary, so it is exactly the CPU's and WebGPU's product).
+        gf.build_forward_expand(&lsm);
+        // Each predicted position's log-probability, picked at its target (an element per
+        // row: a gather, not a sum over the vocabulary).
         let loss_at = ctx.new_tensor_1d(GgmlType::I32, (seqs * (cfg.seq_len - 1)) as i64);
         loss_at.set_name("loss_at");
         loss_at.set_input();
-        let flat = ctx.reshape_2d(&loss, 1, logits.ne[0] * logits.ne[1]); // [1, n_vocab·T]
+        let flat = ctx.reshape_2d(&lsm, 1, logits.ne[0] * logits.ne[1]); // [1, n_vocab·T]
         let loss_rows = ctx.get_rows(&flat, &loss_at); // [1, seqs·(seqLen−1)]
         loss_rows.set_name("loss_rows");
         loss_rows.set_output();
@@ -401,7 +403,13 @@ impl TrainGraph {
         for p in params {
             p.t.set_param();
         }
-        gf.build_backward_expand(&ctx, &loss);
+        // The seed copied into the compute buffer (one pass over [n_vocab, T]): freed after
+        // its one reader, its memory takes `output.weight`'s gradient as the product's did
+        // (866 MiB of compute for the 124M shape at batch 4 × 128; the input itself as the
+        // seed planned 1013).
+        let seed = ctx.cont(&w_in); // [n_vocab, T]
+        seed.set_name("loss_w_seed");
+        gf.build_backward_expand_seeded(&ctx, &lsm, Some(&seed));
         for p in params {
             p.t.clear_param();
         }
@@ -848,7 +856,8 @@ impl Trainer {
             tg.sched.tensor_get(&tg.loss_rows, bytemuck::cast_slice_mut(&mut rows)).await?;
             // Summed per sequence, then over the batch: the order a run of one sequence gives.
             for s in 0..g {
-                loss += rows[s * (t - 1)..(s + 1) * (t - 1)].iter().map(|&r| r as f64).sum::<f64>();
+                // Each term as the graph's product gave it before: log p(target) · w in f32.
+                loss += rows[s * (t - 1)..(s + 1) * (t - 1)].iter().map(|&r| (r * coef) as f64).sum::<f64>();
             }
         }
         let gscale = self.clip_scale().await?;

@@ -233,3 +233,45 @@ fn gradients_through_repacked_weights_equal_those_through_plain_ones() {
     assert!(packed.iter().all(|g| g.iter().any(|&v| v != 0.0)), "a gradient is all zeros");
     assert!(packed == plain, "gradients differ between the repacked and the plain weights");
 }
+
+/// `build_backward_expand_seeded` (training's loss: log_softmax seeded with the loss weights
+/// w) gives the bits of the product form it replaced, Σ w ⊙ log_softmax(x) seeded with ones,
+/// and the closed form w − softmax(x) · Σ w (f64) within 1e-6.
+#[test]
+fn a_seeded_backward_equals_the_weighted_sum_it_replaces() {
+    let (n, rows) = (7usize, 3usize);
+    let xs: Vec<f32> = (0..n * rows).map(|i| ((i * 37 % 19) as f32 - 9.0) / 4.0).collect();
+    let ws: Vec<f32> = (0..n * rows).map(|i| if i % n == (i / n * 3) % n { -1.0 / 3.0 } else { 0.0 }).collect();
+    let grad = |seeded: bool| {
+        let ctx = Context::new(ContextParams { mem_size: 1 << 20, no_alloc: false });
+        let x = ctx.new_tensor_2d(GgmlType::F32, n as i64, rows as i64);
+        x.set_f32_slice(&xs);
+        x.set_param();
+        let w = ctx.new_tensor_2d(GgmlType::F32, n as i64, rows as i64);
+        w.set_f32_slice(&ws);
+        let lsm = ctx.log_soft_max(&x); // [n, rows]
+        let mut gf = Graph::new();
+        if seeded {
+            gf.build_forward_expand(&lsm);
+            gf.build_backward_expand_seeded(&ctx, &lsm, Some(&w));
+        } else {
+            let loss = ctx.mul(&lsm, &w); // [n, rows]
+            gf.build_forward_expand(&loss);
+            gf.build_backward_expand(&ctx, &loss);
+        }
+        ggweb::cpu::compute_graph(&gf, 1).unwrap();
+        gf.grad(&x).unwrap().to_f32_vec()
+    };
+    let (seeded, product) = (grad(true), grad(false));
+    assert_eq!(seeded, product, "seeded against the product's backward");
+    for r in 0..rows {
+        let row = &xs[r * n..(r + 1) * n];
+        let max = row.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(v as f64));
+        let z: f64 = row.iter().map(|&v| (v as f64 - max).exp()).sum();
+        let sw: f64 = ws[r * n..(r + 1) * n].iter().map(|&v| v as f64).sum();
+        for i in 0..n {
+            let want = ws[r * n + i] as f64 - (row[i] as f64 - max).exp() / z * sw;
+            assert!((seeded[r * n + i] as f64 - want).abs() <= 1e-6, "row {r} [{i}]: {} vs {want}", seeded[r * n + i]);
+        }
+    }
+}
