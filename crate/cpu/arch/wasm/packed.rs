@@ -120,7 +120,7 @@ fn blocks<const G: usize, const N: usize>(
 /// loop: 1 stream ~10.5 GB/s, 2 streams 12.6–13.4 on this Intel Xeon; BENCHMARKS.md
 /// 2026-12-07, "Where a wasm decode step's time goes"). The order changes no value.
 #[inline(always)]
-fn in_pairs<const N: usize>(
+pub(super) fn in_pairs<const N: usize>(
     ng: usize,
     c: &mut [f32],
     ldc: usize,

@@ -202,24 +202,29 @@ unsafe fn f16s(p: *const u8) -> v128 {
     f16x4_finite(p)
 }
 
-/// Runs `step(t, &mut acc[t % 8])` for every block, in order (`acc[t % 8][j]`: column j's 4
-/// rows), then each column's 4 rows' `reduce8`.
+/// Runs `step(t, &mut acc[t % 8])` for every block, in order (`acc[t % 8][g][j]`: group g's
+/// 4 rows against column j), then each group's and column's 4 rows' `reduce8`.
 #[inline(always)]
-fn blocks<const N: usize>(nb: usize, mut step: impl FnMut(usize, &mut [v128; N])) -> [[f32; GROUP]; N] {
-    let mut acc = [[f32x4_splat(0.0); N]; 8];
+fn blocks<const G: usize, const N: usize>(
+    nb: usize,
+    mut step: impl FnMut(usize, &mut [[v128; N]; G]),
+) -> [[[f32; GROUP]; N]; G] {
+    let mut acc = [[[f32x4_splat(0.0); N]; G]; 8];
     for t in 0..nb {
         step(t, &mut acc[t % 8]);
     }
-    core::array::from_fn(|j| {
-        let a = |i: usize| acc[i][j];
-        let r = f32x4_add(
-            f32x4_add(f32x4_add(a(0), a(4)), f32x4_add(a(2), a(6))),
-            f32x4_add(f32x4_add(a(1), a(5)), f32x4_add(a(3), a(7))),
-        );
-        let mut out = [0f32; GROUP];
-        // SAFETY: 4 f32 of room for one unaligned 16-byte store.
-        unsafe { v128_store(out.as_mut_ptr() as *mut v128, r) };
-        out
+    core::array::from_fn(|g| {
+        core::array::from_fn(|j| {
+            let a = |i: usize| acc[i][g][j];
+            let r = f32x4_add(
+                f32x4_add(f32x4_add(a(0), a(4)), f32x4_add(a(2), a(6))),
+                f32x4_add(f32x4_add(a(1), a(5)), f32x4_add(a(3), a(7))),
+            );
+            let mut out = [0f32; GROUP];
+            // SAFETY: 4 f32 of room for one unaligned 16-byte store.
+            unsafe { v128_store(out.as_mut_ptr() as *mut v128, r) };
+            out
+        })
     })
 }
 
@@ -303,7 +308,8 @@ fn q6_k_quarters(x: v128, y: v128, z: v128, k: &[v128; 3]) -> [v128; 4] {
 }
 
 /// The [`PackedKernel::decode`] of Q4_K and Q6_K: the 1 to 4 rows of b given against the
-/// groups, in `decode_row`'s order.
+/// groups, in `decode_row`'s order; Q6_K against one row of b two groups half the matrix
+/// apart at a time, block by block (`super::packed::in_pairs`: two memory streams).
 fn decode(g: &GemmArgs, c: &mut [f32]) -> bool {
     match g.cols.plain.len() {
         1 => decode_n::<1>(g, c),
@@ -366,16 +372,41 @@ fn decode_n<const N: usize>(g: &GemmArgs, c: &mut [f32]) -> bool {
             };
             store(c, g, out);
         }
+    } else if N == 1 {
+        // One row of b (a decode step of one sequence): two groups half the matrix apart,
+        // block by block (two memory streams, as Q8_0's).
+        let at = |g: usize| a[g * gs..].as_ptr();
+        // SAFETY: groups g < ng lie inside a; each yb holds nb blocks, each yk YK·nb vectors,
+        // yd N·nb scales (asserted or built above).
+        super::packed::in_pairs::<N>(
+            ng,
+            c,
+            ldc,
+            |[g0, g1]| unsafe {
+                if dot {
+                    group_q6_k::<2, N, true>(nb, [at(g0), at(g1)], yb, yk, &yd)
+                } else {
+                    group_q6_k::<2, N, false>(nb, [at(g0), at(g1)], yb, yk, &yd)
+                }
+            },
+            |g| unsafe {
+                if dot {
+                    group_q6_k::<1, N, true>(nb, [at(g)], yb, yk, &yd)
+                } else {
+                    group_q6_k::<1, N, false>(nb, [at(g)], yb, yk, &yd)
+                }
+            },
+        );
     } else {
         for s in 0..ng {
             let g = super::super::decode_row(s, ng);
             // SAFETY: group g lies inside a; each yb holds nb blocks, each yk YK·nb vectors,
             // yd N·nb scales (asserted or built above).
-            let out = unsafe {
+            let [out] = unsafe {
                 if dot {
-                    group_q6_k::<N, true>(nb, a.as_ptr().add(g * gs), yb, yk, &yd)
+                    group_q6_k::<1, N, true>(nb, [a.as_ptr().add(g * gs)], yb, yk, &yd)
                 } else {
-                    group_q6_k::<N, false>(nb, a.as_ptr().add(g * gs), yb, yk, &yd)
+                    group_q6_k::<1, N, false>(nb, [a.as_ptr().add(g * gs)], yb, yk, &yd)
                 }
             };
             store(c, g, out);
@@ -402,7 +433,7 @@ unsafe fn group_q4_k<const N: usize, const DOT: bool>(
     let m0f = super::NIBBLE_KEPT.read()[0];
     #[cfg(not(target_feature = "relaxed-simd"))]
     let m0f = nibble_mask();
-    blocks::<N>(nb, |t, acc| {
+    let [out] = blocks::<1, N>(nb, |t, [acc]| {
         let blk = p.add(t * GB_Q4_K);
         let s = q4_k_scales(blk);
         // b's quants (relaxed) or their pairs (plain).
@@ -431,7 +462,8 @@ unsafe fn group_q4_k<const N: usize, const DOT: bool>(
             let summ = f32x4_convert_i32x4(transpose_sum(&summ[j]));
             *acc = f32x4_add(*acc, f32x4_sub(f32x4_mul(d, isum), f32x4_mul(dmin, summ)));
         }
-    })
+    });
+    out
 }
 
 /// Sub-blocks 2K (low nibbles) and 2K + 1 (high nibbles) of a Q4_K group block at `blk`
@@ -539,45 +571,49 @@ unsafe fn q4_k_sub<const N: usize, const K: usize, const DOT: bool>(
 /// build only).
 #[inline(always)]
 #[cfg_attr(not(target_feature = "relaxed-simd"), allow(unused_variables))] // b: read as pairs from yk
-unsafe fn group_q6_k<const N: usize, const DOT: bool>(
+unsafe fn group_q6_k<const G: usize, const N: usize, const DOT: bool>(
     nb: usize,
-    p: *const u8,
+    p: [*const u8; G],
     b: [*const u8; N],
     yk: [*const v128; N],
     yd: &[f32],
-) -> [[f32; GROUP]; N] {
+) -> [[[f32; GROUP]; N]; G] {
     let km = Q6_K_KEPT.read();
-    blocks::<N>(nb, |t, acc| {
-        let blk = p.add(t * GB_Q6_K);
-        // Lane r: row r's Σ sc·Σ (q - 32)·y over the block.
-        let mut is = [i32x4_splat(0); N];
-        // b's quants (relaxed) or their pairs (plain), and what `prep_q6_k` made of the block.
-        #[cfg(target_feature = "relaxed-simd")]
-        let y = core::array::from_fn(|j| b[j].add(t * Y_SIZE + 4));
-        #[cfg(not(target_feature = "relaxed-simd"))]
-        let y = core::array::from_fn(|j| yk[j].add(YK * t) as *const u8);
-        let c: [*const u8; N] = core::array::from_fn(|j| yk[j].add(YK * t) as *const u8);
-        for h in 0..2 {
-            q6_k_sub::<N, 0, DOT>(blk, h, y, c, &km, &mut is);
-            q6_k_sub::<N, 1, DOT>(blk, h, y, c, &km, &mut is);
-            q6_k_sub::<N, 2, DOT>(blk, h, y, c, &km, &mut is);
-            q6_k_sub::<N, 3, DOT>(blk, h, y, c, &km, &mut is);
-            if !DOT {
-                // The pair path's -32·Σ sc·Σy: per pair of sub-blocks (8h + 2K, + 1), the 4 rows'
-                // scale pairs by b's sum pair.
-                for k in 0..4 {
-                    let sp = i16x8_load_extend_i8x8(blk.add(8 + 8 * (4 * h + k)) as *const i8);
-                    for j in 0..N {
-                        let sy = v128_load32_splat(c[j].add(16 * SUMS + 4 * (4 * h + k)) as *const u32);
-                        is[j] = i32x4_sub(is[j], i32x4_shl(i32x4_dot_i16x8(sp, sy), 5));
+    blocks::<G, N>(nb, |t, acc| {
+        // Block t of each group in turn (G = 2: two memory streams, [`super::packed::in_pairs`]),
+        // each with its own accumulators: the order of one group's steps is the same.
+        for (&p, acc) in p.iter().zip(acc.iter_mut()) {
+            let blk = p.add(t * GB_Q6_K);
+            // Lane r: row r's Σ sc·Σ (q - 32)·y over the block.
+            let mut is = [i32x4_splat(0); N];
+            // b's quants (relaxed) or their pairs (plain), and what `prep_q6_k` made of the block.
+            #[cfg(target_feature = "relaxed-simd")]
+            let y = core::array::from_fn(|j| b[j].add(t * Y_SIZE + 4));
+            #[cfg(not(target_feature = "relaxed-simd"))]
+            let y = core::array::from_fn(|j| yk[j].add(YK * t) as *const u8);
+            let c: [*const u8; N] = core::array::from_fn(|j| yk[j].add(YK * t) as *const u8);
+            for h in 0..2 {
+                q6_k_sub::<N, 0, DOT>(blk, h, y, c, &km, &mut is);
+                q6_k_sub::<N, 1, DOT>(blk, h, y, c, &km, &mut is);
+                q6_k_sub::<N, 2, DOT>(blk, h, y, c, &km, &mut is);
+                q6_k_sub::<N, 3, DOT>(blk, h, y, c, &km, &mut is);
+                if !DOT {
+                    // The pair path's -32·Σ sc·Σy: per pair of sub-blocks (8h + 2K, + 1), the 4 rows'
+                    // scale pairs by b's sum pair.
+                    for k in 0..4 {
+                        let sp = i16x8_load_extend_i8x8(blk.add(8 + 8 * (4 * h + k)) as *const i8);
+                        for j in 0..N {
+                            let sy = v128_load32_splat(c[j].add(16 * SUMS + 4 * (4 * h + k)) as *const u32);
+                            is[j] = i32x4_sub(is[j], i32x4_shl(i32x4_dot_i16x8(sp, sy), 5));
+                        }
                     }
                 }
             }
-        }
-        let d16 = f16s(blk);
-        for (j, acc) in acc.iter_mut().enumerate() {
-            let d = f32x4_mul(d16, f32x4_splat(*yd.get_unchecked(t * N + j)));
-            *acc = f32x4_add(*acc, f32x4_mul(d, f32x4_convert_i32x4(is[j])));
+            let d16 = f16s(blk);
+            for (j, acc) in acc.iter_mut().enumerate() {
+                let d = f32x4_mul(d16, f32x4_splat(*yd.get_unchecked(t * N + j)));
+                *acc = f32x4_add(*acc, f32x4_mul(d, f32x4_convert_i32x4(is[j])));
+            }
         }
     })
 }
