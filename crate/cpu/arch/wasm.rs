@@ -183,18 +183,41 @@ impl<const N: usize> Kept<N> {
 /// [`Kept::read`].
 static NIBBLE_KEPT: Kept<2> = Kept([[0x0F0F_0F0F; 4], [0x0808_0808; 4]]);
 
-/// The four f16 at `p` (8 bytes) as f32, for scales that hold no inf or NaN ([`crate::cpu::arch::repack::pack`]
-/// leaves matrices with such a scale in ggml's layout): [`f16x4_to_f32`]'s bits for every
-/// finite f16 in 4 instructions (its 14 with the special case). The sign-extending load puts
-/// the sign in bit 31 and its copies in bits 29..28 after the shift, which the mask clears;
-/// the product by 2^112 keeps the sign (±0 included) and is exact (subnormals become normal).
+/// [`f16x4_finite`]'s constants (the f16's exponent and mantissa after the shift, the
+/// exponent's rebias 112 << 23, 2^-14, the sign), for a [`Kept`] read once per group: written
+/// as constants, V8 rebuilt them in every block step (3 to 4 instructions a use).
+const F16_K: [[u32; 4]; 4] = [[0x0fff_e000; 4], [112 << 23; 4], [0x3880_0000; 4], [0x8000_0000; 4]];
+
+/// [`F16_K`] for [`Kept::read`].
+static F16_KEPT: Kept<4> = Kept(F16_K);
+
+/// [`F16_K`] as read ([`Kept::read`]).
+type F16K = [v128; 4];
+
+/// The four f16 at `p` (8 bytes) as f32, for scales that hold no inf or NaN
+/// ([`crate::cpu::arch::repack::pack`] leaves matrices with such a scale in ggml's layout):
+/// [`f16x4_to_f32`]'s bits (ggml's `fp16_to_fp32`) for every finite f16, without a subnormal
+/// f32 as an operand. Multiplying the shifted bits by 2^112 (this function's former form) makes
+/// a subnormal f32 of a subnormal f16 (exponent 0), and an x86 core without DAZ (wasm keeps
+/// IEEE subnormals) takes a microcode assist of ~100+ cycles on such a product: 16% of the
+/// Q8_0 scales of GPT-2's `attn_output` and `ffn_down` are subnormal f16 (their weights are
+/// ~5× smaller than the other matrices'), half their 4-row blocks hold one, and those two
+/// products ran at less than half the others' rate per byte (BENCHMARKS.md 2026-12-07,
+/// "Subnormal block scales"). Here the exponent is rebiased as an integer (`n`: the value itself
+/// for exponents ≥ 1, 2^-15·(1 + m/1024) for exponent 0), and `2n − 2^-14` is `m·2^-24`, the
+/// subnormal's value, exactly, and below `n` only for exponent 0: the smaller of the two is
+/// the magnitude (zero for ±0), then the sign. Every operand is normal (≥ 2^-15) and every
+/// result 0 or ≥ 2^-24. `k`: [`F16_K`] as read.
 ///
 /// # Safety
 /// `p` points at 8 readable bytes.
 #[inline(always)]
-unsafe fn f16x4_finite(p: *const u8) -> v128 {
+unsafe fn f16x4_finite(p: *const u8, k: &F16K) -> v128 {
+    let [mag, bias, m14, sign] = *k;
     let h = i32x4_load_extend_i16x4(p as *const i16);
-    f32x4_mul(v128_and(i32x4_shl(h, 13), u32x4_splat(0x8fff_e000)), f32x4_splat(f32::from_bits(0x7780_0000)))
+    let n = i32x4_add(v128_and(i32x4_shl(h, 13), mag), bias);
+    let t = f32x4_sub(f32x4_add(n, n), m14);
+    v128_or(f32x4_pmin(n, t), v128_and(h, sign))
 }
 
 #[inline(always)]

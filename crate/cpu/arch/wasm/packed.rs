@@ -19,7 +19,7 @@
 use crate::wasm_arch::*;
 
 use super::super::kernel::{GemmArgs, PackedKernel, PromptGemm, GROUP};
-use super::{load, transpose_sum};
+use super::{f16x4_finite, load, transpose_sum};
 use crate::types::GgmlType;
 
 #[cfg(not(target_feature = "relaxed-simd"))]
@@ -41,40 +41,12 @@ static PANELS: PromptGemm = PromptGemm {
     chunk: crate::cpu::arch::L1_CHUNK,
 };
 
-/// [`scales_in`]'s constants (the f16's exponent and mantissa after the shift, the exponent's
-/// rebias 112 << 23, 2^-14, the sign) and the byte that makes an i8 unsigned (`x ^ 0x80 = x +
-/// 128`), read once per group ([`super::Kept`]): written as constants, V8 rebuilt them in every
-/// block step (3 to 4 instructions a use).
-static SCALE_KEPT: super::Kept<5> =
-    super::Kept([[0x0fff_e000; 4], [112 << 23; 4], [0x3880_0000; 4], [0x8000_0000; 4], [0x8080_8080; 4]]);
-
-/// [`SCALE_KEPT`]'s first four vectors.
-type ScaleK = [v128; 4];
-
-/// The 4 rows' scales of block t (8 bytes at `p`) as f32, for finite f16 (`repack::pack`
-/// checked): the bits of [`super::f16x4_finite`] (ggml's `fp16_to_fp32`) without a subnormal
-/// f32 as an operand. `f16x4_finite` multiplies the shifted bits by 2^112, which for a
-/// subnormal f16 (exponent 0) are a subnormal f32, and an x86 core without DAZ (wasm keeps
-/// IEEE subnormals) takes a microcode assist of ~100+ cycles on such a product: 16% of the
-/// Q8_0 scales of GPT-2's `attn_output` and `ffn_down` are subnormal f16 (their weights are
-/// ~5× smaller than the other matrices'), half their 4-row blocks hold one, and those two
-/// products ran at less than half the others' rate per byte (BENCHMARKS.md 2026-12-07,
-/// "Subnormal block scales"). Here the exponent is rebiased as an integer (`n`: the value itself
-/// for exponents ≥ 1, 2^-15·(1 + m/1024) for exponent 0), and `2n − 2^-14` is `m·2^-24`, the
-/// subnormal's value, exactly, and below `n` only for exponent 0: the smaller of the two is
-/// the magnitude (zero for ±0), then the sign. Every operand is normal (≥ 2^-15) and every
-/// result 0 or ≥ 2^-24.
-///
-/// # Safety
-/// `p` points at 8 readable bytes.
-#[inline(always)]
-unsafe fn scales_in(p: *const u8, k: &ScaleK) -> v128 {
-    let [mag, bias, m14, sign] = *k;
-    let h = i32x4_load_extend_i16x4(p as *const i16);
-    let n = i32x4_add(v128_and(i32x4_shl(h, 13), mag), bias);
-    let t = f32x4_sub(f32x4_add(n, n), m14);
-    v128_or(f32x4_pmin(n, t), v128_and(h, sign))
-}
+/// [`super::f16x4_finite`]'s constants ([`super::F16_K`]) and the byte that makes an i8
+/// unsigned (`x ^ 0x80 = x + 128`), read once per group ([`super::Kept`]).
+static SCALE_KEPT: super::Kept<5> = {
+    let [mag, bias, m14, sign] = super::F16_K;
+    super::Kept([mag, bias, m14, sign, [0x8080_8080; 4]])
+};
 
 /// `acc[t % 8]` per lane, reduced as `reduce8` does.
 #[inline(always)]
@@ -281,7 +253,7 @@ unsafe fn group_q8_0<const G: usize, const N: usize>(
     blocks::<G, N>(nb, |t, acc| {
         for (p, acc) in p.iter().zip(acc.iter_mut()) {
             let blk = p.add(t * 136);
-            let sc = scales_in(blk, &k);
+            let sc = f16x4_finite(blk, &k);
             for (j, acc) in acc.iter_mut().enumerate() {
                 let y = yp.add(4 * (t * N + j));
                 // The 4 rows written out: as `from_fn` LLVM kept a loop over them, which stored
@@ -318,7 +290,7 @@ unsafe fn group_q8_0_relaxed<const G: usize, const N: usize>(
     blocks::<G, N>(nb, |t, acc| {
         for (p, acc) in p.iter().zip(acc.iter_mut()) {
             let blk = p.add(t * 136);
-            let sc = scales_in(blk, &k);
+            let sc = f16x4_finite(blk, &k);
             for (j, acc) in acc.iter_mut().enumerate() {
                 let y = yp.add(4 * (t * N + j));
                 let (alo, ahi, slo, shi) = (*y, *y.add(1), *y.add(2), *y.add(3));
@@ -365,7 +337,7 @@ unsafe fn group_q8_0_u8<const G: usize, const N: usize>(
     blocks::<G, N>(nb, |t, acc| {
         for (p, acc) in p.iter().zip(acc.iter_mut()) {
             let blk = p.add(t * 136);
-            let sc = scales_in(blk, &k);
+            let sc = f16x4_finite(blk, &k);
             for (j, acc) in acc.iter_mut().enumerate() {
                 let y = yp.add(3 * (t * N + j));
                 let (ylo, yhi, corr) = (*y, *y.add(1), *y.add(2));

@@ -47,7 +47,7 @@ use alloc::vec::Vec;
 
 use super::super::kernel::{GemmArgs, PackedKernel, PromptGemm, GROUP};
 use super::kquants::{gemm_rows_k, KBlock};
-use super::{f16x4_finite, transpose_sum, Kept};
+use super::{f16x4_finite, transpose_sum, Kept, F16K};
 use crate::quants::blocks::{BlockQ4_K, BlockQ6_K};
 use crate::types::GgmlType;
 
@@ -196,10 +196,11 @@ fn nibble_mask() -> v128 {
     unsafe { core::ptr::read_volatile(MASK.0.as_ptr() as *const v128) }
 }
 
-/// The 4 rows' f16 scales at `p` (8 bytes) as f32 (finite: `repack::pack` checked).
+/// The 4 rows' f16 scales at `p` (8 bytes) as f32 (finite: `repack::pack` checked); `k`:
+/// [`super::F16_KEPT`] as read (once per group call).
 #[inline(always)]
-unsafe fn f16s(p: *const u8) -> v128 {
-    f16x4_finite(p)
+unsafe fn f16s(p: *const u8, k: &F16K) -> v128 {
+    f16x4_finite(p, k)
 }
 
 /// Runs `step(t, &mut acc[t % 8])` for every block, in order (`acc[t % 8][g][j]`: group g's
@@ -433,6 +434,7 @@ unsafe fn group_q4_k<const N: usize, const DOT: bool>(
     let m0f = super::NIBBLE_KEPT.read()[0];
     #[cfg(not(target_feature = "relaxed-simd"))]
     let m0f = nibble_mask();
+    let fk = super::F16_KEPT.read();
     let [out] = blocks::<1, N>(nb, |t, [acc]| {
         let blk = p.add(t * GB_Q4_K);
         let s = q4_k_scales(blk);
@@ -454,7 +456,7 @@ unsafe fn group_q4_k<const N: usize, const DOT: bool>(
             let bp = q8_k_sums32(b[j].add(t * Y_SIZE));
             core::array::from_fn(|r| i32x4_dot_i16x8(mins[r], bp))
         });
-        let (d16, dmin16) = (f16s(blk), f16s(blk.add(8)));
+        let (d16, dmin16) = (f16s(blk, &fk), f16s(blk.add(8), &fk));
         for (j, acc) in acc.iter_mut().enumerate() {
             let ydv = f32x4_splat(*yd.get_unchecked(t * N + j));
             let (d, dmin) = (f32x4_mul(d16, ydv), f32x4_mul(dmin16, ydv));
@@ -579,6 +581,7 @@ unsafe fn group_q6_k<const G: usize, const N: usize, const DOT: bool>(
     yd: &[f32],
 ) -> [[[f32; GROUP]; N]; G] {
     let km = Q6_K_KEPT.read();
+    let fk = super::F16_KEPT.read();
     blocks::<G, N>(nb, |t, acc| {
         // Block t of each group in turn (G = 2: two memory streams, [`super::packed::in_pairs`]),
         // each with its own accumulators: the order of one group's steps is the same.
@@ -609,7 +612,7 @@ unsafe fn group_q6_k<const G: usize, const N: usize, const DOT: bool>(
                     }
                 }
             }
-            let d16 = f16s(blk);
+            let d16 = f16s(blk, &fk);
             for (j, acc) in acc.iter_mut().enumerate() {
                 let d = f32x4_mul(d16, f32x4_splat(*yd.get_unchecked(t * N + j)));
                 *acc = f32x4_add(*acc, f32x4_mul(d, f32x4_convert_i32x4(is[j])));
