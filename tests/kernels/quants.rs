@@ -983,6 +983,9 @@ fn repacked_gemm_equals_plain_bit_for_bit() {
         (12, 64, 1),
         (2, 37, 4),
         (3, 24, 20),
+        // 5 groups of 4 rows, one row of b (appended: the cases before keep their scales):
+        // wasm's Q6_K decode takes groups 0 and 3, 1 and 4, then 2 alone.
+        (3, 20, 1),
     ];
     for ty in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q6_K] {
         if repack::layout(ty).is_none() {
