@@ -67,8 +67,10 @@ fn simd128_gemm_gelu_exp_and_f16_rows() {
 /// simd128's F16 float product is its F32 product on the rows converted to f32, bit for bit
 /// (the same tiles and sums; K with K % 8 < 4 so that both take the same elements in their
 /// scalar tails): on ordinary rows, which take the scaled tile (`a` · 2^-112 against `b` ·
-/// 2^112), and on rows where that tile hands over to the converting one: an f16 infinity or
-/// NaN in a row of `a`, an f16 subnormal, |b| ≥ 2^16 (where `b` · 2^112 overflows), b = ±inf.
+/// 2^112), on rows with many f16 subnormals of both signs (whose steps take the values
+/// themselves against the unscaled `b`: no subnormal f32 operand), and on rows where that tile
+/// hands over to the converting one: an f16 infinity or NaN in a row of `a`, |b| ≥ 2^16 (where
+/// `b` · 2^112 overflows), b = ±inf.
 /// NaN results are compared as NaN.
 #[wasm_bindgen_test]
 fn f16_products_are_the_f32_products_of_the_converted_rows() {
@@ -91,7 +93,9 @@ fn f16_products_are_the_f32_products_of_the_converted_rows() {
         let at = |rng: &mut Rng, len: usize| rng.below(len);
         match case {
             1 => [0x7c00u16, 0xfc00, 0x7e01, 0xfd55].iter().for_each(|&v| h[at(&mut rng, m * lda)] = v),
-            2 => (0..m * lda / 3).for_each(|_| h[at(&mut rng, m * lda)] = (rng.next_u32() % 0x400) as u16 | 0x8000),
+            2 => (0..m * lda / 3).for_each(|_| {
+                h[at(&mut rng, m * lda)] = (rng.next_u32() % 0x400) as u16 | (rng.next_u32() as u16 & 0x8000)
+            }),
             3 => [65536.0f32, -1e6].iter().for_each(|&v| b[at(&mut rng, n * k)] = v),
             4 => b[at(&mut rng, n * k)] = f32::NEG_INFINITY,
             _ => {}

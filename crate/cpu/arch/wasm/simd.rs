@@ -348,26 +348,38 @@ struct F16Consts {
     sign_em: v128,
     /// 2^112 in each f32 lane (`F16_EXP_ADJUST`).
     adjust: v128,
+    /// 0x3800: the exponent's rebias 112 << 7 in the high half of an f32 ([`f16x8_exact`]).
+    rebias: v128,
+    /// 0x7fffffff: an f32's magnitude.
+    abs: v128,
+    /// 2^-14 in each f32 lane: f16's smallest normal.
+    min_normal: v128,
+    /// 0x0800: `h << 1` below it has exponent 0 (a subnormal or a zero).
+    exp0: v128,
 }
 
 impl F16Consts {
     #[inline(always)]
     fn load() -> Self {
         #[repr(align(16))]
-        struct Table([u32; 20]);
+        struct Table([u32; 36]);
         const fn u16s(v: u32) -> [u32; 4] {
             [v << 16 | v; 4]
         }
         const A: u32 = F16_EXP_ADJUST.to_bits();
+        const M14: u32 = 0x3880_0000; // 2^-14
         static TABLE: Table = {
             let (em, fm, inf, se) = (u16s(0x7fff), u16s(0x7bff), u16s(0x7f80), u16s(0x8fff));
+            let (rb, e0) = (u16s(0x3800), u16s(0x0800));
+            let ab = 0x7fff_ffff;
             Table([
                 em[0], em[1], em[2], em[3], fm[0], fm[1], fm[2], fm[3], inf[0], inf[1], inf[2], inf[3], se[0], se[1],
-                se[2], se[3], A, A, A, A,
+                se[2], se[3], A, A, A, A, rb[0], rb[1], rb[2], rb[3], ab, ab, ab, ab, M14, M14, M14, M14, e0[0], e0[1],
+                e0[2], e0[3],
             ])
         };
         let p = TABLE.0.as_ptr() as *const v128;
-        // SAFETY: 5 readable vectors, 16-byte aligned.
+        // SAFETY: 9 readable vectors, 16-byte aligned.
         unsafe {
             Self {
                 em: core::ptr::read_volatile(p),
@@ -375,6 +387,10 @@ impl F16Consts {
                 inf_nan: core::ptr::read_volatile(p.add(2)),
                 sign_em: core::ptr::read_volatile(p.add(3)),
                 adjust: core::ptr::read_volatile(p.add(4)),
+                rebias: core::ptr::read_volatile(p.add(5)),
+                abs: core::ptr::read_volatile(p.add(6)),
+                min_normal: core::ptr::read_volatile(p.add(7)),
+                exp0: core::ptr::read_volatile(p.add(8)),
             }
         }
     }
@@ -389,6 +405,25 @@ impl F16Consts {
 fn f16x8_scaled(h: v128, c: &F16Consts) -> [v128; 2] {
     let hi = v128_and(i16x8_shr(h, 3), c.sign_em);
     f16x8_pair(h, hi)
+}
+
+/// Eight finite f16 (as u16 lanes) → two f32x4 holding each value itself, exactly as
+/// `f16_bits_to_f32`, with no subnormal f32 as an operand (wasm keeps IEEE subnormals, and an
+/// x86 core takes a microcode assist of ~100+ cycles on a multiply or FMA with one): the
+/// exponent rebiased as an integer (`n`: the value for exponents ≥ 1, 2^-15·(1 + m/1024) for
+/// exponent 0), then `2|n| − 2^-14`, which is m·2^-24 exactly and below |n| only for exponent 0;
+/// the smaller of the two is the magnitude (0 for ±0), then the sign (as `wasm/packed.rs`'s
+/// `scales_in`). Every operand is normal (≥ 2^-15), every result 0 or ≥ 2^-24.
+#[inline(always)]
+fn f16x8_exact(h: v128, c: &F16Consts) -> [v128; 2] {
+    let hi = i16x8_add(v128_and(i16x8_shr(h, 3), c.sign_em), c.rebias);
+    let fix = |n: v128| {
+        let m = v128_and(n, c.abs);
+        let t = f32x4_sub(f32x4_add(m, m), c.min_normal);
+        v128_or(f32x4_pmin(m, t), v128_xor(n, m))
+    };
+    let [a, b] = f16x8_pair(h, hi);
+    [fix(a), fix(b)]
 }
 
 /// The shuffles of [`f16x8_scaled`]: low halves `h << 13`, high halves `hi`.
@@ -560,6 +595,11 @@ unsafe fn tile<R: Rows, const MR: usize, const NR: usize>(
 /// each value exactly. Per 4-row step of a decode (4 rows × 8 weights, 64 bytes), the loop
 /// V8 14.6 emits: 167 → 67 instructions (plain build), 159 → 59 (relaxed) with the constants
 /// above (BENCHMARKS.md, "The browser's F16 decode without rebuilt constants", 2026-12-06).
+/// A subnormal f16 · 2^-112 is a subnormal f32, which costs an x86 core a microcode assist per
+/// product (~1.1% of GPT-2's `ffn_down` and `attn_output` weights, ~0.23% of the others'): a
+/// step whose weights hold an exponent-0 lane takes [`f16x8_exact`]'s values against the
+/// unscaled b instead (BENCHMARKS.md, "The browser's F16 decode without subnormal operands",
+/// 2026-12-07).
 #[inline(always)]
 #[allow(clippy::needless_range_loop)] // as in `tile`
 unsafe fn tile_f16_scaled<const MR: usize, const NR: usize>(
@@ -582,13 +622,39 @@ unsafe fn tile_f16_scaled<const MR: usize, const NR: usize>(
                 bv[j][h] = f32x4_mul(v128_load(b.add(j * ldb + l + 4 * h) as *const v128), consts.adjust);
             }
         }
+        // The step's rows (MR × 8 f16) and the lowest `h << 1` of each lane.
+        let mut hs = [u16x8_splat(0); MR];
+        let mut low = u16x8_splat(0xffff);
         for i in 0..MR {
-            let h = v128_load(a.add(i * lda + l) as *const v128);
-            seen = u16x8_max(seen, i16x8_shl(h, 1));
-            let av = f16x8_scaled(h, &consts);
-            for h in 0..2 {
-                for j in 0..NR {
-                    acc[j][i] = madd(av[h], bv[j][h], acc[j][i]);
+            hs[i] = v128_load(a.add(i * lda + l) as *const v128);
+            let h2 = i16x8_shl(hs[i], 1);
+            seen = u16x8_max(seen, h2);
+            low = u16x8_min(low, h2);
+        }
+        if v128_any_true(u16x8_lt(low, consts.exp0)) {
+            // A subnormal (or a zero) among the step's weights: its value · 2^-112 would be a
+            // subnormal f32 operand, so this step takes the values themselves against the
+            // unscaled b (the same real products, so the same sums).
+            for j in 0..NR {
+                for h in 0..2 {
+                    bv[j][h] = v128_load(b.add(j * ldb + l + 4 * h) as *const v128);
+                }
+            }
+            for i in 0..MR {
+                let av = f16x8_exact(hs[i], &consts);
+                for h in 0..2 {
+                    for j in 0..NR {
+                        acc[j][i] = madd(av[h], bv[j][h], acc[j][i]);
+                    }
+                }
+            }
+        } else {
+            for i in 0..MR {
+                let av = f16x8_scaled(hs[i], &consts);
+                for h in 0..2 {
+                    for j in 0..NR {
+                        acc[j][i] = madd(av[h], bv[j][h], acc[j][i]);
+                    }
                 }
             }
         }
