@@ -265,6 +265,16 @@ pub fn kernel_sources() -> Vec<(String, String)> {
     out
 }
 
+/// The device goes when its last holder (backend, buffer type, buffer) does, destroyed at
+/// once: a dropped `GPUDevice` otherwise waits for the page's garbage collector, holding its
+/// memory and queue, and headless Chromium's next `requestAdapter` stalled behind such devices
+/// (tests/browser: a WebGPU test after the scheduler's, 277 s without an answer).
+impl Drop for Gpu {
+    fn drop(&mut self) {
+        self.device.destroy();
+    }
+}
+
 impl Gpu {
     pub async fn create(opts: &WebGpuOptions) -> Result<Gpu, BackendError> {
         let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
