@@ -1025,9 +1025,9 @@ pub(crate) fn mul_mat(a: &TensorView, b: &TensorView, d: &TensorView, exec: &Exe
     let mut block = ((128 * 1024 / row_bytes).clamp(tile, 256) / tile * tile).min(m.max(1));
     // A decode step of 1 to 4 sequences on wasm's packed Q4_K/Q6_K weights (their decode
     // kernel takes up to 4 rows of b in one call): each row of a is read once whatever the
-    // block, while each call prepares b again (reorders and widens its blocks: `prep_y`, 6.5%
-    // of a 4-sequence Q4_K_M step in Node 26's profile in blocks of 128 KiB, 3.6% of a
-    // 1-sequence one): one block of the whole matrix, split only for threads below. Not for
+    // block, while each call prepares b again (when Q4_K's kernel still reordered and widened
+    // b, before 2026-12-07: 6.5% of a 4-sequence Q4_K_M step in Node 26's profile in blocks
+    // of 128 KiB, 3.6% of a 1-sequence one): one block of the whole matrix, split only for threads below. Not for
     // ggml's layout: Q4_0's one-sequence step ran ~9% slower in whole-matrix blocks (its four
     // row streams a quarter of the matrix apart instead of a quarter of 128 KiB). Packed Q8_0
     // likewise (its kernel reorders b per call too): in blocks of 128 KiB a 124M-shape step

@@ -412,8 +412,8 @@ fn f16x8_scaled(h: v128, c: &F16Consts) -> [v128; 2] {
 /// x86 core takes a microcode assist of ~100+ cycles on a multiply or FMA with one): the
 /// exponent rebiased as an integer (`n`: the value for exponents ≥ 1, 2^-15·(1 + m/1024) for
 /// exponent 0), then `2|n| − 2^-14`, which is m·2^-24 exactly and below |n| only for exponent 0;
-/// the smaller of the two is the magnitude (0 for ±0), then the sign (as `wasm/packed.rs`'s
-/// `scales_in`). Every operand is normal (≥ 2^-15), every result 0 or ≥ 2^-24.
+/// the smaller of the two is the magnitude (0 for ±0), then the sign (the method of
+/// `wasm.rs`'s `f16x4_finite`, here on 8 lanes already paired). Every operand is normal (≥ 2^-15), every result 0 or ≥ 2^-24.
 #[inline(always)]
 fn f16x8_exact(h: v128, c: &F16Consts) -> [v128; 2] {
     let hi = i16x8_add(v128_and(i16x8_shr(h, 3), c.sign_em), c.rebias);
