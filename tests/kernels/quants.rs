@@ -986,6 +986,8 @@ fn repacked_gemm_equals_plain_bit_for_bit() {
         // 5 groups of 4 rows, one row of b (appended: the cases before keep their scales):
         // wasm's Q6_K decode takes groups 0 and 3, 1 and 4, then 2 alone.
         (3, 20, 1),
+        // The same with 3 rows of b (its several-column form: the lone group too).
+        (3, 20, 3),
     ];
     for ty in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q6_K] {
         if repack::layout(ty).is_none() {

@@ -309,8 +309,8 @@ fn q6_k_quarters(x: v128, y: v128, z: v128, k: &[v128; 3]) -> [v128; 4] {
 }
 
 /// The [`PackedKernel::decode`] of Q4_K and Q6_K: the 1 to 4 rows of b given against the
-/// groups, in `decode_row`'s order; Q6_K against one row of b two groups half the matrix
-/// apart at a time, block by block (`super::packed::in_pairs`: two memory streams).
+/// groups: Q4_K's in `decode_row`'s order, Q6_K's two groups half the matrix apart at a time,
+/// block by block (`super::packed::in_pairs`: two memory streams).
 fn decode(g: &GemmArgs, c: &mut [f32]) -> bool {
     match g.cols.plain.len() {
         1 => decode_n::<1>(g, c),
@@ -360,6 +360,9 @@ fn decode_n<const N: usize>(g: &GemmArgs, c: &mut [f32]) -> bool {
     #[cfg(not(target_feature = "relaxed-simd"))]
     let dot = false;
     if ty == GgmlType::Q4_K {
+        // One group at a time: Q4_K's groups two at a time block by block (`in_pairs`) ran
+        // 10-15% slower per CPU second in Node 26 (relaxed, 1 and 4 rows of b, in cache and
+        // from memory), where `decode_row` already alternates the halves group by group.
         for s in 0..ng {
             let g = super::super::decode_row(s, ng);
             // SAFETY: group g lies inside a; each yb holds nb blocks, each yk YK·nb vectors
@@ -373,9 +376,11 @@ fn decode_n<const N: usize>(g: &GemmArgs, c: &mut [f32]) -> bool {
             };
             store(c, g, out);
         }
-    } else if N == 1 {
-        // One row of b (a decode step of one sequence): two groups half the matrix apart,
-        // block by block (two memory streams, as Q8_0's).
+    } else {
+        // Two groups half the matrix apart, block by block (two memory streams, as Q8_0's),
+        // for every N: with 2 or 4 rows of b, one group at a time in `decode_row`'s order
+        // read the output matrix ~10% slower per CPU second in Node 26 (relaxed; plain 2-9%),
+        // the same in cache.
         let at = |g: usize| a[g * gs..].as_ptr();
         // SAFETY: groups g < ng lie inside a; each yb holds nb blocks, each yk YK·nb vectors,
         // yd N·nb scales (asserted or built above).
@@ -398,20 +403,6 @@ fn decode_n<const N: usize>(g: &GemmArgs, c: &mut [f32]) -> bool {
                 }
             },
         );
-    } else {
-        for s in 0..ng {
-            let g = super::super::decode_row(s, ng);
-            // SAFETY: group g lies inside a; each yb holds nb blocks, each yk YK·nb vectors,
-            // yd N·nb scales (asserted or built above).
-            let [out] = unsafe {
-                if dot {
-                    group_q6_k::<1, N, true>(nb, [a.as_ptr().add(g * gs)], yb, yk, &yd)
-                } else {
-                    group_q6_k::<1, N, false>(nb, [a.as_ptr().add(g * gs)], yb, yk, &yd)
-                }
-            };
-            store(c, g, out);
-        }
     }
     true
 }
