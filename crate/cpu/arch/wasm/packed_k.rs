@@ -354,9 +354,12 @@ fn decode_n<const N: usize>(g: &GemmArgs, c: &mut [f32]) -> bool {
     };
     let ys: [Vec<v128>; N] = core::array::from_fn(prep);
     let yk: [*const v128; N] = core::array::from_fn(|j| ys[j].as_ptr());
-    // The dot path where the relaxed dot is one instruction; the pair path elsewhere.
+    // The dot path where the relaxed dot is one instruction; the pair path elsewhere, and for
+    // Q4_K against 2 rows of b: there its dot path ran at ~60% of the pair path's rate per CPU
+    // second in Node 26 (in cache 4.3-6.3 against 7.7-8.5 GB/s; 3 rows' dot path 7.2), where
+    // 3 and 4 rows run 6-10% faster on the dot path.
     #[cfg(target_feature = "relaxed-simd")]
-    let dot = super::u8_dot_exact();
+    let dot = super::u8_dot_exact() && !(ty == GgmlType::Q4_K && N == 2);
     #[cfg(not(target_feature = "relaxed-simd"))]
     let dot = false;
     if ty == GgmlType::Q4_K {
@@ -494,7 +497,8 @@ unsafe fn q4_k_sub<const N: usize, const K: usize, const DOT: bool>(
     if DOT {
         // Each dot adds into its accumulator (`vpdpbusd`: ~5 cycles of latency): with one row
         // of b, even and odd vectors into two, so that 4 chains overlap; with more, the N
-        // columns' 2N chains do (a second set for N = 2 made it slower: spills).
+        // columns' 2N chains do (a second set for N = 2 made it slower: spills; 2 rows of b
+        // take the pair path, `decode_n`).
         let (mut al, mut ah) = ([i32x4_splat(0); N], [i32x4_splat(0); N]);
         let (mut bl, mut bh) = (i32x4_splat(0), i32x4_splat(0));
         for c in 0..8 {
