@@ -263,7 +263,19 @@ pub(crate) fn gemm_with(
         let parts = n.div_ceil(most);
         n.div_ceil(parts).next_multiple_of(4).min(n)
     } else {
-        (g.chunk / rb).clamp(1, n)
+        // Natively in equal chunks too (whole 4-row tiles where they stay within the
+        // budget): each chunk is a pass over all of a, and a short last one (128 rows of b
+        // at K = 768 were 120 + 8) paid a whole pass for a few rows. The 124M head
+        // (768 × 50 257, 41 MB of Q8_0) against 128 rows: 64 + 64 took Q8_0 from
+        // 120 to 152–156 GMAC/s (`kernel_bench`, Intel Xeon, 2026-12-07).
+        let most = (g.chunk / rb).clamp(1, n);
+        let even = n.div_ceil(n.div_ceil(most));
+        let tiles = even.next_multiple_of(4);
+        if tiles <= most {
+            tiles
+        } else {
+            even
+        }
     };
     for j0 in (0..n).step_by(chunk) {
         let nc = chunk.min(n - j0);
