@@ -764,8 +764,8 @@ fn gemm_equals_vec_dot_bit_for_bit() {
             // order (from 16 rows of a on), with and without a tail of blocks past 8.
             (27, 21, 1),
             (24, 64, 1),
-            // Several chunks of b (natively 30 rows of K = 768, on wasm 512), the last
-            // one short.
+            // Several chunks of b (natively 112 rows of K = 768 here: equal parts in whole 4-row
+            // tiles under the 120-row budget; on wasm up to 512), the last one short.
             (24, 9, 1100),
         ] {
             if n > 100 && !arch::has_gemm(ty) {
