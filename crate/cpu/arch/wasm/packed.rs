@@ -57,17 +57,18 @@ fn reduce8x4(a: &[v128; 8]) -> v128 {
     )
 }
 
-/// A group's block against N > 1 rows of b: per row of b j, lane r = the sum of the lanes of
-/// `dot(&row(r), j)` (row r's partial sums: [`transpose_sum`] of the 4 rows), each row of
-/// weights prepared once (`row`: loaded and widened) for the N rows of b. Widening it per row
-/// of b, as the one-row form does, repeated that work N times: the plain build's decode of 4
-/// rows of b cost ~3.2 of 1 per CPU second in cache. Rows go two at a time, their sums paired
+/// 4 rows of 32 weights (a group's block, or 4 blocks of one row of ggml's layout) against
+/// N > 1 rows of b: per row of b j, lane r = the sum of the lanes of `dot(&row(r), j)` (r's
+/// partial sums: [`transpose_sum`] of the 4), each row of weights prepared once (`row`: loaded
+/// and widened) for the N rows of b. Widening it per row of b, as the one-row form does,
+/// repeated that work N times: the plain build's decode of 4 rows of b cost ~3.2 of 1 per CPU
+/// second in cache. Rows go two at a time, their sums paired
 /// at once (`transpose_sum`'s first step), so one row's weights and 2N sums are live, inside
 /// V8's registers. The same exact i32 sums. (The relaxed build's u8 form, its weights made
 /// unsigned once the same way, measured no faster: an xor a row is all it shares.)
 #[cfg(not(target_feature = "relaxed-simd"))]
 #[inline(always)]
-fn rows_shared<W, const N: usize>(row: impl Fn(usize) -> W, dot: impl Fn(&W, usize) -> v128) -> [v128; N] {
+pub(super) fn rows_shared<W, const N: usize>(row: impl Fn(usize) -> W, dot: impl Fn(&W, usize) -> v128) -> [v128; N] {
     // Rows 2h, 2h + 1 as transpose_sum pairs them.
     let pair = |h: usize| -> [v128; N] {
         let w0 = row(2 * h);
