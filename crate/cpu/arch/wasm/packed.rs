@@ -57,6 +57,34 @@ fn reduce8x4(a: &[v128; 8]) -> v128 {
     )
 }
 
+/// 4 rows of 32 weights (a group's block, or 4 blocks of one row of ggml's layout) against
+/// N > 1 rows of b: per row of b j, lane r = the sum of the lanes of `dot(&row(r), j)` (r's
+/// partial sums: [`transpose_sum`] of the 4), each row of weights prepared once (`row`: loaded
+/// and widened) for the N rows of b. Widening it per row of b, as the one-row form does,
+/// repeated that work N times: the plain build's decode of 4 rows of b cost ~3.2 of 1 per CPU
+/// second in cache. Rows go two at a time, their sums paired
+/// at once (`transpose_sum`'s first step), so one row's weights and 2N sums are live, inside
+/// V8's registers. The same exact i32 sums. (The relaxed build's u8 form, its weights made
+/// unsigned once the same way, measured no faster: an xor a row is all it shares.)
+#[cfg(not(target_feature = "relaxed-simd"))]
+#[inline(always)]
+pub(super) fn rows_shared<W, const N: usize>(row: impl Fn(usize) -> W, dot: impl Fn(&W, usize) -> v128) -> [v128; N] {
+    // Rows 2h, 2h + 1 as transpose_sum pairs them.
+    let pair = |h: usize| -> [v128; N] {
+        let w0 = row(2 * h);
+        let v0: [v128; N] = core::array::from_fn(|j| dot(&w0, j));
+        let w1 = row(2 * h + 1);
+        core::array::from_fn(|j| {
+            let (a, b) = (v0[j], dot(&w1, j));
+            i32x4_add(i32x4_shuffle::<0, 4, 1, 5>(a, b), i32x4_shuffle::<2, 6, 3, 7>(a, b))
+        })
+    };
+    let (t0, t1) = (pair(0), pair(1));
+    core::array::from_fn(|j| {
+        i32x4_add(i32x4_shuffle::<0, 1, 4, 5>(t0[j], t1[j]), i32x4_shuffle::<2, 3, 6, 7>(t0[j], t1[j]))
+    })
+}
+
 /// Runs `step(t, &mut acc[t % 8])` for every block, in order (`acc[t % 8][g][j]`: group g's
 /// 4 rows against column j), then each group's and column's 4 rows' results.
 #[inline(always)]
@@ -254,14 +282,35 @@ unsafe fn group_q8_0<const G: usize, const N: usize>(
         for (p, acc) in p.iter().zip(acc.iter_mut()) {
             let blk = p.add(t * 136);
             let sc = f16x4_finite(blk, &k);
-            for (j, acc) in acc.iter_mut().enumerate() {
-                let y = yp.add(4 * (t * N + j));
+            let q = blk.add(8);
+            if N == 1 {
+                let y = yp.add(4 * t);
                 // The 4 rows written out: as `from_fn` LLVM kept a loop over them, which stored
                 // each row's sum to memory and read it back for the transpose.
-                let q = blk.add(8);
                 let v = [dot32_at(q, y), dot32_at(q.add(32), y), dot32_at(q.add(64), y), dot32_at(q.add(96), y)];
                 let s = f32x4_convert_i32x4(transpose_sum(&v));
-                *acc = f32x4_add(*acc, f32x4_mul(s, f32x4_mul(sc, f32x4_splat(*dyp.add(t * N + j)))));
+                acc[0] = f32x4_add(acc[0], f32x4_mul(s, f32x4_mul(sc, f32x4_splat(*dyp.add(t)))));
+                continue;
+            }
+            // Each row's 32 weights widened once (4 × `i16x8.load8x8_s`) for the N rows of b.
+            let y = yp.add(4 * N * t);
+            let s = rows_shared::<_, N>(
+                |r| -> [v128; 4] {
+                    core::array::from_fn(|o| i16x8_load_extend_i8x8(q.add(32 * r + 8 * o) as *const i8))
+                },
+                |w, j| {
+                    let y = y.add(4 * j);
+                    i32x4_add(
+                        i32x4_add(i32x4_dot_i16x8(w[0], *y), i32x4_dot_i16x8(w[1], *y.add(1))),
+                        i32x4_add(i32x4_dot_i16x8(w[2], *y.add(2)), i32x4_dot_i16x8(w[3], *y.add(3))),
+                    )
+                },
+            );
+            for (j, acc) in acc.iter_mut().enumerate() {
+                *acc = f32x4_add(
+                    *acc,
+                    f32x4_mul(f32x4_convert_i32x4(s[j]), f32x4_mul(sc, f32x4_splat(*dyp.add(t * N + j)))),
+                );
             }
         }
     })
