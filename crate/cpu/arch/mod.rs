@@ -257,26 +257,20 @@ pub(crate) fn gemm_with(
     // natively (L1 or L2, see [`L1_CHUNK`]); on wasm, where rows are widened to i16 (64 bytes a block) and each row
     // of a is widened and packed again per chunk, up to 768 KiB of widened rows (L2;
     // one chunk for a 64-token prompt at K = 3072, ~9% faster there than two of 192
-    // KiB), in equal chunks of whole 4-row tiles.
-    let chunk = if cfg!(target_family = "wasm") {
-        let most = (768 * 1024 / (64 * nb32).max(1)).max(4);
-        let parts = n.div_ceil(most);
-        n.div_ceil(parts).next_multiple_of(4).min(n)
+    // KiB).
+    let most = if cfg!(target_family = "wasm") {
+        (768 * 1024 / (64 * nb32).max(1)).max(4)
     } else {
-        // Natively in equal chunks too (whole 4-row tiles where they stay within the
-        // budget): each chunk is a pass over all of a, and a short last one (128 rows of b
-        // at K = 768 were 120 + 8) paid a whole pass for a few rows. The 124M head
-        // (768 × 50 257, 41 MB of Q8_0) against 128 rows: 64 + 64 took Q8_0 from
-        // 120 to 152–156 GMAC/s (`kernel_bench`, Intel Xeon, 2026-12-07).
-        let most = (g.chunk / rb).clamp(1, n);
-        let even = n.div_ceil(n.div_ceil(most));
-        let tiles = even.next_multiple_of(4);
-        if tiles <= most {
-            tiles
-        } else {
-            even
-        }
+        (g.chunk / rb).clamp(1, n)
     };
+    // Equal chunks: each chunk is a pass over all of a, and a short last one (natively, 128
+    // rows of b at K = 768 were 120 + 8) paid a whole pass for a few rows. The 124M head
+    // (768 × 50 257, 41 MB of Q8_0) against 128 rows: 64 + 64 took Q8_0 from 120 to 152–156
+    // GMAC/s natively (`kernel_bench`, Intel Xeon, 2026-12-07). In whole 4-row tiles: on
+    // wasm always, natively where they stay within the budget.
+    let even = n.div_ceil(n.div_ceil(most));
+    let tiles = even.next_multiple_of(4);
+    let chunk = if cfg!(target_family = "wasm") || tiles <= most { tiles.min(n) } else { even };
     for j0 in (0..n).step_by(chunk) {
         let nc = chunk.min(n - j0);
         let c = &mut c[j0 * ldc..];

@@ -741,23 +741,11 @@ fn decode_rows_n<const N: usize>(
     // Block t of a row, its 32 quants − 8 widened to i16.
     let wide = |x: &BlockQ4_0| -> [v128; 4] {
         let (lo, hi) = nibbles_in(load(&x.qs), m0f);
-        let (lo, hi) = (i8x16_sub(lo, eight), i8x16_sub(hi, eight));
-        [
-            i16x8_extend_low_i8x16(lo),
-            i16x8_extend_high_i8x16(lo),
-            i16x8_extend_low_i8x16(hi),
-            i16x8_extend_high_i8x16(hi),
-        ]
+        widened(i8x16_sub(lo, eight), i8x16_sub(hi, eight))
     };
     // SAFETY (here and below): t < nb reads vectors 4t..4t+4 of row j of yw, o + 4 ≤ nbp
     // scales of row j of dy (asserted).
-    let dot = |w: &[v128; 4], t: usize, j: usize| unsafe {
-        let y = yp.add(4 * (j * nb + t));
-        i32x4_add(
-            i32x4_add(i32x4_dot_i16x8(w[0], *y), i32x4_dot_i16x8(w[1], *y.add(1))),
-            i32x4_add(i32x4_dot_i16x8(w[2], *y.add(2)), i32x4_dot_i16x8(w[3], *y.add(3))),
-        )
-    };
+    let dot = |w: &[v128; 4], t: usize, j: usize| unsafe { dot_wide(*w, yp.add(4 * (j * nb + t))) };
     for s in 0..m {
         let i = super::decode_row(s, m);
         let xs: &[BlockQ4_0] = cast_slice(&a[i * lda..i * lda + nb * core::mem::size_of::<BlockQ4_0>()]);
@@ -799,16 +787,7 @@ fn decode_rows_n<const N: usize>(
 /// `y..y+4` must be readable vectors.
 #[inline(always)]
 pub(super) unsafe fn dot32(lo: v128, hi: v128, y: *const v128) -> v128 {
-    i32x4_add(
-        i32x4_add(
-            i32x4_dot_i16x8(i16x8_extend_low_i8x16(lo), *y),
-            i32x4_dot_i16x8(i16x8_extend_high_i8x16(lo), *y.add(1)),
-        ),
-        i32x4_add(
-            i32x4_dot_i16x8(i16x8_extend_low_i8x16(hi), *y.add(2)),
-            i32x4_dot_i16x8(i16x8_extend_high_i8x16(hi), *y.add(3)),
-        ),
-    )
+    dot_wide(widened(lo, hi), y)
 }
 
 /// [`row_dot`] of one raw row of a (`quants` gives a block's 32 quants as two i8x16) with
@@ -1641,11 +1620,27 @@ fn panel_gemm<F: PanelForm>(
 
 /// 32 i8 (two vectors) as four i16x8, in element order.
 #[inline(always)]
+fn widened(lo: v128, hi: v128) -> [v128; 4] {
+    [i16x8_extend_low_i8x16(lo), i16x8_extend_high_i8x16(lo), i16x8_extend_low_i8x16(hi), i16x8_extend_high_i8x16(hi)]
+}
+
+/// [`widened`] into `out[..4]`.
+#[inline(always)]
 fn widen(lo: v128, hi: v128, out: &mut [v128]) {
-    out[0] = i16x8_extend_low_i8x16(lo);
-    out[1] = i16x8_extend_high_i8x16(lo);
-    out[2] = i16x8_extend_low_i8x16(hi);
-    out[3] = i16x8_extend_high_i8x16(hi);
+    out[..4].copy_from_slice(&widened(lo, hi));
+}
+
+/// Σ of 32 widened weights (`w`) times 32 widened activations (4 i16x8 at `y`), in 4 i32
+/// lanes: the i16 products of a block, summed in one order everywhere.
+///
+/// # Safety
+/// `y..y+4` must be readable vectors.
+#[inline(always)]
+pub(super) unsafe fn dot_wide(w: [v128; 4], y: *const v128) -> v128 {
+    i32x4_add(
+        i32x4_add(i32x4_dot_i16x8(w[0], *y), i32x4_dot_i16x8(w[1], *y.add(1))),
+        i32x4_add(i32x4_dot_i16x8(w[2], *y.add(2)), i32x4_dot_i16x8(w[3], *y.add(3))),
+    )
 }
 
 /// One pair of widened rows; raw pointers keep bounds checks out of the block loop
@@ -1656,11 +1651,8 @@ fn row_dot(nb: usize, xw: &[v128], dx: &[f32], yw: &[v128], dy: &[f32]) -> f32 {
     let (xp, yp, dxp, dyp) = (xw.as_ptr(), yw.as_ptr(), dx.as_ptr(), dy.as_ptr());
     // SAFETY: t < nb reads vectors 4t..4t+4 of each, inside the asserted lengths.
     let isum = |t: usize| unsafe {
-        let (x, y) = (xp.add(4 * t), yp.add(4 * t));
-        i32x4_add(
-            i32x4_add(i32x4_dot_i16x8(*x, *y), i32x4_dot_i16x8(*x.add(1), *y.add(1))),
-            i32x4_add(i32x4_dot_i16x8(*x.add(2), *y.add(2)), i32x4_dot_i16x8(*x.add(3), *y.add(3))),
-        )
+        let x = xp.add(4 * t);
+        dot_wide([*x, *x.add(1), *x.add(2), *x.add(3)], yp.add(4 * t))
     };
     let (mut lo, mut hi) = (f32x4_splat(0.0), f32x4_splat(0.0));
     for g in 0..nb / LANES {

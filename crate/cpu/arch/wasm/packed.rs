@@ -256,11 +256,17 @@ fn decode_n<const N: usize>(g: &GemmArgs, c: &mut [f32]) -> bool {
 #[cfg(not(target_feature = "relaxed-simd"))]
 #[inline(always)]
 unsafe fn dot32_at(q: *const u8, y: *const v128) -> v128 {
-    let w = |o: usize| i16x8_load_extend_i8x8(q.add(o) as *const i8);
-    i32x4_add(
-        i32x4_add(i32x4_dot_i16x8(w(0), *y), i32x4_dot_i16x8(w(8), *y.add(1))),
-        i32x4_add(i32x4_dot_i16x8(w(16), *y.add(2)), i32x4_dot_i16x8(w(24), *y.add(3))),
-    )
+    super::dot_wide(widened_at(q), y)
+}
+
+/// The 32 quants at `q` as four i16x8 (`i16x8.load8x8_s` each, see [`dot32_at`]).
+///
+/// # Safety
+/// `q` points at 32 readable bytes.
+#[cfg(not(target_feature = "relaxed-simd"))]
+#[inline(always)]
+unsafe fn widened_at(q: *const u8) -> [v128; 4] {
+    core::array::from_fn(|o| i16x8_load_extend_i8x8(q.add(8 * o) as *const i8))
 }
 
 /// # Safety
@@ -294,18 +300,7 @@ unsafe fn group_q8_0<const G: usize, const N: usize>(
             }
             // Each row's 32 weights widened once (4 × `i16x8.load8x8_s`) for the N rows of b.
             let y = yp.add(4 * N * t);
-            let s = rows_shared::<_, N>(
-                |r| -> [v128; 4] {
-                    core::array::from_fn(|o| i16x8_load_extend_i8x8(q.add(32 * r + 8 * o) as *const i8))
-                },
-                |w, j| {
-                    let y = y.add(4 * j);
-                    i32x4_add(
-                        i32x4_add(i32x4_dot_i16x8(w[0], *y), i32x4_dot_i16x8(w[1], *y.add(1))),
-                        i32x4_add(i32x4_dot_i16x8(w[2], *y.add(2)), i32x4_dot_i16x8(w[3], *y.add(3))),
-                    )
-                },
-            );
+            let s = rows_shared::<_, N>(|r| widened_at(q.add(32 * r)), |w, j| super::dot_wide(*w, y.add(4 * j)));
             for (j, acc) in acc.iter_mut().enumerate() {
                 *acc = f32x4_add(
                     *acc,
