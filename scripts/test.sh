@@ -214,13 +214,14 @@ for browser in chrome firefox; do
 done
 
 # 4b. the same quantization tests on the relaxed-SIMD build (web/pkg-relaxed's kernels: Q4_0
-# prompts use i32x4.relaxed_dot_i8x16_i7x16_add), bit for bit against vec_dot, the backend_ops
+# prompts use i32x4.relaxed_dot_i8x16_i7x16_add), bit for bit against vec_dot, the repacked
+# layouts' kernels (repack: the relaxed build has its own several-row paths), the backend_ops
 # cases on its CPU kernels, and the float kernels' checks (simd: the fused f16 and f32 tiles,
-# the f16 tile's scaled and exact paths bit for bit): tests/browser's quants, backend_ops and
-# simd modules (the runner takes one name filter, so the other modules are left out with
-# --skip), in Chromium. Built without the `webgpu` feature: these modules' WebGPU cases are
+# the f16 tile's scaled and exact paths bit for bit): tests/browser's quants, backend_ops,
+# repack and simd modules (the runner takes one name filter, so the other modules are left out
+# with --skip), in Chromium. Built without the `webgpu` feature: these modules' WebGPU cases are
 # compiled out under relaxed SIMD anyway, and wgpu's crates were ~40 s of the step's build.
-relaxed_modules=(quants backend_ops simd)
+relaxed_modules=(quants backend_ops repack simd)
 relaxed_skip=()
 for m in "${browser_modules[@]}"; do
     [[ " ${relaxed_modules[*]} " == *" $m "* ]] || relaxed_skip+=(--skip "$m::")
