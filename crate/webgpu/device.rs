@@ -281,14 +281,18 @@ impl Gpu {
         desc.backends =
             if cfg!(target_family = "wasm") { wgpu::Backends::BROWSER_WEBGPU } else { wgpu::Backends::VULKAN };
         let instance = wgpu::Instance::new(desc);
-        let adapter = instance
-            .request_adapter(&wgpu::RequestAdapterOptions {
-                power_preference: wgpu::PowerPreference::HighPerformance,
-                force_fallback_adapter: opts.force_fallback_adapter,
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| BackendError::Unavailable(format!("no WebGPU adapter: {e}")))?;
+        let wait = opts.open_timeout_ms.unwrap_or(super::DEFAULT_OPEN_TIMEOUT_MS);
+        let adapter = within(wait, "requestAdapter", async {
+            instance
+                .request_adapter(&wgpu::RequestAdapterOptions {
+                    power_preference: wgpu::PowerPreference::HighPerformance,
+                    force_fallback_adapter: opts.force_fallback_adapter,
+                    ..Default::default()
+                })
+                .await
+                .map_err(|e| BackendError::Unavailable(format!("no WebGPU adapter: {e}")))
+        })
+        .await?;
         let info = adapter.get_info();
         let alimits = adapter.limits();
         let has_f16 = adapter.features().contains(wgpu::Features::SHADER_F16);
@@ -317,15 +321,18 @@ impl Gpu {
         let mut features = wgpu::Features::empty();
         features.set(wgpu::Features::SHADER_F16, ext.f16);
         features.set(wgpu::Features::SUBGROUP, ext.subgroups);
-        let (device, queue) = adapter
-            .request_device(&wgpu::DeviceDescriptor {
-                label: Some("ggweb"),
-                required_features: features,
-                required_limits: limits.clone(),
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| BackendError::Unavailable(format!("adapter '{}' refused a device: {e}", info.name)))?;
+        let (device, queue) = within(wait, "requestDevice", async {
+            adapter
+                .request_device(&wgpu::DeviceDescriptor {
+                    label: Some("ggweb"),
+                    required_features: features,
+                    required_limits: limits.clone(),
+                    ..Default::default()
+                })
+                .await
+                .map_err(|e| BackendError::Unavailable(format!("adapter '{}' refused a device: {e}", info.name)))
+        })
+        .await?;
 
         let errors: Arc<Mutex<Vec<String>>> = Arc::default();
         let sink = errors.clone();
@@ -585,4 +592,49 @@ pub(crate) fn now_ms() -> f64 {
         now.call0(&p).ok()?.as_f64()
     })
     .unwrap_or(0.0)
+}
+
+/// `fut`, or `Unavailable` naming `what` if it has not settled after `ms` milliseconds (the
+/// browser's promises for an adapter or a device may never settle). The timer is the global
+/// `setTimeout` (window, worker and Node alike); where there is none, `fut` alone decides.
+#[cfg(target_family = "wasm")]
+async fn within<T>(
+    ms: u32,
+    what: &str,
+    fut: impl core::future::Future<Output = Result<T, BackendError>>,
+) -> Result<T, BackendError> {
+    use core::future::Future;
+    use core::task::Poll;
+    use wasm_bindgen::{JsCast, JsValue};
+    let timer = wasm_bindgen_futures::JsFuture::from(js_sys::Promise::new(&mut |resolve, _reject| {
+        let set = js_sys::Reflect::get(&js_sys::global(), &"setTimeout".into())
+            .ok()
+            .and_then(|f| f.dyn_into::<js_sys::Function>().ok());
+        if let Some(set) = set {
+            let _ = set.call2(&JsValue::UNDEFINED, &resolve, &JsValue::from(ms));
+        }
+    }));
+    let (mut fut, mut timer) = (core::pin::pin!(fut), core::pin::pin!(timer));
+    core::future::poll_fn(|cx| {
+        if let Poll::Ready(r) = fut.as_mut().poll(cx) {
+            return Poll::Ready(r);
+        }
+        match timer.as_mut().poll(cx) {
+            Poll::Ready(_) => Poll::Ready(Err(BackendError::Unavailable(format!(
+                "WebGPU's {what} did not answer within {ms} ms (the browser's GPU process may be stuck)"
+            )))),
+            Poll::Pending => Poll::Pending,
+        }
+    })
+    .await
+}
+
+/// Natively wgpu's requests settle at once (or fail): no deadline.
+#[cfg(not(target_family = "wasm"))]
+async fn within<T>(
+    _ms: u32,
+    _what: &str,
+    fut: impl core::future::Future<Output = Result<T, BackendError>>,
+) -> Result<T, BackendError> {
+    fut.await
 }

@@ -92,7 +92,17 @@ pub struct WebGpuOptions {
     /// `shader-f16` kernels for F16 weights (f16 loads and f16 workgroup tiles, f32 sums),
     /// with the same `None` / `Some(false)` / `Some(true)` rule as `subgroups`.
     pub shader_f16: Option<bool>,
+    /// In the browser: how long the adapter and the device may each take to answer before
+    /// opening fails with `Unavailable` (`backend: "auto"` then runs on the CPU). A GPU
+    /// process that is stuck or blocklisted mid-start never settles `requestAdapter`'s
+    /// promise, and a load must not wait forever. `None`: [`DEFAULT_OPEN_TIMEOUT_MS`].
+    /// Natively wgpu answers (or fails) synchronously, so there is no deadline.
+    pub open_timeout_ms: Option<u32>,
 }
+
+/// The browser's default wait for `requestAdapter` and for `requestDevice`, each. Generous:
+/// a first start of a real GPU's process with a cold shader cache takes a few seconds.
+pub const DEFAULT_OPEN_TIMEOUT_MS: u32 = 20_000;
 
 /// The two families of mul_mat kernels.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -46,6 +46,31 @@ async fn webgpu_opens_asynchronously_on_the_browsers_adapter() {
     }
 }
 
+/// A browser whose GPU process never answers: `requestAdapter`'s promise never settles (a
+/// stuck or blocklisted GPU process does this). Opening fails with `Unavailable` after
+/// `open_timeout_ms` instead of waiting forever; with the real adapter back it opens again.
+#[wasm_bindgen_test]
+async fn webgpu_open_gives_up_on_an_adapter_that_never_answers() {
+    let navigator = js_sys::Reflect::get(&js_sys::global(), &"navigator".into()).unwrap();
+    let gpu_obj = js_sys::Reflect::get(&navigator, &"gpu".into()).unwrap();
+    let never = js_sys::Function::new_no_args("return new Promise(() => {})");
+    js_sys::Reflect::set(&gpu_obj, &"requestAdapter".into(), &never).unwrap();
+    let t0 = js_sys::Date::now();
+    let opened = WebGpuBackend::new_async(WebGpuOptions { open_timeout_ms: Some(300), ..Default::default() }).await;
+    let waited = js_sys::Date::now() - t0;
+    // The own property shadows the prototype's method; deleting it brings the real one back.
+    js_sys::Reflect::delete_property(&gpu_obj.clone().into(), &"requestAdapter".into()).unwrap();
+    match opened {
+        Err(BackendError::Unavailable(m)) => {
+            assert!(m.contains("requestAdapter") && m.contains("300 ms"), "{m}")
+        }
+        Err(e) => panic!("expected Unavailable, got {e}"),
+        Ok(_) => panic!("opened a device through a requestAdapter that never answers"),
+    }
+    assert!((300.0..10_000.0).contains(&waited), "gave up after {waited} ms, asked for 300");
+    WebGpuBackend::new_async(WebGpuOptions::default()).await.expect("the real adapter again");
+}
+
 /// A chain the graph allocator runs in place (scale → gelu → add → soft_max reuse one
 /// block), as the model's compute buffer does: src0 and dst are the same memory.
 #[wasm_bindgen_test]
