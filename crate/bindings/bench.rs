@@ -86,8 +86,9 @@ pub fn debug_profile() -> JsValue {
 /// copies in turn `reps` times after one untimed pass. One copy stays in cache as far as it
 /// fits; copies adding up to more than the caches stream from memory as a model's weights
 /// do. `block` > 0 hands the kernel that many rows a call, as `mul_mat` splits a product into
-/// jobs (0: the whole matrix in one call). `cols` (default 1; at most 4, a decode step of that
-/// many sequences) rows of activations a product. Returns `[seconds of all timed products, bytes
+/// jobs (0: the whole matrix in one call). `cols` (default 1) rows of activations a product: up
+/// to 4, a decode step of that many sequences; up to 512, a prompt's or a training batch's
+/// product (the panel kernels). Returns `[seconds of all timed products, bytes
 /// of weights they read]`.
 #[wasm_bindgen(js_name = _benchMatvec)]
 pub fn bench_matvec(
@@ -112,12 +113,12 @@ pub fn bench_matvec(
         || !m.is_multiple_of(repack::group(ty))
         || copies == 0
         || reps == 0
-        || !(1..=4).contains(&cols)
+        || !(1..=512).contains(&cols)
     {
         return Err(js_error(
             "invalid",
             format!(
-                "_benchMatvec: k {k} (a multiple of {}), m {m} (of {}), copies {copies} and reps {reps} (> 0), cols {cols} (1 to 4)",
+                "_benchMatvec: k {k} (a multiple of {}), m {m} (of {}), copies {copies} and reps {reps} (> 0), cols {cols} (1 to 512)",
                 ty.blck_size(),
                 repack::group(ty)
             ),

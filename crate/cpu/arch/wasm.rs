@@ -1372,26 +1372,40 @@ pub(super) fn u8_dot_exact() -> bool {
 /// Q8_0 × Q8_0 with the relaxed dot where it is exact on u8 × i8 ([`u8_dot_exact`]): a panel
 /// vector holds 4 rows × 4 consecutive k of the weights as they are (i8), 8 a block, and a
 /// 9th holds the 4 rows' `−128·Σw` of the block; rows of b are copied once per call with
-/// their quants made unsigned (`y + 128`, 2 vectors a block), 4 bytes splat at a time. Each
-/// block's sum starts at `−128·Σw` and adds `Σ w·(y + 128)`: exactly `Σ w·y`, so the float
-/// steps ([`panel_tile`]) give every result `vec_dot`'s bits.
+/// their quants made unsigned (`y + 128`), 4 bytes splat at a time. Each block's sum starts
+/// at `−128·Σw` and adds `Σ w·(y + 128)`: exactly `Σ w·y`, so the float steps
+/// ([`panel_tile`]) give every result `vec_dot`'s bits.
+///
+/// The copy of b interleaves each [`TN`] rows as the panels do a's (vector 8t + q: k 4q..4q+4
+/// of block t for the 4 rows), so a tile's splats all come from one address plus constants:
+/// with a pointer per row of b, V8 spent 6 integer adds per 8 dot products stepping them and
+/// spilled them around each block.
 #[cfg(target_feature = "relaxed-simd")]
 struct U8Panels {
     packed: bool,
-    /// Rows of b, quants + 128 as u8: 2 vectors a block, `nb` blocks a row.
+    /// Rows of b, quants + 128 as u8, in groups of TN rows (the last one padded with zeros):
+    /// 8 vectors a block, `nb` blocks a group.
     yu: alloc::vec::Vec<v128>,
 }
 
 #[cfg(target_feature = "relaxed-simd")]
 impl U8Panels {
     fn new(nb: usize, n: usize, b: &[u8], ldb: usize, packed: bool) -> Self {
-        let mut yu = alloc::vec![i8x16_splat(0); n * nb * 2];
+        let groups = n.div_ceil(TN);
+        let mut yu = alloc::vec![i8x16_splat(0); groups * nb * 8];
         let top = u8x16_splat(0x80);
-        for j in 0..n {
-            let ys: &[BlockQ8_0] = cast_slice(&b[j * ldb..j * ldb + nb * core::mem::size_of::<BlockQ8_0>()]);
-            for (t, y) in ys.iter().enumerate() {
-                yu[(j * nb + t) * 2] = v128_xor(load(&y.qs[..16]), top);
-                yu[(j * nb + t) * 2 + 1] = v128_xor(load(&y.qs[16..]), top);
+        let size = core::mem::size_of::<BlockQ8_0>();
+        for g in 0..groups {
+            let ys: [Option<&[BlockQ8_0]>; TN] = core::array::from_fn(|c| {
+                let j = TN * g + c;
+                (j < n).then(|| cast_slice(&b[j * ldb..j * ldb + nb * size]))
+            });
+            for t in 0..nb {
+                let half =
+                    |c: usize, h: usize| ys[c].map_or(i8x16_splat(0), |y| v128_xor(load(&y[t].qs[16 * h..]), top));
+                let out = &mut yu[(g * nb + t) * 8..];
+                out[..4].copy_from_slice(&transpose4(core::array::from_fn(|c| half(c, 0))));
+                out[4..8].copy_from_slice(&transpose4(core::array::from_fn(|c| half(c, 1))));
             }
         }
         U8Panels { packed, yu }
@@ -1456,8 +1470,16 @@ impl PanelForm for U8Panels {
             }
         }
     }
+    /// Row j's 4 bytes of (block t, k 4q..) at `128·t + 16·q` from its pointer; the rows of a
+    /// tile are consecutive in one group (`panel_gemm`'s tiles start at multiples of TN).
+    #[inline(always)]
     fn rows<const C: usize>(&self, nb: usize, jj: [usize; C]) -> [*const u8; C] {
-        jj.map(|j| self.yu[j * nb * 2..(j + 1) * nb * 2].as_ptr() as *const u8)
+        let j = jj[0];
+        assert!(C <= TN && (C == 1 || j % TN == 0) && (0..C).all(|c| jj[c] == j + c));
+        let g = &self.yu[j / TN * nb * 8..(j / TN + 1) * nb * 8];
+        // SAFETY: j % TN + c < TN bytes into the group's first vector.
+        let p = unsafe { (g.as_ptr() as *const u8).add(4 * (j % TN)) };
+        core::array::from_fn(|c| p.wrapping_add(4 * c))
     }
     fn packed(&self) -> bool {
         self.packed
@@ -1478,7 +1500,7 @@ impl PanelForm for U8Panels {
         for q in 0..core::hint::black_box(8) {
             let x: [v128; P] = core::array::from_fn(|p| *pp[p].add(9 * t + q));
             for c in 0..C {
-                let y = v128_load32_splat(yr[c].add(32 * t + 4 * q) as *const u32);
+                let y = v128_load32_splat(yr[0].add(128 * t + 16 * q + 4 * c) as *const u32);
                 for p in 0..P {
                     s[p][c] = i32x4_relaxed_dot_i8x16_i7x16_add(x[p], y, s[p][c]);
                 }
