@@ -5,7 +5,7 @@
 //       sum); NSEQ > 1: `n` sequences a step (`npm run bench`'s nseq section: sampled at
 //       temperature 0.8, as there, for every NSEQ given; without it greedy); and the
 //       median round's sampled ids (to compare builds: the same file gives the same ids)
-//   node bench/wasm-decode.mjs kernels PKG [REPS] [COLS]   the packed decode kernels alone on
+//   node bench/wasm-decode.mjs kernels PKG [REPS] [COLS]   the decode kernels alone (packed; Q4_0 in ggml's layout) on
 //       the 124M shape's matrices, in cache (one copy) and from memory (copies past 256 MiB):
 //       GB/s of weights; COLS (1 to 4, default 1) rows of activations a product (a decode step
 //       of that many sequences)
@@ -30,19 +30,21 @@ const cpu = () => { const u = process.cpuUsage(); return (u.user + u.system) / 1
 if (mode === 'kernels') {
   const reps = Number(rest[0] ?? 10);
   const cols = Number(rest[1] ?? 1);
-  // [name, type, k, m]: a Q8_0 model's matrices, and Q4_K_M's (Q4_K; Q6_K for ffn_down half
-  // the layers and the output).
+  // [name, type, k, m]: a Q8_0 model's matrices, and Q4_0's and Q4_K_M's (Q4_K; Q6_K for
+  // ffn_down half the layers and the output). Q4_0 stays in ggml's layout on wasm, so
+  // `mul_mat` hands its kernel blocks of ~128 KiB of rows (up to 256, a multiple of 4): the same here.
   const shapes = [['attn_qkv', 768, 2304], ['attn_output', 768, 768], ['ffn_up', 768, 3072], ['ffn_down', 3072, 768], ['output', 768, 50257 - (50257 % 4)]];
   const rows = [];
-  for (const ty of ['q8_0', 'q4_K', 'q6_K']) {
+  for (const ty of ['q8_0', 'q4_0', 'q4_K', 'q6_K']) {
     for (const [name, k, mm] of shapes) {
-      const bytes1 = m._benchMatvec(ty, k, mm, 1, 1, 0, cols)[1];
+      const block = ty === 'q4_0' ? Math.min(mm, Math.floor(Math.min(256, Math.max(4, Math.floor((128 * 1024) / ((k / 32) * 18)))) / 4) * 4) : 0;
+      const bytes1 = m._benchMatvec(ty, k, mm, 1, 1, block, cols)[1];
       const out = { ty, name, k, m: mm, mb: bytes1 / 2 ** 20 };
       for (const [where, copies] of [['cache', 1], ['memory', Math.max(2, Math.ceil(256 * 2 ** 20 / bytes1))]]) {
         const r = Math.max(1, Math.round((reps * (where === 'cache' ? 20 : 1) * 64 * 2 ** 20) / (bytes1 * copies)));
         let best = 0;
         for (let i = 0; i < 3; i++) {
-          const [secs, bytes] = m._benchMatvec(ty, k, mm, copies, r, 0, cols);
+          const [secs, bytes] = m._benchMatvec(ty, k, mm, copies, r, block, cols);
           best = Math.max(best, bytes / secs / 1e9);
         }
         out[where] = best;

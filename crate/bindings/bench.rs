@@ -15,7 +15,7 @@ use wasm_bindgen::prelude::*;
 use serde::Serialize;
 
 use super::js_error;
-use crate::cpu::arch::{quantize_row, repack};
+use crate::cpu::arch::{gemm, quantize_row, repack};
 use crate::cpu::CpuBackend;
 use crate::GgmlType;
 
@@ -82,7 +82,8 @@ pub fn debug_profile() -> JsValue {
 
 /// Times the packed decode product (one row of activations, as a decode step's `mul_mat`
 /// runs it: `repack::gemm_packed`) of `copies` matrices of `m` rows of `k` elements of `ty`
-/// (`"q8_0"`, `"q4_K"`, `"q6_K"`: random weights with finite scales, repacked), visiting the
+/// (`"q8_0"`, `"q4_K"`, `"q6_K"`: random weights with finite scales, repacked; `"q4_0"`: in
+/// ggml's layout, which wasm keeps for it, through `cpu::arch::gemm`), visiting the
 /// copies in turn `reps` times after one untimed pass. One copy stays in cache as far as it
 /// fits; copies adding up to more than the caches stream from memory as a model's weights
 /// do. `block` > 0 hands the kernel that many rows a call, as `mul_mat` splits a product into
@@ -105,12 +106,19 @@ pub fn bench_matvec(
         "q8_0" => GgmlType::Q8_0,
         "q4_K" => GgmlType::Q4_K,
         "q6_K" => GgmlType::Q6_K,
-        other => return Err(js_error("invalid", format!("_benchMatvec: type {other:?} is not q8_0, q4_K or q6_K"))),
+        "q4_0" => GgmlType::Q4_0,
+        other => {
+            return Err(js_error("invalid", format!("_benchMatvec: type {other:?} is not q8_0, q4_0, q4_K or q6_K")))
+        }
     };
+    // Q4_0 is not repacked on wasm (its decode kernels read ggml's layout): rows of 4 as the
+    // plain kernels' tiles.
+    let packed = ty != GgmlType::Q4_0;
+    let group = if packed { repack::group(ty) } else { 4 };
     if k == 0
         || !k.is_multiple_of(ty.blck_size())
         || m == 0
-        || !m.is_multiple_of(repack::group(ty))
+        || !m.is_multiple_of(group)
         || copies == 0
         || reps == 0
         || !(1..=512).contains(&cols)
@@ -120,7 +128,7 @@ pub fn bench_matvec(
             format!(
                 "_benchMatvec: k {k} (a multiple of {}), m {m} (of {}), copies {copies} and reps {reps} (> 0), cols {cols} (1 to 512)",
                 ty.blck_size(),
-                repack::group(ty)
+                group
             ),
         ));
     }
@@ -136,6 +144,7 @@ pub fn bench_matvec(
     let mut one: Vec<u8> = (0..bytes).map(|_| rnd()).collect();
     let (bs, scales): (usize, &[usize]) = match ty {
         GgmlType::Q8_0 => (34, &[0]),
+        GgmlType::Q4_0 => (18, &[0]),
         GgmlType::Q4_K => (144, &[0, 2]),
         _ => (210, &[208]),
     };
@@ -147,7 +156,7 @@ pub fn bench_matvec(
             b[2..].iter_mut().filter(|q| **q == 0x80).for_each(|q| *q = 0x7f);
         }
     }
-    if !repack::pack(ty, k, m, &mut one) {
+    if packed && !repack::pack(ty, k, m, &mut one) {
         return Err(js_error("invalid", format!("_benchMatvec: {ty} {m}×{k} has no packed layout in this build")));
     }
     let mut all = vec![0u8; bytes * copies];
@@ -159,13 +168,17 @@ pub fn bench_matvec(
     let mut b = vec![0u8; ldb * cols];
     b.chunks_exact_mut(ldb).for_each(|r| quantize_row(vt, &src, r));
     let mut c = vec![0f32; m * cols];
-    let block = if block == 0 { m } else { block.div_ceil(repack::group(ty)) * repack::group(ty) };
+    let block = if block == 0 { m } else { block.div_ceil(group) * group };
     let mut run = |i: usize| {
         let a = &all[i * bytes..(i + 1) * bytes];
         for m0 in (0..m).step_by(block) {
             let m1 = (m0 + block).min(m);
             // Column j of c at j·m (ldc = m): the block's rows of each.
-            repack::gemm_packed(ty, k, m1 - m0, cols, &a[m0 * rs..m1 * rs], &b, ldb, &mut c[m0..], m);
+            if packed {
+                repack::gemm_packed(ty, k, m1 - m0, cols, &a[m0 * rs..m1 * rs], &b, ldb, &mut c[m0..], m);
+            } else {
+                gemm(ty, k, m1 - m0, cols, &a[m0 * rs..m1 * rs], rs, &b, ldb, &mut c[m0..], m);
+            }
         }
     };
     (0..copies).for_each(&mut run);
