@@ -211,6 +211,23 @@ unsafe fn f16s(p: *const u8, k: &F16K) -> v128 {
     f16x4_finite(p, k)
 }
 
+/// Reads one byte of each 64-byte line of the Q6_K group block 4 blocks past the one at
+/// address `at` (the same stream's, 3.3 KiB on; at most `last`, the weights' last byte): wasm has
+/// no prefetch, and from memory the decode of one row of b read Q6_K well under the two-stream
+/// rate (relaxed, per CPU second: ~7-8 GB/s against 15-16 in cache); a load that nothing waits
+/// on starts the line's fill early, as a prefetch would. Changes no value. (Per group step, as
+/// here, before the blocks' work: read inside the loop over the pair's groups, next to each
+/// block, the same loads made the kernel slower, 1 and 4 rows of b.)
+///
+/// # Safety
+/// Every address from `at` to `last` lies inside one allocation (the weights).
+#[inline(always)]
+unsafe fn touch_ahead(at: usize, last: usize) {
+    for i in 0..GB_Q6_K.div_ceil(64) {
+        core::ptr::read_volatile((at + 4 * GB_Q6_K + 64 * i).min(last) as *const u8);
+    }
+}
+
 /// Runs `step(t, &mut acc[t % 8])` for every block, in order (`acc[t % 8][g][j]`: group g's
 /// 4 rows against column j), then each group's and column's 4 rows' `reduce8`.
 #[inline(always)]
@@ -363,6 +380,8 @@ fn decode_n<const N: usize>(g: &GemmArgs, c: &mut [f32]) -> bool {
         }
     };
     let ys: [Vec<v128>; N] = core::array::from_fn(prep);
+    // The weights' last byte, for `touch_ahead`.
+    let last = a.as_ptr() as usize + ng * gs - 1;
     let yk: [*const v128; N] = core::array::from_fn(|j| ys[j].as_ptr());
     // The dot path where the relaxed dot is one instruction; the pair path elsewhere, and for
     // Q4_K against 2 rows of b: there its dot path ran at ~60% of the pair path's rate per CPU
@@ -403,16 +422,16 @@ fn decode_n<const N: usize>(g: &GemmArgs, c: &mut [f32]) -> bool {
             ldc,
             |[g0, g1]| unsafe {
                 if dot {
-                    group_q6_k::<2, N, true>(nb, [at(g0), at(g1)], yb, yk, &yd)
+                    group_q6_k::<2, N, true>(nb, [at(g0), at(g1)], last, yb, yk, &yd)
                 } else {
-                    group_q6_k::<2, N, false>(nb, [at(g0), at(g1)], yb, yk, &yd)
+                    group_q6_k::<2, N, false>(nb, [at(g0), at(g1)], last, yb, yk, &yd)
                 }
             },
             |g| unsafe {
                 if dot {
-                    group_q6_k::<1, N, true>(nb, [at(g)], yb, yk, &yd)
+                    group_q6_k::<1, N, true>(nb, [at(g)], last, yb, yk, &yd)
                 } else {
-                    group_q6_k::<1, N, false>(nb, [at(g)], yb, yk, &yd)
+                    group_q6_k::<1, N, false>(nb, [at(g)], last, yb, yk, &yd)
                 }
             },
         );
@@ -588,6 +607,7 @@ unsafe fn q4_k_sub<const N: usize, const K: usize, const DOT: bool>(
 unsafe fn group_q6_k<const G: usize, const N: usize, const DOT: bool>(
     nb: usize,
     p: [*const u8; G],
+    last: usize,
     b: [*const u8; N],
     yk: [*const v128; N],
     yd: &[f32],
@@ -595,6 +615,11 @@ unsafe fn group_q6_k<const G: usize, const N: usize, const DOT: bool>(
     let km = Q6_K_KEPT.read();
     let fk = super::F16_KEPT.read();
     blocks::<G, N>(nb, |t, acc| {
+        if N == 1 {
+            for &p in p.iter() {
+                touch_ahead(p as usize + t * GB_Q6_K, last);
+            }
+        }
         // Block t of each group in turn (G = 2: two memory streams, [`super::packed::in_pairs`]),
         // each with its own accumulators: the order of one group's steps is the same.
         for (&p, acc) in p.iter().zip(acc.iter_mut()) {
