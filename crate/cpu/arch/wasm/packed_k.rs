@@ -196,11 +196,36 @@ fn nibble_mask() -> v128 {
     unsafe { core::ptr::read_volatile(MASK.0.as_ptr() as *const v128) }
 }
 
+/// Q4_K's constants for [`Kept::read`], once per group call: 0x3F, 0x0F and 0x30 in each byte
+/// ([`q4_k_scales`]), 0xF0 in each byte (the relaxed dot path's high nibbles, [`q4_k_sub`]),
+/// 1 in each i16 lane ([`q8_k_sums32`]). As constants V8 14.6 builds each anew at every use
+/// inside the block loop (3 to 4 instructions a use, 6 uses a block for the scales alone), as
+/// [`Q6_K_KEPT`] says.
+static Q4_K_KEPT: Kept<5> =
+    Kept([[0x3F3F_3F3F; 4], [0x0F0F_0F0F; 4], [0x3030_3030; 4], [0xF0F0_F0F0; 4], [0x0001_0001; 4]]);
+
 /// The 4 rows' f16 scales at `p` (8 bytes) as f32 (finite: `repack::pack` checked); `k`:
 /// [`super::F16_KEPT`] as read (once per group call).
 #[inline(always)]
 unsafe fn f16s(p: *const u8, k: &F16K) -> v128 {
     f16x4_finite(p, k)
+}
+
+/// Reads one byte of each 64-byte line of the Q6_K group block 4 blocks past the one at
+/// address `at` (the same stream's, 3.3 KiB on; at most `last`, the weights' last byte): wasm has
+/// no prefetch, and from memory the decode of one row of b read Q6_K well under the two-stream
+/// rate (relaxed, per CPU second: ~7-8 GB/s against 15-16 in cache); a load that nothing waits
+/// on starts the line's fill early, as a prefetch would. Changes no value. (Per group step, as
+/// here, before the blocks' work: read inside the loop over the pair's groups, next to each
+/// block, the same loads made the kernel slower, 1 and 4 rows of b.)
+///
+/// # Safety
+/// Every address from `at` to `last` lies inside one allocation (the weights).
+#[inline(always)]
+unsafe fn touch_ahead(at: usize, last: usize) {
+    for i in 0..GB_Q6_K.div_ceil(64) {
+        core::ptr::read_volatile((at + 4 * GB_Q6_K + 64 * i).min(last) as *const u8);
+    }
 }
 
 /// Runs `step(t, &mut acc[t % 8])` for every block, in order (`acc[t % 8][g][j]`: group g's
@@ -230,15 +255,15 @@ fn blocks<const G: usize, const N: usize>(
 }
 
 /// Q4_K's 4 rows of (scales, mins) from the group block at `blk`: (sc_lo, sc_hi, mn_lo,
-/// mn_hi), byte 4r + j = row r's sub-block j (lo) or 4 + j (hi).
+/// mn_hi), byte 4r + j = row r's sub-block j (lo) or 4 + j (hi); `k`: [`Q4_K_KEPT`] as read.
 #[inline(always)]
-unsafe fn q4_k_scales(blk: *const u8) -> [v128; 4] {
+unsafe fn q4_k_scales(blk: *const u8, k: &[v128; 5]) -> [v128; 4] {
     let (v0, v1, v2) = (
         v128_load(blk.add(16) as *const v128),
         v128_load(blk.add(32) as *const v128),
         v128_load(blk.add(48) as *const v128),
     );
-    let (m63, m0f, m30) = (u8x16_splat(63), u8x16_splat(0x0F), u8x16_splat(0x30));
+    let (m63, m0f, m30) = (k[0], k[1], k[2]);
     [
         v128_and(v0, m63),
         v128_or(v128_and(v2, m0f), v128_and(u16x8_shr(v0, 2), m30)),
@@ -261,14 +286,16 @@ fn q4_k_row_mins(s: &[v128; 4]) -> [v128; GROUP] {
 }
 
 /// The sums of a Q8_K block's 8 sub-blocks of 32 (lane j: `bsums[2j] + bsums[2j + 1]`, |·| ≤
-/// 4096: i16) from its 16 `bsums` at `yb + 260`.
+/// 4096: i16, so the narrowing never saturates) from its 16 `bsums` at `yb + 260`: each pair
+/// summed by `i32x4.dot_i16x8_s` with `one` (1 in each i16 lane), then narrowed (3 instructions
+/// where the two even/odd shuffles and an add took ~8).
 ///
 /// # Safety
 /// `yb` points at a whole Q8_K block.
 #[inline(always)]
-unsafe fn q8_k_sums32(yb: *const u8) -> v128 {
+unsafe fn q8_k_sums32(yb: *const u8, one: v128) -> v128 {
     let (b0, b1) = (v128_load(yb.add(260) as *const v128), v128_load(yb.add(276) as *const v128));
-    i16x8_add(i16x8_shuffle::<0, 2, 4, 6, 8, 10, 12, 14>(b0, b1), i16x8_shuffle::<1, 3, 5, 7, 9, 11, 13, 15>(b0, b1))
+    i16x8_narrow_i32x4(i32x4_dot_i16x8(b0, one), i32x4_dot_i16x8(b1, one))
 }
 
 /// Quarter `k` of the Q6_K unit at `q` (3 vectors, [`q6_k_quarters`]' x, y, z): the 6-bit
@@ -353,6 +380,8 @@ fn decode_n<const N: usize>(g: &GemmArgs, c: &mut [f32]) -> bool {
         }
     };
     let ys: [Vec<v128>; N] = core::array::from_fn(prep);
+    // The weights' last byte, for `touch_ahead`.
+    let last = a.as_ptr() as usize + ng * gs - 1;
     let yk: [*const v128; N] = core::array::from_fn(|j| ys[j].as_ptr());
     // The dot path where the relaxed dot is one instruction; the pair path elsewhere, and for
     // Q4_K against 2 rows of b: there its dot path ran at ~60% of the pair path's rate per CPU
@@ -393,16 +422,16 @@ fn decode_n<const N: usize>(g: &GemmArgs, c: &mut [f32]) -> bool {
             ldc,
             |[g0, g1]| unsafe {
                 if dot {
-                    group_q6_k::<2, N, true>(nb, [at(g0), at(g1)], yb, yk, &yd)
+                    group_q6_k::<2, N, true>(nb, [at(g0), at(g1)], last, yb, yk, &yd)
                 } else {
-                    group_q6_k::<2, N, false>(nb, [at(g0), at(g1)], yb, yk, &yd)
+                    group_q6_k::<2, N, false>(nb, [at(g0), at(g1)], last, yb, yk, &yd)
                 }
             },
             |g| unsafe {
                 if dot {
-                    group_q6_k::<1, N, true>(nb, [at(g)], yb, yk, &yd)
+                    group_q6_k::<1, N, true>(nb, [at(g)], last, yb, yk, &yd)
                 } else {
-                    group_q6_k::<1, N, false>(nb, [at(g)], yb, yk, &yd)
+                    group_q6_k::<1, N, false>(nb, [at(g)], last, yb, yk, &yd)
                 }
             },
         );
@@ -423,15 +452,17 @@ unsafe fn group_q4_k<const N: usize, const DOT: bool>(
     yk: [*const v128; N],
     yd: &[f32],
 ) -> [[f32; GROUP]; N] {
-    // The nibble mask read once per call, as Q6_K's masks (a constant is rebuilt at each use).
+    // The masks read once per call, as Q6_K's (a constant is rebuilt at each use): the nibble
+    // masks of the quants (relaxed: 0x0F and 0xF0 in each byte; plain: 0x000F in each u16).
+    let k = Q4_K_KEPT.read();
     #[cfg(target_feature = "relaxed-simd")]
-    let m0f = super::NIBBLE_KEPT.read()[0];
+    let m = [k[1], k[3]];
     #[cfg(not(target_feature = "relaxed-simd"))]
-    let m0f = nibble_mask();
+    let m = [nibble_mask(); 2];
     let fk = super::F16_KEPT.read();
     let [out] = blocks::<1, N>(nb, |t, [acc]| {
         let blk = p.add(t * GB_Q4_K);
-        let s = q4_k_scales(blk);
+        let s = q4_k_scales(blk, &k);
         // b's quants (relaxed) or their pairs (plain).
         #[cfg(target_feature = "relaxed-simd")]
         let y: [*const u8; N] = core::array::from_fn(|j| b[j].add(t * Y_SIZE + 4));
@@ -439,15 +470,15 @@ unsafe fn group_q4_k<const N: usize, const DOT: bool>(
         let y: [*const u8; N] = core::array::from_fn(|j| yk[j].add(YK * t) as *const u8);
         // Lane r: row r's Σ sc·Σ q·y over the block.
         let mut is = [i32x4_splat(0); N];
-        q4_k_sub::<N, 0, DOT>(blk, &s, y, m0f, &mut is);
-        q4_k_sub::<N, 1, DOT>(blk, &s, y, m0f, &mut is);
-        q4_k_sub::<N, 2, DOT>(blk, &s, y, m0f, &mut is);
-        q4_k_sub::<N, 3, DOT>(blk, &s, y, m0f, &mut is);
+        q4_k_sub::<N, 0, DOT>(blk, &s, y, m, &mut is);
+        q4_k_sub::<N, 1, DOT>(blk, &s, y, m, &mut is);
+        q4_k_sub::<N, 2, DOT>(blk, &s, y, m, &mut is);
+        q4_k_sub::<N, 3, DOT>(blk, &s, y, m, &mut is);
         // Σ min·Σy per row: each row's 8 mins against the 8 sub-block sums of b, one dot a row
         // and column (the same integers as per sub-block of 16; no per-row shuffle).
         let mins = q4_k_row_mins(&s);
         let summ: [[v128; GROUP]; N] = core::array::from_fn(|j| {
-            let bp = q8_k_sums32(b[j].add(t * Y_SIZE));
+            let bp = q8_k_sums32(b[j].add(t * Y_SIZE), k[4]);
             core::array::from_fn(|r| i32x4_dot_i16x8(mins[r], bp))
         });
         let (d16, dmin16) = (f16s(blk, &fk), f16s(blk.add(8), &fk));
@@ -468,7 +499,10 @@ unsafe fn group_q4_k<const N: usize, const DOT: bool>(
 /// offset folds into its load.
 /// - DOT (relaxed, where the relaxed dot is `vpdpbusd`: [`super::u8_dot_exact`]): per vector
 ///   and row of b two `i32x4.relaxed_dot_i8x16_i7x16_add_s` (b's 4 quants splat, the
-///   nibbles), then one i32 multiply per sub-block by the 4 rows' scales.
+///   nibbles: the low ones masked, the high ones masked in place, 16 times their value, which
+///   the unsigned operand of `vpdpbusd` takes whole), then one i32 multiply per sub-block by
+///   the 4 rows' scales (the high sub-block's sum shifted down by 4 first: exact, a multiple
+///   of 16).
 /// - pairs (the plain build; relaxed elsewhere): i16 lanes 2r, 2r + 1 = row r's 2 pairs of
 ///   elements (relaxed: `i16x8.relaxed_dot` of b's 4 quants splat and the nibbles; plain: the
 ///   nibbles of the even and odd bytes times b's pairs), 8 vectors added in i16 (≤
@@ -481,9 +515,10 @@ unsafe fn q4_k_sub<const N: usize, const K: usize, const DOT: bool>(
     blk: *const u8,
     s: &[v128; 4],
     y: [*const u8; N],
-    m0f: v128,
+    m: [v128; 2],
     is: &mut [v128; N],
 ) {
+    let m0f = m[0];
     // The scales of sub-blocks 2K and 2K + 1 of the 4 rows as i32 (bytes 2(K % 2), + 1 of
     // row r's 4 in `s[K / 2]`), no mask: shifts left then right.
     let v = s[K / 2];
@@ -503,7 +538,8 @@ unsafe fn q4_k_sub<const N: usize, const K: usize, const DOT: bool>(
         let (mut bl, mut bh) = (i32x4_splat(0), i32x4_splat(0));
         for c in 0..8 {
             let x = v128_load(q.add(16 * c) as *const v128);
-            let (lo, hi) = (v128_and(x, m0f), v128_and(u16x8_shr(x, 4), m0f));
+            // The high nibbles as 16·q (no shift a vector; one per sub-block below).
+            let (lo, hi) = (v128_and(x, m0f), v128_and(x, m[1]));
             for j in 0..N {
                 let yl = v128_load32_splat(y[j].add(64 * K + 4 * c) as *const u32);
                 let yh = v128_load32_splat(y[j].add(64 * K + 32 + 4 * c) as *const u32);
@@ -521,7 +557,7 @@ unsafe fn q4_k_sub<const N: usize, const K: usize, const DOT: bool>(
             ah[0] = i32x4_add(ah[0], bh);
         }
         for j in 0..N {
-            is[j] = i32x4_add(is[j], i32x4_add(i32x4_mul(al[j], sl), i32x4_mul(ah[j], sh)));
+            is[j] = i32x4_add(is[j], i32x4_add(i32x4_mul(al[j], sl), i32x4_mul(i32x4_shr(ah[j], 4), sh)));
         }
         return;
     }
@@ -571,6 +607,7 @@ unsafe fn q4_k_sub<const N: usize, const K: usize, const DOT: bool>(
 unsafe fn group_q6_k<const G: usize, const N: usize, const DOT: bool>(
     nb: usize,
     p: [*const u8; G],
+    last: usize,
     b: [*const u8; N],
     yk: [*const v128; N],
     yd: &[f32],
@@ -578,6 +615,11 @@ unsafe fn group_q6_k<const G: usize, const N: usize, const DOT: bool>(
     let km = Q6_K_KEPT.read();
     let fk = super::F16_KEPT.read();
     blocks::<G, N>(nb, |t, acc| {
+        if N == 1 {
+            for &p in p.iter() {
+                touch_ahead(p as usize + t * GB_Q6_K, last);
+            }
+        }
         // Block t of each group in turn (G = 2: two memory streams, [`super::packed::in_pairs`]),
         // each with its own accumulators: the order of one group's steps is the same.
         for (&p, acc) in p.iter().zip(acc.iter_mut()) {
