@@ -715,7 +715,7 @@ impl Context {
         full[..ne.len()].copy_from_slice(ne);
         assert!(full.iter().all(|&n| n >= 0), "new_tensor: negative ne {ne:?}");
         assert!(
-            full[0] as usize % ty.blck_size() == 0,
+            (full[0] as usize).is_multiple_of(ty.blck_size()),
             "new_tensor: ne[0] = {} is not a multiple of {}'s block size {}",
             full[0],
             ty,

@@ -103,7 +103,7 @@ impl GgmlType {
 
     /// ggml_row_size: bytes of `ne` elements. `ne` must be a multiple of the block size.
     pub fn row_size(self, ne: i64) -> usize {
-        debug_assert!(ne as usize % self.blck_size() == 0);
+        debug_assert!((ne as usize).is_multiple_of(self.blck_size()));
         self.try_row_size(ne).unwrap_or_else(|| panic!("row of {ne} {self} elements: its byte size overflows usize"))
     }
 

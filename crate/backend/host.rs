@@ -203,7 +203,7 @@ mod huge_pages {
         let base = NonNull::new(base)?;
         // SAFETY: the advised range lies inside the mapping (len covers the alignment).
         // Advice only: refused, the pages are 4 KiB ones and work the same.
-        unsafe { madvise(aligned(base).as_ptr(), (size + HUGE - 1) / HUGE * HUGE, MADV_HUGEPAGE) };
+        unsafe { madvise(aligned(base).as_ptr(), size.div_ceil(HUGE) * HUGE, MADV_HUGEPAGE) };
         Some((base, len))
     }
 

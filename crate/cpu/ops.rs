@@ -263,7 +263,7 @@ pub(crate) unsafe fn convert_row(
     let (sts, dts) = (sty.type_size(), dty.type_size());
     if sty.is_quantized() || dty.is_quantized() {
         let blck = if sty.is_quantized() { sty.blck_size() } else { dty.blck_size() };
-        if n % blck != 0 {
+        if !n.is_multiple_of(blck) {
             return unsupported(format!("{sty} → {dty}: a row of {n} elements is not whole blocks of {blck}"));
         }
         if (sty.is_quantized() && snb != sts) || (dty.is_quantized() && dnb != dts) {
@@ -376,7 +376,7 @@ pub(crate) fn dup(src: &TensorView, dst: &TensorView, exec: &Exec) -> KResult {
     }
     if dst.is_contiguous() {
         let dblck = dst.ty.blck_size();
-        if src.ne[0] % dblck != 0 || src.ne[0] % src.ty.blck_size() != 0 {
+        if !src.ne[0].is_multiple_of(dblck) || !src.ne[0].is_multiple_of(src.ty.blck_size()) {
             return unsupported(format!(
                 "copy of rows of {} {} elements into {} (block {dblck}) of another shape",
                 src.ne[0], src.ty, dst.ty
@@ -521,7 +521,7 @@ pub(crate) enum BinaryOp {
 
 /// ggml_add / ggml_mul: `b` repeats over `a` in every dim (index modulo b's extent).
 pub(crate) fn binary(op: BinaryOp, a: &TensorView, b: &TensorView, dst: &TensorView, exec: &Exec) -> KResult {
-    if (0..MAX_DIMS).any(|i| b.ne[i] == 0 || a.ne[i] % b.ne[i] != 0) {
+    if (0..MAX_DIMS).any(|i| b.ne[i] == 0 || !a.ne[i].is_multiple_of(b.ne[i])) {
         return Err(KernelError::Invalid(format!("b ne={:?} does not repeat onto a ne={:?}", b.ne, a.ne)));
     }
     let nb0 = b.ne[0];
@@ -867,7 +867,7 @@ impl MulMatPlan {
 }
 
 fn aligned(p: *const u8, align: usize) -> bool {
-    p as usize % align == 0
+    (p as usize).is_multiple_of(align)
 }
 
 /// ggml_compute_forward_mul_mat: dst[m, n, i2, i3] = a[:, m, i2/r2, i3/r3] · b[:, n, i2, i3].
@@ -887,8 +887,8 @@ pub(crate) fn mul_mat(a: &TensorView, b: &TensorView, d: &TensorView, exec: &Exe
     if b.ne[0] != k
         || a.ne[2] == 0
         || a.ne[3] == 0
-        || b.ne[2] % a.ne[2] != 0
-        || b.ne[3] % a.ne[3] != 0
+        || !b.ne[2].is_multiple_of(a.ne[2])
+        || !b.ne[3].is_multiple_of(a.ne[3])
         || d.ne != [a.ne[1], b.ne[1], b.ne[2], b.ne[3]]
     {
         return Err(KernelError::Invalid(format!(
@@ -896,7 +896,7 @@ pub(crate) fn mul_mat(a: &TensorView, b: &TensorView, d: &TensorView, exec: &Exe
             a.ne, b.ne, d.ne
         )));
     }
-    if d.ty != GgmlType::F32 || d.nb[0] != 4 || !aligned(d.ptr, 4) || (d.ne[1] > 1 && d.nb[1] % 4 != 0) {
+    if d.ty != GgmlType::F32 || d.nb[0] != 4 || !aligned(d.ptr, 4) || (d.ne[1] > 1 && !d.nb[1].is_multiple_of(4)) {
         return unsupported(format!("mul_mat result must be packed, aligned f32 rows (type {}, nb {:?})", d.ty, d.nb));
     }
     if a.packed && (a.ne[2] != 1 || a.ne[3] != 1 || a.nb[1] != a.ty.row_size(k as i64)) {
@@ -914,7 +914,7 @@ pub(crate) fn mul_mat(a: &TensorView, b: &TensorView, d: &TensorView, exec: &Exe
         // Quantized and BF16 weights: b is converted to the weight's vec_dot_type.
         t if crate::cpu::arch::cpu_traits(t).vec_dot.is_some() => {
             let vdt = crate::cpu::arch::cpu_traits(t).vec_dot_type;
-            if k % t.blck_size() != 0 || k % vdt.blck_size() != 0 {
+            if !k.is_multiple_of(t.blck_size()) || !k.is_multiple_of(vdt.blck_size()) {
                 return unsupported(format!("mul_mat: K = {k} is not whole {t}/{vdt} blocks"));
             }
             DotKind::Quant(t)
@@ -929,7 +929,8 @@ pub(crate) fn mul_mat(a: &TensorView, b: &TensorView, d: &TensorView, exec: &Exe
         DotKind::F16 => 2,
         DotKind::Quant(_) => 1,
     };
-    let a_rows_aligned = aligned(a.ptr, elem_align) && (1..MAX_DIMS).all(|i| a.ne[i] <= 1 || a.nb[i] % elem_align == 0);
+    let a_rows_aligned =
+        aligned(a.ptr, elem_align) && (1..MAX_DIMS).all(|i| a.ne[i] <= 1 || a.nb[i].is_multiple_of(elem_align));
     if !a_rows_aligned {
         return unsupported(format!("mul_mat: rows of a ({}) are not {elem_align}-byte aligned", a.ty));
     }
@@ -942,7 +943,7 @@ pub(crate) fn mul_mat(a: &TensorView, b: &TensorView, d: &TensorView, exec: &Exe
     let b_is_packed_f32 = b.ty == GgmlType::F32
         && b.nb[0] == 4
         && aligned(b.ptr, 4)
-        && (1..MAX_DIMS).all(|i| b.ne[i] <= 1 || b.nb[i] % 4 == 0);
+        && (1..MAX_DIMS).all(|i| b.ne[i] <= 1 || b.nb[i].is_multiple_of(4));
     // Scratch rows: f32 for float dots; u64 words for quantized rows so their blocks are
     // at least as aligned as a packed tensor's would be.
     let wf32: Vec<f32>;

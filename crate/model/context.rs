@@ -420,7 +420,7 @@ impl Gpt2 {
         // wasm). The compute buffers are then planned against what is left, as a run's.
         let what = format!("a gradient run over {n} tokens (metric weights, compute buffers, gradients)");
         let left = self.host_left();
-        let w_len = n.checked_mul(hp.n_vocab).unwrap_or(usize::MAX);
+        let w_len = n.saturating_mul(hp.n_vocab);
         let w_bytes = (w_len as u64).saturating_mul(4);
         if let Some(l) = left.filter(|&l| w_bytes > l) {
             return Err(ModelError::RunTooLarge { what, needed: w_bytes, left: l });

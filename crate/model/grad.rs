@@ -538,8 +538,8 @@ impl Session {
         } else {
             (vec![nl, n], vec![0f64; nl * n])
         };
-        for l in 0..nl {
-            let (c, x, g) = (&clean_run.cache[l].data, &corr.cache[l].data, &grads[l].data);
+        for (l, grad) in grads.iter().enumerate().take(nl) {
+            let (c, x, g) = (&clean_run.cache[l].data, &corr.cache[l].data, &grad.data);
             let per = c.len() / n;
             for p in 0..n {
                 for i in 0..per {

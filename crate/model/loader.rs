@@ -67,7 +67,7 @@ impl Hparams {
             eps: h.get_f32("gpt2.attention.layer_norm_epsilon").map_err(meta)?,
         };
         let bad = |what: String| Err(ModelError::Metadata(what));
-        if hp.n_embd == 0 || hp.n_head == 0 || hp.n_embd % hp.n_head != 0 {
+        if hp.n_embd == 0 || hp.n_head == 0 || !hp.n_embd.is_multiple_of(hp.n_head) {
             return bad(format!(
                 "embedding_length {} is not a positive multiple of head_count {}",
                 hp.n_embd, hp.n_head

@@ -145,7 +145,7 @@ impl Sae {
     /// Encodes `x` (`[rows][d_in]`).
     pub fn encode(&self, x: &[f32], top_k: usize) -> Result<Encoded, ModelError> {
         let (di, ds) = (self.d_in, self.d_sae);
-        if x.len() % di != 0 {
+        if !x.len().is_multiple_of(di) {
             return Err(ModelError::Invalid(format!("{} values are not rows of d_in {di}", x.len())));
         }
         let mut out = Encoded { tokens: Vec::new(), top: Vec::new(), l0: Vec::new(), mse: Vec::new() };

@@ -27,8 +27,8 @@ pub struct SamplingParams {
     pub top_p: f32,
     /// Drop tokens whose probability is below `min_p` times the most likely one's (0 = off).
     pub min_p: f32,
-    /// > 1 discourages tokens already in `recent` (CTRL-style: divide positive logits,
-    /// multiply negative ones). 1.0 disables it.
+    /// Above 1 it discourages tokens already in `recent` (CTRL-style: divide positive
+    /// logits, multiply negative ones). 1.0 disables it.
     pub repeat_penalty: f32,
     /// How many of the most recent tokens the penalty looks at.
     pub repeat_last_n: usize,
@@ -173,10 +173,10 @@ impl Sampler {
         }
         let total: f64 = probs[..keep].iter().sum();
         let mut r = self.rng.next_f64() * total;
-        for i in 0..keep {
-            r -= probs[i];
+        for (p, c) in probs[..keep].iter().zip(&self.candidates) {
+            r -= p;
             if r < 0.0 {
-                return self.candidates[i].0;
+                return c.0;
             }
         }
         self.candidates[keep - 1].0
@@ -208,7 +208,7 @@ mod tests {
     #[test]
     fn exp_matches_std() {
         for &x in &[-20.0, -3.3, -0.5, 0.0, 0.25, 1.0, 7.5] {
-            let (a, b) = (libm_exp(x), (x as f64).exp());
+            let (a, b) = (libm_exp(x), x.exp());
             assert!(((a - b) / b).abs() < 1e-14, "{x}: {a} vs {b}");
         }
     }

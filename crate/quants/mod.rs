@@ -117,7 +117,7 @@ pub fn can_quantize(ty: GgmlType) -> bool {
 
 pub(crate) fn check_row(ty: GgmlType, n: usize, bytes: usize, what: &str) {
     assert!(
-        n % ty.blck_size() == 0,
+        n.is_multiple_of(ty.blck_size()),
         "quants {what}: {n} elements is not a multiple of the {ty} block size {}",
         ty.blck_size()
     );
@@ -151,7 +151,7 @@ pub fn dequantize(ty: GgmlType, bytes: &[u8]) -> Result<Vec<f32>, QuantError> {
     if !can_dequantize(ty) {
         return Err(QuantError::Unsupported { ty, op: "dequantize" });
     }
-    if bytes.len() % ty.type_size() != 0 {
+    if !bytes.len().is_multiple_of(ty.type_size()) {
         return Err(QuantError::BadLength { ty, len: bytes.len(), unit: ty.type_size(), what: "bytes" });
     }
     let mut out = vec![0f32; bytes.len() / ty.type_size() * ty.blck_size()];
@@ -164,7 +164,7 @@ pub fn quantize(ty: GgmlType, src: &[f32]) -> Result<Vec<u8>, QuantError> {
     if !can_quantize(ty) {
         return Err(QuantError::Unsupported { ty, op: "quantize" });
     }
-    if src.len() % ty.blck_size() != 0 {
+    if !src.len().is_multiple_of(ty.blck_size()) {
         return Err(QuantError::BadLength { ty, len: src.len(), unit: ty.blck_size(), what: "elements" });
     }
     let mut out = vec![0u8; ty.type_size() * (src.len() / ty.blck_size())];

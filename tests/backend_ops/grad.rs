@@ -251,8 +251,8 @@ pub fn backward_op_cases() -> Vec<Case> {
     // one-at-a-time tail of 4), 40 and 70 steps of j (a partial panel of 32).
     for (ty, k, j, rows) in [(Q8_0, 96, 40, 21), (F32, 100, 70, 13), (F16, 100, 33, 9)] {
         v.push(case(&format!("out_prod {ty} K={k} J={j}, {rows} rows"), mm_tol(j), move |i| {
-            let a = i.range(ty, &[k, j as i64], -0.5, 0.5);
-            let g = i.t(F32, &[j as i64, rows]);
+            let a = i.range(ty, &[k, j], -0.5, 0.5);
+            let g = i.t(F32, &[j, rows]);
             i.ctx.out_prod(&a, &i.ctx.transpose(&g))
         }));
     }

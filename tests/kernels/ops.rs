@@ -105,7 +105,7 @@ fn row_ops_threads_give_identical_results() {
     let n = 300 * 70 * 3;
     let av = rng.vec(n, -4.0, 4.0);
     let bv = rng.vec(300 * 70, -1.0, 1.0);
-    let idx: Vec<i32> = (0..150).map(|i| (i * 37 % 70) as i32).collect();
+    let idx: Vec<i32> = (0..150).map(|i| i * 37 % 70).collect();
     type Build = fn(&Context, &Tensor, &Tensor, &Tensor) -> Tensor;
     let ops: [(&str, Build); 11] = [
         ("add", |c, a, b, _| c.add(a, b)),

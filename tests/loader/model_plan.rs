@@ -167,7 +167,7 @@ fn fits_against_the_budget() {
         ggweb::gguf::Limits::default(),
         None,
     );
-    let err = load.feed(&bytes).err().expect("over budget");
+    let err = load.feed(&bytes).expect_err("over budget");
     assert!(matches!(err, ModelError::OverBudget { .. }));
     assert_eq!(p.misfit.unwrap(), err.to_string());
 }

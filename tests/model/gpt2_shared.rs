@@ -69,12 +69,10 @@ fn greedy_continuation_matches_hf() {
         let want = ids(&p["greedy_ids"]);
         let mut logits = m.model.eval(&prompt, 0, false).unwrap();
         let mut got = Vec::new();
-        let mut n_past = prompt.len();
-        for _ in 0..want.len() {
+        for n_past in prompt.len()..prompt.len() + want.len() {
             let t = ggweb::model::sampling::argmax(&logits);
             got.push(t);
             logits = m.model.eval(&[t], n_past, false).unwrap();
-            n_past += 1;
         }
         assert_eq!(got, want, "greedy ids for {:?}", p["key"]);
     }

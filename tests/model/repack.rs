@@ -46,7 +46,7 @@ fn same_logits(plain: &mut LoadedModel, packed: &mut LoadedModel, prompt: &[u32]
             (seq_steps(&mut plain.model, prompt, n, 3).unwrap(), seq_steps(&mut packed.model, prompt, n, 3).unwrap());
         assert_eq!(a.len(), 3);
         for (step, (a, b)) in a.iter().zip(&b).enumerate() {
-            assert_eq!(a.len(), n * plain.model.hparams.n_vocab as usize);
+            assert_eq!(a.len(), n * plain.model.hparams.n_vocab);
             assert!(a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()), "{what}: {n} sequences, step {step}");
         }
     }

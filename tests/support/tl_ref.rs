@@ -119,7 +119,7 @@ pub fn check_hooks(s: &mut Session, r: &Ref) {
         let run = block_on(s.run(&prompt, &[], &hooks)).unwrap();
         assert_eq!(run.logits.len(), prompt.len() * n_vocab);
         // The bound for hooked logits.
-        let d = logits_delta(&r, &run.logits, n_vocab, &format!("hooks/{i}/logits"));
+        let d = logits_delta(r, &run.logits, n_vocab, &format!("hooks/{i}/logits"));
         assert!(d <= 1e-4, "hook case {i} ({}): max |Δ| {d:e}", case["hooks"]);
         let last = &run.logits[(prompt.len() - 1) * n_vocab..];
         let mut top: Vec<u32> = (0..n_vocab as u32).collect();

@@ -196,7 +196,7 @@ const fn pairs(m: &[u16]) -> bool {
     let mut i = 0;
     while i < m.len() {
         let p = m[i] as usize;
-        if p >= m.len() || seen[p] || (i % 2 == 0 && (p % 2 != 0 || m[i + 1] as usize != p + 1)) {
+        if p >= m.len() || seen[p] || (i % 2 == 0 && (!p.is_multiple_of(2) || m[i + 1] as usize != p + 1)) {
             return false;
         }
         seen[p] = true;
@@ -258,7 +258,7 @@ pub fn disabled() -> bool {
 /// is a whole group.
 pub fn wants(ty: GgmlType, k: usize, m: usize, force: bool) -> bool {
     let kernel = cpu_traits(ty).packed.is_some() || (force && layout(ty).is_some());
-    kernel && m >= group(ty) && k % ty.blck_size() == 0 && k > 0
+    kernel && m >= group(ty) && k.is_multiple_of(ty.blck_size()) && k > 0
 }
 
 /// The name of the packed decode kernel for `ty` on this machine, if any.
@@ -275,7 +275,7 @@ pub fn kernel_name(ty: GgmlType) -> Option<&'static str> {
 pub fn pack(ty: GgmlType, k: usize, m: usize, data: &mut [u8]) -> bool {
     let Some(l) = layout(ty) else { return false };
     let (bs, qk) = (ty.type_size(), ty.blck_size());
-    if k % qk != 0 {
+    if !k.is_multiple_of(qk) {
         return false;
     }
     let (nb, rs) = (k / qk, ty.row_size(k as i64));
@@ -493,7 +493,7 @@ pub fn gemm_packed(
     let rows = group(ty);
     let ng = m / rows;
     let gs = rows * rs;
-    assert!(layout(ty).is_some() && k % ty.blck_size() == 0, "repack::gemm_packed: {ty} K {k}");
+    assert!(layout(ty).is_some() && k.is_multiple_of(ty.blck_size()), "repack::gemm_packed: {ty} K {k}");
     assert!(a.len() >= m * rs, "repack::gemm_packed: {m} rows of {rs} bytes in {}", a.len());
     if n == 0 || m == 0 {
         return;

@@ -429,7 +429,7 @@ unsafe fn k_prompt<P>(
     block: impl Fn(*const u8, &P, *const u8) -> __m256,
 ) {
     let gb = R * lda / nb.max(1);
-    assert!(m % R == 0 && n > 0 && a.len() >= m * lda);
+    assert!(m.is_multiple_of(R) && n > 0 && a.len() >= m * lda);
     assert!(b.len() >= (n - 1) * ldb + nb * Y_SIZE && c.len() >= (n - 1) * ldc + m);
     let mut acc = alloc::vec![_mm256_setzero_ps(); 8 * n];
     for g in 0..m / R {

@@ -345,7 +345,7 @@ unsafe fn k_prompt<P>(
     block1: impl Fn(*const u8, *const u8, &P, [*const u8; 1]) -> [__m512; 1],
 ) {
     let gb = R * lda / nb.max(1);
-    assert!(m % R == 0 && n > 0 && a.len() >= m * lda);
+    assert!(m.is_multiple_of(R) && n > 0 && a.len() >= m * lda);
     assert!(b.len() >= (n - 1) * ldb + nb * Y_SIZE && c.len() >= (n - 1) * ldc + m);
     let mut acc = alloc::vec![_mm512_setzero_ps(); 8 * n];
     let y = |j: usize, t: usize| b.as_ptr().add(j * ldb + t * Y_SIZE);
