@@ -224,9 +224,8 @@ unsafe fn f16x4_finite(p: *const u8, k: &F16K) -> v128 {
 /// at most `last`, the weights' last byte): wasm has no prefetch instruction, and a packed
 /// decode kernel read its weights from memory at about half its in-cache rate; a load that
 /// nothing waits on starts the line's fill early, as a prefetch would. Called once per block
-/// step of a kernel (`len`: the step's block; `ahead`: tuned per kernel, [`packed_k`]). Changes
-/// no value. (Q8_0's packed kernel for 2 to 4 rows of b, 3 such loads a group's 136-byte block
-/// 24 blocks on, measured no faster per CPU second in Node 26: relaxed, 4 sequences.)
+/// step of a kernel (`len`: the step's block; `ahead`: tuned per kernel, [`packed`],
+/// [`packed_k`]). Changes no value.
 ///
 /// # Safety
 /// Every address from `at` to `last` lies inside one allocation (the weights).
