@@ -108,8 +108,16 @@ impl Sampler {
         if p.temperature <= 0.0 && !penalized {
             return argmax(logits);
         }
+        // Descending by logit, ties by id, so the result does not depend on sort stability.
+        let by_logit = |a: &(u32, f32), b: &(u32, f32)| {
+            b.1.partial_cmp(&a.1).unwrap_or(core::cmp::Ordering::Equal).then(a.0.cmp(&b.0))
+        };
+        let n = logits.len();
+        let k = if p.top_k == 0 { n } else { p.top_k.min(n) };
         self.candidates.clear();
-        self.candidates.extend(logits.iter().enumerate().map(|(i, &l)| (i as u32, l)));
+        if penalized || k == n {
+            self.candidates.extend(logits.iter().enumerate().map(|(i, &l)| (i as u32, l)));
+        }
         if penalized {
             let start = recent.len().saturating_sub(p.repeat_last_n);
             let mut seen: Vec<u32> = recent[start..].to_vec();
@@ -120,29 +128,32 @@ impl Sampler {
                     c.1 = if c.1 > 0.0 { c.1 / p.repeat_penalty } else { c.1 * p.repeat_penalty };
                 }
             }
+            if p.temperature <= 0.0 {
+                let row: Vec<f32> = self.candidates.iter().map(|c| c.1).collect();
+                return argmax(&row);
+            }
         }
-        if p.temperature <= 0.0 {
-            let row: Vec<f32> = self.candidates.iter().map(|c| c.1).collect();
-            return argmax(&row);
-        }
-        // Descending by logit, ties by id, so the result does not depend on sort stability.
-        let by_logit = |a: &(u32, f32), b: &(u32, f32)| {
-            b.1.partial_cmp(&a.1).unwrap_or(core::cmp::Ordering::Equal).then(a.0.cmp(&b.0))
-        };
-        let k = if p.top_k == 0 { self.candidates.len() } else { p.top_k.min(self.candidates.len()) };
-        if k < self.candidates.len() {
+        if k < n {
             // The k best in one pass, kept sorted: after the first few hundred ids almost
             // every logit is below the k-th and costs one comparison (a partition of the
             // whole vocabulary was ~5% of a 4-sequence decode step in wasm). The same k
-            // under the same order as a selection would give.
+            // under the same order as a selection would give. Without a penalty the logits
+            // are read as they are (no copy of the vocabulary as (id, logit) pairs).
             let mut top: Vec<(u32, f32)> = Vec::with_capacity(k + 1);
-            for &c in &self.candidates {
-                if top.len() == k && by_logit(&c, &top[k - 1]) != core::cmp::Ordering::Less {
-                    continue;
+            let mut offer = |c: (u32, f32)| {
+                // Below the k-th, or NaN: after it in `by_logit`'s order (ids come in
+                // ascending order, so an equal logit is after it too) in one comparison.
+                if top.len() == k && !(c.1 > top[k - 1].1) {
+                    return;
                 }
                 let at = top.partition_point(|t| by_logit(t, &c) == core::cmp::Ordering::Less);
                 top.insert(at, c);
                 top.truncate(k);
+            };
+            if penalized {
+                self.candidates.iter().for_each(|&c| offer(c));
+            } else {
+                logits.iter().enumerate().for_each(|(i, &l)| offer((i as u32, l)));
             }
             self.candidates.clear();
             self.candidates.extend_from_slice(&top);
@@ -292,6 +303,30 @@ mod tests {
             let again: Vec<u32> = (0..16).map(|_| want[s2.sample(&kept, &[]) as usize].0).collect();
             assert_eq!(got, again, "round {round}, k {k}");
         }
+    }
+
+    /// With a repetition penalty the top k come from the penalized logits (the copy the
+    /// penalty writes; without one the logits are read as they are): the same tokens and
+    /// order as a selection over the penalized row.
+    #[test]
+    fn top_k_after_the_penalty_selects_the_penalized_row() {
+        let mut rng = Rng::new(9);
+        let n = 50257;
+        let logits: Vec<f32> = (0..n).map(|_| (rng.next_f64() * 40.0).floor() as f32 / 4.0 - 5.0).collect();
+        let recent: Vec<u32> = (0..64).map(|i| (i * 787) % n as u32).collect();
+        let mut row = logits.clone();
+        for &t in &recent {
+            let l = logits[t as usize];
+            row[t as usize] = if l > 0.0 { l / 1.3 } else { l * 1.3 };
+        }
+        let by = |a: &(u32, f32), b: &(u32, f32)| b.1.partial_cmp(&a.1).unwrap().then(a.0.cmp(&b.0));
+        let mut want: Vec<(u32, f32)> = row.iter().enumerate().map(|(i, &l)| (i as u32, l)).collect();
+        want.select_nth_unstable_by(39, by);
+        want.truncate(40);
+        want.sort_unstable_by(by);
+        let mut s = Sampler::new(SamplingParams { repeat_penalty: 1.3, top_k: 40, ..Default::default() });
+        s.sample(&logits, &recent);
+        assert_eq!(&s.candidates[..], &want[..]);
     }
 
     #[test]

@@ -220,6 +220,22 @@ unsafe fn f16x4_finite(p: *const u8, k: &F16K) -> v128 {
     v128_or(f32x4_pmin(n, t), v128_and(h, sign))
 }
 
+/// Reads one byte of each 64-byte line of the `len` bytes `ahead` bytes past address `at` (each
+/// at most `last`, the weights' last byte): wasm has no prefetch instruction, and a packed
+/// decode kernel read its weights from memory at about half its in-cache rate; a load that
+/// nothing waits on starts the line's fill early, as a prefetch would. Called once per block
+/// step of a kernel (`len`: the step's block; `ahead`: tuned per kernel, [`packed`],
+/// [`packed_k`]). Changes no value.
+///
+/// # Safety
+/// Every address from `at` to `last` lies inside one allocation (the weights).
+#[inline(always)]
+unsafe fn touch_ahead(at: usize, len: usize, ahead: usize, last: usize) {
+    for i in 0..len.div_ceil(64) {
+        core::ptr::read_volatile((at + ahead + 64 * i).min(last) as *const u8);
+    }
+}
+
 #[inline(always)]
 fn f16x4(h: [u16; 4]) -> v128 {
     f16x4_to_f32(u32x4(h[0] as u32, h[1] as u32, h[2] as u32, h[3] as u32))

@@ -211,22 +211,17 @@ unsafe fn f16s(p: *const u8, k: &F16K) -> v128 {
     f16x4_finite(p, k)
 }
 
-/// Reads one byte of each 64-byte line of the Q6_K group block 4 blocks past the one at
-/// address `at` (the same stream's, 3.3 KiB on; at most `last`, the weights' last byte): wasm has
-/// no prefetch, and from memory the decode of one row of b read Q6_K well under the two-stream
-/// rate (relaxed, per CPU second: ~7-8 GB/s against 15-16 in cache); a load that nothing waits
-/// on starts the line's fill early, as a prefetch would. Changes no value. (Per group step, as
-/// here, before the blocks' work: read inside the loop over the pair's groups, next to each
-/// block, the same loads made the kernel slower, 1 and 4 rows of b.)
-///
-/// # Safety
-/// Every address from `at` to `last` lies inside one allocation (the weights).
-#[inline(always)]
-unsafe fn touch_ahead(at: usize, last: usize) {
-    for i in 0..GB_Q6_K.div_ceil(64) {
-        core::ptr::read_volatile((at + 4 * GB_Q6_K + 64 * i).min(last) as *const u8);
-    }
-}
+/// How far ahead of a block step [`super::touch_ahead`] reads, in group blocks: Q6_K's 4
+/// (3.3 KiB: from memory the decode of one row of b read Q6_K well under the two-stream rate,
+/// relaxed, per CPU second ~7-8 GB/s against 15-16 in cache; read once per group step, before
+/// the blocks' work: read inside the loop over the pair's groups, next to each block, the same
+/// loads made the kernel slower, 1 and 4 rows of b), Q4_K's 6 (3.4 KiB; for 2 to 4 rows of b).
+/// Reading ahead for 2 to 4 rows of b too (Q6_K's had been 1 row's only): a 4-sequence Q4_K_M step in Node 26,
+/// relaxed, 42.0-43.5 → 44.9-47.0 steps per CPU second (kernels from memory ~3.3 → ~5 GB/s); the
+/// plain build's, whose kernels are slower than memory at 4 rows, unchanged (30.6-31.3 →
+/// 29.6-31.7; BENCHMARKS.md 2026-12-07, branch ra12).
+const AHEAD_Q6_K: usize = 4 * GB_Q6_K;
+const AHEAD_Q4_K: usize = 6 * GB_Q4_K;
 
 /// Runs `step(t, &mut acc[t % 8])` for every block, in order (`acc[t % 8][g][j]`: group g's
 /// 4 rows against column j), then each group's and column's 4 rows' `reduce8`.
@@ -401,9 +396,9 @@ fn decode_n<const N: usize>(g: &GemmArgs, c: &mut [f32]) -> bool {
             // (plain build), yd N·nb scales (asserted or built above).
             let out = unsafe {
                 if dot {
-                    group_q4_k::<N, true>(nb, a.as_ptr().add(g * gs), yb, yk, &yd)
+                    group_q4_k::<N, true>(nb, a.as_ptr().add(g * gs), last, yb, yk, &yd)
                 } else {
-                    group_q4_k::<N, false>(nb, a.as_ptr().add(g * gs), yb, yk, &yd)
+                    group_q4_k::<N, false>(nb, a.as_ptr().add(g * gs), last, yb, yk, &yd)
                 }
             };
             store(c, g, out);
@@ -441,13 +436,15 @@ fn decode_n<const N: usize>(g: &GemmArgs, c: &mut [f32]) -> bool {
 
 /// # Safety
 /// `p` points at a group of `nb` Q4_K blocks; each `b[j]` holds nb Q8_K blocks, each `yk[j]`
-/// `YK·nb` vectors ([`prep_q6_k`], plain build); `yd` `N·nb` scales. DOT: [`q4_k_sub`]'s dot
-/// path (relaxed build only).
+/// `YK·nb` vectors ([`prep_q6_k`], plain build); `yd` `N·nb` scales; `last` is the last byte of
+/// the weights that hold the group ([`super::touch_ahead`]). DOT: [`q4_k_sub`]'s dot path
+/// (relaxed build only).
 #[inline(always)]
 #[cfg_attr(target_feature = "relaxed-simd", allow(unused_variables))] // yk: the plain build's
 unsafe fn group_q4_k<const N: usize, const DOT: bool>(
     nb: usize,
     p: *const u8,
+    last: usize,
     b: [*const u8; N],
     yk: [*const v128; N],
     yd: &[f32],
@@ -462,6 +459,10 @@ unsafe fn group_q4_k<const N: usize, const DOT: bool>(
     let fk = super::F16_KEPT.read();
     let [out] = blocks::<1, N>(nb, |t, [acc]| {
         let blk = p.add(t * GB_Q4_K);
+        // Several rows of b only: one row's kernel is left as measured.
+        if N > 1 {
+            super::touch_ahead(blk as usize, GB_Q4_K, AHEAD_Q4_K, last);
+        }
         let s = q4_k_scales(blk, &k);
         // b's quants (relaxed) or their pairs (plain).
         #[cfg(target_feature = "relaxed-simd")]
@@ -615,10 +616,8 @@ unsafe fn group_q6_k<const G: usize, const N: usize, const DOT: bool>(
     let km = Q6_K_KEPT.read();
     let fk = super::F16_KEPT.read();
     blocks::<G, N>(nb, |t, acc| {
-        if N == 1 {
-            for &p in p.iter() {
-                touch_ahead(p as usize + t * GB_Q6_K, last);
-            }
+        for &p in p.iter() {
+            super::touch_ahead(p as usize + t * GB_Q6_K, GB_Q6_K, AHEAD_Q6_K, last);
         }
         // Block t of each group in turn (G = 2: two memory streams, [`super::packed::in_pairs`]),
         // each with its own accumulators: the order of one group's steps is the same.
