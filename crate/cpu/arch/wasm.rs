@@ -1515,8 +1515,21 @@ impl PanelForm for U8Panels {
         // 8 sums, 2 panel vectors and a splat live.
         for q in 0..core::hint::black_box(8) {
             let x: [v128; P] = core::array::from_fn(|p| *pp[p].add(9 * t + q));
+            // A whole group's 4 rows: one load, each row's 4 bytes splatted from it (a
+            // `v128.load32_splat` keeps its constant offset as an `i32.add`, which wasm-opt
+            // folds into plain loads only: a `lea` per splat in V8's code).
+            let y4 = if C == TN { v128_load(yr[0].add(128 * t + 16 * q) as *const v128) } else { u32x4_splat(0) };
             for c in 0..C {
-                let y = v128_load32_splat(yr[0].add(128 * t + 16 * q + 4 * c) as *const u32);
+                let y = if C == TN {
+                    match c {
+                        0 => i32x4_shuffle::<0, 0, 0, 0>(y4, y4),
+                        1 => i32x4_shuffle::<1, 1, 1, 1>(y4, y4),
+                        2 => i32x4_shuffle::<2, 2, 2, 2>(y4, y4),
+                        _ => i32x4_shuffle::<3, 3, 3, 3>(y4, y4),
+                    }
+                } else {
+                    v128_load32_splat(yr[0].add(128 * t + 16 * q + 4 * c) as *const u32)
+                };
                 for p in 0..P {
                     s[p][c] = i32x4_relaxed_dot_i8x16_i7x16_add(x[p], y, s[p][c]);
                 }

@@ -81,7 +81,9 @@ pub(crate) fn gelu(x: &mut [f32]) {
         // two; 16 at a time spills registers and is slower).
         while i + 8 <= n {
             let v: [v128; 2] = core::array::from_fn(|k| v128_load(p.add(i + 4 * k) as *const v128));
-            let r = v.map(gelu4);
+            // Not `v.map(gelu4)`: rustc left array::map's per-element closure out of line, a
+            // call per 4 lanes that V8 keeps (1.4% of a LoRA training step).
+            let r = [gelu4(v[0]), gelu4(v[1])];
             for (k, r) in r.into_iter().enumerate() {
                 v128_store(p.add(i + 4 * k) as *mut v128, r);
             }
