@@ -143,7 +143,7 @@ impl Sampler {
             let mut offer = |c: (u32, f32)| {
                 // Below the k-th, or NaN: after it in `by_logit`'s order (ids come in
                 // ascending order, so an equal logit is after it too) in one comparison.
-                if top.len() == k && !(c.1 > top[k - 1].1) {
+                if top.len() == k && c.1.partial_cmp(&top[k - 1].1) != Some(core::cmp::Ordering::Greater) {
                     return;
                 }
                 let at = top.partition_point(|t| by_logit(t, &c) == core::cmp::Ordering::Less);

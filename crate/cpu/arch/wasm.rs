@@ -547,7 +547,10 @@ pub(super) fn gemm_rows(g: &GemmArgs, c: &mut [f32]) {
 pub(super) fn gemm_rows_packed(g: &GemmArgs, c: &mut [f32]) {
     let cols = g.cols;
     assert!(
-        g.ty == GgmlType::Q8_0 && g.m % PANEL == 0 && cols.plain.len() >= PANEL_MIN_N && !cols.plain.contains(&true)
+        g.ty == GgmlType::Q8_0
+            && g.m.is_multiple_of(PANEL)
+            && cols.plain.len() >= PANEL_MIN_N
+            && !cols.plain.contains(&true)
     );
     gemm_rows_form(true, g, c)
 }
@@ -1076,6 +1079,7 @@ fn transpose4(x: [v128; PANEL]) -> [v128; 4] {
 /// `half(r, t, h)` and `scales(t)` (the 4 rows' f32 scales of block t) read the rows,
 /// from ggml's layout or from a repacked group ([`super::repack`]).
 #[inline(always)]
+#[allow(clippy::needless_range_loop)] // t also addresses pw's blocks
 fn pack_i16(
     nb: usize,
     pw: &mut [v128],
@@ -1491,7 +1495,7 @@ impl PanelForm for U8Panels {
     #[inline(always)]
     fn rows<const C: usize>(&self, nb: usize, jj: [usize; C]) -> [*const u8; C] {
         let j = jj[0];
-        assert!(C <= TN && (C == 1 || j % TN == 0) && (0..C).all(|c| jj[c] == j + c));
+        assert!(C <= TN && (C == 1 || j.is_multiple_of(TN)) && (0..C).all(|c| jj[c] == j + c));
         let g = &self.yu[j / TN * nb * 8..(j / TN + 1) * nb * 8];
         // SAFETY: j % TN + c < TN bytes into the group's first vector.
         let p = unsafe { (g.as_ptr() as *const u8).add(4 * (j % TN)) };
@@ -1501,6 +1505,7 @@ impl PanelForm for U8Panels {
         self.packed
     }
     #[inline(always)]
+    #[allow(clippy::needless_range_loop)] // c also picks the lane of b's load
     unsafe fn sums<const P: usize, const C: usize>(
         &self,
         t: usize,

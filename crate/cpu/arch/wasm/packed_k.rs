@@ -107,7 +107,7 @@ fn gemm_rows_packed<X: KBlock>(
 ) {
     let (xs, gb) = (core::mem::size_of::<X>(), 4 * core::mem::size_of::<X>());
     assert!(matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K) && xs == ty.type_size());
-    assert!(m % 4 == 0 && a.len() >= m / 4 * nb * gb);
+    assert!(m.is_multiple_of(4) && a.len() >= m / 4 * nb * gb);
     // The rows back in ggml's layout (vector shuffles; a few hundred KiB at most, as mul_mat
     // hands out blocks of rows), then the plain kernel: its code, its speed.
     let mut plain = vec![X::zeroed(); m * nb];
