@@ -269,6 +269,13 @@ unsafe fn widened_at(q: *const u8) -> [v128; 4] {
     core::array::from_fn(|o| i16x8_load_extend_i8x8(q.add(8 * o) as *const i8))
 }
 
+/// How far ahead of a block step the plain build's Q8_0 kernel reads ([`super::touch_ahead`]),
+/// for 2 to 4 rows of b: 24 group blocks of 136 bytes (3.2 KiB). A 4-sequence Q8_0 step in
+/// Chromium 29.8 → 31.9 steps/s; the relaxed kernel with the same reads measured no faster
+/// (4 sequences, branch ra12), nor did one row of b's (branch q40p).
+#[cfg(not(target_feature = "relaxed-simd"))]
+const AHEAD_Q8_0: usize = 24 * 136;
+
 /// # Safety
 /// each `p` points at a group of `nb` blocks (136 bytes each); `yw` holds `4·N·nb` vectors, `dy`
 /// `N·nb` scales; `last` is the weights' last byte.
@@ -286,14 +293,9 @@ unsafe fn group_q8_0<const G: usize, const N: usize>(
     let [mag, bias, m14, sign, _] = SCALE_KEPT.read();
     let k = [mag, bias, m14, sign];
     blocks::<G, N>(nb, |t, acc| {
-        // Several rows of b: each stream's group block 24 blocks on (3.2 KiB, as Q6_K's 4 in
-        // `packed_k`), read ahead ([`super::touch_ahead`]). A 4-sequence Q8_0 step in Chromium
-        // 156 29.8 → 31.9 steps/s (Node 26 per CPU second +2-3%); the relaxed kernels with the
-        // same reads measured no faster (Node 26, 4 sequences; branch ra12), nor did one row
-        // of b's (branch q40p).
         if N > 1 {
             for &p in p.iter() {
-                super::touch_ahead(p as usize + t * 136, 136, 24 * 136, last);
+                super::touch_ahead(p as usize + t * 136, 136, AHEAD_Q8_0, last);
             }
         }
         for (p, acc) in p.iter().zip(acc.iter_mut()) {

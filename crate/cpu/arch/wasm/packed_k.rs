@@ -211,16 +211,15 @@ unsafe fn f16s(p: *const u8, k: &F16K) -> v128 {
     f16x4_finite(p, k)
 }
 
-/// How far ahead of a block step [`super::touch_ahead`] reads, in group blocks: Q6_K's 4
-/// (3.3 KiB: from memory the decode of one row of b read Q6_K well under the two-stream rate,
-/// relaxed, per CPU second ~7-8 GB/s against 15-16 in cache; read once per group step, before
-/// the blocks' work: read inside the loop over the pair's groups, next to each block, the same
-/// loads made the kernel slower, 1 and 4 rows of b), Q4_K's 6 (3.4 KiB; for 2 to 4 rows of b).
-/// Reading ahead for 2 to 4 rows of b too (Q6_K's had been 1 row's only): a 4-sequence Q4_K_M step in Node 26,
-/// relaxed, 42.0-43.5 → 44.9-47.0 steps per CPU second (kernels from memory ~3.3 → ~5 GB/s); the
-/// plain build's, whose kernels are slower than memory at 4 rows, unchanged (30.6-31.3 →
-/// 29.6-31.7; BENCHMARKS.md 2026-12-07, branch ra12).
+/// How far ahead of a block step [`super::touch_ahead`] reads: 4 group blocks (3.3 KiB), for
+/// every number of rows of b. From memory one row's Q6_K decode ran at ~7-8 GB/s against 15-16
+/// in cache (relaxed, per CPU second); the loads go once per group step, before the blocks'
+/// work (next to each block inside the pair's loop they made the kernel slower).
 const AHEAD_Q6_K: usize = 4 * GB_Q6_K;
+/// Q4_K's: 6 group blocks (3.4 KiB), for 2 to 4 rows of b only. A 4-sequence Q4_K_M step in
+/// Node 26, relaxed, 42.0-43.5 → 44.9-47.0 steps per CPU second (the plain build's kernels are
+/// slower than memory at 4 rows: unchanged); one row's step measured no faster with it
+/// (BENCHMARKS.md 2026-12-07, branch ra12 and session 30).
 const AHEAD_Q4_K: usize = 6 * GB_Q4_K;
 
 /// Runs `step(t, &mut acc[t % 8])` for every block, in order (`acc[t % 8][g][j]`: group g's
@@ -459,7 +458,6 @@ unsafe fn group_q4_k<const N: usize, const DOT: bool>(
     let fk = super::F16_KEPT.read();
     let [out] = blocks::<1, N>(nb, |t, [acc]| {
         let blk = p.add(t * GB_Q4_K);
-        // Several rows of b only: one row's kernel is left as measured.
         if N > 1 {
             super::touch_ahead(blk as usize, GB_Q4_K, AHEAD_Q4_K, last);
         }
