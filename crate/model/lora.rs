@@ -16,7 +16,7 @@ use alloc::string::String;
 use alloc::vec;
 use alloc::vec::Vec;
 
-use super::gpt2::Hparams;
+use super::hparams::Hparams;
 use super::sampling::Rng;
 use super::ModelError;
 use crate::allocator::alloc_tensors;
