@@ -560,6 +560,17 @@ fn gemm_rows_form(packed: bool, g: &GemmArgs, c: &mut [f32]) {
     let GemmArgs { ty, nb, m, a, lda, b, ldb, cols, ldc, .. } = *g;
     let nbp = cols.nbp;
     let n = cols.plain.len();
+    // A decode step of 2 to 4 sequences: each row of a read once, its nibbles split once for
+    // the rows of b (decode_nibbles_n); packing 4 rows into panels per call cost as much as
+    // their products here.
+    #[cfg(target_feature = "relaxed-simd")]
+    if ty == GgmlType::Q4_0 && (2..=DECODE_MAX_N).contains(&n) && !cols.plain.contains(&true) {
+        return match n {
+            2 => decode_nibbles_n::<2>(nb, m, a, lda, b, ldb, cols, c, ldc),
+            3 => decode_nibbles_n::<3>(nb, m, a, lda, b, ldb, cols, c, ldc),
+            _ => decode_nibbles_n::<4>(nb, m, a, lda, b, ldb, cols, c, ldc),
+        };
+    }
     #[cfg(target_feature = "relaxed-simd")]
     if ty == GgmlType::Q4_0 && n >= PANEL_MIN_N && !cols.plain.contains(&true) {
         let mut form = NibblePanels { b, ldb, ysum: &cols.ysum, nbp };
@@ -900,6 +911,84 @@ fn decode_dot_nibbles(
         acc[t % LANES] += s as f32 * (fp16_to_fp32(xs[t].d()) * dy[t]);
     }
     reduce8(&acc)
+}
+
+/// Rows of b up to which the relaxed build's Q4_0 takes [`decode_nibbles_n`] (a decode step of
+/// that many sequences), not [`NibblePanels`].
+#[cfg(target_feature = "relaxed-simd")]
+const DECODE_MAX_N: usize = 4;
+
+/// [`decode_dot_nibbles`] against N = 2 to [`DECODE_MAX_N`] rows of b (`ldb` bytes apart): per
+/// row of a (in [`super::decode_row`]'s order), 4 blocks at a time split into nibbles once for
+/// the N rows of b ([`packed::rows_shared`]: their sums as [`transpose_sum`] gives them). Lanes
+/// 0..4 of the row's `acc[t % 8]` (blocks 8g..8g+4) first, then lanes 4..8 (the row from L1):
+/// N float accumulators live, not 2N, inside V8's 15 vector registers. The same exact i32
+/// block sums and each row of b's float steps as decode_dot_nibbles': `vec_dot`'s bits.
+#[cfg(target_feature = "relaxed-simd")]
+#[allow(clippy::too_many_arguments)]
+fn decode_nibbles_n<const N: usize>(
+    nb: usize,
+    m: usize,
+    a: &[u8],
+    lda: usize,
+    b: &[u8],
+    ldb: usize,
+    cols: &super::ColPrep,
+    c: &mut [f32],
+    ldc: usize,
+) {
+    let (nbp, size) = (cols.nbp, core::mem::size_of::<BlockQ8_0>());
+    assert!(b.len() >= (N - 1) * ldb + nb * size && c.len() >= (N - 1) * ldc + m);
+    assert!(nbp >= nb.div_ceil(LANES) * LANES && cols.dy.len() >= nbp * N && cols.ysum.len() >= nbp * N);
+    let (bp, dyp, ysp) = (b.as_ptr(), cols.dy.as_ptr(), cols.ysum.as_ptr());
+    let [m0f, _] = NIBBLE_KEPT.read();
+    let f16k = F16X4_KEPT.read();
+    // Σq·y of block t's nibbles (lo, hi) with block t of row j of b, as exact i32 partial sums.
+    // SAFETY: t < nb and j < N: the block's quants (2 bytes in, after its scale) lie inside b
+    // (asserted).
+    let dot = |(lo, hi): (v128, v128), t: usize, j: usize| unsafe {
+        let y = bp.add(j * ldb + size * t + 2);
+        i32x4_relaxed_dot_i8x16_i7x16_add(
+            v128_load(y.add(16) as *const v128),
+            hi,
+            i32x4_relaxed_dot_i8x16_i7x16_add(v128_load(y as *const v128), lo, i32x4_splat(0)),
+        )
+    };
+    for s in 0..m {
+        let i = super::decode_row(s, m);
+        let xs: &[BlockQ4_0] = cast_slice(&a[i * lda..i * lda + nb * core::mem::size_of::<BlockQ4_0>()]);
+        let mut acc = [[0f32; LANES]; N];
+        for h in 0..2 {
+            let mut sum = [f32x4_splat(0.0); N];
+            for (g, xg) in xs.chunks_exact(LANES).enumerate() {
+                let o = LANES * g + 4 * h;
+                let s: [v128; N] = packed::rows_shared::<_, N>(
+                    |k| (nibbles_in(load(&xg[4 * h + k].qs), m0f), o + k),
+                    |&(q, t), j| dot(q, t, j),
+                );
+                let dx = f16x4_in(core::array::from_fn(|k| xg[4 * h + k].d()), &f16k);
+                for j in 0..N {
+                    // SAFETY: o + 4 ≤ nbp: inside row j's sums and scales (asserted).
+                    let (ys, dyv) = unsafe {
+                        (v128_load(ysp.add(j * nbp + o) as *const v128), v128_load(dyp.add(j * nbp + o) as *const v128))
+                    };
+                    let s = i32x4_sub(s[j], i32x4_shl(ys, 3));
+                    sum[j] = f32x4_add(sum[j], f32x4_mul(f32x4_convert_i32x4(s), f32x4_mul(dx, dyv)));
+                }
+            }
+            for (acc, sum) in acc.iter_mut().zip(sum) {
+                // SAFETY: 4 f32 of room for one unaligned 16-byte store.
+                unsafe { v128_store(acc.as_mut_ptr().add(4 * h) as *mut v128, sum) };
+            }
+        }
+        for (j, acc) in acc.iter_mut().enumerate() {
+            for t in nb - nb % LANES..nb {
+                let s = hsum_i32(dot(nibbles_in(load(&xs[t].qs), m0f), t, j)) - 8 * cols.ysum[j * nbp + t];
+                acc[t % LANES] += s as f32 * (fp16_to_fp32(xs[t].d()) * cols.dy[j * nbp + t]);
+            }
+            c[j * ldc + i] = reduce8(acc);
+        }
+    }
 }
 
 /// Register tile: rows of a × rows of b per pass over the blocks.
