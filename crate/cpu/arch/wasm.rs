@@ -920,10 +920,12 @@ const DECODE_MAX_N: usize = 4;
 
 /// [`decode_dot_nibbles`] against N = 2 to [`DECODE_MAX_N`] rows of b (`ldb` bytes apart): per
 /// row of a (in [`super::decode_row`]'s order), 4 blocks at a time split into nibbles once for
-/// the N rows of b ([`packed::rows_shared`]: their sums as [`transpose_sum`] gives them). Lanes
+/// the N rows of b and turned ([`transpose4`]) so that lane r holds block r's nibbles; the rows
+/// of b are turned the same way once per call (`yt`), so each lane's relaxed dots sum one
+/// block, with no [`transpose_sum`] per row of b, and `−8·Σy` (`off`) starts the sums. Lanes
 /// 0..4 of the row's `acc[t % 8]` (blocks 8g..8g+4) first, then lanes 4..8 (the row from L1):
-/// N float accumulators live, not 2N, inside V8's 15 vector registers. The same exact i32
-/// block sums and each row of b's float steps as decode_dot_nibbles': `vec_dot`'s bits.
+/// N float accumulators live, not 2N. The same exact i32 block sums and each row of b's float
+/// steps as decode_dot_nibbles': `vec_dot`'s bits.
 #[cfg(target_feature = "relaxed-simd")]
 #[allow(clippy::too_many_arguments)]
 fn decode_nibbles_n<const N: usize>(
@@ -940,40 +942,60 @@ fn decode_nibbles_n<const N: usize>(
     let (nbp, size) = (cols.nbp, core::mem::size_of::<BlockQ8_0>());
     assert!(b.len() >= (N - 1) * ldb + nb * size && c.len() >= (N - 1) * ldc + m);
     assert!(nbp >= nb.div_ceil(LANES) * LANES && cols.dy.len() >= nbp * N && cols.ysum.len() >= nbp * N);
-    let (bp, dyp, ysp) = (b.as_ptr(), cols.dy.as_ptr(), cols.ysum.as_ptr());
+    // Blocks in whole groups of 8, and their groups of 4.
+    let (nf, nq) = (nb - nb % LANES, (nb - nb % LANES) / 4);
+    // Per row of b and 4 blocks, 8 vectors: vector q's lane r is 4 bytes of block r's quants,
+    // 4q.. (q < 4) or 16 + 4(q − 4).. (q ≥ 4), as the nibbles are turned below.
+    let mut yt = alloc::vec![i32x4_splat(0); N * nq * 8];
+    let mut off = alloc::vec![0i32; N * nbp];
+    for j in 0..N {
+        let ys: &[BlockQ8_0] = cast_slice(&b[j * ldb..j * ldb + nb * size]);
+        for u in 0..nq {
+            let y: [&BlockQ8_0; 4] = core::array::from_fn(|r| &ys[4 * u + r]);
+            let w = &mut yt[(j * nq + u) * 8..(j * nq + u + 1) * 8];
+            w[..4].copy_from_slice(&transpose4(y.map(|y| load(&y.qs[..16]))));
+            w[4..].copy_from_slice(&transpose4(y.map(|y| load(&y.qs[16..]))));
+        }
+        for t in 0..nb {
+            off[j * nbp + t] = -8 * cols.ysum[j * nbp + t];
+        }
+    }
+    let (ytp, offp, dyp) = (yt.as_ptr(), off.as_ptr(), cols.dy.as_ptr());
     let [m0f, _] = NIBBLE_KEPT.read();
     let f16k = F16X4_KEPT.read();
-    // Σq·y of block t's nibbles (lo, hi) with block t of row j of b, as exact i32 partial sums.
-    // SAFETY: t < nb and j < N: the block's quants (2 bytes in, after its scale) lie inside b
-    // (asserted).
-    let dot = |(lo, hi): (v128, v128), t: usize, j: usize| unsafe {
-        let y = bp.add(j * ldb + size * t + 2);
-        i32x4_relaxed_dot_i8x16_i7x16_add(
-            v128_load(y.add(16) as *const v128),
-            hi,
-            i32x4_relaxed_dot_i8x16_i7x16_add(v128_load(y as *const v128), lo, i32x4_splat(0)),
-        )
-    };
     for s in 0..m {
         let i = super::decode_row(s, m);
         let xs: &[BlockQ4_0] = cast_slice(&a[i * lda..i * lda + nb * core::mem::size_of::<BlockQ4_0>()]);
         let mut acc = [[0f32; LANES]; N];
         for h in 0..2 {
             let mut sum = [f32x4_splat(0.0); N];
-            for (g, xg) in xs.chunks_exact(LANES).enumerate() {
-                let o = LANES * g + 4 * h;
-                let s: [v128; N] = packed::rows_shared::<_, N>(
-                    |k| (nibbles_in(load(&xg[4 * h + k].qs), m0f), o + k),
-                    |&(q, t), j| dot(q, t, j),
-                );
-                let dx = f16x4_in(core::array::from_fn(|k| xg[4 * h + k].d()), &f16k);
-                for j in 0..N {
-                    // SAFETY: o + 4 ≤ nbp: inside row j's sums and scales (asserted).
-                    let (ys, dyv) = unsafe {
-                        (v128_load(ysp.add(j * nbp + o) as *const v128), v128_load(dyp.add(j * nbp + o) as *const v128))
+            for o in (4 * h..nf).step_by(LANES) {
+                let xg = &xs[o..o + 4];
+                let q: [(v128, v128); 4] = core::array::from_fn(|r| nibbles_in(load(&xg[r].qs), m0f));
+                let (lo, hi) = (transpose4(q.map(|q| q.0)), transpose4(q.map(|q| q.1)));
+                let dx = f16x4_in(core::array::from_fn(|k| xg[k].d()), &f16k);
+                for (j, sum) in sum.iter_mut().enumerate() {
+                    // SAFETY: o + 4 ≤ nf ≤ nbp: row j's 8 vectors of blocks o..o+4 in yt, its
+                    // offsets and scales o..o+4 (the lengths above and asserted).
+                    let (s, dyv) = unsafe {
+                        let y = ytp.add((j * nq + o / 4) * 8);
+                        // Four chains of two dots: one chain of 8 waited on each dot's latency.
+                        let mut p = [
+                            v128_load(offp.add(j * nbp + o) as *const v128),
+                            i32x4_splat(0),
+                            i32x4_splat(0),
+                            i32x4_splat(0),
+                        ];
+                        for k in 0..4 {
+                            p[k] = i32x4_relaxed_dot_i8x16_i7x16_add(*y.add(k), lo[k], p[k]);
+                        }
+                        for k in 0..4 {
+                            p[k] = i32x4_relaxed_dot_i8x16_i7x16_add(*y.add(4 + k), hi[k], p[k]);
+                        }
+                        let s = i32x4_add(i32x4_add(p[0], p[1]), i32x4_add(p[2], p[3]));
+                        (s, v128_load(dyp.add(j * nbp + o) as *const v128))
                     };
-                    let s = i32x4_sub(s[j], i32x4_shl(ys, 3));
-                    sum[j] = f32x4_add(sum[j], f32x4_mul(f32x4_convert_i32x4(s), f32x4_mul(dx, dyv)));
+                    *sum = f32x4_add(*sum, f32x4_mul(f32x4_convert_i32x4(s), f32x4_mul(dx, dyv)));
                 }
             }
             for (acc, sum) in acc.iter_mut().zip(sum) {
@@ -982,8 +1004,15 @@ fn decode_nibbles_n<const N: usize>(
             }
         }
         for (j, acc) in acc.iter_mut().enumerate() {
-            for t in nb - nb % LANES..nb {
-                let s = hsum_i32(dot(nibbles_in(load(&xs[t].qs), m0f), t, j)) - 8 * cols.ysum[j * nbp + t];
+            let ys: &[BlockQ8_0] = cast_slice(&b[j * ldb..j * ldb + nb * size]);
+            for t in nf..nb {
+                let (lo, hi) = nibbles_in(load(&xs[t].qs), m0f);
+                let v = i32x4_relaxed_dot_i8x16_i7x16_add(
+                    load(&ys[t].qs[16..]),
+                    hi,
+                    i32x4_relaxed_dot_i8x16_i7x16_add(load(&ys[t].qs[..16]), lo, i32x4_splat(0)),
+                );
+                let s = hsum_i32(v) - 8 * cols.ysum[j * nbp + t];
                 acc[t % LANES] += s as f32 * (fp16_to_fp32(xs[t].d()) * cols.dy[j * nbp + t]);
             }
             c[j * ldc + i] = reduce8(acc);

@@ -65,8 +65,8 @@ fn reduce8x4(a: &[v128; 8]) -> v128 {
 /// second in cache. Rows go two at a time, their sums paired
 /// at once (`transpose_sum`'s first step), so one row's weights and 2N sums are live, inside
 /// V8's registers. The same exact i32 sums. (The relaxed build's u8 form, its weights made
-/// unsigned once the same way, measured no faster: an xor a row is all it shares; its Q4_0
-/// decode of 2 to 4 rows of b shares each block's nibble split: `super::decode_nibbles_n`.)
+/// unsigned once the same way, measured no faster: an xor a row is all it shares.)
+#[cfg(not(target_feature = "relaxed-simd"))]
 #[inline(always)]
 pub(super) fn rows_shared<W, const N: usize>(row: impl Fn(usize) -> W, dot: impl Fn(&W, usize) -> v128) -> [v128; N] {
     // Rows 2h, 2h + 1 as transpose_sum pairs them.
