@@ -971,8 +971,10 @@ fn decode_nibbles_n<const N: usize>(
             let mut sum = [f32x4_splat(0.0); N];
             for o in (4 * h..nf).step_by(LANES) {
                 let xg = &xs[o..o + 4];
-                let q: [(v128, v128); 4] = core::array::from_fn(|r| nibbles_in(load(&xg[r].qs), m0f));
-                let (lo, hi) = (transpose4(q.map(|q| q.0)), transpose4(q.map(|q| q.1)));
+                // The 4 blocks' bytes turned, then split: the split is bytewise, so one
+                // transpose4 serves both halves.
+                let q = transpose4(core::array::from_fn(|r| load(&xg[r].qs))).map(|q| nibbles_in(q, m0f));
+                let (lo, hi) = (q.map(|q| q.0), q.map(|q| q.1));
                 let dx = f16x4_in(core::array::from_fn(|k| xg[k].d()), &f16k);
                 for (j, sum) in sum.iter_mut().enumerate() {
                     // SAFETY: o + 4 ≤ nf ≤ nbp: row j's 8 vectors of blocks o..o+4 in yt, its
