@@ -620,7 +620,8 @@ fn gemm_rows_form(packed: bool, g: &GemmArgs, c: &mut [f32]) {
     let js: alloc::vec::Vec<usize> = (0..n).filter(|&j| !cols.plain[j]).collect();
     // A decode step of 2 or 3 sequences on Q4_0: each row's blocks unpacked and widened once
     // in registers for the rows of b (decode_rows_n), not widened into memory per row
-    // (row_dot). At 4 the panels stay: this form ran a 4-sequence Q4_0 step ~10% slower.
+    // (row_dot). At 4 the panels stay: this form ran a 4-sequence Q4_0 step ~10% slower, and
+    // its kernel no faster with N accumulators live (q4n: 2.6-3.0 GB/s against 2.9-3.0).
     #[cfg(not(target_feature = "relaxed-simd"))]
     if ty == GgmlType::Q4_0 && (2..PANEL_MIN_N).contains(&n) && js.len() == n {
         return match n {
@@ -779,34 +780,34 @@ fn decode_rows_n<const N: usize>(
     for s in 0..m {
         let i = super::decode_row(s, m);
         let xs: &[BlockQ4_0] = cast_slice(&a[i * lda..i * lda + nb * core::mem::size_of::<BlockQ4_0>()]);
-        let (mut lo, mut hi) = ([f32x4_splat(0.0); N], [f32x4_splat(0.0); N]);
-        for (g, xg) in xs.chunks_exact(LANES).enumerate() {
-            for h in 0..2 {
+        // Lanes 0..4 of acc[t % 8] over the row, then lanes 4..8 (as decode_nibbles_n): N
+        // float accumulators live, not 2N.
+        let mut accs = [[0f32; LANES]; N];
+        for h in 0..2 {
+            let mut sum = [f32x4_splat(0.0); N];
+            for (g, xg) in xs.chunks_exact(LANES).enumerate() {
                 let o = LANES * g + 4 * h;
                 // Blocks o..o+4 (each with its index), widened once for the N rows of b.
                 let s: [v128; N] =
                     packed::rows_shared::<_, N>(|k| (wide(&xg[4 * h + k]), o + k), |(w, t), j| dot(w, *t, j));
                 let dx = f16x4_in(core::array::from_fn(|k| xg[4 * h + k].d()), &f16k);
                 for j in 0..N {
-                    let acc = if h == 0 { &mut lo[j] } else { &mut hi[j] };
                     // SAFETY: see `dot`.
                     let dyv = unsafe { v128_load(dyp.add(j * nbp + o) as *const v128) };
-                    *acc = f32x4_add(*acc, f32x4_mul(f32x4_convert_i32x4(s[j]), f32x4_mul(dx, dyv)));
+                    sum[j] = f32x4_add(sum[j], f32x4_mul(f32x4_convert_i32x4(s[j]), f32x4_mul(dx, dyv)));
                 }
             }
-        }
-        for j in 0..N {
-            let mut acc = [0f32; LANES];
-            // SAFETY: 8 f32 of room for two unaligned 16-byte stores.
-            unsafe {
-                v128_store(acc.as_mut_ptr() as *mut v128, lo[j]);
-                v128_store(acc.as_mut_ptr().add(4) as *mut v128, hi[j]);
+            for (acc, sum) in accs.iter_mut().zip(sum) {
+                // SAFETY: 4 f32 of room for one unaligned 16-byte store.
+                unsafe { v128_store(acc.as_mut_ptr().add(4 * h) as *mut v128, sum) };
             }
+        }
+        for (j, acc) in accs.iter_mut().enumerate() {
             for t in nb - nb % LANES..nb {
                 let x = &xs[t];
                 acc[t % LANES] += hsum_i32(dot(&wide(x), t, j)) as f32 * (fp16_to_fp32(x.d()) * cols.dy[j * nbp + t]);
             }
-            c[j * ldc + i] = reduce8(&acc);
+            c[j * ldc + i] = reduce8(acc);
         }
     }
 }
