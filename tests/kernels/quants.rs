@@ -756,10 +756,13 @@ fn gemm_equals_vec_dot_bit_for_bit() {
             // of a apart, an odd panel count, and rows past 4·(m/4).
             (24, 37, 4),
             (9, 66, 7),
-            // 2 and 3 rows of b (a step of 2 or 3 sequences on ggml's layout), a tail of
-            // blocks past 8, a row past the last 4.
+            // 2 to 4 rows of b (a step of 2 to 4 sequences on ggml's layout; the relaxed
+            // build's shared-nibble Q4_0 decode), a tail of blocks past 8, rows past the last 4,
+            // an odd row count in decode_row's two-stream order.
             (27, 21, 2),
             (24, 64, 3),
+            (33, 17, 3),
+            (27, 23, 4),
             // One row of b (a decode step): wasm's decode rows, in decode_row's 4-stream
             // order (from 16 rows of a on), with and without a tail of blocks past 8.
             (27, 21, 1),

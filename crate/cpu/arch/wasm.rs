@@ -560,6 +560,17 @@ fn gemm_rows_form(packed: bool, g: &GemmArgs, c: &mut [f32]) {
     let GemmArgs { ty, nb, m, a, lda, b, ldb, cols, ldc, .. } = *g;
     let nbp = cols.nbp;
     let n = cols.plain.len();
+    // A decode step of 2 to 4 sequences: each row of a read once, its nibbles split once for
+    // the rows of b (decode_nibbles_n); packing 4 rows into panels per call cost as much as
+    // their products here.
+    #[cfg(target_feature = "relaxed-simd")]
+    if ty == GgmlType::Q4_0 && (2..=DECODE_MAX_N).contains(&n) && !cols.plain.contains(&true) {
+        return match n {
+            2 => decode_nibbles_n::<2>(nb, m, a, lda, b, ldb, cols, c, ldc),
+            3 => decode_nibbles_n::<3>(nb, m, a, lda, b, ldb, cols, c, ldc),
+            _ => decode_nibbles_n::<4>(nb, m, a, lda, b, ldb, cols, c, ldc),
+        };
+    }
     #[cfg(target_feature = "relaxed-simd")]
     if ty == GgmlType::Q4_0 && n >= PANEL_MIN_N && !cols.plain.contains(&true) {
         let mut form = NibblePanels { b, ldb, ysum: &cols.ysum, nbp };
@@ -609,7 +620,8 @@ fn gemm_rows_form(packed: bool, g: &GemmArgs, c: &mut [f32]) {
     let js: alloc::vec::Vec<usize> = (0..n).filter(|&j| !cols.plain[j]).collect();
     // A decode step of 2 or 3 sequences on Q4_0: each row's blocks unpacked and widened once
     // in registers for the rows of b (decode_rows_n), not widened into memory per row
-    // (row_dot). At 4 the panels stay: this form ran a 4-sequence Q4_0 step ~10% slower.
+    // (row_dot). At 4 the panels stay: this form ran a 4-sequence Q4_0 step ~10% slower, and
+    // its kernel no faster with N accumulators live (q4n: 2.6-3.0 GB/s against 2.9-3.0).
     #[cfg(not(target_feature = "relaxed-simd"))]
     if ty == GgmlType::Q4_0 && (2..PANEL_MIN_N).contains(&n) && js.len() == n {
         return match n {
@@ -768,34 +780,34 @@ fn decode_rows_n<const N: usize>(
     for s in 0..m {
         let i = super::decode_row(s, m);
         let xs: &[BlockQ4_0] = cast_slice(&a[i * lda..i * lda + nb * core::mem::size_of::<BlockQ4_0>()]);
-        let (mut lo, mut hi) = ([f32x4_splat(0.0); N], [f32x4_splat(0.0); N]);
-        for (g, xg) in xs.chunks_exact(LANES).enumerate() {
-            for h in 0..2 {
+        // Lanes 0..4 of acc[t % 8] over the row, then lanes 4..8 (as decode_nibbles_n): N
+        // float accumulators live, not 2N.
+        let mut accs = [[0f32; LANES]; N];
+        for h in 0..2 {
+            let mut sum = [f32x4_splat(0.0); N];
+            for (g, xg) in xs.chunks_exact(LANES).enumerate() {
                 let o = LANES * g + 4 * h;
                 // Blocks o..o+4 (each with its index), widened once for the N rows of b.
                 let s: [v128; N] =
                     packed::rows_shared::<_, N>(|k| (wide(&xg[4 * h + k]), o + k), |(w, t), j| dot(w, *t, j));
                 let dx = f16x4_in(core::array::from_fn(|k| xg[4 * h + k].d()), &f16k);
                 for j in 0..N {
-                    let acc = if h == 0 { &mut lo[j] } else { &mut hi[j] };
                     // SAFETY: see `dot`.
                     let dyv = unsafe { v128_load(dyp.add(j * nbp + o) as *const v128) };
-                    *acc = f32x4_add(*acc, f32x4_mul(f32x4_convert_i32x4(s[j]), f32x4_mul(dx, dyv)));
+                    sum[j] = f32x4_add(sum[j], f32x4_mul(f32x4_convert_i32x4(s[j]), f32x4_mul(dx, dyv)));
                 }
             }
-        }
-        for j in 0..N {
-            let mut acc = [0f32; LANES];
-            // SAFETY: 8 f32 of room for two unaligned 16-byte stores.
-            unsafe {
-                v128_store(acc.as_mut_ptr() as *mut v128, lo[j]);
-                v128_store(acc.as_mut_ptr().add(4) as *mut v128, hi[j]);
+            for (acc, sum) in accs.iter_mut().zip(sum) {
+                // SAFETY: 4 f32 of room for one unaligned 16-byte store.
+                unsafe { v128_store(acc.as_mut_ptr().add(4 * h) as *mut v128, sum) };
             }
+        }
+        for (j, acc) in accs.iter_mut().enumerate() {
             for t in nb - nb % LANES..nb {
                 let x = &xs[t];
                 acc[t % LANES] += hsum_i32(dot(&wide(x), t, j)) as f32 * (fp16_to_fp32(x.d()) * cols.dy[j * nbp + t]);
             }
-            c[j * ldc + i] = reduce8(&acc);
+            c[j * ldc + i] = reduce8(acc);
         }
     }
 }
@@ -900,6 +912,115 @@ fn decode_dot_nibbles(
         acc[t % LANES] += s as f32 * (fp16_to_fp32(xs[t].d()) * dy[t]);
     }
     reduce8(&acc)
+}
+
+/// Rows of b up to which the relaxed build's Q4_0 takes [`decode_nibbles_n`] (a decode step of
+/// that many sequences), not [`NibblePanels`].
+#[cfg(target_feature = "relaxed-simd")]
+const DECODE_MAX_N: usize = 4;
+
+/// [`decode_dot_nibbles`] against N = 2 to [`DECODE_MAX_N`] rows of b (`ldb` bytes apart): per
+/// row of a (in [`super::decode_row`]'s order), 4 blocks at a time split into nibbles once for
+/// the N rows of b and turned ([`transpose4`]) so that lane r holds block r's nibbles; the rows
+/// of b are turned the same way once per call (`yt`), so each lane's relaxed dots sum one
+/// block, with no [`transpose_sum`] per row of b, and `−8·Σy` (`off`) starts the sums. Lanes
+/// 0..4 of the row's `acc[t % 8]` (blocks 8g..8g+4) first, then lanes 4..8 (the row from L1):
+/// N float accumulators live, not 2N. The same exact i32 block sums and each row of b's float
+/// steps as decode_dot_nibbles': `vec_dot`'s bits.
+#[cfg(target_feature = "relaxed-simd")]
+#[allow(clippy::too_many_arguments)]
+fn decode_nibbles_n<const N: usize>(
+    nb: usize,
+    m: usize,
+    a: &[u8],
+    lda: usize,
+    b: &[u8],
+    ldb: usize,
+    cols: &super::ColPrep,
+    c: &mut [f32],
+    ldc: usize,
+) {
+    let (nbp, size) = (cols.nbp, core::mem::size_of::<BlockQ8_0>());
+    assert!(b.len() >= (N - 1) * ldb + nb * size && c.len() >= (N - 1) * ldc + m);
+    assert!(nbp >= nb.div_ceil(LANES) * LANES && cols.dy.len() >= nbp * N && cols.ysum.len() >= nbp * N);
+    // Blocks in whole groups of 8, and their groups of 4.
+    let (nf, nq) = (nb - nb % LANES, (nb - nb % LANES) / 4);
+    // Per row of b and 4 blocks, 8 vectors: vector q's lane r is 4 bytes of block r's quants,
+    // 4q.. (q < 4) or 16 + 4(q − 4).. (q ≥ 4), as the nibbles are turned below.
+    let mut yt = alloc::vec![i32x4_splat(0); N * nq * 8];
+    let mut off = alloc::vec![0i32; N * nbp];
+    for j in 0..N {
+        let ys: &[BlockQ8_0] = cast_slice(&b[j * ldb..j * ldb + nb * size]);
+        for u in 0..nq {
+            let y: [&BlockQ8_0; 4] = core::array::from_fn(|r| &ys[4 * u + r]);
+            let w = &mut yt[(j * nq + u) * 8..(j * nq + u + 1) * 8];
+            w[..4].copy_from_slice(&transpose4(y.map(|y| load(&y.qs[..16]))));
+            w[4..].copy_from_slice(&transpose4(y.map(|y| load(&y.qs[16..]))));
+        }
+        for t in 0..nb {
+            off[j * nbp + t] = -8 * cols.ysum[j * nbp + t];
+        }
+    }
+    let (ytp, offp, dyp) = (yt.as_ptr(), off.as_ptr(), cols.dy.as_ptr());
+    let [m0f, _] = NIBBLE_KEPT.read();
+    let f16k = F16X4_KEPT.read();
+    for s in 0..m {
+        let i = super::decode_row(s, m);
+        let xs: &[BlockQ4_0] = cast_slice(&a[i * lda..i * lda + nb * core::mem::size_of::<BlockQ4_0>()]);
+        let mut acc = [[0f32; LANES]; N];
+        for h in 0..2 {
+            let mut sum = [f32x4_splat(0.0); N];
+            for o in (4 * h..nf).step_by(LANES) {
+                let xg = &xs[o..o + 4];
+                // The 4 blocks' bytes turned, then split: the split is bytewise, so one
+                // transpose4 serves both halves.
+                let q = transpose4(core::array::from_fn(|r| load(&xg[r].qs))).map(|q| nibbles_in(q, m0f));
+                let (lo, hi) = (q.map(|q| q.0), q.map(|q| q.1));
+                let dx = f16x4_in(core::array::from_fn(|k| xg[k].d()), &f16k);
+                for (j, sum) in sum.iter_mut().enumerate() {
+                    // SAFETY: o + 4 ≤ nf ≤ nbp: row j's 8 vectors of blocks o..o+4 in yt, its
+                    // offsets and scales o..o+4 (the lengths above and asserted).
+                    let (s, dyv) = unsafe {
+                        let y = ytp.add((j * nq + o / 4) * 8);
+                        // Four chains of two dots: one chain of 8 waited on each dot's latency.
+                        let mut p = [
+                            v128_load(offp.add(j * nbp + o) as *const v128),
+                            i32x4_splat(0),
+                            i32x4_splat(0),
+                            i32x4_splat(0),
+                        ];
+                        for k in 0..4 {
+                            p[k] = i32x4_relaxed_dot_i8x16_i7x16_add(*y.add(k), lo[k], p[k]);
+                        }
+                        for k in 0..4 {
+                            p[k] = i32x4_relaxed_dot_i8x16_i7x16_add(*y.add(4 + k), hi[k], p[k]);
+                        }
+                        let s = i32x4_add(i32x4_add(p[0], p[1]), i32x4_add(p[2], p[3]));
+                        (s, v128_load(dyp.add(j * nbp + o) as *const v128))
+                    };
+                    *sum = f32x4_add(*sum, f32x4_mul(f32x4_convert_i32x4(s), f32x4_mul(dx, dyv)));
+                }
+            }
+            for (acc, sum) in acc.iter_mut().zip(sum) {
+                // SAFETY: 4 f32 of room for one unaligned 16-byte store.
+                unsafe { v128_store(acc.as_mut_ptr().add(4 * h) as *mut v128, sum) };
+            }
+        }
+        for (j, acc) in acc.iter_mut().enumerate() {
+            let ys: &[BlockQ8_0] = cast_slice(&b[j * ldb..j * ldb + nb * size]);
+            for t in nf..nb {
+                let (lo, hi) = nibbles_in(load(&xs[t].qs), m0f);
+                let v = i32x4_relaxed_dot_i8x16_i7x16_add(
+                    load(&ys[t].qs[16..]),
+                    hi,
+                    i32x4_relaxed_dot_i8x16_i7x16_add(load(&ys[t].qs[..16]), lo, i32x4_splat(0)),
+                );
+                let s = hsum_i32(v) - 8 * cols.ysum[j * nbp + t];
+                acc[t % LANES] += s as f32 * (fp16_to_fp32(xs[t].d()) * cols.dy[j * nbp + t]);
+            }
+            c[j * ldc + i] = reduce8(acc);
+        }
+    }
 }
 
 /// Register tile: rows of a × rows of b per pass over the blocks.
