@@ -29,6 +29,12 @@ fn want_f32(t: &TensorView, role: &str) -> KResult {
 
 /// Rows of an out_prod result computed together: each pass over `a`'s rows serves them all.
 const OUT_PROD_ROWS: usize = 64;
+/// Floats of out_prod's sums in one run of result rows where `a`'s rows are converted
+/// (dequantized: LoRA's frozen weights): each run converts all of `a` again, and in runs of
+/// OUT_PROD_ROWS a 512-token step dequantized every weight 8 times (`q8_0_group`, ~4% of a
+/// wasm LoRA step). As many rows as 64 of 3072 floats (768 KiB, inside L2): 256 of 768.
+/// An f32 `a` (only copied) keeps OUT_PROD_ROWS.
+const OUT_PROD_ACC: usize = OUT_PROD_ROWS * 3072;
 /// Rows of a non-f32 `a` converted to f32 at a time for the blocked product, straight into
 /// its panels (`Kernels::f32_gemm_panels`: one block of its depth, 256 rows of 768 are
 /// 768 KiB, inside L2).
@@ -176,14 +182,15 @@ pub(crate) fn out_prod(a: &TensorView, b: &TensorView, dst: &TensorView, exec: &
     par_rows(exec, dst.nrows(), n0.saturating_mul(nj), &|rows| {
         let mut panel = vec![0.0f32; OUT_PROD_J * n0];
         let mut plain = if a.packed { vec![0u8; a.nb[1]] } else { Vec::new() };
-        let n_acc = OUT_PROD_ROWS.min(rows.len());
+        let max_rows = if a.ty == GgmlType::F32 { OUT_PROD_ROWS } else { OUT_PROD_ROWS.max(OUT_PROD_ACC / n0.max(1)) };
+        let n_acc = max_rows.min(rows.len());
         let mut accs = vec![0.0f32; n_acc * n0];
         let mut cs = vec![0.0f32; n_acc * OUT_PROD_J];
         let mut r = rows.start;
         while r < rows.end {
-            // A run of rows with the same (i2, i3), at most OUT_PROD_ROWS of them.
+            // A run of rows with the same (i2, i3), at most max_rows of them.
             let (i1, i2, i3) = dst.row_index(r);
-            let len = (rows.end - r).min(dst.ne[1] - i1).min(OUT_PROD_ROWS);
+            let len = (rows.end - r).min(dst.ne[1] - i1).min(max_rows);
             let acc = &mut accs[..len * n0];
             acc.iter_mut().for_each(|x| *x = 0.0);
             let mut j = 0;

@@ -256,6 +256,13 @@ pub fn backward_op_cases() -> Vec<Case> {
             i.ctx.out_prod(&a, &i.ctx.transpose(&g))
         }));
     }
+    // More result rows than one run of the CPU's panel product holds (its sums: 64 rows of 3072
+    // for a converted src0): rows 64..70 in a second run, src0 dequantized again.
+    v.push(case("out_prod Q8_0 K=3072 J=40, 70 rows", mm_tol(40), |i| {
+        let a = i.range(Q8_0, &[3072, 40], -0.5, 0.5);
+        let g = i.t(F32, &[40, 70]);
+        i.ctx.out_prod(&a, &i.ctx.transpose(&g))
+    }));
     // WebGPU's 4 x 4 blocks of dst and their ragged edges: 37 = 9 blocks + 1 along i0 (the
     // one-weight-at-a-time loads), 6 = 4 + 2 along i1, src1 as it is (not a transposed view).
     for ty in [F32, F16] {
