@@ -336,8 +336,22 @@ function nativeTrain(cfg, file, lora) {
   return { ok: true, trainTokS: j.train_tok_s, spread: j.train_tok_s_spread, perCpu: j.train_tok_per_cpu_s, losses: j.losses };
 }
 
+/** PyTorch eager's side of the full-training pair (bench/train_torch.py: the same shape, 1 thread), with
+ *  BENCH_TORCH_PYTHON or /opt/ggweb-py's Python (torch and transformers, tests/fixtures/requirements.txt);
+ *  null where neither is there, so the table says so instead of a figure. */
+function torchTrain(cfg) {
+  const py = env.BENCH_TORCH_PYTHON ?? '/opt/ggweb-py/bin/python';
+  if (!existsSync(py)) return null;
+  const a = [join(cfg.root, 'bench', 'train_torch.py'), '--threads', '1', '--seq-len', String(TRAIN_SEQ_LEN),
+    '--batch-size', String(TRAIN_BATCH), '--steps', String(TRAIN_STEPS)];
+  const p = spawnSync(py, a, { encoding: 'utf8', timeout: cfg.timeoutMs });
+  if (p.status !== 0) return { ok: false, error: (p.stderr || p.error?.message || `exit ${p.status}`).trim().split('\n').at(-1) };
+  return { ok: true, trainTokS: JSON.parse(p.stdout.trim().split('\n').at(-1)).train_tok_s };
+}
+
 /** Per mode (full on F32, LoRA on Q8_0): TRAIN_PAIRS pairs of Chromium (a fresh page) and native,
- *  alternating which goes first, so both see the same machine load. */
+ *  alternating which goes first, so both see the same machine load; full training's pairs also run
+ *  PyTorch eager on the CPU between them (issue #39: the three side by side in one run). */
 export async function runTrainRows(open, cfg) {
   const out = [];
   const modes = [
@@ -359,9 +373,11 @@ export async function runTrainRows(open, cfg) {
       });
       let w, n;
       if (i % 2 === 0) { w = await web(); n = nativeTrain(cfg, file, m.lora); } else { n = nativeTrain(cfg, file, m.lora); w = await web(); }
-      pairs.push({ web: w, native: n, ratio: w.ok && n?.ok ? w.trainTokS / n.trainTokS : null });
+      const t = m.lora ? undefined : torchTrain(cfg);
+      pairs.push({ web: w, native: n, torch: t, ratio: w.ok && n?.ok ? w.trainTokS / n.trainTokS : null });
       console.log(`  ${key.padEnd(34)} Chromium ${w.ok ? `${fmt(w.trainTokS)} tok/s` : `error: ${w.error}`}` +
-        (n ? `, native ${n.ok ? `${fmt(n.trainTokS)} tok/s` : `error: ${n.error}`}` : ', native: no target/release/ggweb'));
+        (n ? `, native ${n.ok ? `${fmt(n.trainTokS)} tok/s` : `error: ${n.error}`}` : ', native: no target/release/ggweb') +
+        (t === undefined ? '' : t ? `, PyTorch ${t.ok ? `${fmt(t.trainTokS)} tok/s` : `error: ${t.error}`}` : ', PyTorch: no Python with torch'));
     }
     out.push({ mode: m.mode, file, key, pairs, ok: pairs.some((p) => p.web.ok) });
   }
@@ -394,14 +410,20 @@ export function nativeTable(results) {
 
 export function trainTable(results) {
   if (!results.length) return '';
-  const lines = ['mode | file | pair | Chromium tok/s | native tok/s | Chromium ÷ native', '---|---|--:|--:|--:|--:'];
+  const lines = ['mode | file | pair | Chromium tok/s | native tok/s | Chromium ÷ native | PyTorch eager tok/s | native ÷ PyTorch',
+    '---|---|--:|--:|--:|--:|--:|--:'];
+  const torchCells = (p) => (p.torch?.ok
+    ? `${fmt(p.torch.trainTokS)} | ${p.native?.ok ? `${fmt(p.native.trainTokS / p.torch.trainTokS, 2)}×` : '—'}`
+    : `${p.torch ? 'error' : '—'} | —`);
   const mid = (xs) => [...xs].sort((a, b) => a - b)[Math.floor((xs.length - 1) / 2)];
   const full = results.find((r) => r.mode === 'full');
   for (const r of results) {
     r.pairs.forEach((p, i) => lines.push(`${r.mode} | ${r.file} | ${i + 1} | ${p.web.ok ? fmt(p.web.trainTokS) : `error: ${String(p.web.error).slice(0, 80)}`} | ` +
-      `${p.native?.ok ? fmt(p.native.trainTokS) : p.native ? 'error' : '—'} | ${p.ratio == null ? '—' : `${fmt(p.ratio, 2)}×`}`));
+      `${p.native?.ok ? fmt(p.native.trainTokS) : p.native ? 'error' : '—'} | ${p.ratio == null ? '—' : `${fmt(p.ratio, 2)}×`} | ${torchCells(p)}`));
     const rs = r.pairs.map((p) => p.ratio).filter((x) => x != null);
-    if (rs.length) lines.push(`${r.mode} | | median | | | **${fmt(mid(rs), 2)}×** (${fmt(Math.min(...rs), 2)}–${fmt(Math.max(...rs), 2)})`);
+    const ts = r.pairs.filter((p) => p.torch?.ok && p.native?.ok).map((p) => p.native.trainTokS / p.torch.trainTokS);
+    const tcell = ts.length ? `| | **${fmt(mid(ts), 2)}×** (${fmt(Math.min(...ts), 2)}–${fmt(Math.max(...ts), 2)})` : '| |';
+    if (rs.length) lines.push(`${r.mode} | | median | | | **${fmt(mid(rs), 2)}×** (${fmt(Math.min(...rs), 2)}–${fmt(Math.max(...rs), 2)}) ${tcell}`);
   }
   const lora = results.find((r) => r.mode !== 'full');
   const web = (r) => r?.pairs.filter((p) => p.web.ok).map((p) => p.web.trainTokS) ?? [];
@@ -410,7 +432,8 @@ export function trainTable(results) {
     : [];
   return [
     `Training (ggweb, CPU, 1 thread): AdamW updates of ${TRAIN_BATCH} × ${TRAIN_SEQ_LEN} fixed ids (\`model.train\` in Chromium,`,
-    `\`ggweb bench --train\` natively, alternately), one warm-up update then the median of ${TRAIN_STEPS} timed ones per run.`,
+    `\`ggweb bench --train\` natively, alternately; full training's pairs also run PyTorch eager, \`bench/train_torch.py\`, 1 thread),`,
+    `one warm-up update then the median of ${TRAIN_STEPS} timed ones per run.`,
     '',
     ...lines.map((l) => `| ${l} |`),
     '',
