@@ -882,14 +882,7 @@ fn decode_dot_nibbles(
     let nb = xs.len();
     let nbp = nb.div_ceil(LANES) * LANES;
     assert!(ys.len() == nb && ysum.len() >= nbp && dy.len() >= nbp);
-    let isum = |x: &BlockQ4_0, y: &BlockQ8_0| {
-        let (lo, hi) = nibbles_in(load(&x.qs), m0f);
-        i32x4_relaxed_dot_i8x16_i7x16_add(
-            load(&y.qs[16..]),
-            hi,
-            i32x4_relaxed_dot_i8x16_i7x16_add(load(&y.qs[..16]), lo, i32x4_splat(0)),
-        )
-    };
+    let isum = |x: &BlockQ4_0, y: &BlockQ8_0| nibble_dot(x, y, m0f);
     let (mut lo, mut hi) = (f32x4_splat(0.0), f32x4_splat(0.0));
     for (g, (xg, yg)) in xs.chunks_exact(LANES).zip(ys.chunks_exact(LANES)).enumerate() {
         for (h, acc) in [&mut lo, &mut hi].into_iter().enumerate() {
@@ -907,11 +900,33 @@ fn decode_dot_nibbles(
         v128_store(acc.as_mut_ptr() as *mut v128, lo);
         v128_store(acc.as_mut_ptr().add(4) as *mut v128, hi);
     }
+    nibble_tail(xs, ys, ysum, dy, m0f, &mut acc);
+    reduce8(&acc)
+}
+
+/// One Q4_0 block against one Q8_0 block with relaxed SIMD: the nibbles (0..15) times b's raw
+/// bytes, two `relaxed_dot_i8x16_i7x16_add`, lane sums before the `− 8·Σy` offset.
+#[cfg(target_feature = "relaxed-simd")]
+#[inline(always)]
+fn nibble_dot(x: &BlockQ4_0, y: &BlockQ8_0, m0f: v128) -> v128 {
+    let (lo, hi) = nibbles_in(load(&x.qs), m0f);
+    i32x4_relaxed_dot_i8x16_i7x16_add(
+        load(&y.qs[16..]),
+        hi,
+        i32x4_relaxed_dot_i8x16_i7x16_add(load(&y.qs[..16]), lo, i32x4_splat(0)),
+    )
+}
+
+/// The blocks past the last whole group of [`LANES`] ([`decode_dot_nibbles`] and
+/// [`decode_nibbles_n`]), one at a time into `acc[t % 8]`: the same float steps as a group's.
+#[cfg(target_feature = "relaxed-simd")]
+#[inline(always)]
+fn nibble_tail(xs: &[BlockQ4_0], ys: &[BlockQ8_0], ysum: &[i32], dy: &[f32], m0f: v128, acc: &mut [f32; LANES]) {
+    let nb = xs.len();
     for t in nb - nb % LANES..nb {
-        let s = hsum_i32(isum(&xs[t], &ys[t])) - 8 * ysum[t];
+        let s = hsum_i32(nibble_dot(&xs[t], &ys[t], m0f)) - 8 * ysum[t];
         acc[t % LANES] += s as f32 * (fp16_to_fp32(xs[t].d()) * dy[t]);
     }
-    reduce8(&acc)
 }
 
 /// Rows of b up to which the relaxed build's Q4_0 takes [`decode_nibbles_n`] (a decode step of
@@ -1008,16 +1023,7 @@ fn decode_nibbles_n<const N: usize>(
         }
         for (j, acc) in acc.iter_mut().enumerate() {
             let ys: &[BlockQ8_0] = cast_slice(&b[j * ldb..j * ldb + nb * size]);
-            for t in nf..nb {
-                let (lo, hi) = nibbles_in(load(&xs[t].qs), m0f);
-                let v = i32x4_relaxed_dot_i8x16_i7x16_add(
-                    load(&ys[t].qs[16..]),
-                    hi,
-                    i32x4_relaxed_dot_i8x16_i7x16_add(load(&ys[t].qs[..16]), lo, i32x4_splat(0)),
-                );
-                let s = hsum_i32(v) - 8 * cols.ysum[j * nbp + t];
-                acc[t % LANES] += s as f32 * (fp16_to_fp32(xs[t].d()) * cols.dy[j * nbp + t]);
-            }
+            nibble_tail(xs, ys, &cols.ysum[j * nbp..], &cols.dy[j * nbp..], m0f, acc);
             c[j * ldc + i] = reduce8(acc);
         }
     }
