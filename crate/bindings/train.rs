@@ -35,7 +35,7 @@ impl WasmModel {
             self.session.train_windows(&texts, cfg.seq_len).map_err(|e| model_error("", e))?
         } else {
             let n = n_seqs as usize;
-            if ids.len() % n != 0 {
+            if !ids.len().is_multiple_of(n) {
                 return Err(js_error("invalid", "train: the sequences are not of one length"));
             }
             ids.chunks_exact(ids.len() / n).map(<[u32]>::to_vec).collect()
