@@ -330,10 +330,18 @@ function nativeTrain(cfg, file, lora) {
   if (!existsSync(bin)) return null;
   const a = ['bench', '--train', '--json', '-t', '1', '-m', join(cfg.models, file), '--seq-len', String(TRAIN_SEQ_LEN),
     '--batch-size', String(TRAIN_BATCH), '--steps', String(TRAIN_STEPS), ...(lora ? ['--lora-rank', String(lora)] : [])];
-  const p = spawnSync(bin, a, { encoding: 'utf8', timeout: cfg.timeoutMs });
-  if (p.status !== 0) return { ok: false, error: (p.stderr || p.error?.message || `exit ${p.status}`).trim().split('\n').at(-1) };
-  const j = JSON.parse(p.stdout.trim().split('\n').at(-1));
+  const r = runJsonLine(bin, a, cfg);
+  if (!r.ok) return r;
+  const j = r.json;
   return { ok: true, trainTokS: j.train_tok_s, spread: j.train_tok_s_spread, perCpu: j.train_tok_per_cpu_s, losses: j.losses };
+}
+
+/** A benchmark process whose last stdout line is its JSON result (`ggweb bench --json`,
+ *  bench/train_torch.py): `{ ok, json }`, or `{ ok: false, error }` with stderr's last line. */
+function runJsonLine(cmd, args, cfg) {
+  const p = spawnSync(cmd, args, { encoding: 'utf8', timeout: cfg.timeoutMs });
+  if (p.status !== 0) return { ok: false, error: (p.stderr || p.error?.message || `exit ${p.status}`).trim().split('\n').at(-1) };
+  return { ok: true, json: JSON.parse(p.stdout.trim().split('\n').at(-1)) };
 }
 
 /** PyTorch eager's side of the full-training pair (bench/train_torch.py: the same shape, 1 thread), with
@@ -344,9 +352,8 @@ function torchTrain(cfg) {
   if (!existsSync(py)) return null;
   const a = [join(cfg.root, 'bench', 'train_torch.py'), '--threads', '1', '--seq-len', String(TRAIN_SEQ_LEN),
     '--batch-size', String(TRAIN_BATCH), '--steps', String(TRAIN_STEPS)];
-  const p = spawnSync(py, a, { encoding: 'utf8', timeout: cfg.timeoutMs });
-  if (p.status !== 0) return { ok: false, error: (p.stderr || p.error?.message || `exit ${p.status}`).trim().split('\n').at(-1) };
-  return { ok: true, trainTokS: JSON.parse(p.stdout.trim().split('\n').at(-1)).train_tok_s };
+  const r = runJsonLine(py, a, cfg);
+  return r.ok ? { ok: true, trainTokS: r.json.train_tok_s } : r;
 }
 
 /** Per mode (full on F32, LoRA on Q8_0): TRAIN_PAIRS pairs of Chromium (a fresh page) and native,
